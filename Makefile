@@ -1,0 +1,40 @@
+# hearth — the two commands a newcomer types:
+#   make run    set up, build, and serve the built-in model
+#   make test   set up, build (normal, ASan+UBSan, fuzz), and run the whole suite
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+
+.PHONY: all build run test setup setup-test clean asan fuzz
+
+all: build
+
+setup:
+	@tools/setup.sh
+
+setup-test:
+	@tools/setup.sh --test
+	@tools/fetch_test_deps.sh
+
+build: setup
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	cmake --build build -j $(JOBS)
+
+run: build
+	./build/hearth serve
+
+asan: setup
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHEARTH_SANITIZE=ON >/dev/null
+	cmake --build build-asan -j $(JOBS)
+
+fuzz: setup-test
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHEARTH_FUZZ=ON >/dev/null
+	cmake --build build-fuzz -j $(JOBS)
+
+test: setup-test asan fuzz
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DHEARTH_ASAN_DIR=$(CURDIR)/build-asan \
+	      -DHEARTH_FUZZ_DIR=$(CURDIR)/build-fuzz $(CMAKE_FLAGS) >/dev/null
+	cmake --build build -j $(JOBS)
+	cd build && ctest --output-on-failure -j $(JOBS)
+
+clean:
+	rm -rf build build-asan build-fuzz

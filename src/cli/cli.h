@@ -1,0 +1,34 @@
+/* cli.h — the hearth command line: one file per verb (src/cli/<verb>.c), each
+ * exporting `int cli_<verb>(int argc, char **argv)` where argv[0] is the verb.
+ * A verb returns the process exit status: 0 ok, 1 failure, 2 usage error. */
+#ifndef HEARTH_CLI_H
+#define HEARTH_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct cli_verb {
+  const char *name;
+  const char *summary;
+  int (*run)(int argc, char **argv);
+} cli_verb;
+
+/* Option parsing shared by verbs. At argv[*i]: if it is `name VALUE` or
+ * `name=VALUE`, stores VALUE, advances *i past it and returns 1; returns -1
+ * (after printing an error) when the value is missing; 0 when argv[*i] is not
+ * this option. */
+int cli_opt(int argc, char **argv, int *i, const char *name, const char **value);
+/* True when argv[i] is -h or --help. */
+bool cli_is_help(const char *arg);
+/* Prints "hearth VERB: message" to stderr; returns 2 (usage) for `return cli_usage_error(...)`. */
+int cli_usage_error(const char *verb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints "hearth: message" to stderr; returns 1. */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The built-in model folder (models/default next to the binary's install or
+ * source tree), or NULL when none is found. Borrowed static string. */
+const char *cli_default_model(void);
+
+/* Verbs. Add a verb: write src/cli/<verb>.c and add one line to the table in main.c. */
+int cli_version(int argc, char **argv);
+
+#endif

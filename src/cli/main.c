@@ -1,0 +1,146 @@
+/* main.c — the `hearth` binary: global flags (--version, --help, --verbose,
+ * --quiet) and dispatch to one verb per file. Knows no verb's internals. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <limits.h>
+
+#include "base/file.h"
+#include "base/log.h"
+#include "cli/cli.h"
+#include "hearth.h"
+
+static const cli_verb verbs[] = {
+    {"version", "print the version", cli_version},
+};
+static const int nverbs = (int)(sizeof verbs / sizeof verbs[0]);
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "hearth %s — a local LLM runtime\n\n"
+          "usage: hearth [--verbose|--quiet] VERB [options]\n"
+          "       hearth --version | --help\n"
+          "       hearth VERB --help\n\n"
+          "verbs:\n",
+          hearth_version());
+  for (int i = 0; i < nverbs; i++) fprintf(f, "  %-12s %s\n", verbs[i].name, verbs[i].summary);
+}
+
+bool cli_is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
+
+int cli_opt(int argc, char **argv, int *i, const char *name, const char **value) {
+  const char *a = argv[*i];
+  size_t n = strlen(name);
+  if (strncmp(a, name, n) != 0) return 0;
+  if (a[n] == '=') {
+    *value = a + n + 1;
+    return 1;
+  }
+  if (a[n] != 0) return 0;
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "hearth: option %s needs a value\n", name);
+    return -1;
+  }
+  *value = argv[++*i];
+  return 1;
+}
+
+int cli_usage_error(const char *verb, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "hearth %s: ", verb);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n(see hearth %s --help)\n", verb);
+  va_end(ap);
+  return 2;
+}
+
+int cli_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "hearth: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  return 1;
+}
+
+const char *cli_default_model(void) {
+  static char found[PATH_MAX];
+  if (found[0]) return found;
+  const char *env = getenv("HEARTH_DEFAULT_MODEL");
+  if (env && hfile_is_dir(env)) {
+    snprintf(found, sizeof found, "%s", env);
+    return found;
+  }
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return NULL;
+  exe[n] = 0;
+  char *slash = strrchr(exe, '/');
+  if (!slash) return NULL;
+  *slash = 0;
+  /* <bindir>/../share/hearth/models/default (installed), <build>/../models/default (source tree) */
+  static const char *rel[] = {"../share/hearth/models/default", "../models/default", "models/default",
+                              "../../models/default"};
+  for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+    char cand[PATH_MAX];
+    snprintf(cand, sizeof cand, "%s/%s", exe, rel[i]);
+    char *cfg = hpath_join(cand, "config.json");
+    bool ok = cfg && hfile_exists(cfg);
+    free(cfg);
+    if (ok && realpath(cand, found)) return found;
+  }
+  found[0] = 0;
+  return NULL;
+}
+
+int cli_version(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  printf("hearth %s\n", hearth_version());
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int i = 1;
+  for (; i < argc && argv[i][0] == '-'; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--version") == 0 || strcmp(a, "-V") == 0) {
+      printf("hearth %s\n", hearth_version());
+      return 0;
+    } else if (cli_is_help(a)) {
+      usage(stdout);
+      return 0;
+    } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
+      hlog_set_level(HLOG_LEVEL_DEBUG);
+    } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+      hlog_set_level(HLOG_LEVEL_ERROR);
+    } else {
+      fprintf(stderr, "hearth: unknown option '%s'\n\n", a);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (i >= argc) {
+    usage(stderr);
+    return 2;
+  }
+  /* --verbose / --quiet are accepted after the verb too; verbs never see them. */
+  int out = i + 1;
+  for (int j = i + 1; j < argc; j++) {
+    if (strcmp(argv[j], "--verbose") == 0) hlog_set_level(HLOG_LEVEL_DEBUG);
+    else if (strcmp(argv[j], "--quiet") == 0) hlog_set_level(HLOG_LEVEL_ERROR);
+    else argv[out++] = argv[j];
+  }
+  argc = out;
+  argv[argc] = NULL;
+  for (int v = 0; v < nverbs; v++) {
+    if (strcmp(argv[i], verbs[v].name) == 0) return verbs[v].run(argc - i, argv + i);
+  }
+  fprintf(stderr, "hearth: unknown verb '%s'\n\n", argv[i]);
+  usage(stderr);
+  return 2;
+}

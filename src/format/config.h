@@ -1,0 +1,81 @@
+/* config.h — a model folder's config.json and generation_config.json as typed
+ * structs. Knows the fields of every supported architecture; an unsupported
+ * model_type is reported with the list of supported ones. */
+#ifndef HEARTH_FORMAT_CONFIG_H
+#define HEARTH_FORMAT_CONFIG_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+#define CFG_MAX_LAYERS 512
+#define CFG_MAX_EOS 16
+
+typedef enum rope_kind { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN, ROPE_DYNAMIC, ROPE_LONGROPE } rope_kind;
+
+typedef struct rope_config {
+  rope_kind kind;
+  double theta;                  /* rope_theta (default 10000) */
+  double factor;                 /* rope_scaling.factor */
+  double low_freq_factor, high_freq_factor;    /* llama3 */
+  int64_t original_max_position; /* llama3 / yarn original_max_position_embeddings */
+  double beta_fast, beta_slow;   /* yarn (defaults 32, 1) */
+  double attention_factor;       /* yarn mscale override; 0 = derive */
+  double partial_rotary_factor;  /* fraction of head_dim rotated (default 1) */
+} rope_config;
+
+typedef enum layer_attn { LAYER_FULL = 0, LAYER_SLIDING = 1 } layer_attn;
+
+typedef struct model_config {
+  char model_type[64];
+  char hidden_act[32];           /* "silu", "gelu_pytorch_tanh", ... */
+  char torch_dtype[16];          /* "float32", "bfloat16", ... ("" if absent) */
+  int64_t vocab_size, hidden_size, intermediate_size;
+  int64_t num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim;
+  int64_t max_position_embeddings;
+  double rms_norm_eps;
+  rope_config rope;
+  rope_config rope_local;        /* gemma3 sliding layers (rope_local_base_freq), else = rope */
+  bool tie_word_embeddings;
+  bool attention_bias, mlp_bias;
+  int64_t sliding_window;        /* 0 = none */
+  layer_attn layer_types[CFG_MAX_LAYERS];   /* per layer: full or sliding */
+  bool no_rope[CFG_MAX_LAYERS];  /* smollm3: layers that skip RoPE */
+  /* gemma2 / gemma3 */
+  double query_pre_attn_scalar;  /* 0 = head_dim */
+  double attn_logit_softcapping, final_logit_softcapping;  /* 0 = off */
+  /* token ids (-1 = absent); eos may be a list */
+  int64_t bos_token_id, pad_token_id;
+  int64_t eos_token_ids[CFG_MAX_EOS];
+  int n_eos;
+  /* quantization (MLX "quantization" block); bits 0 = none */
+  int quant_bits, quant_group_size;
+  json_t *raw;                   /* owned: the whole config.json for anything else */
+} model_config;
+
+typedef struct generation_config {
+  bool present;                  /* the file existed */
+  bool do_sample;
+  double temperature, top_p, min_p, repetition_penalty;  /* HF defaults 1.0, 1.0, 0, 1.0 */
+  int64_t top_k;                 /* HF default 50 */
+  int64_t max_new_tokens;        /* 0 = absent */
+  int64_t bos_token_id, pad_token_id;
+  int64_t eos_token_ids[CFG_MAX_EOS];
+  int n_eos;
+} generation_config;
+
+/* Reads DIR/config.json (or the file given). Validates that the sizes make sense
+ * for the architecture and that model_type is supported. */
+int config_load(model_config *c, const char *path, herr *err);
+/* Same from an already parsed object (what names it in messages); takes no ownership of j. */
+int config_from_json(model_config *c, const json_t *j, const char *what, herr *err);
+void config_free(model_config *c);
+/* Reads DIR/generation_config.json; a missing file gives HF's defaults with present = false. */
+int generation_config_load(generation_config *g, const char *dir, herr *err);
+/* "llama, mistral, qwen2, ..." */
+const char *config_supported_types(void);
+bool config_type_supported(const char *model_type);
+
+#endif

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what hearth needs to build and test on Debian 12, and nothing it
+# already has. Safe to run again: a machine that has everything does nothing.
+#   tools/setup.sh          build dependencies
+#   tools/setup.sh --test   also the test dependencies (clang fuzzing runtime,
+#                           node + npm for the client tests)
+set -euo pipefail
+
+need=(cmake make gcc pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev)
+if [ "${1:-}" = "--test" ]; then
+  need+=(clang libclang-rt-14-dev python3 python3-jinja2 nodejs npm)
+fi
+
+missing=()
+for p in "${need[@]}"; do
+  # A package counts as present when dpkg says so, or (for tools that may have
+  # come from elsewhere, like node or python3) when the command is on PATH.
+  if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then continue; fi
+  case "$p" in
+    nodejs) command -v node >/dev/null && continue ;;
+    npm) command -v npm >/dev/null && continue ;;
+    python3) command -v python3 >/dev/null && continue ;;
+    python3-jinja2) python3 -c 'import jinja2' 2>/dev/null && continue ;;
+    clang) command -v clang >/dev/null && continue ;;
+    cmake) command -v cmake >/dev/null && continue ;;
+  esac
+  missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
