@@ -24,11 +24,11 @@ run: build
 
 asan: setup
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHEARTH_SANITIZE=ON >/dev/null
-	cmake --build build-asan -j $(JOBS)
+	cmake --build build-asan --target unit_tests -j $(JOBS)
 
 fuzz: setup-test
-	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHEARTH_FUZZ=ON >/dev/null
-	cmake --build build-fuzz -j $(JOBS)
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHEARTH_FUZZ=ON -DHEARTH_WERROR=OFF >/dev/null
+	cmake --build build-fuzz --target fuzz_all -j $(JOBS)
 
 test: setup-test asan fuzz
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DHEARTH_ASAN_DIR=$(CURDIR)/build-asan \
