@@ -3,13 +3,19 @@
  * Files are untrusted: the header length must lie inside the file and be at
  * most 100 MB, the header valid JSON, every dtype known, shape × dtype size
  * equal to the byte range, ranges inside the data section and not
- * overlapping, names valid UTF-8 and unique. A bad file gives one message
- * naming the file, the tensor and the problem.
+ * overlapping, names valid UTF-8 and unique (across shards too), and a
+ * sharded folder's weight_map must agree with what the shards hold. A bad
+ * file gives one message naming the file, the tensor and the problem.
+ *
+ * Tensor data is not copied: st_tensor.data points into the read-only map
+ * of its file and stays valid until st_close. It may be unaligned (the
+ * header length is arbitrary); read it with memcpy or st_to_f32.
  */
 #ifndef HEARTH_FORMAT_SAFETENSORS_H
 #define HEARTH_FORMAT_SAFETENSORS_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +30,7 @@ typedef enum st_dtype {
 } st_dtype;
 
 #define ST_MAX_DIMS 8
+#define ST_MAX_HEADER_BYTES (100u * 1000u * 1000u)
 
 typedef struct st_tensor {
   const char *name;            /* borrowed from the set's storage */
@@ -48,15 +55,34 @@ typedef struct st_set {
   char *names;                 /* owned storage for tensor names */
 } st_set;
 
-/* Opens PATH: a .safetensors file, or a folder holding model.safetensors or
- * model.safetensors.index.json (+ its shards). */
+/* Opens PATH: a .safetensors file, a model.safetensors.index.json, or a
+ * folder holding model.safetensors, model.safetensors.index.json (+ its
+ * shards) or exactly one other .safetensors file. On failure s is left
+ * closed (st_close on it is harmless). */
 int st_open(st_set *s, const char *path, herr *err);
-/* Parses one safetensors file already in memory (used by st_open and the fuzz target). */
+/* Parses one safetensors file already in memory (used by st_open and the
+ * fuzz target). `what` names the file in messages. On success *tensors
+ * (owned, sorted by name, shard 0, data pointing into `data`), *names (owned
+ * storage of the names) and, when metadata is not NULL, *metadata (owned or
+ * NULL when the file has none) are set; on failure they are NULL. */
 int st_parse(const unsigned char *data, size_t size, const char *what, st_tensor **tensors, size_t *count,
              json_t **metadata, char **names, herr *err);
 void st_close(st_set *s);
+/* NULL when absent. */
 const st_tensor *st_find(const st_set *s, const char *name);
 size_t st_dtype_size(st_dtype dt);   /* bytes per element */
-const char *st_dtype_name(st_dtype dt);
+const char *st_dtype_name(st_dtype dt);   /* "F32", "BF16", ... */
+/* Parses a dtype name as written in headers; false when unknown. */
+bool st_dtype_from_name(const char *name, st_dtype *dt);
+bool st_dtype_is_float(st_dtype dt);  /* F64 F32 F16 BF16 F8_E4M3 F8_E5M2 */
+/* Converts every element of a float tensor (F64, F32, F16, BF16, F8_E4M3,
+ * F8_E5M2) to f32 into out (numel floats, caller's). Other dtypes give
+ * HEARTH_EUNSUPPORTED. */
+int st_to_f32(const st_tensor *t, float *out, herr *err);
+/* One element conversions, exposed for tests and other readers. */
+float st_f16_to_f32(uint16_t h);
+float st_bf16_to_f32(uint16_t b);
+float st_f8e4m3_to_f32(uint8_t v);
+float st_f8e5m2_to_f32(uint8_t v);
 
 #endif

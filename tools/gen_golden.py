@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Generates hearth's golden forward-pass fixtures with transformers.
+
+For every supported architecture: a tiny random-weight model (hidden 64,
+vocab 512, 2-3 layers, GQA/MQA/MHA, small sliding windows) saved with
+save_pretrained in float32 and bfloat16 into OUT/<name>-<dtype>/, then
+reference logits computed in float64 on the weights as stored (bf16 upcast):
+every position of two prompts (20 and 40 tokens; the second exceeds the
+sliding windows) and a greedy continuation of 24 tokens.
+
+Per folder:
+  golden.json      prompts, greedy ids, top-2 gaps, shapes
+  logits_f32.bin   float32 little-endian [prompt][position][vocab], prompts in order
+Also OUT/llama-sharded/ (the llama f32 model in exactly 2 shards, same
+golden) and OUT/params.json (folder -> model.num_parameters()).
+
+Usage: python3 tools/gen_golden.py OUT   (needs torch and transformers)
+"""
+import json
+import math
+import os
+import shutil
+import sys
+import traceback
+
+import numpy as np
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM
+
+VOCAB = 512
+COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2,
+              pad_token_id=0, rms_norm_eps=1e-6)
+PROMPT_LENS = (20, 40)
+GREEDY_STEPS = 24
+
+# name -> (model_type, config overrides, dtypes)
+ARCHS = {
+    "llama": ("llama", dict(num_hidden_layers=2, tie_word_embeddings=False, rope_theta=10000.0), ("f32", "bf16")),
+    "llama_llama3": ("llama", dict(num_hidden_layers=2, tie_word_embeddings=False, rope_theta=10000.0,
+                                   rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                     high_freq_factor=4.0, original_max_position_embeddings=32)),
+                     ("f32",)),
+    "llama_yarn": ("llama", dict(num_hidden_layers=2, tie_word_embeddings=True, rope_theta=10000.0,
+                                 rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32)),
+                   ("f32",)),
+    "mistral": ("mistral", dict(num_hidden_layers=2, num_key_value_heads=4, sliding_window=8,
+                                tie_word_embeddings=False), ("f32", "bf16")),
+    "qwen2": ("qwen2", dict(num_hidden_layers=3, num_key_value_heads=1, use_sliding_window=True, sliding_window=8,
+                            max_window_layers=1, tie_word_embeddings=False), ("f32", "bf16")),
+    "qwen3": ("qwen3", dict(num_hidden_layers=2, head_dim=32, tie_word_embeddings=True), ("f32", "bf16")),
+    "smollm3": ("smollm3", dict(num_hidden_layers=2, no_rope_layers=[1, 0], tie_word_embeddings=True), ("f32", "bf16")),
+    "phi3": ("phi3", dict(num_hidden_layers=2, partial_rotary_factor=0.5, tie_word_embeddings=False), ("f32", "bf16")),
+    "gemma2": ("gemma2", dict(num_hidden_layers=2, head_dim=16, query_pre_attn_scalar=24, sliding_window=8,
+                              attn_logit_softcapping=5.0, final_logit_softcapping=10.0), ("f32", "bf16")),
+    "gemma3": ("gemma3_text", dict(num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=24, sliding_window=8,
+                                   layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                   rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                                   rope_scaling=dict(rope_type="linear", factor=2.0)), ("f32", "bf16")),
+}
+
+
+def make_config(model_type, over):
+    kw = dict(COMMON)
+    kw.update(over)
+    try:
+        return AutoConfig.for_model(model_type, **kw)
+    except Exception:
+        # newer spelling: rope settings inside rope_parameters
+        kw2 = dict(kw)
+        rs = kw2.pop("rope_scaling", None) or {"rope_type": "default"}
+        theta = kw2.pop("rope_theta", None)
+        local = kw2.pop("rope_local_base_freq", None)
+        rp = dict(rs)
+        if theta is not None:
+            rp["rope_theta"] = theta
+        if local is not None:
+            rp = {"full_attention": rp, "sliding_attention": {"rope_type": "default", "rope_theta": local}}
+        kw2["rope_parameters"] = rp
+        return AutoConfig.for_model(model_type, **kw2)
+
+
+def init_weights(model, gemma, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=torch.float64)
+            if "norm" in name:
+                p.copy_(r * 0.1 if gemma else 1.0 + r * 0.1)
+            elif name.endswith("bias"):
+                p.copy_(r * 0.2)
+            elif "embed_tokens" in name:
+                p.copy_(r)
+            else:
+                p.copy_(r / math.sqrt(p.shape[1]))
+
+
+def load_f64(folder):
+    try:
+        m = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64, attn_implementation="eager")
+    except TypeError:
+        m = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float64, attn_implementation="eager")
+    m.eval()
+    return m
+
+
+def reference(folder, prompts):
+    m = load_f64(folder)
+    rows = []
+    with torch.no_grad():
+        for p in prompts:
+            out = m(torch.tensor([p])).logits[0]
+            rows.append(out.to(torch.float32).numpy())
+        ids = list(prompts[0])
+        gaps, greedy = [], []
+        for _ in range(GREEDY_STEPS):
+            last = m(torch.tensor([ids])).logits[0, -1]
+            top = torch.topk(last, 2)
+            gaps.append(float(top.values[0] - top.values[1]))
+            nxt = int(top.indices[0])
+            greedy.append(nxt)
+            ids.append(nxt)
+    return np.concatenate(rows, axis=0), greedy, gaps, m.num_parameters()
+
+
+def write_golden(folder, name, model_type, dtype, prompts, logits, greedy, gaps):
+    logits.astype("<f4").tofile(os.path.join(folder, "logits_f32.bin"))
+    doc = {
+        "name": name, "model_type": model_type, "dtype": dtype, "vocab_size": VOCAB,
+        "transformers_version": transformers.__version__, "torch_version": torch.__version__,
+        "reference": "float64 forward (eager attention) on the stored weights",
+        "prompts": prompts, "logits_file": "logits_f32.bin",
+        "logits_rows": [len(p) for p in prompts],
+        "max_abs_logit": float(np.abs(logits).max()),
+        "greedy": {"prompt": 0, "ids": greedy, "top2_gaps": gaps, "min_gap": min(gaps),
+                   "near_tie": bool(min(gaps) < 1e-3)},
+    }
+    with open(os.path.join(folder, "golden.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/golden"
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(1234)
+    prompts = [[int(x) for x in rng.integers(3, VOCAB, size=n)] for n in PROMPT_LENS]
+    params, errors = {}, []
+    for seed, (name, (model_type, over, dtypes)) in enumerate(ARCHS.items()):
+        try:
+            cfg = make_config(model_type, over)
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+            init_weights(model, model_type.startswith("gemma"), 100 + seed)
+            for dt in dtypes:
+                folder = os.path.join(out, f"{name}-{dt}")
+                shutil.rmtree(folder, ignore_errors=True)
+                mm = model.to(torch.bfloat16 if dt == "bf16" else torch.float32)
+                mm.save_pretrained(folder)
+                logits, greedy, gaps, nparams = reference(folder, prompts)
+                write_golden(folder, name, model_type, dt, prompts, logits, greedy, gaps)
+                params[f"{name}-{dt}"] = nparams
+                print(f"{name}-{dt}: params {nparams} max|logit| {np.abs(logits).max():.3f} min gap {min(gaps):.4g}"
+                      f" greedy {greedy[:8]}...", flush=True)
+                if name == "llama" and dt == "f32":
+                    shard = os.path.join(out, "llama-sharded")
+                    shutil.rmtree(shard, ignore_errors=True)
+                    total = sum(p.numel() * p.element_size() for p in mm.parameters())
+                    for frac in (0.6, 0.7, 0.55, 0.8, 0.5):
+                        shutil.rmtree(shard, ignore_errors=True)
+                        mm.save_pretrained(shard, max_shard_size=int(total * frac))
+                        n = len([f for f in os.listdir(shard) if f.endswith(".safetensors")])
+                        if n == 2:
+                            break
+                    print(f"llama-sharded: {n} shards", flush=True)
+                    for f in ("golden.json", "logits_f32.bin"):
+                        shutil.copy(os.path.join(folder, f), os.path.join(shard, f))
+                    params["llama-sharded"] = nparams
+        except Exception:
+            errors.append(f"{name}: {traceback.format_exc()}")
+            print(errors[-1], flush=True)
+    with open(os.path.join(out, "params.json"), "w") as f:
+        json.dump(params, f, indent=1, sort_keys=True)
+        f.write("\n")
+    if errors:
+        with open(os.path.join(out, "ERRORS.txt"), "w") as f:
+            f.write("\n".join(errors))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
