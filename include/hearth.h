@@ -42,6 +42,169 @@ const char *hearth_version(void);
 /* The name of an error code ("invalid argument", ...). */
 const char *hearth_code_name(int code);
 
+
+/* ---- models ----------------------------------------------------------------
+ *
+ * Thread safety: a loaded model may be used from several threads.
+ * hearth_model_info, hearth_tokenize, hearth_detokenize and hearth_chat_render
+ * only read the model and run concurrently. hearth_generate runs one
+ * generation at a time per model: concurrent callers queue on the model's
+ * lock and run in turn. hearth_model_free must not race with any other call.
+ */
+
+typedef struct hearth_model hearth_model;
+
+typedef struct hearth_load_opts {
+  const char *id;          /* the name the model answers to; NULL: the folder's name */
+  int threads;             /* compute threads; <= 0: one per CPU */
+  int64_t context_length;  /* <= 0: config.json's max_position_embeddings */
+} hearth_load_opts;
+
+/* Loads a Hugging Face model folder: config.json + safetensors, and when
+ * present tokenizer.json / tokenizer_config.json (tokenizer and chat
+ * template) and generation_config.json (sampling defaults, EOS ids). A folder
+ * without a tokenizer loads, but only id prompts work. opts may be NULL.
+ * *out is owned by the caller (hearth_model_free). */
+int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_model **out, hearth_error *err);
+void hearth_model_free(hearth_model *m);
+
+#define HEARTH_MAX_EOS 32
+
+typedef struct hearth_info {
+  const char *id;           /* borrowed from the model */
+  const char *path;         /* borrowed: the folder it was loaded from */
+  const char *model_type;   /* borrowed: config.json's model_type */
+  int64_t context_length;
+  int32_t vocab_size;       /* rows of the model's logits */
+  int32_t bos_id;           /* -1 when none */
+  int32_t eos_ids[HEARTH_MAX_EOS];  /* config.json ∪ generation_config.json ∪ tokenizer */
+  int n_eos;
+  bool has_tokenizer;
+  bool has_chat_template;
+} hearth_info;
+
+void hearth_model_info(const hearth_model *m, hearth_info *out);
+
+/* Frees memory the API handed out (token arrays, strings). */
+void hearth_free(void *p);
+
+/* Text → ids. add_special: the tokenizer's BOS/EOS as HF add_special_tokens.
+ * Special tokens written in the text become their ids. *ids: hearth_free. */
+int hearth_tokenize(const hearth_model *m, const char *text, size_t len, bool add_special, int32_t **ids, size_t *n,
+                    hearth_error *err);
+/* Ids → text (NUL-terminated, *len bytes). *text: hearth_free. */
+int hearth_detokenize(const hearth_model *m, const int32_t *ids, size_t n, bool skip_special, char **text,
+                      size_t *len, hearth_error *err);
+
+/* Renders a conversation with the model's chat template, as transformers'
+ * apply_chat_template(messages, tools=..., add_generation_prompt=..., **kwargs,
+ * tokenize=False). messages_json: a JSON array of message objects; tools_json
+ * (may be NULL): a JSON array; extra_kwargs_json (may be NULL): a JSON object
+ * of further template variables (enable_thinking, reasoning_effort, ...).
+ * *text: hearth_free. HEARTH_ENOTFOUND when the model has no chat template,
+ * HEARTH_EINVAL for bad JSON or an error the template raises. */
+int hearth_chat_render(const hearth_model *m, const char *messages_json, const char *tools_json,
+                       bool add_generation_prompt, const char *extra_kwargs_json, char **text, hearth_error *err);
+
+/* ---- generation ---------------------------------------------------------- */
+
+typedef struct hearth_logit_bias {
+  int32_t id;
+  float bias;
+} hearth_logit_bias;
+
+/* Sampling and limits. hearth_gen_params_init sets every field to "unset":
+ * NAN reals and -1 integers take the model's defaults (generation_config.json
+ * where it has them; HF's otherwise). Sampling is greedy when temperature is
+ * 0, or when it is unset and generation_config.json does not set do_sample.
+ * Processing order: repetition penalty (prompt + output) → presence /
+ * frequency penalties (output, OpenAI) → logit bias → temperature → top-k →
+ * top-p → min-p. Logprobs are the log-softmax after penalties and bias,
+ * before temperature and truncation (the same for greedy and sampled runs;
+ * without penalties or bias, vLLM's default raw logprobs). */
+typedef struct hearth_gen_params {
+  int64_t max_tokens;          /* -1: up to the context length */
+  double temperature;          /* >= 0; 0 = greedy */
+  double top_p;                /* (0, 1]; 1 = off */
+  int64_t top_k;               /* 0 = off */
+  double min_p;                /* [0, 1]; 0 = off */
+  double repetition_penalty;   /* > 0; 1 = off (HF) */
+  double presence_penalty;     /* 0 = off (OpenAI) */
+  double frequency_penalty;    /* 0 = off (OpenAI) */
+  bool has_seed;
+  uint64_t seed;               /* same seed, prompt and params → same tokens; unset: a random seed */
+  const char *const *stop;     /* borrowed: n_stop stop strings, matched on the decoded text */
+  int n_stop;
+  const hearth_logit_bias *logit_bias; /* borrowed: n_logit_bias entries */
+  int n_logit_bias;
+  bool logprobs;               /* fill logprob / top in the callback's token */
+  int top_logprobs;            /* 0..20 alternatives per token */
+  bool ignore_eos;             /* keep going past EOS ids */
+  bool skip_special;           /* leave special tokens out of the text (init: true) */
+  int prefill_chunk;           /* tokens per prefill forward; <= 0: 512 */
+  const volatile int *cancel;  /* borrowed, may be NULL: set *cancel nonzero (any thread) to stop */
+} hearth_gen_params;
+
+void hearth_gen_params_init(hearth_gen_params *p);
+
+/* The prompt: text (encoded with the model's tokenizer; add_special adds BOS
+ * etc. as for a raw completion, a rendered chat already holds them) or ids. */
+typedef struct hearth_prompt {
+  const char *text;            /* borrowed; used when ids is NULL */
+  size_t text_len;             /* bytes of text; 0 with text set = strlen */
+  bool add_special;
+  const int32_t *ids;          /* borrowed */
+  size_t n_ids;
+} hearth_prompt;
+
+#define HEARTH_MAX_TOP_LOGPROBS 20
+
+typedef struct hearth_top_logprob {
+  int32_t id;
+  float logprob;
+  const char *text;            /* borrowed for the callback: the token's decoded bytes (not always valid UTF-8) */
+  size_t len;
+} hearth_top_logprob;
+
+typedef struct hearth_token {
+  int32_t id;
+  const char *text;            /* borrowed for the callback: this token's own decoded bytes */
+  size_t len;
+  float logprob;               /* when params.logprobs */
+  const hearth_top_logprob *top; /* borrowed: n_top alternatives, best first */
+  int n_top;
+} hearth_token;
+
+/* Called once per generated token with the text that became final in this
+ * step (text/len; may be empty while a partial stop string or UTF-8 sequence
+ * is held back), and once more at the end with tok == NULL when held-back
+ * text is released. Return nonzero to cancel. */
+typedef int (*hearth_token_fn)(void *user, const char *text, size_t len, const hearth_token *tok);
+
+typedef enum hearth_finish {
+  HEARTH_FINISH_STOP = 0,      /* an EOS token or a stop string */
+  HEARTH_FINISH_LENGTH = 1,    /* max_tokens */
+  HEARTH_FINISH_CANCELLED = 2
+} hearth_finish;
+
+typedef struct hearth_gen_result {
+  hearth_finish finish_reason;
+  int stop_index;              /* the stop string that matched; -1 otherwise */
+  int32_t stop_token;          /* the EOS id that ended it; -1 otherwise */
+  int64_t prompt_tokens;
+  int64_t completion_tokens;   /* includes the EOS token when one ended it */
+  double prefill_seconds, decode_seconds;
+} hearth_gen_result;
+
+/* Generates from prompt, streaming through fn (may be NULL). Returns 0 when it
+ * finished (stop or length); HEARTH_ECANCELLED when cancelled (result still
+ * filled, everything freed); HEARTH_ELIMIT with a message starting
+ * "context_length_exceeded:" when the prompt plus max_tokens does not fit the
+ * context, before any work; HEARTH_EINVAL for bad parameters (the message
+ * names the field). result may be NULL. */
+int hearth_generate(hearth_model *m, const hearth_prompt *prompt, const hearth_gen_params *params, hearth_token_fn fn,
+                    void *user, hearth_gen_result *result, hearth_error *err);
+
 #ifdef __cplusplus
 }
 #endif

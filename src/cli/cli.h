@@ -30,5 +30,13 @@ const char *cli_default_model(void);
 
 /* Verbs. Add a verb: write src/cli/<verb>.c and add one line to the table in main.c. */
 int cli_version(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
+int cli_detokenize(int argc, char **argv);
+int cli_serve(int argc, char **argv);
+int cli_inspect(int argc, char **argv);
+int cli_generate(int argc, char **argv);
+int cli_chat(int argc, char **argv);
+int cli_logits(int argc, char **argv);
+int cli_template(int argc, char **argv);
 
 #endif

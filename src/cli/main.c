@@ -13,6 +13,14 @@
 #include "hearth.h"
 
 static const cli_verb verbs[] = {
+    {"chat", "talk with a model in the terminal", cli_chat},
+    {"detokenize", "print the text of token ids as JSON", cli_detokenize},
+    {"generate", "generate text from a prompt", cli_generate},
+    {"inspect", "describe a model folder, safetensors or GGUF file", cli_inspect},
+    {"logits", "print a forward pass's logits as JSON", cli_logits},
+    {"serve", "serve a model over HTTP (OpenAI API, chat page)", cli_serve},
+    {"template", "render a chat template over messages", cli_template},
+    {"tokenize", "print the token ids of a text as JSON", cli_tokenize},
     {"version", "print the version", cli_version},
 };
 static const int nverbs = (int)(sizeof verbs / sizeof verbs[0]);

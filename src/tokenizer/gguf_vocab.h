@@ -26,8 +26,15 @@ int gguf_vocab_decode(const gguf_vocab *v, const int32_t *ids, size_t n, bool sk
 int32_t gguf_vocab_size(const gguf_vocab *v);
 const char *gguf_vocab_token(const gguf_vocab *v, int32_t id);  /* borrowed; NULL out of range */
 int32_t gguf_vocab_find(const gguf_vocab *v, const char *token); /* -1 when absent */
-bool gguf_vocab_is_special(const gguf_vocab *v, int32_t id);     /* control / user-defined tokens */
+bool gguf_vocab_is_special(const gguf_vocab *v, int32_t id);     /* control / user-defined / unknown tokens */
 int32_t gguf_vocab_bos(const gguf_vocab *v);                      /* -1 when none */
 int32_t gguf_vocab_eos(const gguf_vocab *v);
+bool gguf_vocab_is_eog(const gguf_vocab *v, int32_t id);          /* ends generation (EOS, EOT, <|im_end|>, ...) */
+bool gguf_vocab_add_bos(const gguf_vocab *v);                     /* encode with add_special puts BOS first */
+bool gguf_vocab_add_eos(const gguf_vocab *v);                     /* ... and EOS last */
+const char *gguf_vocab_model(const gguf_vocab *v);                /* tokenizer.ggml.model (borrowed) */
+/* The text one token decodes to on its own (no leading-space removal, no clean-up); special
+ * (control/unknown) tokens give "" unless special. *s is borrowed. EINVAL for an id out of range. */
+int gguf_vocab_piece(const gguf_vocab *v, int32_t id, bool special, const char **s, size_t *len);
 
 #endif

@@ -1,0 +1,36 @@
+// Measures llama.cpp (through node-llama-cpp's prebuilt CPU binary) on a GGUF:
+// pp = prompt tokens/s for one prompt of P tokens, tg = generation tokens/s for
+// N greedy tokens after a short prompt; median of R repeats, like llama-bench.
+// Prints one JSON line: {"pp_tps", "tg_tps", "threads", "model"}.
+//   node bench/cpu/llamacpp_bench.mjs MODEL.gguf THREADS [P=512] [N=128] [R=3]
+import {getLlama} from "node-llama-cpp";
+
+const [model_path, threads_s, p_s = "512", n_s = "128", r_s = "3"] = process.argv.slice(2);
+const threads = +threads_s, P = +p_s, N = +n_s, R = +r_s;
+const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
+const model = await llama.loadModel({modelPath: model_path, useMmap: true});
+const median = (xs) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const vocab = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
+const prompt = Array.from({length: P}, (_, i) => 300 + ((i * 7919) % (vocab - 400)));
+
+const pp = [], tg = [];
+for (let r = 0; r < R; r++) {
+  const ctx = await model.createContext({contextSize: P + N + 16, threads, batchSize: P, sequences: 1, batching: {dispatchSchedule: "nextTick"}});
+  const seq = ctx.getSequence();
+  let t0 = process.hrtime.bigint();
+  await seq.evaluateWithoutGeneratingNewTokens(prompt);
+  pp.push(P / (Number(process.hrtime.bigint() - t0) / 1e9));
+  await ctx.dispose();
+
+  // Generation: one token per decode step, as llama-bench's tg does (no sampling cost).
+  const ctx2 = await model.createContext({contextSize: P + N + 16, threads, batchSize: P, sequences: 1, batching: {dispatchSchedule: "nextTick"}});
+  const seq2 = ctx2.getSequence();
+  await seq2.evaluateWithoutGeneratingNewTokens([1]);
+  t0 = process.hrtime.bigint();
+  for (let i = 0; i < N; i++) await seq2.evaluateWithoutGeneratingNewTokens([300 + ((i * 31) % (vocab - 400))]);
+  const count = N;
+  tg.push(count / (Number(process.hrtime.bigint() - t0) / 1e9));
+  await ctx2.dispose();
+}
+console.log(JSON.stringify({pp_tps: median(pp), tg_tps: median(tg), threads, model: model_path}));
+await model.dispose();

@@ -1,0 +1,80 @@
+/* quant.h — the stored weight formats in plain C: half / bfloat16 bit
+ * conversions, the GGUF block structs (bit-exact with ggml), dequantization
+ * of a row or part of a row (the reference every kernel is checked against),
+ * and quantization from f32 (round to nearest, as ggml and MLX do).
+ */
+#ifndef HEARTH_BACKEND_CPU_QUANT_H
+#define HEARTH_BACKEND_CPU_QUANT_H
+
+#include <stdint.h>
+
+#include "backend/weights.h"
+
+/* IEEE half and bfloat16 <-> f32; encoding rounds to nearest even, NaN stays NaN. */
+float bk_fp16_decode(uint16_t h);
+uint16_t bk_fp16_encode(float f);
+float bk_bf16_decode(uint16_t h);
+uint16_t bk_bf16_encode(float f);
+
+#define BK_QK 32   /* elements per Q8_0 / Q4_0 block */
+#define BK_QKK 256 /* elements per K-quant super-block */
+
+typedef struct bk_block_q8_0 {
+  uint16_t d;      /* f16 scale */
+  int8_t qs[32];   /* value = qs[i] * d */
+} bk_block_q8_0;
+
+typedef struct bk_block_q4_0 {
+  uint16_t d;      /* f16 scale */
+  uint8_t qs[16];  /* low nibbles: elements 0..15, high nibbles: 16..31; value = (q - 8) * d */
+} bk_block_q4_0;
+
+typedef struct bk_block_q4_K {
+  uint16_t d;          /* f16 super-block scale of the 6-bit scales */
+  uint16_t dmin;       /* f16 super-block scale of the 6-bit mins */
+  uint8_t scales[12];  /* 8 scales + 8 mins, 6 bits each (ggml get_scale_min_k4 packing) */
+  uint8_t qs[128];     /* 4-bit quants: byte 32p+l holds elements 64p+l (low) and 64p+32+l (high) */
+} bk_block_q4_K;
+
+typedef struct bk_block_q5_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];      /* fifth bit: bit 2p of qh[l] for element 64p+l, bit 2p+1 for 64p+32+l */
+  uint8_t qs[128];
+} bk_block_q5_K;
+
+typedef struct bk_block_q6_K {
+  uint8_t ql[128];     /* low 4 bits */
+  uint8_t qh[64];      /* high 2 bits */
+  int8_t scales[16];   /* one per 16 elements */
+  uint16_t d;          /* f16 super-block scale */
+} bk_block_q6_K;
+
+_Static_assert(sizeof(bk_block_q8_0) == 34, "block_q8_0 is 34 bytes");
+_Static_assert(sizeof(bk_block_q4_0) == 18, "block_q4_0 is 18 bytes");
+_Static_assert(sizeof(bk_block_q4_K) == 144, "block_q4_K is 144 bytes");
+_Static_assert(sizeof(bk_block_q5_K) == 176, "block_q5_K is 176 bytes");
+_Static_assert(sizeof(bk_block_q6_K) == 210, "block_q6_K is 210 bytes");
+
+/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block. */
+void bk_k_scale_min(const uint8_t scales[12], int j, uint8_t *sc, uint8_t *m);
+
+/* out[0..cols) = row `row` of w as floats. w must validate. */
+int bk_dequant_row(const bk_weight *w, int64_t row, float *out, herr *err);
+/* out[0..len) = elements [k0, k0+len) of row `row`; k0 and len whole blocks
+ * (any for f32/f16/bf16; multiples of 256 always work). No checks: for kernels. */
+void bk_dequant_range(const bk_weight *w, int64_t row, int64_t k0, int64_t len, float *out);
+
+/* Quantizes x[rows, cols] into out (rows * bk_row_bytes(type, cols) bytes)
+ * for F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K. */
+int bk_quantize(bk_type type, const float *x, int64_t rows, int64_t cols, void *out, herr *err);
+
+/* MLX affine quantization of x[rows, cols]: wq gets rows * cols * bits / 32
+ * words; scales and biases rows * cols / group_size values of scale_type
+ * (F32, F16 or BF16). Per group: scale = (max - min) / (2^bits - 1),
+ * bias = min, q = round((x - bias) / scale) using the stored (rounded)
+ * scale and bias. */
+int bk_quantize_mlx(const float *x, int64_t rows, int64_t cols, int bits, int group_size, bk_type scale_type,
+                    uint32_t *wq, void *scales, void *biases, herr *err);
+
+#endif

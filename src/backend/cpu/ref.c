@@ -1,0 +1,267 @@
+/* ref.c — the plain reference CPU implementation of every op in
+ * backend/ops.h. Written for clarity first: these loops are the spec that
+ * faster kernels are tested against. Matmul and attention run on the thread
+ * pool. Knows nothing of models, layers or weights' names. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/ops.h"
+
+float *bk_alloc(size_t n_floats) {
+  size_t bytes = (n_floats ? n_floats : 1) * sizeof(float);
+  bytes = (bytes + 63) / 64 * 64;
+  float *p = aligned_alloc(64, bytes);
+  if (p) memset(p, 0, bytes);
+  return p;
+}
+
+void bk_free(float *p) { free(p); }
+
+/* ---- matmul ---- */
+
+typedef struct matmul_job {
+  float *y;
+  const float *x, *w, *bias;
+  int64_t n, in, out, cols_per_task;
+} matmul_job;
+
+static void matmul_task(void *ctx, int task, int tid) {
+  (void)tid;
+  const matmul_job *j = ctx;
+  int64_t c0 = (int64_t)task * j->cols_per_task;
+  int64_t c1 = c0 + j->cols_per_task < j->out ? c0 + j->cols_per_task : j->out;
+  for (int64_t c = c0; c < c1; c++) {
+    const float *wr = j->w + c * j->in;
+    float b = j->bias ? j->bias[c] : 0.0f;
+    for (int64_t r = 0; r < j->n; r++) {
+      const float *xr = j->x + r * j->in;
+      /* four partial sums: keeps the reference fast enough without changing its meaning */
+      float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      int64_t k = 0;
+      for (; k + 4 <= j->in; k += 4) {
+        s0 += xr[k] * wr[k];
+        s1 += xr[k + 1] * wr[k + 1];
+        s2 += xr[k + 2] * wr[k + 2];
+        s3 += xr[k + 3] * wr[k + 3];
+      }
+      for (; k < j->in; k++) s0 += xr[k] * wr[k];
+      j->y[r * j->out + c] = (s0 + s1) + (s2 + s3) + b;
+    }
+  }
+}
+
+void op_matmul(hpool *pool, float *y, const float *x, int64_t n, int64_t in, const float *w, int64_t out, const float *bias) {
+  op_matmul_ref(pool, y, x, n, in, w, out, bias);
+}
+
+void op_matmul_ref(hpool *pool, float *y, const float *x, int64_t n, int64_t in, const float *w, int64_t out, const float *bias) {
+  if (n <= 0 || out <= 0) return;
+  int threads = hpool_size(pool);
+  int64_t per = (out + threads * 4 - 1) / (threads * 4);
+  if (per < 16) per = 16;
+  matmul_job j = {y, x, w, bias, n, in, out, per};
+  int tasks = (int)((out + per - 1) / per);
+  hpool_for(pool, tasks, matmul_task, &j);
+}
+
+/* ---- norms and elementwise ---- */
+
+void op_rmsnorm(float *y, const float *x, int64_t n, int64_t d, const float *w, float eps, bool unit_offset) {
+  for (int64_t r = 0; r < n; r++) {
+    const float *xr = x + r * d;
+    float *yr = y + r * d;
+    double ss = 0;
+    for (int64_t i = 0; i < d; i++) ss += (double)xr[i] * xr[i];
+    float inv = (float)(1.0 / sqrt(ss / (double)d + (double)eps));
+    for (int64_t i = 0; i < d; i++) {
+      float s = w ? (unit_offset ? 1.0f + w[i] : w[i]) : 1.0f;
+      yr[i] = xr[i] * inv * s;
+    }
+  }
+}
+
+void op_rope(float *x, int64_t n, int64_t n_heads, int64_t head_dim, const int64_t *pos, const rope_table *t) {
+  int64_t half = t->rot_dim / 2;
+  for (int64_t r = 0; r < n; r++) {
+    for (int64_t i = 0; i < half; i++) {
+      double angle = (double)pos[r] * t->inv_freq[i];
+      float c = (float)(cos(angle) * t->attn_scale), s = (float)(sin(angle) * t->attn_scale);
+      int64_t i0 = t->interleaved ? 2 * i : i, i1 = t->interleaved ? 2 * i + 1 : i + half;
+      for (int64_t h = 0; h < n_heads; h++) {
+        float *v = x + (r * n_heads + h) * head_dim;
+        float a = v[i0], b = v[i1];
+        v[i0] = a * c - b * s;
+        v[i1] = b * c + a * s;
+      }
+    }
+  }
+}
+
+void op_softmax(float *x, int64_t n, int64_t d) {
+  for (int64_t r = 0; r < n; r++) {
+    float *v = x + r * d;
+    float m = -INFINITY;
+    for (int64_t i = 0; i < d; i++) m = v[i] > m ? v[i] : m;
+    double sum = 0;
+    for (int64_t i = 0; i < d; i++) {
+      v[i] = expf(v[i] - m);
+      sum += v[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < d; i++) v[i] *= inv;
+  }
+}
+
+void op_softcap(float *x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
+}
+
+void op_silu(float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+void op_gelu_tanh(float *x, int64_t n) {
+  const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i];
+    x[i] = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
+  }
+}
+
+void op_gelu(float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
+void op_relu(float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) x[i] = x[i] > 0 ? x[i] : 0;
+}
+
+void op_mul(float *y, const float *a, const float *b, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = a[i] * b[i];
+}
+
+void op_add(float *y, const float *a, const float *b, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+void op_scale(float *x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* ---- attention ---- */
+
+typedef struct attn_job {
+  float *out;
+  const float *q;
+  const int64_t *q_row;
+  const kv_view *kv;
+  const attn_params *p;
+  float *scratch; /* one row of scores per task: [n * n_heads][kv->hi] */
+  int64_t span;
+} attn_job;
+
+static inline const float *kv_row(const float *const *blocks, const kv_view *kv, int64_t r) {
+  return blocks[r / kv->block_rows] + (r % kv->block_rows) * kv->row_stride;
+}
+
+static void attn_task(void *ctx, int task, int tid) {
+  (void)tid;
+  const attn_job *j = ctx;
+  const attn_params *p = j->p;
+  int64_t i = task / p->n_heads, h = task % p->n_heads;
+  int64_t group = p->n_heads / p->n_kv_heads, kvh = h / group, hd = p->head_dim;
+  const float *qv = j->q + (i * p->n_heads + h) * hd;
+  float *o = j->out + (i * p->n_heads + h) * hd;
+  int64_t hi = j->q_row[i] + 1;
+  if (hi > j->kv->hi) hi = j->kv->hi;
+  int64_t lo = j->kv->lo;
+  if (p->window > 0 && j->q_row[i] - p->window + 1 > lo) lo = j->q_row[i] - p->window + 1;
+  memset(o, 0, (size_t)hd * sizeof *o);
+  if (hi <= lo) return;
+  float *s = j->scratch + (int64_t)task * j->span;
+  for (int64_t r = lo; r < hi; r++) {
+    const float *k = kv_row(j->kv->k_blocks, j->kv, r) + kvh * hd;
+    float dot = 0;
+    for (int64_t d = 0; d < hd; d++) dot += qv[d] * k[d];
+    dot *= p->scale;
+    if (p->softcap > 0) dot = p->softcap * tanhf(dot / p->softcap);
+    s[r - lo] = dot;
+  }
+  op_softmax(s, 1, hi - lo);
+  for (int64_t r = lo; r < hi; r++) {
+    const float *v = kv_row(j->kv->v_blocks, j->kv, r) + kvh * hd;
+    float w = s[r - lo];
+    for (int64_t d = 0; d < hd; d++) o[d] += w * v[d];
+  }
+}
+
+void op_attention(hpool *pool, float *out, const float *q, int64_t n, const int64_t *q_row, const kv_view *kv,
+                  const attn_params *p) {
+  if (n <= 0) return;
+  int64_t span = kv->hi - kv->lo;
+  if (span < 1) span = 1;
+  float *scratch = malloc((size_t)(n * p->n_heads * span) * sizeof(float));
+  if (!scratch) {
+    /* no room for parallel scratch: run one task at a time in a single row */
+    float *one = malloc((size_t)span * sizeof(float));
+    attn_job j = {out, q, q_row, kv, p, one, 0};
+    for (int64_t t = 0; one && t < n * p->n_heads; t++) attn_task(&j, (int)t, 0);
+    free(one);
+    return;
+  }
+  attn_job j = {out, q, q_row, kv, p, scratch, span};
+  hpool_for(pool, (int)(n * p->n_heads), attn_task, &j);
+  free(scratch);
+}
+
+/* ---- conversions ---- */
+
+void bk_bf16_to_f32(float *y, const uint16_t *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u = (uint32_t)x[i] << 16;
+    memcpy(&y[i], &u, 4);
+  }
+}
+
+static float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+  if (exp == 0) {
+    if (man == 0) u = sign;
+    else { /* subnormal */
+      float f = ldexpf((float)man, -24);
+      return sign ? -f : f;
+    }
+  } else if (exp == 31) u = sign | 0x7f800000u | (man << 13);
+  else u = sign | ((exp + 112) << 23) | (man << 13);
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+void bk_f16_to_f32(float *y, const uint16_t *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = half_to_float(x[i]);
+}
+
+float bk_round_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x; /* inf / nan */
+  u += 0x7fffu + ((u >> 16) & 1);
+  u &= 0xffff0000u;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+float bk_round_f16(float x) {
+  if (!isfinite(x)) return x;
+  float a = fabsf(x);
+  if (a >= 65520.0f) return x > 0 ? INFINITY : -INFINITY;
+  int e;
+  frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+  int ulp_exp = e - 11;
+  if (ulp_exp < -24) ulp_exp = -24; /* subnormals */
+  float q = ldexpf(nearbyintf(ldexpf(x, -ulp_exp)), ulp_exp);
+  return q;
+}

@@ -1,0 +1,96 @@
+/* ops.h — the numeric operations the model code is built from, on float
+ * buffers owned by the backend (bk_alloc). Model code never loops over
+ * floats itself; it calls these. Shapes are row-major: a matrix [n, d] is n
+ * rows of d floats.
+ *
+ * Every op here has a plain reference implementation (cpu/ref.c); faster
+ * kernels added later are checked against it. The backend knows nothing of
+ * models: rotary frequencies arrive as a table, attention reads a KV view.
+ */
+#ifndef HEARTH_BACKEND_OPS_H
+#define HEARTH_BACKEND_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/pool.h"
+
+/* Activation and weight storage: 64-byte aligned, zeroed. NULL on failure. */
+float *bk_alloc(size_t n_floats);
+void bk_free(float *p);
+
+/* y[n, out] = x[n, in] · w[out, in]ᵀ (+ bias[out] when bias != NULL).
+ * Spread over the pool's threads (pool may be NULL). y must not alias x. */
+void op_matmul(hpool *pool, float *y, const float *x, int64_t n, int64_t in, const float *w, int64_t out, const float *bias);
+/* The plain reference matmul (op_matmul is it today; faster kernels for
+ * stored weight formats are in weights.h, bk_matmul). */
+void op_matmul_ref(hpool *pool, float *y, const float *x, int64_t n, int64_t in, const float *w, int64_t out, const float *bias);
+
+/* y[n, d] = x / rms(x) * w, per row (rms over d, eps inside the root);
+ * with unit_offset the scale is (1 + w) (gemma). w NULL = no scale. y may equal x. */
+void op_rmsnorm(float *y, const float *x, int64_t n, int64_t d, const float *w, float eps, bool unit_offset);
+
+/* Rotary embedding on x[n, n_heads, head_dim] in place, "rotate half" layout:
+ * for each head the first rot_dim dims are rotated as pairs (i, i + rot_dim/2)
+ * by angle pos[t] * inv_freq[i]; cos and sin are multiplied by attn_scale
+ * (yarn). Dims beyond rot_dim pass through. With interleaved the pairs are
+ * (2i, 2i + 1) instead (llama.cpp's layout of llama q/k weights in GGUF). */
+typedef struct rope_table {
+  int64_t rot_dim;       /* even, <= head_dim */
+  double *inv_freq;      /* owned: rot_dim / 2 frequencies */
+  double attn_scale;     /* 1 unless yarn */
+  bool interleaved;
+} rope_table;
+void op_rope(float *x, int64_t n, int64_t n_heads, int64_t head_dim, const int64_t *pos, const rope_table *t);
+
+/* In place over each of n rows of d floats. */
+void op_softmax(float *x, int64_t n, int64_t d);
+/* x = cap * tanh(x / cap) over n floats. */
+void op_softcap(float *x, int64_t n, float cap);
+void op_silu(float *x, int64_t n);
+/* gelu with the tanh approximation (gelu_pytorch_tanh, gelu_new). */
+void op_gelu_tanh(float *x, int64_t n);
+/* exact gelu (erf). */
+void op_gelu(float *x, int64_t n);
+void op_relu(float *x, int64_t n);
+/* y = a * b elementwise (y may alias a or b). */
+void op_mul(float *y, const float *a, const float *b, int64_t n);
+/* y = a + b elementwise (y may alias a or b). */
+void op_add(float *y, const float *a, const float *b, int64_t n);
+/* x *= s */
+void op_scale(float *x, int64_t n, float s);
+
+/* Cached keys/values of one layer for one sequence: rows [lo, hi). Row r
+ * lives at k_blocks[r / block_rows] + (r % block_rows) * row_stride (same
+ * for v); a row holds n_kv_heads * head_dim floats. */
+typedef struct kv_view {
+  const float *const *k_blocks; /* borrowed */
+  const float *const *v_blocks; /* borrowed */
+  int64_t block_rows;
+  int64_t row_stride;
+  int64_t lo, hi;
+} kv_view;
+
+/* Causal attention of n query rows against a KV view.
+ * q[n, n_heads, head_dim]; q_row[i] is the KV row index (= sequence position)
+ * of query i: it attends rows j with j <= q_row[i], j >= kv->lo and, when
+ * window > 0, q_row[i] - j < window. Scores are q·k * scale, then
+ * cap * tanh(s / cap) when softcap > 0, then softmax. Head h reads KV head
+ * h / (n_heads / n_kv_heads). out[n, n_heads, head_dim]. */
+typedef struct attn_params {
+  int64_t n_heads, n_kv_heads, head_dim;
+  float scale, softcap;
+  int64_t window;
+} attn_params;
+void op_attention(hpool *pool, float *out, const float *q, int64_t n, const int64_t *q_row, const kv_view *kv,
+                  const attn_params *p);
+
+/* Converts stored weights to f32. */
+void bk_bf16_to_f32(float *y, const uint16_t *x, int64_t n);
+void bk_f16_to_f32(float *y, const uint16_t *x, int64_t n);
+/* Rounds a float to the nearest bf16 / f16 value (round to nearest even), returned as float. */
+float bk_round_bf16(float x);
+float bk_round_f16(float x);
+
+#endif

@@ -1,0 +1,176 @@
+/* chat.c — finds a model's chat template and special-token strings on disk
+ * and renders messages through the Jinja2 engine with the context Hugging
+ * Face's apply_chat_template builds. Knows nothing of tokenization or of the
+ * template language itself. */
+#include "chat/chat.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/file.h"
+#include "base/json.h"
+
+void chat_template_free(chat_template *t) {
+  if (!t) return;
+  free(t->source);
+  free(t->bos);
+  free(t->eos);
+  free(t->origin);
+  memset(t, 0, sizeof *t);
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* A special token: a string, or an AddedToken object with "content". */
+static char *token_string(const json_t *cfg, const char *key) {
+  const json_t *v = cfg ? json_object_get(cfg, key) : NULL;
+  if (json_is_object(v)) v = json_object_get(v, "content");
+  return strdup(json_is_string(v) ? json_string_value(v) : "");
+}
+
+/* tokenizer_config.json's chat_template: a string or [{name, template}] ("default" wins, else the first). */
+static int template_from_config(const json_t *cfg, const char *path, char **out, herr *err) {
+  const json_t *ct = json_object_get(cfg, "chat_template");
+  if (json_is_string(ct)) {
+    *out = strdup(json_string_value(ct));
+    return *out ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
+  }
+  if (json_is_array(ct)) {
+    const json_t *pick = NULL;
+    size_t i;
+    const json_t *item;
+    json_array_foreach(ct, i, item) {
+      const json_t *name = json_object_get(item, "name"), *tpl = json_object_get(item, "template");
+      if (!json_is_string(tpl)) continue;
+      if (!pick) pick = tpl;
+      if (json_is_string(name) && strcmp(json_string_value(name), "default") == 0) {
+        pick = tpl;
+        break;
+      }
+    }
+    if (pick) {
+      *out = strdup(json_string_value(pick));
+      return *out ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
+    }
+    return herr_set(err, HEARTH_EFORMAT, "%s: field 'chat_template' is a list without a usable template", path);
+  }
+  if (ct && !json_is_null(ct)) return herr_set(err, HEARTH_EFORMAT, "%s: field 'chat_template' must be a string or a list", path);
+  return herr_set(err, HEARTH_ENOTFOUND, "%s: no chat_template", path);
+}
+
+int chat_template_load(const char *path, chat_template *out, herr *err) {
+  memset(out, 0, sizeof *out);
+  char *dir = NULL, *cfg_path = NULL, *jinja_path = NULL;
+  int rc = 0;
+  if (hfile_is_dir(path)) {
+    dir = strdup(path);
+  } else if (ends_with(path, ".jinja")) {
+    dir = hpath_dir(path);
+    jinja_path = strdup(path);
+  } else {
+    dir = hpath_dir(path);
+    cfg_path = strdup(path);
+  }
+  if (!dir) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  if (!cfg_path) cfg_path = hpath_join(dir, "tokenizer_config.json");
+  json_t *cfg = NULL;
+  if (cfg_path && hfile_exists(cfg_path)) {
+    /* integers as reals: configs hold values like model_max_length = 1e30 that overflow 64 bits */
+    json_error_t je;
+    cfg = json_load_file(cfg_path, JSON_DECODE_INT_AS_REAL, &je);
+    if (!cfg) {
+      rc = herr_set(err, HEARTH_EFORMAT, "%s:%d:%d: %s", cfg_path, je.line, je.column, je.text);
+      goto done;
+    }
+  } else if (!hfile_is_dir(path) && !jinja_path) {
+    rc = herr_set(err, HEARTH_ENOTFOUND, "%s: no such file", path);
+    goto done;
+  }
+  if (!jinja_path && hfile_is_dir(path)) {
+    char *cand = hpath_join(dir, "chat_template.jinja");
+    if (cand && hfile_exists(cand)) jinja_path = cand;
+    else free(cand);
+  }
+  if (jinja_path) {
+    size_t len;
+    if ((rc = hfile_read(jinja_path, &out->source, &len, err))) goto done;
+    out->origin = strdup(jinja_path);
+  } else if (cfg && json_object_get(cfg, "chat_template")) {
+    if ((rc = template_from_config(cfg, cfg_path, &out->source, err))) goto done;
+    out->origin = strdup(cfg_path);
+  } else {
+    char *cand = hpath_join(dir, "chat_template.json");
+    json_t *cj = NULL;
+    if (cand && hfile_exists(cand)) {
+      herr e2 = {0};
+      cj = hjson_load_file(cand, &e2);
+    }
+    if (cj && json_object_get(cj, "chat_template")) {
+      rc = template_from_config(cj, cand, &out->source, err);
+      out->origin = strdup(cand);
+    } else {
+      rc = herr_set(err, HEARTH_ENOTFOUND, "%s: no chat template (looked for chat_template.jinja, tokenizer_config.json's chat_template, chat_template.json)", path);
+    }
+    json_decref(cj);
+    free(cand);
+    if (rc) goto done;
+  }
+  out->bos = token_string(cfg, "bos_token");
+  out->eos = token_string(cfg, "eos_token");
+  if (!out->bos || !out->eos || !out->origin) rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+done:
+  json_decref(cfg);
+  free(dir);
+  free(cfg_path);
+  free(jinja_path);
+  if (rc) chat_template_free(out);
+  return rc;
+}
+
+json_t *chat_context(const json_t *messages, const json_t *tools, bool add_generation_prompt,
+                     const json_t *extra_kwargs, const char *bos, const char *eos) {
+  json_t *ctx = json_object();
+  if (!ctx) return NULL;
+  int bad = 0;
+  bad |= json_object_set_new(ctx, "messages", messages ? json_deep_copy(messages) : json_array());
+  bad |= json_object_set_new(ctx, "tools", tools ? json_deep_copy(tools) : json_null());
+  bad |= json_object_set_new(ctx, "documents", json_null());
+  bad |= json_object_set_new(ctx, "add_generation_prompt", json_boolean(add_generation_prompt));
+  bad |= json_object_set_new(ctx, "bos_token", json_string(bos ? bos : ""));
+  bad |= json_object_set_new(ctx, "eos_token", json_string(eos ? eos : ""));
+  if (json_is_object(extra_kwargs)) {
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)extra_kwargs, k, v) bad |= json_object_set(ctx, k, v);
+  }
+  if (bad) {
+    json_decref(ctx);
+    return NULL;
+  }
+  return ctx;
+}
+
+int chat_render_with(const char *template_src, const json_t *messages, const json_t *tools,
+                     bool add_generation_prompt, const json_t *extra_kwargs, const char *bos, const char *eos,
+                     const jinja_limits *lim, hbuf *out, herr *err) {
+  jinja_template *t = NULL;
+  int rc = jinja_parse(template_src, strlen(template_src), "chat_template", &t, err);
+  if (rc) return rc;
+  json_t *ctx = chat_context(messages, tools, add_generation_prompt, extra_kwargs, bos, eos);
+  if (!ctx) {
+    jinja_free(t);
+    return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  }
+  rc = jinja_render(t, ctx, lim, out, err);
+  json_decref(ctx);
+  jinja_free(t);
+  return rc;
+}
+
+int chat_render(const char *template_src, const json_t *messages, const json_t *tools, bool add_generation_prompt,
+                const json_t *extra_kwargs, const char *bos, const char *eos, hbuf *out, herr *err) {
+  return chat_render_with(template_src, messages, tools, add_generation_prompt, extra_kwargs, bos, eos, NULL, out, err);
+}

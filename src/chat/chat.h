@@ -1,0 +1,45 @@
+/* chat.h — chat rendering: a model's chat template (from its folder) applied
+ * to messages the way Hugging Face's apply_chat_template does, through the
+ * Jinja2 engine in jinja.h. */
+#ifndef HEARTH_CHAT_CHAT_H
+#define HEARTH_CHAT_CHAT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "base/buf.h"
+#include "base/status.h"
+#include "chat/jinja.h"
+
+/* A model's template and the special-token strings templates print. */
+typedef struct chat_template {
+  char *source; /* owned: the Jinja source */
+  char *bos;    /* owned: bos_token ("" when the model has none) */
+  char *eos;    /* owned: eos_token ("" when none) */
+  char *origin; /* owned: the file the template came from (for messages) */
+} chat_template;
+
+/* Finds a model's chat template. path is a model folder, a tokenizer_config.json,
+ * or a .jinja file. In a folder, chat_template.jinja wins over tokenizer_config.json's
+ * `chat_template` (a string, or a list of {name, template} where "default" is used),
+ * then chat_template.json. bos/eos come from tokenizer_config.json next to it
+ * (strings or AddedToken objects with `content`). */
+int chat_template_load(const char *path, chat_template *out, herr *err);
+void chat_template_free(chat_template *t);
+
+/* The context apply_chat_template renders with: messages, tools (null when
+ * absent), documents (null), add_generation_prompt, bos_token, eos_token, then
+ * every key of extra_kwargs (which win). messages/tools/extra are borrowed and
+ * may be NULL. Returns a new reference (NULL on out of memory). */
+json_t *chat_context(const json_t *messages, const json_t *tools, bool add_generation_prompt,
+                     const json_t *extra_kwargs, const char *bos, const char *eos);
+
+/* Parses template_src and renders the chat appended to out. lim may be NULL. */
+int chat_render_with(const char *template_src, const json_t *messages, const json_t *tools,
+                     bool add_generation_prompt, const json_t *extra_kwargs, const char *bos, const char *eos,
+                     const jinja_limits *lim, hbuf *out, herr *err);
+int chat_render(const char *template_src, const json_t *messages, const json_t *tools /*nullable*/,
+                bool add_generation_prompt, const json_t *extra_kwargs, const char *bos, const char *eos, hbuf *out,
+                herr *err);
+
+#endif

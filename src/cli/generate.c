@@ -1,0 +1,329 @@
+/* generate.c — `hearth generate`: one completion from a prompt (text, a chat
+ * turn, or token ids), streamed to stdout. Uses only the public API; knows
+ * nothing of samplers or models beyond hearth.h. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/buf.h"
+#include "cli/cli.h"
+#include "hearth.h"
+
+#define GEN_MAX_STOPS 16
+
+static volatile int g_cancel;
+
+static void on_sigint(int sig) {
+  (void)sig;
+  g_cancel = 1;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: hearth generate [--model DIR] (--prompt TEXT | --ids ID,ID,...) [options]\n\n"
+          "  --model DIR       model folder (default: the built-in model)\n"
+          "  --prompt TEXT     prompt text (tokenized with the model's BOS as a raw completion; - reads stdin)\n"
+          "  --ids LIST        prompt as token ids, comma or space separated\n"
+          "  --chat            render --prompt as one user turn with the chat template\n"
+          "  --system TEXT     with --chat: a system message first\n"
+          "  -n, --max-tokens N  tokens to generate (default 128; -1 = up to the context)\n"
+          "  --temp T          temperature (0 = greedy; default: the model's generation_config)\n"
+          "  --top-p P  --top-k K  --min-p P\n"
+          "  --repeat-penalty R  --presence-penalty P  --frequency-penalty F\n"
+          "  --seed S          sampling seed (same seed → same output)\n"
+          "  --stop STR        stop string (repeatable, up to %d)\n"
+          "  --ignore-eos      keep generating past EOS tokens\n"
+          "  --print-ids       print the generated token ids instead of text\n"
+          "  --stats           print token counts and speed to stderr\n",
+          GEN_MAX_STOPS);
+}
+
+typedef struct gen_out {
+  bool ids;        /* print ids, not text */
+  bool first;
+  bool printed;    /* anything written to stdout */
+} gen_out;
+
+static int on_token(void *user, const char *text, size_t len, const hearth_token *tok) {
+  gen_out *o = user;
+  if (o->ids) {
+    if (tok) {
+      printf("%s%d", o->first ? "" : " ", (int)tok->id);
+      o->first = false;
+      o->printed = true;
+    }
+  } else if (len) {
+    fwrite(text, 1, len, stdout);
+    o->printed = true;
+  }
+  fflush(stdout);
+  return 0;
+}
+
+/* Parses "1,2 3" into a malloc'd array. */
+static int parse_ids(const char *s, int32_t **out, size_t *n) {
+  size_t cap = 16, k = 0;
+  int32_t *ids = malloc(sizeof(int32_t) * cap);
+  if (!ids) return -1;
+  const char *p = s;
+  while (*p) {
+    while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n') p++;
+    if (!*p) break;
+    char *end;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (end == p || errno || v < 0 || v > INT32_MAX) {
+      free(ids);
+      return -1;
+    }
+    if (k == cap) {
+      int32_t *g = realloc(ids, sizeof(int32_t) * cap * 2);
+      if (!g) {
+        free(ids);
+        return -1;
+      }
+      ids = g;
+      cap *= 2;
+    }
+    ids[k++] = (int32_t)v;
+    p = end;
+  }
+  *out = ids;
+  *n = k;
+  return 0;
+}
+
+static bool parse_double(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end || errno) return false;
+  *out = v;
+  return true;
+}
+
+static bool parse_int64(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || *end || errno) return false;
+  *out = v;
+  return true;
+}
+
+/* JSON string literal of s (malloc'd). */
+static char *json_quote(const char *s) {
+  size_t n = strlen(s);
+  char *out = malloc(n * 6 + 3);
+  if (!out) return NULL;
+  char *o = out;
+  *o++ = '"';
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') {
+      *o++ = '\\';
+      *o++ = (char)*p;
+    } else if (*p < 0x20) {
+      o += sprintf(o, "\\u%04x", *p);
+    } else {
+      *o++ = (char)*p;
+    }
+  }
+  *o++ = '"';
+  *o = 0;
+  return out;
+}
+
+int cli_generate(int argc, char **argv) {
+  const char *model_dir = NULL, *prompt = NULL, *ids_arg = NULL, *system = NULL;
+  const char *stops[GEN_MAX_STOPS];
+  int n_stops = 0;
+  bool chat = false, print_ids = false, stats = false, n_given = false;
+  hearth_gen_params params;
+  hearth_gen_params_init(&params);
+  params.max_tokens = 128;
+  for (int i = 1; i < argc; i++) {
+    const char *v = NULL;
+    int r;
+    double d;
+    int64_t k;
+    if (cli_is_help(argv[i])) {
+      usage(stdout);
+      return 0;
+    }
+#define OPT(name) ((r = cli_opt(argc, argv, &i, name, &v)) != 0)
+    if (OPT("--model")) {
+      if (r < 0) return 2;
+      model_dir = v;
+    } else if (OPT("--prompt")) {
+      if (r < 0) return 2;
+      prompt = v;
+    } else if (OPT("--ids")) {
+      if (r < 0) return 2;
+      ids_arg = v;
+    } else if (OPT("--system")) {
+      if (r < 0) return 2;
+      system = v;
+    } else if (OPT("-n") || OPT("--max-tokens")) {
+      if (r < 0) return 2;
+      if (!parse_int64(v, &k) || k < -1) return cli_usage_error("generate", "bad token count '%s'", v);
+      params.max_tokens = k;
+      n_given = true;
+    } else if (OPT("--temp") || OPT("--temperature")) {
+      if (r < 0) return 2;
+      if (!parse_double(v, &d)) return cli_usage_error("generate", "bad temperature '%s'", v);
+      params.temperature = d;
+    } else if (OPT("--top-p")) {
+      if (r < 0) return 2;
+      if (!parse_double(v, &d)) return cli_usage_error("generate", "bad top-p '%s'", v);
+      params.top_p = d;
+    } else if (OPT("--top-k")) {
+      if (r < 0) return 2;
+      if (!parse_int64(v, &k) || k < 0) return cli_usage_error("generate", "bad top-k '%s'", v);
+      params.top_k = k;
+    } else if (OPT("--min-p")) {
+      if (r < 0) return 2;
+      if (!parse_double(v, &d)) return cli_usage_error("generate", "bad min-p '%s'", v);
+      params.min_p = d;
+    } else if (OPT("--repeat-penalty")) {
+      if (r < 0) return 2;
+      if (!parse_double(v, &d)) return cli_usage_error("generate", "bad repeat penalty '%s'", v);
+      params.repetition_penalty = d;
+    } else if (OPT("--presence-penalty")) {
+      if (r < 0) return 2;
+      if (!parse_double(v, &d)) return cli_usage_error("generate", "bad presence penalty '%s'", v);
+      params.presence_penalty = d;
+    } else if (OPT("--frequency-penalty")) {
+      if (r < 0) return 2;
+      if (!parse_double(v, &d)) return cli_usage_error("generate", "bad frequency penalty '%s'", v);
+      params.frequency_penalty = d;
+    } else if (OPT("--seed")) {
+      if (r < 0) return 2;
+      if (!parse_int64(v, &k)) return cli_usage_error("generate", "bad seed '%s'", v);
+      params.has_seed = true;
+      params.seed = (uint64_t)k;
+    } else if (OPT("--stop")) {
+      if (r < 0) return 2;
+      if (n_stops == GEN_MAX_STOPS) return cli_usage_error("generate", "at most %d stop strings", GEN_MAX_STOPS);
+      if (!v[0]) return cli_usage_error("generate", "a stop string cannot be empty");
+      stops[n_stops++] = v;
+    } else if (strcmp(argv[i], "--chat") == 0) {
+      chat = true;
+    } else if (strcmp(argv[i], "--ignore-eos") == 0) {
+      params.ignore_eos = true;
+    } else if (strcmp(argv[i], "--print-ids") == 0) {
+      print_ids = true;
+    } else if (strcmp(argv[i], "--stats") == 0) {
+      stats = true;
+    } else {
+      return cli_usage_error("generate", "unknown option '%s'", argv[i]);
+    }
+#undef OPT
+  }
+  if (!prompt == !ids_arg) return cli_usage_error("generate", "give exactly one of --prompt and --ids");
+  if (chat && !prompt) return cli_usage_error("generate", "--chat needs --prompt");
+  if (!model_dir) {
+    model_dir = cli_default_model();
+    if (!model_dir) return cli_fail("no --model given and no built-in model found (models/default)");
+  }
+  params.stop = stops;
+  params.n_stop = n_stops;
+
+  int status = 1;
+  hearth_error err = {0};
+  hearth_model *m = NULL;
+  int32_t *ids = NULL;
+  size_t n_ids = 0;
+  char *rendered = NULL, *messages = NULL, *q_user = NULL, *q_system = NULL;
+  char *stdin_text = NULL;
+  if (prompt && strcmp(prompt, "-") == 0) {
+    hbuf in = {0};
+    char chunk[4096];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, stdin)) > 0) hbuf_append(&in, chunk, got);
+    if (in.oom) {
+      hbuf_free(&in);
+      return cli_fail("out of memory reading the prompt");
+    }
+    stdin_text = in.data ? hbuf_take(&in) : strdup("");
+    if (!stdin_text) return cli_fail("out of memory reading the prompt");
+    prompt = stdin_text;
+  }
+  if (ids_arg && (parse_ids(ids_arg, &ids, &n_ids) || n_ids == 0)) {
+    free(stdin_text);
+    free(ids);
+    return cli_usage_error("generate", "--ids: expected token ids like 1,2,3");
+  }
+  if (hearth_model_load(model_dir, NULL, &m, &err)) {
+    cli_fail("%s", err.msg);
+    goto out;
+  }
+  hearth_info info;
+  hearth_model_info(m, &info);
+  hearth_prompt hp = {0};
+  if (chat) {
+    q_user = json_quote(prompt);
+    q_system = system ? json_quote(system) : NULL;
+    size_t cap = strlen(q_user ? q_user : "") + strlen(q_system ? q_system : "") + 128;
+    messages = malloc(cap);
+    if (!q_user || (system && !q_system) || !messages) {
+      cli_fail("out of memory");
+      goto out;
+    }
+    if (q_system)
+      snprintf(messages, cap, "[{\"role\":\"system\",\"content\":%s},{\"role\":\"user\",\"content\":%s}]", q_system,
+               q_user);
+    else
+      snprintf(messages, cap, "[{\"role\":\"user\",\"content\":%s}]", q_user);
+    if (hearth_chat_render(m, messages, NULL, true, NULL, &rendered, &err)) {
+      cli_fail("%s", err.msg);
+      goto out;
+    }
+    if (hearth_tokenize(m, rendered, strlen(rendered), false, &ids, &n_ids, &err)) {
+      cli_fail("%s", err.msg);
+      goto out;
+    }
+  } else if (!ids && hearth_tokenize(m, prompt, strlen(prompt), true, &ids, &n_ids, &err)) {
+    cli_fail("%s", err.msg);
+    goto out;
+  }
+  hp.ids = ids;
+  hp.n_ids = n_ids;
+  /* the default length stays inside the context */
+  if (!n_given && info.context_length > (int64_t)n_ids && info.context_length - (int64_t)n_ids < params.max_tokens)
+    params.max_tokens = info.context_length - (int64_t)n_ids;
+  gen_out o = {.ids = print_ids || !info.has_tokenizer, .first = true};
+  g_cancel = 0;
+  params.cancel = &g_cancel;
+  struct sigaction sa = {0}, old;
+  sa.sa_handler = on_sigint;
+  sigaction(SIGINT, &sa, &old);
+  hearth_gen_result res;
+  int rc = hearth_generate(m, &hp, &params, on_token, &o, &res, &err);
+  sigaction(SIGINT, &old, NULL);
+  if (o.printed) printf("\n");
+  fflush(stdout);
+  if (rc && rc != HEARTH_ECANCELLED) {
+    cli_fail("%s", err.msg);
+    goto out;
+  }
+  if (stats || rc == HEARTH_ECANCELLED) {
+    static const char *reasons[] = {"stop", "length", "cancelled"};
+    fprintf(stderr, "[%s: prompt %lld tokens (%.1f tok/s), generated %lld tokens (%.2f tok/s)]\n",
+            reasons[res.finish_reason], (long long)res.prompt_tokens,
+            res.prefill_seconds > 0 ? res.prompt_tokens / res.prefill_seconds : 0.0, (long long)res.completion_tokens,
+            res.decode_seconds > 0 && res.completion_tokens > 1 ? (res.completion_tokens - 1) / res.decode_seconds
+                                                                : 0.0);
+  }
+  status = rc == HEARTH_ECANCELLED ? 130 : 0;
+out:
+  hearth_model_free(m);
+  free(ids);
+  free(rendered);
+  free(messages);
+  free(q_user);
+  free(q_system);
+  free(stdin_text);
+  return status;
+}

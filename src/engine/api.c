@@ -1,0 +1,419 @@
+/* api.c — the public library API of include/hearth.h: a loaded model folder
+ * (weights, tokenizer, chat template, generation defaults) behind one handle,
+ * and generation with the model's defaults filled in. Owns the per-model lock
+ * that queues generations. Knows nothing of HTTP or the command line. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/buf.h"
+#include "base/file.h"
+#include "base/json.h"
+#include "base/log.h"
+#include "chat/chat.h"
+#include "chat/jinja.h"
+#include "engine/generate.h"
+#include "format/config.h"
+#include "hearth.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+struct hearth_model {
+  model *m;                    /* owned */
+  tokenizer *tok;              /* owned, NULL when the folder has none */
+  generation_config gen;
+  char *path;                  /* owned */
+  char *id;                    /* owned */
+  int64_t context_length;
+  int32_t eos[HEARTH_MAX_EOS];
+  int n_eos;
+  int32_t bos;
+  chat_template chat_src;      /* owned (when has_chat_src): source, bos/eos strings */
+  bool has_chat_src;
+  jinja_template *chat;        /* owned, NULL when none or when it did not parse */
+  herr chat_err;               /* why a template that exists did not parse */
+  pthread_mutex_t gen_lock;    /* one generation at a time */
+};
+
+void hearth_free(void *p) { free(p); }
+
+static void add_eos(hearth_model *hm, int64_t id) {
+  if (id < 0 || id > INT32_MAX) return;
+  for (int i = 0; i < hm->n_eos; i++)
+    if (hm->eos[i] == id) return;
+  if (hm->n_eos < HEARTH_MAX_EOS) hm->eos[hm->n_eos++] = (int32_t)id;
+}
+
+/* The chat template (chat/chat.h finds it: chat_template.jinja,
+ * tokenizer_config.json, chat_template.json), parsed once. Absent is not an
+ * error. One that does not parse leaves the model usable for raw prompts:
+ * the parse error is logged and returned by every hearth_chat_render. */
+static int load_chat_template(hearth_model *hm, herr *err) {
+  herr e = {0};
+  int rc = chat_template_load(hm->path, &hm->chat_src, &e);
+  if (rc == HEARTH_ENOTFOUND) return 0;
+  if (rc) {
+    if (err) *err = e;
+    return rc;
+  }
+  hm->has_chat_src = true;
+  if (jinja_parse(hm->chat_src.source, strlen(hm->chat_src.source), hm->chat_src.origin, &hm->chat,
+                  &hm->chat_err)) {
+    HLOG_WARN("%s: the chat template cannot be used: %s", hm->path, hm->chat_err.msg);
+    hm->chat = NULL;
+  }
+  return 0;
+}
+
+static char *folder_name(const char *path) {
+  size_t n = strlen(path);
+  while (n > 1 && path[n - 1] == '/') n--;
+  size_t start = n;
+  while (start > 0 && path[start - 1] != '/') start--;
+  return strndup(path + start, n - start);
+}
+
+int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_model **out, hearth_error *err) {
+  *out = NULL;
+  if (!path) return herr_set(err, HEARTH_EINVAL, "hearth_model_load: no path");
+  if (!hfile_is_dir(path)) return herr_set(err, HEARTH_ENOTFOUND, "%s: not a model folder", path);
+  hearth_model *hm = calloc(1, sizeof *hm);
+  if (!hm) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  pthread_mutex_init(&hm->gen_lock, NULL);
+  hm->bos = -1;
+  int rc = 0;
+  hm->path = strdup(path);
+  hm->id = opts && opts->id ? strdup(opts->id) : folder_name(path);
+  if (!hm->path || !hm->id) {
+    rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+    goto fail;
+  }
+  model_load_opts mo = {.threads = opts ? opts->threads : 0};
+  if ((rc = model_load(path, &mo, &hm->m, err))) goto fail;
+  if ((rc = generation_config_load(&hm->gen, path, err))) goto fail;
+  char *tj = hpath_join(path, "tokenizer.json");
+  bool has_tok = tj && hfile_exists(tj);
+  free(tj);
+  if (has_tok && (rc = tokenizer_load(path, &hm->tok, err))) goto fail;
+  if ((rc = load_chat_template(hm, err))) goto fail;
+
+  const model_config *cfg = model_cfg(hm->m);
+  hm->context_length = opts && opts->context_length > 0 ? opts->context_length : cfg->max_position_embeddings;
+  for (int i = 0; i < cfg->n_eos; i++) add_eos(hm, cfg->eos_token_ids[i]);
+  for (int i = 0; i < hm->gen.n_eos; i++) add_eos(hm, hm->gen.eos_token_ids[i]);
+  if (hm->tok) add_eos(hm, tokenizer_eos_id(hm->tok));
+  hm->bos = hm->tok ? tokenizer_bos_id(hm->tok) : -1;
+  if (hm->bos < 0 && cfg->bos_token_id >= 0) hm->bos = (int32_t)cfg->bos_token_id;
+  *out = hm;
+  return 0;
+fail:
+  hearth_model_free(hm);
+  return rc;
+}
+
+void hearth_model_free(hearth_model *hm) {
+  if (!hm) return;
+  model_free(hm->m);
+  if (hm->tok) tokenizer_free(hm->tok);
+  jinja_free(hm->chat);
+  if (hm->has_chat_src) chat_template_free(&hm->chat_src);
+  free(hm->path);
+  free(hm->id);
+  pthread_mutex_destroy(&hm->gen_lock);
+  free(hm);
+}
+
+void hearth_model_info(const hearth_model *hm, hearth_info *out) {
+  memset(out, 0, sizeof *out);
+  const model_config *cfg = model_cfg(hm->m);
+  out->id = hm->id;
+  out->path = hm->path;
+  out->model_type = cfg->model_type;
+  out->context_length = hm->context_length;
+  out->vocab_size = (int32_t)model_vocab_size(hm->m);
+  out->bos_id = hm->bos;
+  memcpy(out->eos_ids, hm->eos, sizeof(int32_t) * (size_t)hm->n_eos);
+  out->n_eos = hm->n_eos;
+  out->has_tokenizer = hm->tok != NULL;
+  out->has_chat_template = hm->chat != NULL;
+}
+
+static int need_tokenizer(const hearth_model *hm, herr *err) {
+  if (hm->tok) return 0;
+  return herr_set(err, HEARTH_ENOTFOUND, "%s: the model folder has no tokenizer.json", hm->path);
+}
+
+int hearth_tokenize(const hearth_model *hm, const char *text, size_t len, bool add_special, int32_t **ids, size_t *n,
+                    hearth_error *err) {
+  *ids = NULL;
+  *n = 0;
+  int rc = need_tokenizer(hm, err);
+  if (rc) return rc;
+  return tokenizer_encode(hm->tok, text ? text : "", text ? len : 0, add_special, true, ids, n, err);
+}
+
+int hearth_detokenize(const hearth_model *hm, const int32_t *ids, size_t n, bool skip_special, char **text,
+                      size_t *len, hearth_error *err) {
+  *text = NULL;
+  if (len) *len = 0;
+  int rc = need_tokenizer(hm, err);
+  if (rc) return rc;
+  hbuf out = {0};
+  if ((rc = tokenizer_decode(hm->tok, ids, n, skip_special, &out, err))) {
+    hbuf_free(&out);
+    return rc;
+  }
+  if (out.oom) {
+    hbuf_free(&out);
+    return herr_set(err, HEARTH_ENOMEM, "out of memory decoding %zu tokens", n);
+  }
+  size_t l = out.len;
+  *text = out.data ? hbuf_take(&out) : strdup("");
+  if (!*text) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  if (len) *len = l;
+  return 0;
+}
+
+/* ---- chat ----------------------------------------------------------------- */
+
+static json_t *parse_json_arg(const char *text, const char *name, herr *err) {
+  json_error_t je;
+  json_t *j = json_loads(text, JSON_DECODE_ANY, &je);
+  if (!j) herr_set(err, HEARTH_EINVAL, "%s: invalid JSON at line %d column %d: %s", name, je.line, je.column, je.text);
+  return j;
+}
+
+int hearth_chat_render(const hearth_model *hm, const char *messages_json, const char *tools_json,
+                       bool add_generation_prompt, const char *extra_kwargs_json, char **text, hearth_error *err) {
+  *text = NULL;
+  if (!hm->chat && hm->chat_err.code) {
+    if (err) *err = hm->chat_err;
+    return hm->chat_err.code;
+  }
+  if (!hm->chat) return herr_set(err, HEARTH_ENOTFOUND, "%s: the model has no chat template", hm->path);
+  if (!messages_json) return herr_set(err, HEARTH_EINVAL, "chat: no messages");
+  int rc = 0;
+  json_t *ctx = NULL, *msgs = NULL, *tools = NULL, *extra = NULL;
+  hbuf out = {0};
+  if (!(msgs = parse_json_arg(messages_json, "messages", err))) {
+    rc = HEARTH_EINVAL;
+    goto out;
+  }
+  if (!json_is_array(msgs)) {
+    rc = herr_set(err, HEARTH_EINVAL, "messages: must be a JSON array");
+    goto out;
+  }
+  if (tools_json) {
+    if (!(tools = parse_json_arg(tools_json, "tools", err))) {
+      rc = HEARTH_EINVAL;
+      goto out;
+    }
+    if (!json_is_array(tools) && !json_is_null(tools)) {
+      rc = herr_set(err, HEARTH_EINVAL, "tools: must be a JSON array");
+      goto out;
+    }
+  }
+  if (extra_kwargs_json) {
+    if (!(extra = parse_json_arg(extra_kwargs_json, "chat template kwargs", err))) {
+      rc = HEARTH_EINVAL;
+      goto out;
+    }
+    if (!json_is_object(extra)) {
+      rc = herr_set(err, HEARTH_EINVAL, "chat template kwargs: must be a JSON object");
+      goto out;
+    }
+  }
+  ctx = chat_context(msgs, json_is_array(tools) ? tools : NULL, add_generation_prompt, extra, hm->chat_src.bos,
+                     hm->chat_src.eos);
+  if (!ctx) {
+    rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+    goto out;
+  }
+  if ((rc = jinja_render(hm->chat, ctx, NULL, &out, err))) goto out;
+  if (out.oom) {
+    rc = herr_set(err, HEARTH_ENOMEM, "out of memory rendering the chat template");
+    goto out;
+  }
+  *text = out.data ? hbuf_take(&out) : strdup("");
+  if (!*text) rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+out:
+  hbuf_free(&out);
+  json_decref(ctx);
+  json_decref(msgs);
+  json_decref(tools);
+  json_decref(extra);
+  return rc;
+}
+
+/* ---- generation ----------------------------------------------------------- */
+
+void hearth_gen_params_init(hearth_gen_params *p) {
+  memset(p, 0, sizeof *p);
+  p->max_tokens = -1;
+  p->temperature = NAN;
+  p->top_p = NAN;
+  p->top_k = -1;
+  p->min_p = NAN;
+  p->repetition_penalty = NAN;
+  p->presence_penalty = NAN;
+  p->frequency_penalty = NAN;
+  p->skip_special = true;
+}
+
+static uint64_t random_seed(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  static _Atomic uint64_t counter;
+  return ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32) ^
+         (counter++ * 0x9E3779B97F4A7C15ull);
+}
+
+/* Request values over model defaults into the engine's request. */
+static int fill_request(const hearth_model *hm, const hearth_gen_params *p, gen_request *r, sample_bias **bias,
+                        herr *err) {
+  const generation_config *g = &hm->gen;
+  sample_params *s = &r->sample;
+  if (!isnan(p->temperature)) {
+    s->temperature = (float)p->temperature;
+    s->greedy = p->temperature == 0;
+  } else {
+    s->temperature = (float)g->temperature;
+    s->greedy = !g->do_sample;
+  }
+  s->top_p = (float)(!isnan(p->top_p) ? p->top_p : g->top_p);
+  s->top_k = (int32_t)(p->top_k >= 0 ? p->top_k : g->top_k);
+  if (p->top_k > INT32_MAX) s->top_k = 0;
+  s->min_p = (float)(!isnan(p->min_p) ? p->min_p : g->min_p);
+  s->repetition_penalty = (float)(!isnan(p->repetition_penalty) ? p->repetition_penalty : g->repetition_penalty);
+  s->presence_penalty = (float)(!isnan(p->presence_penalty) ? p->presence_penalty : 0);
+  s->frequency_penalty = (float)(!isnan(p->frequency_penalty) ? p->frequency_penalty : 0);
+  s->seed = p->has_seed ? p->seed : random_seed();
+  s->logprobs = p->logprobs;
+  s->top_logprobs = p->logprobs ? p->top_logprobs : 0;
+  if (p->n_logit_bias < 0 || (p->n_logit_bias && !p->logit_bias))
+    return herr_set(err, HEARTH_EINVAL, "logit_bias: bad entry count %d", p->n_logit_bias);
+  if (p->n_logit_bias) {
+    *bias = malloc(sizeof(sample_bias) * (size_t)p->n_logit_bias);
+    if (!*bias) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+    for (int i = 0; i < p->n_logit_bias; i++) {
+      (*bias)[i].id = p->logit_bias[i].id;
+      (*bias)[i].bias = p->logit_bias[i].bias;
+    }
+    s->logit_bias = *bias;
+    s->n_logit_bias = (size_t)p->n_logit_bias;
+  }
+  if (p->n_stop < 0 || (p->n_stop && !p->stop)) return herr_set(err, HEARTH_EINVAL, "stop: bad entry count %d", p->n_stop);
+  r->stop = p->stop;
+  r->n_stop = (size_t)p->n_stop;
+  r->max_tokens = p->max_tokens;
+  r->context_length = hm->context_length;
+  memcpy(r->eos_ids, hm->eos, sizeof(int32_t) * (size_t)hm->n_eos);
+  r->n_eos = hm->n_eos;
+  r->ignore_eos = p->ignore_eos;
+  r->skip_special = p->skip_special;
+  r->prefill_chunk = p->prefill_chunk;
+  r->cancel = p->cancel;
+  return 0;
+}
+
+/* Bridges the engine's per-token callback to the public one, decoding the
+ * token's own text and its alternatives when asked. */
+typedef struct api_cb {
+  const hearth_model *hm;
+  hearth_token_fn fn;
+  void *user;
+  bool logprobs;
+  hbuf texts;                 /* owned: the token and alternatives' bytes */
+} api_cb;
+
+static int forward_token(void *user, const char *delta, size_t len, const sample_token *st) {
+  api_cb *cb = user;
+  if (!cb->fn) return 0;
+  if (!st) return cb->fn(cb->user, delta, len, NULL);
+  hearth_top_logprob top[HEARTH_MAX_TOP_LOGPROBS];
+  hearth_token t = {.id = st->id, .text = "", .len = 0, .logprob = st->logprob, .top = top, .n_top = 0};
+  if (cb->hm->tok) {
+    /* offsets first, pointers after: the buffer may move while it grows */
+    size_t offs[HEARTH_MAX_TOP_LOGPROBS + 1], lens[HEARTH_MAX_TOP_LOGPROBS + 1];
+    int n_top = cb->logprobs ? st->n_top : 0;
+    hbuf_clear(&cb->texts);
+    for (int i = 0; i <= n_top; i++) {
+      int32_t id = i == 0 ? st->id : st->top_ids[i - 1];
+      offs[i] = cb->texts.len;
+      if (tokenizer_decode(cb->hm->tok, &id, 1, false, &cb->texts, NULL)) cb->texts.len = offs[i];
+      lens[i] = cb->texts.len - offs[i];
+    }
+    const char *base = cb->texts.data ? cb->texts.data : "";
+    if (cb->texts.oom) n_top = -1;
+    if (n_top >= 0) {
+      t.text = base + offs[0];
+      t.len = lens[0];
+      for (int i = 0; i < n_top; i++) {
+        top[i].id = st->top_ids[i];
+        top[i].logprob = st->top_logprobs[i];
+        top[i].text = base + offs[i + 1];
+        top[i].len = lens[i + 1];
+      }
+      t.n_top = n_top;
+    }
+  } else if (cb->logprobs) {
+    for (int i = 0; i < st->n_top; i++)
+      top[i] = (hearth_top_logprob){.id = st->top_ids[i], .logprob = st->top_logprobs[i], .text = "", .len = 0};
+    t.n_top = st->n_top;
+  }
+  return cb->fn(cb->user, delta, len, &t);
+}
+
+int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_gen_params *params, hearth_token_fn fn,
+                    void *user, hearth_gen_result *result, hearth_error *err) {
+  hearth_gen_result local;
+  hearth_gen_result *res = result ? result : &local;
+  memset(res, 0, sizeof *res);
+  res->stop_index = -1;
+  res->stop_token = -1;
+  if (!hm || !prompt) return herr_set(err, HEARTH_EINVAL, "hearth_generate: no model or prompt");
+  hearth_gen_params defaults;
+  if (!params) {
+    hearth_gen_params_init(&defaults);
+    params = &defaults;
+  }
+  int rc = 0;
+  int32_t *ids = NULL; /* owned when the prompt is text */
+  size_t n_ids = 0;
+  sample_bias *bias = NULL;
+  api_cb cb = {.hm = hm, .fn = fn, .user = user, .logprobs = params->logprobs};
+  gen_request req;
+  gen_request_init(&req);
+  if ((rc = fill_request(hm, params, &req, &bias, err))) goto out;
+  if (prompt->ids) {
+    req.prompt = prompt->ids;
+    req.n_prompt = prompt->n_ids;
+  } else if (prompt->text) {
+    size_t len = prompt->text_len ? prompt->text_len : strlen(prompt->text);
+    if ((rc = hearth_tokenize(hm, prompt->text, len, prompt->add_special, &ids, &n_ids, err))) goto out;
+    req.prompt = ids;
+    req.n_prompt = n_ids;
+  } else {
+    rc = herr_set(err, HEARTH_EINVAL, "hearth_generate: the prompt has neither text nor ids");
+    goto out;
+  }
+  gen_result gr;
+  pthread_mutex_lock(&hm->gen_lock);
+  rc = generate_run(hm->m, hm->tok, &req, forward_token, &cb, &gr, err);
+  pthread_mutex_unlock(&hm->gen_lock);
+  res->finish_reason = (hearth_finish)gr.finish;
+  res->stop_index = gr.stop_index;
+  res->stop_token = gr.stop_token;
+  res->prompt_tokens = gr.prompt_tokens;
+  res->completion_tokens = gr.completion_tokens;
+  res->prefill_seconds = gr.prefill_seconds;
+  res->decode_seconds = gr.decode_seconds;
+out:
+  hbuf_free(&cb.texts);
+  free(ids);
+  free(bias);
+  return rc;
+}

@@ -1,0 +1,224 @@
+/* generate.c — one request's generation loop (see generate.h): owns the
+ * request's KV cache, sampler, detokenizer stream and stop matcher for the
+ * duration of the call. Knows the model only through model.h and text only
+ * through the tokenizer's streaming decoder; knows nothing of chat templates,
+ * HTTP or the public API. */
+#include "engine/generate.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/buf.h"
+#include "engine/kv_cache.h"
+#include "engine/stop.h"
+
+void gen_request_init(gen_request *r) {
+  memset(r, 0, sizeof *r);
+  r->max_tokens = -1;
+  sample_params_default(&r->sample);
+  r->skip_special = true;
+}
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static bool cancelled(const gen_request *req) { return req->cancel && *req->cancel; }
+
+/* Everything one run allocates, freed in one place. */
+typedef struct gen_state {
+  kv_cache *cache;          /* owned */
+  kv_seq *seq;              /* owned */
+  sampler *smp;             /* owned */
+  tokenizer_stream *detok;  /* owned, NULL without a tokenizer */
+  stop_matcher *stops;      /* owned, NULL without a tokenizer */
+  float *logits;            /* owned [vocab] */
+  hbuf piece;               /* owned: detokenized bytes of this step */
+  hbuf delta;               /* owned: text released this step */
+} gen_state;
+
+static void gen_state_free(gen_state *g) {
+  if (g->seq) kv_cache_seq_free(g->seq);
+  kv_cache_free(g->cache);
+  sampler_free(g->smp);
+  if (g->detok) tokenizer_stream_free(g->detok);
+  stop_matcher_free(g->stops);
+  free(g->logits);
+  hbuf_free(&g->piece);
+  hbuf_free(&g->delta);
+}
+
+/* Resolves max_tokens against the context; fills *max_new. */
+static int check_context(const model *m, const gen_request *req, int64_t *max_new, herr *err) {
+  int64_t ctx = req->context_length > 0 ? req->context_length : model_cfg(m)->max_position_embeddings;
+  int64_t n_prompt = (int64_t)req->n_prompt;
+  if (ctx <= 0) {
+    if (req->max_tokens < 0)
+      return herr_set(err, HEARTH_EINVAL, "max_tokens is required: the model states no context length");
+    *max_new = req->max_tokens;
+    return 0;
+  }
+  if (n_prompt >= ctx)
+    return herr_set(err, HEARTH_ELIMIT,
+                    "context_length_exceeded: the prompt has %lld tokens but the context length is %lld, which leaves "
+                    "no room to generate",
+                    (long long)n_prompt, (long long)ctx);
+  if (req->max_tokens < 0) {
+    *max_new = ctx - n_prompt;
+    return 0;
+  }
+  if (n_prompt + req->max_tokens > ctx)
+    return herr_set(err, HEARTH_ELIMIT,
+                    "context_length_exceeded: the prompt (%lld tokens) plus max_tokens (%lld) is %lld tokens, more "
+                    "than the context length of %lld",
+                    (long long)n_prompt, (long long)req->max_tokens, (long long)(n_prompt + req->max_tokens),
+                    (long long)ctx);
+  *max_new = req->max_tokens;
+  return 0;
+}
+
+static int forward_tokens(model *m, gen_state *g, const int32_t *ids, int n, herr *err) {
+  model_seq s = {.kv = g->seq, .tokens = ids, .n_tokens = n, .positions = NULL, .all_logits = false};
+  model_batch b = {.seqs = &s, .n_seqs = 1};
+  return model_forward(m, &b, g->logits, err);
+}
+
+static bool is_eos(const gen_request *req, int32_t id) {
+  if (req->ignore_eos) return false;
+  for (int i = 0; i < req->n_eos; i++)
+    if (req->eos_ids[i] == id) return true;
+  return false;
+}
+
+int generate_run(model *m, const tokenizer *tok, const gen_request *req, gen_token_fn fn, void *user, gen_result *res,
+                 herr *err) {
+  memset(res, 0, sizeof *res);
+  res->stop_index = -1;
+  res->stop_token = -1;
+  res->prompt_tokens = (int64_t)req->n_prompt;
+  if (!req->prompt || req->n_prompt == 0) return herr_set(err, HEARTH_EINVAL, "generate: the prompt has no tokens");
+  if (req->n_stop && !tok)
+    return herr_set(err, HEARTH_EINVAL, "generate: stop strings need a tokenizer to decode the output");
+  int64_t vocab = model_vocab_size(m);
+  for (size_t i = 0; i < req->n_prompt; i++) {
+    if (req->prompt[i] < 0 || req->prompt[i] >= vocab)
+      return herr_set(err, HEARTH_EINVAL, "generate: prompt token %zu is id %d, outside the vocabulary (size %lld)", i,
+                      (int)req->prompt[i], (long long)vocab);
+  }
+  /* parameters first (a bad one is named), then the context, then the work */
+  gen_state g = {0};
+  int64_t max_new = 0;
+  int rc = sampler_new((int32_t)vocab, &req->sample, &g.smp, err);
+  if (rc) goto done;
+  if ((rc = check_context(m, req, &max_new, err))) goto done;
+  if (max_new == 0) {
+    res->finish = GEN_FINISH_LENGTH;
+    goto done;
+  }
+  model_kv_geometry geom;
+  model_kv_geometry_of(m, &geom);
+  if ((rc = kv_cache_new(&geom, (int64_t)req->n_prompt + max_new, &g.cache, err))) goto done;
+  if ((rc = kv_cache_seq_new(g.cache, &g.seq, err))) goto done;
+  g.logits = malloc(sizeof(float) * (size_t)vocab);
+  if (!g.logits) {
+    rc = herr_set(err, HEARTH_ENOMEM, "generate: out of memory for a logits row of %lld", (long long)vocab);
+    goto done;
+  }
+  if (tok) {
+    g.detok = tokenizer_stream_new(tok, req->skip_special);
+    if (!g.detok) {
+      rc = herr_set(err, HEARTH_ENOMEM, "generate: out of memory for the detokenizer");
+      goto done;
+    }
+    if ((rc = stop_matcher_new(req->stop, req->n_stop, &g.stops, err))) goto done;
+  }
+  sampler_add_prompt(g.smp, req->prompt, req->n_prompt);
+
+  /* prefill */
+  double t0 = now_seconds();
+  int chunk = req->prefill_chunk > 0 ? req->prefill_chunk : GEN_DEFAULT_PREFILL_CHUNK;
+  for (size_t at = 0; at < req->n_prompt;) {
+    if (cancelled(req)) {
+      res->finish = GEN_FINISH_CANCELLED;
+      rc = herr_set(err, HEARTH_ECANCELLED, "generate: cancelled during prefill");
+      goto done;
+    }
+    size_t n = req->n_prompt - at < (size_t)chunk ? req->n_prompt - at : (size_t)chunk;
+    if ((rc = forward_tokens(m, &g, req->prompt + at, (int)n, err))) goto done;
+    at += n;
+  }
+  double t1 = now_seconds();
+  res->prefill_seconds = t1 - t0;
+
+  /* decode */
+  bool ended = false;
+  while (!ended) {
+    sample_token st;
+    if ((rc = sampler_sample(g.smp, g.logits, &st, err))) goto done;
+    sampler_accept(g.smp, st.id);
+    res->completion_tokens++;
+    hbuf_clear(&g.delta);
+    if (is_eos(req, st.id)) {
+      res->finish = GEN_FINISH_STOP;
+      res->stop_token = st.id;
+      ended = true;
+    } else if (g.detok) {
+      hbuf_clear(&g.piece);
+      if ((rc = tokenizer_stream_put(g.detok, st.id, &g.piece, err))) goto done;
+      int which = stop_matcher_put(g.stops, g.piece.data ? g.piece.data : "", g.piece.len, &g.delta);
+      if (which == -2) {
+        rc = herr_set(err, HEARTH_ENOMEM, "generate: out of memory for the output text");
+        goto done;
+      }
+      if (which >= 0) {
+        res->finish = GEN_FINISH_STOP;
+        res->stop_index = which;
+        ended = true;
+      }
+    }
+    if (!ended && res->completion_tokens >= max_new) {
+      res->finish = GEN_FINISH_LENGTH;
+      ended = true;
+    }
+    if (fn && fn(user, hbuf_str(&g.delta), g.delta.len, &st)) {
+      res->finish = GEN_FINISH_CANCELLED;
+      rc = herr_set(err, HEARTH_ECANCELLED, "generate: cancelled after %lld tokens", (long long)res->completion_tokens);
+      goto done;
+    }
+    if (ended) break;
+    if (cancelled(req)) {
+      res->finish = GEN_FINISH_CANCELLED;
+      rc = herr_set(err, HEARTH_ECANCELLED, "generate: cancelled after %lld tokens", (long long)res->completion_tokens);
+      goto done;
+    }
+    if ((rc = forward_tokens(m, &g, &st.id, 1, err))) goto done;
+  }
+
+  /* what is still held back: the detokenizer's tail, then the stop matcher's */
+  if (g.detok && res->stop_index < 0) {
+    hbuf_clear(&g.piece);
+    hbuf_clear(&g.delta);
+    if ((rc = tokenizer_stream_flush(g.detok, &g.piece, err))) goto done;
+    int which = g.piece.len ? stop_matcher_put(g.stops, g.piece.data, g.piece.len, &g.delta) : -1;
+    if (which == -2) {
+      rc = herr_set(err, HEARTH_ENOMEM, "generate: out of memory for the output text");
+      goto done;
+    }
+    if (which >= 0) {
+      res->finish = GEN_FINISH_STOP;
+      res->stop_index = which;
+    } else {
+      stop_matcher_flush(g.stops, &g.delta);
+    }
+    if (g.delta.len && fn) fn(user, hbuf_str(&g.delta), g.delta.len, NULL); /* the run is over: no cancel */
+  }
+  res->decode_seconds = now_seconds() - t1;
+  rc = 0;
+
+done:
+  gen_state_free(&g);
+  return rc;
+}

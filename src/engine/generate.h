@@ -1,0 +1,69 @@
+/* generate.h — the autoregressive generation loop for one request.
+ *
+ *   prompt ids → prefill in chunks → decode one token per step → sample →
+ *   detokenize (streaming) → stop-string hold-back → callback with the delta
+ *
+ * Ends on max_tokens (finish "length"), an EOS id or a stop string (finish
+ * "stop"), or cancellation: *cancel set (checked before every forward) or the
+ * callback returning nonzero; then it returns HEARTH_ECANCELLED with the
+ * result filled and everything it allocated freed.
+ *
+ * The prompt plus max_tokens must fit the context length; otherwise
+ * HEARTH_ELIMIT before any work, with a message that starts
+ * "context_length_exceeded:".
+ */
+#ifndef HEARTH_ENGINE_GENERATE_H
+#define HEARTH_ENGINE_GENERATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "engine/sample.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+#define GEN_DEFAULT_PREFILL_CHUNK 512
+#define GEN_MAX_EOS 32
+
+typedef struct gen_request {
+  const int32_t *prompt;        /* borrowed, n_prompt >= 1 ids */
+  size_t n_prompt;
+  int64_t max_tokens;           /* < 0: up to the context length */
+  int64_t context_length;       /* <= 0: the model's max_position_embeddings */
+  sample_params sample;
+  const char *const *stop;      /* borrowed; matched on decoded text (needs a tokenizer) */
+  size_t n_stop;
+  int32_t eos_ids[GEN_MAX_EOS]; /* generating one of these ends with "stop" */
+  int n_eos;
+  bool ignore_eos;
+  bool skip_special;            /* leave special tokens out of the text (default for serving) */
+  int prefill_chunk;            /* tokens per prefill forward; <= 0: GEN_DEFAULT_PREFILL_CHUNK */
+  const volatile int *cancel;   /* borrowed, may be NULL: nonzero cancels */
+} gen_request;
+
+/* Defaults: greedy-free neutral sampling, no stops, no EOS, skip_special true. */
+void gen_request_init(gen_request *r);
+
+typedef enum gen_finish { GEN_FINISH_STOP = 0, GEN_FINISH_LENGTH = 1, GEN_FINISH_CANCELLED = 2 } gen_finish;
+
+typedef struct gen_result {
+  gen_finish finish;
+  int stop_index;               /* which stop string ended it; -1 otherwise */
+  int32_t stop_token;           /* the EOS id that ended it; -1 otherwise */
+  int64_t prompt_tokens, completion_tokens;  /* completion counts the EOS token when one ended it */
+  double prefill_seconds, decode_seconds;
+} gen_result;
+
+/* Per step: delta is the text that became final (may be empty while held
+ * back), tok the sampled token. At the end, held-back text comes in one last
+ * call with tok == NULL. Return nonzero to cancel. */
+typedef int (*gen_token_fn)(void *user, const char *delta, size_t len, const sample_token *tok);
+
+/* tok may be NULL: then no text is produced (deltas are empty) and stop
+ * strings are an error. fn may be NULL. */
+int generate_run(model *m, const tokenizer *tok, const gen_request *req, gen_token_fn fn, void *user, gen_result *res,
+                 herr *err);
+
+#endif

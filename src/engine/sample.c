@@ -1,0 +1,420 @@
+/* sample.c — logit processors, logprobs and the per-request RNG (see
+ * sample.h for the order and semantics). Owns the sampler's history and
+ * scratch; knows nothing of models, tokenizers or text. */
+#include "engine/sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cand {
+  float v;     /* tempered logit, then unnormalised probability */
+  int32_t id;
+} cand;
+
+struct sampler {
+  int32_t n_vocab;
+  sample_params p;
+  sample_bias *bias;       /* owned copy of p.logit_bias */
+  sample_rng rng;
+  uint8_t *seen;           /* owned [n_vocab]: in prompt or output (repetition penalty) */
+  int32_t *seen_ids;       /* owned: the ids with seen set, in first-seen order */
+  size_t n_seen;
+  int32_t *counts;         /* owned [n_vocab]: times generated (presence / frequency) */
+  int32_t *gen_ids;        /* owned: ids with counts > 0 */
+  size_t n_gen;
+  cand *cands;             /* owned scratch [n_vocab] */
+};
+
+/* ---- RNG ---------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *x) {
+  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+void sample_rng_seed(sample_rng *r, uint64_t seed) {
+  uint64_t x = seed;
+  for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+}
+
+static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t sample_rng_next(sample_rng *r) {
+  uint64_t *s = r->s;
+  uint64_t out = rotl64(s[1] * 5, 7) * 9;
+  uint64_t t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl64(s[3], 45);
+  return out;
+}
+
+double sample_rng_uniform(sample_rng *r) { return (double)(sample_rng_next(r) >> 11) * 0x1.0p-53; }
+
+/* ---- construction --------------------------------------------------------- */
+
+void sample_params_default(sample_params *p) {
+  memset(p, 0, sizeof *p);
+  p->temperature = 1.0f;
+  p->top_p = 1.0f;
+  p->repetition_penalty = 1.0f;
+}
+
+static int check_params(int32_t n_vocab, const sample_params *p, herr *err) {
+  if (n_vocab <= 0) return herr_set(err, HEARTH_EINVAL, "sampler: vocabulary size %d must be positive", (int)n_vocab);
+  if (!isfinite(p->temperature) || p->temperature < 0)
+    return herr_set(err, HEARTH_EINVAL, "temperature %g must be a finite number >= 0", p->temperature);
+  if (!(p->top_p >= 0 && p->top_p <= 1)) return herr_set(err, HEARTH_EINVAL, "top_p %g must be in [0, 1]", p->top_p);
+  if (!(p->min_p >= 0 && p->min_p <= 1)) return herr_set(err, HEARTH_EINVAL, "min_p %g must be in [0, 1]", p->min_p);
+  if (!isfinite(p->repetition_penalty) || p->repetition_penalty <= 0)
+    return herr_set(err, HEARTH_EINVAL, "repetition_penalty %g must be a finite number > 0", p->repetition_penalty);
+  if (!isfinite(p->presence_penalty))
+    return herr_set(err, HEARTH_EINVAL, "presence_penalty %g must be finite", p->presence_penalty);
+  if (!isfinite(p->frequency_penalty))
+    return herr_set(err, HEARTH_EINVAL, "frequency_penalty %g must be finite", p->frequency_penalty);
+  if (p->top_logprobs < 0 || p->top_logprobs > SAMPLE_MAX_TOP_LOGPROBS)
+    return herr_set(err, HEARTH_EINVAL, "top_logprobs %d must be in [0, %d]", p->top_logprobs, SAMPLE_MAX_TOP_LOGPROBS);
+  if (p->n_logit_bias && !p->logit_bias) return herr_set(err, HEARTH_EINVAL, "logit_bias: %zu entries but no array", p->n_logit_bias);
+  for (size_t i = 0; i < p->n_logit_bias; i++) {
+    const sample_bias *b = &p->logit_bias[i];
+    if (b->id < 0 || b->id >= n_vocab)
+      return herr_set(err, HEARTH_EINVAL, "logit_bias: token id %d is outside the vocabulary (size %d)", (int)b->id,
+                      (int)n_vocab);
+    if (!isfinite(b->bias)) return herr_set(err, HEARTH_EINVAL, "logit_bias: bias for token %d is not finite", (int)b->id);
+  }
+  return 0;
+}
+
+int sampler_new(int32_t n_vocab, const sample_params *p, sampler **out, herr *err) {
+  *out = NULL;
+  int rc = check_params(n_vocab, p, err);
+  if (rc) return rc;
+  sampler *s = calloc(1, sizeof *s);
+  if (!s) return herr_set(err, HEARTH_ENOMEM, "sampler: out of memory");
+  s->n_vocab = n_vocab;
+  s->p = *p;
+  s->p.logit_bias = NULL;
+  s->seen = calloc((size_t)n_vocab, 1);
+  s->seen_ids = malloc(sizeof(int32_t) * 16);
+  s->counts = calloc((size_t)n_vocab, sizeof(int32_t));
+  s->gen_ids = malloc(sizeof(int32_t) * 16);
+  s->cands = malloc(sizeof(cand) * (size_t)n_vocab);
+  if (p->n_logit_bias) {
+    s->bias = malloc(sizeof(sample_bias) * p->n_logit_bias);
+    if (s->bias) memcpy(s->bias, p->logit_bias, sizeof(sample_bias) * p->n_logit_bias);
+  }
+  if (!s->seen || !s->seen_ids || !s->counts || !s->gen_ids || !s->cands || (p->n_logit_bias && !s->bias)) {
+    sampler_free(s);
+    return herr_set(err, HEARTH_ENOMEM, "sampler: out of memory for a vocabulary of %d", (int)n_vocab);
+  }
+  s->p.logit_bias = s->bias;
+  sample_rng_seed(&s->rng, p->seed);
+  *out = s;
+  return 0;
+}
+
+void sampler_free(sampler *s) {
+  if (!s) return;
+  free(s->bias);
+  free(s->seen);
+  free(s->seen_ids);
+  free(s->counts);
+  free(s->gen_ids);
+  free(s->cands);
+  free(s);
+}
+
+/* Appends id to a list that grows by doubling when n reaches a power of two >= 16. */
+static bool list_push(int32_t **list, size_t *n, int32_t id) {
+  size_t cap = 16;
+  while (cap < *n) cap *= 2;
+  if (*n == cap) {
+    int32_t *grown = realloc(*list, sizeof(int32_t) * cap * 2);
+    if (!grown) return false;
+    *list = grown;
+  }
+  (*list)[(*n)++] = id;
+  return true;
+}
+
+static void mark_seen(sampler *s, int32_t id) {
+  if (s->seen[id]) return;
+  if (list_push(&s->seen_ids, &s->n_seen, id)) s->seen[id] = 1;
+}
+
+void sampler_add_prompt(sampler *s, const int32_t *ids, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (ids[i] >= 0 && ids[i] < s->n_vocab) mark_seen(s, ids[i]);
+}
+
+void sampler_accept(sampler *s, int32_t id) {
+  if (id < 0 || id >= s->n_vocab) return;
+  mark_seen(s, id);
+  if (s->counts[id] == 0 && !list_push(&s->gen_ids, &s->n_gen, id)) return;
+  s->counts[id]++;
+}
+
+/* ---- processing ----------------------------------------------------------- */
+
+/* Penalties and bias, in place: the logits logprobs are reported from. */
+static void apply_penalties(sampler *s, float *logits) {
+  float r = s->p.repetition_penalty;
+  if (r != 1.0f) {
+    for (size_t i = 0; i < s->n_seen; i++) {
+      float *l = &logits[s->seen_ids[i]];
+      *l = *l < 0 ? *l * r : *l / r;
+    }
+  }
+  float pres = s->p.presence_penalty, freq = s->p.frequency_penalty;
+  if (pres != 0 || freq != 0) {
+    for (size_t i = 0; i < s->n_gen; i++) {
+      int32_t id = s->gen_ids[i];
+      logits[id] -= pres + freq * (float)s->counts[id];
+    }
+  }
+  for (size_t i = 0; i < s->p.n_logit_bias; i++) logits[s->bias[i].id] += s->bias[i].bias;
+}
+
+/* NaN counts as -inf everywhere below. */
+static bool usable(float x) { return x == x && x != -INFINITY; }
+
+/* Greedy choice: the largest logit, lowest id on ties. -1 when none is usable. */
+static int32_t argmax(const float *logits, int32_t n) {
+  int32_t best = -1;
+  float best_v = -INFINITY;
+  for (int32_t i = 0; i < n; i++) {
+    if (logits[i] > best_v) { /* false for NaN and -inf */
+      best_v = logits[i];
+      best = i;
+    }
+  }
+  return best;
+}
+
+/* log-sum-exp over the usable logits (max is the largest of them). Terms in
+ * float (each within an ulp), the sum in double. */
+static double log_sum_exp(const float *logits, int32_t n, float max) {
+  double sum = 0;
+  for (int32_t i = 0; i < n; i++)
+    if (usable(logits[i])) sum += expf(logits[i] - max);
+  return (double)max + log(sum);
+}
+
+/* Fills out's logprob and top lists from the processed logits. */
+static void fill_logprobs(const sampler *s, const float *logits, int32_t best, sample_token *out) {
+  int32_t n = s->n_vocab;
+  double lse = log_sum_exp(logits, n, logits[best]);
+  out->logprob = (float)((double)logits[out->id] - lse);
+  if (!usable(logits[out->id])) out->logprob = -INFINITY;
+  int want = s->p.top_logprobs;
+  int have = 0;
+  /* Insertion into a short descending list; ties keep the lower id first. */
+  for (int32_t i = 0; i < n && want > 0; i++) {
+    float v = logits[i];
+    if (!usable(v)) continue;
+    if (have == want && v <= out->top_logprobs[have - 1]) continue;
+    int pos = have < want ? have++ : want - 1;
+    while (pos > 0 && out->top_logprobs[pos - 1] < v) {
+      out->top_logprobs[pos] = out->top_logprobs[pos - 1];
+      out->top_ids[pos] = out->top_ids[pos - 1];
+      pos--;
+    }
+    out->top_logprobs[pos] = v;
+    out->top_ids[pos] = i;
+  }
+  out->n_top = have;
+  for (int k = 0; k < have; k++) out->top_logprobs[k] = (float)((double)out->top_logprobs[k] - lse);
+}
+
+/* Descending by value, then ascending id: a total order, so runs are reproducible. */
+static int cand_desc(const void *a, const void *b) {
+  const cand *x = a, *y = b;
+  if (x->v != y->v) return x->v < y->v ? 1 : -1;
+  return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Min-heap on (v, then higher id is "smaller") for top-k selection. */
+static bool heap_less(const cand *a, const cand *b) { return a->v < b->v || (a->v == b->v && a->id > b->id); }
+
+static void heap_sift_down(cand *h, int32_t n, int32_t i) {
+  for (;;) {
+    int32_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < n && heap_less(&h[l], &h[m])) m = l;
+    if (r < n && heap_less(&h[r], &h[m])) m = r;
+    if (m == i) return;
+    cand t = h[i];
+    h[i] = h[m];
+    h[m] = t;
+    i = m;
+  }
+}
+
+/* The k-th largest usable value of logits (k >= 1, k < number usable), using
+ * scratch (k entries) as a heap. */
+static float kth_largest(const float *logits, int32_t n, int32_t k, cand *scratch) {
+  int32_t have = 0;
+  for (int32_t i = 0; i < n; i++) {
+    if (!usable(logits[i])) continue;
+    cand c = {logits[i], i};
+    if (have < k) {
+      int32_t j = have++;
+      scratch[j] = c;
+      while (j > 0 && heap_less(&scratch[j], &scratch[(j - 1) / 2])) {
+        cand t = scratch[j];
+        scratch[j] = scratch[(j - 1) / 2];
+        scratch[(j - 1) / 2] = t;
+        j = (j - 1) / 2;
+      }
+    } else if (heap_less(&scratch[0], &c)) {
+      scratch[0] = c;
+      heap_sift_down(scratch, k, 0);
+    }
+  }
+  return scratch[0].v;
+}
+
+/* Builds the kept candidates after temperature, top-k, top-p and min-p, each
+ * with its unnormalised probability (relative to the max, which is 1).
+ * Returns how many were kept (>= 1) and their total mass in *mass. The kept
+ * candidates are s->cands[0..n). */
+static int32_t build_candidates(sampler *s, const float *logits, double *mass) {
+  int32_t n_vocab = s->n_vocab;
+  cand *c = s->cands;
+  /* top-k threshold on the raw order (temperature does not change it) */
+  float floor_v = -INFINITY;
+  bool have_floor = false;
+  int32_t n_usable = 0;
+  if (s->p.top_k > 0 && s->p.top_k < n_vocab)
+    for (int32_t i = 0; i < n_vocab; i++) n_usable += usable(logits[i]);
+  if (s->p.top_k > 0 && s->p.top_k < n_usable) {
+    floor_v = kth_largest(logits, n_vocab, s->p.top_k, c);
+    have_floor = true;
+  }
+  /* min-p in logit space: p / p_max < min_p  <=>  l < l_max + T log(min_p), so
+   * those tokens are dropped before any exp (the exact test follows below).
+   * Only without top-p, whose nucleus is taken over the mass min-p removes later. */
+  if (s->p.min_p > 0 && s->p.top_p >= 1.0f) {
+    float lmax = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++)
+      if (usable(logits[i]) && logits[i] > lmax) lmax = logits[i];
+    float cut = (float)((double)lmax + (double)s->p.temperature * log((double)s->p.min_p) - 1e-3);
+    if (cut > floor_v) {
+      floor_v = cut;
+      have_floor = true;
+    }
+  }
+  /* (l - l_max) / T: never above 0, so no temperature overflows the exp */
+  double inv_t = 1.0 / s->p.temperature;
+  int32_t n = 0;
+  float max = -INFINITY;
+  for (int32_t i = 0; i < n_vocab; i++) {
+    float v = logits[i];
+    if (!usable(v) || (have_floor && v < floor_v)) continue;
+    c[n].v = v;
+    c[n].id = i;
+    if (v > max) max = v;
+    n++;
+  }
+  double total = 0;
+  float pmax = 0;
+  for (int32_t i = 0; i < n; i++) {
+    c[i].v = expf((float)(((double)c[i].v - max) * inv_t));
+    total += c[i].v;
+    if (c[i].v > pmax) pmax = c[i].v;
+  }
+
+  /* top-p: sort only what can matter. Candidates with p >= t form a prefix of
+   * the descending order; once their mass reaches top_p the nucleus lies in them. */
+  if (s->p.top_p < 1.0f && n > 1) {
+    double target = (double)s->p.top_p * total;
+    double t = pmax * 1e-4;
+    int32_t m = n;
+    for (;;) {
+      double in_mass = 0;
+      int32_t k = 0;
+      for (int32_t i = 0; i < n; i++) {
+        if (c[i].v >= t) {
+          in_mass += c[i].v;
+          cand tmp = c[k];
+          c[k] = c[i];
+          c[i] = tmp;
+          k++;
+        }
+      }
+      if (in_mass >= target || t == 0) {
+        m = k;
+        break;
+      }
+      t = t < 1e-30 ? 0 : t * 1e-4;
+    }
+    qsort(c, (size_t)m, sizeof(cand), cand_desc);
+    double before = 0;
+    int32_t keep = 0;
+    while (keep < m && (keep == 0 || before < target)) before += c[keep++].v;
+    n = keep;
+  }
+
+  /* min-p: relative to the largest probability, which is 1 here */
+  if (s->p.min_p > 0) {
+    float thresh = s->p.min_p * pmax;
+    int32_t k = 0;
+    for (int32_t i = 0; i < n; i++)
+      if (c[i].v >= thresh) c[k++] = c[i];
+    if (k == 0) k = 1; /* cannot happen (the max passes), kept for safety */
+    n = k;
+  }
+
+  double kept = 0;
+  for (int32_t i = 0; i < n; i++) kept += c[i].v;
+  *mass = kept;
+  return n;
+}
+
+static bool is_greedy(const sampler *s) { return s->p.greedy || s->p.temperature <= 0; }
+
+int sampler_sample(sampler *s, float *logits, sample_token *out, herr *err) {
+  memset(out, 0, sizeof *out);
+  apply_penalties(s, logits);
+  int32_t best = argmax(logits, s->n_vocab);
+  if (best < 0) return herr_set(err, HEARTH_EINTERNAL, "sampler: the logits row has no finite value");
+  if (is_greedy(s)) {
+    out->id = best;
+  } else {
+    double mass;
+    int32_t n = build_candidates(s, logits, &mass);
+    double u = sample_rng_uniform(&s->rng) * mass;
+    int32_t pick = n - 1;
+    double acc = 0;
+    for (int32_t i = 0; i < n; i++) {
+      acc += s->cands[i].v;
+      if (u < acc) {
+        pick = i;
+        break;
+      }
+    }
+    out->id = s->cands[pick].id;
+  }
+  if (s->p.logprobs) fill_logprobs(s, logits, best, out);
+  return 0;
+}
+
+int sampler_distribution(sampler *s, float *logits, float *probs, herr *err) {
+  apply_penalties(s, logits);
+  int32_t best = argmax(logits, s->n_vocab);
+  if (best < 0) return herr_set(err, HEARTH_EINTERNAL, "sampler: the logits row has no finite value");
+  memset(probs, 0, sizeof(float) * (size_t)s->n_vocab);
+  if (is_greedy(s)) {
+    probs[best] = 1;
+    return 0;
+  }
+  double mass;
+  int32_t n = build_candidates(s, logits, &mass);
+  for (int32_t i = 0; i < n; i++) probs[s->cands[i].id] = (float)(s->cands[i].v / mass);
+  return 0;
+}

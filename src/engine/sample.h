@@ -1,0 +1,106 @@
+/* sample.h — choosing the next token from a row of logits.
+ *
+ * A sampler is per request: it holds the parameters, the request's RNG and
+ * the token history the penalties need. Processing order (Hugging Face's,
+ * with the OpenAI penalties and logit bias slotted in before temperature):
+ *
+ *   repetition penalty  HF: over the set of tokens in prompt + output, a
+ *                       positive logit is divided by r, a negative one
+ *                       multiplied by r.
+ *   presence/frequency  OpenAI: over generated tokens only,
+ *                       logit -= presence * (count > 0) + frequency * count.
+ *   logit bias          logit += bias[id].
+ *   ---- logprobs are reported here (see below) ----
+ *   temperature         logit /= T; T == 0 or greedy → argmax.
+ *   top-k               keep the k largest (ties with the k-th are kept).
+ *   top-p               keep the smallest prefix of the descending order whose
+ *                       mass reaches p (HF: drop a token when the mass of the
+ *                       tokens ranked strictly above it is already >= p).
+ *   min-p               drop tokens with prob < min_p * max prob.
+ *
+ * Logprobs: the log-softmax of the logits after penalties and logit bias and
+ * before temperature and truncation — the model's distribution as the request
+ * shaped it, independent of how randomly it is then sampled, so greedy and
+ * sampled runs report the same numbers for the same logits. Without penalties
+ * or bias this is exactly vLLM's default (raw_logprobs: the model's
+ * log-softmax); unlike vLLM's processed modes it leaves temperature and
+ * top-k/p/min-p out, so truncated tokens keep finite logprobs.
+ *
+ * The RNG is xoshiro256** seeded through splitmix64: the same seed, logits and
+ * parameters give the same tokens on every machine.
+ */
+#ifndef HEARTH_ENGINE_SAMPLE_H
+#define HEARTH_ENGINE_SAMPLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+#define SAMPLE_MAX_TOP_LOGPROBS 20
+
+typedef struct sample_bias {
+  int32_t id;
+  float bias;
+} sample_bias;
+
+typedef struct sample_params {
+  bool greedy;               /* argmax (also when temperature <= 0) */
+  float temperature;         /* 1 = unchanged */
+  int32_t top_k;             /* <= 0 = off */
+  float top_p;               /* >= 1 = off */
+  float min_p;               /* <= 0 = off */
+  float repetition_penalty;  /* 1 = off; must be > 0 */
+  float presence_penalty;    /* 0 = off */
+  float frequency_penalty;   /* 0 = off */
+  const sample_bias *logit_bias; /* borrowed (copied by sampler_new) */
+  size_t n_logit_bias;
+  bool logprobs;             /* compute the chosen token's logprob (and top_logprobs alternatives) */
+  int top_logprobs;          /* 0..SAMPLE_MAX_TOP_LOGPROBS alternatives to report */
+  uint64_t seed;
+} sample_params;
+
+/* Neutral parameters: greedy off, temperature 1, every filter and penalty off. */
+void sample_params_default(sample_params *p);
+
+typedef struct sample_token {
+  int32_t id;
+  float logprob;             /* of id, see the header comment (0 unless params.logprobs) */
+  int n_top;                 /* entries in top_* (top_logprobs, fewer if the vocabulary is smaller) */
+  int32_t top_ids[SAMPLE_MAX_TOP_LOGPROBS];
+  float top_logprobs[SAMPLE_MAX_TOP_LOGPROBS];   /* descending */
+} sample_token;
+
+typedef struct sampler sampler;
+
+/* Validates p (names the bad parameter) and makes a sampler for a vocabulary
+ * of n_vocab logits. Bias ids outside the vocabulary are an error. */
+int sampler_new(int32_t n_vocab, const sample_params *p, sampler **out, herr *err);
+void sampler_free(sampler *s);
+
+/* History: prompt tokens count for the repetition penalty only; accepted
+ * (generated) tokens count for all three penalties. Ids outside the
+ * vocabulary are ignored. */
+void sampler_add_prompt(sampler *s, const int32_t *ids, size_t n);
+void sampler_accept(sampler *s, int32_t id);
+
+/* Picks the next token. logits (n_vocab floats) is used as scratch and left
+ * modified. Does not call sampler_accept. */
+int sampler_sample(sampler *s, float *logits, sample_token *out, herr *err);
+
+/* The distribution sampler_sample draws from, written as probabilities into
+ * probs (n_vocab; 0 for removed tokens; one 1 for greedy). For tests and
+ * diagnostics; logits is used as scratch. */
+int sampler_distribution(sampler *s, float *logits, float *probs, herr *err);
+
+/* The RNG on its own (xoshiro256**, splitmix64-seeded). */
+typedef struct sample_rng {
+  uint64_t s[4];
+} sample_rng;
+void sample_rng_seed(sample_rng *r, uint64_t seed);
+uint64_t sample_rng_next(sample_rng *r);
+/* Uniform in [0, 1) with 53 random bits. */
+double sample_rng_uniform(sample_rng *r);
+
+#endif

@@ -1,0 +1,390 @@
+/* config.c — config.json / generation_config.json into typed structs (see
+ * config.h). Owns the per-architecture defaults (what transformers assumes
+ * when a key is absent) and both spellings of RoPE settings: the legacy
+ * rope_theta + rope_scaling and the newer rope_parameters (flat, or keyed by
+ * layer type for gemma3). Refuses to know anything about weights. */
+#include "format/config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/file.h"
+#include "base/json.h"
+
+typedef struct arch_defaults {
+  const char *type;
+  const char *act;          /* default activation */
+  double theta, local_theta, eps;
+  bool tie;
+  int64_t head_dim;         /* 0 = hidden / heads */
+  double qpas;              /* query_pre_attn_scalar */
+  double attn_cap, final_cap;
+  int64_t window;           /* default sliding_window */
+} arch_defaults;
+
+static const arch_defaults archs[] = {
+    {"llama", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 0},
+    {"mistral", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 4096},
+    {"qwen2", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 4096},
+    {"qwen3", "silu", 10000.0, 0, 1e-6, false, 128, 0, 0, 0, 4096},
+    {"smollm3", "silu", 2000000.0, 0, 1e-6, true, 0, 0, 0, 0, 0},
+    {"phi3", "silu", 10000.0, 0, 1e-5, false, 0, 0, 0, 0, 0},
+    {"gemma2", "gelu_pytorch_tanh", 10000.0, 0, 1e-6, true, 256, 256, 50.0, 30.0, 4096},
+    {"gemma3_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 256, 0, 0, 4096},
+};
+static const int narchs = (int)(sizeof archs / sizeof archs[0]);
+
+const char *config_supported_types(void) {
+  return "llama, mistral, qwen2, qwen3, smollm3, phi3, gemma2, gemma3_text";
+}
+
+static const arch_defaults *find_arch(const char *t) {
+  for (int i = 0; i < narchs; i++)
+    if (strcmp(archs[i].type, t) == 0) return &archs[i];
+  return NULL;
+}
+
+bool config_type_supported(const char *model_type) { return model_type && find_arch(model_type) != NULL; }
+
+static const char *const known_acts[] = {"silu", "swish", "gelu_pytorch_tanh", "gelu_new", "gelu_fast", "gelu", "relu"};
+
+/* A number field that may be absent or null. */
+static int get_num_opt(const json_t *o, const char *key, double *out, const char *what, herr *err) {
+  return hjson_get_num(o, key, false, out, what, err);
+}
+
+/* Reads one rope dict (rope_scaling or rope_parameters or one of its per-layer-type entries) into r. */
+static int read_rope_dict(const json_t *d, rope_config *r, const char *what, herr *err) {
+  if (!d || json_is_null(d)) return 0;
+  if (!json_is_object(d)) return herr_set(err, HEARTH_EFORMAT, "%s: rope settings must be an object", what);
+  const char *type = NULL;
+  int rc;
+  if ((rc = hjson_get_str(d, "rope_type", false, &type, what, err))) return rc;
+  if (!type && (rc = hjson_get_str(d, "type", false, &type, what, err))) return rc;
+  if (type) {
+    if (!strcmp(type, "default")) r->kind = ROPE_DEFAULT;
+    else if (!strcmp(type, "linear")) r->kind = ROPE_LINEAR;
+    else if (!strcmp(type, "llama3")) r->kind = ROPE_LLAMA3;
+    else if (!strcmp(type, "yarn")) r->kind = ROPE_YARN;
+    else if (!strcmp(type, "dynamic")) r->kind = ROPE_DYNAMIC;
+    else if (!strcmp(type, "longrope") || !strcmp(type, "su")) r->kind = ROPE_LONGROPE;
+    else return herr_set(err, HEARTH_EUNSUPPORTED, "%s: unsupported rope_type '%s' (supported: default, linear, llama3, yarn)", what, type);
+  }
+  if ((rc = get_num_opt(d, "rope_theta", &r->theta, what, err))) return rc;
+  if ((rc = get_num_opt(d, "factor", &r->factor, what, err))) return rc;
+  if ((rc = get_num_opt(d, "low_freq_factor", &r->low_freq_factor, what, err))) return rc;
+  if ((rc = get_num_opt(d, "high_freq_factor", &r->high_freq_factor, what, err))) return rc;
+  if ((rc = hjson_get_int(d, "original_max_position_embeddings", false, &r->original_max_position, what, err))) return rc;
+  if ((rc = get_num_opt(d, "beta_fast", &r->beta_fast, what, err))) return rc;
+  if ((rc = get_num_opt(d, "beta_slow", &r->beta_slow, what, err))) return rc;
+  if ((rc = get_num_opt(d, "attention_factor", &r->attention_factor, what, err))) return rc;
+  if ((rc = get_num_opt(d, "partial_rotary_factor", &r->partial_rotary_factor, what, err))) return rc;
+  return 0;
+}
+
+static int check_rope(const rope_config *r, const char *what, herr *err) {
+  if (!(r->theta > 0) || !isfinite(r->theta)) return herr_set(err, HEARTH_EFORMAT, "%s: rope_theta must be positive", what);
+  if (!(r->partial_rotary_factor > 0 && r->partial_rotary_factor <= 1))
+    return herr_set(err, HEARTH_EFORMAT, "%s: partial_rotary_factor must be in (0, 1]", what);
+  if (r->kind == ROPE_DYNAMIC || r->kind == ROPE_LONGROPE)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: rope_type '%s' is not supported yet (supported: default, linear, llama3, yarn)",
+                    what, r->kind == ROPE_DYNAMIC ? "dynamic" : "longrope");
+  if (r->kind != ROPE_DEFAULT && !(r->factor > 0 && isfinite(r->factor)))
+    return herr_set(err, HEARTH_EFORMAT, "%s: rope scaling needs a positive 'factor'", what);
+  if (r->kind == ROPE_LLAMA3) {
+    if (r->original_max_position <= 0)
+      return herr_set(err, HEARTH_EFORMAT, "%s: llama3 rope scaling needs 'original_max_position_embeddings'", what);
+    if (!(r->high_freq_factor != r->low_freq_factor))
+      return herr_set(err, HEARTH_EFORMAT, "%s: llama3 rope scaling needs high_freq_factor != low_freq_factor", what);
+  }
+  return 0;
+}
+
+static int read_token_ids(const json_t *o, const char *key, int64_t *ids, int *n, const char *what, herr *err) {
+  const json_t *v = json_object_get(o, key);
+  if (!v || json_is_null(v)) return 0;
+  if (json_is_integer(v)) {
+    ids[0] = json_integer_value(v);
+    *n = 1;
+    return 0;
+  }
+  if (!json_is_array(v)) return herr_set(err, HEARTH_EFORMAT, "%s: field '%s' must be an integer or a list of integers", what, key);
+  *n = 0;
+  size_t i;
+  json_t *e;
+  json_array_foreach(v, i, e) {
+    if (!json_is_integer(e)) return herr_set(err, HEARTH_EFORMAT, "%s: field '%s' must be an integer or a list of integers", what, key);
+    if (*n < CFG_MAX_EOS) ids[(*n)++] = json_integer_value(e);
+  }
+  return 0;
+}
+
+static int read_layer_types(const json_t *j, model_config *c, bool *given, const char *what, herr *err) {
+  const json_t *lt = json_object_get(j, "layer_types");
+  *given = false;
+  if (!lt || json_is_null(lt)) return 0;
+  if (!json_is_array(lt)) return herr_set(err, HEARTH_EFORMAT, "%s: field 'layer_types' must be a list", what);
+  if ((int64_t)json_array_size(lt) < c->num_hidden_layers)
+    return herr_set(err, HEARTH_EFORMAT, "%s: 'layer_types' has %zu entries but num_hidden_layers is %lld", what,
+                    json_array_size(lt), (long long)c->num_hidden_layers);
+  for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+    const char *s = json_string_value(json_array_get(lt, (size_t)l));
+    if (!s) return herr_set(err, HEARTH_EFORMAT, "%s: layer_types[%lld] must be a string", what, (long long)l);
+    if (!strcmp(s, "full_attention")) c->layer_types[l] = LAYER_FULL;
+    else if (!strcmp(s, "sliding_attention")) c->layer_types[l] = LAYER_SLIDING;
+    else return herr_set(err, HEARTH_EUNSUPPORTED, "%s: layer_types[%lld] is '%s' (supported: full_attention, sliding_attention)", what, (long long)l, s);
+  }
+  *given = true;
+  return 0;
+}
+
+int config_from_json(model_config *c, const json_t *j, const char *what, herr *err) {
+  memset(c, 0, sizeof *c);
+  c->bos_token_id = c->pad_token_id = -1;
+  if (!json_is_object(j)) return herr_set(err, HEARTH_EFORMAT, "%s: must be a JSON object", what);
+  int rc;
+  const char *s = NULL;
+  if ((rc = hjson_get_str(j, "model_type", true, &s, what, err))) return rc;
+  if (!config_type_supported(s))
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: unsupported model_type '%s' (supported: %s)", what, s, config_supported_types());
+  snprintf(c->model_type, sizeof c->model_type, "%s", s);
+  const arch_defaults *a = find_arch(s);
+  bool gemma = !strncmp(s, "gemma", 5);
+
+  /* activation: gemma reads hidden_activation first */
+  const char *act = NULL;
+  if (gemma && (rc = hjson_get_str(j, "hidden_activation", false, &act, what, err))) return rc;
+  if (!act && (rc = hjson_get_str(j, "hidden_act", false, &act, what, err))) return rc;
+  if (!act) act = a->act;
+  bool known = false;
+  for (size_t i = 0; i < sizeof known_acts / sizeof known_acts[0]; i++) known |= !strcmp(act, known_acts[i]);
+  if (!known)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: unknown activation '%s' (supported: silu, gelu_pytorch_tanh, gelu_new, gelu, relu)", what, act);
+  snprintf(c->hidden_act, sizeof c->hidden_act, "%s", act);
+
+  s = NULL;
+  if ((rc = hjson_get_str(j, "torch_dtype", false, &s, what, err))) return rc;
+  if (!s && (rc = hjson_get_str(j, "dtype", false, &s, what, err))) return rc;
+  if (s) snprintf(c->torch_dtype, sizeof c->torch_dtype, "%s", s);
+
+  if ((rc = hjson_get_int(j, "vocab_size", true, &c->vocab_size, what, err))) return rc;
+  if ((rc = hjson_get_int(j, "hidden_size", true, &c->hidden_size, what, err))) return rc;
+  if ((rc = hjson_get_int(j, "intermediate_size", true, &c->intermediate_size, what, err))) return rc;
+  if ((rc = hjson_get_int(j, "num_hidden_layers", true, &c->num_hidden_layers, what, err))) return rc;
+  if ((rc = hjson_get_int(j, "num_attention_heads", true, &c->num_attention_heads, what, err))) return rc;
+  c->num_key_value_heads = c->num_attention_heads;
+  if ((rc = hjson_get_int(j, "num_key_value_heads", false, &c->num_key_value_heads, what, err))) return rc;
+  if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 || c->num_hidden_layers <= 0 ||
+      c->num_attention_heads <= 0 || c->num_key_value_heads <= 0)
+    return herr_set(err, HEARTH_EFORMAT, "%s: vocab_size, hidden_size, intermediate_size, num_hidden_layers, "
+                    "num_attention_heads and num_key_value_heads must all be positive", what);
+  if (c->num_hidden_layers > CFG_MAX_LAYERS)
+    return herr_set(err, HEARTH_ELIMIT, "%s: num_hidden_layers %lld exceeds the supported %d", what, (long long)c->num_hidden_layers, CFG_MAX_LAYERS);
+  if (c->num_attention_heads % c->num_key_value_heads)
+    return herr_set(err, HEARTH_EFORMAT, "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld", what,
+                    (long long)c->num_attention_heads, (long long)c->num_key_value_heads);
+  if (c->hidden_size > (1 << 20) || c->intermediate_size > (1 << 22) || c->vocab_size > (1 << 24) || c->num_attention_heads > 4096)
+    return herr_set(err, HEARTH_ELIMIT, "%s: sizes are implausibly large", what);
+  c->head_dim = a->head_dim ? a->head_dim : c->hidden_size / c->num_attention_heads;
+  if ((rc = hjson_get_int(j, "head_dim", false, &c->head_dim, what, err))) return rc;
+  if (c->head_dim <= 0 || c->head_dim > 4096) return herr_set(err, HEARTH_EFORMAT, "%s: head_dim %lld is out of range", what, (long long)c->head_dim);
+  c->max_position_embeddings = 0;
+  if ((rc = hjson_get_int(j, "max_position_embeddings", false, &c->max_position_embeddings, what, err))) return rc;
+  c->rms_norm_eps = a->eps;
+  if ((rc = get_num_opt(j, "rms_norm_eps", &c->rms_norm_eps, what, err))) return rc;
+  if (!(c->rms_norm_eps >= 0)) return herr_set(err, HEARTH_EFORMAT, "%s: rms_norm_eps must be >= 0", what);
+
+  /* RoPE: legacy keys first, then rope_parameters on top. */
+  rope_config r = {.kind = ROPE_DEFAULT, .theta = a->theta, .beta_fast = 32, .beta_slow = 1, .partial_rotary_factor = 1.0,
+                   .low_freq_factor = 1, .high_freq_factor = 4};
+  if ((rc = get_num_opt(j, "rope_theta", &r.theta, what, err))) return rc;
+  if ((rc = get_num_opt(j, "partial_rotary_factor", &r.partial_rotary_factor, what, err))) return rc;
+  if ((rc = read_rope_dict(json_object_get(j, "rope_scaling"), &r, what, err))) return rc;
+  rope_config local = r;
+  local.kind = ROPE_DEFAULT;
+  local.theta = a->local_theta ? a->local_theta : r.theta;
+  if ((rc = get_num_opt(j, "rope_local_base_freq", &local.theta, what, err))) return rc;
+  const json_t *rp = json_object_get(j, "rope_parameters");
+  if (rp && json_is_object(rp) && (json_object_get(rp, "full_attention") || json_object_get(rp, "sliding_attention"))) {
+    if ((rc = read_rope_dict(json_object_get(rp, "full_attention"), &r, what, err))) return rc;
+    if ((rc = read_rope_dict(json_object_get(rp, "sliding_attention"), &local, what, err))) return rc;
+  } else if (rp && !json_is_null(rp)) {
+    if ((rc = read_rope_dict(rp, &r, what, err))) return rc;
+    local = r;
+  }
+  if ((rc = check_rope(&r, what, err)) || (rc = check_rope(&local, what, err))) return rc;
+  c->rope = r;
+  c->rope_local = strcmp(c->model_type, "gemma3_text") == 0 ? local : r;
+  if ((int64_t)(c->head_dim * c->rope.partial_rotary_factor) % 2)
+    return herr_set(err, HEARTH_EFORMAT, "%s: head_dim %lld × partial_rotary_factor %g is not even", what, (long long)c->head_dim,
+                    c->rope.partial_rotary_factor);
+
+  c->tie_word_embeddings = a->tie;
+  if ((rc = hjson_get_bool(j, "tie_word_embeddings", false, &c->tie_word_embeddings, what, err))) return rc;
+  c->attention_bias = !strcmp(c->model_type, "qwen2");
+  if ((rc = hjson_get_bool(j, "attention_bias", false, &c->attention_bias, what, err))) return rc;
+  if (!strcmp(c->model_type, "qwen2")) c->attention_bias = true; /* qwen2 always has q/k/v biases */
+  if ((rc = hjson_get_bool(j, "mlp_bias", false, &c->mlp_bias, what, err))) return rc;
+
+  /* Sliding window and which layers use it. */
+  int64_t window = a->window;
+  const json_t *sw = json_object_get(j, "sliding_window");
+  if (sw && json_is_null(sw)) window = 0;
+  else if ((rc = hjson_get_int(j, "sliding_window", false, &window, what, err))) return rc;
+  if (window < 0) window = 0;
+  bool use_sw = true;
+  if ((rc = hjson_get_bool(j, "use_sliding_window", false, &use_sw, what, err))) return rc;
+  bool given = false;
+  if ((rc = read_layer_types(j, c, &given, what, err))) return rc;
+  int64_t L = c->num_hidden_layers;
+  const char *t = c->model_type;
+  /* smollm3: no_rope_layers[i] = 1 uses RoPE, 0 skips it; default: every 4th layer skips */
+  if (!strcmp(t, "smollm3")) {
+    int64_t interval = 4;
+    if ((rc = hjson_get_int(j, "no_rope_layer_interval", false, &interval, what, err))) return rc;
+    const json_t *nr = json_object_get(j, "no_rope_layers");
+    if (nr && !json_is_null(nr)) {
+      if (!json_is_array(nr) || (int64_t)json_array_size(nr) < L)
+        return herr_set(err, HEARTH_EFORMAT, "%s: 'no_rope_layers' must be a list with one entry per layer", what);
+      for (int64_t l = 0; l < L; l++) {
+        json_t *e = json_array_get(nr, (size_t)l);
+        if (!json_is_integer(e) && !json_is_boolean(e))
+          return herr_set(err, HEARTH_EFORMAT, "%s: no_rope_layers[%lld] must be 0 or 1", what, (long long)l);
+        bool uses = json_is_integer(e) ? json_integer_value(e) != 0 : json_is_true(e);
+        c->no_rope[l] = !uses;
+      }
+    } else {
+      if (interval <= 0) return herr_set(err, HEARTH_EFORMAT, "%s: no_rope_layer_interval must be positive", what);
+      for (int64_t l = 0; l < L; l++) c->no_rope[l] = (l + 1) % interval == 0;
+    }
+    use_sw = false;
+    if ((rc = hjson_get_bool(j, "use_sliding_window", false, &use_sw, what, err))) return rc;
+  }
+  if (!given) {
+    for (int64_t l = 0; l < L; l++) {
+      bool sliding = false;
+      if (!strcmp(t, "mistral") || !strcmp(t, "phi3")) sliding = window > 0;
+      else if (!strcmp(t, "qwen2") || !strcmp(t, "qwen3")) {
+        bool usw = false;
+        int64_t mwl = L;
+        if ((rc = hjson_get_bool(j, "use_sliding_window", false, &usw, what, err))) return rc;
+        if ((rc = hjson_get_int(j, "max_window_layers", false, &mwl, what, err))) return rc;
+        sliding = usw && window > 0 && l >= mwl;
+      } else if (!strcmp(t, "smollm3")) sliding = use_sw && window > 0 && c->no_rope[l];
+      else if (!strcmp(t, "gemma2")) sliding = (l + 1) % 2 != 0;
+      else if (!strcmp(t, "gemma3_text")) {
+        int64_t pattern = 6;
+        if ((rc = hjson_get_int(j, "sliding_window_pattern", false, &pattern, what, err))) return rc;
+        if (pattern <= 0) return herr_set(err, HEARTH_EFORMAT, "%s: sliding_window_pattern must be positive", what);
+        sliding = (l + 1) % pattern != 0;
+      }
+      c->layer_types[l] = sliding ? LAYER_SLIDING : LAYER_FULL;
+    }
+  }
+  bool any_sliding = false;
+  for (int64_t l = 0; l < L; l++) any_sliding |= c->layer_types[l] == LAYER_SLIDING;
+  if (any_sliding && window <= 0) {
+    /* sliding layers without a window attend everything */
+    for (int64_t l = 0; l < L; l++) c->layer_types[l] = LAYER_FULL;
+    any_sliding = false;
+  }
+  c->sliding_window = any_sliding ? window : 0;
+
+  /* gemma */
+  c->query_pre_attn_scalar = a->qpas;
+  if ((rc = get_num_opt(j, "query_pre_attn_scalar", &c->query_pre_attn_scalar, what, err))) return rc;
+  c->attn_logit_softcapping = a->attn_cap;
+  c->final_logit_softcapping = a->final_cap;
+  const json_t *v;
+  if ((v = json_object_get(j, "attn_logit_softcapping")) && json_is_null(v)) c->attn_logit_softcapping = 0;
+  else if ((rc = get_num_opt(j, "attn_logit_softcapping", &c->attn_logit_softcapping, what, err))) return rc;
+  if ((v = json_object_get(j, "final_logit_softcapping")) && json_is_null(v)) c->final_logit_softcapping = 0;
+  else if ((rc = get_num_opt(j, "final_logit_softcapping", &c->final_logit_softcapping, what, err))) return rc;
+  if (c->attn_logit_softcapping < 0 || c->final_logit_softcapping < 0 || c->query_pre_attn_scalar < 0)
+    return herr_set(err, HEARTH_EFORMAT, "%s: softcapping values and query_pre_attn_scalar must not be negative", what);
+
+  /* token ids */
+  if ((rc = hjson_get_int(j, "bos_token_id", false, &c->bos_token_id, what, err))) return rc;
+  if ((rc = hjson_get_int(j, "pad_token_id", false, &c->pad_token_id, what, err))) return rc;
+  if ((rc = read_token_ids(j, "eos_token_id", c->eos_token_ids, &c->n_eos, what, err))) return rc;
+
+  /* MLX quantization block */
+  const json_t *q = json_object_get(j, "quantization");
+  if (!q) q = json_object_get(j, "quantization_config");
+  if (q && json_is_object(q) && json_object_get(q, "bits")) {
+    int64_t bits = 0, gs = 64;
+    if ((rc = hjson_get_int(q, "bits", false, &bits, what, err))) return rc;
+    if ((rc = hjson_get_int(q, "group_size", false, &gs, what, err))) return rc;
+    if (bits <= 0 || bits > 16 || gs <= 0 || gs > 4096)
+      return herr_set(err, HEARTH_EFORMAT, "%s: quantization bits %lld / group_size %lld out of range", what, (long long)bits, (long long)gs);
+    c->quant_bits = (int)bits;
+    c->quant_group_size = (int)gs;
+  }
+  c->raw = json_deep_copy(j);
+  if (!c->raw) return herr_set(err, HEARTH_ENOMEM, "%s: out of memory", what);
+  return 0;
+}
+
+int config_load(model_config *c, const char *path, herr *err) {
+  memset(c, 0, sizeof *c);
+  char *file = hfile_is_dir(path) ? hpath_join(path, "config.json") : strdup(path);
+  if (!file) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  json_t *j = hjson_load_file(file, err);
+  if (!j) {
+    free(file);
+    return err ? err->code : HEARTH_EIO;
+  }
+  int rc = config_from_json(c, j, file, err);
+  json_decref(j);
+  free(file);
+  if (rc) config_free(c);
+  return rc;
+}
+
+void config_free(model_config *c) {
+  if (!c) return;
+  json_decref(c->raw);
+  c->raw = NULL;
+}
+
+int generation_config_load(generation_config *g, const char *dir, herr *err) {
+  memset(g, 0, sizeof *g);
+  g->temperature = 1.0;
+  g->top_p = 1.0;
+  g->min_p = 0.0;
+  g->repetition_penalty = 1.0;
+  g->top_k = 50;
+  g->bos_token_id = g->pad_token_id = -1;
+  char *file = hfile_is_dir(dir) ? hpath_join(dir, "generation_config.json") : strdup(dir);
+  if (!file) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  if (!hfile_exists(file)) {
+    free(file);
+    return 0;
+  }
+  json_t *j = hjson_load_file(file, err);
+  int rc = 0;
+  if (!j) {
+    rc = err ? err->code : HEARTH_EFORMAT;
+    goto out;
+  }
+  if (!json_is_object(j)) {
+    rc = herr_set(err, HEARTH_EFORMAT, "%s: must be a JSON object", file);
+    goto out;
+  }
+  g->present = true;
+  if ((rc = hjson_get_bool(j, "do_sample", false, &g->do_sample, file, err))) goto out;
+  if ((rc = hjson_get_num(j, "temperature", false, &g->temperature, file, err))) goto out;
+  if ((rc = hjson_get_num(j, "top_p", false, &g->top_p, file, err))) goto out;
+  if ((rc = hjson_get_num(j, "min_p", false, &g->min_p, file, err))) goto out;
+  if ((rc = hjson_get_num(j, "repetition_penalty", false, &g->repetition_penalty, file, err))) goto out;
+  if ((rc = hjson_get_int(j, "top_k", false, &g->top_k, file, err))) goto out;
+  if ((rc = hjson_get_int(j, "max_new_tokens", false, &g->max_new_tokens, file, err))) goto out;
+  if ((rc = hjson_get_int(j, "bos_token_id", false, &g->bos_token_id, file, err))) goto out;
+  if ((rc = hjson_get_int(j, "pad_token_id", false, &g->pad_token_id, file, err))) goto out;
+  if ((rc = read_token_ids(j, "eos_token_id", g->eos_token_ids, &g->n_eos, file, err))) goto out;
+out:
+  json_decref(j);
+  free(file);
+  return rc;
+}

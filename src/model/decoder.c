@@ -1,0 +1,612 @@
+/* decoder.c — loading and running the llama-shaped decoder that every
+ * supported family is (see family.h for the switches): weights from
+ * safetensors or GGUF checked against the config, and the batched forward
+ * pass built from backend ops, reading and writing each sequence's KV cache
+ * through kv.h. Weight matrices stay in their stored format inside the file
+ * mapping (f32, f16, bf16, GGUF and MLX quantized) and are multiplied by
+ * bk_matmul; norms and biases are converted to f32. Knows nothing of
+ * sampling, tokenizers or how the cache is laid out. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/quant.h"
+#include "backend/ops.h"
+#include "backend/weights.h"
+#include "base/pool.h"
+#include "format/safetensors.h"
+#include "format/gguf.h"
+#include "model/family.h"
+#include "model/gguf_model.h"
+#include "model/model.h"
+#include "model/rope.h"
+
+typedef struct layer_weights {
+  /* matrices: their data is borrowed from the model's file mapping */
+  bk_weight q, k, v, o, gate, up, down;
+  /* vectors: borrowed from model.owned (f32) */
+  const float *attn_norm, *q_bias, *k_bias, *v_bias, *o_bias, *q_norm, *k_norm;
+  const float *post_attn_norm, *pre_ffn_norm, *post_ffn_norm;
+  const float *gate_bias, *up_bias, *down_bias;
+  const rope_table *rope; /* NULL = this layer uses no RoPE */
+  int64_t window;         /* 0 = full attention */
+} layer_weights;
+
+struct model {
+  model_config cfg;
+  const model_family *fam;
+  hpool *pool;            /* owned */
+  float **owned;          /* owned: every f32 vector */
+  int n_owned, cap_owned;
+  st_set st;              /* owned when st_opened: the safetensors mapping the matrices point into */
+  bool st_opened;
+  gguf_file *gg;          /* owned, or NULL: the GGUF mapping the matrices point into */
+  bk_weight embed, lm_head;
+  const float *final_norm; /* borrowed from owned */
+  layer_weights *layers;  /* owned, num_hidden_layers */
+  rope_table rope_global, rope_local;
+  float embed_scale;      /* 0 = none */
+  float attn_scale;
+};
+
+const model_config *model_cfg(const model *m) { return &m->cfg; }
+int64_t model_vocab_size(const model *m) { return m->cfg.vocab_size; }
+
+void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
+  memset(g, 0, sizeof *g);
+  g->n_layers = (int)m->cfg.num_hidden_layers;
+  for (int l = 0; l < g->n_layers; l++) {
+    g->kv_dim[l] = m->cfg.num_key_value_heads * m->cfg.head_dim;
+    g->window[l] = m->layers[l].window;
+  }
+}
+
+void model_free(model *m) {
+  if (!m) return;
+  for (int i = 0; i < m->n_owned; i++) bk_free(m->owned[i]);
+  free(m->owned);
+  free(m->layers);
+  rope_table_free(&m->rope_global);
+  rope_table_free(&m->rope_local);
+  if (m->st_opened) st_close(&m->st);
+  gguf_close(m->gg);
+  hpool_destroy(m->pool);
+  config_free(&m->cfg);
+  free(m);
+}
+
+/* ---- loading ---- */
+
+static void shape_str(char *buf, size_t n, const int64_t *shape, int ndim) {
+  size_t o = 0;
+  o += snprintf(buf + o, n - o, "[");
+  for (int i = 0; i < ndim && o < n; i++) o += snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+/* Where weights come from: a safetensors set or a GGUF file. */
+typedef struct weight_src {
+  const st_set *st;      /* borrowed, or NULL */
+  const gguf_file *gg;   /* borrowed, or NULL */
+  const char *what;      /* the folder or file, for messages */
+} weight_src;
+
+static int own_buffer(model *m, int64_t numel, const char *name, float **out, herr *err) {
+  if (m->n_owned == m->cap_owned) {
+    int cap = m->cap_owned ? m->cap_owned * 2 : 64;
+    float **p = realloc(m->owned, (size_t)cap * sizeof *p);
+    if (!p) return herr_set(err, HEARTH_ENOMEM, "out of memory loading %s", name);
+    m->owned = p;
+    m->cap_owned = cap;
+  }
+  float *buf = bk_alloc((size_t)numel);
+  if (!buf) return herr_set(err, HEARTH_ENOMEM, "%s: out of memory for %lld floats", name, (long long)numel);
+  m->owned[m->n_owned++] = buf;
+  *out = buf;
+  return 0;
+}
+
+/* Safetensors data sits wherever the header length puts it; kernels read
+ * whole elements, so a misaligned tensor is copied into an aligned buffer. */
+static int align_copy(model *m, const void **data, size_t nbytes, size_t align, const char *name, herr *err) {
+  if ((uintptr_t)*data % align == 0) return 0;
+  float *buf = NULL;
+  int rc = own_buffer(m, (int64_t)((nbytes + 3) / 4), name, &buf, err);
+  if (rc) return rc;
+  memcpy(buf, *data, nbytes);
+  *data = buf;
+  return 0;
+}
+
+/* Loads tensor `name` (its Hugging Face name) as f32 after checking its shape;
+ * *out NULL when absent and !required. */
+static int load_tensor(model *m, const weight_src *src, const char *name, int ndim, int64_t d0, int64_t d1, bool required,
+                       const float **out, herr *err) {
+  *out = NULL;
+  int64_t shape[4] = {0};
+  int have_ndim = 0;
+  const st_tensor *st = NULL;
+  const gguf_tensor *gt = NULL;
+  if (src->gg) {
+    gt = gguf_model_find(src->gg, name);
+    if (gt) {
+      have_ndim = gt->ndim;
+      for (int i = 0; i < gt->ndim; i++) shape[i] = gt->dims[gt->ndim - 1 - i]; /* ggml order is reversed */
+    }
+  } else {
+    st = st_find(src->st, name);
+    if (st) {
+      have_ndim = st->ndim > 4 ? 4 : st->ndim;
+      for (int i = 0; i < have_ndim; i++) shape[i] = st->shape[i];
+    }
+  }
+  if (!st && !gt) {
+    if (!required) return 0;
+    return herr_set(err, HEARTH_ENOTFOUND, "%s: tensor '%s' is missing from the weights (model_type %s)", src->what, name,
+                    m->cfg.model_type);
+  }
+  int64_t want[2] = {d0, d1};
+  bool ok = have_ndim == ndim && (!st || st->ndim == ndim);
+  for (int i = 0; ok && i < ndim; i++) ok = shape[i] == want[i];
+  if (!ok) {
+    char ws[64], hs[160];
+    shape_str(ws, sizeof ws, want, ndim);
+    shape_str(hs, sizeof hs, st ? st->shape : shape, st ? st->ndim : have_ndim);
+    return herr_set(err, HEARTH_EFORMAT, "%s: expected shape %s, file has %s", name, ws, hs);
+  }
+  if (st && st->dtype != ST_F32 && st->dtype != ST_F16 && st->dtype != ST_BF16)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: dtype %s is not supported (F32, F16, BF16)", name, st_dtype_name(st->dtype));
+  float *buf = NULL;
+  int rc = own_buffer(m, st ? st->numel : gt->nelements, name, &buf, err);
+  if (rc) return rc;
+  if (st) rc = st_to_f32(st, buf, err);
+  else {
+    bool is_k = strstr(name, "k_proj.weight") != NULL;
+    rc = gguf_model_read_f32(src->gg, gt, name, is_k ? m->cfg.num_key_value_heads : m->cfg.num_attention_heads, buf, err);
+  }
+  if (rc) return herr_wrap(err, "%s", name);
+  *out = buf;
+  return 0;
+}
+
+static const char *st_shape_of(const st_tensor *t, char *buf, size_t n) {
+  shape_str(buf, n, t->shape, t->ndim);
+  return buf;
+}
+
+/* Which bk_type a stored dtype is; false when matrices of it cannot be multiplied. */
+static bool st_bk_type(st_dtype dt, bk_type *out) {
+  switch (dt) {
+    case ST_F32: *out = BK_F32; return true;
+    case ST_F16: *out = BK_F16; return true;
+    case ST_BF16: *out = BK_BF16; return true;
+    default: return false;
+  }
+}
+
+static bool gguf_bk_type(ggml_type t, bk_type *out) {
+  switch (t) {
+    case GGML_TYPE_F32: *out = BK_F32; return true;
+    case GGML_TYPE_F16: *out = BK_F16; return true;
+    case GGML_TYPE_BF16: *out = BK_BF16; return true;
+    case GGML_TYPE_Q8_0: *out = BK_Q8_0; return true;
+    case GGML_TYPE_Q4_0: *out = BK_Q4_0; return true;
+    case GGML_TYPE_Q4_K: *out = BK_Q4_K; return true;
+    case GGML_TYPE_Q5_K: *out = BK_Q5_K; return true;
+    case GGML_TYPE_Q6_K: *out = BK_Q6_K; return true;
+    default: return false;
+  }
+}
+
+/* An MLX affine-quantized matrix NAME (= BASE.weight with BASE.scales and
+ * BASE.biases beside it): packed uint32 words, one scale and bias per group. */
+static int load_mlx_matrix(model *m, const weight_src *src, const char *name, const st_tensor *t, int64_t rows, int64_t cols,
+                           bk_weight *out, herr *err) {
+  const model_config *c = &m->cfg;
+  char base[256], sn[280], bn[280], a[96], b[96];
+  snprintf(base, sizeof base, "%.*s", (int)(strlen(name) - strlen(".weight")), name);
+  snprintf(sn, sizeof sn, "%s.scales", base);
+  snprintf(bn, sizeof bn, "%s.biases", base);
+  const st_tensor *sc = st_find(src->st, sn), *bi = st_find(src->st, bn);
+  if (!sc || !bi) return herr_set(err, HEARTH_ENOTFOUND, "%s: tensor '%s' is missing from the weights", src->what, sc ? bn : sn);
+  int bits = c->quant_bits, gs = c->quant_group_size;
+  int64_t words = cols * bits / 32, groups = gs > 0 ? cols / gs : 0;
+  if (t->dtype != ST_U32 || t->ndim != 2 || t->shape[0] != rows || t->shape[1] != words || cols * bits % 32)
+    return herr_set(err, HEARTH_EFORMAT, "%s: expected U32 shape [%lld, %lld] (%d-bit MLX quantization of %lld inputs), file has %s %s",
+                    name, (long long)rows, (long long)words, bits, (long long)cols, st_dtype_name(t->dtype), st_shape_of(t, a, sizeof a));
+  for (int i = 0; i < 2; i++) {
+    const st_tensor *x = i ? bi : sc;
+    if (x->ndim != 2 || x->shape[0] != rows || x->shape[1] != groups || x->dtype != sc->dtype)
+      return herr_set(err, HEARTH_EFORMAT, "%s: expected shape [%lld, %lld] (%s), file has %s %s", x->name, (long long)rows,
+                      (long long)groups, st_dtype_name(sc->dtype), st_dtype_name(x->dtype), st_shape_of(x, b, sizeof b));
+  }
+  bk_type st_type;
+  if (!st_bk_type(sc->dtype, &st_type))
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: scales of dtype %s are not supported (F32, F16, BF16)", sn, st_dtype_name(sc->dtype));
+  *out = (bk_weight){.type = BK_MLX_AFFINE, .rows = rows, .cols = cols, .data = t->data, .bits = bits, .group_size = gs,
+                     .scale_type = st_type, .scales = sc->data, .biases = bi->data};
+  return 0;
+}
+
+/* Describes matrix `name` (Hugging Face name, shape [rows, cols]) as stored,
+ * without copying it. out->data stays NULL when absent and !required. */
+static int load_matrix(model *m, const weight_src *src, const char *name, int64_t rows, int64_t cols, bool required,
+                       bk_weight *out, herr *err) {
+  memset(out, 0, sizeof *out);
+  char ws[64], hs[160];
+  int64_t want[2] = {rows, cols};
+  shape_str(ws, sizeof ws, want, 2);
+  int rc;
+  if (src->gg) {
+    const gguf_tensor *t = gguf_model_find(src->gg, name);
+    if (!t) return required ? herr_set(err, HEARTH_ENOTFOUND, "%s: tensor '%s' is missing from the weights", src->what, name) : 0;
+    int64_t shape[GGUF_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++) shape[i] = t->dims[t->ndim - 1 - i];
+    if (t->ndim != 2 || shape[0] != rows || shape[1] != cols) {
+      shape_str(hs, sizeof hs, shape, t->ndim);
+      return herr_set(err, HEARTH_EFORMAT, "%s (%s): expected shape %s, file has %s", name, t->name, ws, hs);
+    }
+    bk_type bt;
+    if (!gguf_bk_type(t->type, &bt))
+      return herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor type %s is not supported (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)",
+                      t->name, ggml_type_name(t->type));
+    *out = (bk_weight){.type = bt, .rows = rows, .cols = cols, .data = t->data};
+  } else {
+    const st_tensor *t = st_find(src->st, name);
+    if (!t) return required ? herr_set(err, HEARTH_ENOTFOUND, "%s: tensor '%s' is missing from the weights (model_type %s)", src->what,
+                                       name, m->cfg.model_type) : 0;
+    if (m->cfg.quant_bits > 0 && t->dtype == ST_U32) {
+      if ((rc = load_mlx_matrix(m, src, name, t, rows, cols, out, err))) return rc;
+    } else {
+      if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
+        return herr_set(err, HEARTH_EFORMAT, "%s: expected shape %s, file has %s", name, ws, st_shape_of(t, hs, sizeof hs));
+      bk_type bt;
+      if (!st_bk_type(t->dtype, &bt))
+        return herr_set(err, HEARTH_EUNSUPPORTED, "%s: dtype %s is not supported (F32, F16, BF16)", name, st_dtype_name(t->dtype));
+      *out = (bk_weight){.type = bt, .rows = rows, .cols = cols, .data = t->data};
+    }
+  }
+  if ((rc = bk_weight_validate(out, err))) return herr_wrap(err, "%s", name);
+  if (!src->gg) {
+    size_t row_bytes = bk_row_bytes(out->type, cols, out->bits), elem = out->type == BK_F32 || out->type == BK_MLX_AFFINE ? 4 : 2;
+    if ((rc = align_copy(m, &out->data, row_bytes * (size_t)rows, elem, name, err))) return rc;
+    if (out->type == BK_MLX_AFFINE) {
+      size_t es = out->scale_type == BK_F32 ? 4 : 2, sb = (size_t)(rows * (cols / out->group_size)) * es;
+      if ((rc = align_copy(m, &out->scales, sb, es, name, err)) || (rc = align_copy(m, &out->biases, sb, es, name, err))) return rc;
+    }
+  }
+  return 0;
+}
+
+/* Rows [r0, r0 + n) of w as a matrix of its own (fused projections). */
+static bk_weight sub_rows(const bk_weight *w, int64_t r0, int64_t n) {
+  bk_weight s = *w;
+  s.rows = n;
+  s.data = (const char *)w->data + (size_t)r0 * bk_row_bytes(w->type, w->cols, w->bits);
+  if (w->type == BK_MLX_AFFINE) {
+    size_t es = w->scale_type == BK_F32 ? 4 : 2, per_row = (size_t)(w->cols / w->group_size) * es;
+    s.scales = (const char *)w->scales + (size_t)r0 * per_row;
+    s.biases = (const char *)w->biases + (size_t)r0 * per_row;
+  }
+  return s;
+}
+
+#define MAT(field, req, a, b, dst)                                                                   \
+  do {                                                                                               \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, field);                                     \
+    if ((rc = load_matrix(m, src, name, a, b, req, dst, err))) return rc;                            \
+  } while (0)
+
+#define LOAD(field, req, nd, a, b)                                                                    \
+  do {                                                                                                \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, field);                                      \
+    if ((rc = load_tensor(m, src, name, nd, a, b, req, &tmp, err))) return rc;                     \
+  } while (0)
+
+static int load_layer(model *m, const weight_src *src, int l, herr *err) {
+  const model_config *c = &m->cfg;
+  layer_weights *lw = &m->layers[l];
+  char name[256];
+  const float *tmp;
+  int rc;
+  int64_t H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim, D = c->hidden_size,
+          I = c->intermediate_size;
+  LOAD("input_layernorm.weight", true, 1, D, 0);
+  lw->attn_norm = tmp;
+  if (m->fam->fused_qkv) {
+    bk_weight fused;
+    MAT("self_attn.qkv_proj.weight", true, (H + 2 * KV) * hd, D, &fused);
+    lw->q = sub_rows(&fused, 0, H * hd);
+    lw->k = sub_rows(&fused, H * hd, KV * hd);
+    lw->v = sub_rows(&fused, (H + KV) * hd, KV * hd);
+    MAT("mlp.gate_up_proj.weight", true, 2 * I, D, &fused);
+    lw->gate = sub_rows(&fused, 0, I);
+    lw->up = sub_rows(&fused, I, I);
+  } else {
+    MAT("self_attn.q_proj.weight", true, H * hd, D, &lw->q);
+    MAT("self_attn.k_proj.weight", true, KV * hd, D, &lw->k);
+    MAT("self_attn.v_proj.weight", true, KV * hd, D, &lw->v);
+    MAT("mlp.gate_proj.weight", true, I, D, &lw->gate);
+    MAT("mlp.up_proj.weight", true, I, D, &lw->up);
+  }
+  MAT("self_attn.o_proj.weight", true, D, H * hd, &lw->o);
+  MAT("mlp.down_proj.weight", true, D, I, &lw->down);
+  if (c->attention_bias) {
+    bool qkv_req = true, o_req = strcmp(c->model_type, "qwen2") != 0; /* qwen2: q/k/v biases only */
+    LOAD("self_attn.q_proj.bias", qkv_req, 1, H * hd, 0);
+    lw->q_bias = tmp;
+    LOAD("self_attn.k_proj.bias", qkv_req, 1, KV * hd, 0);
+    lw->k_bias = tmp;
+    LOAD("self_attn.v_proj.bias", qkv_req, 1, KV * hd, 0);
+    lw->v_bias = tmp;
+    LOAD("self_attn.o_proj.bias", o_req, 1, D, 0);
+    lw->o_bias = tmp;
+  }
+  if (c->mlp_bias && !m->fam->fused_qkv) {
+    LOAD("mlp.gate_proj.bias", true, 1, I, 0);
+    lw->gate_bias = tmp;
+    LOAD("mlp.up_proj.bias", true, 1, I, 0);
+    lw->up_bias = tmp;
+    LOAD("mlp.down_proj.bias", true, 1, D, 0);
+    lw->down_bias = tmp;
+  }
+  if (m->fam->qk_norm) {
+    LOAD("self_attn.q_norm.weight", true, 1, hd, 0);
+    lw->q_norm = tmp;
+    LOAD("self_attn.k_norm.weight", true, 1, hd, 0);
+    lw->k_norm = tmp;
+  }
+  LOAD("post_attention_layernorm.weight", true, 1, D, 0);
+  lw->post_attn_norm = tmp;
+  if (m->fam->sandwich_norms) {
+    LOAD("pre_feedforward_layernorm.weight", true, 1, D, 0);
+    lw->pre_ffn_norm = tmp;
+    LOAD("post_feedforward_layernorm.weight", true, 1, D, 0);
+    lw->post_ffn_norm = tmp;
+  }
+  bool sliding = c->layer_types[l] == LAYER_SLIDING;
+  lw->window = sliding ? c->sliding_window : 0;
+  lw->rope = c->no_rope[l] ? NULL : (sliding ? &m->rope_local : &m->rope_global);
+  return 0;
+}
+#undef LOAD
+#undef MAT
+
+static double raw_rope_num(const model_config *c, const char *key) {
+  const json_t *rs = json_object_get(c->raw, "rope_scaling");
+  if (!rs || !json_is_object(rs)) rs = json_object_get(c->raw, "rope_parameters");
+  if (rs && json_is_object(rs) && json_object_get(rs, "full_attention")) rs = json_object_get(rs, "full_attention");
+  const json_t *v = rs ? json_object_get(rs, key) : NULL;
+  return v && json_is_number(v) ? json_number_value(v) : 0;
+}
+
+int model_load(const char *dir, const model_load_opts *opts, model **out, herr *err) {
+  *out = NULL;
+  model *m = calloc(1, sizeof *m);
+  if (!m) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  bool is_gguf = gguf_model_is_gguf(dir);
+  int rc = is_gguf ? gguf_open(&m->gg, dir, err) : config_load(&m->cfg, dir, err);
+  if (rc) goto fail;
+  if (is_gguf && (rc = gguf_model_config(m->gg, &m->cfg, err))) goto fail;
+  const model_config *c = &m->cfg;
+  m->fam = model_family_find(c->model_type);
+  if (!m->fam) {
+    rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: model_type '%s' has no forward pass (supported: %s)", dir, c->model_type,
+                  config_supported_types());
+    goto fail;
+  }
+  if (strcmp(c->hidden_act, "silu") && strcmp(c->hidden_act, "swish") && strcmp(c->hidden_act, "gelu_pytorch_tanh") &&
+      strcmp(c->hidden_act, "gelu_new") && strcmp(c->hidden_act, "gelu_fast") && strcmp(c->hidden_act, "gelu") &&
+      strcmp(c->hidden_act, "relu")) {
+    rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: unknown activation '%s'", dir, c->hidden_act);
+    goto fail;
+  }
+  double msc = raw_rope_num(c, "mscale"), msc_all = raw_rope_num(c, "mscale_all_dim");
+  if ((rc = rope_table_init(&m->rope_global, &c->rope, c->head_dim, c->max_position_embeddings, msc, msc_all, err))) goto fail;
+  if ((rc = rope_table_init(&m->rope_local, &c->rope_local, c->head_dim, c->max_position_embeddings, msc, msc_all, err))) goto fail;
+  m->layers = calloc((size_t)c->num_hidden_layers, sizeof *m->layers);
+  if (!m->layers) {
+    rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+    goto fail;
+  }
+  if (!is_gguf) {
+    if ((rc = st_open(&m->st, dir, err))) goto fail;
+    m->st_opened = true;
+  }
+  /* llama.cpp stores llama's q/k rows permuted for RoPE on adjacent pairs */
+  m->rope_global.interleaved = m->rope_local.interleaved = is_gguf && !strcmp(c->model_type, "llama");
+  weight_src src = {is_gguf ? NULL : &m->st, m->gg, dir};
+  if ((rc = load_matrix(m, &src, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, true, &m->embed, err))) goto fail;
+  for (int l = 0; l < c->num_hidden_layers; l++)
+    if ((rc = load_layer(m, &src, l, err))) goto fail;
+  if ((rc = load_tensor(m, &src, "model.norm.weight", 1, c->hidden_size, 0, true, &m->final_norm, err))) goto fail;
+  if (c->tie_word_embeddings) m->lm_head = m->embed;
+  else if ((rc = load_matrix(m, &src, "lm_head.weight", c->vocab_size, c->hidden_size, true, &m->lm_head, err))) goto fail;
+
+  if (m->fam->scale_embeddings) {
+    float s = sqrtf((float)c->hidden_size);
+    if (!strcmp(c->torch_dtype, "bfloat16")) s = bk_round_bf16(s);
+    else if (!strcmp(c->torch_dtype, "float16")) s = bk_round_f16(s);
+    m->embed_scale = s;
+  }
+  double qs = m->fam->query_pre_attn_scalar && c->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar : (double)c->head_dim;
+  m->attn_scale = (float)(1.0 / sqrt(qs));
+  m->pool = hpool_create(opts && opts->threads > 0 ? opts->threads : 0);
+  if (!m->pool) {
+    rc = herr_set(err, HEARTH_ENOMEM, "could not start the thread pool");
+    goto fail;
+  }
+  *out = m;
+  return 0;
+fail:
+  model_free(m);
+  return rc;
+}
+
+/* ---- forward ---- */
+
+size_t model_batch_logit_rows(const model_batch *b) {
+  size_t rows = 0;
+  for (int s = 0; s < b->n_seqs; s++) rows += b->seqs[s].all_logits ? (size_t)b->seqs[s].n_tokens : 1;
+  return rows;
+}
+
+static void activate(const char *act, float *x, int64_t n) {
+  if (!strcmp(act, "silu") || !strcmp(act, "swish")) op_silu(x, n);
+  else if (!strcmp(act, "gelu")) op_gelu(x, n);
+  else if (!strcmp(act, "relu")) op_relu(x, n);
+  else op_gelu_tanh(x, n); /* gelu_pytorch_tanh, gelu_new, gelu_fast */
+}
+
+/* Scratch for one forward: activations of all T tokens of the batch. */
+typedef struct fwd_bufs {
+  float *x, *xn, *q, *k, *v, *att, *o, *gate, *up; /* owned (bk_alloc) */
+  int64_t *pos, *row;                               /* owned */
+} fwd_bufs;
+
+static void fwd_bufs_free(fwd_bufs *b) {
+  bk_free(b->x), bk_free(b->xn), bk_free(b->q), bk_free(b->k), bk_free(b->v);
+  bk_free(b->att), bk_free(b->o), bk_free(b->gate), bk_free(b->up);
+  free(b->pos), free(b->row);
+}
+
+static int attention_layer(model *m, int l, const model_batch *b, fwd_bufs *f, int64_t T, herr *err) {
+  const model_config *c = &m->cfg;
+  const layer_weights *lw = &m->layers[l];
+  int64_t H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim, D = c->hidden_size;
+  op_rmsnorm(f->xn, f->x, T, D, lw->attn_norm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
+  int rc;
+  if ((rc = bk_matmul(m->pool, f->q, f->xn, T, &lw->q, lw->q_bias, err)) ||
+      (rc = bk_matmul(m->pool, f->k, f->xn, T, &lw->k, lw->k_bias, err)) ||
+      (rc = bk_matmul(m->pool, f->v, f->xn, T, &lw->v, lw->v_bias, err)))
+    return rc;
+  if (lw->q_norm) {
+    op_rmsnorm(f->q, f->q, T * H, hd, lw->q_norm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
+    op_rmsnorm(f->k, f->k, T * KV, hd, lw->k_norm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
+  }
+  if (lw->rope) {
+    op_rope(f->q, T, H, hd, f->pos, lw->rope);
+    op_rope(f->k, T, KV, hd, f->pos, lw->rope);
+  }
+  attn_params ap = {H, KV, hd, m->attn_scale, (float)c->attn_logit_softcapping, lw->window};
+  int64_t t0 = 0;
+  for (int s = 0; s < b->n_seqs; s++) {
+    const model_seq *sq = &b->seqs[s];
+    kv_seq *kv = sq->kv;
+    for (int i = 0; i < sq->n_tokens; i++) {
+      int64_t t = t0 + i;
+      memcpy(kv->ops->k_row(kv, l, kv->len + i), f->k + t * KV * hd, (size_t)(KV * hd) * sizeof(float));
+      memcpy(kv->ops->v_row(kv, l, kv->len + i), f->v + t * KV * hd, (size_t)(KV * hd) * sizeof(float));
+    }
+    kv_view view;
+    kv->ops->view(kv, l, kv->len + sq->n_tokens, &view);
+    op_attention(m->pool, f->att + t0 * H * hd, f->q + t0 * H * hd, sq->n_tokens, f->row + t0, &view, &ap);
+    t0 += sq->n_tokens;
+  }
+  if ((rc = bk_matmul(m->pool, f->o, f->att, T, &lw->o, lw->o_bias, err))) return rc;
+  if (m->fam->sandwich_norms) op_rmsnorm(f->o, f->o, T, D, lw->post_attn_norm, (float)c->rms_norm_eps, true);
+  op_add(f->x, f->x, f->o, T * D);
+  return 0;
+}
+
+static int mlp_layer(model *m, int l, fwd_bufs *f, int64_t T, herr *err) {
+  const model_config *c = &m->cfg;
+  const layer_weights *lw = &m->layers[l];
+  int64_t D = c->hidden_size, I = c->intermediate_size;
+  const float *pre = m->fam->sandwich_norms ? lw->pre_ffn_norm : lw->post_attn_norm;
+  op_rmsnorm(f->xn, f->x, T, D, pre, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
+  int rc;
+  if ((rc = bk_matmul(m->pool, f->gate, f->xn, T, &lw->gate, lw->gate_bias, err)) ||
+      (rc = bk_matmul(m->pool, f->up, f->xn, T, &lw->up, lw->up_bias, err)))
+    return rc;
+  activate(c->hidden_act, f->gate, T * I);
+  op_mul(f->gate, f->gate, f->up, T * I);
+  if ((rc = bk_matmul(m->pool, f->o, f->gate, T, &lw->down, lw->down_bias, err))) return rc;
+  if (m->fam->sandwich_norms) op_rmsnorm(f->o, f->o, T, D, lw->post_ffn_norm, (float)c->rms_norm_eps, true);
+  op_add(f->x, f->x, f->o, T * D);
+  return 0;
+}
+
+int model_forward(model *m, const model_batch *b, float *logits_out, herr *err) {
+  const model_config *c = &m->cfg;
+  if (!b || b->n_seqs <= 0) return herr_set(err, HEARTH_EINVAL, "model_forward: empty batch");
+  int64_t T = 0;
+  for (int s = 0; s < b->n_seqs; s++) {
+    const model_seq *sq = &b->seqs[s];
+    if (!sq->kv || !sq->kv->ops || sq->n_tokens <= 0 || !sq->tokens)
+      return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d has no cache or no tokens", s);
+    for (int s2 = 0; s2 < s; s2++)
+      if (b->seqs[s2].kv == sq->kv) return herr_set(err, HEARTH_EINVAL, "model_forward: sequences %d and %d share one cache", s2, s);
+    for (int i = 0; i < sq->n_tokens; i++)
+      if (sq->tokens[i] < 0 || sq->tokens[i] >= c->vocab_size)
+        return herr_set(err, HEARTH_EINVAL, "model_forward: token id %d is outside the vocabulary (size %lld)", (int)sq->tokens[i],
+                        (long long)c->vocab_size);
+    T += sq->n_tokens;
+  }
+  for (int s = 0; s < b->n_seqs; s++) {
+    int rc = b->seqs[s].kv->ops->reserve(b->seqs[s].kv, b->seqs[s].n_tokens, err);
+    if (rc) return rc;
+  }
+  int64_t H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim, D = c->hidden_size,
+          I = c->intermediate_size, V = c->vocab_size;
+  int64_t wide = H * hd > D ? H * hd : D;
+  fwd_bufs f = {0};
+  f.x = bk_alloc((size_t)(T * D));
+  f.xn = bk_alloc((size_t)(T * D));
+  f.q = bk_alloc((size_t)(T * H * hd));
+  f.k = bk_alloc((size_t)(T * KV * hd));
+  f.v = bk_alloc((size_t)(T * KV * hd));
+  f.att = bk_alloc((size_t)(T * H * hd));
+  f.o = bk_alloc((size_t)(T * wide));
+  f.gate = bk_alloc((size_t)(T * I));
+  f.up = bk_alloc((size_t)(T * I));
+  f.pos = malloc((size_t)T * sizeof(int64_t));
+  f.row = malloc((size_t)T * sizeof(int64_t));
+  if (!f.x || !f.xn || !f.q || !f.k || !f.v || !f.att || !f.o || !f.gate || !f.up || !f.pos || !f.row) {
+    fwd_bufs_free(&f);
+    return herr_set(err, HEARTH_ENOMEM, "model_forward: out of memory for %lld tokens", (long long)T);
+  }
+  /* embeddings, positions */
+  int64_t t = 0;
+  for (int s = 0; s < b->n_seqs; s++) {
+    const model_seq *sq = &b->seqs[s];
+    for (int i = 0; i < sq->n_tokens; i++, t++) {
+      int rc = bk_dequant_row(&m->embed, sq->tokens[i], f.x + t * D, err);
+      if (rc) {
+        fwd_bufs_free(&f);
+        return rc;
+      }
+      f.row[t] = sq->kv->len + i;
+      f.pos[t] = sq->positions ? sq->positions[i] : f.row[t];
+    }
+  }
+  if (m->embed_scale) op_scale(f.x, T * D, m->embed_scale);
+  for (int l = 0; l < c->num_hidden_layers; l++) {
+    int rc = attention_layer(m, l, b, &f, T, err);
+    if (!rc) rc = mlp_layer(m, l, &f, T, err);
+    if (rc) {
+      fwd_bufs_free(&f);
+      return rc;
+    }
+  }
+  /* gather the rows that need logits, then final norm and lm_head */
+  int64_t R = 0;
+  t = 0;
+  for (int s = 0; s < b->n_seqs; s++) {
+    const model_seq *sq = &b->seqs[s];
+    for (int i = 0; i < sq->n_tokens; i++, t++)
+      if (sq->all_logits || i == sq->n_tokens - 1) memmove(f.xn + (R++) * D, f.x + t * D, (size_t)D * sizeof(float));
+  }
+  op_rmsnorm(f.xn, f.xn, R, D, m->final_norm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
+  int rc = bk_matmul(m->pool, logits_out, f.xn, R, &m->lm_head, NULL, err);
+  if (rc) {
+    fwd_bufs_free(&f);
+    return rc;
+  }
+  if (c->final_logit_softcapping > 0) op_softcap(logits_out, R * V, (float)c->final_logit_softcapping);
+  for (int s = 0; s < b->n_seqs; s++) b->seqs[s].kv->ops->commit(b->seqs[s].kv, b->seqs[s].n_tokens);
+  fwd_bufs_free(&f);
+  return 0;
+}

@@ -1,0 +1,224 @@
+/* gguf_model.c — reading a model from a GGUF file (see gguf_model.h): the
+ * metadata keys of llama.cpp's llama, qwen2 and qwen3 architectures mapped
+ * onto config.json fields, tensor names mapped onto Hugging Face names, and
+ * vectors (norms, biases) converted to f32 (F32, F16, BF16, Q8_0, Q4_0).
+ * Matrices stay in the mapping (the decoder multiplies them as stored).
+ * Knows nothing of the forward pass; other GGUF architectures are refused
+ * with a message. */
+#include "model/gguf_model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/safetensors.h"
+
+bool gguf_model_is_gguf(const char *path) {
+  size_t n = strlen(path);
+  return n > 5 && strcmp(path + n - 5, ".gguf") == 0;
+}
+
+/* Sets key in j from an integer metadata key when present. */
+static int put_int(const gguf_file *g, json_t *j, const char *key, const char *gkey, bool required, herr *err) {
+  int64_t v;
+  if (!gguf_has(g, gkey)) return required ? herr_set(err, HEARTH_EFORMAT, "%s: metadata key '%s' is missing", gguf_path(g), gkey) : 0;
+  int rc = gguf_get_int(g, gkey, &v, err);
+  if (rc) return rc;
+  json_object_set_new(j, key, json_integer(v));
+  return 0;
+}
+
+static int put_float(const gguf_file *g, json_t *j, const char *key, const char *gkey, herr *err) {
+  double v;
+  if (!gguf_has(g, gkey)) return 0;
+  int rc = gguf_get_float(g, gkey, &v, err);
+  if (rc) return rc;
+  json_object_set_new(j, key, json_real(v));
+  return 0;
+}
+
+int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
+  memset(c, 0, sizeof *c);
+  char *arch = NULL;
+  int rc = gguf_get_strdup(g, "general.architecture", &arch, err);
+  if (rc) return rc;
+  /* architectures whose GGUF layout is the Hugging Face one renamed (llama: q/k rows permuted) */
+  if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3")) {
+    rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: GGUF architecture '%s' is not supported (supported: llama, qwen2, qwen3)",
+                  gguf_path(g), arch);
+    free(arch);
+    return rc;
+  }
+  json_t *j = json_object();
+  if (!j) {
+    free(arch);
+    return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  }
+  char k[20][96];
+#define KEY(i, suffix) (snprintf(k[i], sizeof k[i], "%s.%s", arch, suffix), k[i])
+  json_object_set_new(j, "model_type", json_string(arch));
+  json_object_set_new(j, "hidden_act", json_string("silu"));
+  if ((rc = put_int(g, j, "hidden_size", KEY(0, "embedding_length"), true, err)) ||
+      (rc = put_int(g, j, "intermediate_size", KEY(1, "feed_forward_length"), true, err)) ||
+      (rc = put_int(g, j, "num_hidden_layers", KEY(2, "block_count"), true, err)) ||
+      (rc = put_int(g, j, "num_attention_heads", KEY(3, "attention.head_count"), true, err)) ||
+      (rc = put_int(g, j, "num_key_value_heads", KEY(4, "attention.head_count_kv"), false, err)) ||
+      (rc = put_int(g, j, "max_position_embeddings", KEY(5, "context_length"), false, err)) ||
+      (rc = put_int(g, j, "head_dim", KEY(6, "attention.key_length"), false, err)) ||
+      (rc = put_int(g, j, "bos_token_id", "tokenizer.ggml.bos_token_id", false, err)) ||
+      (rc = put_int(g, j, "eos_token_id", "tokenizer.ggml.eos_token_id", false, err)) ||
+      (rc = put_float(g, j, "rms_norm_eps", KEY(7, "attention.layer_norm_rms_epsilon"), err)) ||
+      (rc = put_float(g, j, "rope_theta", KEY(8, "rope.freq_base"), err)))
+    goto out;
+  /* vocabulary size: the key when present, else the embedding's rows */
+  if (gguf_has(g, KEY(9, "vocab_size"))) {
+    if ((rc = put_int(g, j, "vocab_size", k[9], true, err))) goto out;
+  } else {
+    const gguf_tensor *e = gguf_find_tensor(g, "token_embd.weight");
+    if (!e || e->ndim != 2) {
+      rc = herr_set(err, HEARTH_EFORMAT, "%s: tensor 'token_embd.weight' is missing or not 2-D", gguf_path(g));
+      goto out;
+    }
+    json_object_set_new(j, "vocab_size", json_integer(e->dims[1]));
+  }
+  json_object_set_new(j, "tie_word_embeddings", json_boolean(gguf_find_tensor(g, "output.weight") == NULL));
+  /* partial rotary: rope.dimension_count of head_dim */
+  if (gguf_has(g, KEY(10, "rope.dimension_count"))) {
+    int64_t rot, hidden, heads;
+    if ((rc = gguf_get_int(g, k[10], &rot, err))) goto out;
+    hidden = json_integer_value(json_object_get(j, "hidden_size"));
+    heads = json_integer_value(json_object_get(j, "num_attention_heads"));
+    int64_t hd = json_object_get(j, "head_dim") ? json_integer_value(json_object_get(j, "head_dim")) : (heads > 0 ? hidden / heads : 0);
+    if (hd > 0 && rot > 0 && rot < hd) json_object_set_new(j, "partial_rotary_factor", json_real((double)rot / (double)hd));
+  }
+  if (gguf_has(g, KEY(11, "rope.scaling.type"))) {
+    char *type = NULL;
+    if ((rc = gguf_get_strdup(g, k[11], &type, err))) goto out;
+    if (strcmp(type, "none") != 0) {
+      json_t *rs = json_object();
+      json_object_set_new(rs, "rope_type", json_string(type));
+      json_object_set_new(j, "rope_scaling", rs);
+      if ((rc = put_float(g, rs, "factor", KEY(12, "rope.scaling.factor"), err)) ||
+          (rc = put_int(g, rs, "original_max_position_embeddings", KEY(13, "rope.scaling.original_context_length"), false, err))) {
+        free(type);
+        goto out;
+      }
+    }
+    free(type);
+  }
+#undef KEY
+  rc = config_from_json(c, j, gguf_path(g), err);
+out:
+  json_decref(j);
+  free(arch);
+  return rc;
+}
+
+/* Hugging Face name → GGUF name for the llama layout; false when there is none. */
+static bool gguf_name(const char *hf, char *out, size_t n) {
+  static const struct { const char *hf, *gg; } top[] = {
+      {"model.embed_tokens.weight", "token_embd.weight"},
+      {"model.norm.weight", "output_norm.weight"},
+      {"lm_head.weight", "output.weight"},
+  };
+  for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+    if (!strcmp(hf, top[i].hf)) return snprintf(out, n, "%s", top[i].gg) < (int)n;
+  static const struct { const char *hf, *gg; } layer[] = {
+      {"input_layernorm.weight", "attn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},
+      {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},
+      {"self_attn.o_proj.bias", "attn_output.bias"},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+      {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"},
+  };
+  int l, used = 0;
+  if (sscanf(hf, "model.layers.%d.%n", &l, &used) != 1 || used == 0) return false;
+  const char *rest = hf + used;
+  for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++)
+    if (!strcmp(rest, layer[i].hf)) return snprintf(out, n, "blk.%d.%s", l, layer[i].gg) < (int)n;
+  return false;
+}
+
+const gguf_tensor *gguf_model_find(const gguf_file *g, const char *hf_name) {
+  char name[256];
+  if (!gguf_name(hf_name, name, sizeof name)) return NULL;
+  return gguf_find_tensor(g, name);
+}
+
+static float half_at(const unsigned char *p) {
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return st_f16_to_f32(h);
+}
+
+static int to_f32(const gguf_tensor *t, float *out, herr *err) {
+  const unsigned char *p = t->data;
+  int64_t n = t->nelements;
+  switch (t->type) {
+    case GGML_TYPE_F32:
+      memcpy(out, p, (size_t)n * 4);
+      return 0;
+    case GGML_TYPE_F16:
+      for (int64_t i = 0; i < n; i++) out[i] = half_at(p + 2 * i);
+      return 0;
+    case GGML_TYPE_BF16:
+      for (int64_t i = 0; i < n; i++) {
+        uint16_t b;
+        memcpy(&b, p + 2 * i, 2);
+        out[i] = st_bf16_to_f32(b);
+      }
+      return 0;
+    case GGML_TYPE_Q8_0: /* blocks of 32: f16 scale, 32 × int8 */
+      for (int64_t b = 0; b < n / 32; b++) {
+        const unsigned char *blk = p + b * 34;
+        float d = half_at(blk);
+        for (int i = 0; i < 32; i++) out[b * 32 + i] = d * (float)(int8_t)blk[2 + i];
+      }
+      return 0;
+    case GGML_TYPE_Q4_0: /* blocks of 32: f16 scale, 16 bytes; low nibbles are elements 0..15, high 16..31 */
+      for (int64_t b = 0; b < n / 32; b++) {
+        const unsigned char *blk = p + b * 18;
+        float d = half_at(blk);
+        for (int i = 0; i < 16; i++) {
+          out[b * 32 + i] = d * (float)((blk[2 + i] & 0x0f) - 8);
+          out[b * 32 + i + 16] = d * (float)((blk[2 + i] >> 4) - 8);
+        }
+      }
+      return 0;
+    default:
+      return herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor type %s is not supported yet (F32, F16, BF16, Q8_0, Q4_0)", t->name,
+                      ggml_type_name(t->type));
+  }
+}
+
+int gguf_model_read_f32(const gguf_file *g, const gguf_tensor *t, const char *hf_name, int64_t heads, float *out, herr *err) {
+  int rc = to_f32(t, out, err);
+  if (rc) return rc;
+  const gguf_kv *arch = gguf_find_kv(g, "general.architecture");
+  if (!arch || arch->type != GGUF_TYPE_STRING || arch->v.str.len != 5 || memcmp(arch->v.str.ptr, "llama", 5)) return 0;
+  size_t n = strlen(hf_name);
+  bool qk = n >= 13 && (!strcmp(hf_name + n - 13, "q_proj.weight") || !strcmp(hf_name + n - 13, "k_proj.weight"));
+  if (!qk || t->ndim != 2 || heads <= 0) return 0;
+  /* llama.cpp stores row (h, 2i + half) what Hugging Face has at row (h, half * hd/2 + i) */
+  int64_t cols = t->dims[0], rows = t->dims[1], hd = rows / heads, half = hd / 2;
+  if (hd * heads != rows || hd % 2) return herr_set(err, HEARTH_EFORMAT, "%s: %lld rows do not split into %lld heads", t->name, (long long)rows, (long long)heads);
+  float *tmp = malloc((size_t)(hd * cols) * sizeof(float));
+  if (!tmp) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  for (int64_t h = 0; h < heads; h++) {
+    float *head = out + h * hd * cols;
+    memcpy(tmp, head, (size_t)(hd * cols) * sizeof(float));
+    for (int64_t i = 0; i < half; i++)
+      for (int s = 0; s < 2; s++) memcpy(head + (s * half + i) * cols, tmp + (2 * i + s) * cols, (size_t)cols * sizeof(float));
+  }
+  free(tmp);
+  return 0;
+}

@@ -1,0 +1,74 @@
+/* model.h — the one interface the engine uses to run a model: load a folder,
+ * read its config, run a batched forward pass that returns logits.
+ *
+ * Batching: a batch is a list of sequences, each with its own KV state
+ * (kv.h), its new tokens and, optionally, their positions. The forward
+ * appends the new tokens' keys/values to each sequence's cache, advances its
+ * length, and writes logits for the last new token of each sequence (or for
+ * every new token when the sequence sets all_logits). A prompt fed in chunks
+ * of any size gives the same logits as in one piece.
+ *
+ * Weights: a model folder's safetensors (f32, f16, bf16, or MLX affine
+ * 4/8-bit with a "quantization" block in config.json), or a GGUF file
+ * (llama, qwen2, qwen3; f32, f16, bf16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
+ * Matrices stay as stored in the file mapping and are multiplied by the
+ * backend's bk_matmul; activations, norms and the KV cache are f32.
+ */
+#ifndef HEARTH_MODEL_H
+#define HEARTH_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "format/config.h"
+#include "model/kv.h"
+
+typedef struct model model;
+
+typedef struct model_load_opts {
+  int threads;      /* worker threads for the ops; <= 0 = one per CPU */
+} model_load_opts;
+
+/* The cache layout the model needs: one row of kv_dim[l] floats (each of K
+ * and V) per token and layer; sliding layers need at most window[l] rows
+ * back from the newest (0 = every row). */
+typedef struct model_kv_geometry {
+  int n_layers;
+  int64_t kv_dim[CFG_MAX_LAYERS];
+  int64_t window[CFG_MAX_LAYERS];
+} model_kv_geometry;
+
+/* One sequence of a batch. */
+typedef struct model_seq {
+  kv_seq *kv;                /* borrowed: this sequence's cache state; kv->len = tokens already seen */
+  const int32_t *tokens;     /* borrowed: the new tokens */
+  int n_tokens;              /* >= 1 */
+  const int64_t *positions;  /* borrowed, may be NULL: RoPE positions of the new tokens (default kv->len + i) */
+  bool all_logits;           /* logits for every new token, else only for the last */
+} model_seq;
+
+typedef struct model_batch {
+  const model_seq *seqs;     /* borrowed */
+  int n_seqs;
+} model_batch;
+
+/* dir: a model folder (config.json + safetensors) or a .gguf file. opts may
+ * be NULL. Every tensor's presence and shape is checked against the config;
+ * errors name the tensor ("model.layers.3.mlp.up_proj.weight: expected shape
+ * [256, 64], file has [64, 256]"). */
+int model_load(const char *dir, const model_load_opts *opts, model **out, herr *err);
+void model_free(model *m);
+const model_config *model_cfg(const model *m);
+int64_t model_vocab_size(const model *m);
+void model_kv_geometry_of(const model *m, model_kv_geometry *g);
+
+/* Rows of logits model_forward writes for b: sum over sequences of
+ * (all_logits ? n_tokens : 1). */
+size_t model_batch_logit_rows(const model_batch *b);
+/* logits_out: model_batch_logit_rows(b) × vocab floats, sequence by sequence
+ * in batch order. On failure no sequence's length has changed. */
+int model_forward(model *m, const model_batch *b, float *logits_out, herr *err);
+
+#endif

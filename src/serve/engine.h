@@ -1,0 +1,104 @@
+/* engine.h — what the HTTP server needs from a model, as a struct of function
+ * pointers: the model's id and context, chat rendering, token counting, and
+ * generation with a per-token callback and a cancel flag. `hearth serve` fills
+ * it from the public API (engine_hearth.c); tests fill it with a fake. The
+ * server never sees a tokenizer, a tensor or a sampler. */
+#ifndef HEARTH_SERVE_ENGINE_H
+#define HEARTH_SERVE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+/* One chat message, content already flattened to text. */
+typedef struct serve_message {
+  char *role;    /* owned */
+  char *content; /* owned, never NULL ("" for an empty or null content) */
+} serve_message;
+
+typedef struct serve_logit_bias {
+  int32_t token;
+  float bias;
+} serve_logit_bias;
+
+/* Sampling and limits. Fields left unset (NAN for reals, -1 for integers,
+ * has_seed false) take the model's generation_config.json defaults. */
+typedef struct serve_sampling {
+  int64_t max_tokens; /* -1: up to the context length */
+  double temperature, top_p, min_p;
+  int64_t top_k;
+  double presence_penalty, frequency_penalty, repetition_penalty;
+  bool has_seed;
+  uint64_t seed;
+  char **stop; /* owned by the request; nstop strings, matched on decoded text */
+  int nstop;
+  serve_logit_bias *bias; /* owned by the request */
+  int nbias;
+  int top_logprobs; /* how many alternatives per token when logprobs is on */
+  bool logprobs;
+} serve_sampling;
+
+/* One alternative token and its log-probability. */
+typedef struct serve_top_logprob {
+  const char *text; /* borrowed for the callback */
+  size_t len;
+  float logprob;
+} serve_top_logprob;
+
+/* What one decode step releases. `text` is the output text that became final
+ * in this step (possibly empty while a stop string or a UTF-8 sequence is held
+ * back); the rest describes the sampled token itself, for logprobs. A last
+ * call with `flush` set carries held-back text and no token. */
+typedef struct serve_token {
+  bool flush;
+  const char *text; /* borrowed for the callback */
+  size_t len;
+  int32_t id;
+  const char *token_text; /* borrowed: the token's own decoded bytes */
+  size_t token_len;
+  float logprob;
+  const serve_top_logprob *top; /* borrowed; ntop entries */
+  int ntop;
+} serve_token;
+
+/* Return nonzero to stop generating (the result is then "cancelled"). */
+typedef int (*serve_token_fn)(void *ctx, const serve_token *tok);
+
+typedef enum serve_finish { SERVE_FINISH_STOP = 0, SERVE_FINISH_LENGTH = 1, SERVE_FINISH_CANCELLED = 2 } serve_finish;
+
+typedef struct serve_result {
+  serve_finish finish;
+  int64_t prompt_tokens, completion_tokens;
+} serve_result;
+
+typedef struct serve_engine {
+  void *impl;           /* owned by whoever made the engine */
+  const char *model_id; /* borrowed from impl: answered as "model" */
+  int64_t context_length;
+  int64_t vocab_size;   /* token ids are below this; 0: unknown */
+  int64_t created;      /* unix time the model was loaded */
+  bool thread_safe;     /* false: the server runs one generation at a time */
+  /* Renders messages with the chat template (generation prompt appended) into
+   * a malloc'd string *prompt (caller frees). */
+  int (*render_chat)(void *impl, const serve_message *msgs, int nmsgs, char **prompt, herr *err);
+  /* Number of tokens the prompt encodes to (raw: a completion prompt, which
+   * gets the model's BOS the way hearth_generate would add it). */
+  int (*count_tokens)(void *impl, const char *prompt, bool raw, int64_t *n, herr *err);
+  /* Generates from a rendered (raw false) or raw prompt. Calls on_token for
+   * every step; returns once finished, stopped by on_token, or *cancel is set
+   * (read with __atomic_load_n or as volatile, checked every step; another
+   * thread sets it). HEARTH_ELIMIT when the prompt does not fit,
+   * HEARTH_ECANCELLED when cancelled. */
+  int (*generate)(void *impl, const char *prompt, bool raw, const serve_sampling *s, serve_token_fn on_token,
+                  void *ctx, volatile int *cancel, serve_result *res, herr *err);
+  void (*destroy)(void *impl);
+} serve_engine;
+
+/* Loads a model folder through the public API (include/hearth.h) as an
+ * engine; threads <= 0 picks one per core. serve_engine_close frees it. */
+int serve_engine_open(const char *model_dir, int threads, serve_engine *out, herr *err);
+void serve_engine_close(serve_engine *e);
+
+#endif

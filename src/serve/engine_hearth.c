@@ -1,0 +1,175 @@
+/* engine_hearth.c — serve_engine over the public library API (include/hearth.h):
+ * loading a model folder, rendering chats with its template, counting tokens,
+ * and generating with a per-token callback. The only file of the server that
+ * knows the library; knows nothing of HTTP. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hearth.h"
+#include "serve/engine.h"
+
+typedef struct hearth_engine {
+  hearth_model *model; /* owned */
+  hearth_info info;
+} hearth_engine;
+
+static int copy_err(herr *err, const hearth_error *e) {
+  if (err) *err = *e;
+  return e->code ? e->code : HEARTH_EINTERNAL;
+}
+
+static int render_chat(void *impl, const serve_message *msgs, int nmsgs, char **prompt, herr *err) {
+  hearth_engine *h = impl;
+  json_t *arr = json_array();
+  for (int i = 0; i < nmsgs; i++) {
+    json_t *m = json_object();
+    json_object_set_new(m, "role", json_string(msgs[i].role));
+    json_t *c = json_string(msgs[i].content);
+    if (!c) { /* not valid UTF-8: the template sees what jansson can carry */
+      json_decref(m);
+      json_decref(arr);
+      return herr_set(err, HEARTH_EINVAL, "messages[%d].content is not valid UTF-8", i);
+    }
+    json_object_set_new(m, "content", c);
+    json_array_append_new(arr, m);
+  }
+  char *js = json_dumps(arr, JSON_COMPACT);
+  json_decref(arr);
+  if (!js) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  char *text = NULL;
+  hearth_error e = {0};
+  int rc = hearth_chat_render(h->model, js, NULL, true, NULL, &text, &e);
+  free(js);
+  if (rc) return copy_err(err, &e);
+  *prompt = strdup(text);
+  hearth_free(text);
+  return *prompt ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
+}
+
+static int count_tokens(void *impl, const char *prompt, bool raw, int64_t *n, herr *err) {
+  hearth_engine *h = impl;
+  int32_t *ids = NULL;
+  size_t nids = 0;
+  hearth_error e = {0};
+  if (hearth_tokenize(h->model, prompt, strlen(prompt), raw, &ids, &nids, &e)) return copy_err(err, &e);
+  hearth_free(ids);
+  *n = (int64_t)nids;
+  return 0;
+}
+
+typedef struct relay {
+  serve_token_fn fn;
+  void *ctx;
+} relay;
+
+static int on_token(void *user, const char *text, size_t len, const hearth_token *tok) {
+  relay *r = user;
+  serve_token t = {.text = text, .len = len, .id = -1};
+  serve_top_logprob top[HEARTH_MAX_TOP_LOGPROBS];
+  if (tok) {
+    t.id = tok->id;
+    t.token_text = tok->text;
+    t.token_len = tok->len;
+    t.logprob = tok->logprob;
+    int n = tok->n_top < HEARTH_MAX_TOP_LOGPROBS ? tok->n_top : HEARTH_MAX_TOP_LOGPROBS;
+    for (int i = 0; i < n; i++) {
+      top[i].text = tok->top[i].text;
+      top[i].len = tok->top[i].len;
+      top[i].logprob = tok->top[i].logprob;
+    }
+    t.top = top;
+    t.ntop = n > 0 ? n : 0;
+  } else {
+    t.flush = true;
+  }
+  return r->fn(r->ctx, &t);
+}
+
+static int generate(void *impl, const char *prompt, bool raw, const serve_sampling *s, serve_token_fn fn, void *ctx,
+                    volatile int *cancel, serve_result *res, herr *err) {
+  hearth_engine *h = impl;
+  hearth_gen_params p;
+  hearth_gen_params_init(&p);
+  p.max_tokens = s->max_tokens;
+  p.temperature = s->temperature;
+  p.top_p = s->top_p;
+  p.top_k = s->top_k;
+  p.min_p = s->min_p;
+  p.repetition_penalty = s->repetition_penalty;
+  p.presence_penalty = s->presence_penalty;
+  p.frequency_penalty = s->frequency_penalty;
+  p.has_seed = s->has_seed;
+  p.seed = s->seed;
+  p.stop = (const char *const *)s->stop;
+  p.n_stop = s->nstop;
+  hearth_logit_bias *bias = NULL;
+  if (s->nbias) {
+    bias = malloc((size_t)s->nbias * sizeof *bias);
+    if (!bias) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+    for (int i = 0; i < s->nbias; i++) {
+      bias[i].id = s->bias[i].token;
+      bias[i].bias = s->bias[i].bias;
+    }
+  }
+  p.logit_bias = bias;
+  p.n_logit_bias = s->nbias;
+  p.logprobs = s->logprobs;
+  p.top_logprobs = s->top_logprobs;
+  p.cancel = cancel;
+  hearth_prompt hp = {.text = prompt, .text_len = strlen(prompt), .add_special = raw};
+  relay r = {fn, ctx};
+  hearth_gen_result gr;
+  memset(&gr, 0, sizeof gr);
+  hearth_error e = {0};
+  int rc = hearth_generate(h->model, &hp, &p, on_token, &r, &gr, &e);
+  free(bias);
+  res->prompt_tokens = gr.prompt_tokens;
+  res->completion_tokens = gr.completion_tokens;
+  res->finish = gr.finish_reason == HEARTH_FINISH_LENGTH      ? SERVE_FINISH_LENGTH
+                : gr.finish_reason == HEARTH_FINISH_CANCELLED ? SERVE_FINISH_CANCELLED
+                                                              : SERVE_FINISH_STOP;
+  if (rc) return copy_err(err, &e);
+  return 0;
+}
+
+static void destroy(void *impl) {
+  hearth_engine *h = impl;
+  if (!h) return;
+  hearth_model_free(h->model);
+  free(h);
+}
+
+int serve_engine_open(const char *model_dir, int threads, serve_engine *out, herr *err) {
+  memset(out, 0, sizeof *out);
+  hearth_engine *h = calloc(1, sizeof *h);
+  if (!h) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  hearth_load_opts opts = {.id = NULL, .threads = threads, .context_length = 0};
+  hearth_error e = {0};
+  if (hearth_model_load(model_dir, &opts, &h->model, &e)) {
+    free(h);
+    return copy_err(err, &e);
+  }
+  hearth_model_info(h->model, &h->info);
+  if (!h->info.has_tokenizer) {
+    destroy(h);
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: the model has no tokenizer.json, so it cannot serve text", model_dir);
+  }
+  out->impl = h;
+  out->model_id = h->info.id;
+  out->context_length = h->info.context_length;
+  out->vocab_size = h->info.vocab_size;
+  out->created = (int64_t)time(NULL);
+  out->thread_safe = false; /* the library queues generations per model; the server queues them first */
+  out->render_chat = render_chat;
+  out->count_tokens = count_tokens;
+  out->generate = generate;
+  out->destroy = destroy;
+  return 0;
+}
+
+void serve_engine_close(serve_engine *e) {
+  if (e && e->destroy) e->destroy(e->impl);
+  if (e) memset(e, 0, sizeof *e);
+}

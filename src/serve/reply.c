@@ -1,0 +1,278 @@
+/* reply.c — OpenAI response bodies and SSE chunks (see reply.h). Owns the
+ * exact field layout of chat.completion(.chunk) and text_completion, the
+ * logprobs shapes of both APIs, and keeping every string valid UTF-8. Knows
+ * nothing of HTTP: callers get bytes to send. */
+#include "serve/reply.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/utf8.h"
+
+#define FINGERPRINT "hearth-" HEARTH_VERSION
+
+static json_t *completion_logprobs_new(void);
+
+const char *serve_finish_name(serve_finish f) { return f == SERVE_FINISH_LENGTH ? "length" : "stop"; }
+
+static uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+void serve_reply_init(serve_reply *r, serve_kind kind, const char *model, int64_t created, uint64_t id_seed,
+                      bool logprobs) {
+  memset(r, 0, sizeof *r);
+  r->kind = kind;
+  r->model = model;
+  r->created = created;
+  r->logprobs = logprobs;
+  uint64_t a = mix64(id_seed ^ (uint64_t)created), b = mix64(a);
+  snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", kind == SERVE_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)a,
+           (unsigned long long)(b >> 32));
+  if (logprobs) {
+    if (kind == SERVE_CHAT) {
+      r->lp = json_array();
+    } else {
+      r->lp = completion_logprobs_new();
+    }
+  }
+}
+
+void serve_reply_free(serve_reply *r) {
+  hbuf_free(&r->text);
+  json_decref(r->lp);
+  r->lp = NULL;
+}
+
+void serve_utf8_clean(const char *s, size_t n, hbuf *out) {
+  size_t i = 0, run = 0; /* s[run..i) is valid and not yet appended */
+  while (i < n) {
+    uint32_t cp;
+    int len = utf8_decode(s + i, n - i, &cp);
+    if (len > 0) {
+      i += (size_t)len;
+      continue;
+    }
+    hbuf_append(out, s + run, i - run);
+    hbuf_append(out, "\xEF\xBF\xBD", 3);
+    run = ++i;
+  }
+  hbuf_append(out, s + run, n - run);
+}
+
+/* A JSON string from arbitrary bytes. */
+static json_t *text_json(const char *s, size_t n) {
+  hbuf b = {0};
+  serve_utf8_clean(s, n, &b);
+  json_t *j = json_stringn(b.data ? b.data : "", b.len);
+  hbuf_free(&b);
+  return j ? j : json_string("");
+}
+
+/* Log-probabilities are finite in JSON: -inf becomes a very small number. */
+static json_t *logprob_json(float lp) { return json_real(isfinite(lp) ? (double)lp : -9999.0); }
+
+static json_t *bytes_json(const char *s, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer((unsigned char)s[i]));
+  return a;
+}
+
+/* Chat: {"token","logprob","bytes","top_logprobs":[{"token","logprob","bytes"}]} */
+static json_t *chat_logprob_entry(const serve_token *t) {
+  json_t *e = json_object();
+  json_object_set_new(e, "token", text_json(t->token_text ? t->token_text : "", t->token_len));
+  json_object_set_new(e, "logprob", logprob_json(t->logprob));
+  json_object_set_new(e, "bytes", bytes_json(t->token_text ? t->token_text : "", t->token_len));
+  json_t *top = json_array();
+  for (int i = 0; i < t->ntop; i++) {
+    json_t *a = json_object();
+    json_object_set_new(a, "token", text_json(t->top[i].text ? t->top[i].text : "", t->top[i].len));
+    json_object_set_new(a, "logprob", logprob_json(t->top[i].logprob));
+    json_object_set_new(a, "bytes", bytes_json(t->top[i].text ? t->top[i].text : "", t->top[i].len));
+    json_array_append_new(top, a);
+  }
+  json_object_set_new(e, "top_logprobs", top);
+  return e;
+}
+
+/* Completion: appends one token to {"tokens","token_logprobs","top_logprobs","text_offset"}. */
+static void completion_logprob_add(json_t *lp, const serve_token *t, size_t offset) {
+  json_array_append_new(json_object_get(lp, "tokens"), text_json(t->token_text ? t->token_text : "", t->token_len));
+  json_array_append_new(json_object_get(lp, "token_logprobs"), logprob_json(t->logprob));
+  json_t *top = json_object();
+  for (int i = 0; i < t->ntop; i++) {
+    json_t *k = text_json(t->top[i].text ? t->top[i].text : "", t->top[i].len);
+    json_object_set_new(top, json_string_value(k), logprob_json(t->top[i].logprob));
+    json_decref(k);
+  }
+  json_array_append_new(json_object_get(lp, "top_logprobs"), top);
+  json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)offset));
+}
+
+static json_t *completion_logprobs_new(void) {
+  json_t *o = json_object();
+  json_object_set_new(o, "tokens", json_array());
+  json_object_set_new(o, "token_logprobs", json_array());
+  json_object_set_new(o, "top_logprobs", json_array());
+  json_object_set_new(o, "text_offset", json_array());
+  return o;
+}
+
+void serve_reply_add(serve_reply *r, const serve_token *tok) {
+  if (r->logprobs && r->lp && !tok->flush) {
+    if (r->kind == SERVE_CHAT) json_array_append_new(r->lp, chat_logprob_entry(tok));
+    else completion_logprob_add(r->lp, tok, r->text.len);
+  }
+  hbuf_append(&r->text, tok->text, tok->len);
+}
+
+static json_t *usage_json(const serve_result *res) {
+  json_t *u = json_object();
+  json_object_set_new(u, "prompt_tokens", json_integer(res->prompt_tokens));
+  json_object_set_new(u, "completion_tokens", json_integer(res->completion_tokens));
+  json_object_set_new(u, "total_tokens", json_integer(res->prompt_tokens + res->completion_tokens));
+  return u;
+}
+
+static json_t *envelope(const serve_reply *r, const char *object) {
+  json_t *o = json_object();
+  json_object_set_new(o, "id", json_string(r->id));
+  json_object_set_new(o, "object", json_string(object));
+  json_object_set_new(o, "created", json_integer(r->created));
+  json_object_set_new(o, "model", text_json(r->model ? r->model : "", r->model ? strlen(r->model) : 0));
+  json_object_set_new(o, "system_fingerprint", json_string(FINGERPRINT));
+  return o;
+}
+
+static void dump_to(json_t *j, hbuf *out) {
+  char *s = json_dumps(j, JSON_COMPACT);
+  if (s) hbuf_puts(out, s);
+  else out->oom = true;
+  free(s);
+}
+
+void serve_reply_body(serve_reply *r, const serve_result *res, hbuf *out) {
+  bool chat = r->kind == SERVE_CHAT;
+  json_t *o = envelope(r, chat ? "chat.completion" : "text_completion");
+  json_t *choice = json_object();
+  json_object_set_new(choice, "index", json_integer(0));
+  json_t *text = text_json(r->text.data ? r->text.data : "", r->text.len);
+  if (chat) {
+    json_t *msg = json_object();
+    json_object_set_new(msg, "role", json_string("assistant"));
+    json_object_set_new(msg, "content", text);
+    json_object_set_new(msg, "refusal", json_null());
+    json_object_set_new(choice, "message", msg);
+    if (r->logprobs && r->lp) {
+      json_t *lp = json_object();
+      json_object_set(lp, "content", r->lp);
+      json_object_set_new(lp, "refusal", json_null());
+      json_object_set_new(choice, "logprobs", lp);
+    } else {
+      json_object_set_new(choice, "logprobs", json_null());
+    }
+  } else {
+    json_object_set_new(choice, "text", text);
+    json_object_set(choice, "logprobs", r->logprobs && r->lp ? r->lp : json_null());
+  }
+  json_object_set_new(choice, "finish_reason", json_string(serve_finish_name(res->finish)));
+  json_t *choices = json_array();
+  json_array_append_new(choices, choice);
+  json_object_set_new(o, "choices", choices);
+  json_object_set_new(o, "usage", usage_json(res));
+  dump_to(o, out);
+  json_decref(o);
+}
+
+static void emit(json_t *j, hbuf *out) {
+  hbuf_puts(out, "data: ");
+  dump_to(j, out);
+  hbuf_puts(out, "\n\n");
+  json_decref(j);
+}
+
+/* One chunk with one choice; delta (chat) or text (completion) given by the caller. */
+static json_t *chunk(const serve_reply *r, json_t *delta_or_text, json_t *logprobs, const char *finish) {
+  bool chat = r->kind == SERVE_CHAT;
+  json_t *o = envelope(r, chat ? "chat.completion.chunk" : "text_completion");
+  json_t *choice = json_object();
+  json_object_set_new(choice, "index", json_integer(0));
+  json_object_set_new(choice, chat ? "delta" : "text", delta_or_text);
+  json_object_set_new(choice, "logprobs", logprobs ? logprobs : json_null());
+  json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
+  json_t *choices = json_array();
+  json_array_append_new(choices, choice);
+  json_object_set_new(o, "choices", choices);
+  if (r->usage_null) json_object_set_new(o, "usage", json_null());
+  return o;
+}
+
+void serve_sse_start(serve_reply *r, hbuf *out) {
+  if (r->kind != SERVE_CHAT) return;
+  json_t *delta = json_object();
+  json_object_set_new(delta, "role", json_string("assistant"));
+  json_object_set_new(delta, "content", json_string(""));
+  json_object_set_new(delta, "refusal", json_null());
+  emit(chunk(r, delta, NULL, NULL), out);
+}
+
+static json_t *text_value(const serve_reply *r, const char *s, size_t n) {
+  json_t *t = text_json(s, n);
+  if (r->kind != SERVE_CHAT) return t;
+  json_t *delta = json_object();
+  json_object_set_new(delta, "content", t);
+  return delta;
+}
+
+void serve_sse_token(serve_reply *r, const serve_token *tok, hbuf *out) {
+  bool lp_here = r->logprobs && !tok->flush;
+  if (tok->len == 0 && !lp_here) return;
+  json_t *lp = NULL;
+  if (lp_here) {
+    if (r->kind == SERVE_CHAT) {
+      lp = json_object();
+      json_t *content = json_array();
+      json_array_append_new(content, chat_logprob_entry(tok));
+      json_object_set_new(lp, "content", content);
+      json_object_set_new(lp, "refusal", json_null());
+    } else {
+      lp = completion_logprobs_new();
+      completion_logprob_add(lp, tok, r->text_offset);
+    }
+  }
+  r->text_offset += tok->len;
+  emit(chunk(r, text_value(r, tok->text, tok->len), lp, NULL), out);
+}
+
+void serve_sse_text(serve_reply *r, const char *s, size_t n, hbuf *out) {
+  if (n == 0) return;
+  r->text_offset += n;
+  emit(chunk(r, text_value(r, s, n), NULL, NULL), out);
+}
+
+void serve_sse_finish(serve_reply *r, serve_finish finish, hbuf *out) {
+  json_t *v = r->kind == SERVE_CHAT ? json_object() : json_string("");
+  emit(chunk(r, v, NULL, serve_finish_name(finish)), out);
+}
+
+void serve_sse_usage(serve_reply *r, const serve_result *res, hbuf *out) {
+  json_t *o = envelope(r, r->kind == SERVE_CHAT ? "chat.completion.chunk" : "text_completion");
+  json_object_set_new(o, "choices", json_array());
+  json_object_set_new(o, "usage", usage_json(res));
+  emit(o, out);
+}
+
+void serve_sse_error(const serve_fail *f, hbuf *out) {
+  char *s = serve_fail_json(f);
+  hbuf_puts(out, "data: ");
+  if (s) hbuf_puts(out, s);
+  hbuf_puts(out, "\n\n");
+  free(s);
+}
+
+void serve_sse_done(hbuf *out) { hbuf_puts(out, "data: [DONE]\n\n"); }

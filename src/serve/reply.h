@@ -1,0 +1,52 @@
+/* reply.h — the bodies the server answers with, in OpenAI's exact shapes:
+ * whole responses (chat.completion, text_completion) and the Server-Sent
+ * Events of a stream (chat.completion.chunk / text_completion chunks, the
+ * usage chunk, "data: [DONE]"). Pure formatting: no sockets, no model. */
+#ifndef HEARTH_SERVE_REPLY_H
+#define HEARTH_SERVE_REPLY_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "serve/engine.h"
+#include "serve/request.h"
+
+typedef struct serve_reply {
+  serve_kind kind;
+  char id[64];             /* "chatcmpl-…" / "cmpl-…" */
+  int64_t created;
+  const char *model;       /* borrowed */
+  bool logprobs;           /* report per-token log-probabilities */
+  bool usage_null;         /* stream with include_usage: chunks carry "usage": null */
+  hbuf text;               /* owned: the text so far (whole responses) */
+  json_t *lp;              /* owned: chat: array of content entries; completion: object of arrays */
+  size_t text_offset;      /* completion logprobs: offset of the next token's text */
+} serve_reply;
+
+/* id_seed makes the id unique (any varying number: a counter, a time). */
+void serve_reply_init(serve_reply *r, serve_kind kind, const char *model, int64_t created, uint64_t id_seed,
+                      bool logprobs);
+void serve_reply_free(serve_reply *r);
+
+/* Appends s[0..n) to out as UTF-8, each invalid byte replaced by U+FFFD. */
+void serve_utf8_clean(const char *s, size_t n, hbuf *out);
+
+/* Whole responses: add every step's output, then format once. */
+void serve_reply_add(serve_reply *r, const serve_token *tok);
+/* Appends the JSON body to out. */
+void serve_reply_body(serve_reply *r, const serve_result *res, hbuf *out);
+
+/* Stream events, each appended to out as "data: {...}\n\n". */
+void serve_sse_start(serve_reply *r, hbuf *out);        /* chat: delta.role; completion: nothing */
+void serve_sse_token(serve_reply *r, const serve_token *tok, hbuf *out); /* nothing when empty without logprobs */
+void serve_sse_text(serve_reply *r, const char *s, size_t n, hbuf *out);  /* a bare text delta (echo) */
+void serve_sse_finish(serve_reply *r, serve_finish finish, hbuf *out);
+void serve_sse_usage(serve_reply *r, const serve_result *res, hbuf *out);
+void serve_sse_error(const serve_fail *f, hbuf *out);
+void serve_sse_done(hbuf *out);
+
+const char *serve_finish_name(serve_finish f);
+
+#endif

@@ -1,0 +1,369 @@
+/* request.c — OpenAI request bodies → serve_request, with every field checked
+ * for type and range and every refusal naming the field in `param`. Owns the
+ * error shape too. Knows nothing of sockets, models or templates: content
+ * parts are flattened to text here and handed on as strings. */
+#include "serve/request.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_STOP 16
+
+int serve_fail_set(serve_fail *f, int status, const char *type, const char *param, const char *code, const char *fmt,
+                   ...) {
+  f->status = status;
+  f->type = type;
+  snprintf(f->param, sizeof f->param, "%s", param ? param : "");
+  snprintf(f->code, sizeof f->code, "%s", code ? code : "");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(f->message, sizeof f->message, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+/* jansson refuses strings that are not valid UTF-8; a message may quote
+ * client bytes, so cut it at the first invalid byte. */
+static json_t *text_json(const char *s) {
+  json_t *j = json_string(s);
+  if (j) return j;
+  size_t n = strlen(s);
+  while (n > 0 && !(j = json_stringn(s, n))) n--;
+  return j ? j : json_string("");
+}
+
+char *serve_fail_json(const serve_fail *f) {
+  json_t *e = json_object();
+  json_object_set_new(e, "message", text_json(f->message));
+  json_object_set_new(e, "type", json_string(f->type ? f->type : "invalid_request_error"));
+  json_object_set_new(e, "param", f->param[0] ? text_json(f->param) : json_null());
+  json_object_set_new(e, "code", f->code[0] ? json_string(f->code) : json_null());
+  json_t *root = json_object();
+  json_object_set_new(root, "error", e);
+  char *s = json_dumps(root, JSON_COMPACT);
+  json_decref(root);
+  return s;
+}
+
+static int bad(serve_fail *f, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(serve_fail *f, const char *param, const char *fmt, ...) {
+  f->status = 400;
+  f->type = "invalid_request_error";
+  snprintf(f->param, sizeof f->param, "%s", param);
+  f->code[0] = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(f->message, sizeof f->message, fmt, ap);
+  va_end(ap);
+  return 400;
+}
+
+/* A field, or NULL when absent or JSON null (both mean "not given"). */
+static json_t *field(json_t *obj, const char *key) {
+  json_t *v = json_object_get(obj, key);
+  return (v && !json_is_null(v)) ? v : NULL;
+}
+
+/* An integer field within [lo, hi]; a real with an integral value counts. */
+static int get_int(json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t *out, serve_fail *f) {
+  json_t *v = field(obj, key);
+  if (!v) return 0;
+  int64_t i;
+  if (json_is_integer(v)) {
+    i = (int64_t)json_integer_value(v);
+  } else if (json_is_real(v)) {
+    double d = json_real_value(v);
+    if (d != floor(d)) return bad(f, key, "'%s' must be an integer", key);
+    if (!(d > -9.2e18 && d < 9.2e18)) return bad(f, key, "'%s' is out of range", key);
+    i = (int64_t)d;
+  } else {
+    return bad(f, key, "'%s' must be an integer", key);
+  }
+  if (i < lo || i > hi) return bad(f, key, "'%s' must be between %lld and %lld", key, (long long)lo, (long long)hi);
+  *out = i;
+  return 0;
+}
+
+static int get_num(json_t *obj, const char *key, double lo, double hi, double *out, serve_fail *f) {
+  json_t *v = field(obj, key);
+  if (!v) return 0;
+  if (!json_is_number(v)) return bad(f, key, "'%s' must be a number", key);
+  double d = json_number_value(v);
+  if (!(d >= lo && d <= hi)) return bad(f, key, "'%s' must be between %g and %g", key, lo, hi);
+  *out = d;
+  return 0;
+}
+
+static int get_bool(json_t *obj, const char *key, bool *out, serve_fail *f) {
+  json_t *v = field(obj, key);
+  if (!v) return 0;
+  if (!json_is_boolean(v)) return bad(f, key, "'%s' must be a boolean", key);
+  *out = json_is_true(v);
+  return 0;
+}
+
+static int get_str(json_t *obj, const char *key, char **out, serve_fail *f) {
+  json_t *v = field(obj, key);
+  if (!v) return 0;
+  if (!json_is_string(v)) return bad(f, key, "'%s' must be a string", key);
+  *out = strdup(json_string_value(v));
+  if (!*out) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  return 0;
+}
+
+/* Content: a string, or an array of parts {"type":"text","text":...}. */
+static int flatten_content(json_t *c, int mi, char **out, serve_fail *f) {
+  char param[96];
+  snprintf(param, sizeof param, "messages[%d].content", mi);
+  if (!c || json_is_null(c)) {
+    *out = strdup("");
+  } else if (json_is_string(c)) {
+    *out = strdup(json_string_value(c));
+  } else if (json_is_array(c)) {
+    size_t total = 1, i;
+    json_t *part;
+    json_array_foreach(c, i, part) {
+      snprintf(param, sizeof param, "messages[%d].content[%zu]", mi, i);
+      if (!json_is_object(part)) return bad(f, param, "'%s' must be an object with a type", param);
+      json_t *type = json_object_get(part, "type");
+      if (!json_is_string(type)) return bad(f, param, "'%s.type' must be a string", param);
+      if (strcmp(json_string_value(type), "text") != 0)
+        return bad(f, param, "'%s' is of type '%s', but this server accepts only text parts", param,
+                   json_string_value(type));
+      json_t *text = json_object_get(part, "text");
+      if (!json_is_string(text)) return bad(f, param, "'%s.text' must be a string", param);
+      total += json_string_length(text);
+    }
+    char *s = malloc(total);
+    if (!s) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+    size_t at = 0;
+    json_array_foreach(c, i, part) {
+      json_t *text = json_object_get(part, "text");
+      memcpy(s + at, json_string_value(text), json_string_length(text));
+      at += json_string_length(text);
+    }
+    s[at] = 0;
+    *out = s;
+  } else {
+    return bad(f, param, "'%s' must be a string or an array of content parts", param);
+  }
+  if (!*out) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  return 0;
+}
+
+static int parse_messages(json_t *root, serve_request *r, serve_fail *f) {
+  json_t *msgs = field(root, "messages");
+  if (!msgs) return bad(f, "messages", "'messages' is required");
+  if (!json_is_array(msgs)) return bad(f, "messages", "'messages' must be an array");
+  size_t n = json_array_size(msgs);
+  if (n == 0) return bad(f, "messages", "'messages' must not be empty");
+  if (n > 100000) return bad(f, "messages", "'messages' has too many entries");
+  r->messages = calloc(n, sizeof *r->messages);
+  if (!r->messages) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    json_t *m = json_array_get(msgs, i);
+    char param[96];
+    snprintf(param, sizeof param, "messages[%zu]", i);
+    if (!json_is_object(m)) return bad(f, param, "'%s' must be an object", param);
+    json_t *role = json_object_get(m, "role");
+    snprintf(param, sizeof param, "messages[%zu].role", i);
+    if (!json_is_string(role)) return bad(f, param, "'%s' must be a string", param);
+    const char *rs = json_string_value(role);
+    static const char *roles[] = {"system", "developer", "user", "assistant", "tool"};
+    bool known = false;
+    for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++) known = known || strcmp(rs, roles[k]) == 0;
+    if (!known) return bad(f, param, "'%s' must be one of system, developer, user, assistant, tool", param);
+    r->messages[i].role = strdup(rs);
+    r->nmessages = (int)i + 1;
+    if (!r->messages[i].role) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+    json_t *content = json_object_get(m, "content");
+    if (!content && strcmp(rs, "assistant") != 0) {
+      snprintf(param, sizeof param, "messages[%zu].content", i);
+      return bad(f, param, "'%s' is required", param);
+    }
+    if (flatten_content(content, (int)i, &r->messages[i].content, f)) return f->status;
+  }
+  return 0;
+}
+
+static int parse_prompt(json_t *root, serve_request *r, serve_fail *f) {
+  json_t *p = field(root, "prompt");
+  if (!p) return bad(f, "prompt", "'prompt' is required");
+  if (json_is_array(p)) {
+    if (json_array_size(p) != 1 || !json_is_string(json_array_get(p, 0)))
+      return bad(f, "prompt", "'prompt' must be a string or an array of exactly one string");
+    p = json_array_get(p, 0);
+  }
+  if (!json_is_string(p)) return bad(f, "prompt", "'prompt' must be a string");
+  r->prompt = strdup(json_string_value(p));
+  if (!r->prompt) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  return 0;
+}
+
+static int parse_stop(json_t *root, serve_sampling *s, serve_fail *f) {
+  json_t *v = field(root, "stop");
+  if (!v) return 0;
+  json_t *one = json_is_string(v) ? v : NULL;
+  size_t n = one ? 1 : json_is_array(v) ? json_array_size(v) : 0;
+  if (!one && !json_is_array(v)) return bad(f, "stop", "'stop' must be a string or an array of strings");
+  if (n > MAX_STOP) return bad(f, "stop", "'stop' may hold at most %d strings", MAX_STOP);
+  if (n == 0) return 0;
+  s->stop = calloc(n, sizeof *s->stop);
+  if (!s->stop) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = one ? one : json_array_get(v, i);
+    if (!json_is_string(e)) return bad(f, "stop", "'stop[%zu]' must be a string", i);
+    if (json_string_length(e) == 0) return bad(f, "stop", "'stop[%zu]' must not be empty", i);
+    s->stop[i] = strdup(json_string_value(e));
+    s->nstop = (int)i + 1;
+    if (!s->stop[i]) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  }
+  return 0;
+}
+
+static int parse_logit_bias(json_t *root, serve_sampling *s, serve_fail *f) {
+  json_t *v = field(root, "logit_bias");
+  if (!v) return 0;
+  if (!json_is_object(v)) return bad(f, "logit_bias", "'logit_bias' must be an object of token id → bias");
+  size_t n = json_object_size(v);
+  if (n == 0) return 0;
+  if (n > 1000000) return bad(f, "logit_bias", "'logit_bias' has too many entries");
+  s->bias = calloc(n, sizeof *s->bias);
+  if (!s->bias) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  const char *key;
+  json_t *val;
+  json_object_foreach(v, key, val) {
+    char *end;
+    long long id = strtoll(key, &end, 10);
+    if (!key[0] || *end || id < 0 || id > INT32_MAX)
+      return bad(f, "logit_bias", "'logit_bias' key '%.64s' is not a token id", key);
+    if (!json_is_number(val)) return bad(f, "logit_bias", "'logit_bias[%s]' must be a number", key);
+    double b = json_number_value(val);
+    if (!(b >= -100 && b <= 100)) return bad(f, "logit_bias", "'logit_bias[%s]' must be between -100 and 100", key);
+    s->bias[s->nbias].token = (int32_t)id;
+    s->bias[s->nbias].bias = (float)b;
+    s->nbias++;
+  }
+  return 0;
+}
+
+static int parse_sampling(json_t *root, serve_kind kind, serve_sampling *s, serve_fail *f) {
+  s->max_tokens = -1;
+  s->temperature = s->top_p = s->min_p = NAN;
+  s->presence_penalty = s->frequency_penalty = s->repetition_penalty = NAN;
+  s->top_k = -1;
+  /* max_completion_tokens is the newer name; it wins when both are given. */
+  const int64_t big = (int64_t)1 << 40;
+  if (get_int(root, "max_tokens", 1, big, &s->max_tokens, f)) return f->status;
+  if (kind == SERVE_CHAT && get_int(root, "max_completion_tokens", 1, big, &s->max_tokens, f)) return f->status;
+  if (get_num(root, "temperature", 0, 2, &s->temperature, f)) return f->status;
+  if (get_num(root, "top_p", 0, 1, &s->top_p, f)) return f->status;
+  if (get_num(root, "min_p", 0, 1, &s->min_p, f)) return f->status;
+  if (get_int(root, "top_k", -1, INT32_MAX, &s->top_k, f)) return f->status;
+  if (get_num(root, "presence_penalty", -2, 2, &s->presence_penalty, f)) return f->status;
+  if (get_num(root, "frequency_penalty", -2, 2, &s->frequency_penalty, f)) return f->status;
+  if (get_num(root, "repetition_penalty", 1e-6, 100, &s->repetition_penalty, f)) return f->status;
+  int64_t seed = 0;
+  if (field(root, "seed")) {
+    if (get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, f)) return f->status;
+    s->has_seed = true;
+    s->seed = (uint64_t)seed;
+  }
+  if (parse_stop(root, s, f) || parse_logit_bias(root, s, f)) return f->status;
+  if (kind == SERVE_CHAT) {
+    if (get_bool(root, "logprobs", &s->logprobs, f)) return f->status;
+    int64_t top = 0;
+    if (get_int(root, "top_logprobs", 0, 20, &top, f)) return f->status;
+    if (field(root, "top_logprobs") && !s->logprobs)
+      return bad(f, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
+    s->top_logprobs = (int)top;
+  } else {
+    /* Completions: logprobs is the number of alternatives (0..5); 0 still
+     * reports the sampled token's own log-probability. */
+    int64_t lp = -1;
+    if (get_int(root, "logprobs", 0, 5, &lp, f)) return f->status;
+    s->logprobs = lp >= 0;
+    s->top_logprobs = lp > 0 ? (int)lp : 0;
+  }
+  return 0;
+}
+
+int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_request *req, serve_fail *f) {
+  memset(req, 0, sizeof *req);
+  req->kind = kind;
+  req->n = 1;
+  json_error_t je;
+  json_t *root = json_loadb(body, len, 0, &je);
+  if (!root) {
+    bad(f, "", "the request body is not valid JSON: %s at line %d column %d", je.text, je.line, je.column);
+    return f->status;
+  }
+  int rc = 0;
+  if (!json_is_object(root)) {
+    rc = bad(f, "", "the request body must be a JSON object");
+    goto out;
+  }
+  json_t *model = field(root, "model");
+  if (model && !json_is_string(model)) {
+    rc = bad(f, "model", "'model' must be a string");
+    goto out;
+  }
+  int64_t n = 1;
+  if ((rc = get_str(root, "model", &req->model, f)) || (rc = get_str(root, "user", &req->user, f)) ||
+      (rc = get_int(root, "n", 1, INT32_MAX, &n, f)) || (rc = get_bool(root, "stream", &req->stream, f)))
+    goto out;
+  if (n != 1) {
+    rc = bad(f, "n", "'n' must be 1: this server returns one choice per request");
+    goto out;
+  }
+  json_t *so = field(root, "stream_options");
+  if (so) {
+    if (!json_is_object(so)) {
+      rc = bad(f, "stream_options", "'stream_options' must be an object");
+      goto out;
+    }
+    if (!req->stream) {
+      rc = bad(f, "stream_options", "'stream_options' is only allowed when 'stream' is true");
+      goto out;
+    }
+    json_t *iu = field(so, "include_usage");
+    if (iu && !json_is_boolean(iu)) {
+      rc = bad(f, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
+      goto out;
+    }
+    req->include_usage = iu && json_is_true(iu);
+  }
+  if (kind == SERVE_CHAT) {
+    rc = parse_messages(root, req, f);
+  } else {
+    rc = parse_prompt(root, req, f);
+    if (!rc) rc = get_bool(root, "echo", &req->echo, f);
+  }
+  if (!rc) rc = parse_sampling(root, kind, &req->sampling, f);
+out:
+  json_decref(root);
+  if (rc) serve_request_free(req);
+  return rc;
+}
+
+void serve_request_free(serve_request *req) {
+  if (!req) return;
+  for (int i = 0; i < req->nmessages; i++) {
+    free(req->messages[i].role);
+    free(req->messages[i].content);
+  }
+  free(req->messages);
+  for (int i = 0; i < req->sampling.nstop; i++) free(req->sampling.stop[i]);
+  free(req->sampling.stop);
+  free(req->sampling.bias);
+  free(req->model);
+  free(req->prompt);
+  free(req->user);
+  serve_kind kind = req->kind;
+  memset(req, 0, sizeof *req);
+  req->kind = kind;
+}

@@ -1,0 +1,671 @@
+/* server.c — the HTTP layer: routing, API keys, body limits, JSON answers,
+ * and SSE streams fed by a generation thread, on libmicrohttpd with one thread
+ * per connection. A client that goes away cancels its generation: streams
+ * watch the socket while they wait for tokens, whole responses check it every
+ * step. No CORS headers: only the chat page's own origin may read answers
+ * from a browser. Knows the engine only through serve_engine (engine.h), and
+ * the JSON shapes only through request.h / reply.h. */
+#include "serve/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "base/buf.h"
+#include "base/log.h"
+#include "serve/reply.h"
+#include "serve/request.h"
+
+#define DEFAULT_MAX_BODY ((size_t)16 << 20)
+#define WAIT_MS 20                 /* a stream checks its client this often while it waits */
+#define DEFAULT_KEEPALIVE_MS 15000
+
+struct serve_server {
+  struct MHD_Daemon *daemon;
+  serve_engine *engine; /* borrowed */
+  char *api_key;        /* owned; NULL when none */
+  size_t max_body;
+  int keepalive_waits;  /* WAIT_MS waits before a stream sends a keep-alive comment */
+  int port;
+  pthread_mutex_t engine_lock; /* one generation at a time unless the engine is thread-safe */
+  atomic_uint_fast64_t next_id;
+};
+
+typedef enum route {
+  ROUTE_NONE = 0,
+  ROUTE_PAGE,
+  ROUTE_HEALTH,
+  ROUTE_INDEX,
+  ROUTE_MODELS,
+  ROUTE_MODEL, /* /v1/models/{id} */
+  ROUTE_CHAT,
+  ROUTE_COMPLETIONS,
+} route;
+
+static const struct {
+  const char *path;
+  route r;
+  const char *method;
+  bool open; /* answered without an API key */
+} routes[] = {
+    {"/", ROUTE_PAGE, "GET", true},
+    {"/health", ROUTE_HEALTH, "GET", true},
+    {"/v1", ROUTE_INDEX, "GET", false},
+    {"/v1/models", ROUTE_MODELS, "GET", false},
+    {"/v1/chat/completions", ROUTE_CHAT, "POST", false},
+    {"/v1/completions", ROUTE_COMPLETIONS, "POST", false},
+};
+
+/* Per-request state, kept in MHD's con_cls between the calls for one request. */
+typedef struct conn {
+  route route;
+  bool head;           /* HEAD: answer as GET without the body */
+  bool failed;         /* `fail` is the answer; the body is read and dropped */
+  serve_fail fail;
+  const char *allow;   /* for 405 */
+  char path[512];      /* the URL path without a trailing slash */
+  hbuf body;           /* owned */
+} conn;
+
+/* ---- plain responses ---- */
+
+static enum MHD_Result send_bytes(struct MHD_Connection *c, unsigned status, const char *type, const char *data,
+                                  size_t len, const char *allow) {
+  struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
+  if (!resp) return MHD_NO;
+  MHD_add_response_header(resp, "Content-Type", type);
+  if (allow) MHD_add_response_header(resp, "Allow", allow);
+  enum MHD_Result rc = MHD_queue_response(c, status, resp);
+  MHD_destroy_response(resp);
+  return rc;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j /* consumed */) {
+  char *s = json_dumps(j, JSON_COMPACT);
+  json_decref(j);
+  if (!s) return MHD_NO;
+  enum MHD_Result rc = send_bytes(c, status, "application/json", s, strlen(s), NULL);
+  free(s);
+  return rc;
+}
+
+static enum MHD_Result send_fail(struct MHD_Connection *c, const serve_fail *f, const char *allow) {
+  char *s = serve_fail_json(f);
+  if (!s) return MHD_NO;
+  HLOG_DEBUG("serve: %d %s", f->status, f->message);
+  enum MHD_Result rc = send_bytes(c, (unsigned)f->status, "application/json", s, strlen(s), allow);
+  free(s);
+  return rc;
+}
+
+/* ---- informational endpoints ---- */
+
+static json_t *model_object(const serve_engine *e) {
+  json_t *m = json_object();
+  json_object_set_new(m, "id", json_string(e->model_id));
+  json_object_set_new(m, "object", json_string("model"));
+  json_object_set_new(m, "created", json_integer(e->created));
+  json_object_set_new(m, "owned_by", json_string("hearth"));
+  json_object_set_new(m, "context_length", json_integer(e->context_length));
+  return m;
+}
+
+static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s) {
+  json_t *o = json_object();
+  json_object_set_new(o, "object", json_string("list"));
+  json_t *data = json_array();
+  json_array_append_new(data, model_object(s->engine));
+  json_object_set_new(o, "data", data);
+  return send_json(c, 200, o);
+}
+
+static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, const char *id) {
+  if (strcmp(id, s->engine->model_id) == 0) return send_json(c, 200, model_object(s->engine));
+  serve_fail f;
+  serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found", "The model '%.200s' does not exist",
+                 id);
+  return send_fail(c, &f, NULL);
+}
+
+static enum MHD_Result answer_index(struct MHD_Connection *c) {
+  static const char *eps[][3] = {
+      {"GET", "/", "the chat page"},
+      {"GET", "/health", "liveness"},
+      {"GET", "/v1", "this index"},
+      {"GET", "/v1/models", "the loaded model"},
+      {"POST", "/v1/chat/completions", "chat completions (JSON or SSE with stream: true)"},
+      {"POST", "/v1/completions", "text completions (JSON or SSE with stream: true)"},
+  };
+  json_t *o = json_object();
+  json_object_set_new(o, "object", json_string("list"));
+  json_t *data = json_array();
+  for (size_t i = 0; i < sizeof eps / sizeof eps[0]; i++) {
+    json_t *e = json_object();
+    json_object_set_new(e, "method", json_string(eps[i][0]));
+    json_object_set_new(e, "path", json_string(eps[i][1]));
+    json_object_set_new(e, "description", json_string(eps[i][2]));
+    json_array_append_new(data, e);
+  }
+  json_object_set_new(o, "data", data);
+  return send_json(c, 200, o);
+}
+
+static enum MHD_Result answer_health(struct MHD_Connection *c, serve_server *s) {
+  json_t *o = json_object();
+  json_object_set_new(o, "status", json_string("ok"));
+  json_object_set_new(o, "model", json_string(s->engine->model_id));
+  return send_json(c, 200, o);
+}
+
+/* ---- client liveness ---- */
+
+static int conn_fd(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  return ci ? (int)ci->connect_fd : -1;
+}
+
+/* True when the peer closed or reset its side of the socket. */
+static bool client_gone(int fd) {
+  if (fd < 0) return false;
+  struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+  if (poll(&p, 1, 0) <= 0) return false;
+  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+/* ---- generation ---- */
+
+/* What a generation needs, whole or streamed. */
+typedef struct job {
+  serve_server *srv;        /* borrowed */
+  serve_request req;        /* owned */
+  char *prompt;             /* owned: rendered chat or raw prompt */
+  serve_reply reply;        /* owned */
+  serve_result result;
+  int fd;                   /* the client's socket, watched for hang-ups */
+  volatile int cancel;      /* set through cancel_set, read by the engine every step */
+  int rc;                   /* generate's status */
+  herr err;
+  /* streams only */
+  pthread_t thread;
+  bool thread_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  hbuf out;                 /* owned: SSE bytes produced but not yet sent */
+  size_t sent;              /* bytes of `out` already handed to MHD */
+  bool done;                /* the producer finished: `out` is all there is */
+} job;
+
+static void cancel_set(job *j) { __atomic_store_n(&j->cancel, 1, __ATOMIC_SEQ_CST); }
+static bool cancelled(job *j) { return __atomic_load_n(&j->cancel, __ATOMIC_SEQ_CST) != 0; }
+
+static void job_free(job *j) {
+  if (!j) return;
+  serve_request_free(&j->req);
+  free(j->prompt);
+  serve_reply_free(&j->reply);
+  hbuf_free(&j->out);
+  pthread_mutex_destroy(&j->mu);
+  pthread_cond_destroy(&j->cv);
+  free(j);
+}
+
+/* Runs the engine under the server's lock; a request cancelled while it
+ * waited for the lock never starts. */
+static void job_generate(job *j, serve_token_fn fn) {
+  serve_server *s = j->srv;
+  serve_engine *e = s->engine;
+  bool lock = !e->thread_safe;
+  if (lock) pthread_mutex_lock(&s->engine_lock);
+  if (cancelled(j) || client_gone(j->fd)) {
+    cancel_set(j);
+    j->rc = HEARTH_ECANCELLED;
+    herr_set(&j->err, HEARTH_ECANCELLED, "the client went away");
+  } else {
+    j->rc = e->generate(e->impl, j->prompt, j->req.kind == SERVE_COMPLETION, &j->req.sampling, fn, j, &j->cancel,
+                        &j->result, &j->err);
+  }
+  if (lock) pthread_mutex_unlock(&s->engine_lock);
+}
+
+/* The request field an engine message starts with ("logit_bias: ..."), or NULL. */
+static const char *field_named(const char *msg) {
+  static const char *fields[] = {"max_tokens", "temperature", "top_p",      "top_k",          "min_p",
+                                 "seed",       "stop",        "logit_bias", "presence_penalty", "frequency_penalty",
+                                 "repetition_penalty", "top_logprobs", "logprobs", "messages", "prompt"};
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+    size_t n = strlen(fields[i]);
+    if (strncmp(msg, fields[i], n) == 0 && msg[n] == ':') return fields[i];
+  }
+  return NULL;
+}
+
+/* An engine failure as the client sees it. */
+static void fail_from_engine(const job *j, serve_fail *f) {
+  const char *param = j->req.kind == SERVE_CHAT ? "messages" : "prompt";
+  switch (j->rc) {
+  case HEARTH_ELIMIT:
+    serve_fail_set(f, 400, "invalid_request_error", param, "context_length_exceeded", "%s", j->err.msg);
+    break;
+  case HEARTH_EINVAL:
+  case HEARTH_EFORMAT:
+  case HEARTH_EUNSUPPORTED:
+  case HEARTH_ENOTFOUND:
+    serve_fail_set(f, 400, "invalid_request_error", field_named(j->err.msg), NULL, "%s", j->err.msg);
+    break;
+  default:
+    serve_fail_set(f, 500, "server_error", NULL, NULL, "generation failed: %s", j->err.msg);
+  }
+}
+
+/* Whole responses: gather every step, stop when the client hangs up. */
+static int whole_token(void *ctx, const serve_token *tok) {
+  job *j = ctx;
+  serve_reply_add(&j->reply, tok);
+  if (client_gone(j->fd)) cancel_set(j);
+  return cancelled(j) ? 1 : 0;
+}
+
+static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
+  if (j->req.echo) hbuf_puts(&j->reply.text, j->req.prompt);
+  job_generate(j, whole_token);
+  enum MHD_Result rc;
+  if (j->rc == 0 && j->result.finish != SERVE_FINISH_CANCELLED) {
+    hbuf body = {0};
+    serve_reply_body(&j->reply, &j->result, &body);
+    rc = body.oom ? MHD_NO : send_bytes(c, 200, "application/json", hbuf_str(&body), body.len, NULL);
+    HLOG_INFO("serve: %s 200: %lld prompt + %lld completion tokens, %s", j->req.kind == SERVE_CHAT ? "chat" : "completion",
+              (long long)j->result.prompt_tokens, (long long)j->result.completion_tokens,
+              serve_finish_name(j->result.finish));
+    hbuf_free(&body);
+  } else if (cancelled(j)) {
+    HLOG_INFO("serve: client went away; generation cancelled");
+    rc = MHD_NO; /* nobody to answer */
+  } else {
+    serve_fail f;
+    fail_from_engine(j, &f);
+    rc = send_fail(c, &f, NULL);
+  }
+  job_free(j);
+  return rc;
+}
+
+/* Streams: the producer thread formats SSE into j->out; MHD's reader drains it. */
+static void stream_push(job *j, const hbuf *b, bool done) {
+  pthread_mutex_lock(&j->mu);
+  if (b->len) hbuf_append(&j->out, b->data, b->len);
+  if (done) j->done = true;
+  pthread_cond_signal(&j->cv);
+  pthread_mutex_unlock(&j->mu);
+}
+
+static int stream_token(void *ctx, const serve_token *tok) {
+  job *j = ctx;
+  hbuf b = {0};
+  serve_sse_token(&j->reply, tok, &b);
+  stream_push(j, &b, false);
+  hbuf_free(&b);
+  return cancelled(j) ? 1 : 0;
+}
+
+static void *stream_main(void *arg) {
+  job *j = arg;
+  hbuf b = {0};
+  serve_sse_start(&j->reply, &b);
+  if (j->req.echo) serve_sse_text(&j->reply, j->req.prompt, strlen(j->req.prompt), &b);
+  stream_push(j, &b, false);
+  hbuf_clear(&b);
+  job_generate(j, stream_token);
+  if (cancelled(j)) {
+    HLOG_INFO("serve: client went away; stream cancelled after %lld tokens", (long long)j->result.completion_tokens);
+  } else if (j->rc) {
+    serve_fail f;
+    fail_from_engine(j, &f);
+    serve_sse_error(&f, &b);
+    serve_sse_done(&b);
+  } else {
+    serve_sse_finish(&j->reply, j->result.finish, &b);
+    if (j->req.include_usage) serve_sse_usage(&j->reply, &j->result, &b);
+    serve_sse_done(&b);
+    HLOG_INFO("serve: %s stream: %lld prompt + %lld completion tokens, %s",
+              j->req.kind == SERVE_CHAT ? "chat" : "completion", (long long)j->result.prompt_tokens,
+              (long long)j->result.completion_tokens, serve_finish_name(j->result.finish));
+  }
+  stream_push(j, &b, true);
+  hbuf_free(&b);
+  return NULL;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+  job *j = cls;
+  pthread_mutex_lock(&j->mu);
+  int idle = 0; /* waits without anything to send */
+  while (j->sent == j->out.len && !j->done) {
+    if (cancelled(j) || client_gone(j->fd)) {
+      cancel_set(j);
+      pthread_mutex_unlock(&j->mu);
+      return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    static const char ping[] = ": keep-alive\n\n";
+    if (++idle > j->srv->keepalive_waits && max >= sizeof ping - 1) {
+      /* A long prefill or a queue: an SSE comment keeps proxies and clients patient. */
+      pthread_mutex_unlock(&j->mu);
+      memcpy(buf, ping, sizeof ping - 1);
+      return (ssize_t)(sizeof ping - 1);
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += WAIT_MS * 1000 * 1000;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&j->cv, &j->mu, &until);
+  }
+  ssize_t n;
+  if (j->sent < j->out.len) {
+    size_t left = j->out.len - j->sent;
+    n = (ssize_t)(left < max ? left : max);
+    memcpy(buf, j->out.data + j->sent, (size_t)n);
+    j->sent += (size_t)n;
+    if (j->sent == j->out.len) {
+      hbuf_clear(&j->out);
+      j->sent = 0;
+    }
+  } else {
+    n = MHD_CONTENT_READER_END_OF_STREAM;
+  }
+  pthread_mutex_unlock(&j->mu);
+  return n;
+}
+
+/* MHD is done with the stream (finished, or the client went away). */
+static void stream_free(void *cls) {
+  job *j = cls;
+  cancel_set(j);
+  if (j->thread_started) pthread_join(j->thread, NULL);
+  job_free(j);
+}
+
+static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
+  struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, j, stream_free);
+  if (!resp) {
+    job_free(j);
+    return MHD_NO;
+  }
+  /* From here the response owns j: stream_free runs when MHD lets go of it. */
+  if (pthread_create(&j->thread, NULL, stream_main, j) == 0) {
+    j->thread_started = true;
+  } else {
+    j->done = true;
+    hbuf_puts(&j->out, "data: {\"error\":{\"message\":\"could not start a thread\",\"type\":\"server_error\","
+                       "\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n");
+  }
+  MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+  MHD_add_response_header(resp, "Cache-Control", "no-cache");
+  MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+  enum MHD_Result rc = MHD_queue_response(c, 200, resp);
+  MHD_destroy_response(resp);
+  return rc;
+}
+
+static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  serve_kind kind = cn->route == ROUTE_CHAT ? SERVE_CHAT : SERVE_COMPLETION;
+  serve_engine *e = s->engine;
+  job *j = calloc(1, sizeof *j);
+  serve_fail f;
+  if (!j) {
+    serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
+    return send_fail(c, &f, NULL);
+  }
+  pthread_mutex_init(&j->mu, NULL);
+  pthread_cond_init(&j->cv, NULL);
+  j->srv = s;
+  j->fd = conn_fd(c);
+  if (serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f)) goto refuse;
+  const char *param = kind == SERVE_CHAT ? "messages" : "prompt";
+  if (kind == SERVE_CHAT) {
+    herr err = {0};
+    if (e->render_chat(e->impl, j->req.messages, j->req.nmessages, &j->prompt, &err)) {
+      serve_fail_set(&f, 400, "invalid_request_error", "messages", NULL, "the chat template failed: %s", err.msg);
+      goto refuse;
+    }
+  } else {
+    j->prompt = strdup(j->req.prompt);
+    if (!j->prompt) {
+      serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
+      goto refuse;
+    }
+  }
+  /* Refuse what cannot work before any work, so a stream never starts for it. */
+  for (int i = 0; i < j->req.sampling.nbias; i++)
+    if (e->vocab_size > 0 && j->req.sampling.bias[i].token >= e->vocab_size) {
+      serve_fail_set(&f, 400, "invalid_request_error", "logit_bias", NULL,
+                     "logit_bias: token id %d is outside the vocabulary (size %lld)", (int)j->req.sampling.bias[i].token,
+                     (long long)e->vocab_size);
+      goto refuse;
+    }
+  herr err = {0};
+  int64_t ntok = 0;
+  if (e->count_tokens(e->impl, j->prompt, kind == SERVE_COMPLETION, &ntok, &err)) {
+    serve_fail_set(&f, 400, "invalid_request_error", param, NULL, "%s", err.msg);
+    goto refuse;
+  }
+  int64_t want = j->req.sampling.max_tokens > 0 ? j->req.sampling.max_tokens : 1;
+  if (e->context_length > 0 && ntok + want > e->context_length) {
+    if (j->req.sampling.max_tokens > 0)
+      serve_fail_set(&f, 400, "invalid_request_error", param, "context_length_exceeded",
+                     "This model's maximum context length is %lld tokens. However, you requested %lld tokens "
+                     "(%lld in the prompt, %lld for the completion). Please reduce the prompt or the completion length.",
+                     (long long)e->context_length, (long long)(ntok + want), (long long)ntok, (long long)want);
+    else
+      serve_fail_set(&f, 400, "invalid_request_error", param, "context_length_exceeded",
+                     "This model's maximum context length is %lld tokens, but the prompt has %lld tokens.",
+                     (long long)e->context_length, (long long)ntok);
+    goto refuse;
+  }
+  uint64_t seq = atomic_fetch_add(&s->next_id, 1);
+  serve_reply_init(&j->reply, kind, e->model_id, (int64_t)time(NULL), seq * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)j,
+                   j->req.sampling.logprobs);
+  j->reply.usage_null = j->req.stream && j->req.include_usage;
+  return j->req.stream ? answer_stream(c, j) : answer_whole(c, j);
+refuse:
+  job_free(j);
+  return send_fail(c, &f, NULL);
+}
+
+/* ---- the request cycle ---- */
+
+static bool key_ok(serve_server *s, struct MHD_Connection *c) {
+  if (!s->api_key) return true;
+  const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+  if (!auth || strncasecmp(auth, "Bearer ", 7) != 0) return false;
+  const char *key = auth + 7;
+  while (*key == ' ') key++;
+  size_t a = strlen(key), b = strlen(s->api_key);
+  unsigned char diff = a != b;
+  for (size_t i = 0; i < a && i < b; i++) diff |= (unsigned char)(key[i] ^ s->api_key[i]);
+  return diff == 0;
+}
+
+/* Decides on the first call, before any body: route, method, key, size. */
+static void classify(serve_server *s, struct MHD_Connection *c, const char *url, const char *method, conn *cn) {
+  char *path = cn->path;
+  snprintf(cn->path, sizeof cn->path, "%s", url);
+  size_t n = strlen(path);
+  if (n > 1 && path[n - 1] == '/') path[n - 1] = 0;
+  cn->head = strcmp(method, "HEAD") == 0;
+  const char *m = cn->head ? "GET" : method;
+  int found = -1;
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+    if (strcmp(path, routes[i].path) == 0) found = (int)i;
+  bool open = false;
+  if (found >= 0) {
+    open = routes[found].open;
+    if (strcmp(m, routes[found].method) != 0) {
+      cn->failed = true;
+      cn->allow = routes[found].method;
+      serve_fail_set(&cn->fail, 405, "invalid_request_error", NULL, "method_not_allowed",
+                     "%s is not allowed on %s (use %s)", method, path, routes[found].method);
+      return;
+    }
+    cn->route = routes[found].r;
+  } else if (strncmp(path, "/v1/models/", 11) == 0 && path[11]) {
+    if (strcmp(m, "GET") != 0) {
+      cn->failed = true;
+      cn->allow = "GET";
+      serve_fail_set(&cn->fail, 405, "invalid_request_error", NULL, "method_not_allowed",
+                     "%s is not allowed on /v1/models/{model} (use GET)", method);
+      return;
+    }
+    cn->route = ROUTE_MODEL;
+  } else {
+    cn->failed = true;
+    serve_fail_set(&cn->fail, 404, "invalid_request_error", NULL, "not_found", "Unknown route: %s %.300s", method,
+                   url);
+    return;
+  }
+  if (!open && !key_ok(s, c)) {
+    cn->failed = true;
+    serve_fail_set(&cn->fail, 401, "authentication_error", NULL, "invalid_api_key",
+                   "Missing or incorrect API key: send 'Authorization: Bearer KEY'");
+    return;
+  }
+  const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+  if (cl) {
+    char *end;
+    unsigned long long v = strtoull(cl, &end, 10);
+    if (v > s->max_body) {
+      cn->failed = true;
+      serve_fail_set(&cn->fail, 413, "invalid_request_error", NULL, "request_too_large",
+                     "The request body has %llu bytes; the limit is %zu", v, s->max_body);
+    }
+  }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+  serve_server *s = cls;
+  conn *cn = *con_cls;
+  if (!cn) {
+    cn = calloc(1, sizeof *cn);
+    if (!cn) return MHD_NO;
+    *con_cls = cn;
+    classify(s, c, url, method, cn);
+    return MHD_YES;
+  }
+  if (*upload_size) {
+    if (!cn->failed) {
+      if (cn->body.len + *upload_size > s->max_body) {
+        cn->failed = true;
+        serve_fail_set(&cn->fail, 413, "invalid_request_error", NULL, "request_too_large",
+                       "The request body is over the limit of %zu bytes", s->max_body);
+        hbuf_free(&cn->body);
+      } else {
+        hbuf_append(&cn->body, upload, *upload_size);
+        if (cn->body.oom) {
+          cn->failed = true;
+          serve_fail_set(&cn->fail, 500, "server_error", NULL, NULL, "out of memory reading the request");
+          hbuf_free(&cn->body);
+        }
+      }
+    }
+    *upload_size = 0; /* consumed (or dropped) */
+    return MHD_YES;
+  }
+  if (cn->failed) return send_fail(c, &cn->fail, cn->allow);
+  switch (cn->route) {
+  case ROUTE_PAGE:
+    return send_bytes(c, 200, "text/html; charset=utf-8", serve_page_html, strlen(serve_page_html), NULL);
+  case ROUTE_HEALTH:
+    return answer_health(c, s);
+  case ROUTE_INDEX:
+    return answer_index(c);
+  case ROUTE_MODELS:
+    return answer_models(c, s);
+  case ROUTE_MODEL:
+    return answer_model(c, s, cn->path + 11);
+  case ROUTE_CHAT:
+  case ROUTE_COMPLETIONS:
+    return answer_generate(c, s, cn);
+  default:
+    return MHD_NO;
+  }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
+  conn *cn = *con_cls;
+  if (!cn) return;
+  hbuf_free(&cn->body);
+  free(cn);
+  *con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+  char msg[512];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  size_t n = strlen(msg);
+  while (n && msg[n - 1] == '\n') msg[--n] = 0;
+  HLOG_DEBUG("serve: libmicrohttpd: %s", msg);
+}
+
+int serve_start(serve_server **out, serve_engine *engine, const serve_config *cfg, herr *err) {
+  *out = NULL;
+  const char *host = cfg->host && cfg->host[0] ? cfg->host : "127.0.0.1";
+  if (cfg->port < 0 || cfg->port > 65535) return herr_set(err, HEARTH_EINVAL, "port %d is out of range", cfg->port);
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
+  char port[16];
+  snprintf(port, sizeof port, "%d", cfg->port);
+  int gai = getaddrinfo(host, port, &hints, &ai);
+  if (gai || !ai) return herr_set(err, HEARTH_EINVAL, "cannot resolve host '%s': %s", host, gai_strerror(gai));
+  serve_server *s = calloc(1, sizeof *s);
+  if (!s) {
+    freeaddrinfo(ai);
+    return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  }
+  s->engine = engine;
+  s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
+  s->keepalive_waits = (cfg->keepalive_ms > 0 ? cfg->keepalive_ms : DEFAULT_KEEPALIVE_MS) / WAIT_MS;
+  s->api_key = cfg->api_key && cfg->api_key[0] ? strdup(cfg->api_key) : NULL;
+  pthread_mutex_init(&s->engine_lock, NULL);
+  atomic_init(&s->next_id, (uint64_t)time(NULL));
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
+  if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,                  /* */
+                               MHD_OPTION_SOCK_ADDR, ai->ai_addr,                                     /* */
+                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,                          /* */
+                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,                          /* */
+                               MHD_OPTION_CONNECTION_LIMIT, (unsigned)512,                            /* */
+                               MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,                             /* */
+                               MHD_OPTION_END);
+  freeaddrinfo(ai);
+  if (!s->daemon) {
+    int e = errno;
+    serve_stop(s);
+    return herr_set(err, HEARTH_EIO, "cannot listen on %s:%d: %s", host, cfg->port,
+                    e ? strerror(e) : "libmicrohttpd refused to start");
+  }
+  const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+  s->port = di ? di->port : cfg->port;
+  *out = s;
+  return 0;
+}
+
+int serve_port(const serve_server *s) { return s->port; }
+
+void serve_stop(serve_server *s) {
+  if (!s) return;
+  if (s->daemon) MHD_stop_daemon(s->daemon);
+  pthread_mutex_destroy(&s->engine_lock);
+  free(s->api_key);
+  free(s);
+}

@@ -1,0 +1,33 @@
+/* server.h — the HTTP server: OpenAI endpoints over one engine, SSE streams,
+ * the chat page, API-key checks and body limits, on libmicrohttpd with one
+ * thread per connection. */
+#ifndef HEARTH_SERVE_SERVER_H
+#define HEARTH_SERVE_SERVER_H
+
+#include <stddef.h>
+
+#include "base/status.h"
+#include "serve/engine.h"
+
+typedef struct serve_config {
+  const char *host;    /* borrowed; "127.0.0.1" when NULL */
+  int port;            /* 0: an ephemeral port (see serve_port) */
+  const char *api_key; /* borrowed; NULL or "": no key needed */
+  size_t max_body;     /* request bodies above this get 413; 0: 16 MiB */
+  int keepalive_ms;    /* a stream idle this long sends ": keep-alive"; 0: 15 s */
+} serve_config;
+
+typedef struct serve_server serve_server;
+
+/* Starts listening; requests are answered on the server's own threads until
+ * serve_stop. The engine is borrowed and must outlive the server. */
+int serve_start(serve_server **out, serve_engine *engine, const serve_config *cfg, herr *err);
+/* The port actually bound. */
+int serve_port(const serve_server *s);
+/* Stops listening, ends every connection (cancelling their generations) and frees. */
+void serve_stop(serve_server *s);
+
+/* The chat page served at GET / (NUL-terminated HTML). */
+extern const char serve_page_html[];
+
+#endif

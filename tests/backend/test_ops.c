@@ -1,0 +1,272 @@
+/* test_ops.c — every backend op against a naive double-precision
+ * computation written here from the op's definition, on random inputs. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/ops.h"
+#include "base/pool.h"
+#include "test.h"
+
+static uint64_t rng_state = 88172645463325252ull;
+static double urand(void) { /* xorshift64 → [0, 1) */
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return (double)(rng_state >> 11) / 9007199254740992.0;
+}
+static float nrand(void) { return (float)((urand() + urand() + urand() - 1.5) * 2.0); }
+static float *rand_buf(size_t n) {
+  float *p = bk_alloc(n);
+  for (size_t i = 0; i < n; i++) p[i] = nrand();
+  return p;
+}
+
+/* relative-or-absolute closeness, NaN never passes */
+static double rel_err(double got, double want) { return fabs(got - want) / (fabs(want) > 1 ? fabs(want) : 1); }
+
+static void test_matmul(void) {
+  hpool *pool = hpool_create(3);
+  const int shapes[][3] = {{1, 7, 5}, {3, 64, 130}, {17, 33, 1}, {5, 128, 257}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+    float *x = rand_buf((size_t)n * in), *w = rand_buf((size_t)out * in), *b = rand_buf((size_t)out);
+    float *y = bk_alloc((size_t)n * out);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+      op_matmul_ref(with_bias ? pool : NULL, y, x, n, in, w, out, with_bias ? b : NULL);
+      double worst = 0;
+      for (int r = 0; r < n; r++)
+        for (int c = 0; c < out; c++) {
+          double want = with_bias ? b[c] : 0;
+          for (int k = 0; k < in; k++) want += (double)x[r * in + k] * w[c * in + k];
+          double e = rel_err(y[r * out + c], want);
+          if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+        }
+      CHECK_MSG(worst < 1e-5, "matmul %dx%dx%d bias %d: rel err %g", n, in, out, with_bias, worst);
+    }
+    bk_free(x), bk_free(w), bk_free(b), bk_free(y);
+  }
+  hpool_destroy(pool);
+}
+
+/* op_matmul (whatever kernel it runs) against the reference, and a row's
+ * result must not depend on the batch around it (chunked prefill relies on it). */
+static void test_matmul_fast_vs_ref(void) {
+  hpool *pool = hpool_create(2);
+  const int shapes[][3] = {{1, 64, 64}, {4, 64, 512}, {7, 100, 131}, {13, 257, 37}, {2, 8, 5}, {9, 3, 2}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+    float *x = rand_buf((size_t)n * in), *w = rand_buf((size_t)out * in), *b = rand_buf((size_t)out);
+    float *y = bk_alloc((size_t)n * out), *r = bk_alloc((size_t)n * out), *one = bk_alloc((size_t)out);
+    op_matmul(pool, y, x, n, in, w, out, b);
+    op_matmul_ref(pool, r, x, n, in, w, out, b);
+    double worst = 0;
+    for (int i = 0; i < n * out; i++) {
+      double e = rel_err(y[i], r[i]);
+      if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+    }
+    CHECK_MSG(worst < 1e-5, "fast matmul %dx%dx%d: rel err %g vs reference", n, in, out, worst);
+    int mism = 0;
+    for (int row = 0; row < n; row++) {
+      op_matmul(pool, one, x + row * in, 1, in, w, out, b);
+      mism += memcmp(one, y + row * out, sizeof(float) * (size_t)out) != 0;
+    }
+    CHECK_MSG(mism == 0, "fast matmul %dx%dx%d: %d rows differ from the same row alone", n, in, out, mism);
+    bk_free(x), bk_free(w), bk_free(b), bk_free(y), bk_free(r), bk_free(one);
+  }
+  hpool_destroy(pool);
+}
+
+static void test_rmsnorm(void) {
+  int n = 4, d = 48;
+  float *x = rand_buf((size_t)n * d), *w = rand_buf((size_t)d), *y = bk_alloc((size_t)n * d);
+  for (int unit = 0; unit < 2; unit++) {
+    op_rmsnorm(y, x, n, d, w, 1e-5f, unit);
+    for (int r = 0; r < n; r++) {
+      double ss = 0;
+      for (int i = 0; i < d; i++) ss += (double)x[r * d + i] * x[r * d + i];
+      double inv = 1 / sqrt(ss / d + 1e-5);
+      for (int i = 0; i < d; i++) {
+        double want = x[r * d + i] * inv * (unit ? 1.0 + w[i] : w[i]);
+        CHECK_NEAR(y[r * d + i], want, 1e-5 * (1 + fabs(want)));
+      }
+    }
+  }
+  /* in place, no weight */
+  memcpy(y, x, sizeof(float) * (size_t)d);
+  op_rmsnorm(y, y, 1, d, NULL, 0, false);
+  double ss = 0;
+  for (int i = 0; i < d; i++) ss += (double)y[i] * y[i];
+  CHECK_NEAR(ss / d, 1.0, 1e-5);
+  bk_free(x), bk_free(w), bk_free(y);
+}
+
+static void test_rope(void) {
+  int n = 3, heads = 2, hd = 12;
+  int64_t pos[3] = {0, 5, 37};
+  double inv[6];
+  for (int rot = 8; rot <= 12; rot += 4) { /* partial and full rotary */
+    for (int i = 0; i < rot / 2; i++) inv[i] = 1.0 / pow(10000.0, 2.0 * i / rot);
+    rope_table t = {rot, inv, 1.25, false};
+    float *x = rand_buf((size_t)n * heads * hd), *y = bk_alloc((size_t)n * heads * hd);
+    memcpy(y, x, sizeof(float) * (size_t)(n * heads * hd));
+    op_rope(y, n, heads, hd, pos, &t);
+    for (int r = 0; r < n; r++)
+      for (int h = 0; h < heads; h++) {
+        const float *a = x + (r * heads + h) * hd;
+        const float *b = y + (r * heads + h) * hd;
+        for (int i = 0; i < hd; i++) {
+          double want;
+          if (i >= rot) want = a[i];
+          else {
+            int half = rot / 2, k = i % half;
+            double ang = pos[r] * inv[k], c = cos(ang) * 1.25, s = sin(ang) * 1.25;
+            /* x * cos + rotate_half(x) * sin, rotate_half = [-x2, x1] */
+            double rh = i < half ? -a[i + half] : a[i - half];
+            want = a[i] * c + rh * s;
+          }
+          CHECK_NEAR(b[i], want, 1e-5 * (1 + fabs(want)));
+        }
+      }
+    bk_free(x), bk_free(y);
+  }
+}
+
+static void test_elementwise(void) {
+  int n = 257;
+  float *x = rand_buf((size_t)n), *y = rand_buf((size_t)n), *z = bk_alloc((size_t)n);
+  for (int i = 0; i < n; i++) x[i] *= 4;
+  memcpy(z, x, sizeof(float) * n);
+  op_silu(z, n);
+  for (int i = 0; i < n; i++) CHECK_NEAR(z[i], x[i] / (1 + exp(-(double)x[i])), 1e-6 * (1 + fabs(x[i])));
+  memcpy(z, x, sizeof(float) * n);
+  op_gelu_tanh(z, n);
+  for (int i = 0; i < n; i++) {
+    double v = x[i], want = 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    CHECK_NEAR(z[i], want, 1e-6 * (1 + fabs(want)));
+  }
+  memcpy(z, x, sizeof(float) * n);
+  op_gelu(z, n);
+  for (int i = 0; i < n; i++) CHECK_NEAR(z[i], 0.5 * x[i] * (1 + erf(x[i] / sqrt(2.0))), 1e-6 * (1 + fabs(x[i])));
+  memcpy(z, x, sizeof(float) * n);
+  op_relu(z, n);
+  for (int i = 0; i < n; i++) CHECK(z[i] == (x[i] > 0 ? x[i] : 0));
+  memcpy(z, x, sizeof(float) * n);
+  op_softcap(z, n, 3.0f);
+  for (int i = 0; i < n; i++) CHECK_NEAR(z[i], 3.0 * tanh(x[i] / 3.0), 1e-6);
+  op_mul(z, x, y, n);
+  for (int i = 0; i < n; i++) CHECK(z[i] == x[i] * y[i]);
+  op_add(z, x, y, n);
+  for (int i = 0; i < n; i++) CHECK(z[i] == x[i] + y[i]);
+  memcpy(z, x, sizeof(float) * n);
+  op_scale(z, n, 0.5f);
+  for (int i = 0; i < n; i++) CHECK(z[i] == x[i] * 0.5f);
+  /* softmax rows sum to 1 and match exp/sum; large values do not overflow */
+  memcpy(z, x, sizeof(float) * n);
+  z[3] = 1000.0f;
+  op_softmax(z, 1, n);
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += z[i];
+  CHECK_NEAR(sum, 1.0, 1e-5);
+  CHECK_NEAR(z[3], 1.0, 1e-6);
+  memcpy(z, x, sizeof(float) * n);
+  op_softmax(z, 1, 16);
+  double den = 0;
+  for (int i = 0; i < 16; i++) den += exp((double)x[i]);
+  for (int i = 0; i < 16; i++) CHECK_NEAR(z[i], exp((double)x[i]) / den, 1e-6);
+  bk_free(x), bk_free(y), bk_free(z);
+}
+
+/* Naive attention of one query against rows [lo, hi) of contiguous K/V. */
+static void naive_attention(double *out, const float *q, const float *k, const float *v, int64_t qrow, int64_t lo,
+                            int64_t kv_dim, int64_t hd, int64_t kvh, double scale, double cap, int64_t window) {
+  double s[256], m = -INFINITY, sum = 0;
+  int64_t first = lo;
+  if (window > 0 && qrow - window + 1 > first) first = qrow - window + 1;
+  for (int64_t r = first; r <= qrow; r++) {
+    double d = 0;
+    for (int64_t i = 0; i < hd; i++) d += (double)q[i] * k[r * kv_dim + kvh * hd + i];
+    d *= scale;
+    if (cap > 0) d = cap * tanh(d / cap);
+    s[r] = d;
+    if (d > m) m = d;
+  }
+  for (int64_t r = first; r <= qrow; r++) sum += (s[r] = exp(s[r] - m));
+  for (int64_t i = 0; i < hd; i++) out[i] = 0;
+  for (int64_t r = first; r <= qrow; r++)
+    for (int64_t i = 0; i < hd; i++) out[i] += s[r] / sum * v[r * kv_dim + kvh * hd + i];
+}
+
+static void test_attention(void) {
+  hpool *pool = hpool_create(2);
+  const int64_t H = 4, KVH = 2, hd = 8, kv_dim = KVH * hd, rows = 30;
+  float *k = rand_buf((size_t)(rows * kv_dim)), *v = rand_buf((size_t)(rows * kv_dim));
+  /* the same rows split into blocks of 7, as a paged cache would hold them */
+  const int64_t br = 7, nb = (rows + br - 1) / br;
+  float *kb[8], *vb[8];
+  for (int64_t b = 0; b < nb; b++) {
+    kb[b] = bk_alloc((size_t)(br * kv_dim));
+    vb[b] = bk_alloc((size_t)(br * kv_dim));
+    int64_t cnt = rows - b * br < br ? rows - b * br : br;
+    memcpy(kb[b], k + b * br * kv_dim, sizeof(float) * (size_t)(cnt * kv_dim));
+    memcpy(vb[b], v + b * br * kv_dim, sizeof(float) * (size_t)(cnt * kv_dim));
+  }
+  const int64_t n = 5;
+  int64_t qrow[5] = {0, 3, 11, 28, 29};
+  float *q = rand_buf((size_t)(n * H * hd)), *out = bk_alloc((size_t)(n * H * hd));
+  struct { int64_t window; float cap; int64_t lo; int blocks; } cases[] = {
+      {0, 0, 0, 0}, {6, 0, 0, 0}, {0, 2.0f, 0, 1}, {4, 1.5f, 0, 1}, {0, 0, 9, 1}};
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    const float *kp = k, *vp = v;
+    kv_view view = {&kp, &vp, rows, kv_dim, cases[ci].lo, rows};
+    if (cases[ci].blocks) view = (kv_view){(const float *const *)kb, (const float *const *)vb, br, kv_dim, cases[ci].lo, rows};
+    attn_params p = {H, KVH, hd, 0.35f, cases[ci].cap, cases[ci].window};
+    op_attention(pool, out, q, n, qrow, &view, &p);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t h = 0; h < H; h++) {
+        double want[8];
+        if (qrow[i] < cases[ci].lo) continue;
+        naive_attention(want, q + (i * H + h) * hd, k, v, qrow[i], cases[ci].lo, kv_dim, hd, h / (H / KVH), 0.35,
+                        cases[ci].cap, cases[ci].window);
+        for (int64_t d = 0; d < hd; d++) {
+          double e = rel_err(out[(i * H + h) * hd + d], want[d]);
+          if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+        }
+      }
+    CHECK_MSG(worst < 1e-5, "attention case %zu: rel err %g", ci, worst);
+  }
+  for (int64_t b = 0; b < nb; b++) bk_free(kb[b]), bk_free(vb[b]);
+  bk_free(k), bk_free(v), bk_free(q), bk_free(out);
+  hpool_destroy(pool);
+}
+
+static void test_conversions(void) {
+  uint16_t bf[4] = {0x3f80, 0xc000, 0x0000, 0x3e00}; /* 1, -2, 0, 0.125 */
+  float f[4];
+  bk_bf16_to_f32(f, bf, 4);
+  CHECK(f[0] == 1.0f && f[1] == -2.0f && f[2] == 0.0f && f[3] == 0.125f);
+  uint16_t h[5] = {0x3c00, 0xc000, 0x0001, 0x7bff, 0x3555}; /* 1, -2, 2^-24, 65504, ~0.33325 */
+  float g[5];
+  bk_f16_to_f32(g, h, 5);
+  CHECK(g[0] == 1.0f && g[1] == -2.0f && g[2] == ldexpf(1, -24) && g[3] == 65504.0f);
+  CHECK_NEAR(g[4], 0.333251953125, 0);
+  CHECK(bk_round_bf16(1.00390625f) == 1.0f);        /* halfway: to even */
+  CHECK(bk_round_bf16(1.01171875f) == 1.015625f);   /* halfway: to even (up) */
+  CHECK(bk_round_bf16(3.0f) == 3.0f);
+  CHECK(bk_round_f16(1.0f + 1.0f / 4096) == 1.0f);
+  CHECK(bk_round_f16(0.1f) == 0.0999755859375f);
+  CHECK(bk_round_f16(1e6f) == INFINITY);
+}
+
+int main(void) {
+  RUN(test_matmul);
+  RUN(test_matmul_fast_vs_ref);
+  RUN(test_rmsnorm);
+  RUN(test_rope);
+  RUN(test_elementwise);
+  RUN(test_attention);
+  RUN(test_conversions);
+  TEST_MAIN_END();
+}

@@ -1,0 +1,293 @@
+/* test_golden.c — every architecture's forward pass against transformers'
+ * float64 logits (tests/fixtures/golden, made by tools/gen_golden.py):
+ * all-position logits of two prompts, the greedy continuation, and the
+ * invariances of the batched interface (chunked prefill, incremental decode,
+ * several sequences in one batch). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "engine/kv_cache.h"
+#include "model/model.h"
+#include "test.h"
+
+#define GOLDEN HEARTH_SOURCE_DIR "/tests/fixtures/golden"
+
+typedef struct golden {
+  json_t *doc;            /* owned */
+  int32_t *prompt[2];     /* owned */
+  int plen[2];
+  float *ref;             /* owned: [plen0 + plen1][vocab] */
+  int32_t greedy[64];
+  int n_greedy;
+  double max_abs;
+  bool bf16;
+} golden;
+
+static void golden_free(golden *g) {
+  json_decref(g->doc);
+  free(g->prompt[0]);
+  free(g->prompt[1]);
+  free(g->ref);
+}
+
+static int golden_load(const char *dir, golden *g) {
+  memset(g, 0, sizeof *g);
+  char path[512];
+  snprintf(path, sizeof path, "%s/golden.json", dir);
+  herr err = {0};
+  g->doc = hjson_load_file(path, &err);
+  if (!g->doc) {
+    fprintf(stderr, "%s\n", err.msg);
+    return -1;
+  }
+  json_t *prompts = json_object_get(g->doc, "prompts");
+  size_t total = 0;
+  for (int p = 0; p < 2; p++) {
+    json_t *a = json_array_get(prompts, p);
+    g->plen[p] = (int)json_array_size(a);
+    g->prompt[p] = malloc(sizeof(int32_t) * (size_t)g->plen[p]);
+    for (int i = 0; i < g->plen[p]; i++) g->prompt[p][i] = (int32_t)json_integer_value(json_array_get(a, i));
+    total += (size_t)g->plen[p];
+  }
+  int64_t vocab = json_integer_value(json_object_get(g->doc, "vocab_size"));
+  json_t *ids = json_object_get(json_object_get(g->doc, "greedy"), "ids");
+  g->n_greedy = (int)json_array_size(ids);
+  if (g->n_greedy > 64) g->n_greedy = 64;
+  for (int i = 0; i < g->n_greedy; i++) g->greedy[i] = (int32_t)json_integer_value(json_array_get(ids, i));
+  g->max_abs = json_number_value(json_object_get(g->doc, "max_abs_logit"));
+  g->bf16 = strcmp(json_string_value(json_object_get(g->doc, "dtype")), "bf16") == 0;
+  snprintf(path, sizeof path, "%s/logits_f32.bin", dir);
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  g->ref = malloc(total * (size_t)vocab * sizeof(float));
+  size_t got = fread(g->ref, sizeof(float), total * (size_t)vocab, f);
+  fclose(f);
+  return got == total * (size_t)vocab ? 0 : -1;
+}
+
+/* Runs tokens through a fresh sequence in chunks of `chunk` (0 = one piece), all logits. */
+static int run_chunked(model *m, kv_cache *c, const int32_t *toks, int n, int chunk, float *out) {
+  herr err = {0};
+  kv_seq *s;
+  if (kv_cache_seq_new(c, &s, &err)) return -1;
+  int64_t V = model_vocab_size(m);
+  int rc = 0;
+  for (int i = 0; i < n && !rc;) {
+    int k = chunk > 0 && n - i > chunk ? chunk : n - i;
+    model_seq sq = {.kv = s, .tokens = toks + i, .n_tokens = k, .all_logits = true};
+    model_batch b = {&sq, 1};
+    rc = model_forward(m, &b, out + (size_t)i * V, &err);
+    if (rc) fprintf(stderr, "forward: %s\n", err.msg);
+    i += k;
+  }
+  kv_cache_seq_free(s);
+  return rc;
+}
+
+static double max_diff(const float *a, const float *b, size_t n) {
+  double d = 0;
+  for (size_t i = 0; i < n; i++) {
+    double e = fabs((double)a[i] - (double)b[i]);
+    if (!(e <= d)) d = isnan(e) ? INFINITY : e;
+  }
+  return d;
+}
+
+static int argmax(const float *x, int64_t n) {
+  int best = 0;
+  for (int64_t i = 1; i < n; i++)
+    if (x[i] > x[best]) best = (int)i;
+  return best;
+}
+
+static void check_folder(const char *name) {
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/%s", GOLDEN, name);
+  golden g;
+  if (golden_load(dir, &g)) {
+    CHECK_MSG(0, "%s: could not read golden.json / logits_f32.bin", name);
+    golden_free(&g);
+    return;
+  }
+  herr err = {0};
+  model *m = NULL;
+  model_load_opts opts = {.threads = 2};
+  int rc = model_load(dir, &opts, &m, &err);
+  CHECK_MSG(rc == 0, "%s: %s", name, err.msg);
+  if (rc) {
+    golden_free(&g);
+    return;
+  }
+  int64_t V = model_vocab_size(m);
+  model_kv_geometry geo;
+  model_kv_geometry_of(m, &geo);
+  kv_cache *c = NULL;
+  CHECK(kv_cache_new(&geo, 0, &c, &err) == 0);
+  double tol = g.bf16 ? 2e-3 * g.max_abs : 1e-4;
+  /* Chunked, incremental and batched runs must agree up to float rounding:
+   * the matmul kernels may sum in another order for 1 row than for many. */
+  double same = 1e-5 * (g.max_abs > 1 ? g.max_abs : 1);
+
+  /* 1. all-position logits of both prompts, in one piece */
+  float *full[2];
+  const float *ref = g.ref;
+  for (int p = 0; p < 2; p++) {
+    full[p] = malloc(sizeof(float) * (size_t)(g.plen[p] * V));
+    CHECK(run_chunked(m, c, g.prompt[p], g.plen[p], 0, full[p]) == 0);
+    double d = max_diff(full[p], ref, (size_t)(g.plen[p] * V));
+    CHECK_MSG(d <= tol, "%s prompt %d: max abs error %.3g > %.3g", name, p, d, tol);
+    fprintf(stderr, "  %-18s prompt %d (%2d tokens): max abs error %.3g (tol %.3g)\n", name, p, g.plen[p], d, tol);
+    ref += (size_t)g.plen[p] * V;
+  }
+
+  /* 2. chunked prefill of the long prompt gives the same logits */
+  int n1 = g.plen[1];
+  float *chunked = malloc(sizeof(float) * (size_t)(n1 * V));
+  static const int chunks[] = {1, 3, 7, 16};
+  for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
+    CHECK(run_chunked(m, c, g.prompt[1], n1, chunks[ci], chunked) == 0);
+    double d = max_diff(chunked, full[1], (size_t)(n1 * V));
+    CHECK_MSG(d <= same, "%s: chunk size %d differs from one piece by %.3g", name, chunks[ci], d);
+  }
+  free(chunked);
+
+  /* 3. greedy: prefill prompt 0, then decode one token at a time through the cache */
+  kv_seq *s;
+  CHECK(kv_cache_seq_new(c, &s, &err) == 0);
+  float *last = malloc(sizeof(float) * (size_t)V);
+  int32_t seq[128];
+  int n = g.plen[0];
+  memcpy(seq, g.prompt[0], sizeof(int32_t) * (size_t)n);
+  model_seq sq = {.kv = s, .tokens = seq, .n_tokens = n};
+  model_batch b = {&sq, 1};
+  CHECK(model_forward(m, &b, last, &err) == 0);
+  int mismatches = 0;
+  for (int i = 0; i < g.n_greedy; i++) {
+    int next = argmax(last, V);
+    if (next != g.greedy[i]) mismatches++;
+    seq[n++] = g.greedy[i]; /* follow the reference so one slip does not cascade */
+    model_seq d1 = {.kv = s, .tokens = &seq[n - 1], .n_tokens = 1};
+    model_batch b1 = {&d1, 1};
+    CHECK(model_forward(m, &b1, last, &err) == 0);
+  }
+  CHECK_MSG(mismatches == 0, "%s: %d of %d greedy tokens differ", name, mismatches, g.n_greedy);
+  CHECK_EQ_INT(s->len, n);
+
+  /* 4. incremental decode equals a full recompute of the whole sequence */
+  float *whole = malloc(sizeof(float) * (size_t)(n * V));
+  CHECK(run_chunked(m, c, seq, n, 0, whole) == 0);
+  double dinc = max_diff(last, whole + (size_t)(n - 1) * V, (size_t)V);
+  CHECK_MSG(dinc <= same, "%s: incremental decode differs from full recompute by %.3g", name, dinc);
+  free(whole);
+  kv_cache_seq_free(s);
+
+  /* 5. a batch of three sequences equals each alone: prompt 0 (last logits),
+   * prompt 1 (all logits), and prompt 0 continued after a prefix in its cache */
+  kv_seq *a, *bb, *cc;
+  CHECK(kv_cache_seq_new(c, &a, &err) == 0);
+  CHECK(kv_cache_seq_new(c, &bb, &err) == 0);
+  CHECK(kv_cache_seq_new(c, &cc, &err) == 0);
+  int split = 5;
+  model_seq pre = {.kv = cc, .tokens = g.prompt[0], .n_tokens = split};
+  model_batch bpre = {&pre, 1};
+  CHECK(model_forward(m, &bpre, last, &err) == 0);
+  model_seq three[3] = {
+      {.kv = a, .tokens = g.prompt[0], .n_tokens = g.plen[0]},
+      {.kv = bb, .tokens = g.prompt[1], .n_tokens = n1, .all_logits = true},
+      {.kv = cc, .tokens = g.prompt[0] + split, .n_tokens = g.plen[0] - split},
+  };
+  model_batch b3 = {three, 3};
+  size_t rows = model_batch_logit_rows(&b3);
+  CHECK_EQ_INT(rows, 1 + n1 + 1);
+  float *out3 = malloc(sizeof(float) * rows * (size_t)V);
+  CHECK(model_forward(m, &b3, out3, &err) == 0);
+  const float *p0_last = full[0] + (size_t)(g.plen[0] - 1) * V;
+  CHECK_MSG(max_diff(out3, p0_last, (size_t)V) <= same, "%s: batched sequence 0 differs", name);
+  CHECK_MSG(max_diff(out3 + V, full[1], (size_t)(n1 * V)) <= same, "%s: batched sequence 1 differs", name);
+  CHECK_MSG(max_diff(out3 + (size_t)(1 + n1) * V, p0_last, (size_t)V) <= same, "%s: batched sequence 2 differs", name);
+  CHECK_EQ_INT(a->len, g.plen[0]);
+  CHECK_EQ_INT(cc->len, g.plen[0]);
+  free(out3);
+  kv_cache_seq_free(a);
+  kv_cache_seq_free(bb);
+  kv_cache_seq_free(cc);
+
+  free(last);
+  free(full[0]);
+  free(full[1]);
+  kv_cache_free(c);
+  model_free(m);
+  golden_free(&g);
+}
+
+static void test_llama(void) { check_folder("llama-f32"), check_folder("llama-bf16"); }
+static void test_llama_rope_scaling(void) { check_folder("llama_llama3-f32"), check_folder("llama_yarn-f32"); }
+static void test_llama_sharded(void) { check_folder("llama-sharded"); }
+static void test_mistral(void) { check_folder("mistral-f32"), check_folder("mistral-bf16"); }
+static void test_qwen2(void) { check_folder("qwen2-f32"), check_folder("qwen2-bf16"); }
+static void test_qwen3(void) { check_folder("qwen3-f32"), check_folder("qwen3-bf16"); }
+static void test_smollm3(void) { check_folder("smollm3-f32"), check_folder("smollm3-bf16"); }
+static void test_phi3(void) { check_folder("phi3-f32"), check_folder("phi3-bf16"); }
+static void test_gemma2(void) { check_folder("gemma2-f32"), check_folder("gemma2-bf16"); }
+static void test_gemma3(void) { check_folder("gemma3-f32"), check_folder("gemma3-bf16"); }
+
+/* The forward refuses bad batches without touching any sequence. */
+static void test_bad_batches(void) {
+  herr err = {0};
+  model *m = NULL;
+  CHECK(model_load(GOLDEN "/llama-f32", NULL, &m, &err) == 0);
+  if (!m) return;
+  model_kv_geometry geo;
+  model_kv_geometry_of(m, &geo);
+  kv_cache *c = NULL;
+  CHECK(kv_cache_new(&geo, 8, &c, &err) == 0);
+  kv_seq *s;
+  CHECK(kv_cache_seq_new(c, &s, &err) == 0);
+  float *logits = malloc(sizeof(float) * 2 * (size_t)model_vocab_size(m));
+  int32_t bad[2] = {5, 512};
+  model_seq sq = {.kv = s, .tokens = bad, .n_tokens = 2};
+  model_batch b = {&sq, 1};
+  CHECK_EQ_INT(model_forward(m, &b, logits, &err), HEARTH_EINVAL);
+  CHECK(strstr(err.msg, "512") != NULL);
+  CHECK_EQ_INT(s->len, 0);
+  int32_t many[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  model_seq big = {.kv = s, .tokens = many, .n_tokens = 9};
+  model_batch bb = {&big, 1};
+  CHECK_EQ_INT(model_forward(m, &bb, logits, &err), HEARTH_ELIMIT);
+  CHECK_EQ_INT(s->len, 0);
+  model_seq twice[2] = {{.kv = s, .tokens = many, .n_tokens = 1}, {.kv = s, .tokens = many, .n_tokens = 1}};
+  model_batch bt = {twice, 2};
+  CHECK_EQ_INT(model_forward(m, &bt, logits, &err), HEARTH_EINVAL);
+  /* truncation rolls back: re-running the same token gives the same logits */
+  model_seq one = {.kv = s, .tokens = many, .n_tokens = 3};
+  model_batch b1 = {&one, 1};
+  CHECK(model_forward(m, &b1, logits, &err) == 0);
+  kv_cache_seq_truncate(s, 2);
+  CHECK_EQ_INT(s->len, 2);
+  model_seq again = {.kv = s, .tokens = many + 2, .n_tokens = 1};
+  model_batch b2 = {&again, 1};
+  CHECK(model_forward(m, &b2, logits + model_vocab_size(m), &err) == 0);
+  CHECK(max_diff(logits, logits + model_vocab_size(m), (size_t)model_vocab_size(m)) == 0);
+  free(logits);
+  kv_cache_seq_free(s);
+  kv_cache_free(c);
+  model_free(m);
+}
+
+int main(void) {
+  RUN(test_llama);
+  RUN(test_llama_rope_scaling);
+  RUN(test_llama_sharded);
+  RUN(test_mistral);
+  RUN(test_qwen2);
+  RUN(test_qwen3);
+  RUN(test_smollm3);
+  RUN(test_phi3);
+  RUN(test_gemma2);
+  RUN(test_gemma3);
+  RUN(test_bad_batches);
+  TEST_MAIN_END();
+}

@@ -1,0 +1,392 @@
+// e2e.test.cjs — hearth's HTTP server end to end, through the real OpenAI
+// client (npm "openai", pinned in package-lock.json) and plain fetch, under
+// node's built-in test runner.
+//
+// HEARTH_E2E_SERVER  the executable: `hearth` (then run as `hearth serve
+//                    --model DIR`) or, with HEARTH_E2E_FAKE=1, the test server
+//                    over the fake engine (tests/serve/fake_engine.h)
+// HEARTH_DEPS_DIR    where tools/fetch_test_deps.sh installed node_modules
+// HEARTH_SOURCE_DIR  the repository, to find the model folder
+//
+// The model: see findModel below.
+'use strict';
+const { test, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn } = require('node:child_process');
+const fs = require('node:fs');
+const path = require('node:path');
+
+const FAKE = process.env.HEARTH_E2E_FAKE === '1';
+const SERVER = process.env.HEARTH_E2E_SERVER;
+const SOURCE = process.env.HEARTH_SOURCE_DIR || path.resolve(__dirname, '../..');
+const DEPS = process.env.HEARTH_DEPS_DIR || path.join(SOURCE, '.deps');
+
+function loadOpenAI() {
+  const dir = path.join(DEPS, 'node', 'node_modules', 'openai');
+  if (!fs.existsSync(dir)) throw new Error(`npm "openai" is not installed at ${dir}: run tools/fetch_test_deps.sh`);
+  return require(dir).OpenAI;
+}
+
+// The model folder to serve, first found of:
+//   $HEARTH_E2E_MODEL;
+//   tests/fixtures/golden/llama-f32 when it has its own tokenizer;
+//   models/default (the built-in model);
+//   the golden llama-f32 weights with tests/fixtures/serve's 512-token
+//   tokenizer (tools/gen_serve_tokenizer.py), assembled in a temporary folder.
+// With none of them, throws (every test then fails saying so).
+let assembled = null;
+function findModel() {
+  if (process.env.HEARTH_E2E_MODEL) return process.env.HEARTH_E2E_MODEL;
+  const golden = path.join(SOURCE, 'tests/fixtures/golden/llama-f32');
+  if (fs.existsSync(path.join(golden, 'tokenizer.json'))) return golden;
+  const def = path.join(SOURCE, 'models/default');
+  if (fs.existsSync(path.join(def, 'config.json'))) return def;
+  const tok = path.join(SOURCE, 'tests/fixtures/serve');
+  if (fs.existsSync(path.join(golden, 'model.safetensors')) && fs.existsSync(path.join(tok, 'tokenizer.json'))) {
+    if (assembled) return assembled;
+    const dir = path.join(fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'hearth-e2e-')), 'tiny-llama');
+    fs.mkdirSync(dir);
+    for (const f of ['config.json', 'generation_config.json', 'model.safetensors'])
+      if (fs.existsSync(path.join(golden, f))) fs.symlinkSync(path.join(golden, f), path.join(dir, f));
+    for (const f of ['tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(tok, f), path.join(dir, f));
+    assembled = dir;
+    return dir;
+  }
+  throw new Error(`no model to serve: neither ${golden} (with tokenizer.json) nor ${def} (with config.json) exists, ` +
+    `and the golden weights or tests/fixtures/serve/tokenizer.json are missing`);
+}
+
+// Starts a server on an ephemeral loopback port; resolves once it prints its address.
+function startServer(extra = []) {
+  if (!SERVER) throw new Error('HEARTH_E2E_SERVER is not set');
+  const args = FAKE ? ['--port', '0', ...extra] : ['serve', '--model', findModel(), '--port', '0', '--threads', '2', ...extra];
+  const proc = spawn(SERVER, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const srv = { proc, log: '', url: null };
+  return new Promise((resolve, reject) => {
+    const onData = (d) => {
+      srv.log += d.toString();
+      const m = srv.log.match(/listening on (http:\/\/[^\s]+)/);
+      if (m && !srv.url) {
+        srv.url = m[1];
+        resolve(srv);
+      }
+    };
+    proc.stderr.on('data', onData);
+    proc.stdout.on('data', onData);
+    proc.on('exit', (code) => {
+      if (!srv.url) reject(new Error(`server exited with ${code} before listening:\n${srv.log}`));
+    });
+    proc.on('error', reject);
+  });
+}
+
+// Stops a server with SIGTERM; resolves to its exit status (0 after a clean stop).
+function stopServer(srv) {
+  if (!srv) return Promise.resolve(0);
+  if (srv.proc.exitCode !== null) return Promise.resolve(srv.proc.exitCode);
+  return new Promise((resolve) => {
+    srv.proc.on('exit', (code, signal) => resolve(signal ? signal : code));
+    srv.proc.kill('SIGTERM');
+  });
+}
+
+async function waitFor(cond, what, ms = 60000) {
+  const until = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+let OpenAI, main, guarded, client, modelId;
+const KEY = 'sk-test-4d1f';
+
+before(async () => {
+  OpenAI = loadOpenAI();
+  main = await startServer();
+  guarded = await startServer(['--api-key', KEY, '--max-body', '4096']);
+  client = new OpenAI({ baseURL: main.url + '/v1', apiKey: 'unused', maxRetries: 0 });
+});
+
+after(async () => {
+  if (assembled) fs.rmSync(path.dirname(assembled), { recursive: true, force: true });
+  // A clean exit after SIGTERM: every connection ended, nothing leaked (under ASan).
+  for (const srv of [main, guarded]) {
+    const code = await stopServer(srv);
+    assert.equal(code, 0, `server exited with ${code}:\n${srv ? srv.log.slice(-4000) : ''}`);
+  }
+});
+
+const MSGS = [{ role: 'user', content: 'Tell me a story about a lighthouse.' }];
+
+async function streamChat(params) {
+  const stream = await client.chat.completions.create({ ...params, stream: true });
+  const chunks = [];
+  for await (const c of stream) chunks.push(c);
+  const deltas = chunks.filter((c) => c.choices.length && c.choices[0].delta.content).map((c) => c.choices[0].delta.content);
+  return { chunks, deltas, text: deltas.join('') };
+}
+
+test('models list names the served model', async () => {
+  const list = await client.models.list();
+  const ids = [];
+  for await (const m of list) ids.push(m);
+  assert.equal(ids.length, 1);
+  assert.equal(typeof ids[0].id, 'string');
+  assert.ok(ids[0].id.length > 0);
+  assert.equal(ids[0].object, 'model');
+  modelId = ids[0].id;
+  const one = await client.models.retrieve(modelId);
+  assert.equal(one.id, modelId);
+});
+
+test('non-stream chat completion has the OpenAI shape', async () => {
+  const r = await client.chat.completions.create({ model: 'whatever', messages: MSGS, max_tokens: 16, temperature: 0 });
+  assert.match(r.id, /^chatcmpl-/);
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(typeof r.created, 'number');
+  assert.equal(r.model, modelId ?? r.model);
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].index, 0);
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(typeof r.choices[0].message.content, 'string');
+  assert.ok(['stop', 'length'].includes(r.choices[0].finish_reason));
+  assert.ok(r.usage.prompt_tokens > 0);
+  assert.ok(r.usage.completion_tokens > 0 && r.usage.completion_tokens <= 16);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  if (FAKE) assert.equal(r.choices[0].message.content, 'The quick brown fox jumps over the lazy dog. Pac');
+});
+
+test('stream at temperature 0 equals the non-stream answer; usage chunk last', async () => {
+  const params = { messages: MSGS, max_tokens: 24, temperature: 0 };
+  const whole = await client.chat.completions.create(params);
+  const s = await streamChat({ ...params, stream_options: { include_usage: true } });
+  assert.equal(s.text, whole.choices[0].message.content);
+  const first = s.chunks[0];
+  assert.equal(first.object, 'chat.completion.chunk');
+  assert.equal(first.choices[0].delta.role, 'assistant');
+  const ids = new Set(s.chunks.map((c) => c.id));
+  assert.equal(ids.size, 1);
+  assert.match(first.id, /^chatcmpl-/);
+  const finals = s.chunks.filter((c) => c.choices.length && c.choices[0].finish_reason);
+  assert.equal(finals.length, 1);
+  assert.equal(finals[0].choices[0].finish_reason, whole.choices[0].finish_reason);
+  const last = s.chunks[s.chunks.length - 1];
+  assert.deepEqual(last.choices, []);
+  assert.deepEqual(last.usage, whole.usage);
+});
+
+test('omitted sampling fields take the model defaults', async () => {
+  // HF: greedy unless generation_config.json sets do_sample (the fake is greedy too).
+  let sampled = false;
+  if (!FAKE) {
+    const gc = path.join(findModel(), 'generation_config.json');
+    if (fs.existsSync(gc)) sampled = JSON.parse(fs.readFileSync(gc, 'utf8')).do_sample === true;
+  }
+  const greedy = await client.chat.completions.create({ messages: MSGS, max_tokens: 12, temperature: 0 });
+  const plain = await client.chat.completions.create({ messages: MSGS, max_tokens: 12 });
+  if (!sampled) assert.equal(plain.choices[0].message.content, greedy.choices[0].message.content);
+  else assert.equal(plain.usage.prompt_tokens, greedy.usage.prompt_tokens);
+});
+
+test('content parts equal a string content', async () => {
+  const a = await client.chat.completions.create({ messages: MSGS, max_tokens: 8, temperature: 0 });
+  const parts = [{ role: 'user', content: [{ type: 'text', text: 'Tell me a story ' }, { type: 'text', text: 'about a lighthouse.' }] }];
+  const b = await client.chat.completions.create({ messages: parts, max_tokens: 8, temperature: 0 });
+  assert.equal(b.choices[0].message.content, a.choices[0].message.content);
+  assert.equal(b.usage.prompt_tokens, a.usage.prompt_tokens);
+});
+
+test('a stop string split across tokens never appears, stream or not', async () => {
+  const params = { messages: MSGS, max_tokens: 32, temperature: 0 };
+  const probe = await streamChat(params);
+  const full = probe.text;
+  // A stop string made of the end of one streamed piece and the start of the
+  // next, whose first occurrence in the text is at that boundary.
+  let stop = null, expected = null, at = 0;
+  for (let i = 0; i + 1 < probe.deltas.length && !stop; i++) {
+    at += probe.deltas[i].length;
+    const a = probe.deltas[i], b = probe.deltas[i + 1];
+    if (i < 2 || a.length < 2 || b.length < 1) continue;
+    const cand = a.slice(-2) + b.slice(0, Math.min(2, b.length));
+    if (full.indexOf(cand) === at - 2) {
+      stop = cand;
+      expected = full.slice(0, at - 2);
+    }
+  }
+  assert.ok(stop, `no stop string spanning a token boundary in ${JSON.stringify(probe.deltas)}`);
+  const whole = await client.chat.completions.create({ ...params, stop: [stop] });
+  assert.equal(whole.choices[0].message.content, expected);
+  assert.ok(!whole.choices[0].message.content.includes(stop));
+  assert.equal(whole.choices[0].finish_reason, 'stop');
+  const s = await streamChat({ ...params, stop });
+  assert.equal(s.text, expected);
+  assert.ok(s.deltas.every((d) => !d.includes(stop)));
+  const finals = s.chunks.filter((c) => c.choices.length && c.choices[0].finish_reason);
+  assert.equal(finals[0].choices[0].finish_reason, 'stop');
+});
+
+test('max_tokens ends with finish_reason length', async () => {
+  const r = await client.chat.completions.create({ messages: MSGS, max_tokens: 3, temperature: 0 });
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 3);
+  const r2 = await client.chat.completions.create({ messages: MSGS, max_completion_tokens: 2, temperature: 0 });
+  assert.equal(r2.choices[0].finish_reason, 'length');
+  assert.equal(r2.usage.completion_tokens, 2);
+  const s = await streamChat({ messages: MSGS, max_tokens: 3, temperature: 0 });
+  assert.equal(s.chunks.filter((c) => c.choices.length && c.choices[0].finish_reason)[0].choices[0].finish_reason, 'length');
+});
+
+test('the same seed at temperature 1 reproduces the text', async () => {
+  const p = { messages: MSGS, max_tokens: 16, temperature: 1, seed: 1234 };
+  const a = await client.chat.completions.create(p);
+  const b = await client.chat.completions.create(p);
+  assert.equal(a.choices[0].message.content, b.choices[0].message.content);
+  const s = await streamChat(p);
+  assert.equal(s.text, a.choices[0].message.content);
+  if (FAKE) {
+    const c = await client.chat.completions.create({ ...p, seed: 99 });
+    assert.notEqual(c.choices[0].message.content, a.choices[0].message.content);
+  }
+});
+
+test('logprobs come back per token', async () => {
+  const r = await client.chat.completions.create({ messages: MSGS, max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 2 });
+  const lp = r.choices[0].logprobs.content;
+  assert.ok(lp.length >= 1 && lp.length <= 4);
+  for (const e of lp) {
+    assert.equal(typeof e.token, 'string');
+    assert.ok(e.logprob <= 0);
+    assert.ok(Array.isArray(e.bytes));
+    assert.equal(e.top_logprobs.length, 2);
+  }
+});
+
+test('text completions, whole and streamed', async () => {
+  const p = { model: 'x', prompt: 'Once upon a time', max_tokens: 12, temperature: 0 };
+  const r = await client.completions.create(p);
+  assert.match(r.id, /^cmpl-/);
+  assert.equal(r.object, 'text_completion');
+  assert.equal(typeof r.choices[0].text, 'string');
+  assert.ok(['stop', 'length'].includes(r.choices[0].finish_reason));
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  const stream = await client.completions.create({ ...p, stream: true, stream_options: { include_usage: true } });
+  let text = '', finish = null, usage = null;
+  for await (const c of stream) {
+    if (c.choices.length) {
+      text += c.choices[0].text;
+      if (c.choices[0].finish_reason) finish = c.choices[0].finish_reason;
+    }
+    if (c.usage) usage = c.usage;
+  }
+  assert.equal(text, r.choices[0].text);
+  assert.equal(finish, r.choices[0].finish_reason);
+  assert.deepEqual(usage, r.usage);
+  if (FAKE) assert.equal(r.choices[0].text, 'The quick brown fox jumps over the l');
+});
+
+test('concurrent requests each get their own answer', async () => {
+  const sizes = [3, 5, 8, 13];
+  const alone = [];
+  for (const n of sizes) alone.push((await client.chat.completions.create({ messages: MSGS, max_tokens: n, temperature: 0 })).choices[0].message.content);
+  const together = await Promise.all(
+    sizes.map((n, i) => (i % 2 ? streamChat({ messages: MSGS, max_tokens: n, temperature: 0 }).then((s) => s.text)
+      : client.chat.completions.create({ messages: MSGS, max_tokens: n, temperature: 0 }).then((r) => r.choices[0].message.content))));
+  assert.deepEqual(together, alone);
+});
+
+async function expectError(res, status, fields = {}) {
+  assert.equal(res.status, status);
+  const body = await res.json();
+  assert.ok(body.error, 'error object');
+  assert.equal(typeof body.error.message, 'string');
+  assert.ok(body.error.message.length > 0);
+  assert.ok('type' in body.error && 'param' in body.error && 'code' in body.error);
+  for (const [k, v] of Object.entries(fields)) assert.equal(body.error[k], v, `error.${k}`);
+  return body.error;
+}
+
+const post = (srv, p, body, headers = {}) =>
+  fetch(srv.url + p, { method: 'POST', headers: { 'Content-Type': 'application/json', ...headers }, body });
+
+test('errors have the OpenAI shape and status', async () => {
+  await expectError(await fetch(main.url + '/v1/nope'), 404);
+  await expectError(await fetch(main.url + '/v1/chat/completions'), 405);
+  await expectError(await post(main, '/v1/models', '{}'), 405);
+  await expectError(await post(main, '/v1/chat/completions', '{"messages": ['), 400, { type: 'invalid_request_error' });
+  await expectError(await post(main, '/v1/chat/completions', '{"model":"m"}'), 400, { param: 'messages' });
+  await expectError(await post(main, '/v1/chat/completions', JSON.stringify({ messages: MSGS, temperature: 'hot' })), 400, { param: 'temperature' });
+  await expectError(await post(main, '/v1/chat/completions', JSON.stringify({ messages: MSGS, n: 2 })), 400, { param: 'n' });
+  await expectError(await post(main, '/v1/chat/completions', JSON.stringify({ messages: [{ role: 'user', content: 5 }] })), 400, { param: 'messages[0].content' });
+  await expectError(await post(main, '/v1/completions', JSON.stringify({ prompt: 7 })), 400, { param: 'prompt' });
+  await expectError(await post(main, '/v1/chat/completions', JSON.stringify({ messages: MSGS, max_tokens: 10000000 })), 400,
+    { code: 'context_length_exceeded', param: 'messages' });
+  // The client raises these as APIError with the same fields.
+  await assert.rejects(client.chat.completions.create({ messages: MSGS, top_p: 7 }), (e) => e.status === 400 && e.param === 'top_p');
+  await assert.rejects(client.chat.completions.create({ messages: MSGS, max_tokens: 10000000, stream: true }),
+    (e) => e.status === 400 && e.code === 'context_length_exceeded');
+});
+
+test('API key and body limit', async () => {
+  const c = new OpenAI({ baseURL: guarded.url + '/v1', apiKey: KEY, maxRetries: 0 });
+  const ok = await c.chat.completions.create({ messages: MSGS, max_tokens: 2 });
+  assert.equal(ok.choices.length, 1);
+  const wrong = new OpenAI({ baseURL: guarded.url + '/v1', apiKey: 'sk-wrong', maxRetries: 0 });
+  await assert.rejects(wrong.models.list(), (e) => e.status === 401);
+  await expectError(await fetch(guarded.url + '/v1/models'), 401, { type: 'authentication_error' });
+  await expectError(await post(guarded, '/v1/chat/completions', JSON.stringify({ messages: MSGS })), 401);
+  assert.equal((await fetch(guarded.url + '/health')).status, 200);
+  const big = JSON.stringify({ messages: [{ role: 'user', content: 'x'.repeat(8192) }] });
+  await expectError(await post(guarded, '/v1/chat/completions', big, { Authorization: 'Bearer ' + KEY }), 413);
+  await assert.rejects(c.chat.completions.create({ messages: [{ role: 'user', content: 'y'.repeat(5000) }] }), (e) => e.status === 413);
+});
+
+test('health, index and chat page', async () => {
+  const h = await (await fetch(main.url + '/health')).json();
+  assert.equal(h.status, 'ok');
+  const idx = await (await fetch(main.url + '/v1')).json();
+  const paths = idx.data.map((e) => e.path);
+  for (const p of ['/v1/chat/completions', '/v1/completions', '/v1/models', '/health']) assert.ok(paths.includes(p), p);
+  const page = await fetch(main.url + '/');
+  assert.equal(page.status, 200);
+  assert.match(page.headers.get('content-type'), /text\/html/);
+  const html = await page.text();
+  assert.match(html, /<title>hearth<\/title>/);
+  assert.match(html, /\/v1\/chat\/completions/);
+  assert.match(html, /AbortController/);
+  assert.doesNotMatch(html, /(src|href)=["']?https?:/); // nothing fetched from elsewhere
+  // The script parses, and declares no global that a browser already owns
+  // (a top-level `const history` throws in a page).
+  const script = html.match(/<script>([\s\S]*)<\/script>/)[1];
+  assert.doesNotThrow(() => new (require('node:vm').Script)(script));
+  for (const name of ['history', 'name', 'status', 'location', 'top', 'parent', 'self', 'event'])
+    assert.doesNotMatch(script, new RegExp(`^(const|let|var|function) ${name}\\b`, 'm'), name);
+});
+
+test('a client that disconnects mid-stream is cancelled; the server keeps serving', async () => {
+  const ac = new AbortController();
+  const content = FAKE ? 'Tell me everything [slow]' : 'Tell me everything.';
+  const stream = await client.chat.completions.create(
+    { messages: [{ role: 'user', content }], temperature: 0, stream: true }, // as long as the context allows
+    { signal: ac.signal });
+  let got = 0;
+  const logBefore = main.log.length;
+  try {
+    for await (const c of stream) {
+      if (c.choices.length && c.choices[0].delta.content && ++got === 3) {
+        ac.abort(); // closes the connection
+        break;
+      }
+    }
+  } catch (e) {
+    if (e.name !== 'AbortError' && !(e instanceof OpenAI.APIUserAbortError)) throw e;
+  }
+  assert.equal(got, 3);
+  if (FAKE) {
+    await waitFor(() => main.log.slice(logBefore).includes('generation cancelled'), 'the fake engine to see the cancel');
+    await waitFor(() => main.log.slice(logBefore).includes('client went away'), 'the server to log the cancel');
+  }
+  const r = await client.chat.completions.create({ messages: MSGS, max_tokens: 4, temperature: 0 });
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(main.proc.exitCode, null);
+});

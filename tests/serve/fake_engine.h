@@ -1,0 +1,179 @@
+/* fake_engine.h — a deterministic stand-in for a model behind serve_engine,
+ * for the server's tests: it "generates" a fixed text in 3-byte tokens
+ * (greedy) or seeded random words (temperature > 0), holds back stop strings
+ * the way the engine does, and counts cancellations. A prompt containing
+ * "[slow]" generates 5000 tokens 10 ms apart (for disconnect tests); one
+ * containing "[fail]" fails with a server error, "[pause]" waits 300 ms
+ * before the first token. Test code only. */
+#ifndef HEARTH_TESTS_FAKE_ENGINE_H
+#define HEARTH_TESTS_FAKE_ENGINE_H
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/buf.h"
+#include "serve/engine.h"
+
+#define FAKE_CONTEXT 512
+#define FAKE_EOS_AFTER 40
+static const char fake_greedy_text[] =
+    "The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs. How vexingly quick daft "
+    "zebras jump! Sphinx of black quartz, judge my vow.";
+
+static atomic_int fake_cancelled;  /* generations ended by cancellation */
+static atomic_int fake_generations; /* generations started */
+static atomic_int fake_running;     /* generations in progress */
+
+static int fake_render(void *impl, const serve_message *m, int n, char **prompt, herr *err) {
+  hbuf b = {0};
+  for (int i = 0; i < n; i++) hbuf_printf(&b, "<|%s|>%s\n", m[i].role, m[i].content);
+  hbuf_puts(&b, "<|assistant|>");
+  if (strstr(hbuf_str(&b), "[badtemplate]")) {
+    hbuf_free(&b);
+    return herr_set(err, HEARTH_EINVAL, "template: raise_exception('no such role')");
+  }
+  *prompt = hbuf_take(&b);
+  return *prompt ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
+}
+
+static int fake_count(void *impl, const char *prompt, bool raw, int64_t *n, herr *err) {
+  *n = (int64_t)((strlen(prompt) + 3) / 4) + (raw ? 1 : 0);
+  return 0;
+}
+
+static uint64_t fake_rng(uint64_t *s) {
+  uint64_t x = (*s += 0x9E3779B97F4A7C15ull);
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/* Longest suffix of s[0..n) that is a proper prefix of some stop string. */
+static size_t fake_holdback(const char *s, size_t n, const serve_sampling *sp) {
+  size_t best = 0;
+  for (int k = 0; k < sp->nstop; k++) {
+    size_t L = strlen(sp->stop[k]);
+    for (size_t h = L - 1; h > best; h--)
+      if (h <= n && memcmp(s + n - h, sp->stop[k], h) == 0) {
+        best = h;
+        break;
+      }
+  }
+  return best;
+}
+
+static int fake_generate_run(const char *prompt, bool raw, const serve_sampling *sp, serve_token_fn fn, void *ctx,
+                             volatile int *cancel, serve_result *res, herr *err);
+
+static int fake_generate(void *impl, const char *prompt, bool raw, const serve_sampling *sp, serve_token_fn fn,
+                         void *ctx, volatile int *cancel, serve_result *res, herr *err) {
+  atomic_fetch_add(&fake_generations, 1);
+  atomic_fetch_add(&fake_running, 1);
+  int rc = fake_generate_run(prompt, raw, sp, fn, ctx, cancel, res, err);
+  atomic_fetch_sub(&fake_running, 1);
+  return rc;
+}
+
+static int fake_generate_run(const char *prompt, bool raw, const serve_sampling *sp, serve_token_fn fn, void *ctx,
+                             volatile int *cancel, serve_result *res, herr *err) {
+  void *impl = NULL;
+  memset(res, 0, sizeof *res);
+  fake_count(impl, prompt, raw, &res->prompt_tokens, err);
+  if (strstr(prompt, "[fail]")) return herr_set(err, HEARTH_EINTERNAL, "the fake model failed on purpose");
+  bool slow = strstr(prompt, "[slow]") != NULL;
+  if (strstr(prompt, "[pause]")) { /* a long "prefill" */
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  int64_t limit = slow ? 5000 : FAKE_EOS_AFTER;
+  int64_t max = sp->max_tokens > 0 ? sp->max_tokens : FAKE_CONTEXT - res->prompt_tokens;
+  double temp = isnan(sp->temperature) ? 0.0 : sp->temperature;
+  uint64_t state = sp->has_seed ? sp->seed : (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)&state;
+  static const char *words[] = {" alpha", " beta", " gamma", " delta", " eps", " zeta", " eta", " theta", " iota",
+                                " kappa", " lambda", " mu"};
+  hbuf text = {0};
+  size_t emitted = 0, gpos = 0;
+  bool stopped = false;
+  res->finish = SERVE_FINISH_LENGTH;
+  serve_top_logprob top[2] = {{"x", 1, -1.5f}, {"y", 1, -2.5f}};
+  for (int64_t step = 0;; step++) {
+    if (step >= max) break;
+    if (step >= limit) {
+      res->finish = SERVE_FINISH_STOP; /* "EOS" */
+      break;
+    }
+    if (__atomic_load_n(cancel, __ATOMIC_SEQ_CST)) {
+      res->finish = SERVE_FINISH_CANCELLED;
+      break;
+    }
+    char piece[16];
+    size_t plen;
+    if (temp > 0) {
+      const char *w = words[fake_rng(&state) % (sizeof words / sizeof words[0])];
+      plen = strlen(w);
+      memcpy(piece, w, plen);
+    } else {
+      size_t L = sizeof fake_greedy_text - 1;
+      plen = 3;
+      for (size_t i = 0; i < plen; i++) piece[i] = fake_greedy_text[(gpos + i) % L];
+      gpos += plen;
+    }
+    hbuf_append(&text, piece, plen);
+    res->completion_tokens++;
+    /* Stop strings: end at the first match; hold back a possible start of one. */
+    size_t release = text.len;
+    for (int k = 0; k < sp->nstop; k++) {
+      const char *hit = memmem(text.data, text.len, sp->stop[k], strlen(sp->stop[k]));
+      if (hit && (size_t)(hit - text.data) < release) {
+        release = (size_t)(hit - text.data);
+        stopped = true;
+      }
+    }
+    if (!stopped) release = text.len - fake_holdback(text.data, text.len, sp);
+    if (release < emitted) release = emitted;
+    serve_token t = {.text = text.data + emitted, .len = release - emitted, .id = (int32_t)step,
+                     .token_text = piece, .token_len = plen, .logprob = -0.5f, .top = top,
+                     .ntop = sp->top_logprobs < 2 ? sp->top_logprobs : 2};
+    emitted = release;
+    if (fn(ctx, &t)) {
+      res->finish = SERVE_FINISH_CANCELLED;
+      break;
+    }
+    if (stopped) {
+      res->finish = SERVE_FINISH_STOP;
+      break;
+    }
+    if (slow) {
+      struct timespec ts = {0, 10 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  if (res->finish != SERVE_FINISH_CANCELLED && !stopped && emitted < text.len) {
+    serve_token t = {.flush = true, .text = text.data + emitted, .len = text.len - emitted, .id = -1};
+    fn(ctx, &t);
+  }
+  hbuf_free(&text);
+  if (res->finish == SERVE_FINISH_CANCELLED) {
+    atomic_fetch_add(&fake_cancelled, 1);
+    fprintf(stderr, "fake: generation cancelled after %lld tokens\n", (long long)res->completion_tokens);
+    return herr_set(err, HEARTH_ECANCELLED, "cancelled");
+  }
+  return 0;
+}
+
+static void fake_engine_init(serve_engine *e) {
+  memset(e, 0, sizeof *e);
+  e->model_id = "fake-model";
+  e->context_length = FAKE_CONTEXT;
+  e->vocab_size = 1000;
+  e->created = 1700000000;
+  e->render_chat = fake_render;
+  e->count_tokens = fake_count;
+  e->generate = fake_generate;
+}
+
+#endif

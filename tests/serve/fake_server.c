@@ -1,0 +1,46 @@
+/* fake_server.c — the HTTP server over the fake engine (fake_engine.h), so the
+ * end-to-end tests can check the protocol without a model:
+ *   serve_fake_server [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES]
+ * Prints "hearth: listening on http://HOST:PORT" and serves until
+ * SIGINT/SIGTERM. Test code only. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "fake_engine.h"
+#include "serve/server.h"
+
+int main(int argc, char **argv) {
+  serve_config cfg = {.host = "127.0.0.1"};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--port") == 0) cfg.port = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--api-key") == 0) cfg.api_key = argv[i + 1];
+    else if (strcmp(argv[i], "--host") == 0) cfg.host = argv[i + 1];
+    else if (strcmp(argv[i], "--max-body") == 0) cfg.max_body = (size_t)strtoull(argv[i + 1], NULL, 10);
+  }
+  hlog_set_level(HLOG_LEVEL_INFO);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, NULL); /* before any thread starts */
+  signal(SIGPIPE, SIG_IGN);
+  serve_engine engine;
+  fake_engine_init(&engine);
+  serve_server *srv;
+  herr err = {0};
+  if (serve_start(&srv, &engine, &cfg, &err)) {
+    fprintf(stderr, "fake_server: %s\n", err.msg);
+    return 1;
+  }
+  bool v6 = strchr(cfg.host, ':') != NULL;
+  fprintf(stderr, "hearth: listening on http://%s%s%s:%d\n", v6 ? "[" : "", cfg.host, v6 ? "]" : "", serve_port(srv));
+  int sig;
+  sigwait(&set, &sig);
+  serve_stop(srv);
+  fprintf(stderr, "fake_server: stopped (%d generations, %d cancelled)\n", atomic_load(&fake_generations),
+          atomic_load(&fake_cancelled));
+  return 0;
+}

@@ -1,0 +1,223 @@
+/* test_request.c — request validation: OpenAI chat and completion bodies into
+ * serve_request, and every refusal naming its field (param) with status 400. */
+#include <jansson.h>
+#include <math.h>
+
+#include "serve/request.h"
+#include "test.h"
+
+static int parse(const char *body, serve_kind kind, serve_request *r, serve_fail *f) {
+  memset(f, 0, sizeof *f);
+  return serve_request_parse(body, strlen(body), kind, r, f);
+}
+
+/* Parses a body that must be refused; checks the status and the param. */
+static void refused(const char *body, serve_kind kind, const char *param) {
+  serve_request r;
+  serve_fail f;
+  int rc = parse(body, kind, &r, &f);
+  CHECK_MSG(rc == 400, "body %s: rc %d", body, rc);
+  CHECK_EQ_INT(f.status, 400);
+  CHECK_EQ_STR(f.type, "invalid_request_error");
+  CHECK_MSG(strcmp(f.param, param) == 0, "body %s: param '%s', want '%s' (%s)", body, f.param, param, f.message);
+  CHECK(f.message[0] != 0);
+  CHECK(r.messages == NULL && r.prompt == NULL && r.sampling.stop == NULL);
+}
+
+static void test_chat_all_fields(void) {
+  const char *body =
+      "{\"model\":\"m1\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},"
+      "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi \"},{\"type\":\"text\",\"text\":\"there\"}]},"
+      "{\"role\":\"assistant\",\"content\":null}],"
+      "\"max_tokens\":50,\"temperature\":0.5,\"top_p\":0.9,\"top_k\":40,\"min_p\":0.05,\"seed\":-7,"
+      "\"stop\":[\"END\",\"\\n\\n\"],\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"repetition_penalty\":1.1,"
+      "\"logit_bias\":{\"15\":-100,\"2000\":3.5},\"logprobs\":true,\"top_logprobs\":3,\"n\":1,\"user\":\"u7\","
+      "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"unknown_field\":{\"ignored\":1}}";
+  serve_request r;
+  serve_fail f;
+  CHECK_EQ_INT(parse(body, SERVE_CHAT, &r, &f), 0);
+  CHECK_EQ_STR(r.model, "m1");
+  CHECK_EQ_INT(r.nmessages, 3);
+  CHECK_EQ_STR(r.messages[0].role, "system");
+  CHECK_EQ_STR(r.messages[0].content, "be brief");
+  CHECK_EQ_STR(r.messages[1].content, "hi there");
+  CHECK_EQ_STR(r.messages[2].role, "assistant");
+  CHECK_EQ_STR(r.messages[2].content, "");
+  const serve_sampling *s = &r.sampling;
+  CHECK_EQ_INT(s->max_tokens, 50);
+  CHECK_NEAR(s->temperature, 0.5, 0);
+  CHECK_NEAR(s->top_p, 0.9, 0);
+  CHECK_EQ_INT(s->top_k, 40);
+  CHECK_NEAR(s->min_p, 0.05, 0);
+  CHECK(s->has_seed);
+  CHECK(s->seed == (uint64_t)-7);
+  CHECK_EQ_INT(s->nstop, 2);
+  CHECK_EQ_STR(s->stop[0], "END");
+  CHECK_EQ_STR(s->stop[1], "\n\n");
+  CHECK_NEAR(s->presence_penalty, 0.5, 0);
+  CHECK_NEAR(s->frequency_penalty, -0.5, 0);
+  CHECK_NEAR(s->repetition_penalty, 1.1, 0);
+  CHECK_EQ_INT(s->nbias, 2);
+  CHECK_EQ_INT(s->bias[0].token, 15);
+  CHECK_NEAR(s->bias[0].bias, -100, 0);
+  CHECK_EQ_INT(s->bias[1].token, 2000);
+  CHECK_NEAR(s->bias[1].bias, 3.5, 0);
+  CHECK(s->logprobs);
+  CHECK_EQ_INT(s->top_logprobs, 3);
+  CHECK_EQ_INT(r.n, 1);
+  CHECK_EQ_STR(r.user, "u7");
+  CHECK(r.stream);
+  CHECK(r.include_usage);
+  serve_request_free(&r);
+  CHECK(r.messages == NULL && r.model == NULL);
+  serve_request_free(&r); /* twice is harmless */
+}
+
+static void test_chat_defaults(void) {
+  serve_request r;
+  serve_fail f;
+  CHECK_EQ_INT(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":null,\"stop\":\"###\"}",
+                     SERVE_CHAT, &r, &f),
+               0);
+  CHECK(r.model == NULL);
+  CHECK(!r.stream && !r.include_usage);
+  CHECK_EQ_INT(r.sampling.max_tokens, -1);
+  CHECK(isnan(r.sampling.temperature) && isnan(r.sampling.top_p) && isnan(r.sampling.min_p));
+  CHECK(isnan(r.sampling.presence_penalty) && isnan(r.sampling.frequency_penalty));
+  CHECK(isnan(r.sampling.repetition_penalty));
+  CHECK_EQ_INT(r.sampling.top_k, -1);
+  CHECK(!r.sampling.has_seed);
+  CHECK(!r.sampling.logprobs);
+  CHECK_EQ_INT(r.sampling.nstop, 1);
+  CHECK_EQ_STR(r.sampling.stop[0], "###");
+  serve_request_free(&r);
+  /* max_completion_tokens is the newer name of max_tokens and wins. */
+  CHECK_EQ_INT(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":9,"
+                     "\"max_completion_tokens\":4,\"seed\":12.0}",
+                     SERVE_CHAT, &r, &f),
+               0);
+  CHECK_EQ_INT(r.sampling.max_tokens, 4);
+  CHECK(r.sampling.has_seed && r.sampling.seed == 12);
+  serve_request_free(&r);
+}
+
+static void test_chat_refusals(void) {
+  refused("{\"messages\": [", SERVE_CHAT, "");
+  refused("", SERVE_CHAT, "");
+  refused("[1,2]", SERVE_CHAT, "");
+  refused("{}", SERVE_CHAT, "messages");
+  refused("{\"messages\":{}}", SERVE_CHAT, "messages");
+  refused("{\"messages\":[]}", SERVE_CHAT, "messages");
+  refused("{\"messages\":[3]}", SERVE_CHAT, "messages[0]");
+  refused("{\"messages\":[{\"content\":\"x\"}]}", SERVE_CHAT, "messages[0].role");
+  refused("{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", SERVE_CHAT, "messages[0].role");
+  refused("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\",\"content\":5}]}", SERVE_CHAT,
+          "messages[1].content");
+  refused("{\"messages\":[{\"role\":\"user\"}]}", SERVE_CHAT, "messages[0].content");
+  refused("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+          "{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+          SERVE_CHAT, "messages[0].content[1]");
+  refused("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", SERVE_CHAT,
+          "messages[0].content[0]");
+#define M "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+  refused(M "\"model\":5}", SERVE_CHAT, "model");
+  refused(M "\"temperature\":\"hot\"}", SERVE_CHAT, "temperature");
+  refused(M "\"temperature\":2.5}", SERVE_CHAT, "temperature");
+  refused(M "\"top_p\":1.5}", SERVE_CHAT, "top_p");
+  refused(M "\"top_k\":1.5}", SERVE_CHAT, "top_k");
+  refused(M "\"min_p\":-1}", SERVE_CHAT, "min_p");
+  refused(M "\"max_tokens\":0}", SERVE_CHAT, "max_tokens");
+  refused(M "\"max_tokens\":\"10\"}", SERVE_CHAT, "max_tokens");
+  refused(M "\"max_tokens\":2.5}", SERVE_CHAT, "max_tokens");
+  refused(M "\"max_completion_tokens\":-3}", SERVE_CHAT, "max_completion_tokens");
+  refused(M "\"seed\":1e30}", SERVE_CHAT, "seed");
+  refused(M "\"seed\":true}", SERVE_CHAT, "seed");
+  refused(M "\"n\":2}", SERVE_CHAT, "n");
+  refused(M "\"n\":0}", SERVE_CHAT, "n");
+  refused(M "\"stream\":\"yes\"}", SERVE_CHAT, "stream");
+  refused(M "\"stream_options\":{\"include_usage\":true}}", SERVE_CHAT, "stream_options");
+  refused(M "\"stream\":true,\"stream_options\":{\"include_usage\":1}}", SERVE_CHAT, "stream_options.include_usage");
+  refused(M "\"stop\":5}", SERVE_CHAT, "stop");
+  refused(M "\"stop\":[\"a\",7]}", SERVE_CHAT, "stop");
+  refused(M "\"stop\":[\"\"]}", SERVE_CHAT, "stop");
+  refused(M "\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\","
+            "\"16\",\"17\"]}",
+          SERVE_CHAT, "stop");
+  refused(M "\"presence_penalty\":3}", SERVE_CHAT, "presence_penalty");
+  refused(M "\"frequency_penalty\":-2.5}", SERVE_CHAT, "frequency_penalty");
+  refused(M "\"repetition_penalty\":0}", SERVE_CHAT, "repetition_penalty");
+  refused(M "\"logit_bias\":[1]}", SERVE_CHAT, "logit_bias");
+  refused(M "\"logit_bias\":{\"abc\":1}}", SERVE_CHAT, "logit_bias");
+  refused(M "\"logit_bias\":{\"-4\":1}}", SERVE_CHAT, "logit_bias");
+  refused(M "\"logit_bias\":{\"4\":101}}", SERVE_CHAT, "logit_bias");
+  refused(M "\"logit_bias\":{\"4\":\"x\"}}", SERVE_CHAT, "logit_bias");
+  refused(M "\"logprobs\":1}", SERVE_CHAT, "logprobs");
+  refused(M "\"top_logprobs\":2}", SERVE_CHAT, "top_logprobs");
+  refused(M "\"logprobs\":true,\"top_logprobs\":21}", SERVE_CHAT, "top_logprobs");
+  refused(M "\"user\":[]}", SERVE_CHAT, "user");
+#undef M
+}
+
+static void test_completion(void) {
+  serve_request r;
+  serve_fail f;
+  CHECK_EQ_INT(parse("{\"prompt\":\"Once\",\"max_tokens\":3,\"logprobs\":2,\"echo\":true}", SERVE_COMPLETION, &r, &f), 0);
+  CHECK_EQ_STR(r.prompt, "Once");
+  CHECK(r.messages == NULL);
+  CHECK(r.echo);
+  CHECK(r.sampling.logprobs);
+  CHECK_EQ_INT(r.sampling.top_logprobs, 2);
+  serve_request_free(&r);
+  CHECK_EQ_INT(parse("{\"prompt\":[\"Once upon\"],\"logprobs\":0}", SERVE_COMPLETION, &r, &f), 0);
+  CHECK_EQ_STR(r.prompt, "Once upon");
+  CHECK(r.sampling.logprobs);
+  CHECK_EQ_INT(r.sampling.top_logprobs, 0);
+  serve_request_free(&r);
+  refused("{}", SERVE_COMPLETION, "prompt");
+  refused("{\"prompt\":7}", SERVE_COMPLETION, "prompt");
+  refused("{\"prompt\":[\"a\",\"b\"]}", SERVE_COMPLETION, "prompt");
+  refused("{\"prompt\":[1,2,3]}", SERVE_COMPLETION, "prompt");
+  refused("{\"prompt\":\"a\",\"logprobs\":6}", SERVE_COMPLETION, "logprobs");
+  refused("{\"prompt\":\"a\",\"logprobs\":true}", SERVE_COMPLETION, "logprobs");
+  refused("{\"prompt\":\"a\",\"echo\":1}", SERVE_COMPLETION, "echo");
+  /* Chat fields mean nothing here: max_completion_tokens is ignored, messages too. */
+  CHECK_EQ_INT(parse("{\"prompt\":\"a\",\"max_completion_tokens\":0,\"messages\":5}", SERVE_COMPLETION, &r, &f), 0);
+  CHECK_EQ_INT(r.sampling.max_tokens, -1);
+  serve_request_free(&r);
+}
+
+static void test_fail_json(void) {
+  serve_fail f;
+  serve_fail_set(&f, 400, "invalid_request_error", "messages", "context_length_exceeded", "too long: %d", 9);
+  char *s = serve_fail_json(&f);
+  json_t *j = json_loads(s, 0, NULL);
+  CHECK(j != NULL);
+  json_t *e = json_object_get(j, "error");
+  CHECK_EQ_STR(json_string_value(json_object_get(e, "message")), "too long: 9");
+  CHECK_EQ_STR(json_string_value(json_object_get(e, "type")), "invalid_request_error");
+  CHECK_EQ_STR(json_string_value(json_object_get(e, "param")), "messages");
+  CHECK_EQ_STR(json_string_value(json_object_get(e, "code")), "context_length_exceeded");
+  json_decref(j);
+  free(s);
+  /* No param or code: JSON nulls. A message quoting invalid UTF-8 still makes valid JSON. */
+  serve_fail_set(&f, 404, "invalid_request_error", NULL, NULL, "Unknown route: GET /\xff\xfe");
+  s = serve_fail_json(&f);
+  CHECK(s != NULL);
+  j = json_loads(s, 0, NULL);
+  CHECK(j != NULL);
+  e = json_object_get(j, "error");
+  CHECK(json_is_null(json_object_get(e, "param")));
+  CHECK(json_is_null(json_object_get(e, "code")));
+  CHECK_EQ_STR(json_string_value(json_object_get(e, "message")), "Unknown route: GET /");
+  json_decref(j);
+  free(s);
+}
+
+int main(void) {
+  RUN(test_chat_all_fields);
+  RUN(test_chat_defaults);
+  RUN(test_chat_refusals);
+  RUN(test_completion);
+  RUN(test_fail_json);
+  TEST_MAIN_END();
+}

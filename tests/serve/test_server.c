@@ -1,0 +1,307 @@
+/* test_server.c — the HTTP server over the fake engine, through raw sockets:
+ * routes, statuses, SSE framing, API key, body limit, a client that hangs up
+ * mid-stream (its generation is cancelled and the server keeps serving), and
+ * stopping the server while a stream is running. Runs under ASan too, which
+ * is what holds the server's free paths to account. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake_engine.h"
+#include "serve/server.h"
+#include "test.h"
+
+static int dial(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static void send_all(int fd, const char *s, size_t n) {
+  while (n) {
+    ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
+    if (w <= 0) return;
+    s += w;
+    n -= (size_t)w;
+  }
+}
+
+/* One request with Connection: close; returns the whole response (caller frees). */
+static char *http(int port, const char *method, const char *path, const char *headers, const char *body) {
+  int fd = dial(port);
+  if (fd < 0) return strdup("");
+  hbuf req = {0};
+  hbuf_printf(&req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s", method, path, headers ? headers : "");
+  if (body) hbuf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n", strlen(body));
+  hbuf_puts(&req, "\r\n");
+  if (body) hbuf_puts(&req, body);
+  send_all(fd, req.data, req.len);
+  hbuf_free(&req);
+  hbuf resp = {0};
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) hbuf_append(&resp, buf, (size_t)n);
+  close(fd);
+  char *out = hbuf_take(&resp);
+  return out ? out : strdup("");
+}
+
+static int status_of(const char *resp) {
+  int code = 0;
+  sscanf(resp, "HTTP/1.1 %d", &code);
+  return code;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Reads a stream until its first "data: " event has arrived. */
+static bool await_first_token(int fd) {
+  hbuf got = {0};
+  char buf[512];
+  ssize_t n;
+  bool ok = false;
+  while (!ok && (n = recv(fd, buf, sizeof buf, 0)) > 0) {
+    hbuf_append(&got, buf, (size_t)n);
+    ok = strstr(hbuf_str(&got), "data: ") != NULL;
+  }
+  hbuf_free(&got);
+  return ok;
+}
+
+#define CHAT(extra) "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]" extra "}"
+
+static serve_engine engine;
+
+static void test_routes(void) {
+  serve_server *s;
+  herr err = {0};
+  serve_config cfg = {.port = 0, .keepalive_ms = 100};
+  CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), 0);
+  int port = serve_port(s);
+  CHECK(port > 0);
+  char *r;
+  r = http(port, "GET", "/health", NULL, NULL);
+  CHECK_EQ_INT(status_of(r), 200);
+  CHECK(strstr(r, "\"status\":\"ok\"") != NULL);
+  free(r);
+  r = http(port, "GET", "/", NULL, NULL);
+  CHECK_EQ_INT(status_of(r), 200);
+  CHECK(strstr(r, "text/html") != NULL && strstr(r, "<title>hearth</title>") != NULL);
+  free(r);
+  r = http(port, "GET", "/v1/models", NULL, NULL);
+  CHECK(strstr(r, "\"id\":\"fake-model\"") != NULL);
+  free(r);
+  r = http(port, "GET", "/v1/models/fake-model/", NULL, NULL);
+  CHECK_EQ_INT(status_of(r), 200);
+  free(r);
+  r = http(port, "GET", "/v1/models/other", NULL, NULL);
+  CHECK_EQ_INT(status_of(r), 404);
+  free(r);
+  r = http(port, "GET", "/v1/", NULL, NULL); /* a trailing slash is the same route */
+  CHECK_EQ_INT(status_of(r), 200);
+  CHECK(strstr(r, "/v1/chat/completions") != NULL);
+  free(r);
+  r = http(port, "GET", "/nope", NULL, NULL);
+  CHECK_EQ_INT(status_of(r), 404);
+  CHECK(strstr(r, "{\"error\":{\"message\":") != NULL);
+  free(r);
+  r = http(port, "DELETE", "/v1/chat/completions", NULL, NULL);
+  CHECK_EQ_INT(status_of(r), 405);
+  CHECK(strstr(r, "Allow: POST") != NULL);
+  free(r);
+  r = http(port, "OPTIONS", "/v1/chat/completions", NULL, NULL); /* no CORS: other origins may not read answers */
+  CHECK_EQ_INT(status_of(r), 405);
+  CHECK(strstr(r, "Access-Control-Allow-Origin") == NULL);
+  free(r);
+  r = http(port, "POST", "/v1/chat/completions", NULL, "{\"messages\":");
+  CHECK_EQ_INT(status_of(r), 400);
+  free(r);
+  r = http(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"temperature\":-1"));
+  CHECK_EQ_INT(status_of(r), 400);
+  CHECK(strstr(r, "\"param\":\"temperature\"") != NULL);
+  free(r);
+  r = http(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":100000"));
+  CHECK_EQ_INT(status_of(r), 400);
+  CHECK(strstr(r, "\"code\":\"context_length_exceeded\"") != NULL);
+  free(r);
+  r = http(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"logit_bias\":{\"999\":1,\"1000\":1}"));
+  CHECK_EQ_INT(status_of(r), 400);
+  CHECK(strstr(r, "\"param\":\"logit_bias\"") != NULL);
+  free(r);
+  r = http(port, "POST", "/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"[badtemplate]\"}]}");
+  CHECK_EQ_INT(status_of(r), 400);
+  CHECK(strstr(r, "no such role") != NULL);
+  free(r);
+  r = http(port, "POST", "/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"[fail]\"}]}");
+  CHECK_EQ_INT(status_of(r), 500);
+  CHECK(strstr(r, "\"type\":\"server_error\"") != NULL);
+  free(r);
+  /* A whole answer and the same answer streamed. */
+  r = http(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":4"));
+  CHECK_EQ_INT(status_of(r), 200);
+  CHECK(strstr(r, "\"content\":\"The quick br\"") != NULL);
+  CHECK(strstr(r, "\"finish_reason\":\"length\"") != NULL);
+  free(r);
+  r = http(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":2,\"stream\":true"));
+  CHECK_EQ_INT(status_of(r), 200);
+  CHECK(strstr(r, "text/event-stream") != NULL);
+  CHECK(strstr(r, "\"delta\":{\"role\":\"assistant\"") != NULL);
+  CHECK(strstr(r, "\"delta\":{\"content\":\"The\"}") != NULL);
+  CHECK(strstr(r, "\"delta\":{\"content\":\" qu\"}") != NULL);
+  CHECK(strstr(r, "data: [DONE]\n\n") != NULL);
+  free(r);
+  /* echo: the prompt comes first, whole or streamed. */
+  r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Say:\",\"max_tokens\":2,\"echo\":true}");
+  CHECK(strstr(r, "\"text\":\"Say:The qu\"") != NULL);
+  free(r);
+  r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Say:\",\"max_tokens\":1,\"echo\":true,\"stream\":true}");
+  const char *echo = strstr(r, "\"text\":\"Say:\"");
+  CHECK(echo != NULL && strstr(r, "\"text\":\"The\"") > echo);
+  free(r);
+  /* A stream idle for longer than keepalive_ms sends an SSE comment. */
+  r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"[pause]\",\"max_tokens\":1,\"stream\":true}");
+  CHECK(strstr(r, "\r\n: keep-alive\n\n\r\n") != NULL);
+  CHECK(strstr(r, "data: [DONE]") != NULL);
+  free(r);
+  /* The engine failing mid-stream: an error event, then [DONE]. */
+  r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"[fail]\",\"stream\":true}");
+  CHECK_EQ_INT(status_of(r), 200);
+  CHECK(strstr(r, "data: {\"error\":") != NULL);
+  CHECK(strstr(r, "data: [DONE]") != NULL);
+  free(r);
+  serve_stop(s);
+}
+
+static void test_key_and_limit(void) {
+  serve_server *s;
+  herr err = {0};
+  serve_config cfg = {.port = 0, .api_key = "k123", .max_body = 256};
+  CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), 0);
+  int port = serve_port(s);
+  char *r;
+  r = http(port, "GET", "/v1/models", NULL, NULL);
+  CHECK_EQ_INT(status_of(r), 401);
+  CHECK(strstr(r, "\"type\":\"authentication_error\"") != NULL);
+  free(r);
+  r = http(port, "GET", "/v1/models", "Authorization: Bearer k12\r\n", NULL);
+  CHECK_EQ_INT(status_of(r), 401);
+  free(r);
+  r = http(port, "GET", "/v1/models", "Authorization: Bearer k123\r\n", NULL);
+  CHECK_EQ_INT(status_of(r), 200);
+  free(r);
+  r = http(port, "GET", "/health", NULL, NULL);
+  CHECK_EQ_INT(status_of(r), 200);
+  free(r);
+  char big[600];
+  memset(big, 'x', sizeof big - 1);
+  big[sizeof big - 1] = 0;
+  hbuf body = {0};
+  hbuf_printf(&body, "{\"prompt\":\"%s\"}", big);
+  r = http(port, "POST", "/v1/completions", "Authorization: Bearer k123\r\n", body.data);
+  CHECK_EQ_INT(status_of(r), 413);
+  free(r);
+  hbuf_free(&body);
+  /* Chunked upload without a Content-Length also hits the limit. */
+  int fd = dial(port);
+  const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer k123\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n";
+  send_all(fd, head, strlen(head));
+  for (int i = 0; i < 3; i++) {
+    char chunk[300];
+    int n = snprintf(chunk, sizeof chunk, "%x\r\n%s\r\n", 200, big + 400);
+    send_all(fd, chunk, (size_t)n);
+  }
+  send_all(fd, "0\r\n\r\n", 5);
+  char buf[2048] = {0};
+  ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+  CHECK(n > 0 && status_of(buf) == 413);
+  close(fd);
+  serve_stop(s);
+}
+
+static void test_disconnect(void) {
+  serve_server *s;
+  herr err = {0};
+  serve_config cfg = {.port = 0};
+  CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), 0);
+  int port = serve_port(s);
+  for (int whole = 0; whole < 2; whole++) {
+    int cancelled = atomic_load(&fake_cancelled);
+    int fd = dial(port);
+    const char *body = whole ? "{\"prompt\":\"[slow]\"}" : "{\"prompt\":\"[slow]\",\"stream\":true}";
+    hbuf req = {0};
+    hbuf_printf(&req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
+    send_all(fd, req.data, req.len);
+    hbuf_free(&req);
+    if (!whole) {
+      CHECK(await_first_token(fd)); /* the generation is under way */
+    } else {
+      for (int i = 0; i < 1000 && atomic_load(&fake_running) == 0; i++) sleep_ms(10);
+      sleep_ms(50);
+    }
+    close(fd);
+    /* The generation notices within a step or two (5000 steps would take 50 s). */
+    for (int i = 0; i < 1000 && atomic_load(&fake_running) > 0; i++) sleep_ms(10);
+    CHECK_EQ_INT(atomic_load(&fake_running), 0);
+    CHECK_MSG(atomic_load(&fake_cancelled) == cancelled + 1, "the %s generation was not cancelled",
+              whole ? "whole" : "streamed");
+    char *r = http(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":1"));
+    CHECK_EQ_INT(status_of(r), 200);
+    free(r);
+  }
+  serve_stop(s);
+}
+
+/* Stopping the server with a stream in flight cancels it and frees everything. */
+static void test_stop_while_streaming(void) {
+  serve_server *s;
+  herr err = {0};
+  serve_config cfg = {.port = 0};
+  CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), 0);
+  int fd = dial(serve_port(s));
+  const char *body = "{\"prompt\":\"[slow]\",\"stream\":true}";
+  hbuf req = {0};
+  hbuf_printf(&req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
+  send_all(fd, req.data, req.len);
+  hbuf_free(&req);
+  CHECK(await_first_token(fd));
+  int cancelled = atomic_load(&fake_cancelled);
+  serve_stop(s);
+  CHECK_EQ_INT(atomic_load(&fake_cancelled), cancelled + 1);
+  CHECK_EQ_INT(atomic_load(&fake_running), 0);
+  close(fd);
+}
+
+static void test_bad_start(void) {
+  serve_server *s;
+  herr err = {0};
+  serve_config cfg = {.host = "no.such.host.invalid", .port = 0};
+  CHECK(serve_start(&s, &engine, &cfg, &err) != 0);
+  CHECK(strstr(err.msg, "no.such.host.invalid") != NULL);
+  CHECK(s == NULL);
+  cfg.host = "127.0.0.1";
+  cfg.port = 70000;
+  CHECK(serve_start(&s, &engine, &cfg, &err) != 0);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  fake_engine_init(&engine);
+  RUN(test_routes);
+  RUN(test_key_and_limit);
+  RUN(test_disconnect);
+  RUN(test_stop_while_streaming);
+  RUN(test_bad_start);
+  TEST_MAIN_END();
+}

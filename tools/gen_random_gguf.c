@@ -1,0 +1,199 @@
+/* gen_random_gguf.c — writes a llama-architecture GGUF with random weights in
+ * the shape of Llama-3.2-1B (or a smaller shape), for benchmarks that run the
+ * same file through hearth and llama.cpp. Weight types: f16, q8_0, q4_0
+ * (norms stay f32). The vocabulary is a SentencePiece-style one with byte
+ * tokens and filler pieces, enough for both runtimes to load the file.
+ *
+ *   cc -O2 -o gen_random_gguf tools/gen_random_gguf.c -lm
+ *   ./gen_random_gguf OUT.gguf f16|q8_0|q4_0 [1b|tiny]
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8 };
+enum { V_U32 = 4, V_I32 = 5, V_F32 = 6, V_BOOL = 7, V_STRING = 8, V_ARRAY = 9 };
+
+typedef struct { int hidden, layers, heads, kv_heads, ffn, vocab, ctx; } shape;
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static float frand(void) { /* approx N(0,1): sum of 4 uniforms, rescaled */
+  float s = 0;
+  for (int i = 0; i < 4; i++) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    s += (float)(rng >> 40) / (float)(1ull << 24);
+  }
+  return (s - 2.0f) * 1.7320508f;
+}
+
+static uint16_t f32_to_f16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  int e = (int)((x >> 23) & 0xff) - 127 + 15;
+  uint32_t m = x & 0x7fffff;
+  if (e <= 0) return (uint16_t)sign;
+  if (e >= 31) return (uint16_t)(sign | 0x7c00);
+  uint32_t h = sign | ((uint32_t)e << 10) | (m >> 13);
+  if (m & 0x1000) h++; /* round half up */
+  return (uint16_t)h;
+}
+
+static void w_u32(FILE *f, uint32_t v) { fwrite(&v, 4, 1, f); }
+static void w_u64(FILE *f, uint64_t v) { fwrite(&v, 8, 1, f); }
+static void w_str(FILE *f, const char *s) { w_u64(f, strlen(s)); fwrite(s, 1, strlen(s), f); }
+static void kv_str(FILE *f, const char *k, const char *v) { w_str(f, k); w_u32(f, V_STRING); w_str(f, v); }
+static void kv_u32(FILE *f, const char *k, uint32_t v) { w_str(f, k); w_u32(f, V_U32); w_u32(f, v); }
+static void kv_f32(FILE *f, const char *k, float v) { w_str(f, k); w_u32(f, V_F32); fwrite(&v, 4, 1, f); }
+static void kv_bool(FILE *f, const char *k, int v) { w_str(f, k); w_u32(f, V_BOOL); uint8_t b = (uint8_t)v; fwrite(&b, 1, 1, f); }
+
+typedef struct { char name[64]; int type; int64_t ne0, ne1; uint64_t off, size; float std; int ones; } tinfo;
+
+static uint64_t tsize(int type, int64_t ne0, int64_t ne1) {
+  int64_t n = ne0 * ne1;
+  switch (type) {
+    case T_F32: return (uint64_t)n * 4;
+    case T_F16: return (uint64_t)n * 2;
+    case T_Q8_0: return (uint64_t)(n / 32) * 34;
+    default: return (uint64_t)(n / 32) * 18;
+  }
+}
+
+static void write_tensor(FILE *f, const tinfo *t) {
+  int64_t n = t->ne0 * t->ne1;
+  if (t->type == T_F32) {
+    for (int64_t i = 0; i < n; i++) { float v = t->ones ? 1.0f : frand() * t->std; fwrite(&v, 4, 1, f); }
+    return;
+  }
+  if (t->type == T_F16) {
+    uint16_t buf[4096];
+    for (int64_t i = 0; i < n; i += 4096) {
+      int m = (int)(n - i < 4096 ? n - i : 4096);
+      for (int j = 0; j < m; j++) buf[j] = f32_to_f16(frand() * t->std);
+      fwrite(buf, 2, (size_t)m, f);
+    }
+    return;
+  }
+  for (int64_t b = 0; b < n / 32; b++) {
+    float x[32], amax = 0, mx = 0;
+    for (int j = 0; j < 32; j++) {
+      x[j] = frand() * t->std;
+      if (fabsf(x[j]) > amax) { amax = fabsf(x[j]); mx = x[j]; }
+    }
+    if (t->type == T_Q8_0) {
+      float d = amax / 127.0f, id = d ? 1.0f / d : 0;
+      uint16_t dh = f32_to_f16(d);
+      int8_t q[32];
+      for (int j = 0; j < 32; j++) q[j] = (int8_t)roundf(x[j] * id);
+      fwrite(&dh, 2, 1, f);
+      fwrite(q, 1, 32, f);
+    } else {
+      float d = mx / -8.0f, id = d ? 1.0f / d : 0;
+      uint16_t dh = f32_to_f16(d);
+      uint8_t q[16];
+      for (int j = 0; j < 16; j++) {
+        int a = (int)(x[j] * id + 8.5f), c = (int)(x[j + 16] * id + 8.5f);
+        a = a < 0 ? 0 : a > 15 ? 15 : a;
+        c = c < 0 ? 0 : c > 15 ? 15 : c;
+        q[j] = (uint8_t)(a | (c << 4));
+      }
+      fwrite(&dh, 2, 1, f);
+      fwrite(q, 1, 16, f);
+    }
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s OUT.gguf f16|q8_0|q4_0 [1b|tiny]\n", argv[0]);
+    return 2;
+  }
+  int wt = strcmp(argv[2], "f16") == 0 ? T_F16 : strcmp(argv[2], "q8_0") == 0 ? T_Q8_0 : strcmp(argv[2], "q4_0") == 0 ? T_Q4_0 : -1;
+  if (wt < 0) { fprintf(stderr, "unknown type %s\n", argv[2]); return 2; }
+  shape s = {2048, 16, 32, 8, 8192, 128256, 131072};
+  if (argc > 3 && strcmp(argv[3], "tiny") == 0) s = (shape){256, 2, 4, 2, 512, 1024, 2048};
+  int hd = s.hidden / s.heads;
+
+  tinfo *ts = calloc((size_t)(3 + 9 * s.layers), sizeof *ts);
+  int nt = 0;
+#define ADD(nm, ty, a, b, sd, one) do { tinfo *t = &ts[nt++]; snprintf(t->name, sizeof t->name, "%s", nm); t->type = ty; t->ne0 = a; t->ne1 = b; t->std = sd; t->ones = one; } while (0)
+  ADD("token_embd.weight", wt, s.hidden, s.vocab, 1.0f, 0);
+  ADD("output_norm.weight", T_F32, s.hidden, 1, 0, 1);
+  char nm[64];
+  float sh = 1.0f / sqrtf((float)s.hidden), sf = 1.0f / sqrtf((float)s.ffn);
+  for (int l = 0; l < s.layers; l++) {
+    snprintf(nm, sizeof nm, "blk.%d.attn_norm.weight", l); ADD(nm, T_F32, s.hidden, 1, 0, 1);
+    snprintf(nm, sizeof nm, "blk.%d.attn_q.weight", l); ADD(nm, wt, s.hidden, s.hidden, sh, 0);
+    snprintf(nm, sizeof nm, "blk.%d.attn_k.weight", l); ADD(nm, wt, s.hidden, hd * s.kv_heads, sh, 0);
+    snprintf(nm, sizeof nm, "blk.%d.attn_v.weight", l); ADD(nm, wt, s.hidden, hd * s.kv_heads, sh, 0);
+    snprintf(nm, sizeof nm, "blk.%d.attn_output.weight", l); ADD(nm, wt, s.hidden, s.hidden, sh, 0);
+    snprintf(nm, sizeof nm, "blk.%d.ffn_norm.weight", l); ADD(nm, T_F32, s.hidden, 1, 0, 1);
+    snprintf(nm, sizeof nm, "blk.%d.ffn_gate.weight", l); ADD(nm, wt, s.hidden, s.ffn, sh, 0);
+    snprintf(nm, sizeof nm, "blk.%d.ffn_up.weight", l); ADD(nm, wt, s.hidden, s.ffn, sh, 0);
+    snprintf(nm, sizeof nm, "blk.%d.ffn_down.weight", l); ADD(nm, wt, s.ffn, s.hidden, sf, 0);
+  }
+  uint64_t off = 0;
+  for (int i = 0; i < nt; i++) {
+    ts[i].off = off;
+    ts[i].size = tsize(ts[i].type, ts[i].ne0, ts[i].ne1);
+    off += (ts[i].size + 31) / 32 * 32;
+  }
+
+  FILE *f = fopen(argv[1], "wb");
+  if (!f) { perror(argv[1]); return 1; }
+  fwrite("GGUF", 1, 4, f);
+  w_u32(f, 3);
+  w_u64(f, (uint64_t)nt);
+  w_u64(f, 17); /* metadata count */
+  kv_str(f, "general.architecture", "llama");
+  kv_str(f, "general.name", "random-llama-1b");
+  kv_u32(f, "general.alignment", 32);
+  kv_u32(f, "llama.context_length", (uint32_t)s.ctx);
+  kv_u32(f, "llama.embedding_length", (uint32_t)s.hidden);
+  kv_u32(f, "llama.block_count", (uint32_t)s.layers);
+  kv_u32(f, "llama.feed_forward_length", (uint32_t)s.ffn);
+  kv_u32(f, "llama.attention.head_count", (uint32_t)s.heads);
+  kv_u32(f, "llama.attention.head_count_kv", (uint32_t)s.kv_heads);
+  kv_f32(f, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  kv_f32(f, "llama.rope.freq_base", 500000.0f);
+  kv_str(f, "tokenizer.ggml.model", "llama");
+  /* tokens, scores, token types */
+  w_str(f, "tokenizer.ggml.tokens"); w_u32(f, V_ARRAY); w_u32(f, V_STRING); w_u64(f, (uint64_t)s.vocab);
+  for (int i = 0; i < s.vocab; i++) {
+    char tok[32];
+    if (i == 0) strcpy(tok, "<unk>");
+    else if (i == 1) strcpy(tok, "<s>");
+    else if (i == 2) strcpy(tok, "</s>");
+    else if (i < 259) snprintf(tok, sizeof tok, "<0x%02X>", i - 3);
+    else snprintf(tok, sizeof tok, "\xe2\x96\x81t%d", i);
+    w_str(f, tok);
+  }
+  w_str(f, "tokenizer.ggml.scores"); w_u32(f, V_ARRAY); w_u32(f, V_F32); w_u64(f, (uint64_t)s.vocab);
+  for (int i = 0; i < s.vocab; i++) { float sc = i < 259 ? 0.0f : -(float)i; fwrite(&sc, 4, 1, f); }
+  w_str(f, "tokenizer.ggml.token_type"); w_u32(f, V_ARRAY); w_u32(f, V_I32); w_u64(f, (uint64_t)s.vocab);
+  for (int i = 0; i < s.vocab; i++) { int32_t ty = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1; fwrite(&ty, 4, 1, f); }
+  kv_u32(f, "tokenizer.ggml.bos_token_id", 1);
+  kv_u32(f, "tokenizer.ggml.eos_token_id", 2);
+  (void)kv_bool;
+  for (int i = 0; i < nt; i++) {
+    w_str(f, ts[i].name);
+    int nd = ts[i].ne1 == 1 ? 1 : 2;
+    w_u32(f, (uint32_t)nd);
+    w_u64(f, (uint64_t)ts[i].ne0);
+    if (nd == 2) w_u64(f, (uint64_t)ts[i].ne1);
+    w_u32(f, (uint32_t)ts[i].type);
+    w_u64(f, ts[i].off);
+  }
+  long pos = ftell(f);
+  while (pos % 32) { fputc(0, f); pos++; }
+  for (int i = 0; i < nt; i++) {
+    write_tensor(f, &ts[i]);
+    uint64_t pad = (ts[i].size + 31) / 32 * 32 - ts[i].size;
+    for (uint64_t p = 0; p < pad; p++) fputc(0, f);
+  }
+  fclose(f);
+  free(ts);
+  return 0;
+}
