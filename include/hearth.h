@@ -47,9 +47,11 @@ const char *hearth_code_name(int code);
  *
  * Thread safety: a loaded model may be used from several threads.
  * hearth_model_info, hearth_tokenize, hearth_detokenize and hearth_chat_render
- * only read the model and run concurrently. hearth_generate runs one
- * generation at a time per model: concurrent callers queue on the model's
- * lock and run in turn. hearth_model_free must not race with any other call.
+ * only read the model and run concurrently. hearth_generate may be called
+ * from many threads at once: the model's scheduler (one engine thread,
+ * started by the first generation) batches all of them into shared forward
+ * steps, with a paged KV cache and automatic prefix caching.
+ * hearth_model_free must not race with any other call.
  */
 
 typedef struct hearth_model hearth_model;
@@ -58,6 +60,12 @@ typedef struct hearth_load_opts {
   const char *id;          /* the name the model answers to; NULL: the folder's name */
   int threads;             /* compute threads; <= 0: one per CPU */
   int64_t context_length;  /* <= 0: config.json's max_position_embeddings */
+  /* Serving (continuous batching); 0 takes the default. */
+  int max_batch;           /* running sequences per step at most (default 64) */
+  int prefill_chunk;       /* prompt tokens one sequence feeds per step (default 512) */
+  int64_t kv_cache_bytes;  /* KV pool size (default: a quarter of physical memory, at most 4 GiB,
+                              at most max_batch full-context sequences) */
+  int64_t memory_budget;   /* bytes the KV cache may use at most; a request that cannot fit is refused */
 } hearth_load_opts;
 
 /* Loads a Hugging Face model folder: config.json + safetensors, and when
@@ -193,6 +201,7 @@ typedef struct hearth_gen_result {
   int32_t stop_token;          /* the EOS id that ended it; -1 otherwise */
   int64_t prompt_tokens;
   int64_t completion_tokens;   /* includes the EOS token when one ended it */
+  int64_t cached_tokens;       /* prompt tokens whose KV came from the prefix cache */
   double prefill_seconds, decode_seconds;
 } hearth_gen_result;
 
@@ -200,10 +209,26 @@ typedef struct hearth_gen_result {
  * finished (stop or length); HEARTH_ECANCELLED when cancelled (result still
  * filled, everything freed); HEARTH_ELIMIT with a message starting
  * "context_length_exceeded:" when the prompt plus max_tokens does not fit the
- * context, before any work; HEARTH_EINVAL for bad parameters (the message
- * names the field). result may be NULL. */
+ * context, before any work; HEARTH_ELIMIT with a message starting
+ * "memory_admission:" when the request can never fit the KV cache or the
+ * memory budget, before any work; HEARTH_EINVAL for bad parameters (the message
+ * names the field). result may be NULL. Callbacks run on the model's engine
+ * thread while the caller waits. */
 int hearth_generate(hearth_model *m, const hearth_prompt *prompt, const hearth_gen_params *params, hearth_token_fn fn,
                     void *user, hearth_gen_result *result, hearth_error *err);
+
+/* The serving engine's counters (zeros before the first generation). */
+typedef struct hearth_stats {
+  int64_t running, waiting;            /* requests */
+  int64_t kv_blocks_total, kv_blocks_used, kv_blocks_cached, kv_blocks_free;
+  int kv_block_tokens;
+  int64_t prefix_hit_tokens, prefix_miss_tokens;
+  int64_t prompt_tokens, generated_tokens;   /* computed prompt tokens, sampled tokens (totals) */
+  double busy_seconds;                 /* time the engine spent in forward steps */
+  int64_t requests_finished, requests_cancelled, requests_refused, preemptions, steps;
+} hearth_stats;
+
+void hearth_get_stats(hearth_model *m, hearth_stats *out);
 
 #ifdef __cplusplus
 }

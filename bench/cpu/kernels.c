@@ -16,6 +16,12 @@
 #include "backend/weights.h"
 #include "base/pool.h"
 
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -50,6 +56,7 @@ typedef struct mem_job {
 } mem_job;
 
 static void read_task(void *ctx, int i, int tid) {
+  (void)tid;
   mem_job *j = ctx;
   /* integer sums: independent of float rounding, so nothing limits the loop but memory */
   const uint64_t *p = (const uint64_t *)(j->src + (size_t)i * j->n_per);
@@ -63,6 +70,7 @@ static void read_task(void *ctx, int i, int tid) {
 }
 
 static void copy_task(void *ctx, int i, int tid) {
+  (void)tid;
   mem_job *j = ctx;
   memcpy(j->dst + (size_t)i * j->n_per, j->src + (size_t)i * j->n_per, j->n_per * sizeof(float));
 }
@@ -188,14 +196,14 @@ int main(int argc, char **argv) {
   printf("kernel level: %s (best on this CPU: %s)\n\n", bk_cpu_level_name(bk_cpu_level_now()),
          bk_cpu_level_name(bk_cpu_best()));
 
-  double rd[2], cp[2];
+  /* Memory is measured before and after the kernels (the machine may be
+   * shared); the percentages are of the first read median. */
+  double rd[2], cp[2], rd2[2], cp2[2];
   for (int p = 0; p < 2; p++) memory_bandwidth(pools[p], reps, &rd[p], &cp[p]);
-  printf("| memory (256 MB arrays) | 1 thread | 2 threads |\n|---|---:|---:|\n");
-  printf("| read GB/s | %.1f | %.1f |\n| copy GB/s (read + write) | %.1f | %.1f |\n\n", rd[0], rd[1], cp[0], cp[1]);
 
   static const int64_t shapes[4][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}};
   int n_shapes = quick ? 3 : 4;
-  printf("GEMV n = 1: weight GB/s streamed (%% of the read bandwidth at the same thread count)\n\n");
+  printf("GEMV n = 1: weight GB/s streamed (%% of the first read bandwidth at the same thread count)\n\n");
   printf("| format | bytes/weight |");
   for (int s = 0; s < n_shapes; s++) printf(" %lldx%lld 1T | 2T |", (long long)shapes[s][0], (long long)shapes[s][1]);
   printf("\n|---|---:|");
@@ -237,6 +245,42 @@ int main(int argc, char **argv) {
     fflush(stdout);
     free_weight(&b);
   }
+  /* Compute rate, free of memory and of other processes: a 256 x 2048
+   * matrix (in L2/L3), one thread, n = 1, timed in this thread's CPU time. */
+  printf("\nGEMV n = 1 compute rate, 256x2048 weights in cache, 1 thread, CPU time: Gweights/s per level\n\n");
+  printf("| format | scalar | avx2 | avx512 |\n|---|---:|---:|---:|\n");
+  bk_cpu_level saved = bk_cpu_level_now();
+  for (int fi = 0; fi < N_FORMATS; fi++) {
+    bench_weight b;
+    if (make_weight(&b, &formats[fi], 256, 2048)) return 1;
+    printf("| %s |", formats[fi].name);
+    for (int l = BK_CPU_SCALAR; l <= BK_CPU_AVX512; l++) {
+      if (bk_cpu_set_level((bk_cpu_level)l) != (bk_cpu_level)l) {
+        printf(" - |");
+        continue;
+      }
+      double t[16];
+      for (int r = 0; r < reps; r++) {
+        int calls = 0;
+        double t0 = cpu_s(), t1;
+        do {
+          bk_matmul(NULL, y, x, 1, &b.w, NULL, NULL);
+          calls++;
+          t1 = cpu_s();
+        } while (t1 - t0 < min_s / 3);
+        t[r] = (t1 - t0) / calls;
+      }
+      printf(" %.1f |", 256.0 * 2048 / median(t, reps) / 1e9);
+    }
+    printf("\n");
+    free_weight(&b);
+  }
+  bk_cpu_set_level(saved);
+
+  for (int p = 0; p < 2; p++) memory_bandwidth(pools[p], reps, &rd2[p], &cp2[p]);
+  printf("\n| memory (256 MB arrays) | 1 thread | 2 threads |\n|---|---:|---:|\n");
+  printf("| read GB/s, before / after | %.1f / %.1f | %.1f / %.1f |\n", rd[0], rd2[0], rd[1], rd2[1]);
+  printf("| copy GB/s (read + write), before / after | %.1f / %.1f | %.1f / %.1f |\n", cp[0], cp2[0], cp[1], cp2[1]);
   free(x);
   free(y);
   hpool_destroy(pools[0]);

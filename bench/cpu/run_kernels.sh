@@ -8,6 +8,6 @@ cd "$(dirname "$0")/../.."
 b=${1:-build}
 shift || true
 cmake --build "$b" --target hearth_backend -j2 >/dev/null
-cc -O2 -std=gnu17 -D_GNU_SOURCE -Iinclude -Isrc bench/cpu/kernels.c -o "$b/kernels_bench" \
+cc -O2 -std=gnu17 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc bench/cpu/kernels.c -o "$b/kernels_bench" \
   "$b/libhearth_backend.a" "$b/libhearth_base.a" $(pkg-config --libs jansson) -lpthread -lm
 exec "$b/kernels_bench" "$@"

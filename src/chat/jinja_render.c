@@ -841,6 +841,10 @@ static int eval_node(jrender *r, jnode *n, jscope *sc, jv *out) {
     }
     case E_SLICE: {
       jv obj, a = jv_none(), b = jv_none(), c = jv_none();
+      if (!n->a) { /* a slice inside a tuple subscript (x[1:2, 3]): no object to slice; as a key it finds nothing */
+        *out = jv_undef("slice objects are not supported as keys");
+        break;
+      }
       if ((rc = eval(r, n->a, sc, &obj))) break;
       if (n->b && (rc = eval(r, n->b, sc, &a))) break;
       if (n->c && (rc = eval(r, n->c, sc, &b))) break;

@@ -1,7 +1,7 @@
 /* api.c — the public library API of include/hearth.h: a loaded model folder
  * (weights, tokenizer, chat template, generation defaults) behind one handle,
- * and generation with the model's defaults filled in. Owns the per-model lock
- * that queues generations. Knows nothing of HTTP or the command line. */
+ * and generation with the model's defaults filled in, through the model's
+ * scheduler (engine/sched.h), started by the first generation. Knows nothing of HTTP or the command line. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@
 #include "chat/chat.h"
 #include "chat/jinja.h"
 #include "engine/generate.h"
+#include "engine/sched.h"
 #include "format/config.h"
 #include "hearth.h"
 #include "model/model.h"
@@ -35,7 +36,9 @@ struct hearth_model {
   bool has_chat_src;
   jinja_template *chat;        /* owned, NULL when none or when it did not parse */
   herr chat_err;               /* why a template that exists did not parse */
-  pthread_mutex_t gen_lock;    /* one generation at a time */
+  pthread_mutex_t gen_lock;    /* guards starting the scheduler */
+  sched *sch;                  /* owned: started by the first generation */
+  sched_config sch_cfg;
 };
 
 void hearth_free(void *p) { free(p); }
@@ -102,6 +105,13 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
 
   const model_config *cfg = model_cfg(hm->m);
   hm->context_length = opts && opts->context_length > 0 ? opts->context_length : cfg->max_position_embeddings;
+  if (opts) {
+    hm->sch_cfg.max_batch = opts->max_batch;
+    hm->sch_cfg.prefill_chunk = opts->prefill_chunk;
+    hm->sch_cfg.kv_bytes = opts->kv_cache_bytes > 0 ? (size_t)opts->kv_cache_bytes : 0;
+    hm->sch_cfg.memory_budget = opts->memory_budget > 0 ? (size_t)opts->memory_budget : 0;
+  }
+  hm->sch_cfg.context_length = hm->context_length;
   for (int i = 0; i < cfg->n_eos; i++) add_eos(hm, cfg->eos_token_ids[i]);
   for (int i = 0; i < hm->gen.n_eos; i++) add_eos(hm, hm->gen.eos_token_ids[i]);
   if (hm->tok) add_eos(hm, tokenizer_eos_id(hm->tok));
@@ -116,6 +126,7 @@ fail:
 
 void hearth_model_free(hearth_model *hm) {
   if (!hm) return;
+  sched_free(hm->sch);
   model_free(hm->m);
   if (hm->tok) tokenizer_free(hm->tok);
   jinja_free(hm->chat);
@@ -401,14 +412,18 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
     goto out;
   }
   gen_result gr;
+  memset(&gr, 0, sizeof gr);
   pthread_mutex_lock(&hm->gen_lock);
-  rc = generate_run(hm->m, hm->tok, &req, forward_token, &cb, &gr, err);
+  if (!hm->sch) rc = sched_new(hm->m, hm->tok, &hm->sch_cfg, &hm->sch, err);
   pthread_mutex_unlock(&hm->gen_lock);
+  if (rc) goto out;
+  rc = sched_run(hm->sch, &req, forward_token, &cb, &gr, err);
   res->finish_reason = (hearth_finish)gr.finish;
   res->stop_index = gr.stop_index;
   res->stop_token = gr.stop_token;
   res->prompt_tokens = gr.prompt_tokens;
   res->completion_tokens = gr.completion_tokens;
+  res->cached_tokens = gr.cached_tokens;
   res->prefill_seconds = gr.prefill_seconds;
   res->decode_seconds = gr.decode_seconds;
 out:
@@ -416,4 +431,31 @@ out:
   free(ids);
   free(bias);
   return rc;
+}
+
+void hearth_get_stats(hearth_model *hm, hearth_stats *out) {
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&hm->gen_lock);
+  sched *s = hm->sch;
+  pthread_mutex_unlock(&hm->gen_lock);
+  if (!s) return;
+  sched_stats st;
+  sched_get_stats(s, &st);
+  out->running = st.running;
+  out->waiting = st.waiting;
+  out->kv_blocks_total = st.blocks_total;
+  out->kv_blocks_used = st.blocks_used;
+  out->kv_blocks_cached = st.blocks_cached;
+  out->kv_blocks_free = st.blocks_free;
+  out->kv_block_tokens = st.block_tokens;
+  out->prefix_hit_tokens = st.prefix_hit_tokens;
+  out->prefix_miss_tokens = st.prefix_miss_tokens;
+  out->prompt_tokens = st.prompt_tokens;
+  out->generated_tokens = st.generated_tokens;
+  out->busy_seconds = st.busy_seconds;
+  out->requests_finished = st.requests_finished;
+  out->requests_cancelled = st.requests_cancelled;
+  out->requests_refused = st.requests_refused;
+  out->preemptions = st.preemptions;
+  out->steps = st.steps;
 }

@@ -52,7 +52,7 @@ static void gen_state_free(gen_state *g) {
 }
 
 /* Resolves max_tokens against the context; fills *max_new. */
-static int check_context(const model *m, const gen_request *req, int64_t *max_new, herr *err) {
+int gen_check_context(const model *m, const gen_request *req, int64_t *max_new, herr *err) {
   int64_t ctx = req->context_length > 0 ? req->context_length : model_cfg(m)->max_position_embeddings;
   int64_t n_prompt = (int64_t)req->n_prompt;
   if (ctx <= 0) {
@@ -113,7 +113,7 @@ int generate_run(model *m, const tokenizer *tok, const gen_request *req, gen_tok
   int64_t max_new = 0;
   int rc = sampler_new((int32_t)vocab, &req->sample, &g.smp, err);
   if (rc) goto done;
-  if ((rc = check_context(m, req, &max_new, err))) goto done;
+  if ((rc = gen_check_context(m, req, &max_new, err))) goto done;
   if (max_new == 0) {
     res->finish = GEN_FINISH_LENGTH;
     goto done;

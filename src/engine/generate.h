@@ -53,6 +53,7 @@ typedef struct gen_result {
   int stop_index;               /* which stop string ended it; -1 otherwise */
   int32_t stop_token;           /* the EOS id that ended it; -1 otherwise */
   int64_t prompt_tokens, completion_tokens;  /* completion counts the EOS token when one ended it */
+  int64_t cached_tokens;        /* prompt tokens whose KV came from the prefix cache (scheduler only) */
   double prefill_seconds, decode_seconds;
 } gen_result;
 
@@ -60,6 +61,10 @@ typedef struct gen_result {
  * back), tok the sampled token. At the end, held-back text comes in one last
  * call with tok == NULL. Return nonzero to cancel. */
 typedef int (*gen_token_fn)(void *user, const char *delta, size_t len, const sample_token *tok);
+
+/* Resolves max_tokens against the context (HEARTH_ELIMIT "context_length_exceeded: ..."
+ * when the request cannot fit); fills *max_new. */
+int gen_check_context(const model *m, const gen_request *req, int64_t *max_new, herr *err);
 
 /* tok may be NULL: then no text is produced (deltas are empty) and stop
  * strings are an error. fn may be NULL. */

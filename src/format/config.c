@@ -36,7 +36,7 @@ static const arch_defaults archs[] = {
 static const int narchs = (int)(sizeof archs / sizeof archs[0]);
 
 const char *config_supported_types(void) {
-  return "llama, mistral, qwen2, qwen3, smollm3, phi3, gemma2, gemma3_text";
+  return "llama, mistral, qwen2, qwen3, smollm3, phi3, gemma2, gemma3_text, gemma3 (text part)";
 }
 
 static const arch_defaults *find_arch(const char *t) {
@@ -45,7 +45,9 @@ static const arch_defaults *find_arch(const char *t) {
   return NULL;
 }
 
-bool config_type_supported(const char *model_type) { return model_type && find_arch(model_type) != NULL; }
+bool config_type_supported(const char *model_type) {
+  return model_type && (find_arch(model_type) != NULL || !strcmp(model_type, "gemma3"));
+}
 
 static const char *const known_acts[] = {"silu", "swish", "gelu_pytorch_tanh", "gelu_new", "gelu_fast", "gelu", "relu"};
 
@@ -139,8 +141,31 @@ static int read_layer_types(const json_t *j, model_config *c, bool *given, const
   return 0;
 }
 
+/* gemma3 (the multimodal checkpoint): the language model's config is
+ * text_config (a gemma3_text config); token ids and dtype may sit at the top. */
+static int gemma3_text_part(model_config *c, const json_t *j, const char *what, herr *err) {
+  const json_t *tc = json_object_get(j, "text_config");
+  if (!json_is_object(tc)) return herr_set(err, HEARTH_EFORMAT, "%s: model_type 'gemma3' needs a 'text_config' object", what);
+  json_t *copy = json_deep_copy(tc);
+  if (!copy) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  json_object_set_new(copy, "model_type", json_string("gemma3_text"));
+  static const char *const inherit[] = {"eos_token_id", "bos_token_id", "pad_token_id", "torch_dtype", "dtype"};
+  for (size_t i = 0; i < sizeof inherit / sizeof inherit[0]; i++) {
+    const json_t *v = json_object_get(j, inherit[i]);
+    if (v && !json_object_get(copy, inherit[i])) json_object_set(copy, inherit[i], (json_t *)v);
+  }
+  char sub[300];
+  snprintf(sub, sizeof sub, "%s: text_config", what);
+  int rc = config_from_json(c, copy, sub, err);
+  json_decref(copy);
+  return rc;
+}
+
 int config_from_json(model_config *c, const json_t *j, const char *what, herr *err) {
   memset(c, 0, sizeof *c);
+  if (json_is_object(j) && json_is_string(json_object_get(j, "model_type")) &&
+      !strcmp(json_string_value(json_object_get(j, "model_type")), "gemma3"))
+    return gemma3_text_part(c, j, what, err);
   c->bos_token_id = c->pad_token_id = -1;
   if (!json_is_object(j)) return herr_set(err, HEARTH_EFORMAT, "%s: must be a JSON object", what);
   int rc;

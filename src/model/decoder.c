@@ -91,7 +91,15 @@ typedef struct weight_src {
   const st_set *st;      /* borrowed, or NULL */
   const gguf_file *gg;   /* borrowed, or NULL */
   const char *what;      /* the folder or file, for messages */
+  const char *prefix;    /* what "model." is called in the file ("language_model.model." in gemma3 checkpoints) */
 } weight_src;
+
+/* The name a safetensors file uses for Hugging Face decoder tensor `name`. */
+static const char *file_name(const weight_src *src, const char *name, char *buf, size_t n) {
+  if (!src->prefix || strcmp(src->prefix, "model.") == 0 || strncmp(name, "model.", 6) != 0) return name;
+  snprintf(buf, n, "%s%s", src->prefix, name + 6);
+  return buf;
+}
 
 static int own_buffer(model *m, int64_t numel, const char *name, float **out, herr *err) {
   if (m->n_owned == m->cap_owned) {
@@ -125,6 +133,7 @@ static int align_copy(model *m, const void **data, size_t nbytes, size_t align, 
 static int load_tensor(model *m, const weight_src *src, const char *name, int ndim, int64_t d0, int64_t d1, bool required,
                        const float **out, herr *err) {
   *out = NULL;
+  char real[300];
   int64_t shape[4] = {0};
   int have_ndim = 0;
   const st_tensor *st = NULL;
@@ -136,6 +145,7 @@ static int load_tensor(model *m, const weight_src *src, const char *name, int nd
       for (int i = 0; i < gt->ndim; i++) shape[i] = gt->dims[gt->ndim - 1 - i]; /* ggml order is reversed */
     }
   } else {
+    name = file_name(src, name, real, sizeof real);
     st = st_find(src->st, name);
     if (st) {
       have_ndim = st->ndim > 4 ? 4 : st->ndim;
@@ -254,6 +264,8 @@ static int load_matrix(model *m, const weight_src *src, const char *name, int64_
                       t->name, ggml_type_name(t->type));
     *out = (bk_weight){.type = bt, .rows = rows, .cols = cols, .data = t->data};
   } else {
+    char real[300];
+    name = file_name(src, name, real, sizeof real);
     const st_tensor *t = st_find(src->st, name);
     if (!t) return required ? herr_set(err, HEARTH_ENOTFOUND, "%s: tensor '%s' is missing from the weights (model_type %s)", src->what,
                                        name, m->cfg.model_type) : 0;
@@ -417,7 +429,14 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   }
   /* llama.cpp stores llama's q/k rows permuted for RoPE on adjacent pairs */
   m->rope_global.interleaved = m->rope_local.interleaved = is_gguf && !strcmp(c->model_type, "llama");
-  weight_src src = {is_gguf ? NULL : &m->st, m->gg, dir};
+  weight_src src = {is_gguf ? NULL : &m->st, m->gg, dir, "model."};
+  /* gemma3 multimodal checkpoints keep the language model under another prefix */
+  static const char *const prefixes[] = {"language_model.model.", "model.language_model."};
+  for (size_t i = 0; !is_gguf && !st_find(&m->st, "model.embed_tokens.weight") && i < sizeof prefixes / sizeof prefixes[0]; i++) {
+    char probe[128];
+    snprintf(probe, sizeof probe, "%sembed_tokens.weight", prefixes[i]);
+    if (st_find(&m->st, probe)) src.prefix = prefixes[i];
+  }
   if ((rc = load_matrix(m, &src, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, true, &m->embed, err))) goto fail;
   for (int l = 0; l < c->num_hidden_layers; l++)
     if ((rc = load_layer(m, &src, l, err))) goto fail;

@@ -1030,10 +1030,11 @@ bool gguf_vocab_add_bos(const gguf_vocab *v) { return v->add_bos; }
 bool gguf_vocab_add_eos(const gguf_vocab *v) { return v->add_eos; }
 const char *gguf_vocab_model(const gguf_vocab *v) { return v->model; }
 
-int gguf_vocab_piece(const gguf_vocab *v, int32_t id, bool special, const char **s, size_t *len) {
+int gguf_vocab_piece(const gguf_vocab *v, int32_t id, bool special, const char **s, size_t *len, herr *err) {
   *s = "";
   *len = 0;
-  if (id < 0 || id >= v->n) return HEARTH_EINVAL;
+  if (id < 0 || id >= v->n)
+    return herr_set(err, HEARTH_EINVAL, "tokenizer: token id %" PRId32 " is outside the vocabulary (0..%" PRId32 ")", id, v->n - 1);
   if (!special && (v->attr[id] & (ATTR_UNKNOWN | ATTR_CONTROL))) return 0;
   *s = v->pieces + v->piece_off[id];
   *len = v->piece_off[id + 1] - v->piece_off[id];

@@ -1,6 +1,7 @@
 /* gguf_vocab.h — tokenization from a GGUF file's vocabulary (tokenizer.ggml.*),
  * matching llama.cpp: llama/SPM (scores, byte fallback), gpt2/BPE (merges and
- * the pre-tokenizer regexes chosen by tokenizer.ggml.pre), bert/WPM, t5/UGM.
+ * the pre-tokenizer regexes chosen by tokenizer.ggml.pre), gemma4 (BPE over
+ * raw UTF-8 with <0xXX> byte tokens), bert/WPM, t5/UGM.
  * tokenizer.c wraps this behind the common tokenizer type. */
 #ifndef HEARTH_TOKENIZER_GGUF_VOCAB_H
 #define HEARTH_TOKENIZER_GGUF_VOCAB_H
@@ -35,6 +36,6 @@ bool gguf_vocab_add_eos(const gguf_vocab *v);                     /* ... and EOS
 const char *gguf_vocab_model(const gguf_vocab *v);                /* tokenizer.ggml.model (borrowed) */
 /* The text one token decodes to on its own (no leading-space removal, no clean-up); special
  * (control/unknown) tokens give "" unless special. *s is borrowed. EINVAL for an id out of range. */
-int gguf_vocab_piece(const gguf_vocab *v, int32_t id, bool special, const char **s, size_t *len);
+int gguf_vocab_piece(const gguf_vocab *v, int32_t id, bool special, const char **s, size_t *len, herr *err);
 
 #endif

@@ -331,11 +331,50 @@ void hf_splits_free(hf_splits *s) {
 }
 
 /* ---- regex through PCRE2 (UTF + Unicode properties, JIT when available) ---- */
+/* HF's regexes are Oniguruma's, where \w is Unicode "word" (alphabetic, marks,
+ * decimal digits, connector punctuation, joiners); PCRE2's UCP \w also takes
+ * every other number (No: "½", "²"). Rewrites \w (and \W outside a class)
+ * to the Oniguruma set; other escapes pass through. */
+#define ONIG_WORD "\\p{L}\\p{Nl}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}"
+static void rewrite_word_class(const char *p, size_t n, hbuf *out) {
+  bool in_class = false;
+  for (size_t i = 0; i < n; i++) {
+    char c = p[i];
+    if (c == '\\' && i + 1 < n) {
+      char d = p[i + 1];
+      if (d == 'w') hbuf_puts(out, in_class ? ONIG_WORD : "[" ONIG_WORD "]");
+      else if (d == 'W' && !in_class) hbuf_puts(out, "[^" ONIG_WORD "]");
+      else hbuf_append(out, p + i, 2);
+      i++;
+      continue;
+    }
+    if (c == '[' && !in_class) {
+      in_class = true;
+      hbuf_putc(out, c);
+      if (i + 1 < n && p[i + 1] == '^') hbuf_putc(out, p[++i]);
+      if (i + 1 < n && p[i + 1] == ']') hbuf_putc(out, p[++i]); /* a leading ']' is literal */
+      continue;
+    }
+    if (c == ']' && in_class) in_class = false;
+    hbuf_putc(out, c);
+  }
+}
+
 int hf_regex_compile(hf_regex *r, const char *pattern, size_t len, bool literal, const char *what, herr *err) {
   int ec;
   PCRE2_SIZE eo;
   uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
+  hbuf rw = {0};
+  const char *orig = pattern;
+  size_t orig_len = len;
+  if (!literal && (memmem(pattern, len, "\\w", 2) || memmem(pattern, len, "\\W", 2))) {
+    rewrite_word_class(pattern, len, &rw);
+    if (!rw.oom) pattern = hbuf_str(&rw), len = rw.len;
+  }
   r->code = pcre2_compile((PCRE2_SPTR)pattern, len, opts, &ec, &eo, NULL);
+  hbuf_free(&rw);
+  pattern = orig;
+  len = orig_len;
   if (!r->code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(ec, msg, sizeof msg);

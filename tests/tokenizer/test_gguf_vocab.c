@@ -122,10 +122,10 @@ static void test_llama2_fixture(void) {
   hbuf_free(&b);
   const char *piece;
   size_t plen;
-  CHECK(gguf_vocab_piece(v, 15043, false, &piece, &plen) == 0 && plen == 6 && memcmp(piece, " Hello", 6) == 0);
-  CHECK(gguf_vocab_piece(v, 1, false, &piece, &plen) == 0 && plen == 0);
-  CHECK(gguf_vocab_piece(v, 1, true, &piece, &plen) == 0 && plen == 3 && memcmp(piece, "<s>", 3) == 0);
-  CHECK(gguf_vocab_piece(v, 40000, true, &piece, &plen) == HEARTH_EINVAL);
+  CHECK(gguf_vocab_piece(v, 15043, false, &piece, &plen, &err) == 0 && plen == 6 && memcmp(piece, " Hello", 6) == 0);
+  CHECK(gguf_vocab_piece(v, 1, false, &piece, &plen, &err) == 0 && plen == 0);
+  CHECK(gguf_vocab_piece(v, 1, true, &piece, &plen, &err) == 0 && plen == 3 && memcmp(piece, "<s>", 3) == 0);
+  CHECK(gguf_vocab_piece(v, 40000, true, &piece, &plen, &err) == HEARTH_EINVAL);
   gguf_vocab_free(v);
   gguf_close(g);
 }

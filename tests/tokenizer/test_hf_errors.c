@@ -153,7 +153,28 @@ static void test_stream_bytes(void) {
   tokenizer_free(t);
 }
 
+/* \\w in a tokenizer.json regex means Oniguruma's word class: "½" (No) is not in it. */
+static void test_word_class(void) {
+  const char *json =
+      "{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\w+|[\\\\w\\\\-]\"},\"behavior\":\"Isolated\"},"
+      "\"model\":{\"type\":\"WordLevel\",\"unk_token\":\"<unk>\",\"vocab\":{\"<unk>\":0,\"ab\":1,\"\xc2\xbd\":2,\"cd\":3,\"-\":4}}}";
+  tokenizer *t = NULL;
+  herr e = {0};
+  CHECK_MSG(tokenizer_load_json(json, strlen(json), NULL, 0, "word", &t, &e) == 0, "%s", e.msg);
+  if (!t) return;
+  int32_t *ids = NULL;
+  size_t n = 0;
+  CHECK(tokenizer_encode(t, "ab\xc2\xbd" "cd-", 7, false, true, &ids, &n, &e) == 0);
+  int32_t want[] = {1, 2, 3, 4};
+  CHECK_EQ_INT(n, 4);
+  if (n == 4) CHECK(memcmp(ids, want, sizeof want) == 0);
+  else print_ids("got", ids, n);
+  free(ids);
+  tokenizer_free(t);
+}
+
 int main(void) {
+  RUN(test_word_class);
   RUN(test_malformed);
   RUN(test_bad_config_and_paths);
   RUN(test_small_tokenizer);

@@ -1,0 +1,368 @@
+/* kv_paged.c — the paged KV cache and its prefix cache (see kv_paged.h): a
+ * pool of blocks in per-layer arenas, a free list, an LRU list of cached
+ * blocks nobody holds, a hash index over published blocks, and per-sequence
+ * block tables with the per-layer block pointers attention reads. Knows
+ * nothing of models beyond row sizes, nor of scheduling or threads. */
+#include "engine/kv_paged.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct block_meta {
+  int32_t ref;          /* sequences holding it */
+  bool hashed;          /* published: in the hash index */
+  uint64_t hash;        /* chained over the whole prefix up to this block's end */
+  uint64_t parent;      /* the previous block's hash (root: PREFIX_ROOT) */
+  int32_t hnext;        /* next block in the same hash bucket, -1 */
+  int32_t prev, next;   /* LRU links (cached) or free-list link (next), -1 */
+} block_meta;
+
+struct kv_pool {
+  int n_layers;
+  int64_t kv_dim[CFG_MAX_LAYERS];
+  int B;                      /* rows per block */
+  int64_t n_blocks;
+  float *k_arena[CFG_MAX_LAYERS]; /* owned: n_blocks * B * kv_dim[l] floats */
+  float *v_arena[CFG_MAX_LAYERS]; /* owned */
+  block_meta *meta;           /* owned [n_blocks] */
+  int32_t *tokens;            /* owned [n_blocks * B]: a published block's tokens */
+  int32_t *buckets;           /* owned [n_buckets] heads of hash chains, -1 */
+  int64_t n_buckets;
+  int32_t free_head;
+  int64_t n_free;
+  int32_t lru_head, lru_tail; /* head: least recently released */
+  int64_t n_cached, n_used;
+};
+
+typedef struct paged_seq {
+  kv_seq base;                /* must be first: the model sees this */
+  kv_pool *pool;              /* borrowed */
+  int64_t max_len;            /* 0 = unlimited */
+  int32_t *table;             /* owned [cap] block ids */
+  int64_t n_blocks, cap;
+  const float **kp[CFG_MAX_LAYERS]; /* owned [cap]: per layer, each block's K rows */
+  const float **vp[CFG_MAX_LAYERS]; /* owned [cap] */
+  int64_t n_published;        /* leading blocks already published or attached */
+  uint64_t last_hash;         /* hash of block n_published - 1 (root when none) */
+} paged_seq;
+
+#define PREFIX_ROOT 0x6a09e667f3bcc909ull
+
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+static uint64_t block_hash(uint64_t parent, uint64_t adapter_id, const int32_t *toks, int n) {
+  uint64_t h = mix64(parent ^ mix64(adapter_id + 0x9E3779B97F4A7C15ull));
+  for (int i = 0; i < n; i++) h = mix64(h ^ ((uint64_t)(uint32_t)toks[i] + ((uint64_t)i << 32)));
+  return h;
+}
+
+size_t kv_block_bytes(const model_kv_geometry *g, int block_tokens) {
+  size_t b = 0;
+  for (int l = 0; l < g->n_layers; l++) b += 2 * (size_t)block_tokens * (size_t)g->kv_dim[l] * sizeof(float);
+  return b;
+}
+
+/* ---- lists ---- */
+
+static void lru_unlink(kv_pool *p, int32_t b) {
+  block_meta *m = &p->meta[b];
+  if (m->prev >= 0) p->meta[m->prev].next = m->next;
+  else p->lru_head = m->next;
+  if (m->next >= 0) p->meta[m->next].prev = m->prev;
+  else p->lru_tail = m->prev;
+  m->prev = m->next = -1;
+  p->n_cached--;
+}
+
+static void lru_push_tail(kv_pool *p, int32_t b) {
+  block_meta *m = &p->meta[b];
+  m->next = -1;
+  m->prev = p->lru_tail;
+  if (p->lru_tail >= 0) p->meta[p->lru_tail].next = b;
+  else p->lru_head = b;
+  p->lru_tail = b;
+  p->n_cached++;
+}
+
+static void free_push(kv_pool *p, int32_t b) {
+  p->meta[b].next = p->free_head;
+  p->meta[b].prev = -1;
+  p->free_head = b;
+  p->n_free++;
+}
+
+static void unhash(kv_pool *p, int32_t b) {
+  block_meta *m = &p->meta[b];
+  if (!m->hashed) return;
+  int32_t *at = &p->buckets[m->hash % (uint64_t)p->n_buckets];
+  while (*at >= 0 && *at != b) at = &p->meta[*at].hnext;
+  if (*at == b) *at = m->hnext;
+  m->hnext = -1;
+  m->hashed = false;
+}
+
+static int32_t lookup(const kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *toks) {
+  for (int32_t b = p->buckets[hash % (uint64_t)p->n_buckets]; b >= 0; b = p->meta[b].hnext) {
+    const block_meta *m = &p->meta[b];
+    if (m->hash == hash && m->parent == parent && memcmp(p->tokens + (int64_t)b * p->B, toks, sizeof(int32_t) * (size_t)p->B) == 0)
+      return b;
+  }
+  return -1;
+}
+
+/* A block for a sequence: a free one, else the least recently used cached one. */
+static int32_t take_block(kv_pool *p) {
+  int32_t b = -1;
+  if (p->free_head >= 0) {
+    b = p->free_head;
+    p->free_head = p->meta[b].next;
+    p->n_free--;
+  } else if (p->lru_head >= 0) {
+    b = p->lru_head;
+    lru_unlink(p, b);
+    unhash(p, b);
+  } else {
+    return -1;
+  }
+  p->meta[b].ref = 1;
+  p->meta[b].prev = p->meta[b].next = -1;
+  p->n_used++;
+  return b;
+}
+
+static void hold_block(kv_pool *p, int32_t b) {
+  if (p->meta[b].ref++ == 0) {
+    lru_unlink(p, b);
+    p->n_used++;
+  }
+}
+
+static void release_block(kv_pool *p, int32_t b) {
+  if (--p->meta[b].ref > 0) return;
+  p->n_used--;
+  if (p->meta[b].hashed) lru_push_tail(p, b);
+  else free_push(p, b);
+}
+
+/* ---- the pool ---- */
+
+int kv_pool_new(const model_kv_geometry *g, int block_tokens, int64_t n_blocks, kv_pool **out, herr *err) {
+  *out = NULL;
+  if (g->n_layers <= 0 || g->n_layers > CFG_MAX_LAYERS)
+    return herr_set(err, HEARTH_EINVAL, "KV pool: %d layers is out of range", g->n_layers);
+  if (block_tokens < 1 || block_tokens > 4096)
+    return herr_set(err, HEARTH_EINVAL, "KV pool: a block of %d tokens is out of range (1..4096)", block_tokens);
+  if (n_blocks < 1 || n_blocks > INT32_MAX / 2)
+    return herr_set(err, HEARTH_EINVAL, "KV pool: %lld blocks is out of range", (long long)n_blocks);
+  kv_pool *p = calloc(1, sizeof *p);
+  if (!p) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  p->n_layers = g->n_layers;
+  memcpy(p->kv_dim, g->kv_dim, sizeof p->kv_dim);
+  p->B = block_tokens;
+  p->n_blocks = n_blocks;
+  p->n_buckets = n_blocks * 2 + 1;
+  p->meta = calloc((size_t)n_blocks, sizeof *p->meta);
+  p->tokens = malloc(sizeof(int32_t) * (size_t)(n_blocks * block_tokens));
+  p->buckets = malloc(sizeof(int32_t) * (size_t)p->n_buckets);
+  bool ok = p->meta && p->tokens && p->buckets;
+  for (int l = 0; ok && l < p->n_layers; l++) {
+    size_t bytes = (size_t)n_blocks * (size_t)block_tokens * (size_t)p->kv_dim[l] * sizeof(float);
+    p->k_arena[l] = malloc(bytes ? bytes : 1);
+    p->v_arena[l] = malloc(bytes ? bytes : 1);
+    ok = p->k_arena[l] && p->v_arena[l];
+  }
+  if (!ok) {
+    kv_pool_free(p);
+    return herr_set(err, HEARTH_ENOMEM, "KV pool: out of memory for %lld blocks of %d tokens (%zu bytes)",
+                    (long long)n_blocks, block_tokens, (size_t)n_blocks * kv_block_bytes(g, block_tokens));
+  }
+  for (int64_t i = 0; i < p->n_buckets; i++) p->buckets[i] = -1;
+  p->free_head = p->lru_head = p->lru_tail = -1;
+  for (int64_t b = n_blocks - 1; b >= 0; b--) {
+    p->meta[b].hnext = -1;
+    free_push(p, (int32_t)b);
+  }
+  *out = p;
+  return 0;
+}
+
+void kv_pool_free(kv_pool *p) {
+  if (!p) return;
+  for (int l = 0; l < p->n_layers; l++) free(p->k_arena[l]), free(p->v_arena[l]);
+  free(p->meta);
+  free(p->tokens);
+  free(p->buckets);
+  free(p);
+}
+
+void kv_pool_count(const kv_pool *p, kv_pool_counts *out) {
+  out->total = p->n_blocks;
+  out->used = p->n_used;
+  out->cached = p->n_cached;
+  out->free = p->n_free;
+}
+
+int kv_pool_block_tokens(const kv_pool *p) { return p->B; }
+
+int64_t kv_pool_available(const kv_pool *p) { return p->n_free + p->n_cached; }
+
+/* ---- sequences ---- */
+
+static int grow_table(paged_seq *ps, int64_t want) {
+  if (want <= ps->cap) return 0;
+  int64_t cap = ps->cap ? ps->cap : 8;
+  while (cap < want) cap *= 2;
+  int32_t *t = realloc(ps->table, sizeof(int32_t) * (size_t)cap);
+  if (!t) return -1;
+  ps->table = t;
+  for (int l = 0; l < ps->pool->n_layers; l++) {
+    const float **k = realloc(ps->kp[l], sizeof(float *) * (size_t)cap);
+    if (!k) return -1;
+    ps->kp[l] = k;
+    const float **v = realloc(ps->vp[l], sizeof(float *) * (size_t)cap);
+    if (!v) return -1;
+    ps->vp[l] = v;
+  }
+  ps->cap = cap;
+  return 0;
+}
+
+static void append_block(paged_seq *ps, int32_t b) {
+  kv_pool *p = ps->pool;
+  int64_t i = ps->n_blocks++;
+  ps->table[i] = b;
+  for (int l = 0; l < p->n_layers; l++) {
+    size_t off = (size_t)b * (size_t)p->B * (size_t)p->kv_dim[l];
+    ps->kp[l][i] = p->k_arena[l] + off;
+    ps->vp[l][i] = p->v_arena[l] + off;
+  }
+}
+
+int64_t kv_paged_seq_blocks_for(const kv_seq *s, int64_t n_rows) {
+  const paged_seq *ps = (const paged_seq *)s;
+  int64_t need = (n_rows + ps->pool->B - 1) / ps->pool->B;
+  return need > ps->n_blocks ? need - ps->n_blocks : 0;
+}
+
+static int paged_reserve(kv_seq *s, int64_t n, herr *err) {
+  paged_seq *ps = (paged_seq *)s;
+  kv_pool *p = ps->pool;
+  int64_t rows = s->len + n;
+  if (ps->max_len > 0 && rows > ps->max_len)
+    return herr_set(err, HEARTH_ELIMIT, "KV cache: %lld tokens exceed the context limit of %lld", (long long)rows,
+                    (long long)ps->max_len);
+  int64_t need = kv_paged_seq_blocks_for(s, rows);
+  if (need == 0) return 0;
+  if (need > kv_pool_available(p))
+    return herr_set(err, HEARTH_ELIMIT, "KV pool: %lld more blocks needed, %lld available", (long long)need,
+                    (long long)kv_pool_available(p));
+  if (grow_table(ps, ps->n_blocks + need)) return herr_set(err, HEARTH_ENOMEM, "KV cache: out of memory for a block table");
+  for (int64_t i = 0; i < need; i++) append_block(ps, take_block(p));
+  return 0;
+}
+
+static float *paged_k_row(kv_seq *s, int layer, int64_t pos) {
+  paged_seq *ps = (paged_seq *)s;
+  int B = ps->pool->B;
+  return (float *)ps->kp[layer][pos / B] + (pos % B) * ps->pool->kv_dim[layer];
+}
+
+static float *paged_v_row(kv_seq *s, int layer, int64_t pos) {
+  paged_seq *ps = (paged_seq *)s;
+  int B = ps->pool->B;
+  return (float *)ps->vp[layer][pos / B] + (pos % B) * ps->pool->kv_dim[layer];
+}
+
+static void paged_view(kv_seq *s, int layer, int64_t hi, kv_view *out) {
+  paged_seq *ps = (paged_seq *)s;
+  out->k_blocks = (const float *const *)ps->kp[layer];
+  out->v_blocks = (const float *const *)ps->vp[layer];
+  out->block_rows = ps->pool->B;
+  out->row_stride = ps->pool->kv_dim[layer];
+  out->lo = 0;
+  out->hi = hi;
+}
+
+static void paged_commit(kv_seq *s, int64_t n) { s->len += n; }
+
+static const kv_ops paged_ops = {paged_reserve, paged_k_row, paged_v_row, paged_view, paged_commit};
+
+int kv_paged_seq_new(kv_pool *p, int64_t max_len, kv_seq **out, herr *err) {
+  *out = NULL;
+  paged_seq *ps = calloc(1, sizeof *ps);
+  if (!ps) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  ps->base.ops = &paged_ops;
+  ps->pool = p;
+  ps->max_len = max_len;
+  ps->last_hash = PREFIX_ROOT;
+  *out = &ps->base;
+  return 0;
+}
+
+void kv_paged_seq_free(kv_seq *s) {
+  if (!s) return;
+  paged_seq *ps = (paged_seq *)s;
+  /* the tail first, so a chain's later blocks are evicted before its head */
+  for (int64_t i = ps->n_blocks - 1; i >= 0; i--) release_block(ps->pool, ps->table[i]);
+  free(ps->table);
+  for (int l = 0; l < ps->pool->n_layers; l++) free(ps->kp[l]), free(ps->vp[l]);
+  free(ps);
+}
+
+int64_t kv_paged_seq_blocks(const kv_seq *s) { return ((const paged_seq *)s)->n_blocks; }
+
+const int32_t *kv_paged_seq_table(const kv_seq *s) { return ((const paged_seq *)s)->table; }
+
+int64_t kv_paged_seq_attach_prefix(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t adapter_id) {
+  paged_seq *ps = (paged_seq *)s;
+  kv_pool *p = ps->pool;
+  if (s->len != 0 || ps->n_blocks != 0) return 0;
+  uint64_t parent = PREFIX_ROOT;
+  int64_t i = 0;
+  while ((i + 1) * p->B <= n - 1) {
+    const int32_t *bt = tokens + i * p->B;
+    uint64_t h = block_hash(parent, adapter_id, bt, p->B);
+    int32_t b = lookup(p, h, parent, bt);
+    if (b < 0 || grow_table(ps, i + 1)) break;
+    hold_block(p, b);
+    append_block(ps, b);
+    parent = h;
+    i++;
+  }
+  ps->n_published = i;
+  ps->last_hash = parent;
+  s->len = i * p->B;
+  return s->len;
+}
+
+void kv_paged_seq_publish(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t adapter_id) {
+  paged_seq *ps = (paged_seq *)s;
+  kv_pool *p = ps->pool;
+  if (n > s->len) n = s->len;
+  while ((ps->n_published + 1) * p->B <= n) {
+    int64_t i = ps->n_published;
+    const int32_t *bt = tokens + i * p->B;
+    uint64_t h = block_hash(ps->last_hash, adapter_id, bt, p->B);
+    int32_t b = ps->table[i];
+    if (!p->meta[b].hashed && lookup(p, h, ps->last_hash, bt) < 0) {
+      block_meta *m = &p->meta[b];
+      m->hashed = true;
+      m->hash = h;
+      m->parent = ps->last_hash;
+      memcpy(p->tokens + (int64_t)b * p->B, bt, sizeof(int32_t) * (size_t)p->B);
+      int32_t *head = &p->buckets[h % (uint64_t)p->n_buckets];
+      m->hnext = *head;
+      *head = b;
+    }
+    ps->last_hash = h;
+    ps->n_published++;
+  }
+}

@@ -1,0 +1,69 @@
+/* kv_paged.h — the paged KV cache: one pool of fixed-size blocks (each holds
+ * block_tokens rows of K and V for every layer), per-sequence block tables,
+ * and automatic prefix caching. Implements the kv_seq contract of model/kv.h.
+ *
+ * Prefix caching: a full block is keyed by a hash chained over the whole
+ * token prefix up to its end (and an adapter id, 0 for the base model).
+ * Published blocks are shared read-only between sequences and reference
+ * counted; when the last user lets go, a published block stays cached and
+ * becomes evictable, least recently used first. A block is never written
+ * once full, so sharing needs no copy-on-write: a sequence only appends.
+ *
+ *   kv_pool *p; kv_pool_new(&geom, 16, n_blocks, &p, &err);
+ *   kv_seq *s; kv_paged_seq_new(p, max_len, &s, &err);
+ *   int64_t hit = kv_paged_seq_attach_prefix(s, prompt, n, 0);  // rows [0, hit) now cached
+ *   ... model_forward with .kv = s (reserve takes blocks; ELIMIT when the pool is dry) ...
+ *   kv_paged_seq_publish(s, tokens, s->len, 0);                  // full blocks become shareable
+ *   kv_paged_seq_free(s);
+ *
+ * Not thread-safe: one thread (the scheduler's) drives a pool.
+ */
+#ifndef HEARTH_ENGINE_KV_PAGED_H
+#define HEARTH_ENGINE_KV_PAGED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/kv.h"
+#include "model/model.h"
+
+typedef struct kv_pool kv_pool;
+
+/* Bytes one block of block_tokens rows takes for geometry g (K and V, all layers). */
+size_t kv_block_bytes(const model_kv_geometry *g, int block_tokens);
+
+int kv_pool_new(const model_kv_geometry *g, int block_tokens, int64_t n_blocks, kv_pool **out, herr *err);
+void kv_pool_free(kv_pool *p); /* sequences must be freed first */
+
+typedef struct kv_pool_counts {
+  int64_t total;   /* blocks in the pool */
+  int64_t used;    /* held by at least one sequence */
+  int64_t cached;  /* held by none, kept for their prefix (evictable) */
+  int64_t free;    /* held by none and not cached */
+} kv_pool_counts;
+void kv_pool_count(const kv_pool *p, kv_pool_counts *out);
+int kv_pool_block_tokens(const kv_pool *p);
+/* Blocks a sequence could still take now: free + cached. */
+int64_t kv_pool_available(const kv_pool *p);
+
+/* max_len: the most tokens the sequence may hold (0 = unlimited). */
+int kv_paged_seq_new(kv_pool *p, int64_t max_len, kv_seq **out, herr *err);
+/* Releases the sequence's blocks (published ones stay cached) and frees it. */
+void kv_paged_seq_free(kv_seq *s);
+/* Blocks the sequence holds. */
+int64_t kv_paged_seq_blocks(const kv_seq *s);
+/* Blocks needed to grow s to n_rows rows. */
+int64_t kv_paged_seq_blocks_for(const kv_seq *s, int64_t n_rows);
+/* The block ids of s's table (borrowed, kv_paged_seq_blocks entries). */
+const int32_t *kv_paged_seq_table(const kv_seq *s);
+
+/* On an empty sequence: takes the longest run of cached full blocks that
+ * match tokens[0..n) (stopping before the block that holds token n-1, so the
+ * last token is always computed) and sets len to the rows they cover, which
+ * it returns (a multiple of block_tokens, 0 when nothing matched). */
+int64_t kv_paged_seq_attach_prefix(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t adapter_id);
+/* tokens[0..n) are the tokens of rows [0, n) (n <= len): publishes every full
+ * block not yet published, so later sequences can share it. */
+void kv_paged_seq_publish(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t adapter_id);
+
+#endif

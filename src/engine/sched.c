@@ -1,0 +1,591 @@
+/* sched.c — the continuous-batching scheduler (see sched.h): the engine
+ * thread, the waiting queue and running set, admission against the KV pool,
+ * batch assembly with chunked prefill, preemption by recompute, and each
+ * sequence's sampler, detokenizer and stop matcher. Knows the model only
+ * through model.h and the cache only through kv_paged.h; knows nothing of
+ * HTTP or the public API. */
+#include "engine/sched.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/buf.h"
+#include "engine/kv_paged.h"
+#include "engine/stop.h"
+
+typedef struct sseq {
+  /* the request (borrowed from sched_run's caller, who waits) */
+  const gen_request *req;
+  gen_token_fn fn;
+  void *user;
+  gen_result *res;
+  herr *err;
+  int rc;
+  int64_t max_new;
+  /* state */
+  int32_t *toks;              /* owned: prompt then sampled tokens */
+  int64_t n_toks, cap_toks;
+  kv_seq *kv;                 /* owned while running, NULL while waiting */
+  sampler *smp;               /* owned */
+  tokenizer_stream *detok;    /* owned, NULL without a tokenizer */
+  stop_matcher *stops;        /* owned, NULL without a tokenizer */
+  hbuf piece, delta;          /* owned */
+  bool admitted_once;
+  bool ended;                 /* finished: the engine no longer touches it */
+  bool done;                  /* the waiter may return (under the lock) */
+  double t_admit, t_first;
+  struct sseq *next;          /* waiting queue link */
+} sseq;
+
+struct sched {
+  model *m;                   /* borrowed */
+  const tokenizer *tok;       /* borrowed, may be NULL */
+  int64_t vocab;
+  int max_batch, chunk, step_tokens;
+  size_t memory_budget;
+  size_t block_bytes;
+  kv_pool *pool;              /* owned; touched only by the engine thread */
+  float *logits;              /* owned [max_batch * vocab] */
+  sseq **running;             /* owned array [max_batch]; the sequences are their waiters' */
+  int n_running;
+  model_seq *batch;           /* owned [max_batch] */
+  sseq **in_batch;            /* owned [max_batch] */
+  pthread_t thread;
+  bool thread_started;
+  pthread_mutex_t mu;         /* guards the waiting queue, done flags, stats, stop */
+  pthread_cond_t work_cv, done_cv;
+  sseq *wait_head, *wait_tail;
+  int64_t n_waiting;
+  bool stop;
+  sched_stats st;
+};
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- waiting queue (under mu) ---- */
+
+static void queue_push_back(sched *s, sseq *q) {
+  q->next = NULL;
+  if (s->wait_tail) s->wait_tail->next = q;
+  else s->wait_head = q;
+  s->wait_tail = q;
+  s->n_waiting++;
+}
+
+static void queue_push_front(sched *s, sseq *q) {
+  q->next = s->wait_head;
+  s->wait_head = q;
+  if (!s->wait_tail) s->wait_tail = q;
+  s->n_waiting++;
+}
+
+static sseq *queue_pop(sched *s) {
+  sseq *q = s->wait_head;
+  if (!q) return NULL;
+  s->wait_head = q->next;
+  if (!s->wait_head) s->wait_tail = NULL;
+  q->next = NULL;
+  s->n_waiting--;
+  return q;
+}
+
+/* ---- one sequence ---- */
+
+static bool is_eos(const gen_request *req, int32_t id) {
+  if (req->ignore_eos) return false;
+  for (int i = 0; i < req->n_eos; i++)
+    if (req->eos_ids[i] == id) return true;
+  return false;
+}
+
+static bool seq_cancelled(const sseq *q) { return q->req->cancel && *q->req->cancel; }
+
+/* Copies the engine-side counts into the stats (engine thread, under mu). */
+static void publish_counts(sched *s) {
+  kv_pool_counts c;
+  kv_pool_count(s->pool, &c);
+  s->st.blocks_total = c.total;
+  s->st.blocks_used = c.used;
+  s->st.blocks_cached = c.cached;
+  s->st.blocks_free = c.free;
+  int64_t running = 0;
+  for (int i = 0; i < s->n_running; i++) running += !s->running[i]->ended;
+  s->st.running = running;
+}
+
+/* Ends q (engine thread): frees its blocks, tells its waiter. */
+static void seq_finish(sched *s, sseq *q, int rc) {
+  double t = now_seconds();
+  if (q->kv) {
+    kv_paged_seq_free(q->kv);
+    q->kv = NULL;
+  }
+  q->rc = rc;
+  if (q->t_first > 0) {
+    q->res->prefill_seconds = q->t_first - q->t_admit;
+    q->res->decode_seconds = t - q->t_first;
+  }
+  q->ended = true;
+  pthread_mutex_lock(&s->mu);
+  publish_counts(s);
+  if (q->res->finish == GEN_FINISH_CANCELLED) s->st.requests_cancelled++;
+  else if (rc == 0) s->st.requests_finished++;
+  q->done = true;
+  pthread_cond_broadcast(&s->done_cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void seq_cancel(sched *s, sseq *q, const char *when) {
+  q->res->finish = GEN_FINISH_CANCELLED;
+  herr_set(q->err, HEARTH_ECANCELLED, "generate: cancelled %s", when);
+  seq_finish(s, q, HEARTH_ECANCELLED);
+}
+
+/* The held-back tail at the end of a run (as generate.c). */
+static int seq_flush_text(sseq *q) {
+  if (!q->detok || q->res->stop_index >= 0) return 0;
+  hbuf_clear(&q->piece);
+  hbuf_clear(&q->delta);
+  int rc = tokenizer_stream_flush(q->detok, &q->piece, q->err);
+  if (rc) return rc;
+  int which = q->piece.len ? stop_matcher_put(q->stops, q->piece.data, q->piece.len, &q->delta) : -1;
+  if (which == -2) return herr_set(q->err, HEARTH_ENOMEM, "generate: out of memory for the output text");
+  if (which >= 0) {
+    q->res->finish = GEN_FINISH_STOP;
+    q->res->stop_index = which;
+  } else {
+    stop_matcher_flush(q->stops, &q->delta);
+  }
+  if (q->delta.len && q->fn) q->fn(q->user, hbuf_str(&q->delta), q->delta.len, NULL);
+  return 0;
+}
+
+/* Samples q's next token from its logits row and delivers it. Returns true
+ * when q ended (and was finished). */
+static bool seq_take_token(sched *s, sseq *q, float *row) {
+  gen_result *res = q->res;
+  sample_token st;
+  int rc = sampler_sample(q->smp, row, &st, q->err);
+  if (rc) {
+    seq_finish(s, q, rc);
+    return true;
+  }
+  if (q->t_first == 0) q->t_first = now_seconds();
+  sampler_accept(q->smp, st.id);
+  res->completion_tokens++;
+  pthread_mutex_lock(&s->mu);
+  s->st.generated_tokens++;
+  pthread_mutex_unlock(&s->mu);
+  hbuf_clear(&q->delta);
+  bool ended = false;
+  if (is_eos(q->req, st.id)) {
+    res->finish = GEN_FINISH_STOP;
+    res->stop_token = st.id;
+    ended = true;
+  } else if (q->detok) {
+    hbuf_clear(&q->piece);
+    if ((rc = tokenizer_stream_put(q->detok, st.id, &q->piece, q->err))) {
+      seq_finish(s, q, rc);
+      return true;
+    }
+    int which = stop_matcher_put(q->stops, q->piece.data ? q->piece.data : "", q->piece.len, &q->delta);
+    if (which == -2) {
+      seq_finish(s, q, herr_set(q->err, HEARTH_ENOMEM, "generate: out of memory for the output text"));
+      return true;
+    }
+    if (which >= 0) {
+      res->finish = GEN_FINISH_STOP;
+      res->stop_index = which;
+      ended = true;
+    }
+  }
+  if (!ended && res->completion_tokens >= q->max_new) {
+    res->finish = GEN_FINISH_LENGTH;
+    ended = true;
+  }
+  if (q->fn && q->fn(q->user, hbuf_str(&q->delta), q->delta.len, &st)) {
+    seq_cancel(s, q, "by the callback");
+    return true;
+  }
+  if (ended) {
+    seq_finish(s, q, seq_flush_text(q));
+    return true;
+  }
+  if (q->n_toks == q->cap_toks) {
+    int64_t cap = q->cap_toks * 2;
+    int32_t *t = realloc(q->toks, sizeof(int32_t) * (size_t)cap);
+    if (!t) {
+      seq_finish(s, q, herr_set(q->err, HEARTH_ENOMEM, "generate: out of memory for the token history"));
+      return true;
+    }
+    q->toks = t;
+    q->cap_toks = cap;
+  }
+  q->toks[q->n_toks++] = st.id;
+  return false;
+}
+
+/* ---- the engine thread ---- */
+
+static void running_remove(sched *s, int i) {
+  memmove(&s->running[i], &s->running[i + 1], sizeof(sseq *) * (size_t)(s->n_running - i - 1));
+  s->n_running--;
+}
+
+/* Frees the blocks of running[i] and puts it back at the front of the queue:
+ * it is recomputed (mostly from the prefix cache) when there is room again. */
+static void preempt(sched *s, int i) {
+  sseq *q = s->running[i];
+  kv_paged_seq_publish(q->kv, q->toks, q->kv->len, 0);
+  kv_paged_seq_free(q->kv);
+  q->kv = NULL;
+  running_remove(s, i);
+  pthread_mutex_lock(&s->mu);
+  queue_push_front(s, q);
+  s->st.preemptions++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Moves waiting requests to running while there is a slot and room for
+ * their first chunk; drops cancelled ones. */
+static void admit(sched *s) {
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    sseq *q = s->wait_head;
+    if (q && seq_cancelled(q)) {
+      queue_pop(s);
+      pthread_mutex_unlock(&s->mu);
+      seq_cancel(s, q, "while waiting");
+      continue;
+    }
+    if (!q || s->n_running >= s->max_batch) {
+      pthread_mutex_unlock(&s->mu);
+      return;
+    }
+    pthread_mutex_unlock(&s->mu);
+    herr e = {0};
+    kv_seq *kv = NULL;
+    if (kv_paged_seq_new(s->pool, q->n_toks + q->max_new, &kv, &e)) return; /* out of memory: try next step */
+    int64_t hit = kv_paged_seq_attach_prefix(kv, q->toks, q->n_toks, 0);
+    int64_t first = q->n_toks - hit < s->chunk ? q->n_toks - hit : s->chunk;
+    if (kv_paged_seq_blocks_for(kv, hit + first) > kv_pool_available(s->pool)) {
+      kv_paged_seq_free(kv);
+      return; /* waits until blocks come back */
+    }
+    pthread_mutex_lock(&s->mu);
+    queue_pop(s);
+    if (!q->admitted_once) {
+      q->res->cached_tokens = hit;
+      s->st.prefix_hit_tokens += hit;
+      s->st.prefix_miss_tokens += q->n_toks - hit;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!q->admitted_once) q->t_admit = now_seconds();
+    q->admitted_once = true;
+    q->kv = kv;
+    s->running[s->n_running++] = q;
+  }
+}
+
+/* One step: cancellations, admission, one batched forward, sampling. */
+static void step(sched *s) {
+  for (int i = 0; i < s->n_running;) {
+    sseq *q = s->running[i];
+    if (seq_cancelled(q)) {
+      running_remove(s, i);
+      seq_cancel(s, q, "during generation");
+    } else {
+      i++;
+    }
+  }
+  admit(s);
+  if (s->n_running == 0) return;
+  double t0 = now_seconds();
+  int n_batch = 0;
+  int64_t budget = s->step_tokens, prompt_fed = 0;
+  for (int i = 0; i < s->n_running; i++) {
+    sseq *q = s->running[i];
+    int64_t n = q->n_toks - q->kv->len;
+    if (n > 1) {
+      if (n > s->chunk) n = s->chunk;
+      if (n > budget) n = budget;
+      if (n <= 0) continue; /* the budget is spent: prefill next step */
+    }
+    /* room for n rows: preempt the newest others until there is */
+    bool self_preempted = false;
+    while (kv_paged_seq_blocks_for(q->kv, q->kv->len + n) > kv_pool_available(s->pool)) {
+      if (s->n_running - 1 > i) {
+        preempt(s, s->n_running - 1);
+      } else if (n_batch > 0 || i > 0) {
+        preempt(s, i);
+        self_preempted = true;
+        break;
+      } else {
+        break; /* alone and still no room: the reserve below fails and ends it */
+      }
+    }
+    if (self_preempted) break;
+    herr e = {0};
+    if (q->kv->ops->reserve(q->kv, n, &e)) {
+      /* alone in a pool too small for it: end with what it has */
+      running_remove(s, i);
+      i--;
+      if (q->res->completion_tokens > 0) {
+        q->res->finish = GEN_FINISH_LENGTH;
+        seq_finish(s, q, seq_flush_text(q));
+      } else {
+        herr_set(q->err, HEARTH_ELIMIT, "memory_admission: %s", e.msg);
+        seq_finish(s, q, HEARTH_ELIMIT);
+      }
+      continue;
+    }
+    budget -= n;
+    int64_t at = q->kv->len;
+    if (at < q->req->n_prompt) prompt_fed += (at + n < (int64_t)q->req->n_prompt ? at + n : (int64_t)q->req->n_prompt) - at;
+    s->batch[n_batch] = (model_seq){.kv = q->kv, .tokens = q->toks + at, .n_tokens = (int)n, .positions = NULL, .all_logits = false};
+    s->in_batch[n_batch++] = q;
+  }
+  if (n_batch == 0) return;
+  model_batch b = {.seqs = s->batch, .n_seqs = n_batch};
+  herr e = {0};
+  int rc = model_forward(s->m, &b, s->logits, &e);
+  if (rc) {
+    for (int k = 0; k < n_batch; k++) {
+      sseq *q = s->in_batch[k];
+      for (int i = 0; i < s->n_running; i++)
+        if (s->running[i] == q) running_remove(s, i);
+      *q->err = e;
+      seq_finish(s, q, rc);
+    }
+    return;
+  }
+  for (int k = 0; k < n_batch; k++) {
+    sseq *q = s->in_batch[k];
+    kv_paged_seq_publish(q->kv, q->toks, q->kv->len, 0);
+    if (q->kv->len < q->n_toks) continue; /* mid-prefill: no token yet */
+    if (seq_take_token(s, q, s->logits + (size_t)k * (size_t)s->vocab)) {
+      for (int i = 0; i < s->n_running; i++)
+        if (s->running[i] == q) {
+          running_remove(s, i);
+          break;
+        }
+    }
+  }
+  pthread_mutex_lock(&s->mu);
+  publish_counts(s);
+  s->st.prompt_tokens += prompt_fed;
+  s->st.busy_seconds += now_seconds() - t0;
+  s->st.steps++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void *engine_main(void *arg) {
+  sched *s = arg;
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop && s->n_running == 0 && !s->wait_head) pthread_cond_wait(&s->work_cv, &s->mu);
+    bool stop = s->stop;
+    pthread_mutex_unlock(&s->mu);
+    if (stop) break;
+    int before = s->n_running;
+    int64_t steps = s->st.steps;
+    step(s);
+    /* nothing could run (all waiting on blocks held by no one running cannot happen;
+     * a failed allocation can): do not spin */
+    if (s->n_running == 0 && before == 0 && steps == s->st.steps) usleep(1000);
+  }
+  while (s->n_running > 0) {
+    sseq *q = s->running[--s->n_running];
+    seq_cancel(s, q, "by shutdown");
+  }
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    sseq *q = queue_pop(s);
+    pthread_mutex_unlock(&s->mu);
+    if (!q) break;
+    seq_cancel(s, q, "by shutdown");
+  }
+  return NULL;
+}
+
+/* ---- public ---- */
+
+static size_t physical_memory(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? (size_t)pages * (size_t)size : (size_t)8 << 30;
+}
+
+int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **out, herr *err) {
+  *out = NULL;
+  sched_config c = cfg ? *cfg : (sched_config){0};
+  sched *s = calloc(1, sizeof *s);
+  if (!s) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  s->m = m;
+  s->tok = tok;
+  s->vocab = model_vocab_size(m);
+  s->max_batch = c.max_batch > 0 ? c.max_batch : 64;
+  s->chunk = c.prefill_chunk > 0 ? c.prefill_chunk : GEN_DEFAULT_PREFILL_CHUNK;
+  s->step_tokens = c.step_tokens > 0 ? c.step_tokens : (s->chunk > s->max_batch ? s->chunk : s->max_batch);
+  s->memory_budget = c.memory_budget;
+  int B = c.block_tokens > 0 ? c.block_tokens : 16;
+  int64_t ctx = c.context_length > 0 ? c.context_length : model_cfg(m)->max_position_embeddings;
+  if (ctx <= 0) ctx = 4096;
+  model_kv_geometry g;
+  model_kv_geometry_of(m, &g);
+  s->block_bytes = kv_block_bytes(&g, B);
+  size_t bytes = c.kv_bytes;
+  int64_t n_blocks;
+  if (bytes == 0) {
+    bytes = physical_memory() / 4;
+    if (bytes > ((size_t)4 << 30)) bytes = (size_t)4 << 30;
+    n_blocks = (int64_t)(bytes / s->block_bytes);
+    int64_t enough = (int64_t)s->max_batch * ((ctx + B - 1) / B);
+    if (n_blocks > enough) n_blocks = enough;
+  } else {
+    n_blocks = (int64_t)(bytes / s->block_bytes);
+  }
+  if (c.memory_budget && n_blocks > (int64_t)(c.memory_budget / s->block_bytes))
+    n_blocks = (int64_t)(c.memory_budget / s->block_bytes);
+  if (n_blocks < 1) n_blocks = 1; /* admission refuses what does not fit */
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->work_cv, NULL);
+  pthread_cond_init(&s->done_cv, NULL);
+  int rc = kv_pool_new(&g, B, n_blocks, &s->pool, err);
+  if (rc) goto fail;
+  s->logits = malloc(sizeof(float) * (size_t)s->max_batch * (size_t)s->vocab);
+  s->running = calloc((size_t)s->max_batch, sizeof *s->running);
+  s->batch = calloc((size_t)s->max_batch, sizeof *s->batch);
+  s->in_batch = calloc((size_t)s->max_batch, sizeof *s->in_batch);
+  if (!s->logits || !s->running || !s->batch || !s->in_batch) {
+    rc = herr_set(err, HEARTH_ENOMEM, "scheduler: out of memory for a batch of %d", s->max_batch);
+    goto fail;
+  }
+  s->st.block_tokens = B;
+  publish_counts(s);
+  if (pthread_create(&s->thread, NULL, engine_main, s)) {
+    rc = herr_set(err, HEARTH_EINTERNAL, "scheduler: cannot start the engine thread");
+    goto fail;
+  }
+  s->thread_started = true;
+  *out = s;
+  return 0;
+fail:
+  sched_free(s);
+  return rc;
+}
+
+void sched_free(sched *s) {
+  if (!s) return;
+  if (s->thread_started) {
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->work_cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+  }
+  kv_pool_free(s->pool);
+  free(s->logits);
+  free(s->running);
+  free(s->batch);
+  free(s->in_batch);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->work_cv);
+  pthread_cond_destroy(&s->done_cv);
+  free(s);
+}
+
+static void seq_state_free(sseq *q) {
+  free(q->toks);
+  sampler_free(q->smp);
+  if (q->detok) tokenizer_stream_free(q->detok);
+  stop_matcher_free(q->stops);
+  hbuf_free(&q->piece);
+  hbuf_free(&q->delta);
+}
+
+int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen_result *res, herr *err) {
+  memset(res, 0, sizeof *res);
+  res->stop_index = -1;
+  res->stop_token = -1;
+  res->prompt_tokens = (int64_t)req->n_prompt;
+  if (!req->prompt || req->n_prompt == 0) return herr_set(err, HEARTH_EINVAL, "generate: the prompt has no tokens");
+  if (req->n_stop && !s->tok)
+    return herr_set(err, HEARTH_EINVAL, "generate: stop strings need a tokenizer to decode the output");
+  for (size_t i = 0; i < req->n_prompt; i++)
+    if (req->prompt[i] < 0 || req->prompt[i] >= s->vocab)
+      return herr_set(err, HEARTH_EINVAL, "generate: prompt token %zu is id %d, outside the vocabulary (size %lld)", i,
+                      (int)req->prompt[i], (long long)s->vocab);
+  sseq q = {.req = req, .fn = fn, .user = user, .res = res, .err = err};
+  int rc = sampler_new((int32_t)s->vocab, &req->sample, &q.smp, err);
+  if (rc) goto out;
+  if ((rc = gen_check_context(s->m, req, &q.max_new, err))) goto out;
+  if (q.max_new == 0) {
+    res->finish = GEN_FINISH_LENGTH;
+    goto out;
+  }
+  /* admission: the request alone must fit the pool (and the budget) */
+  {
+    int B = kv_pool_block_tokens(s->pool);
+    kv_pool_counts c;
+    kv_pool_count(s->pool, &c); /* total is constant: safe from any thread */
+    int64_t rows = (int64_t)req->n_prompt + (req->max_tokens >= 0 ? q.max_new : 1);
+    int64_t blocks = (rows + B - 1) / B;
+    if (blocks > c.total) {
+      pthread_mutex_lock(&s->mu);
+      s->st.requests_refused++;
+      pthread_mutex_unlock(&s->mu);
+      rc = herr_set(err, HEARTH_ELIMIT,
+                    "memory_admission: the request needs %lld tokens of KV cache (%zu bytes) but the cache holds %lld "
+                    "tokens (%zu bytes%s)",
+                    (long long)rows, (size_t)blocks * s->block_bytes, (long long)(c.total * B),
+                    (size_t)c.total * s->block_bytes, s->memory_budget ? ", within --memory-budget" : "");
+      goto out;
+    }
+  }
+  q.cap_toks = (int64_t)req->n_prompt + 16;
+  q.toks = malloc(sizeof(int32_t) * (size_t)q.cap_toks);
+  if (!q.toks) {
+    rc = herr_set(err, HEARTH_ENOMEM, "generate: out of memory for the prompt");
+    goto out;
+  }
+  memcpy(q.toks, req->prompt, sizeof(int32_t) * req->n_prompt);
+  q.n_toks = (int64_t)req->n_prompt;
+  if (s->tok) {
+    q.detok = tokenizer_stream_new(s->tok, req->skip_special);
+    if (!q.detok) {
+      rc = herr_set(err, HEARTH_ENOMEM, "generate: out of memory for the detokenizer");
+      goto out;
+    }
+    if ((rc = stop_matcher_new(req->stop, req->n_stop, &q.stops, err))) goto out;
+  }
+  sampler_add_prompt(q.smp, req->prompt, req->n_prompt);
+  pthread_mutex_lock(&s->mu);
+  if (s->stop) {
+    pthread_mutex_unlock(&s->mu);
+    rc = herr_set(err, HEARTH_ECANCELLED, "generate: the engine is shutting down");
+    goto out;
+  }
+  queue_push_back(s, &q);
+  pthread_cond_signal(&s->work_cv);
+  while (!q.done) pthread_cond_wait(&s->done_cv, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+  rc = q.rc;
+out:
+  seq_state_free(&q);
+  return rc;
+}
+
+void sched_get_stats(sched *s, sched_stats *out) {
+  pthread_mutex_lock(&s->mu);
+  *out = s->st;
+  out->waiting = s->n_waiting;
+  pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,62 @@
+/* sched.h — continuous batching: one engine thread per model that, at every
+ * step, assembles ONE batch from all active sequences (the decode token of
+ * each running request plus prefill chunks of new ones, under a per-step
+ * token budget), runs one model_forward for it, and samples every sequence
+ * with its own settings. KV lives in a paged pool (kv_paged.h) with
+ * automatic prefix caching; when the pool runs dry, new requests wait and
+ * the newest running one is preempted (its blocks freed, its tokens
+ * recomputed later), never an out-of-memory crash.
+ *
+ *   sched *s; sched_new(m, tok, &cfg, &s, &err);
+ *   sched_run(s, &req, fn, user, &res, &err);   // any thread; blocks until done
+ *   sched_free(s);
+ *
+ * Callbacks run on the engine thread; sched_run returns after the last one.
+ * Cancellation (*req->cancel or a callback returning nonzero) takes effect
+ * within one step and frees the sequence's blocks.
+ */
+#ifndef HEARTH_ENGINE_SCHED_H
+#define HEARTH_ENGINE_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/generate.h"
+
+typedef struct sched_config {
+  int max_batch;          /* running sequences at most; <= 0: 64 */
+  int prefill_chunk;      /* prompt tokens one sequence feeds per step; <= 0: GEN_DEFAULT_PREFILL_CHUNK */
+  int step_tokens;        /* tokens per step (decode + prefill); <= 0: max(prefill_chunk, max_batch) */
+  int block_tokens;       /* rows per KV block; <= 0: 16 */
+  size_t kv_bytes;        /* KV pool size; 0: a quarter of physical memory, at most 4 GiB, at most what
+                             max_batch full-context sequences need */
+  size_t memory_budget;   /* 0: none; else the pool is at most this, and requests are admitted against it */
+  int64_t context_length; /* <= 0: the model's */
+} sched_config;
+
+typedef struct sched_stats {
+  int64_t running, waiting;
+  int64_t blocks_total, blocks_used, blocks_cached, blocks_free;
+  int block_tokens;
+  int64_t prefix_hit_tokens, prefix_miss_tokens;  /* prompt tokens served from / not in the prefix cache */
+  int64_t prompt_tokens, generated_tokens;        /* computed prompt tokens, sampled tokens (totals) */
+  double busy_seconds;                            /* time spent in steps */
+  int64_t requests_finished, requests_cancelled, requests_refused, preemptions, steps;
+} sched_stats;
+
+typedef struct sched sched;
+
+int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **out, herr *err);
+/* Stops the engine thread; requests still running end cancelled first. */
+void sched_free(sched *s);
+
+/* Submits a request and waits for it (same contract as generate_run, plus
+ * res->cached_tokens). A request that can never fit the KV pool or the
+ * memory budget fails with HEARTH_ELIMIT and a message starting
+ * "memory_admission:" before any work. prefill_chunk in req is ignored (the
+ * scheduler's applies). */
+int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen_result *res, herr *err);
+
+void sched_get_stats(sched *s, sched_stats *out);
+
+#endif
