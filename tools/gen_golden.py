@@ -91,7 +91,17 @@ def init_weights(model, gemma, seed):
             elif name.endswith("bias"):
                 p.copy_(r * 0.2)
             elif "embed_tokens" in name:
-                p.copy_(r)
+                # Unit scale, except a tied matrix outside gemma: it is also the
+                # output head, so it gets the head's 1/sqrt(fan_in) scale (at unit
+                # scale each token's own embedding dominates its logits and greedy
+                # decoding repeats one token). Gemma keeps unit scale: it multiplies
+                # embeddings by sqrt(hidden) on the way in, so any scale small
+                # enough to break that repetition leaves logits of ~0.1, too small
+                # for an absolute-error check to mean much.
+                if model.config.tie_word_embeddings and not gemma:
+                    p.copy_(r / math.sqrt(p.shape[1]))
+                else:
+                    p.copy_(r)
             else:
                 p.copy_(r / math.sqrt(p.shape[1]))
 
