@@ -366,6 +366,7 @@ CASES = [
     ("{% for x in [1, 2] %}{{ x }}{% else %}{{ x }}{% endfor %}|{{ [1, 2, 3]|map('int')|first }}|{% set l = [1, 2] %}{% for x in l|reverse %}{{ x }}{% endfor %}{{ l|reverse|list }}", {}),
     ("{{ (1, 2, 3)[1:] }} {{ 1 is none }}{{ [] is sequence }}{{ 'x' is sequence }} {{ 2 ** 0.5 }} {{ 1.0 / 3 }} {{ 5 // 0 }}", {}),
     ("{{ [1]|map('string')|length }}", {}),
+    ("{% set g = [1, 2, 3]|select %}{{ g|first }}{{ g|list }}{{ g|list }}|{% set h = [1, 2, 3]|map('string') %}{{ '2' in h }}{{ h|list }}|{% set r = [1, 2]|reverse %}{% for x in r %}{{ x }}{% endfor %}{% for x in r %}{{ x }}{% else %}used{% endfor %}", {}),
     ("{{ [1]|select|tojson }}", {}),
     ("{{ {'a': 1}.items()[0] }}", {}),
     ("{% if [0]|select %}generators are true{% endif %}{% if {}.items() %}x{% else %}empty view is false{% endif %}", {}),

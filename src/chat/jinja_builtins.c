@@ -133,7 +133,6 @@ static int strip(jrender *r, jv s, jv chars, int which, jv *out) {
   size_t n = s.s->len, lo = 0, hi = n;
   bool ws = !given(chars);
   if (!ws) TRY(need_str(r, chars, "strip arg"));
-  #define STRIP_MATCH(cp) (ws ? py_space(cp) : cp_in(chars, cp))
   if (which & 1) {
     while (lo < hi) {
       uint32_t cp;
@@ -172,7 +171,6 @@ static int strip(jrender *r, jv s, jv chars, int which, jv *out) {
       hi = st;
     }
   }
-  #undef STRIP_MATCH
   TRY(jr_make_str(r, p + lo, hi - lo, out));
   out->markup = s.markup;
   return 0;
@@ -1104,8 +1102,6 @@ static int f_tojson(jrender *r, jv x, jargs *a, jv *out) {
   static const char *const p[] = {"ensure_ascii", "indent", "separators", "sort_keys", NULL};
   TRY(bind(r, "tojson", a, p, v));
   int indent = -1;
-  char indent_str_buf[1] = {0};
-  (void)indent_str_buf;
   if (given(v[1])) {
     int64_t k;
     TRY(need_int(r, v[1], "indent", &k));
@@ -1122,8 +1118,6 @@ static int f_tojson(jrender *r, jv x, jargs *a, jv *out) {
   const char *bad = NULL;
   if (!jv_to_json(&b, x, has(v[0]) && jv_truthy(v[0]), indent, item_sep, key_sep, has(v[3]) && jv_truthy(v[3]), &bad, 0)) {
     hbuf_free(&b);
-    if (x.t == JV_UNDEF && x.hint && !strcmp(bad, "Undefined")) { /* json.dumps on Undefined */
-    }
     return jr_fail(r, HEARTH_EINVAL, "Object of type %s is not JSON serializable", bad ? bad : "object");
   }
   return jr_buf_str(r, &b, out);
@@ -1531,7 +1525,7 @@ int jr_filter(jrender *r, const char *name, jv x, jargs *a, jscope *sc, jv *out)
   if (IS("tojson")) return f_tojson(r, x, a, out);
   if (IS("safe") || IS("list") || IS("string") || IS("length") || IS("count") || IS("first") || IS("last") ||
       IS("items") || IS("reverse") || IS("abs") || IS("upper") || IS("lower") || IS("capitalize") || IS("title") ||
-      IS("wordcount") || IS("e") || IS("escape") || IS("forceescape") || IS("trim") || IS("striptags")) {
+      IS("wordcount") || IS("e") || IS("escape") || IS("forceescape") || IS("trim")) {
     static const char *const none[] = {NULL};
     static const char *const trim_p[] = {"chars", NULL};
     TRY(bind(r, name, a, IS("trim") ? trim_p : none, v));
@@ -1556,6 +1550,12 @@ int jr_filter(jrender *r, const char *name, jv x, jargs *a, jscope *sc, jv *out)
   if (IS("first") || IS("last")) {
     if (IS("last") && x.t == JV_LIST && (x.view == VIEW_GENERATOR || x.view == VIEW_REVITER))
       return jr_fail(r, HEARTH_EINVAL, "'%s' object is not reversible", jv_type_name(x));
+    if (IS("first") && x.t == JV_LIST && (x.view == VIEW_GENERATOR || x.view == VIEW_REVITER) && !x.l->error) {
+      /* next(iter(gen)): takes one item */
+      if (x.l->consumed < x.l->n) *out = x.l->items[x.l->consumed++];
+      else *out = jv_undef("No first item, sequence was empty.");
+      return 0;
+    }
     jv *items;
     size_t n;
     TRY(jr_iterate(r, x, &items, &n));

@@ -62,6 +62,7 @@ struct jlist {
   size_t n, cap;
   jv *items;
   const char *error; /* a generator whose source could not be iterated: raised when it is */
+  size_t consumed;   /* generators / iterators: items already taken (Python iterates them once) */
 };
 struct jdict { size_t n, cap; jv *keys; jv *vals; };
 

@@ -108,6 +108,12 @@ int jr_iterate(jrender *r, jv v, jv **items, size_t *n) {
   switch (v.t) {
     case JV_LIST:
       if (v.l->error) return jr_fail(r, HEARTH_EINVAL, "%s", v.l->error);
+      if (v.view == VIEW_GENERATOR || v.view == VIEW_REVITER) { /* an iterator is used up by iterating it */
+        *items = v.l->items ? v.l->items + v.l->consumed : NULL;
+        *n = v.l->n - v.l->consumed;
+        v.l->consumed = v.l->n;
+        return 0;
+      }
       *items = v.l->items;
       *n = v.l->n;
       return 0;
@@ -549,6 +555,11 @@ int jr_contains(jrender *r, jv container, jv item, bool *out) {
     case JV_LIST:
       if (container.l->error) return jr_fail(r, HEARTH_EINVAL, "%s", container.l->error);
       *out = false;
+      if (container.view == VIEW_GENERATOR || container.view == VIEW_REVITER) { /* consumes up to the match */
+        while (container.l->consumed < container.l->n && !*out)
+          *out = jv_equal(container.l->items[container.l->consumed++], item);
+        return 0;
+      }
       for (size_t i = 0; i < container.l->n && !*out; i++) *out = jv_equal(container.l->items[i], item);
       return 0;
     case JV_DICT:
@@ -1067,12 +1078,8 @@ static int exec_stmt(jrender *r, jnode *n, jscope *sc, hbuf *out) {
       jv v;
       TRY(eval_top(r, n->a, sc, &v, true));
       if (v.t == JV_STR) return emit(r, out, v.s->data, v.s->len);
-      size_t before = out->len;
       jv_to_str(out, v);
-      if (out->oom) return jr_oom(r);
-      if (out->len > r->lim.max_output) return emit(r, out, "", 0);
-      (void)before;
-      return 0;
+      return emit(r, out, "", 0); /* checks memory and the output limit */
     }
     case S_IF: {
       for (jnode *b = n; b;) {
