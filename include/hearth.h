@@ -149,7 +149,8 @@ typedef struct hearth_gen_params {
   int top_logprobs;            /* 0..20 alternatives per token */
   bool ignore_eos;             /* keep going past EOS ids */
   bool skip_special;           /* leave special tokens out of the text (init: true) */
-  int prefill_chunk;           /* tokens per prefill forward; <= 0: 512 */
+  int prefill_chunk;           /* prompt tokens per step for this request, at most the model's
+                                  (hearth_load_opts.prefill_chunk); <= 0: the model's */
   const volatile int *cancel;  /* borrowed, may be NULL: set *cancel nonzero (any thread) to stop */
 } hearth_gen_params;
 
@@ -216,6 +217,11 @@ typedef struct hearth_gen_result {
  * thread while the caller waits. */
 int hearth_generate(hearth_model *m, const hearth_prompt *prompt, const hearth_gen_params *params, hearth_token_fn fn,
                     void *user, hearth_gen_result *result, hearth_error *err);
+
+/* Whether a request of prompt_tokens and max_tokens (< 0: unset) can ever
+ * fit the KV cache and memory budget: 0, or HEARTH_ELIMIT with a message
+ * starting "memory_admission:". Starts the scheduler when needed. */
+int hearth_admit(hearth_model *m, int64_t prompt_tokens, int64_t max_tokens, hearth_error *err);
 
 /* The serving engine's counters (zeros before the first generation). */
 typedef struct hearth_stats {

@@ -378,6 +378,20 @@ static int forward_token(void *user, const char *delta, size_t len, const sample
   return cb->fn(cb->user, delta, len, &t);
 }
 
+/* The scheduler, started on first use. */
+static int ensure_sched(hearth_model *hm, herr *err) {
+  int rc = 0;
+  pthread_mutex_lock(&hm->gen_lock);
+  if (!hm->sch) rc = sched_new(hm->m, hm->tok, &hm->sch_cfg, &hm->sch, err);
+  pthread_mutex_unlock(&hm->gen_lock);
+  return rc;
+}
+
+int hearth_admit(hearth_model *hm, int64_t prompt_tokens, int64_t max_tokens, hearth_error *err) {
+  int rc = ensure_sched(hm, err);
+  return rc ? rc : sched_admit(hm->sch, prompt_tokens, max_tokens, err);
+}
+
 int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_gen_params *params, hearth_token_fn fn,
                     void *user, hearth_gen_result *result, hearth_error *err) {
   hearth_gen_result local;
@@ -413,10 +427,7 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
   }
   gen_result gr;
   memset(&gr, 0, sizeof gr);
-  pthread_mutex_lock(&hm->gen_lock);
-  if (!hm->sch) rc = sched_new(hm->m, hm->tok, &hm->sch_cfg, &hm->sch, err);
-  pthread_mutex_unlock(&hm->gen_lock);
-  if (rc) goto out;
+  if ((rc = ensure_sched(hm, err))) goto out;
   rc = sched_run(hm->sch, &req, forward_token, &cb, &gr, err);
   res->finish_reason = (hearth_finish)gr.finish;
   res->stop_index = gr.stop_index;

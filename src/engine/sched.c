@@ -257,15 +257,32 @@ static void preempt(sched *s, int i) {
 /* Moves waiting requests to running while there is a slot and room for
  * their first chunk; drops cancelled ones. */
 static void admit(sched *s) {
+  /* cancelled requests leave the queue from wherever they are */
+  sseq *gone = NULL;
+  pthread_mutex_lock(&s->mu);
+  for (sseq **at = &s->wait_head, *prev = NULL; *at;) {
+    sseq *q = *at;
+    if (seq_cancelled(q)) {
+      *at = q->next;
+      if (s->wait_tail == q) s->wait_tail = prev;
+      s->n_waiting--;
+      q->next = gone;
+      gone = q;
+    } else {
+      prev = q;
+      at = &q->next;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  while (gone) {
+    sseq *q = gone;
+    gone = q->next;
+    q->next = NULL;
+    seq_cancel(s, q, "while waiting");
+  }
   for (;;) {
     pthread_mutex_lock(&s->mu);
     sseq *q = s->wait_head;
-    if (q && seq_cancelled(q)) {
-      queue_pop(s);
-      pthread_mutex_unlock(&s->mu);
-      seq_cancel(s, q, "while waiting");
-      continue;
-    }
     if (!q || s->n_running >= s->max_batch) {
       pthread_mutex_unlock(&s->mu);
       return;
@@ -315,7 +332,8 @@ static void step(sched *s) {
     sseq *q = s->running[i];
     int64_t n = q->n_toks - q->kv->len;
     if (n > 1) {
-      if (n > s->chunk) n = s->chunk;
+      int chunk = q->req->prefill_chunk > 0 && q->req->prefill_chunk < s->chunk ? q->req->prefill_chunk : s->chunk;
+      if (n > chunk) n = chunk;
       if (n > budget) n = budget;
       if (n <= 0) continue; /* the budget is spent: prefill next step */
     }
@@ -349,7 +367,8 @@ static void step(sched *s) {
     }
     budget -= n;
     int64_t at = q->kv->len;
-    if (at < q->req->n_prompt) prompt_fed += (at + n < (int64_t)q->req->n_prompt ? at + n : (int64_t)q->req->n_prompt) - at;
+    int64_t n_prompt = (int64_t)q->req->n_prompt;
+    if (at < n_prompt) prompt_fed += (at + n < n_prompt ? at + n : n_prompt) - at;
     s->batch[n_batch] = (model_seq){.kv = q->kv, .tokens = q->toks + at, .n_tokens = (int)n, .positions = NULL, .all_logits = false};
     s->in_batch[n_batch++] = q;
   }
@@ -511,6 +530,23 @@ static void seq_state_free(sseq *q) {
   hbuf_free(&q->delta);
 }
 
+int sched_admit(sched *s, int64_t n_prompt, int64_t max_tokens, herr *err) {
+  int B = kv_pool_block_tokens(s->pool);
+  kv_pool_counts c;
+  kv_pool_count(s->pool, &c); /* total is constant: safe from any thread */
+  int64_t rows = n_prompt + (max_tokens >= 0 ? max_tokens : 1);
+  int64_t blocks = (rows + B - 1) / B;
+  if (blocks <= c.total) return 0;
+  pthread_mutex_lock(&s->mu);
+  s->st.requests_refused++;
+  pthread_mutex_unlock(&s->mu);
+  return herr_set(err, HEARTH_ELIMIT,
+                  "memory_admission: the request needs %lld tokens of KV cache (%zu bytes) but the cache holds %lld "
+                  "tokens (%zu bytes%s)",
+                  (long long)rows, (size_t)blocks * s->block_bytes, (long long)(c.total * B),
+                  (size_t)c.total * s->block_bytes, s->memory_budget ? ", within --memory-budget" : "");
+}
+
 int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen_result *res, herr *err) {
   memset(res, 0, sizeof *res);
   res->stop_index = -1;
@@ -532,24 +568,7 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
     goto out;
   }
   /* admission: the request alone must fit the pool (and the budget) */
-  {
-    int B = kv_pool_block_tokens(s->pool);
-    kv_pool_counts c;
-    kv_pool_count(s->pool, &c); /* total is constant: safe from any thread */
-    int64_t rows = (int64_t)req->n_prompt + (req->max_tokens >= 0 ? q.max_new : 1);
-    int64_t blocks = (rows + B - 1) / B;
-    if (blocks > c.total) {
-      pthread_mutex_lock(&s->mu);
-      s->st.requests_refused++;
-      pthread_mutex_unlock(&s->mu);
-      rc = herr_set(err, HEARTH_ELIMIT,
-                    "memory_admission: the request needs %lld tokens of KV cache (%zu bytes) but the cache holds %lld "
-                    "tokens (%zu bytes%s)",
-                    (long long)rows, (size_t)blocks * s->block_bytes, (long long)(c.total * B),
-                    (size_t)c.total * s->block_bytes, s->memory_budget ? ", within --memory-budget" : "");
-      goto out;
-    }
-  }
+  if ((rc = sched_admit(s, (int64_t)req->n_prompt, req->max_tokens >= 0 ? q.max_new : -1, err))) goto out;
   q.cap_toks = (int64_t)req->n_prompt + 16;
   q.toks = malloc(sizeof(int32_t) * (size_t)q.cap_toks);
   if (!q.toks) {

@@ -53,9 +53,13 @@ void sched_free(sched *s);
 /* Submits a request and waits for it (same contract as generate_run, plus
  * res->cached_tokens). A request that can never fit the KV pool or the
  * memory budget fails with HEARTH_ELIMIT and a message starting
- * "memory_admission:" before any work. prefill_chunk in req is ignored (the
- * scheduler's applies). */
+ * "memory_admission:" before any work. req->prefill_chunk, when set, may
+ * only lower the scheduler's chunk for this request. */
 int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen_result *res, herr *err);
+
+/* The admission check alone: can a request of n_prompt tokens and
+ * max_tokens (< 0: unknown, counted as 1) ever fit? Thread-safe. */
+int sched_admit(sched *s, int64_t n_prompt, int64_t max_tokens, herr *err);
 
 void sched_get_stats(sched *s, sched_stats *out);
 

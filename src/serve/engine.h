@@ -71,7 +71,19 @@ typedef enum serve_finish { SERVE_FINISH_STOP = 0, SERVE_FINISH_LENGTH = 1, SERV
 typedef struct serve_result {
   serve_finish finish;
   int64_t prompt_tokens, completion_tokens;
+  int64_t cached_tokens; /* prompt tokens served from the prefix cache */
 } serve_result;
+
+/* The engine's serving counters, for /stats and /metrics. */
+typedef struct serve_stats {
+  int64_t running, waiting;
+  int64_t kv_blocks_total, kv_blocks_used, kv_blocks_cached, kv_blocks_free;
+  int64_t kv_block_tokens;
+  int64_t prefix_hit_tokens, prefix_miss_tokens;
+  int64_t prompt_tokens, generated_tokens;
+  double busy_seconds;
+  int64_t requests_finished, requests_cancelled, requests_refused, preemptions, steps;
+} serve_stats;
 
 typedef struct serve_engine {
   void *impl;           /* owned by whoever made the engine */
@@ -94,11 +106,26 @@ typedef struct serve_engine {
   int (*generate)(void *impl, const char *prompt, bool raw, const serve_sampling *s, serve_token_fn on_token,
                   void *ctx, volatile int *cancel, serve_result *res, herr *err);
   void (*destroy)(void *impl);
+  /* May be NULL. Whether a request of n_prompt tokens and max_tokens (-1:
+   * unset) can ever be served: HEARTH_ELIMIT "memory_admission: ..." if not. */
+  int (*admit)(void *impl, int64_t n_prompt, int64_t max_tokens, herr *err);
+  /* May be NULL: then /stats reports zeros. */
+  void (*stats)(void *impl, serve_stats *out);
 } serve_engine;
+
+/* How `hearth serve` configures the engine; 0 takes the default. */
+typedef struct serve_engine_opts {
+  int threads;             /* <= 0: one per core */
+  int max_batch;           /* running sequences at most */
+  int prefill_chunk;       /* prompt tokens per sequence per step */
+  int64_t kv_cache_bytes;  /* KV pool size */
+  int64_t memory_budget;   /* requests that cannot fit are refused (400 memory_admission) */
+} serve_engine_opts;
 
 /* Loads a model folder through the public API (include/hearth.h) as an
  * engine; threads <= 0 picks one per core. serve_engine_close frees it. */
 int serve_engine_open(const char *model_dir, int threads, serve_engine *out, herr *err);
+int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *opts, serve_engine *out, herr *err);
 void serve_engine_close(serve_engine *e);
 
 #endif

@@ -127,6 +127,7 @@ static int generate(void *impl, const char *prompt, bool raw, const serve_sampli
   free(bias);
   res->prompt_tokens = gr.prompt_tokens;
   res->completion_tokens = gr.completion_tokens;
+  res->cached_tokens = gr.cached_tokens;
   res->finish = gr.finish_reason == HEARTH_FINISH_LENGTH      ? SERVE_FINISH_LENGTH
                 : gr.finish_reason == HEARTH_FINISH_CANCELLED ? SERVE_FINISH_CANCELLED
                                                               : SERVE_FINISH_STOP;
@@ -141,11 +142,52 @@ static void destroy(void *impl) {
   free(h);
 }
 
+static void stats(void *impl, serve_stats *out) {
+  hearth_engine *h = impl;
+  hearth_stats st;
+  hearth_get_stats(h->model, &st);
+  *out = (serve_stats){.running = st.running,
+                       .waiting = st.waiting,
+                       .kv_blocks_total = st.kv_blocks_total,
+                       .kv_blocks_used = st.kv_blocks_used,
+                       .kv_blocks_cached = st.kv_blocks_cached,
+                       .kv_blocks_free = st.kv_blocks_free,
+                       .kv_block_tokens = st.kv_block_tokens,
+                       .prefix_hit_tokens = st.prefix_hit_tokens,
+                       .prefix_miss_tokens = st.prefix_miss_tokens,
+                       .prompt_tokens = st.prompt_tokens,
+                       .generated_tokens = st.generated_tokens,
+                       .busy_seconds = st.busy_seconds,
+                       .requests_finished = st.requests_finished,
+                       .requests_cancelled = st.requests_cancelled,
+                       .requests_refused = st.requests_refused,
+                       .preemptions = st.preemptions,
+                       .steps = st.steps};
+}
+
+static int admit(void *impl, int64_t n_prompt, int64_t max_tokens, herr *err) {
+  hearth_engine *h = impl;
+  hearth_error e = {0};
+  if (hearth_admit(h->model, n_prompt, max_tokens, &e)) return copy_err(err, &e);
+  return 0;
+}
+
 int serve_engine_open(const char *model_dir, int threads, serve_engine *out, herr *err) {
+  serve_engine_opts o = {.threads = threads};
+  return serve_engine_open_opts(model_dir, &o, out, err);
+}
+
+int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, serve_engine *out, herr *err) {
   memset(out, 0, sizeof *out);
   hearth_engine *h = calloc(1, sizeof *h);
   if (!h) return herr_set(err, HEARTH_ENOMEM, "out of memory");
-  hearth_load_opts opts = {.id = NULL, .threads = threads, .context_length = 0};
+  hearth_load_opts opts = {.id = NULL,
+                           .threads = o->threads,
+                           .context_length = 0,
+                           .max_batch = o->max_batch,
+                           .prefill_chunk = o->prefill_chunk,
+                           .kv_cache_bytes = o->kv_cache_bytes,
+                           .memory_budget = o->memory_budget};
   hearth_error e = {0};
   if (hearth_model_load(model_dir, &opts, &h->model, &e)) {
     free(h);
@@ -161,11 +203,13 @@ int serve_engine_open(const char *model_dir, int threads, serve_engine *out, her
   out->context_length = h->info.context_length;
   out->vocab_size = h->info.vocab_size;
   out->created = (int64_t)time(NULL);
-  out->thread_safe = false; /* the library queues generations per model; the server queues them first */
+  out->thread_safe = true; /* the library's scheduler batches concurrent generations */
   out->render_chat = render_chat;
   out->count_tokens = count_tokens;
   out->generate = generate;
   out->destroy = destroy;
+  out->stats = stats;
+  out->admit = admit;
   return 0;
 }
 

@@ -136,6 +136,9 @@ static json_t *usage_json(const serve_result *res) {
   json_object_set_new(u, "prompt_tokens", json_integer(res->prompt_tokens));
   json_object_set_new(u, "completion_tokens", json_integer(res->completion_tokens));
   json_object_set_new(u, "total_tokens", json_integer(res->prompt_tokens + res->completion_tokens));
+  json_t *d = json_object();
+  json_object_set_new(d, "cached_tokens", json_integer(res->cached_tokens));
+  json_object_set_new(u, "prompt_tokens_details", d);
   return u;
 }
 

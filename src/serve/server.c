@@ -50,6 +50,8 @@ typedef enum route {
   ROUTE_MODEL, /* /v1/models/{id} */
   ROUTE_CHAT,
   ROUTE_COMPLETIONS,
+  ROUTE_STATS,
+  ROUTE_METRICS,
 } route;
 
 static const struct {
@@ -64,6 +66,8 @@ static const struct {
     {"/v1/models", ROUTE_MODELS, "GET", false},
     {"/v1/chat/completions", ROUTE_CHAT, "POST", false},
     {"/v1/completions", ROUTE_COMPLETIONS, "POST", false},
+    {"/stats", ROUTE_STATS, "GET", false},
+    {"/metrics", ROUTE_METRICS, "GET", false},
 };
 
 /* Per-request state, kept in MHD's con_cls between the calls for one request. */
@@ -145,6 +149,8 @@ static enum MHD_Result answer_index(struct MHD_Connection *c) {
       {"GET", "/v1/models", "the loaded model"},
       {"POST", "/v1/chat/completions", "chat completions (JSON or SSE with stream: true)"},
       {"POST", "/v1/completions", "text completions (JSON or SSE with stream: true)"},
+      {"GET", "/stats", "serving counters as JSON (requests, KV blocks, prefix cache, tokens/s)"},
+      {"GET", "/metrics", "serving counters in the Prometheus text format"},
   };
   json_t *o = json_object();
   json_object_set_new(o, "object", json_string("list"));
@@ -165,6 +171,81 @@ static enum MHD_Result answer_health(struct MHD_Connection *c, serve_server *s) 
   json_object_set_new(o, "status", json_string("ok"));
   json_object_set_new(o, "model", json_string(s->engine->model_id));
   return send_json(c, 200, o);
+}
+
+/* ---- serving counters ---- */
+
+static void engine_stats(const serve_server *s, serve_stats *st) {
+  memset(st, 0, sizeof *st);
+  if (s->engine->stats) s->engine->stats(s->engine->impl, st);
+}
+
+static double rate(int64_t n, double seconds) { return seconds > 0 ? (double)n / seconds : 0; }
+
+static enum MHD_Result answer_stats(struct MHD_Connection *c, serve_server *s) {
+  serve_stats st;
+  engine_stats(s, &st);
+  json_t *o = json_object();
+  json_object_set_new(o, "model", json_string(s->engine->model_id));
+  json_t *rq = json_object();
+  json_object_set_new(rq, "running", json_integer(st.running));
+  json_object_set_new(rq, "waiting", json_integer(st.waiting));
+  json_object_set_new(rq, "finished", json_integer(st.requests_finished));
+  json_object_set_new(rq, "cancelled", json_integer(st.requests_cancelled));
+  json_object_set_new(rq, "refused", json_integer(st.requests_refused));
+  json_object_set_new(rq, "preemptions", json_integer(st.preemptions));
+  json_object_set_new(o, "requests", rq);
+  json_t *kv = json_object();
+  json_object_set_new(kv, "block_tokens", json_integer(st.kv_block_tokens));
+  json_object_set_new(kv, "blocks_total", json_integer(st.kv_blocks_total));
+  json_object_set_new(kv, "blocks_used", json_integer(st.kv_blocks_used));
+  json_object_set_new(kv, "blocks_cached", json_integer(st.kv_blocks_cached));
+  json_object_set_new(kv, "blocks_free", json_integer(st.kv_blocks_total - st.kv_blocks_used));
+  json_object_set_new(o, "kv_cache", kv);
+  json_t *pc = json_object();
+  int64_t all = st.prefix_hit_tokens + st.prefix_miss_tokens;
+  json_object_set_new(pc, "hit_tokens", json_integer(st.prefix_hit_tokens));
+  json_object_set_new(pc, "miss_tokens", json_integer(st.prefix_miss_tokens));
+  json_object_set_new(pc, "hit_rate", json_real(all ? (double)st.prefix_hit_tokens / (double)all : 0));
+  json_object_set_new(o, "prefix_cache", pc);
+  json_t *tk = json_object();
+  json_object_set_new(tk, "prompt", json_integer(st.prompt_tokens));
+  json_object_set_new(tk, "generated", json_integer(st.generated_tokens));
+  json_object_set_new(tk, "prompt_per_second", json_real(rate(st.prompt_tokens, st.busy_seconds)));
+  json_object_set_new(tk, "generation_per_second", json_real(rate(st.generated_tokens, st.busy_seconds)));
+  json_object_set_new(tk, "busy_seconds", json_real(st.busy_seconds));
+  json_object_set_new(tk, "steps", json_integer(st.steps));
+  json_object_set_new(o, "tokens", tk);
+  return send_json(c, 200, o);
+}
+
+static void metric(hbuf *b, const char *name, const char *type, const char *help, double v) {
+  hbuf_printf(b, "# HELP hearth_%s %s\n# TYPE hearth_%s %s\nhearth_%s %.17g\n", name, help, name, type, name, v);
+}
+
+static enum MHD_Result answer_metrics(struct MHD_Connection *c, serve_server *s) {
+  serve_stats st;
+  engine_stats(s, &st);
+  hbuf b = {0};
+  metric(&b, "requests_running", "gauge", "Requests in the running batch.", (double)st.running);
+  metric(&b, "requests_waiting", "gauge", "Requests waiting for a batch slot or KV blocks.", (double)st.waiting);
+  metric(&b, "requests_finished_total", "counter", "Requests that finished (stop or length).", (double)st.requests_finished);
+  metric(&b, "requests_cancelled_total", "counter", "Requests cancelled (client gone or shutdown).", (double)st.requests_cancelled);
+  metric(&b, "requests_refused_total", "counter", "Requests refused by memory admission.", (double)st.requests_refused);
+  metric(&b, "preemptions_total", "counter", "Sequences preempted for KV blocks and recomputed.", (double)st.preemptions);
+  metric(&b, "kv_blocks_total", "gauge", "KV cache blocks in the pool.", (double)st.kv_blocks_total);
+  metric(&b, "kv_blocks_used", "gauge", "KV cache blocks held by sequences.", (double)st.kv_blocks_used);
+  metric(&b, "kv_blocks_cached", "gauge", "KV cache blocks kept for the prefix cache, evictable.", (double)st.kv_blocks_cached);
+  metric(&b, "kv_block_tokens", "gauge", "Tokens per KV cache block.", (double)st.kv_block_tokens);
+  metric(&b, "prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.", (double)st.prefix_hit_tokens);
+  metric(&b, "prefix_cache_miss_tokens_total", "counter", "Prompt tokens not found in the prefix cache.", (double)st.prefix_miss_tokens);
+  metric(&b, "prompt_tokens_total", "counter", "Prompt tokens computed.", (double)st.prompt_tokens);
+  metric(&b, "generation_tokens_total", "counter", "Tokens generated.", (double)st.generated_tokens);
+  metric(&b, "engine_busy_seconds_total", "counter", "Seconds the engine spent in forward steps.", st.busy_seconds);
+  metric(&b, "engine_steps_total", "counter", "Batched forward steps run.", (double)st.steps);
+  enum MHD_Result rc = b.oom ? MHD_NO : send_bytes(c, 200, "text/plain; version=0.0.4", hbuf_str(&b), b.len, NULL);
+  hbuf_free(&b);
+  return rc;
 }
 
 /* ---- client liveness ---- */
@@ -254,6 +335,10 @@ static void fail_from_engine(const job *j, serve_fail *f) {
   const char *param = j->req.kind == SERVE_CHAT ? "messages" : "prompt";
   switch (j->rc) {
   case HEARTH_ELIMIT:
+    if (strncmp(j->err.msg, "memory_admission:", 17) == 0) {
+      serve_fail_set(f, 400, "memory_admission", param, "memory_admission", "%s", j->err.msg);
+      break;
+    }
     serve_fail_set(f, 400, "invalid_request_error", param, "context_length_exceeded", "%s", j->err.msg);
     break;
   case HEARTH_EINVAL:
@@ -473,6 +558,13 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
                      (long long)e->context_length, (long long)ntok);
     goto refuse;
   }
+  if (e->admit && e->admit(e->impl, ntok, j->req.sampling.max_tokens, &err)) {
+    if (err.code == HEARTH_ELIMIT)
+      serve_fail_set(&f, 400, "memory_admission", param, "memory_admission", "%s", err.msg);
+    else
+      serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
+    goto refuse;
+  }
   uint64_t seq = atomic_fetch_add(&s->next_id, 1);
   serve_reply_init(&j->reply, kind, e->model_id, (int64_t)time(NULL), seq * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)j,
                    j->req.sampling.logprobs);
@@ -594,6 +686,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return answer_models(c, s);
   case ROUTE_MODEL:
     return answer_model(c, s, cn->path + 11);
+  case ROUTE_STATS:
+    return answer_stats(c, s);
+  case ROUTE_METRICS:
+    return answer_metrics(c, s);
   case ROUTE_CHAT:
   case ROUTE_COMPLETIONS:
     return answer_generate(c, s, cn);

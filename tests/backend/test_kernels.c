@@ -145,6 +145,10 @@ static void run_all_formats(hpool *pool) {
     int64_t cols = blk >= 256 ? 768 : blk == 1 ? 777 : 768;
     check_case(pool, f, 70, cols, 9, 1);
     check_case(pool, f, 70, cols, 1, 0);
+    /* long rows: many GEMV chunks and GEMM column blocks, ending in a partial one */
+    int64_t long_cols = blk == 1 ? 4100 : 4352;
+    check_case(pool, f, 5, long_cols, 1, 1);
+    check_case(pool, f, 3, long_cols, 3, 0);
   }
 }
 

@@ -58,7 +58,7 @@ static void test_chat_stream(void) {
   serve_sse_usage(&r, &res, &out);
   CHECK_EQ_STR(hbuf_str(&out), "data: {\"id\":\"chatcmpl-abc\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,"
                                "\"model\":\"tiny-llama\"," FP ",\"choices\":[],\"usage\":{\"prompt_tokens\":11,"
-                               "\"completion_tokens\":2,\"total_tokens\":13}}\n\n");
+                               "\"completion_tokens\":2,\"total_tokens\":13,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n");
   hbuf_clear(&out);
   serve_sse_done(&out);
   CHECK_EQ_STR(hbuf_str(&out), "data: [DONE]\n\n");
@@ -120,7 +120,7 @@ static void test_chat_whole(void) {
                "\"logprobs\":{\"content\":[{\"token\":\"Hi\",\"logprob\":-0.25,\"bytes\":[72,105],\"top_logprobs\":["
                "{\"token\":\"Hi\",\"logprob\":-0.25,\"bytes\":[72,105]},{\"token\":\"Yo\",\"logprob\":-2.0,\"bytes\":[89,111]}]},"
                "{\"token\":\"!\",\"logprob\":-1.5,\"bytes\":[33],\"top_logprobs\":[]}],\"refusal\":null},"
-               "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7}}");
+               "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7,\"prompt_tokens_details\":{\"cached_tokens\":0}}}");
   hbuf_free(&out);
   serve_reply_free(&r);
 }
@@ -144,7 +144,7 @@ static void test_completion_whole_logprobs(void) {
                "{\"id\":\"cmpl-abc\",\"object\":\"text_completion\",\"created\":1700000000,\"model\":\"tiny-llama\"," FP
                ",\"choices\":[{\"index\":0,\"text\":\" a b\",\"logprobs\":{\"tokens\":[\" a\",\" b\"],"
                "\"token_logprobs\":[-0.5,-9999.0],\"top_logprobs\":[{\" a\":-0.5},{}],\"text_offset\":[0,2]},"
-               "\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5}}");
+               "\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":0}}}");
   hbuf_free(&out);
   serve_reply_free(&r);
 }

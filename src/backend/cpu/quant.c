@@ -12,7 +12,9 @@
 
 /* ---- half / bfloat16 ---- */
 
-float bk_fp16_decode(uint16_t h) {
+/* Internal inline versions: the exported functions cannot be inlined into
+ * the loops below in a position-independent build. */
+static inline float half_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
   if (exp == 0) {
     float f = ldexpf((float)man, -24); /* zero or subnormal */
@@ -45,12 +47,15 @@ uint16_t bk_fp16_encode(float f) {
   return sign | (uint16_t)h;
 }
 
-float bk_bf16_decode(uint16_t h) {
+static inline float bf16_to_float(uint16_t h) {
   uint32_t bits = (uint32_t)h << 16;
   float f;
   memcpy(&f, &bits, 4);
   return f;
 }
+
+float bk_fp16_decode(uint16_t h) { return half_to_float(h); }
+float bk_bf16_decode(uint16_t h) { return bf16_to_float(h); }
 
 uint16_t bk_bf16_encode(float f) {
   uint32_t x;
@@ -95,7 +100,7 @@ size_t bk_row_bytes(bk_type t, int64_t cols, int bits) {
 
 /* ---- dequantization (reference) ---- */
 
-void bk_k_scale_min(const uint8_t q[12], int j, uint8_t *sc, uint8_t *m) {
+static inline void k_scale_min(const uint8_t q[12], int j, uint8_t *sc, uint8_t *m) {
   if (j < 4) {
     *sc = q[j] & 63;
     *m = q[j + 4] & 63;
@@ -105,22 +110,24 @@ void bk_k_scale_min(const uint8_t q[12], int j, uint8_t *sc, uint8_t *m) {
   }
 }
 
+void bk_k_scale_min(const uint8_t q[12], int j, uint8_t *sc, uint8_t *m) { k_scale_min(q, j, sc, m); }
+
 static float scale_value(bk_type t, const void *p, int64_t i) {
-  if (t == BK_F16) return bk_fp16_decode(((const uint16_t *)p)[i]);
-  if (t == BK_BF16) return bk_bf16_decode(((const uint16_t *)p)[i]);
+  if (t == BK_F16) return half_to_float(((const uint16_t *)p)[i]);
+  if (t == BK_BF16) return bf16_to_float(((const uint16_t *)p)[i]);
   return ((const float *)p)[i];
 }
 
 static void dequant_q8_0(const bk_block_q8_0 *b, int64_t nb, float *y) {
   for (int64_t i = 0; i < nb; i++, y += 32) {
-    float d = bk_fp16_decode(b[i].d);
+    float d = half_to_float(b[i].d);
     for (int l = 0; l < 32; l++) y[l] = b[i].qs[l] * d;
   }
 }
 
 static void dequant_q4_0(const bk_block_q4_0 *b, int64_t nb, float *y) {
   for (int64_t i = 0; i < nb; i++, y += 32) {
-    float d = bk_fp16_decode(b[i].d);
+    float d = half_to_float(b[i].d);
     for (int l = 0; l < 16; l++) {
       y[l] = ((b[i].qs[l] & 0xF) - 8) * d;
       y[l + 16] = ((b[i].qs[l] >> 4) - 8) * d;
@@ -130,13 +137,13 @@ static void dequant_q4_0(const bk_block_q4_0 *b, int64_t nb, float *y) {
 
 static void dequant_q4_K(const bk_block_q4_K *b, int64_t nb, float *y) {
   for (int64_t i = 0; i < nb; i++) {
-    float d = bk_fp16_decode(b[i].d), dmin = bk_fp16_decode(b[i].dmin);
+    float d = half_to_float(b[i].d), dmin = half_to_float(b[i].dmin);
     const uint8_t *q = b[i].qs;
     for (int p = 0; p < 4; p++, q += 32) {
       uint8_t sc, m;
-      bk_k_scale_min(b[i].scales, 2 * p, &sc, &m);
+      k_scale_min(b[i].scales, 2 * p, &sc, &m);
       float d1 = d * sc, m1 = dmin * m;
-      bk_k_scale_min(b[i].scales, 2 * p + 1, &sc, &m);
+      k_scale_min(b[i].scales, 2 * p + 1, &sc, &m);
       float d2 = d * sc, m2 = dmin * m;
       for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xF) - m1;
       for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
@@ -146,13 +153,13 @@ static void dequant_q4_K(const bk_block_q4_K *b, int64_t nb, float *y) {
 
 static void dequant_q5_K(const bk_block_q5_K *b, int64_t nb, float *y) {
   for (int64_t i = 0; i < nb; i++) {
-    float d = bk_fp16_decode(b[i].d), dmin = bk_fp16_decode(b[i].dmin);
+    float d = half_to_float(b[i].d), dmin = half_to_float(b[i].dmin);
     const uint8_t *q = b[i].qs, *qh = b[i].qh;
     for (int p = 0; p < 4; p++, q += 32) {
       uint8_t sc, m;
-      bk_k_scale_min(b[i].scales, 2 * p, &sc, &m);
+      k_scale_min(b[i].scales, 2 * p, &sc, &m);
       float d1 = d * sc, m1 = dmin * m;
-      bk_k_scale_min(b[i].scales, 2 * p + 1, &sc, &m);
+      k_scale_min(b[i].scales, 2 * p + 1, &sc, &m);
       float d2 = d * sc, m2 = dmin * m;
       uint8_t u1 = (uint8_t)(1u << (2 * p)), u2 = (uint8_t)(2u << (2 * p));
       for (int l = 0; l < 32; l++) *y++ = d1 * ((q[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
@@ -163,7 +170,7 @@ static void dequant_q5_K(const bk_block_q5_K *b, int64_t nb, float *y) {
 
 static void dequant_q6_K(const bk_block_q6_K *b, int64_t nb, float *y) {
   for (int64_t i = 0; i < nb; i++) {
-    float d = bk_fp16_decode(b[i].d);
+    float d = half_to_float(b[i].d);
     const uint8_t *ql = b[i].ql, *qh = b[i].qh;
     const int8_t *sc = b[i].scales;
     for (int h = 0; h < 2; h++, y += 128, ql += 64, qh += 32, sc += 8) {
@@ -184,14 +191,14 @@ static void dequant_q6_K(const bk_block_q6_K *b, int64_t nb, float *y) {
 
 static void dequant_mlx(const bk_weight *w, int64_t row, int64_t k0, int64_t len, float *y) {
   const uint32_t *q = (const uint32_t *)w->data + (row * w->cols + k0) * w->bits / 32;
-  int64_t gpr = w->cols / w->group_size, g0 = row * gpr + k0 / w->group_size;
-  int per = 32 / w->bits;
+  const int gs = w->group_size, per = 32 / w->bits;
+  int64_t g0 = row * (w->cols / gs) + k0 / gs;
   uint32_t mask = (1u << w->bits) - 1;
-  for (int64_t k = 0; k < len; k++) {
-    int64_t g = g0 + k / w->group_size;
-    float s = scale_value(w->scale_type, w->scales, g), b = scale_value(w->scale_type, w->biases, g);
-    uint32_t v = (q[k / per] >> ((k % per) * w->bits)) & mask;
-    y[k] = s * (float)v + b;
+  for (int64_t g = 0; g < len / gs; g++) {
+    float s = scale_value(w->scale_type, w->scales, g0 + g), b = scale_value(w->scale_type, w->biases, g0 + g);
+    const uint32_t *qg = q + g * gs / per;
+    float *yg = y + g * gs;
+    for (int k = 0; k < gs; k++) yg[k] = s * (float)((qg[k / per] >> ((k % per) * w->bits)) & mask) + b;
   }
 }
 
@@ -201,10 +208,10 @@ void bk_dequant_range(const bk_weight *w, int64_t row, int64_t k0, int64_t len, 
   switch (w->type) {
     case BK_F32: memcpy(out, (const float *)base + k0, (size_t)len * 4); break;
     case BK_F16:
-      for (int64_t k = 0; k < len; k++) out[k] = bk_fp16_decode(((const uint16_t *)base)[k0 + k]);
+      for (int64_t k = 0; k < len; k++) out[k] = half_to_float(((const uint16_t *)base)[k0 + k]);
       break;
     case BK_BF16:
-      for (int64_t k = 0; k < len; k++) out[k] = bk_bf16_decode(((const uint16_t *)base)[k0 + k]);
+      for (int64_t k = 0; k < len; k++) out[k] = bf16_to_float(((const uint16_t *)base)[k0 + k]);
       break;
     case BK_Q8_0: dequant_q8_0((const bk_block_q8_0 *)base + k0 / blk, len / blk, out); break;
     case BK_Q4_0: dequant_q4_0((const bk_block_q4_0 *)base + k0 / blk, len / blk, out); break;
@@ -292,7 +299,7 @@ static void quantize_k_affine(const float *x, int nmax, uint16_t *d_out, uint16_
   *d_out = bk_fp16_encode(d);
   *dmin_out = bk_fp16_encode(dmin);
   pack_k_scales(sc, m, scales);
-  float dr = bk_fp16_decode(*d_out), dminr = bk_fp16_decode(*dmin_out);
+  float dr = half_to_float(*d_out), dminr = half_to_float(*dmin_out);
   for (int j = 0; j < 8; j++) {
     float ds = dr * sc[j], ms = dminr * m[j];
     for (int l = 0; l < 32; l++) L[32 * j + l] = (uint8_t)(ds ? clampi(nearest((x[32 * j + l] + ms) / ds), 0, nmax) : 0);
@@ -335,7 +342,7 @@ static void quantize_q6_K(const float *x, int64_t nb, bk_block_q6_K *b) {
     }
     float d = smax / 127.0f;
     b[i].d = bk_fp16_encode(d);
-    float dr = bk_fp16_decode(b[i].d);
+    float dr = half_to_float(b[i].d);
     for (int j = 0; j < 16; j++) {
       int sc = d ? clampi(nearest(s[j] / d), 0, 127) : 0;
       b[i].scales[j] = (int8_t)sc;

@@ -1,0 +1,260 @@
+/* test_kv_paged.c — the paged KV cache: block tables place rows where views
+ * read them; exhaustion fails a reserve without changing anything; published
+ * blocks are shared by reference count and found again by their chained
+ * prefix hash; cached blocks are evicted least recently used first; and a
+ * model forward through the paged cache (any block size, prefix attached or
+ * not) gives exactly the logits of the contiguous cache on the golden llama
+ * fixture. */
+#include "engine/kv_cache.h"
+#include "engine/kv_paged.h"
+#include "model/model.h"
+#include "test.h"
+
+#define FIXTURE HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32"
+
+static model_kv_geometry small_geom(void) {
+  model_kv_geometry g = {0};
+  g.n_layers = 2;
+  g.kv_dim[0] = 4;
+  g.kv_dim[1] = 8;
+  return g;
+}
+
+static void test_block_table(void) {
+  model_kv_geometry g = small_geom();
+  kv_pool *p;
+  herr e = {0};
+  CHECK_EQ_INT(kv_pool_new(&g, 4, 10, &p, &e), 0);
+  CHECK_EQ_INT(kv_block_bytes(&g, 4), 2 * 4 * (4 + 8) * 4);
+  kv_seq *s;
+  CHECK_EQ_INT(kv_paged_seq_new(p, 0, &s, &e), 0);
+  CHECK_EQ_INT(s->ops->reserve(s, 6, &e), 0);
+  CHECK_EQ_INT(kv_paged_seq_blocks(s), 2);
+  for (int l = 0; l < 2; l++)
+    for (int64_t pos = 0; pos < 6; pos++)
+      for (int d = 0; d < g.kv_dim[l]; d++) {
+        s->ops->k_row(s, l, pos)[d] = (float)(l * 1000 + pos * 10 + d);
+        s->ops->v_row(s, l, pos)[d] = -(float)(l * 1000 + pos * 10 + d);
+      }
+  s->ops->commit(s, 6);
+  CHECK_EQ_INT(s->len, 6);
+  for (int l = 0; l < 2; l++) {
+    kv_view v;
+    s->ops->view(s, l, 6, &v);
+    CHECK_EQ_INT(v.block_rows, 4);
+    CHECK_EQ_INT(v.row_stride, g.kv_dim[l]);
+    for (int64_t pos = 0; pos < 6; pos++)
+      for (int d = 0; d < g.kv_dim[l]; d++) {
+        CHECK(v.k_blocks[pos / 4][(pos % 4) * v.row_stride + d] == (float)(l * 1000 + pos * 10 + d));
+        CHECK(v.v_blocks[pos / 4][(pos % 4) * v.row_stride + d] == -(float)(l * 1000 + pos * 10 + d));
+      }
+  }
+  /* growing within the last block takes no block; past it takes one */
+  CHECK_EQ_INT(s->ops->reserve(s, 2, &e), 0);
+  CHECK_EQ_INT(kv_paged_seq_blocks(s), 2);
+  CHECK_EQ_INT(s->ops->reserve(s, 3, &e), 0);
+  CHECK_EQ_INT(kv_paged_seq_blocks(s), 3);
+  kv_pool_counts c;
+  kv_pool_count(p, &c);
+  CHECK_EQ_INT(c.total, 10);
+  CHECK_EQ_INT(c.used, 3);
+  CHECK_EQ_INT(c.free, 7);
+  /* exhaustion: a reserve that cannot be met fails and takes nothing */
+  kv_seq *t;
+  CHECK_EQ_INT(kv_paged_seq_new(p, 0, &t, &e), 0);
+  CHECK_EQ_INT(t->ops->reserve(t, 8 * 4, &e), HEARTH_ELIMIT);
+  CHECK_EQ_INT(kv_paged_seq_blocks(t), 0);
+  CHECK_EQ_INT(kv_pool_available(p), 7);
+  CHECK_EQ_INT(t->ops->reserve(t, 7 * 4, &e), 0);
+  CHECK_EQ_INT(kv_pool_available(p), 0);
+  kv_paged_seq_free(t);
+  /* a context limit */
+  kv_seq *u;
+  CHECK_EQ_INT(kv_paged_seq_new(p, 5, &u, &e), 0);
+  CHECK_EQ_INT(u->ops->reserve(u, 6, &e), HEARTH_ELIMIT);
+  kv_paged_seq_free(u);
+  kv_paged_seq_free(s);
+  kv_pool_count(p, &c);
+  CHECK_EQ_INT(c.used, 0);
+  CHECK_EQ_INT(c.free, 10);
+  kv_pool_free(p);
+}
+
+/* Fills n rows of s for tokens (values don't matter here) and publishes them. */
+static void fill_publish(kv_seq *s, const int32_t *toks, int64_t n) {
+  herr e = {0};
+  int64_t at = s->len;
+  CHECK_EQ_INT(s->ops->reserve(s, n - at, &e), 0);
+  s->ops->commit(s, n - at);
+  kv_paged_seq_publish(s, toks, n, 0);
+}
+
+static void test_prefix_sharing(void) {
+  model_kv_geometry g = small_geom();
+  kv_pool *p;
+  herr e = {0};
+  CHECK_EQ_INT(kv_pool_new(&g, 4, 16, &p, &e), 0);
+  int32_t toks[16];
+  for (int i = 0; i < 16; i++) toks[i] = 100 + i;
+  kv_seq *a, *b, *c2, *d;
+  kv_paged_seq_new(p, 0, &a, &e);
+  fill_publish(a, toks, 14); /* 3 full blocks published, a 4th partial */
+  kv_pool_counts c;
+  /* a second sequence shares the 3 full blocks while a still holds them */
+  kv_paged_seq_new(p, 0, &b, &e);
+  CHECK_EQ_INT(kv_paged_seq_attach_prefix(b, toks, 16, 0), 12);
+  CHECK_EQ_INT(b->len, 12);
+  for (int i = 0; i < 3; i++) CHECK_EQ_INT(kv_paged_seq_table(b)[i], kv_paged_seq_table(a)[i]);
+  kv_pool_count(p, &c);
+  CHECK_EQ_INT(c.used, 4); /* shared blocks count once */
+  /* the last prompt token is always computed: 12 tokens attach 2 blocks */
+  kv_paged_seq_new(p, 0, &c2, &e);
+  CHECK_EQ_INT(kv_paged_seq_attach_prefix(c2, toks, 12, 0), 8);
+  /* a different token in block 2 stops the match there; another adapter matches nothing */
+  int32_t other[16];
+  memcpy(other, toks, sizeof other);
+  other[9] = 7;
+  kv_paged_seq_new(p, 0, &d, &e);
+  CHECK_EQ_INT(kv_paged_seq_attach_prefix(d, other, 16, 0), 8);
+  kv_paged_seq_free(d);
+  kv_paged_seq_new(p, 0, &d, &e);
+  CHECK_EQ_INT(kv_paged_seq_attach_prefix(d, toks, 16, 1), 0);
+  kv_paged_seq_free(d);
+  /* the same token in a later block but a different earlier block: the chain differs */
+  int32_t shifted[16];
+  memcpy(shifted, toks, sizeof shifted);
+  shifted[0] = 1;
+  kv_paged_seq_new(p, 0, &d, &e);
+  CHECK_EQ_INT(kv_paged_seq_attach_prefix(d, shifted, 16, 0), 0);
+  kv_paged_seq_free(d);
+  kv_paged_seq_free(a);
+  kv_paged_seq_free(b);
+  kv_paged_seq_free(c2);
+  kv_pool_count(p, &c);
+  CHECK_EQ_INT(c.used, 0);
+  CHECK_EQ_INT(c.cached, 3);
+  CHECK_EQ_INT(c.free, 13);
+  kv_pool_free(p);
+}
+
+static void test_eviction_order(void) {
+  model_kv_geometry g = small_geom();
+  kv_pool *p;
+  herr e = {0};
+  CHECK_EQ_INT(kv_pool_new(&g, 4, 4, &p, &e), 0);
+  int32_t A[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, C[9] = {11, 12, 13, 14, 15, 16, 17, 18, 19};
+  kv_seq *a, *c, *x;
+  kv_paged_seq_new(p, 0, &a, &e);
+  fill_publish(a, A, 8);
+  kv_paged_seq_free(a); /* released first: least recently used */
+  kv_paged_seq_new(p, 0, &c, &e);
+  fill_publish(c, C, 8);
+  kv_paged_seq_free(c);
+  kv_pool_counts k;
+  kv_pool_count(p, &k);
+  CHECK_EQ_INT(k.cached, 4);
+  CHECK_EQ_INT(k.free, 0);
+  /* one new block evicts A's tail block (a chain's tail goes before its head) */
+  kv_paged_seq_new(p, 0, &x, &e);
+  CHECK_EQ_INT(x->ops->reserve(x, 4, &e), 0);
+  kv_seq *probe;
+  kv_paged_seq_new(p, 0, &probe, &e);
+  CHECK_EQ_INT(kv_paged_seq_attach_prefix(probe, A, 9, 0), 4);
+  kv_paged_seq_free(probe); /* A's head is now the most recently used */
+  /* two more blocks: C's tail, then C's head (older than A's head now) */
+  CHECK_EQ_INT(x->ops->reserve(x, 12, &e), 0);
+  kv_paged_seq_new(p, 0, &probe, &e);
+  CHECK_EQ_INT(kv_paged_seq_attach_prefix(probe, C, 9, 0), 0);
+  kv_paged_seq_free(probe);
+  kv_paged_seq_new(p, 0, &probe, &e);
+  CHECK_EQ_INT(kv_paged_seq_attach_prefix(probe, A, 9, 0), 4);
+  kv_paged_seq_free(probe);
+  /* the pool is dry while x and a holder of A's head have everything */
+  kv_paged_seq_new(p, 0, &probe, &e);
+  CHECK_EQ_INT(kv_paged_seq_attach_prefix(probe, A, 9, 0), 4);
+  kv_seq *y;
+  kv_paged_seq_new(p, 0, &y, &e);
+  CHECK_EQ_INT(y->ops->reserve(y, 1, &e), HEARTH_ELIMIT);
+  kv_paged_seq_free(y);
+  kv_paged_seq_free(probe);
+  kv_paged_seq_free(x);
+  kv_pool_count(p, &k);
+  CHECK_EQ_INT(k.used, 0);
+  kv_pool_free(p);
+}
+
+/* Forward tokens in chunks through s; logits of the last token into out. */
+static int run_chunks(model *m, kv_seq *s, const int32_t *toks, int n, int chunk, float *out) {
+  herr e = {0};
+  for (int at = s->len; at < n;) {
+    int k = n - at < chunk ? n - at : chunk;
+    model_seq ms = {.kv = s, .tokens = toks + at, .n_tokens = k};
+    model_batch b = {.seqs = &ms, .n_seqs = 1};
+    if (model_forward(m, &b, out, &e)) {
+      fprintf(stderr, "forward: %s\n", e.msg);
+      return -1;
+    }
+    at += k;
+  }
+  return 0;
+}
+
+static void test_paged_equals_contiguous(void) {
+  model *m;
+  herr e = {0};
+  model_load_opts mo = {.threads = 2};
+  CHECK_EQ_INT(model_load(FIXTURE, &mo, &m, &e), 0);
+  if (!m) return;
+  model_kv_geometry g;
+  model_kv_geometry_of(m, &g);
+  int64_t V = model_vocab_size(m);
+  int32_t toks[70];
+  for (int i = 0; i < 70; i++) toks[i] = (int32_t)((i * 37 + 11) % V);
+  float *ref = malloc(sizeof(float) * (size_t)V), *got = malloc(sizeof(float) * (size_t)V);
+  int blocks[] = {1, 4, 16, 64};
+  int chunks[] = {1, 7, 70};
+  for (int ci = 0; ci < 3; ci++) {
+    /* the reference: the contiguous cache fed in the same chunks */
+    kv_cache *cc;
+    kv_seq *cs;
+    kv_cache_new(&g, 0, &cc, &e);
+    kv_cache_seq_new(cc, &cs, &e);
+    CHECK_EQ_INT(run_chunks(m, cs, toks, 70, chunks[ci], ref), 0);
+    kv_cache_seq_free(cs);
+    kv_cache_free(cc);
+    for (int bi = 0; bi < 4; bi++) {
+      kv_pool *p;
+      CHECK_EQ_INT(kv_pool_new(&g, blocks[bi], 256, &p, &e), 0);
+      kv_seq *s;
+      kv_paged_seq_new(p, 0, &s, &e);
+      CHECK_EQ_INT(run_chunks(m, s, toks, 70, chunks[ci], got), 0);
+      CHECK_MSG(memcmp(ref, got, sizeof(float) * (size_t)V) == 0, "block %d chunk %d", blocks[bi], chunks[ci]);
+      kv_paged_seq_publish(s, toks, 70, 0);
+      /* a second sequence from the prefix cache computes only the tail (in
+       * other chunks, so the kernels' summation order may differ slightly) */
+      kv_seq *s2;
+      kv_paged_seq_new(p, 0, &s2, &e);
+      int64_t hit = kv_paged_seq_attach_prefix(s2, toks, 70, 0);
+      CHECK_EQ_INT(hit, (69 / blocks[bi]) * blocks[bi]);
+      memset(got, 0, sizeof(float) * (size_t)V);
+      CHECK_EQ_INT(run_chunks(m, s2, toks, 70, chunks[ci], got), 0);
+      double worst = 0;
+      for (int64_t i = 0; i < V; i++) worst = fmax(worst, fabs((double)ref[i] - got[i]));
+      CHECK_MSG(worst <= 1e-4, "prefix: block %d chunk %d: max |diff| %g", blocks[bi], chunks[ci], worst);
+      kv_paged_seq_free(s2);
+      kv_paged_seq_free(s);
+      kv_pool_free(p);
+    }
+  }
+  free(ref);
+  free(got);
+  model_free(m);
+}
+
+int main(void) {
+  RUN(test_block_table);
+  RUN(test_prefix_sharing);
+  RUN(test_eviction_order);
+  RUN(test_paged_equals_contiguous);
+  TEST_MAIN_END();
+}

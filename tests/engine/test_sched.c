@@ -1,0 +1,331 @@
+/* test_sched.c — the continuous-batching scheduler on the golden llama
+ * fixture: 32 concurrent greedy requests (different lengths, some sharing
+ * prefixes) give exactly the ids each gives run alone through generate_run,
+ * also with a KV pool so small that requests wait and get preempted (and a
+ * pinned case where the newer of two must be preempted and recomputed); a
+ * request sharing a 1,000-token prefix reports cached_tokens covering every
+ * full shared block; 64 concurrent requests with random early cancellations
+ * leave every block back in the pool; a request that can never fit is
+ * refused with "memory_admission:" before any work. */
+#include <pthread.h>
+#include <unistd.h>
+
+#include "engine/generate.h"
+#include "engine/kv_paged.h"
+#include "engine/sched.h"
+#include "model/model.h"
+#include "test.h"
+
+#define FIXTURE HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32"
+#define N_REQ 32
+#define MAX_NEW 12
+
+static model *g_m;
+
+typedef struct collected {
+  int32_t ids[256];
+  int n;
+  int cancel_after; /* > 0: the callback cancels after this many tokens */
+} collected;
+
+static int collect(void *user, const char *delta, size_t len, const sample_token *tok) {
+  (void)delta, (void)len;
+  collected *c = user;
+  if (tok && c->n < 256) c->ids[c->n++] = tok->id;
+  return c->cancel_after > 0 && c->n >= c->cancel_after;
+}
+
+static int32_t g_prompts[N_REQ][120];
+static int g_len[N_REQ];
+static collected g_ref[N_REQ];
+
+static void make_prompts(void) {
+  for (int i = 0; i < N_REQ; i++) {
+    g_len[i] = 3 + (i * 13) % 90;
+    for (int t = 0; t < g_len[i]; t++) {
+      /* even requests share a common prefix of up to 40 tokens */
+      bool shared = (i % 2 == 0) && t < 40;
+      g_prompts[i][t] = shared ? (int32_t)((t * 31 + 5) % 500 + 3) : (int32_t)((t * 17 + i * 101) % 500 + 3);
+    }
+  }
+}
+
+static void greedy_request(gen_request *r, int i) {
+  gen_request_init(r);
+  r->prompt = g_prompts[i];
+  r->n_prompt = (size_t)g_len[i];
+  r->max_tokens = MAX_NEW;
+  r->sample.greedy = true;
+  r->ignore_eos = true;
+}
+
+typedef struct job {
+  sched *s;
+  int i;
+  gen_request req;
+  collected out;
+  gen_result res;
+  int rc;
+  volatile int cancel;
+  int cancel_flag_after_us;
+} job;
+
+static void *job_main(void *arg) {
+  job *j = arg;
+  herr e = {0};
+  j->rc = sched_run(j->s, &j->req, collect, &j->out, &j->res, &e);
+  if (j->rc && j->rc != HEARTH_ECANCELLED) fprintf(stderr, "request %d: %s\n", j->i, e.msg);
+  return NULL;
+}
+
+static void check_against_alone(const sched_config *cfg, const char *what) {
+  sched *s;
+  herr e = {0};
+  CHECK_EQ_INT(sched_new(g_m, NULL, cfg, &s, &e), 0);
+  if (!s) return;
+  static job jobs[N_REQ];
+  pthread_t th[N_REQ];
+  for (int i = 0; i < N_REQ; i++) {
+    memset(&jobs[i], 0, sizeof jobs[i]);
+    jobs[i].s = s;
+    jobs[i].i = i;
+    greedy_request(&jobs[i].req, i);
+    pthread_create(&th[i], NULL, job_main, &jobs[i]);
+  }
+  for (int i = 0; i < N_REQ; i++) pthread_join(th[i], NULL);
+  int mismatched = 0;
+  for (int i = 0; i < N_REQ; i++) {
+    CHECK_EQ_INT(jobs[i].rc, 0);
+    CHECK_EQ_INT(jobs[i].out.n, MAX_NEW);
+    CHECK_EQ_INT(jobs[i].res.finish, GEN_FINISH_LENGTH);
+    CHECK_EQ_INT(jobs[i].res.prompt_tokens, g_len[i]);
+    if (jobs[i].out.n != g_ref[i].n || memcmp(jobs[i].out.ids, g_ref[i].ids, sizeof(int32_t) * (size_t)g_ref[i].n))
+      mismatched++;
+  }
+  CHECK_MSG(mismatched == 0, "%s: %d of %d requests differ from their run alone", what, mismatched, N_REQ);
+  sched_stats st;
+  sched_get_stats(s, &st);
+  CHECK_EQ_INT(st.blocks_used, 0);
+  CHECK_EQ_INT(st.running, 0);
+  CHECK_EQ_INT(st.waiting, 0);
+  CHECK_EQ_INT(st.requests_finished, N_REQ);
+  CHECK_EQ_INT(st.generated_tokens, N_REQ * MAX_NEW);
+  CHECK(st.prefix_hit_tokens > 0); /* the even requests share 40 tokens */
+  fprintf(stderr, "  %s: %lld steps, %lld preemptions, prefix hits %lld / %lld tokens\n", what, (long long)st.steps,
+          (long long)st.preemptions, (long long)st.prefix_hit_tokens,
+          (long long)(st.prefix_hit_tokens + st.prefix_miss_tokens));
+  sched_free(s);
+}
+
+static void test_batched_equals_alone(void) {
+  make_prompts();
+  for (int i = 0; i < N_REQ; i++) {
+    gen_request r;
+    greedy_request(&r, i);
+    gen_result res;
+    herr e = {0};
+    CHECK_EQ_INT(generate_run(g_m, NULL, &r, collect, &g_ref[i], &res, &e), 0);
+  }
+  sched_config big = {.max_batch = 64, .prefill_chunk = 16, .block_tokens = 4};
+  check_against_alone(&big, "roomy pool");
+  /* 40 blocks of 4 tokens: requests of up to 104 rows wait and get preempted */
+  model_kv_geometry g;
+  model_kv_geometry_of(g_m, &g);
+  sched_config tight = {.max_batch = 8, .prefill_chunk = 8, .block_tokens = 4, .kv_bytes = 40 * kv_block_bytes(&g, 4)};
+  check_against_alone(&tight, "tight pool");
+}
+
+static void test_prefix_cached_tokens(void) {
+  sched_config cfg = {.block_tokens = 16, .context_length = 1100};
+  sched *s;
+  herr e = {0};
+  CHECK_EQ_INT(sched_new(g_m, NULL, &cfg, &s, &e), 0);
+  if (!s) return;
+  static int32_t a[1010], b[1030];
+  for (int i = 0; i < 1000; i++) a[i] = b[i] = (int32_t)((i * 7919) % 509 + 2);
+  for (int i = 1000; i < 1010; i++) a[i] = 3;
+  for (int i = 1000; i < 1030; i++) b[i] = 4;
+  gen_request r;
+  gen_request_init(&r);
+  r.sample.greedy = true;
+  r.max_tokens = 2;
+  r.context_length = 1100;
+  r.ignore_eos = true;
+  r.prompt = a;
+  r.n_prompt = 1010;
+  gen_result res;
+  collected c = {0};
+  CHECK_EQ_INT(sched_run(s, &r, collect, &c, &res, &e), 0);
+  CHECK_EQ_INT(res.cached_tokens, 0);
+  r.prompt = b;
+  r.n_prompt = 1030;
+  CHECK_EQ_INT(sched_run(s, &r, collect, &c, &res, &e), 0);
+  CHECK_EQ_INT(res.cached_tokens, 992); /* every full 16-token block of the shared 1,000 */
+  /* the same prompt again: everything but the block holding the last token */
+  CHECK_EQ_INT(sched_run(s, &r, collect, &c, &res, &e), 0);
+  CHECK_EQ_INT(res.cached_tokens, 1024);
+  sched_stats st;
+  sched_get_stats(s, &st);
+  CHECK_EQ_INT(st.prefix_hit_tokens, 992 + 1024);
+  CHECK_EQ_INT(st.blocks_used, 0);
+  sched_free(s);
+}
+
+static void test_cancel_storm(void) {
+  sched_config cfg = {.max_batch = 16, .prefill_chunk = 8, .block_tokens = 4};
+  sched *s;
+  herr e = {0};
+  CHECK_EQ_INT(sched_new(g_m, NULL, &cfg, &s, &e), 0);
+  if (!s) return;
+  enum { N = 64 };
+  static job jobs[N];
+  pthread_t th[N];
+  uint64_t rng = 12345;
+  for (int i = 0; i < N; i++) {
+    memset(&jobs[i], 0, sizeof jobs[i]);
+    jobs[i].s = s;
+    jobs[i].i = i;
+    greedy_request(&jobs[i].req, i % N_REQ);
+    jobs[i].req.max_tokens = 20;
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    int kind = (int)((rng >> 33) % 3);
+    if (kind == 1) jobs[i].out.cancel_after = 1 + (int)((rng >> 40) % 10); /* the callback says stop */
+    if (kind == 2) jobs[i].req.cancel = &jobs[i].cancel;                   /* the flag, from outside */
+    pthread_create(&th[i], NULL, job_main, &jobs[i]);
+  }
+  for (int i = 0; i < N; i += 2)
+    if (jobs[i].req.cancel) __atomic_store_n(&jobs[i].cancel, 1, __ATOMIC_SEQ_CST);
+  for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+  int cancelled = 0;
+  for (int i = 0; i < N; i++) {
+    CHECK(jobs[i].rc == 0 || jobs[i].rc == HEARTH_ECANCELLED);
+    if (jobs[i].rc == HEARTH_ECANCELLED) {
+      cancelled++;
+      CHECK_EQ_INT(jobs[i].res.finish, GEN_FINISH_CANCELLED);
+    }
+    if (jobs[i].out.cancel_after > 0) CHECK_EQ_INT(jobs[i].out.n, jobs[i].out.cancel_after);
+  }
+  CHECK(cancelled > 0);
+  sched_stats st;
+  sched_get_stats(s, &st);
+  CHECK_EQ_INT(st.blocks_used, 0);
+  CHECK_EQ_INT(st.blocks_used + st.blocks_cached + st.blocks_free, st.blocks_total);
+  CHECK_EQ_INT(st.running, 0);
+  CHECK_EQ_INT(st.waiting, 0);
+  CHECK_EQ_INT(st.requests_finished + st.requests_cancelled, N);
+  sched_free(s);
+}
+
+/* A's callback holds the engine on A's first token until B is queued, so
+ * both then run together in a pool that holds only one of them whole. */
+static sched *g_hold_sched;
+static int hold_until_b_waits(void *user, const char *delta, size_t len, const sample_token *tok) {
+  collected *c = user;
+  if (c->n == 0) {
+    for (int tries = 0; tries < 10000; tries++) {
+      sched_stats st;
+      sched_get_stats(g_hold_sched, &st);
+      if (st.waiting >= 1) break;
+      usleep(1000);
+    }
+  }
+  return collect(user, delta, len, tok);
+}
+
+static void *run_b(void *arg) {
+  job *j = arg;
+  herr e = {0};
+  j->rc = sched_run(j->s, &j->req, collect, &j->out, &j->res, &e);
+  return NULL;
+}
+
+static void test_preemption(void) {
+  sched_config cfg = {.block_tokens = 4, .kv_bytes = 0, .prefill_chunk = 4};
+  model_kv_geometry g;
+  model_kv_geometry_of(g_m, &g);
+  cfg.kv_bytes = 10 * kv_block_bytes(&g, 4); /* 40 rows; each request needs 32 */
+  sched *s;
+  herr e = {0};
+  CHECK_EQ_INT(sched_new(g_m, NULL, &cfg, &s, &e), 0);
+  if (!s) return;
+  g_hold_sched = s;
+  int32_t pa[8] = {5, 9, 14, 200, 33, 71, 8, 90}, pb[8] = {300, 12, 7, 7, 45, 61, 2, 19};
+  collected ref_a = {0}, ref_b = {0};
+  gen_request ra, rb;
+  gen_request_init(&ra);
+  ra.prompt = pa;
+  ra.n_prompt = 8;
+  ra.max_tokens = 24;
+  ra.sample.greedy = true;
+  ra.ignore_eos = true;
+  rb = ra;
+  rb.prompt = pb;
+  gen_result res;
+  CHECK_EQ_INT(generate_run(g_m, NULL, &ra, collect, &ref_a, &res, &e), 0);
+  CHECK_EQ_INT(generate_run(g_m, NULL, &rb, collect, &ref_b, &res, &e), 0);
+  job b = {.s = s, .i = 1, .req = rb};
+  pthread_t th;
+  collected got_a = {0};
+  /* B is submitted from another thread once A is running */
+  gen_result res_a;
+  pthread_create(&th, NULL, run_b, &b);
+  CHECK_EQ_INT(sched_run(s, &ra, hold_until_b_waits, &got_a, &res_a, &e), 0);
+  pthread_join(th, NULL);
+  CHECK_EQ_INT(b.rc, 0);
+  CHECK_EQ_INT(got_a.n, 24);
+  CHECK_EQ_INT(b.out.n, 24);
+  CHECK(memcmp(got_a.ids, ref_a.ids, sizeof(int32_t) * 24) == 0);
+  CHECK(memcmp(b.out.ids, ref_b.ids, sizeof(int32_t) * 24) == 0);
+  sched_stats st;
+  sched_get_stats(s, &st);
+  CHECK_EQ_INT(st.blocks_used, 0);
+  CHECK_EQ_INT(st.requests_finished, 2);
+  CHECK(st.preemptions >= 1); /* together they outgrow the pool: the newer one gave way */
+  sched_free(s);
+}
+
+static void test_admission(void) {
+  model_kv_geometry g;
+  model_kv_geometry_of(g_m, &g);
+  sched_config cfg = {.block_tokens = 16, .memory_budget = 2 * kv_block_bytes(&g, 16)}; /* 32 tokens */
+  sched *s;
+  herr e = {0};
+  CHECK_EQ_INT(sched_new(g_m, NULL, &cfg, &s, &e), 0);
+  if (!s) return;
+  gen_request r;
+  greedy_request(&r, 20); /* g_len[20] > 32 */
+  CHECK(g_len[20] > 32);
+  gen_result res;
+  collected c = {0};
+  CHECK_EQ_INT(sched_run(s, &r, collect, &c, &res, &e), HEARTH_ELIMIT);
+  CHECK(strncmp(e.msg, "memory_admission:", 17) == 0);
+  CHECK_EQ_INT(c.n, 0);
+  /* one that fits runs */
+  greedy_request(&r, 0);
+  r.max_tokens = 4;
+  CHECK(g_len[0] + 4 <= 32);
+  e = (herr){0};
+  CHECK_EQ_INT(sched_run(s, &r, collect, &c, &res, &e), 0);
+  CHECK_EQ_INT(c.n, 4);
+  sched_stats st;
+  sched_get_stats(s, &st);
+  CHECK_EQ_INT(st.requests_refused, 1);
+  CHECK_EQ_INT(st.blocks_total, 2);
+  sched_free(s);
+}
+
+int main(void) {
+  herr e = {0};
+  model_load_opts mo = {.threads = 2};
+  if (model_load(FIXTURE, &mo, &g_m, &e)) {
+    fprintf(stderr, "%s\n", e.msg);
+    return 1;
+  }
+  RUN(test_batched_equals_alone);
+  RUN(test_prefix_cached_tokens);
+  RUN(test_cancel_storm);
+  RUN(test_preemption);
+  RUN(test_admission);
+  model_free(g_m);
+  TEST_MAIN_END();
+}
