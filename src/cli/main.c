@@ -13,7 +13,9 @@
 #include "hearth.h"
 
 static const cli_verb verbs[] = {
+    {"bench", "measure prompt and generation tokens/s", cli_bench},
     {"chat", "talk with a model in the terminal", cli_chat},
+    {"convert", "convert / quantize a model to GGUF or safetensors", cli_convert},
     {"detokenize", "print the text of token ids as JSON", cli_detokenize},
     {"generate", "generate text from a prompt", cli_generate},
     {"inspect", "describe a model folder, safetensors or GGUF file", cli_inspect},

@@ -49,6 +49,16 @@ int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
     free(arch);
     return rc;
   }
+  /* llama.cpp stores Llama-3-style RoPE scaling as per-frequency factors in
+   * this tensor; running without them would silently give wrong logits. */
+  if (gguf_find_tensor(g, "rope_freqs.weight")) {
+    rc = herr_set(err, HEARTH_EUNSUPPORTED,
+                  "%s: RoPE frequency factors (tensor 'rope_freqs.weight', Llama-3 RoPE scaling) are not supported in "
+                  "GGUF files yet; load the Hugging Face folder instead",
+                  gguf_path(g));
+    free(arch);
+    return rc;
+  }
   json_t *j = json_object();
   if (!j) {
     free(arch);

@@ -1,0 +1,174 @@
+/* bench.c — `hearth bench`: prompt-processing and generation speed of a
+ * model, measured as llama-bench does. pp: one forward over P prompt tokens
+ * into an empty cache; tg: N single-token forward steps after that prompt
+ * (logits computed, no sampling). Each repeat starts from an empty cache;
+ * the median of the repeats is reported. Token ids are fixed pseudo-random
+ * ids of the vocabulary. Knows the model and KV cache interfaces only. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/pool.h"
+#include "cli/cli.h"
+#include "engine/kv_cache.h"
+#include "model/model.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: hearth bench [--model M] [-p 512] [-n 128] [-t THREADS] [--repeat R] [--json]\n\n"
+          "Measures prompt processing (one forward over P tokens) and generation (N single-token\n"
+          "steps after the prompt, no sampling) in tokens/s, median of R repeats (default 3).\n"
+          "-p 0 or -n 0 skips that part. --json prints one line:\n"
+          "{\"pp_tps\": ..., \"tg_tps\": ..., \"threads\": ..., \"model\": ...}\n");
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  if (n <= 0) return 0;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Parses a positive (or zero when allow_zero) integer option value. */
+static bool parse_count(const char *s, bool allow_zero, int *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (*s == 0 || *end || v < (allow_zero ? 0 : 1) || v > 1000000) return false;
+  *out = (int)v;
+  return true;
+}
+
+/* One repeat: pp over `prompt`, then n_gen single steps. Times in seconds (pp skipped when P = 0). */
+static int run_once(model *m, const int32_t *prompt, int P, const int32_t *gen, int N, float *logits, double *pp_s, double *tg_s,
+                    herr *err) {
+  model_kv_geometry geo;
+  model_kv_geometry_of(m, &geo);
+  kv_cache *cache = NULL;
+  kv_seq *seq = NULL;
+  int rc = kv_cache_new(&geo, 0, &cache, err);
+  if (!rc) rc = kv_cache_seq_new(cache, &seq, err);
+  *pp_s = *tg_s = 0;
+  if (!rc && P > 0) {
+    model_seq sq = {.kv = seq, .tokens = prompt, .n_tokens = P};
+    model_batch b = {&sq, 1};
+    double t0 = now_s();
+    rc = model_forward(m, &b, logits, err);
+    *pp_s = now_s() - t0;
+  }
+  if (!rc && N > 0) {
+    if (P == 0) { /* generation needs something before it: one token, not timed */
+      model_seq sq = {.kv = seq, .tokens = prompt, .n_tokens = 1};
+      model_batch b = {&sq, 1};
+      rc = model_forward(m, &b, logits, err);
+    }
+    double t0 = now_s();
+    for (int i = 0; !rc && i < N; i++) {
+      model_seq sq = {.kv = seq, .tokens = gen + i, .n_tokens = 1};
+      model_batch b = {&sq, 1};
+      rc = model_forward(m, &b, logits, err);
+    }
+    *tg_s = now_s() - t0;
+  }
+  kv_cache_seq_free(seq);
+  kv_cache_free(cache);
+  return rc;
+}
+
+int cli_bench(int argc, char **argv) {
+  const char *dir = NULL, *v;
+  int P = 512, N = 128, threads = 0, repeat = 3;
+  bool json = false;
+  for (int i = 1; i < argc; i++) {
+    int r;
+    if (cli_is_help(argv[i])) {
+      usage(stdout);
+      return 0;
+    }
+    if ((r = cli_opt(argc, argv, &i, "--model", &dir))) {
+      if (r < 0) return 2;
+    } else if ((r = cli_opt(argc, argv, &i, "-p", &v))) {
+      if (r < 0 || !parse_count(v, true, &P)) return cli_usage_error("bench", "-p needs a count");
+    } else if ((r = cli_opt(argc, argv, &i, "-n", &v))) {
+      if (r < 0 || !parse_count(v, true, &N)) return cli_usage_error("bench", "-n needs a count");
+    } else if ((r = cli_opt(argc, argv, &i, "-t", &v)) || (r = cli_opt(argc, argv, &i, "--threads", &v))) {
+      if (r < 0 || !parse_count(v, false, &threads)) return cli_usage_error("bench", "-t needs a thread count");
+    } else if ((r = cli_opt(argc, argv, &i, "--repeat", &v))) {
+      if (r < 0 || !parse_count(v, false, &repeat) || repeat > 100) return cli_usage_error("bench", "--repeat needs 1..100");
+    } else if (!strcmp(argv[i], "--json")) {
+      json = true;
+    } else {
+      return cli_usage_error("bench", "unknown argument '%s'", argv[i]);
+    }
+  }
+  if (!dir) dir = cli_default_model();
+  if (!dir) return cli_usage_error("bench", "no --model given and no built-in model found");
+  if (P == 0 && N == 0) return cli_usage_error("bench", "-p and -n are both 0: nothing to measure");
+
+  herr err = {0};
+  model *m = NULL;
+  model_load_opts opts = {.threads = threads};
+  if (model_load(dir, &opts, &m, &err)) return cli_fail("%s", err.msg);
+  const model_config *c = model_cfg(m);
+  int64_t V = model_vocab_size(m);
+  if (c->max_position_embeddings > 0 && P + N + 1 > c->max_position_embeddings)
+    fprintf(stderr, "hearth bench: note: %d tokens exceed max_position_embeddings %lld\n", P + N + 1, (long long)c->max_position_embeddings);
+  int32_t *prompt = malloc((size_t)(P > 0 ? P : 1) * sizeof *prompt), *gen = malloc((size_t)(N > 0 ? N : 1) * sizeof *gen);
+  float *logits = malloc((size_t)V * sizeof(float));
+  double *pp = calloc((size_t)repeat, sizeof *pp), *tg = calloc((size_t)repeat, sizeof *tg);
+  int status = 1;
+  if (!prompt || !gen || !logits || !pp || !tg) {
+    cli_fail("out of memory");
+    goto out;
+  }
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (int i = 0; i < (P > 0 ? P : 1); i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    prompt[i] = (int32_t)(x % (uint64_t)V);
+  }
+  for (int i = 0; i < N; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    gen[i] = (int32_t)(x % (uint64_t)V);
+  }
+  for (int r = 0; r < repeat; r++) {
+    double ps, ts;
+    if (run_once(m, prompt, P, gen, N, logits, &ps, &ts, &err)) {
+      cli_fail("%s", err.msg);
+      goto out;
+    }
+    pp[r] = P > 0 && ps > 0 ? P / ps : 0;
+    tg[r] = N > 0 && ts > 0 ? N / ts : 0;
+    if (!json) fprintf(stderr, "repeat %d: pp%d %.2f t/s, tg%d %.2f t/s\n", r + 1, P, pp[r], N, tg[r]);
+  }
+  double pp_med = median(pp, repeat), tg_med = median(tg, repeat);
+  int nthreads = threads > 0 ? threads : hpool_cpu_count(); /* the pool's size */
+  if (json) {
+    json_t *j = json_pack("{s:f, s:f, s:i, s:s}", "pp_tps", pp_med, "tg_tps", tg_med, "threads", nthreads, "model", dir);
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    if (s) printf("%s\n", s);
+    free(s);
+    json_decref(j);
+  } else {
+    printf("model    %s (%s, %lld layers, hidden %lld)\n", dir, c->model_type, (long long)c->num_hidden_layers, (long long)c->hidden_size);
+    printf("threads  %d\n", nthreads);
+    if (P > 0) printf("pp%-6d %.2f tokens/s\n", P, pp_med);
+    if (N > 0) printf("tg%-6d %.2f tokens/s\n", N, tg_med);
+    printf("(median of %d repeats)\n", repeat);
+  }
+  status = 0;
+out:
+  free(prompt), free(gen), free(logits), free(pp), free(tg);
+  model_free(m);
+  return status;
+}

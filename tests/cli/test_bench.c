@@ -1,0 +1,85 @@
+/* test_bench.c — `hearth bench` on the golden llama: --json prints exactly
+ * one line with pp_tps, tg_tps, threads and model (positive rates, the
+ * thread count asked for); the text form names both tests; bad arguments
+ * are usage errors. No timing thresholds. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "test.h"
+
+#define MODEL HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32"
+
+/* Runs cmd; stdout into *out (malloc'd). Returns the exit status. */
+static int run(const char *cmd, char **out) {
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  size_t cap = 4096, n = 0;
+  char *buf = malloc(cap);
+  size_t k;
+  while (buf && (k = fread(buf + n, 1, cap - n - 1, p)) > 0) {
+    n += k;
+    if (n + 1 == cap) buf = realloc(buf, cap *= 2);
+  }
+  if (buf) buf[n] = 0;
+  int rc = pclose(p);
+  *out = buf;
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void test_json(void) {
+  char *out = NULL;
+  int rc = run("'" HEARTH_BINARY "' bench --model '" MODEL "' -p 16 -n 4 -t 2 --repeat 3 --json 2>/dev/null", &out);
+  CHECK_EQ_INT(rc, 0);
+  if (!out) return;
+  char *nl = strchr(out, '\n');
+  CHECK_MSG(nl && nl[1] == 0, "expected exactly one line, got: %s", out);
+  json_error_t je;
+  json_t *j = json_loads(out, 0, &je);
+  CHECK_MSG(j != NULL, "not JSON: %s", out);
+  if (j) {
+    CHECK_EQ_INT(json_object_size(j), 4);
+    CHECK(json_number_value(json_object_get(j, "pp_tps")) > 0);
+    CHECK(json_number_value(json_object_get(j, "tg_tps")) > 0);
+    CHECK_EQ_INT(json_integer_value(json_object_get(j, "threads")), 2);
+    CHECK_EQ_STR(json_string_value(json_object_get(j, "model")), MODEL);
+    json_decref(j);
+  }
+  free(out);
+}
+
+static void test_text_and_parts(void) {
+  char *out = NULL;
+  int rc = run("'" HEARTH_BINARY "' bench --model '" MODEL "' -p 8 -n 2 --repeat 1 2>/dev/null", &out);
+  CHECK_EQ_INT(rc, 0);
+  CHECK_MSG(out && strstr(out, "pp8") && strstr(out, "tg2") && strstr(out, "tokens/s"), "%s", out ? out : "");
+  free(out);
+  rc = run("'" HEARTH_BINARY "' bench --model '" MODEL "' -p 0 -n 3 --repeat 1 --json 2>/dev/null", &out);
+  CHECK_EQ_INT(rc, 0);
+  json_t *j = out ? json_loads(out, 0, NULL) : NULL;
+  CHECK(j && json_number_value(json_object_get(j, "pp_tps")) == 0 && json_number_value(json_object_get(j, "tg_tps")) > 0);
+  json_decref(j);
+  free(out);
+}
+
+static void test_usage_errors(void) {
+  static const char *const bad[] = {"-p x", "-n -1", "-t 0", "--repeat 0", "-p 0 -n 0", "--bogus"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char cmd[600], *out = NULL;
+    snprintf(cmd, sizeof cmd, "'%s' bench --model '%s' %s 2>/dev/null", HEARTH_BINARY, MODEL, bad[i]);
+    CHECK_MSG(run(cmd, &out) == 2, "%s", bad[i]);
+    free(out);
+  }
+  char *out = NULL;
+  CHECK_EQ_INT(run("'" HEARTH_BINARY "' bench --model /nonexistent -p 4 -n 1 2>/dev/null", &out), 1);
+  free(out);
+}
+
+int main(void) {
+  RUN(test_json);
+  RUN(test_text_and_parts);
+  RUN(test_usage_errors);
+  TEST_MAIN_END();
+}
