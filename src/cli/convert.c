@@ -82,51 +82,6 @@ static void src_close(src_model *s) {
   free(s->dir);
 }
 
-/* GGUF name ↔ Hugging Face name for the llama layout. */
-static const struct { const char *hf, *gg; } layer_names[] = {
-    {"input_layernorm.weight", "attn_norm.weight"},
-    {"self_attn.q_proj.weight", "attn_q.weight"},
-    {"self_attn.k_proj.weight", "attn_k.weight"},
-    {"self_attn.v_proj.weight", "attn_v.weight"},
-    {"self_attn.o_proj.weight", "attn_output.weight"},
-    {"self_attn.q_proj.bias", "attn_q.bias"},
-    {"self_attn.k_proj.bias", "attn_k.bias"},
-    {"self_attn.v_proj.bias", "attn_v.bias"},
-    {"self_attn.o_proj.bias", "attn_output.bias"},
-    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
-    {"post_attention_layernorm.weight", "ffn_norm.weight"},
-    {"mlp.gate_proj.weight", "ffn_gate.weight"},
-    {"mlp.up_proj.weight", "ffn_up.weight"},
-    {"mlp.down_proj.weight", "ffn_down.weight"},
-};
-static const struct { const char *hf, *gg; } top_names[] = {
-    {"model.embed_tokens.weight", "token_embd.weight"},
-    {"model.norm.weight", "output_norm.weight"},
-    {"lm_head.weight", "output.weight"},
-};
-#define N_LAYER_NAMES (sizeof layer_names / sizeof layer_names[0])
-#define N_TOP_NAMES (sizeof top_names / sizeof top_names[0])
-
-static bool hf_to_gguf_name(const char *hf, char *out, size_t n) {
-  for (size_t i = 0; i < N_TOP_NAMES; i++)
-    if (!strcmp(hf, top_names[i].hf)) return snprintf(out, n, "%s", top_names[i].gg) < (int)n;
-  int l, used = 0;
-  if (sscanf(hf, "model.layers.%d.%n", &l, &used) != 1 || used == 0) return false;
-  for (size_t i = 0; i < N_LAYER_NAMES; i++)
-    if (!strcmp(hf + used, layer_names[i].hf)) return snprintf(out, n, "blk.%d.%s", l, layer_names[i].gg) < (int)n;
-  return false;
-}
-
-static bool gguf_to_hf_name(const char *gg, char *out, size_t n) {
-  for (size_t i = 0; i < N_TOP_NAMES; i++)
-    if (!strcmp(gg, top_names[i].gg)) return snprintf(out, n, "%s", top_names[i].hf) < (int)n;
-  int l, used = 0;
-  if (sscanf(gg, "blk.%d.%n", &l, &used) != 1 || used == 0) return false;
-  for (size_t i = 0; i < N_LAYER_NAMES; i++)
-    if (!strcmp(gg + used, layer_names[i].gg)) return snprintf(out, n, "model.layers.%d.%s", l, layer_names[i].hf) < (int)n;
-  return false;
-}
 
 static bool ends_with(const char *s, const char *suffix) {
   size_t a = strlen(s), b = strlen(suffix);
@@ -157,7 +112,7 @@ static int src_open(src_model *s, const char *path, herr *err) {
       const gguf_tensor *g = gguf_tensor_at(s->gg, i);
       src_tensor t = {.gt = g};
       if (!strcmp(g->name, "rope_freqs.weight")) continue; /* rebuilt from the config when writing GGUF */
-      if (!gguf_to_hf_name(g->name, t.hf, sizeof t.hf))
+      if (!gguf_model_gguf_to_hf_name(g->name, t.hf, sizeof t.hf))
         return herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor '%s' has no Hugging Face name hearth knows", path, g->name);
       if (g->ndim > 2) return herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor '%s' has %d dimensions", path, g->name, g->ndim);
       t.ndim = g->ndim;
@@ -218,28 +173,6 @@ static int src_open(src_model *s, const char *path, herr *err) {
   return 0;
 }
 
-static bool st_bk(st_dtype d, bk_type *out) {
-  switch (d) {
-    case ST_F32: *out = BK_F32; return true;
-    case ST_F16: *out = BK_F16; return true;
-    case ST_BF16: *out = BK_BF16; return true;
-    default: return false;
-  }
-}
-
-static bool ggml_bk(ggml_type t, bk_type *out) {
-  switch (t) {
-    case GGML_TYPE_F32: *out = BK_F32; return true;
-    case GGML_TYPE_F16: *out = BK_F16; return true;
-    case GGML_TYPE_BF16: *out = BK_BF16; return true;
-    case GGML_TYPE_Q8_0: *out = BK_Q8_0; return true;
-    case GGML_TYPE_Q4_0: *out = BK_Q4_0; return true;
-    case GGML_TYPE_Q4_K: *out = BK_Q4_K; return true;
-    case GGML_TYPE_Q5_K: *out = BK_Q5_K; return true;
-    case GGML_TYPE_Q6_K: *out = BK_Q6_K; return true;
-    default: return false;
-  }
-}
 
 static bool is_qk(const char *hf, bool *is_k) {
   *is_k = ends_with(hf, "k_proj.weight") || ends_with(hf, "k_proj.bias");
@@ -280,7 +213,7 @@ static int src_read_f32(const src_model *s, const src_tensor *t, float *out, her
   int rc = 0;
   if (t->gt) {
     bk_weight w = {.rows = t->rows, .cols = t->cols, .data = t->gt->data};
-    if (!ggml_bk(t->gt->type, &w.type))
+    if (!model_bk_type_of_ggml(t->gt->type, &w.type))
       return herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor '%s' has type %s, which hearth cannot read", s->path, t->gt->name,
                       ggml_type_name(t->gt->type));
     for (int64_t r = 0; r < t->rows && !rc; r++) rc = bk_dequant_row(&w, r, out + r * t->cols, err);
@@ -295,7 +228,7 @@ static int src_read_f32(const src_model *s, const src_tensor *t, float *out, her
   if (!t->scales) return st_to_f32(t->st, out, err);
   /* MLX affine: packed words, scales and biases copied to aligned memory */
   bk_weight w = {.type = BK_MLX_AFFINE, .rows = t->rows, .cols = t->cols, .bits = s->cfg.quant_bits, .group_size = s->cfg.quant_group_size};
-  if (!st_bk(t->scales->dtype, &w.scale_type))
+  if (!model_bk_type_of_st(t->scales->dtype, &w.scale_type))
     return herr_set(err, HEARTH_EUNSUPPORTED, "%s: scales of dtype %s", t->scales->name, st_dtype_name(t->scales->dtype));
   void *d = aligned_copy(t->st->data, t->st->nbytes), *sc = aligned_copy(t->scales->data, t->scales->nbytes),
        *bi = aligned_copy(t->biases->data, t->biases->nbytes);
@@ -316,7 +249,7 @@ static bk_type src_float_type(const src_model *s) {
   for (int i = 0; i < s->nt; i++) /* no dtype in config: the first float tensor's */
     if (s->ts[i].st && !s->ts[i].scales) {
       bk_type b;
-      if (st_bk(s->ts[i].st->dtype, &b)) return b;
+      if (model_bk_type_of_st(s->ts[i].st->dtype, &b)) return b;
     }
   return BK_F16;
 }
@@ -784,7 +717,7 @@ static int write_gguf(src_model *s, const char *dst, const char *quant, const ch
   for (int i = 0; !rc && i < s->nt; i++) {
     const src_tensor *t = &s->ts[i];
     char gname[256];
-    if (!hf_to_gguf_name(t->hf, gname, sizeof gname)) {
+    if (!gguf_model_hf_to_gguf_name(t->hf, gname, sizeof gname)) {
       if (c->tie_word_embeddings && !strcmp(t->hf, "lm_head.weight")) continue;
       rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor '%s' has no GGUF name in the %s layout", s->path, t->hf, arch);
       break;

@@ -186,29 +186,6 @@ static const char *st_shape_of(const st_tensor *t, char *buf, size_t n) {
   return buf;
 }
 
-/* Which bk_type a stored dtype is; false when matrices of it cannot be multiplied. */
-static bool st_bk_type(st_dtype dt, bk_type *out) {
-  switch (dt) {
-    case ST_F32: *out = BK_F32; return true;
-    case ST_F16: *out = BK_F16; return true;
-    case ST_BF16: *out = BK_BF16; return true;
-    default: return false;
-  }
-}
-
-static bool gguf_bk_type(ggml_type t, bk_type *out) {
-  switch (t) {
-    case GGML_TYPE_F32: *out = BK_F32; return true;
-    case GGML_TYPE_F16: *out = BK_F16; return true;
-    case GGML_TYPE_BF16: *out = BK_BF16; return true;
-    case GGML_TYPE_Q8_0: *out = BK_Q8_0; return true;
-    case GGML_TYPE_Q4_0: *out = BK_Q4_0; return true;
-    case GGML_TYPE_Q4_K: *out = BK_Q4_K; return true;
-    case GGML_TYPE_Q5_K: *out = BK_Q5_K; return true;
-    case GGML_TYPE_Q6_K: *out = BK_Q6_K; return true;
-    default: return false;
-  }
-}
 
 /* An MLX affine-quantized matrix NAME (= BASE.weight with BASE.scales and
  * BASE.biases beside it): packed uint32 words, one scale and bias per group. */
@@ -233,7 +210,7 @@ static int load_mlx_matrix(model *m, const weight_src *src, const char *name, co
                       (long long)groups, st_dtype_name(sc->dtype), st_dtype_name(x->dtype), st_shape_of(x, b, sizeof b));
   }
   bk_type st_type;
-  if (!st_bk_type(sc->dtype, &st_type))
+  if (!model_bk_type_of_st(sc->dtype, &st_type))
     return herr_set(err, HEARTH_EUNSUPPORTED, "%s: scales of dtype %s are not supported (F32, F16, BF16)", sn, st_dtype_name(sc->dtype));
   *out = (bk_weight){.type = BK_MLX_AFFINE, .rows = rows, .cols = cols, .data = t->data, .bits = bits, .group_size = gs,
                      .scale_type = st_type, .scales = sc->data, .biases = bi->data};
@@ -259,7 +236,7 @@ static int load_matrix(model *m, const weight_src *src, const char *name, int64_
       return herr_set(err, HEARTH_EFORMAT, "%s (%s): expected shape %s, file has %s", name, t->name, ws, hs);
     }
     bk_type bt;
-    if (!gguf_bk_type(t->type, &bt))
+    if (!model_bk_type_of_ggml(t->type, &bt))
       return herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor type %s is not supported (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)",
                       t->name, ggml_type_name(t->type));
     *out = (bk_weight){.type = bt, .rows = rows, .cols = cols, .data = t->data};
@@ -275,7 +252,7 @@ static int load_matrix(model *m, const weight_src *src, const char *name, int64_
       if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
         return herr_set(err, HEARTH_EFORMAT, "%s: expected shape %s, file has %s", name, ws, st_shape_of(t, hs, sizeof hs));
       bk_type bt;
-      if (!st_bk_type(t->dtype, &bt))
+      if (!model_bk_type_of_st(t->dtype, &bt))
         return herr_set(err, HEARTH_EUNSUPPORTED, "%s: dtype %s is not supported (F32, F16, BF16)", name, st_dtype_name(t->dtype));
       *out = (bk_weight){.type = bt, .rows = rows, .cols = cols, .data = t->data};
     }

@@ -124,43 +124,78 @@ out:
   return rc;
 }
 
-/* Hugging Face name → GGUF name for the llama layout; false when there is none. */
-static bool gguf_name(const char *hf, char *out, size_t n) {
-  static const struct { const char *hf, *gg; } top[] = {
-      {"model.embed_tokens.weight", "token_embd.weight"},
-      {"model.norm.weight", "output_norm.weight"},
-      {"lm_head.weight", "output.weight"},
-  };
-  for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
-    if (!strcmp(hf, top[i].hf)) return snprintf(out, n, "%s", top[i].gg) < (int)n;
-  static const struct { const char *hf, *gg; } layer[] = {
-      {"input_layernorm.weight", "attn_norm.weight"},
-      {"self_attn.q_proj.weight", "attn_q.weight"},
-      {"self_attn.k_proj.weight", "attn_k.weight"},
-      {"self_attn.v_proj.weight", "attn_v.weight"},
-      {"self_attn.o_proj.weight", "attn_output.weight"},
-      {"self_attn.q_proj.bias", "attn_q.bias"},
-      {"self_attn.k_proj.bias", "attn_k.bias"},
-      {"self_attn.v_proj.bias", "attn_v.bias"},
-      {"self_attn.o_proj.bias", "attn_output.bias"},
-      {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
-      {"post_attention_layernorm.weight", "ffn_norm.weight"},
-      {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},
-      {"mlp.down_proj.weight", "ffn_down.weight"},
-  };
+/* GGUF name ↔ Hugging Face name for the llama layout. */
+static const struct { const char *hf, *gg; } top_names[] = {
+    {"model.embed_tokens.weight", "token_embd.weight"},
+    {"model.norm.weight", "output_norm.weight"},
+    {"lm_head.weight", "output.weight"},
+};
+static const struct { const char *hf, *gg; } layer_names[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.q_proj.bias", "attn_q.bias"},
+    {"self_attn.k_proj.bias", "attn_k.bias"},
+    {"self_attn.v_proj.bias", "attn_v.bias"},
+    {"self_attn.o_proj.bias", "attn_output.bias"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+};
+#define N_TOP_NAMES (sizeof top_names / sizeof top_names[0])
+#define N_LAYER_NAMES (sizeof layer_names / sizeof layer_names[0])
+
+bool gguf_model_hf_to_gguf_name(const char *hf, char *out, size_t n) {
+  for (size_t i = 0; i < N_TOP_NAMES; i++)
+    if (!strcmp(hf, top_names[i].hf)) return snprintf(out, n, "%s", top_names[i].gg) < (int)n;
   int l, used = 0;
   if (sscanf(hf, "model.layers.%d.%n", &l, &used) != 1 || used == 0) return false;
-  const char *rest = hf + used;
-  for (size_t i = 0; i < sizeof layer / sizeof layer[0]; i++)
-    if (!strcmp(rest, layer[i].hf)) return snprintf(out, n, "blk.%d.%s", l, layer[i].gg) < (int)n;
+  for (size_t i = 0; i < N_LAYER_NAMES; i++)
+    if (!strcmp(hf + used, layer_names[i].hf)) return snprintf(out, n, "blk.%d.%s", l, layer_names[i].gg) < (int)n;
   return false;
+}
+
+bool gguf_model_gguf_to_hf_name(const char *gg, char *out, size_t n) {
+  for (size_t i = 0; i < N_TOP_NAMES; i++)
+    if (!strcmp(gg, top_names[i].gg)) return snprintf(out, n, "%s", top_names[i].hf) < (int)n;
+  int l, used = 0;
+  if (sscanf(gg, "blk.%d.%n", &l, &used) != 1 || used == 0) return false;
+  for (size_t i = 0; i < N_LAYER_NAMES; i++)
+    if (!strcmp(gg + used, layer_names[i].gg)) return snprintf(out, n, "model.layers.%d.%s", l, layer_names[i].hf) < (int)n;
+  return false;
+}
+
+bool model_bk_type_of_st(st_dtype dt, bk_type *out) {
+  switch (dt) {
+    case ST_F32: *out = BK_F32; return true;
+    case ST_F16: *out = BK_F16; return true;
+    case ST_BF16: *out = BK_BF16; return true;
+    default: return false;
+  }
+}
+
+bool model_bk_type_of_ggml(ggml_type t, bk_type *out) {
+  switch (t) {
+    case GGML_TYPE_F32: *out = BK_F32; return true;
+    case GGML_TYPE_F16: *out = BK_F16; return true;
+    case GGML_TYPE_BF16: *out = BK_BF16; return true;
+    case GGML_TYPE_Q8_0: *out = BK_Q8_0; return true;
+    case GGML_TYPE_Q4_0: *out = BK_Q4_0; return true;
+    case GGML_TYPE_Q4_K: *out = BK_Q4_K; return true;
+    case GGML_TYPE_Q5_K: *out = BK_Q5_K; return true;
+    case GGML_TYPE_Q6_K: *out = BK_Q6_K; return true;
+    default: return false;
+  }
 }
 
 const gguf_tensor *gguf_model_find(const gguf_file *g, const char *hf_name) {
   char name[256];
-  if (!gguf_name(hf_name, name, sizeof name)) return NULL;
+  if (!gguf_model_hf_to_gguf_name(hf_name, name, sizeof name)) return NULL;
   return gguf_find_tensor(g, name);
 }
 

@@ -10,12 +10,22 @@
 
 #include "base/status.h"
 #include "format/config.h"
+#include "backend/weights.h"
 #include "format/gguf.h"
+#include "format/safetensors.h"
 
 /* True when path names a .gguf file. */
 bool gguf_model_is_gguf(const char *path);
 /* Fills c from the file's metadata (c->raw holds the equivalent config.json). */
 int gguf_model_config(const gguf_file *g, model_config *c, herr *err);
+/* Tensor names of the llama layout, Hugging Face ↔ GGUF ("model.layers.3.mlp.up_proj.weight" ↔
+ * "blk.3.ffn_up.weight"); false when the name has no counterpart. */
+bool gguf_model_hf_to_gguf_name(const char *hf, char *out, size_t n);
+bool gguf_model_gguf_to_hf_name(const char *gguf, char *out, size_t n);
+/* The backend weight type a stored dtype / ggml type is multiplied as; false when none. */
+bool model_bk_type_of_st(st_dtype dt, bk_type *out);
+bool model_bk_type_of_ggml(ggml_type t, bk_type *out);
+
 /* The GGUF tensor holding Hugging Face tensor hf_name, or NULL (absent or no GGUF name for it). */
 const gguf_tensor *gguf_model_find(const gguf_file *g, const char *hf_name);
 /* Converts t (F32, F16, BF16, Q8_0, Q4_0) to f32 in Hugging Face row order:
