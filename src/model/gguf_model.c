@@ -255,7 +255,8 @@ int gguf_model_read_f32(const gguf_file *g, const gguf_tensor *t, const char *hf
   if (!qk || t->ndim != 2 || heads <= 0) return 0;
   /* llama.cpp stores row (h, 2i + half) what Hugging Face has at row (h, half * hd/2 + i) */
   int64_t cols = t->dims[0], rows = t->dims[1], hd = rows / heads, half = hd / 2;
-  if (hd * heads != rows || hd % 2) return herr_set(err, HEARTH_EFORMAT, "%s: %lld rows do not split into %lld heads", t->name, (long long)rows, (long long)heads);
+  if (rows == 0 || cols == 0) return 0; /* nothing to reorder (and no per-head loop over an empty tensor) */
+  if (hd == 0 || hd * heads != rows || hd % 2) return herr_set(err, HEARTH_EFORMAT, "%s: %lld rows do not split into %lld heads", t->name, (long long)rows, (long long)heads);
   float *tmp = malloc((size_t)(hd * cols) * sizeof(float));
   if (!tmp) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   for (int64_t h = 0; h < heads; h++) {
