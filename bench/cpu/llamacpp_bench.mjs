@@ -1,6 +1,7 @@
 // Measures llama.cpp (through node-llama-cpp's prebuilt CPU binary) on a GGUF:
 // pp = prompt tokens/s for one prompt of P tokens, tg = generation tokens/s for
-// N greedy tokens after a short prompt; median of R repeats, like llama-bench.
+// N greedy tokens after a short prompt; median of R repeats after one untimed
+// warm-up pass, like llama-bench.
 // Prints one JSON line: {"pp_tps", "tg_tps", "threads", "model"}.
 //   node bench/cpu/llamacpp_bench.mjs MODEL.gguf THREADS [P=512] [N=128] [R=3]
 import {getLlama} from "node-llama-cpp";
@@ -13,6 +14,13 @@ const median = (xs) => xs.slice().sort((a, b) => a - b)[Math.floor(xs.length / 2
 const vocab = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
 const prompt = Array.from({length: P}, (_, i) => 300 + ((i * 7919) % (vocab - 400)));
 
+{ // warm-up: the first pass over freshly mapped weights is slower
+  const ctx = await model.createContext({contextSize: P + N + 16, threads, batchSize: P, sequences: 1, batching: {dispatchSchedule: "nextTick"}});
+  const seq = ctx.getSequence();
+  await seq.evaluateWithoutGeneratingNewTokens(prompt.slice(0, Math.min(P, 32)));
+  await seq.evaluateWithoutGeneratingNewTokens([301]);
+  await ctx.dispose();
+}
 const pp = [], tg = [];
 for (let r = 0; r < R; r++) {
   const ctx = await model.createContext({contextSize: P + N + 16, threads, batchSize: P, sequences: 1, batching: {dispatchSchedule: "nextTick"}});

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,9 +11,40 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int hmmap_open(hmmap *m, const char *path, herr *err) {
-  m->data = NULL;
-  m->size = 0;
+/* Reads fd (n bytes) into fresh anonymous memory aligned to 2 MiB. */
+static int read_resident(hmmap *m, int fd, size_t n, const char *path, herr *err) {
+  const size_t huge = (size_t)2 << 20;
+  size_t mapped = n + huge;
+  void *base = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) return herr_set(err, HEARTH_ENOMEM, "%s: cannot allocate %zu bytes: %s", path, n, strerror(errno));
+  unsigned char *p = (unsigned char *)(((uintptr_t)base + huge - 1) & ~(uintptr_t)(huge - 1));
+#ifdef MADV_HUGEPAGE
+  madvise(p, n, MADV_HUGEPAGE); /* advice only: without THP the copy still works */
+#endif
+  size_t off = 0;
+  while (off < n) {
+    size_t want = n - off > ((size_t)1 << 26) ? ((size_t)1 << 26) : n - off;
+    ssize_t r = pread(fd, p + off, want, (off_t)off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      int e = r < 0 ? errno : 0;
+      munmap(base, mapped);
+      return herr_set(err, HEARTH_EIO, "%s: read failed at byte %zu: %s", path, off, e ? strerror(e) : "file shrank");
+    }
+    off += (size_t)r;
+  }
+  mprotect(p, n, PROT_READ);
+  m->data = p;
+  m->size = n;
+  m->base = base;
+  m->mapped = mapped;
+  return 0;
+}
+
+int hmmap_open(hmmap *m, const char *path, herr *err) { return hmmap_open_mode(m, path, HMMAP_MAP, err); }
+
+int hmmap_open_mode(hmmap *m, const char *path, int mode, herr *err) {
+  memset(m, 0, sizeof *m);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return herr_set(err, errno == ENOENT ? HEARTH_ENOTFOUND : HEARTH_EIO, "%s: %s", path, strerror(errno));
   struct stat st;
@@ -25,6 +57,11 @@ int hmmap_open(hmmap *m, const char *path, herr *err) {
     close(fd);
     return herr_set(err, HEARTH_EIO, "%s: not a regular file", path);
   }
+  if (st.st_size > 0 && mode == HMMAP_RESIDENT) {
+    int rc = read_resident(m, fd, (size_t)st.st_size, path, err);
+    close(fd);
+    return rc;
+  }
   if (st.st_size > 0) {
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -34,17 +71,16 @@ int hmmap_open(hmmap *m, const char *path, herr *err) {
     }
     m->data = p;
     m->size = (size_t)st.st_size;
+    m->base = p;
+    m->mapped = m->size;
   }
   close(fd);
   return 0;
 }
 
 void hmmap_close(hmmap *m) {
-  if (m && m->data) munmap((void *)m->data, m->size);
-  if (m) {
-    m->data = NULL;
-    m->size = 0;
-  }
+  if (m && m->base) munmap(m->base, m->mapped);
+  if (m) memset(m, 0, sizeof *m);
 }
 
 int hfile_read(const char *path, char **out, size_t *len, herr *err) {

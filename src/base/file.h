@@ -11,9 +11,21 @@
 typedef struct hmmap {
   const unsigned char *data; /* owned mapping */
   size_t size;
+  void *base;                /* what to unmap (data, or below it when aligned) */
+  size_t mapped;             /* bytes mapped at base */
 } hmmap;
 
-int hmmap_open(hmmap *m, const char *path, herr *err);
+/* How hmmap_open_mode holds the file:
+ *   HMMAP_MAP       a private read-only mapping of the file (pages come from
+ *                   the page cache as they are touched);
+ *   HMMAP_RESIDENT  read whole into anonymous memory aligned to 2 MiB and
+ *                   advised for transparent huge pages: what model weights
+ *                   use, since streaming them through 4 KiB page-cache pages
+ *                   runs at a fraction of the memory bandwidth. */
+enum { HMMAP_MAP = 0, HMMAP_RESIDENT = 1 };
+
+int hmmap_open(hmmap *m, const char *path, herr *err); /* HMMAP_MAP */
+int hmmap_open_mode(hmmap *m, const char *path, int mode, herr *err);
 void hmmap_close(hmmap *m);
 
 /* Reads a whole file into a NUL-terminated malloc'd buffer (*out owned by caller). */

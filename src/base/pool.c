@@ -1,22 +1,42 @@
 /* pool.c — parallel-for thread pool (see pool.h). Owns its worker threads;
  * knows nothing of what the work is. Workers take indices from an atomic
- * counter, so uneven items balance themselves. */
+ * counter, so uneven items balance themselves.
+ *
+ * A forward pass runs hundreds of short parallel loops per token, so waking
+ * threads through the kernel each time would cost more than some loops
+ * take. Workers and the caller therefore spin for a short while (SPIN_NS)
+ * on the job counter before sleeping on a condition variable; an idle pool
+ * sleeps, so a server between requests costs nothing. */
 #include "base/pool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+/* How long a thread spins for the next job (or the caller for the end of
+ * one) before it sleeps. */
+#define SPIN_NS 200000L
 
 struct hpool {
   int n;                 /* threads including the caller */
   pthread_t *threads;    /* owned: n - 1 workers */
-  pthread_mutex_t mu;    /* guards the fields below */
+  pthread_mutex_t mu;    /* pairs with the condition variables */
   pthread_cond_t start, done;
   pthread_mutex_t run_mu;/* serialises hpool_for callers */
-  unsigned long gen;     /* bumped for each job */
-  int active;            /* workers still in the current job */
-  int quit;
+  atomic_ulong gen;      /* bumped for each job (published after the job's fields) */
+  atomic_int active;     /* workers still in the current job */
+  atomic_int quit;
   /* current job */
   hpool_fn fn;
   void *ctx;
@@ -27,6 +47,34 @@ struct hpool {
 int hpool_cpu_count(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
+}
+
+static long elapsed_ns(const struct timespec *t0) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
+}
+
+/* Spins until cond(p, arg) holds or SPIN_NS pass; returns whether it holds. */
+static int spin_until(hpool *p, int (*cond)(hpool *, unsigned long), unsigned long arg) {
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    for (int i = 0; i < 64; i++) {
+      if (cond(p, arg)) return 1;
+      cpu_relax();
+    }
+    if (elapsed_ns(&t0) > SPIN_NS) return cond(p, arg);
+  }
+}
+
+static int job_posted(hpool *p, unsigned long seen) {
+  return atomic_load_explicit(&p->gen, memory_order_acquire) != seen || atomic_load_explicit(&p->quit, memory_order_relaxed);
+}
+
+static int job_done(hpool *p, unsigned long unused) {
+  (void)unused;
+  return atomic_load_explicit(&p->active, memory_order_acquire) == 0;
 }
 
 static void run_items(hpool *p, int tid) {
@@ -45,18 +93,19 @@ static void *worker(void *arg) {
   hpool *p = wa.p;
   unsigned long seen = 0;
   for (;;) {
-    pthread_mutex_lock(&p->mu);
-    while (!p->quit && p->gen == seen) pthread_cond_wait(&p->start, &p->mu);
-    if (p->quit) {
+    if (!spin_until(p, job_posted, seen)) {
+      pthread_mutex_lock(&p->mu);
+      while (!job_posted(p, seen)) pthread_cond_wait(&p->start, &p->mu);
       pthread_mutex_unlock(&p->mu);
-      return NULL;
     }
-    seen = p->gen;
-    pthread_mutex_unlock(&p->mu);
+    if (atomic_load(&p->quit)) return NULL;
+    seen = atomic_load_explicit(&p->gen, memory_order_acquire);
     run_items(p, wa.tid);
-    pthread_mutex_lock(&p->mu);
-    if (--p->active == 0) pthread_cond_signal(&p->done);
-    pthread_mutex_unlock(&p->mu);
+    if (atomic_fetch_sub_explicit(&p->active, 1, memory_order_acq_rel) == 1) {
+      pthread_mutex_lock(&p->mu);
+      pthread_cond_signal(&p->done);
+      pthread_mutex_unlock(&p->mu);
+    }
   }
 }
 
@@ -100,26 +149,30 @@ void hpool_for(hpool *p, int n, hpool_fn fn, void *ctx) {
     return;
   }
   pthread_mutex_lock(&p->run_mu);
-  pthread_mutex_lock(&p->mu);
   p->fn = fn;
   p->ctx = ctx;
   p->total = n;
   atomic_store(&p->next, 0);
-  p->active = p->n - 1;
-  p->gen++;
+  atomic_store(&p->active, p->n - 1);
+  atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+  /* wakes the workers that went to sleep (taking the lock after the bump
+   * means none can be between its check and its wait) */
+  pthread_mutex_lock(&p->mu);
   pthread_cond_broadcast(&p->start);
   pthread_mutex_unlock(&p->mu);
   run_items(p, 0);
-  pthread_mutex_lock(&p->mu);
-  while (p->active > 0) pthread_cond_wait(&p->done, &p->mu);
-  pthread_mutex_unlock(&p->mu);
+  if (!spin_until(p, job_done, 0)) {
+    pthread_mutex_lock(&p->mu);
+    while (!job_done(p, 0)) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+  }
   pthread_mutex_unlock(&p->run_mu);
 }
 
 void hpool_destroy(hpool *p) {
   if (!p) return;
   pthread_mutex_lock(&p->mu);
-  p->quit = 1;
+  atomic_store(&p->quit, 1);
   pthread_cond_broadcast(&p->start);
   pthread_mutex_unlock(&p->mu);
   for (int t = 1; t < p->n; t++) pthread_join(p->threads[t - 1], NULL);

@@ -1,8 +1,9 @@
 /* bench.c — `hearth bench`: prompt-processing and generation speed of a
  * model, measured as llama-bench does. pp: one forward over P prompt tokens
- * into an empty cache; tg: N single-token forward steps after that prompt
- * (logits computed, no sampling). Each repeat starts from an empty cache;
- * the median of the repeats is reported. Token ids are fixed pseudo-random
+ * into an empty cache; tg: N single-token forward steps into another empty
+ * cache (after one untimed token; logits computed, no sampling). One
+ * untimed warm-up pass first (the first pass over freshly mapped weights is
+ * slower); the median of the repeats is reported. Token ids are fixed pseudo-random
  * ids of the vocabulary. Knows the model and KV cache interfaces only. */
 #include <jansson.h>
 #include <stdio.h>
@@ -17,9 +18,10 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: hearth bench [--model M] [-p 512] [-n 128] [-t THREADS] [--repeat R] [--json]\n\n"
+          "usage: hearth bench [--model M] [-p 512] [-n 128] [-t THREADS] [--repeat R] [--no-warmup] [--json]\n\n"
           "Measures prompt processing (one forward over P tokens) and generation (N single-token\n"
-          "steps after the prompt, no sampling) in tokens/s, median of R repeats (default 3).\n"
+          "steps from an empty cache, no sampling) in tokens/s, median of R repeats (default 3),\n"
+          "after one untimed warm-up pass (--no-warmup skips it).\n"
           "-p 0 or -n 0 skips that part. --json prints one line:\n"
           "{\"pp_tps\": ..., \"tg_tps\": ..., \"threads\": ..., \"model\": ...}\n");
 }
@@ -50,46 +52,56 @@ static bool parse_count(const char *s, bool allow_zero, int *out) {
   return true;
 }
 
-/* One repeat: pp over `prompt`, then n_gen single steps. Times in seconds (pp skipped when P = 0). */
-static int run_once(model *m, const int32_t *prompt, int P, const int32_t *gen, int N, float *logits, double *pp_s, double *tg_s,
-                    herr *err) {
+/* A fresh cache with one sequence. */
+static int fresh_seq(model *m, kv_cache **cache, kv_seq **seq, herr *err) {
   model_kv_geometry geo;
   model_kv_geometry_of(m, &geo);
+  *cache = NULL;
+  *seq = NULL;
+  int rc = kv_cache_new(&geo, 0, cache, err);
+  if (!rc) rc = kv_cache_seq_new(*cache, seq, err);
+  return rc;
+}
+
+static int step(model *m, kv_seq *seq, const int32_t *tokens, int n, float *logits, herr *err) {
+  model_seq sq = {.kv = seq, .tokens = tokens, .n_tokens = n};
+  model_batch b = {&sq, 1};
+  return model_forward(m, &b, logits, err);
+}
+
+/* One repeat: pp over `prompt` into an empty cache; then, into another empty
+ * cache, one untimed token and N timed single steps. Times in seconds (a
+ * part is skipped when its count is 0). */
+static int run_once(model *m, const int32_t *prompt, int P, const int32_t *gen, int N, float *logits, double *pp_s, double *tg_s,
+                    herr *err) {
   kv_cache *cache = NULL;
   kv_seq *seq = NULL;
-  int rc = kv_cache_new(&geo, 0, &cache, err);
-  if (!rc) rc = kv_cache_seq_new(cache, &seq, err);
+  int rc = 0;
   *pp_s = *tg_s = 0;
-  if (!rc && P > 0) {
-    model_seq sq = {.kv = seq, .tokens = prompt, .n_tokens = P};
-    model_batch b = {&sq, 1};
+  if (P > 0) {
+    rc = fresh_seq(m, &cache, &seq, err);
     double t0 = now_s();
-    rc = model_forward(m, &b, logits, err);
+    if (!rc) rc = step(m, seq, prompt, P, logits, err);
     *pp_s = now_s() - t0;
+    kv_cache_seq_free(seq);
+    kv_cache_free(cache);
   }
   if (!rc && N > 0) {
-    if (P == 0) { /* generation needs something before it: one token, not timed */
-      model_seq sq = {.kv = seq, .tokens = prompt, .n_tokens = 1};
-      model_batch b = {&sq, 1};
-      rc = model_forward(m, &b, logits, err);
-    }
+    rc = fresh_seq(m, &cache, &seq, err);
+    if (!rc) rc = step(m, seq, prompt, 1, logits, err);
     double t0 = now_s();
-    for (int i = 0; !rc && i < N; i++) {
-      model_seq sq = {.kv = seq, .tokens = gen + i, .n_tokens = 1};
-      model_batch b = {&sq, 1};
-      rc = model_forward(m, &b, logits, err);
-    }
+    for (int i = 0; !rc && i < N; i++) rc = step(m, seq, gen + i, 1, logits, err);
     *tg_s = now_s() - t0;
+    kv_cache_seq_free(seq);
+    kv_cache_free(cache);
   }
-  kv_cache_seq_free(seq);
-  kv_cache_free(cache);
   return rc;
 }
 
 int cli_bench(int argc, char **argv) {
   const char *dir = NULL, *v;
   int P = 512, N = 128, threads = 0, repeat = 3;
-  bool json = false;
+  bool json = false, warmup = true;
   for (int i = 1; i < argc; i++) {
     int r;
     if (cli_is_help(argv[i])) {
@@ -106,6 +118,8 @@ int cli_bench(int argc, char **argv) {
       if (r < 0 || !parse_count(v, false, &threads)) return cli_usage_error("bench", "-t needs a thread count");
     } else if ((r = cli_opt(argc, argv, &i, "--repeat", &v))) {
       if (r < 0 || !parse_count(v, false, &repeat) || repeat > 100) return cli_usage_error("bench", "--repeat needs 1..100");
+    } else if (!strcmp(argv[i], "--no-warmup")) {
+      warmup = false;
     } else if (!strcmp(argv[i], "--json")) {
       json = true;
     } else {
@@ -140,6 +154,13 @@ int cli_bench(int argc, char **argv) {
   for (int i = 0; i < N; i++) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     gen[i] = (int32_t)(x % (uint64_t)V);
+  }
+  if (warmup) {
+    double ps, ts;
+    if (run_once(m, prompt, P < 32 ? P : 32, gen, N < 2 ? N : 2, logits, &ps, &ts, &err)) {
+      cli_fail("%s", err.msg);
+      goto out;
+    }
   }
   for (int r = 0; r < repeat; r++) {
     double ps, ts;

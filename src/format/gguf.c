@@ -399,10 +399,12 @@ int gguf_parse(const unsigned char *data, size_t size, const char *what, gguf_fi
   return 0;
 }
 
-int gguf_open(gguf_file **out, const char *path, herr *err) {
+int gguf_open(gguf_file **out, const char *path, herr *err) { return gguf_open_mode(out, path, HMMAP_MAP, err); }
+
+int gguf_open_mode(gguf_file **out, const char *path, int mode, herr *err) {
   *out = NULL;
   hmmap m;
-  int rc = hmmap_open(&m, path, err);
+  int rc = hmmap_open_mode(&m, path, mode, err);
   if (rc) return rc;
   gguf_file *g = file_new(path);
   if (!g) {

@@ -141,6 +141,8 @@ typedef struct gguf_file gguf_file;
 
 /* Maps and parses PATH. *out is owned by the caller (gguf_close). */
 int gguf_open(gguf_file **out, const char *path, herr *err);
+/* gguf_open holding the file as mode says (HMMAP_MAP or HMMAP_RESIDENT, base/file.h). */
+int gguf_open_mode(gguf_file **out, const char *path, int mode, herr *err);
 /* Parses a GGUF image already in memory (borrowed: must outlive *out). `what`
  * names it in messages. */
 int gguf_parse(const unsigned char *data, size_t size, const char *what, gguf_file **out, herr *err);

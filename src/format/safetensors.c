@@ -429,7 +429,7 @@ static int finish_set(st_set *s, const char *what, herr *err) {
 
 /* Maps and parses shard k (path already in s->paths[k]). */
 static int load_shard(st_set *s, int k, shard_part *part, herr *err) {
-  int rc = hmmap_open(&s->maps[k], s->paths[k], err);
+  int rc = hmmap_open_mode(&s->maps[k], s->paths[k], s->mode, err);
   if (rc) return rc;
   json_t **meta = k == 0 ? &s->metadata : NULL;
   rc = st_parse(s->maps[k].data, s->maps[k].size, s->paths[k], &part->tensors, &part->count, meta, &part->names, err);
@@ -628,8 +628,11 @@ static int find_lone_file(const char *dir, char **out, herr *err) {
   return *out ? 0 : herr_set(err, HEARTH_ENOMEM, "%s: out of memory", dir);
 }
 
-int st_open(st_set *s, const char *path, herr *err) {
+int st_open(st_set *s, const char *path, herr *err) { return st_open_mode(s, path, HMMAP_MAP, err); }
+
+int st_open_mode(st_set *s, const char *path, int mode, herr *err) {
   memset(s, 0, sizeof *s);
+  s->mode = mode;
   hdict_init(&s->index);
   int rc;
   if (hfile_is_dir(path)) {

@@ -53,6 +53,7 @@ typedef struct st_set {
   json_t *metadata;            /* owned: __metadata__ of the first shard (string→string) or NULL */
   hdict index;                 /* name → position in tensors */
   char *names;                 /* owned storage for tensor names */
+  int mode;                    /* HMMAP_MAP or HMMAP_RESIDENT (base/file.h) */
 } st_set;
 
 /* Opens PATH: a .safetensors file, a model.safetensors.index.json, or a
@@ -60,6 +61,8 @@ typedef struct st_set {
  * shards) or exactly one other .safetensors file. On failure s is left
  * closed (st_close on it is harmless). */
 int st_open(st_set *s, const char *path, herr *err);
+/* st_open holding the shards as mode says (HMMAP_MAP or HMMAP_RESIDENT, base/file.h). */
+int st_open_mode(st_set *s, const char *path, int mode, herr *err);
 /* Parses one safetensors file already in memory (used by st_open and the
  * fuzz target). `what` names the file in messages. On success *tensors
  * (owned, sorted by name, shard 0, data pointing into `data`), *names (owned

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/cpu/quant.h"
+#include "base/file.h"
 #include "backend/ops.h"
 #include "backend/weights.h"
 #include "base/pool.h"
@@ -376,7 +377,9 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   model *m = calloc(1, sizeof *m);
   if (!m) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   bool is_gguf = gguf_model_is_gguf(dir);
-  int rc = is_gguf ? gguf_open(&m->gg, dir, err) : config_load(&m->cfg, dir, err);
+  const char *mm = getenv("HEARTH_MMAP");
+  int mode = (opts && opts->mmap) || (mm && !strcmp(mm, "1")) ? HMMAP_MAP : HMMAP_RESIDENT;
+  int rc = is_gguf ? gguf_open_mode(&m->gg, dir, mode, err) : config_load(&m->cfg, dir, err);
   if (rc) goto fail;
   if (is_gguf && (rc = gguf_model_config(m->gg, &m->cfg, err))) goto fail;
   const model_config *c = &m->cfg;
@@ -401,7 +404,7 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
     goto fail;
   }
   if (!is_gguf) {
-    if ((rc = st_open(&m->st, dir, err))) goto fail;
+    if ((rc = st_open_mode(&m->st, dir, mode, err))) goto fail;
     m->st_opened = true;
   }
   /* llama.cpp stores llama's q/k rows permuted for RoPE on adjacent pairs */

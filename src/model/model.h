@@ -29,6 +29,9 @@ typedef struct model model;
 
 typedef struct model_load_opts {
   int threads;      /* worker threads for the ops; <= 0 = one per CPU */
+  bool mmap;        /* map the weight files instead of reading them into
+                       huge-page memory (also HEARTH_MMAP=1): less memory,
+                       slower matmuls */
 } model_load_opts;
 
 /* The cache layout the model needs: one row of kv_dim[l] floats (each of K
