@@ -16,6 +16,7 @@
 #ifndef HEARTH_BACKEND_WEIGHTS_H
 #define HEARTH_BACKEND_WEIGHTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +47,11 @@ typedef struct bk_weight {
   bk_type scale_type;    /* BK_F32, BK_F16 or BK_BF16: the dtype of scales and biases */
   const void *scales;    /* borrowed: [rows, cols / group_size] */
   const void *biases;    /* borrowed: [rows, cols / group_size] */
+  /* Set by bk_weight_pack: the matrix repacked for 8-bit integer kernels
+   * (owned through this descriptor: release with bk_weight_unpack; a copy
+   * of the descriptor must not outlive it). NULL: the stored format is used. */
+  void *packed;
+  size_t packed_size;
 } bk_weight;
 
 /* "f32", "q4_K", "mlx4"... (static string). */
@@ -65,6 +71,19 @@ int bk_weight_validate(const bk_weight *w, herr *err);
  * the pool's threads (pool may be NULL). y must not alias x. Every element of
  * y is written. Fails only when w does not validate (y untouched then). */
 int bk_matmul(hpool *pool, float *y, const float *x, int64_t n, const bk_weight *w, const float *bias, herr *err);
+
+/* Repacks w (Q8_0 or Q4_0) into 16-row groups for the 8-bit integer
+ * kernels, when the CPU level in effect has them (AVX-512 VNNI). bk_matmul
+ * then quantizes activations to 8 bits per block of 32, as llama.cpp does
+ * for these types, instead of multiplying f32 activations by the
+ * dequantized weights: faster, but no longer exact to the dequantized
+ * weights. Does nothing (returns 0) for other types, other CPUs, when
+ * HEARTH_ACT=f32 is set in the environment, or when w is packed already.
+ * w->data stays as it was and stays in use for other levels. */
+int bk_weight_pack(bk_weight *w, herr *err);
+void bk_weight_unpack(bk_weight *w);
+/* Whether this CPU (and build) has the integer kernels. */
+bool bk_cpu_has_int8_dot(void);
 
 /* Dispatch levels, lowest first. */
 typedef enum bk_cpu_level { BK_CPU_SCALAR = 0, BK_CPU_AVX2 = 1, BK_CPU_AVX512 = 2 } bk_cpu_level;

@@ -66,6 +66,12 @@ void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
 
 void model_free(model *m) {
   if (!m) return;
+  for (int l = 0; m->layers && l < m->cfg.num_hidden_layers; l++) {
+    layer_weights *lw = &m->layers[l];
+    bk_weight *mats[] = {&lw->q, &lw->k, &lw->v, &lw->o, &lw->gate, &lw->up, &lw->down};
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) bk_weight_unpack(mats[i]);
+  }
+  bk_weight_unpack(&m->lm_head);
   for (int i = 0; i < m->n_owned; i++) bk_free(m->owned[i]);
   free(m->owned);
   free(m->layers);
@@ -423,6 +429,15 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   if ((rc = load_tensor(m, &src, "model.norm.weight", 1, c->hidden_size, 0, true, &m->final_norm, err))) goto fail;
   if (c->tie_word_embeddings) m->lm_head = m->embed;
   else if ((rc = load_matrix(m, &src, "lm_head.weight", c->vocab_size, c->hidden_size, true, &m->lm_head, err))) goto fail;
+  if (!(opts && opts->f32_activations)) { /* Q8_0 / Q4_0 matrices to the 8-bit integer kernels, where the CPU has them */
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+      layer_weights *lw = &m->layers[l];
+      bk_weight *mats[] = {&lw->q, &lw->k, &lw->v, &lw->o, &lw->gate, &lw->up, &lw->down};
+      for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+        if ((rc = bk_weight_pack(mats[i], err))) goto fail;
+    }
+    if ((rc = bk_weight_pack(&m->lm_head, err))) goto fail;
+  }
 
   if (m->fam->scale_embeddings) {
     float s = sqrtf((float)c->hidden_size);

@@ -4,6 +4,7 @@
  * the weights. The arithmetic lives in kernels_*.c; the formats in quant.c.
  * Knows nothing of models, files or tensor names.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -11,7 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/mman.h>
+
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/pack.h"
 #include "backend/cpu/quant.h"
 #include "backend/weights.h"
 
@@ -109,6 +113,128 @@ static bk_rows_fn rows_fn(bk_cpu_level level) {
   return bk_rows_scalar;
 }
 
+/* ---- packed weights ---- */
+
+bool bk_cpu_has_int8_dot(void) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return bk_cpu_best() == BK_CPU_AVX512 && __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+int bk_weight_pack(bk_weight *w, herr *err) {
+  int rc = bk_weight_validate(w, err);
+  if (rc) return rc;
+  const char *act = getenv("HEARTH_ACT");
+  if (w->packed || !bk_pack_type_ok(w->type) || (act && !strcmp(act, "f32")) || bk_cpu_level_now() != BK_CPU_AVX512 ||
+      !bk_cpu_has_int8_dot())
+    return 0;
+  size_t groups = (size_t)((w->rows + BK_PACK_ROWS - 1) / BK_PACK_ROWS), size = groups * bk_pack_group_bytes(w);
+  const size_t huge = (size_t)2 << 20;
+  size_t mapped = (size + huge - 1) / huge * huge;
+  void *p = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return herr_set(err, HEARTH_ENOMEM, "weight %s: cannot allocate %zu bytes to repack it", bk_type_name(w->type), size);
+#ifdef MADV_HUGEPAGE
+  madvise(p, mapped, MADV_HUGEPAGE);
+#endif
+  bk_pack_write(w, p);
+  w->packed = p;
+  w->packed_size = mapped;
+  return 0;
+}
+
+void bk_weight_unpack(bk_weight *w) {
+  if (!w || !w->packed) return;
+  munmap(w->packed, w->packed_size);
+  w->packed = NULL;
+  w->packed_size = 0;
+}
+
+/* The calling thread's activation buffer, kept between calls (prefill
+ * would otherwise fault in megabytes per matmul); freed when it exits. */
+static pthread_key_t qbuf_key;
+static pthread_once_t qbuf_once = PTHREAD_ONCE_INIT;
+typedef struct qbuf { void *p; size_t cap; } qbuf;
+static void qbuf_free(void *v) {
+  qbuf *b = v;
+  if (b) free(b->p);
+  free(b);
+}
+static void qbuf_init(void) { pthread_key_create(&qbuf_key, qbuf_free); }
+static void *qbuf_get(size_t size) {
+  pthread_once(&qbuf_once, qbuf_init);
+  qbuf *b = pthread_getspecific(qbuf_key);
+  if (!b) {
+    b = calloc(1, sizeof *b);
+    if (!b || pthread_setspecific(qbuf_key, b)) {
+      free(b);
+      return NULL;
+    }
+  }
+  if (b->cap < size) {
+    void *np = NULL;
+    if (posix_memalign(&np, 64, size)) return NULL;
+    free(b->p);
+    b->p = np;
+    b->cap = size;
+  }
+  return b->p;
+}
+
+typedef struct packed_job {
+  bk_packed_fn fn;
+  const bk_weight *w;  /* borrowed */
+  const float *x;      /* borrowed */
+  bk_qrows qa;         /* borrowed arrays */
+  float *y;            /* borrowed */
+  const float *bias;   /* borrowed */
+  int64_t groups_per_task, rows_per_qtask;
+} packed_job;
+
+static void quant_task(void *ctx, int task, int tid) {
+  (void)tid;
+  const packed_job *j = ctx;
+  int64_t i0 = (int64_t)task * j->rows_per_qtask, i1 = i0 + j->rows_per_qtask < j->qa.n ? i0 + j->rows_per_qtask : j->qa.n;
+  bk_qrows_fill(&j->qa, j->x, i0, i1);
+}
+
+static void packed_task(void *ctx, int task, int tid) {
+  (void)tid;
+  const packed_job *j = ctx;
+  int64_t groups = (j->w->rows + BK_PACK_ROWS - 1) / BK_PACK_ROWS;
+  int64_t g0 = (int64_t)task * j->groups_per_task, g1 = g0 + j->groups_per_task < groups ? g0 + j->groups_per_task : groups;
+  j->fn(j->w, &j->qa, j->y, g0, g1, j->bias);
+}
+
+/* bk_matmul for a packed weight: activations to 8 bits, then groups of rows over the pool. */
+static int matmul_packed(hpool *pool, float *y, const float *x, int64_t n, const bk_weight *w, const float *bias, herr *err) {
+  int64_t nb = w->cols / 32;
+  size_t qbytes = ((size_t)(n * w->cols) + 63) / 64 * 64, dbytes = ((size_t)(n * nb) * 4 + 63) / 64 * 64;
+  unsigned char *buf = qbuf_get(qbytes + 2 * dbytes);
+  if (!buf) return herr_set(err, HEARTH_ENOMEM, "matmul: out of memory for %lld quantized activation rows", (long long)n);
+  packed_job j = {.w = w, .x = x, .y = y, .bias = bias};
+  j.qa = (bk_qrows){.n = n, .cols = w->cols, .nb = nb, .q = (int8_t *)buf, .d = (float *)(buf + qbytes), .s = (int32_t *)(buf + qbytes + dbytes)};
+  int threads = hpool_size(pool);
+  if (n >= 16 && threads > 1) {
+    j.rows_per_qtask = (n + threads * 2 - 1) / (threads * 2);
+    hpool_for(pool, (int)((n + j.rows_per_qtask - 1) / j.rows_per_qtask), quant_task, &j);
+  } else {
+    bk_qrows_fill(&j.qa, x, 0, n);
+  }
+#if defined(__x86_64__)
+  j.fn = bk_cpu_level_now() == BK_CPU_AVX512 && bk_cpu_has_int8_dot() ? bk_packed_rows_vnni : bk_packed_rows_ref;
+#else
+  j.fn = bk_packed_rows_ref;
+#endif
+  int64_t groups = (w->rows + BK_PACK_ROWS - 1) / BK_PACK_ROWS;
+  j.groups_per_task = (groups + (int64_t)threads * 4 - 1) / ((int64_t)threads * 4);
+  if (j.groups_per_task < 1) j.groups_per_task = 1;
+  hpool_for(pool, (int)((groups + j.groups_per_task - 1) / j.groups_per_task), packed_task, &j);
+  return 0;
+}
+
 /* ---- threads ---- */
 
 typedef struct matmul_job {
@@ -132,6 +258,7 @@ int bk_matmul(hpool *pool, float *y, const float *x, int64_t n, const bk_weight 
   int rc = bk_weight_validate(w, err);
   if (rc) return rc;
   if (n <= 0) return 0;
+  if (w->packed) return matmul_packed(pool, y, x, n, w, bias, err);
   /* Tiles of whole BK_ROW_TILE rows (one GEMM panel; 128 bytes of y per
    * input row, so threads never share a cache line of y except at the
    * very end), about four per thread so that a slow thread is caught up. */

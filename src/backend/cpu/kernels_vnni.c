@@ -1,0 +1,155 @@
+/* kernels_vnni.c — the AVX-512 VNNI matmul over packed weights (pack.h):
+ * 8-bit activations times 16 interleaved weight rows, one vpdpbusd per 4
+ * columns of 16 rows. A tile is up to 8 activation rows × one 16-row group;
+ * the unpacked weights of a block stay in registers across the tile's rows.
+ * Activation rows are taken 64 at a time so that they stay in L2 while every
+ * group of the task streams past them. Same arithmetic, in the same order, as
+ * bk_packed_rows_ref. Compiled for those instructions by a pragma here;
+ * chosen at run time only when the CPU has them. */
+#include <string.h>
+
+#include "backend/cpu/pack.h"
+
+#if defined(__x86_64__)
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+
+#define KINLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+#define TILE_M 8
+#define CHUNK_M 64
+
+KINLINE __m512i bcast4(const int8_t *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+KINLINE void store_tile(float *y, int64_t ys, int M, __m512 *acc, int nr, const float *bias, int64_t row0) {
+  __mmask16 mask = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1);
+  __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + row0) : _mm512_setzero_ps();
+  for (int i = 0; i < M; i++) {
+    __m512 v = bias ? _mm512_add_ps(acc[i], b) : acc[i];
+    _mm512_mask_storeu_ps(y + i * ys + row0, mask, v);
+  }
+}
+
+/* Q4_0x16: M activation rows (from i0) × the group at grp. */
+KINLINE void tile_q4_0(const uint8_t *grp, const bk_qrows *qa, int64_t i0, const int M, float *y, int64_t ys, int64_t row0,
+                       int nr, const float *bias) {
+  const int64_t nb = qa->nb;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[TILE_M];
+  UNROLL
+  for (int i = 0; i < M; i++) acc[i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *blk = grp + (size_t)b * 288;
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+    __m512i lo[4], hi[4];
+    UNROLL
+    for (int c = 0; c < 4; c++) {
+      __m512i l = _mm512_loadu_si512((const void *)(blk + 32 + 64 * c));
+      lo[c] = _mm512_and_si512(l, m4);
+      hi[c] = _mm512_and_si512(_mm512_srli_epi16(l, 4), m4);
+    }
+    UNROLL
+    for (int i = 0; i < M; i++) {
+      const int8_t *xb = qa->q + (i0 + i) * qa->cols + 32 * b;
+      __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(xb));
+      __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], bcast4(xb + 16));
+      s0 = _mm512_dpbusd_epi32(s0, lo[1], bcast4(xb + 4));
+      s1 = _mm512_dpbusd_epi32(s1, hi[1], bcast4(xb + 20));
+      s0 = _mm512_dpbusd_epi32(s0, lo[2], bcast4(xb + 8));
+      s1 = _mm512_dpbusd_epi32(s1, hi[2], bcast4(xb + 24));
+      s0 = _mm512_dpbusd_epi32(s0, lo[3], bcast4(xb + 12));
+      s1 = _mm512_dpbusd_epi32(s1, hi[3], bcast4(xb + 28));
+      int64_t xi = (i0 + i) * nb + b;
+      __m512i s = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(8 * qa->s[xi]));
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(qa->d[xi])), acc[i]);
+    }
+  }
+  store_tile(y, ys, M, acc, nr, bias, row0);
+}
+
+/* Q8_0x16: M activation rows (from i0) × the group at grp. */
+KINLINE void tile_q8_0(const uint8_t *grp, const bk_qrows *qa, int64_t i0, const int M, float *y, int64_t ys, int64_t row0,
+                       int nr, const float *bias) {
+  const int64_t nb = qa->nb;
+  __m512 acc[TILE_M];
+  UNROLL
+  for (int i = 0; i < M; i++) acc[i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *blk = grp + (size_t)b * 544;
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+    __m512i u[8];
+    UNROLL
+    for (int c = 0; c < 8; c++) u[c] = _mm512_loadu_si512((const void *)(blk + 32 + 64 * c));
+    UNROLL
+    for (int i = 0; i < M; i++) {
+      const int8_t *xb = qa->q + (i0 + i) * qa->cols + 32 * b;
+      __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], bcast4(xb));
+      __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[4], bcast4(xb + 16));
+      s0 = _mm512_dpbusd_epi32(s0, u[1], bcast4(xb + 4));
+      s1 = _mm512_dpbusd_epi32(s1, u[5], bcast4(xb + 20));
+      s0 = _mm512_dpbusd_epi32(s0, u[2], bcast4(xb + 8));
+      s1 = _mm512_dpbusd_epi32(s1, u[6], bcast4(xb + 24));
+      s0 = _mm512_dpbusd_epi32(s0, u[3], bcast4(xb + 12));
+      s1 = _mm512_dpbusd_epi32(s1, u[7], bcast4(xb + 28));
+      int64_t xi = (i0 + i) * nb + b;
+      __m512i s = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * qa->s[xi]));
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(qa->d[xi])), acc[i]);
+    }
+  }
+  store_tile(y, ys, M, acc, nr, bias, row0);
+}
+
+#define DISPATCH_M(fn, M, ...)                       \
+  switch (M) {                                       \
+    case 1: fn(__VA_ARGS__, 1, y, ys, row0, nr, bias); break; \
+    case 2: fn(__VA_ARGS__, 2, y, ys, row0, nr, bias); break; \
+    case 3: fn(__VA_ARGS__, 3, y, ys, row0, nr, bias); break; \
+    case 4: fn(__VA_ARGS__, 4, y, ys, row0, nr, bias); break; \
+    case 5: fn(__VA_ARGS__, 5, y, ys, row0, nr, bias); break; \
+    case 6: fn(__VA_ARGS__, 6, y, ys, row0, nr, bias); break; \
+    case 7: fn(__VA_ARGS__, 7, y, ys, row0, nr, bias); break; \
+    default: fn(__VA_ARGS__, 8, y, ys, row0, nr, bias); break; \
+  }
+
+void bk_packed_rows_vnni(const bk_weight *w, const bk_qrows *qa, float *y, int64_t g0, int64_t g1, const float *bias) {
+  const size_t gbytes = bk_pack_group_bytes(w);
+  const int64_t ys = w->rows;
+  for (int64_t ic = 0; ic < qa->n; ic += CHUNK_M) {
+    int64_t ie = qa->n - ic < CHUNK_M ? qa->n : ic + CHUNK_M;
+    for (int64_t g = g0; g < g1; g++) {
+      const uint8_t *grp = (const uint8_t *)w->packed + (size_t)g * gbytes;
+      int64_t row0 = g * BK_PACK_ROWS;
+      int nr = w->rows - row0 < BK_PACK_ROWS ? (int)(w->rows - row0) : BK_PACK_ROWS;
+      for (int64_t i0 = ic; i0 < ie; i0 += TILE_M) {
+        int M = ie - i0 < TILE_M ? (int)(ie - i0) : TILE_M;
+        float *yi = y + i0 * ys;
+        if (w->type == BK_Q4_0) {
+          float *y_ = yi;
+          { float *y = y_; DISPATCH_M(tile_q4_0, M, grp, qa, i0) }
+        } else {
+          float *y_ = yi;
+          { float *y = y_; DISPATCH_M(tile_q8_0, M, grp, qa, i0) }
+        }
+      }
+    }
+  }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif /* __x86_64__ */

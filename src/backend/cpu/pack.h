@@ -1,0 +1,62 @@
+/* pack.h — weights repacked for 8-bit integer dot products, and activations
+ * quantized to 8 bits for them (internal to backend/cpu).
+ *
+ * Q8_0 and Q4_0 matrices are repacked once, at load (bk_weight_pack), into
+ * groups of 16 rows: for each 32-column block the 16 rows' f16 scales, then
+ * their quants interleaved 4 bytes per row, so that one 64-byte load holds 4
+ * consecutive quants of each of the 16 rows — one AVX-512 VNNI vpdpbusd
+ * against 4 activation bytes broadcast. Activations are quantized per row in
+ * blocks of 32 (scale = max|x| / 127, round half to even), as llama.cpp does
+ * for these types. Output row r is then
+ *
+ *   y[r] = Σ_blocks (dw[r] · dx) · Σ_k wq[r, k] · xq[k]     (+ bias[r])
+ *
+ * accumulated in block order, one fused multiply-add per block, so the
+ * portable reference (bk_packed_rows_ref) and the SIMD kernel agree bit for
+ * bit. The integer sums use unsigned weight bytes u = wq + off (off 128 for
+ * Q8_0, 8 for Q4_0): Σ wq·xq = Σ u·xq − off · Σ xq.
+ *
+ * Layout of one group (rows padded to a multiple of 16 with zero scales and
+ * quants), blocks in column order:
+ *   Q8_0x16: uint16 d[16]; uint8 u[8][16][4]   u[c][r][j] = q[r][4c+j] + 128      544 bytes
+ *   Q4_0x16: uint16 d[16]; uint8 u[4][16][4]   the stored nibble bytes qs[r][4c+j]:
+ *            low nibble = element 4c+j, high nibble = element 16+4c+j             288 bytes
+ */
+#ifndef HEARTH_BACKEND_CPU_PACK_H
+#define HEARTH_BACKEND_CPU_PACK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/weights.h"
+
+#define BK_PACK_ROWS 16
+
+/* 8-bit activations: n rows of cols values (cols a multiple of 32). */
+typedef struct bk_qrows {
+  int64_t n, cols, nb; /* rows, columns, 32-blocks per row */
+  int8_t *q;           /* [n][cols] */
+  float *d;            /* [n][nb] block scales */
+  int32_t *s;          /* [n][nb] Σ q of each block */
+} bk_qrows;
+
+/* Whether type has a packed layout. */
+bool bk_pack_type_ok(bk_type t);
+/* Bytes of one packed group of 16 rows (0 when the type has no layout). */
+size_t bk_pack_group_bytes(const bk_weight *w);
+/* Writes w's packed form (ceil(rows / 16) groups) into dst. */
+void bk_pack_write(const bk_weight *w, void *dst);
+
+/* Quantizes rows [i0, i1) of x[n, cols] into qa (arrays sized by the caller). */
+void bk_qrows_fill(const bk_qrows *qa, const float *x, int64_t i0, int64_t i1);
+
+/* y[i, r] for every activation row i < qa->n and every row r of groups
+ * [g0, g1) (rows past w->rows are not written). */
+typedef void (*bk_packed_fn)(const bk_weight *w, const bk_qrows *qa, float *y, int64_t g0, int64_t g1, const float *bias);
+void bk_packed_rows_ref(const bk_weight *w, const bk_qrows *qa, float *y, int64_t g0, int64_t g1, const float *bias);
+#if defined(__x86_64__)
+void bk_packed_rows_vnni(const bk_weight *w, const bk_qrows *qa, float *y, int64_t g0, int64_t g1, const float *bias);
+#endif
+
+#endif
