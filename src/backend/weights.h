@@ -72,7 +72,7 @@ int bk_weight_validate(const bk_weight *w, herr *err);
  * y is written. Fails only when w does not validate (y untouched then). */
 int bk_matmul(hpool *pool, float *y, const float *x, int64_t n, const bk_weight *w, const float *bias, herr *err);
 
-/* Repacks w (Q8_0 or Q4_0) into 16-row groups for the 8-bit integer
+/* Repacks w (Q8_0, Q4_0, Q4_K or Q5_K) into 16-row groups for the 8-bit integer
  * kernels, when the CPU level in effect has them (AVX-512 VNNI). bk_matmul
  * then quantizes activations to 8 bits per block of 32, as llama.cpp does
  * for these types, instead of multiplying f32 activations by the

@@ -1,4 +1,4 @@
-/* test_pack.c — the 8-bit integer path for Q8_0 / Q4_0 weights (pack.h):
+/* test_pack.c — the 8-bit integer path for Q8_0 / Q4_0 / Q4_K / Q5_K weights (pack.h):
  *  - activation quantization: |q| <= 127, s = Σ q, |x - q·d| <= d/2;
  *  - the packed reference against a double-precision dot product of the
  *    dequantized weights and the dequantized activations;
@@ -151,14 +151,17 @@ static void check_case(hpool *pool, bk_type type, int64_t rows, int64_t cols, in
 
 static void test_packed_matmul(void) {
   hpool *pool = hpool_create(3);
-  static const bk_type types[] = {BK_Q8_0, BK_Q4_0};
+  static const bk_type types[] = {BK_Q8_0, BK_Q4_0, BK_Q4_K, BK_Q5_K};
   static const int64_t shapes[][3] = {
       {1, 32, 1}, {13, 64, 1}, {16, 96, 2}, {40, 256, 3}, {67, 2080, 1}, {33, 160, 4},
       {17, 96, 5}, {48, 64, 8}, {31, 128, 9}, {20, 64, 37}, {45, 96, 70}, {16, 32, 130},
   };
-  for (size_t ti = 0; ti < 2; ti++)
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-      check_case(s & 1 ? NULL : pool, types[ti], shapes[s][0], shapes[s][1], shapes[s][2], (int)(s % 3 == 0));
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      int64_t cols = shapes[s][1];
+      if (bk_type_block(types[ti]) == 256) cols = 256 * (1 + cols % 3); /* K-quants: whole super-blocks */
+      check_case(s & 1 ? NULL : pool, types[ti], shapes[s][0], cols, shapes[s][2], (int)(s % 3 == 0));
+    }
   hpool_destroy(pool);
   fprintf(stderr, "%d packed cases\n", ncases);
 }

@@ -486,7 +486,12 @@ static void test_q4_k_wide(void) {
     double amax, d = max_abs_diff(got, want, 12 * 512, &amax), d32 = max_abs_diff(got, f32, 12 * 512, NULL);
     CHECK_MSG(d <= 2e-5 * (1 + amax), "q4_k wide: %g from the dequantized reference", d);
     CHECK_MSG(d32 <= 0.5 * amax, "q4_k wide: %g from f32 (max %g)", d32, amax);
-    fprintf(stderr, "  q4_k (256 wide) vs dequantized reference %.2g, vs f32 %.3g (max |logit| %.3g)\n", d, d32, amax);
+    float *fast = forward_mode(dst, tok, 12, false); /* Q4_K through the 8-bit integer kernels */
+    double df = fast ? max_abs_diff(fast, got, 12 * 512, NULL) : INFINITY;
+    CHECK_MSG(df <= 0.02 * amax, "q4_k wide: 8-bit activations moved the logits by %g (max %g)", df, amax);
+    free(fast);
+    fprintf(stderr, "  q4_k (256 wide) vs dequantized reference %.2g, vs f32 %.3g, 8-bit activations vs f32 activations %.3g (max |logit| %.3g)\n",
+            d, d32, df, amax);
   }
   free(got), free(want), free(f32);
 }

@@ -110,6 +110,61 @@ KINLINE void tile_q8_0(const uint8_t *grp, const bk_qrows *qa, int64_t i0, const
   store_tile(y, ys, M, acc, nr, bias, row0);
 }
 
+/* Q4_K / Q5_K (five): M activation rows × the group at grp, super-block by
+ * super-block, sub-block by sub-block. */
+KINLINE void tile_k(const uint8_t *grp, const int five, const bk_qrows *qa, int64_t i0, const int M, float *y, int64_t ys,
+                    int64_t row0, int nr, const float *bias) {
+  const int64_t nsb = qa->cols / 256, nb = qa->nb;
+  const size_t sbytes = five ? BK_PACK_K5_BYTES : BK_PACK_K4_BYTES;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), b5 = _mm512_set1_epi8(0x10);
+  __m512 acc[TILE_M];
+  UNROLL
+  for (int i = 0; i < M; i++) acc[i] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; sb++) {
+    const uint8_t *blk = grp + (size_t)sb * sbytes;
+    const uint8_t *sc = blk + 64, *mn = sc + 8 * BK_PACK_ROWS, *u = mn + 8 * BK_PACK_ROWS, *hb = u + 2048;
+    __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+    __m512 dmv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+    for (int j = 0; j < 8; j++) {
+      const int p = j / 2, half = j & 1;
+      __m512i q[8];
+      __m512i h0 = _mm512_setzero_si512(), h1 = h0;
+      if (five) {
+        h0 = _mm512_loadu_si512((const void *)(hb + (size_t)(p * 2) * 64));
+        h1 = _mm512_loadu_si512((const void *)(hb + (size_t)(p * 2 + 1) * 64));
+      }
+      UNROLL
+      for (int c = 0; c < 8; c++) {
+        __m512i l = _mm512_loadu_si512((const void *)(u + (size_t)(p * 8 + c) * 64));
+        q[c] = half ? _mm512_and_si512(_mm512_srli_epi16(l, 4), m4) : _mm512_and_si512(l, m4);
+        if (five) {
+          __mmask64 k = _mm512_test_epi8_mask(c < 4 ? h0 : h1, _mm512_set1_epi8((char)(1 << (2 * (c % 4) + half))));
+          q[c] = _mm512_or_si512(q[c], _mm512_maskz_mov_epi8(k, b5));
+        }
+      }
+      __m512 a = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sc + j * BK_PACK_ROWS)))));
+      __m512 b = _mm512_mul_ps(dmv, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mn + j * BK_PACK_ROWS)))));
+      UNROLL
+      for (int i = 0; i < M; i++) {
+        const int8_t *xb = qa->q + (i0 + i) * qa->cols + 256 * sb + 32 * j;
+        __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], bcast4(xb));
+        __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[4], bcast4(xb + 16));
+        s0 = _mm512_dpbusd_epi32(s0, q[1], bcast4(xb + 4));
+        s1 = _mm512_dpbusd_epi32(s1, q[5], bcast4(xb + 20));
+        s0 = _mm512_dpbusd_epi32(s0, q[2], bcast4(xb + 8));
+        s1 = _mm512_dpbusd_epi32(s1, q[6], bcast4(xb + 24));
+        s0 = _mm512_dpbusd_epi32(s0, q[3], bcast4(xb + 12));
+        s1 = _mm512_dpbusd_epi32(s1, q[7], bcast4(xb + 28));
+        int64_t xi = (i0 + i) * nb + 8 * sb + j;
+        __m512 dx = _mm512_set1_ps(qa->d[xi]);
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(a, dx), acc[i]);
+        acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(-(float)qa->s[xi]), _mm512_mul_ps(b, dx), acc[i]);
+      }
+    }
+  }
+  store_tile(y, ys, M, acc, nr, bias, row0);
+}
+
 #define DISPATCH_M(fn, M, ...)                       \
   switch (M) {                                       \
     case 1: fn(__VA_ARGS__, 1, y, ys, row0, nr, bias); break; \
@@ -137,6 +192,12 @@ void bk_packed_rows_vnni(const bk_weight *w, const bk_qrows *qa, float *y, int64
         if (w->type == BK_Q4_0) {
           float *y_ = yi;
           { float *y = y_; DISPATCH_M(tile_q4_0, M, grp, qa, i0) }
+        } else if (w->type == BK_Q4_K) {
+          float *y_ = yi;
+          { float *y = y_; DISPATCH_M(tile_k, M, grp, 0, qa, i0) }
+        } else if (w->type == BK_Q5_K) {
+          float *y_ = yi;
+          { float *y = y_; DISPATCH_M(tile_k, M, grp, 1, qa, i0) }
         } else {
           float *y_ = yi;
           { float *y = y_; DISPATCH_M(tile_q8_0, M, grp, qa, i0) }

@@ -9,16 +9,62 @@
 
 #include "backend/cpu/quant.h"
 
-bool bk_pack_type_ok(bk_type t) { return t == BK_Q8_0 || t == BK_Q4_0; }
+bool bk_pack_type_ok(bk_type t) { return t == BK_Q8_0 || t == BK_Q4_0 || t == BK_Q4_K || t == BK_Q5_K; }
 
 size_t bk_pack_group_bytes(const bk_weight *w) {
-  size_t per_block = w->type == BK_Q8_0 ? 2 * BK_PACK_ROWS + 32 * BK_PACK_ROWS
-                     : w->type == BK_Q4_0 ? 2 * BK_PACK_ROWS + 16 * BK_PACK_ROWS
-                                          : 0;
-  return per_block * (size_t)(w->cols / 32);
+  switch (w->type) {
+    case BK_Q8_0: return (2 + 32) * BK_PACK_ROWS * (size_t)(w->cols / 32);
+    case BK_Q4_0: return (2 + 16) * BK_PACK_ROWS * (size_t)(w->cols / 32);
+    case BK_Q4_K: return BK_PACK_K4_BYTES * (size_t)(w->cols / 256);
+    case BK_Q5_K: return BK_PACK_K5_BYTES * (size_t)(w->cols / 256);
+    default: return 0;
+  }
+}
+
+/* Q4_K / Q5_K: see pack.h for the layout. */
+static void pack_write_k(const bk_weight *w, void *dst) {
+  const int64_t nsb = w->cols / 256, groups = (w->rows + BK_PACK_ROWS - 1) / BK_PACK_ROWS;
+  const size_t gbytes = bk_pack_group_bytes(w), row_bytes = bk_row_bytes(w->type, w->cols, 0);
+  const int five = w->type == BK_Q5_K;
+  const size_t sbytes = five ? BK_PACK_K5_BYTES : BK_PACK_K4_BYTES;
+  for (int64_t g = 0; g < groups; g++)
+    for (int64_t sb = 0; sb < nsb; sb++) {
+      uint8_t *out = (uint8_t *)dst + (size_t)g * gbytes + (size_t)sb * sbytes;
+      memset(out, 0, sbytes);
+      uint16_t *d = (uint16_t *)out, *dmin = d + BK_PACK_ROWS;
+      uint8_t *sc = out + 64, *mn = sc + 8 * BK_PACK_ROWS, *u = mn + 8 * BK_PACK_ROWS, *hb = u + 2048;
+      for (int r = 0; r < BK_PACK_ROWS; r++) {
+        int64_t row = g * BK_PACK_ROWS + r;
+        if (row >= w->rows) continue; /* padding rows: all zero */
+        const uint8_t *src = (const uint8_t *)w->data + (size_t)row * row_bytes;
+        const uint8_t *scales, *qs, *qh = NULL;
+        if (five) {
+          const bk_block_q5_K *b = (const bk_block_q5_K *)src + sb;
+          d[r] = b->d, dmin[r] = b->dmin, scales = b->scales, qs = b->qs, qh = b->qh;
+        } else {
+          const bk_block_q4_K *b = (const bk_block_q4_K *)src + sb;
+          d[r] = b->d, dmin[r] = b->dmin, scales = b->scales, qs = b->qs;
+        }
+        for (int j = 0; j < 8; j++) bk_k_scale_min(scales, j, &sc[j * BK_PACK_ROWS + r], &mn[j * BK_PACK_ROWS + r]);
+        for (int p = 0; p < 4; p++)
+          for (int c = 0; c < 8; c++)
+            for (int jj = 0; jj < 4; jj++) {
+              int l = 4 * c + jj; /* byte 32p + l: elements 64p + l (low nibble) and 64p + 32 + l (high) */
+              u[((p * 8 + c) * BK_PACK_ROWS + r) * 4 + jj] = qs[32 * p + l];
+              if (five) {
+                int lo = (qh[l] >> (2 * p)) & 1, hi = (qh[l] >> (2 * p + 1)) & 1;
+                hb[((p * 2 + c / 4) * BK_PACK_ROWS + r) * 4 + jj] |= (uint8_t)((lo << (2 * (c % 4))) | (hi << (2 * (c % 4) + 1)));
+              }
+            }
+      }
+    }
 }
 
 void bk_pack_write(const bk_weight *w, void *dst) {
+  if (w->type == BK_Q4_K || w->type == BK_Q5_K) {
+    pack_write_k(w, dst);
+    return;
+  }
   const int64_t nb = w->cols / 32, groups = (w->rows + BK_PACK_ROWS - 1) / BK_PACK_ROWS;
   const size_t gbytes = bk_pack_group_bytes(w), row_bytes = bk_row_bytes(w->type, w->cols, 0);
   const int q8 = w->type == BK_Q8_0;
@@ -77,7 +123,50 @@ void bk_qrows_fill(const bk_qrows *qa, const float *x, int64_t i0, int64_t i1) {
   }
 }
 
+/* Q4_K / Q5_K: per sub-block j of 32, acc += isum·(d·sc_j·dx) − Σxq·(dmin·m_j·dx). */
+static void packed_rows_ref_k(const bk_weight *w, const bk_qrows *qa, float *y, int64_t g0, int64_t g1, const float *bias) {
+  const size_t gbytes = bk_pack_group_bytes(w);
+  const int five = w->type == BK_Q5_K;
+  const size_t sbytes = five ? BK_PACK_K5_BYTES : BK_PACK_K4_BYTES;
+  const int64_t nsb = w->cols / 256;
+  for (int64_t g = g0; g < g1; g++)
+    for (int r = 0; r < BK_PACK_ROWS; r++) {
+      int64_t row = g * BK_PACK_ROWS + r;
+      if (row >= w->rows) break;
+      for (int64_t i = 0; i < qa->n; i++) {
+        float acc = 0.0f;
+        for (int64_t sb = 0; sb < nsb; sb++) {
+          const uint8_t *blk = (const uint8_t *)w->packed + (size_t)g * gbytes + (size_t)sb * sbytes;
+          const uint16_t *d = (const uint16_t *)blk, *dmin = d + BK_PACK_ROWS;
+          const uint8_t *sc = blk + 64, *mn = sc + 8 * BK_PACK_ROWS, *u = mn + 8 * BK_PACK_ROWS, *hb = u + 2048;
+          float dv = bk_fp16_decode(d[r]), dmv = bk_fp16_decode(dmin[r]);
+          for (int j = 0; j < 8; j++) {
+            int p = j / 2, half = j & 1;
+            const int8_t *xb = qa->q + i * qa->cols + 256 * sb + 32 * j;
+            int32_t isum = 0;
+            for (int c = 0; c < 8; c++)
+              for (int jj = 0; jj < 4; jj++) {
+                uint8_t v = u[((p * 8 + c) * BK_PACK_ROWS + r) * 4 + jj];
+                int q = half ? v >> 4 : v & 15;
+                if (five) q |= ((hb[((p * 2 + c / 4) * BK_PACK_ROWS + r) * 4 + jj] >> (2 * (c % 4) + half)) & 1) << 4;
+                isum += q * xb[4 * c + jj];
+              }
+            int64_t xi = i * qa->nb + 8 * sb + j;
+            float a = dv * (float)sc[j * BK_PACK_ROWS + r], b = dmv * (float)mn[j * BK_PACK_ROWS + r];
+            acc = fmaf((float)isum, a * qa->d[xi], acc);
+            acc = fmaf(-(float)qa->s[xi], b * qa->d[xi], acc);
+          }
+        }
+        y[i * w->rows + row] = bias ? acc + bias[row] : acc;
+      }
+    }
+}
+
 void bk_packed_rows_ref(const bk_weight *w, const bk_qrows *qa, float *y, int64_t g0, int64_t g1, const float *bias) {
+  if (w->type == BK_Q4_K || w->type == BK_Q5_K) {
+    packed_rows_ref_k(w, qa, y, g0, g1, bias);
+    return;
+  }
   const size_t gbytes = bk_pack_group_bytes(w);
   const int q8 = w->type == BK_Q8_0;
   const size_t bbytes = gbytes / (size_t)qa->nb;

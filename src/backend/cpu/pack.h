@@ -1,7 +1,7 @@
 /* pack.h — weights repacked for 8-bit integer dot products, and activations
  * quantized to 8 bits for them (internal to backend/cpu).
  *
- * Q8_0 and Q4_0 matrices are repacked once, at load (bk_weight_pack), into
+ * Q8_0, Q4_0, Q4_K and Q5_K matrices are repacked once, at load (bk_weight_pack), into
  * groups of 16 rows: for each 32-column block the 16 rows' f16 scales, then
  * their quants interleaved 4 bytes per row, so that one 64-byte load holds 4
  * consecutive quants of each of the 16 rows — one AVX-512 VNNI vpdpbusd
@@ -21,6 +21,16 @@
  *   Q8_0x16: uint16 d[16]; uint8 u[8][16][4]   u[c][r][j] = q[r][4c+j] + 128      544 bytes
  *   Q4_0x16: uint16 d[16]; uint8 u[4][16][4]   the stored nibble bytes qs[r][4c+j]:
  *            low nibble = element 4c+j, high nibble = element 16+4c+j             288 bytes
+ *
+ * Q4_K and Q5_K keep their 256-column super-blocks (w = d·sc_j·q − dmin·m_j
+ * for sub-block j of 32, q of 4 or 5 bits); per group and super-block:
+ *   uint16 d[16]; uint16 dmin[16]; uint8 sc[8][16]; uint8 m[8][16]   (6-bit values unpacked)
+ *   uint8 u[4][8][16][4]   u[p][c][r][j] = qs[r][32p + 4c + j]: low nibble = element
+ *                          64p + 4c + j (sub-block 2p), high = 64p + 32 + 4c + j (2p + 1)
+ *   Q5_K only: uint8 h[4][2][16][4]: bit 2(c%4) of h[p][c/4][r][j] = fifth bit of
+ *                          the low element of u[p][c][r][j], bit 2(c%4)+1 of the high one
+ * and output row r accumulates, per sub-block j in order,
+ *   acc = fma(isum_j, (d·sc_j)·dx_j, acc);  acc = fma(−Σxq_j, (dmin·m_j)·dx_j, acc).
  */
 #ifndef HEARTH_BACKEND_CPU_PACK_H
 #define HEARTH_BACKEND_CPU_PACK_H
@@ -32,6 +42,8 @@
 #include "backend/weights.h"
 
 #define BK_PACK_ROWS 16
+#define BK_PACK_K4_BYTES (64 + 256 + 2048)       /* one Q4_K super-block of 16 rows */
+#define BK_PACK_K5_BYTES (64 + 256 + 2048 + 512) /* one Q5_K super-block of 16 rows */
 
 /* 8-bit activations: n rows of cols values (cols a multiple of 32). */
 typedef struct bk_qrows {
