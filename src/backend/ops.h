@@ -85,6 +85,10 @@ typedef struct attn_params {
 } attn_params;
 void op_attention(hpool *pool, float *out, const float *q, int64_t n, const int64_t *q_row, const kv_view *kv,
                   const attn_params *p);
+/* The plain reference of op_attention (one task per query and head, scalar
+ * loops), which the blocked kernels are tested against. */
+void op_attention_ref(hpool *pool, float *out, const float *q, int64_t n, const int64_t *q_row, const kv_view *kv,
+                      const attn_params *p);
 
 /* Converts stored weights to f32. */
 void bk_bf16_to_f32(float *y, const uint16_t *x, int64_t n);

@@ -72,7 +72,7 @@ int bk_weight_validate(const bk_weight *w, herr *err);
  * y is written. Fails only when w does not validate (y untouched then). */
 int bk_matmul(hpool *pool, float *y, const float *x, int64_t n, const bk_weight *w, const float *bias, herr *err);
 
-/* Repacks w (Q8_0, Q4_0, Q4_K or Q5_K) into 16-row groups for the 8-bit integer
+/* Repacks w (Q8_0, Q4_0, Q4_K, Q5_K or Q6_K) into 16-row groups for the 8-bit integer
  * kernels, when the CPU level in effect has them (AVX-512 VNNI). bk_matmul
  * then quantizes activations to 8 bits per block of 32, as llama.cpp does
  * for these types, instead of multiplying f32 activations by the
@@ -82,6 +82,11 @@ int bk_matmul(hpool *pool, float *y, const float *x, int64_t n, const bk_weight 
  * w->data stays as it was and stays in use for other levels. */
 int bk_weight_pack(bk_weight *w, herr *err);
 void bk_weight_unpack(bk_weight *w);
+/* For a packed w whose stored bytes the caller owns privately and no longer
+ * needs (nothing else reads them): gives their whole pages back to the
+ * system and sets w->data to NULL, so that only the packed copy stays in
+ * memory. No-op when w is not packed. */
+void bk_weight_drop_source(bk_weight *w);
 /* Whether this CPU (and build) has the integer kernels. */
 bool bk_cpu_has_int8_dot(void);
 

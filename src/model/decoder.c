@@ -429,14 +429,17 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   if ((rc = load_tensor(m, &src, "model.norm.weight", 1, c->hidden_size, 0, true, &m->final_norm, err))) goto fail;
   if (c->tie_word_embeddings) m->lm_head = m->embed;
   else if ((rc = load_matrix(m, &src, "lm_head.weight", c->vocab_size, c->hidden_size, true, &m->lm_head, err))) goto fail;
-  if (!(opts && opts->f32_activations)) { /* Q8_0 / Q4_0 / Q4_K / Q5_K matrices to the 8-bit integer kernels, where the CPU has them */
+  if (!(opts && opts->f32_activations)) { /* Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K matrices to the 8-bit integer kernels, where the CPU has them */
     for (int l = 0; l < c->num_hidden_layers; l++) {
       layer_weights *lw = &m->layers[l];
       bk_weight *mats[] = {&lw->q, &lw->k, &lw->v, &lw->o, &lw->gate, &lw->up, &lw->down};
-      for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+      for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
         if ((rc = bk_weight_pack(mats[i], err))) goto fail;
+        if (mode == HMMAP_RESIDENT) bk_weight_drop_source(mats[i]); /* only the packed copy stays in memory */
+      }
     }
     if ((rc = bk_weight_pack(&m->lm_head, err))) goto fail;
+    if (mode == HMMAP_RESIDENT && m->lm_head.data != m->embed.data) bk_weight_drop_source(&m->lm_head);
   }
 
   if (m->fam->scale_embeddings) {

@@ -32,7 +32,7 @@ typedef struct model_load_opts {
   bool mmap;        /* map the weight files instead of reading them into
                        huge-page memory (also HEARTH_MMAP=1): less memory,
                        slower matmuls */
-  bool f32_activations; /* keep activations f32 for Q8_0 / Q4_0 / Q4_K / Q5_K weights (also
+  bool f32_activations; /* keep activations f32 for Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K weights (also
                        HEARTH_ACT=f32): exact to the dequantized weights but
                        slower; by default they are quantized to 8 bits per
                        block of 32 for integer dot products, as llama.cpp does */

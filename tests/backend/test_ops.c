@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/ops.h"
+#include "backend/weights.h"
 #include "base/pool.h"
 #include "test.h"
 
@@ -242,6 +243,58 @@ static void test_attention(void) {
   hpool_destroy(pool);
 }
 
+/* The blocked kernels (every level this CPU has) against the plain
+ * reference, on shapes that cross their 16-lane blocks and 64-row tiles:
+ * GQA groups of 1..8, head sizes 8..128, prompts, decode steps, scattered
+ * positions, windows, soft-capping, a raised lo and a paged layout. */
+static void test_attention_fast(void) {
+  hpool *pool = hpool_create(3);
+  struct { int64_t H, KVH, hd, rows, n, window, lo; float cap; int scattered, paged; } cases[] = {
+      {8, 2, 64, 150, 37, 0, 0, 0, 0, 0},  {8, 2, 64, 150, 1, 0, 0, 0, 0, 1},   {4, 4, 16, 70, 70, 0, 0, 0, 0, 0},
+      {6, 1, 24, 90, 5, 0, 0, 0, 1, 1},    {32, 8, 8, 130, 9, 20, 0, 0, 0, 0},  {2, 1, 128, 65, 65, 0, 0, 30.0f, 0, 1},
+      {16, 2, 32, 100, 17, 7, 40, 0, 1, 0}, {4, 2, 64, 3, 3, 0, 0, 0, 0, 0},    {20, 1, 16, 33, 2, 0, 0, 0, 0, 1},
+  };
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t H = cases[ci].H, KVH = cases[ci].KVH, hd = cases[ci].hd, rows = cases[ci].rows, n = cases[ci].n,
+            kv_dim = KVH * hd;
+    float *k = rand_buf((size_t)(rows * kv_dim)), *v = rand_buf((size_t)(rows * kv_dim));
+    float *q = rand_buf((size_t)(n * H * hd)), *want = bk_alloc((size_t)(n * H * hd)), *got = bk_alloc((size_t)(n * H * hd));
+    for (int64_t i = 0; i < n * H * hd; i++) q[i] *= 3; /* peaked softmaxes too */
+    int64_t qrow[128];
+    for (int64_t i = 0; i < n; i++) qrow[i] = cases[ci].scattered ? (i * 37 + 11) % rows : rows - n + i;
+    const int64_t br = 16, nb = (rows + br - 1) / br;
+    float **kb = malloc(sizeof(float *) * (size_t)nb), **vb = malloc(sizeof(float *) * (size_t)nb);
+    for (int64_t b = 0; b < nb; b++) {
+      kb[b] = bk_alloc((size_t)(br * kv_dim));
+      vb[b] = bk_alloc((size_t)(br * kv_dim));
+      int64_t cnt = rows - b * br < br ? rows - b * br : br;
+      memcpy(kb[b], k + b * br * kv_dim, sizeof(float) * (size_t)(cnt * kv_dim));
+      memcpy(vb[b], v + b * br * kv_dim, sizeof(float) * (size_t)(cnt * kv_dim));
+    }
+    const float *kp = k, *vp = v;
+    kv_view view = {&kp, &vp, rows, kv_dim, cases[ci].lo, rows};
+    if (cases[ci].paged) view = (kv_view){(const float *const *)kb, (const float *const *)vb, br, kv_dim, cases[ci].lo, rows};
+    attn_params p = {H, KVH, hd, 1.0f / sqrtf((float)hd), cases[ci].cap, cases[ci].window};
+    op_attention_ref(pool, want, q, n, qrow, &view, &p);
+    for (int l = BK_CPU_SCALAR; l <= (int)bk_cpu_best(); l++) {
+      bk_cpu_set_level((bk_cpu_level)l);
+      for (int64_t i = 0; i < n * H * hd; i++) got[i] = NAN;
+      op_attention(l == 1 ? NULL : pool, got, q, n, qrow, &view, &p);
+      double worst = 0;
+      for (int64_t i = 0; i < n * H * hd; i++) {
+        double e = fabs((double)got[i] - want[i]); /* values are convex mixes of V rows in [-1, 1] */
+        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+      }
+      CHECK_MSG(worst < 1e-5, "attention case %zu at level %s: abs err %g", ci, bk_cpu_level_name((bk_cpu_level)l), worst);
+    }
+    bk_cpu_set_level(bk_cpu_best());
+    for (int64_t b = 0; b < nb; b++) bk_free(kb[b]), bk_free(vb[b]);
+    free(kb), free(vb);
+    bk_free(k), bk_free(v), bk_free(q), bk_free(want), bk_free(got);
+  }
+  hpool_destroy(pool);
+}
+
 static void test_conversions(void) {
   uint16_t bf[4] = {0x3f80, 0xc000, 0x0000, 0x3e00}; /* 1, -2, 0, 0.125 */
   float f[4];
@@ -267,6 +320,7 @@ int main(void) {
   RUN(test_rope);
   RUN(test_elementwise);
   RUN(test_attention);
+  RUN(test_attention_fast);
   RUN(test_conversions);
   TEST_MAIN_END();
 }

@@ -1,4 +1,4 @@
-/* test_pack.c — the 8-bit integer path for Q8_0 / Q4_0 / Q4_K / Q5_K weights (pack.h):
+/* test_pack.c — the 8-bit integer path for Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K weights (pack.h):
  *  - activation quantization: |q| <= 127, s = Σ q, |x - q·d| <= d/2;
  *  - the packed reference against a double-precision dot product of the
  *    dequantized weights and the dequantized activations;
@@ -56,9 +56,10 @@ static bk_qrows qrows_new(int64_t n, int64_t cols) {
   qa.q = malloc((size_t)(n * cols));
   qa.d = malloc(sizeof(float) * n * qa.nb);
   qa.s = malloc(sizeof(int32_t) * n * qa.nb);
+  qa.s16 = malloc(sizeof(int32_t) * n * qa.nb * 2);
   return qa;
 }
-static void qrows_free(bk_qrows *qa) { free(qa->q), free(qa->d), free(qa->s); }
+static void qrows_free(bk_qrows *qa) { free(qa->q), free(qa->d), free(qa->s), free(qa->s16); }
 
 static void test_quantize_activations(void) {
   int64_t n = 5, cols = 96;
@@ -79,7 +80,11 @@ static void test_quantize_activations(void) {
         s += q;
         if (q < -127 || q > 127 || fabsf(v - q * d) > d * 0.5f * (1 + 1e-5f) + 1e-30f) bad++;
       }
-      if (s != qa.s[i * qa.nb + b] || d != amax / 127.0f) bad++;
+      int32_t lo = 0;
+      for (int k = 0; k < 16; k++) lo += qa.q[i * cols + 32 * b + k];
+      if (s != qa.s[i * qa.nb + b] || d != amax / 127.0f || lo != qa.s16[2 * (i * qa.nb + b)] ||
+          s - lo != qa.s16[2 * (i * qa.nb + b) + 1])
+        bad++;
     }
   CHECK_MSG(bad == 0, "%d activation quantization errors", bad);
   CHECK(qa.d[qa.nb + 1] == 0 && qa.s[qa.nb + 1] == 0);
@@ -151,7 +156,7 @@ static void check_case(hpool *pool, bk_type type, int64_t rows, int64_t cols, in
 
 static void test_packed_matmul(void) {
   hpool *pool = hpool_create(3);
-  static const bk_type types[] = {BK_Q8_0, BK_Q4_0, BK_Q4_K, BK_Q5_K};
+  static const bk_type types[] = {BK_Q8_0, BK_Q4_0, BK_Q4_K, BK_Q5_K, BK_Q6_K};
   static const int64_t shapes[][3] = {
       {1, 32, 1}, {13, 64, 1}, {16, 96, 2}, {40, 256, 3}, {67, 2080, 1}, {33, 160, 4},
       {17, 96, 5}, {48, 64, 8}, {31, 128, 9}, {20, 64, 37}, {45, 96, 70}, {16, 32, 130},

@@ -165,6 +165,54 @@ KINLINE void tile_k(const uint8_t *grp, const int five, const bk_qrows *qa, int6
   store_tile(y, ys, M, acc, nr, bias, row0);
 }
 
+/* Q6_K: M activation rows × the group at grp. */
+KINLINE void tile_q6_k(const uint8_t *grp, const bk_qrows *qa, int64_t i0, const int M, float *y, int64_t ys, int64_t row0,
+                       int nr, const float *bias) {
+  const int64_t nsb = qa->cols / 256, nb = qa->nb;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  __m512 acc[TILE_M];
+  UNROLL
+  for (int i = 0; i < M; i++) acc[i] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; sb++) {
+    const uint8_t *blk = grp + (size_t)sb * BK_PACK_K6_BYTES;
+    const int8_t *sc = (const int8_t *)(blk + 32);
+    const uint8_t *u = blk + 32 + 256, *hb = u + 2048;
+    __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+    for (int j = 0; j < 8; j++) {
+      __m512i lo[4], hi[4];
+      __m512i h0 = _mm512_loadu_si512((const void *)(hb + (size_t)(j * 2) * 64));
+      __m512i h1 = _mm512_loadu_si512((const void *)(hb + (size_t)(j * 2 + 1) * 64));
+      /* top bits of chunk c moved to bits 4-5 */
+      __m512i t0[4] = {_mm512_slli_epi16(h0, 4), _mm512_slli_epi16(h0, 2), h0, _mm512_srli_epi16(h0, 2)};
+      __m512i t1[4] = {_mm512_slli_epi16(h1, 4), _mm512_slli_epi16(h1, 2), h1, _mm512_srli_epi16(h1, 2)};
+      UNROLL
+      for (int c = 0; c < 4; c++) {
+        __m512i l = _mm512_loadu_si512((const void *)(u + (size_t)(j * 4 + c) * 64));
+        lo[c] = _mm512_ternarylogic_epi32(_mm512_and_si512(l, m4), t0[c], m30, 0xF8); /* a | (b & c) */
+        hi[c] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), t1[c], m30, 0xF8);
+      }
+      __m512i sl = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + (2 * j) * BK_PACK_ROWS)));
+      __m512i sh = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + (2 * j + 1) * BK_PACK_ROWS)));
+      UNROLL
+      for (int i = 0; i < M; i++) {
+        const int8_t *xb = qa->q + (i0 + i) * qa->cols + 256 * sb + 32 * j;
+        int64_t xi = (i0 + i) * nb + 8 * sb + j;
+        __m512i s0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(-32 * qa->s16[2 * xi]), lo[0], bcast4(xb));
+        __m512i s1 = _mm512_dpbusd_epi32(_mm512_set1_epi32(-32 * qa->s16[2 * xi + 1]), hi[0], bcast4(xb + 16));
+        s0 = _mm512_dpbusd_epi32(s0, lo[1], bcast4(xb + 4));
+        s1 = _mm512_dpbusd_epi32(s1, hi[1], bcast4(xb + 20));
+        s0 = _mm512_dpbusd_epi32(s0, lo[2], bcast4(xb + 8));
+        s1 = _mm512_dpbusd_epi32(s1, hi[2], bcast4(xb + 24));
+        s0 = _mm512_dpbusd_epi32(s0, lo[3], bcast4(xb + 12));
+        s1 = _mm512_dpbusd_epi32(s1, hi[3], bcast4(xb + 28));
+        __m512i t = _mm512_add_epi32(_mm512_mullo_epi32(s0, sl), _mm512_mullo_epi32(s1, sh));
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dv, _mm512_set1_ps(qa->d[xi])), acc[i]);
+      }
+    }
+  }
+  store_tile(y, ys, M, acc, nr, bias, row0);
+}
+
 #define DISPATCH_M(fn, M, ...)                       \
   switch (M) {                                       \
     case 1: fn(__VA_ARGS__, 1, y, ys, row0, nr, bias); break; \
@@ -198,6 +246,9 @@ void bk_packed_rows_vnni(const bk_weight *w, const bk_qrows *qa, float *y, int64
         } else if (w->type == BK_Q5_K) {
           float *y_ = yi;
           { float *y = y_; DISPATCH_M(tile_k, M, grp, 1, qa, i0) }
+        } else if (w->type == BK_Q6_K) {
+          float *y_ = yi;
+          { float *y = y_; DISPATCH_M(tile_q6_k, M, grp, qa, i0) }
         } else {
           float *y_ = yi;
           { float *y = y_; DISPATCH_M(tile_q8_0, M, grp, qa, i0) }

@@ -9,7 +9,7 @@
 
 #include "backend/cpu/quant.h"
 
-bool bk_pack_type_ok(bk_type t) { return t == BK_Q8_0 || t == BK_Q4_0 || t == BK_Q4_K || t == BK_Q5_K; }
+bool bk_pack_type_ok(bk_type t) { return t == BK_Q8_0 || t == BK_Q4_0 || t == BK_Q4_K || t == BK_Q5_K || t == BK_Q6_K; }
 
 size_t bk_pack_group_bytes(const bk_weight *w) {
   switch (w->type) {
@@ -17,6 +17,7 @@ size_t bk_pack_group_bytes(const bk_weight *w) {
     case BK_Q4_0: return (2 + 16) * BK_PACK_ROWS * (size_t)(w->cols / 32);
     case BK_Q4_K: return BK_PACK_K4_BYTES * (size_t)(w->cols / 256);
     case BK_Q5_K: return BK_PACK_K5_BYTES * (size_t)(w->cols / 256);
+    case BK_Q6_K: return BK_PACK_K6_BYTES * (size_t)(w->cols / 256);
     default: return 0;
   }
 }
@@ -60,9 +61,50 @@ static void pack_write_k(const bk_weight *w, void *dst) {
     }
 }
 
+/* The 6-bit quant (0..63) of element e (0..255) of a Q6_K block. */
+static int q6_value(const bk_block_q6_K *b, int e) {
+  int h = e / 128, l = e % 32, part = (e % 128) / 32; /* parts: ql[l] low, ql[l+32] low, ql[l] high, ql[l+32] high */
+  const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+  int lo = part & 1 ? ql[l + 32] : ql[l];
+  lo = part >= 2 ? lo >> 4 : lo & 0xF;
+  return lo | (((qh[l] >> (2 * part)) & 3) << 4);
+}
+
+static void pack_write_q6_k(const bk_weight *w, void *dst) {
+  const int64_t nsb = w->cols / 256, groups = (w->rows + BK_PACK_ROWS - 1) / BK_PACK_ROWS;
+  const size_t gbytes = bk_pack_group_bytes(w), row_bytes = bk_row_bytes(w->type, w->cols, 0);
+  for (int64_t g = 0; g < groups; g++)
+    for (int64_t sb = 0; sb < nsb; sb++) {
+      uint8_t *out = (uint8_t *)dst + (size_t)g * gbytes + (size_t)sb * BK_PACK_K6_BYTES;
+      memset(out, 0, BK_PACK_K6_BYTES);
+      uint16_t *d = (uint16_t *)out;
+      int8_t *sc = (int8_t *)(out + 32);
+      uint8_t *u = out + 32 + 256, *hb = u + 2048;
+      for (int r = 0; r < BK_PACK_ROWS; r++) {
+        int64_t row = g * BK_PACK_ROWS + r;
+        if (row >= w->rows) continue; /* padding rows: all zero */
+        const bk_block_q6_K *b = (const bk_block_q6_K *)((const uint8_t *)w->data + (size_t)row * row_bytes) + sb;
+        d[r] = b->d;
+        for (int k = 0; k < 16; k++) sc[k * BK_PACK_ROWS + r] = b->scales[k];
+        for (int j = 0; j < 8; j++)
+          for (int t = 0; t < 2; t++)
+            for (int c = 0; c < 4; c++)
+              for (int i = 0; i < 4; i++) {
+                int q = q6_value(b, 32 * j + 16 * t + 4 * c + i);
+                u[((j * 4 + c) * BK_PACK_ROWS + r) * 4 + i] |= (uint8_t)((q & 15) << (4 * t));
+                hb[((j * 2 + t) * BK_PACK_ROWS + r) * 4 + i] |= (uint8_t)((q >> 4) << (2 * c));
+              }
+      }
+    }
+}
+
 void bk_pack_write(const bk_weight *w, void *dst) {
   if (w->type == BK_Q4_K || w->type == BK_Q5_K) {
     pack_write_k(w, dst);
+    return;
+  }
+  if (w->type == BK_Q6_K) {
+    pack_write_q6_k(w, dst);
     return;
   }
   const int64_t nb = w->cols / 32, groups = (w->rows + BK_PACK_ROWS - 1) / BK_PACK_ROWS;
@@ -110,15 +152,17 @@ void bk_qrows_fill(const bk_qrows *qa, const float *x, int64_t i0, int64_t i1) {
         nan |= isnan(xb[k]);
       }
       float d = amax / 127.0f, id = d > 0.0f && !isinf(amax) ? 127.0f / amax : 0.0f;
-      int32_t s = 0;
+      int32_t s[2] = {0, 0};
       for (int k = 0; k < 32; k++) {
         int v = (int)nearbyintf(xb[k] * id);
         v = v > 127 ? 127 : v < -127 ? -127 : v;
         q[32 * b + k] = (int8_t)v;
-        s += v;
+        s[k / 16] += v;
       }
       qa->d[i * qa->nb + b] = nan ? NAN : d; /* a NaN (or inf) input makes its outputs NaN, as with f32 activations */
-      qa->s[i * qa->nb + b] = s;
+      qa->s[i * qa->nb + b] = s[0] + s[1];
+      qa->s16[(i * qa->nb + b) * 2] = s[0];
+      qa->s16[(i * qa->nb + b) * 2 + 1] = s[1];
     }
   }
 }
@@ -162,9 +206,50 @@ static void packed_rows_ref_k(const bk_weight *w, const bk_qrows *qa, float *y, 
     }
 }
 
+/* Q6_K: per x block j, t = sc_2j·(isum_lo − 32 Σxq_lo) + sc_2j+1·(isum_hi − 32 Σxq_hi); acc = fma(t, d·dx, acc). */
+static void packed_rows_ref_q6_k(const bk_weight *w, const bk_qrows *qa, float *y, int64_t g0, int64_t g1, const float *bias) {
+  const size_t gbytes = bk_pack_group_bytes(w);
+  const int64_t nsb = w->cols / 256;
+  for (int64_t g = g0; g < g1; g++)
+    for (int r = 0; r < BK_PACK_ROWS; r++) {
+      int64_t row = g * BK_PACK_ROWS + r;
+      if (row >= w->rows) break;
+      for (int64_t i = 0; i < qa->n; i++) {
+        float acc = 0.0f;
+        for (int64_t sb = 0; sb < nsb; sb++) {
+          const uint8_t *blk = (const uint8_t *)w->packed + (size_t)g * gbytes + (size_t)sb * BK_PACK_K6_BYTES;
+          const int8_t *sc = (const int8_t *)(blk + 32);
+          const uint8_t *u = blk + 32 + 256, *hb = u + 2048;
+          float dv = bk_fp16_decode(((const uint16_t *)blk)[r]);
+          for (int j = 0; j < 8; j++) {
+            const int8_t *xb = qa->q + i * qa->cols + 256 * sb + 32 * j;
+            int64_t xi = i * qa->nb + 8 * sb + j;
+            int32_t t = 0;
+            for (int h = 0; h < 2; h++) {
+              int32_t isum = 0;
+              for (int c = 0; c < 4; c++)
+                for (int k = 0; k < 4; k++) {
+                  int q = (u[((j * 4 + c) * BK_PACK_ROWS + r) * 4 + k] >> (4 * h)) & 15;
+                  q |= ((hb[((j * 2 + h) * BK_PACK_ROWS + r) * 4 + k] >> (2 * c)) & 3) << 4;
+                  isum += q * xb[16 * h + 4 * c + k];
+                }
+              t += (int32_t)sc[(2 * j + h) * BK_PACK_ROWS + r] * (isum - 32 * qa->s16[2 * xi + h]);
+            }
+            acc = fmaf((float)t, dv * qa->d[xi], acc);
+          }
+        }
+        y[i * w->rows + row] = bias ? acc + bias[row] : acc;
+      }
+    }
+}
+
 void bk_packed_rows_ref(const bk_weight *w, const bk_qrows *qa, float *y, int64_t g0, int64_t g1, const float *bias) {
   if (w->type == BK_Q4_K || w->type == BK_Q5_K) {
     packed_rows_ref_k(w, qa, y, g0, g1, bias);
+    return;
+  }
+  if (w->type == BK_Q6_K) {
+    packed_rows_ref_q6_k(w, qa, y, g0, g1, bias);
     return;
   }
   const size_t gbytes = bk_pack_group_bytes(w);

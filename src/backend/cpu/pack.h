@@ -1,7 +1,7 @@
 /* pack.h — weights repacked for 8-bit integer dot products, and activations
  * quantized to 8 bits for them (internal to backend/cpu).
  *
- * Q8_0, Q4_0, Q4_K and Q5_K matrices are repacked once, at load (bk_weight_pack), into
+ * Q8_0, Q4_0, Q4_K, Q5_K and Q6_K matrices are repacked once, at load (bk_weight_pack), into
  * groups of 16 rows: for each 32-column block the 16 rows' f16 scales, then
  * their quants interleaved 4 bytes per row, so that one 64-byte load holds 4
  * consecutive quants of each of the 16 rows — one AVX-512 VNNI vpdpbusd
@@ -31,6 +31,16 @@
  *                          the low element of u[p][c][r][j], bit 2(c%4)+1 of the high one
  * and output row r accumulates, per sub-block j in order,
  *   acc = fma(isum_j, (d·sc_j)·dx_j, acc);  acc = fma(−Σxq_j, (dmin·m_j)·dx_j, acc).
+ *
+ * Q6_K (w = d·sc·(q − 32), q of 6 bits, one int8 scale per 16 columns), per
+ * group and super-block:
+ *   uint16 d[16]; int8 sc[16][16]                    (sc[sub-block][row])
+ *   uint8 u[8][4][16][4]   for x block j: low nibble of u[j][c][r][i] = low 4 bits
+ *                          of q(32j + 4c + i), high nibble those of q(32j + 16 + 4c + i)
+ *   uint8 h[8][2][16][4]   bits 2c, 2c+1 of h[j][t][r][i] = top 2 bits of q(32j + 16t + 4c + i)
+ * and per x block j, with the sums over each half block h of 16:
+ *   t_j = sc_2j·(isum_lo − 32·Σxq_lo) + sc_2j+1·(isum_hi − 32·Σxq_hi)   (int32)
+ *   acc = fma(t_j, d·dx_j, acc).
  */
 #ifndef HEARTH_BACKEND_CPU_PACK_H
 #define HEARTH_BACKEND_CPU_PACK_H
@@ -44,6 +54,7 @@
 #define BK_PACK_ROWS 16
 #define BK_PACK_K4_BYTES (64 + 256 + 2048)       /* one Q4_K super-block of 16 rows */
 #define BK_PACK_K5_BYTES (64 + 256 + 2048 + 512) /* one Q5_K super-block of 16 rows */
+#define BK_PACK_K6_BYTES (32 + 256 + 2048 + 1024) /* one Q6_K super-block of 16 rows */
 
 /* 8-bit activations: n rows of cols values (cols a multiple of 32). */
 typedef struct bk_qrows {
@@ -51,6 +62,7 @@ typedef struct bk_qrows {
   int8_t *q;           /* [n][cols] */
   float *d;            /* [n][nb] block scales */
   int32_t *s;          /* [n][nb] Σ q of each block */
+  int32_t *s16;        /* [n][2 nb] Σ q of each half block (16 values) */
 } bk_qrows;
 
 /* Whether type has a packed layout. */

@@ -196,8 +196,8 @@ static void attn_task(void *ctx, int task, int tid) {
   }
 }
 
-void op_attention(hpool *pool, float *out, const float *q, int64_t n, const int64_t *q_row, const kv_view *kv,
-                  const attn_params *p) {
+void op_attention_ref(hpool *pool, float *out, const float *q, int64_t n, const int64_t *q_row, const kv_view *kv,
+                      const attn_params *p) {
   if (n <= 0) return;
   int64_t span = kv->hi - kv->lo;
   if (span < 1) span = 1;

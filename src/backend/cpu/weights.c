@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/pack.h"
@@ -27,7 +28,7 @@ int bk_weight_validate(const bk_weight *w, herr *err) {
   const char *tn = bk_type_name(w->type);
   if (w->rows <= 0 || w->cols <= 0)
     return herr_set(err, HEARTH_EINVAL, "weight %s: shape %lld x %lld is empty", tn, (long long)w->rows, (long long)w->cols);
-  if (!w->data) return herr_set(err, HEARTH_EINVAL, "weight %s: no data", tn);
+  if (!w->data && !w->packed) return herr_set(err, HEARTH_EINVAL, "weight %s: no data", tn);
   if (w->type == BK_MLX_AFFINE) {
     if (w->bits != 4 && w->bits != 8) return herr_set(err, HEARTH_EINVAL, "weight mlx_affine: bits %d (want 4 or 8)", w->bits);
     if (w->group_size != 32 && w->group_size != 64 && w->group_size != 128)
@@ -145,6 +146,14 @@ int bk_weight_pack(bk_weight *w, herr *err) {
   return 0;
 }
 
+void bk_weight_drop_source(bk_weight *w) {
+  if (!w || !w->packed || !w->data) return;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = bk_row_bytes(w->type, w->cols, w->bits) * (size_t)w->rows;
+  uintptr_t a = ((uintptr_t)w->data + page - 1) / page * page, b = ((uintptr_t)w->data + bytes) / page * page;
+  if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+  w->data = NULL;
+}
+
 void bk_weight_unpack(bk_weight *w) {
   if (!w || !w->packed) return;
   munmap(w->packed, w->packed_size);
@@ -212,10 +221,11 @@ static void packed_task(void *ctx, int task, int tid) {
 static int matmul_packed(hpool *pool, float *y, const float *x, int64_t n, const bk_weight *w, const float *bias, herr *err) {
   int64_t nb = w->cols / 32;
   size_t qbytes = ((size_t)(n * w->cols) + 63) / 64 * 64, dbytes = ((size_t)(n * nb) * 4 + 63) / 64 * 64;
-  unsigned char *buf = qbuf_get(qbytes + 2 * dbytes);
+  unsigned char *buf = qbuf_get(qbytes + 4 * dbytes);
   if (!buf) return herr_set(err, HEARTH_ENOMEM, "matmul: out of memory for %lld quantized activation rows", (long long)n);
   packed_job j = {.w = w, .x = x, .y = y, .bias = bias};
-  j.qa = (bk_qrows){.n = n, .cols = w->cols, .nb = nb, .q = (int8_t *)buf, .d = (float *)(buf + qbytes), .s = (int32_t *)(buf + qbytes + dbytes)};
+  j.qa = (bk_qrows){.n = n, .cols = w->cols, .nb = nb, .q = (int8_t *)buf, .d = (float *)(buf + qbytes), .s = (int32_t *)(buf + qbytes + dbytes),
+                      .s16 = (int32_t *)(buf + qbytes + 2 * dbytes)};
   int threads = hpool_size(pool);
   if (n >= 16 && threads > 1) {
     j.rows_per_qtask = (n + threads * 2 - 1) / (threads * 2);
