@@ -41,11 +41,25 @@ static inline void x86_k_scale_min(const uint8_t q[12], int j, uint8_t *sc, uint
   }
 }
 
+/* bk_row_bytes for a validated weight, inlined: the kernels call it per row. */
+static inline size_t x86_row_bytes(const bk_weight *w) {
+  switch (w->type) {
+    case BK_F32: return (size_t)w->cols * 4;
+    case BK_F16: case BK_BF16: return (size_t)w->cols * 2;
+    case BK_Q8_0: return (size_t)(w->cols / 32) * sizeof(bk_block_q8_0);
+    case BK_Q4_0: return (size_t)(w->cols / 32) * sizeof(bk_block_q4_0);
+    case BK_Q4_K: return (size_t)(w->cols / 256) * sizeof(bk_block_q4_K);
+    case BK_Q5_K: return (size_t)(w->cols / 256) * sizeof(bk_block_q5_K);
+    case BK_Q6_K: return (size_t)(w->cols / 256) * sizeof(bk_block_q6_K);
+    default: return bk_row_bytes(w->type, w->cols, w->bits);
+  }
+}
+
 static inline __m128i x86_srl16(__m128i v, int c) { return _mm_srl_epi16(v, _mm_cvtsi32_si128(c)); }
 #endif /* BK_X86_HELPERS */
 
 X86_RET X86_FN(const bk_weight *w, int64_t row, int64_t k0, int64_t len X86_PARAMS) {
-  const uint8_t *base = (const uint8_t *)w->data + (size_t)row * bk_row_bytes(w->type, w->cols, w->bits);
+  const uint8_t *base = (const uint8_t *)w->data + (size_t)row * x86_row_bytes(w);
   const __m128i lo4 = _mm_set1_epi8(0x0F), three = _mm_set1_epi8(3), one = _mm_set1_epi8(1);
   switch (w->type) {
     case BK_F32: X86_F32((const float *)base + k0);

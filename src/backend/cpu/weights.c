@@ -239,7 +239,8 @@ static int matmul_packed(hpool *pool, float *y, const float *x, int64_t n, const
   j.fn = bk_packed_rows_ref;
 #endif
   int64_t groups = (w->rows + BK_PACK_ROWS - 1) / BK_PACK_ROWS;
-  j.groups_per_task = (groups + (int64_t)threads * 4 - 1) / ((int64_t)threads * 4);
+  int64_t want = (int64_t)threads * (n <= 4 ? 16 : 4); /* decode: small tasks, so that a thread held up elsewhere is caught up */
+  j.groups_per_task = (groups + want - 1) / want;
   if (j.groups_per_task < 1) j.groups_per_task = 1;
   hpool_for(pool, (int)((groups + j.groups_per_task - 1) / j.groups_per_task), packed_task, &j);
   return 0;
@@ -273,7 +274,8 @@ int bk_matmul(hpool *pool, float *y, const float *x, int64_t n, const bk_weight 
    * input row, so threads never share a cache line of y except at the
    * very end), about four per thread so that a slow thread is caught up. */
   int threads = hpool_size(pool);
-  int64_t per = (w->rows + (int64_t)threads * 4 - 1) / ((int64_t)threads * 4);
+  int64_t want = (int64_t)threads * (n <= 4 ? 16 : 4);
+  int64_t per = (w->rows + want - 1) / want;
   per = (per + BK_ROW_TILE - 1) / BK_ROW_TILE * BK_ROW_TILE;
   if (per < BK_ROW_TILE) per = BK_ROW_TILE;
   matmul_job j = {rows_fn(bk_cpu_level_now()), w, x, y, bias, n, per};
