@@ -157,6 +157,8 @@ static int make_weight(bench_weight *b, const fmt *f, int64_t rows, int64_t cols
   b->w.data = b->data;
   b->w.scales = b->scales;
   b->w.biases = b->biases;
+  /* as a model load does: Q8_0 / Q4_0 / K-quants to the 8-bit integer kernels where the CPU has them */
+  if (bk_weight_pack(&b->w, NULL)) return 1;
   free(src);
   free(slab);
   free(ss);
@@ -165,6 +167,7 @@ static int make_weight(bench_weight *b, const fmt *f, int64_t rows, int64_t cols
 }
 
 static void free_weight(bench_weight *b) {
+  bk_weight_unpack(&b->w);
   free(b->data);
   free(b->scales);
   free(b->biases);

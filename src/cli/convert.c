@@ -41,7 +41,7 @@ static void usage(FILE *f) {
           "usage: hearth convert SRC DST [--to gguf|safetensors] [--quant TYPE] [--group-size 32|64|128] [--pre NAME]\n\n"
           "Converts a model folder (safetensors f32/f16/bf16 or MLX 4/8-bit) or a GGUF file.\n"
           "  --to          gguf (a file; default when DST ends in .gguf) or safetensors (a folder)\n"
-          "  --quant       gguf: f32 f16 bf16 q8_0 q4_0 q4_k; safetensors: f32 f16 bf16 mlx4 mlx8\n"
+          "  --quant       gguf: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k; safetensors: f32 f16 bf16 mlx4 mlx8\n"
           "                (default: the source's dtype)\n"
           "  --group-size  MLX group size (default 64)\n"
           "  --pre         llama.cpp pre-tokenizer name for a BPE tokenizer hearth does not recognise\n"
@@ -611,6 +611,7 @@ typedef struct quant_choice {
 static const quant_choice gguf_quants[] = {
     {"f32", BK_F32, GGML_TYPE_F32, 0},     {"f16", BK_F16, GGML_TYPE_F16, 1},     {"bf16", BK_BF16, GGML_TYPE_BF16, 32},
     {"q8_0", BK_Q8_0, GGML_TYPE_Q8_0, 7},  {"q4_0", BK_Q4_0, GGML_TYPE_Q4_0, 2},  {"q4_k", BK_Q4_K, GGML_TYPE_Q4_K, 14},
+    {"q5_k", BK_Q5_K, GGML_TYPE_Q5_K, 16}, {"q6_k", BK_Q6_K, GGML_TYPE_Q6_K, 18},
 };
 
 static ggml_type bk_to_ggml(bk_type t) {
@@ -640,7 +641,7 @@ static int write_gguf(src_model *s, const char *dst, const char *quant, const ch
   }
   for (size_t i = 0; i < sizeof gguf_quants / sizeof gguf_quants[0]; i++)
     if (!strcasecmp(quant, gguf_quants[i].name)) q = &gguf_quants[i];
-  if (!q) return herr_set(err, HEARTH_EINVAL, "--quant %s cannot be written to GGUF (f32, f16, bf16, q8_0, q4_0, q4_k)", quant);
+  if (!q) return herr_set(err, HEARTH_EINVAL, "--quant %s cannot be written to GGUF (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k)", quant);
   gguf_writer *w = gguf_writer_new();
   conv cv = {.src = s, .mlx_for = -1};
   if (!w) return herr_set(err, HEARTH_ENOMEM, "out of memory");
@@ -731,7 +732,9 @@ static int write_gguf(src_model *s, const char *dst, const char *quant, const ch
     if (t->ndim == 2) {
       o.type = q->type;
       if (!bk_row_bytes(o.type, t->cols, 0)) {
-        o.type = bk_row_bytes(BK_Q4_0, t->cols, 0) && q->type == BK_Q4_K ? BK_Q4_0 : BK_F16;
+        /* 256-column K blocks do not fit: the 32-column type of about the same size */
+        bk_type fb = q->type == BK_Q4_K ? BK_Q4_0 : q->type == BK_Q5_K || q->type == BK_Q6_K ? BK_Q8_0 : BK_F16;
+        o.type = bk_row_bytes(fb, t->cols, 0) ? fb : BK_F16;
         fallbacks++;
       }
     }
@@ -745,7 +748,8 @@ static int write_gguf(src_model *s, const char *dst, const char *quant, const ch
   }
   if (fallbacks)
     fprintf(stderr, "hearth convert: %d matri%s with rows that are not whole %s blocks kept as %s\n", fallbacks,
-            fallbacks == 1 ? "x" : "ces", q->name, q->type == BK_Q4_K ? "q4_0 (or f16)" : "f16");
+            fallbacks == 1 ? "x" : "ces", q->name,
+            q->type == BK_Q4_K ? "q4_0 (or f16)" : q->type == BK_Q5_K || q->type == BK_Q6_K ? "q8_0 (or f16)" : "f16");
   if (!rc) rc = gguf_writer_write(w, dst, fill_tensor, &cv, err);
   gguf_writer_free(w);
   conv_free(&cv);

@@ -10,7 +10,7 @@
  * - the GGUF's metadata, tensor types, llama.cpp's q/k row order and the
  *   tokenizer (same ids as tokenizer.json) are checked, and GGUF → safetensors
  *   undoes the permutation;
- * - q4_k on a random model 256 wide (the golden one is too narrow for
+ * - q4_k, q5_k and q6_k on a random model 256 wide (the golden one is too narrow for
  *   256-element blocks and falls back to q4_0);
  * - the tokenizers of .deps (llama2 SPM, llama3.1 and qwen3 BPE) written
  *   into GGUF give the tokenizer.json ids (skipped when .deps is missing);
@@ -459,41 +459,51 @@ static void make_random_llama(const char *dir, int D, int H, int KV, int I, int 
   for (int i = 0; i < nb; i++) free(bufs[i]);
 }
 
-static void test_q4_k_wide(void) {
+/* A K-quant (Q4_K, Q5_K, Q6_K) GGUF of a model 256 wide: tensor types, file
+ * type, and logits against the dequantized reference (f32 activations) and
+ * through the 8-bit integer kernels. */
+static void check_k_wide(const char *quant, bk_type type, ggml_type gtype, int file_type) {
   char dir[400], dst[400], ref[400], cmd[1200];
   snprintf(dir, sizeof dir, "%s/wide", tmp);
-  make_random_llama(dir, 256, 4, 2, 512, 512, 2);
-  snprintf(dst, sizeof dst, "%s/wide-q4_k.gguf", tmp);
-  snprintf(cmd, sizeof cmd, "'%s' convert '%s' '%s' --quant q4_k", HEARTH_BINARY, dir, dst);
+  struct stat st;
+  if (stat(dir, &st) != 0) make_random_llama(dir, 256, 4, 2, 512, 512, 2);
+  snprintf(dst, sizeof dst, "%s/wide-%s.gguf", tmp, quant);
+  snprintf(cmd, sizeof cmd, "'%s' convert '%s' '%s' --quant %s", HEARTH_BINARY, dir, dst, quant);
   int rc = run(cmd);
   CHECK_MSG(rc == 0, "exit %d", rc);
   gguf_file *g = NULL;
   herr err = {0};
   if (!rc && gguf_open(&g, dst, &err) == 0) {
     const gguf_tensor *t = gguf_find_tensor(g, "blk.1.ffn_down.weight");
-    CHECK(t && t->type == GGML_TYPE_Q4_K);
+    CHECK(t && t->type == gtype);
     t = gguf_find_tensor(g, "token_embd.weight");
-    CHECK(t && t->type == GGML_TYPE_Q4_K);
+    CHECK(t && t->type == gtype);
     CHECK(gguf_find_tensor(g, "output.weight") == NULL); /* tied */
-    CHECK_EQ_INT(get_int(g, "general.file_type"), 14);
+    CHECK_EQ_INT(get_int(g, "general.file_type"), file_type);
     gguf_close(g);
   }
-  snprintf(ref, sizeof ref, "%s/wide-ref", tmp);
-  make_ref(dir, ref, (ref_kind){.type = BK_Q4_K, .vec_type = BK_F32});
+  snprintf(ref, sizeof ref, "%s/wide-ref-%s", tmp, quant);
+  make_ref(dir, ref, (ref_kind){.type = type, .vec_type = BK_F32});
   int32_t tok[12] = {1, 7, 99, 300, 511, 42, 8, 8, 250, 3, 77, 400};
   float *got = rc ? NULL : forward(dst, tok, 12), *want = forward(ref, tok, 12), *f32 = forward(dir, tok, 12);
   if (got && want && f32) {
     double amax, d = max_abs_diff(got, want, 12 * 512, &amax), d32 = max_abs_diff(got, f32, 12 * 512, NULL);
-    CHECK_MSG(d <= 2e-5 * (1 + amax), "q4_k wide: %g from the dequantized reference", d);
-    CHECK_MSG(d32 <= 0.5 * amax, "q4_k wide: %g from f32 (max %g)", d32, amax);
-    float *fast = forward_mode(dst, tok, 12, false); /* Q4_K through the 8-bit integer kernels */
+    CHECK_MSG(d <= 2e-5 * (1 + amax), "%s wide: %g from the dequantized reference", quant, d);
+    CHECK_MSG(d32 <= 0.5 * amax, "%s wide: %g from f32 (max %g)", quant, d32, amax);
+    float *fast = forward_mode(dst, tok, 12, false); /* through the 8-bit integer kernels */
     double df = fast ? max_abs_diff(fast, got, 12 * 512, NULL) : INFINITY;
-    CHECK_MSG(df <= 0.02 * amax, "q4_k wide: 8-bit activations moved the logits by %g (max %g)", df, amax);
+    CHECK_MSG(df <= 0.02 * amax, "%s wide: 8-bit activations moved the logits by %g (max %g)", quant, df, amax);
     free(fast);
-    fprintf(stderr, "  q4_k (256 wide) vs dequantized reference %.2g, vs f32 %.3g, 8-bit activations vs f32 activations %.3g (max |logit| %.3g)\n",
-            d, d32, df, amax);
+    fprintf(stderr, "  %s (256 wide) vs dequantized reference %.2g, vs f32 %.3g, 8-bit activations vs f32 activations %.3g (max |logit| %.3g)\n",
+            quant, d, d32, df, amax);
   }
   free(got), free(want), free(f32);
+}
+
+static void test_k_quants_wide(void) {
+  check_k_wide("q4_k", BK_Q4_K, GGML_TYPE_Q4_K, 14);
+  check_k_wide("q5_k", BK_Q5_K, GGML_TYPE_Q5_K, 16);
+  check_k_wide("q6_k", BK_Q6_K, GGML_TYPE_Q6_K, 18);
 }
 
 static void test_gguf_to_safetensors(void) {
@@ -690,7 +700,7 @@ int main(void) {
   RUN(test_quantized);
   RUN(test_gguf_metadata);
   RUN(test_tokenizer_small);
-  RUN(test_q4_k_wide);
+  RUN(test_k_quants_wide);
   RUN(test_gguf_to_safetensors);
   RUN(test_other_families);
   RUN(test_llama3_rope_refused);

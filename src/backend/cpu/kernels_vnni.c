@@ -213,16 +213,21 @@ KINLINE void tile_q6_k(const uint8_t *grp, const bk_qrows *qa, int64_t i0, const
   store_tile(y, ys, M, acc, nr, bias, row0);
 }
 
-#define DISPATCH_M(fn, M, ...)                       \
-  switch (M) {                                       \
-    case 1: fn(__VA_ARGS__, 1, y, ys, row0, nr, bias); break; \
-    case 2: fn(__VA_ARGS__, 2, y, ys, row0, nr, bias); break; \
-    case 3: fn(__VA_ARGS__, 3, y, ys, row0, nr, bias); break; \
-    case 4: fn(__VA_ARGS__, 4, y, ys, row0, nr, bias); break; \
-    case 5: fn(__VA_ARGS__, 5, y, ys, row0, nr, bias); break; \
-    case 6: fn(__VA_ARGS__, 6, y, ys, row0, nr, bias); break; \
-    case 7: fn(__VA_ARGS__, 7, y, ys, row0, nr, bias); break; \
-    default: fn(__VA_ARGS__, 8, y, ys, row0, nr, bias); break; \
+/* Tiles of 1, 2, 3, 4 or 8 rows (5..7 run as 4 and the rest), which keeps
+ * the number of unrolled copies, and the build time, down. */
+#define DISPATCH_M(fn, M, ...)                                            \
+  switch (M) {                                                            \
+    case 1: fn(__VA_ARGS__, i0, 1, y, ys, row0, nr, bias); break;         \
+    case 2: fn(__VA_ARGS__, i0, 2, y, ys, row0, nr, bias); break;         \
+    case 3: fn(__VA_ARGS__, i0, 3, y, ys, row0, nr, bias); break;         \
+    case 4: fn(__VA_ARGS__, i0, 4, y, ys, row0, nr, bias); break;         \
+    case 8: fn(__VA_ARGS__, i0, 8, y, ys, row0, nr, bias); break;         \
+    default:                                                              \
+      fn(__VA_ARGS__, i0, 4, y, ys, row0, nr, bias);                      \
+      if (M == 5) fn(__VA_ARGS__, i0 + 4, 1, y + 4 * ys, ys, row0, nr, bias);      \
+      if (M == 6) fn(__VA_ARGS__, i0 + 4, 2, y + 4 * ys, ys, row0, nr, bias);      \
+      if (M == 7) fn(__VA_ARGS__, i0 + 4, 3, y + 4 * ys, ys, row0, nr, bias);      \
+      break;                                                              \
   }
 
 void bk_packed_rows_vnni(const bk_weight *w, const bk_qrows *qa, float *y, int64_t g0, int64_t g1, const float *bias) {
@@ -237,21 +242,17 @@ void bk_packed_rows_vnni(const bk_weight *w, const bk_qrows *qa, float *y, int64
       for (int64_t i0 = ic; i0 < ie; i0 += TILE_M) {
         int M = ie - i0 < TILE_M ? (int)(ie - i0) : TILE_M;
         float *yi = y + i0 * ys;
+        float *y = yi;
         if (w->type == BK_Q4_0) {
-          float *y_ = yi;
-          { float *y = y_; DISPATCH_M(tile_q4_0, M, grp, qa, i0) }
+          DISPATCH_M(tile_q4_0, M, grp, qa)
         } else if (w->type == BK_Q4_K) {
-          float *y_ = yi;
-          { float *y = y_; DISPATCH_M(tile_k, M, grp, 0, qa, i0) }
+          DISPATCH_M(tile_k, M, grp, 0, qa)
         } else if (w->type == BK_Q5_K) {
-          float *y_ = yi;
-          { float *y = y_; DISPATCH_M(tile_k, M, grp, 1, qa, i0) }
+          DISPATCH_M(tile_k, M, grp, 1, qa)
         } else if (w->type == BK_Q6_K) {
-          float *y_ = yi;
-          { float *y = y_; DISPATCH_M(tile_q6_k, M, grp, qa, i0) }
+          DISPATCH_M(tile_q6_k, M, grp, qa)
         } else {
-          float *y_ = yi;
-          { float *y = y_; DISPATCH_M(tile_q8_0, M, grp, qa, i0) }
+          DISPATCH_M(tile_q8_0, M, grp, qa)
         }
       }
     }
