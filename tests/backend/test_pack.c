@@ -57,9 +57,10 @@ static bk_qrows qrows_new(int64_t n, int64_t cols) {
   qa.d = malloc(sizeof(float) * n * qa.nb);
   qa.s = malloc(sizeof(int32_t) * n * qa.nb);
   qa.s16 = malloc(sizeof(int32_t) * n * qa.nb * 2);
+  qa.nds = malloc(sizeof(float) * n * qa.nb);
   return qa;
 }
-static void qrows_free(bk_qrows *qa) { free(qa->q), free(qa->d), free(qa->s), free(qa->s16); }
+static void qrows_free(bk_qrows *qa) { free(qa->q), free(qa->d), free(qa->s), free(qa->s16), free(qa->nds); }
 
 static void test_quantize_activations(void) {
   int64_t n = 5, cols = 96;

@@ -2,7 +2,10 @@
  * bk_weight_validate must refuse bad descriptors with an error (never crash),
  * and for every valid one bk_matmul at each dispatch level must agree with
  * the reference (bk_dequant_row + double sums) on arbitrary block bytes,
- * including NaN / infinite scales. Input layout: byte 0 type, 1 rows,
+ * including NaN / infinite scales. Types with a packed layout (pack.h) are
+ * also packed: the VNNI kernel (where the CPU has it) must give the plain
+ * reference's bits, and both must stay within the 8-bit activation bound of
+ * the exact product. Input layout: byte 0 type, 1 rows,
  * 2 cols, 3 n, 4 bits / group_size / scale type, then weight bytes (repeated
  * to fill the matrix, scales and biases). */
 #include <math.h>
@@ -10,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/pack.h"
 #include "backend/cpu/quant.h"
 #include "backend/weights.h"
 
@@ -76,6 +80,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
   }
   bk_cpu_set_level(best);
+  if (bk_pack_type_ok(w.type)) {
+    int64_t groups = (w.rows + BK_PACK_ROWS - 1) / BK_PACK_ROWS, nb = w.cols / 32;
+    void *packed = malloc(bk_pack_group_bytes(&w) * (size_t)groups);
+    bk_pack_write(&w, packed);
+    bk_weight pw = w;
+    pw.packed = packed;
+    bk_qrows qa = {.n = n, .cols = w.cols, .nb = nb, .q = malloc((size_t)(n * w.cols)), .d = malloc(sizeof(float) * n * nb),
+                   .s = malloc(sizeof(int32_t) * n * nb), .s16 = malloc(sizeof(int32_t) * n * nb * 2),
+                   .nds = malloc(sizeof(float) * n * nb)};
+    bk_qrows_fill(&qa, x, 0, n);
+    float *y2 = malloc(sizeof(float) * n * w.rows);
+    bk_packed_rows_ref(&pw, &qa, y, 0, groups, NULL);
+#if defined(__x86_64__)
+    if (bk_cpu_has_int8_dot()) {
+      bk_packed_rows_vnni(&pw, &qa, y2, 0, groups, NULL);
+      for (int64_t i = 0; i < n * w.rows; i++)
+        if (!(isnan(y[i]) && isnan(y2[i])) && memcmp(&y[i], &y2[i], 4)) abort();
+    }
+#endif
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t r = 0; r < w.rows; r++) {
+        double ref = 0, mag = 0, bound = 0;
+        for (int64_t k = 0; k < w.cols; k++) {
+          double wk = deq[r * w.cols + k];
+          ref += (double)x[i * w.cols + k] * wk;
+          mag += fabs((double)x[i * w.cols + k] * wk);
+          bound += fabs(wk) * qa.d[i * nb + k / 32] * 0.5;
+        }
+        if (!isfinite(mag) || mag > 1e30 || !isfinite(bound)) continue;
+        if (!(fabs(y[i * w.rows + r] - ref) <= bound * 1.001 + 1e-4 * mag + 1e-30)) abort();
+      }
+    free(packed), free(qa.q), free(qa.d), free(qa.s), free(qa.s16), free(qa.nds), free(y2);
+  }
   free(x);
   free(y);
   free(deq);

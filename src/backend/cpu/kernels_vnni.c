@@ -111,7 +111,7 @@ KINLINE void tile_q8_0(const uint8_t *grp, const bk_qrows *qa, int64_t i0, const
 }
 
 /* Q4_K / Q5_K (five): M activation rows × the group at grp, super-block by
- * super-block, sub-block by sub-block. */
+ * super-block; the two sub-blocks of a pair share one load of their bytes. */
 KINLINE void tile_k(const uint8_t *grp, const int five, const bk_qrows *qa, int64_t i0, const int M, float *y, int64_t ys,
                     int64_t row0, int nr, const float *bias) {
   const int64_t nsb = qa->cols / 256, nb = qa->nb;
@@ -125,40 +125,44 @@ KINLINE void tile_k(const uint8_t *grp, const int five, const bk_qrows *qa, int6
     const uint8_t *sc = blk + 64, *mn = sc + 8 * BK_PACK_ROWS, *u = mn + 8 * BK_PACK_ROWS, *hb = u + 2048;
     __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
     __m512 dmv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
-    for (int j = 0; j < 8; j++) {
-      const int p = j / 2, half = j & 1;
-      __m512i q[8];
+    for (int p = 0; p < 4; p++) {
+      __m512i l[8];
+      UNROLL
+      for (int c = 0; c < 8; c++) l[c] = _mm512_loadu_si512((const void *)(u + (size_t)(p * 8 + c) * 64));
       __m512i h0 = _mm512_setzero_si512(), h1 = h0;
       if (five) {
         h0 = _mm512_loadu_si512((const void *)(hb + (size_t)(p * 2) * 64));
         h1 = _mm512_loadu_si512((const void *)(hb + (size_t)(p * 2 + 1) * 64));
       }
       UNROLL
-      for (int c = 0; c < 8; c++) {
-        __m512i l = _mm512_loadu_si512((const void *)(u + (size_t)(p * 8 + c) * 64));
-        q[c] = half ? _mm512_and_si512(_mm512_srli_epi16(l, 4), m4) : _mm512_and_si512(l, m4);
-        if (five) {
-          __mmask64 k = _mm512_test_epi8_mask(c < 4 ? h0 : h1, _mm512_set1_epi8((char)(1 << (2 * (c % 4) + half))));
-          q[c] = _mm512_or_si512(q[c], _mm512_maskz_mov_epi8(k, b5));
+      for (int half = 0; half < 2; half++) {
+        const int j = 2 * p + half;
+        __m512i q[8];
+        UNROLL
+        for (int c = 0; c < 8; c++) {
+          q[c] = half ? _mm512_and_si512(_mm512_srli_epi16(l[c], 4), m4) : _mm512_and_si512(l[c], m4);
+          if (five) {
+            __mmask64 k = _mm512_test_epi8_mask(c < 4 ? h0 : h1, _mm512_set1_epi8((char)(1 << (2 * (c % 4) + half))));
+            q[c] = _mm512_or_si512(q[c], _mm512_maskz_mov_epi8(k, b5));
+          }
         }
-      }
-      __m512 a = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sc + j * BK_PACK_ROWS)))));
-      __m512 b = _mm512_mul_ps(dmv, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mn + j * BK_PACK_ROWS)))));
-      UNROLL
-      for (int i = 0; i < M; i++) {
-        const int8_t *xb = qa->q + (i0 + i) * qa->cols + 256 * sb + 32 * j;
-        __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], bcast4(xb));
-        __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[4], bcast4(xb + 16));
-        s0 = _mm512_dpbusd_epi32(s0, q[1], bcast4(xb + 4));
-        s1 = _mm512_dpbusd_epi32(s1, q[5], bcast4(xb + 20));
-        s0 = _mm512_dpbusd_epi32(s0, q[2], bcast4(xb + 8));
-        s1 = _mm512_dpbusd_epi32(s1, q[6], bcast4(xb + 24));
-        s0 = _mm512_dpbusd_epi32(s0, q[3], bcast4(xb + 12));
-        s1 = _mm512_dpbusd_epi32(s1, q[7], bcast4(xb + 28));
-        int64_t xi = (i0 + i) * nb + 8 * sb + j;
-        __m512 dx = _mm512_set1_ps(qa->d[xi]);
-        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(a, dx), acc[i]);
-        acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(-(float)qa->s[xi]), _mm512_mul_ps(b, dx), acc[i]);
+        __m512 a = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sc + j * BK_PACK_ROWS)))));
+        __m512 b = _mm512_mul_ps(dmv, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mn + j * BK_PACK_ROWS)))));
+        UNROLL
+        for (int i = 0; i < M; i++) {
+          const int8_t *xb = qa->q + (i0 + i) * qa->cols + 256 * sb + 32 * j;
+          __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], bcast4(xb));
+          __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[4], bcast4(xb + 16));
+          s0 = _mm512_dpbusd_epi32(s0, q[1], bcast4(xb + 4));
+          s1 = _mm512_dpbusd_epi32(s1, q[5], bcast4(xb + 20));
+          s0 = _mm512_dpbusd_epi32(s0, q[2], bcast4(xb + 8));
+          s1 = _mm512_dpbusd_epi32(s1, q[6], bcast4(xb + 24));
+          s0 = _mm512_dpbusd_epi32(s0, q[3], bcast4(xb + 12));
+          s1 = _mm512_dpbusd_epi32(s1, q[7], bcast4(xb + 28));
+          int64_t xi = (i0 + i) * nb + 8 * sb + j;
+          acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(a, _mm512_set1_ps(qa->d[xi])), acc[i]);
+          acc[i] = _mm512_fmadd_ps(b, _mm512_set1_ps(qa->nds[xi]), acc[i]);
+        }
       }
     }
   }

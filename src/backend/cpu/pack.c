@@ -163,11 +163,12 @@ void bk_qrows_fill(const bk_qrows *qa, const float *x, int64_t i0, int64_t i1) {
       qa->s[i * qa->nb + b] = s[0] + s[1];
       qa->s16[(i * qa->nb + b) * 2] = s[0];
       qa->s16[(i * qa->nb + b) * 2 + 1] = s[1];
+      qa->nds[i * qa->nb + b] = -(qa->d[i * qa->nb + b] * (float)(s[0] + s[1]));
     }
   }
 }
 
-/* Q4_K / Q5_K: per sub-block j of 32, acc += isum·(d·sc_j·dx) − Σxq·(dmin·m_j·dx). */
+/* Q4_K / Q5_K: per sub-block j of 32, acc += isum·(d·sc_j·dx) − (dmin·m_j)·(dx·Σxq). */
 static void packed_rows_ref_k(const bk_weight *w, const bk_qrows *qa, float *y, int64_t g0, int64_t g1, const float *bias) {
   const size_t gbytes = bk_pack_group_bytes(w);
   const int five = w->type == BK_Q5_K;
@@ -198,7 +199,7 @@ static void packed_rows_ref_k(const bk_weight *w, const bk_qrows *qa, float *y, 
             int64_t xi = i * qa->nb + 8 * sb + j;
             float a = dv * (float)sc[j * BK_PACK_ROWS + r], b = dmv * (float)mn[j * BK_PACK_ROWS + r];
             acc = fmaf((float)isum, a * qa->d[xi], acc);
-            acc = fmaf(-(float)qa->s[xi], b * qa->d[xi], acc);
+            acc = fmaf(b, qa->nds[xi], acc);
           }
         }
         y[i * w->rows + row] = bias ? acc + bias[row] : acc;

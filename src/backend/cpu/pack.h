@@ -30,7 +30,7 @@
  *   Q5_K only: uint8 h[4][2][16][4]: bit 2(c%4) of h[p][c/4][r][j] = fifth bit of
  *                          the low element of u[p][c][r][j], bit 2(c%4)+1 of the high one
  * and output row r accumulates, per sub-block j in order,
- *   acc = fma(isum_j, (d·sc_j)·dx_j, acc);  acc = fma(−Σxq_j, (dmin·m_j)·dx_j, acc).
+ *   acc = fma(isum_j, (d·sc_j)·dx_j, acc);  acc = fma(dmin·m_j, −dx_j·Σxq_j, acc).
  *
  * Q6_K (w = d·sc·(q − 32), q of 6 bits, one int8 scale per 16 columns), per
  * group and super-block:
@@ -63,6 +63,7 @@ typedef struct bk_qrows {
   float *d;            /* [n][nb] block scales */
   int32_t *s;          /* [n][nb] Σ q of each block */
   int32_t *s16;        /* [n][2 nb] Σ q of each half block (16 values) */
+  float *nds;          /* [n][nb] −d · Σ q of each block (the K-quants' min term) */
 } bk_qrows;
 
 /* Whether type has a packed layout. */

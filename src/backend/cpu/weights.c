@@ -221,11 +221,11 @@ static void packed_task(void *ctx, int task, int tid) {
 static int matmul_packed(hpool *pool, float *y, const float *x, int64_t n, const bk_weight *w, const float *bias, herr *err) {
   int64_t nb = w->cols / 32;
   size_t qbytes = ((size_t)(n * w->cols) + 63) / 64 * 64, dbytes = ((size_t)(n * nb) * 4 + 63) / 64 * 64;
-  unsigned char *buf = qbuf_get(qbytes + 4 * dbytes);
+  unsigned char *buf = qbuf_get(qbytes + 5 * dbytes);
   if (!buf) return herr_set(err, HEARTH_ENOMEM, "matmul: out of memory for %lld quantized activation rows", (long long)n);
   packed_job j = {.w = w, .x = x, .y = y, .bias = bias};
   j.qa = (bk_qrows){.n = n, .cols = w->cols, .nb = nb, .q = (int8_t *)buf, .d = (float *)(buf + qbytes), .s = (int32_t *)(buf + qbytes + dbytes),
-                      .s16 = (int32_t *)(buf + qbytes + 2 * dbytes)};
+                      .s16 = (int32_t *)(buf + qbytes + 2 * dbytes), .nds = (float *)(buf + qbytes + 4 * dbytes)};
   int threads = hpool_size(pool);
   if (n >= 16 && threads > 1) {
     j.rows_per_qtask = (n + threads * 2 - 1) / (threads * 2);
