@@ -216,12 +216,24 @@ static void test_cancel_storm(void) {
   sched_free(s);
 }
 
-/* A's callback holds the engine on A's first token until B is queued, so
- * both then run together in a pool that holds only one of them whole. */
+static void *run_b(void *arg) {
+  job *j = arg;
+  herr e = {0};
+  j->rc = sched_run(j->s, &j->req, collect, &j->out, &j->res, &e);
+  return NULL;
+}
+
+/* A's callback, on A's first token, submits B from another thread and holds
+ * the engine until B is queued: B cannot be admitted before that step ends,
+ * so both then run together in a pool that holds only one of them whole. */
 static sched *g_hold_sched;
+static job *g_hold_job;
+static pthread_t g_hold_thread;
+static bool g_hold_started;
 static int hold_until_b_waits(void *user, const char *delta, size_t len, const sample_token *tok) {
   collected *c = user;
   if (c->n == 0) {
+    g_hold_started = pthread_create(&g_hold_thread, NULL, run_b, g_hold_job) == 0;
     for (int tries = 0; tries < 10000; tries++) {
       sched_stats st;
       sched_get_stats(g_hold_sched, &st);
@@ -230,13 +242,6 @@ static int hold_until_b_waits(void *user, const char *delta, size_t len, const s
     }
   }
   return collect(user, delta, len, tok);
-}
-
-static void *run_b(void *arg) {
-  job *j = arg;
-  herr e = {0};
-  j->rc = sched_run(j->s, &j->req, collect, &j->out, &j->res, &e);
-  return NULL;
 }
 
 static void test_preemption(void) {
@@ -264,13 +269,13 @@ static void test_preemption(void) {
   CHECK_EQ_INT(generate_run(g_m, NULL, &ra, collect, &ref_a, &res, &e), 0);
   CHECK_EQ_INT(generate_run(g_m, NULL, &rb, collect, &ref_b, &res, &e), 0);
   job b = {.s = s, .i = 1, .req = rb};
-  pthread_t th;
   collected got_a = {0};
-  /* B is submitted from another thread once A is running */
+  /* B is submitted from another thread once A has its first token */
   gen_result res_a;
-  pthread_create(&th, NULL, run_b, &b);
+  g_hold_job = &b;
   CHECK_EQ_INT(sched_run(s, &ra, hold_until_b_waits, &got_a, &res_a, &e), 0);
-  pthread_join(th, NULL);
+  CHECK(g_hold_started);
+  if (g_hold_started) pthread_join(g_hold_thread, NULL);
   CHECK_EQ_INT(b.rc, 0);
   CHECK_EQ_INT(got_a.n, 24);
   CHECK_EQ_INT(b.out.n, 24);
@@ -280,7 +285,10 @@ static void test_preemption(void) {
   sched_get_stats(s, &st);
   CHECK_EQ_INT(st.blocks_used, 0);
   CHECK_EQ_INT(st.requests_finished, 2);
-  CHECK(st.preemptions >= 1); /* together they outgrow the pool: the newer one gave way */
+  /* together they outgrow the pool: the newer one gave way */
+  CHECK_MSG(st.preemptions >= 1, "preemptions %lld, steps %lld, prompt tokens %lld, generated %lld, cached hits %lld",
+            (long long)st.preemptions, (long long)st.steps, (long long)st.prompt_tokens, (long long)st.generated_tokens,
+            (long long)st.prefix_hit_tokens);
   sched_free(s);
 }
 
