@@ -66,9 +66,11 @@ X86_RET X86_FN(const bk_weight *w, int64_t row, int64_t k0, int64_t len X86_PARA
     case BK_F16: {
       const uint16_t *p = (const uint16_t *)base + k0;
       int64_t k = 0;
-      for (; k + 32 <= len; k += 32) {
+      for (; k + 64 <= len; k += 64) { /* four independent sums: loads in flight, not FMA latency, set the pace */
         EMIT_F16(0, k, p + k);
         EMIT_F16(1, k + 16, p + k + 16);
+        EMIT_F16(2, k + 32, p + k + 32);
+        EMIT_F16(3, k + 48, p + k + 48);
       }
       for (; k + 16 <= len; k += 16) EMIT_F16(0, k, p + k);
       for (; k < len; k++) EMIT_ONE(k, x86_half(p[k]));
@@ -77,9 +79,11 @@ X86_RET X86_FN(const bk_weight *w, int64_t row, int64_t k0, int64_t len X86_PARA
     case BK_BF16: {
       const uint16_t *p = (const uint16_t *)base + k0;
       int64_t k = 0;
-      for (; k + 32 <= len; k += 32) {
+      for (; k + 64 <= len; k += 64) {
         EMIT_BF16(0, k, p + k);
         EMIT_BF16(1, k + 16, p + k + 16);
+        EMIT_BF16(2, k + 32, p + k + 32);
+        EMIT_BF16(3, k + 48, p + k + 48);
       }
       for (; k + 16 <= len; k += 16) EMIT_BF16(0, k, p + k);
       for (; k < len; k++) EMIT_ONE(k, x86_bf16(p[k]));
