@@ -198,7 +198,14 @@ static void test_pack_selection(void) {
     CHECK_EQ_INT(bk_matmul(NULL, y2, x, 1, &f.w, NULL, &err), 0);
     bk_cpu_set_level(bk_cpu_best());
     CHECK(memcmp(y1, y2, sizeof y1) == 0);
+    /* without its stored bytes a packed weight still validates and multiplies the same */
+    bk_weight_drop_source(&f.w);
+    CHECK(f.w.data == NULL && f.w.packed != NULL);
+    CHECK_EQ_INT(bk_weight_validate(&f.w, &err), 0);
+    CHECK_EQ_INT(bk_matmul(NULL, y2, x, 1, &f.w, NULL, &err), 0);
+    CHECK(memcmp(y1, y2, sizeof y1) == 0);
     bk_weight_unpack(&f.w);
+    CHECK_EQ_INT(bk_weight_validate(&f.w, &err), HEARTH_EINVAL); /* neither stored nor packed bytes: refused */
   }
   free(a.data), free(a.deq), free(f.data), free(f.deq);
 }
