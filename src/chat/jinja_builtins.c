@@ -433,10 +433,11 @@ static int str_format(jrender *r, jv fmt, jargs *a, jv *out) {
       }
       v = a->pos[auto_idx++];
     } else if (field[0] >= '0' && field[0] <= '9') {
-      int k = atoi(field);
-      if (k >= a->n) {
+      char *end;
+      long long k = strtoll(field, &end, 10); /* saturates on overflow: never a negative index */
+      if (k < 0 || k >= a->n) {
         hbuf_free(&b);
-        return jr_fail(r, HEARTH_EINVAL, "Replacement index %d out of range for positional args tuple", k);
+        return jr_fail(r, HEARTH_EINVAL, "Replacement index %s out of range for positional args tuple", field);
       }
       v = a->pos[k];
     } else {

@@ -381,7 +381,34 @@ static void str_repr(hbuf *b, const char *s, size_t n) {
   hbuf_putc(b, q);
 }
 
-void jv_repr(hbuf *b, jv v) {
+/* The containers being printed, outermost first: a list or dict that holds
+ * itself prints as Python does ("[...]", "{...}") instead of recursing
+ * forever, and nesting deeper than REPR_MAX_DEPTH prints "..." rather than
+ * exhausting the stack. */
+#define REPR_MAX_DEPTH 256
+typedef struct repr_path {
+  const void *at[REPR_MAX_DEPTH];
+  int n;
+} repr_path;
+
+static void repr_rec(hbuf *b, jv v, repr_path *path);
+
+/* Prints container c (open / close brackets) unless it is already being printed. */
+static bool repr_enter(hbuf *b, const void *c, const char *cycle, repr_path *path) {
+  for (int i = 0; i < path->n; i++)
+    if (path->at[i] == c) {
+      hbuf_puts(b, cycle);
+      return false;
+    }
+  if (path->n >= REPR_MAX_DEPTH) {
+    hbuf_puts(b, "...");
+    return false;
+  }
+  path->at[path->n++] = c;
+  return true;
+}
+
+static void repr_rec(hbuf *b, jv v, repr_path *path) {
   switch (v.t) {
     case JV_STR: str_repr(b, v.s->data, v.s->len); return;
     case JV_LIST:
@@ -393,39 +420,49 @@ void jv_repr(hbuf *b, jv v) {
         jv plain = v;
         plain.view = VIEW_NONE;
         hbuf_printf(b, "%s(", jv_type_name(v));
-        jv_repr(b, plain);
+        repr_rec(b, plain, path);
         hbuf_putc(b, ')');
         return;
       }
+      if (!repr_enter(b, v.l, v.tuple ? "(...)" : "[...]", path)) return;
       hbuf_putc(b, v.tuple ? '(' : '[');
       for (size_t i = 0; i < v.l->n; i++) {
         if (i) hbuf_puts(b, ", ");
-        jv_repr(b, v.l->items[i]);
+        repr_rec(b, v.l->items[i], path);
       }
       if (v.tuple && v.l->n == 1) hbuf_putc(b, ',');
       hbuf_putc(b, v.tuple ? ')' : ']');
+      path->n--;
       return;
     case JV_DICT:
+      if (!repr_enter(b, v.d, "{...}", path)) return;
       hbuf_putc(b, '{');
       for (size_t i = 0; i < v.d->n; i++) {
         if (i) hbuf_puts(b, ", ");
-        jv_repr(b, v.d->keys[i]);
+        repr_rec(b, v.d->keys[i], path);
         hbuf_puts(b, ": ");
-        jv_repr(b, v.d->vals[i]);
+        repr_rec(b, v.d->vals[i], path);
       }
       hbuf_putc(b, '}');
+      path->n--;
       return;
     case JV_UNDEF: hbuf_puts(b, "Undefined"); return;
     case JV_NS: {
       hbuf_puts(b, "<Namespace ");
       jv d = v;
       d.t = JV_DICT;
-      jv_repr(b, d);
+      repr_rec(b, d, path);
       hbuf_putc(b, '>');
       return;
     }
     default: jv_to_str(b, v); return;
   }
+}
+
+void jv_repr(hbuf *b, jv v) {
+  repr_path path;
+  path.n = 0;
+  repr_rec(b, v, &path);
 }
 
 void jv_to_str(hbuf *b, jv v) {
