@@ -32,6 +32,21 @@ KINLINE __m512i bcast4(const int8_t *p) {
   return _mm512_set1_epi32(v);
 }
 
+/* *s0 += Σ_k w[k] · xb[4k..4k+3] over k < 4 and *s1 += the same over
+ * 4 <= k < 8 with xb[16..31]: one 32-column block, two independent chains. */
+KINLINE void dot32(const __m512i *w, const int8_t *xb, __m512i *s0, __m512i *s1) {
+  __m512i a = *s0, b = *s1;
+  a = _mm512_dpbusd_epi32(a, w[0], bcast4(xb));
+  b = _mm512_dpbusd_epi32(b, w[4], bcast4(xb + 16));
+  a = _mm512_dpbusd_epi32(a, w[1], bcast4(xb + 4));
+  b = _mm512_dpbusd_epi32(b, w[5], bcast4(xb + 20));
+  a = _mm512_dpbusd_epi32(a, w[2], bcast4(xb + 8));
+  b = _mm512_dpbusd_epi32(b, w[6], bcast4(xb + 24));
+  a = _mm512_dpbusd_epi32(a, w[3], bcast4(xb + 12));
+  b = _mm512_dpbusd_epi32(b, w[7], bcast4(xb + 28));
+  *s0 = a, *s1 = b;
+}
+
 KINLINE void store_tile(float *y, int64_t ys, int M, __m512 *acc, int nr, const float *bias, int64_t row0) {
   __mmask16 mask = nr >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nr) - 1);
   __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + row0) : _mm512_setzero_ps();
@@ -52,24 +67,18 @@ KINLINE void tile_q4_0(const uint8_t *grp, const bk_qrows *qa, int64_t i0, const
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *blk = grp + (size_t)b * 288;
     __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-    __m512i lo[4], hi[4];
+    __m512i w[8]; /* low nibbles (columns 0-15), then high (16-31) */
     UNROLL
     for (int c = 0; c < 4; c++) {
       __m512i l = _mm512_loadu_si512((const void *)(blk + 32 + 64 * c));
-      lo[c] = _mm512_and_si512(l, m4);
-      hi[c] = _mm512_and_si512(_mm512_srli_epi16(l, 4), m4);
+      w[c] = _mm512_and_si512(l, m4);
+      w[4 + c] = _mm512_and_si512(_mm512_srli_epi16(l, 4), m4);
     }
     UNROLL
     for (int i = 0; i < M; i++) {
       const int8_t *xb = qa->q + (i0 + i) * qa->cols + 32 * b;
-      __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast4(xb));
-      __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], bcast4(xb + 16));
-      s0 = _mm512_dpbusd_epi32(s0, lo[1], bcast4(xb + 4));
-      s1 = _mm512_dpbusd_epi32(s1, hi[1], bcast4(xb + 20));
-      s0 = _mm512_dpbusd_epi32(s0, lo[2], bcast4(xb + 8));
-      s1 = _mm512_dpbusd_epi32(s1, hi[2], bcast4(xb + 24));
-      s0 = _mm512_dpbusd_epi32(s0, lo[3], bcast4(xb + 12));
-      s1 = _mm512_dpbusd_epi32(s1, hi[3], bcast4(xb + 28));
+      __m512i s0 = _mm512_setzero_si512(), s1 = s0;
+      dot32(w, xb, &s0, &s1);
       int64_t xi = (i0 + i) * nb + b;
       __m512i s = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(8 * qa->s[xi]));
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(qa->d[xi])), acc[i]);
@@ -94,14 +103,8 @@ KINLINE void tile_q8_0(const uint8_t *grp, const bk_qrows *qa, int64_t i0, const
     UNROLL
     for (int i = 0; i < M; i++) {
       const int8_t *xb = qa->q + (i0 + i) * qa->cols + 32 * b;
-      __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[0], bcast4(xb));
-      __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[4], bcast4(xb + 16));
-      s0 = _mm512_dpbusd_epi32(s0, u[1], bcast4(xb + 4));
-      s1 = _mm512_dpbusd_epi32(s1, u[5], bcast4(xb + 20));
-      s0 = _mm512_dpbusd_epi32(s0, u[2], bcast4(xb + 8));
-      s1 = _mm512_dpbusd_epi32(s1, u[6], bcast4(xb + 24));
-      s0 = _mm512_dpbusd_epi32(s0, u[3], bcast4(xb + 12));
-      s1 = _mm512_dpbusd_epi32(s1, u[7], bcast4(xb + 28));
+      __m512i s0 = _mm512_setzero_si512(), s1 = s0;
+      dot32(u, xb, &s0, &s1);
       int64_t xi = (i0 + i) * nb + b;
       __m512i s = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * qa->s[xi]));
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(qa->d[xi])), acc[i]);
@@ -151,14 +154,8 @@ KINLINE void tile_k(const uint8_t *grp, const int five, const bk_qrows *qa, int6
         UNROLL
         for (int i = 0; i < M; i++) {
           const int8_t *xb = qa->q + (i0 + i) * qa->cols + 256 * sb + 32 * j;
-          __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], bcast4(xb));
-          __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[4], bcast4(xb + 16));
-          s0 = _mm512_dpbusd_epi32(s0, q[1], bcast4(xb + 4));
-          s1 = _mm512_dpbusd_epi32(s1, q[5], bcast4(xb + 20));
-          s0 = _mm512_dpbusd_epi32(s0, q[2], bcast4(xb + 8));
-          s1 = _mm512_dpbusd_epi32(s1, q[6], bcast4(xb + 24));
-          s0 = _mm512_dpbusd_epi32(s0, q[3], bcast4(xb + 12));
-          s1 = _mm512_dpbusd_epi32(s1, q[7], bcast4(xb + 28));
+          __m512i s0 = _mm512_setzero_si512(), s1 = s0;
+          dot32(q, xb, &s0, &s1);
           int64_t xi = (i0 + i) * nb + 8 * sb + j;
           acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(a, _mm512_set1_ps(qa->d[xi])), acc[i]);
           acc[i] = _mm512_fmadd_ps(b, _mm512_set1_ps(qa->nds[xi]), acc[i]);
@@ -183,7 +180,7 @@ KINLINE void tile_q6_k(const uint8_t *grp, const bk_qrows *qa, int64_t i0, const
     const uint8_t *u = blk + 32 + 256, *hb = u + 2048;
     __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
     for (int j = 0; j < 8; j++) {
-      __m512i lo[4], hi[4];
+      __m512i w[8]; /* columns 0-15 of the block, then 16-31 */
       __m512i h0 = _mm512_loadu_si512((const void *)(hb + (size_t)(j * 2) * 64));
       __m512i h1 = _mm512_loadu_si512((const void *)(hb + (size_t)(j * 2 + 1) * 64));
       /* top bits of chunk c moved to bits 4-5 */
@@ -192,8 +189,8 @@ KINLINE void tile_q6_k(const uint8_t *grp, const bk_qrows *qa, int64_t i0, const
       UNROLL
       for (int c = 0; c < 4; c++) {
         __m512i l = _mm512_loadu_si512((const void *)(u + (size_t)(j * 4 + c) * 64));
-        lo[c] = _mm512_ternarylogic_epi32(_mm512_and_si512(l, m4), t0[c], m30, 0xF8); /* a | (b & c) */
-        hi[c] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), t1[c], m30, 0xF8);
+        w[c] = _mm512_ternarylogic_epi32(_mm512_and_si512(l, m4), t0[c], m30, 0xF8); /* a | (b & c) */
+        w[4 + c] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), t1[c], m30, 0xF8);
       }
       __m512i sl = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + (2 * j) * BK_PACK_ROWS)));
       __m512i sh = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sc + (2 * j + 1) * BK_PACK_ROWS)));
@@ -201,14 +198,8 @@ KINLINE void tile_q6_k(const uint8_t *grp, const bk_qrows *qa, int64_t i0, const
       for (int i = 0; i < M; i++) {
         const int8_t *xb = qa->q + (i0 + i) * qa->cols + 256 * sb + 32 * j;
         int64_t xi = (i0 + i) * nb + 8 * sb + j;
-        __m512i s0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(-32 * qa->s16[2 * xi]), lo[0], bcast4(xb));
-        __m512i s1 = _mm512_dpbusd_epi32(_mm512_set1_epi32(-32 * qa->s16[2 * xi + 1]), hi[0], bcast4(xb + 16));
-        s0 = _mm512_dpbusd_epi32(s0, lo[1], bcast4(xb + 4));
-        s1 = _mm512_dpbusd_epi32(s1, hi[1], bcast4(xb + 20));
-        s0 = _mm512_dpbusd_epi32(s0, lo[2], bcast4(xb + 8));
-        s1 = _mm512_dpbusd_epi32(s1, hi[2], bcast4(xb + 24));
-        s0 = _mm512_dpbusd_epi32(s0, lo[3], bcast4(xb + 12));
-        s1 = _mm512_dpbusd_epi32(s1, hi[3], bcast4(xb + 28));
+        __m512i s0 = _mm512_set1_epi32(-32 * qa->s16[2 * xi]), s1 = _mm512_set1_epi32(-32 * qa->s16[2 * xi + 1]);
+        dot32(w, xb, &s0, &s1);
         __m512i t = _mm512_add_epi32(_mm512_mullo_epi32(s0, sl), _mm512_mullo_epi32(s1, sh));
         acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dv, _mm512_set1_ps(qa->d[xi])), acc[i]);
       }
