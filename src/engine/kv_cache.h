@@ -1,6 +1,8 @@
-/* kv_cache.h — the contiguous KV cache: per sequence and layer, one growing
- * array of rows. Implements the kv_seq contract of model/kv.h, so the model's
- * forward reads and writes it without knowing its layout.
+/* kv_cache.h — the KV cache for one-off runs (generation of one request,
+ * tools, tests): sequences in a block pool of their own that grows as they
+ * do, in the memory of the geometry's backend. Implements the kv_seq
+ * contract of model/kv.h, so the model's forward reads and writes it
+ * without knowing its layout.
  *
  *   kv_cache *c; kv_cache_new(&geom, max_len, &c, &err);   // geom from model_kv_geometry_of
  *   kv_seq *s; kv_cache_seq_new(c, &s, &err);
@@ -26,7 +28,5 @@ int kv_cache_seq_new(kv_cache *c, kv_seq **out, herr *err);
 void kv_cache_seq_free(kv_seq *s);
 /* Forgets rows >= n (n <= len). */
 void kv_cache_seq_truncate(kv_seq *s, int64_t n);
-/* Bytes currently allocated for s. */
-size_t kv_cache_seq_bytes(const kv_seq *s);
 
 #endif

@@ -1,7 +1,7 @@
 /* kv_paged.c — the paged KV cache and its prefix cache (see kv_paged.h): a
- * pool of blocks in per-layer arenas, a free list, an LRU list of cached
+ * pool of blocks in per-layer arenas of backend memory (one buffer), a free list, an LRU list of cached
  * blocks nobody holds, a hash index over published blocks, and per-sequence
- * block tables with the per-layer block pointers attention reads. Knows
+ * block tables that attention reads. Knows
  * nothing of models beyond row sizes, nor of scheduling or threads. */
 #include "engine/kv_paged.h"
 
@@ -23,8 +23,11 @@ struct kv_pool {
   int64_t kv_dim[CFG_MAX_LAYERS];
   int B;                      /* rows per block */
   int64_t n_blocks;
-  float *k_arena[CFG_MAX_LAYERS]; /* owned: n_blocks * B * kv_dim[l] floats */
-  float *v_arena[CFG_MAX_LAYERS]; /* owned */
+  bk_backend *be;             /* borrowed: where the arenas live */
+  bk_backend *own_be;         /* owned: a CPU backend opened for a geometry that named none */
+  bk_buf *buf;                /* owned: every layer's K and V arenas */
+  kv_store store;             /* views of buf: layer l's arenas of n_blocks * B rows */
+  bool growable;              /* reserve doubles the pool instead of failing */
   block_meta *meta;           /* owned [n_blocks] */
   int32_t *tokens;            /* owned [n_blocks * B]: a published block's tokens */
   int32_t *buckets;           /* owned [n_buckets] heads of hash chains, -1 */
@@ -41,8 +44,6 @@ typedef struct paged_seq {
   int64_t max_len;            /* 0 = unlimited */
   int32_t *table;             /* owned [cap] block ids */
   int64_t n_blocks, cap;
-  const float **kp[CFG_MAX_LAYERS]; /* owned [cap]: per layer, each block's K rows */
-  const float **vp[CFG_MAX_LAYERS]; /* owned [cap] */
   int64_t n_published;        /* leading blocks already published or attached */
   uint64_t last_hash;         /* hash of block n_published - 1 (root when none) */
 } paged_seq;
@@ -154,6 +155,38 @@ static void release_block(kv_pool *p, int32_t b) {
 
 /* ---- the pool ---- */
 
+/* Allocates the arenas of n_blocks blocks into p->buf / p->store (p->buf unset on failure). */
+static int alloc_arenas(kv_pool *p, int64_t n_blocks, herr *err) {
+  size_t bytes = 0;
+  for (int l = 0; l < p->n_layers; l++) bytes += 2 * (size_t)n_blocks * (size_t)p->B * (size_t)p->kv_dim[l] * sizeof(float);
+  bk_buf *buf;
+  int rc = bk_buf_new(p->be, bytes, &buf, err);
+  if (rc) return herr_wrap(err, "KV pool: %lld blocks of %d tokens (%zu bytes)", (long long)n_blocks, p->B, bytes);
+  kv_store st = {.n_layers = p->n_layers, .block_rows = p->B, .n_slots = n_blocks * p->B};
+  size_t off = 0;
+  for (int l = 0; l < p->n_layers; l++) {
+    int64_t rows = n_blocks * p->B;
+    st.k[l] = (bk_tensor){.buf = buf, .off = off, .dt = BK_DT_F32, .rows = rows, .cols = p->kv_dim[l]};
+    off += (size_t)(rows * p->kv_dim[l]) * sizeof(float);
+    st.v[l] = (bk_tensor){.buf = buf, .off = off, .dt = BK_DT_F32, .rows = rows, .cols = p->kv_dim[l]};
+    off += (size_t)(rows * p->kv_dim[l]) * sizeof(float);
+  }
+  if (p->buf) { /* growing: the old blocks keep their ids and contents */
+    for (int l = 0; l < p->n_layers; l++) {
+      bk_copy(&st.k[l], 0, &p->store.k[l], 0, bk_nbytes(&p->store.k[l]));
+      bk_copy(&st.v[l], 0, &p->store.v[l], 0, bk_nbytes(&p->store.v[l]));
+    }
+    if ((rc = bk_sync(p->be, err))) {
+      bk_buf_free(buf);
+      return rc;
+    }
+    bk_buf_free(p->buf);
+  }
+  p->buf = buf;
+  p->store = st;
+  return 0;
+}
+
 int kv_pool_new(const model_kv_geometry *g, int block_tokens, int64_t n_blocks, kv_pool **out, herr *err) {
   *out = NULL;
   if (g->n_layers <= 0 || g->n_layers > CFG_MAX_LAYERS)
@@ -169,20 +202,23 @@ int kv_pool_new(const model_kv_geometry *g, int block_tokens, int64_t n_blocks, 
   p->B = block_tokens;
   p->n_blocks = n_blocks;
   p->n_buckets = n_blocks * 2 + 1;
+  p->be = g->backend;
+  int rc = 0;
+  if (!p->be && (rc = bk_cpu_open(&(bk_open_opts){.threads = 1}, &p->own_be, err))) {
+    free(p);
+    return rc;
+  }
+  if (!p->be) p->be = p->own_be;
   p->meta = calloc((size_t)n_blocks, sizeof *p->meta);
   p->tokens = malloc(sizeof(int32_t) * (size_t)(n_blocks * block_tokens));
   p->buckets = malloc(sizeof(int32_t) * (size_t)p->n_buckets);
-  bool ok = p->meta && p->tokens && p->buckets;
-  for (int l = 0; ok && l < p->n_layers; l++) {
-    size_t bytes = (size_t)n_blocks * (size_t)block_tokens * (size_t)p->kv_dim[l] * sizeof(float);
-    p->k_arena[l] = malloc(bytes ? bytes : 1);
-    p->v_arena[l] = malloc(bytes ? bytes : 1);
-    ok = p->k_arena[l] && p->v_arena[l];
-  }
-  if (!ok) {
+  if (!p->meta || !p->tokens || !p->buckets) {
     kv_pool_free(p);
-    return herr_set(err, HEARTH_ENOMEM, "KV pool: out of memory for %lld blocks of %d tokens (%zu bytes)",
-                    (long long)n_blocks, block_tokens, (size_t)n_blocks * kv_block_bytes(g, block_tokens));
+    return herr_set(err, HEARTH_ENOMEM, "KV pool: out of memory for the tables of %lld blocks", (long long)n_blocks);
+  }
+  if ((rc = alloc_arenas(p, n_blocks, err))) {
+    kv_pool_free(p);
+    return rc;
   }
   for (int64_t i = 0; i < p->n_buckets; i++) p->buckets[i] = -1;
   p->free_head = p->lru_head = p->lru_tail = -1;
@@ -194,9 +230,34 @@ int kv_pool_new(const model_kv_geometry *g, int block_tokens, int64_t n_blocks, 
   return 0;
 }
 
+void kv_pool_set_growable(kv_pool *p, bool growable) { p->growable = growable; }
+
+/* Doubles the pool (at least to n_blocks + need): new blocks go on the free list. */
+static int pool_grow(kv_pool *p, int64_t need, herr *err) {
+  int64_t n = p->n_blocks * 2;
+  if (n < p->n_blocks + need) n = p->n_blocks + need;
+  if (n > INT32_MAX / 2) return herr_set(err, HEARTH_ELIMIT, "KV pool: cannot grow past %lld blocks", (long long)p->n_blocks);
+  block_meta *meta = realloc(p->meta, sizeof *meta * (size_t)n);
+  if (!meta) return herr_set(err, HEARTH_ENOMEM, "KV pool: out of memory growing to %lld blocks", (long long)n);
+  p->meta = meta;
+  int32_t *tokens = realloc(p->tokens, sizeof(int32_t) * (size_t)(n * p->B));
+  if (!tokens) return herr_set(err, HEARTH_ENOMEM, "KV pool: out of memory growing to %lld blocks", (long long)n);
+  p->tokens = tokens;
+  int rc = alloc_arenas(p, n, err);
+  if (rc) return rc;
+  memset(p->meta + p->n_blocks, 0, sizeof *meta * (size_t)(n - p->n_blocks));
+  for (int64_t b = n - 1; b >= p->n_blocks; b--) {
+    p->meta[b].hnext = -1;
+    free_push(p, (int32_t)b);
+  }
+  p->n_blocks = n;
+  return 0;
+}
+
 void kv_pool_free(kv_pool *p) {
   if (!p) return;
-  for (int l = 0; l < p->n_layers; l++) free(p->k_arena[l]), free(p->v_arena[l]);
+  bk_buf_free(p->buf);
+  bk_backend_close(p->own_be);
   free(p->meta);
   free(p->tokens);
   free(p->buckets);
@@ -223,28 +284,11 @@ static int grow_table(paged_seq *ps, int64_t want) {
   int32_t *t = realloc(ps->table, sizeof(int32_t) * (size_t)cap);
   if (!t) return -1;
   ps->table = t;
-  for (int l = 0; l < ps->pool->n_layers; l++) {
-    const float **k = realloc(ps->kp[l], sizeof(float *) * (size_t)cap);
-    if (!k) return -1;
-    ps->kp[l] = k;
-    const float **v = realloc(ps->vp[l], sizeof(float *) * (size_t)cap);
-    if (!v) return -1;
-    ps->vp[l] = v;
-  }
   ps->cap = cap;
   return 0;
 }
 
-static void append_block(paged_seq *ps, int32_t b) {
-  kv_pool *p = ps->pool;
-  int64_t i = ps->n_blocks++;
-  ps->table[i] = b;
-  for (int l = 0; l < p->n_layers; l++) {
-    size_t off = (size_t)b * (size_t)p->B * (size_t)p->kv_dim[l];
-    ps->kp[l][i] = p->k_arena[l] + off;
-    ps->vp[l][i] = p->v_arena[l] + off;
-  }
-}
+static void append_block(paged_seq *ps, int32_t b) { ps->table[ps->n_blocks++] = b; }
 
 int64_t kv_paged_seq_blocks_for(const kv_seq *s, int64_t n_rows) {
   const paged_seq *ps = (const paged_seq *)s;
@@ -261,6 +305,10 @@ static int paged_reserve(kv_seq *s, int64_t n, herr *err) {
                     (long long)ps->max_len);
   int64_t need = kv_paged_seq_blocks_for(s, rows);
   if (need == 0) return 0;
+  if (need > kv_pool_available(p) && p->growable) {
+    int rc = pool_grow(p, need - kv_pool_available(p), err);
+    if (rc) return rc;
+  }
   if (need > kv_pool_available(p))
     return herr_set(err, HEARTH_ELIMIT, "KV pool: %lld more blocks needed, %lld available", (long long)need,
                     (long long)kv_pool_available(p));
@@ -269,31 +317,16 @@ static int paged_reserve(kv_seq *s, int64_t n, herr *err) {
   return 0;
 }
 
-static float *paged_k_row(kv_seq *s, int layer, int64_t pos) {
+static const kv_store *paged_table(kv_seq *s, const int32_t **blocks, int64_t *n_blocks) {
   paged_seq *ps = (paged_seq *)s;
-  int B = ps->pool->B;
-  return (float *)ps->kp[layer][pos / B] + (pos % B) * ps->pool->kv_dim[layer];
-}
-
-static float *paged_v_row(kv_seq *s, int layer, int64_t pos) {
-  paged_seq *ps = (paged_seq *)s;
-  int B = ps->pool->B;
-  return (float *)ps->vp[layer][pos / B] + (pos % B) * ps->pool->kv_dim[layer];
-}
-
-static void paged_view(kv_seq *s, int layer, int64_t hi, kv_view *out) {
-  paged_seq *ps = (paged_seq *)s;
-  out->k_blocks = (const float *const *)ps->kp[layer];
-  out->v_blocks = (const float *const *)ps->vp[layer];
-  out->block_rows = ps->pool->B;
-  out->row_stride = ps->pool->kv_dim[layer];
-  out->lo = 0;
-  out->hi = hi;
+  *blocks = ps->table;
+  *n_blocks = ps->n_blocks;
+  return &ps->pool->store;
 }
 
 static void paged_commit(kv_seq *s, int64_t n) { s->len += n; }
 
-static const kv_ops paged_ops = {paged_reserve, paged_k_row, paged_v_row, paged_view, paged_commit};
+static const kv_ops paged_ops = {paged_reserve, paged_table, paged_commit};
 
 int kv_paged_seq_new(kv_pool *p, int64_t max_len, kv_seq **out, herr *err) {
   *out = NULL;
@@ -313,7 +346,6 @@ void kv_paged_seq_free(kv_seq *s) {
   /* the tail first, so a chain's later blocks are evicted before its head */
   for (int64_t i = ps->n_blocks - 1; i >= 0; i--) release_block(ps->pool, ps->table[i]);
   free(ps->table);
-  for (int l = 0; l < ps->pool->n_layers; l++) free(ps->kp[l]), free(ps->vp[l]);
   free(ps);
 }
 
@@ -366,3 +398,17 @@ void kv_paged_seq_publish(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t 
     ps->n_published++;
   }
 }
+
+void kv_paged_seq_truncate(kv_seq *s, int64_t n) {
+  paged_seq *ps = (paged_seq *)s;
+  if (n < 0 || n >= s->len) return;
+  int64_t keep = (n + ps->pool->B - 1) / ps->pool->B;
+  while (ps->n_blocks > keep) release_block(ps->pool, ps->table[--ps->n_blocks]);
+  if (ps->n_published > n / ps->pool->B) { /* the next publish re-walks the chain from the root */
+    ps->n_published = 0;
+    ps->last_hash = PREFIX_ROOT;
+  }
+  s->len = n;
+}
+
+const kv_store *kv_pool_store(const kv_pool *p) { return &p->store; }

@@ -21,6 +21,7 @@
 #ifndef HEARTH_ENGINE_KV_PAGED_H
 #define HEARTH_ENGINE_KV_PAGED_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,8 +33,15 @@ typedef struct kv_pool kv_pool;
 /* Bytes one block of block_tokens rows takes for geometry g (K and V, all layers). */
 size_t kv_block_bytes(const model_kv_geometry *g, int block_tokens);
 
+/* The arenas are allocated through g->backend (a private CPU backend when it
+ * is NULL), in one buffer. */
 int kv_pool_new(const model_kv_geometry *g, int block_tokens, int64_t n_blocks, kv_pool **out, herr *err);
 void kv_pool_free(kv_pool *p); /* sequences must be freed first */
+/* A growable pool doubles itself (copying its arenas on the backend) when a
+ * reserve needs more blocks than are available, instead of failing. */
+void kv_pool_set_growable(kv_pool *p, bool growable);
+/* The pool's arenas (changes when a growable pool grows). */
+const kv_store *kv_pool_store(const kv_pool *p);
 
 typedef struct kv_pool_counts {
   int64_t total;   /* blocks in the pool */
@@ -65,5 +73,8 @@ int64_t kv_paged_seq_attach_prefix(kv_seq *s, const int32_t *tokens, int64_t n, 
 /* tokens[0..n) are the tokens of rows [0, n) (n <= len): publishes every full
  * block not yet published, so later sequences can share it. */
 void kv_paged_seq_publish(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t adapter_id);
+/* Forgets rows >= n (n <= len), releasing the blocks past them. Truncating
+ * into published blocks makes the next publish walk the chain again. */
+void kv_paged_seq_truncate(kv_seq *s, int64_t n);
 
 #endif

@@ -1,22 +1,21 @@
 /* decoder.c — loading and running the llama-shaped decoder that every
  * supported family is (see family.h for the switches): weights from
- * safetensors or GGUF checked against the config, and the batched forward
- * pass built from backend ops, reading and writing each sequence's KV cache
- * through kv.h. Weight matrices stay in their stored format inside the file
- * mapping (f32, f16, bf16, GGUF and MLX quantized) and are multiplied by
- * bk_matmul; norms and biases are converted to f32. Knows nothing of
- * sampling, tokenizers or how the cache is laid out. */
+ * safetensors or GGUF checked against the config and handed to the
+ * backend in their stored format (f32, f16, bf16, GGUF and MLX quantized);
+ * norms and biases as f32 tensors. The batched forward pass is built from
+ * backend ops only (backend.h), on whichever device the model was loaded
+ * for; each sequence's KV rows are written and read through its block
+ * table (kv.h). Per step, one upload of the index tables and one download
+ * of the requested logits cross between host and device. Knows nothing of
+ * sampling, tokenizers or how the cache manages its blocks. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/quant.h"
+#include "backend/backend.h"
 #include "base/file.h"
-#include "backend/ops.h"
-#include "backend/weights.h"
-#include "base/pool.h"
 #include "format/safetensors.h"
 #include "format/gguf.h"
 #include "model/family.h"
@@ -25,31 +24,49 @@
 #include "model/rope.h"
 
 typedef struct layer_weights {
-  /* matrices: their data is borrowed from the model's file mapping */
+  /* matrices, loaded into the backend (bk_weight_load) */
   bk_weight q, k, v, o, gate, up, down;
-  /* vectors: borrowed from model.owned (f32) */
-  const float *attn_norm, *q_bias, *k_bias, *v_bias, *o_bias, *q_norm, *k_norm;
-  const float *post_attn_norm, *pre_ffn_norm, *post_ffn_norm;
-  const float *gate_bias, *up_bias, *down_bias;
+  /* vectors: f32 [1, n] tensors in buffers of model.bufs; .buf NULL = absent */
+  bk_tensor attn_norm, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm;
+  bk_tensor post_attn_norm, pre_ffn_norm, post_ffn_norm;
+  bk_tensor gate_bias, up_bias, down_bias;
   const rope_table *rope; /* NULL = this layer uses no RoPE */
   int64_t window;         /* 0 = full attention */
 } layer_weights;
 
+/* Activations of one forward, allocated once and grown to the largest batch seen. */
+typedef struct fwd_scratch {
+  int64_t cap_t;          /* tokens the activation tensors hold */
+  bk_buf *act;            /* owned: x, xn, q, k, v, att, o, gate, up */
+  bk_tensor x, xn, q, k, v, att, o, gate, up;
+  int64_t cap_idx;        /* int32 entries of idx */
+  bk_buf *idx_buf;        /* owned */
+  bk_tensor idx;          /* I32: the step's index tables (see forward) */
+  int32_t *host_idx;      /* owned: their host staging, cap_idx entries */
+  int64_t cap_r;          /* logits rows */
+  bk_buf *logit_buf;      /* owned */
+  bk_tensor logits;
+} fwd_scratch;
+
 struct model {
   model_config cfg;
   const model_family *fam;
-  hpool *pool;            /* owned */
-  float **owned;          /* owned: every f32 vector */
+  bk_backend *be;         /* owned: where weights, activations and the forward live */
+  float **owned;          /* owned: host copies of misaligned matrices */
   int n_owned, cap_owned;
+  bk_buf **bufs;          /* owned: the backend buffers of every f32 vector */
+  int n_bufs, cap_bufs;
   st_set st;              /* owned when st_opened: the safetensors mapping the matrices point into */
   bool st_opened;
   gguf_file *gg;          /* owned, or NULL: the GGUF mapping the matrices point into */
-  bk_weight embed, lm_head;
-  const float *final_norm; /* borrowed from owned */
+  bk_weight embed, lm_head; /* lm_head shares embed's loaded weight when tied */
+  bool tied;
+  bk_tensor final_norm;
   layer_weights *layers;  /* owned, num_hidden_layers */
   rope_table rope_global, rope_local;
   float embed_scale;      /* 0 = none */
   float attn_scale;
+  fwd_scratch f;
 };
 
 const model_config *model_cfg(const model *m) { return &m->cfg; }
@@ -62,24 +79,41 @@ void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
     g->kv_dim[l] = m->cfg.num_key_value_heads * m->cfg.head_dim;
     g->window[l] = m->layers[l].window;
   }
+  g->backend = m->be;
+}
+
+bk_backend *model_backend(const model *m) { return m->be; }
+
+static void scratch_free(fwd_scratch *f) {
+  bk_buf_free(f->act);
+  bk_buf_free(f->idx_buf);
+  bk_buf_free(f->logit_buf);
+  free(f->host_idx);
+  memset(f, 0, sizeof *f);
 }
 
 void model_free(model *m) {
   if (!m) return;
-  for (int l = 0; m->layers && l < m->cfg.num_hidden_layers; l++) {
-    layer_weights *lw = &m->layers[l];
-    bk_weight *mats[] = {&lw->q, &lw->k, &lw->v, &lw->o, &lw->gate, &lw->up, &lw->down};
-    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) bk_weight_unpack(mats[i]);
+  if (m->be) {
+    for (int l = 0; m->layers && l < m->cfg.num_hidden_layers; l++) {
+      layer_weights *lw = &m->layers[l];
+      bk_weight *mats[] = {&lw->q, &lw->k, &lw->v, &lw->o, &lw->gate, &lw->up, &lw->down};
+      for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) bk_weight_release(m->be, mats[i]);
+    }
+    bk_weight_release(m->be, &m->embed);
+    if (!m->tied) bk_weight_release(m->be, &m->lm_head);
+    for (int i = 0; i < m->n_bufs; i++) bk_buf_free(m->bufs[i]);
+    scratch_free(&m->f);
   }
-  bk_weight_unpack(&m->lm_head);
-  for (int i = 0; i < m->n_owned; i++) bk_free(m->owned[i]);
+  free(m->bufs);
+  for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
   free(m->owned);
   free(m->layers);
   rope_table_free(&m->rope_global);
   rope_table_free(&m->rope_local);
   if (m->st_opened) st_close(&m->st);
   gguf_close(m->gg);
-  hpool_destroy(m->pool);
+  bk_backend_close(m->be);
   config_free(&m->cfg);
   free(m);
 }
@@ -116,7 +150,7 @@ static int own_buffer(model *m, int64_t numel, const char *name, float **out, he
     m->owned = p;
     m->cap_owned = cap;
   }
-  float *buf = bk_alloc((size_t)numel);
+  float *buf = aligned_alloc(64, ((size_t)(numel ? numel : 1) * sizeof(float) + 63) / 64 * 64);
   if (!buf) return herr_set(err, HEARTH_ENOMEM, "%s: out of memory for %lld floats", name, (long long)numel);
   m->owned[m->n_owned++] = buf;
   *out = buf;
@@ -135,11 +169,12 @@ static int align_copy(model *m, const void **data, size_t nbytes, size_t align, 
   return 0;
 }
 
-/* Loads tensor `name` (its Hugging Face name) as f32 after checking its shape;
- * *out NULL when absent and !required. */
+/* Loads tensor `name` (its Hugging Face name) as an f32 [1, numel] tensor
+ * of the backend after checking its shape; out->buf NULL when absent and
+ * !required. */
 static int load_tensor(model *m, const weight_src *src, const char *name, int ndim, int64_t d0, int64_t d1, bool required,
-                       const float **out, herr *err) {
-  *out = NULL;
+                       bk_tensor *out, herr *err) {
+  memset(out, 0, sizeof *out);
   char real[300];
   int64_t shape[4] = {0};
   int have_ndim = 0;
@@ -175,17 +210,35 @@ static int load_tensor(model *m, const weight_src *src, const char *name, int nd
   }
   if (st && st->dtype != ST_F32 && st->dtype != ST_F16 && st->dtype != ST_BF16)
     return herr_set(err, HEARTH_EUNSUPPORTED, "%s: dtype %s is not supported (F32, F16, BF16)", name, st_dtype_name(st->dtype));
-  float *buf = NULL;
-  int rc = own_buffer(m, st ? st->numel : gt->nelements, name, &buf, err);
-  if (rc) return rc;
+  int64_t numel = st ? st->numel : gt->nelements;
+  float *buf = malloc((size_t)(numel ? numel : 1) * sizeof(float));
+  if (!buf) return herr_set(err, HEARTH_ENOMEM, "%s: out of memory for %lld floats", name, (long long)numel);
+  int rc;
   if (st) rc = st_to_f32(st, buf, err);
   else {
     bool is_k = strstr(name, "k_proj.weight") != NULL;
     rc = gguf_model_read_f32(src->gg, gt, name, is_k ? m->cfg.num_key_value_heads : m->cfg.num_attention_heads, buf, err);
   }
-  if (rc) return herr_wrap(err, "%s", name);
-  *out = buf;
-  return 0;
+  if (rc) {
+    free(buf);
+    return herr_wrap(err, "%s", name);
+  }
+  if (m->n_bufs == m->cap_bufs) {
+    int cap = m->cap_bufs ? m->cap_bufs * 2 : 64;
+    bk_buf **p = realloc(m->bufs, (size_t)cap * sizeof *p);
+    if (!p) {
+      free(buf);
+      return herr_set(err, HEARTH_ENOMEM, "out of memory loading %s", name);
+    }
+    m->bufs = p;
+    m->cap_bufs = cap;
+  }
+  if (!(rc = bk_tensor_new(m->be, BK_DT_F32, 1, numel, out, err))) {
+    m->bufs[m->n_bufs++] = out->buf;
+    rc = bk_set(out, 0, buf, (size_t)numel * sizeof(float), err);
+  }
+  free(buf);
+  return rc ? herr_wrap(err, "%s", name) : 0;
 }
 
 static const char *st_shape_of(const st_tensor *t, char *buf, size_t n) {
@@ -295,22 +348,20 @@ static bk_weight sub_rows(const bk_weight *w, int64_t r0, int64_t n) {
     if ((rc = load_matrix(m, src, name, a, b, req, dst, err))) return rc;                            \
   } while (0)
 
-#define LOAD(field, req, nd, a, b)                                                                    \
+#define LOAD(field, req, nd, a, b, dst)                                                               \
   do {                                                                                                \
     snprintf(name, sizeof name, "model.layers.%d.%s", l, field);                                      \
-    if ((rc = load_tensor(m, src, name, nd, a, b, req, &tmp, err))) return rc;                     \
+    if ((rc = load_tensor(m, src, name, nd, a, b, req, dst, err))) return rc;                        \
   } while (0)
 
 static int load_layer(model *m, const weight_src *src, int l, herr *err) {
   const model_config *c = &m->cfg;
   layer_weights *lw = &m->layers[l];
   char name[256];
-  const float *tmp;
   int rc;
   int64_t H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim, D = c->hidden_size,
           I = c->intermediate_size;
-  LOAD("input_layernorm.weight", true, 1, D, 0);
-  lw->attn_norm = tmp;
+  LOAD("input_layernorm.weight", true, 1, D, 0, &lw->attn_norm);
   if (m->fam->fused_qkv) {
     bk_weight fused;
     MAT("self_attn.qkv_proj.weight", true, (H + 2 * KV) * hd, D, &fused);
@@ -331,36 +382,24 @@ static int load_layer(model *m, const weight_src *src, int l, herr *err) {
   MAT("mlp.down_proj.weight", true, D, I, &lw->down);
   if (c->attention_bias) {
     bool qkv_req = true, o_req = strcmp(c->model_type, "qwen2") != 0; /* qwen2: q/k/v biases only */
-    LOAD("self_attn.q_proj.bias", qkv_req, 1, H * hd, 0);
-    lw->q_bias = tmp;
-    LOAD("self_attn.k_proj.bias", qkv_req, 1, KV * hd, 0);
-    lw->k_bias = tmp;
-    LOAD("self_attn.v_proj.bias", qkv_req, 1, KV * hd, 0);
-    lw->v_bias = tmp;
-    LOAD("self_attn.o_proj.bias", o_req, 1, D, 0);
-    lw->o_bias = tmp;
+    LOAD("self_attn.q_proj.bias", qkv_req, 1, H * hd, 0, &lw->q_bias);
+    LOAD("self_attn.k_proj.bias", qkv_req, 1, KV * hd, 0, &lw->k_bias);
+    LOAD("self_attn.v_proj.bias", qkv_req, 1, KV * hd, 0, &lw->v_bias);
+    LOAD("self_attn.o_proj.bias", o_req, 1, D, 0, &lw->o_bias);
   }
   if (c->mlp_bias && !m->fam->fused_qkv) {
-    LOAD("mlp.gate_proj.bias", true, 1, I, 0);
-    lw->gate_bias = tmp;
-    LOAD("mlp.up_proj.bias", true, 1, I, 0);
-    lw->up_bias = tmp;
-    LOAD("mlp.down_proj.bias", true, 1, D, 0);
-    lw->down_bias = tmp;
+    LOAD("mlp.gate_proj.bias", true, 1, I, 0, &lw->gate_bias);
+    LOAD("mlp.up_proj.bias", true, 1, I, 0, &lw->up_bias);
+    LOAD("mlp.down_proj.bias", true, 1, D, 0, &lw->down_bias);
   }
   if (m->fam->qk_norm) {
-    LOAD("self_attn.q_norm.weight", true, 1, hd, 0);
-    lw->q_norm = tmp;
-    LOAD("self_attn.k_norm.weight", true, 1, hd, 0);
-    lw->k_norm = tmp;
+    LOAD("self_attn.q_norm.weight", true, 1, hd, 0, &lw->q_norm);
+    LOAD("self_attn.k_norm.weight", true, 1, hd, 0, &lw->k_norm);
   }
-  LOAD("post_attention_layernorm.weight", true, 1, D, 0);
-  lw->post_attn_norm = tmp;
+  LOAD("post_attention_layernorm.weight", true, 1, D, 0, &lw->post_attn_norm);
   if (m->fam->sandwich_norms) {
-    LOAD("pre_feedforward_layernorm.weight", true, 1, D, 0);
-    lw->pre_ffn_norm = tmp;
-    LOAD("post_feedforward_layernorm.weight", true, 1, D, 0);
-    lw->post_ffn_norm = tmp;
+    LOAD("pre_feedforward_layernorm.weight", true, 1, D, 0, &lw->pre_ffn_norm);
+    LOAD("post_feedforward_layernorm.weight", true, 1, D, 0, &lw->post_ffn_norm);
   }
   bool sliding = c->layer_types[l] == LAYER_SLIDING;
   lw->window = sliding ? c->sliding_window : 0;
@@ -383,9 +422,14 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   model *m = calloc(1, sizeof *m);
   if (!m) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   bool is_gguf = gguf_model_is_gguf(dir);
-  const char *mm = getenv("HEARTH_MMAP");
-  int mode = (opts && opts->mmap) || (mm && !strcmp(mm, "1")) ? HMMAP_MAP : HMMAP_RESIDENT;
-  int rc = is_gguf ? gguf_open_mode(&m->gg, dir, mode, err) : config_load(&m->cfg, dir, err);
+  bk_open_opts bo = {.threads = opts ? opts->threads : 0, .f32_activations = opts && opts->f32_activations,
+                     .cuda_lib = opts ? opts->cuda_lib : NULL};
+  int rc = bk_backend_open(opts && opts->device ? opts->device : "cpu", &bo, &m->be, err);
+  if (rc) goto fail;
+  /* a backend that computes from host memory reads the weights into it; others map the
+   * file only to upload from it */
+  int mode = (opts && opts->mmap) || !bk_backend_is_cpu(m->be) ? HMMAP_MAP : HMMAP_RESIDENT;
+  rc = is_gguf ? gguf_open_mode(&m->gg, dir, mode, err) : config_load(&m->cfg, dir, err);
   if (rc) goto fail;
   if (is_gguf && (rc = gguf_model_config(m->gg, &m->cfg, err))) goto fail;
   const model_config *c = &m->cfg;
@@ -427,20 +471,19 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   for (int l = 0; l < c->num_hidden_layers; l++)
     if ((rc = load_layer(m, &src, l, err))) goto fail;
   if ((rc = load_tensor(m, &src, "model.norm.weight", 1, c->hidden_size, 0, true, &m->final_norm, err))) goto fail;
-  if (c->tie_word_embeddings) m->lm_head = m->embed;
-  else if ((rc = load_matrix(m, &src, "lm_head.weight", c->vocab_size, c->hidden_size, true, &m->lm_head, err))) goto fail;
-  if (!(opts && opts->f32_activations)) { /* Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K matrices to the 8-bit integer kernels, where the CPU has them */
-    for (int l = 0; l < c->num_hidden_layers; l++) {
-      layer_weights *lw = &m->layers[l];
-      bk_weight *mats[] = {&lw->q, &lw->k, &lw->v, &lw->o, &lw->gate, &lw->up, &lw->down};
-      for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
-        if ((rc = bk_weight_pack(mats[i], err))) goto fail;
-        if (mode == HMMAP_RESIDENT) bk_weight_drop_source(mats[i]); /* only the packed copy stays in memory */
-      }
-    }
-    if ((rc = bk_weight_pack(&m->lm_head, err))) goto fail;
-    if (mode == HMMAP_RESIDENT && m->lm_head.data != m->embed.data) bk_weight_drop_source(&m->lm_head);
+  m->tied = c->tie_word_embeddings;
+  if (!m->tied && (rc = load_matrix(m, &src, "lm_head.weight", c->vocab_size, c->hidden_size, true, &m->lm_head, err))) goto fail;
+  /* hand the matrices to the backend; resident file bytes are ours to give back */
+  unsigned priv = mode == HMMAP_RESIDENT ? BK_USE_PRIVATE : 0;
+  for (int l = 0; l < c->num_hidden_layers; l++) {
+    layer_weights *lw = &m->layers[l];
+    bk_weight *mats[] = {&lw->q, &lw->k, &lw->v, &lw->o, &lw->gate, &lw->up, &lw->down};
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+      if ((rc = bk_weight_load(m->be, mats[i], BK_USE_MATMUL | priv, err))) goto fail;
   }
+  if ((rc = bk_weight_load(m->be, &m->embed, BK_USE_EMBED | (m->tied ? BK_USE_MATMUL : 0) | priv, err))) goto fail;
+  if (m->tied) m->lm_head = m->embed;
+  else if ((rc = bk_weight_load(m->be, &m->lm_head, BK_USE_MATMUL | priv, err))) goto fail;
 
   if (m->fam->scale_embeddings) {
     float s = sqrtf((float)c->hidden_size);
@@ -450,11 +493,6 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   }
   double qs = m->fam->query_pre_attn_scalar && c->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar : (double)c->head_dim;
   m->attn_scale = (float)(1.0 / sqrt(qs));
-  m->pool = hpool_create(opts && opts->threads > 0 ? opts->threads : 0);
-  if (!m->pool) {
-    rc = herr_set(err, HEARTH_ENOMEM, "could not start the thread pool");
-    goto fail;
-  }
   *out = m;
   return 0;
 fail:
@@ -470,86 +508,124 @@ size_t model_batch_logit_rows(const model_batch *b) {
   return rows;
 }
 
-static void activate(const char *act, float *x, int64_t n) {
-  if (!strcmp(act, "silu") || !strcmp(act, "swish")) op_silu(x, n);
-  else if (!strcmp(act, "gelu")) op_gelu(x, n);
-  else if (!strcmp(act, "relu")) op_relu(x, n);
-  else op_gelu_tanh(x, n); /* gelu_pytorch_tanh, gelu_new, gelu_fast */
+static bk_act act_of(const char *act) {
+  if (!strcmp(act, "silu") || !strcmp(act, "swish")) return BK_ACT_SILU;
+  if (!strcmp(act, "gelu")) return BK_ACT_GELU;
+  if (!strcmp(act, "relu")) return BK_ACT_RELU;
+  return BK_ACT_GELU_TANH; /* gelu_pytorch_tanh, gelu_new, gelu_fast */
 }
 
-/* Scratch for one forward: activations of all T tokens of the batch. */
-typedef struct fwd_bufs {
-  float *x, *xn, *q, *k, *v, *att, *o, *gate, *up; /* owned (bk_alloc) */
-  int64_t *pos, *row;                               /* owned */
-} fwd_bufs;
+static const bk_tensor *opt(const bk_tensor *t) { return t->buf ? t : NULL; }
 
-static void fwd_bufs_free(fwd_bufs *b) {
-  bk_free(b->x), bk_free(b->xn), bk_free(b->q), bk_free(b->k), bk_free(b->v);
-  bk_free(b->att), bk_free(b->o), bk_free(b->gate), bk_free(b->up);
-  free(b->pos), free(b->row);
+/* Grows the scratch to hold T tokens, n_idx index entries and R logits rows. */
+static int scratch_reserve(model *m, int64_t T, int64_t n_idx, int64_t R, herr *err) {
+  const model_config *c = &m->cfg;
+  fwd_scratch *f = &m->f;
+  int rc;
+  if (T > f->cap_t) {
+    int64_t cap = f->cap_t ? f->cap_t : 16;
+    while (cap < T) cap *= 2;
+    int64_t H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim, D = c->hidden_size,
+            I = c->intermediate_size, wide = H * hd > D ? H * hd : D;
+    int64_t cols[] = {D, D, H * hd, KV * hd, KV * hd, H * hd, wide, I, I};
+    bk_tensor *ts[] = {&f->x, &f->xn, &f->q, &f->k, &f->v, &f->att, &f->o, &f->gate, &f->up};
+    size_t total = 0;
+    for (int i = 0; i < 9; i++) total += ((size_t)(cap * cols[i]) * sizeof(float) + 255) / 256 * 256;
+    bk_buf *buf;
+    if ((rc = bk_buf_new(m->be, total, &buf, err)))
+      return herr_wrap(err, "model_forward: activations for %lld tokens", (long long)cap);
+    bk_buf_free(f->act);
+    f->act = buf;
+    size_t off = 0;
+    for (int i = 0; i < 9; i++) {
+      *ts[i] = (bk_tensor){.buf = buf, .off = off, .dt = BK_DT_F32, .rows = cap, .cols = cols[i]};
+      off += ((size_t)(cap * cols[i]) * sizeof(float) + 255) / 256 * 256;
+    }
+    f->cap_t = cap;
+  }
+  if (n_idx > f->cap_idx) {
+    int64_t cap = f->cap_idx ? f->cap_idx : 256;
+    while (cap < n_idx) cap *= 2;
+    int32_t *h = realloc(f->host_idx, sizeof(int32_t) * (size_t)cap);
+    if (!h) return herr_set(err, HEARTH_ENOMEM, "model_forward: out of memory for %lld indices", (long long)cap);
+    f->host_idx = h;
+    bk_buf_free(f->idx_buf);
+    f->idx_buf = NULL;
+    f->cap_idx = 0;
+    if ((rc = bk_tensor_new(m->be, BK_DT_I32, cap, 1, &f->idx, err))) return rc;
+    f->idx_buf = f->idx.buf;
+    f->cap_idx = cap;
+  }
+  if (R > f->cap_r) {
+    int64_t cap = f->cap_r ? f->cap_r : 4;
+    while (cap < R) cap *= 2;
+    bk_buf_free(f->logit_buf);
+    f->logit_buf = NULL;
+    f->cap_r = 0;
+    if ((rc = bk_tensor_new(m->be, BK_DT_F32, cap, c->vocab_size, &f->logits, err)))
+      return herr_wrap(err, "model_forward: logits for %lld rows", (long long)cap);
+    f->logit_buf = f->logits.buf;
+    f->cap_r = cap;
+  }
+  return 0;
 }
 
-static int attention_layer(model *m, int l, const model_batch *b, fwd_bufs *f, int64_t T, herr *err) {
+/* The step's views: activations of T tokens and the index tables. */
+typedef struct step {
+  int64_t T, R;
+  bk_tensor x, xn, q, k, v, att, o, gate, up;
+  bk_tensor ids, pos, row, tab, slot, gather, tables;
+} step;
+
+static void attention_layer(model *m, int l, const kv_store *kv, step *st) {
   const model_config *c = &m->cfg;
   const layer_weights *lw = &m->layers[l];
-  int64_t H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim, D = c->hidden_size;
-  op_rmsnorm(f->xn, f->x, T, D, lw->attn_norm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
-  int rc;
-  if ((rc = bk_matmul(m->pool, f->q, f->xn, T, &lw->q, lw->q_bias, err)) ||
-      (rc = bk_matmul(m->pool, f->k, f->xn, T, &lw->k, lw->k_bias, err)) ||
-      (rc = bk_matmul(m->pool, f->v, f->xn, T, &lw->v, lw->v_bias, err)))
-    return rc;
-  if (lw->q_norm) {
-    op_rmsnorm(f->q, f->q, T * H, hd, lw->q_norm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
-    op_rmsnorm(f->k, f->k, T * KV, hd, lw->k_norm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
+  int64_t T = st->T, H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim;
+  float eps = (float)c->rms_norm_eps;
+  bool uo = m->fam->unit_offset_norm;
+  bk_rmsnorm(&st->xn, &st->x, &lw->attn_norm, eps, uo);
+  bk_matmul_t(&st->q, &st->xn, &lw->q, opt(&lw->q_bias));
+  bk_matmul_t(&st->k, &st->xn, &lw->k, opt(&lw->k_bias));
+  bk_matmul_t(&st->v, &st->xn, &lw->v, opt(&lw->v_bias));
+  if (lw->q_norm.buf) {
+    bk_tensor qh = bk_reshape(&st->q, T * H, hd), kh = bk_reshape(&st->k, T * KV, hd);
+    bk_rmsnorm(&qh, &qh, &lw->q_norm, eps, uo);
+    bk_rmsnorm(&kh, &kh, &lw->k_norm, eps, uo);
   }
   if (lw->rope) {
-    op_rope(f->q, T, H, hd, f->pos, lw->rope);
-    op_rope(f->k, T, KV, hd, f->pos, lw->rope);
+    bk_rope(&st->q, H, hd, &st->pos, lw->rope);
+    bk_rope(&st->k, KV, hd, &st->pos, lw->rope);
   }
+  bk_kv_layer kl = {&kv->k[l], &kv->v[l], kv->block_rows};
+  bk_kv_write(&kl, &st->k, &st->v, &st->slot);
   attn_params ap = {H, KV, hd, m->attn_scale, (float)c->attn_logit_softcapping, lw->window};
-  int64_t t0 = 0;
-  for (int s = 0; s < b->n_seqs; s++) {
-    const model_seq *sq = &b->seqs[s];
-    kv_seq *kv = sq->kv;
-    for (int i = 0; i < sq->n_tokens; i++) {
-      int64_t t = t0 + i;
-      memcpy(kv->ops->k_row(kv, l, kv->len + i), f->k + t * KV * hd, (size_t)(KV * hd) * sizeof(float));
-      memcpy(kv->ops->v_row(kv, l, kv->len + i), f->v + t * KV * hd, (size_t)(KV * hd) * sizeof(float));
-    }
-    kv_view view;
-    kv->ops->view(kv, l, kv->len + sq->n_tokens, &view);
-    op_attention(m->pool, f->att + t0 * H * hd, f->q + t0 * H * hd, sq->n_tokens, f->row + t0, &view, &ap);
-    t0 += sq->n_tokens;
-  }
-  if ((rc = bk_matmul(m->pool, f->o, f->att, T, &lw->o, lw->o_bias, err))) return rc;
-  if (m->fam->sandwich_norms) op_rmsnorm(f->o, f->o, T, D, lw->post_attn_norm, (float)c->rms_norm_eps, true);
-  op_add(f->x, f->x, f->o, T * D);
-  return 0;
+  bk_attn_index ix = {&st->row, &st->tab, &st->tables};
+  bk_attention(&st->att, &st->q, &kl, &ix, &ap);
+  bk_tensor o = bk_reshape(&st->o, T, c->hidden_size);
+  bk_matmul_t(&o, &st->att, &lw->o, opt(&lw->o_bias));
+  if (m->fam->sandwich_norms) bk_rmsnorm(&o, &o, &lw->post_attn_norm, eps, true);
+  bk_add(&st->x, &st->x, &o);
 }
 
-static int mlp_layer(model *m, int l, fwd_bufs *f, int64_t T, herr *err) {
+static void mlp_layer(model *m, int l, step *st) {
   const model_config *c = &m->cfg;
   const layer_weights *lw = &m->layers[l];
-  int64_t D = c->hidden_size, I = c->intermediate_size;
-  const float *pre = m->fam->sandwich_norms ? lw->pre_ffn_norm : lw->post_attn_norm;
-  op_rmsnorm(f->xn, f->x, T, D, pre, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
-  int rc;
-  if ((rc = bk_matmul(m->pool, f->gate, f->xn, T, &lw->gate, lw->gate_bias, err)) ||
-      (rc = bk_matmul(m->pool, f->up, f->xn, T, &lw->up, lw->up_bias, err)))
-    return rc;
-  activate(c->hidden_act, f->gate, T * I);
-  op_mul(f->gate, f->gate, f->up, T * I);
-  if ((rc = bk_matmul(m->pool, f->o, f->gate, T, &lw->down, lw->down_bias, err))) return rc;
-  if (m->fam->sandwich_norms) op_rmsnorm(f->o, f->o, T, D, lw->post_ffn_norm, (float)c->rms_norm_eps, true);
-  op_add(f->x, f->x, f->o, T * D);
-  return 0;
+  float eps = (float)c->rms_norm_eps;
+  const bk_tensor *pre = m->fam->sandwich_norms ? &lw->pre_ffn_norm : &lw->post_attn_norm;
+  bk_rmsnorm(&st->xn, &st->x, pre, eps, m->fam->unit_offset_norm);
+  bk_matmul_t(&st->gate, &st->xn, &lw->gate, opt(&lw->gate_bias));
+  bk_matmul_t(&st->up, &st->xn, &lw->up, opt(&lw->up_bias));
+  bk_act_mul(&st->gate, &st->up, act_of(c->hidden_act));
+  bk_tensor o = bk_reshape(&st->o, st->T, c->hidden_size);
+  bk_matmul_t(&o, &st->gate, &lw->down, opt(&lw->down_bias));
+  if (m->fam->sandwich_norms) bk_rmsnorm(&o, &o, &lw->post_ffn_norm, eps, true);
+  bk_add(&st->x, &st->x, &o);
 }
 
 int model_forward(model *m, const model_batch *b, float *logits_out, herr *err) {
   const model_config *c = &m->cfg;
   if (!b || b->n_seqs <= 0) return herr_set(err, HEARTH_EINVAL, "model_forward: empty batch");
-  int64_t T = 0;
+  int64_t T = 0, R = 0;
   for (int s = 0; s < b->n_seqs; s++) {
     const model_seq *sq = &b->seqs[s];
     if (!sq->kv || !sq->kv->ops || sq->n_tokens <= 0 || !sq->tokens)
@@ -561,69 +637,74 @@ int model_forward(model *m, const model_batch *b, float *logits_out, herr *err) 
         return herr_set(err, HEARTH_EINVAL, "model_forward: token id %d is outside the vocabulary (size %lld)", (int)sq->tokens[i],
                         (long long)c->vocab_size);
     T += sq->n_tokens;
+    R += sq->all_logits ? sq->n_tokens : 1;
   }
   for (int s = 0; s < b->n_seqs; s++) {
     int rc = b->seqs[s].kv->ops->reserve(b->seqs[s].kv, b->seqs[s].n_tokens, err);
     if (rc) return rc;
   }
-  int64_t H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim, D = c->hidden_size,
-          I = c->intermediate_size, V = c->vocab_size;
-  int64_t wide = H * hd > D ? H * hd : D;
-  fwd_bufs f = {0};
-  f.x = bk_alloc((size_t)(T * D));
-  f.xn = bk_alloc((size_t)(T * D));
-  f.q = bk_alloc((size_t)(T * H * hd));
-  f.k = bk_alloc((size_t)(T * KV * hd));
-  f.v = bk_alloc((size_t)(T * KV * hd));
-  f.att = bk_alloc((size_t)(T * H * hd));
-  f.o = bk_alloc((size_t)(T * wide));
-  f.gate = bk_alloc((size_t)(T * I));
-  f.up = bk_alloc((size_t)(T * I));
-  f.pos = malloc((size_t)T * sizeof(int64_t));
-  f.row = malloc((size_t)T * sizeof(int64_t));
-  if (!f.x || !f.xn || !f.q || !f.k || !f.v || !f.att || !f.o || !f.gate || !f.up || !f.pos || !f.row) {
-    fwd_bufs_free(&f);
-    return herr_set(err, HEARTH_ENOMEM, "model_forward: out of memory for %lld tokens", (long long)T);
+  /* block tables after every reserve: one store for the whole batch */
+  const kv_store *kv = NULL;
+  int64_t n_tables = 0;
+  for (int s = 0; s < b->n_seqs; s++) {
+    const int32_t *blocks;
+    int64_t nb;
+    const kv_store *st = b->seqs[s].kv->ops->table(b->seqs[s].kv, &blocks, &nb);
+    if (kv && st != kv) return herr_set(err, HEARTH_EINVAL, "model_forward: the sequences of one batch must share one KV pool");
+    if (st->n_layers != c->num_hidden_layers || st->k[0].buf->be != m->be)
+      return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d's KV cache was not made for this model", s);
+    kv = st;
+    n_tables += nb;
   }
-  /* embeddings, positions */
-  int64_t t = 0;
+  /* index tables, one I32 upload: ids, pos, row, tab, slot [T] each, gather [R], tables [n_tables] */
+  int64_t n_idx = 5 * T + R + n_tables;
+  int rc = scratch_reserve(m, T, n_idx, R, err);
+  if (rc) return rc;
+  int32_t *h = m->f.host_idx, *ids = h, *pos = h + T, *row = h + 2 * T, *tab = h + 3 * T, *slot = h + 4 * T,
+          *gather = h + 5 * T, *tables = gather + R;
+  int64_t t = 0, r = 0, toff = 0, B = kv->block_rows;
   for (int s = 0; s < b->n_seqs; s++) {
     const model_seq *sq = &b->seqs[s];
+    const int32_t *blocks;
+    int64_t nb;
+    sq->kv->ops->table(sq->kv, &blocks, &nb);
+    memcpy(tables + toff, blocks, sizeof(int32_t) * (size_t)nb);
     for (int i = 0; i < sq->n_tokens; i++, t++) {
-      int rc = bk_dequant_row(&m->embed, sq->tokens[i], f.x + t * D, err);
-      if (rc) {
-        fwd_bufs_free(&f);
-        return rc;
-      }
-      f.row[t] = sq->kv->len + i;
-      f.pos[t] = sq->positions ? sq->positions[i] : f.row[t];
+      int64_t rw = sq->kv->len + i;
+      ids[t] = sq->tokens[i];
+      row[t] = (int32_t)rw;
+      pos[t] = (int32_t)(sq->positions ? sq->positions[i] : rw);
+      tab[t] = (int32_t)toff;
+      slot[t] = (int32_t)(blocks[rw / B] * B + rw % B);
+      if (sq->all_logits || i == sq->n_tokens - 1) gather[r++] = (int32_t)t;
     }
+    toff += nb;
   }
-  if (m->embed_scale) op_scale(f.x, T * D, m->embed_scale);
+  fwd_scratch *f = &m->f;
+  step st = {.T = T, .R = R};
+  st.x = bk_rows(&f->x, 0, T), st.xn = bk_rows(&f->xn, 0, T), st.q = bk_rows(&f->q, 0, T);
+  st.k = bk_rows(&f->k, 0, T), st.v = bk_rows(&f->v, 0, T), st.att = bk_rows(&f->att, 0, T);
+  st.o = bk_rows(&f->o, 0, T), st.gate = bk_rows(&f->gate, 0, T), st.up = bk_rows(&f->up, 0, T);
+  bk_tensor *parts[] = {&st.ids, &st.pos, &st.row, &st.tab, &st.slot};
+  for (int i = 0; i < 5; i++) *parts[i] = bk_rows(&f->idx, i * T, T);
+  st.gather = bk_rows(&f->idx, 5 * T, R);
+  st.tables = bk_rows(&f->idx, 5 * T + R, n_tables);
+  if ((rc = bk_set(&f->idx, 0, h, sizeof(int32_t) * (size_t)n_idx, err))) return rc;
+
+  bk_embed(&st.x, &m->embed, &st.ids, m->embed_scale);
   for (int l = 0; l < c->num_hidden_layers; l++) {
-    int rc = attention_layer(m, l, b, &f, T, err);
-    if (!rc) rc = mlp_layer(m, l, &f, T, err);
-    if (rc) {
-      fwd_bufs_free(&f);
-      return rc;
-    }
+    attention_layer(m, l, kv, &st);
+    mlp_layer(m, l, &st);
   }
-  /* gather the rows that need logits, then final norm and lm_head */
-  int64_t R = 0;
-  t = 0;
-  for (int s = 0; s < b->n_seqs; s++) {
-    const model_seq *sq = &b->seqs[s];
-    for (int i = 0; i < sq->n_tokens; i++, t++)
-      if (sq->all_logits || i == sq->n_tokens - 1) memmove(f.xn + (R++) * D, f.x + t * D, (size_t)D * sizeof(float));
-  }
-  op_rmsnorm(f.xn, f.xn, R, D, m->final_norm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
-  int rc = bk_matmul(m->pool, logits_out, f.xn, R, &m->lm_head, NULL, err);
-  if (rc) {
-    fwd_bufs_free(&f);
-    return rc;
-  }
-  if (c->final_logit_softcapping > 0) op_softcap(logits_out, R * V, (float)c->final_logit_softcapping);
+  /* the rows that need logits, then final norm and lm_head */
+  bk_tensor xr = bk_reshape(&st.xn, T, c->hidden_size);
+  xr = bk_rows(&xr, 0, R);
+  bk_get_rows(&xr, &st.x, &st.gather);
+  bk_rmsnorm(&xr, &xr, &m->final_norm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
+  bk_tensor lg = bk_rows(&f->logits, 0, R);
+  bk_matmul_t(&lg, &xr, &m->lm_head, NULL);
+  if (c->final_logit_softcapping > 0) bk_softcap(&lg, (float)c->final_logit_softcapping);
+  if ((rc = bk_get(&lg, 0, logits_out, bk_nbytes(&lg), err))) return rc;
   for (int s = 0; s < b->n_seqs; s++) b->seqs[s].kv->ops->commit(b->seqs[s].kv, b->seqs[s].n_tokens);
-  fwd_bufs_free(&f);
   return 0;
 }

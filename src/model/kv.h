@@ -1,36 +1,43 @@
 /* kv.h — the contract between a model's forward pass and whatever KV cache
- * the engine runs (contiguous today, paged block tables later).
+ * the engine runs (the paged block pool, or the contiguous per-sequence
+ * cache built on it).
  *
  * A sequence's cache state is a `kv_seq`: the engine's own struct embeds it
- * as its first member and fills `ops`. The forward only ever asks for room,
- * writes rows, reads views and commits the new length, so a cache with a
- * different layout replaces the contiguous one without touching model code.
- *
- * Rows are indexed by position in the sequence (0, 1, ...). A layer's row
- * holds n_kv_heads * head_dim floats for K and the same for V.
+ * as its first member and fills `ops`. Keys and values live in a kv_store:
+ * per layer, one K and one V arena of slots in backend memory (the GPU's
+ * when the model runs there), made of blocks of block_rows slots. A
+ * sequence owns a block table: row r of the sequence is in slot
+ * table[r / block_rows] * block_rows + r % block_rows of every layer. The
+ * forward only ever asks for room, reads the table, and commits the new
+ * length; it writes and reads the arenas through backend ops
+ * (bk_kv_write, bk_attention), so the cache's memory never visits the host.
  */
 #ifndef HEARTH_MODEL_KV_H
 #define HEARTH_MODEL_KV_H
 
 #include <stdint.h>
 
-#include "backend/ops.h"
+#include "backend/backend.h"
 #include "base/status.h"
+#include "format/config.h"
 
-/* The view type (kv_view: rows [lo, hi) of one layer, in blocks) is the
- * backend's, since attention reads it; see backend/ops.h. */
+/* The arenas of a cache: layer l's K rows are kv_store.k[l] ([n_slots, kv_dim[l]] f32). */
+typedef struct kv_store {
+  int n_layers;
+  int64_t block_rows;
+  int64_t n_slots;
+  bk_tensor k[CFG_MAX_LAYERS], v[CFG_MAX_LAYERS]; /* views of the cache's one buffer */
+} kv_store;
 
 typedef struct kv_seq kv_seq;
 
 typedef struct kv_ops {
   /* Makes room for rows [len, len + n) in every layer (ELIMIT / ENOMEM on failure).
-   * Existing row pointers and views may move. */
+   * The block table may move and grow. */
   int (*reserve)(kv_seq *s, int64_t n, herr *err);
-  /* Where to write row `pos` of `layer` (pos in [len, len + reserved)). */
-  float *(*k_row)(kv_seq *s, int layer, int64_t pos);
-  float *(*v_row)(kv_seq *s, int layer, int64_t pos);
-  /* A view of rows [?, hi) of layer, valid until the next reserve. */
-  void (*view)(kv_seq *s, int layer, int64_t hi, kv_view *out);
+  /* The store the sequence's rows live in, and its block table (*n_blocks
+   * block ids, valid until the next reserve). */
+  const kv_store *(*table)(kv_seq *s, const int32_t **blocks, int64_t *n_blocks);
   /* The forward wrote rows [len, len + n): the sequence is now n longer. */
   void (*commit)(kv_seq *s, int64_t n);
 } kv_ops;

@@ -11,8 +11,10 @@
  * Weights: a model folder's safetensors (f32, f16, bf16, or MLX affine
  * 4/8-bit with a "quantization" block in config.json), or a GGUF file
  * (llama, qwen2, qwen3; f32, f16, bf16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
- * Matrices stay as stored in the file mapping and are multiplied by the
- * backend's bk_matmul; activations, norms and the KV cache are f32.
+ * Matrices stay in their stored format, in the memory of the backend the
+ * model was loaded for (model_load_opts.device); activations, norms and
+ * the KV cache are f32 there too. Only token ids and index tables go in,
+ * and logits come out, per forward.
  */
 #ifndef HEARTH_MODEL_H
 #define HEARTH_MODEL_H
@@ -36,12 +38,15 @@ typedef struct model_load_opts {
                        HEARTH_ACT=f32): exact to the dequantized weights but
                        slower; by default they are quantized to 8 bits per
                        block of 32 for integer dot products, as llama.cpp does */
+  const char *device;   /* "cpu" (NULL), "cuda", "cuda:N" or "auto": see bk_backend_open */
+  const char *cuda_lib; /* path of libhearth_cuda.so; NULL = next to the program */
 } model_load_opts;
 
 /* The cache layout the model needs: one row of kv_dim[l] floats (each of K
  * and V) per token and layer; sliding layers need at most window[l] rows
  * back from the newest (0 = every row). */
 typedef struct model_kv_geometry {
+  bk_backend *backend;      /* borrowed: where the cache's arenas must live (NULL: a CPU of the cache's own) */
   int n_layers;
   int64_t kv_dim[CFG_MAX_LAYERS];
   int64_t window[CFG_MAX_LAYERS];
@@ -70,6 +75,8 @@ void model_free(model *m);
 const model_config *model_cfg(const model *m);
 int64_t model_vocab_size(const model *m);
 void model_kv_geometry_of(const model *m, model_kv_geometry *g);
+/* The backend the model runs on (borrowed; lives as long as the model). */
+bk_backend *model_backend(const model *m);
 
 /* Rows of logits model_forward writes for b: sum over sequences of
  * (all_logits ? n_tokens : 1). */

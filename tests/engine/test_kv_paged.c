@@ -30,25 +30,36 @@ static void test_block_table(void) {
   CHECK_EQ_INT(kv_paged_seq_new(p, 0, &s, &e), 0);
   CHECK_EQ_INT(s->ops->reserve(s, 6, &e), 0);
   CHECK_EQ_INT(kv_paged_seq_blocks(s), 2);
-  for (int l = 0; l < 2; l++)
-    for (int64_t pos = 0; pos < 6; pos++)
-      for (int d = 0; d < g.kv_dim[l]; d++) {
-        s->ops->k_row(s, l, pos)[d] = (float)(l * 1000 + pos * 10 + d);
-        s->ops->v_row(s, l, pos)[d] = -(float)(l * 1000 + pos * 10 + d);
-      }
+  /* rows written through the table land in distinct slots of every layer's arena and read back */
+  const int32_t *tbl;
+  int64_t nb;
+  const kv_store *st = s->ops->table(s, &tbl, &nb);
+  CHECK_EQ_INT(nb, 2);
+  CHECK(tbl[0] != tbl[1]);
+  CHECK(st == kv_pool_store(p));
+  CHECK_EQ_INT(st->block_rows, 4);
+  CHECK_EQ_INT(st->n_slots, 40);
+  for (int l = 0; l < 2; l++) {
+    CHECK_EQ_INT(st->k[l].cols, g.kv_dim[l]);
+    CHECK_EQ_INT(st->k[l].rows, 40);
+    for (int64_t pos = 0; pos < 6; pos++) {
+      int64_t slot = tbl[pos / 4] * 4 + pos % 4;
+      float *k = (float *)bk_addr(&st->k[l]) + slot * g.kv_dim[l], *v = (float *)bk_addr(&st->v[l]) + slot * g.kv_dim[l];
+      for (int d = 0; d < g.kv_dim[l]; d++) k[d] = (float)(l * 1000 + pos * 10 + d), v[d] = -(float)(l * 1000 + pos * 10 + d);
+    }
+  }
   s->ops->commit(s, 6);
   CHECK_EQ_INT(s->len, 6);
-  for (int l = 0; l < 2; l++) {
-    kv_view v;
-    s->ops->view(s, l, 6, &v);
-    CHECK_EQ_INT(v.block_rows, 4);
-    CHECK_EQ_INT(v.row_stride, g.kv_dim[l]);
-    for (int64_t pos = 0; pos < 6; pos++)
+  /* the K and V arenas of all layers do not overlap */
+  for (int l = 0; l < 2; l++)
+    for (int64_t pos = 0; pos < 6; pos++) {
+      int64_t slot = tbl[pos / 4] * 4 + pos % 4;
+      const float *k = (const float *)bk_addr(&st->k[l]) + slot * g.kv_dim[l], *v = (const float *)bk_addr(&st->v[l]) + slot * g.kv_dim[l];
       for (int d = 0; d < g.kv_dim[l]; d++) {
-        CHECK(v.k_blocks[pos / 4][(pos % 4) * v.row_stride + d] == (float)(l * 1000 + pos * 10 + d));
-        CHECK(v.v_blocks[pos / 4][(pos % 4) * v.row_stride + d] == -(float)(l * 1000 + pos * 10 + d));
+        CHECK(k[d] == (float)(l * 1000 + pos * 10 + d));
+        CHECK(v[d] == -(float)(l * 1000 + pos * 10 + d));
       }
-  }
+    }
   /* growing within the last block takes no block; past it takes one */
   CHECK_EQ_INT(s->ops->reserve(s, 2, &e), 0);
   CHECK_EQ_INT(kv_paged_seq_blocks(s), 2);

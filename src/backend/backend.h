@@ -1,0 +1,223 @@
+/* backend.h — the device-agnostic backend interface: where tensors live and
+ * every op the model code needs, as a table of functions that each backend
+ * (cpu/, cuda/) fills. Model code builds its forward pass from these calls
+ * only; it never dereferences a tensor's memory, so the same model file runs
+ * on the CPU and on an NVIDIA GPU.
+ *
+ * Memory. A backend hands out buffers (bk_buf: one allocation in its own
+ * address space: host memory for the CPU, device memory for CUDA). A tensor
+ * (bk_tensor) is a typed, shaped window into a buffer: buffer + byte offset,
+ * dtype, rows x cols, row-major and dense. Weights keep their stored format
+ * (bk_weight in weights.h); bk_weight_load makes a host descriptor usable by
+ * the backend (the CPU repacks for its integer kernels, CUDA uploads).
+ *
+ * Streams. Ops are queued in order on the backend's one stream and may run
+ * asynchronously: bk_set may return before the copy is done only if the
+ * host bytes stay valid until the next bk_sync; bk_get waits for everything
+ * queued before it. An op that fails (a launch error, an unsupported shape)
+ * records the first error; bk_sync and bk_get report it, and clear it.
+ *
+ * Host <-> device traffic per forward step: the step's index tables in (token
+ * ids, positions, KV slots, block tables: one bk_set), the requested logits
+ * rows out (one bk_get). Weights are uploaded once at load; the KV pool is
+ * allocated once and never leaves the device.
+ *
+ * Threads: a backend is driven by one thread at a time (the engine thread).
+ */
+#ifndef HEARTH_BACKEND_BACKEND_H
+#define HEARTH_BACKEND_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/ops.h"
+#include "backend/weights.h"
+#include "base/status.h"
+
+typedef struct bk_backend bk_backend;
+
+typedef enum bk_dtype { BK_DT_F32 = 0, BK_DT_I32 = 1 } bk_dtype;
+
+/* One allocation of a backend. base is an address in the backend's space
+ * (host pointer for the CPU, device pointer for CUDA). */
+typedef struct bk_buf {
+  bk_backend *be;   /* borrowed: the backend that owns the memory */
+  void *base;       /* owned by the backend */
+  size_t size;      /* bytes */
+} bk_buf;
+
+/* A dense row-major [rows, cols] window of a buffer. */
+typedef struct bk_tensor {
+  bk_buf *buf;      /* borrowed */
+  size_t off;       /* bytes from buf->base */
+  bk_dtype dt;
+  int64_t rows, cols;
+} bk_tensor;
+
+static inline size_t bk_dtype_size(bk_dtype dt) { return dt == BK_DT_F32 ? 4 : 4; }
+static inline int64_t bk_nelem(const bk_tensor *t) { return t->rows * t->cols; }
+static inline size_t bk_nbytes(const bk_tensor *t) { return (size_t)bk_nelem(t) * bk_dtype_size(t->dt); }
+/* The tensor's address in the backend's space: only a backend may dereference it. */
+static inline void *bk_addr(const bk_tensor *t) { return (char *)t->buf->base + t->off; }
+/* Rows [r0, r0 + n) of t. */
+static inline bk_tensor bk_rows(const bk_tensor *t, int64_t r0, int64_t n) {
+  bk_tensor v = *t;
+  v.off += (size_t)(r0 * t->cols) * bk_dtype_size(t->dt);
+  v.rows = n;
+  return v;
+}
+/* The same elements seen as [rows, cols] (rows * cols must equal t's count). */
+static inline bk_tensor bk_reshape(const bk_tensor *t, int64_t rows, int64_t cols) {
+  bk_tensor v = *t;
+  v.rows = rows;
+  v.cols = cols;
+  return v;
+}
+
+/* What to open. */
+typedef struct bk_open_opts {
+  int threads;            /* CPU: worker threads (<= 0: one per CPU) */
+  bool f32_activations;   /* CPU: no 8-bit activation quantization for GGUF types */
+  const char *cuda_lib;   /* CUDA: path of libhearth_cuda.so (NULL: next to the program, then the loader's search) */
+} bk_open_opts;
+
+/* device: "cpu", "cuda", "cuda:N" or "auto" (the first GPU when one is
+ * usable, else the CPU); NULL = "cpu". A CUDA request on a machine without
+ * a GPU or without the CUDA libraries fails with a message that says which. */
+int bk_backend_open(const char *device, const bk_open_opts *opts, bk_backend **out, herr *err);
+void bk_backend_close(bk_backend *be);
+/* "cpu" or "cuda:0". */
+const char *bk_backend_name(const bk_backend *be);
+bool bk_backend_is_cpu(const bk_backend *be);
+/* A line for the startup log: device name, memory. */
+void bk_backend_describe(const bk_backend *be, char *buf, size_t n);
+/* Device memory: free and total bytes (CPU: available and physical RAM). */
+int bk_mem_info(bk_backend *be, size_t *free_bytes, size_t *total_bytes);
+
+/* ---- memory ---- */
+
+/* A new buffer of `bytes` (contents undefined). */
+int bk_buf_new(bk_backend *be, size_t bytes, bk_buf **out, herr *err);
+void bk_buf_free(bk_buf *b);
+/* A tensor in a buffer of its own (t->buf is owned by the caller: bk_tensor_free). */
+int bk_tensor_new(bk_backend *be, bk_dtype dt, int64_t rows, int64_t cols, bk_tensor *t, herr *err);
+void bk_tensor_free(bk_tensor *t);
+/* Bytes [off, off + n) of dst from host memory src. */
+int bk_set(const bk_tensor *dst, size_t off, const void *src, size_t n, herr *err);
+/* Host dst from bytes [off, off + n) of src; waits for queued work first. */
+int bk_get(const bk_tensor *src, size_t off, void *dst, size_t n, herr *err);
+/* Copies bytes [src_off, +n) of src into [dst_off, +n) of dst (same backend). */
+void bk_copy(const bk_tensor *dst, size_t dst_off, const bk_tensor *src, size_t src_off, size_t n);
+/* Waits for queued work; reports (and clears) the first error an op recorded. */
+int bk_sync(bk_backend *be, herr *err);
+
+/* ---- weights ---- */
+
+/* How a loaded weight is used (bk_weight_load's use flags). */
+enum {
+  BK_USE_MATMUL = 1,   /* multiplied by bk_matmul_t */
+  BK_USE_EMBED = 2,    /* read row by row by bk_embed */
+  BK_USE_PRIVATE = 4,  /* the host bytes are the caller's own copy (not a shared file mapping): a
+                          backend that no longer needs them may give their pages back */
+};
+/* Makes host descriptor w (data pointing into a file mapping) usable by
+ * be's ops for `use`. CPU: repacks matmul weights for the integer kernels
+ * where it pays (and returns the stored pages when it may); CUDA: uploads
+ * the bytes (scales and biases too) and points w at device memory. Either
+ * way w owns what was made: bk_weight_release. */
+int bk_weight_load(bk_backend *be, bk_weight *w, unsigned use, herr *err);
+void bk_weight_release(bk_backend *be, bk_weight *w);
+
+/* ---- ops (queued on the stream; shapes are taken from the tensors) ---- */
+
+typedef enum bk_act { BK_ACT_SILU = 0, BK_ACT_GELU_TANH, BK_ACT_GELU, BK_ACT_RELU } bk_act;
+
+/* y[n, cols] = rows ids[0..n) of table (any stored format), times scale when scale != 0. ids: I32 [n, 1]. */
+void bk_embed(const bk_tensor *y, const bk_weight *table, const bk_tensor *ids, float scale);
+/* y[n, w.rows] = x[n, w.cols] · wᵀ (+ bias[1, w.rows]); y must not alias x. bias may be NULL. */
+void bk_matmul_t(const bk_tensor *y, const bk_tensor *x, const bk_weight *w, const bk_tensor *bias);
+/* y = x / rms(x) * w per row (w NULL: no scale; unit_offset: (1 + w)); y may equal x. w: [1, cols]. */
+void bk_rmsnorm(const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, float eps, bool unit_offset);
+/* Rotary embedding in place on x[T, n_heads * head_dim] at positions pos (I32 [T, 1]); see op_rope. */
+void bk_rope(const bk_tensor *x, int64_t n_heads, int64_t head_dim, const bk_tensor *pos, const rope_table *t);
+/* gate = act(gate) * up, elementwise (same shapes). */
+void bk_act_mul(const bk_tensor *gate, const bk_tensor *up, bk_act act);
+/* y = a + b elementwise (y may alias a or b). */
+void bk_add(const bk_tensor *y, const bk_tensor *a, const bk_tensor *b);
+/* x = cap * tanh(x / cap). */
+void bk_softcap(const bk_tensor *x, float cap);
+/* y[r] = x[rows[r]] for r < y.rows; rows: I32 [y.rows, 1]. */
+void bk_get_rows(const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows);
+
+/* The paged KV store of one layer: K and V arenas of [n_slots, kv_dim]
+ * f32 rows; a slot is block * block_rows + row-in-block. */
+typedef struct bk_kv_layer {
+  const bk_tensor *k, *v;  /* borrowed */
+  int64_t block_rows;
+} bk_kv_layer;
+
+/* k_new, v_new [T, kv_dim] written to the slots slot[0..T) (I32 [T, 1]). */
+void bk_kv_write(const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor *v_new, const bk_tensor *slot);
+
+/* Where each query of a batch reads its keys: for query t, its KV row
+ * row[t] (= its position in its sequence: it attends rows j <= row[t], and
+ * with window > 0 only rows with row[t] - j < window) and its sequence's
+ * block table, which starts at tables[tab[t]]: row j is in slot
+ * tables[tab[t] + j / block_rows] * block_rows + j % block_rows.
+ * row, tab: I32 [T, 1]; tables: I32 [n, 1]. Queries of one sequence are
+ * contiguous and in row order. */
+typedef struct bk_attn_index {
+  const bk_tensor *row, *tab, *tables;
+} bk_attn_index;
+
+/* out[T, n_heads * head_dim] = causal attention of q[T, n_heads * head_dim]
+ * over the paged KV of one layer (GQA, window, softcap: attn_params, as
+ * op_attention). */
+void bk_attention(const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
+                  const attn_params *p);
+
+/* ---- the table a backend fills ---- */
+
+typedef struct bk_backend_ops {
+  void (*close)(bk_backend *be);
+  void (*describe)(const bk_backend *be, char *buf, size_t n);
+  int (*mem_info)(bk_backend *be, size_t *free_bytes, size_t *total_bytes);
+  int (*buf_new)(bk_backend *be, size_t bytes, bk_buf **out, herr *err);
+  void (*buf_free)(bk_backend *be, bk_buf *b);
+  int (*set)(bk_backend *be, void *dst, const void *src, size_t n, herr *err);
+  int (*get)(bk_backend *be, void *dst, const void *src, size_t n, herr *err);
+  void (*copy)(bk_backend *be, void *dst, const void *src, size_t n);
+  int (*sync)(bk_backend *be, herr *err);
+  int (*weight_load)(bk_backend *be, bk_weight *w, unsigned use, herr *err);
+  void (*weight_release)(bk_backend *be, bk_weight *w);
+  void (*embed)(bk_backend *be, const bk_tensor *y, const bk_weight *table, const bk_tensor *ids, float scale);
+  void (*matmul)(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_weight *w, const bk_tensor *bias);
+  void (*rmsnorm)(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, float eps, bool unit_offset);
+  void (*rope)(bk_backend *be, const bk_tensor *x, int64_t n_heads, int64_t head_dim, const bk_tensor *pos, const rope_table *t);
+  void (*act_mul)(bk_backend *be, const bk_tensor *gate, const bk_tensor *up, bk_act act);
+  void (*add)(bk_backend *be, const bk_tensor *y, const bk_tensor *a, const bk_tensor *b);
+  void (*softcap)(bk_backend *be, const bk_tensor *x, float cap);
+  void (*get_rows)(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows);
+  void (*kv_write)(bk_backend *be, const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor *v_new, const bk_tensor *slot);
+  void (*attention)(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
+                    const attn_params *p);
+} bk_backend_ops;
+
+/* Every backend's handle starts with this. */
+struct bk_backend {
+  const bk_backend_ops *ops;  /* borrowed (static) */
+  char name[32];              /* "cpu", "cuda:0" */
+  bool is_cpu;
+  void *lib;                  /* owned: the dlopen handle of a loaded backend library, or NULL */
+};
+
+/* The CUDA backend library's one entry point (libhearth_cuda.so). */
+#define BK_CUDA_ENTRY "hearth_cuda_backend_open"
+#define BK_CUDA_ABI 1
+typedef int (*bk_cuda_open_fn)(int abi, int device, const bk_open_opts *opts, bk_backend **out, herr *err);
+
+/* The CPU backend (cpu/backend_cpu.c). */
+int bk_cpu_open(const bk_open_opts *opts, bk_backend **out, herr *err);
+
+#endif

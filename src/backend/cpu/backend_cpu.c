@@ -1,0 +1,261 @@
+/* backend_cpu.c — the CPU backend: bk_backend_ops over host memory, with
+ * the kernels of this folder (bk_matmul, op_attention, ...) spread over the
+ * backend's own thread pool. Owns the pool and the small host scratch the
+ * adapters need (int64 positions, per-sequence block pointers); everything
+ * else is the kernels' business. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/quant.h"
+#include "base/pool.h"
+
+typedef struct cpu_backend {
+  bk_backend base;         /* must be first */
+  hpool *pool;             /* owned */
+  bool f32_activations;
+  herr first;              /* the first error an op recorded */
+  int64_t *i64;            /* owned scratch */
+  size_t i64_cap;
+  const float **ptrs;      /* owned scratch: K then V block pointers of one sequence */
+  size_t ptrs_cap;
+} cpu_backend;
+
+static cpu_backend *cpu(bk_backend *be) { return (cpu_backend *)be; }
+
+static void record(cpu_backend *c, const herr *e) {
+  if (!c->first.code) c->first = *e;
+}
+
+static bool grow(void **p, size_t *cap, size_t want, size_t elem) {
+  if (want <= *cap) return true;
+  size_t n = *cap ? *cap : 64;
+  while (n < want) n *= 2;
+  void *q = realloc(*p, n * elem);
+  if (!q) return false;
+  *p = q;
+  *cap = n;
+  return true;
+}
+
+static void cpu_close(bk_backend *be) {
+  cpu_backend *c = cpu(be);
+  hpool_destroy(c->pool);
+  free(c->i64);
+  free(c->ptrs);
+  free(c);
+}
+
+static int cpu_mem_info(bk_backend *be, size_t *free_bytes, size_t *total_bytes) {
+  long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  *total_bytes = pages > 0 && size > 0 ? (size_t)pages * (size_t)size : (size_t)8 << 30;
+  *free_bytes = avail > 0 && size > 0 ? (size_t)avail * (size_t)size : *total_bytes / 2;
+  return 0;
+}
+
+static void cpu_describe(const bk_backend *be, char *buf, size_t n) {
+  size_t fr, tot;
+  cpu_mem_info((bk_backend *)be, &fr, &tot);
+  snprintf(buf, n, "cpu (%d threads, %s kernels), %.1f GiB memory", hpool_size(((const cpu_backend *)be)->pool),
+           bk_cpu_level_name(bk_cpu_level_now()), (double)tot / (1 << 30));
+}
+
+static int cpu_buf_new(bk_backend *be, size_t bytes, bk_buf **out, herr *err) {
+  bk_buf *b = malloc(sizeof *b);
+  void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!b || !p) {
+    free(b), free(p);
+    return herr_set(err, HEARTH_ENOMEM, "cpu: out of memory for %zu bytes", bytes);
+  }
+  *b = (bk_buf){.be = be, .base = p, .size = bytes};
+  *out = b;
+  return 0;
+}
+
+static void cpu_buf_free(bk_backend *be, bk_buf *b) {
+  free(b->base);
+  free(b);
+}
+
+static int cpu_set(bk_backend *be, void *dst, const void *src, size_t n, herr *err) {
+  memcpy(dst, src, n);
+  return 0;
+}
+
+static int cpu_sync(bk_backend *be, herr *err) {
+  cpu_backend *c = cpu(be);
+  if (!c->first.code) return 0;
+  int code = c->first.code;
+  if (err) *err = c->first;
+  herr_clear(&c->first);
+  return code;
+}
+
+static int cpu_get(bk_backend *be, void *dst, const void *src, size_t n, herr *err) {
+  int rc = cpu_sync(be, err);
+  if (rc) return rc;
+  memcpy(dst, src, n);
+  return 0;
+}
+
+static void cpu_copy(bk_backend *be, void *dst, const void *src, size_t n) { memmove(dst, src, n); }
+
+static int cpu_weight_load(bk_backend *be, bk_weight *w, unsigned use, herr *err) {
+  int rc = bk_weight_validate(w, err);
+  if (rc || cpu(be)->f32_activations || !(use & BK_USE_MATMUL)) return rc;
+  if ((rc = bk_weight_pack(w, err))) return rc;
+  if ((use & BK_USE_PRIVATE) && !(use & BK_USE_EMBED)) bk_weight_drop_source(w); /* only the packed copy stays in memory */
+  return 0;
+}
+
+static void cpu_weight_release(bk_backend *be, bk_weight *w) { bk_weight_unpack(w); }
+
+#define F(t) ((float *)bk_addr(t))
+#define I(t) ((int32_t *)bk_addr(t))
+
+static void cpu_embed(bk_backend *be, const bk_tensor *y, const bk_weight *table, const bk_tensor *ids, float scale) {
+  cpu_backend *c = cpu(be);
+  const int32_t *id = I(ids);
+  for (int64_t t = 0; t < y->rows; t++) {
+    herr e = {0};
+    if (id[t] < 0 || id[t] >= table->rows) {
+      herr_set(&e, HEARTH_EINVAL, "embed: token id %d outside a table of %lld rows", (int)id[t], (long long)table->rows);
+      record(c, &e);
+      return;
+    }
+    if (bk_dequant_row(table, id[t], F(y) + t * y->cols, &e)) {
+      record(c, &e);
+      return;
+    }
+  }
+  if (scale != 0) op_scale(F(y), bk_nelem(y), scale);
+}
+
+static void cpu_matmul(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_weight *w, const bk_tensor *bias) {
+  herr e = {0};
+  if (bk_matmul(cpu(be)->pool, F(y), F(x), x->rows, w, bias ? F(bias) : NULL, &e)) record(cpu(be), &e);
+}
+
+static void cpu_rmsnorm(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, float eps, bool unit_offset) {
+  op_rmsnorm(F(y), F(x), x->rows, x->cols, w ? F(w) : NULL, eps, unit_offset);
+}
+
+static void cpu_rope(bk_backend *be, const bk_tensor *x, int64_t n_heads, int64_t head_dim, const bk_tensor *pos, const rope_table *t) {
+  cpu_backend *c = cpu(be);
+  if (!grow((void **)&c->i64, &c->i64_cap, (size_t)x->rows, sizeof *c->i64)) {
+    herr e = {0};
+    herr_set(&e, HEARTH_ENOMEM, "rope: out of memory");
+    record(c, &e);
+    return;
+  }
+  for (int64_t r = 0; r < x->rows; r++) c->i64[r] = I(pos)[r];
+  op_rope(F(x), x->rows, n_heads, head_dim, c->i64, t);
+}
+
+static void cpu_act_mul(bk_backend *be, const bk_tensor *gate, const bk_tensor *up, bk_act act) {
+  float *g = F(gate);
+  int64_t n = bk_nelem(gate);
+  switch (act) {
+    case BK_ACT_SILU: op_silu(g, n); break;
+    case BK_ACT_GELU: op_gelu(g, n); break;
+    case BK_ACT_RELU: op_relu(g, n); break;
+    default: op_gelu_tanh(g, n); break;
+  }
+  op_mul(g, g, F(up), n);
+}
+
+static void cpu_add(bk_backend *be, const bk_tensor *y, const bk_tensor *a, const bk_tensor *b) {
+  op_add(F(y), F(a), F(b), bk_nelem(y));
+}
+
+static void cpu_softcap(bk_backend *be, const bk_tensor *x, float cap) { op_softcap(F(x), bk_nelem(x), cap); }
+
+static void cpu_get_rows(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows) {
+  size_t rb = (size_t)x->cols * sizeof(float);
+  for (int64_t r = 0; r < y->rows; r++) memmove(F(y) + r * y->cols, F(x) + (int64_t)I(rows)[r] * x->cols, rb);
+}
+
+static void cpu_kv_write(bk_backend *be, const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor *v_new, const bk_tensor *slot) {
+  int64_t d = k_new->cols;
+  for (int64_t t = 0; t < k_new->rows; t++) {
+    int64_t s = I(slot)[t];
+    memcpy(F(kv->k) + s * d, F(k_new) + t * d, (size_t)d * sizeof(float));
+    memcpy(F(kv->v) + s * d, F(v_new) + t * d, (size_t)d * sizeof(float));
+  }
+}
+
+/* One op_attention per sequence (a run of queries with the same table). */
+static void cpu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
+                          const attn_params *p) {
+  cpu_backend *c = cpu(be);
+  const int32_t *row = I(ix->row), *tab = I(ix->tab), *tables = I(ix->tables);
+  int64_t T = q->rows, d = kv->k->cols, B = kv->block_rows, width = p->n_heads * p->head_dim;
+  if (!grow((void **)&c->i64, &c->i64_cap, (size_t)T, sizeof *c->i64)) goto oom;
+  for (int64_t t = 0; t < T; t++) c->i64[t] = row[t];
+  for (int64_t t0 = 0; t0 < T;) {
+    int64_t t1 = t0 + 1, hi = row[t0] + 1;
+    while (t1 < T && tab[t1] == tab[t0]) {
+      if (row[t1] + 1 > hi) hi = row[t1] + 1;
+      t1++;
+    }
+    int64_t nb = (hi + B - 1) / B;
+    if (!grow((void **)&c->ptrs, &c->ptrs_cap, (size_t)(2 * nb), sizeof *c->ptrs)) goto oom;
+    for (int64_t i = 0; i < nb; i++) {
+      int64_t off = (int64_t)tables[tab[t0] + i] * B * d;
+      c->ptrs[i] = F(kv->k) + off;
+      c->ptrs[nb + i] = F(kv->v) + off;
+    }
+    kv_view view = {.k_blocks = c->ptrs, .v_blocks = c->ptrs + nb, .block_rows = B, .row_stride = d, .lo = 0, .hi = hi};
+    op_attention(c->pool, F(out) + t0 * width, F(q) + t0 * width, t1 - t0, c->i64 + t0, &view, p);
+    t0 = t1;
+  }
+  return;
+oom: {
+  herr e = {0};
+  herr_set(&e, HEARTH_ENOMEM, "attention: out of memory");
+  record(c, &e);
+}
+}
+
+static const bk_backend_ops cpu_ops = {
+    .close = cpu_close,
+    .describe = cpu_describe,
+    .mem_info = cpu_mem_info,
+    .buf_new = cpu_buf_new,
+    .buf_free = cpu_buf_free,
+    .set = cpu_set,
+    .get = cpu_get,
+    .copy = cpu_copy,
+    .sync = cpu_sync,
+    .weight_load = cpu_weight_load,
+    .weight_release = cpu_weight_release,
+    .embed = cpu_embed,
+    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .act_mul = cpu_act_mul,
+    .add = cpu_add,
+    .softcap = cpu_softcap,
+    .get_rows = cpu_get_rows,
+    .kv_write = cpu_kv_write,
+    .attention = cpu_attention,
+};
+
+int bk_cpu_open(const bk_open_opts *opts, bk_backend **out, herr *err) {
+  *out = NULL;
+  cpu_backend *c = calloc(1, sizeof *c);
+  if (!c) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  c->pool = hpool_create(opts && opts->threads > 0 ? opts->threads : 0);
+  if (!c->pool) {
+    free(c);
+    return herr_set(err, HEARTH_ENOMEM, "could not start the thread pool");
+  }
+  c->base.ops = &cpu_ops;
+  snprintf(c->base.name, sizeof c->base.name, "cpu");
+  c->base.is_cpu = true;
+  c->f32_activations = opts && opts->f32_activations;
+  *out = &c->base;
+  return 0;
+}

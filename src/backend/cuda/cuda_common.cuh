@@ -1,0 +1,89 @@
+/* cuda_common.cuh — the CUDA backend's handle (stream, cuBLAS, scratch, rope
+ * cache, sticky error), the error-recording calls every op uses, and the
+ * entry points each .cu file defines for the ops table. Internal to
+ * libhearth_cuda.so. */
+#ifndef HEARTH_BACKEND_CUDA_COMMON_CUH
+#define HEARTH_BACKEND_CUDA_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend/backend.h"
+}
+
+#define CU_HIDDEN __attribute__((visibility("hidden")))
+
+/* One cached device copy of a rope_table's inv_freq. */
+struct cu_rope_entry {
+  const double *host;  /* borrowed key: the table's inv_freq pointer */
+  double *copy;        /* owned: the values uploaded (to notice a reused address) */
+  double *dev;         /* owned: device copy */
+  int64_t n;
+};
+
+#define CU_ROPE_CACHE 16
+/* Scratch never grows past this many bytes; larger work is chunked. */
+#define CU_SCRATCH_CAP ((size_t)64 << 20)
+
+struct cu_backend {
+  bk_backend base;               /* first: the loader sees this */
+  int device;
+  int sm;                        /* major * 10 + minor */
+  char dev_name[256];
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  void *scratch;                 /* owned: device scratch (matmul dequant, bf16 split, x staging) */
+  size_t scratch_size;
+  cu_rope_entry rope[CU_ROPE_CACHE];
+  int rope_next;                 /* round-robin victim when the cache is full */
+  herr err;                      /* first error an op recorded (code 0: none) */
+};
+
+static inline cu_backend *cu_be(bk_backend *be) { return (cu_backend *)be; }
+
+/* Records the first error (later ones are dropped until sync/get report it). */
+CU_HIDDEN void cu_fail(cu_backend *b, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Records a launch error of op, if any. Returns nonzero when one was found. */
+CU_HIDDEN int cu_check(cu_backend *b, const char *op);
+/* Records a cuBLAS failure of op. Returns nonzero on failure. */
+CU_HIDDEN int cu_check_blas(cu_backend *b, cublasStatus_t st, const char *op);
+/* Device scratch of at least bytes (<= CU_SCRATCH_CAP); NULL after recording an error. */
+CU_HIDDEN void *cu_scratch(cu_backend *b, size_t bytes);
+/* Device copy of t->inv_freq (cached per pointer); NULL after recording an error. */
+CU_HIDDEN const double *cu_rope_freqs(cu_backend *b, const rope_table *t);
+
+/* Bytes of one stored row (0 when cols is not a whole number of blocks). */
+CU_HIDDEN size_t cu_row_bytes(bk_type t, int64_t cols, int bits);
+CU_HIDDEN const char *cu_type_name(bk_type t);
+
+static inline const float *cu_f(const bk_tensor *t) { return (const float *)bk_addr(t); }
+static inline float *cu_fw(const bk_tensor *t) { return (float *)bk_addr(t); }
+static inline const int32_t *cu_i(const bk_tensor *t) { return (const int32_t *)bk_addr(t); }
+
+/* ---- ops (matmul.cu, elementwise.cu, attention.cu) ---- */
+
+CU_HIDDEN void cu_embed(bk_backend *be, const bk_tensor *y, const bk_weight *table, const bk_tensor *ids, float scale);
+CU_HIDDEN void cu_matmul(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_weight *w, const bk_tensor *bias);
+CU_HIDDEN void cu_rmsnorm(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, float eps, bool unit_offset);
+CU_HIDDEN void cu_rope(bk_backend *be, const bk_tensor *x, int64_t n_heads, int64_t head_dim, const bk_tensor *pos,
+                       const rope_table *t);
+CU_HIDDEN void cu_act_mul(bk_backend *be, const bk_tensor *gate, const bk_tensor *up, bk_act act);
+CU_HIDDEN void cu_add(bk_backend *be, const bk_tensor *y, const bk_tensor *a, const bk_tensor *b);
+CU_HIDDEN void cu_softcap(bk_backend *be, const bk_tensor *x, float cap);
+CU_HIDDEN void cu_get_rows(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows);
+CU_HIDDEN void cu_kv_write(bk_backend *be, const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor *v_new,
+                           const bk_tensor *slot);
+CU_HIDDEN void cu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv,
+                            const bk_attn_index *ix, const attn_params *p);
+/* One-time kernel attributes (large dynamic shared memory); 0 or a CUDA error. */
+CU_HIDDEN cudaError_t cu_attention_init(void);
+
+/* Grid size for n items of `per` each (at least 1 block). */
+static inline unsigned cu_blocks(int64_t n, int64_t per) {
+  int64_t b = (n + per - 1) / per;
+  return (unsigned)(b < 1 ? 1 : b);
+}
+
+#endif
