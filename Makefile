@@ -23,11 +23,11 @@ run: build
 	./build/hearth serve
 
 asan: setup
-	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHEARTH_SANITIZE=ON >/dev/null
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHEARTH_SANITIZE=ON -DHEARTH_CUDA=OFF >/dev/null
 	cmake --build build-asan --target unit_tests -j $(JOBS)
 
 fuzz: setup-test
-	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHEARTH_FUZZ=ON -DHEARTH_WERROR=OFF >/dev/null
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHEARTH_FUZZ=ON -DHEARTH_WERROR=OFF -DHEARTH_CUDA=OFF >/dev/null
 	cmake --build build-fuzz --target fuzz_all -j $(JOBS)
 
 test: setup-test asan fuzz

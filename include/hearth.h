@@ -66,6 +66,9 @@ typedef struct hearth_load_opts {
   int64_t kv_cache_bytes;  /* KV pool size (default: a quarter of physical memory, at most 4 GiB,
                               at most max_batch full-context sequences) */
   int64_t memory_budget;   /* bytes the KV cache may use at most; a request that cannot fit is refused */
+  const char *device;      /* "cpu" (NULL), "cuda", "cuda:N" or "auto" (the GPU when one is usable) */
+  double gpu_memory_fraction; /* GPU: the share of free device memory the KV pool may take after the
+                              weights are loaded (0: 0.9); ignored on the CPU */
 } hearth_load_opts;
 
 /* Loads a Hugging Face model folder: config.json + safetensors, and when

@@ -132,7 +132,7 @@ int cli_bench(int argc, char **argv) {
 
   herr err = {0};
   model *m = NULL;
-  model_load_opts opts = {.threads = threads};
+  model_load_opts opts = {.threads = threads, .device = cli_device()};
   if (model_load(dir, &opts, &m, &err)) return cli_fail("%s", err.msg);
   const model_config *c = model_cfg(m);
   int64_t V = model_vocab_size(m);

@@ -121,7 +121,8 @@ int cli_chat(int argc, char **argv) {
   }
   hearth_error err = {0};
   hearth_model *m = NULL;
-  if (hearth_model_load(model_dir, NULL, &m, &err)) return cli_fail("%s", err.msg);
+  hearth_load_opts lo = {.device = cli_device(), .gpu_memory_fraction = cli_gpu_memory_fraction()};
+  if (hearth_model_load(model_dir, &lo, &m, &err)) return cli_fail("%s", err.msg);
   hearth_info info;
   hearth_model_info(m, &info);
   if (!info.has_chat_template) {

@@ -11,6 +11,7 @@ typedef struct cli_verb {
   const char *name;
   const char *summary;
   int (*run)(int argc, char **argv);
+  bool loads_model;  /* takes --device and --gpu-memory-fraction */
 } cli_verb;
 
 /* Option parsing shared by verbs. At argv[*i]: if it is `name VALUE` or
@@ -27,6 +28,10 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The built-in model folder (models/default next to the binary's install or
  * source tree), or NULL when none is found. Borrowed static string. */
 const char *cli_default_model(void);
+/* The global --device (NULL: cpu) and --gpu-memory-fraction (0: default)
+ * options, which main.c takes from any verb that loads a model. */
+const char *cli_device(void);
+double cli_gpu_memory_fraction(void);
 
 /* Verbs. Add a verb: write src/cli/<verb>.c and add one line to the table in main.c. */
 int cli_version(int argc, char **argv);

@@ -255,7 +255,8 @@ int cli_generate(int argc, char **argv) {
     free(ids);
     return cli_usage_error("generate", "--ids: expected token ids like 1,2,3");
   }
-  if (hearth_model_load(model_dir, NULL, &m, &err)) {
+  hearth_load_opts lo = {.device = cli_device(), .gpu_memory_fraction = cli_gpu_memory_fraction()};
+  if (hearth_model_load(model_dir, &lo, &m, &err)) {
     cli_fail("%s", err.msg);
     goto out;
   }

@@ -113,7 +113,7 @@ int cli_logits(int argc, char **argv) {
   kv_seq *seq = NULL;
   float *logits = NULL;
   int status = 1;
-  model_load_opts opts = {.threads = threads};
+  model_load_opts opts = {.threads = threads, .device = cli_device()};
   if (model_load(dir, &opts, &m, &err)) goto fail;
   model_kv_geometry geo;
   model_kv_geometry_of(m, &geo);

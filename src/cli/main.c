@@ -13,17 +13,17 @@
 #include "hearth.h"
 
 static const cli_verb verbs[] = {
-    {"bench", "measure prompt and generation tokens/s", cli_bench},
-    {"chat", "talk with a model in the terminal", cli_chat},
-    {"convert", "convert / quantize a model to GGUF or safetensors", cli_convert},
-    {"detokenize", "print the text of token ids as JSON", cli_detokenize},
-    {"generate", "generate text from a prompt", cli_generate},
-    {"inspect", "describe a model folder, safetensors or GGUF file", cli_inspect},
-    {"logits", "print a forward pass's logits as JSON", cli_logits},
-    {"serve", "serve a model over HTTP (OpenAI API, chat page)", cli_serve},
-    {"template", "render a chat template over messages", cli_template},
-    {"tokenize", "print the token ids of a text as JSON", cli_tokenize},
-    {"version", "print the version", cli_version},
+    {"bench", "measure prompt and generation tokens/s", cli_bench, true},
+    {"chat", "talk with a model in the terminal", cli_chat, true},
+    {"convert", "convert / quantize a model to GGUF or safetensors", cli_convert, false},
+    {"detokenize", "print the text of token ids as JSON", cli_detokenize, false},
+    {"generate", "generate text from a prompt", cli_generate, true},
+    {"inspect", "describe a model folder, safetensors or GGUF file", cli_inspect, false},
+    {"logits", "print a forward pass's logits as JSON", cli_logits, true},
+    {"serve", "serve a model over HTTP (OpenAI API, chat page)", cli_serve, true},
+    {"template", "render a chat template over messages", cli_template, false},
+    {"tokenize", "print the token ids of a text as JSON", cli_tokenize, false},
+    {"version", "print the version", cli_version, false},
 };
 static const int nverbs = (int)(sizeof verbs / sizeof verbs[0]);
 
@@ -36,7 +36,16 @@ static void usage(FILE *f) {
           "verbs:\n",
           hearth_version());
   for (int i = 0; i < nverbs; i++) fprintf(f, "  %-12s %s\n", verbs[i].name, verbs[i].summary);
+  fprintf(f,
+          "\noptions of every verb that loads a model (bench, chat, generate, logits, serve):\n"
+          "  --device DEV                 cpu (default), cuda, cuda:N, or auto (the GPU when one is usable)\n"
+          "  --gpu-memory-fraction F      share of free GPU memory the KV pool may take after the weights (0.9)\n");
 }
+
+static const char *g_device;
+static double g_gpu_fraction;
+const char *cli_device(void) { return g_device; }
+double cli_gpu_memory_fraction(void) { return g_gpu_fraction; }
 
 bool cli_is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
 
@@ -138,18 +147,33 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  /* --verbose / --quiet are accepted after the verb too; verbs never see them. */
+  const cli_verb *verb = NULL;
+  for (int v = 0; v < nverbs; v++)
+    if (strcmp(argv[i], verbs[v].name) == 0) verb = &verbs[v];
+  /* --verbose / --quiet are accepted after the verb too, and --device /
+   * --gpu-memory-fraction by verbs that load a model; verbs never see them. */
   int out = i + 1;
   for (int j = i + 1; j < argc; j++) {
+    const char *v = NULL;
+    int r = 0;
     if (strcmp(argv[j], "--verbose") == 0) hlog_set_level(HLOG_LEVEL_DEBUG);
     else if (strcmp(argv[j], "--quiet") == 0) hlog_set_level(HLOG_LEVEL_ERROR);
-    else argv[out++] = argv[j];
+    else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--device", &v))) {
+      if (r < 0) return 2;
+      if (strcmp(v, "cpu") && strcmp(v, "auto") && strncmp(v, "cuda", 4))
+        return cli_usage_error(verb->name, "--device must be cpu, cuda, cuda:N or auto, not '%s'", v);
+      g_device = v;
+    } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--gpu-memory-fraction", &v))) {
+      char *end = NULL;
+      if (r < 0) return 2;
+      g_gpu_fraction = strtod(v, &end);
+      if (end == v || *end || !(g_gpu_fraction > 0 && g_gpu_fraction <= 1))
+        return cli_usage_error(verb->name, "--gpu-memory-fraction must be in (0, 1], not '%s'", v);
+    } else argv[out++] = argv[j];
   }
   argc = out;
   argv[argc] = NULL;
-  for (int v = 0; v < nverbs; v++) {
-    if (strcmp(argv[i], verbs[v].name) == 0) return verbs[v].run(argc - i, argv + i);
-  }
+  if (verb) return verb->run(argc - i, argv + i);
   fprintf(stderr, "hearth: unknown verb '%s'\n\n", argv[i]);
   usage(stderr);
   return 2;

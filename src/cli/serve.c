@@ -116,7 +116,9 @@ int cli_serve(int argc, char **argv) {
                           .max_batch = (int)max_batch,
                           .prefill_chunk = (int)chunk,
                           .kv_cache_bytes = kv_mem,
-                          .memory_budget = budget};
+                          .memory_budget = budget,
+                          .device = cli_device(),
+                          .gpu_memory_fraction = cli_gpu_memory_fraction()};
   if (serve_engine_open_opts(model, &eo, &engine, &err)) return cli_fail("serve: %s", err.msg);
   serve_config cfg = {.host = host, .port = (int)port, .api_key = key, .max_body = (size_t)max_body};
   serve_server *srv;

@@ -94,8 +94,11 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
     rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
     goto fail;
   }
-  model_load_opts mo = {.threads = opts ? opts->threads : 0};
+  model_load_opts mo = {.threads = opts ? opts->threads : 0, .device = opts ? opts->device : NULL};
   if ((rc = model_load(path, &mo, &hm->m, err))) goto fail;
+  char dev[256];
+  bk_backend_describe(model_backend(hm->m), dev, sizeof dev);
+  HLOG_INFO("%s: device %s; weights %.2f GiB", hm->id, dev, (double)model_weight_bytes(hm->m) / (1 << 30));
   if ((rc = generation_config_load(&hm->gen, path, err))) goto fail;
   char *tj = hpath_join(path, "tokenizer.json");
   bool has_tok = tj && hfile_exists(tj);
@@ -110,6 +113,7 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
     hm->sch_cfg.prefill_chunk = opts->prefill_chunk;
     hm->sch_cfg.kv_bytes = opts->kv_cache_bytes > 0 ? (size_t)opts->kv_cache_bytes : 0;
     hm->sch_cfg.memory_budget = opts->memory_budget > 0 ? (size_t)opts->memory_budget : 0;
+    hm->sch_cfg.gpu_memory_fraction = opts->gpu_memory_fraction;
   }
   hm->sch_cfg.context_length = hm->context_length;
   for (int i = 0; i < cfg->n_eos; i++) add_eos(hm, cfg->eos_token_ids[i]);

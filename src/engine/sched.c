@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "base/log.h"
 #include "engine/kv_paged.h"
 #include "engine/stop.h"
 
@@ -462,7 +463,15 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   s->block_bytes = kv_block_bytes(&g, B);
   size_t bytes = c.kv_bytes;
   int64_t n_blocks;
-  if (bytes == 0) {
+  bk_backend *be = model_backend(m);
+  if (bytes == 0 && !bk_backend_is_cpu(be)) {
+    size_t fr = 0, tot = 0;
+    double frac = c.gpu_memory_fraction > 0 && c.gpu_memory_fraction <= 1 ? c.gpu_memory_fraction : 0.9;
+    if (bk_mem_info(be, &fr, &tot) == 0) bytes = (size_t)((double)fr * frac);
+    n_blocks = (int64_t)(bytes / s->block_bytes);
+    int64_t enough = (int64_t)s->max_batch * ((ctx + B - 1) / B);
+    if (n_blocks > enough) n_blocks = enough;
+  } else if (bytes == 0) {
     bytes = physical_memory() / 4;
     if (bytes > ((size_t)4 << 30)) bytes = (size_t)4 << 30;
     n_blocks = (int64_t)(bytes / s->block_bytes);
@@ -479,6 +488,8 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   pthread_cond_init(&s->done_cv, NULL);
   int rc = kv_pool_new(&g, B, n_blocks, &s->pool, err);
   if (rc) goto fail;
+  HLOG_INFO("KV pool on %s: %lld blocks of %d tokens, %.2f GiB", bk_backend_name(be), (long long)n_blocks, B,
+            (double)n_blocks * (double)s->block_bytes / (1 << 30));
   s->logits = malloc(sizeof(float) * (size_t)s->max_batch * (size_t)s->vocab);
   s->running = calloc((size_t)s->max_batch, sizeof *s->running);
   s->batch = calloc((size_t)s->max_batch, sizeof *s->batch);

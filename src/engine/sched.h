@@ -32,6 +32,9 @@ typedef struct sched_config {
                              max_batch full-context sequences need */
   size_t memory_budget;   /* 0: none; else the pool is at most this, and requests are admitted against it */
   int64_t context_length; /* <= 0: the model's */
+  double gpu_memory_fraction; /* on a GPU, when kv_bytes is 0: the pool takes this share of the free
+                             device memory (<= 0: 0.9), at most what max_batch full-context
+                             sequences need */
 } sched_config;
 
 typedef struct sched_stats {

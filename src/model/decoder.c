@@ -84,6 +84,23 @@ void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
 
 bk_backend *model_backend(const model *m) { return m->be; }
 
+static size_t weight_bytes(const bk_weight *w) {
+  size_t b = (size_t)w->rows * bk_row_bytes(w->type, w->cols, w->bits);
+  if (w->type == BK_MLX_AFFINE) b += 2 * (size_t)(w->rows * (w->cols / w->group_size)) * (w->scale_type == BK_F32 ? 4 : 2);
+  return b;
+}
+
+size_t model_weight_bytes(const model *m) {
+  size_t total = weight_bytes(&m->embed) + (m->tied ? 0 : weight_bytes(&m->lm_head));
+  for (int l = 0; m->layers && l < m->cfg.num_hidden_layers; l++) {
+    const layer_weights *lw = &m->layers[l];
+    const bk_weight *mats[] = {&lw->q, &lw->k, &lw->v, &lw->o, &lw->gate, &lw->up, &lw->down};
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) total += weight_bytes(mats[i]);
+  }
+  for (int i = 0; i < m->n_bufs; i++) total += m->bufs[i]->size;
+  return total;
+}
+
 static void scratch_free(fwd_scratch *f) {
   bk_buf_free(f->act);
   bk_buf_free(f->idx_buf);
@@ -473,6 +490,13 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   if ((rc = load_tensor(m, &src, "model.norm.weight", 1, c->hidden_size, 0, true, &m->final_norm, err))) goto fail;
   m->tied = c->tie_word_embeddings;
   if (!m->tied && (rc = load_matrix(m, &src, "lm_head.weight", c->vocab_size, c->hidden_size, true, &m->lm_head, err))) goto fail;
+  /* a device that cannot hold the weights refuses the model before any matrix is uploaded */
+  size_t fr = 0, tot = 0, need = model_weight_bytes(m);
+  if (!bk_backend_is_cpu(m->be) && bk_mem_info(m->be, &fr, &tot) == 0 && need + ((size_t)256 << 20) > fr) {
+    rc = herr_set(err, HEARTH_ENOMEM, "%s: the weights need %.2f GiB of memory on %s, which has %.2f GiB free of %.2f GiB", dir,
+                  (double)need / (1 << 30), bk_backend_name(m->be), (double)fr / (1 << 30), (double)tot / (1 << 30));
+    goto fail;
+  }
   /* hand the matrices to the backend; resident file bytes are ours to give back */
   unsigned priv = mode == HMMAP_RESIDENT ? BK_USE_PRIVATE : 0;
   for (int l = 0; l < c->num_hidden_layers; l++) {

@@ -77,6 +77,8 @@ int64_t model_vocab_size(const model *m);
 void model_kv_geometry_of(const model *m, model_kv_geometry *g);
 /* The backend the model runs on (borrowed; lives as long as the model). */
 bk_backend *model_backend(const model *m);
+/* Bytes of the weight matrices and vectors as the backend holds them (stored format). */
+size_t model_weight_bytes(const model *m);
 
 /* Rows of logits model_forward writes for b: sum over sequences of
  * (all_logits ? n_tokens : 1). */

@@ -187,7 +187,9 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
                            .max_batch = o->max_batch,
                            .prefill_chunk = o->prefill_chunk,
                            .kv_cache_bytes = o->kv_cache_bytes,
-                           .memory_budget = o->memory_budget};
+                           .memory_budget = o->memory_budget,
+                           .device = o->device,
+                           .gpu_memory_fraction = o->gpu_memory_fraction};
   hearth_error e = {0};
   if (hearth_model_load(model_dir, &opts, &h->model, &e)) {
     free(h);
