@@ -71,6 +71,13 @@ static int test_checks = 0;
     fprintf(stderr, "%s %s\n", test_failures == _before ? "ok  " : "FAIL", #fn); \
   } while (0)
 
+/* The device model tests run on: HEARTH_TEST_DEVICE ("cuda", "cuda:1"), NULL = the CPU.
+ * tools/gpu_check.sh sets it to run the golden and scheduler tests on a GPU. */
+static inline const char *test_device(void) {
+  const char *d = getenv("HEARTH_TEST_DEVICE");
+  return d && *d ? d : NULL;
+}
+
 #define TEST_MAIN_END()                                                            \
   do {                                                                             \
     fprintf(stderr, "%d checks, %d failed\n", test_checks, test_failures);         \

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/backend.h"
 #include "base/pool.h"
 #include "cli/cli.h"
 #include "engine/kv_cache.h"
@@ -18,12 +19,15 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: hearth bench [--model M] [-p 512] [-n 128] [-t THREADS] [--repeat R] [--no-warmup] [--json]\n\n"
+          "usage: hearth bench [--model M] [-p 512] [-n 128] [-t THREADS] [--repeat R] [--no-warmup] [--roofline] [--json]\n"
+          "                    [--device cpu|cuda|cuda:N|auto]\n\n"
           "Measures prompt processing (one forward over P tokens) and generation (N single-token\n"
           "steps from an empty cache, no sampling) in tokens/s, median of R repeats (default 3),\n"
           "after one untimed warm-up pass (--no-warmup skips it).\n"
-          "-p 0 or -n 0 skips that part. --json prints one line:\n"
-          "{\"pp_tps\": ..., \"tg_tps\": ..., \"threads\": ..., \"model\": ...}\n");
+          "-p 0 or -n 0 skips that part. --roofline also measures the device's copy bandwidth\n"
+          "(a 1 GiB buffer copied on the device, bytes read + written) and reports generation's\n"
+          "weight traffic (weight bytes x tokens/s) as a share of it. --json prints one line:\n"
+          "{\"pp_tps\": ..., \"tg_tps\": ..., \"threads\": ..., \"device\": ..., \"model\": ...}\n");
 }
 
 static double now_s(void) {
@@ -52,13 +56,13 @@ static bool parse_count(const char *s, bool allow_zero, int *out) {
   return true;
 }
 
-/* A fresh cache with one sequence. */
-static int fresh_seq(model *m, kv_cache **cache, kv_seq **seq, herr *err) {
+/* A fresh cache with one sequence of up to max_len tokens (allocated up front). */
+static int fresh_seq(model *m, int64_t max_len, kv_cache **cache, kv_seq **seq, herr *err) {
   model_kv_geometry geo;
   model_kv_geometry_of(m, &geo);
   *cache = NULL;
   *seq = NULL;
-  int rc = kv_cache_new(&geo, 0, cache, err);
+  int rc = kv_cache_new(&geo, max_len, cache, err);
   if (!rc) rc = kv_cache_seq_new(*cache, seq, err);
   return rc;
 }
@@ -79,7 +83,7 @@ static int run_once(model *m, const int32_t *prompt, int P, const int32_t *gen, 
   int rc = 0;
   *pp_s = *tg_s = 0;
   if (P > 0) {
-    rc = fresh_seq(m, &cache, &seq, err);
+    rc = fresh_seq(m, P, &cache, &seq, err);
     double t0 = now_s();
     if (!rc) rc = step(m, seq, prompt, P, logits, err);
     *pp_s = now_s() - t0;
@@ -87,7 +91,7 @@ static int run_once(model *m, const int32_t *prompt, int P, const int32_t *gen, 
     kv_cache_free(cache);
   }
   if (!rc && N > 0) {
-    rc = fresh_seq(m, &cache, &seq, err);
+    rc = fresh_seq(m, N + 1, &cache, &seq, err);
     if (!rc) rc = step(m, seq, prompt, 1, logits, err);
     double t0 = now_s();
     for (int i = 0; !rc && i < N; i++) rc = step(m, seq, gen + i, 1, logits, err);
@@ -98,10 +102,34 @@ static int run_once(model *m, const int32_t *prompt, int P, const int32_t *gen, 
   return rc;
 }
 
+/* The device's copy bandwidth: a 1 GiB buffer copied within the device, bytes read
+ * plus written over the time, median of 5 after one warm-up. */
+static int copy_bandwidth(bk_backend *be, double *gbs, herr *err) {
+  const int64_t n = (int64_t)1 << 28; /* floats: 1 GiB */
+  bk_tensor a, b;
+  int rc = bk_tensor_new(be, BK_DT_F32, n, 1, &a, err);
+  if (rc) return rc;
+  if ((rc = bk_tensor_new(be, BK_DT_F32, n, 1, &b, err))) {
+    bk_tensor_free(&a);
+    return rc;
+  }
+  double t[5];
+  for (int i = -1; i < 5 && !rc; i++) {
+    double t0 = now_s();
+    bk_copy(&b, 0, &a, 0, bk_nbytes(&a));
+    rc = bk_sync(be, err);
+    if (i >= 0) t[i] = now_s() - t0;
+  }
+  bk_tensor_free(&a);
+  bk_tensor_free(&b);
+  if (!rc) *gbs = 2.0 * (double)n * 4 / median(t, 5) / 1e9;
+  return rc;
+}
+
 int cli_bench(int argc, char **argv) {
   const char *dir = NULL, *v;
   int P = 512, N = 128, threads = 0, repeat = 3;
-  bool json = false, warmup = true;
+  bool json = false, warmup = true, roofline = false;
   for (int i = 1; i < argc; i++) {
     int r;
     if (cli_is_help(argv[i])) {
@@ -120,6 +148,8 @@ int cli_bench(int argc, char **argv) {
       if (r < 0 || !parse_count(v, false, &repeat) || repeat > 100) return cli_usage_error("bench", "--repeat needs 1..100");
     } else if (!strcmp(argv[i], "--no-warmup")) {
       warmup = false;
+    } else if (!strcmp(argv[i], "--roofline")) {
+      roofline = true;
     } else if (!strcmp(argv[i], "--json")) {
       json = true;
     } else {
@@ -174,17 +204,32 @@ int cli_bench(int argc, char **argv) {
   }
   double pp_med = median(pp, repeat), tg_med = median(tg, repeat);
   int nthreads = threads > 0 ? threads : hpool_cpu_count(); /* the pool's size */
+  const char *dev = bk_backend_name(model_backend(m));
+  double wgb = (double)model_weight_bytes(m) / 1e9, copy_gbs = 0;
+  if (roofline && copy_bandwidth(model_backend(m), &copy_gbs, &err)) {
+    cli_fail("%s", err.msg);
+    goto out;
+  }
   if (json) {
-    json_t *j = json_pack("{s:f, s:f, s:i, s:s}", "pp_tps", pp_med, "tg_tps", tg_med, "threads", nthreads, "model", dir);
+    json_t *j = json_pack("{s:f, s:f, s:i, s:s, s:s}", "pp_tps", pp_med, "tg_tps", tg_med, "threads", nthreads, "device", dev, "model", dir);
+    if (j && roofline) {
+      json_object_set_new(j, "weights_gb", json_real(wgb));
+      json_object_set_new(j, "copy_gbs", json_real(copy_gbs));
+      json_object_set_new(j, "tg_roofline", json_real(copy_gbs > 0 ? wgb * tg_med / copy_gbs : 0));
+    }
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     if (s) printf("%s\n", s);
     free(s);
     json_decref(j);
   } else {
     printf("model    %s (%s, %lld layers, hidden %lld)\n", dir, c->model_type, (long long)c->num_hidden_layers, (long long)c->hidden_size);
-    printf("threads  %d\n", nthreads);
+    printf("device   %s\n", dev);
+    if (bk_backend_is_cpu(model_backend(m))) printf("threads  %d\n", nthreads);
     if (P > 0) printf("pp%-6d %.2f tokens/s\n", P, pp_med);
     if (N > 0) printf("tg%-6d %.2f tokens/s\n", N, tg_med);
+    if (roofline && N > 0)
+      printf("roofline %.2f GB of weights x %.2f tokens/s = %.1f GB/s, %.1f%% of the %.1f GB/s copy bandwidth\n", wgb, tg_med,
+             wgb * tg_med, copy_gbs > 0 ? 100 * wgb * tg_med / copy_gbs : 0, copy_gbs);
     printf("(median of %d repeats)\n", repeat);
   }
   status = 0;

@@ -40,7 +40,8 @@ static void test_json(void) {
   json_t *j = json_loads(out, 0, &je);
   CHECK_MSG(j != NULL, "not JSON: %s", out);
   if (j) {
-    CHECK_EQ_INT(json_object_size(j), 4);
+    CHECK_EQ_INT(json_object_size(j), 5);
+    CHECK_EQ_STR(json_string_value(json_object_get(j, "device")), "cpu");
     CHECK(json_number_value(json_object_get(j, "pp_tps")) > 0);
     CHECK(json_number_value(json_object_get(j, "tg_tps")) > 0);
     CHECK_EQ_INT(json_integer_value(json_object_get(j, "threads")), 2);
@@ -77,8 +78,51 @@ static void test_usage_errors(void) {
   free(out);
 }
 
+/* --roofline adds the weights' size, the copy bandwidth and generation's share of it. */
+static void test_roofline(void) {
+  char *out = NULL;
+  int rc = run("'" HEARTH_BINARY "' bench --model '" MODEL "' -p 0 -n 4 -t 1 --repeat 1 --roofline --json 2>/dev/null", &out);
+  CHECK_EQ_INT(rc, 0);
+  json_error_t je;
+  json_t *j = out ? json_loads(out, 0, &je) : NULL;
+  CHECK_MSG(j != NULL, "not JSON: %s", out ? out : "");
+  if (j) {
+    double w = json_number_value(json_object_get(j, "weights_gb")), bw = json_number_value(json_object_get(j, "copy_gbs")),
+           share = json_number_value(json_object_get(j, "tg_roofline")), tg = json_number_value(json_object_get(j, "tg_tps"));
+    CHECK(w > 0 && bw > 0 && tg > 0);
+    CHECK_NEAR(share, w * tg / bw, 1e-6 * (share > 1 ? share : 1));
+    json_decref(j);
+  }
+  free(out);
+}
+
+/* A device that is not there is a clear failure, a misspelt one a usage error. */
+static void test_devices(void) {
+  char *out = NULL;
+  int rc = run("'" HEARTH_BINARY "' bench --model '" MODEL "' -p 4 -n 0 --repeat 1 --device cpu 2>&1", &out);
+  CHECK_EQ_INT(rc, 0);
+  free(out);
+  rc = run("HEARTH_NO_SUCH=1 '" HEARTH_BINARY "' bench --model '" MODEL "' -p 4 -n 0 --repeat 1 --device cuda:0 2>&1", &out);
+  if (rc == 0) {
+    fprintf(stderr, "  (a GPU is usable here: the missing-device case is not checked)\n");
+  } else {
+    CHECK_EQ_INT(rc, 1);
+    CHECK_MSG(out && strstr(out, "cuda"), "%s", out ? out : "");
+  }
+  free(out);
+  rc = run("'" HEARTH_BINARY "' bench --model '" MODEL "' --device tpu 2>&1", &out);
+  CHECK_EQ_INT(rc, 2);
+  CHECK_MSG(out && strstr(out, "--device"), "%s", out ? out : "");
+  free(out);
+  rc = run("'" HEARTH_BINARY "' tokenize --device cuda hello 2>&1", &out);
+  CHECK(rc != 0);
+  free(out);
+}
+
 int main(void) {
   RUN(test_json);
+  RUN(test_roofline);
+  RUN(test_devices);
   RUN(test_text_and_parts);
   RUN(test_usage_errors);
   TEST_MAIN_END();

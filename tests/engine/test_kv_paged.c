@@ -213,7 +213,7 @@ static int run_chunks(model *m, kv_seq *s, const int32_t *toks, int n, int chunk
 static void test_paged_equals_contiguous(void) {
   model *m;
   herr e = {0};
-  model_load_opts mo = {.threads = 2};
+  model_load_opts mo = {.threads = 2, .device = test_device()};
   CHECK_EQ_INT(model_load(FIXTURE, &mo, &m, &e), 0);
   if (!m) return;
   model_kv_geometry g;

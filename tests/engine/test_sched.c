@@ -338,7 +338,7 @@ static void test_admission(void) {
 
 int main(void) {
   herr e = {0};
-  model_load_opts mo = {.threads = 2};
+  model_load_opts mo = {.threads = 2, .device = test_device()};
   if (model_load(FIXTURE, &mo, &g_m, &e)) {
     fprintf(stderr, "%s\n", e.msg);
     return 1;

@@ -28,7 +28,7 @@ static int argmax(const float *x, int64_t n) {
 static void test_tiny_llama_greedy(void) {
   herr err = {0};
   model *m = NULL;
-  int rc = model_load(TINY, NULL, &m, &err);
+  int rc = model_load(TINY, &(model_load_opts){.device = test_device()}, &m, &err);
   CHECK_MSG(rc == 0, "%s", err.msg);
   if (rc) return;
   const model_config *c = model_cfg(m);
@@ -220,7 +220,7 @@ static void check_converted(const char *name, const char *arch, int upto, int qt
   CHECK(write_gguf(path, name, arch, qtype) == 0);
   herr err = {0};
   model *m = NULL;
-  int rc = model_load(path, NULL, &m, &err);
+  int rc = model_load(path, &(model_load_opts){.device = test_device()}, &m, &err);
   CHECK_MSG(rc == 0, "%s: %s", name, err.msg);
   char gp[512], lp[512];
   snprintf(gp, sizeof gp, HEARTH_SOURCE_DIR "/tests/fixtures/golden/%s/golden.json", name);

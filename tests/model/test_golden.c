@@ -114,7 +114,7 @@ static void check_folder(const char *name) {
   }
   herr err = {0};
   model *m = NULL;
-  model_load_opts opts = {.threads = 2};
+  model_load_opts opts = {.threads = 2, .device = test_device()};
   int rc = model_load(dir, &opts, &m, &err);
   CHECK_MSG(rc == 0, "%s: %s", name, err.msg);
   if (rc) {
@@ -238,7 +238,7 @@ static void test_gemma3(void) { check_folder("gemma3-f32"), check_folder("gemma3
 static void test_bad_batches(void) {
   herr err = {0};
   model *m = NULL;
-  CHECK(model_load(GOLDEN "/llama-f32", NULL, &m, &err) == 0);
+  CHECK(model_load(GOLDEN "/llama-f32", &(model_load_opts){.device = test_device()}, &m, &err) == 0);
   if (!m) return;
   model_kv_geometry geo;
   model_kv_geometry_of(m, &geo);

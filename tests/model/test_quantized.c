@@ -116,7 +116,7 @@ static int make_folders(const char *dirq, const char *dirf, int bits, int group)
 
 static int run_prompt(const char *dir, const int32_t *ids, int n, float *out, herr *err) {
   model *m = NULL;
-  int rc = model_load(dir, NULL, &m, err);
+  int rc = model_load(dir, &(model_load_opts){.device = test_device()}, &m, err);
   if (rc) return rc;
   model_kv_geometry geo;
   model_kv_geometry_of(m, &geo);
