@@ -67,6 +67,9 @@ typedef struct hearth_load_opts {
                               at most max_batch full-context sequences) */
   int64_t memory_budget;   /* bytes the KV cache may use at most; a request that cannot fit is refused */
   const char *device;      /* "cpu" (NULL), "cuda", "cuda:N" or "auto" (the GPU when one is usable) */
+  const char *cpu_level;   /* CPU kernels: "scalar", "avx2" or "avx512" caps the level (NULL: the best) */
+  bool mmap;               /* map weight files instead of reading them into huge-page memory */
+  bool f32_activations;    /* CPU: f32 activations for GGUF block types (exact, slower) */
   double gpu_memory_fraction; /* GPU: the share of free device memory the KV pool may take after the
                               weights are loaded (0: 0.9); ignored on the CPU */
 } hearth_load_opts;

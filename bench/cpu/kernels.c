@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "backend/cpu/quant.h"
+#include "backend/cpu/cpu.h"
 #include "backend/weights.h"
 #include "base/pool.h"
 
@@ -196,6 +197,9 @@ int main(int argc, char **argv) {
   double min_s = quick ? 0.05 : 0.15;
   hpool *pools[2] = {hpool_create(1), hpool_create(2)};
   if (!pools[0] || !pools[1]) return 1;
+  const char *env = getenv("HEARTH_CPU"); /* scalar | avx2 | avx512: a lower kernel level */
+  bk_cpu_level want;
+  if (env && *env && bk_cpu_level_parse(env, &want)) bk_cpu_set_level(want);
   printf("kernel level: %s (best on this CPU: %s)\n\n", bk_cpu_level_name(bk_cpu_level_now()),
          bk_cpu_level_name(bk_cpu_best()));
 

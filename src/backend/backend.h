@@ -80,6 +80,7 @@ typedef struct bk_open_opts {
   int threads;            /* CPU: worker threads (<= 0: one per CPU) */
   bool f32_activations;   /* CPU: no 8-bit activation quantization for GGUF types */
   const char *cuda_lib;   /* CUDA: path of libhearth_cuda.so (NULL: next to the program, then the loader's search) */
+  const char *cpu_level;  /* CPU: "scalar", "avx2" or "avx512" caps the kernel level (NULL: the best this CPU has) */
 } bk_open_opts;
 
 /* device: "cpu", "cuda", "cuda:N" or "auto" (the first GPU when one is

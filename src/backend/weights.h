@@ -9,9 +9,8 @@
  * and one bias per group of group_size consecutive inputs of a row:
  * w = scale * q + bias.
  *
- * bk_matmul picks a kernel for the CPU at run time (scalar, AVX2+FMA+F16C,
- * AVX-512); HEARTH_CPU=scalar|avx2|avx512 in the environment, or
- * bk_cpu_set_level, forces a lower level.
+ * Backends take a host descriptor and make it theirs (backend.h,
+ * bk_weight_load); the CPU's matmul over it is in cpu/cpu.h.
  */
 #ifndef HEARTH_BACKEND_WEIGHTS_H
 #define HEARTH_BACKEND_WEIGHTS_H
@@ -20,7 +19,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/pool.h"
 #include "base/status.h"
 
 typedef enum bk_type {
@@ -47,9 +45,11 @@ typedef struct bk_weight {
   bk_type scale_type;    /* BK_F32, BK_F16 or BK_BF16: the dtype of scales and biases */
   const void *scales;    /* borrowed: [rows, cols / group_size] */
   const void *biases;    /* borrowed: [rows, cols / group_size] */
-  /* Set by bk_weight_pack: the matrix repacked for 8-bit integer kernels
-   * (owned through this descriptor: release with bk_weight_unpack; a copy
-   * of the descriptor must not outlive it). NULL: the stored format is used. */
+  /* Set by the backend that loaded the weight (bk_weight_load): the CPU's
+   * repacked copy for its 8-bit integer kernels, or the device allocation
+   * the pointers above now point into (owned through this descriptor:
+   * release with bk_weight_release; a copy of the descriptor must not
+   * outlive it). NULL: the stored format, in host memory, is used as is. */
   void *packed;
   size_t packed_size;
 } bk_weight;
@@ -66,40 +66,5 @@ size_t bk_row_bytes(bk_type t, int64_t cols, int bits);
  * shape, cols a whole number of blocks, non-NULL pointers, valid MLX bits /
  * group_size / scale_type. The message names the problem. */
 int bk_weight_validate(const bk_weight *w, herr *err);
-
-/* y[n, rows] = x[n, cols] · Wᵀ (+ bias[rows] when bias != NULL), spread over
- * the pool's threads (pool may be NULL). y must not alias x. Every element of
- * y is written. Fails only when w does not validate (y untouched then). */
-int bk_matmul(hpool *pool, float *y, const float *x, int64_t n, const bk_weight *w, const float *bias, herr *err);
-
-/* Repacks w (Q8_0, Q4_0, Q4_K, Q5_K or Q6_K) into 16-row groups for the 8-bit integer
- * kernels, when the CPU level in effect has them (AVX-512 VNNI). bk_matmul
- * then quantizes activations to 8 bits per block of 32, as llama.cpp does
- * for these types, instead of multiplying f32 activations by the
- * dequantized weights: faster, but no longer exact to the dequantized
- * weights. Does nothing (returns 0) for other types, other CPUs, when
- * HEARTH_ACT=f32 is set in the environment, or when w is packed already.
- * w->data stays as it was and stays in use for other levels. */
-int bk_weight_pack(bk_weight *w, herr *err);
-void bk_weight_unpack(bk_weight *w);
-/* For a packed w whose stored bytes the caller owns privately and no longer
- * needs (nothing else reads them): gives their whole pages back to the
- * system and sets w->data to NULL, so that only the packed copy stays in
- * memory. No-op when w is not packed. */
-void bk_weight_drop_source(bk_weight *w);
-/* Whether this CPU (and build) has the integer kernels. */
-bool bk_cpu_has_int8_dot(void);
-
-/* Dispatch levels, lowest first. */
-typedef enum bk_cpu_level { BK_CPU_SCALAR = 0, BK_CPU_AVX2 = 1, BK_CPU_AVX512 = 2 } bk_cpu_level;
-/* The best level this CPU (and build) supports. */
-bk_cpu_level bk_cpu_best(void);
-/* The level bk_matmul uses now: HEARTH_CPU when set (clamped to what the CPU
- * supports), else bk_cpu_best(). */
-bk_cpu_level bk_cpu_level_now(void);
-/* Forces a level (clamped to bk_cpu_best()); returns the level in effect.
- * Not meant to be called while a matmul runs. */
-bk_cpu_level bk_cpu_set_level(bk_cpu_level level);
-const char *bk_cpu_level_name(bk_cpu_level level);
 
 #endif

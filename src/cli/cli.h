@@ -28,10 +28,19 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The built-in model folder (models/default next to the binary's install or
  * source tree), or NULL when none is found. Borrowed static string. */
 const char *cli_default_model(void);
-/* The global --device (NULL: cpu) and --gpu-memory-fraction (0: default)
- * options, which main.c takes from any verb that loads a model. */
-const char *cli_device(void);
-double cli_gpu_memory_fraction(void);
+/* How a verb loads its model: the global --device and --gpu-memory-fraction
+ * (which main.c takes from any verb that loads a model) and the
+ * environment's HEARTH_CPU=scalar|avx2|avx512 (cap the CPU kernels),
+ * HEARTH_MMAP=1 (map weight files) and HEARTH_ACT=f32 (f32 activations for
+ * GGUF block types), read here so that the library reads none. */
+typedef struct cli_load {
+  const char *device;
+  double gpu_memory_fraction;
+  const char *cpu_level;
+  bool mmap;
+  bool f32_activations;
+} cli_load;
+const cli_load *cli_load_opts(void);
 
 /* Verbs. Add a verb: write src/cli/<verb>.c and add one line to the table in main.c. */
 int cli_version(int argc, char **argv);

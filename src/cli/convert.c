@@ -213,9 +213,9 @@ static int src_read_f32(const src_model *s, const src_tensor *t, float *out, her
   int rc = 0;
   if (t->gt) {
     bk_weight w = {.rows = t->rows, .cols = t->cols, .data = t->gt->data};
-    if (!model_bk_type_of_ggml(t->gt->type, &w.type))
+    if (!model_bk_type_of_gguf(t->gt->type, &w.type))
       return herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor '%s' has type %s, which hearth cannot read", s->path, t->gt->name,
-                      ggml_type_name(t->gt->type));
+                      gguf_tensor_type_name(t->gt->type));
     for (int64_t r = 0; r < t->rows && !rc; r++) rc = bk_dequant_row(&w, r, out + r * t->cols, err);
     if (rc) return herr_wrap(err, "%s", t->gt->name);
     bool is_k;
@@ -604,20 +604,20 @@ out:
 typedef struct quant_choice {
   const char *name;
   bk_type type;
-  ggml_type gtype;
+  gguf_tensor_type gtype;
   uint32_t file_type; /* llama.cpp's llama_ftype */
 } quant_choice;
 
 static const quant_choice gguf_quants[] = {
-    {"f32", BK_F32, GGML_TYPE_F32, 0},     {"f16", BK_F16, GGML_TYPE_F16, 1},     {"bf16", BK_BF16, GGML_TYPE_BF16, 32},
-    {"q8_0", BK_Q8_0, GGML_TYPE_Q8_0, 7},  {"q4_0", BK_Q4_0, GGML_TYPE_Q4_0, 2},  {"q4_k", BK_Q4_K, GGML_TYPE_Q4_K, 14},
-    {"q5_k", BK_Q5_K, GGML_TYPE_Q5_K, 16}, {"q6_k", BK_Q6_K, GGML_TYPE_Q6_K, 18},
+    {"f32", BK_F32, GGUF_TENSOR_F32, 0},     {"f16", BK_F16, GGUF_TENSOR_F16, 1},     {"bf16", BK_BF16, GGUF_TENSOR_BF16, 32},
+    {"q8_0", BK_Q8_0, GGUF_TENSOR_Q8_0, 7},  {"q4_0", BK_Q4_0, GGUF_TENSOR_Q4_0, 2},  {"q4_k", BK_Q4_K, GGUF_TENSOR_Q4_K, 14},
+    {"q5_k", BK_Q5_K, GGUF_TENSOR_Q5_K, 16}, {"q6_k", BK_Q6_K, GGUF_TENSOR_Q6_K, 18},
 };
 
-static ggml_type bk_to_ggml(bk_type t) {
+static gguf_tensor_type bk_to_ggml(bk_type t) {
   for (size_t i = 0; i < sizeof gguf_quants / sizeof gguf_quants[0]; i++)
     if (gguf_quants[i].type == t) return gguf_quants[i].gtype;
-  return GGML_TYPE_F32;
+  return GGUF_TENSOR_F32;
 }
 
 /* The gguf architecture for a model_type, NULL when there is none. */
@@ -696,7 +696,7 @@ static int write_gguf(src_model *s, const char *dst, const char *quant, const ch
         cv.rope_freqs[i] = (float)f;
       }
       int64_t dims[1] = {half};
-      gguf_writer_tensor(w, "rope_freqs.weight", GGML_TYPE_F32, 1, dims, cv.rope_freqs);
+      gguf_writer_tensor(w, "rope_freqs.weight", GGUF_TENSOR_F32, 1, dims, cv.rope_freqs);
       if ((rc = add_out(&cv, (out_tensor){.src = -1, .role = ROLE_CONST}, err))) break;
       break;
     }

@@ -255,7 +255,9 @@ int cli_generate(int argc, char **argv) {
     free(ids);
     return cli_usage_error("generate", "--ids: expected token ids like 1,2,3");
   }
-  hearth_load_opts lo = {.device = cli_device(), .gpu_memory_fraction = cli_gpu_memory_fraction()};
+  const cli_load *cl = cli_load_opts();
+  hearth_load_opts lo = {.device = cl->device, .gpu_memory_fraction = cl->gpu_memory_fraction, .cpu_level = cl->cpu_level,
+                         .mmap = cl->mmap, .f32_activations = cl->f32_activations};
   if (hearth_model_load(model_dir, &lo, &m, &err)) {
     cli_fail("%s", err.msg);
     goto out;

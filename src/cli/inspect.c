@@ -201,10 +201,10 @@ static int inspect_safetensors(model_facts *m, const char *path, bool is_dir) {
 
 /* ---- GGUF ---- */
 
-static bool ggml_type_is_quantized(uint32_t t) {
+static bool tensor_type_is_quantized(uint32_t t) {
   switch (t) {
-    case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: case GGML_TYPE_F64:
-    case GGML_TYPE_I8: case GGML_TYPE_I16: case GGML_TYPE_I32: case GGML_TYPE_I64:
+    case GGUF_TENSOR_F32: case GGUF_TENSOR_F16: case GGUF_TENSOR_BF16: case GGUF_TENSOR_F64:
+    case GGUF_TENSOR_I8: case GGUF_TENSOR_I16: case GGUF_TENSOR_I32: case GGUF_TENSOR_I64:
       return false;
     default:
       return true;
@@ -223,18 +223,18 @@ static int inspect_gguf(model_facts *m, const char *path) {
   int64_t splits;
   if (gguf_get_int(g, "split.count", &splits, NULL) == 0 && splits > 0) m->shards = (int)splits;
   /* The most common quantized type (by elements) names the quantization. */
-  uint64_t quant_elems[GGML_TYPE_COUNT] = {0};
+  uint64_t quant_elems[GGUF_TENSOR_TYPE_COUNT] = {0};
   for (size_t i = 0; i < n; i++) {
     const gguf_tensor *t = gguf_tensor_at(g, i);
     m->parameters += (uint64_t)t->nelements;
-    add_dtype_bytes(m, ggml_type_name(t->type), t->nbytes);
-    if ((unsigned)t->type < GGML_TYPE_COUNT && ggml_type_is_quantized(t->type)) quant_elems[t->type] += (uint64_t)t->nelements;
+    add_dtype_bytes(m, gguf_tensor_type_name(t->type), t->nbytes);
+    if ((unsigned)t->type < GGUF_TENSOR_TYPE_COUNT && tensor_type_is_quantized(t->type)) quant_elems[t->type] += (uint64_t)t->nelements;
   }
   int best = -1;
-  for (int t = 0; t < GGML_TYPE_COUNT; t++)
+  for (int t = 0; t < GGUF_TENSOR_TYPE_COUNT; t++)
     if (quant_elems[t] && (best < 0 || quant_elems[t] > quant_elems[best])) best = t;
   if (best >= 0) {
-    const ggml_type_info *ti = ggml_type_get((uint32_t)best);
+    const gguf_tensor_type_info *ti = gguf_tensor_type_get((uint32_t)best);
     m->quantized = true;
     snprintf(m->quant_method, sizeof m->quant_method, "gguf %s", ti ? ti->name : "?");
     m->quant_bits = -1;

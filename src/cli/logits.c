@@ -113,7 +113,9 @@ int cli_logits(int argc, char **argv) {
   kv_seq *seq = NULL;
   float *logits = NULL;
   int status = 1;
-  model_load_opts opts = {.threads = threads, .device = cli_device()};
+  const cli_load *cl = cli_load_opts();
+  model_load_opts opts = {.threads = threads, .device = cl->device, .cpu_level = cl->cpu_level, .mmap = cl->mmap,
+                          .f32_activations = cl->f32_activations};
   if (model_load(dir, &opts, &m, &err)) goto fail;
   model_kv_geometry geo;
   model_kv_geometry_of(m, &geo);

@@ -42,10 +42,19 @@ static void usage(FILE *f) {
           "  --gpu-memory-fraction F      share of free GPU memory the KV pool may take after the weights (0.9)\n");
 }
 
-static const char *g_device;
-static double g_gpu_fraction;
-const char *cli_device(void) { return g_device; }
-double cli_gpu_memory_fraction(void) { return g_gpu_fraction; }
+static cli_load g_load;
+
+const cli_load *cli_load_opts(void) {
+  static bool env_read;
+  if (!env_read) {
+    const char *cpu = getenv("HEARTH_CPU"), *mm = getenv("HEARTH_MMAP"), *act = getenv("HEARTH_ACT");
+    g_load.cpu_level = cpu && *cpu ? cpu : NULL;
+    g_load.mmap = mm && !strcmp(mm, "1");
+    g_load.f32_activations = act && !strcmp(act, "f32");
+    env_read = true;
+  }
+  return &g_load;
+}
 
 bool cli_is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
 
@@ -162,12 +171,12 @@ int main(int argc, char **argv) {
       if (r < 0) return 2;
       if (strcmp(v, "cpu") && strcmp(v, "auto") && strncmp(v, "cuda", 4))
         return cli_usage_error(verb->name, "--device must be cpu, cuda, cuda:N or auto, not '%s'", v);
-      g_device = v;
+      g_load.device = v;
     } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--gpu-memory-fraction", &v))) {
       char *end = NULL;
       if (r < 0) return 2;
-      g_gpu_fraction = strtod(v, &end);
-      if (end == v || *end || !(g_gpu_fraction > 0 && g_gpu_fraction <= 1))
+      g_load.gpu_memory_fraction = strtod(v, &end);
+      if (end == v || *end || !(g_load.gpu_memory_fraction > 0 && g_load.gpu_memory_fraction <= 1))
         return cli_usage_error(verb->name, "--gpu-memory-fraction must be in (0, 1], not '%s'", v);
     } else argv[out++] = argv[j];
   }

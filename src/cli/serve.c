@@ -117,8 +117,11 @@ int cli_serve(int argc, char **argv) {
                           .prefill_chunk = (int)chunk,
                           .kv_cache_bytes = kv_mem,
                           .memory_budget = budget,
-                          .device = cli_device(),
-                          .gpu_memory_fraction = cli_gpu_memory_fraction()};
+                          .load = {.device = cli_load_opts()->device,
+                                   .gpu_memory_fraction = cli_load_opts()->gpu_memory_fraction,
+                                   .cpu_level = cli_load_opts()->cpu_level,
+                                   .mmap = cli_load_opts()->mmap,
+                                   .f32_activations = cli_load_opts()->f32_activations}};
   if (serve_engine_open_opts(model, &eo, &engine, &err)) return cli_fail("serve: %s", err.msg);
   serve_config cfg = {.host = host, .port = (int)port, .api_key = key, .max_body = (size_t)max_body};
   serve_server *srv;

@@ -37,53 +37,53 @@ struct gguf_file {
 
 /* ---- type tables ---- */
 
-static const ggml_type_info ggml_types[GGML_TYPE_COUNT] = {
-  [GGML_TYPE_F32] = {"f32", 1, 4},
-  [GGML_TYPE_F16] = {"f16", 1, 2},
-  [GGML_TYPE_Q4_0] = {"q4_0", 32, 18},
-  [GGML_TYPE_Q4_1] = {"q4_1", 32, 20},
-  [GGML_TYPE_Q5_0] = {"q5_0", 32, 22},
-  [GGML_TYPE_Q5_1] = {"q5_1", 32, 24},
-  [GGML_TYPE_Q8_0] = {"q8_0", 32, 34},
-  [GGML_TYPE_Q8_1] = {"q8_1", 32, 36},
-  [GGML_TYPE_Q2_K] = {"q2_K", 256, 84},
-  [GGML_TYPE_Q3_K] = {"q3_K", 256, 110},
-  [GGML_TYPE_Q4_K] = {"q4_K", 256, 144},
-  [GGML_TYPE_Q5_K] = {"q5_K", 256, 176},
-  [GGML_TYPE_Q6_K] = {"q6_K", 256, 210},
-  [GGML_TYPE_Q8_K] = {"q8_K", 256, 292},
-  [GGML_TYPE_IQ2_XXS] = {"iq2_xxs", 256, 66},
-  [GGML_TYPE_IQ2_XS] = {"iq2_xs", 256, 74},
-  [GGML_TYPE_IQ3_XXS] = {"iq3_xxs", 256, 98},
-  [GGML_TYPE_IQ1_S] = {"iq1_s", 256, 50},
-  [GGML_TYPE_IQ4_NL] = {"iq4_nl", 32, 18},
-  [GGML_TYPE_IQ3_S] = {"iq3_s", 256, 110},
-  [GGML_TYPE_IQ2_S] = {"iq2_s", 256, 82},
-  [GGML_TYPE_IQ4_XS] = {"iq4_xs", 256, 136},
-  [GGML_TYPE_I8] = {"i8", 1, 1},
-  [GGML_TYPE_I16] = {"i16", 1, 2},
-  [GGML_TYPE_I32] = {"i32", 1, 4},
-  [GGML_TYPE_I64] = {"i64", 1, 8},
-  [GGML_TYPE_F64] = {"f64", 1, 8},
-  [GGML_TYPE_IQ1_M] = {"iq1_m", 256, 56},
-  [GGML_TYPE_BF16] = {"bf16", 1, 2},
-  [GGML_TYPE_TQ1_0] = {"tq1_0", 256, 54},
-  [GGML_TYPE_TQ2_0] = {"tq2_0", 256, 66},
-  [GGML_TYPE_MXFP4] = {"mxfp4", 32, 17},
+static const gguf_tensor_type_info ggml_types[GGUF_TENSOR_TYPE_COUNT] = {
+  [GGUF_TENSOR_F32] = {"f32", 1, 4},
+  [GGUF_TENSOR_F16] = {"f16", 1, 2},
+  [GGUF_TENSOR_Q4_0] = {"q4_0", 32, 18},
+  [GGUF_TENSOR_Q4_1] = {"q4_1", 32, 20},
+  [GGUF_TENSOR_Q5_0] = {"q5_0", 32, 22},
+  [GGUF_TENSOR_Q5_1] = {"q5_1", 32, 24},
+  [GGUF_TENSOR_Q8_0] = {"q8_0", 32, 34},
+  [GGUF_TENSOR_Q8_1] = {"q8_1", 32, 36},
+  [GGUF_TENSOR_Q2_K] = {"q2_K", 256, 84},
+  [GGUF_TENSOR_Q3_K] = {"q3_K", 256, 110},
+  [GGUF_TENSOR_Q4_K] = {"q4_K", 256, 144},
+  [GGUF_TENSOR_Q5_K] = {"q5_K", 256, 176},
+  [GGUF_TENSOR_Q6_K] = {"q6_K", 256, 210},
+  [GGUF_TENSOR_Q8_K] = {"q8_K", 256, 292},
+  [GGUF_TENSOR_IQ2_XXS] = {"iq2_xxs", 256, 66},
+  [GGUF_TENSOR_IQ2_XS] = {"iq2_xs", 256, 74},
+  [GGUF_TENSOR_IQ3_XXS] = {"iq3_xxs", 256, 98},
+  [GGUF_TENSOR_IQ1_S] = {"iq1_s", 256, 50},
+  [GGUF_TENSOR_IQ4_NL] = {"iq4_nl", 32, 18},
+  [GGUF_TENSOR_IQ3_S] = {"iq3_s", 256, 110},
+  [GGUF_TENSOR_IQ2_S] = {"iq2_s", 256, 82},
+  [GGUF_TENSOR_IQ4_XS] = {"iq4_xs", 256, 136},
+  [GGUF_TENSOR_I8] = {"i8", 1, 1},
+  [GGUF_TENSOR_I16] = {"i16", 1, 2},
+  [GGUF_TENSOR_I32] = {"i32", 1, 4},
+  [GGUF_TENSOR_I64] = {"i64", 1, 8},
+  [GGUF_TENSOR_F64] = {"f64", 1, 8},
+  [GGUF_TENSOR_IQ1_M] = {"iq1_m", 256, 56},
+  [GGUF_TENSOR_BF16] = {"bf16", 1, 2},
+  [GGUF_TENSOR_TQ1_0] = {"tq1_0", 256, 54},
+  [GGUF_TENSOR_TQ2_0] = {"tq2_0", 256, 66},
+  [GGUF_TENSOR_MXFP4] = {"mxfp4", 32, 17},
 };
 
-const ggml_type_info *ggml_type_get(uint32_t t) {
-  if (t >= GGML_TYPE_COUNT || !ggml_types[t].name) return NULL;
+const gguf_tensor_type_info *gguf_tensor_type_get(uint32_t t) {
+  if (t >= GGUF_TENSOR_TYPE_COUNT || !ggml_types[t].name) return NULL;
   return &ggml_types[t];
 }
 
-const char *ggml_type_name(uint32_t t) {
-  const ggml_type_info *ti = ggml_type_get(t);
+const char *gguf_tensor_type_name(uint32_t t) {
+  const gguf_tensor_type_info *ti = gguf_tensor_type_get(t);
   return ti ? ti->name : "?";
 }
 
-size_t ggml_row_size(uint32_t t, int64_t ne) {
-  const ggml_type_info *ti = ggml_type_get(t);
+size_t gguf_row_size(uint32_t t, int64_t ne) {
+  const gguf_tensor_type_info *ti = gguf_tensor_type_get(t);
   if (!ti || ne < 0 || ne % ti->block_size) return 0;
   return (size_t)(ne / ti->block_size) * ti->type_size;
 }
@@ -270,9 +270,9 @@ static int read_tensor_info(cursor *c, gguf_file *g, size_t i, herr *err) {
   uint64_t off;
   if (!read_u32(c, &type) || !read_u64(c, &off))
     return herr_set(err, HEARTH_EFORMAT, "%s: tensor '%s': file ends inside its info", what, nm);
-  const ggml_type_info *ti = ggml_type_get(type);
+  const gguf_tensor_type_info *ti = gguf_tensor_type_get(type);
   if (!ti) return herr_set(err, HEARTH_EFORMAT, "%s: tensor '%s' has unknown ggml type %" PRIu32, what, nm, type);
-  t->type = (ggml_type)type;
+  t->type = (gguf_tensor_type)type;
   if (t->dims[0] % ti->block_size)
     return herr_set(err, HEARTH_EFORMAT, "%s: tensor '%s': row of %" PRId64 " elements is not a multiple of the %s block size %d",
                     what, nm, t->dims[0], ti->name, ti->block_size);

@@ -40,56 +40,56 @@ typedef enum gguf_type {
   GGUF_TYPE_COUNT
 } gguf_type;
 
-/* Tensor element types, numbered as ggml numbers them. */
-typedef enum ggml_type {
-  GGML_TYPE_F32 = 0,
-  GGML_TYPE_F16 = 1,
-  GGML_TYPE_Q4_0 = 2,
-  GGML_TYPE_Q4_1 = 3,
-  GGML_TYPE_Q5_0 = 6,
-  GGML_TYPE_Q5_1 = 7,
-  GGML_TYPE_Q8_0 = 8,
-  GGML_TYPE_Q8_1 = 9,
-  GGML_TYPE_Q2_K = 10,
-  GGML_TYPE_Q3_K = 11,
-  GGML_TYPE_Q4_K = 12,
-  GGML_TYPE_Q5_K = 13,
-  GGML_TYPE_Q6_K = 14,
-  GGML_TYPE_Q8_K = 15,
-  GGML_TYPE_IQ2_XXS = 16,
-  GGML_TYPE_IQ2_XS = 17,
-  GGML_TYPE_IQ3_XXS = 18,
-  GGML_TYPE_IQ1_S = 19,
-  GGML_TYPE_IQ4_NL = 20,
-  GGML_TYPE_IQ3_S = 21,
-  GGML_TYPE_IQ2_S = 22,
-  GGML_TYPE_IQ4_XS = 23,
-  GGML_TYPE_I8 = 24,
-  GGML_TYPE_I16 = 25,
-  GGML_TYPE_I32 = 26,
-  GGML_TYPE_I64 = 27,
-  GGML_TYPE_F64 = 28,
-  GGML_TYPE_IQ1_M = 29,
-  GGML_TYPE_BF16 = 30,
-  GGML_TYPE_TQ1_0 = 34,
-  GGML_TYPE_TQ2_0 = 35,
-  GGML_TYPE_MXFP4 = 39,
-  GGML_TYPE_COUNT = 40
-} ggml_type;
+/* Tensor element types, numbered as GGUF files number them (ggml's numbering). */
+typedef enum gguf_tensor_type {
+  GGUF_TENSOR_F32 = 0,
+  GGUF_TENSOR_F16 = 1,
+  GGUF_TENSOR_Q4_0 = 2,
+  GGUF_TENSOR_Q4_1 = 3,
+  GGUF_TENSOR_Q5_0 = 6,
+  GGUF_TENSOR_Q5_1 = 7,
+  GGUF_TENSOR_Q8_0 = 8,
+  GGUF_TENSOR_Q8_1 = 9,
+  GGUF_TENSOR_Q2_K = 10,
+  GGUF_TENSOR_Q3_K = 11,
+  GGUF_TENSOR_Q4_K = 12,
+  GGUF_TENSOR_Q5_K = 13,
+  GGUF_TENSOR_Q6_K = 14,
+  GGUF_TENSOR_Q8_K = 15,
+  GGUF_TENSOR_IQ2_XXS = 16,
+  GGUF_TENSOR_IQ2_XS = 17,
+  GGUF_TENSOR_IQ3_XXS = 18,
+  GGUF_TENSOR_IQ1_S = 19,
+  GGUF_TENSOR_IQ4_NL = 20,
+  GGUF_TENSOR_IQ3_S = 21,
+  GGUF_TENSOR_IQ2_S = 22,
+  GGUF_TENSOR_IQ4_XS = 23,
+  GGUF_TENSOR_I8 = 24,
+  GGUF_TENSOR_I16 = 25,
+  GGUF_TENSOR_I32 = 26,
+  GGUF_TENSOR_I64 = 27,
+  GGUF_TENSOR_F64 = 28,
+  GGUF_TENSOR_IQ1_M = 29,
+  GGUF_TENSOR_BF16 = 30,
+  GGUF_TENSOR_TQ1_0 = 34,
+  GGUF_TENSOR_TQ2_0 = 35,
+  GGUF_TENSOR_MXFP4 = 39,
+  GGUF_TENSOR_TYPE_COUNT = 40
+} gguf_tensor_type;
 
 /* Storage of one ggml type: elements come in blocks of block_size, each
  * block type_size bytes. */
-typedef struct ggml_type_info {
+typedef struct gguf_tensor_type_info {
   const char *name;   /* "q4_K", "f16", ... */
   int block_size;
   size_t type_size;
-} ggml_type_info;
+} gguf_tensor_type_info;
 
 /* NULL when t is not a known type. */
-const ggml_type_info *ggml_type_get(uint32_t t);
-const char *ggml_type_name(uint32_t t);           /* "?" when unknown */
+const gguf_tensor_type_info *gguf_tensor_type_get(uint32_t t);
+const char *gguf_tensor_type_name(uint32_t t);           /* "?" when unknown */
 /* Bytes of a row of ne elements; 0 when the type is unknown or ne is not a multiple of the block size. */
-size_t ggml_row_size(uint32_t t, int64_t ne);
+size_t gguf_row_size(uint32_t t, int64_t ne);
 const char *gguf_type_name(uint32_t t);           /* "u32", "string", "array", ...; "?" when unknown */
 
 typedef struct gguf_str {
@@ -128,7 +128,7 @@ typedef struct gguf_kv {
 
 typedef struct gguf_tensor {
   const char *name;   /* owned by the file, NUL-terminated */
-  ggml_type type;
+  gguf_tensor_type type;
   int ndim;
   int64_t dims[GGUF_MAX_DIMS]; /* ggml order: dims[0] is the contiguous one; unused dims are 1 */
   int64_t nelements;

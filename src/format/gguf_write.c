@@ -20,7 +20,7 @@ typedef struct wkv {
 
 typedef struct wtensor {
   char *name;  /* owned */
-  ggml_type type;
+  gguf_tensor_type type;
   int ndim;
   int64_t dims[GGUF_MAX_DIMS];
   size_t nbytes;
@@ -165,8 +165,8 @@ void gguf_writer_copy_kv(gguf_writer *w, const gguf_kv *kv) {
   if (b->oom) w->oom = true;
 }
 
-int gguf_writer_tensor(gguf_writer *w, const char *name, ggml_type type, int ndim, const int64_t *dims, const void *data) {
-  const ggml_type_info *ti = ggml_type_get(type);
+int gguf_writer_tensor(gguf_writer *w, const char *name, gguf_tensor_type type, int ndim, const int64_t *dims, const void *data) {
+  const gguf_tensor_type_info *ti = gguf_tensor_type_get(type);
 #define BAD(...)                                                              \
   do {                                                                        \
     if (!w->bad[0]) snprintf(w->bad, sizeof w->bad, __VA_ARGS__);             \
@@ -179,7 +179,7 @@ int gguf_writer_tensor(gguf_writer *w, const char *name, ggml_type type, int ndi
     if (dims[d] <= 0) BAD("tensor '%s': dimension %d is %lld", name, d, (long long)dims[d]);
     if (d) rows *= dims[d];
   }
-  size_t row = ggml_row_size(type, dims[0]);
+  size_t row = gguf_row_size(type, dims[0]);
   if (!row) BAD("tensor '%s': %lld elements per row is not a whole number of %s blocks (%d)", name, (long long)dims[0], ti->name,
                 ti->block_size);
   for (size_t i = 0; i < w->nt; i++)

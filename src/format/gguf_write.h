@@ -4,8 +4,8 @@
  *   gguf_writer *w = gguf_writer_new();
  *   gguf_writer_str(w, "general.architecture", "llama");
  *   gguf_writer_u32(w, "llama.block_count", 16);
- *   gguf_writer_tensor(w, "output_norm.weight", GGML_TYPE_F32, 1, dims, data);   // data borrowed
- *   gguf_writer_tensor(w, "blk.0.attn_q.weight", GGML_TYPE_Q4_0, 2, dims, NULL); // bytes from fill()
+ *   gguf_writer_tensor(w, "output_norm.weight", GGUF_TENSOR_F32, 1, dims, data);   // data borrowed
+ *   gguf_writer_tensor(w, "blk.0.attn_q.weight", GGUF_TENSOR_Q4_0, 2, dims, NULL); // bytes from fill()
  *   gguf_writer_write(w, "out.gguf", fill, ctx, &err);
  *   gguf_writer_free(w);
  *
@@ -52,7 +52,7 @@ bool gguf_writer_has(const gguf_writer *w, const char *key);
  * fill callback. Returns its index (0, 1, ...), or -1 after an error
  * (unknown type, bad dims, a row that is not whole blocks, a duplicate name):
  * the error is reported by gguf_writer_write. */
-int gguf_writer_tensor(gguf_writer *w, const char *name, ggml_type type, int ndim, const int64_t *dims, const void *data);
+int gguf_writer_tensor(gguf_writer *w, const char *name, gguf_tensor_type type, int ndim, const int64_t *dims, const void *data);
 /* Bytes tensor i takes (0 when out of range). */
 size_t gguf_writer_tensor_bytes(const gguf_writer *w, int i);
 size_t gguf_writer_tensor_count(const gguf_writer *w);

@@ -313,9 +313,9 @@ static int load_matrix(model *m, const weight_src *src, const char *name, int64_
       return herr_set(err, HEARTH_EFORMAT, "%s (%s): expected shape %s, file has %s", name, t->name, ws, hs);
     }
     bk_type bt;
-    if (!model_bk_type_of_ggml(t->type, &bt))
+    if (!model_bk_type_of_gguf(t->type, &bt))
       return herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor type %s is not supported (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)",
-                      t->name, ggml_type_name(t->type));
+                      t->name, gguf_tensor_type_name(t->type));
     *out = (bk_weight){.type = bt, .rows = rows, .cols = cols, .data = t->data};
   } else {
     char real[300];
@@ -440,7 +440,7 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   if (!m) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   bool is_gguf = gguf_model_is_gguf(dir);
   bk_open_opts bo = {.threads = opts ? opts->threads : 0, .f32_activations = opts && opts->f32_activations,
-                     .cuda_lib = opts ? opts->cuda_lib : NULL};
+                     .cuda_lib = opts ? opts->cuda_lib : NULL, .cpu_level = opts ? opts->cpu_level : NULL};
   int rc = bk_backend_open(opts && opts->device ? opts->device : "cpu", &bo, &m->be, err);
   if (rc) goto fail;
   /* a backend that computes from host memory reads the weights into it; others map the

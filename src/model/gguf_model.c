@@ -179,16 +179,16 @@ bool model_bk_type_of_st(st_dtype dt, bk_type *out) {
   }
 }
 
-bool model_bk_type_of_ggml(ggml_type t, bk_type *out) {
+bool model_bk_type_of_gguf(gguf_tensor_type t, bk_type *out) {
   switch (t) {
-    case GGML_TYPE_F32: *out = BK_F32; return true;
-    case GGML_TYPE_F16: *out = BK_F16; return true;
-    case GGML_TYPE_BF16: *out = BK_BF16; return true;
-    case GGML_TYPE_Q8_0: *out = BK_Q8_0; return true;
-    case GGML_TYPE_Q4_0: *out = BK_Q4_0; return true;
-    case GGML_TYPE_Q4_K: *out = BK_Q4_K; return true;
-    case GGML_TYPE_Q5_K: *out = BK_Q5_K; return true;
-    case GGML_TYPE_Q6_K: *out = BK_Q6_K; return true;
+    case GGUF_TENSOR_F32: *out = BK_F32; return true;
+    case GGUF_TENSOR_F16: *out = BK_F16; return true;
+    case GGUF_TENSOR_BF16: *out = BK_BF16; return true;
+    case GGUF_TENSOR_Q8_0: *out = BK_Q8_0; return true;
+    case GGUF_TENSOR_Q4_0: *out = BK_Q4_0; return true;
+    case GGUF_TENSOR_Q4_K: *out = BK_Q4_K; return true;
+    case GGUF_TENSOR_Q5_K: *out = BK_Q5_K; return true;
+    case GGUF_TENSOR_Q6_K: *out = BK_Q6_K; return true;
     default: return false;
   }
 }
@@ -209,27 +209,27 @@ static int to_f32(const gguf_tensor *t, float *out, herr *err) {
   const unsigned char *p = t->data;
   int64_t n = t->nelements;
   switch (t->type) {
-    case GGML_TYPE_F32:
+    case GGUF_TENSOR_F32:
       memcpy(out, p, (size_t)n * 4);
       return 0;
-    case GGML_TYPE_F16:
+    case GGUF_TENSOR_F16:
       for (int64_t i = 0; i < n; i++) out[i] = half_at(p + 2 * i);
       return 0;
-    case GGML_TYPE_BF16:
+    case GGUF_TENSOR_BF16:
       for (int64_t i = 0; i < n; i++) {
         uint16_t b;
         memcpy(&b, p + 2 * i, 2);
         out[i] = st_bf16_to_f32(b);
       }
       return 0;
-    case GGML_TYPE_Q8_0: /* blocks of 32: f16 scale, 32 × int8 */
+    case GGUF_TENSOR_Q8_0: /* blocks of 32: f16 scale, 32 × int8 */
       for (int64_t b = 0; b < n / 32; b++) {
         const unsigned char *blk = p + b * 34;
         float d = half_at(blk);
         for (int i = 0; i < 32; i++) out[b * 32 + i] = d * (float)(int8_t)blk[2 + i];
       }
       return 0;
-    case GGML_TYPE_Q4_0: /* blocks of 32: f16 scale, 16 bytes; low nibbles are elements 0..15, high 16..31 */
+    case GGUF_TENSOR_Q4_0: /* blocks of 32: f16 scale, 16 bytes; low nibbles are elements 0..15, high 16..31 */
       for (int64_t b = 0; b < n / 32; b++) {
         const unsigned char *blk = p + b * 18;
         float d = half_at(blk);
@@ -241,7 +241,7 @@ static int to_f32(const gguf_tensor *t, float *out, herr *err) {
       return 0;
     default:
       return herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor type %s is not supported yet (F32, F16, BF16, Q8_0, Q4_0)", t->name,
-                      ggml_type_name(t->type));
+                      gguf_tensor_type_name(t->type));
   }
 }
 

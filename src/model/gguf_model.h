@@ -24,7 +24,7 @@ bool gguf_model_hf_to_gguf_name(const char *hf, char *out, size_t n);
 bool gguf_model_gguf_to_hf_name(const char *gguf, char *out, size_t n);
 /* The backend weight type a stored dtype / ggml type is multiplied as; false when none. */
 bool model_bk_type_of_st(st_dtype dt, bk_type *out);
-bool model_bk_type_of_ggml(ggml_type t, bk_type *out);
+bool model_bk_type_of_gguf(gguf_tensor_type t, bk_type *out);
 
 /* The GGUF tensor holding Hugging Face tensor hf_name, or NULL (absent or no GGUF name for it). */
 const gguf_tensor *gguf_model_find(const gguf_file *g, const char *hf_name);

@@ -32,14 +32,14 @@ typedef struct model model;
 typedef struct model_load_opts {
   int threads;      /* worker threads for the ops; <= 0 = one per CPU */
   bool mmap;        /* map the weight files instead of reading them into
-                       huge-page memory (also HEARTH_MMAP=1): less memory,
-                       slower matmuls */
-  bool f32_activations; /* keep activations f32 for Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K weights (also
-                       HEARTH_ACT=f32): exact to the dequantized weights but
+                       huge-page memory: less memory, slower matmuls */
+  bool f32_activations; /* keep activations f32 for Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K weights:
+                       exact to the dequantized weights but
                        slower; by default they are quantized to 8 bits per
                        block of 32 for integer dot products, as llama.cpp does */
   const char *device;   /* "cpu" (NULL), "cuda", "cuda:N" or "auto": see bk_backend_open */
   const char *cuda_lib; /* path of libhearth_cuda.so; NULL = next to the program */
+  const char *cpu_level; /* "scalar", "avx2", "avx512": caps the CPU kernels (NULL: the best) */
 } model_load_opts;
 
 /* The cache layout the model needs: one row of kv_dim[l] floats (each of K

@@ -120,8 +120,7 @@ typedef struct serve_engine_opts {
   int prefill_chunk;       /* prompt tokens per sequence per step */
   int64_t kv_cache_bytes;  /* KV pool size */
   int64_t memory_budget;   /* requests that cannot fit are refused (400 memory_admission) */
-  const char *device;      /* see hearth_load_opts */
-  double gpu_memory_fraction;
+  hearth_load_opts load;   /* device, gpu_memory_fraction, cpu_level, mmap, f32_activations (the rest is set above) */
 } serve_engine_opts;
 
 /* Loads a model folder through the public API (include/hearth.h) as an

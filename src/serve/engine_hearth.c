@@ -181,15 +181,14 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   memset(out, 0, sizeof *out);
   hearth_engine *h = calloc(1, sizeof *h);
   if (!h) return herr_set(err, HEARTH_ENOMEM, "out of memory");
-  hearth_load_opts opts = {.id = NULL,
-                           .threads = o->threads,
-                           .context_length = 0,
-                           .max_batch = o->max_batch,
-                           .prefill_chunk = o->prefill_chunk,
-                           .kv_cache_bytes = o->kv_cache_bytes,
-                           .memory_budget = o->memory_budget,
-                           .device = o->device,
-                           .gpu_memory_fraction = o->gpu_memory_fraction};
+  hearth_load_opts opts = o->load;
+  opts.id = NULL;
+  opts.threads = o->threads;
+  opts.context_length = 0;
+  opts.max_batch = o->max_batch;
+  opts.prefill_chunk = o->prefill_chunk;
+  opts.kv_cache_bytes = o->kv_cache_bytes;
+  opts.memory_budget = o->memory_budget;
   hearth_error e = {0};
   if (hearth_model_load(model_dir, &opts, &h->model, &e)) {
     free(h);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "backend/cpu/quant.h"
+#include "backend/cpu/cpu.h"
 #include "backend/weights.h"
 #include "base/pool.h"
 #include "test.h"
@@ -194,9 +195,11 @@ static void test_nan_propagates(void) {
 }
 
 int main(void) {
-  /* HEARTH_CPU is read once, on first use */
-  setenv("HEARTH_CPU", "scalar", 1);
+  CHECK_EQ_INT(bk_cpu_set_level(BK_CPU_SCALAR), BK_CPU_SCALAR);
   CHECK_EQ_INT(bk_cpu_level_now(), BK_CPU_SCALAR);
+  bk_cpu_level parsed;
+  CHECK(bk_cpu_level_parse("avx2", &parsed) && parsed == BK_CPU_AVX2);
+  CHECK(!bk_cpu_level_parse("sse", &parsed));
   fprintf(stderr, "best level on this CPU: %s\n", bk_cpu_level_name(bk_cpu_best()));
   RUN(test_levels);
   RUN(test_invalid_weight);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/ops.h"
+#include "backend/cpu/cpu.h"
 #include "backend/weights.h"
 #include "base/pool.h"
 #include "test.h"

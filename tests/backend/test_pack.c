@@ -14,6 +14,8 @@
 
 #include "backend/cpu/pack.h"
 #include "backend/cpu/quant.h"
+#include "backend/backend.h"
+#include "backend/cpu/cpu.h"
 #include "backend/weights.h"
 #include "base/pool.h"
 #include "test.h"
@@ -184,10 +186,16 @@ static void test_pack_selection(void) {
   CHECK((a.w.packed != NULL) == bk_cpu_has_int8_dot());
   bk_weight_unpack(&a.w);
   CHECK(a.w.packed == NULL);
-  setenv("HEARTH_ACT", "f32", 1);
-  CHECK_EQ_INT(bk_weight_pack(&f.w, &err), 0);
-  CHECK(f.w.packed == NULL);
-  unsetenv("HEARTH_ACT");
+  /* a CPU backend opened for f32 activations leaves weights in their stored format */
+  bk_backend *be = NULL;
+  CHECK_EQ_INT(bk_cpu_open(&(bk_open_opts){.threads = 1, .f32_activations = true}, &be, &err), 0);
+  if (be) {
+    bk_weight copy = f.w;
+    CHECK_EQ_INT(bk_weight_load(be, &copy, BK_USE_MATMUL | BK_USE_PRIVATE, &err), 0);
+    CHECK(copy.packed == NULL && copy.data == f.w.data);
+    bk_weight_release(be, &copy);
+    bk_backend_close(be);
+  }
   /* a packed weight still multiplies at a lower level (through the reference) */
   if (bk_cpu_has_int8_dot()) {
     CHECK_EQ_INT(bk_weight_pack(&f.w, &err), 0);

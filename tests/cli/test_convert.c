@@ -323,11 +323,11 @@ static void test_gguf_metadata(void) {
   CHECK(gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos, &err) == 0 && !add_bos);
   CHECK(gguf_has(g, "tokenizer.chat_template"));
   const gguf_tensor *t = gguf_find_tensor(g, "blk.0.attn_q.weight");
-  CHECK(t && t->type == GGML_TYPE_Q4_0 && t->dims[0] == 64 && t->dims[1] == 64);
+  CHECK(t && t->type == GGUF_TENSOR_Q4_0 && t->dims[0] == 64 && t->dims[1] == 64);
   t = gguf_find_tensor(g, "blk.1.attn_norm.weight");
-  CHECK(t && t->type == GGML_TYPE_F32 && t->ndim == 1);
+  CHECK(t && t->type == GGUF_TENSOR_F32 && t->ndim == 1);
   t = gguf_find_tensor(g, "output.weight");
-  CHECK(t && t->type == GGML_TYPE_Q4_0 && t->dims[1] == 512);
+  CHECK(t && t->type == GGUF_TENSOR_Q4_0 && t->dims[1] == 512);
   CHECK(gguf_find_tensor(g, "token_embd.weight") != NULL);
   CHECK_EQ_INT(gguf_tensor_count(g), 3 + 2 * 9);
   gguf_close(g);
@@ -339,7 +339,7 @@ static void test_gguf_metadata(void) {
   if (gguf_open(&g, p, &err) == 0) {
     const gguf_tensor *k = gguf_find_tensor(g, "blk.1.attn_k.weight");
     const st_tensor *hk = st_find(&st, "model.layers.1.self_attn.k_proj.weight");
-    bool same = k && hk && k->type == GGML_TYPE_F32;
+    bool same = k && hk && k->type == GGUF_TENSOR_F32;
     for (int h = 0; same && h < 2; h++)
       for (int i = 0; i < 8; i++)
         for (int s2 = 0; s2 < 2; s2++)
@@ -462,7 +462,7 @@ static void make_random_llama(const char *dir, int D, int H, int KV, int I, int 
 /* A K-quant (Q4_K, Q5_K, Q6_K) GGUF of a model 256 wide: tensor types, file
  * type, and logits against the dequantized reference (f32 activations) and
  * through the 8-bit integer kernels. */
-static void check_k_wide(const char *quant, bk_type type, ggml_type gtype, int file_type) {
+static void check_k_wide(const char *quant, bk_type type, gguf_tensor_type gtype, int file_type) {
   char dir[400], dst[400], ref[400], cmd[1200];
   snprintf(dir, sizeof dir, "%s/wide", tmp);
   struct stat st;
@@ -501,9 +501,9 @@ static void check_k_wide(const char *quant, bk_type type, ggml_type gtype, int f
 }
 
 static void test_k_quants_wide(void) {
-  check_k_wide("q4_k", BK_Q4_K, GGML_TYPE_Q4_K, 14);
-  check_k_wide("q5_k", BK_Q5_K, GGML_TYPE_Q5_K, 16);
-  check_k_wide("q6_k", BK_Q6_K, GGML_TYPE_Q6_K, 18);
+  check_k_wide("q4_k", BK_Q4_K, GGUF_TENSOR_Q4_K, 14);
+  check_k_wide("q5_k", BK_Q5_K, GGUF_TENSOR_Q5_K, 16);
+  check_k_wide("q6_k", BK_Q6_K, GGUF_TENSOR_Q6_K, 18);
 }
 
 static void test_gguf_to_safetensors(void) {

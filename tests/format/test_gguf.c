@@ -148,11 +148,11 @@ static void test_fixture(void) {
   for (size_t i = 0; i < gguf_tensor_count(g); i++) {
     const gguf_tensor *t = gguf_tensor_at(g, i);
     CHECK(t && t->name && *t->name);
-    CHECK(t->type == GGML_TYPE_F16 || t->type == GGML_TYPE_F32);
-    n_f16 += t->type == GGML_TYPE_F16;
-    n_f32 += t->type == GGML_TYPE_F32;
+    CHECK(t->type == GGUF_TENSOR_F16 || t->type == GGUF_TENSOR_F32);
+    n_f16 += t->type == GGUF_TENSOR_F16;
+    n_f32 += t->type == GGUF_TENSOR_F32;
     CHECK_EQ_INT(t->offset % 32, 0);
-    CHECK_EQ_INT(t->nbytes, ggml_row_size(t->type, t->dims[0]) * (size_t)(t->nelements / t->dims[0]));
+    CHECK_EQ_INT(t->nbytes, gguf_row_size(t->type, t->dims[0]) * (size_t)(t->nelements / t->dims[0]));
     CHECK(gguf_find_tensor(g, t->name) == t);
   }
   CHECK(n_f16 > 0 && n_f32 > 0);
@@ -165,7 +165,7 @@ static void test_fixture(void) {
     CHECK_EQ_INT(emb->nbytes, 8 * 32000 * 2);
   }
   const gguf_tensor *norm = gguf_find_tensor(g, "output_norm.weight");
-  CHECK(norm && norm->type == GGML_TYPE_F32 && norm->ndim == 1 && norm->dims[0] == 8);
+  CHECK(norm && norm->type == GGUF_TENSOR_F32 && norm->ndim == 1 && norm->dims[0] == 8);
   CHECK(gguf_find_tensor(g, "no.such.tensor") == NULL);
   CHECK(gguf_tensor_at(g, 12) == NULL);
   gguf_close(g);
@@ -179,27 +179,27 @@ static void test_type_table(void) {
     int block;
     size_t size;
   } want[] = {
-    {GGML_TYPE_F32, 1, 4},      {GGML_TYPE_F16, 1, 2},      {GGML_TYPE_BF16, 1, 2},     {GGML_TYPE_Q4_0, 32, 2 + 16},
-    {GGML_TYPE_Q4_1, 32, 4 + 16}, {GGML_TYPE_Q5_0, 32, 2 + 4 + 16}, {GGML_TYPE_Q5_1, 32, 4 + 4 + 16},
-    {GGML_TYPE_Q8_0, 32, 2 + 32}, {GGML_TYPE_Q2_K, 256, 16 + 64 + 4}, {GGML_TYPE_Q3_K, 256, 32 + 64 + 12 + 2},
-    {GGML_TYPE_Q4_K, 256, 4 + 12 + 128}, {GGML_TYPE_Q5_K, 256, 4 + 12 + 32 + 128}, {GGML_TYPE_Q6_K, 256, 128 + 64 + 16 + 2},
-    {GGML_TYPE_Q8_K, 256, 4 + 256 + 32}, {GGML_TYPE_I8, 1, 1}, {GGML_TYPE_I16, 1, 2}, {GGML_TYPE_I32, 1, 4},
-    {GGML_TYPE_I64, 1, 8},      {GGML_TYPE_F64, 1, 8},
+    {GGUF_TENSOR_F32, 1, 4},      {GGUF_TENSOR_F16, 1, 2},      {GGUF_TENSOR_BF16, 1, 2},     {GGUF_TENSOR_Q4_0, 32, 2 + 16},
+    {GGUF_TENSOR_Q4_1, 32, 4 + 16}, {GGUF_TENSOR_Q5_0, 32, 2 + 4 + 16}, {GGUF_TENSOR_Q5_1, 32, 4 + 4 + 16},
+    {GGUF_TENSOR_Q8_0, 32, 2 + 32}, {GGUF_TENSOR_Q2_K, 256, 16 + 64 + 4}, {GGUF_TENSOR_Q3_K, 256, 32 + 64 + 12 + 2},
+    {GGUF_TENSOR_Q4_K, 256, 4 + 12 + 128}, {GGUF_TENSOR_Q5_K, 256, 4 + 12 + 32 + 128}, {GGUF_TENSOR_Q6_K, 256, 128 + 64 + 16 + 2},
+    {GGUF_TENSOR_Q8_K, 256, 4 + 256 + 32}, {GGUF_TENSOR_I8, 1, 1}, {GGUF_TENSOR_I16, 1, 2}, {GGUF_TENSOR_I32, 1, 4},
+    {GGUF_TENSOR_I64, 1, 8},      {GGUF_TENSOR_F64, 1, 8},
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-    const ggml_type_info *ti = ggml_type_get(want[i].t);
+    const gguf_tensor_type_info *ti = gguf_tensor_type_get(want[i].t);
     CHECK_MSG(ti != NULL, "type %u unknown", want[i].t);
     if (!ti) continue;
     CHECK_EQ_INT(ti->block_size, want[i].block);
     CHECK_EQ_INT(ti->type_size, want[i].size);
   }
-  CHECK(ggml_type_get(4) == NULL); /* removed Q4_2 */
-  CHECK(ggml_type_get(1000) == NULL);
-  CHECK_EQ_STR(ggml_type_name(GGML_TYPE_Q4_K), "q4_K");
-  CHECK_EQ_STR(ggml_type_name(77), "?");
-  CHECK_EQ_INT(ggml_row_size(GGML_TYPE_Q4_0, 64), 36);
-  CHECK_EQ_INT(ggml_row_size(GGML_TYPE_Q4_0, 33), 0);
-  CHECK_EQ_INT(ggml_row_size(GGML_TYPE_Q6_K, 512), 420);
+  CHECK(gguf_tensor_type_get(4) == NULL); /* removed Q4_2 */
+  CHECK(gguf_tensor_type_get(1000) == NULL);
+  CHECK_EQ_STR(gguf_tensor_type_name(GGUF_TENSOR_Q4_K), "q4_K");
+  CHECK_EQ_STR(gguf_tensor_type_name(77), "?");
+  CHECK_EQ_INT(gguf_row_size(GGUF_TENSOR_Q4_0, 64), 36);
+  CHECK_EQ_INT(gguf_row_size(GGUF_TENSOR_Q4_0, 33), 0);
+  CHECK_EQ_INT(gguf_row_size(GGUF_TENSOR_Q6_K, 512), 420);
   CHECK_EQ_STR(gguf_type_name(GGUF_TYPE_STRING), "string");
   CHECK_EQ_INT(gguf_type_size(GGUF_TYPE_UINT16), 2);
   CHECK_EQ_INT(gguf_type_size(GGUF_TYPE_ARRAY), 0);
@@ -229,8 +229,8 @@ static void build_good(gb *b, uint32_t version) {
   gb_str(b, "a"), gb_str(b, ""), gb_str(b, "ccc");
   gb_str(b, "t.arr_empty"), gb_u32(b, GGUF_TYPE_ARRAY), gb_u32(b, GGUF_TYPE_UINT32), gb_u64(b, 0);
   gb_kv_u32(b, "general.alignment", 64);
-  gb_tensor(b, "a.weight", 2, (uint64_t[]){64, 3}, GGML_TYPE_Q4_0, 0);          /* 3 rows × 36 bytes = 108 */
-  gb_tensor(b, "b.weight", 1, (uint64_t[]){256}, GGML_TYPE_Q8_K, 128);         /* 292 bytes */
+  gb_tensor(b, "a.weight", 2, (uint64_t[]){64, 3}, GGUF_TENSOR_Q4_0, 0);          /* 3 rows × 36 bytes = 108 */
+  gb_tensor(b, "b.weight", 1, (uint64_t[]){256}, GGUF_TENSOR_Q8_K, 128);         /* 292 bytes */
   gb_pad(b, 64);
   gb_zeros(b, 128 + 292);
 }
@@ -297,7 +297,7 @@ static void test_crafted_good(void) {
     const gguf_tensor *ta = gguf_find_tensor(g, "a.weight"), *tb = gguf_find_tensor(g, "b.weight");
     CHECK(ta && tb);
     if (ta && tb) {
-      CHECK_EQ_INT(ta->type, GGML_TYPE_Q4_0);
+      CHECK_EQ_INT(ta->type, GGUF_TENSOR_Q4_0);
       CHECK_EQ_INT(ta->nelements, 192);
       CHECK_EQ_INT(ta->nbytes, 108);
       CHECK_EQ_INT(ta->dims[2], 1);
@@ -410,19 +410,19 @@ static void test_bad_files(void) {
 
   /* tensors */
   gb_header(&b, 3, 1, 0);
-  gb_tensor(&b, "w", 1, (uint64_t[]){32}, GGML_TYPE_F32, 16);
+  gb_tensor(&b, "w", 1, (uint64_t[]){32}, GGUF_TENSOR_F32, 16);
   gb_pad(&b, 32), gb_zeros(&b, 256);
   expect_bad(&b, "'w' offset 16 is not a multiple of the alignment 32", "misaligned tensor");
   b.n = 0;
 
   gb_header(&b, 3, 1, 0);
-  gb_tensor(&b, "w", 1, (uint64_t[]){32}, GGML_TYPE_F32, 64);
+  gb_tensor(&b, "w", 1, (uint64_t[]){32}, GGUF_TENSOR_F32, 64);
   gb_pad(&b, 32), gb_zeros(&b, 128);
   expect_bad(&b, "'w' (128 bytes at data offset 64) ends past the data section of 128 bytes", "tensor past the end");
   b.n = 0;
 
   gb_header(&b, 3, 1, 0);
-  gb_tensor(&b, "w", 1, (uint64_t[]){32}, GGML_TYPE_F32, UINT64_MAX - 31);
+  gb_tensor(&b, "w", 1, (uint64_t[]){32}, GGUF_TENSOR_F32, UINT64_MAX - 31);
   gb_pad(&b, 32), gb_zeros(&b, 128);
   expect_bad(&b, "'w'", "tensor offset overflow");
   b.n = 0;
@@ -434,38 +434,38 @@ static void test_bad_files(void) {
   b.n = 0;
 
   gb_header(&b, 3, 1, 0);
-  gb_tensor(&b, "w", 1, (uint64_t[]){48}, GGML_TYPE_Q4_0, 0);
+  gb_tensor(&b, "w", 1, (uint64_t[]){48}, GGUF_TENSOR_Q4_0, 0);
   gb_pad(&b, 32), gb_zeros(&b, 128);
   expect_bad(&b, "not a multiple of the q4_0 block size 32", "row not a block multiple");
   b.n = 0;
 
   gb_header(&b, 3, 1, 0);
-  gb_tensor(&b, "w", 5, (uint64_t[]){1, 1, 1, 1, 1}, GGML_TYPE_F32, 0);
+  gb_tensor(&b, "w", 5, (uint64_t[]){1, 1, 1, 1, 1}, GGUF_TENSOR_F32, 0);
   gb_pad(&b, 32), gb_zeros(&b, 128);
   expect_bad(&b, "'w' has 5 dimensions", "too many dims");
   b.n = 0;
 
   gb_header(&b, 3, 1, 0);
-  gb_tensor(&b, "w", 2, (uint64_t[]){1ull << 40, 1ull << 40}, GGML_TYPE_F32, 0);
+  gb_tensor(&b, "w", 2, (uint64_t[]){1ull << 40, 1ull << 40}, GGUF_TENSOR_F32, 0);
   gb_pad(&b, 32), gb_zeros(&b, 128);
   expect_bad(&b, "'w'", "dims overflow");
   b.n = 0;
 
   gb_header(&b, 3, 1, 0);
-  gb_tensor(&b, "w", 1, (uint64_t[]){UINT64_MAX}, GGML_TYPE_F32, 0);
+  gb_tensor(&b, "w", 1, (uint64_t[]){UINT64_MAX}, GGUF_TENSOR_F32, 0);
   gb_pad(&b, 32), gb_zeros(&b, 128);
   expect_bad(&b, "negative", "negative dim");
   b.n = 0;
 
   gb_header(&b, 3, 2, 0);
-  gb_tensor(&b, "w", 1, (uint64_t[]){8}, GGML_TYPE_F32, 0);
-  gb_tensor(&b, "w", 1, (uint64_t[]){8}, GGML_TYPE_F32, 32);
+  gb_tensor(&b, "w", 1, (uint64_t[]){8}, GGUF_TENSOR_F32, 0);
+  gb_tensor(&b, "w", 1, (uint64_t[]){8}, GGUF_TENSOR_F32, 32);
   gb_pad(&b, 32), gb_zeros(&b, 64);
   expect_bad(&b, "tensor 'w' appears twice", "duplicate tensor");
   b.n = 0;
 
   gb_header(&b, 3, 1, 0);
-  gb_tensor(&b, "w", 1, (uint64_t[]){8}, GGML_TYPE_F32, 0);
+  gb_tensor(&b, "w", 1, (uint64_t[]){8}, GGUF_TENSOR_F32, 0);
   /* no padding, no data */
   expect_bad(&b, "data section", "no data section");
   b.n = 0;

@@ -55,9 +55,9 @@ static void test_gguf_roundtrip(void) {
   gguf_writer_arr(w, "x.ints", GGUF_TYPE_INT32, ints, 4);
   float vec[5] = {1, 2, 3, 4, 5};
   int64_t d1[1] = {5}, d2[2] = {64, 3}, d3[2] = {32, 2};
-  CHECK_EQ_INT(gguf_writer_tensor(w, "vec", GGML_TYPE_F32, 1, d1, vec), 0);
-  CHECK_EQ_INT(gguf_writer_tensor(w, "mat", GGML_TYPE_Q8_0, 2, d2, NULL), 1);
-  CHECK_EQ_INT(gguf_writer_tensor(w, "half", GGML_TYPE_F16, 2, d3, NULL), 2);
+  CHECK_EQ_INT(gguf_writer_tensor(w, "vec", GGUF_TENSOR_F32, 1, d1, vec), 0);
+  CHECK_EQ_INT(gguf_writer_tensor(w, "mat", GGUF_TENSOR_Q8_0, 2, d2, NULL), 1);
+  CHECK_EQ_INT(gguf_writer_tensor(w, "half", GGUF_TENSOR_F16, 2, d3, NULL), 2);
   CHECK_EQ_INT(gguf_writer_tensor_bytes(w, 1), 3 * 2 * 34);
   herr err = {0};
   CHECK_MSG(gguf_writer_write(w, path, fill_ramp, w, &err) == 0, "%s", err.msg);
@@ -98,9 +98,9 @@ static void test_gguf_roundtrip(void) {
   CHECK_EQ_INT(gguf_alignment(g), 32);
   CHECK_EQ_INT(gguf_tensor_count(g), 3);
   const gguf_tensor *t = gguf_find_tensor(g, "vec");
-  CHECK(t && t->type == GGML_TYPE_F32 && t->ndim == 1 && t->dims[0] == 5 && !memcmp(t->data, vec, sizeof vec));
+  CHECK(t && t->type == GGUF_TENSOR_F32 && t->ndim == 1 && t->dims[0] == 5 && !memcmp(t->data, vec, sizeof vec));
   t = gguf_find_tensor(g, "mat");
-  CHECK(t && t->type == GGML_TYPE_Q8_0 && t->ndim == 2 && t->dims[0] == 64 && t->dims[1] == 3 && t->nbytes == 204);
+  CHECK(t && t->type == GGUF_TENSOR_Q8_0 && t->ndim == 2 && t->dims[0] == 64 && t->dims[1] == 3 && t->nbytes == 204);
   if (t) {
     const unsigned char *p = t->data;
     bool ok = true;
@@ -140,7 +140,7 @@ static void test_gguf_errors(void) {
   herr err = {0};
   int64_t d[2] = {33, 2};
   gguf_writer *w = gguf_writer_new();
-  CHECK_EQ_INT(gguf_writer_tensor(w, "odd", GGML_TYPE_Q8_0, 2, d, NULL), -1);
+  CHECK_EQ_INT(gguf_writer_tensor(w, "odd", GGUF_TENSOR_Q8_0, 2, d, NULL), -1);
   CHECK(gguf_writer_write(w, path, fill_ramp, w, &err) == HEARTH_EINVAL);
   CHECK_MSG(strstr(err.msg, "'odd'") && strstr(err.msg, "q8_0"), "%s", err.msg);
   CHECK(!hfile_exists(path));
@@ -148,14 +148,14 @@ static void test_gguf_errors(void) {
 
   w = gguf_writer_new();
   d[0] = 32;
-  CHECK_EQ_INT(gguf_writer_tensor(w, "t", GGML_TYPE_F32, 2, d, NULL), 0);
-  CHECK_EQ_INT(gguf_writer_tensor(w, "t", GGML_TYPE_F32, 2, d, NULL), -1);
+  CHECK_EQ_INT(gguf_writer_tensor(w, "t", GGUF_TENSOR_F32, 2, d, NULL), 0);
+  CHECK_EQ_INT(gguf_writer_tensor(w, "t", GGUF_TENSOR_F32, 2, d, NULL), -1);
   CHECK(gguf_writer_write(w, path, fill_ramp, w, &err) == HEARTH_EINVAL);
   CHECK_MSG(strstr(err.msg, "added twice"), "%s", err.msg);
   gguf_writer_free(w);
 
   w = gguf_writer_new();
-  CHECK_EQ_INT(gguf_writer_tensor(w, "t", GGML_TYPE_F32, 2, d, NULL), 0);
+  CHECK_EQ_INT(gguf_writer_tensor(w, "t", GGUF_TENSOR_F32, 2, d, NULL), 0);
   CHECK(gguf_writer_write(w, path, NULL, NULL, &err) == HEARTH_EINVAL); /* no data, no callback */
   CHECK(gguf_writer_write(w, path, fill_fail, NULL, &err) == HEARTH_EIO);
   CHECK_MSG(strstr(err.msg, "on purpose"), "%s", err.msg);
@@ -166,8 +166,8 @@ static void test_gguf_errors(void) {
   CHECK(gguf_writer_write(w, "/nonexistent-dir/x.gguf", fill_ramp, w, &err) == HEARTH_EIO);
   CHECK_MSG(strstr(err.msg, "/nonexistent-dir/x.gguf"), "%s", err.msg);
   int64_t bad[1] = {0};
-  CHECK_EQ_INT(gguf_writer_tensor(w, "zero", GGML_TYPE_F32, 1, bad, NULL), -1);
-  CHECK_EQ_INT(gguf_writer_tensor(w, "unk", (ggml_type)99, 1, d, NULL), -1);
+  CHECK_EQ_INT(gguf_writer_tensor(w, "zero", GGUF_TENSOR_F32, 1, bad, NULL), -1);
+  CHECK_EQ_INT(gguf_writer_tensor(w, "unk", (gguf_tensor_type)99, 1, d, NULL), -1);
   gguf_writer_free(w);
 }
 

@@ -15,6 +15,7 @@
 
 #include "backend/cpu/pack.h"
 #include "backend/cpu/quant.h"
+#include "backend/cpu/cpu.h"
 #include "backend/weights.h"
 
 static void fill(uint8_t *dst, size_t n, const uint8_t *src, size_t m) {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/ops.h"
+#include "backend/cpu/cpu.h"
 #include "backend/weights.h"
 
 #define ATT_MAX_HD 256

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/cpu/cpu.h"
 #include "backend/backend.h"
 #include "backend/cpu/quant.h"
 #include "base/pool.h"
@@ -245,6 +246,10 @@ static const bk_backend_ops cpu_ops = {
 
 int bk_cpu_open(const bk_open_opts *opts, bk_backend **out, herr *err) {
   *out = NULL;
+  bk_cpu_level level = bk_cpu_best();
+  if (opts && opts->cpu_level && *opts->cpu_level && !bk_cpu_level_parse(opts->cpu_level, &level))
+    return herr_set(err, HEARTH_EINVAL, "cpu kernel level '%s': expected scalar, avx2 or avx512", opts->cpu_level);
+  if (opts && opts->cpu_level && *opts->cpu_level) bk_cpu_set_level(level);
   cpu_backend *c = calloc(1, sizeof *c);
   if (!c) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   c->pool = hpool_create(opts && opts->threads > 0 ? opts->threads : 0);

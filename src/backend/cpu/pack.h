@@ -49,6 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/cpu/cpu.h"
 #include "backend/weights.h"
 
 #define BK_PACK_ROWS 16

@@ -1,5 +1,5 @@
 /* weights.c — bk_matmul: checks a weight descriptor, picks the kernel level
- * for this CPU (once, honouring HEARTH_CPU) and spreads output rows over the
+ * for this CPU (once, or as set by bk_cpu_set_level) and spreads output rows over the
  * thread pool in contiguous tiles so that each thread streams its own part of
  * the weights. The arithmetic lives in kernels_*.c; the formats in quant.c.
  * Knows nothing of models, files or tensor names.
@@ -18,6 +18,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/pack.h"
 #include "backend/cpu/quant.h"
+#include "backend/cpu/cpu.h"
 #include "backend/weights.h"
 
 /* ---- validation ---- */
@@ -92,14 +93,15 @@ bk_cpu_level bk_cpu_set_level(bk_cpu_level level) {
 bk_cpu_level bk_cpu_level_now(void) {
   int l = atomic_load(&level_now);
   if (l >= 0) return (bk_cpu_level)l;
-  bk_cpu_level want = bk_cpu_best();
-  const char *env = getenv("HEARTH_CPU");
-  if (env && *env) {
-    if (!strcmp(env, "scalar")) want = BK_CPU_SCALAR;
-    else if (!strcmp(env, "avx2")) want = BK_CPU_AVX2;
-    else if (!strcmp(env, "avx512")) want = BK_CPU_AVX512;
-  }
-  return bk_cpu_set_level(want);
+  return bk_cpu_set_level(bk_cpu_best());
+}
+
+bool bk_cpu_level_parse(const char *s, bk_cpu_level *out) {
+  if (!strcmp(s, "scalar")) *out = BK_CPU_SCALAR;
+  else if (!strcmp(s, "avx2")) *out = BK_CPU_AVX2;
+  else if (!strcmp(s, "avx512")) *out = BK_CPU_AVX512;
+  else return false;
+  return true;
 }
 
 static bk_rows_fn rows_fn(bk_cpu_level level) {
@@ -128,8 +130,7 @@ bool bk_cpu_has_int8_dot(void) {
 int bk_weight_pack(bk_weight *w, herr *err) {
   int rc = bk_weight_validate(w, err);
   if (rc) return rc;
-  const char *act = getenv("HEARTH_ACT");
-  if (w->packed || !bk_pack_type_ok(w->type) || (act && !strcmp(act, "f32")) || bk_cpu_level_now() != BK_CPU_AVX512 ||
+  if (w->packed || !bk_pack_type_ok(w->type) || bk_cpu_level_now() != BK_CPU_AVX512 ||
       !bk_cpu_has_int8_dot())
     return 0;
   size_t groups = (size_t)((w->rows + BK_PACK_ROWS - 1) / BK_PACK_ROWS), size = groups * bk_pack_group_bytes(w);

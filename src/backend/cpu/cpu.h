@@ -1,0 +1,56 @@
+/* cpu.h — what only the CPU backend knows: the matmul over stored weight
+ * formats spread over a thread pool, the repacking of GGUF blocks for the
+ * 8-bit integer kernels, and the kernel level (scalar, AVX2+FMA+F16C,
+ * AVX-512) chosen at run time for this CPU. Used by the CPU backend
+ * (backend_cpu.c), its tests and its benchmarks; model code goes through
+ * backend.h instead. */
+#ifndef HEARTH_BACKEND_CPU_CPU_H
+#define HEARTH_BACKEND_CPU_CPU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/weights.h"
+#include "base/pool.h"
+#include "base/status.h"
+
+/* y[n, rows] = x[n, cols] · Wᵀ (+ bias[rows] when bias != NULL), spread over
+ * the pool's threads (pool may be NULL). y must not alias x. Every element of
+ * y is written. Fails only when w does not validate (y untouched then). */
+int bk_matmul(hpool *pool, float *y, const float *x, int64_t n, const bk_weight *w, const float *bias, herr *err);
+
+/* Repacks w (Q8_0, Q4_0, Q4_K, Q5_K or Q6_K) into 16-row groups for the 8-bit integer
+ * kernels, when the CPU level in effect has them (AVX-512 VNNI). bk_matmul
+ * then quantizes activations to 8 bits per block of 32, as llama.cpp does
+ * for these types, instead of multiplying f32 activations by the
+ * dequantized weights: faster, but no longer exact to the dequantized
+ * weights. Does nothing (returns 0) for other types, other CPUs, or when w
+ * is packed already (the CPU backend skips it for f32_activations).
+ * w->data stays as it was and stays in use for other levels. */
+int bk_weight_pack(bk_weight *w, herr *err);
+void bk_weight_unpack(bk_weight *w);
+/* For a packed w whose stored bytes the caller owns privately and no longer
+ * needs (nothing else reads them): gives their whole pages back to the
+ * system and sets w->data to NULL, so that only the packed copy stays in
+ * memory. No-op when w is not packed. */
+void bk_weight_drop_source(bk_weight *w);
+/* Whether this CPU (and build) has the integer kernels. */
+bool bk_cpu_has_int8_dot(void);
+
+/* Dispatch levels, lowest first. */
+typedef enum bk_cpu_level { BK_CPU_SCALAR = 0, BK_CPU_AVX2 = 1, BK_CPU_AVX512 = 2 } bk_cpu_level;
+/* The best level this CPU (and build) supports. */
+bk_cpu_level bk_cpu_best(void);
+/* The level bk_matmul uses now: the one set last (bk_cpu_set_level, or the
+ * CPU backend's cpu_level option), else bk_cpu_best(). Process-wide: it is
+ * what this CPU runs, whichever backend asks. */
+bk_cpu_level bk_cpu_level_now(void);
+/* Forces a level (clamped to bk_cpu_best()); returns the level in effect.
+ * Not meant to be called while a matmul runs. */
+bk_cpu_level bk_cpu_set_level(bk_cpu_level level);
+const char *bk_cpu_level_name(bk_cpu_level level);
+
+/* Parses "scalar", "avx2" or "avx512"; false when it is none of them. */
+bool bk_cpu_level_parse(const char *s, bk_cpu_level *out);
+
+#endif

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# gpu_check.sh — builds hearth with its CUDA backend and checks it on an NVIDIA GPU:
+# the cross-backend op harness (CUDA against the CPU reference), the same
+# harness under compute-sanitizer's memcheck, the golden model tests of every
+# architecture on the GPU (logits against transformers, greedy ids, chunked
+# and batched runs), the paged-KV and scheduler tests on the GPU (batched
+# equals alone), and `hearth bench --device cuda` on an 8B-shaped random bf16
+# model. Prints a summary table last.
+#
+# The GPU machine has CUDA, cmake and python3 with torch but not the -dev
+# packages the host code needs (jansson, pcre2, utf8proc, libmicrohttpd), so
+# the build happens on a Debian machine with the CUDA toolkit and travels:
+#
+#   tools/gpu_check.sh --prepare     # here: build into build-gpu/, bundle into .carry/gpu/
+#   tools/gpu_check.sh               # there, from the repository root, with .carry/gpu/ beside it
+#
+# Options on the GPU machine (environment): GPU_CHECK_BENCH=0 skips the 8B
+# benchmark, GPU_CHECK_SANITIZER=0 skips compute-sanitizer, OUT=DIR keeps logs.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bundle="$root/.carry/gpu"
+tests=(backend_test_backend_ops model_test_golden model_test_gguf model_test_quantized engine_test_kv_paged engine_test_sched)
+
+if [ "${1:-}" = "--prepare" ]; then
+  set -e
+  "$root/tools/setup.sh"
+  cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=Release -DHEARTH_CUDA=ON >/dev/null
+  cmake --build "$root/build-gpu" -j "$(nproc)" --target hearth_cli hearth_cuda "${tests[@]}"
+  rm -rf "$bundle" && mkdir -p "$bundle/lib" "$bundle/shared/fixtures/gguf"
+  cp "$root/build-gpu/hearth" "$root/build-gpu/libhearth_cuda.so" "$bundle/"
+  for t in "${tests[@]}"; do cp "$root/build-gpu/tests/$t" "$bundle/"; done
+  # host libraries the GPU machine lacks
+  for l in libutf8proc.so.2 libmicrohttpd.so.12; do cp -L "/usr/lib/$(uname -m)-linux-gnu/$l" "$bundle/lib/"; done
+  cp "$root/../shared/fixtures/gguf/llama-2-tiny-random.gguf" "$bundle/shared/fixtures/gguf/"
+  echo "$root" >"$bundle/source_dir"
+  du -sh "$bundle"
+  exit 0
+fi
+
+[ -x "$bundle/hearth" ] || { echo "gpu_check: no bundle at $bundle (run tools/gpu_check.sh --prepare on the build machine)"; exit 2; }
+export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+logs=${OUT:-/tmp/gpu_check}
+mkdir -p "$logs"
+# The tests find their fixtures at the paths they were built with.
+src=$(cat "$bundle/source_dir")
+if [ "$src" != "$root" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
+if [ ! -e "$src/../shared/fixtures/gguf" ]; then mkdir -p "$src/../shared/fixtures" && ln -s "$bundle/shared/fixtures/gguf" "$src/../shared/fixtures/gguf"; fi
+
+nvidia-smi -L || true
+declare -a rows
+row() { rows+=("$(printf '%-34s %-6s %s' "$1" "$2" "$3")"); }
+run_test() { # name, command...
+  local name=$1; shift
+  local t0=$SECONDS
+  if "$@" >"$logs/$name.log" 2>&1; then row "$name" PASS "$((SECONDS - t0)) s; $(tail -n 1 "$logs/$name.log")"
+  else row "$name" FAIL "$((SECONDS - t0)) s; see $logs/$name.log"; tail -n 30 "$logs/$name.log"; fi
+}
+
+cd "$root"
+HEARTH_TEST_REQUIRE_CUDA=1 run_test "op harness (cuda vs cpu)" "$bundle/backend_test_backend_ops"
+grep -A40 "^op " "$logs/op harness (cuda vs cpu).log" | head -n 40 || true
+if [ "${GPU_CHECK_SANITIZER:-1}" = 1 ]; then
+  if command -v compute-sanitizer >/dev/null; then
+    HEARTH_TEST_REQUIRE_CUDA=1 run_test "op harness under memcheck" compute-sanitizer --tool memcheck --error-exitcode 9 \
+      --leak-check full "$bundle/backend_test_backend_ops"
+  else row "op harness under memcheck" SKIP "compute-sanitizer not found"; fi
+fi
+for t in model_test_golden model_test_gguf model_test_quantized engine_test_kv_paged engine_test_sched; do
+  HEARTH_TEST_DEVICE=cuda run_test "$t (cuda)" "$bundle/$t"
+done
+grep "max abs error" "$logs/model_test_golden (cuda).log" | head -n 40 || true
+
+if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
+  m=/tmp/hearth-llama-3.1-8b-bf16
+  [ -f "$m/config.json" ] || python3 "$root/tools/gen_random_model.py" "$m" --shape llama-3.1-8b --dtype bf16 >"$logs/gen.log" 2>&1
+  if "$bundle/hearth" bench --model "$m" --device cuda -p 512 -n 128 --repeat 3 --roofline >"$logs/bench.log" 2>&1; then
+    row "bench 8B bf16 (cuda)" DONE "$(grep -E '^(pp|tg)' "$logs/bench.log" | tr '\n' ' ')"
+    row "  roofline" "" "$(grep roofline "$logs/bench.log")"
+  else row "bench 8B bf16 (cuda)" FAIL "see $logs/bench.log"; tail -n 20 "$logs/bench.log"; fi
+  cat "$logs/bench.log"
+fi
+
+echo
+echo "== gpu_check summary =="
+for r in "${rows[@]}"; do echo "$r"; done
+! printf '%s\n' "${rows[@]}" | grep -q " FAIL "
