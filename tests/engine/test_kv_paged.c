@@ -9,6 +9,7 @@
 #include "engine/kv_paged.h"
 #include "model/model.h"
 #include "test.h"
+#include "test_device.h"
 
 #define FIXTURE HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32"
 
@@ -263,6 +264,7 @@ static void test_paged_equals_contiguous(void) {
 }
 
 int main(void) {
+  test_device_or_skip();
   RUN(test_block_table);
   RUN(test_prefix_sharing);
   RUN(test_eviction_order);

@@ -15,6 +15,7 @@
 #include "engine/sched.h"
 #include "model/model.h"
 #include "test.h"
+#include "test_device.h"
 
 #define FIXTURE HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32"
 #define N_REQ 32
@@ -337,6 +338,7 @@ static void test_admission(void) {
 }
 
 int main(void) {
+  test_device_or_skip();
   herr e = {0};
   model_load_opts mo = {.threads = 2, .device = test_device()};
   if (model_load(FIXTURE, &mo, &g_m, &e)) {

@@ -15,6 +15,7 @@
 #include "format/safetensors.h"
 #include "model/model.h"
 #include "test.h"
+#include "test_device.h"
 
 #define TINY HEARTH_SHARED_DIR "/fixtures/gguf/llama-2-tiny-random.gguf"
 
@@ -305,6 +306,7 @@ static void test_bad_gguf(void) {
 }
 
 int main(void) {
+  test_device_or_skip();
   RUN(test_tiny_llama_greedy);
   RUN(test_converted_llama_matches_golden);
   RUN(test_converted_qwen_matches_golden);

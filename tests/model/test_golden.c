@@ -12,6 +12,7 @@
 #include "engine/kv_cache.h"
 #include "model/model.h"
 #include "test.h"
+#include "test_device.h"
 
 #define GOLDEN HEARTH_SOURCE_DIR "/tests/fixtures/golden"
 
@@ -278,6 +279,7 @@ static void test_bad_batches(void) {
 }
 
 int main(void) {
+  test_device_or_skip();
   RUN(test_llama);
   RUN(test_llama_rope_scaling);
   RUN(test_llama_sharded);

@@ -14,6 +14,7 @@
 #include "format/safetensors.h"
 #include "model/model.h"
 #include "test.h"
+#include "test_device.h"
 
 #define SRC HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32"
 
@@ -196,6 +197,7 @@ static void test_mlx_bad_scales(void) {
 }
 
 int main(void) {
+  test_device_or_skip();
   RUN(test_mlx_8bit);
   RUN(test_mlx_4bit);
   RUN(test_mlx_bad_scales);

@@ -1,0 +1,895 @@
+/* test_backend_ops.c — every op of the backend interface (backend.h), run
+ * through bk_* calls on each backend that can be opened here, against a
+ * plain reference computed on the host from the op's definition.
+ *
+ * Backends. The CPU backend always runs; it is opened with f32_activations
+ * so that GGUF-quantized matmuls multiply f32 activations by the exactly
+ * dequantized weights (no 8-bit activation repacking), which makes it
+ * comparable to an exact reference. The device named by HEARTH_TEST_DEVICE
+ * ("cuda" by default, e.g. "cuda:1") runs every case too when it opens;
+ * when it cannot, one line says why and the run continues on the CPU alone.
+ * HEARTH_TEST_REQUIRE_CUDA=1 turns "cannot open" into a failure (for the
+ * GPU machine). Both backends are compared against the same host reference,
+ * not against each other, so a fault in one never hides or fakes a fault in
+ * the other.
+ *
+ * References. Elementwise ops, rmsnorm, rope, embed, get_rows and kv_write
+ * are recomputed here in double. Matmul: every weight row dequantized with
+ * bk_dequant_row, then double-precision dot products (plus bias). Attention:
+ * op_attention_ref (scalar loops) over a kv_view built from host pointers
+ * to the blocks that each sequence's block table names.
+ *
+ * Coverage. embed and matmul for every stored format (f32, f16, bf16, Q8_0,
+ * Q4_0, Q4_K, Q5_K, Q6_K, MLX affine 4/8-bit with group sizes 32/64/128 and
+ * f32/f16/bf16 scales); matmul at 1, 2, 3, 7, 8, 9, 33 and 100 rows (the
+ * GEMV and GEMM paths), with and without bias, odd output counts, long
+ * rows, and x / y as row windows of larger tensors (the rows around y must
+ * stay untouched); rmsnorm without weight, with weight, with unit offset,
+ * in place, odd widths; rope rotate-half and interleaved, partial rotary
+ * width, attn_scale != 1, unsorted non-contiguous positions; act_mul for
+ * all four activations; add into a separate output and aliased onto either
+ * input; softcap; get_rows with repeated and out-of-order rows; kv_write to
+ * out-of-order slots with gaps (the untouched slots must keep their
+ * contents); attention with GQA ratios 1/2/4/8, head dims
+ * 32/48/64/80/128/256, sliding windows, softcap, block_rows 1/16/64, block
+ * tables with gaps and non-monotonic block ids, batches mixing sequences of
+ * different lengths in decode (one query), prefill (all rows) and chunked
+ * prefill (queries from row > 0 against rows already cached).
+ *
+ * Checks. Inputs are fresh random values per case (seeded xorshift, never
+ * zero). Every output tensor that is not also an input is filled with NaN
+ * before the op, so an element the op fails to write fails the case. The
+ * error measure is the normalized MSE, nmse = sum((got - ref)^2) / sum(ref^2);
+ * any NaN or Inf in an output fails. Limits:
+ *   elementwise, norms, rope, copies, embed   1e-9  (every backend)
+ *   matmul, attention on the CPU              1e-7
+ *   matmul on a GPU                           1e-6  (bf16 weights in the GEMM
+ *       path multiply a two-term bf16 split of the activations: ~1e-5
+ *       relative error per product, far below this after summation)
+ *   attention on a GPU                        1e-7
+ * f32 arithmetic against an exact reference gives nmse around 1e-13 here;
+ * a wrong kernel (a skipped block, a wrong scale, a misread row or slot)
+ * gives 1e-4 or more, so these limits separate the two by orders of
+ * magnitude. Unreferenced KV blocks hold NaN and the unused tail rows of a
+ * sequence's last block hold large values, so attention reading a slot it
+ * must not read fails.
+ *
+ * A summary table lists, per op (per format for matmul), the number of
+ * cases and the largest nmse seen on each backend. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/quant.h"
+#include "backend/ops.h"
+#include "backend/weights.h"
+#include "test.h"
+#include "test_device.h"
+
+/* ---- random inputs ---- */
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t next_u64(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+/* uniform in (-1, 1), never exactly zero */
+static float urand(void) { return (float)(((double)(next_u64() >> 11) + 0.5) / 9007199254740992.0 * 2.0 - 1.0); }
+static int64_t irand(int64_t n) { return (int64_t)(next_u64() % (uint64_t)n); }
+
+static float *rand_floats(int64_t n, float amp) {
+  float *p = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+  for (int64_t i = 0; i < n; i++) p[i] = urand() * amp;
+  return p;
+}
+
+static void shuffle_i64(int64_t *a, int64_t n) {
+  for (int64_t i = n - 1; i > 0; i--) {
+    int64_t j = irand(i + 1), t = a[i];
+    a[i] = a[j];
+    a[j] = t;
+  }
+}
+
+/* ---- backends ---- */
+
+#define MAX_DEVS 2
+static bk_backend *devs[MAX_DEVS]; /* [0] the CPU, [1] the compared device when it opened */
+static int n_devs = 0;
+static char dev_label[32] = "cuda";
+
+/* ---- per-op statistics and the comparison ---- */
+
+typedef struct op_stat {
+  char name[40];
+  int cases;
+  double max[MAX_DEVS];
+} op_stat;
+static op_stat stats[64];
+static int n_stats = 0;
+
+static op_stat *stat_for(const char *name) {
+  for (int i = 0; i < n_stats; i++)
+    if (!strcmp(stats[i].name, name)) return &stats[i];
+  if (n_stats == (int)(sizeof stats / sizeof stats[0])) {
+    fprintf(stderr, "test_backend_ops: too many op names\n");
+    exit(1);
+  }
+  op_stat *s = &stats[n_stats++];
+  memset(s, 0, sizeof *s);
+  snprintf(s->name, sizeof s->name, "%s", name);
+  return s;
+}
+
+#define LIM_ELEM 1e-9
+#define LIM_CPU_MATMUL 1e-7
+#define LIM_CPU_ATTN 1e-7
+#define LIM_DEV_MATMUL 1e-6
+#define LIM_DEV_ATTN 1e-7
+
+typedef enum lim_kind { K_ELEM, K_MATMUL, K_ATTN } lim_kind;
+
+static double limit_for(lim_kind k, int di) {
+  if (k == K_ELEM) return LIM_ELEM;
+  if (k == K_MATMUL) return di == 0 ? LIM_CPU_MATMUL : LIM_DEV_MATMUL;
+  return di == 0 ? LIM_CPU_ATTN : LIM_DEV_ATTN;
+}
+
+/* nmse of got against ref; INFINITY when got has a NaN / Inf. */
+static double nmse(const float *got, const double *ref, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (!isfinite(got[i])) return INFINITY;
+    double d = (double)got[i] - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+  }
+  if (den == 0) return num == 0 ? 0 : INFINITY;
+  return num / den;
+}
+
+/* One comparison of one case on backend di; prints a line when it fails. */
+static void compare(op_stat *st, lim_kind kind, int di, const char *shape, const float *got, const double *ref, int64_t n) {
+  double e = nmse(got, ref, n), lim = limit_for(kind, di);
+  if (!(e <= st->max[di])) st->max[di] = isnan(e) ? INFINITY : e;
+  test_checks++;
+  if (!(e <= lim)) {
+    test_failures++;
+    fprintf(stderr, "FAIL %s [%s] on %s: nmse %.3g (limit %.0e)%s\n", st->name, shape, bk_backend_name(devs[di]), e, lim,
+            isinf(e) ? " (NaN/Inf or unwritten output)" : "");
+  }
+}
+
+/* ---- tensors ---- */
+
+static void die(const char *what, const herr *err) {
+  fprintf(stderr, "test_backend_ops: %s: %s\n", what, err->msg);
+  exit(1);
+}
+
+static bk_tensor tnew(bk_backend *be, bk_dtype dt, int64_t rows, int64_t cols) {
+  bk_tensor t;
+  herr err = {0};
+  if (bk_tensor_new(be, dt, rows, cols, &t, &err)) die("tensor", &err);
+  return t;
+}
+
+/* Copies host bytes in and waits, so that src may be reused at once. */
+static void tset(const bk_tensor *t, const void *src) {
+  herr err = {0};
+  if (bk_set(t, 0, src, bk_nbytes(t), &err) || bk_sync(t->buf->be, &err)) die("bk_set", &err);
+}
+
+static bk_tensor tfrom_f32(bk_backend *be, const float *src, int64_t rows, int64_t cols) {
+  bk_tensor t = tnew(be, BK_DT_F32, rows, cols);
+  tset(&t, src);
+  return t;
+}
+
+static bk_tensor tfrom_i32(bk_backend *be, const int32_t *src, int64_t n) {
+  bk_tensor t = tnew(be, BK_DT_I32, n, 1);
+  tset(&t, src);
+  return t;
+}
+
+/* Fills t with the NaN pattern 0x7fc00000. */
+static void poison(const bk_tensor *t) {
+  int64_t n = bk_nelem(t);
+  uint32_t *p = malloc(sizeof(uint32_t) * (size_t)(n > 0 ? n : 1));
+  for (int64_t i = 0; i < n; i++) p[i] = 0x7fc00000u;
+  tset(t, p);
+  free(p);
+}
+
+/* Reads t back (waiting for the queued ops); an op error is a failure and
+ * leaves NaN in dst so that the comparison fails too. */
+static void tget(const bk_tensor *t, float *dst, const char *op) {
+  herr err = {0};
+  if (bk_get(t, 0, dst, bk_nbytes(t), &err)) {
+    test_checks++;
+    test_failures++;
+    fprintf(stderr, "FAIL %s on %s: %s\n", op, bk_backend_name(t->buf->be), err.msg);
+    for (int64_t i = 0; i < bk_nelem(t); i++) dst[i] = NAN;
+  }
+}
+
+/* ---- weights of every stored format ---- */
+
+typedef struct fmt {
+  bk_type type;
+  int bits, group_size;
+  bk_type scale_type;
+} fmt;
+
+static const fmt formats[] = {
+    {BK_F32, 0, 0, 0},  {BK_F16, 0, 0, 0},  {BK_BF16, 0, 0, 0}, {BK_Q8_0, 0, 0, 0},
+    {BK_Q4_0, 0, 0, 0}, {BK_Q4_K, 0, 0, 0}, {BK_Q5_K, 0, 0, 0}, {BK_Q6_K, 0, 0, 0},
+    {BK_MLX_AFFINE, 4, 32, BK_F16},  {BK_MLX_AFFINE, 4, 64, BK_BF16}, {BK_MLX_AFFINE, 4, 128, BK_F32},
+    {BK_MLX_AFFINE, 8, 32, BK_BF16}, {BK_MLX_AFFINE, 8, 64, BK_F32},  {BK_MLX_AFFINE, 8, 128, BK_F16},
+};
+#define N_FORMATS (int)(sizeof formats / sizeof formats[0])
+
+static const char *scale_name(bk_type t) { return t == BK_F32 ? "f32" : t == BK_F16 ? "f16" : "bf16"; }
+
+static void fmt_name(const fmt *f, char *buf, size_t n) {
+  if (f->type == BK_MLX_AFFINE)
+    snprintf(buf, n, "mlx%d/g%d/%s", f->bits, f->group_size, scale_name(f->scale_type));
+  else
+    snprintf(buf, n, "%s", bk_type_name(f->type));
+}
+
+/* Elements per block of the format (1 for f32 / f16 / bf16). */
+static int64_t fmt_block(const fmt *f) { return f->type == BK_MLX_AFFINE ? f->group_size : bk_type_block(f->type); }
+
+/* A host weight of the format (storage owned here) and its exact
+ * dequantization, the reference's weights. */
+typedef struct host_weight {
+  bk_weight w;
+  void *data, *scales, *biases; /* owned */
+  float *deq;                   /* owned: rows x cols */
+} host_weight;
+
+static void make_weight(host_weight *h, const fmt *f, int64_t rows, int64_t cols) {
+  memset(h, 0, sizeof *h);
+  float *src = malloc(sizeof(float) * (size_t)(rows * cols));
+  for (int64_t r = 0; r < rows; r++) {
+    float amp = 0.5f + 0.25f * (float)(r % 5), off = 0.02f * (float)(r % 3);
+    for (int64_t c = 0; c < cols; c++) src[r * cols + c] = urand() * amp + off;
+  }
+  h->w = (bk_weight){.type = f->type, .rows = rows, .cols = cols};
+  herr err = {0};
+  int rc;
+  if (f->type == BK_MLX_AFFINE) {
+    size_t sb = (size_t)(rows * (cols / f->group_size)) * (f->scale_type == BK_F32 ? 4 : 2);
+    h->data = malloc(bk_row_bytes(f->type, cols, f->bits) * (size_t)rows);
+    h->scales = malloc(sb);
+    h->biases = malloc(sb);
+    rc = bk_quantize_mlx(src, rows, cols, f->bits, f->group_size, f->scale_type, h->data, h->scales, h->biases, &err);
+    h->w.bits = f->bits;
+    h->w.group_size = f->group_size;
+    h->w.scale_type = f->scale_type;
+    h->w.scales = h->scales;
+    h->w.biases = h->biases;
+  } else {
+    h->data = malloc(bk_row_bytes(f->type, cols, 0) * (size_t)rows);
+    rc = bk_quantize(f->type, src, rows, cols, h->data, &err);
+  }
+  h->w.data = h->data;
+  if (rc) die("quantize", &err);
+  h->deq = malloc(sizeof(float) * (size_t)(rows * cols));
+  for (int64_t r = 0; r < rows; r++)
+    if (bk_dequant_row(&h->w, r, h->deq + r * cols, &err)) die("dequant", &err);
+  free(src);
+}
+
+static void free_weight(host_weight *h) {
+  free(h->data);
+  free(h->scales);
+  free(h->biases);
+  free(h->deq);
+}
+
+/* dst = a copy of the host descriptor made usable by be; false (and a
+ * failure) when be refuses it. */
+static bool load_weight(bk_backend *be, const host_weight *h, bk_weight *dst, const char *what) {
+  *dst = h->w;
+  herr err = {0};
+  if (bk_weight_load(be, dst, BK_USE_MATMUL | BK_USE_EMBED, &err)) {
+    test_checks++;
+    test_failures++;
+    fprintf(stderr, "FAIL %s on %s: weight load: %s\n", what, bk_backend_name(be), err.msg);
+    return false;
+  }
+  return true;
+}
+
+/* ---- embed ---- */
+
+static void test_embed(void) {
+  static const int32_t ids[] = {5, 0, 39, 5, 12, 12, 1, 38, 20, 5, 7};
+  const int64_t n = (int64_t)(sizeof ids / sizeof ids[0]), V = 40;
+  for (int fi = 0; fi < N_FORMATS; fi++) {
+    const fmt *f = &formats[fi];
+    int64_t blk = fmt_block(f), cols = blk == 1 ? (fi == 0 ? 100 : fi == 1 ? 33 : 257) : blk * (blk >= 128 ? 2 : blk == 64 ? 3 : 5);
+    char fname[32], name[48], shape[96];
+    fmt_name(f, fname, sizeof fname);
+    snprintf(name, sizeof name, "embed %s", fname);
+    op_stat *st = stat_for("embed");
+    host_weight h;
+    make_weight(&h, f, V, cols);
+    for (int with_scale = 0; with_scale < 2; with_scale++) {
+      float scale = with_scale ? 7.25f : 0.0f;
+      double *ref = malloc(sizeof(double) * (size_t)(n * cols));
+      for (int64_t t = 0; t < n; t++)
+        for (int64_t c = 0; c < cols; c++)
+          ref[t * cols + c] = (double)h.deq[ids[t] * cols + c] * (with_scale ? (double)scale : 1.0);
+      snprintf(shape, sizeof shape, "%s table [%lld, %lld], %lld ids, scale %g", fname, (long long)V, (long long)cols,
+               (long long)n, scale);
+      st->cases++;
+      float *got = malloc(sizeof(float) * (size_t)(n * cols));
+      for (int di = 0; di < n_devs; di++) {
+        bk_backend *be = devs[di];
+        bk_weight w;
+        if (!load_weight(be, &h, &w, name)) continue;
+        bk_tensor y = tnew(be, BK_DT_F32, n, cols), tid = tfrom_i32(be, ids, n);
+        poison(&y);
+        bk_embed(&y, &w, &tid, scale);
+        tget(&y, got, name);
+        compare(st, K_ELEM, di, shape, got, ref, n * cols);
+        bk_tensor_free(&y), bk_tensor_free(&tid);
+        bk_weight_release(be, &w);
+      }
+      free(got), free(ref);
+    }
+    free_weight(&h);
+  }
+}
+
+/* ---- matmul ---- */
+
+/* With in_view, x and y are row windows (nonzero byte offsets) of larger
+ * tensors whose other rows hold NaN: they must stay untouched. */
+static void matmul_case(const fmt *f, int64_t n, int64_t rows, int64_t cols, bool with_bias, bool in_view) {
+  char fname[32], name[48], shape[128];
+  fmt_name(f, fname, sizeof fname);
+  snprintf(name, sizeof name, "matmul %s", fname);
+  snprintf(shape, sizeof shape, "x [%lld, %lld] * %s [%lld, %lld]^T%s%s", (long long)n, (long long)cols, fname,
+           (long long)rows, (long long)cols, with_bias ? " + bias" : "", in_view ? ", views" : "");
+  op_stat *st = stat_for(name);
+  st->cases++;
+  host_weight h;
+  make_weight(&h, f, rows, cols);
+  float *x = rand_floats(n * cols, 1.0f), *bias = with_bias ? rand_floats(rows, 2.0f) : NULL;
+  double *ref = malloc(sizeof(double) * (size_t)(n * rows));
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t r = 0; r < rows; r++) {
+      const float *xr = x + i * cols, *wr = h.deq + r * cols;
+      double s = bias ? bias[r] : 0;
+      for (int64_t k = 0; k < cols; k++) s += (double)xr[k] * wr[k];
+      ref[i * rows + r] = s;
+    }
+  const int64_t xpad = in_view ? 2 : 0, ypad = in_view ? 1 : 0; /* rows before the window (and as many after) */
+  float *got = malloc(sizeof(float) * (size_t)((n + 2 * ypad) * rows));
+  for (int di = 0; di < n_devs; di++) {
+    bk_backend *be = devs[di];
+    bk_weight w;
+    if (!load_weight(be, &h, &w, name)) continue;
+    bk_tensor xall = tnew(be, BK_DT_F32, n + 2 * xpad, cols), yall = tnew(be, BK_DT_F32, n + 2 * ypad, rows), tb = {0};
+    poison(&xall);
+    poison(&yall);
+    bk_tensor tx = bk_rows(&xall, xpad, n), ty = bk_rows(&yall, ypad, n);
+    tset(&tx, x);
+    if (bias) tb = tfrom_f32(be, bias, 1, rows);
+    bk_matmul_t(&ty, &tx, &w, bias ? &tb : NULL);
+    tget(&yall, got, name);
+    compare(st, K_MATMUL, di, shape, got + ypad * rows, ref, n * rows);
+    int64_t outside = 0;
+    for (int64_t i = 0; i < ypad * rows; i++) outside += !isnan(got[i]) + !isnan(got[(ypad + n) * rows + i]);
+    test_checks++;
+    if (outside) {
+      test_failures++;
+      fprintf(stderr, "FAIL %s [%s] on %s: %lld elements written outside y\n", name, shape, bk_backend_name(be),
+              (long long)outside);
+    }
+    bk_tensor_free(&xall), bk_tensor_free(&yall);
+    if (bias) bk_tensor_free(&tb);
+    bk_weight_release(be, &w);
+  }
+  free(got), free(ref), free(x), free(bias);
+  free_weight(&h);
+}
+
+static void test_matmul(void) {
+  static const int64_t ns[] = {1, 2, 3, 7, 8, 9, 33, 100};
+  static const int64_t outs[] = {17, 1, 257, 33, 257, 1, 17, 64};
+  static const int64_t float_cols[] = {100, 257, 31, 512, 64, 130, 7, 384};
+  static const int64_t quant_cols[] = {96, 256, 32, 160, 512, 64, 224, 128};
+  for (int fi = 0; fi < N_FORMATS; fi++) {
+    const fmt *f = &formats[fi];
+    int64_t blk = fmt_block(f);
+    for (int ni = 0; ni < 8; ni++) {
+      int64_t cols = blk == 1 ? float_cols[(ni + fi) % 8] : (quant_cols[(ni + fi) % 8] + blk - 1) / blk * blk;
+      matmul_case(f, ns[ni], outs[(ni + fi) % 8], cols, ((ni + fi) & 1) != 0, (ni + fi) % 3 == 2);
+    }
+    /* larger: long rows for the GEMV, several GEMM tiles in every direction */
+    matmul_case(f, 1, 96, blk == 1 ? 4099 : 4096, true, false);
+    matmul_case(f, 4, 300, blk == 1 ? 1000 : 1024, false, true);
+    matmul_case(f, 77, 200, blk == 1 ? 769 : 768, true, false);
+  }
+}
+
+/* ---- rmsnorm ---- */
+
+static void test_rmsnorm(void) {
+  /* rows, cols, weight (0 none, 1 w, 2 1 + w), in place, eps */
+  static const struct { int64_t rows, cols; int wmode; bool inplace; float eps; } cases[] = {
+      {1, 1, 0, false, 1e-6f},  {3, 7, 1, false, 1e-5f},   {4, 64, 2, false, 1e-6f}, {2, 255, 1, true, 1e-5f},
+      {5, 1000, 2, true, 1e-6f}, {8, 33, 0, true, 1e-5f},  {1, 4096, 1, false, 1e-6f}, {9, 130, 0, false, 0.0f},
+  };
+  op_stat *st = stat_for("rmsnorm");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t R = cases[ci].rows, C = cases[ci].cols;
+    int wmode = cases[ci].wmode;
+    float *x = rand_floats(R * C, 1.5f), *w = wmode ? rand_floats(C, 1.0f) : NULL;
+    double *ref = malloc(sizeof(double) * (size_t)(R * C));
+    for (int64_t r = 0; r < R; r++) {
+      double ss = 0;
+      for (int64_t c = 0; c < C; c++) ss += (double)x[r * C + c] * x[r * C + c];
+      double inv = 1.0 / sqrt(ss / (double)C + (double)cases[ci].eps);
+      for (int64_t c = 0; c < C; c++) {
+        double s = wmode == 0 ? 1.0 : wmode == 1 ? (double)w[c] : 1.0 + (double)w[c];
+        ref[r * C + c] = x[r * C + c] * inv * s;
+      }
+    }
+    char shape[96];
+    snprintf(shape, sizeof shape, "[%lld, %lld], %s, %s, eps %g", (long long)R, (long long)C,
+             wmode == 0 ? "no weight" : wmode == 1 ? "weight" : "unit offset", cases[ci].inplace ? "in place" : "y != x",
+             (double)cases[ci].eps);
+    st->cases++;
+    float *got = malloc(sizeof(float) * (size_t)(R * C));
+    for (int di = 0; di < n_devs; di++) {
+      bk_backend *be = devs[di];
+      bk_tensor tx = tfrom_f32(be, x, R, C), tw = {0}, ty = tx;
+      if (w) tw = tfrom_f32(be, w, 1, C);
+      if (!cases[ci].inplace) {
+        ty = tnew(be, BK_DT_F32, R, C);
+        poison(&ty);
+      }
+      bk_rmsnorm(&ty, &tx, w ? &tw : NULL, cases[ci].eps, wmode == 2);
+      tget(&ty, got, "rmsnorm");
+      compare(st, K_ELEM, di, shape, got, ref, R * C);
+      if (!cases[ci].inplace) bk_tensor_free(&ty);
+      bk_tensor_free(&tx);
+      if (w) bk_tensor_free(&tw);
+    }
+    free(got), free(ref), free(x), free(w);
+  }
+}
+
+/* ---- rope ---- */
+
+static void test_rope(void) {
+  static const struct { int64_t T, heads, hd, rot; bool interleaved; double scale, base; } cases[] = {
+      {5, 4, 64, 64, false, 1.0, 10000},  {5, 4, 64, 64, true, 1.0, 10000},   {7, 2, 128, 64, false, 1.0, 1e6},
+      {3, 8, 80, 40, true, 1.0, 10000},   {9, 3, 32, 32, false, 1.2, 500000}, {1, 1, 256, 256, false, 0.8, 10000},
+      {17, 6, 48, 24, false, 1.1, 10000}, {4, 2, 96, 64, true, 1.3, 1e6},
+  };
+  op_stat *st = stat_for("rope");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t T = cases[ci].T, H = cases[ci].heads, hd = cases[ci].hd, rot = cases[ci].rot, half = rot / 2, C = H * hd;
+    double *inv = malloc(sizeof(double) * (size_t)half);
+    for (int64_t i = 0; i < half; i++) inv[i] = 1.0 / pow(cases[ci].base, 2.0 * (double)i / (double)rot);
+    if (ci % 2) /* a yarn-like ramp: the low frequencies slowed down */
+      for (int64_t i = half / 2; i < half; i++) inv[i] /= 1.0 + 3.0 * (double)(i - half / 2) / (double)half;
+    rope_table tab = {.rot_dim = rot, .inv_freq = inv, .attn_scale = cases[ci].scale, .interleaved = cases[ci].interleaved};
+    /* unsorted, non-contiguous positions (0 among them when T > 1) */
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)T);
+    for (int64_t t = 0; t < T; t++) pos[t] = (int32_t)(t == 1 ? 0 : irand(8192));
+    float *x = rand_floats(T * C, 1.0f);
+    double *ref = malloc(sizeof(double) * (size_t)(T * C));
+    for (int64_t i = 0; i < T * C; i++) ref[i] = x[i];
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t i = 0; i < half; i++) {
+        double a = (double)pos[t] * inv[i], c = cos(a) * cases[ci].scale, s = sin(a) * cases[ci].scale;
+        int64_t i0 = cases[ci].interleaved ? 2 * i : i, i1 = cases[ci].interleaved ? 2 * i + 1 : i + half;
+        for (int64_t h = 0; h < H; h++) {
+          double *v = ref + t * C + h * hd, p = v[i0], q = v[i1];
+          v[i0] = p * c - q * s;
+          v[i1] = q * c + p * s;
+        }
+      }
+    char shape[128];
+    snprintf(shape, sizeof shape, "T %lld, %lld heads x %lld, rot_dim %lld, %s, attn_scale %g", (long long)T, (long long)H,
+             (long long)hd, (long long)rot, cases[ci].interleaved ? "interleaved" : "rotate-half", cases[ci].scale);
+    st->cases++;
+    float *got = malloc(sizeof(float) * (size_t)(T * C));
+    for (int di = 0; di < n_devs; di++) {
+      bk_backend *be = devs[di];
+      bk_tensor tx = tfrom_f32(be, x, T, C), tp = tfrom_i32(be, pos, T);
+      bk_rope(&tx, H, hd, &tp, &tab);
+      tget(&tx, got, "rope");
+      compare(st, K_ELEM, di, shape, got, ref, T * C);
+      bk_tensor_free(&tx), bk_tensor_free(&tp);
+    }
+    free(got), free(ref), free(x), free(pos), free(inv);
+  }
+}
+
+/* ---- act_mul, add, softcap ---- */
+
+static double act_ref(bk_act a, double v) {
+  switch (a) {
+    case BK_ACT_SILU: return v / (1.0 + exp(-v));
+    case BK_ACT_GELU_TANH: return 0.5 * v * (1.0 + tanh(0.79788456080286535588 * (v + 0.044715 * v * v * v)));
+    case BK_ACT_GELU: return 0.5 * v * (1.0 + erf(v * 0.70710678118654752440));
+    default: return v > 0 ? v : 0;
+  }
+}
+
+static void test_act_mul(void) {
+  static const char *names[] = {"silu", "gelu_tanh", "gelu", "relu"};
+  static const int64_t shapes[][2] = {{1, 1}, {3, 257}, {7, 1000}};
+  op_stat *st = stat_for("act_mul");
+  for (int a = 0; a < 4; a++)
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+      int64_t R = shapes[si][0], C = shapes[si][1], n = R * C;
+      /* Gates reach deep into the negative tail, where silu and gelu are
+       * small differences of nearly equal numbers and f32 keeps only a few
+       * digits of them; over a whole tensor those elements weigh nothing,
+       * but alone they would make nmse their squared relative error, so a
+       * tensor of few elements draws its gates from (-2, 2). */
+      float *g = rand_floats(n, n >= 64 ? 6.0f : 2.0f), *u = rand_floats(n, 2.0f);
+      double *ref = malloc(sizeof(double) * (size_t)n);
+      for (int64_t i = 0; i < n; i++) ref[i] = act_ref((bk_act)a, g[i]) * u[i];
+      char shape[64];
+      snprintf(shape, sizeof shape, "%s [%lld, %lld]", names[a], (long long)R, (long long)C);
+      st->cases++;
+      float *got = malloc(sizeof(float) * (size_t)n);
+      for (int di = 0; di < n_devs; di++) {
+        bk_backend *be = devs[di];
+        bk_tensor tg = tfrom_f32(be, g, R, C), tu = tfrom_f32(be, u, R, C);
+        bk_act_mul(&tg, &tu, (bk_act)a);
+        tget(&tg, got, "act_mul");
+        compare(st, K_ELEM, di, shape, got, ref, n);
+        bk_tensor_free(&tg), bk_tensor_free(&tu);
+      }
+      free(got), free(ref), free(g), free(u);
+    }
+}
+
+static void test_add(void) {
+  /* rows, cols, output: 0 separate, 1 y == a, 2 y == b */
+  static const int64_t cases[][3] = {{1, 1, 0}, {3, 257, 1}, {5, 1000, 2}, {2, 64, 0}, {16, 33, 1}};
+  op_stat *st = stat_for("add");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t R = cases[ci][0], C = cases[ci][1], mode = cases[ci][2], n = R * C;
+    float *a = rand_floats(n, 3.0f), *b = rand_floats(n, 3.0f);
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) ref[i] = (double)a[i] + b[i];
+    char shape[64];
+    snprintf(shape, sizeof shape, "[%lld, %lld], %s", (long long)R, (long long)C,
+             mode == 0 ? "y separate" : mode == 1 ? "y == a" : "y == b");
+    st->cases++;
+    float *got = malloc(sizeof(float) * (size_t)n);
+    for (int di = 0; di < n_devs; di++) {
+      bk_backend *be = devs[di];
+      bk_tensor ta = tfrom_f32(be, a, R, C), tb = tfrom_f32(be, b, R, C), ty;
+      if (mode == 0) {
+        ty = tnew(be, BK_DT_F32, R, C);
+        poison(&ty);
+      } else
+        ty = mode == 1 ? ta : tb;
+      bk_add(&ty, &ta, &tb);
+      tget(&ty, got, "add");
+      compare(st, K_ELEM, di, shape, got, ref, n);
+      if (mode == 0) bk_tensor_free(&ty);
+      bk_tensor_free(&ta), bk_tensor_free(&tb);
+    }
+    free(got), free(ref), free(a), free(b);
+  }
+}
+
+static void test_softcap(void) {
+  static const struct { int64_t rows, cols; float cap; } cases[] = {{1, 7, 30.0f}, {4, 1000, 50.0f}, {2, 257, 1.5f}, {3, 64, 0.7f}};
+  op_stat *st = stat_for("softcap");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t R = cases[ci].rows, C = cases[ci].cols, n = R * C;
+    float cap = cases[ci].cap, *x = rand_floats(n, 3.0f * cap); /* reaches well into saturation */
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) ref[i] = (double)cap * tanh((double)x[i] / cap);
+    char shape[64];
+    snprintf(shape, sizeof shape, "[%lld, %lld], cap %g", (long long)R, (long long)C, (double)cap);
+    st->cases++;
+    float *got = malloc(sizeof(float) * (size_t)n);
+    for (int di = 0; di < n_devs; di++) {
+      bk_tensor tx = tfrom_f32(devs[di], x, R, C);
+      bk_softcap(&tx, cap);
+      tget(&tx, got, "softcap");
+      compare(st, K_ELEM, di, shape, got, ref, n);
+      bk_tensor_free(&tx);
+    }
+    free(got), free(ref), free(x);
+  }
+}
+
+/* ---- get_rows, kv_write ---- */
+
+static void test_get_rows(void) {
+  static const int32_t r0[] = {7, 3, 3, 49, 0, 12, 7, 48, 1, 25, 25, 3};
+  static const int32_t r1[] = {4, 0, 2, 2, 1, 4, 3, 0, 4};
+  static const int32_t r2[] = {19, 2, 11, 0, 19, 5, 2};
+  static const int32_t r3[] = {0, 0, 0};
+  static const struct { int64_t R, C; const int32_t *rows; int64_t n; } cases[] = {
+      {50, 33, r0, 12}, {5, 1, r1, 9}, {20, 1024, r2, 7}, {1, 64, r3, 3}};
+  op_stat *st = stat_for("get_rows");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t R = cases[ci].R, C = cases[ci].C, n = cases[ci].n;
+    float *x = rand_floats(R * C, 2.0f);
+    double *ref = malloc(sizeof(double) * (size_t)(n * C));
+    for (int64_t t = 0; t < n; t++)
+      for (int64_t c = 0; c < C; c++) ref[t * C + c] = x[cases[ci].rows[t] * C + c];
+    char shape[64];
+    snprintf(shape, sizeof shape, "%lld of [%lld, %lld]", (long long)n, (long long)R, (long long)C);
+    st->cases++;
+    float *got = malloc(sizeof(float) * (size_t)(n * C));
+    for (int di = 0; di < n_devs; di++) {
+      bk_backend *be = devs[di];
+      bk_tensor tx = tfrom_f32(be, x, R, C), ty = tnew(be, BK_DT_F32, n, C), tr = tfrom_i32(be, cases[ci].rows, n);
+      poison(&ty);
+      bk_get_rows(&ty, &tx, &tr);
+      tget(&ty, got, "get_rows");
+      compare(st, K_ELEM, di, shape, got, ref, n * C);
+      bk_tensor_free(&tx), bk_tensor_free(&ty), bk_tensor_free(&tr);
+    }
+    free(got), free(ref), free(x);
+  }
+}
+
+static void test_kv_write(void) {
+  static const int32_t s0[] = {9, 3, 40, 41, 63};
+  static const int32_t s1[] = {11};
+  static const int32_t s3[] = {6, 0, 4};
+  int32_t s2[20];
+  { /* 20 distinct slots of 128, shuffled */
+    int64_t all[128];
+    for (int64_t i = 0; i < 128; i++) all[i] = i;
+    shuffle_i64(all, 128);
+    for (int i = 0; i < 20; i++) s2[i] = (int32_t)all[i];
+  }
+  static const struct { int64_t slots, dim, T, block_rows; int which; } cases[] = {
+      {64, 64, 5, 16, 0}, {16, 256, 1, 16, 1}, {128, 48, 20, 1, 2}, {7, 1, 3, 64, 3}};
+  op_stat *st = stat_for("kv_write");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t S = cases[ci].slots, D = cases[ci].dim, T = cases[ci].T;
+    const int32_t *slot = cases[ci].which == 0 ? s0 : cases[ci].which == 1 ? s1 : cases[ci].which == 2 ? s2 : s3;
+    float *k0 = rand_floats(S * D, 1.0f), *v0 = rand_floats(S * D, 1.0f); /* what the arenas held before */
+    float *kn = rand_floats(T * D, 4.0f), *vn = rand_floats(T * D, 4.0f);
+    double *rk = malloc(sizeof(double) * (size_t)(S * D)), *rv = malloc(sizeof(double) * (size_t)(S * D));
+    for (int64_t i = 0; i < S * D; i++) rk[i] = k0[i], rv[i] = v0[i];
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t c = 0; c < D; c++) rk[slot[t] * D + c] = kn[t * D + c], rv[slot[t] * D + c] = vn[t * D + c];
+    char shape[64];
+    snprintf(shape, sizeof shape, "%lld rows into [%lld, %lld]", (long long)T, (long long)S, (long long)D);
+    st->cases++;
+    float *got = malloc(sizeof(float) * (size_t)(S * D));
+    for (int di = 0; di < n_devs; di++) {
+      bk_backend *be = devs[di];
+      bk_tensor tk = tfrom_f32(be, k0, S, D), tv = tfrom_f32(be, v0, S, D);
+      bk_tensor tkn = tfrom_f32(be, kn, T, D), tvn = tfrom_f32(be, vn, T, D), ts = tfrom_i32(be, slot, T);
+      bk_kv_layer kv = {.k = &tk, .v = &tv, .block_rows = cases[ci].block_rows};
+      bk_kv_write(&kv, &tkn, &tvn, &ts);
+      tget(&tk, got, "kv_write");
+      compare(st, K_ELEM, di, shape, got, rk, S * D);
+      tget(&tv, got, "kv_write");
+      compare(st, K_ELEM, di, shape, got, rv, S * D);
+      bk_tensor_free(&tk), bk_tensor_free(&tv), bk_tensor_free(&tkn), bk_tensor_free(&tvn), bk_tensor_free(&ts);
+    }
+    free(got), free(rk), free(rv), free(k0), free(v0), free(kn), free(vn);
+  }
+}
+
+/* ---- attention ---- */
+
+#define MAX_SEQS 6
+typedef struct seq_spec {
+  int64_t len; /* rows cached after this step */
+  int64_t nq;  /* queries: rows [len - nq, len) */
+} seq_spec;
+
+typedef struct attn_case {
+  const char *what;
+  int64_t H, KVH, hd, B, window;
+  float softcap;
+  seq_spec seqs[MAX_SEQS]; /* until len == 0 */
+} attn_case;
+
+static const attn_case attn_cases[] = {
+    {"decode, GQA 1", 8, 8, 64, 16, 0, 0, {{1, 1}, {17, 1}, {40, 1}, {100, 1}}},
+    {"decode, GQA 2", 4, 2, 128, 16, 0, 0, {{33, 1}, {5, 1}}},
+    {"decode, GQA 4", 8, 2, 80, 64, 0, 0, {{70, 1}, {64, 1}, {129, 1}}},
+    {"decode, GQA 8", 8, 1, 256, 1, 0, 0, {{20, 1}, {3, 1}}},
+    {"prefill", 4, 4, 32, 16, 0, 0, {{37, 37}}},
+    {"prefill, 3 sequences", 4, 1, 48, 16, 0, 0, {{20, 20}, {45, 45}, {1, 1}}},
+    {"chunked prefill + prefill + decode", 8, 4, 64, 16, 0, 0, {{50, 17}, {40, 40}, {70, 1}}},
+    {"window 8", 4, 2, 64, 16, 8, 0, {{60, 60}, {30, 1}, {45, 12}}},
+    {"softcap 5", 4, 4, 128, 64, 0, 5.0f, {{70, 30}, {9, 1}}},
+    {"window 5 + softcap 50", 8, 1, 256, 1, 5, 50.0f, {{25, 25}, {12, 1}, {40, 7}}},
+    {"block_rows 64, long", 2, 2, 80, 64, 0, 0, {{150, 40}, {130, 130}}},
+    {"query tiles crossing sequences", 2, 1, 48, 1, 0, 0, {{10, 10}, {30, 30}, {5, 3}}},
+    {"GQA 8, hd 32", 8, 1, 32, 64, 0, 0, {{65, 65}}},
+    {"mixed decode and chunks", 4, 2, 64, 16, 3, 20.0f, {{30, 1}, {40, 6}, {50, 1}, {8, 8}, {2, 2}}},
+    {"GQA 2, hd 48, window 16", 6, 3, 48, 16, 16, 0, {{33, 33}, {18, 1}}},
+    {"long chunked prefill", 8, 2, 128, 16, 0, 0, {{300, 64}, {257, 1}, {200, 200}}},
+    {"long, window 40 + softcap 30", 4, 4, 256, 64, 40, 30.0f, {{180, 70}, {129, 1}}},
+    {"long decode batch", 16, 2, 64, 16, 0, 0, {{511, 1}, {1, 1}, {333, 1}, {64, 1}, {65, 1}, {200, 1}}},
+};
+
+static void attention_case(const attn_case *c) {
+  const int64_t H = c->H, KVH = c->KVH, hd = c->hd, B = c->B, kvd = KVH * hd, qd = H * hd;
+  int ns = 0;
+  int64_t T = 0, nb_used = 0, nb[MAX_SEQS];
+  while (ns < MAX_SEQS && c->seqs[ns].len > 0) {
+    nb[ns] = (c->seqs[ns].len + B - 1) / B;
+    nb_used += nb[ns];
+    T += c->seqs[ns].nq;
+    ns++;
+  }
+  /* blocks: a shuffled pool with unused ones (NaN) between the used */
+  const int64_t n_blocks = nb_used + 3, n_slots = n_blocks * B;
+  int64_t *ids = malloc(sizeof(int64_t) * (size_t)n_blocks);
+  for (int64_t i = 0; i < n_blocks; i++) ids[i] = i;
+  shuffle_i64(ids, n_blocks);
+  const int64_t unused = ids[nb_used]; /* a block no sequence owns */
+  /* tables: [gap][seq 0's blocks][gap][seq 1's blocks]...; a gap entry names an unused block */
+  int64_t n_tab = nb_used + ns + 1, tpos[MAX_SEQS];
+  int32_t *tables = malloc(sizeof(int32_t) * (size_t)n_tab);
+  int64_t ti = 0, bi = 0;
+  for (int s = 0; s < ns; s++) {
+    tables[ti++] = (int32_t)unused;
+    tpos[s] = ti;
+    for (int64_t j = 0; j < nb[s]; j++) tables[ti++] = (int32_t)ids[bi++];
+  }
+  tables[ti++] = (int32_t)unused;
+  /* arenas: NaN in every block no sequence owns, large values past each sequence's end */
+  float *K = malloc(sizeof(float) * (size_t)(n_slots * kvd)), *V = malloc(sizeof(float) * (size_t)(n_slots * kvd));
+  for (int64_t i = 0; i < n_slots * kvd; i++) K[i] = V[i] = NAN;
+  for (int s = 0; s < ns; s++)
+    for (int64_t j = 0; j < nb[s] * B; j++) {
+      int64_t slot = (int64_t)tables[tpos[s] + j / B] * B + j % B;
+      float amp = j < c->seqs[s].len ? 1.0f : 1000.0f;
+      for (int64_t d = 0; d < kvd; d++) {
+        K[slot * kvd + d] = urand() * amp;
+        V[slot * kvd + d] = urand() * amp;
+      }
+    }
+  /* queries and their index */
+  float *q = rand_floats(T * qd, 2.0f);
+  int32_t *row = malloc(sizeof(int32_t) * (size_t)T), *tab = malloc(sizeof(int32_t) * (size_t)T);
+  int64_t *row64 = malloc(sizeof(int64_t) * (size_t)T);
+  for (int s = 0, t = 0; s < ns; s++)
+    for (int64_t j = c->seqs[s].len - c->seqs[s].nq; j < c->seqs[s].len; j++, t++) {
+      row[t] = (int32_t)j, row64[t] = j;
+      tab[t] = (int32_t)tpos[s];
+    }
+  attn_params p = {.n_heads = H, .n_kv_heads = KVH, .head_dim = hd, .scale = (float)(1.0 / sqrt((double)hd)),
+                   .softcap = c->softcap, .window = c->window};
+  /* reference: one op_attention_ref per sequence over host block pointers */
+  float *refo = malloc(sizeof(float) * (size_t)(T * qd));
+  for (int s = 0, t0 = 0; s < ns; s++) {
+    const float **kb = malloc(sizeof(float *) * (size_t)nb[s]), **vb = malloc(sizeof(float *) * (size_t)nb[s]);
+    for (int64_t j = 0; j < nb[s]; j++) {
+      kb[j] = K + (int64_t)tables[tpos[s] + j] * B * kvd;
+      vb[j] = V + (int64_t)tables[tpos[s] + j] * B * kvd;
+    }
+    kv_view view = {.k_blocks = kb, .v_blocks = vb, .block_rows = B, .row_stride = kvd, .lo = 0, .hi = c->seqs[s].len};
+    op_attention_ref(NULL, refo + t0 * qd, q + t0 * qd, c->seqs[s].nq, row64 + t0, &view, &p);
+    t0 += (int)c->seqs[s].nq;
+    free(kb), free(vb);
+  }
+  double *ref = malloc(sizeof(double) * (size_t)(T * qd));
+  for (int64_t i = 0; i < T * qd; i++) ref[i] = refo[i];
+  char shape[192];
+  int o = snprintf(shape, sizeof shape, "%s: H %lld, KVH %lld, hd %lld, block_rows %lld, window %lld, softcap %g, seqs",
+                   c->what, (long long)H, (long long)KVH, (long long)hd, (long long)B, (long long)c->window,
+                   (double)c->softcap);
+  for (int s = 0; s < ns && o > 0 && (size_t)o < sizeof shape; s++)
+    o += snprintf(shape + o, sizeof shape - (size_t)o, " %lld/%lld", (long long)c->seqs[s].nq, (long long)c->seqs[s].len);
+  op_stat *st = stat_for("attention");
+  st->cases++;
+  float *got = malloc(sizeof(float) * (size_t)(T * qd));
+  for (int di = 0; di < n_devs; di++) {
+    bk_backend *be = devs[di];
+    bk_tensor tk = tfrom_f32(be, K, n_slots, kvd), tv = tfrom_f32(be, V, n_slots, kvd), tq = tfrom_f32(be, q, T, qd);
+    bk_tensor tout = tnew(be, BK_DT_F32, T, qd), trow = tfrom_i32(be, row, T), ttab = tfrom_i32(be, tab, T),
+              ttables = tfrom_i32(be, tables, n_tab);
+    bk_kv_layer kv = {.k = &tk, .v = &tv, .block_rows = B};
+    bk_attn_index ix = {.row = &trow, .tab = &ttab, .tables = &ttables};
+    poison(&tout);
+    bk_attention(&tout, &tq, &kv, &ix, &p);
+    tget(&tout, got, "attention");
+    compare(st, K_ATTN, di, shape, got, ref, T * qd);
+    bk_tensor_free(&tk), bk_tensor_free(&tv), bk_tensor_free(&tq), bk_tensor_free(&tout);
+    bk_tensor_free(&trow), bk_tensor_free(&ttab), bk_tensor_free(&ttables);
+  }
+  free(got), free(ref), free(refo), free(q), free(row), free(tab), free(row64), free(K), free(V), free(tables), free(ids);
+}
+
+static void test_attention(void) {
+  for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) attention_case(&attn_cases[i]);
+}
+
+/* ---- main ---- */
+
+static void open_backends(void) {
+  bk_open_opts opts = {.threads = 0, .f32_activations = true};
+  herr err = {0};
+  if (bk_backend_open("cpu", &opts, &devs[0], &err)) die("cpu backend", &err);
+  n_devs = 1;
+  const char *dev = test_device();
+  if (!dev) dev = "cuda";
+  snprintf(dev_label, sizeof dev_label, "%s", dev);
+  const char *req = getenv("HEARTH_TEST_REQUIRE_CUDA");
+  bool require = req && !strcmp(req, "1");
+  bk_backend *be = NULL;
+  herr_clear(&err);
+  if (!strcmp(dev, "cpu")) {
+    herr_set(&err, HEARTH_EINVAL, "HEARTH_TEST_DEVICE=cpu names no second device");
+  } else if (bk_backend_open(dev, &opts, &be, &err) == 0 && bk_backend_is_cpu(be)) {
+    bk_backend_close(be);
+    be = NULL;
+    herr_set(&err, HEARTH_EUNSUPPORTED, "device '%s' opened the CPU", dev);
+  }
+  if (be) {
+    char desc[256];
+    bk_backend_describe(be, desc, sizeof desc);
+    fprintf(stderr, "test_backend_ops: %s: %s\n", dev, desc);
+    snprintf(dev_label, sizeof dev_label, "%s", bk_backend_name(be));
+    devs[n_devs++] = be;
+  } else {
+    fprintf(stderr, "test_backend_ops: %s: skipped (%s)\n", dev, err.msg);
+    CHECK_MSG(!require, "HEARTH_TEST_REQUIRE_CUDA=1 but %s could not be opened", dev);
+  }
+  char desc[256];
+  bk_backend_describe(devs[0], desc, sizeof desc);
+  fprintf(stderr, "test_backend_ops: cpu: %s\n", desc);
+}
+
+static void print_summary(void) {
+  char hdr[48];
+  snprintf(hdr, sizeof hdr, "%s max nmse", dev_label);
+  fprintf(stderr, "\n%-22s | %5s | %-13s | %s\n", "op", "cases", "cpu max nmse", hdr);
+  fprintf(stderr, "-----------------------+-------+---------------+--------------\n");
+  for (int i = 0; i < n_stats; i++) {
+    char dv[32];
+    if (n_devs > 1)
+      snprintf(dv, sizeof dv, "%.3g", stats[i].max[1]);
+    else
+      snprintf(dv, sizeof dv, "skipped");
+    fprintf(stderr, "%-22s | %5d | %-13.3g | %s\n", stats[i].name, stats[i].cases, stats[i].max[0], dv);
+  }
+  fprintf(stderr, "limits: elementwise/copies %.0e; matmul cpu %.0e, %s %.0e; attention cpu %.0e, %s %.0e\n\n", LIM_ELEM,
+          LIM_CPU_MATMUL, dev_label, LIM_DEV_MATMUL, LIM_CPU_ATTN, dev_label, LIM_DEV_ATTN);
+}
+
+int main(void) {
+  test_device_or_skip();
+  open_backends();
+  RUN(test_embed);
+  RUN(test_matmul);
+  RUN(test_rmsnorm);
+  RUN(test_rope);
+  RUN(test_act_mul);
+  RUN(test_add);
+  RUN(test_softcap);
+  RUN(test_get_rows);
+  RUN(test_kv_write);
+  RUN(test_attention);
+  print_summary();
+  for (int i = n_devs - 1; i >= 0; i--) bk_backend_close(devs[i]);
+  TEST_MAIN_END();
+}
