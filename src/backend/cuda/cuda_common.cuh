@@ -31,10 +31,11 @@ struct cu_backend {
   bk_backend base;               /* first: the loader sees this */
   int device;
   int sm;                        /* major * 10 + minor */
+  int n_sm;                      /* multiprocessors */
   char dev_name[256];
   cudaStream_t stream;
   cublasHandle_t blas;
-  void *scratch;                 /* owned: device scratch (matmul dequant, bf16 split, x staging) */
+  void *scratch;                 /* owned: device scratch (matmul dequant, bf16 split, attention partials) */
   size_t scratch_size;
   cu_rope_entry rope[CU_ROPE_CACHE];
   int rope_next;                 /* round-robin victim when the cache is full */

@@ -1,0 +1,226 @@
+/* elementwise.cu — the per-row and per-element ops on f32 activations:
+ * rmsnorm, rope, act_mul (silu, gelu_tanh, gelu, relu), add, softcap,
+ * get_rows and kv_write. Formulas and rounding follow cpu/ref.c: the
+ * rmsnorm sum is taken in double, rope angles in double, and products that
+ * ref.c rounds separately are not fused. */
+#include "backend/cuda/cuda_common.cuh"
+
+static unsigned grid_for(int64_t n, int threads) {
+  int64_t g = (n + threads - 1) / threads;
+  if (g > (1 << 20)) g = 1 << 20;
+  return (unsigned)(g < 1 ? 1 : g);
+}
+
+#define GRID_LOOP(i, n) \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+static bool same_shape(const bk_tensor *a, const bk_tensor *b) { return a->rows == b->rows && a->cols == b->cols; }
+
+/* ---- rmsnorm ---- */
+
+#define RMS_THREADS 256
+
+__global__ void __launch_bounds__(RMS_THREADS)
+    rmsnorm_kernel(float *y, const float *x, int64_t d, const float *__restrict__ w, float eps, int unit_offset) {
+  __shared__ double part[RMS_THREADS / 32];
+  const float *xr = x + (int64_t)blockIdx.x * d;
+  float *yr = y + (int64_t)blockIdx.x * d;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < d; i += RMS_THREADS) ss += (double)xr[i] * (double)xr[i];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  double tot = 0;
+#pragma unroll
+  for (int k = 0; k < RMS_THREADS / 32; k++) tot += part[k];
+  const float inv = (float)(1.0 / sqrt(tot / (double)d + (double)eps));
+  for (int64_t i = threadIdx.x; i < d; i += RMS_THREADS) {
+    float s = w ? (unit_offset ? __fadd_rn(1.0f, w[i]) : w[i]) : 1.0f;
+    yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), s);
+  }
+}
+
+void cu_rmsnorm(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, float eps, bool unit_offset) {
+  cu_backend *b = cu_be(be);
+  if (b->err.code) return;
+  if (!same_shape(x, y) || (w && bk_nelem(w) != x->cols)) {
+    cu_fail(b, HEARTH_EINTERNAL, "cuda rmsnorm: x [%lld, %lld], y [%lld, %lld], w of %lld", (long long)x->rows,
+            (long long)x->cols, (long long)y->rows, (long long)y->cols, (long long)(w ? bk_nelem(w) : 0));
+    return;
+  }
+  if (x->rows <= 0 || x->cols <= 0) return;
+  cudaSetDevice(b->device);
+  rmsnorm_kernel<<<(unsigned)x->rows, RMS_THREADS, 0, b->stream>>>(cu_fw(y), cu_f(x), x->cols, w ? cu_f(w) : NULL, eps,
+                                                                    unit_offset ? 1 : 0);
+  cu_check(b, "rmsnorm");
+}
+
+/* ---- rope ---- */
+
+/* Block r: position pos[r]; thread i per frequency, over all heads. */
+__global__ void rope_kernel(float *x, int64_t n_heads, int64_t head_dim, const int32_t *__restrict__ pos,
+                            const double *__restrict__ inv_freq, int64_t half, double attn_scale, int interleaved) {
+  const int64_t r = blockIdx.x;
+  const double p = (double)pos[r];
+  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+    double sn, cs;
+    sincos(p * inv_freq[i], &sn, &cs);
+    const float c = (float)(cs * attn_scale), s = (float)(sn * attn_scale);
+    const int64_t i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
+    for (int64_t h = 0; h < n_heads; h++) {
+      float *v = x + (r * n_heads + h) * head_dim;
+      const float a = v[i0], bb = v[i1];
+      v[i0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(bb, s));
+      v[i1] = __fadd_rn(__fmul_rn(bb, c), __fmul_rn(a, s));
+    }
+  }
+}
+
+void cu_rope(bk_backend *be, const bk_tensor *x, int64_t n_heads, int64_t head_dim, const bk_tensor *pos, const rope_table *t) {
+  cu_backend *b = cu_be(be);
+  if (b->err.code) return;
+  if (x->cols != n_heads * head_dim || bk_nelem(pos) < x->rows || t->rot_dim > head_dim || t->rot_dim % 2 ||
+      t->rot_dim < 0) {
+    cu_fail(b, HEARTH_EINTERNAL, "cuda rope: x [%lld, %lld] as %lld heads of %lld, rot_dim %lld, %lld positions",
+            (long long)x->rows, (long long)x->cols, (long long)n_heads, (long long)head_dim, (long long)t->rot_dim,
+            (long long)bk_nelem(pos));
+    return;
+  }
+  const int64_t half = t->rot_dim / 2;
+  if (x->rows <= 0 || half <= 0 || n_heads <= 0) return;
+  cudaSetDevice(b->device);
+  const double *f = cu_rope_freqs(b, t);
+  if (!f) return;
+  int threads = half >= 128 ? 128 : (int)((half + 31) / 32 * 32);
+  rope_kernel<<<(unsigned)x->rows, threads, 0, b->stream>>>(cu_fw(x), n_heads, head_dim, cu_i(pos), f, half, t->attn_scale,
+                                                            t->interleaved ? 1 : 0);
+  cu_check(b, "rope");
+}
+
+/* ---- activations ---- */
+
+__global__ void act_mul_kernel(float *gate, const float *up, int64_t n, int act) {
+  GRID_LOOP(i, n) {
+    float v = gate[i], a;
+    switch (act) {
+      case BK_ACT_SILU: a = v / (1.0f + expf(-v)); break;
+      case BK_ACT_GELU_TANH: {
+        const float k = 0.7978845608028654f;
+        float inner = __fmul_rn(k, __fadd_rn(v, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, v), v), v)));
+        a = __fmul_rn(__fmul_rn(0.5f, v), __fadd_rn(1.0f, tanhf(inner)));
+        break;
+      }
+      case BK_ACT_GELU: a = __fmul_rn(__fmul_rn(0.5f, v), __fadd_rn(1.0f, erff(__fmul_rn(v, 0.70710678118654752f)))); break;
+      default: a = v > 0 ? v : 0; break;
+    }
+    gate[i] = __fmul_rn(a, up[i]);
+  }
+}
+
+void cu_act_mul(bk_backend *be, const bk_tensor *gate, const bk_tensor *up, bk_act act) {
+  cu_backend *b = cu_be(be);
+  if (b->err.code) return;
+  const int64_t n = bk_nelem(gate);
+  if (bk_nelem(up) != n || (unsigned)act > BK_ACT_RELU) {
+    cu_fail(b, HEARTH_EINTERNAL, "cuda act_mul: gate of %lld, up of %lld, act %d", (long long)n, (long long)bk_nelem(up),
+            (int)act);
+    return;
+  }
+  if (n <= 0) return;
+  cudaSetDevice(b->device);
+  act_mul_kernel<<<grid_for(n, 256), 256, 0, b->stream>>>(cu_fw(gate), cu_f(up), n, (int)act);
+  cu_check(b, "act_mul");
+}
+
+/* ---- add, softcap ---- */
+
+__global__ void add_kernel(float *y, const float *a, const float *c, int64_t n) {
+  GRID_LOOP(i, n) y[i] = a[i] + c[i];
+}
+
+void cu_add(bk_backend *be, const bk_tensor *y, const bk_tensor *a, const bk_tensor *c) {
+  cu_backend *b = cu_be(be);
+  if (b->err.code) return;
+  const int64_t n = bk_nelem(y);
+  if (bk_nelem(a) != n || bk_nelem(c) != n) {
+    cu_fail(b, HEARTH_EINTERNAL, "cuda add: %lld = %lld + %lld elements", (long long)n, (long long)bk_nelem(a),
+            (long long)bk_nelem(c));
+    return;
+  }
+  if (n <= 0) return;
+  cudaSetDevice(b->device);
+  add_kernel<<<grid_for(n, 256), 256, 0, b->stream>>>(cu_fw(y), cu_f(a), cu_f(c), n);
+  cu_check(b, "add");
+}
+
+__global__ void softcap_kernel(float *x, int64_t n, float cap) {
+  GRID_LOOP(i, n) x[i] = __fmul_rn(cap, tanhf(x[i] / cap));
+}
+
+void cu_softcap(bk_backend *be, const bk_tensor *x, float cap) {
+  cu_backend *b = cu_be(be);
+  if (b->err.code) return;
+  const int64_t n = bk_nelem(x);
+  if (n <= 0) return;
+  cudaSetDevice(b->device);
+  softcap_kernel<<<grid_for(n, 256), 256, 0, b->stream>>>(cu_fw(x), n, cap);
+  cu_check(b, "softcap");
+}
+
+/* ---- get_rows, kv_write ---- */
+
+/* y[r] = x[idx[r]] for r < n rows of cols; rows outside [0, x_rows) give zeros. */
+__global__ void get_rows_kernel(float *__restrict__ y, const float *__restrict__ x, int64_t x_rows, int64_t cols,
+                                const int32_t *__restrict__ idx, int64_t n) {
+  GRID_LOOP(i, n * cols) {
+    int64_t r = i / cols, c = i % cols;
+    int32_t src = idx[r];
+    y[i] = src >= 0 && src < x_rows ? x[(int64_t)src * cols + c] : 0.0f;
+  }
+}
+
+void cu_get_rows(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows) {
+  cu_backend *b = cu_be(be);
+  if (b->err.code) return;
+  if (y->cols != x->cols || bk_nelem(rows) < y->rows || rows->dt != BK_DT_I32) {
+    cu_fail(b, HEARTH_EINTERNAL, "cuda get_rows: y [%lld, %lld] from x [%lld, %lld] with %lld indices", (long long)y->rows,
+            (long long)y->cols, (long long)x->rows, (long long)x->cols, (long long)bk_nelem(rows));
+    return;
+  }
+  if (y->rows <= 0 || y->cols <= 0) return;
+  cudaSetDevice(b->device);
+  get_rows_kernel<<<grid_for(y->rows * y->cols, 256), 256, 0, b->stream>>>(cu_fw(y), cu_f(x), x->rows, x->cols, cu_i(rows),
+                                                                          y->rows);
+  cu_check(b, "get_rows");
+}
+
+/* K[slot[t]] = k_new[t], V[slot[t]] = v_new[t]; slots outside the arena are skipped. */
+__global__ void kv_write_kernel(float *__restrict__ K, float *__restrict__ V, int64_t n_slots, const float *__restrict__ kn,
+                                const float *__restrict__ vn, const int32_t *__restrict__ slot, int64_t T, int64_t dim) {
+  GRID_LOOP(i, T * dim) {
+    int64_t t = i / dim, c = i % dim;
+    int32_t s = slot[t];
+    if (s < 0 || s >= n_slots) continue;
+    K[(int64_t)s * dim + c] = kn[i];
+    V[(int64_t)s * dim + c] = vn[i];
+  }
+}
+
+void cu_kv_write(bk_backend *be, const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor *v_new, const bk_tensor *slot) {
+  cu_backend *b = cu_be(be);
+  if (b->err.code) return;
+  const int64_t T = k_new->rows, dim = k_new->cols;
+  if (!same_shape(k_new, v_new) || kv->k->cols != dim || kv->v->cols != dim || kv->k->rows != kv->v->rows ||
+      bk_nelem(slot) < T) {
+    cu_fail(b, HEARTH_EINTERNAL, "cuda kv_write: k_new [%lld, %lld], v_new [%lld, %lld] into arenas of %lld / %lld columns",
+            (long long)k_new->rows, (long long)k_new->cols, (long long)v_new->rows, (long long)v_new->cols,
+            (long long)kv->k->cols, (long long)kv->v->cols);
+    return;
+  }
+  if (T <= 0 || dim <= 0) return;
+  cudaSetDevice(b->device);
+  kv_write_kernel<<<grid_for(T * dim, 256), 256, 0, b->stream>>>(cu_fw(kv->k), cu_fw(kv->v), kv->k->rows, cu_f(k_new),
+                                                                 cu_f(v_new), cu_i(slot), T, dim);
+  cu_check(b, "kv_write");
+}

@@ -1,0 +1,358 @@
+/* matmul.cu — y[n, rows] = x[n, cols] · Wᵀ (+ bias) for every stored
+ * weight format, and embedding lookups (rows of a weight table).
+ *
+ * n <= CU_GEMV_MAX_N: a GEMV kernel per format that reads the weights in
+ * their stored format once for all n activation rows (one warp per output
+ * row, f32 accumulation; f16 / bf16 rows with coalesced 16-byte loads).
+ * n > CU_GEMV_MAX_N: f32 weights go straight to cublasSgemm (no TF32);
+ * bf16 weights multiply a three-term bf16 split of the activations
+ * (x = hi + mid + lo, each bf16, exact to about 2^-24 of x) with three
+ * cublasGemmEx calls (f32 compute and output, the smallest term first),
+ * which keeps the product at f32 precision on tensor cores — a prompt fed
+ * in chunks of any size then gives the logits of one piece up to f32
+ * rounding, as on the CPU; every other format is dequantized a chunk
+ * of rows at a time into the f32 scratch buffer and multiplied by
+ * cublasSgemm. Row-major y = x Wᵀ is column-major yᵀ = W xᵀ for cuBLAS. */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/quant_cuda.cuh"
+
+#define CU_GEMV_MAX_N 8
+#define CU_GEMV_WARPS 8 /* output rows per block */
+
+static cu_wdesc make_wdesc(const bk_weight *w) {
+  cu_wdesc d;
+  d.data = (const uint8_t *)w->data;
+  d.scales = w->scales;
+  d.biases = w->biases;
+  d.rows = w->rows;
+  d.cols = w->cols;
+  d.row_bytes = (int64_t)cu_row_bytes(w->type, w->cols, w->bits);
+  d.type = (int)w->type;
+  d.bits = w->bits;
+  d.group_size = w->group_size;
+  d.scale_type = (int)w->scale_type;
+  d.vec = (d.row_bytes % 16 == 0) && ((uintptr_t)w->data % 16 == 0);
+  return d;
+}
+
+/* ---- GEMV: n <= 8 ---- */
+
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* The block's warps take 8 consecutive output rows; the columns go by in
+ * slices of 32 sub-blocks (1024 columns), each slice of all n activation
+ * rows staged in shared memory with one float of padding per 32 (lane l
+ * reads sub-block l without bank conflicts), and each lane multiplies one
+ * sub-block of its warp's row. */
+#define GV_SUBS 32
+#define GV_PAD 33
+
+template <int T, int NR>
+__global__ void __launch_bounds__(CU_GEMV_WARPS * 32)
+    gemv_kernel(cu_wdesc w, const float *__restrict__ x, int64_t ldx, float *__restrict__ y, int64_t ldy,
+                const float *__restrict__ bias) {
+  __shared__ float xs[NR * GV_SUBS * GV_PAD];
+  const int lane = threadIdx.x & 31;
+  const int64_t row = (int64_t)blockIdx.x * CU_GEMV_WARPS + (threadIdx.x >> 5);
+  const bool active = row < w.rows;
+  float acc[NR];
+#pragma unroll
+  for (int r = 0; r < NR; r++) acc[r] = 0.0f;
+  const int64_t nsub = w.cols / 32;
+  for (int64_t s0 = 0; s0 < nsub; s0 += GV_SUBS) {
+    const int ns = nsub - s0 < GV_SUBS ? (int)(nsub - s0) : GV_SUBS, span = ns * 32;
+    __syncthreads(); /* the previous slice is consumed */
+    for (int idx = threadIdx.x; idx < NR * span; idx += blockDim.x) {
+      const int r = idx / span, i = idx % span;
+      xs[r * GV_SUBS * GV_PAD + (i >> 5) * GV_PAD + (i & 31)] = x[r * ldx + 32 * s0 + i];
+    }
+    __syncthreads();
+    if (active && lane < ns) {
+      float v[32];
+      cu_load_sub<T>(w, row, s0 + lane, v);
+#pragma unroll
+      for (int r = 0; r < NR; r++) {
+        const float *xr = xs + r * GV_SUBS * GV_PAD + lane * GV_PAD;
+        float a = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 32; k++) a = fmaf(v[k], xr[k], a);
+        acc[r] += a;
+      }
+    }
+  }
+  if (!active) return;
+  if (cu_has_tail<T>()) {
+    for (int64_t k = nsub * 32 + lane; k < w.cols; k += 32) {
+      float e = cu_load_elem<T>(w, row, k);
+#pragma unroll
+      for (int r = 0; r < NR; r++) acc[r] = fmaf(e, x[r * ldx + k], acc[r]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < NR; r++) {
+    float s = warp_sum(acc[r]);
+    if (lane == 0) y[r * ldy + row] = s + (bias ? bias[row] : 0.0f);
+  }
+}
+
+template <int T, int NR>
+static void launch_gemv_n(const cu_wdesc &w, const float *x, int64_t ldx, float *y, int64_t ldy, const float *bias,
+                          cudaStream_t st) {
+  gemv_kernel<T, NR><<<cu_blocks(w.rows, CU_GEMV_WARPS), CU_GEMV_WARPS * 32, 0, st>>>(w, x, ldx, y, ldy, bias);
+}
+
+template <int T>
+static void launch_gemv(int n, const cu_wdesc &w, const float *x, int64_t ldx, float *y, int64_t ldy, const float *bias,
+                        cudaStream_t st) {
+  switch (n) {
+    case 1: launch_gemv_n<T, 1>(w, x, ldx, y, ldy, bias, st); break;
+    case 2: launch_gemv_n<T, 2>(w, x, ldx, y, ldy, bias, st); break;
+    case 3: launch_gemv_n<T, 3>(w, x, ldx, y, ldy, bias, st); break;
+    case 4: launch_gemv_n<T, 4>(w, x, ldx, y, ldy, bias, st); break;
+    case 5: launch_gemv_n<T, 5>(w, x, ldx, y, ldy, bias, st); break;
+    case 6: launch_gemv_n<T, 6>(w, x, ldx, y, ldy, bias, st); break;
+    case 7: launch_gemv_n<T, 7>(w, x, ldx, y, ldy, bias, st); break;
+    default: launch_gemv_n<T, 8>(w, x, ldx, y, ldy, bias, st); break;
+  }
+}
+
+static void gemv(cu_backend *b, int n, const cu_wdesc &w, const float *x, int64_t ldx, float *y, int64_t ldy,
+                 const float *bias) {
+  cudaStream_t st = b->stream;
+  switch (w.type) {
+    case BK_F32: launch_gemv<BK_F32>(n, w, x, ldx, y, ldy, bias, st); break;
+    case BK_F16: launch_gemv<BK_F16>(n, w, x, ldx, y, ldy, bias, st); break;
+    case BK_BF16: launch_gemv<BK_BF16>(n, w, x, ldx, y, ldy, bias, st); break;
+    case BK_Q8_0: launch_gemv<BK_Q8_0>(n, w, x, ldx, y, ldy, bias, st); break;
+    case BK_Q4_0: launch_gemv<BK_Q4_0>(n, w, x, ldx, y, ldy, bias, st); break;
+    case BK_Q4_K: launch_gemv<BK_Q4_K>(n, w, x, ldx, y, ldy, bias, st); break;
+    case BK_Q5_K: launch_gemv<BK_Q5_K>(n, w, x, ldx, y, ldy, bias, st); break;
+    case BK_Q6_K: launch_gemv<BK_Q6_K>(n, w, x, ldx, y, ldy, bias, st); break;
+    case BK_MLX_AFFINE: launch_gemv<BK_MLX_AFFINE>(n, w, x, ldx, y, ldy, bias, st); break;
+    default: break;
+  }
+}
+
+/* ---- dequantization of a row range to f32 ---- */
+
+/* out[r - r0][k] for rows [r0, r0 + nrows): one thread per 32-element sub-block. */
+template <int T>
+__global__ void dequant_sub_kernel(cu_wdesc w, int64_t r0, int64_t nrows, float *__restrict__ out) {
+  const int64_t nsub = w.cols / 32, total = nrows * nsub;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = i / nsub, s = i % nsub;
+    float v[32];
+    cu_load_sub<T>(w, r0 + r, s, v);
+    float4 *o = (float4 *)(out + r * w.cols + 32 * s);
+#pragma unroll
+    for (int k = 0; k < 8; k++) o[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+  }
+}
+
+/* f32 / f16 / bf16 of any width: one thread per element. */
+template <int T>
+__global__ void dequant_elem_kernel(cu_wdesc w, int64_t r0, int64_t nrows, float *__restrict__ out) {
+  const int64_t total = nrows * w.cols;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = cu_load_elem<T>(w, r0 + i / w.cols, i % w.cols);
+}
+
+static unsigned grid_for(int64_t n, int threads) {
+  int64_t g = (n + threads - 1) / threads;
+  if (g > (1 << 20)) g = 1 << 20;
+  return (unsigned)(g < 1 ? 1 : g);
+}
+
+template <int T>
+static void launch_dequant_sub(const cu_wdesc &w, int64_t r0, int64_t nrows, float *out, cudaStream_t st) {
+  dequant_sub_kernel<T><<<grid_for(nrows * (w.cols / 32), 128), 128, 0, st>>>(w, r0, nrows, out);
+}
+
+template <int T>
+static void launch_dequant_elem(const cu_wdesc &w, int64_t r0, int64_t nrows, float *out, cudaStream_t st) {
+  dequant_elem_kernel<T><<<grid_for(nrows * w.cols, 256), 256, 0, st>>>(w, r0, nrows, out);
+}
+
+static void dequant_rows(cudaStream_t st, const cu_wdesc &w, int64_t r0, int64_t nrows, float *out) {
+  switch (w.type) {
+    case BK_F32: launch_dequant_elem<BK_F32>(w, r0, nrows, out, st); break;
+    case BK_F16: launch_dequant_elem<BK_F16>(w, r0, nrows, out, st); break;
+    case BK_BF16: launch_dequant_elem<BK_BF16>(w, r0, nrows, out, st); break;
+    case BK_Q8_0: launch_dequant_sub<BK_Q8_0>(w, r0, nrows, out, st); break;
+    case BK_Q4_0: launch_dequant_sub<BK_Q4_0>(w, r0, nrows, out, st); break;
+    case BK_Q4_K: launch_dequant_sub<BK_Q4_K>(w, r0, nrows, out, st); break;
+    case BK_Q5_K: launch_dequant_sub<BK_Q5_K>(w, r0, nrows, out, st); break;
+    case BK_Q6_K: launch_dequant_sub<BK_Q6_K>(w, r0, nrows, out, st); break;
+    case BK_MLX_AFFINE: launch_dequant_sub<BK_MLX_AFFINE>(w, r0, nrows, out, st); break;
+    default: break;
+  }
+}
+
+/* ---- GEMM helpers ---- */
+
+__global__ void split_bf16_kernel(const float *__restrict__ x, int64_t n, __nv_bfloat16 *__restrict__ hi,
+                                  __nv_bfloat16 *__restrict__ mid, __nv_bfloat16 *__restrict__ lo) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    float v = x[i];
+    __nv_bfloat16 h = __float2bfloat16_rn(v);
+    float r = v - __bfloat162float(h);
+    __nv_bfloat16 m = __float2bfloat16_rn(r);
+    hi[i] = h;
+    mid[i] = m;
+    lo[i] = __float2bfloat16_rn(r - __bfloat162float(m));
+  }
+}
+
+__global__ void add_bias_kernel(float *__restrict__ y, int64_t n, int64_t cols, const float *__restrict__ bias) {
+  const int64_t total = n * cols;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+    y[i] += bias[i % cols];
+}
+
+/* ---- matmul ---- */
+
+void cu_matmul(bk_backend *be, const bk_tensor *yt, const bk_tensor *xt, const bk_weight *wt, const bk_tensor *bias) {
+  cu_backend *b = cu_be(be);
+  if (b->err.code) return;
+  const int64_t n = xt->rows, cols = wt->cols, rows = wt->rows;
+  if (xt->cols != cols || yt->cols != rows || yt->rows != n || (bias && bk_nelem(bias) != rows) || !wt->data) {
+    cu_fail(b, HEARTH_EINTERNAL, "cuda matmul: x [%lld, %lld] · %s [%lld, %lld]ᵀ into y [%lld, %lld]%s", (long long)n,
+            (long long)xt->cols, cu_type_name(wt->type), (long long)rows, (long long)cols, (long long)yt->rows,
+            (long long)yt->cols, wt->data ? "" : " (weight not loaded)");
+    return;
+  }
+  if (n <= 0 || rows <= 0) return;
+  if (rows > INT32_MAX || cols > INT32_MAX || n > INT32_MAX) {
+    cu_fail(b, HEARTH_EUNSUPPORTED, "cuda matmul: shape too large for cuBLAS");
+    return;
+  }
+  cudaSetDevice(b->device);
+  cu_wdesc w = make_wdesc(wt);
+  const float *x = cu_f(xt);
+  float *y = cu_fw(yt);
+  const float *bp = bias ? cu_f(bias) : NULL;
+
+  if (n <= CU_GEMV_MAX_N) {
+    gemv(b, (int)n, w, x, cols, y, rows, bp);
+    cu_check(b, "matmul (gemv)");
+    return;
+  }
+
+  const float one = 1.0f, zero = 0.0f;
+  if (wt->type == BK_F32) {
+    cublasStatus_t st = cublasSgemm(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)cols, &one,
+                                    (const float *)w.data, (int)cols, x, (int)cols, &zero, y, (int)rows);
+    if (cu_check_blas(b, st, "sgemm")) return;
+  } else if (wt->type == BK_BF16) {
+    /* activations as hi + mid + lo bf16 terms: chunks of n so all three fit the scratch */
+    int64_t per_row = cols * 3 * (int64_t)sizeof(__nv_bfloat16);
+    int64_t chunk = (int64_t)(CU_SCRATCH_CAP / (size_t)per_row);
+    if (chunk < 1) {
+      cu_fail(b, HEARTH_EUNSUPPORTED, "cuda matmul: %lld columns too wide for the bf16 path", (long long)cols);
+      return;
+    }
+    if (chunk > n) chunk = n;
+    __nv_bfloat16 *hi = (__nv_bfloat16 *)cu_scratch(b, (size_t)(chunk * per_row));
+    if (!hi) return;
+    __nv_bfloat16 *mid = hi + chunk * cols, *lo = mid + chunk * cols;
+    for (int64_t n0 = 0; n0 < n; n0 += chunk) {
+      int64_t nc = n - n0 < chunk ? n - n0 : chunk;
+      split_bf16_kernel<<<grid_for(nc * cols, 256), 256, 0, b->stream>>>(x + n0 * cols, nc * cols, hi, mid, lo);
+      if (cu_check(b, "matmul (bf16 split)")) return;
+      float *yc = y + n0 * rows;
+      const __nv_bfloat16 *terms[3] = {lo, mid, hi};
+      cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+      for (int k = 0; k < 3 && st == CUBLAS_STATUS_SUCCESS; k++)
+        st = cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)nc, (int)cols, &one, w.data, CUDA_R_16BF,
+                          (int)cols, terms[k], CUDA_R_16BF, (int)cols, k ? &one : &zero, yc, CUDA_R_32F, (int)rows,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      if (cu_check_blas(b, st, "gemm bf16")) return;
+    }
+  } else {
+    /* dequantize a chunk of weight rows to f32, then sgemm into y's columns [r0, r0 + rc) */
+    int64_t chunk = (int64_t)(CU_SCRATCH_CAP / ((size_t)cols * sizeof(float)));
+    if (chunk < 1) {
+      cu_fail(b, HEARTH_EUNSUPPORTED, "cuda matmul: %lld columns too wide to dequantize", (long long)cols);
+      return;
+    }
+    if (chunk > rows) chunk = rows;
+    float *wd = (float *)cu_scratch(b, (size_t)(chunk * cols) * sizeof(float));
+    if (!wd) return;
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      int64_t rc = rows - r0 < chunk ? rows - r0 : chunk;
+      dequant_rows(b->stream, w, r0, rc, wd);
+      if (cu_check(b, "matmul (dequantize)")) return;
+      cublasStatus_t st = cublasSgemm(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rc, (int)n, (int)cols, &one, wd, (int)cols,
+                                      x, (int)cols, &zero, y + r0, (int)rows);
+      if (cu_check_blas(b, st, "sgemm")) return;
+    }
+  }
+  if (bp) add_bias_kernel<<<grid_for(n * rows, 256), 256, 0, b->stream>>>(y, n, rows, bp);
+  cu_check(b, "matmul");
+}
+
+/* ---- embed ---- */
+
+/* Block t: y[t] = row ids[t] of the table times scale (rows outside the table give zeros). */
+template <int T>
+__global__ void embed_kernel(cu_wdesc w, const int32_t *__restrict__ ids, float *__restrict__ y, float scale) {
+  const int64_t t = blockIdx.x, cols = w.cols;
+  const int32_t id = ids[t];
+  float *yr = y + t * cols;
+  const bool ok = id >= 0 && id < w.rows;
+  const int64_t nsub = cols / 32;
+  for (int64_t s = threadIdx.x; s < nsub; s += blockDim.x) {
+    float v[32];
+    if (ok) cu_load_sub<T>(w, id, s, v);
+#pragma unroll
+    for (int k = 0; k < 32; k++) yr[32 * s + k] = ok ? __fmul_rn(v[k], scale) : 0.0f;
+  }
+  if (cu_has_tail<T>())
+    for (int64_t k = nsub * 32 + threadIdx.x; k < cols; k += blockDim.x)
+      yr[k] = ok ? __fmul_rn(cu_load_elem<T>(w, id, k), scale) : 0.0f;
+}
+
+template <int T>
+static void launch_embed(int64_t n, const cu_wdesc &w, const int32_t *ids, float *y, float scale, cudaStream_t st) {
+  embed_kernel<T><<<(unsigned)n, 128, 0, st>>>(w, ids, y, scale);
+}
+
+void cu_embed(bk_backend *be, const bk_tensor *y, const bk_weight *table, const bk_tensor *ids, float scale) {
+  cu_backend *b = cu_be(be);
+  if (b->err.code) return;
+  const int64_t n = y->rows;
+  if (y->cols != table->cols || bk_nelem(ids) < n || ids->dt != BK_DT_I32 || !table->data) {
+    cu_fail(b, HEARTH_EINTERNAL, "cuda embed: y [%lld, %lld] from a %s table [%lld, %lld] with %lld ids", (long long)y->rows,
+            (long long)y->cols, cu_type_name(table->type), (long long)table->rows, (long long)table->cols,
+            (long long)bk_nelem(ids));
+    return;
+  }
+  if (n <= 0) return;
+  if (n > INT32_MAX) {
+    cu_fail(b, HEARTH_EUNSUPPORTED, "cuda embed: %lld rows", (long long)n);
+    return;
+  }
+  cudaSetDevice(b->device);
+  cu_wdesc w = make_wdesc(table);
+  const float s = scale != 0.0f ? scale : 1.0f;
+  const int32_t *id = cu_i(ids);
+  float *yp = cu_fw(y);
+  cudaStream_t st = b->stream;
+  switch (table->type) {
+    case BK_F32: launch_embed<BK_F32>(n, w, id, yp, s, st); break;
+    case BK_F16: launch_embed<BK_F16>(n, w, id, yp, s, st); break;
+    case BK_BF16: launch_embed<BK_BF16>(n, w, id, yp, s, st); break;
+    case BK_Q8_0: launch_embed<BK_Q8_0>(n, w, id, yp, s, st); break;
+    case BK_Q4_0: launch_embed<BK_Q4_0>(n, w, id, yp, s, st); break;
+    case BK_Q4_K: launch_embed<BK_Q4_K>(n, w, id, yp, s, st); break;
+    case BK_Q5_K: launch_embed<BK_Q5_K>(n, w, id, yp, s, st); break;
+    case BK_Q6_K: launch_embed<BK_Q6_K>(n, w, id, yp, s, st); break;
+    case BK_MLX_AFFINE: launch_embed<BK_MLX_AFFINE>(n, w, id, yp, s, st); break;
+    default: cu_fail(b, HEARTH_EUNSUPPORTED, "cuda embed: table type %d", (int)table->type); return;
+  }
+  cu_check(b, "embed");
+}
