@@ -67,6 +67,7 @@
 #include "backend/ops.h"
 #include "backend/weights.h"
 #include "test.h"
+#include "weight_formats.h"
 #include "test_device.h"
 
 /* ---- random inputs ---- */
@@ -220,19 +221,6 @@ static void tget(const bk_tensor *t, float *dst, const char *op) {
 
 /* ---- weights of every stored format ---- */
 
-typedef struct fmt {
-  bk_type type;
-  int bits, group_size;
-  bk_type scale_type;
-} fmt;
-
-static const fmt formats[] = {
-    {BK_F32, 0, 0, 0},  {BK_F16, 0, 0, 0},  {BK_BF16, 0, 0, 0}, {BK_Q8_0, 0, 0, 0},
-    {BK_Q4_0, 0, 0, 0}, {BK_Q4_K, 0, 0, 0}, {BK_Q5_K, 0, 0, 0}, {BK_Q6_K, 0, 0, 0},
-    {BK_MLX_AFFINE, 4, 32, BK_F16},  {BK_MLX_AFFINE, 4, 64, BK_BF16}, {BK_MLX_AFFINE, 4, 128, BK_F32},
-    {BK_MLX_AFFINE, 8, 32, BK_BF16}, {BK_MLX_AFFINE, 8, 64, BK_F32},  {BK_MLX_AFFINE, 8, 128, BK_F16},
-};
-#define N_FORMATS (int)(sizeof formats / sizeof formats[0])
 
 static const char *scale_name(bk_type t) { return t == BK_F32 ? "f32" : t == BK_F16 ? "f16" : "bf16"; }
 

@@ -16,6 +16,7 @@
 #include "backend/weights.h"
 #include "base/pool.h"
 #include "test.h"
+#include "weight_formats.h"
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
 static uint32_t urand(void) {
@@ -26,19 +27,6 @@ static uint32_t urand(void) {
 }
 static float frand(void) { return (float)(urand() * (2.0 / 4294967296.0) - 1.0); }
 
-typedef struct fmt {
-  bk_type type;
-  int bits, group_size;
-  bk_type scale_type;
-} fmt;
-
-static const fmt formats[] = {
-    {BK_F32, 0, 0, 0},  {BK_F16, 0, 0, 0},  {BK_BF16, 0, 0, 0}, {BK_Q8_0, 0, 0, 0},
-    {BK_Q4_0, 0, 0, 0}, {BK_Q4_K, 0, 0, 0}, {BK_Q5_K, 0, 0, 0}, {BK_Q6_K, 0, 0, 0},
-    {BK_MLX_AFFINE, 4, 32, BK_F16},  {BK_MLX_AFFINE, 4, 64, BK_BF16}, {BK_MLX_AFFINE, 4, 128, BK_F32},
-    {BK_MLX_AFFINE, 8, 32, BK_BF16}, {BK_MLX_AFFINE, 8, 64, BK_F16},  {BK_MLX_AFFINE, 8, 128, BK_F32},
-};
-#define N_FORMATS (int)(sizeof formats / sizeof formats[0])
 
 /* A weight of the format with its storage (all owned by the struct). */
 typedef struct test_weight {
