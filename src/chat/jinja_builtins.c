@@ -380,6 +380,8 @@ static int splitlines(jrender *r, jv s, bool keepends, jv *out) {
 
 /* str.format: {} {0} {name} {name.attr} {name[key]} with !r / !s; format specs other than
  * empty are refused. */
+#define JR_MAX_FORMAT_PRECISION 1000
+
 static int str_format(jrender *r, jv fmt, jargs *a, jv *out) {
   hbuf b = {0};
   const char *p = fmt.s->data;
@@ -480,7 +482,13 @@ int jr_percent_format(jrender *r, jv fmt, jv args, jv *out) {
     int prec = -1;
     if (p[i] == '.') {
       prec = 0;
-      while (++i < n && p[i] >= '0' && p[i] <= '9') prec = prec * 10 + (p[i] - '0');
+      while (++i < n && p[i] >= '0' && p[i] <= '9') {
+        prec = prec * 10 + (p[i] - '0');
+        if (prec > JR_MAX_FORMAT_PRECISION) { /* Python would print it; a template asking for this is hostile */
+          hbuf_free(&b);
+          return jr_fail(r, HEARTH_ELIMIT, "format precision larger than %d", JR_MAX_FORMAT_PRECISION);
+        }
+      }
       if (i >= n) break;
     }
     char c = p[i];

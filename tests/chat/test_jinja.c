@@ -127,6 +127,15 @@ static void test_hostile_templates(void) {
   CHECK(rc != 0);
   CHECK(strstr(err.msg, "Range too big") != NULL);
   hbuf_clear(&out);
+  /* a printf precision of gigabytes (fuzz-found: it overflowed an int, then asked for 3.5 GB) */
+  rc = render_str("{{ '%.6666666666f' % 1.5 }}", NULL, NULL, &out, &err);
+  CHECK_EQ_INT(rc, HEARTH_ELIMIT);
+  CHECK(strstr(err.msg, "precision") != NULL);
+  hbuf_clear(&out);
+  rc = render_str("{{ '%.3f' % 1.5 }}", NULL, NULL, &out, &err);
+  CHECK_EQ_INT(rc, 0);
+  CHECK_EQ_STR(hbuf_str(&out), "1.500");
+  hbuf_clear(&out);
   /* gigabytes by string multiplication */
   rc = render_str("{{ 'x' * 4000000000 }}", NULL, NULL, &out, &err);
   CHECK_EQ_INT(rc, HEARTH_ELIMIT);
