@@ -70,6 +70,7 @@ typedef struct hearth_load_opts {
   const char *cpu_level;   /* CPU kernels: "scalar", "avx2" or "avx512" caps the level (NULL: the best) */
   bool mmap;               /* map weight files instead of reading them into huge-page memory */
   bool f32_activations;    /* CPU: f32 activations for GGUF block types (exact, slower) */
+  bool f32_as_bf16;        /* store f32 weight matrices as bf16 (half the GPU memory; the weights rounded) */
   double gpu_memory_fraction; /* GPU: the share of free device memory the KV pool may take after the
                               weights are loaded (0: 0.9); ignored on the CPU */
 } hearth_load_opts;

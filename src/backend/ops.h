@@ -1,7 +1,8 @@
-/* ops.h — the numeric operations the model code is built from, on float
- * buffers owned by the backend (bk_alloc). Model code never loops over
- * floats itself; it calls these. Shapes are row-major: a matrix [n, d] is n
- * rows of d floats.
+/* ops.h — the plain reference of the numeric operations, on host float
+ * buffers: the spec that every backend's kernels are tested against, and
+ * what the CPU backend runs where it has nothing faster. Model code does
+ * not call these; it goes through backend.h. Shapes are row-major: a
+ * matrix [n, d] is n rows of d floats.
  *
  * Every op here has a plain reference implementation (cpu/ref.c); faster
  * kernels added later are checked against it. The backend knows nothing of
@@ -16,7 +17,7 @@
 
 #include "base/pool.h"
 
-/* Activation and weight storage: 64-byte aligned, zeroed. NULL on failure. */
+/* Host float buffers for the reference ops and their tests: 64-byte aligned, zeroed. NULL on failure. */
 float *bk_alloc(size_t n_floats);
 void bk_free(float *p);
 

@@ -164,7 +164,7 @@ int cli_bench(int argc, char **argv) {
   model *m = NULL;
   const cli_load *cl = cli_load_opts();
   model_load_opts opts = {.threads = threads, .device = cl->device, .cpu_level = cl->cpu_level, .mmap = cl->mmap,
-                          .f32_activations = cl->f32_activations};
+                          .f32_activations = cl->f32_activations, .f32_as_bf16 = cl->f32_as_bf16};
   if (model_load(dir, &opts, &m, &err)) return cli_fail("%s", err.msg);
   const model_config *c = model_cfg(m);
   int64_t V = model_vocab_size(m);

@@ -123,7 +123,7 @@ int cli_chat(int argc, char **argv) {
   hearth_model *m = NULL;
   const cli_load *cl = cli_load_opts();
   hearth_load_opts lo = {.device = cl->device, .gpu_memory_fraction = cl->gpu_memory_fraction, .cpu_level = cl->cpu_level,
-                         .mmap = cl->mmap, .f32_activations = cl->f32_activations};
+                         .mmap = cl->mmap, .f32_activations = cl->f32_activations, .f32_as_bf16 = cl->f32_as_bf16};
   if (hearth_model_load(model_dir, &lo, &m, &err)) return cli_fail("%s", err.msg);
   hearth_info info;
   hearth_model_info(m, &info);

@@ -39,6 +39,7 @@ typedef struct cli_load {
   const char *cpu_level;
   bool mmap;
   bool f32_activations;
+  bool f32_as_bf16;
 } cli_load;
 const cli_load *cli_load_opts(void);
 

@@ -257,7 +257,7 @@ int cli_generate(int argc, char **argv) {
   }
   const cli_load *cl = cli_load_opts();
   hearth_load_opts lo = {.device = cl->device, .gpu_memory_fraction = cl->gpu_memory_fraction, .cpu_level = cl->cpu_level,
-                         .mmap = cl->mmap, .f32_activations = cl->f32_activations};
+                         .mmap = cl->mmap, .f32_activations = cl->f32_activations, .f32_as_bf16 = cl->f32_as_bf16};
   if (hearth_model_load(model_dir, &lo, &m, &err)) {
     cli_fail("%s", err.msg);
     goto out;

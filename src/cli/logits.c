@@ -115,7 +115,7 @@ int cli_logits(int argc, char **argv) {
   int status = 1;
   const cli_load *cl = cli_load_opts();
   model_load_opts opts = {.threads = threads, .device = cl->device, .cpu_level = cl->cpu_level, .mmap = cl->mmap,
-                          .f32_activations = cl->f32_activations};
+                          .f32_activations = cl->f32_activations, .f32_as_bf16 = cl->f32_as_bf16};
   if (model_load(dir, &opts, &m, &err)) goto fail;
   model_kv_geometry geo;
   model_kv_geometry_of(m, &geo);

@@ -39,7 +39,8 @@ static void usage(FILE *f) {
   fprintf(f,
           "\noptions of every verb that loads a model (bench, chat, generate, logits, serve):\n"
           "  --device DEV                 cpu (default), cuda, cuda:N, or auto (the GPU when one is usable)\n"
-          "  --gpu-memory-fraction F      share of free GPU memory the KV pool may take after the weights (0.9)\n");
+          "  --gpu-memory-fraction F      share of free GPU memory the KV pool may take after the weights (0.9)\n"
+          "  --f32-as-bf16                store f32 weight matrices as bf16 (half the memory; weights rounded)\n");
 }
 
 static cli_load g_load;
@@ -172,6 +173,8 @@ int main(int argc, char **argv) {
       if (strcmp(v, "cpu") && strcmp(v, "auto") && strncmp(v, "cuda", 4))
         return cli_usage_error(verb->name, "--device must be cpu, cuda, cuda:N or auto, not '%s'", v);
       g_load.device = v;
+    } else if (verb && verb->loads_model && strcmp(argv[j], "--f32-as-bf16") == 0) {
+      g_load.f32_as_bf16 = true;
     } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--gpu-memory-fraction", &v))) {
       char *end = NULL;
       if (r < 0) return 2;

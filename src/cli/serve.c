@@ -121,7 +121,8 @@ int cli_serve(int argc, char **argv) {
                                    .gpu_memory_fraction = cli_load_opts()->gpu_memory_fraction,
                                    .cpu_level = cli_load_opts()->cpu_level,
                                    .mmap = cli_load_opts()->mmap,
-                                   .f32_activations = cli_load_opts()->f32_activations}};
+                                   .f32_activations = cli_load_opts()->f32_activations,
+                                   .f32_as_bf16 = cli_load_opts()->f32_as_bf16}};
   if (serve_engine_open_opts(model, &eo, &engine, &err)) return cli_fail("serve: %s", err.msg);
   serve_config cfg = {.host = host, .port = (int)port, .api_key = key, .max_body = (size_t)max_body};
   serve_server *srv;

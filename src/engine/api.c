@@ -97,7 +97,8 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
   model_load_opts mo = {0};
   if (opts)
     mo = (model_load_opts){.threads = opts->threads, .device = opts->device, .cpu_level = opts->cpu_level,
-                           .mmap = opts->mmap, .f32_activations = opts->f32_activations};
+                           .mmap = opts->mmap, .f32_activations = opts->f32_activations,
+                           .f32_as_bf16 = opts->f32_as_bf16};
   if ((rc = model_load(path, &mo, &hm->m, err))) goto fail;
   char dev[256];
   bk_backend_describe(model_backend(hm->m), dev, sizeof dev);

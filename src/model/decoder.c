@@ -66,6 +66,7 @@ struct model {
   rope_table rope_global, rope_local;
   float embed_scale;      /* 0 = none */
   float attn_scale;
+  bool as_bf16;           /* f32 weights rounded to bf16 as loaded (model_load_opts.f32_as_bf16) */
   fwd_scratch f;
 };
 
@@ -240,6 +241,8 @@ static int load_tensor(model *m, const weight_src *src, const char *name, int nd
     free(buf);
     return herr_wrap(err, "%s", name);
   }
+  if (m->as_bf16 && st && st->dtype == ST_F32)
+    for (int64_t i = 0; i < numel; i++) buf[i] = bk_round_bf16(buf[i]);
   if (m->n_bufs == m->cap_bufs) {
     int cap = m->cap_bufs ? m->cap_bufs * 2 : 64;
     bk_buf **p = realloc(m->bufs, (size_t)cap * sizeof *p);
@@ -346,6 +349,27 @@ static int load_matrix(model *m, const weight_src *src, const char *name, int64_
   return 0;
 }
 
+/* An f32 matrix rounded to bf16 (round to nearest even) in a host copy the
+ * model owns; other types stay as they are. */
+static int to_bf16(model *m, bk_weight *w, herr *err) {
+  if (w->type != BK_F32) return 0;
+  int64_t n = w->rows * w->cols;
+  float *buf = NULL;
+  int rc = own_buffer(m, (n + 1) / 2, "bf16 weights", &buf, err);
+  if (rc) return rc;
+  uint16_t *out = (uint16_t *)buf;
+  const float *in = w->data;
+  for (int64_t i = 0; i < n; i++) {
+    float r = bk_round_bf16(in[i]);
+    uint32_t u;
+    memcpy(&u, &r, sizeof u);
+    out[i] = (uint16_t)(u >> 16);
+  }
+  w->type = BK_BF16;
+  w->data = out;
+  return 0;
+}
+
 /* Rows [r0, r0 + n) of w as a matrix of its own (fused projections). */
 static bk_weight sub_rows(const bk_weight *w, int64_t r0, int64_t n) {
   bk_weight s = *w;
@@ -439,6 +463,7 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   model *m = calloc(1, sizeof *m);
   if (!m) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   bool is_gguf = gguf_model_is_gguf(dir);
+  m->as_bf16 = opts && opts->f32_as_bf16;
   bk_open_opts bo = {.threads = opts ? opts->threads : 0, .f32_activations = opts && opts->f32_activations,
                      .cuda_lib = opts ? opts->cuda_lib : NULL, .cpu_level = opts ? opts->cpu_level : NULL};
   int rc = bk_backend_open(opts && opts->device ? opts->device : "cpu", &bo, &m->be, err);
@@ -490,6 +515,15 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   if ((rc = load_tensor(m, &src, "model.norm.weight", 1, c->hidden_size, 0, true, &m->final_norm, err))) goto fail;
   m->tied = c->tie_word_embeddings;
   if (!m->tied && (rc = load_matrix(m, &src, "lm_head.weight", c->vocab_size, c->hidden_size, true, &m->lm_head, err))) goto fail;
+  if (m->as_bf16) { /* asked for: f32 matrices stored as bf16 (vectors were rounded as they were read) */
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+      layer_weights *lw = &m->layers[l];
+      bk_weight *mats[] = {&lw->q, &lw->k, &lw->v, &lw->o, &lw->gate, &lw->up, &lw->down};
+      for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+        if ((rc = to_bf16(m, mats[i], err))) goto fail;
+    }
+    if ((rc = to_bf16(m, &m->embed, err)) || (!m->tied && (rc = to_bf16(m, &m->lm_head, err)))) goto fail;
+  }
   /* a device that cannot hold the weights refuses the model before any matrix is uploaded */
   size_t fr = 0, tot = 0, need = model_weight_bytes(m);
   if (!bk_backend_is_cpu(m->be) && bk_mem_info(m->be, &fr, &tot) == 0 && need + ((size_t)256 << 20) > fr) {

@@ -110,6 +110,9 @@ static void test_devices(void) {
     CHECK_MSG(out && strstr(out, "cuda"), "%s", out ? out : "");
   }
   free(out);
+  rc = run("'" HEARTH_BINARY "' bench --model '" MODEL "' -p 4 -n 1 --repeat 1 --f32-as-bf16 --json 2>&1", &out);
+  CHECK_EQ_INT(rc, 0);
+  free(out);
   rc = run("'" HEARTH_BINARY "' bench --model '" MODEL "' --device tpu 2>&1", &out);
   CHECK_EQ_INT(rc, 2);
   CHECK_MSG(out && strstr(out, "--device"), "%s", out ? out : "");

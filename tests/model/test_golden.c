@@ -235,6 +235,54 @@ static void test_phi3(void) { check_folder("phi3-f32"), check_folder("phi3-bf16"
 static void test_gemma2(void) { check_folder("gemma2-f32"), check_folder("gemma2-bf16"); }
 static void test_gemma3(void) { check_folder("gemma3-f32"), check_folder("gemma3-bf16"); }
 
+/* --f32-as-bf16: the f32 llama run as if stored in bf16 is the llama-bf16
+ * fixture (the same model cast to bf16 by transformers): its logits match
+ * that fixture's reference within the bf16 tolerance and the bf16 folder's
+ * own run up to float rounding, and no longer match the f32 run. */
+static void test_f32_as_bf16(void) {
+  golden g16, g32;
+  if (golden_load(GOLDEN "/llama-bf16", &g16) || golden_load(GOLDEN "/llama-f32", &g32)) {
+    CHECK_MSG(0, "could not read the llama fixtures");
+    golden_free(&g16), golden_free(&g32);
+    return;
+  }
+  herr err = {0};
+  model *m = NULL, *m32 = NULL, *m16 = NULL;
+  CHECK(model_load(GOLDEN "/llama-f32", &(model_load_opts){.threads = 2, .device = test_device(), .f32_as_bf16 = true}, &m, &err) == 0);
+  CHECK(model_load(GOLDEN "/llama-f32", &(model_load_opts){.threads = 2, .device = test_device()}, &m32, &err) == 0);
+  CHECK(model_load(GOLDEN "/llama-bf16", &(model_load_opts){.threads = 2, .device = test_device()}, &m16, &err) == 0);
+  if (m && m32 && m16) {
+    int64_t V = model_vocab_size(m);
+    model_kv_geometry geo, geo32;
+    model_kv_geometry_of(m, &geo);
+    model_kv_geometry_of(m32, &geo32);
+    kv_cache *c = NULL, *c32 = NULL;
+    CHECK(kv_cache_new(&geo, 0, &c, &err) == 0);
+    CHECK(kv_cache_new(&geo32, 0, &c32, &err) == 0);
+    int n = g16.plen[1];
+    float *a = malloc(sizeof(float) * (size_t)(n * V)), *b = malloc(sizeof(float) * (size_t)(n * V));
+    CHECK(run_chunked(m, c, g16.prompt[1], n, 0, a) == 0);
+    CHECK(run_chunked(m32, c32, g16.prompt[1], n, 0, b) == 0);
+    const float *ref16 = g16.ref + (size_t)g16.plen[0] * V;
+    double d16 = max_diff(a, ref16, (size_t)(n * V)), d32 = max_diff(a, b, (size_t)(n * V));
+    fprintf(stderr, "  llama-f32 as bf16: max abs error %.3g against the bf16 reference (tol %.3g); %.3g from the f32 run\n", d16,
+            2e-3 * g16.max_abs, d32);
+    CHECK_MSG(d16 <= 2e-3 * g16.max_abs, "f32-as-bf16 differs from the bf16 reference by %.3g", d16);
+    CHECK_MSG(d32 > 1e-5, "f32-as-bf16 gave the f32 logits: the weights were not rounded");
+    kv_cache *c16 = NULL;
+    model_kv_geometry geo16;
+    model_kv_geometry_of(m16, &geo16);
+    CHECK(kv_cache_new(&geo16, 0, &c16, &err) == 0);
+    CHECK(run_chunked(m16, c16, g16.prompt[1], n, 0, b) == 0);
+    double same = max_diff(a, b, (size_t)(n * V));
+    CHECK_MSG(same <= 1e-5 * (g16.max_abs > 1 ? g16.max_abs : 1), "f32-as-bf16 differs from the bf16 folder's run by %.3g", same);
+    free(a), free(b);
+    kv_cache_free(c), kv_cache_free(c32), kv_cache_free(c16);
+  }
+  model_free(m), model_free(m32), model_free(m16);
+  golden_free(&g16), golden_free(&g32);
+}
+
 /* The forward refuses bad batches without touching any sequence. */
 static void test_bad_batches(void) {
   herr err = {0};
@@ -290,6 +338,7 @@ int main(void) {
   RUN(test_phi3);
   RUN(test_gemma2);
   RUN(test_gemma3);
+  RUN(test_f32_as_bf16);
   RUN(test_bad_batches);
   TEST_MAIN_END();
 }
