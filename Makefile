@@ -1,11 +1,14 @@
 # hearth — the two commands a newcomer types:
 #   make run    set up, build, and serve the built-in model
 #   make test   set up, build (normal, ASan+UBSan, fuzz), and run the whole suite
+#   make install [PREFIX=/usr/local] [DESTDIR=...]   binary, libhearth.a + hearth.h,
+#               pkg-config file, built-in model, CUDA backend
 SHELL := /bin/bash
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
+PREFIX ?= /usr/local
 
-.PHONY: all build run test setup setup-test clean asan fuzz
+.PHONY: all build run test setup setup-test clean asan fuzz install
 
 all: build
 
@@ -22,6 +25,11 @@ build: setup
 
 run: build
 	./build/hearth serve
+
+install: setup
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS) >/dev/null
+	cmake --build build -j $(JOBS)
+	cmake --install build
 
 asan: setup
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHEARTH_SANITIZE=ON -DHEARTH_CUDA=OFF >/dev/null

@@ -13,16 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef HEARTH_CUDA_INSTALL_DIR
+#define HEARTH_CUDA_INSTALL_DIR ""
+#endif
 #ifndef HEARTH_CUDA_LIB_DIR
 #define HEARTH_CUDA_LIB_DIR ""
 #endif
 
 /* ---- opening ---- */
 
-/* dlopen the CUDA library: opts->cuda_lib, then beside this program, then
- * the build folder it was made in, then the loader's own search. */
+/* dlopen the CUDA library: opts->cuda_lib, then beside this program (and in
+ * its ../lib/hearth), then where make install puts it, then the build folder
+ * it was made in, then the loader's own search. */
 static void *load_cuda_lib(const bk_open_opts *opts, char *tried, size_t n) {
-  char cand[4][PATH_MAX];
+  char cand[5][PATH_MAX];
   int nc = 0;
   if (opts && opts->cuda_lib && *opts->cuda_lib) snprintf(cand[nc++], PATH_MAX, "%s", opts->cuda_lib);
   Dl_info info;
@@ -40,6 +44,7 @@ static void *load_cuda_lib(const bk_open_opts *opts, char *tried, size_t n) {
       snprintf(cand[nc++], PATH_MAX, "%s/../lib/hearth/libhearth_cuda.so", self);
     }
   }
+  if (*HEARTH_CUDA_INSTALL_DIR) snprintf(cand[nc++], PATH_MAX, "%s/libhearth_cuda.so", HEARTH_CUDA_INSTALL_DIR);
   if (*HEARTH_CUDA_LIB_DIR) snprintf(cand[nc++], PATH_MAX, "%s/libhearth_cuda.so", HEARTH_CUDA_LIB_DIR);
   size_t o = 0;
   tried[0] = 0;
