@@ -3,12 +3,13 @@
 # already has. Safe to run again: a machine that has everything does nothing.
 #   tools/setup.sh          build dependencies
 #   tools/setup.sh --test   also the test dependencies (clang fuzzing runtime,
-#                           node + npm for the client tests)
+#                           node + npm for the client tests, chromium for the
+#                           chat page's browser test)
 set -euo pipefail
 
-need=(cmake make gcc pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev)
+need=(cmake make gcc pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libedit-dev)
 if [ "${1:-}" = "--test" ]; then
-  need+=(clang libclang-rt-14-dev python3 python3-jinja2 nodejs npm)
+  need+=(clang libclang-rt-14-dev python3 python3-jinja2 nodejs npm chromium)
 fi
 
 missing=()
