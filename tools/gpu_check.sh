@@ -4,8 +4,9 @@
 # harness under compute-sanitizer's memcheck, the golden model tests of every
 # architecture on the GPU (logits against transformers, greedy ids, chunked
 # and batched runs), the paged-KV and scheduler tests on the GPU (batched
-# equals alone), and `hearth bench --device cuda` on an 8B-shaped random bf16
-# model. Prints a summary table last.
+# equals alone, seeded sampling on the device), `hearth bench --device cuda`
+# on an 8B-shaped random bf16 model, and the refusal of that model when the
+# device has too little free memory. Prints a summary table last.
 #
 # The GPU machine has CUDA, cmake and python3 with torch but not the -dev
 # packages the host code needs (jansson, pcre2, utf8proc, libmicrohttpd), so
@@ -78,6 +79,20 @@ if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
     row "  roofline" "" "$(grep roofline "$logs/bench.log")"
   else row "bench 8B bf16 (cuda)" FAIL "see $logs/bench.log"; tail -n 20 "$logs/bench.log"; fi
   cat "$logs/bench.log"
+  # A model that cannot fit is refused before any upload: hold all but 4 GiB
+  # of the free device memory in another process, then ask for the 16 GB model.
+  if python3 - "$bundle/hearth" "$m" >"$logs/fit.log" 2>&1 <<'PY'
+import subprocess, sys, torch
+free, _ = torch.cuda.mem_get_info()
+hold = torch.empty(free - (4 << 30), dtype=torch.uint8, device="cuda")
+r = subprocess.run([sys.argv[1], "generate", "--device", "cuda", "--model", sys.argv[2], "--ids", "1,2,3", "-n", "1"],
+                   capture_output=True, text=True)
+print("exit", r.returncode)
+print(r.stderr.strip())
+sys.exit(0 if r.returncode != 0 and "the weights need" in r.stderr else 1)
+PY
+  then row "fit refusal (8B in 4 GiB free)" PASS "$(grep -m1 'weights need' "$logs/fit.log" | cut -c1-110)"
+  else row "fit refusal (8B in 4 GiB free)" FAIL "see $logs/fit.log"; cat "$logs/fit.log"; fi
 fi
 
 echo

@@ -186,6 +186,20 @@ void bk_act_mul(const bk_tensor *gate, const bk_tensor *up, bk_act act) { BE(gat
 void bk_add(const bk_tensor *y, const bk_tensor *a, const bk_tensor *b) { BE(y)->ops->add(BE(y), y, a, b); }
 void bk_softcap(const bk_tensor *x, float cap) { BE(x)->ops->softcap(BE(x), x, cap); }
 void bk_get_rows(const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows) { BE(y)->ops->get_rows(BE(y), y, x, rows); }
+int bk_sample(const bk_tensor *logits, const bk_sample_row *rows, const bk_sample_adj *adj, int64_t n_adj,
+              bk_sample_out *out, herr *err) {
+  if (logits->dt != BK_DT_F32) return herr_set(err, HEARTH_EINVAL, "bk_sample: logits must be f32");
+  for (int64_t r = 0; r < logits->rows; r++) {
+    const bk_sample_row *w = &rows[r];
+    if (w->top_logprobs < 0 || w->top_logprobs > BK_SAMPLE_MAX_TOP || w->n_pen < 0 || w->n_bias < 0 || w->pen_off < 0 ||
+        w->bias_off < 0 || (int64_t)w->pen_off + w->n_pen > n_adj || (int64_t)w->bias_off + w->n_bias > n_adj)
+      return herr_set(err, HEARTH_EINVAL, "bk_sample: row %lld has bad parameters", (long long)r);
+  }
+  for (int64_t i = 0; i < n_adj; i++)
+    if (adj[i].id < 0 || adj[i].id >= logits->cols)
+      return herr_set(err, HEARTH_EINVAL, "bk_sample: adjustment for token %d outside the vocabulary", (int)adj[i].id);
+  return BE(logits)->ops->sample(BE(logits), logits, rows, adj, n_adj, out, err);
+}
 void bk_kv_write(const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor *v_new, const bk_tensor *slot) {
   BE(k_new)->ops->kv_write(BE(k_new), kv, k_new, v_new, slot);
 }

@@ -18,8 +18,9 @@
  * records the first error; bk_sync and bk_get report it, and clear it.
  *
  * Host <-> device traffic per forward step: the step's index tables in (token
- * ids, positions, KV slots, block tables: one bk_set), the requested logits
- * rows out (one bk_get). Weights are uploaded once at load; the KV pool is
+ * ids, positions, KV slots, block tables: one bk_set), and out either the
+ * requested logits rows (one bk_get) or, when the engine samples on the
+ * device (bk_sample), only the sampled ids and the logprobs asked for. Weights are uploaded once at load; the KV pool is
  * allocated once and never leaves the device.
  *
  * Threads: a backend is driven by one thread at a time (the engine thread).
@@ -179,6 +180,63 @@ typedef struct bk_attn_index {
 void bk_attention(const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
                   const attn_params *p);
 
+/* ---- sampling on the device ----
+ *
+ * bk_sample picks one token per logits row on the backend, so that only ids
+ * (and logprobs when asked) cross to the host. Per row, in this order:
+ *   adjustments   the row's penalty entries (unique ids, any order):
+ *                 x = rep == 1 ? x : (x < 0 ? x * rep : x / rep); x -= sub;
+ *                 then its bias entries one after another: x += add.
+ *   logprobs      log-softmax of the adjusted row (NaN and -inf are unusable
+ *                 tokens); the chosen token's and the top_logprobs best
+ *                 (descending, lower id first on ties).
+ *   greedy        temperature <= 0: the largest adjusted logit, lowest id on ties.
+ *   otherwise     p = exp((x - max) / T) over the usable tokens;
+ *                 top-k keeps x >= the k-th largest (ties kept);
+ *                 top-p keeps a token when the mass of the tokens with a
+ *                 strictly larger p is below top_p * total (tokens of equal p
+ *                 are kept or dropped together);
+ *                 min-p keeps p >= min_p * max p;
+ *                 then the token where u * kept mass falls in the running sum
+ *                 of the kept p in id order.
+ * u is the request's uniform draw in [0, 1), made on the host from its seeded
+ * RNG, so the same seed gives the same tokens on the same device. The logits
+ * rows are left adjusted (they are scratch). */
+#define BK_SAMPLE_MAX_TOP 20
+
+typedef struct bk_sample_adj {
+  int32_t id;
+  float rep;  /* penalty entries: repetition penalty (1 = none) */
+  float sub;  /* penalty entries: presence + frequency * count (0 = none) */
+  float add;  /* bias entries: the logit bias */
+} bk_sample_adj;
+
+typedef struct bk_sample_row {
+  float temperature;      /* <= 0: greedy */
+  int32_t top_k;          /* <= 0: off */
+  float top_p;            /* >= 1: off */
+  float min_p;            /* <= 0: off */
+  double u;               /* uniform draw in [0, 1) (unused when greedy) */
+  int32_t logprobs;       /* nonzero: the chosen token's logprob */
+  int32_t top_logprobs;   /* 0..BK_SAMPLE_MAX_TOP alternatives */
+  int32_t pen_off, n_pen; /* penalty entries adj[pen_off, +n_pen): ids unique */
+  int32_t bias_off, n_bias; /* bias entries adj[bias_off, +n_bias), applied in order */
+} bk_sample_row;
+
+typedef struct bk_sample_out {
+  int32_t id;             /* -1: the row has no usable logit */
+  float logprob;          /* when asked */
+  int32_t n_top;
+  int32_t top_ids[BK_SAMPLE_MAX_TOP];
+  float top_logprobs[BK_SAMPLE_MAX_TOP];
+} bk_sample_out;
+
+/* One token for each row of logits (F32 [rows, vocab]) as above; rows and
+ * adj are host arrays (logits.rows rows, n_adj entries), out a host array of
+ * logits.rows results. Waits for the queued work (like bk_get). */
+int bk_sample(const bk_tensor *logits, const bk_sample_row *rows, const bk_sample_adj *adj, int64_t n_adj,
+              bk_sample_out *out, herr *err);
+
 /* ---- the table a backend fills ---- */
 
 typedef struct bk_backend_ops {
@@ -204,6 +262,8 @@ typedef struct bk_backend_ops {
   void (*kv_write)(bk_backend *be, const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor *v_new, const bk_tensor *slot);
   void (*attention)(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
                     const attn_params *p);
+  int (*sample)(bk_backend *be, const bk_tensor *logits, const bk_sample_row *rows, const bk_sample_adj *adj,
+                int64_t n_adj, bk_sample_out *out, herr *err);
 } bk_backend_ops;
 
 /* Every backend's handle starts with this. */
@@ -216,7 +276,7 @@ struct bk_backend {
 
 /* The CUDA backend library's one entry point (libhearth_cuda.so). */
 #define BK_CUDA_ENTRY "hearth_cuda_backend_open"
-#define BK_CUDA_ABI 1
+#define BK_CUDA_ABI 2
 typedef int (*bk_cuda_open_fn)(int abi, int device, const bk_open_opts *opts, bk_backend **out, herr *err);
 
 /* The CPU backend (cpu/backend_cpu.c). */

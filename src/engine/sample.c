@@ -418,3 +418,65 @@ int sampler_distribution(sampler *s, float *logits, float *probs, herr *err) {
   for (int32_t i = 0; i < n; i++) probs[s->cands[i].id] = (float)(s->cands[i].v / mass);
   return 0;
 }
+
+/* ---- the device path ------------------------------------------------------ */
+
+static bool adj_push(bk_sample_adj **adj, size_t *n, size_t *cap, bk_sample_adj a) {
+  if (*n == *cap) {
+    size_t c = *cap ? *cap * 2 : 256;
+    bk_sample_adj *g = realloc(*adj, sizeof(bk_sample_adj) * c);
+    if (!g) return false;
+    *adj = g;
+    *cap = c;
+  }
+  (*adj)[(*n)++] = a;
+  return true;
+}
+
+int sampler_device_row(sampler *s, bk_sample_row *row, bk_sample_adj **adj, size_t *n_adj, size_t *cap, herr *err) {
+  memset(row, 0, sizeof *row);
+  bool greedy = is_greedy(s);
+  row->temperature = greedy ? 0.0f : s->p.temperature;
+  row->top_k = s->p.top_k;
+  row->top_p = s->p.top_p;
+  row->min_p = s->p.min_p;
+  row->logprobs = s->p.logprobs;
+  row->top_logprobs = s->p.logprobs ? s->p.top_logprobs : 0;
+  if (!greedy) row->u = sample_rng_uniform(&s->rng);
+  float r = s->p.repetition_penalty, pres = s->p.presence_penalty, freq = s->p.frequency_penalty;
+  bool counts = pres != 0 || freq != 0;
+  row->pen_off = (int32_t)*n_adj;
+  if (r != 1.0f) {
+    for (size_t i = 0; i < s->n_seen; i++) {
+      int32_t id = s->seen_ids[i];
+      float sub = counts && s->counts[id] > 0 ? pres + freq * (float)s->counts[id] : 0.0f;
+      if (!adj_push(adj, n_adj, cap, (bk_sample_adj){.id = id, .rep = r, .sub = sub}))
+        return herr_set(err, HEARTH_ENOMEM, "sampler: out of memory");
+    }
+  } else if (counts) {
+    for (size_t i = 0; i < s->n_gen; i++) {
+      int32_t id = s->gen_ids[i];
+      if (!adj_push(adj, n_adj, cap, (bk_sample_adj){.id = id, .rep = 1.0f, .sub = pres + freq * (float)s->counts[id]}))
+        return herr_set(err, HEARTH_ENOMEM, "sampler: out of memory");
+    }
+  }
+  row->n_pen = (int32_t)(*n_adj - (size_t)row->pen_off);
+  row->bias_off = (int32_t)*n_adj;
+  for (size_t i = 0; i < s->p.n_logit_bias; i++)
+    if (!adj_push(adj, n_adj, cap, (bk_sample_adj){.id = s->bias[i].id, .rep = 1.0f, .add = s->bias[i].bias}))
+      return herr_set(err, HEARTH_ENOMEM, "sampler: out of memory");
+  row->n_bias = (int32_t)(*n_adj - (size_t)row->bias_off);
+  return 0;
+}
+
+void sampler_from_device(const sampler *s, const bk_sample_out *o, sample_token *out) {
+  memset(out, 0, sizeof *out);
+  out->id = o->id;
+  if (!s->p.logprobs) return;
+  out->logprob = o->logprob;
+  out->n_top = o->n_top < s->p.top_logprobs ? o->n_top : s->p.top_logprobs;
+  for (int k = 0; k < out->n_top; k++) {
+    out->top_ids[k] = o->top_ids[k];
+    out->top_logprobs[k] = o->top_logprobs[k];
+  }
+}

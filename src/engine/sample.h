@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "base/status.h"
 
 #define SAMPLE_MAX_TOP_LOGPROBS 20
@@ -93,6 +94,15 @@ int sampler_sample(sampler *s, float *logits, sample_token *out, herr *err);
  * probs (n_vocab; 0 for removed tokens; one 1 for greedy). For tests and
  * diagnostics; logits is used as scratch. */
 int sampler_distribution(sampler *s, float *logits, float *probs, herr *err);
+
+/* Sampling on the device (backend.h's bk_sample): the row parameters for this
+ * sampler's next token, with its penalty and bias entries appended to *adj
+ * (grown as needed; *n_adj entries of *cap). Draws the request's uniform
+ * exactly when sampler_sample would, so a request's RNG advances the same way
+ * on either path. Greedy requests and temperature 0 give a greedy row. */
+int sampler_device_row(sampler *s, bk_sample_row *row, bk_sample_adj **adj, size_t *n_adj, size_t *cap, herr *err);
+/* A device result as a sample_token (logprobs only when the sampler asks for them). */
+void sampler_from_device(const sampler *s, const bk_sample_out *o, sample_token *out);
 
 /* The RNG on its own (xoshiro256**, splitmix64-seeded). */
 typedef struct sample_rng {

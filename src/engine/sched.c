@@ -50,7 +50,12 @@ struct sched {
   size_t memory_budget;
   size_t block_bytes;
   kv_pool *pool;              /* owned; touched only by the engine thread */
-  float *logits;              /* owned [max_batch * vocab] */
+  float *logits;              /* owned [max_batch * vocab] (host sampling) */
+  bool dev_sample;            /* sample on the model's device (bk_sample): only ids come back */
+  bk_sample_row *rows;        /* owned [max_batch] (device sampling) */
+  bk_sample_out *outs;        /* owned [max_batch] */
+  bk_sample_adj *adj;         /* owned, grown: the step's penalty and bias entries */
+  size_t n_adj, cap_adj;
   sseq **running;             /* owned array [max_batch]; the sequences are their waiters' */
   int n_running;
   model_seq *batch;           /* owned [max_batch] */
@@ -169,16 +174,11 @@ static int seq_flush_text(sseq *q) {
   return 0;
 }
 
-/* Samples q's next token from its logits row and delivers it. Returns true
- * when q ended (and was finished). */
-static bool seq_take_token(sched *s, sseq *q, float *row) {
+/* Delivers q's next token st (sampled on the host or the device). Returns
+ * true when q ended (and was finished). */
+static bool seq_take_token(sched *s, sseq *q, sample_token st) {
   gen_result *res = q->res;
-  sample_token st;
-  int rc = sampler_sample(q->smp, row, &st, q->err);
-  if (rc) {
-    seq_finish(s, q, rc);
-    return true;
-  }
+  int rc;
   if (q->t_first == 0) q->t_first = now_seconds();
   sampler_accept(q->smp, st.id);
   res->completion_tokens++;
@@ -376,7 +376,21 @@ static void step(sched *s) {
   if (n_batch == 0) return;
   model_batch b = {.seqs = s->batch, .n_seqs = n_batch};
   herr e = {0};
-  int rc = model_forward(s->m, &b, s->logits, &e);
+  int rc = 0;
+  if (s->dev_sample) {
+    /* a row per sequence; those still mid-prefill get a greedy row whose id is ignored */
+    s->n_adj = 0;
+    for (int k = 0; k < n_batch && !rc; k++) {
+      sseq *q = s->in_batch[k];
+      if (q->kv->len + s->batch[k].n_tokens >= q->n_toks)
+        rc = sampler_device_row(q->smp, &s->rows[k], &s->adj, &s->n_adj, &s->cap_adj, &e);
+      else
+        s->rows[k] = (bk_sample_row){0};
+    }
+    if (!rc) rc = model_forward_sample(s->m, &b, s->rows, s->adj, (int64_t)s->n_adj, s->outs, &e);
+  } else {
+    rc = model_forward(s->m, &b, s->logits, &e);
+  }
   if (rc) {
     for (int k = 0; k < n_batch; k++) {
       sseq *q = s->in_batch[k];
@@ -391,7 +405,23 @@ static void step(sched *s) {
     sseq *q = s->in_batch[k];
     kv_paged_seq_publish(q->kv, q->toks, q->kv->len, 0);
     if (q->kv->len < q->n_toks) continue; /* mid-prefill: no token yet */
-    if (seq_take_token(s, q, s->logits + (size_t)k * (size_t)s->vocab)) {
+    sample_token st;
+    bool ended;
+    if (s->dev_sample) {
+      if (s->outs[k].id < 0) {
+        seq_finish(s, q, herr_set(q->err, HEARTH_EINTERNAL, "sampler: the logits row has no finite value"));
+        ended = true;
+      } else {
+        sampler_from_device(q->smp, &s->outs[k], &st);
+        ended = seq_take_token(s, q, st);
+      }
+    } else if ((rc = sampler_sample(q->smp, s->logits + (size_t)k * (size_t)s->vocab, &st, q->err))) {
+      seq_finish(s, q, rc);
+      ended = true;
+    } else {
+      ended = seq_take_token(s, q, st);
+    }
+    if (ended) {
       for (int i = 0; i < s->n_running; i++)
         if (s->running[i] == q) {
           running_remove(s, i);
@@ -490,11 +520,18 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   if (rc) goto fail;
   HLOG_INFO("KV pool on %s: %lld blocks of %d tokens, %.2f GiB", bk_backend_name(be), (long long)n_blocks, B,
             (double)n_blocks * (double)s->block_bytes / (1 << 30));
-  s->logits = malloc(sizeof(float) * (size_t)s->max_batch * (size_t)s->vocab);
+  /* on a device, tokens are chosen there (only ids and asked-for logprobs come back) */
+  s->dev_sample = !bk_backend_is_cpu(be);
+  if (s->dev_sample) {
+    s->rows = calloc((size_t)s->max_batch, sizeof *s->rows);
+    s->outs = calloc((size_t)s->max_batch, sizeof *s->outs);
+  } else {
+    s->logits = malloc(sizeof(float) * (size_t)s->max_batch * (size_t)s->vocab);
+  }
   s->running = calloc((size_t)s->max_batch, sizeof *s->running);
   s->batch = calloc((size_t)s->max_batch, sizeof *s->batch);
   s->in_batch = calloc((size_t)s->max_batch, sizeof *s->in_batch);
-  if (!s->logits || !s->running || !s->batch || !s->in_batch) {
+  if ((s->dev_sample ? !s->rows || !s->outs : !s->logits) || !s->running || !s->batch || !s->in_batch) {
     rc = herr_set(err, HEARTH_ENOMEM, "scheduler: out of memory for a batch of %d", s->max_batch);
     goto fail;
   }
@@ -523,6 +560,9 @@ void sched_free(sched *s) {
   }
   kv_pool_free(s->pool);
   free(s->logits);
+  free(s->rows);
+  free(s->outs);
+  free(s->adj);
   free(s->running);
   free(s->batch);
   free(s->in_batch);

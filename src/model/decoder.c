@@ -680,7 +680,9 @@ static void mlp_layer(model *m, int l, step *st) {
   bk_add(&st->x, &st->x, &o);
 }
 
-int model_forward(model *m, const model_batch *b, float *logits_out, herr *err) {
+/* The forward pass up to the logits rows (left on the backend in *lg); no
+ * sequence's length changes (forward_commit does that once they are read). */
+static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, herr *err) {
   const model_config *c = &m->cfg;
   if (!b || b->n_seqs <= 0) return herr_set(err, HEARTH_EINVAL, "model_forward: empty batch");
   int64_t T = 0, R = 0;
@@ -762,7 +764,30 @@ int model_forward(model *m, const model_batch *b, float *logits_out, herr *err) 
   bk_tensor lg = bk_rows(&f->logits, 0, R);
   bk_matmul_t(&lg, &xr, &m->lm_head, NULL);
   if (c->final_logit_softcapping > 0) bk_softcap(&lg, (float)c->final_logit_softcapping);
-  if ((rc = bk_get(&lg, 0, logits_out, bk_nbytes(&lg), err))) return rc;
-  for (int s = 0; s < b->n_seqs; s++) b->seqs[s].kv->ops->commit(b->seqs[s].kv, b->seqs[s].n_tokens);
+  *lg_out = lg;
   return 0;
+}
+
+static void forward_commit(const model_batch *b) {
+  for (int s = 0; s < b->n_seqs; s++) b->seqs[s].kv->ops->commit(b->seqs[s].kv, b->seqs[s].n_tokens);
+}
+
+int model_forward(model *m, const model_batch *b, float *logits_out, herr *err) {
+  bk_tensor lg;
+  int rc = forward_logits(m, b, &lg, err);
+  if (!rc) rc = bk_get(&lg, 0, logits_out, bk_nbytes(&lg), err);
+  if (!rc) forward_commit(b);
+  return rc;
+}
+
+int model_forward_sample(model *m, const model_batch *b, const bk_sample_row *rows, const bk_sample_adj *adj,
+                         int64_t n_adj, bk_sample_out *out, herr *err) {
+  for (int s = 0; s < b->n_seqs; s++)
+    if (b->seqs[s].all_logits)
+      return herr_set(err, HEARTH_EINVAL, "model_forward_sample: sequence %d asks for every token's logits", s);
+  bk_tensor lg;
+  int rc = forward_logits(m, b, &lg, err);
+  if (!rc) rc = bk_sample(&lg, rows, adj, n_adj, out, err);
+  if (!rc) forward_commit(b);
+  return rc;
 }

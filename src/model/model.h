@@ -89,5 +89,10 @@ size_t model_batch_logit_rows(const model_batch *b);
 /* logits_out: model_batch_logit_rows(b) × vocab floats, sequence by sequence
  * in batch order. On failure no sequence's length has changed. */
 int model_forward(model *m, const model_batch *b, float *logits_out, herr *err);
+/* The same forward, then one token per sequence chosen on the backend
+ * (bk_sample: rows[i] for sequence i, out[i] its result): only the ids and
+ * the logprobs asked for leave the device. No sequence may set all_logits. */
+int model_forward_sample(model *m, const model_batch *b, const bk_sample_row *rows, const bk_sample_adj *adj,
+                         int64_t n_adj, bk_sample_out *out, herr *err);
 
 #endif

@@ -811,6 +811,167 @@ static void test_attention(void) {
   for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) attention_case(&attn_cases[i]);
 }
 
+
+/* ---- sample ---- */
+
+static int cmp_desc_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x < y) - (x > y);
+}
+
+/* The reference of bk_sample's kept set in double precision (backend.h's
+ * semantics): probabilities normalised over the kept tokens, 0 elsewhere.
+ * x: the adjusted row. Returns the argmax. */
+static int64_t sample_ref(const float *x, int64_t V, const bk_sample_row *w, double *prob) {
+  int64_t best = -1;
+  for (int64_t i = 0; i < V; i++)
+    if (isfinite(x[i]) && (best < 0 || x[i] > x[best])) best = i;
+  for (int64_t i = 0; i < V; i++) prob[i] = 0;
+  if (w->temperature <= 0) {
+    prob[best] = 1;
+    return best;
+  }
+  double *tmp = malloc(sizeof(double) * (size_t)V), floor_v = -INFINITY;
+  if (w->top_k > 0 && w->top_k < V) {
+    for (int64_t i = 0; i < V; i++) tmp[i] = x[i];
+    qsort(tmp, (size_t)V, sizeof(double), cmp_desc_double);
+    floor_v = tmp[w->top_k - 1];
+  }
+  double total = 0;
+  for (int64_t i = 0; i < V; i++) {
+    prob[i] = x[i] >= floor_v ? exp(((double)x[i] - x[best]) / w->temperature) : 0;
+    total += prob[i];
+  }
+  if (w->top_p < 1) {
+    for (int64_t i = 0; i < V; i++) tmp[i] = prob[i];
+    qsort(tmp, (size_t)V, sizeof(double), cmp_desc_double);
+    double above = 0, cut = tmp[0];
+    for (int64_t i = 0; i < V && above < w->top_p * total; i++) cut = tmp[i], above += tmp[i];
+    for (int64_t i = 0; i < V; i++)
+      if (prob[i] < cut) prob[i] = 0;
+  }
+  if (w->min_p > 0)
+    for (int64_t i = 0; i < V; i++)
+      if (prob[i] < w->min_p) prob[i] = 0;
+  double mass = 0;
+  for (int64_t i = 0; i < V; i++) mass += prob[i];
+  for (int64_t i = 0; i < V; i++) prob[i] /= mass;
+  free(tmp);
+  return best;
+}
+
+static void test_sample(void) {
+  static const struct {
+    int64_t V;
+    float temp, top_p, min_p;
+    int32_t top_k, top;
+    int n_pen, n_bias;
+  } cases[] = {
+      {1000, 0, 1, 0, 0, 0, 0, 0},        {50257, 0, 1, 0, 0, 20, 30, 3},   {1000, 1, 1, 0, 0, 5, 0, 0},
+      {32000, 0.7f, 1, 0, 40, 0, 0, 0},   {32000, 1, 0.9f, 0, 0, 0, 0, 0},  {151936, 0.8f, 0.95f, 0.02f, 50, 20, 64, 4},
+      {4097, 1.3f, 1, 0.1f, 0, 1, 10, 0}, {50257, 0.6f, 0.5f, 0, 1000, 3, 200, 2}, {7, 1, 1, 0, 3, 7, 2, 1},
+      {65536, 2.0f, 0.99f, 0, 0, 0, 0, 0},
+  };
+  const int R = 3; /* rows per case, each with its own draw */
+  op_stat *st = stat_for("sample");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t V = cases[ci].V;
+    float *x = rand_floats(R * V, 6.0f);
+    bk_sample_row rows[3];
+    bk_sample_adj *adj = malloc(sizeof(bk_sample_adj) * (size_t)(R * (cases[ci].n_pen + cases[ci].n_bias) + 1));
+    int64_t n_adj = 0;
+    float *xa = malloc(sizeof(float) * (size_t)(R * V)); /* the adjusted rows, by the spec */
+    memcpy(xa, x, sizeof(float) * (size_t)(R * V));
+    for (int r = 0; r < R; r++) {
+      bk_sample_row *w = &rows[r];
+      *w = (bk_sample_row){.temperature = cases[ci].temp, .top_k = cases[ci].top_k, .top_p = cases[ci].top_p,
+                           .min_p = cases[ci].min_p, .u = ((double)irand(1 << 30) + 0.5) / (double)(1 << 30),
+                           .logprobs = 1, .top_logprobs = cases[ci].top};
+      w->pen_off = (int32_t)n_adj;
+      int64_t start = irand(V); /* unique ids: a run from a random start */
+      for (int i = 0; i < cases[ci].n_pen && i < V; i++) {
+        bk_sample_adj a = {.id = (int32_t)((start + i) % V), .rep = i % 3 ? 1.3f : 1.0f, .sub = i % 2 ? 0.5f : 0.0f};
+        adj[n_adj++] = a;
+        float *v = &xa[r * V + a.id];
+        if (a.rep != 1.0f) *v = *v < 0 ? *v * a.rep : *v / a.rep;
+        *v -= a.sub;
+      }
+      w->n_pen = (int32_t)(n_adj - w->pen_off);
+      w->bias_off = (int32_t)n_adj;
+      for (int i = 0; i < cases[ci].n_bias; i++) {
+        bk_sample_adj a = {.id = (int32_t)irand(V), .rep = 1, .add = urand() * 8.0f};
+        adj[n_adj++] = a;
+        xa[r * V + a.id] += a.add;
+      }
+      w->n_bias = (int32_t)(n_adj - w->bias_off);
+    }
+    double *prob = malloc(sizeof(double) * (size_t)V);
+    char shape[96];
+    snprintf(shape, sizeof shape, "V %lld, T %g, k %d, p %g, min_p %g, pen %d, bias %d", (long long)V,
+             (double)cases[ci].temp, cases[ci].top_k, (double)cases[ci].top_p, (double)cases[ci].min_p, cases[ci].n_pen,
+             cases[ci].n_bias);
+    st->cases++;
+    for (int di = 0; di < n_devs; di++) {
+      bk_tensor tl = tfrom_f32(devs[di], x, R, V);
+      bk_sample_out out[3];
+      memset(out, 0x55, sizeof out);
+      herr err = {0};
+      if (bk_sample(&tl, rows, adj, n_adj, out, &err)) {
+        test_checks++, test_failures++;
+        fprintf(stderr, "FAIL sample [%s] on %s: %s\n", shape, bk_backend_name(devs[di]), err.msg);
+        bk_tensor_free(&tl);
+        continue;
+      }
+      double worst = 0;
+      for (int r = 0; r < R; r++) {
+        const float *row = xa + r * V;
+        const bk_sample_row *w = &rows[r];
+        int64_t best = sample_ref(row, V, w, prob);
+        double mx = row[best], sum = 0;
+        for (int64_t i = 0; i < V; i++) sum += exp((double)row[i] - mx);
+        double lse = mx + log(sum);
+        int64_t id = out[r].id;
+        bool ok = id >= 0 && id < V;
+        if (ok && w->temperature <= 0) ok = id == best;
+        if (ok && w->temperature > 0) {
+          /* u falls in id's share of the running sum of the kept mass (id order) */
+          double lo = 0;
+          for (int64_t i = 0; i < id; i++) lo += prob[i];
+          ok = prob[id] > 0 && w->u >= lo - 1e-6 && w->u <= lo + prob[id] + 1e-6;
+        }
+        CHECK_MSG(ok, "sample [%s] on %s, row %d: token %lld is not the reference's choice", shape,
+                  bk_backend_name(devs[di]), r, (long long)id);
+        if (!ok) continue;
+        double e = fabs(out[r].logprob - (row[id] - lse));
+        if (e > worst) worst = e;
+        CHECK_MSG(out[r].n_top == w->top_logprobs, "sample [%s] on %s: %d top logprobs, asked %d", shape,
+                  bk_backend_name(devs[di]), out[r].n_top, w->top_logprobs);
+        int64_t prev = -1;
+        for (int k = 0; k < out[r].n_top && k < w->top_logprobs; k++) {
+          int64_t t = out[r].top_ids[k];
+          /* the k-th best: strictly below the previous, and nothing between */
+          bool good = t >= 0 && t < V && (prev < 0 || row[t] < row[prev] || (row[t] == row[prev] && t > prev));
+          for (int64_t i = 0; good && i < V; i++)
+            if (i != t && (prev < 0 || row[i] < row[prev] || (row[i] == row[prev] && i > prev)) &&
+                (row[i] > row[t] || (row[i] == row[t] && i < t)))
+              good = false;
+          CHECK_MSG(good, "sample [%s] on %s: top logprob %d is token %lld, not the %d-th best", shape,
+                    bk_backend_name(devs[di]), k, (long long)t, k + 1);
+          if (!good) break;
+          double te = fabs(out[r].top_logprobs[k] - (row[t] - lse));
+          if (te > worst) worst = te;
+          prev = t;
+        }
+      }
+      /* logprob error (absolute, nats) in the nmse column */
+      if (!(worst <= st->max[di])) st->max[di] = worst;
+      CHECK_MSG(worst < 1e-4, "sample [%s] on %s: logprob off by %.3g", shape, bk_backend_name(devs[di]), worst);
+      bk_tensor_free(&tl);
+    }
+    free(prob), free(xa), free(adj), free(x);
+  }
+}
+
 /* ---- main ---- */
 
 static void open_backends(void) {
@@ -860,7 +1021,7 @@ static void print_summary(void) {
       snprintf(dv, sizeof dv, "skipped");
     fprintf(stderr, "%-22s | %5d | %-13.3g | %s\n", stats[i].name, stats[i].cases, stats[i].max[0], dv);
   }
-  fprintf(stderr, "limits: elementwise/copies %.0e; matmul cpu %.0e, %s %.0e; attention cpu %.0e, %s %.0e\n\n", LIM_ELEM,
+  fprintf(stderr, "limits: elementwise/copies %.0e; matmul cpu %.0e, %s %.0e; attention cpu %.0e, %s %.0e; sample: logprob within 1e-4 (the column), ids the reference's\n\n", LIM_ELEM,
           LIM_CPU_MATMUL, dev_label, LIM_DEV_MATMUL, LIM_CPU_ATTN, dev_label, LIM_DEV_ATTN);
 }
 
@@ -877,6 +1038,7 @@ int main(void) {
   RUN(test_get_rows);
   RUN(test_kv_write);
   RUN(test_attention);
+  RUN(test_sample);
   print_summary();
   for (int i = n_devs - 1; i >= 0; i--) bk_backend_close(devs[i]);
   TEST_MAIN_END();

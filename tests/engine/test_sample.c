@@ -490,6 +490,103 @@ static void test_bad_input(void) {
   sampler_free(s);
 }
 
+
+/* The device path (sampler_device_row + bk_sample, here on the CPU backend)
+ * draws from the same distribution as the host sampler: over a grid of u
+ * values the picks of each token are its probability's share of the grid
+ * (bk_sample maps u through the running sum in id order), and greedy ids and
+ * logprobs equal sampler_sample's. */
+static void test_device_path(void) {
+  bk_backend *be = NULL;
+  herr err = {0};
+  CHECK_MSG(bk_backend_open("cpu", NULL, &be, &err) == 0, "%s", err.msg);
+  if (!be) return;
+  enum { V = 3000, N = 4000 };
+  static float logits[V], work[V], probs[V];
+  static int counts[V];
+  static const sample_bias bias[] = {{5, 3.0f}, {17, -2.0f}, {2999, 9.0f}};
+  uint64_t x = 12345;
+  for (int cfg = 0; cfg < 12; cfg++) {
+    sample_params p;
+    sample_params_default(&p);
+    p.greedy = cfg % 6 == 0;
+    p.temperature = 0.5f + 0.25f * (float)(cfg % 4);
+    p.top_k = cfg % 3 == 1 ? 50 : 0;
+    p.top_p = cfg % 4 == 2 ? 0.8f : 1.0f;
+    p.min_p = cfg % 5 == 3 ? 0.05f : 0.0f;
+    p.repetition_penalty = cfg % 2 ? 1.2f : 1.0f;
+    p.presence_penalty = cfg % 3 == 2 ? 0.5f : 0.0f;
+    p.frequency_penalty = cfg % 4 == 1 ? 0.3f : 0.0f;
+    p.logit_bias = cfg % 2 ? bias : NULL;
+    p.n_logit_bias = cfg % 2 ? 3 : 0;
+    p.logprobs = true;
+    p.top_logprobs = 5;
+    p.seed = 99 + (uint64_t)cfg;
+    for (int i = 0; i < V; i++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      logits[i] = (float)((double)(x >> 11) / 9007199254740992.0 * 10.0 - 5.0);
+    }
+    sampler *host = make(V, &p), *dev = make(V, &p);
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++) prompt[i] = (int32_t)((i * 37 + cfg) % V);
+    sampler_add_prompt(host, prompt, 40);
+    sampler_add_prompt(dev, prompt, 40);
+    for (int i = 0; i < 25; i++) {
+      sampler_accept(host, (int32_t)((i * i + 3) % 60));
+      sampler_accept(dev, (int32_t)((i * i + 3) % 60));
+    }
+    memcpy(work, logits, sizeof logits);
+    CHECK_MSG(sampler_distribution(host, work, probs, &err) == 0, "%s", err.msg);
+
+    bk_sample_row row;
+    bk_sample_adj *adj = NULL;
+    size_t n_adj = 0, cap = 0;
+    CHECK_MSG(sampler_device_row(dev, &row, &adj, &n_adj, &cap, &err) == 0, "%s", err.msg);
+    bk_tensor t;
+    CHECK(bk_tensor_new(be, BK_DT_F32, 1, V, &t, &err) == 0);
+    memset(counts, 0, sizeof counts);
+    bk_sample_out out;
+    for (int k = 0; k < N; k++) {
+      row.u = ((double)k + 0.5) / N;
+      CHECK(bk_set(&t, 0, logits, sizeof logits, &err) == 0);
+      CHECK_MSG(bk_sample(&t, &row, adj, (int64_t)n_adj, &out, &err) == 0, "%s", err.msg);
+      if (out.id < 0 || out.id >= V) {
+        CHECK_MSG(false, "config %d: id %d", cfg, out.id);
+        break;
+      }
+      counts[out.id]++;
+    }
+    int bad = 0;
+    for (int i = 0; i < V; i++) {
+      double share = (double)counts[i] / N;
+      if (fabs(share - probs[i]) > 1.5 / N + 1e-5 || (counts[i] && probs[i] == 0)) bad++;
+    }
+    CHECK_MSG(bad == 0, "config %d: %d tokens drawn out of proportion to the host sampler's distribution", cfg, bad);
+
+    /* the chosen token's logprob and the top list equal the host sampler's */
+    sample_token ht;
+    memcpy(work, logits, sizeof logits);
+    CHECK(sampler_sample(host, work, &ht, &err) == 0);
+    row.u = 0.5;
+    CHECK(bk_set(&t, 0, logits, sizeof logits, &err) == 0);
+    CHECK(bk_sample(&t, &row, adj, (int64_t)n_adj, &out, &err) == 0);
+    sample_token dt;
+    sampler_from_device(dev, &out, &dt);
+    if (p.greedy) CHECK_MSG(dt.id == ht.id, "config %d: greedy %d vs host %d", cfg, dt.id, ht.id);
+    CHECK(dt.n_top == ht.n_top);
+    for (int k = 0; k < dt.n_top && k < ht.n_top; k++) {
+      CHECK(dt.top_ids[k] == ht.top_ids[k]);
+      CHECK_NEAR(dt.top_logprobs[k], ht.top_logprobs[k], 1e-5);
+    }
+    if (dt.id == ht.id) CHECK_NEAR(dt.logprob, ht.logprob, 1e-5);
+    bk_tensor_free(&t);
+    free(adj);
+    sampler_free(host);
+    sampler_free(dev);
+  }
+  bk_backend_close(be);
+}
+
 int main(void) {
   RUN(test_rng_reference);
   RUN(test_greedy);
@@ -505,5 +602,6 @@ int main(void) {
   RUN(test_chi_square);
   RUN(test_top_p_large);
   RUN(test_bad_input);
+  RUN(test_device_path);
   TEST_MAIN_END();
 }

@@ -337,6 +337,101 @@ static void test_admission(void) {
   sched_free(s);
 }
 
+
+/* Seeded sampling through the scheduler (on a GPU: on the device): the same
+ * seed gives the same tokens run alone twice, and each of 8 concurrent
+ * sampled requests gives the tokens (and logprobs) it gives alone. */
+typedef struct sampled_out {
+  int32_t ids[64];
+  float lp[64];
+  int n;
+} sampled_out;
+
+static int collect_sampled(void *user, const char *delta, size_t len, const sample_token *tok) {
+  (void)delta, (void)len;
+  sampled_out *c = user;
+  if (tok && c->n < 64) {
+    c->ids[c->n] = tok->id;
+    c->lp[c->n++] = tok->logprob;
+  }
+  return 0;
+}
+
+static void sampled_request(gen_request *r, int i) {
+  gen_request_init(r);
+  r->prompt = g_prompts[i];
+  r->n_prompt = (size_t)g_len[i];
+  r->max_tokens = 16;
+  r->ignore_eos = true;
+  r->sample.temperature = 0.8f + 0.1f * (float)(i % 3);
+  r->sample.top_k = i % 2 ? 40 : 0;
+  r->sample.top_p = i % 3 ? 0.95f : 1.0f;
+  r->sample.min_p = i % 4 == 1 ? 0.02f : 0.0f;
+  r->sample.repetition_penalty = i % 2 ? 1.1f : 1.0f;
+  r->sample.presence_penalty = i % 3 == 2 ? 0.4f : 0.0f;
+  r->sample.logprobs = true;
+  r->sample.seed = 1000 + (uint64_t)i;
+}
+
+typedef struct sjob {
+  sched *s;
+  int i;
+  gen_request req;
+  sampled_out out;
+  gen_result res;
+  int rc;
+} sjob;
+
+static void *sjob_main(void *arg) {
+  sjob *j = arg;
+  herr e = {0};
+  j->rc = sched_run(j->s, &j->req, collect_sampled, &j->out, &j->res, &e);
+  if (j->rc) fprintf(stderr, "sampled request %d: %s\n", j->i, e.msg);
+  return NULL;
+}
+
+static void test_sampled_seeded(void) {
+  enum { NS = 8 };
+  sched_config cfg = {.max_batch = 16, .prefill_chunk = 32, .block_tokens = 8};
+  sched *s;
+  herr e = {0};
+  CHECK_EQ_INT(sched_new(g_m, NULL, &cfg, &s, &e), 0);
+  if (!s) return;
+  static sjob alone[NS], again[NS], together[NS];
+  for (int i = 0; i < NS; i++) {
+    alone[i] = (sjob){.s = s, .i = i};
+    again[i] = (sjob){.s = s, .i = i};
+    sampled_request(&alone[i].req, i);
+    sampled_request(&again[i].req, i);
+    sjob_main(&alone[i]);
+    sjob_main(&again[i]);
+    CHECK_EQ_INT(alone[i].rc, 0);
+    CHECK_EQ_INT(alone[i].out.n, 16);
+    CHECK_MSG(alone[i].out.n == again[i].out.n &&
+                  !memcmp(alone[i].out.ids, again[i].out.ids, sizeof(int32_t) * (size_t)alone[i].out.n),
+              "sampled request %d: the same seed gave different tokens", i);
+  }
+  pthread_t th[NS];
+  for (int i = 0; i < NS; i++) {
+    together[i] = (sjob){.s = s, .i = i};
+    sampled_request(&together[i].req, i);
+    pthread_create(&th[i], NULL, sjob_main, &together[i]);
+  }
+  for (int i = 0; i < NS; i++) pthread_join(th[i], NULL);
+  int differ = 0;
+  for (int i = 0; i < NS; i++) {
+    CHECK_EQ_INT(together[i].rc, 0);
+    if (together[i].out.n != alone[i].out.n ||
+        memcmp(together[i].out.ids, alone[i].out.ids, sizeof(int32_t) * (size_t)alone[i].out.n)) {
+      differ++;
+      continue;
+    }
+    for (int k = 0; k < alone[i].out.n; k++) CHECK_NEAR(together[i].out.lp[k], alone[i].out.lp[k], 1e-3);
+  }
+  CHECK_MSG(differ == 0, "%d of %d seeded sampled requests differ batched from alone", differ, NS);
+  sched_free(s);
+}
+
 int main(void) {
   test_device_or_skip();
   herr e = {0};
@@ -350,6 +445,7 @@ int main(void) {
   RUN(test_cancel_storm);
   RUN(test_preemption);
   RUN(test_admission);
+  RUN(test_sampled_seeded);
   model_free(g_m);
   TEST_MAIN_END();
 }

@@ -242,6 +242,7 @@ static const bk_backend_ops cpu_ops = {
     .get_rows = cpu_get_rows,
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,
+    .sample = bk_cpu_sample,
 };
 
 int bk_cpu_open(const bk_open_opts *opts, bk_backend **out, herr *err) {

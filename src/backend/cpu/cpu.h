@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "backend/weights.h"
 #include "base/pool.h"
 #include "base/status.h"
@@ -52,5 +53,9 @@ const char *bk_cpu_level_name(bk_cpu_level level);
 
 /* Parses "scalar", "avx2" or "avx512"; false when it is none of them. */
 bool bk_cpu_level_parse(const char *s, bk_cpu_level *out);
+
+/* bk_sample on host memory (sample_cpu.c): the reference of the device sampler. */
+int bk_cpu_sample(bk_backend *be, const bk_tensor *logits, const bk_sample_row *rows, const bk_sample_adj *adj,
+                  int64_t n_adj, bk_sample_out *out, herr *err);
 
 #endif

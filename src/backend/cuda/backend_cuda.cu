@@ -37,7 +37,7 @@ int cu_check_blas(cu_backend *b, cublasStatus_t st, const char *op) {
 }
 
 /* Moves the recorded error (if any) into err and clears it. */
-static int take_error(cu_backend *b, herr *err) {
+int cu_take_error(cu_backend *b, herr *err) {
   if (!b->err.code) return 0;
   int code = b->err.code;
   herr_set(err, code, "%s", b->err.msg);
@@ -147,6 +147,7 @@ static void cu_close(bk_backend *be) {
   if (b->blas) cublasDestroy(b->blas);
   for (int i = 0; i < CU_ROPE_CACHE; i++) rope_entry_free(&b->rope[i]);
   if (b->scratch) cudaFree(b->scratch);
+  if (b->samp) cudaFree(b->samp);
   if (b->stream) cudaStreamDestroy(b->stream);
   free(b);
 }
@@ -229,7 +230,7 @@ static int cu_get(bk_backend *be, void *dst, const void *src, size_t n, herr *er
     cudaGetLastError();
     cu_fail(b, HEARTH_EINTERNAL, "cuda get: %s", cudaGetErrorString(e));
   }
-  return take_error(b, err);
+  return cu_take_error(b, err);
 }
 
 static void cu_copy(bk_backend *be, void *dst, const void *src, size_t n) {
@@ -246,7 +247,7 @@ static int cu_sync(bk_backend *be, herr *err) {
     cudaGetLastError();
     cu_fail(b, HEARTH_EINTERNAL, "cuda: %s", cudaGetErrorString(e));
   }
-  return take_error(b, err);
+  return cu_take_error(b, err);
 }
 
 /* ---- weights ---- */
@@ -331,12 +332,12 @@ static void cu_weight_release(bk_backend *be, bk_weight *w) {
 /* ---- the table ---- */
 
 /* Positional: this notices the table gaining or losing an entry. */
-static_assert(sizeof(bk_backend_ops) == 21 * sizeof(void *), "bk_backend_ops changed: update cu_ops");
+static_assert(sizeof(bk_backend_ops) == 22 * sizeof(void *), "bk_backend_ops changed: update cu_ops");
 
 static const bk_backend_ops cu_ops = {
     cu_close,      cu_describe,   cu_mem_info, cu_buf_new,  cu_buf_free, cu_set,          cu_get,     cu_copy,
     cu_sync,       cu_weight_load, cu_weight_release, cu_embed, cu_matmul, cu_rmsnorm, cu_rope,  cu_act_mul,
-    cu_add,        cu_softcap,    cu_get_rows, cu_kv_write, cu_attention,
+    cu_add,        cu_softcap,    cu_get_rows, cu_kv_write, cu_attention, cu_sample,
 };
 
 extern "C" __attribute__((visibility("default"))) int hearth_cuda_backend_open(int abi, int device, const bk_open_opts *opts,

@@ -40,6 +40,8 @@ struct cu_backend {
   cu_rope_entry rope[CU_ROPE_CACHE];
   int rope_next;                 /* round-robin victim when the cache is full */
   herr err;                      /* first error an op recorded (code 0: none) */
+  void *samp;                    /* owned: bk_sample's device scratch (params, results, probabilities) */
+  size_t samp_size;
 };
 
 static inline cu_backend *cu_be(bk_backend *be) { return (cu_backend *)be; }
@@ -50,6 +52,8 @@ CU_HIDDEN void cu_fail(cu_backend *b, int code, const char *fmt, ...) __attribut
 CU_HIDDEN int cu_check(cu_backend *b, const char *op);
 /* Records a cuBLAS failure of op. Returns nonzero on failure. */
 CU_HIDDEN int cu_check_blas(cu_backend *b, cublasStatus_t st, const char *op);
+/* Moves the recorded error (if any) into err and clears it; returns its code. */
+CU_HIDDEN int cu_take_error(cu_backend *b, herr *err);
 /* Device scratch of at least bytes (<= CU_SCRATCH_CAP); NULL after recording an error. */
 CU_HIDDEN void *cu_scratch(cu_backend *b, size_t bytes);
 /* Device copy of t->inv_freq (cached per pointer); NULL after recording an error. */
@@ -76,6 +80,8 @@ CU_HIDDEN void cu_softcap(bk_backend *be, const bk_tensor *x, float cap);
 CU_HIDDEN void cu_get_rows(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows);
 CU_HIDDEN void cu_kv_write(bk_backend *be, const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor *v_new,
                            const bk_tensor *slot);
+CU_HIDDEN int cu_sample(bk_backend *be, const bk_tensor *logits, const bk_sample_row *rows, const bk_sample_adj *adj,
+                        int64_t n_adj, bk_sample_out *out, herr *err);
 CU_HIDDEN void cu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv,
                             const bk_attn_index *ix, const attn_params *p);
 /* One-time kernel attributes (large dynamic shared memory); 0 or a CUDA error. */
