@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 PREFIX ?= /usr/local
 
-.PHONY: all build run test setup setup-test clean asan fuzz install
+.PHONY: all build run test setup setup-test clean asan fuzz fuzz-long install
 
 all: build
 
@@ -38,6 +38,16 @@ asan: setup
 fuzz: setup-test
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHEARTH_FUZZ=ON -DHEARTH_WERROR=OFF -DHEARTH_CUDA=OFF >/dev/null
 	cmake --build build-fuzz --target fuzz_all -j $(JOBS)
+
+# Every fuzz target for FUZZ_SECONDS (default 300) each, from its seeds and the
+# corpus grown by earlier runs; crashes are saved as build-fuzz/crash-*.
+FUZZ_SECONDS ?= 300
+fuzz-long: fuzz
+	@set -e; mkdir -p build-fuzz/corpus; for f in build-fuzz/fuzz/fuzz_*; do \
+	  n=$$(basename $$f); s=$${n#fuzz_}; mkdir -p build-fuzz/corpus/$$s; \
+	  echo "fuzz-long: $$n for $(FUZZ_SECONDS) s"; \
+	  (cd build-fuzz && ./fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 \
+	    -print_final_stats=1 corpus/$$s $(CURDIR)/tests/fuzz/seeds/$$s); done
 
 test: setup-test asan fuzz
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DHEARTH_ASAN_DIR=$(CURDIR)/build-asan \

@@ -1,6 +1,8 @@
 /* json.c — jansson wrappers with named errors (see json.h). */
 #include "base/json.h"
 
+#include <math.h>
+
 #include "base/file.h"
 
 json_t *hjson_load_buf(const char *data, size_t len, const char *what, herr *err) {
@@ -29,9 +31,17 @@ static const json_t *field(const json_t *obj, const char *key) {
   if (!v) return required ? herr_set(err, HEARTH_EFORMAT, "%s: missing required field '%s'", what, key) : 0; \
   if (!(cond)) return herr_set(err, HEARTH_EFORMAT, "%s: field '%s' must be %s", what, key, type)
 
+/* A JSON real that is a whole number an int64_t holds (4096.0, 1e3): range
+ * first, so that no out-of-range value (1e28, inf) is ever converted. */
+static bool real_is_int64(const json_t *v) {
+  if (!json_is_real(v)) return false;
+  double d = json_real_value(v);
+  return d >= -9223372036854775808.0 && d < 9223372036854775808.0 && d == trunc(d);
+}
+
 int hjson_get_int(const json_t *obj, const char *key, bool required, int64_t *out, const char *what, herr *err) {
   const json_t *v = field(obj, key);
-  ABSENT_OR(json_is_integer(v) || (json_is_real(v) && json_real_value(v) == (double)(int64_t)json_real_value(v)), "an integer");
+  ABSENT_OR(json_is_integer(v) || real_is_int64(v), "an integer");
   *out = json_is_integer(v) ? (int64_t)json_integer_value(v) : (int64_t)json_real_value(v);
   return 0;
 }

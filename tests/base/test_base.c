@@ -137,6 +137,17 @@ static void test_file_json(void) {
   CHECK_EQ_INT(hjson_get_int(j, "zz", true, &a, "t.json", &e), HEARTH_EFORMAT);
   CHECK_EQ_INT(hjson_get_int(j, "zz", false, &a, "t.json", &e), 0);
   json_decref(j);
+  /* whole reals are integers; out-of-range reals are refused without being converted (UB) */
+  static const char *reals = "{\"w\": 4096.0, \"big\": 1e28, \"neg\": -1e19, \"edge\": 9223372036854775808.0, \"frac\": 2.5}";
+  j = hjson_load_buf(reals, strlen(reals), "r.json", &e);
+  CHECK(j != NULL);
+  CHECK_EQ_INT(hjson_get_int(j, "w", true, &a, "r.json", &e), 0);
+  CHECK_EQ_INT(a, 4096);
+  CHECK_EQ_INT(hjson_get_int(j, "big", true, &a, "r.json", &e), HEARTH_EFORMAT);
+  CHECK_EQ_INT(hjson_get_int(j, "neg", true, &a, "r.json", &e), HEARTH_EFORMAT);
+  CHECK_EQ_INT(hjson_get_int(j, "edge", true, &a, "r.json", &e), HEARTH_EFORMAT);
+  CHECK_EQ_INT(hjson_get_int(j, "frac", true, &a, "r.json", &e), HEARTH_EFORMAT);
+  json_decref(j);
   CHECK(hjson_load_buf("{\"a\":", 5, "bad.json", &e) == NULL);
   CHECK(strstr(e.msg, "bad.json: invalid JSON") == e.msg);
   unlink(path);
