@@ -10,6 +10,7 @@
 #include "base/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -25,8 +26,48 @@
 #endif
 
 /* How long a thread spins for the next job (or the caller for the end of
- * one) before it sleeps. */
+ * one) before it sleeps; after PAUSE_NS it yields the CPU between checks,
+ * so that a thread with work it was preempted from (another process busy on
+ * the same cores) runs instead of the spinner. */
 #define SPIN_NS 200000L
+#define PAUSE_NS 20000L
+
+hpool_fpmode hpool_flush_begin(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned old = _mm_getcsr();
+  _mm_setcsr(old | 0x8040u); /* FTZ (bit 15) | DAZ (bit 6) */
+  return old;
+#elif defined(__aarch64__)
+  unsigned long fpcr;
+  __asm__ __volatile__("mrs %0, fpcr" : "=r"(fpcr));
+  __asm__ __volatile__("msr fpcr, %0" : : "r"(fpcr | (1ul << 24))); /* FZ */
+  return fpcr;
+#else
+  return 0;
+#endif
+}
+
+void hpool_flush_end(hpool_fpmode old) {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_setcsr((unsigned)old);
+#elif defined(__aarch64__)
+  __asm__ __volatile__("msr fpcr, %0" : : "r"(old));
+#else
+  (void)old;
+#endif
+}
+
+int hpool_flushing(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  return (_mm_getcsr() & 0x8040u) == 0x8040u;
+#elif defined(__aarch64__)
+  unsigned long fpcr;
+  __asm__ __volatile__("mrs %0, fpcr" : "=r"(fpcr));
+  return (fpcr >> 24) & 1;
+#else
+  return 0;
+#endif
+}
 
 struct hpool {
   int n;                 /* threads including the caller */
@@ -64,7 +105,9 @@ static int spin_until(hpool *p, int (*cond)(hpool *, unsigned long), unsigned lo
       if (cond(p, arg)) return 1;
       cpu_relax();
     }
-    if (elapsed_ns(&t0) > SPIN_NS) return cond(p, arg);
+    long ns = elapsed_ns(&t0);
+    if (ns > SPIN_NS) return cond(p, arg);
+    if (ns > PAUSE_NS) sched_yield();
   }
 }
 
@@ -92,6 +135,7 @@ static void *worker(void *arg) {
   free(arg);
   hpool *p = wa.p;
   unsigned long seen = 0;
+  hpool_flush_begin(); /* a worker only computes: flushed for its life */
   for (;;) {
     if (!spin_until(p, job_posted, seen)) {
       pthread_mutex_lock(&p->mu);
@@ -144,8 +188,10 @@ int hpool_size(const hpool *p) { return p ? p->n : 1; }
 
 void hpool_for(hpool *p, int n, hpool_fn fn, void *ctx) {
   if (n <= 0) return;
+  hpool_fpmode fp = hpool_flush_begin();
   if (!p || p->n == 1 || n == 1) {
     for (int i = 0; i < n; i++) fn(ctx, i, 0);
+    hpool_flush_end(fp);
     return;
   }
   pthread_mutex_lock(&p->run_mu);
@@ -167,6 +213,7 @@ void hpool_for(hpool *p, int n, hpool_fn fn, void *ctx) {
     pthread_mutex_unlock(&p->mu);
   }
   pthread_mutex_unlock(&p->run_mu);
+  hpool_flush_end(fp);
 }
 
 void hpool_destroy(hpool *p) {

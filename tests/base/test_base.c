@@ -108,6 +108,34 @@ static void test_pool(void) {
   hpool_destroy(p);
 }
 
+/* Every thread computes with denormals flushed (a denormal input reads as 0
+ * and a denormal result becomes 0), and the caller's mode is back after. */
+static atomic_int flushed_items, denormal_results;
+static volatile float tiny = 1e-38f; /* normal; tiny * 0.01 is denormal */
+static void check_flush(void *ctx, int i, int tid) {
+  (void)ctx, (void)i, (void)tid;
+  if (hpool_flushing()) atomic_fetch_add(&flushed_items, 1);
+  float r = tiny * 0.01f;
+  if (r != 0.0f) atomic_fetch_add(&denormal_results, 1);
+}
+
+static void test_pool_flushes_denormals(void) {
+#if defined(__x86_64__) || defined(__aarch64__)
+  int before = hpool_flushing();
+  CHECK(tiny * 0.01f != 0.0f); /* not flushed outside the pool (the C default) */
+  for (int n = 1; n <= 4; n *= 2) {
+    hpool *p = hpool_create(n);
+    atomic_store(&flushed_items, 0);
+    atomic_store(&denormal_results, 0);
+    hpool_for(p, 400, check_flush, NULL);
+    CHECK_EQ_INT(atomic_load(&flushed_items), 400);
+    CHECK_EQ_INT(atomic_load(&denormal_results), 0);
+    CHECK_EQ_INT(hpool_flushing(), before);
+    hpool_destroy(p);
+  }
+#endif
+}
+
 static void test_file_json(void) {
   char path[] = "/tmp/hearth_test_XXXXXX";
   int fd = mkstemp(path);
@@ -167,6 +195,7 @@ int main(void) {
   RUN(test_utf8);
   RUN(test_dict);
   RUN(test_pool);
+  RUN(test_pool_flushes_denormals);
   RUN(test_file_json);
   TEST_MAIN_END();
 }

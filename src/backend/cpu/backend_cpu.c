@@ -116,7 +116,7 @@ static void cpu_weight_release(bk_backend *be, bk_weight *w) { bk_weight_unpack(
 #define F(t) ((float *)bk_addr(t))
 #define I(t) ((int32_t *)bk_addr(t))
 
-static void cpu_embed(bk_backend *be, const bk_tensor *y, const bk_weight *table, const bk_tensor *ids, float scale) {
+static void cpu_embed_body(bk_backend *be, const bk_tensor *y, const bk_weight *table, const bk_tensor *ids, float scale) {
   cpu_backend *c = cpu(be);
   const int32_t *id = I(ids);
   for (int64_t t = 0; t < y->rows; t++) {
@@ -139,11 +139,11 @@ static void cpu_matmul(bk_backend *be, const bk_tensor *y, const bk_tensor *x, c
   if (bk_matmul(cpu(be)->pool, F(y), F(x), x->rows, w, bias ? F(bias) : NULL, &e)) record(cpu(be), &e);
 }
 
-static void cpu_rmsnorm(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, float eps, bool unit_offset) {
+static void cpu_rmsnorm_body(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, float eps, bool unit_offset) {
   op_rmsnorm(F(y), F(x), x->rows, x->cols, w ? F(w) : NULL, eps, unit_offset);
 }
 
-static void cpu_rope(bk_backend *be, const bk_tensor *x, int64_t n_heads, int64_t head_dim, const bk_tensor *pos, const rope_table *t) {
+static void cpu_rope_body(bk_backend *be, const bk_tensor *x, int64_t n_heads, int64_t head_dim, const bk_tensor *pos, const rope_table *t) {
   cpu_backend *c = cpu(be);
   if (!grow((void **)&c->i64, &c->i64_cap, (size_t)x->rows, sizeof *c->i64)) {
     herr e = {0};
@@ -155,7 +155,7 @@ static void cpu_rope(bk_backend *be, const bk_tensor *x, int64_t n_heads, int64_
   op_rope(F(x), x->rows, n_heads, head_dim, c->i64, t);
 }
 
-static void cpu_act_mul(bk_backend *be, const bk_tensor *gate, const bk_tensor *up, bk_act act) {
+static void cpu_act_mul_body(bk_backend *be, const bk_tensor *gate, const bk_tensor *up, bk_act act) {
   float *g = F(gate);
   int64_t n = bk_nelem(gate);
   switch (act) {
@@ -167,11 +167,11 @@ static void cpu_act_mul(bk_backend *be, const bk_tensor *gate, const bk_tensor *
   op_mul(g, g, F(up), n);
 }
 
-static void cpu_add(bk_backend *be, const bk_tensor *y, const bk_tensor *a, const bk_tensor *b) {
+static void cpu_add_body(bk_backend *be, const bk_tensor *y, const bk_tensor *a, const bk_tensor *b) {
   op_add(F(y), F(a), F(b), bk_nelem(y));
 }
 
-static void cpu_softcap(bk_backend *be, const bk_tensor *x, float cap) { op_softcap(F(x), bk_nelem(x), cap); }
+static void cpu_softcap_body(bk_backend *be, const bk_tensor *x, float cap) { op_softcap(F(x), bk_nelem(x), cap); }
 
 static void cpu_get_rows(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows) {
   size_t rb = (size_t)x->cols * sizeof(float);
@@ -218,6 +218,39 @@ oom: {
   herr_set(&e, HEARTH_ENOMEM, "attention: out of memory");
   record(c, &e);
 }
+}
+
+/* The ops above that run on the calling thread, with denormals flushed
+ * (the pooled ones are flushed by hpool_for). */
+static void cpu_embed(bk_backend *be, const bk_tensor *y, const bk_weight *table, const bk_tensor *ids, float scale) {
+  hpool_fpmode fp = hpool_flush_begin();
+  cpu_embed_body(be, y, table, ids, scale);
+  hpool_flush_end(fp);
+}
+static void cpu_rmsnorm(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, float eps, bool unit_offset) {
+  hpool_fpmode fp = hpool_flush_begin();
+  cpu_rmsnorm_body(be, y, x, w, eps, unit_offset);
+  hpool_flush_end(fp);
+}
+static void cpu_rope(bk_backend *be, const bk_tensor *x, int64_t n_heads, int64_t head_dim, const bk_tensor *pos, const rope_table *t) {
+  hpool_fpmode fp = hpool_flush_begin();
+  cpu_rope_body(be, x, n_heads, head_dim, pos, t);
+  hpool_flush_end(fp);
+}
+static void cpu_act_mul(bk_backend *be, const bk_tensor *gate, const bk_tensor *up, bk_act act) {
+  hpool_fpmode fp = hpool_flush_begin();
+  cpu_act_mul_body(be, gate, up, act);
+  hpool_flush_end(fp);
+}
+static void cpu_add(bk_backend *be, const bk_tensor *y, const bk_tensor *a, const bk_tensor *b) {
+  hpool_fpmode fp = hpool_flush_begin();
+  cpu_add_body(be, y, a, b);
+  hpool_flush_end(fp);
+}
+static void cpu_softcap(bk_backend *be, const bk_tensor *x, float cap) {
+  hpool_fpmode fp = hpool_flush_begin();
+  cpu_softcap_body(be, x, cap);
+  hpool_flush_end(fp);
 }
 
 static const bk_backend_ops cpu_ops = {
