@@ -78,6 +78,32 @@ static inline const char *test_device(void) {
   return d && *d ? d : NULL;
 }
 
+/* Files tools/fetch_test_deps.sh fetches into .deps/ (the real tokenizers,
+ * the npm clients): when one is missing the test fails at once and says what
+ * to run, instead of failing check by check. rel is relative to .deps/. */
+#ifdef HEARTH_DEPS_DIR
+#include <unistd.h>
+static inline void test_need_deps(const char *rel) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", HEARTH_DEPS_DIR, rel);
+  if (access(path, R_OK) == 0) return;
+  fprintf(stderr,
+          "FAIL: missing test dependency %s\n"
+          "      run tools/fetch_test_deps.sh (make test runs it) to fetch the real tokenizers and npm clients\n",
+          path);
+  exit(1);
+}
+/* The six real tokenizers every tokenizer test reads. */
+static inline void test_need_tokenizers(void) {
+  static const char *names[] = {"qwen3", "gemma3", "llama3_1", "deepseek_v3", "gptoss", "llama2"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", names[i]);
+    test_need_deps(rel);
+  }
+}
+#endif
+
 #define TEST_MAIN_END()                                                            \
   do {                                                                             \
     fprintf(stderr, "%d checks, %d failed\n", test_checks, test_failures);         \

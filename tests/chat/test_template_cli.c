@@ -75,6 +75,7 @@ static void test_template_verb(void) {
 }
 
 int main(void) {
+  test_need_tokenizers();
   RUN(test_template_verb);
   TEST_MAIN_END();
 }

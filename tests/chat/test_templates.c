@@ -126,6 +126,7 @@ static void test_real_templates(void) {
 }
 
 int main(void) {
+  test_need_tokenizers();
   RUN(test_real_templates);
   TEST_MAIN_END();
 }

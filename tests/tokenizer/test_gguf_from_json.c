@@ -459,6 +459,7 @@ done:
 }
 
 int main(void) {
+  test_need_tokenizers();
   RUN(test_qwen);
   RUN(test_llama_bpe);
   RUN(test_more);

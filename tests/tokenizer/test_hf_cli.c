@@ -130,6 +130,7 @@ static void test_cli_single(void) {
 }
 
 int main(void) {
+  test_need_tokenizers();
   RUN(test_cli_batch);
   RUN(test_cli_single);
   TEST_MAIN_END();

@@ -81,6 +81,7 @@ static void test_folder_config(void) {
 }
 
 int main(void) {
+  test_need_tokenizers();
   RUN(test_real_tokenizers);
   RUN(test_folder_config);
   TEST_MAIN_END();

@@ -174,6 +174,7 @@ static void test_word_class(void) {
 }
 
 int main(void) {
+  test_need_tokenizers();
   RUN(test_word_class);
   RUN(test_malformed);
   RUN(test_bad_config_and_paths);

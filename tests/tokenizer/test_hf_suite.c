@@ -75,6 +75,7 @@ static void test_gguf_dispatch(void) {
 }
 
 int main(void) {
+  test_need_tokenizers();
   RUN(test_qwen2_suite);
   RUN(test_llama_bpe_suite);
   RUN(test_gguf_dispatch);
