@@ -2,9 +2,25 @@
  * and SSE streams fed by a generation thread, on libmicrohttpd with one thread
  * per connection. A client that goes away cancels its generation: streams
  * watch the socket while they wait for tokens, whole responses check it every
- * step. No CORS headers: only the chat page's own origin may read answers
- * from a browser. Knows the engine only through serve_engine (engine.h), and
- * the JSON shapes only through request.h / reply.h. */
+ * step (a half-closed client is not gone: see client_gone). No CORS headers:
+ * only the chat page's own origin may read answers from a browser. Knows the
+ * engine only through serve_engine (engine.h), and the JSON shapes only
+ * through request.h / reply.h.
+ *
+ * Connections: at most max_connections (4096), max_per_client (1024) per
+ * client address; one that sends no request for idle_timeout_s (10 s) is
+ * closed, and a request body that stalls for BODY_TIMEOUT_S is dropped, so
+ * idle sockets cannot lock others out (/health keeps answering). A refusal
+ * decided from the headers (route, method, key, size) is answered before any
+ * body is read, and before "100 Continue".
+ *
+ * Errors are one JSON object ({"error": {...}}) wherever the application
+ * answers. libmicrohttpd answers some protocol errors itself, before any
+ * handler runs, with its own small HTML page and no way to replace it: a
+ * malformed or huge Content-Length (400 / 413; 0.9.75 also repeats the
+ * status line and headers), an over-long request line or header block
+ * (414 / 431), an unsupported HTTP version (505) and malformed chunked
+ * bodies (400). */
 #include "serve/server.h"
 
 #include <arpa/inet.h>
@@ -12,12 +28,15 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -29,11 +48,16 @@
 #define DEFAULT_MAX_BODY ((size_t)16 << 20)
 #define WAIT_MS 20                 /* a stream checks its client this often while it waits */
 #define DEFAULT_KEEPALIVE_MS 15000
+#define DEFAULT_MAX_CONNECTIONS 4096
+#define DEFAULT_MAX_PER_CLIENT 1024
+#define DEFAULT_IDLE_TIMEOUT_S 10
+#define BODY_TIMEOUT_S 60          /* a request body that stalls this long is dropped */
 
 struct serve_server {
   struct MHD_Daemon *daemon;
   serve_engine *engine; /* borrowed */
   char *api_key;        /* owned; NULL when none */
+  int idle_timeout_s;   /* a connection without a request is closed after this */
   size_t max_body;
   int keepalive_waits;  /* WAIT_MS waits before a stream sends a keep-alive comment */
   int port;
@@ -255,12 +279,31 @@ static int conn_fd(struct MHD_Connection *c) {
   return ci ? (int)ci->connect_fd : -1;
 }
 
-/* True when the peer closed or reset its side of the socket. */
+/* True when the client is gone: its connection was reset or its socket no
+ * longer exists. A client that only half-closed (shutdown(SHUT_WR) after its
+ * request) is still there and gets its answer, so the end of its input
+ * alone (POLLRDHUP) is not "gone" — and a graceful close() looks the same
+ * until something is written. Streams write every token, and a failed write
+ * ends the connection in libmicrohttpd and cancels. A whole reply writes
+ * nothing until the end, so on POLLRDHUP its socket gets TCP keepalive
+ * probes every second: they are answered while the peer's socket lives
+ * (a half-close, or a closed socket the peer's kernel keeps for its FIN
+ * timeout, 60 s on Linux) and reset once it is gone, which shows here as
+ * POLLERR/POLLHUP. A client that resets the connection (killed, or closed
+ * with unread data) is seen at once. */
 static bool client_gone(int fd) {
   if (fd < 0) return false;
   struct pollfd p = {.fd = fd, .events = POLLRDHUP};
   if (poll(&p, 1, 0) <= 0) return false;
-  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+  if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return true;
+  if (p.revents & POLLRDHUP) {
+    int one = 1, idle = 1, intvl = 1, cnt = 3;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  }
+  return false;
 }
 
 /* ---- generation ---- */
@@ -634,9 +677,15 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
   }
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
   if (cl) {
-    char *end;
-    unsigned long long v = strtoull(cl, &end, 10);
-    if (v > s->max_body) {
+    /* digits only: strtoull would take "-1" as 2^64 - 1 and "abc" as 0 */
+    bool digits = *cl != 0 && strspn(cl, "0123456789") == strlen(cl);
+    errno = 0;
+    unsigned long long v = digits ? strtoull(cl, NULL, 10) : 0;
+    if (!digits || errno == ERANGE) {
+      cn->failed = true;
+      serve_fail_set(&cn->fail, 400, "invalid_request_error", NULL, "invalid_content_length",
+                     "Content-Length '%.40s' is not a byte count", cl);
+    } else if (v > s->max_body) {
       cn->failed = true;
       serve_fail_set(&cn->fail, 413, "invalid_request_error", NULL, "request_too_large",
                      "The request body has %llu bytes; the limit is %zu", v, s->max_body);
@@ -653,6 +702,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cn) return MHD_NO;
     *con_cls = cn;
     classify(s, c, url, method, cn);
+    /* A refusal (bad route, key, size) is answered now, before libmicrohttpd
+     * sends "100 Continue" or reads a byte of the body; the connection is
+     * then closed. */
+    if (cn->failed) return send_fail(c, &cn->fail, cn->allow);
+    /* headers are in: the body may take its time, up to BODY_TIMEOUT_S of silence */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)BODY_TIMEOUT_S);
     return MHD_YES;
   }
   if (*upload_size) {
@@ -674,6 +729,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     *upload_size = 0; /* consumed (or dropped) */
     return MHD_YES;
   }
+  /* the whole request is in: no inactivity limit while it is answered (a
+   * long generation before a whole reply sends nothing) */
+  MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
   if (cn->failed) return send_fail(c, &cn->fail, cn->allow);
   switch (cn->route) {
   case ROUTE_PAGE:
@@ -699,7 +757,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
+  serve_server *s = cls;
   conn *cn = *con_cls;
+  /* kept alive for the next request: it has the idle limit again */
+  if (why == MHD_REQUEST_TERMINATED_COMPLETED_OK) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->idle_timeout_s);
   if (!cn) return;
   hbuf_free(&cn->body);
   free(cn);
@@ -714,6 +775,14 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
   HLOG_DEBUG("serve: libmicrohttpd: %s", msg);
 }
 
+/* Room for max_conn sockets: the soft descriptor limit raised toward the hard one. */
+static void raise_fd_limit(unsigned want) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want) return;
+  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &rl);
+}
+
 int serve_start(serve_server **out, serve_engine *engine, const serve_config *cfg, herr *err) {
   *out = NULL;
   const char *host = cfg->host && cfg->host[0] ? cfg->host : "127.0.0.1";
@@ -721,6 +790,8 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
   char port[16];
   snprintf(port, sizeof port, "%d", cfg->port);
+  if (cfg->api_key && !cfg->api_key[0])
+    return herr_set(err, HEARTH_EINVAL, "the API key is empty, which would let every client in: give a key, or none");
   int gai = getaddrinfo(host, port, &hints, &ai);
   if (gai || !ai) return herr_set(err, HEARTH_EINVAL, "cannot resolve host '%s': %s", host, gai_strerror(gai));
   serve_server *s = calloc(1, sizeof *s);
@@ -731,7 +802,11 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   s->engine = engine;
   s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
   s->keepalive_waits = (cfg->keepalive_ms > 0 ? cfg->keepalive_ms : DEFAULT_KEEPALIVE_MS) / WAIT_MS;
-  s->api_key = cfg->api_key && cfg->api_key[0] ? strdup(cfg->api_key) : NULL;
+  s->api_key = cfg->api_key ? strdup(cfg->api_key) : NULL;
+  s->idle_timeout_s = cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s : DEFAULT_IDLE_TIMEOUT_S;
+  unsigned max_conn = cfg->max_connections > 0 ? (unsigned)cfg->max_connections : DEFAULT_MAX_CONNECTIONS;
+  unsigned per_client = cfg->max_per_client > 0 ? (unsigned)cfg->max_per_client : DEFAULT_MAX_PER_CLIENT;
+  raise_fd_limit(max_conn + 64);
   pthread_mutex_init(&s->engine_lock, NULL);
   atomic_init(&s->next_id, (uint64_t)time(NULL));
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
@@ -739,8 +814,9 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,                  /* */
                                MHD_OPTION_SOCK_ADDR, ai->ai_addr,                                     /* */
                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,                          /* */
-                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,                          /* */
-                               MHD_OPTION_CONNECTION_LIMIT, (unsigned)512,                            /* */
+                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->idle_timeout_s,            /* */
+                               MHD_OPTION_CONNECTION_LIMIT, max_conn,                                 /* */
+                               MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_client,                        /* */
                                MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,                             /* */
                                MHD_OPTION_END);
   freeaddrinfo(ai);

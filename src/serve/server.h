@@ -12,9 +12,12 @@
 typedef struct serve_config {
   const char *host;    /* borrowed; "127.0.0.1" when NULL */
   int port;            /* 0: an ephemeral port (see serve_port) */
-  const char *api_key; /* borrowed; NULL or "": no key needed */
+  const char *api_key; /* borrowed; NULL: no key needed ("" is refused: it would let everyone in) */
   size_t max_body;     /* request bodies above this get 413; 0: 16 MiB */
   int keepalive_ms;    /* a stream idle this long sends ": keep-alive"; 0: 15 s */
+  int max_connections; /* open connections at most; 0: 4096 (more are refused) */
+  int max_per_client;  /* open connections per client address at most; 0: 1024 */
+  int idle_timeout_s;  /* a connection that sends no request (headers) for this long is closed; 0: 10 s */
 } serve_config;
 
 typedef struct serve_server serve_server;
