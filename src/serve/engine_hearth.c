@@ -20,6 +20,27 @@ static int copy_err(herr *err, const hearth_error *e) {
   return e->code ? e->code : HEARTH_EINTERNAL;
 }
 
+/* Error text for a client: the model folder's path (which names the
+ * server's file system) becomes "<model>". */
+static void scrub_path(char *msg, size_t cap, const char *path) {
+  size_t n = path ? strlen(path) : 0;
+  while (n > 1 && path[n - 1] == '/') n--;
+  if (n < 2) return;
+  char out[sizeof ((herr *)0)->msg];
+  size_t o = 0;
+  for (const char *p = msg; *p && o + 1 < sizeof out;) {
+    if (!strncmp(p, path, n)) {
+      o += (size_t)snprintf(out + o, sizeof out - o, "<model>");
+      if (o >= sizeof out) o = sizeof out - 1;
+      p += n;
+    } else {
+      out[o++] = *p++;
+    }
+  }
+  out[o] = 0;
+  snprintf(msg, cap, "%s", out);
+}
+
 static int render_chat(void *impl, const serve_message *msgs, int nmsgs, char **prompt, herr *err) {
   hearth_engine *h = impl;
   json_t *arr = json_array();
@@ -42,7 +63,11 @@ static int render_chat(void *impl, const serve_message *msgs, int nmsgs, char **
   hearth_error e = {0};
   int rc = hearth_chat_render(h->model, js, NULL, true, NULL, &text, &e);
   free(js);
-  if (rc) return copy_err(err, &e);
+  if (rc) {
+    rc = copy_err(err, &e);
+    if (err) scrub_path(err->msg, sizeof err->msg, h->info.path);
+    return rc;
+  }
   *prompt = strdup(text);
   hearth_free(text);
   return *prompt ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");

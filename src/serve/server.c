@@ -564,7 +564,19 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   if (kind == SERVE_CHAT) {
     herr err = {0};
     if (e->render_chat(e->impl, j->req.messages, j->req.nmessages, &j->prompt, &err)) {
-      serve_fail_set(&f, 400, "invalid_request_error", "messages", NULL, "the chat template failed: %s", err.msg);
+      /* the template refusing these messages (raise_exception, a type error
+       * on what was sent, a render limit) is the client's to fix; a template
+       * that cannot be loaded or uses what the engine lacks is the server's */
+      if (err.code == HEARTH_EINVAL || err.code == HEARTH_ELIMIT) {
+        serve_fail_set(&f, 400, "invalid_request_error", "messages", NULL, "the chat template failed: %s", err.msg);
+      } else if (err.code == HEARTH_ENOTFOUND) {
+        serve_fail_set(&f, 400, "invalid_request_error", "messages", NULL,
+                       "this model has no chat template: send a raw prompt to /v1/completions");
+      } else {
+        HLOG_WARN("serve: the chat template cannot be used: %s", err.msg);
+        serve_fail_set(&f, 500, "server_error", NULL, NULL,
+                       "the model's chat template cannot be used (the server log says why)");
+      }
       goto refuse;
     }
   } else {

@@ -269,6 +269,77 @@ static void test_memory_admission(void) {
   hbuf_free(&p);
 }
 
+
+/* A model folder like models/default with another chat template, in a temporary folder. */
+static void model_with_template(char *dir, size_t cap, const char *tmpl) {
+  snprintf(dir, cap, "/tmp/hearth_tmpl_XXXXXX");
+  if (!mkdtemp(dir)) return;
+  const char *files[] = {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    char src[1024], dst[1024];
+    snprintf(src, sizeof src, "%s/%s", MODEL, files[i]);
+    snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+    CHECK(symlink(src, dst) == 0);
+  }
+  json_t *cfg = json_load_file(MODEL "/tokenizer_config.json", 0, NULL);
+  CHECK(cfg != NULL);
+  if (!cfg) return;
+  json_object_set_new(cfg, "chat_template", json_string(tmpl));
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+  CHECK(json_dump_file(cfg, path, 0) == 0);
+  json_decref(cfg);
+}
+
+static void remove_model(const char *dir) {
+  const char *files[] = {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json",
+                         "tokenizer_config.json"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+    unlink(p);
+  }
+  rmdir(dir);
+}
+
+/* A chat template that cannot be used is the server's fault (500
+ * server_error); one that refuses the messages (raise_exception) is the
+ * client's (400). Neither message shows a server path. */
+static void test_template_errors(void) {
+  static const struct { const char *tmpl; int status; const char *type; } cases[] = {
+      {"{% for m in messages %}{{ m.content }", 500, "server_error"}, /* does not parse */
+      {"{% for m in messages %}{% if m.role == 'user' %}{{ raise_exception('Only system and assistant roles') }}{% endif %}{% endfor %}",
+       400, "invalid_request_error"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char dir[256];
+    model_with_template(dir, sizeof dir, cases[i].tmpl);
+    serve_engine engine;
+    herr err = {0};
+    serve_engine_opts eo = {.threads = 1};
+    int rc = serve_engine_open_opts(dir, &eo, &engine, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc) {
+      remove_model(dir);
+      continue;
+    }
+    serve_config cfg = {.port = 0};
+    serve_server *srv;
+    CHECK_EQ_INT(serve_start(&srv, &engine, &cfg, &err), 0);
+    char *r = http(serve_port(srv), "POST", "/v1/chat/completions", NULL,
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2}");
+    int code = 0;
+    sscanf(r, "HTTP/1.1 %d", &code);
+    CHECK_MSG(code == cases[i].status, "template case %zu: got %d: %.200s", i, code, r);
+    CHECK(strstr(r, cases[i].type) != NULL);
+    CHECK_MSG(strstr(r, "/tmp/") == NULL && strstr(r, dir) == NULL, "template case %zu: a server path in '%s'", i, r);
+    free(r);
+    serve_stop(srv);
+    serve_engine_close(&engine);
+    remove_model(dir);
+  }
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   herr err = {0};
@@ -292,6 +363,7 @@ int main(void) {
   RUN(test_concurrent_equals_alone);
   RUN(test_metrics);
   RUN(test_memory_admission);
+  RUN(test_template_errors);
   serve_stop(srv);
   serve_engine_close(&engine);
   TEST_MAIN_END();
