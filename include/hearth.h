@@ -75,11 +75,15 @@ typedef struct hearth_load_opts {
                               weights are loaded (0: 0.9); ignored on the CPU */
 } hearth_load_opts;
 
-/* Loads a Hugging Face model folder: config.json + safetensors, and when
- * present tokenizer.json / tokenizer_config.json (tokenizer and chat
- * template) and generation_config.json (sampling defaults, EOS ids). A folder
- * without a tokenizer loads, but only id prompts work. opts may be NULL.
- * *out is owned by the caller (hearth_model_free). */
+/* Loads a model: a Hugging Face model folder (config.json + safetensors, and
+ * when present tokenizer.json / tokenizer_config.json (tokenizer and chat
+ * template) and generation_config.json (sampling defaults, EOS ids)), or a
+ * .gguf file (its metadata, vocabulary and tokenizer.chat_template; HF's
+ * sampling defaults, so greedy unless asked). A model without a tokenizer
+ * loads, but only id prompts work. Configs with absurd values (a context
+ * beyond 2^26 tokens, non-finite RoPE or norm values) are refused with
+ * HEARTH_ELIMIT or HEARTH_EFORMAT. opts may be NULL. *out is owned by the
+ * caller (hearth_model_free). */
 int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_model **out, hearth_error *err);
 void hearth_model_free(hearth_model *m);
 
@@ -87,7 +91,7 @@ void hearth_model_free(hearth_model *m);
 
 typedef struct hearth_info {
   const char *id;           /* borrowed from the model */
-  const char *path;         /* borrowed: the folder it was loaded from */
+  const char *path;         /* borrowed: the folder or .gguf file it was loaded from */
   const char *model_type;   /* borrowed: config.json's model_type */
   int64_t context_length;
   int32_t vocab_size;       /* rows of the model's logits */
@@ -103,8 +107,10 @@ void hearth_model_info(const hearth_model *m, hearth_info *out);
 /* Frees memory the API handed out (token arrays, strings). */
 void hearth_free(void *p);
 
-/* Text → ids. add_special: the tokenizer's BOS/EOS as HF add_special_tokens.
- * Special tokens written in the text become their ids. *ids: hearth_free. */
+/* Text → ids. len: bytes of text; 0 with text set means strlen(text), as
+ * hearth_prompt.text_len (so "" and NULL give only what add_special adds).
+ * add_special: the tokenizer's BOS/EOS as HF add_special_tokens. Special
+ * tokens written in the text become their ids. *ids: hearth_free. */
 int hearth_tokenize(const hearth_model *m, const char *text, size_t len, bool add_special, int32_t **ids, size_t *n,
                     hearth_error *err);
 /* Ids → text (NUL-terminated, *len bytes). *text: hearth_free. */
@@ -138,7 +144,8 @@ typedef struct hearth_logit_bias {
  * before temperature and truncation (the same for greedy and sampled runs;
  * without penalties or bias, vLLM's default raw logprobs). */
 typedef struct hearth_gen_params {
-  int64_t max_tokens;          /* -1: up to the context length */
+  int64_t max_tokens;          /* -1: up to the context length, or to what the KV cache holds
+                                  when that is less */
   double temperature;          /* >= 0; 0 = greedy */
   double top_p;                /* (0, 1]; 1 = off */
   int64_t top_k;               /* 0 = off */
@@ -167,7 +174,7 @@ void hearth_gen_params_init(hearth_gen_params *p);
  * etc. as for a raw completion, a rendered chat already holds them) or ids. */
 typedef struct hearth_prompt {
   const char *text;            /* borrowed; used when ids is NULL */
-  size_t text_len;             /* bytes of text; 0 with text set = strlen */
+  size_t text_len;             /* bytes of text; 0 with text set = strlen (as hearth_tokenize) */
   bool add_special;
   const int32_t *ids;          /* borrowed */
   size_t n_ids;

@@ -1,5 +1,5 @@
 /* api.c — the public library API of include/hearth.h: a loaded model folder
- * (weights, tokenizer, chat template, generation defaults) behind one handle,
+ * or GGUF file (weights, tokenizer, chat template, generation defaults) behind one handle,
  * and generation with the model's defaults filled in, through the model's
  * scheduler (engine/sched.h), started by the first generation. Knows nothing of HTTP or the command line. */
 #include <math.h>
@@ -18,7 +18,9 @@
 #include "engine/generate.h"
 #include "engine/sched.h"
 #include "format/config.h"
+#include "format/gguf.h"
 #include "hearth.h"
+#include "model/gguf_model.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,6 +29,7 @@ struct hearth_model {
   tokenizer *tok;              /* owned, NULL when the folder has none */
   generation_config gen;
   char *path;                  /* owned */
+  bool is_gguf;                /* path is a .gguf file */
   char *id;                    /* owned */
   int64_t context_length;
   int32_t eos[HEARTH_MAX_EOS];
@@ -50,13 +53,50 @@ static void add_eos(hearth_model *hm, int64_t id) {
   if (hm->n_eos < HEARTH_MAX_EOS) hm->eos[hm->n_eos++] = (int32_t)id;
 }
 
+/* A GGUF file's tokenizer.chat_template, with the BOS/EOS token texts as the
+ * strings templates print. HEARTH_ENOTFOUND when the file has none. */
+static int gguf_chat_template(const hearth_model *hm, chat_template *out, herr *err) {
+  memset(out, 0, sizeof *out);
+  gguf_file *g = NULL;
+  int rc = gguf_open_mode(&g, hm->path, HMMAP_MAP, err);
+  if (rc) return rc;
+  if (!gguf_has(g, "tokenizer.chat_template")) {
+    gguf_close(g);
+    return herr_set(err, HEARTH_ENOTFOUND, "%s: no tokenizer.chat_template", hm->path);
+  }
+  rc = gguf_get_strdup(g, "tokenizer.chat_template", &out->source, err);
+  gguf_close(g);
+  if (rc) return rc;
+  const char *bos = hm->tok && hm->bos >= 0 ? tokenizer_id_to_token(hm->tok, hm->bos) : NULL;
+  int32_t eos_id = hm->tok ? tokenizer_eos_id(hm->tok) : -1;
+  const char *eos = eos_id >= 0 ? tokenizer_id_to_token(hm->tok, eos_id) : NULL;
+  out->bos = strdup(bos ? bos : "");
+  out->eos = strdup(eos ? eos : "");
+  out->origin = strdup(hm->path);
+  if (!out->bos || !out->eos || !out->origin) {
+    chat_template_free(out);
+    return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  }
+  return 0;
+}
+
+/* Whether a GGUF file carries a vocabulary (tokenizer.ggml.tokens). */
+static int gguf_has_vocab(const char *path, bool *yes, herr *err) {
+  gguf_file *g = NULL;
+  int rc = gguf_open_mode(&g, path, HMMAP_MAP, err);
+  if (rc) return rc;
+  *yes = gguf_has(g, "tokenizer.ggml.tokens");
+  gguf_close(g);
+  return 0;
+}
+
 /* The chat template (chat/chat.h finds it: chat_template.jinja,
  * tokenizer_config.json, chat_template.json), parsed once. Absent is not an
  * error. One that does not parse leaves the model usable for raw prompts:
  * the parse error is logged and returned by every hearth_chat_render. */
 static int load_chat_template(hearth_model *hm, herr *err) {
   herr e = {0};
-  int rc = chat_template_load(hm->path, &hm->chat_src, &e);
+  int rc = hm->is_gguf ? gguf_chat_template(hm, &hm->chat_src, &e) : chat_template_load(hm->path, &hm->chat_src, &e);
   if (rc == HEARTH_ENOTFOUND) return 0;
   if (rc) {
     if (err) *err = e;
@@ -76,17 +116,22 @@ static char *folder_name(const char *path) {
   while (n > 1 && path[n - 1] == '/') n--;
   size_t start = n;
   while (start > 0 && path[start - 1] != '/') start--;
+  if (n - start > 5 && !strncmp(path + n - 5, ".gguf", 5)) n -= 5; /* a GGUF file answers to its stem */
   return strndup(path + start, n - start);
 }
 
 int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_model **out, hearth_error *err) {
   *out = NULL;
   if (!path) return herr_set(err, HEARTH_EINVAL, "hearth_model_load: no path");
-  if (!hfile_is_dir(path)) return herr_set(err, HEARTH_ENOTFOUND, "%s: not a model folder", path);
+  bool is_gguf = !hfile_is_dir(path);
+  if (is_gguf && !hfile_exists(path)) return herr_set(err, HEARTH_ENOTFOUND, "%s: no such model folder or file", path);
+  if (is_gguf && !gguf_model_is_gguf(path))
+    return herr_set(err, HEARTH_EINVAL, "%s: not a model folder or a .gguf file", path);
   hearth_model *hm = calloc(1, sizeof *hm);
   if (!hm) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   pthread_mutex_init(&hm->gen_lock, NULL);
   hm->bos = -1;
+  hm->is_gguf = is_gguf;
   int rc = 0;
   hm->path = strdup(path);
   hm->id = opts && opts->id ? strdup(opts->id) : folder_name(path);
@@ -100,17 +145,27 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
                            .mmap = opts->mmap, .f32_activations = opts->f32_activations,
                            .f32_as_bf16 = opts->f32_as_bf16};
   if ((rc = model_load(path, &mo, &hm->m, err))) goto fail;
+  if ((rc = model_config_check(model_cfg(hm->m), path, err))) goto fail;
   char dev[256];
   bk_backend_describe(model_backend(hm->m), dev, sizeof dev);
   HLOG_INFO("%s: device %s; weights %.2f GiB", hm->id, dev, (double)model_weight_bytes(hm->m) / (1 << 30));
-  if ((rc = generation_config_load(&hm->gen, path, err))) goto fail;
-  char *tj = hpath_join(path, "tokenizer.json");
-  bool has_tok = tj && hfile_exists(tj);
-  free(tj);
+  bool has_tok = false;
+  if (is_gguf) {
+    /* a GGUF file holds no generation_config: HF's defaults */
+    if ((rc = generation_config_load(&hm->gen, "", err))) goto fail;
+    if ((rc = gguf_has_vocab(path, &has_tok, err))) goto fail;
+  } else {
+    if ((rc = generation_config_load(&hm->gen, path, err))) goto fail;
+    char *tj = hpath_join(path, "tokenizer.json");
+    has_tok = tj && hfile_exists(tj);
+    free(tj);
+  }
   if (has_tok && (rc = tokenizer_load(path, &hm->tok, err))) goto fail;
+  const model_config *cfg = model_cfg(hm->m);
+  hm->bos = hm->tok ? tokenizer_bos_id(hm->tok) : -1;
+  if (hm->bos < 0 && cfg->bos_token_id >= 0) hm->bos = (int32_t)cfg->bos_token_id;
   if ((rc = load_chat_template(hm, err))) goto fail;
 
-  const model_config *cfg = model_cfg(hm->m);
   hm->context_length = opts && opts->context_length > 0 ? opts->context_length : cfg->max_position_embeddings;
   if (opts) {
     hm->sch_cfg.max_batch = opts->max_batch;
@@ -123,8 +178,6 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
   for (int i = 0; i < cfg->n_eos; i++) add_eos(hm, cfg->eos_token_ids[i]);
   for (int i = 0; i < hm->gen.n_eos; i++) add_eos(hm, hm->gen.eos_token_ids[i]);
   if (hm->tok) add_eos(hm, tokenizer_eos_id(hm->tok));
-  hm->bos = hm->tok ? tokenizer_bos_id(hm->tok) : -1;
-  if (hm->bos < 0 && cfg->bos_token_id >= 0) hm->bos = (int32_t)cfg->bos_token_id;
   *out = hm;
   return 0;
 fail:
@@ -162,7 +215,8 @@ void hearth_model_info(const hearth_model *hm, hearth_info *out) {
 
 static int need_tokenizer(const hearth_model *hm, herr *err) {
   if (hm->tok) return 0;
-  return herr_set(err, HEARTH_ENOTFOUND, "%s: the model folder has no tokenizer.json", hm->path);
+  return herr_set(err, HEARTH_ENOTFOUND, "%s: the model has no tokenizer (%s)", hm->path,
+                  hm->is_gguf ? "no tokenizer.ggml.tokens" : "no tokenizer.json in the folder");
 }
 
 int hearth_tokenize(const hearth_model *hm, const char *text, size_t len, bool add_special, int32_t **ids, size_t *n,
@@ -171,6 +225,7 @@ int hearth_tokenize(const hearth_model *hm, const char *text, size_t len, bool a
   *n = 0;
   int rc = need_tokenizer(hm, err);
   if (rc) return rc;
+  if (text && len == 0) len = strlen(text); /* the same rule as hearth_prompt.text_len */
   return tokenizer_encode(hm->tok, text ? text : "", text ? len : 0, add_special, true, ids, n, err);
 }
 
@@ -425,8 +480,7 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
     req.prompt = prompt->ids;
     req.n_prompt = prompt->n_ids;
   } else if (prompt->text) {
-    size_t len = prompt->text_len ? prompt->text_len : strlen(prompt->text);
-    if ((rc = hearth_tokenize(hm, prompt->text, len, prompt->add_special, &ids, &n_ids, err))) goto out;
+    if ((rc = hearth_tokenize(hm, prompt->text, prompt->text_len, prompt->add_special, &ids, &n_ids, err))) goto out;
     req.prompt = ids;
     req.n_prompt = n_ids;
   } else {
@@ -436,6 +490,15 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
   gen_result gr;
   memset(&gr, 0, sizeof gr);
   if ((rc = ensure_sched(hm, err))) goto out;
+  if (req.max_tokens < 0) {
+    /* "up to the context" stops where the KV cache is full too: a context the
+     * machine cannot hold would otherwise never end */
+    sched_stats st;
+    sched_get_stats(hm->sch, &st);
+    int64_t hold = st.blocks_total * (int64_t)st.block_tokens;
+    int64_t ctx = hm->context_length > 0 ? hm->context_length : model_cfg(hm->m)->max_position_embeddings;
+    if (hold > (int64_t)req.n_prompt && (ctx <= 0 || hold < ctx)) req.max_tokens = hold - (int64_t)req.n_prompt;
+  }
   rc = sched_run(hm->sch, &req, forward_token, &cb, &gr, err);
   res->finish_reason = (hearth_finish)gr.finish;
   res->stop_index = gr.stop_index;

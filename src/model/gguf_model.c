@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "format/safetensors.h"
+#include "model/model.h"
 
 bool gguf_model_is_gguf(const char *path) {
   size_t n = strlen(path);
@@ -118,6 +119,7 @@ int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
   }
 #undef KEY
   rc = config_from_json(c, j, gguf_path(g), err);
+  if (!rc && (rc = model_config_check(c, gguf_path(g), err))) config_free(c);
 out:
   json_decref(j);
   free(arch);

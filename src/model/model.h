@@ -69,6 +69,18 @@ typedef struct model_batch {
   int n_seqs;
 } model_batch;
 
+/* The longest context a config may state (max_position_embeddings, sliding
+ * windows, RoPE's original context): 2^26 tokens. */
+#define MODEL_MAX_CONTEXT ((int64_t)1 << 26)
+
+/* Refuses configs with absurd values that config.json parsing lets through:
+ * a context beyond MODEL_MAX_CONTEXT or negative, non-finite or non-positive
+ * RoPE bases and factors, an rms_norm_eps that is not finite or is >= 1,
+ * non-finite softcapping. The message names the field and what = the file.
+ * model_load's callers run it (hearth_model_load, the CLI); GGUF metadata
+ * is checked when it is read. */
+int model_config_check(const model_config *c, const char *what, herr *err);
+
 /* dir: a model folder (config.json + safetensors) or a .gguf file. opts may
  * be NULL. Every tensor's presence and shape is checked against the config;
  * errors name the tensor ("model.layers.3.mlp.up_proj.weight: expected shape

@@ -1,0 +1,231 @@
+/* Tests of the public API (include/hearth.h) on what the loaders and the
+ * generation entry point must agree on: a GGUF file loads as a model (ids,
+ * text, greedy output against the reference ids), hearth_tokenize and
+ * hearth_prompt read a length of 0 the same way, configs with absurd values
+ * are refused with a message, and max_tokens = -1 stops where the KV cache
+ * is full when the stated context is larger. */
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/buf.h"
+#include "base/file.h"
+#include "hearth.h"
+#include "test.h"
+
+#define GGUF_TINY HEARTH_SHARED_DIR "/fixtures/gguf/llama-2-tiny-random.gguf"
+#define DEFAULT_MODEL HEARTH_SOURCE_DIR "/models/default"
+
+static char tmpdir[] = "/tmp/hearth_api_XXXXXX";
+
+/* Generated ids, collected by the callback. */
+typedef struct ids_out {
+  int32_t ids[256];
+  int n;
+} ids_out;
+
+static int collect_ids(void *user, const char *text, size_t len, const hearth_token *tok) {
+  (void)text;
+  (void)len;
+  ids_out *o = user;
+  if (tok && o->n < 256) o->ids[o->n++] = tok->id;
+  return 0;
+}
+
+static void test_gguf_model(void) {
+  if (!hfile_exists(GGUF_TINY)) {
+    fprintf(stderr, "  (skipped: %s is missing)\n", GGUF_TINY);
+    return;
+  }
+  hearth_error err = {0};
+  hearth_model *m = NULL;
+  int rc = hearth_model_load(GGUF_TINY, NULL, &m, &err);
+  CHECK_MSG(rc == 0, "%s", err.msg);
+  if (rc) return;
+  hearth_info info;
+  hearth_model_info(m, &info);
+  CHECK_EQ_STR(info.id, "llama-2-tiny-random");
+  CHECK_EQ_STR(info.model_type, "llama");
+  CHECK(info.has_tokenizer);
+  CHECK_EQ_INT(info.vocab_size, 32000);
+  CHECK_EQ_INT(info.bos_id, 1);
+  CHECK_EQ_INT(info.context_length, 4096);
+
+  static const int32_t prompt[] = {1, 15043, 3186};
+  static const int32_t want[] = {19356, 7267, 4736, 26640, 24077, 18579, 28435, 21432};
+  int32_t *ids = NULL;
+  size_t n = 0;
+  CHECK(hearth_tokenize(m, "Hello world", 0, true, &ids, &n, &err) == 0);
+  CHECK_EQ_INT(n, 3);
+  for (size_t i = 0; i < n && i < 3; i++) CHECK_EQ_INT(ids[i], prompt[i]);
+  hearth_free(ids);
+
+  hearth_gen_params p;
+  hearth_gen_params_init(&p);
+  p.max_tokens = 8;
+  p.ignore_eos = true; /* default sampling: greedy (a GGUF file has no generation_config) */
+  /* as ids, and as text */
+  for (int as_text = 0; as_text < 2; as_text++) {
+    hearth_prompt hp = {.ids = as_text ? NULL : prompt, .n_ids = as_text ? 0 : 3, .text = as_text ? "Hello world" : NULL,
+                        .add_special = true};
+    ids_out o = {.n = 0};
+    hearth_gen_result res;
+    rc = hearth_generate(m, &hp, &p, collect_ids, &o, &res, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    CHECK_EQ_INT(res.prompt_tokens, 3);
+    CHECK_EQ_INT(o.n, 8);
+    for (int i = 0; i < o.n && i < 8; i++) CHECK_EQ_INT(o.ids[i], want[i]);
+  }
+  /* a chat needs a template, which this file does not carry: a clear refusal */
+  char *text = NULL;
+  CHECK_EQ_INT(hearth_chat_render(m, "[{\"role\":\"user\",\"content\":\"hi\"}]", NULL, true, NULL, &text, &err), HEARTH_ENOTFOUND);
+  CHECK(text == NULL);
+  hearth_model_free(m);
+
+  /* something that is neither a folder nor a .gguf file */
+  m = NULL;
+  rc = hearth_model_load(DEFAULT_MODEL "/config.json", NULL, &m, &err);
+  CHECK(rc != 0 && m == NULL);
+  CHECK_MSG(strstr(err.msg, "not a model folder or a .gguf file") != NULL, "%s", err.msg);
+}
+
+static void test_tokenize_length_zero(void) {
+  hearth_error err = {0};
+  hearth_model *m = NULL;
+  int rc = hearth_model_load(DEFAULT_MODEL, NULL, &m, &err);
+  CHECK_MSG(rc == 0, "%s", err.msg);
+  if (rc) return;
+  const char *text = "Hello world, again";
+  int32_t *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+  size_t na = 0, nb = 0, nc = 0, nd = 0;
+  CHECK(hearth_tokenize(m, text, strlen(text), true, &a, &na, &err) == 0);
+  CHECK(hearth_tokenize(m, text, 0, true, &b, &nb, &err) == 0); /* 0 with text set: strlen */
+  CHECK(na > 2);
+  CHECK_EQ_INT(na, nb);
+  for (size_t i = 0; i < na && i < nb; i++) CHECK_EQ_INT(a[i], b[i]);
+  /* "" and NULL: only what add_special adds */
+  CHECK(hearth_tokenize(m, "", 0, true, &c, &nc, &err) == 0);
+  CHECK(hearth_tokenize(m, NULL, 0, true, &d, &nd, &err) == 0);
+  CHECK_EQ_INT(nc, nd);
+  CHECK(nc <= 1);
+  /* the prompt reads text_len the same way: both give the same prompt tokens */
+  hearth_gen_params p;
+  hearth_gen_params_init(&p);
+  p.max_tokens = 1;
+  p.temperature = 0;
+  hearth_gen_result r1, r2;
+  hearth_prompt h1 = {.text = text, .text_len = 0, .add_special = true};
+  hearth_prompt h2 = {.text = text, .text_len = strlen(text), .add_special = true};
+  CHECK(hearth_generate(m, &h1, &p, NULL, NULL, &r1, &err) == 0);
+  CHECK(hearth_generate(m, &h2, &p, NULL, NULL, &r2, &err) == 0);
+  CHECK_EQ_INT(r1.prompt_tokens, (long long)na);
+  CHECK_EQ_INT(r2.prompt_tokens, (long long)na);
+  hearth_free(a), hearth_free(b), hearth_free(c), hearth_free(d);
+  hearth_model_free(m);
+}
+
+/* A copy of the built-in model (links to its files) with config.json's
+ * `key` set to the JSON text `value`. Returns the folder (static). */
+static const char *model_with(const char *key, const char *value) {
+  static char dir[600];
+  static int k;
+  snprintf(dir, sizeof dir, "%s/m%d", tmpdir, k++);
+  mkdir(dir, 0755);
+  static const char *files[] = {"model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    char from[600], to[700];
+    snprintf(from, sizeof from, "%s/%s", DEFAULT_MODEL, files[i]);
+    snprintf(to, sizeof to, "%s/%s", dir, files[i]);
+    if (hfile_exists(from) && symlink(from, to)) perror(to);
+  }
+  char *cfg = NULL;
+  size_t len = 0;
+  CHECK(hfile_read(DEFAULT_MODEL "/config.json", &cfg, &len, NULL) == 0);
+  hbuf out = {0};
+  /* replace the key's value: config.json here is flat and the key present */
+  char pat[128];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *at = cfg ? strstr(cfg, pat) : NULL;
+  CHECK_MSG(at != NULL, "%s not in config.json", key);
+  if (at) {
+    const char *v = at + strlen(pat), *end = v;
+    while (*end && *end != ',' && *end != '\n' && *end != '}') end++;
+    hbuf_append(&out, cfg, (size_t)(v - cfg));
+    hbuf_printf(&out, " %s", value);
+    hbuf_puts(&out, end);
+  }
+  char path[700];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fwrite(hbuf_str(&out), 1, out.len, f);
+    fclose(f);
+  }
+  hbuf_free(&out);
+  free(cfg);
+  return dir;
+}
+
+static void expect_refused(const char *key, const char *value, const char *needle) {
+  hearth_error err = {0};
+  hearth_model *m = NULL;
+  int rc = hearth_model_load(model_with(key, value), NULL, &m, &err);
+  CHECK_MSG(rc != 0 && m == NULL, "%s = %s was accepted", key, value);
+  CHECK_MSG(strstr(err.msg, needle) != NULL, "%s = %s: %s", key, value, err.msg);
+  hearth_model_free(m);
+}
+
+static void test_absurd_config(void) {
+  expect_refused("max_position_embeddings", "1e12", "max_position_embeddings");
+  expect_refused("max_position_embeddings", "1000000000000", "max_position_embeddings");
+  expect_refused("max_position_embeddings", "-5", "max_position_embeddings");
+  expect_refused("rms_norm_eps", "5", "rms_norm_eps");
+  /* a large context that is plausible still loads */
+  hearth_error err = {0};
+  hearth_model *m = NULL;
+  int rc = hearth_model_load(model_with("max_position_embeddings", "1048576"), NULL, &m, &err);
+  CHECK_MSG(rc == 0, "%s", err.msg);
+  hearth_model_free(m);
+}
+
+/* max_tokens = -1 under a context far larger than the KV cache: generation
+ * stops when the cache is full (it used to go on without end). */
+static void test_unbounded_stops_at_cache(void) {
+  hearth_error err = {0};
+  hearth_model *m = NULL;
+  hearth_load_opts lo = {.kv_cache_bytes = 1, .max_batch = 1}; /* the smallest pool: one block */
+  int rc = hearth_model_load(model_with("max_position_embeddings", "1048576"), &lo, &m, &err);
+  CHECK_MSG(rc == 0, "%s", err.msg);
+  if (rc) return;
+  hearth_gen_params p;
+  hearth_gen_params_init(&p);
+  p.temperature = 0;
+  p.ignore_eos = true;
+  static const int32_t prompt[] = {1, 2, 3};
+  hearth_prompt hp = {.ids = prompt, .n_ids = 3};
+  hearth_gen_result res;
+  rc = hearth_generate(m, &hp, &p, NULL, NULL, &res, &err);
+  CHECK_MSG(rc == 0, "%s", err.msg);
+  hearth_stats st;
+  hearth_get_stats(m, &st);
+  int64_t hold = st.kv_blocks_total * st.kv_block_tokens;
+  CHECK(hold > 3);
+  CHECK_EQ_INT(res.finish_reason, HEARTH_FINISH_LENGTH);
+  CHECK_EQ_INT(res.prompt_tokens + res.completion_tokens, hold);
+  hearth_model_free(m);
+}
+
+int main(void) {
+  if (!mkdtemp(tmpdir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  RUN(test_gguf_model);
+  RUN(test_tokenize_length_zero);
+  RUN(test_absurd_config);
+  RUN(test_unbounded_stops_at_cache);
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
+  fprintf(stderr, "%d checks, %d failures\n", test_checks, test_failures);
+  return test_failures ? 1 : 0;
+}
