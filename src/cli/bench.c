@@ -47,15 +47,6 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* Parses a positive (or zero when allow_zero) integer option value. */
-static bool parse_count(const char *s, bool allow_zero, int *out) {
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (*s == 0 || *end || v < (allow_zero ? 0 : 1) || v > 1000000) return false;
-  *out = (int)v;
-  return true;
-}
-
 /* A fresh cache with one sequence of up to max_len tokens (allocated up front). */
 static int fresh_seq(model *m, int64_t max_len, kv_cache **cache, kv_seq **seq, herr *err) {
   model_kv_geometry geo;
@@ -127,8 +118,9 @@ static int copy_bandwidth(bk_backend *be, double *gbs, herr *err) {
 }
 
 int cli_bench(int argc, char **argv) {
-  const char *dir = NULL, *v;
-  int P = 512, N = 128, threads = 0, repeat = 3;
+  const char *dir = NULL;
+  long long P_ = 512, N_ = 128, repeat_ = 3;
+  int threads = -1; /* -t; else --threads */
   bool json = false, warmup = true, roofline = false;
   for (int i = 1; i < argc; i++) {
     int r;
@@ -138,14 +130,11 @@ int cli_bench(int argc, char **argv) {
     }
     if ((r = cli_opt(argc, argv, &i, "--model", &dir))) {
       if (r < 0) return 2;
-    } else if ((r = cli_opt(argc, argv, &i, "-p", &v))) {
-      if (r < 0 || !parse_count(v, true, &P)) return cli_usage_error("bench", "-p needs a count");
-    } else if ((r = cli_opt(argc, argv, &i, "-n", &v))) {
-      if (r < 0 || !parse_count(v, true, &N)) return cli_usage_error("bench", "-n needs a count");
-    } else if ((r = cli_opt(argc, argv, &i, "-t", &v)) || (r = cli_opt(argc, argv, &i, "--threads", &v))) {
-      if (r < 0 || !parse_count(v, false, &threads)) return cli_usage_error("bench", "-t needs a thread count");
-    } else if ((r = cli_opt(argc, argv, &i, "--repeat", &v))) {
-      if (r < 0 || !parse_count(v, false, &repeat) || repeat > 100) return cli_usage_error("bench", "--repeat needs 1..100");
+    } else if ((r = cli_opt_int("bench", argc, argv, &i, "-p", 0, 1000000, &P_)) ||
+               (r = cli_opt_int("bench", argc, argv, &i, "-n", 0, 1000000, &N_)) ||
+               (r = cli_opt_threads("bench", argc, argv, &i, "-t", &threads)) ||
+               (r = cli_opt_int("bench", argc, argv, &i, "--repeat", 1, 100, &repeat_))) {
+      if (r < 0) return 2;
     } else if (!strcmp(argv[i], "--no-warmup")) {
       warmup = false;
     } else if (!strcmp(argv[i], "--roofline")) {
@@ -156,6 +145,7 @@ int cli_bench(int argc, char **argv) {
       return cli_usage_error("bench", "unknown argument '%s'", argv[i]);
     }
   }
+  int P = (int)P_, N = (int)N_, repeat = (int)repeat_;
   if (!dir) dir = cli_default_model();
   if (!dir) return cli_usage_error("bench", "no --model given and no built-in model found");
   if (P == 0 && N == 0) return cli_usage_error("bench", "-p and -n are both 0: nothing to measure");
@@ -163,9 +153,13 @@ int cli_bench(int argc, char **argv) {
   herr err = {0};
   model *m = NULL;
   const cli_load *cl = cli_load_opts();
-  model_load_opts opts = {.threads = threads, .device = cl->device, .cpu_level = cl->cpu_level, .mmap = cl->mmap,
-                          .f32_activations = cl->f32_activations, .f32_as_bf16 = cl->f32_as_bf16};
-  if (model_load(dir, &opts, &m, &err)) return cli_fail("%s", err.msg);
+  model_load_opts opts = {.threads = threads >= 0 ? threads : cl->threads, .device = cl->device, .cpu_level = cl->cpu_level,
+                          .mmap = cl->mmap, .f32_activations = cl->f32_activations, .f32_as_bf16 = cl->f32_as_bf16};
+  if (threads < 0) threads = cl->threads;
+  if (model_load(dir, &opts, &m, &err) || model_config_check(model_cfg(m), dir, &err)) {
+    model_free(m);
+    return cli_fail("%s", err.msg);
+  }
   const model_config *c = model_cfg(m);
   int64_t V = model_vocab_size(m);
   if (c->max_position_embeddings > 0 && P + N + 1 > c->max_position_embeddings)

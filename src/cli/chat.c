@@ -1,7 +1,11 @@
 /* chat.c — `hearth chat`: an interactive conversation on the terminal. Keeps
  * the messages, renders the whole conversation with the model's chat template
  * each turn and streams the reply. Ctrl-C stops a reply, not the session.
- * Uses only the public API (and jansson to build the messages). */
+ * On a terminal, lines are read with libedit (editing, history); otherwise
+ * (or without libedit) plainly, line by line. A line that is one word
+ * starting with / is a command of the session, never sent to the model
+ * ("//x" sends "/x"). Uses only the public API (and jansson to build the
+ * messages). */
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>
@@ -9,6 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#ifdef HEARTH_HAVE_LIBEDIT
+#include <editline/readline.h>
+#endif
 
 #include "base/buf.h"
 #include "cli/cli.h"
@@ -21,14 +29,55 @@ static void on_sigint(int sig) {
   g_cancel = 1;
 }
 
+/* The session's commands: /help prints this. */
+static const char chat_commands[] =
+    "commands:\n"
+    "  /help            this list\n"
+    "  /reset           forget the conversation (the system message stays)\n"
+    "  /quit, /exit, /bye  leave (so does end of input, Ctrl-D)\n"
+    "Ctrl-C stops a reply; every other line is sent to the model (//x sends /x).\n";
+
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: hearth chat [--model DIR] [options]\n\n"
-          "  --model DIR       model folder (default: the built-in model)\n"
+          "usage: hearth chat [--model PATH] [options]\n\n"
+          "  --model PATH      model folder or .gguf file (default: the built-in model)\n"
           "  --system TEXT     a system message\n"
-          "  -n, --max-tokens N  most tokens per reply (default: up to the context)\n"
-          "  --temp T  --top-p P  --top-k K  --min-p P  --seed S\n\n"
-          "In the session: /reset forgets the conversation, /quit (or end of input) leaves.\n");
+          "%s"
+          "                    (default: each reply up to the context)\n"
+          "  --threads N       CPU worker threads (default: one per CPU)\n\n"
+          "In the session (line editing and history on a terminal):\n%s",
+          cli_sampling_help(), chat_commands);
+}
+
+/* One line of input without its newline (malloc'd), or NULL at the end of
+ * input; *interrupted when Ctrl-C ended the read instead. */
+static char *read_line(bool tty, const char *prompt, bool *interrupted) {
+  *interrupted = false;
+#ifdef HEARTH_HAVE_LIBEDIT
+  if (tty) {
+    char *l = readline(prompt);
+    if (!l && g_cancel) *interrupted = true;
+    if (l && *l) add_history(l);
+    return l;
+  }
+#endif
+  if (tty) {
+    fputs(prompt, stdout);
+    fflush(stdout);
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n = getline(&line, &cap, stdin);
+  if (n < 0) {
+    free(line);
+    if (errno == EINTR && g_cancel) {
+      clearerr(stdin);
+      *interrupted = true;
+    }
+    return NULL;
+  }
+  while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+  return line;
 }
 
 typedef struct reply {
@@ -44,15 +93,6 @@ static int on_token(void *user, const char *text, size_t len, const hearth_token
     hbuf_append(&r->text, text, len);
   }
   return 0;
-}
-
-static bool parse_num(const char *s, double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (end == s || *end || errno) return false;
-  *out = v;
-  return true;
 }
 
 static json_t *message(const char *role, const char *content) {
@@ -73,47 +113,21 @@ int cli_chat(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
     int r;
-    double d;
     if (cli_is_help(argv[i])) {
       usage(stdout);
       return 0;
     }
-#define OPT(name) ((r = cli_opt(argc, argv, &i, name, &v)) != 0)
-    if (OPT("--model")) {
+    if ((r = cli_opt_sampling("chat", argc, argv, &i, &params, NULL))) {
+      if (r < 0) return 2;
+    } else if ((r = cli_opt(argc, argv, &i, "--model", &v))) {
       if (r < 0) return 2;
       model_dir = v;
-    } else if (OPT("--system")) {
+    } else if ((r = cli_opt(argc, argv, &i, "--system", &v))) {
       if (r < 0) return 2;
       system = v;
-    } else if (OPT("-n") || OPT("--max-tokens")) {
-      if (r < 0) return 2;
-      if (!parse_num(v, &d) || d < -1 || d != (int64_t)d) return cli_usage_error("chat", "bad token count '%s'", v);
-      params.max_tokens = (int64_t)d;
-    } else if (OPT("--temp") || OPT("--temperature")) {
-      if (r < 0) return 2;
-      if (!parse_num(v, &d)) return cli_usage_error("chat", "bad temperature '%s'", v);
-      params.temperature = d;
-    } else if (OPT("--top-p")) {
-      if (r < 0) return 2;
-      if (!parse_num(v, &d)) return cli_usage_error("chat", "bad top-p '%s'", v);
-      params.top_p = d;
-    } else if (OPT("--top-k")) {
-      if (r < 0) return 2;
-      if (!parse_num(v, &d) || d < 0) return cli_usage_error("chat", "bad top-k '%s'", v);
-      params.top_k = (int64_t)d;
-    } else if (OPT("--min-p")) {
-      if (r < 0) return 2;
-      if (!parse_num(v, &d)) return cli_usage_error("chat", "bad min-p '%s'", v);
-      params.min_p = d;
-    } else if (OPT("--seed")) {
-      if (r < 0) return 2;
-      if (!parse_num(v, &d)) return cli_usage_error("chat", "bad seed '%s'", v);
-      params.has_seed = true;
-      params.seed = (uint64_t)(int64_t)d;
     } else {
       return cli_usage_error("chat", "unknown option '%s'", argv[i]);
     }
-#undef OPT
   }
   if (!model_dir) {
     model_dir = cli_default_model();
@@ -121,9 +135,8 @@ int cli_chat(int argc, char **argv) {
   }
   hearth_error err = {0};
   hearth_model *m = NULL;
-  const cli_load *cl = cli_load_opts();
-  hearth_load_opts lo = {.device = cl->device, .gpu_memory_fraction = cl->gpu_memory_fraction, .cpu_level = cl->cpu_level,
-                         .mmap = cl->mmap, .f32_activations = cl->f32_activations, .f32_as_bf16 = cl->f32_as_bf16};
+  hearth_load_opts lo;
+  cli_hearth_load_opts(&lo);
   if (hearth_model_load(model_dir, &lo, &m, &err)) return cli_fail("%s", err.msg);
   hearth_info info;
   hearth_model_info(m, &info);
@@ -132,31 +145,28 @@ int cli_chat(int argc, char **argv) {
     return cli_fail("%s: the model has no chat template; use hearth generate", model_dir);
   }
   bool tty = isatty(0) && isatty(1);
-  if (tty) fprintf(stderr, "hearth chat — %s (/reset, /quit)\n", info.id);
+  if (tty) fprintf(stderr, "hearth chat — %s (/help for commands)\n", info.id);
   json_t *msgs = json_array();
   reset(msgs, system);
   char *line = NULL;
-  size_t line_cap = 0;
   int status = 0;
   struct sigaction sa = {0}, old;
   sa.sa_handler = on_sigint;
   sigaction(SIGINT, &sa, &old);
   for (;;) {
-    if (tty) {
-      printf("> ");
-      fflush(stdout);
-    }
     g_cancel = 0;
-    ssize_t n = getline(&line, &line_cap, stdin);
-    if (n < 0) {
-      if (errno == EINTR && g_cancel) {
-        clearerr(stdin);
+    free(line);
+    bool interrupted;
+    line = read_line(tty, "> ", &interrupted);
+    if (!line) {
+      if (interrupted) {
         printf("\n");
         continue;
       }
       break;
     }
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+    size_t n = strlen(line);
+    while (n > 0 && (line[n - 1] == '\r' || line[n - 1] == ' ')) line[--n] = 0;
     if (n == 0) continue;
     if (strcmp(line, "/quit") == 0 || strcmp(line, "/exit") == 0 || strcmp(line, "/bye") == 0) break;
     if (strcmp(line, "/reset") == 0) {
@@ -164,6 +174,15 @@ int cli_chat(int argc, char **argv) {
       if (tty) fprintf(stderr, "(conversation cleared)\n");
       continue;
     }
+    if (strcmp(line, "/help") == 0 || strcmp(line, "/?") == 0) {
+      fputs(chat_commands, stderr);
+      continue;
+    }
+    if (line[0] == '/' && line[1] != '/' && !strchr(line, ' ')) {
+      fprintf(stderr, "unknown command '%s' (/help lists them; start a line with // to send it as text)\n", line);
+      continue;
+    }
+    if (line[0] == '/' && line[1] == '/') memmove(line, line + 1, n); /* "//x" sends "/x" */
     json_array_append_new(msgs, message("user", line));
     char *msgs_json = json_dumps(msgs, JSON_COMPACT);
     char *prompt = NULL;

@@ -6,12 +6,16 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "hearth.h"
+#include "model/model.h"
 
 typedef struct cli_verb {
   const char *name;
   const char *summary;
   int (*run)(int argc, char **argv);
-  bool loads_model;  /* takes --device and --gpu-memory-fraction */
+  bool loads_model;  /* takes --device, --gpu-memory-fraction, --f32-as-bf16 and --threads */
 } cli_verb;
 
 /* Option parsing shared by verbs. At argv[*i]: if it is `name VALUE` or
@@ -28,12 +32,14 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The built-in model folder (models/default next to the binary's install or
  * source tree), or NULL when none is found. Borrowed static string. */
 const char *cli_default_model(void);
-/* How a verb loads its model: the global --device and --gpu-memory-fraction
- * (which main.c takes from any verb that loads a model) and the
+/* How a verb loads its model: the global --device, --gpu-memory-fraction,
+ * --f32-as-bf16 and --threads (which main.c takes from any verb that loads a
+ * model) and the
  * environment's HEARTH_CPU=scalar|avx2|avx512 (cap the CPU kernels),
  * HEARTH_MMAP=1 (map weight files) and HEARTH_ACT=f32 (f32 activations for
  * GGUF block types), read here so that the library reads none. */
 typedef struct cli_load {
+  int threads;                 /* 0: one per CPU */
   const char *device;
   double gpu_memory_fraction;
   const char *cpu_level;
@@ -42,9 +48,45 @@ typedef struct cli_load {
   bool f32_as_bf16;
 } cli_load;
 const cli_load *cli_load_opts(void);
+/* The load options above as the library's (fields a verb sets itself stay 0). */
+void cli_hearth_load_opts(hearth_load_opts *lo);
+/* model_load with the options above, and model_config_check. */
+int cli_model_load(const char *dir, model **out, herr *err);
+
+/* ---- values (args.c): the one parser of each kind of value, for every verb ----
+ * Each takes the whole string (no trailing text, no leading space) and
+ * returns false (or -1) when it is not a value in range. */
+#define CLI_MAX_THREADS 4096
+#define CLI_MAX_TOKENS ((long long)1 << 40)
+bool cli_parse_int(const char *s, long long lo, long long hi, long long *out);
+bool cli_parse_double(const char *s, double lo, double hi, double *out);   /* finite */
+/* "4096", "512M", "2G" (K/M/G: powers of 1024), 1 to 2^50 bytes. */
+bool cli_parse_bytes(const char *s, long long *out);
+/* 0 (one per CPU) to CLI_MAX_THREADS. */
+bool cli_parse_threads(const char *s, int *out);
+/* Token ids separated by commas and/or spaces ("1,2,3", "1 2 3", "1, 2"), at
+ * least one; *out malloc'd. Ids are not checked against a vocabulary here. */
+int cli_parse_ids(const char *s, int32_t **out, size_t *n);
+
+/* Typed options, as cli_opt: 1 when argv[*i] is `name` and its value parsed
+ * (stored in *out); 0 when it is not this option; -1 after a usage error was
+ * printed (the verb returns 2). */
+int cli_opt_int(const char *verb, int argc, char **argv, int *i, const char *name, long long lo, long long hi,
+                long long *out);
+int cli_opt_double(const char *verb, int argc, char **argv, int *i, const char *name, double lo, double hi,
+                   double *out);
+int cli_opt_ids(const char *verb, int argc, char **argv, int *i, const char *name, int32_t **ids, size_t *n);
+int cli_opt_threads(const char *verb, int argc, char **argv, int *i, const char *name, int *threads);
+/* The sampling options of generate and chat (-n/--max-tokens, --temp, --top-p,
+ * --top-k, --min-p, the penalties, --seed) into p; *max_given (may be NULL) is
+ * set when -n was given. cli_sampling_help: their lines for a usage text. */
+int cli_opt_sampling(const char *verb, int argc, char **argv, int *i, hearth_gen_params *p, bool *max_given);
+const char *cli_sampling_help(void);
 
 /* Verbs. Add a verb: write src/cli/<verb>.c and add one line to the table in main.c. */
 int cli_version(int argc, char **argv);
+/* `hearth help [VERB]`: the verbs, or one verb's --help. */
+int cli_help(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_detokenize(int argc, char **argv);
 int cli_serve(int argc, char **argv);

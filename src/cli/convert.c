@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "backend/cpu/quant.h"
 #include "backend/weights.h"
@@ -275,7 +277,71 @@ typedef struct conv {
   void *mlx_scales, *mlx_biases; /* owned: the current MLX matrix's, filled by its ROLE_MLX_W call */
   int mlx_for;       /* which source tensor they belong to (-1 none) */
   float *rope_freqs; /* owned: llama3 factors, or NULL */
+  /* progress: tensors and bytes written so far, of n_total / bytes_total */
+  const char *dst;
+  int n_total, n_done;
+  size_t *sizes;     /* owned: bytes of each output tensor */
+  size_t bytes_total, bytes_done;
+  double t0, last_shown;
+  bool tty;          /* stderr is a terminal: a progress line */
 } conv;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* "12.3 MB" */
+static const char *human_bytes(double b, char *buf, size_t n) {
+  static const char *unit[] = {"B", "kB", "MB", "GB", "TB"};
+  int u = 0;
+  while (b >= 1000 && u < 4) b /= 1000, u++;
+  snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+  return buf;
+}
+
+/* Before writing: the sizes of the n output tensors (size(w, i)). */
+static int progress_start(conv *c, const char *dst, int n, size_t (*size)(const void *, int), const void *w, herr *err) {
+  c->dst = dst;
+  c->n_total = n;
+  c->sizes = calloc(n > 0 ? (size_t)n : 1, sizeof *c->sizes);
+  if (!c->sizes) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  for (int i = 0; i < n; i++) c->bytes_total += c->sizes[i] = size(w, i);
+  c->tty = isatty(2);
+  c->t0 = c->last_shown = now_s();
+  return 0;
+}
+
+static void progress_line(conv *c, const char *name, double now) {
+  char a[32], b[32], r[32];
+  double dt = now - c->t0;
+  fprintf(stderr, "\r\033[Khearth convert: tensor %d of %d, %s of %s, %s/s  %s", c->n_done, c->n_total,
+          human_bytes((double)c->bytes_done, a, sizeof a), human_bytes((double)c->bytes_total, b, sizeof b),
+          human_bytes(dt > 0 ? (double)c->bytes_done / dt : 0, r, sizeof r), name);
+  fflush(stderr);
+  c->last_shown = now;
+}
+
+/* After a tensor: the progress line on a terminal (at most 10 a second). */
+static void progress_step(conv *c, int i, const char *name) {
+  c->n_done++;
+  c->bytes_done += i < c->n_total ? c->sizes[i] : 0;
+  double now = now_s();
+  if (c->tty && (now - c->last_shown >= 0.1 || c->n_done == c->n_total)) progress_line(c, name, now);
+}
+
+/* The one-line summary, always (on a terminal it replaces the progress line). */
+static void progress_end(conv *c) {
+  char a[32], r[32];
+  double dt = now_s() - c->t0;
+  fprintf(stderr, "%shearth convert: wrote %s: %d tensors, %s in %.1f s (%s/s)\n", c->tty ? "\r\033[K" : "", c->dst,
+          c->n_total, human_bytes((double)c->bytes_total, a, sizeof a), dt,
+          human_bytes(dt > 0 ? (double)c->bytes_total / dt : 0, r, sizeof r));
+}
+
+static size_t gguf_size(const void *w, int i) { return gguf_writer_tensor_bytes(w, i); }
+static size_t st_size(const void *w, int i) { return st_writer_tensor_bytes(w, i); }
 
 static int add_out(conv *c, out_tensor o, herr *err) {
   out_tensor *p = realloc(c->outs, (size_t)(c->nouts + 1) * sizeof *p);
@@ -315,7 +381,21 @@ static int fill_tensor(void *ctx, int i, void *dst, herr *err) {
   return rc ? herr_wrap(err, "%s", t->hf) : 0;
 }
 
+/* fill_tensor, then the progress. */
+static int fill_progress(void *ctx, int i, void *dst, herr *err) {
+  conv *c = ctx;
+  int rc = fill_tensor(ctx, i, dst, err);
+  if (!rc) {
+    const out_tensor *o = &c->outs[i];
+    progress_step(c, i, o->src >= 0 ? c->src->ts[o->src].hf : "rope_freqs");
+  } else if (c->tty) {
+    fputc('\n', stderr);
+  }
+  return rc;
+}
+
 static void conv_free(conv *c) {
+  free(c->sizes);
   free(c->outs);
   free(c->mlx_scales);
   free(c->mlx_biases);
@@ -750,7 +830,9 @@ static int write_gguf(src_model *s, const char *dst, const char *quant, const ch
     fprintf(stderr, "hearth convert: %d matri%s with rows that are not whole %s blocks kept as %s\n", fallbacks,
             fallbacks == 1 ? "x" : "ces", q->name,
             q->type == BK_Q4_K ? "q4_0 (or f16)" : q->type == BK_Q5_K || q->type == BK_Q6_K ? "q8_0 (or f16)" : "f16");
-  if (!rc) rc = gguf_writer_write(w, dst, fill_tensor, &cv, err);
+  if (!rc) rc = progress_start(&cv, dst, (int)gguf_writer_tensor_count(w), gguf_size, w, err);
+  if (!rc) rc = gguf_writer_write(w, dst, fill_progress, &cv, err);
+  if (!rc) progress_end(&cv);
   gguf_writer_free(w);
   conv_free(&cv);
   return rc;
@@ -821,7 +903,9 @@ static int write_safetensors(src_model *s, const char *dst, const char *quant, i
   st_writer_meta(w, "format", bits ? "mlx" : "pt");
   char *path = hpath_join(dst, "model.safetensors");
   if (!rc && !path) rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
-  if (!rc) rc = st_writer_write(w, path, fill_tensor, &cv, err);
+  if (!rc) rc = progress_start(&cv, dst, cv.nouts, st_size, w, err);
+  if (!rc) rc = st_writer_write(w, path, fill_progress, &cv, err);
+  if (!rc) progress_end(&cv);
   free(path);
   st_writer_free(w);
   conv_free(&cv);
@@ -885,17 +969,15 @@ int cli_convert(int argc, char **argv) {
   if (!src_path || !dst) return cli_usage_error("convert", "give SRC and DST");
   bool to_gguf = to ? !strcmp(to, "gguf") : ends_with(dst, ".gguf");
   if (to && strcmp(to, "gguf") && strcmp(to, "safetensors")) return cli_usage_error("convert", "--to must be gguf or safetensors");
-  int gs = 64;
-  if (gs_arg) {
-    gs = atoi(gs_arg);
-    if (gs != 32 && gs != 64 && gs != 128) return cli_usage_error("convert", "--group-size must be 32, 64 or 128");
-  }
+  long long gs = 64;
+  if (gs_arg && (!cli_parse_int(gs_arg, 32, 128, &gs) || (gs != 32 && gs != 64 && gs != 128)))
+    return cli_usage_error("convert", "--group-size must be 32, 64 or 128, not '%s'", gs_arg);
   if (quant && to_gguf && (!strcasecmp(quant, "mlx4") || !strcasecmp(quant, "mlx8")))
     return cli_usage_error("convert", "--quant %s is an MLX format: use --to safetensors", quant);
   herr err = {0};
   src_model s;
   int rc = src_open(&s, src_path, &err);
-  if (!rc) rc = to_gguf ? write_gguf(&s, dst, quant, pre, &err) : write_safetensors(&s, dst, quant, gs, &err);
+  if (!rc) rc = to_gguf ? write_gguf(&s, dst, quant, pre, &err) : write_safetensors(&s, dst, quant, (int)gs, &err);
   src_close(&s);
   if (rc) return cli_fail("%s", err.msg);
   return 0;

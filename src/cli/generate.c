@@ -22,22 +22,20 @@ static void on_sigint(int sig) {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: hearth generate [--model DIR] (--prompt TEXT | --ids ID,ID,...) [options]\n\n"
-          "  --model DIR       model folder (default: the built-in model)\n"
+          "usage: hearth generate [--model PATH] (--prompt TEXT | --ids ID,ID,...) [options]\n\n"
+          "  --model PATH      model folder or .gguf file (default: the built-in model)\n"
           "  --prompt TEXT     prompt text (tokenized with the model's BOS as a raw completion; - reads stdin)\n"
           "  --ids LIST        prompt as token ids, comma or space separated\n"
           "  --chat            render --prompt as one user turn with the chat template\n"
           "  --system TEXT     with --chat: a system message first\n"
-          "  -n, --max-tokens N  tokens to generate (default 128; -1 = up to the context)\n"
-          "  --temp T          temperature (0 = greedy; default: the model's generation_config)\n"
-          "  --top-p P  --top-k K  --min-p P\n"
-          "  --repeat-penalty R  --presence-penalty P  --frequency-penalty F\n"
-          "  --seed S          sampling seed (same seed → same output)\n"
+          "%s"
+          "                    (default 128, within the context)\n"
+          "  --threads N       CPU worker threads (default: one per CPU)\n"
           "  --stop STR        stop string (repeatable, up to %d)\n"
           "  --ignore-eos      keep generating past EOS tokens\n"
           "  --print-ids       print the generated token ids instead of text\n"
           "  --stats           print token counts and speed to stderr\n",
-          GEN_MAX_STOPS);
+          cli_sampling_help(), GEN_MAX_STOPS);
 }
 
 typedef struct gen_out {
@@ -60,57 +58,6 @@ static int on_token(void *user, const char *text, size_t len, const hearth_token
   }
   fflush(stdout);
   return 0;
-}
-
-/* Parses "1,2 3" into a malloc'd array. */
-static int parse_ids(const char *s, int32_t **out, size_t *n) {
-  size_t cap = 16, k = 0;
-  int32_t *ids = malloc(sizeof(int32_t) * cap);
-  if (!ids) return -1;
-  const char *p = s;
-  while (*p) {
-    while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n') p++;
-    if (!*p) break;
-    char *end;
-    errno = 0;
-    long v = strtol(p, &end, 10);
-    if (end == p || errno || v < 0 || v > INT32_MAX) {
-      free(ids);
-      return -1;
-    }
-    if (k == cap) {
-      int32_t *g = realloc(ids, sizeof(int32_t) * cap * 2);
-      if (!g) {
-        free(ids);
-        return -1;
-      }
-      ids = g;
-      cap *= 2;
-    }
-    ids[k++] = (int32_t)v;
-    p = end;
-  }
-  *out = ids;
-  *n = k;
-  return 0;
-}
-
-static bool parse_double(const char *s, double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (end == s || *end || errno) return false;
-  *out = v;
-  return true;
-}
-
-static bool parse_int64(const char *s, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (end == s || *end || errno) return false;
-  *out = v;
-  return true;
 }
 
 /* JSON string literal of s (malloc'd). */
@@ -136,77 +83,40 @@ static char *json_quote(const char *s) {
 }
 
 int cli_generate(int argc, char **argv) {
-  const char *model_dir = NULL, *prompt = NULL, *ids_arg = NULL, *system = NULL;
+  const char *model_dir = NULL, *prompt = NULL, *system = NULL;
   const char *stops[GEN_MAX_STOPS];
   int n_stops = 0;
   bool chat = false, print_ids = false, stats = false, n_given = false;
   hearth_gen_params params;
   hearth_gen_params_init(&params);
   params.max_tokens = 128;
+  int32_t *ids = NULL;
+  size_t n_ids = 0;
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
     int r;
-    double d;
-    int64_t k;
     if (cli_is_help(argv[i])) {
       usage(stdout);
+      free(ids);
       return 0;
     }
 #define OPT(name) ((r = cli_opt(argc, argv, &i, name, &v)) != 0)
-    if (OPT("--model")) {
-      if (r < 0) return 2;
+    if ((r = cli_opt_sampling("generate", argc, argv, &i, &params, &n_given)) ||
+        (r = cli_opt_ids("generate", argc, argv, &i, "--ids", &ids, &n_ids))) {
+      if (r < 0) return free(ids), 2;
+    } else if (OPT("--model")) {
+      if (r < 0) return free(ids), 2;
       model_dir = v;
     } else if (OPT("--prompt")) {
-      if (r < 0) return 2;
+      if (r < 0) return free(ids), 2;
       prompt = v;
-    } else if (OPT("--ids")) {
-      if (r < 0) return 2;
-      ids_arg = v;
     } else if (OPT("--system")) {
-      if (r < 0) return 2;
+      if (r < 0) return free(ids), 2;
       system = v;
-    } else if (OPT("-n") || OPT("--max-tokens")) {
-      if (r < 0) return 2;
-      if (!parse_int64(v, &k) || k < -1) return cli_usage_error("generate", "bad token count '%s'", v);
-      params.max_tokens = k;
-      n_given = true;
-    } else if (OPT("--temp") || OPT("--temperature")) {
-      if (r < 0) return 2;
-      if (!parse_double(v, &d)) return cli_usage_error("generate", "bad temperature '%s'", v);
-      params.temperature = d;
-    } else if (OPT("--top-p")) {
-      if (r < 0) return 2;
-      if (!parse_double(v, &d)) return cli_usage_error("generate", "bad top-p '%s'", v);
-      params.top_p = d;
-    } else if (OPT("--top-k")) {
-      if (r < 0) return 2;
-      if (!parse_int64(v, &k) || k < 0) return cli_usage_error("generate", "bad top-k '%s'", v);
-      params.top_k = k;
-    } else if (OPT("--min-p")) {
-      if (r < 0) return 2;
-      if (!parse_double(v, &d)) return cli_usage_error("generate", "bad min-p '%s'", v);
-      params.min_p = d;
-    } else if (OPT("--repeat-penalty")) {
-      if (r < 0) return 2;
-      if (!parse_double(v, &d)) return cli_usage_error("generate", "bad repeat penalty '%s'", v);
-      params.repetition_penalty = d;
-    } else if (OPT("--presence-penalty")) {
-      if (r < 0) return 2;
-      if (!parse_double(v, &d)) return cli_usage_error("generate", "bad presence penalty '%s'", v);
-      params.presence_penalty = d;
-    } else if (OPT("--frequency-penalty")) {
-      if (r < 0) return 2;
-      if (!parse_double(v, &d)) return cli_usage_error("generate", "bad frequency penalty '%s'", v);
-      params.frequency_penalty = d;
-    } else if (OPT("--seed")) {
-      if (r < 0) return 2;
-      if (!parse_int64(v, &k)) return cli_usage_error("generate", "bad seed '%s'", v);
-      params.has_seed = true;
-      params.seed = (uint64_t)k;
     } else if (OPT("--stop")) {
-      if (r < 0) return 2;
-      if (n_stops == GEN_MAX_STOPS) return cli_usage_error("generate", "at most %d stop strings", GEN_MAX_STOPS);
-      if (!v[0]) return cli_usage_error("generate", "a stop string cannot be empty");
+      if (r < 0) return free(ids), 2;
+      if (n_stops == GEN_MAX_STOPS) return free(ids), cli_usage_error("generate", "at most %d stop strings", GEN_MAX_STOPS);
+      if (!v[0]) return free(ids), cli_usage_error("generate", "a stop string cannot be empty");
       stops[n_stops++] = v;
     } else if (strcmp(argv[i], "--chat") == 0) {
       chat = true;
@@ -217,15 +127,22 @@ int cli_generate(int argc, char **argv) {
     } else if (strcmp(argv[i], "--stats") == 0) {
       stats = true;
     } else {
+      free(ids);
       return cli_usage_error("generate", "unknown option '%s'", argv[i]);
     }
 #undef OPT
   }
-  if (!prompt == !ids_arg) return cli_usage_error("generate", "give exactly one of --prompt and --ids");
-  if (chat && !prompt) return cli_usage_error("generate", "--chat needs --prompt");
+  const char *usage_err = NULL;
+  if (!prompt == !ids) usage_err = "give exactly one of --prompt and --ids";
+  else if (chat && !prompt) usage_err = "--chat needs --prompt";
+  else if (system && !chat) usage_err = "--system needs --chat (a system message is part of a chat)";
+  if (usage_err) {
+    free(ids);
+    return cli_usage_error("generate", "%s", usage_err);
+  }
   if (!model_dir) {
     model_dir = cli_default_model();
-    if (!model_dir) return cli_fail("no --model given and no built-in model found (models/default)");
+    if (!model_dir) return free(ids), cli_fail("no --model given and no built-in model found (models/default)");
   }
   params.stop = stops;
   params.n_stop = n_stops;
@@ -233,8 +150,6 @@ int cli_generate(int argc, char **argv) {
   int status = 1;
   hearth_error err = {0};
   hearth_model *m = NULL;
-  int32_t *ids = NULL;
-  size_t n_ids = 0;
   char *rendered = NULL, *messages = NULL, *q_user = NULL, *q_system = NULL;
   char *stdin_text = NULL;
   if (prompt && strcmp(prompt, "-") == 0) {
@@ -244,20 +159,14 @@ int cli_generate(int argc, char **argv) {
     while ((got = fread(chunk, 1, sizeof chunk, stdin)) > 0) hbuf_append(&in, chunk, got);
     if (in.oom) {
       hbuf_free(&in);
-      return cli_fail("out of memory reading the prompt");
+      return free(ids), cli_fail("out of memory reading the prompt");
     }
     stdin_text = in.data ? hbuf_take(&in) : strdup("");
-    if (!stdin_text) return cli_fail("out of memory reading the prompt");
+    if (!stdin_text) return free(ids), cli_fail("out of memory reading the prompt");
     prompt = stdin_text;
   }
-  if (ids_arg && (parse_ids(ids_arg, &ids, &n_ids) || n_ids == 0)) {
-    free(stdin_text);
-    free(ids);
-    return cli_usage_error("generate", "--ids: expected token ids like 1,2,3");
-  }
-  const cli_load *cl = cli_load_opts();
-  hearth_load_opts lo = {.device = cl->device, .gpu_memory_fraction = cl->gpu_memory_fraction, .cpu_level = cl->cpu_level,
-                         .mmap = cl->mmap, .f32_activations = cl->f32_activations, .f32_as_bf16 = cl->f32_as_bf16};
+  hearth_load_opts lo;
+  cli_hearth_load_opts(&lo);
   if (hearth_model_load(model_dir, &lo, &m, &err)) {
     cli_fail("%s", err.msg);
     goto out;

@@ -46,9 +46,10 @@ typedef struct model_facts {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: hearth inspect PATH [--json]\n\n"
+          "usage: hearth inspect [PATH | --model PATH] [--json]\n\n"
           "Describes a model without loading it: PATH is a model folder (config.json +\n"
-          "safetensors, single or sharded), a .safetensors file, or a .gguf file.\n\n"
+          "safetensors, single or sharded), a .safetensors file, or a .gguf file\n"
+          "(default: the built-in model).\n\n"
           "Prints model_type, the exact parameter count (sum of the element counts of\n"
           "all stored tensors), tensor count, shards, bytes per dtype, context length,\n"
           "vocabulary size, quantization and whether a chat template is present.\n\n"
@@ -365,12 +366,17 @@ static void print_facts(const char *path, const model_facts *m) {
 }
 
 int cli_inspect(int argc, char **argv) {
-  const char *path = NULL;
+  const char *path = NULL, *v = NULL;
   bool as_json = false;
   for (int i = 1; i < argc; i++) {
+    int r;
     if (cli_is_help(argv[i])) {
       usage(stdout);
       return 0;
+    } else if ((r = cli_opt(argc, argv, &i, "--model", &v))) {
+      if (r < 0) return 2;
+      if (path) return cli_usage_error("inspect", "one PATH only (got '%s' and '%s')", path, v);
+      path = v;
     } else if (strcmp(argv[i], "--json") == 0) {
       as_json = true;
     } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -381,7 +387,8 @@ int cli_inspect(int argc, char **argv) {
       path = argv[i];
     }
   }
-  if (!path) return cli_usage_error("inspect", "PATH is required");
+  if (!path) path = cli_default_model();
+  if (!path) return cli_usage_error("inspect", "no PATH given and no built-in model found");
   if (!hfile_exists(path)) return cli_fail("%s: no such file or folder", path);
 
   model_facts m;

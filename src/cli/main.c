@@ -18,6 +18,7 @@ static const cli_verb verbs[] = {
     {"convert", "convert / quantize a model to GGUF or safetensors", cli_convert, false},
     {"detokenize", "print the text of token ids as JSON", cli_detokenize, false},
     {"generate", "generate text from a prompt", cli_generate, true},
+    {"help", "list the verbs, or show one verb's options (hearth help VERB)", cli_help, false},
     {"inspect", "describe a model folder, safetensors or GGUF file", cli_inspect, false},
     {"logits", "print a forward pass's logits as JSON", cli_logits, true},
     {"serve", "serve a model over HTTP (OpenAI API, chat page)", cli_serve, true},
@@ -32,7 +33,7 @@ static void usage(FILE *f) {
           "hearth %s — a local LLM runtime\n\n"
           "usage: hearth [--verbose|--quiet] VERB [options]\n"
           "       hearth --version | --help\n"
-          "       hearth VERB --help\n\n"
+          "       hearth VERB --help | hearth help VERB\n\n"
           "verbs:\n",
           hearth_version());
   for (int i = 0; i < nverbs; i++) fprintf(f, "  %-12s %s\n", verbs[i].name, verbs[i].summary);
@@ -40,7 +41,35 @@ static void usage(FILE *f) {
           "\noptions of every verb that loads a model (bench, chat, generate, logits, serve):\n"
           "  --device DEV                 cpu (default), cuda, cuda:N, or auto (the GPU when one is usable)\n"
           "  --gpu-memory-fraction F      share of free GPU memory the KV pool may take after the weights (0.9)\n"
-          "  --f32-as-bf16                store f32 weight matrices as bf16 (half the memory; weights rounded)\n");
+          "  --f32-as-bf16                store f32 weight matrices as bf16 (half the memory; weights rounded)\n"
+          "  --threads N                  CPU worker threads (default 0: one per CPU)\n"
+          "\nWithout --model (or PATH), the verbs use the built-in model. A model is a Hugging Face folder or a .gguf file.\n");
+}
+
+static const cli_verb *find_verb(const char *name) {
+  for (int v = 0; v < nverbs; v++)
+    if (strcmp(name, verbs[v].name) == 0) return &verbs[v];
+  return NULL;
+}
+
+int cli_help(int argc, char **argv) {
+  if (argc < 2 || cli_is_help(argv[1])) {
+    usage(stdout);
+    return 0;
+  }
+  if (argc > 2) return cli_usage_error("help", "one VERB at most");
+  const cli_verb *v = find_verb(argv[1]);
+  if (!v) {
+    fprintf(stderr, "hearth help: unknown verb '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+  }
+  if (v->run == cli_help) {
+    usage(stdout);
+    return 0;
+  }
+  char *args[3] = {(char *)v->name, "--help", NULL};
+  return v->run(2, args);
 }
 
 static cli_load g_load;
@@ -157,11 +186,10 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  const cli_verb *verb = NULL;
-  for (int v = 0; v < nverbs; v++)
-    if (strcmp(argv[i], verbs[v].name) == 0) verb = &verbs[v];
-  /* --verbose / --quiet are accepted after the verb too, and --device /
-   * --gpu-memory-fraction by verbs that load a model; verbs never see them. */
+  const cli_verb *verb = find_verb(argv[i]);
+  /* --verbose / --quiet are accepted after the verb too, and --device,
+   * --gpu-memory-fraction, --f32-as-bf16 and --threads by verbs that load a
+   * model; verbs never see them. */
   int out = i + 1;
   for (int j = i + 1; j < argc; j++) {
     const char *v = NULL;
@@ -173,13 +201,13 @@ int main(int argc, char **argv) {
       if (strcmp(v, "cpu") && strcmp(v, "auto") && strncmp(v, "cuda", 4))
         return cli_usage_error(verb->name, "--device must be cpu, cuda, cuda:N or auto, not '%s'", v);
       g_load.device = v;
+    } else if (verb && verb->loads_model && (r = cli_opt_threads(verb->name, argc, argv, &j, "--threads", &g_load.threads))) {
+      if (r < 0) return 2;
     } else if (verb && verb->loads_model && strcmp(argv[j], "--f32-as-bf16") == 0) {
       g_load.f32_as_bf16 = true;
     } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--gpu-memory-fraction", &v))) {
-      char *end = NULL;
       if (r < 0) return 2;
-      g_load.gpu_memory_fraction = strtod(v, &end);
-      if (end == v || *end || !(g_load.gpu_memory_fraction > 0 && g_load.gpu_memory_fraction <= 1))
+      if (!cli_parse_double(v, 0, 1, &g_load.gpu_memory_fraction) || g_load.gpu_memory_fraction == 0)
         return cli_usage_error(verb->name, "--gpu-memory-fraction must be in (0, 1], not '%s'", v);
     } else argv[out++] = argv[j];
   }

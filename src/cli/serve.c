@@ -13,13 +13,13 @@
 #include "serve/server.h"
 
 static void serve_usage(void) {
-  printf("usage: hearth serve [--model DIR] [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES] [--threads N]\n"
+  printf("usage: hearth serve [--model PATH] [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES] [--threads N]\n"
          "                    [--max-batch N] [--prefill-chunk N] [--kv-cache-mem BYTES] [--memory-budget BYTES]\n\n"
          "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/models,\n"
          "/health, /stats, /metrics, /v1 and a chat page at /. Concurrent requests are\n"
          "batched into shared forward steps (continuous batching, paged KV cache,\n"
          "automatic prefix caching).\n\n"
-         "  --model DIR        a Hugging Face model folder (default: the built-in model)\n"
+         "  --model PATH       a Hugging Face model folder or a .gguf file (default: the built-in model)\n"
          "  --host ADDR        address to listen on (default 127.0.0.1)\n"
          "  --port N           port (default 8080; 0 picks a free one)\n"
          "  --api-key KEY      require 'Authorization: Bearer KEY' (also $HEARTH_API_KEY)\n"
@@ -34,31 +34,9 @@ static void serve_usage(void) {
          "BYTES accept a K, M or G suffix (powers of 1024).\n");
 }
 
-static int parse_count(const char *s, long long lo, long long hi, long long *out) {
-  char *end;
-  long long v = strtoll(s, &end, 10);
-  if (!*s || *end || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
-}
-
-/* "4096", "512M", "2G" → bytes. */
-static int parse_bytes(const char *s, long long *out) {
-  char *end;
-  long long v = strtoll(s, &end, 10);
-  if (!*s || end == s || v < 1) return -1;
-  long long mul = 1;
-  if (*end == 'K' || *end == 'k') mul = 1LL << 10, end++;
-  else if (*end == 'M' || *end == 'm') mul = 1LL << 20, end++;
-  else if (*end == 'G' || *end == 'g') mul = 1LL << 30, end++;
-  if (*end || v > (1LL << 50) / mul) return -1;
-  *out = v * mul;
-  return 0;
-}
-
 int cli_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = getenv("HEARTH_API_KEY"), *v;
-  long long port = 8080, max_body = 16 << 20, threads = 0, max_batch = 0, chunk = 0, kv_mem = 0, budget = 0;
+  long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, kv_mem = 0, budget = 0;
   for (int i = 1; i < argc; i++) {
     int r;
     if (cli_is_help(argv[i])) {
@@ -71,29 +49,17 @@ int cli_serve(int argc, char **argv) {
       if (r < 0) return 2;
     } else if ((r = cli_opt(argc, argv, &i, "--api-key", &key))) {
       if (r < 0) return 2;
-    } else if ((r = cli_opt(argc, argv, &i, "--port", &v))) {
+    } else if ((r = cli_opt_int("serve", argc, argv, &i, "--port", 0, 65535, &port)) ||
+               (r = cli_opt_int("serve", argc, argv, &i, "--max-body", 1, (long long)1 << 40, &max_body)) ||
+               (r = cli_opt_int("serve", argc, argv, &i, "--max-batch", 1, 4096, &max_batch)) ||
+               (r = cli_opt_int("serve", argc, argv, &i, "--prefill-chunk", 1, 1 << 20, &chunk))) {
       if (r < 0) return 2;
-      if (parse_count(v, 0, 65535, &port)) return cli_usage_error("serve", "--port must be 0..65535, not '%s'", v);
-    } else if ((r = cli_opt(argc, argv, &i, "--max-body", &v))) {
-      if (r < 0) return 2;
-      if (parse_count(v, 1, (long long)1 << 40, &max_body))
-        return cli_usage_error("serve", "--max-body must be a positive byte count, not '%s'", v);
-    } else if ((r = cli_opt(argc, argv, &i, "--threads", &v))) {
-      if (r < 0) return 2;
-      if (parse_count(v, 0, 4096, &threads)) return cli_usage_error("serve", "--threads must be 0..4096, not '%s'", v);
-    } else if ((r = cli_opt(argc, argv, &i, "--max-batch", &v))) {
-      if (r < 0) return 2;
-      if (parse_count(v, 1, 4096, &max_batch)) return cli_usage_error("serve", "--max-batch must be 1..4096, not '%s'", v);
-    } else if ((r = cli_opt(argc, argv, &i, "--prefill-chunk", &v))) {
-      if (r < 0) return 2;
-      if (parse_count(v, 1, 1 << 20, &chunk))
-        return cli_usage_error("serve", "--prefill-chunk must be 1..1048576, not '%s'", v);
     } else if ((r = cli_opt(argc, argv, &i, "--kv-cache-mem", &v))) {
       if (r < 0) return 2;
-      if (parse_bytes(v, &kv_mem)) return cli_usage_error("serve", "--kv-cache-mem must be a byte count, not '%s'", v);
+      if (!cli_parse_bytes(v, &kv_mem)) return cli_usage_error("serve", "--kv-cache-mem must be a byte count, not '%s'", v);
     } else if ((r = cli_opt(argc, argv, &i, "--memory-budget", &v))) {
       if (r < 0) return 2;
-      if (parse_bytes(v, &budget)) return cli_usage_error("serve", "--memory-budget must be a byte count, not '%s'", v);
+      if (!cli_parse_bytes(v, &budget)) return cli_usage_error("serve", "--memory-budget must be a byte count, not '%s'", v);
     } else {
       return cli_usage_error("serve", "unknown option '%s'", argv[i]);
     }
@@ -112,7 +78,7 @@ int cli_serve(int argc, char **argv) {
 
   herr err = {0};
   serve_engine engine;
-  serve_engine_opts eo = {.threads = (int)threads,
+  serve_engine_opts eo = {.threads = cli_load_opts()->threads,
                           .max_batch = (int)max_batch,
                           .prefill_chunk = (int)chunk,
                           .kv_cache_bytes = kv_mem,

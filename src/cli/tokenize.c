@@ -165,11 +165,12 @@ static void detokenize_usage(void) {
          "arrays and prints a JSON array of strings. Special tokens are kept unless --skip-special.\n");
 }
 
-static int parse_id(const char *s, int32_t *id) {
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (!*s || *end || v < 0 || v > INT32_MAX) return -1;
-  *id = (int32_t)v;
+/* Ids outside the vocabulary are an error, not an empty string. */
+static int check_ids(const tokenizer *t, const int32_t *ids, size_t n, herr *e) {
+  int32_t V = tokenizer_vocab_size(t);
+  for (size_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= V)
+      return herr_set(e, HEARTH_EINVAL, "token id %d is outside the vocabulary (ids 0 to %d)", (int)ids[i], (int)V - 1);
   return 0;
 }
 
@@ -178,6 +179,7 @@ int cli_detokenize(int argc, char **argv) {
   bool skip = false;
   int32_t *ids = calloc((size_t)argc + 1, sizeof *ids);
   size_t n = 0;
+  long long id;
   int r;
   if (!ids) return cli_fail("out of memory");
   for (int i = 1; i < argc; i++) {
@@ -191,7 +193,7 @@ int cli_detokenize(int argc, char **argv) {
       continue;
     }
     if (!strcmp(argv[i], "--skip-special")) skip = true;
-    else if (parse_id(argv[i], &ids[n]) == 0) n++;
+    else if (cli_parse_int(argv[i], 0, INT32_MAX, &id)) ids[n++] = (int32_t)id;
     else {
       free(ids);
       return cli_usage_error("detokenize", "'%s' is neither an option nor a token id", argv[i]);
@@ -219,7 +221,8 @@ int cli_detokenize(int argc, char **argv) {
         else v[k] = (int32_t)json_integer_value(x);
       }
       hbuf_clear(&text);
-      if (!rc && tokenizer_decode(t, v, m, skip, &text, &e)) rc = cli_fail("%s: element %zu: %s", batch, i, e.msg);
+      if (!rc && (check_ids(t, v, m, &e) || tokenizer_decode(t, v, m, skip, &text, &e)))
+        rc = cli_fail("%s: element %zu: %s", batch, i, e.msg);
       free(v);
       if (rc) break;
       if (i) hbuf_putc(&o, ',');
@@ -228,7 +231,7 @@ int cli_detokenize(int argc, char **argv) {
     hbuf_putc(&o, ']');
     json_decref(arr);
   } else {
-    if (tokenizer_decode(t, ids, n, skip, &text, &e)) rc = cli_fail("%s", e.msg);
+    if (check_ids(t, ids, n, &e) || tokenizer_decode(t, ids, n, skip, &text, &e)) rc = cli_fail("%s", e.msg);
     else json_string_out(&o, hbuf_str(&text), text.len);
   }
   if (!rc) rc = write_out(&o);

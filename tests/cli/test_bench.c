@@ -66,7 +66,7 @@ static void test_text_and_parts(void) {
 }
 
 static void test_usage_errors(void) {
-  static const char *const bad[] = {"-p x", "-n -1", "-t 0", "--repeat 0", "-p 0 -n 0", "--bogus"};
+  static const char *const bad[] = {"-p x", "-n -1", "-t 0x", "-t -1", "--repeat 0", "-p 0 -n 0", "--bogus"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char cmd[600], *out = NULL;
     snprintf(cmd, sizeof cmd, "'%s' bench --model '%s' %s 2>/dev/null", HEARTH_BINARY, MODEL, bad[i]);

@@ -1,0 +1,220 @@
+/* args.c — the value parsers and typed options every verb uses (see cli.h):
+ * integers, reals, byte counts, token id lists, thread counts, the sampling
+ * options of generate and chat, and the load options a verb's model gets.
+ * One rule per kind of value, so that every verb accepts and refuses the
+ * same spellings with the same message. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+bool cli_parse_int(const char *s, long long lo, long long hi, long long *out) {
+  if (!s || !*s || isspace((unsigned char)*s)) return false;
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || *end || errno || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+bool cli_parse_double(const char *s, double lo, double hi, double *out) {
+  if (!s || !*s || isspace((unsigned char)*s)) return false;
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end || errno || !isfinite(v) || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+bool cli_parse_bytes(const char *s, long long *out) {
+  if (!s || !*s || !isdigit((unsigned char)*s)) return false;
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || v < 1) return false;
+  long long mul = 1;
+  if (*end == 'K' || *end == 'k') mul = 1LL << 10, end++;
+  else if (*end == 'M' || *end == 'm') mul = 1LL << 20, end++;
+  else if (*end == 'G' || *end == 'g') mul = 1LL << 30, end++;
+  if (*end || v > (1LL << 50) / mul) return false;
+  *out = v * mul;
+  return true;
+}
+
+bool cli_parse_threads(const char *s, int *out) {
+  long long v;
+  if (!cli_parse_int(s, 0, CLI_MAX_THREADS, &v)) return false;
+  *out = (int)v;
+  return true;
+}
+
+int cli_parse_ids(const char *s, int32_t **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  size_t cap = 16, k = 0;
+  int32_t *ids = malloc(cap * sizeof *ids);
+  if (!ids) return -1;
+  const char *p = s;
+  for (;;) {
+    while (isspace((unsigned char)*p)) p++;
+    if (!*p) break;
+    if (!isdigit((unsigned char)*p)) goto bad;
+    char *end;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (errno || v > INT32_MAX) goto bad;
+    if (k == cap) {
+      int32_t *g = realloc(ids, (cap *= 2) * sizeof *ids);
+      if (!g) goto bad;
+      ids = g;
+    }
+    ids[k++] = (int32_t)v;
+    p = end;
+    /* one separator: a comma (with any spaces around it) or spaces */
+    while (isspace((unsigned char)*p)) p++;
+    if (*p == ',') {
+      p++;
+      while (isspace((unsigned char)*p)) p++;
+      if (!*p || *p == ',') goto bad; /* "1," or "1,,2" */
+    }
+  }
+  if (!k) goto bad;
+  *out = ids;
+  *n = k;
+  return 0;
+bad:
+  free(ids);
+  return -1;
+}
+
+int cli_opt_int(const char *verb, int argc, char **argv, int *i, const char *name, long long lo, long long hi,
+                long long *out) {
+  const char *v;
+  int r = cli_opt(argc, argv, i, name, &v);
+  if (r <= 0) return r;
+  if (!cli_parse_int(v, lo, hi, out)) {
+    cli_usage_error(verb, "%s must be a whole number from %lld to %lld, not '%s'", name, lo, hi, v);
+    return -1;
+  }
+  return 1;
+}
+
+int cli_opt_double(const char *verb, int argc, char **argv, int *i, const char *name, double lo, double hi,
+                   double *out) {
+  const char *v;
+  int r = cli_opt(argc, argv, i, name, &v);
+  if (r <= 0) return r;
+  if (!cli_parse_double(v, lo, hi, out)) {
+    cli_usage_error(verb, "%s must be a number from %g to %g, not '%s'", name, lo, hi, v);
+    return -1;
+  }
+  return 1;
+}
+
+int cli_opt_ids(const char *verb, int argc, char **argv, int *i, const char *name, int32_t **ids, size_t *n) {
+  const char *v;
+  int r = cli_opt(argc, argv, i, name, &v);
+  if (r <= 0) return r;
+  free(*ids);
+  if (cli_parse_ids(v, ids, n)) {
+    cli_usage_error(verb, "%s must be token ids separated by commas or spaces (1,2,3 or \"1 2 3\"), not '%s'", name, v);
+    return -1;
+  }
+  return 1;
+}
+
+int cli_opt_threads(const char *verb, int argc, char **argv, int *i, const char *name, int *threads) {
+  const char *v;
+  int r = cli_opt(argc, argv, i, name, &v);
+  if (r <= 0) return r;
+  if (!cli_parse_threads(v, threads)) {
+    cli_usage_error(verb, "%s must be a thread count from 0 (one per CPU) to %d, not '%s'", name, CLI_MAX_THREADS, v);
+    return -1;
+  }
+  return 1;
+}
+
+int cli_opt_sampling(const char *verb, int argc, char **argv, int *i, hearth_gen_params *p, bool *max_given) {
+  long long k;
+  double d;
+  int r;
+  if ((r = cli_opt_int(verb, argc, argv, i, "-n", -1, CLI_MAX_TOKENS, &k)) ||
+      (r = cli_opt_int(verb, argc, argv, i, "--max-tokens", -1, CLI_MAX_TOKENS, &k))) {
+    if (r > 0) {
+      p->max_tokens = k;
+      if (max_given) *max_given = true;
+    }
+    return r;
+  }
+  if ((r = cli_opt_double(verb, argc, argv, i, "--temp", 0, 1e6, &d)) ||
+      (r = cli_opt_double(verb, argc, argv, i, "--temperature", 0, 1e6, &d))) {
+    if (r > 0) p->temperature = d;
+    return r;
+  }
+  if ((r = cli_opt_double(verb, argc, argv, i, "--top-p", 0, 1, &d))) {
+    if (r > 0) p->top_p = d;
+    return r;
+  }
+  if ((r = cli_opt_int(verb, argc, argv, i, "--top-k", 0, INT32_MAX, &k))) {
+    if (r > 0) p->top_k = k;
+    return r;
+  }
+  if ((r = cli_opt_double(verb, argc, argv, i, "--min-p", 0, 1, &d))) {
+    if (r > 0) p->min_p = d;
+    return r;
+  }
+  if ((r = cli_opt_double(verb, argc, argv, i, "--repeat-penalty", 0, 1e6, &d))) {
+    if (r > 0) p->repetition_penalty = d;
+    return r;
+  }
+  if ((r = cli_opt_double(verb, argc, argv, i, "--presence-penalty", -1e6, 1e6, &d))) {
+    if (r > 0) p->presence_penalty = d;
+    return r;
+  }
+  if ((r = cli_opt_double(verb, argc, argv, i, "--frequency-penalty", -1e6, 1e6, &d))) {
+    if (r > 0) p->frequency_penalty = d;
+    return r;
+  }
+  if ((r = cli_opt_int(verb, argc, argv, i, "--seed", 0, INT64_MAX, &k))) {
+    if (r > 0) {
+      p->has_seed = true;
+      p->seed = (uint64_t)k;
+    }
+    return r;
+  }
+  return 0;
+}
+
+const char *cli_sampling_help(void) {
+  return "  -n, --max-tokens N  tokens to generate (-1 = up to the context, or what the KV cache holds)\n"
+         "  --temp T          temperature (0 = greedy; default: the model's generation_config)\n"
+         "  --top-p P  --top-k K  --min-p P\n"
+         "  --repeat-penalty R  --presence-penalty P  --frequency-penalty F\n"
+         "  --seed S          sampling seed (same seed → same output)\n";
+}
+
+void cli_hearth_load_opts(hearth_load_opts *lo) {
+  const cli_load *cl = cli_load_opts();
+  *lo = (hearth_load_opts){.threads = cl->threads, .device = cl->device, .gpu_memory_fraction = cl->gpu_memory_fraction,
+                           .cpu_level = cl->cpu_level, .mmap = cl->mmap, .f32_activations = cl->f32_activations,
+                           .f32_as_bf16 = cl->f32_as_bf16};
+}
+
+int cli_model_load(const char *dir, model **out, herr *err) {
+  const cli_load *cl = cli_load_opts();
+  model_load_opts opts = {.threads = cl->threads, .device = cl->device, .cpu_level = cl->cpu_level, .mmap = cl->mmap,
+                          .f32_activations = cl->f32_activations, .f32_as_bf16 = cl->f32_as_bf16};
+  int rc = model_load(dir, &opts, out, err);
+  if (!rc && (rc = model_config_check(model_cfg(*out), dir, err))) {
+    model_free(*out);
+    *out = NULL;
+  }
+  return rc;
+}

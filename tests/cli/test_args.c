@@ -1,0 +1,329 @@
+/* The command line's shared rules, checked on the built binary: every verb
+ * parses ints, thread counts and id lists alike (bad values exit 2 with a
+ * message), ids outside the vocabulary are errors, --system needs --chat,
+ * `hearth help [VERB]`, inspect's default model and --model, GGUF files as
+ * models in every verb, configs with absurd values refused, convert's
+ * summary line (and its progress on a terminal), and the chat session's
+ * /help. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/buf.h"
+#include "base/file.h"
+#include "test.h"
+
+#define GGUF_TINY HEARTH_SHARED_DIR "/fixtures/gguf/llama-2-tiny-random.gguf"
+#define DEFAULT_MODEL HEARTH_SOURCE_DIR "/models/default"
+
+static char tmpdir[] = "/tmp/hearth_args_cli_XXXXXX";
+
+typedef struct run_result {
+  int status; /* exit status, or -1 when it did not exit normally */
+  char *out;  /* owned */
+  char *err;  /* owned */
+} run_result;
+
+static char *slurp(const char *path) {
+  char *s = NULL;
+  size_t n;
+  if (hfile_read(path, &s, &n, NULL)) return strdup("");
+  return s;
+}
+
+/* Runs HEARTH_BINARY with args (NULL-terminated); stdin from stdin_text (may be NULL).
+ * With err_tty, stderr is a pseudo-terminal whose output lands in .err. */
+static run_result run_opts(const char *const *args, const char *stdin_text, bool err_tty) {
+  run_result r = {-1, NULL, NULL};
+  char outp[600], errp[600], inp[600];
+  snprintf(outp, sizeof outp, "%s/.stdout", tmpdir);
+  snprintf(errp, sizeof errp, "%s/.stderr", tmpdir);
+  snprintf(inp, sizeof inp, "%s/.stdin", tmpdir);
+  FILE *f = fopen(inp, "w");
+  if (f) {
+    if (stdin_text) fputs(stdin_text, f);
+    fclose(f);
+  }
+  char *argv[40];
+  int n = 0;
+  argv[n++] = (char *)HEARTH_BINARY;
+  for (int i = 0; args[i] && n < 39; i++) argv[n++] = (char *)args[i];
+  argv[n] = NULL;
+  int master = -1;
+  char *slave = NULL;
+  if (err_tty) {
+    master = posix_openpt(O_RDWR | O_NOCTTY);
+    if (master < 0 || grantpt(master) || unlockpt(master) || !(slave = ptsname(master))) return r;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int in = open(inp, O_RDONLY);
+    int o = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = err_tty ? open(slave, O_RDWR | O_NOCTTY) : open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (in < 0 || o < 0 || e < 0) _exit(126);
+    dup2(in, 0);
+    dup2(o, 1);
+    dup2(e, 2);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  hbuf tty = {0};
+  if (err_tty) {
+    /* read until the child has exited and the terminal has nothing more */
+    char buf[4096];
+    for (;;) {
+      ssize_t got = read(master, buf, sizeof buf);
+      if (got <= 0) break; /* EIO once the child closed its side */
+      hbuf_append(&tty, buf, (size_t)got);
+    }
+  }
+  int st = 0;
+  if (pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st)) r.status = WEXITSTATUS(st);
+  r.out = slurp(outp);
+  if (err_tty) {
+    r.err = tty.data ? hbuf_take(&tty) : strdup("");
+    close(master);
+  } else {
+    r.err = slurp(errp);
+  }
+  hbuf_free(&tty);
+  return r;
+}
+
+static run_result run_hearth(const char *const *args, const char *stdin_text) { return run_opts(args, stdin_text, false); }
+
+static void run_free(run_result *r) {
+  free(r->out);
+  free(r->err);
+}
+
+#define RUN_ARGS(stdin_text, ...) run_hearth((const char *const[]){__VA_ARGS__, NULL}, stdin_text)
+
+/* A bad value exits 2 and names the option. */
+static void expect_usage(run_result r, const char *needle, const char *what) {
+  CHECK_MSG(r.status == 2, "%s: exit %d: %s", what, r.status, r.err);
+  CHECK_MSG(strstr(r.err, needle) != NULL, "%s: stderr lacks '%s': %s", what, needle, r.err);
+  run_free(&r);
+}
+
+static void test_threads_everywhere(void) {
+  /* every verb that loads a model refuses a bad --threads the same way */
+  static const char *verbs[] = {"logits", "generate", "chat", "serve", "bench"};
+  for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
+    expect_usage(RUN_ARGS(NULL, verbs[i], "--threads", "abc"), "--threads must be a thread count", verbs[i]);
+    expect_usage(RUN_ARGS(NULL, verbs[i], "--threads=-2"), "--threads must be a thread count", verbs[i]);
+  }
+  expect_usage(RUN_ARGS(NULL, "bench", "-t", "4x"), "-t must be a thread count", "bench -t");
+  /* generate and chat take it */
+  run_result r = RUN_ARGS(NULL, "generate", "--threads", "1", "--ids", "1,2", "-n", "2", "--temp", "0", "--print-ids");
+  CHECK_MSG(r.status == 0, "generate --threads 1: %d %s", r.status, r.err);
+  run_free(&r);
+  r = RUN_ARGS("", "chat", "--threads", "2");
+  CHECK_MSG(r.status == 0, "chat --threads 2: %d %s", r.status, r.err);
+  run_free(&r);
+}
+
+static void test_numbers(void) {
+  expect_usage(RUN_ARGS(NULL, "generate", "--ids", "1", "-n", "12x"), "-n must be a whole number", "generate -n 12x");
+  expect_usage(RUN_ARGS(NULL, "generate", "--ids", "1", "--temp", "hot"), "--temp must be a number", "generate --temp");
+  expect_usage(RUN_ARGS(NULL, "chat", "--top-k", "1.5"), "--top-k must be a whole number", "chat --top-k 1.5");
+  expect_usage(RUN_ARGS(NULL, "chat", "--seed", "x"), "--seed must be a whole number", "chat --seed x");
+  expect_usage(RUN_ARGS(NULL, "serve", "--port", "70000"), "--port must be a whole number", "serve --port");
+  expect_usage(RUN_ARGS(NULL, "bench", "-p", "-3"), "-p must be a whole number", "bench -p -3");
+  expect_usage(RUN_ARGS(NULL, "convert", "a", "b", "--group-size", "64abc"), "--group-size", "convert --group-size");
+}
+
+static void test_ids_lists(void) {
+  /* commas, spaces or both, in logits and generate alike */
+  run_result a = RUN_ARGS(NULL, "logits", "--ids", "1,2,3");
+  run_result b = RUN_ARGS(NULL, "logits", "--ids", "1 2 3");
+  run_result c = RUN_ARGS(NULL, "logits", "--ids", "1, 2 ,3");
+  CHECK_MSG(a.status == 0 && b.status == 0 && c.status == 0, "%d %d %d: %s %s", a.status, b.status, c.status, b.err, c.err);
+  CHECK(strcmp(a.out, b.out) == 0 && strcmp(a.out, c.out) == 0);
+  run_free(&a), run_free(&b), run_free(&c);
+  a = RUN_ARGS(NULL, "generate", "--ids", "1,2,3", "-n", "3", "--temp", "0", "--print-ids");
+  b = RUN_ARGS(NULL, "generate", "--ids", "1 2 3", "-n", "3", "--temp", "0", "--print-ids");
+  CHECK_MSG(a.status == 0 && b.status == 0, "%s %s", a.err, b.err);
+  CHECK_EQ_STR(a.out, b.out);
+  run_free(&a), run_free(&b);
+  static const char *bad[] = {"", "1,,2", "1,", "x", "1 -2", "1;2", "99999999999"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    expect_usage(RUN_ARGS(NULL, "logits", "--ids", bad[i]), "--ids must be token ids", bad[i]);
+    expect_usage(RUN_ARGS(NULL, "generate", "--ids", bad[i]), "--ids must be token ids", bad[i]);
+  }
+  /* ids outside the vocabulary (4096 in the built-in model) are errors everywhere */
+  a = RUN_ARGS(NULL, "detokenize", "99999");
+  CHECK_MSG(a.status == 1 && strstr(a.err, "outside the vocabulary") && !a.out[0], "detokenize 99999: %d %s", a.status,
+            a.err);
+  run_free(&a);
+  a = RUN_ARGS(NULL, "detokenize", "1", "4096");
+  CHECK_MSG(a.status == 1 && strstr(a.err, "4096"), "detokenize 4096: %d %s", a.status, a.err);
+  run_free(&a);
+  a = RUN_ARGS(NULL, "detokenize", "1", "4095");
+  CHECK_MSG(a.status == 0, "detokenize 4095: %d %s", a.status, a.err);
+  run_free(&a);
+  char batch[700];
+  snprintf(batch, sizeof batch, "%s/batch.json", tmpdir);
+  FILE *f = fopen(batch, "w");
+  if (f) fputs("[[1, 2], [5000]]", f), fclose(f);
+  a = RUN_ARGS(NULL, "detokenize", "--batch", batch);
+  CHECK_MSG(a.status == 1 && strstr(a.err, "outside the vocabulary"), "detokenize --batch: %d %s", a.status, a.err);
+  run_free(&a);
+  a = RUN_ARGS(NULL, "logits", "--ids", "1,99999");
+  CHECK_MSG(a.status == 1 && strstr(a.err, "outside the vocabulary"), "logits 99999: %d %s", a.status, a.err);
+  run_free(&a);
+}
+
+static void test_system_needs_chat(void) {
+  expect_usage(RUN_ARGS(NULL, "generate", "--system", "be brief", "--prompt", "hi"), "--system needs --chat",
+               "generate --system");
+  run_result r = RUN_ARGS(NULL, "generate", "--system", "be brief", "--chat", "--prompt", "hi", "-n", "2");
+  CHECK_MSG(r.status == 0, "generate --chat --system: %d %s", r.status, r.err);
+  run_free(&r);
+}
+
+static void test_help_and_inspect(void) {
+  run_result r = RUN_ARGS(NULL, "help");
+  CHECK_MSG(r.status == 0 && strstr(r.out, "verbs:") && strstr(r.out, "generate"), "help: %d %s", r.status, r.err);
+  run_free(&r);
+  static const char *verbs[] = {"generate", "chat", "inspect", "logits", "serve", "convert", "tokenize", "help"};
+  for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
+    r = RUN_ARGS(NULL, "help", verbs[i]);
+    CHECK_MSG(r.status == 0 && strstr(r.out, "usage: hearth"), "help %s: %d %s", verbs[i], r.status, r.err);
+    run_free(&r);
+  }
+  r = RUN_ARGS(NULL, "help", "nope");
+  CHECK_MSG(r.status == 2 && strstr(r.err, "unknown verb 'nope'"), "help nope: %d %s", r.status, r.err);
+  run_free(&r);
+  /* inspect: the built-in model by default, and --model like every verb */
+  r = RUN_ARGS(NULL, "inspect", "--json");
+  CHECK_MSG(r.status == 0 && strstr(r.out, "\"model_type\""), "inspect: %d %s", r.status, r.err);
+  run_result m = RUN_ARGS(NULL, "inspect", "--model", DEFAULT_MODEL, "--json");
+  CHECK_MSG(m.status == 0, "inspect --model: %d %s", m.status, m.err);
+  CHECK_EQ_STR(m.out, r.out);
+  run_free(&r), run_free(&m);
+  expect_usage(RUN_ARGS(NULL, "inspect", "--model", DEFAULT_MODEL, DEFAULT_MODEL), "one PATH only", "inspect two paths");
+}
+
+static void test_gguf_in_every_verb(void) {
+  if (!hfile_exists(GGUF_TINY)) {
+    fprintf(stderr, "  (skipped: %s is missing)\n", GGUF_TINY);
+    return;
+  }
+  const char *want = "19356 7267 4736 26640 24077 18579 28435 21432\n";
+  run_result r = RUN_ARGS(NULL, "generate", "--model", GGUF_TINY, "--ids", "1,15043,3186", "-n", "8", "--temp", "0",
+                          "--print-ids", "--ignore-eos");
+  CHECK_MSG(r.status == 0, "generate gguf: %s", r.err);
+  CHECK_EQ_STR(r.out, want);
+  run_free(&r);
+  r = RUN_ARGS(NULL, "generate", "--model", GGUF_TINY, "--prompt", "Hello world", "-n", "8", "--print-ids",
+               "--ignore-eos", "--threads", "1");
+  CHECK_MSG(r.status == 0, "generate gguf text: %s", r.err);
+  CHECK_EQ_STR(r.out, want);
+  run_free(&r);
+  /* chat loads it, then says why it cannot chat with it (no template in the file) */
+  r = RUN_ARGS("hi\n", "chat", "--model", GGUF_TINY);
+  CHECK_MSG(r.status == 1 && strstr(r.err, "no chat template") && !strstr(r.err, "not a model folder"), "chat gguf: %d %s",
+            r.status, r.err);
+  run_free(&r);
+  /* serve loads it too: an unusable port fails after the model loaded */
+  r = RUN_ARGS(NULL, "serve", "--model", GGUF_TINY, "--host", "256.0.0.1", "--port", "1");
+  CHECK_MSG(r.status == 1 && !strstr(r.err, "not a model folder"), "serve gguf: %d %s", r.status, r.err);
+  run_free(&r);
+  r = RUN_ARGS(NULL, "inspect", "--model", GGUF_TINY);
+  CHECK_MSG(r.status == 0 && strstr(r.out, "llama"), "inspect gguf: %d %s", r.status, r.err);
+  run_free(&r);
+}
+
+static void test_absurd_config(void) {
+  char dir[700], path[800];
+  snprintf(dir, sizeof dir, "%s/huge", tmpdir);
+  mkdir(dir, 0755);
+  static const char *files[] = {"model.safetensors", "tokenizer.json", "tokenizer_config.json"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    char from[700];
+    snprintf(from, sizeof from, "%s/%s", DEFAULT_MODEL, files[i]);
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    if (symlink(from, path)) perror(path);
+  }
+  char *cfg = NULL;
+  size_t len;
+  CHECK(hfile_read(DEFAULT_MODEL "/config.json", &cfg, &len, NULL) == 0);
+  char *at = cfg ? strstr(cfg, "\"max_position_embeddings\": 1024") : NULL;
+  CHECK(at != NULL);
+  if (!at) return free(cfg);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fprintf(f, "%.*s\"max_position_embeddings\": 1e12%s", (int)(at - cfg), cfg, at + strlen("\"max_position_embeddings\": 1024"));
+    fclose(f);
+  }
+  free(cfg);
+  static const char *verbs[] = {"generate", "logits", "bench"};
+  for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
+    run_result r = !strcmp(verbs[i], "bench") ? RUN_ARGS(NULL, "bench", "--model", dir, "-p", "1", "-n", "1")
+                                              : RUN_ARGS(NULL, verbs[i], "--model", dir, "--ids", "1,2", "-n", "-1");
+    if (!strcmp(verbs[i], "logits")) {
+      run_free(&r);
+      r = RUN_ARGS(NULL, "logits", "--model", dir, "--ids", "1,2");
+    }
+    CHECK_MSG(r.status == 1 && strstr(r.err, "max_position_embeddings"), "%s: %d %s", verbs[i], r.status, r.err);
+    run_free(&r);
+  }
+}
+
+static void test_convert_reports(void) {
+  if (!hfile_exists(GGUF_TINY)) return;
+  char dst[700];
+  snprintf(dst, sizeof dst, "%s/out.gguf", tmpdir);
+  /* not a terminal: the summary line only */
+  run_result r = RUN_ARGS(NULL, "convert", GGUF_TINY, dst, "--quant", "f16");
+  CHECK_MSG(r.status == 0, "convert: %s", r.err);
+  CHECK_MSG(strstr(r.err, "wrote") && strstr(r.err, "12 tensors") && !strstr(r.err, "\r"), "%s", r.err);
+  run_free(&r);
+  /* on a terminal: progress lines (tensor k of n, bytes, rate), then the summary */
+  r = run_opts((const char *const[]){"convert", GGUF_TINY, dst, "--quant", "f16", NULL}, NULL, true);
+  CHECK_MSG(r.status == 0, "convert on a tty: %s", r.err);
+  CHECK_MSG(strstr(r.err, "tensor 12 of 12") && strstr(r.err, "/s") && strstr(r.err, "\r") && strstr(r.err, "wrote"), "%s",
+            r.err);
+  run_free(&r);
+}
+
+static void test_chat_commands(void) {
+  /* /help lists the commands and is not sent to the model; nor is an unknown command */
+  run_result r = RUN_ARGS("/help\n/nonsense\n/quit\n", "chat", "--temp", "0", "-n", "4");
+  CHECK_MSG(r.status == 0, "chat: %d %s", r.status, r.err);
+  CHECK_MSG(strstr(r.err, "/reset") && strstr(r.err, "/quit") && strstr(r.err, "/help"), "%s", r.err);
+  CHECK_MSG(strstr(r.err, "unknown command '/nonsense'"), "%s", r.err);
+  CHECK_MSG(r.out[0] == 0, "something was sent to the model: '%s'", r.out);
+  run_free(&r);
+  /* an ordinary line still gets a reply */
+  r = RUN_ARGS("hello\n", "chat", "--temp", "0", "-n", "4");
+  CHECK_MSG(r.status == 0 && r.out[0], "chat reply: %d '%s' %s", r.status, r.out, r.err);
+  run_free(&r);
+}
+
+int main(void) {
+  if (!mkdtemp(tmpdir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  RUN(test_threads_everywhere);
+  RUN(test_numbers);
+  RUN(test_ids_lists);
+  RUN(test_system_needs_chat);
+  RUN(test_help_and_inspect);
+  RUN(test_gguf_in_every_verb);
+  RUN(test_absurd_config);
+  RUN(test_convert_reports);
+  RUN(test_chat_commands);
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
+  fprintf(stderr, "%d checks, %d failures\n", test_checks, test_failures);
+  return test_failures ? 1 : 0;
+}
