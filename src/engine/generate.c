@@ -9,9 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "base/buf.h"
+#include "engine/emit.h"
 #include "engine/kv_cache.h"
-#include "engine/stop.h"
 
 void gen_request_init(gen_request *r) {
   memset(r, 0, sizeof *r);
@@ -33,22 +32,16 @@ typedef struct gen_state {
   kv_cache *cache;          /* owned */
   kv_seq *seq;              /* owned */
   sampler *smp;             /* owned */
-  tokenizer_stream *detok;  /* owned, NULL without a tokenizer */
-  stop_matcher *stops;      /* owned, NULL without a tokenizer */
+  gen_emit out;             /* owned: detokenizer, stop matcher, the step's text */
   float *logits;            /* owned [vocab] */
-  hbuf piece;               /* owned: detokenized bytes of this step */
-  hbuf delta;               /* owned: text released this step */
 } gen_state;
 
 static void gen_state_free(gen_state *g) {
   if (g->seq) kv_cache_seq_free(g->seq);
   kv_cache_free(g->cache);
   sampler_free(g->smp);
-  if (g->detok) tokenizer_stream_free(g->detok);
-  stop_matcher_free(g->stops);
+  gen_emit_free(&g->out);
   free(g->logits);
-  hbuf_free(&g->piece);
-  hbuf_free(&g->delta);
 }
 
 /* Resolves max_tokens against the context; fills *max_new. */
@@ -86,13 +79,6 @@ static int forward_tokens(model *m, gen_state *g, const int32_t *ids, int n, her
   return model_forward(m, &b, g->logits, err);
 }
 
-static bool is_eos(const gen_request *req, int32_t id) {
-  if (req->ignore_eos) return false;
-  for (int i = 0; i < req->n_eos; i++)
-    if (req->eos_ids[i] == id) return true;
-  return false;
-}
-
 int generate_run(model *m, const tokenizer *tok, const gen_request *req, gen_token_fn fn, void *user, gen_result *res,
                  herr *err) {
   memset(res, 0, sizeof *res);
@@ -127,14 +113,7 @@ int generate_run(model *m, const tokenizer *tok, const gen_request *req, gen_tok
     rc = herr_set(err, HEARTH_ENOMEM, "generate: out of memory for a logits row of %lld", (long long)vocab);
     goto done;
   }
-  if (tok) {
-    g.detok = tokenizer_stream_new(tok, req->skip_special);
-    if (!g.detok) {
-      rc = herr_set(err, HEARTH_ENOMEM, "generate: out of memory for the detokenizer");
-      goto done;
-    }
-    if ((rc = stop_matcher_new(req->stop, req->n_stop, &g.stops, err))) goto done;
-  }
+  if ((rc = gen_emit_init(&g.out, tok, req, err))) goto done;
   sampler_add_prompt(g.smp, req->prompt, req->n_prompt);
 
   /* prefill */
@@ -159,31 +138,8 @@ int generate_run(model *m, const tokenizer *tok, const gen_request *req, gen_tok
     sample_token st;
     if ((rc = sampler_sample(g.smp, g.logits, &st, err))) goto done;
     sampler_accept(g.smp, st.id);
-    res->completion_tokens++;
-    hbuf_clear(&g.delta);
-    if (is_eos(req, st.id)) {
-      res->finish = GEN_FINISH_STOP;
-      res->stop_token = st.id;
-      ended = true;
-    } else if (g.detok) {
-      hbuf_clear(&g.piece);
-      if ((rc = tokenizer_stream_put(g.detok, st.id, &g.piece, err))) goto done;
-      int which = stop_matcher_put(g.stops, g.piece.data ? g.piece.data : "", g.piece.len, &g.delta);
-      if (which == -2) {
-        rc = herr_set(err, HEARTH_ENOMEM, "generate: out of memory for the output text");
-        goto done;
-      }
-      if (which >= 0) {
-        res->finish = GEN_FINISH_STOP;
-        res->stop_index = which;
-        ended = true;
-      }
-    }
-    if (!ended && res->completion_tokens >= max_new) {
-      res->finish = GEN_FINISH_LENGTH;
-      ended = true;
-    }
-    if (fn && fn(user, hbuf_str(&g.delta), g.delta.len, &st)) {
+    if ((rc = gen_emit_token(&g.out, req, st.id, max_new, res, &ended, err))) goto done;
+    if (fn && fn(user, hbuf_str(&g.out.delta), g.out.delta.len, &st)) {
       res->finish = GEN_FINISH_CANCELLED;
       rc = herr_set(err, HEARTH_ECANCELLED, "generate: cancelled after %lld tokens", (long long)res->completion_tokens);
       goto done;
@@ -198,23 +154,8 @@ int generate_run(model *m, const tokenizer *tok, const gen_request *req, gen_tok
   }
 
   /* what is still held back: the detokenizer's tail, then the stop matcher's */
-  if (g.detok && res->stop_index < 0) {
-    hbuf_clear(&g.piece);
-    hbuf_clear(&g.delta);
-    if ((rc = tokenizer_stream_flush(g.detok, &g.piece, err))) goto done;
-    int which = g.piece.len ? stop_matcher_put(g.stops, g.piece.data, g.piece.len, &g.delta) : -1;
-    if (which == -2) {
-      rc = herr_set(err, HEARTH_ENOMEM, "generate: out of memory for the output text");
-      goto done;
-    }
-    if (which >= 0) {
-      res->finish = GEN_FINISH_STOP;
-      res->stop_index = which;
-    } else {
-      stop_matcher_flush(g.stops, &g.delta);
-    }
-    if (g.delta.len && fn) fn(user, hbuf_str(&g.delta), g.delta.len, NULL); /* the run is over: no cancel */
-  }
+  if ((rc = gen_emit_flush(&g.out, res, err))) goto done;
+  if (g.out.delta.len && fn) fn(user, hbuf_str(&g.out.delta), g.out.delta.len, NULL); /* the run is over: no cancel */
   res->decode_seconds = now_seconds() - t1;
   rc = 0;
 

@@ -15,8 +15,8 @@
 
 #include "base/buf.h"
 #include "base/log.h"
+#include "engine/emit.h"
 #include "engine/kv_paged.h"
-#include "engine/stop.h"
 
 typedef struct sseq {
   /* the request (borrowed from sched_run's caller, who waits) */
@@ -32,9 +32,7 @@ typedef struct sseq {
   int64_t n_toks, cap_toks;
   kv_seq *kv;                 /* owned while running, NULL while waiting */
   sampler *smp;               /* owned */
-  tokenizer_stream *detok;    /* owned, NULL without a tokenizer */
-  stop_matcher *stops;        /* owned, NULL without a tokenizer */
-  hbuf piece, delta;          /* owned */
+  gen_emit out;               /* owned: detokenizer, stop matcher, the step's text */
   bool admitted_once;
   bool ended;                 /* finished: the engine no longer touches it */
   bool done;                  /* the waiter may return (under the lock) */
@@ -105,13 +103,6 @@ static sseq *queue_pop(sched *s) {
 
 /* ---- one sequence ---- */
 
-static bool is_eos(const gen_request *req, int32_t id) {
-  if (req->ignore_eos) return false;
-  for (int i = 0; i < req->n_eos; i++)
-    if (req->eos_ids[i] == id) return true;
-  return false;
-}
-
 static bool seq_cancelled(const sseq *q) { return q->req->cancel && *q->req->cancel; }
 
 /* Copies the engine-side counts into the stats (engine thread, under mu). */
@@ -155,64 +146,28 @@ static void seq_cancel(sched *s, sseq *q, const char *when) {
   seq_finish(s, q, HEARTH_ECANCELLED);
 }
 
-/* The held-back tail at the end of a run (as generate.c). */
+/* The held-back tail at the end of a run. */
 static int seq_flush_text(sseq *q) {
-  if (!q->detok || q->res->stop_index >= 0) return 0;
-  hbuf_clear(&q->piece);
-  hbuf_clear(&q->delta);
-  int rc = tokenizer_stream_flush(q->detok, &q->piece, q->err);
-  if (rc) return rc;
-  int which = q->piece.len ? stop_matcher_put(q->stops, q->piece.data, q->piece.len, &q->delta) : -1;
-  if (which == -2) return herr_set(q->err, HEARTH_ENOMEM, "generate: out of memory for the output text");
-  if (which >= 0) {
-    q->res->finish = GEN_FINISH_STOP;
-    q->res->stop_index = which;
-  } else {
-    stop_matcher_flush(q->stops, &q->delta);
-  }
-  if (q->delta.len && q->fn) q->fn(q->user, hbuf_str(&q->delta), q->delta.len, NULL);
-  return 0;
+  int rc = gen_emit_flush(&q->out, q->res, q->err);
+  if (!rc && q->out.delta.len && q->fn) q->fn(q->user, hbuf_str(&q->out.delta), q->out.delta.len, NULL);
+  return rc;
 }
 
 /* Delivers q's next token st (sampled on the host or the device). Returns
  * true when q ended (and was finished). */
 static bool seq_take_token(sched *s, sseq *q, sample_token st) {
-  gen_result *res = q->res;
-  int rc;
   if (q->t_first == 0) q->t_first = now_seconds();
   sampler_accept(q->smp, st.id);
-  res->completion_tokens++;
   pthread_mutex_lock(&s->mu);
   s->st.generated_tokens++;
   pthread_mutex_unlock(&s->mu);
-  hbuf_clear(&q->delta);
   bool ended = false;
-  if (is_eos(q->req, st.id)) {
-    res->finish = GEN_FINISH_STOP;
-    res->stop_token = st.id;
-    ended = true;
-  } else if (q->detok) {
-    hbuf_clear(&q->piece);
-    if ((rc = tokenizer_stream_put(q->detok, st.id, &q->piece, q->err))) {
-      seq_finish(s, q, rc);
-      return true;
-    }
-    int which = stop_matcher_put(q->stops, q->piece.data ? q->piece.data : "", q->piece.len, &q->delta);
-    if (which == -2) {
-      seq_finish(s, q, herr_set(q->err, HEARTH_ENOMEM, "generate: out of memory for the output text"));
-      return true;
-    }
-    if (which >= 0) {
-      res->finish = GEN_FINISH_STOP;
-      res->stop_index = which;
-      ended = true;
-    }
+  int rc = gen_emit_token(&q->out, q->req, st.id, q->max_new, q->res, &ended, q->err);
+  if (rc) {
+    seq_finish(s, q, rc);
+    return true;
   }
-  if (!ended && res->completion_tokens >= q->max_new) {
-    res->finish = GEN_FINISH_LENGTH;
-    ended = true;
-  }
-  if (q->fn && q->fn(q->user, hbuf_str(&q->delta), q->delta.len, &st)) {
+  if (q->fn && q->fn(q->user, hbuf_str(&q->out.delta), q->out.delta.len, &st)) {
     seq_cancel(s, q, "by the callback");
     return true;
   }
@@ -575,10 +530,7 @@ void sched_free(sched *s) {
 static void seq_state_free(sseq *q) {
   free(q->toks);
   sampler_free(q->smp);
-  if (q->detok) tokenizer_stream_free(q->detok);
-  stop_matcher_free(q->stops);
-  hbuf_free(&q->piece);
-  hbuf_free(&q->delta);
+  gen_emit_free(&q->out);
 }
 
 int sched_admit(sched *s, int64_t n_prompt, int64_t max_tokens, herr *err) {
@@ -628,14 +580,7 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
   }
   memcpy(q.toks, req->prompt, sizeof(int32_t) * req->n_prompt);
   q.n_toks = (int64_t)req->n_prompt;
-  if (s->tok) {
-    q.detok = tokenizer_stream_new(s->tok, req->skip_special);
-    if (!q.detok) {
-      rc = herr_set(err, HEARTH_ENOMEM, "generate: out of memory for the detokenizer");
-      goto out;
-    }
-    if ((rc = stop_matcher_new(req->stop, req->n_stop, &q.stops, err))) goto out;
-  }
+  if ((rc = gen_emit_init(&q.out, s->tok, req, err))) goto out;
   sampler_add_prompt(q.smp, req->prompt, req->n_prompt);
   pthread_mutex_lock(&s->mu);
   if (s->stop) {
