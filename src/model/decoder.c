@@ -474,6 +474,7 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   rc = is_gguf ? gguf_open_mode(&m->gg, dir, mode, err) : config_load(&m->cfg, dir, err);
   if (rc) goto fail;
   if (is_gguf && (rc = gguf_model_config(m->gg, &m->cfg, err))) goto fail;
+  if (!is_gguf && (rc = model_config_check(&m->cfg, dir, err))) goto fail; /* absurd values refused for every caller */
   const model_config *c = &m->cfg;
   m->fam = model_family_find(c->model_type);
   if (!m->fam) {
