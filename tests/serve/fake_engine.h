@@ -4,7 +4,12 @@
  * the way the engine does, and counts cancellations. A prompt containing
  * "[slow]" generates 5000 tokens 10 ms apart (for disconnect tests); one
  * containing "[fail]" fails with a server error, "[pause]" waits 300 ms
- * before the first token. Test code only. */
+ * before the first token. For the chat page's tests, the last user message
+ * (not earlier turns) may ask for a fixed Markdown reply ("[markdown]") or a
+ * reply full of HTML ("[html]"), both paced 10 ms a token by "[slow]", or for
+ * one that runs until the context is full ("[long]", 4-byte tokens, so the
+ * prompt's count of it matches). fake_context (FAKE_CONTEXT unless set before
+ * fake_engine_init) is the context length. Test code only. */
 #ifndef HEARTH_TESTS_FAKE_ENGINE_H
 #define HEARTH_TESTS_FAKE_ENGINE_H
 
@@ -20,9 +25,20 @@
 
 #define FAKE_CONTEXT 512
 #define FAKE_EOS_AFTER 40
+static int64_t fake_context = FAKE_CONTEXT;
 static const char fake_greedy_text[] =
     "The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs. How vexingly quick daft "
     "zebras jump! Sphinx of black quartz, judge my vow.";
+
+static const char fake_markdown_text[] =
+    "Here is **bold**, *italic* and `inline code`.\n\n"
+    "- first item\n- second item\n\n"
+    "1. one\n2. two\n\n"
+    "```c\nint main(void) { return 0; }\n```\n\n"
+    "See [the docs](https://example.com/docs) and [not a link](javascript:alert(1)).";
+static const char fake_html_text[] =
+    "Careful: <img src=x onerror=\"window.__pwned=1\"> and <b id=\"injected\">not bold</b> "
+    "<script>window.__pwned=2</script> [x](javascript:window.__pwned=3) end.";
 
 static atomic_int fake_cancelled;  /* generations ended by cancellation */
 static atomic_int fake_generations; /* generations started */
@@ -69,6 +85,13 @@ static size_t fake_holdback(const char *s, size_t n, const serve_sampling *sp) {
 static int fake_generate_run(const char *prompt, bool raw, const serve_sampling *sp, serve_token_fn fn, void *ctx,
                              volatile int *cancel, serve_result *res, herr *err);
 
+/* The last user message of a rendered chat (all of a raw prompt). */
+static const char *fake_last_turn(const char *prompt) {
+  const char *last = prompt;
+  for (const char *p = prompt; (p = strstr(p, "<|user|>")) != NULL; p++) last = p;
+  return last;
+}
+
 static int fake_generate(void *impl, const char *prompt, bool raw, const serve_sampling *sp, serve_token_fn fn,
                          void *ctx, volatile int *cancel, serve_result *res, herr *err) {
   atomic_fetch_add(&fake_generations, 1);
@@ -82,6 +105,7 @@ static int fake_generate_run(const char *prompt, bool raw, const serve_sampling 
                              volatile int *cancel, serve_result *res, herr *err) {
   void *impl = NULL;
   memset(res, 0, sizeof *res);
+  res->stop_index = -1;
   fake_count(impl, prompt, raw, &res->prompt_tokens, err);
   if (strstr(prompt, "[fail]")) return herr_set(err, HEARTH_EINTERNAL, "the fake model failed on purpose");
   bool slow = strstr(prompt, "[slow]") != NULL;
@@ -89,8 +113,12 @@ static int fake_generate_run(const char *prompt, bool raw, const serve_sampling 
     struct timespec ts = {0, 300 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
-  int64_t limit = slow ? 5000 : FAKE_EOS_AFTER;
-  int64_t max = sp->max_tokens > 0 ? sp->max_tokens : FAKE_CONTEXT - res->prompt_tokens;
+  const char *turn = fake_last_turn(prompt);
+  const char *script = strstr(turn, "[markdown]") ? fake_markdown_text : strstr(turn, "[html]") ? fake_html_text : NULL;
+  size_t script_len = script ? strlen(script) : 0;
+  bool fill = strstr(turn, "[long]") != NULL; /* 4-byte tokens until the context is full */
+  int64_t limit = script ? (int64_t)(script_len + 2) / 3 : slow ? 5000 : fill ? INT64_MAX : FAKE_EOS_AFTER;
+  int64_t max = sp->max_tokens > 0 ? sp->max_tokens : fake_context - res->prompt_tokens;
   double temp = isnan(sp->temperature) ? 0.0 : sp->temperature;
   uint64_t state = sp->has_seed ? sp->seed : (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)&state;
   static const char *words[] = {" alpha", " beta", " gamma", " delta", " eps", " zeta", " eta", " theta", " iota",
@@ -112,13 +140,17 @@ static int fake_generate_run(const char *prompt, bool raw, const serve_sampling 
     }
     char piece[16];
     size_t plen;
-    if (temp > 0) {
+    if (script) {
+      plen = script_len - gpos < 3 ? script_len - gpos : 3;
+      memcpy(piece, script + gpos, plen);
+      gpos += plen;
+    } else if (temp > 0 && !fill) {
       const char *w = words[fake_rng(&state) % (sizeof words / sizeof words[0])];
       plen = strlen(w);
       memcpy(piece, w, plen);
     } else {
       size_t L = sizeof fake_greedy_text - 1;
-      plen = 3;
+      plen = fill ? 4 : 3;
       for (size_t i = 0; i < plen; i++) piece[i] = fake_greedy_text[(gpos + i) % L];
       gpos += plen;
     }
@@ -131,6 +163,7 @@ static int fake_generate_run(const char *prompt, bool raw, const serve_sampling 
       if (hit && (size_t)(hit - text.data) < release) {
         release = (size_t)(hit - text.data);
         stopped = true;
+        res->stop_index = k;
       }
     }
     if (!stopped) release = text.len - fake_holdback(text.data, text.len, sp);
@@ -168,7 +201,7 @@ static int fake_generate_run(const char *prompt, bool raw, const serve_sampling 
 static void fake_engine_init(serve_engine *e) {
   memset(e, 0, sizeof *e);
   e->model_id = "fake-model";
-  e->context_length = FAKE_CONTEXT;
+  e->context_length = fake_context;
   e->vocab_size = 1000;
   e->created = 1700000000;
   e->render_chat = fake_render;

@@ -1,6 +1,7 @@
 /* fake_server.c — the HTTP server over the fake engine (fake_engine.h), so the
  * end-to-end tests can check the protocol without a model:
  *   serve_fake_server [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES]
+ *                     [--context TOKENS]
  * Prints "hearth: listening on http://HOST:PORT" and serves until
  * SIGINT/SIGTERM. Test code only. */
 #include <signal.h>
@@ -19,6 +20,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--api-key") == 0) cfg.api_key = argv[i + 1];
     else if (strcmp(argv[i], "--host") == 0) cfg.host = argv[i + 1];
     else if (strcmp(argv[i], "--max-body") == 0) cfg.max_body = (size_t)strtoull(argv[i + 1], NULL, 10);
+    else if (strcmp(argv[i], "--context") == 0) fake_context = strtoll(argv[i + 1], NULL, 10);
   }
   hlog_set_level(HLOG_LEVEL_INFO);
   sigset_t set;

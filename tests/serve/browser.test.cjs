@@ -1,0 +1,396 @@
+// browser.test.cjs — the chat page served at GET / (src/serve/page.c), driven
+// in a real headless Chromium through npm "puppeteer-core" (pinned in
+// package-lock.json; it never downloads a browser), under node's test runner.
+//
+// HEARTH_FAKE_SERVER    the test server over the fake engine (tests/serve/fake_engine.h),
+//                       for deterministic replies: Markdown, HTML, slow, context-filling
+// HEARTH_CLI            `hearth`, run as `hearth serve` on the built-in model
+//                       (models/default, or $HEARTH_E2E_MODEL) for a real stream
+// HEARTH_CHROMIUM       the browser (default: chromium on PATH); Debian's
+//                       `chromium`, installed by tools/setup.sh --test
+// HEARTH_DEPS_DIR       where tools/fetch_test_deps.sh installed node_modules
+// HEARTH_BROWSER_SHOTS  where screenshots go (printed in the output)
+'use strict';
+const { test, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn, execFileSync } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+
+const SOURCE = process.env.HEARTH_SOURCE_DIR || path.resolve(__dirname, '../..');
+const DEPS = process.env.HEARTH_DEPS_DIR || path.join(SOURCE, '.deps');
+const SHOTS = process.env.HEARTH_BROWSER_SHOTS || path.join(os.tmpdir(), 'hearth-browser-shots');
+
+function loadPuppeteer() {
+  const dir = path.join(DEPS, 'node', 'node_modules', 'puppeteer-core');
+  if (!fs.existsSync(dir))
+    throw new Error(`npm "puppeteer-core" is not installed at ${dir}: run tools/fetch_test_deps.sh`);
+  return require(dir);
+}
+
+function findChromium() {
+  const named = process.env.HEARTH_CHROMIUM;
+  if (named) {
+    if (fs.existsSync(named)) return named;
+    throw new Error(`HEARTH_CHROMIUM=${named} does not exist: run tools/setup.sh --test (it installs chromium)`);
+  }
+  for (const name of ['chromium', 'chromium-browser']) {
+    try {
+      const p = execFileSync('sh', ['-c', `command -v ${name}`], { encoding: 'utf8' }).trim();
+      if (p) return p;
+    } catch (e) { /* not on PATH */ }
+  }
+  throw new Error('chromium is not installed: run tools/setup.sh --test (it installs Debian\'s chromium)');
+}
+
+function findModel() {
+  if (process.env.HEARTH_E2E_MODEL) return process.env.HEARTH_E2E_MODEL;
+  const def = path.join(SOURCE, 'models/default');
+  if (fs.existsSync(path.join(def, 'config.json'))) return def;
+  throw new Error(`no model to serve: ${def} (the built-in model) has no config.json`);
+}
+
+// Starts a server on an ephemeral loopback port; resolves once it prints its address.
+function startServer(exe, args) {
+  if (!exe) throw new Error('the server executable is not set (HEARTH_FAKE_SERVER / HEARTH_CLI)');
+  const proc = spawn(exe, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const srv = { proc, log: '', url: null };
+  return new Promise((resolve, reject) => {
+    const onData = (d) => {
+      srv.log += d.toString();
+      const m = srv.log.match(/listening on (http:\/\/[^\s]+)/);
+      if (m && !srv.url) {
+        srv.url = m[1];
+        resolve(srv);
+      }
+    };
+    proc.stderr.on('data', onData);
+    proc.stdout.on('data', onData);
+    proc.on('exit', (code) => {
+      if (!srv.url) reject(new Error(`${exe} exited with ${code} before listening:\n${srv.log}`));
+    });
+    proc.on('error', reject);
+  });
+}
+
+function stopServer(srv) {
+  if (!srv) return Promise.resolve(0);
+  if (srv.proc.exitCode !== null) return Promise.resolve(srv.proc.exitCode);
+  return new Promise((resolve) => {
+    srv.proc.on('exit', (code, signal) => resolve(signal ? signal : code));
+    srv.proc.kill('SIGTERM');
+  });
+}
+
+async function waitFor(cond, what, ms = 60000) {
+  const until = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+const SMALL_CONTEXT = 160;
+let puppeteer, browser, fake, small, real;
+
+before(async () => {
+  puppeteer = loadPuppeteer();
+  const chromium = findChromium();
+  fs.mkdirSync(SHOTS, { recursive: true });
+  fake = await startServer(process.env.HEARTH_FAKE_SERVER, ['--port', '0']);
+  small = await startServer(process.env.HEARTH_FAKE_SERVER, ['--port', '0', '--context', String(SMALL_CONTEXT)]);
+  real = await startServer(process.env.HEARTH_CLI, ['serve', '--model', findModel(), '--port', '0', '--threads', '2']);
+  browser = await puppeteer.launch({
+    executablePath: chromium,
+    headless: true,
+    // CI runs as root, where Chromium's sandbox cannot start.
+    args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu'],
+  });
+});
+
+after(async () => {
+  if (browser) await browser.close();
+  for (const srv of [fake, small, real]) {
+    const code = await stopServer(srv);
+    assert.equal(code, 0, `server exited with ${code}:\n${srv ? srv.log.slice(-4000) : ''}`);
+  }
+});
+
+// A fresh tab on the server's page, recording the chat requests' bodies, the
+// responses' statuses and script errors.
+async function openPage(srv) {
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1000, height: 800 });
+  const rec = { requests: [], responses: [], errors: [] };
+  page.on('request', (r) => {
+    if (r.method() === 'POST' && new URL(r.url()).pathname === '/v1/chat/completions')
+      rec.requests.push(JSON.parse(r.postData()));
+  });
+  page.on('response', (r) => rec.responses.push({ url: r.url(), status: r.status() }));
+  page.on('pageerror', (e) => rec.errors.push(String(e)));
+  // (Failed loads are judged by their statuses: a context_length_exceeded 400 may be expected.)
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) rec.errors.push(m.text());
+  });
+  await page.goto(srv.url + '/', { waitUntil: 'networkidle0' });
+  await page.waitForFunction(() => document.getElementById('model').textContent !== '…');
+  return { page, rec };
+}
+
+async function shot(t, page, name) {
+  const file = path.join(SHOTS, `${name}.png`);
+  await page.screenshot({ path: file, fullPage: true });
+  t.diagnostic(`screenshot: ${file}`);
+}
+
+async function type(page, text) {
+  await page.click('#input');
+  await page.type('#input', text);
+  await page.keyboard.press('Enter');
+}
+
+const idle = (page) => page.waitForFunction(() => document.getElementById('send').textContent === 'Send', { timeout: 60000 });
+const busy = (page) => page.waitForFunction(() => document.getElementById('send').textContent === 'Stop', { timeout: 60000 });
+
+// The text of the last reply, without its marks (stopped, cut).
+function lastReply(page) {
+  return page.evaluate(() => {
+    const all = document.querySelectorAll('#log .msg.assistant');
+    if (!all.length) return null;
+    const m = all[all.length - 1].cloneNode(true);
+    for (const t of m.querySelectorAll('.tag')) t.remove();
+    return m.textContent;
+  });
+}
+
+async function waitReplyLength(page, n) {
+  await waitFor(async () => ((await lastReply(page)) || '').length >= n, `a reply of ${n} characters`);
+}
+
+// Records, on every change of the log, the last reply's length and whether it
+// already holds some elements, so a test can see a reply grow.
+function observe(page) {
+  return page.evaluate(() => {
+    window.__seen = [];
+    new MutationObserver(() => {
+      const all = document.querySelectorAll('#log .msg.assistant');
+      if (!all.length) return;
+      const m = all[all.length - 1];
+      window.__seen.push({ len: m.textContent.length, strong: !!m.querySelector('strong'),
+                           busy: document.getElementById('send').textContent === 'Stop' });
+    }).observe(document.getElementById('log'), { subtree: true, childList: true, characterData: true });
+  });
+}
+
+function noErrors(rec) {
+  assert.deepEqual(rec.errors, [], 'the page logged errors');
+  assert.deepEqual(rec.responses.filter((r) => r.status === 404), [], 'a request got 404');
+}
+
+test('the page loads with its own icon: no favicon request, no 404', async (t) => {
+  const { page, rec } = await openPage(fake);
+  const icon = await page.$eval('link[rel=icon]', (l) => l.href);
+  assert.match(icon, /^data:image\/svg\+xml,/);
+  assert.match(await page.$eval('#model', (e) => e.textContent), /fake-model/);
+  assert.deepEqual(rec.responses.filter((r) => new URL(r.url).pathname === '/favicon.ico'), []);
+  noErrors(rec);
+  await shot(t, page, 'load');
+  await page.close();
+});
+
+test('a reply from the built-in model streams in (hearth serve)', async (t) => {
+  const { page, rec } = await openPage(real);
+  await page.$eval('#temp', (e) => { e.value = '0'; });
+  await observe(page);
+  await type(page, 'Tell me a story about a lighthouse.');
+  await idle(page);
+  const text = await lastReply(page);
+  assert.ok(text && text.length > 0, 'no reply');
+  const lens = await page.evaluate(() => window.__seen.filter((s) => s.busy && s.len > 0).map((s) => s.len));
+  const distinct = [...new Set(lens)];
+  assert.ok(distinct.length >= 3, `the reply did not grow over several observations: ${JSON.stringify(lens)}`);
+  for (let i = 1; i < distinct.length; i++) assert.ok(distinct[i] > distinct[i - 1], `the reply shrank: ${distinct}`);
+  assert.equal(rec.requests.length, 1);
+  assert.equal(rec.requests[0].stream, true);
+  assert.deepEqual(rec.requests[0].stream_options, { include_usage: true });
+  assert.deepEqual(rec.requests[0].messages, [{ role: 'user', content: 'Tell me a story about a lighthouse.' }]);
+  // A second turn carries the first.
+  await type(page, 'And then?');
+  await idle(page);
+  assert.ok((await lastReply(page)).length > 0);
+  const msgs = rec.requests[1].messages;
+  assert.equal(msgs.length, 3);
+  assert.equal(msgs[1].role, 'assistant');
+  assert.equal(msgs[1].content.trim(), text.trim());
+  assert.equal(await page.$$eval('#log .error', (e) => e.length), 0);
+  noErrors(rec);
+  await shot(t, page, 'stream-real');
+  await page.close();
+});
+
+test('Stop ends the reply: nothing is appended after it', async (t) => {
+  const { page, rec } = await openPage(fake);
+  const cancelled = (fake.log.match(/generation cancelled/g) || []).length;
+  await type(page, '[slow] count for me');
+  await waitReplyLength(page, 30);
+  // Click Stop and read the reply in the same turn of the page's event loop.
+  const atStop = await page.evaluate(() => {
+    document.getElementById('send').click();
+    const all = document.querySelectorAll('#log .msg.assistant');
+    return all[all.length - 1].textContent;
+  });
+  await idle(page);
+  await waitFor(() => (fake.log.match(/generation cancelled/g) || []).length > cancelled, 'the server to cancel');
+  await sleep(500); // the fake would have sent ~50 more tokens by now
+  assert.equal(await lastReply(page), atStop);
+  assert.equal(await page.$$eval('#log .msg.assistant .tag.stopped', (e) => e.length), 1);
+  assert.equal(await page.$$eval('#log .error', (e) => e.length), 0);
+  // The stopped reply stays part of the conversation.
+  await type(page, 'go on');
+  await idle(page);
+  const msgs = rec.requests[1].messages;
+  assert.deepEqual(msgs.map((m) => m.role), ['user', 'assistant', 'user']);
+  assert.equal(msgs[1].content, atStop);
+  noErrors(rec);
+  await shot(t, page, 'stop');
+  await page.close();
+});
+
+test('"new chat" during a reply: the partial reply is in no later request', async (t) => {
+  const { page, rec } = await openPage(fake);
+  await type(page, '[slow] first conversation');
+  await waitReplyLength(page, 30);
+  const partial = await lastReply(page);
+  await page.click('#clear');
+  await idle(page);
+  await sleep(300); // let the aborted request finish unwinding
+  assert.equal(await page.$eval('#log', (e) => e.children.length), 0);
+  await type(page, 'second conversation');
+  await idle(page);
+  await type(page, 'and more');
+  await idle(page);
+  assert.equal(rec.requests.length, 3);
+  assert.deepEqual(rec.requests[1].messages, [{ role: 'user', content: 'second conversation' }]);
+  const third = rec.requests[2].messages;
+  assert.deepEqual(third.map((m) => m.role), ['user', 'assistant', 'user']);
+  assert.equal(third[0].content, 'second conversation');
+  assert.equal(third[2].content, 'and more');
+  for (const body of rec.requests.slice(1)) {
+    const s = JSON.stringify(body);
+    assert.ok(!s.includes(partial.trim()), 'the partial reply leaked into the next conversation');
+    assert.ok(!s.includes('first conversation'));
+  }
+  const log = await page.$eval('#log', (e) => e.textContent);
+  assert.ok(!log.includes(partial.trim()) && !log.includes('first conversation'));
+  noErrors(rec);
+  await shot(t, page, 'new-chat');
+  await page.close();
+});
+
+test('a reply cut by the length limit is marked', async (t) => {
+  const { page, rec } = await openPage(fake);
+  await page.$eval('#maxtok', (e) => { e.value = '5'; });
+  await type(page, 'hello');
+  await idle(page);
+  assert.equal(rec.requests[0].max_tokens, 5);
+  const cut = await page.$$eval('#log .msg.assistant .tag.cut', (e) => e.map((x) => x.textContent));
+  assert.equal(cut.length, 1);
+  assert.match(cut[0], /length limit/);
+  assert.ok(await page.$eval('#log .msg.assistant .tag.cut', (e) => e.offsetHeight > 0), 'the mark is not visible');
+  // A reply that ends by itself is not marked.
+  await page.$eval('#maxtok', (e) => { e.value = ''; });
+  await type(page, 'hello again');
+  await idle(page);
+  assert.equal(rec.requests[1].max_tokens, undefined);
+  const marks = await page.$$eval('#log .msg.assistant', (ms) => ms.map((m) => m.querySelectorAll('.tag.cut').length));
+  assert.deepEqual(marks, [1, 0]);
+  noErrors(rec);
+  await shot(t, page, 'length-cut');
+  await page.close();
+});
+
+test('replies render as Markdown while streaming; HTML in them stays text', async (t) => {
+  const { page, rec } = await openPage(fake);
+  await observe(page);
+  await type(page, '[markdown] [slow] show me');
+  await idle(page);
+  const md = await page.evaluate(() => {
+    const m = document.querySelector('#log .msg.assistant');
+    const q = (s) => [...m.querySelectorAll(s)].map((e) => e.textContent);
+    return {
+      pre: q('pre > code'), lang: m.querySelector('pre > code') && m.querySelector('pre > code').className,
+      code: q('p code'), strong: q('strong'), em: q('em'), ul: q('ul > li'), ol: q('ol > li'),
+      links: [...m.querySelectorAll('a')].map((a) => [a.textContent, a.getAttribute('href')]),
+      text: m.textContent,
+    };
+  });
+  assert.deepEqual(md.pre, ['int main(void) { return 0; }']);
+  assert.equal(md.lang, 'language-c');
+  assert.deepEqual(md.code, ['inline code']);
+  assert.deepEqual(md.strong, ['bold']);
+  assert.deepEqual(md.em, ['italic']);
+  assert.deepEqual(md.ul, ['first item', 'second item']);
+  assert.deepEqual(md.ol, ['one', 'two']);
+  assert.deepEqual(md.links, [['the docs', 'https://example.com/docs']]);
+  assert.ok(md.text.includes('[not a link](javascript:alert(1))'), 'a javascript: link must stay text');
+  // Rendered as it streamed, not only at the end.
+  const seen = await page.evaluate(() => window.__seen);
+  const streaming = seen.filter((s) => s.busy && s.len > 0);
+  assert.ok(new Set(streaming.map((s) => s.len)).size >= 3, `the reply did not grow: ${JSON.stringify(streaming)}`);
+  assert.ok(streaming.some((s) => s.strong && s.len < md.text.length), 'no Markdown was rendered before the end');
+  await shot(t, page, 'markdown');
+
+  await type(page, '[html] and now');
+  await idle(page);
+  const html = await page.evaluate(() => {
+    const all = document.querySelectorAll('#log .msg.assistant');
+    const m = all[all.length - 1];
+    return {
+      text: m.textContent, pwned: window.__pwned === undefined ? null : window.__pwned,
+      elements: document.querySelectorAll('#log img, #log script, #log b, #injected').length,
+      links: m.querySelectorAll('a').length,
+    };
+  });
+  assert.equal(html.elements, 0, 'model output injected elements');
+  assert.equal(html.pwned, null, 'model output ran script');
+  assert.equal(html.links, 0);
+  assert.ok(html.text.includes('<img src=x onerror="window.__pwned=1">'), html.text);
+  assert.ok(html.text.includes('<b id="injected">not bold</b>'), html.text);
+  assert.ok(html.text.includes('<script>window.__pwned=2</script>'), html.text);
+  noErrors(rec);
+  await shot(t, page, 'html-as-text');
+  await page.close();
+});
+
+test('a full context: older turns are left out, every turn still gets a reply, the page says so', async (t) => {
+  const { page, rec } = await openPage(small);
+  // "auto" max tokens: this reply runs until the context is full.
+  await type(page, '[long] fill the context');
+  await idle(page);
+  assert.ok(await page.$('#log .msg.assistant .tag.cut'), 'the context-filling reply is not marked as cut');
+  const turns = 8;
+  for (let i = 2; i <= turns; i++) {
+    await type(page, `turn ${i}: tell me more`);
+    await idle(page);
+    assert.equal(await page.$$eval('#log .error', (e) => e.map((x) => x.textContent).join('; ')), '');
+    assert.ok((await lastReply(page)).length > 0, `turn ${i} got no reply`);
+  }
+  assert.equal(await page.$$eval('#log .msg.assistant', (e) => e.length), turns);
+  const note = await page.$eval('#log .note', (e) => ({ text: e.textContent, shown: e.offsetHeight > 0 }));
+  assert.ok(note.shown, 'the note is not visible');
+  assert.match(note.text, /left out/);
+  assert.match(note.text, new RegExp(`${SMALL_CONTEXT} tokens`));
+  assert.ok(await page.$$eval('#log .omitted', (e) => e.length) > 0, 'left-out turns are not shown as such');
+  const last = rec.requests[rec.requests.length - 1].messages;
+  assert.equal(last[0].role, 'user');
+  assert.equal(last[last.length - 1].content, `turn ${turns}: tell me more`);
+  assert.ok(!JSON.stringify(last).includes('[long]'), 'the oldest turn is still sent');
+  // Every answered request fitted: the page left room for the reply.
+  const chats = rec.responses.filter((r) => new URL(r.url).pathname === '/v1/chat/completions');
+  assert.equal(chats.filter((r) => r.status === 200).length, turns);
+  noErrors(rec);
+  await shot(t, page, 'context-full');
+  await page.close();
+});
