@@ -72,6 +72,7 @@ typedef struct serve_result {
   serve_finish finish;
   int64_t prompt_tokens, completion_tokens;
   int64_t cached_tokens; /* prompt tokens served from the prefix cache */
+  int stop_index;        /* the entry of sampling.stop that ended it; -1: none (EOS, length) */
 } serve_result;
 
 /* The engine's serving counters, for /stats and /metrics. */

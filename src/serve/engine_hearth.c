@@ -153,6 +153,7 @@ static int generate(void *impl, const char *prompt, bool raw, const serve_sampli
   res->prompt_tokens = gr.prompt_tokens;
   res->completion_tokens = gr.completion_tokens;
   res->cached_tokens = gr.cached_tokens;
+  res->stop_index = gr.finish_reason == HEARTH_FINISH_STOP && gr.stop_index >= 0 && gr.stop_index < s->nstop ? gr.stop_index : -1;
   res->finish = gr.finish_reason == HEARTH_FINISH_LENGTH      ? SERVE_FINISH_LENGTH
                 : gr.finish_reason == HEARTH_FINISH_CANCELLED ? SERVE_FINISH_CANCELLED
                                                               : SERVE_FINISH_STOP;

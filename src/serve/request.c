@@ -63,14 +63,14 @@ static int bad(serve_fail *f, const char *param, const char *fmt, ...) {
 }
 
 /* A field, or NULL when absent or JSON null (both mean "not given"). */
-static json_t *field(json_t *obj, const char *key) {
+json_t *serve_json_field(json_t *obj, const char *key) {
   json_t *v = json_object_get(obj, key);
   return (v && !json_is_null(v)) ? v : NULL;
 }
 
 /* An integer field within [lo, hi]; a real with an integral value counts. */
-static int get_int(json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t *out, serve_fail *f) {
-  json_t *v = field(obj, key);
+int serve_json_int(json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t *out, serve_fail *f) {
+  json_t *v = serve_json_field(obj, key);
   if (!v) return 0;
   int64_t i;
   if (json_is_integer(v)) {
@@ -88,8 +88,8 @@ static int get_int(json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t
   return 0;
 }
 
-static int get_num(json_t *obj, const char *key, double lo, double hi, double *out, serve_fail *f) {
-  json_t *v = field(obj, key);
+int serve_json_num(json_t *obj, const char *key, double lo, double hi, double *out, serve_fail *f) {
+  json_t *v = serve_json_field(obj, key);
   if (!v) return 0;
   if (!json_is_number(v)) return bad(f, key, "'%s' must be a number", key);
   double d = json_number_value(v);
@@ -98,16 +98,16 @@ static int get_num(json_t *obj, const char *key, double lo, double hi, double *o
   return 0;
 }
 
-static int get_bool(json_t *obj, const char *key, bool *out, serve_fail *f) {
-  json_t *v = field(obj, key);
+int serve_json_bool(json_t *obj, const char *key, bool *out, serve_fail *f) {
+  json_t *v = serve_json_field(obj, key);
   if (!v) return 0;
   if (!json_is_boolean(v)) return bad(f, key, "'%s' must be a boolean", key);
   *out = json_is_true(v);
   return 0;
 }
 
-static int get_str(json_t *obj, const char *key, char **out, serve_fail *f) {
-  json_t *v = field(obj, key);
+int serve_json_str(json_t *obj, const char *key, char **out, serve_fail *f) {
+  json_t *v = serve_json_field(obj, key);
   if (!v) return 0;
   if (!json_is_string(v)) return bad(f, key, "'%s' must be a string", key);
   *out = strdup(json_string_value(v));
@@ -156,7 +156,7 @@ static int flatten_content(json_t *c, int mi, char **out, serve_fail *f) {
 }
 
 static int parse_messages(json_t *root, serve_request *r, serve_fail *f) {
-  json_t *msgs = field(root, "messages");
+  json_t *msgs = serve_json_field(root, "messages");
   if (!msgs) return bad(f, "messages", "'messages' is required");
   if (!json_is_array(msgs)) return bad(f, "messages", "'messages' must be an array");
   size_t n = json_array_size(msgs);
@@ -191,7 +191,7 @@ static int parse_messages(json_t *root, serve_request *r, serve_fail *f) {
 }
 
 static int parse_prompt(json_t *root, serve_request *r, serve_fail *f) {
-  json_t *p = field(root, "prompt");
+  json_t *p = serve_json_field(root, "prompt");
   if (!p) return bad(f, "prompt", "'prompt' is required");
   if (json_is_array(p)) {
     if (json_array_size(p) != 1 || !json_is_string(json_array_get(p, 0)))
@@ -204,20 +204,21 @@ static int parse_prompt(json_t *root, serve_request *r, serve_fail *f) {
   return 0;
 }
 
-static int parse_stop(json_t *root, serve_sampling *s, serve_fail *f) {
-  json_t *v = field(root, "stop");
+int serve_json_stop(json_t *root, const char *key, bool allow_string, serve_sampling *s, serve_fail *f) {
+  json_t *v = serve_json_field(root, key);
   if (!v) return 0;
-  json_t *one = json_is_string(v) ? v : NULL;
+  json_t *one = allow_string && json_is_string(v) ? v : NULL;
   size_t n = one ? 1 : json_is_array(v) ? json_array_size(v) : 0;
-  if (!one && !json_is_array(v)) return bad(f, "stop", "'stop' must be a string or an array of strings");
-  if (n > MAX_STOP) return bad(f, "stop", "'stop' may hold at most %d strings", MAX_STOP);
+  if (!one && !json_is_array(v))
+    return bad(f, key, "'%s' must be %s", key, allow_string ? "a string or an array of strings" : "an array of strings");
+  if (n > MAX_STOP) return bad(f, key, "'%s' may hold at most %d strings", key, MAX_STOP);
   if (n == 0) return 0;
   s->stop = calloc(n, sizeof *s->stop);
   if (!s->stop) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
   for (size_t i = 0; i < n; i++) {
     json_t *e = one ? one : json_array_get(v, i);
-    if (!json_is_string(e)) return bad(f, "stop", "'stop[%zu]' must be a string", i);
-    if (json_string_length(e) == 0) return bad(f, "stop", "'stop[%zu]' must not be empty", i);
+    if (!json_is_string(e)) return bad(f, key, "'%s[%zu]' must be a string", key, i);
+    if (json_string_length(e) == 0) return bad(f, key, "'%s[%zu]' must not be empty", key, i);
     s->stop[i] = strdup(json_string_value(e));
     s->nstop = (int)i + 1;
     if (!s->stop[i]) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
@@ -226,7 +227,7 @@ static int parse_stop(json_t *root, serve_sampling *s, serve_fail *f) {
 }
 
 static int parse_logit_bias(json_t *root, serve_sampling *s, serve_fail *f) {
-  json_t *v = field(root, "logit_bias");
+  json_t *v = serve_json_field(root, "logit_bias");
   if (!v) return 0;
   if (!json_is_object(v)) return bad(f, "logit_bias", "'logit_bias' must be an object of token id → bias");
   size_t n = json_object_size(v);
@@ -251,41 +252,46 @@ static int parse_logit_bias(json_t *root, serve_sampling *s, serve_fail *f) {
   return 0;
 }
 
-static int parse_sampling(json_t *root, serve_kind kind, serve_sampling *s, serve_fail *f) {
+void serve_sampling_defaults(serve_sampling *s) {
+  memset(s, 0, sizeof *s);
   s->max_tokens = -1;
   s->temperature = s->top_p = s->min_p = NAN;
   s->presence_penalty = s->frequency_penalty = s->repetition_penalty = NAN;
   s->top_k = -1;
+}
+
+static int parse_sampling(json_t *root, serve_kind kind, serve_sampling *s, serve_fail *f) {
+  serve_sampling_defaults(s);
   /* max_completion_tokens is the newer name; it wins when both are given. */
   const int64_t big = (int64_t)1 << 40;
-  if (get_int(root, "max_tokens", 1, big, &s->max_tokens, f)) return f->status;
-  if (kind == SERVE_CHAT && get_int(root, "max_completion_tokens", 1, big, &s->max_tokens, f)) return f->status;
-  if (get_num(root, "temperature", 0, 2, &s->temperature, f)) return f->status;
-  if (get_num(root, "top_p", 0, 1, &s->top_p, f)) return f->status;
-  if (get_num(root, "min_p", 0, 1, &s->min_p, f)) return f->status;
-  if (get_int(root, "top_k", -1, INT32_MAX, &s->top_k, f)) return f->status;
-  if (get_num(root, "presence_penalty", -2, 2, &s->presence_penalty, f)) return f->status;
-  if (get_num(root, "frequency_penalty", -2, 2, &s->frequency_penalty, f)) return f->status;
-  if (get_num(root, "repetition_penalty", 1e-6, 100, &s->repetition_penalty, f)) return f->status;
+  if (serve_json_int(root, "max_tokens", 1, big, &s->max_tokens, f)) return f->status;
+  if (kind == SERVE_CHAT && serve_json_int(root, "max_completion_tokens", 1, big, &s->max_tokens, f)) return f->status;
+  if (serve_json_num(root, "temperature", 0, 2, &s->temperature, f)) return f->status;
+  if (serve_json_num(root, "top_p", 0, 1, &s->top_p, f)) return f->status;
+  if (serve_json_num(root, "min_p", 0, 1, &s->min_p, f)) return f->status;
+  if (serve_json_int(root, "top_k", -1, INT32_MAX, &s->top_k, f)) return f->status;
+  if (serve_json_num(root, "presence_penalty", -2, 2, &s->presence_penalty, f)) return f->status;
+  if (serve_json_num(root, "frequency_penalty", -2, 2, &s->frequency_penalty, f)) return f->status;
+  if (serve_json_num(root, "repetition_penalty", 1e-6, 100, &s->repetition_penalty, f)) return f->status;
   int64_t seed = 0;
-  if (field(root, "seed")) {
-    if (get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, f)) return f->status;
+  if (serve_json_field(root, "seed")) {
+    if (serve_json_int(root, "seed", INT64_MIN, INT64_MAX, &seed, f)) return f->status;
     s->has_seed = true;
     s->seed = (uint64_t)seed;
   }
-  if (parse_stop(root, s, f) || parse_logit_bias(root, s, f)) return f->status;
+  if (serve_json_stop(root, "stop", true, s, f) || parse_logit_bias(root, s, f)) return f->status;
   if (kind == SERVE_CHAT) {
-    if (get_bool(root, "logprobs", &s->logprobs, f)) return f->status;
+    if (serve_json_bool(root, "logprobs", &s->logprobs, f)) return f->status;
     int64_t top = 0;
-    if (get_int(root, "top_logprobs", 0, 20, &top, f)) return f->status;
-    if (field(root, "top_logprobs") && !s->logprobs)
+    if (serve_json_int(root, "top_logprobs", 0, 20, &top, f)) return f->status;
+    if (serve_json_field(root, "top_logprobs") && !s->logprobs)
       return bad(f, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
     s->top_logprobs = (int)top;
   } else {
     /* Completions: logprobs is the number of alternatives (0..5); 0 still
      * reports the sampled token's own log-probability. */
     int64_t lp = -1;
-    if (get_int(root, "logprobs", 0, 5, &lp, f)) return f->status;
+    if (serve_json_int(root, "logprobs", 0, 5, &lp, f)) return f->status;
     s->logprobs = lp >= 0;
     s->top_logprobs = lp > 0 ? (int)lp : 0;
   }
@@ -307,20 +313,20 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
     rc = bad(f, "", "the request body must be a JSON object");
     goto out;
   }
-  json_t *model = field(root, "model");
+  json_t *model = serve_json_field(root, "model");
   if (model && !json_is_string(model)) {
     rc = bad(f, "model", "'model' must be a string");
     goto out;
   }
   int64_t n = 1;
-  if ((rc = get_str(root, "model", &req->model, f)) || (rc = get_str(root, "user", &req->user, f)) ||
-      (rc = get_int(root, "n", 1, INT32_MAX, &n, f)) || (rc = get_bool(root, "stream", &req->stream, f)))
+  if ((rc = serve_json_str(root, "model", &req->model, f)) || (rc = serve_json_str(root, "user", &req->user, f)) ||
+      (rc = serve_json_int(root, "n", 1, INT32_MAX, &n, f)) || (rc = serve_json_bool(root, "stream", &req->stream, f)))
     goto out;
   if (n != 1) {
     rc = bad(f, "n", "'n' must be 1: this server returns one choice per request");
     goto out;
   }
-  json_t *so = field(root, "stream_options");
+  json_t *so = serve_json_field(root, "stream_options");
   if (so) {
     if (!json_is_object(so)) {
       rc = bad(f, "stream_options", "'stream_options' must be an object");
@@ -330,7 +336,7 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
       rc = bad(f, "stream_options", "'stream_options' is only allowed when 'stream' is true");
       goto out;
     }
-    json_t *iu = field(so, "include_usage");
+    json_t *iu = serve_json_field(so, "include_usage");
     if (iu && !json_is_boolean(iu)) {
       rc = bad(f, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
       goto out;
@@ -341,7 +347,7 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
     rc = parse_messages(root, req, f);
   } else {
     rc = parse_prompt(root, req, f);
-    if (!rc) rc = get_bool(root, "echo", &req->echo, f);
+    if (!rc) rc = serve_json_bool(root, "echo", &req->echo, f);
   }
   if (!rc) rc = parse_sampling(root, kind, &req->sampling, f);
 out:

@@ -4,6 +4,7 @@
 #ifndef HEARTH_SERVE_REQUEST_H
 #define HEARTH_SERVE_REQUEST_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -45,5 +46,22 @@ typedef struct serve_request {
  * f filled (status 400, param naming the field) and leaves *req empty. */
 int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_request *req, serve_fail *f);
 void serve_request_free(serve_request *req);
+
+/* Shared by the protocol parsers (OpenAI here, Anthropic in anthropic.c). */
+
+/* Every sampling field unset: the model's defaults. */
+void serve_sampling_defaults(serve_sampling *s);
+/* obj[key], or NULL when absent or JSON null (both mean "not given"). */
+json_t *serve_json_field(json_t *obj, const char *key);
+/* Typed fields: absent or null leaves *out as it is; a wrong type or range
+ * returns 400 with f filled, param = key and a message naming it. An integer
+ * may be sent as a real with an integral value. */
+int serve_json_int(json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t *out, serve_fail *f);
+int serve_json_num(json_t *obj, const char *key, double lo, double hi, double *out, serve_fail *f);
+int serve_json_bool(json_t *obj, const char *key, bool *out, serve_fail *f);
+int serve_json_str(json_t *obj, const char *key, char **out, serve_fail *f); /* *out malloc'd */
+/* Stop strings at obj[key] into s->stop / s->nstop: an array of non-empty
+ * strings (at most 16), or one string too when allow_string. */
+int serve_json_stop(json_t *obj, const char *key, bool allow_string, serve_sampling *s, serve_fail *f);
 
 #endif

@@ -5,7 +5,10 @@
  * step (a half-closed client is not gone: see client_gone). No CORS headers:
  * only the chat page's own origin may read answers from a browser. Knows the
  * engine only through serve_engine (engine.h), and the JSON shapes only
- * through request.h / reply.h.
+ * through the protocol units: request.h / reply.h (OpenAI) and anthropic.h
+ * (Anthropic Messages, under /v1/messages, where every error, including
+ * routing, key and size refusals, is an Anthropic error object). Both
+ * protocols share one generation path (answer_generate, job_generate).
  *
  * Connections: at most max_connections (4096), max_per_client (1024) per
  * client address; one that sends no request for idle_timeout_s (10 s) is
@@ -14,7 +17,8 @@
  * decided from the headers (route, method, key, size) is answered before any
  * body is read, and before "100 Continue".
  *
- * Errors are one JSON object ({"error": {...}}) wherever the application
+ * Errors are one JSON object ({"error": {...}}, or Anthropic's
+ * {"type": "error", "error": {...}} under /v1/messages) wherever the application
  * answers. libmicrohttpd answers some protocol errors itself, before any
  * handler runs, with its own small HTML page and no way to replace it: a
  * malformed or huge Content-Length (400 / 413; 0.9.75 also repeats the
@@ -42,6 +46,7 @@
 
 #include "base/buf.h"
 #include "base/log.h"
+#include "serve/anthropic.h"
 #include "serve/reply.h"
 #include "serve/request.h"
 
@@ -74,6 +79,8 @@ typedef enum route {
   ROUTE_MODEL, /* /v1/models/{id} */
   ROUTE_CHAT,
   ROUTE_COMPLETIONS,
+  ROUTE_MESSAGES,     /* Anthropic */
+  ROUTE_COUNT_TOKENS, /* Anthropic */
   ROUTE_STATS,
   ROUTE_METRICS,
 } route;
@@ -90,6 +97,8 @@ static const struct {
     {"/v1/models", ROUTE_MODELS, "GET", false},
     {"/v1/chat/completions", ROUTE_CHAT, "POST", false},
     {"/v1/completions", ROUTE_COMPLETIONS, "POST", false},
+    {"/v1/messages", ROUTE_MESSAGES, "POST", false},
+    {"/v1/messages/count_tokens", ROUTE_COUNT_TOKENS, "POST", false},
     {"/stats", ROUTE_STATS, "GET", false},
     {"/metrics", ROUTE_METRICS, "GET", false},
 };
@@ -99,6 +108,7 @@ typedef struct conn {
   route route;
   bool head;           /* HEAD: answer as GET without the body */
   bool failed;         /* `fail` is the answer; the body is read and dropped */
+  bool anthropic;      /* under /v1/messages: errors in Anthropic's shape */
   serve_fail fail;
   const char *allow;   /* for 405 */
   char path[512];      /* the URL path without a trailing slash */
@@ -127,13 +137,18 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json
   return rc;
 }
 
-static enum MHD_Result send_fail(struct MHD_Connection *c, const serve_fail *f, const char *allow) {
-  char *s = serve_fail_json(f);
+/* An error in the OpenAI shape, or the Anthropic one. */
+static enum MHD_Result send_fail_as(struct MHD_Connection *c, const serve_fail *f, const char *allow, bool anthropic) {
+  char *s = anthropic ? anth_fail_json(f) : serve_fail_json(f);
   if (!s) return MHD_NO;
   HLOG_DEBUG("serve: %d %s", f->status, f->message);
   enum MHD_Result rc = send_bytes(c, (unsigned)f->status, "application/json", s, strlen(s), allow);
   free(s);
   return rc;
+}
+
+static enum MHD_Result send_fail(struct MHD_Connection *c, const serve_fail *f, const char *allow) {
+  return send_fail_as(c, f, allow, false);
 }
 
 /* ---- informational endpoints ---- */
@@ -173,6 +188,8 @@ static enum MHD_Result answer_index(struct MHD_Connection *c) {
       {"GET", "/v1/models", "the loaded model"},
       {"POST", "/v1/chat/completions", "chat completions (JSON or SSE with stream: true)"},
       {"POST", "/v1/completions", "text completions (JSON or SSE with stream: true)"},
+      {"POST", "/v1/messages", "Anthropic Messages API (JSON or SSE with stream: true)"},
+      {"POST", "/v1/messages/count_tokens", "Anthropic token count of a Messages request"},
       {"GET", "/stats", "serving counters as JSON (requests, KV blocks, prefix cache, tokens/s)"},
       {"GET", "/metrics", "serving counters in the Prometheus text format"},
   };
@@ -311,9 +328,12 @@ static bool client_gone(int fd) {
 /* What a generation needs, whole or streamed. */
 typedef struct job {
   serve_server *srv;        /* borrowed */
+  bool anthropic;           /* answered in the Anthropic Messages shapes (areply), else OpenAI's (reply) */
   serve_request req;        /* owned */
   char *prompt;             /* owned: rendered chat or raw prompt */
+  int64_t prompt_tokens;    /* counted before generating */
   serve_reply reply;        /* owned */
+  anth_reply areply;        /* owned */
   serve_result result;
   int fd;                   /* the client's socket, watched for hang-ups */
   volatile int cancel;      /* set through cancel_set, read by the engine every step */
@@ -337,6 +357,7 @@ static void job_free(job *j) {
   serve_request_free(&j->req);
   free(j->prompt);
   serve_reply_free(&j->reply);
+  anth_reply_free(&j->areply);
   hbuf_free(&j->out);
   pthread_mutex_destroy(&j->mu);
   pthread_cond_destroy(&j->cv);
@@ -355,6 +376,7 @@ static void job_generate(job *j, serve_token_fn fn) {
     j->rc = HEARTH_ECANCELLED;
     herr_set(&j->err, HEARTH_ECANCELLED, "the client went away");
   } else {
+    j->result.stop_index = -1;
     j->rc = e->generate(e->impl, j->prompt, j->req.kind == SERVE_COMPLETION, &j->req.sampling, fn, j, &j->cancel,
                         &j->result, &j->err);
   }
@@ -365,7 +387,7 @@ static void job_generate(job *j, serve_token_fn fn) {
 static const char *field_named(const char *msg) {
   static const char *fields[] = {"max_tokens", "temperature", "top_p",      "top_k",          "min_p",
                                  "seed",       "stop",        "logit_bias", "presence_penalty", "frequency_penalty",
-                                 "repetition_penalty", "top_logprobs", "logprobs", "messages", "prompt"};
+                                 "repetition_penalty", "top_logprobs", "logprobs", "messages", "prompt", "stop_sequences"};
   for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
     size_t n = strlen(fields[i]);
     if (strncmp(msg, fields[i], n) == 0 && msg[n] == ':') return fields[i];
@@ -395,10 +417,15 @@ static void fail_from_engine(const job *j, serve_fail *f) {
   }
 }
 
+static const char *job_name(const job *j) {
+  return j->anthropic ? "messages" : j->req.kind == SERVE_CHAT ? "chat" : "completion";
+}
+
 /* Whole responses: gather every step, stop when the client hangs up. */
 static int whole_token(void *ctx, const serve_token *tok) {
   job *j = ctx;
-  serve_reply_add(&j->reply, tok);
+  if (j->anthropic) anth_reply_add(&j->areply, tok);
+  else serve_reply_add(&j->reply, tok);
   if (client_gone(j->fd)) cancel_set(j);
   return cancelled(j) ? 1 : 0;
 }
@@ -409,9 +436,10 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   enum MHD_Result rc;
   if (j->rc == 0 && j->result.finish != SERVE_FINISH_CANCELLED) {
     hbuf body = {0};
-    serve_reply_body(&j->reply, &j->result, &body);
+    if (j->anthropic) anth_reply_body(&j->areply, &j->result, &body);
+    else serve_reply_body(&j->reply, &j->result, &body);
     rc = body.oom ? MHD_NO : send_bytes(c, 200, "application/json", hbuf_str(&body), body.len, NULL);
-    HLOG_INFO("serve: %s 200: %lld prompt + %lld completion tokens, %s", j->req.kind == SERVE_CHAT ? "chat" : "completion",
+    HLOG_INFO("serve: %s 200: %lld prompt + %lld completion tokens, %s", job_name(j),
               (long long)j->result.prompt_tokens, (long long)j->result.completion_tokens,
               serve_finish_name(j->result.finish));
     hbuf_free(&body);
@@ -421,7 +449,7 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   } else {
     serve_fail f;
     fail_from_engine(j, &f);
-    rc = send_fail(c, &f, NULL);
+    rc = send_fail_as(c, &f, NULL, j->anthropic);
   }
   job_free(j);
   return rc;
@@ -439,7 +467,8 @@ static void stream_push(job *j, const hbuf *b, bool done) {
 static int stream_token(void *ctx, const serve_token *tok) {
   job *j = ctx;
   hbuf b = {0};
-  serve_sse_token(&j->reply, tok, &b);
+  if (j->anthropic) anth_sse_token(&j->areply, tok, &b);
+  else serve_sse_token(&j->reply, tok, &b);
   stream_push(j, &b, false);
   hbuf_free(&b);
   return cancelled(j) ? 1 : 0;
@@ -448,7 +477,8 @@ static int stream_token(void *ctx, const serve_token *tok) {
 static void *stream_main(void *arg) {
   job *j = arg;
   hbuf b = {0};
-  serve_sse_start(&j->reply, &b);
+  if (j->anthropic) anth_sse_start(&j->areply, j->prompt_tokens, &b);
+  else serve_sse_start(&j->reply, &b);
   if (j->req.echo) serve_sse_text(&j->reply, j->req.prompt, strlen(j->req.prompt), &b);
   stream_push(j, &b, false);
   hbuf_clear(&b);
@@ -458,14 +488,21 @@ static void *stream_main(void *arg) {
   } else if (j->rc) {
     serve_fail f;
     fail_from_engine(j, &f);
-    serve_sse_error(&f, &b);
-    serve_sse_done(&b);
+    if (j->anthropic) {
+      anth_sse_error(&f, &b);
+    } else {
+      serve_sse_error(&f, &b);
+      serve_sse_done(&b);
+    }
   } else {
-    serve_sse_finish(&j->reply, j->result.finish, &b);
-    if (j->req.include_usage) serve_sse_usage(&j->reply, &j->result, &b);
-    serve_sse_done(&b);
-    HLOG_INFO("serve: %s stream: %lld prompt + %lld completion tokens, %s",
-              j->req.kind == SERVE_CHAT ? "chat" : "completion", (long long)j->result.prompt_tokens,
+    if (j->anthropic) {
+      anth_sse_finish(&j->areply, &j->result, &b);
+    } else {
+      serve_sse_finish(&j->reply, j->result.finish, &b);
+      if (j->req.include_usage) serve_sse_usage(&j->reply, &j->result, &b);
+      serve_sse_done(&b);
+    }
+    HLOG_INFO("serve: %s stream: %lld prompt + %lld completion tokens, %s", job_name(j), (long long)j->result.prompt_tokens,
               (long long)j->result.completion_tokens, serve_finish_name(j->result.finish));
   }
   stream_push(j, &b, true);
@@ -535,8 +572,12 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
     j->thread_started = true;
   } else {
     j->done = true;
-    hbuf_puts(&j->out, "data: {\"error\":{\"message\":\"could not start a thread\",\"type\":\"server_error\","
-                       "\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n");
+    if (j->anthropic)
+      hbuf_puts(&j->out, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
+                         "\"message\":\"could not start a thread\"}}\n\n");
+    else
+      hbuf_puts(&j->out, "data: {\"error\":{\"message\":\"could not start a thread\",\"type\":\"server_error\","
+                         "\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n");
   }
   MHD_add_response_header(resp, "Content-Type", "text/event-stream");
   MHD_add_response_header(resp, "Cache-Control", "no-cache");
@@ -546,39 +587,49 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
   return rc;
 }
 
+/* Renders a chat request's messages with the model's template into *prompt. */
+static int render_prompt(serve_engine *e, const serve_request *req, char **prompt, serve_fail *f) {
+  herr err = {0};
+  if (!e->render_chat(e->impl, req->messages, req->nmessages, prompt, &err)) return 0;
+  /* the template refusing these messages (raise_exception, a type error
+   * on what was sent, a render limit) is the client's to fix; a template
+   * that cannot be loaded or uses what the engine lacks is the server's */
+  if (err.code == HEARTH_EINVAL || err.code == HEARTH_ELIMIT) {
+    serve_fail_set(f, 400, "invalid_request_error", "messages", NULL, "the chat template failed: %s", err.msg);
+  } else if (err.code == HEARTH_ENOTFOUND) {
+    serve_fail_set(f, 400, "invalid_request_error", "messages", NULL,
+                   "this model has no chat template: send a raw prompt to /v1/completions");
+  } else {
+    HLOG_WARN("serve: the chat template cannot be used: %s", err.msg);
+    serve_fail_set(f, 500, "server_error", NULL, NULL,
+                   "the model's chat template cannot be used (the server log says why)");
+  }
+  return f->status;
+}
+
+/* POST /v1/chat/completions, /v1/completions and /v1/messages: one path, the
+ * protocol chosen by the route. */
 static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s, conn *cn) {
-  serve_kind kind = cn->route == ROUTE_CHAT ? SERVE_CHAT : SERVE_COMPLETION;
+  bool anth = cn->route == ROUTE_MESSAGES;
+  serve_kind kind = cn->route == ROUTE_COMPLETIONS ? SERVE_COMPLETION : SERVE_CHAT;
   serve_engine *e = s->engine;
   job *j = calloc(1, sizeof *j);
   serve_fail f;
   if (!j) {
     serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
-    return send_fail(c, &f, NULL);
+    return send_fail_as(c, &f, NULL, anth);
   }
   pthread_mutex_init(&j->mu, NULL);
   pthread_cond_init(&j->cv, NULL);
   j->srv = s;
+  j->anthropic = anth;
   j->fd = conn_fd(c);
-  if (serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f)) goto refuse;
+  if (anth ? anth_request_parse(hbuf_str(&cn->body), cn->body.len, false, &j->req, &f)
+           : serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f))
+    goto refuse;
   const char *param = kind == SERVE_CHAT ? "messages" : "prompt";
   if (kind == SERVE_CHAT) {
-    herr err = {0};
-    if (e->render_chat(e->impl, j->req.messages, j->req.nmessages, &j->prompt, &err)) {
-      /* the template refusing these messages (raise_exception, a type error
-       * on what was sent, a render limit) is the client's to fix; a template
-       * that cannot be loaded or uses what the engine lacks is the server's */
-      if (err.code == HEARTH_EINVAL || err.code == HEARTH_ELIMIT) {
-        serve_fail_set(&f, 400, "invalid_request_error", "messages", NULL, "the chat template failed: %s", err.msg);
-      } else if (err.code == HEARTH_ENOTFOUND) {
-        serve_fail_set(&f, 400, "invalid_request_error", "messages", NULL,
-                       "this model has no chat template: send a raw prompt to /v1/completions");
-      } else {
-        HLOG_WARN("serve: the chat template cannot be used: %s", err.msg);
-        serve_fail_set(&f, 500, "server_error", NULL, NULL,
-                       "the model's chat template cannot be used (the server log says why)");
-      }
-      goto refuse;
-    }
+    if (render_prompt(e, &j->req, &j->prompt, &f)) goto refuse;
   } else {
     j->prompt = strdup(j->req.prompt);
     if (!j->prompt) {
@@ -620,24 +671,59 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
     goto refuse;
   }
+  j->prompt_tokens = ntok;
   uint64_t seq = atomic_fetch_add(&s->next_id, 1);
-  serve_reply_init(&j->reply, kind, e->model_id, (int64_t)time(NULL), seq * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)j,
-                   j->req.sampling.logprobs);
-  j->reply.usage_null = j->req.stream && j->req.include_usage;
+  uint64_t id_seed = seq * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)j;
+  if (anth) {
+    anth_reply_init(&j->areply, e->model_id, id_seed ^ (uint64_t)time(NULL), j->req.sampling.stop, j->req.sampling.nstop);
+  } else {
+    serve_reply_init(&j->reply, kind, e->model_id, (int64_t)time(NULL), id_seed, j->req.sampling.logprobs);
+    j->reply.usage_null = j->req.stream && j->req.include_usage;
+  }
   return j->req.stream ? answer_stream(c, j) : answer_whole(c, j);
 refuse:
   job_free(j);
-  return send_fail(c, &f, NULL);
+  return send_fail_as(c, &f, NULL, anth);
+}
+
+/* POST /v1/messages/count_tokens: the rendered prompt's token count. */
+static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  serve_engine *e = s->engine;
+  serve_request req;
+  serve_fail f;
+  if (anth_request_parse(hbuf_str(&cn->body), cn->body.len, true, &req, &f)) return send_fail_as(c, &f, NULL, true);
+  char *prompt = NULL;
+  herr err = {0};
+  int64_t n = 0;
+  enum MHD_Result rc;
+  if (render_prompt(e, &req, &prompt, &f)) {
+    rc = send_fail_as(c, &f, NULL, true);
+  } else if (e->count_tokens(e->impl, prompt, false, &n, &err)) {
+    serve_fail_set(&f, 400, "invalid_request_error", "messages", NULL, "%s", err.msg);
+    rc = send_fail_as(c, &f, NULL, true);
+  } else {
+    hbuf b = {0};
+    anth_count_body(n, &b);
+    rc = b.oom ? MHD_NO : send_bytes(c, 200, "application/json", hbuf_str(&b), b.len, NULL);
+    hbuf_free(&b);
+  }
+  free(prompt);
+  serve_request_free(&req);
+  return rc;
 }
 
 /* ---- the request cycle ---- */
 
+/* The key from "Authorization: Bearer KEY" or (Anthropic's clients) "x-api-key: KEY". */
 static bool key_ok(serve_server *s, struct MHD_Connection *c) {
   if (!s->api_key) return true;
   const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-  if (!auth || strncasecmp(auth, "Bearer ", 7) != 0) return false;
-  const char *key = auth + 7;
-  while (*key == ' ') key++;
+  const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+  if (auth && strncasecmp(auth, "Bearer ", 7) == 0) {
+    key = auth + 7;
+    while (*key == ' ') key++;
+  }
+  if (!key) return false;
   size_t a = strlen(key), b = strlen(s->api_key);
   unsigned char diff = a != b;
   for (size_t i = 0; i < a && i < b; i++) diff |= (unsigned char)(key[i] ^ s->api_key[i]);
@@ -651,6 +737,7 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
   size_t n = strlen(path);
   if (n > 1 && path[n - 1] == '/') path[n - 1] = 0;
   cn->head = strcmp(method, "HEAD") == 0;
+  cn->anthropic = strcmp(path, "/v1/messages") == 0 || strncmp(path, "/v1/messages/", 13) == 0;
   const char *m = cn->head ? "GET" : method;
   int found = -1;
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
@@ -684,7 +771,7 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
   if (!open && !key_ok(s, c)) {
     cn->failed = true;
     serve_fail_set(&cn->fail, 401, "authentication_error", NULL, "invalid_api_key",
-                   "Missing or incorrect API key: send 'Authorization: Bearer KEY'");
+                   "Missing or incorrect API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
     return;
   }
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -717,7 +804,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     /* A refusal (bad route, key, size) is answered now, before libmicrohttpd
      * sends "100 Continue" or reads a byte of the body; the connection is
      * then closed. */
-    if (cn->failed) return send_fail(c, &cn->fail, cn->allow);
+    if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, cn->anthropic);
     /* headers are in: the body may take its time, up to BODY_TIMEOUT_S of silence */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)BODY_TIMEOUT_S);
     return MHD_YES;
@@ -744,7 +831,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   /* the whole request is in: no inactivity limit while it is answered (a
    * long generation before a whole reply sends nothing) */
   MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-  if (cn->failed) return send_fail(c, &cn->fail, cn->allow);
+  if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, cn->anthropic);
   switch (cn->route) {
   case ROUTE_PAGE:
     return send_bytes(c, 200, "text/html; charset=utf-8", serve_page_html, strlen(serve_page_html), NULL);
@@ -762,7 +849,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return answer_metrics(c, s);
   case ROUTE_CHAT:
   case ROUTE_COMPLETIONS:
+  case ROUTE_MESSAGES:
     return answer_generate(c, s, cn);
+  case ROUTE_COUNT_TOKENS:
+    return answer_count_tokens(c, s, cn);
   default:
     return MHD_NO;
   }
