@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
+
 typedef struct block_meta {
   int32_t ref;          /* sequences holding it */
   bool hashed;          /* published: in the hash index */
@@ -50,18 +52,9 @@ typedef struct paged_seq {
 
 #define PREFIX_ROOT 0x6a09e667f3bcc909ull
 
-static uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
 static uint64_t block_hash(uint64_t parent, uint64_t adapter_id, const int32_t *toks, int n) {
-  uint64_t h = mix64(parent ^ mix64(adapter_id + 0x9E3779B97F4A7C15ull));
-  for (int i = 0; i < n; i++) h = mix64(h ^ ((uint64_t)(uint32_t)toks[i] + ((uint64_t)i << 32)));
+  uint64_t h = hmix64(parent ^ hmix64(adapter_id + HMIX64_GAMMA));
+  for (int i = 0; i < n; i++) h = hmix64(h ^ ((uint64_t)(uint32_t)toks[i] + ((uint64_t)i << 32)));
   return h;
 }
 

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
+
 typedef struct cand {
   float v;     /* tempered logit, then unnormalised probability */
   int32_t id;
@@ -28,16 +30,9 @@ struct sampler {
 
 /* ---- RNG ---------------------------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 void sample_rng_seed(sample_rng *r, uint64_t seed) {
   uint64_t x = seed;
-  for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+  for (int i = 0; i < 4; i++) r->s[i] = hsplitmix64(&x);
 }
 
 static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }

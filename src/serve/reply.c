@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "base/utf8.h"
 
 #define FINGERPRINT "hearth-" HEARTH_VERSION
@@ -16,12 +17,7 @@ static json_t *completion_logprobs_new(void);
 
 const char *serve_finish_name(serve_finish f) { return f == SERVE_FINISH_LENGTH ? "length" : "stop"; }
 
-static uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+static uint64_t mix64(uint64_t x) { return hmix64(x + HMIX64_GAMMA); }
 
 void serve_reply_init(serve_reply *r, serve_kind kind, const char *model, int64_t created, uint64_t id_seed,
                       bool logprobs) {

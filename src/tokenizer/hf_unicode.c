@@ -6,6 +6,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "base/hash.h"
 #include "base/utf8.h"
 #include "tokenizer/hf_internal.h"
 
@@ -238,14 +239,6 @@ int hfu_char_byte(uint32_t c) {
 }
 
 /* ---- u64 map ---- */
-static inline uint64_t mix64(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return x;
-}
 
 static bool u64map_grow(hf_u64map *m) {
   size_t ncap = m->cap ? m->cap * 2 : 256;
@@ -257,7 +250,7 @@ static bool u64map_grow(hf_u64map *m) {
   }
   for (size_t i = 0; i < m->cap; i++) {
     if (!m->keys[i]) continue;
-    size_t j = mix64(m->keys[i]) & (ncap - 1);
+    size_t j = hmix64(m->keys[i]) & (ncap - 1);
     while (nk[j]) j = (j + 1) & (ncap - 1);
     nk[j] = m->keys[i];
     nv[j] = m->vals[i];
@@ -273,7 +266,7 @@ static bool u64map_grow(hf_u64map *m) {
 bool hf_u64map_put(hf_u64map *m, uint64_t key, uint64_t val) {
   if ((m->count + 1) * 2 > m->cap && !u64map_grow(m)) return false;
   uint64_t k = key + 1;
-  size_t j = mix64(k) & (m->cap - 1);
+  size_t j = hmix64(k) & (m->cap - 1);
   while (m->keys[j] && m->keys[j] != k) j = (j + 1) & (m->cap - 1);
   if (!m->keys[j]) {
     m->keys[j] = k;
@@ -286,7 +279,7 @@ bool hf_u64map_put(hf_u64map *m, uint64_t key, uint64_t val) {
 bool hf_u64map_get(const hf_u64map *m, uint64_t key, uint64_t *val) {
   if (!m->cap) return false;
   uint64_t k = key + 1;
-  size_t j = mix64(k) & (m->cap - 1);
+  size_t j = hmix64(k) & (m->cap - 1);
   while (m->keys[j]) {
     if (m->keys[j] == k) {
       *val = m->vals[j];
