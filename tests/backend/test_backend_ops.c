@@ -408,6 +408,9 @@ static void test_matmul(void) {
     matmul_case(f, 1, 96, blk == 1 ? 4099 : 4096, true, false);
     matmul_case(f, 4, 300, blk == 1 ? 1000 : 1024, false, true);
     matmul_case(f, 77, 200, blk == 1 ? 769 : 768, true, false);
+    /* aligned dense rows long enough for the GEMV's unrolled 16-byte loads */
+    matmul_case(f, 1, 70, 4096, false, false);
+    matmul_case(f, 8, 33, 2048, true, true);
   }
 }
 

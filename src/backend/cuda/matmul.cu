@@ -3,7 +3,8 @@
  *
  * n <= CU_GEMV_MAX_N: a GEMV kernel per format that reads the weights in
  * their stored format once for all n activation rows (one warp per output
- * row, f32 accumulation; f16 / bf16 rows with coalesced 16-byte loads).
+ * row, f32 accumulation); dense f32 / f16 / bf16 rows stream through
+ * coalesced 16-byte loads, four in flight per lane (gemv_dense_kernel).
  * n > CU_GEMV_MAX_N: f32 weights go straight to cublasSgemm (no TF32);
  * bf16 weights multiply a three-term bf16 split of the activations
  * (x = hi + mid + lo, each bf16, exact to about 2^-24 of x) with three
@@ -99,9 +100,111 @@ __global__ void __launch_bounds__(CU_GEMV_WARPS * 32)
   }
 }
 
+
+/* Dense rows (f32 / f16 / bf16, 16-byte aligned): the weights stream at
+ * the bandwidth limit when every load is a coalesced 16-byte one and each
+ * lane keeps several in flight. Four warps per block, one output row per
+ * warp; lane l reads the 16-byte pieces l, l + 32, ... of the row, four
+ * at a time, and multiplies them by the matching activations (read through
+ * the read-only cache: they are the same for every row). */
+#define GD_WARPS 4
+#define GD_UNROLL 4
+
+template <int T>
+static __device__ __forceinline__ void gd_unpack(const uint4 q, float *v) {
+  if (T == BK_F32) {
+    v[0] = __uint_as_float(q.x), v[1] = __uint_as_float(q.y), v[2] = __uint_as_float(q.z), v[3] = __uint_as_float(q.w);
+  } else {
+    const uint32_t u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      if (T == BK_BF16) {
+        v[2 * i] = __uint_as_float(u[i] << 16);
+        v[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+      } else {
+        v[2 * i] = cu_h2f((uint16_t)(u[i] & 0xffffu));
+        v[2 * i + 1] = cu_h2f((uint16_t)(u[i] >> 16));
+      }
+    }
+  }
+}
+
+template <int T, int NR, bool XVEC>
+__global__ void __launch_bounds__(GD_WARPS * 32)
+    gemv_dense_kernel(cu_wdesc w, const float *__restrict__ x, int64_t ldx, float *__restrict__ y, int64_t ldy,
+                      const float *__restrict__ bias) {
+  constexpr int E = T == BK_F32 ? 4 : 8; /* elements per 16-byte load */
+  const int lane = threadIdx.x & 31;
+  const int64_t row = (int64_t)blockIdx.x * GD_WARPS + (threadIdx.x >> 5);
+  if (row >= w.rows) return;
+  const uint4 *wr = (const uint4 *)(w.data + row * w.row_bytes);
+  const int64_t nq = w.cols / E; /* 16-byte pieces in the row */
+  float acc[NR];
+#pragma unroll
+  for (int r = 0; r < NR; r++) acc[r] = 0.0f;
+  int64_t q = lane;
+  for (; q + 32 * (GD_UNROLL - 1) < nq; q += 32 * GD_UNROLL) {
+    uint4 raw[GD_UNROLL];
+#pragma unroll
+    for (int u = 0; u < GD_UNROLL; u++) raw[u] = __ldcs(wr + q + 32 * u);
+#pragma unroll
+    for (int u = 0; u < GD_UNROLL; u++) {
+      float v[E];
+      gd_unpack<T>(raw[u], v);
+      const int64_t k = (q + 32 * u) * E;
+#pragma unroll
+      for (int r = 0; r < NR; r++) {
+        const float *xr = x + r * ldx + k;
+        if (XVEC) {
+#pragma unroll
+          for (int e = 0; e < E; e += 4) {
+            const float4 xv = __ldg((const float4 *)(xr + e));
+            acc[r] = fmaf(v[e], xv.x, acc[r]);
+            acc[r] = fmaf(v[e + 1], xv.y, acc[r]);
+            acc[r] = fmaf(v[e + 2], xv.z, acc[r]);
+            acc[r] = fmaf(v[e + 3], xv.w, acc[r]);
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < E; e++) acc[r] = fmaf(v[e], __ldg(xr + e), acc[r]);
+        }
+      }
+    }
+  }
+  for (; q < nq; q += 32) {
+    float v[E];
+    gd_unpack<T>(__ldcs(wr + q), v);
+    const int64_t k = q * E;
+#pragma unroll
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+      for (int e = 0; e < E; e++) acc[r] = fmaf(v[e], __ldg(x + r * ldx + k + e), acc[r]);
+  }
+#pragma unroll
+  for (int r = 0; r < NR; r++) {
+    float sum = warp_sum(acc[r]);
+    if (lane == 0) y[r * ldy + row] = sum + (bias ? bias[row] : 0.0f);
+  }
+}
+
+template <int T, int NR>
+static void launch_gemv_dense_n(const cu_wdesc &w, const float *x, int64_t ldx, float *y, int64_t ldy, const float *bias,
+                                cudaStream_t st) {
+  const bool xvec = ((uintptr_t)x % 16 == 0) && (ldx % 4 == 0);
+  const unsigned blocks = (unsigned)((w.rows + GD_WARPS - 1) / GD_WARPS);
+  if (xvec)
+    gemv_dense_kernel<T, NR, true><<<blocks, GD_WARPS * 32, 0, st>>>(w, x, ldx, y, ldy, bias);
+  else
+    gemv_dense_kernel<T, NR, false><<<blocks, GD_WARPS * 32, 0, st>>>(w, x, ldx, y, ldy, bias);
+}
+
 template <int T, int NR>
 static void launch_gemv_n(const cu_wdesc &w, const float *x, int64_t ldx, float *y, int64_t ldy, const float *bias,
                           cudaStream_t st) {
+  if ((T == BK_F32 || T == BK_F16 || T == BK_BF16) && w.vec) {
+    launch_gemv_dense_n<T, NR>(w, x, ldx, y, ldy, bias, st);
+    return;
+  }
   gemv_kernel<T, NR><<<cu_blocks(w.rows, CU_GEMV_WARPS), CU_GEMV_WARPS * 32, 0, st>>>(w, x, ldx, y, ldy, bias);
 }
 
