@@ -68,6 +68,7 @@ struct serve_server {
   int port;
   pthread_mutex_t engine_lock; /* one generation at a time unless the engine is thread-safe */
   atomic_uint_fast64_t next_id;
+  atomic_uint_fast64_t keepalives; /* keep-alive comments sent (serve_keepalives_sent) */
 };
 
 typedef enum route {
@@ -524,6 +525,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     if (++idle > j->srv->keepalive_waits && max >= sizeof ping - 1) {
       /* A long prefill or a queue: an SSE comment keeps proxies and clients patient. */
       pthread_mutex_unlock(&j->mu);
+      atomic_fetch_add(&j->srv->keepalives, 1);
       memcpy(buf, ping, sizeof ping - 1);
       return (ssize_t)(sizeof ping - 1);
     }
@@ -935,6 +937,8 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
 }
 
 int serve_port(const serve_server *s) { return s->port; }
+
+uint64_t serve_keepalives_sent(serve_server *s) { return atomic_load(&s->keepalives); }
 
 void serve_stop(serve_server *s) {
   if (!s) return;

@@ -5,6 +5,7 @@
 #define HEARTH_SERVE_SERVER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/status.h"
 #include "serve/engine.h"
@@ -27,6 +28,8 @@ typedef struct serve_server serve_server;
 int serve_start(serve_server **out, serve_engine *engine, const serve_config *cfg, herr *err);
 /* The port actually bound. */
 int serve_port(const serve_server *s);
+/* SSE keep-alive comments sent so far (all streams). */
+uint64_t serve_keepalives_sent(serve_server *s);
 /* Stops listening, ends every connection (cancelling their generations) and frees. */
 void serve_stop(serve_server *s);
 

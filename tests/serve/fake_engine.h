@@ -3,8 +3,9 @@
  * (greedy) or seeded random words (temperature > 0), holds back stop strings
  * the way the engine does, and counts cancellations. A prompt containing
  * "[slow]" generates 5000 tokens 10 ms apart (for disconnect tests); one
- * containing "[fail]" fails with a server error, "[pause]" waits 300 ms
- * before the first token. For the chat page's tests, the last user message
+ * containing "[fail]" fails with a server error, "[pause]" waits before
+ * the first token until the server has sent a keep-alive comment (when
+ * fake_server is set; at most 10 s) or 300 ms. For the chat page's tests, the last user message
  * (not earlier turns) may ask for a fixed Markdown reply ("[markdown]") or a
  * reply full of HTML ("[html]"), both paced 10 ms a token by "[slow]", or for
  * one that runs until the context is full ("[long]", 4-byte tokens, so the
@@ -22,6 +23,7 @@
 
 #include "base/buf.h"
 #include "serve/engine.h"
+#include "serve/server.h"
 
 #define FAKE_CONTEXT 512
 #define FAKE_EOS_AFTER 40
@@ -43,6 +45,7 @@ static const char fake_html_text[] =
 static atomic_int fake_cancelled;  /* generations ended by cancellation */
 static atomic_int fake_generations; /* generations started */
 static atomic_int fake_running;     /* generations in progress */
+static serve_server *fake_server;   /* the server over this engine, when the test sets it ("[pause]") */
 
 static int fake_render(void *impl, const serve_message *m, int n, char **prompt, herr *err) {
   hbuf b = {0};
@@ -109,9 +112,17 @@ static int fake_generate_run(const char *prompt, bool raw, const serve_sampling 
   fake_count(impl, prompt, raw, &res->prompt_tokens, err);
   if (strstr(prompt, "[fail]")) return herr_set(err, HEARTH_EINTERNAL, "the fake model failed on purpose");
   bool slow = strstr(prompt, "[slow]") != NULL;
-  if (strstr(prompt, "[pause]")) { /* a long "prefill" */
-    struct timespec ts = {0, 300 * 1000 * 1000};
-    nanosleep(&ts, NULL);
+  if (strstr(prompt, "[pause]")) { /* a long "prefill": long enough for a keep-alive comment */
+    if (fake_server) {
+      uint64_t before = serve_keepalives_sent(fake_server);
+      for (int i = 0; i < 1000 && serve_keepalives_sent(fake_server) == before; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+      }
+    } else {
+      struct timespec ts = {0, 300 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
   }
   const char *turn = fake_last_turn(prompt);
   const char *script = strstr(turn, "[markdown]") ? fake_markdown_text : strstr(turn, "[html]") ? fake_html_text : NULL;

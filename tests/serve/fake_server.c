@@ -37,6 +37,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fake_server: %s\n", err.msg);
     return 1;
   }
+  fake_server = srv;
   bool v6 = strchr(cfg.host, ':') != NULL;
   fprintf(stderr, "hearth: listening on http://%s%s%s:%d\n", v6 ? "[" : "", cfg.host, v6 ? "]" : "", serve_port(srv));
   int sig;

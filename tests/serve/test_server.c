@@ -91,6 +91,7 @@ static void test_routes(void) {
   CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), 0);
   int port = serve_port(s);
   CHECK(port > 0);
+  fake_server = s; /* "[pause]" waits for a keep-alive comment instead of racing one */
   char *r;
   r = http(port, "GET", "/health", NULL, NULL);
   CHECK_EQ_INT(status_of(r), 200);
@@ -181,6 +182,7 @@ static void test_routes(void) {
   CHECK(strstr(r, "data: {\"error\":") != NULL);
   CHECK(strstr(r, "data: [DONE]") != NULL);
   free(r);
+  fake_server = NULL;
   serve_stop(s);
 }
 
