@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/vec.h"
 #include "cli/cli.h"
 
 bool cli_parse_int(const char *s, long long lo, long long hi, long long *out) {
@@ -70,11 +71,7 @@ int cli_parse_ids(const char *s, int32_t **out, size_t *n) {
     errno = 0;
     long v = strtol(p, &end, 10);
     if (errno || v > INT32_MAX) goto bad;
-    if (k == cap) {
-      int32_t *g = realloc(ids, (cap *= 2) * sizeof *ids);
-      if (!g) goto bad;
-      ids = g;
-    }
+    if (k == cap && !HGROW(ids, cap, k + 1)) goto bad;
     ids[k++] = (int32_t)v;
     p = end;
     /* one separator: a comma (with any spaces around it) or spaces */
