@@ -1,5 +1,6 @@
 /* buf.c — growable byte buffer (see buf.h). */
 #include "base/buf.h"
+#include "base/vec.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -8,22 +9,10 @@
 
 bool hbuf_reserve(hbuf *b, size_t extra) {
   if (b->oom) return false;
-  if (b->len + extra + 1 <= b->cap) return true;
-  size_t cap = b->cap ? b->cap : 64;
-  while (cap < b->len + extra + 1) {
-    if (cap > ((size_t)-1) / 2) {
-      b->oom = true;
-      return false;
-    }
-    cap *= 2;
-  }
-  char *d = realloc(b->data, cap);
-  if (!d) {
+  if (extra > (size_t)-1 - 1 - b->len || !HGROW(b->data, b->cap, b->len + extra + 1)) {
     b->oom = true;
     return false;
   }
-  b->data = d;
-  b->cap = cap;
   return true;
 }
 

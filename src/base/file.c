@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/vec.h"
+
 /* Reads fd (n bytes) into fresh anonymous memory aligned to 2 MiB. */
 static int read_resident(hmmap *m, int fd, size_t n, const char *path, herr *err) {
   const size_t huge = (size_t)2 << 20;
@@ -88,24 +90,19 @@ int hfile_read(const char *path, char **out, size_t *len, herr *err) {
   if (len) *len = 0;
   FILE *f = fopen(path, "rb");
   if (!f) return herr_set(err, errno == ENOENT ? HEARTH_ENOTFOUND : HEARTH_EIO, "%s: %s", path, strerror(errno));
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap + 1);
-  if (!buf) {
+  size_t cap = 0, n = 0; /* cap: bytes allocated, one kept for the NUL */
+  char *buf = NULL;
+  if (!HGROW(buf, cap, (1 << 16) + 1)) {
     fclose(f);
     return herr_set(err, HEARTH_ENOMEM, "%s: out of memory", path);
   }
   for (;;) {
-    if (n == cap) {
-      cap *= 2;
-      char *nb = realloc(buf, cap + 1);
-      if (!nb) {
-        free(buf);
-        fclose(f);
-        return herr_set(err, HEARTH_ENOMEM, "%s: out of memory", path);
-      }
-      buf = nb;
+    if (n + 1 == cap && !HGROW(buf, cap, cap + 1)) {
+      free(buf);
+      fclose(f);
+      return herr_set(err, HEARTH_ENOMEM, "%s: out of memory", path);
     }
-    size_t r = fread(buf + n, 1, cap - n, f);
+    size_t r = fread(buf + n, 1, cap - 1 - n, f);
     n += r;
     if (r == 0) break;
   }

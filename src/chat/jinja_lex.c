@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/utf8.h"
+#include "base/vec.h"
 #include "chat/jinja_internal.h"
 
 typedef struct lexer {
@@ -39,13 +40,7 @@ static int count_lines(const char *s, size_t n) {
 }
 
 static jtoken *push(lexer *L, int type, const char *s, size_t len) {
-  if (L->ntoks == L->cap) {
-    size_t cap = L->cap ? L->cap * 2 : 256;
-    jtoken *t = realloc(L->toks, cap * sizeof *t);
-    if (!t) return NULL;
-    L->toks = t;
-    L->cap = cap;
-  }
+  if (L->ntoks == L->cap && !HGROW(L->toks, L->cap, L->ntoks + 1)) return NULL;
   jtoken *t = &L->toks[L->ntoks++];
   memset(t, 0, sizeof *t);
   t->type = (uint8_t)type;

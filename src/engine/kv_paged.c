@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/hash.h"
+#include "base/vec.h"
 
 typedef struct block_meta {
   int32_t ref;          /* sequences holding it */
@@ -271,14 +272,7 @@ int64_t kv_pool_available(const kv_pool *p) { return p->n_free + p->n_cached; }
 /* ---- sequences ---- */
 
 static int grow_table(paged_seq *ps, int64_t want) {
-  if (want <= ps->cap) return 0;
-  int64_t cap = ps->cap ? ps->cap : 8;
-  while (cap < want) cap *= 2;
-  int32_t *t = realloc(ps->table, sizeof(int32_t) * (size_t)cap);
-  if (!t) return -1;
-  ps->table = t;
-  ps->cap = cap;
-  return 0;
+  return HGROW(ps->table, ps->cap, want) ? 0 : -1;
 }
 
 static void append_block(paged_seq *ps, int32_t b) { ps->table[ps->n_blocks++] = b; }

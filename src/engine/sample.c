@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/hash.h"
+#include "base/vec.h"
 
 typedef struct cand {
   float v;     /* tempered logit, then unnormalised probability */
@@ -21,10 +22,10 @@ struct sampler {
   sample_rng rng;
   uint8_t *seen;           /* owned [n_vocab]: in prompt or output (repetition penalty) */
   int32_t *seen_ids;       /* owned: the ids with seen set, in first-seen order */
-  size_t n_seen;
+  size_t n_seen, cap_seen;
   int32_t *counts;         /* owned [n_vocab]: times generated (presence / frequency) */
   int32_t *gen_ids;        /* owned: ids with counts > 0 */
-  size_t n_gen;
+  size_t n_gen, cap_gen;
   cand *cands;             /* owned scratch [n_vocab] */
 };
 
@@ -96,9 +97,9 @@ int sampler_new(int32_t n_vocab, const sample_params *p, sampler **out, herr *er
   s->p = *p;
   s->p.logit_bias = NULL;
   s->seen = calloc((size_t)n_vocab, 1);
-  s->seen_ids = malloc(sizeof(int32_t) * 16);
   s->counts = calloc((size_t)n_vocab, sizeof(int32_t));
-  s->gen_ids = malloc(sizeof(int32_t) * 16);
+  (void)HGROW(s->seen_ids, s->cap_seen, 16);
+  (void)HGROW(s->gen_ids, s->cap_gen, 16);
   s->cands = malloc(sizeof(cand) * (size_t)n_vocab);
   if (p->n_logit_bias) {
     s->bias = malloc(sizeof(sample_bias) * p->n_logit_bias);
@@ -125,22 +126,16 @@ void sampler_free(sampler *s) {
   free(s);
 }
 
-/* Appends id to a list that grows by doubling when n reaches a power of two >= 16. */
-static bool list_push(int32_t **list, size_t *n, int32_t id) {
-  size_t cap = 16;
-  while (cap < *n) cap *= 2;
-  if (*n == cap) {
-    int32_t *grown = realloc(*list, sizeof(int32_t) * cap * 2);
-    if (!grown) return false;
-    *list = grown;
-  }
+/* Appends id to a growing list. */
+static bool list_push(int32_t **list, size_t *n, size_t *cap, int32_t id) {
+  if (*n == *cap && !HGROW(*list, *cap, *n + 1)) return false;
   (*list)[(*n)++] = id;
   return true;
 }
 
 static void mark_seen(sampler *s, int32_t id) {
   if (s->seen[id]) return;
-  if (list_push(&s->seen_ids, &s->n_seen, id)) s->seen[id] = 1;
+  if (list_push(&s->seen_ids, &s->n_seen, &s->cap_seen, id)) s->seen[id] = 1;
 }
 
 void sampler_add_prompt(sampler *s, const int32_t *ids, size_t n) {
@@ -151,7 +146,7 @@ void sampler_add_prompt(sampler *s, const int32_t *ids, size_t n) {
 void sampler_accept(sampler *s, int32_t id) {
   if (id < 0 || id >= s->n_vocab) return;
   mark_seen(s, id);
-  if (s->counts[id] == 0 && !list_push(&s->gen_ids, &s->n_gen, id)) return;
+  if (s->counts[id] == 0 && !list_push(&s->gen_ids, &s->n_gen, &s->cap_gen, id)) return;
   s->counts[id]++;
 }
 
@@ -417,13 +412,7 @@ int sampler_distribution(sampler *s, float *logits, float *probs, herr *err) {
 /* ---- the device path ------------------------------------------------------ */
 
 static bool adj_push(bk_sample_adj **adj, size_t *n, size_t *cap, bk_sample_adj a) {
-  if (*n == *cap) {
-    size_t c = *cap ? *cap * 2 : 256;
-    bk_sample_adj *g = realloc(*adj, sizeof(bk_sample_adj) * c);
-    if (!g) return false;
-    *adj = g;
-    *cap = c;
-  }
+  if (*n == *cap && !HGROW(*adj, *cap, *n + 1)) return false;
   (*adj)[(*n)++] = a;
   return true;
 }

@@ -15,6 +15,7 @@
 
 #include "base/buf.h"
 #include "base/log.h"
+#include "base/vec.h"
 #include "engine/emit.h"
 #include "engine/kv_paged.h"
 
@@ -175,15 +176,9 @@ static bool seq_take_token(sched *s, sseq *q, sample_token st) {
     seq_finish(s, q, seq_flush_text(q));
     return true;
   }
-  if (q->n_toks == q->cap_toks) {
-    int64_t cap = q->cap_toks * 2;
-    int32_t *t = realloc(q->toks, sizeof(int32_t) * (size_t)cap);
-    if (!t) {
-      seq_finish(s, q, herr_set(q->err, HEARTH_ENOMEM, "generate: out of memory for the token history"));
-      return true;
-    }
-    q->toks = t;
-    q->cap_toks = cap;
+  if (q->n_toks == q->cap_toks && !HGROW(q->toks, q->cap_toks, q->n_toks + 1)) {
+    seq_finish(s, q, herr_set(q->err, HEARTH_ENOMEM, "generate: out of memory for the token history"));
+    return true;
   }
   q->toks[q->n_toks++] = st.id;
   return false;

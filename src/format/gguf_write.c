@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "base/vec.h"
 
 #define GGUF_WRITE_ALIGN 32
 
@@ -64,15 +65,9 @@ static hbuf *kv_slot(gguf_writer *w, const char *key) {
       hbuf_clear(&w->kvs[i].enc);
       return &w->kvs[i].enc;
     }
-  if (w->nkv == w->capkv) {
-    size_t cap = w->capkv ? w->capkv * 2 : 32;
-    wkv *p = realloc(w->kvs, cap * sizeof *p);
-    if (!p) {
-      w->oom = true;
-      return NULL;
-    }
-    w->kvs = p;
-    w->capkv = cap;
+  if (w->nkv == w->capkv && !HGROW(w->kvs, w->capkv, w->nkv + 1)) {
+    w->oom = true;
+    return NULL;
   }
   char *k = strdup(key);
   if (!k) {
@@ -185,15 +180,9 @@ int gguf_writer_tensor(gguf_writer *w, const char *name, gguf_tensor_type type, 
   for (size_t i = 0; i < w->nt; i++)
     if (!strcmp(w->ts[i].name, name)) BAD("tensor '%s' is added twice", name);
 #undef BAD
-  if (w->nt == w->capt) {
-    size_t cap = w->capt ? w->capt * 2 : 64;
-    wtensor *p = realloc(w->ts, cap * sizeof *p);
-    if (!p) {
-      w->oom = true;
-      return -1;
-    }
-    w->ts = p;
-    w->capt = cap;
+  if (w->nt == w->capt && !HGROW(w->ts, w->capt, w->nt + 1)) {
+    w->oom = true;
+    return -1;
   }
   char *nm = strdup(name);
   if (!nm) {

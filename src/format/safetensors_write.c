@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/vec.h"
+
 typedef struct st_wtensor {
   char *name; /* owned */
   st_dtype dtype;
@@ -61,15 +63,9 @@ int st_writer_tensor(st_writer *w, const char *name, st_dtype dtype, int ndim, c
   for (size_t i = 0; i < w->nt; i++)
     if (!strcmp(w->ts[i].name, name)) BAD("tensor '%s' is added twice", name);
 #undef BAD
-  if (w->nt == w->cap) {
-    size_t cap = w->cap ? w->cap * 2 : 64;
-    st_wtensor *p = realloc(w->ts, cap * sizeof *p);
-    if (!p) {
-      w->oom = true;
-      return -1;
-    }
-    w->ts = p;
-    w->cap = cap;
+  if (w->nt == w->cap && !HGROW(w->ts, w->cap, w->nt + 1)) {
+    w->oom = true;
+    return -1;
   }
   char *nm = strdup(name);
   if (!nm) {

@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "base/file.h"
+#include "base/vec.h"
 #include "format/safetensors.h"
 #include "format/gguf.h"
 #include "model/family.h"
@@ -161,13 +162,8 @@ static const char *file_name(const weight_src *src, const char *name, char *buf,
 }
 
 static int own_buffer(model *m, int64_t numel, const char *name, float **out, herr *err) {
-  if (m->n_owned == m->cap_owned) {
-    int cap = m->cap_owned ? m->cap_owned * 2 : 64;
-    float **p = realloc(m->owned, (size_t)cap * sizeof *p);
-    if (!p) return herr_set(err, HEARTH_ENOMEM, "out of memory loading %s", name);
-    m->owned = p;
-    m->cap_owned = cap;
-  }
+  if (m->n_owned == m->cap_owned && !HGROW(m->owned, m->cap_owned, m->n_owned + 1))
+    return herr_set(err, HEARTH_ENOMEM, "out of memory loading %s", name);
   float *buf = aligned_alloc(64, ((size_t)(numel ? numel : 1) * sizeof(float) + 63) / 64 * 64);
   if (!buf) return herr_set(err, HEARTH_ENOMEM, "%s: out of memory for %lld floats", name, (long long)numel);
   m->owned[m->n_owned++] = buf;
@@ -243,15 +239,9 @@ static int load_tensor(model *m, const weight_src *src, const char *name, int nd
   }
   if (m->as_bf16 && st && st->dtype == ST_F32)
     for (int64_t i = 0; i < numel; i++) buf[i] = bk_round_bf16(buf[i]);
-  if (m->n_bufs == m->cap_bufs) {
-    int cap = m->cap_bufs ? m->cap_bufs * 2 : 64;
-    bk_buf **p = realloc(m->bufs, (size_t)cap * sizeof *p);
-    if (!p) {
-      free(buf);
-      return herr_set(err, HEARTH_ENOMEM, "out of memory loading %s", name);
-    }
-    m->bufs = p;
-    m->cap_bufs = cap;
+  if (m->n_bufs == m->cap_bufs && !HGROW(m->bufs, m->cap_bufs, m->n_bufs + 1)) {
+    free(buf);
+    return herr_set(err, HEARTH_ENOMEM, "out of memory loading %s", name);
   }
   if (!(rc = bk_tensor_new(m->be, BK_DT_F32, 1, numel, out, err))) {
     m->bufs[m->n_bufs++] = out->buf;
@@ -603,11 +593,9 @@ static int scratch_reserve(model *m, int64_t T, int64_t n_idx, int64_t R, herr *
     f->cap_t = cap;
   }
   if (n_idx > f->cap_idx) {
-    int64_t cap = f->cap_idx ? f->cap_idx : 256;
-    while (cap < n_idx) cap *= 2;
-    int32_t *h = realloc(f->host_idx, sizeof(int32_t) * (size_t)cap);
-    if (!h) return herr_set(err, HEARTH_ENOMEM, "model_forward: out of memory for %lld indices", (long long)cap);
-    f->host_idx = h;
+    int64_t cap = f->cap_idx; /* host and device tables share it; at least 256 */
+    if (!HGROW(f->host_idx, cap, n_idx > 256 ? n_idx : 256))
+      return herr_set(err, HEARTH_ENOMEM, "model_forward: out of memory for %lld indices", (long long)n_idx);
     bk_buf_free(f->idx_buf);
     f->idx_buf = NULL;
     f->cap_idx = 0;

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "base/dict.h"
+#include "base/vec.h"
 #include "format/gguf.h"
 #include "tokenizer/gguf_vocab_internal.h"
 
@@ -111,15 +112,9 @@ typedef struct ids_vec {
 
 static void ids_push(ids_vec *o, int32_t id) {
   if (o->oom) return;
-  if (o->n == o->cap) {
-    size_t nc = o->cap ? o->cap * 2 : 64;
-    int32_t *nv = realloc(o->v, nc * sizeof *nv);
-    if (!nv) {
-      o->oom = true;
-      return;
-    }
-    o->v = nv;
-    o->cap = nc;
+  if (o->n == o->cap && !HGROW(o->v, o->cap, o->n + 1)) {
+    o->oom = true;
+    return;
   }
   o->v[o->n++] = id;
 }
@@ -152,15 +147,10 @@ static bool trie_insert(trie_node *t, const char *key, size_t len, int32_t value
     unsigned char c = (unsigned char)key[i];
     trie_node *k = trie_child(t, c);
     if (!k) {
-      if (t->n == t->cap) {
-        uint16_t nc = t->cap ? (uint16_t)(t->cap * 2 > 256 ? 256 : t->cap * 2) : 2;
-        unsigned char *nk = realloc(t->keys, nc);
-        if (!nk) return false;
-        t->keys = nk;
-        trie_node **nn = realloc(t->kids, nc * sizeof *nn);
-        if (!nn) return false;
-        t->kids = nn;
-        t->cap = nc;
+      if (t->n == t->cap) { /* at most 256 children: powers of two up to 256 */
+        uint16_t ckeys = t->cap, ckids = t->cap;
+        if (!HGROW(t->keys, ckeys, t->n + 1) || !HGROW(t->kids, ckids, t->n + 1)) return false;
+        t->cap = ckeys;
       }
       if (!(k = trie_new())) return false;
       t->keys[t->n] = c;
@@ -194,15 +184,9 @@ static bool bigram_before(const bigram *a, const bigram *b) {
 
 static void heap_push(bigram_heap *h, bigram b) {
   if (h->oom) return;
-  if (h->n == h->cap) {
-    size_t nc = h->cap ? h->cap * 2 : 64;
-    bigram *nv = realloc(h->v, nc * sizeof *nv);
-    if (!nv) {
-      h->oom = true;
-      return;
-    }
-    h->v = nv;
-    h->cap = nc;
+  if (h->n == h->cap && !HGROW(h->v, h->cap, h->n + 1)) {
+    h->oom = true;
+    return;
   }
   size_t i = h->n++;
   while (i > 0) {
@@ -246,13 +230,7 @@ typedef struct symbols {
 } symbols;
 
 static bool symbols_push(symbols *s, symbol sym) {
-  if (s->n == s->cap) {
-    size_t nc = s->cap ? s->cap * 2 : 64;
-    symbol *nv = realloc(s->v, nc * sizeof *nv);
-    if (!nv) return false;
-    s->v = nv;
-    s->cap = nc;
-  }
+  if (s->n == s->cap && !HGROW(s->v, s->cap, s->n + 1)) return false;
   s->v[s->n++] = sym;
   return true;
 }
@@ -724,15 +702,9 @@ typedef struct frag_vec {
 
 static void frag_push(frag_vec *f, fragment x) {
   if (f->oom) return;
-  if (f->n == f->cap) {
-    size_t nc = f->cap ? f->cap * 2 : 16;
-    fragment *nv = realloc(f->v, nc * sizeof *nv);
-    if (!nv) {
-      f->oom = true;
-      return;
-    }
-    f->v = nv;
-    f->cap = nc;
+  if (f->n == f->cap && !HGROW(f->v, f->cap, f->n + 1)) {
+    f->oom = true;
+    return;
   }
   f->v[f->n++] = x;
 }

@@ -12,6 +12,7 @@
  * with non-ASCII whitespace turned into \v. Refuses to know which pattern
  * belongs to which model, or anything about tokens.
  */
+#include "base/vec.h"
 #include "tokenizer/gguf_vocab_internal.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -142,15 +143,9 @@ typedef struct lens_vec {
 
 static void lens_push(lens_vec *l, size_t len) {
   if (len == 0 || l->oom) return;
-  if (l->n == l->cap) {
-    size_t nc = l->cap ? l->cap * 2 : 64;
-    size_t *nv = realloc(l->v, nc * sizeof *nv);
-    if (!nv) {
-      l->oom = true;
-      return;
-    }
-    l->v = nv;
-    l->cap = nc;
+  if (l->n == l->cap && !HGROW(l->v, l->cap, l->n + 1)) {
+    l->oom = true;
+    return;
   }
   l->v[l->n++] = len;
 }

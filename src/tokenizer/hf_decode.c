@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/utf8.h"
+#include "base/vec.h"
 #include "tokenizer/hf_internal.h"
 
 enum { DEC_BYTELEVEL, DEC_METASPACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_STRIP, DEC_REPLACE, DEC_WORDPIECE, DEC_BPE, DEC_CTC, DEC_SEQUENCE };
@@ -27,14 +28,9 @@ struct hf_decoder {
 
 bool hf_strlist_push(hf_strlist *l, const char *s, size_t len) {
   if (l->n == l->cap) {
-    size_t nc = l->cap ? l->cap * 2 : 64;
-    size_t *no = realloc(l->off, nc * sizeof *no);
-    if (!no) return false;
-    l->off = no;
-    size_t *nl = realloc(l->len, nc * sizeof *nl);
-    if (!nl) return false;
-    l->len = nl;
-    l->cap = nc;
+    size_t coff = l->cap, clen = l->cap;
+    if (!HGROW(l->off, coff, l->n + 1) || !HGROW(l->len, clen, l->n + 1)) return false;
+    l->cap = coff;
   }
   l->off[l->n] = l->data.len;
   l->len[l->n] = len;

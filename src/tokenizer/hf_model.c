@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/utf8.h"
+#include "base/vec.h"
 #include "tokenizer/hf_fastjson.h"
 #include "tokenizer/hf_internal.h"
 
@@ -52,14 +53,9 @@ static int set_token(hf_model *m, const char *tok, size_t len, int64_t id, const
     return herr_set(err, HEARTH_EFORMAT, "%s: vocab token '%.*s' has id %lld, outside [0, %d)", what,
                     (int)(len > 60 ? 60 : len), tok, (long long)id, MAX_VOCAB_ID);
   if (id >= m->nids) {
-    int32_t ncap = m->nids ? m->nids : 1024;
-    while (ncap <= id) ncap *= 2;
-    char **nt = realloc(m->id_tok, (size_t)ncap * sizeof *nt);
-    if (!nt) return herr_set(err, HEARTH_ENOMEM, "%s: out of memory", what);
-    m->id_tok = nt;
-    uint32_t *nl = realloc(m->id_len, (size_t)ncap * sizeof *nl);
-    if (!nl) return herr_set(err, HEARTH_ENOMEM, "%s: out of memory", what);
-    m->id_len = nl;
+    int32_t ncap = m->nids, nlen = m->nids;
+    if (!HGROW(m->id_tok, ncap, id + 1) || !HGROW(m->id_len, nlen, id + 1))
+      return herr_set(err, HEARTH_ENOMEM, "%s: out of memory", what);
     for (int32_t i = m->nids; i < ncap; i++) m->id_tok[i] = NULL, m->id_len[i] = 0;
     m->nids = ncap; /* trimmed to the real size after loading */
   }
@@ -397,13 +393,7 @@ int32_t hf_model_token_to_id(const hf_model *m, const char *tok, size_t len) { r
 
 /* ---- output helper ---- */
 static bool push_id(int32_t **ids, size_t *n, size_t *cap, int32_t id) {
-  if (*n == *cap) {
-    size_t nc = *cap ? *cap * 2 : 64;
-    int32_t *nv = realloc(*ids, nc * sizeof *nv);
-    if (!nv) return false;
-    *ids = nv;
-    *cap = nc;
-  }
+  if (*n == *cap && !HGROW(*ids, *cap, *n + 1)) return false;
   (*ids)[(*n)++] = id;
   return true;
 }
@@ -429,13 +419,7 @@ typedef struct heap {
 } heap;
 
 static bool heap_push(heap *h, cand c) {
-  if (h->n == h->cap) {
-    size_t nc = h->cap ? h->cap * 2 : 64;
-    cand *nv = realloc(h->v, nc * sizeof *nv);
-    if (!nv) return false;
-    h->v = nv;
-    h->cap = nc;
-  }
+  if (h->n == h->cap && !HGROW(h->v, h->cap, h->n + 1)) return false;
   size_t i = h->n++;
   while (i > 0) {
     size_t p = (i - 1) / 2;
@@ -469,13 +453,7 @@ typedef struct syms {
 } syms;
 
 static bool sym_add(syms *w, int32_t id, uint32_t len) {
-  if (w->n == w->cap) {
-    size_t nc = w->cap ? w->cap * 2 : 32;
-    sym *nv = realloc(w->v, nc * sizeof *nv);
-    if (!nv) return false;
-    w->v = nv;
-    w->cap = nc;
-  }
+  if (w->n == w->cap && !HGROW(w->v, w->cap, w->n + 1)) return false;
   w->v[w->n] = (sym){id, (int32_t)w->n - 1, -1, len};
   if (w->n > 0) w->v[w->n - 1].next = (int32_t)w->n;
   w->n++;
@@ -604,14 +582,7 @@ static void cache_put(hf_model *m, const char *s, size_t len, const int32_t *ids
     hdict_init(&m->cache);
     m->cache_len = 0;
   }
-  if (m->cache_len + cnt > m->cache_cap) {
-    size_t nc = m->cache_cap ? m->cache_cap * 2 : 4096;
-    while (nc < m->cache_len + cnt) nc *= 2;
-    int32_t *nv = realloc(m->cache_ids, nc * sizeof *nv);
-    if (!nv) goto out;
-    m->cache_ids = nv;
-    m->cache_cap = nc;
-  }
+  if (!HGROW(m->cache_ids, m->cache_cap, m->cache_len + cnt)) goto out;
   if (cnt) memcpy(m->cache_ids + m->cache_len, ids, cnt * sizeof *ids);
   if (hdict_put(&m->cache, s, len, (int64_t)m->cache_len << 20 | (int64_t)cnt)) m->cache_len += cnt;
 out:

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/utf8.h"
+#include "base/vec.h"
 #include "tokenizer/hf_internal.h"
 
 enum { PT_BYTELEVEL, PT_SPLIT, PT_METASPACE, PT_DIGITS, PT_PUNCT, PT_WHITESPACE, PT_WS_SPLIT, PT_BERT, PT_CHAR, PT_SEQUENCE };
@@ -179,13 +180,7 @@ typedef struct segs {
 } segs;
 
 static bool seg_push(segs *s, size_t a, size_t b, bool m) {
-  if (s->n == s->cap) {
-    size_t nc = s->cap ? s->cap * 2 : 32;
-    seg *nv = realloc(s->v, nc * sizeof *nv);
-    if (!nv) return false;
-    s->v = nv;
-    s->cap = nc;
-  }
+  if (s->n == s->cap && !HGROW(s->v, s->cap, s->n + 1)) return false;
   s->v[s->n++] = (seg){a, b, m};
   return true;
 }

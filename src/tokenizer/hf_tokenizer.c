@@ -11,6 +11,7 @@
 
 #include "base/json.h"
 #include "base/utf8.h"
+#include "base/vec.h"
 #include "tokenizer/hf_fastjson.h"
 #include "tokenizer/hf_internal.h"
 
@@ -66,13 +67,7 @@ struct hf_tokenizer {
 
 /* ---- trie ---- */
 static bool trie_node(trie *t) {
-  if (t->nodes == t->cap) {
-    size_t nc = t->cap ? t->cap * 2 : 256;
-    int32_t *nv = realloc(t->tok, nc * sizeof *nv);
-    if (!nv) return false;
-    t->tok = nv;
-    t->cap = nc;
-  }
+  if (t->nodes == t->cap && !HGROW(t->tok, t->cap, t->nodes + 1)) return false;
   t->tok[t->nodes++] = -1;
   return true;
 }
@@ -272,13 +267,7 @@ typedef struct idvec {
 } idvec;
 
 static bool idvec_push(idvec *d, int32_t id) {
-  if (d->n == d->cap) {
-    size_t nc = d->cap ? d->cap * 2 : 64;
-    int32_t *nv = realloc(d->v, nc * sizeof *nv);
-    if (!nv) return false;
-    d->v = nv;
-    d->cap = nc;
-  }
+  if (d->n == d->cap && !HGROW(d->v, d->cap, d->n + 1)) return false;
   d->v[d->n++] = id;
   return true;
 }

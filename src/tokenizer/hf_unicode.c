@@ -8,6 +8,7 @@
 
 #include "base/hash.h"
 #include "base/utf8.h"
+#include "base/vec.h"
 #include "tokenizer/hf_internal.h"
 
 bool hfu_is_whitespace(uint32_t c) {
@@ -298,13 +299,7 @@ void hf_u64map_free(hf_u64map *m) {
 
 /* ---- split lists ---- */
 bool hf_splits_push(hf_splits *s, const char *p, size_t len, int32_t id, bool at_start) {
-  if (s->n == s->cap) {
-    size_t ncap = s->cap ? s->cap * 2 : 16;
-    hf_split *nv = realloc(s->v, ncap * sizeof *nv);
-    if (!nv) return false;
-    s->v = nv;
-    s->cap = ncap;
-  }
+  if (s->n == s->cap && !HGROW(s->v, s->cap, s->n + 1)) return false;
   size_t off = s->text.len;
   hbuf_append(&s->text, p, len);
   if (s->text.oom) return false;

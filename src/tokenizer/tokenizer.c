@@ -8,6 +8,7 @@
 
 #include "base/file.h"
 #include "base/utf8.h"
+#include "base/vec.h"
 #include "format/gguf.h"
 #include "tokenizer/gguf_vocab.h"
 #include "tokenizer/hf_internal.h"
@@ -192,13 +193,7 @@ static bool visible(const tokenizer_stream *s, int32_t id) {
 }
 
 int tokenizer_stream_put(tokenizer_stream *s, int32_t id, hbuf *out, herr *err) {
-  if (s->n == s->cap) {
-    size_t nc = s->cap ? s->cap * 2 : 32;
-    int32_t *nv = realloc(s->ids, nc * sizeof *nv);
-    if (!nv) return herr_set(err, HEARTH_ENOMEM, "detokenize: out of memory");
-    s->ids = nv;
-    s->cap = nc;
-  }
+  if (s->n == s->cap && !HGROW(s->ids, s->cap, s->n + 1)) return herr_set(err, HEARTH_ENOMEM, "detokenize: out of memory");
   s->ids[s->n++] = id;
   hbuf now = {0};
   int rc = tokenizer_decode(s->t, s->ids, s->n, s->skip_special, &now, err);

@@ -10,6 +10,7 @@
 #include "base/pool.h"
 #include "base/status.h"
 #include "base/utf8.h"
+#include "base/vec.h"
 #include "test.h"
 
 static void test_status(void) {
@@ -40,6 +41,59 @@ static void test_buf(void) {
   free(s);
   CHECK(b.data == NULL);
   hbuf_free(&b);
+}
+
+static void test_grow(void) {
+  /* growth: geometric from HGROW_MIN, contents kept, at least want */
+  int32_t *v = NULL;
+  size_t cap = 0;
+  CHECK(hgrow((void **)&v, &cap, 0, sizeof *v));
+  CHECK(v == NULL && cap == 0);
+  CHECK(hgrow((void **)&v, &cap, 1, sizeof *v));
+  CHECK(v != NULL && cap == HGROW_MIN);
+  size_t reallocs = 0, last = cap;
+  for (int32_t i = 0; i < 100000; i++) {
+    if ((size_t)i == cap) CHECK(hgrow((void **)&v, &cap, (size_t)i + 1, sizeof *v));
+    if (cap != last) reallocs++, last = cap;
+    v[i] = i;
+  }
+  CHECK(cap >= 100000 && cap < 200000);
+  CHECK(reallocs < 20);
+  int ok = 1;
+  for (int32_t i = 0; i < 100000; i++) ok &= v[i] == i;
+  CHECK(ok);
+  CHECK(hgrow((void **)&v, &cap, 10, sizeof *v) && cap >= 100000); /* never shrinks */
+  size_t before = cap;
+  CHECK(hgrow((void **)&v, &cap, before * 5, sizeof *v) && cap >= before * 5);
+
+  /* overflow refused; the array and its capacity untouched */
+  int32_t *keep = v;
+  before = cap;
+  CHECK(!hgrow((void **)&v, &cap, SIZE_MAX / 2, sizeof *v));
+  CHECK(!hgrow((void **)&v, &cap, SIZE_MAX, 1 + sizeof *v));
+  CHECK(v == keep && cap == before);
+  ok = 1;
+  for (int32_t i = 0; i < 100000; i++) ok &= v[i] == i;
+  CHECK(ok);
+  free(v);
+
+  /* the typed form: any element and capacity type; a capacity that cannot
+   * hold the new size is refused and left as it was */
+  struct { double x, y; } *pts = NULL;
+  int n = 0, icap = 0;
+  for (int i = 0; i < 1000; i++) {
+    if (n == icap) CHECK(HGROW(pts, icap, n + 1));
+    pts[n].x = i, pts[n++].y = -i;
+  }
+  CHECK(icap >= 1000 && pts[999].y == -999);
+  free(pts);
+  unsigned char *bytes = NULL;
+  uint8_t bcap = 0;
+  CHECK(!HGROW(bytes, bcap, 200)); /* 256 does not fit a uint8_t */
+  CHECK(bcap == 0 && bytes != NULL); /* grown, still valid, capacity unchanged */
+  CHECK(HGROW(bytes, bcap, 100) && bcap == 128);
+  bytes[127] = 1;
+  free(bytes);
 }
 
 static void test_utf8(void) {
@@ -192,6 +246,7 @@ static void test_file_json(void) {
 int main(void) {
   RUN(test_status);
   RUN(test_buf);
+  RUN(test_grow);
   RUN(test_utf8);
   RUN(test_dict);
   RUN(test_pool);

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/quant.h"
 #include "base/pool.h"
+#include "base/vec.h"
 
 typedef struct cpu_backend {
   bk_backend base;         /* must be first */
@@ -28,17 +29,6 @@ static cpu_backend *cpu(bk_backend *be) { return (cpu_backend *)be; }
 
 static void record(cpu_backend *c, const herr *e) {
   if (!c->first.code) c->first = *e;
-}
-
-static bool grow(void **p, size_t *cap, size_t want, size_t elem) {
-  if (want <= *cap) return true;
-  size_t n = *cap ? *cap : 64;
-  while (n < want) n *= 2;
-  void *q = realloc(*p, n * elem);
-  if (!q) return false;
-  *p = q;
-  *cap = n;
-  return true;
 }
 
 static void cpu_close(bk_backend *be) {
@@ -145,7 +135,7 @@ static void cpu_rmsnorm_body(bk_backend *be, const bk_tensor *y, const bk_tensor
 
 static void cpu_rope_body(bk_backend *be, const bk_tensor *x, int64_t n_heads, int64_t head_dim, const bk_tensor *pos, const rope_table *t) {
   cpu_backend *c = cpu(be);
-  if (!grow((void **)&c->i64, &c->i64_cap, (size_t)x->rows, sizeof *c->i64)) {
+  if (!HGROW(c->i64, c->i64_cap, (size_t)x->rows)) {
     herr e = {0};
     herr_set(&e, HEARTH_ENOMEM, "rope: out of memory");
     record(c, &e);
@@ -193,7 +183,7 @@ static void cpu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor 
   cpu_backend *c = cpu(be);
   const int32_t *row = I(ix->row), *tab = I(ix->tab), *tables = I(ix->tables);
   int64_t T = q->rows, d = kv->k->cols, B = kv->block_rows, width = p->n_heads * p->head_dim;
-  if (!grow((void **)&c->i64, &c->i64_cap, (size_t)T, sizeof *c->i64)) goto oom;
+  if (!HGROW(c->i64, c->i64_cap, (size_t)T)) goto oom;
   for (int64_t t = 0; t < T; t++) c->i64[t] = row[t];
   for (int64_t t0 = 0; t0 < T;) {
     int64_t t1 = t0 + 1, hi = row[t0] + 1;
@@ -202,7 +192,7 @@ static void cpu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor 
       t1++;
     }
     int64_t nb = (hi + B - 1) / B;
-    if (!grow((void **)&c->ptrs, &c->ptrs_cap, (size_t)(2 * nb), sizeof *c->ptrs)) goto oom;
+    if (!HGROW(c->ptrs, c->ptrs_cap, (size_t)(2 * nb))) goto oom;
     for (int64_t i = 0; i < nb; i++) {
       int64_t off = (int64_t)tables[tab[t0] + i] * B * d;
       c->ptrs[i] = F(kv->k) + off;
