@@ -141,8 +141,10 @@ test('messages.create answers a Message', async () => {
   const again = await client.messages.create({ model: MODEL, max_tokens: 16, messages: MSGS, temperature: 0,
     top_k: 40, top_p: 1, metadata: { user_id: 'u-1' } });
   assert.equal(again.content[0].text, r.content[0].text);
-  assert.equal(again.usage.input_tokens + again.usage.cache_read_input_tokens,
-    r.usage.input_tokens + r.usage.cache_read_input_tokens);
+  const total = r.usage.input_tokens + r.usage.cache_read_input_tokens;
+  assert.equal(again.usage.input_tokens + again.usage.cache_read_input_tokens, total);
+  // hearth's prefix cache keeps whole 16-token blocks: a repeated prompt of more than one block reads them back
+  if (!FAKE && total > 16) assert.ok(again.usage.cache_read_input_tokens >= 16, JSON.stringify(again.usage));
 });
 
 test('messages.stream: events in order, text deltas, finalMessage equals the whole answer', async () => {
