@@ -62,6 +62,17 @@ int64_t bk_type_block(bk_type t);
  * blocks. For MLX, the packed words only (bits given separately). */
 size_t bk_row_bytes(bk_type t, int64_t cols, int bits);
 
+/* The one host decoding of the stored formats (src/backend/cpu/quant.c, the
+ * reference every kernel of every backend is checked against), for code
+ * outside the backend that needs plain floats (GGUF norms and biases, convert).
+ * IEEE half and bfloat16 -> f32 (exact). */
+float bk_fp16_decode(uint16_t h);
+float bk_bf16_decode(uint16_t h);
+/* out[0..cols) = row `row` of w as floats, for every stored format (a vector
+ * is a weight of one row). w must validate (checked: the message names the
+ * problem). */
+int bk_dequant_row(const bk_weight *w, int64_t row, float *out, herr *err);
+
 /* Checks that w describes something bk_matmul can run: known type, positive
  * shape, cols a whole number of blocks, non-NULL pointers, valid MLX bits /
  * group_size / scale_type. The message names the problem. */

@@ -1,7 +1,8 @@
 /* gguf_model.c — reading a model from a GGUF file (see gguf_model.h): the
  * metadata keys of llama.cpp's llama, qwen2 and qwen3 architectures mapped
  * onto config.json fields, tensor names mapped onto Hugging Face names, and
- * vectors (norms, biases) converted to f32 (F32, F16, BF16, Q8_0, Q4_0).
+ * vectors (norms, biases) converted to f32 (F32, F16, BF16, Q8_0, Q4_0) by
+ * the backend's one dequantization (bk_dequant_row).
  * Matrices stay in the mapping (the decoder multiplies them as stored).
  * Knows nothing of the forward pass; other GGUF architectures are refused
  * with a message. */
@@ -11,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "format/safetensors.h"
+#include "backend/weights.h"
 #include "model/model.h"
 
 bool gguf_model_is_gguf(const char *path) {
@@ -201,50 +202,23 @@ const gguf_tensor *gguf_model_find(const gguf_file *g, const char *hf_name) {
   return gguf_find_tensor(g, name);
 }
 
-static float half_at(const unsigned char *p) {
-  uint16_t h;
-  memcpy(&h, p, 2);
-  return st_f16_to_f32(h);
-}
-
+/* A whole tensor as floats, through the backend's dequantization of the stored format. */
 static int to_f32(const gguf_tensor *t, float *out, herr *err) {
-  const unsigned char *p = t->data;
-  int64_t n = t->nelements;
+  bk_type bt;
   switch (t->type) {
     case GGUF_TENSOR_F32:
-      memcpy(out, p, (size_t)n * 4);
-      return 0;
     case GGUF_TENSOR_F16:
-      for (int64_t i = 0; i < n; i++) out[i] = half_at(p + 2 * i);
-      return 0;
     case GGUF_TENSOR_BF16:
-      for (int64_t i = 0; i < n; i++) {
-        uint16_t b;
-        memcpy(&b, p + 2 * i, 2);
-        out[i] = st_bf16_to_f32(b);
-      }
-      return 0;
-    case GGUF_TENSOR_Q8_0: /* blocks of 32: f16 scale, 32 × int8 */
-      for (int64_t b = 0; b < n / 32; b++) {
-        const unsigned char *blk = p + b * 34;
-        float d = half_at(blk);
-        for (int i = 0; i < 32; i++) out[b * 32 + i] = d * (float)(int8_t)blk[2 + i];
-      }
-      return 0;
-    case GGUF_TENSOR_Q4_0: /* blocks of 32: f16 scale, 16 bytes; low nibbles are elements 0..15, high 16..31 */
-      for (int64_t b = 0; b < n / 32; b++) {
-        const unsigned char *blk = p + b * 18;
-        float d = half_at(blk);
-        for (int i = 0; i < 16; i++) {
-          out[b * 32 + i] = d * (float)((blk[2 + i] & 0x0f) - 8);
-          out[b * 32 + i + 16] = d * (float)((blk[2 + i] >> 4) - 8);
-        }
-      }
-      return 0;
+    case GGUF_TENSOR_Q8_0:
+    case GGUF_TENSOR_Q4_0:
+      if (model_bk_type_of_gguf(t->type, &bt)) break;
+      /* fall through */
     default:
       return herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor type %s is not supported yet (F32, F16, BF16, Q8_0, Q4_0)", t->name,
                       gguf_tensor_type_name(t->type));
   }
+  bk_weight w = {.type = bt, .rows = 1, .cols = t->nelements, .data = t->data};
+  return bk_dequant_row(&w, 0, out, err);
 }
 
 int gguf_model_read_f32(const gguf_file *g, const gguf_tensor *t, const char *hf_name, int64_t heads, float *out, herr *err) {

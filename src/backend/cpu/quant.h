@@ -10,10 +10,9 @@
 
 #include "backend/weights.h"
 
-/* IEEE half and bfloat16 <-> f32; encoding rounds to nearest even, NaN stays NaN. */
-float bk_fp16_decode(uint16_t h);
+/* IEEE half and bfloat16 <-> f32; encoding rounds to nearest even, NaN stays
+ * NaN. bk_fp16_decode and bk_bf16_decode are declared in weights.h. */
 uint16_t bk_fp16_encode(float f);
-float bk_bf16_decode(uint16_t h);
 uint16_t bk_bf16_encode(float f);
 
 #define BK_QK 32   /* elements per Q8_0 / Q4_0 block */
@@ -59,8 +58,7 @@ _Static_assert(sizeof(bk_block_q6_K) == 210, "block_q6_K is 210 bytes");
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block. */
 void bk_k_scale_min(const uint8_t scales[12], int j, uint8_t *sc, uint8_t *m);
 
-/* out[0..cols) = row `row` of w as floats. w must validate. */
-int bk_dequant_row(const bk_weight *w, int64_t row, float *out, herr *err);
+/* bk_dequant_row (a whole row, checked) is declared in weights.h. */
 /* out[0..len) = elements [k0, k0+len) of row `row`; k0 and len whole blocks
  * (any for f32/f16/bf16; multiples of 256 always work). No checks: for kernels. */
 void bk_dequant_range(const bk_weight *w, int64_t row, int64_t k0, int64_t len, float *out);
