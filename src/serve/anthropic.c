@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "serve/reply.h"
 
 #define MAX_MESSAGES 100000
@@ -278,20 +279,13 @@ out:
 
 /* ---- replies ---- */
 
-static uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 void anth_reply_init(anth_reply *r, const char *model, uint64_t id_seed, char *const *stop, int nstop) {
   memset(r, 0, sizeof *r);
   r->model = model;
   r->stop = stop;
   r->nstop = nstop;
   static const char digits[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-  uint64_t a = mix64(id_seed), b = mix64(a);
+  uint64_t state = id_seed, a = hsplitmix64(&state), b = hsplitmix64(&state);
   char *p = r->id;
   p += snprintf(r->id, sizeof r->id, "msg_01");
   for (int i = 0; i < 22; i++) {
