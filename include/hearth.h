@@ -1,7 +1,9 @@
 /* hearth.h — the public C API of hearth, a local LLM runtime.
  *
- * The CLI and the HTTP server are consumers of this header like any other
- * program. Every function that can fail returns 0 on success or a nonzero
+ * The HTTP server and the CLI's generate and chat are consumers of this
+ * header like any other program; the CLI's low-level verbs (tokenize,
+ * template, inspect, logits, bench, convert) reach below it, as
+ * src/cli/cli.h lists. Every function that can fail returns 0 on success or a nonzero
  * hearth error code, and fills a hearth_error with a message that names the
  * problem ("model.safetensors: tensor 'x' ends at byte 9000 but the file has 8192").
  */
@@ -71,6 +73,8 @@ typedef struct hearth_load_opts {
   bool mmap;               /* map weight files instead of reading them into huge-page memory */
   bool f32_activations;    /* CPU: f32 activations for GGUF block types (exact, slower) */
   bool f32_as_bf16;        /* store f32 weight matrices as bf16 (half the GPU memory; the weights rounded) */
+  bool no_cuda_graphs;     /* GPU: launch every kernel of every decode step instead of replaying
+                              a recorded CUDA graph (for debugging and comparison) */
   double gpu_memory_fraction; /* GPU: the share of free device memory the KV pool may take after the
                               weights are loaded (0: 0.9); ignored on the CPU */
 } hearth_load_opts;

@@ -79,6 +79,10 @@ if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
     row "  roofline" "" "$(grep roofline "$logs/bench.log")"
   else row "bench 8B bf16 (cuda)" FAIL "see $logs/bench.log"; tail -n 20 "$logs/bench.log"; fi
   cat "$logs/bench.log"
+  # the same decode with every kernel launched (no recorded CUDA graphs), for comparison
+  if HEARTH_CUDA_GRAPHS=0 "$bundle/hearth" bench --model "$m" --device cuda -p 0 -n 128 --repeat 3 >"$logs/bench_nographs.log" 2>&1; then
+    row "  tg128 without CUDA graphs" "" "$(grep -E '^tg' "$logs/bench_nographs.log")"
+  else row "bench without CUDA graphs" FAIL "see $logs/bench_nographs.log"; fi
   # A model that cannot fit is refused before any upload: hold all but 4 GiB
   # of the free device memory in another process, then ask for the 16 GB model.
   if python3 - "$bundle/hearth" "$m" >"$logs/fit.log" 2>&1 <<'PY'

@@ -186,6 +186,9 @@ void bk_act_mul(const bk_tensor *gate, const bk_tensor *up, bk_act act) { BE(gat
 void bk_add(const bk_tensor *y, const bk_tensor *a, const bk_tensor *b) { BE(y)->ops->add(BE(y), y, a, b); }
 void bk_softcap(const bk_tensor *x, float cap) { BE(x)->ops->softcap(BE(x), x, cap); }
 void bk_get_rows(const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows) { BE(y)->ops->get_rows(BE(y), y, x, rows); }
+bool bk_graph_begin(bk_backend *be, uint64_t key) { return be->ops->graph_begin ? be->ops->graph_begin(be, key) : false; }
+int bk_graph_end(bk_backend *be, herr *err) { return be->ops->graph_end ? be->ops->graph_end(be, err) : 0; }
+
 int bk_sample(const bk_tensor *logits, const bk_sample_row *rows, const bk_sample_adj *adj, int64_t n_adj,
               bk_sample_out *out, herr *err) {
   if (logits->dt != BK_DT_F32) return herr_set(err, HEARTH_EINVAL, "bk_sample: logits must be f32");

@@ -83,6 +83,7 @@ typedef struct bk_open_opts {
   bool f32_activations;   /* CPU: no 8-bit activation quantization for GGUF types */
   const char *cuda_lib;   /* CUDA: path of libhearth_cuda.so (NULL: next to the program, then the loader's search) */
   const char *cpu_level;  /* CPU: "scalar", "avx2" or "avx512" caps the kernel level (NULL: the best this CPU has) */
+  bool no_graphs;         /* CUDA: launch every op of every step (no graph capture and replay) */
 } bk_open_opts;
 
 /* device: "cpu", "cuda", "cuda:N" or "auto" (the first GPU when one is
@@ -237,6 +238,25 @@ typedef struct bk_sample_out {
 int bk_sample(const bk_tensor *logits, const bk_sample_row *rows, const bk_sample_adj *adj, int64_t n_adj,
               bk_sample_out *out, herr *err);
 
+/* ---- recorded steps ----
+ *
+ * A forward step of a given shape issues the same ops with the same
+ * arguments every time (what changes lives in device memory: the index
+ * tables, the KV blocks). A backend may record such a step once and replay
+ * it: bk_graph_begin(be, key) before the step's ops returns true when the
+ * backend will replay its recording of `key` at bk_graph_end, and the
+ * caller must then skip issuing the ops; false means issue them (the
+ * backend may be recording them). key must change whenever any op's
+ * shape or any tensor's address would (the caller folds in the batch shape,
+ * its scratch generation and the KV store). bk_graph_end runs or finishes
+ * what was begun and reports errors like bk_sync. The CPU backend never
+ * records. */
+bool bk_graph_begin(bk_backend *be, uint64_t key);
+/* 0, an error code, or BK_GRAPH_REDO: the recording failed and nothing of
+ * it ran — issue the step's ops again (they run plainly). */
+#define BK_GRAPH_REDO (-1)
+int bk_graph_end(bk_backend *be, herr *err);
+
 /* ---- the table a backend fills ---- */
 
 typedef struct bk_backend_ops {
@@ -264,6 +284,8 @@ typedef struct bk_backend_ops {
                     const attn_params *p);
   int (*sample)(bk_backend *be, const bk_tensor *logits, const bk_sample_row *rows, const bk_sample_adj *adj,
                 int64_t n_adj, bk_sample_out *out, herr *err);
+  bool (*graph_begin)(bk_backend *be, uint64_t key); /* NULL: never records */
+  int (*graph_end)(bk_backend *be, herr *err);
 } bk_backend_ops;
 
 /* Every backend's handle starts with this. */
@@ -276,7 +298,7 @@ struct bk_backend {
 
 /* The CUDA backend library's one entry point (libhearth_cuda.so). */
 #define BK_CUDA_ENTRY "hearth_cuda_backend_open"
-#define BK_CUDA_ABI 2
+#define BK_CUDA_ABI 3
 typedef int (*bk_cuda_open_fn)(int abi, int device, const bk_open_opts *opts, bk_backend **out, herr *err);
 
 /* The CPU backend (cpu/backend_cpu.c). */

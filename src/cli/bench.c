@@ -4,7 +4,10 @@
  * cache (after one untimed token; logits computed, no sampling). One
  * untimed warm-up pass first (the first pass over freshly mapped weights is
  * slower); the median of the repeats is reported. Token ids are fixed pseudo-random
- * ids of the vocabulary. Knows the model and KV cache interfaces only. */
+ * ids of the vocabulary. Uses the internal model, KV cache and backend
+ * interfaces (model/model.h, engine/kv_cache.h, backend/backend.h), not
+ * hearth.h: it times bare forward passes, which the public API does not
+ * expose. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,7 +157,8 @@ int cli_bench(int argc, char **argv) {
   model *m = NULL;
   const cli_load *cl = cli_load_opts();
   model_load_opts opts = {.threads = threads >= 0 ? threads : cl->threads, .device = cl->device, .cpu_level = cl->cpu_level,
-                          .mmap = cl->mmap, .f32_activations = cl->f32_activations, .f32_as_bf16 = cl->f32_as_bf16};
+                          .mmap = cl->mmap, .f32_activations = cl->f32_activations, .f32_as_bf16 = cl->f32_as_bf16,
+                          .no_graphs = cl->no_cuda_graphs};
   if (threads < 0) threads = cl->threads;
   if (model_load(dir, &opts, &m, &err) || model_config_check(model_cfg(m), dir, &err)) {
     model_free(m);

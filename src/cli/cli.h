@@ -1,6 +1,14 @@
 /* cli.h — the hearth command line: one file per verb (src/cli/<verb>.c), each
  * exporting `int cli_<verb>(int argc, char **argv)` where argv[0] is the verb.
- * A verb returns the process exit status: 0 ok, 1 failure, 2 usage error. */
+ * A verb returns the process exit status: 0 ok, 1 failure, 2 usage error.
+ *
+ * What each verb uses: generate and chat only the public API (hearth.h);
+ * serve the server module (src/serve/, itself on hearth.h). The others need
+ * access below the public API and say so in their header comment: tokenize
+ * and detokenize (the tokenizer module, on a bare tokenizer.json), template
+ * (the chat module, without weights), inspect (format/), logits and bench
+ * (model/, engine/kv_cache.h; cli_model_load below), convert (format/,
+ * backend/, model/gguf_model.h). */
 #ifndef HEARTH_CLI_H
 #define HEARTH_CLI_H
 
@@ -46,6 +54,7 @@ typedef struct cli_load {
   bool mmap;
   bool f32_activations;
   bool f32_as_bf16;
+  bool no_cuda_graphs;         /* HEARTH_CUDA_GRAPHS=0 */
 } cli_load;
 const cli_load *cli_load_opts(void);
 /* The load options above as the library's (fields a verb sets itself stay 0). */

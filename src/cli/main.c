@@ -1,5 +1,7 @@
 /* main.c — the `hearth` binary: global flags (--version, --help, --verbose,
- * --quiet) and dispatch to one verb per file. Knows no verb's internals. */
+ * --quiet) and dispatch to one verb per file. Knows no verb's internals.
+ * Uses hearth.h (the version) and base/ (log levels, finding the built-in
+ * model). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +83,8 @@ const cli_load *cli_load_opts(void) {
     g_load.cpu_level = cpu && *cpu ? cpu : NULL;
     g_load.mmap = mm && !strcmp(mm, "1");
     g_load.f32_activations = act && !strcmp(act, "f32");
+    const char *graphs = getenv("HEARTH_CUDA_GRAPHS");
+    g_load.no_cuda_graphs = graphs && !strcmp(graphs, "0");
     env_read = true;
   }
   return &g_load;

@@ -1,6 +1,7 @@
 /* serve.c — `hearth serve`: load one model and answer OpenAI-compatible HTTP
  * requests (and the chat page) until interrupted. Owns the options and the
- * process's signal handling; the server itself is src/serve/. */
+ * process's signal handling; the server itself is src/serve/ (serve/server.h,
+ * serve/engine.h), which reaches the engine only through hearth.h. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -88,7 +89,8 @@ int cli_serve(int argc, char **argv) {
                                    .cpu_level = cli_load_opts()->cpu_level,
                                    .mmap = cli_load_opts()->mmap,
                                    .f32_activations = cli_load_opts()->f32_activations,
-                                   .f32_as_bf16 = cli_load_opts()->f32_as_bf16}};
+                                   .f32_as_bf16 = cli_load_opts()->f32_as_bf16,
+                                   .no_cuda_graphs = cli_load_opts()->no_cuda_graphs}};
   if (serve_engine_open_opts(model, &eo, &engine, &err)) return cli_fail("serve: %s", err.msg);
   serve_config cfg = {.host = host, .port = (int)port, .api_key = key, .max_body = (size_t)max_body};
   serve_server *srv;

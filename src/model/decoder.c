@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "base/file.h"
+#include "base/hash.h"
 #include "base/vec.h"
 #include "format/safetensors.h"
 #include "format/gguf.h"
@@ -36,6 +37,9 @@ typedef struct layer_weights {
 } layer_weights;
 
 /* Activations of one forward, allocated once and grown to the largest batch seen. */
+/* Steps of at most this many tokens are recorded and replayed (bk_graph_begin). */
+#define FORWARD_GRAPH_MAX_T 8
+
 typedef struct fwd_scratch {
   int64_t cap_t;          /* tokens the activation tensors hold */
   bk_buf *act;            /* owned: x, xn, q, k, v, att, o, gate, up */
@@ -455,7 +459,8 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   bool is_gguf = gguf_model_is_gguf(dir);
   m->as_bf16 = opts && opts->f32_as_bf16;
   bk_open_opts bo = {.threads = opts ? opts->threads : 0, .f32_activations = opts && opts->f32_activations,
-                     .cuda_lib = opts ? opts->cuda_lib : NULL, .cpu_level = opts ? opts->cpu_level : NULL};
+                     .cuda_lib = opts ? opts->cuda_lib : NULL, .cpu_level = opts ? opts->cpu_level : NULL,
+                     .no_graphs = opts && opts->no_graphs};
   int rc = bk_backend_open(opts && opts->device ? opts->device : "cpu", &bo, &m->be, err);
   if (rc) goto fail;
   /* a backend that computes from host memory reads the weights into it; others map the
@@ -740,19 +745,42 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, her
   st.tables = bk_rows(&f->idx, 5 * T + R, n_tables);
   if ((rc = bk_set(&f->idx, 0, h, sizeof(int32_t) * (size_t)n_idx, err))) return rc;
 
-  bk_embed(&st.x, &m->embed, &st.ids, m->embed_scale);
-  for (int l = 0; l < c->num_hidden_layers; l++) {
-    attention_layer(m, l, kv, &st);
-    mlp_layer(m, l, &st);
+  /* Decode-sized steps are recorded once per shape and replayed (bk_graph_begin):
+   * everything that varies between steps is in the index tables and the KV
+   * blocks; the key holds what the ops' arguments depend on. */
+  bool record = T <= FORWARD_GRAPH_MAX_T;
+  bool replay = false;
+  if (record) {
+    uint64_t key = hmix64((uint64_t)T * 0x10001u + (uint64_t)R);
+    key = hmix64(key ^ (uint64_t)(uintptr_t)f->x.buf->base);
+    key = hmix64(key ^ (uint64_t)(uintptr_t)f->idx.buf->base);
+    key = hmix64(key ^ (uint64_t)(uintptr_t)f->logits.buf->base);
+    for (int l = 0; l < kv->n_layers; l++)
+      key = hmix64(key ^ (uint64_t)(uintptr_t)bk_addr(&kv->k[l]) ^ ((uint64_t)(uintptr_t)bk_addr(&kv->v[l]) << 1));
+    replay = bk_graph_begin(m->be, key);
   }
-  /* the rows that need logits, then final norm and lm_head */
-  bk_tensor xr = bk_reshape(&st.xn, T, c->hidden_size);
-  xr = bk_rows(&xr, 0, R);
-  bk_get_rows(&xr, &st.x, &st.gather);
-  bk_rmsnorm(&xr, &xr, &m->final_norm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
   bk_tensor lg = bk_rows(&f->logits, 0, R);
-  bk_matmul_t(&lg, &xr, &m->lm_head, NULL);
-  if (c->final_logit_softcapping > 0) bk_softcap(&lg, (float)c->final_logit_softcapping);
+  for (int pass = 0; pass < 2 && !replay; pass++) {
+    bk_embed(&st.x, &m->embed, &st.ids, m->embed_scale);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+      attention_layer(m, l, kv, &st);
+      mlp_layer(m, l, &st);
+    }
+    /* the rows that need logits, then final norm and lm_head */
+    bk_tensor xr = bk_reshape(&st.xn, T, c->hidden_size);
+    xr = bk_rows(&xr, 0, R);
+    bk_get_rows(&xr, &st.x, &st.gather);
+    bk_rmsnorm(&xr, &xr, &m->final_norm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
+    bk_matmul_t(&lg, &xr, &m->lm_head, NULL);
+    if (c->final_logit_softcapping > 0) bk_softcap(&lg, (float)c->final_logit_softcapping);
+    if (!record) break;
+    rc = bk_graph_end(m->be, err);
+    record = false;
+    if (rc == BK_GRAPH_REDO) continue; /* the recording failed and did not run: issue the ops again */
+    if (rc) return rc;
+    break;
+  }
+  if (replay && (rc = bk_graph_end(m->be, err))) return rc;
   *lg_out = lg;
   return 0;
 }

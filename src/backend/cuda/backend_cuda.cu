@@ -148,6 +148,8 @@ static void cu_close(bk_backend *be) {
   for (int i = 0; i < CU_ROPE_CACHE; i++) rope_entry_free(&b->rope[i]);
   if (b->scratch) cudaFree(b->scratch);
   if (b->samp) cudaFree(b->samp);
+  for (int i = 0; i < CU_GRAPHS; i++)
+    if (b->graphs[i].exec) cudaGraphExecDestroy(b->graphs[i].exec);
   if (b->stream) cudaStreamDestroy(b->stream);
   free(b);
 }
@@ -329,20 +331,92 @@ static void cu_weight_release(bk_backend *be, bk_weight *w) {
   w->biases = NULL;
 }
 
+/* ---- recorded steps (bk_graph_begin / bk_graph_end) ----
+ * The first time a key is seen the step runs plainly (its lazy allocations
+ * — scratch, rope tables — happen then, outside any recording); the second
+ * time its ops are captured from the stream into a CUDA graph, which is
+ * then launched; from then on the graph is launched instead of the ops. */
+
+static bool cu_graph_begin(bk_backend *be, uint64_t key) {
+  cu_backend *b = cu_be(be);
+  b->graph_mode = 0;
+  if (b->no_graphs || b->err.code) return false;
+  int slot = -1, victim = 0;
+  for (int i = 0; i < CU_GRAPHS; i++) {
+    if (b->graphs[i].state != CU_GRAPH_EMPTY && b->graphs[i].key == key) slot = i;
+    if (b->graphs[i].used < b->graphs[victim].used) victim = i;
+  }
+  b->graph_tick++;
+  if (slot < 0) { /* first sight: run plainly, record next time */
+    cu_graph *g = &b->graphs[victim];
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    *g = (cu_graph){.key = key, .state = CU_GRAPH_WARM, .exec = NULL, .used = b->graph_tick};
+    return false;
+  }
+  cu_graph *g = &b->graphs[slot];
+  g->used = b->graph_tick;
+  if (g->state == CU_GRAPH_READY) {
+    b->graph_mode = 2;
+    b->graph_slot = slot;
+    return true;
+  }
+  if (g->state != CU_GRAPH_WARM) return false;
+  cudaSetDevice(b->device);
+  if (cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    cudaGetLastError();
+    g->state = CU_GRAPH_NEVER;
+    return false;
+  }
+  b->graph_mode = 1;
+  b->graph_slot = slot;
+  return false;
+}
+
+static int cu_graph_end(bk_backend *be, herr *err) {
+  cu_backend *b = cu_be(be);
+  int mode = b->graph_mode;
+  b->graph_mode = 0;
+  if (mode == 0) return 0;
+  cu_graph *g = &b->graphs[b->graph_slot];
+  cudaSetDevice(b->device);
+  if (mode == 1) {
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(b->stream, &graph);
+    if (e == cudaSuccess && !b->err.code) e = cudaGraphInstantiate(&g->exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (e != cudaSuccess || b->err.code) {
+      /* nothing recorded ran: the caller issues the ops again, and this key stays plain */
+      cudaGetLastError();
+      if (g->exec) cudaGraphExecDestroy(g->exec);
+      g->exec = NULL;
+      g->state = CU_GRAPH_NEVER;
+      b->err.code = 0;
+      b->err.msg[0] = 0;
+      return BK_GRAPH_REDO;
+    }
+    g->state = CU_GRAPH_READY;
+  }
+  if (cudaGraphLaunch(g->exec, b->stream) != cudaSuccess) {
+    cudaError_t e = cudaGetLastError();
+    cu_fail(b, HEARTH_EINTERNAL, "cuda graph launch: %s", cudaGetErrorString(e));
+  }
+  (void)err;
+  return 0;
+}
+
 /* ---- the table ---- */
 
 /* Positional: this notices the table gaining or losing an entry. */
-static_assert(sizeof(bk_backend_ops) == 22 * sizeof(void *), "bk_backend_ops changed: update cu_ops");
+static_assert(sizeof(bk_backend_ops) == 24 * sizeof(void *), "bk_backend_ops changed: update cu_ops");
 
 static const bk_backend_ops cu_ops = {
     cu_close,      cu_describe,   cu_mem_info, cu_buf_new,  cu_buf_free, cu_set,          cu_get,     cu_copy,
     cu_sync,       cu_weight_load, cu_weight_release, cu_embed, cu_matmul, cu_rmsnorm, cu_rope,  cu_act_mul,
-    cu_add,        cu_softcap,    cu_get_rows, cu_kv_write, cu_attention, cu_sample,
+    cu_add,        cu_softcap,    cu_get_rows, cu_kv_write, cu_attention, cu_sample, cu_graph_begin, cu_graph_end,
 };
 
 extern "C" __attribute__((visibility("default"))) int hearth_cuda_backend_open(int abi, int device, const bk_open_opts *opts,
                                                                                bk_backend **out, herr *err) {
-  (void)opts;
   if (out) *out = NULL;
   if (abi != BK_CUDA_ABI)
     return herr_set(err, HEARTH_EUNSUPPORTED,
@@ -386,6 +460,7 @@ extern "C" __attribute__((visibility("default"))) int hearth_cuda_backend_open(i
   snprintf(b->base.name, sizeof b->base.name, "cuda:%d", device);
   b->base.is_cpu = false;
   b->base.lib = NULL;
+  b->no_graphs = opts && opts->no_graphs;
   e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
     cudaGetLastError();

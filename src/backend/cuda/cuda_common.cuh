@@ -24,6 +24,17 @@ struct cu_rope_entry {
 };
 
 #define CU_ROPE_CACHE 16
+#define CU_GRAPHS 16   /* recorded steps kept (least recently used replaced) */
+
+/* One recorded step (bk_graph_begin's key): seen once (warm), then recorded
+ * and replayed; a key whose recording failed is never recorded again. */
+enum { CU_GRAPH_EMPTY = 0, CU_GRAPH_WARM, CU_GRAPH_READY, CU_GRAPH_NEVER };
+struct cu_graph {
+  uint64_t key;
+  int state;
+  cudaGraphExec_t exec;
+  uint64_t used;   /* graph_tick when last used */
+};
 /* Scratch never grows past this many bytes; larger work is chunked. */
 #define CU_SCRATCH_CAP ((size_t)64 << 20)
 
@@ -42,6 +53,11 @@ struct cu_backend {
   herr err;                      /* first error an op recorded (code 0: none) */
   void *samp;                    /* owned: bk_sample's device scratch (params, results, probabilities) */
   size_t samp_size;
+  bool no_graphs;                /* bk_open_opts.no_graphs */
+  cu_graph graphs[CU_GRAPHS];    /* owned: recorded steps */
+  uint64_t graph_tick;
+  int graph_mode;                /* between graph_begin and graph_end: 0 plain, 1 recording, 2 replaying */
+  int graph_slot;
 };
 
 static inline cu_backend *cu_be(bk_backend *be) { return (cu_backend *)be; }
