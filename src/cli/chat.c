@@ -5,7 +5,7 @@
  * (or without libedit) plainly, line by line. A line that is one word
  * starting with / is a command of the session, never sent to the model
  * ("//x" sends "/x"). Uses only the public API (and jansson to build the
- * messages). */
+ * messages, base/buf.h's byte buffer). */
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>

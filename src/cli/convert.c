@@ -14,6 +14,9 @@
  * block for mlx4/mlx8) and the tokenizer files copied.
  *
  * Knows file layouts and names; refuses to know how the forward pass runs.
+ * Uses internal modules (format/ readers and writers, backend/weights.h and
+ * backend/cpu/quant.h, model/gguf_model.h), not hearth.h: the public API
+ * has no access to tensors.
  */
 #include <errno.h>
 #include <jansson.h>

@@ -1,6 +1,7 @@
 /* generate.c — `hearth generate`: one completion from a prompt (text, a chat
- * turn, or token ids), streamed to stdout. Uses only the public API; knows
- * nothing of samplers or models beyond hearth.h. */
+ * turn, or token ids), streamed to stdout. Uses only the public API (and
+ * base/buf.h's byte buffer); knows nothing of samplers or models beyond
+ * hearth.h. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>

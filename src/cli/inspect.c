@@ -4,7 +4,9 @@
  * chat template), as text or as one JSON object.
  *
  * Owns: gathering those facts and printing them. Refuses to know: how the
- * files are parsed (format/ does that) or what the tensors mean.
+ * files are parsed (format/ does that) or what the tensors mean. Uses the
+ * internal format module (format/config.h, gguf.h, safetensors.h), not
+ * hearth.h: it reads headers without loading a model.
  */
 #include <dirent.h>
 #include <stdio.h>

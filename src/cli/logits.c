@@ -1,8 +1,9 @@
 /* logits.c — `hearth logits`: runs one forward pass and prints the logits as
  * JSON, for debugging a model against a reference and for other tools'
  * tests. Token ids come from --ids or from tokenizing TEXT with the model's
- * tokenizer. Knows the model and tokenizer interfaces, nothing of their
- * insides. */
+ * tokenizer. Uses the internal model, KV cache and tokenizer interfaces
+ * (model/model.h, engine/kv_cache.h, tokenizer/tokenizer.h), not hearth.h:
+ * the public API never hands out raw logits. Nothing of their insides. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,7 @@
 /* template.c — `hearth template`: renders a model's chat template over a
- * messages file and prints the prompt. Knows only the chat module's API. */
+ * messages file and prints the prompt. Uses the internal chat module's API
+ * (chat/chat.h), not hearth.h: the public API renders only with a loaded
+ * model, and this verb never loads weights. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

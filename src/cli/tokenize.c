@@ -1,6 +1,9 @@
 /* tokenize.c — the verbs `tokenize` (text -> ids) and `detokenize` (ids ->
  * text) over a model folder, a tokenizer.json or a .gguf. Output is JSON with
- * non-ASCII characters written as UTF-8, not escaped. Knows only tokenizer.h. */
+ * non-ASCII characters written as UTF-8, not escaped. Uses the internal
+ * tokenizer module (tokenizer/tokenizer.h), not hearth.h: the public API
+ * tokenizes only with a loaded model, and these verbs take a bare
+ * tokenizer.json and never load weights. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
