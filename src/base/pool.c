@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -73,16 +74,23 @@ struct hpool {
   int n;                 /* threads including the caller */
   pthread_t *threads;    /* owned: n - 1 workers */
   pthread_mutex_t mu;    /* pairs with the condition variables */
-  pthread_cond_t start, done;
+  pthread_cond_t start, done_cv;
   pthread_mutex_t run_mu;/* serialises hpool_for callers */
   atomic_ulong gen;      /* bumped for each job (published after the job's fields) */
-  atomic_int active;     /* workers still in the current job */
   atomic_int quit;
-  /* current job */
+  /* current job: items are claimed from ticket = (total << 32 | next item),
+   * reset whole by each job, so a claim is always of the job whose fields
+   * are published (a late worker's claim on a finished job gets next >=
+   * total; on a new job, a real item of it). The caller waits for items
+   * done, not for workers: a worker the OS has descheduled (another busy
+   * process on the cores) holds up nothing it has not started, and the
+   * caller runs the rest itself. */
   hpool_fn fn;
   void *ctx;
   int total;
-  atomic_int next;
+  _Alignas(64) atomic_uint_fast64_t ticket;
+  _Alignas(64) atomic_int done; /* items of the current job finished */
+  atomic_int sleeping;   /* the caller waits on `done_cv` */
 };
 
 int hpool_cpu_count(void) {
@@ -115,16 +123,23 @@ static int job_posted(hpool *p, unsigned long seen) {
   return atomic_load_explicit(&p->gen, memory_order_acquire) != seen || atomic_load_explicit(&p->quit, memory_order_relaxed);
 }
 
-static int job_done(hpool *p, unsigned long unused) {
-  (void)unused;
-  return atomic_load_explicit(&p->active, memory_order_acquire) == 0;
+static int job_done(hpool *p, unsigned long total) {
+  return atomic_load(&p->done) == (int)total; /* seq_cst: pairs with `sleeping` (see run_items) */
 }
 
+/* Claims and runs items of the current job until none is left. */
 static void run_items(hpool *p, int tid) {
   for (;;) {
-    int i = atomic_fetch_add(&p->next, 1);
-    if (i >= p->total) break;
-    p->fn(p->ctx, i, tid);
+    uint_fast64_t t = atomic_fetch_add_explicit(&p->ticket, 1, memory_order_acq_rel);
+    uint32_t i = (uint32_t)t, total = (uint32_t)(t >> 32);
+    if (i >= total) return;
+    /* item i is ours: its job cannot finish before it, so the fields are its job's */
+    p->fn(p->ctx, (int)i, tid);
+    if (atomic_fetch_add(&p->done, 1) + 1 == (int)total && atomic_load(&p->sleeping)) {
+      pthread_mutex_lock(&p->mu);
+      pthread_cond_signal(&p->done_cv);
+      pthread_mutex_unlock(&p->mu);
+    }
   }
 }
 
@@ -145,11 +160,6 @@ static void *worker(void *arg) {
     if (atomic_load(&p->quit)) return NULL;
     seen = atomic_load_explicit(&p->gen, memory_order_acquire);
     run_items(p, wa.tid);
-    if (atomic_fetch_sub_explicit(&p->active, 1, memory_order_acq_rel) == 1) {
-      pthread_mutex_lock(&p->mu);
-      pthread_cond_signal(&p->done);
-      pthread_mutex_unlock(&p->mu);
-    }
   }
 }
 
@@ -161,7 +171,7 @@ hpool *hpool_create(int nthreads) {
   pthread_mutex_init(&p->mu, NULL);
   pthread_mutex_init(&p->run_mu, NULL);
   pthread_cond_init(&p->start, NULL);
-  pthread_cond_init(&p->done, NULL);
+  pthread_cond_init(&p->done_cv, NULL);
   p->threads = calloc(nthreads > 1 ? nthreads - 1 : 1, sizeof(pthread_t));
   if (!p->threads) {
     free(p);
@@ -198,8 +208,8 @@ void hpool_for(hpool *p, int n, hpool_fn fn, void *ctx) {
   p->fn = fn;
   p->ctx = ctx;
   p->total = n;
-  atomic_store(&p->next, 0);
-  atomic_store(&p->active, p->n - 1);
+  atomic_store(&p->done, 0);
+  atomic_store_explicit(&p->ticket, (uint_fast64_t)(uint32_t)n << 32, memory_order_release);
   atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
   /* wakes the workers that went to sleep (taking the lock after the bump
    * means none can be between its check and its wait) */
@@ -207,9 +217,11 @@ void hpool_for(hpool *p, int n, hpool_fn fn, void *ctx) {
   pthread_cond_broadcast(&p->start);
   pthread_mutex_unlock(&p->mu);
   run_items(p, 0);
-  if (!spin_until(p, job_done, 0)) {
+  if (!spin_until(p, job_done, (unsigned long)n)) {
     pthread_mutex_lock(&p->mu);
-    while (!job_done(p, 0)) pthread_cond_wait(&p->done, &p->mu);
+    atomic_store(&p->sleeping, 1);
+    while (!job_done(p, (unsigned long)n)) pthread_cond_wait(&p->done_cv, &p->mu);
+    atomic_store(&p->sleeping, 0);
     pthread_mutex_unlock(&p->mu);
   }
   pthread_mutex_unlock(&p->run_mu);
@@ -227,6 +239,6 @@ void hpool_destroy(hpool *p) {
   pthread_mutex_destroy(&p->mu);
   pthread_mutex_destroy(&p->run_mu);
   pthread_cond_destroy(&p->start);
-  pthread_cond_destroy(&p->done);
+  pthread_cond_destroy(&p->done_cv);
   free(p);
 }
