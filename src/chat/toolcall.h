@@ -1,0 +1,147 @@
+/* toolcall.h — tool calls and reasoning parsed out of a model's generated
+ * text, per model family, as it streams.
+ *
+ * A tc_parser takes the generated text in pieces of any size (a split may
+ * fall inside a UTF-8 sequence or a marker) and reports events: content text,
+ * reasoning text, and for each tool call its name, then pieces of its
+ * arguments' JSON, then its end. Text that may be the start of a marker is
+ * held back until it is known not to be one. The same bytes give the same
+ * concatenated events whatever the split.
+ *
+ * Formats (exact syntax as parsed):
+ *   hermes       <tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call> (the key may also be
+ *                "parameters", the keys may come in any order; arguments given as a JSON string that
+ *                holds an object are accepted). Several objects may follow each other inside one block.
+ *                The body of a <tool_call> block may also be qwen3_coder's <function=...> or glm's
+ *                NAME\n<arg_key>... form: all three <tool_call> families accept all three bodies.
+ *   qwen3_coder  <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...</function>\n</tool_call>;
+ *                a bare <function=NAME>... without <tool_call> is accepted too. One newline after
+ *                <parameter=P> and one before </parameter> are not part of the value; a missing
+ *                </parameter> is tolerated before "\n<parameter=" and "\n</function>".
+ *   glm          <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>...</tool_call>
+ *                (GLM-4.5/4.6; 4.7's form without the newlines too); values are stripped of
+ *                surrounding whitespace.
+ *   llama3       a reply that starts with {"name": NAME, "parameters": {...}} ("arguments" too),
+ *                further calls after ';' or whitespace; <|python_tag|> followed by such an object.
+ *                <|python_tag|> followed by anything else (a built-in tool's code) is dropped and
+ *                the code kept as content.
+ *   mistral      [TOOL_CALLS][{"name": NAME, "arguments": {...}}, ...] (also one bare object), and
+ *                [TOOL_CALLS]NAME[ARGS]{...} (with an optional [CALL_ID]ID before [ARGS]);
+ *                reasoning [THINK]...[/THINK].
+ *   gemma4       <|tool_call>call:NAME{key:VALUE,...}<tool_call|> where a string is <|"|>...<|"|>,
+ *                objects {k:v,...} and arrays [v,...] nest, and bare values are numbers, true,
+ *                false, null (none/nil too); anything else bare is a string. Reasoning is the
+ *                thought channel <|channel>thought\n...<channel|> (the "thought\n" label dropped).
+ *   deepseek     <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+ *                <｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (R1 / V3), and V3.1's
+ *                <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>; a call without the
+ *                outer <｜tool▁calls▁begin｜> is accepted.
+ *   harmony      messages <|start|>assistant<|channel|>C ... <|message|>BODY<|end|> (the reply may
+ *                start at <|channel|>): C = analysis → reasoning, final or commentary → content, a
+ *                header with to=functions.NAME (or any to=RECIPIENT) → a call whose body is the
+ *                arguments' JSON, ended by <|call|>. <|return|> ends the reply.
+ *   none         no call syntax; <think>...</think> reasoning only.
+ * Reasoning for hermes, qwen3_coder, glm, deepseek and none is <think>...</think>.
+ *
+ * Arguments: for JSON formats the model's own JSON is passed on as it arrives (raw control
+ * characters inside its strings are escaped); for qwen3_coder, glm and gemma4 the JSON is
+ * built: {"k": v, "k2": v2} where a value that is valid JSON (number, true, false, null,
+ * object, array, string) is kept as that JSON and anything else becomes a string. A value
+ * whose first character cannot start JSON is streamed as a string while it arrives; others
+ * are sent when complete. The concatenated TC_CALL_ARGS of an ended call is always one valid
+ * JSON object text (valid UTF-8; integers of at most 18 digits, so jansson reads it with
+ * default flags).
+ *
+ * Whitespace: content and reasoning are trimmed at both ends; whitespace just before a call
+ * is dropped (so a reply that is only calls has content ""), as is whitespace between calls.
+ *
+ * Malformed calls: a start marker followed by something that cannot be a call (a body that
+ * is not JSON where JSON is due, invalid JSON, a name with spaces, more than 64 KiB before the
+ * name and arguments start) is given back as content, marker included, when nothing of the
+ * call was reported yet. Once TC_CALL_BEGIN was sent, an error in the arguments ends the call:
+ * the arguments are completed to valid JSON from the last point where that was possible
+ * (closing an open string and the open objects/arrays; a key without its value is left out)
+ * and TC_CALL_END is sent; the rest of the broken call up to its end marker is dropped (for
+ * formats without an end marker it becomes content again).
+ *
+ * Cut off (finish() inside a call): a call whose name is complete is ended, its arguments
+ * completed as above ("{}" when none had started; a value being read is taken as it stands);
+ * a call whose name is not yet complete is given back as content.
+ *
+ * Dropped, never reported: end-of-turn specials — <|eot_id|> <|eom_id|> <|im_end|> <|endoftext|>
+ * <|end_of_text|> <end_of_turn> <turn|> <｜end▁of▁sentence｜> and, outside harmony (where they
+ * are structure), <|end|> <|return|> <|call|>; also </s> (mistral, none), <eos> and
+ * <|tool_response> (gemma4, none). With tools=false call markers are plain text; with
+ * reasoning=false reasoning markers are plain text (harmony's analysis channel then becomes
+ * content, its headers are still removed). */
+#ifndef HEARTH_CHAT_TOOLCALL_H
+#define HEARTH_CHAT_TOOLCALL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/status.h"
+
+typedef enum tc_format {
+  TC_NONE = 0,    /* no tool-call syntax known: all output is text (reasoning still parsed) */
+  TC_HERMES,      /* Hermes 2/3, Qwen2.5, Qwen3 */
+  TC_QWEN3_CODER, /* Qwen3-Coder, Qwen3.5 */
+  TC_LLAMA3,      /* Llama 3.1/3.2/3.3 JSON calls */
+  TC_MISTRAL,     /* [TOOL_CALLS] in both generations */
+  TC_GEMMA4,      /* <|tool_call>call:NAME{...}<tool_call|> */
+  TC_DEEPSEEK,    /* DeepSeek R1/V3/V3.1 */
+  TC_GLM,         /* GLM-4.5+ <arg_key>/<arg_value> */
+  TC_HARMONY,     /* gpt-oss channels */
+} tc_format;
+#define TC_FORMAT_COUNT 9
+
+/* Picks the format from a chat template's source (the call syntax its tool section emits or
+ * mentions); TC_NONE when none matches or src is NULL. A template with Llama 3 headers and no
+ * other call syntax is TC_LLAMA3; functionary, firefunction and Command-R templates are TC_NONE. */
+tc_format tc_format_detect(const char *template_src);
+/* "none", "hermes", "qwen3_coder", "llama3", "mistral", "gemma4", "deepseek", "glm", "harmony". */
+const char *tc_format_name(tc_format f);
+/* The format of a name tc_format_name gives; -1 when unknown. */
+int tc_format_from_name(const char *name);
+/* Whether a rendered prompt ends inside an open reasoning block (ends with "<think>" or
+ * "[THINK]", trailing whitespace aside), so the parser must start in reasoning. */
+bool tc_prompt_opens_reasoning(const char *prompt, size_t len);
+
+typedef enum tc_event_kind { TC_TEXT, TC_REASONING, TC_CALL_BEGIN, TC_CALL_ARGS, TC_CALL_END } tc_event_kind;
+typedef struct tc_event {
+  tc_event_kind kind;
+  int index;        /* TC_CALL_*: the call's index in this reply, from 0 */
+  const char *name; /* TC_CALL_BEGIN: the function's name, NUL-terminated, borrowed for the callback */
+  const char *text; /* TC_TEXT / TC_REASONING: a delta; TC_CALL_ARGS: a piece of the arguments' JSON (borrowed) */
+  size_t len;
+} tc_event;
+/* Nonzero: stop; feed/finish return that value and the parser reports nothing more. */
+typedef int (*tc_event_fn)(void *ctx, const tc_event *ev);
+
+typedef struct tc_opts {
+  tc_format format;
+  bool tools;        /* the request offered tools: parse calls (false: tool syntax is just text) */
+  bool reasoning;    /* split reasoning (think tags, the family's reasoning channel) into TC_REASONING */
+  bool in_reasoning; /* start inside a reasoning block (tc_prompt_opens_reasoning); needs reasoning */
+} tc_opts;
+
+typedef struct tc_parser tc_parser;
+/* HEARTH_EINVAL for an unknown format. *out: tc_parser_free. */
+int tc_parser_new(const tc_opts *o, tc_parser **out, herr *err);
+/* Feeds the next piece of generated text. Events go to fn (may be NULL). Returns 0, the
+ * callback's nonzero value, or HEARTH_ENOMEM. TC_TEXT/TC_REASONING/TC_CALL_ARGS pieces never
+ * end inside a UTF-8 sequence that later bytes could complete (until finish). */
+int tc_parser_feed(tc_parser *p, const char *s, size_t n, tc_event_fn fn, void *ctx, herr *err);
+/* End of generation: ends or gives back a call in progress, flushes what was held back. */
+int tc_parser_finish(tc_parser *p, tc_event_fn fn, void *ctx, herr *err);
+int tc_parser_calls(const tc_parser *p); /* calls ended so far */
+void tc_parser_free(tc_parser *p);
+
+/* Whole-text convenience: *content (malloc'd, "" if none), *reasoning (malloc'd, NULL when
+ * there was none), *calls: a new JSON array of {"name": str, "arguments": str} (each arguments
+ * a JSON object's text). Any of the outputs may be NULL when not wanted. */
+int tc_parse_all(const tc_opts *o, const char *text, size_t len, char **content, char **reasoning, json_t **calls,
+                 herr *err);
+
+#endif
