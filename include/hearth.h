@@ -104,6 +104,7 @@ typedef struct hearth_info {
   int n_eos;
   bool has_tokenizer;
   bool has_chat_template;
+  const char *chat_template; /* borrowed: the chat template's Jinja source; NULL when none */
 } hearth_info;
 
 void hearth_model_info(const hearth_model *m, hearth_info *out);

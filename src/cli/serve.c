@@ -15,7 +15,8 @@
 
 static void serve_usage(void) {
   printf("usage: hearth serve [--model PATH] [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES] [--threads N]\n"
-         "                    [--max-batch N] [--prefill-chunk N] [--kv-cache-mem BYTES] [--memory-budget BYTES]\n\n"
+         "                    [--max-batch N] [--prefill-chunk N] [--kv-cache-mem BYTES] [--memory-budget BYTES]\n"
+         "                    [--served-model-name NAME]... [--cors ORIGIN]\n\n"
          "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/models,\n"
          "/health, /stats, /metrics, /v1 and a chat page at /. Concurrent requests are\n"
          "batched into shared forward steps (continuous batching, paged KV cache,\n"
@@ -32,11 +33,17 @@ static void serve_usage(void) {
          "                     at most 4 GiB and at most max-batch full-context requests)\n"
          "  --memory-budget BYTES  the most the KV cache may use; a request that could never\n"
          "                     fit is refused with 400 memory_admission before any work\n"
+         "  --served-model-name NAME  another name the model answers to (repeatable; '*' accepts any\n"
+         "                     name); a request naming another model gets 404 model_not_found\n"
+         "  --cors ORIGIN      let browser pages from ORIGIN ('*': any) call the API (CORS headers,\n"
+         "                     preflight answered)\n"
          "BYTES accept a K, M or G suffix (powers of 1024).\n");
 }
 
 int cli_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = getenv("HEARTH_API_KEY"), *v;
+  const char *names[64], *cors = NULL;
+  int nnames = 0;
   long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, kv_mem = 0, budget = 0;
   for (int i = 1; i < argc; i++) {
     int r;
@@ -50,6 +57,13 @@ int cli_serve(int argc, char **argv) {
       if (r < 0) return 2;
     } else if ((r = cli_opt(argc, argv, &i, "--api-key", &key))) {
       if (r < 0) return 2;
+    } else if ((r = cli_opt(argc, argv, &i, "--cors", &cors))) {
+      if (r < 0) return 2;
+    } else if ((r = cli_opt(argc, argv, &i, "--served-model-name", &v))) {
+      if (r < 0) return 2;
+      if (!v[0]) return cli_usage_error("serve", "--served-model-name must not be empty");
+      if (nnames == (int)(sizeof names / sizeof names[0])) return cli_usage_error("serve", "too many --served-model-name");
+      names[nnames++] = v;
     } else if ((r = cli_opt_int("serve", argc, argv, &i, "--port", 0, 65535, &port)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--max-body", 1, (long long)1 << 40, &max_body)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--max-batch", 1, 4096, &max_batch)) ||
@@ -92,7 +106,8 @@ int cli_serve(int argc, char **argv) {
                                    .f32_as_bf16 = cli_load_opts()->f32_as_bf16,
                                    .no_cuda_graphs = cli_load_opts()->no_cuda_graphs}};
   if (serve_engine_open_opts(model, &eo, &engine, &err)) return cli_fail("serve: %s", err.msg);
-  serve_config cfg = {.host = host, .port = (int)port, .api_key = key, .max_body = (size_t)max_body};
+  serve_config cfg = {.host = host, .port = (int)port, .api_key = key, .max_body = (size_t)max_body,
+                      .served_names = names, .n_served_names = nnames, .cors_origin = cors};
   serve_server *srv;
   if (serve_start(&srv, &engine, &cfg, &err)) {
     serve_engine_close(&engine);

@@ -211,6 +211,7 @@ void hearth_model_info(const hearth_model *hm, hearth_info *out) {
   out->n_eos = hm->n_eos;
   out->has_tokenizer = hm->tok != NULL;
   out->has_chat_template = hm->chat != NULL;
+  out->chat_template = hm->chat && hm->has_chat_src ? hm->chat_src.source : NULL;
 }
 
 static int need_tokenizer(const hearth_model *hm, herr *err) {

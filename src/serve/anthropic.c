@@ -74,58 +74,161 @@ static int bad(serve_fail *f, const char *param, const char *fmt, ...) {
 
 static int oom(serve_fail *f) { return serve_fail_set(f, 500, "api_error", NULL, NULL, "out of memory"); }
 
-/* The text of content at `where`: a string, or an array of blocks of which
- * only text blocks are accepted (their texts joined). */
-static int content_text(json_t *c, const char *where, bool system, hbuf *out, serve_fail *f) {
+static int anth_style(serve_fail *f);
+
+/* A message being assembled from one turn's blocks. */
+typedef struct turn {
+  hbuf text;
+  json_t *calls;     /* assistant tool_use blocks as tool_calls */
+  hbuf thinking;     /* assistant thinking blocks */
+} turn;
+
+static int block_type(json_t *b, const char *at, const char **t, serve_fail *f) {
+  if (!json_is_object(b)) return bad(f, at, "%s: Input should be an object with a type", at);
+  json_t *type = json_object_get(b, "type");
+  if (!json_is_string(type)) {
+    char tp[176];
+    snprintf(tp, sizeof tp, "%s.type", at);
+    return bad(f, tp, "%s: Field required (a string)", tp);
+  }
+  *t = json_string_value(type);
+  return 0;
+}
+
+/* Text of a string or of an array of text blocks (system prompts, tool results). */
+static int plain_text(json_t *c, const char *where, bool system, hbuf *out, serve_fail *f) {
   if (json_is_string(c)) {
     hbuf_append(out, json_string_value(c), json_string_length(c));
     return 0;
   }
-  if (!json_is_array(c))
-    return bad(f, where, "%s: Input should be a string or an array of %s blocks", where, system ? "text" : "content");
+  if (!json_is_array(c)) return bad(f, where, "%s: Input should be a string or an array of text blocks", where);
   size_t i;
   json_t *b;
   json_array_foreach(c, i, b) {
     char at[160];
+    const char *t;
     snprintf(at, sizeof at, "%s.%zu", where, i);
-    if (!json_is_object(b)) return bad(f, at, "%s: Input should be an object with a type", at);
-    json_t *type = json_object_get(b, "type");
-    if (!json_is_string(type)) {
+    if (block_type(b, at, &t, f)) return f->status;
+    if (strcmp(t, "text") != 0) {
+      if (!strcmp(t, "image") || !strcmp(t, "document"))
+        return bad(f, at, "%s: %s blocks are not supported: this server's models read text only", at, t);
+      return bad(f, at, "%s: %s blocks must be of type 'text', not '%.40s'", at, system ? "system" : "tool_result content", t);
+    }
+    json_t *text = json_object_get(b, "text");
+    if (!json_is_string(text)) {
       char tp[176];
-      snprintf(tp, sizeof tp, "%s.type", at);
-      return bad(f, tp, "%s: Field required (a string)", tp);
+      snprintf(tp, sizeof tp, "%s.text", at);
+      return bad(f, tp, "%s: Input should be a string", tp);
     }
-    const char *t = json_string_value(type);
-    if (strcmp(t, "text") == 0) {
-      json_t *text = json_object_get(b, "text");
-      if (!json_is_string(text)) {
-        char tp[176];
-        snprintf(tp, sizeof tp, "%s.text", at);
-        return bad(f, tp, "%s: Input should be a string", tp);
-      }
-      hbuf_append(out, json_string_value(text), json_string_length(text));
-    } else if (system) {
-      return bad(f, at, "%s: system blocks must be of type 'text', not '%.40s'", at, t);
-    } else if (!strcmp(t, "image") || !strcmp(t, "document")) {
-      return bad(f, at, "%s: %s blocks are not supported: this server's models read text only", at, t);
-    } else if (!strcmp(t, "tool_use") || !strcmp(t, "tool_result") || !strcmp(t, "server_tool_use")) {
-      return bad(f, at, "%s: %s blocks are not supported: this server does not run tools yet", at, t);
-    } else if (!strcmp(t, "thinking") || !strcmp(t, "redacted_thinking")) {
-      return bad(f, at, "%s: %s blocks are not supported: this server does not do extended thinking", at, t);
-    } else {
-      return bad(f, at, "%s: unknown content block type '%.40s' (this server accepts text blocks)", at, t);
-    }
+    if (i > 0 && !system) hbuf_puts(out, "\n");
+    hbuf_append(out, json_string_value(text), json_string_length(text));
   }
   return 0;
 }
 
-static int add_message(serve_request *r, const char *role, hbuf *text, serve_fail *f) {
+static int push_message(serve_request *r, const char *role, hbuf *text, json_t *extra /* consumed */, serve_fail *f) {
   serve_message *m = &r->messages[r->nmessages];
   m->role = strdup(role);
   m->content = hbuf_take(text);
   if (!m->content) m->content = strdup("");
+  m->extra = extra;
   r->nmessages++;
   return m->role && m->content ? 0 : oom(f);
+}
+
+/* One user or assistant turn: text, tool_use, tool_result and thinking blocks.
+ * tool_result blocks become "tool" messages ahead of the user's text. */
+static int parse_turn(serve_request *r, json_t *content, const char *rs, const char *where, serve_fail *f) {
+  bool user = !strcmp(rs, "user");
+  turn t = {0};
+  int rc = 0;
+  bool results = false;
+  if (json_is_string(content)) {
+    hbuf_append(&t.text, json_string_value(content), json_string_length(content));
+  } else if (!json_is_array(content)) {
+    return bad(f, where, "%s: Input should be a string or an array of content blocks", where);
+  } else {
+    size_t i;
+    json_t *b;
+    json_array_foreach(content, i, b) {
+      char at[160];
+      const char *ty;
+      snprintf(at, sizeof at, "%s.%zu", where, i);
+      if ((rc = block_type(b, at, &ty, f))) goto out;
+      if (!strcmp(ty, "text")) {
+        json_t *text = json_object_get(b, "text");
+        if (!json_is_string(text)) {
+          char tp[176];
+          snprintf(tp, sizeof tp, "%s.text", at);
+          rc = bad(f, tp, "%s: Input should be a string", tp);
+          goto out;
+        }
+        hbuf_append(&t.text, json_string_value(text), json_string_length(text));
+      } else if (!strcmp(ty, "image") || !strcmp(ty, "document")) {
+        rc = bad(f, at, "%s: %s blocks are not supported: this server's models read text only", at, ty);
+        goto out;
+      } else if (!strcmp(ty, "tool_use") && !user) {
+        json_t *id = json_object_get(b, "id"), *name = json_object_get(b, "name"), *input = json_object_get(b, "input");
+        if (!json_is_string(id) || !json_is_string(name) || (input && !json_is_object(input))) {
+          rc = bad(f, at, "%s: a tool_use block has a string id, a string name and an object input", at);
+          goto out;
+        }
+        json_t *fn = json_pack("{s:O, s:o}", "name", name, "arguments", input ? json_incref(input) : json_object());
+        if (!t.calls) t.calls = json_array();
+        json_array_append_new(t.calls, json_pack("{s:O, s:s, s:o}", "id", id, "type", "function", "function", fn));
+      } else if (!strcmp(ty, "tool_result") && user) {
+        json_t *id = json_object_get(b, "tool_use_id");
+        if (!json_is_string(id)) {
+          rc = bad(f, at, "%s: tool_use_id is required (a string)", at);
+          goto out;
+        }
+        hbuf res = {0};
+        json_t *c = json_object_get(b, "content");
+        char cat[176];
+        snprintf(cat, sizeof cat, "%s.content", at);
+        if (c && !json_is_null(c) && (rc = plain_text(c, cat, false, &res, f))) {
+          hbuf_free(&res);
+          goto out;
+        }
+        if (json_is_true(json_object_get(b, "is_error"))) {
+          hbuf e = {0};
+          hbuf_puts(&e, "Error: ");
+          hbuf_append(&e, res.data, res.len);
+          hbuf_free(&res);
+          res = e;
+        }
+        if ((rc = push_message(r, "tool", &res, json_pack("{s:O}", "tool_call_id", id), f))) {
+          hbuf_free(&res);
+          goto out;
+        }
+        results = true;
+      } else if ((!strcmp(ty, "thinking") || !strcmp(ty, "redacted_thinking")) && !user) {
+        json_t *th = json_object_get(b, "thinking");
+        if (json_is_string(th)) hbuf_append(&t.thinking, json_string_value(th), json_string_length(th));
+      } else {
+        rc = bad(f, at, "%s: a %s message cannot hold a '%.40s' block", at, rs, ty);
+        goto out;
+      }
+    }
+  }
+  if (t.text.oom || t.thinking.oom) {
+    rc = oom(f);
+    goto out;
+  }
+  /* a user turn of only tool results has no text message of its own */
+  if (!(results && t.text.len == 0)) {
+    json_t *extra = NULL;
+    if (t.calls || t.thinking.len) extra = json_object();
+    if (t.calls) json_object_set_new(extra, "tool_calls", t.calls);
+    t.calls = NULL;
+    if (t.thinking.len) json_object_set_new(extra, "reasoning_content", text_json(t.thinking.data, t.thinking.len));
+    rc = push_message(r, rs, &t.text, extra, f);
+  }
+out:
+  hbuf_free(&t.text);
+  hbuf_free(&t.thinking);
+  json_decref(t.calls);
+  return rc;
 }
 
 static int parse_messages(json_t *root, serve_request *r, serve_fail *f) {
@@ -136,20 +239,23 @@ static int parse_messages(json_t *root, serve_request *r, serve_fail *f) {
   size_t n = json_array_size(msgs);
   if (n == 0) return bad(f, "messages", "messages: at least one message is required");
   if (n > MAX_MESSAGES) return bad(f, "messages", "messages: too many entries (at most %d)", MAX_MESSAGES);
-  r->messages = calloc(n + 1, sizeof *r->messages);
+  size_t cap = 1; /* the system prompt; each message its own and one per tool_result block */
+  for (size_t i = 0; i < n; i++) {
+    json_t *c = json_object_get(json_array_get(msgs, i), "content");
+    cap += 1 + (json_is_array(c) ? json_array_size(c) : 0);
+  }
+  r->messages = calloc(cap, sizeof *r->messages);
   if (!r->messages) return oom(f);
   hbuf text = {0};
   int rc = 0;
   if (sys) {
-    if ((rc = content_text(sys, "system", true, &text, f))) goto out;
+    if ((rc = plain_text(sys, "system", true, &text, f))) goto out;
     if (text.oom) {
       rc = oom(f);
       goto out;
     }
-    if ((rc = add_message(r, "system", &text, f))) goto out;
+    if ((rc = push_message(r, "system", &text, NULL, f))) goto out;
   }
-  /* Consecutive turns of one role are combined into one, as Anthropic does. */
-  const char *prev = NULL;
   for (size_t i = 0; i < n; i++) {
     json_t *m = json_array_get(msgs, i);
     char at[96];
@@ -176,40 +282,94 @@ static int parse_messages(json_t *root, serve_request *r, serve_fail *f) {
       rc = bad(f, at, "%s: Field required", at);
       goto out;
     }
-    bool merge = prev && strcmp(prev, rs) == 0;
-    if (merge) {
-      serve_message *last = &r->messages[r->nmessages - 1];
-      hbuf_puts(&text, last->content);
-      hbuf_puts(&text, "\n\n");
-      free(last->content);
-      free(last->role);
-      r->nmessages--;
+    int before = r->nmessages;
+    if ((rc = parse_turn(r, content, rs, at, f))) goto out;
+    /* Consecutive plain turns of one role are combined into one, as Anthropic does. */
+    if (r->nmessages == before + 1 && before > 0) {
+      serve_message *prev = &r->messages[before - 1], *cur = &r->messages[before];
+      if (!strcmp(prev->role, cur->role) && !prev->extra && !cur->extra) {
+        hbuf_puts(&text, prev->content);
+        hbuf_puts(&text, "\n\n");
+        hbuf_puts(&text, cur->content);
+        if (text.oom) {
+          rc = oom(f);
+          goto out;
+        }
+        free(prev->content);
+        prev->content = hbuf_take(&text);
+        free(cur->role);
+        free(cur->content);
+        memset(cur, 0, sizeof *cur);
+        r->nmessages--;
+      }
     }
-    if ((rc = content_text(content, at, false, &text, f))) goto out;
-    if (text.oom) {
-      rc = oom(f);
-      goto out;
-    }
-    if ((rc = add_message(r, rs, &text, f))) goto out;
-    prev = r->messages[r->nmessages - 1].role;
   }
 out:
   hbuf_free(&text);
   return rc;
 }
 
-/* Fields of the request this server does not do: refused, not silently dropped. */
-static int refuse_unsupported(json_t *root, serve_fail *f) {
+/* tools ([{name, description, input_schema}]), tool_choice ({type: auto | any
+ * | tool | none, name}) and thinking ({type: enabled, budget_tokens} |
+ * {type: disabled}: the template's enable_thinking). */
+static int parse_tools(json_t *root, serve_request *r, serve_fail *f) {
   json_t *tools = serve_json_field(root, "tools");
-  if (tools && !json_is_array(tools)) return bad(f, "tools", "tools: Input should be an array");
-  if (tools && json_array_size(tools) > 0)
-    return bad(f, "tools", "tools: tool use is not supported by this server yet");
+  if (tools) {
+    if (!json_is_array(tools)) return bad(f, "tools", "tools: Input should be an array");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+      char at[64];
+      snprintf(at, sizeof at, "tools.%zu", i);
+      json_t *name = json_is_object(t) ? json_object_get(t, "name") : NULL;
+      json_t *type = json_is_object(t) ? json_object_get(t, "type") : NULL;
+      if (type && !json_is_null(type) && (!json_is_string(type) || strcmp(json_string_value(type), "custom")))
+        return bad(f, at, "%s: tools of type '%.40s' are not supported: this server calls client tools (name, "
+                   "description, input_schema)", at, json_is_string(type) ? json_string_value(type) : "?");
+      if (!json_is_string(name)) return bad(f, at, "%s: name is required (a string)", at);
+      json_t *schema = json_object_get(t, "input_schema");
+      if (!json_is_object(schema)) return bad(f, at, "%s: input_schema is required (a JSON Schema object)", at);
+      if (serve_tool_add(r, json_string_value(name), json_object_get(t, "description"), schema, at, f))
+        return anth_style(f);
+    }
+  }
+  json_t *tc = serve_json_field(root, "tool_choice");
+  if (tc) {
+    json_t *type = json_is_object(tc) ? json_object_get(tc, "type") : NULL;
+    if (!json_is_string(type)) return bad(f, "tool_choice", "tool_choice: Input should be an object with a type");
+    const char *v = json_string_value(type);
+    if (!strcmp(v, "auto")) {
+      r->tool_choice = SERVE_TOOLS_AUTO;
+    } else if (!strcmp(v, "none")) {
+      r->tool_choice = SERVE_TOOLS_NONE;
+    } else if (!strcmp(v, "any")) {
+      r->tool_choice = SERVE_TOOLS_REQUIRED;
+    } else if (!strcmp(v, "tool")) {
+      json_t *name = json_object_get(tc, "name");
+      if (!json_is_string(name)) return bad(f, "tool_choice", "tool_choice: name is required for type 'tool'");
+      r->tool_choice = SERVE_TOOLS_NAMED;
+      r->tool_name = strdup(json_string_value(name));
+      if (!r->tool_name) return oom(f);
+      if (!r->tools || !serve_tool_known(r, r->tool_name))
+        return bad(f, "tool_choice", "tool_choice: '%.80s' is not among the tools", r->tool_name);
+    } else {
+      return bad(f, "tool_choice", "tool_choice: type should be 'auto', 'any', 'tool' or 'none'");
+    }
+    if (r->tool_choice == SERVE_TOOLS_REQUIRED && !r->tools)
+      return bad(f, "tool_choice", "tool_choice: 'any' needs tools");
+  }
   json_t *th = serve_json_field(root, "thinking");
   if (th) {
-    if (!json_is_object(th)) return bad(f, "thinking", "thinking: Input should be an object");
-    json_t *t = json_object_get(th, "type");
-    if (!json_is_string(t) || strcmp(json_string_value(t), "disabled") != 0)
-      return bad(f, "thinking", "thinking: extended thinking is not supported by this server");
+    json_t *t = json_is_object(th) ? json_object_get(th, "type") : NULL;
+    if (!json_is_string(t) || (strcmp(json_string_value(t), "enabled") && strcmp(json_string_value(t), "disabled")))
+      return bad(f, "thinking", "thinking: Input should be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}");
+    bool on = !strcmp(json_string_value(t), "enabled");
+    if (on) {
+      json_t *budget = json_object_get(th, "budget_tokens");
+      if (!json_is_integer(budget) || json_integer_value(budget) < 1)
+        return bad(f, "thinking", "thinking: budget_tokens is required (a positive integer)");
+    }
+    r->template_kwargs = json_pack("{s:b}", "enable_thinking", on);
   }
   json_t *md = serve_json_field(root, "metadata");
   if (md && !json_is_object(md)) return bad(f, "metadata", "metadata: Input should be an object");
@@ -269,7 +429,7 @@ int anth_request_parse(const char *body, size_t len, bool count_only, serve_requ
     goto out;
   }
   if ((rc = parse_messages(root, req, f))) goto out;
-  if ((rc = refuse_unsupported(root, f))) goto out;
+  if ((rc = parse_tools(root, req, f))) goto out;
   if (!count_only) rc = parse_sampling(root, &req->sampling, f);
 out:
   json_decref(root);
@@ -296,13 +456,159 @@ void anth_reply_init(anth_reply *r, const char *model, uint64_t id_seed, char *c
   *p = 0;
 }
 
-void anth_reply_free(anth_reply *r) { hbuf_free(&r->text); }
+void anth_reply_free(anth_reply *r) {
+  hbuf_free(&r->text);
+  tc_parser_free(r->tc);
+  r->tc = NULL;
+  json_decref(r->blocks);
+  json_decref(r->block);
+  r->blocks = r->block = NULL;
+  hbuf_free(&r->cur);
+}
 
-void anth_reply_add(anth_reply *r, const serve_token *tok) { hbuf_append(&r->text, tok->text, tok->len); }
+int anth_reply_parse(anth_reply *r, const tc_opts *o, herr *err) {
+  if (tc_parser_new(o, &r->tc, err)) return err ? err->code : HEARTH_EINTERNAL;
+  r->blocks = json_array();
+  r->open = -1;
+  r->seed = hmix64((uint64_t)(uintptr_t)r ^ (uint64_t)r->id[7] << 8 ^ (uint64_t)r->id[9]);
+  return r->blocks ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
+}
 
 const char *anth_stop_reason(const serve_result *res) {
   if (res->finish == SERVE_FINISH_LENGTH) return "max_tokens";
   return res->stop_index >= 0 ? "stop_sequence" : "end_turn";
+}
+
+static const char *reply_stop_reason(const anth_reply *r, const serve_result *res) {
+  if (r->ncalls > 0 && res->finish != SERVE_FINISH_LENGTH) return "tool_use";
+  return anth_stop_reason(res);
+}
+
+static json_t *typed(const char *type);
+static void event(const char *name, json_t *data /* consumed */, hbuf *out);
+
+/* "toolu_01" and 22 letters and digits. */
+static json_t *tool_use_id(anth_reply *r) {
+  static const char al[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  char id[40] = "toolu_01";
+  uint64_t x = hmix64(r->seed + (uint64_t)r->ncalls * HMIX64_GAMMA);
+  for (int i = 0; i < 22; i++) {
+    if (i == 11) x = hmix64(x ^ r->seed);
+    id[8 + i] = al[x % 62];
+    x /= 62;
+  }
+  id[30] = 0;
+  return json_string(id);
+}
+
+/* Closes the open block: a stream says content_block_stop; a whole reply
+ * fills in the block's text, thinking or input and keeps it. */
+static void block_close(anth_reply *r) {
+  if (r->open < 0) return;
+  if (r->sse) {
+    json_t *cbs = typed("content_block_stop");
+    json_object_set_new(cbs, "index", json_integer(r->index - 1));
+    event("content_block_stop", cbs, r->sse);
+  } else if (r->block) {
+    if (r->open == TC_TEXT) {
+      json_object_set_new(r->block, "text", text_json(r->cur.data, r->cur.len));
+    } else if (r->open == TC_REASONING) {
+      json_object_set_new(r->block, "thinking", text_json(r->cur.data, r->cur.len));
+    } else {
+      json_t *input = json_loadb(r->cur.data ? r->cur.data : "", r->cur.len, 0, NULL);
+      json_object_set_new(r->block, "input", json_is_object(input) ? input : json_object());
+      if (input && !json_is_object(input)) json_decref(input);
+    }
+    json_array_append_new(r->blocks, r->block);
+    r->block = NULL;
+  }
+  hbuf_clear(&r->cur);
+  r->open = -1;
+}
+
+/* Opens a block of `kind` (block: its start object, consumed). */
+static void block_open(anth_reply *r, int kind, json_t *block) {
+  block_close(r);
+  r->open = kind;
+  if (r->sse) {
+    json_t *cbs = typed("content_block_start");
+    json_object_set_new(cbs, "index", json_integer(r->index));
+    json_object_set_new(cbs, "content_block", block);
+    event("content_block_start", cbs, r->sse);
+    if (r->ping_due) event("ping", typed("ping"), r->sse);
+    r->ping_due = false;
+  } else {
+    r->block = block;
+  }
+  r->index++;
+}
+
+static void block_delta(anth_reply *r, const char *type, const char *key, const char *s, size_t n) {
+  if (!r->sse) {
+    hbuf_append(&r->cur, s, n);
+    return;
+  }
+  json_t *d = typed("content_block_delta");
+  json_object_set_new(d, "index", json_integer(r->index - 1));
+  json_t *delta = typed(type);
+  json_object_set_new(delta, key, text_json(s, n));
+  json_object_set_new(d, "delta", delta);
+  event("content_block_delta", d, r->sse);
+}
+
+static int on_event(void *ctx, const tc_event *ev) {
+  anth_reply *r = ctx;
+  switch (ev->kind) {
+  case TC_TEXT:
+    if (ev->len == 0) break;
+    if (r->open != TC_TEXT) {
+      json_t *b = typed("text");
+      json_object_set_new(b, "text", json_string(""));
+      block_open(r, TC_TEXT, b);
+    }
+    block_delta(r, "text_delta", "text", ev->text, ev->len);
+    break;
+  case TC_REASONING:
+    if (ev->len == 0) break;
+    if (r->open != TC_REASONING) {
+      json_t *b = typed("thinking");
+      json_object_set_new(b, "thinking", json_string(""));
+      json_object_set_new(b, "signature", json_string(""));
+      block_open(r, TC_REASONING, b);
+    }
+    block_delta(r, "thinking_delta", "thinking", ev->text, ev->len);
+    break;
+  case TC_CALL_BEGIN: {
+    json_t *b = typed("tool_use");
+    json_object_set_new(b, "id", tool_use_id(r));
+    json_object_set_new(b, "name", text_json(ev->name, strlen(ev->name)));
+    json_object_set_new(b, "input", json_object());
+    r->ncalls++;
+    block_open(r, TC_CALL_BEGIN, b);
+    break;
+  }
+  case TC_CALL_ARGS:
+    if (ev->len) block_delta(r, "input_json_delta", "partial_json", ev->text, ev->len);
+    break;
+  case TC_CALL_END: block_close(r); break;
+  }
+  return 0;
+}
+
+static void tc_end(anth_reply *r) {
+  if (!r->tc || r->tc_done) return;
+  r->tc_done = true;
+  tc_parser_finish(r->tc, on_event, r, NULL);
+  block_close(r);
+}
+
+void anth_reply_add(anth_reply *r, const serve_token *tok) {
+  if (!r->tc) {
+    hbuf_append(&r->text, tok->text, tok->len);
+    return;
+  }
+  if (!r->tc_done) tc_parser_feed(r->tc, tok->text, tok->len, on_event, r, NULL);
+  if (tok->flush) tc_end(r);
 }
 
 static json_t *stop_sequence(const anth_reply *r, const serve_result *res) {
@@ -357,9 +663,16 @@ static void dump_to(json_t *j, hbuf *out) {
 }
 
 void anth_reply_body(anth_reply *r, const serve_result *res, hbuf *out) {
-  json_t *content = json_array();
-  json_array_append_new(content, text_block(r->text.data, r->text.len));
-  dump_to(message(r, content, json_string(anth_stop_reason(res)), stop_sequence(r, res), result_usage(res)), out);
+  json_t *content;
+  if (r->tc) {
+    tc_end(r);
+    content = json_incref(r->blocks);
+    if (json_array_size(content) == 0) json_array_append_new(content, text_block("", 0));
+  } else {
+    content = json_array();
+    json_array_append_new(content, text_block(r->text.data, r->text.len));
+  }
+  dump_to(message(r, content, json_string(reply_stop_reason(r, res)), stop_sequence(r, res), result_usage(res)), out);
 }
 
 static void event(const char *name, json_t *data /* consumed */, hbuf *out) {
@@ -378,6 +691,10 @@ void anth_sse_start(anth_reply *r, int64_t input_tokens, hbuf *out) {
   json_t *ms = typed("message_start");
   json_object_set_new(ms, "message", message(r, NULL, json_null(), json_null(), usage_json(input_tokens, 0, 0)));
   event("message_start", ms, out);
+  if (r->tc) { /* blocks open as the output shows what they are */
+    r->ping_due = true;
+    return;
+  }
   json_t *cbs = typed("content_block_start");
   json_object_set_new(cbs, "index", json_integer(0));
   json_object_set_new(cbs, "content_block", text_block("", 0));
@@ -386,7 +703,13 @@ void anth_sse_start(anth_reply *r, int64_t input_tokens, hbuf *out) {
 }
 
 void anth_sse_token(anth_reply *r, const serve_token *tok, hbuf *out) {
-  (void)r;
+  if (r->tc) {
+    r->sse = out;
+    if (!r->tc_done) tc_parser_feed(r->tc, tok->text, tok->len, on_event, r, NULL);
+    if (tok->flush) tc_end(r);
+    r->sse = NULL;
+    return;
+  }
   if (tok->len == 0) return;
   json_t *d = typed("content_block_delta");
   json_object_set_new(d, "index", json_integer(0));
@@ -397,12 +720,24 @@ void anth_sse_token(anth_reply *r, const serve_token *tok, hbuf *out) {
 }
 
 void anth_sse_finish(anth_reply *r, const serve_result *res, hbuf *out) {
-  json_t *cbs = typed("content_block_stop");
-  json_object_set_new(cbs, "index", json_integer(0));
-  event("content_block_stop", cbs, out);
+  if (r->tc) {
+    r->sse = out;
+    tc_end(r);
+    if (r->index == 0) { /* nothing came: one empty text block, as without a parser */
+      json_t *b = typed("text");
+      json_object_set_new(b, "text", json_string(""));
+      block_open(r, TC_TEXT, b);
+      block_close(r);
+    }
+    r->sse = NULL;
+  } else {
+    json_t *cbs = typed("content_block_stop");
+    json_object_set_new(cbs, "index", json_integer(0));
+    event("content_block_stop", cbs, out);
+  }
   json_t *md = typed("message_delta");
   json_t *delta = json_object();
-  json_object_set_new(delta, "stop_reason", json_string(anth_stop_reason(res)));
+  json_object_set_new(delta, "stop_reason", json_string(reply_stop_reason(r, res)));
   json_object_set_new(delta, "stop_sequence", stop_sequence(r, res));
   json_object_set_new(md, "delta", delta);
   json_object_set_new(md, "usage", result_usage(res));

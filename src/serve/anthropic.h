@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "base/buf.h"
+#include "chat/toolcall.h"
 #include "serve/engine.h"
 #include "serve/request.h"
 
@@ -28,7 +29,8 @@ const char *anth_error_type(int status);
 /* {"type":"error","error":{"type":…,"message":…}} (malloc'd; NULL on out of memory). */
 char *anth_fail_json(const serve_fail *f);
 
-/* "end_turn", "max_tokens" or "stop_sequence" (when a stop sequence ended it). */
+/* "end_turn", "max_tokens" or "stop_sequence" (when a stop sequence ended it);
+ * anth_reply_stop_reason also "tool_use" when the reply called a tool. */
 const char *anth_stop_reason(const serve_result *res);
 
 typedef struct anth_reply {
@@ -37,7 +39,24 @@ typedef struct anth_reply {
   char *const *stop;      /* borrowed: the request's stop sequences, to name the one that matched */
   int nstop;
   hbuf text;              /* owned: the text so far (whole responses) */
+  /* with tools or reasoning: the output split by a tool-call parser into
+   * thinking, text and tool_use blocks, opened as they come */
+  tc_parser *tc;          /* owned; NULL: one text block */
+  bool tc_done;
+  json_t *blocks;         /* owned: the finished blocks (whole responses) */
+  int open;               /* the open block's kind: -1 none, else a tc_event_kind (TC_TEXT, TC_REASONING, TC_CALL_BEGIN) */
+  int index;              /* stream: blocks started so far */
+  json_t *block;          /* owned: the open block (whole responses) */
+  hbuf cur;               /* owned: the open block's text, thinking or input JSON */
+  int ncalls;
+  uint64_t seed;          /* makes tool_use ids */
+  bool ping_due;          /* stream: the ping follows the first content_block_start */
+  hbuf *sse;              /* a stream's output while events are formatted */
 } anth_reply;
+
+/* Splits the output into thinking, text and tool_use blocks with a parser of
+ * o's format (before the first token). */
+int anth_reply_parse(anth_reply *r, const tc_opts *o, herr *err);
 
 /* id_seed makes the id unique (any varying number). stop/nstop: the request's
  * stop sequences (borrowed; they must outlive the reply). */

@@ -10,13 +10,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "base/status.h"
 
 /* One chat message, content already flattened to text. */
 typedef struct serve_message {
   char *role;    /* owned */
   char *content; /* owned, never NULL ("" for an empty or null content) */
+  json_t *extra; /* owned, may be NULL: further keys the template sees (tool_calls with
+                  * arguments as objects, tool_call_id, name, reasoning_content) */
 } serve_message;
+
+/* What a chat is rendered with besides its messages (all borrowed, may be NULL). */
+typedef struct serve_chat_opts {
+  const json_t *tools;  /* the request's tools, [{"type":"function","function":{...}}] */
+  const json_t *kwargs; /* further template variables (enable_thinking, reasoning_effort, ...) */
+} serve_chat_opts;
 
 typedef struct serve_logit_bias {
   int32_t token;
@@ -38,6 +48,7 @@ typedef struct serve_sampling {
   int nbias;
   int top_logprobs; /* how many alternatives per token when logprobs is on */
   bool logprobs;
+  bool keep_special; /* special tokens stay in the text (tool-call and reasoning markers are parsed from it) */
 } serve_sampling;
 
 /* One alternative token and its log-probability. */
@@ -93,9 +104,12 @@ typedef struct serve_engine {
   int64_t vocab_size;   /* token ids are below this; 0: unknown */
   int64_t created;      /* unix time the model was loaded */
   bool thread_safe;     /* false: the server runs one generation at a time */
+  int tool_format;      /* the chat template's tool-call syntax (tc_format of chat/toolcall.h; 0: none) */
+  bool reasoning;       /* the template knows reasoning blocks: they are split from the content */
   /* Renders messages with the chat template (generation prompt appended) into
-   * a malloc'd string *prompt (caller frees). */
-  int (*render_chat)(void *impl, const serve_message *msgs, int nmsgs, char **prompt, herr *err);
+   * a malloc'd string *prompt (caller frees). o may be NULL. */
+  int (*render_chat)(void *impl, const serve_message *msgs, int nmsgs, const serve_chat_opts *o, char **prompt,
+                     herr *err);
   /* Number of tokens the prompt encodes to (raw: a completion prompt, which
    * gets the model's BOS the way hearth_generate would add it). */
   int (*count_tokens)(void *impl, const char *prompt, bool raw, int64_t *n, herr *err);

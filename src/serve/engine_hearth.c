@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "chat/toolcall.h"
 #include "hearth.h"
 #include "serve/engine.h"
 
@@ -41,7 +42,8 @@ static void scrub_path(char *msg, size_t cap, const char *path) {
   snprintf(msg, cap, "%s", out);
 }
 
-static int render_chat(void *impl, const serve_message *msgs, int nmsgs, char **prompt, herr *err) {
+static int render_chat(void *impl, const serve_message *msgs, int nmsgs, const serve_chat_opts *o, char **prompt,
+                       herr *err) {
   hearth_engine *h = impl;
   json_t *arr = json_array();
   for (int i = 0; i < nmsgs; i++) {
@@ -54,15 +56,25 @@ static int render_chat(void *impl, const serve_message *msgs, int nmsgs, char **
       return herr_set(err, HEARTH_EINVAL, "messages[%d].content is not valid UTF-8", i);
     }
     json_object_set_new(m, "content", c);
+    if (msgs[i].extra) json_object_update(m, msgs[i].extra);
     json_array_append_new(arr, m);
   }
   char *js = json_dumps(arr, JSON_COMPACT);
   json_decref(arr);
-  if (!js) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  char *tools = o && o->tools ? json_dumps(o->tools, JSON_COMPACT) : NULL;
+  char *kwargs = o && o->kwargs ? json_dumps(o->kwargs, JSON_COMPACT) : NULL;
+  if (!js || (o && o->tools && !tools) || (o && o->kwargs && !kwargs)) {
+    free(js);
+    free(tools);
+    free(kwargs);
+    return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  }
   char *text = NULL;
   hearth_error e = {0};
-  int rc = hearth_chat_render(h->model, js, NULL, true, NULL, &text, &e);
+  int rc = hearth_chat_render(h->model, js, tools, true, kwargs, &text, &e);
   free(js);
+  free(tools);
+  free(kwargs);
   if (rc) {
     rc = copy_err(err, &e);
     if (err) scrub_path(err->msg, sizeof err->msg, h->info.path);
@@ -71,6 +83,14 @@ static int render_chat(void *impl, const serve_message *msgs, int nmsgs, char **
   *prompt = strdup(text);
   hearth_free(text);
   return *prompt ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
+}
+
+/* Whether a chat template writes reasoning blocks the output may hold:
+ * <think> (Qwen3, DeepSeek-R1, GLM), the harmony analysis channel (gpt-oss),
+ * Gemma 4's thought channel. */
+static bool template_reasons(const char *src) {
+  return src && (strstr(src, "<think>") || strstr(src, "reasoning_content") || strstr(src, "<|channel|>analysis") ||
+                 strstr(src, "<|channel>"));
 }
 
 static int count_tokens(void *impl, const char *prompt, bool raw, int64_t *n, herr *err) {
@@ -142,6 +162,7 @@ static int generate(void *impl, const char *prompt, bool raw, const serve_sampli
   p.n_logit_bias = s->nbias;
   p.logprobs = s->logprobs;
   p.top_logprobs = s->top_logprobs;
+  p.skip_special = !s->keep_special;
   p.cancel = cancel;
   hearth_prompt hp = {.text = prompt, .text_len = strlen(prompt), .add_special = raw};
   relay r = {fn, ctx};
@@ -231,6 +252,8 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   out->vocab_size = h->info.vocab_size;
   out->created = (int64_t)time(NULL);
   out->thread_safe = true; /* the library's scheduler batches concurrent generations */
+  out->tool_format = h->info.chat_template ? (int)tc_format_detect(h->info.chat_template) : TC_NONE;
+  out->reasoning = template_reasons(h->info.chat_template);
   out->render_chat = render_chat;
   out->count_tokens = count_tokens;
   out->generate = generate;

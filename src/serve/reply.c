@@ -42,6 +42,39 @@ void serve_reply_free(serve_reply *r) {
   hbuf_free(&r->text);
   json_decref(r->lp);
   r->lp = NULL;
+  tc_parser_free(r->tc);
+  r->tc = NULL;
+  hbuf_free(&r->reasoning);
+  hbuf_free(&r->args);
+  json_decref(r->calls);
+  r->calls = NULL;
+  json_decref(r->sse_lp);
+  r->sse_lp = NULL;
+}
+
+int serve_reply_parse(serve_reply *r, const tc_opts *o, herr *err) {
+  if (tc_parser_new(o, &r->tc, err)) return err ? err->code : HEARTH_EINTERNAL;
+  r->calls = json_array();
+  r->call_seed = mix64((uint64_t)r->created ^ (uint64_t)(uintptr_t)r);
+  return r->calls ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
+}
+
+const char *serve_reply_finish_name(const serve_reply *r, serve_finish f) {
+  return r->ncalls > 0 && f != SERVE_FINISH_LENGTH ? "tool_calls" : serve_finish_name(f);
+}
+
+/* "call_" and 24 letters and digits, unique per reply and call. */
+static json_t *call_id(serve_reply *r) {
+  static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  char id[32] = "call_";
+  uint64_t x = mix64(r->call_seed + (uint64_t)r->ncalls * HMIX64_GAMMA);
+  for (int i = 0; i < 24; i++) {
+    if (i == 12) x = mix64(x);
+    id[5 + i] = al[x % 62];
+    x /= 62;
+  }
+  id[29] = 0;
+  return json_string(id);
 }
 
 void serve_utf8_clean(const char *s, size_t n, hbuf *out) {
@@ -119,10 +152,51 @@ static json_t *completion_logprobs_new(void) {
   return o;
 }
 
+/* Whole responses: the parser's events gathered into text, reasoning and calls. */
+static int whole_event(void *ctx, const tc_event *ev) {
+  serve_reply *r = ctx;
+  switch (ev->kind) {
+  case TC_TEXT: hbuf_append(&r->text, ev->text, ev->len); break;
+  case TC_REASONING: hbuf_append(&r->reasoning, ev->text, ev->len); break;
+  case TC_CALL_BEGIN: {
+    json_t *fn = json_object();
+    json_object_set_new(fn, "name", text_json(ev->name, strlen(ev->name)));
+    json_t *c = json_object();
+    json_object_set_new(c, "id", call_id(r));
+    json_object_set_new(c, "type", json_string("function"));
+    json_object_set_new(c, "function", fn);
+    json_array_append_new(r->calls, c);
+    r->ncalls++;
+    hbuf_clear(&r->args);
+    break;
+  }
+  case TC_CALL_ARGS: hbuf_append(&r->args, ev->text, ev->len); break;
+  case TC_CALL_END: {
+    json_t *c = json_array_get(r->calls, json_array_size(r->calls) - 1);
+    if (c) json_object_set_new(json_object_get(c, "function"), "arguments", text_json(hbuf_str(&r->args), r->args.len));
+    hbuf_clear(&r->args);
+    break;
+  }
+  }
+  return 0;
+}
+
+/* Ends the parser once (the engine's last step, or the reply's end). */
+static void tc_end(serve_reply *r, tc_event_fn fn) {
+  if (!r->tc || r->tc_done) return;
+  r->tc_done = true;
+  tc_parser_finish(r->tc, fn, r, NULL);
+}
+
 void serve_reply_add(serve_reply *r, const serve_token *tok) {
   if (r->logprobs && r->lp && !tok->flush) {
     if (r->kind == SERVE_CHAT) json_array_append_new(r->lp, chat_logprob_entry(tok));
     else completion_logprob_add(r->lp, tok, r->text.len);
+  }
+  if (r->tc) {
+    if (!r->tc_done) tc_parser_feed(r->tc, tok->text, tok->len, whole_event, r, NULL);
+    if (tok->flush) tc_end(r, whole_event);
+    return;
   }
   hbuf_append(&r->text, tok->text, tok->len);
 }
@@ -162,10 +236,19 @@ void serve_reply_body(serve_reply *r, const serve_result *res, hbuf *out) {
   json_object_set_new(choice, "index", json_integer(0));
   json_t *text = text_json(r->text.data ? r->text.data : "", r->text.len);
   if (chat) {
+    tc_end(r, whole_event);
+    json_decref(text);
+    text = text_json(r->text.data ? r->text.data : "", r->text.len);
     json_t *msg = json_object();
     json_object_set_new(msg, "role", json_string("assistant"));
+    if (r->ncalls > 0 && r->text.len == 0) {
+      json_decref(text);
+      text = json_null();
+    }
     json_object_set_new(msg, "content", text);
     json_object_set_new(msg, "refusal", json_null());
+    if (r->reasoning.len) json_object_set_new(msg, "reasoning_content", text_json(r->reasoning.data, r->reasoning.len));
+    if (r->ncalls > 0) json_object_set(msg, "tool_calls", r->calls);
     json_object_set_new(choice, "message", msg);
     if (r->logprobs && r->lp) {
       json_t *lp = json_object();
@@ -179,7 +262,7 @@ void serve_reply_body(serve_reply *r, const serve_result *res, hbuf *out) {
     json_object_set_new(choice, "text", text);
     json_object_set(choice, "logprobs", r->logprobs && r->lp ? r->lp : json_null());
   }
-  json_object_set_new(choice, "finish_reason", json_string(serve_finish_name(res->finish)));
+  json_object_set_new(choice, "finish_reason", json_string(serve_reply_finish_name(r, res->finish)));
   json_t *choices = json_array();
   json_array_append_new(choices, choice);
   json_object_set_new(o, "choices", choices);
@@ -228,7 +311,79 @@ static json_t *text_value(const serve_reply *r, const char *s, size_t n) {
   return delta;
 }
 
+/* Streams: each parser event becomes a chunk; the step's logprobs ride on its first. */
+static int sse_event(void *ctx, const tc_event *ev) {
+  serve_reply *r = ctx;
+  json_t *delta = json_object();
+  switch (ev->kind) {
+  case TC_TEXT:
+  case TC_REASONING:
+    if (ev->len == 0) {
+      json_decref(delta);
+      return 0;
+    }
+    json_object_set_new(delta, ev->kind == TC_TEXT ? "content" : "reasoning_content", text_json(ev->text, ev->len));
+    break;
+  case TC_CALL_BEGIN: {
+    json_t *fn = json_object();
+    json_object_set_new(fn, "name", text_json(ev->name, strlen(ev->name)));
+    json_object_set_new(fn, "arguments", json_string(""));
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(ev->index));
+    json_object_set_new(c, "id", call_id(r));
+    json_object_set_new(c, "type", json_string("function"));
+    json_object_set_new(c, "function", fn);
+    json_t *calls = json_array();
+    json_array_append_new(calls, c);
+    json_object_set_new(delta, "tool_calls", calls);
+    r->ncalls++;
+    break;
+  }
+  case TC_CALL_ARGS: {
+    if (ev->len == 0) {
+      json_decref(delta);
+      return 0;
+    }
+    json_t *fn = json_object();
+    json_object_set_new(fn, "arguments", text_json(ev->text, ev->len));
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(ev->index));
+    json_object_set_new(c, "function", fn);
+    json_t *calls = json_array();
+    json_array_append_new(calls, c);
+    json_object_set_new(delta, "tool_calls", calls);
+    break;
+  }
+  case TC_CALL_END: json_decref(delta); return 0;
+  }
+  json_t *lp = r->sse_lp;
+  r->sse_lp = NULL;
+  emit(chunk(r, delta, lp, NULL), r->sse);
+  return 0;
+}
+
+static json_t *chat_logprobs_chunk(const serve_token *tok) {
+  json_t *lp = json_object();
+  json_t *content = json_array();
+  json_array_append_new(content, chat_logprob_entry(tok));
+  json_object_set_new(lp, "content", content);
+  json_object_set_new(lp, "refusal", json_null());
+  return lp;
+}
+
 void serve_sse_token(serve_reply *r, const serve_token *tok, hbuf *out) {
+  if (r->tc) {
+    r->sse = out;
+    if (r->logprobs && !tok->flush) r->sse_lp = chat_logprobs_chunk(tok);
+    if (!r->tc_done) tc_parser_feed(r->tc, tok->text, tok->len, sse_event, r, NULL);
+    if (tok->flush) tc_end(r, sse_event);
+    if (r->sse_lp) { /* nothing to say this step but its logprobs */
+      emit(chunk(r, json_object(), r->sse_lp, NULL), out);
+      r->sse_lp = NULL;
+    }
+    r->sse = NULL;
+    return;
+  }
   bool lp_here = r->logprobs && !tok->flush;
   if (tok->len == 0 && !lp_here) return;
   json_t *lp = NULL;
@@ -255,8 +410,13 @@ void serve_sse_text(serve_reply *r, const char *s, size_t n, hbuf *out) {
 }
 
 void serve_sse_finish(serve_reply *r, serve_finish finish, hbuf *out) {
+  if (r->tc && !r->tc_done) {
+    r->sse = out;
+    tc_end(r, sse_event);
+    r->sse = NULL;
+  }
   json_t *v = r->kind == SERVE_CHAT ? json_object() : json_string("");
-  emit(chunk(r, v, NULL, serve_finish_name(finish)), out);
+  emit(chunk(r, v, NULL, serve_reply_finish_name(r, finish)), out);
 }
 
 void serve_sse_usage(serve_reply *r, const serve_result *res, hbuf *out) {

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "base/buf.h"
+#include "chat/toolcall.h"
 #include "serve/engine.h"
 #include "serve/request.h"
 
@@ -23,12 +24,26 @@ typedef struct serve_reply {
   hbuf text;               /* owned: the text so far (whole responses) */
   json_t *lp;              /* owned: chat: array of content entries; completion: object of arrays */
   size_t text_offset;      /* completion logprobs: offset of the next token's text */
+  /* chat with tools or reasoning: the output is split by a tool-call parser */
+  tc_parser *tc;           /* owned; NULL: all the text is content */
+  bool tc_done;            /* the parser was finished */
+  hbuf reasoning;          /* owned: the reasoning so far (whole responses) */
+  json_t *calls;           /* owned: [{"id","type","function":{"name","arguments"}}] (whole responses) */
+  int ncalls;              /* calls begun */
+  hbuf args;               /* owned: the open call's arguments (whole responses) */
+  hbuf *sse;               /* a stream's output while the parser's events are turned into chunks */
+  json_t *sse_lp;          /* the step's logprobs, for the first chunk of the step */
+  uint64_t call_seed;      /* makes call ids */
 } serve_reply;
 
 /* id_seed makes the id unique (any varying number: a counter, a time). */
 void serve_reply_init(serve_reply *r, serve_kind kind, const char *model, int64_t created, uint64_t id_seed,
                       bool logprobs);
 void serve_reply_free(serve_reply *r);
+
+/* Chat: split the output into content, reasoning and tool calls with a
+ * parser of o's format (before the first token). */
+int serve_reply_parse(serve_reply *r, const tc_opts *o, herr *err);
 
 /* Appends s[0..n) to out as UTF-8, each invalid byte replaced by U+FFFD. */
 void serve_utf8_clean(const char *s, size_t n, hbuf *out);
@@ -48,5 +63,7 @@ void serve_sse_error(const serve_fail *f, hbuf *out);
 void serve_sse_done(hbuf *out);
 
 const char *serve_finish_name(serve_finish f);
+/* "tool_calls" when the reply called tools and was not cut by length, else serve_finish_name. */
+const char *serve_reply_finish_name(const serve_reply *r, serve_finish f);
 
 #endif

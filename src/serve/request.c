@@ -155,6 +155,252 @@ static int flatten_content(json_t *c, int mi, char **out, serve_fail *f) {
   return 0;
 }
 
+/* An arguments string as the templates want it: the JSON value it holds
+ * (templates print it with tojson), or the string itself when it is not JSON. */
+static json_t *arguments_value(json_t *a) {
+  if (!json_is_string(a)) return json_incref(a);
+  json_t *v = json_loadb(json_string_value(a), json_string_length(a), JSON_DECODE_ANY, NULL);
+  return v ? v : json_incref(a);
+}
+
+/* The keys of a message besides role and content that templates read:
+ * assistant tool_calls (arguments decoded to objects, as the templates
+ * expect), reasoning_content; a tool result's tool_call_id and name. */
+static int message_extra(json_t *m, const char *role, int mi, serve_message *out, serve_fail *f) {
+  char param[128];
+  json_t *extra = NULL;
+  if (!strcmp(role, "assistant")) {
+    json_t *calls = serve_json_field(m, "tool_calls");
+    if (calls) {
+      snprintf(param, sizeof param, "messages[%d].tool_calls", mi);
+      if (!json_is_array(calls)) return bad(f, param, "'%s' must be an array", param);
+      json_t *norm = json_array();
+      size_t k;
+      json_t *c;
+      json_array_foreach(calls, k, c) {
+        snprintf(param, sizeof param, "messages[%d].tool_calls[%zu]", mi, k);
+        json_t *fn = json_is_object(c) ? json_object_get(c, "function") : NULL;
+        json_t *name = fn ? json_object_get(fn, "name") : NULL;
+        json_t *type = json_is_object(c) ? json_object_get(c, "type") : NULL;
+        if (!json_is_object(fn) || !json_is_string(name)) {
+          json_decref(norm);
+          return bad(f, param, "'%s' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
+                     param);
+        }
+        if (type && !json_is_null(type) && (!json_is_string(type) || strcmp(json_string_value(type), "function"))) {
+          json_decref(norm);
+          return bad(f, param, "'%s.type' must be \"function\"", param);
+        }
+        json_t *args = json_object_get(fn, "arguments");
+        json_t *nfn = json_pack("{s:O}", "name", name);
+        json_object_set_new(nfn, "arguments", args && !json_is_null(args) ? arguments_value(args) : json_object());
+        json_t *nc = json_pack("{s:s, s:o}", "type", "function", "function", nfn);
+        json_t *id = json_object_get(c, "id");
+        if (json_is_string(id)) json_object_set(nc, "id", id);
+        json_array_append_new(norm, nc);
+      }
+      extra = json_object();
+      json_object_set_new(extra, "tool_calls", norm);
+    }
+    json_t *rc = serve_json_field(m, "reasoning_content");
+    if (!rc) rc = serve_json_field(m, "reasoning");
+    if (rc) {
+      snprintf(param, sizeof param, "messages[%d].reasoning_content", mi);
+      if (!json_is_string(rc)) {
+        json_decref(extra);
+        return bad(f, param, "'%s' must be a string", param);
+      }
+      if (!extra) extra = json_object();
+      json_object_set(extra, "reasoning_content", rc);
+    }
+  } else if (!strcmp(role, "tool")) {
+    json_t *id = serve_json_field(m, "tool_call_id");
+    snprintf(param, sizeof param, "messages[%d].tool_call_id", mi);
+    if (id && !json_is_string(id)) return bad(f, param, "'%s' must be a string", param);
+    extra = json_object();
+    if (id) json_object_set(extra, "tool_call_id", id);
+  }
+  json_t *name = serve_json_field(m, "name");
+  if (name) {
+    snprintf(param, sizeof param, "messages[%d].name", mi);
+    if (!json_is_string(name)) {
+      json_decref(extra);
+      return bad(f, param, "'%s' must be a string", param);
+    }
+    if (!extra) extra = json_object();
+    json_object_set(extra, "name", name);
+  }
+  out->extra = extra;
+  return 0;
+}
+
+static bool tool_name_ok(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > 64) return false;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+          c == '.' || c == ':'))
+      return false;
+  }
+  return true;
+}
+
+bool serve_tool_known(const serve_request *req, const char *name) {
+  size_t i;
+  json_t *t;
+  json_array_foreach(req->tools, i, t) {
+    const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+    if (n && !strcmp(n, name)) return true;
+  }
+  return false;
+}
+
+int serve_tool_add(serve_request *req, const char *name, json_t *description, json_t *parameters, const char *at,
+                   serve_fail *f) {
+  if (!tool_name_ok(name))
+    return bad(f, at, "'%s' has the name '%.80s': a tool name is 1 to 64 of a-z, A-Z, 0-9, '_', '-', '.', ':'", at,
+               name);
+  if (description && !json_is_null(description) && !json_is_string(description))
+    return bad(f, at, "'%s.description' must be a string", at);
+  if (parameters && !json_is_null(parameters) && !json_is_object(parameters))
+    return bad(f, at, "'%s.parameters' must be a JSON Schema object", at);
+  if (req->tools && serve_tool_known(req, name)) return bad(f, at, "'%s': the tool name '%s' is used twice", at, name);
+  json_t *fn = json_object();
+  json_object_set_new(fn, "name", json_string(name));
+  if (description && json_is_string(description)) json_object_set(fn, "description", description);
+  json_object_set_new(fn, "parameters",
+                      parameters && json_is_object(parameters) ? json_incref(parameters)
+                                                               : json_pack("{s:s, s:{}}", "type", "object", "properties"));
+  if (!req->tools) req->tools = json_array();
+  json_array_append_new(req->tools, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+  return 0;
+}
+
+/* tools: [{"type": "function", "function": {"name", "description", "parameters", "strict"}}] */
+static int parse_tools(json_t *root, serve_request *r, serve_fail *f) {
+  json_t *tools = serve_json_field(root, "tools");
+  if (serve_json_field(root, "functions"))
+    return bad(f, "functions", "'functions' is the deprecated form of 'tools': send 'tools' instead");
+  if (tools) {
+    if (!json_is_array(tools)) return bad(f, "tools", "'tools' must be an array");
+    if (json_array_size(tools) > 512) return bad(f, "tools", "'tools' may hold at most 512 tools");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+      char at[64];
+      snprintf(at, sizeof at, "tools[%zu]", i);
+      json_t *type = json_is_object(t) ? json_object_get(t, "type") : NULL;
+      if (!json_is_string(type)) return bad(f, at, "'%s' must be an object with a type", at);
+      if (strcmp(json_string_value(type), "function"))
+        return bad(f, at, "'%s' is of type '%.40s': this server calls only function tools", at,
+                   json_string_value(type));
+      json_t *fn = json_object_get(t, "function");
+      json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+      if (!json_is_string(name)) return bad(f, at, "'%s.function.name' is required", at);
+      if (serve_tool_add(r, json_string_value(name), json_object_get(fn, "description"),
+                         json_object_get(fn, "parameters"), at, f))
+        return f->status;
+    }
+  }
+  json_t *tc = serve_json_field(root, "tool_choice");
+  if (!tc) return 0;
+  if (json_is_string(tc)) {
+    const char *v = json_string_value(tc);
+    if (!strcmp(v, "auto")) r->tool_choice = SERVE_TOOLS_AUTO;
+    else if (!strcmp(v, "none")) r->tool_choice = SERVE_TOOLS_NONE;
+    else if (!strcmp(v, "required")) r->tool_choice = SERVE_TOOLS_REQUIRED;
+    else return bad(f, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or a function");
+  } else if (json_is_object(tc)) {
+    json_t *fn = json_object_get(tc, "function");
+    json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+    if (!json_is_string(name))
+      return bad(f, "tool_choice", "'tool_choice' must name a function: {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    r->tool_choice = SERVE_TOOLS_NAMED;
+    r->tool_name = strdup(json_string_value(name));
+  } else {
+    return bad(f, "tool_choice", "'tool_choice' must be a string or an object");
+  }
+  if (r->tool_choice == SERVE_TOOLS_REQUIRED || r->tool_choice == SERVE_TOOLS_NAMED) {
+    if (!r->tools) return bad(f, "tool_choice", "'tool_choice' asks for a tool call, but no 'tools' were given");
+    if (r->tool_name && !serve_tool_known(r, r->tool_name))
+      return bad(f, "tool_choice", "'tool_choice' names '%.80s', which is not among 'tools'", r->tool_name);
+  }
+  return 0;
+}
+
+/* chat_template_kwargs (an object handed to the template), reasoning_effort
+ * (also handed on; "none" turns thinking off: enable_thinking = false). */
+static int parse_template_kwargs(json_t *root, serve_request *r, serve_fail *f) {
+  json_t *kw = serve_json_field(root, "chat_template_kwargs");
+  if (kw && !json_is_object(kw)) return bad(f, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+  json_t *effort = serve_json_field(root, "reasoning_effort");
+  if (effort) {
+    static const char *ok[] = {"none", "minimal", "low", "medium", "high"};
+    bool known = false;
+    for (size_t i = 0; json_is_string(effort) && i < sizeof ok / sizeof ok[0]; i++)
+      known = known || !strcmp(json_string_value(effort), ok[i]);
+    if (!known)
+      return bad(f, "reasoning_effort", "'reasoning_effort' must be one of none, minimal, low, medium, high");
+  }
+  if (!kw && !effort) return 0;
+  r->template_kwargs = kw ? json_deep_copy(kw) : json_object();
+  if (effort) {
+    if (!json_object_get(r->template_kwargs, "reasoning_effort"))
+      json_object_set(r->template_kwargs, "reasoning_effort", effort);
+    if (!strcmp(json_string_value(effort), "none") && !json_object_get(r->template_kwargs, "enable_thinking"))
+      json_object_set_new(r->template_kwargs, "enable_thinking", json_false());
+  }
+  return 0;
+}
+
+/* response_format {"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", "strict"}}
+ * and the `grammar` extension (GBNF text). */
+static int parse_format(json_t *root, serve_request *r, serve_fail *f) {
+  json_t *rf = serve_json_field(root, "response_format");
+  if (rf) {
+    json_t *type = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+    if (!json_is_string(type)) return bad(f, "response_format", "'response_format' must be an object with a type");
+    const char *t = json_string_value(type);
+    if (!strcmp(t, "json_object")) {
+      r->json_schema = json_pack("{s:s}", "type", "object");
+    } else if (!strcmp(t, "json_schema")) {
+      json_t *js = json_object_get(rf, "json_schema");
+      json_t *schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
+      if (!json_is_object(js)) return bad(f, "response_format", "'response_format.json_schema' is required");
+      if (schema && !json_is_object(schema) && !json_is_boolean(schema))
+        return bad(f, "response_format", "'response_format.json_schema.schema' must be a JSON Schema object");
+      r->json_schema = schema && json_is_object(schema) ? json_incref(schema) : json_pack("{s:s}", "type", "object");
+    } else if (strcmp(t, "text")) {
+      return bad(f, "response_format", "'response_format' of type '%.40s' is not supported (text, json_object, json_schema)",
+                 t);
+    }
+  }
+  if (serve_json_str(root, "grammar", &r->grammar, f)) return f->status;
+  if (r->grammar && r->json_schema)
+    return bad(f, "grammar", "'grammar' and a JSON 'response_format' cannot both be given");
+  return 0;
+}
+
+/* Fields that would change the output and that this server cannot honour are
+ * refused by name; fields that change nothing here are accepted. */
+static int refuse_unsupported(json_t *root, serve_fail *f) {
+  json_t *mod = serve_json_field(root, "modalities");
+  if (mod) {
+    if (!json_is_array(mod)) return bad(f, "modalities", "'modalities' must be an array");
+    size_t i;
+    json_t *v;
+    json_array_foreach(mod, i, v) if (!json_is_string(v) || strcmp(json_string_value(v), "text"))
+      return bad(f, "modalities", "'modalities' may only hold \"text\": this server's models write text only");
+  }
+  if (serve_json_field(root, "audio")) return bad(f, "audio", "'audio' output is not supported by this server");
+  if (serve_json_field(root, "web_search_options"))
+    return bad(f, "web_search_options", "'web_search_options' is not supported: this server does not search the web");
+  json_t *ptc = serve_json_field(root, "parallel_tool_calls");
+  if (ptc && !json_is_boolean(ptc)) return bad(f, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+  return 0;
+}
+
 static int parse_messages(json_t *root, serve_request *r, serve_fail *f) {
   json_t *msgs = serve_json_field(root, "messages");
   if (!msgs) return bad(f, "messages", "'messages' is required");
@@ -186,6 +432,7 @@ static int parse_messages(json_t *root, serve_request *r, serve_fail *f) {
       return bad(f, param, "'%s' is required", param);
     }
     if (flatten_content(content, (int)i, &r->messages[i].content, f)) return f->status;
+    if (message_extra(m, rs, (int)i, &r->messages[i], f)) return f->status;
   }
   return 0;
 }
@@ -345,9 +592,14 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
   }
   if (kind == SERVE_CHAT) {
     rc = parse_messages(root, req, f);
+    if (!rc) rc = parse_tools(root, req, f);
+    if (!rc) rc = parse_template_kwargs(root, req, f);
+    if (!rc) rc = refuse_unsupported(root, f);
+    if (!rc) rc = parse_format(root, req, f);
   } else {
     rc = parse_prompt(root, req, f);
     if (!rc) rc = serve_json_bool(root, "echo", &req->echo, f);
+    if (!rc) rc = parse_format(root, req, f);
   }
   if (!rc) rc = parse_sampling(root, kind, &req->sampling, f);
 out:
@@ -361,6 +613,7 @@ void serve_request_free(serve_request *req) {
   for (int i = 0; i < req->nmessages; i++) {
     free(req->messages[i].role);
     free(req->messages[i].content);
+    json_decref(req->messages[i].extra);
   }
   free(req->messages);
   for (int i = 0; i < req->sampling.nstop; i++) free(req->sampling.stop[i]);
@@ -369,6 +622,11 @@ void serve_request_free(serve_request *req) {
   free(req->model);
   free(req->prompt);
   free(req->user);
+  json_decref(req->tools);
+  free(req->tool_name);
+  json_decref(req->template_kwargs);
+  json_decref(req->json_schema);
+  free(req->grammar);
   serve_kind kind = req->kind;
   memset(req, 0, sizeof *req);
   req->kind = kind;

@@ -28,6 +28,14 @@ int serve_fail_set(serve_fail *f, int status, const char *type, const char *para
 /* The error as a JSON body (malloc'd, caller frees; NULL on out of memory). */
 char *serve_fail_json(const serve_fail *f);
 
+/* How the model may call the request's tools. */
+typedef enum serve_tool_choice {
+  SERVE_TOOLS_AUTO = 0, /* it decides (the default when tools are given) */
+  SERVE_TOOLS_NONE,     /* it must not: tool syntax in the output stays text */
+  SERVE_TOOLS_REQUIRED, /* at least one call (Anthropic "any") */
+  SERVE_TOOLS_NAMED     /* a call of tool_name */
+} serve_tool_choice;
+
 typedef struct serve_request {
   serve_kind kind;
   char *model;             /* owned; NULL when absent */
@@ -40,6 +48,14 @@ typedef struct serve_request {
   serve_sampling sampling; /* stop and bias arrays owned here */
   int n;
   char *user;              /* owned; NULL when absent */
+  json_t *tools;           /* owned; NULL when none: [{"type":"function","function":{name, description?, parameters}}] */
+  serve_tool_choice tool_choice;
+  char *tool_name;         /* owned: the function tool_choice names (SERVE_TOOLS_NAMED) */
+  json_t *template_kwargs; /* owned; NULL when none: chat_template_kwargs, plus reasoning_effort /
+                            * enable_thinking as the request set them */
+  json_t *json_schema;     /* owned; NULL: free text. response_format json_schema's schema, or for
+                            * json_object an empty schema (any JSON object) */
+  char *grammar;           /* owned; NULL when none: a GBNF grammar the output must follow (extension) */
 } serve_request;
 
 /* Parses body[0..len) as a request of `kind`. On failure returns nonzero with
@@ -48,6 +64,14 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
 void serve_request_free(serve_request *req);
 
 /* Shared by the protocol parsers (OpenAI here, Anthropic in anthropic.c). */
+
+/* Checks one function tool's name (non-empty, at most 64 of [A-Za-z0-9_.:-])
+ * and parameters (a JSON Schema object) and appends it to req->tools in the
+ * OpenAI shape the chat templates read. at: the field for messages. */
+int serve_tool_add(serve_request *req, const char *name, json_t *description, json_t *parameters, const char *at,
+                   serve_fail *f);
+/* Whether req->tools has a function of that name. */
+bool serve_tool_known(const serve_request *req, const char *name);
 
 /* Every sampling field unset: the model's defaults. */
 void serve_sampling_defaults(serve_sampling *s);

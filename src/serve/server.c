@@ -69,7 +69,29 @@ struct serve_server {
   pthread_mutex_t engine_lock; /* one generation at a time unless the engine is thread-safe */
   atomic_uint_fast64_t next_id;
   atomic_uint_fast64_t keepalives; /* keep-alive comments sent (serve_keepalives_sent) */
+  char **names;         /* owned: aliases the model answers to (besides its id) */
+  int nnames;
+  bool any_name;        /* "*" among them: every model name is served */
+  char *cors;           /* owned; NULL: no CORS headers */
 };
+
+/* The server answering on this connection's thread (one thread per
+ * connection), for the headers every response carries. */
+static __thread serve_server *tl_server;
+
+static void cors_headers(struct MHD_Response *resp) {
+  if (!tl_server || !tl_server->cors) return;
+  MHD_add_response_header(resp, "Access-Control-Allow-Origin", tl_server->cors);
+  if (strcmp(tl_server->cors, "*") != 0) MHD_add_response_header(resp, "Vary", "Origin");
+}
+
+/* Whether `name` (a request's "model") is the served model. */
+static bool name_served(const serve_server *s, const char *name) {
+  if (!name || s->any_name || strcmp(name, s->engine->model_id) == 0) return true;
+  for (int i = 0; i < s->nnames; i++)
+    if (strcmp(name, s->names[i]) == 0) return true;
+  return false;
+}
 
 typedef enum route {
   ROUTE_NONE = 0,
@@ -124,6 +146,7 @@ static enum MHD_Result send_bytes(struct MHD_Connection *c, unsigned status, con
   if (!resp) return MHD_NO;
   MHD_add_response_header(resp, "Content-Type", type);
   if (allow) MHD_add_response_header(resp, "Allow", allow);
+  cors_headers(resp);
   enum MHD_Result rc = MHD_queue_response(c, status, resp);
   MHD_destroy_response(resp);
   return rc;
@@ -154,9 +177,9 @@ static enum MHD_Result send_fail(struct MHD_Connection *c, const serve_fail *f, 
 
 /* ---- informational endpoints ---- */
 
-static json_t *model_object(const serve_engine *e) {
+static json_t *model_object(const serve_engine *e, const char *id) {
   json_t *m = json_object();
-  json_object_set_new(m, "id", json_string(e->model_id));
+  json_object_set_new(m, "id", json_string(id));
   json_object_set_new(m, "object", json_string("model"));
   json_object_set_new(m, "created", json_integer(e->created));
   json_object_set_new(m, "owned_by", json_string("hearth"));
@@ -168,20 +191,23 @@ static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s) 
   json_t *o = json_object();
   json_object_set_new(o, "object", json_string("list"));
   json_t *data = json_array();
-  json_array_append_new(data, model_object(s->engine));
+  json_array_append_new(data, model_object(s->engine, s->engine->model_id));
+  for (int i = 0; i < s->nnames; i++)
+    if (strcmp(s->names[i], "*") != 0 && strcmp(s->names[i], s->engine->model_id) != 0)
+      json_array_append_new(data, model_object(s->engine, s->names[i]));
   json_object_set_new(o, "data", data);
   return send_json(c, 200, o);
 }
 
 static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, const char *id) {
-  if (strcmp(id, s->engine->model_id) == 0) return send_json(c, 200, model_object(s->engine));
+  if (name_served(s, id)) return send_json(c, 200, model_object(s->engine, id));
   serve_fail f;
   serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found", "The model '%.200s' does not exist",
                  id);
   return send_fail(c, &f, NULL);
 }
 
-static enum MHD_Result answer_index(struct MHD_Connection *c) {
+static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server *s) {
   static const char *eps[][3] = {
       {"GET", "/", "the chat page"},
       {"GET", "/health", "liveness"},
@@ -205,6 +231,17 @@ static enum MHD_Result answer_index(struct MHD_Connection *c) {
     json_array_append_new(data, e);
   }
   json_object_set_new(o, "data", data);
+  /* what the served model can do through these routes */
+  const serve_engine *e = s->engine;
+  json_t *cap = json_object();
+  json_object_set_new(cap, "model", json_string(e->model_id));
+  json_object_set_new(cap, "tools", json_boolean(e->tool_format != TC_NONE));
+  json_object_set_new(cap, "tool_call_format", json_string(tc_format_name((tc_format)e->tool_format)));
+  json_object_set_new(cap, "reasoning", json_boolean(e->reasoning));
+  json_object_set_new(cap, "embeddings", json_false());
+  json_object_set_new(cap, "adapters", json_false());
+  json_object_set_new(cap, "context_length", json_integer(e->context_length));
+  json_object_set_new(o, "capabilities", cap);
   return send_json(c, 200, o);
 }
 
@@ -584,6 +621,7 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
   MHD_add_response_header(resp, "Content-Type", "text/event-stream");
   MHD_add_response_header(resp, "Cache-Control", "no-cache");
   MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+  cors_headers(resp);
   enum MHD_Result rc = MHD_queue_response(c, 200, resp);
   MHD_destroy_response(resp);
   return rc;
@@ -592,7 +630,8 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
 /* Renders a chat request's messages with the model's template into *prompt. */
 static int render_prompt(serve_engine *e, const serve_request *req, char **prompt, serve_fail *f) {
   herr err = {0};
-  if (!e->render_chat(e->impl, req->messages, req->nmessages, prompt, &err)) return 0;
+  serve_chat_opts o = {.tools = req->tools, .kwargs = req->template_kwargs};
+  if (!e->render_chat(e->impl, req->messages, req->nmessages, &o, prompt, &err)) return 0;
   /* the template refusing these messages (raise_exception, a type error
    * on what was sent, a render limit) is the client's to fix; a template
    * that cannot be loaded or uses what the engine lacks is the server's */
@@ -607,6 +646,42 @@ static int render_prompt(serve_engine *e, const serve_request *req, char **promp
                    "the model's chat template cannot be used (the server log says why)");
   }
   return f->status;
+}
+
+/* How a chat reply is split: tool calls in the template's syntax when the
+ * request offers tools (and does not forbid calling them), reasoning blocks
+ * when the template writes them. False when the text is all content. */
+static bool output_parser(const serve_engine *e, const serve_request *req, const char *prompt, tc_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->format = (tc_format)e->tool_format;
+  o->tools = req->tools && req->tool_choice != SERVE_TOOLS_NONE;
+  o->reasoning = e->reasoning;
+  o->in_reasoning = e->reasoning && tc_prompt_opens_reasoning(prompt, strlen(prompt));
+  return o->tools || o->reasoning;
+}
+
+/* Formats whose markers are special tokens, which the text must then keep. */
+static bool needs_specials(const tc_opts *o) {
+  switch (o->format) {
+  case TC_HARMONY:
+  case TC_GEMMA4: return true;
+  case TC_LLAMA3:
+  case TC_MISTRAL:
+  case TC_DEEPSEEK:
+  case TC_GLM: return o->tools;
+  default: return false;
+  }
+}
+
+/* A request naming a model this server does not serve: 404 model_not_found. */
+static bool model_unknown(const serve_server *s, const serve_request *req, bool anth, serve_fail *f) {
+  if (name_served(s, req->model)) return false;
+  if (anth)
+    serve_fail_set(f, 404, "not_found_error", "model", "model_not_found", "model: %.200s", req->model);
+  else
+    serve_fail_set(f, 404, "invalid_request_error", "model", "model_not_found",
+                   "The model '%.200s' does not exist (this server serves '%.200s')", req->model, s->engine->model_id);
+  return true;
 }
 
 /* POST /v1/chat/completions, /v1/completions and /v1/messages: one path, the
@@ -629,6 +704,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   if (anth ? anth_request_parse(hbuf_str(&cn->body), cn->body.len, false, &j->req, &f)
            : serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f))
     goto refuse;
+  if (model_unknown(s, &j->req, anth, &f)) goto refuse;
   const char *param = kind == SERVE_CHAT ? "messages" : "prompt";
   if (kind == SERVE_CHAT) {
     if (render_prompt(e, &j->req, &j->prompt, &f)) goto refuse;
@@ -678,9 +754,25 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   uint64_t id_seed = seq * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)j;
   if (anth) {
     anth_reply_init(&j->areply, e->model_id, id_seed ^ (uint64_t)time(NULL), j->req.sampling.stop, j->req.sampling.nstop);
+    tc_opts to;
+    if (output_parser(e, &j->req, j->prompt, &to)) {
+      if (anth_reply_parse(&j->areply, &to, &err)) {
+        serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
+        goto refuse;
+      }
+      j->req.sampling.keep_special = needs_specials(&to);
+    }
   } else {
     serve_reply_init(&j->reply, kind, e->model_id, (int64_t)time(NULL), id_seed, j->req.sampling.logprobs);
     j->reply.usage_null = j->req.stream && j->req.include_usage;
+    tc_opts to;
+    if (kind == SERVE_CHAT && output_parser(e, &j->req, j->prompt, &to)) {
+      if (serve_reply_parse(&j->reply, &to, &err)) {
+        serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
+        goto refuse;
+      }
+      j->req.sampling.keep_special = needs_specials(&to);
+    }
   }
   return j->req.stream ? answer_stream(c, j) : answer_whole(c, j);
 refuse:
@@ -694,6 +786,10 @@ static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_serve
   serve_request req;
   serve_fail f;
   if (anth_request_parse(hbuf_str(&cn->body), cn->body.len, true, &req, &f)) return send_fail_as(c, &f, NULL, true);
+  if (model_unknown(s, &req, true, &f)) {
+    serve_request_free(&req);
+    return send_fail_as(c, &f, NULL, true);
+  }
   char *prompt = NULL;
   herr err = {0};
   int64_t n = 0;
@@ -798,6 +894,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
   serve_server *s = cls;
   conn *cn = *con_cls;
+  tl_server = s;
+  if (!cn && s->cors && strcmp(method, "OPTIONS") == 0) { /* a browser's CORS preflight */
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    cors_headers(resp);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                            "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta, "
+                            "anthropic-dangerous-direct-browser-access, OpenAI-Organization, OpenAI-Project, "
+                            "X-Stainless-Arch, X-Stainless-Lang, X-Stainless-OS, X-Stainless-Package-Version, "
+                            "X-Stainless-Retry-Count, X-Stainless-Runtime, X-Stainless-Runtime-Version, "
+                            "X-Stainless-Timeout, X-Stainless-Helper-Method");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
+    enum MHD_Result rc = MHD_queue_response(c, 204, resp);
+    MHD_destroy_response(resp);
+    return rc;
+  }
   if (!cn) {
     cn = calloc(1, sizeof *cn);
     if (!cn) return MHD_NO;
@@ -840,7 +953,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   case ROUTE_HEALTH:
     return answer_health(c, s);
   case ROUTE_INDEX:
-    return answer_index(c);
+    return answer_index(c, s);
   case ROUTE_MODELS:
     return answer_models(c, s);
   case ROUTE_MODEL:
@@ -907,6 +1020,15 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
   s->keepalive_waits = (cfg->keepalive_ms > 0 ? cfg->keepalive_ms : DEFAULT_KEEPALIVE_MS) / WAIT_MS;
   s->api_key = cfg->api_key ? strdup(cfg->api_key) : NULL;
+  s->cors = cfg->cors_origin && cfg->cors_origin[0] ? strdup(cfg->cors_origin) : NULL;
+  if (cfg->n_served_names > 0) {
+    s->names = calloc((size_t)cfg->n_served_names, sizeof *s->names);
+    for (int i = 0; s->names && i < cfg->n_served_names; i++) {
+      s->names[i] = strdup(cfg->served_names[i]);
+      s->nnames = i + 1;
+      if (!strcmp(cfg->served_names[i], "*")) s->any_name = true;
+    }
+  }
   s->idle_timeout_s = cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s : DEFAULT_IDLE_TIMEOUT_S;
   unsigned max_conn = cfg->max_connections > 0 ? (unsigned)cfg->max_connections : DEFAULT_MAX_CONNECTIONS;
   unsigned per_client = cfg->max_per_client > 0 ? (unsigned)cfg->max_per_client : DEFAULT_MAX_PER_CLIENT;
@@ -945,5 +1067,8 @@ void serve_stop(serve_server *s) {
   if (s->daemon) MHD_stop_daemon(s->daemon);
   pthread_mutex_destroy(&s->engine_lock);
   free(s->api_key);
+  free(s->cors);
+  for (int i = 0; i < s->nnames; i++) free(s->names[i]);
+  free(s->names);
   free(s);
 }

@@ -19,6 +19,10 @@ typedef struct serve_config {
   int max_connections; /* open connections at most; 0: 4096 (more are refused) */
   int max_per_client;  /* open connections per client address at most; 0: 1024 */
   int idle_timeout_s;  /* a connection that sends no request (headers) for this long is closed; 0: 10 s */
+  const char *const *served_names; /* borrowed: further names the model answers to ("*": any name); a
+                                    * request naming another model gets 404 model_not_found */
+  int n_served_names;
+  const char *cors_origin; /* borrowed; NULL: no CORS headers. An origin ("*" for any) browsers may call from */
 } serve_config;
 
 typedef struct serve_server serve_server;

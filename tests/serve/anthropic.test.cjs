@@ -78,15 +78,21 @@ async function waitFor(cond, what, ms = 60000) {
 
 let SDK, Anthropic, main, guarded, client, modelId;
 const KEY = 'sk-ant-test-7c2e';
-// Any model name is accepted (as on the OpenAI routes); the answer names the served model.
+// The servers accept any model name (--served-model-name '*', as for clients
+// that hard-code one); the answer names the served model.
 const MODEL = 'claude-sonnet-4-5';
 const MSGS = [{ role: 'user', content: 'Tell me a story about a lighthouse.' }];
+const TOOLS = [
+  { name: 'get_weather', description: 'Weather for a city',
+    input_schema: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer' } }, required: ['city'] } },
+  { name: 'get_time', input_schema: { type: 'object', properties: { zone: { type: 'string' } } } },
+];
 
 before(async () => {
   SDK = loadSDK();
   Anthropic = SDK.Anthropic;
-  main = await startServer();
-  guarded = await startServer(['--api-key', KEY, '--max-body', '4096']);
+  main = await startServer(['--served-model-name', '*']);
+  guarded = await startServer(['--api-key', KEY, '--max-body', '4096', '--served-model-name', '*']);
   client = new Anthropic({ baseURL: main.url, apiKey: 'unused', maxRetries: 0 });
   modelId = (await (await fetch(main.url + '/v1/models')).json()).data[0].id;
 });
@@ -284,7 +290,11 @@ test('bad requests are BadRequestErrors that name the field', async () => {
   await bad({ model: MODEL, max_tokens: 4, messages: [{ role: 'system', content: 'x' }] }, 'messages.0.role');
   await bad({ max_tokens: 4, messages: MSGS }, 'model');
   await bad({ model: MODEL, max_tokens: 4, messages: MSGS, system: 5 }, 'system');
-  await bad({ model: MODEL, max_tokens: 4, messages: MSGS, tools: [{ name: 't', input_schema: { type: 'object' } }] }, 'tools');
+  await bad({ model: MODEL, max_tokens: 4, messages: MSGS, tools: [{ name: 't' }] }, 'input_schema');
+  await bad({ model: MODEL, max_tokens: 4, messages: MSGS, tools: [{ type: 'web_search_20250305', name: 'web_search' }] }, 'tools.0');
+  await bad({ model: MODEL, max_tokens: 4, messages: MSGS, tools: TOOLS, tool_choice: { type: 'tool', name: 'nope' } }, 'tool_choice');
+  await bad({ model: MODEL, max_tokens: 4, messages: MSGS, tool_choice: { type: 'any' } }, 'tool_choice');
+  await bad({ model: MODEL, max_tokens: 4, messages: MSGS, thinking: { type: 'enabled' } }, 'budget_tokens');
   // streamed requests are refused before the stream starts
   await assert.rejects(client.messages.stream({ model: MODEL, max_tokens: 4, messages: MSGS, top_p: 3 }).finalMessage(),
     (e) => e instanceof SDK.BadRequestError && e.apiMessage.includes('top_p'));
@@ -292,15 +302,13 @@ test('bad requests are BadRequestErrors that name the field', async () => {
   await bad({ model: MODEL, max_tokens: 20000, messages: MSGS }, 'context length');
 });
 
-test('image, document and tool blocks are refused with a 400 naming the block', async () => {
+test('image and document blocks are refused with a 400 naming the block', async () => {
   const img = { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } };
   const cases = [
     [[{ role: 'user', content: [{ type: 'text', text: 'What is this?' }, img] }], 'messages.0.content.1', 'image'],
     [[{ role: 'user', content: [{ type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'x' } }] }],
       'messages.0.content.0', 'document'],
-    [[MSGS[0], { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'f', input: {} }] },
-      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: '42' }] }],
-      'messages.1.content.0', 'tool_use'],
+    [[{ role: 'user', content: [{ type: 'tool_use', id: 'toolu_1', name: 'f', input: {} }] }], 'messages.0.content.0', 'tool_use'],
   ];
   for (const [messages, field, kind] of cases) {
     for (const call of [() => client.messages.create({ model: MODEL, max_tokens: 4, messages }),
@@ -408,9 +416,11 @@ test('fake: the stream follows Anthropic\'s event grammar exactly', { skip: !FAK
 test('fake: an engine failure mid-stream is an error event; whole, an api_error', { skip: !FAKE }, async () => {
   const body = { model: 'm', max_tokens: 8, messages: [{ role: 'user', content: 'break [fail]' }] };
   const evs = parseSSE(await (await post(main, '/v1/messages', { ...body, stream: true })).text());
-  assert.deepEqual(evs.map((e) => e.event), ['message_start', 'content_block_start', 'ping', 'error']);
-  assert.equal(evs[3].json.type, 'error');
-  assert.equal(evs[3].json.error.type, 'api_error');
+  // (the fake model's replies are parsed for tool calls and thinking, so a
+  // block starts only once the output says what it is: none came here)
+  assert.deepEqual(evs.map((e) => e.event), ['message_start', 'error']);
+  assert.equal(evs[1].json.type, 'error');
+  assert.equal(evs[1].json.error.type, 'api_error');
   await expectError(await post(main, '/v1/messages', body), 500, 'api_error');
   // the SDK raises the error event as an APIError
   await assert.rejects(client.messages.stream(body).finalMessage(), (e) => e instanceof SDK.APIError && e.type === 'api_error');
@@ -463,4 +473,63 @@ test('a streamed message whose client goes away is cancelled; the server keeps s
   const r = await client.messages.create({ model: MODEL, max_tokens: 2, messages: MSGS });
   assert.equal(r.stop_reason, 'max_tokens');
   assert.equal(main.proc.exitCode, null);
+});
+
+// ---- tools and thinking (the fake model's template is Hermes-style with <think> blocks) ----
+
+test('fake: a tool call is a tool_use block, whole and streamed (input_json_delta)', { skip: !FAKE }, async () => {
+  const params = { model: MODEL, max_tokens: 200, tools: TOOLS, messages: [{ role: 'user', content: 'Weather in Paris? [toolcall]' }] };
+  const m = await client.messages.create(params);
+  assert.equal(m.stop_reason, 'tool_use');
+  assert.deepEqual(m.content.map((b) => b.type), ['thinking', 'text', 'tool_use']);
+  assert.equal(m.content[0].thinking, 'The user wants the weather.');
+  assert.equal(m.content[1].text.trim(), 'Let me check.');
+  assert.match(m.content[2].id, /^toolu_01[0-9A-Za-z]{22}$/);
+  assert.equal(m.content[2].name, 'get_weather');
+  assert.deepEqual(m.content[2].input, { city: 'Paris "Ville"', days: 3 });
+  const stream = client.messages.stream(params);
+  const types = [];
+  let json = '';
+  stream.on('streamEvent', (e) => {
+    types.push(e.type === 'content_block_delta' ? e.delta.type : e.type);
+    if (e.type === 'content_block_delta' && e.delta.type === 'input_json_delta') json += e.delta.partial_json;
+  });
+  const f = await stream.finalMessage();
+  assert.equal(f.stop_reason, 'tool_use');
+  assert.deepEqual(f.content.map((b) => b.type), ['thinking', 'text', 'tool_use']);
+  assert.deepEqual(f.content[2].input, m.content[2].input);
+  assert.equal(f.content[0].thinking, m.content[0].thinking);
+  assert.deepEqual(JSON.parse(json), m.content[2].input);
+  assert.equal(types[0], 'message_start');
+  assert.equal(types[1], 'content_block_start');
+  assert.ok(types.includes('thinking_delta') && types.includes('text_delta') && types.includes('input_json_delta'));
+  assert.deepEqual(types.slice(-3), ['content_block_stop', 'message_delta', 'message_stop']);
+  assert.equal(types.filter((t) => t === 'content_block_start').length, 3);
+  assert.equal(types.filter((t) => t === 'content_block_stop').length, 3);
+});
+
+test('fake: two calls; tool_use and tool_result turns are accepted and reach the template', { skip: !FAKE }, async () => {
+  const m = await client.messages.create({ model: MODEL, max_tokens: 200, tools: TOOLS,
+    messages: [{ role: 'user', content: 'Oslo weather and time [twocalls]' }] });
+  assert.equal(m.stop_reason, 'tool_use');
+  assert.deepEqual(m.content.map((b) => [b.type, b.name]), [['tool_use', 'get_weather'], ['tool_use', 'get_time']]);
+  assert.deepEqual(m.content[1].input, { zone: 'CET', list: [1, 2] });
+  const followUp = [
+    { role: 'user', content: 'Oslo weather and time' },
+    { role: 'assistant', content: m.content },
+    { role: 'user', content: [{ type: 'tool_result', tool_use_id: m.content[0].id, content: '21 C' },
+      { type: 'tool_result', tool_use_id: m.content[1].id, content: [{ type: 'text', text: '14:00' }] },
+      { type: 'text', text: 'Summarise.' }] },
+  ];
+  const n = await client.messages.countTokens({ model: MODEL, tools: TOOLS, messages: followUp });
+  const plain = await client.messages.countTokens({ model: MODEL, messages: [followUp[0], { role: 'user', content: 'Summarise.' }] });
+  assert.ok(n.input_tokens > plain.input_tokens);
+  const r = await client.messages.create({ model: MODEL, max_tokens: 8, tools: TOOLS, messages: followUp });
+  assert.equal(r.content[0].type, 'text');
+  // tool_choice none: the call syntax stays text
+  const none = await client.messages.create({ model: MODEL, max_tokens: 200, tools: TOOLS, tool_choice: { type: 'none' },
+    messages: [{ role: 'user', content: 'Weather? [toolcall]' }] });
+  assert.equal(none.stop_reason, 'end_turn');
+  assert.ok(none.content.every((b) => b.type !== 'tool_use'));
+  assert.ok(none.content.some((b) => b.type === 'text' && b.text.includes('<tool_call>')));
 });

@@ -103,7 +103,7 @@ const KEY = 'sk-test-4d1f';
 
 before(async () => {
   OpenAI = loadOpenAI();
-  main = await startServer();
+  main = await startServer(['--served-model-name', 'my-alias', '--cors', 'https://app.example']);
   guarded = await startServer(['--api-key', KEY, '--max-body', '4096']);
   client = new OpenAI({ baseURL: main.url + '/v1', apiKey: 'unused', maxRetries: 0 });
 });
@@ -131,7 +131,8 @@ test('models list names the served model', async () => {
   const list = await client.models.list();
   const ids = [];
   for await (const m of list) ids.push(m);
-  assert.equal(ids.length, 1);
+  assert.equal(ids.length, 2); // the model's id, then the --served-model-name alias
+  assert.equal(ids[1].id, 'my-alias');
   assert.equal(typeof ids[0].id, 'string');
   assert.ok(ids[0].id.length > 0);
   assert.equal(ids[0].object, 'model');
@@ -141,7 +142,7 @@ test('models list names the served model', async () => {
 });
 
 test('non-stream chat completion has the OpenAI shape', async () => {
-  const r = await client.chat.completions.create({ model: 'whatever', messages: MSGS, max_tokens: 16, temperature: 0 });
+  const r = await client.chat.completions.create({ model: 'my-alias', messages: MSGS, max_tokens: 16, temperature: 0 });
   assert.match(r.id, /^chatcmpl-/);
   assert.equal(r.object, 'chat.completion');
   assert.equal(typeof r.created, 'number');
@@ -263,7 +264,7 @@ test('logprobs come back per token', async () => {
 });
 
 test('text completions, whole and streamed', async () => {
-  const p = { model: 'x', prompt: 'Once upon a time', max_tokens: 12, temperature: 0 };
+  const p = { prompt: 'Once upon a time', max_tokens: 12, temperature: 0 };
   const r = await client.completions.create(p);
   assert.match(r.id, /^cmpl-/);
   assert.equal(r.object, 'text_completion');
@@ -347,6 +348,11 @@ test('health, index and chat page', async () => {
   const idx = await (await fetch(main.url + '/v1')).json();
   const paths = idx.data.map((e) => e.path);
   for (const p of ['/v1/chat/completions', '/v1/completions', '/v1/models', '/health']) assert.ok(paths.includes(p), p);
+  assert.equal(idx.capabilities.model, modelId);
+  assert.equal(typeof idx.capabilities.tools, 'boolean');
+  assert.equal(typeof idx.capabilities.reasoning, 'boolean');
+  if (FAKE) assert.deepEqual([idx.capabilities.tools, idx.capabilities.tool_call_format, idx.capabilities.reasoning],
+    [true, 'hermes', true]);
   const page = await fetch(main.url + '/');
   assert.equal(page.status, 200);
   assert.match(page.headers.get('content-type'), /text\/html/);
@@ -389,4 +395,156 @@ test('a client that disconnects mid-stream is cancelled; the server keeps servin
   const r = await client.chat.completions.create({ messages: MSGS, max_tokens: 4, temperature: 0 });
   assert.equal(r.choices[0].finish_reason, 'length');
   assert.equal(main.proc.exitCode, null);
+});
+
+// ---- tools and reasoning (the fake model's template is Hermes-style with <think> blocks) ----
+
+const TOOLS = [
+  { type: 'function', function: { name: 'get_weather', description: 'Weather for a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer' } }, required: ['city'] } } },
+  { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: { zone: { type: 'string' } } } } },
+];
+
+// Gathers a streamed chat into content, reasoning and tool calls the way clients do (by index).
+async function streamTools(params) {
+  const stream = await client.chat.completions.create({ ...params, stream: true });
+  let content = '', reasoning = '', finish = null;
+  const calls = [];
+  for await (const c of stream) {
+    if (!c.choices.length) continue;
+    const d = c.choices[0].delta;
+    if (d.content) content += d.content;
+    if (d.reasoning_content) reasoning += d.reasoning_content;
+    for (const tc of d.tool_calls || []) {
+      if (!calls[tc.index]) {
+        assert.match(tc.id, /^call_/);
+        assert.equal(tc.type, 'function');
+        calls[tc.index] = { id: tc.id, name: tc.function.name, arguments: '' };
+      }
+      calls[tc.index].arguments += tc.function.arguments || '';
+    }
+    if (c.choices[0].finish_reason) finish = c.choices[0].finish_reason;
+  }
+  return { content, reasoning, calls, finish };
+}
+
+test('a tool call comes back as tool_calls, whole and streamed', { skip: !FAKE }, async () => {
+  const params = { messages: [{ role: 'user', content: 'Weather in Paris? [toolcall]' }], tools: TOOLS, temperature: 0 };
+  const r = await client.chat.completions.create(params);
+  const m = r.choices[0].message;
+  assert.equal(r.choices[0].finish_reason, 'tool_calls');
+  assert.equal(m.content.trim(), 'Let me check.');
+  assert.equal(m.reasoning_content.trim(), 'The user wants the weather.');
+  assert.equal(m.tool_calls.length, 1);
+  assert.match(m.tool_calls[0].id, /^call_[A-Za-z0-9]{24}$/);
+  assert.equal(m.tool_calls[0].type, 'function');
+  assert.equal(m.tool_calls[0].function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(m.tool_calls[0].function.arguments), { city: 'Paris "Ville"', days: 3 });
+  const s = await streamTools(params);
+  assert.equal(s.finish, 'tool_calls');
+  assert.equal(s.content, m.content);
+  assert.equal(s.reasoning, m.reasoning_content);
+  assert.equal(s.calls.length, 1);
+  assert.equal(s.calls[0].name, 'get_weather');
+  assert.deepEqual(JSON.parse(s.calls[0].arguments), { city: 'Paris "Ville"', days: 3 });
+});
+
+test('two calls in one reply; content is null; no marker leaks into the stream', { skip: !FAKE }, async () => {
+  const params = { messages: [{ role: 'user', content: 'Oslo weather and time [twocalls]' }], tools: TOOLS, temperature: 0 };
+  const r = await client.chat.completions.create(params);
+  const m = r.choices[0].message;
+  assert.equal(m.content, null);
+  assert.deepEqual(m.tool_calls.map((c) => c.function.name), ['get_weather', 'get_time']);
+  assert.deepEqual(JSON.parse(m.tool_calls[1].function.arguments), { zone: 'CET', list: [1, 2] });
+  assert.notEqual(m.tool_calls[0].id, m.tool_calls[1].id);
+  const s = await streamTools(params);
+  assert.equal(s.content.trim(), '');
+  assert.doesNotMatch(s.content, /tool_call|</);
+  assert.deepEqual(s.calls.map((c) => JSON.parse(c.arguments)), m.tool_calls.map((c) => JSON.parse(c.function.arguments)));
+});
+
+test('without tools (or with tool_choice none) the call syntax is plain text; reasoning is split', { skip: !FAKE }, async () => {
+  const msgs = [{ role: 'user', content: 'Weather? [toolcall]' }];
+  for (const extra of [{}, { tools: TOOLS, tool_choice: 'none' }]) {
+    const r = await client.chat.completions.create({ messages: msgs, temperature: 0, ...extra });
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    assert.equal(r.choices[0].message.tool_calls, undefined);
+    assert.match(r.choices[0].message.content, /^\s*Let me check\.\n<tool_call>\n\{"name": "get_weather"/);
+    assert.equal(r.choices[0].message.reasoning_content.trim(), 'The user wants the weather.');
+  }
+  const t = await client.chat.completions.create({ messages: [{ role: 'user', content: 'Sum? [think]' }], temperature: 0 });
+  assert.equal(t.choices[0].message.reasoning_content.trim(), 'First, 2 + 2.\nThat is 4.');
+  assert.equal(t.choices[0].message.content.trim(), 'The answer is 4.');
+  const s = await streamTools({ messages: [{ role: 'user', content: 'Sum? [think]' }], temperature: 0 });
+  assert.equal(s.reasoning, t.choices[0].message.reasoning_content);
+  assert.equal(s.content, t.choices[0].message.content);
+});
+
+test('tools, tool calls and tool results reach the template', { skip: !FAKE }, async () => {
+  const messages = [
+    { role: 'user', content: 'Weather in Paris?' },
+    { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+    { role: 'tool', tool_call_id: 'call_1', content: '{"temp": 21}' },
+    { role: 'user', content: 'Thanks. [echo-prompt]' },
+  ];
+  const n = await fetch(main.url + '/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages, tools: TOOLS, max_tokens: 1 }) });
+  assert.equal(n.status, 200);
+  // The prompt (counted by the fake as bytes/4) grows with the tools and the structured turns.
+  const plain = await client.chat.completions.create({ messages: [messages[0], messages[3]], max_tokens: 1 });
+  assert.ok((await n.json()).usage.prompt_tokens > plain.usage.prompt_tokens);
+});
+
+test('tool fields are checked', async () => {
+  const bad = (body) => post(main, '/v1/chat/completions', JSON.stringify({ messages: MSGS, ...body }));
+  await expectError(await bad({ tools: {} }), 400, { param: 'tools' });
+  await expectError(await bad({ tools: [{ type: 'code_interpreter' }] }), 400, { param: 'tools[0]' });
+  await expectError(await bad({ tools: [{ type: 'function', function: { name: 'bad name!' } }] }), 400, { param: 'tools[0]' });
+  await expectError(await bad({ tools: TOOLS, tool_choice: 'sometimes' }), 400, { param: 'tool_choice' });
+  await expectError(await bad({ tools: TOOLS, tool_choice: { type: 'function', function: { name: 'nope' } } }), 400, { param: 'tool_choice' });
+  await expectError(await bad({ tool_choice: 'required' }), 400, { param: 'tool_choice' });
+  await expectError(await bad({ functions: [] }), 400, { param: 'functions' });
+  await expectError(await bad({ modalities: ['text', 'audio'] }), 400, { param: 'modalities' });
+  await expectError(await bad({ response_format: { type: 'yaml' } }), 400, { param: 'response_format' });
+  await expectError(await bad({ reasoning_effort: 'extreme' }), 400, { param: 'reasoning_effort' });
+  const ok = await bad({ tools: TOOLS, tool_choice: 'auto', parallel_tool_calls: true, user: 'u', metadata: { a: 'b' },
+    store: false, service_tier: 'auto', max_tokens: 2 });
+  assert.equal(ok.status, 200);
+});
+
+test('an unknown model is 404 model_not_found on every route; aliases and the id are served', async () => {
+  const body = (model) => JSON.stringify({ model, messages: MSGS, max_tokens: 1 });
+  const e = await expectError(await post(main, '/v1/chat/completions', body('gpt-4o')), 404,
+    { code: 'model_not_found', param: 'model' });
+  assert.match(e.message, /gpt-4o/);
+  await expectError(await post(main, '/v1/completions', JSON.stringify({ model: 'nope', prompt: 'a' })), 404,
+    { code: 'model_not_found' });
+  await expectError(await fetch(main.url + '/v1/models/nope'), 404, { code: 'model_not_found' });
+  assert.equal((await fetch(main.url + '/v1/models/my-alias')).status, 200);
+  for (const m of [modelId, 'my-alias']) assert.equal((await post(main, '/v1/chat/completions', body(m))).status, 200);
+  const a = await post(main, '/v1/messages', JSON.stringify({ model: 'claude-x', max_tokens: 1, messages: MSGS }));
+  assert.equal(a.status, 404);
+  assert.equal((await a.json()).error.type, 'not_found_error');
+  await assert.rejects(client.chat.completions.create({ model: 'gpt-4o', messages: MSGS }),
+    (err) => err.status === 404 && err.code === 'model_not_found');
+});
+
+test('--cors: a preflight is answered and every response carries the origin', async () => {
+  const pre = await fetch(main.url + '/v1/chat/completions', { method: 'OPTIONS',
+    headers: { Origin: 'https://app.example', 'Access-Control-Request-Method': 'POST',
+      'Access-Control-Request-Headers': 'authorization, content-type' } });
+  assert.equal(pre.status, 204);
+  assert.equal(pre.headers.get('access-control-allow-origin'), 'https://app.example');
+  assert.match(pre.headers.get('access-control-allow-methods'), /POST/);
+  assert.match(pre.headers.get('access-control-allow-headers'), /Authorization/);
+  const r = await post(main, '/v1/chat/completions', JSON.stringify({ messages: MSGS, max_tokens: 1 }));
+  assert.equal(r.headers.get('access-control-allow-origin'), 'https://app.example');
+  const s = await post(main, '/v1/chat/completions', JSON.stringify({ messages: MSGS, max_tokens: 1, stream: true }));
+  assert.equal(s.headers.get('access-control-allow-origin'), 'https://app.example');
+  await s.text();
+  const bad = await post(main, '/v1/chat/completions', '{');
+  assert.equal(bad.headers.get('access-control-allow-origin'), 'https://app.example');
+  // without --cors: no CORS headers
+  const g = await fetch(guarded.url + '/health');
+  assert.equal(g.headers.get('access-control-allow-origin'), null);
 });

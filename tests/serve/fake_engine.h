@@ -42,15 +42,43 @@ static const char fake_html_text[] =
     "Careful: <img src=x onerror=\"window.__pwned=1\"> and <b id=\"injected\">not bold</b> "
     "<script>window.__pwned=2</script> [x](javascript:window.__pwned=3) end.";
 
+/* Replies in the Hermes / Qwen tool-call syntax and with a <think> block
+ * (the fake model's template is treated as Hermes with reasoning). */
+static const char fake_toolcall_text[] =
+    "<think>The user wants the weather.</think>Let me check.\n<tool_call>\n{\"name\": \"get_weather\", "
+    "\"arguments\": {\"city\": \"Paris \\\"Ville\\\"\", \"days\": 3}}\n</tool_call>";
+static const char fake_twocalls_text[] =
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n"
+    "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\", \"list\": [1, 2]}}\n</tool_call>";
+static const char fake_think_text[] = "<think>\nFirst, 2 + 2.\nThat is 4.\n</think>\n\nThe answer is 4.";
+
 static atomic_int fake_cancelled;  /* generations ended by cancellation */
 static atomic_int fake_generations; /* generations started */
 static atomic_int fake_running;     /* generations in progress */
 static serve_server *fake_server;   /* the server over this engine, when the test sets it ("[pause]") */
 
-static int fake_render(void *impl, const serve_message *m, int n, char **prompt, herr *err) {
+static int fake_render(void *impl, const serve_message *m, int n, const serve_chat_opts *o, char **prompt,
+                       herr *err) {
+  (void)impl;
   hbuf b = {0};
-  for (int i = 0; i < n; i++) hbuf_printf(&b, "<|%s|>%s\n", m[i].role, m[i].content);
+  if (o && o->tools) { /* the tools' names, as a template would list them */
+    hbuf_puts(&b, "<|tools|>");
+    size_t i;
+    json_t *t;
+    json_array_foreach(o->tools, i, t) hbuf_printf(&b, " %s", json_string_value(json_object_get(json_object_get(t, "function"), "name")));
+    hbuf_puts(&b, "\n");
+  }
+  for (int i = 0; i < n; i++) {
+    hbuf_printf(&b, "<|%s|>%s", m[i].role, m[i].content);
+    if (m[i].extra) { /* tool calls, tool_call_id: shown as JSON */
+      char *x = json_dumps(m[i].extra, JSON_COMPACT | JSON_SORT_KEYS);
+      if (x) hbuf_printf(&b, " %s", x);
+      free(x);
+    }
+    hbuf_puts(&b, "\n");
+  }
   hbuf_puts(&b, "<|assistant|>");
+  if (o && o->kwargs && json_is_false(json_object_get(o->kwargs, "enable_thinking"))) hbuf_puts(&b, "<think>\n\n</think>\n\n");
   if (strstr(hbuf_str(&b), "[badtemplate]")) {
     hbuf_free(&b);
     return herr_set(err, HEARTH_EINVAL, "template: raise_exception('no such role')");
@@ -125,7 +153,12 @@ static int fake_generate_run(const char *prompt, bool raw, const serve_sampling 
     }
   }
   const char *turn = fake_last_turn(prompt);
-  const char *script = strstr(turn, "[markdown]") ? fake_markdown_text : strstr(turn, "[html]") ? fake_html_text : NULL;
+  const char *script = strstr(turn, "[markdown]") ? fake_markdown_text
+                       : strstr(turn, "[html]")   ? fake_html_text
+                       : strstr(turn, "[twocalls]") ? fake_twocalls_text
+                       : strstr(turn, "[toolcall]") ? fake_toolcall_text
+                       : strstr(turn, "[think]")  ? fake_think_text
+                                                  : NULL;
   size_t script_len = script ? strlen(script) : 0;
   bool fill = strstr(turn, "[long]") != NULL; /* 4-byte tokens until the context is full */
   int64_t limit = script ? (int64_t)(script_len + 2) / 3 : slow ? 5000 : fill ? INT64_MAX : FAKE_EOS_AFTER;
@@ -216,6 +249,8 @@ static void fake_engine_init(serve_engine *e) {
   e->vocab_size = 1000;
   e->created = 1700000000;
   e->render_chat = fake_render;
+  e->tool_format = 1; /* TC_HERMES */
+  e->reasoning = true;
   e->count_tokens = fake_count;
   e->generate = fake_generate;
 }

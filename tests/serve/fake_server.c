@@ -15,13 +15,19 @@
 
 int main(int argc, char **argv) {
   serve_config cfg = {.host = "127.0.0.1"};
+  const char *names[16];
+  int names_n = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--port") == 0) cfg.port = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--api-key") == 0) cfg.api_key = argv[i + 1];
     else if (strcmp(argv[i], "--host") == 0) cfg.host = argv[i + 1];
     else if (strcmp(argv[i], "--max-body") == 0) cfg.max_body = (size_t)strtoull(argv[i + 1], NULL, 10);
     else if (strcmp(argv[i], "--context") == 0) fake_context = strtoll(argv[i + 1], NULL, 10);
+    else if (strcmp(argv[i], "--cors") == 0) cfg.cors_origin = argv[i + 1];
+    else if (strcmp(argv[i], "--served-model-name") == 0 && names_n < 16) names[names_n++] = argv[i + 1];
   }
+  cfg.served_names = names;
+  cfg.n_served_names = names_n;
   hlog_set_level(HLOG_LEVEL_INFO);
   sigset_t set;
   sigemptyset(&set);

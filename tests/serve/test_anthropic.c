@@ -105,6 +105,47 @@ static void test_defaults_and_merging(void) {
   serve_request_free(&r);
 }
 
+/* tool_use / tool_result / thinking turns become the messages templates read:
+ * assistant tool_calls (arguments as objects), "tool" messages ahead of the
+ * user's text, reasoning_content; tools in the OpenAI shape; tool_choice. */
+static void test_tool_turns(void) {
+  const char *body =
+      "{\"model\":\"m\",\"max_tokens\":8,\"tools\":[{\"name\":\"f\",\"description\":\"d\",\"input_schema\":"
+      "{\"type\":\"object\"}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"f\"},\"thinking\":{\"type\":"
+      "\"enabled\",\"budget_tokens\":64},\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
+      "\"content\":[{\"type\":\"thinking\",\"thinking\":\"hm\",\"signature\":\"\"},{\"type\":\"text\",\"text\":\"ok\"},"
+      "{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"f\",\"input\":{\"a\":1}}]},{\"role\":\"user\",\"content\":"
+      "[{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"42\"},{\"type\":\"tool_result\","
+      "\"tool_use_id\":\"t2\",\"is_error\":true,\"content\":[{\"type\":\"text\",\"text\":\"boom\"}]},{\"type\":\"text\","
+      "\"text\":\"next\"}]}]}";
+  serve_request r;
+  serve_fail f;
+  CHECK(anth_request_parse(body, strlen(body), false, &r, &f) == 0);
+  CHECK_EQ_INT(r.nmessages, 5);
+  if (r.nmessages == 5) {
+    const char *roles[] = {"user", "assistant", "tool", "tool", "user"};
+    for (int i = 0; i < 5; i++) CHECK_EQ_STR(r.messages[i].role, roles[i]);
+    CHECK_EQ_STR(r.messages[1].content, "ok");
+    json_t *calls = json_object_get(r.messages[1].extra, "tool_calls");
+    CHECK(json_array_size(calls) == 1);
+    json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+    CHECK_EQ_STR(json_string_value(json_object_get(fn, "name")), "f");
+    CHECK(json_integer_value(json_object_get(json_object_get(fn, "arguments"), "a")) == 1);
+    CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(calls, 0), "id")), "t1");
+    CHECK_EQ_STR(json_string_value(json_object_get(r.messages[1].extra, "reasoning_content")), "hm");
+    CHECK_EQ_STR(r.messages[2].content, "42");
+    CHECK_EQ_STR(json_string_value(json_object_get(r.messages[2].extra, "tool_call_id")), "t1");
+    CHECK_EQ_STR(r.messages[3].content, "Error: boom");
+    CHECK_EQ_STR(r.messages[4].content, "next");
+  }
+  CHECK(json_array_size(r.tools) == 1);
+  CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(json_array_get(r.tools, 0), "function"), "name")), "f");
+  CHECK_EQ_INT(r.tool_choice, SERVE_TOOLS_NAMED);
+  CHECK_EQ_STR(r.tool_name, "f");
+  CHECK(json_is_true(json_object_get(r.template_kwargs, "enable_thinking")));
+  serve_request_free(&r);
+}
+
 static void test_refusals(void) {
   refused("", "");
   refused("{\"model\":", "");
@@ -138,13 +179,21 @@ static void test_refusals(void) {
           "messages.0.content.1");
   refused("{" Q ",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"document\",\"source\":{}}]}]}",
           "messages.0.content.0");
-  refused("{" Q ",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":"
+  /* tool_use only in assistant turns, tool_result only in user turns, each complete */
+  refused("{" Q ",\"messages\":[{\"role\":\"user\",\"content\":"
           "[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":{}}]}]}",
+          "messages.0.content.0");
+  refused("{" Q ",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":"
+          "[{\"type\":\"tool_result\",\"tool_use_id\":\"t\"}]}]}",
           "messages.1.content.0");
-  refused("{" Q ",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t\"}]}]}",
+  refused("{" Q ",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":"
+          "[{\"type\":\"tool_use\",\"id\":\"t\",\"input\":{}}]}]}",
+          "messages.1.content.0");
+  refused("{" Q ",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\"}]}]}",
           "messages.0.content.0");
-  refused("{" Q ",\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"hm\"}]}]}",
-          "messages.0.content.0");
+  refused("{" Q ",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t\","
+          "\"content\":[{\"type\":\"image\"}]}]}]}",
+          "messages.0.content.0.content.0");
   refused("{" Q ",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"hologram\"}]}]}", "messages.0.content.0");
   refused("{" Q "," U ",\"system\":5}", "system");
   refused("{" Q "," U ",\"system\":{\"type\":\"text\",\"text\":\"a\"}}", "system");
@@ -172,8 +221,13 @@ static void test_refusals(void) {
   refused("{" Q "," U ",\"stream\":\"yes\"}", "stream");
   refused("{" Q "," U ",\"metadata\":\"u1\"}", "metadata");
   refused("{" Q "," U ",\"tools\":{}}", "tools");
-  refused("{" Q "," U ",\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}]}", "tools");
-  refused("{" Q "," U ",\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}}", "thinking");
+  refused("{" Q "," U ",\"tools\":[{\"name\":\"f\"}]}", "tools.0");
+  refused("{" Q "," U ",\"tools\":[{\"name\":\"bad name\",\"input_schema\":{\"type\":\"object\"}}]}", "tools.0");
+  refused("{" Q "," U ",\"tools\":[{\"type\":\"bash_20250124\",\"name\":\"bash\"}]}", "tools.0");
+  refused("{" Q "," U ",\"tool_choice\":{\"type\":\"any\"}}", "tool_choice");
+  refused("{" Q "," U ",\"tools\":[{\"name\":\"f\",\"input_schema\":{}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"g\"}}",
+          "tool_choice");
+  refused("{" Q "," U ",\"thinking\":{\"type\":\"enabled\"}}", "thinking");
   refused("{" Q "," U ",\"thinking\":true}", "thinking");
   /* count_tokens reads the prompt's fields the same way */
   refused_as("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", true, "model");
@@ -321,6 +375,7 @@ int main(void) {
   RUN(test_all_fields);
   RUN(test_defaults_and_merging);
   RUN(test_refusals);
+  RUN(test_tool_turns);
   RUN(test_errors);
   RUN(test_ids_and_stop_reasons);
   RUN(test_whole);

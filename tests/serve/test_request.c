@@ -158,6 +158,74 @@ static void test_chat_refusals(void) {
 #undef M
 }
 
+/* Tools, tool turns, tool_choice, template kwargs and response_format. */
+static void test_chat_tools(void) {
+  const char *body =
+      "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":"
+      "\"hm\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+      "\"{\\\"a\\\": [1, 2]}\"}},{\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"not json\"}}]},"
+      "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"42\"}],"
+      "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":\"d\",\"parameters\":{\"type\":"
+      "\"object\"}}},{\"type\":\"function\",\"function\":{\"name\":\"g\"}}],\"tool_choice\":{\"type\":\"function\","
+      "\"function\":{\"name\":\"g\"}},\"parallel_tool_calls\":false,\"reasoning_effort\":\"none\",\"chat_template_kwargs\":"
+      "{\"x\":1},\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"array\"}}}}";
+  serve_request r;
+  serve_fail f;
+  CHECK(parse(body, SERVE_CHAT, &r, &f) == 0);
+  CHECK_EQ_INT(r.nmessages, 3);
+  if (r.nmessages == 3) {
+    CHECK_EQ_STR(r.messages[1].content, "");
+    json_t *calls = json_object_get(r.messages[1].extra, "tool_calls");
+    CHECK(json_array_size(calls) == 2);
+    json_t *a0 = json_object_get(json_object_get(json_array_get(calls, 0), "function"), "arguments");
+    CHECK(json_is_array(json_object_get(a0, "a"))); /* decoded for the template */
+    json_t *a1 = json_object_get(json_object_get(json_array_get(calls, 1), "function"), "arguments");
+    CHECK_EQ_STR(json_string_value(a1), "not json"); /* kept as it came */
+    CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(calls, 0), "id")), "c1");
+    CHECK_EQ_STR(json_string_value(json_object_get(r.messages[1].extra, "reasoning_content")), "hm");
+    CHECK_EQ_STR(json_string_value(json_object_get(r.messages[2].extra, "tool_call_id")), "c1");
+  }
+  CHECK(json_array_size(r.tools) == 2);
+  json_t *g = json_object_get(json_array_get(r.tools, 1), "function");
+  CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(g, "parameters"), "type")), "object");
+  CHECK_EQ_INT(r.tool_choice, SERVE_TOOLS_NAMED);
+  CHECK_EQ_STR(r.tool_name, "g");
+  CHECK(json_is_false(json_object_get(r.template_kwargs, "enable_thinking")));
+  CHECK_EQ_STR(json_string_value(json_object_get(r.template_kwargs, "reasoning_effort")), "none");
+  CHECK(json_integer_value(json_object_get(r.template_kwargs, "x")) == 1);
+  CHECK_EQ_STR(json_string_value(json_object_get(r.json_schema, "type")), "array");
+  serve_request_free(&r);
+
+  const char *M = "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],";
+  char b[512];
+#define REFUSED(tail, param)                  \
+  do {                                        \
+    snprintf(b, sizeof b, "%s%s}", M, tail);  \
+    refused(b, SERVE_CHAT, param);            \
+  } while (0)
+  REFUSED("\"tools\":{}", "tools");
+  REFUSED("\"tools\":[{\"type\":\"retrieval\"}]", "tools[0]");
+  REFUSED("\"tools\":[{\"type\":\"function\",\"function\":{}}]", "tools[0]");
+  REFUSED("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]", "tools[0]");
+  REFUSED("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]", "tools[0]");
+  REFUSED("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]",
+          "tools[1]");
+  REFUSED("\"tool_choice\":\"required\"", "tool_choice");
+  REFUSED("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"always\"", "tool_choice");
+  REFUSED("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\"}",
+          "tool_choice");
+  REFUSED("\"functions\":[]", "functions");
+  REFUSED("\"modalities\":[\"audio\"]", "modalities");
+  REFUSED("\"audio\":{\"voice\":\"x\"}", "audio");
+  REFUSED("\"reasoning_effort\":\"max\"", "reasoning_effort");
+  REFUSED("\"chat_template_kwargs\":[]", "chat_template_kwargs");
+  REFUSED("\"response_format\":{\"type\":\"xml\"}", "response_format");
+  REFUSED("\"response_format\":{\"type\":\"json_schema\"}", "response_format");
+  REFUSED("\"response_format\":{\"type\":\"json_object\"},\"grammar\":\"root ::= \\\"a\\\"\"", "grammar");
+  REFUSED("\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{}}]}]", "messages[0].tool_calls[0]");
+#undef REFUSED
+}
+
 static void test_completion(void) {
   serve_request r;
   serve_fail f;
@@ -217,6 +285,7 @@ int main(void) {
   RUN(test_chat_all_fields);
   RUN(test_chat_defaults);
   RUN(test_chat_refusals);
+  RUN(test_chat_tools);
   RUN(test_completion);
   RUN(test_fail_json);
   TEST_MAIN_END();
