@@ -426,6 +426,7 @@ struct tc_parser {
   hbuf out;               /* a TEXT / REASONING / ARGS run not yet reported */
   sink text, reason;
   bool reply_start;       /* nothing but whitespace reported yet (llama3's bare JSON calls) */
+  bool ws_after_call;     /* no content since the last call ended: held whitespace is dropped at the end */
   int label_pos;          /* gemma4: bytes of "thought\n" matched at a thought channel's start; -1 past it */
   bool any_reasoning;
   /* the call in progress */
@@ -513,7 +514,7 @@ static void sink_put(tc_parser *p, sink *s, int kind, unsigned char c) {
   char ch = (char)c;
   emit(p, kind, &ch, 1);
   s->started = true;
-  if (kind == TC_TEXT) p->reply_start = false;
+  if (kind == TC_TEXT) p->reply_start = p->ws_after_call = false;
 }
 
 static void sink_puts(tc_parser *p, sink *s, int kind, const char *str, size_t n) {
@@ -541,6 +542,9 @@ static void reason_end(tc_parser *p) {
   if (p->label_pos > 0) sink_puts(p, &p->reason, TC_REASONING, LABEL, (size_t)p->label_pos);
   p->label_pos = -1;
   hbuf_clear(&p->reason.ws);
+  /* the answer after a reasoning block starts at its first visible character */
+  p->text.started = false;
+  hbuf_clear(&p->text.ws);
 }
 
 /* --- replay --- */
@@ -626,6 +630,7 @@ static void begin_call(tc_parser *p) {
 
 static void end_call(tc_parser *p) {
   emit_event(p, TC_CALL_END, NULL);
+  p->ws_after_call = true; /* whitespace that only trails a call is not content */
   p->ncalls++;
   p->in_call = p->begun = false;
   p->in_args = false;
@@ -1868,6 +1873,9 @@ int tc_parser_new(const tc_opts *o, tc_parser **out, herr *err) {
   p->out_kind = TC_TEXT;
   p->reply_start = true;
   p->label_pos = -1;
+  /* plain text keeps its whitespace; after a reasoning block or a call
+   * (and in harmony's channels) the leading whitespace is dropped */
+  p->text.started = o->format != TC_HARMONY && !(o->in_reasoning && o->reasoning);
   if (o->format == TC_HARMONY) {
     p->st = S_H_OUT;
   } else if (o->in_reasoning && o->reasoning) {
@@ -1933,6 +1941,11 @@ int tc_parser_finish(tc_parser *p, tc_event_fn fn, void *ctx, herr *err) {
     else if (p->st == S_REASON || p->st == S_H_MSG) reason_put(p, c);
   }
   hbuf_free(&held);
+  /* trailing whitespace of the content is kept, unless a call came after it */
+  if (p->text.started && !p->ws_after_call && p->text.ws.len) {
+    emit(p, TC_TEXT, p->text.ws.data, p->text.ws.len);
+    hbuf_clear(&p->text.ws);
+  }
   if (p->label_pos > 0) reason_end(p);
   out_flush(p, true);
   return result(p, oom(p) ? HEARTH_ENOMEM : 0, err);

@@ -522,6 +522,33 @@ static int on_trace(void *ctx, const tc_event *ev) {
   return t->events++ == t->stop_at ? 7 : 0;
 }
 
+/* Whitespace: a reply without markers comes back byte for byte; the answer
+ * after a reasoning block starts at its first visible character; whitespace
+ * around calls is not content. */
+static void whitespace_case(tc_format f, bool in_reasoning, const char *in, const char *want, const char *want_reason) {
+  tc_opts o = {.format = f, .tools = true, .reasoning = true, .in_reasoning = in_reasoning};
+  char *content = NULL, *reasoning = NULL;
+  json_t *calls = NULL;
+  herr err = {0};
+  CHECK(tc_parse_all(&o, in, strlen(in), &content, &reasoning, &calls, &err) == 0);
+  CHECK_MSG(content && strcmp(content, want) == 0, "%s: content '%s', want '%s'", in, content ? content : "(null)", want);
+  if (want_reason) CHECK_MSG(reasoning && strcmp(reasoning, want_reason) == 0, "%s: reasoning '%s'", in, reasoning ? reasoning : "(null)");
+  free(content);
+  free(reasoning);
+  json_decref(calls);
+}
+
+static void test_whitespace(void) {
+  whitespace_case(TC_HERMES, false, "  The answer \n", "  The answer \n", NULL);
+  whitespace_case(TC_NONE, false, "The ", "The ", NULL);
+  whitespace_case(TC_HERMES, false, "<think>\nhm\n</think>\n\nThe answer.\n", "The answer.\n", "hm");
+  whitespace_case(TC_HERMES, true, "hm\n</think>\n\n  Yes", "Yes", "hm");
+  whitespace_case(TC_HERMES, false, "Let me check.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n",
+                  "Let me check.", NULL);
+  whitespace_case(TC_HERMES, false, "\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n", "", NULL);
+  whitespace_case(TC_HERMES, false, "a <tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call> b ", "a b ", NULL);
+}
+
 static void test_streaming_holdback(void) {
   tc_opts o = {.format = TC_HERMES, .tools = true, .reasoning = true};
   tc_parser *p;
@@ -601,6 +628,7 @@ int main(void) {
   RUN(test_deepseek);
   RUN(test_harmony);
   RUN(test_none);
+  RUN(test_whitespace);
   RUN(test_streaming_holdback);
   RUN(test_callback_stop);
   RUN(test_parse_all);
