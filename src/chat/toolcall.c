@@ -2035,3 +2035,31 @@ int tc_parse_all(const tc_opts *o, const char *text, size_t len, char **content,
   json_decref(c.calls);
   return rc;
 }
+
+/* --- forced calls --- */
+
+bool tc_forced_call(tc_format f, const char *name, hbuf *out) {
+  switch (f) {
+  case TC_HERMES:
+    hbuf_puts(out, "<tool_call>\n{\"name\": \"");
+    if (name) hbuf_printf(out, "%s\", \"arguments\": ", name);
+    return true;
+  case TC_QWEN3_CODER:
+    hbuf_puts(out, "<tool_call>\n<function=");
+    if (name) hbuf_printf(out, "%s>\n", name);
+    return true;
+  case TC_LLAMA3:
+    hbuf_puts(out, "{\"name\": \"");
+    if (name) hbuf_printf(out, "%s\", \"parameters\": ", name);
+    return true;
+  case TC_GLM:
+    hbuf_puts(out, "<tool_call>");
+    if (name) hbuf_printf(out, "%s\n", name);
+    return true;
+  case TC_GEMMA4:
+    hbuf_puts(out, "<|tool_call>call:");
+    if (name) hbuf_printf(out, "%s{", name);
+    return true;
+  default: return false;
+  }
+}

@@ -602,6 +602,13 @@ static void tc_end(anth_reply *r) {
   block_close(r);
 }
 
+void anth_reply_prime(anth_reply *r, const char *text, hbuf *out) {
+  if (!r->tc || r->tc_done) return;
+  r->sse = out;
+  tc_parser_feed(r->tc, text, strlen(text), on_event, r, NULL);
+  r->sse = NULL;
+}
+
 void anth_reply_add(anth_reply *r, const serve_token *tok) {
   if (!r->tc) {
     hbuf_append(&r->text, tok->text, tok->len);

@@ -57,6 +57,9 @@ typedef struct anth_reply {
 /* Splits the output into thinking, text and tool_use blocks with a parser of
  * o's format (before the first token). */
 int anth_reply_parse(anth_reply *r, const tc_opts *o, herr *err);
+/* Feeds text the reply starts with (a forced call's opening) to the parser
+ * before any token: into the whole message (out NULL) or as stream events. */
+void anth_reply_prime(anth_reply *r, const char *text, hbuf *out);
 
 /* id_seed makes the id unique (any varying number). stop/nstop: the request's
  * stop sequences (borrowed; they must outlive the reply). */

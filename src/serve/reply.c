@@ -371,6 +371,13 @@ static json_t *chat_logprobs_chunk(const serve_token *tok) {
   return lp;
 }
 
+void serve_reply_prime(serve_reply *r, const char *text, hbuf *out) {
+  if (!r->tc || r->tc_done) return;
+  r->sse = out;
+  tc_parser_feed(r->tc, text, strlen(text), out ? sse_event : whole_event, r, NULL);
+  r->sse = NULL;
+}
+
 void serve_sse_token(serve_reply *r, const serve_token *tok, hbuf *out) {
   if (r->tc) {
     r->sse = out;

@@ -44,6 +44,9 @@ void serve_reply_free(serve_reply *r);
 /* Chat: split the output into content, reasoning and tool calls with a
  * parser of o's format (before the first token). */
 int serve_reply_parse(serve_reply *r, const tc_opts *o, herr *err);
+/* Feeds text the reply starts with (a forced call's opening) to the parser
+ * before any token: into the whole reply (out NULL) or as stream chunks. */
+void serve_reply_prime(serve_reply *r, const char *text, hbuf *out);
 
 /* Appends s[0..n) to out as UTF-8, each invalid byte replaced by U+FFFD. */
 void serve_utf8_clean(const char *s, size_t n, hbuf *out);

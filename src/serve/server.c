@@ -373,6 +373,9 @@ typedef struct job {
   serve_reply reply;        /* owned */
   anth_reply areply;        /* owned */
   serve_result result;
+  bool parse;               /* chat: the reply is split by a tool-call / reasoning parser of `tc` */
+  tc_opts tc;
+  char *forced;             /* owned; NULL: none. The call opening the reply (tool_choice), already in the prompt */
   int fd;                   /* the client's socket, watched for hang-ups */
   volatile int cancel;      /* set through cancel_set, read by the engine every step */
   int rc;                   /* generate's status */
@@ -394,6 +397,7 @@ static void job_free(job *j) {
   if (!j) return;
   serve_request_free(&j->req);
   free(j->prompt);
+  free(j->forced);
   serve_reply_free(&j->reply);
   anth_reply_free(&j->areply);
   hbuf_free(&j->out);
@@ -468,8 +472,16 @@ static int whole_token(void *ctx, const serve_token *tok) {
   return cancelled(j) ? 1 : 0;
 }
 
+/* The forced opening of the reply goes through the parser first, as if generated. */
+static void job_prime(job *j, hbuf *sse) {
+  if (!j->forced) return;
+  if (j->anthropic) anth_reply_prime(&j->areply, j->forced, sse);
+  else serve_reply_prime(&j->reply, j->forced, sse);
+}
+
 static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   if (j->req.echo) hbuf_puts(&j->reply.text, j->req.prompt);
+  job_prime(j, NULL);
   job_generate(j, whole_token);
   enum MHD_Result rc;
   if (j->rc == 0 && j->result.finish != SERVE_FINISH_CANCELLED) {
@@ -518,6 +530,7 @@ static void *stream_main(void *arg) {
   if (j->anthropic) anth_sse_start(&j->areply, j->prompt_tokens, &b);
   else serve_sse_start(&j->reply, &b);
   if (j->req.echo) serve_sse_text(&j->reply, j->req.prompt, strlen(j->req.prompt), &b);
+  job_prime(j, &b);
   stream_push(j, &b, false);
   hbuf_clear(&b);
   job_generate(j, stream_token);
@@ -714,6 +727,25 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   const char *param = kind == SERVE_CHAT ? "messages" : "prompt";
   if (kind == SERVE_CHAT) {
     if (render_prompt(e, &j->req, &j->prompt, &f)) goto refuse;
+    j->parse = output_parser(e, &j->req, j->prompt, &j->tc);
+    /* tool_choice required or a named function: the reply opens with a call,
+     * written into the prompt and fed to the parser as the reply's start */
+    hbuf forced = {0};
+    if (j->parse && j->tc.tools && !j->tc.in_reasoning &&
+        (j->req.tool_choice == SERVE_TOOLS_REQUIRED || j->req.tool_choice == SERVE_TOOLS_NAMED) &&
+        tc_forced_call(j->tc.format, j->req.tool_choice == SERVE_TOOLS_NAMED ? j->req.tool_name : NULL, &forced)) {
+      size_t n = strlen(j->prompt);
+      char *p = realloc(j->prompt, n + forced.len + 1);
+      if (!p || forced.oom) {
+        hbuf_free(&forced);
+        serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
+        goto refuse;
+      }
+      memcpy(p + n, forced.data, forced.len + 1);
+      j->prompt = p;
+      j->forced = hbuf_take(&forced);
+    }
+    hbuf_free(&forced);
   } else {
     j->prompt = strdup(j->req.prompt);
     if (!j->prompt) {
@@ -760,24 +792,22 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   uint64_t id_seed = seq * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)j;
   if (anth) {
     anth_reply_init(&j->areply, e->model_id, id_seed ^ (uint64_t)time(NULL), j->req.sampling.stop, j->req.sampling.nstop);
-    tc_opts to;
-    if (output_parser(e, &j->req, j->prompt, &to)) {
-      if (anth_reply_parse(&j->areply, &to, &err)) {
+    if (j->parse) {
+      if (anth_reply_parse(&j->areply, &j->tc, &err)) {
         serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
         goto refuse;
       }
-      j->req.sampling.keep_special = needs_specials(&to);
+      j->req.sampling.keep_special = needs_specials(&j->tc);
     }
   } else {
     serve_reply_init(&j->reply, kind, e->model_id, (int64_t)time(NULL), id_seed, j->req.sampling.logprobs);
     j->reply.usage_null = j->req.stream && j->req.include_usage;
-    tc_opts to;
-    if (kind == SERVE_CHAT && output_parser(e, &j->req, j->prompt, &to)) {
-      if (serve_reply_parse(&j->reply, &to, &err)) {
+    if (j->parse) {
+      if (serve_reply_parse(&j->reply, &j->tc, &err)) {
         serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
         goto refuse;
       }
-      j->req.sampling.keep_special = needs_specials(&to);
+      j->req.sampling.keep_special = needs_specials(&j->tc);
     }
   }
   return j->req.stream ? answer_stream(c, j) : answer_whole(c, j);

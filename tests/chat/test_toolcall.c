@@ -549,6 +549,45 @@ static void test_whitespace(void) {
   whitespace_case(TC_HERMES, false, "a <tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call> b ", "a b ", NULL);
 }
 
+/* A forced opening plus what a model would go on with parses as a call of that name. */
+static void forced_case(tc_format f, const char *name, const char *rest) {
+  hbuf b = {0};
+  CHECK(tc_forced_call(f, name, &b));
+  hbuf_puts(&b, rest);
+  tc_opts o = {.format = f, .tools = true, .reasoning = true};
+  char *content = NULL;
+  json_t *calls = NULL;
+  herr err = {0};
+  CHECK(tc_parse_all(&o, b.data, b.len, &content, NULL, &calls, &err) == 0);
+  CHECK_MSG(json_array_size(calls) == 1, "%s: %zu calls from '%s'", tc_format_name(f), json_array_size(calls), hbuf_str(&b));
+  json_t *c = json_array_get(calls, 0);
+  CHECK_EQ_STR(json_string_value(json_object_get(c, "name")), "get_time");
+  json_t *args = json_loads(json_string_value(json_object_get(c, "arguments")) ? json_string_value(json_object_get(c, "arguments")) : "", 0, NULL);
+  CHECK_MSG(args && json_integer_value(json_object_get(args, "a")) == 1, "%s: arguments %s", tc_format_name(f),
+            json_string_value(json_object_get(c, "arguments")));
+  CHECK_EQ_STR(content, "");
+  json_decref(args);
+  json_decref(calls);
+  free(content);
+  hbuf_free(&b);
+}
+
+static void test_forced_call(void) {
+  forced_case(TC_HERMES, "get_time", "{\"a\": 1}}\n</tool_call>");
+  forced_case(TC_HERMES, NULL, "get_time\", \"arguments\": {\"a\": 1}}\n</tool_call>");
+  forced_case(TC_QWEN3_CODER, "get_time", "<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>");
+  forced_case(TC_QWEN3_CODER, NULL, "get_time>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>");
+  forced_case(TC_LLAMA3, "get_time", "{\"a\": 1}}");
+  forced_case(TC_LLAMA3, NULL, "get_time\", \"parameters\": {\"a\": 1}}");
+  forced_case(TC_GLM, "get_time", "<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n</tool_call>");
+  forced_case(TC_GEMMA4, "get_time", "a:1}<tool_call|>");
+  hbuf b = {0};
+  CHECK(!tc_forced_call(TC_NONE, "f", &b));
+  CHECK(!tc_forced_call(TC_HARMONY, "f", &b));
+  CHECK(b.len == 0);
+  hbuf_free(&b);
+}
+
 static void test_streaming_holdback(void) {
   tc_opts o = {.format = TC_HERMES, .tools = true, .reasoning = true};
   tc_parser *p;
@@ -629,6 +668,7 @@ int main(void) {
   RUN(test_harmony);
   RUN(test_none);
   RUN(test_whitespace);
+  RUN(test_forced_call);
   RUN(test_streaming_holdback);
   RUN(test_callback_stop);
   RUN(test_parse_all);

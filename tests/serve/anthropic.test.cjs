@@ -533,3 +533,15 @@ test('fake: two calls; tool_use and tool_result turns are accepted and reach the
   assert.ok(none.content.every((b) => b.type !== 'tool_use'));
   assert.ok(none.content.some((b) => b.type === 'text' && b.text.includes('<tool_call>')));
 });
+
+test('fake: tool_choice any / tool opens the reply with a tool_use block', { skip: !FAKE }, async () => {
+  const named = { model: MODEL, max_tokens: 200, tools: TOOLS, tool_choice: { type: 'tool', name: 'get_time' },
+    messages: [{ role: 'user', content: 'Time? [args]' }] };
+  const m = await client.messages.create(named);
+  assert.equal(m.stop_reason, 'tool_use');
+  assert.deepEqual(m.content.map((b) => [b.type, b.name, b.input]), [['tool_use', 'get_time', { zone: 'UTC' }]]);
+  const f = await client.messages.stream(named).finalMessage();
+  assert.deepEqual(f.content.map((b) => [b.type, b.name, b.input]), [['tool_use', 'get_time', { zone: 'UTC' }]]);
+  const any = await client.messages.create({ ...named, tool_choice: { type: 'any' }, messages: [{ role: 'user', content: 'Weather? [anyargs]' }] });
+  assert.deepEqual(any.content.map((b) => [b.type, b.name, b.input]), [['tool_use', 'get_weather', { city: 'Rome' }]]);
+});

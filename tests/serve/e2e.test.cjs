@@ -495,6 +495,25 @@ test('tools, tool calls and tool results reach the template', { skip: !FAKE }, a
   assert.ok((await n.json()).usage.prompt_tokens > plain.usage.prompt_tokens);
 });
 
+test('tool_choice required or a named function opens the reply with a call', { skip: !FAKE }, async () => {
+  const named = { messages: [{ role: 'user', content: 'What time is it? [args]' }], tools: TOOLS,
+    tool_choice: { type: 'function', function: { name: 'get_time' } }, temperature: 0 };
+  const r = await client.chat.completions.create(named);
+  assert.equal(r.choices[0].finish_reason, 'tool_calls');
+  assert.equal(r.choices[0].message.tool_calls.length, 1);
+  assert.equal(r.choices[0].message.tool_calls[0].function.name, 'get_time');
+  assert.deepEqual(JSON.parse(r.choices[0].message.tool_calls[0].function.arguments), { zone: 'UTC' });
+  const s = await streamTools(named);
+  assert.equal(s.finish, 'tool_calls');
+  assert.deepEqual(s.calls.map((c) => [c.name, JSON.parse(c.arguments)]), [['get_time', { zone: 'UTC' }]]);
+  const any = { messages: [{ role: 'user', content: 'Weather? [anyargs]' }], tools: TOOLS, tool_choice: 'required', temperature: 0 };
+  const a = await client.chat.completions.create(any);
+  assert.equal(a.choices[0].message.tool_calls[0].function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(a.choices[0].message.tool_calls[0].function.arguments), { city: 'Rome' });
+  const sa = await streamTools(any);
+  assert.deepEqual(sa.calls.map((c) => c.name), ['get_weather']);
+});
+
 test('tool fields are checked', async () => {
   const bad = (body) => post(main, '/v1/chat/completions', JSON.stringify({ messages: MSGS, ...body }));
   await expectError(await bad({ tools: {} }), 400, { param: 'tools' });

@@ -50,6 +50,9 @@ static const char fake_toolcall_text[] =
 static const char fake_twocalls_text[] =
     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n"
     "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\", \"list\": [1, 2]}}\n</tool_call>";
+/* Continuations of a forced call's opening (tool_choice named / required). */
+static const char fake_args_text[] = "{\"zone\": \"UTC\"}}\n</tool_call>";
+static const char fake_anyargs_text[] = "get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>";
 static const char fake_think_text[] = "<think>\nFirst, 2 + 2.\nThat is 4.\n</think>\n\nThe answer is 4.";
 
 static atomic_int fake_cancelled;  /* generations ended by cancellation */
@@ -158,6 +161,8 @@ static int fake_generate_run(const char *prompt, bool raw, const serve_sampling 
                        : strstr(turn, "[twocalls]") ? fake_twocalls_text
                        : strstr(turn, "[toolcall]") ? fake_toolcall_text
                        : strstr(turn, "[think]")  ? fake_think_text
+                       : strstr(turn, "[anyargs]") ? fake_anyargs_text
+                       : strstr(turn, "[args]")   ? fake_args_text
                                                   : NULL;
   size_t script_len = script ? strlen(script) : 0;
   bool fill = strstr(turn, "[long]") != NULL; /* 4-byte tokens until the context is full */
