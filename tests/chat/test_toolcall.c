@@ -227,6 +227,84 @@ static void test_detect_deps(void) {
   }
 }
 
+/* ---- round trip through real templates ----
+ * A template's own rendering of an assistant tool call (the conversation with
+ * the call, minus the same conversation up to the generation prompt) is what
+ * a model trained on it writes: the parser of the detected format must read
+ * the call back, name and arguments. */
+static void roundtrip(const char *what, const char *src, const char *bos, const char *eos) {
+  tc_format fmt = tc_format_detect(src);
+  json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather\","
+                             "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},"
+                             "\"days\":{\"type\":\"integer\"}},\"required\":[\"city\"]}}}]", 0, NULL);
+  json_t *user = json_loads("[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}]", 0, NULL);
+  json_t *both = json_loads("[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},{\"role\":\"assistant\",\"content\":\"\","
+                            "\"tool_calls\":[{\"id\":\"abcdef123\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                            "\"arguments\":{\"city\":\"Paris\",\"days\":3}}}]}]", 0, NULL);
+  hbuf p1 = {0}, p2 = {0};
+  herr err = {0};
+  int rc1 = chat_render(src, user, tools, true, NULL, bos, eos, &p1, &err);
+  CHECK_MSG(rc1 == 0, "%s: %s", what, err.msg);
+  int rc2 = rc1 ? rc1 : chat_render(src, both, tools, false, NULL, bos, eos, &p2, &err);
+  CHECK_MSG(rc2 == 0, "%s: %s", what, err.msg);
+  bool prefix = !rc1 && !rc2 && p2.len >= p1.len && memcmp(p1.data, p2.data, p1.len) == 0;
+  CHECK_MSG(prefix, "%s: the conversation with the call does not start with the prompt", what);
+  if (prefix) {
+    const char *reply = p2.data + p1.len;
+    tc_opts o = {.format = fmt, .tools = true, .reasoning = true, .in_reasoning = tc_prompt_opens_reasoning(p1.data, p1.len)};
+    char *content = NULL;
+    json_t *calls = NULL;
+    CHECK(tc_parse_all(&o, reply, strlen(reply), &content, NULL, &calls, &err) == 0);
+    CHECK_MSG(json_array_size(calls) == 1, "%s (%s): %zu calls in '%s'", what, tc_format_name(fmt), json_array_size(calls),
+              reply);
+    json_t *c = json_array_get(calls, 0);
+    if (c) {
+      CHECK_EQ_STR(json_string_value(json_object_get(c, "name")), "get_weather");
+      json_t *args = json_loads(json_string_value(json_object_get(c, "arguments")), 0, NULL);
+      json_t *want = json_loads("{\"city\":\"Paris\",\"days\":3}", 0, NULL);
+      CHECK_MSG(json_equal(args, want), "%s: arguments %s", what, json_string_value(json_object_get(c, "arguments")));
+      json_decref(args);
+      json_decref(want);
+    }
+    CHECK_MSG(content && content[strspn(content, " \n")] == 0, "%s: content '%s' besides the call", what, content);
+    free(content);
+    json_decref(calls);
+  }
+  hbuf_free(&p1);
+  hbuf_free(&p2);
+  json_decref(tools);
+  json_decref(user);
+  json_decref(both);
+}
+
+static void test_roundtrip_templates(void) {
+  static const char *files[] = {
+      "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",
+      "Qwen-Qwen2.5-7B-Instruct.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja", "meta-llama-Llama-3.2-3B-Instruct.jinja",
+      "meta-llama-Llama-3.3-70B-Instruct.jinja", "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+  };
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    char *src = shared_template(files[i]);
+    CHECK_MSG(src != NULL, "template %s not found", files[i]);
+    if (src) roundtrip(files[i], src, "<s>", "</s>");
+    free(src);
+  }
+  test_need_tokenizers();
+  /* (the llama3_1 package's template writes no tool calls; the shared Llama 3.x ones above do) */
+  static const char *deps[] = {"qwen3"};
+  for (size_t i = 0; i < sizeof deps / sizeof deps[0]; i++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizers/%s", HEARTH_DEPS_DIR, deps[i]);
+    chat_template t;
+    herr err = {0};
+    int rc = chat_template_load(path, &t, &err);
+    CHECK_MSG(rc == 0, "%s: %s", deps[i], err.msg);
+    if (rc) continue;
+    roundtrip(deps[i], t.source, t.bos, t.eos);
+    chat_template_free(&t);
+  }
+}
+
 static void test_detect_snippets(void) {
   /* the distinctive parts of templates not kept locally */
   CHECK_EQ_INT(tc_format_detect("{{- '<|start|>assistant<|channel|>commentary to=functions.' + name + "
@@ -667,6 +745,7 @@ int main(void) {
   RUN(test_deepseek);
   RUN(test_harmony);
   RUN(test_none);
+  RUN(test_roundtrip_templates);
   RUN(test_whitespace);
   RUN(test_forced_call);
   RUN(test_streaming_holdback);
