@@ -14,7 +14,7 @@ Per folder:
 Also OUT/llama-sharded/ (the llama f32 model in exactly 2 shards, same
 golden) and OUT/params.json (folder -> model.num_parameters()).
 
-Usage: python3 tools/gen_golden.py OUT   (needs torch and transformers)
+Usage: python3 tools/gen_golden.py OUT [--only=name,name]   (needs torch and transformers)
 """
 import json
 import math
@@ -58,12 +58,31 @@ ARCHS = {
                                    layer_types=["sliding_attention", "full_attention", "sliding_attention"],
                                    rope_theta=1000000.0, rope_local_base_freq=10000.0,
                                    rope_scaling=dict(rope_type="linear", factor=2.0)), ("f32", "bf16")),
+    "qwen3_moe": ("qwen3_moe", dict(num_hidden_layers=2, head_dim=32, num_experts=8, num_experts_per_tok=2,
+                                    moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[],
+                                    norm_topk_prob=True, tie_word_embeddings=False), ("f32", "bf16")),
+    # e-style: per-layer inputs, the last two layers reading the KV of earlier ones, a
+    # wider MLP there, wide global heads with proportional partial RoPE
+    "gemma4": ("gemma4_text", dict(num_hidden_layers=4, head_dim=16, global_head_dim=32, sliding_window=8,
+                                   layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                                                "full_attention"],
+                                   hidden_size_per_layer_input=16, vocab_size_per_layer_input=VOCAB,
+                                   num_kv_shared_layers=2, use_double_wide_mlp=True,
+                                   final_logit_softcapping=30.0, _embed_scale=0.3), ("f32", "bf16")),
+    # A4B-style: MoE beside the dense MLP, keys as values on global layers
+    "gemma4_moe": ("gemma4_text", dict(num_hidden_layers=3, head_dim=16, global_head_dim=32, sliding_window=8,
+                                       layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+                                       hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=4,
+                                       top_k_experts=2, moe_intermediate_size=32, attention_k_eq_v=True,
+                                       num_global_key_value_heads=1, final_logit_softcapping=30.0,
+                                       _embed_scale=0.3),
+                   ("f32", "bf16")),
 }
 
 
 def make_config(model_type, over):
     kw = dict(COMMON)
-    kw.update(over)
+    kw.update({k: v for k, v in over.items() if not k.startswith("_")})
     try:
         return AutoConfig.for_model(model_type, **kw)
     except Exception:
@@ -81,13 +100,16 @@ def make_config(model_type, over):
         return AutoConfig.for_model(model_type, **kw2)
 
 
-def init_weights(model, gemma, seed):
+def init_weights(model, gemma, seed, embed_scale=None):
+    """gemma: the model scales embeddings by sqrt(hidden) (all gemmas); gemma2/3
+    norms multiply by (1 + w), gemma4's by w."""
+    one_plus = gemma and model.config.model_type in ("gemma2", "gemma3_text")
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             r = torch.randn(p.shape, generator=g, dtype=torch.float64)
-            if "norm" in name:
-                p.copy_(r * 0.1 if gemma else 1.0 + r * 0.1)
+            if "norm" in name or (p.dim() == 1 and not name.endswith("bias")):
+                p.copy_(r * 0.1 if one_plus else 1.0 + r * 0.1)
             elif name.endswith("bias"):
                 p.copy_(r * 0.2)
             elif "embed_tokens" in name:
@@ -98,18 +120,25 @@ def init_weights(model, gemma, seed):
                 # embeddings by sqrt(hidden) on the way in, so any scale small
                 # enough to break that repetition leaves logits of ~0.1, too small
                 # for an absolute-error check to mean much.
-                if model.config.tie_word_embeddings and not gemma:
+                # gemma4 (softcapped at 30, tied) takes an explicit middle scale:
+                # at unit scale its logits sit in the cap and greedy repeats one token.
+                if embed_scale is not None and name.endswith("embed_tokens.weight"):
+                    p.copy_(r * embed_scale)
+                elif model.config.tie_word_embeddings and not gemma:
                     p.copy_(r / math.sqrt(p.shape[1]))
                 else:
                     p.copy_(r)
             else:
-                p.copy_(r / math.sqrt(p.shape[1]))
+                p.copy_(r / math.sqrt(p.shape[-1]))
 
 
 def load_f64(folder):
     try:
+        m = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64, attn_implementation="eager",
+                                                 experts_implementation="eager")
+    except (TypeError, ValueError):
         m = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64, attn_implementation="eager")
-    except TypeError:
+    except Exception:
         m = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float64, attn_implementation="eager")
     m.eval()
     return m
@@ -152,17 +181,22 @@ def write_golden(folder, name, model_type, dtype, prompts, logits, greedy, gaps)
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/golden"
+    args = [a for a in sys.argv[1:] if not a.startswith("--only=")]
+    only = [a[len("--only="):].split(",") for a in sys.argv[1:] if a.startswith("--only=")]
+    only = set(only[0]) if only else None
+    out = args[0] if args else "tests/fixtures/golden"
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(1234)
     prompts = [[int(x) for x in rng.integers(3, VOCAB, size=n)] for n in PROMPT_LENS]
     params, errors = {}, []
     for seed, (name, (model_type, over, dtypes)) in enumerate(ARCHS.items()):
+        if only is not None and name not in only:
+            continue
         try:
             cfg = make_config(model_type, over)
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
-            init_weights(model, model_type.startswith("gemma"), 100 + seed)
+            init_weights(model, model_type.startswith("gemma"), 100 + seed, over.get("_embed_scale"))
             for dt in dtypes:
                 folder = os.path.join(out, f"{name}-{dt}")
                 shutil.rmtree(folder, ignore_errors=True)
@@ -190,7 +224,13 @@ def main():
         except Exception:
             errors.append(f"{name}: {traceback.format_exc()}")
             print(errors[-1], flush=True)
-    with open(os.path.join(out, "params.json"), "w") as f:
+    path = os.path.join(out, "params.json")
+    if only is not None and os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+        old.update(params)
+        params = old
+    with open(path, "w") as f:
         json.dump(params, f, indent=1, sort_keys=True)
         f.write("\n")
     if errors:
