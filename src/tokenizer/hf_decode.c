@@ -205,8 +205,10 @@ static int parse_byte_token(const char *s, size_t n) {
   return v;
 }
 
-/* One decoder step: in -> out (cleared first). */
-static int decode_step(const hf_decoder *d, const hf_strlist *in, hf_strlist *out, herr *err) {
+/* One decoder step: in -> out (cleared first). raw: the tokens stand in the
+ * middle of a longer text (no first-token or last-token rules) and bytes stay
+ * bytes (no lossy UTF-8 repair). */
+static int decode_step(const hf_decoder *d, const hf_strlist *in, hf_strlist *out, bool raw, herr *err) {
   hf_strlist_clear(out);
   hbuf t = {0};
   bool ok = true;
@@ -234,7 +236,8 @@ static int decode_step(const hf_decoder *d, const hf_strlist *in, hf_strlist *ou
           hbuf_append(&bytes, s, n);
         }
       }
-      hfu_append_lossy(&t, (const unsigned char *)hbuf_str(&bytes), bytes.len);
+      if (raw) hbuf_append(&t, hbuf_str(&bytes), bytes.len);
+      else hfu_append_lossy(&t, (const unsigned char *)hbuf_str(&bytes), bytes.len);
       hbuf_free(&bytes);
       ok = hf_strlist_push(out, hbuf_str(&t), t.len);
       break;
@@ -246,7 +249,7 @@ static int decode_step(const hf_decoder *d, const hf_strlist *in, hf_strlist *ou
         size_t n = in->len[i];
         for (size_t k = 0; k < n;) {
           if (k + (size_t)d->repl_len <= n && memcmp(s + k, d->repl, (size_t)d->repl_len) == 0) {
-            if (!(i == 0 && d->prepend)) hbuf_putc(&t, ' ');
+            if (!(i == 0 && d->prepend && !raw)) hbuf_putc(&t, ' ');
             k += (size_t)d->repl_len;
           } else {
             hbuf_putc(&t, s[k]);
@@ -265,7 +268,7 @@ static int decode_step(const hf_decoder *d, const hf_strlist *in, hf_strlist *ou
           continue;
         }
         if (pend.len) {
-          if (utf8_valid(pend.data, pend.len)) ok = hf_strlist_push(out, pend.data, pend.len);
+          if (raw || utf8_valid(pend.data, pend.len)) ok = hf_strlist_push(out, pend.data, pend.len);
           else
             for (size_t k = 0; ok && k < pend.len; k++) ok = hf_strlist_push(out, "\xEF\xBF\xBD", 3);
           hbuf_clear(&pend);
@@ -281,6 +284,10 @@ static int decode_step(const hf_decoder *d, const hf_strlist *in, hf_strlist *ou
       break;
     case DEC_STRIP:
       for (size_t i = 0; ok && i < in->n; i++) {
+        if (raw) {
+          ok = hf_strlist_push(out, item(in, i), in->len[i]);
+          continue;
+        }
         const char *s = item(in, i);
         size_t a = 0, b = in->len[i], rl = (size_t)d->repl_len;
         for (size_t k = 0; k < d->start && a + rl <= b && memcmp(s + a, d->repl, rl) == 0; k++) a += rl;
@@ -316,7 +323,7 @@ static int decode_step(const hf_decoder *d, const hf_strlist *in, hf_strlist *ou
         hbuf_clear(&t);
         const char *s = item(in, i);
         size_t n = in->len[i];
-        if (i != 0) {
+        if (i != 0 || raw) {
           if (n >= d->str_len && memcmp(s, d->str, d->str_len) == 0) s += d->str_len, n -= d->str_len;
           else hbuf_putc(&t, ' ');
         }
@@ -328,7 +335,7 @@ static int decode_step(const hf_decoder *d, const hf_strlist *in, hf_strlist *ou
     case DEC_BPE:
       for (size_t i = 0; ok && i < in->n; i++) {
         hbuf_clear(&t);
-        const char *rep = i + 1 == in->n ? "" : " ";
+        const char *rep = i + 1 == in->n && !raw ? "" : " ";
         str_replace(&t, item(in, i), in->len[i], d->str, d->str_len, rep, strlen(rep));
         ok = hf_strlist_push(out, hbuf_str(&t), t.len);
       }
@@ -354,7 +361,7 @@ static int decode_step(const hf_decoder *d, const hf_strlist *in, hf_strlist *ou
       const hf_strlist *cur = in;
       for (size_t k = 0; !rc && k < d->nitems; k++) {
         hf_strlist *dst = cur == &a ? &b : &a;
-        rc = decode_step(d->items[k], cur, dst, err);
+        rc = decode_step(d->items[k], cur, dst, raw, err);
         cur = dst;
       }
       for (size_t i = 0; !rc && ok && i < cur->n; i++) ok = hf_strlist_push(out, item(cur, i), cur->len[i]);
@@ -371,8 +378,18 @@ static int decode_step(const hf_decoder *d, const hf_strlist *in, hf_strlist *ou
 
 int hf_decode_tokens(const hf_decoder *d, const hf_strlist *tokens, hbuf *out, herr *err) {
   hf_strlist res = {0};
-  int rc = decode_step(d, tokens, &res, err);
+  int rc = decode_step(d, tokens, &res, false, err);
   if (!rc) hbuf_append(out, hbuf_str(&res.data), res.data.len);
+  hf_strlist_free(&res);
+  return rc;
+}
+
+int hf_decode_token_raw(const hf_decoder *d, const char *tok, size_t len, hbuf *out, herr *err) {
+  hf_strlist in = {0}, res = {0};
+  int rc = hf_strlist_push(&in, tok, len) ? decode_step(d, &in, &res, true, err)
+                                           : herr_set(err, HEARTH_ENOMEM, "detokenize: out of memory");
+  if (!rc) hbuf_append(out, hbuf_str(&res.data), res.data.len);
+  hf_strlist_free(&in);
   hf_strlist_free(&res);
   return rc;
 }

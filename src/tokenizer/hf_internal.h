@@ -121,6 +121,8 @@ int hf_decoder_parse(const json_t *j, hf_decoder **out, const char *what, herr *
 void hf_decoder_free(hf_decoder *d);
 /* Decodes the token strings and appends the joined text to out. */
 int hf_decode_tokens(const hf_decoder *d, const hf_strlist *tokens, hbuf *out, herr *err);
+/* The bytes one token adds in the middle of a text (no first/last-token rules, no UTF-8 repair). */
+int hf_decode_token_raw(const hf_decoder *d, const char *tok, size_t len, hbuf *out, herr *err);
 
 /* ---- the whole pipeline (hf_tokenizer.c) ---- */
 typedef struct hf_tokenizer hf_tokenizer;
@@ -131,6 +133,7 @@ int hf_tokenizer_encode(const hf_tokenizer *t, const char *text, size_t len, boo
                         int32_t **ids, size_t *n, herr *err);
 int hf_tokenizer_decode(const hf_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, hbuf *out, herr *err);
 int32_t hf_tokenizer_vocab_size(const hf_tokenizer *t);
+int hf_tokenizer_token_bytes(const hf_tokenizer *t, int32_t id, hbuf *out, herr *err);
 const char *hf_tokenizer_id_to_token(const hf_tokenizer *t, int32_t id);
 int32_t hf_tokenizer_token_to_id(const hf_tokenizer *t, const char *tok);
 bool hf_tokenizer_is_special(const hf_tokenizer *t, int32_t id);

@@ -606,6 +606,20 @@ int hf_tokenizer_decode(const hf_tokenizer *t, const int32_t *ids, size_t n, boo
   return rc;
 }
 
+int hf_tokenizer_token_bytes(const hf_tokenizer *t, int32_t id, hbuf *out, herr *err) {
+  size_t len;
+  const char *s = token_str(t, id, &len);
+  if (!s) return herr_set(err, HEARTH_EINVAL, "tokenizer: id %d is not in the vocabulary", id);
+  if (added_by_id(t, id)) {
+    hbuf_append(out, s, len);
+    return 0;
+  }
+  if (t->dec) return hf_decode_token_raw(t->dec, s, len, out, err);
+  hbuf_putc(out, ' ');
+  hbuf_append(out, s, len);
+  return 0;
+}
+
 int32_t hf_tokenizer_vocab_size(const hf_tokenizer *t) { return t->vocab_size; }
 
 const char *hf_tokenizer_id_to_token(const hf_tokenizer *t, int32_t id) {

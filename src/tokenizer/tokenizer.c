@@ -125,6 +125,20 @@ int tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, bool skip
   return gguf_vocab_decode(t->gv, ids, n, skip_special, out, err);
 }
 
+int tokenizer_token_bytes(const tokenizer *t, int32_t id, hbuf *out, herr *err) {
+  int rc;
+  if (t->hf) {
+    rc = hf_tokenizer_token_bytes(t->hf, id, out, err);
+  } else {
+    const char *s;
+    size_t len;
+    rc = gguf_vocab_piece(t->gv, id, false, &s, &len, err);
+    if (!rc) hbuf_append(out, s, len);
+  }
+  if (!rc && out->oom) rc = herr_set(err, HEARTH_ENOMEM, "tokenizer: out of memory");
+  return rc;
+}
+
 int32_t tokenizer_vocab_size(const tokenizer *t) {
   return t->hf ? hf_tokenizer_vocab_size(t->hf) : gguf_vocab_size(t->gv);
 }

@@ -36,6 +36,10 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_
 int tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, hbuf *out, herr *err);
 
 int32_t tokenizer_vocab_size(const tokenizer *t);
+/* Appends the bytes token id adds to a text it stands in the middle of: no
+ * leading-space removal, no UTF-8 repair (a byte-level token may hold part of
+ * a character). What output constraints match tokens against. */
+int tokenizer_token_bytes(const tokenizer *t, int32_t id, hbuf *out, herr *err);
 /* The token's string as stored in the vocabulary (borrowed), or NULL when out of range. */
 const char *tokenizer_id_to_token(const tokenizer *t, int32_t id);
 /* -1 when absent. */
