@@ -171,6 +171,12 @@ typedef struct hearth_gen_params {
   int prefill_chunk;           /* prompt tokens per step for this request, at most the model's
                                   (hearth_load_opts.prefill_chunk); <= 0: the model's */
   const volatile int *cancel;  /* borrowed, may be NULL: set *cancel nonzero (any thread) to stop */
+  const char *grammar;         /* borrowed, may be NULL: a GBNF grammar (llama.cpp's notation, start
+                                  rule `root`) the output must follow; HEARTH_EINVAL naming the line
+                                  when it does not compile */
+  const char *json_schema;     /* borrowed, may be NULL: a JSON Schema (JSON text) the output must
+                                  follow — compiled to a grammar; HEARTH_EUNSUPPORTED naming a keyword
+                                  that would narrow the output and is not compiled. Not with grammar. */
 } hearth_gen_params;
 
 void hearth_gen_params_init(hearth_gen_params *p);

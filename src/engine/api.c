@@ -16,6 +16,7 @@
 #include "chat/chat.h"
 #include "chat/jinja.h"
 #include "engine/generate.h"
+#include "engine/json_schema.h"
 #include "engine/sched.h"
 #include "format/config.h"
 #include "format/gguf.h"
@@ -473,10 +474,23 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
   int32_t *ids = NULL; /* owned when the prompt is text */
   size_t n_ids = 0;
   sample_bias *bias = NULL;
+  hbuf gbnf = {0}; /* a schema's grammar */
   api_cb cb = {.hm = hm, .fn = fn, .user = user, .logprobs = params->logprobs};
   gen_request req;
   gen_request_init(&req);
   if ((rc = fill_request(hm, params, &req, &bias, err))) goto out;
+  if (params->grammar && params->json_schema) {
+    rc = herr_set(err, HEARTH_EINVAL, "hearth_generate: give a grammar or a JSON schema, not both");
+    goto out;
+  }
+  if (params->json_schema) {
+    if ((rc = json_schema_to_gbnf(params->json_schema, strlen(params->json_schema), &gbnf, err))) goto out;
+    req.grammar = hbuf_str(&gbnf);
+    req.grammar_len = gbnf.len;
+  } else if (params->grammar) {
+    req.grammar = params->grammar;
+    req.grammar_len = strlen(params->grammar);
+  }
   if (prompt->ids) {
     req.prompt = prompt->ids;
     req.n_prompt = prompt->n_ids;
@@ -511,6 +525,7 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
   res->decode_seconds = gr.decode_seconds;
 out:
   hbuf_free(&cb.texts);
+  hbuf_free(&gbnf);
   free(ids);
   free(bias);
   return rc;

@@ -41,6 +41,9 @@ typedef struct gen_request {
   bool skip_special;            /* leave special tokens out of the text (default for serving) */
   int prefill_chunk;            /* tokens per prefill forward; <= 0: GEN_DEFAULT_PREFILL_CHUNK */
   const volatile int *cancel;   /* borrowed, may be NULL: nonzero cancels */
+  const char *grammar;          /* borrowed, may be NULL: GBNF (engine/grammar.h) the output follows;
+                                   the scheduler only */
+  size_t grammar_len;
 } gen_request;
 
 /* Defaults: greedy-free neutral sampling, no stops, no EOS, skip_special true. */

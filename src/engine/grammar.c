@@ -55,6 +55,7 @@ struct grammar {
   g_charset *sets;
   size_t n_sets, cap_sets;
   uint32_t root;
+  uint32_t *rest; /* per element: the fewest characters from it to the end of its alternative */
 };
 
 /* ---- building ---- */
@@ -601,6 +602,37 @@ out:
   return rc;
 }
 
+#define LEN_INF UINT32_MAX
+
+static uint32_t sat_add(uint32_t a, uint32_t b) { return a > LEN_INF - b ? LEN_INF : a + b; }
+
+/* The shortest text each rule matches (fixed point), then each element's rest. */
+static int compute_rest(grammar *g, herr *err) {
+  uint32_t *minlen = malloc(sizeof *minlen * (g->n_rules ? g->n_rules : 1));
+  g->rest = malloc(sizeof *g->rest * (g->n_elems ? g->n_elems : 1));
+  if (!minlen || !g->rest) {
+    free(minlen);
+    return herr_set(err, HEARTH_ENOMEM, "grammar: out of memory");
+  }
+  for (size_t r = 0; r < g->n_rules; r++) minlen[r] = LEN_INF;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < g->n_rules; r++)
+      for (uint32_t a = 0; a < g->rules[r].n_alts; a++) {
+        uint32_t len = 0;
+        for (uint32_t i = g->alts[g->rules[r].first_alt + a]; g->elems[i].kind != E_END; i++)
+          len = sat_add(len, g->elems[i].kind == E_CHARS ? 1 : minlen[g->elems[i].arg]);
+        if (len < minlen[r]) minlen[r] = len, changed = true;
+      }
+  }
+  for (size_t i = g->n_elems; i-- > 0;) {
+    g_elem e = g->elems[i];
+    g->rest[i] = e.kind == E_END ? 0 : sat_add(g->rest[i + 1], e.kind == E_CHARS ? 1 : minlen[e.arg]);
+  }
+  free(minlen);
+  return 0;
+}
+
 static void parser_free(parser *p) {
   for (size_t i = 0; i < p->n_rules; i++) {
     free(p->rules[i].name);
@@ -617,6 +649,7 @@ void grammar_free(grammar *g) {
   free(g->rules);
   free(g->ranges);
   free(g->sets);
+  free(g->rest);
   free(g);
 }
 
@@ -665,6 +698,7 @@ int grammar_compile(const char *text, size_t len, grammar **out, herr *err) {
     g->root = root;
     rc = check_left_recursion(g, names, err);
   }
+  if (!rc) rc = compute_rest(g, err);
   free(names);
   parser_free(&p);
   if (rc) {
@@ -753,32 +787,6 @@ int grammar_vocab_from_bytes(const char *const *bytes, const size_t *lens, int32
   return 0;
 }
 
-int grammar_vocab_new(const tokenizer *t, grammar_vocab **out, herr *err) {
-  *out = NULL;
-  int32_t n = tokenizer_vocab_size(t);
-  hbuf all = {0};
-  size_t *offs = malloc(sizeof *offs * (size_t)(n + 1));
-  char **ptrs = malloc(sizeof *ptrs * (size_t)(n > 0 ? n : 1));
-  size_t *lens = malloc(sizeof *lens * (size_t)(n > 0 ? n : 1));
-  int rc = 0;
-  if (!offs || !ptrs || !lens) rc = herr_set(err, HEARTH_ENOMEM, "grammar: out of memory for the vocabulary");
-  for (int32_t i = 0; !rc && i < n; i++) {
-    offs[i] = all.len;
-    if (!tokenizer_is_special(t, i) && tokenizer_id_to_token(t, i)) rc = tokenizer_token_bytes(t, i, &all, err);
-    lens[i] = all.len - offs[i];
-  }
-  if (!rc && all.oom) rc = herr_set(err, HEARTH_ENOMEM, "grammar: out of memory for the vocabulary");
-  if (!rc) {
-    for (int32_t i = 0; i < n; i++) ptrs[i] = all.data + offs[i];
-    rc = grammar_vocab_from_bytes((const char *const *)ptrs, lens, n, out, err);
-  }
-  hbuf_free(&all);
-  free(offs);
-  free(ptrs);
-  free(lens);
-  return rc;
-}
-
 void grammar_vocab_free(grammar_vocab *v) {
   if (!v) return;
   free(v->nodes);
@@ -809,6 +817,9 @@ typedef struct a_state {
   int32_t *trans;    /* owned [256] or NULL: next state, -1 unknown, -2 dead */
   uint64_t *mask;    /* owned or NULL */
   int32_t n_allowed;
+  uint64_t *closing; /* owned or NULL: the tokens that bring an end closer */
+  int32_t n_closing;
+  uint32_t dist;     /* fewest characters to a possible end; LEN_INF until known */
 } a_state;
 
 struct grammar_matcher {
@@ -820,6 +831,7 @@ struct grammar_matcher {
   int32_t cur;   /* current state */
   /* interned nodes */
   a_node *nodes;
+  uint32_t *node_dist; /* parallel to nodes, grown with them: fewest characters to the end, LEN_INF unknown */
   size_t n_nodes, cap_nodes;
   uint32_t *node_slots; /* open addressing: node id + 1, 0 empty */
   size_t n_node_slots;
@@ -867,8 +879,15 @@ static uint32_t node_intern(grammar_matcher *m, uint32_t pos, uint32_t parent) {
     m->overflow = true;
     return UINT32_MAX;
   }
-  if (m->n_nodes == m->cap_nodes && !HGROW(m->nodes, m->cap_nodes, m->n_nodes + 1)) return UINT32_MAX;
+  if (m->n_nodes == m->cap_nodes) {
+    size_t cap = m->cap_nodes;
+    if (!HGROW(m->nodes, cap, m->n_nodes + 1)) return UINT32_MAX;
+    size_t cap2 = m->cap_nodes;
+    if (!HGROW(m->node_dist, cap2, m->n_nodes + 1)) return UINT32_MAX;
+    m->cap_nodes = cap;
+  }
   m->nodes[m->n_nodes] = (a_node){pos, parent};
+  m->node_dist[m->n_nodes] = LEN_INF;
   m->node_slots[h] = (uint32_t)m->n_nodes + 1;
   return (uint32_t)m->n_nodes++;
 }
@@ -961,7 +980,8 @@ static int32_t state_intern(grammar_matcher *m, uint32_t acc, uint8_t need, uint
   if (m->n_states == m->cap_states && !HGROW(m->states, m->cap_states, m->n_states + 1)) return -1;
   if (m->n_st_nodes + k > m->cap_st_nodes && !HGROW(m->st_nodes, m->cap_st_nodes, m->n_st_nodes + k)) return -1;
   memcpy(m->st_nodes + m->n_st_nodes, m->set, k * sizeof *m->set);
-  m->states[m->n_states] = (a_state){.off = (uint32_t)m->n_st_nodes, .n = (uint32_t)k, .acc = acc, .need = need, .len = len};
+  m->states[m->n_states] = (a_state){.off = (uint32_t)m->n_st_nodes, .n = (uint32_t)k, .acc = acc, .need = need, .len = len,
+                                     .dist = LEN_INF};
   m->n_st_nodes += k;
   m->state_slots[h] = (uint32_t)m->n_states + 1;
   return (int32_t)m->n_states++;
@@ -1088,7 +1108,9 @@ void grammar_matcher_free(grammar_matcher *m) {
   for (size_t i = 0; i < m->n_states; i++) {
     free(m->states[i].trans);
     free(m->states[i].mask);
+    free(m->states[i].closing);
   }
+  free(m->node_dist);
   free(m->states);
   free(m->st_nodes);
   free(m->state_slots);
@@ -1122,11 +1144,13 @@ int grammar_matcher_new(const grammar *g, const grammar_vocab *v, const int32_t 
   for (int i = 0; i < n_end; i++)
     if (end_ids[i] >= 0 && end_ids[i] < v->n) m->end_ids[m->n_end++] = end_ids[i];
   /* node 0: the empty stack */
-  if (!HGROW(m->nodes, m->cap_nodes, 64) || !node_rehash(m)) {
+  size_t cap2 = 0;
+  if (!HGROW(m->node_dist, cap2, 64) || !HGROW(m->nodes, m->cap_nodes, 64) || !node_rehash(m)) {
     grammar_matcher_free(m);
     return herr_set(err, HEARTH_ENOMEM, "grammar: out of memory");
   }
   m->nodes[0] = (a_node){UINT32_MAX, UINT32_MAX};
+  m->node_dist[0] = 0;
   m->n_nodes = 1;
   /* the start: every alternative of root */
   const g_rule *r = &g->rules[g->root];
@@ -1146,9 +1170,38 @@ int grammar_matcher_new(const grammar *g, const grammar_vocab *v, const int32_t 
   return 0;
 }
 
-/* The mask of state s (cached). */
-static int state_mask(grammar_matcher *m, int32_t s, herr *err) {
-  if (m->states[s].mask) return 0;
+/* Fewest characters from node id to the end (iterative: parent chains can be long). */
+static uint32_t node_distance(grammar_matcher *m, uint32_t id) {
+  uint32_t at = id, n = 0;
+  while (m->node_dist[at] == LEN_INF) at = m->nodes[at].parent, n++;
+  /* fill back along the chain: each node's rest plus its parent's distance */
+  while (n > 0) {
+    uint32_t x = id, up = 0;
+    for (uint32_t k = 0; k + 1 < n; k++) x = m->nodes[x].parent;
+    up = m->node_dist[m->nodes[x].parent];
+    m->node_dist[x] = sat_add(m->g->rest[m->nodes[x].pos], up);
+    n--;
+  }
+  return m->node_dist[id];
+}
+
+static uint32_t state_distance(grammar_matcher *m, int32_t s) {
+  a_state *st = &m->states[s];
+  if (st->dist != LEN_INF) return st->dist;
+  uint32_t best = LEN_INF;
+  for (uint32_t i = 0; i < st->n; i++) {
+    uint32_t d = node_distance(m, m->st_nodes[st->off + i]);
+    if (d < best) best = d;
+  }
+  m->states[s].dist = best;
+  return best;
+}
+
+/* The mask of state s (cached). closing: only tokens after which the text is
+ * whole (no UTF-8 sequence pending) and fewer characters from an end. */
+static int state_mask_of(grammar_matcher *m, int32_t s, bool closing, herr *err) {
+  if (closing ? m->states[s].closing != NULL : m->states[s].mask != NULL) return 0;
+  uint32_t here = closing ? state_distance(m, s) : 0;
   const grammar_vocab *v = m->v;
   size_t words = ((size_t)v->n + 63) / 64;
   uint64_t *mask = calloc(words ? words : 1, sizeof *mask);
@@ -1175,10 +1228,12 @@ static int state_mask(grammar_matcher *m, int32_t s, herr *err) {
       }
       /* a token may end inside a UTF-8 sequence (byte-level vocabularies split
        * characters): it is allowed while some stack can still take the rest */
-      for (uint32_t id = v->nodes[c].first_tok; id != UINT32_MAX; id = v->tok_next[id]) {
-        mask[id / 64] |= 1ull << (id % 64);
-        n_allowed++;
-      }
+      if (v->nodes[c].first_tok != UINT32_MAX &&
+          (!closing || (m->states[t].need == 0 && state_distance(m, t) < here)))
+        for (uint32_t id = v->nodes[c].first_tok; id != UINT32_MAX; id = v->tok_next[id]) {
+          mask[id / 64] |= 1ull << (id % 64);
+          n_allowed++;
+        }
       if (v->nodes[c].first_child) {
         if (sp == cap) {
           frame *bigger = malloc(sizeof *bigger * cap * 2);
@@ -1206,8 +1261,27 @@ static int state_mask(grammar_matcher *m, int32_t s, herr *err) {
       if (!(mask[id / 64] >> (id % 64) & 1)) n_allowed++;
       mask[id / 64] |= 1ull << (id % 64);
     }
-  m->states[s].mask = mask;
-  m->states[s].n_allowed = n_allowed;
+  if (closing) {
+    m->states[s].closing = mask;
+    m->states[s].n_closing = n_allowed;
+  } else {
+    m->states[s].mask = mask;
+    m->states[s].n_allowed = n_allowed;
+  }
+  return 0;
+}
+
+static int state_mask(grammar_matcher *m, int32_t s, herr *err) { return state_mask_of(m, s, false, err); }
+
+uint32_t grammar_matcher_distance(grammar_matcher *m) { return m->finished ? 0 : state_distance(m, m->cur); }
+
+int grammar_matcher_mask_closing(grammar_matcher *m, const uint64_t **mask, int32_t *n_allowed, herr *err) {
+  if (m->finished) return grammar_matcher_mask(m, mask, n_allowed, err);
+  int rc = state_mask_of(m, m->cur, true, err);
+  if (rc) return rc;
+  if (m->states[m->cur].n_closing == 0) return grammar_matcher_mask(m, mask, n_allowed, err); /* no shorter way */
+  *mask = m->states[m->cur].closing;
+  if (n_allowed) *n_allowed = m->states[m->cur].n_closing;
   return 0;
 }
 

@@ -31,7 +31,6 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "tokenizer/tokenizer.h"
 
 typedef struct grammar grammar;
 
@@ -45,8 +44,7 @@ size_t grammar_rule_count(const grammar *g);
  * other text. Special tokens are left out (they never match a grammar; end
  * tokens are handled apart). Immutable once made; shared by matchers. */
 typedef struct grammar_vocab grammar_vocab;
-int grammar_vocab_new(const tokenizer *t, grammar_vocab **out, herr *err);
-/* From explicit byte strings (tests): token i is bytes[i][0..lens[i]); lens[i] == 0 leaves it out. */
+/* Token i is bytes[i][0..lens[i]); lens[i] == 0 leaves it out. */
 int grammar_vocab_from_bytes(const char *const *bytes, const size_t *lens, int32_t n, grammar_vocab **out, herr *err);
 void grammar_vocab_free(grammar_vocab *v);
 int32_t grammar_vocab_size(const grammar_vocab *v);
@@ -64,6 +62,13 @@ void grammar_matcher_free(grammar_matcher *m);
  * (may be NULL) counts them; 0 means the grammar cannot go on (never happens
  * when an end token exists and the text so far is complete). */
 int grammar_matcher_mask(grammar_matcher *m, const uint64_t **mask, int32_t *n_allowed, herr *err);
+/* The fewest characters the text still needs to be a complete sentence (0 when it may end). */
+uint32_t grammar_matcher_distance(grammar_matcher *m);
+/* As grammar_matcher_mask, but only the tokens that bring an end closer (the
+ * distance drops, no UTF-8 sequence left pending), and end tokens where the
+ * text may end: used when the token budget is about to run out, so the output
+ * is still complete. Falls back to the full mask when no token is closer. */
+int grammar_matcher_mask_closing(grammar_matcher *m, const uint64_t **mask, int32_t *n_allowed, herr *err);
 /* Whether id is allowed next, without computing the whole mask. */
 bool grammar_matcher_allows(grammar_matcher *m, int32_t id);
 /* Advances by id. HEARTH_EINVAL (state unchanged) when id is not allowed. An

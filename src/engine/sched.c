@@ -6,6 +6,7 @@
  * HTTP or the public API. */
 #include "engine/sched.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "base/log.h"
 #include "base/vec.h"
 #include "engine/emit.h"
+#include "engine/grammar.h"
 #include "engine/kv_paged.h"
 
 typedef struct sseq {
@@ -33,6 +35,9 @@ typedef struct sseq {
   int64_t n_toks, cap_toks;
   kv_seq *kv;                 /* owned while running, NULL while waiting */
   sampler *smp;               /* owned */
+  grammar *gram;              /* owned, NULL without a grammar */
+  grammar_matcher *gm;        /* owned, with gram: what the output may be next */
+  bool closing;               /* the token budget ran short: the grammar is being closed */
   gen_emit out;               /* owned: detokenizer, stop matcher, the step's text */
   bool admitted_once;
   bool ended;                 /* finished: the engine no longer touches it */
@@ -49,7 +54,7 @@ struct sched {
   size_t memory_budget;
   size_t block_bytes;
   kv_pool *pool;              /* owned; touched only by the engine thread */
-  float *logits;              /* owned [max_batch * vocab] (host sampling) */
+  float *logits;              /* owned [max_batch * vocab] (host sampling; on a device, made for grammar steps) */
   bool dev_sample;            /* sample on the model's device (bk_sample): only ids come back */
   bk_sample_row *rows;        /* owned [max_batch] (device sampling) */
   bk_sample_out *outs;        /* owned [max_batch] */
@@ -67,6 +72,8 @@ struct sched {
   int64_t n_waiting;
   bool stop;
   sched_stats st;
+  pthread_mutex_t gv_mu;      /* guards making gv */
+  grammar_vocab *gv;          /* owned, made on the first grammar request: the tokens' bytes */
 };
 
 static double now_seconds(void) {
@@ -173,6 +180,7 @@ static bool seq_take_token(sched *s, sseq *q, sample_token st) {
     return true;
   }
   if (ended) {
+    if (q->closing && q->res->finish == GEN_FINISH_STOP) q->res->finish = GEN_FINISH_LENGTH;
     seq_finish(s, q, seq_flush_text(q));
     return true;
   }
@@ -182,6 +190,26 @@ static bool seq_take_token(sched *s, sseq *q, sample_token st) {
   }
   q->toks[q->n_toks++] = st.id;
   return false;
+}
+
+/* Masks q's logits row with its grammar: disallowed tokens get -inf. Returns
+ * 0, an error code (set in q->err), or -1 when no token may follow. */
+static int seq_mask(sched *s, sseq *q, float *row) {
+  const uint64_t *mask;
+  int32_t n_allowed = 0;
+  /* once the tokens left are as few as the characters still needed (plus the
+   * end token), only tokens that close the structure are allowed: the output
+   * ends complete, reported as cut by length */
+  int64_t left = q->max_new - q->res->completion_tokens;
+  if (!q->closing && left <= (int64_t)grammar_matcher_distance(q->gm) + 1) q->closing = true;
+  int rc = q->closing ? grammar_matcher_mask_closing(q->gm, &mask, &n_allowed, q->err)
+                      : grammar_matcher_mask(q->gm, &mask, &n_allowed, q->err);
+  if (rc) return rc;
+  if (n_allowed == 0) return -1;
+  int32_t nv = grammar_vocab_size(s->gv);
+  for (int64_t i = 0; i < s->vocab; i++)
+    if (i >= nv || !(mask[i >> 6] >> (i & 63) & 1)) row[i] = -INFINITY;
+  return 0;
 }
 
 /* ---- the engine thread ---- */
@@ -327,7 +355,14 @@ static void step(sched *s) {
   model_batch b = {.seqs = s->batch, .n_seqs = n_batch};
   herr e = {0};
   int rc = 0;
-  if (s->dev_sample) {
+  /* a sequence under a grammar needs its logits on the host to mask them */
+  bool host = !s->dev_sample;
+  for (int k = 0; k < n_batch && !host; k++) host = s->in_batch[k]->gm != NULL;
+  if (host && !s->logits) {
+    s->logits = malloc(sizeof(float) * (size_t)s->max_batch * (size_t)s->vocab);
+    if (!s->logits) rc = herr_set(&e, HEARTH_ENOMEM, "scheduler: out of memory for the logits of a batch");
+  }
+  if (!rc && !host) {
     /* a row per sequence; those still mid-prefill get a greedy row whose id is ignored */
     s->n_adj = 0;
     for (int k = 0; k < n_batch && !rc; k++) {
@@ -338,7 +373,7 @@ static void step(sched *s) {
         s->rows[k] = (bk_sample_row){0};
     }
     if (!rc) rc = model_forward_sample(s->m, &b, s->rows, s->adj, (int64_t)s->n_adj, s->outs, &e);
-  } else {
+  } else if (!rc) {
     rc = model_forward(s->m, &b, s->logits, &e);
   }
   if (rc) {
@@ -357,7 +392,7 @@ static void step(sched *s) {
     if (q->kv->len < q->n_toks) continue; /* mid-prefill: no token yet */
     sample_token st;
     bool ended;
-    if (s->dev_sample) {
+    if (!host) {
       if (s->outs[k].id < 0) {
         seq_finish(s, q, herr_set(q->err, HEARTH_EINTERNAL, "sampler: the logits row has no finite value"));
         ended = true;
@@ -365,7 +400,14 @@ static void step(sched *s) {
         sampler_from_device(q->smp, &s->outs[k], &st);
         ended = seq_take_token(s, q, st);
       }
+    } else if (q->gm && (rc = seq_mask(s, q, s->logits + (size_t)k * (size_t)s->vocab)) != 0) {
+      if (rc > 0) seq_finish(s, q, rc);
+      else seq_finish(s, q, seq_flush_text(q)); /* the grammar is complete and nothing may follow */
+      ended = true;
     } else if ((rc = sampler_sample(q->smp, s->logits + (size_t)k * (size_t)s->vocab, &st, q->err))) {
+      seq_finish(s, q, rc);
+      ended = true;
+    } else if (q->gm && (rc = grammar_matcher_accept(q->gm, st.id, q->err))) {
       seq_finish(s, q, rc);
       ended = true;
     } else {
@@ -464,6 +506,7 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
     n_blocks = (int64_t)(c.memory_budget / s->block_bytes);
   if (n_blocks < 1) n_blocks = 1; /* admission refuses what does not fit */
   pthread_mutex_init(&s->mu, NULL);
+  pthread_mutex_init(&s->gv_mu, NULL);
   pthread_cond_init(&s->work_cv, NULL);
   pthread_cond_init(&s->done_cv, NULL);
   int rc = kv_pool_new(&g, B, n_blocks, &s->pool, err);
@@ -516,7 +559,9 @@ void sched_free(sched *s) {
   free(s->running);
   free(s->batch);
   free(s->in_batch);
+  grammar_vocab_free(s->gv);
   pthread_mutex_destroy(&s->mu);
+  pthread_mutex_destroy(&s->gv_mu);
   pthread_cond_destroy(&s->work_cv);
   pthread_cond_destroy(&s->done_cv);
   free(s);
@@ -525,6 +570,8 @@ void sched_free(sched *s) {
 static void seq_state_free(sseq *q) {
   free(q->toks);
   sampler_free(q->smp);
+  grammar_matcher_free(q->gm);
+  grammar_free(q->gram);
   gen_emit_free(&q->out);
 }
 
@@ -543,6 +590,49 @@ int sched_admit(sched *s, int64_t n_prompt, int64_t max_tokens, herr *err) {
                   "tokens (%zu bytes%s)",
                   (long long)rows, (size_t)blocks * s->block_bytes, (long long)(c.total * B),
                   (size_t)c.total * s->block_bytes, s->memory_budget ? ", within --memory-budget" : "");
+}
+
+/* The tokenizer's vocabulary as grammar.h wants it. */
+static int grammar_vocab_new(const tokenizer *t, grammar_vocab **out, herr *err) {
+  *out = NULL;
+  int32_t n = tokenizer_vocab_size(t);
+  hbuf all = {0};
+  size_t *offs = malloc(sizeof *offs * (size_t)(n + 1));
+  char **ptrs = malloc(sizeof *ptrs * (size_t)(n > 0 ? n : 1));
+  size_t *lens = malloc(sizeof *lens * (size_t)(n > 0 ? n : 1));
+  int rc = 0;
+  if (!offs || !ptrs || !lens) rc = herr_set(err, HEARTH_ENOMEM, "grammar: out of memory for the vocabulary");
+  for (int32_t i = 0; !rc && i < n; i++) {
+    offs[i] = all.len;
+    if (!tokenizer_is_special(t, i) && tokenizer_id_to_token(t, i)) rc = tokenizer_token_bytes(t, i, &all, err);
+    lens[i] = all.len - offs[i];
+  }
+  if (!rc && all.oom) rc = herr_set(err, HEARTH_ENOMEM, "grammar: out of memory for the vocabulary");
+  if (!rc) {
+    for (int32_t i = 0; i < n; i++) ptrs[i] = all.data + offs[i];
+    rc = grammar_vocab_from_bytes((const char *const *)ptrs, lens, n, out, err);
+  }
+  hbuf_free(&all);
+  free(offs);
+  free(ptrs);
+  free(lens);
+  return rc;
+}
+
+/* Compiles q's grammar and starts its matcher (the caller's thread). */
+static int seq_grammar(sched *s, sseq *q, herr *err) {
+  if (!s->tok) return herr_set(err, HEARTH_EINVAL, "grammar: the model has no tokenizer to match the output with");
+  int rc = grammar_compile(q->req->grammar, q->req->grammar_len, &q->gram, err);
+  if (rc) return rc;
+  pthread_mutex_lock(&s->gv_mu);
+  if (!s->gv) rc = grammar_vocab_new(s->tok, &s->gv, err);
+  pthread_mutex_unlock(&s->gv_mu);
+  if (rc) return rc;
+  int32_t ends[GEN_MAX_EOS];
+  int n_end = 0;
+  for (int i = 0; i < q->req->n_eos && i < GEN_MAX_EOS; i++) ends[n_end++] = q->req->eos_ids[i];
+  if (!n_end) return herr_set(err, HEARTH_EINVAL, "grammar: the model has no end-of-sequence token to finish with");
+  return grammar_matcher_new(q->gram, s->gv, ends, n_end, &q->gm, err);
 }
 
 int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen_result *res, herr *err) {
@@ -576,6 +666,7 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
   memcpy(q.toks, req->prompt, sizeof(int32_t) * req->n_prompt);
   q.n_toks = (int64_t)req->n_prompt;
   if ((rc = gen_emit_init(&q.out, s->tok, req, err))) goto out;
+  if (req->grammar && (rc = seq_grammar(s, &q, err))) goto out;
   sampler_add_prompt(q.smp, req->prompt, req->n_prompt);
   pthread_mutex_lock(&s->mu);
   if (s->stop) {

@@ -49,6 +49,8 @@ typedef struct serve_sampling {
   int top_logprobs; /* how many alternatives per token when logprobs is on */
   bool logprobs;
   bool keep_special; /* special tokens stay in the text (tool-call and reasoning markers are parsed from it) */
+  const char *grammar; /* borrowed from the request, may be NULL: GBNF the output must follow
+                          (from `grammar` or a JSON response_format) */
 } serve_sampling;
 
 /* One alternative token and its log-probability. */

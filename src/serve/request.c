@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/grammar.h"
+#include "engine/json_schema.h"
+
 #define MAX_STOP 16
 
 int serve_fail_set(serve_fail *f, int status, const char *type, const char *param, const char *code, const char *fmt,
@@ -379,6 +382,38 @@ static int parse_format(json_t *root, serve_request *r, serve_fail *f) {
   if (serve_json_str(root, "grammar", &r->grammar, f)) return f->status;
   if (r->grammar && r->json_schema)
     return bad(f, "grammar", "'grammar' and a JSON 'response_format' cannot both be given");
+  return serve_output_grammar(r, f);
+}
+
+int serve_output_grammar(serve_request *r, serve_fail *f) {
+  herr e = {0};
+  hbuf g = {0};
+  const char *field = r->grammar ? "grammar" : "response_format";
+  if (r->json_schema) {
+    char *text = json_dumps(r->json_schema, JSON_COMPACT);
+    int rc = text ? json_schema_to_gbnf(text, strlen(text), &g, &e) : herr_set(&e, HEARTH_ENOMEM, "out of memory");
+    free(text);
+    if (rc) {
+      hbuf_free(&g);
+      return bad(f, field, "response_format: %s", e.msg);
+    }
+  } else if (r->grammar) {
+    hbuf_append(&g, r->grammar, strlen(r->grammar));
+  } else {
+    return 0;
+  }
+  grammar *gr = NULL;
+  int rc = g.oom ? herr_set(&e, HEARTH_ENOMEM, "out of memory") : grammar_compile(hbuf_str(&g), g.len, &gr, &e);
+  grammar_free(gr);
+  if (rc) {
+    hbuf_free(&g);
+    return bad(f, field, "%s", e.msg);
+  }
+  free(r->gbnf);
+  r->gbnf = strdup(hbuf_str(&g));
+  hbuf_free(&g);
+  if (!r->gbnf) return bad(f, field, "out of memory");
+  r->sampling.grammar = r->gbnf;
   return 0;
 }
 
@@ -602,6 +637,7 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
     if (!rc) rc = parse_format(root, req, f);
   }
   if (!rc) rc = parse_sampling(root, kind, &req->sampling, f);
+  if (!rc) req->sampling.grammar = req->gbnf;
 out:
   json_decref(root);
   if (rc) serve_request_free(req);
@@ -627,6 +663,7 @@ void serve_request_free(serve_request *req) {
   json_decref(req->template_kwargs);
   json_decref(req->json_schema);
   free(req->grammar);
+  free(req->gbnf);
   serve_kind kind = req->kind;
   memset(req, 0, sizeof *req);
   req->kind = kind;

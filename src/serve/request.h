@@ -56,12 +56,18 @@ typedef struct serve_request {
   json_t *json_schema;     /* owned; NULL: free text. response_format json_schema's schema, or for
                             * json_object an empty schema (any JSON object) */
   char *grammar;           /* owned; NULL when none: a GBNF grammar the output must follow (extension) */
+  char *gbnf;              /* owned; NULL when free text: the grammar the engine gets (`grammar`, or
+                              json_schema compiled); checked to compile; sampling.grammar points here */
 } serve_request;
 
 /* Parses body[0..len) as a request of `kind`. On failure returns nonzero with
  * f filled (status 400, param naming the field) and leaves *req empty. */
 int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_request *req, serve_fail *f);
 void serve_request_free(serve_request *req);
+/* From req's json_schema or grammar: the GBNF the engine gets (req->gbnf,
+ * sampling.grammar), compiled once to check it; 400 naming response_format or
+ * grammar when the schema or grammar cannot be followed. Nothing when neither. */
+int serve_output_grammar(serve_request *req, serve_fail *f);
 
 /* Shared by the protocol parsers (OpenAI here, Anthropic in anthropic.c). */
 

@@ -718,12 +718,6 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
            : serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f))
     goto refuse;
   if (model_unknown(s, &j->req, anth, &f)) goto refuse;
-  if (j->req.json_schema || j->req.grammar) { /* refused, never ignored: the output would not follow it */
-    serve_fail_set(&f, 400, "invalid_request_error", j->req.grammar ? "grammar" : "response_format", NULL,
-                   "constrained output (%s) is not supported by this server yet",
-                   j->req.grammar ? "grammar" : "response_format json_object / json_schema");
-    goto refuse;
-  }
   const char *param = kind == SERVE_CHAT ? "messages" : "prompt";
   if (kind == SERVE_CHAT) {
     if (render_prompt(e, &j->req, &j->prompt, &f)) goto refuse;
