@@ -139,19 +139,19 @@ static int rule_add_alt(parser *p, uint32_t rule, b_seq *alt) {
   return 0;
 }
 
+static int cmp_range(const void *a, const void *b) {
+  uint32_t x = ((const g_range *)a)->lo, y = ((const g_range *)b)->lo;
+  return x < y ? -1 : x > y;
+}
+
 static int add_charset(parser *p, const g_range *r, size_t n, bool neg, uint32_t *id) {
   grammar *g = p->g;
   if (g->n_sets == g->cap_sets && !HGROW(g->sets, g->cap_sets, g->n_sets + 1)) return oom(p);
-  if (g->n_ranges + n > g->cap_ranges && !HGROW(g->ranges, g->cap_ranges, g->n_ranges + n)) return oom(p);
+  if (g->n_ranges + n + 1 > g->cap_ranges && !HGROW(g->ranges, g->cap_ranges, g->n_ranges + n + 1)) return oom(p);
   /* sort and merge */
   g_range *dst = g->ranges + g->n_ranges;
-  memcpy(dst, r, n * sizeof *r);
-  for (size_t i = 1; i < n; i++)
-    for (size_t k = i; k > 0 && dst[k - 1].lo > dst[k].lo; k--) {
-      g_range t = dst[k];
-      dst[k] = dst[k - 1];
-      dst[k - 1] = t;
-    }
+  if (n) memcpy(dst, r, n * sizeof *r);
+  qsort(dst, n, sizeof *dst, cmp_range);
   size_t m = 0;
   for (size_t i = 0; i < n; i++) {
     if (m && dst[i].lo <= dst[m - 1].hi + 1) {
@@ -689,7 +689,8 @@ int grammar_compile(const char *text, size_t len, grammar **out, herr *err) {
       g->rules[i].n_alts = (uint32_t)p.rules[i].n_alts;
       for (size_t a = 0; a < p.rules[i].n_alts; a++) {
         g->alts[g->n_alts++] = (uint32_t)g->n_elems;
-        memcpy(g->elems + g->n_elems, p.rules[i].alts[a].e, sizeof *g->elems * p.rules[i].alts[a].n);
+        if (p.rules[i].alts[a].n)
+          memcpy(g->elems + g->n_elems, p.rules[i].alts[a].e, sizeof *g->elems * p.rules[i].alts[a].n);
         g->n_elems += p.rules[i].alts[a].n;
         g->elems[g->n_elems++] = (g_elem){.kind = E_END};
       }
@@ -817,8 +818,7 @@ typedef struct a_state {
   int32_t *trans;    /* owned [256] or NULL: next state, -1 unknown, -2 dead */
   uint64_t *mask;    /* owned or NULL */
   int32_t n_allowed;
-  uint64_t *closing; /* owned or NULL: the tokens that bring an end closer */
-  int32_t n_closing;
+  uint32_t max_next; /* with mask: the largest distance a single allowed token leads to */
   uint32_t dist;     /* fewest characters to a possible end; LEN_INF until known */
 } a_state;
 
@@ -846,6 +846,7 @@ struct grammar_matcher {
   uint32_t *set;
   size_t n_set, cap_set;
   uint64_t *end_mask; /* the mask when only ending is possible */
+  uint64_t *budget;   /* scratch: the last budget-limited mask */
   int depth;
   bool overflow;
 };
@@ -1108,7 +1109,6 @@ void grammar_matcher_free(grammar_matcher *m) {
   for (size_t i = 0; i < m->n_states; i++) {
     free(m->states[i].trans);
     free(m->states[i].mask);
-    free(m->states[i].closing);
   }
   free(m->node_dist);
   free(m->states);
@@ -1119,6 +1119,7 @@ void grammar_matcher_free(grammar_matcher *m) {
   free(m->set);
   free(m->end_ids);
   free(m->end_mask);
+  free(m->budget);
   free(m);
 }
 
@@ -1197,16 +1198,17 @@ static uint32_t state_distance(grammar_matcher *m, int32_t s) {
   return best;
 }
 
-/* The mask of state s (cached). closing: only tokens after which the text is
- * whole (no UTF-8 sequence pending) and fewer characters from an end. */
-static int state_mask_of(grammar_matcher *m, int32_t s, bool closing, herr *err) {
-  if (closing ? m->states[s].closing != NULL : m->states[s].mask != NULL) return 0;
-  uint32_t here = closing ? state_distance(m, s) : 0;
+/* The tokens allowed in state s, into mask (zeroed here). limit: only tokens
+ * after which the text is whole (no UTF-8 sequence pending) and at most limit
+ * characters from an end; LEN_INF: every token. *max_next: the largest such
+ * distance among the allowed tokens. */
+static int mask_into(grammar_matcher *m, int32_t s, uint32_t limit, uint64_t *mask, int32_t *n_out, uint32_t *max_next,
+                     herr *err) {
   const grammar_vocab *v = m->v;
   size_t words = ((size_t)v->n + 63) / 64;
-  uint64_t *mask = calloc(words ? words : 1, sizeof *mask);
-  if (!mask) return herr_set(err, HEARTH_ENOMEM, "grammar: out of memory");
+  memset(mask, 0, sizeof *mask * (words ? words : 1));
   int32_t n_allowed = 0;
+  uint32_t most = 0;
   /* depth-first over the trie, carrying the automaton state */
   typedef struct {
     uint32_t node;
@@ -1228,12 +1230,16 @@ static int state_mask_of(grammar_matcher *m, int32_t s, bool closing, herr *err)
       }
       /* a token may end inside a UTF-8 sequence (byte-level vocabularies split
        * characters): it is allowed while some stack can still take the rest */
-      if (v->nodes[c].first_tok != UINT32_MAX &&
-          (!closing || (m->states[t].need == 0 && state_distance(m, t) < here)))
-        for (uint32_t id = v->nodes[c].first_tok; id != UINT32_MAX; id = v->tok_next[id]) {
-          mask[id / 64] |= 1ull << (id % 64);
-          n_allowed++;
+      if (v->nodes[c].first_tok != UINT32_MAX) {
+        uint32_t d = state_distance(m, t);
+        if (limit == LEN_INF || (m->states[t].need == 0 && d <= limit)) {
+          if (d > most && m->states[t].need == 0) most = d;
+          for (uint32_t id = v->nodes[c].first_tok; id != UINT32_MAX; id = v->tok_next[id]) {
+            mask[id / 64] |= 1ull << (id % 64);
+            n_allowed++;
+          }
         }
+      }
       if (v->nodes[c].first_child) {
         if (sp == cap) {
           frame *bigger = malloc(sizeof *bigger * cap * 2);
@@ -1251,37 +1257,61 @@ static int state_mask_of(grammar_matcher *m, int32_t s, bool closing, herr *err)
     }
   }
   if (stack != stack_small) free(stack);
-  if (rc) {
-    free(mask);
-    return rc;
-  }
+  if (rc) return rc;
   if (state_can_end(m, s))
     for (int i = 0; i < m->n_end; i++) {
       int32_t id = m->end_ids[i];
       if (!(mask[id / 64] >> (id % 64) & 1)) n_allowed++;
       mask[id / 64] |= 1ull << (id % 64);
     }
-  if (closing) {
-    m->states[s].closing = mask;
-    m->states[s].n_closing = n_allowed;
-  } else {
-    m->states[s].mask = mask;
-    m->states[s].n_allowed = n_allowed;
-  }
+  *n_out = n_allowed;
+  *max_next = most;
   return 0;
 }
 
-static int state_mask(grammar_matcher *m, int32_t s, herr *err) { return state_mask_of(m, s, false, err); }
+/* The full mask of state s, cached. */
+static int state_mask(grammar_matcher *m, int32_t s, herr *err) {
+  if (m->states[s].mask) return 0;
+  size_t words = ((size_t)m->v->n + 63) / 64;
+  uint64_t *mask = malloc(sizeof *mask * (words ? words : 1));
+  if (!mask) return herr_set(err, HEARTH_ENOMEM, "grammar: out of memory");
+  int32_t n = 0;
+  uint32_t most = 0;
+  int rc = mask_into(m, s, LEN_INF, mask, &n, &most, err);
+  if (rc) {
+    free(mask);
+    return rc;
+  }
+  m->states[s].mask = mask;
+  m->states[s].n_allowed = n;
+  m->states[s].max_next = most;
+  return 0;
+}
 
 uint32_t grammar_matcher_distance(grammar_matcher *m) { return m->finished ? 0 : state_distance(m, m->cur); }
 
-int grammar_matcher_mask_closing(grammar_matcher *m, const uint64_t **mask, int32_t *n_allowed, herr *err) {
-  if (m->finished) return grammar_matcher_mask(m, mask, n_allowed, err);
-  int rc = state_mask_of(m, m->cur, true, err);
-  if (rc) return rc;
-  if (m->states[m->cur].n_closing == 0) return grammar_matcher_mask(m, mask, n_allowed, err); /* no shorter way */
-  *mask = m->states[m->cur].closing;
-  if (n_allowed) *n_allowed = m->states[m->cur].n_closing;
+int grammar_matcher_mask_budget(grammar_matcher *m, int64_t tokens_left, const uint64_t **mask, int32_t *n_allowed,
+                                herr *err) {
+  int rc = grammar_matcher_mask(m, mask, n_allowed, err);
+  if (rc || m->finished) return rc;
+  /* after this token, tokens_left - 1 remain: the distance then (one character per
+   * token at worst) and the end token must fit */
+  int64_t limit = tokens_left - 2;
+  if (limit >= (int64_t)m->states[m->cur].max_next) return 0; /* nothing reachable overruns */
+  if (!m->budget) {
+    size_t words = ((size_t)m->v->n + 63) / 64;
+    m->budget = malloc(sizeof *m->budget * (words ? words : 1));
+    if (!m->budget) return herr_set(err, HEARTH_ENOMEM, "grammar: out of memory");
+  }
+  uint32_t here = state_distance(m, m->cur), most;
+  int32_t n = 0;
+  /* within the budget; when nothing fits, at least closer to an end */
+  uint32_t lim = limit < 0 ? 0 : (uint32_t)limit;
+  if ((rc = mask_into(m, m->cur, lim, m->budget, &n, &most, err))) return rc;
+  if (n == 0 && here > 0 && (rc = mask_into(m, m->cur, here - 1, m->budget, &n, &most, err))) return rc;
+  if (n == 0) return 0; /* no shorter way: the full mask */
+  *mask = m->budget;
+  if (n_allowed) *n_allowed = n;
   return 0;
 }
 

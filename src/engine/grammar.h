@@ -64,11 +64,15 @@ void grammar_matcher_free(grammar_matcher *m);
 int grammar_matcher_mask(grammar_matcher *m, const uint64_t **mask, int32_t *n_allowed, herr *err);
 /* The fewest characters the text still needs to be a complete sentence (0 when it may end). */
 uint32_t grammar_matcher_distance(grammar_matcher *m);
-/* As grammar_matcher_mask, but only the tokens that bring an end closer (the
- * distance drops, no UTF-8 sequence left pending), and end tokens where the
- * text may end: used when the token budget is about to run out, so the output
- * is still complete. Falls back to the full mask when no token is closer. */
-int grammar_matcher_mask_closing(grammar_matcher *m, const uint64_t **mask, int32_t *n_allowed, herr *err);
+/* As grammar_matcher_mask, for a request with tokens_left tokens still to
+ * come (this one and the end token included): tokens after which the text
+ * could no longer be completed in time (counting one character per token) are
+ * left out, so a document cut short by max_tokens still ends complete. When
+ * nothing fits, only tokens that bring an end closer; when none does, the full
+ * mask. The full mask's cached bound on how far one token can lead makes this
+ * free while the budget is large. */
+int grammar_matcher_mask_budget(grammar_matcher *m, int64_t tokens_left, const uint64_t **mask, int32_t *n_allowed,
+                                herr *err);
 /* Whether id is allowed next, without computing the whole mask. */
 bool grammar_matcher_allows(grammar_matcher *m, int32_t id);
 /* Advances by id. HEARTH_EINVAL (state unchanged) when id is not allowed. An

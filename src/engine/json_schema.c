@@ -548,12 +548,14 @@ static int rx_seq(rx *r) {
       const char *q = r->s + 1;
       long m = 0, n = -1;
       if (q >= r->end || *q < '0' || *q > '9') return rx_fail(r, "a '{' that is not a repetition");
-      while (q < r->end && *q >= '0' && *q <= '9') m = m * 10 + (*q++ - '0');
+      for (; q < r->end && *q >= '0' && *q <= '9'; q++)
+        if (m <= MAX_REPEAT) m = m * 10 + (*q - '0');
       if (q < r->end && *q == ',') {
         q++;
         if (q < r->end && *q >= '0' && *q <= '9') {
           n = 0;
-          while (q < r->end && *q >= '0' && *q <= '9') n = n * 10 + (*q++ - '0');
+          for (; q < r->end && *q >= '0' && *q <= '9'; q++)
+            if (n <= MAX_REPEAT) n = n * 10 + (*q - '0');
         }
       } else {
         n = m;

@@ -197,13 +197,13 @@ static bool seq_take_token(sched *s, sseq *q, sample_token st) {
 static int seq_mask(sched *s, sseq *q, float *row) {
   const uint64_t *mask;
   int32_t n_allowed = 0;
-  /* once the tokens left are as few as the characters still needed (plus the
-   * end token), only tokens that close the structure are allowed: the output
-   * ends complete, reported as cut by length */
+  /* tokens that would leave too few to finish the structure are left out; once
+   * the tokens left are as few as the characters still needed (plus the end
+   * token), the output is being closed early: it ends complete, reported as cut
+   * by length */
   int64_t left = q->max_new - q->res->completion_tokens;
   if (!q->closing && left <= (int64_t)grammar_matcher_distance(q->gm) + 1) q->closing = true;
-  int rc = q->closing ? grammar_matcher_mask_closing(q->gm, &mask, &n_allowed, q->err)
-                      : grammar_matcher_mask(q->gm, &mask, &n_allowed, q->err);
+  int rc = grammar_matcher_mask_budget(q->gm, left, &mask, &n_allowed, q->err);
   if (rc) return rc;
   if (n_allowed == 0) return -1;
   int32_t nv = grammar_vocab_size(s->gv);

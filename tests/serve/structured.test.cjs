@@ -1,0 +1,258 @@
+// structured.test.cjs — structured output on a real model, end to end: chat
+// completions with response_format json_schema / json_object and the grammar
+// extension, through the pinned OpenAI client; every reply must parse and
+// validate under ajv (with ajv-formats), streamed or not, greedy or sampled,
+// whatever the model would rather have said. Also: schemas and grammars that
+// cannot be followed are 400s naming the field.
+//
+// HEARTH_E2E_SERVER  the `hearth` executable (run as `hearth serve --model DIR`)
+// HEARTH_DEPS_DIR    where tools/fetch_test_deps.sh installed node_modules
+// HEARTH_SOURCE_DIR  the repository (models/default is served)
+'use strict';
+const { test, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn } = require('node:child_process');
+const fs = require('node:fs');
+const path = require('node:path');
+
+const SERVER = process.env.HEARTH_E2E_SERVER;
+const SOURCE = process.env.HEARTH_SOURCE_DIR || path.resolve(__dirname, '../..');
+const DEPS = process.env.HEARTH_DEPS_DIR || path.join(SOURCE, '.deps');
+const MODEL = process.env.HEARTH_E2E_MODEL || path.join(SOURCE, 'models/default');
+
+function need(name) {
+  const dir = path.join(DEPS, 'node', 'node_modules', name);
+  if (!fs.existsSync(dir)) throw new Error(`npm "${name}" is not installed at ${dir}: run tools/fetch_test_deps.sh`);
+  return require(dir);
+}
+
+function startServer() {
+  if (!SERVER) throw new Error('HEARTH_E2E_SERVER is not set');
+  const proc = spawn(SERVER, ['serve', '--model', MODEL, '--port', '0', '--threads', '2'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const srv = { proc, log: '', url: null };
+  return new Promise((resolve, reject) => {
+    const onData = (d) => {
+      srv.log += d.toString();
+      const m = srv.log.match(/listening on (http:\/\/[^\s]+)/);
+      if (m && !srv.url) {
+        srv.url = m[1];
+        resolve(srv);
+      }
+    };
+    proc.stderr.on('data', onData);
+    proc.stdout.on('data', onData);
+    proc.on('exit', (code) => {
+      if (!srv.url) reject(new Error(`server exited with ${code} before listening:\n${srv.log}`));
+    });
+    proc.on('error', reject);
+  });
+}
+
+let srv, client, ajv;
+
+before(async () => {
+  const { OpenAI } = need('openai');
+  // JSON Schema 2020-12 (prefixItems, $defs), the draft OpenAI's structured outputs follow
+  const Ajv = require(path.join(DEPS, 'node', 'node_modules', 'ajv', 'dist', '2020')).default;
+  need('ajv');
+  const addFormats = need('ajv-formats').default;
+  ajv = new Ajv({ strict: false, allErrors: true });
+  addFormats(ajv);
+  srv = await startServer();
+  client = new OpenAI({ baseURL: srv.url + '/v1', apiKey: 'unused', maxRetries: 0 });
+});
+
+after(async () => {
+  if (!srv) return;
+  const code = await new Promise((resolve) => {
+    srv.proc.on('exit', (c, s) => resolve(s || c));
+    srv.proc.kill('SIGTERM');
+  });
+  assert.equal(code, 0, srv.log.slice(-3000));
+});
+
+const SCHEMAS = {
+  person: {
+    type: 'object',
+    properties: { name: { type: 'string' }, age: { type: 'integer', minimum: 0, maximum: 150 }, email: { type: 'string', format: 'email' } },
+    required: ['name', 'age'],
+    additionalProperties: false,
+  },
+  nested: {
+    type: 'object',
+    properties: {
+      title: { type: 'string', maxLength: 40 },
+      author: { type: 'object', properties: { first: { type: 'string' }, last: { type: 'string' } }, required: ['first', 'last'] },
+      chapters: { type: 'array', items: { type: 'object', properties: { n: { type: 'integer' }, pages: { type: 'number', minimum: 0 } }, required: ['n', 'pages'] }, minItems: 1, maxItems: 4 },
+    },
+    required: ['title', 'author', 'chapters'],
+  },
+  enums: {
+    type: 'object',
+    properties: {
+      color: { enum: ['red', 'green', 'blue'] },
+      size: { type: 'string', enum: ['S', 'M', 'L', 'XL'] },
+      count: { const: 3 },
+      flags: { type: 'array', items: { type: 'boolean' }, maxItems: 5 },
+    },
+    required: ['color', 'size', 'count'],
+  },
+  escapes: {
+    type: 'object',
+    properties: { quote: { type: 'string', minLength: 1, maxLength: 30 }, path: { type: 'string', pattern: '^[a-z]+(/[a-z]+){1,3}$' } },
+    required: ['quote', 'path'],
+  },
+  numbers: {
+    type: 'object',
+    properties: {
+      score: { type: 'number', minimum: -10, maximum: 10 },
+      level: { type: 'integer', exclusiveMinimum: 0, exclusiveMaximum: 10 },
+      ratio: { type: 'number', minimum: 0, maximum: 1 },
+      big: { type: 'integer', minimum: 1000 },
+    },
+    required: ['score', 'level', 'ratio', 'big'],
+  },
+  unions: {
+    type: 'object',
+    properties: {
+      id: { anyOf: [{ type: 'integer' }, { type: 'string', format: 'uuid' }] },
+      note: { type: ['string', 'null'] },
+      when: { type: 'string', format: 'date' },
+    },
+    required: ['id', 'note', 'when'],
+  },
+  tree: {
+    $defs: {
+      node: {
+        type: 'object',
+        properties: { label: { type: 'string', maxLength: 12 }, kids: { type: 'array', items: { $ref: '#/$defs/node' }, maxItems: 2 } },
+        required: ['label', 'kids'],
+        additionalProperties: false,
+      },
+    },
+    $ref: '#/$defs/node',
+  },
+  list: { type: 'array', items: { type: 'string', maxLength: 20 }, minItems: 2, maxItems: 3 },
+  tuple: { type: 'array', prefixItems: [{ type: 'string' }, { type: 'integer' }, { type: 'boolean' }], items: false, minItems: 3 },
+  free: { type: 'object', additionalProperties: { type: 'integer' } },
+};
+
+const PROMPTS = ['Describe a person.', 'Write JSON for a book.', 'Answer in JSON.'];
+
+async function complete(schema, opts) {
+  const r = await client.chat.completions.create({
+    model: 'default',
+    messages: [{ role: 'user', content: opts.prompt }],
+    max_tokens: opts.max_tokens,
+    temperature: opts.temperature,
+    seed: opts.seed,
+    response_format: schema ? { type: 'json_schema', json_schema: { name: 'out', schema, strict: true } } : { type: 'json_object' },
+  });
+  return r.choices[0];
+}
+
+function checkValid(name, schema, text, finish) {
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    assert.fail(`${name}: not JSON (${e.message}), finish ${finish}: ${JSON.stringify(text)}`);
+  }
+  if (schema) {
+    const ok = ajv.validate(schema, value);
+    assert.ok(ok, `${name}: invalid under its schema: ${ajv.errorsText()}\n${text}`);
+  } else {
+    assert.ok(value && typeof value === 'object' && !Array.isArray(value), `${name}: not a JSON object: ${text}`);
+  }
+}
+
+test('every schema: greedy and sampled replies parse and validate (ajv)', { timeout: 300000 }, async () => {
+  let n = 0;
+  for (const [name, schema] of Object.entries(SCHEMAS)) {
+    for (const [k, opts] of [
+      { prompt: PROMPTS[0], temperature: 0, max_tokens: 120 },
+      { prompt: PROMPTS[1], temperature: 1.0, seed: 11, max_tokens: 200 },
+      { prompt: PROMPTS[2], temperature: 0.7, seed: 5, max_tokens: 90 },
+    ].entries()) {
+      const c = await complete(schema, opts);
+      assert.ok(['stop', 'length'].includes(c.finish_reason), c.finish_reason);
+      checkValid(`${name}#${k}`, schema, c.message.content, c.finish_reason);
+      n++;
+    }
+  }
+  assert.equal(n, Object.keys(SCHEMAS).length * 3);
+});
+
+test('json_object: an object every time, also when the budget is small', async () => {
+  for (const [i, max_tokens] of [8, 40, 150].entries()) {
+    const c = await complete(null, { prompt: PROMPTS[i], temperature: 0.9, seed: i, max_tokens });
+    checkValid(`json_object/${max_tokens}`, null, c.message.content, c.finish_reason);
+  }
+});
+
+test('streamed: the deltas join into a valid document', async () => {
+  const schema = SCHEMAS.nested;
+  const stream = await client.chat.completions.create({
+    model: 'default',
+    messages: [{ role: 'user', content: PROMPTS[1] }],
+    max_tokens: 160,
+    temperature: 0.8,
+    seed: 3,
+    stream: true,
+    response_format: { type: 'json_schema', json_schema: { name: 'book', schema } },
+  });
+  let text = '';
+  let finish = null;
+  for await (const ch of stream) {
+    if (ch.choices[0]?.delta?.content) text += ch.choices[0].delta.content;
+    if (ch.choices[0]?.finish_reason) finish = ch.choices[0].finish_reason;
+  }
+  assert.ok(finish);
+  checkValid('stream', schema, text, finish);
+});
+
+test('the grammar extension (GBNF) is followed', async () => {
+  const res = await fetch(srv.url + '/v1/chat/completions', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      messages: [{ role: 'user', content: 'Yes or no?' }],
+      max_tokens: 30,
+      temperature: 1,
+      seed: 9,
+      grammar: 'root ::= answer "!" ( " " [0-9]{1,3} )?\nanswer ::= "yes" | "no" | "maybe"',
+    }),
+  });
+  assert.equal(res.status, 200);
+  const j = await res.json();
+  assert.match(j.choices[0].message.content, /^(yes|no|maybe)!( [0-9]{1,3})?$/);
+  /* completions (raw prompt) take it too */
+  const r2 = await fetch(srv.url + '/v1/completions', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt: 'The number is', max_tokens: 10, grammar: 'root ::= " " [1-9] [0-9]*' }),
+  });
+  assert.equal(r2.status, 200);
+  assert.match((await r2.json()).choices[0].text, /^ [1-9][0-9]*$/);
+});
+
+test('what cannot be followed is a 400 naming the field', async () => {
+  const cases = [
+    [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'integer', multipleOf: 3 } } } }, 'response_format', /multipleOf/],
+    [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { $ref: 'https://example.com/x.json' } } } }, 'response_format', /\$ref/],
+    [{ grammar: 'root ::= missing' }, 'grammar', /'missing' is used but never defined/],
+    [{ grammar: 'root ::= root "x"' }, 'grammar', /left-recursive/],
+    [{ grammar: 'root ::= "a"', response_format: { type: 'json_object' } }, 'grammar', /cannot both/],
+  ];
+  for (const [extra, param, msg] of cases) {
+    const res = await fetch(srv.url + '/v1/chat/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 5, ...extra }),
+    });
+    assert.equal(res.status, 400, JSON.stringify(extra));
+    const j = await res.json();
+    assert.equal(j.error.param, param);
+    assert.match(j.error.message, msg);
+  }
+});
