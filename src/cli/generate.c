@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "base/file.h"
 #include "cli/cli.h"
 #include "hearth.h"
 
@@ -34,6 +35,10 @@ static void usage(FILE *f) {
           "  --threads N       CPU worker threads (default: one per CPU)\n"
           "  --stop STR        stop string (repeatable, up to %d)\n"
           "  --ignore-eos      keep generating past EOS tokens\n"
+          "  --grammar GBNF    the output follows this grammar (llama.cpp's GBNF, start rule root)\n"
+          "  --grammar-file F  ... read from a file\n"
+          "  --json-schema S   the output is JSON valid under this JSON Schema\n"
+          "  --json-schema-file F  ... read from a file\n"
           "  --print-ids       print the generated token ids instead of text\n"
           "  --stats           print token counts and speed to stderr\n",
           cli_sampling_help(), GEN_MAX_STOPS);
@@ -93,6 +98,7 @@ int cli_generate(int argc, char **argv) {
   params.max_tokens = 128;
   int32_t *ids = NULL;
   size_t n_ids = 0;
+  const char *grammar_file = NULL, *schema_file = NULL;
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
     int r;
@@ -114,6 +120,18 @@ int cli_generate(int argc, char **argv) {
     } else if (OPT("--system")) {
       if (r < 0) return free(ids), 2;
       system = v;
+    } else if (OPT("--grammar")) {
+      if (r < 0) return free(ids), 2;
+      params.grammar = v;
+    } else if (OPT("--grammar-file")) {
+      if (r < 0) return free(ids), 2;
+      grammar_file = v;
+    } else if (OPT("--json-schema")) {
+      if (r < 0) return free(ids), 2;
+      params.json_schema = v;
+    } else if (OPT("--json-schema-file")) {
+      if (r < 0) return free(ids), 2;
+      schema_file = v;
     } else if (OPT("--stop")) {
       if (r < 0) return free(ids), 2;
       if (n_stops == GEN_MAX_STOPS) return free(ids), cli_usage_error("generate", "at most %d stop strings", GEN_MAX_STOPS);
@@ -137,6 +155,9 @@ int cli_generate(int argc, char **argv) {
   if (!prompt == !ids) usage_err = "give exactly one of --prompt and --ids";
   else if (chat && !prompt) usage_err = "--chat needs --prompt";
   else if (system && !chat) usage_err = "--system needs --chat (a system message is part of a chat)";
+  else if ((params.grammar || grammar_file) + (params.json_schema || schema_file) + (params.grammar && grammar_file) +
+               (params.json_schema && schema_file) > 1)
+    usage_err = "give one of --grammar, --grammar-file, --json-schema and --json-schema-file";
   if (usage_err) {
     free(ids);
     return cli_usage_error("generate", "%s", usage_err);
@@ -150,6 +171,16 @@ int cli_generate(int argc, char **argv) {
 
   int status = 1;
   hearth_error err = {0};
+  char *constraint = NULL; /* a grammar or schema read from a file */
+  if (grammar_file || schema_file) {
+    size_t len;
+    if (hfile_read(grammar_file ? grammar_file : schema_file, &constraint, &len, &err)) {
+      free(ids);
+      return cli_fail("%s", err.msg);
+    }
+    if (grammar_file) params.grammar = constraint;
+    else params.json_schema = constraint;
+  }
   hearth_model *m = NULL;
   char *rendered = NULL, *messages = NULL, *q_user = NULL, *q_system = NULL;
   char *stdin_text = NULL;
@@ -238,5 +269,6 @@ out:
   free(q_user);
   free(q_system);
   free(stdin_text);
+  free(constraint);
   return status;
 }
