@@ -1384,3 +1384,35 @@ int grammar_matcher_accept_text(grammar_matcher *m, const char *s, size_t n, her
 }
 
 bool grammar_matcher_can_end(const grammar_matcher *m) { return m->finished || state_can_end(m, m->cur); }
+
+int grammar_prefix_rules(const char *text, size_t len, const char *prefix, hbuf *out) {
+  size_t plen = strlen(prefix);
+  for (size_t i = 0; i < len;) {
+    char c = text[i];
+    if (c == '"' || c == '[') {
+      /* a literal or a class: copied as is, escapes included */
+      char close = c == '"' ? '"' : ']';
+      size_t j = i + 1;
+      while (j < len && text[j] != close) j += text[j] == '\\' ? 2 : 1;
+      if (j > len) j = len;
+      hbuf_append(out, text + i, (j < len ? j + 1 : len) - i);
+      i = j < len ? j + 1 : len;
+    } else if (c == '#' || c == '{') {
+      /* a comment, or a repetition count */
+      size_t j = i;
+      while (j < len && text[j] != (c == '#' ? '\n' : '}')) j++;
+      hbuf_append(out, text + i, j - i);
+      i = j;
+    } else if (is_name_char(c)) {
+      size_t j = i;
+      while (j < len && is_name_char(text[j])) j++;
+      hbuf_append(out, prefix, plen);
+      hbuf_append(out, text + i, j - i);
+      i = j;
+    } else {
+      hbuf_putc(out, c);
+      i++;
+    }
+  }
+  return out->oom ? -1 : 0;
+}

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "base/status.h"
 
 typedef struct grammar grammar;
@@ -38,6 +39,10 @@ typedef struct grammar grammar;
  * the line and the problem. */
 int grammar_compile(const char *text, size_t len, grammar **out, herr *err);
 void grammar_free(grammar *g);
+/* Appends GBNF text with every rule name prefixed (literals, classes,
+ * repetition counts and comments untouched), so grammars can be combined without clashes. -1 when
+ * out of memory. */
+int grammar_prefix_rules(const char *text, size_t len, const char *prefix, hbuf *out);
 size_t grammar_rule_count(const grammar *g);
 
 /* The vocabulary as bytes: what each token adds to the text when it follows

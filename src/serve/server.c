@@ -46,6 +46,8 @@
 
 #include "base/buf.h"
 #include "base/log.h"
+#include "engine/grammar.h"
+#include "engine/json_schema.h"
 #include "serve/anthropic.h"
 #include "serve/reply.h"
 #include "serve/request.h"
@@ -389,6 +391,8 @@ typedef struct job {
   size_t sent;              /* bytes of `out` already handed to MHD */
   bool done;                /* the producer finished: `out` is all there is */
 } job;
+
+static void forced_call_grammar(job *j);
 
 static void cancel_set(job *j) { __atomic_store_n(&j->cancel, 1, __ATOMIC_SEQ_CST); }
 static bool cancelled(job *j) { return __atomic_load_n(&j->cancel, __ATOMIC_SEQ_CST) != 0; }
@@ -738,6 +742,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       memcpy(p + n, forced.data, forced.len + 1);
       j->prompt = p;
       j->forced = hbuf_take(&forced);
+      forced_call_grammar(j);
     }
     hbuf_free(&forced);
   } else {
@@ -808,6 +813,66 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
 refuse:
   job_free(j);
   return send_fail_as(c, &f, NULL, anth);
+}
+
+/* A forced tool call in a JSON syntax (hermes, llama3) continues with the
+ * tool's name (when not named) and arguments that follow its parameters
+ * schema, then the call's close: a grammar for that, into req.gbnf. A schema
+ * that cannot be compiled leaves the call unconstrained. */
+static void forced_call_grammar(job *j) {
+  tc_format fmt = j->tc.format;
+  if ((fmt != TC_HERMES && fmt != TC_LLAMA3) || j->req.gbnf || !json_is_array(j->req.tools)) return;
+  bool named = j->req.tool_choice == SERVE_TOOLS_NAMED;
+  hbuf g = {0}, alts = {0};
+  size_t i;
+  json_t *t;
+  int n = 0;
+  json_array_foreach(j->req.tools, i, t) {
+    json_t *fn = json_object_get(t, "function");
+    const char *name = json_string_value(json_object_get(fn, "name"));
+    json_t *params = json_object_get(fn, "parameters");
+    if (!name || (named && strcmp(name, j->req.tool_name))) continue;
+    char *schema = params ? json_dumps(params, JSON_COMPACT) : strdup("{\"type\":\"object\"}");
+    hbuf one = {0};
+    herr e = {0};
+    int rc = schema ? json_schema_to_gbnf(schema, strlen(schema), &one, &e) : -1;
+    free(schema);
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "t%d-", n);
+    if (!rc) rc = grammar_prefix_rules(hbuf_str(&one), one.len, prefix, &g);
+    hbuf_free(&one);
+    if (rc) {
+      hbuf_free(&g);
+      hbuf_free(&alts);
+      return;
+    }
+    if (n++) hbuf_puts(&alts, " | ");
+    if (!named) { /* the name, as the opening left it to the model */
+      json_t *lit = json_string(name);
+      char *q = lit ? json_dumps(lit, JSON_ENCODE_ANY) : NULL;
+      json_decref(lit);
+      if (!q) continue;
+      hbuf_putc(&alts, '"');
+      for (const char *c = q + 1; c[1]; c++) { /* the JSON string's inside, then the rest of the opening */
+        if (*c == '"' || *c == '\\') hbuf_putc(&alts, '\\');
+        hbuf_putc(&alts, *c);
+      }
+      free(q);
+      hbuf_printf(&alts, "\\\", \\\"%s\\\": \" ", fmt == TC_HERMES ? "arguments" : "parameters");
+    }
+    hbuf_printf(&alts, "%sroot", prefix);
+  }
+  if (n) {
+    hbuf_printf(&g, "root ::= ( %s ) \"}\"%s\n", hbuf_str(&alts), fmt == TC_HERMES ? " \"\\n</tool_call>\"" : "");
+    grammar *gr = NULL;
+    if (!g.oom && grammar_compile(hbuf_str(&g), g.len, &gr, NULL) == 0) {
+      j->req.gbnf = hbuf_take(&g);
+      j->req.sampling.grammar = j->req.gbnf;
+    }
+    grammar_free(gr);
+  }
+  hbuf_free(&g);
+  hbuf_free(&alts);
 }
 
 /* POST /v1/messages/count_tokens: the rendered prompt's token count. */

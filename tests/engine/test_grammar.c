@@ -345,11 +345,33 @@ static void test_random_walks(void) {
   grammar_vocab_free(v);
 }
 
+static void test_prefix_rules(void) {
+  const char *g = "root ::= a{2,3} \"b c\" [x-z]? # note d\na ::= \"q\" | root-x\nroot-x ::= \"{\"";
+  hbuf out = {0};
+  CHECK(grammar_prefix_rules(g, strlen(g), "p-", &out) == 0);
+  CHECK_EQ_STR(hbuf_str(&out),
+               "p-root ::= p-a{2,3} \"b c\" [x-z]? # note d\np-a ::= \"q\" | p-root-x\np-root-x ::= \"{\"");
+  /* two prefixed grammars combine */
+  hbuf both = {0};
+  hbuf_puts(&both, "root ::= p-root | q-root\n");
+  hbuf_append(&both, hbuf_str(&out), out.len);
+  hbuf_putc(&both, '\n');
+  CHECK(grammar_prefix_rules(g, strlen(g), "q-", &both) == 0);
+  grammar *gr = compile(hbuf_str(&both));
+  grammar_vocab *v = toy_vocab();
+  CHECK(gr && accepts(gr, v, "qq{b cy", true) && !accepts(gr, v, "qb c", true));
+  grammar_free(gr);
+  grammar_vocab_free(v);
+  hbuf_free(&out);
+  hbuf_free(&both);
+}
+
 int main(void) {
   RUN(test_compile_errors);
   RUN(test_text_matching);
   RUN(test_masks);
   RUN(test_schemas);
   RUN(test_random_walks);
+  RUN(test_prefix_rules);
   TEST_MAIN_END();
 }

@@ -26,9 +26,9 @@ function need(name) {
   return require(dir);
 }
 
-function startServer() {
+function startServer(model = MODEL) {
   if (!SERVER) throw new Error('HEARTH_E2E_SERVER is not set');
-  const proc = spawn(SERVER, ['serve', '--model', MODEL, '--port', '0', '--threads', '2'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(SERVER, ['serve', '--model', model, '--port', '0', '--threads', '2'], { stdio: ['ignore', 'pipe', 'pipe'] });
   const srv = { proc, log: '', url: null };
   return new Promise((resolve, reject) => {
     const onData = (d) => {
@@ -254,5 +254,56 @@ test('what cannot be followed is a 400 naming the field', async () => {
     const j = await res.json();
     assert.equal(j.error.param, param);
     assert.match(j.error.message, msg);
+  }
+});
+
+// The built-in weights under Qwen2.5's chat template (tools in the Hermes
+// syntax; the template is read from the shared fixtures at run time): a forced
+// call's arguments must follow the tool's parameters schema.
+test('tool_choice required / named: the arguments follow the tool schema', { timeout: 120000 }, async () => {
+  const tpl = path.join(SOURCE, '..', 'shared', 'fixtures', 'templates', 'Qwen-Qwen2.5-7B-Instruct.jinja');
+  assert.ok(fs.existsSync(tpl), `${tpl} is missing`);
+  const top = fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'hearth-tools-'));
+  const dir = path.join(top, 'default');
+  fs.mkdirSync(dir);
+  for (const f of ['config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json'])
+    fs.symlinkSync(path.join(MODEL, f), path.join(dir, f));
+  const cfg = JSON.parse(fs.readFileSync(path.join(MODEL, 'tokenizer_config.json'), 'utf8'));
+  cfg.chat_template = fs.readFileSync(tpl, 'utf8');
+  fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(cfg));
+  const tsrv = await startServer(dir);
+  try {
+    const { OpenAI } = need('openai');
+    const c = new OpenAI({ baseURL: tsrv.url + '/v1', apiKey: 'unused', maxRetries: 0 });
+    const tools = [
+      { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 20 }, unit: { enum: ['c', 'f'] } }, required: ['city', 'unit'], additionalProperties: false } } },
+      { type: 'function', function: { name: 'add', parameters: { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'integer' } }, required: ['a', 'b'] } } },
+    ];
+    const byName = Object.fromEntries(tools.map((t) => [t.function.name, t.function.parameters]));
+    for (const [k, tool_choice] of ['required', { type: 'function', function: { name: 'add' } }, 'required'].entries()) {
+      const r = await c.chat.completions.create({
+        model: 'default',
+        messages: [{ role: 'user', content: 'What is the weather in Paris?' }],
+        tools,
+        tool_choice,
+        max_tokens: 120,
+        temperature: 1.0,
+        seed: 20 + k,
+      });
+      const ch = r.choices[0];
+      assert.equal(ch.finish_reason, 'tool_calls', JSON.stringify(ch));
+      assert.equal(ch.message.tool_calls.length, 1);
+      const call = ch.message.tool_calls[0].function;
+      if (typeof tool_choice === 'object') assert.equal(call.name, 'add');
+      assert.ok(byName[call.name], call.name);
+      const args = JSON.parse(call.arguments);
+      assert.ok(ajv.validate(byName[call.name], args), `${call.name} ${call.arguments}: ${ajv.errorsText()}`);
+    }
+  } finally {
+    await new Promise((resolve) => {
+      tsrv.proc.on('exit', resolve);
+      tsrv.proc.kill('SIGTERM');
+    });
+    fs.rmSync(top, { recursive: true, force: true });
   }
 });
