@@ -363,7 +363,7 @@ static int scratch_reserve(model *m, int64_t T, int64_t n_idx, int64_t R, herr *
     while (cap < T) cap *= 2;
     int64_t D = c->hidden_size, wide = m->w_q > D ? m->w_q : D, E = c->num_experts, K = c->num_experts_per_tok;
     int64_t L = c->num_hidden_layers;
-    int64_t cols[] = {D, D, m->w_q, m->w_kv, m->w_kv, m->w_q, wide, m->w_inter, m->w_inter, D, E, K, K, L * m->w_ple, m->w_ple};
+    int64_t cols[] = {D, D, m->w_q, m->w_kv, m->w_kv, m->w_q, wide, m->w_inter, m->w_inter, D, E, K, K, 2 * L * m->w_ple, m->w_ple};
     bk_tensor *ts[] = {&f->x, &f->xn, &f->q, &f->k, &f->v, &f->att, &f->o, &f->gate, &f->up, &f->x2, &f->elog, &f->eids, &f->ew,
                        &f->ple, &f->pl};
     enum { N_ACT = sizeof cols / sizeof cols[0] };

@@ -170,6 +170,10 @@ bk_act model_act(const model *m);
 void layer_attention(model *m, int l, const kv_store *kv, step *st);
 /* out = down(act(gate · in) * (up · in)) with the layer's dense MLP (in: [T, hidden]). */
 void layer_mlp(model *m, const layer_weights *lw, step *st, const bk_tensor *in, const bk_tensor *out);
+/* The routing of the step's tokens (into st->eids / st->ew) from router · route_in. */
+void layer_route(model *m, const layer_weights *lw, step *st, const bk_tensor *route_in);
+/* out = the layer's experts on `in` as layer_route chose them. */
+void layer_experts(model *m, const layer_weights *lw, step *st, const bk_tensor *in, const bk_tensor *out);
 /* out = the experts of the layer on `in`, routed by router · route_in (in, route_in, out: [T, hidden]). */
 void layer_moe(model *m, const layer_weights *lw, step *st, const bk_tensor *route_in, const bk_tensor *in, const bk_tensor *out);
 /* y = rmsnorm(x) with the family's norm convention (w NULL: no scale). */

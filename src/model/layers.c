@@ -72,11 +72,21 @@ void layer_mlp(model *m, const layer_weights *lw, step *st, const bk_tensor *in,
   bk_matmul_t(out, &gate, &lw->down, opt(&lw->down_bias));
 }
 
-void layer_moe(model *m, const layer_weights *lw, step *st, const bk_tensor *route_in, const bk_tensor *in, const bk_tensor *out) {
+void layer_route(model *m, const layer_weights *lw, step *st, const bk_tensor *route_in) {
   const model_config *c = &m->cfg;
   int64_t T = st->T, E = c->num_experts, K = c->num_experts_per_tok;
   bk_tensor logits = step_view(&st->elog, T, E), ids = step_view(&st->eids, T, K), w = step_view(&st->ew, T, K);
   bk_matmul_t(&logits, route_in, &lw->router, NULL);
   bk_moe_route(&ids, &w, &logits, c->norm_topk_prob, opt(&lw->expert_scale));
+}
+
+void layer_experts(model *m, const layer_weights *lw, step *st, const bk_tensor *in, const bk_tensor *out) {
+  int64_t T = st->T, K = m->cfg.num_experts_per_tok;
+  bk_tensor ids = step_view(&st->eids, T, K), w = step_view(&st->ew, T, K);
   bk_moe(out, in, &ids, &w, &lw->ex, model_act(m));
+}
+
+void layer_moe(model *m, const layer_weights *lw, step *st, const bk_tensor *route_in, const bk_tensor *in, const bk_tensor *out) {
+  layer_route(m, lw, st, route_in);
+  layer_experts(m, lw, st, in, out);
 }
