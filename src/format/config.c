@@ -268,7 +268,7 @@ static int read_gemma4(const json_t *j, model_config *c, const char *what, herr 
   }
   for (int64_t l = 0; l < L; l++) {
     if (c->num_attention_heads % c->layer_kv_heads[l])
-      return herr_set(err, HEARTH_EFORMAT, "%s: layer %lld: num_attention_heads %lld is not a multiple of its %lld KV heads", what,
+      return herr_set(err, HEARTH_EFORMAT, "%s: layer %lld: num_attention_heads %lld is not a multiple of its num_key_value_heads %lld", what,
                       (long long)l, (long long)c->num_attention_heads, (long long)c->layer_kv_heads[l]);
     if (c->layer_head_dim[l] % 2)
       return herr_set(err, HEARTH_EFORMAT, "%s: layer %lld: head_dim %lld is not even", what, (long long)l, (long long)c->layer_head_dim[l]);
