@@ -10,7 +10,7 @@
  *
  * Weights: a model folder's safetensors (f32, f16, bf16, or MLX affine
  * 4/8-bit with a "quantization" block in config.json), or a GGUF file
- * (llama, qwen2, qwen3; f32, f16, bf16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
+ * (llama, qwen2, qwen3, qwen3moe; f32, f16, bf16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
  * Matrices stay in their stored format, in the memory of the backend the
  * model was loaded for (model_load_opts.device); activations, norms and
  * the KV cache are f32 there too. Only token ids and index tables go in,
@@ -48,7 +48,9 @@ typedef struct model_load_opts {
 
 /* The cache layout the model needs: one row of kv_dim[l] floats (each of K
  * and V) per token and layer; sliding layers need at most window[l] rows
- * back from the newest (0 = every row). */
+ * back from the newest (0 = every row). kv_dim[l] is 0 for a layer that
+ * stores nothing and reads an earlier layer's rows (gemma4's KV sharing):
+ * the cache gives it no memory. */
 typedef struct model_kv_geometry {
   bk_backend *backend;      /* borrowed: where the cache's arenas must live (NULL: a CPU of the cache's own) */
   int n_layers;

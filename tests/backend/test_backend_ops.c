@@ -34,7 +34,12 @@
  * 32/48/64/80/128/256, sliding windows, softcap, block_rows 1/16/64, block
  * tables with gaps and non-monotonic block ids, batches mixing sequences of
  * different lengths in decode (one query), prefill (all rows) and chunked
- * prefill (queries from row > 0 against rows already cached).
+ * prefill (queries from row > 0 against rows already cached); scale and
+ * get_cols; moe_route with exact logit ties (the lower id wins), with and
+ * without renormalization and per-expert scale, ids compared exactly; moe
+ * for every stored format and activation, with experts used by several
+ * tokens, by none, and a slot whose id is out of range (it contributes
+ * nothing), also checking the CPU's plain reference bk_moe_ref.
  *
  * Checks. Inputs are fresh random values per case (seeded xorshift, never
  * zero). Every output tensor that is not also an input is filled with NaN
