@@ -31,7 +31,7 @@
  * input; softcap; get_rows with repeated and out-of-order rows; kv_write to
  * out-of-order slots with gaps (the untouched slots must keep their
  * contents); attention with GQA ratios 1/2/4/8, head dims
- * 32/48/64/80/128/256, sliding windows, softcap, block_rows 1/16/64, block
+ * 16/32/48/64/80/128/256, sliding windows, softcap, block_rows 1/16/64, block
  * tables with gaps and non-monotonic block ids, batches mixing sequences of
  * different lengths in decode (one query), prefill (all rows) and chunked
  * prefill (queries from row > 0 against rows already cached); scale and
@@ -907,6 +907,8 @@ static const attn_case attn_cases[] = {
     {"long chunked prefill", 8, 2, 128, 16, 0, 0, {{300, 64}, {257, 1}, {200, 200}}},
     {"long, window 40 + softcap 30", 4, 4, 256, 64, 40, 30.0f, {{180, 70}, {129, 1}}},
     {"long decode batch", 16, 2, 64, 16, 0, 0, {{511, 1}, {1, 1}, {333, 1}, {64, 1}, {65, 1}, {200, 1}}},
+    {"hd 16, GQA 2, window 8", 4, 2, 16, 16, 8, 0, {{40, 40}, {20, 1}, {30, 7}}},
+    {"hd 16, GQA 4, decode", 4, 1, 16, 1, 0, 0, {{25, 1}, {3, 3}}},
 };
 
 static void attention_case(const attn_case *c) {
