@@ -190,7 +190,7 @@ static int write_gguf(const char *path, const char *name, const char *arch, int 
       else memcpy(p, w, t->nbytes);
       free(w);
     }
-    int64_t rows = o->ndim == 3 ? o->shape[0] * o->shape[1] : o->shape[0], cols = o->shape[o->ndim - 1];
+    int64_t rows = o->ndim == 3 ? o->shape[0] * o->shape[1] : o->ndim == 2 ? o->shape[0] : 1, cols = o->shape[o->ndim - 1];
     size_t bytes = (size_t)(rows * cols) * sizeof(float);
     if (qtype == 8 && o->ndim >= 2 && !strstr(o->name, "ffn_gate_inp")) { /* Q8_0 rows, quantized after the permutation as llama.cpp does */
       o->size = (size_t)(rows * cols / 32 * 34);
