@@ -34,6 +34,7 @@ typedef struct model_facts {
   bool type_supported;
   uint64_t parameters;
   uint64_t expert_parameters;    /* of them, in mixture-of-experts experts */
+  uint64_t expert_bytes;         /* their stored bytes (what --expert-budget divides) */
   int64_t n_experts, experts_per_token; /* -1: not a mixture of experts */
   uint64_t tensors;
   int shards;
@@ -61,7 +62,8 @@ static void usage(FILE *f) {
           "vocabulary size, quantization and whether a chat template is present.\n\n"
           "options:\n"
           "  --json      print one JSON object with the keys model_type, parameters,\n"
-          "              active_parameters (null unless a mixture of experts),\n"
+          "              active_parameters and expert_bytes (null unless a mixture of\n"
+          "              experts),\n"
           "              tensors, shards, bytes_by_dtype, context_length, vocab_size,\n"
           "              quantization (null or {bits, group_size, method}), chat_template\n"
           "  -h, --help  this text\n\n"
@@ -205,7 +207,10 @@ static int inspect_safetensors(model_facts *m, const char *path, bool is_dir) {
   bool seen[ST_DTYPE_COUNT] = {0};
   for (size_t i = 0; i < s.count; i++) {
     if (!is_buffer_tensor(s.tensors[i].name)) m->parameters += (uint64_t)s.tensors[i].numel;
-    if (is_expert_tensor(s.tensors[i].name)) m->expert_parameters += (uint64_t)s.tensors[i].numel;
+    if (is_expert_tensor(s.tensors[i].name)) {
+      m->expert_parameters += (uint64_t)s.tensors[i].numel;
+      m->expert_bytes += s.tensors[i].nbytes;
+    }
     by_dtype[s.tensors[i].dtype] += s.tensors[i].nbytes;
     seen[s.tensors[i].dtype] = true;
   }
@@ -246,7 +251,10 @@ static int inspect_gguf(model_facts *m, const char *path) {
   for (size_t i = 0; i < n; i++) {
     const gguf_tensor *t = gguf_tensor_at(g, i);
     m->parameters += (uint64_t)t->nelements;
-    if (is_expert_tensor(t->name)) m->expert_parameters += (uint64_t)t->nelements;
+    if (is_expert_tensor(t->name)) {
+      m->expert_parameters += (uint64_t)t->nelements;
+      m->expert_bytes += t->nbytes;
+    }
     add_dtype_bytes(m, gguf_tensor_type_name(t->type), t->nbytes);
     if ((unsigned)t->type < GGUF_TENSOR_TYPE_COUNT && tensor_type_is_quantized(t->type)) quant_elems[t->type] += (uint64_t)t->nelements;
   }
@@ -345,6 +353,7 @@ static json_t *facts_json(const model_facts *m) {
   json_object_set_new(o, "parameters", json_integer((json_int_t)m->parameters));
   int64_t active = active_parameters(m);
   json_object_set_new(o, "active_parameters", active >= 0 ? json_integer((json_int_t)active) : json_null());
+  json_object_set_new(o, "expert_bytes", active >= 0 ? json_integer((json_int_t)m->expert_bytes) : json_null());
   json_object_set_new(o, "tensors", json_integer((json_int_t)m->tensors));
   json_object_set_new(o, "shards", json_integer(m->shards));
   json_object_set_new(o, "bytes_by_dtype", bytes);
@@ -378,6 +387,8 @@ static void print_facts(const char *path, const model_facts *m) {
     print_size(human, sizeof human, (double)active, counts);
     printf("  active          %lld (%s) per token: %lld of %lld experts\n", (long long)active, human,
            (long long)m->experts_per_token, (long long)m->n_experts);
+    print_size(human, sizeof human, (double)m->expert_bytes, bytes);
+    printf("  expert bytes    %llu (%s): what --expert-budget limits\n", (unsigned long long)m->expert_bytes, human);
   }
   printf("  tensors         %llu\n", (unsigned long long)m->tensors);
   printf("  shards          %d\n", m->shards);

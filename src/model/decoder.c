@@ -73,6 +73,7 @@ void model_free(model *m) {
     for (int i = 0; i < m->n_bufs; i++) bk_buf_free(m->bufs[i]);
     scratch_free(&m->f);
   }
+  experts_budget_free(m);
   free(m->mats);
   free(m->bufs);
   for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
@@ -253,7 +254,15 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   if (rc) goto fail;
   /* a backend that computes from host memory reads the weights into it; others map the
    * file only to upload from it */
-  int mode = (opts && opts->mmap) || !bk_backend_is_cpu(m->be) ? HMMAP_MAP : HMMAP_RESIDENT;
+  int64_t budget = opts ? opts->expert_budget : 0;
+  if (budget < 0 || (budget > 0 && (!bk_backend_is_cpu(m->be) || m->as_bf16))) {
+    rc = herr_set(err, HEARTH_EINVAL, "%s: expert_budget %lld: %s", dir, (long long)budget,
+                  budget < 0 ? "must not be negative" : !bk_backend_is_cpu(m->be) ? "needs the CPU backend"
+                                                                                  : "cannot be combined with f32_as_bf16");
+    goto fail;
+  }
+  /* an expert budget pages experts in and out of the file mapping */
+  int mode = (opts && opts->mmap) || !bk_backend_is_cpu(m->be) || budget > 0 ? HMMAP_MAP : HMMAP_RESIDENT;
   rc = is_gguf ? gguf_open_mode(&m->gg, dir, mode, err) : config_load(&m->cfg, dir, err);
   if (rc) goto fail;
   if (is_gguf && (rc = gguf_model_config(m->gg, &m->cfg, err))) goto fail;
@@ -323,11 +332,15 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   }
   /* hand the matrices to the backend; resident file bytes are ours to give back */
   unsigned priv = mode == HMMAP_RESIDENT ? BK_USE_PRIVATE : 0;
-  for (int i = 0; i < m->n_mats; i++)
-    if ((rc = bk_weight_load(m->be, m->mats[i].w, m->mats[i].use | priv, err))) {
+  bool lazy = budget > 0 && c->num_experts > 0; /* experts load when first chosen (experts.c) */
+  for (int i = 0; i < m->n_mats; i++) {
+    if (lazy && (m->mats[i].use & MODEL_USE_EXPERT)) continue;
+    if ((rc = bk_weight_load(m->be, m->mats[i].w, (m->mats[i].use & ~(unsigned)MODEL_USE_EXPERT) | priv, err))) {
       m->n_mats = i; /* the ones not loaded have nothing to release */
       goto fail;
     }
+  }
+  if (lazy && (rc = experts_budget_init(m, budget, err))) goto fail;
   if ((rc = bk_weight_load(m->be, &m->embed, BK_USE_EMBED | (m->tied ? BK_USE_MATMUL : 0) | priv, err))) goto fail;
   if (m->tied) m->lm_head = m->embed;
   else if ((rc = bk_weight_load(m->be, &m->lm_head, BK_USE_MATMUL | priv, err))) goto fail;
@@ -499,6 +512,13 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, her
     bk_embed(&st.x, &m->embed, &st.ids, m->embed_scale);
     if (ops->embedded) ops->embedded(m, &st);
     for (int l = 0; l < c->num_hidden_layers; l++) ops->layer(m, l, kv, &st);
+    if (m->xc.err.code) { /* an expert could not be loaded (expert budget) */
+      if (err) *err = m->xc.err;
+      rc = m->xc.err.code;
+      herr_clear(&m->xc.err);
+      bk_sync(m->be, NULL);
+      return rc;
+    }
     /* the rows that need logits, then final norm and lm_head */
     bk_tensor xr = bk_reshape(&st.xn, T, c->hidden_size);
     xr = bk_rows(&xr, 0, R);

@@ -90,6 +90,23 @@ typedef struct model_mat {
 
 #define MODEL_MAX_ROPES 8
 
+/* A use flag of model_keep beside BK_USE_*: an expert, which an expert
+ * budget loads on use instead of at load (experts.c). */
+#define MODEL_USE_EXPERT 0x100
+
+/* Expert residency under a byte budget (experts.c): an LRU list over every
+ * (layer, expert); a resident expert's matrices are loaded in the backend. */
+typedef struct expert_cache {
+  int64_t budget;          /* 0: no budget, every expert loaded at load */
+  int64_t total, resident, page_ins, evictions;
+  int n_experts;
+  struct expert_slot *slots; /* owned: [layers * n_experts] */
+  int32_t head, tail;      /* LRU list: head least recently used; -1 empty */
+  int32_t *ids;            /* owned: the step's routed ids on the host */
+  int64_t cap_ids;
+  herr err;                /* the first failure to load an expert in this forward (code 0: none) */
+} expert_cache;
+
 struct model {
   model_config cfg;
   const model_family *fam;
@@ -119,6 +136,7 @@ struct model {
   bk_weight ple_embed, ple_model_proj;
   bk_tensor ple_proj_norm;
   float ple_embed_scale;
+  expert_cache xc;
   fwd_scratch f;
 };
 
@@ -178,6 +196,17 @@ void layer_experts(model *m, const layer_weights *lw, step *st, const bk_tensor 
 void layer_moe(model *m, const layer_weights *lw, step *st, const bk_tensor *route_in, const bk_tensor *in, const bk_tensor *out);
 /* y = rmsnorm(x) with the family's norm convention (w NULL: no scale). */
 void layer_norm(const model *m, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w);
+
+/* ---- expert residency (experts.c) ---- */
+
+/* Sets up the budget after the experts are described (budget > 0). */
+int experts_budget_init(model *m, int64_t budget, herr *err);
+void experts_budget_free(model *m);
+/* Before layer l's experts run on the routed ids (I32 [T, k] on the
+ * backend): loads the chosen experts that are not resident. */
+int experts_acquire(model *m, int l, const bk_tensor *ids, herr *err);
+/* After they ran: gives back least recently used experts until the resident bytes fit the budget. */
+void experts_trim(model *m);
 
 /* ---- families ---- */
 

@@ -83,7 +83,10 @@ void layer_route(model *m, const layer_weights *lw, step *st, const bk_tensor *r
 void layer_experts(model *m, const layer_weights *lw, step *st, const bk_tensor *in, const bk_tensor *out) {
   int64_t T = st->T, K = m->cfg.num_experts_per_tok;
   bk_tensor ids = step_view(&st->eids, T, K), w = step_view(&st->ew, T, K);
+  bool budget = m->xc.budget > 0;
+  if (budget && !m->xc.err.code && experts_acquire(m, (int)(lw - m->layers), &ids, &m->xc.err)) return;
   bk_moe(out, in, &ids, &w, &lw->ex, model_act(m));
+  if (budget) experts_trim(m);
 }
 
 void layer_moe(model *m, const layer_weights *lw, step *st, const bk_tensor *route_in, const bk_tensor *in, const bk_tensor *out) {

@@ -357,6 +357,6 @@ int model_experts(model *m, const weight_src *src, const char *base, int64_t n, 
     if (!found) return herr_set(err, HEARTH_ENOTFOUND, "%s: tensor '%s' is missing from the weights", src->what, name);
   }
   for (int64_t i = 0; i < 3 * n; i++)
-    if ((rc = model_keep(m, &lw->experts[i], BK_USE_MATMUL, err))) return rc;
+    if ((rc = model_keep(m, &lw->experts[i], BK_USE_MATMUL | MODEL_USE_EXPERT, err))) return rc;
   return 0;
 }

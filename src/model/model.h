@@ -44,6 +44,10 @@ typedef struct model_load_opts {
   bool f32_as_bf16;     /* run an f32 model as if stored in bf16: matrices stored as bf16 on the
                            device (half the memory and bandwidth), norms and biases rounded to
                            bf16 values (off: f32 stays f32) */
+  int64_t expert_budget; /* mixture of experts, CPU: at most this many bytes of expert weights stay
+                           resident between layers; the rest stays mapped from the file and is read
+                           in when a token is routed to it, least recently used first out
+                           (0: every expert resident). The logits do not change. */
 } model_load_opts;
 
 /* The cache layout the model needs: one row of kv_dim[l] floats (each of K
@@ -97,6 +101,19 @@ void model_kv_geometry_of(const model *m, model_kv_geometry *g);
 bk_backend *model_backend(const model *m);
 /* Bytes of the weight matrices and vectors as the backend holds them (stored format). */
 size_t model_weight_bytes(const model *m);
+
+/* Expert residency under model_load_opts.expert_budget (all 0 without a
+ * budget). May be called from any thread while forwards run. */
+typedef struct model_expert_stats {
+  int64_t budget;       /* bytes */
+  int64_t total;        /* bytes of all experts */
+  int64_t resident;     /* bytes of the experts resident now */
+  int64_t page_ins;     /* experts read in since load */
+  int64_t evictions;    /* experts given back since load */
+} model_expert_stats;
+void model_expert_stats_of(const model *m, model_expert_stats *out);
+/* Bytes of a mixture of experts' expert weights as stored (0 for a dense model). */
+int64_t model_expert_bytes(const model *m);
 
 /* Rows of logits model_forward writes for b: sum over sequences of
  * (all_logits ? n_tokens : 1). */

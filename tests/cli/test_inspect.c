@@ -500,6 +500,9 @@ static void test_golden(void) {
         int64_t idle = jint(cfg, "num_hidden_layers") * (E - K) * 3 * jint(cfg, "hidden_size") * jint(cfg, "moe_intermediate_size");
         CHECK_MSG(jint(o, "active_parameters") == want - idle, "%s: inspect says %lld active parameters, the config %lld", name,
                   (long long)jint(o, "active_parameters"), (long long)(want - idle));
+        int64_t elem = strstr(name, "bf16") ? 2 : 4;
+        CHECK_EQ_INT(jint(o, "expert_bytes"), jint(cfg, "num_hidden_layers") * E * 3 * jint(cfg, "hidden_size") *
+                                                  jint(cfg, "moe_intermediate_size") * elem);
       } else {
         CHECK_MSG(json_is_null(json_object_get(o, "active_parameters")), "%s: active_parameters for a dense model", name);
       }

@@ -295,6 +295,32 @@ static void check_converted(const char *name, const char *arch, int upto, int qt
       if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
     }
     CHECK_MSG(worst <= tol, "%s converted to GGUF (%s, type %d): max abs error %g", name, arch, qtype, worst);
+    if (model_expert_bytes(m) > 0) { /* experts read in from the file on use (repacked as at load): the same logits */
+      model *mb = NULL;
+      int64_t budget = model_expert_bytes(m) / 8;
+      CHECK(model_load(path, &(model_load_opts){.device = test_device(), .expert_budget = budget}, &mb, &err) == 0 ||
+            !bk_backend_is_cpu(model_backend(m)));
+      if (mb) {
+        float *again = malloc(sizeof(float) * (size_t)(n * V));
+        kv_seq *s2 = NULL;
+        model_kv_geometry geo2;
+        model_kv_geometry_of(mb, &geo2);
+        kv_cache *c2 = NULL;
+        CHECK(kv_cache_new(&geo2, 0, &c2, &err) == 0 && kv_cache_seq_new(c2, &s2, &err) == 0);
+        model_seq sq2 = {.kv = s2, .tokens = ids, .n_tokens = n, .all_logits = true};
+        model_batch b2 = {&sq2, 1};
+        CHECK(model_forward(mb, &b2, again, &err) == 0);
+        CHECK_MSG(memcmp(again, got, sizeof(float) * (size_t)(n * V)) == 0, "%s (type %d): logits differ under an expert budget",
+                  name, qtype);
+        model_expert_stats xs;
+        model_expert_stats_of(mb, &xs);
+        CHECK(xs.resident <= budget && xs.evictions > 0);
+        free(again);
+        kv_cache_seq_free(s2);
+        kv_cache_free(c2);
+        model_free(mb);
+      }
+    }
     fprintf(stderr, "  %s as GGUF %s type %d: max abs error %.3g\n", name, arch, qtype, worst);
     free(ref), free(got);
     kv_cache_seq_free(s);
