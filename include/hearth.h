@@ -77,6 +77,9 @@ typedef struct hearth_load_opts {
                               a recorded CUDA graph (for debugging and comparison) */
   double gpu_memory_fraction; /* GPU: the share of free device memory the KV pool may take after the
                               weights are loaded (0: 0.9); ignored on the CPU */
+  int64_t expert_budget;   /* mixture of experts on the CPU: bytes of expert weights kept resident; the
+                              rest stays mapped from the file and is read in on use, least recently used
+                              out (0: all resident). Same output either way. */
 } hearth_load_opts;
 
 /* Loads a model: a Hugging Face model folder (config.json + safetensors, and
@@ -257,6 +260,7 @@ typedef struct hearth_stats {
   int64_t prompt_tokens, generated_tokens;   /* computed prompt tokens, sampled tokens (totals) */
   double busy_seconds;                 /* time the engine spent in forward steps */
   int64_t requests_finished, requests_cancelled, requests_refused, preemptions, steps;
+  int64_t expert_budget, expert_resident_bytes, expert_page_ins; /* bytes, bytes, experts read in (0 without a budget) */
 } hearth_stats;
 
 void hearth_get_stats(hearth_model *m, hearth_stats *out);

@@ -186,6 +186,14 @@ void bk_act_mul(const bk_tensor *gate, const bk_tensor *up, bk_act act) { BE(gat
 void bk_add(const bk_tensor *y, const bk_tensor *a, const bk_tensor *b) { BE(y)->ops->add(BE(y), y, a, b); }
 void bk_softcap(const bk_tensor *x, float cap) { BE(x)->ops->softcap(BE(x), x, cap); }
 void bk_get_rows(const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows) { BE(y)->ops->get_rows(BE(y), y, x, rows); }
+void bk_scale(const bk_tensor *x, float s) { BE(x)->ops->scale(BE(x), x, s); }
+void bk_get_cols(const bk_tensor *y, const bk_tensor *x, int64_t c0) { BE(y)->ops->get_cols(BE(y), y, x, c0); }
+void bk_moe_route(const bk_tensor *ids, const bk_tensor *w, const bk_tensor *logits, bool norm, const bk_tensor *scale) {
+  BE(ids)->ops->moe_route(BE(ids), ids, w, logits, norm, scale);
+}
+void bk_moe(const bk_tensor *y, const bk_tensor *x, const bk_tensor *ids, const bk_tensor *w, const bk_experts *ex, bk_act act) {
+  BE(y)->ops->moe(BE(y), y, x, ids, w, ex, act);
+}
 bool bk_graph_begin(bk_backend *be, uint64_t key) { return be->ops->graph_begin ? be->ops->graph_begin(be, key) : false; }
 int bk_graph_end(bk_backend *be, herr *err) { return be->ops->graph_end ? be->ops->graph_end(be, err) : 0; }
 

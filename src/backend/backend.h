@@ -153,6 +153,34 @@ void bk_add(const bk_tensor *y, const bk_tensor *a, const bk_tensor *b);
 void bk_softcap(const bk_tensor *x, float cap);
 /* y[r] = x[rows[r]] for r < y.rows; rows: I32 [y.rows, 1]. */
 void bk_get_rows(const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows);
+/* x *= s elementwise. */
+void bk_scale(const bk_tensor *x, float s);
+/* y[n, w] = columns [c0, c0 + w) of x[n, *] (y.rows == x.rows, c0 + w <= x.cols). */
+void bk_get_cols(const bk_tensor *y, const bk_tensor *x, int64_t c0);
+
+/* ---- mixture of experts ----
+ *
+ * A MoE layer is routing (bk_moe_route: which k experts each token uses,
+ * with what weights) and the experts themselves (bk_moe). The experts of a
+ * layer are n feed-forward blocks of the same shape, each loaded like any
+ * matmul weight (BK_USE_MATMUL), in any stored format. bk_moe reads only
+ * the experts some token of the batch chose, each once per call: the
+ * tokens are grouped by expert, so a batched step costs one pass over each
+ * active expert's weights, not one per token. */
+typedef struct bk_experts {
+  int64_t n;                          /* experts */
+  const bk_weight *gate, *up, *down;  /* borrowed: n each; gate, up [inter, D], down [D, inter] */
+} bk_experts;
+
+/* For each row t of logits [T, E] (F32): p = softmax(logits[t]); the k
+ * largest p (larger first, the lower expert id first on ties) give
+ * ids[t, 0..k) (I32 [T, k]) and w[t, 0..k) (F32 [T, k]): p, divided by the
+ * sum of the k when norm, then times scale[id] when scale ([1, E]) is not NULL. */
+void bk_moe_route(const bk_tensor *ids, const bk_tensor *w, const bk_tensor *logits, bool norm, const bk_tensor *scale);
+/* y[t] = sum over j < k (in order) of w[t, j] · down_e(act(gate_e · x[t]) * (up_e · x[t])), e = ids[t, j].
+ * x, y: F32 [T, D]; ids, w: as bk_moe_route makes them. y must not alias x.
+ * A slot whose id is outside [0, ex->n) contributes nothing. */
+void bk_moe(const bk_tensor *y, const bk_tensor *x, const bk_tensor *ids, const bk_tensor *w, const bk_experts *ex, bk_act act);
 
 /* The paged KV store of one layer: K and V arenas of [n_slots, kv_dim]
  * f32 rows; a slot is block * block_rows + row-in-block. */
@@ -279,6 +307,12 @@ typedef struct bk_backend_ops {
   void (*add)(bk_backend *be, const bk_tensor *y, const bk_tensor *a, const bk_tensor *b);
   void (*softcap)(bk_backend *be, const bk_tensor *x, float cap);
   void (*get_rows)(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows);
+  void (*scale)(bk_backend *be, const bk_tensor *x, float s);
+  void (*get_cols)(bk_backend *be, const bk_tensor *y, const bk_tensor *x, int64_t c0);
+  void (*moe_route)(bk_backend *be, const bk_tensor *ids, const bk_tensor *w, const bk_tensor *logits, bool norm,
+                    const bk_tensor *scale);
+  void (*moe)(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *ids, const bk_tensor *w,
+              const bk_experts *ex, bk_act act);
   void (*kv_write)(bk_backend *be, const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor *v_new, const bk_tensor *slot);
   void (*attention)(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
                     const attn_params *p);
@@ -298,7 +332,7 @@ struct bk_backend {
 
 /* The CUDA backend library's one entry point (libhearth_cuda.so). */
 #define BK_CUDA_ENTRY "hearth_cuda_backend_open"
-#define BK_CUDA_ABI 3
+#define BK_CUDA_ABI 4
 typedef int (*bk_cuda_open_fn)(int abi, int device, const bk_open_opts *opts, bk_backend **out, herr *err);
 
 /* The CPU backend (cpu/backend_cpu.c). */

@@ -91,6 +91,14 @@ void op_attention(hpool *pool, float *out, const float *q, int64_t n, const int6
 void op_attention_ref(hpool *pool, float *out, const float *q, int64_t n, const int64_t *q_row, const kv_view *kv,
                       const attn_params *p);
 
+/* Mixture-of-experts routing of n tokens over e experts: per row of
+ * logits[n, e], p = softmax(row) (sum in double); the k largest logits
+ * (larger first, the lower expert id first on ties) give ids[n, k] and
+ * weights[n, k] = their p, divided by the sum of the k when norm, then
+ * times scale[id] when scale != NULL. k <= e. */
+void op_moe_route(int32_t *ids, float *weights, const float *logits, int64_t n, int64_t e, int64_t k, bool norm,
+                  const float *scale);
+
 /* Converts stored weights to f32. */
 void bk_bf16_to_f32(float *y, const uint16_t *x, int64_t n);
 void bk_f16_to_f32(float *y, const uint16_t *x, int64_t n);

@@ -85,6 +85,12 @@ void hmmap_close(hmmap *m) {
   if (m) memset(m, 0, sizeof *m);
 }
 
+void hmmap_drop(const void *p, size_t n) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  uintptr_t a = ((uintptr_t)p + page - 1) / page * page, b = ((uintptr_t)p + n) / page * page;
+  if (p && b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 int hfile_read(const char *path, char **out, size_t *len, herr *err) {
   *out = NULL;
   if (len) *len = 0;

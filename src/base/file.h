@@ -27,6 +27,9 @@ enum { HMMAP_MAP = 0, HMMAP_RESIDENT = 1 };
 int hmmap_open(hmmap *m, const char *path, herr *err); /* HMMAP_MAP */
 int hmmap_open_mode(hmmap *m, const char *path, int mode, herr *err);
 void hmmap_close(hmmap *m);
+/* Gives back the whole pages inside [p, p + n) of an HMMAP_MAP mapping: they
+ * stop counting as resident and are read from the file again when next touched. */
+void hmmap_drop(const void *p, size_t n);
 
 /* Reads a whole file into a NUL-terminated malloc'd buffer (*out owned by caller). */
 int hfile_read(const char *path, char **out, size_t *len, herr *err);

@@ -33,6 +33,9 @@ typedef struct model_facts {
   char model_type[64];           /* "" when unknown */
   bool type_supported;
   uint64_t parameters;
+  uint64_t expert_parameters;    /* of them, in mixture-of-experts experts */
+  uint64_t expert_bytes;         /* their stored bytes (what --expert-budget divides) */
+  int64_t n_experts, experts_per_token; /* -1: not a mixture of experts */
   uint64_t tensors;
   int shards;
   dtype_bytes dtypes[INSPECT_MAX_DTYPES];
@@ -53,10 +56,14 @@ static void usage(FILE *f) {
           "safetensors, single or sharded), a .safetensors file, or a .gguf file\n"
           "(default: the built-in model).\n\n"
           "Prints model_type, the exact parameter count (sum of the element counts of\n"
-          "all stored tensors), tensor count, shards, bytes per dtype, context length,\n"
+          "all stored tensors but gemma4's layer_scalar buffers), for a mixture of\n"
+          "experts the parameters active per token (all but the experts a token does\n"
+          "not use), tensor count, shards, bytes per dtype, context length,\n"
           "vocabulary size, quantization and whether a chat template is present.\n\n"
           "options:\n"
           "  --json      print one JSON object with the keys model_type, parameters,\n"
+          "              active_parameters and expert_bytes (null unless a mixture of\n"
+          "              experts),\n"
           "              tensors, shards, bytes_by_dtype, context_length, vocab_size,\n"
           "              quantization (null or {bits, group_size, method}), chat_template\n"
           "  -h, --help  this text\n\n"
@@ -75,6 +82,15 @@ static void add_dtype_bytes(model_facts *m, const char *name, uint64_t bytes) {
     snprintf(m->dtypes[m->ndtypes].name, sizeof m->dtypes[0].name, "%s", name);
     m->dtypes[m->ndtypes++].bytes = bytes;
   }
+}
+
+/* Tensors of mixture-of-experts experts: "model.layers.3.mlp.experts.7.up_proj.weight",
+ * "model.layers.3.experts.gate_up_proj" (transformers), "blk.3.ffn_up_exps.weight" (GGUF). */
+static bool is_expert_tensor(const char *name) { return strstr(name, ".experts.") != NULL || strstr(name, "_exps.") != NULL; }
+/* Tensors transformers keeps as buffers, not parameters (gemma4's per-layer scalar). */
+static bool is_buffer_tensor(const char *name) {
+  size_t n = strlen(name);
+  return n >= 13 && !strcmp(name + n - 13, ".layer_scalar");
 }
 
 /* ---- config.json and friends (raw JSON; config_load is consulted separately) ---- */
@@ -169,6 +185,7 @@ static void read_folder_config(model_facts *m, const char *dir) {
       m->type_supported = true;
       if (c.max_position_embeddings > 0) m->context_length = c.max_position_embeddings;
       m->vocab_size = c.vocab_size;
+      if (c.num_experts > 0) m->n_experts = c.num_experts, m->experts_per_token = c.num_experts_per_tok;
       config_free(&c);
     }
   }
@@ -189,7 +206,11 @@ static int inspect_safetensors(model_facts *m, const char *path, bool is_dir) {
   uint64_t by_dtype[ST_DTYPE_COUNT] = {0};
   bool seen[ST_DTYPE_COUNT] = {0};
   for (size_t i = 0; i < s.count; i++) {
-    m->parameters += (uint64_t)s.tensors[i].numel;
+    if (!is_buffer_tensor(s.tensors[i].name)) m->parameters += (uint64_t)s.tensors[i].numel;
+    if (is_expert_tensor(s.tensors[i].name)) {
+      m->expert_parameters += (uint64_t)s.tensors[i].numel;
+      m->expert_bytes += s.tensors[i].nbytes;
+    }
     by_dtype[s.tensors[i].dtype] += s.tensors[i].nbytes;
     seen[s.tensors[i].dtype] = true;
   }
@@ -230,6 +251,10 @@ static int inspect_gguf(model_facts *m, const char *path) {
   for (size_t i = 0; i < n; i++) {
     const gguf_tensor *t = gguf_tensor_at(g, i);
     m->parameters += (uint64_t)t->nelements;
+    if (is_expert_tensor(t->name)) {
+      m->expert_parameters += (uint64_t)t->nelements;
+      m->expert_bytes += t->nbytes;
+    }
     add_dtype_bytes(m, gguf_tensor_type_name(t->type), t->nbytes);
     if ((unsigned)t->type < GGUF_TENSOR_TYPE_COUNT && tensor_type_is_quantized(t->type)) quant_elems[t->type] += (uint64_t)t->nelements;
   }
@@ -258,6 +283,10 @@ static int inspect_gguf(model_facts *m, const char *path) {
     if (gguf_get_int(g, key, &v, NULL) == 0) m->context_length = v;
     snprintf(key, sizeof key, "%s.vocab_size", arch);
     if (gguf_get_int(g, key, &v, NULL) == 0) m->vocab_size = v;
+    snprintf(key, sizeof key, "%s.expert_count", arch);
+    if (gguf_get_int(g, key, &v, NULL) == 0 && v > 0) m->n_experts = v;
+    snprintf(key, sizeof key, "%s.expert_used_count", arch);
+    if (gguf_get_int(g, key, &v, NULL) == 0 && v > 0) m->experts_per_token = v;
   }
   free(arch);
   gguf_arr tokens;
@@ -300,6 +329,13 @@ static char *lone_gguf_in(const char *dir) {
 
 /* ---- output ---- */
 
+/* Parameters a token uses: all but the experts it is not routed to; -1 when not a mixture of experts. */
+static int64_t active_parameters(const model_facts *m) {
+  if (m->n_experts <= 0 || m->experts_per_token <= 0 || !m->expert_parameters) return -1;
+  uint64_t idle = m->expert_parameters / (uint64_t)m->n_experts * (uint64_t)(m->n_experts - m->experts_per_token);
+  return (int64_t)(m->parameters - idle);
+}
+
 static json_t *facts_json(const model_facts *m) {
   json_t *o = json_object();
   json_t *bytes = json_object();
@@ -315,6 +351,9 @@ static json_t *facts_json(const model_facts *m) {
   json_object_set_new(o, "model_type", m->model_type[0] ? json_string(m->model_type) : json_null());
   json_object_set_new(o, "supported", m->model_type[0] ? json_boolean(m->type_supported) : json_null());
   json_object_set_new(o, "parameters", json_integer((json_int_t)m->parameters));
+  int64_t active = active_parameters(m);
+  json_object_set_new(o, "active_parameters", active >= 0 ? json_integer((json_int_t)active) : json_null());
+  json_object_set_new(o, "expert_bytes", active >= 0 ? json_integer((json_int_t)m->expert_bytes) : json_null());
   json_object_set_new(o, "tensors", json_integer((json_int_t)m->tensors));
   json_object_set_new(o, "shards", json_integer(m->shards));
   json_object_set_new(o, "bytes_by_dtype", bytes);
@@ -343,6 +382,14 @@ static void print_facts(const char *path, const model_facts *m) {
   else printf("  model_type      unknown (no config.json)\n");
   print_size(human, sizeof human, (double)m->parameters, counts);
   printf("  parameters      %llu (%s)\n", (unsigned long long)m->parameters, human);
+  int64_t active = active_parameters(m);
+  if (active >= 0) {
+    print_size(human, sizeof human, (double)active, counts);
+    printf("  active          %lld (%s) per token: %lld of %lld experts\n", (long long)active, human,
+           (long long)m->experts_per_token, (long long)m->n_experts);
+    print_size(human, sizeof human, (double)m->expert_bytes, bytes);
+    printf("  expert bytes    %llu (%s): what --expert-budget limits\n", (unsigned long long)m->expert_bytes, human);
+  }
   printf("  tensors         %llu\n", (unsigned long long)m->tensors);
   printf("  shards          %d\n", m->shards);
   uint64_t total = 0;
@@ -395,7 +442,7 @@ int cli_inspect(int argc, char **argv) {
 
   model_facts m;
   memset(&m, 0, sizeof m);
-  m.context_length = m.vocab_size = m.quant_bits = m.quant_group_size = -1;
+  m.context_length = m.vocab_size = m.quant_bits = m.quant_group_size = m.n_experts = m.experts_per_token = -1;
   bool is_dir = hfile_is_dir(path);
   int rc;
   char *gguf_in_dir = is_dir ? lone_gguf_in(path) : NULL;

@@ -45,6 +45,8 @@ static void usage(FILE *f) {
           "  --gpu-memory-fraction F      share of free GPU memory the KV pool may take after the weights (0.9)\n"
           "  --f32-as-bf16                store f32 weight matrices as bf16 (half the memory; weights rounded)\n"
           "  --threads N                  CPU worker threads (default 0: one per CPU)\n"
+          "  --expert-budget BYTES        mixture of experts on the CPU: at most this much expert weight resident;\n"
+          "                               the rest is read from the file when used (e.g. 4G)\n"
           "\nWithout --model (or PATH), the verbs use the built-in model. A model is a Hugging Face folder or a .gguf file.\n");
 }
 
@@ -192,7 +194,7 @@ int main(int argc, char **argv) {
   }
   const cli_verb *verb = find_verb(argv[i]);
   /* --verbose / --quiet are accepted after the verb too, and --device,
-   * --gpu-memory-fraction, --f32-as-bf16 and --threads by verbs that load a
+   * --gpu-memory-fraction, --f32-as-bf16, --expert-budget and --threads by verbs that load a
    * model; verbs never see them. */
   int out = i + 1;
   for (int j = i + 1; j < argc; j++) {
@@ -207,6 +209,11 @@ int main(int argc, char **argv) {
       g_load.device = v;
     } else if (verb && verb->loads_model && (r = cli_opt_threads(verb->name, argc, argv, &j, "--threads", &g_load.threads))) {
       if (r < 0) return 2;
+    } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--expert-budget", &v))) {
+      long long b;
+      if (r < 0) return 2;
+      if (!cli_parse_bytes(v, &b)) return cli_usage_error(verb->name, "--expert-budget must be a byte count (4096, 512M, 2G), not '%s'", v);
+      g_load.expert_budget = b;
     } else if (verb && verb->loads_model && strcmp(argv[j], "--f32-as-bf16") == 0) {
       g_load.f32_as_bf16 = true;
     } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--gpu-memory-fraction", &v))) {

@@ -104,7 +104,8 @@ int cli_serve(int argc, char **argv) {
                                    .mmap = cli_load_opts()->mmap,
                                    .f32_activations = cli_load_opts()->f32_activations,
                                    .f32_as_bf16 = cli_load_opts()->f32_as_bf16,
-                                   .no_cuda_graphs = cli_load_opts()->no_cuda_graphs}};
+                                   .no_cuda_graphs = cli_load_opts()->no_cuda_graphs,
+                                   .expert_budget = cli_load_opts()->expert_budget}};
   if (serve_engine_open_opts(model, &eo, &engine, &err)) return cli_fail("serve: %s", err.msg);
   serve_config cfg = {.host = host, .port = (int)port, .api_key = key, .max_body = (size_t)max_body,
                       .served_names = names, .n_served_names = nnames, .cors_origin = cors};

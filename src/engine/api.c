@@ -144,7 +144,8 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
   if (opts)
     mo = (model_load_opts){.threads = opts->threads, .device = opts->device, .cpu_level = opts->cpu_level,
                            .mmap = opts->mmap, .f32_activations = opts->f32_activations,
-                           .f32_as_bf16 = opts->f32_as_bf16, .no_graphs = opts->no_cuda_graphs};
+                           .f32_as_bf16 = opts->f32_as_bf16, .no_graphs = opts->no_cuda_graphs,
+                           .expert_budget = opts->expert_budget};
   if ((rc = model_load(path, &mo, &hm->m, err))) goto fail;
   if ((rc = model_config_check(model_cfg(hm->m), path, err))) goto fail;
   char dev[256];
@@ -533,6 +534,9 @@ out:
 
 void hearth_get_stats(hearth_model *hm, hearth_stats *out) {
   memset(out, 0, sizeof *out);
+  model_expert_stats xs;
+  model_expert_stats_of(hm->m, &xs);
+  out->expert_budget = xs.budget, out->expert_resident_bytes = xs.resident, out->expert_page_ins = xs.page_ins;
   pthread_mutex_lock(&hm->gen_lock);
   sched *s = hm->sch;
   pthread_mutex_unlock(&hm->gen_lock);

@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/file.h"
@@ -32,11 +33,14 @@ static const arch_defaults archs[] = {
     {"phi3", "silu", 10000.0, 0, 1e-5, false, 0, 0, 0, 0, 0},
     {"gemma2", "gelu_pytorch_tanh", 10000.0, 0, 1e-6, true, 256, 256, 50.0, 30.0, 4096},
     {"gemma3_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 256, 0, 0, 4096},
+    {"qwen3_moe", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 4096},
+    {"gemma4_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 0, 0, 0, 512},
 };
 static const int narchs = (int)(sizeof archs / sizeof archs[0]);
 
 const char *config_supported_types(void) {
-  return "llama, mistral, qwen2, qwen3, smollm3, phi3, gemma2, gemma3_text, gemma3 (text part)";
+  return "llama, mistral, qwen2, qwen3, qwen3_moe, smollm3, phi3, gemma2, gemma3_text, gemma3 (text part), gemma4_text, "
+         "gemma4 (text part)";
 }
 
 static const arch_defaults *find_arch(const char *t) {
@@ -46,7 +50,7 @@ static const arch_defaults *find_arch(const char *t) {
 }
 
 bool config_type_supported(const char *model_type) {
-  return model_type && (find_arch(model_type) != NULL || !strcmp(model_type, "gemma3"));
+  return model_type && (find_arch(model_type) != NULL || !strcmp(model_type, "gemma3") || !strcmp(model_type, "gemma4"));
 }
 
 static const char *const known_acts[] = {"silu", "swish", "gelu_pytorch_tanh", "gelu_new", "gelu_fast", "gelu", "relu"};
@@ -71,7 +75,8 @@ static int read_rope_dict(const json_t *d, rope_config *r, const char *what, her
     else if (!strcmp(type, "yarn")) r->kind = ROPE_YARN;
     else if (!strcmp(type, "dynamic")) r->kind = ROPE_DYNAMIC;
     else if (!strcmp(type, "longrope") || !strcmp(type, "su")) r->kind = ROPE_LONGROPE;
-    else return herr_set(err, HEARTH_EUNSUPPORTED, "%s: unsupported rope_type '%s' (supported: default, linear, llama3, yarn)", what, type);
+    else if (!strcmp(type, "proportional")) r->kind = ROPE_PROPORTIONAL;
+    else return herr_set(err, HEARTH_EUNSUPPORTED, "%s: unsupported rope_type '%s' (supported: default, linear, llama3, yarn, proportional)", what, type);
   }
   if ((rc = get_num_opt(d, "rope_theta", &r->theta, what, err))) return rc;
   if ((rc = get_num_opt(d, "factor", &r->factor, what, err))) return rc;
@@ -82,6 +87,7 @@ static int read_rope_dict(const json_t *d, rope_config *r, const char *what, her
   if ((rc = get_num_opt(d, "beta_slow", &r->beta_slow, what, err))) return rc;
   if ((rc = get_num_opt(d, "attention_factor", &r->attention_factor, what, err))) return rc;
   if ((rc = get_num_opt(d, "partial_rotary_factor", &r->partial_rotary_factor, what, err))) return rc;
+  if (r->kind == ROPE_PROPORTIONAL && !json_object_get(d, "factor")) r->factor = 1.0;
   return 0;
 }
 
@@ -141,14 +147,17 @@ static int read_layer_types(const json_t *j, model_config *c, bool *given, const
   return 0;
 }
 
-/* gemma3 (the multimodal checkpoint): the language model's config is
- * text_config (a gemma3_text config); token ids and dtype may sit at the top. */
-static int gemma3_text_part(model_config *c, const json_t *j, const char *what, herr *err) {
+/* gemma3 / gemma4 (the multimodal checkpoints): the language model's config
+ * is text_config (a gemma3_text / gemma4_text config); token ids and dtype
+ * may sit at the top. */
+static int gemma_text_part(model_config *c, const json_t *j, const char *type, const char *what, herr *err) {
   const json_t *tc = json_object_get(j, "text_config");
-  if (!json_is_object(tc)) return herr_set(err, HEARTH_EFORMAT, "%s: model_type 'gemma3' needs a 'text_config' object", what);
+  if (!json_is_object(tc)) return herr_set(err, HEARTH_EFORMAT, "%s: model_type '%s' needs a 'text_config' object", what, type);
   json_t *copy = json_deep_copy(tc);
   if (!copy) return herr_set(err, HEARTH_ENOMEM, "out of memory");
-  json_object_set_new(copy, "model_type", json_string("gemma3_text"));
+  char text_type[32];
+  snprintf(text_type, sizeof text_type, "%s_text", type);
+  json_object_set_new(copy, "model_type", json_string(text_type));
   static const char *const inherit[] = {"eos_token_id", "bos_token_id", "pad_token_id", "torch_dtype", "dtype"};
   for (size_t i = 0; i < sizeof inherit / sizeof inherit[0]; i++) {
     const json_t *v = json_object_get(j, inherit[i]);
@@ -161,11 +170,145 @@ static int gemma3_text_part(model_config *c, const json_t *j, const char *what, 
   return rc;
 }
 
+/* An integer field in [lo, hi]; absent leaves *v as it is unless required. */
+static int get_int_range(const json_t *j, const char *key, bool required, int64_t lo, int64_t hi, int64_t *v, const char *what,
+                         herr *err) {
+  const json_t *x = json_object_get(j, key);
+  if (x && json_is_null(x) && !required) return 0;
+  int rc = hjson_get_int(j, key, required, v, what, err);
+  if (rc) return rc;
+  if (x && (*v < lo || *v > hi))
+    return herr_set(err, HEARTH_EFORMAT, "%s: %s %lld is out of range (%lld to %lld)", what, key, (long long)*v, (long long)lo,
+                    (long long)hi);
+  return 0;
+}
+
+static int read_experts(const json_t *j, model_config *c, const char *k_key, const char *what, herr *err) {
+  int rc;
+  if ((rc = get_int_range(j, "num_experts", false, 1, 4096, &c->num_experts, what, err)) ||
+      (!json_object_get(j, "num_experts") &&
+       (rc = get_int_range(j, "num_local_experts", false, 1, 4096, &c->num_experts, what, err))) ||
+      (rc = get_int_range(j, k_key, false, 1, c->num_experts, &c->num_experts_per_tok, what, err)) ||
+      (rc = get_int_range(j, "moe_intermediate_size", false, 1, 1 << 22, &c->moe_intermediate_size, what, err)))
+    return rc;
+  if (c->num_experts_per_tok > c->num_experts)
+    return herr_set(err, HEARTH_EFORMAT, "%s: %s %lld exceeds num_experts %lld", what, k_key, (long long)c->num_experts_per_tok,
+                    (long long)c->num_experts);
+  return 0;
+}
+
+/* qwen3_moe: experts on layer l unless l is in mlp_only_layers or (l + 1) % decoder_sparse_step != 0. */
+static int read_qwen3_moe(const json_t *j, model_config *c, const char *what, herr *err) {
+  c->num_experts = 128, c->num_experts_per_tok = 8, c->moe_intermediate_size = 768;
+  int rc = read_experts(j, c, "num_experts_per_tok", what, err);
+  if (rc) return rc;
+  if ((rc = hjson_get_bool(j, "norm_topk_prob", false, &c->norm_topk_prob, what, err))) return rc;
+  int64_t step = 1;
+  if ((rc = get_int_range(j, "decoder_sparse_step", false, 1, CFG_MAX_LAYERS, &step, what, err))) return rc;
+  for (int64_t l = 0; l < c->num_hidden_layers; l++) c->moe_layer[l] = (l + 1) % step == 0;
+  const json_t *only = json_object_get(j, "mlp_only_layers");
+  if (only && !json_is_null(only)) {
+    if (!json_is_array(only)) return herr_set(err, HEARTH_EFORMAT, "%s: 'mlp_only_layers' must be a list of layer indices", what);
+    size_t i;
+    json_t *e;
+    json_array_foreach(only, i, e) {
+      if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= c->num_hidden_layers)
+        return herr_set(err, HEARTH_EFORMAT, "%s: mlp_only_layers[%zu] is not a layer index (0 to %lld)", what, i,
+                        (long long)c->num_hidden_layers - 1);
+      c->moe_layer[json_integer_value(e)] = false;
+    }
+  }
+  return 0;
+}
+
+/* gemma4_text: per_layer_config (or global_head_dim / num_global_key_value_heads on the
+ * full-attention layers), per-layer inputs, KV sharing, the MoE block. */
+static int read_gemma4(const json_t *j, model_config *c, const char *what, herr *err) {
+  int rc;
+  int64_t L = c->num_hidden_layers;
+  c->layer_types[L - 1] = LAYER_FULL; /* transformers forces the last layer to full attention */
+  if ((rc = hjson_get_bool(j, "attention_k_eq_v", false, &c->attention_k_eq_v, what, err)) ||
+      (rc = hjson_get_bool(j, "use_double_wide_mlp", false, &c->use_double_wide_mlp, what, err)))
+    return rc;
+  const json_t *plc = json_object_get(j, "per_layer_config");
+  if (plc && !json_is_null(plc)) {
+    if (!json_is_object(plc)) return herr_set(err, HEARTH_EFORMAT, "%s: 'per_layer_config' must be an object", what);
+    const char *key;
+    json_t *o;
+    json_object_foreach((json_t *)plc, key, o) {
+      char *end;
+      long l = strtol(key, &end, 10);
+      if (*end || end == key || l < 0 || l >= L)
+        return herr_set(err, HEARTH_EFORMAT, "%s: per_layer_config key '%s' is not a layer index (0 to %lld)", what, key,
+                        (long long)L - 1);
+      if (!json_is_object(o)) return herr_set(err, HEARTH_EFORMAT, "%s: per_layer_config['%s'] must be an object", what, key);
+      const char *f;
+      json_t *v;
+      json_object_foreach(o, f, v) {
+        if (strcmp(f, "head_dim") && strcmp(f, "num_key_value_heads"))
+          return herr_set(err, HEARTH_EUNSUPPORTED, "%s: per_layer_config['%s'] overrides '%s' (supported: head_dim, num_key_value_heads)",
+                          what, key, f);
+      }
+      char sub[400];
+      snprintf(sub, sizeof sub, "%s: per_layer_config['%s']", what, key);
+      if ((rc = get_int_range(o, "head_dim", false, 2, 4096, &c->layer_head_dim[l], sub, err)) ||
+          (rc = get_int_range(o, "num_key_value_heads", false, 1, c->num_attention_heads, &c->layer_kv_heads[l], sub, err)))
+        return rc;
+    }
+  } else {
+    int64_t ghd = 512, gkv = 0;
+    if ((rc = get_int_range(j, "global_head_dim", false, 2, 4096, &ghd, what, err)) ||
+        (rc = get_int_range(j, "num_global_key_value_heads", false, 1, c->num_attention_heads, &gkv, what, err)))
+      return rc;
+    for (int64_t l = 0; l < L; l++)
+      if (c->layer_types[l] == LAYER_FULL) {
+        c->layer_head_dim[l] = ghd;
+        if (gkv > 0 && c->attention_k_eq_v) c->layer_kv_heads[l] = gkv;
+      }
+  }
+  for (int64_t l = 0; l < L; l++) {
+    if (c->num_attention_heads % c->layer_kv_heads[l])
+      return herr_set(err, HEARTH_EFORMAT, "%s: layer %lld: num_attention_heads %lld is not a multiple of its num_key_value_heads %lld", what,
+                      (long long)l, (long long)c->num_attention_heads, (long long)c->layer_kv_heads[l]);
+    if (c->layer_head_dim[l] % 2)
+      return herr_set(err, HEARTH_EFORMAT, "%s: layer %lld: head_dim %lld is not even", what, (long long)l, (long long)c->layer_head_dim[l]);
+  }
+  c->hidden_size_per_layer_input = 256;
+  c->vocab_size_per_layer_input = 262144;
+  if ((rc = get_int_range(j, "hidden_size_per_layer_input", false, 0, 1 << 16, &c->hidden_size_per_layer_input, what, err)) ||
+      (rc = get_int_range(j, "vocab_size_per_layer_input", false, 1, 1 << 24, &c->vocab_size_per_layer_input, what, err)) ||
+      (rc = get_int_range(j, "num_kv_shared_layers", false, 0, L - 1, &c->num_kv_shared_layers, what, err)))
+    return rc;
+  if (c->hidden_size_per_layer_input && c->vocab_size_per_layer_input < c->vocab_size)
+    return herr_set(err, HEARTH_EFORMAT, "%s: vocab_size_per_layer_input %lld is smaller than vocab_size %lld", what,
+                    (long long)c->vocab_size_per_layer_input, (long long)c->vocab_size);
+  /* a shared layer reads the last non-shared layer of its type, which must exist */
+  int64_t first = L - c->num_kv_shared_layers;
+  for (int64_t l = first; l < L; l++) {
+    bool found = false;
+    for (int64_t s = 0; s < first; s++) found |= c->layer_types[s] == c->layer_types[l];
+    if (!found)
+      return herr_set(err, HEARTH_EFORMAT, "%s: num_kv_shared_layers %lld leaves layer %lld (%s) no earlier layer of its type to read", what,
+                      (long long)c->num_kv_shared_layers, (long long)l, c->layer_types[l] == LAYER_SLIDING ? "sliding" : "full");
+  }
+  bool moe = false;
+  if ((rc = hjson_get_bool(j, "enable_moe_block", false, &moe, what, err))) return rc;
+  if (moe) {
+    static const char *const need[] = {"num_experts", "top_k_experts", "moe_intermediate_size"};
+    for (int i = 0; i < 3; i++)
+      if (!json_is_integer(json_object_get(j, need[i])))
+        return herr_set(err, HEARTH_EFORMAT, "%s: enable_moe_block needs an integer '%s'", what, need[i]);
+    if ((rc = read_experts(j, c, "top_k_experts", what, err))) return rc;
+    c->norm_topk_prob = true;
+    for (int64_t l = 0; l < L; l++) c->moe_layer[l] = true;
+  }
+  return 0;
+}
+
 int config_from_json(model_config *c, const json_t *j, const char *what, herr *err) {
   memset(c, 0, sizeof *c);
-  if (json_is_object(j) && json_is_string(json_object_get(j, "model_type")) &&
-      !strcmp(json_string_value(json_object_get(j, "model_type")), "gemma3"))
-    return gemma3_text_part(c, j, what, err);
+  const char *top = json_is_object(j) ? json_string_value(json_object_get(j, "model_type")) : NULL;
+  if (top && (!strcmp(top, "gemma3") || !strcmp(top, "gemma4"))) return gemma_text_part(c, j, top, what, err);
   c->bos_token_id = c->pad_token_id = -1;
   if (!json_is_object(j)) return herr_set(err, HEARTH_EFORMAT, "%s: must be a JSON object", what);
   int rc;
@@ -226,8 +369,15 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
   if ((rc = get_num_opt(j, "rope_theta", &r.theta, what, err))) return rc;
   if ((rc = get_num_opt(j, "partial_rotary_factor", &r.partial_rotary_factor, what, err))) return rc;
   if ((rc = read_rope_dict(json_object_get(j, "rope_scaling"), &r, what, err))) return rc;
+  bool gemma4 = !strcmp(c->model_type, "gemma4_text");
+  if (gemma4) { /* transformers' defaults when rope_parameters is absent */
+    r.kind = ROPE_PROPORTIONAL;
+    r.partial_rotary_factor = 0.25;
+    r.factor = 1.0;
+  }
   rope_config local = r;
   local.kind = ROPE_DEFAULT;
+  local.partial_rotary_factor = 1.0;
   local.theta = a->local_theta ? a->local_theta : r.theta;
   if ((rc = get_num_opt(j, "rope_local_base_freq", &local.theta, what, err))) return rc;
   const json_t *rp = json_object_get(j, "rope_parameters");
@@ -240,8 +390,8 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
   }
   if ((rc = check_rope(&r, what, err)) || (rc = check_rope(&local, what, err))) return rc;
   c->rope = r;
-  c->rope_local = strcmp(c->model_type, "gemma3_text") == 0 ? local : r;
-  if ((int64_t)(c->head_dim * c->rope.partial_rotary_factor) % 2)
+  c->rope_local = strcmp(c->model_type, "gemma3_text") == 0 || gemma4 ? local : r;
+  if (c->rope.kind != ROPE_PROPORTIONAL && (int64_t)(c->head_dim * c->rope.partial_rotary_factor) % 2)
     return herr_set(err, HEARTH_EFORMAT, "%s: head_dim %lld × partial_rotary_factor %g is not even", what, (long long)c->head_dim,
                     c->rope.partial_rotary_factor);
 
@@ -290,6 +440,11 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
     for (int64_t l = 0; l < L; l++) {
       bool sliding = false;
       if (!strcmp(t, "mistral") || !strcmp(t, "phi3")) sliding = window > 0;
+      else if (!strcmp(t, "qwen3_moe")) {
+        bool usw = false;
+        if ((rc = hjson_get_bool(j, "use_sliding_window", false, &usw, what, err))) return rc;
+        sliding = usw && window > 0;
+      } else if (gemma4) sliding = (l + 1) % 6 != 0 && l != L - 1;
       else if (!strcmp(t, "qwen2") || !strcmp(t, "qwen3")) {
         bool usw = false;
         int64_t mwl = L;
@@ -328,6 +483,10 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
   else if ((rc = get_num_opt(j, "final_logit_softcapping", &c->final_logit_softcapping, what, err))) return rc;
   if (c->attn_logit_softcapping < 0 || c->final_logit_softcapping < 0 || c->query_pre_attn_scalar < 0)
     return herr_set(err, HEARTH_EFORMAT, "%s: softcapping values and query_pre_attn_scalar must not be negative", what);
+
+  for (int64_t l = 0; l < L; l++) c->layer_head_dim[l] = c->head_dim, c->layer_kv_heads[l] = c->num_key_value_heads;
+  if (!strcmp(t, "qwen3_moe") && (rc = read_qwen3_moe(j, c, what, err))) return rc;
+  if (gemma4 && (rc = read_gemma4(j, c, what, err))) return rc;
 
   /* token ids */
   if ((rc = hjson_get_int(j, "bos_token_id", false, &c->bos_token_id, what, err))) return rc;

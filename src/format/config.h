@@ -13,7 +13,10 @@
 #define CFG_MAX_LAYERS 512
 #define CFG_MAX_EOS 16
 
-typedef enum rope_kind { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN, ROPE_DYNAMIC, ROPE_LONGROPE } rope_kind;
+typedef enum rope_kind {
+  ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN, ROPE_DYNAMIC, ROPE_LONGROPE,
+  ROPE_PROPORTIONAL /* gemma4: the first partial_rotary_factor of the pairs rotate, at base^(-2i/head_dim); the rest pass */
+} rope_kind;
 
 typedef struct rope_config {
   rope_kind kind;
@@ -37,12 +40,24 @@ typedef struct model_config {
   int64_t max_position_embeddings;
   double rms_norm_eps;
   rope_config rope;
-  rope_config rope_local;        /* gemma3 sliding layers (rope_local_base_freq), else = rope */
+  rope_config rope_local;        /* sliding layers of gemma3 (rope_local_base_freq) and gemma4, else = rope */
   bool tie_word_embeddings;
   bool attention_bias, mlp_bias;
   int64_t sliding_window;        /* 0 = none */
   layer_attn layer_types[CFG_MAX_LAYERS];   /* per layer: full or sliding */
   bool no_rope[CFG_MAX_LAYERS];  /* smollm3: layers that skip RoPE */
+  /* per layer: attention head size and KV heads (= head_dim / num_key_value_heads
+   * except where gemma4's per_layer_config overrides them) */
+  int64_t layer_head_dim[CFG_MAX_LAYERS], layer_kv_heads[CFG_MAX_LAYERS];
+  /* mixture of experts (qwen3_moe; gemma4 enable_moe_block); num_experts 0 = none */
+  int64_t num_experts, num_experts_per_tok, moe_intermediate_size;
+  bool norm_topk_prob;           /* qwen3_moe: renormalize the top-k weights (gemma4 always does) */
+  bool moe_layer[CFG_MAX_LAYERS]; /* the layers with experts (decoder_sparse_step, mlp_only_layers) */
+  /* gemma4 */
+  int64_t hidden_size_per_layer_input, vocab_size_per_layer_input; /* per-layer inputs; 0 = none */
+  int64_t num_kv_shared_layers;  /* the last n layers read the KV of the last earlier layer of their type */
+  bool attention_k_eq_v;         /* full-attention layers: values are the keys' projection */
+  bool use_double_wide_mlp;      /* KV-shared layers: MLP twice intermediate_size */
   /* gemma2 / gemma3 */
   double query_pre_attn_scalar;  /* 0 = head_dim */
   double attn_logit_softcapping, final_logit_softcapping;  /* 0 = off */

@@ -6,18 +6,21 @@
 #include <math.h>
 #include <string.h>
 
+#include "model/internal.h"
 #include "model/model.h"
 
 static const model_family families[] = {
-    /* type          unit_off sandwich embscale qk_norm fused  qpas */
-    {"llama",        false,   false,   false,   false,  false, false}, /* also llama3 / yarn rope scaling */
-    {"mistral",      false,   false,   false,   false,  false, false}, /* sliding_window on every layer */
-    {"qwen2",        false,   false,   false,   false,  false, false}, /* q/k/v biases; max_window_layers */
-    {"qwen3",        false,   false,   false,   true,   false, false}, /* q_norm / k_norm per head */
-    {"smollm3",      false,   false,   false,   false,  false, false}, /* no_rope_layers */
-    {"phi3",         false,   false,   false,   false,  true,  false}, /* fused projections, partial rotary */
-    {"gemma2",       true,    true,    true,    false,  false, true},  /* softcapping, sliding/global */
-    {"gemma3_text",  true,    true,    true,    true,   false, true},  /* local rope base for sliding layers */
+    /* type          unit_off sandwich embscale qk_norm fused  qpas   v_norm  ops */
+    {"llama",        false,   false,   false,   false,  false, false, false, NULL}, /* also llama3 / yarn rope scaling */
+    {"mistral",      false,   false,   false,   false,  false, false, false, NULL}, /* sliding_window on every layer */
+    {"qwen2",        false,   false,   false,   false,  false, false, false, NULL}, /* q/k/v biases; max_window_layers */
+    {"qwen3",        false,   false,   false,   true,   false, false, false, NULL}, /* q_norm / k_norm per head */
+    {"qwen3_moe",    false,   false,   false,   true,   false, false, false, &qwen3_moe_family_ops}, /* experts */
+    {"smollm3",      false,   false,   false,   false,  false, false, false, NULL}, /* no_rope_layers */
+    {"phi3",         false,   false,   false,   false,  true,  false, false, NULL}, /* fused projections, partial rotary */
+    {"gemma2",       true,    true,    true,    false,  false, true,  false, NULL}, /* softcapping, sliding/global */
+    {"gemma3_text",  true,    true,    true,    true,   false, true,  false, NULL}, /* local rope base for sliding layers */
+    {"gemma4_text",  false,   true,    true,    true,   false, false, true,  &gemma4_family_ops}, /* gemma4.c */
 };
 
 const model_family *model_family_find(const char *model_type) {

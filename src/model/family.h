@@ -1,20 +1,27 @@
-/* family.h — what distinguishes one decoder family from another, as data.
- * Every supported model_type is a llama-shaped decoder (embed → N × [norm,
- * attention, norm, MLP] → norm → lm_head) plus a few switches; family.c
- * holds one entry per model_type with the transformers file it follows. */
+/* family.h — what distinguishes one decoder family from another. Every
+ * supported model_type is a decoder (embed → N × [norm, attention, norm,
+ * feed-forward] → norm → lm_head) built from the shared layers of
+ * layers.c; a family is a row of switches here plus, where its layers are
+ * put together differently, its own file (qwen3_moe.c, gemma4.c) whose
+ * hooks the row names. family.c holds one row per model_type with the
+ * transformers file it follows. */
 #ifndef HEARTH_MODEL_FAMILY_H
 #define HEARTH_MODEL_FAMILY_H
 
 #include <stdbool.h>
 
+struct family_ops;
+
 typedef struct model_family {
   const char *model_type;
-  bool unit_offset_norm;   /* RMSNorm scales by (1 + w) (gemma) */
-  bool sandwich_norms;     /* post-attention norm on the attention output, pre/post feed-forward norms (gemma2/3) */
+  bool unit_offset_norm;   /* RMSNorm scales by (1 + w) (gemma2/3) */
+  bool sandwich_norms;     /* post-attention norm on the attention output, pre/post feed-forward norms (gemma) */
   bool scale_embeddings;   /* embeddings × sqrt(hidden), rounded to the model dtype (gemma) */
-  bool qk_norm;            /* RMSNorm over each q and k head before RoPE (qwen3, gemma3) */
+  bool qk_norm;            /* RMSNorm over each q and k head before RoPE (qwen3, gemma3, gemma4) */
   bool fused_qkv;          /* self_attn.qkv_proj and mlp.gate_up_proj (phi3) */
-  bool query_pre_attn_scalar; /* attention scale = query_pre_attn_scalar^-0.5 (gemma) */
+  bool query_pre_attn_scalar; /* attention scale = query_pre_attn_scalar^-0.5 (gemma2/3) */
+  bool v_norm;             /* RMSNorm without scale over each value head; attention scale 1 (gemma4) */
+  const struct family_ops *ops; /* the family's own layers; NULL: the llama decoder's (decoder.c) */
 } model_family;
 
 /* NULL when the type is not a supported decoder. */

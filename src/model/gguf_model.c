@@ -1,5 +1,5 @@
 /* gguf_model.c — reading a model from a GGUF file (see gguf_model.h): the
- * metadata keys of llama.cpp's llama, qwen2 and qwen3 architectures mapped
+ * metadata keys of llama.cpp's llama, qwen2, qwen3 and qwen3moe architectures mapped
  * onto config.json fields, tensor names mapped onto Hugging Face names, and
  * vectors (norms, biases) converted to f32 (F32, F16, BF16, Q8_0, Q4_0) by
  * the backend's one dequantization (bk_dequant_row).
@@ -45,8 +45,9 @@ int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
   int rc = gguf_get_strdup(g, "general.architecture", &arch, err);
   if (rc) return rc;
   /* architectures whose GGUF layout is the Hugging Face one renamed (llama: q/k rows permuted) */
-  if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3")) {
-    rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: GGUF architecture '%s' is not supported (supported: llama, qwen2, qwen3)",
+  bool moe = !strcmp(arch, "qwen3moe");
+  if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && !moe) {
+    rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: GGUF architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe)",
                   gguf_path(g), arch);
     free(arch);
     return rc;
@@ -68,10 +69,19 @@ int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
   }
   char k[20][96];
 #define KEY(i, suffix) (snprintf(k[i], sizeof k[i], "%s.%s", arch, suffix), k[i])
-  json_object_set_new(j, "model_type", json_string(arch));
+  json_object_set_new(j, "model_type", json_string(moe ? "qwen3_moe" : arch));
   json_object_set_new(j, "hidden_act", json_string("silu"));
+  if (moe) { /* llama.cpp's qwen3moe: experts on every layer, top-k weights renormalized */
+    json_object_set_new(j, "norm_topk_prob", json_true());
+    if ((rc = put_int(g, j, "num_experts", KEY(14, "expert_count"), true, err)) ||
+        (rc = put_int(g, j, "num_experts_per_tok", KEY(15, "expert_used_count"), true, err)) ||
+        (rc = put_int(g, j, "moe_intermediate_size", KEY(16, "expert_feed_forward_length"), true, err)))
+      goto out;
+    if (!gguf_has(g, KEY(1, "feed_forward_length")))
+      json_object_set(j, "intermediate_size", json_object_get(j, "moe_intermediate_size"));
+  }
   if ((rc = put_int(g, j, "hidden_size", KEY(0, "embedding_length"), true, err)) ||
-      (rc = put_int(g, j, "intermediate_size", KEY(1, "feed_forward_length"), true, err)) ||
+      (rc = put_int(g, j, "intermediate_size", KEY(1, "feed_forward_length"), !moe, err)) ||
       (rc = put_int(g, j, "num_hidden_layers", KEY(2, "block_count"), true, err)) ||
       (rc = put_int(g, j, "num_attention_heads", KEY(3, "attention.head_count"), true, err)) ||
       (rc = put_int(g, j, "num_key_value_heads", KEY(4, "attention.head_count_kv"), false, err)) ||
@@ -149,6 +159,11 @@ static const struct { const char *hf, *gg; } layer_names[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    /* qwen3moe: the router and the experts stacked 3-D ([experts, rows, cols]) */
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},
+    {"mlp.experts.gate_proj", "ffn_gate_exps.weight"},
+    {"mlp.experts.up_proj", "ffn_up_exps.weight"},
+    {"mlp.experts.down_proj", "ffn_down_exps.weight"},
 };
 #define N_TOP_NAMES (sizeof top_names / sizeof top_names[0])
 #define N_LAYER_NAMES (sizeof layer_names / sizeof layer_names[0])

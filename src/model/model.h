@@ -10,7 +10,7 @@
  *
  * Weights: a model folder's safetensors (f32, f16, bf16, or MLX affine
  * 4/8-bit with a "quantization" block in config.json), or a GGUF file
- * (llama, qwen2, qwen3; f32, f16, bf16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
+ * (llama, qwen2, qwen3, qwen3moe; f32, f16, bf16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
  * Matrices stay in their stored format, in the memory of the backend the
  * model was loaded for (model_load_opts.device); activations, norms and
  * the KV cache are f32 there too. Only token ids and index tables go in,
@@ -44,11 +44,17 @@ typedef struct model_load_opts {
   bool f32_as_bf16;     /* run an f32 model as if stored in bf16: matrices stored as bf16 on the
                            device (half the memory and bandwidth), norms and biases rounded to
                            bf16 values (off: f32 stays f32) */
+  int64_t expert_budget; /* mixture of experts, CPU: at most this many bytes of expert weights stay
+                           resident between layers; the rest stays mapped from the file and is read
+                           in when a token is routed to it, least recently used first out
+                           (0: every expert resident). The logits do not change. */
 } model_load_opts;
 
 /* The cache layout the model needs: one row of kv_dim[l] floats (each of K
  * and V) per token and layer; sliding layers need at most window[l] rows
- * back from the newest (0 = every row). */
+ * back from the newest (0 = every row). kv_dim[l] is 0 for a layer that
+ * stores nothing and reads an earlier layer's rows (gemma4's KV sharing):
+ * the cache gives it no memory. */
 typedef struct model_kv_geometry {
   bk_backend *backend;      /* borrowed: where the cache's arenas must live (NULL: a CPU of the cache's own) */
   int n_layers;
@@ -95,6 +101,19 @@ void model_kv_geometry_of(const model *m, model_kv_geometry *g);
 bk_backend *model_backend(const model *m);
 /* Bytes of the weight matrices and vectors as the backend holds them (stored format). */
 size_t model_weight_bytes(const model *m);
+
+/* Expert residency under model_load_opts.expert_budget (all 0 without a
+ * budget). May be called from any thread while forwards run. */
+typedef struct model_expert_stats {
+  int64_t budget;       /* bytes */
+  int64_t total;        /* bytes of all experts */
+  int64_t resident;     /* bytes of the experts resident now */
+  int64_t page_ins;     /* experts read in since load */
+  int64_t evictions;    /* experts given back since load */
+} model_expert_stats;
+void model_expert_stats_of(const model *m, model_expert_stats *out);
+/* Bytes of a mixture of experts' expert weights as stored (0 for a dense model). */
+int64_t model_expert_bytes(const model *m);
 
 /* Rows of logits model_forward writes for b: sum over sequences of
  * (all_logits ? n_tokens : 1). */

@@ -14,7 +14,7 @@ static double yarn_correction_dim(double rotations, double dim, double base, dou
 
 int rope_table_init(rope_table *t, const rope_config *r, int64_t head_dim, int64_t max_pos, double mscale,
                     double mscale_all_dim, herr *err) {
-  t->rot_dim = (int64_t)(head_dim * r->partial_rotary_factor);
+  t->rot_dim = r->kind == ROPE_PROPORTIONAL ? head_dim : (int64_t)(head_dim * r->partial_rotary_factor);
   t->rot_dim -= t->rot_dim % 2;
   t->attn_scale = 1.0;
   t->interleaved = false;
@@ -25,6 +25,11 @@ int rope_table_init(rope_table *t, const rope_config *r, int64_t head_dim, int64
   for (int64_t i = 0; i < half; i++) t->inv_freq[i] = 1.0 / pow(r->theta, (double)(2 * i) / dim);
   switch (r->kind) {
     case ROPE_DEFAULT: break;
+    case ROPE_PROPORTIONAL: { /* pairs (i, i + head_dim/2) over the whole head; only the first `angles` turn */
+      int64_t angles = (int64_t)floor(r->partial_rotary_factor * (double)head_dim / 2);
+      for (int64_t i = 0; i < half; i++) t->inv_freq[i] = i < angles ? t->inv_freq[i] / r->factor : 0.0;
+      break;
+    }
     case ROPE_LINEAR:
       for (int64_t i = 0; i < half; i++) t->inv_freq[i] /= r->factor;
       break;

@@ -97,6 +97,7 @@ typedef struct serve_stats {
   int64_t prompt_tokens, generated_tokens;
   double busy_seconds;
   int64_t requests_finished, requests_cancelled, requests_refused, preemptions, steps;
+  int64_t expert_budget, expert_resident_bytes, expert_page_ins; /* 0 without an expert budget */
 } serve_stats;
 
 typedef struct serve_engine {

@@ -210,7 +210,10 @@ static void stats(void *impl, serve_stats *out) {
                        .requests_cancelled = st.requests_cancelled,
                        .requests_refused = st.requests_refused,
                        .preemptions = st.preemptions,
-                       .steps = st.steps};
+                       .steps = st.steps,
+                       .expert_budget = st.expert_budget,
+                       .expert_resident_bytes = st.expert_resident_bytes,
+                       .expert_page_ins = st.expert_page_ins};
 }
 
 static int admit(void *impl, int64_t n_prompt, int64_t max_tokens, herr *err) {

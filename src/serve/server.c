@@ -297,6 +297,13 @@ static enum MHD_Result answer_stats(struct MHD_Connection *c, serve_server *s) {
   json_object_set_new(tk, "busy_seconds", json_real(st.busy_seconds));
   json_object_set_new(tk, "steps", json_integer(st.steps));
   json_object_set_new(o, "tokens", tk);
+  if (st.expert_budget > 0) {
+    json_t *ex = json_object();
+    json_object_set_new(ex, "budget_bytes", json_integer(st.expert_budget));
+    json_object_set_new(ex, "resident_bytes", json_integer(st.expert_resident_bytes));
+    json_object_set_new(ex, "page_ins", json_integer(st.expert_page_ins));
+    json_object_set_new(o, "experts", ex);
+  }
   return send_json(c, 200, o);
 }
 

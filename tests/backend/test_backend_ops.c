@@ -31,10 +31,15 @@
  * input; softcap; get_rows with repeated and out-of-order rows; kv_write to
  * out-of-order slots with gaps (the untouched slots must keep their
  * contents); attention with GQA ratios 1/2/4/8, head dims
- * 32/48/64/80/128/256, sliding windows, softcap, block_rows 1/16/64, block
+ * 16/32/48/64/80/128/256, sliding windows, softcap, block_rows 1/16/64, block
  * tables with gaps and non-monotonic block ids, batches mixing sequences of
  * different lengths in decode (one query), prefill (all rows) and chunked
- * prefill (queries from row > 0 against rows already cached).
+ * prefill (queries from row > 0 against rows already cached); scale and
+ * get_cols; moe_route with exact logit ties (the lower id wins), with and
+ * without renormalization and per-expert scale, ids compared exactly; moe
+ * for every stored format and activation, with experts used by several
+ * tokens, by none, and a slot whose id is out of range (it contributes
+ * nothing), also checking the CPU's plain reference bk_moe_ref.
  *
  * Checks. Inputs are fresh random values per case (seeded xorshift, never
  * zero). Every output tensor that is not also an input is filled with NaN
@@ -63,6 +68,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/quant.h"
 #include "backend/ops.h"
 #include "backend/weights.h"
@@ -608,6 +614,189 @@ static void test_softcap(void) {
   }
 }
 
+/* ---- scale, get_cols ---- */
+
+static void test_scale_get_cols(void) {
+  op_stat *sc = stat_for("scale"), *gc = stat_for("get_cols");
+  static const struct { int64_t rows, cols, c0, w; float s; } cases[] = {{1, 7, 0, 7, 0.5f}, {5, 64, 16, 16, -3.0f}, {9, 130, 127, 3, 1e-3f}};
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t R = cases[ci].rows, C = cases[ci].cols, c0 = cases[ci].c0, W = cases[ci].w;
+    float *x = rand_floats(R * C, 2.0f), *got = malloc(sizeof(float) * (size_t)(R * C));
+    double *ref = malloc(sizeof(double) * (size_t)(R * C)), *rc = malloc(sizeof(double) * (size_t)(R * W));
+    for (int64_t i = 0; i < R * C; i++) ref[i] = (double)x[i] * cases[ci].s;
+    for (int64_t r = 0; r < R; r++)
+      for (int64_t c = 0; c < W; c++) rc[r * W + c] = x[r * C + c0 + c];
+    char shape[80];
+    snprintf(shape, sizeof shape, "[%lld, %lld], cols %lld..+%lld", (long long)R, (long long)C, (long long)c0, (long long)W);
+    sc->cases++, gc->cases++;
+    for (int di = 0; di < n_devs; di++) {
+      bk_tensor tx = tfrom_f32(devs[di], x, R, C), ty = tnew(devs[di], BK_DT_F32, R, W);
+      poison(&ty);
+      bk_get_cols(&ty, &tx, c0);
+      tget(&ty, got, "get_cols");
+      compare(gc, K_ELEM, di, shape, got, rc, R * W);
+      bk_scale(&tx, cases[ci].s);
+      tget(&tx, got, "scale");
+      compare(sc, K_ELEM, di, shape, got, ref, R * C);
+      bk_tensor_free(&tx), bk_tensor_free(&ty);
+    }
+    free(x), free(got), free(ref), free(rc);
+  }
+}
+
+/* ---- mixture of experts ---- */
+
+/* Routing against a double-precision recomputation from the definition
+ * (top-k by logit, softmax weights, renormalized, scaled); ids must match
+ * exactly. Logits include exact ties, which go to the lower id. */
+static void test_moe_route(void) {
+  static const struct { int64_t T, E, k; bool norm, scale; } cases[] = {
+      {1, 8, 2, true, false}, {7, 8, 8, false, false}, {33, 128, 8, true, false}, {5, 4, 2, true, true}, {3, 60, 1, false, true}};
+  op_stat *st = stat_for("moe_route");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t T = cases[ci].T, E = cases[ci].E, k = cases[ci].k;
+    float *l = rand_floats(T * E, 4.0f), *sc = cases[ci].scale ? rand_floats(E, 2.0f) : NULL;
+    for (int64_t t = 0; t < T; t++) l[t * E + (t % E)] = l[t * E + (E - 1 - t % E)]; /* a tie per row */
+    int32_t *rid = malloc(sizeof(int32_t) * (size_t)(T * k)), *gid = malloc(sizeof(int32_t) * (size_t)(T * k));
+    double *rw = malloc(sizeof(double) * (size_t)(T * k));
+    float *gw = malloc(sizeof(float) * (size_t)(T * k));
+    for (int64_t t = 0; t < T; t++) {
+      const float *r = l + t * E;
+      bool *used = calloc((size_t)E, 1);
+      double mx = -INFINITY, sum = 0, sel = 0;
+      for (int64_t e = 0; e < E; e++) mx = r[e] > mx ? r[e] : mx;
+      for (int64_t e = 0; e < E; e++) sum += exp((double)r[e] - mx);
+      for (int64_t j = 0; j < k; j++) {
+        int64_t b = -1;
+        for (int64_t e = 0; e < E; e++)
+          if (!used[e] && (b < 0 || r[e] > r[b])) b = e;
+        used[b] = true;
+        rid[t * k + j] = (int32_t)b;
+        rw[t * k + j] = exp((double)r[b] - mx) / sum;
+        sel += rw[t * k + j];
+      }
+      for (int64_t j = 0; j < k; j++) {
+        if (cases[ci].norm) rw[t * k + j] /= sel;
+        if (sc) rw[t * k + j] *= sc[rid[t * k + j]];
+      }
+      free(used);
+    }
+    char shape[80];
+    snprintf(shape, sizeof shape, "%lld tokens, top %lld of %lld%s%s", (long long)T, (long long)k, (long long)E,
+             cases[ci].norm ? ", norm" : "", sc ? ", scale" : "");
+    st->cases++;
+    for (int di = 0; di < n_devs; di++) {
+      bk_backend *be = devs[di];
+      bk_tensor tl = tfrom_f32(be, l, T, E), ti = tnew(be, BK_DT_I32, T, k), tw = tnew(be, BK_DT_F32, T, k), ts = {0};
+      if (sc) ts = tfrom_f32(be, sc, 1, E);
+      poison(&tw);
+      bk_moe_route(&ti, &tw, &tl, cases[ci].norm, sc ? &ts : NULL);
+      tget(&tw, gw, "moe_route");
+      herr err = {0};
+      if (bk_get(&ti, 0, gid, bk_nbytes(&ti), &err)) die("moe_route ids", &err);
+      compare(st, K_ELEM, di, shape, gw, rw, T * k);
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < T * k; i++) wrong += gid[i] != rid[i];
+      test_checks++;
+      if (wrong) {
+        test_failures++;
+        fprintf(stderr, "FAIL moe_route [%s] on %s: %lld expert ids differ\n", shape, bk_backend_name(be), (long long)wrong);
+      }
+      bk_tensor_free(&tl), bk_tensor_free(&ti), bk_tensor_free(&tw);
+      if (sc) bk_tensor_free(&ts);
+    }
+    free(l), free(sc), free(rid), free(gid), free(rw), free(gw);
+  }
+}
+
+static double act_ref(bk_act a, double v);
+
+/* The experts against a double-precision recomputation from dequantized
+ * weights, for every stored format; ids chosen so that some experts are
+ * used by several tokens, some by none, and one slot is out of range (it
+ * must contribute nothing). The CPU's plain reference (bk_moe_ref) is
+ * checked against the same numbers. */
+static void moe_case(const fmt *f, int64_t T, int64_t E, int64_t k, int64_t D, int64_t I, bk_act act) {
+  char fname[32], name[48], shape[128];
+  fmt_name(f, fname, sizeof fname);
+  snprintf(name, sizeof name, "moe %s", fname);
+  snprintf(shape, sizeof shape, "%lld tokens, top %lld of %lld, D %lld, I %lld", (long long)T, (long long)k, (long long)E,
+           (long long)D, (long long)I);
+  op_stat *st = stat_for(name), *rs = stat_for("moe (cpu reference)");
+  st->cases++;
+  host_weight *hg = malloc(sizeof *hg * (size_t)E), *hu = malloc(sizeof *hu * (size_t)E), *hd = malloc(sizeof *hd * (size_t)E);
+  for (int64_t e = 0; e < E; e++) make_weight(&hg[e], f, I, D), make_weight(&hu[e], f, I, D), make_weight(&hd[e], f, D, I);
+  float *x = rand_floats(T * D, 1.0f), *w = rand_floats(T * k, 1.0f);
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(T * k));
+  for (int64_t i = 0; i < T * k; i++) ids[i] = (int32_t)((i * 7 + i / k) % (E > 2 ? E - 1 : E)); /* the last expert unused */
+  if (T * k > 2) ids[1] = (int32_t)E; /* out of range */
+  double *ref = calloc((size_t)(T * D), sizeof(double)), *h = malloc(sizeof(double) * (size_t)I);
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t j = 0; j < k; j++) {
+      int32_t e = ids[t * k + j];
+      if (e < 0 || e >= E) continue;
+      for (int64_t i = 0; i < I; i++) {
+        double g = 0, u = 0;
+        for (int64_t d = 0; d < D; d++) g += (double)hg[e].deq[i * D + d] * x[t * D + d], u += (double)hu[e].deq[i * D + d] * x[t * D + d];
+        h[i] = act_ref(act, g) * u;
+      }
+      for (int64_t d = 0; d < D; d++) {
+        double o = 0;
+        for (int64_t i = 0; i < I; i++) o += (double)hd[e].deq[d * I + i] * h[i];
+        ref[t * D + d] += (double)w[t * k + j] * o;
+      }
+    }
+  float *got = malloc(sizeof(float) * (size_t)(T * D));
+  {
+    bk_experts hx = {E, NULL, NULL, NULL};
+    bk_weight *gw = malloc(sizeof *gw * (size_t)(3 * E));
+    for (int64_t e = 0; e < E; e++) gw[e] = hg[e].w, gw[E + e] = hu[e].w, gw[2 * E + e] = hd[e].w;
+    hx.gate = gw, hx.up = gw + E, hx.down = gw + 2 * E;
+    herr err = {0};
+    rs->cases++;
+    if (bk_moe_ref(got, x, T, D, ids, w, k, &hx, act, &err)) die("bk_moe_ref", &err);
+    compare(rs, K_MATMUL, 0, shape, got, ref, T * D);
+    free(gw);
+  }
+  for (int di = 0; di < n_devs; di++) {
+    bk_backend *be = devs[di];
+    bk_weight *lw = calloc((size_t)(3 * E), sizeof *lw);
+    bool ok = true;
+    for (int64_t e = 0; e < E && ok; e++)
+      ok = load_weight(be, &hg[e], &lw[e], name) && load_weight(be, &hu[e], &lw[E + e], name) &&
+           load_weight(be, &hd[e], &lw[2 * E + e], name);
+    if (ok) {
+      bk_experts ex = {E, lw, lw + E, lw + 2 * E};
+      bk_tensor tx = tfrom_f32(be, x, T, D), ty = tnew(be, BK_DT_F32, T, D), tw = tfrom_f32(be, w, T, k);
+      bk_tensor ti = tnew(be, BK_DT_I32, T, k);
+      tset(&ti, ids);
+      poison(&ty);
+      bk_moe(&ty, &tx, &ti, &tw, &ex, act);
+      tget(&ty, got, name);
+      compare(st, K_MATMUL, di, shape, got, ref, T * D);
+      bk_tensor_free(&tx), bk_tensor_free(&ty), bk_tensor_free(&tw), bk_tensor_free(&ti);
+    }
+    for (int64_t i = 0; i < 3 * E; i++)
+      if (lw[i].data) bk_weight_release(be, &lw[i]);
+    free(lw);
+  }
+  for (int64_t e = 0; e < E; e++) free_weight(&hg[e]), free_weight(&hu[e]), free_weight(&hd[e]);
+  free(hg), free(hu), free(hd), free(x), free(w), free(ids), free(ref), free(h), free(got);
+}
+
+static void test_moe(void) {
+  static const bk_act acts[] = {BK_ACT_SILU, BK_ACT_GELU_TANH, BK_ACT_GELU, BK_ACT_RELU};
+  for (int fi = 0; fi < N_FORMATS; fi++) {
+    const fmt *f = &formats[fi];
+    int64_t blk = fmt_block(f);
+    int64_t D = blk == 1 ? 48 : (256 + blk - 1) / blk * blk, I = blk == 1 ? 40 : (128 + blk - 1) / blk * blk;
+    if (I % blk) I = blk;
+    moe_case(f, 1, 8, 2, D, I, acts[fi % 4]);
+    moe_case(f, 9, 6, 3, D, I, acts[(fi + 1) % 4]);
+  }
+  moe_case(&formats[0], 40, 16, 4, 64, 32, BK_ACT_SILU);
+}
+
 /* ---- get_rows, kv_write ---- */
 
 static void test_get_rows(void) {
@@ -718,6 +907,8 @@ static const attn_case attn_cases[] = {
     {"long chunked prefill", 8, 2, 128, 16, 0, 0, {{300, 64}, {257, 1}, {200, 200}}},
     {"long, window 40 + softcap 30", 4, 4, 256, 64, 40, 30.0f, {{180, 70}, {129, 1}}},
     {"long decode batch", 16, 2, 64, 16, 0, 0, {{511, 1}, {1, 1}, {333, 1}, {64, 1}, {65, 1}, {200, 1}}},
+    {"hd 16, GQA 2, window 8", 4, 2, 16, 16, 8, 0, {{40, 40}, {20, 1}, {30, 7}}},
+    {"hd 16, GQA 4, decode", 4, 1, 16, 1, 0, 0, {{25, 1}, {3, 3}}},
 };
 
 static void attention_case(const attn_case *c) {
@@ -1039,6 +1230,9 @@ int main(void) {
   RUN(test_add);
   RUN(test_softcap);
   RUN(test_get_rows);
+  RUN(test_scale_get_cols);
+  RUN(test_moe_route);
+  RUN(test_moe);
   RUN(test_kv_write);
   RUN(test_attention);
   RUN(test_sample);

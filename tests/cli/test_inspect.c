@@ -491,6 +491,21 @@ static void test_golden(void) {
       CHECK_EQ_INT(jint(o, "vocab_size"), jint(cfg, "vocab_size"));
       CHECK_EQ_INT(jint(o, "context_length"), jint(cfg, "max_position_embeddings"));
       CHECK_EQ_STR(json_string_value(json_object_get(o, "model_type")), json_string_value(json_object_get(cfg, "model_type")));
+      /* a mixture of experts (every layer of the fixtures): active = all but (experts - chosen) x 3 x hidden x
+       * moe_intermediate per layer */
+      int64_t E = jint(cfg, "num_experts") > 0 ? jint(cfg, "num_experts") : jint(cfg, "num_local_experts");
+      int64_t K = jint(cfg, "num_experts_per_tok") > 0 ? jint(cfg, "num_experts_per_tok") : jint(cfg, "top_k_experts");
+      bool moe = E > 0 && (!json_object_get(cfg, "enable_moe_block") || json_is_true(json_object_get(cfg, "enable_moe_block")));
+      if (moe) {
+        int64_t idle = jint(cfg, "num_hidden_layers") * (E - K) * 3 * jint(cfg, "hidden_size") * jint(cfg, "moe_intermediate_size");
+        CHECK_MSG(jint(o, "active_parameters") == want - idle, "%s: inspect says %lld active parameters, the config %lld", name,
+                  (long long)jint(o, "active_parameters"), (long long)(want - idle));
+        int64_t elem = strstr(name, "bf16") ? 2 : 4;
+        CHECK_EQ_INT(jint(o, "expert_bytes"), jint(cfg, "num_hidden_layers") * E * 3 * jint(cfg, "hidden_size") *
+                                                  jint(cfg, "moe_intermediate_size") * elem);
+      } else {
+        CHECK_MSG(json_is_null(json_object_get(o, "active_parameters")), "%s: active_parameters for a dense model", name);
+      }
       json_decref(cfg);
       json_object_set_new(results, name, o);
     }

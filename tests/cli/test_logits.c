@@ -1,7 +1,8 @@
 /* End-to-end tests of `hearth logits`: runs the built binary on golden
  * fixtures (tests/fixtures/golden, from transformers via
  * tools/gen_golden.py) and compares the printed JSON with the reference
- * logits; checks usage errors and bad ids exit with a message. */
+ * logits (also under an expert budget smaller than one layer's experts);
+ * checks usage errors and bad ids exit with a message. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +54,7 @@ static int load_golden(const char *name, json_t **doc, float **ref, int64_t *voc
   return got == n0 * (size_t)*vocab ? 0 : -1;
 }
 
-static void check_model(const char *name, bool all) {
+static void check_model(const char *name, bool all, const char *extra) {
   json_t *doc = NULL;
   float *ref = NULL;
   int64_t V = 0;
@@ -68,7 +69,7 @@ static void check_model(const char *name, bool all) {
   hbuf ids = {0}, out = {0}, err = {0};
   for (size_t i = 0; i < n; i++) hbuf_printf(&ids, "%s%lld", i ? "," : "", (long long)json_integer_value(json_array_get(prompt, i)));
   char args[4096];
-  snprintf(args, sizeof args, "--model '" GOLDEN "%s' --ids %s%s", name, hbuf_str(&ids), all ? " --all" : "");
+  snprintf(args, sizeof args, "--model '" GOLDEN "%s' --ids %s%s%s", name, hbuf_str(&ids), all ? " --all" : "", extra);
   int st = run(args, &out, &err);
   CHECK_MSG(st == 0, "%s: exit %d: %s", name, st, hbuf_str(&err));
   json_error_t je;
@@ -100,9 +101,14 @@ static void check_model(const char *name, bool all) {
 }
 
 static void test_logits_match_reference(void) {
-  check_model("llama-f32", true);
-  check_model("gemma3-f32", false);
-  check_model("phi3-f32", true);
+  check_model("llama-f32", true, "");
+  check_model("gemma3-f32", false, "");
+  check_model("phi3-f32", true, "");
+  check_model("qwen3_moe-f32", true, "");
+  check_model("gemma4-f32", true, "");
+  check_model("gemma4_moe-f32", false, "");
+  /* one expert of the fixture is 24 KiB, a layer's 8 experts 192 KiB */
+  check_model("qwen3_moe-f32", true, " --expert-budget 30000");
 }
 
 static void test_errors(void) {
@@ -117,6 +123,9 @@ static void test_errors(void) {
   hbuf_clear(&out), hbuf_clear(&err);
   CHECK_EQ_INT(run("--model /nonexistent/model --ids 3", &out, &err), 1);
   CHECK(strstr(hbuf_str(&err), "/nonexistent/model") != NULL);
+  hbuf_clear(&out), hbuf_clear(&err);
+  CHECK_EQ_INT(run("--model '" GOLDEN "qwen3_moe-f32' --ids 3 --expert-budget lots", &out, &err), 2);
+  CHECK(strstr(hbuf_str(&err), "--expert-budget") != NULL);
   hbuf_clear(&out), hbuf_clear(&err);
   CHECK_EQ_INT(run("--help", &out, &err), 0);
   CHECK(strstr(hbuf_str(&out), "usage: hearth logits") != NULL);

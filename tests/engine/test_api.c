@@ -88,6 +88,46 @@ static void test_gguf_model(void) {
   CHECK_MSG(strstr(err.msg, "not a model folder or a .gguf file") != NULL, "%s", err.msg);
 }
 
+/* A mixture of experts loaded with an expert budget (about one expert of
+ * the qwen3_moe fixture, whose layers have eight) generates the same ids as
+ * without, and hearth_get_stats reports the budget, what is resident (never
+ * over it) and the experts read in. */
+static void test_expert_budget(void) {
+  static const char *dir = HEARTH_SOURCE_DIR "/tests/fixtures/golden/qwen3_moe-f32";
+  static const int32_t prompt[] = {5, 6, 7, 8, 9};
+  int32_t got[2][8];
+  for (int b = 0; b < 2; b++) {
+    hearth_error err = {0};
+    hearth_model *m = NULL;
+    hearth_load_opts lo = {.threads = 1, .expert_budget = b ? 30000 : 0};
+    int rc = hearth_model_load(dir, &lo, &m, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc) return;
+    hearth_gen_params p;
+    hearth_gen_params_init(&p);
+    p.max_tokens = 8;
+    p.temperature = 0;
+    p.ignore_eos = true;
+    hearth_prompt hp = {.ids = prompt, .n_ids = 5};
+    ids_out o = {.n = 0};
+    hearth_gen_result res;
+    CHECK(hearth_generate(m, &hp, &p, collect_ids, &o, &res, &err) == 0);
+    CHECK_EQ_INT(o.n, 8);
+    for (int i = 0; i < 8; i++) got[b][i] = i < o.n ? o.ids[i] : -1;
+    hearth_stats st;
+    hearth_get_stats(m, &st);
+    CHECK_EQ_INT(st.expert_budget, b ? 30000 : 0);
+    if (b) {
+      CHECK(st.expert_page_ins > 0);
+      CHECK(st.expert_resident_bytes > 0 && st.expert_resident_bytes <= 30000);
+    } else {
+      CHECK_EQ_INT(st.expert_page_ins, 0);
+    }
+    hearth_model_free(m);
+  }
+  CHECK(memcmp(got[0], got[1], sizeof got[0]) == 0);
+}
+
 static void test_tokenize_length_zero(void) {
   hearth_error err = {0};
   hearth_model *m = NULL;
@@ -221,6 +261,7 @@ int main(void) {
   }
   RUN(test_gguf_model);
   RUN(test_tokenize_length_zero);
+  RUN(test_expert_budget);
   RUN(test_absurd_config);
   RUN(test_unbounded_stops_at_cache);
   char cmd[700];

@@ -4,14 +4,15 @@
  * prefix hash; cached blocks are evicted least recently used first; and a
  * model forward through the paged cache (any block size, prefix attached or
  * not) gives exactly the logits of the contiguous cache on the golden llama
- * fixture. */
+ * fixture, and on the gemma4 one, whose last two layers read earlier
+ * layers' rows and have no arenas of their own. */
 #include "engine/kv_cache.h"
 #include "engine/kv_paged.h"
 #include "model/model.h"
 #include "test.h"
 #include "test_device.h"
 
-#define FIXTURE HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32"
+#define GOLDEN HEARTH_SOURCE_DIR "/tests/fixtures/golden/"
 
 static model_kv_geometry small_geom(void) {
   model_kv_geometry g = {0};
@@ -211,14 +212,23 @@ static int run_chunks(model *m, kv_seq *s, const int32_t *toks, int n, int chunk
   return 0;
 }
 
-static void test_paged_equals_contiguous(void) {
+static void paged_equals_contiguous(const char *fixture) {
   model *m;
   herr e = {0};
   model_load_opts mo = {.threads = 2, .device = test_device()};
-  CHECK_EQ_INT(model_load(FIXTURE, &mo, &m, &e), 0);
+  CHECK_EQ_INT(model_load(fixture, &mo, &m, &e), 0);
   if (!m) return;
   model_kv_geometry g;
   model_kv_geometry_of(m, &g);
+  /* layers that share another layer's KV (gemma4 num_kv_shared_layers) take no cache memory */
+  int64_t L = g.n_layers, shared = model_cfg(m)->num_kv_shared_layers;
+  size_t row_bytes = 0;
+  for (int64_t l = 0; l < L; l++) {
+    if (l >= L - shared) CHECK_EQ_INT(g.kv_dim[l], 0);
+    else CHECK(g.kv_dim[l] > 0);
+    row_bytes += 2 * (size_t)g.kv_dim[l] * sizeof(float);
+  }
+  CHECK_EQ_INT(kv_block_bytes(&g, 16), 16 * row_bytes);
   int64_t V = model_vocab_size(m);
   int32_t toks[70];
   for (int i = 0; i < 70; i++) toks[i] = (int32_t)((i * 37 + 11) % V);
@@ -261,6 +271,11 @@ static void test_paged_equals_contiguous(void) {
   free(ref);
   free(got);
   model_free(m);
+}
+
+static void test_paged_equals_contiguous(void) {
+  paged_equals_contiguous(GOLDEN "llama-f32");
+  paged_equals_contiguous(GOLDEN "gemma4-f32");
 }
 
 int main(void) {

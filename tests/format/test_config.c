@@ -79,6 +79,57 @@ static void test_golden_configs(void) {
   config_free(&c);
 }
 
+/* The mixture-of-experts and gemma4 fields as transformers 5.17 writes them. */
+static void test_moe_and_gemma4_configs(void) {
+  model_config c;
+  herr err = {0};
+  CHECK(config_load(&c, GOLDEN "qwen3_moe-f32", &err) == 0);
+  CHECK_EQ_STR(c.model_type, "qwen3_moe");
+  CHECK_EQ_INT(c.num_experts, 8); /* spelled num_local_experts */
+  CHECK_EQ_INT(c.num_experts_per_tok, 2);
+  CHECK_EQ_INT(c.moe_intermediate_size, 32);
+  CHECK(c.norm_topk_prob && c.moe_layer[0] && c.moe_layer[1]);
+  CHECK_EQ_INT(c.sliding_window, 0);
+  config_free(&c);
+
+  CHECK(config_load(&c, GOLDEN "gemma4-f32", &err) == 0);
+  CHECK_EQ_STR(c.model_type, "gemma4_text");
+  CHECK(c.rope.kind == ROPE_PROPORTIONAL && c.rope.partial_rotary_factor == 0.25 && c.rope.theta == 1e6 && c.rope.factor == 1);
+  CHECK(c.rope_local.kind == ROPE_DEFAULT && c.rope_local.theta == 1e4 && c.rope_local.partial_rotary_factor == 1);
+  CHECK_EQ_INT(c.layer_head_dim[0], 16);
+  CHECK_EQ_INT(c.layer_head_dim[1], 32);
+  CHECK_EQ_INT(c.layer_head_dim[3], 32);
+  CHECK_EQ_INT(c.layer_kv_heads[1], 2);
+  CHECK_EQ_INT(c.hidden_size_per_layer_input, 16);
+  CHECK_EQ_INT(c.num_kv_shared_layers, 2);
+  CHECK(c.use_double_wide_mlp && !c.attention_k_eq_v && c.num_experts == 0 && !c.moe_layer[0]);
+  CHECK(c.final_logit_softcapping == 30.0);
+  config_free(&c);
+
+  CHECK(config_load(&c, GOLDEN "gemma4_moe-f32", &err) == 0);
+  CHECK_EQ_INT(c.layer_kv_heads[2], 1);
+  CHECK_EQ_INT(c.layer_kv_heads[0], 2);
+  CHECK(c.attention_k_eq_v && c.num_experts == 4 && c.num_experts_per_tok == 2 && c.moe_layer[0] && c.moe_layer[2]);
+  CHECK(c.norm_topk_prob);
+  config_free(&c);
+
+  /* gemma4 defaults: proportional RoPE, global_head_dim 512 on full layers, the last layer full */
+  CHECK(parse("{\"model_type\": \"gemma4_text\", " BASE ", \"layer_types\": [\"sliding_attention\", \"full_attention\", "
+              "\"sliding_attention\", \"sliding_attention\", \"sliding_attention\", \"sliding_attention\"]}", &c, &err) == 0);
+  CHECK(c.rope.kind == ROPE_PROPORTIONAL && c.rope.partial_rotary_factor == 0.25);
+  CHECK_EQ_INT(c.layer_head_dim[0], 256);
+  CHECK_EQ_INT(c.layer_head_dim[1], 512);
+  CHECK(c.layer_types[5] == LAYER_FULL);
+  CHECK_EQ_INT(c.layer_head_dim[5], 512);
+  config_free(&c);
+  /* qwen3_moe: decoder_sparse_step and mlp_only_layers pick the expert layers */
+  CHECK(parse("{\"model_type\": \"qwen3_moe\", " BASE ", \"num_experts\": 4, \"num_experts_per_tok\": 2, "
+              "\"decoder_sparse_step\": 2, \"mlp_only_layers\": [3]}", &c, &err) == 0);
+  CHECK(!c.moe_layer[0] && c.moe_layer[1] && !c.moe_layer[2] && !c.moe_layer[3] && c.moe_layer[5]);
+  CHECK(!c.norm_topk_prob);
+  config_free(&c);
+}
+
 static void test_legacy_and_defaults(void) {
   model_config c;
   herr err = {0};
@@ -171,6 +222,33 @@ static void test_errors(void) {
   CHECK(config_load(&c, HEARTH_SOURCE_DIR "/no/such/dir", &err) != 0);
   CHECK(strstr(err.msg, "no/such/dir") != NULL);
   CHECK(config_type_supported("qwen3") && !config_type_supported("gpt2"));
+  /* mixture of experts and gemma4 values out of range, named */
+  static const struct { const char *json, *names; int code; } bad[] = {
+      {"\"model_type\": \"qwen3_moe\", \"num_experts\": 4, \"num_experts_per_tok\": 5", "num_experts_per_tok", HEARTH_EFORMAT},
+      {"\"model_type\": \"qwen3_moe\", \"num_experts\": 0", "num_experts", HEARTH_EFORMAT},
+      {"\"model_type\": \"qwen3_moe\", \"moe_intermediate_size\": -1", "moe_intermediate_size", HEARTH_EFORMAT},
+      {"\"model_type\": \"qwen3_moe\", \"decoder_sparse_step\": 0", "decoder_sparse_step", HEARTH_EFORMAT},
+      {"\"model_type\": \"qwen3_moe\", \"mlp_only_layers\": [6]", "mlp_only_layers", HEARTH_EFORMAT},
+      {"\"model_type\": \"gemma4_text\", \"num_kv_shared_layers\": 6", "num_kv_shared_layers", HEARTH_EFORMAT},
+      {"\"model_type\": \"gemma4_text\", \"hidden_size_per_layer_input\": 16, \"vocab_size_per_layer_input\": 50",
+       "vocab_size_per_layer_input", HEARTH_EFORMAT},
+      {"\"model_type\": \"gemma4_text\", \"per_layer_config\": {\"9\": {\"head_dim\": 32}}", "per_layer_config", HEARTH_EFORMAT},
+      {"\"model_type\": \"gemma4_text\", \"per_layer_config\": {\"1\": {\"sliding_window\": 32}}", "sliding_window", HEARTH_EUNSUPPORTED},
+      {"\"model_type\": \"gemma4_text\", \"per_layer_config\": {\"1\": {\"num_key_value_heads\": 3}}", "num_key_value_heads", HEARTH_EFORMAT},
+      {"\"model_type\": \"gemma4_text\", \"enable_moe_block\": true, \"num_experts\": 4", "top_k_experts", HEARTH_EFORMAT},
+      {"\"model_type\": \"gemma4_text\", \"global_head_dim\": 7", "head_dim", HEARTH_EFORMAT},
+      {"\"model_type\": \"gemma4_text\", \"layer_types\": [\"full_attention\", \"full_attention\", \"full_attention\", "
+       "\"full_attention\", \"sliding_attention\", \"sliding_attention\"], \"num_kv_shared_layers\": 2", "num_kv_shared_layers",
+       HEARTH_EFORMAT},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char text[1024];
+    snprintf(text, sizeof text, "{" BASE ", %s}", bad[i].json);
+    int rc = parse(text, &c, &err);
+    CHECK_MSG(rc == bad[i].code, "%s: got %d (%s)", bad[i].json, rc, err.msg);
+    CHECK_MSG(rc && strstr(err.msg, bad[i].names), "%s: message '%s' does not name %s", bad[i].json, err.msg, bad[i].names);
+    if (!rc) config_free(&c);
+  }
 }
 
 static void test_generation_config(void) {
@@ -189,6 +267,7 @@ static void test_generation_config(void) {
 
 int main(void) {
   RUN(test_golden_configs);
+  RUN(test_moe_and_gemma4_configs);
   RUN(test_legacy_and_defaults);
   RUN(test_errors);
   RUN(test_generation_config);

@@ -120,9 +120,22 @@ static void gguf_name_of(const char *hf, char *out, size_t n) {
   snprintf(out, n, "unknown.%s", hf);
 }
 
+/* One tensor of the GGUF being written. */
+typedef struct out_tensor {
+  char name[128];
+  int ndim;
+  int64_t shape[3];   /* Hugging Face order */
+  void *blob;         /* owned */
+  size_t size;
+  uint32_t type;
+} out_tensor;
+
 /* Converts golden folder NAME (f32 safetensors) into a GGUF the way
  * llama.cpp's converter does: metadata under the architecture's prefix,
- * tensors renamed, and for llama the q/k rows permuted. */
+ * tensors renamed, for llama the q/k rows permuted, and for qwen3moe each
+ * layer's experts stacked into ffn_{gate,up,down}_exps [experts, rows,
+ * cols] (the router, ffn_gate_inp, stays f32 as llama.cpp's quantizer
+ * leaves it). */
 static int write_gguf(const char *path, const char *name, const char *arch, int qtype) {
   char dir[512], cfgp[600];
   snprintf(dir, sizeof dir, HEARTH_SOURCE_DIR "/tests/fixtures/golden/%s", name);
@@ -134,14 +147,66 @@ static int write_gguf(const char *path, const char *name, const char *arch, int 
     json_decref(cfg);
     return -1;
   }
+  bool moe = !strcmp(arch, "qwen3moe");
   int64_t heads = json_integer_value(json_object_get(cfg, "num_attention_heads"));
   int64_t kvh = json_integer_value(json_object_get(cfg, "num_key_value_heads"));
   int64_t hd = json_integer_value(json_object_get(cfg, "head_dim"));
+  int64_t n_exp = json_integer_value(json_object_get(cfg, "num_local_experts"));
   if (!hd) hd = json_integer_value(json_object_get(cfg, "hidden_size")) / heads;
   double theta = json_number_value(json_object_get(json_object_get(cfg, "rope_parameters"), "rope_theta"));
+  /* the tensors: bytes first (quantized matrices change sizes), then infos, then data */
+  bool llama = !strcmp(arch, "llama");
+  out_tensor *ot = calloc(st.count, sizeof *ot);
+  size_t n_out = 0;
+  for (size_t i = 0; i < st.count; i++) {
+    const st_tensor *t = &st.tensors[i];
+    out_tensor *o = &ot[n_out];
+    int l = -1, e = -1, used = 0;
+    char kind[32] = "";
+    bool expert = sscanf(t->name, "model.layers.%d.mlp.experts.%d.%31[a-z_].weight%n", &l, &e, kind, &used) == 3 && used;
+    if (expert && e != 0) continue; /* stacked with expert 0 */
+    o->ndim = t->ndim;
+    for (int d = 0; d < t->ndim; d++) o->shape[d] = t->shape[d];
+    float *p;
+    if (expert) {
+      snprintf(o->name, sizeof o->name, "blk.%d.ffn_%s_exps.weight", l, !strcmp(kind, "gate_proj") ? "gate" : !strcmp(kind, "up_proj") ? "up" : "down");
+      o->ndim = 3;
+      o->shape[0] = n_exp, o->shape[1] = t->shape[0], o->shape[2] = t->shape[1];
+      p = malloc(t->nbytes * (size_t)n_exp);
+      for (int x = 0; x < n_exp; x++) {
+        char en[160];
+        snprintf(en, sizeof en, "model.layers.%d.mlp.experts.%d.%s.weight", l, x, kind);
+        const st_tensor *te = st_find(&st, en);
+        memcpy((char *)p + (size_t)x * t->nbytes, te->data, t->nbytes);
+      }
+    } else {
+      if (moe && strstr(t->name, "mlp.gate.weight")) snprintf(o->name, sizeof o->name, "blk.%d.ffn_gate_inp.weight", (sscanf(t->name, "model.layers.%d.", &l), l));
+      else gguf_name_of(t->name, o->name, sizeof o->name);
+      float *w = malloc(t->nbytes);
+      p = malloc(t->nbytes);
+      memcpy(w, t->data, t->nbytes);
+      bool q = strstr(t->name, "q_proj.weight") != NULL, k = strstr(t->name, "k_proj.weight") != NULL;
+      if (llama && (q || k)) llama_cpp_permute(p, w, t->shape[0], t->shape[1], q ? heads : kvh);
+      else memcpy(p, w, t->nbytes);
+      free(w);
+    }
+    int64_t rows = o->ndim == 3 ? o->shape[0] * o->shape[1] : o->ndim == 2 ? o->shape[0] : 1, cols = o->shape[o->ndim - 1];
+    size_t bytes = (size_t)(rows * cols) * sizeof(float);
+    if (qtype == 8 && o->ndim >= 2 && !strstr(o->name, "ffn_gate_inp")) { /* Q8_0 rows, quantized after the permutation as llama.cpp does */
+      o->size = (size_t)(rows * cols / 32 * 34);
+      o->blob = malloc(o->size);
+      bk_quantize(BK_Q8_0, p, rows, cols, o->blob, &err);
+      o->type = 8;
+      free(p);
+    } else {
+      o->blob = p;
+      o->size = bytes;
+    }
+    n_out++;
+  }
   FILE *f = fopen(path, "wb");
   uint32_t ver = 3;
-  uint64_t nt = st.count, nkv = 12;
+  uint64_t nt = n_out, nkv = moe ? 15 : 12;
   fwrite("GGUF", 1, 4, f), fwrite(&ver, 4, 1, f), fwrite(&nt, 8, 1, f), fwrite(&nkv, 8, 1, f);
   char key[128];
 #define K(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
@@ -157,55 +222,33 @@ static int write_gguf(const char *path, const char *name, const char *arch, int 
   kv_f32(f, K("attention.layer_norm_rms_epsilon"), (float)json_number_value(json_object_get(cfg, "rms_norm_eps")));
   kv_f32(f, K("rope.freq_base"), (float)theta);
   kv_u32(f, K("vocab_size"), (uint32_t)json_integer_value(json_object_get(cfg, "vocab_size")));
-#undef K
-  /* tensor bytes first (quantized matrices change sizes), then infos, then data */
-  bool llama = !strcmp(arch, "llama");
-  void **blob = calloc(st.count, sizeof *blob);
-  size_t *size = calloc(st.count, sizeof *size);
-  uint32_t *type = calloc(st.count, sizeof *type);
-  for (size_t i = 0; i < st.count; i++) {
-    const st_tensor *t = &st.tensors[i];
-    float *w = malloc(t->nbytes), *p = malloc(t->nbytes);
-    memcpy(w, t->data, t->nbytes);
-    bool q = strstr(t->name, "q_proj.weight") != NULL, k = strstr(t->name, "k_proj.weight") != NULL;
-    if (llama && (q || k)) llama_cpp_permute(p, w, t->shape[0], t->shape[1], q ? heads : kvh);
-    else memcpy(p, w, t->nbytes);
-    free(w);
-    if (qtype == 8 && t->ndim == 2) { /* Q8_0 rows, quantized after the permutation as llama.cpp does */
-      size[i] = (size_t)(t->shape[0] * t->shape[1] / 32 * 34);
-      blob[i] = malloc(size[i]);
-      bk_quantize(BK_Q8_0, p, t->shape[0], t->shape[1], blob[i], &err);
-      type[i] = 8;
-      free(p);
-    } else {
-      blob[i] = p;
-      size[i] = t->nbytes;
-    }
+  if (moe) {
+    kv_u32(f, K("expert_count"), (uint32_t)n_exp);
+    kv_u32(f, K("expert_used_count"), (uint32_t)json_integer_value(json_object_get(cfg, "num_experts_per_tok")));
+    kv_u32(f, K("expert_feed_forward_length"), (uint32_t)json_integer_value(json_object_get(cfg, "moe_intermediate_size")));
   }
+#undef K
   uint64_t off = 0;
-  for (size_t i = 0; i < st.count; i++) {
-    const st_tensor *t = &st.tensors[i];
-    char gname[128];
-    gguf_name_of(t->name, gname, sizeof gname);
-    put_str(f, gname);
-    uint32_t nd = (uint32_t)t->ndim;
+  for (size_t i = 0; i < n_out; i++) {
+    put_str(f, ot[i].name);
+    uint32_t nd = (uint32_t)ot[i].ndim;
     fwrite(&nd, 4, 1, f);
-    for (int d = t->ndim - 1; d >= 0; d--) {
-      uint64_t dim = (uint64_t)t->shape[d];
+    for (int d = ot[i].ndim - 1; d >= 0; d--) {
+      uint64_t dim = (uint64_t)ot[i].shape[d];
       fwrite(&dim, 8, 1, f);
     }
-    fwrite(&type[i], 4, 1, f);
+    fwrite(&ot[i].type, 4, 1, f);
     fwrite(&off, 8, 1, f);
-    off += (size[i] + 31) / 32 * 32;
+    off += (ot[i].size + 31) / 32 * 32;
   }
   long pos = ftell(f);
   for (; pos % 32; pos++) fputc(0, f);
-  for (size_t i = 0; i < st.count; i++) {
-    fwrite(blob[i], 1, size[i], f);
-    for (size_t pad = size[i]; pad % 32; pad++) fputc(0, f);
-    free(blob[i]);
+  for (size_t i = 0; i < n_out; i++) {
+    fwrite(ot[i].blob, 1, ot[i].size, f);
+    for (size_t pad = ot[i].size; pad % 32; pad++) fputc(0, f);
+    free(ot[i].blob);
   }
-  free(blob), free(size), free(type);
+  free(ot);
   fclose(f);
   st_close(&st);
   json_decref(cfg);
@@ -252,6 +295,32 @@ static void check_converted(const char *name, const char *arch, int upto, int qt
       if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
     }
     CHECK_MSG(worst <= tol, "%s converted to GGUF (%s, type %d): max abs error %g", name, arch, qtype, worst);
+    if (model_expert_bytes(m) > 0) { /* experts read in from the file on use (repacked as at load): the same logits */
+      model *mb = NULL;
+      int64_t budget = model_expert_bytes(m) / 8;
+      CHECK(model_load(path, &(model_load_opts){.device = test_device(), .expert_budget = budget}, &mb, &err) == 0 ||
+            !bk_backend_is_cpu(model_backend(m)));
+      if (mb) {
+        float *again = malloc(sizeof(float) * (size_t)(n * V));
+        kv_seq *s2 = NULL;
+        model_kv_geometry geo2;
+        model_kv_geometry_of(mb, &geo2);
+        kv_cache *c2 = NULL;
+        CHECK(kv_cache_new(&geo2, 0, &c2, &err) == 0 && kv_cache_seq_new(c2, &s2, &err) == 0);
+        model_seq sq2 = {.kv = s2, .tokens = ids, .n_tokens = n, .all_logits = true};
+        model_batch b2 = {&sq2, 1};
+        CHECK(model_forward(mb, &b2, again, &err) == 0);
+        CHECK_MSG(memcmp(again, got, sizeof(float) * (size_t)(n * V)) == 0, "%s (type %d): logits differ under an expert budget",
+                  name, qtype);
+        model_expert_stats xs;
+        model_expert_stats_of(mb, &xs);
+        CHECK(xs.resident <= budget && xs.evictions > 0);
+        free(again);
+        kv_cache_seq_free(s2);
+        kv_cache_free(c2);
+        model_free(mb);
+      }
+    }
     fprintf(stderr, "  %s as GGUF %s type %d: max abs error %.3g\n", name, arch, qtype, worst);
     free(ref), free(got);
     kv_cache_seq_free(s);
@@ -273,6 +342,11 @@ static void test_converted_qwen_matches_golden(void) {
   check_converted("qwen2-f32", "qwen2", 8, 0, 1e-4);
   check_converted("qwen3-f32", "qwen3", 0, 0, 1e-4); /* q/k norms, head_dim 32, tied */
   check_converted("qwen3-f32", "qwen3", 0, 8, 1.0);
+}
+static void test_converted_qwen3moe_matches_golden(void) {
+  /* experts stacked into ffn_*_exps, router ffn_gate_inp; quantized experts multiply through the same paths */
+  check_converted("qwen3_moe-f32", "qwen3moe", 0, 0, 1e-4);
+  check_converted("qwen3_moe-f32", "qwen3moe", 0, 8, 1.0);
 }
 
 static void test_bad_gguf(void) {
@@ -310,6 +384,7 @@ int main(void) {
   RUN(test_tiny_llama_greedy);
   RUN(test_converted_llama_matches_golden);
   RUN(test_converted_qwen_matches_golden);
+  RUN(test_converted_qwen3moe_matches_golden);
   RUN(test_bad_gguf);
   TEST_MAIN_END();
 }

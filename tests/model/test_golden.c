@@ -234,6 +234,10 @@ static void test_smollm3(void) { check_folder("smollm3-f32"), check_folder("smol
 static void test_phi3(void) { check_folder("phi3-f32"), check_folder("phi3-bf16"); }
 static void test_gemma2(void) { check_folder("gemma2-f32"), check_folder("gemma2-bf16"); }
 static void test_gemma3(void) { check_folder("gemma3-f32"), check_folder("gemma3-bf16"); }
+static void test_qwen3_moe(void) { check_folder("qwen3_moe-f32"), check_folder("qwen3_moe-bf16"); }
+static void test_gemma4(void) { check_folder("gemma4-f32"), check_folder("gemma4-bf16"); }
+static void test_gemma4_moe(void) { check_folder("gemma4_moe-f32"), check_folder("gemma4_moe-bf16"); }
+
 
 /* --f32-as-bf16: the f32 llama run as if stored in bf16 is the llama-bf16
  * fixture (the same model cast to bf16 by transformers): its logits match
@@ -338,6 +342,9 @@ int main(void) {
   RUN(test_phi3);
   RUN(test_gemma2);
   RUN(test_gemma3);
+  RUN(test_qwen3_moe);
+  RUN(test_gemma4);
+  RUN(test_gemma4_moe);
   RUN(test_f32_as_bf16);
   RUN(test_bad_batches);
   TEST_MAIN_END();

@@ -1,9 +1,11 @@
 /* test_layouts.c — the same weights in the other folder layouts the loader
- * accepts must give transformers' logits: a gemma3 multimodal checkpoint
- * (model_type "gemma3" with the language model in text_config and its
- * tensors under "language_model.model." or "model.language_model.", next to
- * a vision tower the text forward ignores), built here from the golden
- * gemma3_text fixture. */
+ * accepts must give transformers' logits: gemma3 and gemma4 multimodal
+ * checkpoints (model_type "gemma3" / "gemma4" with the language model in
+ * text_config and its tensors under "language_model.model." or
+ * "model.language_model.", next to a vision tower the text forward
+ * ignores), built here from the golden gemma3_text / gemma4_text fixtures,
+ * and a gemma4 config in the older spelling (global_head_dim and
+ * num_global_key_value_heads instead of per_layer_config). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,12 +17,14 @@
 #include "model/model.h"
 #include "test.h"
 
-#define SRC HEARTH_SOURCE_DIR "/tests/fixtures/golden/gemma3-f32"
+#define GOLDEN HEARTH_SOURCE_DIR "/tests/fixtures/golden/"
 
-static void write_renamed(const char *path, const char *prefix) {
+static void write_renamed(const char *src, const char *path, const char *prefix) {
   st_set s;
   herr err = {0};
-  if (st_open(&s, SRC, &err)) return;
+  char sp[512];
+  snprintf(sp, sizeof sp, GOLDEN "%s", src);
+  if (st_open(&s, sp, &err)) return;
   json_t *hdr = json_object();
   size_t off = 0;
   static const float vision[4] = {1, 2, 3, 4};
@@ -55,35 +59,56 @@ static void write_renamed(const char *path, const char *prefix) {
   st_close(&s);
 }
 
-static void write_multimodal_config(const char *path) {
+/* top: "gemma3" / "gemma4" wraps the fixture's config as text_config; NULL keeps it as it is.
+ * old_gemma4: per_layer_config respelled as global_head_dim / num_global_key_value_heads. */
+static void write_config(const char *src, const char *path, const char *top_type, bool old_gemma4) {
   herr err = {0};
-  json_t *text = hjson_load_file(SRC "/config.json", &err);
-  json_object_del(text, "eos_token_id");
-  json_t *top = json_pack("{s:s, s:o, s:{s:s, s:i}, s:[i, i], s:i}", "model_type", "gemma3", "text_config", text, "vision_config",
-                          "model_type", "siglip_vision_model", "hidden_size", 16, "eos_token_id", 2, 106, "mm_tokens_per_image", 4);
+  char sp[512];
+  snprintf(sp, sizeof sp, GOLDEN "%s/config.json", src);
+  json_t *text = hjson_load_file(sp, &err);
+  if (old_gemma4) {
+    json_t *plc = json_object_get(text, "per_layer_config");
+    const char *k;
+    json_t *v;
+    json_object_foreach(plc, k, v) {
+      json_object_set(text, "global_head_dim", json_object_get(v, "head_dim"));
+      if (json_object_get(v, "num_key_value_heads")) json_object_set(text, "num_global_key_value_heads", json_object_get(v, "num_key_value_heads"));
+    }
+    json_object_del(text, "per_layer_config");
+  }
+  json_t *top = text;
+  if (top_type) {
+    json_object_del(text, "eos_token_id");
+    top = json_pack("{s:s, s:o, s:{s:s, s:i}, s:[i, i], s:i}", "model_type", top_type, "text_config", text, "vision_config",
+                    "model_type", "siglip_vision_model", "hidden_size", 16, "eos_token_id", 2, 106, "mm_tokens_per_image", 4);
+  }
   json_dump_file(top, path, JSON_INDENT(1));
   json_decref(top);
 }
 
-static void check_prefix(const char *prefix) {
-  char dir[] = "/tmp/hearth_gemma3mm_XXXXXX";
+static void check_layout(const char *src, const char *top_type, const char *text_type, const char *prefix, bool old_gemma4) {
+  char dir[] = "/tmp/hearth_layout_XXXXXX";
   if (!mkdtemp(dir)) return;
-  char cp[128], wp[128];
+  char cp[128], wp[128], gp[512], lp[512];
   snprintf(cp, sizeof cp, "%s/config.json", dir);
   snprintf(wp, sizeof wp, "%s/model.safetensors", dir);
-  write_multimodal_config(cp);
-  write_renamed(wp, prefix);
+  snprintf(gp, sizeof gp, GOLDEN "%s/golden.json", src);
+  snprintf(lp, sizeof lp, GOLDEN "%s/logits_f32.bin", src);
+  write_config(src, cp, top_type, old_gemma4);
+  write_renamed(src, wp, prefix);
   herr err = {0};
   model *m = NULL;
   int rc = model_load(dir, NULL, &m, &err);
-  CHECK_MSG(rc == 0, "%s: %s", prefix, err.msg);
-  json_t *doc = hjson_load_file(SRC "/golden.json", &err);
-  FILE *lf = fopen(SRC "/logits_f32.bin", "rb");
+  CHECK_MSG(rc == 0, "%s %s: %s", src, prefix, err.msg);
+  json_t *doc = hjson_load_file(gp, &err);
+  FILE *lf = fopen(lp, "rb");
   if (!rc && doc && lf) {
     const model_config *c = model_cfg(m);
-    CHECK_EQ_STR(c->model_type, "gemma3_text");
-    CHECK_EQ_INT(c->n_eos, 2);
-    CHECK_EQ_INT(c->eos_token_ids[1], 106);
+    CHECK_EQ_STR(c->model_type, text_type);
+    if (top_type) {
+      CHECK_EQ_INT(c->n_eos, 2);
+      CHECK_EQ_INT(c->eos_token_ids[1], 106);
+    }
     json_t *p1 = json_array_get(json_object_get(doc, "prompts"), 1);
     json_t *p0 = json_array_get(json_object_get(doc, "prompts"), 0);
     int n0 = (int)json_array_size(p0), n = (int)json_array_size(p1);
@@ -106,7 +131,8 @@ static void check_prefix(const char *prefix) {
       double e = fabs((double)got[i] - ref[(size_t)n0 * V + i]);
       if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
     }
-    CHECK_MSG(worst <= 1e-4, "gemma3 multimodal layout (%s): max abs error %g", prefix, worst);
+    CHECK_MSG(worst <= 1e-4, "%s as %s (%s%s): max abs error %g", src, top_type ? top_type : text_type, prefix,
+              old_gemma4 ? ", global_head_dim" : "", worst);
     free(ref), free(got);
     kv_cache_seq_free(s);
     kv_cache_free(cache);
@@ -120,12 +146,22 @@ static void check_prefix(const char *prefix) {
 }
 
 static void test_gemma3_multimodal_checkpoint(void) {
-  check_prefix("language_model.model.");
-  check_prefix("model.language_model.");
+  check_layout("gemma3-f32", "gemma3", "gemma3_text", "language_model.model.", false);
+  check_layout("gemma3-f32", "gemma3", "gemma3_text", "model.language_model.", false);
+}
+
+static void test_gemma4_multimodal_checkpoint(void) {
+  check_layout("gemma4-f32", "gemma4", "gemma4_text", "model.language_model.", false);
+  check_layout("gemma4_moe-f32", "gemma4", "gemma4_text", "model.language_model.", false);
+}
+
+static void test_gemma4_global_head_dim(void) {
+  check_layout("gemma4-f32", NULL, "gemma4_text", "model.", true);
+  check_layout("gemma4_moe-f32", NULL, "gemma4_text", "model.", true);
 }
 
 static void test_gemma3_without_text_config(void) {
-  char dir[] = "/tmp/hearth_gemma3mm_XXXXXX";
+  char dir[] = "/tmp/hearth_layout_XXXXXX";
   if (!mkdtemp(dir)) return;
   char cp[128];
   snprintf(cp, sizeof cp, "%s/config.json", dir);
@@ -143,5 +179,7 @@ static void test_gemma3_without_text_config(void) {
 int main(void) {
   RUN(test_gemma3_multimodal_checkpoint);
   RUN(test_gemma3_without_text_config);
+  RUN(test_gemma4_multimodal_checkpoint);
+  RUN(test_gemma4_global_head_dim);
   TEST_MAIN_END();
 }

@@ -23,6 +23,8 @@ typedef struct cpu_backend {
   size_t i64_cap;
   const float **ptrs;      /* owned scratch: K then V block pointers of one sequence */
   size_t ptrs_cap;
+  float *moe;              /* owned scratch of bk_moe_grouped */
+  size_t moe_cap;
 } cpu_backend;
 
 static cpu_backend *cpu(bk_backend *be) { return (cpu_backend *)be; }
@@ -36,6 +38,7 @@ static void cpu_close(bk_backend *be) {
   hpool_destroy(c->pool);
   free(c->i64);
   free(c->ptrs);
+  free(c->moe);
   free(c);
 }
 
@@ -168,6 +171,28 @@ static void cpu_get_rows(bk_backend *be, const bk_tensor *y, const bk_tensor *x,
   for (int64_t r = 0; r < y->rows; r++) memmove(F(y) + r * y->cols, F(x) + (int64_t)I(rows)[r] * x->cols, rb);
 }
 
+static void cpu_scale_body(bk_backend *be, const bk_tensor *x, float s) { op_scale(F(x), bk_nelem(x), s); }
+
+static void cpu_get_cols(bk_backend *be, const bk_tensor *y, const bk_tensor *x, int64_t c0) {
+  size_t rb = (size_t)y->cols * sizeof(float);
+  for (int64_t r = 0; r < y->rows; r++) memmove(F(y) + r * y->cols, F(x) + r * x->cols + c0, rb);
+}
+
+static void cpu_moe_route_body(bk_backend *be, const bk_tensor *ids, const bk_tensor *w, const bk_tensor *logits, bool norm,
+                               const bk_tensor *scale) {
+  op_moe_route(I(ids), F(w), F(logits), logits->rows, logits->cols, ids->cols, norm, scale ? F(scale) : NULL);
+}
+
+static void cpu_moe(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *ids, const bk_tensor *w,
+                    const bk_experts *ex, bk_act act) {
+  cpu_backend *c = cpu(be);
+  herr e = {0};
+  hpool_fpmode fp = hpool_flush_begin();
+  if (bk_moe_grouped(c->pool, F(y), F(x), x->rows, x->cols, I(ids), F(w), ids->cols, ex, act, &c->moe, &c->moe_cap, &e))
+    record(c, &e);
+  hpool_flush_end(fp);
+}
+
 static void cpu_kv_write(bk_backend *be, const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor *v_new, const bk_tensor *slot) {
   int64_t d = k_new->cols;
   for (int64_t t = 0; t < k_new->rows; t++) {
@@ -243,6 +268,18 @@ static void cpu_softcap(bk_backend *be, const bk_tensor *x, float cap) {
   hpool_flush_end(fp);
 }
 
+static void cpu_scale(bk_backend *be, const bk_tensor *x, float s) {
+  hpool_fpmode fp = hpool_flush_begin();
+  cpu_scale_body(be, x, s);
+  hpool_flush_end(fp);
+}
+static void cpu_moe_route(bk_backend *be, const bk_tensor *ids, const bk_tensor *w, const bk_tensor *logits, bool norm,
+                          const bk_tensor *scale) {
+  hpool_fpmode fp = hpool_flush_begin();
+  cpu_moe_route_body(be, ids, w, logits, norm, scale);
+  hpool_flush_end(fp);
+}
+
 static const bk_backend_ops cpu_ops = {
     .close = cpu_close,
     .describe = cpu_describe,
@@ -263,6 +300,10 @@ static const bk_backend_ops cpu_ops = {
     .add = cpu_add,
     .softcap = cpu_softcap,
     .get_rows = cpu_get_rows,
+    .scale = cpu_scale,
+    .get_cols = cpu_get_cols,
+    .moe_route = cpu_moe_route,
+    .moe = cpu_moe,
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,
     .sample = bk_cpu_sample,

@@ -54,6 +54,19 @@ const char *bk_cpu_level_name(bk_cpu_level level);
 /* Parses "scalar", "avx2" or "avx512"; false when it is none of them. */
 bool bk_cpu_level_parse(const char *s, bk_cpu_level *out);
 
+/* The experts of a MoE layer on host memory (moe.c), as bk_moe defines them:
+ * y[T, D] from x[T, D], ids / w [T, k]. bk_moe_ref is the plain reference
+ * (per token and slot, weight rows dequantized one at a time, no grouping);
+ * bk_moe_grouped is what the CPU backend runs: tokens grouped by expert,
+ * each active expert's matrices multiplied once for all its tokens through
+ * bk_matmul on the pool. scratch: grown as needed (owned by the caller,
+ * free()). A slot whose id is outside the experts contributes nothing; both
+ * fail only when out of memory or on a weight that does not validate. */
+int bk_moe_ref(float *y, const float *x, int64_t T, int64_t D, const int32_t *ids, const float *w, int64_t k,
+               const bk_experts *ex, bk_act act, herr *err);
+int bk_moe_grouped(hpool *pool, float *y, const float *x, int64_t T, int64_t D, const int32_t *ids, const float *w,
+                   int64_t k, const bk_experts *ex, bk_act act, float **scratch, size_t *scratch_cap, herr *err);
+
 /* bk_sample on host memory (sample_cpu.c): the reference of the device sampler. */
 int bk_cpu_sample(bk_backend *be, const bk_tensor *logits, const bk_sample_row *rows, const bk_sample_adj *adj,
                   int64_t n_adj, bk_sample_out *out, herr *err);

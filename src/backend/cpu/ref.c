@@ -98,6 +98,35 @@ void op_rope(float *x, int64_t n, int64_t n_heads, int64_t head_dim, const int64
   }
 }
 
+void op_moe_route(int32_t *ids, float *weights, const float *logits, int64_t n, int64_t e, int64_t k, bool norm,
+                  const float *scale) {
+  for (int64_t t = 0; t < n; t++) {
+    const float *l = logits + t * e;
+    int32_t *id = ids + t * k;
+    float *w = weights + t * k;
+    /* selection by logit: the same order as by probability, and exact */
+    for (int64_t j = 0; j < k; j++) {
+      int64_t best = -1;
+      for (int64_t x = 0; x < e; x++) {
+        bool taken = false;
+        for (int64_t q = 0; q < j; q++) taken |= id[q] == x;
+        if (!taken && (best < 0 || l[x] > l[best] || (isnan(l[best]) && !isnan(l[x])))) best = x;
+      }
+      id[j] = (int32_t)best;
+    }
+    float m = l[id[0]];
+    double sum = 0, sel = 0;
+    for (int64_t x = 0; x < e; x++) sum += exp((double)l[x] - m);
+    for (int64_t j = 0; j < k; j++) sel += exp((double)l[id[j]] - m) / sum;
+    for (int64_t j = 0; j < k; j++) {
+      double p = exp((double)l[id[j]] - m) / sum;
+      if (norm) p /= sel;
+      if (scale) p *= scale[id[j]];
+      w[j] = (float)p;
+    }
+  }
+}
+
 void op_softmax(float *x, int64_t n, int64_t d) {
   for (int64_t r = 0; r < n; r++) {
     float *v = x + r * d;

@@ -100,6 +100,13 @@ CU_HIDDEN int cu_sample(bk_backend *be, const bk_tensor *logits, const bk_sample
                         int64_t n_adj, bk_sample_out *out, herr *err);
 CU_HIDDEN void cu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv,
                             const bk_attn_index *ix, const attn_params *p);
+/* moe.cu: scale, get_cols, and the mixture-of-experts routing and experts */
+CU_HIDDEN void cu_scale(bk_backend *be, const bk_tensor *x, float s);
+CU_HIDDEN void cu_get_cols(bk_backend *be, const bk_tensor *y, const bk_tensor *x, int64_t c0);
+CU_HIDDEN void cu_moe_route(bk_backend *be, const bk_tensor *ids, const bk_tensor *w, const bk_tensor *logits, bool norm,
+                            const bk_tensor *scale);
+CU_HIDDEN void cu_moe(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *ids, const bk_tensor *w,
+                      const bk_experts *ex, bk_act act);
 /* One-time kernel attributes (large dynamic shared memory); 0 or a CUDA error. */
 CU_HIDDEN cudaError_t cu_attention_init(void);
 

@@ -20,7 +20,7 @@
 #define CU_GEMV_MAX_N 8
 #define CU_GEMV_WARPS 8 /* output rows per block */
 
-static cu_wdesc make_wdesc(const bk_weight *w) {
+cu_wdesc cu_make_wdesc(const bk_weight *w) {
   cu_wdesc d;
   d.data = (const uint8_t *)w->data;
   d.scales = w->scales;
@@ -334,7 +334,7 @@ void cu_matmul(bk_backend *be, const bk_tensor *yt, const bk_tensor *xt, const b
     return;
   }
   cudaSetDevice(b->device);
-  cu_wdesc w = make_wdesc(wt);
+  cu_wdesc w = cu_make_wdesc(wt);
   const float *x = cu_f(xt);
   float *y = cu_fw(yt);
   const float *bp = bias ? cu_f(bias) : NULL;
@@ -440,7 +440,7 @@ void cu_embed(bk_backend *be, const bk_tensor *y, const bk_weight *table, const 
     return;
   }
   cudaSetDevice(b->device);
-  cu_wdesc w = make_wdesc(table);
+  cu_wdesc w = cu_make_wdesc(table);
   const float s = scale != 0.0f ? scale : 1.0f;
   const int32_t *id = cu_i(ids);
   float *yp = cu_fw(y);

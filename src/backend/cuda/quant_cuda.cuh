@@ -23,6 +23,9 @@ struct cu_wdesc {
   int vec;                      /* f32/f16/bf16: every row starts 16-byte aligned (16-byte loads) */
 };
 
+/* The device descriptor of a loaded weight (matmul.cu). */
+CU_HIDDEN cu_wdesc cu_make_wdesc(const bk_weight *w);
+
 /* ggml block sizes in bytes */
 #define CU_Q8_0_BYTES 34
 #define CU_Q4_0_BYTES 18

@@ -1,0 +1,238 @@
+/* internal.h — what the files of src/model share and nothing outside
+ * uses: the loaded model (struct model), one layer's weights, the step a
+ * forward pass works on, where weights come from and how they are
+ * described (load.c), the shared layers every family builds its forward
+ * from (layers.c: attention, dense MLP, mixture of experts), and the
+ * per-family hooks (family_ops) that decoder.c calls. */
+#ifndef HEARTH_MODEL_INTERNAL_H
+#define HEARTH_MODEL_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "format/gguf.h"
+#include "format/safetensors.h"
+#include "model/family.h"
+#include "model/model.h"
+
+/* One decoder layer's weights. Matrices are described at load and handed
+ * to the backend (bk_weight_load) with the rest; vectors are f32 [1, n]
+ * tensors of the backend (.buf NULL = absent). Not every family uses every
+ * field. */
+typedef struct layer_weights {
+  /* attention */
+  bk_weight q, k, v, o;                   /* k, v: .rows 0 on a KV-shared layer; v also with keys as values */
+  bk_tensor attn_norm, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm;
+  bk_tensor post_attn_norm, pre_ffn_norm, post_ffn_norm;
+  const rope_table *rope;                 /* NULL = this layer uses no RoPE */
+  int64_t window;                         /* 0 = full attention */
+  int64_t head_dim, kv_heads;             /* this layer's (gemma4's per_layer_config) */
+  float attn_scale;
+  int kv_src;                             /* the layer whose KV rows this one reads (itself unless shared) */
+  /* dense MLP */
+  bk_weight gate, up, down;
+  bk_tensor gate_bias, up_bias, down_bias;
+  int64_t inter;                          /* its intermediate size */
+  /* mixture of experts */
+  bool moe;
+  bk_weight router;                       /* [n_experts, hidden] */
+  bk_weight *experts;                     /* owned: gate[n], up[n], down[n] */
+  bk_experts ex;                          /* views of experts */
+  bk_tensor router_norm, expert_scale;    /* gemma4: router input scale (times hidden^-0.5), per-expert scale */
+  bk_tensor pre_ffn_norm_2, post_ffn_norm_1, post_ffn_norm_2; /* gemma4: the MoE branch beside the MLP */
+  /* gemma4 per-layer input */
+  bk_weight ple_gate, ple_proj;           /* [ple, hidden], [hidden, ple] */
+  bk_tensor ple_norm;
+  float scalar;                           /* layer_scalar (1: none) */
+} layer_weights;
+
+/* Steps of at most this many tokens are recorded and replayed (bk_graph_begin). */
+#define FORWARD_GRAPH_MAX_T 8
+
+/* Activations of one forward, allocated once and grown to the largest batch seen. */
+typedef struct fwd_scratch {
+  int64_t cap_t;          /* tokens the activation tensors hold */
+  bk_buf *act;            /* owned: every activation tensor below */
+  bk_tensor x, xn, q, k, v, att, o, gate, up, x2, elog, eids, ew, ple, pl;
+  int64_t cap_idx;        /* int32 entries of idx */
+  bk_buf *idx_buf;        /* owned */
+  bk_tensor idx;          /* I32: the step's index tables (see forward) */
+  int32_t *host_idx;      /* owned: their host staging, cap_idx entries */
+  int64_t cap_r;          /* logits rows */
+  bk_buf *logit_buf;      /* owned */
+  bk_tensor logits;
+} fwd_scratch;
+
+/* The step's views: activations of T tokens and the index tables. Widths
+ * are the model's largest; a layer takes the prefix it needs (step_view). */
+typedef struct step {
+  int64_t T, R;
+  bk_tensor x, xn, q, k, v, att, o, gate, up, x2, elog, eids, ew, ple, pl;
+  bk_tensor ids, pos, row, tab, slot, gather, tables;
+} step;
+
+/* The first rows * cols elements of t seen as [rows, cols]. */
+static inline bk_tensor step_view(const bk_tensor *t, int64_t rows, int64_t cols) {
+  bk_tensor v = *t;
+  v.rows = rows;
+  v.cols = cols;
+  return v;
+}
+
+typedef struct family_ops family_ops;
+
+/* A matrix the model handed (or will hand) to the backend. */
+typedef struct model_mat {
+  bk_weight *w;  /* borrowed: a field of the model */
+  unsigned use;  /* BK_USE_* */
+} model_mat;
+
+#define MODEL_MAX_ROPES 8
+
+/* A use flag of model_keep beside BK_USE_*: an expert, which an expert
+ * budget loads on use instead of at load (experts.c). */
+#define MODEL_USE_EXPERT 0x100
+
+/* Expert residency under a byte budget (experts.c): an LRU list over every
+ * (layer, expert); a resident expert's matrices are loaded in the backend. */
+typedef struct expert_cache {
+  int64_t budget;          /* 0: no budget, every expert loaded at load */
+  int64_t total, resident, page_ins, evictions;
+  int n_experts;
+  struct expert_slot *slots; /* owned: [layers * n_experts] */
+  int32_t head, tail;      /* LRU list: head least recently used; -1 empty */
+  int32_t *ids;            /* owned: the step's routed ids on the host */
+  int64_t cap_ids;
+  herr err;                /* the first failure to load an expert in this forward (code 0: none) */
+} expert_cache;
+
+struct model {
+  model_config cfg;
+  const model_family *fam;
+  bk_backend *be;         /* owned: where weights, activations and the forward live */
+  float **owned;          /* owned: host copies of misaligned or converted matrices */
+  int n_owned, cap_owned;
+  bk_buf **bufs;          /* owned: the backend buffers of every f32 vector */
+  int n_bufs, cap_bufs;
+  model_mat *mats;        /* owned array: every matrix but embed and lm_head */
+  int n_mats, cap_mats;
+  st_set st;              /* owned when st_opened: the safetensors mapping the matrices point into */
+  bool st_opened;
+  gguf_file *gg;          /* owned, or NULL: the GGUF mapping the matrices point into */
+  bk_weight embed, lm_head; /* lm_head shares embed's loaded weight when tied */
+  bool tied;
+  bk_tensor final_norm;
+  layer_weights *layers;  /* owned, num_hidden_layers */
+  rope_table ropes[MODEL_MAX_ROPES]; /* per (layer type, head size) */
+  int rope_key[MODEL_MAX_ROPES][2];
+  int n_ropes;
+  bool rope_interleaved;
+  float embed_scale;      /* 0 = none */
+  bool as_bf16;           /* f32 weights rounded to bf16 as loaded (model_load_opts.f32_as_bf16) */
+  /* widest activations over the layers */
+  int64_t w_q, w_kv, w_inter, w_ple;
+  /* gemma4 per-layer inputs (hidden_size_per_layer_input > 0) */
+  bk_weight ple_embed, ple_model_proj;
+  bk_tensor ple_proj_norm;
+  float ple_embed_scale;
+  expert_cache xc;
+  fwd_scratch f;
+};
+
+/* ---- where weights come from (load.c) ---- */
+
+typedef struct weight_src {
+  const st_set *st;      /* borrowed, or NULL */
+  const gguf_file *gg;   /* borrowed, or NULL */
+  const char *what;      /* the folder or file, for messages */
+  const char *prefix;    /* what "model." is called in the file ("model.language_model." in multimodal checkpoints) */
+} weight_src;
+
+/* Describes matrix `name` (Hugging Face name, shape [rows, cols]) as stored,
+ * without copying it. out->data stays NULL when absent and !required. */
+int model_describe_matrix(model *m, const weight_src *src, const char *name, int64_t rows, int64_t cols, bool required,
+                          bk_weight *out, herr *err);
+/* The same, and kept: handed to the backend for `use` with the others (model_keep). */
+int model_matrix(model *m, const weight_src *src, const char *name, int64_t rows, int64_t cols, bool required, unsigned use,
+                 bk_weight *out, herr *err);
+/* A stack of n matrices stored as one 3-D tensor [n, rows, cols], described
+ * as n matrices out[0..n) (not kept). false in *found when absent. */
+int model_describe_stack(model *m, const weight_src *src, const char *name, int64_t n, int64_t rows, int64_t cols,
+                         bk_weight *out, bool *found, herr *err);
+/* Keeps w: the model hands it to the backend for `use` and releases it. */
+int model_keep(model *m, bk_weight *w, unsigned use, herr *err);
+/* Rows [r0, r0 + n) of w as a matrix of its own. */
+bk_weight model_sub_rows(const bk_weight *w, int64_t r0, int64_t n);
+/* Loads vector / tensor `name` as an f32 [1, numel] tensor of the backend,
+ * times mul, after checking its shape (ndim 1: [d0]; 2: [d0, d1]); out->buf
+ * NULL when absent and !required. */
+int model_vector(model *m, const weight_src *src, const char *name, int ndim, int64_t d0, int64_t d1, bool required, float mul,
+                 bk_tensor *out, herr *err);
+/* n floats of tensor `name` on the host (its shape must hold n elements). */
+int model_host_floats(model *m, const weight_src *src, const char *name, int64_t n, float *out, herr *err);
+/* The n experts of layer lw (intermediate size inter) under `base`
+ * ("model.layers.3.mlp.experts"): one tensor per expert and matrix
+ * (base.E.gate_proj.weight, ...), or stacked 3-D (base.gate_up_proj
+ * [n, 2 inter, hidden] and base.down_proj [n, hidden, inter], or gate_proj /
+ * up_proj apart); described, kept, and viewed as lw->ex. */
+int model_experts(model *m, const weight_src *src, const char *base, int64_t n, int64_t inter, layer_weights *lw, herr *err);
+/* The f32 matrices rounded to bf16 in host copies the model owns (f32_as_bf16). */
+int model_to_bf16(model *m, bk_weight *w, herr *err);
+
+/* ---- shared layers (layers.c) ---- */
+
+bk_act model_act(const model *m);
+/* Attention of layer l with its residual: x += [post_norm](o · attention(rope(norm(q)), KV)) where
+ * q, k, v come from norm(x); k / v written to the layer's cache rows unless it reads another layer's. */
+void layer_attention(model *m, int l, const kv_store *kv, step *st);
+/* out = down(act(gate · in) * (up · in)) with the layer's dense MLP (in: [T, hidden]). */
+void layer_mlp(model *m, const layer_weights *lw, step *st, const bk_tensor *in, const bk_tensor *out);
+/* The routing of the step's tokens (into st->eids / st->ew) from router · route_in. */
+void layer_route(model *m, const layer_weights *lw, step *st, const bk_tensor *route_in);
+/* out = the layer's experts on `in` as layer_route chose them. */
+void layer_experts(model *m, const layer_weights *lw, step *st, const bk_tensor *in, const bk_tensor *out);
+/* out = the experts of the layer on `in`, routed by router · route_in (in, route_in, out: [T, hidden]). */
+void layer_moe(model *m, const layer_weights *lw, step *st, const bk_tensor *route_in, const bk_tensor *in, const bk_tensor *out);
+/* y = rmsnorm(x) with the family's norm convention (w NULL: no scale). */
+void layer_norm(const model *m, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w);
+
+/* ---- expert residency (experts.c) ---- */
+
+/* Sets up the budget after the experts are described (budget > 0). */
+int experts_budget_init(model *m, int64_t budget, herr *err);
+void experts_budget_free(model *m);
+/* Before layer l's experts run on the routed ids (I32 [T, k] on the
+ * backend): loads the chosen experts that are not resident. */
+int experts_acquire(model *m, int l, const bk_tensor *ids, herr *err);
+/* After they ran: gives back least recently used experts until the resident bytes fit the budget. */
+void experts_trim(model *m);
+
+/* ---- families ---- */
+
+/* What a family file adds to the decoder (decoder.c runs the llama family itself). */
+struct family_ops {
+  /* derived per-layer values, checks (optional) */
+  int (*prepare)(model *m, herr *err);
+  /* describes and keeps layer l's weights */
+  int (*load_layer)(model *m, const weight_src *src, int l, herr *err);
+  /* model-level weights beyond embeddings, final norm and head (optional) */
+  int (*load_model)(model *m, const weight_src *src, herr *err);
+  /* after the embedding, before the layers (optional) */
+  void (*embedded)(model *m, step *st);
+  /* layer l of the forward */
+  void (*layer)(model *m, int l, const kv_store *kv, step *st);
+};
+
+extern const family_ops llama_family_ops;
+extern const family_ops qwen3_moe_family_ops;
+extern const family_ops gemma4_family_ops;
+
+/* The llama decoder's attention weights of layer l (q/k/v/o, biases, q/k norms), shared by families built on it. */
+int llama_load_attention(model *m, const weight_src *src, int l, herr *err);
+/* The llama decoder's dense MLP of layer l with intermediate size inter. */
+int llama_load_mlp(model *m, const weight_src *src, int l, int64_t inter, herr *err);
+/* The RoPE table for a layer of the given kind and head size (made on first use). */
+int model_rope_for(model *m, bool sliding, int64_t head_dim, const rope_table **out, herr *err);
+
+#endif

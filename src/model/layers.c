@@ -1,0 +1,95 @@
+/* layers.c — the blocks every decoder family builds its forward from, as
+ * sequences of backend ops over a step's activations: attention (norm,
+ * projections, per-head q/k/v norms, RoPE, the paged KV write, attention,
+ * output projection, optional post-norm, residual add; a layer may read
+ * another layer's KV rows instead of writing its own), the dense gated MLP
+ * and the mixture of experts (router matmul, top-k routing, the experts).
+ * What differs between families is data in the layer's weights and the
+ * family's switches; how blocks are put together is each family's file. */
+#include <string.h>
+
+#include "model/internal.h"
+
+static const bk_tensor *opt(const bk_tensor *t) { return t->buf ? t : NULL; }
+
+bk_act model_act(const model *m) {
+  const char *act = m->cfg.hidden_act;
+  if (!strcmp(act, "silu") || !strcmp(act, "swish")) return BK_ACT_SILU;
+  if (!strcmp(act, "gelu")) return BK_ACT_GELU;
+  if (!strcmp(act, "relu")) return BK_ACT_RELU;
+  return BK_ACT_GELU_TANH; /* gelu_pytorch_tanh, gelu_new, gelu_fast */
+}
+
+void layer_norm(const model *m, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w) {
+  bk_rmsnorm(y, x, w && w->buf ? w : NULL, (float)m->cfg.rms_norm_eps, m->fam->unit_offset_norm);
+}
+
+void layer_attention(model *m, int l, const kv_store *kv, step *st) {
+  const model_config *c = &m->cfg;
+  const layer_weights *lw = &m->layers[l];
+  int64_t T = st->T, H = c->num_attention_heads, hd = lw->head_dim, KV = lw->kv_heads;
+  float eps = (float)c->rms_norm_eps;
+  bk_tensor q = step_view(&st->q, T, H * hd), k = step_view(&st->k, T, KV * hd), v = step_view(&st->v, T, KV * hd);
+  bk_tensor att = step_view(&st->att, T, H * hd);
+  layer_norm(m, &st->xn, &st->x, &lw->attn_norm);
+  bk_matmul_t(&q, &st->xn, &lw->q, opt(&lw->q_bias));
+  if (lw->q_norm.buf) {
+    bk_tensor qh = bk_reshape(&q, T * H, hd);
+    layer_norm(m, &qh, &qh, &lw->q_norm);
+  }
+  if (lw->rope) bk_rope(&q, H, hd, &st->pos, lw->rope);
+  if (lw->kv_src == l) { /* this layer's own keys and values, into its cache rows */
+    bk_matmul_t(&k, &st->xn, &lw->k, opt(&lw->k_bias));
+    if (lw->v.rows) bk_matmul_t(&v, &st->xn, &lw->v, opt(&lw->v_bias));
+    const bk_tensor *vsrc = lw->v.rows ? &v : &k; /* keys as values: the raw key projection */
+    bk_tensor vh = bk_reshape(&v, T * KV, hd), vs = bk_reshape(vsrc, T * KV, hd);
+    if (m->fam->v_norm) bk_rmsnorm(&vh, &vs, NULL, eps, false);
+    else if (!lw->v.rows) bk_copy(&v, 0, &k, 0, bk_nbytes(&k));
+    if (lw->k_norm.buf) {
+      bk_tensor kh = bk_reshape(&k, T * KV, hd);
+      layer_norm(m, &kh, &kh, &lw->k_norm);
+    }
+    if (lw->rope) bk_rope(&k, KV, hd, &st->pos, lw->rope);
+    bk_kv_layer kl = {&kv->k[l], &kv->v[l], kv->block_rows};
+    bk_kv_write(&kl, &k, &v, &st->slot);
+  }
+  int src = lw->kv_src;
+  bk_kv_layer kl = {&kv->k[src], &kv->v[src], kv->block_rows};
+  attn_params ap = {H, m->layers[src].kv_heads, hd, lw->attn_scale, (float)c->attn_logit_softcapping, lw->window};
+  bk_attn_index ix = {&st->row, &st->tab, &st->tables};
+  bk_attention(&att, &q, &kl, &ix, &ap);
+  bk_tensor o = step_view(&st->o, T, c->hidden_size);
+  bk_matmul_t(&o, &att, &lw->o, opt(&lw->o_bias));
+  if (m->fam->sandwich_norms) layer_norm(m, &o, &o, &lw->post_attn_norm);
+  bk_add(&st->x, &st->x, &o);
+}
+
+void layer_mlp(model *m, const layer_weights *lw, step *st, const bk_tensor *in, const bk_tensor *out) {
+  bk_tensor gate = step_view(&st->gate, st->T, lw->inter), up = step_view(&st->up, st->T, lw->inter);
+  bk_matmul_t(&gate, in, &lw->gate, opt(&lw->gate_bias));
+  bk_matmul_t(&up, in, &lw->up, opt(&lw->up_bias));
+  bk_act_mul(&gate, &up, model_act(m));
+  bk_matmul_t(out, &gate, &lw->down, opt(&lw->down_bias));
+}
+
+void layer_route(model *m, const layer_weights *lw, step *st, const bk_tensor *route_in) {
+  const model_config *c = &m->cfg;
+  int64_t T = st->T, E = c->num_experts, K = c->num_experts_per_tok;
+  bk_tensor logits = step_view(&st->elog, T, E), ids = step_view(&st->eids, T, K), w = step_view(&st->ew, T, K);
+  bk_matmul_t(&logits, route_in, &lw->router, NULL);
+  bk_moe_route(&ids, &w, &logits, c->norm_topk_prob, opt(&lw->expert_scale));
+}
+
+void layer_experts(model *m, const layer_weights *lw, step *st, const bk_tensor *in, const bk_tensor *out) {
+  int64_t T = st->T, K = m->cfg.num_experts_per_tok;
+  bk_tensor ids = step_view(&st->eids, T, K), w = step_view(&st->ew, T, K);
+  bool budget = m->xc.budget > 0;
+  if (budget && !m->xc.err.code && experts_acquire(m, (int)(lw - m->layers), &ids, &m->xc.err)) return;
+  bk_moe(out, in, &ids, &w, &lw->ex, model_act(m));
+  if (budget) experts_trim(m);
+}
+
+void layer_moe(model *m, const layer_weights *lw, step *st, const bk_tensor *route_in, const bk_tensor *in, const bk_tensor *out) {
+  layer_route(m, lw, st, route_in);
+  layer_experts(m, lw, st, in, out);
+}
