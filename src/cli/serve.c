@@ -16,8 +16,10 @@
 static void serve_usage(void) {
   printf("usage: hearth serve [--model PATH] [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES] [--threads N]\n"
          "                    [--max-batch N] [--prefill-chunk N] [--kv-cache-mem BYTES] [--memory-budget BYTES]\n"
-         "                    [--served-model-name NAME]... [--cors ORIGIN]\n\n"
-         "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/models,\n"
+         "                    [--served-model-name NAME]... [--cors ORIGIN]\n"
+         "                    [--responses-max N] [--responses-max-bytes BYTES] [--responses-ttl SECONDS]\n\n"
+         "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
+         "/v1/messages (Anthropic), /v1/models,\n"
          "/health, /stats, /metrics, /v1 and a chat page at /. Concurrent requests are\n"
          "batched into shared forward steps (continuous batching, paged KV cache,\n"
          "automatic prefix caching).\n\n"
@@ -37,6 +39,10 @@ static void serve_usage(void) {
          "                     name); a request naming another model gets 404 model_not_found\n"
          "  --cors ORIGIN      let browser pages from ORIGIN ('*': any) call the API (CORS headers,\n"
          "                     preflight answered)\n"
+         "  --responses-max N  Responses API: responses kept for GET and previous_response_id (default\n"
+         "                     1000; the oldest go first)\n"
+         "  --responses-max-bytes BYTES  ... their stored JSON at most (default 256M)\n"
+         "  --responses-ttl SECONDS  ... kept this long (default 3600; 0 = forever)\n"
          "BYTES accept a K, M or G suffix (powers of 1024).\n");
 }
 
@@ -45,6 +51,7 @@ int cli_serve(int argc, char **argv) {
   const char *names[64], *cors = NULL;
   int nnames = 0;
   long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, kv_mem = 0, budget = 0;
+  long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600;
   for (int i = 1; i < argc; i++) {
     int r;
     if (cli_is_help(argv[i])) {
@@ -67,11 +74,17 @@ int cli_serve(int argc, char **argv) {
     } else if ((r = cli_opt_int("serve", argc, argv, &i, "--port", 0, 65535, &port)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--max-body", 1, (long long)1 << 40, &max_body)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--max-batch", 1, 4096, &max_batch)) ||
-               (r = cli_opt_int("serve", argc, argv, &i, "--prefill-chunk", 1, 1 << 20, &chunk))) {
+               (r = cli_opt_int("serve", argc, argv, &i, "--prefill-chunk", 1, 1 << 20, &chunk)) ||
+               (r = cli_opt_int("serve", argc, argv, &i, "--responses-max", 1, 1 << 30, &resp_max)) ||
+               (r = cli_opt_int("serve", argc, argv, &i, "--responses-ttl", 0, 1ll << 40, &resp_ttl))) {
       if (r < 0) return 2;
     } else if ((r = cli_opt(argc, argv, &i, "--kv-cache-mem", &v))) {
       if (r < 0) return 2;
       if (!cli_parse_bytes(v, &kv_mem)) return cli_usage_error("serve", "--kv-cache-mem must be a byte count, not '%s'", v);
+    } else if ((r = cli_opt(argc, argv, &i, "--responses-max-bytes", &v))) {
+      if (r < 0) return 2;
+      if (!cli_parse_bytes(v, &resp_bytes) || resp_bytes < 1)
+        return cli_usage_error("serve", "--responses-max-bytes must be a byte count, not '%s'", v);
     } else if ((r = cli_opt(argc, argv, &i, "--memory-budget", &v))) {
       if (r < 0) return 2;
       if (!cli_parse_bytes(v, &budget)) return cli_usage_error("serve", "--memory-budget must be a byte count, not '%s'", v);
@@ -108,7 +121,9 @@ int cli_serve(int argc, char **argv) {
                                    .expert_budget = cli_load_opts()->expert_budget}};
   if (serve_engine_open_opts(model, &eo, &engine, &err)) return cli_fail("serve: %s", err.msg);
   serve_config cfg = {.host = host, .port = (int)port, .api_key = key, .max_body = (size_t)max_body,
-                      .served_names = names, .n_served_names = nnames, .cors_origin = cors};
+                      .served_names = names, .n_served_names = nnames, .cors_origin = cors,
+                      .responses_max = (size_t)resp_max, .responses_max_bytes = (size_t)resp_bytes,
+                      .responses_ttl_s = resp_ttl ? resp_ttl : -1};
   serve_server *srv;
   if (serve_start(&srv, &engine, &cfg, &err)) {
     serve_engine_close(&engine);

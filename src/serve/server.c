@@ -51,6 +51,7 @@
 #include "serve/anthropic.h"
 #include "serve/reply.h"
 #include "serve/request.h"
+#include "serve/responses.h"
 
 #define DEFAULT_MAX_BODY ((size_t)16 << 20)
 #define WAIT_MS 20                 /* a stream checks its client this often while it waits */
@@ -75,6 +76,7 @@ struct serve_server {
   int nnames;
   bool any_name;        /* "*" among them: every model name is served */
   char *cors;           /* owned; NULL: no CORS headers */
+  resp_store *responses; /* owned: stored Responses API responses */
 };
 
 /* The server answering on this connection's thread (one thread per
@@ -106,6 +108,8 @@ typedef enum route {
   ROUTE_COMPLETIONS,
   ROUTE_MESSAGES,     /* Anthropic */
   ROUTE_COUNT_TOKENS, /* Anthropic */
+  ROUTE_RESPONSES,    /* OpenAI Responses: POST /v1/responses */
+  ROUTE_RESPONSE,     /* GET / DELETE /v1/responses/{id} */
   ROUTE_STATS,
   ROUTE_METRICS,
 } route;
@@ -124,6 +128,7 @@ static const struct {
     {"/v1/completions", ROUTE_COMPLETIONS, "POST", false},
     {"/v1/messages", ROUTE_MESSAGES, "POST", false},
     {"/v1/messages/count_tokens", ROUTE_COUNT_TOKENS, "POST", false},
+    {"/v1/responses", ROUTE_RESPONSES, "POST", false},
     {"/stats", ROUTE_STATS, "GET", false},
     {"/metrics", ROUTE_METRICS, "GET", false},
 };
@@ -219,6 +224,9 @@ static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server
       {"POST", "/v1/completions", "text completions (JSON or SSE with stream: true)"},
       {"POST", "/v1/messages", "Anthropic Messages API (JSON or SSE with stream: true)"},
       {"POST", "/v1/messages/count_tokens", "Anthropic token count of a Messages request"},
+      {"POST", "/v1/responses", "OpenAI Responses API (JSON or SSE with stream: true; previous_response_id)"},
+      {"GET", "/v1/responses/{id}", "a stored response"},
+      {"DELETE", "/v1/responses/{id}", "deletes a stored response"},
       {"GET", "/stats", "serving counters as JSON (requests, KV blocks, prefix cache, tokens/s)"},
       {"GET", "/metrics", "serving counters in the Prometheus text format"},
   };
@@ -376,6 +384,10 @@ static bool client_gone(int fd) {
 typedef struct job {
   serve_server *srv;        /* borrowed */
   bool anthropic;           /* answered in the Anthropic Messages shapes (areply), else OpenAI's (reply) */
+  bool responses;           /* answered as an OpenAI Responses response (rreply) */
+  resp_request rr;          /* owned (responses) */
+  resp_reply rreply;        /* owned (responses) */
+  json_t *history;          /* owned (responses): the conversation previous_response_id continues */
   serve_request req;        /* owned */
   char *prompt;             /* owned: rendered chat or raw prompt */
   int64_t prompt_tokens;    /* counted before generating */
@@ -411,6 +423,9 @@ static void job_free(job *j) {
   free(j->forced);
   serve_reply_free(&j->reply);
   anth_reply_free(&j->areply);
+  resp_reply_free(&j->rreply);
+  resp_request_free(&j->rr);
+  json_decref(j->history);
   hbuf_free(&j->out);
   pthread_mutex_destroy(&j->mu);
   pthread_cond_destroy(&j->cv);
@@ -471,13 +486,22 @@ static void fail_from_engine(const job *j, serve_fail *f) {
 }
 
 static const char *job_name(const job *j) {
-  return j->anthropic ? "messages" : j->req.kind == SERVE_CHAT ? "chat" : "completion";
+  return j->responses ? "responses" : j->anthropic ? "messages" : j->req.kind == SERVE_CHAT ? "chat" : "completion";
+}
+
+/* Keeps a finished Responses response (and the conversation it ends) when asked to. */
+static void store_response(job *j, const json_t *o) {
+  if (!j->responses || !j->rr.store || !o || !j->srv->responses) return;
+  json_t *conv = resp_reply_conversation(&j->rreply, j->history);
+  resp_store_put(j->srv->responses, o, conv);
+  json_decref(conv);
 }
 
 /* Whole responses: gather every step, stop when the client hangs up. */
 static int whole_token(void *ctx, const serve_token *tok) {
   job *j = ctx;
-  if (j->anthropic) anth_reply_add(&j->areply, tok);
+  if (j->responses) resp_reply_add(&j->rreply, tok);
+  else if (j->anthropic) anth_reply_add(&j->areply, tok);
   else serve_reply_add(&j->reply, tok);
   if (client_gone(j->fd)) cancel_set(j);
   return cancelled(j) ? 1 : 0;
@@ -486,7 +510,8 @@ static int whole_token(void *ctx, const serve_token *tok) {
 /* The forced opening of the reply goes through the parser first, as if generated. */
 static void job_prime(job *j, hbuf *sse) {
   if (!j->forced) return;
-  if (j->anthropic) anth_reply_prime(&j->areply, j->forced, sse);
+  if (j->responses) resp_reply_prime(&j->rreply, j->forced, sse);
+  else if (j->anthropic) anth_reply_prime(&j->areply, j->forced, sse);
   else serve_reply_prime(&j->reply, j->forced, sse);
 }
 
@@ -497,8 +522,19 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   enum MHD_Result rc;
   if (j->rc == 0 && j->result.finish != SERVE_FINISH_CANCELLED) {
     hbuf body = {0};
-    if (j->anthropic) anth_reply_body(&j->areply, &j->result, &body);
-    else serve_reply_body(&j->reply, &j->result, &body);
+    if (j->responses) {
+      json_t *o = resp_reply_object(&j->rreply, &j->result);
+      char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+      if (txt) hbuf_puts(&body, txt);
+      else body.oom = true;
+      free(txt);
+      store_response(j, o);
+      json_decref(o);
+    } else if (j->anthropic) {
+      anth_reply_body(&j->areply, &j->result, &body);
+    } else {
+      serve_reply_body(&j->reply, &j->result, &body);
+    }
     rc = body.oom ? MHD_NO : send_bytes(c, 200, "application/json", hbuf_str(&body), body.len, NULL);
     HLOG_INFO("serve: %s 200: %lld prompt + %lld completion tokens, %s", job_name(j),
               (long long)j->result.prompt_tokens, (long long)j->result.completion_tokens,
@@ -528,7 +564,8 @@ static void stream_push(job *j, const hbuf *b, bool done) {
 static int stream_token(void *ctx, const serve_token *tok) {
   job *j = ctx;
   hbuf b = {0};
-  if (j->anthropic) anth_sse_token(&j->areply, tok, &b);
+  if (j->responses) resp_sse_token(&j->rreply, tok, &b);
+  else if (j->anthropic) anth_sse_token(&j->areply, tok, &b);
   else serve_sse_token(&j->reply, tok, &b);
   stream_push(j, &b, false);
   hbuf_free(&b);
@@ -538,7 +575,8 @@ static int stream_token(void *ctx, const serve_token *tok) {
 static void *stream_main(void *arg) {
   job *j = arg;
   hbuf b = {0};
-  if (j->anthropic) anth_sse_start(&j->areply, j->prompt_tokens, &b);
+  if (j->responses) resp_sse_start(&j->rreply, &b);
+  else if (j->anthropic) anth_sse_start(&j->areply, j->prompt_tokens, &b);
   else serve_sse_start(&j->reply, &b);
   if (j->req.echo) serve_sse_text(&j->reply, j->req.prompt, strlen(j->req.prompt), &b);
   job_prime(j, &b);
@@ -550,14 +588,21 @@ static void *stream_main(void *arg) {
   } else if (j->rc) {
     serve_fail f;
     fail_from_engine(j, &f);
-    if (j->anthropic) {
+    if (j->responses) {
+      resp_sse_error(&j->rreply, &f, &b);
+    } else if (j->anthropic) {
       anth_sse_error(&f, &b);
     } else {
       serve_sse_error(&f, &b);
       serve_sse_done(&b);
     }
   } else {
-    if (j->anthropic) {
+    if (j->responses) {
+      resp_sse_finish(&j->rreply, &j->result, &b);
+      json_t *o = resp_reply_object(&j->rreply, &j->result);
+      store_response(j, o);
+      json_decref(o);
+    } else if (j->anthropic) {
       anth_sse_finish(&j->areply, &j->result, &b);
     } else {
       serve_sse_finish(&j->reply, j->result.finish, &b);
@@ -724,10 +769,24 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   pthread_cond_init(&j->cv, NULL);
   j->srv = s;
   j->anthropic = anth;
+  j->responses = cn->route == ROUTE_RESPONSES;
   j->fd = conn_fd(c);
-  if (anth ? anth_request_parse(hbuf_str(&cn->body), cn->body.len, false, &j->req, &f)
-           : serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f))
+  if (j->responses) {
+    if (resp_request_parse(hbuf_str(&cn->body), cn->body.len, &j->req, &j->rr, &f)) goto refuse;
+    if (j->rr.previous_id) {
+      json_t *prev = s->responses ? resp_store_get(s->responses, j->rr.previous_id, &j->history) : NULL;
+      if (!prev) {
+        serve_fail_set(&f, 404, "invalid_request_error", "previous_response_id", "previous_response_not_found",
+                       "Previous response with id '%.100s' not found.", j->rr.previous_id);
+        goto refuse;
+      }
+      json_decref(prev);
+    }
+    if (resp_request_messages(&j->req, &j->rr, j->history, &f)) goto refuse;
+  } else if (anth ? anth_request_parse(hbuf_str(&cn->body), cn->body.len, false, &j->req, &f)
+                  : serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f)) {
     goto refuse;
+  }
   if (model_unknown(s, &j->req, anth, &f)) goto refuse;
   const char *param = kind == SERVE_CHAT ? "messages" : "prompt";
   if (kind == SERVE_CHAT) {
@@ -796,7 +855,14 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   j->prompt_tokens = ntok;
   uint64_t seq = atomic_fetch_add(&s->next_id, 1);
   uint64_t id_seed = seq * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)j;
-  if (anth) {
+  if (j->responses) {
+    resp_reply_init(&j->rreply, e->model_id, id_seed ^ (uint64_t)time(NULL), &j->rr);
+    if (j->parse && resp_reply_parse(&j->rreply, &j->tc, &err)) {
+      serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
+      goto refuse;
+    }
+    if (j->parse) j->req.sampling.keep_special = needs_specials(&j->tc);
+  } else if (anth) {
     anth_reply_init(&j->areply, e->model_id, id_seed ^ (uint64_t)time(NULL), j->req.sampling.stop, j->req.sampling.nstop);
     if (j->parse) {
       if (anth_reply_parse(&j->areply, &j->tc, &err)) {
@@ -882,6 +948,19 @@ static void forced_call_grammar(job *j) {
   hbuf_free(&alts);
 }
 
+/* GET / DELETE /v1/responses/{id}. */
+static enum MHD_Result answer_stored_response(struct MHD_Connection *c, serve_server *s, const char *id, bool del) {
+  serve_fail f;
+  if (del ? s->responses && resp_store_delete(s->responses, id) : false) {
+    json_t *o = json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1);
+    return send_json(c, 200, o);
+  }
+  json_t *o = !del && s->responses ? resp_store_get(s->responses, id, NULL) : NULL;
+  if (o) return send_json(c, 200, o);
+  serve_fail_set(&f, 404, "invalid_request_error", NULL, "not_found", "Response with id '%.100s' not found.", id);
+  return send_fail(c, &f, NULL);
+}
+
 /* POST /v1/messages/count_tokens: the rendered prompt's token count. */
 static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_server *s, conn *cn) {
   serve_engine *e = s->engine;
@@ -953,6 +1032,15 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
       return;
     }
     cn->route = routes[found].r;
+  } else if (strncmp(path, "/v1/responses/", 14) == 0 && path[14]) {
+    if (strcmp(m, "GET") != 0 && strcmp(m, "DELETE") != 0) {
+      cn->failed = true;
+      cn->allow = "GET, DELETE";
+      serve_fail_set(&cn->fail, 405, "invalid_request_error", NULL, "method_not_allowed",
+                     "%s is not allowed on /v1/responses/{id} (use GET or DELETE)", method);
+      return;
+    }
+    cn->route = ROUTE_RESPONSE;
   } else if (strncmp(path, "/v1/models/", 11) == 0 && path[11]) {
     if (strcmp(m, "GET") != 0) {
       cn->failed = true;
@@ -1067,7 +1155,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   case ROUTE_CHAT:
   case ROUTE_COMPLETIONS:
   case ROUTE_MESSAGES:
+  case ROUTE_RESPONSES:
     return answer_generate(c, s, cn);
+  case ROUTE_RESPONSE:
+    return answer_stored_response(c, s, cn->path + 14, strcmp(method, "DELETE") == 0);
   case ROUTE_COUNT_TOKENS:
     return answer_count_tokens(c, s, cn);
   default:
@@ -1123,6 +1214,12 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   s->keepalive_waits = (cfg->keepalive_ms > 0 ? cfg->keepalive_ms : DEFAULT_KEEPALIVE_MS) / WAIT_MS;
   s->api_key = cfg->api_key ? strdup(cfg->api_key) : NULL;
   s->cors = cfg->cors_origin && cfg->cors_origin[0] ? strdup(cfg->cors_origin) : NULL;
+  /* a store that cannot be made (out of memory) leaves responses unstored */
+  if (resp_store_new(cfg->responses_max ? cfg->responses_max : 1000,
+                     cfg->responses_max_bytes ? cfg->responses_max_bytes : (size_t)256 << 20,
+                     cfg->responses_ttl_s == 0 ? 3600 : cfg->responses_ttl_s < 0 ? 0 : cfg->responses_ttl_s,
+                     &s->responses, NULL))
+    s->responses = NULL;
   if (cfg->n_served_names > 0) {
     s->names = calloc((size_t)cfg->n_served_names, sizeof *s->names);
     for (int i = 0; s->names && i < cfg->n_served_names; i++) {
@@ -1172,5 +1269,6 @@ void serve_stop(serve_server *s) {
   free(s->cors);
   for (int i = 0; i < s->nnames; i++) free(s->names[i]);
   free(s->names);
+  resp_store_free(s->responses);
   free(s);
 }

@@ -23,6 +23,9 @@ typedef struct serve_config {
                                     * request naming another model gets 404 model_not_found */
   int n_served_names;
   const char *cors_origin; /* borrowed; NULL: no CORS headers. An origin ("*" for any) browsers may call from */
+  size_t responses_max;       /* Responses API: stored responses at most; 0: 1000 (oldest dropped first) */
+  size_t responses_max_bytes; /* ... their stored JSON in bytes at most; 0: 256 MiB */
+  int64_t responses_ttl_s;    /* ... kept this long; 0: one hour; < 0: no expiry */
 } serve_config;
 
 typedef struct serve_server serve_server;

@@ -1,7 +1,7 @@
 /* fake_server.c — the HTTP server over the fake engine (fake_engine.h), so the
  * end-to-end tests can check the protocol without a model:
  *   serve_fake_server [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES]
- *                     [--context TOKENS]
+ *                     [--context TOKENS] [--responses-max N]
  * Prints "hearth: listening on http://HOST:PORT" and serves until
  * SIGINT/SIGTERM. Test code only. */
 #include <signal.h>
@@ -25,6 +25,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--context") == 0) fake_context = strtoll(argv[i + 1], NULL, 10);
     else if (strcmp(argv[i], "--cors") == 0) cfg.cors_origin = argv[i + 1];
     else if (strcmp(argv[i], "--served-model-name") == 0 && names_n < 16) names[names_n++] = argv[i + 1];
+    else if (strcmp(argv[i], "--responses-max") == 0) cfg.responses_max = (size_t)strtoull(argv[i + 1], NULL, 10);
   }
   cfg.served_names = names;
   cfg.n_served_names = names_n;
