@@ -33,9 +33,19 @@ typedef enum hearth_code {
 } hearth_code;
 
 /* An error: a code and a human-readable message. Zero-initialise before use. */
+/* What kind of refusal an error is, for callers that answer each kind in
+ * its own way (an HTTP server's error codes); the message says the rest. */
+typedef enum hearth_cause {
+  HEARTH_CAUSE_NONE = 0,
+  HEARTH_CAUSE_CONTEXT_LENGTH = 1,   /* prompt + max_tokens exceed the context */
+  HEARTH_CAUSE_MEMORY_ADMISSION = 2  /* the request could never fit the KV cache (or its budget) */
+} hearth_cause;
+
 typedef struct hearth_error {
   int code;
   char msg[1024];
+  int cause;       /* a hearth_cause; HEARTH_CAUSE_NONE when the code says it all */
+  char field[48];  /* the request field at fault ("logit_bias", "stop", "temperature", ...); "" when none */
 } hearth_error;
 
 /* "0.1.0" */

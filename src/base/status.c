@@ -25,6 +25,21 @@ const char *hearth_code_name(int code) {
 int herr_set(herr *err, int code, const char *fmt, ...) {
   if (err) {
     err->code = code;
+    err->cause = HEARTH_CAUSE_NONE;
+    err->field[0] = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+int herr_set_at(herr *err, int code, const char *field, int cause, const char *fmt, ...) {
+  if (err) {
+    err->code = code;
+    err->cause = cause;
+    snprintf(err->field, sizeof err->field, "%s", field ? field : "");
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
@@ -52,5 +67,7 @@ void herr_clear(herr *err) {
   if (err) {
     err->code = 0;
     err->msg[0] = 0;
+    err->cause = HEARTH_CAUSE_NONE;
+    err->field[0] = 0;
   }
 }

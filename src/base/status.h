@@ -15,8 +15,11 @@
 
 typedef hearth_error herr;
 
-/* Sets code and a printf-formatted message; returns code. */
+/* Sets code and a printf-formatted message (no cause, no field); returns code. */
 int herr_set(herr *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The same with the field at fault (may be NULL) and a hearth_cause. */
+int herr_set_at(herr *err, int code, const char *field, int cause, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* Prefixes the existing message with "<context>: "; returns err->code (or
  * HEARTH_EINTERNAL when err holds no error). */
 int herr_wrap(herr *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -371,7 +371,7 @@ static int fill_request(const hearth_model *hm, const hearth_gen_params *p, gen_
   s->logprobs = p->logprobs;
   s->top_logprobs = p->logprobs ? p->top_logprobs : 0;
   if (p->n_logit_bias < 0 || (p->n_logit_bias && !p->logit_bias))
-    return herr_set(err, HEARTH_EINVAL, "logit_bias: bad entry count %d", p->n_logit_bias);
+    return herr_set_at(err, HEARTH_EINVAL, "logit_bias", 0, "logit_bias: bad entry count %d", p->n_logit_bias);
   if (p->n_logit_bias) {
     *bias = malloc(sizeof(sample_bias) * (size_t)p->n_logit_bias);
     if (!*bias) return herr_set(err, HEARTH_ENOMEM, "out of memory");
@@ -382,7 +382,7 @@ static int fill_request(const hearth_model *hm, const hearth_gen_params *p, gen_
     s->logit_bias = *bias;
     s->n_logit_bias = (size_t)p->n_logit_bias;
   }
-  if (p->n_stop < 0 || (p->n_stop && !p->stop)) return herr_set(err, HEARTH_EINVAL, "stop: bad entry count %d", p->n_stop);
+  if (p->n_stop < 0 || (p->n_stop && !p->stop)) return herr_set_at(err, HEARTH_EINVAL, "stop", 0, "stop: bad entry count %d", p->n_stop);
   r->stop = p->stop;
   r->n_stop = (size_t)p->n_stop;
   r->max_tokens = p->max_tokens;

@@ -55,7 +55,7 @@ int gen_check_context(const model *m, const gen_request *req, int64_t *max_new, 
     return 0;
   }
   if (n_prompt >= ctx)
-    return herr_set(err, HEARTH_ELIMIT,
+    return herr_set_at(err, HEARTH_ELIMIT, NULL, HEARTH_CAUSE_CONTEXT_LENGTH,
                     "context_length_exceeded: the prompt has %lld tokens but the context length is %lld, which leaves "
                     "no room to generate",
                     (long long)n_prompt, (long long)ctx);
@@ -64,7 +64,7 @@ int gen_check_context(const model *m, const gen_request *req, int64_t *max_new, 
     return 0;
   }
   if (n_prompt + req->max_tokens > ctx)
-    return herr_set(err, HEARTH_ELIMIT,
+    return herr_set_at(err, HEARTH_ELIMIT, "max_tokens", HEARTH_CAUSE_CONTEXT_LENGTH,
                     "context_length_exceeded: the prompt (%lld tokens) plus max_tokens (%lld) is %lld tokens, more "
                     "than the context length of %lld",
                     (long long)n_prompt, (long long)req->max_tokens, (long long)(n_prompt + req->max_tokens),

@@ -65,24 +65,24 @@ void sample_params_default(sample_params *p) {
 static int check_params(int32_t n_vocab, const sample_params *p, herr *err) {
   if (n_vocab <= 0) return herr_set(err, HEARTH_EINVAL, "sampler: vocabulary size %d must be positive", (int)n_vocab);
   if (!isfinite(p->temperature) || p->temperature < 0)
-    return herr_set(err, HEARTH_EINVAL, "temperature %g must be a finite number >= 0", p->temperature);
-  if (!(p->top_p >= 0 && p->top_p <= 1)) return herr_set(err, HEARTH_EINVAL, "top_p %g must be in [0, 1]", p->top_p);
-  if (!(p->min_p >= 0 && p->min_p <= 1)) return herr_set(err, HEARTH_EINVAL, "min_p %g must be in [0, 1]", p->min_p);
+    return herr_set_at(err, HEARTH_EINVAL, "temperature", 0, "temperature %g must be a finite number >= 0", p->temperature);
+  if (!(p->top_p >= 0 && p->top_p <= 1)) return herr_set_at(err, HEARTH_EINVAL, "top_p", 0, "top_p %g must be in [0, 1]", p->top_p);
+  if (!(p->min_p >= 0 && p->min_p <= 1)) return herr_set_at(err, HEARTH_EINVAL, "min_p", 0, "min_p %g must be in [0, 1]", p->min_p);
   if (!isfinite(p->repetition_penalty) || p->repetition_penalty <= 0)
-    return herr_set(err, HEARTH_EINVAL, "repetition_penalty %g must be a finite number > 0", p->repetition_penalty);
+    return herr_set_at(err, HEARTH_EINVAL, "repetition_penalty", 0, "repetition_penalty %g must be a finite number > 0", p->repetition_penalty);
   if (!isfinite(p->presence_penalty))
-    return herr_set(err, HEARTH_EINVAL, "presence_penalty %g must be finite", p->presence_penalty);
+    return herr_set_at(err, HEARTH_EINVAL, "presence_penalty", 0, "presence_penalty %g must be finite", p->presence_penalty);
   if (!isfinite(p->frequency_penalty))
-    return herr_set(err, HEARTH_EINVAL, "frequency_penalty %g must be finite", p->frequency_penalty);
+    return herr_set_at(err, HEARTH_EINVAL, "frequency_penalty", 0, "frequency_penalty %g must be finite", p->frequency_penalty);
   if (p->top_logprobs < 0 || p->top_logprobs > SAMPLE_MAX_TOP_LOGPROBS)
-    return herr_set(err, HEARTH_EINVAL, "top_logprobs %d must be in [0, %d]", p->top_logprobs, SAMPLE_MAX_TOP_LOGPROBS);
-  if (p->n_logit_bias && !p->logit_bias) return herr_set(err, HEARTH_EINVAL, "logit_bias: %zu entries but no array", p->n_logit_bias);
+    return herr_set_at(err, HEARTH_EINVAL, "top_logprobs", 0, "top_logprobs %d must be in [0, %d]", p->top_logprobs, SAMPLE_MAX_TOP_LOGPROBS);
+  if (p->n_logit_bias && !p->logit_bias) return herr_set_at(err, HEARTH_EINVAL, "logit_bias", 0, "logit_bias: %zu entries but no array", p->n_logit_bias);
   for (size_t i = 0; i < p->n_logit_bias; i++) {
     const sample_bias *b = &p->logit_bias[i];
     if (b->id < 0 || b->id >= n_vocab)
-      return herr_set(err, HEARTH_EINVAL, "logit_bias: token id %d is outside the vocabulary (size %d)", (int)b->id,
+      return herr_set_at(err, HEARTH_EINVAL, "logit_bias", 0, "logit_bias: token id %d is outside the vocabulary (size %d)", (int)b->id,
                       (int)n_vocab);
-    if (!isfinite(b->bias)) return herr_set(err, HEARTH_EINVAL, "logit_bias: bias for token %d is not finite", (int)b->id);
+    if (!isfinite(b->bias)) return herr_set_at(err, HEARTH_EINVAL, "logit_bias", 0, "logit_bias: bias for token %d is not finite", (int)b->id);
   }
   return 0;
 }

@@ -339,7 +339,7 @@ static void step(sched *s) {
         q->res->finish = GEN_FINISH_LENGTH;
         seq_finish(s, q, seq_flush_text(q));
       } else {
-        herr_set(q->err, HEARTH_ELIMIT, "memory_admission: %s", e.msg);
+        herr_set_at(q->err, HEARTH_ELIMIT, NULL, HEARTH_CAUSE_MEMORY_ADMISSION, "memory_admission: %s", e.msg);
         seq_finish(s, q, HEARTH_ELIMIT);
       }
       continue;
@@ -585,7 +585,7 @@ int sched_admit(sched *s, int64_t n_prompt, int64_t max_tokens, herr *err) {
   pthread_mutex_lock(&s->mu);
   s->st.requests_refused++;
   pthread_mutex_unlock(&s->mu);
-  return herr_set(err, HEARTH_ELIMIT,
+  return herr_set_at(err, HEARTH_ELIMIT, NULL, HEARTH_CAUSE_MEMORY_ADMISSION,
                   "memory_admission: the request needs %lld tokens of KV cache (%zu bytes) but the cache holds %lld "
                   "tokens (%zu bytes%s)",
                   (long long)rows, (size_t)blocks * s->block_bytes, (long long)(c.total * B),

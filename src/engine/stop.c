@@ -19,7 +19,7 @@ struct stop_matcher {
 int stop_matcher_new(const char *const *stops, size_t n, stop_matcher **out, herr *err) {
   *out = NULL;
   for (size_t i = 0; i < n; i++) {
-    if (!stops[i] || !stops[i][0]) return herr_set(err, HEARTH_EINVAL, "stop: stop string %zu is empty", i);
+    if (!stops[i] || !stops[i][0]) return herr_set_at(err, HEARTH_EINVAL, "stop", 0, "stop: stop string %zu is empty", i);
   }
   stop_matcher *m = calloc(1, sizeof *m);
   if (!m) return herr_set(err, HEARTH_ENOMEM, "stop: out of memory");

@@ -451,34 +451,26 @@ static void job_generate(job *j, serve_token_fn fn) {
   if (lock) pthread_mutex_unlock(&s->engine_lock);
 }
 
-/* The request field an engine message starts with ("logit_bias: ..."), or NULL. */
-static const char *field_named(const char *msg) {
-  static const char *fields[] = {"max_tokens", "temperature", "top_p",      "top_k",          "min_p",
-                                 "seed",       "stop",        "logit_bias", "presence_penalty", "frequency_penalty",
-                                 "repetition_penalty", "top_logprobs", "logprobs", "messages", "prompt", "stop_sequences"};
-  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-    size_t n = strlen(fields[i]);
-    if (strncmp(msg, fields[i], n) == 0 && msg[n] == ':') return fields[i];
-  }
-  return NULL;
-}
-
-/* An engine failure as the client sees it. */
+/* An engine failure as the client sees it: by its code and typed cause, with
+ * the field the engine named (never by parsing its message). */
 static void fail_from_engine(const job *j, serve_fail *f) {
-  const char *param = j->req.kind == SERVE_CHAT ? "messages" : "prompt";
+  const char *param = j->req.kind == SERVE_CHAT ? (j->responses ? "input" : "messages") : "prompt";
+  const char *field = j->err.field[0] ? j->err.field : NULL;
+  if (j->err.cause == HEARTH_CAUSE_MEMORY_ADMISSION) {
+    serve_fail_set(f, 400, "memory_admission", param, "memory_admission", "%s", j->err.msg);
+    return;
+  }
+  if (j->err.cause == HEARTH_CAUSE_CONTEXT_LENGTH) {
+    serve_fail_set(f, 400, "invalid_request_error", param, "context_length_exceeded", "%s", j->err.msg);
+    return;
+  }
   switch (j->rc) {
   case HEARTH_ELIMIT:
-    if (strncmp(j->err.msg, "memory_admission:", 17) == 0) {
-      serve_fail_set(f, 400, "memory_admission", param, "memory_admission", "%s", j->err.msg);
-      break;
-    }
-    serve_fail_set(f, 400, "invalid_request_error", param, "context_length_exceeded", "%s", j->err.msg);
-    break;
   case HEARTH_EINVAL:
   case HEARTH_EFORMAT:
   case HEARTH_EUNSUPPORTED:
   case HEARTH_ENOTFOUND:
-    serve_fail_set(f, 400, "invalid_request_error", field_named(j->err.msg), NULL, "%s", j->err.msg);
+    serve_fail_set(f, 400, "invalid_request_error", field, NULL, "%s", j->err.msg);
     break;
   default:
     serve_fail_set(f, 500, "server_error", NULL, NULL, "generation failed: %s", j->err.msg);
@@ -846,7 +838,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
     goto refuse;
   }
   if (e->admit && e->admit(e->impl, ntok, j->req.sampling.max_tokens, &err)) {
-    if (err.code == HEARTH_ELIMIT)
+    if (err.cause == HEARTH_CAUSE_MEMORY_ADMISSION)
       serve_fail_set(&f, 400, "memory_admission", param, "memory_admission", "%s", err.msg);
     else
       serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);

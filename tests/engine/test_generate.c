@@ -217,6 +217,7 @@ static void test_max_tokens_and_context(void) {
   memset(&c, 0, sizeof c);
   CHECK_EQ_INT(run(&p, &c, &res, &err), HEARTH_ELIMIT);
   CHECK(strstr(err.msg, "context_length_exceeded") != NULL);
+  CHECK(err.cause == HEARTH_CAUSE_CONTEXT_LENGTH);
   CHECK_EQ_INT(c.n, 0);
   /* unset: up to the context, 108 tokens (EOS made impossible) */
   p.max_tokens = -1;

@@ -458,15 +458,18 @@ static void test_bad_input(void) {
   p.top_p = 1.5f;
   CHECK_EQ_INT(sampler_new(4, &p, &s, &err), HEARTH_EINVAL);
   CHECK(strstr(err.msg, "top_p") != NULL);
+  CHECK_EQ_STR(err.field, "top_p"); /* the field is typed, not only in the message */
   sample_params_default(&p);
   p.temperature = NAN;
   CHECK_EQ_INT(sampler_new(4, &p, &s, &err), HEARTH_EINVAL);
+  CHECK_EQ_STR(err.field, "temperature");
   sample_params_default(&p);
   sample_bias b = {4, 1.0f};
   p.logit_bias = &b;
   p.n_logit_bias = 1;
   CHECK_EQ_INT(sampler_new(4, &p, &s, &err), HEARTH_EINVAL);
   CHECK(strstr(err.msg, "logit_bias") != NULL);
+  CHECK_EQ_STR(err.field, "logit_bias");
   sample_params_default(&p);
   p.repetition_penalty = 0;
   CHECK_EQ_INT(sampler_new(4, &p, &s, &err), HEARTH_EINVAL);

@@ -322,6 +322,7 @@ static void test_admission(void) {
   collected c = {0};
   CHECK_EQ_INT(sched_run(s, &r, collect, &c, &res, &e), HEARTH_ELIMIT);
   CHECK(strncmp(e.msg, "memory_admission:", 17) == 0);
+  CHECK(e.cause == HEARTH_CAUSE_MEMORY_ADMISSION);
   CHECK_EQ_INT(c.n, 0);
   /* one that fits runs */
   greedy_request(&r, 0);
