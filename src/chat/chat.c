@@ -174,3 +174,56 @@ int chat_render(const char *template_src, const json_t *messages, const json_t *
                 const json_t *extra_kwargs, const char *bos, const char *eos, hbuf *out, herr *err) {
   return chat_render_with(template_src, messages, tools, add_generation_prompt, extra_kwargs, bos, eos, NULL, out, err);
 }
+
+void chat_apply_call_shape(json_t *messages, chat_call_shape shape) {
+  size_t i;
+  json_t *m;
+  json_array_foreach(messages, i, m) {
+    json_t *calls = json_object_get(m, "tool_calls");
+    if (!json_is_array(calls) || json_array_size(calls) == 0) continue;
+    json_t *c = json_object_get(m, "content");
+    bool empty = !c || json_is_null(c) || (json_is_string(c) && json_string_length(c) == 0);
+    if (empty) json_object_set_new(m, "content", shape.empty_content ? json_string("") : json_null());
+    size_t k;
+    json_t *call;
+    json_array_foreach(calls, k, call) {
+      json_t *fn = json_object_get(call, "function");
+      json_t *args = json_object_get(fn, "arguments");
+      if (shape.string_args && args && !json_is_string(args)) {
+        char *s = json_dumps(args, JSON_ENCODE_ANY); /* ", " and ": ", as json.dumps */
+        if (s) json_object_set_new(fn, "arguments", json_string(s));
+        free(s);
+      } else if (!shape.string_args && json_is_string(args)) {
+        json_t *o = json_loads(json_string_value(args), 0, NULL);
+        if (json_is_object(o)) json_object_set_new(fn, "arguments", o);
+        else json_decref(o);
+      }
+    }
+  }
+}
+
+chat_call_shape chat_tool_call_shape(const char *src, const char *bos, const char *eos) {
+  static const chat_call_shape order[] = {{false, false}, {true, false}, {false, true}, {true, true}};
+  json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"probe_tool\",\"description\":\"p\","
+                             "\"parameters\":{\"type\":\"object\",\"properties\":{\"probe_arg\":{\"type\":\"string\"}}}}}]",
+                             0, NULL);
+  for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
+    json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"p\"},{\"role\":\"assistant\",\"content\":null,"
+                              "\"tool_calls\":[{\"id\":\"call_probe0\",\"type\":\"function\",\"function\":"
+                              "{\"name\":\"probe_tool\",\"arguments\":{\"probe_arg\":\"probe_value\"}}}]}]",
+                              0, NULL);
+    if (!msgs) break;
+    chat_apply_call_shape(msgs, order[i]);
+    hbuf out = {0};
+    bool shown = chat_render(src, msgs, tools, false, NULL, bos, eos, &out, NULL) == 0 && out.data &&
+                 strstr(out.data, "probe_tool") && strstr(out.data, "probe_value");
+    hbuf_free(&out);
+    json_decref(msgs);
+    if (shown) {
+      json_decref(tools);
+      return order[i];
+    }
+  }
+  json_decref(tools);
+  return order[0];
+}

@@ -42,4 +42,21 @@ int chat_render(const char *template_src, const json_t *messages, const json_t *
                 bool add_generation_prompt, const json_t *extra_kwargs, const char *bos, const char *eos, hbuf *out,
                 herr *err);
 
+/* How a template wants an assistant turn that only calls tools, found by
+ * rendering a probe conversation: content null (as OpenAI clients send it) or
+ * "" — some templates write the calls only for null, others fail on null —
+ * and arguments as an object (what most templates pass to tojson) or as a
+ * JSON string (what DeepSeek's concatenate). The first of (null, object),
+ * ("", object), (null, string), ("", string) whose rendering shows the call's
+ * name and argument; (null, object) when none does. */
+typedef struct chat_call_shape {
+  bool empty_content; /* "" instead of null */
+  bool string_args;   /* arguments as a JSON string */
+} chat_call_shape;
+chat_call_shape chat_tool_call_shape(const char *template_src, const char *bos, const char *eos);
+/* Reshapes messages (an array, changed in place) for the template: assistant
+ * turns of only tool calls get null or "" content, their arguments objects or
+ * strings (with Python's json.dumps separators). */
+void chat_apply_call_shape(json_t *messages, chat_call_shape shape);
+
 #endif

@@ -37,6 +37,7 @@ struct hearth_model {
   int n_eos;
   int32_t bos;
   chat_template chat_src;      /* owned (when has_chat_src): source, bos/eos strings */
+  chat_call_shape call_shape;  /* how the template wants turns of only tool calls */
   bool has_chat_src;
   jinja_template *chat;        /* owned, NULL when none or when it did not parse */
   herr chat_err;               /* why a template that exists did not parse */
@@ -109,6 +110,7 @@ static int load_chat_template(hearth_model *hm, herr *err) {
     HLOG_WARN("%s: the chat template cannot be used: %s", hm->path, hm->chat_err.msg);
     hm->chat = NULL;
   }
+  if (hm->chat) hm->call_shape = chat_tool_call_shape(hm->chat_src.source, hm->chat_src.bos, hm->chat_src.eos);
   return 0;
 }
 
@@ -303,6 +305,7 @@ int hearth_chat_render(const hearth_model *hm, const char *messages_json, const 
       goto out;
     }
   }
+  chat_apply_call_shape(msgs, hm->call_shape); /* tool-call turns as this template wants them */
   ctx = chat_context(msgs, json_is_array(tools) ? tools : NULL, add_generation_prompt, extra, hm->chat_src.bos,
                      hm->chat_src.eos);
   if (!ctx) {

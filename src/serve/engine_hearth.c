@@ -49,6 +49,8 @@ static int render_chat(void *impl, const serve_message *msgs, int nmsgs, const s
   for (int i = 0; i < nmsgs; i++) {
     json_t *m = json_object();
     json_object_set_new(m, "role", json_string(msgs[i].role));
+    /* (a turn of only tool calls is given the content and argument shape the
+     * template wants by hearth_chat_render) */
     json_t *c = json_string(msgs[i].content);
     if (!c) { /* not valid UTF-8: the template sees what jansson can carry */
       json_decref(m);
