@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,7 +145,18 @@ static void put_head(hbuf *b, const htrace *t, const char *ph, const char *name,
   hbuf_printf(b, ",\"pid\":%lld,\"tid\":%lld", (long long)t->pid, (long long)tid);
 }
 
-static double us_since_open(const htrace *t, double at) { return (at - t->t0) * 1e6; }
+/* Nanoseconds since open (0 for earlier times). Times are written from these
+ * whole nanoseconds, and a span's duration as end minus start, so spans that
+ * nest in seconds still nest exactly in the file. */
+static int64_t ns_since_open(const htrace *t, double at) {
+  double ns = (at - t->t0) * 1e9;
+  return ns > 0 ? (int64_t)llround(ns) : 0;
+}
+
+/* Microseconds with three decimals, from nanoseconds >= 0. */
+static void put_us(hbuf *b, const char *key, int64_t ns) {
+  hbuf_printf(b, ",\"%s\":%lld.%03lld", key, (long long)(ns / 1000), (long long)(ns % 1000));
+}
 
 int htrace_open(const char *path, int64_t max_bytes, htrace **out, herr *err) {
   *out = NULL;
@@ -216,7 +228,9 @@ void htrace_complete(htrace *t, int64_t tid, const char *name, const char *cat, 
   if (!t) return;
   hbuf b = {0};
   put_head(&b, t, "X", name, cat, tid);
-  hbuf_printf(&b, ",\"ts\":%.3f,\"dur\":%.3f", us_since_open(t, start), dur > 0 ? dur * 1e6 : 0.0);
+  int64_t from = ns_since_open(t, start), to = ns_since_open(t, start + (dur > 0 ? dur : 0));
+  put_us(&b, "ts", from);
+  put_us(&b, "dur", to - from);
   put_args(&b, args, n_args);
   hbuf_putc(&b, '}');
   emit(t, &b);
@@ -228,7 +242,8 @@ void htrace_instant(htrace *t, int64_t tid, const char *name, const char *cat, d
   if (!t) return;
   hbuf b = {0};
   put_head(&b, t, "i", name, cat, tid);
-  hbuf_printf(&b, ",\"s\":\"t\",\"ts\":%.3f", us_since_open(t, at));
+  hbuf_puts(&b, ",\"s\":\"t\"");
+  put_us(&b, "ts", ns_since_open(t, at));
   put_args(&b, args, n_args);
   hbuf_putc(&b, '}');
   emit(t, &b);
