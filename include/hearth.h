@@ -90,6 +90,14 @@ typedef struct hearth_load_opts {
   int64_t expert_budget;   /* mixture of experts on the CPU: bytes of expert weights kept resident; the
                               rest stays mapped from the file and is read in on use, least recently used
                               out (0: all resident). Same output either way. */
+  const char *trace_file;  /* NULL: no trace. Else a Chrome trace-event JSON file (Perfetto,
+                              chrome://tracing) the serving engine writes while the model is loaded:
+                              per request a track with its queue wait, prefix-cache lookup, prefill
+                              chunks, decode steps, detokenization and the whole request (tokens,
+                              finish reason); an "engine" track with every step. Created (truncated)
+                              by hearth_model_load, closed — made complete JSON — by hearth_model_free;
+                              a process that dies leaves it lacking only its closing bracket. */
+  int64_t trace_max_bytes; /* events written at most (<= 0: 256 MiB); later ones are dropped, logged once */
 } hearth_load_opts;
 
 /* Loads a model: a Hugging Face model folder (config.json + safetensors, and
@@ -190,6 +198,8 @@ typedef struct hearth_gen_params {
   const char *json_schema;     /* borrowed, may be NULL: a JSON Schema (JSON text) the output must
                                   follow — compiled to a grammar; HEARTH_EUNSUPPORTED naming a keyword
                                   that would narrow the output and is not compiled. Not with grammar. */
+  const char *trace_label;     /* borrowed, may be NULL: with hearth_load_opts.trace_file, the request's
+                                  track is named "req LABEL" (a response id, say); NULL: "req N" */
 } hearth_gen_params;
 
 void hearth_gen_params_init(hearth_gen_params *p);

@@ -16,7 +16,7 @@
 static void serve_usage(void) {
   printf("usage: hearth serve [--model PATH] [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES] [--threads N]\n"
          "                    [--max-batch N] [--prefill-chunk N] [--kv-cache-mem BYTES] [--memory-budget BYTES]\n"
-         "                    [--served-model-name NAME]... [--cors ORIGIN]\n"
+         "                    [--served-model-name NAME]... [--cors ORIGIN] [--trace-file PATH] [--trace-max-bytes BYTES]\n"
          "                    [--responses-max N] [--responses-max-bytes BYTES] [--responses-ttl SECONDS]\n\n"
          "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
          "/v1/messages (Anthropic), /v1/models,\n"
@@ -43,14 +43,19 @@ static void serve_usage(void) {
          "                     1000; the oldest go first)\n"
          "  --responses-max-bytes BYTES  ... their stored JSON at most (default 256M)\n"
          "  --responses-ttl SECONDS  ... kept this long (default 3600; 0 = forever)\n"
+         "  --trace-file PATH  write per-request spans (queue wait, prefix-cache lookup, prefill chunks,\n"
+         "                     decode steps, detokenize) and engine steps to PATH as Chrome trace-event\n"
+         "                     JSON; open it in https://ui.perfetto.dev or chrome://tracing. Complete\n"
+         "                     when the server stops (SIGINT/SIGTERM); loadable even if it dies\n"
+         "  --trace-max-bytes BYTES  stop writing the trace past this size (default 256M)\n"
          "BYTES accept a K, M or G suffix (powers of 1024).\n");
 }
 
 int cli_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = getenv("HEARTH_API_KEY"), *v;
-  const char *names[64], *cors = NULL;
+  const char *names[64], *cors = NULL, *trace_file = NULL;
   int nnames = 0;
-  long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, kv_mem = 0, budget = 0;
+  long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, kv_mem = 0, budget = 0, trace_max = 0;
   long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600;
   for (int i = 1; i < argc; i++) {
     int r;
@@ -66,6 +71,13 @@ int cli_serve(int argc, char **argv) {
       if (r < 0) return 2;
     } else if ((r = cli_opt(argc, argv, &i, "--cors", &cors))) {
       if (r < 0) return 2;
+    } else if ((r = cli_opt(argc, argv, &i, "--trace-file", &trace_file))) {
+      if (r < 0) return 2;
+      if (!trace_file[0]) return cli_usage_error("serve", "--trace-file must not be empty");
+    } else if ((r = cli_opt(argc, argv, &i, "--trace-max-bytes", &v))) {
+      if (r < 0) return 2;
+      if (!cli_parse_bytes(v, &trace_max) || trace_max <= 0)
+        return cli_usage_error("serve", "--trace-max-bytes must be a positive byte count, not '%s'", v);
     } else if ((r = cli_opt(argc, argv, &i, "--served-model-name", &v))) {
       if (r < 0) return 2;
       if (!v[0]) return cli_usage_error("serve", "--served-model-name must not be empty");
@@ -118,7 +130,9 @@ int cli_serve(int argc, char **argv) {
                                    .f32_activations = cli_load_opts()->f32_activations,
                                    .f32_as_bf16 = cli_load_opts()->f32_as_bf16,
                                    .no_cuda_graphs = cli_load_opts()->no_cuda_graphs,
-                                   .expert_budget = cli_load_opts()->expert_budget}};
+                                   .expert_budget = cli_load_opts()->expert_budget,
+                                   .trace_file = trace_file,
+                                   .trace_max_bytes = trace_max}};
   if (serve_engine_open_opts(model, &eo, &engine, &err)) return cli_fail("serve: %s", err.msg);
   serve_config cfg = {.host = host, .port = (int)port, .api_key = key, .max_body = (size_t)max_body,
                       .served_names = names, .n_served_names = nnames, .cors_origin = cors,

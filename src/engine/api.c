@@ -13,6 +13,7 @@
 #include "base/file.h"
 #include "base/json.h"
 #include "base/log.h"
+#include "base/trace.h"
 #include "chat/chat.h"
 #include "chat/jinja.h"
 #include "engine/generate.h"
@@ -44,6 +45,7 @@ struct hearth_model {
   pthread_mutex_t gen_lock;    /* guards starting the scheduler */
   sched *sch;                  /* owned: started by the first generation */
   sched_config sch_cfg;
+  htrace *trace;               /* owned, NULL without hearth_load_opts.trace_file */
 };
 
 void hearth_free(void *p) { free(p); }
@@ -179,6 +181,11 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
     hm->sch_cfg.gpu_memory_fraction = opts->gpu_memory_fraction;
   }
   hm->sch_cfg.context_length = hm->context_length;
+  if (opts && opts->trace_file) {
+    if ((rc = htrace_open(opts->trace_file, opts->trace_max_bytes, &hm->trace, err))) goto fail;
+    hm->sch_cfg.trace = hm->trace;
+    HLOG_INFO("tracing to %s (Chrome trace-event JSON)", opts->trace_file);
+  }
   for (int i = 0; i < cfg->n_eos; i++) add_eos(hm, cfg->eos_token_ids[i]);
   for (int i = 0; i < hm->gen.n_eos; i++) add_eos(hm, hm->gen.eos_token_ids[i]);
   if (hm->tok) add_eos(hm, tokenizer_eos_id(hm->tok));
@@ -192,6 +199,7 @@ fail:
 void hearth_model_free(hearth_model *hm) {
   if (!hm) return;
   sched_free(hm->sch);
+  htrace_close(hm->trace); /* after the scheduler: its last requests end in the trace */
   model_free(hm->m);
   if (hm->tok) tokenizer_free(hm->tok);
   jinja_free(hm->chat);
@@ -396,6 +404,7 @@ static int fill_request(const hearth_model *hm, const hearth_gen_params *p, gen_
   r->skip_special = p->skip_special;
   r->prefill_chunk = p->prefill_chunk;
   r->cancel = p->cancel;
+  r->trace_label = p->trace_label;
   return 0;
 }
 

@@ -44,6 +44,8 @@ typedef struct gen_request {
   const char *grammar;          /* borrowed, may be NULL: GBNF (engine/grammar.h) the output follows;
                                    the scheduler only */
   size_t grammar_len;
+  const char *trace_label;      /* borrowed, may be NULL: names the request's track in a trace
+                                   ("req LABEL"; else "req N", N counting requests); the scheduler only */
 } gen_request;
 
 /* Defaults: greedy-free neutral sampling, no stops, no EOS, skip_special true. */

@@ -1,7 +1,8 @@
 /* sched.c — the continuous-batching scheduler (see sched.h): the engine
  * thread, the waiting queue and running set, admission against the KV pool,
  * batch assembly with chunked prefill, preemption by recompute, and each
- * sequence's sampler, detokenizer and stop matcher. Knows the model only
+ * sequence's sampler, detokenizer and stop matcher, and the spans they
+ * leave in a trace (base/trace.h) when one is given. Knows the model only
  * through model.h and the cache only through kv_paged.h; knows nothing of
  * HTTP or the public API. */
 #include "engine/sched.h"
@@ -43,6 +44,11 @@ typedef struct sseq {
   bool ended;                 /* finished: the engine no longer touches it */
   bool done;                  /* the waiter may return (under the lock) */
   double t_admit, t_first;
+  int preemptions;
+  /* tracing (only with sched.trace) */
+  int64_t trace_tid;          /* the request's track; 0: not traced */
+  double t_start;             /* sched_run was called */
+  double t_queued;            /* joined the waiting queue; 0 while not waiting */
   struct sseq *next;          /* waiting queue link */
 } sseq;
 
@@ -74,12 +80,56 @@ struct sched {
   sched_stats st;
   pthread_mutex_t gv_mu;      /* guards making gv */
   grammar_vocab *gv;          /* owned, made on the first grammar request: the tokens' bytes */
+  htrace *trace;              /* borrowed, may be NULL */
+  int64_t trace_requests;     /* requests traced so far (atomic): their tracks' numbers */
 };
+
+/* The engine's track in a trace; request N's track is TRACE_ENGINE + N. */
+#define TRACE_ENGINE 1
 
 static double now_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- trace spans (only with s->trace) ---- */
+
+/* A request joins the queue: its own track, named by its label or number. */
+static void trace_queued(sched *s, sseq *q) {
+  int64_t n = __atomic_add_fetch(&s->trace_requests, 1, __ATOMIC_RELAXED);
+  q->trace_tid = TRACE_ENGINE + n;
+  char name[160];
+  if (q->req->trace_label && q->req->trace_label[0]) snprintf(name, sizeof name, "req %s", q->req->trace_label);
+  else snprintf(name, sizeof name, "req %lld", (long long)n);
+  htrace_track(s->trace, q->trace_tid, name, q->trace_tid);
+  q->t_queued = htrace_now();
+}
+
+/* The wait in the queue ends at `until`. */
+static void trace_queue_span(sched *s, sseq *q, double until) {
+  if (q->t_queued <= 0) return;
+  htrace_complete(s->trace, q->trace_tid, "queue", "request", q->t_queued, until - q->t_queued,
+                  (htrace_arg[]){HTRACE_INT("preemptions", q->preemptions)}, 1);
+  q->t_queued = 0;
+}
+
+static const char *finish_name(const sseq *q) {
+  if (q->res->finish == GEN_FINISH_CANCELLED) return "cancelled";
+  if (q->rc) return "error";
+  return q->res->finish == GEN_FINISH_LENGTH ? "length" : "stop";
+}
+
+/* The whole request, from sched_run to its end (after every span inside it). */
+static void trace_request_span(sched *s, sseq *q) {
+  double t = htrace_now();
+  trace_queue_span(s, q, t);
+  htrace_arg args[] = {HTRACE_INT("prompt_tokens", q->res->prompt_tokens),
+                       HTRACE_INT("completion_tokens", q->res->completion_tokens),
+                       HTRACE_INT("cached_tokens", q->res->cached_tokens), HTRACE_STR("finish", finish_name(q)),
+                       HTRACE_INT("preemptions", q->preemptions), HTRACE_STR("error", q->err->msg)};
+  int n = q->rc && q->res->finish != GEN_FINISH_CANCELLED ? 6 : 5;
+  htrace_complete(s->trace, q->trace_tid, "request", "request", q->t_start, t - q->t_start, args, n);
 }
 
 /* ---- waiting queue (under mu) ---- */
@@ -128,6 +178,10 @@ static void publish_counts(sched *s) {
 
 /* Ends q (engine thread): frees its blocks, tells its waiter. */
 static void seq_finish(sched *s, sseq *q, int rc) {
+  if (q->trace_tid) {
+    q->rc = rc;
+    trace_request_span(s, q);
+  }
   double t = now_seconds();
   if (q->kv) {
     kv_paged_seq_free(q->kv);
@@ -155,8 +209,12 @@ static void seq_cancel(sched *s, sseq *q, const char *when) {
 }
 
 /* The held-back tail at the end of a run. */
-static int seq_flush_text(sseq *q) {
+static int seq_flush_text(sched *s, sseq *q) {
+  double t0 = q->trace_tid ? htrace_now() : 0;
   int rc = gen_emit_flush(&q->out, q->res, q->err);
+  if (q->trace_tid)
+    htrace_complete(s->trace, q->trace_tid, "detokenize", "request", t0, htrace_now() - t0,
+                    (htrace_arg[]){HTRACE_INT("flush", 1), HTRACE_INT("bytes", q->out.delta.len)}, 2);
   if (!rc && q->out.delta.len && q->fn) q->fn(q->user, hbuf_str(&q->out.delta), q->out.delta.len, NULL);
   return rc;
 }
@@ -170,18 +228,27 @@ static bool seq_take_token(sched *s, sseq *q, sample_token st) {
   s->st.generated_tokens++;
   pthread_mutex_unlock(&s->mu);
   bool ended = false;
+  double t0 = q->trace_tid ? htrace_now() : 0;
   int rc = gen_emit_token(&q->out, q->req, st.id, q->max_new, q->res, &ended, q->err);
+  if (q->trace_tid) {
+    double t1 = htrace_now();
+    htrace_complete(s->trace, q->trace_tid, "detokenize", "request", t0, t1 - t0,
+                    (htrace_arg[]){HTRACE_INT("token", st.id), HTRACE_INT("bytes", q->out.delta.len)}, 2);
+    t0 = t1;
+  }
   if (rc) {
     seq_finish(s, q, rc);
     return true;
   }
-  if (q->fn && q->fn(q->user, hbuf_str(&q->out.delta), q->out.delta.len, &st)) {
+  int stop = q->fn ? q->fn(q->user, hbuf_str(&q->out.delta), q->out.delta.len, &st) : 0;
+  if (q->trace_tid && q->fn) htrace_complete(s->trace, q->trace_tid, "deliver", "request", t0, htrace_now() - t0, NULL, 0);
+  if (stop) {
     seq_cancel(s, q, "by the callback");
     return true;
   }
   if (ended) {
     if (q->closing && q->res->finish == GEN_FINISH_STOP) q->res->finish = GEN_FINISH_LENGTH;
-    seq_finish(s, q, seq_flush_text(q));
+    seq_finish(s, q, seq_flush_text(s, q));
     return true;
   }
   if (q->n_toks == q->cap_toks && !HGROW(q->toks, q->cap_toks, q->n_toks + 1)) {
@@ -227,6 +294,12 @@ static void preempt(sched *s, int i) {
   kv_paged_seq_free(q->kv);
   q->kv = NULL;
   running_remove(s, i);
+  q->preemptions++;
+  if (q->trace_tid) {
+    q->t_queued = htrace_now();
+    htrace_instant(s->trace, q->trace_tid, "preempted", "request", q->t_queued,
+                   (htrace_arg[]){HTRACE_INT("computed_tokens", q->n_toks)}, 1);
+  }
   pthread_mutex_lock(&s->mu);
   queue_push_front(s, q);
   s->st.preemptions++;
@@ -269,6 +342,7 @@ static void admit(sched *s) {
     pthread_mutex_unlock(&s->mu);
     herr e = {0};
     kv_seq *kv = NULL;
+    double t_look = q->trace_tid ? htrace_now() : 0;
     if (kv_paged_seq_new(s->pool, q->n_toks + q->max_new, &kv, &e)) return; /* out of memory: try next step */
     int64_t hit = kv_paged_seq_attach_prefix(kv, q->toks, q->n_toks, 0);
     int64_t first = q->n_toks - hit < s->chunk ? q->n_toks - hit : s->chunk;
@@ -287,12 +361,44 @@ static void admit(sched *s) {
     if (!q->admitted_once) q->t_admit = now_seconds();
     q->admitted_once = true;
     q->kv = kv;
+    if (q->trace_tid) {
+      trace_queue_span(s, q, t_look);
+      htrace_complete(s->trace, q->trace_tid, "cache lookup", "request", t_look, htrace_now() - t_look,
+                      (htrace_arg[]){HTRACE_INT("hit_tokens", hit), HTRACE_INT("miss_tokens", q->n_toks - hit)}, 2);
+    }
     s->running[s->n_running++] = q;
   }
 }
 
+/* The step's forward [t0, t1): on the engine's track, and on each request's
+ * track as a prefill chunk or a decode step (the whole batch's time: the
+ * requests share it). */
+static void trace_forward(sched *s, int n_batch, double t0, double t1, int64_t *prefill_tokens,
+                          int64_t *decode_tokens) {
+  int64_t prefill = 0, decode = 0;
+  for (int k = 0; k < n_batch; k++) {
+    sseq *q = s->in_batch[k];
+    int64_t n = s->batch[k].n_tokens, pos = q->kv->len - n;
+    bool is_prefill = n > 1 || pos < (int64_t)q->req->n_prompt;
+    if (is_prefill) prefill += n;
+    else decode += n;
+    if (is_prefill)
+      htrace_complete(s->trace, q->trace_tid, "prefill", "request", t0, t1 - t0,
+                      (htrace_arg[]){HTRACE_INT("tokens", n), HTRACE_INT("position", pos),
+                                     HTRACE_INT("batch", n_batch), HTRACE_INT("recompute", q->preemptions > 0)},
+                      4);
+    else
+      htrace_complete(s->trace, q->trace_tid, "decode", "request", t0, t1 - t0,
+                      (htrace_arg[]){HTRACE_INT("position", pos), HTRACE_INT("batch", n_batch)}, 2);
+  }
+  htrace_complete(s->trace, TRACE_ENGINE, "forward", "engine", t0, t1 - t0, NULL, 0);
+  *prefill_tokens = prefill;
+  *decode_tokens = decode;
+}
+
 /* One step: cancellations, admission, one batched forward, sampling. */
 static void step(sched *s) {
+  double t_step = s->trace ? htrace_now() : 0;
   for (int i = 0; i < s->n_running;) {
     sseq *q = s->running[i];
     if (seq_cancelled(q)) {
@@ -337,7 +443,7 @@ static void step(sched *s) {
       i--;
       if (q->res->completion_tokens > 0) {
         q->res->finish = GEN_FINISH_LENGTH;
-        seq_finish(s, q, seq_flush_text(q));
+        seq_finish(s, q, seq_flush_text(s, q));
       } else {
         herr_set_at(q->err, HEARTH_ELIMIT, NULL, HEARTH_CAUSE_MEMORY_ADMISSION, "memory_admission: %s", e.msg);
         seq_finish(s, q, HEARTH_ELIMIT);
@@ -358,6 +464,7 @@ static void step(sched *s) {
   /* a sequence under a grammar needs its logits on the host to mask them */
   bool host = !s->dev_sample;
   for (int k = 0; k < n_batch && !host; k++) host = s->in_batch[k]->gm != NULL;
+  double t_fwd = s->trace ? htrace_now() : 0;
   if (host && !s->logits) {
     s->logits = malloc(sizeof(float) * (size_t)s->max_batch * (size_t)s->vocab);
     if (!s->logits) rc = herr_set(&e, HEARTH_ENOMEM, "scheduler: out of memory for the logits of a batch");
@@ -386,6 +493,8 @@ static void step(sched *s) {
     }
     return;
   }
+  int64_t prefill_tokens = 0, decode_tokens = 0;
+  if (s->trace) trace_forward(s, n_batch, t_fwd, htrace_now(), &prefill_tokens, &decode_tokens);
   for (int k = 0; k < n_batch; k++) {
     sseq *q = s->in_batch[k];
     kv_paged_seq_publish(q->kv, q->toks, q->kv->len, 0);
@@ -402,7 +511,7 @@ static void step(sched *s) {
       }
     } else if (q->gm && (rc = seq_mask(s, q, s->logits + (size_t)k * (size_t)s->vocab)) != 0) {
       if (rc > 0) seq_finish(s, q, rc);
-      else seq_finish(s, q, seq_flush_text(q)); /* the grammar is complete and nothing may follow */
+      else seq_finish(s, q, seq_flush_text(s, q)); /* the grammar is complete and nothing may follow */
       ended = true;
     } else if ((rc = sampler_sample(q->smp, s->logits + (size_t)k * (size_t)s->vocab, &st, q->err))) {
       seq_finish(s, q, rc);
@@ -426,7 +535,15 @@ static void step(sched *s) {
   s->st.prompt_tokens += prompt_fed;
   s->st.busy_seconds += now_seconds() - t0;
   s->st.steps++;
+  int64_t waiting = s->n_waiting;
   pthread_mutex_unlock(&s->mu);
+  if (s->trace)
+    htrace_complete(s->trace, TRACE_ENGINE, "step", "engine", t_step, htrace_now() - t_step,
+                    (htrace_arg[]){HTRACE_INT("n_seqs", n_batch), HTRACE_INT("tokens", prefill_tokens + decode_tokens),
+                                   HTRACE_INT("prefill_tokens", prefill_tokens),
+                                   HTRACE_INT("decode_tokens", decode_tokens), HTRACE_INT("running", s->n_running),
+                                   HTRACE_INT("waiting", waiting)},
+                    6);
 }
 
 static void *engine_main(void *arg) {
@@ -477,6 +594,7 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   s->chunk = c.prefill_chunk > 0 ? c.prefill_chunk : GEN_DEFAULT_PREFILL_CHUNK;
   s->step_tokens = c.step_tokens > 0 ? c.step_tokens : (s->chunk > s->max_batch ? s->chunk : s->max_batch);
   s->memory_budget = c.memory_budget;
+  s->trace = c.trace;
   int B = c.block_tokens > 0 ? c.block_tokens : 16;
   int64_t ctx = c.context_length > 0 ? c.context_length : model_cfg(m)->max_position_embeddings;
   if (ctx <= 0) ctx = 4096;
@@ -530,6 +648,7 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   }
   s->st.block_tokens = B;
   publish_counts(s);
+  htrace_track(s->trace, TRACE_ENGINE, "engine", 0);
   if (pthread_create(&s->thread, NULL, engine_main, s)) {
     rc = herr_set(err, HEARTH_EINTERNAL, "scheduler: cannot start the engine thread");
     goto fail;
@@ -636,6 +755,7 @@ static int seq_grammar(sched *s, sseq *q, herr *err) {
 }
 
 int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen_result *res, herr *err) {
+  double t_start = s->trace ? htrace_now() : 0;
   memset(res, 0, sizeof *res);
   res->stop_index = -1;
   res->stop_token = -1;
@@ -647,7 +767,7 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
     if (req->prompt[i] < 0 || req->prompt[i] >= s->vocab)
       return herr_set(err, HEARTH_EINVAL, "generate: prompt token %zu is id %d, outside the vocabulary (size %lld)", i,
                       (int)req->prompt[i], (long long)s->vocab);
-  sseq q = {.req = req, .fn = fn, .user = user, .res = res, .err = err};
+  sseq q = {.req = req, .fn = fn, .user = user, .res = res, .err = err, .t_start = t_start};
   int rc = sampler_new((int32_t)s->vocab, &req->sample, &q.smp, err);
   if (rc) goto out;
   if ((rc = gen_check_context(s->m, req, &q.max_new, err))) goto out;
@@ -674,6 +794,7 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
     rc = herr_set(err, HEARTH_ECANCELLED, "generate: the engine is shutting down");
     goto out;
   }
+  if (s->trace) trace_queued(s, &q);
   queue_push_back(s, &q);
   pthread_cond_signal(&s->work_cv);
   while (!q.done) pthread_cond_wait(&s->done_cv, &s->mu);

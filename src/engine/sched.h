@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/trace.h"
 #include "engine/generate.h"
 
 typedef struct sched_config {
@@ -35,6 +36,9 @@ typedef struct sched_config {
   double gpu_memory_fraction; /* on a GPU, when kv_bytes is 0: the pool takes this share of the free
                              device memory (<= 0: 0.9), at most what max_batch full-context
                              sequences need */
+  htrace *trace;          /* borrowed, may be NULL: per-request spans (queue wait, cache lookup, prefill
+                             chunks, decode steps, detokenize, the whole request) on a track per request,
+                             and step spans on an "engine" track */
 } sched_config;
 
 typedef struct sched_stats {

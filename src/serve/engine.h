@@ -51,6 +51,7 @@ typedef struct serve_sampling {
   bool keep_special; /* special tokens stay in the text (tool-call and reasoning markers are parsed from it) */
   const char *grammar; /* borrowed from the request, may be NULL: GBNF the output must follow
                           (from `grammar` or a JSON response_format) */
+  const char *trace_label; /* borrowed, may be NULL: the response id, naming the request in a trace */
 } serve_sampling;
 
 /* One alternative token and its log-probability. */

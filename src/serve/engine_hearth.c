@@ -166,6 +166,7 @@ static int generate(void *impl, const char *prompt, bool raw, const serve_sampli
   p.top_logprobs = s->top_logprobs;
   p.skip_special = !s->keep_special;
   p.grammar = s->grammar;
+  p.trace_label = s->trace_label;
   p.cancel = cancel;
   hearth_prompt hp = {.text = prompt, .text_len = strlen(prompt), .add_special = raw};
   relay r = {fn, ctx};

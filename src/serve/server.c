@@ -874,6 +874,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       j->req.sampling.keep_special = needs_specials(&j->tc);
     }
   }
+  j->req.sampling.trace_label = anth ? j->areply.id : j->reply.id; /* names the request in a trace */
   return j->req.stream ? answer_stream(c, j) : answer_whole(c, j);
 refuse:
   job_free(j);

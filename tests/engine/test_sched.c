@@ -6,10 +6,15 @@
  * request sharing a 1,000-token prefix reports cached_tokens covering every
  * full shared block; 64 concurrent requests with random early cancellations
  * leave every block back in the pool; a request that can never fit is
- * refused with "memory_admission:" before any work. */
+ * refused with "memory_admission:" before any work. The cancellation and
+ * preemption runs are traced (base/trace.h): every request's track holds one
+ * request span with the rest nested in it, one after another; the preempted
+ * request shows its preemption, its second wait and its recomputed prefill. */
+#include <jansson.h>
 #include <pthread.h>
 #include <unistd.h>
 
+#include "base/trace.h"
 #include "engine/generate.h"
 #include "engine/kv_paged.h"
 #include "engine/sched.h"
@@ -186,12 +191,97 @@ static void test_prefix_cached_tokens(void) {
   sched_free(s);
 }
 
+/* ---- traces ---- */
+
+typedef struct trace_track {
+  int64_t tid;
+  char name[64];
+  json_t *request;                    /* borrowed: the one request span */
+  int n_spans, n_queue, n_lookup, n_prefill, n_recompute, n_decode, n_detok, n_preempted;
+} trace_track;
+
+static int64_t ns_of(const json_t *ev, const char *key) {
+  return (int64_t)llround(json_number_value(json_object_get(ev, key)) * 1000);
+}
+static int64_t arg_int(const json_t *ev, const char *key) {
+  return json_integer_value(json_object_get(json_object_get(ev, "args"), key));
+}
+
+/* Reads a trace back and checks every request track: one request span,
+ * everything else inside it and one after another. Fills up to cap tracks;
+ * returns how many; *arr (owned by the caller) keeps the events alive. */
+static int check_trace(const char *path, trace_track *tracks, int cap, json_t **arr) {
+  json_error_t je;
+  *arr = json_load_file(path, 0, &je);
+  CHECK_MSG(*arr != NULL, "%s: %s", path, je.text);
+  if (!*arr) return 0;
+  int n = 0;
+  size_t i;
+  json_t *ev;
+  json_array_foreach(*arr, i, ev) {
+    const char *ph = json_string_value(json_object_get(ev, "ph"));
+    const char *name = json_string_value(json_object_get(ev, "name"));
+    if (ph && !strcmp(ph, "M") && !strcmp(name, "thread_name")) {
+      const char *track = json_string_value(json_object_get(json_object_get(ev, "args"), "name"));
+      if (strncmp(track, "req ", 4) != 0 || n == cap) continue;
+      tracks[n] = (trace_track){.tid = json_integer_value(json_object_get(ev, "tid"))};
+      snprintf(tracks[n].name, sizeof tracks[n].name, "%s", track);
+      n++;
+    }
+  }
+  for (int k = 0; k < n; k++) {
+    trace_track *t = &tracks[k];
+    int64_t last_end = -1;
+    json_array_foreach(*arr, i, ev) { /* the request span first */
+      if (json_integer_value(json_object_get(ev, "tid")) != t->tid) continue;
+      if (!strcmp(json_string_value(json_object_get(ev, "name")), "request")) {
+        CHECK_MSG(t->request == NULL, "%s: a second request span", t->name);
+        t->request = ev;
+      }
+    }
+    CHECK_MSG(t->request != NULL, "%s: no request span", t->name);
+    if (!t->request) continue;
+    int64_t from = ns_of(t->request, "ts"), to = from + ns_of(t->request, "dur");
+    /* the others, in the order they were written (the engine thread writes them in time order) */
+    json_array_foreach(*arr, i, ev) {
+      if (json_integer_value(json_object_get(ev, "tid")) != t->tid || ev == t->request) continue;
+      const char *ph = json_string_value(json_object_get(ev, "ph"));
+      const char *name = json_string_value(json_object_get(ev, "name"));
+      if (!strcmp(ph, "M")) continue;
+      int64_t a = ns_of(ev, "ts"), b = !strcmp(ph, "X") ? a + ns_of(ev, "dur") : a;
+      CHECK_MSG(from < a && b <= to, "%s: %s outside the request span", t->name, name);
+      CHECK_MSG(a >= last_end, "%s: %s starts before the previous span ends", t->name, name);
+      last_end = b;
+      if (!strcmp(ph, "i")) {
+        t->n_preempted += !strcmp(name, "preempted");
+        continue;
+      }
+      t->n_spans++;
+      t->n_queue += !strcmp(name, "queue");
+      t->n_lookup += !strcmp(name, "cache lookup");
+      if (!strcmp(name, "prefill")) {
+        t->n_prefill++;
+        t->n_recompute += arg_int(ev, "recompute") != 0;
+      }
+      t->n_decode += !strcmp(name, "decode");
+      t->n_detok += !strcmp(name, "detokenize") && !arg_int(ev, "flush"); /* one per sampled token */
+    }
+  }
+  return n;
+}
+
 static void test_cancel_storm(void) {
   sched_config cfg = {.max_batch = 16, .prefill_chunk = 8, .block_tokens = 4};
   sched *s;
   herr e = {0};
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/hearth_sched_trace_%ld_cancel.json", (long)getpid());
+  CHECK_EQ_INT(htrace_open(path, 0, &cfg.trace, &e), 0);
   CHECK_EQ_INT(sched_new(g_m, NULL, &cfg, &s, &e), 0);
-  if (!s) return;
+  if (!s) {
+    htrace_close(cfg.trace);
+    return;
+  }
   enum { N = 64 };
   static job jobs[N];
   pthread_t th[N];
@@ -229,6 +319,22 @@ static void test_cancel_storm(void) {
   CHECK_EQ_INT(st.waiting, 0);
   CHECK_EQ_INT(st.requests_finished + st.requests_cancelled, N);
   sched_free(s);
+  htrace_close(cfg.trace);
+  static trace_track tracks[N];
+  json_t *arr = NULL;
+  int n = check_trace(path, tracks, N, &arr);
+  CHECK_EQ_INT(n, N);
+  int traced_cancelled = 0;
+  for (int k = 0; k < n; k++) {
+    if (!tracks[k].request) continue;
+    const char *finish = json_string_value(json_object_get(json_object_get(tracks[k].request, "args"), "finish"));
+    traced_cancelled += finish && !strcmp(finish, "cancelled");
+    CHECK_EQ_INT(tracks[k].n_queue, 1); /* waited once, whether admitted or cancelled while waiting */
+    CHECK(tracks[k].n_lookup <= 1);
+  }
+  CHECK_EQ_INT(traced_cancelled, cancelled);
+  json_decref(arr);
+  unlink(path);
 }
 
 static void *run_b(void *arg) {
@@ -266,8 +372,14 @@ static void test_preemption(void) {
   cfg.kv_bytes = 10 * kv_block_bytes(&g, 4); /* 40 rows; each request needs 32 */
   sched *s;
   herr e = {0};
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/hearth_sched_trace_%ld_preempt.json", (long)getpid());
+  CHECK_EQ_INT(htrace_open(path, 0, &cfg.trace, &e), 0);
   CHECK_EQ_INT(sched_new(g_m, NULL, &cfg, &s, &e), 0);
-  if (!s) return;
+  if (!s) {
+    htrace_close(cfg.trace);
+    return;
+  }
   g_hold_sched = s;
   int32_t pa[8] = {5, 9, 14, 200, 33, 71, 8, 90}, pb[8] = {300, 12, 7, 7, 45, 61, 2, 19};
   collected ref_a = {0}, ref_b = {0};
@@ -283,6 +395,8 @@ static void test_preemption(void) {
   gen_result res;
   CHECK_EQ_INT(generate_run(g_m, NULL, &ra, collect, &ref_a, &res, &e), 0);
   CHECK_EQ_INT(generate_run(g_m, NULL, &rb, collect, &ref_b, &res, &e), 0);
+  ra.trace_label = "a";
+  rb.trace_label = "b";
   job b = {.s = s, .i = 1, .req = rb};
   collected got_a = {0};
   /* B is submitted from another thread once A has its first token */
@@ -305,6 +419,29 @@ static void test_preemption(void) {
             (long long)st.preemptions, (long long)st.steps, (long long)st.prompt_tokens, (long long)st.generated_tokens,
             (long long)st.prefix_hit_tokens);
   sched_free(s);
+  htrace_close(cfg.trace);
+  trace_track tracks[4];
+  json_t *arr = NULL;
+  int n = check_trace(path, tracks, 4, &arr);
+  CHECK_EQ_INT(n, 2);
+  for (int k = 0; k < n; k++) {
+    trace_track *t = &tracks[k];
+    CHECK(!strcmp(t->name, "req a") || !strcmp(t->name, "req b"));
+    if (!t->request) continue;
+    CHECK_EQ_INT(arg_int(t->request, "completion_tokens"), 24);
+    CHECK_EQ_INT(arg_int(t->request, "prompt_tokens"), 8);
+    CHECK_EQ_INT(arg_int(t->request, "preemptions"), t->n_preempted);
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(t->request, "args"), "finish")), "length");
+    CHECK_EQ_INT(t->n_detok, 24);
+    /* each preemption: one more wait, one more lookup, a recomputed prefill */
+    CHECK_EQ_INT(t->n_queue, 1 + t->n_preempted);
+    CHECK_EQ_INT(t->n_lookup, 1 + t->n_preempted);
+    CHECK(t->n_preempted == 0 || t->n_recompute >= 1);
+    CHECK(t->n_prefill >= 2); /* 8 prompt tokens in chunks of 4 */
+  }
+  CHECK_EQ_INT(tracks[0].n_preempted + tracks[1].n_preempted, st.preemptions);
+  json_decref(arr);
+  unlink(path);
 }
 
 static void test_admission(void) {
