@@ -6,7 +6,8 @@
  * backend ops only (backend.h), on whichever device the model was loaded
  * for; each sequence's KV rows are written and read through its block
  * table (kv.h). Per step, one upload of the index tables and one download
- * of the requested logits cross between host and device. Knows nothing of
+ * of the requested logits (and of the final hidden states embedding
+ * sequences ask for) cross between host and device. Knows nothing of
  * sampling, tokenizers or how the cache manages its blocks. */
 #include <math.h>
 #include <stdint.h>
@@ -17,6 +18,7 @@
 #include "backend/backend.h"
 #include "base/file.h"
 #include "base/hash.h"
+#include "base/log.h"
 #include "base/vec.h"
 #include "format/safetensors.h"
 #include "format/gguf.h"
@@ -66,6 +68,7 @@ struct model {
   gguf_file *gg;          /* owned, or NULL: the GGUF mapping the matrices point into */
   bk_weight embed, lm_head; /* lm_head shares embed's loaded weight when tied */
   bool tied;
+  bool no_head;           /* a bare decoder's folder (no lm_head.weight, not tied): hidden states only */
   bk_tensor final_norm;
   layer_weights *layers;  /* owned, num_hidden_layers */
   rope_table rope_global, rope_local;
@@ -76,6 +79,7 @@ struct model {
 };
 
 const model_config *model_cfg(const model *m) { return &m->cfg; }
+bool model_has_head(const model *m) { return !m->no_head; }
 int64_t model_vocab_size(const model *m) { return m->cfg.vocab_size; }
 
 void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
@@ -124,7 +128,7 @@ void model_free(model *m) {
       for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) bk_weight_release(m->be, mats[i]);
     }
     bk_weight_release(m->be, &m->embed);
-    if (!m->tied) bk_weight_release(m->be, &m->lm_head);
+    if (!m->tied && !m->no_head) bk_weight_release(m->be, &m->lm_head);
     for (int i = 0; i < m->n_bufs; i++) bk_buf_free(m->bufs[i]);
     scratch_free(&m->f);
   }
@@ -498,8 +502,9 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   /* llama.cpp stores llama's q/k rows permuted for RoPE on adjacent pairs */
   m->rope_global.interleaved = m->rope_local.interleaved = is_gguf && !strcmp(c->model_type, "llama");
   weight_src src = {is_gguf ? NULL : &m->st, m->gg, dir, "model."};
-  /* gemma3 multimodal checkpoints keep the language model under another prefix */
-  static const char *const prefixes[] = {"language_model.model.", "model.language_model."};
+  /* gemma3 multimodal checkpoints keep the language model under another prefix; a bare
+   * decoder's (Qwen3Model, as Qwen3-Embedding is saved) has none */
+  static const char *const prefixes[] = {"language_model.model.", "model.language_model.", ""};
   for (size_t i = 0; !is_gguf && !st_find(&m->st, "model.embed_tokens.weight") && i < sizeof prefixes / sizeof prefixes[0]; i++) {
     char probe[128];
     snprintf(probe, sizeof probe, "%sembed_tokens.weight", prefixes[i]);
@@ -510,7 +515,12 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
     if ((rc = load_layer(m, &src, l, err))) goto fail;
   if ((rc = load_tensor(m, &src, "model.norm.weight", 1, c->hidden_size, 0, true, &m->final_norm, err))) goto fail;
   m->tied = c->tie_word_embeddings;
-  if (!m->tied && (rc = load_matrix(m, &src, "lm_head.weight", c->vocab_size, c->hidden_size, true, &m->lm_head, err))) goto fail;
+  if (!m->tied && (rc = load_matrix(m, &src, "lm_head.weight", c->vocab_size, c->hidden_size, false, &m->lm_head, err))) goto fail;
+  if (!m->tied && !m->lm_head.data) {
+    /* a bare decoder (an embedding model saved from Qwen3Model): hidden states, no logits */
+    m->no_head = true;
+    HLOG_INFO("%s: no lm_head.weight: the model gives hidden states (embeddings) only", dir);
+  }
   if (m->as_bf16) { /* asked for: f32 matrices stored as bf16 (vectors were rounded as they were read) */
     for (int l = 0; l < c->num_hidden_layers; l++) {
       layer_weights *lw = &m->layers[l];
@@ -518,7 +528,7 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
       for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
         if ((rc = to_bf16(m, mats[i], err))) goto fail;
     }
-    if ((rc = to_bf16(m, &m->embed, err)) || (!m->tied && (rc = to_bf16(m, &m->lm_head, err)))) goto fail;
+    if ((rc = to_bf16(m, &m->embed, err)) || (!m->tied && !m->no_head && (rc = to_bf16(m, &m->lm_head, err)))) goto fail;
   }
   /* a device that cannot hold the weights refuses the model before any matrix is uploaded */
   size_t fr = 0, tot = 0, need = model_weight_bytes(m);
@@ -537,7 +547,7 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   }
   if ((rc = bk_weight_load(m->be, &m->embed, BK_USE_EMBED | (m->tied ? BK_USE_MATMUL : 0) | priv, err))) goto fail;
   if (m->tied) m->lm_head = m->embed;
-  else if ((rc = bk_weight_load(m->be, &m->lm_head, BK_USE_MATMUL | priv, err))) goto fail;
+  else if (!m->no_head && (rc = bk_weight_load(m->be, &m->lm_head, BK_USE_MATMUL | priv, err))) goto fail;
 
   if (m->fam->scale_embeddings) {
     float s = sqrtf((float)c->hidden_size);
@@ -558,7 +568,9 @@ fail:
 
 size_t model_batch_logit_rows(const model_batch *b) {
   size_t rows = 0;
-  for (int s = 0; s < b->n_seqs; s++) rows += b->seqs[s].all_logits ? (size_t)b->seqs[s].n_tokens : 1;
+  for (int s = 0; s < b->n_seqs; s++)
+    if (b->seqs[s].out == MODEL_OUT_LOGITS || b->seqs[s].out == MODEL_OUT_LOGITS_HOST)
+      rows += b->seqs[s].all_logits ? (size_t)b->seqs[s].n_tokens : 1;
   return rows;
 }
 
@@ -674,12 +686,16 @@ static void mlp_layer(model *m, int l, step *st) {
   bk_add(&st->x, &st->x, &o);
 }
 
-/* The forward pass up to the logits rows (left on the backend in *lg); no
- * sequence's length changes (forward_commit does that once they are read). */
-static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, herr *err) {
+static bool has_logits_row(const model_seq *sq) { return sq->out == MODEL_OUT_LOGITS || sq->out == MODEL_OUT_LOGITS_HOST; }
+
+/* The forward pass up to the logits rows (left on the backend in *lg) and
+ * the final hidden states of MODEL_OUT_HIDDEN sequences (*hid, in batch
+ * order); no sequence's length changes (forward_commit does that once they
+ * are read). */
+static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_tensor *hid_out, herr *err) {
   const model_config *c = &m->cfg;
   if (!b || b->n_seqs <= 0) return herr_set(err, HEARTH_EINVAL, "model_forward: empty batch");
-  int64_t T = 0, R = 0;
+  int64_t T = 0, R = 0, P = 0;
   for (int s = 0; s < b->n_seqs; s++) {
     const model_seq *sq = &b->seqs[s];
     if (!sq->kv || !sq->kv->ops || sq->n_tokens <= 0 || !sq->tokens)
@@ -690,9 +706,20 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, her
       if (sq->tokens[i] < 0 || sq->tokens[i] >= c->vocab_size)
         return herr_set(err, HEARTH_EINVAL, "model_forward: token id %d is outside the vocabulary (size %lld)", (int)sq->tokens[i],
                         (long long)c->vocab_size);
+    if (sq->out < MODEL_OUT_LOGITS || sq->out > MODEL_OUT_LOGITS_HOST)
+      return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d asks for output %d, which does not exist", s, (int)sq->out);
+    if (sq->out != MODEL_OUT_LOGITS && sq->all_logits)
+      return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d sets all_logits without a logits output", s);
+    if ((sq->out == MODEL_OUT_HIDDEN || sq->out == MODEL_OUT_LOGITS_HOST) && !sq->dest)
+      return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d has nowhere to write its output", s);
     T += sq->n_tokens;
-    R += sq->all_logits ? sq->n_tokens : 1;
+    if (has_logits_row(sq)) R += sq->all_logits ? sq->n_tokens : 1;
+    if (sq->out == MODEL_OUT_HIDDEN) P++;
   }
+  if (R > 0 && m->no_head)
+    return herr_set(err, HEARTH_EUNSUPPORTED,
+                    "model_forward: this model has no output head (no lm_head.weight): it gives hidden states "
+                    "(embeddings) only, not logits");
   for (int s = 0; s < b->n_seqs; s++) {
     int rc = b->seqs[s].kv->ops->reserve(b->seqs[s].kv, b->seqs[s].n_tokens, err);
     if (rc) return rc;
@@ -710,13 +737,14 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, her
     kv = st;
     n_tables += nb;
   }
-  /* index tables, one I32 upload: ids, pos, row, tab, slot [T] each, gather [R], tables [n_tables] */
-  int64_t n_idx = 5 * T + R + n_tables;
+  /* index tables, one I32 upload: ids, pos, row, tab, slot [T] each, gather [R + P] (the logits
+   * rows, then the hidden rows), tables [n_tables] */
+  int64_t n_idx = 5 * T + R + P + n_tables;
   int rc = scratch_reserve(m, T, n_idx, R, err);
   if (rc) return rc;
   int32_t *h = m->f.host_idx, *ids = h, *pos = h + T, *row = h + 2 * T, *tab = h + 3 * T, *slot = h + 4 * T,
-          *gather = h + 5 * T, *tables = gather + R;
-  int64_t t = 0, r = 0, toff = 0, B = kv->block_rows;
+          *gather = h + 5 * T, *tables = gather + R + P;
+  int64_t t = 0, r = 0, p = 0, toff = 0, B = kv->block_rows;
   for (int s = 0; s < b->n_seqs; s++) {
     const model_seq *sq = &b->seqs[s];
     const int32_t *blocks;
@@ -730,7 +758,8 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, her
       pos[t] = (int32_t)(sq->positions ? sq->positions[i] : rw);
       tab[t] = (int32_t)toff;
       slot[t] = (int32_t)(blocks[rw / B] * B + rw % B);
-      if (sq->all_logits || i == sq->n_tokens - 1) gather[r++] = (int32_t)t;
+      if (has_logits_row(sq) && (sq->all_logits || i == sq->n_tokens - 1)) gather[r++] = (int32_t)t;
+      if (sq->out == MODEL_OUT_HIDDEN && i == sq->n_tokens - 1) gather[R + p++] = (int32_t)t;
     }
     toff += nb;
   }
@@ -741,8 +770,8 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, her
   st.o = bk_rows(&f->o, 0, T), st.gate = bk_rows(&f->gate, 0, T), st.up = bk_rows(&f->up, 0, T);
   bk_tensor *parts[] = {&st.ids, &st.pos, &st.row, &st.tab, &st.slot};
   for (int i = 0; i < 5; i++) *parts[i] = bk_rows(&f->idx, i * T, T);
-  st.gather = bk_rows(&f->idx, 5 * T, R);
-  st.tables = bk_rows(&f->idx, 5 * T + R, n_tables);
+  st.gather = bk_rows(&f->idx, 5 * T, R + P);
+  st.tables = bk_rows(&f->idx, 5 * T + R + P, n_tables);
   if ((rc = bk_set(&f->idx, 0, h, sizeof(int32_t) * (size_t)n_idx, err))) return rc;
 
   /* Decode-sized steps are recorded once per shape and replayed (bk_graph_begin):
@@ -751,28 +780,32 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, her
   bool record = T <= FORWARD_GRAPH_MAX_T;
   bool replay = false;
   if (record) {
-    uint64_t key = hmix64((uint64_t)T * 0x10001u + (uint64_t)R);
+    uint64_t key = hmix64((uint64_t)T * 0x10001u + (uint64_t)R + ((uint64_t)P << 40));
     key = hmix64(key ^ (uint64_t)(uintptr_t)f->x.buf->base);
     key = hmix64(key ^ (uint64_t)(uintptr_t)f->idx.buf->base);
-    key = hmix64(key ^ (uint64_t)(uintptr_t)f->logits.buf->base);
+    key = hmix64(key ^ (uint64_t)(uintptr_t)(f->logits.buf ? f->logits.buf->base : NULL));
     for (int l = 0; l < kv->n_layers; l++)
       key = hmix64(key ^ (uint64_t)(uintptr_t)bk_addr(&kv->k[l]) ^ ((uint64_t)(uintptr_t)bk_addr(&kv->v[l]) << 1));
     replay = bk_graph_begin(m->be, key);
   }
   bk_tensor lg = bk_rows(&f->logits, 0, R);
+  bk_tensor xr = bk_rows(&st.xn, 0, R + P); /* the gathered rows after the final norm */
   for (int pass = 0; pass < 2 && !replay; pass++) {
     bk_embed(&st.x, &m->embed, &st.ids, m->embed_scale);
     for (int l = 0; l < c->num_hidden_layers; l++) {
       attention_layer(m, l, kv, &st);
       mlp_layer(m, l, &st);
     }
-    /* the rows that need logits, then final norm and lm_head */
-    bk_tensor xr = bk_reshape(&st.xn, T, c->hidden_size);
-    xr = bk_rows(&xr, 0, R);
-    bk_get_rows(&xr, &st.x, &st.gather);
-    bk_rmsnorm(&xr, &xr, &m->final_norm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
-    bk_matmul_t(&lg, &xr, &m->lm_head, NULL);
-    if (c->final_logit_softcapping > 0) bk_softcap(&lg, (float)c->final_logit_softcapping);
+    /* the rows that need logits or hidden states, then the final norm, and lm_head on the first R */
+    if (R + P > 0) {
+      bk_get_rows(&xr, &st.x, &st.gather);
+      bk_rmsnorm(&xr, &xr, &m->final_norm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
+    }
+    if (R > 0) {
+      bk_tensor xl = bk_rows(&xr, 0, R);
+      bk_matmul_t(&lg, &xl, &m->lm_head, NULL);
+      if (c->final_logit_softcapping > 0) bk_softcap(&lg, (float)c->final_logit_softcapping);
+    }
     if (!record) break;
     rc = bk_graph_end(m->be, err);
     record = false;
@@ -782,7 +815,22 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, her
   }
   if (replay && (rc = bk_graph_end(m->be, err))) return rc;
   *lg_out = lg;
+  *hid_out = bk_rows(&xr, R, P);
   return 0;
+}
+
+/* The hidden rows and whole logits rows that sequences asked for, to their dest. */
+static int fetch_outputs(const model *m, const model_batch *b, const bk_tensor *lg, const bk_tensor *hid, herr *err) {
+  size_t D = (size_t)m->cfg.hidden_size, V = (size_t)m->cfg.vocab_size;
+  int64_t r = 0, p = 0;
+  int rc = 0;
+  for (int s = 0; s < b->n_seqs && !rc; s++) {
+    const model_seq *sq = &b->seqs[s];
+    if (sq->out == MODEL_OUT_HIDDEN) rc = bk_get(hid, (size_t)p++ * D * sizeof(float), sq->dest, D * sizeof(float), err);
+    else if (sq->out == MODEL_OUT_LOGITS_HOST) rc = bk_get(lg, (size_t)r * V * sizeof(float), sq->dest, V * sizeof(float), err);
+    if (has_logits_row(sq)) r += sq->all_logits ? sq->n_tokens : 1;
+  }
+  return rc;
 }
 
 static void forward_commit(const model_batch *b) {
@@ -790,9 +838,10 @@ static void forward_commit(const model_batch *b) {
 }
 
 int model_forward(model *m, const model_batch *b, float *logits_out, herr *err) {
-  bk_tensor lg;
-  int rc = forward_logits(m, b, &lg, err);
-  if (!rc) rc = bk_get(&lg, 0, logits_out, bk_nbytes(&lg), err);
+  bk_tensor lg, hid;
+  int rc = forward_logits(m, b, &lg, &hid, err);
+  if (!rc && lg.rows > 0) rc = bk_get(&lg, 0, logits_out, bk_nbytes(&lg), err);
+  if (!rc) rc = fetch_outputs(m, b, &lg, &hid, err);
   if (!rc) forward_commit(b);
   return rc;
 }
@@ -802,9 +851,10 @@ int model_forward_sample(model *m, const model_batch *b, const bk_sample_row *ro
   for (int s = 0; s < b->n_seqs; s++)
     if (b->seqs[s].all_logits)
       return herr_set(err, HEARTH_EINVAL, "model_forward_sample: sequence %d asks for every token's logits", s);
-  bk_tensor lg;
-  int rc = forward_logits(m, b, &lg, err);
-  if (!rc) rc = bk_sample(&lg, rows, adj, n_adj, out, err);
+  bk_tensor lg, hid;
+  int rc = forward_logits(m, b, &lg, &hid, err);
+  if (!rc) rc = fetch_outputs(m, b, &lg, &hid, err); /* before sampling adjusts the rows */
+  if (!rc && lg.rows > 0) rc = bk_sample(&lg, rows, adj, n_adj, out, err);
   if (!rc) forward_commit(b);
   return rc;
 }
