@@ -456,6 +456,15 @@ static double raw_rope_num(const model_config *c, const char *key) {
   return v && json_is_number(v) ? json_number_value(v) : 0;
 }
 
+/* config.json's architectures names a bare decoder ("Qwen3Model"), not a causal LM. */
+static bool bare_architecture(const model_config *c) {
+  const json_t *a = c->raw ? json_object_get(c->raw, "architectures") : NULL;
+  const json_t *first = a && json_is_array(a) ? json_array_get(a, 0) : NULL;
+  const char *name = first && json_is_string(first) ? json_string_value(first) : "";
+  size_t n = strlen(name);
+  return n > 5 && strcmp(name + n - 5, "Model") == 0;
+}
+
 int model_load(const char *dir, const model_load_opts *opts, model **out, herr *err) {
   *out = NULL;
   model *m = calloc(1, sizeof *m);
@@ -515,7 +524,10 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
     if ((rc = load_layer(m, &src, l, err))) goto fail;
   if ((rc = load_tensor(m, &src, "model.norm.weight", 1, c->hidden_size, 0, true, &m->final_norm, err))) goto fail;
   m->tied = c->tie_word_embeddings;
-  if (!m->tied && (rc = load_matrix(m, &src, "lm_head.weight", c->vocab_size, c->hidden_size, false, &m->lm_head, err))) goto fail;
+  /* a bare decoder's folder (Qwen3Model, as Qwen3-Embedding is saved: names without "model.", or
+   * architectures naming a *Model) may have no head; a causal LM's must */
+  bool bare = (src.prefix && !src.prefix[0]) || bare_architecture(c);
+  if (!m->tied && (rc = load_matrix(m, &src, "lm_head.weight", c->vocab_size, c->hidden_size, !bare, &m->lm_head, err))) goto fail;
   if (!m->tied && !m->lm_head.data) {
     /* a bare decoder (an embedding model saved from Qwen3Model): hidden states, no logits */
     m->no_head = true;

@@ -123,8 +123,10 @@ int model_forward(model *m, const model_batch *b, float *logits_out, herr *err);
 int model_forward_sample(model *m, const model_batch *b, const bk_sample_row *rows, const bk_sample_adj *adj,
                          int64_t n_adj, bk_sample_out *out, herr *err);
 /* Whether the model has an output head (lm_head, or embeddings tied to it).
- * A folder saved from a bare decoder (Qwen3-Embedding's Qwen3Model: no
- * lm_head, tensor names without "model.") loads without one; its forwards
+ * A folder saved from a bare decoder (Qwen3-Embedding's Qwen3Model: tensor
+ * names without "model.", or config.json's architectures naming a *Model)
+ * may lack lm_head.weight and loads without one (a causal LM's folder
+ * without it is refused, naming the tensor); its forwards
  * then only give MODEL_OUT_HIDDEN / MODEL_OUT_NONE, and a logits row is
  * refused with a message saying so. */
 bool model_has_head(const model *m);
