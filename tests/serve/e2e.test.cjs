@@ -526,9 +526,11 @@ test('tool fields are checked', async () => {
   await expectError(await bad({ modalities: ['text', 'audio'] }), 400, { param: 'modalities' });
   await expectError(await bad({ response_format: { type: 'yaml' } }), 400, { param: 'response_format' });
   await expectError(await bad({ reasoning_effort: 'extreme' }), 400, { param: 'reasoning_effort' });
-  // constrained output is refused by name until the server can honour it, never ignored
-  await expectError(await bad({ response_format: { type: 'json_object' } }), 400, { param: 'response_format' });
-  await expectError(await bad({ grammar: 'root ::= "a"' }), 400, { param: 'grammar' });
+  // constrained output is honoured (serve.structured_model checks the replies); what cannot be compiled is refused by name
+  assert.equal((await bad({ response_format: { type: 'json_object' }, max_tokens: 1 })).status, 200);
+  await expectError(await bad({ grammar: 'root ::= missing' }), 400, { param: 'grammar' });
+  await expectError(await bad({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { $ref: 'https://example.com/x.json' } } } }),
+    400, { param: 'response_format' });
   assert.equal((await bad({ response_format: { type: 'text' }, max_tokens: 1 })).status, 200);
   const ok = await bad({ tools: TOOLS, tool_choice: 'auto', parallel_tool_calls: true, user: 'u', metadata: { a: 'b' },
     store: false, service_tier: 'auto', max_tokens: 2 });
