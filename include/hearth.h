@@ -126,6 +126,9 @@ typedef struct hearth_info {
   bool has_tokenizer;
   bool has_chat_template;
   const char *chat_template; /* borrowed: the chat template's Jinja source; NULL when none */
+  int32_t hidden_size;      /* the width of hearth_embed's vectors (before opts.dimensions) */
+  bool can_generate;        /* false for a folder without an output head (embeddings only) */
+  bool can_embed;           /* false when the folder's sentence-transformers pooling is one hearth does not run */
 } hearth_info;
 
 void hearth_model_info(const hearth_model *m, hearth_info *out);
@@ -284,6 +287,64 @@ typedef struct hearth_stats {
 } hearth_stats;
 
 void hearth_get_stats(hearth_model *m, hearth_stats *out);
+
+/* ---- embeddings and the next-token signal --------------------------------
+ *
+ * Both are prompt-only work: the model's scheduler prefills each input in
+ * the same forward steps as the generations running beside it (in chunks,
+ * with the prefix cache) and takes one output at its last token instead of
+ * generating. Either may be called from many threads at once. */
+
+typedef struct hearth_embed_opts {
+  const char *instruction;     /* borrowed, may be NULL: a text input becomes
+                                  "Instruct: {instruction}\nQuery:{text}" (Qwen3-Embedding's query
+                                  form) before it is tokenized; id inputs are used as they are */
+  int dimensions;              /* 0: hidden_size; else the first `dimensions` values, renormalised
+                                  (Matryoshka); more than hidden_size is HEARTH_EINVAL */
+  const volatile int *cancel;  /* borrowed, may be NULL: nonzero (any thread) cancels */
+} hearth_embed_opts;
+
+/* Embeds n inputs (text, tokenized with its add_special, or ids) as
+ * Qwen3-Embedding does: the final hidden state (after the model's last
+ * norm) at the last token, L2-normalised. A folder with a
+ * sentence-transformers Pooling module (modules.json, 1_Pooling/config.json)
+ * must ask for pooling_mode_lasttoken: other modes, and modules besides
+ * Transformer, Pooling and Normalize, are HEARTH_EUNSUPPORTED naming them.
+ * out: n × dim floats (dim = opts->dimensions or hidden_size), input i at
+ * out + i * dim. *prompt_tokens (may be NULL): the tokens of all inputs.
+ * Errors name the input ("input 2: ..."); HEARTH_ELIMIT
+ * "context_length_exceeded: ..." for one longer than the context. opts may be NULL. */
+int hearth_embed(hearth_model *m, const hearth_prompt *inputs, size_t n, const hearth_embed_opts *opts, float *out,
+                 int64_t *prompt_tokens, hearth_error *err);
+
+#define HEARTH_SIGNAL_MAX_BINS 100
+#define HEARTH_SIGNAL_LO (-30.0)
+
+/* The next token's distribution after a prompt. The histogram has a fixed
+ * range, so that prompts and models compare bin for bin: bin i covers
+ * log-probabilities [lo + i w, lo + (i + 1) w) with w = (hi - lo) / n_bins,
+ * lo = HEARTH_SIGNAL_LO, hi = 0; the first bin also holds everything below
+ * lo and the last includes 0. Tokens whose logit is NaN or -inf are not counted. */
+typedef struct hearth_signal_result {
+  int n_bins;
+  double lo, hi;
+  int64_t counts[HEARTH_SIGNAL_MAX_BINS];  /* tokens per bin */
+  double mass[HEARTH_SIGNAL_MAX_BINS];     /* their probability */
+  int64_t n_tokens;                        /* tokens counted */
+  double entropy;                          /* nats */
+  double max_logprob, min_logprob;
+  int n_top;                               /* the best tokens, best first (lower id first on ties) */
+  int32_t top_ids[HEARTH_MAX_TOP_LOGPROBS];
+  double top_logprobs[HEARTH_MAX_TOP_LOGPROBS];
+  int64_t prompt_tokens, cached_tokens;
+} hearth_signal_result;
+
+/* The log-probabilities of the token after prompt (the raw model: no
+ * sampling settings), in n_bins bins (1..HEARTH_SIGNAL_MAX_BINS) with the
+ * n_top (0..HEARTH_MAX_TOP_LOGPROBS) best tokens. cancel may be NULL.
+ * HEARTH_EUNSUPPORTED for a model without an output head. */
+int hearth_signal(hearth_model *m, const hearth_prompt *prompt, int n_bins, int n_top, const volatile int *cancel,
+                  hearth_signal_result *out, hearth_error *err);
 
 #ifdef __cplusplus
 }

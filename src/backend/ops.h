@@ -61,6 +61,9 @@ void op_mul(float *y, const float *a, const float *b, int64_t n);
 void op_add(float *y, const float *a, const float *b, int64_t n);
 /* x *= s */
 void op_scale(float *x, int64_t n, float s);
+/* x[0..n) scaled to unit L2 norm (the sum of squares in double); a vector
+ * of zeros (or with a non-finite norm) is left as it is. Returns the norm. */
+double op_l2_normalize(float *x, int64_t n);
 
 /* Cached keys/values of one layer for one sequence: rows [lo, hi). Row r
  * lives at k_blocks[r / block_rows] + (r % block_rows) * row_stride (same

@@ -2,7 +2,7 @@
  * exporting `int cli_<verb>(int argc, char **argv)` where argv[0] is the verb.
  * A verb returns the process exit status: 0 ok, 1 failure, 2 usage error.
  *
- * What each verb uses: generate and chat only the public API (hearth.h);
+ * What each verb uses: generate, chat and embed only the public API (hearth.h);
  * serve the server module (src/serve/, itself on hearth.h). The others need
  * access below the public API and say so in their header comment: tokenize
  * and detokenize (the tokenizer module, on a bare tokenizer.json), template
@@ -102,6 +102,7 @@ int cli_detokenize(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_generate(int argc, char **argv);
+int cli_embed(int argc, char **argv);
 int cli_chat(int argc, char **argv);
 int cli_logits(int argc, char **argv);
 int cli_template(int argc, char **argv);

@@ -19,6 +19,7 @@ static const cli_verb verbs[] = {
     {"chat", "talk with a model in the terminal", cli_chat, true},
     {"convert", "convert / quantize a model to GGUF or safetensors", cli_convert, false},
     {"detokenize", "print the text of token ids as JSON", cli_detokenize, false},
+    {"embed", "print embeddings of texts or token ids as JSON", cli_embed, true},
     {"generate", "generate text from a prompt", cli_generate, true},
     {"help", "list the verbs, or show one verb's options (hearth help VERB)", cli_help, false},
     {"inspect", "describe a model folder, safetensors or GGUF file", cli_inspect, false},

@@ -19,6 +19,9 @@
 #include "engine/generate.h"
 #include "engine/json_schema.h"
 #include "engine/sched.h"
+#include "engine/signal.h"
+#include "backend/ops.h"
+#include "format/pooling.h"
 #include "format/config.h"
 #include "format/gguf.h"
 #include "hearth.h"
@@ -46,6 +49,7 @@ struct hearth_model {
   sched *sch;                  /* owned: started by the first generation */
   sched_config sch_cfg;
   htrace *trace;               /* owned, NULL without hearth_load_opts.trace_file */
+  pooling_config pooling;      /* how embeddings pool (sentence-transformers files; last token by default) */
 };
 
 void hearth_free(void *p) { free(p); }
@@ -167,6 +171,7 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
     free(tj);
   }
   if (has_tok && (rc = tokenizer_load(path, &hm->tok, err))) goto fail;
+  if (!is_gguf && (rc = pooling_load(path, &hm->pooling, err))) goto fail;
   const model_config *cfg = model_cfg(hm->m);
   hm->bos = hm->tok ? tokenizer_bos_id(hm->tok) : -1;
   if (hm->bos < 0 && cfg->bos_token_id >= 0) hm->bos = (int32_t)cfg->bos_token_id;
@@ -224,6 +229,9 @@ void hearth_model_info(const hearth_model *hm, hearth_info *out) {
   out->has_tokenizer = hm->tok != NULL;
   out->has_chat_template = hm->chat != NULL;
   out->chat_template = hm->chat && hm->has_chat_src ? hm->chat_src.source : NULL;
+  out->hidden_size = (int32_t)model_cfg(hm->m)->hidden_size;
+  out->can_generate = model_has_head(hm->m);
+  out->can_embed = !hm->pooling.unsupported[0] && hm->pooling.mode == POOL_LAST;
 }
 
 static int need_tokenizer(const hearth_model *hm, herr *err) {
@@ -572,4 +580,112 @@ void hearth_get_stats(hearth_model *hm, hearth_stats *out) {
   out->requests_refused = st.requests_refused;
   out->preemptions = st.preemptions;
   out->steps = st.steps;
+}
+
+/* ---- embeddings and the next-token signal ------------------------------- */
+
+/* The ids of one input: its own, or its text (with the instruction's query
+ * form when given) tokenized. *owned: what to free. */
+static int input_ids(const hearth_model *hm, const hearth_prompt *in, const char *instruction, const int32_t **ids,
+                     size_t *n, int32_t **owned, herr *err) {
+  *owned = NULL;
+  if (in->ids) {
+    *ids = in->ids;
+    *n = in->n_ids;
+    return 0;
+  }
+  if (!in->text) return herr_set(err, HEARTH_EINVAL, "the input has neither text nor ids");
+  size_t len = in->text_len ? in->text_len : strlen(in->text);
+  int rc;
+  if (instruction) {
+    hbuf b = {0};
+    hbuf_printf(&b, "Instruct: %s\nQuery:", instruction);
+    hbuf_append(&b, in->text, len);
+    rc = b.oom ? herr_set(err, HEARTH_ENOMEM, "out of memory") : hearth_tokenize(hm, b.data, b.len, in->add_special, owned, n, err);
+    hbuf_free(&b);
+  } else {
+    rc = hearth_tokenize(hm, in->text, len, in->add_special, owned, n, err);
+  }
+  *ids = *owned;
+  return rc;
+}
+
+int hearth_embed(hearth_model *hm, const hearth_prompt *inputs, size_t n, const hearth_embed_opts *opts, float *out,
+                 int64_t *prompt_tokens, hearth_error *err) {
+  if (prompt_tokens) *prompt_tokens = 0;
+  if (!hm || !inputs || !out) return herr_set(err, HEARTH_EINVAL, "hearth_embed: no model, inputs or output");
+  if (n == 0) return herr_set(err, HEARTH_EINVAL, "hearth_embed: no inputs");
+  if (n > INT32_MAX) return herr_set(err, HEARTH_ELIMIT, "hearth_embed: %zu inputs is too many", n);
+  if (hm->pooling.unsupported[0]) return herr_set(err, HEARTH_EUNSUPPORTED, "%s", hm->pooling.unsupported);
+  if (hm->pooling.mode != POOL_LAST)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s pooling (%s) is not supported: hearth pools the last token",
+                    pool_mode_name(hm->pooling.mode), hm->pooling.mode_key);
+  int64_t D = model_cfg(hm->m)->hidden_size;
+  int dim = opts && opts->dimensions ? opts->dimensions : (int)D;
+  if (dim < 1 || dim > D)
+    return herr_set(err, HEARTH_EINVAL, "dimensions is %d but the model's embeddings have %lld (1 to %lld)", dim,
+                    (long long)D, (long long)D);
+  const char *instruction = opts ? opts->instruction : NULL;
+  sched_probe *probes = calloc(n, sizeof *probes);
+  int32_t **owned = calloc(n, sizeof *owned);
+  float *hidden = malloc(sizeof(float) * n * (size_t)D);
+  int rc = 0;
+  if (!probes || !owned || !hidden) {
+    rc = herr_set(err, HEARTH_ENOMEM, "hearth_embed: out of memory for %zu inputs", n);
+    goto out;
+  }
+  int64_t total = 0;
+  for (size_t i = 0; i < n && !rc; i++) {
+    if ((rc = input_ids(hm, &inputs[i], instruction, &probes[i].ids, &probes[i].n_ids, &owned[i], err))) {
+      herr_wrap(err, "input %zu", i);
+      break;
+    }
+    probes[i].out = hidden + i * (size_t)D;
+    total += (int64_t)probes[i].n_ids;
+  }
+  if (!rc) rc = ensure_sched(hm, err);
+  if (!rc) rc = sched_probe_run(hm->sch, SCHED_EMBED, probes, (int)n, opts ? opts->cancel : NULL, err);
+  if (!rc) {
+    for (size_t i = 0; i < n; i++) {
+      float *v = out + i * (size_t)dim;
+      memcpy(v, hidden + i * (size_t)D, sizeof(float) * (size_t)dim);
+      op_l2_normalize(v, dim);
+    }
+    if (prompt_tokens) *prompt_tokens = total;
+  }
+out:
+  for (size_t i = 0; owned && i < n; i++) free(owned[i]);
+  free(owned);
+  free(probes);
+  free(hidden);
+  return rc;
+}
+
+int hearth_signal(hearth_model *hm, const hearth_prompt *prompt, int n_bins, int n_top, const volatile int *cancel,
+                  hearth_signal_result *out, hearth_error *err) {
+  memset(out, 0, sizeof *out);
+  if (!hm || !prompt) return herr_set(err, HEARTH_EINVAL, "hearth_signal: no model or prompt");
+  if (n_bins < 1 || n_bins > HEARTH_SIGNAL_MAX_BINS)
+    return herr_set(err, HEARTH_EINVAL, "bins must be between 1 and %d, not %d", HEARTH_SIGNAL_MAX_BINS, n_bins);
+  if (n_top < 0 || n_top > HEARTH_MAX_TOP_LOGPROBS)
+    return herr_set(err, HEARTH_EINVAL, "top must be between 0 and %d, not %d", HEARTH_MAX_TOP_LOGPROBS, n_top);
+  if (!model_has_head(hm->m))
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: the model has no output head (no lm_head.weight): it embeds only", hm->id);
+  int64_t V = model_vocab_size(hm->m);
+  sched_probe p = {0};
+  int32_t *owned = NULL;
+  float *logits = malloc(sizeof(float) * (size_t)V);
+  int rc = logits ? 0 : herr_set(err, HEARTH_ENOMEM, "hearth_signal: out of memory for %lld logits", (long long)V);
+  if (!rc) rc = input_ids(hm, prompt, NULL, &p.ids, &p.n_ids, &owned, err);
+  p.out = logits;
+  if (!rc) rc = ensure_sched(hm, err);
+  if (!rc) rc = sched_probe_run(hm->sch, SCHED_NEXT_LOGITS, &p, 1, cancel, err);
+  if (!rc) rc = logit_signal(logits, V, n_bins, n_top, out, err);
+  if (!rc) {
+    out->prompt_tokens = (int64_t)p.n_ids;
+    out->cached_tokens = p.cached_tokens;
+  }
+  free(owned);
+  free(logits);
+  return rc;
 }

@@ -31,6 +31,8 @@ typedef struct sseq {
   herr *err;
   int rc;
   int64_t max_new;
+  int kind;                   /* 0: a generation; else a sched_probe_kind (prefill only, no sampler) */
+  float *dest;                /* borrowed: a probe's output */
   /* state */
   int32_t *toks;              /* owned: prompt then sampled tokens */
   int64_t n_toks, cap_toks;
@@ -57,6 +59,7 @@ struct sched {
   const tokenizer *tok;       /* borrowed, may be NULL */
   int64_t vocab;
   int max_batch, chunk, step_tokens;
+  int64_t ctx;                /* context length: probes longer than this are refused */
   size_t memory_budget;
   size_t block_bytes;
   kv_pool *pool;              /* owned; touched only by the engine thread */
@@ -455,6 +458,11 @@ static void step(sched *s) {
     int64_t n_prompt = (int64_t)q->req->n_prompt;
     if (at < n_prompt) prompt_fed += (at + n < n_prompt ? at + n : n_prompt) - at;
     s->batch[n_batch] = (model_seq){.kv = q->kv, .tokens = q->toks + at, .n_tokens = (int)n, .positions = NULL, .all_logits = false};
+    if (q->kind) { /* a probe: nothing out until its last chunk, then its one output */
+      bool last = at + n >= q->n_toks;
+      s->batch[n_batch].out = !last ? MODEL_OUT_NONE : q->kind == SCHED_EMBED ? MODEL_OUT_HIDDEN : MODEL_OUT_LOGITS_HOST;
+      s->batch[n_batch].dest = last ? q->dest : NULL;
+    }
     s->in_batch[n_batch++] = q;
   }
   if (n_batch == 0) return;
@@ -470,14 +478,15 @@ static void step(sched *s) {
     if (!s->logits) rc = herr_set(&e, HEARTH_ENOMEM, "scheduler: out of memory for the logits of a batch");
   }
   if (!rc && !host) {
-    /* a row per sequence; those still mid-prefill get a greedy row whose id is ignored */
+    /* a row per logits row; sequences still mid-prefill and probes get a greedy row whose id is ignored */
     s->n_adj = 0;
-    for (int k = 0; k < n_batch && !rc; k++) {
+    for (int k = 0, r = 0; k < n_batch && !rc; k++) {
       sseq *q = s->in_batch[k];
-      if (q->kv->len + s->batch[k].n_tokens >= q->n_toks)
-        rc = sampler_device_row(q->smp, &s->rows[k], &s->adj, &s->n_adj, &s->cap_adj, &e);
+      if (s->batch[k].out != MODEL_OUT_LOGITS && s->batch[k].out != MODEL_OUT_LOGITS_HOST) continue;
+      if (!q->kind && q->kv->len + s->batch[k].n_tokens >= q->n_toks)
+        rc = sampler_device_row(q->smp, &s->rows[r++], &s->adj, &s->n_adj, &s->cap_adj, &e);
       else
-        s->rows[k] = (bk_sample_row){0};
+        s->rows[r++] = (bk_sample_row){0};
     }
     if (!rc) rc = model_forward_sample(s->m, &b, s->rows, s->adj, (int64_t)s->n_adj, s->outs, &e);
   } else if (!rc) {
@@ -495,25 +504,29 @@ static void step(sched *s) {
   }
   int64_t prefill_tokens = 0, decode_tokens = 0;
   if (s->trace) trace_forward(s, n_batch, t_fwd, htrace_now(), &prefill_tokens, &decode_tokens);
-  for (int k = 0; k < n_batch; k++) {
+  for (int k = 0, r = -1; k < n_batch; k++) {
     sseq *q = s->in_batch[k];
+    if (s->batch[k].out == MODEL_OUT_LOGITS || s->batch[k].out == MODEL_OUT_LOGITS_HOST) r++; /* its logits row */
     kv_paged_seq_publish(q->kv, q->toks, q->kv->len, 0);
     if (q->kv->len < q->n_toks) continue; /* mid-prefill: no token yet */
     sample_token st;
     bool ended;
-    if (!host) {
-      if (s->outs[k].id < 0) {
+    if (q->kind) { /* a probe's output is in its dest: done */
+      seq_finish(s, q, 0);
+      ended = true;
+    } else if (!host) {
+      if (s->outs[r].id < 0) {
         seq_finish(s, q, herr_set(q->err, HEARTH_EINTERNAL, "sampler: the logits row has no finite value"));
         ended = true;
       } else {
-        sampler_from_device(q->smp, &s->outs[k], &st);
+        sampler_from_device(q->smp, &s->outs[r], &st);
         ended = seq_take_token(s, q, st);
       }
-    } else if (q->gm && (rc = seq_mask(s, q, s->logits + (size_t)k * (size_t)s->vocab)) != 0) {
+    } else if (q->gm && (rc = seq_mask(s, q, s->logits + (size_t)r * (size_t)s->vocab)) != 0) {
       if (rc > 0) seq_finish(s, q, rc);
       else seq_finish(s, q, seq_flush_text(s, q)); /* the grammar is complete and nothing may follow */
       ended = true;
-    } else if ((rc = sampler_sample(q->smp, s->logits + (size_t)k * (size_t)s->vocab, &st, q->err))) {
+    } else if ((rc = sampler_sample(q->smp, s->logits + (size_t)r * (size_t)s->vocab, &st, q->err))) {
       seq_finish(s, q, rc);
       ended = true;
     } else if (q->gm && (rc = grammar_matcher_accept(q->gm, st.id, q->err))) {
@@ -598,6 +611,7 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   int B = c.block_tokens > 0 ? c.block_tokens : 16;
   int64_t ctx = c.context_length > 0 ? c.context_length : model_cfg(m)->max_position_embeddings;
   if (ctx <= 0) ctx = 4096;
+  s->ctx = ctx;
   model_kv_geometry g;
   model_kv_geometry_of(m, &g);
   s->block_bytes = kv_block_bytes(&g, B);
@@ -810,4 +824,68 @@ void sched_get_stats(sched *s, sched_stats *out) {
   *out = s->st;
   out->waiting = s->n_waiting;
   pthread_mutex_unlock(&s->mu);
+}
+
+int sched_probe_run(sched *s, sched_probe_kind kind, sched_probe *p, int n, const volatile int *cancel, herr *err) {
+  if (kind != SCHED_EMBED && kind != SCHED_NEXT_LOGITS) return herr_set(err, HEARTH_EINVAL, "probe: unknown kind %d", (int)kind);
+  if (n <= 0) return herr_set(err, HEARTH_EINVAL, "probe: no inputs");
+  for (int i = 0; i < n; i++) {
+    if (!p[i].ids || p[i].n_ids == 0) return herr_set(err, HEARTH_EINVAL, "input %d has no tokens", i);
+    if (!p[i].out) return herr_set(err, HEARTH_EINVAL, "probe: input %d has nowhere to write", i);
+    for (size_t j = 0; j < p[i].n_ids; j++)
+      if (p[i].ids[j] < 0 || p[i].ids[j] >= s->vocab)
+        return herr_set(err, HEARTH_EINVAL, "input %d: token %zu is id %d, outside the vocabulary (size %lld)", i, j,
+                        (int)p[i].ids[j], (long long)s->vocab);
+    if ((int64_t)p[i].n_ids > s->ctx)
+      return herr_set(err, HEARTH_ELIMIT, "context_length_exceeded: input %d has %zu tokens but the context length is %lld",
+                      i, p[i].n_ids, (long long)s->ctx);
+    int rc = sched_admit(s, (int64_t)p[i].n_ids, 0, err);
+    if (rc) return rc;
+  }
+  /* each probe: its sequence, a request (for its prompt and cancel flag), result and error */
+  typedef struct probe_slot {
+    sseq q;
+    gen_request req;
+    gen_result res;
+    herr err;
+  } probe_slot;
+  probe_slot *ps = calloc((size_t)n, sizeof *ps);
+  if (!ps) return herr_set(err, HEARTH_ENOMEM, "probe: out of memory for %d inputs", n);
+  int rc = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    probe_slot *x = &ps[i];
+    gen_request_init(&x->req);
+    x->req.prompt = p[i].ids;
+    x->req.n_prompt = p[i].n_ids;
+    x->req.max_tokens = 0;
+    x->req.cancel = cancel;
+    x->res.prompt_tokens = (int64_t)p[i].n_ids;
+    x->q = (sseq){.req = &x->req, .res = &x->res, .err = &x->err, .kind = (int)kind, .dest = p[i].out};
+    x->q.toks = malloc(sizeof(int32_t) * p[i].n_ids);
+    if (!x->q.toks) rc = herr_set(err, HEARTH_ENOMEM, "probe: out of memory for input %d", i);
+    else memcpy(x->q.toks, p[i].ids, sizeof(int32_t) * p[i].n_ids);
+    x->q.n_toks = x->q.cap_toks = (int64_t)p[i].n_ids;
+  }
+  if (!rc) {
+    pthread_mutex_lock(&s->mu);
+    if (s->stop) {
+      rc = herr_set(err, HEARTH_ECANCELLED, "probe: the engine is shutting down");
+    } else {
+      for (int i = 0; i < n; i++) queue_push_back(s, &ps[i].q);
+      pthread_cond_signal(&s->work_cv);
+      for (int i = 0; i < n; i++)
+        while (!ps[i].q.done) pthread_cond_wait(&s->done_cv, &s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+  }
+  for (int i = 0; i < n && !rc; i++) {
+    p[i].cached_tokens = ps[i].res.cached_tokens;
+    if (ps[i].q.rc) {
+      rc = ps[i].q.rc;
+      if (err) *err = ps[i].err;
+    }
+  }
+  for (int i = 0; i < n; i++) seq_state_free(&ps[i].q);
+  free(ps);
+  return rc;
 }

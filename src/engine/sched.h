@@ -70,4 +70,28 @@ int sched_admit(sched *s, int64_t n_prompt, int64_t max_tokens, herr *err);
 
 void sched_get_stats(sched *s, sched_stats *out);
 
+/* Prompt-only work ("probes"): each sequence is prefilled like any prompt —
+ * in the same steps as the generations running beside it, in chunks, with
+ * the prefix cache — and gives one output at its last token instead of
+ * generating. */
+typedef enum sched_probe_kind {
+  SCHED_EMBED = 1,       /* out: hidden_size floats, the final hidden state (after the model's last norm) */
+  SCHED_NEXT_LOGITS = 2  /* out: vocab floats, the logits of the token after the prompt */
+} sched_probe_kind;
+
+typedef struct sched_probe {
+  const int32_t *ids;    /* borrowed: >= 1 ids */
+  size_t n_ids;
+  float *out;            /* borrowed: where the output goes (see the kind) */
+  int64_t cached_tokens; /* set: prompt tokens whose KV came from the prefix cache */
+} sched_probe;
+
+/* Runs n probes of one kind together and waits for all of them. Before any
+ * work: HEARTH_EINVAL for an empty or out-of-vocabulary input, HEARTH_ELIMIT
+ * "context_length_exceeded: input I has N tokens ..." for one longer than
+ * the context, "memory_admission: ..." for one the KV pool can never hold
+ * (messages name the input's index). Then the first failure of any probe;
+ * HEARTH_ECANCELLED once *cancel is set (may be NULL). */
+int sched_probe_run(sched *s, sched_probe_kind kind, sched_probe *p, int n, const volatile int *cancel, herr *err);
+
 #endif

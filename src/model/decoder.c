@@ -3,7 +3,9 @@
  * their stored format), the KV geometry the engine builds its cache for,
  * and the batched forward: one upload of the step's index tables, the
  * embedding, each layer through its family's hook, final norm and head on
- * the rows that need logits, one download (or sampling on the device).
+ * the rows that need logits (and the final norm on the rows whose final
+ * hidden state embedding sequences ask for), one download (or sampling on
+ * the device).
  * Also the llama-family decoder's layers (llama, mistral, qwen2, qwen3,
  * smollm3, phi3, gemma2, gemma3_text): attention then the dense MLP, from
  * layers.c. Knows nothing of sampling, tokenizers or how the cache manages
@@ -17,6 +19,7 @@
 #include "backend/backend.h"
 #include "base/file.h"
 #include "base/hash.h"
+#include "base/log.h"
 #include "base/vec.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
@@ -27,6 +30,7 @@
 #include "model/rope.h"
 
 const model_config *model_cfg(const model *m) { return &m->cfg; }
+bool model_has_head(const model *m) { return !m->no_head; }
 int64_t model_vocab_size(const model *m) { return m->cfg.vocab_size; }
 
 void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
@@ -69,7 +73,7 @@ void model_free(model *m) {
   if (m->be) {
     for (int i = 0; i < m->n_mats; i++) bk_weight_release(m->be, m->mats[i].w);
     bk_weight_release(m->be, &m->embed);
-    if (!m->tied) bk_weight_release(m->be, &m->lm_head);
+    if (!m->tied && !m->no_head) bk_weight_release(m->be, &m->lm_head);
     for (int i = 0; i < m->n_bufs; i++) bk_buf_free(m->bufs[i]);
     scratch_free(&m->f);
   }
@@ -96,6 +100,15 @@ static double raw_rope_num(const model_config *c, const char *key) {
   if (rs && json_is_object(rs) && json_object_get(rs, "full_attention")) rs = json_object_get(rs, "full_attention");
   const json_t *v = rs ? json_object_get(rs, key) : NULL;
   return v && json_is_number(v) ? json_number_value(v) : 0;
+}
+
+/* config.json's architectures names a bare decoder ("Qwen3Model"), not a causal LM. */
+static bool bare_architecture(const model_config *c) {
+  const json_t *a = c->raw ? json_object_get(c->raw, "architectures") : NULL;
+  const json_t *first = a && json_is_array(a) ? json_array_get(a, 0) : NULL;
+  const char *name = first && json_is_string(first) ? json_string_value(first) : "";
+  size_t n = strlen(name);
+  return n > 5 && strcmp(name + n - 5, "Model") == 0;
 }
 
 int model_rope_for(model *m, bool sliding, int64_t head_dim, const rope_table **out, herr *err) {
@@ -303,8 +316,9 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
     m->st_opened = true;
   }
   weight_src src = {is_gguf ? NULL : &m->st, m->gg, dir, "model."};
-  /* multimodal checkpoints keep the language model under another prefix */
-  static const char *const prefixes[] = {"language_model.model.", "model.language_model."};
+  /* multimodal checkpoints keep the language model under another prefix; a bare
+   * decoder's (Qwen3Model, as Qwen3-Embedding is saved) has none */
+  static const char *const prefixes[] = {"language_model.model.", "model.language_model.", ""};
   for (size_t i = 0; !is_gguf && !st_find(&m->st, "model.embed_tokens.weight") && i < sizeof prefixes / sizeof prefixes[0]; i++) {
     char probe[128];
     snprintf(probe, sizeof probe, "%sembed_tokens.weight", prefixes[i]);
@@ -316,12 +330,20 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   if (ops->load_model && (rc = ops->load_model(m, &src, err))) goto fail;
   if ((rc = model_vector(m, &src, "model.norm.weight", 1, c->hidden_size, 0, true, 1.0f, &m->final_norm, err))) goto fail;
   m->tied = c->tie_word_embeddings;
-  if (!m->tied && (rc = model_describe_matrix(m, &src, "lm_head.weight", c->vocab_size, c->hidden_size, true, &m->lm_head, err)))
+  /* a bare decoder's folder (Qwen3Model, as Qwen3-Embedding is saved: names without "model.", or
+   * architectures naming a *Model) may have no head; a causal LM's must */
+  bool bare = (src.prefix && !src.prefix[0]) || bare_architecture(c);
+  if (!m->tied && (rc = model_describe_matrix(m, &src, "lm_head.weight", c->vocab_size, c->hidden_size, !bare, &m->lm_head, err)))
     goto fail;
+  if (!m->tied && !m->lm_head.data) {
+    /* a bare decoder (an embedding model saved from Qwen3Model): hidden states, no logits */
+    m->no_head = true;
+    HLOG_INFO("%s: no lm_head.weight: the model gives hidden states (embeddings) only", dir);
+  }
   if (m->as_bf16) { /* asked for: f32 matrices stored as bf16 (vectors were rounded as they were read) */
     for (int i = 0; i < m->n_mats; i++)
       if ((rc = model_to_bf16(m, m->mats[i].w, err))) goto fail;
-    if ((rc = model_to_bf16(m, &m->embed, err)) || (!m->tied && (rc = model_to_bf16(m, &m->lm_head, err)))) goto fail;
+    if ((rc = model_to_bf16(m, &m->embed, err)) || (!m->tied && !m->no_head && (rc = model_to_bf16(m, &m->lm_head, err)))) goto fail;
   }
   /* a device that cannot hold the weights refuses the model before any matrix is uploaded */
   size_t fr = 0, tot = 0, need = model_weight_bytes(m);
@@ -343,7 +365,7 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   if (lazy && (rc = experts_budget_init(m, budget, err))) goto fail;
   if ((rc = bk_weight_load(m->be, &m->embed, BK_USE_EMBED | (m->tied ? BK_USE_MATMUL : 0) | priv, err))) goto fail;
   if (m->tied) m->lm_head = m->embed;
-  else if ((rc = bk_weight_load(m->be, &m->lm_head, BK_USE_MATMUL | priv, err))) goto fail;
+  else if (!m->no_head && (rc = bk_weight_load(m->be, &m->lm_head, BK_USE_MATMUL | priv, err))) goto fail;
 
   if (m->fam->scale_embeddings) {
     float s = sqrtf((float)c->hidden_size);
@@ -362,7 +384,9 @@ fail:
 
 size_t model_batch_logit_rows(const model_batch *b) {
   size_t rows = 0;
-  for (int s = 0; s < b->n_seqs; s++) rows += b->seqs[s].all_logits ? (size_t)b->seqs[s].n_tokens : 1;
+  for (int s = 0; s < b->n_seqs; s++)
+    if (b->seqs[s].out == MODEL_OUT_LOGITS || b->seqs[s].out == MODEL_OUT_LOGITS_HOST)
+      rows += b->seqs[s].all_logits ? (size_t)b->seqs[s].n_tokens : 1;
   return rows;
 }
 
@@ -419,12 +443,16 @@ static int scratch_reserve(model *m, int64_t T, int64_t n_idx, int64_t R, herr *
   return 0;
 }
 
-/* The forward pass up to the logits rows (left on the backend in *lg); no
- * sequence's length changes (forward_commit does that once they are read). */
-static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, herr *err) {
+static bool has_logits_row(const model_seq *sq) { return sq->out == MODEL_OUT_LOGITS || sq->out == MODEL_OUT_LOGITS_HOST; }
+
+/* The forward pass up to the logits rows (left on the backend in *lg) and
+ * the final hidden states of MODEL_OUT_HIDDEN sequences (*hid, in batch
+ * order); no sequence's length changes (forward_commit does that once they
+ * are read). */
+static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_tensor *hid_out, herr *err) {
   const model_config *c = &m->cfg;
   if (!b || b->n_seqs <= 0) return herr_set(err, HEARTH_EINVAL, "model_forward: empty batch");
-  int64_t T = 0, R = 0;
+  int64_t T = 0, R = 0, P = 0;
   for (int s = 0; s < b->n_seqs; s++) {
     const model_seq *sq = &b->seqs[s];
     if (!sq->kv || !sq->kv->ops || sq->n_tokens <= 0 || !sq->tokens)
@@ -435,9 +463,20 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, her
       if (sq->tokens[i] < 0 || sq->tokens[i] >= c->vocab_size)
         return herr_set(err, HEARTH_EINVAL, "model_forward: token id %d is outside the vocabulary (size %lld)", (int)sq->tokens[i],
                         (long long)c->vocab_size);
+    if (sq->out < MODEL_OUT_LOGITS || sq->out > MODEL_OUT_LOGITS_HOST)
+      return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d asks for output %d, which does not exist", s, (int)sq->out);
+    if (sq->out != MODEL_OUT_LOGITS && sq->all_logits)
+      return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d sets all_logits without a logits output", s);
+    if ((sq->out == MODEL_OUT_HIDDEN || sq->out == MODEL_OUT_LOGITS_HOST) && !sq->dest)
+      return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d has nowhere to write its output", s);
     T += sq->n_tokens;
-    R += sq->all_logits ? sq->n_tokens : 1;
+    if (has_logits_row(sq)) R += sq->all_logits ? sq->n_tokens : 1;
+    if (sq->out == MODEL_OUT_HIDDEN) P++;
   }
+  if (R > 0 && m->no_head)
+    return herr_set(err, HEARTH_EUNSUPPORTED,
+                    "model_forward: this model has no output head (no lm_head.weight): it gives hidden states "
+                    "(embeddings) only, not logits");
   for (int s = 0; s < b->n_seqs; s++) {
     int rc = b->seqs[s].kv->ops->reserve(b->seqs[s].kv, b->seqs[s].n_tokens, err);
     if (rc) return rc;
@@ -455,13 +494,14 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, her
     kv = st;
     n_tables += nb;
   }
-  /* index tables, one I32 upload: ids, pos, row, tab, slot [T] each, gather [R], tables [n_tables] */
-  int64_t n_idx = 5 * T + R + n_tables;
+  /* index tables, one I32 upload: ids, pos, row, tab, slot [T] each, gather [R + P] (the logits
+   * rows, then the hidden rows), tables [n_tables] */
+  int64_t n_idx = 5 * T + R + P + n_tables;
   int rc = scratch_reserve(m, T, n_idx, R, err);
   if (rc) return rc;
   int32_t *h = m->f.host_idx, *ids = h, *pos = h + T, *row = h + 2 * T, *tab = h + 3 * T, *slot = h + 4 * T,
-          *gather = h + 5 * T, *tables = gather + R;
-  int64_t t = 0, r = 0, toff = 0, B = kv->block_rows;
+          *gather = h + 5 * T, *tables = gather + R + P;
+  int64_t t = 0, r = 0, p = 0, toff = 0, B = kv->block_rows;
   for (int s = 0; s < b->n_seqs; s++) {
     const model_seq *sq = &b->seqs[s];
     const int32_t *blocks;
@@ -475,7 +515,8 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, her
       pos[t] = (int32_t)(sq->positions ? sq->positions[i] : rw);
       tab[t] = (int32_t)toff;
       slot[t] = (int32_t)(blocks[rw / B] * B + rw % B);
-      if (sq->all_logits || i == sq->n_tokens - 1) gather[r++] = (int32_t)t;
+      if (has_logits_row(sq) && (sq->all_logits || i == sq->n_tokens - 1)) gather[r++] = (int32_t)t;
+      if (sq->out == MODEL_OUT_HIDDEN && i == sq->n_tokens - 1) gather[R + p++] = (int32_t)t;
     }
     toff += nb;
   }
@@ -488,8 +529,8 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, her
   st.ew = bk_rows(&f->ew, 0, T), st.ple = bk_rows(&f->ple, 0, T), st.pl = bk_rows(&f->pl, 0, T);
   bk_tensor *parts[] = {&st.ids, &st.pos, &st.row, &st.tab, &st.slot};
   for (int i = 0; i < 5; i++) *parts[i] = bk_rows(&f->idx, i * T, T);
-  st.gather = bk_rows(&f->idx, 5 * T, R);
-  st.tables = bk_rows(&f->idx, 5 * T + R, n_tables);
+  st.gather = bk_rows(&f->idx, 5 * T, R + P);
+  st.tables = bk_rows(&f->idx, 5 * T + R + P, n_tables);
   if ((rc = bk_set(&f->idx, 0, h, sizeof(int32_t) * (size_t)n_idx, err))) return rc;
 
   /* Decode-sized steps are recorded once per shape and replayed (bk_graph_begin):
@@ -498,15 +539,16 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, her
   bool record = T <= FORWARD_GRAPH_MAX_T;
   bool replay = false;
   if (record) {
-    uint64_t key = hmix64((uint64_t)T * 0x10001u + (uint64_t)R);
+    uint64_t key = hmix64((uint64_t)T * 0x10001u + (uint64_t)R + ((uint64_t)P << 40));
     key = hmix64(key ^ (uint64_t)(uintptr_t)f->x.buf->base);
     key = hmix64(key ^ (uint64_t)(uintptr_t)f->idx.buf->base);
-    key = hmix64(key ^ (uint64_t)(uintptr_t)f->logits.buf->base);
+    key = hmix64(key ^ (uint64_t)(uintptr_t)(f->logits.buf ? f->logits.buf->base : NULL));
     for (int l = 0; l < kv->n_layers; l++)
       key = hmix64(key ^ (uint64_t)(uintptr_t)bk_addr(&kv->k[l]) ^ ((uint64_t)(uintptr_t)bk_addr(&kv->v[l]) << 1));
     replay = bk_graph_begin(m->be, key);
   }
   bk_tensor lg = bk_rows(&f->logits, 0, R);
+  bk_tensor xr = bk_rows(&st.xn, 0, R + P); /* the gathered rows after the final norm */
   for (int pass = 0; pass < 2 && !replay; pass++) {
     const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
     bk_embed(&st.x, &m->embed, &st.ids, m->embed_scale);
@@ -519,13 +561,16 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, her
       bk_sync(m->be, NULL);
       return rc;
     }
-    /* the rows that need logits, then final norm and lm_head */
-    bk_tensor xr = bk_reshape(&st.xn, T, c->hidden_size);
-    xr = bk_rows(&xr, 0, R);
-    bk_get_rows(&xr, &st.x, &st.gather);
-    bk_rmsnorm(&xr, &xr, &m->final_norm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
-    bk_matmul_t(&lg, &xr, &m->lm_head, NULL);
-    if (c->final_logit_softcapping > 0) bk_softcap(&lg, (float)c->final_logit_softcapping);
+    /* the rows that need logits or hidden states, then the final norm, and lm_head on the first R */
+    if (R + P > 0) {
+      bk_get_rows(&xr, &st.x, &st.gather);
+      bk_rmsnorm(&xr, &xr, &m->final_norm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
+    }
+    if (R > 0) {
+      bk_tensor xl = bk_rows(&xr, 0, R);
+      bk_matmul_t(&lg, &xl, &m->lm_head, NULL);
+      if (c->final_logit_softcapping > 0) bk_softcap(&lg, (float)c->final_logit_softcapping);
+    }
     if (!record) break;
     rc = bk_graph_end(m->be, err);
     record = false;
@@ -535,7 +580,22 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, her
   }
   if (replay && (rc = bk_graph_end(m->be, err))) return rc;
   *lg_out = lg;
+  *hid_out = bk_rows(&xr, R, P);
   return 0;
+}
+
+/* The hidden rows and whole logits rows that sequences asked for, to their dest. */
+static int fetch_outputs(const model *m, const model_batch *b, const bk_tensor *lg, const bk_tensor *hid, herr *err) {
+  size_t D = (size_t)m->cfg.hidden_size, V = (size_t)m->cfg.vocab_size;
+  int64_t r = 0, p = 0;
+  int rc = 0;
+  for (int s = 0; s < b->n_seqs && !rc; s++) {
+    const model_seq *sq = &b->seqs[s];
+    if (sq->out == MODEL_OUT_HIDDEN) rc = bk_get(hid, (size_t)p++ * D * sizeof(float), sq->dest, D * sizeof(float), err);
+    else if (sq->out == MODEL_OUT_LOGITS_HOST) rc = bk_get(lg, (size_t)r * V * sizeof(float), sq->dest, V * sizeof(float), err);
+    if (has_logits_row(sq)) r += sq->all_logits ? sq->n_tokens : 1;
+  }
+  return rc;
 }
 
 static void forward_commit(const model_batch *b) {
@@ -543,9 +603,10 @@ static void forward_commit(const model_batch *b) {
 }
 
 int model_forward(model *m, const model_batch *b, float *logits_out, herr *err) {
-  bk_tensor lg;
-  int rc = forward_logits(m, b, &lg, err);
-  if (!rc) rc = bk_get(&lg, 0, logits_out, bk_nbytes(&lg), err);
+  bk_tensor lg, hid;
+  int rc = forward_logits(m, b, &lg, &hid, err);
+  if (!rc && lg.rows > 0) rc = bk_get(&lg, 0, logits_out, bk_nbytes(&lg), err);
+  if (!rc) rc = fetch_outputs(m, b, &lg, &hid, err);
   if (!rc) forward_commit(b);
   return rc;
 }
@@ -555,9 +616,10 @@ int model_forward_sample(model *m, const model_batch *b, const bk_sample_row *ro
   for (int s = 0; s < b->n_seqs; s++)
     if (b->seqs[s].all_logits)
       return herr_set(err, HEARTH_EINVAL, "model_forward_sample: sequence %d asks for every token's logits", s);
-  bk_tensor lg;
-  int rc = forward_logits(m, b, &lg, err);
-  if (!rc) rc = bk_sample(&lg, rows, adj, n_adj, out, err);
+  bk_tensor lg, hid;
+  int rc = forward_logits(m, b, &lg, &hid, err);
+  if (!rc) rc = fetch_outputs(m, b, &lg, &hid, err); /* before sampling adjusts the rows */
+  if (!rc && lg.rows > 0) rc = bk_sample(&lg, rows, adj, n_adj, out, err);
   if (!rc) forward_commit(b);
   return rc;
 }

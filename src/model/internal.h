@@ -122,6 +122,7 @@ struct model {
   gguf_file *gg;          /* owned, or NULL: the GGUF mapping the matrices point into */
   bk_weight embed, lm_head; /* lm_head shares embed's loaded weight when tied */
   bool tied;
+  bool no_head;           /* a bare decoder's folder (no lm_head.weight, not tied): hidden states only */
   bk_tensor final_norm;
   layer_weights *layers;  /* owned, num_hidden_layers */
   rope_table ropes[MODEL_MAX_ROPES]; /* per (layer type, head size) */

@@ -14,7 +14,8 @@
  * Matrices stay in their stored format, in the memory of the backend the
  * model was loaded for (model_load_opts.device); activations, norms and
  * the KV cache are f32 there too. Only token ids and index tables go in,
- * and logits come out, per forward.
+ * and logits (or the final hidden states a sequence asks for) come out,
+ * per forward.
  */
 #ifndef HEARTH_MODEL_H
 #define HEARTH_MODEL_H
@@ -62,6 +63,16 @@ typedef struct model_kv_geometry {
   int64_t window[CFG_MAX_LAYERS];
 } model_kv_geometry;
 
+/* What a sequence of a batch gets out of a forward. */
+typedef enum model_out {
+  MODEL_OUT_LOGITS = 0, /* a logits row for its last new token (every new token with all_logits) */
+  MODEL_OUT_NONE,       /* nothing: only its KV rows are written (a prompt chunk before the last) */
+  MODEL_OUT_HIDDEN,     /* the final hidden state of its last new token, after the model's last
+                           norm (what an embedding pools): hidden_size floats to dest */
+  MODEL_OUT_LOGITS_HOST /* a logits row as LOGITS (sampled by model_forward_sample like any other),
+                           and the whole row copied to dest (vocab floats) before sampling */
+} model_out;
+
 /* One sequence of a batch. */
 typedef struct model_seq {
   kv_seq *kv;                /* borrowed: this sequence's cache state; kv->len = tokens already seen */
@@ -69,6 +80,8 @@ typedef struct model_seq {
   int n_tokens;              /* >= 1 */
   const int64_t *positions;  /* borrowed, may be NULL: RoPE positions of the new tokens (default kv->len + i) */
   bool all_logits;           /* logits for every new token, else only for the last */
+  model_out out;             /* default MODEL_OUT_LOGITS */
+  float *dest;               /* borrowed: where MODEL_OUT_HIDDEN / MODEL_OUT_LOGITS_HOST write (host memory) */
 } model_seq;
 
 typedef struct model_batch {
@@ -115,16 +128,26 @@ void model_expert_stats_of(const model *m, model_expert_stats *out);
 /* Bytes of a mixture of experts' expert weights as stored (0 for a dense model). */
 int64_t model_expert_bytes(const model *m);
 
-/* Rows of logits model_forward writes for b: sum over sequences of
- * (all_logits ? n_tokens : 1). */
+/* Rows of logits model_forward writes for b: sum over the sequences whose
+ * out is LOGITS or LOGITS_HOST of (all_logits ? n_tokens : 1). */
 size_t model_batch_logit_rows(const model_batch *b);
 /* logits_out: model_batch_logit_rows(b) × vocab floats, sequence by sequence
  * in batch order. On failure no sequence's length has changed. */
 int model_forward(model *m, const model_batch *b, float *logits_out, herr *err);
-/* The same forward, then one token per sequence chosen on the backend
- * (bk_sample: rows[i] for sequence i, out[i] its result): only the ids and
- * the logprobs asked for leave the device. No sequence may set all_logits. */
+/* The same forward, then one token per logits row chosen on the backend
+ * (bk_sample: rows[i] for the i-th sequence that has a logits row, out[i]
+ * its result): only the ids, the logprobs asked for, and the rows of
+ * MODEL_OUT_LOGITS_HOST sequences leave the device. No sequence may set
+ * all_logits. */
 int model_forward_sample(model *m, const model_batch *b, const bk_sample_row *rows, const bk_sample_adj *adj,
                          int64_t n_adj, bk_sample_out *out, herr *err);
+/* Whether the model has an output head (lm_head, or embeddings tied to it).
+ * A folder saved from a bare decoder (Qwen3-Embedding's Qwen3Model: tensor
+ * names without "model.", or config.json's architectures naming a *Model)
+ * may lack lm_head.weight and loads without one (a causal LM's folder
+ * without it is refused, naming the tensor); its forwards
+ * then only give MODEL_OUT_HIDDEN / MODEL_OUT_NONE, and a logits row is
+ * refused with a message saying so. */
+bool model_has_head(const model *m);
 
 #endif

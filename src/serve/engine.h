@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include <jansson.h>
+#include <stdlib.h>
 
 #include "base/status.h"
 
@@ -89,6 +90,27 @@ typedef struct serve_result {
   int stop_index;        /* the entry of sampling.stop that ended it; -1: none (EOS, length) */
 } serve_result;
 
+/* One input of an embeddings request: text (tokenized as a raw prompt,
+ * with the model's BOS/EOS as its tokenizer adds them) or token ids. */
+typedef struct serve_embed_input {
+  char *text;       /* owned, or NULL when ids */
+  size_t len;       /* bytes of text */
+  int32_t *ids;     /* owned, or NULL when text */
+  size_t n_ids;
+} serve_embed_input;
+
+/* The next-token signal of a prompt (hearth_signal_result), with the top
+ * tokens' text. */
+typedef struct serve_signal {
+  hearth_signal_result r;
+  char *top_text[HEARTH_MAX_TOP_LOGPROBS]; /* owned (serve_signal_free): decoded bytes, may be NULL */
+  size_t top_len[HEARTH_MAX_TOP_LOGPROBS];
+} serve_signal;
+
+static inline void serve_signal_free(serve_signal *s) {
+  for (int i = 0; i < HEARTH_MAX_TOP_LOGPROBS; i++) free(s->top_text[i]), s->top_text[i] = NULL;
+}
+
 /* The engine's serving counters, for /stats and /metrics. */
 typedef struct serve_stats {
   int64_t running, waiting;
@@ -130,6 +152,18 @@ typedef struct serve_engine {
   int (*admit)(void *impl, int64_t n_prompt, int64_t max_tokens, herr *err);
   /* May be NULL: then /stats reports zeros. */
   void (*stats)(void *impl, serve_stats *out);
+  /* May be NULL (with embed_dim 0): no embeddings. Embeds n inputs into out
+   * (n × dim floats, dim = dimensions or embed_dim), each the last token's
+   * final hidden state, L2-normalised; instruction (may be NULL) puts text
+   * inputs in the form "Instruct: {instruction}\nQuery:{text}". Errors as
+   * hearth_embed's ("input 2: ...", "context_length_exceeded: ..."). */
+  int (*embed)(void *impl, const serve_embed_input *in, int n, const char *instruction, int dimensions, float *out,
+               int64_t *prompt_tokens, volatile int *cancel, herr *err);
+  int64_t embed_dim;    /* the embeddings' width; 0: none */
+  /* May be NULL: no /v1/signal. The next token's distribution after a
+   * rendered (raw false) or raw prompt, or after ids when ids is set. */
+  int (*signal)(void *impl, const char *prompt, bool raw, const int32_t *ids, size_t n_ids, int bins, int top,
+                serve_signal *out, volatile int *cancel, herr *err);
 } serve_engine;
 
 /* How `hearth serve` configures the engine; 0 takes the default. */

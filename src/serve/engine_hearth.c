@@ -186,6 +186,48 @@ static int generate(void *impl, const char *prompt, bool raw, const serve_sampli
   return 0;
 }
 
+static int embed(void *impl, const serve_embed_input *in, int n, const char *instruction, int dimensions, float *out,
+                 int64_t *prompt_tokens, volatile int *cancel, herr *err) {
+  hearth_engine *h = impl;
+  hearth_prompt *ps = calloc((size_t)(n > 0 ? n : 1), sizeof *ps);
+  if (!ps) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  for (int i = 0; i < n; i++)
+    ps[i] = in[i].ids ? (hearth_prompt){.ids = in[i].ids, .n_ids = in[i].n_ids}
+                      : (hearth_prompt){.text = in[i].text, .text_len = in[i].len, .add_special = true};
+  hearth_embed_opts o = {.instruction = instruction, .dimensions = dimensions, .cancel = cancel};
+  hearth_error e = {0};
+  int rc = hearth_embed(h->model, ps, (size_t)n, &o, out, prompt_tokens, &e);
+  free(ps);
+  if (!rc) return 0;
+  rc = copy_err(err, &e);
+  if (err) scrub_path(err->msg, sizeof err->msg, h->info.path);
+  return rc;
+}
+
+static int next_signal(void *impl, const char *prompt, bool raw, const int32_t *ids, size_t n_ids, int bins, int top,
+                       serve_signal *out, volatile int *cancel, herr *err) {
+  hearth_engine *h = impl;
+  memset(out, 0, sizeof *out);
+  hearth_prompt p = ids ? (hearth_prompt){.ids = ids, .n_ids = n_ids}
+                        : (hearth_prompt){.text = prompt ? prompt : "", .text_len = prompt ? strlen(prompt) : 0, .add_special = raw};
+  hearth_error e = {0};
+  if (hearth_signal(h->model, &p, bins, top, cancel, &out->r, &e)) {
+    int rc = copy_err(err, &e);
+    if (err) scrub_path(err->msg, sizeof err->msg, h->info.path);
+    return rc;
+  }
+  for (int i = 0; i < out->r.n_top; i++) {
+    char *text = NULL;
+    size_t len = 0;
+    if (hearth_detokenize(h->model, &out->r.top_ids[i], 1, false, &text, &len, &e) == 0) {
+      out->top_text[i] = malloc(len + 1);
+      if (out->top_text[i]) memcpy(out->top_text[i], text, len + 1), out->top_len[i] = len;
+      hearth_free(text);
+    }
+  }
+  return 0;
+}
+
 static void destroy(void *impl) {
   hearth_engine *h = impl;
   if (!h) return;
@@ -267,6 +309,11 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   out->destroy = destroy;
   out->stats = stats;
   out->admit = admit;
+  if (h->info.can_embed) {
+    out->embed = embed;
+    out->embed_dim = h->info.hidden_size;
+  }
+  if (h->info.can_generate) out->signal = next_signal;
   return 0;
 }
 

@@ -29,6 +29,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -49,6 +50,8 @@
 #include "engine/grammar.h"
 #include "engine/json_schema.h"
 #include "serve/anthropic.h"
+#include "serve/embeddings.h"
+#include "serve/signal.h"
 #include "serve/reply.h"
 #include "serve/request.h"
 #include "serve/responses.h"
@@ -112,6 +115,8 @@ typedef enum route {
   ROUTE_RESPONSE,     /* GET / DELETE /v1/responses/{id} */
   ROUTE_STATS,
   ROUTE_METRICS,
+  ROUTE_EMBEDDINGS,
+  ROUTE_SIGNAL,
 } route;
 
 static const struct {
@@ -131,6 +136,8 @@ static const struct {
     {"/v1/responses", ROUTE_RESPONSES, "POST", false},
     {"/stats", ROUTE_STATS, "GET", false},
     {"/metrics", ROUTE_METRICS, "GET", false},
+    {"/v1/embeddings", ROUTE_EMBEDDINGS, "POST", false},
+    {"/v1/signal", ROUTE_SIGNAL, "POST", false},
 };
 
 /* Per-request state, kept in MHD's con_cls between the calls for one request. */
@@ -227,6 +234,8 @@ static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server
       {"POST", "/v1/responses", "OpenAI Responses API (JSON or SSE with stream: true; previous_response_id)"},
       {"GET", "/v1/responses/{id}", "a stored response"},
       {"DELETE", "/v1/responses/{id}", "deletes a stored response"},
+      {"POST", "/v1/embeddings", "embeddings: the last token's final hidden state, L2-normalised (float or base64)"},
+      {"POST", "/v1/signal", "the next token's log-probability histogram, entropy and best tokens"},
       {"GET", "/stats", "serving counters as JSON (requests, KV blocks, prefix cache, tokens/s)"},
       {"GET", "/metrics", "serving counters in the Prometheus text format"},
   };
@@ -248,7 +257,9 @@ static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server
   json_object_set_new(cap, "tools", json_boolean(e->tool_format != TC_NONE));
   json_object_set_new(cap, "tool_call_format", json_string(tc_format_name((tc_format)e->tool_format)));
   json_object_set_new(cap, "reasoning", json_boolean(e->reasoning));
-  json_object_set_new(cap, "embeddings", json_false());
+  json_object_set_new(cap, "embeddings", json_boolean(e->embed && e->embed_dim > 0));
+  if (e->embed && e->embed_dim > 0) json_object_set_new(cap, "embedding_dimensions", json_integer(e->embed_dim));
+  json_object_set_new(cap, "signal", json_boolean(e->signal != NULL));
   json_object_set_new(cap, "adapters", json_false());
   json_object_set_new(cap, "context_length", json_integer(e->context_length));
   json_object_set_new(o, "capabilities", cap);
@@ -954,6 +965,109 @@ static enum MHD_Result answer_stored_response(struct MHD_Connection *c, serve_se
   return send_fail(c, &f, NULL);
 }
 
+/* An engine failure of a prompt-only request (embeddings, signal) as the client sees it. */
+static void fail_probe(int rc, const herr *err, const char *param, serve_fail *f) {
+  if (err->cause == HEARTH_CAUSE_MEMORY_ADMISSION)
+    serve_fail_set(f, 400, "memory_admission", param, "memory_admission", "%s", err->msg);
+  else if (err->cause == HEARTH_CAUSE_CONTEXT_LENGTH || rc == HEARTH_ELIMIT)
+    serve_fail_set(f, 400, "invalid_request_error", param, "context_length_exceeded", "%s", err->msg);
+  else if (rc == HEARTH_EINVAL || rc == HEARTH_EFORMAT || rc == HEARTH_EUNSUPPORTED || rc == HEARTH_ENOTFOUND)
+    serve_fail_set(f, 400, "invalid_request_error", param, NULL, "%s", err->msg);
+  else
+    serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err->msg);
+}
+
+static enum MHD_Result send_hbuf(struct MHD_Connection *c, hbuf *b) {
+  enum MHD_Result rc = b->oom ? MHD_NO : send_bytes(c, 200, "application/json", hbuf_str(b), b->len, NULL);
+  hbuf_free(b);
+  return rc;
+}
+
+/* POST /v1/embeddings (serve/embeddings.c parses and replies). */
+static enum MHD_Result answer_embeddings(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  serve_engine *e = s->engine;
+  embed_request req;
+  serve_fail f;
+  if (embed_request_parse(hbuf_str(&cn->body), cn->body.len, e->vocab_size, &req, &f)) return send_fail(c, &f, NULL);
+  int dim = req.dimensions ? req.dimensions : (int)e->embed_dim;
+  float *vecs = NULL;
+  if (req.model && !name_served(s, req.model)) {
+    serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found",
+                   "The model '%.200s' does not exist (this server serves '%.200s')", req.model, e->model_id);
+  } else if (!e->embed || e->embed_dim <= 0) {
+    serve_fail_set(&f, 400, "invalid_request_error", "model", "embeddings_unsupported", "The model '%.200s' does not serve embeddings",
+                   e->model_id);
+  } else if (req.dimensions > e->embed_dim) {
+    serve_fail_set(&f, 400, "invalid_request_error", "dimensions", NULL,
+                   "'dimensions' is %d but the model's embeddings have %lld values", req.dimensions, (long long)e->embed_dim);
+  } else if (!(vecs = malloc(sizeof(float) * (size_t)req.n * (size_t)dim))) {
+    serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory for %d embeddings", req.n);
+  } else {
+    herr err = {0};
+    int64_t toks = 0;
+    volatile int cancel = 0;
+    bool lock = !e->thread_safe;
+    if (lock) pthread_mutex_lock(&s->engine_lock);
+    int rc = e->embed(e->impl, req.inputs, req.n, req.instruction, req.dimensions, vecs, &toks, (volatile int *)&cancel, &err);
+    if (lock) pthread_mutex_unlock(&s->engine_lock);
+    bool finite = true;
+    for (size_t i = 0; !rc && i < (size_t)req.n * (size_t)dim; i++) finite = finite && isfinite(vecs[i]);
+    if (rc) {
+      fail_probe(rc, &err, "input", &f);
+    } else if (!finite) {
+      serve_fail_set(&f, 500, "server_error", NULL, NULL, "the model gave an embedding with a non-finite value");
+    } else {
+      hbuf b = {0};
+      embed_reply(&req, vecs, dim, req.model ? req.model : e->model_id, toks, &b);
+      free(vecs);
+      embed_request_free(&req);
+      return send_hbuf(c, &b);
+    }
+  }
+  free(vecs);
+  embed_request_free(&req);
+  return send_fail(c, &f, NULL);
+}
+
+/* POST /v1/signal (serve/signal.c parses and replies). */
+static enum MHD_Result answer_signal(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  serve_engine *e = s->engine;
+  signal_request req;
+  serve_fail f;
+  if (signal_request_parse(hbuf_str(&cn->body), cn->body.len, e->vocab_size, &req, &f)) return send_fail(c, &f, NULL);
+  const char *model = req.is_chat ? req.chat.model : req.model;
+  char *prompt = NULL;
+  if (model && !name_served(s, model)) {
+    serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found",
+                   "The model '%.200s' does not exist (this server serves '%.200s')", model, e->model_id);
+  } else if (!e->signal) {
+    serve_fail_set(&f, 400, "invalid_request_error", "model", "signal_unsupported", "The model '%.200s' does not serve /v1/signal",
+                   e->model_id);
+  } else if (!req.is_chat || !render_prompt(e, &req.chat, &prompt, &f)) {
+    herr err = {0};
+    serve_signal sg;
+    memset(&sg, 0, sizeof sg);
+    volatile int cancel = 0;
+    bool lock = !e->thread_safe;
+    if (lock) pthread_mutex_lock(&s->engine_lock);
+    int rc = e->signal(e->impl, req.is_chat ? prompt : req.prompt, !req.is_chat, req.ids, req.n_ids, req.bins, req.top, &sg,
+                       (volatile int *)&cancel, &err);
+    if (lock) pthread_mutex_unlock(&s->engine_lock);
+    free(prompt);
+    if (!rc) {
+      hbuf b = {0};
+      signal_reply(&sg, model ? model : e->model_id, &b);
+      serve_signal_free(&sg);
+      signal_request_free(&req);
+      return send_hbuf(c, &b);
+    }
+    serve_signal_free(&sg);
+    fail_probe(rc, &err, req.is_chat ? "messages" : "prompt", &f);
+  }
+  signal_request_free(&req);
+  return send_fail(c, &f, NULL);
+}
+
 /* POST /v1/messages/count_tokens: the rendered prompt's token count. */
 static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_server *s, conn *cn) {
   serve_engine *e = s->engine;
@@ -1154,6 +1268,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return answer_stored_response(c, s, cn->path + 14, strcmp(method, "DELETE") == 0);
   case ROUTE_COUNT_TOKENS:
     return answer_count_tokens(c, s, cn);
+  case ROUTE_EMBEDDINGS:
+    return answer_embeddings(c, s, cn);
+  case ROUTE_SIGNAL:
+    return answer_signal(c, s, cn);
   default:
     return MHD_NO;
   }

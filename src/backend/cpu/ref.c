@@ -178,6 +178,15 @@ void op_scale(float *x, int64_t n, float s) {
   for (int64_t i = 0; i < n; i++) x[i] *= s;
 }
 
+double op_l2_normalize(float *x, int64_t n) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+  double norm = sqrt(ss);
+  if (!(norm > 0) || !isfinite(norm)) return norm;
+  for (int64_t i = 0; i < n; i++) x[i] = (float)((double)x[i] / norm);
+  return norm;
+}
+
 /* ---- attention ---- */
 
 typedef struct attn_job {
