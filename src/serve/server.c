@@ -119,35 +119,16 @@ typedef enum route {
   ROUTE_SIGNAL,
 } route;
 
-static const struct {
-  const char *path;
-  route r;
-  const char *method;
-  bool open; /* answered without an API key */
-} routes[] = {
-    {"/", ROUTE_PAGE, "GET", true},
-    {"/health", ROUTE_HEALTH, "GET", true},
-    {"/v1", ROUTE_INDEX, "GET", false},
-    {"/v1/models", ROUTE_MODELS, "GET", false},
-    {"/v1/chat/completions", ROUTE_CHAT, "POST", false},
-    {"/v1/completions", ROUTE_COMPLETIONS, "POST", false},
-    {"/v1/messages", ROUTE_MESSAGES, "POST", false},
-    {"/v1/messages/count_tokens", ROUTE_COUNT_TOKENS, "POST", false},
-    {"/v1/responses", ROUTE_RESPONSES, "POST", false},
-    {"/stats", ROUTE_STATS, "GET", false},
-    {"/metrics", ROUTE_METRICS, "GET", false},
-    {"/v1/embeddings", ROUTE_EMBEDDINGS, "POST", false},
-    {"/v1/signal", ROUTE_SIGNAL, "POST", false},
-};
-
 /* Per-request state, kept in MHD's con_cls between the calls for one request. */
 typedef struct conn {
   route route;
+  bool del;            /* DELETE (on /v1/responses/{id}) */
   bool head;           /* HEAD: answer as GET without the body */
   bool failed;         /* `fail` is the answer; the body is read and dropped */
   bool anthropic;      /* under /v1/messages: errors in Anthropic's shape */
   serve_fail fail;
   const char *allow;   /* for 405 */
+  char allow_buf[64];  /* the methods a path takes, when allow points here */
   char path[512];      /* the URL path without a trailing slash */
   hbuf body;           /* owned */
 } conn;
@@ -221,34 +202,12 @@ static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, c
   return send_fail(c, &f, NULL);
 }
 
+static json_t *route_index(void); /* the route table's listing, below */
+
 static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server *s) {
-  static const char *eps[][3] = {
-      {"GET", "/", "the chat page"},
-      {"GET", "/health", "liveness"},
-      {"GET", "/v1", "this index"},
-      {"GET", "/v1/models", "the loaded model"},
-      {"POST", "/v1/chat/completions", "chat completions (JSON or SSE with stream: true)"},
-      {"POST", "/v1/completions", "text completions (JSON or SSE with stream: true)"},
-      {"POST", "/v1/messages", "Anthropic Messages API (JSON or SSE with stream: true)"},
-      {"POST", "/v1/messages/count_tokens", "Anthropic token count of a Messages request"},
-      {"POST", "/v1/responses", "OpenAI Responses API (JSON or SSE with stream: true; previous_response_id)"},
-      {"GET", "/v1/responses/{id}", "a stored response"},
-      {"DELETE", "/v1/responses/{id}", "deletes a stored response"},
-      {"POST", "/v1/embeddings", "embeddings: the last token's final hidden state, L2-normalised (float or base64)"},
-      {"POST", "/v1/signal", "the next token's log-probability histogram, entropy and best tokens"},
-      {"GET", "/stats", "serving counters as JSON (requests, KV blocks, prefix cache, tokens/s)"},
-      {"GET", "/metrics", "serving counters in the Prometheus text format"},
-  };
   json_t *o = json_object();
   json_object_set_new(o, "object", json_string("list"));
-  json_t *data = json_array();
-  for (size_t i = 0; i < sizeof eps / sizeof eps[0]; i++) {
-    json_t *e = json_object();
-    json_object_set_new(e, "method", json_string(eps[i][0]));
-    json_object_set_new(e, "path", json_string(eps[i][1]));
-    json_object_set_new(e, "description", json_string(eps[i][2]));
-    json_array_append_new(data, e);
-  }
+  json_t *data = route_index();
   json_object_set_new(o, "data", data);
   /* what the served model can do through these routes */
   const serve_engine *e = s->engine;
@@ -1116,6 +1075,52 @@ static bool key_ok(serve_server *s, struct MHD_Connection *c) {
   return diff == 0;
 }
 
+/* The one route table: what classify matches (path, method, key), what GET
+ * /v1 lists, and the route on_request answers. A path ending in "/{id}"
+ * matches its prefix followed by a non-empty rest. */
+typedef struct route_def {
+  const char *method;
+  const char *path;
+  route r;
+  bool open; /* answered without an API key */
+  const char *what;
+} route_def;
+
+static const route_def routes[] = {
+    {"GET", "/", ROUTE_PAGE, true, "the chat page"},
+    {"GET", "/health", ROUTE_HEALTH, true, "liveness"},
+    {"GET", "/v1", ROUTE_INDEX, false, "this index"},
+    {"GET", "/v1/models", ROUTE_MODELS, false, "the loaded model"},
+    {"GET", "/v1/models/{id}", ROUTE_MODEL, false, "one served model name"},
+    {"POST", "/v1/chat/completions", ROUTE_CHAT, false, "chat completions (JSON or SSE with stream: true)"},
+    {"POST", "/v1/completions", ROUTE_COMPLETIONS, false, "text completions (JSON or SSE with stream: true)"},
+    {"POST", "/v1/responses", ROUTE_RESPONSES, false,
+     "OpenAI Responses API (JSON or SSE with stream: true; previous_response_id)"},
+    {"GET", "/v1/responses/{id}", ROUTE_RESPONSE, false, "a stored response"},
+    {"DELETE", "/v1/responses/{id}", ROUTE_RESPONSE, false, "deletes a stored response"},
+    {"POST", "/v1/messages", ROUTE_MESSAGES, false, "Anthropic Messages API (JSON or SSE with stream: true)"},
+    {"POST", "/v1/messages/count_tokens", ROUTE_COUNT_TOKENS, false, "Anthropic token count of a Messages request"},
+    {"POST", "/v1/embeddings", ROUTE_EMBEDDINGS, false,
+     "embeddings: the last token's final hidden state, L2-normalised (float or base64)"},
+    {"POST", "/v1/signal", ROUTE_SIGNAL, false, "the next token's log-probability histogram, entropy and best tokens"},
+    {"GET", "/stats", ROUTE_STATS, false, "serving counters as JSON (requests, KV blocks, prefix cache, tokens/s)"},
+    {"GET", "/metrics", ROUTE_METRICS, false, "serving counters in the Prometheus text format"},
+};
+
+static bool route_matches(const route_def *r, const char *path) {
+  size_t n = strlen(r->path);
+  if (n > 5 && !strcmp(r->path + n - 5, "/{id}")) return !strncmp(path, r->path, n - 4) && path[n - 4];
+  return !strcmp(path, r->path);
+}
+
+static json_t *route_index(void) {
+  json_t *data = json_array();
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+    json_array_append_new(data, json_pack("{s:s, s:s, s:s}", "method", routes[i].method, "path", routes[i].path,
+                                          "description", routes[i].what));
+  return data;
+}
+
 /* Decides on the first call, before any body: route, method, key, size. */
 static void classify(serve_server *s, struct MHD_Connection *c, const char *url, const char *method, conn *cn) {
   char *path = cn->path;
@@ -1125,44 +1130,34 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
   cn->head = strcmp(method, "HEAD") == 0;
   cn->anthropic = strcmp(path, "/v1/messages") == 0 || strncmp(path, "/v1/messages/", 13) == 0;
   const char *m = cn->head ? "GET" : method;
-  int found = -1;
-  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-    if (strcmp(path, routes[i].path) == 0) found = (int)i;
-  bool open = false;
-  if (found >= 0) {
-    open = routes[found].open;
-    if (strcmp(m, routes[found].method) != 0) {
-      cn->failed = true;
-      cn->allow = routes[found].method;
-      serve_fail_set(&cn->fail, 405, "invalid_request_error", NULL, "method_not_allowed",
-                     "%s is not allowed on %s (use %s)", method, path, routes[found].method);
-      return;
+  const route_def *rt = NULL;
+  char allow[64] = "";
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+    if (!route_matches(&routes[i], path)) continue;
+    if (!strcmp(m, routes[i].method)) {
+      rt = &routes[i];
+      break;
     }
-    cn->route = routes[found].r;
-  } else if (strncmp(path, "/v1/responses/", 14) == 0 && path[14]) {
-    if (strcmp(m, "GET") != 0 && strcmp(m, "DELETE") != 0) {
-      cn->failed = true;
-      cn->allow = "GET, DELETE";
-      serve_fail_set(&cn->fail, 405, "invalid_request_error", NULL, "method_not_allowed",
-                     "%s is not allowed on /v1/responses/{id} (use GET or DELETE)", method);
-      return;
-    }
-    cn->route = ROUTE_RESPONSE;
-  } else if (strncmp(path, "/v1/models/", 11) == 0 && path[11]) {
-    if (strcmp(m, "GET") != 0) {
-      cn->failed = true;
-      cn->allow = "GET";
-      serve_fail_set(&cn->fail, 405, "invalid_request_error", NULL, "method_not_allowed",
-                     "%s is not allowed on /v1/models/{model} (use GET)", method);
-      return;
-    }
-    cn->route = ROUTE_MODEL;
-  } else {
+    size_t n = strlen(allow);
+    snprintf(allow + n, sizeof allow - n, "%s%s", n ? ", " : "", routes[i].method);
+  }
+  if (!rt && allow[0]) {
+    cn->failed = true;
+    snprintf(cn->allow_buf, sizeof cn->allow_buf, "%s", allow);
+    cn->allow = cn->allow_buf;
+    serve_fail_set(&cn->fail, 405, "invalid_request_error", NULL, "method_not_allowed", "%s is not allowed on %s (use %s)",
+                   method, path, allow);
+    return;
+  }
+  if (!rt) {
     cn->failed = true;
     serve_fail_set(&cn->fail, 404, "invalid_request_error", NULL, "not_found", "Unknown route: %s %.300s", method,
                    url);
     return;
   }
+  bool open = rt->open;
+  cn->route = rt->r;
+  cn->del = !strcmp(m, "DELETE");
   if (!open && !key_ok(s, c)) {
     cn->failed = true;
     serve_fail_set(&cn->fail, 401, "authentication_error", NULL, "invalid_api_key",
@@ -1265,7 +1260,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   case ROUTE_RESPONSES:
     return answer_generate(c, s, cn);
   case ROUTE_RESPONSE:
-    return answer_stored_response(c, s, cn->path + 14, strcmp(method, "DELETE") == 0);
+    return answer_stored_response(c, s, cn->path + 14, cn->del);
   case ROUTE_COUNT_TOKENS:
     return answer_count_tokens(c, s, cn);
   case ROUTE_EMBEDDINGS:
