@@ -439,7 +439,7 @@ out:
 
 /* ---- replies ---- */
 
-void anth_reply_init(anth_reply *r, const char *model, uint64_t id_seed, char *const *stop, int nstop) {
+void anth_reply_init(anth_reply *r, const char *model, uint64_t id_seed, const char *const *stop, int nstop) {
   memset(r, 0, sizeof *r);
   r->model = model;
   r->stop = stop;

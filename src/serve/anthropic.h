@@ -36,7 +36,7 @@ const char *anth_stop_reason(const serve_result *res);
 typedef struct anth_reply {
   char id[48];            /* "msg_…" */
   const char *model;      /* borrowed */
-  char *const *stop;      /* borrowed: the request's stop sequences, to name the one that matched */
+  const char *const *stop;      /* borrowed: the request's stop sequences, to name the one that matched */
   int nstop;
   hbuf text;              /* owned: the text so far (whole responses) */
   /* with tools or reasoning: the output split by a tool-call parser into
@@ -63,7 +63,7 @@ void anth_reply_prime(anth_reply *r, const char *text, hbuf *out);
 
 /* id_seed makes the id unique (any varying number). stop/nstop: the request's
  * stop sequences (borrowed; they must outlive the reply). */
-void anth_reply_init(anth_reply *r, const char *model, uint64_t id_seed, char *const *stop, int nstop);
+void anth_reply_init(anth_reply *r, const char *model, uint64_t id_seed, const char *const *stop, int nstop);
 void anth_reply_free(anth_reply *r);
 
 /* Whole responses: add every step's output, then format the message once. */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "base/status.h"
+#include "hearth.h"
 
 /* One chat message, content already flattened to text. */
 typedef struct serve_message {
@@ -29,31 +30,13 @@ typedef struct serve_chat_opts {
   const json_t *kwargs; /* further template variables (enable_thinking, reasoning_effort, ...) */
 } serve_chat_opts;
 
-typedef struct serve_logit_bias {
-  int32_t token;
-  float bias;
-} serve_logit_bias;
-
-/* Sampling and limits. Fields left unset (NAN for reals, -1 for integers,
- * has_seed false) take the model's generation_config.json defaults. */
-typedef struct serve_sampling {
-  int64_t max_tokens; /* -1: up to the context length */
-  double temperature, top_p, min_p;
-  int64_t top_k;
-  double presence_penalty, frequency_penalty, repetition_penalty;
-  bool has_seed;
-  uint64_t seed;
-  char **stop; /* owned by the request; nstop strings, matched on decoded text */
-  int nstop;
-  serve_logit_bias *bias; /* owned by the request */
-  int nbias;
-  int top_logprobs; /* how many alternatives per token when logprobs is on */
-  bool logprobs;
-  bool keep_special; /* special tokens stay in the text (tool-call and reasoning markers are parsed from it) */
-  const char *grammar; /* borrowed from the request, may be NULL: GBNF the output must follow
-                          (from `grammar` or a JSON response_format) */
-  const char *trace_label; /* borrowed, may be NULL: the response id, naming the request in a trace */
-} serve_sampling;
+/* Sampling and limits: the public API's own struct (hearth.h), so one
+ * request's parameters live in one shape from the HTTP parser to the engine.
+ * Fields left unset (NAN for reals, -1 for integers, has_seed false) take the
+ * model's generation_config.json defaults. A parsed request owns stop (and
+ * its strings) and logit_bias. skip_special false keeps special tokens in the
+ * text (tool-call and reasoning markers are parsed from it). */
+typedef hearth_gen_params serve_sampling;
 
 /* One alternative token and its log-probability. */
 typedef struct serve_top_logprob {

@@ -137,36 +137,7 @@ static int on_token(void *user, const char *text, size_t len, const hearth_token
 static int generate(void *impl, const char *prompt, bool raw, const serve_sampling *s, serve_token_fn fn, void *ctx,
                     volatile int *cancel, serve_result *res, herr *err) {
   hearth_engine *h = impl;
-  hearth_gen_params p;
-  hearth_gen_params_init(&p);
-  p.max_tokens = s->max_tokens;
-  p.temperature = s->temperature;
-  p.top_p = s->top_p;
-  p.top_k = s->top_k;
-  p.min_p = s->min_p;
-  p.repetition_penalty = s->repetition_penalty;
-  p.presence_penalty = s->presence_penalty;
-  p.frequency_penalty = s->frequency_penalty;
-  p.has_seed = s->has_seed;
-  p.seed = s->seed;
-  p.stop = (const char *const *)s->stop;
-  p.n_stop = s->nstop;
-  hearth_logit_bias *bias = NULL;
-  if (s->nbias) {
-    bias = malloc((size_t)s->nbias * sizeof *bias);
-    if (!bias) return herr_set(err, HEARTH_ENOMEM, "out of memory");
-    for (int i = 0; i < s->nbias; i++) {
-      bias[i].id = s->bias[i].token;
-      bias[i].bias = s->bias[i].bias;
-    }
-  }
-  p.logit_bias = bias;
-  p.n_logit_bias = s->nbias;
-  p.logprobs = s->logprobs;
-  p.top_logprobs = s->top_logprobs;
-  p.skip_special = !s->keep_special;
-  p.grammar = s->grammar;
-  p.trace_label = s->trace_label;
+  hearth_gen_params p = *s; /* the request's parameters as parsed, plus what only the engine sets */
   p.cancel = cancel;
   hearth_prompt hp = {.text = prompt, .text_len = strlen(prompt), .add_special = raw};
   relay r = {fn, ctx};
@@ -174,11 +145,10 @@ static int generate(void *impl, const char *prompt, bool raw, const serve_sampli
   memset(&gr, 0, sizeof gr);
   hearth_error e = {0};
   int rc = hearth_generate(h->model, &hp, &p, on_token, &r, &gr, &e);
-  free(bias);
   res->prompt_tokens = gr.prompt_tokens;
   res->completion_tokens = gr.completion_tokens;
   res->cached_tokens = gr.cached_tokens;
-  res->stop_index = gr.finish_reason == HEARTH_FINISH_STOP && gr.stop_index >= 0 && gr.stop_index < s->nstop ? gr.stop_index : -1;
+  res->stop_index = gr.finish_reason == HEARTH_FINISH_STOP && gr.stop_index >= 0 && gr.stop_index < s->n_stop ? gr.stop_index : -1;
   res->finish = gr.finish_reason == HEARTH_FINISH_LENGTH      ? SERVE_FINISH_LENGTH
                 : gr.finish_reason == HEARTH_FINISH_CANCELLED ? SERVE_FINISH_CANCELLED
                                                               : SERVE_FINISH_STOP;

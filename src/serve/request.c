@@ -495,15 +495,16 @@ int serve_json_stop(json_t *root, const char *key, bool allow_string, serve_samp
     return bad(f, key, "'%s' must be %s", key, allow_string ? "a string or an array of strings" : "an array of strings");
   if (n > MAX_STOP) return bad(f, key, "'%s' may hold at most %d strings", key, MAX_STOP);
   if (n == 0) return 0;
-  s->stop = calloc(n, sizeof *s->stop);
-  if (!s->stop) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  char **stop = calloc(n, sizeof *stop); /* owned by the request (s->stop, read-only for the engine) */
+  if (!stop) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  s->stop = (const char *const *)stop;
   for (size_t i = 0; i < n; i++) {
     json_t *e = one ? one : json_array_get(v, i);
     if (!json_is_string(e)) return bad(f, key, "'%s[%zu]' must be a string", key, i);
     if (json_string_length(e) == 0) return bad(f, key, "'%s[%zu]' must not be empty", key, i);
-    s->stop[i] = strdup(json_string_value(e));
-    s->nstop = (int)i + 1;
-    if (!s->stop[i]) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+    stop[i] = strdup(json_string_value(e));
+    s->n_stop = (int)i + 1;
+    if (!stop[i]) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
   }
   return 0;
 }
@@ -515,8 +516,9 @@ static int parse_logit_bias(json_t *root, serve_sampling *s, serve_fail *f) {
   size_t n = json_object_size(v);
   if (n == 0) return 0;
   if (n > 1000000) return bad(f, "logit_bias", "'logit_bias' has too many entries");
-  s->bias = calloc(n, sizeof *s->bias);
-  if (!s->bias) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  hearth_logit_bias *bias = calloc(n, sizeof *bias); /* owned by the request */
+  if (!bias) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  s->logit_bias = bias;
   const char *key;
   json_t *val;
   json_object_foreach(v, key, val) {
@@ -527,19 +529,21 @@ static int parse_logit_bias(json_t *root, serve_sampling *s, serve_fail *f) {
     if (!json_is_number(val)) return bad(f, "logit_bias", "'logit_bias[%s]' must be a number", key);
     double b = json_number_value(val);
     if (!(b >= -100 && b <= 100)) return bad(f, "logit_bias", "'logit_bias[%s]' must be between -100 and 100", key);
-    s->bias[s->nbias].token = (int32_t)id;
-    s->bias[s->nbias].bias = (float)b;
-    s->nbias++;
+    bias[s->n_logit_bias].id = (int32_t)id;
+    bias[s->n_logit_bias].bias = (float)b;
+    s->n_logit_bias++;
   }
   return 0;
 }
 
 void serve_sampling_defaults(serve_sampling *s) {
+  /* as hearth_gen_params_init (the server's protocol layer does not link the engine) */
   memset(s, 0, sizeof *s);
   s->max_tokens = -1;
   s->temperature = s->top_p = s->min_p = NAN;
   s->presence_penalty = s->frequency_penalty = s->repetition_penalty = NAN;
   s->top_k = -1;
+  s->skip_special = true;
 }
 
 static int parse_sampling(json_t *root, serve_kind kind, serve_sampling *s, serve_fail *f) {
@@ -652,9 +656,9 @@ void serve_request_free(serve_request *req) {
     json_decref(req->messages[i].extra);
   }
   free(req->messages);
-  for (int i = 0; i < req->sampling.nstop; i++) free(req->sampling.stop[i]);
-  free(req->sampling.stop);
-  free(req->sampling.bias);
+  for (int i = 0; i < req->sampling.n_stop; i++) free((char *)req->sampling.stop[i]);
+  free((void *)req->sampling.stop);
+  free((void *)req->sampling.logit_bias);
   free(req->model);
   free(req->prompt);
   free(req->user);

@@ -781,10 +781,10 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
     }
   }
   /* Refuse what cannot work before any work, so a stream never starts for it. */
-  for (int i = 0; i < j->req.sampling.nbias; i++)
-    if (e->vocab_size > 0 && j->req.sampling.bias[i].token >= e->vocab_size) {
+  for (int i = 0; i < j->req.sampling.n_logit_bias; i++)
+    if (e->vocab_size > 0 && j->req.sampling.logit_bias[i].id >= e->vocab_size) {
       serve_fail_set(&f, 400, "invalid_request_error", "logit_bias", NULL,
-                     "logit_bias: token id %d is outside the vocabulary (size %lld)", (int)j->req.sampling.bias[i].token,
+                     "logit_bias: token id %d is outside the vocabulary (size %lld)", (int)j->req.sampling.logit_bias[i].id,
                      (long long)e->vocab_size);
       goto refuse;
     }
@@ -823,15 +823,15 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
       goto refuse;
     }
-    if (j->parse) j->req.sampling.keep_special = needs_specials(&j->tc);
+    if (j->parse) j->req.sampling.skip_special = !needs_specials(&j->tc);
   } else if (anth) {
-    anth_reply_init(&j->areply, e->model_id, id_seed ^ (uint64_t)time(NULL), j->req.sampling.stop, j->req.sampling.nstop);
+    anth_reply_init(&j->areply, e->model_id, id_seed ^ (uint64_t)time(NULL), j->req.sampling.stop, j->req.sampling.n_stop);
     if (j->parse) {
       if (anth_reply_parse(&j->areply, &j->tc, &err)) {
         serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
         goto refuse;
       }
-      j->req.sampling.keep_special = needs_specials(&j->tc);
+      j->req.sampling.skip_special = !needs_specials(&j->tc);
     }
   } else {
     serve_reply_init(&j->reply, kind, e->model_id, (int64_t)time(NULL), id_seed, j->req.sampling.logprobs);
@@ -841,7 +841,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
         serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
         goto refuse;
       }
-      j->req.sampling.keep_special = needs_specials(&j->tc);
+      j->req.sampling.skip_special = !needs_specials(&j->tc);
     }
   }
   j->req.sampling.trace_label = anth ? j->areply.id : j->reply.id; /* names the request in a trace */

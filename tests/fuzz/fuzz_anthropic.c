@@ -47,15 +47,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       const serve_sampling *s = &r.sampling;
       if (!count_only && s->max_tokens < 1) abort();
       if (!isnan(s->temperature) && !(s->temperature >= 0 && s->temperature <= 1)) abort();
-      for (int i = 0; i < s->nstop; i++)
+      for (int i = 0; i < s->n_stop; i++)
         if (!s->stop[i]) abort();
       /* the request's text through a reply and a stream: valid JSON throughout */
       anth_reply rep;
-      anth_reply_init(&rep, r.model ? r.model : "m", 7, s->stop, s->nstop);
+      anth_reply_init(&rep, r.model ? r.model : "m", 7, s->stop, s->n_stop);
       const char *text = r.messages[r.nmessages - 1].content;
       serve_token t = {.text = text, .len = strlen(text), .token_text = text, .token_len = strlen(text)};
       serve_result res = {.finish = SERVE_FINISH_STOP, .prompt_tokens = 3, .completion_tokens = 1,
-                          .stop_index = s->nstop ? 0 : -1};
+                          .stop_index = s->n_stop ? 0 : -1};
       hbuf out = {0};
       anth_reply_add(&rep, &t);
       anth_reply_body(&rep, &res, &out);

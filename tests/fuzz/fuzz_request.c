@@ -21,10 +21,10 @@ static void check(const serve_request *r) {
   if (!isnan(s->temperature) && !(s->temperature >= 0 && s->temperature <= 2)) abort();
   if (!isnan(s->top_p) && !(s->top_p >= 0 && s->top_p <= 1)) abort();
   if (s->top_logprobs < 0 || s->top_logprobs > 20) abort();
-  for (int i = 0; i < s->nstop; i++)
+  for (int i = 0; i < s->n_stop; i++)
     if (!s->stop[i] || !s->stop[i][0]) abort();
-  for (int i = 0; i < s->nbias; i++)
-    if (s->bias[i].token < 0 || !(s->bias[i].bias >= -100 && s->bias[i].bias <= 100)) abort();
+  for (int i = 0; i < s->n_logit_bias; i++)
+    if (s->logit_bias[i].id < 0 || !(s->logit_bias[i].bias >= -100 && s->logit_bias[i].bias <= 100)) abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (!j) abort();
       json_decref(j);
       free(s);
-      if (r.messages || r.prompt || r.sampling.stop || r.sampling.bias || r.model) abort();
+      if (r.messages || r.prompt || r.sampling.stop || r.sampling.logit_bias || r.model) abort();
     }
   }
   free(copy);

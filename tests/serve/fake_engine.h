@@ -105,7 +105,7 @@ static uint64_t fake_rng(uint64_t *s) {
 /* Longest suffix of s[0..n) that is a proper prefix of some stop string. */
 static size_t fake_holdback(const char *s, size_t n, const serve_sampling *sp) {
   size_t best = 0;
-  for (int k = 0; k < sp->nstop; k++) {
+  for (int k = 0; k < sp->n_stop; k++) {
     size_t L = strlen(sp->stop[k]);
     for (size_t h = L - 1; h > best; h--)
       if (h <= n && memcmp(s + n - h, sp->stop[k], h) == 0) {
@@ -207,7 +207,7 @@ static int fake_generate_run(const char *prompt, bool raw, const serve_sampling 
     res->completion_tokens++;
     /* Stop strings: end at the first match; hold back a possible start of one. */
     size_t release = text.len;
-    for (int k = 0; k < sp->nstop; k++) {
+    for (int k = 0; k < sp->n_stop; k++) {
       const char *hit = memmem(text.data, text.len, sp->stop[k], strlen(sp->stop[k]));
       if (hit && (size_t)(hit - text.data) < release) {
         release = (size_t)(hit - text.data);

@@ -61,12 +61,12 @@ static void test_all_fields(void) {
   CHECK_NEAR(r.sampling.temperature, 0.5, 1e-12);
   CHECK_NEAR(r.sampling.top_p, 0.9, 1e-12);
   CHECK_EQ_INT(r.sampling.top_k, 40);
-  CHECK_EQ_INT(r.sampling.nstop, 2);
+  CHECK_EQ_INT(r.sampling.n_stop, 2);
   CHECK_EQ_STR(r.sampling.stop[0], "END");
   CHECK_EQ_STR(r.sampling.stop[1], "\n\nHuman:");
   /* what Anthropic does not have keeps the model's defaults */
   CHECK(isnan(r.sampling.min_p) && isnan(r.sampling.presence_penalty) && isnan(r.sampling.repetition_penalty));
-  CHECK(!r.sampling.has_seed && !r.sampling.logprobs && r.sampling.nbias == 0);
+  CHECK(!r.sampling.has_seed && !r.sampling.logprobs && r.sampling.n_logit_bias == 0);
   serve_request_free(&r);
 }
 
@@ -89,7 +89,7 @@ static void test_defaults_and_merging(void) {
   CHECK_EQ_STR(r.messages[3].content, "");
   CHECK(!r.stream);
   CHECK(isnan(r.sampling.temperature) && isnan(r.sampling.top_p) && r.sampling.top_k == -1);
-  CHECK(r.sampling.nstop == 0 && r.sampling.stop == NULL);
+  CHECK(r.sampling.n_stop == 0 && r.sampling.stop == NULL);
   serve_request_free(&r);
   /* null means absent */
   CHECK_EQ_INT(parse("{\"model\":\"m\",\"max_tokens\":2.0,\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],"
@@ -268,7 +268,7 @@ static void test_errors(void) {
   hbuf_free(&out);
 }
 
-static char *stops[] = {"END", "\n\nHuman:"};
+static const char *stops[] = {"END", "\n\nHuman:"};
 
 static void fixed(anth_reply *r) {
   anth_reply_init(r, "tiny-llama", 1, stops, 2);

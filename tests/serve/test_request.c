@@ -51,17 +51,17 @@ static void test_chat_all_fields(void) {
   CHECK_NEAR(s->min_p, 0.05, 0);
   CHECK(s->has_seed);
   CHECK(s->seed == (uint64_t)-7);
-  CHECK_EQ_INT(s->nstop, 2);
+  CHECK_EQ_INT(s->n_stop, 2);
   CHECK_EQ_STR(s->stop[0], "END");
   CHECK_EQ_STR(s->stop[1], "\n\n");
   CHECK_NEAR(s->presence_penalty, 0.5, 0);
   CHECK_NEAR(s->frequency_penalty, -0.5, 0);
   CHECK_NEAR(s->repetition_penalty, 1.1, 0);
-  CHECK_EQ_INT(s->nbias, 2);
-  CHECK_EQ_INT(s->bias[0].token, 15);
-  CHECK_NEAR(s->bias[0].bias, -100, 0);
-  CHECK_EQ_INT(s->bias[1].token, 2000);
-  CHECK_NEAR(s->bias[1].bias, 3.5, 0);
+  CHECK_EQ_INT(s->n_logit_bias, 2);
+  CHECK_EQ_INT(s->logit_bias[0].id, 15);
+  CHECK_NEAR(s->logit_bias[0].bias, -100, 0);
+  CHECK_EQ_INT(s->logit_bias[1].id, 2000);
+  CHECK_NEAR(s->logit_bias[1].bias, 3.5, 0);
   CHECK(s->logprobs);
   CHECK_EQ_INT(s->top_logprobs, 3);
   CHECK_EQ_INT(r.n, 1);
@@ -88,7 +88,7 @@ static void test_chat_defaults(void) {
   CHECK_EQ_INT(r.sampling.top_k, -1);
   CHECK(!r.sampling.has_seed);
   CHECK(!r.sampling.logprobs);
-  CHECK_EQ_INT(r.sampling.nstop, 1);
+  CHECK_EQ_INT(r.sampling.n_stop, 1);
   CHECK_EQ_STR(r.sampling.stop[0], "###");
   serve_request_free(&r);
   /* max_completion_tokens is the newer name of max_tokens and wins. */
