@@ -104,6 +104,8 @@ for t in $TYPES; do
   read -r a tot <<<"${act[$t]}"
   echo "# bytes read per decoded token: $a ($(python3 -c "print(f'{$a / 1e6:.1f} MB, {100 * $a / $tot:.1f}% of the file')"))"
 done
+raw=$(mktemp)
+trap 'rm -f "$raw"' EXIT
 echo
 echo "| file | threads | test | hearth t/s | llama.cpp t/s | hearth / llama.cpp | decode % of active-bytes roofline (hearth / llama.cpp) |"
 echo "|---|---|---|---|---|---|---|"
@@ -116,7 +118,7 @@ for t in $TYPES; do
       h="$h$("$b/hearth" bench --model "$f" -p "$P" -n "$N" -t "$th" --repeat "$R" --json)"$'\n'
       [ -n "$HEARTH_ONLY" ] || l="$l$(node "$BENCH_DIR/llamacpp_bench.mjs" "$f" "$th" "$P" "$N" "$R" | tail -1)"$'\n'
     done
-    python3 - "$t" "$th" "$P" "$N" "$a" "$tot" "${bw[$th]}" "$h" "$l" <<'PY'
+    python3 - "$t" "$th" "$P" "$N" "$a" "$tot" "${bw[$th]}" "$h" "$l" "$raw" <<'PY'
 import json, statistics, sys
 t, th, P, N = sys.argv[1:5]
 active, total, bw = int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7])
@@ -130,9 +132,13 @@ ratio = lambda k: f"{h[k] / l[k]:.2f}" if l else "-"
 name = f"{t} ({total / 1e9:.2f} GB, {active / 1e6:.0f} MB active)"
 print(f"| {name} | {th} | pp{P} | {h['pp_tps']:.2f} | {lv('pp_tps')} | {ratio('pp_tps')} | |")
 lroof = "%.0f%%" % roof(l["tg_tps"]) if l else "-"
+rounds = lambda text: " ".join("%.0f/%.0f" % (r["pp_tps"], r["tg_tps"]) for r in map(json.loads, filter(str.strip, text.split("\n"))))
+with open(sys.argv[10], "a") as raw:
+    print(f"# {t} {th} thr, pp/tg per round: hearth {rounds(sys.argv[8])}; llama.cpp {rounds(sys.argv[9]) or '-'}", file=raw)
 print(f"| {name} | {th} | tg{N} | {h['tg_tps']:.2f} | {lv('tg_tps')} | {ratio('tg_tps')} | {roof(h['tg_tps']):.0f}% / {lroof} |")
 PY
   done
 done
 echo
+cat "$raw"
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -62,7 +62,7 @@ static int cpu_has_f16c(void) {
 
 static atomic_int level_now = -1; /* -1: not chosen yet */
 
-bk_cpu_level bk_cpu_best(void) {
+static bk_cpu_level cpu_best_probe(void) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
@@ -72,6 +72,16 @@ bk_cpu_level bk_cpu_best(void) {
     return BK_CPU_AVX2;
 #endif
   return BK_CPU_SCALAR;
+}
+
+/* Probed once: the CPUID instruction traps to the hypervisor in a virtual
+ * machine (microseconds), and the packed matmul asks on every call. */
+static atomic_int level_best = -1;
+
+bk_cpu_level bk_cpu_best(void) {
+  int l = atomic_load_explicit(&level_best, memory_order_relaxed);
+  if (l < 0) atomic_store_explicit(&level_best, l = (int)cpu_best_probe(), memory_order_relaxed);
+  return (bk_cpu_level)l;
 }
 
 const char *bk_cpu_level_name(bk_cpu_level level) {
@@ -120,8 +130,14 @@ static bk_rows_fn rows_fn(bk_cpu_level level) {
 
 bool bk_cpu_has_int8_dot(void) {
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  return bk_cpu_best() == BK_CPU_AVX512 && __builtin_cpu_supports("avx512vnni");
+  static atomic_int has = -1; /* probed once, as bk_cpu_best */
+  int h = atomic_load_explicit(&has, memory_order_relaxed);
+  if (h < 0) {
+    __builtin_cpu_init();
+    h = bk_cpu_best() == BK_CPU_AVX512 && __builtin_cpu_supports("avx512vnni");
+    atomic_store_explicit(&has, h, memory_order_relaxed);
+  }
+  return h;
 #else
   return false;
 #endif
