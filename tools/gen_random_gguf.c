@@ -1,13 +1,25 @@
-/* gen_random_gguf.c — writes a llama-architecture GGUF with random weights in
- * the shape of Llama-3.2-1B (or a smaller shape), for benchmarks that run the
- * same file through hearth and llama.cpp. Weight types: f16, q8_0, q4_0
- * (norms stay f32). The vocabulary is a SentencePiece-style one with byte
- * tokens and filler pieces, enough for both runtimes to load the file.
+/* gen_random_gguf.c — writes a GGUF with random weights, for benchmarks that
+ * run the same file through hearth and llama.cpp:
+ *   1b, tiny   llama architecture in the shape of Llama-3.2-1B (or a small one);
+ *   a3b, moe-tiny
+ *              llama.cpp's qwen3moe architecture in Qwen3-30B-A3B's geometry
+ *              (hidden 2048, 32 q heads / 4 kv heads of 128, q/k norms,
+ *              experts of FFN 768, 8 used per token, untied output) with fewer
+ *              layers and a smaller vocabulary so that it fits a small machine:
+ *              4 layers of 128 experts and a 32000-token vocabulary unless
+ *              LAYERS, EXPERTS or VOCAB say otherwise (moe-tiny: a quick check).
+ * The experts are stacked 3-D as llama.cpp writes them (ffn_gate_exps,
+ * ffn_up_exps [experts, 768, 2048], ffn_down_exps [experts, 2048, 768]); the
+ * router (ffn_gate_inp) and norms stay f32 as llama.cpp's quantizer leaves
+ * them. Weight types: f16, q8_0, q4_0 (every other matrix). The vocabulary is
+ * a SentencePiece-style one with byte tokens and filler pieces, enough for
+ * both runtimes to load the file.
  *
  *   cc -O2 -o gen_random_gguf tools/gen_random_gguf.c -lm
- *   ./gen_random_gguf OUT.gguf f16|q8_0|q4_0 [1b|tiny]
+ *   ./gen_random_gguf OUT.gguf f16|q8_0|q4_0 [1b|tiny|a3b|moe-tiny [LAYERS [EXPERTS [VOCAB]]]]
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +28,12 @@
 enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8 };
 enum { V_U32 = 4, V_I32 = 5, V_F32 = 6, V_BOOL = 7, V_STRING = 8, V_ARRAY = 9 };
 
-typedef struct { int hidden, layers, heads, kv_heads, ffn, vocab, ctx; } shape;
+typedef struct {
+  const char *arch, *name;
+  int hidden, layers, heads, kv_heads, head_dim, ffn, vocab, ctx;
+  int experts, experts_used, expert_ffn; /* 0 experts: a dense llama */
+  float rope_theta, eps;
+} shape;
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float frand(void) { /* approx N(0,1): sum of 4 uniforms, rescaled */
@@ -49,10 +66,11 @@ static void kv_u32(FILE *f, const char *k, uint32_t v) { w_str(f, k); w_u32(f, V
 static void kv_f32(FILE *f, const char *k, float v) { w_str(f, k); w_u32(f, V_F32); fwrite(&v, 4, 1, f); }
 static void kv_bool(FILE *f, const char *k, int v) { w_str(f, k); w_u32(f, V_BOOL); uint8_t b = (uint8_t)v; fwrite(&b, 1, 1, f); }
 
-typedef struct { char name[64]; int type; int64_t ne0, ne1; uint64_t off, size; float std; int ones; } tinfo;
+/* ne0 is the row length (GGUF's fastest dimension); ne2 > 1 stacks ne2 matrices of ne1 rows */
+typedef struct { char name[64]; int type; int64_t ne0, ne1, ne2; uint64_t off, size; float std; int ones; } tinfo;
 
-static uint64_t tsize(int type, int64_t ne0, int64_t ne1) {
-  int64_t n = ne0 * ne1;
+static uint64_t tsize(int type, int64_t ne0, int64_t ne1, int64_t ne2) {
+  int64_t n = ne0 * ne1 * ne2;
   switch (type) {
     case T_F32: return (uint64_t)n * 4;
     case T_F16: return (uint64_t)n * 2;
@@ -62,7 +80,7 @@ static uint64_t tsize(int type, int64_t ne0, int64_t ne1) {
 }
 
 static void write_tensor(FILE *f, const tinfo *t) {
-  int64_t n = t->ne0 * t->ne1;
+  int64_t n = t->ne0 * t->ne1 * t->ne2;
   if (t->type == T_F32) {
     for (int64_t i = 0; i < n; i++) { float v = t->ones ? 1.0f : frand() * t->std; fwrite(&v, 4, 1, f); }
     return;
@@ -107,37 +125,64 @@ static void write_tensor(FILE *f, const tinfo *t) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s OUT.gguf f16|q8_0|q4_0 [1b|tiny]\n", argv[0]);
+    fprintf(stderr, "usage: %s OUT.gguf f16|q8_0|q4_0 [1b|tiny|a3b|moe-tiny [LAYERS [EXPERTS [VOCAB]]]]\n", argv[0]);
     return 2;
   }
   int wt = strcmp(argv[2], "f16") == 0 ? T_F16 : strcmp(argv[2], "q8_0") == 0 ? T_Q8_0 : strcmp(argv[2], "q4_0") == 0 ? T_Q4_0 : -1;
   if (wt < 0) { fprintf(stderr, "unknown type %s\n", argv[2]); return 2; }
-  shape s = {2048, 16, 32, 8, 8192, 128256, 131072};
-  if (argc > 3 && strcmp(argv[3], "tiny") == 0) s = (shape){256, 2, 4, 2, 512, 1024, 2048};
-  int hd = s.hidden / s.heads;
+  const char *sn = argc > 3 ? argv[3] : "1b";
+  shape s;
+  if (!strcmp(sn, "1b")) s = (shape){"llama", "random-llama-1b", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 0, 0, 0, 500000.0f, 1e-5f};
+  else if (!strcmp(sn, "tiny")) s = (shape){"llama", "random-llama-1b", 256, 2, 4, 2, 64, 512, 1024, 2048, 0, 0, 0, 500000.0f, 1e-5f};
+  else if (!strcmp(sn, "a3b"))
+    s = (shape){"qwen3moe", "random-qwen3moe-a3b", 2048, 4, 32, 4, 128, 6144, 32000, 40960, 128, 8, 768, 1000000.0f, 1e-6f};
+  else if (!strcmp(sn, "moe-tiny"))
+    s = (shape){"qwen3moe", "random-qwen3moe-tiny", 256, 2, 4, 2, 64, 512, 1024, 2048, 16, 4, 128, 1000000.0f, 1e-6f};
+  else { fprintf(stderr, "unknown shape %s\n", sn); return 2; }
+  if (argc > 4) s.layers = atoi(argv[4]);
+  if (argc > 5) s.experts = atoi(argv[5]);
+  if (argc > 6) s.vocab = atoi(argv[6]);
+  bool moe = s.experts > 0;
+  if (s.layers < 1 || s.vocab < 300 || (moe && s.experts < s.experts_used)) { fprintf(stderr, "bad LAYERS, EXPERTS or VOCAB\n"); return 2; }
+  int hd = s.head_dim, qd = hd * s.heads, kvd = hd * s.kv_heads;
 
-  tinfo *ts = calloc((size_t)(3 + 9 * s.layers), sizeof *ts);
+  tinfo *ts = calloc((size_t)(3 + 12 * s.layers), sizeof *ts);
   int nt = 0;
-#define ADD(nm, ty, a, b, sd, one) do { tinfo *t = &ts[nt++]; snprintf(t->name, sizeof t->name, "%s", nm); t->type = ty; t->ne0 = a; t->ne1 = b; t->std = sd; t->ones = one; } while (0)
+#define ADD3(nm, ty, a, b, c, sd, one) do { tinfo *t = &ts[nt++]; snprintf(t->name, sizeof t->name, "%s", nm); t->type = ty; t->ne0 = a; t->ne1 = b; t->ne2 = c; t->std = sd; t->ones = one; } while (0)
+#define ADD(nm, ty, a, b, sd, one) ADD3(nm, ty, a, b, 1, sd, one)
   ADD("token_embd.weight", wt, s.hidden, s.vocab, 1.0f, 0);
   ADD("output_norm.weight", T_F32, s.hidden, 1, 0, 1);
+  float sh = 1.0f / sqrtf((float)s.hidden), sq = 1.0f / sqrtf((float)qd);
+  if (moe) ADD("output.weight", wt, s.hidden, s.vocab, sh, 0); /* Qwen3-MoE's output is its own matrix */
   char nm[64];
-  float sh = 1.0f / sqrtf((float)s.hidden), sf = 1.0f / sqrtf((float)s.ffn);
   for (int l = 0; l < s.layers; l++) {
-    snprintf(nm, sizeof nm, "blk.%d.attn_norm.weight", l); ADD(nm, T_F32, s.hidden, 1, 0, 1);
-    snprintf(nm, sizeof nm, "blk.%d.attn_q.weight", l); ADD(nm, wt, s.hidden, s.hidden, sh, 0);
-    snprintf(nm, sizeof nm, "blk.%d.attn_k.weight", l); ADD(nm, wt, s.hidden, hd * s.kv_heads, sh, 0);
-    snprintf(nm, sizeof nm, "blk.%d.attn_v.weight", l); ADD(nm, wt, s.hidden, hd * s.kv_heads, sh, 0);
-    snprintf(nm, sizeof nm, "blk.%d.attn_output.weight", l); ADD(nm, wt, s.hidden, s.hidden, sh, 0);
-    snprintf(nm, sizeof nm, "blk.%d.ffn_norm.weight", l); ADD(nm, T_F32, s.hidden, 1, 0, 1);
-    snprintf(nm, sizeof nm, "blk.%d.ffn_gate.weight", l); ADD(nm, wt, s.hidden, s.ffn, sh, 0);
-    snprintf(nm, sizeof nm, "blk.%d.ffn_up.weight", l); ADD(nm, wt, s.hidden, s.ffn, sh, 0);
-    snprintf(nm, sizeof nm, "blk.%d.ffn_down.weight", l); ADD(nm, wt, s.ffn, s.hidden, sf, 0);
+#define L(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", l, suffix), nm)
+    ADD(L("attn_norm.weight"), T_F32, s.hidden, 1, 0, 1);
+    ADD(L("attn_q.weight"), wt, s.hidden, qd, sh, 0);
+    ADD(L("attn_k.weight"), wt, s.hidden, kvd, sh, 0);
+    ADD(L("attn_v.weight"), wt, s.hidden, kvd, sh, 0);
+    ADD(L("attn_output.weight"), wt, qd, s.hidden, sq, 0);
+    ADD(L("ffn_norm.weight"), T_F32, s.hidden, 1, 0, 1);
+    if (moe) {
+      float sf = 1.0f / sqrtf((float)s.expert_ffn);
+      ADD(L("attn_q_norm.weight"), T_F32, hd, 1, 0, 1);
+      ADD(L("attn_k_norm.weight"), T_F32, hd, 1, 0, 1);
+      ADD(L("ffn_gate_inp.weight"), T_F32, s.hidden, s.experts, sh, 0);
+      ADD3(L("ffn_gate_exps.weight"), wt, s.hidden, s.expert_ffn, s.experts, sh, 0);
+      ADD3(L("ffn_up_exps.weight"), wt, s.hidden, s.expert_ffn, s.experts, sh, 0);
+      ADD3(L("ffn_down_exps.weight"), wt, s.expert_ffn, s.hidden, s.experts, sf, 0);
+    } else {
+      float sf = 1.0f / sqrtf((float)s.ffn);
+      ADD(L("ffn_gate.weight"), wt, s.hidden, s.ffn, sh, 0);
+      ADD(L("ffn_up.weight"), wt, s.hidden, s.ffn, sh, 0);
+      ADD(L("ffn_down.weight"), wt, s.ffn, s.hidden, sf, 0);
+    }
+#undef L
   }
   uint64_t off = 0;
   for (int i = 0; i < nt; i++) {
     ts[i].off = off;
-    ts[i].size = tsize(ts[i].type, ts[i].ne0, ts[i].ne1);
+    ts[i].size = tsize(ts[i].type, ts[i].ne0, ts[i].ne1, ts[i].ne2);
     off += (ts[i].size + 31) / 32 * 32;
   }
 
@@ -146,18 +191,31 @@ int main(int argc, char **argv) {
   fwrite("GGUF", 1, 4, f);
   w_u32(f, 3);
   w_u64(f, (uint64_t)nt);
-  w_u64(f, 17); /* metadata count */
-  kv_str(f, "general.architecture", "llama");
-  kv_str(f, "general.name", "random-llama-1b");
+  w_u64(f, moe ? 25 : 17); /* metadata count */
+  char k[96];
+#define K(suffix) (snprintf(k, sizeof k, "%s.%s", s.arch, suffix), k)
+  kv_str(f, "general.architecture", s.arch);
+  kv_str(f, "general.name", s.name);
   kv_u32(f, "general.alignment", 32);
-  kv_u32(f, "llama.context_length", (uint32_t)s.ctx);
-  kv_u32(f, "llama.embedding_length", (uint32_t)s.hidden);
-  kv_u32(f, "llama.block_count", (uint32_t)s.layers);
-  kv_u32(f, "llama.feed_forward_length", (uint32_t)s.ffn);
-  kv_u32(f, "llama.attention.head_count", (uint32_t)s.heads);
-  kv_u32(f, "llama.attention.head_count_kv", (uint32_t)s.kv_heads);
-  kv_f32(f, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  kv_f32(f, "llama.rope.freq_base", 500000.0f);
+  kv_u32(f, K("context_length"), (uint32_t)s.ctx);
+  kv_u32(f, K("embedding_length"), (uint32_t)s.hidden);
+  kv_u32(f, K("block_count"), (uint32_t)s.layers);
+  kv_u32(f, K("feed_forward_length"), (uint32_t)s.ffn);
+  kv_u32(f, K("attention.head_count"), (uint32_t)s.heads);
+  kv_u32(f, K("attention.head_count_kv"), (uint32_t)s.kv_heads);
+  kv_f32(f, K("attention.layer_norm_rms_epsilon"), s.eps);
+  kv_f32(f, K("rope.freq_base"), s.rope_theta);
+  if (moe) {
+    kv_u32(f, K("attention.key_length"), (uint32_t)hd);
+    kv_u32(f, K("attention.value_length"), (uint32_t)hd);
+    kv_u32(f, K("rope.dimension_count"), (uint32_t)hd);
+    kv_u32(f, K("expert_count"), (uint32_t)s.experts);
+    kv_u32(f, K("expert_used_count"), (uint32_t)s.experts_used);
+    kv_u32(f, K("expert_feed_forward_length"), (uint32_t)s.expert_ffn);
+    kv_u32(f, K("vocab_size"), (uint32_t)s.vocab);
+    kv_bool(f, "tokenizer.ggml.add_bos_token", 0);
+  }
+#undef K
   kv_str(f, "tokenizer.ggml.model", "llama");
   /* tokens, scores, token types */
   w_str(f, "tokenizer.ggml.tokens"); w_u32(f, V_ARRAY); w_u32(f, V_STRING); w_u64(f, (uint64_t)s.vocab);
@@ -176,13 +234,13 @@ int main(int argc, char **argv) {
   for (int i = 0; i < s.vocab; i++) { int32_t ty = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1; fwrite(&ty, 4, 1, f); }
   kv_u32(f, "tokenizer.ggml.bos_token_id", 1);
   kv_u32(f, "tokenizer.ggml.eos_token_id", 2);
-  (void)kv_bool;
   for (int i = 0; i < nt; i++) {
     w_str(f, ts[i].name);
-    int nd = ts[i].ne1 == 1 ? 1 : 2;
+    int nd = ts[i].ne2 > 1 ? 3 : ts[i].ne1 == 1 ? 1 : 2;
     w_u32(f, (uint32_t)nd);
     w_u64(f, (uint64_t)ts[i].ne0);
-    if (nd == 2) w_u64(f, (uint64_t)ts[i].ne1);
+    if (nd >= 2) w_u64(f, (uint64_t)ts[i].ne1);
+    if (nd == 3) w_u64(f, (uint64_t)ts[i].ne2);
     w_u32(f, (uint32_t)ts[i].type);
     w_u64(f, ts[i].off);
   }
@@ -193,7 +251,7 @@ int main(int argc, char **argv) {
     uint64_t pad = (ts[i].size + 31) / 32 * 32 - ts[i].size;
     for (uint64_t p = 0; p < pad; p++) fputc(0, f);
   }
-  fclose(f);
+  if (fclose(f)) { perror(argv[1]); return 1; }
   free(ts);
   return 0;
 }

@@ -1,5 +1,6 @@
 /* test_pack.c — the 8-bit integer path for Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K weights (pack.h):
- *  - activation quantization: |q| <= 127, s = Σ q, |x - q·d| <= d/2;
+ *  - activation quantization: |q| <= 127, s = Σ q, |x - q·d| <= d/2; the
+ *    AVX-512 version gives the reference's bytes;
  *  - the packed reference against a double-precision dot product of the
  *    dequantized weights and the dequantized activations;
  *  - the error against f32 activations stays within the quantization bound
@@ -96,6 +97,38 @@ static void test_quantize_activations(void) {
   CHECK(isnan(qa.d[0]));
   qrows_free(&qa);
   free(x);
+}
+
+/* The AVX-512 activation quantization gives the reference's bytes: random
+ * blocks, ties (x · 127/amax exactly halfway between integers, which both
+ * round to even), an all-zero block, NaN and ±inf. */
+static void test_quantize_activations_vnni(void) {
+#if defined(__x86_64__)
+  if (!bk_cpu_has_int8_dot()) return;
+  int64_t n = 7, cols = 256;
+  float *x = malloc(sizeof(float) * n * cols);
+  for (int64_t i = 0; i < n * cols; i++) x[i] = frand() * (float)(1 + i % 13) * (i % 97 == 0 ? 1e-20f : 1.0f);
+  for (int k = 0; k < 32; k++) x[cols + k] = k == 5 ? -127.0f : (float)(k - 16) + 0.5f; /* ties: id = 1 */
+  for (int k = 32; k < 64; k++) x[cols + k] = 0;                                           /* all zero */
+  x[2 * cols + 3] = NAN;
+  x[3 * cols + 40] = INFINITY;
+  x[3 * cols + 100] = -INFINITY;
+  x[4 * cols + 7] = NAN, x[4 * cols + 8] = INFINITY;
+  bk_qrows ref = qrows_new(n, cols), got = qrows_new(n, cols);
+  bk_qrows_fill(&ref, x, 0, n);
+  memset(got.q, 0x55, (size_t)(n * cols));
+  bk_qrows_fill_vnni(&got, x, 0, 1);
+  bk_qrows_fill_vnni(&got, x, 1, n);
+  size_t nb = (size_t)(n * ref.nb);
+  CHECK(memcmp(ref.q, got.q, (size_t)(n * cols)) == 0);
+  CHECK(memcmp(ref.d, got.d, sizeof(float) * nb) == 0);
+  CHECK(memcmp(ref.s, got.s, sizeof(int32_t) * nb) == 0);
+  CHECK(memcmp(ref.s16, got.s16, sizeof(int32_t) * nb * 2) == 0);
+  CHECK(memcmp(ref.nds, got.nds, sizeof(float) * nb) == 0);
+  CHECK(isnan(got.d[2 * ref.nb]) && isinf(got.d[3 * ref.nb + 1])); /* the blocks went through the reference */
+  qrows_free(&ref), qrows_free(&got);
+  free(x);
+#endif
 }
 
 static int ncases = 0;
@@ -220,6 +253,7 @@ static void test_pack_selection(void) {
 
 int main(void) {
   RUN(test_quantize_activations);
+  RUN(test_quantize_activations_vnni);
   RUN(test_packed_matmul);
   RUN(test_pack_selection);
   TEST_MAIN_END();

@@ -6,6 +6,7 @@
  * group of the task streams past them. Same arithmetic, in the same order, as
  * bk_packed_rows_ref. Compiled for those instructions by a pragma here;
  * chosen at run time only when the CPU has them. */
+#include <math.h>
 #include <string.h>
 
 #include "backend/cpu/pack.h"
@@ -250,6 +251,43 @@ void bk_packed_rows_vnni(const bk_weight *w, const bk_qrows *qa, float *y, int64
           DISPATCH_M(tile_q8_0, M, grp, qa)
         }
       }
+    }
+  }
+}
+
+/* bk_qrows_fill with 16 lanes: the same scale (the block's largest |x| over
+ * 127), the same products x · (127 / amax) rounded to nearest-even in the
+ * default rounding mode (as nearbyintf), the same sums, so exactly the
+ * reference's bytes. A block holding a NaN or an infinity goes to the
+ * reference, whose handling of them is the spec. */
+void bk_qrows_fill_vnni(const bk_qrows *qa, const float *x, int64_t i0, int64_t i1) {
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  for (int64_t i = i0; i < i1; i++) {
+    const float *xr = x + i * qa->cols;
+    int8_t *q = qa->q + i * qa->cols;
+    for (int64_t b = 0; b < qa->nb; b++) {
+      const float *xb = xr + 32 * b;
+      __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+      __m512 a0 = _mm512_abs_ps(x0), a1 = _mm512_abs_ps(x1);
+      float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+      if (_mm512_cmp_ps_mask(a0, _mm512_set1_ps(INFINITY), _CMP_NLT_UQ) | _mm512_cmp_ps_mask(a1, _mm512_set1_ps(INFINITY), _CMP_NLT_UQ)) {
+        bk_qrows_fill_block(qa, x, i, b); /* NaN or ±inf */
+        continue;
+      }
+      float d = amax / 127.0f, id = d > 0.0f ? 127.0f / amax : 0.0f;
+      __m512 vid = _mm512_set1_ps(id);
+      __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, vid)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, vid));
+      q0 = _mm512_min_epi32(_mm512_max_epi32(q0, lo), hi);
+      q1 = _mm512_min_epi32(_mm512_max_epi32(q1, lo), hi);
+      _mm_storeu_si128((__m128i *)(q + 32 * b), _mm512_cvtepi32_epi8(q0));
+      _mm_storeu_si128((__m128i *)(q + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
+      int32_t s0 = _mm512_reduce_add_epi32(q0), s1 = _mm512_reduce_add_epi32(q1);
+      int64_t k = i * qa->nb + b;
+      qa->d[k] = d;
+      qa->s[k] = s0 + s1;
+      qa->s16[2 * k] = s0;
+      qa->s16[2 * k + 1] = s1;
+      qa->nds[k] = -(d * (float)(s0 + s1));
     }
   }
 }

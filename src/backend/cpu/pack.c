@@ -139,33 +139,33 @@ void bk_pack_write(const bk_weight *w, void *dst) {
   }
 }
 
-void bk_qrows_fill(const bk_qrows *qa, const float *x, int64_t i0, int64_t i1) {
-  for (int64_t i = i0; i < i1; i++) {
-    const float *xr = x + i * qa->cols;
-    int8_t *q = qa->q + i * qa->cols;
-    for (int64_t b = 0; b < qa->nb; b++) {
-      const float *xb = xr + 32 * b;
-      float amax = 0.0f;
-      int nan = 0;
-      for (int k = 0; k < 32; k++) {
-        amax = fmaxf(amax, fabsf(xb[k]));
-        nan |= isnan(xb[k]);
-      }
-      float d = amax / 127.0f, id = d > 0.0f && !isinf(amax) ? 127.0f / amax : 0.0f;
-      int32_t s[2] = {0, 0};
-      for (int k = 0; k < 32; k++) {
-        int v = (int)nearbyintf(xb[k] * id);
-        v = v > 127 ? 127 : v < -127 ? -127 : v;
-        q[32 * b + k] = (int8_t)v;
-        s[k / 16] += v;
-      }
-      qa->d[i * qa->nb + b] = nan ? NAN : d; /* a NaN (or inf) input makes its outputs NaN, as with f32 activations */
-      qa->s[i * qa->nb + b] = s[0] + s[1];
-      qa->s16[(i * qa->nb + b) * 2] = s[0];
-      qa->s16[(i * qa->nb + b) * 2 + 1] = s[1];
-      qa->nds[i * qa->nb + b] = -(qa->d[i * qa->nb + b] * (float)(s[0] + s[1]));
-    }
+void bk_qrows_fill_block(const bk_qrows *qa, const float *x, int64_t i, int64_t b) {
+  const float *xb = x + i * qa->cols + 32 * b;
+  int8_t *q = qa->q + i * qa->cols + 32 * b;
+  float amax = 0.0f;
+  int nan = 0;
+  for (int k = 0; k < 32; k++) {
+    amax = fmaxf(amax, fabsf(xb[k]));
+    nan |= isnan(xb[k]);
   }
+  float d = amax / 127.0f, id = d > 0.0f && !isinf(amax) ? 127.0f / amax : 0.0f;
+  int32_t s[2] = {0, 0};
+  for (int k = 0; k < 32; k++) {
+    int v = (int)nearbyintf(xb[k] * id);
+    v = v > 127 ? 127 : v < -127 ? -127 : v;
+    q[k] = (int8_t)v;
+    s[k / 16] += v;
+  }
+  qa->d[i * qa->nb + b] = nan ? NAN : d; /* a NaN (or inf) input makes its outputs NaN, as with f32 activations */
+  qa->s[i * qa->nb + b] = s[0] + s[1];
+  qa->s16[(i * qa->nb + b) * 2] = s[0];
+  qa->s16[(i * qa->nb + b) * 2 + 1] = s[1];
+  qa->nds[i * qa->nb + b] = -(qa->d[i * qa->nb + b] * (float)(s[0] + s[1]));
+}
+
+void bk_qrows_fill(const bk_qrows *qa, const float *x, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; i++)
+    for (int64_t b = 0; b < qa->nb; b++) bk_qrows_fill_block(qa, x, i, b);
 }
 
 /* Q4_K / Q5_K: per sub-block j of 32, acc += isum·(d·sc_j·dx) − (dmin·m_j)·(dx·Σxq). */

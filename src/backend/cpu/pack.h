@@ -74,8 +74,15 @@ size_t bk_pack_group_bytes(const bk_weight *w);
 /* Writes w's packed form (ceil(rows / 16) groups) into dst. */
 void bk_pack_write(const bk_weight *w, void *dst);
 
-/* Quantizes rows [i0, i1) of x[n, cols] into qa (arrays sized by the caller). */
+/* Quantizes rows [i0, i1) of x[n, cols] into qa (arrays sized by the caller):
+ * the reference, one 32-block at a time (bk_qrows_fill_block). */
+typedef void (*bk_qrows_fn)(const bk_qrows *qa, const float *x, int64_t i0, int64_t i1);
 void bk_qrows_fill(const bk_qrows *qa, const float *x, int64_t i0, int64_t i1);
+void bk_qrows_fill_block(const bk_qrows *qa, const float *x, int64_t i, int64_t b);
+#if defined(__x86_64__)
+/* The same bytes with AVX-512 (kernels_vnni.c; only where bk_cpu_has_int8_dot). */
+void bk_qrows_fill_vnni(const bk_qrows *qa, const float *x, int64_t i0, int64_t i1);
+#endif
 
 /* y[i, r] for every activation row i < qa->n and every row r of groups
  * [g0, g1) (rows past w->rows are not written). */

@@ -62,7 +62,7 @@ static int cpu_has_f16c(void) {
 
 static atomic_int level_now = -1; /* -1: not chosen yet */
 
-bk_cpu_level bk_cpu_best(void) {
+static bk_cpu_level cpu_best_probe(void) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
@@ -72,6 +72,16 @@ bk_cpu_level bk_cpu_best(void) {
     return BK_CPU_AVX2;
 #endif
   return BK_CPU_SCALAR;
+}
+
+/* Probed once: the CPUID instruction traps to the hypervisor in a virtual
+ * machine (microseconds), and the packed matmul asks on every call. */
+static atomic_int level_best = -1;
+
+bk_cpu_level bk_cpu_best(void) {
+  int l = atomic_load_explicit(&level_best, memory_order_relaxed);
+  if (l < 0) atomic_store_explicit(&level_best, l = (int)cpu_best_probe(), memory_order_relaxed);
+  return (bk_cpu_level)l;
 }
 
 const char *bk_cpu_level_name(bk_cpu_level level) {
@@ -120,8 +130,14 @@ static bk_rows_fn rows_fn(bk_cpu_level level) {
 
 bool bk_cpu_has_int8_dot(void) {
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  return bk_cpu_best() == BK_CPU_AVX512 && __builtin_cpu_supports("avx512vnni");
+  static atomic_int has = -1; /* probed once, as bk_cpu_best */
+  int h = atomic_load_explicit(&has, memory_order_relaxed);
+  if (h < 0) {
+    __builtin_cpu_init();
+    h = bk_cpu_best() == BK_CPU_AVX512 && __builtin_cpu_supports("avx512vnni");
+    atomic_store_explicit(&has, h, memory_order_relaxed);
+  }
+  return h;
 #else
   return false;
 #endif
@@ -195,6 +211,7 @@ static void *qbuf_get(size_t size) {
 
 typedef struct packed_job {
   bk_packed_fn fn;
+  bk_qrows_fn fill;
   const bk_weight *w;  /* borrowed */
   const float *x;      /* borrowed */
   bk_qrows qa;         /* borrowed arrays */
@@ -207,7 +224,7 @@ static void quant_task(void *ctx, int task, int tid) {
   (void)tid;
   const packed_job *j = ctx;
   int64_t i0 = (int64_t)task * j->rows_per_qtask, i1 = i0 + j->rows_per_qtask < j->qa.n ? i0 + j->rows_per_qtask : j->qa.n;
-  bk_qrows_fill(&j->qa, j->x, i0, i1);
+  j->fill(&j->qa, j->x, i0, i1);
 }
 
 static void packed_task(void *ctx, int task, int tid) {
@@ -228,17 +245,20 @@ static int matmul_packed(hpool *pool, float *y, const float *x, int64_t n, const
   j.qa = (bk_qrows){.n = n, .cols = w->cols, .nb = nb, .q = (int8_t *)buf, .d = (float *)(buf + qbytes), .s = (int32_t *)(buf + qbytes + dbytes),
                       .s16 = (int32_t *)(buf + qbytes + 2 * dbytes), .nds = (float *)(buf + qbytes + 4 * dbytes)};
   int threads = hpool_size(pool);
+#if defined(__x86_64__)
+  bool vnni = bk_cpu_level_now() == BK_CPU_AVX512 && bk_cpu_has_int8_dot();
+  j.fn = vnni ? bk_packed_rows_vnni : bk_packed_rows_ref;
+  j.fill = vnni ? bk_qrows_fill_vnni : bk_qrows_fill;
+#else
+  j.fn = bk_packed_rows_ref;
+  j.fill = bk_qrows_fill;
+#endif
   if (n >= 16 && threads > 1) {
     j.rows_per_qtask = (n + threads * 2 - 1) / (threads * 2);
     hpool_for(pool, (int)((n + j.rows_per_qtask - 1) / j.rows_per_qtask), quant_task, &j);
   } else {
-    bk_qrows_fill(&j.qa, x, 0, n);
+    j.fill(&j.qa, x, 0, n);
   }
-#if defined(__x86_64__)
-  j.fn = bk_cpu_level_now() == BK_CPU_AVX512 && bk_cpu_has_int8_dot() ? bk_packed_rows_vnni : bk_packed_rows_ref;
-#else
-  j.fn = bk_packed_rows_ref;
-#endif
   int64_t groups = (w->rows + BK_PACK_ROWS - 1) / BK_PACK_ROWS;
   int64_t want = (int64_t)threads * (n <= 4 ? 16 : 4); /* decode: small tasks, so that a thread held up elsewhere is caught up */
   j.groups_per_task = (groups + want - 1) / want;
