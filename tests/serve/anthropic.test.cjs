@@ -13,9 +13,9 @@
 'use strict';
 const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
-const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
+const H = require('./harness.cjs');
 
 const FAKE = process.env.HEARTH_E2E_FAKE === '1';
 const SERVER = process.env.HEARTH_E2E_SERVER;
@@ -37,36 +37,11 @@ function findModel() {
 
 // Starts a server on an ephemeral loopback port; resolves once it prints its address.
 function startServer(extra = []) {
-  if (!SERVER) throw new Error('HEARTH_E2E_SERVER is not set');
   const args = FAKE ? ['--port', '0', ...extra] : ['serve', '--model', findModel(), '--port', '0', '--threads', '2', ...extra];
-  const proc = spawn(SERVER, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  const srv = { proc, log: '', url: null };
-  return new Promise((resolve, reject) => {
-    const onData = (d) => {
-      srv.log += d.toString();
-      const m = srv.log.match(/listening on (http:\/\/[^\s]+)/);
-      if (m && !srv.url) {
-        srv.url = m[1];
-        resolve(srv);
-      }
-    };
-    proc.stderr.on('data', onData);
-    proc.stdout.on('data', onData);
-    proc.on('exit', (code) => {
-      if (!srv.url) reject(new Error(`server exited with ${code} before listening:\n${srv.log}`));
-    });
-    proc.on('error', reject);
-  });
+  return H.startServer(SERVER, args);
 }
 
-function stopServer(srv) {
-  if (!srv) return Promise.resolve(0);
-  if (srv.proc.exitCode !== null) return Promise.resolve(srv.proc.exitCode);
-  return new Promise((resolve) => {
-    srv.proc.on('exit', (code, signal) => resolve(signal ? signal : code));
-    srv.proc.kill('SIGTERM');
-  });
-}
+const stopServer = H.stopServer;
 
 async function waitFor(cond, what, ms = 60000) {
   const until = Date.now() + ms;

@@ -15,54 +15,24 @@
 'use strict';
 const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
-const { spawn, execFileSync } = require('node:child_process');
+const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 
 const FAKE = process.env.HEARTH_E2E_FAKE === '1';
 const SERVER = process.env.HEARTH_E2E_SERVER;
-const SOURCE = process.env.HEARTH_SOURCE_DIR || path.resolve(__dirname, '../..');
-const DEPS = process.env.HEARTH_DEPS_DIR || path.join(SOURCE, '.deps');
+const H = require('./harness.cjs');
+const { SOURCE, stopServer } = H;
 const MODEL = process.env.HEARTH_E2E_MODEL || path.join(SOURCE, 'models/default');
-
-function loadOpenAI() {
-  const dir = path.join(DEPS, 'node', 'node_modules', 'openai');
-  if (!fs.existsSync(dir)) throw new Error(`npm "openai" is not installed at ${dir}: run tools/fetch_test_deps.sh`);
-  return require(dir).OpenAI;
-}
+const loadOpenAI = () => H.need('openai').OpenAI;
 
 function startServer() {
-  if (!SERVER) throw new Error('HEARTH_E2E_SERVER is not set');
   if (!FAKE && !fs.existsSync(path.join(MODEL, 'config.json'))) throw new Error(`no model to serve: ${MODEL} has no config.json`);
-  const args = FAKE ? ['--port', '0'] : ['serve', '--model', MODEL, '--port', '0', '--threads', '2', '--prefill-chunk', '16'];
-  const proc = spawn(SERVER, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  const srv = { proc, log: '', url: null };
-  return new Promise((resolve, reject) => {
-    const onData = (d) => {
-      srv.log += d.toString();
-      const m = srv.log.match(/listening on (http:\/\/[^\s]+)/);
-      if (m && !srv.url) {
-        srv.url = m[1];
-        resolve(srv);
-      }
-    };
-    proc.stderr.on('data', onData);
-    proc.stdout.on('data', onData);
-    proc.on('exit', (code) => {
-      if (!srv.url) reject(new Error(`server exited with ${code} before listening:\n${srv.log}`));
-    });
-    proc.on('error', reject);
-  });
+  return H.startServer(SERVER, FAKE ? ['--port', '0'] : ['serve', '--model', MODEL, '--port', '0', '--threads', '2', '--prefill-chunk', '16']);
 }
 
-function stopServer(srv) {
-  if (!srv) return Promise.resolve(0);
-  if (srv.proc.exitCode !== null) return Promise.resolve(srv.proc.exitCode);
-  return new Promise((resolve) => {
-    srv.proc.on('exit', (code, signal) => resolve(signal ? signal : code));
-    srv.proc.kill('SIGTERM');
-  });
-}
+
+
 
 // The ids `hearth tokenize` gives for text (with the tokenizer's BOS, as a raw prompt).
 function tokenize(text) {

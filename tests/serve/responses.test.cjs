@@ -13,57 +13,25 @@
 'use strict';
 const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
-const { spawn } = require('node:child_process');
-const fs = require('node:fs');
 const path = require('node:path');
+const H = require('./harness.cjs');
 
 const FAKE = process.env.HEARTH_E2E_FAKE === '1';
 const SERVER = process.env.HEARTH_E2E_SERVER;
-const SOURCE = process.env.HEARTH_SOURCE_DIR || path.resolve(__dirname, '../..');
-const DEPS = process.env.HEARTH_DEPS_DIR || path.join(SOURCE, '.deps');
+const { SOURCE, stopServer } = H;
 const MODEL = process.env.HEARTH_E2E_MODEL || path.join(SOURCE, 'models/default');
 
-function loadOpenAI() {
-  const dir = path.join(DEPS, 'node', 'node_modules', 'openai');
-  if (!fs.existsSync(dir)) throw new Error(`npm "openai" is not installed at ${dir}: run tools/fetch_test_deps.sh`);
-  return require(dir).OpenAI;
-}
 
-function startServer(extra = []) {
-  if (!SERVER) throw new Error('HEARTH_E2E_SERVER is not set');
-  const args = FAKE ? ['--port', '0', '--served-model-name', 'default', ...extra] : ['serve', '--model', MODEL, '--port', '0', '--threads', '2', ...extra];
-  const proc = spawn(SERVER, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  const srv = { proc, log: '', url: null };
-  return new Promise((resolve, reject) => {
-    const onData = (d) => {
-      srv.log += d.toString();
-      const m = srv.log.match(/listening on (http:\/\/[^\s]+)/);
-      if (m && !srv.url) {
-        srv.url = m[1];
-        resolve(srv);
-      }
-    };
-    proc.stderr.on('data', onData);
-    proc.stdout.on('data', onData);
-    proc.on('exit', (code) => {
-      if (!srv.url) reject(new Error(`server exited with ${code} before listening:\n${srv.log}`));
-    });
-    proc.on('error', reject);
-  });
-}
 
-function stopServer(srv) {
-  if (!srv || srv.proc.exitCode !== null) return Promise.resolve(srv ? srv.proc.exitCode : 0);
-  return new Promise((resolve) => {
-    srv.proc.on('exit', (code, signal) => resolve(signal || code));
-    srv.proc.kill('SIGTERM');
-  });
-}
+
+const startServer = (extra = []) =>
+  H.startServer(SERVER, FAKE ? ['--port', '0', '--served-model-name', 'default', ...extra]
+    : ['serve', '--model', MODEL, '--port', '0', '--threads', '2', ...extra]);
 
 let OpenAI, main, small, client, smallClient;
 
 before(async () => {
-  OpenAI = loadOpenAI();
+  OpenAI = H.need('openai').OpenAI;
   main = await startServer();
   small = await startServer(['--responses-max', '2']);
   client = new OpenAI({ baseURL: main.url + '/v1', apiKey: 'unused', maxRetries: 0 });

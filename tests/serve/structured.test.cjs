@@ -11,42 +11,17 @@
 'use strict';
 const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
-const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
+const H = require('./harness.cjs');
 
 const SERVER = process.env.HEARTH_E2E_SERVER;
-const SOURCE = process.env.HEARTH_SOURCE_DIR || path.resolve(__dirname, '../..');
-const DEPS = process.env.HEARTH_DEPS_DIR || path.join(SOURCE, '.deps');
+const { SOURCE, DEPS, need } = H;
 const MODEL = process.env.HEARTH_E2E_MODEL || path.join(SOURCE, 'models/default');
 
-function need(name) {
-  const dir = path.join(DEPS, 'node', 'node_modules', name);
-  if (!fs.existsSync(dir)) throw new Error(`npm "${name}" is not installed at ${dir}: run tools/fetch_test_deps.sh`);
-  return require(dir);
-}
 
-function startServer(model = MODEL) {
-  if (!SERVER) throw new Error('HEARTH_E2E_SERVER is not set');
-  const proc = spawn(SERVER, ['serve', '--model', model, '--port', '0', '--threads', '2'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const srv = { proc, log: '', url: null };
-  return new Promise((resolve, reject) => {
-    const onData = (d) => {
-      srv.log += d.toString();
-      const m = srv.log.match(/listening on (http:\/\/[^\s]+)/);
-      if (m && !srv.url) {
-        srv.url = m[1];
-        resolve(srv);
-      }
-    };
-    proc.stderr.on('data', onData);
-    proc.stdout.on('data', onData);
-    proc.on('exit', (code) => {
-      if (!srv.url) reject(new Error(`server exited with ${code} before listening:\n${srv.log}`));
-    });
-    proc.on('error', reject);
-  });
-}
+
+const startServer = (model = MODEL) => H.startServer(SERVER, ['serve', '--model', model, '--port', '0', '--threads', '2']);
 
 let srv, client, ajv;
 
@@ -64,10 +39,7 @@ before(async () => {
 
 after(async () => {
   if (!srv) return;
-  const code = await new Promise((resolve) => {
-    srv.proc.on('exit', (c, s) => resolve(s || c));
-    srv.proc.kill('SIGTERM');
-  });
+  const code = await H.stopServer(srv);
   assert.equal(code, 0, srv.log.slice(-3000));
 });
 
@@ -300,10 +272,7 @@ test('tool_choice required / named: the arguments follow the tool schema', { tim
       assert.ok(ajv.validate(byName[call.name], args), `${call.name} ${call.arguments}: ${ajv.errorsText()}`);
     }
   } finally {
-    await new Promise((resolve) => {
-      tsrv.proc.on('exit', resolve);
-      tsrv.proc.kill('SIGTERM');
-    });
+    await H.stopServer(tsrv);
     fs.rmSync(top, { recursive: true, force: true });
   }
 });

@@ -11,43 +11,17 @@
 'use strict';
 const { test } = require('node:test');
 const assert = require('node:assert/strict');
-const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
 
 const SERVER = process.env.HEARTH_E2E_SERVER;
+const H = require('./harness.cjs');
+const { stopServer } = H;
+// no --model: the built-in model
+const startServer = (extra) => H.startServer(SERVER, ['serve', '--port', '0', '--threads', '2', ...extra]);
 
-function startServer(extra) {
-  if (!SERVER) throw new Error('HEARTH_E2E_SERVER is not set');
-  // no --model: the built-in model
-  const proc = spawn(SERVER, ['serve', '--port', '0', '--threads', '2', ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const srv = { proc, log: '', url: null };
-  return new Promise((resolve, reject) => {
-    const onData = (d) => {
-      srv.log += d.toString();
-      const m = srv.log.match(/listening on (http:\/\/[^\s]+)/);
-      if (m && !srv.url) {
-        srv.url = m[1];
-        resolve(srv);
-      }
-    };
-    proc.stderr.on('data', onData);
-    proc.stdout.on('data', onData);
-    proc.on('exit', (code) => {
-      if (!srv.url) reject(new Error(`server exited with ${code} before listening:\n${srv.log}`));
-    });
-    proc.on('error', reject);
-  });
-}
 
-function stopServer(srv, signal) {
-  if (srv.proc.exitCode !== null) return Promise.resolve(srv.proc.exitCode);
-  return new Promise((resolve) => {
-    srv.proc.on('exit', (code, sig) => resolve(sig ? sig : code));
-    srv.proc.kill(signal);
-  });
-}
 
 function tempTrace(name) {
   return path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'hearth-trace-')), name);
