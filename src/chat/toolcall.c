@@ -2063,3 +2063,4 @@ bool tc_forced_call(tc_format f, const char *name, hbuf *out) {
   default: return false;
   }
 }
+

@@ -152,4 +152,6 @@ void tc_parser_free(tc_parser *p);
 int tc_parse_all(const tc_opts *o, const char *text, size_t len, char **content, char **reasoning, json_t **calls,
                  herr *err);
 
+
+
 #endif

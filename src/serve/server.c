@@ -48,11 +48,11 @@
 #include "base/buf.h"
 #include "base/log.h"
 #include "engine/grammar.h"
-#include "engine/json_schema.h"
 #include "serve/anthropic.h"
 #include "serve/embeddings.h"
 #include "serve/signal.h"
 #include "serve/reply.h"
+#include "serve/forced.h"
 #include "serve/request.h"
 #include "serve/responses.h"
 
@@ -851,64 +851,22 @@ refuse:
   return send_fail_as(c, &f, NULL, anth);
 }
 
-/* A forced tool call in a JSON syntax (hermes, llama3) continues with the
- * tool's name (when not named) and arguments that follow its parameters
- * schema, then the call's close: a grammar for that, into req.gbnf. A schema
- * that cannot be compiled leaves the call unconstrained. */
+/* A forced call (tool_choice required / named) goes on under a grammar of the
+ * template's call syntax over the request's tools, so the
+ * call is well formed and names a tool; none when the format has no grammar
+ * or the request already constrains the output (serve/forced.h). */
 static void forced_call_grammar(job *j) {
-  tc_format fmt = j->tc.format;
-  if ((fmt != TC_HERMES && fmt != TC_LLAMA3) || j->req.gbnf || !json_is_array(j->req.tools)) return;
-  bool named = j->req.tool_choice == SERVE_TOOLS_NAMED;
-  hbuf g = {0}, alts = {0};
-  size_t i;
-  json_t *t;
-  int n = 0;
-  json_array_foreach(j->req.tools, i, t) {
-    json_t *fn = json_object_get(t, "function");
-    const char *name = json_string_value(json_object_get(fn, "name"));
-    json_t *params = json_object_get(fn, "parameters");
-    if (!name || (named && strcmp(name, j->req.tool_name))) continue;
-    char *schema = params ? json_dumps(params, JSON_COMPACT) : strdup("{\"type\":\"object\"}");
-    hbuf one = {0};
-    herr e = {0};
-    int rc = schema ? json_schema_to_gbnf(schema, strlen(schema), &one, &e) : -1;
-    free(schema);
-    char prefix[32];
-    snprintf(prefix, sizeof prefix, "t%d-", n);
-    if (!rc) rc = grammar_prefix_rules(hbuf_str(&one), one.len, prefix, &g);
-    hbuf_free(&one);
-    if (rc) {
-      hbuf_free(&g);
-      hbuf_free(&alts);
-      return;
-    }
-    if (n++) hbuf_puts(&alts, " | ");
-    if (!named) { /* the name, as the opening left it to the model */
-      json_t *lit = json_string(name);
-      char *q = lit ? json_dumps(lit, JSON_ENCODE_ANY) : NULL;
-      json_decref(lit);
-      if (!q) continue;
-      hbuf_putc(&alts, '"');
-      for (const char *c = q + 1; c[1]; c++) { /* the JSON string's inside, then the rest of the opening */
-        if (*c == '"' || *c == '\\') hbuf_putc(&alts, '\\');
-        hbuf_putc(&alts, *c);
-      }
-      free(q);
-      hbuf_printf(&alts, "\\\", \\\"%s\\\": \" ", fmt == TC_HERMES ? "arguments" : "parameters");
-    }
-    hbuf_printf(&alts, "%sroot", prefix);
+  if (j->req.gbnf || !json_is_array(j->req.tools)) return;
+  hbuf g = {0};
+  grammar *gr = NULL;
+  if (serve_forced_grammar(j->tc.format, j->req.tools, j->req.tool_choice == SERVE_TOOLS_NAMED ? j->req.tool_name : NULL,
+                        &g) &&
+      !g.oom && grammar_compile(hbuf_str(&g), g.len, &gr, NULL) == 0) {
+    j->req.gbnf = hbuf_take(&g);
+    j->req.sampling.grammar = j->req.gbnf;
   }
-  if (n) {
-    hbuf_printf(&g, "root ::= ( %s ) \"}\"%s\n", hbuf_str(&alts), fmt == TC_HERMES ? " \"\\n</tool_call>\"" : "");
-    grammar *gr = NULL;
-    if (!g.oom && grammar_compile(hbuf_str(&g), g.len, &gr, NULL) == 0) {
-      j->req.gbnf = hbuf_take(&g);
-      j->req.sampling.grammar = j->req.gbnf;
-    }
-    grammar_free(gr);
-  }
+  grammar_free(gr);
   hbuf_free(&g);
-  hbuf_free(&alts);
 }
 
 /* GET / DELETE /v1/responses/{id}. */

@@ -1,0 +1,128 @@
+/* forced.c — the grammars of forced tool calls (see forced.h): per call
+ * syntax, the tool names the opening leaves open, the arguments (JSON under
+ * each tool's schema, or named XML parameters) and the call's close. Knows
+ * the syntaxes and GBNF; the server compiles and uses what it writes. */
+#include "serve/forced.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/grammar.h"
+#include "engine/json_schema.h"
+
+/* A GBNF literal of s (as text inside "...") appended to b. */
+static void gbnf_text(hbuf *b, const char *s) {
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') hbuf_putc(b, '\\'), hbuf_putc(b, (char)c);
+    else if (c == '\n') hbuf_puts(b, "\\n");
+    else if (c < 0x20) hbuf_printf(b, "\\x%02X", c);
+    else hbuf_putc(b, (char)c);
+  }
+}
+
+/* hermes / llama3: "NAME\", \"arguments\": " ARGS "}" [close]. */
+static bool forced_json(tc_format f, const json_t *tools, const char *name, hbuf *out) {
+  hbuf g = {0}, alts = {0};
+  size_t i;
+  json_t *t;
+  int n = 0;
+  json_array_foreach(tools, i, t) {
+    json_t *fn = json_object_get(t, "function");
+    const char *nm = json_string_value(json_object_get(fn, "name"));
+    json_t *params = json_object_get(fn, "parameters");
+    if (!nm || (name && strcmp(nm, name))) continue;
+    char *schema = params ? json_dumps(params, JSON_COMPACT) : strdup("{\"type\":\"object\"}");
+    hbuf one = {0};
+    int rc = schema ? json_schema_to_gbnf(schema, strlen(schema), &one, NULL) : -1;
+    free(schema);
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "t%d-", n);
+    if (!rc) rc = grammar_prefix_rules(hbuf_str(&one), one.len, prefix, &g);
+    hbuf_free(&one);
+    if (rc) continue; /* a schema that cannot be followed: that tool is left out */
+    if (n++) hbuf_puts(&alts, " | ");
+    if (!name) { /* the name, as the opening left it to the model: its JSON string's inside */
+      json_t *lit = json_string(nm);
+      char *q = lit ? json_dumps(lit, JSON_ENCODE_ANY) : NULL;
+      json_decref(lit);
+      if (q) {
+        q[strlen(q) - 1] = 0;
+        hbuf_putc(&alts, '"');
+        gbnf_text(&alts, q + 1);
+        hbuf_printf(&alts, "\\\", \\\"%s\\\": \" ", f == TC_HERMES ? "arguments" : "parameters");
+      }
+      free(q);
+    }
+    hbuf_printf(&alts, "%sroot", prefix);
+  }
+  if (n) hbuf_printf(&g, "root ::= ( %s ) \"}\"%s\n", hbuf_str(&alts), f == TC_HERMES ? " \"\\n</tool_call>\"" : "");
+  bool ok = n > 0 && !g.oom && !alts.oom;
+  if (ok) hbuf_append(out, hbuf_str(&g), g.len);
+  hbuf_free(&g);
+  hbuf_free(&alts);
+  return ok;
+}
+
+/* qwen3_coder / glm: the name, then parameters named from the schema's properties. */
+static bool forced_xml(tc_format f, const json_t *tools, const char *name, hbuf *out) {
+  hbuf g = {0}, alts = {0};
+  size_t i;
+  json_t *t;
+  int n = 0;
+  bool coder = f == TC_QWEN3_CODER;
+  json_array_foreach(tools, i, t) {
+    json_t *fn = json_object_get(t, "function");
+    const char *nm = json_string_value(json_object_get(fn, "name"));
+    json_t *props = json_object_get(json_object_get(fn, "parameters"), "properties");
+    if (!nm || (name && strcmp(nm, name))) continue;
+    hbuf keys = {0};
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)props, k, v) {
+      hbuf_puts(&keys, keys.len ? " | \"" : "\"");
+      gbnf_text(&keys, k);
+      hbuf_putc(&keys, '"');
+    }
+    if (n++) hbuf_puts(&alts, " | ");
+    hbuf_puts(&alts, "( ");
+    if (!name) {
+      hbuf_putc(&alts, '"');
+      gbnf_text(&alts, nm);
+      hbuf_puts(&alts, coder ? ">\\n\" " : "\\n\" ");
+    }
+    if (keys.len) {
+      if (coder)
+        hbuf_printf(&alts, "( \"<parameter=\" ( %s ) \">\\n\" value \"\\n</parameter>\\n\" )*", hbuf_str(&keys));
+      else
+        hbuf_printf(&alts, "( \"<arg_key>\" ( %s ) \"</arg_key>\" \"\\n\"? \"<arg_value>\" value \"</arg_value>\" \"\\n\"? )*",
+                    hbuf_str(&keys));
+    } else {
+      hbuf_puts(&alts, "\"\"");
+    }
+    hbuf_puts(&alts, " )");
+    hbuf_free(&keys);
+  }
+  if (n) {
+    hbuf_printf(&g, "root ::= ( %s ) %s\n", hbuf_str(&alts), coder ? "\"</function>\\n</tool_call>\"" : "\"</tool_call>\"");
+    /* a value: text that does not start a closing tag */
+    hbuf_puts(&g, "value ::= ( [^<] | \"<\" [^/] )*\n");
+  }
+  bool ok = n > 0 && !g.oom && !alts.oom;
+  if (ok) hbuf_append(out, hbuf_str(&g), g.len);
+  hbuf_free(&g);
+  hbuf_free(&alts);
+  return ok;
+}
+
+bool serve_forced_grammar(tc_format f, const json_t *tools, const char *name, hbuf *out) {
+  if (!json_is_array(tools)) return false;
+  switch (f) {
+  case TC_HERMES:
+  case TC_LLAMA3: return forced_json(f, tools, name, out);
+  case TC_QWEN3_CODER:
+  case TC_GLM: return forced_xml(f, tools, name, out);
+  default: return false;
+  }
+}

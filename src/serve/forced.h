@@ -1,0 +1,23 @@
+/* forced.h — tool_choice enforced: when a request asks for a call (required,
+ * a named function, Anthropic any / tool), the reply opens with the call in
+ * the template's syntax (chat/toolcall.h tc_forced_call) and goes on under a
+ * grammar of that syntax over the request's tools, made here. */
+#ifndef HEARTH_SERVE_FORCED_H
+#define HEARTH_SERVE_FORCED_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "base/buf.h"
+#include "chat/toolcall.h"
+
+/* The grammar (GBNF, engine/grammar.h) of what follows tc_forced_call's
+ * opening, over tools ([{"type":"function","function":{name, parameters}}]):
+ * the tool's name when name is NULL (one of the tools), then its arguments
+ * and the call's close. hermes, llama3: the arguments as JSON under the tool's
+ * parameters schema (engine/json_schema.h); qwen3_coder, glm: parameters
+ * named from the schema's properties, values as free text. False (out
+ * untouched) for other formats or when no tool has a schema that compiles. */
+bool serve_forced_grammar(tc_format f, const json_t *tools, const char *name, hbuf *out);
+
+#endif
