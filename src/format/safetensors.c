@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "base/half.h"
 #include "base/json.h"
 #include "base/utf8.h"
 
@@ -51,24 +52,9 @@ bool st_dtype_is_float(st_dtype dt) {
 
 /* ---- element conversions --------------------------------------------------- */
 
-static float f32_from_bits(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
+float st_bf16_to_f32(uint16_t b) { return hbf16_to_f32(b); }
 
-float st_bf16_to_f32(uint16_t b) { return f32_from_bits((uint32_t)b << 16); }
-
-float st_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h >> 15) << 31;
-  uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF;
-  if (exp == 0x1F) return f32_from_bits(sign | 0x7F800000u | (man << 13)); /* inf / nan */
-  if (exp == 0) {
-    float v = ldexpf((float)man, -24); /* subnormal or zero: man × 2^-24 */
-    return sign ? -v : v;
-  }
-  return f32_from_bits(sign | ((exp + 112) << 23) | (man << 13));
-}
+float st_f16_to_f32(uint16_t h) { return hf16_to_f32(h); }
 
 /* E4M3 "fn": bias 7, no infinities, S.1111.111 is NaN. */
 float st_f8e4m3_to_f32(uint8_t v) {

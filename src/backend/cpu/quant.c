@@ -10,24 +10,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/half.h"
+
 /* ---- half / bfloat16 ---- */
 
-/* Internal inline versions: the exported functions cannot be inlined into
- * the loops below in a position-independent build. */
-static inline float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
-  if (exp == 0) {
-    float f = ldexpf((float)man, -24); /* zero or subnormal */
-    return sign ? -f : f;
-  }
-  if (exp == 31)
-    bits = sign | 0x7F800000u | (man << 13);
-  else
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
 
 uint16_t bk_fp16_encode(float f) {
   uint32_t x;
@@ -54,7 +40,7 @@ static inline float bf16_to_float(uint16_t h) {
   return f;
 }
 
-float bk_fp16_decode(uint16_t h) { return half_to_float(h); }
+float bk_fp16_decode(uint16_t h) { return hf16_to_f32(h); }
 float bk_bf16_decode(uint16_t h) { return bf16_to_float(h); }
 
 uint16_t bk_bf16_encode(float f) {
@@ -113,21 +99,21 @@ static inline void k_scale_min(const uint8_t q[12], int j, uint8_t *sc, uint8_t 
 void bk_k_scale_min(const uint8_t q[12], int j, uint8_t *sc, uint8_t *m) { k_scale_min(q, j, sc, m); }
 
 static float scale_value(bk_type t, const void *p, int64_t i) {
-  if (t == BK_F16) return half_to_float(((const uint16_t *)p)[i]);
+  if (t == BK_F16) return hf16_to_f32(((const uint16_t *)p)[i]);
   if (t == BK_BF16) return bf16_to_float(((const uint16_t *)p)[i]);
   return ((const float *)p)[i];
 }
 
 static void dequant_q8_0(const bk_block_q8_0 *b, int64_t nb, float *y) {
   for (int64_t i = 0; i < nb; i++, y += 32) {
-    float d = half_to_float(b[i].d);
+    float d = hf16_to_f32(b[i].d);
     for (int l = 0; l < 32; l++) y[l] = b[i].qs[l] * d;
   }
 }
 
 static void dequant_q4_0(const bk_block_q4_0 *b, int64_t nb, float *y) {
   for (int64_t i = 0; i < nb; i++, y += 32) {
-    float d = half_to_float(b[i].d);
+    float d = hf16_to_f32(b[i].d);
     for (int l = 0; l < 16; l++) {
       y[l] = ((b[i].qs[l] & 0xF) - 8) * d;
       y[l + 16] = ((b[i].qs[l] >> 4) - 8) * d;
@@ -137,7 +123,7 @@ static void dequant_q4_0(const bk_block_q4_0 *b, int64_t nb, float *y) {
 
 static void dequant_q4_K(const bk_block_q4_K *b, int64_t nb, float *y) {
   for (int64_t i = 0; i < nb; i++) {
-    float d = half_to_float(b[i].d), dmin = half_to_float(b[i].dmin);
+    float d = hf16_to_f32(b[i].d), dmin = hf16_to_f32(b[i].dmin);
     const uint8_t *q = b[i].qs;
     for (int p = 0; p < 4; p++, q += 32) {
       uint8_t sc, m;
@@ -153,7 +139,7 @@ static void dequant_q4_K(const bk_block_q4_K *b, int64_t nb, float *y) {
 
 static void dequant_q5_K(const bk_block_q5_K *b, int64_t nb, float *y) {
   for (int64_t i = 0; i < nb; i++) {
-    float d = half_to_float(b[i].d), dmin = half_to_float(b[i].dmin);
+    float d = hf16_to_f32(b[i].d), dmin = hf16_to_f32(b[i].dmin);
     const uint8_t *q = b[i].qs, *qh = b[i].qh;
     for (int p = 0; p < 4; p++, q += 32) {
       uint8_t sc, m;
@@ -170,7 +156,7 @@ static void dequant_q5_K(const bk_block_q5_K *b, int64_t nb, float *y) {
 
 static void dequant_q6_K(const bk_block_q6_K *b, int64_t nb, float *y) {
   for (int64_t i = 0; i < nb; i++) {
-    float d = half_to_float(b[i].d);
+    float d = hf16_to_f32(b[i].d);
     const uint8_t *ql = b[i].ql, *qh = b[i].qh;
     const int8_t *sc = b[i].scales;
     for (int h = 0; h < 2; h++, y += 128, ql += 64, qh += 32, sc += 8) {
@@ -208,7 +194,7 @@ void bk_dequant_range(const bk_weight *w, int64_t row, int64_t k0, int64_t len, 
   switch (w->type) {
     case BK_F32: memcpy(out, (const float *)base + k0, (size_t)len * 4); break;
     case BK_F16:
-      for (int64_t k = 0; k < len; k++) out[k] = half_to_float(((const uint16_t *)base)[k0 + k]);
+      for (int64_t k = 0; k < len; k++) out[k] = hf16_to_f32(((const uint16_t *)base)[k0 + k]);
       break;
     case BK_BF16:
       for (int64_t k = 0; k < len; k++) out[k] = bf16_to_float(((const uint16_t *)base)[k0 + k]);
@@ -299,7 +285,7 @@ static void quantize_k_affine(const float *x, int nmax, uint16_t *d_out, uint16_
   *d_out = bk_fp16_encode(d);
   *dmin_out = bk_fp16_encode(dmin);
   pack_k_scales(sc, m, scales);
-  float dr = half_to_float(*d_out), dminr = half_to_float(*dmin_out);
+  float dr = hf16_to_f32(*d_out), dminr = hf16_to_f32(*dmin_out);
   for (int j = 0; j < 8; j++) {
     float ds = dr * sc[j], ms = dminr * m[j];
     for (int l = 0; l < 32; l++) L[32 * j + l] = (uint8_t)(ds ? clampi(nearest((x[32 * j + l] + ms) / ds), 0, nmax) : 0);
@@ -342,7 +328,7 @@ static void quantize_q6_K(const float *x, int64_t nb, bk_block_q6_K *b) {
     }
     float d = smax / 127.0f;
     b[i].d = bk_fp16_encode(d);
-    float dr = half_to_float(b[i].d);
+    float dr = hf16_to_f32(b[i].d);
     for (int j = 0; j < 16; j++) {
       int sc = d ? clampi(nearest(s[j] / d), 0, 127) : 0;
       b[i].scales[j] = (int8_t)sc;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/half.h"
+
 #include "backend/ops.h"
 
 float *bk_alloc(size_t n_floats) {
@@ -262,23 +264,9 @@ void bk_bf16_to_f32(float *y, const uint16_t *x, int64_t n) {
   }
 }
 
-static float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-  if (exp == 0) {
-    if (man == 0) u = sign;
-    else { /* subnormal */
-      float f = ldexpf((float)man, -24);
-      return sign ? -f : f;
-    }
-  } else if (exp == 31) u = sign | 0x7f800000u | (man << 13);
-  else u = sign | ((exp + 112) << 23) | (man << 13);
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
 
 void bk_f16_to_f32(float *y, const uint16_t *x, int64_t n) {
-  for (int64_t i = 0; i < n; i++) y[i] = half_to_float(x[i]);
+  for (int64_t i = 0; i < n; i++) y[i] = hf16_to_f32(x[i]);
 }
 
 float bk_round_bf16(float x) {
