@@ -2052,6 +2052,10 @@ bool tc_forced_call(tc_format f, const char *name, hbuf *out) {
     hbuf_puts(out, "{\"name\": \"");
     if (name) hbuf_printf(out, "%s\", \"parameters\": ", name);
     return true;
+  case TC_MISTRAL:
+    hbuf_puts(out, "[TOOL_CALLS][{\"name\": \"");
+    if (name) hbuf_printf(out, "%s\", \"arguments\": ", name);
+    return true;
   case TC_GLM:
     hbuf_puts(out, "<tool_call>");
     if (name) hbuf_printf(out, "%s\n", name);

@@ -51,13 +51,14 @@ static bool forced_json(tc_format f, const json_t *tools, const char *name, hbuf
         q[strlen(q) - 1] = 0;
         hbuf_putc(&alts, '"');
         gbnf_text(&alts, q + 1);
-        hbuf_printf(&alts, "\\\", \\\"%s\\\": \" ", f == TC_HERMES ? "arguments" : "parameters");
+        hbuf_printf(&alts, "\\\", \\\"%s\\\": \" ", f == TC_LLAMA3 ? "parameters" : "arguments");
       }
       free(q);
     }
     hbuf_printf(&alts, "%sroot", prefix);
   }
-  if (n) hbuf_printf(&g, "root ::= ( %s ) \"}\"%s\n", hbuf_str(&alts), f == TC_HERMES ? " \"\\n</tool_call>\"" : "");
+  const char *close = f == TC_HERMES ? " \"\\n</tool_call>\"" : f == TC_MISTRAL ? " \"]\"" : "";
+  if (n) hbuf_printf(&g, "root ::= ( %s ) \"}\"%s\n", hbuf_str(&alts), close);
   bool ok = n > 0 && !g.oom && !alts.oom;
   if (ok) hbuf_append(out, hbuf_str(&g), g.len);
   hbuf_free(&g);
@@ -120,7 +121,8 @@ bool serve_forced_grammar(tc_format f, const json_t *tools, const char *name, hb
   if (!json_is_array(tools)) return false;
   switch (f) {
   case TC_HERMES:
-  case TC_LLAMA3: return forced_json(f, tools, name, out);
+  case TC_LLAMA3:
+  case TC_MISTRAL: return forced_json(f, tools, name, out);
   case TC_QWEN3_CODER:
   case TC_GLM: return forced_xml(f, tools, name, out);
   default: return false;

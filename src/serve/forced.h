@@ -14,7 +14,7 @@
 /* The grammar (GBNF, engine/grammar.h) of what follows tc_forced_call's
  * opening, over tools ([{"type":"function","function":{name, parameters}}]):
  * the tool's name when name is NULL (one of the tools), then its arguments
- * and the call's close. hermes, llama3: the arguments as JSON under the tool's
+ * and the call's close. hermes, llama3, mistral: the arguments as JSON under the tool's
  * parameters schema (engine/json_schema.h); qwen3_coder, glm: parameters
  * named from the schema's properties, values as free text. False (out
  * untouched) for other formats or when no tool has a schema that compiles. */

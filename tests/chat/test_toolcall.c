@@ -671,6 +671,8 @@ static void test_forced_call(void) {
   forced_case(TC_LLAMA3, NULL, "get_time\", \"parameters\": {\"a\": 1}}");
   forced_case(TC_GLM, "get_time", "<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n</tool_call>");
   forced_case(TC_GEMMA4, "get_time", "a:1}<tool_call|>");
+  forced_case(TC_MISTRAL, "get_time", "{\"a\": 1}}]");
+  forced_case(TC_MISTRAL, NULL, "get_time\", \"arguments\": {\"a\": 1}}]");
   hbuf b = {0};
   CHECK(!tc_forced_call(TC_NONE, "f", &b));
   CHECK(!tc_forced_call(TC_HARMONY, "f", &b));

@@ -67,6 +67,9 @@ static void test_json_syntaxes(void) {
   /* llama3: "parameters", no close tag */
   CHECK(takes(TC_LLAMA3, NULL, "get_weather\", \"parameters\": {\"city\": \"Rome\"}}"));
   CHECK(!takes(TC_LLAMA3, NULL, "get_weather\", \"arguments\": {\"city\": \"Rome\"}}"));
+  /* mistral: after `[TOOL_CALLS][{"name": "`, a list of one call */
+  CHECK(takes(TC_MISTRAL, NULL, "get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 2}}]"));
+  CHECK(!takes(TC_MISTRAL, NULL, "get_weather\", \"arguments\": {\"city\": \"Rome\"}}"));
 }
 
 static void test_xml_syntaxes(void) {
@@ -84,7 +87,7 @@ static void test_xml_syntaxes(void) {
   /* formats without a grammar here say so */
   json_t *t = tools();
   hbuf g = {0};
-  CHECK(!serve_forced_grammar(TC_MISTRAL, t, NULL, &g) && g.len == 0);
+  CHECK(!serve_forced_grammar(TC_DEEPSEEK, t, NULL, &g) && g.len == 0);
   CHECK(!serve_forced_grammar(TC_HERMES, NULL, NULL, &g));
   json_decref(t);
 }
