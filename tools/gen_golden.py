@@ -77,6 +77,12 @@ ARCHS = {
                                        num_global_key_value_heads=1, final_logit_softcapping=30.0,
                                        _embed_scale=0.3),
                    ("f32", "bf16")),
+    # plain: the sliding / full pattern with wide global heads, nothing else switched on
+    # (last, so the seeds of the entries above stay as they were)
+    "gemma4_plain": ("gemma4_text", dict(num_hidden_layers=3, head_dim=16, global_head_dim=32, sliding_window=8,
+                                         layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+                                         hidden_size_per_layer_input=0, final_logit_softcapping=30.0,
+                                         _embed_scale=0.3), ("f32", "bf16")),
 }
 
 

@@ -237,6 +237,7 @@ static void test_gemma3(void) { check_folder("gemma3-f32"), check_folder("gemma3
 static void test_qwen3_moe(void) { check_folder("qwen3_moe-f32"), check_folder("qwen3_moe-bf16"); }
 static void test_gemma4(void) { check_folder("gemma4-f32"), check_folder("gemma4-bf16"); }
 static void test_gemma4_moe(void) { check_folder("gemma4_moe-f32"), check_folder("gemma4_moe-bf16"); }
+static void test_gemma4_plain(void) { check_folder("gemma4_plain-f32"), check_folder("gemma4_plain-bf16"); }
 
 
 /* --f32-as-bf16: the f32 llama run as if stored in bf16 is the llama-bf16
@@ -345,6 +346,7 @@ int main(void) {
   RUN(test_qwen3_moe);
   RUN(test_gemma4);
   RUN(test_gemma4_moe);
+  RUN(test_gemma4_plain);
   RUN(test_f32_as_bf16);
   RUN(test_bad_batches);
   TEST_MAIN_END();
