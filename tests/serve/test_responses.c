@@ -14,7 +14,12 @@
 static int parse(const char *body, serve_request *r, resp_request *rr, serve_fail *f) {
   memset(f, 0, sizeof *f);
   int rc = resp_request_parse(body, strlen(body), r, rr, f);
-  if (!rc) rc = resp_request_messages(r, rr, NULL, f);
+  if (!rc && (rc = resp_request_messages(r, rr, NULL, f)) != 0) {
+    /* refused at the messages: what parsing made is freed as the server frees it */
+    serve_request_free(r);
+    resp_request_free(rr);
+    memset(r, 0, sizeof *r);
+  }
   return rc;
 }
 
@@ -220,7 +225,10 @@ static void test_store(void) {
   CHECK_EQ_INT(resp_store_new(0, 200, 0, &s, NULL), 0);
   json_t *small = json_pack("{s:s, s:s}", "id", "a", "pad", "0123456789012345678901234567890123456789");
   json_t *mid = json_pack("{s:s, s:s}", "id", "b", "pad", "0123456789012345678901234567890123456789012345678901234567890123456789");
-  json_t *huge = json_pack("{s:s, s:s%}", "id", "c", "pad", "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", (size_t)200);
+  char pad[201];
+  memset(pad, 'x', 200);
+  pad[200] = 0;
+  json_t *huge = json_pack("{s:s, s:s}", "id", "c", "pad", pad);
   resp_store_put(s, small, conv);
   resp_store_put(s, mid, conv);
   g = resp_store_get(s, "a", NULL);
