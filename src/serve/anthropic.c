@@ -31,19 +31,10 @@ const char *anth_error_type(int status) {
   }
 }
 
-/* A JSON string from arbitrary bytes (invalid UTF-8 becomes U+FFFD). */
-static json_t *text_json(const char *s, size_t n) {
-  hbuf b = {0};
-  serve_utf8_clean(s ? s : "", s ? n : 0, &b);
-  json_t *j = json_stringn(b.data ? b.data : "", b.len);
-  hbuf_free(&b);
-  return j ? j : json_string("");
-}
-
 static json_t *error_object(const serve_fail *f) {
   json_t *e = json_object();
   json_object_set_new(e, "type", json_string(anth_error_type(f->status)));
-  json_object_set_new(e, "message", text_json(f->message, strlen(f->message)));
+  json_object_set_new(e, "message", serve_json_text(f->message, strlen(f->message)));
   json_t *root = json_object();
   json_object_set_new(root, "type", json_string("error"));
   json_object_set_new(root, "error", e);
@@ -221,7 +212,7 @@ static int parse_turn(serve_request *r, json_t *content, const char *rs, const c
     if (t.calls || t.thinking.len) extra = json_object();
     if (t.calls) json_object_set_new(extra, "tool_calls", t.calls);
     t.calls = NULL;
-    if (t.thinking.len) json_object_set_new(extra, "reasoning_content", text_json(t.thinking.data, t.thinking.len));
+    if (t.thinking.len) json_object_set_new(extra, "reasoning_content", serve_json_text(t.thinking.data, t.thinking.len));
     rc = push_message(r, rs, &t.text, extra, f);
   }
 out:
@@ -511,9 +502,9 @@ static void block_close(anth_reply *r) {
     event("content_block_stop", cbs, r->sse);
   } else if (r->block) {
     if (r->open == TC_TEXT) {
-      json_object_set_new(r->block, "text", text_json(r->cur.data, r->cur.len));
+      json_object_set_new(r->block, "text", serve_json_text(r->cur.data, r->cur.len));
     } else if (r->open == TC_REASONING) {
-      json_object_set_new(r->block, "thinking", text_json(r->cur.data, r->cur.len));
+      json_object_set_new(r->block, "thinking", serve_json_text(r->cur.data, r->cur.len));
     } else {
       json_t *input = json_loadb(r->cur.data ? r->cur.data : "", r->cur.len, 0, NULL);
       json_object_set_new(r->block, "input", json_is_object(input) ? input : json_object());
@@ -551,7 +542,7 @@ static void block_delta(anth_reply *r, const char *type, const char *key, const 
   json_t *d = typed("content_block_delta");
   json_object_set_new(d, "index", json_integer(r->index - 1));
   json_t *delta = typed(type);
-  json_object_set_new(delta, key, text_json(s, n));
+  json_object_set_new(delta, key, serve_json_text(s, n));
   json_object_set_new(d, "delta", delta);
   event("content_block_delta", d, r->sse);
 }
@@ -581,7 +572,7 @@ static int on_event(void *ctx, const tc_event *ev) {
   case TC_CALL_BEGIN: {
     json_t *b = typed("tool_use");
     json_object_set_new(b, "id", tool_use_id(r));
-    json_object_set_new(b, "name", text_json(ev->name, strlen(ev->name)));
+    json_object_set_new(b, "name", serve_json_text(ev->name, strlen(ev->name)));
     json_object_set_new(b, "input", json_object());
     r->ncalls++;
     block_open(r, TC_CALL_BEGIN, b);
@@ -621,7 +612,7 @@ void anth_reply_add(anth_reply *r, const serve_token *tok) {
 static json_t *stop_sequence(const anth_reply *r, const serve_result *res) {
   if (res->finish != SERVE_FINISH_STOP || res->stop_index < 0 || res->stop_index >= r->nstop) return json_null();
   const char *s = r->stop[res->stop_index];
-  return text_json(s, strlen(s));
+  return serve_json_text(s, strlen(s));
 }
 
 static json_t *usage_json(int64_t input, int64_t output, int64_t cached) {
@@ -643,7 +634,7 @@ static json_t *result_usage(const serve_result *res) {
 static json_t *text_block(const char *s, size_t n) {
   json_t *b = json_object();
   json_object_set_new(b, "type", json_string("text"));
-  json_object_set_new(b, "text", text_json(s, n));
+  json_object_set_new(b, "text", serve_json_text(s, n));
   return b;
 }
 
@@ -653,7 +644,7 @@ static json_t *message(const anth_reply *r, json_t *content, json_t *stop_reason
   json_object_set_new(o, "id", json_string(r->id));
   json_object_set_new(o, "type", json_string("message"));
   json_object_set_new(o, "role", json_string("assistant"));
-  json_object_set_new(o, "model", text_json(r->model, r->model ? strlen(r->model) : 0));
+  json_object_set_new(o, "model", serve_json_text(r->model, r->model ? strlen(r->model) : 0));
   json_object_set_new(o, "content", content ? content : json_array());
   json_object_set_new(o, "stop_reason", stop_reason);
   json_object_set_new(o, "stop_sequence", stop_seq);
@@ -721,7 +712,7 @@ void anth_sse_token(anth_reply *r, const serve_token *tok, hbuf *out) {
   json_t *d = typed("content_block_delta");
   json_object_set_new(d, "index", json_integer(0));
   json_t *delta = typed("text_delta");
-  json_object_set_new(delta, "text", text_json(tok->text, tok->len));
+  json_object_set_new(delta, "text", serve_json_text(tok->text, tok->len));
   json_object_set_new(d, "delta", delta);
   event("content_block_delta", d, out);
 }

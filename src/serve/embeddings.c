@@ -4,20 +4,9 @@
  * HTTP; the server routes to it and the engine seam runs it. */
 #include "serve/embeddings.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int bad(serve_fail *f, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(serve_fail *f, const char *param, const char *fmt, ...) {
-  serve_fail_set(f, 400, "invalid_request_error", param, NULL, "%s", "");
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(f->message, sizeof f->message, fmt, ap);
-  va_end(ap);
-  return 400;
-}
 
 void embed_request_free(embed_request *req) {
   for (int i = 0; req->inputs && i < req->n; i++) {
@@ -33,16 +22,16 @@ void embed_request_free(embed_request *req) {
 /* arr: token ids, into in. param: the field for messages. */
 static int read_ids(json_t *arr, int64_t vocab, const char *param, serve_embed_input *in, serve_fail *f) {
   size_t n = json_array_size(arr);
-  if (n == 0) return bad(f, param, "'%s' is an empty array of token ids: give at least one token", param);
+  if (n == 0) return serve_bad(f, param, "'%s' is an empty array of token ids: give at least one token", param);
   in->ids = malloc(sizeof(int32_t) * n);
   if (!in->ids) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
   for (size_t i = 0; i < n; i++) {
     json_t *v = json_array_get(arr, i);
     if (!json_is_integer(v))
-      return bad(f, param, "'%s' must hold only token ids (integers); item %zu is not one", param, i);
+      return serve_bad(f, param, "'%s' must hold only token ids (integers); item %zu is not one", param, i);
     json_int_t id = json_integer_value(v);
     if (id < 0 || id > INT32_MAX || (vocab > 0 && id >= vocab))
-      return bad(f, param, "'%s': token id %lld at %zu is outside the vocabulary (0 to %lld)", param, (long long)id, i,
+      return serve_bad(f, param, "'%s': token id %lld at %zu is outside the vocabulary (0 to %lld)", param, (long long)id, i,
                  (long long)(vocab > 0 ? vocab - 1 : INT32_MAX));
     in->ids[i] = (int32_t)id;
   }
@@ -52,7 +41,7 @@ static int read_ids(json_t *arr, int64_t vocab, const char *param, serve_embed_i
 
 static int read_text(json_t *v, const char *param, serve_embed_input *in, serve_fail *f) {
   size_t len = json_string_length(v);
-  if (len == 0) return bad(f, param, "'%s' is an empty string: there is nothing to embed", param);
+  if (len == 0) return serve_bad(f, param, "'%s' is an empty string: there is nothing to embed", param);
   in->text = malloc(len + 1);
   if (!in->text) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
   memcpy(in->text, json_string_value(v), len);
@@ -62,23 +51,23 @@ static int read_text(json_t *v, const char *param, serve_embed_input *in, serve_
 }
 
 static int parse_input(json_t *input, int64_t vocab, embed_request *req, serve_fail *f) {
-  if (!input) return bad(f, "input", "'input' is required: a string, an array of strings, or token ids");
+  if (!input) return serve_bad(f, "input", "'input' is required: a string, an array of strings, or token ids");
   if (json_is_string(input)) {
     if (!(req->inputs = calloc(1, sizeof *req->inputs))) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
     req->n = 1;
     return read_text(input, "input", &req->inputs[0], f);
   }
   if (!json_is_array(input))
-    return bad(f, "input", "'input' must be a string, an array of strings, an array of token ids, or an array of such arrays");
+    return serve_bad(f, "input", "'input' must be a string, an array of strings, an array of token ids, or an array of such arrays");
   size_t n = json_array_size(input);
-  if (n == 0) return bad(f, "input", "'input' is an empty array: there is nothing to embed");
+  if (n == 0) return serve_bad(f, "input", "'input' is an empty array: there is nothing to embed");
   json_t *first = json_array_get(input, 0);
   if (json_is_integer(first)) { /* one input of ids */
     if (!(req->inputs = calloc(1, sizeof *req->inputs))) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
     req->n = 1;
     return read_ids(input, vocab, "input", &req->inputs[0], f);
   }
-  if (n > EMBED_MAX_INPUTS) return bad(f, "input", "'input' has %zu items; at most %d are allowed", n, EMBED_MAX_INPUTS);
+  if (n > EMBED_MAX_INPUTS) return serve_bad(f, "input", "'input' has %zu items; at most %d are allowed", n, EMBED_MAX_INPUTS);
   if (!(req->inputs = calloc(n, sizeof *req->inputs))) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
   req->n = (int)n;
   bool strings = json_is_string(first);
@@ -90,7 +79,7 @@ static int parse_input(json_t *input, int64_t vocab, embed_request *req, serve_f
     if (strings && json_is_string(v)) rc = read_text(v, param, &req->inputs[i], f);
     else if (!strings && json_is_array(v)) rc = read_ids(v, vocab, param, &req->inputs[i], f);
     else
-      rc = bad(f, param, "'%s' must be %s like the first item of 'input'", param,
+      rc = serve_bad(f, param, "'%s' must be %s like the first item of 'input'", param,
                strings ? "a string" : json_is_array(first) ? "an array of token ids" : "a string or an array of token ids");
     if (rc) return rc;
   }
@@ -101,12 +90,12 @@ int embed_request_parse(const char *body, size_t len, int64_t vocab, embed_reque
   memset(req, 0, sizeof *req);
   json_error_t je;
   json_t *root = json_loadb(body, len, 0, &je);
-  if (!root) return bad(f, "", "the request body is not valid JSON: %s at line %d column %d", je.text, je.line, je.column);
+  if (!root) return serve_bad(f, "", "the request body is not valid JSON: %s at line %d column %d", je.text, je.line, je.column);
   int rc = 0;
   char *enc = NULL, *user = NULL;
   int64_t dims = 0;
   if (!json_is_object(root)) {
-    rc = bad(f, "", "the request body must be a JSON object");
+    rc = serve_bad(f, "", "the request body must be a JSON object");
     goto out;
   }
   if ((rc = serve_json_str(root, "model", &req->model, f)) || (rc = serve_json_str(root, "user", &user, f)) ||
@@ -114,7 +103,7 @@ int embed_request_parse(const char *body, size_t len, int64_t vocab, embed_reque
       (rc = serve_json_int(root, "dimensions", 1, INT32_MAX, &dims, f)))
     goto out;
   if (enc && strcmp(enc, "float") && strcmp(enc, "base64")) {
-    rc = bad(f, "encoding_format", "'encoding_format' must be 'float' or 'base64', not '%.40s'", enc);
+    rc = serve_bad(f, "encoding_format", "'encoding_format' must be 'float' or 'base64', not '%.40s'", enc);
     goto out;
   }
   req->base64 = enc && !strcmp(enc, "base64");

@@ -93,10 +93,9 @@ void serve_utf8_clean(const char *s, size_t n, hbuf *out) {
   hbuf_append(out, s + run, n - run);
 }
 
-/* A JSON string from arbitrary bytes. */
-static json_t *text_json(const char *s, size_t n) {
+json_t *serve_json_text(const char *s, size_t n) {
   hbuf b = {0};
-  serve_utf8_clean(s, n, &b);
+  serve_utf8_clean(s ? s : "", s ? n : 0, &b);
   json_t *j = json_stringn(b.data ? b.data : "", b.len);
   hbuf_free(&b);
   return j ? j : json_string("");
@@ -114,13 +113,13 @@ static json_t *bytes_json(const char *s, size_t n) {
 /* Chat: {"token","logprob","bytes","top_logprobs":[{"token","logprob","bytes"}]} */
 static json_t *chat_logprob_entry(const serve_token *t) {
   json_t *e = json_object();
-  json_object_set_new(e, "token", text_json(t->token_text ? t->token_text : "", t->token_len));
+  json_object_set_new(e, "token", serve_json_text(t->token_text ? t->token_text : "", t->token_len));
   json_object_set_new(e, "logprob", logprob_json(t->logprob));
   json_object_set_new(e, "bytes", bytes_json(t->token_text ? t->token_text : "", t->token_len));
   json_t *top = json_array();
   for (int i = 0; i < t->ntop; i++) {
     json_t *a = json_object();
-    json_object_set_new(a, "token", text_json(t->top[i].text ? t->top[i].text : "", t->top[i].len));
+    json_object_set_new(a, "token", serve_json_text(t->top[i].text ? t->top[i].text : "", t->top[i].len));
     json_object_set_new(a, "logprob", logprob_json(t->top[i].logprob));
     json_object_set_new(a, "bytes", bytes_json(t->top[i].text ? t->top[i].text : "", t->top[i].len));
     json_array_append_new(top, a);
@@ -131,11 +130,11 @@ static json_t *chat_logprob_entry(const serve_token *t) {
 
 /* Completion: appends one token to {"tokens","token_logprobs","top_logprobs","text_offset"}. */
 static void completion_logprob_add(json_t *lp, const serve_token *t, size_t offset) {
-  json_array_append_new(json_object_get(lp, "tokens"), text_json(t->token_text ? t->token_text : "", t->token_len));
+  json_array_append_new(json_object_get(lp, "tokens"), serve_json_text(t->token_text ? t->token_text : "", t->token_len));
   json_array_append_new(json_object_get(lp, "token_logprobs"), logprob_json(t->logprob));
   json_t *top = json_object();
   for (int i = 0; i < t->ntop; i++) {
-    json_t *k = text_json(t->top[i].text ? t->top[i].text : "", t->top[i].len);
+    json_t *k = serve_json_text(t->top[i].text ? t->top[i].text : "", t->top[i].len);
     json_object_set_new(top, json_string_value(k), logprob_json(t->top[i].logprob));
     json_decref(k);
   }
@@ -160,7 +159,7 @@ static int whole_event(void *ctx, const tc_event *ev) {
   case TC_REASONING: hbuf_append(&r->reasoning, ev->text, ev->len); break;
   case TC_CALL_BEGIN: {
     json_t *fn = json_object();
-    json_object_set_new(fn, "name", text_json(ev->name, strlen(ev->name)));
+    json_object_set_new(fn, "name", serve_json_text(ev->name, strlen(ev->name)));
     json_t *c = json_object();
     json_object_set_new(c, "id", call_id(r));
     json_object_set_new(c, "type", json_string("function"));
@@ -173,7 +172,7 @@ static int whole_event(void *ctx, const tc_event *ev) {
   case TC_CALL_ARGS: hbuf_append(&r->args, ev->text, ev->len); break;
   case TC_CALL_END: {
     json_t *c = json_array_get(r->calls, json_array_size(r->calls) - 1);
-    if (c) json_object_set_new(json_object_get(c, "function"), "arguments", text_json(hbuf_str(&r->args), r->args.len));
+    if (c) json_object_set_new(json_object_get(c, "function"), "arguments", serve_json_text(hbuf_str(&r->args), r->args.len));
     hbuf_clear(&r->args);
     break;
   }
@@ -217,7 +216,7 @@ static json_t *envelope(const serve_reply *r, const char *object) {
   json_object_set_new(o, "id", json_string(r->id));
   json_object_set_new(o, "object", json_string(object));
   json_object_set_new(o, "created", json_integer(r->created));
-  json_object_set_new(o, "model", text_json(r->model ? r->model : "", r->model ? strlen(r->model) : 0));
+  json_object_set_new(o, "model", serve_json_text(r->model ? r->model : "", r->model ? strlen(r->model) : 0));
   json_object_set_new(o, "system_fingerprint", json_string(FINGERPRINT));
   return o;
 }
@@ -234,11 +233,11 @@ void serve_reply_body(serve_reply *r, const serve_result *res, hbuf *out) {
   json_t *o = envelope(r, chat ? "chat.completion" : "text_completion");
   json_t *choice = json_object();
   json_object_set_new(choice, "index", json_integer(0));
-  json_t *text = text_json(r->text.data ? r->text.data : "", r->text.len);
+  json_t *text = serve_json_text(r->text.data ? r->text.data : "", r->text.len);
   if (chat) {
     tc_end(r, whole_event);
     json_decref(text);
-    text = text_json(r->text.data ? r->text.data : "", r->text.len);
+    text = serve_json_text(r->text.data ? r->text.data : "", r->text.len);
     json_t *msg = json_object();
     json_object_set_new(msg, "role", json_string("assistant"));
     if (r->ncalls > 0 && r->text.len == 0) {
@@ -247,7 +246,7 @@ void serve_reply_body(serve_reply *r, const serve_result *res, hbuf *out) {
     }
     json_object_set_new(msg, "content", text);
     json_object_set_new(msg, "refusal", json_null());
-    if (r->reasoning.len) json_object_set_new(msg, "reasoning_content", text_json(r->reasoning.data, r->reasoning.len));
+    if (r->reasoning.len) json_object_set_new(msg, "reasoning_content", serve_json_text(r->reasoning.data, r->reasoning.len));
     if (r->ncalls > 0) json_object_set(msg, "tool_calls", r->calls);
     json_object_set_new(choice, "message", msg);
     if (r->logprobs && r->lp) {
@@ -304,7 +303,7 @@ void serve_sse_start(serve_reply *r, hbuf *out) {
 }
 
 static json_t *text_value(const serve_reply *r, const char *s, size_t n) {
-  json_t *t = text_json(s, n);
+  json_t *t = serve_json_text(s, n);
   if (r->kind != SERVE_CHAT) return t;
   json_t *delta = json_object();
   json_object_set_new(delta, "content", t);
@@ -322,11 +321,11 @@ static int sse_event(void *ctx, const tc_event *ev) {
       json_decref(delta);
       return 0;
     }
-    json_object_set_new(delta, ev->kind == TC_TEXT ? "content" : "reasoning_content", text_json(ev->text, ev->len));
+    json_object_set_new(delta, ev->kind == TC_TEXT ? "content" : "reasoning_content", serve_json_text(ev->text, ev->len));
     break;
   case TC_CALL_BEGIN: {
     json_t *fn = json_object();
-    json_object_set_new(fn, "name", text_json(ev->name, strlen(ev->name)));
+    json_object_set_new(fn, "name", serve_json_text(ev->name, strlen(ev->name)));
     json_object_set_new(fn, "arguments", json_string(""));
     json_t *c = json_object();
     json_object_set_new(c, "index", json_integer(ev->index));
@@ -345,7 +344,7 @@ static int sse_event(void *ctx, const tc_event *ev) {
       return 0;
     }
     json_t *fn = json_object();
-    json_object_set_new(fn, "arguments", text_json(ev->text, ev->len));
+    json_object_set_new(fn, "arguments", serve_json_text(ev->text, ev->len));
     json_t *c = json_object();
     json_object_set_new(c, "index", json_integer(ev->index));
     json_object_set_new(c, "function", fn);

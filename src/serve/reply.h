@@ -50,6 +50,8 @@ void serve_reply_prime(serve_reply *r, const char *text, hbuf *out);
 
 /* Appends s[0..n) to out as UTF-8, each invalid byte replaced by U+FFFD. */
 void serve_utf8_clean(const char *s, size_t n, hbuf *out);
+/* A JSON string of s[0..n) cleaned so (never NULL; s may be NULL with n 0). */
+json_t *serve_json_text(const char *s, size_t n);
 
 /* Whole responses: add every step's output, then format once. */
 void serve_reply_add(serve_reply *r, const serve_token *tok);

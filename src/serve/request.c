@@ -52,11 +52,10 @@ char *serve_fail_json(const serve_fail *f) {
   return s;
 }
 
-static int bad(serve_fail *f, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(serve_fail *f, const char *param, const char *fmt, ...) {
+int serve_bad(serve_fail *f, const char *param, const char *fmt, ...) {
   f->status = 400;
   f->type = "invalid_request_error";
-  snprintf(f->param, sizeof f->param, "%s", param);
+  snprintf(f->param, sizeof f->param, "%s", param ? param : "");
   f->code[0] = 0;
   va_list ap;
   va_start(ap, fmt);
@@ -80,13 +79,13 @@ int serve_json_int(json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t
     i = (int64_t)json_integer_value(v);
   } else if (json_is_real(v)) {
     double d = json_real_value(v);
-    if (d != floor(d)) return bad(f, key, "'%s' must be an integer", key);
-    if (!(d > -9.2e18 && d < 9.2e18)) return bad(f, key, "'%s' is out of range", key);
+    if (d != floor(d)) return serve_bad(f, key, "'%s' must be an integer", key);
+    if (!(d > -9.2e18 && d < 9.2e18)) return serve_bad(f, key, "'%s' is out of range", key);
     i = (int64_t)d;
   } else {
-    return bad(f, key, "'%s' must be an integer", key);
+    return serve_bad(f, key, "'%s' must be an integer", key);
   }
-  if (i < lo || i > hi) return bad(f, key, "'%s' must be between %lld and %lld", key, (long long)lo, (long long)hi);
+  if (i < lo || i > hi) return serve_bad(f, key, "'%s' must be between %lld and %lld", key, (long long)lo, (long long)hi);
   *out = i;
   return 0;
 }
@@ -94,9 +93,9 @@ int serve_json_int(json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t
 int serve_json_num(json_t *obj, const char *key, double lo, double hi, double *out, serve_fail *f) {
   json_t *v = serve_json_field(obj, key);
   if (!v) return 0;
-  if (!json_is_number(v)) return bad(f, key, "'%s' must be a number", key);
+  if (!json_is_number(v)) return serve_bad(f, key, "'%s' must be a number", key);
   double d = json_number_value(v);
-  if (!(d >= lo && d <= hi)) return bad(f, key, "'%s' must be between %g and %g", key, lo, hi);
+  if (!(d >= lo && d <= hi)) return serve_bad(f, key, "'%s' must be between %g and %g", key, lo, hi);
   *out = d;
   return 0;
 }
@@ -104,7 +103,7 @@ int serve_json_num(json_t *obj, const char *key, double lo, double hi, double *o
 int serve_json_bool(json_t *obj, const char *key, bool *out, serve_fail *f) {
   json_t *v = serve_json_field(obj, key);
   if (!v) return 0;
-  if (!json_is_boolean(v)) return bad(f, key, "'%s' must be a boolean", key);
+  if (!json_is_boolean(v)) return serve_bad(f, key, "'%s' must be a boolean", key);
   *out = json_is_true(v);
   return 0;
 }
@@ -112,7 +111,7 @@ int serve_json_bool(json_t *obj, const char *key, bool *out, serve_fail *f) {
 int serve_json_str(json_t *obj, const char *key, char **out, serve_fail *f) {
   json_t *v = serve_json_field(obj, key);
   if (!v) return 0;
-  if (!json_is_string(v)) return bad(f, key, "'%s' must be a string", key);
+  if (!json_is_string(v)) return serve_bad(f, key, "'%s' must be a string", key);
   *out = strdup(json_string_value(v));
   if (!*out) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
   return 0;
@@ -131,14 +130,14 @@ static int flatten_content(json_t *c, int mi, char **out, serve_fail *f) {
     json_t *part;
     json_array_foreach(c, i, part) {
       snprintf(param, sizeof param, "messages[%d].content[%zu]", mi, i);
-      if (!json_is_object(part)) return bad(f, param, "'%s' must be an object with a type", param);
+      if (!json_is_object(part)) return serve_bad(f, param, "'%s' must be an object with a type", param);
       json_t *type = json_object_get(part, "type");
-      if (!json_is_string(type)) return bad(f, param, "'%s.type' must be a string", param);
+      if (!json_is_string(type)) return serve_bad(f, param, "'%s.type' must be a string", param);
       if (strcmp(json_string_value(type), "text") != 0)
-        return bad(f, param, "'%s' is of type '%s', but this server accepts only text parts", param,
+        return serve_bad(f, param, "'%s' is of type '%s', but this server accepts only text parts", param,
                    json_string_value(type));
       json_t *text = json_object_get(part, "text");
-      if (!json_is_string(text)) return bad(f, param, "'%s.text' must be a string", param);
+      if (!json_is_string(text)) return serve_bad(f, param, "'%s.text' must be a string", param);
       total += json_string_length(text);
     }
     char *s = malloc(total);
@@ -152,7 +151,7 @@ static int flatten_content(json_t *c, int mi, char **out, serve_fail *f) {
     s[at] = 0;
     *out = s;
   } else {
-    return bad(f, param, "'%s' must be a string or an array of content parts", param);
+    return serve_bad(f, param, "'%s' must be a string or an array of content parts", param);
   }
   if (!*out) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
   return 0;
@@ -176,7 +175,7 @@ static int message_extra(json_t *m, const char *role, int mi, serve_message *out
     json_t *calls = serve_json_field(m, "tool_calls");
     if (calls) {
       snprintf(param, sizeof param, "messages[%d].tool_calls", mi);
-      if (!json_is_array(calls)) return bad(f, param, "'%s' must be an array", param);
+      if (!json_is_array(calls)) return serve_bad(f, param, "'%s' must be an array", param);
       json_t *norm = json_array();
       size_t k;
       json_t *c;
@@ -187,12 +186,12 @@ static int message_extra(json_t *m, const char *role, int mi, serve_message *out
         json_t *type = json_is_object(c) ? json_object_get(c, "type") : NULL;
         if (!json_is_object(fn) || !json_is_string(name)) {
           json_decref(norm);
-          return bad(f, param, "'%s' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
+          return serve_bad(f, param, "'%s' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
                      param);
         }
         if (type && !json_is_null(type) && (!json_is_string(type) || strcmp(json_string_value(type), "function"))) {
           json_decref(norm);
-          return bad(f, param, "'%s.type' must be \"function\"", param);
+          return serve_bad(f, param, "'%s.type' must be \"function\"", param);
         }
         json_t *args = json_object_get(fn, "arguments");
         json_t *nfn = json_pack("{s:O}", "name", name);
@@ -211,7 +210,7 @@ static int message_extra(json_t *m, const char *role, int mi, serve_message *out
       snprintf(param, sizeof param, "messages[%d].reasoning_content", mi);
       if (!json_is_string(rc)) {
         json_decref(extra);
-        return bad(f, param, "'%s' must be a string", param);
+        return serve_bad(f, param, "'%s' must be a string", param);
       }
       if (!extra) extra = json_object();
       json_object_set(extra, "reasoning_content", rc);
@@ -219,7 +218,7 @@ static int message_extra(json_t *m, const char *role, int mi, serve_message *out
   } else if (!strcmp(role, "tool")) {
     json_t *id = serve_json_field(m, "tool_call_id");
     snprintf(param, sizeof param, "messages[%d].tool_call_id", mi);
-    if (id && !json_is_string(id)) return bad(f, param, "'%s' must be a string", param);
+    if (id && !json_is_string(id)) return serve_bad(f, param, "'%s' must be a string", param);
     extra = json_object();
     if (id) json_object_set(extra, "tool_call_id", id);
   }
@@ -228,7 +227,7 @@ static int message_extra(json_t *m, const char *role, int mi, serve_message *out
     snprintf(param, sizeof param, "messages[%d].name", mi);
     if (!json_is_string(name)) {
       json_decref(extra);
-      return bad(f, param, "'%s' must be a string", param);
+      return serve_bad(f, param, "'%s' must be a string", param);
     }
     if (!extra) extra = json_object();
     json_object_set(extra, "name", name);
@@ -262,13 +261,13 @@ bool serve_tool_known(const serve_request *req, const char *name) {
 int serve_tool_add(serve_request *req, const char *name, json_t *description, json_t *parameters, const char *at,
                    serve_fail *f) {
   if (!tool_name_ok(name))
-    return bad(f, at, "'%s' has the name '%.80s': a tool name is 1 to 64 of a-z, A-Z, 0-9, '_', '-', '.', ':'", at,
+    return serve_bad(f, at, "'%s' has the name '%.80s': a tool name is 1 to 64 of a-z, A-Z, 0-9, '_', '-', '.', ':'", at,
                name);
   if (description && !json_is_null(description) && !json_is_string(description))
-    return bad(f, at, "'%s.description' must be a string", at);
+    return serve_bad(f, at, "'%s.description' must be a string", at);
   if (parameters && !json_is_null(parameters) && !json_is_object(parameters))
-    return bad(f, at, "'%s.parameters' must be a JSON Schema object", at);
-  if (req->tools && serve_tool_known(req, name)) return bad(f, at, "'%s': the tool name '%s' is used twice", at, name);
+    return serve_bad(f, at, "'%s.parameters' must be a JSON Schema object", at);
+  if (req->tools && serve_tool_known(req, name)) return serve_bad(f, at, "'%s': the tool name '%s' is used twice", at, name);
   json_t *fn = json_object();
   json_object_set_new(fn, "name", json_string(name));
   if (description && json_is_string(description)) json_object_set(fn, "description", description);
@@ -284,23 +283,23 @@ int serve_tool_add(serve_request *req, const char *name, json_t *description, js
 static int parse_tools(json_t *root, serve_request *r, serve_fail *f) {
   json_t *tools = serve_json_field(root, "tools");
   if (serve_json_field(root, "functions"))
-    return bad(f, "functions", "'functions' is the deprecated form of 'tools': send 'tools' instead");
+    return serve_bad(f, "functions", "'functions' is the deprecated form of 'tools': send 'tools' instead");
   if (tools) {
-    if (!json_is_array(tools)) return bad(f, "tools", "'tools' must be an array");
-    if (json_array_size(tools) > 512) return bad(f, "tools", "'tools' may hold at most 512 tools");
+    if (!json_is_array(tools)) return serve_bad(f, "tools", "'tools' must be an array");
+    if (json_array_size(tools) > 512) return serve_bad(f, "tools", "'tools' may hold at most 512 tools");
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t) {
       char at[64];
       snprintf(at, sizeof at, "tools[%zu]", i);
       json_t *type = json_is_object(t) ? json_object_get(t, "type") : NULL;
-      if (!json_is_string(type)) return bad(f, at, "'%s' must be an object with a type", at);
+      if (!json_is_string(type)) return serve_bad(f, at, "'%s' must be an object with a type", at);
       if (strcmp(json_string_value(type), "function"))
-        return bad(f, at, "'%s' is of type '%.40s': this server calls only function tools", at,
+        return serve_bad(f, at, "'%s' is of type '%.40s': this server calls only function tools", at,
                    json_string_value(type));
       json_t *fn = json_object_get(t, "function");
       json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
-      if (!json_is_string(name)) return bad(f, at, "'%s.function.name' is required", at);
+      if (!json_is_string(name)) return serve_bad(f, at, "'%s.function.name' is required", at);
       if (serve_tool_add(r, json_string_value(name), json_object_get(fn, "description"),
                          json_object_get(fn, "parameters"), at, f))
         return f->status;
@@ -313,21 +312,21 @@ static int parse_tools(json_t *root, serve_request *r, serve_fail *f) {
     if (!strcmp(v, "auto")) r->tool_choice = SERVE_TOOLS_AUTO;
     else if (!strcmp(v, "none")) r->tool_choice = SERVE_TOOLS_NONE;
     else if (!strcmp(v, "required")) r->tool_choice = SERVE_TOOLS_REQUIRED;
-    else return bad(f, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or a function");
+    else return serve_bad(f, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or a function");
   } else if (json_is_object(tc)) {
     json_t *fn = json_object_get(tc, "function");
     json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
     if (!json_is_string(name))
-      return bad(f, "tool_choice", "'tool_choice' must name a function: {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      return serve_bad(f, "tool_choice", "'tool_choice' must name a function: {\"type\": \"function\", \"function\": {\"name\": ...}}");
     r->tool_choice = SERVE_TOOLS_NAMED;
     r->tool_name = strdup(json_string_value(name));
   } else {
-    return bad(f, "tool_choice", "'tool_choice' must be a string or an object");
+    return serve_bad(f, "tool_choice", "'tool_choice' must be a string or an object");
   }
   if (r->tool_choice == SERVE_TOOLS_REQUIRED || r->tool_choice == SERVE_TOOLS_NAMED) {
-    if (!r->tools) return bad(f, "tool_choice", "'tool_choice' asks for a tool call, but no 'tools' were given");
+    if (!r->tools) return serve_bad(f, "tool_choice", "'tool_choice' asks for a tool call, but no 'tools' were given");
     if (r->tool_name && !serve_tool_known(r, r->tool_name))
-      return bad(f, "tool_choice", "'tool_choice' names '%.80s', which is not among 'tools'", r->tool_name);
+      return serve_bad(f, "tool_choice", "'tool_choice' names '%.80s', which is not among 'tools'", r->tool_name);
   }
   return 0;
 }
@@ -336,7 +335,7 @@ static int parse_tools(json_t *root, serve_request *r, serve_fail *f) {
  * (also handed on; "none" turns thinking off: enable_thinking = false). */
 static int parse_template_kwargs(json_t *root, serve_request *r, serve_fail *f) {
   json_t *kw = serve_json_field(root, "chat_template_kwargs");
-  if (kw && !json_is_object(kw)) return bad(f, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+  if (kw && !json_is_object(kw)) return serve_bad(f, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
   json_t *effort = serve_json_field(root, "reasoning_effort");
   if (effort) {
     static const char *ok[] = {"none", "minimal", "low", "medium", "high"};
@@ -344,7 +343,7 @@ static int parse_template_kwargs(json_t *root, serve_request *r, serve_fail *f) 
     for (size_t i = 0; json_is_string(effort) && i < sizeof ok / sizeof ok[0]; i++)
       known = known || !strcmp(json_string_value(effort), ok[i]);
     if (!known)
-      return bad(f, "reasoning_effort", "'reasoning_effort' must be one of none, minimal, low, medium, high");
+      return serve_bad(f, "reasoning_effort", "'reasoning_effort' must be one of none, minimal, low, medium, high");
   }
   if (!kw && !effort) return 0;
   r->template_kwargs = kw ? json_deep_copy(kw) : json_object();
@@ -363,25 +362,25 @@ static int parse_format(json_t *root, serve_request *r, serve_fail *f) {
   json_t *rf = serve_json_field(root, "response_format");
   if (rf) {
     json_t *type = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-    if (!json_is_string(type)) return bad(f, "response_format", "'response_format' must be an object with a type");
+    if (!json_is_string(type)) return serve_bad(f, "response_format", "'response_format' must be an object with a type");
     const char *t = json_string_value(type);
     if (!strcmp(t, "json_object")) {
       r->json_schema = json_pack("{s:s}", "type", "object");
     } else if (!strcmp(t, "json_schema")) {
       json_t *js = json_object_get(rf, "json_schema");
       json_t *schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
-      if (!json_is_object(js)) return bad(f, "response_format", "'response_format.json_schema' is required");
+      if (!json_is_object(js)) return serve_bad(f, "response_format", "'response_format.json_schema' is required");
       if (schema && !json_is_object(schema) && !json_is_boolean(schema))
-        return bad(f, "response_format", "'response_format.json_schema.schema' must be a JSON Schema object");
+        return serve_bad(f, "response_format", "'response_format.json_schema.schema' must be a JSON Schema object");
       r->json_schema = schema && json_is_object(schema) ? json_incref(schema) : json_pack("{s:s}", "type", "object");
     } else if (strcmp(t, "text")) {
-      return bad(f, "response_format", "'response_format' of type '%.40s' is not supported (text, json_object, json_schema)",
+      return serve_bad(f, "response_format", "'response_format' of type '%.40s' is not supported (text, json_object, json_schema)",
                  t);
     }
   }
   if (serve_json_str(root, "grammar", &r->grammar, f)) return f->status;
   if (r->grammar && r->json_schema)
-    return bad(f, "grammar", "'grammar' and a JSON 'response_format' cannot both be given");
+    return serve_bad(f, "grammar", "'grammar' and a JSON 'response_format' cannot both be given");
   return serve_output_grammar(r, f);
 }
 
@@ -395,7 +394,7 @@ int serve_output_grammar(serve_request *r, serve_fail *f) {
     free(text);
     if (rc) {
       hbuf_free(&g);
-      return bad(f, field, "response_format: %s", e.msg);
+      return serve_bad(f, field, "response_format: %s", e.msg);
     }
   } else if (r->grammar) {
     hbuf_append(&g, r->grammar, strlen(r->grammar));
@@ -407,12 +406,12 @@ int serve_output_grammar(serve_request *r, serve_fail *f) {
   grammar_free(gr);
   if (rc) {
     hbuf_free(&g);
-    return bad(f, field, "%s", e.msg);
+    return serve_bad(f, field, "%s", e.msg);
   }
   free(r->gbnf);
   r->gbnf = strdup(hbuf_str(&g));
   hbuf_free(&g);
-  if (!r->gbnf) return bad(f, field, "out of memory");
+  if (!r->gbnf) return serve_bad(f, field, "out of memory");
   r->sampling.grammar = r->gbnf;
   return 0;
 }
@@ -422,49 +421,49 @@ int serve_output_grammar(serve_request *r, serve_fail *f) {
 static int refuse_unsupported(json_t *root, serve_fail *f) {
   json_t *mod = serve_json_field(root, "modalities");
   if (mod) {
-    if (!json_is_array(mod)) return bad(f, "modalities", "'modalities' must be an array");
+    if (!json_is_array(mod)) return serve_bad(f, "modalities", "'modalities' must be an array");
     size_t i;
     json_t *v;
     json_array_foreach(mod, i, v) if (!json_is_string(v) || strcmp(json_string_value(v), "text"))
-      return bad(f, "modalities", "'modalities' may only hold \"text\": this server's models write text only");
+      return serve_bad(f, "modalities", "'modalities' may only hold \"text\": this server's models write text only");
   }
-  if (serve_json_field(root, "audio")) return bad(f, "audio", "'audio' output is not supported by this server");
+  if (serve_json_field(root, "audio")) return serve_bad(f, "audio", "'audio' output is not supported by this server");
   if (serve_json_field(root, "web_search_options"))
-    return bad(f, "web_search_options", "'web_search_options' is not supported: this server does not search the web");
+    return serve_bad(f, "web_search_options", "'web_search_options' is not supported: this server does not search the web");
   json_t *ptc = serve_json_field(root, "parallel_tool_calls");
-  if (ptc && !json_is_boolean(ptc)) return bad(f, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+  if (ptc && !json_is_boolean(ptc)) return serve_bad(f, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
   return 0;
 }
 
 static int parse_messages(json_t *root, serve_request *r, serve_fail *f) {
   json_t *msgs = serve_json_field(root, "messages");
-  if (!msgs) return bad(f, "messages", "'messages' is required");
-  if (!json_is_array(msgs)) return bad(f, "messages", "'messages' must be an array");
+  if (!msgs) return serve_bad(f, "messages", "'messages' is required");
+  if (!json_is_array(msgs)) return serve_bad(f, "messages", "'messages' must be an array");
   size_t n = json_array_size(msgs);
-  if (n == 0) return bad(f, "messages", "'messages' must not be empty");
-  if (n > 100000) return bad(f, "messages", "'messages' has too many entries");
+  if (n == 0) return serve_bad(f, "messages", "'messages' must not be empty");
+  if (n > 100000) return serve_bad(f, "messages", "'messages' has too many entries");
   r->messages = calloc(n, sizeof *r->messages);
   if (!r->messages) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
   for (size_t i = 0; i < n; i++) {
     json_t *m = json_array_get(msgs, i);
     char param[96];
     snprintf(param, sizeof param, "messages[%zu]", i);
-    if (!json_is_object(m)) return bad(f, param, "'%s' must be an object", param);
+    if (!json_is_object(m)) return serve_bad(f, param, "'%s' must be an object", param);
     json_t *role = json_object_get(m, "role");
     snprintf(param, sizeof param, "messages[%zu].role", i);
-    if (!json_is_string(role)) return bad(f, param, "'%s' must be a string", param);
+    if (!json_is_string(role)) return serve_bad(f, param, "'%s' must be a string", param);
     const char *rs = json_string_value(role);
     static const char *roles[] = {"system", "developer", "user", "assistant", "tool"};
     bool known = false;
     for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++) known = known || strcmp(rs, roles[k]) == 0;
-    if (!known) return bad(f, param, "'%s' must be one of system, developer, user, assistant, tool", param);
+    if (!known) return serve_bad(f, param, "'%s' must be one of system, developer, user, assistant, tool", param);
     r->messages[i].role = strdup(rs);
     r->nmessages = (int)i + 1;
     if (!r->messages[i].role) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
     json_t *content = json_object_get(m, "content");
     if (!content && strcmp(rs, "assistant") != 0) {
       snprintf(param, sizeof param, "messages[%zu].content", i);
-      return bad(f, param, "'%s' is required", param);
+      return serve_bad(f, param, "'%s' is required", param);
     }
     if (flatten_content(content, (int)i, &r->messages[i].content, f)) return f->status;
     if (message_extra(m, rs, (int)i, &r->messages[i], f)) return f->status;
@@ -474,13 +473,13 @@ static int parse_messages(json_t *root, serve_request *r, serve_fail *f) {
 
 static int parse_prompt(json_t *root, serve_request *r, serve_fail *f) {
   json_t *p = serve_json_field(root, "prompt");
-  if (!p) return bad(f, "prompt", "'prompt' is required");
+  if (!p) return serve_bad(f, "prompt", "'prompt' is required");
   if (json_is_array(p)) {
     if (json_array_size(p) != 1 || !json_is_string(json_array_get(p, 0)))
-      return bad(f, "prompt", "'prompt' must be a string or an array of exactly one string");
+      return serve_bad(f, "prompt", "'prompt' must be a string or an array of exactly one string");
     p = json_array_get(p, 0);
   }
-  if (!json_is_string(p)) return bad(f, "prompt", "'prompt' must be a string");
+  if (!json_is_string(p)) return serve_bad(f, "prompt", "'prompt' must be a string");
   r->prompt = strdup(json_string_value(p));
   if (!r->prompt) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
   return 0;
@@ -492,16 +491,16 @@ int serve_json_stop(json_t *root, const char *key, bool allow_string, serve_samp
   json_t *one = allow_string && json_is_string(v) ? v : NULL;
   size_t n = one ? 1 : json_is_array(v) ? json_array_size(v) : 0;
   if (!one && !json_is_array(v))
-    return bad(f, key, "'%s' must be %s", key, allow_string ? "a string or an array of strings" : "an array of strings");
-  if (n > MAX_STOP) return bad(f, key, "'%s' may hold at most %d strings", key, MAX_STOP);
+    return serve_bad(f, key, "'%s' must be %s", key, allow_string ? "a string or an array of strings" : "an array of strings");
+  if (n > MAX_STOP) return serve_bad(f, key, "'%s' may hold at most %d strings", key, MAX_STOP);
   if (n == 0) return 0;
   char **stop = calloc(n, sizeof *stop); /* owned by the request (s->stop, read-only for the engine) */
   if (!stop) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
   s->stop = (const char *const *)stop;
   for (size_t i = 0; i < n; i++) {
     json_t *e = one ? one : json_array_get(v, i);
-    if (!json_is_string(e)) return bad(f, key, "'%s[%zu]' must be a string", key, i);
-    if (json_string_length(e) == 0) return bad(f, key, "'%s[%zu]' must not be empty", key, i);
+    if (!json_is_string(e)) return serve_bad(f, key, "'%s[%zu]' must be a string", key, i);
+    if (json_string_length(e) == 0) return serve_bad(f, key, "'%s[%zu]' must not be empty", key, i);
     stop[i] = strdup(json_string_value(e));
     s->n_stop = (int)i + 1;
     if (!stop[i]) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
@@ -512,10 +511,10 @@ int serve_json_stop(json_t *root, const char *key, bool allow_string, serve_samp
 static int parse_logit_bias(json_t *root, serve_sampling *s, serve_fail *f) {
   json_t *v = serve_json_field(root, "logit_bias");
   if (!v) return 0;
-  if (!json_is_object(v)) return bad(f, "logit_bias", "'logit_bias' must be an object of token id → bias");
+  if (!json_is_object(v)) return serve_bad(f, "logit_bias", "'logit_bias' must be an object of token id → bias");
   size_t n = json_object_size(v);
   if (n == 0) return 0;
-  if (n > 1000000) return bad(f, "logit_bias", "'logit_bias' has too many entries");
+  if (n > 1000000) return serve_bad(f, "logit_bias", "'logit_bias' has too many entries");
   hearth_logit_bias *bias = calloc(n, sizeof *bias); /* owned by the request */
   if (!bias) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
   s->logit_bias = bias;
@@ -525,10 +524,10 @@ static int parse_logit_bias(json_t *root, serve_sampling *s, serve_fail *f) {
     char *end;
     long long id = strtoll(key, &end, 10);
     if (!key[0] || *end || id < 0 || id > INT32_MAX)
-      return bad(f, "logit_bias", "'logit_bias' key '%.64s' is not a token id", key);
-    if (!json_is_number(val)) return bad(f, "logit_bias", "'logit_bias[%s]' must be a number", key);
+      return serve_bad(f, "logit_bias", "'logit_bias' key '%.64s' is not a token id", key);
+    if (!json_is_number(val)) return serve_bad(f, "logit_bias", "'logit_bias[%s]' must be a number", key);
     double b = json_number_value(val);
-    if (!(b >= -100 && b <= 100)) return bad(f, "logit_bias", "'logit_bias[%s]' must be between -100 and 100", key);
+    if (!(b >= -100 && b <= 100)) return serve_bad(f, "logit_bias", "'logit_bias[%s]' must be between -100 and 100", key);
     bias[s->n_logit_bias].id = (int32_t)id;
     bias[s->n_logit_bias].bias = (float)b;
     s->n_logit_bias++;
@@ -571,7 +570,7 @@ static int parse_sampling(json_t *root, serve_kind kind, serve_sampling *s, serv
     int64_t top = 0;
     if (serve_json_int(root, "top_logprobs", 0, 20, &top, f)) return f->status;
     if (serve_json_field(root, "top_logprobs") && !s->logprobs)
-      return bad(f, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
+      return serve_bad(f, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
     s->top_logprobs = (int)top;
   } else {
     /* Completions: logprobs is the number of alternatives (0..5); 0 still
@@ -591,17 +590,17 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
   json_error_t je;
   json_t *root = json_loadb(body, len, 0, &je);
   if (!root) {
-    bad(f, "", "the request body is not valid JSON: %s at line %d column %d", je.text, je.line, je.column);
+    serve_bad(f, "", "the request body is not valid JSON: %s at line %d column %d", je.text, je.line, je.column);
     return f->status;
   }
   int rc = 0;
   if (!json_is_object(root)) {
-    rc = bad(f, "", "the request body must be a JSON object");
+    rc = serve_bad(f, "", "the request body must be a JSON object");
     goto out;
   }
   json_t *model = serve_json_field(root, "model");
   if (model && !json_is_string(model)) {
-    rc = bad(f, "model", "'model' must be a string");
+    rc = serve_bad(f, "model", "'model' must be a string");
     goto out;
   }
   int64_t n = 1;
@@ -609,22 +608,22 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
       (rc = serve_json_int(root, "n", 1, INT32_MAX, &n, f)) || (rc = serve_json_bool(root, "stream", &req->stream, f)))
     goto out;
   if (n != 1) {
-    rc = bad(f, "n", "'n' must be 1: this server returns one choice per request");
+    rc = serve_bad(f, "n", "'n' must be 1: this server returns one choice per request");
     goto out;
   }
   json_t *so = serve_json_field(root, "stream_options");
   if (so) {
     if (!json_is_object(so)) {
-      rc = bad(f, "stream_options", "'stream_options' must be an object");
+      rc = serve_bad(f, "stream_options", "'stream_options' must be an object");
       goto out;
     }
     if (!req->stream) {
-      rc = bad(f, "stream_options", "'stream_options' is only allowed when 'stream' is true");
+      rc = serve_bad(f, "stream_options", "'stream_options' is only allowed when 'stream' is true");
       goto out;
     }
     json_t *iu = serve_json_field(so, "include_usage");
     if (iu && !json_is_boolean(iu)) {
-      rc = bad(f, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
+      rc = serve_bad(f, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
       goto out;
     }
     req->include_usage = iu && json_is_true(iu);

@@ -69,7 +69,10 @@ void serve_request_free(serve_request *req);
  * grammar when the schema or grammar cannot be followed. Nothing when neither. */
 int serve_output_grammar(serve_request *req, serve_fail *f);
 
-/* Shared by the protocol parsers (OpenAI here, Anthropic in anthropic.c). */
+/* Shared by the protocol parsers (OpenAI here, Anthropic, Responses, embeddings, signal). */
+
+/* A 400 invalid_request_error naming param (NULL: none), message from fmt; returns 400. */
+int serve_bad(serve_fail *f, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Checks one function tool's name (non-empty, at most 64 of [A-Za-z0-9_.:-])
  * and parameters (a JSON Schema object) and appends it to req->tools in the

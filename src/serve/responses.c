@@ -5,7 +5,6 @@
 #include "serve/responses.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,25 +146,6 @@ void resp_store_counts(resp_store *s, size_t *count, size_t *bytes) {
 
 /* ---- requests ---- */
 
-/* A JSON string from arbitrary bytes (invalid UTF-8 becomes U+FFFD). */
-static json_t *text_json(const char *s, size_t n) {
-  hbuf b = {0};
-  serve_utf8_clean(s ? s : "", s ? n : 0, &b);
-  json_t *j = json_stringn(b.data ? b.data : "", b.len);
-  hbuf_free(&b);
-  return j ? j : json_string("");
-}
-
-static int bad(serve_fail *f, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(serve_fail *f, const char *param, const char *fmt, ...) {
-  char msg[900];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return serve_fail_set(f, 400, "invalid_request_error", param, NULL, "%s", msg);
-}
-
 static int oom(serve_fail *f) { return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory"); }
 
 void resp_request_free(resp_request *rr) {
@@ -175,27 +155,22 @@ void resp_request_free(resp_request *rr) {
   memset(rr, 0, sizeof *rr);
 }
 
-/* Fields the API takes that change nothing here. */
-static const char *const accepted[] = {"metadata", "user", "store", "service_tier", "parallel_tool_calls", "truncation",
-                                       "include", "prompt_cache_key", "safety_identifier", "max_tool_calls",
-                                       "top_logprobs", "stream_options", "prompt_cache_retention"};
-
 static int parse_tools(json_t *root, serve_request *req, serve_fail *f) {
   json_t *tools = serve_json_field(root, "tools");
   if (tools) {
-    if (!json_is_array(tools)) return bad(f, "tools", "'tools' must be an array");
+    if (!json_is_array(tools)) return serve_bad(f, "tools", "'tools' must be an array");
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t) {
       char at[48];
       snprintf(at, sizeof at, "tools[%zu]", i);
       const char *type = json_string_value(json_object_get(t, "type"));
-      if (!json_is_object(t) || !type) return bad(f, at, "'%s' must be an object with a type", at);
+      if (!json_is_object(t) || !type) return serve_bad(f, at, "'%s' must be an object with a type", at);
       if (strcmp(type, "function"))
-        return bad(f, at, "'%s': tools of type '%.40s' are not supported by this server (function tools only)", at,
+        return serve_bad(f, at, "'%s': tools of type '%.40s' are not supported by this server (function tools only)", at,
                    type);
       json_t *name = json_object_get(t, "name");
-      if (!json_is_string(name)) return bad(f, at, "'%s.name' is required (a string)", at);
+      if (!json_is_string(name)) return serve_bad(f, at, "'%s.name' is required (a string)", at);
       json_t *params = json_object_get(t, "parameters");
       if (!params || json_is_null(params)) params = NULL;
       json_t *empty = params ? NULL : json_pack("{s:s, s:{}}", "type", "object", "properties");
@@ -212,22 +187,22 @@ static int parse_tools(json_t *root, serve_request *req, serve_fail *f) {
       if (!strcmp(v, "auto")) req->tool_choice = SERVE_TOOLS_AUTO;
       else if (!strcmp(v, "none")) req->tool_choice = SERVE_TOOLS_NONE;
       else if (!strcmp(v, "required")) req->tool_choice = SERVE_TOOLS_REQUIRED;
-      else return bad(f, "tool_choice", "'tool_choice' must be auto, none, required or {\"type\": \"function\", \"name\"}");
+      else return serve_bad(f, "tool_choice", "'tool_choice' must be auto, none, required or {\"type\": \"function\", \"name\"}");
     } else if (json_is_object(tc)) {
       const char *type = json_string_value(json_object_get(tc, "type"));
       const char *name = json_string_value(json_object_get(tc, "name"));
       if (!type || strcmp(type, "function") || !name)
-        return bad(f, "tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", \"name\"}");
+        return serve_bad(f, "tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", \"name\"}");
       if (!serve_tool_known(req, name))
-        return bad(f, "tool_choice", "'tool_choice' names '%.64s', which is not among the tools", name);
+        return serve_bad(f, "tool_choice", "'tool_choice' names '%.64s', which is not among the tools", name);
       req->tool_choice = SERVE_TOOLS_NAMED;
       req->tool_name = strdup(name);
       if (!req->tool_name) return oom(f);
     } else {
-      return bad(f, "tool_choice", "'tool_choice' must be a string or an object");
+      return serve_bad(f, "tool_choice", "'tool_choice' must be a string or an object");
     }
     if ((req->tool_choice == SERVE_TOOLS_REQUIRED || req->tool_choice == SERVE_TOOLS_NAMED) && !req->tools)
-      return bad(f, "tool_choice", "'tool_choice' asks for a call but no tools are given");
+      return serve_bad(f, "tool_choice", "'tool_choice' asks for a call but no tools are given");
   }
   return 0;
 }
@@ -235,20 +210,20 @@ static int parse_tools(json_t *root, serve_request *req, serve_fail *f) {
 static int parse_text_format(json_t *root, serve_request *req, serve_fail *f) {
   json_t *text = serve_json_field(root, "text");
   if (!text) return 0;
-  if (!json_is_object(text)) return bad(f, "text", "'text' must be an object");
+  if (!json_is_object(text)) return serve_bad(f, "text", "'text' must be an object");
   json_t *fmt = serve_json_field(text, "format");
   if (!fmt) return 0;
   const char *type = json_is_object(fmt) ? json_string_value(json_object_get(fmt, "type")) : NULL;
-  if (!type) return bad(f, "text.format", "'text.format' must be an object with a type");
+  if (!type) return serve_bad(f, "text.format", "'text.format' must be an object with a type");
   if (!strcmp(type, "json_object")) {
     req->json_schema = json_pack("{s:s}", "type", "object");
   } else if (!strcmp(type, "json_schema")) {
     json_t *schema = json_object_get(fmt, "schema");
     if (!json_is_object(schema) && !json_is_boolean(schema))
-      return bad(f, "text.format.schema", "'text.format.schema' must be a JSON Schema object");
+      return serve_bad(f, "text.format.schema", "'text.format.schema' must be a JSON Schema object");
     req->json_schema = json_is_object(schema) ? json_incref(schema) : json_pack("{s:s}", "type", "object");
   } else if (strcmp(type, "text")) {
-    return bad(f, "text.format", "'text.format' of type '%.40s' is not supported (text, json_object, json_schema)", type);
+    return serve_bad(f, "text.format", "'text.format' of type '%.40s' is not supported (text, json_object, json_schema)", type);
   }
   if (serve_output_grammar(req, f)) {
     snprintf(f->param, sizeof f->param, "text.format");
@@ -266,23 +241,23 @@ int resp_request_parse(const char *body, size_t len, serve_request *req, resp_re
   rr->store = true;
   json_error_t je;
   json_t *root = json_loadb(body ? body : "", body ? len : 0, 0, &je);
-  if (!root) return bad(f, NULL, "The request body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+  if (!root) return serve_bad(f, NULL, "The request body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
   int rc = 0;
   if (!json_is_object(root)) {
-    rc = bad(f, NULL, "The request body must be a JSON object");
+    rc = serve_bad(f, NULL, "The request body must be a JSON object");
     goto out;
   }
   static const char *refused[] = {"background", "conversation", "prompt", "modalities", "audio"};
   for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
     json_t *v = serve_json_field(root, refused[i]);
     if (v && !json_is_false(v)) {
-      rc = bad(f, refused[i], "'%s' is not supported by this server", refused[i]);
+      rc = serve_bad(f, refused[i], "'%s' is not supported by this server", refused[i]);
       goto out;
     }
   }
   json_t *model = serve_json_field(root, "model");
   if (model && !json_is_string(model)) {
-    rc = bad(f, "model", "'model' must be a string");
+    rc = serve_bad(f, "model", "'model' must be a string");
     goto out;
   }
   if ((rc = serve_json_str(root, "model", &req->model, f)) || (rc = serve_json_bool(root, "stream", &req->stream, f)) ||
@@ -291,7 +266,7 @@ int resp_request_parse(const char *body, size_t len, serve_request *req, resp_re
   /* input: a string (one user message) or items */
   json_t *input = serve_json_field(root, "input");
   if (!input) {
-    rc = bad(f, "input", "'input' is required");
+    rc = serve_bad(f, "input", "'input' is required");
     goto out;
   }
   if (json_is_string(input)) {
@@ -299,7 +274,7 @@ int resp_request_parse(const char *body, size_t len, serve_request *req, resp_re
   } else if (json_is_array(input)) {
     rr->input = json_deep_copy(input);
   } else {
-    rc = bad(f, "input", "'input' must be a string or an array of items");
+    rc = serve_bad(f, "input", "'input' must be a string or an array of items");
     goto out;
   }
   if (!rr->input) {
@@ -308,7 +283,7 @@ int resp_request_parse(const char *body, size_t len, serve_request *req, resp_re
   }
   json_t *instr = serve_json_field(root, "instructions");
   if (instr && !json_is_string(instr)) {
-    rc = bad(f, "instructions", "'instructions' must be a string");
+    rc = serve_bad(f, "instructions", "'instructions' must be a string");
     goto out;
   }
   /* sampling */
@@ -320,7 +295,7 @@ int resp_request_parse(const char *body, size_t len, serve_request *req, resp_re
   json_t *seed = serve_json_field(root, "seed"); /* an extension: reproducible sampling */
   if (seed) {
     if (!json_is_integer(seed)) {
-      rc = bad(f, "seed", "'seed' must be an integer");
+      rc = serve_bad(f, "seed", "'seed' must be an integer");
       goto out;
     }
     s->has_seed = true;
@@ -331,7 +306,7 @@ int resp_request_parse(const char *body, size_t len, serve_request *req, resp_re
   json_t *reasoning = serve_json_field(root, "reasoning");
   if (reasoning) {
     if (!json_is_object(reasoning)) {
-      rc = bad(f, "reasoning", "'reasoning' must be an object");
+      rc = serve_bad(f, "reasoning", "'reasoning' must be an object");
       goto out;
     }
     json_t *effort = serve_json_field(reasoning, "effort");
@@ -339,7 +314,7 @@ int resp_request_parse(const char *body, size_t len, serve_request *req, resp_re
       const char *e = json_string_value(effort);
       if (!e || (strcmp(e, "none") && strcmp(e, "minimal") && strcmp(e, "low") && strcmp(e, "medium") && strcmp(e, "high") &&
                  strcmp(e, "xhigh"))) {
-        rc = bad(f, "reasoning.effort", "'reasoning.effort' must be none, minimal, low, medium, high or xhigh");
+        rc = serve_bad(f, "reasoning.effort", "'reasoning.effort' must be none, minimal, low, medium, high or xhigh");
         goto out;
       }
       req->template_kwargs = json_pack("{s:O}", "reasoning_effort", effort);
@@ -349,7 +324,7 @@ int resp_request_parse(const char *body, size_t len, serve_request *req, resp_re
   if ((rc = parse_text_format(root, req, f))) goto out;
   json_t *md = serve_json_field(root, "metadata");
   if (md && !json_is_object(md)) {
-    rc = bad(f, "metadata", "'metadata' must be an object");
+    rc = serve_bad(f, "metadata", "'metadata' must be an object");
     goto out;
   }
   /* what the response repeats */
@@ -360,7 +335,6 @@ int resp_request_parse(const char *body, size_t len, serve_request *req, resp_re
     json_t *v = serve_json_field(root, echo[i]);
     if (v) json_object_set(rr->echo, echo[i], v);
   }
-  (void)accepted;
 out:
   json_decref(root);
   if (rc) {
@@ -401,7 +375,7 @@ static int flush(builder *b, serve_fail *f) {
   if (b->calls || b->reasoning.len) extra = json_object();
   if (b->calls) json_object_set_new(extra, "tool_calls", b->calls);
   if (b->reasoning.len)
-    json_object_set_new(extra, "reasoning_content", text_json(b->reasoning.data, b->reasoning.len));
+    json_object_set_new(extra, "reasoning_content", serve_json_text(b->reasoning.data, b->reasoning.len));
   b->calls = NULL;
   int rc = push(b, "assistant", b->text.data, b->text.len, extra, f);
   hbuf_clear(&b->text);
@@ -416,26 +390,26 @@ static int content_text(json_t *c, const char *at, hbuf *out, serve_fail *f) {
     hbuf_append(out, json_string_value(c), json_string_length(c));
     return 0;
   }
-  if (!json_is_array(c)) return bad(f, at, "'%s' must be a string or an array of content parts", at);
+  if (!json_is_array(c)) return serve_bad(f, at, "'%s' must be a string or an array of content parts", at);
   size_t i;
   json_t *p;
   json_array_foreach(c, i, p) {
     char pat[160];
     snprintf(pat, sizeof pat, "%s[%zu]", at, i);
     const char *type = json_string_value(json_object_get(p, "type"));
-    if (!type) return bad(f, pat, "'%s' must be an object with a type", pat);
+    if (!type) return serve_bad(f, pat, "'%s' must be an object with a type", pat);
     if (!strcmp(type, "input_text") || !strcmp(type, "output_text") || !strcmp(type, "text") ||
         !strcmp(type, "reasoning_text") || !strcmp(type, "summary_text")) {
       json_t *t = json_object_get(p, "text");
-      if (!json_is_string(t)) return bad(f, pat, "'%s.text' must be a string", pat);
+      if (!json_is_string(t)) return serve_bad(f, pat, "'%s.text' must be a string", pat);
       hbuf_append(out, json_string_value(t), json_string_length(t));
     } else if (!strcmp(type, "refusal")) {
       json_t *t = json_object_get(p, "refusal");
       if (json_is_string(t)) hbuf_append(out, json_string_value(t), json_string_length(t));
     } else if (!strcmp(type, "input_image") || !strcmp(type, "input_file") || !strcmp(type, "input_audio")) {
-      return bad(f, pat, "'%s': %s parts are not supported: this server's models read text only", pat, type);
+      return serve_bad(f, pat, "'%s': %s parts are not supported: this server's models read text only", pat, type);
     } else {
-      return bad(f, pat, "'%s': unknown content part type '%.40s'", pat, type);
+      return serve_bad(f, pat, "'%s': unknown content part type '%.40s'", pat, type);
     }
   }
   return 0;
@@ -457,14 +431,14 @@ static int add_items(builder *b, const json_t *items, const char *name, serve_fa
   json_array_foreach(items, i, it) {
     char at[64];
     snprintf(at, sizeof at, "%s[%zu]", name, i);
-    if (!json_is_object(it)) return bad(f, at, "'%s' must be an object", at);
+    if (!json_is_object(it)) return serve_bad(f, at, "'%s' must be an object", at);
     const char *type = json_string_value(json_object_get(it, "type"));
     const char *role = json_string_value(json_object_get(it, "role"));
     if (!type && role) type = "message";
-    if (!type) return bad(f, at, "'%s' must have a type", at);
+    if (!type) return serve_bad(f, at, "'%s' must have a type", at);
     int rc = 0;
     if (!strcmp(type, "message")) {
-      if (!role) return bad(f, at, "'%s.role' is required", at);
+      if (!role) return serve_bad(f, at, "'%s.role' is required", at);
       char cat[96];
       snprintf(cat, sizeof cat, "%s.content", at);
       hbuf t = {0};
@@ -479,21 +453,21 @@ static int add_items(builder *b, const json_t *items, const char *name, serve_fa
       } else if (!strcmp(role, "user") || !strcmp(role, "system") || !strcmp(role, "developer")) {
         if (!(rc = flush(b, f))) rc = push(b, !strcmp(role, "developer") ? "system" : role, t.data, t.len, NULL, f);
       } else {
-        rc = bad(f, at, "'%s.role' must be user, assistant, system or developer", at);
+        rc = serve_bad(f, at, "'%s.role' must be user, assistant, system or developer", at);
       }
       hbuf_free(&t);
       if (rc) return rc;
     } else if (!strcmp(type, "function_call")) {
       json_t *nm = json_object_get(it, "name"), *cid = json_object_get(it, "call_id");
       if (!json_is_string(nm) || !json_is_string(cid))
-        return bad(f, at, "'%s': a function_call has a string name, call_id and arguments", at);
+        return serve_bad(f, at, "'%s': a function_call has a string name, call_id and arguments", at);
       b->open = true;
       if (!b->calls) b->calls = json_array();
       json_t *fn = json_pack("{s:O, s:o}", "name", nm, "arguments", arguments_object(json_object_get(it, "arguments")));
       json_array_append_new(b->calls, json_pack("{s:O, s:s, s:o}", "id", cid, "type", "function", "function", fn));
     } else if (!strcmp(type, "function_call_output")) {
       json_t *cid = json_object_get(it, "call_id");
-      if (!json_is_string(cid)) return bad(f, at, "'%s.call_id' is required (a string)", at);
+      if (!json_is_string(cid)) return serve_bad(f, at, "'%s.call_id' is required (a string)", at);
       char oat[96];
       snprintf(oat, sizeof oat, "%s.output", at);
       hbuf t = {0};
@@ -513,9 +487,9 @@ static int add_items(builder *b, const json_t *items, const char *name, serve_fa
       snprintf(cat, sizeof cat, "%s.content", at);
       if (c && !json_is_null(c) && (rc = content_text(c, cat, &b->reasoning, f))) return rc;
     } else if (!strcmp(type, "item_reference")) {
-      return bad(f, at, "'%s': item_reference is not supported; send the item itself", at);
+      return serve_bad(f, at, "'%s': item_reference is not supported; send the item itself", at);
     } else {
-      return bad(f, at, "'%s': items of type '%.40s' are not supported by this server", at, type);
+      return serve_bad(f, at, "'%s': items of type '%.40s' are not supported by this server", at, type);
     }
   }
   return 0;
@@ -532,7 +506,7 @@ int resp_request_messages(serve_request *req, const resp_request *rr, const json
   hbuf_free(&b.text);
   hbuf_free(&b.reasoning);
   json_decref(b.calls);
-  if (!rc && req->nmessages == 0) rc = bad(f, "input", "'input' holds no messages");
+  if (!rc && req->nmessages == 0) rc = serve_bad(f, "input", "'input' holds no messages");
   return rc;
 }
 
@@ -597,11 +571,11 @@ static void emit(resp_reply *r, const char *type, json_t *data /* consumed */) {
 }
 
 static json_t *text_part(const char *s, size_t n) {
-  return json_pack("{s:s, s:o, s:[], s:[]}", "type", "output_text", "text", text_json(s, n), "annotations", "logprobs");
+  return json_pack("{s:s, s:o, s:[], s:[]}", "type", "output_text", "text", serve_json_text(s, n), "annotations", "logprobs");
 }
 
 static json_t *reasoning_part(const char *s, size_t n) {
-  return json_pack("{s:s, s:o}", "type", "reasoning_text", "text", text_json(s, n));
+  return json_pack("{s:s, s:o}", "type", "reasoning_text", "text", serve_json_text(s, n));
 }
 
 /* Closes the open item: fills in its text or arguments, marks it completed,
@@ -616,9 +590,9 @@ static void item_close(resp_reply *r) {
     bool text = r->open == TC_TEXT;
     emit(r, text ? "response.output_text.done" : "response.reasoning_text.done",
          text ? json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", id, "output_index", index, "content_index", 0, "text",
-                          text_json(r->cur.data, r->cur.len), "logprobs")
+                          serve_json_text(r->cur.data, r->cur.len), "logprobs")
               : json_pack("{s:s, s:i, s:i, s:o}", "item_id", id, "output_index", index, "content_index", 0, "text",
-                          text_json(r->cur.data, r->cur.len)));
+                          serve_json_text(r->cur.data, r->cur.len)));
     json_t *part = text ? text_part(r->cur.data, r->cur.len) : reasoning_part(r->cur.data, r->cur.len);
     emit(r, "response.content_part.done",
          json_pack("{s:s, s:i, s:i, s:O}", "item_id", id, "output_index", index, "content_index", 0, "part", part));
@@ -626,7 +600,7 @@ static void item_close(resp_reply *r) {
     json_array_append_new(content, part);
     json_object_set_new(it, "content", content);
   } else {
-    json_t *args = text_json(r->cur.data, r->cur.len);
+    json_t *args = serve_json_text(r->cur.data, r->cur.len);
     emit(r, "response.function_call_arguments.done",
          json_pack("{s:s, s:i, s:O, s:O}", "item_id", id, "output_index", index, "name", json_object_get(it, "name"),
                    "arguments", args));
@@ -658,14 +632,14 @@ static void item_delta(resp_reply *r, const char *s, size_t n) {
   if (r->open == TC_TEXT)
     emit(r, "response.output_text.delta",
          json_pack("{s:O, s:i, s:i, s:o, s:[]}", "item_id", id, "output_index", index, "content_index", 0, "delta",
-                   text_json(s, n), "logprobs"));
+                   serve_json_text(s, n), "logprobs"));
   else if (r->open == TC_REASONING)
     emit(r, "response.reasoning_text.delta",
          json_pack("{s:O, s:i, s:i, s:o}", "item_id", id, "output_index", index, "content_index", 0, "delta",
-                   text_json(s, n)));
+                   serve_json_text(s, n)));
   else
     emit(r, "response.function_call_arguments.delta",
-         json_pack("{s:O, s:i, s:o}", "item_id", id, "output_index", index, "delta", text_json(s, n)));
+         json_pack("{s:O, s:i, s:o}", "item_id", id, "output_index", index, "delta", serve_json_text(s, n)));
 }
 
 static int on_event(void *ctx, const tc_event *ev) {
@@ -690,7 +664,7 @@ static int on_event(void *ctx, const tc_event *ev) {
     r->ncalls++;
     item_open(r, TC_CALL_BEGIN,
               json_pack("{s:o, s:s, s:s, s:s, s:o, s:s}", "id", next_id(r, "fc_"), "type", "function_call", "status",
-                        "in_progress", "call_id", call, "name", text_json(ev->name, ev->name ? strlen(ev->name) : 0),
+                        "in_progress", "call_id", call, "name", serve_json_text(ev->name, ev->name ? strlen(ev->name) : 0),
                         "arguments", ""));
     break;
   }
@@ -821,6 +795,6 @@ void resp_sse_error(resp_reply *r, const serve_fail *f, hbuf *out) {
   r->sse = out;
   emit(r, "error",
        json_pack("{s:s?, s:o, s:s?}", "code", f->code[0] ? f->code : f->type, "message",
-                 text_json(f->message, strlen(f->message)), "param", f->param[0] ? f->param : NULL));
+                 serve_json_text(f->message, strlen(f->message)), "param", f->param[0] ? f->param : NULL));
   r->sse = NULL;
 }

@@ -6,20 +6,9 @@
 #include "serve/signal.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int bad(serve_fail *f, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(serve_fail *f, const char *param, const char *fmt, ...) {
-  serve_fail_set(f, 400, "invalid_request_error", param, NULL, "%s", "");
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(f->message, sizeof f->message, fmt, ap);
-  va_end(ap);
-  return 400;
-}
 
 void signal_request_free(signal_request *req) {
   free(req->model);
@@ -35,11 +24,11 @@ int signal_request_parse(const char *body, size_t len, int64_t vocab, signal_req
   req->top = SIGNAL_DEFAULT_TOP;
   json_error_t je;
   json_t *root = json_loadb(body, len, 0, &je);
-  if (!root) return bad(f, "", "the request body is not valid JSON: %s at line %d column %d", je.text, je.line, je.column);
+  if (!root) return serve_bad(f, "", "the request body is not valid JSON: %s at line %d column %d", je.text, je.line, je.column);
   int rc = 0;
   int64_t bins = req->bins, top = req->top;
   if (!json_is_object(root)) {
-    rc = bad(f, "", "the request body must be a JSON object");
+    rc = serve_bad(f, "", "the request body must be a JSON object");
     goto out;
   }
   if ((rc = serve_json_str(root, "model", &req->model, f)) ||
@@ -50,20 +39,20 @@ int signal_request_parse(const char *body, size_t len, int64_t vocab, signal_req
   req->top = (int)top;
   json_t *prompt = serve_json_field(root, "prompt"), *messages = serve_json_field(root, "messages");
   if (prompt && messages) {
-    rc = bad(f, "prompt", "give either 'prompt' or 'messages', not both");
+    rc = serve_bad(f, "prompt", "give either 'prompt' or 'messages', not both");
   } else if (messages) {
     /* the chat completion parser reads messages, tools and template kwargs alike */
     if ((rc = serve_request_parse(body, len, SERVE_CHAT, &req->chat, f))) goto out;
     req->is_chat = true;
   } else if (!prompt) {
-    rc = bad(f, "prompt", "'prompt' (text or token ids) or 'messages' is required");
+    rc = serve_bad(f, "prompt", "'prompt' (text or token ids) or 'messages' is required");
   } else if (json_is_string(prompt)) {
-    if (json_string_length(prompt) == 0) rc = bad(f, "prompt", "'prompt' is an empty string");
+    if (json_string_length(prompt) == 0) rc = serve_bad(f, "prompt", "'prompt' is an empty string");
     else if (!(req->prompt = strdup(json_string_value(prompt)))) rc = serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
   } else if (json_is_array(prompt)) {
     size_t n = json_array_size(prompt);
     if (n == 0) {
-      rc = bad(f, "prompt", "'prompt' is an empty array of token ids");
+      rc = serve_bad(f, "prompt", "'prompt' is an empty array of token ids");
       goto out;
     }
     if (!(req->ids = malloc(sizeof(int32_t) * n))) {
@@ -73,15 +62,15 @@ int signal_request_parse(const char *body, size_t len, int64_t vocab, signal_req
     for (size_t i = 0; i < n && !rc; i++) {
       json_t *v = json_array_get(prompt, i);
       json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
-      if (!json_is_integer(v)) rc = bad(f, "prompt", "'prompt' must be a string or an array of token ids; item %zu is not an integer", i);
+      if (!json_is_integer(v)) rc = serve_bad(f, "prompt", "'prompt' must be a string or an array of token ids; item %zu is not an integer", i);
       else if (id < 0 || id > INT32_MAX || (vocab > 0 && id >= vocab))
-        rc = bad(f, "prompt", "'prompt': token id %lld at %zu is outside the vocabulary (0 to %lld)", (long long)id, i,
+        rc = serve_bad(f, "prompt", "'prompt': token id %lld at %zu is outside the vocabulary (0 to %lld)", (long long)id, i,
                  (long long)(vocab > 0 ? vocab - 1 : INT32_MAX));
       else req->ids[i] = (int32_t)id;
     }
     req->n_ids = n;
   } else {
-    rc = bad(f, "prompt", "'prompt' must be a string or an array of token ids");
+    rc = serve_bad(f, "prompt", "'prompt' must be a string or an array of token ids");
   }
 out:
   json_decref(root);
