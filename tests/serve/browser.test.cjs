@@ -13,7 +13,7 @@
 'use strict';
 const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
-const { spawn, execFileSync } = require('node:child_process');
+const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
@@ -51,37 +51,7 @@ function findModel() {
   throw new Error(`no model to serve: ${def} (the built-in model) has no config.json`);
 }
 
-// Starts a server on an ephemeral loopback port; resolves once it prints its address.
-function startServer(exe, args) {
-  if (!exe) throw new Error('the server executable is not set (HEARTH_FAKE_SERVER / HEARTH_CLI)');
-  const proc = spawn(exe, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  const srv = { proc, log: '', url: null };
-  return new Promise((resolve, reject) => {
-    const onData = (d) => {
-      srv.log += d.toString();
-      const m = srv.log.match(/listening on (http:\/\/[^\s]+)/);
-      if (m && !srv.url) {
-        srv.url = m[1];
-        resolve(srv);
-      }
-    };
-    proc.stderr.on('data', onData);
-    proc.stdout.on('data', onData);
-    proc.on('exit', (code) => {
-      if (!srv.url) reject(new Error(`${exe} exited with ${code} before listening:\n${srv.log}`));
-    });
-    proc.on('error', reject);
-  });
-}
-
-function stopServer(srv) {
-  if (!srv) return Promise.resolve(0);
-  if (srv.proc.exitCode !== null) return Promise.resolve(srv.proc.exitCode);
-  return new Promise((resolve) => {
-    srv.proc.on('exit', (code, signal) => resolve(signal ? signal : code));
-    srv.proc.kill('SIGTERM');
-  });
-}
+const { startServer, stopServer } = require('./harness.cjs');
 
 async function waitFor(cond, what, ms = 60000) {
   const until = Date.now() + ms;
