@@ -213,6 +213,8 @@ void bk_attention(const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *k
  *
  * bk_sample picks one token per logits row on the backend, so that only ids
  * (and logprobs when asked) cross to the host. Per row, in this order:
+ *   mask          with a mask (output under a grammar): tokens whose bit is
+ *                 clear become -inf before anything else.
  *   adjustments   the row's penalty entries (unique ids, any order):
  *                 x = rep == 1 ? x : (x < 0 ? x * rep : x / rep); x -= sub;
  *                 then its bias entries one after another: x += add.
@@ -250,6 +252,9 @@ typedef struct bk_sample_row {
   int32_t top_logprobs;   /* 0..BK_SAMPLE_MAX_TOP alternatives */
   int32_t pen_off, n_pen; /* penalty entries adj[pen_off, +n_pen): ids unique */
   int32_t bias_off, n_bias; /* bias entries adj[bias_off, +n_bias), applied in order */
+  int32_t mask_words;     /* with mask: its length in 64-bit words */
+  const uint64_t *mask;   /* NULL, or the tokens that may be picked, a host bitset: bit i % 64 of word
+                           * i / 64 is token i (ids at or past 64 * mask_words may not be picked) */
 } bk_sample_row;
 
 typedef struct bk_sample_out {

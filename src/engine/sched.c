@@ -41,6 +41,7 @@ typedef struct sseq {
   grammar *gram;              /* owned, NULL without a grammar */
   grammar_matcher *gm;        /* owned, with gram: what the output may be next */
   bool closing;               /* the token budget ran short: the grammar is being closed */
+  int mask_rc;                /* device sampling, this step: 0, -1 (the grammar is complete) or an error */
   gen_emit out;               /* owned: detokenizer, stop matcher, the step's text */
   bool admitted_once;
   bool ended;                 /* finished: the engine no longer touches it */
@@ -69,6 +70,7 @@ struct sched {
   bk_sample_out *outs;        /* owned [max_batch] */
   bk_sample_adj *adj;         /* owned, grown: the step's penalty and bias entries */
   size_t n_adj, cap_adj;
+  uint64_t *masks;            /* owned [max_batch * ceil(vocab / 64)], made on the first grammar step on a device */
   sseq **running;             /* owned array [max_batch]; the sequences are their waiters' */
   int n_running;
   model_seq *batch;           /* owned [max_batch] */
@@ -262,10 +264,10 @@ static bool seq_take_token(sched *s, sseq *q, sample_token st) {
   return false;
 }
 
-/* Masks q's logits row with its grammar: disallowed tokens get -inf. Returns
- * 0, an error code (set in q->err), or -1 when no token may follow. */
-static int seq_mask(sched *s, sseq *q, float *row) {
-  const uint64_t *mask;
+/* The tokens q's grammar allows next (a bitset over the grammar's vocabulary).
+ * Returns 0, an error code (set in q->err), or -1 when no token may follow. */
+static int seq_allowed(sched *s, sseq *q, const uint64_t **mask) {
+  (void)s;
   int32_t n_allowed = 0;
   /* tokens that would leave too few to finish the structure are left out; once
    * the tokens left are as few as the characters still needed (plus the end
@@ -273,12 +275,40 @@ static int seq_mask(sched *s, sseq *q, float *row) {
    * by length */
   int64_t left = q->max_new - q->res->completion_tokens;
   if (!q->closing && left <= (int64_t)grammar_matcher_distance(q->gm) + 1) q->closing = true;
-  int rc = grammar_matcher_mask_budget(q->gm, left, &mask, &n_allowed, q->err);
+  int rc = grammar_matcher_mask_budget(q->gm, left, mask, &n_allowed, q->err);
   if (rc) return rc;
-  if (n_allowed == 0) return -1;
+  return n_allowed == 0 ? -1 : 0;
+}
+
+/* Masks q's logits row with its grammar (host sampling): disallowed tokens get
+ * -inf. Returns as seq_allowed. */
+static int seq_mask(sched *s, sseq *q, float *row) {
+  const uint64_t *mask;
+  int rc = seq_allowed(s, q, &mask);
+  if (rc) return rc;
   int32_t nv = grammar_vocab_size(s->gv);
   for (int64_t i = 0; i < s->vocab; i++)
     if (i >= nv || !(mask[i >> 6] >> (i & 63) & 1)) row[i] = -INFINITY;
+  return 0;
+}
+
+/* The mask of device row `row` for q's grammar, into the step's mask slot
+ * `slot` (the device sampler applies it). Returns as seq_allowed. */
+static int seq_mask_row(sched *s, sseq *q, bk_sample_row *row, int slot) {
+  int32_t words = (int32_t)((s->vocab + 63) / 64);
+  if (!s->masks) {
+    s->masks = malloc(sizeof(uint64_t) * (size_t)words * (size_t)s->max_batch);
+    if (!s->masks) return herr_set(q->err, HEARTH_ENOMEM, "scheduler: out of memory for the grammar masks of a batch");
+  }
+  const uint64_t *mask;
+  int rc = seq_allowed(s, q, &mask);
+  if (rc) return rc;
+  int32_t nv = grammar_vocab_size(s->gv), nw = (nv + 63) / 64;
+  uint64_t *dst = s->masks + (size_t)slot * (size_t)words;
+  for (int32_t w = 0; w < words; w++) dst[w] = w < nw ? mask[w] : 0;
+  if (nv % 64 && nw <= words) dst[nw - 1] &= ~0ull >> (64 - nv % 64); /* ids past the grammar's vocabulary */
+  row->mask = dst;
+  row->mask_words = words;
   return 0;
 }
 
@@ -469,9 +499,8 @@ static void step(sched *s) {
   model_batch b = {.seqs = s->batch, .n_seqs = n_batch};
   herr e = {0};
   int rc = 0;
-  /* a sequence under a grammar needs its logits on the host to mask them */
+  /* on a device, a grammar's mask goes with the row (made here, from the tokens so far) */
   bool host = !s->dev_sample;
-  for (int k = 0; k < n_batch && !host; k++) host = s->in_batch[k]->gm != NULL;
   double t_fwd = s->trace ? htrace_now() : 0;
   if (host && !s->logits) {
     s->logits = malloc(sizeof(float) * (size_t)s->max_batch * (size_t)s->vocab);
@@ -483,9 +512,12 @@ static void step(sched *s) {
     for (int k = 0, r = 0; k < n_batch && !rc; k++) {
       sseq *q = s->in_batch[k];
       if (s->batch[k].out != MODEL_OUT_LOGITS && s->batch[k].out != MODEL_OUT_LOGITS_HOST) continue;
-      if (!q->kind && q->kv->len + s->batch[k].n_tokens >= q->n_toks)
-        rc = sampler_device_row(q->smp, &s->rows[r++], &s->adj, &s->n_adj, &s->cap_adj, &e);
-      else
+      if (!q->kind && q->kv->len + s->batch[k].n_tokens >= q->n_toks) {
+        rc = sampler_device_row(q->smp, &s->rows[r], &s->adj, &s->n_adj, &s->cap_adj, &e);
+        q->mask_rc = !rc && q->gm ? seq_mask_row(s, q, &s->rows[r], r) : 0;
+        if (q->mask_rc) s->rows[r] = (bk_sample_row){0}; /* ends this step: its row is not read */
+        r++;
+      } else
         s->rows[r++] = (bk_sample_row){0};
     }
     if (!rc) rc = model_forward_sample(s->m, &b, s->rows, s->adj, (int64_t)s->n_adj, s->outs, &e);
@@ -514,13 +546,22 @@ static void step(sched *s) {
     if (q->kind) { /* a probe's output is in its dest: done */
       seq_finish(s, q, 0);
       ended = true;
+    } else if (!host && q->mask_rc) {
+      if (q->mask_rc > 0) seq_finish(s, q, q->mask_rc);
+      else seq_finish(s, q, seq_flush_text(s, q)); /* the grammar is complete and nothing may follow */
+      ended = true;
     } else if (!host) {
       if (s->outs[r].id < 0) {
         seq_finish(s, q, herr_set(q->err, HEARTH_EINTERNAL, "sampler: the logits row has no finite value"));
         ended = true;
       } else {
         sampler_from_device(q->smp, &s->outs[r], &st);
-        ended = seq_take_token(s, q, st);
+        if (q->gm && (rc = grammar_matcher_accept(q->gm, st.id, q->err))) {
+          seq_finish(s, q, rc);
+          ended = true;
+        } else {
+          ended = seq_take_token(s, q, st);
+        }
       }
     } else if (q->gm && (rc = seq_mask(s, q, s->logits + (size_t)r * (size_t)s->vocab)) != 0) {
       if (rc > 0) seq_finish(s, q, rc);
@@ -646,7 +687,7 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   HLOG_INFO("KV pool on %s: %lld blocks of %d tokens, %.2f GiB", bk_backend_name(be), (long long)n_blocks, B,
             (double)n_blocks * (double)s->block_bytes / (1 << 30));
   /* on a device, tokens are chosen there (only ids and asked-for logprobs come back) */
-  s->dev_sample = !bk_backend_is_cpu(be);
+  s->dev_sample = !bk_backend_is_cpu(be) || cfg->backend_sampling;
   if (s->dev_sample) {
     s->rows = calloc((size_t)s->max_batch, sizeof *s->rows);
     s->outs = calloc((size_t)s->max_batch, sizeof *s->outs);
@@ -689,6 +730,7 @@ void sched_free(sched *s) {
   free(s->rows);
   free(s->outs);
   free(s->adj);
+  free(s->masks);
   free(s->running);
   free(s->batch);
   free(s->in_batch);

@@ -36,6 +36,8 @@ typedef struct sched_config {
   double gpu_memory_fraction; /* on a GPU, when kv_bytes is 0: the pool takes this share of the free
                              device memory (<= 0: 0.9), at most what max_batch full-context
                              sequences need */
+  bool backend_sampling;  /* on the CPU too, tokens are picked by bk_sample (the device path, on its
+                             reference): what a GPU does, checkable here; a device always samples so */
   htrace *trace;          /* borrowed, may be NULL: per-request spans (queue wait, cache lookup, prefill
                              chunks, decode steps, detokenize, the whole request) on a track per request,
                              and step spans on an "engine" track */

@@ -1076,11 +1076,24 @@ static void test_sample(void) {
     int64_t n_adj = 0;
     float *xa = malloc(sizeof(float) * (size_t)(R * V)); /* the adjusted rows, by the spec */
     memcpy(xa, x, sizeof(float) * (size_t)(R * V));
+    /* every other case masks its last row (a grammar's allowed tokens: about one in four), some with a
+     * mask a word short, which leaves the last ids out */
+    int32_t words = (int32_t)((V + 63) / 64);
+    uint64_t *mask = calloc((size_t)words, sizeof(uint64_t));
+    bool masked = ci % 2 == 0 && V >= 1000;
+    if (masked) {
+      if (ci % 4 == 0) words--;
+      for (int64_t i = 0; i < (int64_t)words * 64; i++)
+        if (irand(4) == 0) mask[i >> 6] |= 1ull << (i & 63);
+      for (int64_t i = 0; i < V; i++)
+        if (i >> 6 >= words || !(mask[i >> 6] >> (i & 63) & 1)) xa[(R - 1) * V + i] = -INFINITY;
+    }
     for (int r = 0; r < R; r++) {
       bk_sample_row *w = &rows[r];
       *w = (bk_sample_row){.temperature = cases[ci].temp, .top_k = cases[ci].top_k, .top_p = cases[ci].top_p,
                            .min_p = cases[ci].min_p, .u = ((double)irand(1 << 30) + 0.5) / (double)(1 << 30),
                            .logprobs = 1, .top_logprobs = cases[ci].top};
+      if (masked && r == R - 1) w->mask = mask, w->mask_words = words;
       w->pen_off = (int32_t)n_adj;
       int64_t start = irand(V); /* unique ids: a run from a random start */
       for (int i = 0; i < cases[ci].n_pen && i < V; i++) {
@@ -1162,7 +1175,7 @@ static void test_sample(void) {
       CHECK_MSG(worst < 1e-4, "sample [%s] on %s: logprob off by %.3g", shape, bk_backend_name(devs[di]), worst);
       bk_tensor_free(&tl);
     }
-    free(prob), free(xa), free(adj), free(x);
+    free(prob), free(mask), free(xa), free(adj), free(x);
   }
 }
 

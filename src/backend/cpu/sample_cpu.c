@@ -43,6 +43,9 @@ static void sample_row(float *x, int64_t V, const bk_sample_row *w, const bk_sam
                        float *p, float *tmp) {
   memset(o, 0, sizeof *o);
   o->id = -1;
+  if (w->mask)
+    for (int64_t i = 0; i < V; i++)
+      if (i >> 6 >= w->mask_words || !(w->mask[i >> 6] >> (i & 63) & 1)) x[i] = -INFINITY;
   for (int32_t i = 0; i < w->n_pen; i++) {
     const bk_sample_adj *a = &adj[w->pen_off + i];
     float v = x[a->id];

@@ -11,6 +11,8 @@
  * by bisection on the bits of p (each step one pass summing the mass above);
  * the draw is a block-wide prefix sum over contiguous id ranges. */
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_common.cuh"
 
@@ -100,7 +102,8 @@ __device__ static inline float unordered(unsigned k) {
 }
 
 __global__ void __launch_bounds__(ST) sample_kernel(float *logits, float *probs, int V, const bk_sample_row *rows,
-                                                    const bk_sample_adj *adj, bk_sample_out *outs) {
+                                                    const bk_sample_adj *adj, const unsigned long long *masks,
+                                                    const long long *mask_at, bk_sample_out *outs) {
   __shared__ red_scratch sh;
   __shared__ unsigned hist[256];
   __shared__ unsigned sel[2];
@@ -112,6 +115,13 @@ __global__ void __launch_bounds__(ST) sample_kernel(float *logits, float *probs,
   float *p = probs + (size_t)r * V;
   bk_sample_out *o = &outs[r];
 
+  /* the grammar's mask first: tokens it does not allow are out */
+  if (mask_at[r] >= 0) {
+    const unsigned long long *m = masks + mask_at[r];
+    for (int i = t; i < V; i += ST)
+      if ((i >> 6) >= w.mask_words || !((m[i >> 6] >> (i & 63)) & 1ull)) x[i] = -INFINITY;
+    __syncthreads();
+  }
   /* adjustments: penalty ids are unique (parallel); bias entries in order */
   for (int i = t; i < w.n_pen; i += ST) {
     bk_sample_adj a = adj[w.pen_off + i];
@@ -301,7 +311,17 @@ int cu_sample(bk_backend *be, const bk_tensor *logits, const bk_sample_row *rows
   if (V > INT32_MAX / 2) return herr_set(err, HEARTH_EINVAL, "cuda sample: vocabulary of %lld is too large", (long long)V);
   cudaSetDevice(b->device);
   size_t o_rows = 0, o_adj = o_rows + (((size_t)R * sizeof(bk_sample_row) + 255) & ~(size_t)255);
-  size_t o_out = o_adj + (((size_t)n_adj * sizeof(bk_sample_adj) + 255) & ~(size_t)255);
+  /* each masked row's words, one after another, and per row where they start (-1: no mask) */
+  long long *mask_at = (long long *)malloc((size_t)R * sizeof(long long));
+  if (!mask_at) return herr_set(err, HEARTH_ENOMEM, "cuda sample: out of memory");
+  size_t n_words = 0;
+  for (int64_t r = 0; r < R; r++) {
+    mask_at[r] = rows[r].mask && rows[r].mask_words > 0 ? (long long)n_words : -1;
+    if (mask_at[r] >= 0) n_words += (size_t)rows[r].mask_words;
+  }
+  size_t o_at = o_adj + (((size_t)n_adj * sizeof(bk_sample_adj) + 255) & ~(size_t)255);
+  size_t o_mask = o_at + (((size_t)R * sizeof(long long) + 255) & ~(size_t)255);
+  size_t o_out = o_mask + ((n_words * sizeof(uint64_t) + 255) & ~(size_t)255);
   size_t o_p = o_out + (((size_t)R * sizeof(bk_sample_out) + 255) & ~(size_t)255);
   size_t need = o_p + (size_t)R * (size_t)V * sizeof(float);
   if (need > b->samp_size) {
@@ -313,6 +333,7 @@ int cu_sample(bk_backend *be, const bk_tensor *logits, const bk_sample_row *rows
     if (cudaMalloc(&b->samp, want) != cudaSuccess) {
       cudaGetLastError();
       b->samp = NULL;
+      free(mask_at);
       return herr_set(err, HEARTH_ENOMEM, "cuda sample: no device memory for %zu bytes of sampling scratch", want);
     }
     b->samp_size = want;
@@ -321,13 +342,23 @@ int cu_sample(bk_backend *be, const bk_tensor *logits, const bk_sample_row *rows
   cudaError_t e = cudaMemcpyAsync(d + o_rows, rows, (size_t)R * sizeof(bk_sample_row), cudaMemcpyHostToDevice, b->stream);
   if (e == cudaSuccess && n_adj)
     e = cudaMemcpyAsync(d + o_adj, adj, (size_t)n_adj * sizeof(bk_sample_adj), cudaMemcpyHostToDevice, b->stream);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(d + o_at, mask_at, (size_t)R * sizeof(long long), cudaMemcpyHostToDevice, b->stream);
+  for (int64_t r = 0; r < R && e == cudaSuccess; r++)
+    if (mask_at[r] >= 0)
+      e = cudaMemcpyAsync(d + o_mask + (size_t)mask_at[r] * sizeof(uint64_t), rows[r].mask,
+                          (size_t)rows[r].mask_words * sizeof(uint64_t), cudaMemcpyHostToDevice, b->stream);
+  /* pageable sources: each copy has taken its bytes when it returns */
+  free(mask_at);
   if (e != cudaSuccess) {
     cudaGetLastError();
     cu_fail(b, HEARTH_EINTERNAL, "cuda sample upload: %s", cudaGetErrorString(e));
   } else {
     sample_kernel<<<(unsigned)R, ST, 0, b->stream>>>(cu_fw(logits), (float *)(d + o_p), (int)V,
                                                     (const bk_sample_row *)(d + o_rows),
-                                                    (const bk_sample_adj *)(d + o_adj), (bk_sample_out *)(d + o_out));
+                                                    (const bk_sample_adj *)(d + o_adj),
+                                                    (const unsigned long long *)(d + o_mask),
+                                                    (const long long *)(d + o_at), (bk_sample_out *)(d + o_out));
     if (!cu_check(b, "sample")) {
       e = cudaMemcpyAsync(out, d + o_out, (size_t)R * sizeof(bk_sample_out), cudaMemcpyDeviceToHost, b->stream);
       if (e == cudaSuccess) e = cudaStreamSynchronize(b->stream);
