@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "base/dict.h"
 #include "base/hash.h"
 #include "base/utf8.h"
 #include "base/vec.h"
@@ -23,11 +24,11 @@
 /* ---- compiled form ----
  * Every alternative is a run of elements in elems, closed by E_END. A
  * character element points at a charset: sorted ranges, maybe negated. */
-enum { E_END = 0, E_CHARS = 1, E_RULE = 2 };
+enum { E_END = 0, E_CHARS = 1, E_RULE = 2, E_TOKEN = 3 };
 
 typedef struct g_elem {
   uint32_t kind : 2;
-  uint32_t arg : 30; /* E_CHARS: charset; E_RULE: rule */
+  uint32_t arg : 30; /* E_CHARS: charset; E_RULE: rule; E_TOKEN: token terminal */
 } g_elem;
 
 typedef struct g_range {
@@ -38,6 +39,13 @@ typedef struct g_charset {
   uint32_t off, n; /* into ranges */
   bool neg;
 } g_charset;
+
+/* A token terminal: one whole token, by id (<[id]>) or by its text (<text>),
+ * which the vocabulary resolves. */
+typedef struct g_tok {
+  int32_t id;  /* -1: by name */
+  char *name;  /* owned, or NULL */
+} g_tok;
 
 typedef struct g_rule {
   uint32_t first_alt, n_alts; /* into alts */
@@ -54,6 +62,8 @@ struct grammar {
   size_t n_ranges, cap_ranges;
   g_charset *sets;
   size_t n_sets, cap_sets;
+  g_tok *toks;
+  size_t n_toks, cap_toks;
   uint32_t root;
   uint32_t *rest; /* per element: the fewest characters from it to the end of its alternative */
 };
@@ -438,6 +448,33 @@ static int parse_sequence(parser *p, b_seq *out, bool nested) {
       free(heap);
       if (p->rc) return p->rc;
       s++;
+    } else if (*s == '<') {
+      /* a token terminal: <[id]> or <text> */
+      const char *open = s, *close = s + 1;
+      while (close < p->end && *close != '>' && *close != '\n') close++;
+      if (close >= p->end || *close != '>' || close == s + 1) return fail(p, open, "a token terminal is <[id]> or <text>", NULL);
+      g_tok t = {.id = -1};
+      if (s[1] == '[') {
+        int64_t v = 0;
+        const char *d = s + 2;
+        for (; d < close && *d >= '0' && *d <= '9' && v <= INT32_MAX; d++) v = v * 10 + (*d - '0');
+        if (d == s + 2 || d + 1 != close || *d != ']' || v > INT32_MAX)
+          return fail(p, open, "a token terminal is <[id]> or <text>", NULL);
+        t.id = (int32_t)v;
+      } else {
+        t.name = malloc((size_t)(close - open) + 2);
+        if (!t.name) return oom(p);
+        memcpy(t.name, open, (size_t)(close - open) + 1); /* the text with its brackets */
+        t.name[close - open + 1] = 0;
+      }
+      grammar *g = p->g;
+      if (g->n_toks == g->cap_toks && !HGROW(g->toks, g->cap_toks, g->n_toks + 1)) {
+        free(t.name);
+        return oom(p);
+      }
+      g->toks[g->n_toks] = t;
+      if (!seq_push(out, (g_elem){.kind = E_TOKEN, .arg = (uint32_t)g->n_toks++})) return oom(p);
+      s = close + 1;
     } else if (*s == '.') {
       g_range r = {0, 0x10FFFF};
       if (char_elem(p, &r, 1, false, out)) return p->rc;
@@ -529,7 +566,7 @@ static void compute_nullable(const grammar *g, bool *nullable) {
       for (uint32_t a = 0; a < g->rules[r].n_alts && !nullable[r]; a++) {
         bool all = true;
         for (uint32_t i = g->alts[g->rules[r].first_alt + a]; g->elems[i].kind != E_END; i++) {
-          if (g->elems[i].kind == E_CHARS || !nullable[g->elems[i].arg]) {
+          if (g->elems[i].kind != E_RULE || !nullable[g->elems[i].arg]) {
             all = false;
             break;
           }
@@ -621,13 +658,13 @@ static int compute_rest(grammar *g, herr *err) {
       for (uint32_t a = 0; a < g->rules[r].n_alts; a++) {
         uint32_t len = 0;
         for (uint32_t i = g->alts[g->rules[r].first_alt + a]; g->elems[i].kind != E_END; i++)
-          len = sat_add(len, g->elems[i].kind == E_CHARS ? 1 : minlen[g->elems[i].arg]);
+          len = sat_add(len, g->elems[i].kind != E_RULE ? 1 : minlen[g->elems[i].arg]);
         if (len < minlen[r]) minlen[r] = len, changed = true;
       }
   }
   for (size_t i = g->n_elems; i-- > 0;) {
     g_elem e = g->elems[i];
-    g->rest[i] = e.kind == E_END ? 0 : sat_add(g->rest[i + 1], e.kind == E_CHARS ? 1 : minlen[e.arg]);
+    g->rest[i] = e.kind == E_END ? 0 : sat_add(g->rest[i + 1], e.kind != E_RULE ? 1 : minlen[e.arg]);
   }
   free(minlen);
   return 0;
@@ -650,6 +687,8 @@ void grammar_free(grammar *g) {
   free(g->ranges);
   free(g->sets);
   free(g->rest);
+  for (size_t i = 0; i < g->n_toks; i++) free(g->toks[i].name);
+  free(g->toks);
   free(g);
 }
 
@@ -725,6 +764,7 @@ struct grammar_vocab {
   uint32_t *tok_next; /* per token: the next token ending at the same node, UINT32_MAX = last */
   char *bytes;        /* all tokens' bytes */
   size_t *off;        /* n + 1 */
+  hdict names;        /* token text -> id, for token terminals <text> */
 };
 
 static uint32_t trie_child(grammar_vocab *v, uint32_t at, uint8_t b, bool make) {
@@ -766,6 +806,7 @@ int grammar_vocab_from_bytes(const char *const *bytes, const size_t *lens, int32
   }
   v->nodes[0] = (trie_node){.first_tok = UINT32_MAX};
   v->n_nodes = 1;
+  hdict_init(&v->names);
   size_t at = 0;
   for (int32_t i = 0; i < n; i++) {
     v->off[i] = at;
@@ -780,6 +821,12 @@ int grammar_vocab_from_bytes(const char *const *bytes, const size_t *lens, int32
     if (lens[i]) {
       v->tok_next[i] = v->nodes[node].first_tok;
       v->nodes[node].first_tok = (uint32_t)i;
+      /* the token by its text, for <text> terminals (the lowest id of equal texts) */
+      int64_t had;
+      if (!hdict_get(&v->names, bytes[i], lens[i], &had) && !hdict_put(&v->names, bytes[i], lens[i], i)) {
+        grammar_vocab_free(v);
+        return herr_set(err, HEARTH_ENOMEM, "grammar: out of memory for the vocabulary");
+      }
     }
     at += lens[i];
   }
@@ -790,6 +837,7 @@ int grammar_vocab_from_bytes(const char *const *bytes, const size_t *lens, int32
 
 void grammar_vocab_free(grammar_vocab *v) {
   if (!v) return;
+  hdict_free(&v->names);
   free(v->nodes);
   free(v->tok_next);
   free(v->bytes);
@@ -798,6 +846,12 @@ void grammar_vocab_free(grammar_vocab *v) {
 }
 
 int32_t grammar_vocab_size(const grammar_vocab *v) { return v->n; }
+
+int grammar_vocab_name(grammar_vocab *v, int32_t id, const char *text, herr *err) {
+  if (id < 0 || id >= v->n) return herr_set(err, HEARTH_EINVAL, "grammar: token %d is outside the vocabulary", id);
+  if (!hdict_put(&v->names, text, strlen(text), id)) return herr_set(err, HEARTH_ENOMEM, "grammar: out of memory");
+  return 0;
+}
 
 /* ---- the automaton ----
  * A stack node is (pos, parent): "go on at element pos, then with parent".
@@ -827,6 +881,7 @@ struct grammar_matcher {
   const grammar_vocab *v;
   int32_t *end_ids;
   int n_end;
+  int32_t *tok_ids;  /* per token terminal of the grammar: its id in the vocabulary */
   bool finished; /* an end token was accepted */
   int32_t cur;   /* current state */
   /* interned nodes */
@@ -910,7 +965,7 @@ static bool expand(grammar_matcher *m, uint32_t pos, uint32_t parent) {
       parent = m->nodes[parent].parent;
       continue;
     }
-    if (e.kind == E_CHARS) {
+    if (e.kind == E_CHARS || e.kind == E_TOKEN) {
       uint32_t id = node_intern(m, pos, parent);
       return id != UINT32_MAX && set_add(m, id);
     }
@@ -1069,7 +1124,7 @@ static int32_t transition(grammar_matcher *m, int32_t s, uint8_t b) {
       uint32_t id = m->st_nodes[s_off + i];
       if (id == 0) continue;
       a_node nd = m->nodes[id];
-      if (!charset_has(m->g, m->g->elems[nd.pos].arg, cp)) continue;
+      if (m->g->elems[nd.pos].kind != E_CHARS || !charset_has(m->g, m->g->elems[nd.pos].arg, cp)) continue;
       m->depth = 0;
       if (!expand(m, nd.pos + 1, nd.parent)) {
         res = T_UNKNOWN;
@@ -1086,7 +1141,8 @@ static int32_t transition(grammar_matcher *m, int32_t s, uint8_t b) {
     if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) goto done; /* nothing valid can follow */
     for (uint32_t i = 0; i < s_n; i++) {
       uint32_t id = m->st_nodes[s_off + i];
-      if (id && charset_meets(m->g, m->g->elems[m->nodes[id].pos].arg, lo, hi) && !set_add(m, id)) {
+      if (id && m->g->elems[m->nodes[id].pos].kind == E_CHARS &&
+          charset_meets(m->g, m->g->elems[m->nodes[id].pos].arg, lo, hi) && !set_add(m, id)) {
         res = T_UNKNOWN;
         goto done;
       }
@@ -1097,6 +1153,50 @@ static int32_t transition(grammar_matcher *m, int32_t s, uint8_t b) {
 done:
   if (res != T_UNKNOWN) m->states[s].trans[b] = res;
   return res;
+}
+
+/* The state after the whole token id taken by token terminals from state s
+ * (T_DEAD when no stack's top is that token; T_UNKNOWN on failure). */
+static int32_t token_step(grammar_matcher *m, int32_t s, int32_t id) {
+  const a_state *st = &m->states[s];
+  if (st->need) return T_DEAD;
+  m->n_set = 0;
+  uint32_t off = st->off, n = st->n;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t nid = m->st_nodes[off + i];
+    if (!nid) continue;
+    a_node nd = m->nodes[nid];
+    g_elem e = m->g->elems[nd.pos];
+    if (e.kind != E_TOKEN || m->tok_ids[e.arg] != id) continue;
+    m->depth = 0;
+    if (!expand(m, nd.pos + 1, nd.parent)) return T_UNKNOWN;
+  }
+  if (!m->n_set) return T_DEAD;
+  int32_t r = state_intern(m, 0, 0, 0);
+  return r < 0 ? T_UNKNOWN : r;
+}
+
+/* The state after token id (its bytes, or a token terminal, or both at once). */
+static int32_t token_next(grammar_matcher *m, int32_t s, int32_t id) {
+  size_t len = m->v->off[id + 1] - m->v->off[id];
+  int32_t by_bytes = T_DEAD;
+  if (len) {
+    by_bytes = s;
+    for (size_t i = 0; i < len && by_bytes >= 0; i++) by_bytes = transition(m, by_bytes, (uint8_t)m->v->bytes[m->v->off[id] + i]);
+  }
+  if (!m->g->n_toks || by_bytes == T_UNKNOWN) return by_bytes;
+  int32_t by_tok = token_step(m, s, id);
+  if (by_tok < 0 || by_bytes == T_DEAD) return by_tok == T_DEAD ? by_bytes : by_tok;
+  if (m->states[by_bytes].need) return by_tok; /* (a token both ways, one of them mid-character: rare) */
+  /* both: the union of their stacks */
+  m->n_set = 0;
+  for (int k = 0; k < 2; k++) {
+    const a_state *st = &m->states[k ? by_bytes : by_tok];
+    for (uint32_t i = 0; i < st->n; i++)
+      if (!set_add(m, m->st_nodes[st->off + i])) return T_UNKNOWN;
+  }
+  int32_t r = state_intern(m, 0, 0, 0);
+  return r < 0 ? T_UNKNOWN : r;
 }
 
 static bool state_can_end(const grammar_matcher *m, int32_t s) {
@@ -1118,6 +1218,7 @@ void grammar_matcher_free(grammar_matcher *m) {
   free(m->node_slots);
   free(m->set);
   free(m->end_ids);
+  free(m->tok_ids);
   free(m->end_mask);
   free(m->budget);
   free(m);
@@ -1144,6 +1245,26 @@ int grammar_matcher_new(const grammar *g, const grammar_vocab *v, const int32_t 
   }
   for (int i = 0; i < n_end; i++)
     if (end_ids[i] >= 0 && end_ids[i] < v->n) m->end_ids[m->n_end++] = end_ids[i];
+  /* token terminals, resolved against this vocabulary */
+  m->tok_ids = malloc(sizeof *m->tok_ids * (g->n_toks ? g->n_toks : 1));
+  if (!m->tok_ids) {
+    grammar_matcher_free(m);
+    return herr_set(err, HEARTH_ENOMEM, "grammar: out of memory");
+  }
+  for (size_t i = 0; i < g->n_toks; i++) {
+    int64_t id = g->toks[i].id;
+    if (g->toks[i].name && !hdict_gets(&v->names, g->toks[i].name, &id)) {
+      int rc = herr_set(err, HEARTH_EINVAL, "grammar: %s is not a special token of this model", g->toks[i].name);
+      grammar_matcher_free(m);
+      return rc;
+    }
+    if (id < 0 || id >= v->n) {
+      int rc = herr_set(err, HEARTH_EINVAL, "grammar: token <[%lld]> is outside the vocabulary of %d", (long long)id, v->n);
+      grammar_matcher_free(m);
+      return rc;
+    }
+    m->tok_ids[i] = (int32_t)id;
+  }
   /* node 0: the empty stack */
   size_t cap2 = 0;
   if (!HGROW(m->node_dist, cap2, 64) || !HGROW(m->nodes, m->cap_nodes, 64) || !node_rehash(m)) {
@@ -1258,6 +1379,21 @@ static int mask_into(grammar_matcher *m, int32_t s, uint32_t limit, uint64_t *ma
   }
   if (stack != stack_small) free(stack);
   if (rc) return rc;
+  /* token terminals at the tops of the stacks */
+  for (uint32_t i = 0; m->g->n_toks && m->states[s].need == 0 && i < m->states[s].n; i++) {
+    uint32_t nid = m->st_nodes[m->states[s].off + i];
+    if (!nid || m->g->elems[m->nodes[nid].pos].kind != E_TOKEN) continue;
+    int32_t id = m->tok_ids[m->g->elems[m->nodes[nid].pos].arg];
+    if (mask[id / 64] >> (id % 64) & 1) continue;
+    int32_t t = token_next(m, s, id);
+    if (t == T_UNKNOWN) return matcher_fail(m, err);
+    if (t < 0) continue;
+    uint32_t d = state_distance(m, t);
+    if (limit != LEN_INF && d > limit) continue;
+    if (d > most) most = d;
+    mask[id / 64] |= 1ull << (id % 64);
+    n_allowed++;
+  }
   if (state_can_end(m, s))
     for (int i = 0; i < m->n_end; i++) {
       int32_t id = m->end_ids[i];
@@ -1352,9 +1488,7 @@ bool grammar_matcher_allows(grammar_matcher *m, int32_t id) {
   if (is_end(m, id)) return m->finished || state_can_end(m, m->cur);
   if (m->finished) return false;
   if (m->states[m->cur].mask) return m->states[m->cur].mask[id / 64] >> (id % 64) & 1;
-  size_t len = m->v->off[id + 1] - m->v->off[id];
-  if (!len) return false;
-  return walk(m, m->cur, m->v->bytes + m->v->off[id], len) >= 0;
+  return token_next(m, m->cur, id) >= 0;
 }
 
 int grammar_matcher_accept(grammar_matcher *m, int32_t id, herr *err) {
@@ -1366,8 +1500,7 @@ int grammar_matcher_accept(grammar_matcher *m, int32_t id, herr *err) {
     return 0;
   }
   if (m->finished) return herr_set(err, HEARTH_EINVAL, "grammar: token %d after the end", id);
-  size_t len = m->v->off[id + 1] - m->v->off[id];
-  int32_t s = len ? walk(m, m->cur, m->v->bytes + m->v->off[id], len) : T_DEAD;
+  int32_t s = token_next(m, m->cur, id);
   if (s == T_UNKNOWN) return matcher_fail(m, err);
   if (s < 0) return herr_set(err, HEARTH_EINVAL, "grammar: token %d does not fit the grammar here", id);
   m->cur = s;
@@ -1397,6 +1530,13 @@ int grammar_prefix_rules(const char *text, size_t len, const char *prefix, hbuf 
       if (j > len) j = len;
       hbuf_append(out, text + i, (j < len ? j + 1 : len) - i);
       i = j < len ? j + 1 : len;
+    } else if (c == '<') {
+      /* a token terminal: copied as is */
+      size_t j = i + 1;
+      while (j < len && text[j] != '>' && text[j] != '\n') j++;
+      j = j < len && text[j] == '>' ? j + 1 : j;
+      hbuf_append(out, text + i, j - i);
+      i = j;
     } else if (c == '#' || c == '{') {
       /* a comment, or a repetition count */
       size_t j = i;

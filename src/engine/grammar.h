@@ -11,7 +11,11 @@
  * \" \] \xHH \uHHHH \UHHHHHHHH), `.` (any character), rule names, groups,
  * alternatives `|`, and the postfix operators * + ? {m} {m,} {m,n}; `#`
  * comments. A rule runs until the next `name ::=`. Characters are Unicode
- * code points; the text is UTF-8.
+ * code points; the text is UTF-8. A token terminal matches one whole token:
+ * `<[123]>` by id, or `<|tool_call|>` by its text, brackets included — the
+ * text a token adds, or a special token's name (grammar_vocab_name). Special
+ * tokens (tool-call markers) have no bytes and are reachable only so; a
+ * terminal naming a token no vocabulary has is refused when a matcher is made.
  *
  * grammar_compile checks the text (every rule defined, no left recursion,
  * bounded repetition counts) and gives an immutable grammar. A matcher runs
@@ -53,6 +57,8 @@ typedef struct grammar_vocab grammar_vocab;
 int grammar_vocab_from_bytes(const char *const *bytes, const size_t *lens, int32_t n, grammar_vocab **out, herr *err);
 void grammar_vocab_free(grammar_vocab *v);
 int32_t grammar_vocab_size(const grammar_vocab *v);
+/* Names token id by text (a special token's), for the grammar's <text> terminals. */
+int grammar_vocab_name(grammar_vocab *v, int32_t id, const char *text, herr *err);
 
 typedef struct grammar_matcher grammar_matcher;
 

@@ -787,6 +787,15 @@ static int grammar_vocab_new(const tokenizer *t, grammar_vocab **out, herr *err)
     for (int32_t i = 0; i < n; i++) ptrs[i] = all.data + offs[i];
     rc = grammar_vocab_from_bytes((const char *const *)ptrs, lens, n, out, err);
   }
+  /* special tokens (tool-call markers and the like) by their text, for <text> terminals */
+  for (int32_t i = 0; !rc && i < n; i++) {
+    const char *txt = tokenizer_is_special(t, i) ? tokenizer_id_to_token(t, i) : NULL;
+    if (txt) rc = grammar_vocab_name(*out, i, txt, err);
+  }
+  if (rc) {
+    grammar_vocab_free(*out);
+    *out = NULL;
+  }
   hbuf_free(&all);
   free(offs);
   free(ptrs);

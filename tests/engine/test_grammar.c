@@ -195,6 +195,62 @@ static void test_masks(void) {
   grammar_vocab_free(v);
 }
 
+
+/* Token terminals: a special token (no bytes) reachable only through <text> or
+ * <[id]>, in the mask exactly where the grammar has it; a normal token named
+ * by id matches as a whole token or by its bytes. */
+static void test_token_terminals(void) {
+  grammar_vocab *v = toy_vocab();
+  herr e = {0};
+  CHECK(grammar_vocab_name(v, 0, "<|call|>", &e) == 0);
+  CHECK(grammar_vocab_name(v, END_ID + 1, "<|x|>", &e) != 0); /* outside the vocabulary */
+  grammar *g = compile("root ::= \"f\" ( <|call|> [0-9]+ | \"x\" ) <[0]>? \"!\"\n");
+  grammar_matcher *m = NULL;
+  int32_t end = END_ID;
+  CHECK(grammar_matcher_new(g, v, &end, 1, &m, &e) == 0);
+  CHECK(!grammar_matcher_allows(m, 0));
+  CHECK(grammar_matcher_accept(m, 'f', &e) == 0);
+  const uint64_t *mask;
+  int32_t n = 0;
+  CHECK(grammar_matcher_mask(m, &mask, &n, &e) == 0);
+  CHECK_EQ_INT(n, 2); /* the special token and "x" */
+  CHECK((mask[0] & 1) && (mask['x' / 64] >> ('x' % 64) & 1));
+  CHECK(grammar_matcher_accept(m, 0, &e) == 0);
+  CHECK(!grammar_matcher_allows(m, 0) && grammar_matcher_allows(m, '7') && !grammar_matcher_allows(m, '!'));
+  CHECK(grammar_matcher_accept(m, '7', &e) == 0);
+  CHECK(grammar_matcher_allows(m, 0) && grammar_matcher_allows(m, '!'));
+  CHECK(grammar_matcher_accept(m, 0, &e) == 0);
+  CHECK(grammar_matcher_accept(m, 0, &e) != 0);
+  CHECK(grammar_matcher_accept(m, '!', &e) == 0);
+  CHECK(grammar_matcher_can_end(m));
+  CHECK(grammar_matcher_accept(m, END_ID, &e) == 0);
+  grammar_matcher_free(m);
+  /* a normal token named by id, beside the same bytes spelled out */
+  grammar_free(g);
+  g = compile("root ::= <[97]> \"b\" | \"a\" \"c\"\n");
+  CHECK(grammar_matcher_new(g, v, &end, 1, &m, &e) == 0);
+  CHECK(grammar_matcher_accept(m, 'a', &e) == 0);
+  CHECK(grammar_matcher_allows(m, 'b') && grammar_matcher_allows(m, 'c'));
+  grammar_matcher_free(m);
+  /* unknown names and ids are refused when the matcher is made; prefixes leave terminals alone */
+  grammar_free(g);
+  g = compile("root ::= <|nope|>\n");
+  CHECK(grammar_matcher_new(g, v, &end, 1, &m, &e) != 0 && strstr(e.msg, "<|nope|>"));
+  grammar_free(g);
+  g = compile("root ::= <[99999]>\n");
+  CHECK(grammar_matcher_new(g, v, &end, 1, &m, &e) != 0);
+  grammar_free(g);
+  CHECK(compile_fails("root ::= <>\n", "token terminal"));
+  CHECK(compile_fails("root ::= <[12x]>\n", "token terminal"));
+  CHECK(compile_fails("root ::= <|open\n", "token terminal"));
+  hbuf pre = {0};
+  const char *src = "root ::= <|call|> body\nbody ::= \"x\"\n";
+  CHECK(grammar_prefix_rules(src, strlen(src), "p-", &pre) == 0);
+  CHECK_EQ_STR(hbuf_str(&pre), "p-root ::= <|call|> p-body\np-body ::= \"x\"\n");
+  hbuf_free(&pre);
+  grammar_vocab_free(v);
+}
+
 static grammar *schema_grammar(const char *schema) {
   hbuf gbnf = {0};
   herr e = {0};
@@ -370,6 +426,7 @@ int main(void) {
   RUN(test_compile_errors);
   RUN(test_text_matching);
   RUN(test_masks);
+  RUN(test_token_terminals);
   RUN(test_schemas);
   RUN(test_random_walks);
   RUN(test_prefix_rules);
