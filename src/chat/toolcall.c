@@ -2064,6 +2064,11 @@ bool tc_forced_call(tc_format f, const char *name, hbuf *out) {
     hbuf_puts(out, "<|tool_call>call:");
     if (name) hbuf_printf(out, "%s{", name);
     return true;
+  case TC_DEEPSEEK: hbuf_puts(out, "<\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>"); return true;
+  case TC_HARMONY:
+    hbuf_puts(out, "<|channel|>commentary to=functions.");
+    if (name) hbuf_puts(out, name);
+    return true;
   default: return false;
   }
 }

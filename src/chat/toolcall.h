@@ -112,8 +112,9 @@ bool tc_prompt_opens_reasoning(const char *prompt, size_t len);
 /* The text that, put at the start of the reply (appended to the prompt and fed
  * to the parser first), makes the reply a call in format f: of the function
  * `name`, or of one the model picks when name is NULL (the model goes on from
- * the name or the arguments). Appended to out; false when f has no such
- * opening (mistral, deepseek, harmony, none). name must be a valid tool name. */
+ * the name or the arguments; deepseek's opening stops before the name, whose
+ * form differs between its generations). Appended to out; false for none.
+ * name must be a valid tool name. */
 bool tc_forced_call(tc_format f, const char *name, hbuf *out);
 
 typedef enum tc_event_kind { TC_TEXT, TC_REASONING, TC_CALL_BEGIN, TC_CALL_ARGS, TC_CALL_END } tc_event_kind;

@@ -15,9 +15,12 @@
  * opening, over tools ([{"type":"function","function":{name, parameters}}]):
  * the tool's name when name is NULL (one of the tools), then its arguments
  * and the call's close. hermes, llama3, mistral: the arguments as JSON under the tool's
- * parameters schema (engine/json_schema.h); qwen3_coder, glm: parameters
- * named from the schema's properties, values as free text. False (out
- * untouched) for other formats or when no tool has a schema that compiles. */
+ * parameters schema (engine/json_schema.h); deepseek (either generation's
+ * call form) and harmony: JSON under the schema, their markers as whole
+ * tokens (grammar token terminals); qwen3_coder, glm: parameters named from
+ * the schema's properties, values as free text; gemma4: keys from the
+ * schema's properties, values in Gemma's notation (types unchecked). False
+ * (out untouched) for none or when no tool has a schema that compiles. */
 bool serve_forced_grammar(tc_format f, const json_t *tools, const char *name, hbuf *out);
 
 #endif

@@ -675,8 +675,14 @@ static void test_forced_call(void) {
   forced_case(TC_MISTRAL, NULL, "get_time\", \"arguments\": {\"a\": 1}}]");
   hbuf b = {0};
   CHECK(!tc_forced_call(TC_NONE, "f", &b));
-  CHECK(!tc_forced_call(TC_HARMONY, "f", &b));
   CHECK(b.len == 0);
+  /* deepseek: either generation's form after the opening; the grammar's end comes before <|call|> in harmony */
+  forced_case(TC_DEEPSEEK, "get_time", "get_time<\uff5ctool\u2581sep\uff5c>{\"a\": 1}<\uff5ctool\u2581call\u2581end\uff5c>"
+                                       "<\uff5ctool\u2581calls\u2581end\uff5c>");
+  forced_case(TC_DEEPSEEK, NULL, "function<\uff5ctool\u2581sep\uff5c>get_time\n```json\n{\"a\": 1}\n```"
+                                 "<\uff5ctool\u2581call\u2581end\uff5c><\uff5ctool\u2581calls\u2581end\uff5c>");
+  forced_case(TC_HARMONY, "get_time", " <|constrain|>json<|message|>{\"a\": 1}");
+  forced_case(TC_HARMONY, NULL, "get_time<|message|>{\"a\": 1}<|call|>");
   hbuf_free(&b);
 }
 
