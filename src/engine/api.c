@@ -231,7 +231,7 @@ void hearth_model_info(const hearth_model *hm, hearth_info *out) {
   out->chat_template = hm->chat && hm->has_chat_src ? hm->chat_src.source : NULL;
   out->hidden_size = (int32_t)model_cfg(hm->m)->hidden_size;
   out->can_generate = model_has_head(hm->m);
-  out->can_embed = !hm->pooling.unsupported[0] && hm->pooling.mode == POOL_LAST;
+  out->can_embed = !hm->pooling.unsupported[0];
 }
 
 static int need_tokenizer(const hearth_model *hm, herr *err) {
@@ -617,9 +617,11 @@ int hearth_embed(hearth_model *hm, const hearth_prompt *inputs, size_t n, const 
   if (n == 0) return herr_set(err, HEARTH_EINVAL, "hearth_embed: no inputs");
   if (n > INT32_MAX) return herr_set(err, HEARTH_ELIMIT, "hearth_embed: %zu inputs is too many", n);
   if (hm->pooling.unsupported[0]) return herr_set(err, HEARTH_EUNSUPPORTED, "%s", hm->pooling.unsupported);
-  if (hm->pooling.mode != POOL_LAST)
-    return herr_set(err, HEARTH_EUNSUPPORTED, "%s pooling (%s) is not supported: hearth pools the last token",
-                    pool_mode_name(hm->pooling.mode), hm->pooling.mode_key);
+  pool_mode mode = hm->pooling.mode;
+  sched_pool pool = mode == POOL_MEAN || mode == POOL_MEAN_SQRT ? SCHED_POOL_SUM
+                    : mode == POOL_WEIGHTED                   ? SCHED_POOL_WSUM
+                    : mode == POOL_MAX                        ? SCHED_POOL_MAX
+                                                              : SCHED_POOL_LAST;
   int64_t D = model_cfg(hm->m)->hidden_size;
   int dim = opts && opts->dimensions ? opts->dimensions : (int)D;
   if (dim < 1 || dim > D)
@@ -641,14 +643,20 @@ int hearth_embed(hearth_model *hm, const hearth_prompt *inputs, size_t n, const 
       break;
     }
     probes[i].out = hidden + i * (size_t)D;
+    probes[i].pool = pool;
     total += (int64_t)probes[i].n_ids;
+    /* the first token's state: in a causal model it sees only that token */
+    if (mode == POOL_CLS) probes[i].n_ids = 1;
   }
   if (!rc) rc = ensure_sched(hm, err);
   if (!rc) rc = sched_probe_run(hm->sch, SCHED_EMBED, probes, (int)n, opts ? opts->cancel : NULL, err);
   if (!rc) {
     for (size_t i = 0; i < n; i++) {
-      float *v = out + i * (size_t)dim;
-      memcpy(v, hidden + i * (size_t)D, sizeof(float) * (size_t)dim);
+      float *v = out + i * (size_t)dim, *h = hidden + i * (size_t)D;
+      double nt = (double)probes[i].n_ids;
+      double div = mode == POOL_MEAN ? nt : mode == POOL_MEAN_SQRT ? sqrt(nt) : mode == POOL_WEIGHTED ? nt * (nt + 1) / 2 : 1;
+      for (int64_t d = 0; d < D; d++) h[d] = (float)(h[d] / div);
+      memcpy(v, h, sizeof(float) * (size_t)dim);
       op_l2_normalize(v, dim);
     }
     if (prompt_tokens) *prompt_tokens = total;

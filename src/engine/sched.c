@@ -33,6 +33,7 @@ typedef struct sseq {
   int64_t max_new;
   int kind;                   /* 0: a generation; else a sched_probe_kind (prefill only, no sampler) */
   float *dest;                /* borrowed: a probe's output */
+  int pool;                   /* an embedding probe: its sched_pool */
   /* state */
   int32_t *toks;              /* owned: prompt then sampled tokens */
   int64_t n_toks, cap_toks;
@@ -71,6 +72,7 @@ struct sched {
   bk_sample_adj *adj;         /* owned, grown: the step's penalty and bias entries */
   size_t n_adj, cap_adj;
   uint64_t *masks;            /* owned [max_batch * ceil(vocab / 64)], made on the first grammar step on a device */
+  float *hrows;               /* owned [step_tokens * hidden], made for the first pooled embedding: a step's hidden rows */
   sseq **running;             /* owned array [max_batch]; the sequences are their waiters' */
   int n_running;
   model_seq *batch;           /* owned [max_batch] */
@@ -312,6 +314,21 @@ static int seq_mask_row(sched *s, sseq *q, bk_sample_row *row, int slot) {
   return 0;
 }
 
+/* Folds n hidden rows (of positions at, at + 1, ...) into q's pool. */
+static void pool_fold(sched *s, sseq *q, const float *rows, int64_t n, int64_t at) {
+  int64_t D = model_cfg(s->m)->hidden_size;
+  for (int64_t i = 0; i < n; i++) {
+    const float *h = rows + i * D;
+    float w = q->pool == SCHED_POOL_WSUM ? (float)(at + i + 1) : 1.0f;
+    if (q->pool == SCHED_POOL_MAX) {
+      for (int64_t d = 0; d < D; d++)
+        if (h[d] > q->dest[d]) q->dest[d] = h[d];
+    } else {
+      for (int64_t d = 0; d < D; d++) q->dest[d] += w * h[d];
+    }
+  }
+}
+
 /* ---- the engine thread ---- */
 
 static void running_remove(sched *s, int i) {
@@ -377,7 +394,8 @@ static void admit(sched *s) {
     kv_seq *kv = NULL;
     double t_look = q->trace_tid ? htrace_now() : 0;
     if (kv_paged_seq_new(s->pool, q->n_toks + q->max_new, &kv, &e)) return; /* out of memory: try next step */
-    int64_t hit = kv_paged_seq_attach_prefix(kv, q->toks, q->n_toks, 0);
+    /* a pooled embedding needs every token's hidden state: none from the cache */
+    int64_t hit = q->pool ? 0 : kv_paged_seq_attach_prefix(kv, q->toks, q->n_toks, 0);
     int64_t first = q->n_toks - hit < s->chunk ? q->n_toks - hit : s->chunk;
     if (kv_paged_seq_blocks_for(kv, hit + first) > kv_pool_available(s->pool)) {
       kv_paged_seq_free(kv);
@@ -394,6 +412,10 @@ static void admit(sched *s) {
     if (!q->admitted_once) q->t_admit = now_seconds();
     q->admitted_once = true;
     q->kv = kv;
+    if (q->pool) { /* (again after a preemption: the whole prompt is computed again) */
+      int64_t D = model_cfg(s->m)->hidden_size;
+      for (int64_t d = 0; d < D; d++) q->dest[d] = q->pool == SCHED_POOL_MAX ? -INFINITY : 0.0f;
+    }
     if (q->trace_tid) {
       trace_queue_span(s, q, t_look);
       htrace_complete(s->trace, q->trace_tid, "cache lookup", "request", t_look, htrace_now() - t_look,
@@ -488,7 +510,10 @@ static void step(sched *s) {
     int64_t n_prompt = (int64_t)q->req->n_prompt;
     if (at < n_prompt) prompt_fed += (at + n < n_prompt ? at + n : n_prompt) - at;
     s->batch[n_batch] = (model_seq){.kv = q->kv, .tokens = q->toks + at, .n_tokens = (int)n, .positions = NULL, .all_logits = false};
-    if (q->kind) { /* a probe: nothing out until its last chunk, then its one output */
+    if (q->pool) { /* every chunk's hidden rows, folded into the pool after the step */
+      s->batch[n_batch].out = MODEL_OUT_HIDDEN_ALL;
+      s->batch[n_batch].dest = s->hrows + (s->step_tokens - budget - n) * model_cfg(s->m)->hidden_size;
+    } else if (q->kind) { /* a probe: nothing out until its last chunk, then its one output */
       bool last = at + n >= q->n_toks;
       s->batch[n_batch].out = !last ? MODEL_OUT_NONE : q->kind == SCHED_EMBED ? MODEL_OUT_HIDDEN : MODEL_OUT_LOGITS_HOST;
       s->batch[n_batch].dest = last ? q->dest : NULL;
@@ -540,6 +565,7 @@ static void step(sched *s) {
     sseq *q = s->in_batch[k];
     if (s->batch[k].out == MODEL_OUT_LOGITS || s->batch[k].out == MODEL_OUT_LOGITS_HOST) r++; /* its logits row */
     kv_paged_seq_publish(q->kv, q->toks, q->kv->len, 0);
+    if (q->pool) pool_fold(s, q, s->batch[k].dest, s->batch[k].n_tokens, q->kv->len - s->batch[k].n_tokens);
     if (q->kv->len < q->n_toks) continue; /* mid-prefill: no token yet */
     sample_token st;
     bool ended;
@@ -731,6 +757,7 @@ void sched_free(sched *s) {
   free(s->outs);
   free(s->adj);
   free(s->masks);
+  free(s->hrows);
   free(s->running);
   free(s->batch);
   free(s->in_batch);
@@ -883,6 +910,8 @@ int sched_probe_run(sched *s, sched_probe_kind kind, sched_probe *p, int n, cons
   for (int i = 0; i < n; i++) {
     if (!p[i].ids || p[i].n_ids == 0) return herr_set(err, HEARTH_EINVAL, "input %d has no tokens", i);
     if (!p[i].out) return herr_set(err, HEARTH_EINVAL, "probe: input %d has nowhere to write", i);
+    if (p[i].pool < SCHED_POOL_LAST || p[i].pool > SCHED_POOL_MAX || (p[i].pool && kind != SCHED_EMBED))
+      return herr_set(err, HEARTH_EINVAL, "probe: input %d asks for pooling %d, which this kind has not", i, (int)p[i].pool);
     for (size_t j = 0; j < p[i].n_ids; j++)
       if (p[i].ids[j] < 0 || p[i].ids[j] >= s->vocab)
         return herr_set(err, HEARTH_EINVAL, "input %d: token %zu is id %d, outside the vocabulary (size %lld)", i, j,
@@ -892,6 +921,15 @@ int sched_probe_run(sched *s, sched_probe_kind kind, sched_probe *p, int n, cons
                       i, p[i].n_ids, (long long)s->ctx);
     int rc = sched_admit(s, (int64_t)p[i].n_ids, 0, err);
     if (rc) return rc;
+  }
+  bool pooled = false;
+  for (int i = 0; i < n; i++) pooled |= p[i].pool != SCHED_POOL_LAST;
+  if (pooled) { /* a step's hidden rows, for pooled embeddings (made once; the engine reads it after the queue's lock) */
+    pthread_mutex_lock(&s->mu);
+    if (!s->hrows) s->hrows = malloc(sizeof(float) * (size_t)s->step_tokens * (size_t)model_cfg(s->m)->hidden_size);
+    bool ok = s->hrows != NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (!ok) return herr_set(err, HEARTH_ENOMEM, "probe: out of memory for the hidden states of a step");
   }
   /* each probe: its sequence, a request (for its prompt and cancel flag), result and error */
   typedef struct probe_slot {
@@ -911,7 +949,7 @@ int sched_probe_run(sched *s, sched_probe_kind kind, sched_probe *p, int n, cons
     x->req.max_tokens = 0;
     x->req.cancel = cancel;
     x->res.prompt_tokens = (int64_t)p[i].n_ids;
-    x->q = (sseq){.req = &x->req, .res = &x->res, .err = &x->err, .kind = (int)kind, .dest = p[i].out};
+    x->q = (sseq){.req = &x->req, .res = &x->res, .err = &x->err, .kind = (int)kind, .dest = p[i].out, .pool = (int)p[i].pool};
     x->q.toks = malloc(sizeof(int32_t) * p[i].n_ids);
     if (!x->q.toks) rc = herr_set(err, HEARTH_ENOMEM, "probe: out of memory for input %d", i);
     else memcpy(x->q.toks, p[i].ids, sizeof(int32_t) * p[i].n_ids);

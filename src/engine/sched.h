@@ -81,9 +81,19 @@ typedef enum sched_probe_kind {
   SCHED_NEXT_LOGITS = 2  /* out: vocab floats, the logits of the token after the prompt */
 } sched_probe_kind;
 
+/* How SCHED_EMBED pools the final hidden states of the prompt's tokens. */
+typedef enum sched_pool {
+  SCHED_POOL_LAST = 0,   /* the last token's */
+  SCHED_POOL_SUM,        /* the sum over the tokens (mean: divide by the count) */
+  SCHED_POOL_WSUM,       /* the sum weighted by position + 1 (weighted mean: divide by the weights' sum) */
+  SCHED_POOL_MAX         /* the largest value of each dimension */
+} sched_pool;
+
 typedef struct sched_probe {
   const int32_t *ids;    /* borrowed: >= 1 ids */
   size_t n_ids;
+  sched_pool pool;       /* SCHED_EMBED: how the tokens pool; the prompt is computed whole, never from
+                            the prefix cache, unless SCHED_POOL_LAST */
   float *out;            /* borrowed: where the output goes (see the kind) */
   int64_t cached_tokens; /* set: prompt tokens whose KV came from the prefix cache */
 } sched_probe;

@@ -16,6 +16,9 @@ const char *pool_mode_name(pool_mode m) {
   case POOL_LAST: return "last token";
   case POOL_MEAN: return "mean";
   case POOL_CLS: return "cls";
+  case POOL_MAX: return "max";
+  case POOL_MEAN_SQRT: return "mean_sqrt_len";
+  case POOL_WEIGHTED: return "weighted mean";
   default: return "other";
   }
 }
@@ -85,9 +88,9 @@ int pooling_parse_config(const char *text, size_t len, const char *what, pooling
       {"pooling_mode_lasttoken", POOL_LAST},
       {"pooling_mode_mean_tokens", POOL_MEAN},
       {"pooling_mode_cls_token", POOL_CLS},
-      {"pooling_mode_max_tokens", POOL_OTHER},
-      {"pooling_mode_mean_sqrt_len_tokens", POOL_OTHER},
-      {"pooling_mode_weightedmean_tokens", POOL_OTHER},
+      {"pooling_mode_max_tokens", POOL_MAX},
+      {"pooling_mode_mean_sqrt_len_tokens", POOL_MEAN_SQRT},
+      {"pooling_mode_weightedmean_tokens", POOL_WEIGHTED},
   };
   int n_on = 0;
   for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
@@ -107,9 +110,6 @@ int pooling_parse_config(const char *text, size_t len, const char *what, pooling
     out->mode = POOL_OTHER;
     snprintf(out->unsupported, sizeof out->unsupported, "%s: %d pooling modes at once (concatenated) are not supported",
              what, n_on);
-  } else if (out->mode == POOL_OTHER) {
-    snprintf(out->unsupported, sizeof out->unsupported, "%s: %s is not supported (hearth pools the last token)", what,
-             out->mode_key);
   }
 out:
   json_decref(j);

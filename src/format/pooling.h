@@ -14,7 +14,10 @@ typedef enum pool_mode {
   POOL_LAST = 0,  /* pooling_mode_lasttoken, and the default */
   POOL_MEAN,      /* pooling_mode_mean_tokens */
   POOL_CLS,       /* pooling_mode_cls_token */
-  POOL_OTHER      /* max, mean_sqrt_len, weightedmean, or several at once */
+  POOL_MAX,       /* pooling_mode_max_tokens */
+  POOL_MEAN_SQRT, /* pooling_mode_mean_sqrt_len_tokens: the sum over sqrt(tokens) */
+  POOL_WEIGHTED,  /* pooling_mode_weightedmean_tokens: weights 1, 2, ... by position */
+  POOL_OTHER      /* several at once (concatenated) */
 } pool_mode;
 
 typedef struct pooling_config {
@@ -36,7 +39,7 @@ int pooling_parse_config(const char *text, size_t len, const char *what, pooling
 /* Both, from folder dir (modules.json, else 1_Pooling/config.json); absent
  * files leave the default (last token). */
 int pooling_load(const char *dir, pooling_config *out, herr *err);
-/* "last token", "mean", "cls", "other". */
+/* "last token", "mean", "cls", "max", "mean_sqrt_len", "weighted mean", "other". */
 const char *pool_mode_name(pool_mode m);
 
 #endif

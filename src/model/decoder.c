@@ -463,15 +463,16 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
       if (sq->tokens[i] < 0 || sq->tokens[i] >= c->vocab_size)
         return herr_set(err, HEARTH_EINVAL, "model_forward: token id %d is outside the vocabulary (size %lld)", (int)sq->tokens[i],
                         (long long)c->vocab_size);
-    if (sq->out < MODEL_OUT_LOGITS || sq->out > MODEL_OUT_LOGITS_HOST)
+    if (sq->out < MODEL_OUT_LOGITS || sq->out > MODEL_OUT_HIDDEN_ALL)
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d asks for output %d, which does not exist", s, (int)sq->out);
     if (sq->out != MODEL_OUT_LOGITS && sq->all_logits)
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d sets all_logits without a logits output", s);
-    if ((sq->out == MODEL_OUT_HIDDEN || sq->out == MODEL_OUT_LOGITS_HOST) && !sq->dest)
+    if ((sq->out == MODEL_OUT_HIDDEN || sq->out == MODEL_OUT_HIDDEN_ALL || sq->out == MODEL_OUT_LOGITS_HOST) && !sq->dest)
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d has nowhere to write its output", s);
     T += sq->n_tokens;
     if (has_logits_row(sq)) R += sq->all_logits ? sq->n_tokens : 1;
     if (sq->out == MODEL_OUT_HIDDEN) P++;
+    if (sq->out == MODEL_OUT_HIDDEN_ALL) P += sq->n_tokens;
   }
   if (R > 0 && m->no_head)
     return herr_set(err, HEARTH_EUNSUPPORTED,
@@ -516,7 +517,7 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
       tab[t] = (int32_t)toff;
       slot[t] = (int32_t)(blocks[rw / B] * B + rw % B);
       if (has_logits_row(sq) && (sq->all_logits || i == sq->n_tokens - 1)) gather[r++] = (int32_t)t;
-      if (sq->out == MODEL_OUT_HIDDEN && i == sq->n_tokens - 1) gather[R + p++] = (int32_t)t;
+      if ((sq->out == MODEL_OUT_HIDDEN && i == sq->n_tokens - 1) || sq->out == MODEL_OUT_HIDDEN_ALL) gather[R + p++] = (int32_t)t;
     }
     toff += nb;
   }
@@ -592,6 +593,10 @@ static int fetch_outputs(const model *m, const model_batch *b, const bk_tensor *
   for (int s = 0; s < b->n_seqs && !rc; s++) {
     const model_seq *sq = &b->seqs[s];
     if (sq->out == MODEL_OUT_HIDDEN) rc = bk_get(hid, (size_t)p++ * D * sizeof(float), sq->dest, D * sizeof(float), err);
+    else if (sq->out == MODEL_OUT_HIDDEN_ALL) {
+      rc = bk_get(hid, (size_t)p * D * sizeof(float), sq->dest, (size_t)sq->n_tokens * D * sizeof(float), err);
+      p += sq->n_tokens;
+    }
     else if (sq->out == MODEL_OUT_LOGITS_HOST) rc = bk_get(lg, (size_t)r * V * sizeof(float), sq->dest, V * sizeof(float), err);
     if (has_logits_row(sq)) r += sq->all_logits ? sq->n_tokens : 1;
   }

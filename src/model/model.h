@@ -69,8 +69,10 @@ typedef enum model_out {
   MODEL_OUT_NONE,       /* nothing: only its KV rows are written (a prompt chunk before the last) */
   MODEL_OUT_HIDDEN,     /* the final hidden state of its last new token, after the model's last
                            norm (what an embedding pools): hidden_size floats to dest */
-  MODEL_OUT_LOGITS_HOST /* a logits row as LOGITS (sampled by model_forward_sample like any other),
+  MODEL_OUT_LOGITS_HOST, /* a logits row as LOGITS (sampled by model_forward_sample like any other),
                            and the whole row copied to dest (vocab floats) before sampling */
+  MODEL_OUT_HIDDEN_ALL  /* the final hidden states of all its new tokens (as MODEL_OUT_HIDDEN):
+                           n_tokens * hidden_size floats to dest, in order (mean / max pooling) */
 } model_out;
 
 /* One sequence of a batch. */
@@ -81,7 +83,7 @@ typedef struct model_seq {
   const int64_t *positions;  /* borrowed, may be NULL: RoPE positions of the new tokens (default kv->len + i) */
   bool all_logits;           /* logits for every new token, else only for the last */
   model_out out;             /* default MODEL_OUT_LOGITS */
-  float *dest;               /* borrowed: where MODEL_OUT_HIDDEN / MODEL_OUT_LOGITS_HOST write (host memory) */
+  float *dest;               /* borrowed: where MODEL_OUT_HIDDEN(_ALL) / MODEL_OUT_LOGITS_HOST write (host memory) */
 } model_seq;
 
 typedef struct model_batch {

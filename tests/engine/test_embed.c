@@ -4,7 +4,9 @@
  * logits_f32.bin from tools/gen_golden.py): one input at a time, all inputs
  * batched with chunked prefill, beside a running generation, Matryoshka
  * dimensions, a bare decoder's folder (no "model." prefix, no lm_head) as
- * Qwen3-Embedding is saved, and sentence-transformers pooling files. */
+ * Qwen3-Embedding is saved, and sentence-transformers pooling files; pooled
+ * embeddings (mean, max, ...) against the last-token states of every prefix
+ * (in a causal model, the states of the prompt's tokens). */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -13,7 +15,9 @@
 
 #include "base/file.h"
 #include "base/json.h"
+#include "engine/sched.h"
 #include "engine/signal.h"
+#include "model/model.h"
 #include "format/safetensors.h"
 #include "format/safetensors_write.h"
 #include "hearth.h"
@@ -319,6 +323,75 @@ static void test_bare_decoder(void) {
   json_decref(r.doc);
 }
 
+/* ---- pooling over the prompt's tokens ---- */
+
+#define PD 64 /* the qwen3 golden model's hidden size */
+static const int32_t pool_ids[3][11] = {{1, 17, 230, 5, 99, 300, 41, 7, 8, 9, 10}, {1, 17, 230, 61}, {4, 400}};
+static const int pool_len[3] = {11, 4, 2};
+static float pool_ref[4][3][PD]; /* [sched_pool][input]: sums (unweighted, weighted), max; [0]: last */
+
+/* The final hidden state of every prefix (pool LAST), then the pools the
+ * scheduler makes in one go (prompts in chunks of 3, several in a step),
+ * against sums and maxima of those states. */
+static void test_pooled_probes(void) {
+  herr e = {0};
+  model *m = NULL;
+  model_load_opts mo = {.threads = 2};
+  CHECK_MSG(model_load(GOLDEN "/qwen3-f32", &mo, &m, &e) == 0, "%s", e.msg);
+  if (!m) return;
+  CHECK_EQ_INT((int)model_cfg(m)->hidden_size, PD);
+  sched *s = NULL;
+  sched_config cfg = {.max_batch = 8, .prefill_chunk = 3, .step_tokens = 8, .kv_bytes = 8u << 20};
+  CHECK_MSG(sched_new(m, NULL, &cfg, &s, &e) == 0, "%s", e.msg);
+  for (int i = 0; s && i < 3; i++) {
+    float states[11][PD];
+    sched_probe pr[11];
+    for (int t = 0; t < pool_len[i]; t++) pr[t] = (sched_probe){.ids = pool_ids[i], .n_ids = (size_t)t + 1, .out = states[t]};
+    CHECK_MSG(sched_probe_run(s, SCHED_EMBED, pr, pool_len[i], NULL, &e) == 0, "%s", e.msg);
+    for (int d = 0; d < PD; d++) {
+      double sum = 0, wsum = 0, mx = -INFINITY;
+      for (int t = 0; t < pool_len[i]; t++) {
+        sum += states[t][d], wsum += (t + 1) * (double)states[t][d];
+        if (states[t][d] > mx) mx = states[t][d];
+      }
+      pool_ref[SCHED_POOL_LAST][i][d] = states[pool_len[i] - 1][d];
+      pool_ref[SCHED_POOL_SUM][i][d] = (float)sum;
+      pool_ref[SCHED_POOL_WSUM][i][d] = (float)wsum;
+      pool_ref[SCHED_POOL_MAX][i][d] = (float)mx;
+    }
+  }
+  /* every pool of every input in one run (the same prompts again: no prefix cache for the pooled) */
+  float got[4][3][PD];
+  sched_probe pr[12];
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < 3; i++)
+      pr[k * 3 + i] = (sched_probe){.ids = pool_ids[i], .n_ids = (size_t)pool_len[i], .pool = (sched_pool)k, .out = got[k][i]};
+  CHECK_MSG(s && sched_probe_run(s, SCHED_EMBED, pr, 12, NULL, &e) == 0, "%s", e.msg);
+  double worst = 0;
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < 3; i++) {
+      if (k) CHECK_EQ_INT((int)pr[k * 3 + i].cached_tokens, 0);
+      for (int d = 0; d < PD; d++) {
+        double err = fabs(got[k][i][d] - pool_ref[k][i][d]) / (1 + fabs(pool_ref[k][i][d]));
+        if (err > worst) worst = err;
+      }
+    }
+  CHECK_MSG(worst < 1e-5, "pooled embeddings differ from the pooled prefix states by %g", worst);
+  /* a pool for a kind without one is refused */
+  float lg[512];
+  sched_probe bad = {.ids = pool_ids[0], .n_ids = 3, .pool = SCHED_POOL_SUM, .out = lg};
+  CHECK_EQ_INT(sched_probe_run(s, SCHED_NEXT_LOGITS, &bad, 1, NULL, &e), HEARTH_EINVAL);
+  sched_free(s);
+  model_free(m);
+}
+
+/* v (n values) scaled to unit length, as hearth_embed gives it. */
+static void unit(const float *v, double div, double *out, int n) {
+  double ss = 0;
+  for (int i = 0; i < n; i++) out[i] = v[i] / div, ss += out[i] * out[i];
+  for (int i = 0; i < n; i++) out[i] /= sqrt(ss);
+}
+
 /* ---- sentence-transformers pooling files ---- */
 
 static void test_pooling_files(void) {
@@ -342,13 +415,27 @@ static void test_pooling_files(void) {
   static const char *const modes[][2] = {
       {"{\"word_embedding_dimension\":64,\"pooling_mode_cls_token\":false,\"pooling_mode_mean_tokens\":false,"
        "\"pooling_mode_lasttoken\":true,\"include_prompt\":true}", NULL},
-      {"{\"pooling_mode_mean_tokens\":true,\"pooling_mode_lasttoken\":false}", "pooling_mode_mean_tokens"},
-      {"{\"pooling_mode_cls_token\":true}", "pooling_mode_cls_token"},
-      {"{\"pooling_mode_max_tokens\":true}", "pooling_mode_max_tokens"},
+      {"{\"pooling_mode_mean_tokens\":true,\"pooling_mode_lasttoken\":false}", NULL},
+      {"{\"pooling_mode_cls_token\":true}", NULL},
+      {"{\"pooling_mode_max_tokens\":true}", NULL},
+      {"{\"pooling_mode_mean_sqrt_len_tokens\":true}", NULL},
+      {"{\"pooling_mode_weightedmean_tokens\":true}", NULL},
       {"{\"pooling_mode_lasttoken\":true,\"pooling_mode_mean_tokens\":true}", "2 pooling modes"},
   };
-  int32_t ids[3] = {1, 17, 230};
-  hearth_prompt in = {.ids = ids, .n_ids = 3};
+  hearth_prompt in = {.ids = pool_ids[0], .n_ids = (size_t)pool_len[0]};
+  /* per mode above: the reference (from test_pooled_probes) and what divides it */
+  double n0 = pool_len[0];
+  const float *want[] = {pool_ref[SCHED_POOL_LAST][0], pool_ref[SCHED_POOL_SUM][0], NULL, pool_ref[SCHED_POOL_MAX][0],
+                         pool_ref[SCHED_POOL_SUM][0], pool_ref[SCHED_POOL_WSUM][0]};
+  double div[] = {1, n0, 1, 1, sqrt(n0), n0 * (n0 + 1) / 2};
+  float first[PD]; /* cls: the first token's state, the one-token prefix's */
+  {
+    hearth_model *m1 = load(GOLDEN "/qwen3-f32", 0);
+    hearth_prompt one = {.ids = pool_ids[0], .n_ids = 1};
+    hearth_error err = {0};
+    CHECK(m1 && hearth_embed(m1, &one, 1, NULL, first, NULL, &err) == 0);
+    hearth_model_free(m1);
+  }
   for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
     CHECK(write_file(path, modes[k][0]) == 0);
     hearth_model *m = load(dir, 0);
@@ -357,11 +444,16 @@ static void test_pooling_files(void) {
     hearth_info info;
     hearth_model_info(m, &info);
     CHECK_EQ_INT(info.can_embed, modes[k][1] == NULL);
-    float v[64];
+    float v[PD];
     hearth_error err = {0};
     int rc = hearth_embed(m, &in, 1, NULL, v, NULL, &err);
     if (!modes[k][1]) {
       CHECK_MSG(rc == 0, "%s", err.msg);
+      double u[PD];
+      unit(want[k] ? want[k] : first, want[k] ? div[k] : 1, u, PD);
+      double worst = 0;
+      for (int d = 0; d < PD; d++) worst = fmax(worst, fabs(v[d] - u[d]));
+      CHECK_MSG(worst < 1e-5, "pooling mode %zu (%s): %g from the pooled prefix states", k, modes[k][0], worst);
     } else {
       CHECK_EQ_INT(rc, HEARTH_EUNSUPPORTED);
       CHECK_MSG(strstr(err.msg, modes[k][1]) != NULL, "mode %zu: %s", k, err.msg);
@@ -482,6 +574,7 @@ int main(void) {
   test_golden("qwen3-bf16", 1e-3);
   test_beside_generation();
   test_bare_decoder();
+  test_pooled_probes();
   test_pooling_files();
   test_signal_golden();
   char cmd[300];
