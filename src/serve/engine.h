@@ -129,6 +129,10 @@ typedef struct serve_engine {
    * HEARTH_ECANCELLED when cancelled. */
   int (*generate)(void *impl, const char *prompt, bool raw, const serve_sampling *s, serve_token_fn on_token,
                   void *ctx, volatile int *cancel, serve_result *res, herr *err);
+  /* May be NULL (token-id prompts are then refused): as generate, for a raw
+   * prompt given as n_ids token ids. */
+  int (*generate_ids)(void *impl, const int32_t *ids, size_t n_ids, const serve_sampling *s, serve_token_fn on_token,
+                      void *ctx, volatile int *cancel, serve_result *res, herr *err);
   void (*destroy)(void *impl);
   /* May be NULL. Whether a request of n_prompt tokens and max_tokens (-1:
    * unset) can ever be served: HEARTH_ELIMIT "memory_admission: ..." if not. */

@@ -134,17 +134,30 @@ static int on_token(void *user, const char *text, size_t len, const hearth_token
   return r->fn(r->ctx, &t);
 }
 
+static int run(hearth_engine *h, const hearth_prompt *hp, const serve_sampling *s, serve_token_fn fn, void *ctx,
+               volatile int *cancel, serve_result *res, herr *err);
+
 static int generate(void *impl, const char *prompt, bool raw, const serve_sampling *s, serve_token_fn fn, void *ctx,
                     volatile int *cancel, serve_result *res, herr *err) {
-  hearth_engine *h = impl;
+  hearth_prompt hp = {.text = prompt, .text_len = strlen(prompt), .add_special = raw};
+  return run(impl, &hp, s, fn, ctx, cancel, res, err);
+}
+
+static int generate_ids(void *impl, const int32_t *ids, size_t n_ids, const serve_sampling *s, serve_token_fn fn,
+                        void *ctx, volatile int *cancel, serve_result *res, herr *err) {
+  hearth_prompt hp = {.ids = ids, .n_ids = n_ids};
+  return run(impl, &hp, s, fn, ctx, cancel, res, err);
+}
+
+static int run(hearth_engine *h, const hearth_prompt *hp, const serve_sampling *s, serve_token_fn fn, void *ctx,
+               volatile int *cancel, serve_result *res, herr *err) {
   hearth_gen_params p = *s; /* the request's parameters as parsed, plus what only the engine sets */
   p.cancel = cancel;
-  hearth_prompt hp = {.text = prompt, .text_len = strlen(prompt), .add_special = raw};
   relay r = {fn, ctx};
   hearth_gen_result gr;
   memset(&gr, 0, sizeof gr);
   hearth_error e = {0};
-  int rc = hearth_generate(h->model, &hp, &p, on_token, &r, &gr, &e);
+  int rc = hearth_generate(h->model, hp, &p, on_token, &r, &gr, &e);
   res->prompt_tokens = gr.prompt_tokens;
   res->completion_tokens = gr.completion_tokens;
   res->cached_tokens = gr.cached_tokens;
@@ -276,6 +289,7 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   out->render_chat = render_chat;
   out->count_tokens = count_tokens;
   out->generate = generate;
+  out->generate_ids = generate_ids;
   out->destroy = destroy;
   out->stats = stats;
   out->admit = admit;

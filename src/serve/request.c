@@ -474,12 +474,28 @@ static int parse_messages(json_t *root, serve_request *r, serve_fail *f) {
 static int parse_prompt(json_t *root, serve_request *r, serve_fail *f) {
   json_t *p = serve_json_field(root, "prompt");
   if (!p) return serve_bad(f, "prompt", "'prompt' is required");
+  static const char what[] = "'prompt' must be a string, an array of token ids, or an array of exactly one of either";
   if (json_is_array(p)) {
-    if (json_array_size(p) != 1 || !json_is_string(json_array_get(p, 0)))
-      return serve_bad(f, "prompt", "'prompt' must be a string or an array of exactly one string");
-    p = json_array_get(p, 0);
+    if (json_array_size(p) == 1 && (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+      p = json_array_get(p, 0);
   }
-  if (!json_is_string(p)) return serve_bad(f, "prompt", "'prompt' must be a string");
+  if (json_is_array(p)) { /* token ids */
+    size_t n = json_array_size(p);
+    if (n == 0) return serve_bad(f, "prompt", "'prompt' has no tokens");
+    r->prompt_ids = malloc(sizeof *r->prompt_ids * n);
+    r->prompt = strdup("");
+    if (!r->prompt_ids || !r->prompt) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+      json_t *v = json_array_get(p, i);
+      if (!json_is_integer(v)) return serve_bad(f, "prompt", "%s", what);
+      if (json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+        return serve_bad(f, "prompt", "'prompt' token %zu is %lld, not a token id", i, (long long)json_integer_value(v));
+      r->prompt_ids[i] = (int32_t)json_integer_value(v);
+    }
+    r->n_prompt_ids = n;
+    return 0;
+  }
+  if (!json_is_string(p)) return serve_bad(f, "prompt", "%s", what);
   r->prompt = strdup(json_string_value(p));
   if (!r->prompt) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
   return 0;
@@ -565,6 +581,8 @@ static int parse_sampling(json_t *root, serve_kind kind, serve_sampling *s, serv
     s->seed = (uint64_t)seed;
   }
   if (serve_json_stop(root, "stop", true, s, f) || parse_logit_bias(root, s, f)) return f->status;
+  /* (extension, as vLLM: keep going past end-of-sequence tokens until max_tokens) */
+  if (serve_json_bool(root, "ignore_eos", &s->ignore_eos, f)) return f->status;
   if (kind == SERVE_CHAT) {
     if (serve_json_bool(root, "logprobs", &s->logprobs, f)) return f->status;
     int64_t top = 0;
@@ -637,6 +655,7 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
   } else {
     rc = parse_prompt(root, req, f);
     if (!rc) rc = serve_json_bool(root, "echo", &req->echo, f);
+    if (!rc && req->echo && req->prompt_ids) rc = serve_bad(f, "echo", "'echo' with a prompt of token ids is not supported");
     if (!rc) rc = parse_format(root, req, f);
   }
   if (!rc) rc = parse_sampling(root, kind, &req->sampling, f);
@@ -660,6 +679,7 @@ void serve_request_free(serve_request *req) {
   free((void *)req->sampling.logit_bias);
   free(req->model);
   free(req->prompt);
+  free(req->prompt_ids);
   free(req->user);
   json_decref(req->tools);
   free(req->tool_name);

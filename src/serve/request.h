@@ -41,7 +41,9 @@ typedef struct serve_request {
   char *model;             /* owned; NULL when absent */
   serve_message *messages; /* owned (chat) */
   int nmessages;
-  char *prompt;            /* owned (completion) */
+  char *prompt;            /* owned (completion); "" with prompt_ids */
+  int32_t *prompt_ids;     /* owned, NULL unless the completion's prompt is token ids */
+  size_t n_prompt_ids;
   bool stream;
   bool include_usage;      /* stream_options.include_usage */
   bool echo;               /* completion: prepend the prompt to the text */

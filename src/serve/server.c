@@ -415,8 +415,12 @@ static void job_generate(job *j, serve_token_fn fn) {
     herr_set(&j->err, HEARTH_ECANCELLED, "the client went away");
   } else {
     j->result.stop_index = -1;
-    j->rc = e->generate(e->impl, j->prompt, j->req.kind == SERVE_COMPLETION, &j->req.sampling, fn, j, &j->cancel,
-                        &j->result, &j->err);
+    if (j->req.prompt_ids)
+      j->rc = e->generate_ids(e->impl, j->req.prompt_ids, j->req.n_prompt_ids, &j->req.sampling, fn, j, &j->cancel,
+                              &j->result, &j->err);
+    else
+      j->rc = e->generate(e->impl, j->prompt, j->req.kind == SERVE_COMPLETION, &j->req.sampling, fn, j, &j->cancel,
+                          &j->result, &j->err);
   }
   if (lock) pthread_mutex_unlock(&s->engine_lock);
 }
@@ -789,8 +793,19 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       goto refuse;
     }
   herr err = {0};
-  int64_t ntok = 0;
-  if (e->count_tokens(e->impl, j->prompt, kind == SERVE_COMPLETION, &ntok, &err)) {
+  int64_t ntok = (int64_t)j->req.n_prompt_ids;
+  if (j->req.prompt_ids && !e->generate_ids) {
+    serve_fail_set(&f, 400, "invalid_request_error", "prompt", NULL, "this server takes text prompts only");
+    goto refuse;
+  }
+  for (size_t i = 0; i < j->req.n_prompt_ids; i++)
+    if (e->vocab_size > 0 && j->req.prompt_ids[i] >= e->vocab_size) {
+      serve_fail_set(&f, 400, "invalid_request_error", "prompt", NULL,
+                     "prompt: token %zu is id %d, outside the vocabulary (size %lld)", i, (int)j->req.prompt_ids[i],
+                     (long long)e->vocab_size);
+      goto refuse;
+    }
+  if (!j->req.prompt_ids && e->count_tokens(e->impl, j->prompt, kind == SERVE_COMPLETION, &ntok, &err)) {
     serve_fail_set(&f, 400, "invalid_request_error", param, NULL, "%s", err.msg);
     goto refuse;
   }

@@ -260,6 +260,25 @@ test('text completions, whole and streamed', async () => {
   if (FAKE) assert.equal(r.choices[0].text, 'The quick brown fox jumps over the l');
 });
 
+test('a completion prompt of token ids; ignore_eos runs to max_tokens', async () => {
+  const ids = [5, 17, 230, 41, 99, 8];
+  const post = (body) => fetch(main.url + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify(body) });
+  if (FAKE) { /* an engine without token-id prompts says so */
+    await expectError(await post({ prompt: ids, max_tokens: 4 }), 400, { param: 'prompt' });
+    return;
+  }
+  const p = { prompt: ids, max_tokens: 24, temperature: 0, ignore_eos: true };
+  const a = await client.completions.create(p);
+  assert.equal(a.usage.prompt_tokens, ids.length);
+  assert.equal(a.usage.completion_tokens, 24);
+  assert.equal(a.choices[0].finish_reason, 'length');
+  const b = await client.completions.create({ ...p, prompt: [ids] });
+  assert.equal(b.choices[0].text, a.choices[0].text);
+  await expectError(await post({ prompt: [1, 99999999], max_tokens: 4 }), 400, { param: 'prompt' });
+  await expectError(await post({ prompt: [], max_tokens: 4 }), 400, { param: 'prompt' });
+});
+
 test('concurrent requests each get their own answer', async () => {
   const sizes = [3, 5, 8, 13];
   const alone = [];

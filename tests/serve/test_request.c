@@ -244,7 +244,19 @@ static void test_completion(void) {
   refused("{}", SERVE_COMPLETION, "prompt");
   refused("{\"prompt\":7}", SERVE_COMPLETION, "prompt");
   refused("{\"prompt\":[\"a\",\"b\"]}", SERVE_COMPLETION, "prompt");
-  refused("{\"prompt\":[1,2,3]}", SERVE_COMPLETION, "prompt");
+  /* token ids, bare or as the one element; ignore_eos */
+  CHECK_EQ_INT(parse("{\"prompt\":[1,2,3],\"ignore_eos\":true}", SERVE_COMPLETION, &r, &f), 0);
+  CHECK(r.n_prompt_ids == 3 && r.prompt_ids[0] == 1 && r.prompt_ids[2] == 3 && r.sampling.ignore_eos);
+  serve_request_free(&r);
+  CHECK_EQ_INT(parse("{\"prompt\":[[7]]}", SERVE_COMPLETION, &r, &f), 0);
+  CHECK(r.n_prompt_ids == 1 && r.prompt_ids[0] == 7 && !r.sampling.ignore_eos);
+  serve_request_free(&r);
+  refused("{\"prompt\":[]}", SERVE_COMPLETION, "prompt");
+  refused("{\"prompt\":[1,\"a\"]}", SERVE_COMPLETION, "prompt");
+  refused("{\"prompt\":[1,-2]}", SERVE_COMPLETION, "prompt");
+  refused("{\"prompt\":[[1],[2]]}", SERVE_COMPLETION, "prompt");
+  refused("{\"prompt\":[1],\"echo\":true}", SERVE_COMPLETION, "echo");
+  refused("{\"prompt\":\"a\",\"ignore_eos\":1}", SERVE_COMPLETION, "ignore_eos");
   refused("{\"prompt\":\"a\",\"logprobs\":6}", SERVE_COMPLETION, "logprobs");
   refused("{\"prompt\":\"a\",\"logprobs\":true}", SERVE_COMPLETION, "logprobs");
   refused("{\"prompt\":\"a\",\"echo\":1}", SERVE_COMPLETION, "echo");
