@@ -43,7 +43,7 @@ seed=100
 point() { # label args...: each point its own prompts (a new seed), so only the shared mix hits the prefix cache
   local label=$1; shift
   seed=$((seed + 1))
-  "$load" --url "$url" --label "$label" --seed $seed "$@" | tee -a "$res"
+  "$load" --url "$url" --label "$label" --seed $seed --token-events 1 "$@" | tee -a "$res"
 }
 # warm up (first-use costs: graphs, the first allocations)
 "$load" --url "$url" --concurrency 4 --requests 8 --input 64 --output 16 --seed 1 >/dev/null

@@ -8,13 +8,18 @@
  *
  *   serve_load --url URL [--model NAME] (--concurrency C | --rate R) --requests N
  *              --input L --output L [--shared-prefix P --shared-frac F] [--vocab V]
- *              [--seed S] [--label TEXT] [--timeout SECONDS]
+ *              [--seed S] [--label TEXT] [--timeout SECONDS] [--token-events 1]
  *
  * One thread drives every transfer through libcurl's multi interface, so
  * hundreds of streams cost no threads; times are taken as each SSE event
  * arrives. Prompts are random token ids in [10, V) (V defaults to 1000, so
  * any model's vocabulary holds them), distinct per request so the prefix
- * cache helps only where --shared-prefix says it should. */
+ * cache helps only where --shared-prefix says it should. Inter-token latency
+ * is the gap between stream events: a token whose text is empty (an id the
+ * tokenizer does not cover, as in a random model) or held back (part of a
+ * character, a possible stop string) comes with the next, unless
+ * --token-events 1 asks for each token's logprob, which gives every token an
+ * event of its own. */
 #include <curl/curl.h>
 #include <jansson.h>
 #include <math.h>
@@ -45,6 +50,7 @@ typedef struct opts {
   double rate;         /* open loop: requests per second */
   int requests, input, output, shared_prefix, vocab;
   double shared_frac, timeout;
+  bool token_events;
   uint64_t seed;
 } opts;
 
@@ -76,7 +82,8 @@ static void on_event(xfer *x, const char *data, size_t n, double t) {
   json_t *j = json_loadb(data, n, 0, &je);
   if (!j) {
     x->failed = true;
-    snprintf(x->err, sizeof x->err, "unreadable event: %.80s", data);
+    snprintf(x->err, sizeof x->err, "unreadable event (%.60s at %d): %.60s", je.text, je.position,
+             je.position > 20 ? data + je.position - 20 : data);
     return;
   }
   json_t *err = json_object_get(j, "error");
@@ -151,6 +158,8 @@ static xfer *start(CURLM *multi, const opts *o, int idx, char *endpoint) {
   }
   json_t *body = json_pack("{s:o, s:i, s:b, s:b, s:{s:b}, s:f}", "prompt", ids, "max_tokens", o->output, "ignore_eos", 1,
                            "stream", 1, "stream_options", "include_usage", 1, "temperature", 0.0);
+  /* the sampled token's logprob: every token its own event, also one whose text is empty or held back */
+  if (o->token_events) json_object_set_new(body, "logprobs", json_integer(0));
   if (o->model) json_object_set_new(body, "model", json_string(o->model));
   x->body = json_dumps(body, JSON_COMPACT);
   json_decref(body);
@@ -192,7 +201,8 @@ static json_t *stats(double *v, size_t n) {
 
 static int usage(void) {
   fprintf(stderr, "usage: serve_load --url URL [--model NAME] (--concurrency C | --rate R) --requests N --input L "
-                  "--output L [--shared-prefix P --shared-frac F] [--vocab V] [--seed S] [--label TEXT] [--timeout S]\n");
+                  "--output L [--shared-prefix P --shared-frac F] [--vocab V] [--seed S] [--label TEXT] [--timeout S] "
+                  "[--token-events 0|1]\n");
   return 2;
 }
 
@@ -214,6 +224,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--vocab")) o.vocab = atoi(v);
     else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 10);
     else if (!strcmp(a, "--timeout")) o.timeout = atof(v);
+    else if (!strcmp(a, "--token-events")) o.token_events = atoi(v) != 0;
     else return usage();
     i++;
   }

@@ -36,7 +36,7 @@ struct cu_graph {
   uint64_t used;   /* graph_tick when last used */
 };
 /* Scratch never grows past this many bytes; larger work is chunked. */
-#define CU_SCRATCH_CAP ((size_t)64 << 20)
+#define CU_SCRATCH_CAP ((size_t)256 << 20)
 
 struct cu_backend {
   bk_backend base;               /* first: the loader sees this */

@@ -5,19 +5,24 @@
  * their stored format once for all n activation rows (one warp per output
  * row, f32 accumulation); dense f32 / f16 / bf16 rows stream through
  * coalesced 16-byte loads, four in flight per lane (gemv_dense_kernel).
- * n > CU_GEMV_MAX_N: f32 weights go straight to cublasSgemm (no TF32);
- * bf16 weights multiply a three-term bf16 split of the activations
- * (x = hi + mid + lo, each bf16, exact to about 2^-24 of x) with three
- * cublasGemmEx calls (f32 compute and output, the smallest term first),
- * which keeps the product at f32 precision on tensor cores — a prompt fed
- * in chunks of any size then gives the logits of one piece up to f32
- * rounding, as on the CPU; every other format is dequantized a chunk
+ * n > CU_GEMV_MAX_N (bf16: n > CU_GEMV_MAX_N_BF16): f32 weights go straight
+ * to cublasSgemm (no TF32); bf16 weights multiply a three-term bf16 split of
+ * the activations (x = hi + mid + lo, each bf16, exact to about 2^-24 of x),
+ * the three terms stacked as 3n activation rows of one cublasGemmEx (f32
+ * compute and output), so the weights are read once, then summed per row
+ * (the smallest term first): the product stays at f32 precision on tensor
+ * cores — a prompt fed in chunks of any size gives the logits of one piece
+ * up to f32 rounding, as on the CPU — and a decode batch of a few dozen
+ * sequences costs one pass over the weights; every other format is dequantized a chunk
  * of rows at a time into the f32 scratch buffer and multiplied by
  * cublasSgemm. Row-major y = x Wᵀ is column-major yᵀ = W xᵀ for cuBLAS. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/quant_cuda.cuh"
 
 #define CU_GEMV_MAX_N 8
+/* bf16: the GEMV's cost grows with n (every weight piece meets n activation
+ * rows from cache), the stacked GEMM reads the weights once at any n */
+#define CU_GEMV_MAX_N_BF16 2
 #define CU_GEMV_WARPS 8 /* output rows per block */
 
 cu_wdesc cu_make_wdesc(const bk_weight *w) {
@@ -310,6 +315,13 @@ __global__ void split_bf16_kernel(const float *__restrict__ x, int64_t n, __nv_b
   }
 }
 
+/* y[r][c] = (t[r][c] + t[nc + r][c]) + t[2 nc + r][c]: the three terms' products (lo, mid, hi) summed */
+__global__ void sum3_kernel(const float *__restrict__ t, int64_t nc, int64_t rows, float *__restrict__ y) {
+  const int64_t total = nc * rows, third = nc * rows;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+    y[i] = (t[i] + t[third + i]) + t[2 * third + i];
+}
+
 __global__ void add_bias_kernel(float *__restrict__ y, int64_t n, int64_t cols, const float *__restrict__ bias) {
   const int64_t total = n * cols;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
@@ -339,7 +351,7 @@ void cu_matmul(bk_backend *be, const bk_tensor *yt, const bk_tensor *xt, const b
   float *y = cu_fw(yt);
   const float *bp = bias ? cu_f(bias) : NULL;
 
-  if (n <= CU_GEMV_MAX_N) {
+  if (n <= (wt->type == BK_BF16 ? CU_GEMV_MAX_N_BF16 : CU_GEMV_MAX_N)) {
     gemv(b, (int)n, w, x, cols, y, rows, bp);
     cu_check(b, "matmul (gemv)");
     return;
@@ -351,29 +363,30 @@ void cu_matmul(bk_backend *be, const bk_tensor *yt, const bk_tensor *xt, const b
                                     (const float *)w.data, (int)cols, x, (int)cols, &zero, y, (int)rows);
     if (cu_check_blas(b, st, "sgemm")) return;
   } else if (wt->type == BK_BF16) {
-    /* activations as hi + mid + lo bf16 terms: chunks of n so all three fit the scratch */
-    int64_t per_row = cols * 3 * (int64_t)sizeof(__nv_bfloat16);
-    int64_t chunk = (int64_t)(CU_SCRATCH_CAP / (size_t)per_row);
+    /* activations as lo, mid, hi bf16 terms stacked [3 nc, cols], their products [3 nc, rows]
+     * in f32, all in the scratch: chunks of n so that they fit */
+    int64_t per_row = 3 * cols * (int64_t)sizeof(__nv_bfloat16) + 3 * rows * (int64_t)sizeof(float);
+    int64_t chunk = (int64_t)((CU_SCRATCH_CAP - 256) / (size_t)per_row); /* (256: the products' alignment) */
     if (chunk < 1) {
-      cu_fail(b, HEARTH_EUNSUPPORTED, "cuda matmul: %lld columns too wide for the bf16 path", (long long)cols);
+      cu_fail(b, HEARTH_EUNSUPPORTED, "cuda matmul: %lld x %lld too wide for the bf16 path", (long long)rows,
+              (long long)cols);
       return;
     }
     if (chunk > n) chunk = n;
-    __nv_bfloat16 *hi = (__nv_bfloat16 *)cu_scratch(b, (size_t)(chunk * per_row));
-    if (!hi) return;
-    __nv_bfloat16 *mid = hi + chunk * cols, *lo = mid + chunk * cols;
+    char *sc = (char *)cu_scratch(b, (size_t)(chunk * per_row) + 256);
+    if (!sc) return;
     for (int64_t n0 = 0; n0 < n; n0 += chunk) {
       int64_t nc = n - n0 < chunk ? n - n0 : chunk;
+      __nv_bfloat16 *lo = (__nv_bfloat16 *)sc, *mid = lo + nc * cols, *hi = mid + nc * cols;
+      float *prod = (float *)(sc + (((size_t)(3 * nc * cols) * sizeof(__nv_bfloat16) + 255) & ~(size_t)255));
       split_bf16_kernel<<<grid_for(nc * cols, 256), 256, 0, b->stream>>>(x + n0 * cols, nc * cols, hi, mid, lo);
       if (cu_check(b, "matmul (bf16 split)")) return;
-      float *yc = y + n0 * rows;
-      const __nv_bfloat16 *terms[3] = {lo, mid, hi};
-      cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-      for (int k = 0; k < 3 && st == CUBLAS_STATUS_SUCCESS; k++)
-        st = cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)nc, (int)cols, &one, w.data, CUDA_R_16BF,
-                          (int)cols, terms[k], CUDA_R_16BF, (int)cols, k ? &one : &zero, yc, CUDA_R_32F, (int)rows,
-                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      cublasStatus_t st = cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)(3 * nc), (int)cols, &one,
+                                       w.data, CUDA_R_16BF, (int)cols, lo, CUDA_R_16BF, (int)cols, &zero, prod,
+                                       CUDA_R_32F, (int)rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       if (cu_check_blas(b, st, "gemm bf16")) return;
+      sum3_kernel<<<grid_for(nc * rows, 256), 256, 0, b->stream>>>(prod, nc, rows, y + n0 * rows);
+      if (cu_check(b, "matmul (bf16 sum)")) return;
     }
   } else {
     /* dequantize a chunk of weight rows to f32, then sgemm into y's columns [r0, r0 + rc) */
