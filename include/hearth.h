@@ -85,6 +85,10 @@ typedef struct hearth_load_opts {
   bool f32_as_bf16;        /* store f32 weight matrices as bf16 (half the GPU memory; the weights rounded) */
   bool no_cuda_graphs;     /* GPU: launch every kernel of every decode step instead of replaying
                               a recorded CUDA graph (for debugging and comparison) */
+  bool gpu_fast_matmul;    /* GPU: bf16 weights multiply bf16-rounded activations in one pass, as most
+                              GPU servers do (a third of the matrix work for prefill and large batches;
+                              logits move by about 1e-3 of their range); default: f32-precise
+                              activations in three bf16 terms */
   double gpu_memory_fraction; /* GPU: the share of free device memory the KV pool may take after the
                               weights are loaded (0: 0.9); ignored on the CPU */
   int64_t expert_budget;   /* mixture of experts on the CPU: bytes of expert weights kept resident; the

@@ -84,6 +84,9 @@ typedef struct bk_open_opts {
   const char *cuda_lib;   /* CUDA: path of libhearth_cuda.so (NULL: next to the program, then the loader's search) */
   const char *cpu_level;  /* CPU: "scalar", "avx2" or "avx512" caps the kernel level (NULL: the best this CPU has) */
   bool no_graphs;         /* CUDA: launch every op of every step (no graph capture and replay) */
+  bool fast_matmul;       /* CUDA: bf16 weights meet bf16-rounded activations in one tensor-core pass
+                             (about 3 significant digits of the activations; a third of the work of the
+                             default, which keeps them to f32 precision in three bf16 terms) */
 } bk_open_opts;
 
 /* device: "cpu", "cuda", "cuda:N" or "auto" (the first GPU when one is

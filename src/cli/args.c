@@ -202,6 +202,7 @@ void cli_hearth_load_opts(hearth_load_opts *lo) {
   *lo = (hearth_load_opts){.threads = cl->threads, .device = cl->device, .gpu_memory_fraction = cl->gpu_memory_fraction,
                            .cpu_level = cl->cpu_level, .mmap = cl->mmap, .f32_activations = cl->f32_activations,
                            .f32_as_bf16 = cl->f32_as_bf16, .no_cuda_graphs = cl->no_cuda_graphs,
+                           .gpu_fast_matmul = cl->gpu_fast_matmul,
                            .expert_budget = cl->expert_budget};
 }
 
@@ -209,7 +210,8 @@ int cli_model_load(const char *dir, model **out, herr *err) {
   const cli_load *cl = cli_load_opts();
   model_load_opts opts = {.threads = cl->threads, .device = cl->device, .cpu_level = cl->cpu_level, .mmap = cl->mmap,
                           .f32_activations = cl->f32_activations, .f32_as_bf16 = cl->f32_as_bf16,
-                          .no_graphs = cl->no_cuda_graphs, .expert_budget = cl->expert_budget};
+                          .no_graphs = cl->no_cuda_graphs, .fast_matmul = cl->gpu_fast_matmul,
+                          .expert_budget = cl->expert_budget};
   int rc = model_load(dir, &opts, out, err);
   if (!rc && (rc = model_config_check(model_cfg(*out), dir, err))) {
     model_free(*out);

@@ -158,7 +158,7 @@ int cli_bench(int argc, char **argv) {
   const cli_load *cl = cli_load_opts();
   model_load_opts opts = {.threads = threads >= 0 ? threads : cl->threads, .device = cl->device, .cpu_level = cl->cpu_level,
                           .mmap = cl->mmap, .f32_activations = cl->f32_activations, .f32_as_bf16 = cl->f32_as_bf16,
-                          .no_graphs = cl->no_cuda_graphs};
+                          .no_graphs = cl->no_cuda_graphs, .fast_matmul = cl->gpu_fast_matmul};
   if (threads < 0) threads = cl->threads;
   if (model_load(dir, &opts, &m, &err) || model_config_check(model_cfg(m), dir, &err)) {
     model_free(m);

@@ -55,6 +55,7 @@ typedef struct cli_load {
   bool f32_activations;
   bool f32_as_bf16;
   bool no_cuda_graphs;         /* HEARTH_CUDA_GRAPHS=0 */
+  bool gpu_fast_matmul;        /* --gpu-precision fast */
   int64_t expert_budget;       /* --expert-budget BYTES */
 } cli_load;
 const cli_load *cli_load_opts(void);

@@ -45,6 +45,8 @@ static void usage(FILE *f) {
           "  --device DEV                 cpu (default), cuda, cuda:N, or auto (the GPU when one is usable)\n"
           "  --gpu-memory-fraction F      share of free GPU memory the KV pool may take after the weights (0.9)\n"
           "  --f32-as-bf16                store f32 weight matrices as bf16 (half the memory; weights rounded)\n"
+          "  --gpu-precision exact|fast   GPU, bf16 weights: activations at f32 precision (exact, default) or\n"
+          "                               rounded to bf16 in one pass (fast: a third of the prefill work)\n"
           "  --threads N                  CPU worker threads (default 0: one per CPU)\n"
           "  --expert-budget BYTES        mixture of experts on the CPU: at most this much expert weight resident;\n"
           "                               the rest is read from the file when used (e.g. 4G)\n"
@@ -215,6 +217,11 @@ int main(int argc, char **argv) {
       if (r < 0) return 2;
       if (!cli_parse_bytes(v, &b)) return cli_usage_error(verb->name, "--expert-budget must be a byte count (4096, 512M, 2G), not '%s'", v);
       g_load.expert_budget = b;
+    } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--gpu-precision", &v))) {
+      if (r < 0) return 2;
+      if (strcmp(v, "fast") && strcmp(v, "exact"))
+        return cli_usage_error(verb->name, "--gpu-precision must be exact or fast, not '%s'", v);
+      g_load.gpu_fast_matmul = !strcmp(v, "fast");
     } else if (verb && verb->loads_model && strcmp(argv[j], "--f32-as-bf16") == 0) {
       g_load.f32_as_bf16 = true;
     } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--gpu-memory-fraction", &v))) {

@@ -129,7 +129,7 @@ int cli_serve(int argc, char **argv) {
                                    .mmap = cli_load_opts()->mmap,
                                    .f32_activations = cli_load_opts()->f32_activations,
                                    .f32_as_bf16 = cli_load_opts()->f32_as_bf16,
-                                   .no_cuda_graphs = cli_load_opts()->no_cuda_graphs,
+                                   .no_cuda_graphs = cli_load_opts()->no_cuda_graphs, .gpu_fast_matmul = cli_load_opts()->gpu_fast_matmul,
                                    .expert_budget = cli_load_opts()->expert_budget,
                                    .trace_file = trace_file,
                                    .trace_max_bytes = trace_max}};

@@ -262,7 +262,7 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   m->as_bf16 = opts && opts->f32_as_bf16;
   bk_open_opts bo = {.threads = opts ? opts->threads : 0, .f32_activations = opts && opts->f32_activations,
                      .cuda_lib = opts ? opts->cuda_lib : NULL, .cpu_level = opts ? opts->cpu_level : NULL,
-                     .no_graphs = opts && opts->no_graphs};
+                     .no_graphs = opts && opts->no_graphs, .fast_matmul = opts && opts->fast_matmul};
   int rc = bk_backend_open(opts && opts->device ? opts->device : "cpu", &bo, &m->be, err);
   if (rc) goto fail;
   /* a backend that computes from host memory reads the weights into it; others map the

@@ -42,6 +42,7 @@ typedef struct model_load_opts {
   const char *cuda_lib; /* path of libhearth_cuda.so; NULL = next to the program */
   const char *cpu_level; /* "scalar", "avx2", "avx512": caps the CPU kernels (NULL: the best) */
   bool no_graphs;        /* GPU: launch every op of every step (no recorded steps) */
+  bool fast_matmul;      /* GPU: bf16 activations for bf16 weights (bk_open_opts.fast_matmul) */
   bool f32_as_bf16;     /* run an f32 model as if stored in bf16: matrices stored as bf16 on the
                            device (half the memory and bandwidth), norms and biases rounded to
                            bf16 values (off: f32 stays f32) */

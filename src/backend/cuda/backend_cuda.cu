@@ -462,6 +462,7 @@ extern "C" __attribute__((visibility("default"))) int hearth_cuda_backend_open(i
   b->base.is_cpu = false;
   b->base.lib = NULL;
   b->no_graphs = opts && opts->no_graphs;
+  b->fast_matmul = opts && opts->fast_matmul;
   e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
     cudaGetLastError();

@@ -54,6 +54,7 @@ struct cu_backend {
   void *samp;                    /* owned: bk_sample's device scratch (params, results, probabilities) */
   size_t samp_size;
   bool no_graphs;                /* bk_open_opts.no_graphs */
+  bool fast_matmul;              /* bk_open_opts.fast_matmul */
   cu_graph graphs[CU_GRAPHS];    /* owned: recorded steps */
   uint64_t graph_tick;
   int graph_mode;                /* between graph_begin and graph_end: 0 plain, 1 recording, 2 replaying */

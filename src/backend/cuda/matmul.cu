@@ -315,6 +315,11 @@ __global__ void split_bf16_kernel(const float *__restrict__ x, int64_t n, __nv_b
   }
 }
 
+__global__ void to_bf16_kernel(const float *__restrict__ x, int64_t n, __nv_bfloat16 *__restrict__ out) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = __float2bfloat16_rn(x[i]);
+}
+
 /* y[r][c] = (t[r][c] + t[nc + r][c]) + t[2 nc + r][c]: the three terms' products (lo, mid, hi) summed */
 __global__ void sum3_kernel(const float *__restrict__ t, int64_t nc, int64_t rows, float *__restrict__ y) {
   const int64_t total = nc * rows, third = nc * rows;
@@ -379,6 +384,15 @@ void cu_matmul(bk_backend *be, const bk_tensor *yt, const bk_tensor *xt, const b
       int64_t nc = n - n0 < chunk ? n - n0 : chunk;
       __nv_bfloat16 *lo = (__nv_bfloat16 *)sc, *mid = lo + nc * cols, *hi = mid + nc * cols;
       float *prod = (float *)(sc + (((size_t)(3 * nc * cols) * sizeof(__nv_bfloat16) + 255) & ~(size_t)255));
+      if (b->fast_matmul) { /* one term: the activations rounded to bf16, straight into y */
+        to_bf16_kernel<<<grid_for(nc * cols, 256), 256, 0, b->stream>>>(x + n0 * cols, nc * cols, lo);
+        if (cu_check(b, "matmul (bf16 round)")) return;
+        cublasStatus_t st = cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)nc, (int)cols, &one, w.data,
+                                         CUDA_R_16BF, (int)cols, lo, CUDA_R_16BF, (int)cols, &zero, y + n0 * rows,
+                                         CUDA_R_32F, (int)rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (cu_check_blas(b, st, "gemm bf16")) return;
+        continue;
+      }
       split_bf16_kernel<<<grid_for(nc * cols, 256), 256, 0, b->stream>>>(x + n0 * cols, nc * cols, hi, mid, lo);
       if (cu_check(b, "matmul (bf16 split)")) return;
       cublasStatus_t st = cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)(3 * nc), (int)cols, &one,
