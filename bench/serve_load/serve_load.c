@@ -79,7 +79,7 @@ typedef struct result {
 static void on_event(xfer *x, const char *data, size_t n, double t) {
   if (n == 6 && !memcmp(data, "[DONE]", 6)) return;
   json_error_t je;
-  json_t *j = json_loadb(data, n, 0, &je);
+  json_t *j = json_loadb(data, n, JSON_ALLOW_NUL, &je);
   if (!j) {
     x->failed = true;
     snprintf(x->err, sizeof x->err, "unreadable event (%.60s at %d): %.60s", je.text, je.position,
