@@ -62,7 +62,8 @@ const char *hearth_code_name(int code);
  * only read the model and run concurrently. hearth_generate may be called
  * from many threads at once: the model's scheduler (one engine thread,
  * started by the first generation) batches all of them into shared forward
- * steps, with a paged KV cache and automatic prefix caching.
+ * steps, with a paged KV cache and automatic prefix caching. A generation's
+ * callback runs on the thread that called hearth_generate.
  * hearth_model_free must not race with any other call.
  */
 

@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,12 @@
 #include "engine/emit.h"
 #include "engine/grammar.h"
 #include "engine/kv_paged.h"
+
+typedef struct dentry {
+  sample_token st;
+  bool has_tok;               /* false: the held-back tail at the end */
+  size_t off, len;            /* its text in dtext */
+} dentry;
 
 typedef struct sseq {
   /* the request (borrowed from sched_run's caller, who waits) */
@@ -44,6 +51,15 @@ typedef struct sseq {
   bool closing;               /* the token budget ran short: the grammar is being closed */
   int mask_rc;                /* device sampling, this step: 0, -1 (the grammar is complete) or an error */
   gen_emit out;               /* owned: detokenizer, stop matcher, the step's text */
+  /* delivery: the engine queues each token with its text; the waiter (sched_run's caller) takes them
+   * and calls fn, so the callbacks of many requests run on their own threads, not in the step */
+  pthread_mutex_t dmu;        /* guards the queue, dtext, dclosed */
+  pthread_cond_t dcv;
+  struct dentry *dq;          /* owned: queued tokens */
+  size_t n_dq, cap_dq;
+  hbuf dtext;                 /* their text, one after another */
+  bool dclosed;               /* finished: nothing more will be queued */
+  atomic_int stop_req;        /* fn returned nonzero: the engine cancels at its next step */
   bool admitted_once;
   bool ended;                 /* finished: the engine no longer touches it */
   bool done;                  /* the waiter may return (under the lock) */
@@ -88,11 +104,15 @@ struct sched {
   pthread_mutex_t gv_mu;      /* guards making gv */
   grammar_vocab *gv;          /* owned, made on the first grammar request: the tokens' bytes */
   htrace *trace;              /* borrowed, may be NULL */
+  void (*step_hook)(void *);  /* sched_config's */
+  void *step_hook_user;
   int64_t trace_requests;     /* requests traced so far (atomic): their tracks' numbers */
 };
 
-/* The engine's track in a trace; request N's track is TRACE_ENGINE + N. */
+/* The engine's track in a trace; request N's track is TRACE_ENGINE + N, the
+ * track of its callbacks (on its own thread) TRACE_DELIVER + N. */
 #define TRACE_ENGINE 1
+#define TRACE_DELIVER ((int64_t)1 << 32)
 
 static double now_seconds(void) {
   struct timespec ts;
@@ -110,6 +130,12 @@ static void trace_queued(sched *s, sseq *q) {
   if (q->req->trace_label && q->req->trace_label[0]) snprintf(name, sizeof name, "req %s", q->req->trace_label);
   else snprintf(name, sizeof name, "req %lld", (long long)n);
   htrace_track(s->trace, q->trace_tid, name, q->trace_tid);
+  /* the callbacks run on the request's own thread: a track of their own beside it */
+  if (q->fn) {
+    char dname[172];
+    snprintf(dname, sizeof dname, "deliver: %s", name);
+    htrace_track(s->trace, TRACE_DELIVER + n, dname, q->trace_tid);
+  }
   q->t_queued = htrace_now();
 }
 
@@ -168,7 +194,9 @@ static sseq *queue_pop(sched *s) {
 
 /* ---- one sequence ---- */
 
-static bool seq_cancelled(const sseq *q) { return q->req->cancel && *q->req->cancel; }
+static bool seq_cancelled(const sseq *q) {
+  return (q->req->cancel && *q->req->cancel) || (q->fn && atomic_load_explicit(&((sseq *)q)->stop_req, memory_order_relaxed));
+}
 
 /* Copies the engine-side counts into the stats (engine thread, under mu). */
 static void publish_counts(sched *s) {
@@ -181,6 +209,21 @@ static void publish_counts(sched *s) {
   int64_t running = 0;
   for (int i = 0; i < s->n_running; i++) running += !s->running[i]->ended;
   s->st.running = running;
+}
+
+/* Queues a token (tok NULL: the held-back tail) and its text for q's waiter
+ * (engine thread). False when out of memory. */
+static bool seq_queue(sseq *q, const char *text, size_t len, const sample_token *tok) {
+  pthread_mutex_lock(&q->dmu);
+  bool ok = q->n_dq < q->cap_dq || HGROW(q->dq, q->cap_dq, q->n_dq + 1);
+  if (ok) {
+    q->dq[q->n_dq++] = (dentry){.st = tok ? *tok : (sample_token){0}, .has_tok = tok != NULL, .off = q->dtext.len, .len = len};
+    if (len) hbuf_append(&q->dtext, text, len);
+    ok = !q->dtext.oom;
+  }
+  pthread_cond_signal(&q->dcv);
+  pthread_mutex_unlock(&q->dmu);
+  return ok;
 }
 
 /* Ends q (engine thread): frees its blocks, tells its waiter. */
@@ -200,6 +243,12 @@ static void seq_finish(sched *s, sseq *q, int rc) {
     q->res->decode_seconds = t - q->t_first;
   }
   q->ended = true;
+  if (q->fn) {
+    pthread_mutex_lock(&q->dmu);
+    q->dclosed = true;
+    pthread_cond_signal(&q->dcv);
+    pthread_mutex_unlock(&q->dmu);
+  }
   pthread_mutex_lock(&s->mu);
   publish_counts(s);
   if (q->res->finish == GEN_FINISH_CANCELLED) s->st.requests_cancelled++;
@@ -222,7 +271,8 @@ static int seq_flush_text(sched *s, sseq *q) {
   if (q->trace_tid)
     htrace_complete(s->trace, q->trace_tid, "detokenize", "request", t0, htrace_now() - t0,
                     (htrace_arg[]){HTRACE_INT("flush", 1), HTRACE_INT("bytes", q->out.delta.len)}, 2);
-  if (!rc && q->out.delta.len && q->fn) q->fn(q->user, hbuf_str(&q->out.delta), q->out.delta.len, NULL);
+  if (!rc && q->out.delta.len && q->fn && !seq_queue(q, hbuf_str(&q->out.delta), q->out.delta.len, NULL))
+    rc = herr_set(q->err, HEARTH_ENOMEM, "generate: out of memory for the output");
   return rc;
 }
 
@@ -247,10 +297,9 @@ static bool seq_take_token(sched *s, sseq *q, sample_token st) {
     seq_finish(s, q, rc);
     return true;
   }
-  int stop = q->fn ? q->fn(q->user, hbuf_str(&q->out.delta), q->out.delta.len, &st) : 0;
-  if (q->trace_tid && q->fn) htrace_complete(s->trace, q->trace_tid, "deliver", "request", t0, htrace_now() - t0, NULL, 0);
-  if (stop) {
-    seq_cancel(s, q, "by the callback");
+  (void)t0;
+  if (q->fn && !seq_queue(q, hbuf_str(&q->out.delta), q->out.delta.len, &st)) {
+    seq_finish(s, q, herr_set(q->err, HEARTH_ENOMEM, "generate: out of memory for the output"));
     return true;
   }
   if (ended) {
@@ -453,6 +502,7 @@ static void trace_forward(sched *s, int n_batch, double t0, double t1, int64_t *
 
 /* One step: cancellations, admission, one batched forward, sampling. */
 static void step(sched *s) {
+  if (s->step_hook) s->step_hook(s->step_hook_user);
   double t_step = s->trace ? htrace_now() : 0;
   for (int i = 0; i < s->n_running;) {
     sseq *q = s->running[i];
@@ -675,6 +725,8 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   s->step_tokens = c.step_tokens > 0 ? c.step_tokens : (s->chunk > s->max_batch ? s->chunk : s->max_batch);
   s->memory_budget = c.memory_budget;
   s->trace = c.trace;
+  s->step_hook = c.step_hook;
+  s->step_hook_user = c.step_hook_user;
   int B = c.block_tokens > 0 ? c.block_tokens : 16;
   int64_t ctx = c.context_length > 0 ? c.context_length : model_cfg(m)->max_position_embeddings;
   if (ctx <= 0) ctx = 4096;
@@ -846,6 +898,47 @@ static int seq_grammar(sched *s, sseq *q, herr *err) {
   return grammar_matcher_new(q->gram, s->gv, ends, n_end, &q->gm, err);
 }
 
+/* The waiter's side of delivery: takes the queued tokens and calls fn for
+ * each, outside the engine's step, until the sequence is finished and its
+ * queue empty. After fn asks to stop, the rest is dropped. */
+static void deliver(sched *s, sseq *q) {
+  dentry *batch = NULL;
+  size_t cap = 0;
+  hbuf text = {0};
+  bool stopped = false;
+  pthread_mutex_lock(&q->dmu);
+  for (;;) {
+    while (q->n_dq == 0 && !q->dclosed) pthread_cond_wait(&q->dcv, &q->dmu);
+    if (q->n_dq == 0) break; /* closed and drained */
+    /* take the whole queue: swap it with the (empty) local arrays */
+    dentry *qa = q->dq;
+    size_t qn = q->n_dq, qc = q->cap_dq;
+    q->dq = batch, q->cap_dq = cap, q->n_dq = 0;
+    batch = qa, cap = qc;
+    hbuf t = q->dtext;
+    q->dtext = text;
+    hbuf_clear(&q->dtext);
+    text = t;
+    pthread_mutex_unlock(&q->dmu);
+    double t0 = q->trace_tid ? htrace_now() : 0;
+    for (size_t i = 0; i < qn && !stopped; i++) {
+      const dentry *d = &batch[i];
+      if (q->fn(q->user, text.data ? text.data + d->off : "", d->len, d->has_tok ? &d->st : NULL)) {
+        stopped = true;
+        atomic_store(&q->stop_req, 1);
+      }
+    }
+    if (q->trace_tid)
+      htrace_complete(s->trace, q->trace_tid - TRACE_ENGINE + TRACE_DELIVER, "deliver", "request", t0, htrace_now() - t0,
+                      (htrace_arg[]){HTRACE_INT("tokens", (int64_t)qn)}, 1);
+    hbuf_clear(&text);
+    pthread_mutex_lock(&q->dmu);
+  }
+  pthread_mutex_unlock(&q->dmu);
+  free(batch);
+  hbuf_free(&text);
+}
+
 int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen_result *res, herr *err) {
   double t_start = s->trace ? htrace_now() : 0;
   memset(res, 0, sizeof *res);
@@ -860,6 +953,8 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
       return herr_set(err, HEARTH_EINVAL, "generate: prompt token %zu is id %d, outside the vocabulary (size %lld)", i,
                       (int)req->prompt[i], (long long)s->vocab);
   sseq q = {.req = req, .fn = fn, .user = user, .res = res, .err = err, .t_start = t_start};
+  pthread_mutex_init(&q.dmu, NULL);
+  pthread_cond_init(&q.dcv, NULL);
   int rc = sampler_new((int32_t)s->vocab, &req->sample, &q.smp, err);
   if (rc) goto out;
   if ((rc = gen_check_context(s->m, req, &q.max_new, err))) goto out;
@@ -889,11 +984,18 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
   if (s->trace) trace_queued(s, &q);
   queue_push_back(s, &q);
   pthread_cond_signal(&s->work_cv);
+  pthread_mutex_unlock(&s->mu);
+  if (fn) deliver(s, &q);
+  pthread_mutex_lock(&s->mu);
   while (!q.done) pthread_cond_wait(&s->done_cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
   rc = q.rc;
 out:
   seq_state_free(&q);
+  free(q.dq);
+  hbuf_free(&q.dtext);
+  pthread_cond_destroy(&q.dcv);
+  pthread_mutex_destroy(&q.dmu);
   return rc;
 }
 

@@ -11,9 +11,13 @@
  *   sched_run(s, &req, fn, user, &res, &err);   // any thread; blocks until done
  *   sched_free(s);
  *
- * Callbacks run on the engine thread; sched_run returns after the last one.
+ * Callbacks run on the thread that called sched_run, in order, never inside
+ * the engine's step: the engine queues each token with its text and goes on,
+ * so many requests' callbacks (a server's stream formatting) run beside the
+ * next forward instead of before it. sched_run returns after the last one.
  * Cancellation (*req->cancel or a callback returning nonzero) takes effect
- * within one step and frees the sequence's blocks.
+ * within a step or two and frees the sequence's blocks; tokens made after a
+ * callback asked to stop are not delivered.
  */
 #ifndef HEARTH_ENGINE_SCHED_H
 #define HEARTH_ENGINE_SCHED_H
@@ -36,6 +40,9 @@ typedef struct sched_config {
   double gpu_memory_fraction; /* on a GPU, when kv_bytes is 0: the pool takes this share of the free
                              device memory (<= 0: 0.9), at most what max_batch full-context
                              sequences need */
+  void (*step_hook)(void *user); /* may be NULL: called by the engine thread before each step, with
+                             no lock held (tests hold the engine at a chosen point with it) */
+  void *step_hook_user;
   bool backend_sampling;  /* on the CPU too, tokens are picked by bk_sample (the device path, on its
                              reference): what a GPU does, checkable here; a device always samples so */
   htrace *trace;          /* borrowed, may be NULL: per-request spans (queue wait, cache lookup, prefill

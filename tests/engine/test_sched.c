@@ -344,29 +344,31 @@ static void *run_b(void *arg) {
   return NULL;
 }
 
-/* A's callback, on A's first token, submits B from another thread and holds
- * the engine until B is queued: B cannot be admitted before that step ends,
- * so both then run together in a pool that holds only one of them whole. */
+/* Before each step (the engine's thread, nothing held): once A has a token,
+ * B is submitted from another thread and the engine waits until B is queued:
+ * B is admitted in that step, so both then run together in a pool that holds
+ * only one of them whole. */
 static sched *g_hold_sched;
 static job *g_hold_job;
 static pthread_t g_hold_thread;
 static bool g_hold_started;
-static int hold_until_b_waits(void *user, const char *delta, size_t len, const sample_token *tok) {
-  collected *c = user;
-  if (c->n == 0) {
-    g_hold_started = pthread_create(&g_hold_thread, NULL, run_b, g_hold_job) == 0;
-    for (int tries = 0; tries < 10000; tries++) {
-      sched_stats st;
-      sched_get_stats(g_hold_sched, &st);
-      if (st.waiting >= 1) break;
-      usleep(1000);
-    }
+
+static void hold_until_b_waits(void *user) {
+  (void)user;
+  if (g_hold_started || !g_hold_sched) return;
+  sched_stats st;
+  sched_get_stats(g_hold_sched, &st);
+  if (st.generated_tokens < 1) return;
+  g_hold_started = pthread_create(&g_hold_thread, NULL, run_b, g_hold_job) == 0;
+  for (int tries = 0; tries < 10000 && g_hold_started; tries++) {
+    sched_get_stats(g_hold_sched, &st);
+    if (st.waiting >= 1) break;
+    usleep(1000);
   }
-  return collect(user, delta, len, tok);
 }
 
 static void test_preemption(void) {
-  sched_config cfg = {.block_tokens = 4, .kv_bytes = 0, .prefill_chunk = 4};
+  sched_config cfg = {.block_tokens = 4, .kv_bytes = 0, .prefill_chunk = 4, .step_hook = hold_until_b_waits};
   model_kv_geometry g;
   model_kv_geometry_of(g_m, &g);
   cfg.kv_bytes = 10 * kv_block_bytes(&g, 4); /* 40 rows; each request needs 32 */
@@ -402,7 +404,7 @@ static void test_preemption(void) {
   /* B is submitted from another thread once A has its first token */
   gen_result res_a;
   g_hold_job = &b;
-  CHECK_EQ_INT(sched_run(s, &ra, hold_until_b_waits, &got_a, &res_a, &e), 0);
+  CHECK_EQ_INT(sched_run(s, &ra, collect, &got_a, &res_a, &e), 0);
   CHECK(g_hold_started);
   if (g_hold_started) pthread_join(g_hold_thread, NULL);
   CHECK_EQ_INT(b.rc, 0);
