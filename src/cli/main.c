@@ -48,7 +48,7 @@ static void usage(FILE *f) {
           "  --gpu-precision exact|fast   GPU, bf16 weights: activations at f32 precision (exact, default) or\n"
           "                               rounded to bf16 in one pass (fast: a third of the prefill work)\n"
           "  --threads N                  CPU worker threads (default 0: one per CPU)\n"
-          "  --expert-budget BYTES        mixture of experts on the CPU: at most this much expert weight resident;\n"
+          "  --expert-budget BYTES        mixture of experts: at most this much expert weight resident (RAM or GPU);\n"
           "                               the rest is read from the file when used (e.g. 4G)\n"
           "\nWithout --model (or PATH), the verbs use the built-in model. A model is a Hugging Face folder or a .gguf file.\n");
 }

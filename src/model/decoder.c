@@ -268,10 +268,9 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   /* a backend that computes from host memory reads the weights into it; others map the
    * file only to upload from it */
   int64_t budget = opts ? opts->expert_budget : 0;
-  if (budget < 0 || (budget > 0 && (!bk_backend_is_cpu(m->be) || m->as_bf16))) {
+  if (budget < 0 || (budget > 0 && m->as_bf16)) {
     rc = herr_set(err, HEARTH_EINVAL, "%s: expert_budget %lld: %s", dir, (long long)budget,
-                  budget < 0 ? "must not be negative" : !bk_backend_is_cpu(m->be) ? "needs the CPU backend"
-                                                                                  : "cannot be combined with f32_as_bf16");
+                  budget < 0 ? "must not be negative" : "cannot be combined with f32_as_bf16");
     goto fail;
   }
   /* an expert budget pages experts in and out of the file mapping */
@@ -347,6 +346,10 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   }
   /* a device that cannot hold the weights refuses the model before any matrix is uploaded */
   size_t fr = 0, tot = 0, need = model_weight_bytes(m);
+  if (budget > 0 && c->num_experts > 0) { /* under a budget at most that many bytes of experts are on the device */
+    size_t ex = (size_t)model_expert_bytes(m);
+    need -= ex - ((size_t)budget < ex ? (size_t)budget : ex);
+  }
   if (!bk_backend_is_cpu(m->be) && bk_mem_info(m->be, &fr, &tot) == 0 && need + ((size_t)256 << 20) > fr) {
     rc = herr_set(err, HEARTH_ENOMEM, "%s: the weights need %.2f GiB of memory on %s, which has %.2f GiB free of %.2f GiB", dir,
                   (double)need / (1 << 30), bk_backend_name(m->be), (double)fr / (1 << 30), (double)tot / (1 << 30));
@@ -537,7 +540,8 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
   /* Decode-sized steps are recorded once per shape and replayed (bk_graph_begin):
    * everything that varies between steps is in the index tables and the KV
    * blocks; the key holds what the ops' arguments depend on. */
-  bool record = T <= FORWARD_GRAPH_MAX_T;
+  /* (under an expert budget the experts a step reads are loaded as its routing chooses them: never recorded) */
+  bool record = T <= FORWARD_GRAPH_MAX_T && m->xc.budget == 0;
   bool replay = false;
   if (record) {
     uint64_t key = hmix64((uint64_t)T * 0x10001u + (uint64_t)R + ((uint64_t)P << 40));

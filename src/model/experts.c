@@ -3,7 +3,8 @@
  * weight file and are loaded into the backend when a step's routing first
  * chooses them; after each layer the least recently used ones are released
  * (their packed copies freed, their file pages given back) until the
- * resident bytes fit the budget. The experts a layer uses are always
+ * resident bytes fit the budget (on a device: uploaded on use, freed when
+ * released). The experts a layer uses are always
  * loaded while it runs, so the logits are the same with any budget. Knows
  * nothing of routing itself; reads the routed ids the backend wrote. */
 #include <stdlib.h>
@@ -60,7 +61,8 @@ int experts_budget_init(model *m, int64_t budget, herr *err) {
   const model_config *cfg = &m->cfg;
   int64_t L = cfg->num_hidden_layers, E = cfg->num_experts;
   c->slots = calloc((size_t)(L * E), sizeof *c->slots);
-  if (!c->slots) return herr_set(err, HEARTH_ENOMEM, "out of memory for the expert table");
+  c->host = calloc((size_t)(L * E * 3), sizeof *c->host);
+  if (!c->slots || !c->host) return herr_set(err, HEARTH_ENOMEM, "out of memory for the expert table");
   c->budget = budget;
   c->n_experts = (int)E;
   c->head = c->tail = -1;
@@ -72,6 +74,7 @@ int experts_budget_init(model *m, int64_t budget, herr *err) {
       s->mapped = true;
       for (int k = 0; k < 3; k++) {
         const bk_weight *w = expert_mat(m, (int)l, (int)e, k);
+        c->host[(l * E + e) * 3 + k] = *w;
         s->bytes += stored_bytes(w);
         s->mapped &= in_mapping(m, w->data, (size_t)stored_bytes(w));
       }
@@ -82,6 +85,7 @@ int experts_budget_init(model *m, int64_t budget, herr *err) {
 
 void experts_budget_free(model *m) {
   free(m->xc.slots);
+  free(m->xc.host);
   free(m->xc.ids);
   memset(&m->xc, 0, sizeof m->xc);
 }
@@ -92,6 +96,7 @@ static void release(model *m, int l, int e) {
   for (int k = 0; k < 3; k++) {
     bk_weight *w = expert_mat(m, l, e, k);
     bk_weight_release(m->be, w);
+    *w = c->host[((int64_t)l * c->n_experts + e) * 3 + k]; /* the file's bytes again (a device copy pointed elsewhere) */
     if (s->mapped) hmmap_drop(w->data, (size_t)stored_bytes(w)); /* a copy of ours stays as it is */
   }
   s->resident = false;
@@ -117,7 +122,10 @@ int experts_acquire(model *m, int l, const bk_tensor *ids, herr *err) {
     }
     for (int k = 0; k < 3; k++)
       if ((rc = bk_weight_load(m->be, expert_mat(m, l, e, k), BK_USE_MATMUL, err))) {
-        while (--k >= 0) bk_weight_release(m->be, expert_mat(m, l, e, k));
+        while (--k >= 0) {
+          bk_weight_release(m->be, expert_mat(m, l, e, k));
+          *expert_mat(m, l, e, k) = c->host[(int64_t)at * 3 + k];
+        }
         return herr_wrap(err, "layer %d expert %d", l, (int)e);
       }
     s->resident = true;

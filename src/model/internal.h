@@ -101,6 +101,7 @@ typedef struct expert_cache {
   int64_t total, resident, page_ins, evictions;
   int n_experts;
   struct expert_slot *slots; /* owned: [layers * n_experts] */
+  bk_weight *host;         /* owned: [layers * n_experts * 3] the matrices as described from the file */
   int32_t head, tail;      /* LRU list: head least recently used; -1 empty */
   int32_t *ids;            /* owned: the step's routed ids on the host */
   int64_t cap_ids;

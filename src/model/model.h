@@ -46,10 +46,11 @@ typedef struct model_load_opts {
   bool f32_as_bf16;     /* run an f32 model as if stored in bf16: matrices stored as bf16 on the
                            device (half the memory and bandwidth), norms and biases rounded to
                            bf16 values (off: f32 stays f32) */
-  int64_t expert_budget; /* mixture of experts, CPU: at most this many bytes of expert weights stay
-                           resident between layers; the rest stays mapped from the file and is read
-                           in when a token is routed to it, least recently used first out
-                           (0: every expert resident). The logits do not change. */
+  int64_t expert_budget; /* mixture of experts: at most this many bytes of expert weights stay
+                           resident (in RAM, or on the GPU) between layers; the rest stays mapped
+                           from the file and is read in (uploaded) when a token is routed to it,
+                           least recently used first out (0: every expert resident). The logits
+                           do not change; steps under a budget are not recorded as CUDA graphs. */
 } model_load_opts;
 
 /* The cache layout the model needs: one row of kv_dim[l] floats (each of K

@@ -37,7 +37,8 @@
  * prefill (queries from row > 0 against rows already cached); scale and
  * get_cols; moe_route with exact logit ties (the lower id wins), with and
  * without renormalization and per-expert scale, ids compared exactly; moe
- * for every stored format and activation, with experts used by several
+ * for every stored format and activation, at 1 to 200 tokens (an expert
+ * chosen by more pairs than one tile of the grouped GEMM holds), with experts used by several
  * tokens, by none, and a slot whose id is out of range (it contributes
  * nothing), also checking the CPU's plain reference bk_moe_ref.
  *
@@ -793,8 +794,18 @@ static void test_moe(void) {
     if (I % blk) I = blk;
     moe_case(f, 1, 8, 2, D, I, acts[fi % 4]);
     moe_case(f, 9, 6, 3, D, I, acts[(fi + 1) % 4]);
+    /* inputs in whole sub-blocks of 32: CUDA's per-slot GEMV (up to 8 tokens) and grouped GEMM */
+    if (blk == 1) D = 64, I = 96;
+    moe_case(f, 3, 8, 2, D, I, acts[(fi + 2) % 4]);
+    moe_case(f, 8, 10, 3, D, I, acts[(fi + 3) % 4]);
+    moe_case(f, 12, 10, 3, D, I, acts[fi % 4]);
   }
   moe_case(&formats[0], 40, 16, 4, 64, 32, BK_ACT_SILU);
+  /* experts chosen by more pairs than one tile holds, output rows not a whole number of tiles */
+  moe_case(&formats[3], 200, 6, 2, 256, 96, BK_ACT_SILU);
+  moe_case(&formats[2], 130, 6, 2, 96, 160, BK_ACT_GELU);
+  moe_case(&formats[8], 100, 5, 2, 128, 96, BK_ACT_SILU);
+  moe_case(&formats[5], 70, 4, 3, 256, 256, BK_ACT_GELU_TANH);
 }
 
 /* ---- get_rows, kv_write ---- */

@@ -3,7 +3,8 @@
  * logits of the model with every expert resident (prefill in one piece and
  * in chunks, then decode), reads experts in and gives them back as it goes
  * (page-ins beyond the number of distinct experts), and never keeps more
- * than the budget between layers; a bad budget is refused by name. */
+ * than the budget between layers; a bad budget is refused by name. On the
+ * device HEARTH_TEST_DEVICE names when set (tools/gpu_check.sh: cuda). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "engine/kv_cache.h"
 #include "model/model.h"
 #include "test.h"
+#include "test_device.h"
 
 #define GOLDEN HEARTH_SOURCE_DIR "/tests/fixtures/golden/"
 
@@ -56,7 +58,7 @@ static void check_budget(const char *name) {
   int32_t toks[64];
   for (int i = 0; i < n && i < 64; i++) toks[i] = (int32_t)json_integer_value(json_array_get(p1, i));
   model *all = NULL, *few = NULL;
-  CHECK(model_load(dir, &(model_load_opts){.threads = 2}, &all, &err) == 0);
+  CHECK(model_load(dir, &(model_load_opts){.threads = 2, .device = test_device()}, &all, &err) == 0);
   const model_config *c = all ? model_cfg(all) : NULL;
   int64_t total = all ? model_expert_bytes(all) : 0;
   int64_t layers_moe = 0;
@@ -65,7 +67,7 @@ static void check_budget(const char *name) {
   /* two experts' worth: less than one layer's experts */
   int64_t per_expert = layers_moe && c ? total / (layers_moe * c->num_experts) : 0, budget = 2 * per_expert + per_expert / 2;
   CHECK(budget < total / (layers_moe ? layers_moe : 1));
-  CHECK_MSG(model_load(dir, &(model_load_opts){.threads = 2, .expert_budget = budget}, &few, &err) == 0, "%s", err.msg);
+  CHECK_MSG(model_load(dir, &(model_load_opts){.threads = 2, .device = test_device(), .expert_budget = budget}, &few, &err) == 0, "%s", err.msg);
   if (all && few) {
     model_expert_stats xs;
     model_expert_stats_of(few, &xs);
@@ -110,6 +112,7 @@ static void test_bad_budget(void) {
 }
 
 int main(void) {
+  test_device_or_skip();
   RUN(test_qwen3_moe_budget);
   RUN(test_gemma4_moe_budget);
   RUN(test_bad_budget);

@@ -148,6 +148,7 @@ static void cu_close(bk_backend *be) {
   for (int i = 0; i < CU_ROPE_CACHE; i++) rope_entry_free(&b->rope[i]);
   if (b->scratch) cudaFree(b->scratch);
   if (b->samp) cudaFree(b->samp);
+  cu_moe_free(b);
   for (int i = 0; i < CU_GRAPHS; i++)
     if (b->graphs[i].exec) cudaGraphExecDestroy(b->graphs[i].exec);
   if (b->stream) cudaStreamDestroy(b->stream);

@@ -59,6 +59,9 @@ struct cu_backend {
   uint64_t graph_tick;
   int graph_mode;                /* between graph_begin and graph_end: 0 plain, 1 recording, 2 replaying */
   int graph_slot;
+  struct cu_moe_tab *moe_tabs;   /* owned: the device tables of expert descriptors (moe.cu) */
+  int n_moe_tabs;
+  void *moe_tmp;                 /* owned: host staging of one table */
 };
 
 static inline cu_backend *cu_be(bk_backend *be) { return (cu_backend *)be; }
@@ -108,6 +111,8 @@ CU_HIDDEN void cu_moe_route(bk_backend *be, const bk_tensor *ids, const bk_tenso
                             const bk_tensor *scale);
 CU_HIDDEN void cu_moe(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *ids, const bk_tensor *w,
                       const bk_experts *ex, bk_act act);
+/* Frees the expert tables (at close). */
+CU_HIDDEN void cu_moe_free(cu_backend *b);
 /* One-time kernel attributes (large dynamic shared memory); 0 or a CUDA error. */
 CU_HIDDEN cudaError_t cu_attention_init(void);
 
