@@ -1,6 +1,7 @@
 /* load.c — describing a model's weights as stored: matrices (f32, f16,
- * bf16, GGUF block formats, MLX affine) and 3-D stacks of them (experts)
- * are checked against the shapes the config implies and pointed at in the
+ * bf16, GGUF block formats, MLX affine) and 3-D stacks of them (experts:
+ * transformers' fused gate_up_proj, GGUF's, mlx-lm's switch_mlp, quantized
+ * or not) are checked against the shapes the config implies and pointed at in the
  * file mapping (copied only when misaligned or converted); vectors become
  * f32 tensors of the backend. Names are Hugging Face's; a GGUF file or a
  * multimodal checkpoint's prefix is translated here. Knows nothing of what
@@ -247,6 +248,44 @@ int model_matrix(model *m, const weight_src *src, const char *name, int64_t rows
   return rc;
 }
 
+/* A 3-D stack of n MLX affine-quantized matrices (mlx-lm's SwitchGLU:
+ * BASE.weight U32 [n, rows, cols * bits / 32], BASE.scales and
+ * BASE.biases [n, rows, cols / group_size]): seen as one matrix of n * rows
+ * rows, cut into the experts' row ranges. */
+static int load_mlx_stack(model *m, const weight_src *src, const st_tensor *t, int64_t n, int64_t rows, int64_t cols,
+                          bk_weight *out, herr *err) {
+  const model_config *c = &m->cfg;
+  char base[256], sn[280], bn[280], a[96];
+  const char *name = t->name;
+  size_t nl = strlen(name), suffix = nl > 7 && !strcmp(name + nl - 7, ".weight") ? 7 : 0;
+  snprintf(base, sizeof base, "%.*s", (int)(nl - suffix), name);
+  snprintf(sn, sizeof sn, "%s.scales", base);
+  snprintf(bn, sizeof bn, "%s.biases", base);
+  const st_tensor *sc = st_find(src->st, sn), *bi = st_find(src->st, bn);
+  if (!sc || !bi) return herr_set(err, HEARTH_ENOTFOUND, "%s: tensor '%s' is missing from the weights", src->what, sc ? bn : sn);
+  int bits = c->quant_bits, gs = c->quant_group_size;
+  int64_t words = cols * bits / 32, groups = gs > 0 ? cols / gs : 0;
+  if (t->ndim != 3 || t->shape[0] != n || t->shape[1] != rows || t->shape[2] != words || cols * bits % 32)
+    return herr_set(err, HEARTH_EFORMAT, "%s: expected U32 shape [%lld, %lld, %lld] (%d-bit MLX quantization of %lld inputs), file has %s",
+                    name, (long long)n, (long long)rows, (long long)words, bits, (long long)cols, st_shape_of(t, a, sizeof a));
+  for (int i = 0; i < 2; i++) {
+    const st_tensor *x = i ? bi : sc;
+    if (x->ndim != 3 || x->shape[0] != n || x->shape[1] != rows || x->shape[2] != groups || x->dtype != sc->dtype)
+      return herr_set(err, HEARTH_EFORMAT, "%s: expected shape [%lld, %lld, %lld] (%s), file has %s %s", x->name, (long long)n,
+                      (long long)rows, (long long)groups, st_dtype_name(sc->dtype), st_dtype_name(x->dtype), st_shape_of(x, a, sizeof a));
+  }
+  bk_type st_type;
+  if (!model_bk_type_of_st(sc->dtype, &st_type))
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: scales of dtype %s are not supported (F32, F16, BF16)", sn, st_dtype_name(sc->dtype));
+  bk_weight all = {.type = BK_MLX_AFFINE, .rows = n * rows, .cols = cols, .data = t->data, .bits = bits, .group_size = gs,
+                   .scale_type = st_type, .scales = sc->data, .biases = bi->data};
+  int rc = bk_weight_validate(&all, err);
+  if (rc) return herr_wrap(err, "%s", name);
+  if ((rc = align_weight(m, &all, n * rows, name, err))) return rc;
+  for (int64_t e = 0; e < n; e++) out[e] = model_sub_rows(&all, e * rows, rows);
+  return 0;
+}
+
 int model_describe_stack(model *m, const weight_src *src, const char *name, int64_t n, int64_t rows, int64_t cols,
                          bk_weight *out, bool *found, herr *err) {
   char real[300], ws[96], hs[160];
@@ -255,6 +294,7 @@ int model_describe_stack(model *m, const weight_src *src, const char *name, int6
   found_tensor f;
   *found = find_tensor(src, name, real, sizeof real, &f);
   if (!*found) return 0;
+  if (f.st && f.st->dtype == ST_U32 && m->cfg.quant_bits > 0) return load_mlx_stack(m, src, f.st, n, rows, cols, out, err);
   if (f.ndim != 3 || f.shape[0] != n || f.shape[1] != rows || f.shape[2] != cols) {
     shape_str(hs, sizeof hs, f.shape, f.ndim);
     return herr_set(err, HEARTH_EFORMAT, "%s: expected shape %s, file has %s", f.name, ws, hs);
@@ -349,10 +389,25 @@ int model_experts(model *m, const weight_src *src, const char *base, int64_t n, 
         if ((rc = model_describe_stack(m, src, name2, n, I, D, up, &found, err))) return rc;
       }
     }
+    /* mlx-lm's SwitchGLU beside the router: {mlp}.switch_mlp.{gate,up,down}_proj.weight [n, out, in]
+     * (U32 words with .scales and .biases when quantized) */
+    char sw[300] = "";
+    size_t bl = strlen(base);
+    if (!found && bl > 8 && !strcmp(base + bl - 8, ".experts")) {
+      snprintf(sw, sizeof sw, "%.*s.switch_mlp", (int)(bl - 8), base);
+      snprintf(name2, sizeof name2, "%s.gate_proj.weight", sw);
+      if ((rc = model_describe_stack(m, src, name2, n, I, D, gate, &found, err))) return rc;
+      if (found) {
+        snprintf(name2, sizeof name2, "%s.up_proj.weight", sw);
+        if ((rc = model_describe_stack(m, src, name2, n, I, D, up, &found, err))) return rc;
+        if (!found) return herr_set(err, HEARTH_ENOTFOUND, "%s: tensor '%s' is missing from the weights", src->what, name2);
+      }
+    }
     if (!found)
       return herr_set(err, HEARTH_ENOTFOUND, "%s: the experts are missing from the weights (looked for '%s.0.gate_proj.weight', '%s')",
                       src->what, base, name);
-    snprintf(name, sizeof name, "%s.down_proj", base);
+    if (sw[0]) snprintf(name, sizeof name, "%s.down_proj.weight", sw);
+    else snprintf(name, sizeof name, "%s.down_proj", base);
     if ((rc = model_describe_stack(m, src, name, n, D, I, down, &found, err))) return rc;
     if (!found) return herr_set(err, HEARTH_ENOTFOUND, "%s: tensor '%s' is missing from the weights", src->what, name);
   }

@@ -1,13 +1,16 @@
 /* moe.cu — scale, get_cols, and the mixture-of-experts ops: routing (one
  * thread per token, the selection and the double-precision softmax of
- * op_moe_route) and the experts. bk_moe walks the experts on the host and,
- * per expert, runs one block per (token, slot) that returns at once unless
- * that slot chose the expert: only chosen experts' weights are read, once
- * per kernel, with no host round trip (the routing stays on the device, so
- * the step can be recorded). Each (token, slot) keeps its own output row
- * and a last kernel sums a token's slots in slot order, so the result does
- * not depend on scheduling. A first version: a grouped GEMM over the
- * tokens of each expert is the obvious next step. */
+ * op_moe_route) and the experts. The experts' matrices are found on the
+ * device from the routed ids through a table of their descriptors (uploaded
+ * when the set is first seen or changes), so only chosen experts' weights
+ * are read and nothing waits for the host: a decode step can be recorded.
+ * Up to 8 tokens: one warp per (token slot, output row) (GEMV); more: the
+ * (token, slot) pairs are counted and laid out by expert on the device and
+ * a tiled GEMM reads each chosen expert's weights once per 64 pairs. Each
+ * pair keeps its own output row and a last kernel sums a token's slots in
+ * slot order, so the result does not depend on scheduling. Sets whose
+ * shapes or types differ between experts, or whose inputs are not whole
+ * sub-blocks of 32, run one expert at a time (moe_per_expert). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
