@@ -6,16 +6,18 @@ does (ImmutableSandboxedEnvironment(trim_blocks, lstrip_blocks, loopcontrols),
 tojson = json.dumps(ensure_ascii=False, ...), raise_exception, strftime_now at a
 fixed time):
 
-  * every template in <shared>/fixtures/templates/*.jinja and the chat templates
+  * every template in <shared>/fixtures/templates/*.jinja, the chat templates
     of .deps/tokenizers/{qwen3,gemma3,llama3_1,deepseek_v3}/tokenizer_config.json
-    over the conversations below (written to conversations.json), with
-    add_generation_prompt true and false -> expected.json;
+    and Gemma 4's (tests/fixtures/templates/gemma4/chat_template.jinja: no
+    package this project fetches from ships it; see the README beside it for
+    where it comes from) over the conversations below (written to
+    conversations.json), with add_generation_prompt true and false -> expected.json;
   * a list of small expression / statement cases -> cases.json;
   * seeded random templates (expressions, statements, whitespace control) over a
     fixed context -> random_cases.json.
 
-The templates themselves are not copied: expected.json names them and the test
-reads them from /work/shared and .deps at run time. Outputs are stored as
+The templates themselves are not copied (Gemma 4's aside): expected.json names
+them and the test reads them from /work/shared, .deps and the fixtures at run time. Outputs are stored as
 (base case, kept prefix length in bytes, tail) to keep the file small.
 
 usage: tools/gen_template_fixtures.py [--shared /work/shared] [--deps .deps]
@@ -121,6 +123,31 @@ CALC = {
             },
             "required": ["expression"],
         },
+    },
+}
+
+
+BOOK = {  # nested objects, arrays of objects, enums, nullable: what Gemma 4's declaration format spells out
+    "type": "function",
+    "function": {
+        "name": "book_trip",
+        "description": "Book a trip for some travellers.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "travellers": {"type": "array", "description": "Who travels",
+                               "items": {"type": "object", "properties": {
+                                   "name": {"type": "string", "description": "Full name"},
+                                   "age": {"type": "integer"}}, "required": ["name"]}},
+                "cabin": {"type": "string", "enum": ["economy", "business"], "nullable": True},
+                "dates": {"type": "object", "description": "Travel dates", "properties": {
+                    "depart": {"type": "string"}, "return": {"type": "string", "description": "optional"}},
+                          "required": ["depart"]},
+                "tags": {"type": ["array", "null"], "items": {"type": "string"}},
+            },
+            "required": ["travellers", "dates"],
+        },
+        "response": {"type": "object", "description": "The booking"},
     },
 }
 
@@ -256,6 +283,31 @@ def conversations():
                                   {"role": "assistant", "content": None, "tool_calls": [call("t1", "get_weather", {"location": "Berlin"})]},
                                   tool_result("t1", "get_weather", "cloudy"), asst("Cloudy in Berlin."), user("u3")],
         tools=[WEATHER])
+    # Gemma 4's own conventions: tool results as the model turn's tool_responses, reasoning in a
+    # <|channel>thought ... <channel|> block of an earlier answer, thinking switched on
+    add("g4_tool_responses", [sys_("You plan trips."), user("Weather in Paris, then book it for Ann."),
+                              {"role": "assistant", "content": None, "tool_calls": [
+                                  call("c1", "get_weather", {"location": "Paris, France", "unit": "celsius"})]},
+                              {"role": "assistant", "tool_responses": [
+                                  {"name": "get_weather", "response": {"temperature": 21, "condition": "sunny",
+                                                                       "wind": {"kph": 12.5, "gusts": None}}}]},
+                              {"role": "assistant", "content": "<|channel>thought\nIt is sunny; book it.<channel|>Sunny, booking now.",
+                               "tool_calls": [call("c2", "book_trip", {"travellers": [{"name": "Ann", "age": 31}],
+                                                                       "dates": {"depart": "2025-05-01"}, "cabin": None,
+                                                                       "tags": ["spring", "city"], "flexible": True})]},
+                              {"role": "assistant", "tool_responses": [{"name": "book_trip", "response": "booked: #42"}]},
+                              ], tools=[WEATHER, BOOK], kwargs={"enable_thinking": True})
+    add("g4_reasoning_history", [user("What is 7*8?"),
+                                 asst("<|channel>thought\n7 times 8 is 56.<channel|>56"),
+                                 user("And 9*9?")], kwargs={"enable_thinking": True})
+    add("g4_tool_response_answer", [user("Weather?"),
+                                    {"role": "assistant", "content": "", "tool_calls": [call("c1", "get_weather", {"location": "Oslo"})]},
+                                    {"role": "assistant", "tool_responses": [{"name": "get_weather", "response": "-3C, snow"}],
+                                     "content": "It is -3°C with snow."},
+                                    user("Thanks")], tools=[WEATHER, BOOK, CALC], kwargs={"enable_thinking": False})
+    add("g4_developer_parts", [{"role": "developer", "content": "  Be brief.  "},
+                               {"role": "user", "content": [{"type": "text", "text": " Look: "}, {"type": "image"},
+                                                            {"type": "audio"}, {"type": "video"}]}])
     return c
 
 
@@ -589,6 +641,10 @@ def main():
         templates.append({"name": tok, "file": f"deps:tokenizers/{tok}/tokenizer_config.json",
                           "bos": tokstr(cfg.get("bos_token")), "eos": tokstr(cfg.get("eos_token")),
                           "source": cfg["chat_template"]})
+
+    with open(os.path.join(args.out, "gemma4", "chat_template.jinja"), encoding="utf-8") as f:
+        templates.append({"name": "gemma4", "file": "fixture:gemma4/chat_template.jinja", "bos": "<bos>", "eos": "<eos>",
+                          "source": f.read()})
 
     cases = []
     outputs = []  # per template: list of (case index, output)

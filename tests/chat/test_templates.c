@@ -1,4 +1,5 @@
-/* test_templates.c — real chat templates (from /work/shared and .deps) over the
+/* test_templates.c — real chat templates (from /work/shared, .deps, and Gemma 4's
+ * in tests/fixtures/templates/gemma4) over the
  * conversations in tests/fixtures/templates/conversations.json must render
  * byte-identically to Python Jinja2 (tests/fixtures/templates/expected.json,
  * made by tools/gen_template_fixtures.py), and fail exactly where Jinja2 raised
@@ -19,6 +20,13 @@ static char *template_source(const char *file) {
   herr err = {0};
   if (!strncmp(file, "shared:", 7)) {
     snprintf(path, sizeof path, "%s/%s", HEARTH_SHARED_DIR, file + 7);
+    char *src;
+    size_t len;
+    if (hfile_read(path, &src, &len, &err)) return NULL;
+    return src;
+  }
+  if (!strncmp(file, "fixture:", 8)) { /* a template kept beside the fixtures (see its README) */
+    snprintf(path, sizeof path, "%s%s", FIX, file + 8);
     char *src;
     size_t len;
     if (hfile_read(path, &src, &len, &err)) return NULL;

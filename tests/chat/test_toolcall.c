@@ -547,6 +547,21 @@ static void test_gemma4(void) {
   expect(g, T, T, F, "<|tool_call>nonsense without brace<tool_call|>", "<|tool_call>nonsense without brace<tool_call|>",
          NULL, "[]");
   expect(g, T, T, F, "<|tool_call>call:f{a:1]<tool_call|>ok", "ok", NULL, "[{\"name\": \"f\", \"arguments\": {\"a\": 1}}]");
+  /* a model turn as Gemma 4's chat template writes one (tests/fixtures/templates/gemma4, conversation
+   * g4_tool_responses): reasoning, text, a call with nested objects, arrays, a Python None and a bool */
+  expect(g, T, T, F,
+         "<|channel>thought\nIt is sunny; book it.<channel|>Sunny, booking now."
+         "<|tool_call>call:book_trip{cabin:None,dates:{depart:<|\"|>2025-05-01<|\"|>},flexible:true,"
+         "tags:[<|\"|>spring<|\"|>,<|\"|>city<|\"|>],travellers:[{age:31,name:<|\"|>Ann<|\"|>}]}<tool_call|><turn|>",
+         "Sunny, booking now.", "It is sunny; book it.",
+         "[{\"name\": \"book_trip\", \"arguments\": {\"cabin\": null, \"dates\": {\"depart\": \"2025-05-01\"}, "
+         "\"flexible\": true, \"tags\": [\"spring\", \"city\"], \"travellers\": [{\"age\": 31, \"name\": \"Ann\"}]}}]");
+  expect(g, T, T, F,
+         "<|tool_call>call:get_weather{location:<|\"|>Paris, France<|\"|>,unit:<|\"|>celsius<|\"|>}<tool_call|>"
+         "<|tool_call>call:calculate{expression:<|\"|>2*3 \"quoted\" {braces}<|\"|>,precision:2.5}<tool_call|>",
+         "", NULL,
+         "[{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris, France\", \"unit\": \"celsius\"}}, "
+         "{\"name\": \"calculate\", \"arguments\": {\"expression\": \"2*3 \\\"quoted\\\" {braces}\", \"precision\": 2.5}}]");
 }
 
 #define DSB "<｜tool▁calls▁begin｜>"
