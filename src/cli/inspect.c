@@ -85,8 +85,11 @@ static void add_dtype_bytes(model_facts *m, const char *name, uint64_t bytes) {
 }
 
 /* Tensors of mixture-of-experts experts: "model.layers.3.mlp.experts.7.up_proj.weight",
- * "model.layers.3.experts.gate_up_proj" (transformers), "blk.3.ffn_up_exps.weight" (GGUF). */
-static bool is_expert_tensor(const char *name) { return strstr(name, ".experts.") != NULL || strstr(name, "_exps.") != NULL; }
+ * "model.layers.3.experts.gate_up_proj" (transformers), "blk.3.ffn_up_exps.weight" (GGUF),
+ * "model.layers.3.mlp.switch_mlp.up_proj.weight" / ".scales" / ".biases" (mlx-lm). */
+static bool is_expert_tensor(const char *name) {
+  return strstr(name, ".experts.") != NULL || strstr(name, "_exps.") != NULL || strstr(name, ".switch_mlp.") != NULL;
+}
 /* Tensors transformers keeps as buffers, not parameters (gemma4's per-layer scalar). */
 static bool is_buffer_tensor(const char *name) {
   size_t n = strlen(name);
