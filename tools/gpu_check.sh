@@ -3,9 +3,11 @@
 # the cross-backend op harness (CUDA against the CPU reference), the same
 # harness under compute-sanitizer's memcheck, the golden model tests of every
 # architecture on the GPU (logits against transformers, greedy ids, chunked
-# and batched runs), the paged-KV and scheduler tests on the GPU (batched
+# and batched runs), a mixture of experts under an expert budget (the same
+# logits as with every expert on the device), the paged-KV and scheduler tests on the GPU (batched
 # equals alone, seeded sampling on the device), `hearth bench --device cuda`
-# on an 8B-shaped random bf16 model, and the refusal of that model when the
+# on an 8B-shaped random bf16 model and on a Qwen3-30B-A3B-shaped mixture of
+# experts (bench/cuda/moe.sh), and the refusal of that model when the
 # device has too little free memory. Prints a summary table last.
 #
 # The GPU machine has CUDA, cmake and python3 with torch but not the -dev
@@ -16,7 +18,8 @@
 #   tools/gpu_check.sh               # there, from the repository root, with .carry/gpu/ beside it
 #
 # Options on the GPU machine (environment): GPU_CHECK_BENCH=0 skips the 8B
-# benchmark, GPU_CHECK_SANITIZER=0 skips compute-sanitizer, OUT=DIR keeps logs.
+# and MoE benchmarks (GPU_CHECK_MOE_BENCH=0 the MoE one: bench/cuda/moe.sh),
+# GPU_CHECK_SANITIZER=0 skips compute-sanitizer, OUT=DIR keeps logs.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle="$root/.carry/gpu"
@@ -83,6 +86,13 @@ if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
   if HEARTH_CUDA_GRAPHS=0 "$bundle/hearth" bench --model "$m" --device cuda -p 0 -n 128 --repeat 3 >"$logs/bench_nographs.log" 2>&1; then
     row "  tg128 without CUDA graphs" "" "$(grep -E '^tg' "$logs/bench_nographs.log")"
   else row "bench without CUDA graphs" FAIL "see $logs/bench_nographs.log"; fi
+  # a mixture of experts: a Qwen3-30B-A3B-shaped 4-layer Q8_0 GGUF, decode against the active-bytes roofline
+  if [ "${GPU_CHECK_MOE_BENCH:-1}" = 1 ]; then
+    if TYPES=q8_0 R=3 bash "$root/bench/cuda/moe.sh" "$bundle/hearth" >"$logs/bench_moe.log" 2>&1; then
+      row "bench MoE a3b q8_0 (cuda)" DONE "$(grep -E '^(pp|tg)' "$logs/bench_moe.log" | tr '\n' ' ')"
+      row "  active-bytes roofline" "" "$(grep '^decode:' "$logs/bench_moe.log")"
+    else row "bench MoE a3b q8_0 (cuda)" FAIL "see $logs/bench_moe.log"; tail -n 20 "$logs/bench_moe.log"; fi
+  fi
   # A model that cannot fit is refused before any upload: hold all but 4 GiB
   # of the free device memory in another process, then ask for the 16 GB model.
   if python3 - "$bundle/hearth" "$m" >"$logs/fit.log" 2>&1 <<'PY'
