@@ -228,7 +228,7 @@ static bool seq_queue(sseq *q, const char *text, size_t len, const sample_token 
 
 /* Ends q (engine thread): frees its blocks, tells its waiter. */
 static void seq_finish(sched *s, sseq *q, int rc) {
-  if (q->trace_tid) {
+  if (q->trace_tid && !q->fn) { /* (a generation's span is written by its waiter, once delivered) */
     q->rc = rc;
     trace_request_span(s, q);
   }
@@ -900,8 +900,10 @@ static int seq_grammar(sched *s, sseq *q, herr *err) {
 
 /* The waiter's side of delivery: takes the queued tokens and calls fn for
  * each, outside the engine's step, until the sequence is finished and its
- * queue empty. After fn asks to stop, the rest is dropped. */
-static void deliver(sched *s, sseq *q) {
+ * queue empty. After fn asks to stop (returns nonzero, or sets the request's
+ * cancel flag), the rest is dropped. Returns whether it stopped; *delivered:
+ * the tokens fn was given. */
+static bool deliver(sched *s, sseq *q, int64_t *delivered) {
   dentry *batch = NULL;
   size_t cap = 0;
   hbuf text = {0};
@@ -923,7 +925,9 @@ static void deliver(sched *s, sseq *q) {
     double t0 = q->trace_tid ? htrace_now() : 0;
     for (size_t i = 0; i < qn && !stopped; i++) {
       const dentry *d = &batch[i];
-      if (q->fn(q->user, text.data ? text.data + d->off : "", d->len, d->has_tok ? &d->st : NULL)) {
+      int r = q->fn(q->user, text.data ? text.data + d->off : "", d->len, d->has_tok ? &d->st : NULL);
+      *delivered += d->has_tok;
+      if (r || seq_cancelled(q)) {
         stopped = true;
         atomic_store(&q->stop_req, 1);
       }
@@ -937,6 +941,7 @@ static void deliver(sched *s, sseq *q) {
   pthread_mutex_unlock(&q->dmu);
   free(batch);
   hbuf_free(&text);
+  return stopped;
 }
 
 int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen_result *res, herr *err) {
@@ -985,11 +990,31 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
   queue_push_back(s, &q);
   pthread_cond_signal(&s->work_cv);
   pthread_mutex_unlock(&s->mu);
-  if (fn) deliver(s, &q);
+  int64_t delivered = 0;
+  bool stopped = fn && deliver(s, &q, &delivered);
   pthread_mutex_lock(&s->mu);
   while (!q.done) pthread_cond_wait(&s->done_cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
   rc = q.rc;
+  if (stopped && (rc == 0 || rc == HEARTH_ECANCELLED)) {
+    /* the engine may have gone on past the token where the caller stopped: the result
+     * (and the statistics, and the trace) are what the caller saw */
+    if (res->finish != GEN_FINISH_CANCELLED) {
+      pthread_mutex_lock(&s->mu);
+      s->st.requests_finished--;
+      s->st.requests_cancelled++;
+      pthread_mutex_unlock(&s->mu);
+    }
+    res->finish = GEN_FINISH_CANCELLED;
+    res->completion_tokens = delivered;
+    res->stop_index = -1;
+    res->stop_token = -1;
+    if (rc == 0) rc = herr_set(err, HEARTH_ECANCELLED, "generate: cancelled by the callback");
+  }
+  if (q.trace_tid && fn) {
+    q.rc = rc;
+    trace_request_span(s, &q);
+  }
 out:
   seq_state_free(&q);
   free(q.dq);
