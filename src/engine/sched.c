@@ -762,6 +762,8 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   pthread_cond_init(&s->done_cv, NULL);
   int rc = kv_pool_new(&g, B, n_blocks, &s->pool, err);
   if (rc) goto fail;
+  /* recurrent layers: state snapshots at block ends let a prefix-cache hit resume there */
+  if (kv_pool_recurrent(s->pool)) kv_pool_set_snapshots(s->pool, 2 * (int64_t)s->max_batch);
   HLOG_INFO("KV pool on %s: %lld blocks of %d tokens, %.2f GiB", bk_backend_name(be), (long long)n_blocks, B,
             (double)n_blocks * (double)s->block_bytes / (1 << 30));
   /* on a device, tokens are chosen there (only ids and asked-for logprobs come back) */
