@@ -498,8 +498,8 @@ void kv_paged_seq_publish(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t 
     int64_t i = ps->n_published;
     const int32_t *bt = tokens + i * p->B;
     uint64_t h = block_hash(ps->last_hash, adapter_id, bt, p->B);
-    int32_t b = ps->table[i];
-    if (!p->meta[b].hashed && lookup(p, h, ps->last_hash, bt) < 0) {
+    int32_t b = ps->table[i], same = p->meta[b].hashed ? -1 : lookup(p, h, ps->last_hash, bt);
+    if (!p->meta[b].hashed && same < 0) {
       block_meta *m = &p->meta[b];
       m->hashed = true;
       m->hash = h;
@@ -509,7 +509,9 @@ void kv_paged_seq_publish(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t 
       m->hnext = *head;
       *head = b;
     }
-    if (p->has_state && (i + 1) * p->B == s->len && p->meta[b].hashed && p->meta[b].snap < 0) snapshot(p, ps, b);
+    /* the snapshot goes with the block a later match finds: this one, or the same prefix's published twin */
+    int32_t keeper = same >= 0 ? same : b;
+    if (p->has_state && (i + 1) * p->B == s->len && p->meta[keeper].snap < 0) snapshot(p, ps, keeper);
     ps->last_hash = h;
     ps->n_published++;
   }
