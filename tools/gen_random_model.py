@@ -24,6 +24,21 @@ SHAPES = {
         tie_word_embeddings=False, bos_token_id=128000, eos_token_id=128001,
         rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                           original_max_position_embeddings=8192)),
+    # a Qwen3.5-shaped hybrid (3 of 4 layers Gated DeltaNet) and a dense peer of
+    # the same width, depth and MLP (every layer full attention, 8 KV heads)
+    "qwen3.5-2b": dict(
+        architectures=["Qwen3_5ForCausalLM"], model_type="qwen3_5_text", hidden_size=2048, intermediate_size=6144,
+        num_hidden_layers=24, num_attention_heads=8, num_key_value_heads=2, head_dim=256, vocab_size=151936,
+        max_position_embeddings=65536, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=16,
+        linear_num_value_heads=16, full_attention_interval=4,
+        rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25),
+        bos_token_id=1, eos_token_id=2),
+    "dense-2b": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=2048, intermediate_size=6144,
+        num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=65536, rms_norm_eps=1e-6, rope_theta=1000000.0, hidden_act="silu",
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
     "llama-tiny": dict(
         architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=256, intermediate_size=512,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=1024,
@@ -56,6 +71,11 @@ def main():
     def ones(n):
         return torch.ones(n, dtype=dt)
 
+    def zeros(n):
+        return torch.zeros(n, dtype=dt)
+
+    hybrid = cfg["model_type"] == "qwen3_5_text"
+
     L = cfg["num_hidden_layers"]
     groups = [list(range(i, min(i + 4, L))) for i in range(0, L, 4)]
     n_shards = len(groups) + 1
@@ -64,7 +84,7 @@ def main():
         t = {}
         if layers is None:
             t["model.embed_tokens.weight"] = rnd(V, D)
-            t["model.norm.weight"] = ones(D)
+            t["model.norm.weight"] = zeros(D) if hybrid else ones(D)
             if not cfg["tie_word_embeddings"]:
                 t["lm_head.weight"] = rnd(V, D)
         else:
@@ -72,13 +92,38 @@ def main():
                 p = f"model.layers.{l}."
                 t[p + "input_layernorm.weight"] = ones(D)
                 t[p + "post_attention_layernorm.weight"] = ones(D)
+                t[p + "mlp.gate_proj.weight"] = rnd(I, D)
+                t[p + "mlp.up_proj.weight"] = rnd(I, D)
+                t[p + "mlp.down_proj.weight"] = rnd(D, I)
+                if hybrid:
+                    # Qwen3.5: norms scale by (1 + w), so zeros; the gated norm by w
+                    t[p + "input_layernorm.weight"] = zeros(D)
+                    t[p + "post_attention_layernorm.weight"] = zeros(D)
+                    if (l + 1) % cfg["full_attention_interval"]:
+                        nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+                        dk, dv, K = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], cfg["linear_conv_kernel_dim"]
+                        a = p + "linear_attn."
+                        t[a + "in_proj_qkv.weight"] = rnd(2 * nk * dk + nv * dv, D)
+                        t[a + "in_proj_z.weight"] = rnd(nv * dv, D)
+                        t[a + "in_proj_a.weight"] = rnd(nv, D)
+                        t[a + "in_proj_b.weight"] = rnd(nv, D)
+                        t[a + "conv1d.weight"] = rnd(2 * nk * dk + nv * dv, 1, K)
+                        t[a + "A_log"] = zeros(nv)
+                        t[a + "dt_bias"] = ones(nv)
+                        t[a + "norm.weight"] = ones(dv)
+                        t[a + "out_proj.weight"] = rnd(D, nv * dv)
+                        continue
+                    t[p + "self_attn.q_proj.weight"] = rnd(2 * H * hd, D)
+                    t[p + "self_attn.k_proj.weight"] = rnd(KV * hd, D)
+                    t[p + "self_attn.v_proj.weight"] = rnd(KV * hd, D)
+                    t[p + "self_attn.o_proj.weight"] = rnd(D, H * hd)
+                    t[p + "self_attn.q_norm.weight"] = zeros(hd)
+                    t[p + "self_attn.k_norm.weight"] = zeros(hd)
+                    continue
                 t[p + "self_attn.q_proj.weight"] = rnd(H * hd, D)
                 t[p + "self_attn.k_proj.weight"] = rnd(KV * hd, D)
                 t[p + "self_attn.v_proj.weight"] = rnd(KV * hd, D)
                 t[p + "self_attn.o_proj.weight"] = rnd(D, H * hd)
-                t[p + "mlp.gate_proj.weight"] = rnd(I, D)
-                t[p + "mlp.up_proj.weight"] = rnd(I, D)
-                t[p + "mlp.down_proj.weight"] = rnd(D, I)
         name = f"model-{si + 1:05d}-of-{n_shards:05d}.safetensors"
         save_file(t, os.path.join(a.out, name), metadata={"format": "pt"})
         for k in t:
