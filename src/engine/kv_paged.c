@@ -177,7 +177,8 @@ static int alloc_arenas(kv_pool *p, int64_t n_blocks, herr *err) {
   bk_buf *buf;
   int rc = bk_buf_new(p->be, bytes, &buf, err);
   if (rc) return herr_wrap(err, "KV pool: %lld blocks of %d tokens (%zu bytes)", (long long)n_blocks, p->B, bytes);
-  kv_store st = {.n_layers = p->n_layers, .block_rows = p->B, .n_slots = n_blocks * p->B};
+  kv_store st = {.n_layers = p->n_layers, .block_rows = p->B, .n_slots = n_blocks * p->B, .n_states = p->store.n_states};
+  memcpy(st.state, p->store.state, sizeof st.state); /* the state arenas live in a buffer of their own */
   size_t off = 0;
   for (int l = 0; l < p->n_layers; l++) {
     int64_t rows = n_blocks * p->B;
