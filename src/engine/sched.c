@@ -83,6 +83,7 @@ struct sched {
   kv_pool *pool;              /* owned; touched only by the engine thread */
   float *logits;              /* owned [max_batch * vocab] (host sampling; on a device, made for grammar steps) */
   bool dev_sample;            /* sample on the model's device (bk_sample): only ids come back */
+  bool recurrent;             /* the model has recurrent layers: prefill chunks stop at block ends */
   bk_sample_row *rows;        /* owned [max_batch] (device sampling) */
   bk_sample_out *outs;        /* owned [max_batch] */
   bk_sample_adj *adj;         /* owned, grown: the step's penalty and bias entries */
@@ -525,6 +526,10 @@ static void step(sched *s) {
       int chunk = q->req->prefill_chunk > 0 && q->req->prefill_chunk < s->chunk ? q->req->prefill_chunk : s->chunk;
       if (n > chunk) n = chunk;
       if (n > budget) n = budget;
+      /* recurrent layers: a chunk that stops short of the prompt's end stops at a block's end,
+       * where the state is kept for the prefix cache (kv_paged's snapshots) */
+      int64_t B = kv_pool_block_tokens(s->pool), end = (q->kv->len + n) / B * B;
+      if (s->recurrent && q->kv->len + n < q->n_toks && end > q->kv->len) n = end - q->kv->len;
       if (n <= 0) continue; /* the budget is spent: prefill next step */
     }
     /* room for n rows: preempt the newest others until there is */
@@ -763,7 +768,9 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   int rc = kv_pool_new(&g, B, n_blocks, &s->pool, err);
   if (rc) goto fail;
   /* recurrent layers: state snapshots at block ends let a prefix-cache hit resume there */
-  if (kv_pool_recurrent(s->pool)) kv_pool_set_snapshots(s->pool, 2 * (int64_t)s->max_batch);
+  s->recurrent = kv_pool_recurrent(s->pool);
+  if (s->recurrent)
+    kv_pool_set_snapshots(s->pool, c.state_snapshots ? c.state_snapshots : 2 * (int64_t)s->max_batch);
   HLOG_INFO("KV pool on %s: %lld blocks of %d tokens, %.2f GiB", bk_backend_name(be), (long long)n_blocks, B,
             (double)n_blocks * (double)s->block_bytes / (1 << 30));
   /* on a device, tokens are chosen there (only ids and asked-for logprobs come back) */

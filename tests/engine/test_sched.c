@@ -9,7 +9,10 @@
  * refused with "memory_admission:" before any work. The cancellation and
  * preemption runs are traced (base/trace.h): every request's track holds one
  * request span with the rest nested in it, one after another; the preempted
- * request shows its preemption, its second wait and its recomputed prefill. */
+ * request shows its preemption, its second wait and its recomputed prefill.
+ * The same batching, preemption and prefix runs on the Qwen3.5 hybrid
+ * fixture (recurrent states beside the paged KV), and a conversation's
+ * second turn that resumes from the first turn's state snapshot. */
 #include <jansson.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -85,7 +88,8 @@ static void *job_main(void *arg) {
   return NULL;
 }
 
-/* roomy: nothing is evicted, so a request run again finds its blocks cached. */
+/* roomy: nothing is evicted (nor, for a hybrid model, a state snapshot), so a
+ * request run again finds its blocks cached. */
 static void check_against_alone(const sched_config *cfg, const char *what, bool roomy) {
   sched *s;
   herr e = {0};
@@ -145,9 +149,10 @@ static void test_batched_equals_alone(void) {
     greedy_request(&r, i);
     gen_result res;
     herr e = {0};
+    memset(&g_ref[i], 0, sizeof g_ref[i]);
     CHECK_EQ_INT(generate_run(g_m, NULL, &r, collect, &g_ref[i], &res, &e), 0);
   }
-  sched_config big = {.max_batch = 64, .prefill_chunk = 16, .block_tokens = 4};
+  sched_config big = {.max_batch = 64, .prefill_chunk = 16, .block_tokens = 4, .state_snapshots = 4096};
   check_against_alone(&big, "roomy pool", true);
   /* 40 blocks of 4 tokens: requests of up to 104 rows wait and get preempted */
   model_kv_geometry g;
