@@ -105,10 +105,30 @@ ARCHS = {
                                              rope_parameters=dict(rope_type="default", rope_theta=10000.0,
                                                                   partial_rotary_factor=0.25),
                                              tie_word_embeddings=False, _prompt_lens=(20, 80)), ("f32", "bf16")),
+    # the multimodal checkpoint (Qwen3_5ForConditionalGeneration): the same text stack under
+    # model.language_model., a tiny vision tower beside it that text-only prompts never use
+    "qwen3_5_vl": ("qwen3_5", dict(_text=dict(num_hidden_layers=3, head_dim=16,
+                                              layer_types=["linear_attention", "linear_attention", "full_attention"],
+                                              linear_conv_kernel_dim=4, linear_key_head_dim=16,
+                                              linear_value_head_dim=16, linear_num_key_heads=2,
+                                              linear_num_value_heads=2,
+                                              rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                                                   partial_rotary_factor=0.25,
+                                                                   mrope_section=[1, 1, 0], mrope_interleaved=True),
+                                              tie_word_embeddings=False),
+                                   _vision=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                                                out_hidden_size=64, patch_size=4, spatial_merge_size=2,
+                                                temporal_patch_size=2, num_position_embeddings=16),
+                                   _prompt_lens=(20, 80)), ("f32",)),
 }
 
 
 def make_config(model_type, over):
+    if "_text" in over:  # a multimodal checkpoint: text_config (+ COMMON) and vision_config
+        text = dict(COMMON)
+        text.update(over["_text"])
+        return AutoConfig.for_model(model_type, text_config=text, vision_config=dict(over["_vision"]),
+                                    tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     kw = dict(COMMON)
     kw.update({k: v for k, v in over.items() if not k.startswith("_")})
     try:
@@ -167,6 +187,12 @@ def init_weights(model, gemma, seed, embed_scale=None):
 
 
 def load_f64(folder):
+    with open(os.path.join(folder, "config.json")) as f:
+        if json.load(f).get("model_type") == "qwen3_5":
+            m = transformers.Qwen3_5ForConditionalGeneration.from_pretrained(folder, dtype=torch.float64,
+                                                                              attn_implementation="eager")
+            m.eval()
+            return m
     try:
         m = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64, attn_implementation="eager",
                                                  experts_implementation="eager")
@@ -233,7 +259,10 @@ def main():
         try:
             cfg = make_config(model_type, over)
             torch.manual_seed(seed)
-            model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+            if model_type == "qwen3_5":
+                model = transformers.Qwen3_5ForConditionalGeneration._from_config(cfg, attn_implementation="eager")
+            else:
+                model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
             init_weights(model, model_type.startswith("gemma"), 100 + seed, over.get("_embed_scale"))
             for dt in dtypes:
                 folder = os.path.join(out, f"{name}-{dt}")
