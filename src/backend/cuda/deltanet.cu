@@ -5,13 +5,14 @@
  *
  * conv1d: one thread per (sequence, channel), walking the sequence's tokens
  * with the last k - 1 inputs in registers.
- * delta_rule: one block per (sequence, value head, 128 value columns); a
- * thread owns one column of the head's state (dk floats in registers) and
- * walks the sequence's tokens: each token's q and k go through shared
- * memory, and every column's update and output need only its own column
- * (Sᵀk and Sᵀq are per-column sums), so no reduction crosses threads. This
- * is the token-by-token form for decode and prefill alike; the sequential
- * walk over a long prompt is this kernel's cost. */
+ * delta_rule: one block per (sequence, value head, 32 value columns); four
+ * adjacent threads share one column of the head's state (each holds every
+ * fourth of its dk rows in registers) and walk the sequence's tokens: each
+ * token's q and k go through shared memory, and a column's update and
+ * output need only that column (Sᵀk and Sᵀq are per-column sums, finished
+ * by two shuffles among its four threads). This is the token-by-token form
+ * for decode and prefill alike; the sequential walk over a long prompt is
+ * this kernel's cost. */
 #include "backend/cuda/cuda_common.cuh"
 
 #define CONV_MAX_K 16
@@ -67,65 +68,93 @@ void cu_conv1d(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_
   cu_check(b, "conv1d");
 }
 
-#define DELTA_COLS 128
+#define DELTA_LANES 4   /* threads sharing one state column, each with every 4th of its dk rows */
+#define DELTA_COLS 32    /* columns per block: 128 threads */
+#define DELTA_THREADS (DELTA_LANES * DELTA_COLS)
 
 __device__ static float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+/* The sum of v over the DELTA_LANES consecutive lanes of a column (all lanes of the warp take part). */
+__device__ static float lanes_sum(float v) {
+#pragma unroll
+  for (int o = 1; o < DELTA_LANES; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
 template <int MAXK>
-__global__ void __launch_bounds__(DELTA_COLS)
+__global__ void __launch_bounds__(DELTA_THREADS)
     delta_kernel(float *o, const float *__restrict__ qkv, const float *__restrict__ a, const float *__restrict__ bb,
                  const float *__restrict__ a_log, const float *__restrict__ dt_bias, float *state, int64_t stride, int64_t off,
                  const int32_t *__restrict__ seqs, int nk, int nv, int dk, int dv) {
   extern __shared__ float sh[]; /* q [dk], k [dk] of the current token */
+  __shared__ float norms[2];
   float *qs = sh, *ks = sh + dk;
-  const int h = blockIdx.y, kh = h / (nv / nk);
-  const int j = blockIdx.z * DELTA_COLS + threadIdx.x;
+  constexpr int PER = MAXK / DELTA_LANES;
+  const int h = blockIdx.y, kh = h / (nv / nk), lane = threadIdx.x % DELTA_LANES;
+  const int j = blockIdx.z * DELTA_COLS + threadIdx.x / DELTA_LANES;
   const bool own = j < dv;
   const int32_t *sq = seqs + 4 * (int64_t)blockIdx.x;
   const int64_t t0 = sq[0], n = sq[1], slot = sq[2];
   const int fresh = sq[3];
   const int64_t W = 2 * (int64_t)nk * dk + (int64_t)nv * dv;
   float *S = state + slot * stride + off + (int64_t)h * dk * dv;
-  float col[MAXK];
+  float col[PER]; /* rows lane + DELTA_LANES * m of column j */
 #pragma unroll
-  for (int d = 0; d < MAXK; d++) col[d] = own && d < dk && !fresh ? S[(int64_t)d * dv + j] : 0.0f;
+  for (int m = 0; m < PER; m++) {
+    const int i = lane + DELTA_LANES * m;
+    col[m] = own && i < dk && !fresh ? S[(int64_t)i * dv + j] : 0.0f;
+  }
   const float A = -expf(a_log[h]), dtb = dt_bias[h], rdk = rsqrtf((float)dk);
-  for (int64_t i = 0; i < n; i++) {
-    const int64_t tok = t0 + i;
+  for (int64_t t = 0; t < n; t++) {
+    const int64_t tok = t0 + t;
     const float *row = qkv + tok * W;
-    __syncthreads(); /* the previous token's q and k are read */
+    __syncthreads(); /* the previous token's q, k and norms are read */
     for (int d = threadIdx.x; d < dk; d += blockDim.x) {
       qs[d] = row[(int64_t)kh * dk + d];
       ks[d] = row[(int64_t)nk * dk + (int64_t)kh * dk + d];
     }
     __syncthreads();
-    float q2 = 0, k2 = 0;
-    for (int d = 0; d < dk; d++) q2 += qs[d] * qs[d], k2 += ks[d] * ks[d];
-    const float qn = rsqrtf(q2 + 1e-6f) * rdk, kn = rsqrtf(k2 + 1e-6f);
-    const float g = A * softplus_f(a[tok * nv + h] + dtb), decay = expf(g);
+    if (threadIdx.x < 32) { /* the first warp: both squared norms */
+      float q2 = 0, k2 = 0;
+      for (int d = threadIdx.x; d < dk; d += 32) q2 += qs[d] * qs[d], k2 += ks[d] * ks[d];
+#pragma unroll
+      for (int w = 16; w > 0; w >>= 1) q2 += __shfl_xor_sync(0xffffffffu, q2, w), k2 += __shfl_xor_sync(0xffffffffu, k2, w);
+      if (threadIdx.x == 0) norms[0] = rsqrtf(q2 + 1e-6f) * rdk, norms[1] = rsqrtf(k2 + 1e-6f);
+    }
+    __syncthreads();
+    const float qn = norms[0], kn = norms[1];
+    const float decay = expf(A * softplus_f(a[tok * nv + h] + dtb));
     const float beta = 1.0f / (1.0f + expf(-bb[tok * nv + h]));
-    if (!own) continue;
     float mem = 0;
 #pragma unroll
-    for (int d = 0; d < MAXK; d++)
-      if (d < dk) {
-        col[d] *= decay;
-        mem += col[d] * ks[d];
+    for (int m = 0; m < PER; m++) {
+      const int i = lane + DELTA_LANES * m;
+      if (i < dk) {
+        col[m] *= decay;
+        mem += col[m] * ks[i];
       }
-    const float u = beta * (row[2 * (int64_t)nk * dk + (int64_t)h * dv + j] - mem * kn);
+    }
+    mem = lanes_sum(mem);
+    const float v = own ? row[2 * (int64_t)nk * dk + (int64_t)h * dv + j] : 0.0f;
+    const float u = beta * (v - mem * kn), ku = kn * u;
     float acc = 0;
 #pragma unroll
-    for (int d = 0; d < MAXK; d++)
-      if (d < dk) {
-        col[d] += ks[d] * kn * u;
-        acc += col[d] * qs[d];
+    for (int m = 0; m < PER; m++) {
+      const int i = lane + DELTA_LANES * m;
+      if (i < dk) {
+        col[m] += ks[i] * ku;
+        acc += col[m] * qs[i];
       }
-    o[tok * nv * dv + (int64_t)h * dv + j] = acc * qn;
+    }
+    acc = lanes_sum(acc);
+    if (own && lane == 0) o[tok * nv * dv + (int64_t)h * dv + j] = acc * qn;
   }
   if (own)
 #pragma unroll
-    for (int d = 0; d < MAXK; d++)
-      if (d < dk) S[(int64_t)d * dv + j] = col[d];
+    for (int m = 0; m < PER; m++) {
+      const int i = lane + DELTA_LANES * m;
+      if (i < dk) S[(int64_t)i * dv + j] = col[m];
+    }
 }
 
 void cu_delta_rule(bk_backend *be, const bk_tensor *o, const bk_tensor *qkv, const bk_tensor *a, const bk_tensor *b_,
@@ -142,13 +171,12 @@ void cu_delta_rule(bk_backend *be, const bk_tensor *o, const bk_tensor *qkv, con
   }
   if (r->seqs->rows <= 0) return;
   cudaSetDevice(b->device);
-  int threads = dv < DELTA_COLS ? (int)((dv + 31) / 32 * 32) : DELTA_COLS;
   dim3 grid((unsigned)r->seqs->rows, (unsigned)nv, cu_blocks(dv, DELTA_COLS));
   size_t shm = sizeof(float) * 2 * (size_t)dk;
-#define DELTA_LAUNCH(K)                                                                                                    \
-  delta_kernel<K><<<grid, threads, shm, b->stream>>>(cu_fw(o), cu_f(qkv), cu_f(a), cu_f(b_), cu_f(a_log), cu_f(dt_bias), \
-                                                     cu_fw(r->state), r->state->cols, r->off, cu_i(r->seqs), (int)nk,     \
-                                                     (int)nv, (int)dk, (int)dv)
+#define DELTA_LAUNCH(K)                                                                                                  \
+  delta_kernel<K><<<grid, DELTA_THREADS, shm, b->stream>>>(cu_fw(o), cu_f(qkv), cu_f(a), cu_f(b_), cu_f(a_log),         \
+                                                           cu_f(dt_bias), cu_fw(r->state), r->state->cols, r->off,      \
+                                                           cu_i(r->seqs), (int)nk, (int)nv, (int)dk, (int)dv)
   if (dk <= 32) DELTA_LAUNCH(32);
   else if (dk <= 64) DELTA_LAUNCH(64);
   else if (dk <= 128) DELTA_LAUNCH(128);
