@@ -71,6 +71,12 @@ static uint64_t block_hash(uint64_t parent, uint64_t adapter_id, const int32_t *
   return h;
 }
 
+size_t kv_state_bytes(const model_kv_geometry *g) {
+  size_t b = 0;
+  for (int l = 0; l < g->n_layers; l++) b += (size_t)g->state_dim[l] * sizeof(float);
+  return b;
+}
+
 size_t kv_block_bytes(const model_kv_geometry *g, int block_tokens) {
   size_t b = 0;
   for (int l = 0; l < g->n_layers; l++) b += 2 * (size_t)block_tokens * (size_t)g->kv_dim[l] * sizeof(float);
@@ -233,6 +239,11 @@ static int alloc_states(kv_pool *p, int64_t n, herr *err) {
   p->store.n_states = n;
   for (int64_t r = n - 1; r >= old; r--) p->state_free[p->n_state_free++] = (int32_t)r;
   return 0;
+}
+
+int kv_pool_reserve_states(kv_pool *p, int64_t n, herr *err) {
+  if (!p->has_state || n <= p->store.n_states) return 0;
+  return alloc_states(p, n, err);
 }
 
 /* A free state row, growing the arenas when none is left; -1 on failure (err set). */

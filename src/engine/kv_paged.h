@@ -45,6 +45,9 @@ typedef struct kv_pool kv_pool;
 /* Bytes one block of block_tokens rows takes for geometry g (K and V, all layers). */
 size_t kv_block_bytes(const model_kv_geometry *g, int block_tokens);
 
+/* Bytes of one sequence's recurrent state for geometry g (0 without recurrent layers). */
+size_t kv_state_bytes(const model_kv_geometry *g);
+
 /* The arenas are allocated through g->backend (a private CPU backend when it
  * is NULL), in one buffer. */
 int kv_pool_new(const model_kv_geometry *g, int block_tokens, int64_t n_blocks, kv_pool **out, herr *err);
@@ -52,6 +55,9 @@ void kv_pool_free(kv_pool *p); /* sequences must be freed first */
 /* A growable pool doubles itself (copying its arenas on the backend) when a
  * reserve needs more blocks than are available, instead of failing. */
 void kv_pool_set_growable(kv_pool *p, bool growable);
+/* Room for n state rows now (sequences and snapshots each take one; the
+ * arenas also grow when they run out). */
+int kv_pool_reserve_states(kv_pool *p, int64_t n, herr *err);
 /* At most n state snapshots (default 8); the oldest beyond it are dropped now. */
 void kv_pool_set_snapshots(kv_pool *p, int64_t n);
 /* Whether the pool keeps recurrent states (its geometry has state_dim). */
