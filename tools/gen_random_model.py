@@ -102,16 +102,16 @@ def main():
                     if (l + 1) % cfg["full_attention_interval"]:
                         nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
                         dk, dv, K = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], cfg["linear_conv_kernel_dim"]
-                        a = p + "linear_attn."
-                        t[a + "in_proj_qkv.weight"] = rnd(2 * nk * dk + nv * dv, D)
-                        t[a + "in_proj_z.weight"] = rnd(nv * dv, D)
-                        t[a + "in_proj_a.weight"] = rnd(nv, D)
-                        t[a + "in_proj_b.weight"] = rnd(nv, D)
-                        t[a + "conv1d.weight"] = rnd(2 * nk * dk + nv * dv, 1, K)
-                        t[a + "A_log"] = zeros(nv)
-                        t[a + "dt_bias"] = ones(nv)
-                        t[a + "norm.weight"] = ones(dv)
-                        t[a + "out_proj.weight"] = rnd(D, nv * dv)
+                        la = p + "linear_attn."
+                        t[la + "in_proj_qkv.weight"] = rnd(2 * nk * dk + nv * dv, D)
+                        t[la + "in_proj_z.weight"] = rnd(nv * dv, D)
+                        t[la + "in_proj_a.weight"] = rnd(nv, D)
+                        t[la + "in_proj_b.weight"] = rnd(nv, D)
+                        t[la + "conv1d.weight"] = rnd(2 * nk * dk + nv * dv, 1, K)
+                        t[la + "A_log"] = zeros(nv)
+                        t[la + "dt_bias"] = ones(nv)
+                        t[la + "norm.weight"] = ones(dv)
+                        t[la + "out_proj.weight"] = rnd(D, nv * dv)
                         continue
                     t[p + "self_attn.q_proj.weight"] = rnd(2 * H * hd, D)
                     t[p + "self_attn.k_proj.weight"] = rnd(KV * hd, D)
