@@ -138,7 +138,9 @@ int64_t model_expert_bytes(const model *m);
  * out is LOGITS or LOGITS_HOST of (all_logits ? n_tokens : 1). */
 size_t model_batch_logit_rows(const model_batch *b);
 /* logits_out: model_batch_logit_rows(b) × vocab floats, sequence by sequence
- * in batch order. On failure no sequence's length has changed. */
+ * in batch order. On failure no sequence's length has changed (but with
+ * recurrent layers, a failure after the layers ran leaves the sequences'
+ * states advanced past their lengths: such sequences must start over). */
 int model_forward(model *m, const model_batch *b, float *logits_out, herr *err);
 /* The same forward, then one token per logits row chosen on the backend
  * (bk_sample: rows[i] for the i-th sequence that has a logits row, out[i]
