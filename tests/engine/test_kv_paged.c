@@ -359,6 +359,29 @@ static void test_recurrent_states(void) {
   kv_pool_count(p, &cnt);
   CHECK_EQ_INT(cnt.used, 0);
   kv_pool_free(p);
+  /* a growable pool that doubles its blocks keeps every state row as it was */
+  CHECK_EQ_INT(kv_pool_new(&g, 4, 2, &p, &e), 0);
+  kv_pool_set_growable(p, true);
+  kv_paged_seq_new(p, 0, &a, &e);
+  state_set(p, a, 3.25f);
+  CHECK_EQ_INT(kv_pool_reserve_states(p, 40, &e), 0);
+  CHECK_EQ_INT(kv_pool_store(p)->n_states, 40);
+  fill_publish(a, toks, 16); /* 4 blocks: the pool grows */
+  kv_pool_count(p, &cnt);
+  CHECK(cnt.total >= 4);
+  CHECK_EQ_INT(kv_pool_store(p)->n_states, 40);
+  CHECK(state_get(p, a) == 3.25f);
+  kv_paged_seq_free(a);
+  kv_pool_free(p);
+  /* without recurrent layers: no state rows, no state arenas */
+  g = small_geom();
+  CHECK_EQ_INT(kv_pool_new(&g, 4, 2, &p, &e), 0);
+  CHECK(!kv_pool_recurrent(p));
+  kv_paged_seq_new(p, 0, &a, &e);
+  CHECK_EQ_INT(a->state, -1);
+  CHECK(kv_pool_store(p)->state[0].buf == NULL && kv_pool_store(p)->n_states == 0);
+  kv_paged_seq_free(a);
+  kv_pool_free(p);
 }
 
 static void test_paged_equals_contiguous(void) {
