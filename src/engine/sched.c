@@ -526,10 +526,11 @@ static void step(sched *s) {
       int chunk = q->req->prefill_chunk > 0 && q->req->prefill_chunk < s->chunk ? q->req->prefill_chunk : s->chunk;
       if (n > chunk) n = chunk;
       if (n > budget) n = budget;
-      /* recurrent layers: a chunk that stops short of the prompt's end stops at a block's end,
-       * where the state is kept for the prefix cache (kv_paged's snapshots) */
+      /* recurrent layers: a chunk stops at a block's end, where the state is kept for the
+       * prefix cache (kv_paged's snapshots); the prompt's last chunk too, when it crosses one,
+       * leaving the tail of fewer than a block's tokens to the next step */
       int64_t B = kv_pool_block_tokens(s->pool), end = (q->kv->len + n) / B * B;
-      if (s->recurrent && q->kv->len + n < q->n_toks && end > q->kv->len) n = end - q->kv->len;
+      if (s->recurrent && end > q->kv->len && end < q->kv->len + n) n = end - q->kv->len;
       if (n <= 0) continue; /* the budget is spent: prefill next step */
     }
     /* room for n rows: preempt the newest others until there is */

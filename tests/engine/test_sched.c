@@ -608,6 +608,11 @@ static void test_hybrid(void) {
   CHECK_EQ_INT(sched_run(s, &r, collect, &c1, &res, &e), 0);
   CHECK_EQ_INT(res.cached_tokens, 0);
   CHECK_EQ_INT(c1.n, MAX_NEW);
+  /* the same prompt again: its last chunk stopped at 36 (a block's end) before its 37th token */
+  collected c0 = {0};
+  CHECK_EQ_INT(sched_run(s, &r, collect, &c0, &res, &e), 0);
+  CHECK_EQ_INT(res.cached_tokens, 36);
+  CHECK_MSG(c0.n == c1.n && !memcmp(c0.ids, c1.ids, sizeof(int32_t) * (size_t)c1.n), "the prompt resumed at 36 differs");
   int n2 = n1;
   for (int i = 0; i < c1.n; i++) turn[n2++] = c1.ids[i];
   for (int i = 0; i < 5; i++) turn[n2++] = (int32_t)(400 + i);
