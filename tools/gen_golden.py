@@ -6,7 +6,9 @@ vocab 512, 2-3 layers, GQA/MQA/MHA, small sliding windows) saved with
 save_pretrained in float32 and bfloat16 into OUT/<name>-<dtype>/, then
 reference logits computed in float64 on the weights as stored (bf16 upcast):
 every position of two prompts (20 and 40 tokens; the second exceeds the
-sliding windows) and a greedy continuation of 24 tokens.
+sliding windows; 20 and 80 for the Qwen3.5 hybrids, whose second prompt spans
+more than one chunk of the chunked delta rule) and a greedy continuation of
+24 tokens.
 
 Per folder:
   golden.json      prompts, greedy ids, top-2 gaps, shapes
@@ -83,10 +85,50 @@ ARCHS = {
                                          layer_types=["sliding_attention", "sliding_attention", "full_attention"],
                                          hidden_size_per_layer_input=0, final_logit_softcapping=30.0,
                                          _embed_scale=0.3), ("f32", "bf16")),
+    # hybrid: Gated DeltaNet (linear attention) layers between gated full-attention layers
+    # with partial RoPE; value heads twice the key heads; a second prompt of 80 tokens,
+    # longer than one 64-token chunk of the chunked delta rule
+    "qwen3_5": ("qwen3_5_text", dict(num_hidden_layers=4, head_dim=16,
+                                     layer_types=["linear_attention", "full_attention", "linear_attention",
+                                                  "linear_attention"],
+                                     linear_conv_kernel_dim=3, linear_key_head_dim=16, linear_value_head_dim=8,
+                                     linear_num_key_heads=2, linear_num_value_heads=4,
+                                     rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                                          partial_rotary_factor=0.5),
+                                     tie_word_embeddings=False, _prompt_lens=(20, 80)), ("f32", "bf16")),
+    "qwen3_5_moe": ("qwen3_5_moe_text", dict(num_hidden_layers=3, head_dim=16,
+                                             layer_types=["linear_attention", "full_attention", "linear_attention"],
+                                             linear_conv_kernel_dim=4, linear_key_head_dim=16,
+                                             linear_value_head_dim=16, linear_num_key_heads=2,
+                                             linear_num_value_heads=2, num_experts=8, num_experts_per_tok=2,
+                                             moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                                             rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                                                  partial_rotary_factor=0.25),
+                                             tie_word_embeddings=False, _prompt_lens=(20, 80)), ("f32", "bf16")),
+    # the multimodal checkpoint (Qwen3_5ForConditionalGeneration): the same text stack under
+    # model.language_model., a tiny vision tower beside it that text-only prompts never use
+    "qwen3_5_vl": ("qwen3_5", dict(_text=dict(num_hidden_layers=3, head_dim=16,
+                                              layer_types=["linear_attention", "linear_attention", "full_attention"],
+                                              linear_conv_kernel_dim=4, linear_key_head_dim=16,
+                                              linear_value_head_dim=16, linear_num_key_heads=2,
+                                              linear_num_value_heads=2,
+                                              rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                                                   partial_rotary_factor=0.25,
+                                                                   mrope_section=[1, 1, 0], mrope_interleaved=True),
+                                              tie_word_embeddings=False),
+                                   _vision=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
+                                                out_hidden_size=64, patch_size=4, spatial_merge_size=2,
+                                                temporal_patch_size=2, num_position_embeddings=16),
+                                   _prompt_lens=(20, 80)), ("f32",)),
 }
 
 
 def make_config(model_type, over):
+    if "_text" in over:  # a multimodal checkpoint: text_config (+ COMMON) and vision_config
+        text = dict(COMMON)
+        text.update(over["_text"])
+        return AutoConfig.for_model(model_type, text_config=text, vision_config=dict(over["_vision"]),
+                                    tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     kw = dict(COMMON)
     kw.update({k: v for k, v in over.items() if not k.startswith("_")})
     try:
@@ -110,11 +152,17 @@ def init_weights(model, gemma, seed, embed_scale=None):
     """gemma: the model scales embeddings by sqrt(hidden) (all gemmas); gemma2/3
     norms multiply by (1 + w), gemma4's by w."""
     one_plus = gemma and model.config.model_type in ("gemma2", "gemma3_text")
+    qwen35 = model.config.model_type.startswith("qwen3_5")  # RMSNorm by (1 + w), gated norm by w
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             r = torch.randn(p.shape, generator=g, dtype=torch.float64)
-            if "norm" in name or (p.dim() == 1 and not name.endswith("bias")):
+            if qwen35 and name.endswith("A_log"):
+                # decays exp(-A softplus(a + dt_bias)) near 0.9: the state remembers many tokens
+                p.copy_(-2.0 + r * 0.3)
+            elif qwen35 and "norm" in name and "linear_attn.norm" not in name:
+                p.copy_(r * 0.1)
+            elif "norm" in name or (p.dim() == 1 and not name.endswith("bias")):
                 p.copy_(r * 0.1 if one_plus else 1.0 + r * 0.1)
             elif name.endswith("bias"):
                 p.copy_(r * 0.2)
@@ -139,6 +187,12 @@ def init_weights(model, gemma, seed, embed_scale=None):
 
 
 def load_f64(folder):
+    with open(os.path.join(folder, "config.json")) as f:
+        if json.load(f).get("model_type") == "qwen3_5":
+            m = transformers.Qwen3_5ForConditionalGeneration.from_pretrained(folder, dtype=torch.float64,
+                                                                              attn_implementation="eager")
+            m.eval()
+            return m
     try:
         m = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64, attn_implementation="eager",
                                                  experts_implementation="eager")
@@ -194,22 +248,29 @@ def main():
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(1234)
     prompts = [[int(x) for x in rng.integers(3, VOCAB, size=n)] for n in PROMPT_LENS]
+    # entries with prompts of their own lengths draw them from a generator of their own
+    rng2 = np.random.default_rng(4321)
+    long_prompts = [prompts[0], [int(x) for x in rng2.integers(3, VOCAB, size=80)]]
     params, errors = {}, []
     for seed, (name, (model_type, over, dtypes)) in enumerate(ARCHS.items()):
         if only is not None and name not in only:
             continue
+        pr = long_prompts if over.get("_prompt_lens") == (20, 80) else prompts
         try:
             cfg = make_config(model_type, over)
             torch.manual_seed(seed)
-            model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+            if model_type == "qwen3_5":
+                model = transformers.Qwen3_5ForConditionalGeneration._from_config(cfg, attn_implementation="eager")
+            else:
+                model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
             init_weights(model, model_type.startswith("gemma"), 100 + seed, over.get("_embed_scale"))
             for dt in dtypes:
                 folder = os.path.join(out, f"{name}-{dt}")
                 shutil.rmtree(folder, ignore_errors=True)
                 mm = model.to(torch.bfloat16 if dt == "bf16" else torch.float32)
                 mm.save_pretrained(folder)
-                logits, greedy, gaps, nparams = reference(folder, prompts)
-                write_golden(folder, name, model_type, dt, prompts, logits, greedy, gaps)
+                logits, greedy, gaps, nparams = reference(folder, pr)
+                write_golden(folder, name, model_type, dt, pr, logits, greedy, gaps)
                 params[f"{name}-{dt}"] = nparams
                 print(f"{name}-{dt}: params {nparams} max|logit| {np.abs(logits).max():.3f} min gap {min(gaps):.4g}"
                       f" greedy {greedy[:8]}...", flush=True)

@@ -8,13 +8,71 @@ Writes OUT/config.json and OUT/model-0000N-of-0000M.safetensors (one shard
 per 4 layers) plus model.safetensors.index.json. Weights are N(0, 0.02),
 norms 1. Uses torch and safetensors (on the GPU machine); generates on the
 GPU when one is visible, which makes the 16 GB of an 8B model take seconds.
+Without torch (bf16 or f32 only), plain Python writes the files: the weights
+repeat one block of 65,536 random values, which is all a speed run needs.
 """
 import argparse
 import json
 import os
+import random
+import struct
 
-import torch
-from safetensors.torch import save_file
+try:
+    import torch
+    from safetensors.torch import save_file
+except ImportError:
+    torch = None
+
+
+class Raw:
+    """A tensor as little-endian bytes (the plain-Python path)."""
+
+    def __init__(self, data, shape, dtype):
+        self.data, self.shape, self.dtype = data, shape, dtype
+
+
+def save_raw(tensors, path):
+    header, off = {}, 0
+    for k, v in tensors.items():
+        header[k] = {"dtype": v.dtype, "shape": list(v.shape), "data_offsets": [off, off + len(v.data)]}
+        off += len(v.data)
+    header["__metadata__"] = {"format": "pt"}
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for v in tensors.values():
+            f.write(v.data)
+
+
+def raw_maker(dtype, seed):
+    """rnd / ones / zeros of the plain-Python path."""
+    rng = random.Random(seed)
+    vals = [rng.gauss(0.0, 0.02) for _ in range(65536)]
+    f32 = struct.pack("<65536f", *vals)
+    block = f32 if dtype == "f32" else b"".join(f32[i + 2:i + 4] for i in range(0, len(f32), 4))
+    es, name = (4, "F32") if dtype == "f32" else (2, "BF16")
+    one = struct.pack("<f", 1.0)
+    one = one if dtype == "f32" else one[2:4]
+
+    def count(shape):
+        n = 1
+        for d in shape:
+            n *= d
+        return n
+
+    def rnd(*shape):
+        n = count(shape) * es
+        return Raw((block * (n // len(block) + 1))[:n], shape, name)
+
+    def ones(n):
+        return Raw(one * n, (n,), name)
+
+    def zeros(n):
+        return Raw(bytes(n * es), (n,), name)
+
+    return rnd, ones, zeros
 
 SHAPES = {
     "llama-3.1-8b": dict(
@@ -24,6 +82,35 @@ SHAPES = {
         tie_word_embeddings=False, bos_token_id=128000, eos_token_id=128001,
         rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                           original_max_position_embeddings=8192)),
+    # a Qwen3.5-shaped hybrid (3 of 4 layers Gated DeltaNet) and a dense peer of
+    # the same width, depth and MLP (every layer full attention, 8 KV heads)
+    "qwen3.5-2b": dict(
+        architectures=["Qwen3_5ForCausalLM"], model_type="qwen3_5_text", hidden_size=2048, intermediate_size=6144,
+        num_hidden_layers=24, num_attention_heads=8, num_key_value_heads=2, head_dim=256, vocab_size=151936,
+        max_position_embeddings=65536, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=16,
+        linear_num_value_heads=16, full_attention_interval=4,
+        rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25),
+        bos_token_id=1, eos_token_id=2),
+    "dense-2b": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=2048, intermediate_size=6144,
+        num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=65536, rms_norm_eps=1e-6, rope_theta=1000000.0, hidden_act="silu",
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+    # the same pair scaled down for CPU runs
+    "qwen3.5-tiny": dict(
+        architectures=["Qwen3_5ForCausalLM"], model_type="qwen3_5_text", hidden_size=512, intermediate_size=1536,
+        num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2, head_dim=128, vocab_size=32000,
+        max_position_embeddings=65536, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        linear_conv_kernel_dim=4, linear_key_head_dim=64, linear_value_head_dim=64, linear_num_key_heads=4,
+        linear_num_value_heads=8, full_attention_interval=4,
+        rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25),
+        bos_token_id=1, eos_token_id=2),
+    "dense-tiny": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=512, intermediate_size=1536,
+        num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4, head_dim=64, vocab_size=32000,
+        max_position_embeddings=65536, rms_norm_eps=1e-6, rope_theta=1000000.0, hidden_act="silu",
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
     "llama-tiny": dict(
         architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=256, intermediate_size=512,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=1024,
@@ -40,21 +127,32 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     cfg = dict(SHAPES[a.shape])
-    dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[a.dtype]
+    if torch is None and a.dtype == "f16":
+        raise SystemExit("gen_random_model: f16 needs torch")
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[a.dtype] if torch else None
     cfg["torch_dtype"] = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[a.dtype]
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    g = torch.Generator(device=dev).manual_seed(a.seed)
     D, I, H, KV, hd, V = (cfg["hidden_size"], cfg["intermediate_size"], cfg["num_attention_heads"],
                           cfg["num_key_value_heads"], cfg["head_dim"], cfg["vocab_size"])
 
-    def rnd(*shape):
-        return (torch.randn(*shape, generator=g, device=dev, dtype=torch.float32) * 0.02).to(dt).cpu()
+    if torch is not None:
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        g = torch.Generator(device=dev).manual_seed(a.seed)
 
-    def ones(n):
-        return torch.ones(n, dtype=dt)
+        def rnd(*shape):
+            return (torch.randn(*shape, generator=g, device=dev, dtype=torch.float32) * 0.02).to(dt).cpu()
+
+        def ones(n):
+            return torch.ones(n, dtype=dt)
+
+        def zeros(n):
+            return torch.zeros(n, dtype=dt)
+    else:
+        rnd, ones, zeros = raw_maker(a.dtype, a.seed)
+
+    hybrid = cfg["model_type"] == "qwen3_5_text"
 
     L = cfg["num_hidden_layers"]
     groups = [list(range(i, min(i + 4, L))) for i in range(0, L, 4)]
@@ -64,7 +162,7 @@ def main():
         t = {}
         if layers is None:
             t["model.embed_tokens.weight"] = rnd(V, D)
-            t["model.norm.weight"] = ones(D)
+            t["model.norm.weight"] = zeros(D) if hybrid else ones(D)
             if not cfg["tie_word_embeddings"]:
                 t["lm_head.weight"] = rnd(V, D)
         else:
@@ -72,15 +170,43 @@ def main():
                 p = f"model.layers.{l}."
                 t[p + "input_layernorm.weight"] = ones(D)
                 t[p + "post_attention_layernorm.weight"] = ones(D)
+                t[p + "mlp.gate_proj.weight"] = rnd(I, D)
+                t[p + "mlp.up_proj.weight"] = rnd(I, D)
+                t[p + "mlp.down_proj.weight"] = rnd(D, I)
+                if hybrid:
+                    # Qwen3.5: norms scale by (1 + w), so zeros; the gated norm by w
+                    t[p + "input_layernorm.weight"] = zeros(D)
+                    t[p + "post_attention_layernorm.weight"] = zeros(D)
+                    if (l + 1) % cfg["full_attention_interval"]:
+                        nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+                        dk, dv, K = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], cfg["linear_conv_kernel_dim"]
+                        la = p + "linear_attn."
+                        t[la + "in_proj_qkv.weight"] = rnd(2 * nk * dk + nv * dv, D)
+                        t[la + "in_proj_z.weight"] = rnd(nv * dv, D)
+                        t[la + "in_proj_a.weight"] = rnd(nv, D)
+                        t[la + "in_proj_b.weight"] = rnd(nv, D)
+                        t[la + "conv1d.weight"] = rnd(2 * nk * dk + nv * dv, 1, K)
+                        t[la + "A_log"] = zeros(nv)
+                        t[la + "dt_bias"] = ones(nv)
+                        t[la + "norm.weight"] = ones(dv)
+                        t[la + "out_proj.weight"] = rnd(D, nv * dv)
+                        continue
+                    t[p + "self_attn.q_proj.weight"] = rnd(2 * H * hd, D)
+                    t[p + "self_attn.k_proj.weight"] = rnd(KV * hd, D)
+                    t[p + "self_attn.v_proj.weight"] = rnd(KV * hd, D)
+                    t[p + "self_attn.o_proj.weight"] = rnd(D, H * hd)
+                    t[p + "self_attn.q_norm.weight"] = zeros(hd)
+                    t[p + "self_attn.k_norm.weight"] = zeros(hd)
+                    continue
                 t[p + "self_attn.q_proj.weight"] = rnd(H * hd, D)
                 t[p + "self_attn.k_proj.weight"] = rnd(KV * hd, D)
                 t[p + "self_attn.v_proj.weight"] = rnd(KV * hd, D)
                 t[p + "self_attn.o_proj.weight"] = rnd(D, H * hd)
-                t[p + "mlp.gate_proj.weight"] = rnd(I, D)
-                t[p + "mlp.up_proj.weight"] = rnd(I, D)
-                t[p + "mlp.down_proj.weight"] = rnd(D, I)
         name = f"model-{si + 1:05d}-of-{n_shards:05d}.safetensors"
-        save_file(t, os.path.join(a.out, name), metadata={"format": "pt"})
+        if torch is not None:
+            save_file(t, os.path.join(a.out, name), metadata={"format": "pt"})
+        else:
+            save_raw(t, os.path.join(a.out, name))
         for k in t:
             index[k] = name
     with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:

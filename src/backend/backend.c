@@ -194,6 +194,14 @@ void bk_moe_route(const bk_tensor *ids, const bk_tensor *w, const bk_tensor *log
 void bk_moe(const bk_tensor *y, const bk_tensor *x, const bk_tensor *ids, const bk_tensor *w, const bk_experts *ex, bk_act act) {
   BE(y)->ops->moe(BE(y), y, x, ids, w, ex, act);
 }
+void bk_conv1d(const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, const bk_recurrent *r, bool silu) {
+  BE(y)->ops->conv1d(BE(y), y, x, w, r, silu);
+}
+void bk_delta_rule(const bk_tensor *o, const bk_tensor *qkv, const bk_tensor *a, const bk_tensor *b, const bk_tensor *a_log,
+                   const bk_tensor *dt_bias, const bk_recurrent *r, const delta_params *p) {
+  BE(o)->ops->delta_rule(BE(o), o, qkv, a, b, a_log, dt_bias, r, p);
+}
+void bk_sigmoid_mul(const bk_tensor *y, const bk_tensor *g) { BE(y)->ops->sigmoid_mul(BE(y), y, g); }
 bool bk_graph_begin(bk_backend *be, uint64_t key) { return be->ops->graph_begin ? be->ops->graph_begin(be, key) : false; }
 int bk_graph_end(bk_backend *be, herr *err) { return be->ops->graph_end ? be->ops->graph_end(be, err) : 0; }
 

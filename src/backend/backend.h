@@ -212,6 +212,34 @@ typedef struct bk_attn_index {
 void bk_attention(const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
                   const attn_params *p);
 
+/* ---- recurrent layers (linear attention) ----
+ *
+ * A recurrent layer keeps a fixed-size state per sequence (ops.h, rec_seq):
+ * row `slot` of the layer's state arena (F32 [n_slots, width]); an op
+ * owns the floats [off, off + its width) of each row. seqs (I32 [S, 4]:
+ * t0, n, slot, fresh per sequence) groups the step's tokens by sequence;
+ * a fresh sequence starts from a zero state. The ops read and update the
+ * state in place, so a sequence's steps must run in order. */
+typedef struct bk_recurrent {
+  const bk_tensor *state;  /* borrowed: the layer's state arena */
+  int64_t off;             /* this op's first float in a row */
+  const bk_tensor *seqs;   /* borrowed: I32 [S, 4] */
+} bk_recurrent;
+
+/* y[T, c] = the causal depthwise convolution of x[T, c] with w (F32 [c, k]),
+ * continuing from each sequence's last k - 1 inputs, through SiLU when silu
+ * (op_conv1d_state); the state's (k - 1) · c floats at r->off then hold the
+ * sequence's last k - 1 inputs. y must not alias x. */
+void bk_conv1d(const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, const bk_recurrent *r, bool silu);
+/* o[T, nv · dv] = the gated delta rule over qkv[T, 2 · nk · dk + nv · dv]
+ * with a, b [T, nv] and the heads' a_log, dt_bias ([1, nv]), continuing
+ * from each sequence's state (nv · dk · dv floats at r->off), which it
+ * updates (op_delta_rule_ref is the definition). */
+void bk_delta_rule(const bk_tensor *o, const bk_tensor *qkv, const bk_tensor *a, const bk_tensor *b, const bk_tensor *a_log,
+                   const bk_tensor *dt_bias, const bk_recurrent *r, const delta_params *p);
+/* y *= sigmoid(g): g the same shape as y, or [y.rows, 1] (one gate per row). */
+void bk_sigmoid_mul(const bk_tensor *y, const bk_tensor *g);
+
 /* ---- sampling on the device ----
  *
  * bk_sample picks one token per logits row on the backend, so that only ids
@@ -324,6 +352,10 @@ typedef struct bk_backend_ops {
   void (*kv_write)(bk_backend *be, const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor *v_new, const bk_tensor *slot);
   void (*attention)(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
                     const attn_params *p);
+  void (*conv1d)(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, const bk_recurrent *r, bool silu);
+  void (*delta_rule)(bk_backend *be, const bk_tensor *o, const bk_tensor *qkv, const bk_tensor *a, const bk_tensor *b,
+                     const bk_tensor *a_log, const bk_tensor *dt_bias, const bk_recurrent *r, const delta_params *p);
+  void (*sigmoid_mul)(bk_backend *be, const bk_tensor *y, const bk_tensor *g);
   int (*sample)(bk_backend *be, const bk_tensor *logits, const bk_sample_row *rows, const bk_sample_adj *adj,
                 int64_t n_adj, bk_sample_out *out, herr *err);
   bool (*graph_begin)(bk_backend *be, uint64_t key); /* NULL: never records */
@@ -340,7 +372,7 @@ struct bk_backend {
 
 /* The CUDA backend library's one entry point (libhearth_cuda.so). */
 #define BK_CUDA_ENTRY "hearth_cuda_backend_open"
-#define BK_CUDA_ABI 4
+#define BK_CUDA_ABI 5
 typedef int (*bk_cuda_open_fn)(int abi, int device, const bk_open_opts *opts, bk_backend **out, herr *err);
 
 /* The CPU backend (cpu/backend_cpu.c). */

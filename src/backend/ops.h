@@ -102,6 +102,53 @@ void op_attention_ref(hpool *pool, float *out, const float *q, int64_t n, const 
 void op_moe_route(int32_t *ids, float *weights, const float *logits, int64_t n, int64_t e, int64_t k, bool norm,
                   const float *scale);
 
+/* ---- recurrent layers (linear attention) ----
+ *
+ * A recurrent layer keeps, per sequence, a fixed-size state instead of KV
+ * rows: one row of a state arena (stride floats apart), of which an op owns
+ * the floats [off, off + its width). The tokens of a step are grouped by
+ * sequence: sequence s has tokens [t0, t0 + n) of the step, its state in
+ * row `slot`, and `fresh` set when those tokens are its first (its state is
+ * then taken as zeros, whatever the row holds). */
+typedef struct rec_seq {
+  int32_t t0, n, slot, fresh;
+} rec_seq;
+
+/* Causal depthwise convolution over c channels with a kernel of k taps
+ * (w[c, k]), continuing each sequence from its state: the state holds the
+ * k - 1 inputs before the sequence's first new token (oldest first, c
+ * floats each). y[t, ch] = sum over j < k of w[ch, j] · in[t - (k - 1) + j, ch],
+ * through SiLU when silu. Afterwards the state holds the sequence's last
+ * k - 1 inputs. x, y: [T, c]; y must not alias x. */
+void op_conv1d_state(float *y, const float *x, int64_t c, const float *w, int64_t k, float *state, int64_t stride,
+                     int64_t off, const rec_seq *seqs, int64_t n_seqs, bool silu);
+
+/* The gated delta rule (Gated DeltaNet's token mixer). qkv[T, 2 · nk · dk +
+ * nv · dv] holds per token the queries (nk heads of dk), the keys (same) and
+ * the values (nv heads of dv); value head h reads query / key head
+ * h / (nv / nk). Per token and value head, with q and k L2-normalized
+ * (x / sqrt(sum x² + 1e-6)) and q scaled by dk^-1/2,
+ *   g = -exp(a_log[h]) · softplus(a[t, h] + dt_bias[h]),  beta = sigmoid(b[t, h]),
+ *   S = exp(g) · S;  u = beta · (v - Sᵀ k);  S = S + k uᵀ;  o[t, h] = Sᵀ q
+ * where S [dk, dv] is the head's state (row-major, nv · dk · dv floats per
+ * sequence). a, b: [T, nv]; o: [T, nv · dv]. */
+typedef struct delta_params {
+  int64_t n_k_heads, n_v_heads, dk, dv;
+} delta_params;
+/* The plain reference: token by token, as above (sums in double). */
+void op_delta_rule_ref(float *o, const float *qkv, const float *a, const float *b, const float *a_log, const float *dt_bias,
+                       float *state, int64_t stride, int64_t off, const rec_seq *seqs, int64_t n_seqs, const delta_params *p);
+/* The same in the chunked (parallel) form the CPU backend runs: a
+ * sequence's tokens in chunks of `chunk`, each chunk's updates solved as one
+ * triangular system against the state at its start; one task per sequence
+ * and value head over the pool. A sequence of one token takes the
+ * token-by-token step. */
+void op_delta_rule_chunked(hpool *pool, float *o, const float *qkv, const float *a, const float *b, const float *a_log,
+                           const float *dt_bias, float *state, int64_t stride, int64_t off, const rec_seq *seqs,
+                           int64_t n_seqs, const delta_params *p, int64_t chunk);
+/* y[n, d] *= sigmoid(g), g [n, d] elementwise or [n, 1] per row (gd = d or 1). */
+void op_sigmoid_mul(float *y, const float *g, int64_t n, int64_t d, int64_t gd);
+
 /* Converts stored weights to f32. */
 void bk_bf16_to_f32(float *y, const uint16_t *x, int64_t n);
 void bk_f16_to_f32(float *y, const uint16_t *x, int64_t n);

@@ -1,7 +1,8 @@
 /* bench.c — `hearth bench`: prompt-processing and generation speed of a
  * model, measured as llama-bench does. pp: one forward over P prompt tokens
  * into an empty cache; tg: N single-token forward steps into another empty
- * cache (after one untimed token; logits computed, no sampling). One
+ * cache (after one untimed token; logits computed, no sampling), or with -d
+ * D into a cache already holding D tokens (decode speed at that context). One
  * untimed warm-up pass first (the first pass over freshly mapped weights is
  * slower); the median of the repeats is reported. Token ids are fixed pseudo-random
  * ids of the vocabulary. Uses the internal model, KV cache and backend
@@ -22,11 +23,12 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: hearth bench [--model M] [-p 512] [-n 128] [-t THREADS] [--repeat R] [--no-warmup] [--roofline] [--json]\n"
+          "usage: hearth bench [--model M] [-p 512] [-n 128] [-d 0] [-t THREADS] [--repeat R] [--no-warmup] [--roofline] [--json]\n"
           "                    [--device cpu|cuda|cuda:N|auto]\n\n"
           "Measures prompt processing (one forward over P tokens) and generation (N single-token\n"
           "steps from an empty cache, no sampling) in tokens/s, median of R repeats (default 3),\n"
           "after one untimed warm-up pass (--no-warmup skips it).\n"
+          "-d D: the N generation steps start at a context of D tokens (prefilled untimed).\n"
           "-p 0 or -n 0 skips that part. --roofline also measures the device's copy bandwidth\n"
           "(a 1 GiB buffer copied on the device, bytes read + written) and reports generation's\n"
           "weight traffic (weight bytes x tokens/s) as a share of it. --json prints one line:\n"
@@ -70,8 +72,8 @@ static int step(model *m, kv_seq *seq, const int32_t *tokens, int n, float *logi
 /* One repeat: pp over `prompt` into an empty cache; then, into another empty
  * cache, one untimed token and N timed single steps. Times in seconds (a
  * part is skipped when its count is 0). */
-static int run_once(model *m, const int32_t *prompt, int P, const int32_t *gen, int N, float *logits, double *pp_s, double *tg_s,
-                    herr *err) {
+static int run_once(model *m, const int32_t *prompt, int P, const int32_t *gen, int N, const int32_t *ctx, int D, float *logits,
+                    double *pp_s, double *tg_s, herr *err) {
   kv_cache *cache = NULL;
   kv_seq *seq = NULL;
   int rc = 0;
@@ -85,7 +87,8 @@ static int run_once(model *m, const int32_t *prompt, int P, const int32_t *gen, 
     kv_cache_free(cache);
   }
   if (!rc && N > 0) {
-    rc = fresh_seq(m, N + 1, &cache, &seq, err);
+    rc = fresh_seq(m, (int64_t)D + N + 1, &cache, &seq, err);
+    for (int at = 0; !rc && at < D; at += 2048) rc = step(m, seq, ctx + at, D - at < 2048 ? D - at : 2048, logits, err);
     if (!rc) rc = step(m, seq, prompt, 1, logits, err);
     double t0 = now_s();
     for (int i = 0; !rc && i < N; i++) rc = step(m, seq, gen + i, 1, logits, err);
@@ -122,7 +125,7 @@ static int copy_bandwidth(bk_backend *be, double *gbs, herr *err) {
 
 int cli_bench(int argc, char **argv) {
   const char *dir = NULL;
-  long long P_ = 512, N_ = 128, repeat_ = 3;
+  long long P_ = 512, N_ = 128, D_ = 0, repeat_ = 3;
   int threads = -1; /* -t; else --threads */
   bool json = false, warmup = true, roofline = false;
   for (int i = 1; i < argc; i++) {
@@ -135,6 +138,7 @@ int cli_bench(int argc, char **argv) {
       if (r < 0) return 2;
     } else if ((r = cli_opt_int("bench", argc, argv, &i, "-p", 0, 1000000, &P_)) ||
                (r = cli_opt_int("bench", argc, argv, &i, "-n", 0, 1000000, &N_)) ||
+               (r = cli_opt_int("bench", argc, argv, &i, "-d", 0, 1000000, &D_)) ||
                (r = cli_opt_threads("bench", argc, argv, &i, "-t", &threads)) ||
                (r = cli_opt_int("bench", argc, argv, &i, "--repeat", 1, 100, &repeat_))) {
       if (r < 0) return 2;
@@ -148,7 +152,7 @@ int cli_bench(int argc, char **argv) {
       return cli_usage_error("bench", "unknown argument '%s'", argv[i]);
     }
   }
-  int P = (int)P_, N = (int)N_, repeat = (int)repeat_;
+  int P = (int)P_, N = (int)N_, D = (int)D_, repeat = (int)repeat_;
   if (!dir) dir = cli_default_model();
   if (!dir) return cli_usage_error("bench", "no --model given and no built-in model found");
   if (P == 0 && N == 0) return cli_usage_error("bench", "-p and -n are both 0: nothing to measure");
@@ -166,13 +170,15 @@ int cli_bench(int argc, char **argv) {
   }
   const model_config *c = model_cfg(m);
   int64_t V = model_vocab_size(m);
-  if (c->max_position_embeddings > 0 && P + N + 1 > c->max_position_embeddings)
-    fprintf(stderr, "hearth bench: note: %d tokens exceed max_position_embeddings %lld\n", P + N + 1, (long long)c->max_position_embeddings);
+  if (c->max_position_embeddings > 0 && P + D + N + 1 > c->max_position_embeddings)
+    fprintf(stderr, "hearth bench: note: %d tokens exceed max_position_embeddings %lld\n", P + D + N + 1,
+            (long long)c->max_position_embeddings);
   int32_t *prompt = malloc((size_t)(P > 0 ? P : 1) * sizeof *prompt), *gen = malloc((size_t)(N > 0 ? N : 1) * sizeof *gen);
   float *logits = malloc((size_t)V * sizeof(float));
+  int32_t *ctx = malloc((size_t)(D > 0 ? D : 1) * sizeof *ctx);
   double *pp = calloc((size_t)repeat, sizeof *pp), *tg = calloc((size_t)repeat, sizeof *tg);
   int status = 1;
-  if (!prompt || !gen || !logits || !pp || !tg) {
+  if (!prompt || !gen || !logits || !pp || !tg || !ctx) {
     cli_fail("out of memory");
     goto out;
   }
@@ -185,16 +191,20 @@ int cli_bench(int argc, char **argv) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     gen[i] = (int32_t)(x % (uint64_t)V);
   }
+  for (int i = 0; i < D; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    ctx[i] = (int32_t)(x % (uint64_t)V);
+  }
   if (warmup) {
     double ps, ts;
-    if (run_once(m, prompt, P < 32 ? P : 32, gen, N < 2 ? N : 2, logits, &ps, &ts, &err)) {
+    if (run_once(m, prompt, P < 32 ? P : 32, gen, N < 2 ? N : 2, ctx, 0, logits, &ps, &ts, &err)) {
       cli_fail("%s", err.msg);
       goto out;
     }
   }
   for (int r = 0; r < repeat; r++) {
     double ps, ts;
-    if (run_once(m, prompt, P, gen, N, logits, &ps, &ts, &err)) {
+    if (run_once(m, prompt, P, gen, N, ctx, D, logits, &ps, &ts, &err)) {
       cli_fail("%s", err.msg);
       goto out;
     }
@@ -212,6 +222,7 @@ int cli_bench(int argc, char **argv) {
   }
   if (json) {
     json_t *j = json_pack("{s:f, s:f, s:i, s:s, s:s}", "pp_tps", pp_med, "tg_tps", tg_med, "threads", nthreads, "device", dev, "model", dir);
+    if (j && D > 0) json_object_set_new(j, "depth", json_integer(D));
     if (j && roofline) {
       json_object_set_new(j, "weights_gb", json_real(wgb));
       json_object_set_new(j, "copy_gbs", json_real(copy_gbs));
@@ -226,7 +237,8 @@ int cli_bench(int argc, char **argv) {
     printf("device   %s\n", dev);
     if (bk_backend_is_cpu(model_backend(m))) printf("threads  %d\n", nthreads);
     if (P > 0) printf("pp%-6d %.2f tokens/s\n", P, pp_med);
-    if (N > 0) printf("tg%-6d %.2f tokens/s\n", N, tg_med);
+    if (N > 0 && D > 0) printf("tg%-6d %.2f tokens/s at a context of %d tokens\n", N, tg_med, D);
+    else if (N > 0) printf("tg%-6d %.2f tokens/s\n", N, tg_med);
     if (roofline && N > 0)
       printf("roofline %.2f GB of weights x %.2f tokens/s = %.1f GB/s, %.1f%% of the %.1f GB/s copy bandwidth\n", wgb, tg_med,
              wgb * tg_med, copy_gbs > 0 ? 100 * wgb * tg_med / copy_gbs : 0, copy_gbs);
@@ -234,7 +246,7 @@ int cli_bench(int argc, char **argv) {
   }
   status = 0;
 out:
-  free(prompt), free(gen), free(logits), free(pp), free(tg);
+  free(prompt), free(gen), free(logits), free(pp), free(tg), free(ctx);
   model_free(m);
   return status;
 }

@@ -19,6 +19,9 @@ typedef struct block_meta {
   uint64_t parent;      /* the previous block's hash (root: PREFIX_ROOT) */
   int32_t hnext;        /* next block in the same hash bucket, -1 */
   int32_t prev, next;   /* LRU links (cached) or free-list link (next), -1 */
+  int32_t snap;         /* published, of a model with recurrent layers: the state row holding the
+                           recurrent state after this block's last token, or -1 */
+  uint64_t snap_used;   /* when that snapshot was made or last taken (snapshot eviction order) */
 } block_meta;
 
 struct kv_pool {
@@ -39,6 +42,14 @@ struct kv_pool {
   int64_t n_free;
   int32_t lru_head, lru_tail; /* head: least recently released */
   int64_t n_cached, n_used;
+  /* recurrent layers: one state row per sequence, and snapshots at block ends */
+  int64_t state_dim[CFG_MAX_LAYERS];
+  bool has_state;
+  bk_buf *sbuf;               /* owned: every recurrent layer's state arena (store.state) */
+  int32_t *state_free;        /* owned: the free state rows (a stack) */
+  int64_t n_state_free;
+  int64_t max_snaps, n_snaps; /* snapshots kept at most / now */
+  uint64_t snap_clock;
 };
 
 typedef struct paged_seq {
@@ -49,6 +60,7 @@ typedef struct paged_seq {
   int64_t n_blocks, cap;
   int64_t n_published;        /* leading blocks already published or attached */
   uint64_t last_hash;         /* hash of block n_published - 1 (root when none) */
+  bool stale;                 /* truncated to a length its recurrent state no longer matches */
 } paged_seq;
 
 #define PREFIX_ROOT 0x6a09e667f3bcc909ull
@@ -57,6 +69,12 @@ static uint64_t block_hash(uint64_t parent, uint64_t adapter_id, const int32_t *
   uint64_t h = hmix64(parent ^ hmix64(adapter_id + HMIX64_GAMMA));
   for (int i = 0; i < n; i++) h = hmix64(h ^ ((uint64_t)(uint32_t)toks[i] + ((uint64_t)i << 32)));
   return h;
+}
+
+size_t kv_state_bytes(const model_kv_geometry *g) {
+  size_t b = 0;
+  for (int l = 0; l < g->n_layers; l++) b += (size_t)g->state_dim[l] * sizeof(float);
+  return b;
 }
 
 size_t kv_block_bytes(const model_kv_geometry *g, int block_tokens) {
@@ -94,8 +112,17 @@ static void free_push(kv_pool *p, int32_t b) {
   p->n_free++;
 }
 
+static void drop_snap(kv_pool *p, int32_t b) {
+  block_meta *m = &p->meta[b];
+  if (m->snap < 0) return;
+  p->state_free[p->n_state_free++] = m->snap;
+  m->snap = -1;
+  p->n_snaps--;
+}
+
 static void unhash(kv_pool *p, int32_t b) {
   block_meta *m = &p->meta[b];
+  drop_snap(p, b);
   if (!m->hashed) return;
   int32_t *at = &p->buckets[m->hash % (uint64_t)p->n_buckets];
   while (*at >= 0 && *at != b) at = &p->meta[*at].hnext;
@@ -156,7 +183,8 @@ static int alloc_arenas(kv_pool *p, int64_t n_blocks, herr *err) {
   bk_buf *buf;
   int rc = bk_buf_new(p->be, bytes, &buf, err);
   if (rc) return herr_wrap(err, "KV pool: %lld blocks of %d tokens (%zu bytes)", (long long)n_blocks, p->B, bytes);
-  kv_store st = {.n_layers = p->n_layers, .block_rows = p->B, .n_slots = n_blocks * p->B};
+  kv_store st = {.n_layers = p->n_layers, .block_rows = p->B, .n_slots = n_blocks * p->B, .n_states = p->store.n_states};
+  memcpy(st.state, p->store.state, sizeof st.state); /* the state arenas live in a buffer of their own */
   size_t off = 0;
   for (int l = 0; l < p->n_layers; l++) {
     int64_t rows = n_blocks * p->B;
@@ -179,6 +207,57 @@ static int alloc_arenas(kv_pool *p, int64_t n_blocks, herr *err) {
   p->buf = buf;
   p->store = st;
   return 0;
+}
+
+/* Grows the state arenas to n rows (the old rows keep their contents); the new rows go on the free stack. */
+static int alloc_states(kv_pool *p, int64_t n, herr *err) {
+  int64_t old = p->store.n_states;
+  size_t bytes = 0;
+  for (int l = 0; l < p->n_layers; l++) bytes += (size_t)n * (size_t)p->state_dim[l] * sizeof(float);
+  int32_t *fr = realloc(p->state_free, sizeof(int32_t) * (size_t)n);
+  if (!fr) return herr_set(err, HEARTH_ENOMEM, "KV pool: out of memory for %lld recurrent states", (long long)n);
+  p->state_free = fr;
+  bk_buf *buf;
+  int rc = bk_buf_new(p->be, bytes, &buf, err);
+  if (rc) return herr_wrap(err, "KV pool: %lld recurrent states (%zu bytes)", (long long)n, bytes);
+  size_t off = 0;
+  bk_tensor st[CFG_MAX_LAYERS];
+  for (int l = 0; l < p->n_layers; l++) {
+    st[l] = (bk_tensor){0};
+    if (!p->state_dim[l]) continue;
+    st[l] = (bk_tensor){.buf = buf, .off = off, .dt = BK_DT_F32, .rows = n, .cols = p->state_dim[l]};
+    if (old) bk_copy(&st[l], 0, &p->store.state[l], 0, bk_nbytes(&p->store.state[l]));
+    off += (size_t)(n * p->state_dim[l]) * sizeof(float);
+  }
+  if (old && (rc = bk_sync(p->be, err))) {
+    bk_buf_free(buf);
+    return rc;
+  }
+  bk_buf_free(p->sbuf);
+  p->sbuf = buf;
+  memcpy(p->store.state, st, sizeof st);
+  p->store.n_states = n;
+  for (int64_t r = n - 1; r >= old; r--) p->state_free[p->n_state_free++] = (int32_t)r;
+  return 0;
+}
+
+int kv_pool_reserve_states(kv_pool *p, int64_t n, herr *err) {
+  if (!p->has_state || n <= p->store.n_states) return 0;
+  return alloc_states(p, n, err);
+}
+
+/* A free state row, growing the arenas when none is left; -1 on failure (err set). */
+static int32_t take_state(kv_pool *p, herr *err) {
+  if (!p->n_state_free && alloc_states(p, p->store.n_states * 2, err)) return -1;
+  return p->state_free[--p->n_state_free];
+}
+
+/* Copies state row src to row dst in every recurrent layer (queued on the backend). */
+static void copy_state(kv_pool *p, int32_t dst, int32_t src) {
+  for (int l = 0; l < p->n_layers; l++) {
+    size_t row = (size_t)p->state_dim[l] * sizeof(float);
+    if (row) bk_copy(&p->store.state[l], (size_t)dst * row, &p->store.state[l], (size_t)src * row, row);
+  }
 }
 
 int kv_pool_new(const model_kv_geometry *g, int block_tokens, int64_t n_blocks, kv_pool **out, herr *err) {
@@ -214,10 +293,18 @@ int kv_pool_new(const model_kv_geometry *g, int block_tokens, int64_t n_blocks, 
     kv_pool_free(p);
     return rc;
   }
+  memcpy(p->state_dim, g->state_dim, sizeof p->state_dim);
+  for (int l = 0; l < p->n_layers; l++) p->has_state |= p->state_dim[l] > 0;
+  p->max_snaps = 8;
+  if (p->has_state && (rc = alloc_states(p, 4, err))) {
+    kv_pool_free(p);
+    return rc;
+  }
   for (int64_t i = 0; i < p->n_buckets; i++) p->buckets[i] = -1;
   p->free_head = p->lru_head = p->lru_tail = -1;
   for (int64_t b = n_blocks - 1; b >= 0; b--) {
     p->meta[b].hnext = -1;
+    p->meta[b].snap = -1;
     free_push(p, (int32_t)b);
   }
   *out = p;
@@ -225,6 +312,21 @@ int kv_pool_new(const model_kv_geometry *g, int block_tokens, int64_t n_blocks, 
 }
 
 void kv_pool_set_growable(kv_pool *p, bool growable) { p->growable = growable; }
+
+/* Drops the least recently made or used snapshot. */
+static void drop_oldest_snap(kv_pool *p) {
+  int32_t old = -1;
+  for (int64_t b = 0; b < p->n_blocks; b++)
+    if (p->meta[b].snap >= 0 && (old < 0 || p->meta[b].snap_used < p->meta[old].snap_used)) old = (int32_t)b;
+  if (old >= 0) drop_snap(p, old);
+}
+
+void kv_pool_set_snapshots(kv_pool *p, int64_t n) {
+  p->max_snaps = n < 0 ? 0 : n;
+  while (p->n_snaps > p->max_snaps) drop_oldest_snap(p);
+}
+
+bool kv_pool_recurrent(const kv_pool *p) { return p->has_state; }
 
 /* Doubles the pool (at least to n_blocks + need): new blocks go on the free list. */
 static int pool_grow(kv_pool *p, int64_t need, herr *err) {
@@ -242,6 +344,7 @@ static int pool_grow(kv_pool *p, int64_t need, herr *err) {
   memset(p->meta + p->n_blocks, 0, sizeof *meta * (size_t)(n - p->n_blocks));
   for (int64_t b = n - 1; b >= p->n_blocks; b--) {
     p->meta[b].hnext = -1;
+    p->meta[b].snap = -1;
     free_push(p, (int32_t)b);
   }
   p->n_blocks = n;
@@ -251,6 +354,8 @@ static int pool_grow(kv_pool *p, int64_t need, herr *err) {
 void kv_pool_free(kv_pool *p) {
   if (!p) return;
   bk_buf_free(p->buf);
+  bk_buf_free(p->sbuf);
+  free(p->state_free);
   bk_backend_close(p->own_be);
   free(p->meta);
   free(p->tokens);
@@ -286,6 +391,10 @@ int64_t kv_paged_seq_blocks_for(const kv_seq *s, int64_t n_rows) {
 static int paged_reserve(kv_seq *s, int64_t n, herr *err) {
   paged_seq *ps = (paged_seq *)s;
   kv_pool *p = ps->pool;
+  if (ps->stale)
+    return herr_set(err, HEARTH_EUNSUPPORTED,
+                    "KV cache: the sequence was cut back to %lld tokens, but its recurrent state cannot go back; "
+                    "start it over", (long long)s->len);
   int64_t rows = s->len + n;
   if (ps->max_len > 0 && rows > ps->max_len)
     return herr_set(err, HEARTH_ELIMIT, "KV cache: %lld tokens exceed the context limit of %lld", (long long)rows,
@@ -320,6 +429,11 @@ int kv_paged_seq_new(kv_pool *p, int64_t max_len, kv_seq **out, herr *err) {
   paged_seq *ps = calloc(1, sizeof *ps);
   if (!ps) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   ps->base.ops = &paged_ops;
+  ps->base.state = -1;
+  if (p->has_state && (ps->base.state = take_state(p, err)) < 0) {
+    free(ps);
+    return err ? err->code : HEARTH_ENOMEM;
+  }
   ps->pool = p;
   ps->max_len = max_len;
   ps->last_hash = PREFIX_ROOT;
@@ -332,6 +446,7 @@ void kv_paged_seq_free(kv_seq *s) {
   paged_seq *ps = (paged_seq *)s;
   /* the tail first, so a chain's later blocks are evicted before its head */
   for (int64_t i = ps->n_blocks - 1; i >= 0; i--) release_block(ps->pool, ps->table[i]);
+  if (s->state >= 0) ps->pool->state_free[ps->pool->n_state_free++] = s->state;
   free(ps->table);
   free(ps);
 }
@@ -356,10 +471,35 @@ int64_t kv_paged_seq_attach_prefix(kv_seq *s, const int32_t *tokens, int64_t n, 
     parent = h;
     i++;
   }
+  if (p->has_state) { /* only as far as the last block whose end has a state snapshot */
+    int64_t keep = i;
+    while (keep > 0 && p->meta[ps->table[keep - 1]].snap < 0) keep--;
+    while (ps->n_blocks > keep) release_block(p, ps->table[--ps->n_blocks]);
+    i = keep;
+    parent = keep ? p->meta[ps->table[keep - 1]].hash : PREFIX_ROOT;
+    if (keep) {
+      block_meta *m = &p->meta[ps->table[keep - 1]];
+      copy_state(p, s->state, m->snap);
+      m->snap_used = ++p->snap_clock;
+    }
+  }
   ps->n_published = i;
   ps->last_hash = parent;
   s->len = i * p->B;
   return s->len;
+}
+
+/* A snapshot of s's state as the state after block i (s->len is that block's end). */
+static void snapshot(kv_pool *p, paged_seq *ps, int32_t b) {
+  if (p->max_snaps <= 0 || ps->stale || ps->base.state < 0) return;
+  while (p->n_snaps >= p->max_snaps) drop_oldest_snap(p);
+  herr e = {0};
+  int32_t row = take_state(p, &e);
+  if (row < 0) return; /* no memory for one: this block just has none */
+  copy_state(p, row, ps->base.state);
+  p->meta[b].snap = row;
+  p->meta[b].snap_used = ++p->snap_clock;
+  p->n_snaps++;
 }
 
 void kv_paged_seq_publish(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t adapter_id) {
@@ -370,8 +510,8 @@ void kv_paged_seq_publish(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t 
     int64_t i = ps->n_published;
     const int32_t *bt = tokens + i * p->B;
     uint64_t h = block_hash(ps->last_hash, adapter_id, bt, p->B);
-    int32_t b = ps->table[i];
-    if (!p->meta[b].hashed && lookup(p, h, ps->last_hash, bt) < 0) {
+    int32_t b = ps->table[i], same = p->meta[b].hashed ? -1 : lookup(p, h, ps->last_hash, bt);
+    if (!p->meta[b].hashed && same < 0) {
       block_meta *m = &p->meta[b];
       m->hashed = true;
       m->hash = h;
@@ -381,6 +521,9 @@ void kv_paged_seq_publish(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t 
       m->hnext = *head;
       *head = b;
     }
+    /* the snapshot goes with the block a later match finds: this one, or the same prefix's published twin */
+    int32_t keeper = same >= 0 ? same : b;
+    if (p->has_state && (i + 1) * p->B == s->len && p->meta[keeper].snap < 0) snapshot(p, ps, keeper);
     ps->last_hash = h;
     ps->n_published++;
   }
@@ -395,6 +538,7 @@ void kv_paged_seq_truncate(kv_seq *s, int64_t n) {
     ps->n_published = 0;
     ps->last_hash = PREFIX_ROOT;
   }
+  if (ps->pool->has_state) ps->stale = n > 0; /* from 0 it starts afresh; elsewhere its state is past n */
   s->len = n;
 }
 

@@ -16,6 +16,18 @@
  *   kv_paged_seq_publish(s, tokens, s->len, 0);                  // full blocks become shareable
  *   kv_paged_seq_free(s);
  *
+ * Recurrent layers (the geometry's state_dim): each sequence holds one row
+ * of the pool's state arenas while it lives (kv_seq.state; the arenas grow
+ * as sequences need rows). Its state can only go forward: truncating a
+ * sequence to any length but 0 makes its next reserve fail. Prefix caching
+ * then needs the state at the end of the matched prefix: when a publish
+ * finds a sequence's length exactly at the end of a block it publishes, a
+ * copy of its state (a snapshot) is kept with that block, and attaching a
+ * prefix stops at the last matched block that has one and starts the
+ * sequence from a copy of it. Snapshots live in state rows, at most
+ * kv_pool_set_snapshots of them (least recently made or used go first), and
+ * go with their block when it is evicted.
+ *
  * Not thread-safe: one thread (the scheduler's) drives a pool.
  */
 #ifndef HEARTH_ENGINE_KV_PAGED_H
@@ -33,6 +45,9 @@ typedef struct kv_pool kv_pool;
 /* Bytes one block of block_tokens rows takes for geometry g (K and V, all layers). */
 size_t kv_block_bytes(const model_kv_geometry *g, int block_tokens);
 
+/* Bytes of one sequence's recurrent state for geometry g (0 without recurrent layers). */
+size_t kv_state_bytes(const model_kv_geometry *g);
+
 /* The arenas are allocated through g->backend (a private CPU backend when it
  * is NULL), in one buffer. */
 int kv_pool_new(const model_kv_geometry *g, int block_tokens, int64_t n_blocks, kv_pool **out, herr *err);
@@ -40,6 +55,13 @@ void kv_pool_free(kv_pool *p); /* sequences must be freed first */
 /* A growable pool doubles itself (copying its arenas on the backend) when a
  * reserve needs more blocks than are available, instead of failing. */
 void kv_pool_set_growable(kv_pool *p, bool growable);
+/* Room for n state rows now (sequences and snapshots each take one; the
+ * arenas also grow when they run out). */
+int kv_pool_reserve_states(kv_pool *p, int64_t n, herr *err);
+/* At most n state snapshots (default 8); the oldest beyond it are dropped now. */
+void kv_pool_set_snapshots(kv_pool *p, int64_t n);
+/* Whether the pool keeps recurrent states (its geometry has state_dim). */
+bool kv_pool_recurrent(const kv_pool *p);
 /* The pool's arenas (changes when a growable pool grows). */
 const kv_store *kv_pool_store(const kv_pool *p);
 
@@ -67,8 +89,10 @@ const int32_t *kv_paged_seq_table(const kv_seq *s);
 
 /* On an empty sequence: takes the longest run of cached full blocks that
  * match tokens[0..n) (stopping before the block that holds token n-1, so the
- * last token is always computed) and sets len to the rows they cover, which
- * it returns (a multiple of block_tokens, 0 when nothing matched). */
+ * last token is always computed; with recurrent layers, at the last of them
+ * with a state snapshot, which becomes the sequence's state) and sets len to
+ * the rows they cover, which it returns (a multiple of block_tokens, 0 when
+ * nothing matched). */
 int64_t kv_paged_seq_attach_prefix(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t adapter_id);
 /* tokens[0..n) are the tokens of rows [0, n) (n <= len): publishes every full
  * block not yet published, so later sequences can share it. */

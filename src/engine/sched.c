@@ -83,6 +83,7 @@ struct sched {
   kv_pool *pool;              /* owned; touched only by the engine thread */
   float *logits;              /* owned [max_batch * vocab] (host sampling; on a device, made for grammar steps) */
   bool dev_sample;            /* sample on the model's device (bk_sample): only ids come back */
+  bool recurrent;             /* the model has recurrent layers: prefill chunks stop at block ends */
   bk_sample_row *rows;        /* owned [max_batch] (device sampling) */
   bk_sample_out *outs;        /* owned [max_batch] */
   bk_sample_adj *adj;         /* owned, grown: the step's penalty and bias entries */
@@ -525,6 +526,11 @@ static void step(sched *s) {
       int chunk = q->req->prefill_chunk > 0 && q->req->prefill_chunk < s->chunk ? q->req->prefill_chunk : s->chunk;
       if (n > chunk) n = chunk;
       if (n > budget) n = budget;
+      /* recurrent layers: a chunk stops at a block's end, where the state is kept for the
+       * prefix cache (kv_paged's snapshots); the prompt's last chunk too, when it crosses one,
+       * leaving the tail of fewer than a block's tokens to the next step */
+      int64_t B = kv_pool_block_tokens(s->pool), end = (q->kv->len + n) / B * B;
+      if (s->recurrent && end > q->kv->len && end < q->kv->len + n) n = end - q->kv->len;
       if (n <= 0) continue; /* the budget is spent: prefill next step */
     }
     /* room for n rows: preempt the newest others until there is */
@@ -734,6 +740,9 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   model_kv_geometry g;
   model_kv_geometry_of(m, &g);
   s->block_bytes = kv_block_bytes(&g, B);
+  /* recurrent layers: a state per running sequence and the snapshots, allocated up front beside the blocks */
+  int64_t snaps = c.state_snapshots > 0 ? c.state_snapshots : c.state_snapshots < 0 ? 0 : s->max_batch;
+  size_t states = kv_state_bytes(&g) * (size_t)(s->max_batch + snaps);
   size_t bytes = c.kv_bytes;
   int64_t n_blocks;
   bk_backend *be = model_backend(m);
@@ -741,12 +750,14 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
     size_t fr = 0, tot = 0;
     double frac = c.gpu_memory_fraction > 0 && c.gpu_memory_fraction <= 1 ? c.gpu_memory_fraction : 0.9;
     if (bk_mem_info(be, &fr, &tot) == 0) bytes = (size_t)((double)fr * frac);
+    bytes = bytes > states ? bytes - states : 0;
     n_blocks = (int64_t)(bytes / s->block_bytes);
     int64_t enough = (int64_t)s->max_batch * ((ctx + B - 1) / B);
     if (n_blocks > enough) n_blocks = enough;
   } else if (bytes == 0) {
     bytes = physical_memory() / 4;
     if (bytes > ((size_t)4 << 30)) bytes = (size_t)4 << 30;
+    bytes = bytes > states ? bytes - states : 0;
     n_blocks = (int64_t)(bytes / s->block_bytes);
     int64_t enough = (int64_t)s->max_batch * ((ctx + B - 1) / B);
     if (n_blocks > enough) n_blocks = enough;
@@ -762,6 +773,12 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   pthread_cond_init(&s->done_cv, NULL);
   int rc = kv_pool_new(&g, B, n_blocks, &s->pool, err);
   if (rc) goto fail;
+  /* recurrent layers: state snapshots at block ends let a prefix-cache hit resume there */
+  s->recurrent = kv_pool_recurrent(s->pool);
+  if (s->recurrent) {
+    kv_pool_set_snapshots(s->pool, snaps);
+    if ((rc = kv_pool_reserve_states(s->pool, s->max_batch + snaps + 1, err))) goto fail;
+  }
   HLOG_INFO("KV pool on %s: %lld blocks of %d tokens, %.2f GiB", bk_backend_name(be), (long long)n_blocks, B,
             (double)n_blocks * (double)s->block_bytes / (1 << 30));
   /* on a device, tokens are chosen there (only ids and asked-for logprobs come back) */

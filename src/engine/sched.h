@@ -43,6 +43,10 @@ typedef struct sched_config {
   void (*step_hook)(void *user); /* may be NULL: called by the engine thread before each step, with
                              no lock held (tests hold the engine at a chosen point with it) */
   void *step_hook_user;
+  int64_t state_snapshots; /* a model with recurrent layers: state snapshots kept at block ends for the
+                             prefix cache (each as big as one sequence's state); 0: max_batch, < 0: none.
+                             The states of max_batch sequences and these are allocated at start, and
+                             come out of the pool's memory when kv_bytes is 0 */
   bool backend_sampling;  /* on the CPU too, tokens are picked by bk_sample (the device path, on its
                              reference): what a GPU does, checkable here; a device always samples so */
   htrace *trace;          /* borrowed, may be NULL: per-request spans (queue wait, cache lookup, prefill

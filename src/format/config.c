@@ -35,12 +35,14 @@ static const arch_defaults archs[] = {
     {"gemma3_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 256, 0, 0, 4096},
     {"qwen3_moe", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 4096},
     {"gemma4_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 0, 0, 0, 512},
+    {"qwen3_5_text", "silu", 10000.0, 0, 1e-6, false, 256, 0, 0, 0, 0},
+    {"qwen3_5_moe_text", "silu", 10000.0, 0, 1e-6, false, 256, 0, 0, 0, 0},
 };
 static const int narchs = (int)(sizeof archs / sizeof archs[0]);
 
 const char *config_supported_types(void) {
   return "llama, mistral, qwen2, qwen3, qwen3_moe, smollm3, phi3, gemma2, gemma3_text, gemma3 (text part), gemma4_text, "
-         "gemma4 (text part)";
+         "gemma4 (text part), qwen3_5_text, qwen3_5 (text part), qwen3_5_moe_text, qwen3_5_moe (text part)";
 }
 
 static const arch_defaults *find_arch(const char *t) {
@@ -50,7 +52,8 @@ static const arch_defaults *find_arch(const char *t) {
 }
 
 bool config_type_supported(const char *model_type) {
-  return model_type && (find_arch(model_type) != NULL || !strcmp(model_type, "gemma3") || !strcmp(model_type, "gemma4"));
+  return model_type && (find_arch(model_type) != NULL || !strcmp(model_type, "gemma3") || !strcmp(model_type, "gemma4") ||
+                        !strcmp(model_type, "qwen3_5") || !strcmp(model_type, "qwen3_5_moe"));
 }
 
 static const char *const known_acts[] = {"silu", "swish", "gelu_pytorch_tanh", "gelu_new", "gelu_fast", "gelu", "relu"};
@@ -141,15 +144,17 @@ static int read_layer_types(const json_t *j, model_config *c, bool *given, const
     if (!s) return herr_set(err, HEARTH_EFORMAT, "%s: layer_types[%lld] must be a string", what, (long long)l);
     if (!strcmp(s, "full_attention")) c->layer_types[l] = LAYER_FULL;
     else if (!strcmp(s, "sliding_attention")) c->layer_types[l] = LAYER_SLIDING;
-    else return herr_set(err, HEARTH_EUNSUPPORTED, "%s: layer_types[%lld] is '%s' (supported: full_attention, sliding_attention)", what, (long long)l, s);
+    else if (!strncmp(c->model_type, "qwen3_5", 7) && !strcmp(s, "linear_attention")) c->layer_types[l] = LAYER_LINEAR;
+    else return herr_set(err, HEARTH_EUNSUPPORTED, "%s: layer_types[%lld] is '%s' (supported: full_attention, sliding_attention%s)", what, (long long)l, s,
+                         !strncmp(c->model_type, "qwen3_5", 7) ? ", linear_attention" : "");
   }
   *given = true;
   return 0;
 }
 
-/* gemma3 / gemma4 (the multimodal checkpoints): the language model's config
- * is text_config (a gemma3_text / gemma4_text config); token ids and dtype
- * may sit at the top. */
+/* gemma3 / gemma4 / qwen3_5 / qwen3_5_moe (the multimodal checkpoints): the
+ * language model's config is text_config (a <type>_text config); token ids
+ * and dtype may sit at the top. */
 static int gemma_text_part(model_config *c, const json_t *j, const char *type, const char *what, herr *err) {
   const json_t *tc = json_object_get(j, "text_config");
   if (!json_is_object(tc)) return herr_set(err, HEARTH_EFORMAT, "%s: model_type '%s' needs a 'text_config' object", what, type);
@@ -158,7 +163,8 @@ static int gemma_text_part(model_config *c, const json_t *j, const char *type, c
   char text_type[32];
   snprintf(text_type, sizeof text_type, "%s_text", type);
   json_object_set_new(copy, "model_type", json_string(text_type));
-  static const char *const inherit[] = {"eos_token_id", "bos_token_id", "pad_token_id", "torch_dtype", "dtype"};
+  static const char *const inherit[] = {"eos_token_id", "bos_token_id", "pad_token_id", "torch_dtype", "dtype",
+                                        "tie_word_embeddings"};
   for (size_t i = 0; i < sizeof inherit / sizeof inherit[0]; i++) {
     const json_t *v = json_object_get(j, inherit[i]);
     if (v && !json_object_get(copy, inherit[i])) json_object_set(copy, inherit[i], (json_t *)v);
@@ -305,10 +311,36 @@ static int read_gemma4(const json_t *j, model_config *c, const char *what, herr 
   return 0;
 }
 
+/* qwen3_5_text / qwen3_5_moe_text: the linear-attention layers' sizes; the
+ * MoE variant's experts (on every layer, renormalized) and shared expert. */
+static int read_qwen3_5(const json_t *j, model_config *c, const char *what, herr *err) {
+  int rc;
+  c->linear_conv_kernel_dim = 4, c->linear_key_head_dim = 128, c->linear_value_head_dim = 128;
+  c->linear_num_key_heads = 16, c->linear_num_value_heads = 32;
+  if ((rc = get_int_range(j, "linear_conv_kernel_dim", false, 1, 16, &c->linear_conv_kernel_dim, what, err)) ||
+      (rc = get_int_range(j, "linear_key_head_dim", false, 1, 256, &c->linear_key_head_dim, what, err)) ||
+      (rc = get_int_range(j, "linear_value_head_dim", false, 1, 4096, &c->linear_value_head_dim, what, err)) ||
+      (rc = get_int_range(j, "linear_num_key_heads", false, 1, 4096, &c->linear_num_key_heads, what, err)) ||
+      (rc = get_int_range(j, "linear_num_value_heads", false, 1, 4096, &c->linear_num_value_heads, what, err)))
+    return rc;
+  if (c->linear_num_value_heads % c->linear_num_key_heads)
+    return herr_set(err, HEARTH_EFORMAT, "%s: linear_num_value_heads %lld is not a multiple of linear_num_key_heads %lld", what,
+                    (long long)c->linear_num_value_heads, (long long)c->linear_num_key_heads);
+  if (strcmp(c->model_type, "qwen3_5_moe_text")) return 0;
+  c->num_experts = 256, c->num_experts_per_tok = 8, c->moe_intermediate_size = 512, c->shared_expert_intermediate_size = 512;
+  if ((rc = read_experts(j, c, "num_experts_per_tok", what, err)) ||
+      (rc = get_int_range(j, "shared_expert_intermediate_size", false, 1, 1 << 22, &c->shared_expert_intermediate_size, what, err)))
+    return rc;
+  c->norm_topk_prob = true;
+  for (int64_t l = 0; l < c->num_hidden_layers; l++) c->moe_layer[l] = true;
+  return 0;
+}
+
 int config_from_json(model_config *c, const json_t *j, const char *what, herr *err) {
   memset(c, 0, sizeof *c);
   const char *top = json_is_object(j) ? json_string_value(json_object_get(j, "model_type")) : NULL;
-  if (top && (!strcmp(top, "gemma3") || !strcmp(top, "gemma4"))) return gemma_text_part(c, j, top, what, err);
+  if (top && (!strcmp(top, "gemma3") || !strcmp(top, "gemma4") || !strcmp(top, "qwen3_5") || !strcmp(top, "qwen3_5_moe")))
+    return gemma_text_part(c, j, top, what, err);
   c->bos_token_id = c->pad_token_id = -1;
   if (!json_is_object(j)) return herr_set(err, HEARTH_EFORMAT, "%s: must be a JSON object", what);
   int rc;
@@ -338,7 +370,14 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
 
   if ((rc = hjson_get_int(j, "vocab_size", true, &c->vocab_size, what, err))) return rc;
   if ((rc = hjson_get_int(j, "hidden_size", true, &c->hidden_size, what, err))) return rc;
-  if ((rc = hjson_get_int(j, "intermediate_size", true, &c->intermediate_size, what, err))) return rc;
+  bool qwen35 = !strcmp(c->model_type, "qwen3_5_text") || !strcmp(c->model_type, "qwen3_5_moe_text");
+  bool qwen35_moe = !strcmp(c->model_type, "qwen3_5_moe_text");
+  if (qwen35_moe) { /* no dense MLP: the shared expert's size stands in */
+    c->intermediate_size = 512;
+    if ((rc = hjson_get_int(j, "shared_expert_intermediate_size", false, &c->intermediate_size, what, err))) return rc;
+  }
+  if ((rc = hjson_get_int(j, "intermediate_size", !qwen35_moe, &c->intermediate_size, what, err)))
+    return rc;
   if ((rc = hjson_get_int(j, "num_hidden_layers", true, &c->num_hidden_layers, what, err))) return rc;
   if ((rc = hjson_get_int(j, "num_attention_heads", true, &c->num_attention_heads, what, err))) return rc;
   c->num_key_value_heads = c->num_attention_heads;
@@ -366,6 +405,7 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
   /* RoPE: legacy keys first, then rope_parameters on top. */
   rope_config r = {.kind = ROPE_DEFAULT, .theta = a->theta, .beta_fast = 32, .beta_slow = 1, .partial_rotary_factor = 1.0,
                    .low_freq_factor = 1, .high_freq_factor = 4};
+  if (qwen35) r.partial_rotary_factor = 0.25; /* transformers' default for Qwen3.5 */
   if ((rc = get_num_opt(j, "rope_theta", &r.theta, what, err))) return rc;
   if ((rc = get_num_opt(j, "partial_rotary_factor", &r.partial_rotary_factor, what, err))) return rc;
   if ((rc = read_rope_dict(json_object_get(j, "rope_scaling"), &r, what, err))) return rc;
@@ -445,6 +485,13 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
         if ((rc = hjson_get_bool(j, "use_sliding_window", false, &usw, what, err))) return rc;
         sliding = usw && window > 0;
       } else if (gemma4) sliding = (l + 1) % 6 != 0 && l != L - 1;
+      else if (qwen35) {
+        int64_t interval = 4;
+        if ((rc = hjson_get_int(j, "full_attention_interval", false, &interval, what, err))) return rc;
+        if (interval <= 0) return herr_set(err, HEARTH_EFORMAT, "%s: full_attention_interval must be positive", what);
+        c->layer_types[l] = (l + 1) % interval ? LAYER_LINEAR : LAYER_FULL;
+        continue;
+      }
       else if (!strcmp(t, "qwen2") || !strcmp(t, "qwen3")) {
         bool usw = false;
         int64_t mwl = L;
@@ -487,6 +534,7 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
   for (int64_t l = 0; l < L; l++) c->layer_head_dim[l] = c->head_dim, c->layer_kv_heads[l] = c->num_key_value_heads;
   if (!strcmp(t, "qwen3_moe") && (rc = read_qwen3_moe(j, c, what, err))) return rc;
   if (gemma4 && (rc = read_gemma4(j, c, what, err))) return rc;
+  if (qwen35 && (rc = read_qwen3_5(j, c, what, err))) return rc;
 
   /* token ids */
   if ((rc = hjson_get_int(j, "bos_token_id", false, &c->bos_token_id, what, err))) return rc;

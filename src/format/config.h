@@ -29,7 +29,8 @@ typedef struct rope_config {
   double partial_rotary_factor;  /* fraction of head_dim rotated (default 1) */
 } rope_config;
 
-typedef enum layer_attn { LAYER_FULL = 0, LAYER_SLIDING = 1 } layer_attn;
+/* LAYER_LINEAR: a linear-attention (Gated DeltaNet) layer with a recurrent state, no KV rows (qwen3_5) */
+typedef enum layer_attn { LAYER_FULL = 0, LAYER_SLIDING = 1, LAYER_LINEAR = 2 } layer_attn;
 
 typedef struct model_config {
   char model_type[64];
@@ -44,7 +45,7 @@ typedef struct model_config {
   bool tie_word_embeddings;
   bool attention_bias, mlp_bias;
   int64_t sliding_window;        /* 0 = none */
-  layer_attn layer_types[CFG_MAX_LAYERS];   /* per layer: full or sliding */
+  layer_attn layer_types[CFG_MAX_LAYERS];   /* per layer: full, sliding or linear */
   bool no_rope[CFG_MAX_LAYERS];  /* smollm3: layers that skip RoPE */
   /* per layer: attention head size and KV heads (= head_dim / num_key_value_heads
    * except where gemma4's per_layer_config overrides them) */
@@ -58,6 +59,10 @@ typedef struct model_config {
   int64_t num_kv_shared_layers;  /* the last n layers read the KV of the last earlier layer of their type */
   bool attention_k_eq_v;         /* full-attention layers: values are the keys' projection */
   bool use_double_wide_mlp;      /* KV-shared layers: MLP twice intermediate_size */
+  /* qwen3_5 linear-attention (Gated DeltaNet) layers; the MoE variant's shared expert */
+  int64_t linear_conv_kernel_dim, linear_key_head_dim, linear_value_head_dim;
+  int64_t linear_num_key_heads, linear_num_value_heads;
+  int64_t shared_expert_intermediate_size; /* 0 = none */
   /* gemma2 / gemma3 */
   double query_pre_attn_scalar;  /* 0 = head_dim */
   double attn_logit_softcapping, final_logit_softcapping;  /* 0 = off */

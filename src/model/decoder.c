@@ -40,6 +40,7 @@ void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
     const layer_weights *lw = &m->layers[l];
     g->kv_dim[l] = lw->kv_src == l ? lw->kv_heads * lw->head_dim : 0; /* a shared layer stores nothing */
     g->window[l] = lw->window;
+    g->state_dim[l] = lw->state_dim;
   }
   g->backend = m->be;
 }
@@ -481,7 +482,11 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
     return herr_set(err, HEARTH_EUNSUPPORTED,
                     "model_forward: this model has no output head (no lm_head.weight): it gives hidden states "
                     "(embeddings) only, not logits");
+  bool recurrent = false;
+  for (int l = 0; l < c->num_hidden_layers; l++) recurrent |= m->layers[l].state_dim > 0;
   for (int s = 0; s < b->n_seqs; s++) {
+    if (recurrent && b->seqs[s].kv->state < 0)
+      return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d's cache keeps no recurrent state, which this model needs", s);
     int rc = b->seqs[s].kv->ops->reserve(b->seqs[s].kv, b->seqs[s].n_tokens, err);
     if (rc) return rc;
   }
@@ -493,18 +498,22 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
     int64_t nb;
     const kv_store *st = b->seqs[s].kv->ops->table(b->seqs[s].kv, &blocks, &nb);
     if (kv && st != kv) return herr_set(err, HEARTH_EINVAL, "model_forward: the sequences of one batch must share one KV pool");
-    if (st->n_layers != c->num_hidden_layers || st->k[0].buf->be != m->be || st->k[0].cols != m->layers[0].kv_heads * m->layers[0].head_dim)
-      return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d's KV cache was not made for this model", s);
+    bool fits = st->n_layers == c->num_hidden_layers && st->k[0].buf->be == m->be;
+    for (int l = 0; fits && l < c->num_hidden_layers; l++)
+      fits = (m->layers[l].kv_src != l || st->k[l].cols == m->layers[l].kv_heads * m->layers[l].head_dim) &&
+             (!m->layers[l].state_dim || (st->state[l].buf && st->state[l].cols == m->layers[l].state_dim &&
+                                          b->seqs[s].kv->state < st->n_states));
+    if (!fits) return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d's KV cache was not made for this model", s);
     kv = st;
     n_tables += nb;
   }
   /* index tables, one I32 upload: ids, pos, row, tab, slot [T] each, gather [R + P] (the logits
-   * rows, then the hidden rows), tables [n_tables] */
-  int64_t n_idx = 5 * T + R + P + n_tables;
+   * rows, then the hidden rows), the recurrent ops' sequences [S, 4], tables [n_tables] */
+  int64_t S = b->n_seqs, n_idx = 5 * T + R + P + n_tables + 4 * S;
   int rc = scratch_reserve(m, T, n_idx, R, err);
   if (rc) return rc;
   int32_t *h = m->f.host_idx, *ids = h, *pos = h + T, *row = h + 2 * T, *tab = h + 3 * T, *slot = h + 4 * T,
-          *gather = h + 5 * T, *tables = gather + R + P;
+          *gather = h + 5 * T, *rseqs = gather + R + P, *tables = rseqs + 4 * S;
   int64_t t = 0, r = 0, p = 0, toff = 0, B = kv->block_rows;
   for (int s = 0; s < b->n_seqs; s++) {
     const model_seq *sq = &b->seqs[s];
@@ -512,6 +521,8 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
     int64_t nb;
     sq->kv->ops->table(sq->kv, &blocks, &nb);
     memcpy(tables + toff, blocks, sizeof(int32_t) * (size_t)nb);
+    int32_t *rs = rseqs + 4 * s; /* rec_seq: t0, n, state row, fresh */
+    rs[0] = (int32_t)t, rs[1] = sq->n_tokens, rs[2] = sq->kv->state < 0 ? 0 : sq->kv->state, rs[3] = sq->kv->len == 0;
     for (int i = 0; i < sq->n_tokens; i++, t++) {
       int64_t rw = sq->kv->len + i;
       ids[t] = sq->tokens[i];
@@ -534,7 +545,9 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
   bk_tensor *parts[] = {&st.ids, &st.pos, &st.row, &st.tab, &st.slot};
   for (int i = 0; i < 5; i++) *parts[i] = bk_rows(&f->idx, i * T, T);
   st.gather = bk_rows(&f->idx, 5 * T, R + P);
-  st.tables = bk_rows(&f->idx, 5 * T + R + P, n_tables);
+  st.rseqs = bk_rows(&f->idx, 5 * T + R + P, 4 * S);
+  st.rseqs = bk_reshape(&st.rseqs, S, 4);
+  st.tables = bk_rows(&f->idx, 5 * T + R + P + 4 * S, n_tables);
   if ((rc = bk_set(&f->idx, 0, h, sizeof(int32_t) * (size_t)n_idx, err))) return rc;
 
   /* Decode-sized steps are recorded once per shape and replayed (bk_graph_begin):
@@ -549,7 +562,9 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
     key = hmix64(key ^ (uint64_t)(uintptr_t)f->idx.buf->base);
     key = hmix64(key ^ (uint64_t)(uintptr_t)(f->logits.buf ? f->logits.buf->base : NULL));
     for (int l = 0; l < kv->n_layers; l++)
-      key = hmix64(key ^ (uint64_t)(uintptr_t)bk_addr(&kv->k[l]) ^ ((uint64_t)(uintptr_t)bk_addr(&kv->v[l]) << 1));
+      key = hmix64(key ^ (uint64_t)(uintptr_t)bk_addr(&kv->k[l]) ^ ((uint64_t)(uintptr_t)bk_addr(&kv->v[l]) << 1) ^
+                   (kv->state[l].buf ? (uint64_t)(uintptr_t)bk_addr(&kv->state[l]) << 2 : 0));
+    key = hmix64(key ^ (uint64_t)S); /* where the tables start */
     replay = bk_graph_begin(m->be, key);
   }
   bk_tensor lg = bk_rows(&f->logits, 0, R);

@@ -21,6 +21,8 @@ static const model_family families[] = {
     {"gemma2",       true,    true,    true,    false,  false, true,  false, NULL}, /* softcapping, sliding/global */
     {"gemma3_text",  true,    true,    true,    true,   false, true,  false, NULL}, /* local rope base for sliding layers */
     {"gemma4_text",  false,   true,    true,    true,   false, false, true,  &gemma4_family_ops}, /* gemma4.c */
+    {"qwen3_5_text", true,    false,   false,   true,   false, false, false, &qwen3_5_family_ops}, /* qwen3_5.c: hybrid */
+    {"qwen3_5_moe_text", true, false,  false,   true,   false, false, false, &qwen3_5_moe_family_ops}, /* qwen3_5_moe.c */
 };
 
 const model_family *model_family_find(const char *model_type) {

@@ -30,6 +30,14 @@ typedef struct layer_weights {
   int64_t head_dim, kv_heads;             /* this layer's (gemma4's per_layer_config) */
   float attn_scale;
   int kv_src;                             /* the layer whose KV rows this one reads (itself unless shared) */
+  bool out_gate;                          /* q holds each head's query then its output gate: the attention
+                                             output is times sigmoid(gate) before o (qwen3_5) */
+  /* linear attention (Gated DeltaNet, qwen3_5): a recurrent layer instead of attention */
+  bool linear;
+  bk_weight in_qkv, in_z, in_a, in_b, out_proj; /* [2 nk dk + nv dv, hidden], [nv dv, hidden], [nv, hidden] x2, [hidden, nv dv] */
+  bk_tensor conv_w, a_log, dt_bias, lin_norm;   /* [conv channels, kernel], [nv], [nv], [dv] */
+  int64_t state_dim;                      /* floats of its per-sequence state: the conv's last inputs, then the heads' states */
+  bk_weight shared_gate;                  /* [1, hidden]: the shared expert's sigmoid gate (qwen3_5_moe) */
   /* dense MLP */
   bk_weight gate, up, down;
   bk_tensor gate_bias, up_bias, down_bias;
@@ -70,6 +78,7 @@ typedef struct step {
   int64_t T, R;
   bk_tensor x, xn, q, k, v, att, o, gate, up, x2, elog, eids, ew, ple, pl;
   bk_tensor ids, pos, row, tab, slot, gather, tables;
+  bk_tensor rseqs;        /* I32 [S, 4]: per sequence t0, n, state row, fresh (the recurrent ops' rec_seq) */
 } step;
 
 /* The first rows * cols elements of t seen as [rows, cols]. */
@@ -167,7 +176,7 @@ int model_keep(model *m, bk_weight *w, unsigned use, herr *err);
 /* Rows [r0, r0 + n) of w as a matrix of its own. */
 bk_weight model_sub_rows(const bk_weight *w, int64_t r0, int64_t n);
 /* Loads vector / tensor `name` as an f32 [1, numel] tensor of the backend,
- * times mul, after checking its shape (ndim 1: [d0]; 2: [d0, d1]); out->buf
+ * times mul, after checking its shape (ndim 1: [d0]; 2: [d0, d1]; 3: [d0, 1, d1]); out->buf
  * NULL when absent and !required. */
 int model_vector(model *m, const weight_src *src, const char *name, int ndim, int64_t d0, int64_t d1, bool required, float mul,
                  bk_tensor *out, herr *err);
@@ -196,6 +205,9 @@ void layer_route(model *m, const layer_weights *lw, step *st, const bk_tensor *r
 void layer_experts(model *m, const layer_weights *lw, step *st, const bk_tensor *in, const bk_tensor *out);
 /* out = the experts of the layer on `in`, routed by router · route_in (in, route_in, out: [T, hidden]). */
 void layer_moe(model *m, const layer_weights *lw, step *st, const bk_tensor *route_in, const bk_tensor *in, const bk_tensor *out);
+/* A linear-attention (Gated DeltaNet) layer with its residual: x += out_proj(gated_norm(delta_rule(
+ * silu(conv1d(in_qkv · norm(x))), a, b), z)) over the sequences' recurrent states in kv->state[l]. */
+void layer_deltanet(model *m, int l, const kv_store *kv, step *st);
 /* y = rmsnorm(x) with the family's norm convention (w NULL: no scale). */
 void layer_norm(const model *m, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w);
 
@@ -229,6 +241,15 @@ struct family_ops {
 extern const family_ops llama_family_ops;
 extern const family_ops qwen3_moe_family_ops;
 extern const family_ops gemma4_family_ops;
+extern const family_ops qwen3_5_family_ops;
+extern const family_ops qwen3_5_moe_family_ops;
+
+/* Qwen3.5's layers shared by its dense and MoE files (qwen3_5.c): per-layer
+ * geometry and scratch widths, and the token mixer of layer l (its gated
+ * attention or its Gated DeltaNet), loaded and run. */
+int qwen3_5_prepare(model *m, herr *err);
+int qwen3_5_load_mixer(model *m, const weight_src *src, int l, herr *err);
+void qwen3_5_mixer(model *m, int l, const kv_store *kv, step *st);
 
 /* The llama decoder's attention weights of layer l (q/k/v/o, biases, q/k norms), shared by families built on it. */
 int llama_load_attention(model *m, const weight_src *src, int l, herr *err);

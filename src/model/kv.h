@@ -11,6 +11,11 @@
  * forward only ever asks for room, reads the table, and commits the new
  * length; it writes and reads the arenas through backend ops
  * (bk_kv_write, bk_attention), so the cache's memory never visits the host.
+ *
+ * A recurrent layer (the geometry's state_dim[l] > 0) has no rows: each
+ * sequence owns one row of the layer's state arena (kv_seq.state), which the
+ * forward reads and overwrites in place; a sequence of length 0 starts from
+ * a zero state whatever its row holds.
  */
 #ifndef HEARTH_MODEL_KV_H
 #define HEARTH_MODEL_KV_H
@@ -21,12 +26,16 @@
 #include "base/status.h"
 #include "format/config.h"
 
-/* The arenas of a cache: layer l's K rows are kv_store.k[l] ([n_slots, kv_dim[l]] f32). */
+
+/* The arenas of a cache: layer l's K rows are kv_store.k[l] ([n_slots, kv_dim[l]] f32);
+ * a recurrent layer's states are kv_store.state[l] ([n_states, state_dim[l]] f32). */
 typedef struct kv_store {
   int n_layers;
   int64_t block_rows;
   int64_t n_slots;
   bk_tensor k[CFG_MAX_LAYERS], v[CFG_MAX_LAYERS]; /* views of the cache's one buffer */
+  int64_t n_states;
+  bk_tensor state[CFG_MAX_LAYERS];                /* views of the cache's state buffer (.buf NULL: none) */
 } kv_store;
 
 typedef struct kv_seq kv_seq;
@@ -45,6 +54,7 @@ typedef struct kv_ops {
 struct kv_seq {
   const kv_ops *ops; /* borrowed: the cache implementation */
   int64_t len;       /* tokens stored (= position of the next token) */
+  int32_t state;     /* its row of the store's state arenas (-1: none; a model with recurrent layers needs one) */
 };
 
 #endif

@@ -2,7 +2,10 @@
  * sequences of backend ops over a step's activations: attention (norm,
  * projections, per-head q/k/v norms, RoPE, the paged KV write, attention,
  * output projection, optional post-norm, residual add; a layer may read
- * another layer's KV rows instead of writing its own), the dense gated MLP
+ * another layer's KV rows instead of writing its own; an optional output
+ * gate), linear attention (Gated DeltaNet: projections, the causal conv1d
+ * and the gated delta rule over each sequence's recurrent state, the gated
+ * RMSNorm, output projection), the dense gated MLP
  * and the mixture of experts (router matmul, top-k routing, the experts).
  * What differs between families is data in the layer's weights and the
  * family's switches; how blocks are put together is each family's file. */
@@ -31,8 +34,17 @@ void layer_attention(model *m, int l, const kv_store *kv, step *st) {
   float eps = (float)c->rms_norm_eps;
   bk_tensor q = step_view(&st->q, T, H * hd), k = step_view(&st->k, T, KV * hd), v = step_view(&st->v, T, KV * hd);
   bk_tensor att = step_view(&st->att, T, H * hd);
+  bk_tensor gate = step_view(&st->gate, T, H * hd);
   layer_norm(m, &st->xn, &st->x, &lw->attn_norm);
-  bk_matmul_t(&q, &st->xn, &lw->q, opt(&lw->q_bias));
+  if (lw->out_gate) { /* per head: hd of query, then hd of gate */
+    bk_tensor qg = step_view(&st->att, T * H, 2 * hd), qh = bk_reshape(&q, T * H, hd), gh = bk_reshape(&gate, T * H, hd);
+    bk_tensor qg_flat = bk_reshape(&qg, T, 2 * H * hd);
+    bk_matmul_t(&qg_flat, &st->xn, &lw->q, opt(&lw->q_bias));
+    bk_get_cols(&qh, &qg, 0);
+    bk_get_cols(&gh, &qg, hd);
+  } else {
+    bk_matmul_t(&q, &st->xn, &lw->q, opt(&lw->q_bias));
+  }
   if (lw->q_norm.buf) {
     bk_tensor qh = bk_reshape(&q, T * H, hd);
     layer_norm(m, &qh, &qh, &lw->q_norm);
@@ -58,6 +70,7 @@ void layer_attention(model *m, int l, const kv_store *kv, step *st) {
   attn_params ap = {H, m->layers[src].kv_heads, hd, lw->attn_scale, (float)c->attn_logit_softcapping, lw->window};
   bk_attn_index ix = {&st->row, &st->tab, &st->tables};
   bk_attention(&att, &q, &kl, &ix, &ap);
+  if (lw->out_gate) bk_sigmoid_mul(&att, &gate);
   bk_tensor o = step_view(&st->o, T, c->hidden_size);
   bk_matmul_t(&o, &att, &lw->o, opt(&lw->o_bias));
   if (m->fam->sandwich_norms) layer_norm(m, &o, &o, &lw->post_attn_norm);
@@ -92,4 +105,30 @@ void layer_experts(model *m, const layer_weights *lw, step *st, const bk_tensor 
 void layer_moe(model *m, const layer_weights *lw, step *st, const bk_tensor *route_in, const bk_tensor *in, const bk_tensor *out) {
   layer_route(m, lw, st, route_in);
   layer_experts(m, lw, st, in, out);
+}
+
+void layer_deltanet(model *m, int l, const kv_store *kv, step *st) {
+  const model_config *c = &m->cfg;
+  const layer_weights *lw = &m->layers[l];
+  int64_t T = st->T, nk = c->linear_num_key_heads, nv = c->linear_num_value_heads, dk = c->linear_key_head_dim;
+  int64_t dv = c->linear_value_head_dim, C = 2 * nk * dk + nv * dv, K = c->linear_conv_kernel_dim;
+  bk_tensor qkv = step_view(&st->q, T, C), mixed = step_view(&st->att, T, C), z = step_view(&st->gate, T, nv * dv);
+  bk_tensor a = step_view(&st->k, T, nv), b = step_view(&st->v, T, nv), o = step_view(&st->up, T, nv * dv);
+  layer_norm(m, &st->xn, &st->x, &lw->attn_norm);
+  bk_matmul_t(&qkv, &st->xn, &lw->in_qkv, NULL);
+  bk_matmul_t(&z, &st->xn, &lw->in_z, NULL);
+  bk_matmul_t(&a, &st->xn, &lw->in_a, NULL);
+  bk_matmul_t(&b, &st->xn, &lw->in_b, NULL);
+  bk_tensor w = bk_reshape(&lw->conv_w, C, K);
+  bk_recurrent conv = {&kv->state[l], 0, &st->rseqs}, rule = {&kv->state[l], (K - 1) * C, &st->rseqs};
+  bk_conv1d(&mixed, &qkv, &w, &conv, model_act(m) == BK_ACT_SILU);
+  delta_params p = {nk, nv, dk, dv};
+  bk_delta_rule(&o, &mixed, &a, &b, &lw->a_log, &lw->dt_bias, &rule, &p);
+  /* gated RMSNorm per value head: norm(o) · w · silu(z) (w itself, not 1 + w) */
+  bk_tensor oh = bk_reshape(&o, T * nv, dv);
+  bk_rmsnorm(&oh, &oh, &lw->lin_norm, (float)c->rms_norm_eps, false);
+  bk_act_mul(&z, &o, BK_ACT_SILU);
+  bk_tensor out = step_view(&st->o, T, c->hidden_size);
+  bk_matmul_t(&out, &z, &lw->out_proj, NULL);
+  bk_add(&st->x, &st->x, &out);
 }

@@ -96,7 +96,7 @@ int model_vector(model *m, const weight_src *src, const char *name, int ndim, in
   const st_tensor *st = f.st;
   const gguf_tensor *gt = f.gt;
   name = st ? f.name : name;
-  int64_t want[2] = {d0, d1};
+  int64_t want[3] = {d0, ndim == 3 ? 1 : d1, d1}; /* ndim 3: [d0, 1, d1] (a depthwise convolution's kernel) */
   bool ok = f.ndim == ndim && (!st || st->ndim == ndim);
   for (int i = 0; ok && i < ndim; i++) ok = f.shape[i] == want[i];
   if (!ok) {

@@ -57,12 +57,15 @@ typedef struct model_load_opts {
  * and V) per token and layer; sliding layers need at most window[l] rows
  * back from the newest (0 = every row). kv_dim[l] is 0 for a layer that
  * stores nothing and reads an earlier layer's rows (gemma4's KV sharing):
- * the cache gives it no memory. */
+ * the cache gives it no memory. A recurrent layer (linear attention) keeps
+ * instead one state of state_dim[l] floats per sequence (kv_dim[l] 0): the
+ * cache keeps a row of each such layer's state arena for every sequence. */
 typedef struct model_kv_geometry {
   bk_backend *backend;      /* borrowed: where the cache's arenas must live (NULL: a CPU of the cache's own) */
   int n_layers;
   int64_t kv_dim[CFG_MAX_LAYERS];
   int64_t window[CFG_MAX_LAYERS];
+  int64_t state_dim[CFG_MAX_LAYERS]; /* floats of a sequence's recurrent state in layer l (0: none) */
 } model_kv_geometry;
 
 /* What a sequence of a batch gets out of a forward. */
@@ -136,7 +139,9 @@ int64_t model_expert_bytes(const model *m);
  * out is LOGITS or LOGITS_HOST of (all_logits ? n_tokens : 1). */
 size_t model_batch_logit_rows(const model_batch *b);
 /* logits_out: model_batch_logit_rows(b) × vocab floats, sequence by sequence
- * in batch order. On failure no sequence's length has changed. */
+ * in batch order. On failure no sequence's length has changed (but with
+ * recurrent layers, a failure after the layers ran leaves the sequences'
+ * states advanced past their lengths: such sequences must start over). */
 int model_forward(model *m, const model_batch *b, float *logits_out, herr *err);
 /* The same forward, then one token per logits row chosen on the backend
  * (bk_sample: rows[i] for the i-th sequence that has a logits row, out[i]

@@ -40,7 +40,12 @@
  * for every stored format and activation, at 1 to 200 tokens (an expert
  * chosen by more pairs than one tile of the grouped GEMM holds), with experts used by several
  * tokens, by none, and a slot whose id is out of range (it contributes
- * nothing), also checking the CPU's plain reference bk_moe_ref.
+ * nothing), also checking the CPU's plain reference bk_moe_ref; conv1d
+ * with state and the gated delta rule (against op_conv1d_state /
+ * op_delta_rule_ref, token by token) over batches of fresh and continued
+ * sequences in shuffled state slots — decode, prefill over several chunks,
+ * mixes, and a prefill split in two steps —, outputs and the whole state
+ * arena (unused slots unchanged); sigmoid_mul per element and per row.
  *
  * Checks. Inputs are fresh random values per case (seeded xorshift, never
  * zero). Every output tensor that is not also an input is filled with NaN
@@ -1192,6 +1197,180 @@ static void test_sample(void) {
 
 /* ---- main ---- */
 
+/* ---- recurrent layers: conv1d with state, gated delta rule, sigmoid_mul ---- */
+
+/* A step of sequences of the given lengths over slots in shuffled order; odd
+ * sequences continue a random state, even ones start fresh (their rows hold
+ * garbage the op must ignore). Unused slots must keep their contents. */
+typedef struct rec_case_seqs {
+  int n;
+  int32_t len[6];
+} rec_case_seqs;
+
+static int64_t rec_fill(const rec_case_seqs *c, rec_seq *seqs, int64_t n_slots) {
+  int64_t slots[16], t = 0;
+  for (int64_t i = 0; i < n_slots; i++) slots[i] = i;
+  shuffle_i64(slots, n_slots);
+  for (int s = 0; s < c->n; s++) {
+    seqs[s] = (rec_seq){(int32_t)t, c->len[s], (int32_t)slots[s], s % 2 == 0};
+    t += c->len[s];
+  }
+  return t;
+}
+
+static double *to_double(const float *x, int64_t n) {
+  double *d = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+  for (int64_t i = 0; i < n; i++) d[i] = x[i];
+  return d;
+}
+
+static void test_conv1d(void) {
+  static const struct { int64_t c, k; rec_case_seqs q; } cases[] = {
+      {8, 4, {1, {1}}},         {33, 4, {3, {1, 1, 1}}},        {64, 3, {2, {20, 1}}},
+      {100, 4, {4, {2, 7, 1, 40}}}, {17, 2, {2, {5, 3}}},        {256, 5, {3, {1, 64, 2}}},
+  };
+  op_stat *sy = stat_for("conv1d"), *ss = stat_for("conv1d state");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t C = cases[ci].c, K = cases[ci].k, n_slots = 8, off = 5, stride = off + (K - 1) * C + 3;
+    rec_seq seqs[8];
+    int64_t T = rec_fill(&cases[ci].q, seqs, n_slots);
+    for (int silu = 0; silu < 2; silu++) {
+      float *x = rand_floats(T * C, 2.0f), *w = rand_floats(C * K, 1.0f), *st0 = rand_floats(n_slots * stride, 1.5f);
+      float *yr = malloc(sizeof(float) * (size_t)(T * C)), *str = malloc(sizeof(float) * (size_t)(n_slots * stride));
+      memcpy(str, st0, sizeof(float) * (size_t)(n_slots * stride));
+      op_conv1d_state(yr, x, C, w, K, str, stride, off, seqs, cases[ci].q.n, silu);
+      double *ry = to_double(yr, T * C), *rs = to_double(str, n_slots * stride);
+      char shape[96];
+      snprintf(shape, sizeof shape, "c %lld, k %lld, %d seqs, %lld tokens%s", (long long)C, (long long)K, cases[ci].q.n,
+               (long long)T, silu ? ", silu" : "");
+      sy->cases++, ss->cases++;
+      float *gy = malloc(sizeof(float) * (size_t)(T * C)), *gs = malloc(sizeof(float) * (size_t)(n_slots * stride));
+      for (int di = 0; di < n_devs; di++) {
+        bk_backend *be = devs[di];
+        bk_tensor tx = tfrom_f32(be, x, T, C), tw = tfrom_f32(be, w, C, K), tst = tfrom_f32(be, st0, n_slots, stride);
+        bk_tensor tq = tfrom_i32(be, (const int32_t *)seqs, 4 * cases[ci].q.n), ty = tnew(be, BK_DT_F32, T, C);
+        tq = bk_reshape(&tq, cases[ci].q.n, 4);
+        poison(&ty);
+        bk_recurrent r = {&tst, off, &tq};
+        bk_conv1d(&ty, &tx, &tw, &r, silu);
+        tget(&ty, gy, "conv1d");
+        tget(&tst, gs, "conv1d");
+        compare(sy, K_ATTN, di, shape, gy, ry, T * C);
+        compare(ss, K_ATTN, di, shape, gs, rs, n_slots * stride);
+        bk_tensor_free(&tx), bk_tensor_free(&tw), bk_tensor_free(&tst), bk_tensor_free(&tq), bk_tensor_free(&ty);
+      }
+      free(x), free(w), free(st0), free(yr), free(str), free(ry), free(rs), free(gy), free(gs);
+    }
+  }
+}
+
+/* The gated delta rule against the token-by-token reference: decode
+ * batches (one token per sequence), prefills over several 64-token chunks,
+ * mixes, GQA-style value heads per key head, dk != dv; each case also run
+ * on the device in two steps (a chunked prefill: the second continues the
+ * first's state) and compared to the reference in one. */
+static void test_delta_rule(void) {
+  static const struct { int64_t nk, nv, dk, dv; rec_case_seqs q; } cases[] = {
+      {1, 1, 16, 16, {1, {1}}},
+      {2, 4, 16, 8, {3, {1, 1, 1}}},
+      {2, 2, 32, 32, {1, {150}}},
+      {1, 2, 64, 48, {4, {70, 1, 5, 130}}},
+      {4, 8, 128, 128, {2, {1, 66}}},
+      {2, 2, 128, 160, {2, {3, 9}}},
+      {1, 1, 256, 32, {2, {65, 2}}},
+  };
+  op_stat *so = stat_for("delta_rule"), *ss = stat_for("delta_rule state");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    delta_params p = {cases[ci].nk, cases[ci].nv, cases[ci].dk, cases[ci].dv};
+    int64_t nv = p.n_v_heads, W = 2 * p.n_k_heads * p.dk + nv * p.dv, n_slots = 6, off = 7;
+    int64_t stride = off + nv * p.dk * p.dv + 2;
+    rec_seq seqs[8];
+    int n_seqs = cases[ci].q.n;
+    int64_t T = rec_fill(&cases[ci].q, seqs, n_slots);
+    float *qkv = rand_floats(T * W, 1.0f), *a = rand_floats(T * nv, 2.0f), *b = rand_floats(T * nv, 3.0f);
+    float *a_log = rand_floats(nv, 1.5f), *dtb = rand_floats(nv, 1.0f), *st0 = rand_floats(n_slots * stride, 0.5f);
+    for (int64_t h = 0; h < nv; h++) a_log[h] -= 1.0f;
+    float *orf = malloc(sizeof(float) * (size_t)(T * nv * p.dv)), *str = malloc(sizeof(float) * (size_t)(n_slots * stride));
+    memcpy(str, st0, sizeof(float) * (size_t)(n_slots * stride));
+    op_delta_rule_ref(orf, qkv, a, b, a_log, dtb, str, stride, off, seqs, n_seqs, &p);
+    double *ro = to_double(orf, T * nv * p.dv), *rs = to_double(str, n_slots * stride);
+    float *go = malloc(sizeof(float) * (size_t)(T * nv * p.dv)), *gs = malloc(sizeof(float) * (size_t)(n_slots * stride));
+    for (int split = 0; split < 2; split++) {
+      char shape[128];
+      snprintf(shape, sizeof shape, "nk %lld, nv %lld, dk %lld, dv %lld, %d seqs, %lld tokens%s", (long long)p.n_k_heads,
+               (long long)nv, (long long)p.dk, (long long)p.dv, n_seqs, (long long)T, split ? ", in two steps" : "");
+      so->cases++, ss->cases++;
+      for (int di = 0; di < n_devs; di++) {
+        bk_backend *be = devs[di];
+        bk_tensor tqkv = tfrom_f32(be, qkv, T, W), ta = tfrom_f32(be, a, T, nv), tb = tfrom_f32(be, b, T, nv);
+        bk_tensor tal = tfrom_f32(be, a_log, 1, nv), tdt = tfrom_f32(be, dtb, 1, nv), tst = tfrom_f32(be, st0, n_slots, stride);
+        bk_tensor to = tnew(be, BK_DT_F32, T, nv * p.dv);
+        poison(&to);
+        if (!split) {
+          bk_tensor tq = tfrom_i32(be, (const int32_t *)seqs, 4 * n_seqs);
+          tq = bk_reshape(&tq, n_seqs, 4);
+          bk_recurrent r = {&tst, off, &tq};
+          bk_delta_rule(&to, &tqkv, &ta, &tb, &tal, &tdt, &r, &p);
+          tget(&to, go, "delta_rule");
+          bk_tensor_free(&tq);
+        } else { /* each sequence's first part (at least one token), then the rest */
+          rec_seq s1[8], s2[8];
+          int n2 = 0;
+          for (int s = 0; s < n_seqs; s++) {
+            int32_t first = (seqs[s].n + 1) / 2;
+            s1[s] = seqs[s];
+            s1[s].n = first;
+            if (seqs[s].n > first) s2[n2++] = (rec_seq){seqs[s].t0 + first, seqs[s].n - first, seqs[s].slot, 0};
+          }
+          bk_tensor tq1 = tfrom_i32(be, (const int32_t *)s1, 4 * n_seqs);
+          tq1 = bk_reshape(&tq1, n_seqs, 4);
+          bk_recurrent r1 = {&tst, off, &tq1};
+          bk_delta_rule(&to, &tqkv, &ta, &tb, &tal, &tdt, &r1, &p);
+          bk_tensor tq2 = {0};
+          if (n2) {
+            tq2 = tfrom_i32(be, (const int32_t *)s2, 4 * n2);
+            tq2 = bk_reshape(&tq2, n2, 4);
+            bk_recurrent r2 = {&tst, off, &tq2};
+            bk_delta_rule(&to, &tqkv, &ta, &tb, &tal, &tdt, &r2, &p);
+          }
+          tget(&to, go, "delta_rule");
+          bk_tensor_free(&tq1);
+          if (n2) bk_tensor_free(&tq2);
+        }
+        tget(&tst, gs, "delta_rule");
+        compare(so, K_ATTN, di, shape, go, ro, T * nv * p.dv);
+        compare(ss, K_ATTN, di, shape, gs, rs, n_slots * stride);
+        bk_tensor_free(&tqkv), bk_tensor_free(&ta), bk_tensor_free(&tb), bk_tensor_free(&tal), bk_tensor_free(&tdt);
+        bk_tensor_free(&tst), bk_tensor_free(&to);
+      }
+    }
+    free(qkv), free(a), free(b), free(a_log), free(dtb), free(st0), free(orf), free(str), free(ro), free(rs), free(go), free(gs);
+  }
+}
+
+static void test_sigmoid_mul(void) {
+  static const int64_t cases[][3] = {{1, 7, 7}, {5, 64, 1}, {9, 130, 130}, {33, 48, 1}};
+  op_stat *st = stat_for("sigmoid_mul");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t R = cases[ci][0], C = cases[ci][1], G = cases[ci][2];
+    float *y = rand_floats(R * C, 2.0f), *g = rand_floats(R * G, 6.0f), *got = malloc(sizeof(float) * (size_t)(R * C));
+    double *ref = malloc(sizeof(double) * (size_t)(R * C));
+    for (int64_t r = 0; r < R; r++)
+      for (int64_t c = 0; c < C; c++) ref[r * C + c] = (double)y[r * C + c] / (1.0 + exp(-(double)g[r * G + (G == 1 ? 0 : c)]));
+    char shape[64];
+    snprintf(shape, sizeof shape, "[%lld, %lld], gate [%lld, %lld]", (long long)R, (long long)C, (long long)R, (long long)G);
+    st->cases++;
+    for (int di = 0; di < n_devs; di++) {
+      bk_tensor ty = tfrom_f32(devs[di], y, R, C), tg = tfrom_f32(devs[di], g, R, G);
+      bk_sigmoid_mul(&ty, &tg);
+      tget(&ty, got, "sigmoid_mul");
+      compare(st, K_ELEM, di, shape, got, ref, R * C);
+      bk_tensor_free(&ty), bk_tensor_free(&tg);
+    }
+    free(y), free(g), free(got), free(ref);
+  }
+}
+
 static void open_backends(void) {
   bk_open_opts opts = {.threads = 0, .f32_activations = true};
   herr err = {0};
@@ -1260,6 +1439,9 @@ int main(void) {
   RUN(test_kv_write);
   RUN(test_attention);
   RUN(test_sample);
+  RUN(test_conv1d);
+  RUN(test_delta_rule);
+  RUN(test_sigmoid_mul);
   print_summary();
   for (int i = n_devs - 1; i >= 0; i--) bk_backend_close(devs[i]);
   TEST_MAIN_END();

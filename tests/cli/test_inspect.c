@@ -488,8 +488,11 @@ static void test_golden(void) {
       snprintf(cp, sizeof cp, "%s/config.json", p);
       json_t *cfg = json_load_file(cp, 0, &je);
       CHECK_MSG(cfg != NULL, "%s: %s", cp, je.text);
-      CHECK_EQ_INT(jint(o, "vocab_size"), jint(cfg, "vocab_size"));
-      CHECK_EQ_INT(jint(o, "context_length"), jint(cfg, "max_position_embeddings"));
+      /* a multimodal checkpoint states them in its text_config */
+      json_t *tc = json_object_get(cfg, "text_config");
+      const json_t *sizes = json_is_object(tc) ? tc : cfg;
+      CHECK_EQ_INT(jint(o, "vocab_size"), jint(sizes, "vocab_size"));
+      CHECK_EQ_INT(jint(o, "context_length"), jint(sizes, "max_position_embeddings"));
       CHECK_EQ_STR(json_string_value(json_object_get(o, "model_type")), json_string_value(json_object_get(cfg, "model_type")));
       /* a mixture of experts (every layer of the fixtures): active = all but (experts - chosen) x 3 x hidden x
        * moe_intermediate per layer */

@@ -5,7 +5,11 @@
  * model forward through the paged cache (any block size, prefix attached or
  * not) gives exactly the logits of the contiguous cache on the golden llama
  * fixture, and on the gemma4 one, whose last two layers read earlier
- * layers' rows and have no arenas of their own. */
+ * layers' rows and have no arenas of their own. Recurrent layers: every
+ * sequence holds its own state row (kept across the arenas' growth), a
+ * publish at a block's end keeps a snapshot of the state that a later
+ * prefix match resumes from (and only there), the snapshot limit drops the
+ * oldest, and a sequence cut back to a nonzero length refuses to go on. */
 #include "engine/kv_cache.h"
 #include "engine/kv_paged.h"
 #include "model/model.h"
@@ -273,6 +277,113 @@ static void paged_equals_contiguous(const char *fixture) {
   model_free(m);
 }
 
+/* One float per state row: the row's first value of layer 1 (the recurrent one). */
+static void state_set(kv_pool *p, const kv_seq *s, float v) {
+  const kv_store *st = kv_pool_store(p);
+  herr e = {0};
+  float row[6] = {v, v, v, v, v, v};
+  CHECK_EQ_INT(bk_set(&st->state[1], (size_t)s->state * sizeof row, row, sizeof row, &e), 0);
+}
+static float state_get(kv_pool *p, const kv_seq *s) {
+  const kv_store *st = kv_pool_store(p);
+  herr e = {0};
+  float row[6] = {0};
+  CHECK_EQ_INT(bk_get(&st->state[1], (size_t)s->state * sizeof row, row, sizeof row, &e), 0);
+  return row[5];
+}
+
+static void test_recurrent_states(void) {
+  model_kv_geometry g = small_geom();
+  g.kv_dim[1] = 0, g.state_dim[1] = 6;
+  kv_pool *p;
+  herr e = {0};
+  CHECK_EQ_INT(kv_pool_new(&g, 4, 32, &p, &e), 0);
+  CHECK(kv_pool_recurrent(p));
+  CHECK(kv_pool_store(p)->state[0].buf == NULL);
+  /* ten sequences: distinct rows, each keeping its value while the arenas grow */
+  kv_seq *q[10];
+  for (int i = 0; i < 10; i++) {
+    CHECK_EQ_INT(kv_paged_seq_new(p, 0, &q[i], &e), 0);
+    state_set(p, q[i], (float)i + 0.5f);
+    for (int j = 0; j < i; j++) CHECK(q[j]->state != q[i]->state);
+  }
+  for (int i = 0; i < 10; i++) CHECK(state_get(p, q[i]) == (float)i + 0.5f);
+  for (int i = 0; i < 10; i++) kv_paged_seq_free(q[i]);
+  int32_t toks[16];
+  for (int i = 0; i < 16; i++) toks[i] = 200 + i;
+  /* a publish at 8 tokens (the end of block 1) keeps a snapshot there; one at 14 none */
+  kv_seq *a, *b, *c, *d;
+  kv_paged_seq_new(p, 0, &a, &e);
+  state_set(p, a, 6.0f);
+  fill_publish(a, toks, 6);
+  state_set(p, a, 8.0f);
+  fill_publish(a, toks, 8);
+  state_set(p, a, 14.0f);
+  fill_publish(a, toks, 14);
+  kv_paged_seq_new(p, 0, &b, &e);
+  CHECK_EQ_INT(kv_paged_seq_attach_prefix(b, toks, 16, 0), 8); /* blocks 0..2 match; block 1 has the snapshot */
+  CHECK(state_get(p, b) == 8.0f);
+  CHECK_EQ_INT(kv_paged_seq_blocks(b), 2);
+  /* it goes on from there; its publish at 12 snapshots block 2 (a's: the same prefix) */
+  state_set(p, b, 12.5f);
+  fill_publish(b, toks, 12);
+  CHECK(state_get(p, a) == 14.0f);
+  kv_paged_seq_new(p, 0, &c, &e);
+  CHECK_EQ_INT(kv_paged_seq_attach_prefix(c, toks, 16, 0), 12);
+  CHECK(state_get(p, c) == 12.5f);
+  kv_paged_seq_free(c);
+  kv_paged_seq_new(p, 0, &c, &e);
+  state_set(p, c, 4.5f);
+  fill_publish(c, toks, 4);
+  kv_paged_seq_free(c);
+  /* the limit: only the newest snapshot stays (block 0's, made last) */
+  kv_pool_set_snapshots(p, 1);
+  kv_paged_seq_new(p, 0, &d, &e);
+  CHECK_EQ_INT(kv_paged_seq_attach_prefix(d, toks, 16, 0), 4);
+  CHECK(state_get(p, d) == 4.5f);
+  kv_paged_seq_free(d);
+  kv_pool_set_snapshots(p, 0);
+  kv_paged_seq_new(p, 0, &d, &e);
+  CHECK_EQ_INT(kv_paged_seq_attach_prefix(d, toks, 16, 0), 0);
+  CHECK_EQ_INT(d->len, 0);
+  CHECK_EQ_INT(kv_paged_seq_blocks(d), 0);
+  /* cut back: to 0 it starts over; anywhere else it cannot go on */
+  kv_paged_seq_truncate(a, 5);
+  CHECK_EQ_INT(a->ops->reserve(a, 1, &e), HEARTH_EUNSUPPORTED);
+  kv_paged_seq_truncate(a, 0);
+  CHECK_EQ_INT(a->ops->reserve(a, 1, &e), 0);
+  kv_paged_seq_free(a);
+  kv_paged_seq_free(b);
+  kv_paged_seq_free(d);
+  kv_pool_counts cnt;
+  kv_pool_count(p, &cnt);
+  CHECK_EQ_INT(cnt.used, 0);
+  kv_pool_free(p);
+  /* a growable pool that doubles its blocks keeps every state row as it was */
+  CHECK_EQ_INT(kv_pool_new(&g, 4, 2, &p, &e), 0);
+  kv_pool_set_growable(p, true);
+  kv_paged_seq_new(p, 0, &a, &e);
+  state_set(p, a, 3.25f);
+  CHECK_EQ_INT(kv_pool_reserve_states(p, 40, &e), 0);
+  CHECK_EQ_INT(kv_pool_store(p)->n_states, 40);
+  fill_publish(a, toks, 16); /* 4 blocks: the pool grows */
+  kv_pool_count(p, &cnt);
+  CHECK(cnt.total >= 4);
+  CHECK_EQ_INT(kv_pool_store(p)->n_states, 40);
+  CHECK(state_get(p, a) == 3.25f);
+  kv_paged_seq_free(a);
+  kv_pool_free(p);
+  /* without recurrent layers: no state rows, no state arenas */
+  g = small_geom();
+  CHECK_EQ_INT(kv_pool_new(&g, 4, 2, &p, &e), 0);
+  CHECK(!kv_pool_recurrent(p));
+  kv_paged_seq_new(p, 0, &a, &e);
+  CHECK_EQ_INT(a->state, -1);
+  CHECK(kv_pool_store(p)->state[0].buf == NULL && kv_pool_store(p)->n_states == 0);
+  kv_paged_seq_free(a);
+  kv_pool_free(p);
+}
+
 static void test_paged_equals_contiguous(void) {
   paged_equals_contiguous(GOLDEN "llama-f32");
   paged_equals_contiguous(GOLDEN "gemma4-f32");
@@ -283,6 +394,7 @@ int main(void) {
   RUN(test_block_table);
   RUN(test_prefix_sharing);
   RUN(test_eviction_order);
+  RUN(test_recurrent_states);
   RUN(test_paged_equals_contiguous);
   TEST_MAIN_END();
 }

@@ -9,7 +9,10 @@
  * refused with "memory_admission:" before any work. The cancellation and
  * preemption runs are traced (base/trace.h): every request's track holds one
  * request span with the rest nested in it, one after another; the preempted
- * request shows its preemption, its second wait and its recomputed prefill. */
+ * request shows its preemption, its second wait and its recomputed prefill.
+ * The same batching, preemption and prefix runs on the Qwen3.5 hybrid
+ * fixture (recurrent states beside the paged KV), and a conversation's
+ * second turn that resumes from the first turn's state snapshot. */
 #include <jansson.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -23,6 +26,7 @@
 #include "test_device.h"
 
 #define FIXTURE HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32"
+#define HYBRID HEARTH_SOURCE_DIR "/tests/fixtures/golden/qwen3_5-f32"
 #define N_REQ 32
 #define MAX_NEW 12
 
@@ -84,7 +88,8 @@ static void *job_main(void *arg) {
   return NULL;
 }
 
-/* roomy: nothing is evicted, so a request run again finds its blocks cached. */
+/* roomy: nothing is evicted (nor, for a hybrid model, a state snapshot), so a
+ * request run again finds its blocks cached. */
 static void check_against_alone(const sched_config *cfg, const char *what, bool roomy) {
   sched *s;
   herr e = {0};
@@ -144,9 +149,10 @@ static void test_batched_equals_alone(void) {
     greedy_request(&r, i);
     gen_result res;
     herr e = {0};
+    memset(&g_ref[i], 0, sizeof g_ref[i]);
     CHECK_EQ_INT(generate_run(g_m, NULL, &r, collect, &g_ref[i], &res, &e), 0);
   }
-  sched_config big = {.max_batch = 64, .prefill_chunk = 16, .block_tokens = 4};
+  sched_config big = {.max_batch = 64, .prefill_chunk = 16, .block_tokens = 4, .state_snapshots = 4096};
   check_against_alone(&big, "roomy pool", true);
   /* 40 blocks of 4 tokens: requests of up to 104 rows wait and get preempted */
   model_kv_geometry g;
@@ -572,6 +578,57 @@ static void test_sampled_seeded(void) {
   sched_free(s);
 }
 
+/* A hybrid model (Qwen3.5: linear-attention layers with a recurrent state
+ * per sequence beside the KV of its full-attention layers): batched with
+ * each other, in chunks, preempted and recomputed, each request gives what
+ * it gives alone; and a conversation's second turn resumes from the first
+ * turn's state snapshot (cached_tokens > 0) with the tokens it gives alone. */
+static void test_hybrid(void) {
+  herr e = {0};
+  model *hm = NULL;
+  model_load_opts mo = {.threads = 2, .device = test_device()};
+  CHECK_MSG(model_load(HYBRID, &mo, &hm, &e) == 0, "%s", e.msg);
+  if (!hm) return;
+  model *keep = g_m;
+  g_m = hm;
+  test_batched_equals_alone();
+  /* turn 1, then turn 2 = turn 1's prompt + its answer + a new message */
+  sched_config cfg = {.max_batch = 4, .prefill_chunk = 8, .block_tokens = 4};
+  sched *s;
+  CHECK_EQ_INT(sched_new(hm, NULL, &cfg, &s, &e), 0);
+  static int32_t turn[128];
+  int n1 = 37;
+  for (int i = 0; i < n1; i++) turn[i] = (int32_t)((i * 53 + 7) % 500 + 3);
+  gen_request r;
+  greedy_request(&r, 0);
+  r.prompt = turn;
+  r.n_prompt = (size_t)n1;
+  gen_result res;
+  collected c1 = {0}, c2 = {0}, alone = {0};
+  CHECK_EQ_INT(sched_run(s, &r, collect, &c1, &res, &e), 0);
+  CHECK_EQ_INT(res.cached_tokens, 0);
+  CHECK_EQ_INT(c1.n, MAX_NEW);
+  /* the same prompt again: its last chunk stopped at 36 (a block's end) before its 37th token */
+  collected c0 = {0};
+  CHECK_EQ_INT(sched_run(s, &r, collect, &c0, &res, &e), 0);
+  CHECK_EQ_INT(res.cached_tokens, 36);
+  CHECK_MSG(c0.n == c1.n && !memcmp(c0.ids, c1.ids, sizeof(int32_t) * (size_t)c1.n), "the prompt resumed at 36 differs");
+  int n2 = n1;
+  for (int i = 0; i < c1.n; i++) turn[n2++] = c1.ids[i];
+  for (int i = 0; i < 5; i++) turn[n2++] = (int32_t)(400 + i);
+  r.prompt = turn;
+  r.n_prompt = (size_t)n2;
+  CHECK_EQ_INT(sched_run(s, &r, collect, &c2, &res, &e), 0);
+  /* turn 1 stored rows [0, 48) (its last token was sampled, not fed), the last block ending at 48 */
+  CHECK_EQ_INT(res.cached_tokens, 48);
+  CHECK_EQ_INT(generate_run(hm, NULL, &r, collect, &alone, &res, &e), 0);
+  CHECK_MSG(c2.n == alone.n && !memcmp(c2.ids, alone.ids, sizeof(int32_t) * (size_t)alone.n),
+            "the second turn from the first turn's state differs from its run alone");
+  sched_free(s);
+  g_m = keep;
+  model_free(hm);
+}
+
 int main(void) {
   test_device_or_skip();
   herr e = {0};
@@ -586,6 +643,7 @@ int main(void) {
   RUN(test_preemption);
   RUN(test_admission);
   RUN(test_sampled_seeded);
+  RUN(test_hybrid);
   model_free(g_m);
   TEST_MAIN_END();
 }

@@ -130,6 +130,49 @@ static void test_moe_and_gemma4_configs(void) {
   config_free(&c);
 }
 
+/* Qwen3.5: the hybrid layer types, the linear-attention sizes, partial RoPE from rope_parameters
+ * (0.25 by default), the MoE variant without a dense intermediate_size, and the multimodal
+ * checkpoints' text_config with the top-level token ids and dtype. */
+static void test_qwen3_5_configs(void) {
+  model_config c;
+  herr err = {0};
+  CHECK(config_load(&c, GOLDEN "qwen3_5-f32", &err) == 0);
+  CHECK_EQ_STR(c.model_type, "qwen3_5_text");
+  CHECK(c.layer_types[0] == LAYER_LINEAR && c.layer_types[1] == LAYER_FULL && c.layer_types[3] == LAYER_LINEAR);
+  CHECK_EQ_INT(c.linear_conv_kernel_dim, 3);
+  CHECK_EQ_INT(c.linear_key_head_dim, 16);
+  CHECK_EQ_INT(c.linear_value_head_dim, 8);
+  CHECK_EQ_INT(c.linear_num_key_heads, 2);
+  CHECK_EQ_INT(c.linear_num_value_heads, 4);
+  CHECK(c.rope.partial_rotary_factor == 0.5 && c.num_experts == 0 && c.sliding_window == 0);
+  config_free(&c);
+  CHECK(config_load(&c, GOLDEN "qwen3_5_moe-f32", &err) == 0);
+  CHECK(c.num_experts == 8 && c.num_experts_per_tok == 2 && c.moe_intermediate_size == 32 && c.norm_topk_prob);
+  CHECK(c.shared_expert_intermediate_size == 48 && c.moe_layer[0] && c.moe_layer[2]);
+  config_free(&c);
+  /* defaults: every 4th layer full attention, partial rotary 0.25, head_dim 256 */
+  CHECK(parse("{\"model_type\": \"qwen3_5_moe\", \"eos_token_id\": 7, \"dtype\": \"bfloat16\", \"text_config\": "
+              "{\"model_type\": \"qwen3_5_moe_text\", \"vocab_size\": 100, \"hidden_size\": 64, \"num_hidden_layers\": 8, "
+              "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"rope_parameters\": {\"rope_type\": \"default\", "
+              "\"rope_theta\": 10000000, \"mrope_section\": [11, 11, 10], \"mrope_interleaved\": true}}}", &c, &err) == 0);
+  CHECK_EQ_STR(c.model_type, "qwen3_5_moe_text");
+  CHECK(c.layer_types[0] == LAYER_LINEAR && c.layer_types[2] == LAYER_LINEAR && c.layer_types[3] == LAYER_FULL &&
+        c.layer_types[7] == LAYER_FULL);
+  CHECK(c.rope.partial_rotary_factor == 0.25 && c.rope.theta == 1e7);
+  CHECK_EQ_INT(c.head_dim, 256);
+  CHECK_EQ_INT(c.num_experts, 256);
+  CHECK_EQ_INT(c.intermediate_size, 512);
+  CHECK(c.n_eos == 1 && c.eos_token_ids[0] == 7);
+  CHECK_EQ_STR(c.torch_dtype, "bfloat16");
+  config_free(&c);
+  /* linear_attention is Qwen3.5's alone; value heads a multiple of key heads */
+  CHECK(parse("{\"model_type\": \"llama\", " BASE ", \"layer_types\": [\"linear_attention\", "
+              "\"linear_attention\", \"linear_attention\", \"linear_attention\", \"linear_attention\", \"full_attention\"]}", &c,
+              &err) == HEARTH_EUNSUPPORTED);
+  CHECK(parse("{\"model_type\": \"qwen3_5_text\", " BASE ", \"linear_num_key_heads\": 3, \"linear_num_value_heads\": 4}", &c,
+              &err) == HEARTH_EFORMAT);
+}
+
 static void test_legacy_and_defaults(void) {
   model_config c;
   herr err = {0};
@@ -268,6 +311,7 @@ static void test_generation_config(void) {
 int main(void) {
   RUN(test_golden_configs);
   RUN(test_moe_and_gemma4_configs);
+  RUN(test_qwen3_5_configs);
   RUN(test_legacy_and_defaults);
   RUN(test_errors);
   RUN(test_generation_config);

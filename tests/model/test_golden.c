@@ -238,6 +238,10 @@ static void test_qwen3_moe(void) { check_folder("qwen3_moe-f32"), check_folder("
 static void test_gemma4(void) { check_folder("gemma4-f32"), check_folder("gemma4-bf16"); }
 static void test_gemma4_moe(void) { check_folder("gemma4_moe-f32"), check_folder("gemma4_moe-bf16"); }
 static void test_gemma4_plain(void) { check_folder("gemma4_plain-f32"), check_folder("gemma4_plain-bf16"); }
+static void test_qwen3_5(void) { check_folder("qwen3_5-f32"), check_folder("qwen3_5-bf16"); }
+static void test_qwen3_5_moe(void) { check_folder("qwen3_5_moe-f32"), check_folder("qwen3_5_moe-bf16"); }
+/* Qwen3_5ForConditionalGeneration: the text stack under model.language_model., a vision tower beside it */
+static void test_qwen3_5_multimodal(void) { check_folder("qwen3_5_vl-f32"); }
 
 
 /* --f32-as-bf16: the f32 llama run as if stored in bf16 is the llama-bf16
@@ -347,6 +351,9 @@ int main(void) {
   RUN(test_gemma4);
   RUN(test_gemma4_moe);
   RUN(test_gemma4_plain);
+  RUN(test_qwen3_5);
+  RUN(test_qwen3_5_moe);
+  RUN(test_qwen3_5_multimodal);
   RUN(test_f32_as_bf16);
   RUN(test_bad_batches);
   TEST_MAIN_END();

@@ -235,6 +235,27 @@ oom: {
 }
 }
 
+/* The recurrent ops read the step's per-sequence table from host memory. */
+static const rec_seq *rec_seqs(const bk_recurrent *r) { return (const rec_seq *)bk_addr(r->seqs); }
+
+static void cpu_conv1d(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, const bk_recurrent *r, bool silu) {
+  hpool_fpmode fp = hpool_flush_begin();
+  op_conv1d_state(F(y), F(x), x->cols, F(w), w->cols, F(r->state), r->state->cols, r->off, rec_seqs(r), r->seqs->rows, silu);
+  hpool_flush_end(fp);
+}
+
+static void cpu_delta_rule(bk_backend *be, const bk_tensor *o, const bk_tensor *qkv, const bk_tensor *a, const bk_tensor *b,
+                           const bk_tensor *a_log, const bk_tensor *dt_bias, const bk_recurrent *r, const delta_params *p) {
+  op_delta_rule_chunked(cpu(be)->pool, F(o), F(qkv), F(a), F(b), F(a_log), F(dt_bias), F(r->state), r->state->cols, r->off,
+                        rec_seqs(r), r->seqs->rows, p, 64);
+}
+
+static void cpu_sigmoid_mul(bk_backend *be, const bk_tensor *y, const bk_tensor *g) {
+  hpool_fpmode fp = hpool_flush_begin();
+  op_sigmoid_mul(F(y), F(g), y->rows, y->cols, g->cols);
+  hpool_flush_end(fp);
+}
+
 /* The ops above that run on the calling thread, with denormals flushed
  * (the pooled ones are flushed by hpool_for). */
 static void cpu_embed(bk_backend *be, const bk_tensor *y, const bk_weight *table, const bk_tensor *ids, float scale) {
@@ -306,6 +327,9 @@ static const bk_backend_ops cpu_ops = {
     .moe = cpu_moe,
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,
+    .conv1d = cpu_conv1d,
+    .delta_rule = cpu_delta_rule,
+    .sigmoid_mul = cpu_sigmoid_mul,
     .sample = bk_cpu_sample,
 };
 

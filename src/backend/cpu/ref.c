@@ -255,6 +255,94 @@ void op_attention_ref(hpool *pool, float *out, const float *q, int64_t n, const 
   free(scratch);
 }
 
+/* ---- recurrent layers ---- */
+
+void op_conv1d_state(float *y, const float *x, int64_t c, const float *w, int64_t k, float *state, int64_t stride,
+                     int64_t off, const rec_seq *seqs, int64_t n_seqs, bool silu) {
+  for (int64_t s = 0; s < n_seqs; s++) {
+    const rec_seq *sq = &seqs[s];
+    float *st = state + (int64_t)sq->slot * stride + off; /* [k - 1, c] */
+    if (sq->fresh) memset(st, 0, sizeof(float) * (size_t)((k - 1) * c));
+    for (int64_t i = 0; i < sq->n; i++) {
+      float *yr = y + (sq->t0 + i) * c;
+      for (int64_t ch = 0; ch < c; ch++) {
+        double acc = 0;
+        for (int64_t j = 0; j < k; j++) {
+          int64_t at = i - (k - 1) + j; /* the input's index in this step's tokens; < 0: in the state */
+          float in = at >= 0 ? x[(sq->t0 + at) * c + ch] : st[(k - 1 + at) * c + ch];
+          acc += (double)w[ch * k + j] * in;
+        }
+        yr[ch] = (float)(silu ? acc / (1.0 + exp(-acc)) : acc);
+      }
+    }
+    /* the last k - 1 inputs; a source in the old state lies at or after the slot written */
+    for (int64_t m = 0; m < k - 1; m++) {
+      int64_t at = sq->n - (k - 1) + m;
+      const float *src = at >= 0 ? x + (sq->t0 + at) * c : st + (k - 1 + at) * c;
+      if (src != st + m * c) memmove(st + m * c, src, sizeof(float) * (size_t)c);
+    }
+  }
+}
+
+static double softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
+
+void op_delta_rule_ref(float *o, const float *qkv, const float *a, const float *b, const float *a_log, const float *dt_bias,
+                       float *state, int64_t stride, int64_t off, const rec_seq *seqs, int64_t n_seqs, const delta_params *p) {
+  int64_t nk = p->n_k_heads, nv = p->n_v_heads, dk = p->dk, dv = p->dv, W = 2 * nk * dk + nv * dv, rep = nv / nk;
+  float *q = malloc(sizeof(float) * (size_t)(2 * dk));
+  double *u = malloc(sizeof(double) * (size_t)dv);
+  if (!q || !u) goto done;
+  float *kk = q + dk;
+  for (int64_t s = 0; s < n_seqs; s++) {
+    const rec_seq *sq = &seqs[s];
+    float *S0 = state + (int64_t)sq->slot * stride + off;
+    if (sq->fresh) memset(S0, 0, sizeof(float) * (size_t)(nv * dk * dv));
+    for (int64_t i = 0; i < sq->n; i++) {
+      int64_t t = sq->t0 + i;
+      const float *row = qkv + t * W;
+      for (int64_t h = 0; h < nv; h++) {
+        int64_t kh = h / rep;
+        double qs = 0, ks = 0;
+        for (int64_t d = 0; d < dk; d++) {
+          q[d] = row[kh * dk + d], kk[d] = row[nk * dk + kh * dk + d];
+          qs += (double)q[d] * q[d], ks += (double)kk[d] * kk[d];
+        }
+        double qn = 1.0 / sqrt(qs + 1e-6) / sqrt((double)dk), kn = 1.0 / sqrt(ks + 1e-6);
+        for (int64_t d = 0; d < dk; d++) q[d] = (float)(q[d] * qn), kk[d] = (float)(kk[d] * kn);
+        const float *v = row + 2 * nk * dk + h * dv;
+        double g = -exp((double)a_log[h]) * softplus((double)a[t * nv + h] + dt_bias[h]);
+        double beta = 1.0 / (1.0 + exp(-(double)b[t * nv + h])), decay = exp(g);
+        float *S = S0 + h * dk * dv;
+        for (int64_t e = 0; e < dk * dv; e++) S[e] = (float)(S[e] * decay);
+        for (int64_t j = 0; j < dv; j++) {
+          double mem = 0;
+          for (int64_t d = 0; d < dk; d++) mem += (double)S[d * dv + j] * kk[d];
+          u[j] = beta * ((double)v[j] - mem);
+        }
+        for (int64_t d = 0; d < dk; d++)
+          for (int64_t j = 0; j < dv; j++) S[d * dv + j] = (float)(S[d * dv + j] + (double)kk[d] * u[j]);
+        float *out = o + t * nv * dv + h * dv;
+        for (int64_t j = 0; j < dv; j++) {
+          double acc = 0;
+          for (int64_t d = 0; d < dk; d++) acc += (double)S[d * dv + j] * q[d];
+          out[j] = (float)acc;
+        }
+      }
+    }
+  }
+done:
+  free(q);
+  free(u);
+}
+
+void op_sigmoid_mul(float *y, const float *g, int64_t n, int64_t d, int64_t gd) {
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t c = 0; c < d; c++) {
+      float gv = g[r * gd + (gd == 1 ? 0 : c)];
+      y[r * d + c] = y[r * d + c] / (1.0f + expf(-gv));
+    }
+}
+
 /* ---- conversions ---- */
 
 void bk_bf16_to_f32(float *y, const uint16_t *x, int64_t n) {

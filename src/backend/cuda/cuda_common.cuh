@@ -113,6 +113,11 @@ CU_HIDDEN void cu_moe(bk_backend *be, const bk_tensor *y, const bk_tensor *x, co
                       const bk_experts *ex, bk_act act);
 /* Frees the expert tables (at close). */
 CU_HIDDEN void cu_moe_free(cu_backend *b);
+/* deltanet.cu: the recurrent ops of linear-attention layers */
+CU_HIDDEN void cu_conv1d(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, const bk_recurrent *r, bool silu);
+CU_HIDDEN void cu_delta_rule(bk_backend *be, const bk_tensor *o, const bk_tensor *qkv, const bk_tensor *a, const bk_tensor *b,
+                             const bk_tensor *a_log, const bk_tensor *dt_bias, const bk_recurrent *r, const delta_params *p);
+CU_HIDDEN void cu_sigmoid_mul(bk_backend *be, const bk_tensor *y, const bk_tensor *g);
 /* One-time kernel attributes (large dynamic shared memory); 0 or a CUDA error. */
 CU_HIDDEN cudaError_t cu_attention_init(void);
 

@@ -1,0 +1,123 @@
+/* qwen3_5.c — Qwen3.5's text decoder (transformers' models/qwen3_5,
+ * Qwen3_5TextModel; also the text stack of Qwen3_5ForConditionalGeneration
+ * checkpoints, under model.language_model.): a hybrid whose layers are, per
+ * layer_types, either linear attention or gated full attention, each
+ * followed by the dense MLP (the MoE variant, qwen3_5_moe.c, swaps in its
+ * sparse block and reuses the token mixers here).
+ *   linear_attention: Gated DeltaNet (layers.c, layer_deltanet):
+ *     in_proj_qkv → causal depthwise conv1d (linear_conv_kernel_dim taps,
+ *     rolling state) → SiLU → q / k / v heads; the gated delta rule with
+ *     decay g = -exp(A_log) · softplus(in_proj_a · x + dt_bias) and
+ *     beta = sigmoid(in_proj_b · x), q and k L2-normalized; RMSNorm per
+ *     value head times silu(in_proj_z · x); out_proj. The layer keeps a
+ *     recurrent state per sequence (the conv's last inputs and every head's
+ *     dk × dv matrix) instead of KV rows.
+ *   full_attention: q_proj yields per head the query and an output gate;
+ *     q / k RMSNorm per head, partial RoPE (partial_rotary_factor, default
+ *     0.25; the text-only positions make mRoPE plain RoPE); the attention
+ *     output times sigmoid(gate) before o_proj.
+ * RMSNorms scale by (1 + w), except the gated norm of linear attention (w). */
+#include <stdio.h>
+
+#include "model/internal.h"
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+int qwen3_5_prepare(model *m, herr *err) {
+  (void)err;
+  const model_config *c = &m->cfg;
+  int64_t H = c->num_attention_heads, nk = c->linear_num_key_heads, nv = c->linear_num_value_heads;
+  int64_t dk = c->linear_key_head_dim, dv = c->linear_value_head_dim, K = c->linear_conv_kernel_dim;
+  int64_t C = 2 * nk * dk + nv * dv;
+  for (int l = 0; l < c->num_hidden_layers; l++) {
+    layer_weights *lw = &m->layers[l];
+    lw->linear = c->layer_types[l] == LAYER_LINEAR;
+    lw->moe = c->moe_layer[l];
+    if (lw->linear) {
+      lw->kv_heads = 0; /* no KV rows: a state per sequence */
+      lw->rope = NULL;
+      lw->state_dim = (K - 1) * C + nv * dk * dv;
+      m->w_q = max64(m->w_q, C);
+      m->w_kv = max64(m->w_kv, nv);
+      m->w_inter = max64(m->w_inter, nv * dv);
+    } else {
+      lw->out_gate = true;
+      m->w_q = max64(m->w_q, 2 * H * lw->head_dim);
+      m->w_inter = max64(m->w_inter, H * lw->head_dim);
+    }
+  }
+  return 0;
+}
+
+#define MAT(field, a, b, dst)                                                                        \
+  do {                                                                                               \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, field);                                     \
+    if ((rc = model_matrix(m, src, name, a, b, true, BK_USE_MATMUL, dst, err))) return rc;           \
+  } while (0)
+
+#define VEC(field, nd, a, b, dst)                                                                     \
+  do {                                                                                                \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, field);                                      \
+    if ((rc = model_vector(m, src, name, nd, a, b, true, 1.0f, dst, err))) return rc;                \
+  } while (0)
+
+int qwen3_5_load_mixer(model *m, const weight_src *src, int l, herr *err) {
+  const model_config *c = &m->cfg;
+  layer_weights *lw = &m->layers[l];
+  char name[256];
+  int rc;
+  int64_t D = c->hidden_size, H = c->num_attention_heads, KV = lw->kv_heads, hd = lw->head_dim;
+  VEC("input_layernorm.weight", 1, D, 0, &lw->attn_norm);
+  VEC("post_attention_layernorm.weight", 1, D, 0, &lw->post_attn_norm);
+  if (lw->linear) {
+    int64_t nk = c->linear_num_key_heads, nv = c->linear_num_value_heads, dk = c->linear_key_head_dim;
+    int64_t dv = c->linear_value_head_dim, C = 2 * nk * dk + nv * dv;
+    MAT("linear_attn.in_proj_qkv.weight", C, D, &lw->in_qkv);
+    MAT("linear_attn.in_proj_z.weight", nv * dv, D, &lw->in_z);
+    MAT("linear_attn.in_proj_a.weight", nv, D, &lw->in_a);
+    MAT("linear_attn.in_proj_b.weight", nv, D, &lw->in_b);
+    MAT("linear_attn.out_proj.weight", D, nv * dv, &lw->out_proj);
+    VEC("linear_attn.conv1d.weight", 3, C, c->linear_conv_kernel_dim, &lw->conv_w);
+    VEC("linear_attn.A_log", 1, nv, 0, &lw->a_log);
+    VEC("linear_attn.dt_bias", 1, nv, 0, &lw->dt_bias);
+    VEC("linear_attn.norm.weight", 1, dv, 0, &lw->lin_norm);
+    return 0;
+  }
+  MAT("self_attn.q_proj.weight", 2 * H * hd, D, &lw->q);
+  MAT("self_attn.k_proj.weight", KV * hd, D, &lw->k);
+  MAT("self_attn.v_proj.weight", KV * hd, D, &lw->v);
+  MAT("self_attn.o_proj.weight", D, H * hd, &lw->o);
+  VEC("self_attn.q_norm.weight", 1, hd, 0, &lw->q_norm);
+  VEC("self_attn.k_norm.weight", 1, hd, 0, &lw->k_norm);
+  if (c->attention_bias) {
+    VEC("self_attn.q_proj.bias", 1, 2 * H * hd, 0, &lw->q_bias);
+    VEC("self_attn.k_proj.bias", 1, KV * hd, 0, &lw->k_bias);
+    VEC("self_attn.v_proj.bias", 1, KV * hd, 0, &lw->v_bias);
+    VEC("self_attn.o_proj.bias", 1, D, 0, &lw->o_bias);
+  }
+  return 0;
+}
+#undef MAT
+#undef VEC
+
+void qwen3_5_mixer(model *m, int l, const kv_store *kv, step *st) {
+  if (m->layers[l].linear) layer_deltanet(m, l, kv, st);
+  else layer_attention(m, l, kv, st);
+}
+
+static int load_layer(model *m, const weight_src *src, int l, herr *err) {
+  int rc = qwen3_5_load_mixer(m, src, l, err);
+  return rc ? rc : llama_load_mlp(m, src, l, m->cfg.intermediate_size, err);
+}
+
+/* x += mixer(norm(x)); x += mlp(norm(x)) */
+static void layer(model *m, int l, const kv_store *kv, step *st) {
+  const layer_weights *lw = &m->layers[l];
+  qwen3_5_mixer(m, l, kv, st);
+  layer_norm(m, &st->xn, &st->x, &lw->post_attn_norm);
+  bk_tensor o = step_view(&st->o, st->T, m->cfg.hidden_size);
+  layer_mlp(m, lw, st, &st->xn, &o);
+  bk_add(&st->x, &st->x, &o);
+}
+
+const family_ops qwen3_5_family_ops = {.prepare = qwen3_5_prepare, .load_layer = load_layer, .layer = layer};
