@@ -138,6 +138,85 @@ def init_weights(model, gemma, seed, embed_scale=None):
                 p.copy_(r / math.sqrt(p.shape[-1]))
 
 
+def init_glm5(model, seed):
+    """The router's score-correction bias is a buffer (left at zero by init_weights): random,
+    large enough to change some choices."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(torch.rand(b.shape, generator=g, dtype=torch.float64) * 0.2)
+
+
+def indexer_margins(m, prompts):
+    """The smallest gap, over every query row that has more causal keys than index_topk, between
+    the k-th and (k+1)-th indexer score: the selection is only reproducible if it is not a tie."""
+    from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as mod
+    gaps = []
+
+    def hook(ix, args, kwargs, out):
+        hs, q_resid, pe = args[0], args[1], args[2]
+        cos, sin = pe
+        b, sl, _ = hs.shape
+        q = ix.wq_b(q_resid).view(b, sl, ix.n_heads, ix.head_dim)
+        q_rot, q_pass = torch.split(q, [ix.qk_rope_head_dim, ix.head_dim - ix.qk_rope_head_dim], dim=-1)
+        k = ix.k_norm(ix.wk(hs)).unsqueeze(2)
+        k_rot, k_pass = torch.split(k, [ix.qk_rope_head_dim, ix.head_dim - ix.qk_rope_head_dim], dim=-1)
+        q_rot, k_rot = mod.apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
+        q = torch.cat([q_rot, q_pass], dim=-1)
+        k = torch.cat([k_rot, k_pass], dim=-1).squeeze(2)
+        sc = torch.relu(torch.matmul(q, k.transpose(-1, -2).unsqueeze(1)) * ix.softmax_scale)
+        w = ix.weights_proj(hs) * (ix.n_heads ** -0.5)
+        idx = torch.matmul(w.unsqueeze(-2), sc).squeeze(-2)[0]
+        for i in range(sl):
+            if i + 1 > ix.index_topk:
+                v = torch.sort(idx[i, :i + 1], descending=True).values
+                gaps.append(float(v[ix.index_topk - 1] - v[ix.index_topk]))
+
+    hs = [l.self_attn.indexer.register_forward_hook(hook, with_kwargs=True)
+          for l in m.model.layers if l.self_attn.indexer is not None]
+    with torch.no_grad():
+        for p in prompts:
+            m(torch.tensor([p]))
+    for h in hs:
+        h.remove()
+    return min(gaps) if gaps else None
+
+
+def add_mtp(folder, cfg, seed):
+    """Appends one multi-token-prediction layer (model.layers.N.*, as GLM-5 and DeepSeek-V3
+    checkpoints store it: a decoder layer plus enorm, hnorm, eh_proj, shared_head) to the
+    folder's weights and num_nextn_predict_layers to its config."""
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(folder, "model.safetensors")
+    sd = load_file(path)
+    n = cfg.num_hidden_layers
+    last = f"model.layers.{n - 1}."
+    g = torch.Generator().manual_seed(seed)
+    extra = {}
+    for k, v in sd.items():
+        if k.startswith(last):
+            extra[f"model.layers.{n}." + k[len(last):]] = v
+    h = cfg.hidden_size
+    dt = sd["model.norm.weight"].dtype
+    extra[f"model.layers.{n}.enorm.weight"] = torch.ones(h)
+    extra[f"model.layers.{n}.hnorm.weight"] = torch.ones(h)
+    extra[f"model.layers.{n}.eh_proj.weight"] = torch.randn(h, 2 * h, generator=g) / math.sqrt(2 * h)
+    extra[f"model.layers.{n}.shared_head.norm.weight"] = torch.ones(h)
+    extra[f"model.layers.{n}.shared_head.head.weight"] = torch.randn(cfg.vocab_size, h, generator=g) / math.sqrt(h)
+    for k in list(extra):
+        v = extra[k] if k.endswith("e_score_correction_bias") else extra[k].to(dt)
+        extra[k] = v.clone().contiguous()
+    sd.update(extra)
+    save_file(sd, path, metadata={"format": "pt"})
+    with open(os.path.join(folder, "config.json")) as f:
+        c = json.load(f)
+    c["num_nextn_predict_layers"] = 1
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(c, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def load_f64(folder):
     try:
         m = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64, attn_implementation="eager",
@@ -203,6 +282,8 @@ def main():
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
             init_weights(model, model_type.startswith("gemma"), 100 + seed, over.get("_embed_scale"))
+            if model_type == "glm_moe_dsa":
+                init_glm5(model, 200 + seed)
             for dt in dtypes:
                 folder = os.path.join(out, f"{name}-{dt}")
                 shutil.rmtree(folder, ignore_errors=True)
@@ -210,6 +291,17 @@ def main():
                 mm.save_pretrained(folder)
                 logits, greedy, gaps, nparams = reference(folder, prompts)
                 write_golden(folder, name, model_type, dt, prompts, logits, greedy, gaps)
+                if model_type == "glm_moe_dsa":
+                    margin = indexer_margins(load_f64(folder), prompts + [prompts[0] + greedy])
+                    with open(os.path.join(folder, "golden.json")) as f:
+                        doc = json.load(f)
+                    doc["indexer_min_margin"] = margin
+                    with open(os.path.join(folder, "golden.json"), "w") as f:
+                        json.dump(doc, f, indent=1)
+                        f.write("\n")
+                    print(f"{name}-{dt}: indexer top-k margin {margin:.4g}", flush=True)
+                    if over.get("_mtp"):
+                        add_mtp(folder, cfg, 300 + seed)
                 params[f"{name}-{dt}"] = nparams
                 print(f"{name}-{dt}: params {nparams} max|logit| {np.abs(logits).max():.3f} min gap {min(gaps):.4g}"
                       f" greedy {greedy[:8]}...", flush=True)
