@@ -21,6 +21,7 @@ static const model_family families[] = {
     {"gemma2",       true,    true,    true,    false,  false, true,  false, NULL}, /* softcapping, sliding/global */
     {"gemma3_text",  true,    true,    true,    true,   false, true,  false, NULL}, /* local rope base for sliding layers */
     {"gemma4_text",  false,   true,    true,    true,   false, false, true,  &gemma4_family_ops}, /* gemma4.c */
+    {"glm_moe_dsa",  false,   false,   false,   false,  false, false, false, &glm5_family_ops}, /* glm5.c: MLA, DSA, MoE */
 };
 
 const model_family *model_family_find(const char *model_type) {

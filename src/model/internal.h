@@ -30,6 +30,7 @@ typedef struct layer_weights {
   int64_t head_dim, kv_heads;             /* this layer's (gemma4's per_layer_config) */
   float attn_scale;
   int kv_src;                             /* the layer whose KV rows this one reads (itself unless shared) */
+  int64_t kv_k_dim, kv_v_dim;             /* cache row widths a family sets (0: kv_heads × head_dim) */
   /* dense MLP */
   bk_weight gate, up, down;
   bk_tensor gate_bias, up_bias, down_bias;
@@ -55,6 +56,7 @@ typedef struct fwd_scratch {
   int64_t cap_t;          /* tokens the activation tensors hold */
   bk_buf *act;            /* owned: every activation tensor below */
   bk_tensor x, xn, q, k, v, att, o, gate, up, x2, elog, eids, ew, ple, pl;
+  bk_tensor fam;          /* [cap_t, model.w_fam]: a family's own activations */
   int64_t cap_idx;        /* int32 entries of idx */
   bk_buf *idx_buf;        /* owned */
   bk_tensor idx;          /* I32: the step's index tables (see forward) */
@@ -69,6 +71,7 @@ typedef struct fwd_scratch {
 typedef struct step {
   int64_t T, R;
   bk_tensor x, xn, q, k, v, att, o, gate, up, x2, elog, eids, ew, ple, pl;
+  bk_tensor fam;          /* T * model.w_fam floats for the family to carve up */
   bk_tensor ids, pos, row, tab, slot, gather, tables;
 } step;
 
@@ -134,6 +137,9 @@ struct model {
   bool as_bf16;           /* f32 weights rounded to bf16 as loaded (model_load_opts.f32_as_bf16) */
   /* widest activations over the layers */
   int64_t w_q, w_kv, w_inter, w_ple;
+  int64_t w_fam;          /* floats per token of the family's own activations (step.fam) */
+  void *fam_state;        /* owned by the family: its own weights and tables (family_ops.free) */
+  int n_nextn;            /* multi-token-prediction layers loaded beside the decoder */
   /* gemma4 per-layer inputs (hidden_size_per_layer_input > 0) */
   bk_weight ple_embed, ple_model_proj;
   bk_tensor ple_proj_norm;
@@ -179,6 +185,8 @@ int model_host_floats(model *m, const weight_src *src, const char *name, int64_t
  * [n, 2 inter, hidden] and base.down_proj [n, hidden, inter], or gate_proj /
  * up_proj apart); described, kept, and viewed as lw->ex. */
 int model_experts(model *m, const weight_src *src, const char *base, int64_t n, int64_t inter, layer_weights *lw, herr *err);
+/* n floats of host memory the model owns (freed with it). */
+int model_own_floats(model *m, int64_t n, const char *what, float **out, herr *err);
 /* The f32 matrices rounded to bf16 in host copies the model owns (f32_as_bf16). */
 int model_to_bf16(model *m, bk_weight *w, herr *err);
 
@@ -224,11 +232,14 @@ struct family_ops {
   void (*embedded)(model *m, step *st);
   /* layer l of the forward */
   void (*layer)(model *m, int l, const kv_store *kv, step *st);
+  /* frees fam_state (optional) */
+  void (*free)(model *m);
 };
 
 extern const family_ops llama_family_ops;
 extern const family_ops qwen3_moe_family_ops;
 extern const family_ops gemma4_family_ops;
+extern const family_ops glm5_family_ops;
 
 /* The llama decoder's attention weights of layer l (q/k/v/o, biases, q/k norms), shared by families built on it. */
 int llama_load_attention(model *m, const weight_src *src, int l, herr *err);

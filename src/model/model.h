@@ -57,11 +57,14 @@ typedef struct model_load_opts {
  * and V) per token and layer; sliding layers need at most window[l] rows
  * back from the newest (0 = every row). kv_dim[l] is 0 for a layer that
  * stores nothing and reads an earlier layer's rows (gemma4's KV sharing):
- * the cache gives it no memory. */
+ * the cache gives it no memory. v_dim[l], when not 0, is the width of the
+ * V rows instead (multi-head latent attention: K holds the compressed
+ * latent and the RoPE key, V the sparse-attention indexer's key). */
 typedef struct model_kv_geometry {
   bk_backend *backend;      /* borrowed: where the cache's arenas must live (NULL: a CPU of the cache's own) */
   int n_layers;
   int64_t kv_dim[CFG_MAX_LAYERS];
+  int64_t v_dim[CFG_MAX_LAYERS];  /* 0: kv_dim */
   int64_t window[CFG_MAX_LAYERS];
 } model_kv_geometry;
 
@@ -114,6 +117,11 @@ void model_free(model *m);
 const model_config *model_cfg(const model *m);
 int64_t model_vocab_size(const model *m);
 void model_kv_geometry_of(const model *m, model_kv_geometry *g);
+/* V row width of layer l of g (v_dim, or kv_dim when v_dim is 0). */
+static inline int64_t model_kv_v_dim(const model_kv_geometry *g, int l) { return g->v_dim[l] ? g->v_dim[l] : g->kv_dim[l]; }
+/* Multi-token-prediction layers loaded beside the decoder (GLM-5's
+ * num_nextn_predict_layers, kept for speculative decoding; 0: none). */
+int model_nextn_layers(const model *m);
 /* The backend the model runs on (borrowed; lives as long as the model). */
 bk_backend *model_backend(const model *m);
 /* Bytes of the weight matrices and vectors as the backend holds them (stored format). */
