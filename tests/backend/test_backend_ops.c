@@ -1303,6 +1303,27 @@ static void test_index_sparse_attention(void) {
         if (r >= 0) bad += (r >= rows) || (j > 0 && r <= rsel[t * K + j - 1]), m++;
       }
       bad += m != (rows < K ? rows : K);
+      if (rows <= K) continue;
+      /* every chosen row beats every other: a higher score, or the same and a lower row */
+      double *sc = malloc(sizeof(double) * (size_t)rows);
+      bool *in = calloc((size_t)rows, 1);
+      for (int64_t j = 0; j < rows; j++) {
+        const float *k = ks.arena + ((int64_t)ks.tables[ks.tab[t] + j / c->B] * c->B + j % c->B) * c->di;
+        double sj = 0;
+        for (int64_t h = 0; h < c->Hi; h++) {
+          double d = 0;
+          for (int64_t x = 0; x < c->di; x++) d += (double)q[(t * c->Hi + h) * c->di + x] * k[x];
+          d *= ip.scale;
+          if (d > 0) sj += (double)w[t * c->Hi + h] * d;
+        }
+        sc[j] = sj;
+      }
+      for (int64_t j = 0; j < K; j++)
+        if (rsel[t * K + j] >= 0) in[rsel[t * K + j]] = true;
+      for (int64_t a = 0; a < rows; a++)
+        for (int64_t b = 0; in[a] && b < rows; b++)
+          if (!in[b]) bad += !(sc[a] > sc[b] || (sc[a] == sc[b] && a < b));
+      free(sc), free(in);
     }
     test_checks++;
     if (bad) test_failures++, fprintf(stderr, "FAIL index_topk reference [%s]: %lld bad rows\n", c->what, (long long)bad);

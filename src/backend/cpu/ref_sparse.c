@@ -93,6 +93,23 @@ typedef struct index_job {
   const index_params *p;
 } index_job;
 
+typedef struct scored_row {
+  double s;
+  int64_t j;
+} scored_row;
+
+/* higher score first, then the lower row */
+static int by_score(const void *a, const void *b) {
+  const scored_row *x = a, *y = b;
+  if (x->s != y->s) return x->s > y->s ? -1 : 1;
+  return (x->j > y->j) - (x->j < y->j);
+}
+
+static int by_row(const void *a, const void *b) {
+  const scored_row *x = a, *y = b;
+  return (x->j > y->j) - (x->j < y->j);
+}
+
 static void index_task(void *ctx, int i, int tid) {
   (void)tid;
   const index_job *jb = ctx;
@@ -101,12 +118,8 @@ static void index_task(void *ctx, int i, int tid) {
   int32_t *sel = jb->sel + (int64_t)i * K;
   for (int64_t j = 0; j < K; j++) sel[j] = j < rows ? (int32_t)j : -1;
   if (rows <= K) return;
-  double *sc = malloc(sizeof(double) * (size_t)rows);
-  bool *chosen = calloc((size_t)rows, 1);
-  if (!sc || !chosen) {
-    free(sc), free(chosen);
-    return;
-  }
+  scored_row *sc = malloc(sizeof(scored_row) * (size_t)rows);
+  if (!sc) return;
   const float *q = jb->q + (int64_t)i * H * hd, *w = jb->w + (int64_t)i * H;
   for (int64_t j = 0; j < rows; j++) {
     const float *k = paged_row(jb->keys, i, j);
@@ -117,17 +130,12 @@ static void index_task(void *ctx, int i, int tid) {
       d *= p->scale;
       if (d > 0) s += (double)w[h] * d;
     }
-    sc[j] = s;
+    sc[j] = (scored_row){s, j};
   }
-  for (int64_t m = 0; m < K; m++) { /* the m-th best: higher score, then lower row */
-    int64_t best = -1;
-    for (int64_t j = 0; j < rows; j++)
-      if (!chosen[j] && (best < 0 || sc[j] > sc[best])) best = j;
-    chosen[best] = true;
-  }
-  for (int64_t j = 0, m = 0; j < rows; j++)
-    if (chosen[j]) sel[m++] = (int32_t)j;
-  free(sc), free(chosen);
+  qsort(sc, (size_t)rows, sizeof *sc, by_score); /* the best K first */
+  qsort(sc, (size_t)K, sizeof *sc, by_row);      /* in row order */
+  for (int64_t m = 0; m < K; m++) sel[m] = (int32_t)sc[m].j;
+  free(sc);
 }
 
 void op_index_topk(hpool *pool, int32_t *sel, const float *q, const float *w, int64_t n, const paged_rows *keys,
