@@ -4,8 +4,10 @@
  * prefix hash; cached blocks are evicted least recently used first; and a
  * model forward through the paged cache (any block size, prefix attached or
  * not) gives exactly the logits of the contiguous cache on the golden llama
- * fixture, and on the gemma4 one, whose last two layers read earlier
- * layers' rows and have no arenas of their own. */
+ * fixture, on the gemma4 one, whose last two layers read earlier
+ * layers' rows and have no arenas of their own, and on the glm5 one, whose
+ * K rows are compressed latents and V rows the sparse-attention indexer's
+ * keys, of another width. */
 #include "engine/kv_cache.h"
 #include "engine/kv_paged.h"
 #include "model/model.h"
@@ -226,7 +228,7 @@ static void paged_equals_contiguous(const char *fixture) {
   for (int64_t l = 0; l < L; l++) {
     if (l >= L - shared) CHECK_EQ_INT(g.kv_dim[l], 0);
     else CHECK(g.kv_dim[l] > 0);
-    row_bytes += 2 * (size_t)g.kv_dim[l] * sizeof(float);
+    row_bytes += (size_t)(g.kv_dim[l] + model_kv_v_dim(&g, l)) * sizeof(float);
   }
   CHECK_EQ_INT(kv_block_bytes(&g, 16), 16 * row_bytes);
   int64_t V = model_vocab_size(m);
@@ -276,6 +278,7 @@ static void paged_equals_contiguous(const char *fixture) {
 static void test_paged_equals_contiguous(void) {
   paged_equals_contiguous(GOLDEN "llama-f32");
   paged_equals_contiguous(GOLDEN "gemma4-f32");
+  paged_equals_contiguous(GOLDEN "glm5-f32"); /* latent K rows, indexer keys as V rows */
 }
 
 /* V rows of their own width (multi-head latent attention: K the latent and
