@@ -13,6 +13,11 @@ Per folder:
   logits_f32.bin   float32 little-endian [prompt][position][vocab], prompts in order
 Also OUT/llama-sharded/ (the llama f32 model in exactly 2 shards, same
 golden) and OUT/params.json (folder -> model.num_parameters()).
+glm_moe_dsa folders also record indexer_min_margin in golden.json (the
+smallest gap between the index_topk-th and the next indexer score over
+every query with more rows than index_topk: the choice must not be a tie),
+and glm5 gets a multi-token-prediction layer's weights appended after its
+reference is computed.
 
 Usage: python3 tools/gen_golden.py OUT [--only=name,name]   (needs torch and transformers)
 """
