@@ -293,7 +293,7 @@ void cu_index_topk(bk_backend *be, const bk_tensor *sel, const bk_tensor *q, con
   const int64_t T = q->rows;
   size_t shm = sizeof(float) * (size_t)(p->n_heads * p->head_dim + p->n_heads);
   if (sel->rows != T || sel->cols != p->topk || q->cols != p->n_heads * p->head_dim || w->rows != T || w->cols != p->n_heads ||
-      keys->k->cols < p->head_dim || p->topk < 1 || shm > 48 * 1024) {
+      keys->k->cols < p->head_dim || p->topk < 1 || shm > 40 * 1024) {
     cu_fail(b, HEARTH_EINTERNAL, "cuda index_topk: q [%lld, %lld], %lld heads of %lld, top %lld, keys of %lld", (long long)T,
             (long long)q->cols, (long long)p->n_heads, (long long)p->head_dim, (long long)p->topk, (long long)keys->k->cols);
     return;
@@ -356,7 +356,7 @@ void cu_attention_sparse(bk_backend *be, const bk_tensor *out, const bk_tensor *
   const int64_t T = q->rows;
   size_t shm = sizeof(double) * (size_t)p->topk + sizeof(float) * (size_t)p->head_dim;
   if (q->cols != p->n_heads * p->head_dim || out->rows != T || out->cols != p->n_heads * p->v_dim || sel->rows != T ||
-      sel->cols != p->topk || kv->k->cols < p->head_dim || kv->k->cols < p->v_off + p->v_dim || shm > 48 * 1024) {
+      sel->cols != p->topk || kv->k->cols < p->head_dim || kv->k->cols < p->v_off + p->v_dim || shm > 46 * 1024) {
     cu_fail(b, HEARTH_EINTERNAL, "cuda attention_sparse: q [%lld, %lld], %lld heads of %lld, values %lld.. of %lld, top %lld",
             (long long)T, (long long)q->cols, (long long)p->n_heads, (long long)p->head_dim, (long long)p->v_off,
             (long long)p->v_dim, (long long)p->topk);
