@@ -88,6 +88,28 @@ ARCHS = {
                                          layer_types=["sliding_attention", "sliding_attention", "full_attention"],
                                          hidden_size_per_layer_input=0, final_logit_softcapping=30.0,
                                          _embed_scale=0.3), ("f32", "bf16")),
+    # GLM-5: multi-head latent attention (low-rank q and kv, decoupled interleaved RoPE), the DSA
+    # indexer choosing 8 of up to 40 tokens (the middle layer reusing the first one's choice),
+    # MoE from layer 1 with a shared expert and sigmoid routing limited to 2 of 4 groups
+    # (e_score_correction_bias random), and a multi-token-prediction layer's weights added to
+    # the folder after the reference is computed (transformers does not build it)
+    "glm5": ("glm_moe_dsa", dict(num_hidden_layers=3, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=32,
+                                 qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, index_topk=8,
+                                 index_head_dim=16, index_n_heads=8, n_routed_experts=8, num_experts_per_tok=2,
+                                 n_group=4, topk_group=2, n_shared_experts=1, moe_intermediate_size=32,
+                                 routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
+                                 indexer_types=["full", "shared", "full"], tie_word_embeddings=False,
+                                 rope_theta=10000.0, _mtp=True), ("f32", "bf16")),
+    # the same with YaRN: the softmax scale's mscale^2 and the scaled cos/sin
+    "glm5_yarn": ("glm_moe_dsa", dict(num_hidden_layers=2, num_key_value_heads=4, q_lora_rank=32,
+                                      kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                                      index_topk=8, index_head_dim=16, index_n_heads=8, n_routed_experts=8,
+                                      num_experts_per_tok=2, n_group=4, topk_group=2, n_shared_experts=1,
+                                      moe_intermediate_size=32, routed_scaling_factor=2.5, norm_topk_prob=True,
+                                      first_k_dense_replace=1, tie_word_embeddings=False, rope_theta=10000.0,
+                                      rope_scaling=dict(rope_type="yarn", factor=4.0, mscale=1.0,
+                                                        mscale_all_dim=0.8, original_max_position_embeddings=32)),
+                  ("f32",)),
 }
 
 
