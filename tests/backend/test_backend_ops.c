@@ -40,7 +40,15 @@
  * for every stored format and activation, at 1 to 200 tokens (an expert
  * chosen by more pairs than one tile of the grouped GEMM holds), with experts used by several
  * tokens, by none, and a slot whose id is out of range (it contributes
- * nothing), also checking the CPU's plain reference bk_moe_ref.
+ * nothing), also checking the CPU's plain reference bk_moe_ref; set_cols
+ * and set_rows (untouched elements must keep their values); layernorm with
+ * and without weight and bias, in place; moe_route_group (sigmoid scores,
+ * correction bias, groups, ties) against op_moe_route_group, itself checked
+ * on a hand-made row; index_topk against op_index_topk (ids exactly, rows of
+ * zeros and copied rows giving exact score ties, which go to the lower row),
+ * the reference's choice checked against the scores recomputed here; and
+ * attention_sparse against op_attention_sparse over the reference's choice,
+ * on paged arenas with shuffled blocks and NaN in unowned ones.
  *
  * Checks. Inputs are fresh random values per case (seeded xorshift, never
  * zero). Every output tensor that is not also an input is filled with NaN
