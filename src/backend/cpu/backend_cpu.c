@@ -280,7 +280,8 @@ static void cpu_moe_route(bk_backend *be, const bk_tensor *ids, const bk_tensor 
   hpool_flush_end(fp);
 }
 
-/* ---- multi-head latent attention, DeepSeek sparse attention (references in ref_sparse.c) ---- */
+/* ---- multi-head latent attention, DeepSeek sparse attention (references in ref_sparse.c; attention_sparse's
+ * f32 kernel in sparse.c) ---- */
 
 static void cpu_set_cols(bk_backend *be, const bk_tensor *y, const bk_tensor *x, int64_t c0) {
   size_t rb = (size_t)x->cols * sizeof(float);
@@ -315,7 +316,7 @@ static void cpu_index_topk(bk_backend *be, const bk_tensor *sel, const bk_tensor
 static void cpu_attention_sparse(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv,
                                  const bk_attn_index *ix, const bk_tensor *sel, const sparse_attn_params *p) {
   paged_rows pr = {F(kv->k), kv->k->cols, kv->block_rows, I(ix->row), I(ix->tab), I(ix->tables)};
-  op_attention_sparse(cpu(be)->pool, F(out), F(q), q->rows, I(sel), &pr, p);
+  bk_attention_sparse_cpu(cpu(be)->pool, F(out), F(q), q->rows, I(sel), &pr, p);
 }
 
 static const bk_backend_ops cpu_ops = {

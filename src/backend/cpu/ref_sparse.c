@@ -2,9 +2,10 @@
  * attention and DeepSeek sparse attention add (see ops.h): LayerNorm, the
  * grouped sigmoid routing of DeepSeek-V3 / GLM-5, the lightning indexer's
  * top-k choice of cached rows, and attention over the chosen rows of a
- * one-head latent cache. The CPU backend runs these as they are (the
- * indexer and the attention spread over the pool, one task per query); the
- * CUDA kernels are tested against them. Knows nothing of models. */
+ * one-head latent cache. The CPU backend runs the first three as they are
+ * (the indexer spread over the pool, one task per query) and has an f32
+ * kernel for the attention (sparse.c); that kernel and the CUDA kernels are
+ * tested against these. Knows nothing of models. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
