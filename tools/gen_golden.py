@@ -15,6 +15,11 @@ Per folder:
   logits_f32.bin   float32 little-endian [prompt][position][vocab], prompts in order
 Also OUT/llama-sharded/ (the llama f32 model in exactly 2 shards, same
 golden) and OUT/params.json (folder -> model.num_parameters()).
+glm_moe_dsa folders also record indexer_min_margin in golden.json (the
+smallest gap between the index_topk-th and the next indexer score over
+every query with more rows than index_topk: the choice must not be a tie),
+and glm5 gets a multi-token-prediction layer's weights appended after its
+reference is computed.
 
 Usage: python3 tools/gen_golden.py OUT [--only=name,name]   (needs torch and transformers)
 """
@@ -120,6 +125,28 @@ ARCHS = {
                                                 out_hidden_size=64, patch_size=4, spatial_merge_size=2,
                                                 temporal_patch_size=2, num_position_embeddings=16),
                                    _prompt_lens=(20, 80)), ("f32",)),
+    # GLM-5: multi-head latent attention (low-rank q and kv, decoupled interleaved RoPE), the DSA
+    # indexer choosing 8 of up to 40 tokens (the middle layer reusing the first one's choice),
+    # MoE from layer 1 with a shared expert and sigmoid routing limited to 2 of 4 groups
+    # (e_score_correction_bias random), and a multi-token-prediction layer's weights added to
+    # the folder after the reference is computed (transformers does not build it)
+    "glm5": ("glm_moe_dsa", dict(num_hidden_layers=3, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=32,
+                                 qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, index_topk=8,
+                                 index_head_dim=16, index_n_heads=8, n_routed_experts=8, num_experts_per_tok=2,
+                                 n_group=4, topk_group=2, n_shared_experts=1, moe_intermediate_size=32,
+                                 routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
+                                 indexer_types=["full", "shared", "full"], tie_word_embeddings=False,
+                                 rope_theta=10000.0, _mtp=True), ("f32", "bf16")),
+    # the same with YaRN: the softmax scale's mscale^2 and the scaled cos/sin
+    "glm5_yarn": ("glm_moe_dsa", dict(num_hidden_layers=2, num_key_value_heads=4, q_lora_rank=32,
+                                      kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                                      index_topk=8, index_head_dim=16, index_n_heads=8, n_routed_experts=8,
+                                      num_experts_per_tok=2, n_group=4, topk_group=2, n_shared_experts=1,
+                                      moe_intermediate_size=32, routed_scaling_factor=2.5, norm_topk_prob=True,
+                                      first_k_dense_replace=1, tie_word_embeddings=False, rope_theta=10000.0,
+                                      rope_scaling=dict(rope_type="yarn", factor=4.0, mscale=1.0,
+                                                        mscale_all_dim=0.8, original_max_position_embeddings=32)),
+                  ("f32",)),
 }
 
 
@@ -184,6 +211,85 @@ def init_weights(model, gemma, seed, embed_scale=None):
                     p.copy_(r)
             else:
                 p.copy_(r / math.sqrt(p.shape[-1]))
+
+
+def init_glm5(model, seed):
+    """The router's score-correction bias is a buffer (left at zero by init_weights): random,
+    large enough to change some choices."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(torch.rand(b.shape, generator=g, dtype=torch.float64) * 0.2)
+
+
+def indexer_margins(m, prompts):
+    """The smallest gap, over every query row that has more causal keys than index_topk, between
+    the k-th and (k+1)-th indexer score: the selection is only reproducible if it is not a tie."""
+    from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as mod
+    gaps = []
+
+    def hook(ix, args, kwargs, out):
+        hs, q_resid, pe = args[0], args[1], args[2]
+        cos, sin = pe
+        b, sl, _ = hs.shape
+        q = ix.wq_b(q_resid).view(b, sl, ix.n_heads, ix.head_dim)
+        q_rot, q_pass = torch.split(q, [ix.qk_rope_head_dim, ix.head_dim - ix.qk_rope_head_dim], dim=-1)
+        k = ix.k_norm(ix.wk(hs)).unsqueeze(2)
+        k_rot, k_pass = torch.split(k, [ix.qk_rope_head_dim, ix.head_dim - ix.qk_rope_head_dim], dim=-1)
+        q_rot, k_rot = mod.apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
+        q = torch.cat([q_rot, q_pass], dim=-1)
+        k = torch.cat([k_rot, k_pass], dim=-1).squeeze(2)
+        sc = torch.relu(torch.matmul(q, k.transpose(-1, -2).unsqueeze(1)) * ix.softmax_scale)
+        w = ix.weights_proj(hs) * (ix.n_heads ** -0.5)
+        idx = torch.matmul(w.unsqueeze(-2), sc).squeeze(-2)[0]
+        for i in range(sl):
+            if i + 1 > ix.index_topk:
+                v = torch.sort(idx[i, :i + 1], descending=True).values
+                gaps.append(float(v[ix.index_topk - 1] - v[ix.index_topk]))
+
+    hs = [l.self_attn.indexer.register_forward_hook(hook, with_kwargs=True)
+          for l in m.model.layers if l.self_attn.indexer is not None]
+    with torch.no_grad():
+        for p in prompts:
+            m(torch.tensor([p]))
+    for h in hs:
+        h.remove()
+    return min(gaps) if gaps else None
+
+
+def add_mtp(folder, cfg, seed):
+    """Appends one multi-token-prediction layer (model.layers.N.*, as GLM-5 and DeepSeek-V3
+    checkpoints store it: a decoder layer plus enorm, hnorm, eh_proj, shared_head) to the
+    folder's weights and num_nextn_predict_layers to its config."""
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(folder, "model.safetensors")
+    sd = load_file(path)
+    n = cfg.num_hidden_layers
+    last = f"model.layers.{n - 1}."
+    g = torch.Generator().manual_seed(seed)
+    extra = {}
+    for k, v in sd.items():
+        if k.startswith(last):
+            extra[f"model.layers.{n}." + k[len(last):]] = v
+    h = cfg.hidden_size
+    dt = sd["model.norm.weight"].dtype
+    extra[f"model.layers.{n}.enorm.weight"] = torch.ones(h)
+    extra[f"model.layers.{n}.hnorm.weight"] = torch.ones(h)
+    extra[f"model.layers.{n}.eh_proj.weight"] = torch.randn(h, 2 * h, generator=g) / math.sqrt(2 * h)
+    extra[f"model.layers.{n}.shared_head.norm.weight"] = torch.ones(h)
+    extra[f"model.layers.{n}.shared_head.head.weight"] = torch.randn(cfg.vocab_size, h, generator=g) / math.sqrt(h)
+    for k in list(extra):
+        v = extra[k] if k.endswith("e_score_correction_bias") else extra[k].to(dt)
+        extra[k] = v.clone().contiguous()
+    sd.update(extra)
+    save_file(sd, path, metadata={"format": "pt"})
+    with open(os.path.join(folder, "config.json")) as f:
+        c = json.load(f)
+    c["num_nextn_predict_layers"] = 1
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(c, f, indent=2, sort_keys=True)
+        f.write("\n")
 
 
 def load_f64(folder):
@@ -264,6 +370,8 @@ def main():
             else:
                 model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
             init_weights(model, model_type.startswith("gemma"), 100 + seed, over.get("_embed_scale"))
+            if model_type == "glm_moe_dsa":
+                init_glm5(model, 200 + seed)
             for dt in dtypes:
                 folder = os.path.join(out, f"{name}-{dt}")
                 shutil.rmtree(folder, ignore_errors=True)
@@ -271,6 +379,17 @@ def main():
                 mm.save_pretrained(folder)
                 logits, greedy, gaps, nparams = reference(folder, pr)
                 write_golden(folder, name, model_type, dt, pr, logits, greedy, gaps)
+                if model_type == "glm_moe_dsa":
+                    margin = indexer_margins(load_f64(folder), pr + [pr[0] + greedy])
+                    with open(os.path.join(folder, "golden.json")) as f:
+                        doc = json.load(f)
+                    doc["indexer_min_margin"] = margin
+                    with open(os.path.join(folder, "golden.json"), "w") as f:
+                        json.dump(doc, f, indent=1)
+                        f.write("\n")
+                    print(f"{name}-{dt}: indexer top-k margin {margin:.4g}", flush=True)
+                    if over.get("_mtp"):
+                        add_mtp(folder, cfg, 300 + seed)
                 params[f"{name}-{dt}"] = nparams
                 print(f"{name}-{dt}: params {nparams} max|logit| {np.abs(logits).max():.3f} min gap {min(gaps):.4g}"
                       f" greedy {greedy[:8]}...", flush=True)

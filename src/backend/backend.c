@@ -202,6 +202,23 @@ void bk_delta_rule(const bk_tensor *o, const bk_tensor *qkv, const bk_tensor *a,
   BE(o)->ops->delta_rule(BE(o), o, qkv, a, b, a_log, dt_bias, r, p);
 }
 void bk_sigmoid_mul(const bk_tensor *y, const bk_tensor *g) { BE(y)->ops->sigmoid_mul(BE(y), y, g); }
+void bk_set_cols(const bk_tensor *y, const bk_tensor *x, int64_t c0) { BE(y)->ops->set_cols(BE(y), y, x, c0); }
+void bk_set_rows(const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows) { BE(y)->ops->set_rows(BE(y), y, x, rows); }
+void bk_layernorm(const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, const bk_tensor *b, float eps) {
+  BE(y)->ops->layernorm(BE(y), y, x, w, b, eps);
+}
+void bk_moe_route_group(const bk_tensor *ids, const bk_tensor *w, const bk_tensor *logits, const bk_tensor *bias,
+                        int64_t n_group, int64_t topk_group, bool norm, float scale) {
+  BE(ids)->ops->moe_route_group(BE(ids), ids, w, logits, bias, n_group, topk_group, norm, scale);
+}
+void bk_index_topk(const bk_tensor *sel, const bk_tensor *q, const bk_tensor *w, const bk_kv_layer *keys,
+                   const bk_attn_index *ix, const index_params *p) {
+  BE(sel)->ops->index_topk(BE(sel), sel, q, w, keys, ix, p);
+}
+void bk_attention_sparse(const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
+                         const bk_tensor *sel, const sparse_attn_params *p) {
+  BE(out)->ops->attention_sparse(BE(out), out, q, kv, ix, sel, p);
+}
 bool bk_graph_begin(bk_backend *be, uint64_t key) { return be->ops->graph_begin ? be->ops->graph_begin(be, key) : false; }
 int bk_graph_end(bk_backend *be, herr *err) { return be->ops->graph_end ? be->ops->graph_end(be, err) : 0; }
 

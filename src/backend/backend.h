@@ -239,6 +239,36 @@ void bk_delta_rule(const bk_tensor *o, const bk_tensor *qkv, const bk_tensor *a,
                    const bk_tensor *dt_bias, const bk_recurrent *r, const delta_params *p);
 /* y *= sigmoid(g): g the same shape as y, or [y.rows, 1] (one gate per row). */
 void bk_sigmoid_mul(const bk_tensor *y, const bk_tensor *g);
+/* ---- multi-head latent attention, DeepSeek sparse attention ----
+ *
+ * The pieces MLA and DSA add (GLM-5, DeepSeek-V3.2): columns written into
+ * a wider tensor, rows scattered into a cache arena, LayerNorm, the grouped
+ * sigmoid routing, the lightning indexer's top-k choice of cached rows and
+ * attention over the chosen rows of a one-head latent cache. The references
+ * are in ops.h. */
+
+/* Columns [c0, c0 + x.cols) of y = x (y.rows == x.rows); the inverse of bk_get_cols. */
+void bk_set_cols(const bk_tensor *y, const bk_tensor *x, int64_t c0);
+/* y[rows[r]] = x[r] for r < x.rows (rows: I32 [x.rows, 1], distinct; y.cols == x.cols). */
+void bk_set_rows(const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows);
+/* y = LayerNorm(x) per row with weight w and bias b ([1, cols] each, NULL: none); y may equal x. */
+void bk_layernorm(const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, const bk_tensor *b, float eps);
+/* Grouped sigmoid routing of logits [T, E] into ids (I32 [T, k]) and w (F32
+ * [T, k]) as op_moe_route_group: bias [1, E] or NULL, n_group groups of which
+ * topk_group stay open, renormalized when norm, times scale. */
+void bk_moe_route_group(const bk_tensor *ids, const bk_tensor *w, const bk_tensor *logits, const bk_tensor *bias,
+                        int64_t n_group, int64_t topk_group, bool norm, float scale);
+/* sel (I32 [T, p.topk]) = the lightning indexer's rows for each query as
+ * op_index_topk: q [T, n_heads * head_dim], w [T, n_heads], the keys the first
+ * head_dim floats of each row of the arena keys->k (keys->v unused), rows
+ * found through ix as bk_attention's. */
+void bk_index_topk(const bk_tensor *sel, const bk_tensor *q, const bk_tensor *w, const bk_kv_layer *keys,
+                   const bk_attn_index *ix, const index_params *p);
+/* out [T, n_heads * v_dim] = attention of q [T, n_heads * head_dim] over the
+ * rows sel (as bk_index_topk makes it) of the one-head arena kv->k (values:
+ * its columns [v_off, v_off + v_dim); kv->v unused), as op_attention_sparse. */
+void bk_attention_sparse(const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
+                         const bk_tensor *sel, const sparse_attn_params *p);
 
 /* ---- sampling on the device ----
  *
@@ -360,6 +390,15 @@ typedef struct bk_backend_ops {
                 int64_t n_adj, bk_sample_out *out, herr *err);
   bool (*graph_begin)(bk_backend *be, uint64_t key); /* NULL: never records */
   int (*graph_end)(bk_backend *be, herr *err);
+  void (*set_cols)(bk_backend *be, const bk_tensor *y, const bk_tensor *x, int64_t c0);
+  void (*set_rows)(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows);
+  void (*layernorm)(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, const bk_tensor *b, float eps);
+  void (*moe_route_group)(bk_backend *be, const bk_tensor *ids, const bk_tensor *w, const bk_tensor *logits,
+                          const bk_tensor *bias, int64_t n_group, int64_t topk_group, bool norm, float scale);
+  void (*index_topk)(bk_backend *be, const bk_tensor *sel, const bk_tensor *q, const bk_tensor *w, const bk_kv_layer *keys,
+                     const bk_attn_index *ix, const index_params *p);
+  void (*attention_sparse)(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv,
+                           const bk_attn_index *ix, const bk_tensor *sel, const sparse_attn_params *p);
 } bk_backend_ops;
 
 /* Every backend's handle starts with this. */
@@ -372,7 +411,7 @@ struct bk_backend {
 
 /* The CUDA backend library's one entry point (libhearth_cuda.so). */
 #define BK_CUDA_ENTRY "hearth_cuda_backend_open"
-#define BK_CUDA_ABI 5
+#define BK_CUDA_ABI 6
 typedef int (*bk_cuda_open_fn)(int abi, int device, const bk_open_opts *opts, bk_backend **out, herr *err);
 
 /* The CPU backend (cpu/backend_cpu.c). */

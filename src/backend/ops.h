@@ -148,6 +148,57 @@ void op_delta_rule_chunked(hpool *pool, float *o, const float *qkv, const float 
                            int64_t n_seqs, const delta_params *p, int64_t chunk);
 /* y[n, d] *= sigmoid(g), g [n, d] elementwise or [n, 1] per row (gd = d or 1). */
 void op_sigmoid_mul(float *y, const float *g, int64_t n, int64_t d, int64_t gd);
+/* ---- multi-head latent attention and DeepSeek sparse attention (cpu/ref_sparse.c) ---- */
+
+/* y[n, d] = (x - mean) / sqrt(var + eps) * w + b per row (var over d, in
+ * double; w / b NULL: 1 / 0). y may equal x. */
+void op_layernorm(float *y, const float *x, int64_t n, int64_t d, const float *w, const float *b, float eps);
+
+/* DeepSeek-V3 routing of n tokens over e experts in n_group equal groups:
+ * per row, s = sigmoid(logits) and c = s + bias (bias NULL: 0); a group's
+ * score is the sum of its two largest c; the topk_group best groups (lower
+ * group first on ties) are open, and the k largest c among their experts
+ * (larger first, lower id first on ties) give ids[n, k]; weights[n, k] =
+ * their s, divided by (sum of the k + 1e-20) when norm, then times scale.
+ * e % n_group == 0, e / n_group >= 2, k <= topk_group * e / n_group. */
+void op_moe_route_group(int32_t *ids, float *weights, const float *logits, int64_t n, int64_t e, int64_t k,
+                        const float *bias, int64_t n_group, int64_t topk_group, bool norm, float scale);
+
+/* Rows of a paged cache, per query: query i sees rows 0..q_row[i] of its
+ * sequence, whose row j lives in slot tables[q_tab[i] + j / block_rows] *
+ * block_rows + j % block_rows of arena (row_width floats per slot). */
+typedef struct paged_rows {
+  const float *arena;        /* borrowed */
+  int64_t row_width, block_rows;
+  const int32_t *q_row, *q_tab, *tables; /* borrowed */
+} paged_rows;
+
+/* The lightning indexer's choice: for query i with heads q[i, h, 0..head_dim)
+ * and weights w[i, h], the score of its row j is
+ *   sum over h of w[i, h] * max(0, scale * q[i, h] . key_j)   (key_j: the
+ *   first head_dim floats of row j; sums in double);
+ * the topk best rows (higher score first, lower row first on ties; all of
+ * them when q_row[i] < topk) go to sel[i, 0..topk) in ascending row order,
+ * the rest of the row is -1. */
+typedef struct index_params {
+  int64_t n_heads, head_dim, topk;
+  float scale;
+} index_params;
+void op_index_topk(hpool *pool, int32_t *sel, const float *q, const float *w, int64_t n, const paged_rows *keys,
+                   const index_params *p);
+
+/* Attention over chosen rows with one KV head (multi-head latent attention's
+ * cache): query i, head h (q[i, h, 0..head_dim)) attends the rows
+ * sel[i, 0..topk) that are >= 0: scores q . key_j * scale with key_j the
+ * first head_dim floats of row j, softmax (in double), and out[i, h,
+ * 0..v_dim) the weighted sum of the values, columns [v_off, v_off + v_dim)
+ * of the same rows. */
+typedef struct sparse_attn_params {
+  int64_t n_heads, head_dim, v_off, v_dim, topk;
+  float scale;
+} sparse_attn_params;
+void op_attention_sparse(hpool *pool, float *out, const float *q, int64_t n, const int32_t *sel, const paged_rows *kv,
+                         const sparse_attn_params *p);
 
 /* Converts stored weights to f32. */
 void bk_bf16_to_f32(float *y, const uint16_t *x, int64_t n);

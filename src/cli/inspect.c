@@ -36,6 +36,8 @@ typedef struct model_facts {
   uint64_t expert_parameters;    /* of them, in mixture-of-experts experts */
   uint64_t expert_bytes;         /* their stored bytes (what --expert-budget divides) */
   int64_t n_experts, experts_per_token; /* -1: not a mixture of experts */
+  int64_t n_layers;              /* num_hidden_layers (-1: unknown) */
+  uint64_t nextn_parameters;     /* of layers past num_hidden_layers (GLM-5's multi-token prediction), not in parameters */
   uint64_t tensors;
   int shards;
   dtype_bytes dtypes[INSPECT_MAX_DTYPES];
@@ -56,14 +58,16 @@ static void usage(FILE *f) {
           "safetensors, single or sharded), a .safetensors file, or a .gguf file\n"
           "(default: the built-in model).\n\n"
           "Prints model_type, the exact parameter count (sum of the element counts of\n"
-          "all stored tensors but gemma4's layer_scalar buffers), for a mixture of\n"
+          "all stored tensors but buffers — gemma4's layer_scalar, the routers'\n"
+          "e_score_correction_bias — and the multi-token-prediction layers stored past\n"
+          "num_hidden_layers, counted apart), for a mixture of\n"
           "experts the parameters active per token (all but the experts a token does\n"
           "not use), tensor count, shards, bytes per dtype, context length,\n"
           "vocabulary size, quantization and whether a chat template is present.\n\n"
           "options:\n"
           "  --json      print one JSON object with the keys model_type, parameters,\n"
           "              active_parameters and expert_bytes (null unless a mixture of\n"
-          "              experts),\n"
+          "              experts), nextn_parameters,\n"
           "              tensors, shards, bytes_by_dtype, context_length, vocab_size,\n"
           "              quantization (null or {bits, group_size, method}), chat_template\n"
           "  -h, --help  this text\n\n"
@@ -93,7 +97,16 @@ static bool is_expert_tensor(const char *name) {
 /* Tensors transformers keeps as buffers, not parameters (gemma4's per-layer scalar). */
 static bool is_buffer_tensor(const char *name) {
   size_t n = strlen(name);
-  return n >= 13 && !strcmp(name + n - 13, ".layer_scalar");
+  return (n >= 13 && !strcmp(name + n - 13, ".layer_scalar")) || (n >= 24 && !strcmp(name + n - 24, ".e_score_correction_bias"));
+}
+/* A tensor of a decoder layer numbered past num_hidden_layers ("model.layers.78.eh_proj.weight": the
+ * multi-token-prediction layers GLM-5 and DeepSeek-V3 checkpoints keep after the decoder). */
+static bool is_nextn_tensor(const char *name, int64_t n_layers) {
+  const char *l = strstr(name, "layers.");
+  if (n_layers <= 0 || !l || (l != name && l[-1] != '.')) return false;
+  char *end = NULL;
+  long long i = strtoll(l + 7, &end, 10);
+  return end != l + 7 && *end == '.' && i >= n_layers;
 }
 
 /* ---- config.json and friends (raw JSON; config_load is consulted separately) ---- */
@@ -189,6 +202,7 @@ static void read_folder_config(model_facts *m, const char *dir) {
       if (c.max_position_embeddings > 0) m->context_length = c.max_position_embeddings;
       m->vocab_size = c.vocab_size;
       if (c.num_experts > 0) m->n_experts = c.num_experts, m->experts_per_token = c.num_experts_per_tok;
+      m->n_layers = c.num_hidden_layers;
       config_free(&c);
     }
   }
@@ -208,21 +222,26 @@ static int inspect_safetensors(model_facts *m, const char *path, bool is_dir) {
   m->shards = s.nshards;
   uint64_t by_dtype[ST_DTYPE_COUNT] = {0};
   bool seen[ST_DTYPE_COUNT] = {0};
+  if (is_dir) { /* the config first: it says which layers are the decoder's */
+    m->chat_template = folder_has_chat_template(path);
+    read_folder_config(m, path);
+  }
   for (size_t i = 0; i < s.count; i++) {
+    by_dtype[s.tensors[i].dtype] += s.tensors[i].nbytes;
+    seen[s.tensors[i].dtype] = true;
+    if (is_nextn_tensor(s.tensors[i].name, m->n_layers)) {
+      if (!is_buffer_tensor(s.tensors[i].name)) m->nextn_parameters += (uint64_t)s.tensors[i].numel;
+      continue;
+    }
     if (!is_buffer_tensor(s.tensors[i].name)) m->parameters += (uint64_t)s.tensors[i].numel;
     if (is_expert_tensor(s.tensors[i].name)) {
       m->expert_parameters += (uint64_t)s.tensors[i].numel;
       m->expert_bytes += s.tensors[i].nbytes;
     }
-    by_dtype[s.tensors[i].dtype] += s.tensors[i].nbytes;
-    seen[s.tensors[i].dtype] = true;
   }
   for (int d = 0; d < ST_DTYPE_COUNT; d++)
     if (seen[d]) add_dtype_bytes(m, st_dtype_name((st_dtype)d), by_dtype[d]);
   st_close(&s);
-  if (!is_dir) return 0;
-  m->chat_template = folder_has_chat_template(path);
-  read_folder_config(m, path);
   return 0;
 }
 
@@ -357,6 +376,7 @@ static json_t *facts_json(const model_facts *m) {
   int64_t active = active_parameters(m);
   json_object_set_new(o, "active_parameters", active >= 0 ? json_integer((json_int_t)active) : json_null());
   json_object_set_new(o, "expert_bytes", active >= 0 ? json_integer((json_int_t)m->expert_bytes) : json_null());
+  json_object_set_new(o, "nextn_parameters", json_integer((json_int_t)m->nextn_parameters));
   json_object_set_new(o, "tensors", json_integer((json_int_t)m->tensors));
   json_object_set_new(o, "shards", json_integer(m->shards));
   json_object_set_new(o, "bytes_by_dtype", bytes);
@@ -392,6 +412,10 @@ static void print_facts(const char *path, const model_facts *m) {
            (long long)m->experts_per_token, (long long)m->n_experts);
     print_size(human, sizeof human, (double)m->expert_bytes, bytes);
     printf("  expert bytes    %llu (%s): what --expert-budget limits\n", (unsigned long long)m->expert_bytes, human);
+  }
+  if (m->nextn_parameters) {
+    print_size(human, sizeof human, (double)m->nextn_parameters, counts);
+    printf("  next-token      %llu (%s) more in multi-token-prediction layers\n", (unsigned long long)m->nextn_parameters, human);
   }
   printf("  tensors         %llu\n", (unsigned long long)m->tensors);
   printf("  shards          %d\n", m->shards);
@@ -445,7 +469,7 @@ int cli_inspect(int argc, char **argv) {
 
   model_facts m;
   memset(&m, 0, sizeof m);
-  m.context_length = m.vocab_size = m.quant_bits = m.quant_group_size = m.n_experts = m.experts_per_token = -1;
+  m.context_length = m.vocab_size = m.quant_bits = m.quant_group_size = m.n_experts = m.experts_per_token = m.n_layers = -1;
   bool is_dir = hfile_is_dir(path);
   int rc;
   char *gguf_in_dir = is_dir ? lone_gguf_in(path) : NULL;

@@ -27,6 +27,7 @@ typedef struct block_meta {
 struct kv_pool {
   int n_layers;
   int64_t kv_dim[CFG_MAX_LAYERS];
+  int64_t v_dim[CFG_MAX_LAYERS];  /* V row widths (model_kv_v_dim) */
   int B;                      /* rows per block */
   int64_t n_blocks;
   bk_backend *be;             /* borrowed: where the arenas live */
@@ -79,7 +80,8 @@ size_t kv_state_bytes(const model_kv_geometry *g) {
 
 size_t kv_block_bytes(const model_kv_geometry *g, int block_tokens) {
   size_t b = 0;
-  for (int l = 0; l < g->n_layers; l++) b += 2 * (size_t)block_tokens * (size_t)g->kv_dim[l] * sizeof(float);
+  for (int l = 0; l < g->n_layers; l++)
+    b += (size_t)block_tokens * (size_t)(g->kv_dim[l] + model_kv_v_dim(g, l)) * sizeof(float);
   return b;
 }
 
@@ -179,7 +181,8 @@ static void release_block(kv_pool *p, int32_t b) {
 /* Allocates the arenas of n_blocks blocks into p->buf / p->store (p->buf unset on failure). */
 static int alloc_arenas(kv_pool *p, int64_t n_blocks, herr *err) {
   size_t bytes = 0;
-  for (int l = 0; l < p->n_layers; l++) bytes += 2 * (size_t)n_blocks * (size_t)p->B * (size_t)p->kv_dim[l] * sizeof(float);
+  for (int l = 0; l < p->n_layers; l++)
+    bytes += (size_t)n_blocks * (size_t)p->B * (size_t)(p->kv_dim[l] + p->v_dim[l]) * sizeof(float);
   bk_buf *buf;
   int rc = bk_buf_new(p->be, bytes, &buf, err);
   if (rc) return herr_wrap(err, "KV pool: %lld blocks of %d tokens (%zu bytes)", (long long)n_blocks, p->B, bytes);
@@ -190,8 +193,8 @@ static int alloc_arenas(kv_pool *p, int64_t n_blocks, herr *err) {
     int64_t rows = n_blocks * p->B;
     st.k[l] = (bk_tensor){.buf = buf, .off = off, .dt = BK_DT_F32, .rows = rows, .cols = p->kv_dim[l]};
     off += (size_t)(rows * p->kv_dim[l]) * sizeof(float);
-    st.v[l] = (bk_tensor){.buf = buf, .off = off, .dt = BK_DT_F32, .rows = rows, .cols = p->kv_dim[l]};
-    off += (size_t)(rows * p->kv_dim[l]) * sizeof(float);
+    st.v[l] = (bk_tensor){.buf = buf, .off = off, .dt = BK_DT_F32, .rows = rows, .cols = p->v_dim[l]};
+    off += (size_t)(rows * p->v_dim[l]) * sizeof(float);
   }
   if (p->buf) { /* growing: the old blocks keep their ids and contents */
     for (int l = 0; l < p->n_layers; l++) {
@@ -272,6 +275,7 @@ int kv_pool_new(const model_kv_geometry *g, int block_tokens, int64_t n_blocks, 
   if (!p) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   p->n_layers = g->n_layers;
   memcpy(p->kv_dim, g->kv_dim, sizeof p->kv_dim);
+  for (int l = 0; l < g->n_layers; l++) p->v_dim[l] = model_kv_v_dim(g, l);
   p->B = block_tokens;
   p->n_blocks = n_blocks;
   p->n_buckets = n_blocks * 2 + 1;

@@ -37,12 +37,13 @@ static const arch_defaults archs[] = {
     {"gemma4_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 0, 0, 0, 512},
     {"qwen3_5_text", "silu", 10000.0, 0, 1e-6, false, 256, 0, 0, 0, 0},
     {"qwen3_5_moe_text", "silu", 10000.0, 0, 1e-6, false, 256, 0, 0, 0, 0},
+    {"glm_moe_dsa", "silu", 10000.0, 0, 1e-5, false, 0, 0, 0, 0, 0},
 };
 static const int narchs = (int)(sizeof archs / sizeof archs[0]);
 
 const char *config_supported_types(void) {
   return "llama, mistral, qwen2, qwen3, qwen3_moe, smollm3, phi3, gemma2, gemma3_text, gemma3 (text part), gemma4_text, "
-         "gemma4 (text part), qwen3_5_text, qwen3_5 (text part), qwen3_5_moe_text, qwen3_5_moe (text part)";
+         "gemma4 (text part), qwen3_5_text, qwen3_5 (text part), qwen3_5_moe_text, qwen3_5_moe (text part), glm_moe_dsa";
 }
 
 static const arch_defaults *find_arch(const char *t) {
@@ -145,6 +146,7 @@ static int read_layer_types(const json_t *j, model_config *c, bool *given, const
     if (!strcmp(s, "full_attention")) c->layer_types[l] = LAYER_FULL;
     else if (!strcmp(s, "sliding_attention")) c->layer_types[l] = LAYER_SLIDING;
     else if (!strncmp(c->model_type, "qwen3_5", 7) && !strcmp(s, "linear_attention")) c->layer_types[l] = LAYER_LINEAR;
+    else if (!strcmp(s, "deepseek_sparse_attention")) c->layer_types[l] = LAYER_FULL; /* glm_moe_dsa: every layer */
     else return herr_set(err, HEARTH_EUNSUPPORTED, "%s: layer_types[%lld] is '%s' (supported: full_attention, sliding_attention%s)", what, (long long)l, s,
                          !strncmp(c->model_type, "qwen3_5", 7) ? ", linear_attention" : "");
   }
@@ -222,6 +224,33 @@ static int read_qwen3_moe(const json_t *j, model_config *c, const char *what, he
         return herr_set(err, HEARTH_EFORMAT, "%s: mlp_only_layers[%zu] is not a layer index (0 to %lld)", what, i,
                         (long long)c->num_hidden_layers - 1);
       c->moe_layer[json_integer_value(e)] = false;
+    }
+  }
+  return 0;
+}
+
+/* glm_moe_dsa: n_routed_experts on the layers mlp_layer_types calls "sparse" (default: all
+ * but the first first_k_dense_replace). The attention's own fields (MLA ranks, the
+ * indexer) are read by the model (src/model/glm5.c) from the raw config. */
+static int read_glm_moe_dsa(const json_t *j, model_config *c, const char *what, herr *err) {
+  c->num_experts = 256, c->num_experts_per_tok = 8, c->moe_intermediate_size = 2048, c->norm_topk_prob = true;
+  int rc;
+  if ((rc = get_int_range(j, "n_routed_experts", false, 1, 4096, &c->num_experts, what, err)) ||
+      (rc = read_experts(j, c, "num_experts_per_tok", what, err)) ||
+      (rc = hjson_get_bool(j, "norm_topk_prob", false, &c->norm_topk_prob, what, err)))
+    return rc;
+  int64_t dense = 3, L = c->num_hidden_layers;
+  if ((rc = get_int_range(j, "first_k_dense_replace", false, 0, CFG_MAX_LAYERS, &dense, what, err))) return rc;
+  for (int64_t l = 0; l < L; l++) c->moe_layer[l] = l >= dense;
+  const json_t *mt = json_object_get(j, "mlp_layer_types");
+  if (mt && !json_is_null(mt)) {
+    if (!json_is_array(mt) || (int64_t)json_array_size(mt) < L)
+      return herr_set(err, HEARTH_EFORMAT, "%s: 'mlp_layer_types' must be a list with one entry per layer", what);
+    for (int64_t l = 0; l < L; l++) {
+      const char *s = json_string_value(json_array_get(mt, (size_t)l));
+      if (!s || (strcmp(s, "dense") && strcmp(s, "sparse")))
+        return herr_set(err, HEARTH_EFORMAT, "%s: mlp_layer_types[%lld] must be \"dense\" or \"sparse\"", what, (long long)l);
+      c->moe_layer[l] = !strcmp(s, "sparse");
     }
   }
   return 0;
@@ -535,6 +564,7 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
   if (!strcmp(t, "qwen3_moe") && (rc = read_qwen3_moe(j, c, what, err))) return rc;
   if (gemma4 && (rc = read_gemma4(j, c, what, err))) return rc;
   if (qwen35 && (rc = read_qwen3_5(j, c, what, err))) return rc;
+  if (!strcmp(t, "glm_moe_dsa") && (rc = read_glm_moe_dsa(j, c, what, err))) return rc;
 
   /* token ids */
   if ((rc = hjson_get_int(j, "bos_token_id", false, &c->bos_token_id, what, err))) return rc;

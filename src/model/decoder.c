@@ -38,7 +38,9 @@ void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
   g->n_layers = (int)m->cfg.num_hidden_layers;
   for (int l = 0; l < g->n_layers; l++) {
     const layer_weights *lw = &m->layers[l];
-    g->kv_dim[l] = lw->kv_src == l ? lw->kv_heads * lw->head_dim : 0; /* a shared layer stores nothing */
+    int64_t kd = lw->kv_k_dim ? lw->kv_k_dim : lw->kv_heads * lw->head_dim;
+    g->kv_dim[l] = lw->kv_src == l ? kd : 0; /* a shared layer stores nothing */
+    g->v_dim[l] = lw->kv_src == l ? lw->kv_v_dim : 0;
     g->window[l] = lw->window;
     g->state_dim[l] = lw->state_dim;
   }
@@ -46,6 +48,7 @@ void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
 }
 
 bk_backend *model_backend(const model *m) { return m->be; }
+int model_nextn_layers(const model *m) { return m->n_nextn; }
 
 static size_t weight_bytes(const bk_weight *w) {
   if (!w->rows) return 0;
@@ -79,6 +82,7 @@ void model_free(model *m) {
     scratch_free(&m->f);
   }
   experts_budget_free(m);
+  if (m->fam && m->fam->ops && m->fam->ops->free) m->fam->ops->free(m);
   free(m->mats);
   free(m->bufs);
   for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
@@ -404,9 +408,10 @@ static int scratch_reserve(model *m, int64_t T, int64_t n_idx, int64_t R, herr *
     while (cap < T) cap *= 2;
     int64_t D = c->hidden_size, wide = m->w_q > D ? m->w_q : D, E = c->num_experts, K = c->num_experts_per_tok;
     int64_t L = c->num_hidden_layers;
-    int64_t cols[] = {D, D, m->w_q, m->w_kv, m->w_kv, m->w_q, wide, m->w_inter, m->w_inter, D, E, K, K, 2 * L * m->w_ple, m->w_ple};
+    int64_t cols[] = {D, D, m->w_q, m->w_kv, m->w_kv, m->w_q, wide, m->w_inter, m->w_inter, D, E, K, K, 2 * L * m->w_ple, m->w_ple,
+                      m->w_fam};
     bk_tensor *ts[] = {&f->x, &f->xn, &f->q, &f->k, &f->v, &f->att, &f->o, &f->gate, &f->up, &f->x2, &f->elog, &f->eids, &f->ew,
-                       &f->ple, &f->pl};
+                       &f->ple, &f->pl, &f->fam};
     enum { N_ACT = sizeof cols / sizeof cols[0] };
     size_t total = 0;
     for (int i = 0; i < N_ACT; i++) total += ((size_t)(cap * cols[i]) * sizeof(float) + 255) / 256 * 256;
@@ -499,10 +504,12 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
     const kv_store *st = b->seqs[s].kv->ops->table(b->seqs[s].kv, &blocks, &nb);
     if (kv && st != kv) return herr_set(err, HEARTH_EINVAL, "model_forward: the sequences of one batch must share one KV pool");
     bool fits = st->n_layers == c->num_hidden_layers && st->k[0].buf->be == m->be;
-    for (int l = 0; fits && l < c->num_hidden_layers; l++)
-      fits = (m->layers[l].kv_src != l || st->k[l].cols == m->layers[l].kv_heads * m->layers[l].head_dim) &&
+    for (int l = 0; fits && l < c->num_hidden_layers; l++) {
+      int64_t kd = m->layers[l].kv_k_dim ? m->layers[l].kv_k_dim : m->layers[l].kv_heads * m->layers[l].head_dim;
+      fits = (m->layers[l].kv_src != l || st->k[l].cols == kd) &&
              (!m->layers[l].state_dim || (st->state[l].buf && st->state[l].cols == m->layers[l].state_dim &&
                                           b->seqs[s].kv->state < st->n_states));
+    }
     if (!fits) return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d's KV cache was not made for this model", s);
     kv = st;
     n_tables += nb;
@@ -542,6 +549,7 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
   st.o = bk_rows(&f->o, 0, T), st.gate = bk_rows(&f->gate, 0, T), st.up = bk_rows(&f->up, 0, T);
   st.x2 = bk_rows(&f->x2, 0, T), st.elog = bk_rows(&f->elog, 0, T), st.eids = bk_rows(&f->eids, 0, T);
   st.ew = bk_rows(&f->ew, 0, T), st.ple = bk_rows(&f->ple, 0, T), st.pl = bk_rows(&f->pl, 0, T);
+  st.fam = bk_rows(&f->fam, 0, T);
   bk_tensor *parts[] = {&st.ids, &st.pos, &st.row, &st.tab, &st.slot};
   for (int i = 0; i < 5; i++) *parts[i] = bk_rows(&f->idx, i * T, T);
   st.gather = bk_rows(&f->idx, 5 * T, R + P);

@@ -38,6 +38,7 @@ typedef struct layer_weights {
   bk_tensor conv_w, a_log, dt_bias, lin_norm;   /* [conv channels, kernel], [nv], [nv], [dv] */
   int64_t state_dim;                      /* floats of its per-sequence state: the conv's last inputs, then the heads' states */
   bk_weight shared_gate;                  /* [1, hidden]: the shared expert's sigmoid gate (qwen3_5_moe) */
+  int64_t kv_k_dim, kv_v_dim;             /* cache row widths a family sets (0: kv_heads × head_dim) */
   /* dense MLP */
   bk_weight gate, up, down;
   bk_tensor gate_bias, up_bias, down_bias;
@@ -63,6 +64,7 @@ typedef struct fwd_scratch {
   int64_t cap_t;          /* tokens the activation tensors hold */
   bk_buf *act;            /* owned: every activation tensor below */
   bk_tensor x, xn, q, k, v, att, o, gate, up, x2, elog, eids, ew, ple, pl;
+  bk_tensor fam;          /* [cap_t, model.w_fam]: a family's own activations */
   int64_t cap_idx;        /* int32 entries of idx */
   bk_buf *idx_buf;        /* owned */
   bk_tensor idx;          /* I32: the step's index tables (see forward) */
@@ -77,6 +79,7 @@ typedef struct fwd_scratch {
 typedef struct step {
   int64_t T, R;
   bk_tensor x, xn, q, k, v, att, o, gate, up, x2, elog, eids, ew, ple, pl;
+  bk_tensor fam;          /* T * model.w_fam floats for the family to carve up */
   bk_tensor ids, pos, row, tab, slot, gather, tables;
   bk_tensor rseqs;        /* I32 [S, 4]: per sequence t0, n, state row, fresh (the recurrent ops' rec_seq) */
 } step;
@@ -143,6 +146,9 @@ struct model {
   bool as_bf16;           /* f32 weights rounded to bf16 as loaded (model_load_opts.f32_as_bf16) */
   /* widest activations over the layers */
   int64_t w_q, w_kv, w_inter, w_ple;
+  int64_t w_fam;          /* floats per token of the family's own activations (step.fam) */
+  void *fam_state;        /* owned by the family: its own weights and tables (family_ops.free) */
+  int n_nextn;            /* multi-token-prediction layers loaded beside the decoder */
   /* gemma4 per-layer inputs (hidden_size_per_layer_input > 0) */
   bk_weight ple_embed, ple_model_proj;
   bk_tensor ple_proj_norm;
@@ -188,6 +194,8 @@ int model_host_floats(model *m, const weight_src *src, const char *name, int64_t
  * [n, 2 inter, hidden] and base.down_proj [n, hidden, inter], or gate_proj /
  * up_proj apart); described, kept, and viewed as lw->ex. */
 int model_experts(model *m, const weight_src *src, const char *base, int64_t n, int64_t inter, layer_weights *lw, herr *err);
+/* n floats of host memory the model owns (freed with it). */
+int model_own_floats(model *m, int64_t n, const char *what, float **out, herr *err);
 /* The f32 matrices rounded to bf16 in host copies the model owns (f32_as_bf16). */
 int model_to_bf16(model *m, bk_weight *w, herr *err);
 
@@ -236,6 +244,8 @@ struct family_ops {
   void (*embedded)(model *m, step *st);
   /* layer l of the forward */
   void (*layer)(model *m, int l, const kv_store *kv, step *st);
+  /* frees fam_state (optional) */
+  void (*free)(model *m);
 };
 
 extern const family_ops llama_family_ops;
@@ -250,6 +260,7 @@ extern const family_ops qwen3_5_moe_family_ops;
 int qwen3_5_prepare(model *m, herr *err);
 int qwen3_5_load_mixer(model *m, const weight_src *src, int l, herr *err);
 void qwen3_5_mixer(model *m, int l, const kv_store *kv, step *st);
+extern const family_ops glm5_family_ops;
 
 /* The llama decoder's attention weights of layer l (q/k/v/o, biases, q/k norms), shared by families built on it. */
 int llama_load_attention(model *m, const weight_src *src, int l, herr *err);

@@ -320,6 +320,8 @@ int model_describe_stack(model *m, const weight_src *src, const char *name, int6
   return 0;
 }
 
+int model_own_floats(model *m, int64_t n, const char *what, float **out, herr *err) { return own_buffer(m, n, what, out, err); }
+
 bk_weight model_sub_rows(const bk_weight *w, int64_t r0, int64_t n) {
   bk_weight s = *w;
   s.rows = n;

@@ -59,11 +59,15 @@ typedef struct model_load_opts {
  * stores nothing and reads an earlier layer's rows (gemma4's KV sharing):
  * the cache gives it no memory. A recurrent layer (linear attention) keeps
  * instead one state of state_dim[l] floats per sequence (kv_dim[l] 0): the
- * cache keeps a row of each such layer's state arena for every sequence. */
+ * cache keeps a row of each such layer's state arena for every sequence.
+ * v_dim[l], when not 0, is the width of the V rows instead of kv_dim[l]
+ * (multi-head latent attention: K holds the compressed latent and the RoPE
+ * key, V the sparse-attention indexer's key). */
 typedef struct model_kv_geometry {
   bk_backend *backend;      /* borrowed: where the cache's arenas must live (NULL: a CPU of the cache's own) */
   int n_layers;
   int64_t kv_dim[CFG_MAX_LAYERS];
+  int64_t v_dim[CFG_MAX_LAYERS];  /* 0: kv_dim */
   int64_t window[CFG_MAX_LAYERS];
   int64_t state_dim[CFG_MAX_LAYERS]; /* floats of a sequence's recurrent state in layer l (0: none) */
 } model_kv_geometry;
@@ -117,6 +121,11 @@ void model_free(model *m);
 const model_config *model_cfg(const model *m);
 int64_t model_vocab_size(const model *m);
 void model_kv_geometry_of(const model *m, model_kv_geometry *g);
+/* V row width of layer l of g (v_dim, or kv_dim when v_dim is 0). */
+static inline int64_t model_kv_v_dim(const model_kv_geometry *g, int l) { return g->v_dim[l] ? g->v_dim[l] : g->kv_dim[l]; }
+/* Multi-token-prediction layers loaded beside the decoder (GLM-5's
+ * num_nextn_predict_layers, kept for speculative decoding; 0: none). */
+int model_nextn_layers(const model *m);
 /* The backend the model runs on (borrowed; lives as long as the model). */
 bk_backend *model_backend(const model *m);
 /* Bytes of the weight matrices and vectors as the backend holds them (stored format). */

@@ -45,7 +45,16 @@
  * op_delta_rule_ref, token by token) over batches of fresh and continued
  * sequences in shuffled state slots — decode, prefill over several chunks,
  * mixes, and a prefill split in two steps —, outputs and the whole state
- * arena (unused slots unchanged); sigmoid_mul per element and per row.
+ * arena (unused slots unchanged); sigmoid_mul per element and per row;
+ * set_cols
+ * and set_rows (untouched elements must keep their values); layernorm with
+ * and without weight and bias, in place; moe_route_group (sigmoid scores,
+ * correction bias, groups, ties) against op_moe_route_group, itself checked
+ * on a hand-made row; index_topk against op_index_topk (ids exactly, rows of
+ * zeros and copied rows giving exact score ties, which go to the lower row),
+ * the reference's choice checked against the scores recomputed here; and
+ * attention_sparse against op_attention_sparse over the reference's choice,
+ * on paged arenas with shuffled blocks and NaN in unowned ones.
  *
  * Checks. Inputs are fresh random values per case (seeded xorshift, never
  * zero). Every output tensor that is not also an input is filled with NaN
@@ -1070,6 +1079,306 @@ static int64_t sample_ref(const float *x, int64_t V, const bk_sample_row *w, dou
   return best;
 }
 
+/* ---- multi-head latent attention, DeepSeek sparse attention ---- */
+
+static void test_set_cols_rows(void) {
+  op_stat *sc = stat_for("set_cols"), *sr = stat_for("set_rows");
+  static const struct { int64_t rows, cols, c0, w; } cases[] = {{1, 7, 0, 7}, {5, 64, 16, 16}, {9, 130, 127, 3}};
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t R = cases[ci].rows, C = cases[ci].cols, c0 = cases[ci].c0, W = cases[ci].w;
+    float *y0 = rand_floats(R * C, 1.0f), *x = rand_floats(R * W, 3.0f), *got = malloc(sizeof(float) * (size_t)(R * C));
+    double *ref = malloc(sizeof(double) * (size_t)(R * C));
+    for (int64_t i = 0; i < R * C; i++) ref[i] = y0[i];
+    for (int64_t r = 0; r < R; r++)
+      for (int64_t c = 0; c < W; c++) ref[r * C + c0 + c] = x[r * W + c];
+    char shape[80];
+    snprintf(shape, sizeof shape, "[%lld, %lld] into [%lld, %lld] at %lld", (long long)R, (long long)W, (long long)R,
+             (long long)C, (long long)c0);
+    sc->cases++;
+    for (int di = 0; di < n_devs; di++) {
+      bk_tensor ty = tfrom_f32(devs[di], y0, R, C), tx = tfrom_f32(devs[di], x, R, W);
+      bk_set_cols(&ty, &tx, c0);
+      tget(&ty, got, "set_cols");
+      compare(sc, K_ELEM, di, shape, got, ref, R * C);
+      bk_tensor_free(&ty), bk_tensor_free(&tx);
+    }
+    free(y0), free(x), free(got), free(ref);
+  }
+  static const int32_t r0[] = {9, 3, 40, 41, 63}, r1[] = {0}, r2[] = {6, 2, 4};
+  static const struct { int64_t slots, dim, n; const int32_t *rows; } rc[] = {{64, 40, 5, r0}, {3, 576, 1, r1}, {7, 1, 3, r2}};
+  for (size_t ci = 0; ci < sizeof rc / sizeof rc[0]; ci++) {
+    int64_t S = rc[ci].slots, D = rc[ci].dim, n = rc[ci].n;
+    float *y0 = rand_floats(S * D, 1.0f), *x = rand_floats(n * D, 3.0f), *got = malloc(sizeof(float) * (size_t)(S * D));
+    double *ref = malloc(sizeof(double) * (size_t)(S * D));
+    for (int64_t i = 0; i < S * D; i++) ref[i] = y0[i];
+    for (int64_t t = 0; t < n; t++)
+      for (int64_t c = 0; c < D; c++) ref[rc[ci].rows[t] * D + c] = x[t * D + c];
+    char shape[80];
+    snprintf(shape, sizeof shape, "%lld rows into [%lld, %lld]", (long long)n, (long long)S, (long long)D);
+    sr->cases++;
+    for (int di = 0; di < n_devs; di++) {
+      bk_tensor ty = tfrom_f32(devs[di], y0, S, D), tx = tfrom_f32(devs[di], x, n, D), tr = tfrom_i32(devs[di], rc[ci].rows, n);
+      bk_set_rows(&ty, &tx, &tr);
+      tget(&ty, got, "set_rows");
+      compare(sr, K_ELEM, di, shape, got, ref, S * D);
+      bk_tensor_free(&ty), bk_tensor_free(&tx), bk_tensor_free(&tr);
+    }
+    free(y0), free(x), free(got), free(ref);
+  }
+}
+
+static void test_layernorm(void) {
+  op_stat *st = stat_for("layernorm");
+  static const struct { int64_t rows, cols; bool w, b, inplace; } cases[] = {
+      {1, 16, true, true, false}, {7, 128, true, true, true}, {3, 33, false, false, false}, {40, 1000, true, false, true}};
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t R = cases[ci].rows, C = cases[ci].cols;
+    float *x = rand_floats(R * C, 3.0f), *w = rand_floats(C, 2.0f), *b = rand_floats(C, 1.0f);
+    for (int64_t i = 0; i < R * C; i++) x[i] += 0.5f; /* a mean away from zero */
+    double *ref = malloc(sizeof(double) * (size_t)(R * C));
+    float *got = malloc(sizeof(float) * (size_t)(R * C));
+    for (int64_t r = 0; r < R; r++) {
+      double mean = 0, var = 0;
+      for (int64_t c = 0; c < C; c++) mean += x[r * C + c];
+      mean /= (double)C;
+      for (int64_t c = 0; c < C; c++) var += (x[r * C + c] - mean) * (x[r * C + c] - mean);
+      var /= (double)C;
+      for (int64_t c = 0; c < C; c++)
+        ref[r * C + c] = (x[r * C + c] - mean) / sqrt(var + 1e-6) * (cases[ci].w ? w[c] : 1.0) + (cases[ci].b ? b[c] : 0.0);
+    }
+    char shape[80];
+    snprintf(shape, sizeof shape, "[%lld, %lld]%s%s%s", (long long)R, (long long)C, cases[ci].w ? ", w" : "",
+             cases[ci].b ? ", b" : "", cases[ci].inplace ? ", in place" : "");
+    st->cases++;
+    for (int di = 0; di < n_devs; di++) {
+      bk_tensor tx = tfrom_f32(devs[di], x, R, C), tw = tfrom_f32(devs[di], w, 1, C), tb = tfrom_f32(devs[di], b, 1, C);
+      bk_tensor ty = cases[ci].inplace ? tx : tnew(devs[di], BK_DT_F32, R, C);
+      if (!cases[ci].inplace) poison(&ty);
+      bk_layernorm(&ty, &tx, cases[ci].w ? &tw : NULL, cases[ci].b ? &tb : NULL, 1e-6f);
+      tget(&ty, got, "layernorm");
+      compare(st, K_ELEM, di, shape, got, ref, R * C);
+      if (!cases[ci].inplace) bk_tensor_free(&ty);
+      bk_tensor_free(&tx), bk_tensor_free(&tw), bk_tensor_free(&tb);
+    }
+    free(x), free(w), free(b), free(ref), free(got);
+  }
+}
+
+/* Grouped sigmoid routing against op_moe_route_group, and that reference
+ * against a direct reading of the definition on one hand-made row. */
+static void test_moe_route_group(void) {
+  op_stat *st = stat_for("moe_route_group");
+  { /* 8 experts in 4 groups of 2, open 2: groups {0,1}=0.9+0.1, {2,3}=0.6+0.6, {4,5}=0.95+0.001, {6,7}=0.4+0.4 */
+    float lg[8];
+    static const float sgm[8] = {0.9f, 0.1f, 0.6f, 0.6f, 0.95f, 0.001f, 0.4f, 0.4f};
+    for (int e = 0; e < 8; e++) lg[e] = logf(sgm[e] / (1 - sgm[e]));
+    int32_t id[3];
+    float w[3];
+    op_moe_route_group(id, w, lg, 1, 8, 3, NULL, 4, 2, true, 2.0f);
+    /* open groups: {2,3} (1.2) and {0,1} (1.0); top 3 of experts 0..3: 0, 2, 3 */
+    test_checks++;
+    if (!(id[0] == 0 && id[1] == 2 && id[2] == 3 && fabsf(w[0] - 2.0f * 0.9f / 2.1f) < 1e-5f)) {
+      test_failures++;
+      fprintf(stderr, "FAIL moe_route_group reference: ids %d %d %d, w0 %g\n", id[0], id[1], id[2], (double)w[0]);
+    }
+  }
+  static const struct { int64_t T, E, k, ng, tg; bool norm, bias; float scale; } cases[] = {
+      {1, 8, 2, 4, 2, true, true, 2.5f}, {9, 16, 4, 1, 1, true, false, 1.0f}, {33, 256, 8, 8, 4, true, true, 2.5f},
+      {5, 64, 6, 8, 3, false, true, 1.5f}, {3, 8, 8, 2, 2, true, true, 1.0f}};
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t T = cases[ci].T, E = cases[ci].E, k = cases[ci].k;
+    float *l = rand_floats(T * E, 4.0f), *bias = rand_floats(E, 0.3f);
+    for (int64_t t = 0; t < T; t++) l[t * E + (t % E)] = l[t * E + (E - 1 - t % E)]; /* a tie per row */
+    int32_t *rid = malloc(sizeof(int32_t) * (size_t)(T * k)), *gid = malloc(sizeof(int32_t) * (size_t)(T * k));
+    float *rwf = malloc(sizeof(float) * (size_t)(T * k)), *gw = malloc(sizeof(float) * (size_t)(T * k));
+    double *rw = malloc(sizeof(double) * (size_t)(T * k));
+    op_moe_route_group(rid, rwf, l, T, E, k, cases[ci].bias ? bias : NULL, cases[ci].ng, cases[ci].tg, cases[ci].norm,
+                       cases[ci].scale);
+    for (int64_t i = 0; i < T * k; i++) rw[i] = rwf[i];
+    char shape[96];
+    snprintf(shape, sizeof shape, "%lld tokens, top %lld of %lld in %lld of %lld groups%s%s", (long long)T, (long long)k,
+             (long long)E, (long long)cases[ci].tg, (long long)cases[ci].ng, cases[ci].norm ? ", norm" : "",
+             cases[ci].bias ? ", bias" : "");
+    st->cases++;
+    for (int di = 0; di < n_devs; di++) {
+      bk_backend *be = devs[di];
+      bk_tensor tl = tfrom_f32(be, l, T, E), ti = tnew(be, BK_DT_I32, T, k), tw = tnew(be, BK_DT_F32, T, k),
+                tb = tfrom_f32(be, bias, 1, E);
+      poison(&tw);
+      bk_moe_route_group(&ti, &tw, &tl, cases[ci].bias ? &tb : NULL, cases[ci].ng, cases[ci].tg, cases[ci].norm, cases[ci].scale);
+      tget(&tw, gw, "moe_route_group");
+      herr err = {0};
+      if (bk_get(&ti, 0, gid, bk_nbytes(&ti), &err)) die("moe_route_group ids", &err);
+      compare(st, K_ELEM, di, shape, gw, rw, T * k);
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < T * k; i++) wrong += gid[i] != rid[i];
+      test_checks++;
+      if (wrong) {
+        test_failures++;
+        fprintf(stderr, "FAIL moe_route_group [%s] on %s: %lld expert ids differ\n", shape, bk_backend_name(be), (long long)wrong);
+      }
+      bk_tensor_free(&tl), bk_tensor_free(&ti), bk_tensor_free(&tw), bk_tensor_free(&tb);
+    }
+    free(l), free(bias), free(rid), free(gid), free(rwf), free(gw), free(rw);
+  }
+}
+
+/* A paged arena for the sparse ops: sequences of the given lengths, blocks
+ * shuffled, NaN in unowned blocks; every query of every sequence from row
+ * len - nq. */
+typedef struct sparse_setup {
+  int64_t T, n_slots, n_tab, width, B;
+  float *arena;
+  int32_t *tables, *row, *tab;
+} sparse_setup;
+
+static void sparse_make(sparse_setup *ss, const seq_spec *seqs, int ns, int64_t width, int64_t B, bool zero_rows) {
+  memset(ss, 0, sizeof *ss);
+  int64_t nb_used = 0, nb[MAX_SEQS];
+  for (int s = 0; s < ns; s++) nb[s] = (seqs[s].len + B - 1) / B, nb_used += nb[s], ss->T += seqs[s].nq;
+  int64_t n_blocks = nb_used + 2;
+  int64_t *ids = malloc(sizeof(int64_t) * (size_t)n_blocks);
+  for (int64_t i = 0; i < n_blocks; i++) ids[i] = i;
+  shuffle_i64(ids, n_blocks);
+  ss->n_slots = n_blocks * B, ss->width = width, ss->B = B, ss->n_tab = nb_used;
+  ss->arena = malloc(sizeof(float) * (size_t)(ss->n_slots * width));
+  for (int64_t i = 0; i < ss->n_slots * width; i++) ss->arena[i] = NAN;
+  ss->tables = malloc(sizeof(int32_t) * (size_t)nb_used);
+  ss->row = malloc(sizeof(int32_t) * (size_t)ss->T), ss->tab = malloc(sizeof(int32_t) * (size_t)ss->T);
+  int64_t ti = 0, t = 0;
+  for (int s = 0; s < ns; s++) {
+    int64_t start = ti;
+    for (int64_t j = 0; j < nb[s]; j++) ss->tables[ti++] = (int32_t)ids[start + j];
+    for (int64_t j = 0; j < seqs[s].len; j++) {
+      float *r = ss->arena + ((int64_t)ss->tables[start + j / B] * B + j % B) * width;
+      bool zero = zero_rows && j % 7 == 3; /* whole rows of zeros: exact score ties */
+      bool copy = j % 11 == 10;            /* copies of an earlier row: exact ties */
+      for (int64_t d = 0; d < width; d++) r[d] = zero ? 0.0f : urand();
+      if (copy) memcpy(r, ss->arena + ((int64_t)ss->tables[start] * B) * width, sizeof(float) * (size_t)width);
+    }
+    for (int64_t j = seqs[s].len - seqs[s].nq; j < seqs[s].len; j++, t++) ss->row[t] = (int32_t)j, ss->tab[t] = (int32_t)start;
+  }
+  free(ids);
+}
+
+static void sparse_free(sparse_setup *ss) { free(ss->arena), free(ss->tables), free(ss->row), free(ss->tab); }
+
+typedef struct sparse_case {
+  const char *what;
+  int64_t Hi, di, H, hd, v_off, v_dim, topk, B;
+  seq_spec seqs[MAX_SEQS];
+} sparse_case;
+
+static const sparse_case sparse_cases[] = {
+    {"prefill under top-k", 4, 16, 4, 40, 8, 32, 8, 16, {{6, 6}}},
+    {"prefill past top-k", 8, 16, 4, 40, 8, 32, 8, 16, {{40, 40}}},
+    {"decode batch", 4, 32, 8, 72, 8, 64, 16, 16, {{100, 1}, {3, 1}, {17, 1}, {64, 1}}},
+    {"chunks and decode", 2, 64, 2, 80, 16, 64, 32, 1, {{70, 20}, {33, 1}, {40, 40}}},
+    {"long, top 64", 4, 32, 4, 48, 16, 32, 64, 64, {{300, 5}, {129, 129}}},
+};
+
+static void test_index_sparse_attention(void) {
+  op_stat *si = stat_for("index_topk"), *sa = stat_for("attention_sparse");
+  for (size_t ci = 0; ci < sizeof sparse_cases / sizeof sparse_cases[0]; ci++) {
+    const sparse_case *c = &sparse_cases[ci];
+    int ns = 0;
+    while (ns < MAX_SEQS && c->seqs[ns].len > 0) ns++;
+    sparse_setup ks, kvs;
+    sparse_make(&ks, c->seqs, ns, c->di, c->B, true);
+    sparse_make(&kvs, c->seqs, ns, c->hd, c->B, false);
+    memcpy(kvs.tables, ks.tables, sizeof(int32_t) * (size_t)ks.n_tab); /* one block table for both arenas */
+    int64_t T = ks.T, K = c->topk;
+    float *q = rand_floats(T * c->Hi * c->di, 1.0f), *w = rand_floats(T * c->Hi, 1.0f);
+    float *qa = rand_floats(T * c->H * c->hd, 1.0f);
+    int32_t *rsel = malloc(sizeof(int32_t) * (size_t)(T * K)), *gsel = malloc(sizeof(int32_t) * (size_t)(T * K));
+    /* the key rows of kvs must be finite where ks's are: rebuild kvs's rows on ks's table */
+    for (int s = 0, t0 = 0; s < ns; s++) {
+      for (int64_t j = 0; j < c->seqs[s].len; j++) {
+        int64_t slot = (int64_t)ks.tables[ks.tab[t0] + j / c->B] * c->B + j % c->B;
+        for (int64_t d = 0; d < c->hd; d++) kvs.arena[slot * c->hd + d] = urand();
+      }
+      t0 += (int)c->seqs[s].nq;
+    }
+    paged_rows pk = {ks.arena, c->di, c->B, ks.row, ks.tab, ks.tables};
+    index_params ip = {c->Hi, c->di, K, (float)(1.0 / sqrt((double)c->di))};
+    op_index_topk(NULL, rsel, q, w, T, &pk, &ip);
+    paged_rows pa = {kvs.arena, c->hd, c->B, ks.row, ks.tab, ks.tables};
+    sparse_attn_params sp = {c->H, c->hd, c->v_off, c->v_dim, K, (float)(1.0 / sqrt((double)c->hd))};
+    float *refo = malloc(sizeof(float) * (size_t)(T * c->H * c->v_dim)), *got = malloc(sizeof(float) * (size_t)(T * c->H * c->v_dim));
+    op_attention_sparse(NULL, refo, qa, T, rsel, &pa, &sp);
+    double *ref = malloc(sizeof(double) * (size_t)(T * c->H * c->v_dim));
+    for (int64_t i = 0; i < T * c->H * c->v_dim; i++) ref[i] = refo[i];
+    /* the reference's choice: every row while there are fewer than top-k, else top-k distinct rows in order */
+    int64_t bad = 0;
+    for (int64_t t = 0; t < T; t++) {
+      int64_t rows = ks.row[t] + 1, m = 0;
+      for (int64_t j = 0; j < K; j++) {
+        int32_t r = rsel[t * K + j];
+        if (r >= 0) bad += (r >= rows) || (j > 0 && r <= rsel[t * K + j - 1]), m++;
+      }
+      bad += m != (rows < K ? rows : K);
+      if (rows <= K) continue;
+      /* every chosen row beats every other: a higher score, or the same and a lower row */
+      double *sc = malloc(sizeof(double) * (size_t)rows);
+      bool *in = calloc((size_t)rows, 1);
+      for (int64_t j = 0; j < rows; j++) {
+        const float *k = ks.arena + ((int64_t)ks.tables[ks.tab[t] + j / c->B] * c->B + j % c->B) * c->di;
+        double sj = 0;
+        for (int64_t h = 0; h < c->Hi; h++) {
+          double d = 0;
+          for (int64_t x = 0; x < c->di; x++) d += (double)q[(t * c->Hi + h) * c->di + x] * k[x];
+          d *= ip.scale;
+          if (d > 0) sj += (double)w[t * c->Hi + h] * d;
+        }
+        sc[j] = sj;
+      }
+      for (int64_t j = 0; j < K; j++)
+        if (rsel[t * K + j] >= 0) in[rsel[t * K + j]] = true;
+      for (int64_t a = 0; a < rows; a++)
+        for (int64_t b = 0; in[a] && b < rows; b++)
+          if (!in[b]) bad += !(sc[a] > sc[b] || (sc[a] == sc[b] && a < b));
+      free(sc), free(in);
+    }
+    test_checks++;
+    if (bad) test_failures++, fprintf(stderr, "FAIL index_topk reference [%s]: %lld bad rows\n", c->what, (long long)bad);
+    char shape[160];
+    snprintf(shape, sizeof shape, "%s: %lld index heads of %lld, %lld heads of %lld (values %lld..+%lld), top %lld, block %lld",
+             c->what, (long long)c->Hi, (long long)c->di, (long long)c->H, (long long)c->hd, (long long)c->v_off,
+             (long long)c->v_dim, (long long)K, (long long)c->B);
+    si->cases++, sa->cases++;
+    for (int di = 0; di < n_devs; di++) {
+      bk_backend *be = devs[di];
+      bk_tensor tk = tfrom_f32(be, ks.arena, ks.n_slots, c->di), tkv = tfrom_f32(be, kvs.arena, kvs.n_slots, c->hd);
+      bk_tensor tq = tfrom_f32(be, q, T, c->Hi * c->di), tw = tfrom_f32(be, w, T, c->Hi), tqa = tfrom_f32(be, qa, T, c->H * c->hd);
+      bk_tensor trow = tfrom_i32(be, ks.row, T), ttab = tfrom_i32(be, ks.tab, T), ttables = tfrom_i32(be, ks.tables, ks.n_tab);
+      bk_tensor tsel = tnew(be, BK_DT_I32, T, K), tout = tnew(be, BK_DT_F32, T, c->H * c->v_dim), trs = tnew(be, BK_DT_I32, T, K);
+      bk_attn_index ix = {&trow, &ttab, &ttables};
+      bk_kv_layer kk = {&tk, &tk, c->B}, kkv = {&tkv, &tkv, c->B};
+      poison(&tsel), poison(&tout);
+      bk_index_topk(&tsel, &tq, &tw, &kk, &ix, &ip);
+      herr err = {0};
+      if (bk_get(&tsel, 0, gsel, bk_nbytes(&tsel), &err)) die("index_topk", &err);
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < T * K; i++) wrong += gsel[i] != rsel[i];
+      test_checks++;
+      if (wrong) {
+        test_failures++;
+        fprintf(stderr, "FAIL index_topk [%s] on %s: %lld of %lld chosen rows differ\n", shape, bk_backend_name(be),
+                (long long)wrong, (long long)(T * K));
+      }
+      tset(&trs, rsel); /* the attention reads the reference's choice */
+      bk_attention_sparse(&tout, &tqa, &kkv, &ix, &trs, &sp);
+      tget(&tout, got, "attention_sparse");
+      compare(sa, K_ATTN, di, shape, got, ref, T * c->H * c->v_dim);
+      bk_tensor_free(&tk), bk_tensor_free(&tkv), bk_tensor_free(&tq), bk_tensor_free(&tw), bk_tensor_free(&tqa);
+      bk_tensor_free(&trow), bk_tensor_free(&ttab), bk_tensor_free(&ttables), bk_tensor_free(&tsel), bk_tensor_free(&tout);
+      bk_tensor_free(&trs);
+    }
+    free(q), free(w), free(qa), free(rsel), free(gsel), free(refo), free(got), free(ref);
+    sparse_free(&ks), sparse_free(&kvs);
+  }
+}
+
 static void test_sample(void) {
   static const struct {
     int64_t V;
@@ -1438,6 +1747,10 @@ int main(void) {
   RUN(test_moe);
   RUN(test_kv_write);
   RUN(test_attention);
+  RUN(test_set_cols_rows);
+  RUN(test_layernorm);
+  RUN(test_moe_route_group);
+  RUN(test_index_sparse_attention);
   RUN(test_sample);
   RUN(test_conv1d);
   RUN(test_delta_rule);

@@ -9,7 +9,9 @@
  * sequence holds its own state row (kept across the arenas' growth), a
  * publish at a block's end keeps a snapshot of the state that a later
  * prefix match resumes from (and only there), the snapshot limit drops the
- * oldest, and a sequence cut back to a nonzero length refuses to go on. */
+ * oldest, and a sequence cut back to a nonzero length refuses to go on. And
+ * the glm5 fixture, whose K rows are compressed latents and V rows the
+ * sparse-attention indexer's keys, of another width. */
 #include "engine/kv_cache.h"
 #include "engine/kv_paged.h"
 #include "model/model.h"
@@ -230,7 +232,7 @@ static void paged_equals_contiguous(const char *fixture) {
   for (int64_t l = 0; l < L; l++) {
     if (l >= L - shared) CHECK_EQ_INT(g.kv_dim[l], 0);
     else CHECK(g.kv_dim[l] > 0);
-    row_bytes += 2 * (size_t)g.kv_dim[l] * sizeof(float);
+    row_bytes += (size_t)(g.kv_dim[l] + model_kv_v_dim(&g, l)) * sizeof(float);
   }
   CHECK_EQ_INT(kv_block_bytes(&g, 16), 16 * row_bytes);
   int64_t V = model_vocab_size(m);
@@ -387,11 +389,59 @@ static void test_recurrent_states(void) {
 static void test_paged_equals_contiguous(void) {
   paged_equals_contiguous(GOLDEN "llama-f32");
   paged_equals_contiguous(GOLDEN "gemma4-f32");
+  paged_equals_contiguous(GOLDEN "glm5-f32"); /* latent K rows, indexer keys as V rows */
+}
+
+/* V rows of their own width (multi-head latent attention: K the latent and
+ * RoPE key, V the indexer's key): the arenas take each width, the block
+ * size counts both, and a growing pool keeps every row of both. */
+static void test_v_dim(void) {
+  model_kv_geometry g = {0};
+  g.n_layers = 2;
+  g.kv_dim[0] = 40, g.v_dim[0] = 16;
+  g.kv_dim[1] = 6; /* v_dim 0: as wide as K */
+  CHECK_EQ_INT(model_kv_v_dim(&g, 0), 16);
+  CHECK_EQ_INT(model_kv_v_dim(&g, 1), 6);
+  CHECK_EQ_INT(kv_block_bytes(&g, 4), 4 * (40 + 16 + 6 + 6) * 4);
+  kv_pool *p;
+  herr e = {0};
+  CHECK_EQ_INT(kv_pool_new(&g, 4, 1, &p, &e), 0);
+  kv_pool_set_growable(p, true);
+  kv_seq *s;
+  CHECK_EQ_INT(kv_paged_seq_new(p, 0, &s, &e), 0);
+  CHECK_EQ_INT(s->ops->reserve(s, 3, &e), 0);
+  const int32_t *tbl;
+  int64_t nb;
+  const kv_store *st = s->ops->table(s, &tbl, &nb);
+  CHECK_EQ_INT(st->k[0].cols, 40);
+  CHECK_EQ_INT(st->v[0].cols, 16);
+  CHECK_EQ_INT(st->v[1].cols, 6);
+  for (int l = 0; l < 2; l++)
+    for (int64_t r = 0; r < 3; r++) {
+      int64_t slot = tbl[0] * 4 + r;
+      float *k = (float *)bk_addr(&st->k[l]) + slot * st->k[l].cols, *v = (float *)bk_addr(&st->v[l]) + slot * st->v[l].cols;
+      for (int64_t d = 0; d < st->k[l].cols; d++) k[d] = (float)(l * 1000 + r * 100 + d);
+      for (int64_t d = 0; d < st->v[l].cols; d++) v[d] = -(float)(l * 1000 + r * 100 + d);
+    }
+  s->ops->commit(s, 3);
+  CHECK_EQ_INT(s->ops->reserve(s, 6, &e), 0); /* grows the pool: the arenas move */
+  st = s->ops->table(s, &tbl, &nb);
+  for (int l = 0; l < 2; l++)
+    for (int64_t r = 0; r < 3; r++) {
+      int64_t slot = tbl[0] * 4 + r;
+      const float *k = (const float *)bk_addr(&st->k[l]) + slot * st->k[l].cols,
+                  *v = (const float *)bk_addr(&st->v[l]) + slot * st->v[l].cols;
+      for (int64_t d = 0; d < st->k[l].cols; d++) CHECK(k[d] == (float)(l * 1000 + r * 100 + d));
+      for (int64_t d = 0; d < st->v[l].cols; d++) CHECK(v[d] == -(float)(l * 1000 + r * 100 + d));
+    }
+  kv_paged_seq_free(s);
+  kv_pool_free(p);
 }
 
 int main(void) {
   test_device_or_skip();
   RUN(test_block_table);
+  RUN(test_v_dim);
   RUN(test_prefix_sharing);
   RUN(test_eviction_order);
   RUN(test_recurrent_states);

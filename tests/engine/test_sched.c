@@ -1,5 +1,5 @@
 /* test_sched.c — the continuous-batching scheduler on the golden llama
- * fixture: 32 concurrent greedy requests (different lengths, some sharing
+ * fixture (and the glm5 one for the first check): 32 concurrent greedy requests (different lengths, some sharing
  * prefixes) give exactly the ids each gives run alone through generate_run,
  * also with a KV pool so small that requests wait and get preempted (and a
  * pinned case where the newer of two must be preempted and recomputed); a
@@ -144,6 +144,7 @@ static void check_against_alone(const sched_config *cfg, const char *what, bool 
 
 static void test_batched_equals_alone(void) {
   make_prompts();
+  memset(g_ref, 0, sizeof g_ref);
   for (int i = 0; i < N_REQ; i++) {
     gen_request r;
     greedy_request(&r, i);
@@ -159,6 +160,20 @@ static void test_batched_equals_alone(void) {
   model_kv_geometry_of(g_m, &g);
   sched_config tight = {.max_batch = 8, .prefill_chunk = 8, .block_tokens = 4, .kv_bytes = 40 * kv_block_bytes(&g, 4)};
   check_against_alone(&tight, "tight pool", false);
+}
+
+/* The same on GLM-5 (the glm5 fixture): latent K rows and indexer keys in
+ * the pool, each query attending its index_topk chosen rows. */
+static void test_batched_equals_alone_glm5(void) {
+  model *llama = g_m, *m = NULL;
+  herr e = {0};
+  model_load_opts mo = {.threads = 2, .device = test_device()};
+  CHECK_EQ_INT(model_load(HEARTH_SOURCE_DIR "/tests/fixtures/golden/glm5-f32", &mo, &m, &e), 0);
+  if (!m) return;
+  g_m = m;
+  test_batched_equals_alone();
+  g_m = llama;
+  model_free(m);
 }
 
 static void test_prefix_cached_tokens(void) {
@@ -638,6 +653,7 @@ int main(void) {
     return 1;
   }
   RUN(test_batched_equals_alone);
+  RUN(test_batched_equals_alone_glm5);
   RUN(test_prefix_cached_tokens);
   RUN(test_cancel_storm);
   RUN(test_preemption);

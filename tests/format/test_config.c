@@ -128,6 +128,23 @@ static void test_moe_and_gemma4_configs(void) {
   CHECK(!c.moe_layer[0] && c.moe_layer[1] && !c.moe_layer[2] && !c.moe_layer[3] && c.moe_layer[5]);
   CHECK(!c.norm_topk_prob);
   config_free(&c);
+  /* glm_moe_dsa: n_routed_experts, dense layers by first_k_dense_replace (default 3) or
+   * mlp_layer_types, every layer a deepseek_sparse_attention layer, norm_topk_prob on */
+  CHECK(parse("{\"model_type\": \"glm_moe_dsa\", " BASE ", \"n_routed_experts\": 16, \"num_experts_per_tok\": 4, "
+              "\"moe_intermediate_size\": 32, \"layer_types\": [\"deepseek_sparse_attention\", \"deepseek_sparse_attention\", "
+              "\"deepseek_sparse_attention\", \"deepseek_sparse_attention\", \"deepseek_sparse_attention\", "
+              "\"deepseek_sparse_attention\"]}", &c, &err) == 0);
+  CHECK(c.num_experts == 16 && c.num_experts_per_tok == 4 && c.moe_intermediate_size == 32 && c.norm_topk_prob);
+  CHECK(!c.moe_layer[0] && !c.moe_layer[2] && c.moe_layer[3] && c.moe_layer[5] && c.layer_types[4] == LAYER_FULL);
+  CHECK(c.rms_norm_eps == 1e-5);
+  config_free(&c);
+  CHECK(parse("{\"model_type\": \"glm_moe_dsa\", " BASE ", \"n_routed_experts\": 8, \"first_k_dense_replace\": 1, "
+              "\"mlp_layer_types\": [\"dense\", \"sparse\", \"dense\", \"sparse\", \"sparse\", \"sparse\"]}", &c, &err) == 0);
+  CHECK(!c.moe_layer[0] && c.moe_layer[1] && !c.moe_layer[2] && c.moe_layer[3]);
+  config_free(&c);
+  CHECK(parse("{\"model_type\": \"glm_moe_dsa\", " BASE ", \"mlp_layer_types\": [\"dense\", \"moe\", \"dense\", "
+              "\"sparse\", \"sparse\", \"sparse\"]}", &c, &err) == HEARTH_EFORMAT);
+  CHECK(strstr(err.msg, "mlp_layer_types[1]") != NULL);
 }
 
 /* Qwen3.5: the hybrid layer types, the linear-attention sizes, partial RoPE from rope_parameters

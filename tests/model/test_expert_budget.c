@@ -99,6 +99,7 @@ static void check_budget(const char *name) {
 
 static void test_qwen3_moe_budget(void) { check_budget("qwen3_moe-f32"), check_budget("qwen3_moe-bf16"); }
 static void test_gemma4_moe_budget(void) { check_budget("gemma4_moe-f32"); }
+static void test_glm5_budget(void) { check_budget("glm5-f32"); } /* grouped sigmoid routing, shared experts beside */
 
 static void test_bad_budget(void) {
   herr err = {0};
@@ -114,6 +115,7 @@ static void test_bad_budget(void) {
 int main(void) {
   test_device_or_skip();
   RUN(test_qwen3_moe_budget);
+  RUN(test_glm5_budget);
   RUN(test_gemma4_moe_budget);
   RUN(test_bad_budget);
   TEST_MAIN_END();

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/json.h"
 #include "engine/kv_cache.h"
@@ -242,6 +243,71 @@ static void test_qwen3_5(void) { check_folder("qwen3_5-f32"), check_folder("qwen
 static void test_qwen3_5_moe(void) { check_folder("qwen3_5_moe-f32"), check_folder("qwen3_5_moe-bf16"); }
 /* Qwen3_5ForConditionalGeneration: the text stack under model.language_model., a vision tower beside it */
 static void test_qwen3_5_multimodal(void) { check_folder("qwen3_5_vl-f32"); }
+static void test_glm5(void) { check_folder("glm5-f32"), check_folder("glm5-bf16"), check_folder("glm5_yarn-f32"); }
+
+/* GLM-5's cache holds per token one K row [RoPE key | latent] (8 + 32
+ * floats in the fixture) and one V row (the indexer's key, 16), not the
+ * heads' keys and values; the multi-token-prediction layer's weights load.
+ * And the indexer's choice matters: the same weights with index_topk above
+ * the prompt's length (every row attended) no longer give the reference's
+ * logits once a prompt is longer than index_topk (8), while the first 8
+ * positions, where both attend every row, stay the same. */
+static void test_glm5_cache_and_selection(void) {
+  golden g;
+  if (golden_load(GOLDEN "/glm5-f32", &g)) {
+    CHECK_MSG(0, "could not read the glm5-f32 fixture");
+    golden_free(&g);
+    return;
+  }
+  herr err = {0};
+  model *m = NULL, *dense = NULL;
+  CHECK(model_load(GOLDEN "/glm5-f32", &(model_load_opts){.threads = 2, .device = test_device()}, &m, &err) == 0);
+  char tmp[] = "/tmp/hearth-glm5-XXXXXX";
+  CHECK(mkdtemp(tmp) != NULL);
+  char path[600];
+  json_t *cfg = hjson_load_file(GOLDEN "/glm5-f32/config.json", &err);
+  CHECK(cfg != NULL);
+  if (cfg) {
+    json_object_set_new(cfg, "index_topk", json_integer(1024));
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    CHECK(json_dump_file(cfg, path, 0) == 0);
+    json_decref(cfg);
+  }
+  snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+  CHECK(symlink(GOLDEN "/glm5-f32/model.safetensors", path) == 0);
+  CHECK(model_load(tmp, &(model_load_opts){.threads = 2, .device = test_device()}, &dense, &err) == 0);
+  if (m && dense) {
+    model_kv_geometry geo;
+    model_kv_geometry_of(m, &geo);
+    CHECK_EQ_INT(geo.n_layers, 3);
+    for (int l = 0; l < 3; l++) {
+      CHECK_EQ_INT(geo.kv_dim[l], 8 + 32);
+      CHECK_EQ_INT(model_kv_v_dim(&geo, l), 16);
+    }
+    CHECK_EQ_INT(model_nextn_layers(m), 1);
+    int64_t V = model_vocab_size(m);
+    int n = g.plen[1];
+    kv_cache *c = NULL;
+    model_kv_geometry_of(dense, &geo);
+    CHECK(kv_cache_new(&geo, 0, &c, &err) == 0);
+    float *a = malloc(sizeof(float) * (size_t)(n * V));
+    CHECK(run_chunked(dense, c, g.prompt[1], n, 0, a) == 0);
+    const float *ref = g.ref + (size_t)g.plen[0] * V;
+    double head = max_diff(a, ref, (size_t)(8 * V)), tail = max_diff(a + 8 * V, ref + 8 * V, (size_t)((n - 8) * V));
+    fprintf(stderr, "  glm5 with every row attended: max abs error %.3g on the first 8 positions, %.3g after\n", head, tail);
+    CHECK_MSG(head <= 1e-4, "the first 8 positions differ by %.3g without the indexer's choice", head);
+    CHECK_MSG(tail > 1e-2, "attending every row gives the reference's logits (%.3g): the choice does not matter", tail);
+    free(a);
+    kv_cache_free(c);
+  }
+  snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/config.json", tmp);
+  unlink(path);
+  rmdir(tmp);
+  model_free(m), model_free(dense);
+  golden_free(&g);
+}
 
 
 /* --f32-as-bf16: the f32 llama run as if stored in bf16 is the llama-bf16
@@ -354,6 +420,8 @@ int main(void) {
   RUN(test_qwen3_5);
   RUN(test_qwen3_5_moe);
   RUN(test_qwen3_5_multimodal);
+  RUN(test_glm5);
+  RUN(test_glm5_cache_and_selection);
   RUN(test_f32_as_bf16);
   RUN(test_bad_batches);
   TEST_MAIN_END();

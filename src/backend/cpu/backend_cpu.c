@@ -301,6 +301,45 @@ static void cpu_moe_route(bk_backend *be, const bk_tensor *ids, const bk_tensor 
   hpool_flush_end(fp);
 }
 
+/* ---- multi-head latent attention, DeepSeek sparse attention (references in ref_sparse.c; attention_sparse's
+ * f32 kernel in sparse.c) ---- */
+
+static void cpu_set_cols(bk_backend *be, const bk_tensor *y, const bk_tensor *x, int64_t c0) {
+  size_t rb = (size_t)x->cols * sizeof(float);
+  for (int64_t r = 0; r < x->rows; r++) memmove(F(y) + r * y->cols + c0, F(x) + r * x->cols, rb);
+}
+
+static void cpu_set_rows(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows) {
+  size_t rb = (size_t)x->cols * sizeof(float);
+  for (int64_t r = 0; r < x->rows; r++) memmove(F(y) + (int64_t)I(rows)[r] * y->cols, F(x) + r * x->cols, rb);
+}
+
+static void cpu_layernorm(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, const bk_tensor *b, float eps) {
+  hpool_fpmode fp = hpool_flush_begin();
+  op_layernorm(F(y), F(x), x->rows, x->cols, w ? F(w) : NULL, b ? F(b) : NULL, eps);
+  hpool_flush_end(fp);
+}
+
+static void cpu_moe_route_group(bk_backend *be, const bk_tensor *ids, const bk_tensor *w, const bk_tensor *logits,
+                                const bk_tensor *bias, int64_t n_group, int64_t topk_group, bool norm, float scale) {
+  hpool_fpmode fp = hpool_flush_begin();
+  op_moe_route_group(I(ids), F(w), F(logits), logits->rows, logits->cols, ids->cols, bias ? F(bias) : NULL, n_group,
+                     topk_group, norm, scale);
+  hpool_flush_end(fp);
+}
+
+static void cpu_index_topk(bk_backend *be, const bk_tensor *sel, const bk_tensor *q, const bk_tensor *w, const bk_kv_layer *keys,
+                           const bk_attn_index *ix, const index_params *p) {
+  paged_rows pr = {F(keys->k), keys->k->cols, keys->block_rows, I(ix->row), I(ix->tab), I(ix->tables)};
+  op_index_topk(cpu(be)->pool, (int32_t *)bk_addr(sel), F(q), F(w), q->rows, &pr, p);
+}
+
+static void cpu_attention_sparse(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv,
+                                 const bk_attn_index *ix, const bk_tensor *sel, const sparse_attn_params *p) {
+  paged_rows pr = {F(kv->k), kv->k->cols, kv->block_rows, I(ix->row), I(ix->tab), I(ix->tables)};
+  bk_attention_sparse_cpu(cpu(be)->pool, F(out), F(q), q->rows, I(sel), &pr, p);
+}
+
 static const bk_backend_ops cpu_ops = {
     .close = cpu_close,
     .describe = cpu_describe,
@@ -331,6 +370,12 @@ static const bk_backend_ops cpu_ops = {
     .delta_rule = cpu_delta_rule,
     .sigmoid_mul = cpu_sigmoid_mul,
     .sample = bk_cpu_sample,
+    .set_cols = cpu_set_cols,
+    .set_rows = cpu_set_rows,
+    .layernorm = cpu_layernorm,
+    .moe_route_group = cpu_moe_route_group,
+    .index_topk = cpu_index_topk,
+    .attention_sparse = cpu_attention_sparse,
 };
 
 int bk_cpu_open(const bk_open_opts *opts, bk_backend **out, herr *err) {

@@ -71,4 +71,9 @@ int bk_moe_grouped(hpool *pool, float *y, const float *x, int64_t T, int64_t D, 
 int bk_cpu_sample(bk_backend *be, const bk_tensor *logits, const bk_sample_row *rows, const bk_sample_adj *adj,
                   int64_t n_adj, bk_sample_out *out, herr *err);
 
+/* bk_attention_sparse on host memory (sparse.c): f32, one task per query
+ * over the pool, as op_attention_sparse defines it. */
+void bk_attention_sparse_cpu(hpool *pool, float *out, const float *q, int64_t n, const int32_t *sel, const paged_rows *kv,
+                             const sparse_attn_params *p);
+
 #endif

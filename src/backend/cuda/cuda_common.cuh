@@ -118,6 +118,17 @@ CU_HIDDEN void cu_conv1d(bk_backend *be, const bk_tensor *y, const bk_tensor *x,
 CU_HIDDEN void cu_delta_rule(bk_backend *be, const bk_tensor *o, const bk_tensor *qkv, const bk_tensor *a, const bk_tensor *b,
                              const bk_tensor *a_log, const bk_tensor *dt_bias, const bk_recurrent *r, const delta_params *p);
 CU_HIDDEN void cu_sigmoid_mul(bk_backend *be, const bk_tensor *y, const bk_tensor *g);
+/* sparse.cu: what multi-head latent attention and DeepSeek sparse attention add */
+CU_HIDDEN void cu_set_cols(bk_backend *be, const bk_tensor *y, const bk_tensor *x, int64_t c0);
+CU_HIDDEN void cu_set_rows(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows);
+CU_HIDDEN void cu_layernorm(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, const bk_tensor *b,
+                            float eps);
+CU_HIDDEN void cu_moe_route_group(bk_backend *be, const bk_tensor *ids, const bk_tensor *w, const bk_tensor *logits,
+                                  const bk_tensor *bias, int64_t n_group, int64_t topk_group, bool norm, float scale);
+CU_HIDDEN void cu_index_topk(bk_backend *be, const bk_tensor *sel, const bk_tensor *q, const bk_tensor *w,
+                             const bk_kv_layer *keys, const bk_attn_index *ix, const index_params *p);
+CU_HIDDEN void cu_attention_sparse(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv,
+                                   const bk_attn_index *ix, const bk_tensor *sel, const sparse_attn_params *p);
 /* One-time kernel attributes (large dynamic shared memory); 0 or a CUDA error. */
 CU_HIDDEN cudaError_t cu_attention_init(void);
 
