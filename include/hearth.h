@@ -103,6 +103,14 @@ typedef struct hearth_load_opts {
                               by hearth_model_load, closed — made complete JSON — by hearth_model_free;
                               a process that dies leaves it lacking only its closing bracket. */
   int64_t trace_max_bytes; /* events written at most (<= 0: 256 MiB); later ones are dropped, logged once */
+  const char *kv_store;    /* NULL: none. A folder (created when missing) that keeps the prefix cache's
+                              full KV blocks across restarts: blocks the cache evicts are written there,
+                              and every cached block when the model is freed; a later prompt that starts
+                              with a stored prefix reads its blocks back instead of computing them
+                              (reported as cached tokens). Blocks of another model (config.json and
+                              samples of the weight files), device kind, KV format or store version,
+                              and damaged files, are ignored with a warning. */
+  int64_t kv_store_max;    /* bytes the KV store may hold (<= 0: 4 GiB); least recently used blocks go first */
 } hearth_load_opts;
 
 /* Loads a model: a Hugging Face model folder (config.json + safetensors, and

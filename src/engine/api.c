@@ -18,6 +18,7 @@
 #include "chat/jinja.h"
 #include "engine/generate.h"
 #include "engine/json_schema.h"
+#include "engine/kv_disk.h"
 #include "engine/sched.h"
 #include "engine/signal.h"
 #include "backend/ops.h"
@@ -36,6 +37,7 @@ struct hearth_model {
   char *path;                  /* owned */
   bool is_gguf;                /* path is a .gguf file */
   char *id;                    /* owned */
+  char *kv_store;              /* owned, NULL without hearth_load_opts.kv_store */
   int64_t context_length;
   int32_t eos[HEARTH_MAX_EOS];
   int n_eos;
@@ -187,6 +189,18 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
     hm->sch_cfg.gpu_memory_fraction = opts->gpu_memory_fraction;
   }
   hm->sch_cfg.context_length = hm->context_length;
+  if (opts && opts->kv_store && opts->kv_store[0]) {
+    /* what else changes the KV's values: the device kind and rounding the weights to bf16 */
+    char extra[128];
+    snprintf(extra, sizeof extra, "device=%s bf16=%d", bk_backend_name(model_backend(hm->m)), opts->f32_as_bf16 ? 1 : 0);
+    if ((rc = kv_disk_model_identity(path, extra, &hm->sch_cfg.kv_store_model, err))) goto fail;
+    if (!(hm->kv_store = strdup(opts->kv_store))) {
+      rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+      goto fail;
+    }
+    hm->sch_cfg.kv_store = hm->kv_store;
+    hm->sch_cfg.kv_store_max = opts->kv_store_max;
+  }
   if (opts && opts->trace_file) {
     if ((rc = htrace_open(opts->trace_file, opts->trace_max_bytes, &hm->trace, err))) goto fail;
     hm->sch_cfg.trace = hm->trace;
@@ -212,6 +226,7 @@ void hearth_model_free(hearth_model *hm) {
   if (hm->has_chat_src) chat_template_free(&hm->chat_src);
   free(hm->path);
   free(hm->id);
+  free(hm->kv_store);
   pthread_mutex_destroy(&hm->gen_lock);
   free(hm);
 }

@@ -17,6 +17,7 @@ typedef struct block_meta {
   bool hashed;          /* published: in the hash index */
   uint64_t hash;        /* chained over the whole prefix up to this block's end */
   uint64_t parent;      /* the previous block's hash (root: PREFIX_ROOT) */
+  int32_t depth;        /* published: its index in the chain (0: the first block of a prompt) */
   int32_t hnext;        /* next block in the same hash bucket, -1 */
   int32_t prev, next;   /* LRU links (cached) or free-list link (next), -1 */
   int32_t snap;         /* published, of a model with recurrent layers: the state row holding the
@@ -51,6 +52,7 @@ struct kv_pool {
   int64_t n_state_free;
   int64_t max_snaps, n_snaps; /* snapshots kept at most / now */
   uint64_t snap_clock;
+  kv_pool_spill spill;        /* a persistent store's hooks (all NULL: none) */
 };
 
 typedef struct paged_seq {
@@ -142,6 +144,19 @@ static int32_t lookup(const kv_pool *p, uint64_t hash, uint64_t parent, const in
   return -1;
 }
 
+/* Puts block b in the hash index under (hash, parent, tokens). */
+static void publish_block(kv_pool *p, int32_t b, uint64_t hash, uint64_t parent, int32_t depth, const int32_t *toks) {
+  block_meta *m = &p->meta[b];
+  m->hashed = true;
+  m->hash = hash;
+  m->parent = parent;
+  m->depth = depth;
+  memcpy(p->tokens + (int64_t)b * p->B, toks, sizeof(int32_t) * (size_t)p->B);
+  int32_t *head = &p->buckets[hash % (uint64_t)p->n_buckets];
+  m->hnext = *head;
+  *head = b;
+}
+
 /* A block for a sequence: a free one, else the least recently used cached one. */
 static int32_t take_block(kv_pool *p) {
   int32_t b = -1;
@@ -151,6 +166,7 @@ static int32_t take_block(kv_pool *p) {
     p->n_free--;
   } else if (p->lru_head >= 0) {
     b = p->lru_head;
+    if (p->spill.evict) p->spill.evict(p->spill.user, p, b); /* its rows still hold its KV */
     lru_unlink(p, b);
     unhash(p, b);
   } else {
@@ -459,6 +475,20 @@ int64_t kv_paged_seq_blocks(const kv_seq *s) { return ((const paged_seq *)s)->n_
 
 const int32_t *kv_paged_seq_table(const kv_seq *s) { return ((const paged_seq *)s)->table; }
 
+/* A block the persistent store has for (hash, parent, tokens): taken, filled
+ * and published, held once for the caller; -1 when the store has none. */
+static int32_t spill_fetch(kv_pool *p, uint64_t hash, uint64_t parent, int32_t depth, const int32_t *toks) {
+  if (!p->spill.has || !p->spill.has(p->spill.user, hash, parent)) return -1;
+  int32_t b = take_block(p);
+  if (b < 0) return -1;
+  if (p->spill.load(p->spill.user, p, b, hash, parent, toks) != 0) {
+    release_block(p, b); /* unhashed: back on the free list */
+    return -1;
+  }
+  publish_block(p, b, hash, parent, depth, toks);
+  return b;
+}
+
 int64_t kv_paged_seq_attach_prefix(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t adapter_id) {
   paged_seq *ps = (paged_seq *)s;
   kv_pool *p = ps->pool;
@@ -468,9 +498,10 @@ int64_t kv_paged_seq_attach_prefix(kv_seq *s, const int32_t *tokens, int64_t n, 
   while ((i + 1) * p->B <= n - 1) {
     const int32_t *bt = tokens + i * p->B;
     uint64_t h = block_hash(parent, adapter_id, bt, p->B);
+    if (grow_table(ps, i + 1)) break;
     int32_t b = lookup(p, h, parent, bt);
-    if (b < 0 || grow_table(ps, i + 1)) break;
-    hold_block(p, b);
+    if (b >= 0) hold_block(p, b);
+    else if ((b = spill_fetch(p, h, parent, (int32_t)i, bt)) < 0) break;
     append_block(ps, b);
     parent = h;
     i++;
@@ -515,16 +546,7 @@ void kv_paged_seq_publish(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t 
     const int32_t *bt = tokens + i * p->B;
     uint64_t h = block_hash(ps->last_hash, adapter_id, bt, p->B);
     int32_t b = ps->table[i], same = p->meta[b].hashed ? -1 : lookup(p, h, ps->last_hash, bt);
-    if (!p->meta[b].hashed && same < 0) {
-      block_meta *m = &p->meta[b];
-      m->hashed = true;
-      m->hash = h;
-      m->parent = ps->last_hash;
-      memcpy(p->tokens + (int64_t)b * p->B, bt, sizeof(int32_t) * (size_t)p->B);
-      int32_t *head = &p->buckets[h % (uint64_t)p->n_buckets];
-      m->hnext = *head;
-      *head = b;
-    }
+    if (!p->meta[b].hashed && same < 0) publish_block(p, b, h, ps->last_hash, (int32_t)i, bt);
     /* the snapshot goes with the block a later match finds: this one, or the same prefix's published twin */
     int32_t keeper = same >= 0 ? same : b;
     if (p->has_state && (i + 1) * p->B == s->len && p->meta[keeper].snap < 0) snapshot(p, ps, keeper);
@@ -547,3 +569,64 @@ void kv_paged_seq_truncate(kv_seq *s, int64_t n) {
 }
 
 const kv_store *kv_pool_store(const kv_pool *p) { return &p->store; }
+
+/* ---- what a persistent store needs (kv_disk.h) ---- */
+
+void kv_pool_set_spill(kv_pool *p, const kv_pool_spill *sp) {
+  if (sp) p->spill = *sp;
+  else memset(&p->spill, 0, sizeof p->spill);
+}
+
+int64_t kv_pool_blocks(const kv_pool *p) { return p->n_blocks; }
+
+bool kv_pool_block_published(const kv_pool *p, int32_t b, kv_block_key *out) {
+  if (b < 0 || b >= p->n_blocks || !p->meta[b].hashed) return false;
+  const block_meta *m = &p->meta[b];
+  *out = (kv_block_key){.hash = m->hash, .parent = m->parent, .depth = m->depth, .tokens = p->tokens + (int64_t)b * p->B};
+  return true;
+}
+
+/* The arenas of a block, in payload order: layer by layer, K then V (layers
+ * that store nothing have none). */
+#define FOR_BLOCK_ARENAS(p, t)                                                   \
+  for (int l_ = 0; l_ < (p)->n_layers; l_++)                                     \
+    for (int kv_ = 0; kv_ < 2; kv_++)                                            \
+      for (const bk_tensor *t = kv_ ? &(p)->store.v[l_] : &(p)->store.k[l_]; t; t = NULL) \
+        if (t->rows > 0 && t->cols > 0)
+
+static size_t arena_row_bytes(const bk_tensor *t) { return bk_nbytes(t) / (size_t)t->rows; }
+
+size_t kv_pool_block_payload(const kv_pool *p) {
+  size_t n = 0;
+  FOR_BLOCK_ARENAS(p, t) n += arena_row_bytes(t) * (size_t)p->B;
+  return n;
+}
+
+int kv_pool_block_read(kv_pool *p, int32_t b, void *dst, herr *err) {
+  unsigned char *at = dst;
+  FOR_BLOCK_ARENAS(p, t) {
+    size_t n = arena_row_bytes(t) * (size_t)p->B;
+    int rc = bk_get(t, (size_t)b * n, at, n, err);
+    if (rc) return rc;
+    at += n;
+  }
+  return 0;
+}
+
+int kv_pool_block_write(kv_pool *p, int32_t b, const void *src, herr *err) {
+  const unsigned char *at = src;
+  FOR_BLOCK_ARENAS(p, t) {
+    size_t n = arena_row_bytes(t) * (size_t)p->B;
+    int rc = bk_set(t, (size_t)b * n, at, n, err);
+    if (rc) return rc;
+    at += n;
+  }
+  return bk_sync(p->be, err); /* the source may be a mapping the caller closes next */
+}
+
+void kv_pool_format(const kv_pool *p, char *buf, size_t cap) {
+  size_t n = (size_t)snprintf(buf, cap, "kv=%s block=%d layers=%d dims=", p->store.k[0].dt == BK_DT_F32 ? "f32" : "i32", p->B,
+                              p->n_layers);
+  for (int l = 0; l < p->n_layers && n < cap; l++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s%lld", l ? "," : "", (long long)p->kv_dim[l]);
+}

@@ -101,4 +101,40 @@ void kv_paged_seq_publish(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t 
  * into published blocks makes the next publish walk the chain again. */
 void kv_paged_seq_truncate(kv_seq *s, int64_t n);
 
+/* ---- persistence: what a store of blocks on disk needs (engine/kv_disk.h) ---- */
+
+/* A published block's key in the prefix cache. */
+typedef struct kv_block_key {
+  uint64_t hash;          /* chained over the whole prefix up to the block's end (and the adapter id) */
+  uint64_t parent;        /* the previous block's hash */
+  int32_t depth;          /* its index in the chain */
+  const int32_t *tokens;  /* borrowed: its block_tokens tokens */
+} kv_block_key;
+
+/* Hooks a persistent store sets on a pool; they run on the thread that drives the pool. */
+typedef struct kv_pool_spill {
+  void *user;
+  /* A cached block is about to be reused for other rows (its rows still hold its KV). */
+  void (*evict)(void *user, kv_pool *p, int32_t block);
+  /* Whether the store holds the block (hash, parent): asked when the prefix cache has none. */
+  bool (*has)(void *user, uint64_t hash, uint64_t parent);
+  /* Fills `block` (taken for it) with the stored block (hash, parent, tokens): 0, or nonzero
+   * when it cannot (the block goes back to the free list and the prefix ends there). */
+  int (*load)(void *user, kv_pool *p, int32_t block, uint64_t hash, uint64_t parent, const int32_t *tokens);
+} kv_pool_spill;
+/* NULL removes them. */
+void kv_pool_set_spill(kv_pool *p, const kv_pool_spill *sp);
+int64_t kv_pool_blocks(const kv_pool *p);
+/* Whether block b is published (in the prefix cache, held or not), and its key. */
+bool kv_pool_block_published(const kv_pool *p, int32_t b, kv_block_key *out);
+/* Bytes of one block's contents in every arena of the pool, in the order
+ * kv_pool_block_read writes them (layer by layer, K then V). */
+size_t kv_pool_block_payload(const kv_pool *p);
+int kv_pool_block_read(kv_pool *p, int32_t b, void *dst, herr *err);
+/* Overwrites block b's rows with kv_pool_block_payload bytes (waits for the copy). */
+int kv_pool_block_write(kv_pool *p, int32_t b, const void *src, herr *err);
+/* What a block's bytes are (element type, block size, per-layer row widths):
+ * a text that two pools share exactly when their blocks are interchangeable. */
+void kv_pool_format(const kv_pool *p, char *buf, size_t cap);
+
 #endif

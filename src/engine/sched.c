@@ -21,6 +21,7 @@
 #include "base/vec.h"
 #include "engine/emit.h"
 #include "engine/grammar.h"
+#include "engine/kv_disk.h"
 #include "engine/kv_paged.h"
 
 typedef struct dentry {
@@ -81,6 +82,7 @@ struct sched {
   size_t memory_budget;
   size_t block_bytes;
   kv_pool *pool;              /* owned; touched only by the engine thread */
+  kv_disk *store;             /* owned, may be NULL: the prefix cache on disk (its hooks run on the engine thread) */
   float *logits;              /* owned [max_batch * vocab] (host sampling; on a device, made for grammar steps) */
   bool dev_sample;            /* sample on the model's device (bk_sample): only ids come back */
   bool recurrent;             /* the model has recurrent layers: prefill chunks stop at block ends */
@@ -781,6 +783,8 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   }
   HLOG_INFO("KV pool on %s: %lld blocks of %d tokens, %.2f GiB", bk_backend_name(be), (long long)n_blocks, B,
             (double)n_blocks * (double)s->block_bytes / (1 << 30));
+  if (c.kv_store && (rc = kv_disk_open(c.kv_store, c.kv_store_max, c.kv_store_model, s->pool, &s->store, err)))
+    goto fail;
   /* on a device, tokens are chosen there (only ids and asked-for logprobs come back) */
   s->dev_sample = !bk_backend_is_cpu(be) || cfg->backend_sampling;
   if (s->dev_sample) {
@@ -819,6 +823,11 @@ void sched_free(sched *s) {
     pthread_cond_broadcast(&s->work_cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
+  }
+  if (s->store) {
+    herr e = {0};
+    if (kv_disk_flush(s->store, &e)) HLOG_WARN("%s", e.msg);
+    kv_disk_close(s->store);
   }
   kv_pool_free(s->pool);
   free(s->logits);

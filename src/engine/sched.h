@@ -49,6 +49,11 @@ typedef struct sched_config {
                              come out of the pool's memory when kv_bytes is 0 */
   bool backend_sampling;  /* on the CPU too, tokens are picked by bk_sample (the device path, on its
                              reference): what a GPU does, checkable here; a device always samples so */
+  const char *kv_store;   /* borrowed, may be NULL: a folder that keeps the prefix cache's full blocks
+                             across restarts (engine/kv_disk.h): evicted blocks are written there, the
+                             rest when the scheduler is freed; prefixes read them back */
+  int64_t kv_store_max;   /* bytes the folder may hold (<= 0: 4 GiB), least recently used out */
+  uint64_t kv_store_model; /* the model's identity (kv_disk_model_identity): other models' blocks are ignored */
   htrace *trace;          /* borrowed, may be NULL: per-request spans (queue wait, cache lookup, prefill
                              chunks, decode steps, detokenize, the whole request) on a track per request,
                              and step spans on an "engine" track */
@@ -67,7 +72,8 @@ typedef struct sched_stats {
 typedef struct sched sched;
 
 int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **out, herr *err);
-/* Stops the engine thread; requests still running end cancelled first. */
+/* Stops the engine thread (requests still running end cancelled first),
+ * then writes the KV store. */
 void sched_free(sched *s);
 
 /* Submits a request and waits for it (same contract as generate_run, plus

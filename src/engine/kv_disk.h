@@ -1,0 +1,79 @@
+/* kv_disk.h — the prefix cache kept on disk (`--kv-store DIR`): full KV
+ * blocks of a paged pool (kv_paged.h) written to files as the pool evicts
+ * them and when it closes, and read back into the pool when a prompt's
+ * prefix asks for a block the pool no longer has — also after a restart.
+ *
+ * One file per block, DIR/<hash>.kvb (16 hex digits of its chain hash):
+ *
+ *   offset  size  field
+ *        0     8  magic "HKVBLOCK"
+ *        8     4  format version (KV_DISK_VERSION), little-endian like the rest
+ *       12     4  header bytes (everything before the payload)
+ *       16     8  model identity (kv_disk_model_identity)
+ *       24     8  chain hash of the block (the prefix cache's key: the tokens up to its end and
+ *                 the adapter the chain was seeded with)
+ *       32     8  parent hash
+ *       40     4  depth (the block's index in its chain)
+ *       44     4  block tokens B
+ *       48     8  payload bytes
+ *       56     8  checksum of the whole file with this field read as 0
+ *       64     4  format descriptor bytes D
+ *       68     D  format descriptor (kv_pool_format: element type, block size, row widths)
+ *     68+D   4 B  the block's tokens (int32)
+ *        H     P  payload: kv_pool_block_read's bytes
+ *
+ * A file is used only when all of it agrees: magic, version, model
+ * identity, the descriptor compared whole, its size, its hash and parent and
+ * tokens, and its checksum. Files of another model, version or format are
+ * left alone (one warning per kind at open); damaged ones (short, bad
+ * checksum) are removed with a warning. Writes go to a temporary file that
+ * is renamed into place, so a crash leaves no half-written block under a
+ * block's name.
+ *
+ * Size: the files are kept under max_bytes by removing the least recently
+ * used first (a file's use is its modification time, set when it is
+ * written or read back); among equally recent ones the deepest go first,
+ * so that a chain loses its tail before its head.
+ *
+ * Threads: none of its own. The pool's hooks run on the thread that drives
+ * the pool; kv_disk_flush and kv_disk_close must run on it too (or after it
+ * stopped). */
+#ifndef HEARTH_ENGINE_KV_DISK_H
+#define HEARTH_ENGINE_KV_DISK_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+#include "engine/kv_paged.h"
+
+#define KV_DISK_VERSION 1
+#define KV_DISK_DEFAULT_MAX ((int64_t)4 << 30)
+
+typedef struct kv_disk kv_disk;
+
+/* Opens (creates) dir as the store of pool p's blocks for the model whose
+ * identity is model_id, reads the headers of the blocks already there, and
+ * sets the pool's hooks. max_bytes <= 0: KV_DISK_DEFAULT_MAX. */
+int kv_disk_open(const char *dir, int64_t max_bytes, uint64_t model_id, kv_pool *p, kv_disk **out, herr *err);
+/* Writes every published block of the pool that the store lacks. */
+int kv_disk_flush(kv_disk *d, herr *err);
+/* Removes the pool's hooks and frees (no flush). */
+void kv_disk_close(kv_disk *d);
+
+typedef struct kv_disk_stats {
+  int64_t files, bytes;      /* blocks in the store now, and their bytes */
+  int64_t saved, loaded;     /* blocks written, blocks read back into the pool */
+  int64_t removed;           /* files removed to stay under max_bytes */
+  int64_t rejected;          /* files ignored or removed: another model, version or format, or damaged */
+} kv_disk_stats;
+void kv_disk_get_stats(const kv_disk *d, kv_disk_stats *out);
+
+/* A model's identity for the store: a 64-bit hash of config.json, and of
+ * each weight file (*.safetensors of a folder, or the .gguf file) its size,
+ * first 64 KiB (the tensor index) and 16 windows of 4 KiB spread over it;
+ * and of `extra` (what else changes the KV: the device kind, weights
+ * rounded to bf16). Renaming or copying the folder keeps it; retraining,
+ * requantizing or editing the config changes it. */
+int kv_disk_model_identity(const char *path, const char *extra, uint64_t *out, herr *err);
+
+#endif
