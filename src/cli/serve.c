@@ -17,7 +17,8 @@ static void serve_usage(void) {
   printf("usage: hearth serve [--model PATH] [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES] [--threads N]\n"
          "                    [--max-batch N] [--prefill-chunk N] [--kv-cache-mem BYTES] [--memory-budget BYTES]\n"
          "                    [--served-model-name NAME]... [--cors ORIGIN] [--trace-file PATH] [--trace-max-bytes BYTES]\n"
-         "                    [--responses-max N] [--responses-max-bytes BYTES] [--responses-ttl SECONDS]\n\n"
+         "                    [--responses-max N] [--responses-max-bytes BYTES] [--responses-ttl SECONDS]\n"
+         "                    [--kv-store DIR] [--kv-store-max BYTES] [--drain-timeout SECONDS]\n\n"
          "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
          "/v1/messages (Anthropic), /v1/models,\n"
          "/health, /stats, /metrics, /v1 and a chat page at /. Concurrent requests are\n"
@@ -48,15 +49,24 @@ static void serve_usage(void) {
          "                     JSON; open it in https://ui.perfetto.dev or chrome://tracing. Complete\n"
          "                     when the server stops (SIGINT/SIGTERM); loadable even if it dies\n"
          "  --trace-max-bytes BYTES  stop writing the trace past this size (default 256M)\n"
+         "  --kv-store DIR     keep the prefix cache's full KV blocks in DIR across restarts: blocks\n"
+         "                     evicted from the cache are written there, every cached block when the\n"
+         "                     server stops; a prompt with a stored prefix reads them back (cached_tokens).\n"
+         "                     Blocks of another model, KV format or store version are ignored\n"
+         "  --kv-store-max BYTES  the most DIR may hold (default 4G; least recently used out)\n"
+         "  --drain-timeout SECONDS  on SIGTERM / SIGINT: new requests get 503, running ones get this\n"
+         "                     long to finish (default 30), then end as cut by length (streams with\n"
+         "                     their finish event and [DONE]); then the KV store is written and the\n"
+         "                     server exits 0. A second signal cuts them at once\n"
          "BYTES accept a K, M or G suffix (powers of 1024).\n");
 }
 
 int cli_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = getenv("HEARTH_API_KEY"), *v;
-  const char *names[64], *cors = NULL, *trace_file = NULL;
+  const char *names[64], *cors = NULL, *trace_file = NULL, *kv_store = NULL;
   int nnames = 0;
   long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, kv_mem = 0, budget = 0, trace_max = 0;
-  long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600;
+  long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600, kv_store_max = 0, drain_timeout = 30;
   for (int i = 1; i < argc; i++) {
     int r;
     if (cli_is_help(argv[i])) {
@@ -74,6 +84,13 @@ int cli_serve(int argc, char **argv) {
     } else if ((r = cli_opt(argc, argv, &i, "--trace-file", &trace_file))) {
       if (r < 0) return 2;
       if (!trace_file[0]) return cli_usage_error("serve", "--trace-file must not be empty");
+    } else if ((r = cli_opt(argc, argv, &i, "--kv-store", &kv_store))) {
+      if (r < 0) return 2;
+      if (!kv_store[0]) return cli_usage_error("serve", "--kv-store must not be empty");
+    } else if ((r = cli_opt(argc, argv, &i, "--kv-store-max", &v))) {
+      if (r < 0) return 2;
+      if (!cli_parse_bytes(v, &kv_store_max) || kv_store_max <= 0)
+        return cli_usage_error("serve", "--kv-store-max must be a positive byte count, not '%s'", v);
     } else if ((r = cli_opt(argc, argv, &i, "--trace-max-bytes", &v))) {
       if (r < 0) return 2;
       if (!cli_parse_bytes(v, &trace_max) || trace_max <= 0)
@@ -88,7 +105,8 @@ int cli_serve(int argc, char **argv) {
                (r = cli_opt_int("serve", argc, argv, &i, "--max-batch", 1, 4096, &max_batch)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--prefill-chunk", 1, 1 << 20, &chunk)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--responses-max", 1, 1 << 30, &resp_max)) ||
-               (r = cli_opt_int("serve", argc, argv, &i, "--responses-ttl", 0, 1ll << 40, &resp_ttl))) {
+               (r = cli_opt_int("serve", argc, argv, &i, "--responses-ttl", 0, 1ll << 40, &resp_ttl)) ||
+               (r = cli_opt_int("serve", argc, argv, &i, "--drain-timeout", 0, 1ll << 30, &drain_timeout))) {
       if (r < 0) return 2;
     } else if ((r = cli_opt(argc, argv, &i, "--kv-cache-mem", &v))) {
       if (r < 0) return 2;
@@ -132,7 +150,9 @@ int cli_serve(int argc, char **argv) {
                                    .no_cuda_graphs = cli_load_opts()->no_cuda_graphs, .gpu_fast_matmul = cli_load_opts()->gpu_fast_matmul,
                                    .expert_budget = cli_load_opts()->expert_budget,
                                    .trace_file = trace_file,
-                                   .trace_max_bytes = trace_max}};
+                                   .trace_max_bytes = trace_max,
+                                   .kv_store = kv_store,
+                                   .kv_store_max = kv_store_max}};
   if (serve_engine_open_opts(model, &eo, &engine, &err)) return cli_fail("serve: %s", err.msg);
   serve_config cfg = {.host = host, .port = (int)port, .api_key = key, .max_body = (size_t)max_body,
                       .served_names = names, .n_served_names = nnames, .cors_origin = cors,
@@ -151,8 +171,13 @@ int cli_serve(int argc, char **argv) {
   fflush(stderr);
   int sig;
   sigwait(&set, &sig);
-  fprintf(stderr, "hearth: stopping\n");
+  fprintf(stderr, "hearth: %s: stopping; %lld request(s) in flight get up to %llds to finish (a second signal cuts them)\n",
+          sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)serve_in_flight(srv), drain_timeout);
+  fflush(stderr);
+  int cut = serve_drain(srv, (double)drain_timeout, &set);
+  if (cut) fprintf(stderr, "hearth: %d running generation(s) cut by the drain timeout\n", cut);
   serve_stop(srv);
-  serve_engine_close(&engine);
+  serve_engine_close(&engine); /* writes the KV store */
+  fprintf(stderr, "hearth: stopped\n");
   return 0;
 }

@@ -37,6 +37,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,7 @@
 #define DEFAULT_MAX_PER_CLIENT 1024
 #define DEFAULT_IDLE_TIMEOUT_S 10
 #define BODY_TIMEOUT_S 60          /* a request body that stalls this long is dropped */
+#define DRAIN_GRACE_S 10           /* after a drain cuts the generations, what is in flight gets this long */
 
 struct serve_server {
   struct MHD_Daemon *daemon;
@@ -80,6 +82,12 @@ struct serve_server {
   bool any_name;        /* "*" among them: every model name is served */
   char *cors;           /* owned; NULL: no CORS headers */
   resp_store *responses; /* owned: stored Responses API responses */
+  /* draining (serve_drain_begin): new requests are refused; in_flight counts the requests being
+   * answered (from their headers to the last byte sent), jobs lists the generations running */
+  atomic_int draining;
+  atomic_long in_flight;
+  pthread_mutex_t jobs_mu;
+  struct job *jobs;     /* borrowed: each job is its connection's */
 };
 
 /* The server answering on this connection's thread (one thread per
@@ -131,6 +139,7 @@ typedef struct conn {
   char allow_buf[64];  /* the methods a path takes, when allow points here */
   char path[512];      /* the URL path without a trailing slash */
   hbuf body;           /* owned */
+  bool counted;        /* in serve_server.in_flight until on_completed */
 } conn;
 
 /* ---- plain responses ---- */
@@ -379,12 +388,36 @@ typedef struct job {
   hbuf out;                 /* owned: SSE bytes produced but not yet sent */
   size_t sent;              /* bytes of `out` already handed to MHD */
   bool done;                /* the producer finished: `out` is all there is */
+  /* the server's list of running generations (serve_drain_cancel) */
+  struct job *jnext, **jprev;
+  volatile int drained;     /* cancelled by the end of a drain: it ends as cut by length, not as a client gone */
 } job;
 
 static void forced_call_grammar(job *j);
 
 static void cancel_set(job *j) { __atomic_store_n(&j->cancel, 1, __ATOMIC_SEQ_CST); }
 static bool cancelled(job *j) { return __atomic_load_n(&j->cancel, __ATOMIC_SEQ_CST) != 0; }
+static bool drained(job *j) { return __atomic_load_n(&j->drained, __ATOMIC_SEQ_CST) != 0; }
+/* Cancelled because the client went away (not by a drain, which still answers). */
+static bool abandoned(job *j) { return cancelled(j) && !drained(j); }
+
+static void jobs_add(serve_server *s, job *j) {
+  pthread_mutex_lock(&s->jobs_mu);
+  j->jnext = s->jobs;
+  j->jprev = &s->jobs;
+  if (s->jobs) s->jobs->jprev = &j->jnext;
+  s->jobs = j;
+  pthread_mutex_unlock(&s->jobs_mu);
+}
+
+static void jobs_remove(serve_server *s, job *j) {
+  pthread_mutex_lock(&s->jobs_mu);
+  *j->jprev = j->jnext;
+  if (j->jnext) j->jnext->jprev = j->jprev;
+  j->jnext = NULL;
+  j->jprev = NULL;
+  pthread_mutex_unlock(&s->jobs_mu);
+}
 
 static void job_free(job *j) {
   if (!j) return;
@@ -415,14 +448,23 @@ static void job_generate(job *j, serve_token_fn fn) {
     herr_set(&j->err, HEARTH_ECANCELLED, "the client went away");
   } else {
     j->result.stop_index = -1;
+    jobs_add(s, j);
+    if (atomic_load(&s->draining) > 1) __atomic_store_n(&j->drained, 1, __ATOMIC_SEQ_CST), cancel_set(j);
     if (j->req.prompt_ids)
       j->rc = e->generate_ids(e->impl, j->req.prompt_ids, j->req.n_prompt_ids, &j->req.sampling, fn, j, &j->cancel,
                               &j->result, &j->err);
     else
       j->rc = e->generate(e->impl, j->prompt, j->req.kind == SERVE_COMPLETION, &j->req.sampling, fn, j, &j->cancel,
                           &j->result, &j->err);
+    jobs_remove(s, j);
   }
   if (lock) pthread_mutex_unlock(&s->engine_lock);
+  /* cut by the end of a drain: answered with what it has, ended as by a length limit */
+  if (drained(j) && (j->rc == HEARTH_ECANCELLED || j->result.finish == SERVE_FINISH_CANCELLED)) {
+    j->rc = 0;
+    j->result.finish = SERVE_FINISH_LENGTH;
+    HLOG_INFO("serve: %lld tokens in, cut by the drain timeout", (long long)j->result.completion_tokens);
+  }
 }
 
 /* An engine failure as the client sees it: by its code and typed cause, with
@@ -506,7 +548,7 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
               (long long)j->result.prompt_tokens, (long long)j->result.completion_tokens,
               serve_finish_name(j->result.finish));
     hbuf_free(&body);
-  } else if (cancelled(j)) {
+  } else if (abandoned(j)) {
     HLOG_INFO("serve: client went away; generation cancelled");
     rc = MHD_NO; /* nobody to answer */
   } else {
@@ -549,7 +591,7 @@ static void *stream_main(void *arg) {
   stream_push(j, &b, false);
   hbuf_clear(&b);
   job_generate(j, stream_token);
-  if (cancelled(j)) {
+  if (abandoned(j)) {
     HLOG_INFO("serve: client went away; stream cancelled after %lld tokens", (long long)j->result.completion_tokens);
   } else if (j->rc) {
     serve_fail f;
@@ -588,7 +630,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   pthread_mutex_lock(&j->mu);
   int idle = 0; /* waits without anything to send */
   while (j->sent == j->out.len && !j->done) {
-    if (cancelled(j) || client_gone(j->fd)) {
+    if (abandoned(j) || client_gone(j->fd)) {
       cancel_set(j);
       pthread_mutex_unlock(&j->mu);
       return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -1102,6 +1144,12 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
   if (n > 1 && path[n - 1] == '/') path[n - 1] = 0;
   cn->head = strcmp(method, "HEAD") == 0;
   cn->anthropic = strcmp(path, "/v1/messages") == 0 || strncmp(path, "/v1/messages/", 13) == 0;
+  if (atomic_load(&s->draining)) {
+    cn->failed = true;
+    serve_fail_set(&cn->fail, 503, "server_error", NULL, "shutting_down",
+                   "The server is shutting down and takes no new requests; retry on another instance or later");
+    return;
+  }
   const char *m = cn->head ? "GET" : method;
   const route_def *rt = NULL;
   char allow[64] = "";
@@ -1181,6 +1229,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cn) return MHD_NO;
     *con_cls = cn;
     classify(s, c, url, method, cn);
+    if (!cn->failed) {
+      cn->counted = true;
+      atomic_fetch_add(&s->in_flight, 1);
+    }
     /* A refusal (bad route, key, size) is answered now, before libmicrohttpd
      * sends "100 Continue" or reads a byte of the body; the connection is
      * then closed. */
@@ -1251,6 +1303,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
   /* kept alive for the next request: it has the idle limit again */
   if (why == MHD_REQUEST_TERMINATED_COMPLETED_OK) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->idle_timeout_s);
   if (!cn) return;
+  if (cn->counted) atomic_fetch_sub(&s->in_flight, 1);
   hbuf_free(&cn->body);
   free(cn);
   *con_cls = NULL;
@@ -1312,6 +1365,9 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   unsigned per_client = cfg->max_per_client > 0 ? (unsigned)cfg->max_per_client : DEFAULT_MAX_PER_CLIENT;
   raise_fd_limit(max_conn + 64);
   pthread_mutex_init(&s->engine_lock, NULL);
+  pthread_mutex_init(&s->jobs_mu, NULL);
+  atomic_init(&s->draining, 0);
+  atomic_init(&s->in_flight, 0);
   atomic_init(&s->next_id, (uint64_t)time(NULL));
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
@@ -1344,10 +1400,59 @@ void serve_stop(serve_server *s) {
   if (!s) return;
   if (s->daemon) MHD_stop_daemon(s->daemon);
   pthread_mutex_destroy(&s->engine_lock);
+  pthread_mutex_destroy(&s->jobs_mu);
   free(s->api_key);
   free(s->cors);
   for (int i = 0; i < s->nnames; i++) free(s->names[i]);
   free(s->names);
   resp_store_free(s->responses);
   free(s);
+}
+
+void serve_drain_begin(serve_server *s) {
+  int was = 0;
+  atomic_compare_exchange_strong(&s->draining, &was, 1);
+}
+
+int64_t serve_in_flight(serve_server *s) { return atomic_load(&s->in_flight); }
+
+int serve_drain_cancel(serve_server *s) {
+  atomic_store(&s->draining, 2); /* a generation that starts from now is cut at once */
+  int n = 0;
+  pthread_mutex_lock(&s->jobs_mu);
+  for (job *j = s->jobs; j; j = j->jnext) {
+    __atomic_store_n(&j->drained, 1, __ATOMIC_SEQ_CST);
+    cancel_set(j);
+    n++;
+  }
+  pthread_mutex_unlock(&s->jobs_mu);
+  return n;
+}
+
+static double mono_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Waits up to `until` for the requests in flight to be answered; false when a signal of `sigs` came first. */
+static bool wait_idle(serve_server *s, const sigset_t *sigs, double until) {
+  while (serve_in_flight(s) > 0 && mono_seconds() < until) {
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = 20 * 1000 * 1000};
+    if (sigs) {
+      if (sigtimedwait(sigs, NULL, &ts) > 0) return false;
+    } else {
+      nanosleep(&ts, NULL);
+    }
+  }
+  return true;
+}
+
+int serve_drain(serve_server *s, double timeout_s, const sigset_t *sigs) {
+  serve_drain_begin(s);
+  if (wait_idle(s, sigs, mono_seconds() + timeout_s) && serve_in_flight(s) == 0) return 0;
+  int cut = serve_drain_cancel(s);
+  /* their ends, and replies still being written, get a few seconds to go out */
+  wait_idle(s, NULL, mono_seconds() + DRAIN_GRACE_S);
+  return cut;
 }

@@ -4,6 +4,7 @@
 #ifndef HEARTH_SERVE_SERVER_H
 #define HEARTH_SERVE_SERVER_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,22 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
 int serve_port(const serve_server *s);
 /* SSE keep-alive comments sent so far (all streams). */
 uint64_t serve_keepalives_sent(serve_server *s);
+/* Draining, for a graceful stop: after serve_drain_begin every new request
+ * (including /health) is refused with 503 "shutting_down" while those
+ * already in are answered; serve_in_flight counts them (from their headers
+ * to the last byte sent). serve_drain_cancel ends the running generations
+ * within a step, each with a proper end — a whole reply, or a stream with
+ * its finish event and [DONE] / message_stop — cut as if by a length limit
+ * (finish_reason "length", stop_reason "max_tokens", status "incomplete");
+ * it returns how many it cut. */
+void serve_drain_begin(serve_server *s);
+int64_t serve_in_flight(serve_server *s);
+int serve_drain_cancel(serve_server *s);
+/* The whole graceful stop: serve_drain_begin, then up to timeout_s for the
+ * requests in flight (cut short when a signal of sigs arrives: the caller
+ * blocks them; NULL: none), then serve_drain_cancel and up to 10 s for the
+ * ends to go out. Returns the generations it cut. serve_stop follows. */
+int serve_drain(serve_server *s, double timeout_s, const sigset_t *sigs);
 /* Stops listening, ends every connection (cancelling their generations) and frees. */
 void serve_stop(serve_server *s);
 

@@ -1,9 +1,10 @@
 /* fake_server.c — the HTTP server over the fake engine (fake_engine.h), so the
  * end-to-end tests can check the protocol without a model:
  *   serve_fake_server [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES]
- *                     [--context TOKENS] [--responses-max N]
+ *                     [--context TOKENS] [--responses-max N] [--drain-timeout SECONDS]
  * Prints "hearth: listening on http://HOST:PORT" and serves until
- * SIGINT/SIGTERM. Test code only. */
+ * SIGINT/SIGTERM, draining first as `hearth serve` does (after printing
+ * "fake_server: draining"). Test code only. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 int main(int argc, char **argv) {
   serve_config cfg = {.host = "127.0.0.1"};
   const char *names[16];
+  double drain_timeout = 30;
   int names_n = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--port") == 0) cfg.port = atoi(argv[i + 1]);
@@ -25,6 +27,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--context") == 0) fake_context = strtoll(argv[i + 1], NULL, 10);
     else if (strcmp(argv[i], "--cors") == 0) cfg.cors_origin = argv[i + 1];
     else if (strcmp(argv[i], "--served-model-name") == 0 && names_n < 16) names[names_n++] = argv[i + 1];
+    else if (strcmp(argv[i], "--drain-timeout") == 0) drain_timeout = strtod(argv[i + 1], NULL);
     else if (strcmp(argv[i], "--responses-max") == 0) cfg.responses_max = (size_t)strtoull(argv[i + 1], NULL, 10);
   }
   cfg.served_names = names;
@@ -49,6 +52,9 @@ int main(int argc, char **argv) {
   fprintf(stderr, "hearth: listening on http://%s%s%s:%d\n", v6 ? "[" : "", cfg.host, v6 ? "]" : "", serve_port(srv));
   int sig;
   sigwait(&set, &sig);
+  fprintf(stderr, "fake_server: draining\n");
+  int cut = serve_drain(srv, drain_timeout, &set);
+  fprintf(stderr, "fake_server: drained (%d cut)\n", cut);
   serve_stop(srv);
   fprintf(stderr, "fake_server: stopped (%d generations, %d cancelled)\n", atomic_load(&fake_generations),
           atomic_load(&fake_cancelled));
