@@ -301,6 +301,77 @@ typedef struct hearth_stats {
 
 void hearth_get_stats(hearth_model *m, hearth_stats *out);
 
+/* ---- the memory contract: will a model fit, with how much context, how fast? ----
+ *
+ * Computed from the model's files without loading its weights: config.json
+ * (or GGUF metadata) for the layers and the KV cache the model would need
+ * (the same geometry and block size the serving KV pool uses, so the KV
+ * format — element type, KV sharing between layers — is the pool's own),
+ * the weight files' tensor index for the weights as stored. Memory is the
+ * host's MemAvailable, or the GPU's free memory for a CUDA device. The
+ * decode speed is predicted from a memory bandwidth measured here and now
+ * (a multi-threaded read of a buffer larger than the caches; on a GPU a
+ * device-to-device copy): a decode step reads the active weights once and
+ * each sequence's KV, so tok/s = batch × bandwidth / (active weights + batch ×
+ * KV bytes per token × context). */
+
+#define HEARTH_FIT_MAX_LAYERS 512
+
+typedef struct hearth_fit_opts {
+  int64_t context;        /* tokens per sequence (prompt + output); <= 0: the model's context length */
+  int batch;              /* sequences decoding together; <= 0: 1 */
+  const char *device;     /* "cpu" (NULL), "cuda", "cuda:N": whose memory and bandwidth */
+  int threads;            /* CPU bandwidth test threads; <= 0: one per CPU */
+  bool no_bandwidth;      /* skip measuring the bandwidth (no speed prediction) */
+} hearth_fit_opts;
+
+typedef struct hearth_fit_result {
+  char model_type[64];
+  char device[160];                /* the device described */
+  int64_t context_length;          /* the model's */
+  int64_t context, batch;          /* what was asked (context: the model's when not given) */
+  /* weights, as stored in the files (vision / audio towers left out) */
+  int64_t weight_bytes;
+  int64_t active_weight_bytes;     /* read per decoded token: all weights for a dense model; for a
+                                      mixture of experts, the rest plus experts_per_token / n_experts
+                                      of the experts */
+  int64_t expert_bytes, n_experts, experts_per_token;
+  /* the KV cache */
+  int n_layers, kv_layers;         /* layers, and those that store KV (the others read an earlier
+                                      layer's: Gemma-4's shared layers) */
+  int kv_block_tokens;             /* the pool's block size the bytes are counted in */
+  char kv_format[64];              /* the element type of the KV rows ("f32") */
+  int64_t kv_bytes_per_token;      /* all layers, K and V */
+  int64_t kv_layer_bytes_per_token[HEARTH_FIT_MAX_LAYERS];
+  int64_t kv_bytes;                /* context × batch tokens */
+  /* runtime */
+  int64_t activation_bytes;        /* the forward's scratch at the serving step size */
+  int64_t runtime_bytes;           /* fixed: tables, tokenizer, thread stacks; a GPU's context */
+  int64_t overhead_bytes;          /* the two above */
+  int64_t need_bytes;              /* weights + KV + overhead */
+  int64_t available_bytes;
+  char memory_source[48];          /* "MemAvailable" or "cuda free" (+ what a served model holds) */
+  bool fits;
+  int64_t max_context;             /* the largest context per sequence that fits at this batch (at
+                                      most the model's; 0 when even the weights do not fit) */
+  int64_t max_batch;               /* the most sequences of `context` tokens that fit */
+  double bandwidth;                /* bytes/s measured (0: not measured) */
+  double decode_tok_s;             /* predicted, per sequence, at this batch and the full context */
+  double decode_tok_s_total;       /* ... all sequences together */
+  double decode_tok_s_short;       /* predicted for one sequence at a short context (weights only) */
+} hearth_fit_result;
+
+/* The fit of the model at path (a folder or .gguf file): HEARTH_ENOTFOUND /
+ * HEARTH_EFORMAT / HEARTH_EUNSUPPORTED as hearth_model_load would say. */
+int hearth_fit(const char *path, const hearth_fit_opts *opts, hearth_fit_result *out, hearth_error *err);
+/* The same for a loaded model on its own device: the available memory counts
+ * what the model holds already (its weights and KV pool) as its own. The
+ * bandwidth is measured on the first call and kept. */
+int hearth_model_fit(hearth_model *m, const hearth_fit_opts *opts, hearth_fit_result *out, hearth_error *err);
+/* A result as JSON text (what `hearth fit --json` prints and GET /fit
+ * answers); *json: hearth_free. */
+int hearth_fit_json(const hearth_fit_result *r, char **json, hearth_error *err);
+
 /* ---- embeddings and the next-token signal --------------------------------
  *
  * Both are prompt-only work: the model's scheduler prefills each input in

@@ -108,6 +108,7 @@ int cli_chat(int argc, char **argv);
 int cli_logits(int argc, char **argv);
 int cli_template(int argc, char **argv);
 int cli_convert(int argc, char **argv);
+int cli_fit(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 
 #endif

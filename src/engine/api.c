@@ -17,8 +17,10 @@
 #include "chat/chat.h"
 #include "chat/jinja.h"
 #include "engine/generate.h"
+#include "engine/fit.h"
 #include "engine/json_schema.h"
 #include "engine/kv_disk.h"
+#include "engine/kv_paged.h"
 #include "engine/sched.h"
 #include "engine/signal.h"
 #include "backend/ops.h"
@@ -51,6 +53,8 @@ struct hearth_model {
   sched *sch;                  /* owned: started by the first generation */
   sched_config sch_cfg;
   htrace *trace;               /* owned, NULL without hearth_load_opts.trace_file */
+  int threads;                 /* hearth_load_opts.threads: the CPU bandwidth test runs on as many */
+  double fit_bandwidth;        /* bytes/s measured by the first hearth_model_fit (under gen_lock) */
   pooling_config pooling;      /* how embeddings pool (sentence-transformers files; last token by default) */
 };
 
@@ -189,6 +193,7 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
     hm->sch_cfg.gpu_memory_fraction = opts->gpu_memory_fraction;
   }
   hm->sch_cfg.context_length = hm->context_length;
+  hm->threads = opts ? opts->threads : 0;
   if (opts && opts->kv_store && opts->kv_store[0]) {
     /* what else changes the KV's values: the device kind and rounding the weights to bf16 */
     char extra[128];
@@ -711,5 +716,25 @@ int hearth_signal(hearth_model *hm, const hearth_prompt *prompt, int n_bins, int
   }
   free(owned);
   free(logits);
+  return rc;
+}
+
+int hearth_model_fit(hearth_model *hm, const hearth_fit_opts *opts, hearth_fit_result *out, hearth_error *err) {
+  hearth_fit_opts o = opts ? *opts : (hearth_fit_opts){0};
+  if (o.context <= 0) o.context = hm->context_length;
+  if (o.threads <= 0) o.threads = hm->threads;
+  /* what the model holds already counts as available to it: its weights and its KV pool */
+  int64_t held = (int64_t)model_weight_bytes(hm->m);
+  pthread_mutex_lock(&hm->gen_lock);
+  if (hm->sch) {
+    sched_stats st;
+    sched_get_stats(hm->sch, &st);
+    model_kv_geometry g;
+    model_kv_geometry_of(hm->m, &g);
+    held += st.blocks_total * (int64_t)kv_block_bytes(&g, st.block_tokens);
+  }
+  int rc = fit_model(hm->path, &o, model_backend(hm->m), held, &hm->fit_bandwidth, out, err);
+  pthread_mutex_unlock(&hm->gen_lock);
+  if (!rc) out->context_length = hm->context_length < out->context_length ? hm->context_length : out->context_length;
   return rc;
 }

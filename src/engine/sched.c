@@ -735,7 +735,7 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   s->trace = c.trace;
   s->step_hook = c.step_hook;
   s->step_hook_user = c.step_hook_user;
-  int B = c.block_tokens > 0 ? c.block_tokens : 16;
+  int B = c.block_tokens > 0 ? c.block_tokens : SCHED_DEFAULT_BLOCK_TOKENS;
   int64_t ctx = c.context_length > 0 ? c.context_length : model_cfg(m)->max_position_embeddings;
   if (ctx <= 0) ctx = 4096;
   s->ctx = ctx;

@@ -28,11 +28,13 @@
 #include "base/trace.h"
 #include "engine/generate.h"
 
+#define SCHED_DEFAULT_BLOCK_TOKENS 16
+
 typedef struct sched_config {
   int max_batch;          /* running sequences at most; <= 0: 64 */
   int prefill_chunk;      /* prompt tokens one sequence feeds per step; <= 0: GEN_DEFAULT_PREFILL_CHUNK */
   int step_tokens;        /* tokens per step (decode + prefill); <= 0: max(prefill_chunk, max_batch) */
-  int block_tokens;       /* rows per KV block; <= 0: 16 */
+  int block_tokens;       /* rows per KV block; <= 0: SCHED_DEFAULT_BLOCK_TOKENS */
   size_t kv_bytes;        /* KV pool size; 0: a quarter of physical memory, at most 4 GiB, at most what
                              max_batch full-context sequences need */
   size_t memory_budget;   /* 0: none; else the pool is at most this, and requests are admitted against it */

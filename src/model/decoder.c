@@ -279,7 +279,8 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
     goto fail;
   }
   /* an expert budget pages experts in and out of the file mapping */
-  int mode = (opts && opts->mmap) || !bk_backend_is_cpu(m->be) || budget > 0 ? HMMAP_MAP : HMMAP_RESIDENT;
+  int mode = (opts && (opts->mmap || opts->geometry_only)) || !bk_backend_is_cpu(m->be) || budget > 0 ? HMMAP_MAP
+                                                                                                      : HMMAP_RESIDENT;
   rc = is_gguf ? gguf_open_mode(&m->gg, dir, mode, err) : config_load(&m->cfg, dir, err);
   if (rc) goto fail;
   if (is_gguf && (rc = gguf_model_config(m->gg, &m->cfg, err))) goto fail;
@@ -307,6 +308,10 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   if ((rc = layer_geometry(m, err)) || (ops->prepare && (rc = ops->prepare(m, err)))) {
     herr_wrap(err, "%s", dir);
     goto fail;
+  }
+  if (opts && opts->geometry_only) {
+    *out = m;
+    return 0;
   }
   for (int l = 0; l < c->num_hidden_layers; l++) {
     const layer_weights *lw = &m->layers[l];

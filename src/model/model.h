@@ -46,6 +46,9 @@ typedef struct model_load_opts {
   bool f32_as_bf16;     /* run an f32 model as if stored in bf16: matrices stored as bf16 on the
                            device (half the memory and bandwidth), norms and biases rounded to
                            bf16 values (off: f32 stays f32) */
+  bool geometry_only;    /* read the config and lay out the layers, but no weights (nothing of the
+                           weight files is read): model_cfg and model_kv_geometry_of answer, forwards
+                           must not be run (what a memory estimate needs before loading) */
   int64_t expert_budget; /* mixture of experts: at most this many bytes of expert weights stay
                            resident (in RAM, or on the GPU) between layers; the rest stays mapped
                            from the file and is read in (uploaded) when a token is routed to it,

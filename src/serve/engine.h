@@ -151,6 +151,10 @@ typedef struct serve_engine {
    * rendered (raw false) or raw prompt, or after ids when ids is set. */
   int (*signal)(void *impl, const char *prompt, bool raw, const int32_t *ids, size_t n_ids, int bins, int top,
                 serve_signal *out, volatile int *cancel, herr *err);
+  /* May be NULL: no GET /fit. The memory contract of the served model (hearth_model_fit)
+   * for context tokens (<= 0: the served context) and batch sequences (<= 0: 1), as JSON text
+   * (*json: free). */
+  int (*fit)(void *impl, int64_t context, int batch, char **json, herr *err);
 } serve_engine;
 
 /* How `hearth serve` configures the engine; 0 takes the default. */

@@ -244,6 +244,15 @@ static void stats(void *impl, serve_stats *out) {
                        .expert_page_ins = st.expert_page_ins};
 }
 
+static int fit(void *impl, int64_t context, int batch, char **json, herr *err) {
+  hearth_engine *h = impl;
+  hearth_fit_opts o = {.context = context, .batch = batch};
+  hearth_fit_result r;
+  hearth_error e = {0};
+  if (hearth_model_fit(h->model, &o, &r, &e) || hearth_fit_json(&r, json, &e)) return copy_err(err, &e);
+  return 0;
+}
+
 static int admit(void *impl, int64_t n_prompt, int64_t max_tokens, herr *err) {
   hearth_engine *h = impl;
   hearth_error e = {0};
@@ -293,6 +302,7 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   out->destroy = destroy;
   out->stats = stats;
   out->admit = admit;
+  out->fit = fit;
   if (h->info.can_embed) {
     out->embed = embed;
     out->embed_dim = h->info.hidden_size;

@@ -125,6 +125,7 @@ typedef enum route {
   ROUTE_METRICS,
   ROUTE_EMBEDDINGS,
   ROUTE_SIGNAL,
+  ROUTE_FIT,
 } route;
 
 /* Per-request state, kept in MHD's con_cls between the calls for one request. */
@@ -320,6 +321,40 @@ static enum MHD_Result answer_metrics(struct MHD_Connection *c, serve_server *s)
   metric(&b, "engine_steps_total", "counter", "Batched forward steps run.", (double)st.steps);
   enum MHD_Result rc = b.oom ? MHD_NO : send_bytes(c, 200, "text/plain; version=0.0.4", hbuf_str(&b), b.len, NULL);
   hbuf_free(&b);
+  return rc;
+}
+
+/* GET /fit[?ctx=N&batch=B]: the engine's answer as it gives it. */
+static enum MHD_Result answer_fit(struct MHD_Connection *c, serve_server *s) {
+  serve_fail f;
+  if (!s->engine->fit) {
+    serve_fail_set(&f, 404, "invalid_request_error", NULL, "not_found", "This server's engine does not answer /fit");
+    return send_fail(c, &f, NULL);
+  }
+  long long ctx = 0, batch = 0;
+  const char *names[2] = {"ctx", "batch"};
+  long long *vals[2] = {&ctx, &batch};
+  for (int i = 0; i < 2; i++) {
+    const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, names[i]);
+    if (!v) continue;
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno || x < 1 || x > (i ? 1 << 20 : 1ll << 26)) {
+      serve_fail_set(&f, 400, "invalid_request_error", names[i], NULL, "%s must be a positive integer, not '%.40s'",
+                     names[i], v);
+      return send_fail(c, &f, NULL);
+    }
+    *vals[i] = x;
+  }
+  char *json = NULL;
+  herr err = {0};
+  if (s->engine->fit(s->engine->impl, ctx, (int)batch, &json, &err)) {
+    serve_fail_set(&f, 500, "server_error", NULL, NULL, "fit: %s", err.msg);
+    return send_fail(c, &f, NULL);
+  }
+  enum MHD_Result rc = send_bytes(c, 200, "application/json", json, strlen(json), NULL);
+  free(json);
   return rc;
 }
 
@@ -1120,6 +1155,9 @@ static const route_def routes[] = {
     {"POST", "/v1/signal", ROUTE_SIGNAL, false, "the next token's log-probability histogram, entropy and best tokens"},
     {"GET", "/stats", ROUTE_STATS, false, "serving counters as JSON (requests, KV blocks, prefix cache, tokens/s)"},
     {"GET", "/metrics", ROUTE_METRICS, false, "serving counters in the Prometheus text format"},
+    {"GET", "/fit", ROUTE_FIT, false,
+     "the served model's memory contract: weights, KV bytes per token, fit, largest context, predicted tok/s "
+     "(?ctx=N&batch=B)"},
 };
 
 static bool route_matches(const route_def *r, const char *path) {
@@ -1279,6 +1317,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return answer_stats(c, s);
   case ROUTE_METRICS:
     return answer_metrics(c, s);
+  case ROUTE_FIT:
+    return answer_fit(c, s);
   case ROUTE_CHAT:
   case ROUTE_COMPLETIONS:
   case ROUTE_MESSAGES:

@@ -8,6 +8,7 @@
 // HEARTH_E2E_SERVER  the `hearth` executable
 'use strict';
 const { test } = require('node:test');
+const { execFileSync } = require('node:child_process');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const os = require('node:os');
@@ -50,5 +51,32 @@ test('the prefix cache survives a restart through --kv-store', async () => {
     assert.equal(await H.stopServer(srv, 'SIGINT'), 0);
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('hearth fit --json and GET /fit answer for the built-in model', async () => {
+  const cli = JSON.parse(execFileSync(SERVER, ['fit', '--json', '--ctx', '512', '--batch', '2', '--threads', '1'],
+    { encoding: 'utf8' }));
+  assert.equal(cli.context, 512);
+  assert.equal(cli.batch, 2);
+  // the built-in model: 8 layers of 2 KV heads of 64 floats, K and V, f32
+  assert.equal(cli.kv.bytes_per_token, 8 * 2 * 2 * 64 * 4);
+  assert.equal(cli.kv.bytes, cli.kv.bytes_per_token * 512 * 2);
+  assert.equal(cli.need_bytes, cli.weights.bytes + cli.kv.bytes + cli.overhead.bytes);
+  assert.equal(typeof cli.fits, 'boolean');
+  assert.ok(cli.predicted.decode_tok_s > 0);
+  const srv = await start([]);
+  try {
+    const r = await fetch(srv.url + '/fit?ctx=512&batch=2');
+    assert.equal(r.status, 200);
+    const served = await r.json();
+    assert.equal(served.kv.bytes_per_token, cli.kv.bytes_per_token);
+    assert.equal(served.weights.bytes, cli.weights.bytes);
+    assert.equal(served.context, 512);
+    assert.match(served.memory.source, /held by the model/);
+    const bad = await fetch(srv.url + '/fit?batch=0');
+    assert.equal(bad.status, 400);
+  } finally {
+    assert.equal(await H.stopServer(srv), 0);
   }
 });
