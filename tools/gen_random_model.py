@@ -10,6 +10,9 @@ norms 1. Uses torch and safetensors (on the GPU machine); generates on the
 GPU when one is visible, which makes the 16 GB of an 8B model take seconds.
 Without torch (bf16 or f32 only), plain Python writes the files: the weights
 repeat one block of 65,536 random values, which is all a speed run needs.
+--sparse writes only the headers and leaves the tensors as file holes (all
+zero; bf16 or f32, without torch): instant, for speed runs where the values
+do not matter (a GPU's matmuls) and for `hearth fit`, which reads no weights.
 """
 import argparse
 import json
@@ -25,25 +28,42 @@ except ImportError:
 
 
 class Raw:
-    """A tensor as little-endian bytes (the plain-Python path)."""
+    """A tensor as little-endian bytes (the plain-Python path); data None: nbytes of zeros, left as a hole."""
 
-    def __init__(self, data, shape, dtype):
+    def __init__(self, data, shape, dtype, nbytes=None):
         self.data, self.shape, self.dtype = data, shape, dtype
+        self.nbytes = len(data) if data is not None else nbytes
 
 
 def save_raw(tensors, path):
     header, off = {}, 0
     for k, v in tensors.items():
-        header[k] = {"dtype": v.dtype, "shape": list(v.shape), "data_offsets": [off, off + len(v.data)]}
-        off += len(v.data)
+        header[k] = {"dtype": v.dtype, "shape": list(v.shape), "data_offsets": [off, off + v.nbytes]}
+        off += v.nbytes
     header["__metadata__"] = {"format": "pt"}
     h = json.dumps(header).encode()
     h += b" " * ((8 - len(h) % 8) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(h)))
         f.write(h)
+        if all(v.data is None for v in tensors.values()):
+            f.truncate(8 + len(h) + off)
+            return
         for v in tensors.values():
             f.write(v.data)
+
+
+def sparse_maker(dtype):
+    """rnd / ones / zeros of --sparse: every tensor zero, as a hole in the file."""
+    es, name = (4, "F32") if dtype == "f32" else (2, "BF16")
+
+    def make(*shape):
+        n = es
+        for d in shape:
+            n *= d
+        return Raw(None, shape, name, n)
+
+    return make, make, make
 
 
 def raw_maker(dtype, seed):
@@ -111,6 +131,11 @@ SHAPES = {
         num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4, head_dim=64, vocab_size=32000,
         max_position_embeddings=65536, rms_norm_eps=1e-6, rope_theta=1000000.0, hidden_act="silu",
         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+    "smollm2-360m": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=960, intermediate_size=2560,
+        num_hidden_layers=32, num_attention_heads=15, num_key_value_heads=5, head_dim=64, vocab_size=49152,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000.0, hidden_act="silu",
+        tie_word_embeddings=True, bos_token_id=1, eos_token_id=2),
     "llama-tiny": dict(
         architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=256, intermediate_size=512,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=1024,
@@ -125,11 +150,13 @@ def main():
     ap.add_argument("--shape", default="llama-3.1-8b", choices=sorted(SHAPES))
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sparse", action="store_true", help="zero tensors as file holes (bf16 / f32, no torch)")
     a = ap.parse_args()
+    use_torch = torch is not None and not a.sparse
     cfg = dict(SHAPES[a.shape])
-    if torch is None and a.dtype == "f16":
+    if not use_torch and a.dtype == "f16":
         raise SystemExit("gen_random_model: f16 needs torch")
-    dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[a.dtype] if torch else None
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[a.dtype] if use_torch else None
     cfg["torch_dtype"] = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[a.dtype]
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "config.json"), "w") as f:
@@ -137,7 +164,7 @@ def main():
     D, I, H, KV, hd, V = (cfg["hidden_size"], cfg["intermediate_size"], cfg["num_attention_heads"],
                           cfg["num_key_value_heads"], cfg["head_dim"], cfg["vocab_size"])
 
-    if torch is not None:
+    if use_torch:
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         g = torch.Generator(device=dev).manual_seed(a.seed)
 
@@ -150,7 +177,7 @@ def main():
         def zeros(n):
             return torch.zeros(n, dtype=dt)
     else:
-        rnd, ones, zeros = raw_maker(a.dtype, a.seed)
+        rnd, ones, zeros = sparse_maker(a.dtype) if a.sparse else raw_maker(a.dtype, a.seed)
 
     hybrid = cfg["model_type"] == "qwen3_5_text"
 
@@ -203,7 +230,7 @@ def main():
                 t[p + "self_attn.v_proj.weight"] = rnd(KV * hd, D)
                 t[p + "self_attn.o_proj.weight"] = rnd(D, H * hd)
         name = f"model-{si + 1:05d}-of-{n_shards:05d}.safetensors"
-        if torch is not None:
+        if use_torch:
             save_file(t, os.path.join(a.out, name), metadata={"format": "pt"})
         else:
             save_raw(t, os.path.join(a.out, name))
@@ -211,7 +238,7 @@ def main():
             index[k] = name
     with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {}, "weight_map": index}, f, indent=1)
-    print(f"{a.out}: {a.shape} {a.dtype}, {n_shards} shards")
+    print(f"{a.out}: {a.shape} {a.dtype}{' (sparse: zeros)' if a.sparse else ''}, {n_shards} shards")
 
 
 if __name__ == "__main__":
