@@ -39,6 +39,7 @@ struct kv_disk {
   int64_t max_bytes;
   uint64_t model_id;
   kv_pool *pool;        /* borrowed */
+  bool host;            /* the pool's arenas are in host memory (a CPU backend) */
   char desc[MAX_DESC];  /* the pool's format descriptor */
   uint32_t desc_len;
   int B;
@@ -377,6 +378,27 @@ static bool on_has(void *user, uint64_t hash, uint64_t parent) {
   return e && e->parent == parent;
 }
 
+/* Reads the file at path into buf (cap bytes at most; a longer file is read short and
+ * fails the size check after). */
+static int read_file(const char *path, unsigned char *buf, size_t cap, size_t *got, herr *err) {
+  *got = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return herr_set(err, HEARTH_EIO, "%s: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != cap) {
+    close(fd);
+    return herr_set(err, HEARTH_EFORMAT, "%s: not the size of a block file", path);
+  }
+  while (*got < cap) {
+    ssize_t r = pread(fd, buf + *got, cap - *got, (off_t)*got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    *got += (size_t)r;
+  }
+  close(fd);
+  return *got == cap ? 0 : herr_set(err, HEARTH_EIO, "%s: short read", path);
+}
+
 static int on_load(void *user, kv_pool *p, int32_t b, uint64_t hash, uint64_t parent, const int32_t *tokens) {
   kv_disk *d = user;
   entry *e = find(d, hash);
@@ -386,18 +408,26 @@ static int on_load(void *user, kv_pool *p, int32_t b, uint64_t hash, uint64_t pa
   hmmap m = {0};
   herr err = {0};
   const char *why = NULL;
-  if (hmmap_open(&m, path, &err)) {
-    why = err.msg;
+  const unsigned char *data = NULL;
+  size_t size = 0;
+  /* the pool in host memory copies straight from the file's pages; a device's is uploaded
+   * from a read into the store's buffer */
+  if (d->host ? hmmap_open(&m, path, &err) == 0 : read_file(path, d->io, d->header + d->payload, &size, &err) == 0) {
+    data = d->host ? m.data : d->io;
+    size = d->host ? m.size : size;
   } else {
+    why = err.msg;
+  }
+  if (data) {
     header h;
-    verdict v = parse_header(d, m.data, m.size, &h);
-    if (v != FILE_OK || m.size != d->header + d->payload) why = "its header does not match";
+    verdict v = parse_header(d, data, size, &h);
+    if (v != FILE_OK || size != d->header + d->payload) why = "its header does not match";
     else if (h.hash != hash || h.parent != parent) why = "it holds another block";
-    else if (file_checksum(m.data, m.size) != h.checksum) why = "bad checksum";
+    else if (file_checksum(data, size) != h.checksum) why = "bad checksum";
     else {
       for (int i = 0; i < d->B && !why; i++)
         if ((int32_t)get32(h.tokens + 4 * (size_t)i) != tokens[i]) why = "its tokens differ (a hash collision)";
-      if (!why && kv_pool_block_write(p, b, m.data + d->header, &err)) why = err.msg;
+      if (!why && kv_pool_block_write(p, b, data + d->header, &err)) why = err.msg;
     }
   }
   hmmap_close(&m);
@@ -425,6 +455,7 @@ int kv_disk_open(const char *dir, int64_t max_bytes, uint64_t model_id, kv_pool 
   d->max_bytes = max_bytes > 0 ? max_bytes : KV_DISK_DEFAULT_MAX;
   d->model_id = model_id;
   d->pool = p;
+  d->host = kv_pool_on_host(p);
   kv_pool_format(p, d->desc, sizeof d->desc);
   d->desc_len = (uint32_t)strlen(d->desc);
   d->B = kv_pool_block_tokens(p);

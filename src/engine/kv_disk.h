@@ -22,7 +22,9 @@
  *     68+D   4 B  the block's tokens (int32)
  *        H     P  payload: kv_pool_block_read's bytes
  *
- * A file is used only when all of it agrees: magic, version, model
+ * A block read back is copied into the pool from the file's mapping when the
+ * pool is in host memory (the CPU), or read into a buffer and uploaded (a
+ * GPU). A file is used only when all of it agrees: magic, version, model
  * identity, the descriptor compared whole, its size, its hash and parent and
  * tokens, and its checksum. Files of another model, version or format are
  * left alone (one warning per kind at open); damaged ones (short, bad

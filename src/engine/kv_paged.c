@@ -579,6 +579,8 @@ void kv_pool_set_spill(kv_pool *p, const kv_pool_spill *sp) {
 
 int64_t kv_pool_blocks(const kv_pool *p) { return p->n_blocks; }
 
+bool kv_pool_on_host(const kv_pool *p) { return bk_backend_is_cpu(p->be); }
+
 bool kv_pool_block_published(const kv_pool *p, int32_t b, kv_block_key *out) {
   if (b < 0 || b >= p->n_blocks || !p->meta[b].hashed) return false;
   const block_meta *m = &p->meta[b];
