@@ -313,12 +313,18 @@ static void touch(kv_disk *d, entry *e) {
   utimensat(AT_FDCWD, path, ts, 0);
 }
 
-/* Writes block b of the pool (published) unless the store has it. */
-static int save_block(kv_disk *d, int32_t b, herr *err) {
+static void touch(kv_disk *d, entry *e);
+
+/* Writes block b of the pool (published) unless the store has it; one it has
+ * is marked used now when `refresh`. */
+static int save_block(kv_disk *d, int32_t b, bool refresh, herr *err) {
   kv_block_key k;
   if (!kv_pool_block_published(d->pool, b, &k)) return 0;
   entry *have = find(d, k.hash);
-  if (have && have->parent == k.parent) return 0;
+  if (have && have->parent == k.parent) {
+    if (refresh) touch(d, have);
+    return 0;
+  }
   if (have) drop_entry(d, have); /* the same hash for another prefix: the newer one wins */
   int64_t size = (int64_t)(d->header + d->payload);
   if (size > d->max_bytes) return 0;
@@ -370,7 +376,7 @@ static void on_evict(void *user, kv_pool *p, int32_t b) {
   (void)p;
   kv_disk *d = user;
   herr e = {0};
-  if (save_block(d, b, &e)) HLOG_WARN("KV store %s: a block was not saved: %s", d->dir, e.msg);
+  if (save_block(d, b, false, &e)) HLOG_WARN("KV store %s: a block was not saved: %s", d->dir, e.msg);
 }
 
 static bool on_has(void *user, uint64_t hash, uint64_t parent) {
@@ -478,11 +484,21 @@ int kv_disk_open(const char *dir, int64_t max_bytes, uint64_t model_id, kv_pool 
 
 int kv_disk_flush(kv_disk *d, herr *err) {
   if (!d) return 0;
-  int64_t before = d->st.saved;
-  for (int64_t b = 0; b < kv_pool_blocks(d->pool); b++) {
-    int rc = save_block(d, (int32_t)b, err);
-    if (rc) return rc;
+  /* the most recently used blocks that fit the bound, written oldest first (so their files'
+   * times keep the pool's order); a pool larger than the bound writes no more than it holds */
+  int32_t *order = malloc(sizeof *order * (size_t)(kv_pool_blocks(d->pool) > 0 ? kv_pool_blocks(d->pool) : 1));
+  if (!order) return herr_set(err, HEARTH_ENOMEM, "KV store: out of memory");
+  int64_t n = kv_pool_published_by_use(d->pool, order), first = n, room = d->max_bytes;
+  int64_t size = (int64_t)(d->header + d->payload);
+  while (first > 0 && room >= size) {
+    first--;
+    room -= size;
   }
+  int64_t before = d->st.saved;
+  int rc = 0;
+  for (int64_t i = first; i < n && !rc; i++) rc = save_block(d, order[i], true, err);
+  free(order);
+  if (rc) return rc;
   HLOG_INFO("KV store %s: %lld blocks written at close; %lld blocks (%.1f MiB) stored", d->dir,
             (long long)(d->st.saved - before), (long long)d->st.files, (double)d->st.bytes / (1 << 20));
   return 0;

@@ -57,7 +57,9 @@ typedef struct kv_disk kv_disk;
  * identity is model_id, reads the headers of the blocks already there, and
  * sets the pool's hooks. max_bytes <= 0: KV_DISK_DEFAULT_MAX. */
 int kv_disk_open(const char *dir, int64_t max_bytes, uint64_t model_id, kv_pool *p, kv_disk **out, herr *err);
-/* Writes every published block of the pool that the store lacks. */
+/* Writes the published blocks of the pool that the store lacks: the most
+ * recently used that fit max_bytes (those sequences hold count as the most
+ * recent), oldest first. */
 int kv_disk_flush(kv_disk *d, herr *err);
 /* Removes the pool's hooks and frees (no flush). */
 void kv_disk_close(kv_disk *d);

@@ -581,6 +581,15 @@ int64_t kv_pool_blocks(const kv_pool *p) { return p->n_blocks; }
 
 bool kv_pool_on_host(const kv_pool *p) { return bk_backend_is_cpu(p->be); }
 
+int64_t kv_pool_published_by_use(const kv_pool *p, int32_t *out) {
+  int64_t n = 0;
+  for (int32_t b = p->lru_head; b >= 0; b = p->meta[b].next)
+    if (p->meta[b].hashed) out[n++] = b;
+  for (int64_t b = 0; b < p->n_blocks; b++)
+    if (p->meta[b].hashed && p->meta[b].ref > 0) out[n++] = (int32_t)b;
+  return n;
+}
+
 bool kv_pool_block_published(const kv_pool *p, int32_t b, kv_block_key *out) {
   if (b < 0 || b >= p->n_blocks || !p->meta[b].hashed) return false;
   const block_meta *m = &p->meta[b];

@@ -127,6 +127,10 @@ void kv_pool_set_spill(kv_pool *p, const kv_pool_spill *sp);
 int64_t kv_pool_blocks(const kv_pool *p);
 /* Whether the arenas are in host memory (a CPU backend). */
 bool kv_pool_on_host(const kv_pool *p);
+/* The published blocks from the least to the most recently used: the cached
+ * ones (nobody holds them) in LRU order, then those sequences hold. out has
+ * room for kv_pool_blocks; returns how many it wrote. */
+int64_t kv_pool_published_by_use(const kv_pool *p, int32_t *out);
 /* Whether block b is published (in the prefix cache, held or not), and its key. */
 bool kv_pool_block_published(const kv_pool *p, int32_t b, kv_block_key *out);
 /* Bytes of one block's contents in every arena of the pool, in the order

@@ -4,7 +4,8 @@
  * KV format or format version is ignored and left in place; a short file is
  * removed when the folder is read, a file with a bad checksum when it is
  * read back (the prefix stops before it); the size bound removes the least
- * recently used files; the model identity follows config.json and the
+ * recently used files, and a flush under it writes the most recently used
+ * blocks; the model identity follows config.json and the
  * weight files' contents, not their folder's name. */
 #include <dirent.h>
 #include <fcntl.h>
@@ -356,6 +357,48 @@ static void test_size_bound(void) {
   free(dir);
 }
 
+/* A flush under a bound smaller than the pool's cache keeps the most recently used blocks. */
+static void test_flush_keeps_recent(void) {
+  char *dir = temp_dir();
+  model_kv_geometry g = geom(4);
+  herr e = {0};
+  int32_t A[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, C[9] = {11, 12, 13, 14, 15, 16, 17, 18, 19};
+  kv_pool *p;
+  kv_disk *d;
+  CHECK_EQ_INT(kv_pool_new(&g, B, 8, &p, &e), 0);
+  size_t one = 0;
+  {
+    kv_disk *probe;
+    char *tmp = temp_dir();
+    CHECK_EQ_INT(kv_disk_open(tmp, 0, 42, p, &probe, &e), 0);
+    fill(p, A, 8);
+    CHECK_EQ_INT(kv_disk_flush(probe, &e), 0);
+    kv_disk_stats st;
+    kv_disk_get_stats(probe, &st);
+    one = (size_t)(st.bytes / st.files);
+    kv_disk_close(probe);
+    remove_dir(tmp);
+    free(tmp);
+  }
+  fill(p, C, 8); /* released after A: more recent */
+  CHECK_EQ_INT(kv_disk_open(dir, (int64_t)(2 * one), 42, p, &d, &e), 0);
+  CHECK_EQ_INT(kv_disk_flush(d, &e), 0);
+  kv_disk_stats st;
+  kv_disk_get_stats(d, &st);
+  CHECK_EQ_INT(st.saved, 2);
+  CHECK_EQ_INT(st.removed, 0);
+  kv_disk_close(d);
+  kv_pool_free(p);
+  CHECK_EQ_INT(kv_pool_new(&g, B, 8, &p, &e), 0);
+  CHECK_EQ_INT(kv_disk_open(dir, (int64_t)(2 * one), 42, p, &d, &e), 0);
+  CHECK_EQ_INT(attach_check(p, C, 9), 8);
+  CHECK_EQ_INT(attach_check(p, A, 9), 0);
+  kv_disk_close(d);
+  kv_pool_free(p);
+  remove_dir(dir);
+  free(dir);
+}
+
 static void write_file(const char *dir, const char *name, const char *text, size_t n) {
   char p[4096];
   snprintf(p, sizeof p, "%s/%s", dir, name);
@@ -401,6 +444,7 @@ int main(void) {
   RUN(test_evicted_blocks_are_written);
   RUN(test_rejects);
   RUN(test_size_bound);
+  RUN(test_flush_keeps_recent);
   RUN(test_model_identity);
   TEST_MAIN_END();
 }
