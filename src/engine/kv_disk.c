@@ -384,6 +384,20 @@ static bool on_has(void *user, uint64_t hash, uint64_t parent) {
   return e && e->parent == parent;
 }
 
+int kv_disk_parse_block(const kv_disk *d, const unsigned char *data, size_t size, kv_disk_block *out, herr *err) {
+  static const char *const why[] = {"", "another format version", "another model", "another KV format",
+                                    "a damaged header"};
+  header h;
+  verdict v = parse_header(d, data, size, &h);
+  if (v != FILE_OK) return herr_set(err, HEARTH_EFORMAT, "KV block: %s", why[v]);
+  if (size != d->header + d->payload)
+    return herr_set(err, HEARTH_EFORMAT, "KV block: %zu bytes where its header says %zu", size, d->header + d->payload);
+  if (file_checksum(data, size) != h.checksum) return herr_set(err, HEARTH_EFORMAT, "KV block: bad checksum");
+  *out = (kv_disk_block){.hash = h.hash, .parent = h.parent, .depth = (int32_t)h.depth, .tokens = h.tokens,
+                         .payload = data + d->header};
+  return 0;
+}
+
 /* Reads the file at path into buf (cap bytes at most; a longer file is read short and
  * fails the size check after). */
 static int read_file(const char *path, unsigned char *buf, size_t cap, size_t *got, herr *err) {
@@ -425,15 +439,13 @@ static int on_load(void *user, kv_pool *p, int32_t b, uint64_t hash, uint64_t pa
     why = err.msg;
   }
   if (data) {
-    header h;
-    verdict v = parse_header(d, data, size, &h);
-    if (v != FILE_OK || size != d->header + d->payload) why = "its header does not match";
-    else if (h.hash != hash || h.parent != parent) why = "it holds another block";
-    else if (file_checksum(data, size) != h.checksum) why = "bad checksum";
+    kv_disk_block k;
+    if (kv_disk_parse_block(d, data, size, &k, &err)) why = err.msg;
+    else if (k.hash != hash || k.parent != parent) why = "it holds another block";
     else {
       for (int i = 0; i < d->B && !why; i++)
-        if ((int32_t)get32(h.tokens + 4 * (size_t)i) != tokens[i]) why = "its tokens differ (a hash collision)";
-      if (!why && kv_pool_block_write(p, b, data + d->header, &err)) why = err.msg;
+        if ((int32_t)get32(k.tokens + 4 * (size_t)i) != tokens[i]) why = "its tokens differ (a hash collision)";
+      if (!why && kv_pool_block_write(p, b, k.payload, &err)) why = err.msg;
     }
   }
   hmmap_close(&m);

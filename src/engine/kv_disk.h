@@ -72,6 +72,20 @@ typedef struct kv_disk_stats {
 } kv_disk_stats;
 void kv_disk_get_stats(const kv_disk *d, kv_disk_stats *out);
 
+/* One block file's contents, pointing into its bytes. */
+typedef struct kv_disk_block {
+  uint64_t hash, parent;
+  int32_t depth;
+  const unsigned char *tokens;  /* block_tokens little-endian int32 (read bytewise: not aligned) */
+  const unsigned char *payload; /* kv_pool_block_payload bytes */
+} kv_disk_block;
+
+/* Checks the bytes of one block file against the store (magic, version,
+ * model, format descriptor, sizes, checksum): 0 with the block in *out;
+ * else HEARTH_EFORMAT saying why. What a read back runs before the block
+ * reaches the pool. */
+int kv_disk_parse_block(const kv_disk *d, const unsigned char *data, size_t size, kv_disk_block *out, herr *err);
+
 /* A model's identity for the store: a 64-bit hash of config.json, and of
  * each weight file (*.safetensors of a folder, or the .gguf file) its size,
  * first 64 KiB (the tensor index) and 16 windows of 4 KiB spread over it;
