@@ -735,6 +735,9 @@ int hearth_model_fit(hearth_model *hm, const hearth_fit_opts *opts, hearth_fit_r
   }
   int rc = fit_model(hm->path, &o, model_backend(hm->m), held, &hm->fit_bandwidth, out, err);
   pthread_mutex_unlock(&hm->gen_lock);
-  if (!rc) out->context_length = hm->context_length < out->context_length ? hm->context_length : out->context_length;
+  if (!rc && hm->context_length < out->context_length) { /* the served context is the limit */
+    out->context_length = hm->context_length;
+    if (out->max_context > out->context_length) out->max_context = out->context_length;
+  }
   return rc;
 }
