@@ -36,6 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (b.payload < copy || b.payload + payload != copy + size || b.tokens < copy || b.tokens + 16 > b.payload) abort();
     volatile unsigned sum = 0;
     for (int i = 0; i < 16; i++) sum += b.tokens[i];
+    (void)sum;
     if (kv_pool_block_write(pool, 1, b.payload, &e)) abort();
   } else if (!e.msg[0]) {
     abort();
