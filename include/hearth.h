@@ -344,11 +344,14 @@ typedef struct hearth_fit_result {
   int64_t kv_bytes_per_token;      /* all layers, K and V */
   int64_t kv_layer_bytes_per_token[HEARTH_FIT_MAX_LAYERS];
   int64_t kv_bytes;                /* context × batch tokens */
+  int state_layers;                /* recurrent layers (Qwen3.5's DeltaNet): a fixed state per sequence */
+  int64_t state_bytes_per_sequence;
+  int64_t state_bytes;             /* batch sequences' states */
   /* runtime */
   int64_t activation_bytes;        /* the forward's scratch at the serving step size */
   int64_t runtime_bytes;           /* fixed: tables, tokenizer, thread stacks; a GPU's context */
   int64_t overhead_bytes;          /* the two above */
-  int64_t need_bytes;              /* weights + KV + overhead */
+  int64_t need_bytes;              /* weights + KV + states + overhead */
   int64_t available_bytes;
   char memory_source[48];          /* "MemAvailable" or "cuda free" (+ what a served model holds) */
   bool fits;

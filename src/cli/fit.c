@@ -60,6 +60,11 @@ static void print_table(const char *path, const hearth_fit_result *r) {
   printf("\n");
   bytes_text(r->kv_bytes, a, sizeof a);
   printf("  in use     %s for %lld tokens × %lld sequences\n", a, (long long)r->context, (long long)r->batch);
+  if (r->state_layers > 0) {
+    bytes_text(r->state_bytes_per_sequence, a, sizeof a);
+    bytes_text(r->state_bytes, b, sizeof b);
+    printf("state        %d recurrent layers: %s a sequence, %s for %lld\n", r->state_layers, a, b, (long long)r->batch);
+  }
   bytes_text(r->activation_bytes, a, sizeof a);
   bytes_text(r->runtime_bytes, b, sizeof b);
   printf("overhead     activations %s, runtime %s\n", a, b);

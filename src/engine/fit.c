@@ -217,6 +217,11 @@ int fit_model(const char *path, const hearth_fit_opts *o, bk_backend *be, int64_
     kv_pool_free(probe);
   }
   out->kv_bytes = out->kv_bytes_per_token * out->context * out->batch;
+  for (int l = 0; l < g.n_layers; l++) {
+    out->state_layers += g.state_dim[l] > 0;
+    out->state_bytes_per_sequence += g.state_dim[l] * (int64_t)sizeof(float);
+  }
+  out->state_bytes = out->state_bytes_per_sequence * out->batch;
   /* the forward's scratch: the widest activations of a serving step, and the logits */
   int64_t q = 0, kv = 0;
   for (int l = 0; l < c->num_hidden_layers; l++) {
@@ -252,7 +257,7 @@ int fit_model(const char *path, const hearth_fit_opts *o, bk_backend *be, int64_
   }
   out->runtime_bytes = (gpu ? RUNTIME_GPU : RUNTIME_CPU) + tok_bytes;
   out->overhead_bytes = out->activation_bytes + out->runtime_bytes;
-  out->need_bytes = out->weight_bytes + out->kv_bytes + out->overhead_bytes;
+  out->need_bytes = out->weight_bytes + out->kv_bytes + out->state_bytes + out->overhead_bytes;
   if (gpu) {
     size_t fr = 0, tot = 0;
     if (bk_mem_info(be, &fr, &tot) == 0) out->available_bytes = (int64_t)fr;
@@ -268,10 +273,12 @@ int fit_model(const char *path, const hearth_fit_opts *o, bk_backend *be, int64_
   }
   out->fits = out->need_bytes <= out->available_bytes;
   int64_t room = out->available_bytes - out->weight_bytes - out->overhead_bytes;
-  if (room > 0 && out->kv_bytes_per_token > 0) {
-    int64_t ctx = room / (out->kv_bytes_per_token * out->batch);
+  if (room > out->state_bytes) {
+    int64_t ctx = out->kv_bytes_per_token > 0 ? (room - out->state_bytes) / (out->kv_bytes_per_token * out->batch)
+                                              : out->context_length;
     out->max_context = ctx < out->context_length ? ctx : out->context_length;
-    out->max_batch = room / (out->kv_bytes_per_token * out->context);
+    int64_t per_seq = out->kv_bytes_per_token * out->context + out->state_bytes_per_sequence;
+    out->max_batch = per_seq > 0 ? room / per_seq : 0;
   }
   /* the speed a memory-bound decode step reaches */
   double bw = bandwidth && *bandwidth > 0 ? *bandwidth : 0;
@@ -283,10 +290,12 @@ int fit_model(const char *path, const hearth_fit_opts *o, bk_backend *be, int64_
   }
   out->bandwidth = bw;
   if (bw > 0) {
-    double step_bytes = active_bytes(out, &w, out->batch) + (double)out->batch * (double)out->kv_bytes_per_token * (double)out->context;
+    /* a recurrent layer reads and writes its state once a token */
+    double per_seq = (double)out->kv_bytes_per_token * (double)out->context + 2.0 * (double)out->state_bytes_per_sequence;
+    double step_bytes = active_bytes(out, &w, out->batch) + (double)out->batch * per_seq;
     out->decode_tok_s = bw / step_bytes;
     out->decode_tok_s_total = out->decode_tok_s * (double)out->batch;
-    out->decode_tok_s_short = bw / active_bytes(out, &w, 1);
+    out->decode_tok_s_short = bw / (active_bytes(out, &w, 1) + 2.0 * (double)out->state_bytes_per_sequence);
   }
   bk_backend_close(own);
   return 0;
@@ -320,6 +329,11 @@ int hearth_fit_json(const hearth_fit_result *r, char **json, hearth_error *err) 
       "memory", "available_bytes", (json_int_t)r->available_bytes, "source", r->memory_source,        /* */
       "fits", r->fits, "max_context", (json_int_t)r->max_context, "max_batch", (json_int_t)r->max_batch);
   if (!o) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  json_t *state = json_object();
+  json_object_set_new(state, "layers", json_integer(r->state_layers));
+  json_object_set_new(state, "bytes_per_sequence", json_integer(r->state_bytes_per_sequence));
+  json_object_set_new(state, "bytes", json_integer(r->state_bytes));
+  json_object_set_new(o, "recurrent_state", state);
   json_t *speed = json_object();
   json_object_set_new(speed, "bandwidth_bytes_per_s", r->bandwidth > 0 ? json_real(r->bandwidth) : json_null());
   json_object_set_new(speed, "decode_tok_s", r->bandwidth > 0 ? json_real(r->decode_tok_s) : json_null());

@@ -783,7 +783,11 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   }
   HLOG_INFO("KV pool on %s: %lld blocks of %d tokens, %.2f GiB", bk_backend_name(be), (long long)n_blocks, B,
             (double)n_blocks * (double)s->block_bytes / (1 << 30));
-  if (c.kv_store && (rc = kv_disk_open(c.kv_store, c.kv_store_max, c.kv_store_model, s->pool, &s->store, err)))
+  /* a hybrid model's prefix needs the recurrent state snapshot at its end, which the store does not keep */
+  if (c.kv_store && kv_pool_recurrent(s->pool))
+    HLOG_WARN("KV store %s: not used: the model has recurrent layers, whose states the store does not keep",
+              c.kv_store);
+  else if (c.kv_store && (rc = kv_disk_open(c.kv_store, c.kv_store_max, c.kv_store_model, s->pool, &s->store, err)))
     goto fail;
   /* on a device, tokens are chosen there (only ids and asked-for logprobs come back) */
   s->dev_sample = !bk_backend_is_cpu(be) || cfg->backend_sampling;

@@ -53,7 +53,8 @@ typedef struct sched_config {
                              reference): what a GPU does, checkable here; a device always samples so */
   const char *kv_store;   /* borrowed, may be NULL: a folder that keeps the prefix cache's full blocks
                              across restarts (engine/kv_disk.h): evicted blocks are written there, the
-                             rest when the scheduler is freed; prefixes read them back */
+                             rest when the scheduler is freed; prefixes read them back. Not used
+                             for a model with recurrent layers (a warning says so) */
   int64_t kv_store_max;   /* bytes the folder may hold (<= 0: 4 GiB), least recently used out */
   uint64_t kv_store_model; /* the model's identity (kv_disk_model_identity): other models' blocks are ignored */
   htrace *trace;          /* borrowed, may be NULL: per-request spans (queue wait, cache lookup, prefill

@@ -1,8 +1,9 @@
 /* test_fit.c — hearth_fit on the golden fixture models: the KV bytes per
  * token (all layers and each layer) are exactly what their config.json says
  * — 2 (K and V) × kv heads × head size × 4 bytes for every layer that stores
- * its own KV, nothing for Gemma-4's shared layers, per-layer head sizes from
- * per_layer_config — computed here from the JSON, independently of the model
+ * its own KV, nothing for Gemma-4's shared layers and Qwen3.5's linear
+ * attention layers (whose fixed per-sequence state is counted apart),
+ * per-layer head sizes from per_layer_config — computed here from the JSON, independently of the model
  * code; the weights are the safetensors file's tensor bytes; a mixture of
  * experts reads fewer bytes per token than it holds; the memory sums add
  * up; the JSON has the fields GET /fit answers; a measured bandwidth gives a
@@ -27,6 +28,9 @@ static int64_t jint(const json_t *o, const char *k, int64_t dflt) {
 static int64_t expected_layer(const json_t *t, int64_t l) {
   int64_t layers = jint(t, "num_hidden_layers", 0), shared = jint(t, "num_kv_shared_layers", 0);
   if (l >= layers - shared) return 0; /* reads an earlier layer's KV */
+  const json_t *types = json_object_get(t, "layer_types");
+  const char *type = json_is_array(types) ? json_string_value(json_array_get(types, (size_t)l)) : NULL;
+  if (type && !strcmp(type, "linear_attention")) return 0; /* a recurrent state instead */
   int64_t heads = jint(t, "num_attention_heads", 0);
   int64_t hd = jint(t, "head_dim", jint(t, "hidden_size", 0) / heads), kvh = jint(t, "num_key_value_heads", heads);
   const json_t *plc = json_object_get(t, "per_layer_config");
@@ -38,6 +42,19 @@ static int64_t expected_layer(const json_t *t, int64_t l) {
     kvh = jint(over, "num_key_value_heads", kvh);
   }
   return 2 * kvh * hd * 4;
+}
+
+/* State bytes per sequence of the recurrent (Gated DeltaNet) layers: the
+ * recurrent state (value heads × key size × value size) and the causal
+ * convolution's last kernel - 1 inputs (q, k and v channels). */
+static int64_t expected_state(const json_t *t) {
+  const json_t *types = json_object_get(t, "layer_types");
+  int64_t n = 0;
+  for (size_t l = 0; json_is_array(types) && l < json_array_size(types); l++)
+    n += !strcmp(json_string_value(json_array_get(types, l)) ? json_string_value(json_array_get(types, l)) : "", "linear_attention");
+  int64_t nk = jint(t, "linear_num_key_heads", 0), nv = jint(t, "linear_num_value_heads", 0);
+  int64_t dk = jint(t, "linear_key_head_dim", 0), dv = jint(t, "linear_value_head_dim", 0), K = jint(t, "linear_conv_kernel_dim", 0);
+  return n * (nv * dk * dv + (K - 1) * (2 * nk * dk + nv * dv)) * 4;
 }
 
 /* Tensor bytes of a single-file safetensors: the file minus its header. */
@@ -80,7 +97,11 @@ static void check_fixture(const char *name) {
   }
   CHECK_MSG(r.kv_bytes_per_token == total, "%s: %lld bytes per token, config says %lld", name,
             (long long)r.kv_bytes_per_token, (long long)total);
-  CHECK_EQ_INT(r.kv_layers, layers - jint(t, "num_kv_shared_layers", 0));
+  int64_t stored = 0;
+  for (int64_t l = 0; l < layers; l++) stored += expected_layer(t, l) > 0;
+  CHECK_EQ_INT(r.kv_layers, stored);
+  CHECK_EQ_INT(r.state_bytes_per_sequence, expected_state(t));
+  CHECK_EQ_INT(r.state_bytes, expected_state(t) * 3);
   CHECK_EQ_STR(r.kv_format, "f32");
   CHECK_EQ_INT(r.kv_bytes, total * 100 * 3);
   CHECK_EQ_INT(r.context, 100);
@@ -88,7 +109,7 @@ static void check_fixture(const char *name) {
   CHECK_EQ_INT(r.context_length, jint(t, "max_position_embeddings", 0));
   int64_t tb = tensor_bytes(dir);
   if (tb >= 0) CHECK_EQ_INT(r.weight_bytes, tb);
-  CHECK_EQ_INT(r.need_bytes, r.weight_bytes + r.kv_bytes + r.overhead_bytes);
+  CHECK_EQ_INT(r.need_bytes, r.weight_bytes + r.kv_bytes + r.state_bytes + r.overhead_bytes);
   CHECK_EQ_INT(r.overhead_bytes, r.activation_bytes + r.runtime_bytes);
   CHECK(r.available_bytes > 0);
   CHECK(r.fits == (r.need_bytes <= r.available_bytes));
@@ -108,7 +129,7 @@ static void check_fixture(const char *name) {
 static void test_golden_kv_bytes(void) {
   static const char *const fixtures[] = {"llama-f32", "llama-bf16", "qwen2-f32", "qwen3-f32", "mistral-f32", "phi3-f32",
                                          "gemma2-f32", "gemma3-f32", "gemma4-f32", "gemma4_plain-f32", "gemma4_moe-f32",
-                                         "qwen3_moe-f32", "smollm3-f32"};
+                                         "qwen3_moe-f32", "smollm3-f32", "qwen3_5-f32", "qwen3_5_moe-f32"};
   for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) check_fixture(fixtures[i]);
 }
 
