@@ -204,6 +204,7 @@ int fit_model(const char *path, const hearth_fit_opts *o, bk_backend *be, int64_
   for (int l = 0; l < g.n_layers && l < HEARTH_FIT_MAX_LAYERS; l++) {
     model_kv_geometry one = {.n_layers = 1};
     one.kv_dim[0] = g.kv_dim[l];
+    one.v_dim[0] = g.v_dim[l];
     out->kv_layer_bytes_per_token[l] = (int64_t)(kv_block_bytes(&one, B) / (size_t)B);
     out->kv_layers += g.kv_dim[l] > 0;
   }

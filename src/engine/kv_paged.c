@@ -638,6 +638,8 @@ int kv_pool_block_write(kv_pool *p, int32_t b, const void *src, herr *err) {
 void kv_pool_format(const kv_pool *p, char *buf, size_t cap) {
   size_t n = (size_t)snprintf(buf, cap, "kv=%s block=%d layers=%d dims=", p->store.k[0].dt == BK_DT_F32 ? "f32" : "i32", p->B,
                               p->n_layers);
-  for (int l = 0; l < p->n_layers && n < cap; l++)
+  for (int l = 0; l < p->n_layers && n < cap; l++) {
     n += (size_t)snprintf(buf + n, cap - n, "%s%lld", l ? "," : "", (long long)p->kv_dim[l]);
+    if (n < cap && p->v_dim[l] != p->kv_dim[l]) n += (size_t)snprintf(buf + n, cap - n, "/%lld", (long long)p->v_dim[l]);
+  }
 }

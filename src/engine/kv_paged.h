@@ -139,7 +139,8 @@ size_t kv_pool_block_payload(const kv_pool *p);
 int kv_pool_block_read(kv_pool *p, int32_t b, void *dst, herr *err);
 /* Overwrites block b's rows with kv_pool_block_payload bytes (waits for the copy). */
 int kv_pool_block_write(kv_pool *p, int32_t b, const void *src, herr *err);
-/* What a block's bytes are (element type, block size, per-layer row widths):
+/* What a block's bytes are (element type, block size, per-layer row widths,
+ * K/V where V's differs):
  * a text that two pools share exactly when their blocks are interchangeable. */
 void kv_pool_format(const kv_pool *p, char *buf, size_t cap);
 

@@ -2,7 +2,8 @@
  * token (all layers and each layer) are exactly what their config.json says
  * — 2 (K and V) × kv heads × head size × 4 bytes for every layer that stores
  * its own KV, nothing for Gemma-4's shared layers and Qwen3.5's linear
- * attention layers (whose fixed per-sequence state is counted apart),
+ * attention layers (whose fixed per-sequence state is counted apart), GLM-5's
+ * latent attention rows (latent + RoPE key as K, the indexer's key as V),
  * per-layer head sizes from per_layer_config — computed here from the JSON, independently of the model
  * code; the weights are the safetensors file's tensor bytes; a mixture of
  * experts reads fewer bytes per token than it holds; the memory sums add
@@ -31,6 +32,8 @@ static int64_t expected_layer(const json_t *t, int64_t l) {
   const json_t *types = json_object_get(t, "layer_types");
   const char *type = json_is_array(types) ? json_string_value(json_array_get(types, (size_t)l)) : NULL;
   if (type && !strcmp(type, "linear_attention")) return 0; /* a recurrent state instead */
+  if (jint(t, "kv_lora_rank", 0) > 0) /* multi-head latent attention: K the latent and the RoPE key, V the indexer's key */
+    return (jint(t, "kv_lora_rank", 0) + jint(t, "qk_rope_head_dim", 0) + jint(t, "index_head_dim", 0)) * 4;
   int64_t heads = jint(t, "num_attention_heads", 0);
   int64_t hd = jint(t, "head_dim", jint(t, "hidden_size", 0) / heads), kvh = jint(t, "num_key_value_heads", heads);
   const json_t *plc = json_object_get(t, "per_layer_config");
@@ -129,7 +132,7 @@ static void check_fixture(const char *name) {
 static void test_golden_kv_bytes(void) {
   static const char *const fixtures[] = {"llama-f32", "llama-bf16", "qwen2-f32", "qwen3-f32", "mistral-f32", "phi3-f32",
                                          "gemma2-f32", "gemma3-f32", "gemma4-f32", "gemma4_plain-f32", "gemma4_moe-f32",
-                                         "qwen3_moe-f32", "smollm3-f32", "qwen3_5-f32", "qwen3_5_moe-f32"};
+                                         "qwen3_moe-f32", "smollm3-f32", "qwen3_5-f32", "qwen3_5_moe-f32", "glm5-f32", "glm5_yarn-f32"};
   for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) check_fixture(fixtures[i]);
 }
 
