@@ -17,6 +17,7 @@ void gen_request_init(gen_request *r) {
   r->max_tokens = -1;
   sample_params_default(&r->sample);
   r->skip_special = true;
+  r->spec_tokens = -1;
 }
 
 static double now_seconds(void) {

@@ -46,6 +46,8 @@ typedef struct gen_request {
   size_t grammar_len;
   const char *trace_label;      /* borrowed, may be NULL: names the request's track in a trace
                                    ("req LABEL"; else "req N", N counting requests); the scheduler only */
+  int spec_tokens;              /* speculative decoding (engine/method.h): tokens drafted per step; < 0: the
+                                   scheduler's method decides, 0: off; the scheduler only */
 } gen_request;
 
 /* Defaults: greedy-free neutral sampling, no stops, no EOS, skip_special true. */

@@ -409,6 +409,64 @@ int sampler_distribution(sampler *s, float *logits, float *probs, herr *err) {
   return 0;
 }
 
+/* ---- speculative verification ------------------------------------------- */
+
+/* The standard speculative-sampling step (Leviathan et al., Chen et al.): the
+ * draft was drawn from q; keep it with probability min(1, p(d) / q(d)), else
+ * draw from max(0, p - q) renormalised. Over the draft's randomness and this
+ * step's, the token is distributed exactly as p. */
+int sampler_verify(sampler *s, float *logits, int32_t draft, const float *q, sample_rng *rng, sample_token *out,
+                   bool *accepted, herr *err) {
+  memset(out, 0, sizeof *out);
+  *accepted = false;
+  apply_penalties(s, logits);
+  int32_t best = argmax(logits, s->n_vocab);
+  if (best < 0) return herr_set(err, HEARTH_EINTERNAL, "sampler: the logits row has no finite value");
+  if (is_greedy(s)) {
+    out->id = best;
+    *accepted = best == draft;
+  } else {
+    double mass;
+    int32_t n = build_candidates(s, logits, &mass);
+    double pd = 0;
+    for (int32_t i = 0; i < n; i++)
+      if (s->cands[i].id == draft) pd = s->cands[i].v / mass;
+    double qd = draft >= 0 && draft < s->n_vocab ? (q ? (double)q[draft] : 1.0) : 0.0;
+    if (qd > 0 && pd > 0 && (pd >= qd || sample_rng_uniform(rng) * qd < pd)) {
+      out->id = draft;
+      *accepted = true;
+    } else {
+      /* the residual max(0, p - q): with a point-mass q, p without the draft */
+      double rest = 0;
+      for (int32_t i = 0; i < n; i++) {
+        int32_t id = s->cands[i].id;
+        double qi = q ? (double)q[id] : (id == draft ? 1.0 : 0.0);
+        double r = s->cands[i].v / mass - qi;
+        s->cands[i].v = r > 0 ? (float)r : 0.0f;
+        rest += s->cands[i].v;
+      }
+      if (!(rest > 0)) { /* p == q to rounding: the acceptance above was certain */
+        out->id = pd > 0 ? draft : best;
+        *accepted = pd > 0;
+      } else {
+        double u = sample_rng_uniform(rng) * rest, acc = 0;
+        int32_t pick = -1;
+        for (int32_t i = 0; i < n; i++) {
+          if (s->cands[i].v <= 0) continue;
+          pick = i;
+          acc += s->cands[i].v;
+          if (u < acc) break;
+        }
+        out->id = s->cands[pick].id;
+      }
+    }
+  }
+  if (s->p.logprobs) fill_logprobs(s, logits, best, out);
+  return 0;
+}
+
+bool sampler_is_greedy(const sampler *s) { return is_greedy(s); }
+
 /* ---- the device path ------------------------------------------------------ */
 
 static bool adj_push(bk_sample_adj **adj, size_t *n, size_t *cap, bk_sample_adj a) {

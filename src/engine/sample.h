@@ -95,6 +95,30 @@ int sampler_sample(sampler *s, float *logits, sample_token *out, herr *err);
  * diagnostics; logits is used as scratch. */
 int sampler_distribution(sampler *s, float *logits, float *probs, herr *err);
 
+/* The RNG on its own (xoshiro256**, splitmix64-seeded). */
+typedef struct sample_rng {
+  uint64_t s[4];
+} sample_rng;
+void sample_rng_seed(sample_rng *r, uint64_t seed);
+uint64_t sample_rng_next(sample_rng *r);
+/* Uniform in [0, 1) with 53 random bits. */
+double sample_rng_uniform(sample_rng *r);
+
+/* Speculative decoding: verifies a drafted token against this row (logits
+ * used as scratch, as sampler_sample). q is the distribution the draft was
+ * drawn from (n_vocab probabilities), NULL for a deterministic draft (a point
+ * mass: prompt lookup, or any draft of a greedy request). Greedy: the argmax,
+ * accepted when it is the draft. Sampled: the draft is kept with probability
+ * min(1, p(d) / q(d)), p being the distribution sampler_sample draws from;
+ * otherwise a token is drawn from max(0, p - q) renormalised — so the token
+ * out is distributed exactly as p. The uniforms come from rng (the caller's),
+ * not the sampler's. out's logprobs are this row's, as sampler_sample's.
+ * Does not call sampler_accept. */
+int sampler_verify(sampler *s, float *logits, int32_t draft, const float *q, sample_rng *rng, sample_token *out,
+                   bool *accepted, herr *err);
+/* Whether the sampler picks the argmax (greedy, or temperature 0). */
+bool sampler_is_greedy(const sampler *s);
+
 /* Sampling on the device (backend.h's bk_sample): the row parameters for this
  * sampler's next token, with its penalty and bias entries appended to *adj
  * (grown as needed; *n_adj entries of *cap). Draws the request's uniform
@@ -104,13 +128,5 @@ int sampler_device_row(sampler *s, bk_sample_row *row, bk_sample_adj **adj, size
 /* A device result as a sample_token (logprobs only when the sampler asks for them). */
 void sampler_from_device(const sampler *s, const bk_sample_out *o, sample_token *out);
 
-/* The RNG on its own (xoshiro256**, splitmix64-seeded). */
-typedef struct sample_rng {
-  uint64_t s[4];
-} sample_rng;
-void sample_rng_seed(sample_rng *r, uint64_t seed);
-uint64_t sample_rng_next(sample_rng *r);
-/* Uniform in [0, 1) with 53 random bits. */
-double sample_rng_uniform(sample_rng *r);
 
 #endif

@@ -2,7 +2,10 @@
  * thread, the waiting queue and running set, admission against the KV pool,
  * batch assembly with chunked prefill, preemption by recompute, and each
  * sequence's sampler, detokenizer and stop matcher, and the spans they
- * leave in a trace (base/trace.h) when one is given. Knows the model only
+ * leave in a trace (base/trace.h) when one is given. How a generation turns
+ * a step's logits into tokens is its method run's (engine/method.h): a
+ * speculative run's drafts join the batch as a chunk after its pending
+ * token, and the KV rows of rejected drafts are cut off after verification. Knows the model only
  * through model.h and the cache only through kv_paged.h; knows nothing of
  * HTTP or the public API. */
 #include "engine/sched.h"
@@ -61,6 +64,9 @@ typedef struct sseq {
   hbuf dtext;                 /* their text, one after another */
   bool dclosed;               /* finished: nothing more will be queued */
   atomic_int stop_req;        /* fn returned nonzero: the engine cancels at its next step */
+  gen_run *run;               /* owned (generations): the method run; released when the sequence ends */
+  int n_draft;                /* this step: drafted tokens fed after the pending one */
+  int32_t feed[1 + GEN_MAX_SPEC_TOKENS]; /* this step's tokens when it has drafts */
   bool admitted_once;
   bool ended;                 /* finished: the engine no longer touches it */
   bool done;                  /* the waiter may return (under the lock) */
@@ -83,7 +89,10 @@ struct sched {
   size_t block_bytes;
   kv_pool *pool;              /* owned; touched only by the engine thread */
   kv_disk *store;             /* owned, may be NULL: the prefix cache on disk (its hooks run on the engine thread) */
-  float *logits;              /* owned [max_batch * vocab] (host sampling; on a device, made for grammar steps) */
+  float *logits;              /* owned [cap_rows * vocab] (host sampling; on a device, made for
+                                 speculative steps) */
+  size_t cap_rows;
+  const gen_method *method;   /* borrowed, may be NULL */
   bool dev_sample;            /* sample on the model's device (bk_sample): only ids come back */
   bool recurrent;             /* the model has recurrent layers: prefill chunks stop at block ends */
   bk_sample_row *rows;        /* owned [max_batch] (device sampling) */
@@ -240,6 +249,8 @@ static void seq_finish(sched *s, sseq *q, int rc) {
     kv_paged_seq_free(q->kv);
     q->kv = NULL;
   }
+  gen_run_free(q->run);
+  q->run = NULL;
   q->rc = rc;
   if (q->t_first > 0) {
     q->res->prefill_seconds = q->t_first - q->t_admit;
@@ -381,6 +392,49 @@ static void pool_fold(sched *s, sseq *q, const float *rows, int64_t n, int64_t a
   }
 }
 
+/* Commits one token of q's run: the grammar, then the output. True when q ended. */
+typedef struct seq_commit_ctx {
+  sched *s;
+  sseq *q;
+} seq_commit_ctx;
+
+static bool seq_commit(void *ctx, const sample_token *st) {
+  seq_commit_ctx *c = ctx;
+  int rc;
+  if (c->q->gm && (rc = grammar_matcher_accept(c->q->gm, st->id, c->q->err))) {
+    seq_finish(c->s, c->q, rc);
+    return true;
+  }
+  return seq_take_token(c->s, c->q, *st);
+}
+
+/* q's logits rows on the host (1 + its drafts): its run commits the tokens;
+ * the KV rows of rejected drafts are cut off before any block is published.
+ * Returns true when q ended (and was finished). */
+static bool seq_verify(sched *s, sseq *q, float *rows) {
+  seq_commit_ctx c = {s, q};
+  gen_step g;
+  spec_source src = gen_run_source(q->run);
+  q->n_draft = 0;
+  /* once a commit ends q, q and its run are gone: only g is read after */
+  int rc = gen_run_verify(q->run, q->smp, rows, s->vocab, seq_commit, &c, &g, q->err);
+  if (g.drafted > 0) {
+    pthread_mutex_lock(&s->mu);
+    s->st.spec_steps[src]++;
+    s->st.spec_drafted[src] += g.drafted;
+    s->st.spec_accepted[src] += g.accepted;
+    pthread_mutex_unlock(&s->mu);
+  }
+  if (g.ended) return true;
+  if (rc) {
+    seq_finish(s, q, rc);
+    return true;
+  }
+  if (q->kv->len > q->n_toks - 1) kv_paged_seq_truncate(q->kv, q->n_toks - 1);
+  kv_paged_seq_publish(q->kv, q->toks, q->kv->len, 0);
+  return false;
+}
+
 /* ---- the engine thread ---- */
 
 static void running_remove(sched *s, int i) {
@@ -486,7 +540,7 @@ static void trace_forward(sched *s, int n_batch, double t0, double t1, int64_t *
   for (int k = 0; k < n_batch; k++) {
     sseq *q = s->in_batch[k];
     int64_t n = s->batch[k].n_tokens, pos = q->kv->len - n;
-    bool is_prefill = n > 1 || pos < (int64_t)q->req->n_prompt;
+    bool is_prefill = (n > 1 && !q->n_draft) || pos < (int64_t)q->req->n_prompt;
     if (is_prefill) prefill += n;
     else decode += n;
     if (is_prefill)
@@ -524,6 +578,7 @@ static void step(sched *s) {
   for (int i = 0; i < s->n_running; i++) {
     sseq *q = s->running[i];
     int64_t n = q->n_toks - q->kv->len;
+    q->n_draft = 0;
     if (n > 1) {
       int chunk = q->req->prefill_chunk > 0 && q->req->prefill_chunk < s->chunk ? q->req->prefill_chunk : s->chunk;
       if (n > chunk) n = chunk;
@@ -534,6 +589,25 @@ static void step(sched *s) {
       int64_t B = kv_pool_block_tokens(s->pool), end = (q->kv->len + n) / B * B;
       if (s->recurrent && end > q->kv->len && end < q->kv->len + n) n = end - q->kv->len;
       if (n <= 0) continue; /* the budget is spent: prefill next step */
+    } else if (q->run && gen_run_kind(q->run) == GEN_METHOD_SPECULATIVE) {
+      /* drafts after the pending token: no more than the output can still take */
+      int64_t room = q->max_new - q->res->completion_tokens - 1, max = budget - 1 < room ? budget - 1 : room;
+      const int32_t *draft = NULL;
+      herr e = {0};
+      int nd = max > 0 ? gen_run_propose(q->run, q->toks, q->n_toks, (int)max, &draft, &e) : 0;
+      if (nd < 0) {
+        running_remove(s, i);
+        i--;
+        *q->err = e;
+        seq_finish(s, q, -nd);
+        continue;
+      }
+      if (nd > 0) {
+        q->feed[0] = q->toks[q->n_toks - 1];
+        memcpy(q->feed + 1, draft, sizeof(int32_t) * (size_t)nd);
+        q->n_draft = nd;
+        n = 1 + nd;
+      }
     }
     /* room for n rows: preempt the newest others until there is */
     bool self_preempted = false;
@@ -567,7 +641,8 @@ static void step(sched *s) {
     int64_t at = q->kv->len;
     int64_t n_prompt = (int64_t)q->req->n_prompt;
     if (at < n_prompt) prompt_fed += (at + n < n_prompt ? at + n : n_prompt) - at;
-    s->batch[n_batch] = (model_seq){.kv = q->kv, .tokens = q->toks + at, .n_tokens = (int)n, .positions = NULL, .all_logits = false};
+    s->batch[n_batch] = (model_seq){.kv = q->kv, .tokens = q->n_draft ? q->feed : q->toks + at, .n_tokens = (int)n,
+                                    .positions = NULL, .all_logits = q->n_draft > 0};
     if (q->pool) { /* every chunk's hidden rows, folded into the pool after the step */
       s->batch[n_batch].out = MODEL_OUT_HIDDEN_ALL;
       s->batch[n_batch].dest = s->hrows + (s->step_tokens - budget - n) * model_cfg(s->m)->hidden_size;
@@ -582,12 +657,16 @@ static void step(sched *s) {
   model_batch b = {.seqs = s->batch, .n_seqs = n_batch};
   herr e = {0};
   int rc = 0;
-  /* on a device, a grammar's mask goes with the row (made here, from the tokens so far) */
+  /* on a device, a grammar's mask goes with the row (made here, from the tokens
+   * so far); a speculative sequence's drafts are verified on the host */
   bool host = !s->dev_sample;
+  for (int k = 0; k < n_batch && !host; k++) host = s->in_batch[k]->n_draft > 0;
   double t_fwd = s->trace ? htrace_now() : 0;
-  if (host && !s->logits) {
-    s->logits = malloc(sizeof(float) * (size_t)s->max_batch * (size_t)s->vocab);
-    if (!s->logits) rc = herr_set(&e, HEARTH_ENOMEM, "scheduler: out of memory for the logits of a batch");
+  size_t n_rows = model_batch_logit_rows(&b);
+  if (host && n_rows > s->cap_rows) {
+    float *l = realloc(s->logits, sizeof(float) * n_rows * (size_t)s->vocab);
+    if (!l) rc = herr_set(&e, HEARTH_ENOMEM, "scheduler: out of memory for the logits of a batch");
+    else s->logits = l, s->cap_rows = n_rows;
   }
   if (!rc && !host) {
     /* a row per logits row; sequences still mid-prefill and probes get a greedy row whose id is ignored */
@@ -619,9 +698,21 @@ static void step(sched *s) {
   }
   int64_t prefill_tokens = 0, decode_tokens = 0;
   if (s->trace) trace_forward(s, n_batch, t_fwd, htrace_now(), &prefill_tokens, &decode_tokens);
-  for (int k = 0, r = -1; k < n_batch; k++) {
+  for (int k = 0, next_row = 0; k < n_batch; k++) {
     sseq *q = s->in_batch[k];
-    if (s->batch[k].out == MODEL_OUT_LOGITS || s->batch[k].out == MODEL_OUT_LOGITS_HOST) r++; /* its logits row */
+    int r = next_row; /* its (first) logits row */
+    if (s->batch[k].out == MODEL_OUT_LOGITS || s->batch[k].out == MODEL_OUT_LOGITS_HOST)
+      next_row += s->batch[k].all_logits ? s->batch[k].n_tokens : 1;
+    if (q->n_draft > 0) { /* speculative: verify, cut the rejected rows, then publish */
+      if (seq_verify(s, q, s->logits + (size_t)r * (size_t)s->vocab)) {
+        for (int i = 0; i < s->n_running; i++)
+          if (s->running[i] == q) {
+            running_remove(s, i);
+            break;
+          }
+      }
+      continue;
+    }
     kv_paged_seq_publish(q->kv, q->toks, q->kv->len, 0);
     if (q->pool) pool_fold(s, q, s->batch[k].dest, s->batch[k].n_tokens, q->kv->len - s->batch[k].n_tokens);
     if (q->kv->len < q->n_toks) continue; /* mid-prefill: no token yet */
@@ -651,14 +742,8 @@ static void step(sched *s) {
       if (rc > 0) seq_finish(s, q, rc);
       else seq_finish(s, q, seq_flush_text(s, q)); /* the grammar is complete and nothing may follow */
       ended = true;
-    } else if ((rc = sampler_sample(q->smp, s->logits + (size_t)r * (size_t)s->vocab, &st, q->err))) {
-      seq_finish(s, q, rc);
-      ended = true;
-    } else if (q->gm && (rc = grammar_matcher_accept(q->gm, st.id, q->err))) {
-      seq_finish(s, q, rc);
-      ended = true;
     } else {
-      ended = seq_take_token(s, q, st);
+      ended = seq_verify(s, q, s->logits + (size_t)r * (size_t)s->vocab); /* one row: the run samples it */
     }
     if (ended) {
       for (int i = 0; i < s->n_running; i++)
@@ -735,6 +820,12 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   s->trace = c.trace;
   s->step_hook = c.step_hook;
   s->step_hook_user = c.step_hook_user;
+  s->method = c.method;
+  int rc = gen_method_check(c.method, m, err);
+  if (rc) {
+    free(s);
+    return rc;
+  }
   int B = c.block_tokens > 0 ? c.block_tokens : SCHED_DEFAULT_BLOCK_TOKENS;
   int64_t ctx = c.context_length > 0 ? c.context_length : model_cfg(m)->max_position_embeddings;
   if (ctx <= 0) ctx = 4096;
@@ -773,7 +864,7 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   pthread_mutex_init(&s->gv_mu, NULL);
   pthread_cond_init(&s->work_cv, NULL);
   pthread_cond_init(&s->done_cv, NULL);
-  int rc = kv_pool_new(&g, B, n_blocks, &s->pool, err);
+  rc = kv_pool_new(&g, B, n_blocks, &s->pool, err);
   if (rc) goto fail;
   /* recurrent layers: state snapshots at block ends let a prefix-cache hit resume there */
   s->recurrent = kv_pool_recurrent(s->pool);
@@ -796,6 +887,7 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
     s->outs = calloc((size_t)s->max_batch, sizeof *s->outs);
   } else {
     s->logits = malloc(sizeof(float) * (size_t)s->max_batch * (size_t)s->vocab);
+    s->cap_rows = (size_t)s->max_batch;
   }
   s->running = calloc((size_t)s->max_batch, sizeof *s->running);
   s->batch = calloc((size_t)s->max_batch, sizeof *s->batch);
@@ -852,6 +944,7 @@ void sched_free(sched *s) {
 }
 
 static void seq_state_free(sseq *q) {
+  gen_run_free(q->run);
   free(q->toks);
   sampler_free(q->smp);
   grammar_matcher_free(q->gm);
@@ -1009,6 +1102,7 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
   q.n_toks = (int64_t)req->n_prompt;
   if ((rc = gen_emit_init(&q.out, s->tok, req, err))) goto out;
   if (req->grammar && (rc = seq_grammar(s, &q, err))) goto out;
+  if ((rc = gen_run_new(s->method, req, s->vocab, &q.run, err))) goto out;
   sampler_add_prompt(q.smp, req->prompt, req->n_prompt);
   pthread_mutex_lock(&s->mu);
   if (s->stop) {

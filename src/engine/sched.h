@@ -27,6 +27,7 @@
 
 #include "base/trace.h"
 #include "engine/generate.h"
+#include "engine/method.h"
 
 #define SCHED_DEFAULT_BLOCK_TOKENS 16
 
@@ -60,6 +61,11 @@ typedef struct sched_config {
   htrace *trace;          /* borrowed, may be NULL: per-request spans (queue wait, cache lookup, prefill
                              chunks, decode steps, detokenize, the whole request) on a track per request,
                              and step spans on an "engine" track */
+  const gen_method *method; /* borrowed, may be NULL (autoregressive unless a request asks): how
+                             generations run (engine/method.h); a speculative sequence feeds its
+                             pending token and its drafts as one chunk with a logits row at each
+                             position, in the same step as the others, and its rejected drafts'
+                             KV rows are cut off (prefix-cache hashes only cover committed tokens) */
 } sched_config;
 
 typedef struct sched_stats {
@@ -70,6 +76,9 @@ typedef struct sched_stats {
   int64_t prompt_tokens, generated_tokens;        /* computed prompt tokens, sampled tokens (totals) */
   double busy_seconds;                            /* time spent in steps */
   int64_t requests_finished, requests_cancelled, requests_refused, preemptions, steps;
+  /* speculative decoding, per draft source (spec_source): verification steps with drafts,
+     tokens drafted, drafts accepted */
+  int64_t spec_steps[SPEC_N_SOURCES], spec_drafted[SPEC_N_SOURCES], spec_accepted[SPEC_N_SOURCES];
 } sched_stats;
 
 typedef struct sched sched;

@@ -1,0 +1,286 @@
+/* method.c — the generation methods (see method.h): the autoregressive run,
+ * the speculative run and its draft sources — prompt lookup over the
+ * request's own tokens, a draft model with a KV cache of the run's own, and
+ * the place where multi-token-prediction heads plug in. Owns a run's draft
+ * state and RNG; knows the model only through model.h and the output only
+ * through the commit callback it is given. */
+#include "engine/method.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kv_cache.h"
+
+/* Prompt lookup: the longest suffix tried first. */
+#define NGRAM_MAX 4
+#define NGRAM_MIN 2
+/* Tokens a draft model catches up on per forward. */
+#define DRAFT_CHUNK 512
+
+struct gen_run {
+  gen_method_kind kind;
+  spec_source source;
+  int spec_tokens;
+  int64_t vocab;
+  int32_t draft[GEN_MAX_SPEC_TOKENS];   /* the last proposal */
+  int n_draft;
+  int64_t n_hist;                       /* tokens before the last proposal */
+  sample_rng rng;                       /* acceptance draws, and a draft model's draws */
+  /* SPEC_DRAFT */
+  model *dm;                            /* borrowed */
+  kv_cache *dcache;                     /* owned */
+  kv_seq *dkv;                          /* owned: rows of committed tokens only, between steps */
+  sampler *dsmp;                        /* owned: the draft's distribution q (no penalties) */
+  bool greedy;                          /* the request is greedy: drafts are the draft's argmax */
+  float *drow;                          /* owned [vocab]: the draft's last logits */
+  float *q;                             /* owned [spec_tokens * vocab]: q of each draft (sampled requests) */
+};
+
+const char *spec_source_name(spec_source s) {
+  switch (s) {
+    case SPEC_NGRAM: return "ngram";
+    case SPEC_DRAFT: return "draft";
+    case SPEC_MTP: return "mtp";
+  }
+  return "?";
+}
+
+int spec_source_parse(const char *name, spec_source *out, herr *err) {
+  for (int i = 0; i < SPEC_N_SOURCES; i++)
+    if (name && !strcmp(name, spec_source_name((spec_source)i))) {
+      *out = (spec_source)i;
+      return 0;
+    }
+  return herr_set(err, HEARTH_EINVAL, "speculative method '%s' is not one of ngram, draft, mtp", name ? name : "");
+}
+
+bool gen_method_can_rollback(const model *m) {
+  /* Every family loaded today keeps attention KV only, which is cut back by
+   * truncating the sequence. A family with recurrent state answers here. */
+  (void)m;
+  return true;
+}
+
+int gen_method_check(const gen_method *gm, const model *target, herr *err) {
+  if (!gm || gm->spec_tokens < 0) return 0;
+  if (gm->spec_tokens > GEN_MAX_SPEC_TOKENS)
+    return herr_set(err, HEARTH_EINVAL, "spec_tokens %d is more than %d", gm->spec_tokens, GEN_MAX_SPEC_TOKENS);
+  if (gm->source == SPEC_MTP)
+    return herr_set(err, HEARTH_EUNSUPPORTED,
+                    "speculative decoding with multi-token-prediction heads is not supported yet (use ngram or draft)");
+  if (gm->source == SPEC_DRAFT && !gm->draft)
+    return herr_set(err, HEARTH_EINVAL, "speculative method draft needs a draft model");
+  if (!gen_method_can_rollback(target))
+    return herr_set(err, HEARTH_EUNSUPPORTED,
+                    "speculative decoding: the model keeps recurrent state that cannot be rolled back");
+  return 0;
+}
+
+int gen_method_check_draft(const model *target, const tokenizer *target_tok, const model *draft,
+                           const tokenizer *draft_tok, herr *err) {
+  int64_t vt = model_vocab_size(target), vd = model_vocab_size(draft);
+  if (vt != vd)
+    return herr_set(err, HEARTH_EINVAL,
+                    "draft model: its vocabulary has %lld tokens but the model's has %lld; a draft must share the "
+                    "tokenizer",
+                    (long long)vd, (long long)vt);
+  if (!target_tok || !draft_tok) return 0;
+  int32_t nt = tokenizer_vocab_size(target_tok), nd = tokenizer_vocab_size(draft_tok);
+  if (nt != nd)
+    return herr_set(err, HEARTH_EINVAL, "draft model: its tokenizer has %d tokens but the model's has %d", (int)nd,
+                    (int)nt);
+  for (int32_t i = 0; i < nt; i++) {
+    const char *a = tokenizer_id_to_token(target_tok, i), *b = tokenizer_id_to_token(draft_tok, i);
+    if ((a == NULL) != (b == NULL) || (a && strcmp(a, b)))
+      return herr_set(err, HEARTH_EINVAL, "draft model: token %d is '%s' in its tokenizer but '%s' in the model's",
+                      (int)i, b ? b : "(none)", a ? a : "(none)");
+  }
+  return 0;
+}
+
+/* ---- runs ---- */
+
+void gen_run_free(gen_run *r) {
+  if (!r) return;
+  if (r->dkv) kv_cache_seq_free(r->dkv);
+  kv_cache_free(r->dcache);
+  sampler_free(r->dsmp);
+  free(r->drow);
+  free(r->q);
+  free(r);
+}
+
+int gen_run_new(const gen_method *gm, const gen_request *req, int64_t vocab, gen_run **out, herr *err) {
+  *out = NULL;
+  gen_run *r = calloc(1, sizeof *r);
+  if (!r) return herr_set(err, HEARTH_ENOMEM, "generate: out of memory");
+  r->vocab = vocab;
+  int n = req->spec_tokens >= 0 ? req->spec_tokens : gm ? gm->spec_tokens : 0;
+  if (n > GEN_MAX_SPEC_TOKENS) {
+    free(r);
+    return herr_set_at(err, HEARTH_EINVAL, "spec_tokens", 0, "spec_tokens %d is more than %d", n, GEN_MAX_SPEC_TOKENS);
+  }
+  r->source = gm && gm->spec_tokens > 0 ? gm->source : SPEC_NGRAM;
+  if (gm && gm->source == SPEC_DRAFT && gm->draft) r->source = SPEC_DRAFT;
+  if (n > 0 && !req->grammar) {
+    r->kind = GEN_METHOD_SPECULATIVE;
+    r->spec_tokens = n;
+  }
+  sample_rng_seed(&r->rng, req->sample.seed ^ 0x5eed5bec0ffee000ull);
+  int rc = 0;
+  if (r->kind == GEN_METHOD_SPECULATIVE && r->source == SPEC_DRAFT) {
+    r->dm = gm->draft;
+    model_kv_geometry g;
+    model_kv_geometry_of(r->dm, &g);
+    sample_params dp;
+    sample_params_default(&dp);
+    dp.greedy = req->sample.greedy;
+    dp.temperature = req->sample.temperature;
+    dp.top_k = req->sample.top_k;
+    dp.top_p = req->sample.top_p;
+    dp.min_p = req->sample.min_p;
+    if ((rc = kv_cache_new(&g, 0, &r->dcache, err)) || (rc = kv_cache_seq_new(r->dcache, &r->dkv, err)) ||
+        (rc = sampler_new((int32_t)vocab, &dp, &r->dsmp, err)))
+      goto fail;
+    r->greedy = sampler_is_greedy(r->dsmp);
+    r->drow = malloc(sizeof(float) * (size_t)vocab);
+    r->q = r->greedy ? NULL : malloc(sizeof(float) * (size_t)vocab * (size_t)n);
+    if (!r->drow || (!r->greedy && !r->q)) {
+      rc = herr_set(err, HEARTH_ENOMEM, "generate: out of memory for the draft model's logits");
+      goto fail;
+    }
+  } else if (r->kind == GEN_METHOD_SPECULATIVE && r->source == SPEC_MTP) {
+    /* The hook for multi-token-prediction heads: a proposal is the MTP
+     * layer's chain over the target's last hidden state. Not loaded yet. */
+    rc = herr_set(err, HEARTH_EUNSUPPORTED, "speculative decoding with multi-token-prediction heads is not supported yet");
+    goto fail;
+  }
+  *out = r;
+  return 0;
+fail:
+  gen_run_free(r);
+  return rc;
+}
+
+gen_method_kind gen_run_kind(const gen_run *r) { return r->kind; }
+spec_source gen_run_source(const gen_run *r) { return r->source; }
+
+/* Prompt lookup: the continuation of the latest earlier occurrence of the
+ * last n tokens, for the longest n that has one. */
+static int propose_ngram(gen_run *r, const int32_t *toks, int64_t n_toks, int max) {
+  for (int n = NGRAM_MAX; n >= NGRAM_MIN; n--) {
+    if (n_toks < n + 1) continue;
+    const int32_t *suf = toks + n_toks - n;
+    for (int64_t i = n_toks - n - 1; i >= 0; i--) {
+      if (toks[i] != suf[0] || memcmp(toks + i, suf, sizeof(int32_t) * (size_t)n)) continue;
+      int64_t from = i + n, k = n_toks - from < max ? n_toks - from : max;
+      for (int64_t j = 0; j < k; j++) r->draft[j] = toks[from + j];
+      return (int)k;
+    }
+  }
+  return 0;
+}
+
+/* Feeds the draft model tokens [from, to) of toks; the last gives r->drow. */
+static int draft_feed(gen_run *r, const int32_t *toks, int64_t n, herr *err) {
+  for (int64_t at = 0; at < n;) {
+    int64_t k = n - at < DRAFT_CHUNK ? n - at : DRAFT_CHUNK;
+    bool last = at + k == n;
+    model_seq s = {.kv = r->dkv, .tokens = toks + at, .n_tokens = (int)k, .out = last ? MODEL_OUT_LOGITS : MODEL_OUT_NONE};
+    model_batch b = {.seqs = &s, .n_seqs = 1};
+    int rc = model_forward(r->dm, &b, last ? r->drow : NULL, err);
+    if (rc) return rc;
+    at += k;
+  }
+  return 0;
+}
+
+static int32_t draw(const float *probs, int64_t n, sample_rng *rng) {
+  double u = sample_rng_uniform(rng), acc = 0;
+  int32_t last = -1;
+  for (int64_t i = 0; i < n; i++) {
+    if (probs[i] <= 0) continue;
+    last = (int32_t)i;
+    acc += probs[i];
+    if (u < acc) return (int32_t)i;
+  }
+  return last;
+}
+
+static int32_t argmax_row(const float *row, int64_t n) {
+  int32_t best = 0;
+  for (int64_t i = 1; i < n; i++)
+    if (row[i] > row[best]) best = (int32_t)i;
+  return best;
+}
+
+/* The draft model: catch up on the committed tokens it has not seen, then
+ * one token at a time. Its KV keeps every fed row; verify cuts it back. */
+static int propose_draft(gen_run *r, const int32_t *toks, int64_t n_toks, int max, herr *err) {
+  int64_t have = r->dkv->len;
+  if (have >= n_toks) { /* cannot happen: rows beyond the committed ones are cut after each step */
+    kv_cache_seq_truncate(r->dkv, n_toks - 1);
+    have = n_toks - 1;
+  }
+  int rc = draft_feed(r, toks + have, n_toks - have, err);
+  if (rc) return -rc;
+  for (int j = 0; j < max; j++) {
+    int32_t d;
+    if (r->greedy) {
+      d = argmax_row(r->drow, r->vocab);
+    } else {
+      float *q = r->q + (size_t)j * (size_t)r->vocab;
+      if ((rc = sampler_distribution(r->dsmp, r->drow, q, err))) return -rc;
+      d = draw(q, r->vocab, &r->rng);
+      if (d < 0) return -herr_set(err, HEARTH_EINTERNAL, "draft model: an empty distribution");
+    }
+    r->draft[j] = d;
+    if (j + 1 < max && (rc = draft_feed(r, &r->draft[j], 1, err))) return -rc;
+  }
+  return max;
+}
+
+int gen_run_propose(gen_run *r, const int32_t *toks, int64_t n_toks, int max, const int32_t **draft, herr *err) {
+  *draft = r->draft;
+  r->n_draft = 0;
+  r->n_hist = n_toks;
+  if (r->kind != GEN_METHOD_SPECULATIVE || max <= 0 || n_toks <= 0) return 0;
+  if (max > r->spec_tokens) max = r->spec_tokens;
+  int n = 0;
+  switch (r->source) {
+    case SPEC_NGRAM: n = propose_ngram(r, toks, n_toks, max); break;
+    case SPEC_DRAFT: n = propose_draft(r, toks, n_toks, max, err); break;
+    case SPEC_MTP: n = 0; break;
+  }
+  if (n > 0) r->n_draft = n;
+  return n;
+}
+
+int gen_run_verify(gen_run *r, sampler *smp, float *rows, int64_t vocab, gen_commit_fn commit, void *ctx,
+                   gen_step *out, herr *err) {
+  *out = (gen_step){.drafted = r->n_draft};
+  int rc = 0;
+  for (int i = 0; i <= r->n_draft; i++) {
+    float *row = rows + (size_t)i * (size_t)vocab;
+    sample_token st;
+    bool acc = false;
+    if (i < r->n_draft) {
+      const float *q = r->q && !r->greedy && r->source == SPEC_DRAFT ? r->q + (size_t)i * (size_t)vocab : NULL;
+      rc = sampler_verify(smp, row, r->draft[i], q, &r->rng, &st, &acc, err);
+    } else {
+      rc = sampler_sample(smp, row, &st, err);
+    }
+    if (rc) break;
+    out->committed++;
+    if (acc) out->accepted++;
+    if (commit(ctx, &st)) {
+      out->ended = true;
+      return 0; /* the commit may have freed the run */
+    }
+    if (i < r->n_draft && !acc) break;
+  }
+  /* the draft model keeps the rows of accepted drafts only */
+  if (r->dkv && r->dkv->len > r->n_hist + out->accepted) kv_cache_seq_truncate(r->dkv, r->n_hist + out->accepted);
+  r->n_draft = 0;
+  return rc;
+}

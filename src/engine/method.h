@@ -1,0 +1,118 @@
+/* method.h — the generation methods behind one interface: how a running
+ * request turns forward passes into committed tokens. The scheduler runs
+ * every generation through a gen_run, so the server, the CLI and the
+ * library pick a method (autoregressive, or speculative with a draft
+ * source) by configuration, without knowing its insides.
+ *
+ * One decode step of a run, as the scheduler drives it:
+ *
+ *   n = gen_run_propose(r, toks, n_toks, max, &draft, &err);
+ *       // tokens to verify after the pending one, toks[n_toks - 1] (0: a plain step)
+ *   forward [toks[n_toks - 1], draft[0..n)) with a logits row at each position
+ *   gen_run_verify(r, smp, rows, vocab, commit, ctx, &out, &err);
+ *       // commits tokens one by one as they become final (commit may end the request)
+ *   truncate the KV to the committed tokens
+ *   gen_run_free(r);   // releases what the run holds, also after a cancel mid-way
+ *
+ * Autoregressive: propose gives 0 tokens, verify samples the one row.
+ * Speculative: propose drafts up to N tokens from its source; verify walks
+ * the rows in order: each draft is accepted or replaced (sampler_verify),
+ * the first replacement ends the step, and when every draft is accepted the
+ * row after the last gives one more token. Greedy output equals plain
+ * decoding token for token; sampled output keeps the target model's
+ * distribution (speculative sampling); logprobs are the target's.
+ *
+ * A run touches its own state only (a draft model's KV, its RNG): the
+ * caller owns the target's KV, the sampler and the output.
+ */
+#ifndef HEARTH_ENGINE_METHOD_H
+#define HEARTH_ENGINE_METHOD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "engine/generate.h"
+#include "engine/sample.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+#define GEN_MAX_SPEC_TOKENS 16
+
+typedef enum gen_method_kind { GEN_METHOD_AUTOREGRESSIVE = 0, GEN_METHOD_SPECULATIVE = 1 } gen_method_kind;
+
+/* Where drafted tokens come from. */
+typedef enum spec_source {
+  SPEC_NGRAM = 0, /* prompt lookup: the continuation of the latest earlier match of the last tokens */
+  SPEC_DRAFT = 1, /* a smaller model with the same vocabulary, with its own KV */
+  SPEC_MTP = 2    /* the model's multi-token-prediction heads (not supported yet: refused) */
+} spec_source;
+#define SPEC_N_SOURCES 3
+
+/* "ngram", "draft", "mtp". */
+const char *spec_source_name(spec_source s);
+/* Parses one of those names; HEARTH_EINVAL naming the choices otherwise. */
+int spec_source_parse(const char *name, spec_source *out, herr *err);
+
+/* The method a scheduler runs its generations with (read-only once the
+ * scheduler has it; shared by every run). */
+typedef struct gen_method {
+  int spec_tokens;     /* drafted tokens per step for requests that do not say (0: autoregressive) */
+  spec_source source;  /* what drafts them (a request asking for speculation without a configured
+                          source gets prompt lookup) */
+  model *draft;        /* borrowed, SPEC_DRAFT: the draft model (checked by gen_method_check_draft) */
+} gen_method;
+
+/* Whether the target's cached state can be cut back to fewer tokens, which
+ * rejected drafts need. Attention KV always can; a model with recurrent
+ * per-sequence state (linear-attention / SSM layers) cannot, and must make
+ * this return false until it keeps per-step snapshots. */
+bool gen_method_can_rollback(const model *m);
+
+/* Checks that a method can run on target: the source is supported (SPEC_MTP
+ * is refused, saying so), the model can roll back, and SPEC_DRAFT has a
+ * draft model. */
+int gen_method_check(const gen_method *gm, const model *target, herr *err);
+
+/* The draft model must speak the target's vocabulary: the same logits width
+ * and, where both have tokenizers, the same token for every id. The message
+ * names the first difference. */
+int gen_method_check_draft(const model *target, const tokenizer *target_tok, const model *draft,
+                           const tokenizer *draft_tok, herr *err);
+
+typedef struct gen_run gen_run;
+
+/* A run for one request. req->spec_tokens (< 0: the method's default, 0:
+ * off, else at most GEN_MAX_SPEC_TOKENS) picks speculation; a request with
+ * a grammar runs autoregressively. gm may be NULL (autoregressive). */
+int gen_run_new(const gen_method *gm, const gen_request *req, int64_t vocab, gen_run **out, herr *err);
+void gen_run_free(gen_run *r);
+
+gen_method_kind gen_run_kind(const gen_run *r);
+spec_source gen_run_source(const gen_run *r);
+
+/* The tokens to verify after toks[n_toks - 1] (toks: the prompt and every
+ * committed token), at most max; *draft is the run's (valid until the next
+ * call). Returns how many (0: a plain decode step) or, negated, an error. */
+int gen_run_propose(gen_run *r, const int32_t *toks, int64_t n_toks, int max, const int32_t **draft, herr *err);
+
+/* Commits one final token to the output: returns true when the request
+ * ended there (EOS, stop string, max_tokens, the client gone, an error). */
+typedef bool (*gen_commit_fn)(void *ctx, const sample_token *st);
+
+typedef struct gen_step {
+  int drafted;    /* tokens the last propose gave */
+  int accepted;   /* of those, kept */
+  int committed;  /* tokens committed this step (accepted + the one after, unless it ended) */
+  bool ended;     /* commit said the request ended */
+} gen_step;
+
+/* After the forward: rows holds 1 + (the last propose's count) logits rows
+ * (vocab floats each, used as scratch), row i the logits after the pending
+ * token and i drafts. Commits tokens through commit; sampler_accept is the
+ * commit's business. Once commit reports the end, verify returns at once
+ * without touching the run again (the commit may free it). */
+int gen_run_verify(gen_run *r, sampler *smp, float *rows, int64_t vocab, gen_commit_fn commit, void *ctx,
+                   gen_step *out, herr *err);
+
+#endif
