@@ -1,0 +1,459 @@
+/* test_spec.c — speculative decoding (engine/method.h) in the scheduler.
+ *
+ * Greedy: on the built-in model, requests with prompt-lookup drafts, with a
+ * draft model (the model itself, and the golden llama as the draft of
+ * another), and plain requests run together in the same steps, each giving
+ * exactly the ids it gives alone through generate_run; drafts are made and
+ * accepted (the stats say how many), every KV block comes back, and a
+ * cancel mid-way through a speculative run frees everything.
+ *
+ * Sampling: sampler_verify keeps the target distribution — many seeded
+ * verifications of a drafted token (a point mass, as prompt lookup drafts,
+ * and a draft distribution q, as a draft model's) against a logits row of
+ * the golden model, chi-square tested against p at a significance of about
+ * 1e-9 (and the same test rejects the draft distribution itself, so it can
+ * fail). End to end: 2,000 seeded requests with a draft model of another
+ * architecture and 2,000 plain ones give the same distribution of their
+ * 2nd and 3rd tokens (two-sample chi-square, same level). Logprobs of the
+ * verified tokens are the target's (equal to the plain run's for greedy). */
+#include <math.h>
+#include <pthread.h>
+
+#include "engine/generate.h"
+#include "engine/method.h"
+#include "engine/sample.h"
+#include "engine/sched.h"
+#include "model/model.h"
+#include "test.h"
+#include "test_device.h"
+
+#define BUILTIN HEARTH_SOURCE_DIR "/models/default"
+#define GOLDEN_LLAMA HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32"
+#define GOLDEN_QWEN3 HEARTH_SOURCE_DIR "/tests/fixtures/golden/qwen3-f32"
+#define GOLDEN_LLAMA_BF16 HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-bf16"
+
+typedef struct collected {
+  int32_t ids[512];
+  float lp[512];
+  int n;
+  int cancel_after;
+} collected;
+
+static int collect(void *user, const char *delta, size_t len, const sample_token *tok) {
+  (void)delta, (void)len;
+  collected *c = user;
+  if (tok && c->n < 512) {
+    c->lp[c->n] = tok->logprob;
+    c->ids[c->n++] = tok->id;
+  }
+  return c->cancel_after > 0 && c->n >= c->cancel_after;
+}
+
+static model *load(const char *dir) {
+  model *m = NULL;
+  herr e = {0};
+  model_load_opts mo = {.threads = 2, .device = test_device()};
+  if (model_load(dir, &mo, &m, &e)) fprintf(stderr, "%s: %s\n", dir, e.msg);
+  return m;
+}
+
+/* ---- greedy: identical to plain decoding ---- */
+
+#define N_GREEDY 8
+#define GREEDY_NEW 40
+
+typedef struct job {
+  sched *s;
+  gen_request req;
+  collected out;
+  gen_result res;
+  int rc;
+  herr err;
+} job;
+
+static void *job_main(void *arg) {
+  job *j = arg;
+  j->rc = sched_run(j->s, &j->req, collect, &j->out, &j->res, &j->err);
+  return NULL;
+}
+
+static int32_t g_prompt[N_GREEDY][96];
+static int g_plen[N_GREEDY];
+
+static void make_prompts(void) {
+  for (int i = 0; i < N_GREEDY; i++) {
+    /* a phrase repeated (prompt lookup finds it), or tokens that do not repeat */
+    bool rep = i % 4 != 3;
+    int phrase = 5 + i % 3 * 4;
+    g_plen[i] = 40 + i * 5;
+    for (int t = 0; t < g_plen[i]; t++)
+      g_prompt[i][t] = rep ? (int32_t)(100 + ((t % phrase) * 37 + i * 11) % 400) : (int32_t)(100 + (t * 113 + i * 7) % 400);
+  }
+}
+
+static void run_greedy_mix(model *m, model *draft, spec_source src, bool expect_accept, const char *what) {
+  gen_method gm = {.spec_tokens = 4, .source = src, .draft = draft};
+  sched_config cfg = {.max_batch = 8, .block_tokens = 16, .kv_bytes = 0, .method = &gm};
+  sched *s = NULL;
+  herr e = {0};
+  CHECK_EQ_INT(sched_new(m, NULL, &cfg, &s, &e), 0);
+  if (!s) return;
+  static job jobs[N_GREEDY];
+  pthread_t th[N_GREEDY];
+  for (int i = 0; i < N_GREEDY; i++) {
+    memset(&jobs[i], 0, sizeof jobs[i]);
+    jobs[i].s = s;
+    gen_request_init(&jobs[i].req);
+    jobs[i].req.prompt = g_prompt[i];
+    jobs[i].req.n_prompt = (size_t)g_plen[i];
+    jobs[i].req.max_tokens = GREEDY_NEW;
+    jobs[i].req.sample.greedy = true;
+    jobs[i].req.sample.logprobs = true;
+    jobs[i].req.ignore_eos = true;
+    /* every third request plain, one asking for more drafts than the default */
+    if (i % 3 == 2) jobs[i].req.spec_tokens = 0;
+    if (i == 4) jobs[i].req.spec_tokens = 7;
+    pthread_create(&th[i], NULL, job_main, &jobs[i]);
+  }
+  for (int i = 0; i < N_GREEDY; i++) pthread_join(th[i], NULL);
+  int mismatched = 0;
+  for (int i = 0; i < N_GREEDY; i++) {
+    CHECK_MSG(jobs[i].rc == 0, "%s: request %d: %s", what, i, jobs[i].err.msg);
+    gen_request r = jobs[i].req;
+    r.spec_tokens = -1;
+    collected ref = {0};
+    gen_result rr;
+    herr e2 = {0};
+    CHECK_EQ_INT(generate_run(m, NULL, &r, collect, &ref, &rr, &e2), 0);
+    CHECK_EQ_INT(jobs[i].out.n, GREEDY_NEW);
+    if (jobs[i].out.n != ref.n || memcmp(jobs[i].out.ids, ref.ids, sizeof(int32_t) * (size_t)ref.n)) {
+      mismatched++;
+      continue;
+    }
+    for (int t = 0; t < ref.n; t++)
+      CHECK_MSG(fabsf(jobs[i].out.lp[t] - ref.lp[t]) < 1e-4f, "%s: request %d token %d logprob %g vs %g", what, i, t,
+                jobs[i].out.lp[t], ref.lp[t]);
+  }
+  CHECK_MSG(mismatched == 0, "%s: %d of %d requests differ from plain decoding", what, mismatched, N_GREEDY);
+  sched_stats st;
+  sched_get_stats(s, &st);
+  CHECK_EQ_INT(st.blocks_used, 0);
+  CHECK_EQ_INT(st.generated_tokens, N_GREEDY * GREEDY_NEW);
+  CHECK(st.spec_drafted[src] > 0);
+  CHECK(!expect_accept || st.spec_accepted[src] > 0);
+  CHECK(st.spec_accepted[src] <= st.spec_drafted[src]);
+  fprintf(stderr, "  %s: %lld steps, %lld verification steps, drafted %lld, accepted %lld (%.0f%%)\n", what,
+          (long long)st.steps, (long long)st.spec_steps[src], (long long)st.spec_drafted[src],
+          (long long)st.spec_accepted[src], 100.0 * (double)st.spec_accepted[src] / (double)st.spec_drafted[src]);
+  sched_free(s);
+}
+
+static model *g_builtin, *g_llama, *g_qwen3, *g_llama_bf16;
+
+static void test_greedy_ngram(void) { run_greedy_mix(g_builtin, NULL, SPEC_NGRAM, true, "ngram"); }
+
+static void test_greedy_self_draft(void) {
+  run_greedy_mix(g_builtin, g_builtin, SPEC_DRAFT, true, "draft (itself)");
+}
+
+/* a random draft model of another architecture: few acceptances, still exact */
+static void test_greedy_other_draft(void) { run_greedy_mix(g_llama, g_qwen3, SPEC_DRAFT, false, "draft (qwen3 for llama)"); }
+
+/* cancelled by the callback in the middle of a verification step, and by the flag */
+static void test_cancel(void) {
+  gen_method gm = {.spec_tokens = 4, .source = SPEC_DRAFT, .draft = g_builtin};
+  sched_config cfg = {.max_batch = 4, .method = &gm};
+  sched *s = NULL;
+  herr e = {0};
+  CHECK_EQ_INT(sched_new(g_builtin, NULL, &cfg, &s, &e), 0);
+  if (!s) return;
+  for (int k = 0; k < 3; k++) {
+    gen_request r;
+    gen_request_init(&r);
+    r.prompt = g_prompt[0];
+    r.n_prompt = (size_t)g_plen[0];
+    r.max_tokens = 30;
+    r.sample.greedy = true;
+    r.ignore_eos = true;
+    collected c = {.cancel_after = 3 + k * 4};
+    gen_result res;
+    herr e2 = {0};
+    CHECK_EQ_INT(sched_run(s, &r, collect, &c, &res, &e2), HEARTH_ECANCELLED);
+    CHECK_EQ_INT(res.finish, GEN_FINISH_CANCELLED);
+    CHECK_EQ_INT(c.n, 3 + k * 4); /* nothing committed after the cancel */
+  }
+  sched_stats st;
+  sched_get_stats(s, &st);
+  CHECK_EQ_INT(st.blocks_used, 0);
+  CHECK_EQ_INT(st.requests_cancelled, 3);
+  sched_free(s);
+  /* MTP is refused when the scheduler starts, saying so */
+  gen_method mtp = {.spec_tokens = 2, .source = SPEC_MTP};
+  cfg.method = &mtp;
+  herr e3 = {0};
+  CHECK_EQ_INT(sched_new(g_builtin, NULL, &cfg, &s, &e3), HEARTH_EUNSUPPORTED);
+  CHECK(strstr(e3.msg, "multi-token-prediction") != NULL);
+}
+
+/* ---- sampling: the target distribution is kept ---- */
+
+/* Pearson's chi-square critical value at a tail probability of about 1e-9
+ * (Wilson-Hilferty with z = 6). */
+static double chi2_crit(int dof) {
+  double k = dof, z = 6.0;
+  double t = 1 - 2 / (9 * k) + z * sqrt(2 / (9 * k));
+  return k * t * t * t;
+}
+
+/* Goodness of fit of counts (total n) to probabilities p: cells with an
+ * expected count below 5 are pooled. Returns the statistic and its dof. */
+static double chi2_fit(const int64_t *counts, const double *p, int nv, int64_t n, int *dof) {
+  double stat = 0, pool_e = 0, pool_o = 0;
+  int cells = 0;
+  for (int i = 0; i < nv; i++) {
+    double ex = p[i] * (double)n;
+    if (ex < 5) {
+      pool_e += ex;
+      pool_o += (double)counts[i];
+      continue;
+    }
+    stat += ((double)counts[i] - ex) * ((double)counts[i] - ex) / ex;
+    cells++;
+  }
+  if (pool_e >= 5) {
+    stat += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+    cells++;
+  } else if (pool_o > 20) {
+    stat += 1e9; /* mass where p has (almost) none */
+  }
+  *dof = cells - 1;
+  return stat;
+}
+
+/* Two samples from one distribution? Cells with fewer than 10 in both together are pooled. */
+static double chi2_two(const int64_t *a, const int64_t *b, int nv, int64_t na, int64_t nb, int *dof) {
+  double stat = 0, pa = 0, pb = 0;
+  int cells = 0;
+  for (int i = 0; i <= nv; i++) {
+    double x, y;
+    if (i < nv) {
+      x = (double)a[i], y = (double)b[i];
+      if (x + y < 10) {
+        pa += x, pb += y;
+        continue;
+      }
+    } else {
+      x = pa, y = pb;
+      if (x + y == 0) continue;
+    }
+    double t = x + y, ea = t * (double)na / (double)(na + nb), eb = t * (double)nb / (double)(na + nb);
+    stat += (x - ea) * (x - ea) / ea + (y - eb) * (y - eb) / eb;
+    cells++;
+  }
+  *dof = cells - 1;
+  return stat;
+}
+
+#define N_DRAWS 200000
+
+static void verify_distribution(const float *logits, int nv, const sample_params *sp, bool with_q, const char *what) {
+  sampler *smp = NULL;
+  herr e = {0};
+  CHECK_EQ_INT(sampler_new(nv, sp, &smp, &e), 0);
+  float *row = malloc(sizeof(float) * (size_t)nv), *pf = malloc(sizeof(float) * (size_t)nv);
+  float *q = malloc(sizeof(float) * (size_t)nv);
+  double *p = calloc((size_t)nv, sizeof(double)), *qd = calloc((size_t)nv, sizeof(double));
+  int64_t *cnt = calloc((size_t)nv, sizeof(int64_t)), *qcnt = calloc((size_t)nv, sizeof(int64_t));
+  memcpy(row, logits, sizeof(float) * (size_t)nv);
+  CHECK_EQ_INT(sampler_distribution(smp, row, pf, &e), 0);
+  for (int i = 0; i < nv; i++) p[i] = pf[i];
+  /* the draft: the second most likely token (point mass), or q: the row
+   * shifted by 7 ids and tempered, so q and p overlap only partly */
+  int32_t best = 0, second = -1;
+  for (int i = 1; i < nv; i++)
+    if (p[i] > p[best]) best = i;
+  for (int i = 0; i < nv; i++)
+    if (i != best && (second < 0 || p[i] > p[second])) second = i;
+  if (with_q) {
+    double z = 0;
+    for (int i = 0; i < nv; i++) z += qd[i] = exp(2.0 * (double)logits[(i + 7) % nv]);
+    for (int i = 0; i < nv; i++) q[i] = (float)(qd[i] /= z);
+  }
+  sample_rng rng;
+  sample_rng_seed(&rng, 12345);
+  int64_t accepted = 0;
+  for (int64_t k = 0; k < N_DRAWS; k++) {
+    int32_t d = second;
+    if (with_q) {
+      double u = sample_rng_uniform(&rng), acc = 0;
+      d = nv - 1;
+      for (int i = 0; i < nv; i++)
+        if (u < (acc += q[i])) {
+          d = i;
+          break;
+        }
+      qcnt[d]++;
+    }
+    memcpy(row, logits, sizeof(float) * (size_t)nv);
+    sample_token st;
+    bool acc = false;
+    if (sampler_verify(smp, row, d, with_q ? q : NULL, &rng, &st, &acc, &e)) {
+      CHECK_MSG(0, "%s: %s", what, e.msg);
+      break;
+    }
+    cnt[st.id]++;
+    accepted += acc;
+    CHECK(!acc || st.id == d);
+  }
+  int dof;
+  double x2 = chi2_fit(cnt, p, nv, N_DRAWS, &dof);
+  CHECK_MSG(dof >= 1 && x2 < chi2_crit(dof), "%s: chi-square %.1f with %d dof (critical %.1f)", what, x2, dof,
+            chi2_crit(dof));
+  fprintf(stderr, "  %s: chi-square %.1f, %d dof (critical %.1f at ~1e-9); %.1f%% of drafts accepted\n", what, x2, dof,
+          chi2_crit(dof), 100.0 * (double)accepted / N_DRAWS);
+  if (with_q) { /* the drafts alone fail the same test: it has the power to catch a bad verifier */
+    int dq;
+    double xq = chi2_fit(qcnt, p, nv, N_DRAWS, &dq);
+    CHECK_MSG(xq > chi2_crit(dq), "%s: the draft distribution itself passes (%.1f)", what, xq);
+  }
+  sampler_free(smp);
+  free(row), free(pf), free(q), free(p), free(qd), free(cnt), free(qcnt);
+}
+
+static void test_verify_distribution(void) {
+  /* a logits row of the golden llama after a short prompt */
+  int nv = (int)model_vocab_size(g_llama);
+  float *logits = malloc(sizeof(float) * (size_t)nv);
+  int32_t prompt[] = {5, 17, 200, 31, 9};
+  sched_config cfg = {.max_batch = 2};
+  sched *s = NULL;
+  herr e = {0};
+  CHECK_EQ_INT(sched_new(g_llama, NULL, &cfg, &s, &e), 0);
+  sched_probe pr = {.ids = prompt, .n_ids = 5, .out = logits};
+  CHECK_EQ_INT(sched_probe_run(s, SCHED_NEXT_LOGITS, &pr, 1, NULL, &e), 0);
+  sched_free(s);
+  /* the random model's logits, scaled to a spread of 1.5 so that p has a shape */
+  double mean = 0, var = 0;
+  for (int i = 0; i < nv; i++) mean += logits[i] / nv;
+  for (int i = 0; i < nv; i++) var += (logits[i] - mean) * (logits[i] - mean) / nv;
+  fprintf(stderr, "  logits: mean %g, sd %g\n", mean, sqrt(var));
+  for (int i = 0; i < nv; i++) logits[i] = (float)((logits[i] - mean) * 1.5 / sqrt(var));
+  sample_params sp;
+  sample_params_default(&sp);
+  sp.seed = 7;
+  verify_distribution(logits, nv, &sp, false, "point-mass draft, T=1");
+  verify_distribution(logits, nv, &sp, true, "draft distribution, T=1");
+  sp.temperature = 0.7f;
+  sp.top_k = 40;
+  sp.top_p = 0.95f;
+  verify_distribution(logits, nv, &sp, false, "point-mass draft, T=0.7 top-k 40 top-p 0.95");
+  verify_distribution(logits, nv, &sp, true, "draft distribution, T=0.7 top-k 40 top-p 0.95");
+  free(logits);
+}
+
+/* End to end through the scheduler: the 2nd and 3rd tokens of seeded
+ * sampled requests, speculative (a draft model of another architecture)
+ * against plain. */
+#define N_E2E 2000
+#define E2E_WORKERS 16
+
+typedef struct e2e_worker {
+  sched *s;
+  int from, to;
+  bool spec;
+  int32_t (*out)[3];
+} e2e_worker;
+
+static void *e2e_main(void *arg) {
+  e2e_worker *w = arg;
+  static const int32_t prompt[] = {5, 17, 200, 31, 9, 44};
+  for (int i = w->from; i < w->to; i++) {
+    gen_request r;
+    gen_request_init(&r);
+    r.prompt = prompt;
+    r.n_prompt = 6;
+    r.max_tokens = 3;
+    r.ignore_eos = true;
+    r.sample.temperature = 1.0f;
+    r.sample.top_k = 6;
+    r.sample.seed = (uint64_t)i * 2654435761u + (w->spec ? 1 : 0);
+    r.spec_tokens = w->spec ? 2 : 0;
+    collected c = {0};
+    gen_result res;
+    herr e = {0};
+    if (sched_run(w->s, &r, collect, &c, &res, &e) || c.n != 3) {
+      fprintf(stderr, "request %d: %s\n", i, e.msg);
+      w->out[i][0] = -1;
+      continue;
+    }
+    memcpy(w->out[i], c.ids, sizeof(int32_t) * 3);
+  }
+  return NULL;
+}
+
+static void test_sampled_end_to_end(void) {
+  gen_method gm = {.spec_tokens = 2, .source = SPEC_DRAFT, .draft = g_llama_bf16};
+  sched_config cfg = {.max_batch = 16, .method = &gm};
+  sched *s = NULL;
+  herr e = {0};
+  CHECK_EQ_INT(sched_new(g_llama, NULL, &cfg, &s, &e), 0);
+  if (!s) return;
+  int32_t(*spec)[3] = calloc(N_E2E, sizeof *spec), (*plain)[3] = calloc(N_E2E, sizeof *plain);
+  pthread_t th[2 * E2E_WORKERS];
+  e2e_worker w[2 * E2E_WORKERS];
+  for (int k = 0; k < 2 * E2E_WORKERS; k++) {
+    int per = N_E2E / E2E_WORKERS, j = k % E2E_WORKERS;
+    w[k] = (e2e_worker){.s = s, .from = j * per, .to = (j + 1) * per, .spec = k < E2E_WORKERS,
+                        .out = k < E2E_WORKERS ? spec : plain};
+    pthread_create(&th[k], NULL, e2e_main, &w[k]);
+  }
+  for (int k = 0; k < 2 * E2E_WORKERS; k++) pthread_join(th[k], NULL);
+  sched_stats st;
+  sched_get_stats(s, &st);
+  CHECK(st.spec_drafted[SPEC_DRAFT] >= N_E2E);
+  CHECK(st.spec_accepted[SPEC_DRAFT] > 0 && st.spec_accepted[SPEC_DRAFT] < st.spec_drafted[SPEC_DRAFT]);
+  CHECK_EQ_INT(st.blocks_used, 0);
+  int nv = (int)model_vocab_size(g_llama);
+  for (int pos = 1; pos <= 2; pos++) {
+    int64_t *a = calloc((size_t)nv, sizeof(int64_t)), *b = calloc((size_t)nv, sizeof(int64_t));
+    int64_t na = 0, nb = 0;
+    for (int i = 0; i < N_E2E; i++) {
+      if (spec[i][0] >= 0) a[spec[i][pos]]++, na++;
+      if (plain[i][0] >= 0) b[plain[i][pos]]++, nb++;
+    }
+    CHECK_EQ_INT(na, N_E2E);
+    CHECK_EQ_INT(nb, N_E2E);
+    int dof;
+    double x2 = chi2_two(a, b, nv, na, nb, &dof);
+    CHECK_MSG(dof >= 1 && x2 < chi2_crit(dof), "token %d: chi-square %.1f with %d dof (critical %.1f)", pos + 1, x2,
+              dof, chi2_crit(dof));
+    fprintf(stderr, "  end to end, token %d: two-sample chi-square %.1f, %d dof (critical %.1f)\n", pos + 1, x2, dof,
+            chi2_crit(dof));
+    free(a), free(b);
+  }
+  fprintf(stderr, "  end to end: drafted %lld, accepted %lld\n", (long long)st.spec_drafted[SPEC_DRAFT],
+          (long long)st.spec_accepted[SPEC_DRAFT]);
+  free(spec), free(plain);
+  sched_free(s);
+}
+
+int main(void) {
+  test_device_or_skip();
+  make_prompts();
+  g_builtin = load(BUILTIN);
+  g_llama = load(GOLDEN_LLAMA);
+  g_qwen3 = load(GOLDEN_QWEN3);
+  g_llama_bf16 = load(GOLDEN_LLAMA_BF16);
+  if (!g_builtin || !g_llama || !g_qwen3 || !g_llama_bf16) return 1;
+  RUN(test_greedy_ngram);
+  RUN(test_greedy_self_draft);
+  RUN(test_greedy_other_draft);
+  RUN(test_cancel);
+  RUN(test_verify_distribution);
+  RUN(test_sampled_end_to_end);
+  model_free(g_builtin);
+  model_free(g_llama);
+  model_free(g_qwen3);
+  model_free(g_llama_bf16);
+  TEST_MAIN_END();
+}
