@@ -111,6 +111,18 @@ typedef struct hearth_load_opts {
                               samples of the weight files), device kind, KV format or store version,
                               and damaged files, are ignored with a warning. */
   int64_t kv_store_max;    /* bytes the KV store may hold (<= 0: 4 GiB); least recently used blocks go first */
+  /* Speculative decoding: each step, a generation drafts up to spec_tokens tokens and the model
+     verifies them all in one batched forward (greedy output is plain decoding's token for token;
+     sampled output keeps the model's distribution by rejection sampling). */
+  int spec_tokens;         /* drafted tokens per step for requests that do not set their own
+                              (0: off; at most 16) */
+  const char *spec_method; /* "ngram" (prompt lookup: the continuation of the latest earlier match of
+                              the last tokens; no extra model), "draft" (draft_model) or "mtp" (the
+                              model's multi-token-prediction heads: not supported yet, refused).
+                              NULL: "draft" with a draft_model, else "ngram" */
+  const char *draft_model; /* a smaller model's folder or .gguf with the same tokenizer (checked: the
+                              same vocabulary, token for token), loaded on the same device with its
+                              own KV cache; NULL: none */
 } hearth_load_opts;
 
 /* Loads a model: a Hugging Face model folder (config.json + safetensors, and
@@ -216,6 +228,10 @@ typedef struct hearth_gen_params {
                                   that would narrow the output and is not compiled. Not with grammar. */
   const char *trace_label;     /* borrowed, may be NULL: with hearth_load_opts.trace_file, the request's
                                   track is named "req LABEL" (a response id, say); NULL: "req N" */
+  int spec_tokens;             /* speculative decoding for this request: tokens drafted per step
+                                  (0: off, 1..16); -1 (init): the model's hearth_load_opts.spec_tokens.
+                                  Drafts come from the model's spec_method (prompt lookup when it has
+                                  none); a request with a grammar or JSON schema decodes plainly */
 } hearth_gen_params;
 
 void hearth_gen_params_init(hearth_gen_params *p);
@@ -287,6 +303,8 @@ int hearth_generate(hearth_model *m, const hearth_prompt *prompt, const hearth_g
  * starting "memory_admission:". Starts the scheduler when needed. */
 int hearth_admit(hearth_model *m, int64_t prompt_tokens, int64_t max_tokens, hearth_error *err);
 
+#define HEARTH_SPEC_SOURCES 3
+
 /* The serving engine's counters (zeros before the first generation). */
 typedef struct hearth_stats {
   int64_t running, waiting;            /* requests */
@@ -297,7 +315,13 @@ typedef struct hearth_stats {
   double busy_seconds;                 /* time the engine spent in forward steps */
   int64_t requests_finished, requests_cancelled, requests_refused, preemptions, steps;
   int64_t expert_budget, expert_resident_bytes, expert_page_ins; /* bytes, bytes, experts read in (0 without a budget) */
+  /* speculative decoding per draft source, [0] ngram, [1] draft model, [2] mtp: verification steps
+     with drafts, tokens drafted, drafts accepted (acceptance rate = accepted / drafted) */
+  int64_t spec_steps[HEARTH_SPEC_SOURCES], spec_drafted[HEARTH_SPEC_SOURCES], spec_accepted[HEARTH_SPEC_SOURCES];
 } hearth_stats;
+
+/* The name of draft source i of hearth_stats' spec_* arrays ("ngram", "draft", "mtp"). */
+const char *hearth_spec_source_name(int i);
 
 void hearth_get_stats(hearth_model *m, hearth_stats *out);
 

@@ -203,7 +203,8 @@ void cli_hearth_load_opts(hearth_load_opts *lo) {
                            .cpu_level = cl->cpu_level, .mmap = cl->mmap, .f32_activations = cl->f32_activations,
                            .f32_as_bf16 = cl->f32_as_bf16, .no_cuda_graphs = cl->no_cuda_graphs,
                            .gpu_fast_matmul = cl->gpu_fast_matmul,
-                           .expert_budget = cl->expert_budget};
+                           .expert_budget = cl->expert_budget, .spec_tokens = cl->spec_tokens,
+                           .spec_method = cl->spec_method, .draft_model = cl->draft_model};
 }
 
 int cli_model_load(const char *dir, model **out, herr *err) {

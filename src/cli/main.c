@@ -51,6 +51,12 @@ static void usage(FILE *f) {
           "  --threads N                  CPU worker threads (default 0: one per CPU)\n"
           "  --expert-budget BYTES        mixture of experts: at most this much expert weight resident (RAM or GPU);\n"
           "                               the rest is read from the file when used (e.g. 4G)\n"
+          "  --spec-tokens N              speculative decoding (generate, chat, serve): draft up to N tokens per\n"
+          "                               step (1..16, 0 = off) and verify them in one forward; greedy output is\n"
+          "                               unchanged, sampled output keeps the model's distribution\n"
+          "  --spec-method M              where drafts come from: ngram (prompt lookup, the default), draft\n"
+          "                               (--draft-model) or mtp (not supported yet)\n"
+          "  --draft-model DIR            a smaller model with the same tokenizer that drafts (implies draft)\n"
           "\nWithout --model (or PATH), the verbs use the built-in model. A model is a Hugging Face folder or a .gguf file.\n");
 }
 
@@ -198,7 +204,8 @@ int main(int argc, char **argv) {
   }
   const cli_verb *verb = find_verb(argv[i]);
   /* --verbose / --quiet are accepted after the verb too, and --device,
-   * --gpu-memory-fraction, --f32-as-bf16, --expert-budget and --threads by verbs that load a
+   * --gpu-memory-fraction, --f32-as-bf16, --expert-budget, --spec-tokens, --spec-method,
+   * --draft-model and --threads by verbs that load a
    * model; verbs never see them. */
   int out = i + 1;
   for (int j = i + 1; j < argc; j++) {
@@ -223,6 +230,19 @@ int main(int argc, char **argv) {
       if (strcmp(v, "fast") && strcmp(v, "exact"))
         return cli_usage_error(verb->name, "--gpu-precision must be exact or fast, not '%s'", v);
       g_load.gpu_fast_matmul = !strcmp(v, "fast");
+    } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--spec-tokens", &v))) {
+      long long n;
+      if (r < 0) return 2;
+      if (!cli_parse_int(v, 0, 16, &n)) return cli_usage_error(verb->name, "--spec-tokens must be from 0 to 16, not '%s'", v);
+      g_load.spec_tokens = (int)n;
+    } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--spec-method", &v))) {
+      if (r < 0) return 2;
+      if (strcmp(v, "ngram") && strcmp(v, "draft") && strcmp(v, "mtp"))
+        return cli_usage_error(verb->name, "--spec-method must be ngram, draft or mtp, not '%s'", v);
+      g_load.spec_method = v;
+    } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--draft-model", &v))) {
+      if (r < 0) return 2;
+      g_load.draft_model = v;
     } else if (verb && verb->loads_model && strcmp(argv[j], "--f32-as-bf16") == 0) {
       g_load.f32_as_bf16 = true;
     } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--gpu-memory-fraction", &v))) {

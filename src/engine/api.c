@@ -56,6 +56,8 @@ struct hearth_model {
   int threads;                 /* hearth_load_opts.threads: the CPU bandwidth test runs on as many */
   double fit_bandwidth;        /* bytes/s measured by the first hearth_model_fit (under gen_lock) */
   pooling_config pooling;      /* how embeddings pool (sentence-transformers files; last token by default) */
+  model *draft;                /* owned, NULL without hearth_load_opts.draft_model */
+  gen_method method;           /* how generations run (the scheduler borrows it) */
 };
 
 void hearth_free(void *p) { free(p); }
@@ -135,6 +137,50 @@ static char *folder_name(const char *path) {
   return strndup(path + start, n - start);
 }
 
+/* The generation method of hearth_load_opts: speculative decoding's source,
+ * and the draft model, loaded like the model and checked against its
+ * vocabulary. */
+static int load_method(hearth_model *hm, const hearth_load_opts *opts, const model_load_opts *mo, herr *err) {
+  hm->method = (gen_method){.spec_tokens = opts->spec_tokens, .source = SPEC_NGRAM};
+  if (opts->spec_tokens < 0 || opts->spec_tokens > GEN_MAX_SPEC_TOKENS)
+    return herr_set(err, HEARTH_EINVAL, "spec_tokens %d must be from 0 to %d", opts->spec_tokens, GEN_MAX_SPEC_TOKENS);
+  int rc = 0;
+  if (opts->spec_method && (rc = spec_source_parse(opts->spec_method, &hm->method.source, err))) return rc;
+  if (!opts->spec_method && opts->draft_model) hm->method.source = SPEC_DRAFT;
+  if (hm->method.source == SPEC_DRAFT && !opts->draft_model)
+    return herr_set(err, HEARTH_EINVAL, "speculative method draft needs a draft model (--draft-model)");
+  if (opts->draft_model && hm->method.source != SPEC_DRAFT)
+    return herr_set(err, HEARTH_EINVAL, "a draft model is only used by the speculative method draft, not %s",
+                    spec_source_name(hm->method.source));
+  if (opts->draft_model) {
+    herr e = {0};
+    if ((rc = model_load(opts->draft_model, mo, &hm->draft, &e)) ||
+        (rc = model_config_check(model_cfg(hm->draft), opts->draft_model, &e)))
+      return herr_set(err, rc, "draft model %s: %s", opts->draft_model, e.msg);
+    tokenizer *dt = NULL;
+    char *tj = hfile_is_dir(opts->draft_model) ? hpath_join(opts->draft_model, "tokenizer.json") : NULL;
+    if (tj && hfile_exists(tj) && (rc = tokenizer_load(opts->draft_model, &dt, &e))) {
+      free(tj);
+      return herr_set(err, rc, "draft model %s: %s", opts->draft_model, e.msg);
+    }
+    free(tj);
+    rc = gen_method_check_draft(hm->m, hm->tok, hm->draft, dt, err);
+    if (dt) tokenizer_free(dt);
+    if (rc) return rc;
+    hm->method.draft = hm->draft;
+    HLOG_INFO("%s: draft model %s (%.2f GiB)", hm->id, opts->draft_model,
+              (double)model_weight_bytes(hm->draft) / (1 << 30));
+  }
+  if (hm->method.spec_tokens > 0 || opts->spec_method || opts->draft_model) {
+    /* a source that cannot run is refused now, not at the first request */
+    gen_method probe = hm->method;
+    if (probe.spec_tokens == 0) probe.spec_tokens = 1;
+    if ((rc = gen_method_check(&probe, hm->m, err))) return rc;
+  }
+  hm->sch_cfg.method = &hm->method;
+  return 0;
+}
+
 int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_model **out, hearth_error *err) {
   *out = NULL;
   if (!path) return herr_set(err, HEARTH_EINVAL, "hearth_model_load: no path");
@@ -206,6 +252,7 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
     hm->sch_cfg.kv_store = hm->kv_store;
     hm->sch_cfg.kv_store_max = opts->kv_store_max;
   }
+  if (opts && (rc = load_method(hm, opts, &mo, err))) goto fail;
   if (opts && opts->trace_file) {
     if ((rc = htrace_open(opts->trace_file, opts->trace_max_bytes, &hm->trace, err))) goto fail;
     hm->sch_cfg.trace = hm->trace;
@@ -224,6 +271,7 @@ fail:
 void hearth_model_free(hearth_model *hm) {
   if (!hm) return;
   sched_free(hm->sch);
+  model_free(hm->draft); /* after the scheduler: its runs use it */
   htrace_close(hm->trace); /* after the scheduler: its last requests end in the trace */
   model_free(hm->m);
   if (hm->tok) tokenizer_free(hm->tok);
@@ -378,6 +426,7 @@ void hearth_gen_params_init(hearth_gen_params *p) {
   p->presence_penalty = NAN;
   p->frequency_penalty = NAN;
   p->skip_special = true;
+  p->spec_tokens = -1;
 }
 
 static uint64_t random_seed(void) {
@@ -434,6 +483,10 @@ static int fill_request(const hearth_model *hm, const hearth_gen_params *p, gen_
   r->prefill_chunk = p->prefill_chunk;
   r->cancel = p->cancel;
   r->trace_label = p->trace_label;
+  if (p->spec_tokens < -1 || p->spec_tokens > GEN_MAX_SPEC_TOKENS)
+    return herr_set_at(err, HEARTH_EINVAL, "spec_tokens", 0, "spec_tokens %d must be from 0 to %d", p->spec_tokens,
+                       GEN_MAX_SPEC_TOKENS);
+  r->spec_tokens = p->spec_tokens;
   return 0;
 }
 
@@ -601,6 +654,15 @@ void hearth_get_stats(hearth_model *hm, hearth_stats *out) {
   out->requests_refused = st.requests_refused;
   out->preemptions = st.preemptions;
   out->steps = st.steps;
+  for (int i = 0; i < HEARTH_SPEC_SOURCES && i < SPEC_N_SOURCES; i++) {
+    out->spec_steps[i] = st.spec_steps[i];
+    out->spec_drafted[i] = st.spec_drafted[i];
+    out->spec_accepted[i] = st.spec_accepted[i];
+  }
+}
+
+const char *hearth_spec_source_name(int i) {
+  return i >= 0 && i < SPEC_N_SOURCES ? spec_source_name((spec_source)i) : "?";
 }
 
 /* ---- embeddings and the next-token signal ------------------------------- */

@@ -1103,6 +1103,11 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
   if ((rc = gen_emit_init(&q.out, s->tok, req, err))) goto out;
   if (req->grammar && (rc = seq_grammar(s, &q, err))) goto out;
   if ((rc = gen_run_new(s->method, req, s->vocab, &q.run, err))) goto out;
+  if (gen_run_kind(q.run) == GEN_METHOD_SPECULATIVE && !gen_method_can_rollback(s->m)) {
+    rc = herr_set_at(err, HEARTH_EUNSUPPORTED, "spec_tokens", 0,
+                     "speculative decoding: the model keeps recurrent state that cannot be rolled back");
+    goto out;
+  }
   sampler_add_prompt(q.smp, req->prompt, req->n_prompt);
   pthread_mutex_lock(&s->mu);
   if (s->stop) {

@@ -104,6 +104,8 @@ typedef struct serve_stats {
   double busy_seconds;
   int64_t requests_finished, requests_cancelled, requests_refused, preemptions, steps;
   int64_t expert_budget, expert_resident_bytes, expert_page_ins; /* 0 without an expert budget */
+  /* speculative decoding per draft source (hearth_spec_source_name): verification steps, drafted, accepted */
+  int64_t spec_steps[HEARTH_SPEC_SOURCES], spec_drafted[HEARTH_SPEC_SOURCES], spec_accepted[HEARTH_SPEC_SOURCES];
 } serve_stats;
 
 typedef struct serve_engine {

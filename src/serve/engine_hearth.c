@@ -242,6 +242,11 @@ static void stats(void *impl, serve_stats *out) {
                        .expert_budget = st.expert_budget,
                        .expert_resident_bytes = st.expert_resident_bytes,
                        .expert_page_ins = st.expert_page_ins};
+  for (int k = 0; k < HEARTH_SPEC_SOURCES; k++) {
+    out->spec_steps[k] = st.spec_steps[k];
+    out->spec_drafted[k] = st.spec_drafted[k];
+    out->spec_accepted[k] = st.spec_accepted[k];
+  }
 }
 
 static int fit(void *impl, int64_t context, int batch, char **json, herr *err) {

@@ -559,6 +559,22 @@ void serve_sampling_defaults(serve_sampling *s) {
   s->presence_penalty = s->frequency_penalty = s->repetition_penalty = NAN;
   s->top_k = -1;
   s->skip_special = true;
+  s->spec_tokens = -1;
+}
+
+int serve_json_spec(json_t *obj, serve_sampling *s, serve_fail *f) {
+  int64_t n = -1;
+  if (serve_json_int(obj, "spec_tokens", 0, 16, &n, f)) return f->status;
+  json_t *sp = serve_json_field(obj, "speculative");
+  if (sp) {
+    if (!json_is_object(sp)) return serve_bad(f, "speculative", "'speculative' must be an object like {\"tokens\": 4}");
+    if (serve_json_int(sp, "tokens", 0, 16, &n, f)) {
+      snprintf(f->param, sizeof f->param, "speculative.tokens");
+      return f->status;
+    }
+  }
+  if (n >= 0) s->spec_tokens = (int)n;
+  return 0;
 }
 
 static int parse_sampling(json_t *root, serve_kind kind, serve_sampling *s, serve_fail *f) {
@@ -580,7 +596,8 @@ static int parse_sampling(json_t *root, serve_kind kind, serve_sampling *s, serv
     s->has_seed = true;
     s->seed = (uint64_t)seed;
   }
-  if (serve_json_stop(root, "stop", true, s, f) || parse_logit_bias(root, s, f)) return f->status;
+  if (serve_json_stop(root, "stop", true, s, f) || parse_logit_bias(root, s, f) || serve_json_spec(root, s, f))
+    return f->status;
   /* (extension, as vLLM: keep going past end-of-sequence tokens until max_tokens) */
   if (serve_json_bool(root, "ignore_eos", &s->ignore_eos, f)) return f->status;
   if (kind == SERVE_CHAT) {

@@ -98,5 +98,9 @@ int serve_json_str(json_t *obj, const char *key, char **out, serve_fail *f); /* 
 /* Stop strings at obj[key] into s->stop / s->n_stop: an array of non-empty
  * strings (at most 16), or one string too when allow_string. */
 int serve_json_stop(json_t *obj, const char *key, bool allow_string, serve_sampling *s, serve_fail *f);
+/* Speculative decoding for this request into s->spec_tokens: "spec_tokens": N
+ * or "speculative": {"tokens": N} (0 = off, at most 16; absent: the server's
+ * --spec-tokens). */
+int serve_json_spec(json_t *obj, serve_sampling *s, serve_fail *f);
 
 #endif

@@ -292,6 +292,18 @@ static enum MHD_Result answer_stats(struct MHD_Connection *c, serve_server *s) {
     json_object_set_new(ex, "page_ins", json_integer(st.expert_page_ins));
     json_object_set_new(o, "experts", ex);
   }
+  /* speculative decoding, per draft source */
+  json_t *sp = json_object();
+  for (int k = 0; k < HEARTH_SPEC_SOURCES; k++) {
+    json_t *one = json_object();
+    json_object_set_new(one, "steps", json_integer(st.spec_steps[k]));
+    json_object_set_new(one, "drafted", json_integer(st.spec_drafted[k]));
+    json_object_set_new(one, "accepted", json_integer(st.spec_accepted[k]));
+    json_object_set_new(one, "acceptance_rate",
+                        json_real(st.spec_drafted[k] ? (double)st.spec_accepted[k] / (double)st.spec_drafted[k] : 0));
+    json_object_set_new(sp, hearth_spec_source_name(k), one);
+  }
+  json_object_set_new(o, "speculative", sp);
   return send_json(c, 200, o);
 }
 
@@ -319,6 +331,23 @@ static enum MHD_Result answer_metrics(struct MHD_Connection *c, serve_server *s)
   metric(&b, "generation_tokens_total", "counter", "Tokens generated.", (double)st.generated_tokens);
   metric(&b, "engine_busy_seconds_total", "counter", "Seconds the engine spent in forward steps.", st.busy_seconds);
   metric(&b, "engine_steps_total", "counter", "Batched forward steps run.", (double)st.steps);
+  /* speculative decoding: one labelled series per draft source */
+  static const struct {
+    const char *name, *type, *help;
+  } spec_metrics[] = {
+      {"spec_steps_total", "counter", "Verification steps with drafted tokens, by draft source."},
+      {"spec_drafted_tokens_total", "counter", "Tokens drafted for speculative decoding, by draft source."},
+      {"spec_accepted_tokens_total", "counter", "Drafted tokens the model accepted, by draft source."},
+      {"spec_acceptance_rate", "gauge", "Accepted over drafted tokens, by draft source."}};
+  for (int m = 0; m < 4; m++) {
+    hbuf_printf(&b, "# HELP hearth_%s %s\n# TYPE hearth_%s %s\n", spec_metrics[m].name, spec_metrics[m].help,
+                spec_metrics[m].name, spec_metrics[m].type);
+    for (int k = 0; k < HEARTH_SPEC_SOURCES; k++) {
+      double v = m == 0 ? (double)st.spec_steps[k] : m == 1 ? (double)st.spec_drafted[k] : m == 2 ? (double)st.spec_accepted[k]
+               : st.spec_drafted[k] ? (double)st.spec_accepted[k] / (double)st.spec_drafted[k] : 0;
+      hbuf_printf(&b, "hearth_%s{source=\"%s\"} %.17g\n", spec_metrics[m].name, hearth_spec_source_name(k), v);
+    }
+  }
   enum MHD_Result rc = b.oom ? MHD_NO : send_bytes(c, 200, "text/plain; version=0.0.4", hbuf_str(&b), b.len, NULL);
   hbuf_free(&b);
   return rc;
