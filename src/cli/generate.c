@@ -259,6 +259,14 @@ int cli_generate(int argc, char **argv) {
             res.prefill_seconds > 0 ? res.prompt_tokens / res.prefill_seconds : 0.0, (long long)res.completion_tokens,
             res.decode_seconds > 0 && res.completion_tokens > 1 ? (res.completion_tokens - 1) / res.decode_seconds
                                                                 : 0.0);
+    hearth_stats hs;
+    hearth_get_stats(m, &hs);
+    for (int k = 0; k < HEARTH_SPEC_SOURCES; k++)
+      if (hs.spec_drafted[k] > 0)
+        fprintf(stderr, "[speculative %s: %lld steps, drafted %lld, accepted %lld (%.1f%%), %lld forward steps]\n",
+                hearth_spec_source_name(k), (long long)hs.spec_steps[k], (long long)hs.spec_drafted[k],
+                (long long)hs.spec_accepted[k], 100.0 * (double)hs.spec_accepted[k] / (double)hs.spec_drafted[k],
+                (long long)hs.steps);
   }
   status = rc == HEARTH_ECANCELLED ? 130 : 0;
 out:

@@ -154,7 +154,9 @@ static int load_method(hearth_model *hm, const hearth_load_opts *opts, const mod
                     spec_source_name(hm->method.source));
   if (opts->draft_model) {
     herr e = {0};
-    if ((rc = model_load(opts->draft_model, mo, &hm->draft, &e)) ||
+    model_load_opts dmo = *mo;
+    dmo.backend = model_backend(hm->m); /* the same device, stream and threads as the model */
+    if ((rc = model_load(opts->draft_model, &dmo, &hm->draft, &e)) ||
         (rc = model_config_check(model_cfg(hm->draft), opts->draft_model, &e)))
       return herr_set(err, rc, "draft model %s: %s", opts->draft_model, e.msg);
     tokenizer *dt = NULL;

@@ -165,17 +165,22 @@ fail:
 gen_method_kind gen_run_kind(const gen_run *r) { return r->kind; }
 spec_source gen_run_source(const gen_run *r) { return r->source; }
 
-/* Prompt lookup: the continuation of the latest earlier occurrence of the
- * last n tokens, for the longest n that has one. */
+/* Prompt lookup: for the longest n (NGRAM_MAX down to NGRAM_MIN) whose last
+ * n tokens occurred before, the continuation of the latest occurrence that
+ * has max tokens after it (else of the one with the most). */
 static int propose_ngram(gen_run *r, const int32_t *toks, int64_t n_toks, int max) {
   for (int n = NGRAM_MAX; n >= NGRAM_MIN; n--) {
     if (n_toks < n + 1) continue;
     const int32_t *suf = toks + n_toks - n;
-    for (int64_t i = n_toks - n - 1; i >= 0; i--) {
+    int64_t best_from = -1, best_k = 0;
+    for (int64_t i = n_toks - n - 1; i >= 0 && best_k < max; i--) {
       if (toks[i] != suf[0] || memcmp(toks + i, suf, sizeof(int32_t) * (size_t)n)) continue;
       int64_t from = i + n, k = n_toks - from < max ? n_toks - from : max;
-      for (int64_t j = 0; j < k; j++) r->draft[j] = toks[from + j];
-      return (int)k;
+      if (k > best_k) best_from = from, best_k = k;
+    }
+    if (best_k > 0) {
+      for (int64_t j = 0; j < best_k; j++) r->draft[j] = toks[best_from + j];
+      return (int)best_k;
     }
   }
   return 0;

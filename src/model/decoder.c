@@ -92,7 +92,7 @@ void model_free(model *m) {
   for (int i = 0; i < m->n_ropes; i++) rope_table_free(&m->ropes[i]);
   if (m->st_opened) st_close(&m->st);
   gguf_close(m->gg);
-  bk_backend_close(m->be);
+  if (!m->be_borrowed) bk_backend_close(m->be);
   config_free(&m->cfg);
   free(m);
 }
@@ -268,8 +268,13 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   bk_open_opts bo = {.threads = opts ? opts->threads : 0, .f32_activations = opts && opts->f32_activations,
                      .cuda_lib = opts ? opts->cuda_lib : NULL, .cpu_level = opts ? opts->cpu_level : NULL,
                      .no_graphs = opts && opts->no_graphs, .fast_matmul = opts && opts->fast_matmul};
-  int rc = bk_backend_open(opts && opts->device ? opts->device : "cpu", &bo, &m->be, err);
-  if (rc) goto fail;
+  int rc = 0;
+  if (opts && opts->backend) {
+    m->be = opts->backend;
+    m->be_borrowed = true;
+  } else if ((rc = bk_backend_open(opts && opts->device ? opts->device : "cpu", &bo, &m->be, err))) {
+    goto fail;
+  }
   /* a backend that computes from host memory reads the weights into it; others map the
    * file only to upload from it */
   int64_t budget = opts ? opts->expert_budget : 0;

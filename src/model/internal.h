@@ -123,7 +123,8 @@ typedef struct expert_cache {
 struct model {
   model_config cfg;
   const model_family *fam;
-  bk_backend *be;         /* owned: where weights, activations and the forward live */
+  bk_backend *be;         /* owned unless be_borrowed: where weights, activations and the forward live */
+  bool be_borrowed;       /* be is model_load_opts.backend: not closed with the model */
   float **owned;          /* owned: host copies of misaligned or converted matrices */
   int n_owned, cap_owned;
   bk_buf **bufs;          /* owned: the backend buffers of every f32 vector */
