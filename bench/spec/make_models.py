@@ -7,9 +7,10 @@ Python (no torch or numpy needed), from the built-in model's folder:
   OUT/builtin-2l/   the built-in model cut to its first 2 of 8 layers (same
                     embeddings, final norm and tokenizer): a small draft of a
                     trained model
-  OUT/wide/         a random llama (hidden 1024, 12 layers, the built-in's
-                    vocabulary and tokenizer, bf16, ~330 MB) whose decode is
-                    bound by memory bandwidth on a CPU, as large models are
+  OUT/wide/         a random llama (--wide hidden,intermediate,layers; by
+                    default 1024,2816,12: ~290 MB of bf16, the built-in's
+                    vocabulary and tokenizer) whose decode reads more weight
+                    bytes than the built-in's, as larger models do
   OUT/wide-2l/      its first 2 layers: a draft of it (random weights: what it
                     accepts says nothing about real models)
 """
@@ -112,10 +113,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--builtin", default="models/default")
+    ap.add_argument("--wide", default="1024,2816,12", help="hidden,intermediate,layers of the random model")
     a = ap.parse_args()
+    hidden, inter, layers = (int(x) for x in a.wide.split(","))
     truncate(a.builtin, os.path.join(a.out, "builtin-2l"), 2)
     if not os.path.exists(os.path.join(a.out, "wide", "model.safetensors")):
-        random_llama(a.builtin, os.path.join(a.out, "wide"))
+        random_llama(a.builtin, os.path.join(a.out, "wide"), hidden=hidden, inter=inter, layers=layers,
+                     heads=hidden // 64, kv_heads=max(1, hidden // 256))
     truncate(os.path.join(a.out, "wide"), os.path.join(a.out, "wide-2l"), 2)
 
 
