@@ -3,7 +3,8 @@
  * text, greedy output against the reference ids), hearth_tokenize and
  * hearth_prompt read a length of 0 the same way, configs with absurd values
  * are refused with a message, and max_tokens = -1 stops where the KV cache
- * is full when the stated context is larger. */
+ * is full when the stated context is larger; speculative decoding's load
+ * options and per-request override, and the draft model's vocabulary check. */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -254,6 +255,104 @@ static void test_unbounded_stops_at_cache(void) {
   hearth_model_free(m);
 }
 
+/* Speculative decoding through the API: the model drafting for itself gives
+ * the plain greedy ids, a per-request override turns it on and off, and the
+ * load refuses a draft of another vocabulary (by size, and token for token),
+ * MTP, a draft method without a draft, and a draft with prompt lookup. */
+static void test_speculative(void) {
+  hearth_error err = {0};
+  hearth_model *m = NULL;
+  hearth_load_opts lo = {.spec_tokens = 4, .draft_model = DEFAULT_MODEL};
+  int rc = hearth_model_load(DEFAULT_MODEL, &lo, &m, &err);
+  CHECK_MSG(rc == 0, "%s", err.msg);
+  if (rc) return;
+  hearth_gen_params p;
+  hearth_gen_params_init(&p);
+  CHECK_EQ_INT(p.spec_tokens, -1);
+  p.temperature = 0;
+  p.ignore_eos = true;
+  p.max_tokens = 30;
+  hearth_prompt hp = {.text = "And God said, Let there be light"};
+  ids_out a = {0}, b = {0};
+  p.spec_tokens = 0;
+  CHECK_EQ_INT(hearth_generate(m, &hp, &p, collect_ids, &a, NULL, &err), 0);
+  p.spec_tokens = -1;
+  CHECK_EQ_INT(hearth_generate(m, &hp, &p, collect_ids, &b, NULL, &err), 0);
+  CHECK_EQ_INT(a.n, 30);
+  CHECK(a.n == b.n && memcmp(a.ids, b.ids, sizeof(int32_t) * (size_t)a.n) == 0);
+  hearth_stats st;
+  hearth_get_stats(m, &st);
+  CHECK(st.spec_drafted[1] > 0 && st.spec_accepted[1] == st.spec_drafted[1]); /* itself: every draft kept */
+  CHECK_EQ_INT(st.spec_drafted[0], 0);
+  CHECK_EQ_STR(hearth_spec_source_name(1), "draft");
+  p.spec_tokens = 17;
+  CHECK_EQ_INT(hearth_generate(m, &hp, &p, NULL, NULL, NULL, &err), HEARTH_EINVAL);
+  CHECK_EQ_STR(err.field, "spec_tokens");
+  hearth_model_free(m);
+
+  /* refusals at load */
+  struct {
+    hearth_load_opts lo;
+    int code;
+    const char *msg;
+  } bad[] = {
+      {{.spec_tokens = 2, .draft_model = HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32"}, HEARTH_EINVAL,
+       "its vocabulary has 512 tokens but the model's has 4096"},
+      {{.spec_tokens = 2, .spec_method = "mtp"}, HEARTH_EUNSUPPORTED, "multi-token-prediction"},
+      {{.spec_tokens = 2, .spec_method = "draft"}, HEARTH_EINVAL, "needs a draft model"},
+      {{.spec_tokens = 2, .spec_method = "ngram", .draft_model = DEFAULT_MODEL}, HEARTH_EINVAL, "only used"},
+      {{.spec_tokens = 2, .spec_method = "medusa"}, HEARTH_EINVAL, "not one of"},
+      {{.spec_tokens = 99}, HEARTH_EINVAL, "spec_tokens"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    hearth_error e = {0};
+    m = NULL;
+    CHECK_EQ_INT(hearth_model_load(DEFAULT_MODEL, &bad[i].lo, &m, &e), bad[i].code);
+    CHECK_MSG(strstr(e.msg, bad[i].msg) != NULL, "case %zu: '%s'", i, e.msg);
+    hearth_model_free(m);
+  }
+  /* the same vocabulary size, one token renamed */
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/renamed", tmpdir);
+  mkdir(dir, 0755);
+  static const char *files[] = {"model.safetensors", "config.json", "tokenizer_config.json"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    char from[600], to[700];
+    snprintf(from, sizeof from, "%s/%s", DEFAULT_MODEL, files[i]);
+    snprintf(to, sizeof to, "%s/%s", dir, files[i]);
+    if (symlink(from, to)) perror(to);
+  }
+  char *tj = NULL;
+  size_t len = 0;
+  CHECK(hfile_read(DEFAULT_MODEL "/tokenizer.json", &tj, &len, NULL) == 0);
+  hbuf out = {0};
+  for (const char *at = tj; at && *at;) {
+    const char *hit = strstr(at, "\"<|end|>\"");
+    if (!hit) {
+      hbuf_puts(&out, at);
+      break;
+    }
+    hbuf_append(&out, at, (size_t)(hit - at));
+    hbuf_puts(&out, "\"<|fin|>\"");
+    at = hit + strlen("\"<|end|>\"");
+  }
+  char path[700];
+  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fwrite(out.data, 1, out.len, f);
+    fclose(f);
+  }
+  hbuf_free(&out);
+  free(tj);
+  hearth_load_opts lr = {.spec_tokens = 2, .draft_model = dir};
+  hearth_error e = {0};
+  m = NULL;
+  CHECK_EQ_INT(hearth_model_load(DEFAULT_MODEL, &lr, &m, &e), HEARTH_EINVAL);
+  CHECK_MSG(strstr(e.msg, "token 2 is '<|fin|>'") != NULL, "%s", e.msg);
+  hearth_model_free(m);
+}
+
 int main(void) {
   if (!mkdtemp(tmpdir)) {
     perror("mkdtemp");
@@ -264,6 +363,7 @@ int main(void) {
   RUN(test_expert_budget);
   RUN(test_absurd_config);
   RUN(test_unbounded_stops_at_cache);
+  RUN(test_speculative);
   char cmd[700];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -5,7 +5,9 @@
  * a long prompt with an earlier one reports usage.prompt_tokens_details.
  * cached_tokens; 16 concurrent greedy completions answer the same text as
  * each run alone; GET /metrics is Prometheus text; a request that can never
- * fit the memory budget is refused with 400 memory_admission. */
+ * fit the memory budget is refused with 400 memory_admission; speculative
+ * decoding asked for per request gives the plain greedy text and is counted
+ * per draft source in /stats and /metrics. */
 #include <arpa/inet.h>
 #include <jansson.h>
 #include <netinet/in.h>
@@ -255,6 +257,61 @@ static void test_metrics(void) {
   free(r);
 }
 
+/* Speculative decoding asked for per request (the server runs without it):
+ * the same greedy text as without, drafts counted in /stats and /metrics, and
+ * a bad value refused naming the field. */
+static char *spec_text(const char *spec, int *status) {
+  char body[512];
+  snprintf(body, sizeof body,
+           "{\"prompt\":\"The cat sat on the mat. The cat sat on the mat. The cat sat on the mat. The cat sat\","
+           "\"max_tokens\":40,\"temperature\":0%s}",
+           spec);
+  char *r = http(g_port, "POST", "/v1/completions", NULL, body);
+  *status = status_of(r);
+  json_t *j = body_json(r);
+  const char *t = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
+  char *out = strdup(t ? t : r);
+  json_decref(j);
+  free(r);
+  return out;
+}
+
+static void test_speculative(void) {
+  int st0, st1, st2, st3;
+  char *plain = spec_text(",\"spec_tokens\":0", &st0);
+  char *spec = spec_text(",\"speculative\":{\"tokens\":4}", &st1);
+  char *spec2 = spec_text(",\"spec_tokens\":6", &st2);
+  CHECK_EQ_INT(st0, 200);
+  CHECK_EQ_INT(st1, 200);
+  CHECK_EQ_INT(st2, 200);
+  CHECK_EQ_STR(spec, plain);
+  CHECK_EQ_STR(spec2, plain);
+  json_t *j = get_stats();
+  json_t *ng = json_object_get(json_object_get(j, "speculative"), "ngram");
+  int64_t drafted = json_integer_value(json_object_get(ng, "drafted"));
+  int64_t accepted = json_integer_value(json_object_get(ng, "accepted"));
+  CHECK(drafted > 0);
+  CHECK(accepted > 0 && accepted <= drafted);
+  CHECK(json_real_value(json_object_get(ng, "acceptance_rate")) > 0);
+  CHECK(json_object_get(json_object_get(j, "speculative"), "draft") != NULL);
+  json_decref(j);
+  char *r = http(g_port, "GET", "/metrics", NULL, NULL);
+  CHECK(strstr(r, "# TYPE hearth_spec_drafted_tokens_total counter\nhearth_spec_drafted_tokens_total{source=\"ngram\"} ") != NULL);
+  CHECK(strstr(r, "hearth_spec_acceptance_rate{source=\"draft\"} 0\n") != NULL);
+  free(r);
+  char *bad = spec_text(",\"spec_tokens\":17", &st3);
+  CHECK_EQ_INT(st3, 400);
+  CHECK(strstr(bad, "spec_tokens") != NULL);
+  free(bad);
+  bad = spec_text(",\"speculative\":{\"tokens\":-2}", &st3);
+  CHECK_EQ_INT(st3, 400);
+  CHECK(strstr(bad, "speculative.tokens") != NULL);
+  free(bad);
+  free(plain);
+  free(spec);
+  free(spec2);
+}
+
 static void test_memory_admission(void) {
   hbuf p = {0};
   hbuf_puts(&p, "{\"prompt\":\"");
@@ -362,6 +419,7 @@ int main(void) {
   RUN(test_cached_tokens);
   RUN(test_concurrent_equals_alone);
   RUN(test_metrics);
+  RUN(test_speculative);
   RUN(test_memory_admission);
   RUN(test_template_errors);
   serve_stop(srv);
