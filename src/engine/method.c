@@ -245,8 +245,16 @@ static int propose_draft(gen_run *r, const int32_t *toks, int64_t n_toks, int ma
   return max;
 }
 
+/* A proposal that was never verified (its sequence left the step before the
+ * forward: preempted): the draft model forgets the rows it fed for it. */
+static void abandon(gen_run *r) {
+  if (r->dkv && r->dkv->len > r->n_hist) kv_cache_seq_truncate(r->dkv, r->n_hist);
+  r->n_draft = 0;
+}
+
 int gen_run_propose(gen_run *r, const int32_t *toks, int64_t n_toks, int max, const int32_t **draft, herr *err) {
   *draft = r->draft;
+  if (r->n_draft > 0) abandon(r);
   r->n_draft = 0;
   r->n_hist = n_toks;
   if (r->kind != GEN_METHOD_SPECULATIVE || max <= 0 || n_toks <= 0) return 0;
@@ -261,9 +269,13 @@ int gen_run_propose(gen_run *r, const int32_t *toks, int64_t n_toks, int max, co
   return n;
 }
 
-int gen_run_verify(gen_run *r, sampler *smp, float *rows, int64_t vocab, gen_commit_fn commit, void *ctx,
+int gen_run_verify(gen_run *r, sampler *smp, float *rows, int n_rows, int64_t vocab, gen_commit_fn commit, void *ctx,
                    gen_step *out, herr *err) {
-  *out = (gen_step){.drafted = r->n_draft};
+  *out = (gen_step){0};
+  if (n_rows == 1 && r->n_draft > 0) abandon(r); /* a plain step after a proposal that was not fed */
+  if (n_rows != 1 + r->n_draft)
+    return herr_set(err, HEARTH_EINTERNAL, "speculative: %d logits rows for %d drafted tokens", n_rows, r->n_draft);
+  out->drafted = r->n_draft;
   int rc = 0;
   for (int i = 0; i <= r->n_draft; i++) {
     float *row = rows + (size_t)i * (size_t)vocab;

@@ -107,12 +107,13 @@ typedef struct gen_step {
   bool ended;     /* commit said the request ended */
 } gen_step;
 
-/* After the forward: rows holds 1 + (the last propose's count) logits rows
- * (vocab floats each, used as scratch), row i the logits after the pending
- * token and i drafts. Commits tokens through commit; sampler_accept is the
+/* After the forward: rows holds n_rows logits rows (vocab floats each, used
+ * as scratch), row i the logits after the pending token and i drafts:
+ * 1 + the last proposal's count, or 1 when the proposal was not fed (its
+ * sequence was preempted before the forward; the proposal is dropped). Commits tokens through commit; sampler_accept is the
  * commit's business. Once commit reports the end, verify returns at once
  * without touching the run again (the commit may free it). */
-int gen_run_verify(gen_run *r, sampler *smp, float *rows, int64_t vocab, gen_commit_fn commit, void *ctx,
+int gen_run_verify(gen_run *r, sampler *smp, float *rows, int n_rows, int64_t vocab, gen_commit_fn commit, void *ctx,
                    gen_step *out, herr *err);
 
 #endif

@@ -415,9 +415,10 @@ static bool seq_verify(sched *s, sseq *q, float *rows) {
   seq_commit_ctx c = {s, q};
   gen_step g;
   spec_source src = gen_run_source(q->run);
+  int n_draft = q->n_draft;
   q->n_draft = 0;
   /* once a commit ends q, q and its run are gone: only g is read after */
-  int rc = gen_run_verify(q->run, q->smp, rows, s->vocab, seq_commit, &c, &g, q->err);
+  int rc = gen_run_verify(q->run, q->smp, rows, 1 + n_draft, s->vocab, seq_commit, &c, &g, q->err);
   if (g.drafted > 0) {
     pthread_mutex_lock(&s->mu);
     s->st.spec_steps[src]++;

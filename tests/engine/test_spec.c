@@ -3,7 +3,8 @@
  * Greedy: on the built-in model, requests with prompt-lookup drafts, with a
  * draft model (the model itself, and the golden llama as the draft of
  * another), and plain requests run together in the same steps, each giving
- * exactly the ids it gives alone through generate_run; drafts are made and
+ * exactly the ids it gives alone through generate_run — also in a KV pool
+ * so small that requests wait and are preempted; drafts are made and
  * accepted (the stats say how many), every KV block comes back, and a
  * cancel mid-way through a speculative run frees everything.
  *
@@ -20,6 +21,7 @@
 #include <pthread.h>
 
 #include "engine/generate.h"
+#include "engine/kv_paged.h"
 #include "engine/method.h"
 #include "engine/sample.h"
 #include "engine/sched.h"
@@ -91,9 +93,10 @@ static void make_prompts(void) {
   }
 }
 
-static void run_greedy_mix(model *m, model *draft, spec_source src, bool expect_accept, const char *what) {
+static void run_greedy_mix(model *m, model *draft, spec_source src, bool expect_accept, size_t kv_bytes,
+                           const char *what) {
   gen_method gm = {.spec_tokens = 4, .source = src, .draft = draft};
-  sched_config cfg = {.max_batch = 8, .block_tokens = 16, .kv_bytes = 0, .method = &gm};
+  sched_config cfg = {.max_batch = 8, .block_tokens = 16, .kv_bytes = kv_bytes, .method = &gm};
   sched *s = NULL;
   herr e = {0};
   CHECK_EQ_INT(sched_new(m, NULL, &cfg, &s, &e), 0);
@@ -128,6 +131,10 @@ static void run_greedy_mix(model *m, model *draft, spec_source src, bool expect_
     CHECK_EQ_INT(jobs[i].out.n, GREEDY_NEW);
     if (jobs[i].out.n != ref.n || memcmp(jobs[i].out.ids, ref.ids, sizeof(int32_t) * (size_t)ref.n)) {
       mismatched++;
+      int t = 0;
+      while (t < ref.n && t < jobs[i].out.n && ref.ids[t] == jobs[i].out.ids[t]) t++;
+      fprintf(stderr, "  %s: request %d (spec_tokens %d, prompt %d) differs at token %d of %d/%d\n", what, i,
+              jobs[i].req.spec_tokens, g_plen[i], t, jobs[i].out.n, ref.n);
       continue;
     }
     for (int t = 0; t < ref.n; t++)
@@ -142,22 +149,33 @@ static void run_greedy_mix(model *m, model *draft, spec_source src, bool expect_
   CHECK(st.spec_drafted[src] > 0);
   CHECK(!expect_accept || st.spec_accepted[src] > 0);
   CHECK(st.spec_accepted[src] <= st.spec_drafted[src]);
-  fprintf(stderr, "  %s: %lld steps, %lld verification steps, drafted %lld, accepted %lld (%.0f%%)\n", what,
-          (long long)st.steps, (long long)st.spec_steps[src], (long long)st.spec_drafted[src],
-          (long long)st.spec_accepted[src], 100.0 * (double)st.spec_accepted[src] / (double)st.spec_drafted[src]);
+  if (kv_bytes) CHECK(st.preemptions > 0);
+  fprintf(stderr, "  %s: %lld steps, %lld verification steps, drafted %lld, accepted %lld (%.0f%%), %lld preemptions\n",
+          what, (long long)st.steps, (long long)st.spec_steps[src], (long long)st.spec_drafted[src],
+          (long long)st.spec_accepted[src], 100.0 * (double)st.spec_accepted[src] / (double)st.spec_drafted[src],
+          (long long)st.preemptions);
   sched_free(s);
 }
 
 static model *g_builtin, *g_llama, *g_qwen3, *g_llama_bf16;
 
-static void test_greedy_ngram(void) { run_greedy_mix(g_builtin, NULL, SPEC_NGRAM, true, "ngram"); }
+static void test_greedy_ngram(void) { run_greedy_mix(g_builtin, NULL, SPEC_NGRAM, true, 0, "ngram"); }
+
+/* a pool of 12 blocks for 8 requests of up to 8 blocks each: requests wait and are preempted */
+static void test_greedy_preempted(void) {
+  model_kv_geometry g;
+  model_kv_geometry_of(g_builtin, &g);
+  size_t block = kv_block_bytes(&g, 16);
+  run_greedy_mix(g_builtin, NULL, SPEC_NGRAM, true, 12 * block, "ngram, a small pool");
+  run_greedy_mix(g_builtin, g_builtin, SPEC_DRAFT, true, 12 * block, "draft (itself), a small pool");
+}
 
 static void test_greedy_self_draft(void) {
-  run_greedy_mix(g_builtin, g_builtin, SPEC_DRAFT, true, "draft (itself)");
+  run_greedy_mix(g_builtin, g_builtin, SPEC_DRAFT, true, 0, "draft (itself)");
 }
 
 /* a random draft model of another architecture: few acceptances, still exact */
-static void test_greedy_other_draft(void) { run_greedy_mix(g_llama, g_qwen3, SPEC_DRAFT, false, "draft (qwen3 for llama)"); }
+static void test_greedy_other_draft(void) { run_greedy_mix(g_llama, g_qwen3, SPEC_DRAFT, false, 0, "draft (qwen3 for llama)"); }
 
 /* cancelled by the callback in the middle of a verification step, and by the flag */
 static void test_cancel(void) {
@@ -448,6 +466,7 @@ int main(void) {
   RUN(test_greedy_ngram);
   RUN(test_greedy_self_draft);
   RUN(test_greedy_other_draft);
+  RUN(test_greedy_preempted);
   RUN(test_cancel);
   RUN(test_verify_distribution);
   RUN(test_sampled_end_to_end);
