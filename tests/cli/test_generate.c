@@ -119,6 +119,39 @@ static void test_greedy_ids(void) {
   run_free(&r);
 }
 
+/* --spec-tokens: the same greedy text, drafted by prompt lookup and by the
+ * model itself as a draft (--stats says how many drafts were accepted). */
+static void test_speculative(void) {
+  const char *a1[] = {"generate", "--model", FIXTURE, "--ids", hbuf_str(&g_prompt_ids), "-n", "24", "--temp", "0",
+                      "--spec-tokens", "3", NULL};
+  run_result r = run_hearth(a1, NULL);
+  CHECK_EQ_INT(r.status, 0);
+  CHECK_EQ_STR(r.out, hbuf_str(&g_greedy_text));
+  run_free(&r);
+  const char *a2[] = {"generate", "--model", FIXTURE, "--ids", hbuf_str(&g_prompt_ids), "-n", "24", "--temp", "0",
+                      "--spec-tokens", "4", "--draft-model", FIXTURE, "--stats", NULL};
+  r = run_hearth(a2, NULL);
+  CHECK_EQ_INT(r.status, 0);
+  CHECK_EQ_STR(r.out, hbuf_str(&g_greedy_text));
+  CHECK_MSG(strstr(r.err, "[speculative draft: ") != NULL && strstr(r.err, "(100.0%)") != NULL, "%s", r.err);
+  run_free(&r);
+  const char *a3[] = {"generate", "--model", FIXTURE, "--ids", "1,2", "--spec-tokens", "17", NULL};
+  r = run_hearth(a3, NULL);
+  CHECK_EQ_INT(r.status, 2);
+  CHECK(strstr(r.err, "--spec-tokens") != NULL);
+  run_free(&r);
+  const char *a4[] = {"generate", "--model", FIXTURE, "--ids", "1,2", "--spec-method", "lookahead", NULL};
+  r = run_hearth(a4, NULL);
+  CHECK_EQ_INT(r.status, 2);
+  CHECK(strstr(r.err, "--spec-method") != NULL);
+  run_free(&r);
+  const char *a5[] = {"generate", "--model", FIXTURE, "--ids", "1,2", "--spec-tokens", "2", "--spec-method", "mtp", NULL};
+  r = run_hearth(a5, NULL);
+  CHECK_EQ_INT(r.status, 1);
+  CHECK(strstr(r.err, "multi-token-prediction") != NULL);
+  run_free(&r);
+}
+
 static void test_seeded(void) {
   const char *args[] = {"generate", "--model", FIXTURE, "--ids", hbuf_str(&g_prompt_ids), "-n", "16", "--temp", "1",
                         "--top-k", "0", "--seed", "99", "--ignore-eos", NULL};
@@ -303,6 +336,7 @@ int main(void) {
   if (load_fixture()) {
     RUN(test_greedy_ids);
     RUN(test_seeded);
+    RUN(test_speculative);
     RUN(test_errors);
     if (make_text_model()) {
       RUN(test_text);
