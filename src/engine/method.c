@@ -21,6 +21,7 @@ struct gen_run {
   gen_method_kind kind;
   spec_source source;
   int spec_tokens;
+  int cur;                              /* drafts to propose next: adapts within [1, spec_tokens] */
   int64_t vocab;
   int32_t draft[GEN_MAX_SPEC_TOKENS];   /* the last proposal */
   int n_draft;
@@ -124,7 +125,7 @@ int gen_run_new(const gen_method *gm, const gen_request *req, int64_t vocab, gen
   if (gm && gm->source == SPEC_DRAFT && gm->draft) r->source = SPEC_DRAFT;
   if (n > 0 && !req->grammar) {
     r->kind = GEN_METHOD_SPECULATIVE;
-    r->spec_tokens = n;
+    r->spec_tokens = r->cur = n;
   }
   sample_rng_seed(&r->rng, req->sample.seed ^ 0x5eed5bec0ffee000ull);
   int rc = 0;
@@ -258,7 +259,7 @@ int gen_run_propose(gen_run *r, const int32_t *toks, int64_t n_toks, int max, co
   r->n_draft = 0;
   r->n_hist = n_toks;
   if (r->kind != GEN_METHOD_SPECULATIVE || max <= 0 || n_toks <= 0) return 0;
-  if (max > r->spec_tokens) max = r->spec_tokens;
+  if (max > r->cur) max = r->cur;
   int n = 0;
   switch (r->source) {
     case SPEC_NGRAM: n = propose_ngram(r, toks, n_toks, max); break;
@@ -290,6 +291,12 @@ int gen_run_verify(gen_run *r, sampler *smp, float *rows, int n_rows, int64_t vo
     if (rc) break;
     out->committed++;
     if (acc) out->accepted++;
+    if (i == r->n_draft - 1 || (i < r->n_draft && !acc)) {
+      /* the next proposal's length: one more after a step that kept every
+       * draft, half after one that kept none */
+      if (out->accepted == r->n_draft && r->cur < r->spec_tokens) r->cur++;
+      else if (out->accepted == 0 && r->cur > 1) r->cur /= 2;
+    }
     if (commit(ctx, &st)) {
       out->ended = true;
       return 0; /* the commit may have freed the run */
