@@ -29,11 +29,11 @@ struct gen_run {
   sample_rng rng;                       /* acceptance draws, and a draft model's draws */
   /* SPEC_DRAFT */
   model *dm;                            /* borrowed */
-  kv_cache *dcache;                     /* owned */
-  kv_seq *dkv;                          /* owned: rows of committed tokens only, between steps */
+  kv_cache *dcache;                     /* borrowed: the scheduler's cache for its draft model */
+  kv_seq *dkv;                          /* owned, made at the first proposal: rows of committed tokens only,
+                                           between steps */
   sampler *dsmp;                        /* owned: the draft's distribution q (no penalties) */
   bool greedy;                          /* the request is greedy: drafts are the draft's argmax */
-  float *drow;                          /* owned [vocab]: the draft's last logits */
   float *q;                             /* owned [spec_tokens * vocab]: q of each draft (sampled requests) */
 };
 
@@ -104,14 +104,13 @@ int gen_method_check_draft(const model *target, const tokenizer *target_tok, con
 void gen_run_free(gen_run *r) {
   if (!r) return;
   if (r->dkv) kv_cache_seq_free(r->dkv);
-  kv_cache_free(r->dcache);
   sampler_free(r->dsmp);
-  free(r->drow);
   free(r->q);
   free(r);
 }
 
-int gen_run_new(const gen_method *gm, const gen_request *req, int64_t vocab, gen_run **out, herr *err) {
+int gen_run_new(const gen_method *gm, const gen_request *req, int64_t vocab, kv_cache *draft_cache, gen_run **out,
+                herr *err) {
   *out = NULL;
   gen_run *r = calloc(1, sizeof *r);
   if (!r) return herr_set(err, HEARTH_ENOMEM, "generate: out of memory");
@@ -131,8 +130,11 @@ int gen_run_new(const gen_method *gm, const gen_request *req, int64_t vocab, gen
   int rc = 0;
   if (r->kind == GEN_METHOD_SPECULATIVE && r->source == SPEC_DRAFT) {
     r->dm = gm->draft;
-    model_kv_geometry g;
-    model_kv_geometry_of(r->dm, &g);
+    r->dcache = draft_cache;
+    if (!draft_cache) {
+      rc = herr_set(err, HEARTH_EINTERNAL, "speculative: a draft model without a cache for it");
+      goto fail;
+    }
     sample_params dp;
     sample_params_default(&dp);
     dp.greedy = req->sample.greedy;
@@ -140,13 +142,10 @@ int gen_run_new(const gen_method *gm, const gen_request *req, int64_t vocab, gen
     dp.top_k = req->sample.top_k;
     dp.top_p = req->sample.top_p;
     dp.min_p = req->sample.min_p;
-    if ((rc = kv_cache_new(&g, 0, &r->dcache, err)) || (rc = kv_cache_seq_new(r->dcache, &r->dkv, err)) ||
-        (rc = sampler_new((int32_t)vocab, &dp, &r->dsmp, err)))
-      goto fail;
+    if ((rc = sampler_new((int32_t)vocab, &dp, &r->dsmp, err))) goto fail;
     r->greedy = sampler_is_greedy(r->dsmp);
-    r->drow = malloc(sizeof(float) * (size_t)vocab);
     r->q = r->greedy ? NULL : malloc(sizeof(float) * (size_t)vocab * (size_t)n);
-    if (!r->drow || (!r->greedy && !r->q)) {
+    if (!r->greedy && !r->q) {
       rc = herr_set(err, HEARTH_ENOMEM, "generate: out of memory for the draft model's logits");
       goto fail;
     }
@@ -187,20 +186,6 @@ static int propose_ngram(gen_run *r, const int32_t *toks, int64_t n_toks, int ma
   return 0;
 }
 
-/* Feeds the draft model tokens [from, to) of toks; the last gives r->drow. */
-static int draft_feed(gen_run *r, const int32_t *toks, int64_t n, herr *err) {
-  for (int64_t at = 0; at < n;) {
-    int64_t k = n - at < DRAFT_CHUNK ? n - at : DRAFT_CHUNK;
-    bool last = at + k == n;
-    model_seq s = {.kv = r->dkv, .tokens = toks + at, .n_tokens = (int)k, .out = last ? MODEL_OUT_LOGITS : MODEL_OUT_NONE};
-    model_batch b = {.seqs = &s, .n_seqs = 1};
-    int rc = model_forward(r->dm, &b, last ? r->drow : NULL, err);
-    if (rc) return rc;
-    at += k;
-  }
-  return 0;
-}
-
 static int32_t draw(const float *probs, int64_t n, sample_rng *rng) {
   double u = sample_rng_uniform(rng), acc = 0;
   int32_t last = -1;
@@ -220,30 +205,75 @@ static int32_t argmax_row(const float *row, int64_t n) {
   return best;
 }
 
-/* The draft model: catch up on the committed tokens it has not seen, then
- * one token at a time. Its KV keeps every fed row; verify cuts it back. */
-static int propose_draft(gen_run *r, const int32_t *toks, int64_t n_toks, int max, herr *err) {
-  int64_t have = r->dkv->len;
-  if (have >= n_toks) { /* cannot happen: rows beyond the committed ones are cut after each step */
-    kv_cache_seq_truncate(r->dkv, n_toks - 1);
-    have = n_toks - 1;
+/* Draft j of run r from its draft model's logits row (used as scratch). */
+static int draft_pick(gen_run *r, float *row, int j, herr *err) {
+  if (r->greedy) {
+    r->draft[j] = argmax_row(row, r->vocab);
+    return 0;
   }
-  int rc = draft_feed(r, toks + have, n_toks - have, err);
-  if (rc) return -rc;
-  for (int j = 0; j < max; j++) {
-    int32_t d;
-    if (r->greedy) {
-      d = argmax_row(r->drow, r->vocab);
-    } else {
-      float *q = r->q + (size_t)j * (size_t)r->vocab;
-      if ((rc = sampler_distribution(r->dsmp, r->drow, q, err))) return -rc;
-      d = draw(q, r->vocab, &r->rng);
-      if (d < 0) return -herr_set(err, HEARTH_EINTERNAL, "draft model: an empty distribution");
+  float *q = r->q + (size_t)j * (size_t)r->vocab;
+  int rc = sampler_distribution(r->dsmp, row, q, err);
+  if (rc) return rc;
+  r->draft[j] = draw(q, r->vocab, &r->rng);
+  return r->draft[j] < 0 ? herr_set(err, HEARTH_EINTERNAL, "draft model: an empty distribution") : 0;
+}
+
+/* The draft-model runs of p (indices idx[0..n)), which share one draft
+ * model: one forward in which each catches up on the committed tokens it
+ * has not seen (a long backlog — the prompt — is fed first, alone, in
+ * chunks), then one forward per drafted token over every run still
+ * drafting. Each draft model's KV keeps every row fed; verify cuts it back. */
+static int propose_drafts(gen_proposal *p, const int *idx, int n, float **scratch, size_t *cap, herr *err) {
+  model *dm = p[idx[0]].run->dm;
+  int64_t vocab = p[idx[0]].run->vocab;
+  if ((size_t)n * (size_t)vocab > *cap) {
+    float *f = realloc(*scratch, sizeof(float) * (size_t)n * (size_t)vocab);
+    if (!f) return herr_set(err, HEARTH_ENOMEM, "draft model: out of memory for %d logits rows", n);
+    *scratch = f;
+    *cap = (size_t)n * (size_t)vocab;
+  }
+  model_seq *seqs = calloc((size_t)n, sizeof *seqs);
+  int *who = calloc((size_t)n, sizeof *who);
+  if (!seqs || !who) {
+    free(seqs);
+    free(who);
+    return herr_set(err, HEARTH_ENOMEM, "draft model: out of memory for a batch of %d", n);
+  }
+  int rc = 0, nb = 0;
+  for (int k = 0; k < n && !rc; k++) {
+    gen_proposal *x = &p[idx[k]];
+    gen_run *r = x->run;
+    if (!r->dkv && (rc = kv_cache_seq_new(r->dcache, &r->dkv, err))) break;
+    if (r->dkv->len >= x->n_toks) kv_cache_seq_truncate(r->dkv, x->n_toks - 1); /* the last token's logits are needed */
+    int64_t have = r->dkv->len;
+    while (!rc && x->n_toks - have > DRAFT_CHUNK) { /* a backlog: the prompt, a preempted run's tokens */
+      model_seq one = {.kv = r->dkv, .tokens = x->toks + have, .n_tokens = DRAFT_CHUNK, .out = MODEL_OUT_NONE};
+      model_batch b1 = {.seqs = &one, .n_seqs = 1};
+      rc = model_forward(dm, &b1, NULL, err);
+      have = r->dkv->len;
     }
-    r->draft[j] = d;
-    if (j + 1 < max && (rc = draft_feed(r, &r->draft[j], 1, err))) return -rc;
+    seqs[nb] = (model_seq){.kv = r->dkv, .tokens = x->toks + have, .n_tokens = (int)(x->n_toks - have)};
+    who[nb++] = idx[k];
   }
-  return max;
+  for (int j = 0; !rc && nb > 0; j++) {
+    model_batch b = {.seqs = seqs, .n_seqs = nb};
+    if ((rc = model_forward(dm, &b, *scratch, err))) break;
+    int next = 0;
+    for (int k = 0; k < nb && !rc; k++) {
+      gen_proposal *x = &p[who[k]];
+      gen_run *r = x->run;
+      if ((rc = draft_pick(r, *scratch + (size_t)k * (size_t)vocab, j, err))) break;
+      x->n = j + 1;
+      if (j + 1 < x->max) { /* it drafts on: its draft goes in next */
+        seqs[next] = (model_seq){.kv = r->dkv, .tokens = &r->draft[j], .n_tokens = 1};
+        who[next++] = who[k];
+      }
+    }
+    nb = next;
+  }
+  free(seqs);
+  free(who);
+  return rc;
 }
 
 /* A proposal that was never verified (its sequence left the step before the
@@ -253,21 +283,49 @@ static void abandon(gen_run *r) {
   r->n_draft = 0;
 }
 
-int gen_run_propose(gen_run *r, const int32_t *toks, int64_t n_toks, int max, const int32_t **draft, herr *err) {
-  *draft = r->draft;
-  if (r->n_draft > 0) abandon(r);
-  r->n_draft = 0;
-  r->n_hist = n_toks;
-  if (r->kind != GEN_METHOD_SPECULATIVE || max <= 0 || n_toks <= 0) return 0;
-  if (max > r->cur) max = r->cur;
-  int n = 0;
-  switch (r->source) {
-    case SPEC_NGRAM: n = propose_ngram(r, toks, n_toks, max); break;
-    case SPEC_DRAFT: n = propose_draft(r, toks, n_toks, max, err); break;
-    case SPEC_MTP: n = 0; break;
+int gen_runs_propose(gen_proposal *p, int n, float **scratch, size_t *cap, herr *err) {
+  int *draft_idx = NULL, n_draft_runs = 0;
+  for (int i = 0; i < n; i++) {
+    gen_proposal *x = &p[i];
+    gen_run *r = x->run;
+    x->n = 0;
+    x->draft = r->draft;
+    if (r->n_draft > 0) abandon(r);
+    r->n_hist = x->n_toks;
+    if (r->kind != GEN_METHOD_SPECULATIVE || x->max <= 0 || x->n_toks <= 0) continue;
+    if (x->max > r->cur) x->max = r->cur;
+    if (r->source == SPEC_NGRAM) {
+      x->n = propose_ngram(r, x->toks, x->n_toks, x->max);
+    } else if (r->source == SPEC_DRAFT) {
+      if (!draft_idx && !(draft_idx = malloc(sizeof(int) * (size_t)n)))
+        return herr_set(err, HEARTH_ENOMEM, "draft model: out of memory");
+      draft_idx[n_draft_runs++] = i;
+    }
   }
-  if (n > 0) r->n_draft = n;
-  return n;
+  int rc = 0;
+  /* the draft-model runs, grouped by draft model (one per scheduler in practice) */
+  while (!rc && n_draft_runs > 0) {
+    model *dm = p[draft_idx[0]].run->dm;
+    int same = 0, rest = 0;
+    for (int k = 0; k < n_draft_runs; k++) /* stable partition: this model's runs first */
+      if (p[draft_idx[k]].run->dm == dm) {
+        int v = draft_idx[k];
+        memmove(draft_idx + same + 1, draft_idx + same, sizeof(int) * (size_t)(k - same));
+        draft_idx[same++] = v;
+      }
+    rest = n_draft_runs - same;
+    rc = propose_drafts(p, draft_idx, same, scratch, cap, err);
+    memmove(draft_idx, draft_idx + same, sizeof(int) * (size_t)rest);
+    n_draft_runs = rest;
+  }
+  free(draft_idx);
+  for (int i = 0; i < n; i++) p[i].run->n_draft = rc ? 0 : p[i].n;
+  return rc;
+}
+
+void gen_run_trim(gen_run *r, int n) {
+  if (n < 0) n = 0;
+  if (n < r->n_draft) r->n_draft = n;
 }
 
 int gen_run_verify(gen_run *r, sampler *smp, float *rows, int n_rows, int64_t vocab, gen_commit_fn commit, void *ctx,

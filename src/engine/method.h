@@ -29,10 +29,12 @@
 #define HEARTH_ENGINE_METHOD_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/status.h"
 #include "engine/generate.h"
+#include "engine/kv_cache.h"
 #include "engine/sample.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -84,17 +86,37 @@ typedef struct gen_run gen_run;
 
 /* A run for one request. req->spec_tokens (< 0: the method's default, 0:
  * off, else at most GEN_MAX_SPEC_TOKENS) picks speculation; a request with
- * a grammar runs autoregressively. gm may be NULL (autoregressive). */
-int gen_run_new(const gen_method *gm, const gen_request *req, int64_t vocab, gen_run **out, herr *err);
+ * a grammar runs autoregressively. gm may be NULL (autoregressive).
+ * draft_cache (borrowed, with a draft model): the cache, in the draft
+ * model's geometry, where the runs of one scheduler keep the draft model's
+ * rows, so that they draft in shared forwards; the run takes its sequence
+ * there at its first proposal. Everything but gen_run_new runs on one
+ * thread (the scheduler's). */
+int gen_run_new(const gen_method *gm, const gen_request *req, int64_t vocab, kv_cache *draft_cache, gen_run **out,
+                herr *err);
 void gen_run_free(gen_run *r);
 
 gen_method_kind gen_run_kind(const gen_run *r);
 spec_source gen_run_source(const gen_run *r);
 
-/* The tokens to verify after toks[n_toks - 1] (toks: the prompt and every
- * committed token), at most max; *draft is the run's (valid until the next
- * call). Returns how many (0: a plain decode step) or, negated, an error. */
-int gen_run_propose(gen_run *r, const int32_t *toks, int64_t n_toks, int max, const int32_t **draft, herr *err);
+/* Before a forward: the tokens each run wants verified after its pending
+ * token (toks[n_toks - 1]), at most max (0: a plain decode step) — prompt
+ * lookup's continuation, or a draft model's tokens. The draft-model runs
+ * draft together, in shared forwards of the draft model: one in which each
+ * catches up on the committed tokens it has not seen, then one per drafted
+ * token over every run still drafting. scratch / cap: the caller's logits buffer, grown as
+ * needed. On failure no run has a proposal. */
+typedef struct gen_proposal {
+  gen_run *run;            /* in */
+  const int32_t *toks;     /* in: the prompt and every committed token */
+  int64_t n_toks;          /* in */
+  int max;                 /* in: at most this many */
+  int n;                   /* out: drafted */
+  const int32_t *draft;    /* out: the run's drafts (valid until its next proposal) */
+} gen_proposal;
+int gen_runs_propose(gen_proposal *p, int n, float **scratch, size_t *cap, herr *err);
+/* Keeps only the first n drafts of the last proposal (the step had no room for more). */
+void gen_run_trim(gen_run *r, int n);
 
 /* Commits one final token to the output: returns true when the request
  * ended there (EOS, stop string, max_tokens, the client gone, an error). */

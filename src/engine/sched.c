@@ -93,6 +93,12 @@ struct sched {
                                  speculative steps) */
   size_t cap_rows;
   const gen_method *method;   /* borrowed, may be NULL */
+  gen_proposal *props;        /* owned [max_batch]: the step's speculative proposals */
+  sseq **prop_seqs;           /* owned [max_batch]: whose */
+  float *draft_rows;          /* owned, grown: a draft model's logits rows */
+  kv_cache *draft_cache;      /* owned, with a draft model: its rows for every request (one pool, so
+                                 that the requests draft in shared forwards) */
+  size_t cap_draft_rows;
   bool dev_sample;            /* sample on the model's device (bk_sample): only ids come back */
   bool recurrent;             /* the model has recurrent layers: prefill chunks stop at block ends */
   bk_sample_row *rows;        /* owned [max_batch] (device sampling) */
@@ -558,6 +564,42 @@ static void trace_forward(sched *s, int n_batch, double t0, double t1, int64_t *
   *decode_tokens = decode;
 }
 
+/* The speculative sequences about to decode propose their drafts, together
+ * (a draft model drafts for all of them in shared forwards): q->n_draft and
+ * q->feed. The rest get no drafts this step. */
+static void propose(sched *s) {
+  int n = 0;
+  for (int i = 0; i < s->n_running; i++) {
+    sseq *q = s->running[i];
+    q->n_draft = 0;
+    if (q->kind || !q->run || gen_run_kind(q->run) != GEN_METHOD_SPECULATIVE || q->n_toks - q->kv->len != 1) continue;
+    /* no more than the output can still take after the pending token's successor */
+    int64_t room = q->max_new - q->res->completion_tokens - 1;
+    if (room <= 0) continue;
+    s->props[n] = (gen_proposal){.run = q->run, .toks = q->toks, .n_toks = q->n_toks,
+                                 .max = room < GEN_MAX_SPEC_TOKENS ? (int)room : GEN_MAX_SPEC_TOKENS};
+    s->prop_seqs[n++] = q;
+  }
+  if (n == 0) return;
+  herr e = {0};
+  int rc = gen_runs_propose(s->props, n, &s->draft_rows, &s->cap_draft_rows, &e);
+  for (int k = 0; k < n; k++) {
+    sseq *q = s->prop_seqs[k];
+    if (rc) { /* the draft model failed: its requests end with the error */
+      for (int i = 0; i < s->n_running; i++)
+        if (s->running[i] == q) running_remove(s, i);
+      *q->err = e;
+      seq_finish(s, q, rc);
+      continue;
+    }
+    q->n_draft = s->props[k].n;
+    if (q->n_draft > 0) {
+      q->feed[0] = q->toks[q->n_toks - 1];
+      memcpy(q->feed + 1, s->props[k].draft, sizeof(int32_t) * (size_t)q->n_draft);
+    }
+  }
+}
+
 /* One step: cancellations, admission, one batched forward, sampling. */
 static void step(sched *s) {
   if (s->step_hook) s->step_hook(s->step_hook_user);
@@ -574,12 +616,12 @@ static void step(sched *s) {
   admit(s);
   if (s->n_running == 0) return;
   double t0 = now_seconds();
+  propose(s);
   int n_batch = 0;
   int64_t budget = s->step_tokens, prompt_fed = 0;
   for (int i = 0; i < s->n_running; i++) {
     sseq *q = s->running[i];
     int64_t n = q->n_toks - q->kv->len;
-    q->n_draft = 0;
     if (n > 1) {
       int chunk = q->req->prefill_chunk > 0 && q->req->prefill_chunk < s->chunk ? q->req->prefill_chunk : s->chunk;
       if (n > chunk) n = chunk;
@@ -590,25 +632,12 @@ static void step(sched *s) {
       int64_t B = kv_pool_block_tokens(s->pool), end = (q->kv->len + n) / B * B;
       if (s->recurrent && end > q->kv->len && end < q->kv->len + n) n = end - q->kv->len;
       if (n <= 0) continue; /* the budget is spent: prefill next step */
-    } else if (q->run && gen_run_kind(q->run) == GEN_METHOD_SPECULATIVE) {
-      /* drafts after the pending token: no more than the output can still take */
-      int64_t room = q->max_new - q->res->completion_tokens - 1, max = budget - 1 < room ? budget - 1 : room;
-      const int32_t *draft = NULL;
-      herr e = {0};
-      int nd = max > 0 ? gen_run_propose(q->run, q->toks, q->n_toks, (int)max, &draft, &e) : 0;
-      if (nd < 0) {
-        running_remove(s, i);
-        i--;
-        *q->err = e;
-        seq_finish(s, q, -nd);
-        continue;
+    } else if (q->n_draft > 0) { /* its drafts, as many as the step's budget leaves room for */
+      if (q->n_draft > budget - 1) {
+        q->n_draft = budget > 1 ? (int)(budget - 1) : 0;
+        gen_run_trim(q->run, q->n_draft);
       }
-      if (nd > 0) {
-        q->feed[0] = q->toks[q->n_toks - 1];
-        memcpy(q->feed + 1, draft, sizeof(int32_t) * (size_t)nd);
-        q->n_draft = nd;
-        n = 1 + nd;
-      }
+      n = 1 + q->n_draft;
     }
     /* room for n rows: preempt the newest others until there is */
     bool self_preempted = false;
@@ -873,6 +902,11 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
     kv_pool_set_snapshots(s->pool, snaps);
     if ((rc = kv_pool_reserve_states(s->pool, s->max_batch + snaps + 1, err))) goto fail;
   }
+  if (s->method && s->method->draft) {
+    model_kv_geometry dg;
+    model_kv_geometry_of(s->method->draft, &dg);
+    if ((rc = kv_cache_new(&dg, 0, &s->draft_cache, err))) goto fail;
+  }
   HLOG_INFO("KV pool on %s: %lld blocks of %d tokens, %.2f GiB", bk_backend_name(be), (long long)n_blocks, B,
             (double)n_blocks * (double)s->block_bytes / (1 << 30));
   /* a hybrid model's prefix needs the recurrent state snapshot at its end, which the store does not keep */
@@ -891,9 +925,12 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
     s->cap_rows = (size_t)s->max_batch;
   }
   s->running = calloc((size_t)s->max_batch, sizeof *s->running);
+  s->props = calloc((size_t)s->max_batch, sizeof *s->props);
+  s->prop_seqs = calloc((size_t)s->max_batch, sizeof *s->prop_seqs);
   s->batch = calloc((size_t)s->max_batch, sizeof *s->batch);
   s->in_batch = calloc((size_t)s->max_batch, sizeof *s->in_batch);
-  if ((s->dev_sample ? !s->rows || !s->outs : !s->logits) || !s->running || !s->batch || !s->in_batch) {
+  if ((s->dev_sample ? !s->rows || !s->outs : !s->logits) || !s->running || !s->batch || !s->in_batch || !s->props ||
+      !s->prop_seqs) {
     rc = herr_set(err, HEARTH_ENOMEM, "scheduler: out of memory for a batch of %d", s->max_batch);
     goto fail;
   }
@@ -927,6 +964,7 @@ void sched_free(sched *s) {
     kv_disk_close(s->store);
   }
   kv_pool_free(s->pool);
+  kv_cache_free(s->draft_cache);
   free(s->logits);
   free(s->rows);
   free(s->outs);
@@ -934,6 +972,9 @@ void sched_free(sched *s) {
   free(s->masks);
   free(s->hrows);
   free(s->running);
+  free(s->props);
+  free(s->prop_seqs);
+  free(s->draft_rows);
   free(s->batch);
   free(s->in_batch);
   grammar_vocab_free(s->gv);
@@ -1103,7 +1144,7 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
   q.n_toks = (int64_t)req->n_prompt;
   if ((rc = gen_emit_init(&q.out, s->tok, req, err))) goto out;
   if (req->grammar && (rc = seq_grammar(s, &q, err))) goto out;
-  if ((rc = gen_run_new(s->method, req, s->vocab, &q.run, err))) goto out;
+  if ((rc = gen_run_new(s->method, req, s->vocab, s->draft_cache, &q.run, err))) goto out;
   if (gen_run_kind(q.run) == GEN_METHOD_SPECULATIVE && !gen_method_can_rollback(s->m)) {
     rc = herr_set_at(err, HEARTH_EUNSUPPORTED, "spec_tokens", 0,
                      "speculative decoding: the model keeps recurrent state that cannot be rolled back");
