@@ -120,8 +120,10 @@ int gen_run_new(const gen_method *gm, const gen_request *req, int64_t vocab, kv_
     free(r);
     return herr_set_at(err, HEARTH_EINVAL, "spec_tokens", 0, "spec_tokens %d is more than %d", n, GEN_MAX_SPEC_TOKENS);
   }
-  r->source = gm && gm->spec_tokens > 0 ? gm->source : SPEC_NGRAM;
+  /* the method's source; prompt lookup when it has none (a draft method without its model) */
+  r->source = SPEC_NGRAM;
   if (gm && gm->source == SPEC_DRAFT && gm->draft) r->source = SPEC_DRAFT;
+  if (gm && gm->source == SPEC_MTP) r->source = SPEC_MTP;
   if (n > 0 && !req->grammar) {
     r->kind = GEN_METHOD_SPECULATIVE;
     r->spec_tokens = r->cur = n;
@@ -324,8 +326,8 @@ int gen_runs_propose(gen_proposal *p, int n, float **scratch, size_t *cap, herr 
 }
 
 void gen_run_trim(gen_run *r, int n) {
-  if (n < 0) n = 0;
-  if (n < r->n_draft) r->n_draft = n;
+  if (n <= 0) abandon(r); /* a plain step: its token may be sampled without verify */
+  else if (n < r->n_draft) r->n_draft = n;
 }
 
 int gen_run_verify(gen_run *r, sampler *smp, float *rows, int n_rows, int64_t vocab, gen_commit_fn commit, void *ctx,

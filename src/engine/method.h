@@ -115,7 +115,9 @@ typedef struct gen_proposal {
   const int32_t *draft;    /* out: the run's drafts (valid until its next proposal) */
 } gen_proposal;
 int gen_runs_propose(gen_proposal *p, int n, float **scratch, size_t *cap, herr *err);
-/* Keeps only the first n drafts of the last proposal (the step had no room for more). */
+/* Keeps only the first n drafts of the last proposal (the step had no room
+ * for more); with n = 0 the proposal is dropped and the step is a plain
+ * one, whose token may then be committed without gen_run_verify. */
 void gen_run_trim(gen_run *r, int n);
 
 /* Commits one final token to the output: returns true when the request

@@ -5,9 +5,9 @@
  * leave in a trace (base/trace.h) when one is given. How a generation turns
  * a step's logits into tokens is its method run's (engine/method.h): a
  * speculative run's drafts join the batch as a chunk after its pending
- * token, and the KV rows of rejected drafts are cut off after verification. Knows the model only
- * through model.h and the cache only through kv_paged.h; knows nothing of
- * HTTP or the public API. */
+ * token, and the KV rows of rejected drafts are cut off after verification.
+ * Knows the model only through model.h and the cache only through
+ * kv_paged.h; knows nothing of HTTP or the public API. */
 #include "engine/sched.h"
 
 #include <math.h>
