@@ -321,7 +321,10 @@ typedef struct hearth_stats {
 } hearth_stats;
 
 /* The name of draft source i of hearth_stats' spec_* arrays ("ngram", "draft", "mtp"). */
-const char *hearth_spec_source_name(int i);
+static inline const char *hearth_spec_source_name(int i) {
+  static const char *const names[HEARTH_SPEC_SOURCES] = {"ngram", "draft", "mtp"};
+  return i >= 0 && i < HEARTH_SPEC_SOURCES ? names[i] : "?";
+}
 
 void hearth_get_stats(hearth_model *m, hearth_stats *out);
 

@@ -663,9 +663,7 @@ void hearth_get_stats(hearth_model *hm, hearth_stats *out) {
   }
 }
 
-const char *hearth_spec_source_name(int i) {
-  return i >= 0 && i < SPEC_N_SOURCES ? spec_source_name((spec_source)i) : "?";
-}
+_Static_assert(HEARTH_SPEC_SOURCES == SPEC_N_SOURCES, "hearth_stats' spec_* arrays are indexed by spec_source");
 
 /* ---- embeddings and the next-token signal ------------------------------- */
 

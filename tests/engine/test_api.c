@@ -10,6 +10,7 @@
 
 #include "base/buf.h"
 #include "base/file.h"
+#include "engine/method.h"
 #include "hearth.h"
 #include "test.h"
 
@@ -284,7 +285,8 @@ static void test_speculative(void) {
   hearth_get_stats(m, &st);
   CHECK(st.spec_drafted[1] > 0 && st.spec_accepted[1] == st.spec_drafted[1]); /* itself: every draft kept */
   CHECK_EQ_INT(st.spec_drafted[0], 0);
-  CHECK_EQ_STR(hearth_spec_source_name(1), "draft");
+  for (int k = 0; k < HEARTH_SPEC_SOURCES; k++) /* the public names are the engine's */
+    CHECK_EQ_STR(hearth_spec_source_name(k), spec_source_name((spec_source)k));
   p.spec_tokens = 17;
   CHECK_EQ_INT(hearth_generate(m, &hp, &p, NULL, NULL, NULL, &err), HEARTH_EINVAL);
   CHECK_EQ_STR(err.field, "spec_tokens");
