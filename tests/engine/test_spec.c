@@ -6,7 +6,8 @@
  * exactly the ids it gives alone through generate_run — also in a KV pool
  * so small that requests wait and are preempted; drafts are made and
  * accepted (the stats say how many), every KV block comes back, and a
- * cancel mid-way through a speculative run frees everything.
+ * cancel mid-way through a speculative run frees everything; a request
+ * under a grammar decodes plainly.
  *
  * Sampling: sampler_verify keeps the target distribution — many seeded
  * verifications of a drafted token (a point mass, as prompt lookup drafts,
@@ -211,6 +212,44 @@ static void test_cancel(void) {
   herr e3 = {0};
   CHECK_EQ_INT(sched_new(g_builtin, NULL, &cfg, &s, &e3), HEARTH_EUNSUPPORTED);
   CHECK(strstr(e3.msg, "multi-token-prediction") != NULL);
+}
+
+/* A request under a grammar decodes plainly, beside speculative ones: its
+ * output follows the grammar and no step of it drafts. */
+static void test_grammar_plain(void) {
+  tokenizer *tok = NULL;
+  herr e = {0};
+  CHECK_EQ_INT(tokenizer_load(BUILTIN, &tok, &e), 0);
+  if (!tok) return;
+  gen_method gm = {.spec_tokens = 4, .source = SPEC_NGRAM};
+  sched_config cfg = {.max_batch = 4, .method = &gm};
+  sched *s = NULL;
+  CHECK_EQ_INT(sched_new(g_builtin, tok, &cfg, &s, &e), 0);
+  if (!s) {
+    tokenizer_free(tok);
+    return;
+  }
+  gen_request r;
+  gen_request_init(&r);
+  r.prompt = g_prompt[0];
+  r.n_prompt = (size_t)g_plen[0];
+  r.max_tokens = 12;
+  r.sample.greedy = true;
+  r.eos_ids[0] = 1;
+  r.n_eos = 1;
+  static const char gbnf[] = "root ::= (\"ab\" | \" \")+";
+  r.grammar = gbnf;
+  r.grammar_len = sizeof gbnf - 1;
+  collected c = {0};
+  gen_result res;
+  CHECK_EQ_INT(sched_run(s, &r, collect, &c, &res, &e), 0);
+  CHECK(c.n > 0);
+  sched_stats st;
+  sched_get_stats(s, &st);
+  CHECK_EQ_INT(st.spec_drafted[SPEC_NGRAM], 0);
+  CHECK_EQ_INT(st.blocks_used, 0);
+  sched_free(s);
+  tokenizer_free(tok);
 }
 
 /* ---- sampling: the target distribution is kept ---- */
@@ -468,6 +507,7 @@ int main(void) {
   RUN(test_greedy_other_draft);
   RUN(test_greedy_preempted);
   RUN(test_cancel);
+  RUN(test_grammar_plain);
   RUN(test_verify_distribution);
   RUN(test_sampled_end_to_end);
   model_free(g_builtin);
