@@ -214,6 +214,50 @@ static void test_cancel(void) {
   CHECK(strstr(e3.msg, "multi-token-prediction") != NULL);
 }
 
+/* Prompt lookup's proposals: the longest suffix (4 down to 2 tokens) that
+ * occurred before, the latest occurrence with a whole continuation. */
+static void test_ngram_proposals(void) {
+  gen_request r;
+  gen_request_init(&r);
+  r.spec_tokens = 4;
+  gen_run *run = NULL;
+  herr e = {0};
+  CHECK_EQ_INT(gen_run_new(NULL, &r, 100, NULL, &run, &e), 0);
+  if (!run) return;
+  CHECK_EQ_INT(gen_run_kind(run), GEN_METHOD_SPECULATIVE);
+  CHECK_EQ_INT(gen_run_source(run), SPEC_NGRAM);
+  struct {
+    int32_t toks[16];
+    int n, max, want_n;
+    int32_t want[4];
+  } cases[] = {
+      {{1, 2, 3, 4, 5, 1, 2, 3}, 8, 4, 4, {4, 5, 1, 2}},      /* "1 2 3" at 0 */
+      {{1, 2, 3, 4, 5, 1, 2, 3}, 8, 2, 2, {4, 5}},            /* at most max */
+      {{7, 8, 9, 7, 8, 6, 7, 8}, 8, 4, 4, {9, 7, 8, 6}},      /* "7 8" twice: the latest with 4 after it */
+      {{7, 8, 9, 7, 8, 6, 7, 8}, 8, 2, 2, {6, 7}},            /* with 2 after it, the latest */
+      {{1, 2, 3, 4, 5, 6, 7, 8}, 8, 4, 0, {0}},               /* nothing repeats */
+      {{5, 9, 5, 9, 5, 9, 5, 9}, 8, 4, 4, {5, 9, 5, 9}},      /* a loop */
+      {{3, 1, 2, 3, 1, 2, 4, 1, 2}, 9, 4, 4, {3, 1, 2, 4}},   /* "1 2": the latest has 3 after it, an earlier 4 */
+      {{3, 1, 2, 4, 1, 2}, 6, 4, 3, {4, 1, 2}},               /* the only one: all that follows it */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    gen_proposal p = {.run = run, .toks = cases[i].toks, .n_toks = cases[i].n, .max = cases[i].max};
+    CHECK_EQ_INT(gen_runs_propose(&p, 1, NULL, NULL, &e), 0);
+    CHECK_MSG(p.n == cases[i].want_n, "case %zu: %d drafts, want %d", i, p.n, cases[i].want_n);
+    for (int k = 0; k < p.n && k < cases[i].want_n; k++)
+      CHECK_MSG(p.draft[k] == cases[i].want[k], "case %zu: draft %d is %d, want %d", i, k, p.draft[k], cases[i].want[k]);
+  }
+  gen_run_free(run);
+  /* a grammar, or spec_tokens 0, makes an autoregressive run */
+  r.grammar = "root ::= \"a\"";
+  CHECK_EQ_INT(gen_run_new(NULL, &r, 100, NULL, &run, &e), 0);
+  CHECK_EQ_INT(gen_run_kind(run), GEN_METHOD_AUTOREGRESSIVE);
+  gen_run_free(run);
+  r.grammar = NULL;
+  r.spec_tokens = 17;
+  CHECK_EQ_INT(gen_run_new(NULL, &r, 100, NULL, &run, &e), HEARTH_EINVAL);
+}
+
 /* A request under a grammar decodes plainly, beside speculative ones: its
  * output follows the grammar and no step of it drafts. */
 static void test_grammar_plain(void) {
@@ -502,6 +546,7 @@ int main(void) {
   g_qwen3 = load(GOLDEN_QWEN3);
   g_llama_bf16 = load(GOLDEN_LLAMA_BF16);
   if (!g_builtin || !g_llama || !g_qwen3 || !g_llama_bf16) return 1;
+  RUN(test_ngram_proposals);
   RUN(test_greedy_ngram);
   RUN(test_greedy_self_draft);
   RUN(test_greedy_other_draft);
