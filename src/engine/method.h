@@ -47,7 +47,12 @@ typedef enum gen_method_kind { GEN_METHOD_AUTOREGRESSIVE = 0, GEN_METHOD_SPECULA
 typedef enum spec_source {
   SPEC_NGRAM = 0, /* prompt lookup: the continuation of the latest earlier match of the last tokens */
   SPEC_DRAFT = 1, /* a smaller model with the same vocabulary, with its own KV */
-  SPEC_MTP = 2    /* the model's multi-token-prediction heads (not supported yet: refused) */
+  SPEC_MTP = 2    /* the model's multi-token-prediction layer (GLM-5's, DeepSeek-V3's): not
+                     supported yet — gen_method_check refuses it. The hook: gen_run_new's
+                     SPEC_MTP branch makes the run's MTP state (the layer's own KV), the
+                     verification forward asks for the target's hidden state at the last
+                     accepted position (MODEL_OUT_HIDDEN), and gen_runs_propose chains the
+                     layer from it as it chains a draft model */
 } spec_source;
 #define SPEC_N_SOURCES 3
 
@@ -104,8 +109,9 @@ spec_source gen_run_source(const gen_run *r);
  * lookup's continuation, or a draft model's tokens. The draft-model runs
  * draft together, in shared forwards of the draft model: one in which each
  * catches up on the committed tokens it has not seen, then one per drafted
- * token over every run still drafting. scratch / cap: the caller's logits buffer, grown as
- * needed. On failure no run has a proposal. */
+ * token over every run still drafting. scratch / cap: the caller's logits
+ * buffer, grown as needed (both may be NULL when no run drafts with a
+ * model). On failure no run has a proposal. */
 typedef struct gen_proposal {
   gen_run *run;            /* in */
   const int32_t *toks;     /* in: the prompt and every committed token */
