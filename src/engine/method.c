@@ -330,8 +330,12 @@ void gen_run_trim(gen_run *r, int n) {
   else if (n < r->n_draft) r->n_draft = n;
 }
 
-int gen_run_verify(gen_run *r, sampler *smp, float *rows, int n_rows, int64_t vocab, gen_commit_fn commit, void *ctx,
-                   gen_step *out, herr *err) {
+/* Row i's token, and whether it is draft i (i < r->n_draft; the row after
+ * the last draft gives one more token). */
+typedef int (*verify_pick)(gen_run *r, void *pctx, int i, sample_token *st, bool *acc, herr *err);
+
+static int verify_rows(gen_run *r, int n_rows, verify_pick pick, void *pctx, gen_commit_fn commit, void *ctx,
+                       gen_step *out, herr *err) {
   *out = (gen_step){0};
   if (n_rows == 1 && r->n_draft > 0) abandon(r); /* a plain step after a proposal that was not fed */
   if (n_rows != 1 + r->n_draft)
@@ -339,16 +343,9 @@ int gen_run_verify(gen_run *r, sampler *smp, float *rows, int n_rows, int64_t vo
   out->drafted = r->n_draft;
   int rc = 0;
   for (int i = 0; i <= r->n_draft; i++) {
-    float *row = rows + (size_t)i * (size_t)vocab;
     sample_token st;
     bool acc = false;
-    if (i < r->n_draft) {
-      const float *q = r->q && !r->greedy && r->source == SPEC_DRAFT ? r->q + (size_t)i * (size_t)vocab : NULL;
-      rc = sampler_verify(smp, row, r->draft[i], q, &r->rng, &st, &acc, err);
-    } else {
-      rc = sampler_sample(smp, row, &st, err);
-    }
-    if (rc) break;
+    if ((rc = pick(r, pctx, i, &st, &acc, err))) break;
     out->committed++;
     if (acc) out->accepted++;
     if (i == r->n_draft - 1 || (i < r->n_draft && !acc)) {
@@ -367,4 +364,36 @@ int gen_run_verify(gen_run *r, sampler *smp, float *rows, int n_rows, int64_t vo
   if (r->dkv && r->dkv->len > r->n_hist + out->accepted) kv_cache_seq_truncate(r->dkv, r->n_hist + out->accepted);
   r->n_draft = 0;
   return rc;
+}
+
+typedef struct host_rows {
+  sampler *smp;
+  float *rows;
+  int64_t vocab;
+} host_rows;
+
+static int pick_host(gen_run *r, void *pctx, int i, sample_token *st, bool *acc, herr *err) {
+  host_rows *h = pctx;
+  float *row = h->rows + (size_t)i * (size_t)h->vocab;
+  if (i == r->n_draft) return sampler_sample(h->smp, row, st, err);
+  const float *q = r->q && !r->greedy && r->source == SPEC_DRAFT ? r->q + (size_t)i * (size_t)h->vocab : NULL;
+  return sampler_verify(h->smp, row, r->draft[i], q, &r->rng, st, acc, err);
+}
+
+int gen_run_verify(gen_run *r, sampler *smp, float *rows, int n_rows, int64_t vocab, gen_commit_fn commit, void *ctx,
+                   gen_step *out, herr *err) {
+  host_rows h = {smp, rows, vocab};
+  return verify_rows(r, n_rows, pick_host, &h, commit, ctx, out, err);
+}
+
+static int pick_chosen(gen_run *r, void *pctx, int i, sample_token *st, bool *acc, herr *err) {
+  (void)err;
+  *st = ((const sample_token *)pctx)[i];
+  *acc = i < r->n_draft && st->id == r->draft[i];
+  return 0;
+}
+
+int gen_run_verify_chosen(gen_run *r, const sample_token *chosen, int n_rows, gen_commit_fn commit, void *ctx,
+                          gen_step *out, herr *err) {
+  return verify_rows(r, n_rows, pick_chosen, (void *)chosen, commit, ctx, out, err);
 }

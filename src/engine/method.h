@@ -145,5 +145,10 @@ typedef struct gen_step {
  * without touching the run again (the commit may free it). */
 int gen_run_verify(gen_run *r, sampler *smp, float *rows, int n_rows, int64_t vocab, gen_commit_fn commit, void *ctx,
                    gen_step *out, herr *err);
+/* The same for a plain greedy request (sampler_is_plain_greedy) whose rows'
+ * tokens were chosen already, on the device: chosen[i] is row i's argmax
+ * (with its logprobs); a draft is kept when it is its row's token. */
+int gen_run_verify_chosen(gen_run *r, const sample_token *chosen, int n_rows, gen_commit_fn commit, void *ctx,
+                          gen_step *out, herr *err);
 
 #endif

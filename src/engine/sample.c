@@ -467,6 +467,11 @@ int sampler_verify(sampler *s, float *logits, int32_t draft, const float *q, sam
 
 bool sampler_is_greedy(const sampler *s) { return is_greedy(s); }
 
+bool sampler_is_plain_greedy(const sampler *s) {
+  return is_greedy(s) && s->p.repetition_penalty == 1.0f && s->p.presence_penalty == 0 &&
+         s->p.frequency_penalty == 0 && s->p.n_logit_bias == 0;
+}
+
 /* ---- the device path ------------------------------------------------------ */
 
 static bool adj_push(bk_sample_adj **adj, size_t *n, size_t *cap, bk_sample_adj a) {

@@ -118,6 +118,11 @@ int sampler_verify(sampler *s, float *logits, int32_t draft, const float *q, sam
                    bool *accepted, herr *err);
 /* Whether the sampler picks the argmax (greedy, or temperature 0). */
 bool sampler_is_greedy(const sampler *s);
+/* Greedy with no penalty and no logit bias: the token is the argmax of the
+ * model's row itself, whatever came before (so a row's token can be chosen
+ * before the tokens ahead of it are known: speculative verification on the
+ * device). */
+bool sampler_is_plain_greedy(const sampler *s);
 
 /* Sampling on the device (backend.h's bk_sample): the row parameters for this
  * sampler's next token, with its penalty and bias entries appended to *adj

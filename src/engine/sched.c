@@ -101,8 +101,9 @@ struct sched {
   size_t cap_draft_rows;
   bool dev_sample;            /* sample on the model's device (bk_sample): only ids come back */
   bool recurrent;             /* the model has recurrent layers: prefill chunks stop at block ends */
-  bk_sample_row *rows;        /* owned [max_batch] (device sampling) */
-  bk_sample_out *outs;        /* owned [max_batch] */
+  bk_sample_row *rows;        /* owned [cap_dev_rows] (device sampling) */
+  bk_sample_out *outs;        /* owned [cap_dev_rows] */
+  size_t cap_dev_rows;        /* rows and outs hold this many (max_batch, more for speculative rows) */
   bk_sample_adj *adj;         /* owned, grown: the step's penalty and bias entries */
   size_t n_adj, cap_adj;
   uint64_t *masks;            /* owned [max_batch * ceil(vocab / 64)], made on the first grammar step on a device */
@@ -414,17 +415,30 @@ static bool seq_commit(void *ctx, const sample_token *st) {
   return seq_take_token(c->s, c->q, *st);
 }
 
-/* q's logits rows on the host (1 + its drafts): its run commits the tokens;
- * the KV rows of rejected drafts are cut off before any block is published.
+/* q's logits rows on the host (1 + its drafts), or the tokens the device
+ * chose for them (chosen, with rows NULL): its run commits the tokens; the
+ * KV rows of rejected drafts are cut off before any block is published.
  * Returns true when q ended (and was finished). */
-static bool seq_verify(sched *s, sseq *q, float *rows) {
+static bool seq_verify(sched *s, sseq *q, float *rows, const bk_sample_out *chosen) {
   seq_commit_ctx c = {s, q};
   gen_step g;
   spec_source src = gen_run_source(q->run);
   int n_draft = q->n_draft;
   q->n_draft = 0;
   /* once a commit ends q, q and its run are gone: only g is read after */
-  int rc = gen_run_verify(q->run, q->smp, rows, 1 + n_draft, s->vocab, seq_commit, &c, &g, q->err);
+  int rc;
+  if (rows) {
+    rc = gen_run_verify(q->run, q->smp, rows, 1 + n_draft, s->vocab, seq_commit, &c, &g, q->err);
+  } else {
+    sample_token st[1 + GEN_MAX_SPEC_TOKENS];
+    rc = 0;
+    for (int i = 0; i <= n_draft && !rc; i++) {
+      if (chosen[i].id < 0) rc = herr_set(q->err, HEARTH_EINTERNAL, "sampler: the logits row has no finite value");
+      else sampler_from_device(q->smp, &chosen[i], &st[i]);
+    }
+    g = (gen_step){0};
+    if (!rc) rc = gen_run_verify_chosen(q->run, st, 1 + n_draft, seq_commit, &c, &g, q->err);
+  }
   if (g.drafted > 0) {
     pthread_mutex_lock(&s->mu);
     s->st.spec_steps[src]++;
@@ -688,9 +702,11 @@ static void step(sched *s) {
   herr e = {0};
   int rc = 0;
   /* on a device, a grammar's mask goes with the row (made here, from the tokens
-   * so far); a speculative sequence's drafts are verified on the host */
+   * so far), and a plain greedy speculative sequence's rows are each its argmax
+   * there; other speculative sequences' drafts are verified on the host */
   bool host = !s->dev_sample;
-  for (int k = 0; k < n_batch && !host; k++) host = s->in_batch[k]->n_draft > 0;
+  for (int k = 0; k < n_batch && !host; k++)
+    host = s->in_batch[k]->n_draft > 0 && !sampler_is_plain_greedy(s->in_batch[k]->smp);
   double t_fwd = s->trace ? htrace_now() : 0;
   size_t n_rows = model_batch_logit_rows(&b);
   if (host && n_rows > s->cap_rows) {
@@ -698,15 +714,26 @@ static void step(sched *s) {
     if (!l) rc = herr_set(&e, HEARTH_ENOMEM, "scheduler: out of memory for the logits of a batch");
     else s->logits = l, s->cap_rows = n_rows;
   }
+  if (!rc && !host && n_rows > s->cap_dev_rows) { /* a speculative sequence has a row per position */
+    bk_sample_row *nr = realloc(s->rows, n_rows * sizeof *nr);
+    if (nr) s->rows = nr;
+    bk_sample_out *no = nr ? realloc(s->outs, n_rows * sizeof *no) : NULL;
+    if (no) s->outs = no, s->cap_dev_rows = n_rows;
+    else rc = herr_set(&e, HEARTH_ENOMEM, "scheduler: out of memory for the sampling rows of a batch");
+  }
   if (!rc && !host) {
-    /* a row per logits row; sequences still mid-prefill and probes get a greedy row whose id is ignored */
+    /* a row per logits row; sequences still mid-prefill and probes get a greedy row whose id is ignored;
+     * a speculative one (plain greedy) a row per position, each its argmax */
     s->n_adj = 0;
     for (int k = 0, r = 0; k < n_batch && !rc; k++) {
       sseq *q = s->in_batch[k];
       if (s->batch[k].out != MODEL_OUT_LOGITS && s->batch[k].out != MODEL_OUT_LOGITS_HOST) continue;
-      if (!q->kind && q->kv->len + s->batch[k].n_tokens >= q->n_toks) {
+      if (q->n_draft > 0) {
+        for (int i = 0; i <= q->n_draft && !rc; i++)
+          rc = sampler_device_row(q->smp, &s->rows[r++], &s->adj, &s->n_adj, &s->cap_adj, &e);
+      } else if (!q->kind && q->kv->len + s->batch[k].n_tokens >= q->n_toks) {
         rc = sampler_device_row(q->smp, &s->rows[r], &s->adj, &s->n_adj, &s->cap_adj, &e);
-        q->mask_rc = !rc && q->gm ? seq_mask_row(s, q, &s->rows[r], r) : 0;
+        q->mask_rc = !rc && q->gm ? seq_mask_row(s, q, &s->rows[r], k) : 0;
         if (q->mask_rc) s->rows[r] = (bk_sample_row){0}; /* ends this step: its row is not read */
         r++;
       } else
@@ -734,7 +761,7 @@ static void step(sched *s) {
     if (s->batch[k].out == MODEL_OUT_LOGITS || s->batch[k].out == MODEL_OUT_LOGITS_HOST)
       next_row += s->batch[k].all_logits ? s->batch[k].n_tokens : 1;
     if (q->n_draft > 0) { /* speculative: verify, cut the rejected rows, then publish */
-      if (seq_verify(s, q, s->logits + (size_t)r * (size_t)s->vocab)) {
+      if (host ? seq_verify(s, q, s->logits + (size_t)r * (size_t)s->vocab, NULL) : seq_verify(s, q, NULL, s->outs + r)) {
         for (int i = 0; i < s->n_running; i++)
           if (s->running[i] == q) {
             running_remove(s, i);
@@ -773,7 +800,7 @@ static void step(sched *s) {
       else seq_finish(s, q, seq_flush_text(s, q)); /* the grammar is complete and nothing may follow */
       ended = true;
     } else {
-      ended = seq_verify(s, q, s->logits + (size_t)r * (size_t)s->vocab); /* one row: the run samples it */
+      ended = seq_verify(s, q, s->logits + (size_t)r * (size_t)s->vocab, NULL); /* one row: the run samples it */
     }
     if (ended) {
       for (int i = 0; i < s->n_running; i++)
@@ -920,6 +947,7 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   if (s->dev_sample) {
     s->rows = calloc((size_t)s->max_batch, sizeof *s->rows);
     s->outs = calloc((size_t)s->max_batch, sizeof *s->outs);
+    s->cap_dev_rows = (size_t)s->max_batch;
   } else {
     s->logits = malloc(sizeof(float) * (size_t)s->max_batch * (size_t)s->vocab);
     s->cap_rows = (size_t)s->max_batch;

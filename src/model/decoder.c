@@ -655,9 +655,6 @@ int model_forward(model *m, const model_batch *b, float *logits_out, herr *err) 
 
 int model_forward_sample(model *m, const model_batch *b, const bk_sample_row *rows, const bk_sample_adj *adj,
                          int64_t n_adj, bk_sample_out *out, herr *err) {
-  for (int s = 0; s < b->n_seqs; s++)
-    if (b->seqs[s].all_logits)
-      return herr_set(err, HEARTH_EINVAL, "model_forward_sample: sequence %d asks for every token's logits", s);
   bk_tensor lg, hid;
   int rc = forward_logits(m, b, &lg, &hid, err);
   if (!rc) rc = fetch_outputs(m, b, &lg, &hid, err); /* before sampling adjusts the rows */

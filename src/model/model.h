@@ -160,10 +160,10 @@ size_t model_batch_logit_rows(const model_batch *b);
  * states advanced past their lengths: such sequences must start over). */
 int model_forward(model *m, const model_batch *b, float *logits_out, herr *err);
 /* The same forward, then one token per logits row chosen on the backend
- * (bk_sample: rows[i] for the i-th sequence that has a logits row, out[i]
- * its result): only the ids, the logprobs asked for, and the rows of
- * MODEL_OUT_LOGITS_HOST sequences leave the device. No sequence may set
- * all_logits. */
+ * (bk_sample: rows[i] for the i-th logits row — model_batch_logit_rows(b)
+ * of them, in model_forward's order, so a sequence with all_logits has one
+ * per new token —, out[i] its result): only the ids, the logprobs asked
+ * for, and the rows of MODEL_OUT_LOGITS_HOST sequences leave the device. */
 int model_forward_sample(model *m, const model_batch *b, const bk_sample_row *rows, const bk_sample_adj *adj,
                          int64_t n_adj, bk_sample_out *out, herr *err);
 /* Whether the model has an output head (lm_head, or embeddings tied to it).

@@ -94,10 +94,13 @@ static void make_prompts(void) {
   }
 }
 
+static bool g_backend_sampling; /* tokens chosen by bk_sample, as on a GPU */
+
 static void run_greedy_mix(model *m, model *draft, spec_source src, bool expect_accept, size_t kv_bytes,
                            const char *what) {
   gen_method gm = {.spec_tokens = 4, .source = src, .draft = draft};
-  sched_config cfg = {.max_batch = 8, .block_tokens = 16, .kv_bytes = kv_bytes, .method = &gm};
+  sched_config cfg = {.max_batch = 8, .block_tokens = 16, .kv_bytes = kv_bytes, .method = &gm,
+                      .backend_sampling = g_backend_sampling};
   sched *s = NULL;
   herr e = {0};
   CHECK_EQ_INT(sched_new(m, NULL, &cfg, &s, &e), 0);
@@ -177,6 +180,18 @@ static void test_greedy_self_draft(void) {
 
 /* a random draft model of another architecture: few acceptances, still exact */
 static void test_greedy_other_draft(void) { run_greedy_mix(g_llama, g_qwen3, SPEC_DRAFT, false, 0, "draft (qwen3 for llama)"); }
+
+/* The device path (bk_sample, here on the CPU's reference): plain greedy
+ * requests have each of their rows' argmax chosen there and verified by id. */
+static void test_greedy_backend_sampling(void) {
+  g_backend_sampling = true;
+  run_greedy_mix(g_builtin, NULL, SPEC_NGRAM, true, 0, "ngram, tokens chosen by bk_sample");
+  run_greedy_mix(g_builtin, g_builtin, SPEC_DRAFT, true, 0, "draft (itself), tokens chosen by bk_sample");
+  model_kv_geometry g;
+  model_kv_geometry_of(g_builtin, &g);
+  run_greedy_mix(g_builtin, NULL, SPEC_NGRAM, true, 12 * kv_block_bytes(&g, 16), "ngram, bk_sample, a small pool");
+  g_backend_sampling = false;
+}
 
 /* cancelled by the callback in the middle of a verification step, and by the flag */
 static void test_cancel(void) {
@@ -551,6 +566,7 @@ int main(void) {
   RUN(test_greedy_self_draft);
   RUN(test_greedy_other_draft);
   RUN(test_greedy_preempted);
+  RUN(test_greedy_backend_sampling);
   RUN(test_cancel);
   RUN(test_grammar_plain);
   RUN(test_verify_distribution);
