@@ -26,7 +26,13 @@ variant() { # label, serve args...
   for _ in $(seq 400); do grep -q "listening on" "$log" && break; kill -0 $pid 2>/dev/null || break; sleep 0.25; done
   local url
   url=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$log" | head -1)
-  if [ -z "$url" ]; then echo "$label: the server did not start"; cat "$log"; kill $pid 2>/dev/null; return; fi
+  if [ -z "$url" ]; then
+    kill $pid 2>/dev/null
+    wait $pid
+    echo "$label: the server did not start (exit status $?)"
+    cat "$log"
+    return
+  fi
   "$build/serve_load" --url "$url" --concurrency 2 --requests 2 --input 16 --output 8 --seed 1 >/dev/null
   for c in ${SPEC_SERVE_CONCS:-1 8}; do
     local r
