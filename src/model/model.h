@@ -56,8 +56,9 @@ typedef struct model_load_opts {
                            do not change; steps under a budget are not recorded as CUDA graphs. */
   bk_backend *backend;   /* borrowed, may be NULL: run on this already open backend (another model's:
                            a speculative draft shares the target's device, stream and CPU threads)
-                           instead of opening one; device, threads, cuda_lib, cpu_level, no_graphs and
-                           f32_activations are then the backend's. It must outlive the model. */
+                           instead of opening one; device, threads, cuda_lib, cpu_level, no_graphs,
+                           f32_activations and fast_matmul are then the backend's. It must outlive the
+                           model. */
 } model_load_opts;
 
 /* The cache layout the model needs: one row of kv_dim[l] floats (each of K
