@@ -7,7 +7,8 @@
  * so small that requests wait and are preempted; drafts are made and
  * accepted (the stats say how many), every KV block comes back, and a
  * cancel mid-way through a speculative run frees everything; a request
- * under a grammar decodes plainly.
+ * under a grammar decodes plainly; stop strings and max_tokens end a
+ * speculative request where they end a plain one.
  *
  * Sampling: sampler_verify keeps the target distribution — many seeded
  * verifications of a drafted token (a point mass, as prompt lookup drafts,
@@ -21,6 +22,7 @@
 #include <math.h>
 #include <pthread.h>
 
+#include "base/buf.h"
 #include "engine/generate.h"
 #include "engine/kv_paged.h"
 #include "engine/method.h"
@@ -311,6 +313,68 @@ static void test_grammar_plain(void) {
   tokenizer_free(tok);
 }
 
+/* Stop strings and max_tokens end a speculative request where they end a
+ * plain one, even when the verified tokens go on past them. */
+static void test_stops(void) {
+  tokenizer *tok = NULL;
+  herr e = {0};
+  CHECK_EQ_INT(tokenizer_load(BUILTIN, &tok, &e), 0);
+  if (!tok) return;
+  gen_method gm = {.spec_tokens = 6, .source = SPEC_DRAFT, .draft = g_builtin};
+  sched_config cfg = {.max_batch = 4, .method = &gm};
+  sched *s = NULL;
+  CHECK_EQ_INT(sched_new(g_builtin, tok, &cfg, &s, &e), 0);
+  if (!s) {
+    tokenizer_free(tok);
+    return;
+  }
+  int n_stopped = 0;
+  for (int k = 0; k < 4; k++) {
+    /* the stop string: 3 characters from the middle of the plain output (k == 3: one that never occurs) */
+    gen_request r0;
+    gen_request_init(&r0);
+    r0.prompt = g_prompt[k];
+    r0.n_prompt = (size_t)g_plen[k];
+    r0.max_tokens = 24;
+    r0.sample.greedy = true;
+    r0.ignore_eos = true;
+    r0.spec_tokens = 0;
+    collected c0 = {0};
+    gen_result res0;
+    CHECK_EQ_INT(sched_run(s, &r0, collect, &c0, &res0, &e), 0);
+    hbuf text = {0};
+    tokenizer_decode(tok, c0.ids, (size_t)c0.n, true, &text, NULL);
+    char stop[8] = "zzz-q";
+    if (k < 3 && text.len > 8) memcpy(stop, text.data + text.len / 2 + k, 3), stop[3] = 0;
+    hbuf_free(&text);
+    const char *stops[1] = {stop};
+    collected c[2];
+    memset(c, 0, sizeof c);
+    gen_result res[2];
+    for (int spec = 0; spec < 2; spec++) {
+      gen_request r = r0;
+      r.max_tokens = 20 + k;
+      r.stop = stops;
+      r.n_stop = 1;
+      r.spec_tokens = spec ? -1 : 0;
+      CHECK_EQ_INT(sched_run(s, &r, collect, &c[spec], &res[spec], &e), 0);
+    }
+    CHECK_EQ_INT(c[1].n, c[0].n);
+    CHECK(memcmp(c[1].ids, c[0].ids, sizeof(int32_t) * (size_t)c[0].n) == 0);
+    CHECK_EQ_INT(res[1].finish, res[0].finish);
+    CHECK_EQ_INT(res[1].stop_index, res[0].stop_index);
+    CHECK_EQ_INT(res[1].completion_tokens, res[0].completion_tokens);
+    n_stopped += res[1].stop_index >= 0;
+  }
+  CHECK(n_stopped >= 2); /* the stop strings do occur */
+  sched_stats st;
+  sched_get_stats(s, &st);
+  CHECK(st.spec_accepted[SPEC_DRAFT] > 0);
+  CHECK_EQ_INT(st.blocks_used, 0);
+  sched_free(s);
+  tokenizer_free(tok);
+}
+
 /* ---- sampling: the target distribution is kept ---- */
 
 /* Pearson's chi-square critical value at a tail probability of about 1e-9
@@ -569,6 +633,7 @@ int main(void) {
   RUN(test_greedy_backend_sampling);
   RUN(test_cancel);
   RUN(test_grammar_plain);
+  RUN(test_stops);
   RUN(test_verify_distribution);
   RUN(test_sampled_end_to_end);
   model_free(g_builtin);
