@@ -773,7 +773,6 @@ static void step(sched *s) {
     kv_paged_seq_publish(q->kv, q->toks, q->kv->len, 0);
     if (q->pool) pool_fold(s, q, s->batch[k].dest, s->batch[k].n_tokens, q->kv->len - s->batch[k].n_tokens);
     if (q->kv->len < q->n_toks) continue; /* mid-prefill: no token yet */
-    sample_token st;
     bool ended;
     if (q->kind) { /* a probe's output is in its dest: done */
       seq_finish(s, q, 0);
@@ -783,18 +782,7 @@ static void step(sched *s) {
       else seq_finish(s, q, seq_flush_text(s, q)); /* the grammar is complete and nothing may follow */
       ended = true;
     } else if (!host) {
-      if (s->outs[r].id < 0) {
-        seq_finish(s, q, herr_set(q->err, HEARTH_EINTERNAL, "sampler: the logits row has no finite value"));
-        ended = true;
-      } else {
-        sampler_from_device(q->smp, &s->outs[r], &st);
-        if (q->gm && (rc = grammar_matcher_accept(q->gm, st.id, q->err))) {
-          seq_finish(s, q, rc);
-          ended = true;
-        } else {
-          ended = seq_take_token(s, q, st);
-        }
-      }
+      ended = seq_verify(s, q, NULL, s->outs + r); /* the token the device chose: the run commits it */
     } else if (q->gm && (rc = seq_mask(s, q, s->logits + (size_t)r * (size_t)s->vocab)) != 0) {
       if (rc > 0) seq_finish(s, q, rc);
       else seq_finish(s, q, seq_flush_text(s, q)); /* the grammar is complete and nothing may follow */
