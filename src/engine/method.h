@@ -4,17 +4,19 @@
  * library pick a method (autoregressive, or speculative with a draft
  * source) by configuration, without knowing its insides.
  *
- * One decode step of a run, as the scheduler drives it:
+ * One decode step of the runs, as the scheduler drives them:
  *
- *   n = gen_run_propose(r, toks, n_toks, max, &draft, &err);
- *       // tokens to verify after the pending one, toks[n_toks - 1] (0: a plain step)
- *   forward [toks[n_toks - 1], draft[0..n)) with a logits row at each position
- *   gen_run_verify(r, smp, rows, vocab, commit, ctx, &out, &err);
+ *   gen_runs_propose(props, n, &scratch, &cap, &err);
+ *       // each run's tokens to verify after its pending one, toks[n_toks - 1] (0: a plain step)
+ *   one forward: per run [toks[n_toks - 1], drafts...] with a logits row at each position
+ *   gen_run_verify(r, smp, rows, n_rows, vocab, commit, ctx, &out, &err);
+ *       // (or gen_run_verify_chosen with the ids the device chose for the rows)
  *       // commits tokens one by one as they become final (commit may end the request)
  *   truncate the KV to the committed tokens
  *   gen_run_free(r);   // releases what the run holds, also after a cancel mid-way
  *
- * Autoregressive: propose gives 0 tokens, verify samples the one row.
+ * Autoregressive: no proposal, verify samples the one row (or commits the
+ * token the device chose).
  * Speculative: propose drafts up to N tokens from its source; verify walks
  * the rows in order: each draft is accepted or replaced (sampler_verify),
  * the first replacement ends the step, and when every draft is accepted the
