@@ -56,9 +56,12 @@ int spec_source_parse(const char *name, spec_source *out, herr *err) {
 }
 
 bool gen_method_can_rollback(const model *m) {
-  /* Every family loaded today keeps attention KV only, which is cut back by
-   * truncating the sequence. A family with recurrent state answers here. */
-  (void)m;
+  /* attention KV is cut back by truncating the sequence; a recurrent layer's
+   * state (Gated DeltaNet) holds every token folded in and cannot be */
+  model_kv_geometry g;
+  model_kv_geometry_of(m, &g);
+  for (int l = 0; l < g.n_layers; l++)
+    if (g.state_dim[l] > 0) return false;
   return true;
 }
 

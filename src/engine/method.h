@@ -74,8 +74,9 @@ typedef struct gen_method {
 
 /* Whether the target's cached state can be cut back to fewer tokens, which
  * rejected drafts need. Attention KV always can; a model with recurrent
- * per-sequence state (linear-attention / SSM layers) cannot, and must make
- * this return false until it keeps per-step snapshots. */
+ * per-sequence state (model_kv_geometry.state_dim: Qwen3.5's Gated DeltaNet
+ * layers) cannot — speculation is refused on it (at load, or per request)
+ * until such state keeps a snapshot per drafted position. */
 bool gen_method_can_rollback(const model *m);
 
 /* Checks that a method can run on target: the source is supported (SPEC_MTP

@@ -8,7 +8,8 @@
  * accepted (the stats say how many), every KV block comes back, and a
  * cancel mid-way through a speculative run frees everything; a request
  * under a grammar decodes plainly; stop strings and max_tokens end a
- * speculative request where they end a plain one.
+ * speculative request where they end a plain one; a model with recurrent
+ * layers refuses speculation.
  *
  * Sampling: sampler_verify keeps the target distribution — many seeded
  * verifications of a drafted token (a point mass, as prompt lookup drafts,
@@ -376,6 +377,47 @@ static void test_stops(void) {
   tokenizer_free(tok);
 }
 
+/* A model with recurrent layers cannot drop rejected drafts from its state:
+ * speculation is refused by the scheduler's method and per request, and
+ * plain requests still run. */
+static void test_recurrent_refused(void) {
+  model *m = load(HEARTH_SOURCE_DIR "/tests/fixtures/golden/qwen3_5-f32");
+  if (!m) {
+    CHECK_MSG(0, "the qwen3_5 fixture did not load");
+    return;
+  }
+  CHECK(!gen_method_can_rollback(m));
+  CHECK(gen_method_can_rollback(g_llama));
+  gen_method gm = {.spec_tokens = 2, .source = SPEC_NGRAM};
+  sched_config cfg = {.max_batch = 2, .method = &gm};
+  sched *s = NULL;
+  herr e = {0};
+  CHECK_EQ_INT(sched_new(m, NULL, &cfg, &s, &e), HEARTH_EUNSUPPORTED);
+  CHECK(strstr(e.msg, "recurrent") != NULL);
+  cfg.method = NULL;
+  CHECK_EQ_INT(sched_new(m, NULL, &cfg, &s, &e), 0);
+  if (s) {
+    static const int32_t prompt[] = {5, 17, 200, 31, 9};
+    gen_request r;
+    gen_request_init(&r);
+    r.prompt = prompt;
+    r.n_prompt = 5;
+    r.max_tokens = 4;
+    r.sample.greedy = true;
+    r.spec_tokens = 2;
+    collected c = {0};
+    gen_result res;
+    herr e2 = {0};
+    CHECK_EQ_INT(sched_run(s, &r, collect, &c, &res, &e2), HEARTH_EUNSUPPORTED);
+    CHECK_EQ_STR(e2.field, "spec_tokens");
+    r.spec_tokens = -1;
+    CHECK_EQ_INT(sched_run(s, &r, collect, &c, &res, &e2), 0);
+    CHECK_EQ_INT(c.n, 4);
+    sched_free(s);
+  }
+  model_free(m);
+}
+
 /* ---- sampling: the target distribution is kept ---- */
 
 /* Pearson's chi-square critical value at a tail probability of about 1e-9
@@ -634,6 +676,7 @@ int main(void) {
   RUN(test_cancel);
   RUN(test_grammar_plain);
   RUN(test_stops);
+  RUN(test_recurrent_refused);
   RUN(test_verify_distribution);
   RUN(test_sampled_end_to_end);
   model_free(g_builtin);
