@@ -188,6 +188,9 @@ void bk_softcap(const bk_tensor *x, float cap) { BE(x)->ops->softcap(BE(x), x, c
 void bk_get_rows(const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows) { BE(y)->ops->get_rows(BE(y), y, x, rows); }
 void bk_scale(const bk_tensor *x, float s) { BE(x)->ops->scale(BE(x), x, s); }
 void bk_get_cols(const bk_tensor *y, const bk_tensor *x, int64_t c0) { BE(y)->ops->get_cols(BE(y), y, x, c0); }
+void bk_lora(const bk_tensor *y, const bk_tensor *x, const bk_tensor *a, const bk_tensor *b, float scale) {
+  BE(y)->ops->lora(BE(y), y, x, a, b, scale);
+}
 void bk_moe_route(const bk_tensor *ids, const bk_tensor *w, const bk_tensor *logits, bool norm, const bk_tensor *scale) {
   BE(ids)->ops->moe_route(BE(ids), ids, w, logits, norm, scale);
 }

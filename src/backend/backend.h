@@ -161,6 +161,18 @@ void bk_scale(const bk_tensor *x, float s);
 /* y[n, w] = columns [c0, c0 + w) of x[n, *] (y.rows == x.rows, c0 + w <= x.cols). */
 void bk_get_cols(const bk_tensor *y, const bk_tensor *x, int64_t c0);
 
+/* ---- LoRA adapters ----
+ *
+ * A LoRA adapter adds a low-rank delta to a projection's output: y += scale ·
+ * (x · aᵀ) · bᵀ. In a batch whose sequences use different adapters (or
+ * none), the base projection runs once over every row, then each run of
+ * rows that shares an adapter gets that adapter's delta: one bk_lora per
+ * run, on row views (bk_rows) of the step's activations. */
+
+/* y[n, out] += scale · (x[n, in] · aᵀ) · bᵀ with a F32 [r, in] and b F32 [out, r]
+ * (as op_lora; the first product rounded to f32). y must not alias x. */
+void bk_lora(const bk_tensor *y, const bk_tensor *x, const bk_tensor *a, const bk_tensor *b, float scale);
+
 /* ---- mixture of experts ----
  *
  * A MoE layer is routing (bk_moe_route: which k experts each token uses,
@@ -399,6 +411,7 @@ typedef struct bk_backend_ops {
                      const bk_attn_index *ix, const index_params *p);
   void (*attention_sparse)(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv,
                            const bk_attn_index *ix, const bk_tensor *sel, const sparse_attn_params *p);
+  void (*lora)(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *a, const bk_tensor *b, float scale);
 } bk_backend_ops;
 
 /* Every backend's handle starts with this. */
@@ -411,7 +424,7 @@ struct bk_backend {
 
 /* The CUDA backend library's one entry point (libhearth_cuda.so). */
 #define BK_CUDA_ENTRY "hearth_cuda_backend_open"
-#define BK_CUDA_ABI 6
+#define BK_CUDA_ABI 7
 typedef int (*bk_cuda_open_fn)(int abi, int device, const bk_open_opts *opts, bk_backend **out, herr *err);
 
 /* The CPU backend (cpu/backend_cpu.c). */

@@ -199,6 +199,13 @@ typedef struct sparse_attn_params {
 } sparse_attn_params;
 void op_attention_sparse(hpool *pool, float *out, const float *q, int64_t n, const int32_t *sel, const paged_rows *kv,
                          const sparse_attn_params *p);
+/* A low-rank (LoRA) delta added to n rows: for each row i,
+ * t[j] = (float) sum_k x[i, k] * a[j, k] (j < r, the sum in double), then
+ * y[i, o] += (float)(scale * sum_j t[j] * b[o, j]) (o < out, the sum in
+ * double). x [n, in], a [r, in], b [out, r], y [n, out]; y must not alias x;
+ * tmp: r floats of scratch (t). */
+void op_lora(float *y, const float *x, int64_t n, int64_t in, const float *a, int64_t r, const float *b, int64_t out,
+             float scale, float *tmp);
 
 /* Converts stored weights to f32. */
 void bk_bf16_to_f32(float *y, const uint16_t *x, int64_t n);

@@ -35,7 +35,8 @@
  * tables with gaps and non-monotonic block ids, batches mixing sequences of
  * different lengths in decode (one query), prefill (all rows) and chunked
  * prefill (queries from row > 0 against rows already cached); scale and
- * get_cols; moe_route with exact logit ties (the lower id wins), with and
+ * get_cols; lora (two adapters of different ranks on two runs of rows,
+ * the rows around them unchanged; also the plain op_lora); moe_route with exact logit ties (the lower id wins), with and
  * without renormalization and per-expert scale, ids compared exactly; moe
  * for every stored format and activation, at 1 to 200 tokens (an expert
  * chosen by more pairs than one tile of the grouped GEMM holds), with experts used by several
@@ -62,8 +63,8 @@
  * error measure is the normalized MSE, nmse = sum((got - ref)^2) / sum(ref^2);
  * any NaN or Inf in an output fails. Limits:
  *   elementwise, norms, rope, copies, embed   1e-9  (every backend)
- *   matmul, attention on the CPU              1e-7
- *   matmul on a GPU                           1e-6  (bf16 weights in the GEMM
+ *   matmul, lora, attention on the CPU        1e-7
+ *   matmul, lora on a GPU                     1e-6  (bf16 weights in the GEMM
  *       path multiply a two-term bf16 split of the activations: ~1e-5
  *       relative error per product, far below this after summation)
  *   attention on a GPU                        1e-7
@@ -656,6 +657,75 @@ static void test_scale_get_cols(void) {
       bk_tensor_free(&tx), bk_tensor_free(&ty);
     }
     free(x), free(got), free(ref), free(rc);
+  }
+}
+
+/* ---- LoRA deltas ---- */
+
+/* Two adapters (different ranks and scales) on two runs of rows of one
+ * batch, with a row before and after that no adapter touches: y starts
+ * random (the op adds to it), so rows that must not change are checked too.
+ * The reference is exact in double; the CPU's plain op_lora is checked
+ * against it as well. */
+static void lora_ref(double *y, const float *x, int64_t n, int64_t in, const float *a, int64_t r, const float *b, int64_t out,
+                     float scale) {
+  double *t = malloc(sizeof(double) * (size_t)r);
+  for (int64_t i = 0; i < n; i++) {
+    for (int64_t j = 0; j < r; j++) {
+      t[j] = 0;
+      for (int64_t k = 0; k < in; k++) t[j] += (double)x[i * in + k] * a[j * in + k];
+    }
+    for (int64_t o = 0; o < out; o++) {
+      double acc = 0;
+      for (int64_t j = 0; j < r; j++) acc += t[j] * b[o * r + j];
+      y[i * out + o] += scale * acc;
+    }
+  }
+  free(t);
+}
+
+static void test_lora(void) {
+  /* rows of the first run, of the second, in, out, ranks, scales */
+  static const struct { int64_t n1, n2, in, out, r1, r2; float s1, s2; } cases[] = {
+      {1, 1, 64, 64, 8, 4, 2.0f, 4.0f},    {3, 5, 128, 96, 16, 8, 0.5f, 1.0f}, {9, 1, 257, 33, 4, 1, 1.5f, -2.0f},
+      {40, 24, 64, 200, 64, 32, 0.25f, 1.0f}, {100, 3, 96, 130, 1, 7, 3.0f, 0.125f}};
+  op_stat *st = stat_for("lora"), *sr = stat_for("lora (op_lora)");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t n1 = cases[ci].n1, n2 = cases[ci].n2, in = cases[ci].in, out = cases[ci].out, r1 = cases[ci].r1, r2 = cases[ci].r2;
+    int64_t N = n1 + n2 + 2;
+    float *x = rand_floats(N * in, 1.0f), *y0 = rand_floats(N * out, 1.0f);
+    float *a1 = rand_floats(r1 * in, 0.5f), *b1 = rand_floats(out * r1, 0.5f);
+    float *a2 = rand_floats(r2 * in, 0.5f), *b2 = rand_floats(out * r2, 0.5f);
+    double *ref = malloc(sizeof(double) * (size_t)(N * out));
+    for (int64_t i = 0; i < N * out; i++) ref[i] = y0[i];
+    lora_ref(ref + out, x + in, n1, in, a1, r1, b1, out, cases[ci].s1);
+    lora_ref(ref + (1 + n1) * out, x + (1 + n1) * in, n2, in, a2, r2, b2, out, cases[ci].s2);
+    char shape[96];
+    snprintf(shape, sizeof shape, "runs %lld+%lld, [%lld -> %lld], ranks %lld/%lld", (long long)n1, (long long)n2, (long long)in,
+             (long long)out, (long long)r1, (long long)r2);
+    st->cases++, sr->cases++;
+    float *got = malloc(sizeof(float) * (size_t)(N * out));
+    /* the plain reference */
+    memcpy(got, y0, sizeof(float) * (size_t)(N * out));
+    float *tmp = malloc(sizeof(float) * (size_t)(r1 > r2 ? r1 : r2));
+    op_lora(got + out, x + in, n1, in, a1, r1, b1, out, cases[ci].s1, tmp);
+    op_lora(got + (1 + n1) * out, x + (1 + n1) * in, n2, in, a2, r2, b2, out, cases[ci].s2, tmp);
+    compare(sr, K_MATMUL, 0, shape, got, ref, N * out);
+    free(tmp);
+    for (int di = 0; di < n_devs; di++) {
+      bk_backend *be = devs[di];
+      bk_tensor tx = tfrom_f32(be, x, N, in), ty = tfrom_f32(be, y0, N, out);
+      bk_tensor ta1 = tfrom_f32(be, a1, r1, in), tb1 = tfrom_f32(be, b1, out, r1);
+      bk_tensor ta2 = tfrom_f32(be, a2, r2, in), tb2 = tfrom_f32(be, b2, out, r2);
+      bk_tensor y1 = bk_rows(&ty, 1, n1), x1 = bk_rows(&tx, 1, n1), y2 = bk_rows(&ty, 1 + n1, n2), x2 = bk_rows(&tx, 1 + n1, n2);
+      bk_lora(&y1, &x1, &ta1, &tb1, cases[ci].s1);
+      bk_lora(&y2, &x2, &ta2, &tb2, cases[ci].s2);
+      tget(&ty, got, "lora");
+      compare(st, K_MATMUL, di, shape, got, ref, N * out);
+      bk_tensor_free(&tx), bk_tensor_free(&ty), bk_tensor_free(&ta1), bk_tensor_free(&tb1);
+      bk_tensor_free(&ta2), bk_tensor_free(&tb2);
+    }
+    free(x), free(y0), free(a1), free(b1), free(a2), free(b2), free(ref), free(got);
   }
 }
 
@@ -1743,6 +1813,7 @@ int main(void) {
   RUN(test_softcap);
   RUN(test_get_rows);
   RUN(test_scale_get_cols);
+  RUN(test_lora);
   RUN(test_moe_route);
   RUN(test_moe);
   RUN(test_kv_write);

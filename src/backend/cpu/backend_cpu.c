@@ -25,6 +25,8 @@ typedef struct cpu_backend {
   size_t ptrs_cap;
   float *moe;              /* owned scratch of bk_moe_grouped */
   size_t moe_cap;
+  float *lora;             /* owned scratch of bk_lora: rank floats per thread */
+  size_t lora_cap;
 } cpu_backend;
 
 static cpu_backend *cpu(bk_backend *be) { return (cpu_backend *)be; }
@@ -39,6 +41,7 @@ static void cpu_close(bk_backend *be) {
   free(c->i64);
   free(c->ptrs);
   free(c->moe);
+  free(c->lora);
   free(c);
 }
 
@@ -254,6 +257,40 @@ static void cpu_sigmoid_mul(bk_backend *be, const bk_tensor *y, const bk_tensor 
   hpool_fpmode fp = hpool_flush_begin();
   op_sigmoid_mul(F(y), F(g), y->rows, y->cols, g->cols);
   hpool_flush_end(fp);
+/* bk_lora: op_lora over chunks of rows, each thread with its own rank-sized scratch. */
+typedef struct lora_task {
+  const bk_tensor *y, *x, *a, *b;
+  float scale, *tmp;
+  int64_t chunk;
+} lora_task;
+
+static void lora_chunk(void *ctx, int i, int tid) {
+  const lora_task *t = ctx;
+  int64_t r0 = (int64_t)i * t->chunk, n = t->x->rows - r0 < t->chunk ? t->x->rows - r0 : t->chunk;
+  int64_t in = t->x->cols, out = t->y->cols, r = t->a->rows;
+  op_lora(F(t->y) + r0 * out, F(t->x) + r0 * in, n, in, F(t->a), r, F(t->b), out, t->scale, t->tmp + (int64_t)tid * r);
+}
+
+static void cpu_lora(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *a, const bk_tensor *b, float scale) {
+  cpu_backend *c = cpu(be);
+  herr e = {0};
+  if (x->cols != a->cols || b->cols != a->rows || y->cols != b->rows || y->rows != x->rows) {
+    herr_set(&e, HEARTH_EINTERNAL, "lora: y [%lld, %lld], x [%lld, %lld], a [%lld, %lld], b [%lld, %lld] do not fit",
+             (long long)y->rows, (long long)y->cols, (long long)x->rows, (long long)x->cols, (long long)a->rows,
+             (long long)a->cols, (long long)b->rows, (long long)b->cols);
+    record(c, &e);
+    return;
+  }
+  if (x->rows <= 0 || a->rows <= 0) return;
+  int nt = hpool_size(c->pool);
+  if (!HGROW(c->lora, c->lora_cap, (size_t)nt * (size_t)a->rows)) {
+    herr_set(&e, HEARTH_ENOMEM, "lora: out of memory");
+    record(c, &e);
+    return;
+  }
+  int64_t chunk = (x->rows + nt - 1) / nt;
+  lora_task t = {y, x, a, b, scale, c->lora, chunk};
+  hpool_for(c->pool, (int)((x->rows + chunk - 1) / chunk), lora_chunk, &t);
 }
 
 /* The ops above that run on the calling thread, with denormals flushed
@@ -376,6 +413,7 @@ static const bk_backend_ops cpu_ops = {
     .moe_route_group = cpu_moe_route_group,
     .index_topk = cpu_index_topk,
     .attention_sparse = cpu_attention_sparse,
+    .lora = cpu_lora,
 };
 
 int bk_cpu_open(const bk_open_opts *opts, bk_backend **out, herr *err) {

@@ -180,6 +180,24 @@ void op_scale(float *x, int64_t n, float s) {
   for (int64_t i = 0; i < n; i++) x[i] *= s;
 }
 
+void op_lora(float *y, const float *x, int64_t n, int64_t in, const float *a, int64_t r, const float *b, int64_t out,
+             float scale, float *tmp) {
+  for (int64_t i = 0; i < n; i++) {
+    const float *xi = x + i * in;
+    float *yi = y + i * out;
+    for (int64_t j = 0; j < r; j++) {
+      double t = 0;
+      for (int64_t k = 0; k < in; k++) t += (double)xi[k] * a[j * in + k];
+      tmp[j] = (float)t;
+    }
+    for (int64_t o = 0; o < out; o++) {
+      double acc = 0;
+      for (int64_t j = 0; j < r; j++) acc += (double)tmp[j] * b[o * r + j];
+      yi[o] += (float)(scale * acc);
+    }
+  }
+}
+
 double op_l2_normalize(float *x, int64_t n) {
   double ss = 0;
   for (int64_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];

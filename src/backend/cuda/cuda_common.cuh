@@ -129,6 +129,8 @@ CU_HIDDEN void cu_index_topk(bk_backend *be, const bk_tensor *sel, const bk_tens
                              const bk_kv_layer *keys, const bk_attn_index *ix, const index_params *p);
 CU_HIDDEN void cu_attention_sparse(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv,
                                    const bk_attn_index *ix, const bk_tensor *sel, const sparse_attn_params *p);
+/* lora.cu: a LoRA adapter's delta on a run of rows */
+CU_HIDDEN void cu_lora(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *a, const bk_tensor *b, float scale);
 /* One-time kernel attributes (large dynamic shared memory); 0 or a CUDA error. */
 CU_HIDDEN cudaError_t cu_attention_init(void);
 
