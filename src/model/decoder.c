@@ -83,6 +83,8 @@ void model_free(model *m) {
   }
   experts_budget_free(m);
   if (m->fam && m->fam->ops && m->fam->ops->free) m->fam->ops->free(m);
+  free(m->lora_runs);
+  pthread_mutex_destroy(&m->lock);
   free(m->mats);
   free(m->bufs);
   for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
@@ -263,6 +265,7 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   *out = NULL;
   model *m = calloc(1, sizeof *m);
   if (!m) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  pthread_mutex_init(&m->lock, NULL);
   bool is_gguf = gguf_model_is_gguf(dir);
   m->as_bf16 = opts && opts->f32_as_bf16;
   bk_open_opts bo = {.threads = opts ? opts->threads : 0, .f32_activations = opts && opts->f32_activations,
@@ -552,8 +555,34 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
     }
     toff += nb;
   }
+  /* runs of rows whose sequences use the same adapters */
+  int n_runs = 0;
+  t = 0;
+  for (int s = 0; s < b->n_seqs; s++) {
+    const model_seq *sq = &b->seqs[s];
+    if (sq->n_lora > 0) {
+      if (sq->n_lora > MODEL_MAX_LORA || !sq->lora)
+        return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d stacks %d adapters (at most %d)", s, sq->n_lora, MODEL_MAX_LORA);
+      for (int j = 0; j < sq->n_lora; j++)
+        if (!sq->lora[j] || model_lora_model(sq->lora[j]) != m)
+          return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d uses an adapter loaded onto another model", s);
+      lora_run *prev = n_runs ? &m->lora_runs[n_runs - 1] : NULL;
+      bool same = prev && prev->t0 + prev->rows == t && prev->n == sq->n_lora &&
+                  !memcmp(prev->a, sq->lora, sizeof(sq->lora[0]) * (size_t)sq->n_lora);
+      if (same) prev->rows += sq->n_tokens;
+      else {
+        if (n_runs == m->cap_lora_runs && !HGROW(m->lora_runs, m->cap_lora_runs, n_runs + 1))
+          return herr_set(err, HEARTH_ENOMEM, "model_forward: out of memory");
+        lora_run *r = &m->lora_runs[n_runs++];
+        memset(r, 0, sizeof *r);
+        r->t0 = t, r->rows = sq->n_tokens, r->n = sq->n_lora;
+        memcpy(r->a, sq->lora, sizeof(sq->lora[0]) * (size_t)sq->n_lora);
+      }
+    }
+    t += sq->n_tokens;
+  }
   fwd_scratch *f = &m->f;
-  step st = {.T = T, .R = R};
+  step st = {.T = T, .R = R, .lora = m->lora_runs, .n_lora = n_runs};
   st.x = bk_rows(&f->x, 0, T), st.xn = bk_rows(&f->xn, 0, T), st.q = bk_rows(&f->q, 0, T);
   st.k = bk_rows(&f->k, 0, T), st.v = bk_rows(&f->v, 0, T), st.att = bk_rows(&f->att, 0, T);
   st.o = bk_rows(&f->o, 0, T), st.gate = bk_rows(&f->gate, 0, T), st.up = bk_rows(&f->up, 0, T);
@@ -572,7 +601,7 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
    * everything that varies between steps is in the index tables and the KV
    * blocks; the key holds what the ops' arguments depend on. */
   /* (under an expert budget the experts a step reads are loaded as its routing chooses them: never recorded) */
-  bool record = T <= FORWARD_GRAPH_MAX_T && m->xc.budget == 0;
+  bool record = T <= FORWARD_GRAPH_MAX_T && m->xc.budget == 0 && n_runs == 0; /* adapters' ops depend on the batch's mix */
   bool replay = false;
   if (record) {
     uint64_t key = hmix64((uint64_t)T * 0x10001u + (uint64_t)R + ((uint64_t)P << 40));
@@ -646,9 +675,11 @@ static void forward_commit(const model_batch *b) {
 
 int model_forward(model *m, const model_batch *b, float *logits_out, herr *err) {
   bk_tensor lg, hid;
+  pthread_mutex_lock(&m->lock);
   int rc = forward_logits(m, b, &lg, &hid, err);
   if (!rc && lg.rows > 0) rc = bk_get(&lg, 0, logits_out, bk_nbytes(&lg), err);
   if (!rc) rc = fetch_outputs(m, b, &lg, &hid, err);
+  pthread_mutex_unlock(&m->lock);
   if (!rc) forward_commit(b);
   return rc;
 }
@@ -656,9 +687,11 @@ int model_forward(model *m, const model_batch *b, float *logits_out, herr *err) 
 int model_forward_sample(model *m, const model_batch *b, const bk_sample_row *rows, const bk_sample_adj *adj,
                          int64_t n_adj, bk_sample_out *out, herr *err) {
   bk_tensor lg, hid;
+  pthread_mutex_lock(&m->lock);
   int rc = forward_logits(m, b, &lg, &hid, err);
   if (!rc) rc = fetch_outputs(m, b, &lg, &hid, err); /* before sampling adjusts the rows */
   if (!rc && lg.rows > 0) rc = bk_sample(&lg, rows, adj, n_adj, out, err);
+  pthread_mutex_unlock(&m->lock);
   if (!rc) forward_commit(b);
   return rc;
 }

@@ -7,6 +7,7 @@
 #ifndef HEARTH_MODEL_INTERNAL_H
 #define HEARTH_MODEL_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -74,6 +75,23 @@ typedef struct fwd_scratch {
   bk_tensor logits;
 } fwd_scratch;
 
+/* The projections a LoRA adapter may add its delta to (lora.c). */
+typedef enum lora_target { LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN, LORA_N_TARGETS } lora_target;
+
+/* One projection's adapter weights: a [r, in], b [out, r] (a row view when
+ * the file's projection was fused, qkv_proj); a.buf NULL: none. */
+typedef struct lora_mod {
+  bk_tensor a, b;
+  float scale;
+} lora_mod;
+
+/* A run of the step's rows [t0, t0 + rows) whose sequences use the same adapters. */
+typedef struct lora_run {
+  int64_t t0, rows;
+  const model_lora *a[MODEL_MAX_LORA]; /* borrowed */
+  int n;
+} lora_run;
+
 /* The step's views: activations of T tokens and the index tables. Widths
  * are the model's largest; a layer takes the prefix it needs (step_view). */
 typedef struct step {
@@ -82,6 +100,8 @@ typedef struct step {
   bk_tensor fam;          /* T * model.w_fam floats for the family to carve up */
   bk_tensor ids, pos, row, tab, slot, gather, tables;
   bk_tensor rseqs;        /* I32 [S, 4]: per sequence t0, n, state row, fresh (the recurrent ops' rec_seq) */
+  const lora_run *lora;   /* borrowed: the runs of rows that use adapters (none: the base model alone) */
+  int n_lora;
 } step;
 
 /* The first rows * cols elements of t seen as [rows, cols]. */
@@ -156,6 +176,9 @@ struct model {
   float ple_embed_scale;
   expert_cache xc;
   fwd_scratch f;
+  pthread_mutex_t lock;   /* held by a forward, and by LoRA adapters while they take or give back backend memory */
+  lora_run *lora_runs;    /* owned: the step's runs of rows with adapters */
+  int cap_lora_runs;
 };
 
 /* ---- where weights come from (load.c) ---- */
@@ -219,6 +242,10 @@ void layer_moe(model *m, const layer_weights *lw, step *st, const bk_tensor *rou
 void layer_deltanet(model *m, int l, const kv_store *kv, step *st);
 /* y = rmsnorm(x) with the family's norm convention (w NULL: no scale). */
 void layer_norm(const model *m, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w);
+
+/* y += each adapter's delta for projection t of layer l on the rows of the runs that use one (x: the
+ * projection's input); nothing without adapters. */
+void layer_lora(const step *st, int l, lora_target t, const bk_tensor *y, const bk_tensor *x);
 
 /* ---- expert residency (experts.c) ---- */
 

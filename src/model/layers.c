@@ -40,10 +40,12 @@ void layer_attention(model *m, int l, const kv_store *kv, step *st) {
     bk_tensor qg = step_view(&st->att, T * H, 2 * hd), qh = bk_reshape(&q, T * H, hd), gh = bk_reshape(&gate, T * H, hd);
     bk_tensor qg_flat = bk_reshape(&qg, T, 2 * H * hd);
     bk_matmul_t(&qg_flat, &st->xn, &lw->q, opt(&lw->q_bias));
+    layer_lora(st, l, LORA_Q, &qg_flat, &st->xn); /* the delta covers query and gate rows alike */
     bk_get_cols(&qh, &qg, 0);
     bk_get_cols(&gh, &qg, hd);
   } else {
     bk_matmul_t(&q, &st->xn, &lw->q, opt(&lw->q_bias));
+    layer_lora(st, l, LORA_Q, &q, &st->xn);
   }
   if (lw->q_norm.buf) {
     bk_tensor qh = bk_reshape(&q, T * H, hd);
@@ -52,7 +54,11 @@ void layer_attention(model *m, int l, const kv_store *kv, step *st) {
   if (lw->rope) bk_rope(&q, H, hd, &st->pos, lw->rope);
   if (lw->kv_src == l) { /* this layer's own keys and values, into its cache rows */
     bk_matmul_t(&k, &st->xn, &lw->k, opt(&lw->k_bias));
-    if (lw->v.rows) bk_matmul_t(&v, &st->xn, &lw->v, opt(&lw->v_bias));
+    layer_lora(st, l, LORA_K, &k, &st->xn);
+    if (lw->v.rows) {
+      bk_matmul_t(&v, &st->xn, &lw->v, opt(&lw->v_bias));
+      layer_lora(st, l, LORA_V, &v, &st->xn);
+    }
     const bk_tensor *vsrc = lw->v.rows ? &v : &k; /* keys as values: the raw key projection */
     bk_tensor vh = bk_reshape(&v, T * KV, hd), vs = bk_reshape(vsrc, T * KV, hd);
     if (m->fam->v_norm) bk_rmsnorm(&vh, &vs, NULL, eps, false);
@@ -73,16 +79,21 @@ void layer_attention(model *m, int l, const kv_store *kv, step *st) {
   if (lw->out_gate) bk_sigmoid_mul(&att, &gate);
   bk_tensor o = step_view(&st->o, T, c->hidden_size);
   bk_matmul_t(&o, &att, &lw->o, opt(&lw->o_bias));
+  layer_lora(st, l, LORA_O, &o, &att);
   if (m->fam->sandwich_norms) layer_norm(m, &o, &o, &lw->post_attn_norm);
   bk_add(&st->x, &st->x, &o);
 }
 
 void layer_mlp(model *m, const layer_weights *lw, step *st, const bk_tensor *in, const bk_tensor *out) {
   bk_tensor gate = step_view(&st->gate, st->T, lw->inter), up = step_view(&st->up, st->T, lw->inter);
+  int l = (int)(lw - m->layers);
   bk_matmul_t(&gate, in, &lw->gate, opt(&lw->gate_bias));
+  layer_lora(st, l, LORA_GATE, &gate, in);
   bk_matmul_t(&up, in, &lw->up, opt(&lw->up_bias));
+  layer_lora(st, l, LORA_UP, &up, in);
   bk_act_mul(&gate, &up, model_act(m));
   bk_matmul_t(out, &gate, &lw->down, opt(&lw->down_bias));
+  layer_lora(st, l, LORA_DOWN, out, &gate);
 }
 
 void layer_route(model *m, const layer_weights *lw, step *st, const bk_tensor *route_in) {

@@ -92,6 +92,11 @@ typedef enum model_out {
                            n_tokens * hidden_size floats to dest, in order (mean / max pooling) */
 } model_out;
 
+/* A LoRA adapter loaded onto a model (lora.c). */
+typedef struct model_lora model_lora;
+/* Adapters one sequence may stack at most. */
+#define MODEL_MAX_LORA 4
+
 /* One sequence of a batch. */
 typedef struct model_seq {
   kv_seq *kv;                /* borrowed: this sequence's cache state; kv->len = tokens already seen */
@@ -101,6 +106,9 @@ typedef struct model_seq {
   bool all_logits;           /* logits for every new token, else only for the last */
   model_out out;             /* default MODEL_OUT_LOGITS */
   float *dest;               /* borrowed: where MODEL_OUT_HIDDEN(_ALL) / MODEL_OUT_LOGITS_HOST write (host memory) */
+  const model_lora *const *lora; /* borrowed, n_lora (<= MODEL_MAX_LORA) adapters of this model whose deltas
+                                    are added (summed) on this sequence's rows; 0: the base model */
+  int n_lora;
 } model_seq;
 
 typedef struct model_batch {
@@ -167,6 +175,35 @@ int model_forward(model *m, const model_batch *b, float *logits_out, herr *err);
  * for, and the rows of MODEL_OUT_LOGITS_HOST sequences leave the device. */
 int model_forward_sample(model *m, const model_batch *b, const bk_sample_row *rows, const bk_sample_adj *adj,
                          int64_t n_adj, bk_sample_out *out, herr *err);
+/* ---- LoRA adapters ----
+ * A PEFT LoRA folder (adapter_config.json + adapter_model.safetensors; see
+ * format/adapter.h for the fields honoured and refused) loaded onto m: each
+ * targeted projection (attention q/k/v/o or fused qkv, the dense MLP's
+ * gate/up/down or fused gate_up) of the layers it names gets
+ * scale · B · A added to its output on the rows of sequences that use it
+ * (model_seq.lora). A batch mixes sequences with different adapters or
+ * none: the base matmuls run once over all rows. Steps with adapters are
+ * never recorded (bk_graph_begin). Shapes are checked against the base;
+ * anything not mappable (experts, embeddings, the head, DoRA, biases) is
+ * refused with a message naming the tensor or field.
+ * Reference counted: load gives one reference; model_lora_retain /
+ * model_lora_release may be called from any thread, and the last release
+ * frees the backend memory, waiting for a running forward to end. Every
+ * adapter must be released before model_free. */
+int model_lora_load(model *m, const char *dir, model_lora **out, herr *err);
+void model_lora_retain(model_lora *a);
+void model_lora_release(model_lora *a);
+/* A 64-bit identity of what the adapter computes (its weights and scales;
+ * never 0): the prefix cache keys blocks on it. 0 for NULL. */
+uint64_t model_lora_id(const model_lora *a);
+/* The identity of a stack of n adapters in order (0 when n == 0). */
+uint64_t model_lora_set_id(const model_lora *const *a, int n);
+const char *model_lora_path(const model_lora *a);
+int64_t model_lora_rank(const model_lora *a);    /* the largest rank over its modules */
+int64_t model_lora_modules(const model_lora *a); /* modules in its file */
+int model_lora_refs(const model_lora *a);
+const model *model_lora_model(const model_lora *a);
+
 /* Whether the model has an output head (lm_head, or embeddings tied to it).
  * A folder saved from a bare decoder (Qwen3-Embedding's Qwen3Model: tensor
  * names without "model.", or config.json's architectures naming a *Model)
