@@ -232,6 +232,10 @@ typedef struct hearth_gen_params {
                                   (0: off, 1..16); -1 (init): the model's hearth_load_opts.spec_tokens.
                                   Drafts come from the model's spec_method (prompt lookup when it has
                                   none); a request with a grammar or JSON schema decodes plainly */
+  const char *adapter;         /* borrowed, may be NULL: the LoRA adapter(s) to run under, by the names
+                                  hearth_adapter_load gave: "name", "a+b" (stacked: both deltas summed,
+                                  at most 4), or NULL / "" / "none" for the base model. An adapter not
+                                  loaded is HEARTH_ENOTFOUND (field "adapter") */
 } hearth_gen_params;
 
 void hearth_gen_params_init(hearth_gen_params *p);
@@ -297,6 +301,40 @@ typedef struct hearth_gen_result {
  * thread while the caller waits. */
 int hearth_generate(hearth_model *m, const hearth_prompt *prompt, const hearth_gen_params *params, hearth_token_fn fn,
                     void *user, hearth_gen_result *result, hearth_error *err);
+
+/* ---- LoRA adapters -------------------------------------------------------
+ * PEFT LoRA adapter folders (adapter_config.json + adapter_model.safetensors)
+ * loaded onto the model by name; a generation picks them with
+ * hearth_gen_params.adapter. Requests under different adapters (and none)
+ * share the same batched steps: the base weights run once for the whole
+ * batch, each sequence's low-rank delta is added on its own rows. The
+ * prefix cache never shares KV between different adapters. Without an
+ * adapter the output is exactly the base model's. All three may be called
+ * from any thread while generations run. */
+
+#define HEARTH_ADAPTER_NAME_MAX 64
+
+/* Loads the adapter at path as `name` (letters, digits, '.', '_', '-'; not
+ * "none"). HEARTH_EINVAL for a bad or taken name; the loader's errors for
+ * an adapter that does not fit the model (shapes, modules it cannot run:
+ * experts, embeddings, DoRA, trained biases, modules_to_save). */
+int hearth_adapter_load(hearth_model *m, const char *name, const char *path, hearth_error *err);
+/* Unloads adapter `name`: new requests can no longer name it; requests
+ * running under it finish with it, and its memory is freed when the last
+ * one ends. HEARTH_ENOTFOUND when no adapter has that name. */
+int hearth_adapter_unload(hearth_model *m, const char *name, hearth_error *err);
+
+typedef struct hearth_adapter_info {
+  char name[HEARTH_ADAPTER_NAME_MAX];
+  char path[1024];
+  int64_t rank;             /* the largest rank of its modules */
+  int64_t modules;          /* projections it changes */
+  int in_use;               /* requests running under it now */
+} hearth_adapter_info;
+
+/* The loaded adapters in load order: fills up to max entries of out (may be
+ * NULL with max 0) and returns how many are loaded. */
+int hearth_adapter_list(hearth_model *m, hearth_adapter_info *out, int max);
 
 /* Whether a request of prompt_tokens and max_tokens (< 0: unset) can ever
  * fit the KV cache and memory budget: 0, or HEARTH_ELIMIT with a message

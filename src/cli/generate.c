@@ -39,6 +39,7 @@ static void usage(FILE *f) {
           "  --grammar-file F  ... read from a file\n"
           "  --json-schema S   the output is JSON valid under this JSON Schema\n"
           "  --json-schema-file F  ... read from a file\n"
+          "  --adapter DIR     run under this PEFT LoRA adapter folder (repeatable: stacked, deltas summed)\n"
           "  --print-ids       print the generated token ids instead of text\n"
           "  --stats           print token counts and speed to stderr\n",
           cli_sampling_help(), GEN_MAX_STOPS);
@@ -99,6 +100,9 @@ int cli_generate(int argc, char **argv) {
   int32_t *ids = NULL;
   size_t n_ids = 0;
   const char *grammar_file = NULL, *schema_file = NULL;
+  const char *adapters[4];
+  int n_adapters = 0;
+  char adapter_spec[64] = "";
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
     int r;
@@ -120,6 +124,10 @@ int cli_generate(int argc, char **argv) {
     } else if (OPT("--system")) {
       if (r < 0) return free(ids), 2;
       system = v;
+    } else if (OPT("--adapter")) {
+      if (r < 0) return free(ids), 2;
+      if (n_adapters == 4) return free(ids), cli_usage_error("generate", "at most 4 --adapter");
+      adapters[n_adapters++] = v;
     } else if (OPT("--grammar")) {
       if (r < 0) return free(ids), 2;
       params.grammar = v;
@@ -203,6 +211,16 @@ int cli_generate(int argc, char **argv) {
     cli_fail("%s", err.msg);
     goto out;
   }
+  for (int a = 0; a < n_adapters; a++) {
+    char name[16];
+    snprintf(name, sizeof name, "adapter%d", a);
+    if (hearth_adapter_load(m, name, adapters[a], &err)) {
+      cli_fail("%s", err.msg);
+      goto out;
+    }
+    snprintf(adapter_spec + strlen(adapter_spec), sizeof adapter_spec - strlen(adapter_spec), "%s%s", a ? "+" : "", name);
+  }
+  if (n_adapters) params.adapter = adapter_spec;
   hearth_info info;
   hearth_model_info(m, &info);
   hearth_prompt hp = {0};

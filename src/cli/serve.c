@@ -18,7 +18,8 @@ static void serve_usage(void) {
          "                    [--max-batch N] [--prefill-chunk N] [--kv-cache-mem BYTES] [--memory-budget BYTES]\n"
          "                    [--served-model-name NAME]... [--cors ORIGIN] [--trace-file PATH] [--trace-max-bytes BYTES]\n"
          "                    [--responses-max N] [--responses-max-bytes BYTES] [--responses-ttl SECONDS]\n"
-         "                    [--kv-store DIR] [--kv-store-max BYTES] [--drain-timeout SECONDS]\n\n"
+         "                    [--kv-store DIR] [--kv-store-max BYTES] [--drain-timeout SECONDS]\n"
+         "                    [--adapter NAME=DIR]...\n\n"
          "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
          "/v1/messages (Anthropic), /v1/models,\n"
          "/health, /stats, /metrics, /v1 and a chat page at /. Concurrent requests are\n"
@@ -58,13 +59,16 @@ static void serve_usage(void) {
          "                     long to finish (default 30), then end as cut by length (streams with\n"
          "                     their finish event and [DONE]); then the KV store is written and the\n"
          "                     server exits 0. A second signal cuts them at once\n"
+         "  --adapter NAME=DIR load the PEFT LoRA adapter folder DIR as NAME (repeatable); a request picks\n"
+         "                     it with \"adapter\": \"NAME\" (\"a+b\" stacks two); /v1/adapters loads and\n"
+         "                     unloads more while serving\n"
          "BYTES accept a K, M or G suffix (powers of 1024).\n");
 }
 
 int cli_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = getenv("HEARTH_API_KEY"), *v;
-  const char *names[64], *cors = NULL, *trace_file = NULL, *kv_store = NULL;
-  int nnames = 0;
+  const char *names[64], *cors = NULL, *trace_file = NULL, *kv_store = NULL, *adapters[64];
+  int nnames = 0, nadapters = 0;
   long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, kv_mem = 0, budget = 0, trace_max = 0;
   long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600, kv_store_max = 0, drain_timeout = 30;
   for (int i = 1; i < argc; i++) {
@@ -95,6 +99,12 @@ int cli_serve(int argc, char **argv) {
       if (r < 0) return 2;
       if (!cli_parse_bytes(v, &trace_max) || trace_max <= 0)
         return cli_usage_error("serve", "--trace-max-bytes must be a positive byte count, not '%s'", v);
+    } else if ((r = cli_opt(argc, argv, &i, "--adapter", &v))) {
+      if (r < 0) return 2;
+      const char *eq = strchr(v, '=');
+      if (!eq || eq == v || !eq[1]) return cli_usage_error("serve", "--adapter takes NAME=DIR, not '%s'", v);
+      if (nadapters == (int)(sizeof adapters / sizeof adapters[0])) return cli_usage_error("serve", "too many --adapter");
+      adapters[nadapters++] = v;
     } else if ((r = cli_opt(argc, argv, &i, "--served-model-name", &v))) {
       if (r < 0) return 2;
       if (!v[0]) return cli_usage_error("serve", "--served-model-name must not be empty");
@@ -157,6 +167,16 @@ int cli_serve(int argc, char **argv) {
                                    .kv_store = kv_store,
                                    .kv_store_max = kv_store_max}};
   if (serve_engine_open_opts(model, &eo, &engine, &err)) return cli_fail("serve: %s", err.msg);
+  for (int a = 0; a < nadapters; a++) {
+    const char *eq = strchr(adapters[a], '=');
+    char name[HEARTH_ADAPTER_NAME_MAX];
+    snprintf(name, sizeof name, "%.*s", (int)(eq - adapters[a]), adapters[a]);
+    if (!engine.adapter_load || engine.adapter_load(engine.impl, name, eq + 1, &err)) {
+      if (!engine.adapter_load) snprintf(err.msg, sizeof err.msg, "this model takes no adapters");
+      serve_engine_close(&engine);
+      return cli_fail("serve: --adapter %s: %s", adapters[a], err.msg);
+    }
+  }
   serve_config cfg = {.host = host, .port = (int)port, .api_key = key, .max_body = (size_t)max_body,
                       .served_names = names, .n_served_names = nnames, .cors_origin = cors,
                       .responses_max = (size_t)resp_max, .responses_max_bytes = (size_t)resp_bytes,

@@ -13,6 +13,7 @@
 #include "base/file.h"
 #include "base/json.h"
 #include "base/log.h"
+#include "base/vec.h"
 #include "base/trace.h"
 #include "chat/chat.h"
 #include "chat/jinja.h"
@@ -58,7 +59,15 @@ struct hearth_model {
   pooling_config pooling;      /* how embeddings pool (sentence-transformers files; last token by default) */
   model *draft;                /* owned, NULL without hearth_load_opts.draft_model */
   gen_method method;           /* how generations run (the scheduler borrows it) */
+  pthread_mutex_t ad_lock;     /* guards the adapter table */
+  struct api_adapter *ads;     /* owned [n_ads]: the loaded LoRA adapters by name */
+  int n_ads, cap_ads;
 };
+
+typedef struct api_adapter {
+  char name[HEARTH_ADAPTER_NAME_MAX];
+  model_lora *a;               /* one reference of ours; each running request holds another */
+} api_adapter;
 
 void hearth_free(void *p) { free(p); }
 
@@ -193,6 +202,7 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
   hearth_model *hm = calloc(1, sizeof *hm);
   if (!hm) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   pthread_mutex_init(&hm->gen_lock, NULL);
+  pthread_mutex_init(&hm->ad_lock, NULL);
   hm->bos = -1;
   hm->is_gguf = is_gguf;
   int rc = 0;
@@ -275,6 +285,9 @@ void hearth_model_free(hearth_model *hm) {
   sched_free(hm->sch);
   model_free(hm->draft); /* after the scheduler: its runs use it */
   htrace_close(hm->trace); /* after the scheduler: its last requests end in the trace */
+  for (int i = 0; i < hm->n_ads; i++) model_lora_release(hm->ads[i].a);
+  free(hm->ads);
+  pthread_mutex_destroy(&hm->ad_lock);
   model_free(hm->m);
   if (hm->tok) tokenizer_free(hm->tok);
   jinja_free(hm->chat);
@@ -554,6 +567,121 @@ int hearth_admit(hearth_model *hm, int64_t prompt_tokens, int64_t max_tokens, he
   return rc ? rc : sched_admit(hm->sch, prompt_tokens, max_tokens, err);
 }
 
+/* ---- LoRA adapters ---- */
+
+static bool adapter_name_ok(const char *name) {
+  size_t n = name ? strlen(name) : 0;
+  if (n == 0 || n >= HEARTH_ADAPTER_NAME_MAX || !strcmp(name, "none")) return false;
+  for (size_t i = 0; i < n; i++) {
+    char c = name[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+      return false;
+  }
+  return true;
+}
+
+static int adapter_find(const hearth_model *hm, const char *name, size_t len) {
+  for (int i = 0; i < hm->n_ads; i++)
+    if (strlen(hm->ads[i].name) == len && !memcmp(hm->ads[i].name, name, len)) return i;
+  return -1;
+}
+
+int hearth_adapter_load(hearth_model *hm, const char *name, const char *path, hearth_error *err) {
+  if (!hm || !path) return herr_set(err, HEARTH_EINVAL, "hearth_adapter_load: no model or path");
+  if (!adapter_name_ok(name))
+    return herr_set_at(err, HEARTH_EINVAL, "name", 0,
+                       "adapter name '%s': use 1 to %d letters, digits, '.', '_' or '-' (and not \"none\")", name ? name : "",
+                       HEARTH_ADAPTER_NAME_MAX - 1);
+  pthread_mutex_lock(&hm->ad_lock);
+  bool taken = adapter_find(hm, name, strlen(name)) >= 0;
+  pthread_mutex_unlock(&hm->ad_lock);
+  if (taken) return herr_set_at(err, HEARTH_EINVAL, "name", 0, "an adapter named '%s' is already loaded", name);
+  model_lora *a = NULL;
+  int rc = model_lora_load(hm->m, path, &a, err);
+  if (rc) return rc;
+  pthread_mutex_lock(&hm->ad_lock);
+  if (adapter_find(hm, name, strlen(name)) >= 0) rc = herr_set_at(err, HEARTH_EINVAL, "name", 0, "an adapter named '%s' is already loaded", name);
+  else if (hm->n_ads == hm->cap_ads && !HGROW(hm->ads, hm->cap_ads, hm->n_ads + 1)) rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+  else {
+    api_adapter *d = &hm->ads[hm->n_ads++];
+    snprintf(d->name, sizeof d->name, "%s", name);
+    d->a = a;
+    a = NULL;
+  }
+  pthread_mutex_unlock(&hm->ad_lock);
+  model_lora_release(a); /* only when it was not kept */
+  if (!rc) HLOG_INFO("adapter '%s' loaded from %s", name, path);
+  return rc;
+}
+
+int hearth_adapter_unload(hearth_model *hm, const char *name, hearth_error *err) {
+  if (!hm || !name) return herr_set(err, HEARTH_EINVAL, "hearth_adapter_unload: no model or name");
+  pthread_mutex_lock(&hm->ad_lock);
+  int i = adapter_find(hm, name, strlen(name));
+  model_lora *a = NULL;
+  if (i >= 0) {
+    a = hm->ads[i].a;
+    memmove(&hm->ads[i], &hm->ads[i + 1], sizeof hm->ads[0] * (size_t)(hm->n_ads - i - 1));
+    hm->n_ads--;
+  }
+  pthread_mutex_unlock(&hm->ad_lock);
+  if (!a) return herr_set_at(err, HEARTH_ENOTFOUND, "adapter", 0, "no adapter named '%s' is loaded", name);
+  model_lora_release(a); /* freed now, or when the last request under it ends */
+  HLOG_INFO("adapter '%s' unloaded", name);
+  return 0;
+}
+
+int hearth_adapter_list(hearth_model *hm, hearth_adapter_info *out, int max) {
+  if (!hm) return 0;
+  pthread_mutex_lock(&hm->ad_lock);
+  int n = hm->n_ads;
+  for (int i = 0; i < n && i < max && out; i++) {
+    hearth_adapter_info *o = &out[i];
+    memset(o, 0, sizeof *o);
+    snprintf(o->name, sizeof o->name, "%s", hm->ads[i].name);
+    snprintf(o->path, sizeof o->path, "%s", model_lora_path(hm->ads[i].a));
+    o->rank = model_lora_rank(hm->ads[i].a);
+    o->modules = model_lora_modules(hm->ads[i].a);
+    o->in_use = model_lora_refs(hm->ads[i].a) - 1;
+  }
+  pthread_mutex_unlock(&hm->ad_lock);
+  return n;
+}
+
+/* The adapters `spec` names ("a", "a+b"; NULL, "" or "none": none), each
+ * with a reference the caller gives back (adapters_release). */
+static int adapters_acquire(hearth_model *hm, const char *spec, model_lora **out, int *n, herr *err) {
+  *n = 0;
+  if (!spec || !*spec || !strcmp(spec, "none")) return 0;
+  int rc = 0;
+  pthread_mutex_lock(&hm->ad_lock);
+  for (const char *p = spec; !rc;) {
+    const char *e = strchr(p, '+');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    int i = adapter_find(hm, p, len);
+    if (*n == MODEL_MAX_LORA)
+      rc = herr_set_at(err, HEARTH_EINVAL, "adapter", 0, "adapter '%s': at most %d adapters stack", spec, MODEL_MAX_LORA);
+    else if (i < 0)
+      rc = herr_set_at(err, HEARTH_ENOTFOUND, "adapter", 0, "adapter '%.*s' is not loaded (GET /v1/adapters lists them)", (int)len, p);
+    else {
+      for (int j = 0; j < *n; j++)
+        if (out[j] == hm->ads[i].a) rc = herr_set_at(err, HEARTH_EINVAL, "adapter", 0, "adapter '%.*s' is named twice", (int)len, p);
+      if (!rc) {
+        model_lora_retain(hm->ads[i].a);
+        out[(*n)++] = hm->ads[i].a;
+      }
+    }
+    if (!e) break;
+    p = e + 1;
+  }
+  pthread_mutex_unlock(&hm->ad_lock);
+  if (rc) {
+    for (int j = 0; j < *n; j++) model_lora_release(out[j]);
+    *n = 0;
+  }
+  return rc;
+}
+
 int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_gen_params *params, hearth_token_fn fn,
                     void *user, hearth_gen_result *result, hearth_error *err) {
   hearth_gen_result local;
@@ -575,7 +703,12 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
   api_cb cb = {.hm = hm, .fn = fn, .user = user, .logprobs = params->logprobs};
   gen_request req;
   gen_request_init(&req);
+  model_lora *lora[MODEL_MAX_LORA];
+  int n_lora = 0;
   if ((rc = fill_request(hm, params, &req, &bias, err))) goto out;
+  if ((rc = adapters_acquire(hm, params->adapter, lora, &n_lora, err))) goto out;
+  req.lora = (const model_lora *const *)lora;
+  req.n_lora = n_lora;
   if (params->grammar && params->json_schema) {
     rc = herr_set(err, HEARTH_EINVAL, "hearth_generate: give a grammar or a JSON schema, not both");
     goto out;
@@ -621,6 +754,7 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
   res->prefill_seconds = gr.prefill_seconds;
   res->decode_seconds = gr.decode_seconds;
 out:
+  for (int i = 0; i < n_lora; i++) model_lora_release(lora[i]); /* the last may free an unloaded adapter */
   hbuf_free(&cb.texts);
   hbuf_free(&gbnf);
   free(ids);

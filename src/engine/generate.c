@@ -35,6 +35,7 @@ typedef struct gen_state {
   sampler *smp;             /* owned */
   gen_emit out;             /* owned: detokenizer, stop matcher, the step's text */
   float *logits;            /* owned [vocab] */
+  const gen_request *req;   /* borrowed */
 } gen_state;
 
 static void gen_state_free(gen_state *g) {
@@ -75,7 +76,8 @@ int gen_check_context(const model *m, const gen_request *req, int64_t *max_new, 
 }
 
 static int forward_tokens(model *m, gen_state *g, const int32_t *ids, int n, herr *err) {
-  model_seq s = {.kv = g->seq, .tokens = ids, .n_tokens = n, .positions = NULL, .all_logits = false};
+  model_seq s = {.kv = g->seq, .tokens = ids, .n_tokens = n, .positions = NULL, .all_logits = false,
+                 .lora = g->req ? g->req->lora : NULL, .n_lora = g->req ? g->req->n_lora : 0};
   model_batch b = {.seqs = &s, .n_seqs = 1};
   return model_forward(m, &b, g->logits, err);
 }
@@ -96,7 +98,7 @@ int generate_run(model *m, const tokenizer *tok, const gen_request *req, gen_tok
                       (int)req->prompt[i], (long long)vocab);
   }
   /* parameters first (a bad one is named), then the context, then the work */
-  gen_state g = {0};
+  gen_state g = {.req = req};
   int64_t max_new = 0;
   int rc = sampler_new((int32_t)vocab, &req->sample, &g.smp, err);
   if (rc) goto done;

@@ -48,6 +48,9 @@ typedef struct gen_request {
                                    ("req LABEL"; else "req N", N counting requests); the scheduler only */
   int spec_tokens;              /* speculative decoding (engine/method.h): tokens drafted per step; < 0: the
                                    scheduler's method decides, 0: off; the scheduler only */
+  const model_lora *const *lora; /* borrowed, n_lora (<= MODEL_MAX_LORA) LoRA adapters of the model,
+                                   their deltas summed (model_seq.lora); alive until the run returns */
+  int n_lora;
 } gen_request;
 
 /* Defaults: greedy-free neutral sampling, no stops, no EOS, skip_special true. */

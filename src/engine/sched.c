@@ -213,6 +213,9 @@ static sseq *queue_pop(sched *s) {
 
 /* ---- one sequence ---- */
 
+/* The prefix cache's key for the sequence's adapters (0: the base model). */
+static uint64_t adapter_of(const sseq *q) { return model_lora_set_id(q->req->lora, q->req->n_lora); }
+
 static bool seq_cancelled(const sseq *q) {
   return (q->req->cancel && *q->req->cancel) || (q->fn && atomic_load_explicit(&((sseq *)q)->stop_req, memory_order_relaxed));
 }
@@ -467,7 +470,7 @@ static void running_remove(sched *s, int i) {
  * it is recomputed (mostly from the prefix cache) when there is room again. */
 static void preempt(sched *s, int i) {
   sseq *q = s->running[i];
-  kv_paged_seq_publish(q->kv, q->toks, q->kv->len, 0);
+  kv_paged_seq_publish(q->kv, q->toks, q->kv->len, adapter_of(q));
   kv_paged_seq_free(q->kv);
   q->kv = NULL;
   running_remove(s, i);
@@ -522,7 +525,7 @@ static void admit(sched *s) {
     double t_look = q->trace_tid ? htrace_now() : 0;
     if (kv_paged_seq_new(s->pool, q->n_toks + q->max_new, &kv, &e)) return; /* out of memory: try next step */
     /* a pooled embedding needs every token's hidden state: none from the cache */
-    int64_t hit = q->pool ? 0 : kv_paged_seq_attach_prefix(kv, q->toks, q->n_toks, 0);
+    int64_t hit = q->pool ? 0 : kv_paged_seq_attach_prefix(kv, q->toks, q->n_toks, adapter_of(q));
     int64_t first = q->n_toks - hit < s->chunk ? q->n_toks - hit : s->chunk;
     if (kv_paged_seq_blocks_for(kv, hit + first) > kv_pool_available(s->pool)) {
       kv_paged_seq_free(kv);
@@ -686,7 +689,8 @@ static void step(sched *s) {
     int64_t n_prompt = (int64_t)q->req->n_prompt;
     if (at < n_prompt) prompt_fed += (at + n < n_prompt ? at + n : n_prompt) - at;
     s->batch[n_batch] = (model_seq){.kv = q->kv, .tokens = q->n_draft ? q->feed : q->toks + at, .n_tokens = (int)n,
-                                    .positions = NULL, .all_logits = q->n_draft > 0};
+                                    .positions = NULL, .all_logits = q->n_draft > 0,
+                                    .lora = q->req->lora, .n_lora = q->req->n_lora};
     if (q->pool) { /* every chunk's hidden rows, folded into the pool after the step */
       s->batch[n_batch].out = MODEL_OUT_HIDDEN_ALL;
       s->batch[n_batch].dest = s->hrows + (s->step_tokens - budget - n) * model_cfg(s->m)->hidden_size;
@@ -770,7 +774,7 @@ static void step(sched *s) {
       }
       continue;
     }
-    kv_paged_seq_publish(q->kv, q->toks, q->kv->len, 0);
+    kv_paged_seq_publish(q->kv, q->toks, q->kv->len, adapter_of(q));
     if (q->pool) pool_fold(s, q, s->batch[k].dest, s->batch[k].n_tokens, q->kv->len - s->batch[k].n_tokens);
     if (q->kv->len < q->n_toks) continue; /* mid-prefill: no token yet */
     bool ended;

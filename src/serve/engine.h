@@ -157,6 +157,11 @@ typedef struct serve_engine {
    * for context tokens (<= 0: the served context) and batch sequences (<= 0: 1), as JSON text
    * (*json: free). */
   int (*fit)(void *impl, int64_t context, int batch, char **json, herr *err);
+  /* May be NULL (all three): no LoRA adapters. As hearth_adapter_load / _unload / _list; a
+   * request names its adapters in serve_sampling.adapter. */
+  int (*adapter_load)(void *impl, const char *name, const char *path, herr *err);
+  int (*adapter_unload)(void *impl, const char *name, herr *err);
+  int (*adapter_list)(void *impl, hearth_adapter_info *out, int max);
 } serve_engine;
 
 /* How `hearth serve` configures the engine; 0 takes the default. */

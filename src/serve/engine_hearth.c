@@ -265,6 +265,24 @@ static int admit(void *impl, int64_t n_prompt, int64_t max_tokens, herr *err) {
   return 0;
 }
 
+static int adapter_load(void *impl, const char *name, const char *path, herr *err) {
+  hearth_engine *h = impl;
+  hearth_error e = {0};
+  if (hearth_adapter_load(h->model, name, path, &e)) return copy_err(err, &e);
+  return 0;
+}
+
+static int adapter_unload(void *impl, const char *name, herr *err) {
+  hearth_engine *h = impl;
+  hearth_error e = {0};
+  if (hearth_adapter_unload(h->model, name, &e)) return copy_err(err, &e);
+  return 0;
+}
+
+static int adapter_list(void *impl, hearth_adapter_info *out, int max) {
+  return hearth_adapter_list(((hearth_engine *)impl)->model, out, max);
+}
+
 int serve_engine_open(const char *model_dir, int threads, serve_engine *out, herr *err) {
   serve_engine_opts o = {.threads = threads};
   return serve_engine_open_opts(model_dir, &o, out, err);
@@ -312,7 +330,12 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
     out->embed = embed;
     out->embed_dim = h->info.hidden_size;
   }
-  if (h->info.can_generate) out->signal = next_signal;
+  if (h->info.can_generate) {
+    out->signal = next_signal;
+    out->adapter_load = adapter_load;
+    out->adapter_unload = adapter_unload;
+    out->adapter_list = adapter_list;
+  }
   return 0;
 }
 

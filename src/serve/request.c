@@ -551,6 +551,25 @@ static int parse_logit_bias(json_t *root, serve_sampling *s, serve_fail *f) {
   return 0;
 }
 
+int serve_json_adapter(json_t *root, serve_sampling *s, serve_fail *f) {
+  json_t *v = serve_json_field(root, "adapter");
+  if (!v) return 0;
+  if (!json_is_string(v)) return serve_bad(f, "adapter", "'adapter' must be a string: an adapter's name, \"a+b\" or \"none\"");
+  const char *a = json_string_value(v);
+  size_t n = strlen(a);
+  if (n > 4 * 64) return serve_bad(f, "adapter", "'adapter' is too long");
+  for (size_t i = 0; i < n; i++) {
+    char c = a[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' || c == '+'))
+      return serve_bad(f, "adapter", "'adapter' holds '%c': adapter names are letters, digits, '.', '_' and '-', joined by '+'", c);
+  }
+  char *copy = strdup(a);
+  if (!copy) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  free((char *)s->adapter);
+  s->adapter = copy;
+  return 0;
+}
+
 void serve_sampling_defaults(serve_sampling *s) {
   /* as hearth_gen_params_init (the server's protocol layer does not link the engine) */
   memset(s, 0, sizeof *s);
@@ -600,6 +619,7 @@ static int parse_sampling(json_t *root, serve_kind kind, serve_sampling *s, serv
     return f->status;
   /* (extension, as vLLM: keep going past end-of-sequence tokens until max_tokens) */
   if (serve_json_bool(root, "ignore_eos", &s->ignore_eos, f)) return f->status;
+  if (serve_json_adapter(root, s, f)) return f->status;
   if (kind == SERVE_CHAT) {
     if (serve_json_bool(root, "logprobs", &s->logprobs, f)) return f->status;
     int64_t top = 0;
@@ -694,6 +714,7 @@ void serve_request_free(serve_request *req) {
   for (int i = 0; i < req->sampling.n_stop; i++) free((char *)req->sampling.stop[i]);
   free((void *)req->sampling.stop);
   free((void *)req->sampling.logit_bias);
+  free((char *)req->sampling.adapter);
   free(req->model);
   free(req->prompt);
   free(req->prompt_ids);

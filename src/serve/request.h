@@ -95,6 +95,9 @@ int serve_json_int(json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t
 int serve_json_num(json_t *obj, const char *key, double lo, double hi, double *out, serve_fail *f);
 int serve_json_bool(json_t *obj, const char *key, bool *out, serve_fail *f);
 int serve_json_str(json_t *obj, const char *key, char **out, serve_fail *f); /* *out malloc'd */
+/* The request's "adapter" (hearth's extension: a LoRA adapter's name, "a+b", "none") into
+ * s->adapter (malloc'd; serve_request_free frees it). */
+int serve_json_adapter(json_t *root, serve_sampling *s, serve_fail *f);
 /* Stop strings at obj[key] into s->stop / s->n_stop: an array of non-empty
  * strings (at most 16), or one string too when allow_string. */
 int serve_json_stop(json_t *obj, const char *key, bool allow_string, serve_sampling *s, serve_fail *f);

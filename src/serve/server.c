@@ -49,6 +49,7 @@
 #include "base/buf.h"
 #include "base/log.h"
 #include "engine/grammar.h"
+#include "serve/adapters.h"
 #include "serve/anthropic.h"
 #include "serve/embeddings.h"
 #include "serve/signal.h"
@@ -126,12 +127,15 @@ typedef enum route {
   ROUTE_EMBEDDINGS,
   ROUTE_SIGNAL,
   ROUTE_FIT,
+  ROUTE_ADAPTERS,     /* GET / POST /v1/adapters */
+  ROUTE_ADAPTER,      /* DELETE /v1/adapters/{id} */
 } route;
 
 /* Per-request state, kept in MHD's con_cls between the calls for one request. */
 typedef struct conn {
   route route;
   bool del;            /* DELETE (on /v1/responses/{id}) */
+  bool post;           /* POST (on /v1/adapters) */
   bool head;           /* HEAD: answer as GET without the body */
   bool failed;         /* `fail` is the answer; the body is read and dropped */
   bool anthropic;      /* under /v1/messages: errors in Anthropic's shape */
@@ -229,7 +233,7 @@ static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server
   json_object_set_new(cap, "embeddings", json_boolean(e->embed && e->embed_dim > 0));
   if (e->embed && e->embed_dim > 0) json_object_set_new(cap, "embedding_dimensions", json_integer(e->embed_dim));
   json_object_set_new(cap, "signal", json_boolean(e->signal != NULL));
-  json_object_set_new(cap, "adapters", json_false());
+  json_object_set_new(cap, "adapters", json_boolean(e->adapter_list != NULL));
   json_object_set_new(cap, "context_length", json_integer(e->context_length));
   json_object_set_new(o, "capabilities", cap);
   return send_json(c, 200, o);
@@ -1106,6 +1110,73 @@ static enum MHD_Result answer_signal(struct MHD_Connection *c, serve_server *s, 
   return send_fail(c, &f, NULL);
 }
 
+/* GET /v1/adapters (the list) and POST /v1/adapters (load one; serve/adapters.c parses and shapes). */
+static enum MHD_Result answer_adapters(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  serve_engine *e = s->engine;
+  serve_fail f;
+  if (!e->adapter_list) {
+    serve_fail_set(&f, 400, "invalid_request_error", NULL, "adapters_unsupported", "The model '%.200s' takes no LoRA adapters",
+                   e->model_id);
+    return send_fail(c, &f, NULL);
+  }
+  if (!cn->post) {
+    int n = e->adapter_list(e->impl, NULL, 0);
+    hearth_adapter_info *a = calloc((size_t)(n > 0 ? n : 1), sizeof *a);
+    if (!a) return MHD_NO;
+    n = e->adapter_list(e->impl, a, n);
+    json_t *o = adapters_list_json(a, n);
+    free(a);
+    return send_json(c, 200, o);
+  }
+  char *name = NULL, *path = NULL;
+  if (adapters_parse_load(hbuf_str(&cn->body), cn->body.len, &name, &path, &f)) return send_fail(c, &f, NULL);
+  herr err = {0};
+  int rc = e->adapter_load(e->impl, name, path, &err);
+  enum MHD_Result r;
+  if (rc) {
+    if (rc == HEARTH_EINVAL || rc == HEARTH_EFORMAT || rc == HEARTH_EUNSUPPORTED || rc == HEARTH_ENOTFOUND || rc == HEARTH_EIO)
+      serve_fail_set(&f, 400, "invalid_request_error", err.field[0] ? err.field : "path", NULL, "%s", err.msg);
+    else
+      serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
+    r = send_fail(c, &f, NULL);
+  } else {
+    hearth_adapter_info info;
+    memset(&info, 0, sizeof info);
+    int n = e->adapter_list(e->impl, NULL, 0);
+    hearth_adapter_info *a = calloc((size_t)(n > 0 ? n : 1), sizeof *a);
+    if (a) n = e->adapter_list(e->impl, a, n);
+    for (int i = 0; a && i < n; i++)
+      if (!strcmp(a[i].name, name)) info = a[i];
+    free(a);
+    if (!info.name[0]) snprintf(info.name, sizeof info.name, "%s", name);
+    r = send_json(c, 200, adapters_one_json(&info));
+  }
+  free(name), free(path);
+  return r;
+}
+
+/* DELETE /v1/adapters/{id}: unloaded at once for new requests; running ones keep it to their end. */
+static enum MHD_Result answer_adapter_delete(struct MHD_Connection *c, serve_server *s, const char *id) {
+  serve_engine *e = s->engine;
+  serve_fail f;
+  herr err = {0};
+  int in_use = 0;
+  if (e->adapter_list) {
+    int n = e->adapter_list(e->impl, NULL, 0);
+    hearth_adapter_info *a = calloc((size_t)(n > 0 ? n : 1), sizeof *a);
+    if (a) n = e->adapter_list(e->impl, a, n);
+    for (int i = 0; a && i < n; i++)
+      if (!strcmp(a[i].name, id)) in_use = a[i].in_use;
+    free(a);
+  }
+  if (!e->adapter_unload || e->adapter_unload(e->impl, id, &err)) {
+    serve_fail_set(&f, 404, "invalid_request_error", NULL, "not_found", "No adapter named '%.100s' is loaded", id);
+    return send_fail(c, &f, NULL);
+  }
+  json_t *o = json_pack("{s:s, s:s, s:b, s:i}", "id", id, "object", "adapter", "deleted", 1, "in_use", in_use);
+  return send_json(c, 200, o);
+}
+
 /* POST /v1/messages/count_tokens: the rendered prompt's token count. */
 static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_server *s, conn *cn) {
   serve_engine *e = s->engine;
@@ -1182,6 +1253,10 @@ static const route_def routes[] = {
     {"POST", "/v1/embeddings", ROUTE_EMBEDDINGS, false,
      "embeddings: the last token's final hidden state, L2-normalised (float or base64)"},
     {"POST", "/v1/signal", ROUTE_SIGNAL, false, "the next token's log-probability histogram, entropy and best tokens"},
+    {"GET", "/v1/adapters", ROUTE_ADAPTERS, false, "the loaded LoRA adapters (a request picks one with \"adapter\")"},
+    {"POST", "/v1/adapters", ROUTE_ADAPTERS, false, "loads a PEFT LoRA adapter folder: {\"name\", \"path\"}"},
+    {"DELETE", "/v1/adapters/{id}", ROUTE_ADAPTER, false,
+     "unloads an adapter (requests running under it finish first; its memory is freed after the last)"},
     {"GET", "/stats", ROUTE_STATS, false, "serving counters as JSON (requests, KV blocks, prefix cache, tokens/s)"},
     {"GET", "/metrics", ROUTE_METRICS, false, "serving counters in the Prometheus text format"},
     {"GET", "/fit", ROUTE_FIT, false,
@@ -1246,6 +1321,7 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
   bool open = rt->open;
   cn->route = rt->r;
   cn->del = !strcmp(m, "DELETE");
+  cn->post = !strcmp(m, "POST");
   if (!open && !key_ok(s, c)) {
     cn->failed = true;
     serve_fail_set(&cn->fail, 401, "authentication_error", NULL, "invalid_api_key",
@@ -1361,6 +1437,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return answer_embeddings(c, s, cn);
   case ROUTE_SIGNAL:
     return answer_signal(c, s, cn);
+  case ROUTE_ADAPTERS:
+    return answer_adapters(c, s, cn);
+  case ROUTE_ADAPTER:
+    return answer_adapter_delete(c, s, cn->path + 13);
   default:
     return MHD_NO;
   }
