@@ -110,6 +110,18 @@ int adapter_config_load(const char *dir, adapter_config *c, herr *err) {
     rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: target_parameters: LoRA on raw parameters (expert stacks) is not supported", what);
     goto fail;
   }
+  /* variants whose forward is not scale · B · A · x (or that train more than the low-rank pair) */
+  static const char *const variants[] = {"lora_bias", "alora_invocation_tokens", "layer_replication", "trainable_token_indices",
+                                         "use_qalora", "use_bdlora", "arrow_config", "monteclora_config", "kasa_config",
+                                         "velora_config"};
+  for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+    const json_t *v = json_object_get(c->raw, variants[i]);
+    bool set = v && !json_is_null(v) && !json_is_false(v) && !((json_is_array(v) || json_is_object(v)) && json_array_size(v) + json_object_size(v) == 0);
+    if (set) {
+      rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: %s: this LoRA variant is not supported (plain LoRA and rsLoRA are)", what, variants[i]);
+      goto fail;
+    }
+  }
   if (c->r <= 0 || c->r > 65536) {
     rc = herr_set(err, HEARTH_EFORMAT, "%s: r must be a positive rank, not %lld", what, (long long)c->r);
     goto fail;

@@ -15,7 +15,10 @@
  *   fan_in_fan_out       only means something for Conv1D bases (GPT-2); the
  *                        Linear projections hearth runs take it as false, as PEFT does
  * Refused with a message naming the field: use_dora, modules_to_save,
- * bias other than "none", target_parameters, another peft_type, r <= 0.
+ * bias other than "none", target_parameters, another peft_type, r <= 0, and
+ * the variants whose forward is not scale · B · A · x when set: lora_bias,
+ * alora_invocation_tokens, layer_replication, trainable_token_indices,
+ * use_qalora, use_bdlora, arrow / monteclora / kasa / velora configs.
  */
 #ifndef HEARTH_FORMAT_ADAPTER_H
 #define HEARTH_FORMAT_ADAPTER_H

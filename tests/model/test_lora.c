@@ -294,6 +294,8 @@ static void test_refusals(void) {
                  64, 64, NULL, "modules_to_save");
   expect_refusal(m, "bias", "{\"r\": 4, \"lora_alpha\": 8, \"bias\": \"all\", \"target_modules\": [\"q_proj\"]}", q, 4, 64, 64, NULL,
                  "bias");
+  expect_refusal(m, "alora", "{\"r\": 4, \"lora_alpha\": 8, \"alora_invocation_tokens\": [5, 6], \"target_modules\": [\"q_proj\"]}", q, 4,
+                 64, 64, NULL, "alora_invocation_tokens");
   expect_refusal(m, "shape", "{\"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"]}", q, 4, 32, 64, NULL, "do not fit");
   expect_refusal(m, "rank", "{\"r\": 8, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"]}", q, 4, 64, 64, NULL, "rank 4");
   expect_refusal(m, "untargeted", "{\"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"v_proj\"]}", q, 4, 64, 64, NULL, "target_modules");
