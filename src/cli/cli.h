@@ -8,7 +8,7 @@
  * and detokenize (the tokenizer module, on a bare tokenizer.json), template
  * (the chat module, without weights), inspect (format/), logits and bench
  * (model/, engine/kv_cache.h; cli_model_load below), convert (format/,
- * backend/, model/gguf_model.h). */
+ * backend/, model/gguf_model.h), fuse (format/, backend/cpu/quant.h). */
 #ifndef HEARTH_CLI_H
 #define HEARTH_CLI_H
 
@@ -112,6 +112,7 @@ int cli_logits(int argc, char **argv);
 int cli_template(int argc, char **argv);
 int cli_convert(int argc, char **argv);
 int cli_fit(int argc, char **argv);
+int cli_fuse(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 
 #endif

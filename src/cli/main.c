@@ -21,6 +21,7 @@ static const cli_verb verbs[] = {
     {"detokenize", "print the text of token ids as JSON", cli_detokenize, false},
     {"embed", "print embeddings of texts or token ids as JSON", cli_embed, true},
     {"fit", "will a model fit this machine or GPU: memory, largest context, predicted tok/s", cli_fit, false},
+    {"fuse", "merge a LoRA adapter into a model folder's weights", cli_fuse, false},
     {"generate", "generate text from a prompt", cli_generate, true},
     {"help", "list the verbs, or show one verb's options (hearth help VERB)", cli_help, false},
     {"inspect", "describe a model folder, safetensors or GGUF file", cli_inspect, false},
