@@ -149,6 +149,31 @@ static void test_fuse_f32(void) {
   free(fused), free(rt), free(ref), free(toks);
 }
 
+/* The ids `hearth generate` prints (greedy, 12 tokens) for a model and optional --adapter. */
+static char *generate_ids(const char *model, const char *adapter) {
+  char cmd[2048], path[400];
+  snprintf(path, sizeof path, "%s/ids.txt", tmp);
+  snprintf(cmd, sizeof cmd, "'%s' generate --model '%s' --ids 501,500,505,196,90 -n 12 --temp 0 --print-ids%s%s%s > '%s'",
+           HEARTH_BINARY, model, adapter ? " --adapter '" : "", adapter ? adapter : "", adapter ? "'" : "", path);
+  if (run(cmd) != 0) return strdup("(failed)");
+  char *s = NULL;
+  size_t n;
+  if (hfile_read(path, &s, &n, NULL)) return strdup("(unread)");
+  return s;
+}
+
+/* `hearth generate --adapter` gives the fused model's greedy ids, and not the base's. */
+static void test_generate_adapter(void) {
+  char out[400];
+  snprintf(out, sizeof out, "%s/fused", tmp);
+  char *base = generate_ids(GOLDEN "/llama-f32", NULL), *with = generate_ids(GOLDEN "/llama-f32", LORA "/llama-f32/plain"),
+       *fused = generate_ids(out, NULL);
+  fprintf(stderr, "  generate: base %s  --adapter %s  fused %s", base, with, fused);
+  CHECK_MSG(strcmp(with, fused) == 0 && strcmp(with, base) != 0 && strstr(with, "failed") == NULL, "base %s with %s fused %s", base,
+            with, fused);
+  free(base), free(with), free(fused);
+}
+
 static void test_fuse_bf16(void) {
   int n = 0;
   int32_t *toks = prompt0(&n);
@@ -211,6 +236,7 @@ int main(void) {
   snprintf(tmp, sizeof tmp, "/tmp/hearth_test_fuse_%d", (int)getpid());
   mkdir(tmp, 0755);
   RUN(test_fuse_f32);
+  RUN(test_generate_adapter);
   RUN(test_fuse_bf16);
   RUN(test_refusals);
   char cmd[300];
