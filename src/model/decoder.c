@@ -601,7 +601,7 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
    * everything that varies between steps is in the index tables and the KV
    * blocks; the key holds what the ops' arguments depend on. */
   /* (under an expert budget the experts a step reads are loaded as its routing chooses them: never recorded) */
-  bool record = T <= FORWARD_GRAPH_MAX_T && m->xc.budget == 0 && n_runs == 0; /* adapters' ops depend on the batch's mix */
+  bool record = T <= FORWARD_GRAPH_MAX_T && m->xc.budget == 0;
   bool replay = false;
   if (record) {
     uint64_t key = hmix64((uint64_t)T * 0x10001u + (uint64_t)R + ((uint64_t)P << 40));
@@ -609,9 +609,8 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
     key = hmix64(key ^ (uint64_t)(uintptr_t)f->idx.buf->base);
     key = hmix64(key ^ (uint64_t)(uintptr_t)(f->logits.buf ? f->logits.buf->base : NULL));
     for (int l = 0; l < kv->n_layers; l++)
-      key = hmix64(key ^ (uint64_t)(uintptr_t)bk_addr(&kv->k[l]) ^ ((uint64_t)(uintptr_t)bk_addr(&kv->v[l]) << 1) ^
-                   (kv->state[l].buf ? (uint64_t)(uintptr_t)bk_addr(&kv->state[l]) << 2 : 0));
-    key = hmix64(key ^ (uint64_t)S); /* where the tables start */
+  /* (under an expert budget the experts a step reads are loaded as its routing chooses them: never recorded) */
+  bool record = T <= FORWARD_GRAPH_MAX_T && m->xc.budget == 0;
     replay = bk_graph_begin(m->be, key);
   }
   bk_tensor lg = bk_rows(&f->logits, 0, R);

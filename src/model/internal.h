@@ -246,6 +246,8 @@ void layer_norm(const model *m, const bk_tensor *y, const bk_tensor *x, const bk
 /* y += each adapter's delta for projection t of layer l on the rows of the runs that use one (x: the
  * projection's input); nothing without adapters. */
 void layer_lora(const step *st, int l, lora_target t, const bk_tensor *y, const bk_tensor *x);
+/* The adapter's load number: process-wide, never reused (recorded steps are keyed on it). */
+uint64_t model_lora_serial(const model_lora *a);
 
 /* ---- expert residency (experts.c) ---- */
 

@@ -27,6 +27,7 @@ struct model_lora {
   model *m;              /* borrowed */
   char *path;            /* owned */
   uint64_t id;
+  uint64_t serial;       /* this load's number (process-wide, never reused) */
   int64_t max_rank, n_mods;
   lora_mod *mods;        /* owned: [layers * LORA_N_TARGETS]; .a.buf NULL where the adapter has nothing */
   bk_buf *buf;           /* owned: every A and B */
@@ -283,7 +284,9 @@ int model_lora_load(model *m, const char *dir, model_lora **out, herr *err) {
     adapter_config_free(&cfg);
     return herr_set(err, HEARTH_ENOMEM, "out of memory");
   }
+  static atomic_uint_fast64_t loads;
   a->m = m;
+  a->serial = atomic_fetch_add(&loads, 1) + 1;
   atomic_init(&a->refs, 1);
   if ((rc = adapter_open_weights(dir, &st, err))) goto fail;
   pthread_mutex_lock(&m->lock);
@@ -320,6 +323,7 @@ void model_lora_release(model_lora *a) {
 }
 
 uint64_t model_lora_id(const model_lora *a) { return a ? a->id : 0; }
+uint64_t model_lora_serial(const model_lora *a) { return a->serial; }
 const char *model_lora_path(const model_lora *a) { return a->path; }
 int64_t model_lora_rank(const model_lora *a) { return a->max_rank; }
 int64_t model_lora_modules(const model_lora *a) { return a->n_mods; }

@@ -182,8 +182,8 @@ int model_forward_sample(model *m, const model_batch *b, const bk_sample_row *ro
  * gate/up/down or fused gate_up) of the layers it names gets
  * scale · B · A added to its output on the rows of sequences that use it
  * (model_seq.lora). A batch mixes sequences with different adapters or
- * none: the base matmuls run once over all rows. Steps with adapters are
- * never recorded (bk_graph_begin). Shapes are checked against the base;
+ * none: the base matmuls run once over all rows. A recorded step
+ * (bk_graph_begin) is keyed on which rows use which adapters. Shapes are checked against the base;
  * anything not mappable (experts, embeddings, the head, DoRA, biases) is
  * refused with a message naming the tensor or field.
  * Reference counted: load gives one reference; model_lora_retain /
