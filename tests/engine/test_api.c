@@ -353,6 +353,66 @@ static void test_speculative(void) {
   CHECK_EQ_INT(hearth_model_load(DEFAULT_MODEL, &lr, &m, &e), HEARTH_EINVAL);
   CHECK_MSG(strstr(e.msg, "token 2 is '<|fin|>'") != NULL, "%s", e.msg);
   hearth_model_free(m);
+
+/* LoRA adapters through the public API: names checked, listed, picked by
+ * hearth_gen_params.adapter ("a", "a+b", "none"), unknown or repeated names
+ * refused naming the field, unloaded by name. The model is the llama golden
+ * fixture (ids only: it has no tokenizer). */
+static int count_tokens(void *user, const char *text, size_t len, const hearth_token *tok) {
+  (void)text, (void)len;
+  if (tok) *(int *)user += 1;
+  return 0;
+}
+
+static void test_adapters(void) {
+  hearth_model *m = NULL;
+  hearth_error err = {0};
+  int rc = hearth_model_load(HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32", NULL, &m, &err);
+  CHECK_MSG(rc == 0, "%s", err.msg);
+  if (rc) return;
+  const char *plain = HEARTH_SOURCE_DIR "/tests/fixtures/lora/llama-f32/plain", *rs = HEARTH_SOURCE_DIR "/tests/fixtures/lora/llama-f32/rs";
+  CHECK(hearth_adapter_load(m, "none", plain, &err) == HEARTH_EINVAL);
+  CHECK(hearth_adapter_load(m, "a+b", plain, &err) == HEARTH_EINVAL);
+  CHECK(hearth_adapter_load(m, "", plain, &err) == HEARTH_EINVAL);
+  CHECK(hearth_adapter_load(m, "x", "/nonexistent", &err) != 0 && strstr(err.msg, "/nonexistent"));
+  CHECK_MSG(hearth_adapter_load(m, "plain", plain, &err) == 0, "%s", err.msg);
+  CHECK_MSG(hearth_adapter_load(m, "rs.v1", rs, &err) == 0, "%s", err.msg);
+  CHECK(hearth_adapter_load(m, "plain", rs, &err) == HEARTH_EINVAL && strstr(err.msg, "already"));
+  hearth_adapter_info info[4];
+  CHECK_EQ_INT(hearth_adapter_list(m, info, 4), 2);
+  CHECK_EQ_STR(info[0].name, "plain");
+  CHECK_EQ_INT(info[0].rank, 8);
+  CHECK_EQ_INT(info[1].rank, 4);
+  CHECK_EQ_INT(info[0].in_use, 0);
+  static const int32_t ids[] = {501, 500, 505, 196, 90};
+  hearth_prompt p = {.ids = ids, .n_ids = 5};
+  const char *ok[] = {NULL, "none", "", "plain", "rs.v1", "plain+rs.v1"};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    hearth_gen_params gp;
+    hearth_gen_params_init(&gp);
+    gp.max_tokens = 3;
+    gp.temperature = 0;
+    gp.adapter = ok[i];
+    int n = 0;
+    rc = hearth_generate(m, &p, &gp, count_tokens, &n, NULL, &err);
+    CHECK_MSG(rc == 0 && n == 3, "adapter '%s': %s", ok[i] ? ok[i] : "(null)", err.msg);
+  }
+  const char *bad[] = {"nope", "plain+plain", "plain+", "plain+nope"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    hearth_gen_params gp;
+    hearth_gen_params_init(&gp);
+    gp.max_tokens = 1;
+    gp.adapter = bad[i];
+    memset(&err, 0, sizeof err);
+    rc = hearth_generate(m, &p, &gp, NULL, NULL, NULL, &err);
+    CHECK_MSG(rc != 0 && !strcmp(err.field, "adapter"), "adapter '%s' gave %d (%s)", bad[i], rc, err.msg);
+  }
+  CHECK_EQ_INT(hearth_adapter_list(m, info, 4), 2);
+  CHECK_EQ_INT(info[0].in_use + info[1].in_use, 0); /* every request gave its references back */
+  CHECK(hearth_adapter_unload(m, "plain", &err) == 0);
+  CHECK(hearth_adapter_unload(m, "plain", &err) == HEARTH_ENOTFOUND);
+  CHECK_EQ_INT(hearth_adapter_list(m, NULL, 0), 1);
+  hearth_model_free(m); /* with rs.v1 still loaded: freed with the model */
 }
 
 int main(void) {
@@ -366,6 +426,7 @@ int main(void) {
   RUN(test_absurd_config);
   RUN(test_unbounded_stops_at_cache);
   RUN(test_speculative);
+  RUN(test_adapters);
   char cmd[700];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
