@@ -70,10 +70,15 @@ int adapter_config_load(const char *dir, adapter_config *c, herr *err) {
   struct stat sb;
   if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(path, sizeof path, "%s/adapter_config.json", dir);
   else snprintf(path, sizeof path, "%s", dir);
-  c->raw = hjson_load_file(path, err);
-  if (!c->raw) return err ? err->code : HEARTH_EIO;
+  json_t *raw = hjson_load_file(path, err);
+  if (!raw) return err ? err->code : HEARTH_EIO;
+  return adapter_config_from_json(raw, path, c, err);
+}
+
+int adapter_config_from_json(json_t *raw, const char *what, adapter_config *c, herr *err) {
+  memset(c, 0, sizeof *c);
+  c->raw = raw;
   int rc = 0;
-  const char *what = path;
   if (!json_is_object(c->raw)) {
     rc = herr_set(err, HEARTH_EFORMAT, "%s: not a JSON object", what);
     goto fail;

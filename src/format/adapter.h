@@ -45,6 +45,8 @@ typedef struct adapter_config {
 
 /* Reads DIR/adapter_config.json (dir may also name the file itself). */
 int adapter_config_load(const char *dir, adapter_config *c, herr *err);
+/* The same from parsed JSON (raw: taken, freed with c or on failure); what names it in messages. */
+int adapter_config_from_json(json_t *raw, const char *what, adapter_config *c, herr *err);
 void adapter_config_free(adapter_config *c);
 /* Whether the config targets the module named `module` (its full name,
  * "model.layers.3.self_attn.q_proj") at layer `layer` (-1: not in a layer). */
