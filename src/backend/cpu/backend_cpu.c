@@ -25,7 +25,7 @@ typedef struct cpu_backend {
   size_t ptrs_cap;
   float *moe;              /* owned scratch of bk_moe_grouped */
   size_t moe_cap;
-  float *lora;             /* owned scratch of bk_lora: rank floats per thread */
+  float *lora;             /* owned scratch of bk_lora: its two products */
   size_t lora_cap;
 } cpu_backend;
 
@@ -257,20 +257,10 @@ static void cpu_sigmoid_mul(bk_backend *be, const bk_tensor *y, const bk_tensor 
   hpool_fpmode fp = hpool_flush_begin();
   op_sigmoid_mul(F(y), F(g), y->rows, y->cols, g->cols);
   hpool_flush_end(fp);
-/* bk_lora: op_lora over chunks of rows, each thread with its own rank-sized scratch. */
-typedef struct lora_task {
-  const bk_tensor *y, *x, *a, *b;
-  float scale, *tmp;
-  int64_t chunk;
-} lora_task;
-
-static void lora_chunk(void *ctx, int i, int tid) {
-  const lora_task *t = ctx;
-  int64_t r0 = (int64_t)i * t->chunk, n = t->x->rows - r0 < t->chunk ? t->x->rows - r0 : t->chunk;
-  int64_t in = t->x->cols, out = t->y->cols, r = t->a->rows;
-  op_lora(F(t->y) + r0 * out, F(t->x) + r0 * in, n, in, F(t->a), r, F(t->b), out, t->scale, t->tmp + (int64_t)tid * r);
 }
 
+/* bk_lora: t = x · aᵀ and u = t · bᵀ through bk_matmul's f32 kernels (the pool, SIMD), then
+ * y += scale · u; op_lora is its plain reference. */
 static void cpu_lora(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *a, const bk_tensor *b, float scale) {
   cpu_backend *c = cpu(be);
   herr e = {0};
@@ -281,16 +271,24 @@ static void cpu_lora(bk_backend *be, const bk_tensor *y, const bk_tensor *x, con
     record(c, &e);
     return;
   }
-  if (x->rows <= 0 || a->rows <= 0) return;
-  int nt = hpool_size(c->pool);
-  if (!HGROW(c->lora, c->lora_cap, (size_t)nt * (size_t)a->rows)) {
+  int64_t n = x->rows, r = a->rows, out = y->cols;
+  if (n <= 0 || r <= 0) return;
+  if (!HGROW(c->lora, c->lora_cap, (size_t)(n * (r + out)))) {
     herr_set(&e, HEARTH_ENOMEM, "lora: out of memory");
     record(c, &e);
     return;
   }
-  int64_t chunk = (x->rows + nt - 1) / nt;
-  lora_task t = {y, x, a, b, scale, c->lora, chunk};
-  hpool_for(c->pool, (int)((x->rows + chunk - 1) / chunk), lora_chunk, &t);
+  float *t = c->lora, *u = c->lora + n * r;
+  bk_weight wa = {.type = BK_F32, .rows = r, .cols = x->cols, .data = F(a)};
+  bk_weight wb = {.type = BK_F32, .rows = out, .cols = r, .data = F(b)};
+  if (bk_matmul(c->pool, t, F(x), n, &wa, NULL, &e) || bk_matmul(c->pool, u, t, n, &wb, NULL, &e)) {
+    record(c, &e);
+    return;
+  }
+  hpool_fpmode fp = hpool_flush_begin();
+  float *yy = F(y);
+  for (int64_t i = 0; i < n * out; i++) yy[i] += scale * u[i];
+  hpool_flush_end(fp);
 }
 
 /* The ops above that run on the calling thread, with denormals flushed
