@@ -196,6 +196,37 @@ static json_t *model_object(const serve_engine *e, const char *id) {
   return m;
 }
 
+/* The loaded LoRA adapters (malloc'd, *n of them; NULL when none or the engine takes none). */
+static hearth_adapter_info *adapters_of(const serve_engine *e, int *n) {
+  *n = 0;
+  if (!e->adapter_list) return NULL;
+  int want = e->adapter_list(e->impl, NULL, 0);
+  hearth_adapter_info *a = want > 0 ? calloc((size_t)want, sizeof *a) : NULL;
+  if (a) {
+    int got = e->adapter_list(e->impl, a, want); /* fewer when some were unloaded meanwhile */
+    *n = got < want ? got : want;
+  }
+  return a;
+}
+
+/* Whether a loaded adapter is called `name` (a request may name one as its model, as with vLLM). */
+static bool adapter_named(const serve_engine *e, const char *name) {
+  int n;
+  hearth_adapter_info *a = adapters_of(e, &n);
+  bool found = false;
+  for (int i = 0; i < n && !found; i++) found = strcmp(a[i].name, name) == 0;
+  free(a);
+  return found;
+}
+
+/* An adapter as a model of /v1/models: the base's object with its parent. */
+static json_t *adapter_model_object(const serve_engine *e, const hearth_adapter_info *a) {
+  json_t *m = model_object(e, a->name);
+  json_object_set_new(m, "parent", json_string(e->model_id));
+  json_object_set_new(m, "root", json_string(a->path));
+  return m;
+}
+
 static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s) {
   json_t *o = json_object();
   json_object_set_new(o, "object", json_string("list"));
@@ -204,12 +235,25 @@ static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s) 
   for (int i = 0; i < s->nnames; i++)
     if (strcmp(s->names[i], "*") != 0 && strcmp(s->names[i], s->engine->model_id) != 0)
       json_array_append_new(data, model_object(s->engine, s->names[i]));
+  int n;
+  hearth_adapter_info *a = adapters_of(s->engine, &n);
+  for (int i = 0; i < n; i++) json_array_append_new(data, adapter_model_object(s->engine, &a[i]));
+  free(a);
   json_object_set_new(o, "data", data);
   return send_json(c, 200, o);
 }
 
 static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, const char *id) {
   if (name_served(s, id)) return send_json(c, 200, model_object(s->engine, id));
+  int n;
+  hearth_adapter_info *a = adapters_of(s->engine, &n);
+  for (int i = 0; i < n; i++)
+    if (!strcmp(a[i].name, id)) {
+      json_t *m = adapter_model_object(s->engine, &a[i]);
+      free(a);
+      return send_json(c, 200, m);
+    }
+  free(a);
   serve_fail f;
   serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found", "The model '%.200s' does not exist",
                  id);
@@ -818,9 +862,15 @@ static bool needs_specials(const tc_opts *o) {
   }
 }
 
-/* A request naming a model this server does not serve: 404 model_not_found. */
-static bool model_unknown(const serve_server *s, const serve_request *req, bool anth, serve_fail *f) {
+/* A request naming a model this server does not serve: 404 model_not_found. A
+ * loaded adapter's name is served: the request runs under it (unless it
+ * names its adapter itself). */
+static bool model_unknown(const serve_server *s, serve_request *req, bool anth, serve_fail *f) {
   if (name_served(s, req->model)) return false;
+  if (adapter_named(s->engine, req->model)) {
+    if (!req->sampling.adapter) req->sampling.adapter = strdup(req->model);
+    return false;
+  }
   if (anth)
     serve_fail_set(f, 404, "not_found_error", "model", "model_not_found", "model: %.200s", req->model);
   else

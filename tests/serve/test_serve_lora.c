@@ -3,7 +3,8 @@
  * through POST /v1/adapters are listed by GET /v1/adapters and announced by
  * GET /v1; a completion under an adapter differs from the base model's, and
  * requests under different adapters (and none) running together answer what
- * each answers alone; "a+b" stacks; an unknown adapter is refused 400 naming
+ * each answers alone; an adapter is listed by /v1/models and may be named as
+ * the request's model; "a+b" stacks; an unknown adapter is refused 400 naming
  * the field; the prefix cache never hands one adapter's KV to another (or to
  * the base) but does share it between requests under the same adapter;
  * DELETE /v1/adapters/{id} while a stream runs under it answers in_use 1,
@@ -209,6 +210,7 @@ static void test_mixed_requests(void) {
     job_main(&jb);
     alone[i] = jb.text;
   }
+  char *alone_a1 = strdup(alone[1]); /* prompt 1 under "a" */
   /* the adapters change the output */
   int st;
   char *base0 = complete("0: And God said, Let there be", NULL, 10, &st, NULL);
@@ -233,6 +235,28 @@ static void test_mixed_requests(void) {
     free(jobs[i].text);
     free(alone[i]);
   }
+  /* an adapter's name as the model (as vLLM serves adapters): listed under /v1/models, and runs under it */
+  char *r0 = http("GET", "/v1/models", NULL);
+  json_t *jm = body_json(r0);
+  bool listed = false;
+  size_t k;
+  json_t *mo;
+  json_array_foreach(json_object_get(jm, "data"), k, mo) if (!strcmp(json_string_value(json_object_get(mo, "id")), "a")) listed =
+      json_is_string(json_object_get(mo, "parent"));
+  CHECK(listed);
+  json_decref(jm);
+  free(r0);
+  r0 = http("GET", "/v1/models/b", NULL);
+  CHECK_EQ_INT(status_of(r0), 200);
+  free(r0);
+  r0 = http("POST", "/v1/completions", "{\"model\":\"a\",\"prompt\":\"1: And God said, Let there be\",\"max_tokens\":10,\"temperature\":0}");
+  CHECK_EQ_INT(status_of(r0), 200);
+  jm = body_json(r0);
+  const char *as_model = json_string_value(json_object_get(json_array_get(json_object_get(jm, "choices"), 0), "text"));
+  CHECK_MSG(as_model && !strcmp(as_model, alone_a1), "model \"a\": '%s', adapter \"a\": '%s'", as_model ? as_model : "-", alone_a1);
+  json_decref(jm);
+  free(r0);
+  free(alone_a1);
   /* an unknown adapter */
   char *r = http("POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":2,\"adapter\":\"zz\"}");
   CHECK_EQ_INT(status_of(r), 400);
