@@ -42,6 +42,7 @@ static void usage(FILE *f) {
           "usage: hearth chat [--model PATH] [options]\n\n"
           "  --model PATH      model folder or .gguf file (default: the built-in model)\n"
           "  --system TEXT     a system message\n"
+          "  --adapter DIR     talk under this PEFT LoRA adapter folder\n"
           "%s"
           "                    (default: each reply up to the context)\n"
           "  --threads N       CPU worker threads (default: one per CPU)\n\n"
@@ -107,7 +108,7 @@ static int reset(json_t *msgs, const char *system) {
 }
 
 int cli_chat(int argc, char **argv) {
-  const char *model_dir = NULL, *system = NULL;
+  const char *model_dir = NULL, *system = NULL, *adapter = NULL;
   hearth_gen_params params;
   hearth_gen_params_init(&params);
   for (int i = 1; i < argc; i++) {
@@ -125,6 +126,9 @@ int cli_chat(int argc, char **argv) {
     } else if ((r = cli_opt(argc, argv, &i, "--system", &v))) {
       if (r < 0) return 2;
       system = v;
+    } else if ((r = cli_opt(argc, argv, &i, "--adapter", &v))) {
+      if (r < 0) return 2;
+      adapter = v;
     } else {
       return cli_usage_error("chat", "unknown option '%s'", argv[i]);
     }
@@ -138,6 +142,13 @@ int cli_chat(int argc, char **argv) {
   hearth_load_opts lo;
   cli_hearth_load_opts(&lo);
   if (hearth_model_load(model_dir, &lo, &m, &err)) return cli_fail("%s", err.msg);
+  if (adapter) {
+    if (hearth_adapter_load(m, "adapter", adapter, &err)) {
+      hearth_model_free(m);
+      return cli_fail("%s", err.msg);
+    }
+    params.adapter = "adapter";
+  }
   hearth_info info;
   hearth_model_info(m, &info);
   if (!info.has_chat_template) {
