@@ -609,8 +609,15 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
     key = hmix64(key ^ (uint64_t)(uintptr_t)f->idx.buf->base);
     key = hmix64(key ^ (uint64_t)(uintptr_t)(f->logits.buf ? f->logits.buf->base : NULL));
     for (int l = 0; l < kv->n_layers; l++)
-  /* (under an expert budget the experts a step reads are loaded as its routing chooses them: never recorded) */
-  bool record = T <= FORWARD_GRAPH_MAX_T && m->xc.budget == 0;
+      key = hmix64(key ^ (uint64_t)(uintptr_t)bk_addr(&kv->k[l]) ^ ((uint64_t)(uintptr_t)bk_addr(&kv->v[l]) << 1) ^
+                   (kv->state[l].buf ? (uint64_t)(uintptr_t)bk_addr(&kv->state[l]) << 2 : 0));
+    key = hmix64(key ^ (uint64_t)S); /* where the tables start */
+    /* adapters: which rows get whose delta (load serials are never reused, so a recording that read
+     * an adapter since freed is never replayed) */
+    for (int i = 0; i < n_runs; i++) {
+      key = hmix64(key ^ ((uint64_t)m->lora_runs[i].t0 << 32 | (uint64_t)m->lora_runs[i].rows) ^ 0x4c6f5241ull);
+      for (int j = 0; j < m->lora_runs[i].n; j++) key = hmix64(key ^ model_lora_serial(m->lora_runs[i].a[j]));
+    }
     replay = bk_graph_begin(m->be, key);
   }
   bk_tensor lg = bk_rows(&f->logits, 0, R);
