@@ -1,7 +1,7 @@
 /* lora.c — LoRA adapters on a loaded model: a PEFT adapter folder
  * (format/adapter.h) mapped onto the decoder's projections (attention
- * q/k/v/o, the dense MLP's gate/up/down, and the fused qkv_proj /
- * gate_up_proj of families that store them so), its lora_A / lora_B held
+ * q/k/v/o, the dense MLP's gate/up/down — or a MoE layer's shared expert —,
+ * and the fused qkv_proj / gate_up_proj of families that store them so), its lora_A / lora_B held
  * as f32 tensors in the model's backend, checked against the base's
  * shapes; and the delta each projection of a forward adds on the rows of
  * the sequences that use the adapter (layer_lora, bk_lora per run of rows).
@@ -56,7 +56,18 @@ static bool split_layer(const char *module, int *layer, const char **rest) {
   return true;
 }
 
-static int find_target(const char *rest, int *first, int *count) {
+static int find_target(const char *rest, int *first, int *count, bool *shared) {
+  *shared = !strncmp(rest, "mlp.shared_expert.", 18);
+  if (*shared) { /* a MoE layer's shared expert (qwen3.5-moe), held where a dense MLP would be */
+    char dense[64];
+    snprintf(dense, sizeof dense, "mlp.%s", rest + 18);
+    for (int t = LORA_GATE; t <= LORA_DOWN; t++)
+      if (!strcmp(dense, target_names[t])) {
+        *first = t, *count = 1;
+        return 0;
+      }
+    return -1;
+  }
   for (int t = 0; t < LORA_N_TARGETS; t++)
     if (!strcmp(rest, target_names[t])) {
       *first = t, *count = 1;
@@ -130,12 +141,13 @@ static int load_mods(model *m, const char *dir, const adapter_config *cfg, const
     if (k == n) {
       const char *rest;
       int layer, first, count;
+      bool shared;
       if (!split_layer(module, &layer, &rest)) {
         rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor '%s': LoRA on '%s' (outside the decoder layers) is not supported", dir,
                       name, module);
         goto out;
       }
-      if (find_target(rest, &first, &count)) {
+      if (find_target(rest, &first, &count, &shared)) {
         rc = herr_set(err, HEARTH_EUNSUPPORTED,
                       "%s: tensor '%s': LoRA on '%s' is not supported (attention q/k/v/o_proj, qkv_proj and the dense MLP's "
                       "gate/up/down_proj, gate_up_proj are%s)",
@@ -145,6 +157,12 @@ static int load_mods(model *m, const char *dir, const adapter_config *cfg, const
       if (layer >= L) {
         rc = herr_set(err, HEARTH_EFORMAT, "%s: tensor '%s' is for layer %d but the model has %lld layers", dir, name, layer,
                       (long long)L);
+        goto out;
+      }
+      /* the MLP named must be the one the layer has: a shared expert's MLP where a MoE layer keeps one */
+      bool has_shared = m->layers[layer].moe && c->shared_expert_intermediate_size > 0;
+      if (first >= LORA_GATE && shared != has_shared) {
+        rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor '%s': layer %d of this model has no '%s'", dir, name, layer, rest);
         goto out;
       }
       snprintf(fm[k].module, sizeof fm[k].module, "%s", module);

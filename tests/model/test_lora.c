@@ -327,6 +327,42 @@ static void test_refusals(void) {
   model_free(m);
 }
 
+/* A hybrid MoE base (qwen3.5-moe: linear-attention layers, a gated full-attention layer whose
+ * q_proj holds query and gate rows, experts beside a shared expert): the shared expert and the
+ * gated q_proj take adapters and change the logits; what the layers do not have is refused. */
+static void test_hybrid_moe(void) {
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/qwen3_5_moe-f32", GOLDEN);
+  model *m = load_model(dir);
+  if (!m) return;
+  expect_refusal(m, "dense", "{\"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"gate_proj\"]}", "model.layers.1.mlp.gate_proj", 4, 64,
+                 48, NULL, "has no");
+  expect_refusal(m, "linear", "{\"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"]}", "model.layers.0.self_attn.q_proj", 4, 64,
+                 128, NULL, "computes no");
+  const char *ok[][2] = {{"model.layers.1.mlp.shared_expert.gate_proj", "48"}, {"model.layers.1.self_attn.q_proj", "128"}};
+  int64_t V = model_vocab_size(m);
+  int32_t toks[9];
+  for (int i = 0; i < 9; i++) toks[i] = 3 + 41 * i % 500;
+  float *base = malloc(sizeof(float) * 9 * (size_t)V), *with = malloc(sizeof(float) * 9 * (size_t)V);
+  CHECK(run(m, toks, 9, NULL, 0, base) == 0);
+  for (int i = 0; i < 2; i++) {
+    char ad[400];
+    snprintf(ad, sizeof ad, "%s/hybrid%d", tmp_root(), i);
+    write_adapter(ad, "{\"r\": 4, \"lora_alpha\": 8}", ok[i][0], 4, 64, atoi(ok[i][1]), NULL);
+    model_lora *a = NULL;
+    herr err = {0};
+    CHECK_MSG(model_lora_load(m, ad, &a, &err) == 0, "%s: %s", ok[i][0], err.msg);
+    if (!a) continue;
+    CHECK(run(m, toks, 9, &a, 1, with) == 0);
+    double moved = max_diff(base, with, 9 * (size_t)V);
+    fprintf(stderr, "  qwen3_5_moe %s: the adapter moves the logits by %.3g\n", ok[i][0], moved);
+    CHECK(moved > 1e-3 && isfinite(moved));
+    model_lora_release(a);
+  }
+  free(base), free(with);
+  model_free(m);
+}
+
 static void cleanup(void) {
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root());
@@ -338,6 +374,7 @@ int main(void) {
   RUN(test_refusals);
   RUN(test_base_unchanged_and_mixed);
   RUN(test_peft_fixtures);
+  RUN(test_hybrid_moe);
   cleanup();
   TEST_MAIN_END();
 }
