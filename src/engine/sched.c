@@ -455,7 +455,7 @@ static bool seq_verify(sched *s, sseq *q, float *rows, const bk_sample_out *chos
     return true;
   }
   if (q->kv->len > q->n_toks - 1) kv_paged_seq_truncate(q->kv, q->n_toks - 1);
-  kv_paged_seq_publish(q->kv, q->toks, q->kv->len, 0);
+  kv_paged_seq_publish(q->kv, q->toks, q->kv->len, adapter_of(q));
   return false;
 }
 

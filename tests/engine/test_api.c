@@ -353,6 +353,7 @@ static void test_speculative(void) {
   CHECK_EQ_INT(hearth_model_load(DEFAULT_MODEL, &lr, &m, &e), HEARTH_EINVAL);
   CHECK_MSG(strstr(e.msg, "token 2 is '<|fin|>'") != NULL, "%s", e.msg);
   hearth_model_free(m);
+}
 
 /* LoRA adapters through the public API: names checked, listed, picked by
  * hearth_gen_params.adapter ("a", "a+b", "none"), unknown or repeated names
