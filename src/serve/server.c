@@ -270,6 +270,9 @@ static enum MHD_Result answer_stats(struct MHD_Connection *c, serve_server *s) {
   json_object_set_new(kv, "blocks_used", json_integer(st.kv_blocks_used));
   json_object_set_new(kv, "blocks_cached", json_integer(st.kv_blocks_cached));
   json_object_set_new(kv, "blocks_free", json_integer(st.kv_blocks_total - st.kv_blocks_used));
+  json_object_set_new(kv, "format", json_string(st.kv_format[0] ? st.kv_format : "f32"));
+  json_object_set_new(kv, "block_bytes", json_integer(st.kv_block_bytes));
+  json_object_set_new(kv, "capacity_tokens", json_integer(st.kv_blocks_total * st.kv_block_tokens));
   json_object_set_new(o, "kv_cache", kv);
   json_t *pc = json_object();
   int64_t all = st.prefix_hit_tokens + st.prefix_miss_tokens;
