@@ -71,8 +71,8 @@ double op_l2_normalize(float *x, int64_t n);
  * with zeros), each block an f32 scale d followed by its codes: symmetric,
  * d = max|x| / 127 (Q8) or / 7 (Q4), code = round-to-nearest-even(x * (1/d))
  * clamped to [-127, 127] (Q8: one int8 per element, 36 bytes a block) or
- * [-7, 7] (Q4: code + 8 in a nibble, byte j holds elements 2j (low) and
- * 2j + 1 (high), 20 bytes a block); x = d * code. A block of zeros has
+ * [-7, 7] (Q4: code + 8 in a nibble, byte j holds elements j (low) and
+ * j + 16 (high), 20 bytes a block); x = d * code. A block of zeros has
  * d = 0. Every row size is a multiple of 4 bytes. */
 typedef enum bk_kv_fmt { BK_KV_F32 = 0, BK_KV_Q8 = 1, BK_KV_Q4 = 2 } bk_kv_fmt;
 #define BK_KV_QBLOCK 32

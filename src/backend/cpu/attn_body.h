@@ -69,10 +69,8 @@ static inline void AN(kv_deq)(bk_kv_fmt f, float *restrict dst, const void *row,
       for (int i = 0; i < BK_KV_QBLOCK; i++) dst[i] = d * (float)c[i];
     } else {
       const uint8_t *c = blk + 4;
-      for (int i = 0; i < BK_KV_QBLOCK / 2; i++) {
-        dst[2 * i] = d * (float)((c[i] & 15) - 8);
-        dst[2 * i + 1] = d * (float)((c[i] >> 4) - 8);
-      }
+      for (int i = 0; i < BK_KV_QBLOCK / 2; i++) dst[i] = d * (float)((c[i] & 15) - 8);
+      for (int i = 0; i < BK_KV_QBLOCK / 2; i++) dst[i + BK_KV_QBLOCK / 2] = d * (float)((c[i] >> 4) - 8);
     }
   }
 }

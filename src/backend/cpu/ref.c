@@ -216,7 +216,7 @@ void op_kv_quantize_row(bk_kv_fmt f, void *dst, const float *src, int64_t dim) {
       memcpy(out + 4, codes, BK_KV_QBLOCK);
     } else {
       for (int j = 0; j < BK_KV_QBLOCK / 2; j++)
-        out[4 + j] = (uint8_t)((codes[2 * j] + 8) | ((codes[2 * j + 1] + 8) << 4));
+        out[4 + j] = (uint8_t)((codes[j] + 8) | ((codes[j + BK_KV_QBLOCK / 2] + 8) << 4));
     }
   }
 }
@@ -232,7 +232,7 @@ void op_kv_dequantize(bk_kv_fmt f, float *dst, const void *row, int64_t i0, int6
     const uint8_t *blk = (const uint8_t *)row + (size_t)(i / BK_KV_QBLOCK) * bb;
     float d;
     memcpy(&d, blk, 4);
-    int code = f == BK_KV_Q8 ? (int)(int8_t)blk[4 + r] : (int)((blk[4 + r / 2] >> (4 * (r & 1))) & 15) - 8;
+    int code = f == BK_KV_Q8 ? (int)(int8_t)blk[4 + r] : (int)((blk[4 + r % 16] >> (4 * (r / 16))) & 15) - 8;
     dst[k] = d * (float)code;
   }
 }

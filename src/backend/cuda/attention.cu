@@ -122,10 +122,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4) attn_decode_kernel(at_args 
             }
           } else {
 #pragma unroll
-            for (int w = 0; w < 4; w++) {
+            for (int w = 0; w < 4; w++) { /* byte 4w + k: elements 4w + k (low nibble) and 4w + k + 16 (high) */
               const unsigned v = *(const unsigned *)(blk + 4 + 4 * w);
 #pragma unroll
-              for (int k = 0; k < 8; k++) dot = fmaf(qs[b0 + 8 * w + k], __fmul_rn(sc, (float)((int)((v >> (4 * k)) & 15u) - 8)), dot);
+              for (int k = 0; k < 4; k++) {
+                dot = fmaf(qs[b0 + 4 * w + k], __fmul_rn(sc, (float)((int)((v >> (8 * k)) & 15u) - 8)), dot);
+                dot = fmaf(qs[b0 + 16 + 4 * w + k], __fmul_rn(sc, (float)((int)((v >> (8 * k + 4)) & 15u) - 8)), dot);
+              }
             }
           }
         }

@@ -233,8 +233,8 @@ __global__ void kv_quant_write_kernel(unsigned char *__restrict__ arena, int64_t
     if (fmt == BK_KV_Q8) {
       blk[4 + lane] = (unsigned char)(signed char)code;
     } else {
-      const int hi = __shfl_down_sync(0xffffffffu, code, 1);
-      if ((lane & 1) == 0) blk[4 + lane / 2] = (unsigned char)((code + 8) | ((hi + 8) << 4));
+      const int hi = __shfl_down_sync(0xffffffffu, code, 16); /* element lane + 16 */
+      if (lane < 16) blk[4 + lane] = (unsigned char)((code + 8) | ((hi + 8) << 4));
     }
   }
 }

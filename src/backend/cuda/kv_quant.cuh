@@ -17,7 +17,7 @@ static __device__ __forceinline__ float kvq_elem(const float *row, int fmt, int6
   const unsigned char *blk = (const unsigned char *)row + (i >> 5) * kvq_block_bytes(fmt);
   const float d = *(const float *)blk;
   const int r = (int)(i & 31);
-  const int c = fmt == BK_KV_Q8 ? (int)(signed char)blk[4 + r] : (int)((blk[4 + (r >> 1)] >> ((r & 1) * 4)) & 15) - 8;
+  const int c = fmt == BK_KV_Q8 ? (int)(signed char)blk[4 + r] : (int)((blk[4 + (r & 15)] >> ((r >> 4) * 4)) & 15) - 8;
   return __fmul_rn(d, (float)c);
 }
 
