@@ -328,6 +328,7 @@ static enum MHD_Result answer_metrics(struct MHD_Connection *c, serve_server *s)
   metric(&b, "kv_blocks_used", "gauge", "KV cache blocks held by sequences.", (double)st.kv_blocks_used);
   metric(&b, "kv_blocks_cached", "gauge", "KV cache blocks kept for the prefix cache, evictable.", (double)st.kv_blocks_cached);
   metric(&b, "kv_block_tokens", "gauge", "Tokens per KV cache block.", (double)st.kv_block_tokens);
+  metric(&b, "kv_block_bytes", "gauge", "Bytes of one KV cache block as stored (all layers, K and V).", (double)st.kv_block_bytes);
   metric(&b, "prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.", (double)st.prefix_hit_tokens);
   metric(&b, "prefix_cache_miss_tokens_total", "counter", "Prompt tokens not found in the prefix cache.", (double)st.prefix_miss_tokens);
   metric(&b, "prompt_tokens_total", "counter", "Prompt tokens computed.", (double)st.prompt_tokens);
