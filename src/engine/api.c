@@ -3,8 +3,8 @@
  * and generation with the model's defaults filled in, through the model's
  * scheduler (engine/sched.h), started by the first generation. Knows nothing of HTTP or the command line. */
 #include <math.h>
-#include <stdio.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
