@@ -1424,7 +1424,7 @@ static void test_index_sparse_attention(void) {
       bk_tensor trow = tfrom_i32(be, ks.row, T), ttab = tfrom_i32(be, ks.tab, T), ttables = tfrom_i32(be, ks.tables, ks.n_tab);
       bk_tensor tsel = tnew(be, BK_DT_I32, T, K), tout = tnew(be, BK_DT_F32, T, c->H * c->v_dim), trs = tnew(be, BK_DT_I32, T, K);
       bk_attn_index ix = {&trow, &ttab, &ttables};
-      bk_kv_layer kk = {&tk, &tk, c->B}, kkv = {&tkv, &tkv, c->B};
+      bk_kv_layer kk = {.k = &tk, .v = &tk, .block_rows = c->B}, kkv = {.k = &tkv, .v = &tkv, .block_rows = c->B};
       poison(&tsel), poison(&tout);
       bk_index_topk(&tsel, &tq, &tw, &kk, &ix, &ip);
       herr err = {0};
