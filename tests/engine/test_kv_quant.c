@@ -179,7 +179,8 @@ static void test_prefix(void) {
 
 static const char *golden_models[] = {"llama-f32",  "llama_llama3-f32", "llama_yarn-f32", "mistral-f32",     "qwen2-f32",
                                       "qwen3-f32",  "qwen3_moe-f32",    "phi3-f32",       "smollm3-f32",     "gemma2-f32",
-                                      "gemma3-f32", "gemma4-f32",       "gemma4_moe-f32", "gemma4_plain-f32"};
+                                      "gemma3-f32", "gemma4-f32",       "gemma4_moe-f32", "gemma4_plain-f32",
+                                      "qwen3_5-f32", "qwen3_5_moe-f32"};
 
 static int read_prompts(const char *dir, int32_t **p, int *n) {
   char path[512];
