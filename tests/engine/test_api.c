@@ -354,6 +354,7 @@ static void test_speculative(void) {
   CHECK_EQ_INT(hearth_model_load(DEFAULT_MODEL, &lr, &m, &e), HEARTH_EINVAL);
   CHECK_MSG(strstr(e.msg, "token 2 is '<|fin|>'") != NULL, "%s", e.msg);
   hearth_model_free(m);
+}
 
 /* --kv-quant through the public options: in the same pool bytes an 8-bit
  * (4-bit) cache holds 128/36 (128/20) times the tokens within a block's
