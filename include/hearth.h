@@ -103,6 +103,10 @@ typedef struct hearth_load_opts {
                               by hearth_model_load, closed — made complete JSON — by hearth_model_free;
                               a process that dies leaves it lacking only its closing bracket. */
   int64_t trace_max_bytes; /* events written at most (<= 0: 256 MiB); later ones are dropped, logged once */
+  const char *kv_quant;    /* KV cache storage for every layer: "8" (8-bit blocks of 32 with an f32 scale),
+                              "4" (4-bit), "off" / NULL (f32). The pool holds proportionally more tokens. */
+  const char *kv_quant_config; /* NULL, or a JSON file that sets layers or ranges of layers, K and V apart,
+                              over kv_quant (format: docs/KV_QUANT.md) */
   const char *kv_store;    /* NULL: none. A folder (created when missing) that keeps the prefix cache's
                               full KV blocks across restarts: blocks the cache evicts are written there,
                               and every cached block when the model is freed; a later prompt that starts
@@ -348,6 +352,8 @@ typedef struct hearth_stats {
   int64_t running, waiting;            /* requests */
   int64_t kv_blocks_total, kv_blocks_used, kv_blocks_cached, kv_blocks_free;
   int kv_block_tokens;
+  int64_t kv_block_bytes;              /* one block as stored (K and V of every layer) */
+  char kv_format[128];                 /* how K / V are stored: "f32", "q8", "q4", "k:q8,v:q4" or per layer */
   int64_t prefix_hit_tokens, prefix_miss_tokens;
   int64_t prompt_tokens, generated_tokens;   /* computed prompt tokens, sampled tokens (totals) */
   double busy_seconds;                 /* time the engine spent in forward steps */

@@ -197,14 +197,18 @@ void bk_moe_route(const bk_tensor *ids, const bk_tensor *w, const bk_tensor *log
  * A slot whose id is outside [0, ex->n) contributes nothing. */
 void bk_moe(const bk_tensor *y, const bk_tensor *x, const bk_tensor *ids, const bk_tensor *w, const bk_experts *ex, bk_act act);
 
-/* The paged KV store of one layer: K and V arenas of [n_slots, kv_dim]
- * f32 rows; a slot is block * block_rows + row-in-block. */
+/* The paged KV store of one layer: K and V arenas of n_slots rows; a slot
+ * is block * block_rows + row-in-block. With format BK_KV_F32 (0) an arena
+ * is [n_slots, kv_dim] f32; quantized (ops.h, bk_kv_fmt) it is [n_slots,
+ * bk_kv_row_bytes(fmt, kv_dim) / 4] 4-byte words holding one stored row
+ * each. kv_write quantizes, attention dequantizes as it reads. */
 typedef struct bk_kv_layer {
   const bk_tensor *k, *v;  /* borrowed */
   int64_t block_rows;
+  bk_kv_fmt k_fmt, v_fmt;
 } bk_kv_layer;
 
-/* k_new, v_new [T, kv_dim] written to the slots slot[0..T) (I32 [T, 1]). */
+/* k_new, v_new [T, kv_dim] stored (as kv's formats) in the slots slot[0..T) (I32 [T, 1]). */
 void bk_kv_write(const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor *v_new, const bk_tensor *slot);
 
 /* Where each query of a batch reads its keys: for query t, its KV row

@@ -65,15 +65,42 @@ void op_scale(float *x, int64_t n, float s);
  * of zeros (or with a non-finite norm) is left as it is. Returns the norm. */
 double op_l2_normalize(float *x, int64_t n);
 
+/* How a KV cache stores a row of dim floats (keys or values of one token
+ * and layer). BK_KV_F32: dim floats. BK_KV_Q8 / BK_KV_Q4: the row cut in
+ * blocks of BK_KV_QBLOCK (32) consecutive elements (the last block padded
+ * with zeros), each block an f32 scale d followed by its codes: symmetric,
+ * d = max|x| / 127 (Q8) or / 7 (Q4), code = round-to-nearest-even(x * (1/d))
+ * clamped to [-127, 127] (Q8: one int8 per element, 36 bytes a block) or
+ * [-7, 7] (Q4: code + 8 in a nibble, byte j holds elements j (low) and
+ * j + 16 (high), 20 bytes a block); x = d * code. A block of zeros has
+ * d = 0. Every row size is a multiple of 4 bytes. */
+typedef enum bk_kv_fmt { BK_KV_F32 = 0, BK_KV_Q8 = 1, BK_KV_Q4 = 2 } bk_kv_fmt;
+#define BK_KV_QBLOCK 32
+/* Bytes of one stored row of dim elements. */
+static inline size_t bk_kv_row_bytes(bk_kv_fmt f, int64_t dim) {
+  size_t nb = (size_t)((dim + BK_KV_QBLOCK - 1) / BK_KV_QBLOCK);
+  return f == BK_KV_Q8 ? nb * (4 + BK_KV_QBLOCK) : f == BK_KV_Q4 ? nb * (4 + BK_KV_QBLOCK / 2) : (size_t)dim * 4;
+}
+/* "f32", "q8" or "q4" ("?" for anything else). */
+const char *bk_kv_fmt_name(bk_kv_fmt f);
+/* Stores src[0..dim) as one row of format f at dst (bk_kv_row_bytes(f, dim) bytes). */
+void op_kv_quantize_row(bk_kv_fmt f, void *dst, const float *src, int64_t dim);
+/* dst[0..n) = elements [i0, i0 + n) of a stored row of format f. */
+void op_kv_dequantize(bk_kv_fmt f, float *dst, const void *row, int64_t i0, int64_t n);
+
 /* Cached keys/values of one layer for one sequence: rows [lo, hi). Row r
- * lives at k_blocks[r / block_rows] + (r % block_rows) * row_stride (same
- * for v); a row holds n_kv_heads * head_dim floats. */
+ * lives at k_blocks[r / block_rows] + (r % block_rows) * row_stride (v:
+ * v_row_stride when set, else row_stride), strides in 4-byte words; a row
+ * holds n_kv_heads * head_dim elements stored as k_fmt / v_fmt (f32 when
+ * 0: the blocks are then plain floats). */
 typedef struct kv_view {
   const float *const *k_blocks; /* borrowed */
   const float *const *v_blocks; /* borrowed */
   int64_t block_rows;
   int64_t row_stride;
   int64_t lo, hi;
+  bk_kv_fmt k_fmt, v_fmt;
+  int64_t v_row_stride;
 } kv_view;
 
 /* Causal attention of n query rows against a KV view.

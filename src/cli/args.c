@@ -13,6 +13,7 @@
 
 #include "base/vec.h"
 #include "cli/cli.h"
+#include "engine/kv_quant.h"
 
 bool cli_parse_int(const char *s, long long lo, long long hi, long long *out) {
   if (!s || !*s || isspace((unsigned char)*s)) return false;
@@ -204,7 +205,17 @@ void cli_hearth_load_opts(hearth_load_opts *lo) {
                            .f32_as_bf16 = cl->f32_as_bf16, .no_cuda_graphs = cl->no_cuda_graphs,
                            .gpu_fast_matmul = cl->gpu_fast_matmul,
                            .expert_budget = cl->expert_budget, .spec_tokens = cl->spec_tokens,
-                           .spec_method = cl->spec_method, .draft_model = cl->draft_model};
+                           .spec_method = cl->spec_method, .draft_model = cl->draft_model,
+                           .kv_quant = cl->kv_quant, .kv_quant_config = cl->kv_quant_config};
+}
+
+int cli_kv_geometry(const model *m, model_kv_geometry *g, herr *err) {
+  const cli_load *cl = cli_load_opts();
+  model_kv_geometry_of(m, g);
+  kv_quant q;
+  int rc = kv_quant_make(cl->kv_quant, cl->kv_quant_config, g->n_layers, &q, err);
+  if (!rc) kv_quant_apply(&q, g);
+  return rc;
 }
 
 int cli_model_load(const char *dir, model **out, herr *err) {

@@ -19,6 +19,7 @@
 #include "base/pool.h"
 #include "cli/cli.h"
 #include "engine/kv_cache.h"
+#include "engine/kv_paged.h"
 #include "model/model.h"
 
 static void usage(FILE *f) {
@@ -29,6 +30,7 @@ static void usage(FILE *f) {
           "steps from an empty cache, no sampling) in tokens/s, median of R repeats (default 3),\n"
           "after one untimed warm-up pass (--no-warmup skips it).\n"
           "-d D: the N generation steps start at a context of D tokens (prefilled untimed).\n"
+          "--kv-quant 8|4 stores the KV cache quantized (see hearth --help); the output names the format.\n"
           "-p 0 or -n 0 skips that part. --roofline also measures the device's copy bandwidth\n"
           "(a 1 GiB buffer copied on the device, bytes read + written) and reports generation's\n"
           "weight traffic (weight bytes x tokens/s) as a share of it. --json prints one line:\n"
@@ -55,10 +57,10 @@ static double median(double *v, int n) {
 /* A fresh cache with one sequence of up to max_len tokens (allocated up front). */
 static int fresh_seq(model *m, int64_t max_len, kv_cache **cache, kv_seq **seq, herr *err) {
   model_kv_geometry geo;
-  model_kv_geometry_of(m, &geo);
   *cache = NULL;
   *seq = NULL;
-  int rc = kv_cache_new(&geo, max_len, cache, err);
+  int rc = cli_kv_geometry(m, &geo, err);
+  if (!rc) rc = kv_cache_new(&geo, max_len, cache, err);
   if (!rc) rc = kv_cache_seq_new(*cache, seq, err);
   return rc;
 }
@@ -213,6 +215,13 @@ int cli_bench(int argc, char **argv) {
     if (!json) fprintf(stderr, "repeat %d: pp%d %.2f t/s, tg%d %.2f t/s\n", r + 1, P, pp[r], N, tg[r]);
   }
   double pp_med = median(pp, repeat), tg_med = median(tg, repeat);
+  char kvfmt[128];
+  model_kv_geometry kg;
+  if (cli_kv_geometry(m, &kg, &err)) {
+    cli_fail("%s", err.msg);
+    goto out;
+  }
+  kv_format_describe(&kg, kvfmt, sizeof kvfmt);
   int nthreads = threads > 0 ? threads : hpool_cpu_count(); /* the pool's size */
   const char *dev = bk_backend_name(model_backend(m));
   double wgb = (double)model_weight_bytes(m) / 1e9, copy_gbs = 0;
@@ -223,6 +232,7 @@ int cli_bench(int argc, char **argv) {
   if (json) {
     json_t *j = json_pack("{s:f, s:f, s:i, s:s, s:s}", "pp_tps", pp_med, "tg_tps", tg_med, "threads", nthreads, "device", dev, "model", dir);
     if (j && D > 0) json_object_set_new(j, "depth", json_integer(D));
+    if (j) json_object_set_new(j, "kv", json_string(kvfmt));
     if (j && roofline) {
       json_object_set_new(j, "weights_gb", json_real(wgb));
       json_object_set_new(j, "copy_gbs", json_real(copy_gbs));
@@ -236,6 +246,7 @@ int cli_bench(int argc, char **argv) {
     printf("model    %s (%s, %lld layers, hidden %lld)\n", dir, c->model_type, (long long)c->num_hidden_layers, (long long)c->hidden_size);
     printf("device   %s\n", dev);
     if (bk_backend_is_cpu(model_backend(m))) printf("threads  %d\n", nthreads);
+    printf("kv       %s\n", kvfmt);
     if (P > 0) printf("pp%-6d %.2f tokens/s\n", P, pp_med);
     if (N > 0 && D > 0) printf("tg%-6d %.2f tokens/s at a context of %d tokens\n", N, tg_med, D);
     else if (N > 0) printf("tg%-6d %.2f tokens/s\n", N, tg_med);

@@ -60,12 +60,16 @@ typedef struct cli_load {
   int spec_tokens;             /* --spec-tokens N (generate, chat, serve) */
   const char *spec_method;     /* --spec-method ngram|draft|mtp */
   const char *draft_model;     /* --draft-model DIR */
+  const char *kv_quant;        /* --kv-quant 8|4|off */
+  const char *kv_quant_config; /* --kv-quant-config FILE */
 } cli_load;
 const cli_load *cli_load_opts(void);
 /* The load options above as the library's (fields a verb sets itself stay 0). */
 void cli_hearth_load_opts(hearth_load_opts *lo);
 /* model_load with the options above, and model_config_check. */
 int cli_model_load(const char *dir, model **out, herr *err);
+/* m's KV geometry with the storage formats of --kv-quant / --kv-quant-config. */
+int cli_kv_geometry(const model *m, model_kv_geometry *g, herr *err);
 
 /* ---- values (args.c): the one parser of each kind of value, for every verb ----
  * Each takes the whole string (no trailing text, no leading space) and
@@ -109,6 +113,7 @@ int cli_generate(int argc, char **argv);
 int cli_embed(int argc, char **argv);
 int cli_chat(int argc, char **argv);
 int cli_logits(int argc, char **argv);
+int cli_kv_eval(int argc, char **argv);
 int cli_template(int argc, char **argv);
 int cli_convert(int argc, char **argv);
 int cli_fit(int argc, char **argv);

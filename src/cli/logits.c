@@ -74,7 +74,7 @@ int cli_logits(int argc, char **argv) {
   int status = 1;
   if (cli_model_load(dir, &m, &err)) goto fail;
   model_kv_geometry geo;
-  model_kv_geometry_of(m, &geo);
+  if (cli_kv_geometry(m, &geo, &err)) goto fail;
   if (kv_cache_new(&geo, 0, &cache, &err) || kv_cache_seq_new(cache, &seq, &err)) goto fail;
   int64_t V = model_vocab_size(m);
   for (size_t i = 0; i < n; i++)

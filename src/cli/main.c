@@ -12,6 +12,7 @@
 #include "base/file.h"
 #include "base/log.h"
 #include "cli/cli.h"
+#include "engine/kv_quant.h"
 #include "hearth.h"
 
 static const cli_verb verbs[] = {
@@ -25,6 +26,7 @@ static const cli_verb verbs[] = {
     {"generate", "generate text from a prompt", cli_generate, true},
     {"help", "list the verbs, or show one verb's options (hearth help VERB)", cli_help, false},
     {"inspect", "describe a model folder, safetensors or GGUF file", cli_inspect, false},
+    {"kv-eval", "measure the logit error and greedy agreement of a quantized KV cache", cli_kv_eval, true},
     {"logits", "print a forward pass's logits as JSON", cli_logits, true},
     {"serve", "serve a model over HTTP (OpenAI API, chat page)", cli_serve, true},
     {"template", "render a chat template over messages", cli_template, false},
@@ -43,7 +45,7 @@ static void usage(FILE *f) {
           hearth_version());
   for (int i = 0; i < nverbs; i++) fprintf(f, "  %-12s %s\n", verbs[i].name, verbs[i].summary);
   fprintf(f,
-          "\noptions of every verb that loads a model (bench, chat, generate, logits, serve):\n"
+          "\noptions of every verb that loads a model (bench, chat, embed, generate, kv-eval, logits, serve):\n"
           "  --device DEV                 cpu (default), cuda, cuda:N, or auto (the GPU when one is usable)\n"
           "  --gpu-memory-fraction F      share of free GPU memory the KV pool may take after the weights (0.9)\n"
           "  --f32-as-bf16                store f32 weight matrices as bf16 (half the memory; weights rounded)\n"
@@ -58,6 +60,9 @@ static void usage(FILE *f) {
           "  --spec-method M              where drafts come from: ngram (prompt lookup, the default), draft\n"
           "                               (--draft-model) or mtp (not supported yet)\n"
           "  --draft-model DIR            a smaller model with the same tokenizer that drafts (implies draft)\n"
+          "  --kv-quant 8|4|off           KV cache storage: 8 or 4-bit blocks of 32 with a scale, or f32 (off, default);\n"
+          "                               the pool holds 3.6x (8) or 6.4x (4) the tokens in the same memory\n"
+          "  --kv-quant-config FILE       per-layer KV storage, K and V apart, over --kv-quant (docs/KV_QUANT.md)\n"
           "\nWithout --model (or PATH), the verbs use the built-in model. A model is a Hugging Face folder or a .gguf file.\n");
 }
 
@@ -206,7 +211,7 @@ int main(int argc, char **argv) {
   const cli_verb *verb = find_verb(argv[i]);
   /* --verbose / --quiet are accepted after the verb too, and --device,
    * --gpu-memory-fraction, --f32-as-bf16, --expert-budget, --spec-tokens, --spec-method,
-   * --draft-model and --threads by verbs that load a
+   * --draft-model, --kv-quant, --kv-quant-config and --threads by verbs that load a
    * model; verbs never see them. */
   int out = i + 1;
   for (int j = i + 1; j < argc; j++) {
@@ -244,6 +249,15 @@ int main(int argc, char **argv) {
     } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--draft-model", &v))) {
       if (r < 0) return 2;
       g_load.draft_model = v;
+    } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--kv-quant", &v))) {
+      bk_kv_fmt f;
+      herr e = {0};
+      if (r < 0) return 2;
+      if (kv_quant_parse_fmt(v, &f, &e)) return cli_usage_error(verb->name, "--kv-quant must be 8, 4 or off, not '%s'", v);
+      g_load.kv_quant = v;
+    } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--kv-quant-config", &v))) {
+      if (r < 0) return 2;
+      g_load.kv_quant_config = v;
     } else if (verb && verb->loads_model && strcmp(argv[j], "--f32-as-bf16") == 0) {
       g_load.f32_as_bf16 = true;
     } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--gpu-memory-fraction", &v))) {

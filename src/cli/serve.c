@@ -162,6 +162,8 @@ int cli_serve(int argc, char **argv) {
                                    .spec_tokens = cli_load_opts()->spec_tokens,
                                    .spec_method = cli_load_opts()->spec_method,
                                    .draft_model = cli_load_opts()->draft_model,
+                                   .kv_quant = cli_load_opts()->kv_quant,
+                                   .kv_quant_config = cli_load_opts()->kv_quant_config,
                                    .trace_file = trace_file,
                                    .trace_max_bytes = trace_max,
                                    .kv_store = kv_store,

@@ -4,6 +4,7 @@
  * scheduler (engine/sched.h), started by the first generation. Knows nothing of HTTP or the command line. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -250,6 +251,9 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
     hm->sch_cfg.memory_budget = opts->memory_budget > 0 ? (size_t)opts->memory_budget : 0;
     hm->sch_cfg.gpu_memory_fraction = opts->gpu_memory_fraction;
   }
+  if (opts && (rc = kv_quant_make(opts->kv_quant, opts->kv_quant_config, (int)cfg->num_hidden_layers,
+                                  &hm->sch_cfg.kv_quant, err)))
+    goto fail;
   hm->sch_cfg.context_length = hm->context_length;
   hm->threads = opts ? opts->threads : 0;
   if (opts && opts->kv_store && opts->kv_store[0]) {
@@ -780,6 +784,8 @@ void hearth_get_stats(hearth_model *hm, hearth_stats *out) {
   out->kv_blocks_cached = st.blocks_cached;
   out->kv_blocks_free = st.blocks_free;
   out->kv_block_tokens = st.block_tokens;
+  out->kv_block_bytes = (int64_t)st.block_bytes;
+  snprintf(out->kv_format, sizeof out->kv_format, "%s", st.kv_format);
   out->prefix_hit_tokens = st.prefix_hit_tokens;
   out->prefix_miss_tokens = st.prefix_miss_tokens;
   out->prompt_tokens = st.prompt_tokens;

@@ -6,6 +6,7 @@
 #include "engine/kv_paged.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,7 @@ struct kv_pool {
   int n_layers;
   int64_t kv_dim[CFG_MAX_LAYERS];
   int64_t v_dim[CFG_MAX_LAYERS];  /* V row widths (model_kv_v_dim) */
+  model_kv_geometry geom;     /* as made: per-layer row sizes and storage formats */
   int B;                      /* rows per block */
   int64_t n_blocks;
   bk_backend *be;             /* borrowed: where the arenas live */
@@ -83,8 +85,36 @@ size_t kv_state_bytes(const model_kv_geometry *g) {
 size_t kv_block_bytes(const model_kv_geometry *g, int block_tokens) {
   size_t b = 0;
   for (int l = 0; l < g->n_layers; l++)
-    b += (size_t)block_tokens * (size_t)(g->kv_dim[l] + model_kv_v_dim(g, l)) * sizeof(float);
+    b += (size_t)block_tokens *
+         (bk_kv_row_bytes(g->k_fmt[l], g->kv_dim[l]) + bk_kv_row_bytes(g->v_fmt[l], model_kv_v_dim(g, l)));
   return b;
+}
+
+void kv_format_describe(const model_kv_geometry *g, char *buf, size_t n) {
+  bool uniform = true;
+  int first = -1;
+  for (int l = 0; l < g->n_layers; l++) {
+    if (!g->kv_dim[l]) continue; /* stores nothing */
+    if (first < 0) first = l;
+    else if (g->k_fmt[l] != g->k_fmt[first] || g->v_fmt[l] != g->v_fmt[first]) uniform = false;
+  }
+  if (n == 0) return;
+  buf[0] = 0;
+  if (first < 0) {
+    snprintf(buf, n, "f32");
+  } else if (uniform && g->k_fmt[first] == g->v_fmt[first]) {
+    snprintf(buf, n, "%s", bk_kv_fmt_name(g->k_fmt[first]));
+  } else if (uniform) {
+    snprintf(buf, n, "k:%s,v:%s", bk_kv_fmt_name(g->k_fmt[first]), bk_kv_fmt_name(g->v_fmt[first]));
+  } else {
+    size_t at = 0;
+    for (int l = 0; l < g->n_layers && at < n; l++) {
+      if (!g->kv_dim[l]) continue;
+      int w = snprintf(buf + at, n - at, "%s%d:%s/%s", at ? "," : "", l, bk_kv_fmt_name(g->k_fmt[l]), bk_kv_fmt_name(g->v_fmt[l]));
+      if (w < 0) break;
+      at += (size_t)w;
+    }
+  }
 }
 
 /* ---- lists ---- */
@@ -196,21 +226,23 @@ static void release_block(kv_pool *p, int32_t b) {
 
 /* Allocates the arenas of n_blocks blocks into p->buf / p->store (p->buf unset on failure). */
 static int alloc_arenas(kv_pool *p, int64_t n_blocks, herr *err) {
-  size_t bytes = 0;
-  for (int l = 0; l < p->n_layers; l++)
-    bytes += (size_t)n_blocks * (size_t)p->B * (size_t)(p->kv_dim[l] + p->v_dim[l]) * sizeof(float);
+  size_t bytes = (size_t)n_blocks * kv_block_bytes(&p->geom, p->B);
   bk_buf *buf;
   int rc = bk_buf_new(p->be, bytes, &buf, err);
   if (rc) return herr_wrap(err, "KV pool: %lld blocks of %d tokens (%zu bytes)", (long long)n_blocks, p->B, bytes);
   kv_store st = {.n_layers = p->n_layers, .block_rows = p->B, .n_slots = n_blocks * p->B, .n_states = p->store.n_states};
   memcpy(st.state, p->store.state, sizeof st.state); /* the state arenas live in a buffer of their own */
   size_t off = 0;
-  for (int l = 0; l < p->n_layers; l++) {
+  for (int l = 0; l < p->n_layers; l++) { /* a row of a quantized arena: its stored bytes as 4-byte words */
     int64_t rows = n_blocks * p->B;
-    st.k[l] = (bk_tensor){.buf = buf, .off = off, .dt = BK_DT_F32, .rows = rows, .cols = p->kv_dim[l]};
-    off += (size_t)(rows * p->kv_dim[l]) * sizeof(float);
-    st.v[l] = (bk_tensor){.buf = buf, .off = off, .dt = BK_DT_F32, .rows = rows, .cols = p->v_dim[l]};
-    off += (size_t)(rows * p->v_dim[l]) * sizeof(float);
+    int64_t kw = (int64_t)(bk_kv_row_bytes(p->geom.k_fmt[l], p->kv_dim[l]) / 4);
+    int64_t vw = (int64_t)(bk_kv_row_bytes(p->geom.v_fmt[l], p->v_dim[l]) / 4);
+    st.k[l] = (bk_tensor){.buf = buf, .off = off, .dt = BK_DT_F32, .rows = rows, .cols = kw};
+    off += (size_t)(rows * kw) * sizeof(float);
+    st.v[l] = (bk_tensor){.buf = buf, .off = off, .dt = BK_DT_F32, .rows = rows, .cols = vw};
+    off += (size_t)(rows * vw) * sizeof(float);
+    st.k_fmt[l] = p->geom.k_fmt[l];
+    st.v_fmt[l] = p->geom.v_fmt[l];
   }
   if (p->buf) { /* growing: the old blocks keep their ids and contents */
     for (int l = 0; l < p->n_layers; l++) {
@@ -289,9 +321,15 @@ int kv_pool_new(const model_kv_geometry *g, int block_tokens, int64_t n_blocks, 
     return herr_set(err, HEARTH_EINVAL, "KV pool: %lld blocks is out of range", (long long)n_blocks);
   kv_pool *p = calloc(1, sizeof *p);
   if (!p) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  for (int l = 0; l < g->n_layers; l++)
+    if ((unsigned)g->k_fmt[l] > BK_KV_Q4 || (unsigned)g->v_fmt[l] > BK_KV_Q4) {
+      free(p);
+      return herr_set(err, HEARTH_EINVAL, "KV pool: layer %d has an unknown storage format", l);
+    }
   p->n_layers = g->n_layers;
   memcpy(p->kv_dim, g->kv_dim, sizeof p->kv_dim);
   for (int l = 0; l < g->n_layers; l++) p->v_dim[l] = model_kv_v_dim(g, l);
+  p->geom = *g;
   p->B = block_tokens;
   p->n_blocks = n_blocks;
   p->n_buckets = n_blocks * 2 + 1;
@@ -636,10 +674,15 @@ int kv_pool_block_write(kv_pool *p, int32_t b, const void *src, herr *err) {
 }
 
 void kv_pool_format(const kv_pool *p, char *buf, size_t cap) {
-  size_t n = (size_t)snprintf(buf, cap, "kv=%s block=%d layers=%d dims=", p->store.k[0].dt == BK_DT_F32 ? "f32" : "i32", p->B,
-                              p->n_layers);
+  char fmt[128];
+  kv_format_describe(&p->geom, fmt, sizeof fmt); /* "f32", or the quantized formats (a store of another format is not read) */
+  size_t n = (size_t)snprintf(buf, cap, "kv=%s block=%d layers=%d dims=", fmt, p->B, p->n_layers);
   for (int l = 0; l < p->n_layers && n < cap; l++) {
     n += (size_t)snprintf(buf + n, cap - n, "%s%lld", l ? "," : "", (long long)p->kv_dim[l]);
     if (n < cap && p->v_dim[l] != p->kv_dim[l]) n += (size_t)snprintf(buf + n, cap - n, "/%lld", (long long)p->v_dim[l]);
   }
 }
+
+const model_kv_geometry *kv_pool_geometry(const kv_pool *p) { return &p->geom; }
+
+size_t kv_pool_block_bytes(const kv_pool *p) { return kv_block_bytes(&p->geom, p->B); }

@@ -42,8 +42,14 @@
 
 typedef struct kv_pool kv_pool;
 
-/* Bytes one block of block_tokens rows takes for geometry g (K and V, all layers). */
+/* Bytes one block of block_tokens rows takes for geometry g (K and V, all
+ * layers, each in its storage format g->k_fmt / v_fmt). */
 size_t kv_block_bytes(const model_kv_geometry *g, int block_tokens);
+/* The storage formats of g as a short, stable string: "f32", "q8", "q4"
+ * when every layer stores K and V alike, "k:q8,v:q4" when K and V differ
+ * the same way on every layer, else per layer "0:q8/q8,1:f32/q4,..."
+ * (layer:K/V, layers that store nothing left out). */
+void kv_format_describe(const model_kv_geometry *g, char *buf, size_t n);
 
 /* Bytes of one sequence's recurrent state for geometry g (0 without recurrent layers). */
 size_t kv_state_bytes(const model_kv_geometry *g);
@@ -64,6 +70,11 @@ void kv_pool_set_snapshots(kv_pool *p, int64_t n);
 bool kv_pool_recurrent(const kv_pool *p);
 /* The pool's arenas (changes when a growable pool grows). */
 const kv_store *kv_pool_store(const kv_pool *p);
+/* The geometry the pool was made with (row sizes, storage formats). A block
+ * is kv_pool_block_bytes bytes of opaque, format-specific contents:
+ * kv_format_describe of this geometry names the format. */
+const model_kv_geometry *kv_pool_geometry(const kv_pool *p);
+size_t kv_pool_block_bytes(const kv_pool *p);
 
 typedef struct kv_pool_counts {
   int64_t total;   /* blocks in the pool */

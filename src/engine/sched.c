@@ -881,6 +881,7 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   s->ctx = ctx;
   model_kv_geometry g;
   model_kv_geometry_of(m, &g);
+  kv_quant_apply(&c.kv_quant, &g);
   s->block_bytes = kv_block_bytes(&g, B);
   /* recurrent layers: a state per running sequence and the snapshots, allocated up front beside the blocks */
   int64_t snaps = c.state_snapshots > 0 ? c.state_snapshots : c.state_snapshots < 0 ? 0 : s->max_batch;
@@ -926,8 +927,11 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
     model_kv_geometry_of(s->method->draft, &dg);
     if ((rc = kv_cache_new(&dg, 0, &s->draft_cache, err))) goto fail;
   }
-  HLOG_INFO("KV pool on %s: %lld blocks of %d tokens, %.2f GiB", bk_backend_name(be), (long long)n_blocks, B,
-            (double)n_blocks * (double)s->block_bytes / (1 << 30));
+  kv_format_describe(&g, s->st.kv_format, sizeof s->st.kv_format);
+  s->st.block_bytes = s->block_bytes;
+  HLOG_INFO("KV pool on %s: %lld blocks of %d tokens (%lld tokens, KV %s, %.1f KiB a token), %.2f GiB",
+            bk_backend_name(be), (long long)n_blocks, B, (long long)n_blocks * B, s->st.kv_format,
+            (double)s->block_bytes / B / 1024, (double)n_blocks * (double)s->block_bytes / (1 << 30));
   /* a hybrid model's prefix needs the recurrent state snapshot at its end, which the store does not keep */
   if (c.kv_store && kv_pool_recurrent(s->pool))
     HLOG_WARN("KV store %s: not used: the model has recurrent layers, whose states the store does not keep",

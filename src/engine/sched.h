@@ -28,6 +28,7 @@
 #include "base/trace.h"
 #include "engine/generate.h"
 #include "engine/method.h"
+#include "engine/kv_quant.h"
 
 #define SCHED_DEFAULT_BLOCK_TOKENS 16
 
@@ -58,6 +59,7 @@ typedef struct sched_config {
                              for a model with recurrent layers (a warning says so) */
   int64_t kv_store_max;   /* bytes the folder may hold (<= 0: 4 GiB), least recently used out */
   uint64_t kv_store_model; /* the model's identity (kv_disk_model_identity): other models' blocks are ignored */
+  kv_quant kv_quant;      /* how each layer's K and V are stored (all f32 when zero): kv_quant.h */
   htrace *trace;          /* borrowed, may be NULL: per-request spans (queue wait, cache lookup, prefill
                              chunks, decode steps, detokenize, the whole request) on a track per request,
                              and step spans on an "engine" track */
@@ -72,6 +74,8 @@ typedef struct sched_stats {
   int64_t running, waiting;
   int64_t blocks_total, blocks_used, blocks_cached, blocks_free;
   int block_tokens;
+  size_t block_bytes;                             /* one block: K and V of every layer, as stored */
+  char kv_format[128];                            /* kv_format_describe of the pool: "f32", "q8", ... */
   int64_t prefix_hit_tokens, prefix_miss_tokens;  /* prompt tokens served from / not in the prefix cache */
   int64_t prompt_tokens, generated_tokens;        /* computed prompt tokens, sampled tokens (totals) */
   double busy_seconds;                            /* time spent in steps */

@@ -43,6 +43,7 @@ void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
     g->v_dim[l] = lw->kv_src == l ? lw->kv_v_dim : 0;
     g->window[l] = lw->window;
     g->state_dim[l] = lw->state_dim;
+    g->f32_only[l] = lw->kv_k_dim || lw->kv_v_dim; /* a family's own cache rows (set_rows, not kv_write) */
   }
   g->backend = m->be;
 }
@@ -519,7 +520,7 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
     bool fits = st->n_layers == c->num_hidden_layers && st->k[0].buf->be == m->be;
     for (int l = 0; fits && l < c->num_hidden_layers; l++) {
       int64_t kd = m->layers[l].kv_k_dim ? m->layers[l].kv_k_dim : m->layers[l].kv_heads * m->layers[l].head_dim;
-      fits = (m->layers[l].kv_src != l || st->k[l].cols == kd) &&
+      fits = (m->layers[l].kv_src != l || st->k[l].cols * 4 == (int64_t)bk_kv_row_bytes(st->k_fmt[l], kd)) &&
              (!m->layers[l].state_dim || (st->state[l].buf && st->state[l].cols == m->layers[l].state_dim &&
                                           b->seqs[s].kv->state < st->n_states));
     }

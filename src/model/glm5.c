@@ -445,11 +445,11 @@ static void mla_attention(model *m, int l, const kv_store *kv, step *st) {
     bk_set_rows(&kv->v[l], &a.ki, &st->slot);
     bk_matmul_t(&a.iw, &st->xn, &g->ix_w, NULL);
     bk_scale(&a.iw, (float)(1.0 / sqrt((double)Hi)));
-    bk_kv_layer keys = {&kv->v[l], &kv->v[l], kv->block_rows};
+    bk_kv_layer keys = {.k = &kv->v[l], .v = &kv->v[l], .block_rows = kv->block_rows};
     index_params ip = {Hi, di, s->topk, (float)(1.0 / sqrt((double)di))};
     bk_index_topk(&a.sel, &a.qi, &a.iw, &keys, &ix, &ip);
   }
-  bk_kv_layer kl = {&kv->k[l], &kv->k[l], kv->block_rows};
+  bk_kv_layer kl = {.k = &kv->k[l], .v = &kv->k[l], .block_rows = kv->block_rows};
   sparse_attn_params sp = {H, W, R, KL, s->topk, lw->attn_scale};
   bk_attention_sparse(&olat, &qf, &kl, &ix, &a.sel, &sp);
   /* values: W_UV_h over each head's latent mix, then o_proj */

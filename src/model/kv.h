@@ -27,8 +27,10 @@
 #include "format/config.h"
 
 
-/* The arenas of a cache: layer l's K rows are kv_store.k[l] ([n_slots, kv_dim[l]] f32);
- * a recurrent layer's states are kv_store.state[l] ([n_states, state_dim[l]] f32). */
+/* The arenas of a cache: layer l's K rows are kv_store.k[l], n_slots rows
+ * stored as k_fmt[l] ([n_slots, kv_dim[l]] f32 when BK_KV_F32; see
+ * bk_kv_layer for the quantized formats), V likewise; a recurrent layer's
+ * states are kv_store.state[l] ([n_states, state_dim[l]] f32). */
 typedef struct kv_store {
   int n_layers;
   int64_t block_rows;
@@ -36,6 +38,7 @@ typedef struct kv_store {
   bk_tensor k[CFG_MAX_LAYERS], v[CFG_MAX_LAYERS]; /* views of the cache's one buffer */
   int64_t n_states;
   bk_tensor state[CFG_MAX_LAYERS];                /* views of the cache's state buffer (.buf NULL: none) */
+  bk_kv_fmt k_fmt[CFG_MAX_LAYERS], v_fmt[CFG_MAX_LAYERS];
 } kv_store;
 
 typedef struct kv_seq kv_seq;

@@ -68,11 +68,11 @@ void layer_attention(model *m, int l, const kv_store *kv, step *st) {
       layer_norm(m, &kh, &kh, &lw->k_norm);
     }
     if (lw->rope) bk_rope(&k, KV, hd, &st->pos, lw->rope);
-    bk_kv_layer kl = {&kv->k[l], &kv->v[l], kv->block_rows};
+    bk_kv_layer kl = {&kv->k[l], &kv->v[l], kv->block_rows, kv->k_fmt[l], kv->v_fmt[l]};
     bk_kv_write(&kl, &k, &v, &st->slot);
   }
   int src = lw->kv_src;
-  bk_kv_layer kl = {&kv->k[src], &kv->v[src], kv->block_rows};
+  bk_kv_layer kl = {&kv->k[src], &kv->v[src], kv->block_rows, kv->k_fmt[src], kv->v_fmt[src]};
   attn_params ap = {H, m->layers[src].kv_heads, hd, lw->attn_scale, (float)c->attn_logit_softcapping, lw->window};
   bk_attn_index ix = {&st->row, &st->tab, &st->tables};
   bk_attention(&att, &q, &kl, &ix, &ap);

@@ -99,6 +99,8 @@ typedef struct serve_stats {
   int64_t running, waiting;
   int64_t kv_blocks_total, kv_blocks_used, kv_blocks_cached, kv_blocks_free;
   int64_t kv_block_tokens;
+  int64_t kv_block_bytes;
+  char kv_format[128];
   int64_t prefix_hit_tokens, prefix_miss_tokens;
   int64_t prompt_tokens, generated_tokens;
   double busy_seconds;

@@ -2,6 +2,7 @@
  * loading a model folder, rendering chats with its template, counting tokens,
  * and generating with a per-token callback. The only file of the server that
  * knows the library; knows nothing of HTTP. */
+#include <stdio.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,6 +230,7 @@ static void stats(void *impl, serve_stats *out) {
                        .kv_blocks_cached = st.kv_blocks_cached,
                        .kv_blocks_free = st.kv_blocks_free,
                        .kv_block_tokens = st.kv_block_tokens,
+                       .kv_block_bytes = st.kv_block_bytes,
                        .prefix_hit_tokens = st.prefix_hit_tokens,
                        .prefix_miss_tokens = st.prefix_miss_tokens,
                        .prompt_tokens = st.prompt_tokens,
@@ -247,6 +249,7 @@ static void stats(void *impl, serve_stats *out) {
     out->spec_drafted[k] = st.spec_drafted[k];
     out->spec_accepted[k] = st.spec_accepted[k];
   }
+  snprintf(out->kv_format, sizeof out->kv_format, "%s", st.kv_format);
 }
 
 static int fit(void *impl, int64_t context, int batch, char **json, herr *err) {

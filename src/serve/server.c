@@ -318,6 +318,9 @@ static enum MHD_Result answer_stats(struct MHD_Connection *c, serve_server *s) {
   json_object_set_new(kv, "blocks_used", json_integer(st.kv_blocks_used));
   json_object_set_new(kv, "blocks_cached", json_integer(st.kv_blocks_cached));
   json_object_set_new(kv, "blocks_free", json_integer(st.kv_blocks_total - st.kv_blocks_used));
+  json_object_set_new(kv, "format", json_string(st.kv_format[0] ? st.kv_format : "f32"));
+  json_object_set_new(kv, "block_bytes", json_integer(st.kv_block_bytes));
+  json_object_set_new(kv, "capacity_tokens", json_integer(st.kv_blocks_total * st.kv_block_tokens));
   json_object_set_new(o, "kv_cache", kv);
   json_t *pc = json_object();
   int64_t all = st.prefix_hit_tokens + st.prefix_miss_tokens;
@@ -373,6 +376,7 @@ static enum MHD_Result answer_metrics(struct MHD_Connection *c, serve_server *s)
   metric(&b, "kv_blocks_used", "gauge", "KV cache blocks held by sequences.", (double)st.kv_blocks_used);
   metric(&b, "kv_blocks_cached", "gauge", "KV cache blocks kept for the prefix cache, evictable.", (double)st.kv_blocks_cached);
   metric(&b, "kv_block_tokens", "gauge", "Tokens per KV cache block.", (double)st.kv_block_tokens);
+  metric(&b, "kv_block_bytes", "gauge", "Bytes of one KV cache block as stored (all layers, K and V).", (double)st.kv_block_bytes);
   metric(&b, "prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.", (double)st.prefix_hit_tokens);
   metric(&b, "prefix_cache_miss_tokens_total", "counter", "Prompt tokens not found in the prefix cache.", (double)st.prefix_miss_tokens);
   metric(&b, "prompt_tokens_total", "counter", "Prompt tokens computed.", (double)st.prompt_tokens);

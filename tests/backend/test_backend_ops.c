@@ -30,11 +30,14 @@
  * all four activations; add into a separate output and aliased onto either
  * input; softcap; get_rows with repeated and out-of-order rows; kv_write to
  * out-of-order slots with gaps (the untouched slots must keep their
- * contents); attention with GQA ratios 1/2/4/8, head dims
+ * contents), also into 8 / 4-bit arenas (the rows must be the reference
+ * quantizer's); attention with GQA ratios 1/2/4/8, head dims
  * 16/32/48/64/80/128/256, sliding windows, softcap, block_rows 1/16/64, block
  * tables with gaps and non-monotonic block ids, batches mixing sequences of
  * different lengths in decode (one query), prefill (all rows) and chunked
- * prefill (queries from row > 0 against rows already cached); scale and
+ * prefill (queries from row > 0 against rows already cached), each with
+ * f32, 8-bit, 4-bit and 8-bit-K / 4-bit-V arenas (the reference reads the
+ * same stored rows, dequantizing); scale and
  * get_cols; lora (two adapters of different ranks on two runs of rows,
  * the rows around them unchanged; also the plain op_lora); moe_route with exact logit ties (the lower id wins), with and
  * without renormalization and per-expert scale, ids compared exactly; moe
@@ -966,6 +969,53 @@ static void test_kv_write(void) {
     }
     free(got), free(rk), free(rv), free(k0), free(v0), free(kn), free(vn);
   }
+  /* quantized arenas: each written row must be op_kv_quantize_row's bytes
+   * (compared dequantized: codes and scales alike), other rows untouched */
+  static const struct { int64_t slots, dim, T; int which; bk_kv_fmt kf, vf; } qcases[] = {
+      {64, 64, 5, 0, BK_KV_Q8, BK_KV_Q8}, {16, 256, 1, 1, BK_KV_Q4, BK_KV_Q4}, {128, 48, 20, 2, BK_KV_Q8, BK_KV_Q4},
+      {7, 16, 3, 3, BK_KV_Q4, BK_KV_F32}, {128, 128, 20, 2, BK_KV_Q4, BK_KV_Q8}, {7, 80, 3, 3, BK_KV_Q8, BK_KV_Q8}};
+  for (size_t ci = 0; ci < sizeof qcases / sizeof qcases[0]; ci++) {
+    int64_t S = qcases[ci].slots, D = qcases[ci].dim, T = qcases[ci].T;
+    bk_kv_fmt kf = qcases[ci].kf, vf = qcases[ci].vf;
+    int64_t kw = (int64_t)bk_kv_row_bytes(kf, D) / 4, vw = (int64_t)bk_kv_row_bytes(vf, D) / 4;
+    const int32_t *slot = qcases[ci].which == 0 ? s0 : qcases[ci].which == 1 ? s1 : qcases[ci].which == 2 ? s2 : s3;
+    float *src = rand_floats(S * D, 1.0f), *kn = rand_floats(T * D, 4.0f), *vn = rand_floats(T * D, 4.0f);
+    float *k0 = malloc(sizeof(float) * (size_t)(S * kw)), *v0 = malloc(sizeof(float) * (size_t)(S * vw));
+    for (int64_t r = 0; r < S; r++) op_kv_quantize_row(kf, k0 + r * kw, src + r * D, D), op_kv_quantize_row(vf, v0 + r * vw, src + r * D, D);
+    kn[0] = 0.0f; /* a block with a zero, and (dim 16) a block that is padding past the row */
+    if (D >= 32) for (int64_t c2 = 0; c2 < 32; c2++) vn[c2] = 0.0f; /* a block of zeros: scale 0 */
+    float *ek = malloc(sizeof(float) * (size_t)(S * kw)), *ev = malloc(sizeof(float) * (size_t)(S * vw));
+    memcpy(ek, k0, sizeof(float) * (size_t)(S * kw)), memcpy(ev, v0, sizeof(float) * (size_t)(S * vw));
+    for (int64_t t = 0; t < T; t++) op_kv_quantize_row(kf, ek + slot[t] * kw, kn + t * D, D), op_kv_quantize_row(vf, ev + slot[t] * vw, vn + t * D, D);
+    double *rk = malloc(sizeof(double) * (size_t)(S * D)), *rv = malloc(sizeof(double) * (size_t)(S * D));
+    float *row = malloc(sizeof(float) * (size_t)D), *got = malloc(sizeof(float) * (size_t)(S * (kw > vw ? kw : vw)));
+    float *gd = malloc(sizeof(float) * (size_t)(S * D));
+    for (int64_t r = 0; r < S; r++) {
+      op_kv_dequantize(kf, row, ek + r * kw, 0, D);
+      for (int64_t c2 = 0; c2 < D; c2++) rk[r * D + c2] = row[c2];
+      op_kv_dequantize(vf, row, ev + r * vw, 0, D);
+      for (int64_t c2 = 0; c2 < D; c2++) rv[r * D + c2] = row[c2];
+    }
+    char shape[96];
+    snprintf(shape, sizeof shape, "%lld rows into [%lld, %lld] as %s/%s", (long long)T, (long long)S, (long long)D,
+             bk_kv_fmt_name(kf), bk_kv_fmt_name(vf));
+    st->cases++;
+    for (int di = 0; di < n_devs; di++) {
+      bk_backend *be = devs[di];
+      bk_tensor tk = tfrom_f32(be, k0, S, kw), tv = tfrom_f32(be, v0, S, vw);
+      bk_tensor tkn = tfrom_f32(be, kn, T, D), tvn = tfrom_f32(be, vn, T, D), ts = tfrom_i32(be, slot, T);
+      bk_kv_layer kv = {.k = &tk, .v = &tv, .block_rows = 16, .k_fmt = kf, .v_fmt = vf};
+      bk_kv_write(&kv, &tkn, &tvn, &ts);
+      tget(&tk, got, "kv_write");
+      for (int64_t r = 0; r < S; r++) op_kv_dequantize(kf, gd + r * D, got + r * kw, 0, D);
+      compare(st, K_ELEM, di, shape, gd, rk, S * D);
+      tget(&tv, got, "kv_write");
+      for (int64_t r = 0; r < S; r++) op_kv_dequantize(vf, gd + r * D, got + r * vw, 0, D);
+      compare(st, K_ELEM, di, shape, gd, rv, S * D);
+      bk_tensor_free(&tk), bk_tensor_free(&tv), bk_tensor_free(&tkn), bk_tensor_free(&tvn), bk_tensor_free(&ts);
+    }
+    free(src), free(kn), free(vn), free(k0), free(v0), free(ek), free(ev), free(rk), free(rv), free(row), free(got), free(gd);
+  }
 }
 
 /* ---- attention ---- */
@@ -1006,8 +1056,12 @@ static const attn_case attn_cases[] = {
     {"hd 16, GQA 4, decode", 4, 1, 16, 1, 0, 0, {{25, 1}, {3, 3}}},
 };
 
-static void attention_case(const attn_case *c) {
+/* Quantized KV (kf / vf not BK_KV_F32): the same K / V stored in that
+ * format (op_kv_quantize_row), unowned rows all NaN words, and the reference
+ * dequantizing as it reads, so backends are held to the same limits. */
+static void attention_case(const attn_case *c, bk_kv_fmt kf, bk_kv_fmt vf) {
   const int64_t H = c->H, KVH = c->KVH, hd = c->hd, B = c->B, kvd = KVH * hd, qd = H * hd;
+  const int64_t kw = (int64_t)bk_kv_row_bytes(kf, kvd) / 4, vw = (int64_t)bk_kv_row_bytes(vf, kvd) / 4;
   int ns = 0;
   int64_t T = 0, nb_used = 0, nb[MAX_SEQS];
   while (ns < MAX_SEQS && c->seqs[ns].len > 0) {
@@ -1044,6 +1098,19 @@ static void attention_case(const attn_case *c) {
         V[slot * kvd + d] = urand() * amp;
       }
     }
+  /* the arenas as stored: rows of kw / vw 4-byte words */
+  float *KS = K, *VS = V;
+  if (kf || vf) {
+    KS = malloc(sizeof(float) * (size_t)(n_slots * kw)), VS = malloc(sizeof(float) * (size_t)(n_slots * vw));
+    for (int64_t i = 0; i < n_slots * kw; i++) KS[i] = NAN;
+    for (int64_t i = 0; i < n_slots * vw; i++) VS[i] = NAN;
+    for (int s = 0; s < ns; s++)
+      for (int64_t j = 0; j < nb[s] * B; j++) {
+        int64_t slot = (int64_t)tables[tpos[s] + j / B] * B + j % B;
+        op_kv_quantize_row(kf, KS + slot * kw, K + slot * kvd, kvd);
+        op_kv_quantize_row(vf, VS + slot * vw, V + slot * kvd, kvd);
+      }
+  }
   /* queries and their index */
   float *q = rand_floats(T * qd, 2.0f);
   int32_t *row = malloc(sizeof(int32_t) * (size_t)T), *tab = malloc(sizeof(int32_t) * (size_t)T);
@@ -1060,19 +1127,20 @@ static void attention_case(const attn_case *c) {
   for (int s = 0, t0 = 0; s < ns; s++) {
     const float **kb = malloc(sizeof(float *) * (size_t)nb[s]), **vb = malloc(sizeof(float *) * (size_t)nb[s]);
     for (int64_t j = 0; j < nb[s]; j++) {
-      kb[j] = K + (int64_t)tables[tpos[s] + j] * B * kvd;
-      vb[j] = V + (int64_t)tables[tpos[s] + j] * B * kvd;
+      kb[j] = KS + (int64_t)tables[tpos[s] + j] * B * kw;
+      vb[j] = VS + (int64_t)tables[tpos[s] + j] * B * vw;
     }
-    kv_view view = {.k_blocks = kb, .v_blocks = vb, .block_rows = B, .row_stride = kvd, .lo = 0, .hi = c->seqs[s].len};
+    kv_view view = {.k_blocks = kb, .v_blocks = vb, .block_rows = B, .row_stride = kw, .lo = 0, .hi = c->seqs[s].len,
+                    .k_fmt = kf, .v_fmt = vf, .v_row_stride = vw};
     op_attention_ref(NULL, refo + t0 * qd, q + t0 * qd, c->seqs[s].nq, row64 + t0, &view, &p);
     t0 += (int)c->seqs[s].nq;
     free(kb), free(vb);
   }
   double *ref = malloc(sizeof(double) * (size_t)(T * qd));
   for (int64_t i = 0; i < T * qd; i++) ref[i] = refo[i];
-  char shape[192];
-  int o = snprintf(shape, sizeof shape, "%s: H %lld, KVH %lld, hd %lld, block_rows %lld, window %lld, softcap %g, seqs",
-                   c->what, (long long)H, (long long)KVH, (long long)hd, (long long)B, (long long)c->window,
+  char shape[224];
+  int o = snprintf(shape, sizeof shape, "%s, KV %s/%s: H %lld, KVH %lld, hd %lld, block_rows %lld, window %lld, softcap %g, seqs",
+                   c->what, bk_kv_fmt_name(kf), bk_kv_fmt_name(vf), (long long)H, (long long)KVH, (long long)hd, (long long)B, (long long)c->window,
                    (double)c->softcap);
   for (int s = 0; s < ns && o > 0 && (size_t)o < sizeof shape; s++)
     o += snprintf(shape + o, sizeof shape - (size_t)o, " %lld/%lld", (long long)c->seqs[s].nq, (long long)c->seqs[s].len);
@@ -1081,10 +1149,10 @@ static void attention_case(const attn_case *c) {
   float *got = malloc(sizeof(float) * (size_t)(T * qd));
   for (int di = 0; di < n_devs; di++) {
     bk_backend *be = devs[di];
-    bk_tensor tk = tfrom_f32(be, K, n_slots, kvd), tv = tfrom_f32(be, V, n_slots, kvd), tq = tfrom_f32(be, q, T, qd);
+    bk_tensor tk = tfrom_f32(be, KS, n_slots, kw), tv = tfrom_f32(be, VS, n_slots, vw), tq = tfrom_f32(be, q, T, qd);
     bk_tensor tout = tnew(be, BK_DT_F32, T, qd), trow = tfrom_i32(be, row, T), ttab = tfrom_i32(be, tab, T),
               ttables = tfrom_i32(be, tables, n_tab);
-    bk_kv_layer kv = {.k = &tk, .v = &tv, .block_rows = B};
+    bk_kv_layer kv = {.k = &tk, .v = &tv, .block_rows = B, .k_fmt = kf, .v_fmt = vf};
     bk_attn_index ix = {.row = &trow, .tab = &ttab, .tables = &ttables};
     poison(&tout);
     bk_attention(&tout, &tq, &kv, &ix, &p);
@@ -1093,11 +1161,14 @@ static void attention_case(const attn_case *c) {
     bk_tensor_free(&tk), bk_tensor_free(&tv), bk_tensor_free(&tq), bk_tensor_free(&tout);
     bk_tensor_free(&trow), bk_tensor_free(&ttab), bk_tensor_free(&ttables);
   }
+  if (KS != K) free(KS), free(VS);
   free(got), free(ref), free(refo), free(q), free(row), free(tab), free(row64), free(K), free(V), free(tables), free(ids);
 }
 
 static void test_attention(void) {
-  for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) attention_case(&attn_cases[i]);
+  static const bk_kv_fmt fmts[][2] = {{BK_KV_F32, BK_KV_F32}, {BK_KV_Q8, BK_KV_Q8}, {BK_KV_Q4, BK_KV_Q4}, {BK_KV_Q8, BK_KV_Q4}};
+  for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
+    for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) attention_case(&attn_cases[i], fmts[f][0], fmts[f][1]);
 }
 
 
@@ -1423,7 +1494,7 @@ static void test_index_sparse_attention(void) {
       bk_tensor trow = tfrom_i32(be, ks.row, T), ttab = tfrom_i32(be, ks.tab, T), ttables = tfrom_i32(be, ks.tables, ks.n_tab);
       bk_tensor tsel = tnew(be, BK_DT_I32, T, K), tout = tnew(be, BK_DT_F32, T, c->H * c->v_dim), trs = tnew(be, BK_DT_I32, T, K);
       bk_attn_index ix = {&trow, &ttab, &ttables};
-      bk_kv_layer kk = {&tk, &tk, c->B}, kkv = {&tkv, &tkv, c->B};
+      bk_kv_layer kk = {.k = &tk, .v = &tk, .block_rows = c->B}, kkv = {.k = &tkv, .v = &tkv, .block_rows = c->B};
       poison(&tsel), poison(&tout);
       bk_index_topk(&tsel, &tq, &tw, &kk, &ix, &ip);
       herr err = {0};

@@ -221,8 +221,8 @@ static void test_attention(void) {
       {0, 0, 0, 0}, {6, 0, 0, 0}, {0, 2.0f, 0, 1}, {4, 1.5f, 0, 1}, {0, 0, 9, 1}};
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
     const float *kp = k, *vp = v;
-    kv_view view = {&kp, &vp, rows, kv_dim, cases[ci].lo, rows};
-    if (cases[ci].blocks) view = (kv_view){(const float *const *)kb, (const float *const *)vb, br, kv_dim, cases[ci].lo, rows};
+    kv_view view = {&kp, &vp, rows, kv_dim, cases[ci].lo, rows, BK_KV_F32, BK_KV_F32, 0};
+    if (cases[ci].blocks) view = (kv_view){(const float *const *)kb, (const float *const *)vb, br, kv_dim, cases[ci].lo, rows, BK_KV_F32, BK_KV_F32, 0};
     attn_params p = {H, KVH, hd, 0.35f, cases[ci].cap, cases[ci].window};
     op_attention(pool, out, q, n, qrow, &view, &p);
     double worst = 0;
@@ -273,8 +273,8 @@ static void test_attention_fast(void) {
       memcpy(vb[b], v + b * br * kv_dim, sizeof(float) * (size_t)(cnt * kv_dim));
     }
     const float *kp = k, *vp = v;
-    kv_view view = {&kp, &vp, rows, kv_dim, cases[ci].lo, rows};
-    if (cases[ci].paged) view = (kv_view){(const float *const *)kb, (const float *const *)vb, br, kv_dim, cases[ci].lo, rows};
+    kv_view view = {&kp, &vp, rows, kv_dim, cases[ci].lo, rows, BK_KV_F32, BK_KV_F32, 0};
+    if (cases[ci].paged) view = (kv_view){(const float *const *)kb, (const float *const *)vb, br, kv_dim, cases[ci].lo, rows, BK_KV_F32, BK_KV_F32, 0};
     attn_params p = {H, KVH, hd, 1.0f / sqrtf((float)hd), cases[ci].cap, cases[ci].window};
     op_attention_ref(pool, want, q, n, qrow, &view, &p);
     for (int l = BK_CPU_SCALAR; l <= (int)bk_cpu_best(); l++) {
@@ -314,6 +314,53 @@ static void test_conversions(void) {
   CHECK(bk_round_f16(1e6f) == INFINITY);
 }
 
+/* The KV row formats against their definition (ops.h): per block of 32 the
+ * scale is max|x| / qmax, every element comes back within half a step of
+ * itself, the element of largest magnitude exactly (up to the scale's
+ * rounding), zeros stay zero, a row's padding is harmless, and any range of
+ * elements dequantizes as the whole row does. */
+static void test_kv_quant(void) {
+  static const int64_t dims[] = {16, 32, 48, 64, 80, 128, 256, 1000};
+  static const bk_kv_fmt fmts[] = {BK_KV_Q8, BK_KV_Q4};
+  for (size_t fi = 0; fi < 2; fi++)
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+      bk_kv_fmt f = fmts[fi];
+      int64_t D = dims[di];
+      const double qmax = f == BK_KV_Q8 ? 127 : 7;
+      CHECK(bk_kv_row_bytes(f, D) % 4 == 0);
+      CHECK(bk_kv_row_bytes(f, D) == (size_t)((D + 31) / 32) * (f == BK_KV_Q8 ? 36 : 20));
+      float *x = rand_buf((size_t)D), *y = rand_buf((size_t)D), *z = rand_buf((size_t)D);
+      for (int64_t i = 0; i < D && i < 32; i++) x[i] = 0; /* a block of zeros */
+      if (D > 40) x[40] = 1e3f;                            /* an outlier: its block's scale */
+      void *row = malloc(bk_kv_row_bytes(f, D));
+      op_kv_quantize_row(f, row, x, D);
+      op_kv_dequantize(f, y, row, 0, D);
+      for (int64_t b0 = 0; b0 < D; b0 += 32) {
+        double amax = 0;
+        for (int64_t i = b0; i < D && i < b0 + 32; i++) amax = fmax(amax, fabs(x[i]));
+        double step = amax / qmax;
+        for (int64_t i = b0; i < D && i < b0 + 32; i++) {
+          CHECK_MSG(fabs((double)y[i] - x[i]) <= 0.5 * step * (1 + 1e-6) + 1e-30, "%s dim %lld elem %lld: %g for %g (step %g)",
+                    bk_kv_fmt_name(f), (long long)D, (long long)i, (double)y[i], (double)x[i], step);
+          if (amax == 0) CHECK(y[i] == 0);
+          if (fabs(x[i]) == amax) CHECK_NEAR(fabs(y[i]), amax, 1e-6 * amax);
+        }
+      }
+      for (int64_t i0 = 0; i0 < D; i0 += 7) { /* ranges that start and end inside blocks */
+        int64_t n = D - i0 < 19 ? D - i0 : 19;
+        op_kv_dequantize(f, z, row, i0, n);
+        for (int64_t i = 0; i < n; i++) CHECK(z[i] == y[i0 + i]);
+      }
+      free(row), bk_free(x), bk_free(y), bk_free(z);
+    }
+  /* f32 rows are the floats themselves */
+  float a[5] = {1, -2, 3.5f, 0, 1e-30f}, b[5];
+  float stored[5];
+  op_kv_quantize_row(BK_KV_F32, stored, a, 5);
+  op_kv_dequantize(BK_KV_F32, b, stored, 0, 5);
+  for (int i = 0; i < 5; i++) CHECK(b[i] == a[i]);
+}
+
 int main(void) {
   RUN(test_matmul);
   RUN(test_matmul_fast_vs_ref);
@@ -323,5 +370,6 @@ int main(void) {
   RUN(test_attention);
   RUN(test_attention_fast);
   RUN(test_conversions);
+  RUN(test_kv_quant);
   TEST_MAIN_END();
 }

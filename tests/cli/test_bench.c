@@ -40,7 +40,8 @@ static void test_json(void) {
   json_t *j = json_loads(out, 0, &je);
   CHECK_MSG(j != NULL, "not JSON: %s", out);
   if (j) {
-    CHECK_EQ_INT(json_object_size(j), 5);
+    CHECK_EQ_INT(json_object_size(j), 6);
+    CHECK_EQ_STR(json_string_value(json_object_get(j, "kv")), "f32");
     CHECK_EQ_STR(json_string_value(json_object_get(j, "device")), "cpu");
     CHECK(json_number_value(json_object_get(j, "pp_tps")) > 0);
     CHECK(json_number_value(json_object_get(j, "tg_tps")) > 0);
@@ -48,6 +49,25 @@ static void test_json(void) {
     CHECK_EQ_STR(json_string_value(json_object_get(j, "model")), MODEL);
     json_decref(j);
   }
+  free(out);
+}
+
+/* --kv-quant: the cache's format, named in the output, with -d too */
+static void test_depth_and_kv(void) {
+  char *out = NULL;
+  int rc = run("'" HEARTH_BINARY "' bench --model '" MODEL "' -p 0 -n 2 -d 20 --kv-quant 8 --repeat 1 2>/dev/null", &out);
+  CHECK_EQ_INT(rc, 0);
+  CHECK_MSG(out && strstr(out, "tg2") && strstr(out, "at a context of 20 tokens") && strstr(out, "kv       q8"), "%s", out ? out : "");
+  free(out);
+  out = NULL;
+  rc = run("'" HEARTH_BINARY "' bench --model '" MODEL "' -p 0 -n 2 -d 5 --kv-quant 4 --repeat 1 --json 2>/dev/null", &out);
+  CHECK_EQ_INT(rc, 0);
+  CHECK_MSG(out && strstr(out, "\"depth\":5") && strstr(out, "\"kv\":\"q4\""), "%s", out ? out : "");
+  free(out);
+  out = NULL;
+  rc = run("'" HEARTH_BINARY "' bench --model '" MODEL "' -p 0 -n 2 --kv-quant 5 2>&1", &out);
+  CHECK_EQ_INT(rc, 2);
+  CHECK_MSG(out && strstr(out, "--kv-quant must be 8, 4 or off"), "%s", out ? out : "");
   free(out);
 }
 
@@ -127,6 +147,7 @@ int main(void) {
   RUN(test_roofline);
   RUN(test_devices);
   RUN(test_text_and_parts);
+  RUN(test_depth_and_kv);
   RUN(test_usage_errors);
   TEST_MAIN_END();
 }

@@ -4,7 +4,8 @@
  * hearth_prompt read a length of 0 the same way, configs with absurd values
  * are refused with a message, and max_tokens = -1 stops where the KV cache
  * is full when the stated context is larger; speculative decoding's load
- * options and per-request override, and the draft model's vocabulary check. */
+ * options and per-request override, the draft model's vocabulary check;
+ * and a quantized KV cache holds more tokens in the same bytes. */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -416,6 +417,55 @@ static void test_adapters(void) {
   hearth_model_free(m); /* with rs.v1 still loaded: freed with the model */
 }
 
+/* --kv-quant through the public options: in the same pool bytes an 8-bit
+ * (4-bit) cache holds 128/36 (128/20) times the tokens within a block's
+ * rounding, /stats names the format, greedy generation runs, and a bad
+ * per-layer config is refused at load with its file named. */
+static void test_kv_quant(void) {
+  static const char *modes[] = {"off", "8", "4"};
+  int64_t blocks[3] = {0};
+  for (int i = 0; i < 3; i++) {
+    hearth_error err = {0};
+    hearth_model *m = NULL;
+    hearth_load_opts lo = {.kv_cache_bytes = 8 << 20, .max_batch = 1, .kv_quant = modes[i]};
+    int rc = hearth_model_load(DEFAULT_MODEL, &lo, &m, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc) return;
+    hearth_gen_params p;
+    hearth_gen_params_init(&p);
+    p.temperature = 0;
+    p.max_tokens = 8;
+    p.ignore_eos = true;
+    static const int32_t prompt[] = {1, 2, 3, 4, 5};
+    hearth_prompt hp = {.ids = prompt, .n_ids = 5};
+    ids_out out = {0};
+    hearth_gen_result res;
+    rc = hearth_generate(m, &hp, &p, collect_ids, &out, &res, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    CHECK_EQ_INT(out.n, 8);
+    hearth_stats st;
+    hearth_get_stats(m, &st);
+    blocks[i] = st.kv_blocks_total;
+    CHECK_MSG(!strcmp(st.kv_format, i == 0 ? "f32" : i == 1 ? "q8" : "q4"), "format '%s'", st.kv_format);
+    CHECK(st.kv_block_bytes > 0 && st.kv_blocks_total == (8 << 20) / st.kv_block_bytes);
+    hearth_model_free(m);
+  }
+  CHECK_MSG(blocks[1] >= blocks[0] * 128 / 36 - 1 && blocks[1] <= blocks[0] * 128 / 36 + 1, "%lld vs %lld blocks",
+            (long long)blocks[1], (long long)blocks[0]);
+  CHECK_MSG(blocks[2] >= blocks[0] * 128 / 20 - 1 && blocks[2] <= blocks[0] * 128 / 20 + 1, "%lld vs %lld blocks",
+            (long long)blocks[2], (long long)blocks[0]);
+  char path[700];
+  snprintf(path, sizeof path, "%s/kvq.json", tmpdir);
+  FILE *f = fopen(path, "w");
+  fputs("{\"layers\": {\"99\": \"8\"}}", f);
+  fclose(f);
+  hearth_error err = {0};
+  hearth_model *m = NULL;
+  hearth_load_opts lo = {.kv_quant = "8", .kv_quant_config = path};
+  CHECK(hearth_model_load(DEFAULT_MODEL, &lo, &m, &err) != 0 && strstr(err.msg, "kvq.json") && strstr(err.msg, "'99'"));
+  CHECK(m == NULL);
+}
+
 int main(void) {
   if (!mkdtemp(tmpdir)) {
     perror("mkdtemp");
@@ -428,6 +478,7 @@ int main(void) {
   RUN(test_unbounded_stops_at_cache);
   RUN(test_speculative);
   RUN(test_adapters);
+  RUN(test_kv_quant);
   char cmd[700];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -172,6 +172,9 @@ static void test_streams_with_disconnects(void) {
   CHECK_EQ_INT(stat_of(st, "requests", "waiting"), 0);
   CHECK_EQ_INT(stat_of(st, "kv_cache", "blocks_used"), 0);
   CHECK_EQ_INT(stat_of(st, "kv_cache", "blocks_free"), stat_of(st, "kv_cache", "blocks_total"));
+  CHECK_EQ_INT(stat_of(st, "kv_cache", "capacity_tokens"), stat_of(st, "kv_cache", "blocks_total") * stat_of(st, "kv_cache", "block_tokens"));
+  CHECK(stat_of(st, "kv_cache", "block_bytes") > 0);
+  CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(st, "kv_cache"), "format")), "f32");
   CHECK_EQ_INT(stat_of(st, "requests", "finished") + stat_of(st, "requests", "cancelled"), N);
   CHECK(stat_of(st, "tokens", "generated") > 0);
   json_decref(st);

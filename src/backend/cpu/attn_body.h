@@ -52,6 +52,29 @@ static inline __attribute__((always_inline)) void AN(vexp)(VF *px) {
 #define ATT_VN 16
 #define ATT_BK 64
 
+/* dst[0..n) = elements [i0, i0 + n) of a quantized row (op_kv_dequantize;
+ * whole blocks in a loop the compiler vectorizes). */
+static inline void AN(kv_deq)(bk_kv_fmt f, float *restrict dst, const void *row, int64_t i0, int64_t n) {
+  if (i0 % BK_KV_QBLOCK || n % BK_KV_QBLOCK) {
+    op_kv_dequantize(f, dst, row, i0, n);
+    return;
+  }
+  const size_t bb = bk_kv_row_bytes(f, BK_KV_QBLOCK);
+  const uint8_t *blk = (const uint8_t *)row + (size_t)(i0 / BK_KV_QBLOCK) * bb;
+  for (int64_t b = 0; b < n / BK_KV_QBLOCK; b++, blk += bb, dst += BK_KV_QBLOCK) {
+    float d;
+    memcpy(&d, blk, 4);
+    if (f == BK_KV_Q8) {
+      const int8_t *c = (const int8_t *)(blk + 4);
+      for (int i = 0; i < BK_KV_QBLOCK; i++) dst[i] = d * (float)c[i];
+    } else {
+      const uint8_t *c = blk + 4;
+      for (int i = 0; i < BK_KV_QBLOCK / 2; i++) dst[i] = d * (float)((c[i] & 15) - 8);
+      for (int i = 0; i < BK_KV_QBLOCK / 2; i++) dst[i + BK_KV_QBLOCK / 2] = d * (float)((c[i] >> 4) - 8);
+    }
+  }
+}
+
 static void AN(attn_block)(const attn_fast_job *j, int64_t kvh, int64_t blk) {
   const attn_params *p = j->p;
   const kv_view *kv = j->kv;
@@ -82,12 +105,24 @@ static void AN(attn_block)(const attn_fast_job *j, int64_t kvh, int64_t blk) {
   memcpy(&lov, lo_a, sizeof lov);
   VF m = (VF){0} - INFINITY, lsum = (VF){0};
   const VF ninf = (VF){0} - INFINITY;
+  const int64_t vstride = kv->v_row_stride ? kv->v_row_stride : kv->row_stride;
+  /* quantized rows: the tile's rows of this KV head, dequantized once for all 16 lanes */
+  float kt[kv->k_fmt ? ATT_BK * ATT_MAX_HD : 1] __attribute__((aligned(64)));
+  float vt[kv->v_fmt ? ATT_BK * ATT_MAX_HD : 1] __attribute__((aligned(64)));
+#define KROW(jj) (kv->k_fmt ? kt + (jj) * hd : kv_row_at(kv->k_blocks, kv, r0 + (jj)) + kvh * hd)
+#define VROW(jj) (kv->v_fmt ? vt + (jj) * hd : kv->v_blocks[(r0 + (jj)) / kv->block_rows] + ((r0 + (jj)) % kv->block_rows) * vstride + kvh * hd)
   for (int64_t r0 = lo_min; r0 < hi_max; r0 += ATT_BK) {
     int nk = hi_max - r0 < ATT_BK ? (int)(hi_max - r0) : ATT_BK;
     int jj = 0;
+    if (kv->k_fmt)
+      for (jj = 0; jj < nk; jj++) AN(kv_deq)(kv->k_fmt, kt + jj * hd, kv_row_at(kv->k_blocks, kv, r0 + jj), kvh * hd, hd);
+    if (kv->v_fmt)
+      for (jj = 0; jj < nk; jj++)
+        AN(kv_deq)(kv->v_fmt, vt + jj * hd, kv->v_blocks[(r0 + jj) / kv->block_rows] + ((r0 + jj) % kv->block_rows) * vstride,
+                   kvh * hd, hd);
+    jj = 0;
     for (; jj + 4 <= nk; jj += 4) {
-      const float *k0 = kv_row_at(kv->k_blocks, kv, r0 + jj) + kvh * hd, *k1 = kv_row_at(kv->k_blocks, kv, r0 + jj + 1) + kvh * hd;
-      const float *k2 = kv_row_at(kv->k_blocks, kv, r0 + jj + 2) + kvh * hd, *k3 = kv_row_at(kv->k_blocks, kv, r0 + jj + 3) + kvh * hd;
+      const float *k0 = KROW(jj), *k1 = KROW(jj + 1), *k2 = KROW(jj + 2), *k3 = KROW(jj + 3);
       VF a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
       for (int64_t d = 0; d < hd; d++) {
         VF qd = qt[d];
@@ -99,7 +134,7 @@ static void AN(attn_block)(const attn_fast_job *j, int64_t kvh, int64_t blk) {
       s[jj] = a0, s[jj + 1] = a1, s[jj + 2] = a2, s[jj + 3] = a3;
     }
     for (; jj < nk; jj++) {
-      const float *k0 = kv_row_at(kv->k_blocks, kv, r0 + jj) + kvh * hd;
+      const float *k0 = KROW(jj);
       VF a0 = {0};
       for (int64_t d = 0; d < hd; d++) a0 += qt[d] * k0[d];
       s[jj] = a0;
@@ -133,7 +168,7 @@ static void AN(attn_block)(const attn_fast_job *j, int64_t kvh, int64_t blk) {
       VF c0 = o[d0] * alpha, c1 = o[d0 + 1] * alpha, c2 = o[d0 + 2] * alpha, c3 = o[d0 + 3] * alpha;
       VF c4 = o[d0 + 4] * alpha, c5 = o[d0 + 5] * alpha, c6 = o[d0 + 6] * alpha, c7 = o[d0 + 7] * alpha;
       for (jj = 0; jj < nk; jj++) {
-        const float *vr = kv_row_at(kv->v_blocks, kv, r0 + jj) + kvh * hd + d0;
+        const float *vr = VROW(jj) + d0;
         VF pj = s[jj];
         c0 += pj * vr[0], c1 += pj * vr[1], c2 += pj * vr[2], c3 += pj * vr[3];
         c4 += pj * vr[4], c5 += pj * vr[5], c6 += pj * vr[6], c7 += pj * vr[7];
@@ -142,6 +177,8 @@ static void AN(attn_block)(const attn_fast_job *j, int64_t kvh, int64_t blk) {
       o[d0 + 4] = c4, o[d0 + 5] = c5, o[d0 + 6] = c6, o[d0 + 7] = c7;
     }
   }
+#undef KROW
+#undef VROW
   VI empty = lsum == (VF){0};
   VF one = (VF){0} + 1.0f, zero = {0}, safe = ATT_VSEL(empty, one, lsum), inv = one / safe;
   inv = ATT_VSEL(empty, zero, inv);

@@ -197,11 +197,12 @@ static void cpu_moe(bk_backend *be, const bk_tensor *y, const bk_tensor *x, cons
 }
 
 static void cpu_kv_write(bk_backend *be, const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor *v_new, const bk_tensor *slot) {
-  int64_t d = k_new->cols;
+  int64_t d = k_new->cols, kw = kv->k->cols, vw = kv->v->cols;
   for (int64_t t = 0; t < k_new->rows; t++) {
     int64_t s = I(slot)[t];
-    memcpy(F(kv->k) + s * d, F(k_new) + t * d, (size_t)d * sizeof(float));
-    memcpy(F(kv->v) + s * d, F(v_new) + t * d, (size_t)d * sizeof(float));
+    if (s < 0 || s >= kv->k->rows) continue;
+    op_kv_quantize_row(kv->k_fmt, F(kv->k) + s * kw, F(k_new) + t * d, d);
+    op_kv_quantize_row(kv->v_fmt, F(kv->v) + s * vw, F(v_new) + t * d, d);
   }
 }
 
@@ -210,7 +211,7 @@ static void cpu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor 
                           const attn_params *p) {
   cpu_backend *c = cpu(be);
   const int32_t *row = I(ix->row), *tab = I(ix->tab), *tables = I(ix->tables);
-  int64_t T = q->rows, d = kv->k->cols, B = kv->block_rows, width = p->n_heads * p->head_dim;
+  int64_t T = q->rows, kw = kv->k->cols, vw = kv->v->cols, B = kv->block_rows, width = p->n_heads * p->head_dim;
   if (!HGROW(c->i64, c->i64_cap, (size_t)T)) goto oom;
   for (int64_t t = 0; t < T; t++) c->i64[t] = row[t];
   for (int64_t t0 = 0; t0 < T;) {
@@ -222,11 +223,12 @@ static void cpu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor 
     int64_t nb = (hi + B - 1) / B;
     if (!HGROW(c->ptrs, c->ptrs_cap, (size_t)(2 * nb))) goto oom;
     for (int64_t i = 0; i < nb; i++) {
-      int64_t off = (int64_t)tables[tab[t0] + i] * B * d;
-      c->ptrs[i] = F(kv->k) + off;
-      c->ptrs[nb + i] = F(kv->v) + off;
+      int64_t blk = (int64_t)tables[tab[t0] + i] * B;
+      c->ptrs[i] = F(kv->k) + blk * kw;
+      c->ptrs[nb + i] = F(kv->v) + blk * vw;
     }
-    kv_view view = {.k_blocks = c->ptrs, .v_blocks = c->ptrs + nb, .block_rows = B, .row_stride = d, .lo = 0, .hi = hi};
+    kv_view view = {.k_blocks = c->ptrs, .v_blocks = c->ptrs + nb, .block_rows = B, .row_stride = kw, .lo = 0, .hi = hi,
+                    .k_fmt = kv->k_fmt, .v_fmt = kv->v_fmt, .v_row_stride = vw};
     op_attention(c->pool, F(out) + t0 * width, F(q) + t0 * width, t1 - t0, c->i64 + t0, &view, p);
     t0 = t1;
   }

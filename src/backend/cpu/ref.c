@@ -207,6 +207,54 @@ double op_l2_normalize(float *x, int64_t n) {
   return norm;
 }
 
+/* ---- quantized KV rows ---- */
+
+const char *bk_kv_fmt_name(bk_kv_fmt f) { return f == BK_KV_F32 ? "f32" : f == BK_KV_Q8 ? "q8" : f == BK_KV_Q4 ? "q4" : "?"; }
+
+void op_kv_quantize_row(bk_kv_fmt f, void *dst, const float *src, int64_t dim) {
+  if (f == BK_KV_F32) {
+    memcpy(dst, src, (size_t)dim * sizeof(float));
+    return;
+  }
+  const int qmax = f == BK_KV_Q8 ? 127 : 7;
+  const size_t bb = bk_kv_row_bytes(f, BK_KV_QBLOCK);
+  uint8_t *out = dst;
+  for (int64_t b0 = 0; b0 < dim; b0 += BK_KV_QBLOCK, out += bb) {
+    int64_t n = dim - b0 < BK_KV_QBLOCK ? dim - b0 : BK_KV_QBLOCK;
+    float amax = 0;
+    for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(src[b0 + i]));
+    float d = amax / (float)qmax, id = d > 0 ? 1.0f / d : 0.0f;
+    memcpy(out, &d, 4);
+    int8_t codes[BK_KV_QBLOCK] = {0};
+    for (int64_t i = 0; i < n; i++) {
+      float c = rintf(src[b0 + i] * id);
+      codes[i] = (int8_t)(c > qmax ? qmax : c < -qmax ? -qmax : c);
+    }
+    if (f == BK_KV_Q8) {
+      memcpy(out + 4, codes, BK_KV_QBLOCK);
+    } else {
+      for (int j = 0; j < BK_KV_QBLOCK / 2; j++)
+        out[4 + j] = (uint8_t)((codes[j] + 8) | ((codes[j + BK_KV_QBLOCK / 2] + 8) << 4));
+    }
+  }
+}
+
+void op_kv_dequantize(bk_kv_fmt f, float *dst, const void *row, int64_t i0, int64_t n) {
+  if (f == BK_KV_F32) {
+    memcpy(dst, (const float *)row + i0, (size_t)n * sizeof(float));
+    return;
+  }
+  const size_t bb = bk_kv_row_bytes(f, BK_KV_QBLOCK);
+  for (int64_t k = 0; k < n; k++) {
+    int64_t i = i0 + k, r = i % BK_KV_QBLOCK;
+    const uint8_t *blk = (const uint8_t *)row + (size_t)(i / BK_KV_QBLOCK) * bb;
+    float d;
+    memcpy(&d, blk, 4);
+    int code = f == BK_KV_Q8 ? (int)(int8_t)blk[4 + r] : (int)((blk[4 + r % 16] >> (4 * (r / 16))) & 15) - 8;
+    dst[k] = d * (float)code;
+  }
+}
+
 /* ---- attention ---- */
 
 typedef struct attn_job {
@@ -215,31 +263,43 @@ typedef struct attn_job {
   const int64_t *q_row;
   const kv_view *kv;
   const attn_params *p;
-  float *scratch; /* one row of scores per task: [n * n_heads][kv->hi] */
-  int64_t span;
+  float *scratch; /* per task: a row of scores [kv->hi] and a dequantized K / V row [head_dim] */
+  int64_t span;   /* floats of scratch a task uses */
+  int64_t stride; /* floats from one task's scratch to the next's (0: one shared row) */
 } attn_job;
 
-static inline const float *kv_row(const float *const *blocks, const kv_view *kv, int64_t r) {
-  return blocks[r / kv->block_rows] + (r % kv->block_rows) * kv->row_stride;
+static inline const float *kv_row(const float *const *blocks, const kv_view *kv, int64_t stride, int64_t r) {
+  return blocks[r / kv->block_rows] + (r % kv->block_rows) * stride;
+}
+
+/* Head kvh's head_dim elements of stored row r, as floats (in buf when they must be dequantized). */
+static const float *kv_head(const float *const *blocks, const kv_view *kv, bk_kv_fmt f, int64_t stride, int64_t r,
+                            int64_t kvh, int64_t hd, float *buf) {
+  const float *row = kv_row(blocks, kv, stride, r);
+  if (f == BK_KV_F32) return row + kvh * hd;
+  op_kv_dequantize(f, buf, row, kvh * hd, hd);
+  return buf;
 }
 
 static void attn_task(void *ctx, int task, int tid) {
   (void)tid;
   const attn_job *j = ctx;
   const attn_params *p = j->p;
+  const kv_view *kv = j->kv;
   int64_t i = task / p->n_heads, h = task % p->n_heads;
   int64_t group = p->n_heads / p->n_kv_heads, kvh = h / group, hd = p->head_dim;
+  int64_t vstride = kv->v_row_stride ? kv->v_row_stride : kv->row_stride;
   const float *qv = j->q + (i * p->n_heads + h) * hd;
   float *o = j->out + (i * p->n_heads + h) * hd;
   int64_t hi = j->q_row[i] + 1;
-  if (hi > j->kv->hi) hi = j->kv->hi;
-  int64_t lo = j->kv->lo;
+  if (hi > kv->hi) hi = kv->hi;
+  int64_t lo = kv->lo;
   if (p->window > 0 && j->q_row[i] - p->window + 1 > lo) lo = j->q_row[i] - p->window + 1;
   memset(o, 0, (size_t)hd * sizeof *o);
   if (hi <= lo) return;
-  float *s = j->scratch + (int64_t)task * j->span;
+  float *s = j->scratch + (int64_t)task * j->stride, *buf = s + (j->span - hd);
   for (int64_t r = lo; r < hi; r++) {
-    const float *k = kv_row(j->kv->k_blocks, j->kv, r) + kvh * hd;
+    const float *k = kv_head(kv->k_blocks, kv, kv->k_fmt, kv->row_stride, r, kvh, hd, buf);
     float dot = 0;
     for (int64_t d = 0; d < hd; d++) dot += qv[d] * k[d];
     dot *= p->scale;
@@ -248,7 +308,7 @@ static void attn_task(void *ctx, int task, int tid) {
   }
   op_softmax(s, 1, hi - lo);
   for (int64_t r = lo; r < hi; r++) {
-    const float *v = kv_row(j->kv->v_blocks, j->kv, r) + kvh * hd;
+    const float *v = kv_head(kv->v_blocks, kv, kv->v_fmt, vstride, r, kvh, hd, buf);
     float w = s[r - lo];
     for (int64_t d = 0; d < hd; d++) o[d] += w * v[d];
   }
@@ -259,16 +319,17 @@ void op_attention_ref(hpool *pool, float *out, const float *q, int64_t n, const 
   if (n <= 0) return;
   int64_t span = kv->hi - kv->lo;
   if (span < 1) span = 1;
+  span += p->head_dim;
   float *scratch = malloc((size_t)(n * p->n_heads * span) * sizeof(float));
   if (!scratch) {
     /* no room for parallel scratch: run one task at a time in a single row */
     float *one = malloc((size_t)span * sizeof(float));
-    attn_job j = {out, q, q_row, kv, p, one, 0};
+    attn_job j = {out, q, q_row, kv, p, one, span, 0};
     for (int64_t t = 0; one && t < n * p->n_heads; t++) attn_task(&j, (int)t, 0);
     free(one);
     return;
   }
-  attn_job j = {out, q, q_row, kv, p, scratch, span};
+  attn_job j = {out, q, q_row, kv, p, scratch, span, span};
   hpool_for(pool, (int)(n * p->n_heads), attn_task, &j);
   free(scratch);
 }

@@ -14,10 +14,14 @@
  *     one segment; for each segment, K / V tiles of 32 rows are loaded into
  *     shared memory once and used by all the segment's queries, each query
  *     masking the rows outside its causal / window range.
- * Row j of a query's sequence lives in slot tables[tab + j / B] * B + j % B. */
+ * Row j of a query's sequence lives in slot tables[tab + j / B] * B + j % B.
+ * Quantized arenas (8 / 4-bit blocks, kv_quant.cuh) are dequantized as they
+ * are read: in the decode kernel per key (whole blocks of 32 when a head
+ * starts and ends on block boundaries) and per value element, in the flash
+ * kernel as its K / V tiles are loaded into shared memory. */
 #include <limits.h>
 
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kv_quant.cuh"
 
 #define AT_MAX_HD 256
 #define AT_DI (AT_MAX_HD / 32) /* head dims per lane */
@@ -32,7 +36,9 @@ struct at_args {
   const float *q, *K, *V;
   const int32_t *row, *tab, *tables;
   int T, H, KVH, hd, B, window;
-  int64_t kv_dim;
+  int64_t kstride, vstride; /* 4-byte words from one slot's K (V) row to the next */
+  int kfmt, vfmt;           /* bk_kv_fmt of the arenas */
+  int blk32;                /* quantized: each head's slice is whole blocks of 32 */
   float scale, softcap;
   int all;   /* decode kernel: every query (else only the ones alone in their sequence) */
   int vec4;  /* K rows and head offsets 16-byte aligned */
@@ -89,7 +95,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4) attn_decode_kernel(at_args 
   /* this block's share of [lo, hi): whole chunks of 32 rows */
   const int per = ((max(hi - lo, 0) + a.nsplit - 1) / a.nsplit + 31) & ~31;
   const int b0 = lo + sp * per, b1 = min(hi, b0 + per);
-  const float *Kb = a.K + (int64_t)kvh * hd, *Vb = a.V + (int64_t)kvh * hd;
+  const int64_t hoff = (int64_t)kvh * hd; /* the head's first element in a row */
   float m = -INFINITY, l = 0.0f, acc[AT_DI];
 #pragma unroll
   for (int i = 0; i < AT_DI; i++) acc[i] = 0.0f;
@@ -100,9 +106,35 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4) attn_decode_kernel(at_args 
     float s = -INFINITY;
     if (valid) {
       sl = at_slot(a, tv, j);
-      const float *kp = Kb + sl * a.kv_dim;
+      const float *kp = a.K + sl * a.kstride + (a.kfmt == BK_KV_F32 ? hoff : 0);
       float dot = 0.0f;
-      if (a.vec4) {
+      if (a.kfmt != BK_KV_F32 && a.blk32) {
+        const int bb = kvq_block_bytes(a.kfmt);
+        const unsigned char *blk = (const unsigned char *)kp + (hoff >> 5) * bb;
+        for (int b0 = 0; b0 < hd; b0 += 32, blk += bb) {
+          const float sc = *(const float *)blk;
+          if (a.kfmt == BK_KV_Q8) {
+#pragma unroll
+            for (int w = 0; w < 8; w++) {
+              const int v = *(const int *)(blk + 4 + 4 * w);
+#pragma unroll
+              for (int k = 0; k < 4; k++) dot = fmaf(qs[b0 + 4 * w + k], __fmul_rn(sc, (float)(signed char)(v >> (8 * k))), dot);
+            }
+          } else {
+#pragma unroll
+            for (int w = 0; w < 4; w++) { /* byte 4w + k: elements 4w + k (low nibble) and 4w + k + 16 (high) */
+              const unsigned v = *(const unsigned *)(blk + 4 + 4 * w);
+#pragma unroll
+              for (int k = 0; k < 4; k++) {
+                dot = fmaf(qs[b0 + 4 * w + k], __fmul_rn(sc, (float)((int)((v >> (8 * k)) & 15u) - 8)), dot);
+                dot = fmaf(qs[b0 + 16 + 4 * w + k], __fmul_rn(sc, (float)((int)((v >> (8 * k + 4)) & 15u) - 8)), dot);
+              }
+            }
+          }
+        }
+      } else if (a.kfmt != BK_KV_F32) {
+        for (int d = 0; d < hd; d++) dot = fmaf(qs[d], kvq_elem(kp, a.kfmt, hoff + d), dot);
+      } else if (a.vec4) {
 #pragma unroll 8
         for (int d = 0; d < hd; d += 4) {
           float4 k4 = *(const float4 *)(kp + d), q4 = *(const float4 *)(qs + d);
@@ -129,10 +161,16 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4) attn_decode_kernel(at_args 
     for (int jj = 0; jj < nv; jj++) {
       const float pj = __shfl_sync(0xffffffffu, p, jj);
       const int64_t sj = __shfl_sync(0xffffffffu, sl, jj);
-      const float *vp = Vb + sj * a.kv_dim;
+      const float *vp = a.V + sj * a.vstride;
+      if (a.vfmt == BK_KV_F32) {
 #pragma unroll
-      for (int i = 0; i < AT_DI; i++)
-        if (lane + 32 * i < hd) acc[i] = fmaf(pj, vp[lane + 32 * i], acc[i]);
+        for (int i = 0; i < AT_DI; i++)
+          if (lane + 32 * i < hd) acc[i] = fmaf(pj, vp[hoff + lane + 32 * i], acc[i]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < AT_DI; i++)
+          if (lane + 32 * i < hd) acc[i] = fmaf(pj, kvq_elem(vp, a.vfmt, hoff + lane + 32 * i), acc[i]);
+      }
     }
   }
   if (lane == 0) wm[warp] = m, wl[warp] = l;
@@ -196,7 +234,7 @@ __global__ void __launch_bounds__(FL_WARPS * 32) attn_flash_kernel(at_args a) {
   const int t0 = blockIdx.x * FL_BQ, t1 = min(a.T, t0 + FL_BQ), h = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kvh = h / (a.H / a.KVH);
-  const float *Kb = a.K + (int64_t)kvh * hd, *Vb = a.V + (int64_t)kvh * hd;
+  const int64_t hoff = (int64_t)kvh * hd;
   for (int s = t0; s < t1;) {
     const int tv = a.tab[s], s0 = s;
     int e = s + 1;
@@ -237,9 +275,8 @@ __global__ void __launch_bounds__(FL_WARPS * 32) attn_flash_kernel(at_args a) {
         const int jj = idx / hd, d = idx % hd;
         float kv = 0.0f, vv = 0.0f;
         if (jj < nk) {
-          const int64_t off = Ss[jj] * a.kv_dim + d;
-          kv = Kb[off];
-          vv = Vb[off];
+          kv = kvq_elem(a.K + Ss[jj] * a.kstride, a.kfmt, hoff + d);
+          vv = kvq_elem(a.V + Ss[jj] * a.vstride, a.vfmt, hoff + d);
         }
         Ks[jj * hdp + d] = kv;
         Vs[jj * hd + d] = vv;
@@ -309,7 +346,9 @@ void cu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, cons
   if (b->err.code) return;
   const int64_t T = q->rows, H = p->n_heads, KVH = p->n_kv_heads, hd = p->head_dim;
   if (H <= 0 || KVH <= 0 || H % KVH || hd <= 0 || hd > AT_MAX_HD || q->cols != H * hd || out->rows != T ||
-      out->cols != q->cols || kv->k->cols != KVH * hd || kv->v->cols != KVH * hd || kv->block_rows <= 0 ||
+      out->cols != q->cols || (unsigned)kv->k_fmt > BK_KV_Q4 || (unsigned)kv->v_fmt > BK_KV_Q4 ||
+      kv->k->cols * 4 != (int64_t)bk_kv_row_bytes(kv->k_fmt, KVH * hd) ||
+      kv->v->cols * 4 != (int64_t)bk_kv_row_bytes(kv->v_fmt, KVH * hd) || kv->block_rows <= 0 ||
       bk_nelem(ix->row) < T || bk_nelem(ix->tab) < T) {
     cu_fail(b, hd > AT_MAX_HD ? HEARTH_EUNSUPPORTED : HEARTH_EINTERNAL,
             "cuda attention: q [%lld, %lld], out [%lld, %lld], %lld heads / %lld kv heads of %lld (at most %d), "
@@ -338,11 +377,15 @@ void cu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, cons
   a.hd = (int)hd;
   a.B = (int)kv->block_rows;
   a.window = p->window > 0 ? (p->window > INT32_MAX ? INT32_MAX : (int)p->window) : 0;
-  a.kv_dim = kv->k->cols;
+  a.kstride = kv->k->cols;
+  a.vstride = kv->v->cols;
+  a.kfmt = (int)kv->k_fmt;
+  a.vfmt = (int)kv->v_fmt;
+  a.blk32 = hd % 32 == 0;
   a.scale = p->scale;
   a.softcap = p->softcap;
   a.all = T == 1;
-  a.vec4 = hd % 4 == 0 && a.kv_dim % 4 == 0 && (uintptr_t)a.K % 16 == 0;
+  a.vec4 = a.kfmt == BK_KV_F32 && hd % 4 == 0 && a.kstride % 4 == 0 && (uintptr_t)a.K % 16 == 0;
   /* small decode batches: split each query's keys over several blocks to fill the GPU */
   a.nsplit = 1;
   a.part = NULL;

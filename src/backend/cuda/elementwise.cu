@@ -3,7 +3,7 @@
  * get_rows and kv_write. Formulas and rounding follow cpu/ref.c: the
  * rmsnorm sum is taken in double, rope angles in double, and products that
  * ref.c rounds separately are not fused. */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kv_quant.cuh"
 
 static unsigned grid_for(int64_t n, int threads) {
   int64_t g = (n + threads - 1) / threads;
@@ -207,20 +207,68 @@ __global__ void kv_write_kernel(float *__restrict__ K, float *__restrict__ V, in
   }
 }
 
+/* Quantized rows: one warp per (token, block of 32 elements), a lane per
+ * element; the warp's max gives the block's scale, lane 0 stores it. */
+__global__ void kv_quant_write_kernel(unsigned char *__restrict__ arena, int64_t row_bytes, int64_t n_slots, int fmt,
+                                      const float *__restrict__ src, const int32_t *__restrict__ slot, int64_t T,
+                                      int64_t dim) {
+  const int64_t nb = (dim + 31) / 32, warps = T * nb;
+  const int lane = threadIdx.x & 31;
+  for (int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; w < warps;
+       w += ((int64_t)gridDim.x * blockDim.x) >> 5) {
+    const int64_t t = w / nb, b = w % nb, i = b * 32 + lane;
+    const int32_t s = slot[t];
+    if (s < 0 || s >= n_slots) continue; /* the same for the whole warp */
+    const float x = i < dim ? src[t * dim + i] : 0.0f;
+    float amax = fabsf(x);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float qmax = fmt == BK_KV_Q8 ? 127.0f : 7.0f;
+    const float d = __fdiv_rn(amax, qmax), id = d > 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    float c = rintf(__fmul_rn(x, id));
+    c = fminf(fmaxf(c, -qmax), qmax);
+    const int code = i < dim ? (int)c : 0;
+    unsigned char *blk = arena + (int64_t)s * row_bytes + b * kvq_block_bytes(fmt);
+    if (lane == 0) *(float *)blk = d;
+    if (fmt == BK_KV_Q8) {
+      blk[4 + lane] = (unsigned char)(signed char)code;
+    } else {
+      const int hi = __shfl_down_sync(0xffffffffu, code, 16); /* element lane + 16 */
+      if (lane < 16) blk[4 + lane] = (unsigned char)((code + 8) | ((hi + 8) << 4));
+    }
+  }
+}
+
 void cu_kv_write(bk_backend *be, const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor *v_new, const bk_tensor *slot) {
   cu_backend *b = cu_be(be);
   if (b->err.code) return;
   const int64_t T = k_new->rows, dim = k_new->cols;
-  if (!same_shape(k_new, v_new) || kv->k->cols != dim || kv->v->cols != dim || kv->k->rows != kv->v->rows ||
-      bk_nelem(slot) < T) {
-    cu_fail(b, HEARTH_EINTERNAL, "cuda kv_write: k_new [%lld, %lld], v_new [%lld, %lld] into arenas of %lld / %lld columns",
+  const int64_t kw = (int64_t)bk_kv_row_bytes(kv->k_fmt, dim) / 4, vw = (int64_t)bk_kv_row_bytes(kv->v_fmt, dim) / 4;
+  if (!same_shape(k_new, v_new) || kv->k->cols != kw || kv->v->cols != vw || kv->k->rows != kv->v->rows ||
+      bk_nelem(slot) < T || (unsigned)kv->k_fmt > BK_KV_Q4 || (unsigned)kv->v_fmt > BK_KV_Q4) {
+    cu_fail(b, HEARTH_EINTERNAL, "cuda kv_write: k_new [%lld, %lld], v_new [%lld, %lld] into arenas of %lld / %lld columns (formats %d / %d)",
             (long long)k_new->rows, (long long)k_new->cols, (long long)v_new->rows, (long long)v_new->cols,
-            (long long)kv->k->cols, (long long)kv->v->cols);
+            (long long)kv->k->cols, (long long)kv->v->cols, (int)kv->k_fmt, (int)kv->v_fmt);
     return;
   }
   if (T <= 0 || dim <= 0) return;
   cudaSetDevice(b->device);
-  kv_write_kernel<<<grid_for(T * dim, 256), 256, 0, b->stream>>>(cu_fw(kv->k), cu_fw(kv->v), kv->k->rows, cu_f(k_new),
-                                                                 cu_f(v_new), cu_i(slot), T, dim);
-  cu_check(b, "kv_write");
+  if (kv->k_fmt == BK_KV_F32 && kv->v_fmt == BK_KV_F32) {
+    kv_write_kernel<<<grid_for(T * dim, 256), 256, 0, b->stream>>>(cu_fw(kv->k), cu_fw(kv->v), kv->k->rows, cu_f(k_new),
+                                                                   cu_f(v_new), cu_i(slot), T, dim);
+    cu_check(b, "kv_write");
+    return;
+  }
+  const bk_tensor *arena[2] = {kv->k, kv->v}, *src[2] = {k_new, v_new};
+  const bk_kv_fmt fmt[2] = {kv->k_fmt, kv->v_fmt};
+  for (int h = 0; h < 2; h++) {
+    const int64_t words = arena[h]->cols;
+    if (fmt[h] == BK_KV_F32) /* the f32 kernel writes both arenas: run it on this one twice */
+      kv_write_kernel<<<grid_for(T * dim, 256), 256, 0, b->stream>>>(cu_fw(arena[h]), cu_fw(arena[h]), arena[h]->rows,
+                                                                     cu_f(src[h]), cu_f(src[h]), cu_i(slot), T, dim);
+    else
+      kv_quant_write_kernel<<<grid_for(T * ((dim + 31) / 32) * 32, 256), 256, 0, b->stream>>>(
+          (unsigned char *)cu_fw(arena[h]), words * 4, arena[h]->rows, (int)fmt[h], cu_f(src[h]), cu_i(slot), T, dim);
+    if (cu_check(b, "kv_write")) return;
+  }
 }
