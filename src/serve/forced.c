@@ -22,6 +22,16 @@ static void gbnf_text(hbuf *b, const char *s) {
   }
 }
 
+/* The end of every maker below: the grammar g to out when it covers some tool
+ * and nothing ran out of memory; g and alts freed. */
+static bool grammar_out(int n_tools, hbuf *g, hbuf *alts, hbuf *out) {
+  bool ok = n_tools > 0 && !g->oom && !alts->oom;
+  if (ok) hbuf_append(out, hbuf_str(g), g->len);
+  hbuf_free(g);
+  hbuf_free(alts);
+  return ok;
+}
+
 /* hermes / llama3: "NAME\", \"arguments\": " ARGS "}" [close]. */
 static bool forced_json(tc_format f, const json_t *tools, const char *name, hbuf *out) {
   hbuf g = {0}, alts = {0};
@@ -59,11 +69,7 @@ static bool forced_json(tc_format f, const json_t *tools, const char *name, hbuf
   }
   const char *close = f == TC_HERMES ? " \"\\n</tool_call>\"" : f == TC_MISTRAL ? " \"]\"" : "";
   if (n) hbuf_printf(&g, "root ::= ( %s ) \"}\"%s\n", hbuf_str(&alts), close);
-  bool ok = n > 0 && !g.oom && !alts.oom;
-  if (ok) hbuf_append(out, hbuf_str(&g), g.len);
-  hbuf_free(&g);
-  hbuf_free(&alts);
-  return ok;
+  return grammar_out(n, &g, &alts, out);
 }
 
 /* qwen3_coder / glm: the name, then parameters named from the schema's properties. */
@@ -110,11 +116,7 @@ static bool forced_xml(tc_format f, const json_t *tools, const char *name, hbuf 
     /* a value: text that does not start a closing tag */
     hbuf_puts(&g, "value ::= ( [^<] | \"<\" [^/] )*\n");
   }
-  bool ok = n > 0 && !g.oom && !alts.oom;
-  if (ok) hbuf_append(out, hbuf_str(&g), g.len);
-  hbuf_free(&g);
-  hbuf_free(&alts);
-  return ok;
+  return grammar_out(n, &g, &alts, out);
 }
 
 /* Each listed tool (or the named one) whose schema compiles: its JSON name
@@ -182,11 +184,7 @@ static bool forced_deepseek(const json_t *tools, const char *name, hbuf *out) {
     hbuf_printf(&g, "call ::= ( %s ) " DS_CALL_END "\n", hbuf_str(&alts));
     hbuf_puts(&g, name ? "root ::= call " DS_CALLS_END "\n" : "root ::= call ( " DS_CALL_BEGIN " call )* " DS_CALLS_END "\n");
   }
-  bool ok = c.n > 0 && !g.oom && !alts.oom;
-  if (ok) hbuf_append(out, hbuf_str(&g), g.len);
-  hbuf_free(&g);
-  hbuf_free(&alts);
-  return ok;
+  return grammar_out(c.n, &g, &alts, out);
 }
 
 /* harmony: after `<|channel|>commentary to=functions.`, the name (unless named,
@@ -201,11 +199,7 @@ static bool forced_harmony(const json_t *tools, const char *name, hbuf *out) {
     hbuf_puts(&g, "head ::= ( \" \" <|constrain|> \"json\" )? <|message|>\n");
     hbuf_printf(&g, "root ::= %s\n", hbuf_str(&alts));
   }
-  bool ok = c.n > 0 && !g.oom && !alts.oom;
-  if (ok) hbuf_append(out, hbuf_str(&g), g.len);
-  hbuf_free(&g);
-  hbuf_free(&alts);
-  return ok;
+  return grammar_out(c.n, &g, &alts, out);
 }
 
 /* gemma4: after `<|tool_call>call:` (and NAME{ when named), the name and `{`,
@@ -251,11 +245,7 @@ static bool forced_gemma4(const json_t *tools, const char *name, hbuf *out) {
                   "obj ::= \"{\" ( okey \":\" value ( \",\" okey \":\" value )* )? \"}\"\n"
                   "arr ::= \"[\" ( value ( \",\" value )* )? \"]\"\n");
   }
-  bool ok = n > 0 && !g.oom && !alts.oom;
-  if (ok) hbuf_append(out, hbuf_str(&g), g.len);
-  hbuf_free(&g);
-  hbuf_free(&alts);
-  return ok;
+  return grammar_out(n, &g, &alts, out);
 }
 
 bool serve_forced_grammar(tc_format f, const json_t *tools, const char *name, hbuf *out) {
