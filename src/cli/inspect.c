@@ -35,6 +35,7 @@ typedef struct model_facts {
   uint64_t parameters;
   uint64_t expert_parameters;    /* of them, in mixture-of-experts experts */
   uint64_t expert_bytes;         /* their stored bytes (what --expert-budget divides) */
+  int64_t expert_budget;         /* --expert-budget given here (0: none) */
   int64_t n_experts, experts_per_token; /* -1: not a mixture of experts */
   int64_t n_layers;              /* num_hidden_layers (-1: unknown) */
   uint64_t nextn_parameters;     /* of layers past num_hidden_layers (GLM-5's multi-token prediction), not in parameters */
@@ -53,7 +54,7 @@ typedef struct model_facts {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: hearth inspect [PATH | --model PATH] [--json]\n\n"
+          "usage: hearth inspect [PATH | --model PATH] [--expert-budget BYTES] [--json]\n\n"
           "Describes a model without loading it: PATH is a model folder (config.json +\n"
           "safetensors, single or sharded), a .safetensors file, or a .gguf file\n"
           "(default: the built-in model).\n\n"
@@ -65,9 +66,12 @@ static void usage(FILE *f) {
           "not use), tensor count, shards, bytes per dtype, context length,\n"
           "vocabulary size, quantization and whether a chat template is present.\n\n"
           "options:\n"
+          "  --expert-budget BYTES  a mixture of experts: the expert bytes that stay\n"
+          "              resident under that budget (loading would keep at most this\n"
+          "              many; the server's /stats reports the bytes resident now)\n"
           "  --json      print one JSON object with the keys model_type, parameters,\n"
-          "              active_parameters and expert_bytes (null unless a mixture of\n"
-          "              experts), nextn_parameters,\n"
+          "              active_parameters, expert_bytes and expert_resident_bytes (null\n"
+          "              unless a mixture of experts), nextn_parameters,\n"
           "              tensors, shards, bytes_by_dtype, context_length, vocab_size,\n"
           "              quantization (null or {bits, group_size, method}), chat_template\n"
           "  -h, --help  this text\n\n"
@@ -376,6 +380,9 @@ static json_t *facts_json(const model_facts *m) {
   int64_t active = active_parameters(m);
   json_object_set_new(o, "active_parameters", active >= 0 ? json_integer((json_int_t)active) : json_null());
   json_object_set_new(o, "expert_bytes", active >= 0 ? json_integer((json_int_t)m->expert_bytes) : json_null());
+  uint64_t resident = m->expert_budget > 0 && (uint64_t)m->expert_budget < m->expert_bytes ? (uint64_t)m->expert_budget
+                                                                                            : m->expert_bytes;
+  json_object_set_new(o, "expert_resident_bytes", active >= 0 ? json_integer((json_int_t)resident) : json_null());
   json_object_set_new(o, "nextn_parameters", json_integer((json_int_t)m->nextn_parameters));
   json_object_set_new(o, "tensors", json_integer((json_int_t)m->tensors));
   json_object_set_new(o, "shards", json_integer(m->shards));
@@ -412,6 +419,11 @@ static void print_facts(const char *path, const model_facts *m) {
            (long long)m->experts_per_token, (long long)m->n_experts);
     print_size(human, sizeof human, (double)m->expert_bytes, bytes);
     printf("  expert bytes    %llu (%s): what --expert-budget limits\n", (unsigned long long)m->expert_bytes, human);
+    uint64_t resident = m->expert_budget > 0 && (uint64_t)m->expert_budget < m->expert_bytes ? (uint64_t)m->expert_budget
+                                                                                              : m->expert_bytes;
+    print_size(human, sizeof human, (double)resident, bytes);
+    printf("  resident        at most %llu (%s) of expert weights in memory%s\n", (unsigned long long)resident, human,
+           m->expert_budget > 0 ? " under --expert-budget" : " (all: no --expert-budget)");
   }
   if (m->nextn_parameters) {
     print_size(human, sizeof human, (double)m->nextn_parameters, counts);
@@ -444,6 +456,7 @@ static void print_facts(const char *path, const model_facts *m) {
 int cli_inspect(int argc, char **argv) {
   const char *path = NULL, *v = NULL;
   bool as_json = false;
+  long long budget = 0;
   for (int i = 1; i < argc; i++) {
     int r;
     if (cli_is_help(argv[i])) {
@@ -453,6 +466,10 @@ int cli_inspect(int argc, char **argv) {
       if (r < 0) return 2;
       if (path) return cli_usage_error("inspect", "one PATH only (got '%s' and '%s')", path, v);
       path = v;
+    } else if ((r = cli_opt(argc, argv, &i, "--expert-budget", &v))) {
+      if (r < 0) return 2;
+      if (!cli_parse_bytes(v, &budget) || budget <= 0)
+        return cli_usage_error("inspect", "--expert-budget must be a byte count (4096, 512M, 2G), not '%s'", v);
     } else if (strcmp(argv[i], "--json") == 0) {
       as_json = true;
     } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -470,6 +487,7 @@ int cli_inspect(int argc, char **argv) {
   model_facts m;
   memset(&m, 0, sizeof m);
   m.context_length = m.vocab_size = m.quant_bits = m.quant_group_size = m.n_experts = m.experts_per_token = m.n_layers = -1;
+  m.expert_budget = budget;
   bool is_dir = hfile_is_dir(path);
   int rc;
   char *gguf_in_dir = is_dir ? lone_gguf_in(path) : NULL;

@@ -91,6 +91,32 @@ static int64_t jint(const json_t *o, const char *key) {
   return json_is_integer(v) ? (int64_t)json_integer_value(v) : -999;
 }
 
+/* --expert-budget: the resident expert bytes are the budget when it is smaller, all of them else; a bad
+ * budget is refused */
+static void test_expert_budget(void) {
+  const char *path = HEARTH_SOURCE_DIR "/tests/fixtures/golden/qwen3_moe-f32";
+  const char *a[] = {"inspect", "--json", "--expert-budget", "64K", path, NULL};
+  run_result r = run_hearth(a);
+  json_error_t je;
+  json_t *o = json_loads(r.out, 0, &je);
+  CHECK_MSG(o != NULL, "%s", r.err);
+  CHECK(jint(o, "expert_bytes") > 65536);
+  CHECK_EQ_INT(jint(o, "expert_resident_bytes"), 65536);
+  json_decref(o);
+  run_free(&r);
+  const char *big[] = {"inspect", "--json", "--expert-budget", "1G", path, NULL};
+  r = run_hearth(big);
+  o = json_loads(r.out, 0, &je);
+  CHECK(o && jint(o, "expert_resident_bytes") == jint(o, "expert_bytes"));
+  json_decref(o);
+  run_free(&r);
+  const char *bad[] = {"inspect", "--expert-budget", "lots", path, NULL};
+  r = run_hearth(bad);
+  CHECK_EQ_INT(r.status, 2);
+  CHECK(strstr(r.err, "--expert-budget") != NULL);
+  run_free(&r);
+}
+
 /* ---- writing model folders ---- */
 
 static void write_bytes(const char *path, const void *data, size_t n) {
@@ -518,6 +544,7 @@ static void test_golden(void) {
         int64_t elem = strstr(name, "bf16") ? 2 : 4;
         CHECK_EQ_INT(jint(o, "expert_bytes"), moe_layers * E * 3 * jint(cfg, "hidden_size") *
                                                   jint(cfg, "moe_intermediate_size") * elem);
+        CHECK_EQ_INT(jint(o, "expert_resident_bytes"), jint(o, "expert_bytes")); /* no budget: all of them */
       } else {
         CHECK_MSG(json_is_null(json_object_get(o, "active_parameters")), "%s: active_parameters for a dense model", name);
       }
@@ -575,6 +602,7 @@ int main(void) {
   RUN(test_usage);
   RUN(test_gguf);
   RUN(test_golden);
+  RUN(test_expert_budget);
   if (!getenv("HEARTH_TEST_KEEP")) cleanup();
   TEST_MAIN_END();
 }
