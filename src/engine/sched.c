@@ -341,8 +341,7 @@ static bool seq_take_token(sched *s, sseq *q, sample_token st) {
 
 /* The tokens q's grammar allows next (a bitset over the grammar's vocabulary).
  * Returns 0, an error code (set in q->err), or -1 when no token may follow. */
-static int seq_allowed(sched *s, sseq *q, const uint64_t **mask) {
-  (void)s;
+static int seq_allowed(sseq *q, const uint64_t **mask) {
   int32_t n_allowed = 0;
   /* tokens that would leave too few to finish the structure are left out; once
    * the tokens left are as few as the characters still needed (plus the end
@@ -359,7 +358,7 @@ static int seq_allowed(sched *s, sseq *q, const uint64_t **mask) {
  * -inf. Returns as seq_allowed. */
 static int seq_mask(sched *s, sseq *q, float *row) {
   const uint64_t *mask;
-  int rc = seq_allowed(s, q, &mask);
+  int rc = seq_allowed(q, &mask);
   if (rc) return rc;
   int32_t nv = grammar_vocab_size(s->gv);
   for (int64_t i = 0; i < s->vocab; i++)
@@ -376,7 +375,7 @@ static int seq_mask_row(sched *s, sseq *q, bk_sample_row *row, int slot) {
     if (!s->masks) return herr_set(q->err, HEARTH_ENOMEM, "scheduler: out of memory for the grammar masks of a batch");
   }
   const uint64_t *mask;
-  int rc = seq_allowed(s, q, &mask);
+  int rc = seq_allowed(q, &mask);
   if (rc) return rc;
   int32_t nv = grammar_vocab_size(s->gv), nw = (nv + 63) / 64;
   uint64_t *dst = s->masks + (size_t)slot * (size_t)words;

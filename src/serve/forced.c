@@ -72,6 +72,17 @@ static bool forced_json(tc_format f, const json_t *tools, const char *name, hbuf
   return grammar_out(n, &g, &alts, out);
 }
 
+/* The schema's property names as GBNF alternatives ("a" | "b" | ...) into keys; nothing without properties. */
+static void prop_names(const json_t *props, hbuf *keys) {
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)props, k, v) {
+    hbuf_puts(keys, keys->len ? " | \"" : "\"");
+    gbnf_text(keys, k);
+    hbuf_putc(keys, '"');
+  }
+}
+
 /* qwen3_coder / glm: the name, then parameters named from the schema's properties. */
 static bool forced_xml(tc_format f, const json_t *tools, const char *name, hbuf *out) {
   hbuf g = {0}, alts = {0};
@@ -85,13 +96,7 @@ static bool forced_xml(tc_format f, const json_t *tools, const char *name, hbuf 
     json_t *props = json_object_get(json_object_get(fn, "parameters"), "properties");
     if (!nm || (name && strcmp(nm, name))) continue;
     hbuf keys = {0};
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)props, k, v) {
-      hbuf_puts(&keys, keys.len ? " | \"" : "\"");
-      gbnf_text(&keys, k);
-      hbuf_putc(&keys, '"');
-    }
+    prop_names(props, &keys);
     if (n++) hbuf_puts(&alts, " | ");
     hbuf_puts(&alts, "( ");
     if (!name) {
@@ -218,13 +223,7 @@ static bool forced_gemma4(const json_t *tools, const char *name, hbuf *out) {
     json_t *props = json_object_get(json_object_get(fn, "parameters"), "properties");
     if (!nm || (name && strcmp(nm, name))) continue;
     hbuf keys = {0};
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)props, k, v) {
-      hbuf_puts(&keys, keys.len ? " | \"" : "\"");
-      gbnf_text(&keys, k);
-      hbuf_putc(&keys, '"');
-    }
+    prop_names(props, &keys);
     const char *key = keys.len ? hbuf_str(&keys) : "okey";
     if (n++) hbuf_puts(&alts, " | ");
     hbuf_puts(&alts, "( ");
