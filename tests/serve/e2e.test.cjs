@@ -346,6 +346,16 @@ test('health, index and chat page', async () => {
   assert.equal(typeof idx.capabilities.reasoning, 'boolean');
   if (FAKE) assert.deepEqual([idx.capabilities.tools, idx.capabilities.tool_call_format, idx.capabilities.reasoning],
     [true, 'hermes', true]);
+  assert.deepEqual(idx.capabilities.methods, ['autoregressive']);
+  if (!FAKE) { /* loaded with speculative decoding: the method and its draft source are listed */
+    const spec = await startServer(['--spec-tokens', '4']);
+    try {
+      const j = await (await fetch(spec.url + '/v1')).json();
+      assert.deepEqual(j.capabilities.methods, ['autoregressive', { method: 'speculative', source: 'ngram' }]);
+    } finally {
+      await stopServer(spec);
+    }
+  }
   const page = await fetch(main.url + '/');
   assert.equal(page.status, 200);
   assert.match(page.headers.get('content-type'), /text\/html/);
