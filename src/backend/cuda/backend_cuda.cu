@@ -490,6 +490,7 @@ extern "C" __attribute__((visibility("default"))) int hearth_cuda_backend_open(i
     free(b);
     return cuda_error(err, e, "cuda open: attention kernels");
   }
+  cu_prof_open(b);
   *out = &b->base;
   return 0;
 }

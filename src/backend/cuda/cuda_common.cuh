@@ -62,6 +62,7 @@ struct cu_backend {
   struct cu_moe_tab *moe_tabs;   /* owned: the device tables of expert descriptors (moe.cu) */
   int n_moe_tabs;
   void *moe_tmp;                 /* owned: host staging of one table */
+  struct cu_prof *prof;          /* owned: the op profile (prof.cu; NULL unless HEARTH_CUDA_PROFILE) */
 };
 
 static inline cu_backend *cu_be(bk_backend *be) { return (cu_backend *)be; }
@@ -133,6 +134,11 @@ CU_HIDDEN void cu_attention_sparse(bk_backend *be, const bk_tensor *out, const b
 CU_HIDDEN void cu_lora(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *a, const bk_tensor *b, float scale);
 /* One-time kernel attributes (large dynamic shared memory); 0 or a CUDA error. */
 CU_HIDDEN cudaError_t cu_attention_init(void);
+
+/* prof.cu: the op profile. open: turns it on when HEARTH_CUDA_PROFILE is set
+ * (wraps b's ops table); write: the table to its file, then frees it. */
+CU_HIDDEN void cu_prof_open(cu_backend *b);
+CU_HIDDEN void cu_prof_write(cu_backend *b);
 
 /* Grid size for n items of `per` each (at least 1 block). */
 static inline unsigned cu_blocks(int64_t n, int64_t per) {
