@@ -436,6 +436,11 @@ static void test_matmul(void) {
     /* aligned dense rows long enough for the GEMV's unrolled 16-byte loads */
     matmul_case(f, 1, 70, 4096, false, false);
     matmul_case(f, 8, 33, 2048, true, true);
+    /* enough rows for a GEMV that gives each warp several rows (Q4_K: four rows a warp at one or
+     * two activation rows, two at three or four) on a GPU of 132 multiprocessors */
+    matmul_case(f, 1, 4300, 512, true, false);
+    matmul_case(f, 2, 4237, 256, false, true);
+    matmul_case(f, 3, 2150, 768, false, false);
   }
 }
 
@@ -1054,6 +1059,9 @@ static const attn_case attn_cases[] = {
     {"long decode batch", 16, 2, 64, 16, 0, 0, {{511, 1}, {1, 1}, {333, 1}, {64, 1}, {65, 1}, {200, 1}}},
     {"hd 16, GQA 2, window 8", 4, 2, 16, 16, 8, 0, {{40, 40}, {20, 1}, {30, 7}}},
     {"hd 16, GQA 4, decode", 4, 1, 16, 1, 0, 0, {{25, 1}, {3, 3}}},
+    {"decode alone, long, GQA 4 (split keys)", 8, 2, 128, 16, 0, 0, {{3000, 1}}},
+    {"decode alone, long, GQA 8, window 700", 16, 2, 64, 16, 700, 0, {{2000, 1}}},
+    {"decode, GQA 3 (a block per query head)", 6, 2, 32, 16, 0, 0, {{50, 1}, {9, 1}, {700, 1}}},
 };
 
 /* Quantized KV (kf / vf not BK_KV_F32): the same K / V stored in that

@@ -3,12 +3,15 @@
  *
  * Two kernels share the work of one call, split by the batch layout that
  * bk_attention promises (queries of one sequence are contiguous):
- *   - decode: one block of 4 warps per (query, head) for queries that are
- *     the only one of their sequence in the batch (every query when T == 1).
- *     Each warp takes 32 keys at a time, one key per lane for the scores,
- *     then all lanes accumulate V over the head dimension. When the batch
- *     has few (query, head) pairs, each pair's keys are split over up to 16
- *     blocks whose partial softmax states a second kernel merges.
+ *   - decode: for queries that are the only one of their sequence in the
+ *     batch (every query when T == 1), one block of 4 warps per (query, KV
+ *     head) that serves the group of query heads sharing that KV head (group
+ *     sizes 1, 2, 4, 8; other ratios: a block per query head), so each K / V
+ *     row is read once per group. Each warp takes 32 keys at a time, one key
+ *     per lane for the scores, then all lanes accumulate V over the head
+ *     dimension. When the batch is small, each query's keys are split over
+ *     up to 64 blocks (flash-decoding: about four blocks per multiprocessor)
+ *     whose partial softmax states a second kernel merges.
  *   - flash: one block per (tile of 32 consecutive queries, head) for the
  *     other queries. Runs of queries in the tile that share a block table are
  *     one segment; for each segment, K / V tiles of 32 rows are loaded into
@@ -194,6 +197,172 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4) attn_decode_kernel(at_args 
     const float o = wo[0][d] * f[0] + wo[1][d] * f[1] + wo[2][d] * f[2] + wo[3][d] * f[3];
     dst[d] = !whole ? o : L > 0.0f ? o / L : 0.0f;
   }
+}
+
+/* The decode kernel for a group of G query heads sharing one KV head
+ * (GQA; G = 1 is plain multi-head): block (t, kv head, split) reads each key
+ * and value row of its range once for all G heads, so the cache crosses
+ * from memory (and L2) once per KV head instead of once per query head.
+ * Each warp takes 32 keys at a time, one key per lane: the lane's K row is
+ * dotted with the G queries (staged in shared memory), each head keeps its
+ * own online softmax, then the 32 V rows are read across the lanes (lane l
+ * holds head dims l, l + 32, ...) and accumulated into the G heads. DI is
+ * the head dims per lane (hd <= 32 * DI). Partials as attn_decode_kernel's. */
+template <int G, int DI>
+__global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_gqa_kernel(at_args a) {
+  const int t = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z;
+  if (!a.all && !at_alone(a, t)) return;
+  __shared__ __align__(16) float qs[G][DI * 32];
+  __shared__ float wm[DEC_WARPS][G], wl[DEC_WARPS][G];
+  __shared__ float wo[DEC_WARPS][G][DI * 32];
+  const int hd = a.hd, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int h0 = kvh * G;
+  for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
+    const int g = i / hd, d = i % hd;
+    qs[g][d] = a.q[((int64_t)t * a.H + h0 + g) * hd + d];
+  }
+  __syncthreads();
+  const int rq = a.row[t], tv = a.tab[t], hi = rq + 1, lo = at_lo(a, rq);
+  const int per = ((max(hi - lo, 0) + a.nsplit - 1) / a.nsplit + 31) & ~31;
+  const int b0 = lo + sp * per, b1 = min(hi, b0 + per);
+  const int64_t hoff = (int64_t)kvh * hd;
+  float m[G], l[G], acc[G][DI];
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DI; i++) acc[g][i] = 0.0f;
+  }
+  for (int c0 = b0 + warp * 32; c0 < b1; c0 += DEC_WARPS * 32) {
+    const int j = c0 + lane;
+    const bool valid = j < b1;
+    int64_t sl = 0;
+    float dot[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) dot[g] = 0.0f;
+    if (valid) {
+      sl = at_slot(a, tv, j);
+      const float *kp = a.K + sl * a.kstride + (a.kfmt == BK_KV_F32 ? hoff : 0);
+      if (a.kfmt != BK_KV_F32 && a.blk32) {
+        const int bb = kvq_block_bytes(a.kfmt);
+        const unsigned char *blk = (const unsigned char *)kp + (hoff >> 5) * bb;
+        for (int d0 = 0; d0 < hd; d0 += 32, blk += bb) {
+          const float sc = *(const float *)blk;
+          float kv[32];
+          if (a.kfmt == BK_KV_Q8) {
+#pragma unroll
+            for (int w = 0; w < 8; w++) {
+              const int v = *(const int *)(blk + 4 + 4 * w);
+#pragma unroll
+              for (int k = 0; k < 4; k++) kv[4 * w + k] = __fmul_rn(sc, (float)(signed char)(v >> (8 * k)));
+            }
+          } else {
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+              const unsigned v = *(const unsigned *)(blk + 4 + 4 * w);
+#pragma unroll
+              for (int k = 0; k < 4; k++) {
+                kv[4 * w + k] = __fmul_rn(sc, (float)((int)((v >> (8 * k)) & 15u) - 8));
+                kv[16 + 4 * w + k] = __fmul_rn(sc, (float)((int)((v >> (8 * k + 4)) & 15u) - 8));
+              }
+            }
+          }
+#pragma unroll
+          for (int k = 0; k < 32; k++)
+#pragma unroll
+            for (int g = 0; g < G; g++) dot[g] = fmaf(qs[g][d0 + k], kv[k], dot[g]);
+        }
+      } else if (a.kfmt != BK_KV_F32) {
+        for (int d = 0; d < hd; d++) {
+          const float kv = kvq_elem(kp, a.kfmt, hoff + d);
+#pragma unroll
+          for (int g = 0; g < G; g++) dot[g] = fmaf(qs[g][d], kv, dot[g]);
+        }
+      } else if (a.vec4) {
+#pragma unroll 4
+        for (int d = 0; d < hd; d += 4) {
+          const float4 k4 = *(const float4 *)(kp + d);
+#pragma unroll
+          for (int g = 0; g < G; g++) {
+            const float4 q4 = *(const float4 *)(&qs[g][d]);
+            dot[g] = fmaf(q4.x, k4.x, dot[g]);
+            dot[g] = fmaf(q4.y, k4.y, dot[g]);
+            dot[g] = fmaf(q4.z, k4.z, dot[g]);
+            dot[g] = fmaf(q4.w, k4.w, dot[g]);
+          }
+        }
+      } else {
+        for (int d = 0; d < hd; d++) {
+          const float kv = kp[d];
+#pragma unroll
+          for (int g = 0; g < G; g++) dot[g] = fmaf(qs[g][d], kv, dot[g]);
+        }
+      }
+    }
+    float p[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+      const float s = valid ? at_score(a, dot[g]) : -INFINITY;
+      const float mn = fmaxf(m[g], at_wmax(s)); /* finite: lane 0 always has a row */
+      const float alpha = expf(m[g] - mn);
+      p[g] = valid ? expf(s - mn) : 0.0f;
+      l[g] = l[g] * alpha + at_wsum(p[g]);
+      m[g] = mn;
+#pragma unroll
+      for (int i = 0; i < DI; i++) acc[g][i] *= alpha;
+    }
+    const int nv = b1 - c0 < 32 ? b1 - c0 : 32;
+#pragma unroll 2
+    for (int jj = 0; jj < nv; jj++) {
+      const int64_t sj = __shfl_sync(0xffffffffu, sl, jj);
+      const float *vp = a.V + sj * a.vstride;
+      float v[DI];
+#pragma unroll
+      for (int i = 0; i < DI; i++) {
+        const int d = lane + 32 * i;
+        v[i] = d < hd ? (a.vfmt == BK_KV_F32 ? vp[hoff + d] : kvq_elem(vp, a.vfmt, hoff + d)) : 0.0f;
+      }
+#pragma unroll
+      for (int g = 0; g < G; g++) {
+        const float pj = __shfl_sync(0xffffffffu, p[g], jj);
+#pragma unroll
+        for (int i = 0; i < DI; i++) acc[g][i] = fmaf(pj, v[i], acc[g][i]);
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    if (lane == 0) wm[warp][g] = m[g], wl[warp][g] = l[g];
+#pragma unroll
+    for (int i = 0; i < DI; i++)
+      if (lane + 32 * i < hd) wo[warp][g][lane + 32 * i] = acc[g][i];
+  }
+  __syncthreads();
+  const bool whole = a.nsplit == 1;
+  for (int g = warp; g < G; g += DEC_WARPS) { /* warp w merges heads w, w + 4, ... */
+    float M = -INFINITY, L = 0.0f, f[DEC_WARPS];
+#pragma unroll
+    for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][g]);
+#pragma unroll
+    for (int w = 0; w < DEC_WARPS; w++) {
+      f[w] = wm[w][g] == -INFINITY ? 0.0f : expf(wm[w][g] - M);
+      L += wl[w][g] * f[w];
+    }
+    const int h = h0 + g;
+    float *dst = whole ? a.out + ((int64_t)t * a.H + h) * hd : a.part + (((int64_t)t * a.H + h) * a.nsplit + sp) * (hd + 2);
+    if (!whole && lane == 0) dst[0] = M, dst[1] = L;
+    if (!whole) dst += 2;
+    for (int d = lane; d < hd; d += 32) {
+      const float o = wo[0][g][d] * f[0] + wo[1][g][d] * f[1] + wo[2][g][d] * f[2] + wo[3][g][d] * f[3];
+      dst[d] = !whole ? o : L > 0.0f ? o / L : 0.0f;
+    }
+  }
+}
+
+template <int G>
+static void launch_decode_gqa(const at_args &a, dim3 grid, cudaStream_t st) {
+  if (a.hd <= 128) attn_decode_gqa_kernel<G, 4><<<grid, DEC_WARPS * 32, 0, st>>>(a);
+  else attn_decode_gqa_kernel<G, 8><<<grid, DEC_WARPS * 32, 0, st>>>(a);
 }
 
 /* Block (t, h): out = the decode kernel's nsplit partials merged. */
@@ -386,17 +555,32 @@ void cu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, cons
   a.softcap = p->softcap;
   a.all = T == 1;
   a.vec4 = a.kfmt == BK_KV_F32 && hd % 4 == 0 && a.kstride % 4 == 0 && (uintptr_t)a.K % 16 == 0;
-  /* small decode batches: split each query's keys over several blocks to fill the GPU */
+  /* Decode: a group of query heads sharing a KV head in one block where the
+   * group size is 1, 2, 4 or 8 (else a block per query head). Small batches
+   * split each query's keys over several blocks (flash-decoding) so that the
+   * GPU has about four blocks per multiprocessor; partials merged after. */
+  const int64_t G = H / KVH;
+  const bool grouped = G == 1 || G == 2 || G == 4 || G == 8;
+  const int64_t units = T * (grouped ? KVH : H), pairs = T * H, target = 4 * (int64_t)b->n_sm;
   a.nsplit = 1;
   a.part = NULL;
-  const int64_t pairs = T * H, target = 2 * (int64_t)b->n_sm;
-  if (pairs < target) {
-    int64_t ns = (target + pairs - 1) / pairs;
-    a.nsplit = (int)(ns > 16 ? 16 : ns);
+  if (units < target) {
+    int64_t ns = (target + units - 1) / units;
+    a.nsplit = (int)(ns > 64 ? 64 : ns);
     a.part = (float *)cu_scratch(b, (size_t)(pairs * a.nsplit * (hd + 2)) * sizeof(float));
     if (!a.part) return;
   }
-  attn_decode_kernel<<<dim3((unsigned)T, (unsigned)H, (unsigned)a.nsplit), DEC_WARPS * 32, 0, b->stream>>>(a);
+  if (grouped) {
+    dim3 grid((unsigned)T, (unsigned)KVH, (unsigned)a.nsplit);
+    switch (G) {
+      case 1: launch_decode_gqa<1>(a, grid, b->stream); break;
+      case 2: launch_decode_gqa<2>(a, grid, b->stream); break;
+      case 4: launch_decode_gqa<4>(a, grid, b->stream); break;
+      default: launch_decode_gqa<8>(a, grid, b->stream); break;
+    }
+  } else {
+    attn_decode_kernel<<<dim3((unsigned)T, (unsigned)H, (unsigned)a.nsplit), DEC_WARPS * 32, 0, b->stream>>>(a);
+  }
   if (cu_check(b, "attention (decode)")) return;
   if (a.nsplit > 1) {
     attn_combine_kernel<<<dim3((unsigned)T, (unsigned)H), 128, 0, b->stream>>>(a);

@@ -192,6 +192,103 @@ __global__ void __launch_bounds__(GD_WARPS * 32)
   }
 }
 
+/* Q4_K rows (16-byte aligned): a warp takes RW consecutive output rows and
+ * walks their 144-byte blocks four at a time, eight lanes to a block: lane k
+ * of the eight reads the block's 16-byte piece k of nibbles (bytes 16k ..
+ * 16k + 15: elements 64 (k / 2) + 16 (k % 2) + i in the low nibbles, 32 more
+ * in the high ones, sub-blocks k & ~1 and k | 1) with one 16-byte load per
+ * row, and the 32 matching activations once for all RW rows, so a weight
+ * byte meets its activations from registers, not from the cache each time.
+ * Per sub-block the dot is d·sc·Σ x·q − dmin·m·Σ x. */
+#define GQ_WARPS 4
+
+template <int NR, int RW>
+__global__ void __launch_bounds__(GQ_WARPS * 32)
+    gemv_q4k_kernel(cu_wdesc w, const float *__restrict__ x, int64_t ldx, float *__restrict__ y, int64_t ldy,
+                    const float *__restrict__ bias) {
+  const int lane = threadIdx.x & 31, k = lane & 7;
+  const int64_t row0 = ((int64_t)blockIdx.x * GQ_WARPS + (threadIdx.x >> 5)) * RW;
+  if (row0 >= w.rows) return;
+  const int64_t nb = w.cols / 256;
+  const int c = k >> 1, half = k & 1;
+  float acc[RW][NR];
+#pragma unroll
+  for (int q = 0; q < RW; q++)
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[q][r] = 0.0f;
+  for (int64_t b = lane >> 3; b < nb; b += 4) {
+    uint4 qv[RW];
+#pragma unroll
+    for (int q = 0; q < RW; q++) {
+      const int64_t row = row0 + q < w.rows ? row0 + q : w.rows - 1;
+      qv[q] = __ldcs((const uint4 *)(w.data + row * w.row_bytes + b * CU_Q4_K_BYTES + 16 + 16 * k));
+    }
+    /* activations: elements e0 + i (low nibbles) and e0 + 32 + i (high), i < 16 */
+    const int64_t e0 = b * 256 + 64 * c + 16 * half;
+    float slo[RW][NR], shi[RW][NR], xlo[NR], xhi[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+      xlo[r] = xhi[r] = 0.0f;
+#pragma unroll
+      for (int q = 0; q < RW; q++) slo[q][r] = shi[q][r] = 0.0f;
+    }
+#pragma unroll
+    for (int i4 = 0; i4 < 4; i4++) {
+#pragma unroll
+      for (int r = 0; r < NR; r++) {
+        const float4 a = __ldg((const float4 *)(x + r * ldx + e0) + i4);
+        const float4 h = __ldg((const float4 *)(x + r * ldx + e0 + 32) + i4);
+        xlo[r] += (a.x + a.y) + (a.z + a.w);
+        xhi[r] += (h.x + h.y) + (h.z + h.w);
+#pragma unroll
+        for (int q = 0; q < RW; q++) {
+          const uint32_t u = i4 == 0 ? qv[q].x : i4 == 1 ? qv[q].y : i4 == 2 ? qv[q].z : qv[q].w;
+          slo[q][r] = fmaf(a.x, (float)(u & 15u), slo[q][r]);
+          slo[q][r] = fmaf(a.y, (float)((u >> 8) & 15u), slo[q][r]);
+          slo[q][r] = fmaf(a.z, (float)((u >> 16) & 15u), slo[q][r]);
+          slo[q][r] = fmaf(a.w, (float)((u >> 24) & 15u), slo[q][r]);
+          shi[q][r] = fmaf(h.x, (float)((u >> 4) & 15u), shi[q][r]);
+          shi[q][r] = fmaf(h.y, (float)((u >> 12) & 15u), shi[q][r]);
+          shi[q][r] = fmaf(h.z, (float)((u >> 20) & 15u), shi[q][r]);
+          shi[q][r] = fmaf(h.w, (float)(u >> 28), shi[q][r]);
+        }
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < RW; q++) {
+      const int64_t row = row0 + q < w.rows ? row0 + q : w.rows - 1;
+      const uint8_t *hb = w.data + row * w.row_bytes + b * CU_Q4_K_BYTES;
+      const float d = cu_h2f(cu_ld16(hb)), dmin = cu_h2f(cu_ld16(hb + 2));
+      int sc0, m0, sc1, m1;
+      cu_k_scale_min(hb + 4, 2 * c, &sc0, &m0);
+      cu_k_scale_min(hb + 4, 2 * c + 1, &sc1, &m1);
+      const float dl = d * (float)sc0, ml = dmin * (float)m0, dh = d * (float)sc1, mh = dmin * (float)m1;
+#pragma unroll
+      for (int r = 0; r < NR; r++) acc[q][r] += (dl * slo[q][r] - ml * xlo[r]) + (dh * shi[q][r] - mh * xhi[r]);
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < RW; q++)
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+      const float sum = warp_sum(acc[q][r]);
+      if (lane == 0 && row0 + q < w.rows) y[r * ldy + row0 + q] = sum + (bias ? bias[row0 + q] : 0.0f);
+    }
+}
+
+template <int NR>
+static void launch_gemv_q4k_n(const cu_wdesc &w, const float *x, int64_t ldx, float *y, int64_t ldy, const float *bias,
+                              cudaStream_t st, int n_sm) {
+  /* four rows a warp where that still gives a few blocks per multiprocessor, else one */
+  constexpr int RW = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;
+  if (RW > 1 && (w.rows + GQ_WARPS * RW - 1) / (GQ_WARPS * RW) >= 2 * n_sm)
+    gemv_q4k_kernel<NR, RW><<<(unsigned)((w.rows + GQ_WARPS * RW - 1) / (GQ_WARPS * RW)), GQ_WARPS * 32, 0, st>>>(
+        w, x, ldx, y, ldy, bias);
+  else
+    gemv_q4k_kernel<NR, 1><<<(unsigned)((w.rows + GQ_WARPS - 1) / GQ_WARPS), GQ_WARPS * 32, 0, st>>>(w, x, ldx, y, ldy,
+                                                                                                    bias);
+}
+
 template <int T, int NR>
 static void launch_gemv_dense_n(const cu_wdesc &w, const float *x, int64_t ldx, float *y, int64_t ldy, const float *bias,
                                 cudaStream_t st) {
@@ -205,9 +302,13 @@ static void launch_gemv_dense_n(const cu_wdesc &w, const float *x, int64_t ldx, 
 
 template <int T, int NR>
 static void launch_gemv_n(const cu_wdesc &w, const float *x, int64_t ldx, float *y, int64_t ldy, const float *bias,
-                          cudaStream_t st) {
+                          cudaStream_t st, int n_sm) {
   if ((T == BK_F32 || T == BK_F16 || T == BK_BF16) && w.vec) {
     launch_gemv_dense_n<T, NR>(w, x, ldx, y, ldy, bias, st);
+    return;
+  }
+  if (T == BK_Q4_K && w.row_bytes % 16 == 0 && (uintptr_t)w.data % 16 == 0 && (uintptr_t)x % 16 == 0 && ldx % 4 == 0) {
+    launch_gemv_q4k_n<NR>(w, x, ldx, y, ldy, bias, st, n_sm);
     return;
   }
   gemv_kernel<T, NR><<<cu_blocks(w.rows, CU_GEMV_WARPS), CU_GEMV_WARPS * 32, 0, st>>>(w, x, ldx, y, ldy, bias);
@@ -215,16 +316,16 @@ static void launch_gemv_n(const cu_wdesc &w, const float *x, int64_t ldx, float 
 
 template <int T>
 static void launch_gemv(int n, const cu_wdesc &w, const float *x, int64_t ldx, float *y, int64_t ldy, const float *bias,
-                        cudaStream_t st) {
+                        cudaStream_t st, int n_sm) {
   switch (n) {
-    case 1: launch_gemv_n<T, 1>(w, x, ldx, y, ldy, bias, st); break;
-    case 2: launch_gemv_n<T, 2>(w, x, ldx, y, ldy, bias, st); break;
-    case 3: launch_gemv_n<T, 3>(w, x, ldx, y, ldy, bias, st); break;
-    case 4: launch_gemv_n<T, 4>(w, x, ldx, y, ldy, bias, st); break;
-    case 5: launch_gemv_n<T, 5>(w, x, ldx, y, ldy, bias, st); break;
-    case 6: launch_gemv_n<T, 6>(w, x, ldx, y, ldy, bias, st); break;
-    case 7: launch_gemv_n<T, 7>(w, x, ldx, y, ldy, bias, st); break;
-    default: launch_gemv_n<T, 8>(w, x, ldx, y, ldy, bias, st); break;
+    case 1: launch_gemv_n<T, 1>(w, x, ldx, y, ldy, bias, st, n_sm); break;
+    case 2: launch_gemv_n<T, 2>(w, x, ldx, y, ldy, bias, st, n_sm); break;
+    case 3: launch_gemv_n<T, 3>(w, x, ldx, y, ldy, bias, st, n_sm); break;
+    case 4: launch_gemv_n<T, 4>(w, x, ldx, y, ldy, bias, st, n_sm); break;
+    case 5: launch_gemv_n<T, 5>(w, x, ldx, y, ldy, bias, st, n_sm); break;
+    case 6: launch_gemv_n<T, 6>(w, x, ldx, y, ldy, bias, st, n_sm); break;
+    case 7: launch_gemv_n<T, 7>(w, x, ldx, y, ldy, bias, st, n_sm); break;
+    default: launch_gemv_n<T, 8>(w, x, ldx, y, ldy, bias, st, n_sm); break;
   }
 }
 
@@ -232,15 +333,15 @@ static void gemv(cu_backend *b, int n, const cu_wdesc &w, const float *x, int64_
                  const float *bias) {
   cudaStream_t st = b->stream;
   switch (w.type) {
-    case BK_F32: launch_gemv<BK_F32>(n, w, x, ldx, y, ldy, bias, st); break;
-    case BK_F16: launch_gemv<BK_F16>(n, w, x, ldx, y, ldy, bias, st); break;
-    case BK_BF16: launch_gemv<BK_BF16>(n, w, x, ldx, y, ldy, bias, st); break;
-    case BK_Q8_0: launch_gemv<BK_Q8_0>(n, w, x, ldx, y, ldy, bias, st); break;
-    case BK_Q4_0: launch_gemv<BK_Q4_0>(n, w, x, ldx, y, ldy, bias, st); break;
-    case BK_Q4_K: launch_gemv<BK_Q4_K>(n, w, x, ldx, y, ldy, bias, st); break;
-    case BK_Q5_K: launch_gemv<BK_Q5_K>(n, w, x, ldx, y, ldy, bias, st); break;
-    case BK_Q6_K: launch_gemv<BK_Q6_K>(n, w, x, ldx, y, ldy, bias, st); break;
-    case BK_MLX_AFFINE: launch_gemv<BK_MLX_AFFINE>(n, w, x, ldx, y, ldy, bias, st); break;
+    case BK_F32: launch_gemv<BK_F32>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_F16: launch_gemv<BK_F16>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_BF16: launch_gemv<BK_BF16>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_Q8_0: launch_gemv<BK_Q8_0>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_Q4_0: launch_gemv<BK_Q4_0>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_Q4_K: launch_gemv<BK_Q4_K>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_Q5_K: launch_gemv<BK_Q5_K>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_Q6_K: launch_gemv<BK_Q6_K>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_MLX_AFFINE: launch_gemv<BK_MLX_AFFINE>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
     default: break;
   }
 }
