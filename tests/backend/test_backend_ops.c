@@ -288,6 +288,12 @@ static void make_weight(host_weight *h, const fmt *f, int64_t rows, int64_t cols
     h->w.scale_type = f->scale_type;
     h->w.scales = h->scales;
     h->w.biases = h->biases;
+  } else if (f->type == BK_FP8) {
+    h->data = malloc((size_t)(rows * cols));
+    h->scales = malloc(sizeof(float) * (size_t)rows);
+    rc = bk_quantize_fp8(src, rows, cols, h->data, h->scales, &err);
+    h->w.scale_type = BK_F32;
+    h->w.scales = h->scales;
   } else {
     h->data = malloc(bk_row_bytes(f->type, cols, 0) * (size_t)rows);
     rc = bk_quantize(f->type, src, rows, cols, h->data, &err);
@@ -442,6 +448,71 @@ static void test_matmul(void) {
     matmul_case(f, 2, 4237, 256, false, true);
     matmul_case(f, 3, 2150, 768, false, false);
   }
+}
+
+/* FP8 weights under --gpu-precision fast: the activations' rows are
+ * quantized to E4M3 on the device (scale max|x| / 448, bk_quantize_fp8's
+ * arithmetic) and multiplied on the tensor cores; the reference does the
+ * same quantization on the host and sums in double, so the limit is the
+ * matmul's. Shapes whose rows or columns are not multiples of 16 take the
+ * dequantizing path: the plain reference. Device only (the CPU has no such mode). */
+static void test_matmul_fp8_fast(void) {
+  if (n_devs < 2) return;
+  bk_open_opts opts = {.fast_matmul = true};
+  bk_backend *be = NULL;
+  herr err = {0};
+  if (bk_backend_open(dev_label, &opts, &be, &err)) die("fast backend", &err);
+  static const struct { int64_t n, rows, cols; } cases[] = {
+      {9, 64, 256}, {33, 4096, 512}, {100, 272, 1024}, {300, 48, 4096}, {17, 40, 200}, {12, 33, 64}};
+  op_stat *st = stat_for("matmul fp8 fast (dev)");
+  const fmt f8 = {BK_FP8, 0, 0, BK_F32};
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t n = cases[ci].n, rows = cases[ci].rows, cols = cases[ci].cols;
+    bool tc = rows % 16 == 0 && cols % 16 == 0, with_bias = ci % 2 == 1;
+    char shape[96];
+    snprintf(shape, sizeof shape, "x [%lld, %lld] * fp8 [%lld, %lld]^T%s%s", (long long)n, (long long)cols, (long long)rows,
+             (long long)cols, with_bias ? " + bias" : "", tc ? "" : " (dequantizing path)");
+    st->cases++;
+    host_weight h;
+    make_weight(&h, &f8, rows, cols);
+    float *x = rand_floats(n * cols, 1.0f), *bias = with_bias ? rand_floats(rows, 2.0f) : NULL;
+    double *ref = malloc(sizeof(double) * (size_t)(n * rows));
+    float *xd = malloc(sizeof(float) * (size_t)(n * cols)), *sx = malloc(sizeof(float) * (size_t)n);
+    uint8_t *xq = malloc((size_t)(n * cols));
+    if (tc) {
+      if (bk_quantize_fp8(x, n, cols, xq, sx, &err)) die("quantize", &err);
+      for (int64_t i = 0; i < n * cols; i++) xd[i] = bk_fp8_decode(xq[i]);
+    }
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t r = 0; r < rows; r++) {
+        double s = 0;
+        if (tc) {
+          const uint8_t *wq = (const uint8_t *)h.data + r * cols;
+          for (int64_t k = 0; k < cols; k++) s += (double)xd[i * cols + k] * bk_fp8_decode(wq[k]);
+          s = s * sx[i] * ((const float *)h.scales)[r];
+        } else {
+          for (int64_t k = 0; k < cols; k++) s += (double)x[i * cols + k] * h.deq[r * cols + k];
+        }
+        ref[i * rows + r] = s + (bias ? bias[r] : 0);
+      }
+    bk_weight w;
+    if (load_weight(be, &h, &w, "matmul fp8 fast")) {
+      bk_tensor tx = tfrom_f32(be, x, n, cols), ty = tnew(be, BK_DT_F32, n, rows), tb = {0};
+      poison(&ty);
+      if (bias) tb = tfrom_f32(be, bias, 1, rows);
+      bk_matmul_t(&ty, &tx, &w, bias ? &tb : NULL);
+      float *got = malloc(sizeof(float) * (size_t)(n * rows));
+      tget(&ty, got, "matmul fp8 fast");
+      compare(st, K_MATMUL, 1, shape, got, ref, n * rows);
+      free(got);
+      bk_tensor_free(&tx), bk_tensor_free(&ty);
+      if (bias) bk_tensor_free(&tb);
+      bk_weight_release(be, &w);
+    }
+    free(ref), free(xd), free(sx), free(xq), free(x), free(bias);
+    free_weight(&h);
+  }
+  bk_backend_close(be);
 }
 
 /* ---- rmsnorm ---- */
@@ -1885,6 +1956,7 @@ int main(void) {
   open_backends();
   RUN(test_embed);
   RUN(test_matmul);
+  RUN(test_matmul_fp8_fast);
   RUN(test_rmsnorm);
   RUN(test_rope);
   RUN(test_act_mul);
