@@ -71,6 +71,10 @@
  *       path multiply a two-term bf16 split of the activations: ~1e-5
  *       relative error per product, far below this after summation)
  *   attention on a GPU                        1e-7
+ *   attention on a GPU, fast precision        1e-4  (bf16 Q, K, V and
+ *       probabilities on tensor cores, f32 sums: ~1e-6 expected)
+ *   FP8 matmul on a GPU, fast precision       1e-6  (against a reference
+ *       that quantizes the activations' rows to E4M3 as the device does)
  * f32 arithmetic against an exact reference gives nmse around 1e-13 here;
  * a wrong kernel (a skipped block, a wrong scale, a misread row or slot)
  * gives 1e-4 or more, so these limits separate the two by orders of
@@ -157,11 +161,14 @@ static op_stat *stat_for(const char *name) {
 #define LIM_CPU_ATTN 1e-7
 #define LIM_DEV_MATMUL 1e-6
 #define LIM_DEV_ATTN 1e-7
+/* the device's fast precision: attention over bf16 Q, K, V and probabilities on tensor cores */
+#define LIM_DEV_ATTN_FAST 1e-4
 
-typedef enum lim_kind { K_ELEM, K_MATMUL, K_ATTN } lim_kind;
+typedef enum lim_kind { K_ELEM, K_MATMUL, K_ATTN, K_ATTN_FAST } lim_kind;
 
 static double limit_for(lim_kind k, int di) {
   if (k == K_ELEM) return LIM_ELEM;
+  if (k == K_ATTN_FAST) return LIM_DEV_ATTN_FAST;
   if (k == K_MATMUL) return di == 0 ? LIM_CPU_MATMUL : LIM_DEV_MATMUL;
   return di == 0 ? LIM_CPU_ATTN : LIM_DEV_ATTN;
 }
@@ -1135,6 +1142,10 @@ static const attn_case attn_cases[] = {
     {"decode, GQA 3 (a block per query head)", 6, 2, 32, 16, 0, 0, {{50, 1}, {9, 1}, {700, 1}}},
 };
 
+/* When set: attention_case runs on this device backend opened with the fast
+ * precision (tensor-core tiles of queries), against its own limit. */
+static bk_backend *attn_fast;
+
 /* Quantized KV (kf / vf not BK_KV_F32): the same K / V stored in that
  * format (op_kv_quantize_row), unowned rows all NaN words, and the reference
  * dequantizing as it reads, so backends are held to the same limits. */
@@ -1223,11 +1234,11 @@ static void attention_case(const attn_case *c, bk_kv_fmt kf, bk_kv_fmt vf) {
                    (double)c->softcap);
   for (int s = 0; s < ns && o > 0 && (size_t)o < sizeof shape; s++)
     o += snprintf(shape + o, sizeof shape - (size_t)o, " %lld/%lld", (long long)c->seqs[s].nq, (long long)c->seqs[s].len);
-  op_stat *st = stat_for("attention");
+  op_stat *st = stat_for(attn_fast ? "attention fast (dev)" : "attention");
   st->cases++;
   float *got = malloc(sizeof(float) * (size_t)(T * qd));
-  for (int di = 0; di < n_devs; di++) {
-    bk_backend *be = devs[di];
+  for (int di = attn_fast ? 1 : 0; di < n_devs; di++) {
+    bk_backend *be = di == 1 && attn_fast ? attn_fast : devs[di];
     bk_tensor tk = tfrom_f32(be, KS, n_slots, kw), tv = tfrom_f32(be, VS, n_slots, vw), tq = tfrom_f32(be, q, T, qd);
     bk_tensor tout = tnew(be, BK_DT_F32, T, qd), trow = tfrom_i32(be, row, T), ttab = tfrom_i32(be, tab, T),
               ttables = tfrom_i32(be, tables, n_tab);
@@ -1236,7 +1247,7 @@ static void attention_case(const attn_case *c, bk_kv_fmt kf, bk_kv_fmt vf) {
     poison(&tout);
     bk_attention(&tout, &tq, &kv, &ix, &p);
     tget(&tout, got, "attention");
-    compare(st, K_ATTN, di, shape, got, ref, T * qd);
+    compare(st, attn_fast ? K_ATTN_FAST : K_ATTN, di, shape, got, ref, T * qd);
     bk_tensor_free(&tk), bk_tensor_free(&tv), bk_tensor_free(&tq), bk_tensor_free(&tout);
     bk_tensor_free(&trow), bk_tensor_free(&ttab), bk_tensor_free(&ttables);
   }
@@ -1248,6 +1259,28 @@ static void test_attention(void) {
   static const bk_kv_fmt fmts[][2] = {{BK_KV_F32, BK_KV_F32}, {BK_KV_Q8, BK_KV_Q8}, {BK_KV_Q4, BK_KV_Q4}, {BK_KV_Q8, BK_KV_Q4}};
   for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
     for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) attention_case(&attn_cases[i], fmts[f][0], fmts[f][1]);
+}
+
+/* The same cases on the device under the fast precision (head sizes 64 and
+ * 128 go to tensor cores, the others to the f32 kernels), plus longer
+ * prompts that cross several 64-row tiles of queries and keys. */
+static void test_attention_fast(void) {
+  if (n_devs < 2) return;
+  bk_open_opts opts = {.fast_matmul = true};
+  herr err = {0};
+  if (bk_backend_open(dev_label, &opts, &attn_fast, &err)) die("fast backend", &err);
+  static const attn_case more[] = {
+      {"tc: long prompt, GQA 4, hd 128", 8, 2, 128, 16, 0, 0, {{300, 300}}},
+      {"tc: chunk after a prefix, hd 64, window 100", 4, 2, 64, 16, 100, 0, {{500, 130}, {70, 1}}},
+      {"tc: two prompts and a decode, hd 128, softcap 30", 4, 4, 128, 64, 0, 30.0f, {{129, 129}, {64, 64}, {200, 1}}},
+  };
+  static const bk_kv_fmt fmts[][2] = {{BK_KV_F32, BK_KV_F32}, {BK_KV_Q8, BK_KV_Q4}};
+  for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
+    for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) attention_case(&attn_cases[i], fmts[f][0], fmts[f][1]);
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) attention_case(&more[i], fmts[f][0], fmts[f][1]);
+  }
+  bk_backend_close(attn_fast);
+  attn_fast = NULL;
 }
 
 
@@ -1947,8 +1980,8 @@ static void print_summary(void) {
       snprintf(dv, sizeof dv, "skipped");
     fprintf(stderr, "%-22s | %5d | %-13.3g | %s\n", stats[i].name, stats[i].cases, stats[i].max[0], dv);
   }
-  fprintf(stderr, "limits: elementwise/copies %.0e; matmul cpu %.0e, %s %.0e; attention cpu %.0e, %s %.0e; sample: logprob within 1e-4 (the column), ids the reference's\n\n", LIM_ELEM,
-          LIM_CPU_MATMUL, dev_label, LIM_DEV_MATMUL, LIM_CPU_ATTN, dev_label, LIM_DEV_ATTN);
+  fprintf(stderr, "limits: elementwise/copies %.0e; matmul cpu %.0e, %s %.0e; attention cpu %.0e, %s %.0e (fast precision %.0e); sample: logprob within 1e-4 (the column), ids the reference's\n\n", LIM_ELEM,
+          LIM_CPU_MATMUL, dev_label, LIM_DEV_MATMUL, LIM_CPU_ATTN, dev_label, LIM_DEV_ATTN, LIM_DEV_ATTN_FAST);
 }
 
 int main(void) {
@@ -1969,6 +2002,7 @@ int main(void) {
   RUN(test_moe);
   RUN(test_kv_write);
   RUN(test_attention);
+  RUN(test_attention_fast);
   RUN(test_set_cols_rows);
   RUN(test_layernorm);
   RUN(test_moe_route_group);

@@ -146,6 +146,10 @@ CU_HIDDEN void cu_lt_free(cu_backend *b);
  * (wraps b's ops table); write: the table to its file, then frees it. */
 CU_HIDDEN void cu_prof_open(cu_backend *b);
 CU_HIDDEN void cu_prof_write(cu_backend *b);
+/* A timed part of an op (its kernels between the two calls), shown under the
+ * op's row count; -1 and nothing recorded when the profile is off. */
+CU_HIDDEN int cu_prof_part(cu_backend *b, const char *name, int64_t rows);
+CU_HIDDEN void cu_prof_part_end(cu_backend *b, int i);
 
 /* Grid size for n items of `per` each (at least 1 block). */
 static inline unsigned cu_blocks(int64_t n, int64_t per) {

@@ -22,6 +22,7 @@ struct prof_key {
   char name[96];
   double ms;
   int64_t n, rows;
+  bool part;  /* a part of an op (cu_prof_part): not counted again in the busy total */
 };
 
 struct prof_pend {
@@ -61,7 +62,12 @@ static void prof_drain(cu_prof *p) {
     float ms = 0, gap = 0;
     if (cudaEventElapsedTime(&ms, e->e0, e->e1) == cudaSuccess) {
       p->keys[e->key].ms += ms;
-      p->busy_ms += ms;
+      if (!p->keys[e->key].part) p->busy_ms += ms;
+    }
+    if (p->keys[e->key].part) { /* inside an op: no gap, and the op's own pair ends later */
+      cudaEventDestroy(e->e0);
+      cudaEventDestroy(e->e1);
+      continue;
     }
     if (p->have_last && cudaEventElapsedTime(&gap, p->last_end, e->e0) == cudaSuccess && gap > 0) {
       int g = gap < 0.02f ? 0 : gap < 0.2f ? 1 : gap < 2.0f ? 2 : 3;
@@ -77,19 +83,19 @@ static void prof_drain(cu_prof *p) {
   p->n_pend = 0;
 }
 
-static int prof_begin(bk_backend *be, const char *name, int64_t rows) {
-  cu_backend *b = cu_be(be);
+static int prof_begin_key(cu_backend *b, const char *name, int64_t rows, bool part) {
   cu_prof *p = b->prof;
   char key[96];
   int64_t r = 1;
   while (r < rows) r *= 2;
-  snprintf(key, sizeof key, "%s | T<=%lld", name, (long long)r);
+  snprintf(key, sizeof key, "%s%s | T<=%lld", part ? "  part: " : "", name, (long long)r);
   if (p->n_pend == PROF_PENDING) {
     cudaStreamSynchronize(b->stream);
     prof_drain(p);
   }
   prof_pend *e = &p->pend[p->n_pend];
   e->key = prof_key_id(p, key);
+  p->keys[e->key].part = part;
   p->keys[e->key].n++;
   p->keys[e->key].rows += rows;
   cudaEventCreate(&e->e0);
@@ -98,9 +104,19 @@ static int prof_begin(bk_backend *be, const char *name, int64_t rows) {
   return p->n_pend++;
 }
 
+static int prof_begin(bk_backend *be, const char *name, int64_t rows) { return prof_begin_key(cu_be(be), name, rows, false); }
+
 static void prof_end(bk_backend *be, int i) {
   cu_backend *b = cu_be(be);
   cudaEventRecord(b->prof->pend[i].e1, b->stream);
+}
+
+int cu_prof_part(cu_backend *b, const char *name, int64_t rows) {
+  return b->prof && b->prof->n_pend < PROF_PENDING ? prof_begin_key(b, name, rows, true) : -1;
+}
+
+void cu_prof_part_end(cu_backend *b, int i) {
+  if (b->prof && i >= 0) cudaEventRecord(b->prof->pend[i].e1, b->stream);
 }
 
 static int cmp_ms(const void *a, const void *b) {
