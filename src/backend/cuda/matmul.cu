@@ -559,6 +559,7 @@ __global__ void fp8_scale_kernel(float *__restrict__ y, int64_t n, int64_t rows,
 #define CU_LT_ALGOS 64
 struct cu_lt_algo {
   int64_t m, n, k;
+  bool none;   /* cuBLASLt has no algorithm for this shape: the dequantizing path takes it */
   cublasLtMatmulAlgo_t algo;
 };
 
@@ -570,7 +571,8 @@ void cu_lt_free(cu_backend *b) {
 }
 
 /* yᵀ [rows, n] (column-major) = Wᵀᵀ · xq: W [rows, cols] E4M3 row-major is cols x rows column-major, used
- * transposed; xq [n, cols] is cols x n column-major (the "TN" layout FP8 needs). f32 out, f32 accumulation. */
+ * transposed; xq [n, cols] is cols x n column-major (the "TN" layout FP8 needs). f32 out, f32 accumulation.
+ * Returns 0, 1 after recording an error, or 2 when cuBLASLt has no algorithm for the shape (nothing ran). */
 static int lt_fp8_gemm(cu_backend *b, const void *w, const void *xq, float *y, int64_t rows, int64_t n, int64_t cols) {
   if (!b->lt) {
     if (cublasLtCreate(&b->lt) != CUBLAS_STATUS_SUCCESS) {
@@ -603,8 +605,10 @@ static int lt_fp8_gemm(cu_backend *b, const void *w, const void *xq, float *y, i
   for (int i = 0; i < b->n_lt_algos && !ca; i++)
     if (b->lt_algos[i].m == rows && b->lt_algos[i].n == n && b->lt_algos[i].k == cols) ca = &b->lt_algos[i];
   cublasLtMatmulAlgo_t algo;
+  bool none = false;
   if (st == CUBLAS_STATUS_SUCCESS && ca) {
     algo = ca->algo;
+    none = ca->none;
   } else if (st == CUBLAS_STATUS_SUCCESS) {
     cublasLtMatmulPreference_t pref = NULL;
     size_t ws = CU_LT_WS;
@@ -615,20 +619,21 @@ static int lt_fp8_gemm(cu_backend *b, const void *w, const void *xq, float *y, i
       st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(b->lt, op, la, lb, lc, lc, pref, 1, &hr, &found);
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (st == CUBLAS_STATUS_SUCCESS && !found) st = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && !found)) none = true, st = CUBLAS_STATUS_SUCCESS;
     if (st == CUBLAS_STATUS_SUCCESS) {
-      algo = hr.algo;
+      if (!none) algo = hr.algo;
       cu_lt_algo *slot = &b->lt_algos[b->n_lt_algos < CU_LT_ALGOS ? b->n_lt_algos++ : (int)((rows + n + cols) % CU_LT_ALGOS)];
-      *slot = (cu_lt_algo){rows, n, cols, algo};
+      *slot = (cu_lt_algo){rows, n, cols, none, none ? cublasLtMatmulAlgo_t{} : algo};
     }
   }
   const float one = 1.0f, zero = 0.0f;
-  if (st == CUBLAS_STATUS_SUCCESS)
+  if (st == CUBLAS_STATUS_SUCCESS && !none)
     st = cublasLtMatmul(b->lt, op, &one, w, la, xq, lb, &zero, y, lc, y, lc, &algo, b->lt_ws, CU_LT_WS, b->stream);
   if (lc) cublasLtMatrixLayoutDestroy(lc);
   if (lb) cublasLtMatrixLayoutDestroy(lb);
   if (la) cublasLtMatrixLayoutDestroy(la);
   if (op) cublasLtMatmulDescDestroy(op);
+  if (st == CUBLAS_STATUS_SUCCESS && none) return 2;
   return cu_check_blas(b, st, "cuBLASLt fp8 gemm");
 }
 
@@ -670,15 +675,24 @@ void cu_matmul(bk_backend *be, const bk_tensor *yt, const bk_tensor *xt, const b
     if (!sc) return;
     float *sx = (float *)sc;
     __nv_fp8_storage_t *xq = (__nv_fp8_storage_t *)(sc + (((size_t)chunk * sizeof(float) + 255) & ~(size_t)255));
-    for (int64_t n0 = 0; n0 < n; n0 += chunk) {
+    bool fallback = false;
+    for (int64_t n0 = 0; n0 < n && !fallback; n0 += chunk) {
       int64_t nc = n - n0 < chunk ? n - n0 : chunk;
       fp8_rows_kernel<<<(unsigned)nc, 256, 0, b->stream>>>(x + n0 * cols, cols, xq, sx);
       if (cu_check(b, "matmul (fp8 activations)")) return;
-      if (lt_fp8_gemm(b, w.data, xq, y + n0 * rows, rows, nc, cols)) return;
+      int rc = lt_fp8_gemm(b, w.data, xq, y + n0 * rows, rows, nc, cols);
+      if (rc == 2 && n0 == 0) {
+        fallback = true; /* no FP8 algorithm for this shape: the dequantizing path below */
+        break;
+      }
+      if (rc) {
+        if (rc == 2) cu_fail(b, HEARTH_EINTERNAL, "cuBLASLt: no FP8 algorithm for a %lld-row chunk", (long long)nc);
+        return;
+      }
       fp8_scale_kernel<<<grid_for(nc * rows, 256), 256, 0, b->stream>>>(y + n0 * rows, nc, rows, sx, (const float *)w.scales, bp);
       if (cu_check(b, "matmul (fp8 scales)")) return;
     }
-    return;
+    if (!fallback) return;
   }
   if (wt->type == BK_F32) {
     cublasStatus_t st = cublasSgemm(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)cols, &one,
