@@ -20,9 +20,9 @@
 # tests were built in: they read their fixtures there).
 set -x
 O=$1; root=$(cd "$(dirname "$0")/../.." && pwd); here=$root/bench/cuda; T0=$SECONDS
-cd "$here"; ln -sf "$root/tools/gen_random_model.py" gen_random_model.py 2>/dev/null
+bundle=$(realpath "${BUNDLE:-bundle.tar.xz}"); mkdir -p "$O"; O=$(realpath "$O"); cd "$here"
 t() { echo "## t=$((SECONDS - T0)) s: $*"; }
-B=/tmp/hearth-bundle; rm -rf $B; mkdir -p $B && tar xJf "${BUNDLE:-bundle.tar.xz}" -C $B
+B=/tmp/hearth-bundle; rm -rf $B; mkdir -p $B && tar xJf "$bundle" -C $B
 export LD_LIBRARY_PATH=$B/lib:${LD_LIBRARY_PATH:-}
 src=$(cat $B/source_dir 2>/dev/null || echo "$root")
 [ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; }
@@ -56,7 +56,7 @@ load "bf16 fast ttft 1024 c32 (profiled)" --seed 102 --concurrency 32 --requests
 serve_stop
 python3 trace_summary.py /tmp/trace_bf16.json > $O/trace_bf16.txt 2>&1; cat $O/trace_bf16.txt; head -36 $O/prof_serve_bf16.txt
 # 2. FP8 8B: made on the GPU, batch-1 decode against its byte roofline, prefill, serving
-python3 gen_random_model.py $F --shape llama-3.1-8b --dtype fp8 > $O/gen_fp8.log 2>&1
+python3 $root/tools/gen_random_model.py $F --shape llama-3.1-8b --dtype fp8 > $O/gen_fp8.log 2>&1
 cp $root/models/default/tokenizer.json $root/models/default/tokenizer_config.json $F/; du -sh $F
 t "fp8 model made"
 $B/new/hearth bench --model $F --device cuda --gpu-precision fast -p 512 -n 128 --repeat 3 --roofline 2>&1 | tee $O/bench_fp8.txt
