@@ -35,8 +35,8 @@ typedef struct {
   const char *arch, *name;
   int hidden, layers, heads, kv_heads, head_dim, ffn, vocab, ctx;
   int experts, experts_used, expert_ffn; /* 0 experts: a dense llama */
-  int untied;                            /* a dense llama with its own output matrix */
   float rope_theta, eps;
+  int untied;                            /* a dense llama with its own output matrix */
 } shape;
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
