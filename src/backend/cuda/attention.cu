@@ -571,6 +571,25 @@ __global__ void __launch_bounds__(FL_WARPS * 32) attn_flash_kernel(at_args a) {
       __syncthreads(); /* the previous tile is consumed */
       if (threadIdx.x < nk) Ss[threadIdx.x] = at_slot(a, tv, j0 + threadIdx.x);
       __syncthreads();
+      if (a.vvec4 && hd <= 128) { /* f32 rows: up to four float4 pieces of K and of V per thread, all loaded first */
+        const int q4 = hd / 4, np = FL_BK * q4;
+        float4 kv4[4], vv4[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+          const int pc = threadIdx.x + u * FL_WARPS * 32, jj = pc / q4, d = 4 * (pc % q4);
+          const bool in = pc < np && jj < nk;
+          kv4[u] = in ? __ldg((const float4 *)(a.K + Ss[jj] * a.kstride + hoff + d)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          vv4[u] = in ? __ldg((const float4 *)(a.V + Ss[jj] * a.vstride + hoff + d)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+          const int pc = threadIdx.x + u * FL_WARPS * 32, jj = pc / q4, d = 4 * (pc % q4);
+          if (pc >= np) continue;
+          float *kd = Ks + jj * hdp + d, *vd = Vs + jj * hd + d;
+          kd[0] = kv4[u].x, kd[1] = kv4[u].y, kd[2] = kv4[u].z, kd[3] = kv4[u].w;
+          vd[0] = vv4[u].x, vd[1] = vv4[u].y, vd[2] = vv4[u].z, vd[3] = vv4[u].w;
+        }
+      } else
 #pragma unroll 4
       for (int idx = threadIdx.x; idx < FL_BK * hd; idx += blockDim.x) {
         const int jj = idx / hd, d = idx % hd;
@@ -667,6 +686,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_flash_tc_kernel(at_args a)
   float *Os = (float *)(Ps + TC_BQ * TC_BK);           /* [BQ][HD] */
   float *ms = Os + TC_BQ * HD, *ls = ms + TC_BQ, *al = ls + TC_BQ;
   int64_t *Sl = (int64_t *)(al + TC_BQ);
+  __shared__ int rqs[TC_BQ], lqs[TC_BQ]; /* the segment's query rows and the first key each may see */
   const int t0 = blockIdx.x * TC_BQ, t1 = min(a.T, t0 + TC_BQ), h = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kvh = h / (a.H / a.KVH);
@@ -685,26 +705,58 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_flash_tc_kernel(at_args a)
       jhi = max(jhi, r + 1);
     }
     __syncthreads(); /* the previous segment is done with shared memory */
-    for (int idx = threadIdx.x; idx < TC_BQ * HD; idx += blockDim.x) {
-      const int qi = idx / HD, d = idx % HD;
-      Qs[idx] = __float2bfloat16_rn(qi < nq ? a.q[((int64_t)(s0 + qi) * a.H + h) * HD + d] : 0.0f);
-      Os[idx] = 0.0f;
+    for (int p = threadIdx.x; p < TC_BQ * HD / 4; p += blockDim.x) { /* 4 elements a thread at a time */
+      const int qi = p / (HD / 4), d = 4 * (p % (HD / 4));
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (qi < nq) {
+        const float *qp = a.q + ((int64_t)(s0 + qi) * a.H + h) * HD + d;
+        v = make_float4(qp[0], qp[1], qp[2], qp[3]);
+      }
+      *(__nv_bfloat162 *)(Qs + qi * HD + d) = __floats2bfloat162_rn(v.x, v.y);
+      *(__nv_bfloat162 *)(Qs + qi * HD + d + 2) = __floats2bfloat162_rn(v.z, v.w);
+      *(float4 *)(Os + qi * HD + d) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    for (int i = threadIdx.x; i < TC_BQ; i += blockDim.x) ms[i] = -INFINITY, ls[i] = 0.0f;
+    for (int i = threadIdx.x; i < TC_BQ; i += blockDim.x) {
+      ms[i] = -INFINITY, ls[i] = 0.0f;
+      rqs[i] = i < nq ? a.row[s0 + i] : -1;
+      lqs[i] = i < nq ? at_lo(a, rqs[i]) : 0;
+    }
     for (int j0 = jlo; j0 < jhi; j0 += TC_BK) {
       const int nk = min(TC_BK, jhi - j0);
       __syncthreads(); /* the previous tile is consumed */
       if (threadIdx.x < TC_BK) Sl[threadIdx.x] = threadIdx.x < nk ? at_slot(a, tv, j0 + threadIdx.x) : 0;
       __syncthreads();
-      for (int idx = threadIdx.x; idx < TC_BK * HD; idx += blockDim.x) {
-        const int jj = idx / HD, d = idx % HD;
-        float kv = 0.0f, vv = 0.0f;
-        if (jj < nk) {
-          kv = kvq_elem(a.K + Sl[jj] * a.kstride, a.kfmt, hoff + d);
-          vv = kvq_elem(a.V + Sl[jj] * a.vstride, a.vfmt, hoff + d);
+      if (a.vvec4) { /* f32 rows: every thread's float4 pieces of K, then of V, loaded before any is stored */
+        constexpr int PER = TC_BK * HD / 4 / (TC_WARPS * 32);
+#pragma unroll
+        for (int kv = 0; kv < 2; kv++) {
+          const float *base = kv ? a.V : a.K;
+          const int64_t stride = kv ? a.vstride : a.kstride;
+          __nv_bfloat16 *dst = kv ? Vs : Ks;
+          float4 v[PER];
+#pragma unroll
+          for (int u = 0; u < PER; u++) {
+            const int p = threadIdx.x + u * TC_WARPS * 32, jj = p / (HD / 4), d = 4 * (p % (HD / 4));
+            v[u] = jj < nk ? __ldg((const float4 *)(base + Sl[jj] * stride + hoff + d)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          }
+#pragma unroll
+          for (int u = 0; u < PER; u++) {
+            const int p = threadIdx.x + u * TC_WARPS * 32, jj = p / (HD / 4), d = 4 * (p % (HD / 4));
+            *(__nv_bfloat162 *)(dst + jj * HD + d) = __floats2bfloat162_rn(v[u].x, v[u].y);
+            *(__nv_bfloat162 *)(dst + jj * HD + d + 2) = __floats2bfloat162_rn(v[u].z, v[u].w);
+          }
         }
-        Ks[idx] = __float2bfloat16_rn(kv);
-        Vs[idx] = __float2bfloat16_rn(vv);
+      } else {
+        for (int idx = threadIdx.x; idx < TC_BK * HD; idx += blockDim.x) {
+          const int jj = idx / HD, d = idx % HD;
+          float kv = 0.0f, vv = 0.0f;
+          if (jj < nk) {
+            kv = kvq_elem(a.K + Sl[jj] * a.kstride, a.kfmt, hoff + d);
+            vv = kvq_elem(a.V + Sl[jj] * a.vstride, a.vfmt, hoff + d);
+          }
+          Ks[idx] = __float2bfloat16_rn(kv);
+          Vs[idx] = __float2bfloat16_rn(vv);
+        }
       }
       __syncthreads();
       /* S rows 16w .. 16w + 15 */
@@ -730,7 +782,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_flash_tc_kernel(at_args a)
       /* the online softmax of the warp's 16 rows: two lanes... each lane takes columns lane and lane + 32 */
       for (int r = 0; r < 16; r++) {
         const int qi = warp * 16 + r;
-        const int rq = qi < nq ? a.row[s0 + qi] : -1, lq = qi < nq ? at_lo(a, rq) : 0;
+        const int rq = rqs[qi], lq = lqs[qi];
         float sv[2];
 #pragma unroll
         for (int c = 0; c < 2; c++) {

@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
   for (int q = 0; q < RW; q++)
 #pragma unroll
     for (int r = 0; r < NR; r++) acc[q][r] = 0.0f;
-#pragma unroll 2
+#pragma unroll 4
   for (int64_t p = lane; p < nq; p += 32) {
     uint4 wv[RW];
 #pragma unroll
