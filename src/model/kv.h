@@ -27,6 +27,9 @@
 #include "format/config.h"
 
 
+/* Ranks of a tensor-parallel group a cache may hold arenas for (model.h). */
+#define KV_MAX_RANKS 16
+
 /* The arenas of a cache: layer l's K rows are kv_store.k[l], n_slots rows
  * stored as k_fmt[l] ([n_slots, kv_dim[l]] f32 when BK_KV_F32; see
  * bk_kv_layer for the quantized formats), V likewise; a recurrent layer's
@@ -39,7 +42,13 @@ typedef struct kv_store {
   int64_t n_states;
   bk_tensor state[CFG_MAX_LAYERS];                /* views of the cache's state buffer (.buf NULL: none) */
   bk_kv_fmt k_fmt[CFG_MAX_LAYERS], v_fmt[CFG_MAX_LAYERS];
+  /* tensor parallelism: rank r's arenas (its heads, on its backend) are rank[r]'s, same blocks and
+   * slots; rank[0] and every entry of a single-rank cache are NULL: this store itself */
+  const struct kv_store *rank[KV_MAX_RANKS];
 } kv_store;
+
+/* Rank r's arenas of st. */
+static inline const kv_store *kv_store_rank(const kv_store *st, int r) { return r > 0 && st->rank[r] ? st->rank[r] : st; }
 
 typedef struct kv_seq kv_seq;
 
