@@ -27,6 +27,7 @@ int bk_comm_status(bk_comm *c, herr *err) {
   int rc = c->err.code;
   if (rc && err) *err = c->err;
   herr_clear(&c->err);
+  c->origin = false;
   return rc;
 }
 
@@ -95,6 +96,7 @@ static bool enter(bk_comm *c, const bk_tensor *x, const char *what) {
     snprintf(why, sizeof why, "rank %d failed (injected) at %s", c->rank, what);
     group_abort(ic->g, why);
     record(c, what);
+    c->origin = true;
     return false;
   }
   herr e = {0};
@@ -103,6 +105,7 @@ static bool enter(bk_comm *c, const bk_tensor *x, const char *what) {
     snprintf(why, sizeof why, "rank %d failed: %s", c->rank, e.msg);
     group_abort(ic->g, why);
     c->err = e;
+    c->origin = true;
     return false;
   }
   return true;

@@ -49,6 +49,7 @@ struct bk_comm {
   const bk_comm_ops *ops; /* borrowed (static) */
   int rank, size;
   herr err;               /* the first failure of this rank's collectives (code 0: none) */
+  bool origin;            /* that failure was this rank's own (it aborted the group), not another's abort */
 };
 
 static inline int bk_comm_rank(const bk_comm *c) { return c->rank; }

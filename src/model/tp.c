@@ -242,7 +242,7 @@ static void run_rank(tp_group *g, int r) {
   herr e = {0};
   int rc = model_forward_rank(m, g->b, &lg, &hid, FWD_RANK, &e);
   if (!rc) rc = bk_sync(m->be, &e);
-  bool own = rc != 0;
+  bool own = rc != 0 || m->comm->origin;
   if (!rc) rc = bk_comm_status(m->comm, &e);
   if (rc) {
     char why[300];
