@@ -35,6 +35,9 @@
 
 typedef struct bk_comm bk_comm;
 
+/* Ranks of one group at most. */
+#define BK_COMM_MAX_RANKS 16
+
 typedef struct bk_comm_ops {
   void (*all_reduce_sum)(bk_comm *c, const bk_tensor *x);
   void (*all_gather)(bk_comm *c, const bk_tensor *y, const bk_tensor *x);

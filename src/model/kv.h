@@ -23,12 +23,13 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/comm.h"
 #include "base/status.h"
 #include "format/config.h"
 
 
 /* Ranks of a tensor-parallel group a cache may hold arenas for (model.h). */
-#define KV_MAX_RANKS 16
+#define KV_MAX_RANKS BK_COMM_MAX_RANKS
 
 /* The arenas of a cache: layer l's K rows are kv_store.k[l], n_slots rows
  * stored as k_fmt[l] ([n_slots, kv_dim[l]] f32 when BK_KV_F32; see

@@ -240,7 +240,8 @@ static void run_rank(tp_group *g, int r) {
   model *m = g->rank[r];
   bk_tensor lg = {0}, hid = {0};
   herr e = {0};
-  int rc = model_forward_rank(m, g->b, &lg, &hid, FWD_RANK, &e);
+  int rc = bk_sync(m->be, &e); /* (a GPU's backend also makes its device this thread's) */
+  if (!rc) rc = model_forward_rank(m, g->b, &lg, &hid, FWD_RANK, &e);
   if (!rc) rc = bk_sync(m->be, &e);
   bool own = rc != 0 || m->comm->origin;
   if (!rc) rc = bk_comm_status(m->comm, &e);
