@@ -8,7 +8,9 @@
  * replicated) with a vocabulary that does not divide; batches of several
  * sequences and decoding through the cache; shapes that do not split are
  * refused by name (heads, KV heads, a quantized block); a rank that fails
- * stops the group with its error instead of hanging it. */
+ * stops the group with its error instead of hanging it. With HEARTH_TEST_DEVICE=cuda
+ * the same runs go through NCCL on GPUs, the splits over more than
+ * HEARTH_TEST_TP_MAX ranks skipped (bench/cuda/tp.sh). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,7 @@
 #include "model/internal.h"
 #include "model/model.h"
 #include "test.h"
+#include "test_device.h"
 
 #define GOLDEN HEARTH_SOURCE_DIR "/tests/fixtures/golden/"
 
@@ -41,9 +44,15 @@ static int argmax(const float *x, int64_t n) {
   return best;
 }
 
+/* On a GPU (HEARTH_TEST_DEVICE), splits over more ranks than HEARTH_TEST_TP_MAX GPUs are skipped. */
+static bool tp_runs(int n) {
+  const char *mx = getenv("HEARTH_TEST_TP_MAX");
+  return !mx || !*mx || n <= atoi(mx);
+}
+
 static model *load(const char *dir, int tp, herr *err) {
   model *m = NULL;
-  model_load_opts o = {.threads = 2, .tensor_parallel = tp};
+  model_load_opts o = {.threads = 2, .tensor_parallel = tp, .device = test_device()};
   return model_load(dir, &o, &m, err) ? NULL : m;
 }
 
@@ -104,7 +113,8 @@ static void compare(const char *name, model *one, model *split, int tp, const in
   if (r1.logits && rn.logits) {
     double scale = 0;
     for (size_t i = 0; i < (size_t)((na + nb) * V); i++) scale = fmax(scale, fabs(r1.logits[i]));
-    double d = max_diff(r1.logits, rn.logits, (size_t)((na + nb) * V)), tol = 1e-5 * (scale > 1 ? scale : 1);
+    /* (a GPU's matmuls may take another path for another shape) */
+    double d = max_diff(r1.logits, rn.logits, (size_t)((na + nb) * V)), tol = (test_device() ? 1e-4 : 1e-5) * (scale > 1 ? scale : 1);
     CHECK_MSG(d <= tol, "%s at N=%d: logits differ from one rank by %.3g (tol %.3g)", name, tp, d, tol);
     fprintf(stderr, "  %-16s N=%d: max abs difference to one rank %.3g (logits up to %.3g)\n", name, tp, d, scale);
     CHECK_MSG(!memcmp(r1.greedy, rn.greedy, sizeof r1.greedy), "%s at N=%d: greedy tokens differ", name, tp);
@@ -115,6 +125,7 @@ static void compare(const char *name, model *one, model *split, int tp, const in
 
 /* The golden fixtures: prompts from golden.json; transformers' logits too. */
 static void golden(const char *name, int tp) {
+  if (!tp_runs(tp)) return;
   char dir[512], path[600];
   snprintf(dir, sizeof dir, GOLDEN "%s", name);
   snprintf(path, sizeof path, "%s/golden.json", dir);
@@ -160,6 +171,11 @@ static void golden(const char *name, int tp) {
   }
   model_free(one);
   model_free(split);
+}
+
+static void test_golden_n1(void) {
+  static const char *names[] = {"llama-f32", "qwen3-f32", "gemma3-f32", "qwen3_moe-f32"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) golden(names[i], 1);
 }
 
 static void test_golden_n2(void) {
@@ -273,6 +289,7 @@ static void made(const char *sub, const gen_model *g, const int *tps, int n_tp) 
   for (int i = 0; i < 11; i++) a[i] = (int32_t)((i * 37 + 5) % g->V);
   for (int i = 0; i < 6; i++) b[i] = (int32_t)((i * 53 + 11) % g->V);
   for (int k = 0; one && k < n_tp; k++) {
+    if (!tp_runs(tps[k])) continue;
     model *split = load(dir, tps[k], &err);
     CHECK_MSG(split, "%s at N=%d: %s", sub, tps[k], err.msg);
     if (split) compare(sub, one, split, tps[k], a, 11, b, 6);
@@ -292,8 +309,8 @@ static void test_mlx_columns(void) {
   /* o_proj MLX 8-bit, groups of 64 over 128 inputs: N=2 splits at a group boundary (scales and biases
    * sliced with it); N=4 would cut groups in half and is refused */
   gen_model g = {.H = 8, .KV = 4, .hd = 16, .D = 64, .I = 128, .V = 64, .L = 1, .mlx_o_group = 64};
-  int tps[] = {2};
-  made("mlx_o", &g, tps, 1);
+  int tps[] = {1, 2};
+  made("mlx_o", &g, tps, 2);
   char dir[400];
   snprintf(dir, sizeof dir, "%s/mlx_o", tmpdir);
   herr err = {0};
@@ -322,7 +339,7 @@ static void test_refusals(void) {
   model_load_opts o = {.threads = 2, .tensor_parallel = 2, .expert_budget = 1 << 20};
   CHECK(model_load(GOLDEN "qwen3_moe-f32", &o, &m, &err) != 0);
   CHECK_MSG(strstr(err.msg, "expert-budget"), "message: %s", err.msg);
-  model *one = load(GOLDEN "llama-f32", 2, &err);
+  model *one = load(GOLDEN "llama-f32", 1, &err); /* a group of one refuses them too */
   model_lora *lo = NULL;
   CHECK(one && model_lora_load(one, HEARTH_SOURCE_DIR "/tests/fixtures/lora/llama-f32", &lo, &err) != 0);
   CHECK_MSG(strstr(err.msg, "tensor-parallel"), "message: %s", err.msg);
@@ -332,6 +349,7 @@ static void test_refusals(void) {
 /* A rank that fails mid-forward: the forward returns its error (no rank waits
  * forever in a collective), and the group refuses later forwards. */
 static void test_rank_failure(void) {
+  if (test_device()) return; /* failures are injected into the in-process communicator */
   herr err = {0};
   model *m = load(GOLDEN "llama-f32", 4, &err);
   CHECK_MSG(m, "%s", err.msg);
@@ -363,6 +381,8 @@ static void test_rank_failure(void) {
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/hearth_test_tp_%d", (int)getpid());
   mkdir(tmpdir, 0755);
+  test_device_or_skip();
+  RUN(test_golden_n1);
   RUN(test_golden_n2);
   RUN(test_golden_n4);
   RUN(test_three_and_six);

@@ -62,7 +62,7 @@ static void group_abort(nccl_group *g, const char *why) {
   pthread_mutex_lock(&g->mu);
   if (!g->aborted) {
     g->aborted = true;
-    snprintf(g->why, sizeof g->why, "%s", why && why[0] ? why : "a rank failed");
+    snprintf(g->why, sizeof g->why, "%.199s", why && why[0] ? why : "a rank failed");
     for (int r = 0; r < g->size; r++)
       if (g->comms[r]) {
         g->api.abort(g->comms[r]);
@@ -94,9 +94,7 @@ static void end(bk_comm *c, const char *what, int rc) {
   if (rc == NCCL_OK || rc == NCCL_IN_PROGRESS) return;
   record(c, what, g->api.error_string ? g->api.error_string(rc) : "failed");
   c->origin = true;
-  char why[240];
-  snprintf(why, sizeof why, "rank %d: NCCL %s: %s", c->rank, what, c->err.msg);
-  group_abort(g, why);
+  group_abort(g, c->err.msg);
 }
 
 static void nccl_all_reduce(bk_comm *c, const bk_tensor *x) {
