@@ -163,13 +163,13 @@ static void nccl_free(bk_comm *c) {
 static const bk_comm_ops nccl_ops = {nccl_all_reduce, nccl_all_gather, nccl_broadcast, nccl_barrier, nccl_abort, nccl_free};
 
 static int load_api(nccl_api *a, herr *err) {
-  const char *env = getenv("HEARTH_NCCL_LIB");
-  const char *cand[] = {env && env[0] ? env : NULL, "libnccl.so.2", "libnccl.so"};
+  const char *env = getenv("HEARTH_NCCL_LIB"); /* when set, that file only */
+  const char *cand[] = {env && env[0] ? env : "libnccl.so.2", env && env[0] ? NULL : "libnccl.so"};
   for (size_t i = 0; i < sizeof cand / sizeof cand[0] && !a->lib; i++)
     if (cand[i]) a->lib = dlopen(cand[i], RTLD_NOW | RTLD_LOCAL);
   if (!a->lib)
-    return herr_set(err, HEARTH_EUNSUPPORTED,
-                    "tensor parallelism on GPUs needs NCCL: libnccl.so.2 was not found (%s; HEARTH_NCCL_LIB may name it)", dlerror());
+    return herr_set(err, HEARTH_EUNSUPPORTED, "tensor parallelism on GPUs needs NCCL: %s could not be loaded (%s)%s",
+                    cand[0], dlerror(), env && env[0] ? "" : "; HEARTH_NCCL_LIB may name the file");
 #define SYM(field, name)                                                                                          \
   if (!(*(void **)&a->field = dlsym(a->lib, name)))                                                              \
     return herr_set(err, HEARTH_EUNSUPPORTED, "libnccl.so.2 lacks %s (NCCL 2.x is needed)", name);
