@@ -548,6 +548,7 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
    * rows, then the hidden rows), the recurrent ops' sequences [S, 4], tables [n_tables] */
   int64_t S = b->n_seqs, n_idx = 5 * T + R + P + n_tables + 4 * S;
   int rc = scratch_reserve(m, T, n_idx, R, err);
+  if (!rc && m->comm) rc = tp_reserve(m, R, err);
   if (rc) return rc;
   int32_t *h = m->f.host_idx, *ids = h, *pos = h + T, *row = h + 2 * T, *tab = h + 3 * T, *slot = h + 4 * T,
           *gather = h + 5 * T, *rseqs = gather + R + P, *tables = rseqs + 4 * S;
@@ -618,13 +619,14 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
    * everything that varies between steps is in the index tables and the KV
    * blocks; the key holds what the ops' arguments depend on. */
   /* (under an expert budget the experts a step reads are loaded as its routing chooses them: never recorded) */
-  bool record = T <= FORWARD_GRAPH_MAX_T && m->xc.budget == 0 && !m->tp_size; /* (a group's steps: not yet) */
+  bool record = T <= FORWARD_GRAPH_MAX_T && m->xc.budget == 0;
   bool replay = false;
   if (record) {
     uint64_t key = hmix64((uint64_t)T * 0x10001u + (uint64_t)R + ((uint64_t)P << 40));
     key = hmix64(key ^ (uint64_t)(uintptr_t)f->x.buf->base);
     key = hmix64(key ^ (uint64_t)(uintptr_t)f->idx.buf->base);
     key = hmix64(key ^ (uint64_t)(uintptr_t)(f->logits.buf ? f->logits.buf->base : NULL));
+    key = hmix64(key ^ (uint64_t)(uintptr_t)(m->tp_buf ? m->tp_buf->base : NULL)); /* a split model's head */
     for (int l = 0; l < kv->n_layers; l++)
       key = hmix64(key ^ (uint64_t)(uintptr_t)bk_addr(&kv->k[l]) ^ ((uint64_t)(uintptr_t)bk_addr(&kv->v[l]) << 1) ^
                    (kv->state[l].buf ? (uint64_t)(uintptr_t)bk_addr(&kv->state[l]) << 2 : 0));

@@ -280,6 +280,8 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg, bk_tensor 
 int tp_forward(model *m, const model_batch *b, bk_tensor *lg, bk_tensor *hid, herr *err);
 /* x = the sum of every rank's x (after a row-parallel projection); nothing when not spread. */
 void model_reduce(model *m, const bk_tensor *x);
+/* The head's buffers for R logits rows (a split model's; before a step's ops, which may be recorded). */
+int tp_reserve(model *m, int64_t R, herr *err);
 /* lg [R, vocab] = x [R, hidden] · lm_headᵀ: each rank's vocabulary rows, gathered. */
 int model_head(model *m, const bk_tensor *lg, const bk_tensor *x, herr *err);
 /* A token id as this rank's embedding table numbers it (vocab_n: its zero row). */

@@ -205,21 +205,25 @@ void model_reduce(model *m, const bk_tensor *x) {
   if (m->comm) bk_all_reduce_sum(m->comm, x);
 }
 
+int tp_reserve(model *m, int64_t R, herr *err) {
+  if (R <= m->tp_cap_r) return 0;
+  int64_t cap = m->tp_cap_r ? m->tp_cap_r : 4, N = m->tp_size, Vp = m->vocab_pad;
+  while (cap < R) cap *= 2;
+  bk_buf *buf; /* this rank's logits [cap, Vp], then every rank's [N cap, Vp] */
+  int rc = bk_buf_new(m->be, (size_t)((1 + N) * cap * Vp) * sizeof(float), &buf, err);
+  if (rc) return herr_wrap(err, "model_forward: the head's logits for %lld rows", (long long)cap);
+  bk_buf_free(m->tp_buf);
+  m->tp_buf = buf, m->tp_cap_r = cap;
+  return 0;
+}
+
 int model_head(model *m, const bk_tensor *lg, const bk_tensor *x, herr *err) {
   if (!m->comm) {
     bk_matmul_t(lg, x, &m->lm_head, NULL);
     return 0;
   }
   int64_t R = x->rows, Vp = m->vocab_pad, N = m->tp_size, V = m->cfg.vocab_size;
-  if (R > m->tp_cap_r) { /* this rank's logits [R, Vp], then every rank's [N R, Vp] */
-    int64_t cap = m->tp_cap_r ? m->tp_cap_r : 4;
-    while (cap < R) cap *= 2;
-    bk_buf *buf;
-    int rc = bk_buf_new(m->be, (size_t)((1 + N) * cap * Vp) * sizeof(float), &buf, err);
-    if (rc) return herr_wrap(err, "model_forward: the head's logits for %lld rows", (long long)cap);
-    bk_buf_free(m->tp_buf);
-    m->tp_buf = buf, m->tp_cap_r = cap;
-  }
+  if (R > m->tp_cap_r) return herr_set(err, HEARTH_EINTERNAL, "model_forward: the head's buffers were not reserved");
   bk_tensor mine = {.buf = m->tp_buf, .dt = BK_DT_F32, .rows = R, .cols = m->vocab_n};
   bk_matmul_t(&mine, x, &m->lm_head, NULL);
   bk_tensor padded = {.buf = m->tp_buf, .dt = BK_DT_F32, .rows = R, .cols = Vp};
