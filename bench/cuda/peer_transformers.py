@@ -29,7 +29,10 @@ def main():
     ap.add_argument("--compile", action="store_true")
     a = ap.parse_args()
     t0 = time.time()
-    m = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, device_map="cuda")
+    try:
+        m = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16, device_map="cuda")
+    except (ImportError, ValueError):  # no accelerate: load on the host, then move
+        m = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16).to("cuda")
     m.eval()
     print(json.dumps({"load_s": round(time.time() - t0, 2), "transformers_model": type(m).__name__}), flush=True)
     g = torch.Generator(device="cpu").manual_seed(0)
