@@ -27,14 +27,14 @@ export LD_LIBRARY_PATH=$B/lib:${LD_LIBRARY_PATH:-}
 src=$(cat $B/source_dir 2>/dev/null || echo "$root")
 [ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; }
 HEARTH_TEST_REQUIRE_CUDA=1 $B/new/backend_test_backend_ops > $O/ops_new.log 2>&1; echo "op harness rc=$?"
-grep -E "^(matmul|attention|moe fp8)|checks|FAIL" $O/ops_new.log | head -40
+grep -E "^(matmul fp8|attention)|checks|FAIL" $O/ops_new.log | head -20
 HEARTH_TEST_DEVICE=cuda $B/new/engine_test_sched > $O/sched_new.log 2>&1; echo "engine_test_sched rc=$?"; tail -1 $O/sched_new.log
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader
 M=/tmp/m8b; F=/tmp/m8b-fp8
-python3 $root/tools/gen_random_model.py $M --shape llama-3.1-8b --dtype bf16 > $O/gen.log 2>&1
+python3 $root/tools/gen_random_model.py $M --shape llama-3.1-8b --dtype bf16 > $O/gen.log 2>&1 &
+$B/old/gen_random_gguf /tmp/q4k8b.gguf q4_k 8b > $O/gen_q4k.log 2>&1 &
+wait
 cp $root/models/default/tokenizer.json $root/models/default/tokenizer_config.json $M/
-t "bf16 model made"
-
+t "bf16 + q4_k made"
 serve_start() { # log, model, args...
   local log=$1 m=$2; shift 2
   $B/new/hearth serve --model $m --device cuda --port 0 --max-batch 256 "$@" 2>$log &
@@ -44,55 +44,40 @@ serve_start() { # log, model, args...
   t "server up at $URL"
 }
 serve_stop() { kill -TERM $SP; for _ in $(seq 150); do kill -0 $SP 2>/dev/null || break; sleep 0.2; done; kill -9 $SP 2>/dev/null; t "server stopped"; }
-load() { # label, args...
-  local l=$1; shift
-  $B/serve_load --url $URL --label "$l" --token-events 1 "$@" | tee -a $O/serve.jsonl
-}
-# 1. bf16 fast: 256 concurrent 128/128 and 32 x 1024-token prompts, with the op profile and the trace
-HEARTH_CUDA_PROFILE=$O/prof_serve_bf16.txt serve_start $O/serve_bf16.log $M --gpu-precision fast --trace-file /tmp/trace_bf16.json
+load() { local l=$1; shift; $B/serve_load --url $URL --label "$l" --token-events 1 "$@" | tee -a $O/serve.jsonl; }
+# 1. bf16 fast serving (unprofiled)
+serve_start $O/serve_bf16.log $M --gpu-precision fast
 $B/serve_load --url $URL --concurrency 4 --requests 8 --input 64 --output 16 --seed 1 >/dev/null
-load "bf16 fast 128/128 c256 (profiled)" --seed 101 --concurrency 256 --requests 512 --input 128 --output 128
-load "bf16 fast ttft 1024 c32 (profiled)" --seed 102 --concurrency 32 --requests 64 --input 1024 --output 16
+load "bf16 fast 128/128 c256" --seed 101 --concurrency 256 --requests 512 --input 128 --output 128
+load "bf16 fast ttft 1024 c32" --seed 102 --concurrency 32 --requests 64 --input 1024 --output 16
 serve_stop
-python3 trace_summary.py /tmp/trace_bf16.json > $O/trace_bf16.txt 2>&1; cat $O/trace_bf16.txt; head -36 $O/prof_serve_bf16.txt
-# 2. FP8 8B: made on the GPU, batch-1 decode against its byte roofline, prefill, serving
 python3 $root/tools/gen_random_model.py $F --shape llama-3.1-8b --dtype fp8 > $O/gen_fp8.log 2>&1
-cp $root/models/default/tokenizer.json $root/models/default/tokenizer_config.json $F/; du -sh $F
-t "fp8 model made"
+cp $root/models/default/tokenizer.json $root/models/default/tokenizer_config.json $F/
+t "fp8 made"
+# 2. FP8 fast serving with the op profile
+HEARTH_CUDA_PROFILE=$O/prof_serve_fp8.txt serve_start $O/serve_fp8.log $F --gpu-precision fast
+$B/serve_load --url $URL --concurrency 4 --requests 8 --input 64 --output 16 --seed 1 >/dev/null
+load "fp8 fast 128/128 c256 (profiled)" --seed 103 --concurrency 256 --requests 512 --input 128 --output 128
+load "fp8 fast ttft 1024 c32 (profiled)" --seed 104 --concurrency 32 --requests 64 --input 1024 --output 16
+serve_stop
+head -30 $O/prof_serve_fp8.txt
+# 3. the peer
+timeout 60 python3 peer_transformers.py $M --batches 1,64 2>$O/peer.err | tee $O/peer.jsonl
+tail -2 $O/peer.err
+t "peer done"
+# 4. batch-1 decode: FP8 and Q4_K against their byte rooflines (new and old Q4_K GEMV); prefill with tensor-core attention
 $B/new/hearth bench --model $F --device cuda --gpu-precision fast -p 512 -n 128 --repeat 3 --roofline 2>&1 | tee $O/bench_fp8.txt
-t "fp8 bench"
-$B/new/hearth bench --model $M --device cuda --gpu-precision fast -p 4096 -n 0 --repeat 2 2>&1 | grep -E "^pp" | sed 's/^/bf16 fast tensor-core attention: /' | tee -a $O/bench_fp8.txt
-$B/new/hearth bench --model $F --device cuda --gpu-precision fast -p 4096 -n 0 --repeat 2 2>&1 | grep -E "^pp" | sed 's/^/fp8 fast: /' | tee -a $O/bench_fp8.txt
-t "pp4096"
-serve_start $O/serve_fp8.log $F --gpu-precision fast
-$B/serve_load --url $URL --concurrency 4 --requests 8 --input 64 --output 16 --seed 1 >/dev/null
-load "fp8 fast 128/128 c256" --seed 103 --concurrency 256 --requests 512 --input 128 --output 128
-load "fp8 fast ttft 1024 c32" --seed 104 --concurrency 32 --requests 64 --input 1024 --output 16
-serve_stop
-# 3. bf16 unprofiled serving (the number to compare with the earlier 4,914)
-serve_start $O/serve_bf16b.log $M --gpu-precision fast
-$B/serve_load --url $URL --concurrency 4 --requests 8 --input 64 --output 16 --seed 1 >/dev/null
-load "bf16 fast 128/128 c256" --seed 105 --concurrency 256 --requests 512 --input 128 --output 128
-serve_stop
-# 4. Q4_K 8B decode: the new GEMV and the old one
-$B/old/gen_random_gguf /tmp/q4k8b.gguf q4_k 8b; ls -la /tmp/q4k8b.gguf
 for v in new old; do
-  echo "== $v" >> $O/bench_q4k.txt
-  $B/$v/hearth bench --model /tmp/q4k8b.gguf --device cuda -p 0 -n 128 --repeat 3 --roofline 2>&1 | grep -E "^tg|roofline|weights" | tee -a $O/bench_q4k.txt
+  echo "== q4_k $v" >> $O/bench_q4k.txt
+  $B/$v/hearth bench --model /tmp/q4k8b.gguf --device cuda -p 0 -n 128 --repeat 3 --roofline >> $O/bench_q4k.txt 2>&1
 done
-t "q4k done"
-# 5. long-context decode at batch 1 (f32 KV): 1k and 32k (the fill through the tensor-core prefill attention), 32k with 8-bit KV, a profile at 32k
+cat $O/bench_q4k.txt
+$B/new/hearth bench --model $M --device cuda --gpu-precision fast -p 4096 -n 0 --repeat 2 2>&1 | grep -E "^pp" | sed 's/^/bf16 fast: /' | tee -a $O/bench_fp8.txt
+t "benches"
+# 5. long-context decode at batch 1 (f32 KV)
 for d in 1024 32768; do
   echo "== depth $d" >> $O/bench_depth.txt
   $B/new/hearth bench --model $M --device cuda --gpu-precision fast -p 0 -n 64 -d $d --repeat 2 --no-warmup 2>&1 | grep -E "^tg|kv " | tee -a $O/bench_depth.txt
   t "depth $d"
 done
-echo "== depth 32768 kv q8" >> $O/bench_depth.txt
-$B/new/hearth bench --model $M --device cuda --gpu-precision fast --kv-quant 8 -p 0 -n 64 -d 32768 --repeat 1 --no-warmup 2>&1 | grep -E "^tg|kv " | tee -a $O/bench_depth.txt
-HEARTH_CUDA_PROFILE=$O/prof_d32k.txt $B/new/hearth bench --model $M --device cuda --gpu-precision fast -p 0 -n 16 -d 32768 --repeat 1 --no-warmup > /dev/null 2>&1
-grep -E "attention|busy|idle >" $O/prof_d32k.txt | head -8
-t "depth done"
-# 6. the peer: transformers generate with a static cache (eager), batch 1 and 64, 128 in / 128 out
-timeout 70 python3 peer_transformers.py $M --batches 1,64 2>$O/peer.err | tee $O/peer.jsonl
-tail -3 $O/peer.err
 t "all done"
