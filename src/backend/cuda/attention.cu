@@ -366,8 +366,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_gqa_kernel(at_args
 /* The same for f32 K and V rows that are 16-byte aligned (the default
  * cache): lane l's K row is read as float4s eight at a time, and each V row
  * as one float4 per lane (head dims 4l .. 4l + 3, then 128 further per DV),
- * eight rows in flight, so a warp keeps many loads outstanding. */
-template <int G, int DV>
+ * eight rows in flight, so a warp keeps many loads outstanding. Q8: 8-bit
+ * rows whose head slices are whole blocks, read a block's scale and its
+ * codes a word at a time (a lane's four V dims are one word). */
+template <int G, int DV, bool Q8>
 __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_f32_kernel(at_args a) {
   const int t = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z;
   if (!a.all && !at_alone(a, t)) return;
@@ -400,7 +402,26 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_f32_kernel(at_args
     float dot[G];
 #pragma unroll
     for (int g = 0; g < G; g++) dot[g] = 0.0f;
-    if (valid) {
+    if (valid && Q8) { /* 8-bit rows: per block of 32, its scale and eight words of codes */
+      sl = at_slot(a, tv, j);
+      const unsigned char *blk = (const unsigned char *)(a.K + sl * a.kstride) + (hoff >> 5) * 36;
+#pragma unroll
+      for (int d0 = 0; d0 < DV * 128; d0 += 32, blk += 36) {
+        if (d0 >= hd) break;
+        const float sc = *(const float *)blk;
+        int w[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) w[u] = __ldg((const int *)(blk + 4) + u);
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+#pragma unroll
+          for (int k = 0; k < 4; k++) {
+            const float kv = __fmul_rn(sc, (float)(signed char)(w[u] >> (8 * k)));
+#pragma unroll
+            for (int g = 0; g < G; g++) dot[g] = fmaf(qs[g][d0 + 4 * u + k], kv, dot[g]);
+          }
+      }
+    } else if (valid) {
       sl = at_slot(a, tv, j);
       const float4 *kp = (const float4 *)(a.K + sl * a.kstride + hoff);
 #pragma unroll
@@ -440,6 +461,21 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_f32_kernel(at_args
 #pragma unroll
       for (int u = 0; u < 8; u++) {
         const int64_t sj = __shfl_sync(0xffffffffu, sl, (j0 + u) & 31);
+        if (Q8) { /* head dims 4 lane + 128 i: block lane / 8 + 4 i, word lane % 8 of its codes */
+          const unsigned char *vb = (const unsigned char *)(a.V + sj * a.vstride) + (hoff >> 5) * 36;
+#pragma unroll
+          for (int i = 0; i < DV; i++) {
+            v[u][i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (j0 + u < nv && 4 * lane + 128 * i < hd) {
+              const unsigned char *bk = vb + (lane / 8 + 4 * i) * 36;
+              const float sc = *(const float *)bk;
+              const int w = __ldg((const int *)(bk + 4) + lane % 8);
+              v[u][i] = make_float4(__fmul_rn(sc, (float)(signed char)w), __fmul_rn(sc, (float)(signed char)(w >> 8)),
+                                    __fmul_rn(sc, (float)(signed char)(w >> 16)), __fmul_rn(sc, (float)(signed char)(w >> 24)));
+            }
+          }
+          continue;
+        }
         const float4 *vp = (const float4 *)(a.V + sj * a.vstride + hoff);
 #pragma unroll
         for (int i = 0; i < DV; i++)
@@ -491,8 +527,11 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_f32_kernel(at_args
 
 template <int G>
 static void launch_decode_gqa(const at_args &a, dim3 grid, cudaStream_t st) {
-  if (a.vvec4 && a.hd <= 128) attn_decode_f32_kernel<G, 1><<<grid, DEC_WARPS * 32, 0, st>>>(a);
-  else if (a.vvec4) attn_decode_f32_kernel<G, 2><<<grid, DEC_WARPS * 32, 0, st>>>(a);
+  const bool q8 = a.kfmt == BK_KV_Q8 && a.vfmt == BK_KV_Q8 && a.blk32;
+  if (a.vvec4 && a.hd <= 128) attn_decode_f32_kernel<G, 1, false><<<grid, DEC_WARPS * 32, 0, st>>>(a);
+  else if (a.vvec4) attn_decode_f32_kernel<G, 2, false><<<grid, DEC_WARPS * 32, 0, st>>>(a);
+  else if (q8 && a.hd <= 128) attn_decode_f32_kernel<G, 1, true><<<grid, DEC_WARPS * 32, 0, st>>>(a);
+  else if (q8) attn_decode_f32_kernel<G, 2, true><<<grid, DEC_WARPS * 32, 0, st>>>(a);
   else if (a.hd <= 128) attn_decode_gqa_kernel<G, 4><<<grid, DEC_WARPS * 32, 0, st>>>(a);
   else attn_decode_gqa_kernel<G, 8><<<grid, DEC_WARPS * 32, 0, st>>>(a);
 }
