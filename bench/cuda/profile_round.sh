@@ -80,4 +80,6 @@ for d in 1024 32768; do
   $B/new/hearth bench --model $M --device cuda --gpu-precision fast -p 0 -n 64 -d $d --repeat 2 --no-warmup 2>&1 | grep -E "^tg|kv " | tee -a $O/bench_depth.txt
   t "depth $d"
 done
+echo "== depth 32768 kv q8" >> $O/bench_depth.txt
+$B/new/hearth bench --model $M --device cuda --gpu-precision fast --kv-quant 8 -p 0 -n 64 -d 32768 --repeat 2 --no-warmup 2>&1 | grep -E "^tg|kv " | tee -a $O/bench_depth.txt
 t "all done"
