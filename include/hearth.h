@@ -108,7 +108,8 @@ typedef struct hearth_load_opts {
   const char *kv_quant_config; /* NULL, or a JSON file that sets layers or ranges of layers, K and V apart,
                               over kv_quant (format: docs/KV_QUANT.md) */
   const char *kv_store;    /* NULL: none. A folder (created when missing) that keeps the prefix cache's
-                              full KV blocks across restarts: blocks the cache evicts are written there,
+                              full KV blocks across restarts: blocks the cache evicts are written there
+                              (by a writer thread of the store's, so a step never waits on the disk),
                               and every cached block when the model is freed; a later prompt that starts
                               with a stored prefix reads its blocks back instead of computing them
                               (reported as cached tokens). Blocks of another model (config.json and
