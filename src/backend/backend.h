@@ -434,4 +434,20 @@ typedef int (*bk_cuda_open_fn)(int abi, int device, const bk_open_opts *opts, bk
 /* The CPU backend (cpu/backend_cpu.c). */
 int bk_cpu_open(const bk_open_opts *opts, bk_backend **out, herr *err);
 
+/* Per-op wall time on the CPU backend (hearth bench --profile): each matmul
+ * keyed by its weight's shape, and attention (rows = cols = 0). bytes is the
+ * weight bytes the calls read (stored format; 0 for attention). */
+typedef struct bk_prof_entry {
+  const char *op; /* "matmul" or "attention" (static) */
+  int64_t rows, cols, calls;
+  double seconds, bytes;
+} bk_prof_entry;
+#define BK_PROF_MAX 64
+/* Starts (on, clearing what was collected) or stops collecting. Returns -1
+ * on a backend that is not the CPU's, else 0. */
+int bk_cpu_profile(bk_backend *be, bool on);
+/* Copies up to max entries collected so far into out (first-seen order);
+ * returns how many there are (0 on other backends). */
+int bk_cpu_profile_read(bk_backend *be, bk_prof_entry *out, int max);
+
 #endif

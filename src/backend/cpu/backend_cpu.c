@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend/cpu/cpu.h"
@@ -27,6 +28,9 @@ typedef struct cpu_backend {
   size_t moe_cap;
   float *lora;             /* owned scratch of bk_lora: its two products */
   size_t lora_cap;
+  bool prof_on;            /* bk_cpu_profile: collecting */
+  int prof_n;
+  bk_prof_entry prof[BK_PROF_MAX];
 } cpu_backend;
 
 static cpu_backend *cpu(bk_backend *be) { return (cpu_backend *)be; }
@@ -109,6 +113,39 @@ static int cpu_weight_load(bk_backend *be, bk_weight *w, unsigned use, herr *err
 
 static void cpu_weight_release(bk_backend *be, bk_weight *w) { bk_weight_unpack(w); }
 
+static double prof_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Adds one call to the entry of (op, rows, cols); entries past BK_PROF_MAX are dropped. */
+static void prof_add(cpu_backend *c, const char *op, int64_t rows, int64_t cols, double seconds, double bytes) {
+  for (int i = 0; i < c->prof_n; i++) {
+    bk_prof_entry *e = &c->prof[i];
+    if (e->op == op && e->rows == rows && e->cols == cols) {
+      e->calls++, e->seconds += seconds, e->bytes += bytes;
+      return;
+    }
+  }
+  if (c->prof_n < BK_PROF_MAX) c->prof[c->prof_n++] = (bk_prof_entry){op, rows, cols, 1, seconds, bytes};
+}
+
+int bk_cpu_profile(bk_backend *be, bool on) {
+  if (!be || !bk_backend_is_cpu(be)) return -1;
+  cpu_backend *c = cpu(be);
+  if (on) c->prof_n = 0;
+  c->prof_on = on;
+  return 0;
+}
+
+int bk_cpu_profile_read(bk_backend *be, bk_prof_entry *out, int max) {
+  if (!be || !bk_backend_is_cpu(be)) return 0;
+  cpu_backend *c = cpu(be);
+  for (int i = 0; i < c->prof_n && i < max; i++) out[i] = c->prof[i];
+  return c->prof_n;
+}
+
 #define F(t) ((float *)bk_addr(t))
 #define I(t) ((int32_t *)bk_addr(t))
 
@@ -132,7 +169,11 @@ static void cpu_embed_body(bk_backend *be, const bk_tensor *y, const bk_weight *
 
 static void cpu_matmul(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_weight *w, const bk_tensor *bias) {
   herr e = {0};
-  if (bk_matmul(cpu(be)->pool, F(y), F(x), x->rows, w, bias ? F(bias) : NULL, &e)) record(cpu(be), &e);
+  cpu_backend *c = cpu(be);
+  double t0 = c->prof_on ? prof_now() : 0;
+  if (bk_matmul(c->pool, F(y), F(x), x->rows, w, bias ? F(bias) : NULL, &e)) record(c, &e);
+  if (c->prof_on)
+    prof_add(c, "matmul", w->rows, w->cols, prof_now() - t0, (double)bk_row_bytes(w->type, w->cols, w->bits) * (double)w->rows);
 }
 
 static void cpu_rmsnorm_body(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, float eps, bool unit_offset) {
@@ -210,6 +251,7 @@ static void cpu_kv_write(bk_backend *be, const bk_kv_layer *kv, const bk_tensor 
 static void cpu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
                           const attn_params *p) {
   cpu_backend *c = cpu(be);
+  double pt0 = c->prof_on ? prof_now() : 0;
   const int32_t *row = I(ix->row), *tab = I(ix->tab), *tables = I(ix->tables);
   int64_t T = q->rows, kw = kv->k->cols, vw = kv->v->cols, B = kv->block_rows, width = p->n_heads * p->head_dim;
   if (!HGROW(c->i64, c->i64_cap, (size_t)T)) goto oom;
@@ -232,6 +274,7 @@ static void cpu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor 
     op_attention(c->pool, F(out) + t0 * width, F(q) + t0 * width, t1 - t0, c->i64 + t0, &view, p);
     t0 = t1;
   }
+  if (c->prof_on) prof_add(c, "attention", 0, 0, prof_now() - pt0, 0);
   return;
 oom: {
   herr e = {0};
