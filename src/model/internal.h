@@ -170,6 +170,7 @@ struct model {
   int rope_key[MODEL_MAX_ROPES][2];
   int n_ropes;
   bool rope_interleaved;
+  int pos_axes;           /* positions per token in the step's pos table: 3 with multimodal RoPE (qwen3_5), else 1 */
   float embed_scale;      /* 0 = none */
   bool as_bf16;           /* f32 weights rounded to bf16 as loaded (model_load_opts.f32_as_bf16) */
   /* widest activations over the layers */

@@ -122,6 +122,8 @@ typedef struct mm_tower_ops {
 
 /* The towers mm.c knows. */
 extern const mm_tower_ops gemma4_vision_tower;
+extern const mm_tower_ops qwen3_5_vision_tower;
+extern const mm_tower_ops gemma4_audio_tower;
 
 /* Loads every tower config.json asks for (model_load calls it). */
 int mm_towers_load(model *m, const weight_src *src, const char *dir, herr *err);

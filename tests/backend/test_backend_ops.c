@@ -1831,6 +1831,183 @@ static void test_sigmoid_mul(void) {
   }
 }
 
+/* ---- media encoders: multi-axis rope, act, clamp, embed_bag, attention_rel ---- */
+
+static void test_rope_axes(void) {
+  /* T, heads, head_dim, rot_dim, axes, interleaved sections (M-RoPE) or halves (2-D vision rope) */
+  static const struct { int64_t T, heads, hd, rot, axes; bool mrope; } cases[] = {
+      {7, 2, 32, 16, 3, true}, {5, 4, 64, 64, 2, false}, {33, 3, 16, 16, 2, false}, {3, 1, 128, 64, 3, true},
+  };
+  op_stat *st = stat_for("rope (axes)");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t T = cases[ci].T, H = cases[ci].heads, hd = cases[ci].hd, rot = cases[ci].rot, half = rot / 2, C = H * hd;
+    int64_t na = cases[ci].axes;
+    double *inv = malloc(sizeof(double) * (size_t)half);
+    int8_t *axis = malloc((size_t)half);
+    for (int64_t i = 0; i < half; i++) {
+      if (cases[ci].mrope) {
+        inv[i] = 1.0 / pow(10000.0, 2.0 * (double)i / (double)rot);
+        axis[i] = (int8_t)(i % 3 == 1 && i < 3 * (half / 3) ? 1 : i % 3 == 2 && i < 3 * (half / 3) ? 2 : 0);
+      } else {
+        int64_t q = half / 2;
+        inv[i] = 1.0 / pow(10000.0, 2.0 * (double)(i % q) / (double)half);
+        axis[i] = (int8_t)(i < q ? 0 : 1);
+      }
+    }
+    rope_table tab = {.rot_dim = rot, .inv_freq = inv, .attn_scale = 1.0, .n_axes = na, .axis = axis};
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)(T * na));
+    for (int64_t i = 0; i < T * na; i++) pos[i] = (int32_t)irand(600);
+    float *x = rand_floats(T * C, 1.0f);
+    double *ref = malloc(sizeof(double) * (size_t)(T * C));
+    for (int64_t i = 0; i < T * C; i++) ref[i] = x[i];
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t i = 0; i < half; i++) {
+        double a = (double)pos[t * na + axis[i]] * inv[i], c = cos(a), sn = sin(a);
+        for (int64_t h = 0; h < H; h++) {
+          double *v = ref + t * C + h * hd, p = v[i], q = v[i + half];
+          v[i] = p * c - q * sn;
+          v[i + half] = q * c + p * sn;
+        }
+      }
+    char shape[128];
+    snprintf(shape, sizeof shape, "T %lld, %lld heads x %lld, rot_dim %lld, %lld axes", (long long)T, (long long)H,
+             (long long)hd, (long long)rot, (long long)na);
+    st->cases++;
+    float *got = malloc(sizeof(float) * (size_t)(T * C));
+    for (int di = 0; di < n_devs; di++) {
+      bk_tensor tx = tfrom_f32(devs[di], x, T, C), tp = tnew(devs[di], BK_DT_I32, T, na);
+      tset(&tp, pos);
+      bk_rope(&tx, H, hd, &tp, &tab);
+      tget(&tx, got, "rope (axes)");
+      compare(st, K_ELEM, di, shape, got, ref, T * C);
+      bk_tensor_free(&tx), bk_tensor_free(&tp);
+    }
+    free(got), free(ref), free(x), free(pos), free(inv), free(axis);
+  }
+}
+
+static void test_act_clamp(void) {
+  static const char *names[] = {"silu", "gelu_tanh", "gelu", "relu"};
+  op_stat *sa = stat_for("act"), *sc = stat_for("clamp");
+  static const int64_t shapes[][2] = {{1, 5}, {3, 257}, {9, 1000}};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    int64_t R = shapes[si][0], C = shapes[si][1], n = R * C;
+    float *x = rand_floats(n, n >= 64 ? 6.0f : 2.0f), *got = malloc(sizeof(float) * (size_t)n);
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int a = 0; a < 4; a++) {
+      for (int64_t i = 0; i < n; i++) ref[i] = act_ref((bk_act)a, x[i]);
+      char shape[64];
+      snprintf(shape, sizeof shape, "%s [%lld, %lld]", names[a], (long long)R, (long long)C);
+      sa->cases++;
+      for (int di = 0; di < n_devs; di++) {
+        bk_tensor tx = tfrom_f32(devs[di], x, R, C);
+        bk_activate(&tx, (bk_act)a);
+        tget(&tx, got, "act");
+        compare(sa, K_ELEM, di, shape, got, ref, n);
+        bk_tensor_free(&tx);
+      }
+    }
+    float lo = -1.5f + (float)si, hi = 2.25f;
+    for (int64_t i = 0; i < n; i++) ref[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
+    char shape[64];
+    snprintf(shape, sizeof shape, "[%lld, %lld] to [%g, %g]", (long long)R, (long long)C, (double)lo, (double)hi);
+    sc->cases++;
+    for (int di = 0; di < n_devs; di++) {
+      bk_tensor tx = tfrom_f32(devs[di], x, R, C);
+      bk_clamp(&tx, lo, hi);
+      tget(&tx, got, "clamp");
+      compare(sc, K_ELEM, di, shape, got, ref, n);
+      bk_tensor_free(&tx);
+    }
+    free(x), free(got), free(ref);
+  }
+}
+
+static void test_embed_bag(void) {
+  /* table rows, width, output rows, taps */
+  static const int64_t cases[][4] = {{16, 32, 48, 4}, {2304, 72, 300, 4}, {5, 7, 3, 1}, {64, 130, 33, 16}};
+  op_stat *st = stat_for("embed_bag");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t P = cases[ci][0], D = cases[ci][1], N = cases[ci][2], K = cases[ci][3];
+    float *table = rand_floats(P * D, 1.0f), *w = rand_floats(N * K, 1.0f), *got = malloc(sizeof(float) * (size_t)(N * D));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(N * K));
+    for (int64_t i = 0; i < N * K; i++) ids[i] = (int32_t)(i % 17 == 5 ? -1 : irand(P)); /* -1: no contribution */
+    double *ref = calloc((size_t)(N * D), sizeof(double));
+    for (int64_t r = 0; r < N; r++)
+      for (int64_t j = 0; j < K; j++)
+        if (ids[r * K + j] >= 0)
+          for (int64_t c = 0; c < D; c++) ref[r * D + c] += (double)w[r * K + j] * table[(int64_t)ids[r * K + j] * D + c];
+    char shape[64];
+    snprintf(shape, sizeof shape, "table [%lld, %lld], %lld rows x %lld taps", (long long)P, (long long)D, (long long)N,
+             (long long)K);
+    st->cases++;
+    for (int di = 0; di < n_devs; di++) {
+      bk_tensor tt = tfrom_f32(devs[di], table, P, D), tw = tfrom_f32(devs[di], w, N, K), ti = tnew(devs[di], BK_DT_I32, N, K);
+      bk_tensor ty = tnew(devs[di], BK_DT_F32, N, D);
+      tset(&ti, ids);
+      poison(&ty);
+      bk_embed_bag(&ty, &tt, &ti, &tw);
+      tget(&ty, got, "embed_bag");
+      compare(st, K_ELEM, di, shape, got, ref, N * D);
+      bk_tensor_free(&tt), bk_tensor_free(&tw), bk_tensor_free(&ti), bk_tensor_free(&ty);
+    }
+    free(table), free(w), free(got), free(ids), free(ref);
+  }
+}
+
+static void test_attention_rel(void) {
+  /* T, valid, heads, head_dim, left, right, softcap, qscale */
+  static const struct { int64_t T, valid, H, hd, left, right; float cap; bool qs; } cases[] = {
+      {30, 30, 2, 16, 12, 0, 50.0f, true}, {40, 33, 8, 128, 12, 0, 50.0f, true}, {7, 7, 1, 8, 2, 2, 0.0f, false},
+      {100, 100, 4, 64, 12, 0, 50.0f, true}, {5, 0, 2, 16, 12, 0, 50.0f, true},
+  };
+  op_stat *st = stat_for("attention_rel");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t T = cases[ci].T, H = cases[ci].H, hd = cases[ci].hd, W = H * hd, span = cases[ci].left + cases[ci].right + 1;
+    rel_attn_params p = {.n_heads = H, .head_dim = hd, .left = cases[ci].left, .right = cases[ci].right, .softcap = cases[ci].cap};
+    float *q = rand_floats(T * W, 1.0f), *k = rand_floats(T * W, 1.0f), *v = rand_floats(T * W, 1.0f);
+    float *rel = rand_floats(span * W, 1.0f), *qs = rand_floats(hd, 1.0f), *got = malloc(sizeof(float) * (size_t)(T * W));
+    for (int64_t i = 0; i < T * W; i++) q[i] *= 2.0f; /* scores of a few units, past the cap's linear range */
+    /* the reference in double */
+    double *ref = malloc(sizeof(double) * (size_t)(T * W)), *sc = malloc(sizeof(double) * (size_t)span);
+    for (int64_t i = 0; i < T; i++)
+      for (int64_t h = 0; h < H; h++) {
+        int64_t lo = i - p.left < 0 ? 0 : i - p.left, hi = i + p.right + 1 < cases[ci].valid ? i + p.right + 1 : cases[ci].valid;
+        double m = -INFINITY, sum = 0;
+        for (int64_t j = lo; j < hi; j++) {
+          double a = 0;
+          for (int64_t d = 0; d < hd; d++)
+            a += (double)q[i * W + h * hd + d] * (cases[ci].qs ? qs[d] : 1.0) *
+                 ((double)k[j * W + h * hd + d] + rel[(p.right + i - j) * W + h * hd + d]);
+          if (p.softcap > 0) a = p.softcap * tanh(a / p.softcap);
+          sc[j - lo] = a;
+          if (a > m) m = a;
+        }
+        for (int64_t j = lo; j < hi; j++) sum += sc[j - lo] = exp(sc[j - lo] - m);
+        for (int64_t d = 0; d < hd; d++) {
+          double a = 0;
+          for (int64_t j = lo; j < hi; j++) a += sc[j - lo] * v[j * W + h * hd + d];
+          ref[i * W + h * hd + d] = hi > lo ? a / sum : 0.0;
+        }
+      }
+    char shape[96];
+    snprintf(shape, sizeof shape, "T %lld (%lld keys), %lld x %lld, window [-%lld, +%lld], cap %g", (long long)T,
+             (long long)cases[ci].valid, (long long)H, (long long)hd, (long long)p.left, (long long)p.right, (double)p.softcap);
+    st->cases++;
+    for (int di = 0; di < n_devs; di++) {
+      bk_backend *be = devs[di];
+      bk_tensor tq = tfrom_f32(be, q, T, W), tk = tfrom_f32(be, k, T, W), tv = tfrom_f32(be, v, T, W);
+      bk_tensor tr = tfrom_f32(be, rel, span, W), ts = tfrom_f32(be, qs, 1, hd), to = tnew(be, BK_DT_F32, T, W);
+      poison(&to);
+      bk_attention_rel(&to, &tq, &tk, &tv, &tr, cases[ci].qs ? &ts : NULL, cases[ci].valid, &p);
+      tget(&to, got, "attention_rel");
+      compare(st, K_ATTN, di, shape, got, ref, T * W);
+      bk_tensor_free(&tq), bk_tensor_free(&tk), bk_tensor_free(&tv), bk_tensor_free(&tr), bk_tensor_free(&ts), bk_tensor_free(&to);
+    }
+    free(q), free(k), free(v), free(rel), free(qs), free(got), free(ref), free(sc);
+  }
+}
+
 static void open_backends(void) {
   bk_open_opts opts = {.threads = 0, .f32_activations = true};
   herr err = {0};
@@ -1907,6 +2084,10 @@ int main(void) {
   RUN(test_conv1d);
   RUN(test_delta_rule);
   RUN(test_sigmoid_mul);
+  RUN(test_rope_axes);
+  RUN(test_act_clamp);
+  RUN(test_embed_bag);
+  RUN(test_attention_rel);
   print_summary();
   for (int i = n_devs - 1; i >= 0; i--) bk_backend_close(devs[i]);
   TEST_MAIN_END();
