@@ -26,6 +26,7 @@
 #include "model/family.h"
 #include "model/gguf_model.h"
 #include "model/internal.h"
+#include "model/mm.h"
 #include "model/model.h"
 #include "model/rope.h"
 
@@ -85,6 +86,7 @@ void model_free(model *m) {
     scratch_free(&m->f);
   }
   experts_budget_free(m);
+  mm_towers_free(m); /* after the release of their matrices, which point into their state */
   if (m->fam && m->fam->ops && m->fam->ops->free) m->fam->ops->free(m);
   free(m->lora_runs);
   pthread_mutex_destroy(&m->lock);
@@ -348,6 +350,7 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
   for (int l = 0; l < c->num_hidden_layers; l++)
     if ((rc = ops->load_layer(m, &src, l, err))) goto fail;
   if (ops->load_model && (rc = ops->load_model(m, &src, err))) goto fail;
+  if (!is_gguf && (rc = mm_towers_load(m, &src, dir, err))) goto fail; /* vision / audio encoders beside it */
   if ((rc = model_vector(m, &src, "model.norm.weight", 1, c->hidden_size, 0, true, 1.0f, &m->final_norm, err))) goto fail;
   m->tied = c->tie_word_embeddings;
   /* a bare decoder's folder (Qwen3Model, as Qwen3-Embedding is saved: names without "model.", or

@@ -171,6 +171,9 @@ struct model {
   int n_ropes;
   bool rope_interleaved;
   int pos_axes;           /* positions per token in the step's pos table: 3 with multimodal RoPE (qwen3_5), else 1 */
+  struct mm_tower *towers[3]; /* borrowed from tower_list: the media towers by media_kind (mm.h); NULL: none */
+  struct mm_tower *tower_list[3]; /* owned: n_towers towers */
+  int n_towers;
   float embed_scale;      /* 0 = none */
   bool as_bf16;           /* f32 weights rounded to bf16 as loaded (model_load_opts.f32_as_bf16) */
   /* widest activations over the layers */

@@ -125,6 +125,11 @@ extern const mm_tower_ops gemma4_vision_tower;
 extern const mm_tower_ops qwen3_5_vision_tower;
 extern const mm_tower_ops gemma4_audio_tower;
 
+/* PIL's Image.resize(..., BICUBIC) of an RGB8 image (Pillow's Resample.c, bit for bit): dst ow x oh. */
+int mm_resize_pil(uint8_t *dst, int ow, int oh, const uint8_t *src, int iw, int ih, herr *err);
+/* Gemma 4's processor: the size (height, width) an image of h x w is resized to (get_aspect_ratio_preserving_size). */
+int gemma4_image_size(int h, int w, int patch, int64_t max_patches, int k, int *oh, int *ow, herr *err);
+
 /* Loads every tower config.json asks for (model_load calls it). */
 int mm_towers_load(model *m, const weight_src *src, const char *dir, herr *err);
 void mm_towers_free(model *m);
