@@ -29,6 +29,7 @@
 #include "base/vec.h"
 #include "model/internal.h"
 #include "model/mm.h"
+#include "model/mm_image.h"
 
 typedef struct g4v_clip {
   float in_lo, in_hi, out_lo, out_hi;
@@ -60,6 +61,7 @@ typedef struct g4v_state {
   int64_t max_soft, proc_patch, proc_k;
   double rescale;
   bool do_resize, do_rescale, do_normalize;
+  bool pil;                     /* the PIL processor (Gemma4ImageProcessorPil); else torchvision's (Gemma4ImageProcessor) */
   double mean[3], std_dev[3];
   int32_t image_id;
   char image_tok[64], boi_tok[64], eoi_tok[64];
@@ -271,6 +273,9 @@ static int g4v_load_processor(g4v_state *s, const char *dir, herr *err) {
     s->do_resize = jbool(ip, "do_resize", true);
     s->do_rescale = jbool(ip, "do_rescale", true);
     s->do_normalize = jbool(ip, "do_normalize", false);
+    const json_t *ty = json_object_get(ip, "image_processor_type");
+    const char *tn = json_is_string(ty) ? json_string_value(ty) : "";
+    s->pil = strlen(tn) >= 3 && !strcmp(tn + strlen(tn) - 3, "Pil");
     const json_t *mean = json_object_get(ip, "image_mean"), *sd = json_object_get(ip, "image_std");
     for (int c = 0; c < 3; c++) {
       if (json_is_array(mean) && json_array_size(mean) == 3) s->mean[c] = json_number_value(json_array_get(mean, c));
@@ -468,47 +473,68 @@ static const char *g4v_placeholder(const void *state, media_kind k) {
   return s->image_tok;
 }
 
-static int g4v_prepare(const void *state, const media *in, mm_prep *out, herr *err) {
-  const g4v_state *s = state;
-  if (in->kind != MEDIA_IMAGE) return herr_set(err, HEARTH_EINVAL, "the Gemma 4 vision tower takes images only");
-  const media_image *im = &in->image;
-  int P = (int)s->P, K = (int)s->K, th = im->h, tw = im->w;
-  int64_t max_patches = s->max_soft * s->K * s->K;
-  int rc;
-  if (s->do_resize && (rc = gemma4_image_size(im->h, im->w, P, max_patches, K, &th, &tw, err))) return rc;
-  if (th % P || tw % P || (int64_t)(th / P) * (tw / P) > max_patches || (th / P) % K || (tw / P) % K)
-    return herr_set(err, HEARTH_EINVAL, "image of %d x %d pixels does not cut into %d x %d pooled patches", tw, th, K * P, K * P);
+int gemma4_image_patches(const media_image *im, int P, int K, int64_t max_soft, bool pil, double rescale, float **values,
+                         int32_t **pos, int64_t *n_patches, int *oh, int *ow, herr *err) {
+  *values = NULL, *pos = NULL;
+  int64_t max_patches = max_soft * K * K;
+  int th, tw, rc;
+  if ((rc = gemma4_image_size(im->h, im->w, P, max_patches, K, &th, &tw, err))) return rc;
   uint8_t *px = malloc((size_t)tw * th * 3);
   if (!px) return herr_set(err, HEARTH_ENOMEM, "out of memory for an image");
-  if ((rc = mm_resize_pil(px, tw, th, im->rgb, im->w, im->h, err))) {
+  if (pil) {
+    rc = mm_resize_pil(px, tw, th, im->rgb, im->w, im->h, err);
+  } else { /* torchvision on the uint8 (channel, row, column) tensor */
+    uint8_t *pl = malloc((size_t)im->w * im->h * 3), *po = malloc((size_t)tw * th * 3);
+    if (!pl || !po) rc = herr_set(err, HEARTH_ENOMEM, "out of memory for an image");
+    for (int64_t i = 0; !rc && i < (int64_t)im->w * im->h; i++)
+      for (int c = 0; c < 3; c++) pl[(int64_t)c * im->w * im->h + i] = im->rgb[i * 3 + c];
+    if (!rc) rc = mm_resize_u8(po, th, tw, pl, 3, im->h, im->w, MM_RESAMPLE_BICUBIC, err);
+    for (int64_t i = 0; !rc && i < (int64_t)tw * th; i++)
+      for (int c = 0; c < 3; c++) px[i * 3 + c] = po[(int64_t)c * tw * th + i];
+    free(pl), free(po);
+  }
+  if (rc) {
     free(px);
     return rc;
   }
   int64_t ph = th / P, pw = tw / P, N = ph * pw, C = 3 * (int64_t)P * P;
-  out->values = malloc(sizeof(float) * (size_t)(N * C));
-  out->pos = malloc(sizeof(int32_t) * (size_t)N * 2);
-  if (!out->values || !out->pos) {
-    free(px);
+  float *v = malloc(sizeof(float) * (size_t)(N * C));
+  int32_t *ps = malloc(sizeof(int32_t) * (size_t)N * 2);
+  if (!v || !ps) {
+    free(px), free(v), free(ps);
     return herr_set(err, HEARTH_ENOMEM, "out of memory for an image's patches");
   }
+  float fscale = (float)rescale;
   for (int64_t py = 0; py < ph; py++)
     for (int64_t pxi = 0; pxi < pw; pxi++) {
       int64_t n = py * pw + pxi;
-      float *v = out->values + n * C;
       for (int64_t r = 0; r < P; r++)
         for (int64_t c = 0; c < P; c++)
           for (int ch = 0; ch < 3; ch++) {
             uint8_t u = px[((size_t)(py * P + r) * tw + (size_t)(pxi * P + c)) * 3 + ch];
-            float f = s->do_rescale ? (float)((double)u * s->rescale) : (float)u;
-            if (s->do_normalize) f = (f - (float)s->mean[ch]) / (float)s->std_dev[ch];
-            v[(r * P + c) * 3 + ch] = f;
+            /* numpy rescales in double, then stores f32; torch multiplies in f32 */
+            v[n * C + (r * P + c) * 3 + ch] = rescale == 1.0 ? (float)u : pil ? (float)((double)u * rescale) : (float)u * fscale;
           }
-      out->pos[2 * n] = (int32_t)pxi;
-      out->pos[2 * n + 1] = (int32_t)py;
+      ps[2 * n] = (int32_t)pxi;
+      ps[2 * n + 1] = (int32_t)py;
     }
   free(px);
-  out->rows = N, out->cols = C, out->pos_cols = 2;
-  out->grid[0] = 1, out->grid[1] = ph, out->grid[2] = pw;
+  *values = v, *pos = ps, *n_patches = N, *oh = th, *ow = tw;
+  return 0;
+}
+
+static int g4v_prepare(const void *state, const media *in, mm_prep *out, herr *err) {
+  const g4v_state *s = state;
+  if (in->kind != MEDIA_IMAGE) return herr_set(err, HEARTH_EINVAL, "the Gemma 4 vision tower takes images only");
+  if (!s->do_resize || s->do_normalize)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "the image processor's do_resize false / do_normalize true are not supported");
+  int64_t N = 0;
+  int th = 0, tw = 0;
+  int rc = gemma4_image_patches(&in->image, (int)s->P, (int)s->K, s->max_soft, s->pil, s->do_rescale ? s->rescale : 1.0,
+                                &out->values, &out->pos, &N, &th, &tw, err);
+  if (rc) return rc;
+  out->rows = N, out->cols = 3 * s->P * s->P, out->pos_cols = 2;
+  out->grid[0] = 1, out->grid[1] = th / s->P, out->grid[2] = tw / s->P;
   out->n_tokens = N / (s->K * s->K);
   out->soft_id = s->image_id;
   size_t lb = strlen(s->boi_tok), li = strlen(s->image_tok), le = strlen(s->eoi_tok);
