@@ -199,6 +199,11 @@ static int audio_frame(void *u, AVFrame *f, herr *err) {
     if (f->sample_rate <= 0) return herr_set(err, HEARTH_EINVAL, "audio without a sample rate");
     int e = swr_alloc_set_opts2(&s->swr, &mono, AV_SAMPLE_FMT_FLT, MEDIA_AUDIO_RATE, &in, f->format, f->sample_rate, 0,
                                 NULL);
+    /* mono as the mean of the channels (librosa's to_mono), not FFmpeg's downmix levels */
+    double mix[64];
+    int nc = in.nb_channels > 64 ? 64 : in.nb_channels;
+    for (int c = 0; c < nc; c++) mix[c] = 1.0 / nc;
+    if (e >= 0 && nc == in.nb_channels && nc > 1) e = swr_set_matrix(s->swr, mix, nc);
     if (e < 0 || (e = swr_init(s->swr)) < 0) return av_fail(err, "cannot resample the audio", e);
   }
   return audio_push(s, (const uint8_t **)f->extended_data, f->nb_samples, err);
