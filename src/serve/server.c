@@ -556,6 +556,10 @@ static void job_free(job *j) {
   free(j);
 }
 
+static const char *kind_word(hearth_media_kind k) {
+  return k == HEARTH_MEDIA_IMAGE ? "image" : k == HEARTH_MEDIA_AUDIO ? "audio" : "video";
+}
+
 /* Runs the engine under the server's lock; a request cancelled while it
  * waited for the lock never starts. */
 static void job_generate(job *j, serve_token_fn fn) {
@@ -578,8 +582,8 @@ static void job_generate(job *j, serve_token_fn fn) {
       j->rc = e->generate_media(e->impl, j->prompt, j->req.kind == SERVE_COMPLETION, j->req.media, j->req.n_media,
                                 &j->req.sampling, fn, j, &j->cancel, &j->result, &j->err);
     else if (j->req.n_media > 0)
-      j->rc = herr_set_at(&j->err, HEARTH_EINVAL, j->req.media[0].name, 0, "%s: this server takes no media",
-                          j->req.media[0].name);
+      j->rc = herr_set_at(&j->err, HEARTH_EINVAL, j->req.media[0].name, 0, "%s: this server takes no %s input",
+                          j->req.media[0].name, kind_word(j->req.media[0].kind));
     else
       j->rc = e->generate(e->impl, j->prompt, j->req.kind == SERVE_COMPLETION, &j->req.sampling, fn, j, &j->cancel,
                           &j->result, &j->err);
@@ -1256,7 +1260,12 @@ static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_serve
   herr err = {0};
   int64_t n = 0;
   enum MHD_Result rc;
-  if (render_prompt(e, &req, &prompt, &f)) {
+  if (req.n_media > 0) { /* an image's soft tokens are known only once it is decoded and prepared */
+    serve_fail_set(&f, 400, "invalid_request_error", req.media[0].name, NULL,
+                   "%s: token counts of prompts holding %s input are not supported", req.media[0].name,
+                   kind_word(req.media[0].kind));
+    rc = send_fail_as(c, &f, NULL, true);
+  } else if (render_prompt(e, &req, &prompt, &f)) {
     rc = send_fail_as(c, &f, NULL, true);
   } else if (e->count_tokens(e->impl, prompt, false, &n, &err)) {
     serve_fail_set(&f, 400, "invalid_request_error", "messages", NULL, "%s", err.msg);
