@@ -278,6 +278,11 @@ static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server
   if (e->embed && e->embed_dim > 0) json_object_set_new(cap, "embedding_dimensions", json_integer(e->embed_dim));
   json_object_set_new(cap, "signal", json_boolean(e->signal != NULL));
   json_object_set_new(cap, "adapters", json_boolean(e->adapter_list != NULL));
+  json_t *media = json_array(); /* the kinds of media messages may hold */
+  static const char *const kinds[] = {"image", "audio", "video"};
+  for (int k = 0; k < 3; k++)
+    if (e->media_kinds & (1u << k)) json_array_append_new(media, json_string(kinds[k]));
+  json_object_set_new(cap, "media", media);
   /* the generation methods: autoregressive always; speculative with the draft source loaded */
   json_t *methods = json_array();
   json_array_append_new(methods, json_string("autoregressive"));
@@ -838,6 +843,13 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
 /* Renders a chat request's messages with the model's template into *prompt. */
 static int render_prompt(serve_engine *e, const serve_request *req, char **prompt, serve_fail *f) {
   herr err = {0};
+  for (int i = 0; i < req->n_media; i++) /* media the model cannot take: refused before the template sees them */
+    if (!(e->media_kinds & (1u << req->media[i].kind))) {
+      hearth_media_kind k = req->media[i].kind;
+      return serve_fail_set(f, 400, "invalid_request_error", req->media[i].name, NULL,
+                            "%s: model %s has no %s tower: it cannot take %s", req->media[i].name, e->model_id,
+                            k == HEARTH_MEDIA_IMAGE ? "vision" : kind_word(k), k == HEARTH_MEDIA_IMAGE ? "images" : kind_word(k));
+    }
   serve_chat_opts o = {.tools = req->tools, .kwargs = req->template_kwargs};
   if (!e->render_chat(e->impl, req->messages, req->nmessages, &o, prompt, &err)) return 0;
   /* the template refusing these messages (raise_exception, a type error

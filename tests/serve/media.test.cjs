@@ -122,6 +122,11 @@ test('an Anthropic image block is answered (Anthropic client)', async () => {
   assert.ok(r.usage.input_tokens + (r.usage.cache_read_input_tokens || 0) > golden['img_a.num_soft_tokens']);
 });
 
+test('GET /v1 lists the media the model takes', async () => {
+  const r = await fetch(srv.url + '/v1');
+  assert.deepEqual((await r.json()).capabilities.media, ['image']);
+});
+
 test('a Responses input_image is answered', async () => {
   const r = await post('/v1/responses', {
     model: MODEL, max_output_tokens: 4, temperature: 0,
