@@ -304,7 +304,7 @@ static int ga_prepare(const void *state, const media *in, mm_prep *out, herr *er
   const ga_state *s = state;
   memset(out, 0, sizeof *out);
   if (in->kind != MEDIA_AUDIO)
-    return herr_set(err, HEARTH_EINVAL, "the Gemma-4 audio tower takes audio, not %s", media_kind_name(in->kind));
+    return herr_set(err, HEARTH_EINVAL, "the Gemma-4 audio tower takes audio only (medium kind %d)", (int)in->kind);
   float *f;
   uint8_t *mask;
   int64_t frames;
