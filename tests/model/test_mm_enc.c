@@ -593,8 +593,25 @@ static void test_gemma4_audio_tower(void) {
   json_decref(f.doc);
 }
 
+/* get_rope_index by hand: two text tokens, an image of 2 x 3 merged tokens, a video of two temporal
+ * patches of 1 x 2 with a timestamp token between them, two text tokens. */
+static void test_positions(void) {
+  const bool s2[14] = {0, 0, 1, 1, 1, 1, 1, 1, 0, 1, 1, 0, 1, 0};
+  int32_t pos3[] = {0, 0, 0, 0, 0, 1, 0, 0, 2, 0, 1, 0, 0, 1, 1, 0, 1, 2, /* the image */
+                    0, 0, 0, 0, 0, 1,                                     /* video, first temporal patch */
+                    0, 0, 0};                                             /* its second (one token of it) */
+  int32_t out[14 * 3];
+  int64_t next = mm_positions3(s2, pos3, 14, out);
+  static const int32_t want[14][3] = {{0, 0, 0}, {1, 1, 1}, {2, 2, 2}, {2, 2, 3}, {2, 2, 4}, {2, 3, 2}, {2, 3, 3},
+                                      {2, 3, 4}, {5, 5, 5}, {6, 6, 6}, {6, 6, 7}, {8, 8, 8}, {9, 9, 9}, {10, 10, 10}};
+  for (int i = 0; i < 14; i++)
+    for (int a = 0; a < 3; a++) CHECK_EQ_INT(out[3 * i + a], want[i][a]);
+  CHECK_EQ_INT(next, 11);
+}
+
 int main(void) {
   test_device_or_skip();
+  RUN(test_positions);
   RUN(test_resize);
   RUN(test_qwen_preprocess);
   RUN(test_qwen_tower);
