@@ -241,6 +241,7 @@ static int ga_load(model *m, const weight_src *src, const json_t *root, void **s
     LIN("lconv1d.linear_start", 2 * H, H, &y->start);
     LIN("lconv1d.linear_end", H, H, &y->end);
     if (!rc) rc = model_vector(m, src, P("lconv1d.depthwise_conv1d.weight"), 3, H, s->kernel, true, 1.0f, &y->conv_w, err);
+    if (!rc) y->conv_w = bk_reshape(&y->conv_w, H, s->kernel);
     VEC("lconv1d.pre_layer_norm.weight", H, &y->lc_pre);
     VEC("lconv1d.conv_norm.weight", H, &y->lc_conv);
     VEC("norm_pre_attn.weight", H, &y->n_pre_attn);
