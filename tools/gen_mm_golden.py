@@ -14,16 +14,21 @@ Inputs (written into the folder): img_a.png (40x30: upscaled by the processor),
 img_b.png (200x90: downscaled), img_a.jpg (img_a saved by PIL as JPEG, quality 90) and
 img_a_jpg.rgb (PIL's decode of that JPEG, RGB8).
 
-References (little-endian arrays named in golden.json with shape and dtype), from the
-PIL image processor (Gemma4ImageProcessorPil: bicubic resize, rescale by 1/255):
-  <img>.resized (u8, H x W x 3), <img>.pixel_values (the valid patches, f32),
-  <img>.position_ids (i32, x y per patch), <img>.num_soft_tokens;
-  <img>.pixel_values_tv (the torchvision processor's, to tell the two apart);
-  the tower in float64: <img>.patch_embed, <img>.layer<i>, <img>.tower (after pooling
-  and standardization), <img>.soft_tokens (after the embedder: what enters the text model);
-  prompts rendered by the processor's chat template (text and ids with the placeholders
-  expanded, mm_token_type_ids) and the logits at every position in float64, plus a greedy
-  continuation (p_img: one image; p_two: img_b then img_a; p_jpg: the JPEG's pixels).
+References (little-endian arrays named in golden.json with shape and dtype):
+  the image processors exactly: <img>.resized (u8, H x W x 3: PIL's bicubic resize),
+  <img>.pixel_values (the valid patches, f32, Gemma4ImageProcessorPil), <img>.pixel_values_tv
+  (Gemma4ImageProcessor, torchvision's resize on uint8 and a float32 rescale: what
+  AutoProcessor loads for the saved folder), <img>.position_ids (i32, x y per patch),
+  <img>.num_soft_tokens;
+  the tower in float64 on the pixels of the folder's own processor (reference_pixels):
+  <img>.soft_tokens (after pooling, standardization and the embedder: what enters the text
+  model);
+  prompts through the folder's processor (AutoProcessor.from_pretrained: its chat template
+  renders the image parts, placeholders expanded, tokenized as apply_chat_template does),
+  the text, ids and mm_token_type_ids, and the float64 logits at the positions listed in
+  logits_rows (every fifth and the last 16, to keep the fixture small), plus a greedy
+  continuation (p_img: one image; p_two: img_b then img_a; p_jpg: the JPEG's pixels as PIL
+  decoded them).
 
 Usage: python3 tools/gen_mm_golden.py OUT [SERVE_TOKENIZER_DIR] [GEMMA4_TEMPLATE]
 (needs torch, torchvision, transformers, PIL)
@@ -201,6 +206,14 @@ def main():
     except Exception:
         print(traceback.format_exc(), flush=True)
 
+    # what users get: the processor as the folder loads it
+    try:
+        proc = transformers.AutoProcessor.from_pretrained(folder)
+    except Exception:
+        print(traceback.format_exc(), flush=True)
+    ref_ip = proc.image_processor if proc is not None else ip
+    print(f"folder processor: {type(proc).__name__}, image processor {type(ref_ip).__name__}", flush=True)
+    d.set("reference_pixels", "pil" if type(ref_ip).__name__.endswith("Pil") else "torchvision")
     rng = np.random.default_rng(seed)
     images = {"img_a": make_image(rng, 40, 30), "img_b": make_image(rng, 200, 90)}
     for name, img in images.items():
@@ -244,22 +257,11 @@ def main():
             except Exception:
                 print(traceback.format_exc(), flush=True)
         try:
-            tower = m.model.vision_tower
-            hs, pe = [], []
-            hooks = [l.register_forward_hook(lambda mod, a, o: hs.append(o)) for l in tower.encoder.layers]
-            hooks.append(tower.patch_embedder.register_forward_hook(lambda mod, a, o: pe.append(o)))
+            rb = ref_ip(pil, return_tensors="pt")
             with torch.no_grad():
-                x = torch.from_numpy(pv)[None]
-                p = torch.from_numpy(pos)[None].long()
-                vo = tower(pixel_values=x, pixel_position_ids=p, return_dict=True)
+                vo = m.model.vision_tower(pixel_values=rb["pixel_values"], pixel_position_ids=rb["image_position_ids"].long(),
+                                          return_dict=True)
                 st = m.model.embed_vision(inputs_embeds=vo.last_hidden_state)
-            for h in hooks:
-                h.remove()
-            vmask = torch.from_numpy(valid)
-            d.arr(name + ".patch_embed", pe[0][0][vmask])
-            for i, h in enumerate(hs):
-                d.arr(f"{name}.layer{i}", (h[0] if isinstance(h, tuple) else h)[0][vmask])
-            d.arr(name + ".tower", vo.last_hidden_state)
             d.arr(name + ".soft_tokens", st)
         except Exception:
             print(traceback.format_exc(), flush=True)
@@ -282,7 +284,10 @@ def main():
             if proc is None:
                 raise RuntimeError("no processor")
             text = proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            inputs = proc(text=text, images=pil_images, return_tensors="pt")
+            for c, im in zip([c for c in content if c["type"] == "image"], pil_images):
+                c["image"] = im
+            inputs = proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True,
+                                              return_tensors="pt")
             ids = inputs["input_ids"][0].tolist()
             tt = inputs.get("mm_token_type_ids")
             kw = dict(input_ids=inputs["input_ids"], pixel_values=inputs["pixel_values"].double(),
@@ -304,8 +309,10 @@ def main():
                     if tts is not None:
                         tts.append(0)
                     greedy.append(int(top.indices[0]))
-            d.arr(pname + ".logits", logits)
+            keep = [i for i in range(len(ids)) if i % 5 == 0 or i >= len(ids) - 16]
+            d.arr(pname + ".logits", logits[keep])
             entry = {"images": [p[0] for p in parts], "texts": [p[1] for p in parts], "text": text, "ids": ids,
+                     "logits_rows": keep,
                      "mm_token_type_ids": tt[0].tolist() if tt is not None else None, "greedy": greedy,
                      "top2_gaps": gaps, "max_abs_logit": float(logits.abs().max())}
             prompts[pname] = entry
@@ -318,11 +325,10 @@ def main():
     try:
         e = prompts["p_img"]
         with torch.no_grad():
-            bf, _ = feats["img_a"]
-            logits = m(input_ids=torch.tensor([e["ids"]]),
-                       pixel_values=torch.from_numpy(bf["pixel_values"]).double(),
-                       image_position_ids=torch.from_numpy(bf["image_position_ids"]).long()).logits[0]
-        d.arr("p_img.logits_causal", logits)
+            rb = ref_ip(Image.fromarray(images["img_a"]), return_tensors="pt")
+            logits = m(input_ids=torch.tensor([e["ids"]]), pixel_values=rb["pixel_values"].double(),
+                       image_position_ids=rb["image_position_ids"].long()).logits[0]
+        d.arr("p_img.logits_causal", logits[e["logits_rows"]])
     except Exception:
         print(traceback.format_exc(), flush=True)
     d.write()

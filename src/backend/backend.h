@@ -220,6 +220,8 @@ void bk_kv_write(const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor 
  * contiguous and in row order. */
 typedef struct bk_attn_index {
   const bk_tensor *row, *tab, *tables;
+  const bk_tensor *last;  /* may be NULL: I32 [T, 1], the last row query t sees (>= row[t]; a bidirectional
+                             span reaches past the query); the window still counts back from row[t] */
 } bk_attn_index;
 
 /* out[T, n_heads * head_dim] = causal attention of q[T, n_heads * head_dim]

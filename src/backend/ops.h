@@ -132,12 +132,14 @@ typedef struct kv_view {
   int64_t lo, hi;
   bk_kv_fmt k_fmt, v_fmt;
   int64_t v_row_stride;
+  const int64_t *last;  /* may be NULL: query i sees rows up to last[i] (>= its q_row) instead of q_row[i] —
+                           a bidirectional span; the window still counts back from q_row[i] */
 } kv_view;
 
 /* Causal attention of n query rows against a KV view.
  * q[n, n_heads, head_dim]; q_row[i] is the KV row index (= sequence position)
- * of query i: it attends rows j with j <= q_row[i], j >= kv->lo and, when
- * window > 0, q_row[i] - j < window. Scores are q·k * scale, then
+ * of query i: it attends rows j with j <= q_row[i] (kv->last[i] when given),
+ * j >= kv->lo and, when window > 0, q_row[i] - j < window. Scores are q·k * scale, then
  * cap * tanh(s / cap) when softcap > 0, then softmax. Head h reads KV head
  * h / (n_heads / n_kv_heads). out[n, n_heads, head_dim]. */
 typedef struct attn_params {

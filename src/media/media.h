@@ -21,7 +21,9 @@ typedef enum media_kind { MEDIA_IMAGE = 0, MEDIA_AUDIO = 1, MEDIA_VIDEO = 2 } me
 #define MEDIA_KINDS 3
 #define MEDIA_BIT(k) (1u << (k))
 /* "image", "audio", "video". */
-const char *media_kind_name(media_kind k);
+static inline const char *media_kind_name(media_kind k) {
+  return k == MEDIA_IMAGE ? "image" : k == MEDIA_AUDIO ? "audio" : k == MEDIA_VIDEO ? "video" : "medium";
+}
 
 /* An RGB image: h rows of w pixels, 3 bytes each (R, G, B), top row
  * first, no padding between rows. Alpha is dropped as PIL's convert("RGB")

@@ -125,6 +125,18 @@ extern const mm_tower_ops gemma4_vision_tower;
 extern const mm_tower_ops qwen3_5_vision_tower;
 extern const mm_tower_ops gemma4_audio_tower;
 
+/* PIL's Image.resize(..., BICUBIC) of an RGB8 image (Pillow's Resample.c, bit for bit): dst ow x oh. */
+int mm_resize_pil(uint8_t *dst, int ow, int oh, const uint8_t *src, int iw, int ih, herr *err);
+/* Gemma 4's processor: the size (height, width) an image of h x w is resized to (get_aspect_ratio_preserving_size). */
+int gemma4_image_size(int h, int w, int patch, int64_t max_patches, int k, int *oh, int *ow, herr *err);
+/* Gemma 4's image processor on an RGB8 image: resized to that size (PIL's bicubic when pil — the PIL
+ * processor —, else torchvision's antialiased bicubic on uint8 — Gemma4ImageProcessor, what
+ * AutoImageProcessor loads), rescaled (numpy's double then f32 when pil, torch's f32 product
+ * otherwise; rescale 1: not), cut into patches (row, column, channel) with their (x, y) positions.
+ * *values [n_patches, 3 patch^2] and *pos [n_patches, 2]: malloc'ed. */
+int gemma4_image_patches(const media_image *im, int patch, int k, int64_t max_soft, bool pil, double rescale, float **values,
+                         int32_t **pos, int64_t *n_patches, int *oh, int *ow, herr *err);
+
 /* Loads every tower config.json asks for (model_load calls it). */
 int mm_towers_load(model *m, const weight_src *src, const char *dir, herr *err);
 void mm_towers_free(model *m);

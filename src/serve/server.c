@@ -574,6 +574,12 @@ static void job_generate(job *j, serve_token_fn fn) {
     if (j->req.prompt_ids)
       j->rc = e->generate_ids(e->impl, j->req.prompt_ids, j->req.n_prompt_ids, &j->req.sampling, fn, j, &j->cancel,
                               &j->result, &j->err);
+    else if (j->req.n_media > 0 && e->generate_media)
+      j->rc = e->generate_media(e->impl, j->prompt, j->req.kind == SERVE_COMPLETION, j->req.media, j->req.n_media,
+                                &j->req.sampling, fn, j, &j->cancel, &j->result, &j->err);
+    else if (j->req.n_media > 0)
+      j->rc = herr_set_at(&j->err, HEARTH_EINVAL, j->req.media[0].name, 0, "%s: this server takes no media",
+                          j->req.media[0].name);
     else
       j->rc = e->generate(e->impl, j->prompt, j->req.kind == SERVE_COMPLETION, &j->req.sampling, fn, j, &j->cancel,
                           &j->result, &j->err);

@@ -1031,29 +1031,34 @@ typedef struct attn_case {
   int64_t H, KVH, hd, B, window;
   float softcap;
   seq_spec seqs[MAX_SEQS]; /* until len == 0 */
+  int64_t span;            /* > 0: the queries of each sequence in bidirectional spans of this many rows,
+                              each query seeing up to its span's last row (bk_attn_index.last) */
 } attn_case;
 
 static const attn_case attn_cases[] = {
-    {"decode, GQA 1", 8, 8, 64, 16, 0, 0, {{1, 1}, {17, 1}, {40, 1}, {100, 1}}},
-    {"decode, GQA 2", 4, 2, 128, 16, 0, 0, {{33, 1}, {5, 1}}},
-    {"decode, GQA 4", 8, 2, 80, 64, 0, 0, {{70, 1}, {64, 1}, {129, 1}}},
-    {"decode, GQA 8", 8, 1, 256, 1, 0, 0, {{20, 1}, {3, 1}}},
-    {"prefill", 4, 4, 32, 16, 0, 0, {{37, 37}}},
-    {"prefill, 3 sequences", 4, 1, 48, 16, 0, 0, {{20, 20}, {45, 45}, {1, 1}}},
-    {"chunked prefill + prefill + decode", 8, 4, 64, 16, 0, 0, {{50, 17}, {40, 40}, {70, 1}}},
-    {"window 8", 4, 2, 64, 16, 8, 0, {{60, 60}, {30, 1}, {45, 12}}},
-    {"softcap 5", 4, 4, 128, 64, 0, 5.0f, {{70, 30}, {9, 1}}},
-    {"window 5 + softcap 50", 8, 1, 256, 1, 5, 50.0f, {{25, 25}, {12, 1}, {40, 7}}},
-    {"block_rows 64, long", 2, 2, 80, 64, 0, 0, {{150, 40}, {130, 130}}},
-    {"query tiles crossing sequences", 2, 1, 48, 1, 0, 0, {{10, 10}, {30, 30}, {5, 3}}},
-    {"GQA 8, hd 32", 8, 1, 32, 64, 0, 0, {{65, 65}}},
-    {"mixed decode and chunks", 4, 2, 64, 16, 3, 20.0f, {{30, 1}, {40, 6}, {50, 1}, {8, 8}, {2, 2}}},
-    {"GQA 2, hd 48, window 16", 6, 3, 48, 16, 16, 0, {{33, 33}, {18, 1}}},
-    {"long chunked prefill", 8, 2, 128, 16, 0, 0, {{300, 64}, {257, 1}, {200, 200}}},
-    {"long, window 40 + softcap 30", 4, 4, 256, 64, 40, 30.0f, {{180, 70}, {129, 1}}},
-    {"long decode batch", 16, 2, 64, 16, 0, 0, {{511, 1}, {1, 1}, {333, 1}, {64, 1}, {65, 1}, {200, 1}}},
-    {"hd 16, GQA 2, window 8", 4, 2, 16, 16, 8, 0, {{40, 40}, {20, 1}, {30, 7}}},
-    {"hd 16, GQA 4, decode", 4, 1, 16, 1, 0, 0, {{25, 1}, {3, 3}}},
+    {"decode, GQA 1", 8, 8, 64, 16, 0, 0, {{1, 1}, {17, 1}, {40, 1}, {100, 1}}, 0},
+    {"decode, GQA 2", 4, 2, 128, 16, 0, 0, {{33, 1}, {5, 1}}, 0},
+    {"decode, GQA 4", 8, 2, 80, 64, 0, 0, {{70, 1}, {64, 1}, {129, 1}}, 0},
+    {"decode, GQA 8", 8, 1, 256, 1, 0, 0, {{20, 1}, {3, 1}}, 0},
+    {"prefill", 4, 4, 32, 16, 0, 0, {{37, 37}}, 0},
+    {"prefill, 3 sequences", 4, 1, 48, 16, 0, 0, {{20, 20}, {45, 45}, {1, 1}}, 0},
+    {"chunked prefill + prefill + decode", 8, 4, 64, 16, 0, 0, {{50, 17}, {40, 40}, {70, 1}}, 0},
+    {"window 8", 4, 2, 64, 16, 8, 0, {{60, 60}, {30, 1}, {45, 12}}, 0},
+    {"softcap 5", 4, 4, 128, 64, 0, 5.0f, {{70, 30}, {9, 1}}, 0},
+    {"window 5 + softcap 50", 8, 1, 256, 1, 5, 50.0f, {{25, 25}, {12, 1}, {40, 7}}, 0},
+    {"block_rows 64, long", 2, 2, 80, 64, 0, 0, {{150, 40}, {130, 130}}, 0},
+    {"query tiles crossing sequences", 2, 1, 48, 1, 0, 0, {{10, 10}, {30, 30}, {5, 3}}, 0},
+    {"bidirectional spans", 4, 2, 64, 16, 0, 0, {{40, 40}, {50, 23}, {9, 1}}, 7},
+    {"bidirectional spans, window 8", 4, 2, 64, 16, 8, 0, {{60, 60}, {30, 12}}, 5},
+    {"bidirectional spans longer than the window", 8, 1, 128, 16, 6, 0, {{70, 48}, {33, 33}}, 20},
+    {"GQA 8, hd 32", 8, 1, 32, 64, 0, 0, {{65, 65}}, 0},
+    {"mixed decode and chunks", 4, 2, 64, 16, 3, 20.0f, {{30, 1}, {40, 6}, {50, 1}, {8, 8}, {2, 2}}, 0},
+    {"GQA 2, hd 48, window 16", 6, 3, 48, 16, 16, 0, {{33, 33}, {18, 1}}, 0},
+    {"long chunked prefill", 8, 2, 128, 16, 0, 0, {{300, 64}, {257, 1}, {200, 200}}, 0},
+    {"long, window 40 + softcap 30", 4, 4, 256, 64, 40, 30.0f, {{180, 70}, {129, 1}}, 0},
+    {"long decode batch", 16, 2, 64, 16, 0, 0, {{511, 1}, {1, 1}, {333, 1}, {64, 1}, {65, 1}, {200, 1}}, 0},
+    {"hd 16, GQA 2, window 8", 4, 2, 16, 16, 8, 0, {{40, 40}, {20, 1}, {30, 7}}, 0},
+    {"hd 16, GQA 4, decode", 4, 1, 16, 1, 0, 0, {{25, 1}, {3, 3}}, 0},
 };
 
 /* Quantized KV (kf / vf not BK_KV_F32): the same K / V stored in that
@@ -1114,11 +1119,15 @@ static void attention_case(const attn_case *c, bk_kv_fmt kf, bk_kv_fmt vf) {
   /* queries and their index */
   float *q = rand_floats(T * qd, 2.0f);
   int32_t *row = malloc(sizeof(int32_t) * (size_t)T), *tab = malloc(sizeof(int32_t) * (size_t)T);
-  int64_t *row64 = malloc(sizeof(int64_t) * (size_t)T);
+  int32_t *last = malloc(sizeof(int32_t) * (size_t)T);
+  int64_t *row64 = malloc(sizeof(int64_t) * (size_t)T), *last64 = malloc(sizeof(int64_t) * (size_t)T);
   for (int s = 0, t = 0; s < ns; s++)
-    for (int64_t j = c->seqs[s].len - c->seqs[s].nq; j < c->seqs[s].len; j++, t++) {
+    for (int64_t j = c->seqs[s].len - c->seqs[s].nq, j0 = j; j < c->seqs[s].len; j++, t++) {
       row[t] = (int32_t)j, row64[t] = j;
       tab[t] = (int32_t)tpos[s];
+      int64_t end = c->span > 0 ? j0 + ((j - j0) / c->span + 1) * c->span - 1 : j;
+      if (end > c->seqs[s].len - 1) end = c->seqs[s].len - 1;
+      last[t] = (int32_t)end, last64[t] = end;
     }
   attn_params p = {.n_heads = H, .n_kv_heads = KVH, .head_dim = hd, .scale = (float)(1.0 / sqrt((double)hd)),
                    .softcap = c->softcap, .window = c->window};
@@ -1131,7 +1140,7 @@ static void attention_case(const attn_case *c, bk_kv_fmt kf, bk_kv_fmt vf) {
       vb[j] = VS + (int64_t)tables[tpos[s] + j] * B * vw;
     }
     kv_view view = {.k_blocks = kb, .v_blocks = vb, .block_rows = B, .row_stride = kw, .lo = 0, .hi = c->seqs[s].len,
-                    .k_fmt = kf, .v_fmt = vf, .v_row_stride = vw};
+                    .k_fmt = kf, .v_fmt = vf, .v_row_stride = vw, .last = c->span > 0 ? last64 + t0 : NULL};
     op_attention_ref(NULL, refo + t0 * qd, q + t0 * qd, c->seqs[s].nq, row64 + t0, &view, &p);
     t0 += (int)c->seqs[s].nq;
     free(kb), free(vb);
@@ -1139,9 +1148,9 @@ static void attention_case(const attn_case *c, bk_kv_fmt kf, bk_kv_fmt vf) {
   double *ref = malloc(sizeof(double) * (size_t)(T * qd));
   for (int64_t i = 0; i < T * qd; i++) ref[i] = refo[i];
   char shape[224];
-  int o = snprintf(shape, sizeof shape, "%s, KV %s/%s: H %lld, KVH %lld, hd %lld, block_rows %lld, window %lld, softcap %g, seqs",
+  int o = snprintf(shape, sizeof shape, "%s, KV %s/%s: H %lld, KVH %lld, hd %lld, block_rows %lld, window %lld, softcap %g, span %lld, seqs",
                    c->what, bk_kv_fmt_name(kf), bk_kv_fmt_name(vf), (long long)H, (long long)KVH, (long long)hd, (long long)B, (long long)c->window,
-                   (double)c->softcap);
+                   (double)c->softcap, (long long)c->span);
   for (int s = 0; s < ns && o > 0 && (size_t)o < sizeof shape; s++)
     o += snprintf(shape + o, sizeof shape - (size_t)o, " %lld/%lld", (long long)c->seqs[s].nq, (long long)c->seqs[s].len);
   op_stat *st = stat_for("attention");
@@ -1151,18 +1160,19 @@ static void attention_case(const attn_case *c, bk_kv_fmt kf, bk_kv_fmt vf) {
     bk_backend *be = devs[di];
     bk_tensor tk = tfrom_f32(be, KS, n_slots, kw), tv = tfrom_f32(be, VS, n_slots, vw), tq = tfrom_f32(be, q, T, qd);
     bk_tensor tout = tnew(be, BK_DT_F32, T, qd), trow = tfrom_i32(be, row, T), ttab = tfrom_i32(be, tab, T),
-              ttables = tfrom_i32(be, tables, n_tab);
+              ttables = tfrom_i32(be, tables, n_tab), tlast = tfrom_i32(be, last, T);
     bk_kv_layer kv = {.k = &tk, .v = &tv, .block_rows = B, .k_fmt = kf, .v_fmt = vf};
-    bk_attn_index ix = {.row = &trow, .tab = &ttab, .tables = &ttables};
+    bk_attn_index ix = {.row = &trow, .tab = &ttab, .tables = &ttables, .last = c->span > 0 ? &tlast : NULL};
     poison(&tout);
     bk_attention(&tout, &tq, &kv, &ix, &p);
     tget(&tout, got, "attention");
     compare(st, K_ATTN, di, shape, got, ref, T * qd);
     bk_tensor_free(&tk), bk_tensor_free(&tv), bk_tensor_free(&tq), bk_tensor_free(&tout);
-    bk_tensor_free(&trow), bk_tensor_free(&ttab), bk_tensor_free(&ttables);
+    bk_tensor_free(&trow), bk_tensor_free(&ttab), bk_tensor_free(&ttables), bk_tensor_free(&tlast);
   }
   if (KS != K) free(KS), free(VS);
-  free(got), free(ref), free(refo), free(q), free(row), free(tab), free(row64), free(K), free(V), free(tables), free(ids);
+  free(got), free(ref), free(refo), free(q), free(row), free(tab), free(row64), free(last), free(last64), free(K), free(V),
+      free(tables), free(ids);
 }
 
 static void test_attention(void) {
@@ -1493,7 +1503,7 @@ static void test_index_sparse_attention(void) {
       bk_tensor tq = tfrom_f32(be, q, T, c->Hi * c->di), tw = tfrom_f32(be, w, T, c->Hi), tqa = tfrom_f32(be, qa, T, c->H * c->hd);
       bk_tensor trow = tfrom_i32(be, ks.row, T), ttab = tfrom_i32(be, ks.tab, T), ttables = tfrom_i32(be, ks.tables, ks.n_tab);
       bk_tensor tsel = tnew(be, BK_DT_I32, T, K), tout = tnew(be, BK_DT_F32, T, c->H * c->v_dim), trs = tnew(be, BK_DT_I32, T, K);
-      bk_attn_index ix = {&trow, &ttab, &ttables};
+      bk_attn_index ix = {.row = &trow, .tab = &ttab, .tables = &ttables};
       bk_kv_layer kk = {.k = &tk, .v = &tk, .block_rows = c->B}, kkv = {.k = &tkv, .v = &tkv, .block_rows = c->B};
       poison(&tsel), poison(&tout);
       bk_index_topk(&tsel, &tq, &tw, &kk, &ix, &ip);

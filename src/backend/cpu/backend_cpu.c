@@ -217,14 +217,14 @@ static void cpu_kv_write(bk_backend *be, const bk_kv_layer *kv, const bk_tensor 
 static void cpu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
                           const attn_params *p) {
   cpu_backend *c = cpu(be);
-  const int32_t *row = I(ix->row), *tab = I(ix->tab), *tables = I(ix->tables);
+  const int32_t *row = I(ix->row), *tab = I(ix->tab), *tables = I(ix->tables), *last = ix->last ? I(ix->last) : row;
   int64_t T = q->rows, kw = kv->k->cols, vw = kv->v->cols, B = kv->block_rows, width = p->n_heads * p->head_dim;
-  if (!HGROW(c->i64, c->i64_cap, (size_t)T)) goto oom;
-  for (int64_t t = 0; t < T; t++) c->i64[t] = row[t];
+  if (!HGROW(c->i64, c->i64_cap, (size_t)(2 * T))) goto oom;
+  for (int64_t t = 0; t < T; t++) c->i64[t] = row[t], c->i64[T + t] = last[t] > row[t] ? last[t] : row[t];
   for (int64_t t0 = 0; t0 < T;) {
-    int64_t t1 = t0 + 1, hi = row[t0] + 1;
+    int64_t t1 = t0 + 1, hi = c->i64[T + t0] + 1;
     while (t1 < T && tab[t1] == tab[t0]) {
-      if (row[t1] + 1 > hi) hi = row[t1] + 1;
+      if (c->i64[T + t1] + 1 > hi) hi = c->i64[T + t1] + 1;
       t1++;
     }
     int64_t nb = (hi + B - 1) / B;
@@ -235,7 +235,7 @@ static void cpu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor 
       c->ptrs[nb + i] = F(kv->v) + blk * vw;
     }
     kv_view view = {.k_blocks = c->ptrs, .v_blocks = c->ptrs + nb, .block_rows = B, .row_stride = kw, .lo = 0, .hi = hi,
-                    .k_fmt = kv->k_fmt, .v_fmt = kv->v_fmt, .v_row_stride = vw};
+                    .k_fmt = kv->k_fmt, .v_fmt = kv->v_fmt, .v_row_stride = vw, .last = ix->last ? c->i64 + T + t0 : NULL};
     op_attention(c->pool, F(out) + t0 * width, F(q) + t0 * width, t1 - t0, c->i64 + t0, &view, p);
     t0 = t1;
   }

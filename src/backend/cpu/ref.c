@@ -344,7 +344,7 @@ static void attn_task(void *ctx, int task, int tid) {
   int64_t vstride = kv->v_row_stride ? kv->v_row_stride : kv->row_stride;
   const float *qv = j->q + (i * p->n_heads + h) * hd;
   float *o = j->out + (i * p->n_heads + h) * hd;
-  int64_t hi = j->q_row[i] + 1;
+  int64_t hi = (kv->last ? kv->last[i] : j->q_row[i]) + 1;
   if (hi > kv->hi) hi = kv->hi;
   int64_t lo = kv->lo;
   if (p->window > 0 && j->q_row[i] - p->window + 1 > lo) lo = j->q_row[i] - p->window + 1;
