@@ -66,6 +66,8 @@ static void *read_all(const char *path, size_t *n) {
 
 /* Array `name` of the fixture (malloc'ed raw little-endian data) and its shape. */
 static void *fx_arr(const fx *f, const char *name, int64_t shape[4], int *nd, int64_t *count) {
+  memset(shape, 0, sizeof(int64_t) * 4);
+  *nd = 0, *count = 0;
   const json_t *a = json_object_get(json_object_get(f->doc, "arrays"), name);
   if (!a) {
     CHECK_MSG(0, "%s: no array '%s'", f->dir, name);
@@ -115,35 +117,24 @@ static void check_close(const fx *f, const char *name, const float *got, int64_t
   free(ref);
 }
 
-/* ---- models with a tower (the tower loaded as model_load would: matrices kept, then handed to the backend) ---- */
+/* ---- models with a tower (model_load loads it beside the language model) ---- */
 
 typedef struct loaded {
   model *m;
-  void *state;
-  const mm_tower_ops *ops;
+  const mm_tower *t;
   kv_cache *kv;
 } loaded;
 
-static bool load_with_tower(const char *dir, const mm_tower_ops *ops, loaded *L) {
+static bool load_with_tower(const char *dir, media_kind kind, const char *want, loaded *L) {
   memset(L, 0, sizeof *L);
   herr err = {0};
   model_load_opts opts = {.threads = 2, .device = test_device()};
   int rc = model_load(dir, &opts, &L->m, &err);
   CHECK_MSG(rc == 0, "%s: %s", dir, err.msg);
   if (rc) return false;
-  L->ops = ops;
-  char path[600];
-  snprintf(path, sizeof path, "%s/config.json", dir);
-  json_t *root = hjson_load_file(path, &err);
-  CHECK_MSG(root != NULL, "%s", err.msg);
-  if (!root) return false;
-  weight_src src = {&L->m->st, NULL, dir, NULL};
-  int before = L->m->n_mats;
-  rc = ops->load(L->m, &src, root, &L->state, &err);
-  for (int i = before; !rc && i < L->m->n_mats; i++) rc = bk_weight_load(L->m->be, L->m->mats[i].w, L->m->mats[i].use, &err);
-  json_decref(root);
-  CHECK_MSG(rc == 0, "%s tower: %s", ops->name, err.msg);
-  if (rc) return false;
+  L->t = model_tower(L->m, kind);
+  CHECK_MSG(L->t && !strcmp(mm_tower_name(L->t), want), "%s: no %s tower", dir, want);
+  if (!L->t) return false;
   model_kv_geometry geo;
   model_kv_geometry_of(L->m, &geo);
   rc = kv_cache_new(&geo, 0, &L->kv, &err);
@@ -153,33 +144,18 @@ static bool load_with_tower(const char *dir, const mm_tower_ops *ops, loaded *L)
 
 static void unload(loaded *L) {
   if (L->kv) kv_cache_free(L->kv);
-  if (L->state) L->ops->free(L->m, L->state);
   if (L->m) model_free(L->m);
-}
-
-static void embeds_free(mm_embeds *e) {
-  free(e->rows);
-  free(e->pos3);
-  memset(e, 0, sizeof *e);
 }
 
 static bool encode(loaded *L, const media *in, mm_prep *p, mm_embeds *e) {
   herr err = {0};
   memset(e, 0, sizeof *e);
-  int rc = L->ops->prepare(L->state, in, p, &err);
+  int rc = mm_prepare(L->t, in, p, &err);
   CHECK_MSG(rc == 0, "prepare: %s", err.msg);
   if (rc) return false;
-  rc = L->ops->encode(L->m, L->state, p, e, &err);
+  rc = mm_encode(L->m, p, e, &err);
   CHECK_MSG(rc == 0, "encode: %s", err.msg);
   return rc == 0;
-}
-
-static void prep_release(loaded *L, mm_prep *p) {
-  if (L->ops->prep_free) L->ops->prep_free(p);
-  free(p->values);
-  free(p->pos);
-  free(p->text);
-  memset(p, 0, sizeof *p);
 }
 
 /* All-position logits of ids with the media rows rows[i] (NULL for text) and positions3 (may be NULL). */
@@ -335,7 +311,7 @@ static void test_qwen_tower(void) {
   fx f;
   if (!fx_open(&f, "qwen3_5_vision-f32")) return;
   loaded L;
-  if (!load_with_tower(f.dir, &qwen3_5_vision_tower, &L)) {
+  if (!load_with_tower(f.dir, MEDIA_IMAGE, "qwen3_5_vision", &L)) {
     unload(&L);
     json_decref(f.doc);
     return;
@@ -343,7 +319,7 @@ static void test_qwen_tower(void) {
   mm_embeds emb[4] = {0};
   for (size_t i = 0; i < sizeof qimgs / sizeof qimgs[0]; i++) {
     media md;
-    mm_prep p;
+    mm_prep p = {0};
     if (!load_media(&f, &qimgs[i], &md)) continue;
     if (encode(&L, &md, &p, &emb[i])) {
       char name[64];
@@ -351,7 +327,7 @@ static void test_qwen_tower(void) {
       check_close(&f, name, emb[i].rows, emb[i].n_tokens * emb[i].dim, 1e-4);
       CHECK_EQ_INT(emb[i].n_tokens, p.n_tokens);
     }
-    prep_release(&L, &p);
+    mm_prep_free(&p);
     free_media(&md);
   }
   /* prompts: the soft tokens take the media rows in document order (a video: one run per temporal patch) */
@@ -439,7 +415,7 @@ static void test_qwen_tower(void) {
     }
     free(tok), free(pos3), free(posv), free(pos1), free(soft), free(rows);
   }
-  for (int i = 0; i < 4; i++) embeds_free(&emb[i]);
+  for (int i = 0; i < 4; i++) mm_embeds_free(&emb[i]);
   unload(&L);
   json_decref(f.doc);
 }
@@ -523,7 +499,7 @@ static void test_gemma4_audio_tower(void) {
   fx f;
   if (!fx_open(&f, "gemma4_audio-f32")) return;
   loaded L;
-  if (!load_with_tower(f.dir, &gemma4_audio_tower, &L)) {
+  if (!load_with_tower(f.dir, MEDIA_AUDIO, "gemma4_audio", &L)) {
     unload(&L);
     json_decref(f.doc);
     return;
@@ -535,7 +511,7 @@ static void test_gemma4_audio_tower(void) {
     media md = {.kind = MEDIA_AUDIO};
     md.audio.pcm = read_pcm(&f, clips[c], &n);
     md.audio.n = n;
-    mm_prep p;
+    mm_prep p = {0};
     if (md.audio.pcm && encode(&L, &md, &p, &emb[c])) {
       char name[64];
       snprintf(name, sizeof name, "%s.soft_tokens", clips[c]);
@@ -555,7 +531,7 @@ static void test_gemma4_audio_tower(void) {
       snprintf(name, sizeof name, "%s.num_soft_tokens", clips[c]);
       CHECK_EQ_INT(emb[c].n_tokens, json_integer_value(json_object_get(f.doc, name)));
     }
-    prep_release(&L, &p);
+    mm_prep_free(&p);
     free(md.audio.pcm);
   }
   /* the prompt holding clip_a */
@@ -588,7 +564,7 @@ static void test_gemma4_audio_tower(void) {
     }
     free(lg), free(tok), free(rows);
   }
-  for (int c = 0; c < 2; c++) embeds_free(&emb[c]);
+  for (int c = 0; c < 2; c++) mm_embeds_free(&emb[c]);
   unload(&L);
   json_decref(f.doc);
 }
