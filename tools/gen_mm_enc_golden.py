@@ -61,6 +61,7 @@ class Dumper:
             a = a.detach().cpu()
             a = a.to(torch.float64).numpy() if a.is_floating_point() else a.numpy()
         a = np.asarray(a)
+        dtype = "u1" if dtype == "u8" else dtype
         fn = name + {"<f4": ".f32", "<i4": ".i32", "u1": ".u8"}[dtype]
         a.astype(dtype).tofile(os.path.join(self.folder, fn))
         self.doc["arrays"][name] = {"file": fn, "shape": list(a.shape), "dtype": dtype}
@@ -210,6 +211,7 @@ def gen_qwen(out, seed):
     feats = {}
     for name, img in images.items():
         save_rgb(folder, name, img)
+        d.set(name + ".hw", list(img.shape[:2]))
         try:
             (rh, rw), u8, f32r, f64r = qwen_resized_images(ip, img)
             d.arr(name + ".resized", u8, "u8")
@@ -235,6 +237,8 @@ def gen_qwen(out, seed):
     videos = {"video_a": [make_image(rng, 29, 21) for _ in range(4)],
               "video_b": [make_image(rng, 29, 21) for _ in range(3)]}
     for name, frames in videos.items():
+        d.set(name + ".hw", list(frames[0].shape[:2]))
+        d.set(name + ".frames", len(frames))
         for i, fr in enumerate(frames):
             save_rgb(folder, f"{name}.{i}", fr)
         arr = np.stack(frames)  # (T, H, W, 3)
@@ -275,7 +279,7 @@ def gen_qwen(out, seed):
         return [int(x) for x in rng.integers(3, 499, size=n)]
 
     def ntok(grid):
-        return int(grid[0].prod()) // 4
+        return int(grid.prod()) // 4
 
     ga, gb = grids["img_a"][0], grids["img_b"][0]
     gv = grids["video_a"][0] if "video_a" in grids else torch.tensor([2, 6, 8])
@@ -415,14 +419,14 @@ def gen_gemma(out, seed):
     soft = {}
     feats = {}
     for name, pcm in clips.items():
-        bf = fe(pcm, return_tensors="np")
+        bf = fe([pcm], return_tensors="np")  # a batch of one: a bare 1-D array is read as one sample per frame
         f, mask = bf["input_features"][0], bf["input_features_mask"][0]
         d.arr(name + ".features", f)
         d.arr(name + ".mask", mask.astype(np.int32), "<i4")
         feats[name] = (f, mask)
         for tag, ex in (("features_alt", fe_alt), ("features_alt2", fe_alt2)):
             try:
-                b2 = ex(pcm, return_tensors="np")
+                b2 = ex([pcm], return_tensors="np")
                 d.arr(f"{name}.{tag}", b2["input_features"][0])
                 d.arr(f"{name}.{tag}_mask", b2["input_features_mask"][0].astype(np.int32), "<i4")
             except Exception:

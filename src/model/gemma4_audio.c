@@ -6,7 +6,7 @@
  *   past the clip zeroed before each (an im2col gather and one matrix
  *   product per layer) → Linear into the tower's width → layers of
  *     ½ feed-forward (clamp, RMSNorm, Linear, SiLU, Linear, clamp, RMSNorm, ×½, residual)
- *     attention: local (each frame sees the 12 before it), relative
+ *     attention: local (each frame sees the 11 before it), relative
  *       positions (sinusoids through relative_k_proj, bk_attention_rel),
  *       queries scaled per dimension by softplus(per_dim_scale), logits
  *       softcapped at 50; RMSNorms around it, residual
@@ -146,7 +146,9 @@ static int ga_load(model *m, const weight_src *src, const json_t *root, void **s
   int rc = 0;
   char base[256];
   s->H = jint(ac, "hidden_size", 1024), s->L = jint(ac, "num_hidden_layers", 12), s->heads = jint(ac, "num_attention_heads", 8);
-  s->kernel = jint(ac, "conv_kernel_size", 5), s->left = jint(ac, "attention_context_left", 13) - 1;
+  /* the mask lets frame i see frames i - (attention_context_left - 2) .. i (sliding_window_mask_function of
+   * (left - 1, right): distances 0 <= d < left - 1) */
+  s->kernel = jint(ac, "conv_kernel_size", 5), s->left = jint(ac, "attention_context_left", 13) - 2;
   s->right = jint(ac, "attention_context_right", 0), s->outd = jint(ac, "output_proj_dims", 1536);
   s->eps = jnum(ac, "rms_norm_eps", 1e-6), s->gclip = jnum(ac, "gradient_clipping", 1e10);
   s->resw = jnum(ac, "residual_weight", 0.5), s->cap = jnum(ac, "attention_logit_cap", 50.0);
@@ -168,7 +170,7 @@ static int ga_load(model *m, const weight_src *src, const json_t *root, void **s
     rc = herr_set(err, HEARTH_EFORMAT,
                   "audio_config: hidden %lld in %lld heads, %lld layers, context left %lld / right %lld (only 0 is "
                   "supported), conv kernel %lld",
-                  (long long)s->H, (long long)s->heads, (long long)s->L, (long long)s->left + 1, (long long)s->right,
+                  (long long)s->H, (long long)s->heads, (long long)s->L, (long long)s->left + 2, (long long)s->right,
                   (long long)s->kernel);
     goto fail;
   }
@@ -241,6 +243,7 @@ static int ga_load(model *m, const weight_src *src, const json_t *root, void **s
     LIN("lconv1d.linear_start", 2 * H, H, &y->start);
     LIN("lconv1d.linear_end", H, H, &y->end);
     if (!rc) rc = model_vector(m, src, P("lconv1d.depthwise_conv1d.weight"), 3, H, s->kernel, true, 1.0f, &y->conv_w, err);
+    if (!rc) y->conv_w = bk_reshape(&y->conv_w, H, s->kernel);
     VEC("lconv1d.pre_layer_norm.weight", H, &y->lc_pre);
     VEC("lconv1d.conv_norm.weight", H, &y->lc_conv);
     VEC("norm_pre_attn.weight", H, &y->n_pre_attn);
@@ -304,7 +307,7 @@ static int ga_prepare(const void *state, const media *in, mm_prep *out, herr *er
   const ga_state *s = state;
   memset(out, 0, sizeof *out);
   if (in->kind != MEDIA_AUDIO)
-    return herr_set(err, HEARTH_EINVAL, "the Gemma-4 audio tower takes audio, not %s", media_kind_name(in->kind));
+    return herr_set(err, HEARTH_EINVAL, "the Gemma-4 audio tower takes audio only (medium kind %d)", (int)in->kind);
   float *f;
   uint8_t *mask;
   int64_t frames;

@@ -222,7 +222,7 @@ static int qv_prepare(const void *state, const media *in, mm_prep *out, herr *er
     if (!rc) rc = qwen_vision_patches(&s->prep, fr, v->n_frames, v->frames[0].h, v->frames[0].w, true, &pv, grid, err);
     free(fr);
   } else
-    return herr_set(err, HEARTH_EINVAL, "the Qwen3.5 vision tower takes images and video, not %s", media_kind_name(in->kind));
+    return herr_set(err, HEARTH_EINVAL, "the Qwen3.5 vision tower takes images and video only (medium kind %d)", (int)in->kind);
   if (rc) return rc;
   int64_t per = grid[1] / s->M * (grid[2] / s->M);
   out->values = pv;
