@@ -12,7 +12,9 @@ tokens), Gemma 4's chat template and the processor's config.
 
 Inputs (written into the folder): img_a.png (40x30: upscaled by the processor),
 img_b.png (200x90: downscaled), img_a.jpg (img_a saved by PIL as JPEG, quality 90) and
-img_a_jpg.rgb (PIL's decode of that JPEG, RGB8).
+img_a_jpg.rgb (PIL's decode of that JPEG, RGB8); for the decoders' tests img_a.webp
+(lossless), img_a.gif with img_a_gif.rgb (PIL's decode) and anim.gif (3 frames, 200 ms
+each) with anim.<k>.rgb.
 
 References (little-endian arrays named in golden.json with shape and dtype):
   the image processors exactly: <img>.resized (u8, H x W x 3: PIL's bicubic resize),
@@ -219,6 +221,17 @@ def main():
     for name, img in images.items():
         Image.fromarray(img).save(os.path.join(folder, name + ".png"))
         img.tofile(os.path.join(folder, name + ".rgb"))
+    # the other formats the decoders read: lossless WebP (the same pixels), GIF (a palette: PIL's
+    # decode kept), an animated GIF of 3 frames (a video through FFmpeg; PIL's frames kept)
+    Image.fromarray(images["img_a"]).save(os.path.join(folder, "img_a.webp"), lossless=True)
+    Image.fromarray(images["img_a"]).save(os.path.join(folder, "img_a.gif"))
+    np.asarray(Image.open(os.path.join(folder, "img_a.gif")).convert("RGB")).tofile(os.path.join(folder, "img_a_gif.rgb"))
+    frames = [Image.fromarray(np.roll(images["img_a"], 7 * k, axis=1)) for k in range(3)]
+    frames[0].save(os.path.join(folder, "anim.gif"), save_all=True, append_images=frames[1:], duration=200, loop=0)
+    with Image.open(os.path.join(folder, "anim.gif")) as an:
+        for k in range(3):
+            an.seek(k)
+            np.asarray(an.convert("RGB")).tofile(os.path.join(folder, f"anim.{k}.rgb"))
     Image.fromarray(images["img_a"]).save(os.path.join(folder, "img_a.jpg"), quality=90)
     jpg = np.asarray(Image.open(os.path.join(folder, "img_a.jpg")).convert("RGB"))
     jpg.tofile(os.path.join(folder, "img_a_jpg.rgb"))
