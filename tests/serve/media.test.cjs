@@ -165,3 +165,41 @@ test('bad media are 400s naming the part', async () => {
   r = await post('/v1/chat/completions', { model: MODEL, messages: [imageTurn(PNG)], max_tokens: 1 });
   assert.equal(r.status, 200);
 });
+
+test('--allow-remote-media fetches http(s) images; --allow-local-media reads files', async () => {
+  const http = require('node:http');
+  const png = fs.readFileSync(path.join(FX, 'img_a.png'));
+  const files = http.createServer((req, res) => {
+    if (req.url === '/img_a.png') { res.writeHead(200, { 'content-type': 'image/png' }); res.end(png); }
+    else { res.writeHead(404); res.end(); }
+  });
+  await new Promise((r) => files.listen(0, '127.0.0.1', r));
+  const base = `http://127.0.0.1:${files.address().port}`;
+  const open = await H.startServer(SERVER, ['serve', '--model', FX, '--port', '0', '--threads', '2',
+    '--allow-remote-media', '--allow-local-media', '--max-media-bytes', '64K']);
+  try {
+    const ask = async (url) => {
+      const r = await fetch(open.url + '/v1/chat/completions', {
+        method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, messages: [imageTurn(url)], max_tokens: 2, temperature: 0 }),
+      });
+      return { status: r.status, body: await r.json() };
+    };
+    let r = await ask(base + '/img_a.png');
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    assert.equal(r.body.usage.prompt_tokens, golden.prompts.p_img.ids.length - (golden.prompts.p_img.ids[1] === golden.token_ids.bos ? 1 : 0));
+    r = await ask(base + '/missing.png');
+    assert.equal(r.status, 400);
+    assert.match(r.body.error.message, /^messages\[0\]\.content\[0\]: cannot fetch/);
+    r = await ask(path.join(FX, 'img_a.png'));
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    r = await ask('file://' + path.join(FX, 'img_b.png')); // 46 KB: within 64K
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    r = await ask(path.join(FX, 'model.safetensors')); // beyond --max-media-bytes
+    assert.equal(r.status, 400);
+    assert.match(r.body.error.message, /larger than the limit/);
+  } finally {
+    await H.stopServer(open);
+    files.close();
+  }
+});
