@@ -18,7 +18,7 @@ each) with anim.<k>.rgb.
 
 References (little-endian arrays named in golden.json with shape and dtype):
   the image processors exactly: <img>.resized (u8, H x W x 3: PIL's bicubic resize),
-  <img>.pixel_values (the valid patches, f32, Gemma4ImageProcessorPil), <img>.pixel_values_tv
+  img_a.pixel_values (the valid patches, f32, Gemma4ImageProcessorPil), <img>.pixel_values_tv
   (Gemma4ImageProcessor, torchvision's resize on uint8 and a float32 rescale: what
   AutoProcessor loads for the saved folder), <img>.position_ids (i32, x y per patch),
   <img>.num_soft_tokens;
@@ -256,7 +256,8 @@ def main():
         bf = ip(pil, return_tensors="np")
         pv, pos, n_soft = bf["pixel_values"][0], bf["image_position_ids"][0], int(bf["num_soft_tokens_per_image"][0])
         valid = (pos != -1).all(-1)
-        d.arr(name + ".pixel_values", pv[valid])
+        if name == "img_a":  # (PIL's pixels for one image: the others' resized images cover PIL's resize)
+            d.arr(name + ".pixel_values", pv[valid])
         d.arr(name + ".position_ids", pos[valid].astype(np.int32), "<i4")
         d.set(name + ".num_soft_tokens", n_soft)
         feats[name] = (bf, n_soft)
