@@ -109,7 +109,8 @@ typedef struct mm_tower_ops {
   /* Whether it is the tower for this config.json (root) — e.g. its model_type and the sub-config's. */
   bool (*match)(const json_t *root);
   /* Reads its config and weights (through load.c's helpers on m, which own what they load);
-   * *state is its own (freed by free). text_hidden: the language model's hidden_size. */
+   * *state is its own (freed by free). 0 with *state NULL: the folder holds none of its weights
+   * (a checkpoint whose tower was left out): the model takes no media of its kinds. */
   int (*load)(model *m, const weight_src *src, const json_t *root, void **state, herr *err);
   const char *(*placeholder)(const void *state, media_kind k);
   void (*video_opts)(const void *state, media_video_opts *out);   /* NULL: no video */
