@@ -559,16 +559,16 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
     n_tables += nb;
   }
   /* index tables, one I32 upload: ids, pos, row, tab, slot [T] each, gather [R + P] (the logits
-   * rows, then the hidden rows), the recurrent ops' sequences [S, 4], tables [n_tables], then the
-   * media rows' token indices [M], with bidirectional spans each token's last row [T], and with
-   * multimodal RoPE each token's three positions [T, 3] */
+   * rows, then the hidden rows), the recurrent ops' sequences [S, 4], with multimodal RoPE each
+   * token's three positions [T, 3], tables [n_tables], then the media rows' token indices [M] and,
+   * with bidirectional spans, each token's last row [T] */
   int64_t PA = m->pos_axes > 1 ? m->pos_axes : 0;
   int64_t S = b->n_seqs, L = has_last ? T : 0, n_idx = 5 * T + R + P + n_tables + 4 * S + M + L + PA * T;
   int rc = scratch_reserve(m, T, n_idx, R, M, err);
   if (rc) return rc;
   int32_t *h = m->f.host_idx, *ids = h, *pos = h + T, *row = h + 2 * T, *tab = h + 3 * T, *slot = h + 4 * T,
-          *gather = h + 5 * T, *rseqs = gather + R + P, *tables = rseqs + 4 * S, *mrows = tables + n_tables,
-          *lastv = mrows + M, *posv = h + n_idx - PA * T;
+          *gather = h + 5 * T, *rseqs = gather + R + P, *posv = rseqs + 4 * S, *tables = posv + PA * T,
+          *mrows = tables + n_tables, *lastv = mrows + M;
   int64_t mi = 0, D = c->hidden_size;
   int64_t t = 0, r = 0, p = 0, toff = 0, B = kv->block_rows;
   for (int s = 0; s < b->n_seqs; s++) {
@@ -638,13 +638,16 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
   st.gather = bk_rows(&f->idx, 5 * T, R + P);
   st.rseqs = bk_rows(&f->idx, 5 * T + R + P, 4 * S);
   st.rseqs = bk_reshape(&st.rseqs, S, 4);
-  st.tables = bk_rows(&f->idx, 5 * T + R + P + 4 * S, n_tables);
-  bk_tensor mrow_t = bk_rows(&f->idx, 5 * T + R + P + 4 * S + n_tables, M);
+  /* with multimodal RoPE each token's positions [T, PA] sit before the tables: at an offset a recorded
+   * step's key fixes (the tables' length changes as sequences grow) */
+  const int64_t tab0 = 5 * T + R + P + 4 * S + PA * T;
+  st.tables = bk_rows(&f->idx, tab0, n_tables);
+  bk_tensor mrow_t = bk_rows(&f->idx, tab0 + n_tables, M);
   bk_tensor media_t = bk_rows(&f->media, 0, M);
   st.has_last = has_last;
-  if (has_last) st.last = bk_rows(&f->idx, 5 * T + R + P + 4 * S + n_tables + M, T);
+  if (has_last) st.last = bk_rows(&f->idx, tab0 + n_tables + M, T);
   if (PA > 0) { /* the rope reads [T, PA] positions */
-    st.pos = bk_rows(&f->idx, n_idx - PA * T, PA * T);
+    st.pos = bk_rows(&f->idx, 5 * T + R + P + 4 * S, PA * T);
     st.pos = bk_reshape(&st.pos, T, PA);
   }
   if ((rc = bk_set(&f->idx, 0, h, sizeof(int32_t) * (size_t)n_idx, err))) return rc;
