@@ -12,11 +12,13 @@ tokens), Gemma 4's chat template and the processor's config.
 
 Inputs (written into the folder): img_a.png (40x30: upscaled by the processor),
 img_b.png (200x90: downscaled), img_a.jpg (img_a saved by PIL as JPEG, quality 90) and
-img_a_jpg.rgb (PIL's decode of that JPEG, RGB8).
+img_a_jpg.rgb (PIL's decode of that JPEG, RGB8); for the decoders' tests img_a.webp
+(lossless), img_a.gif with img_a_gif.rgb (PIL's decode) and anim.gif (3 frames, 200 ms
+each) with anim.<k>.rgb.
 
 References (little-endian arrays named in golden.json with shape and dtype):
   the image processors exactly: <img>.resized (u8, H x W x 3: PIL's bicubic resize),
-  <img>.pixel_values (the valid patches, f32, Gemma4ImageProcessorPil), <img>.pixel_values_tv
+  img_a.pixel_values (the valid patches, f32, Gemma4ImageProcessorPil), <img>.pixel_values_tv
   (Gemma4ImageProcessor, torchvision's resize on uint8 and a float32 rescale: what
   AutoProcessor loads for the saved folder), <img>.position_ids (i32, x y per patch),
   <img>.num_soft_tokens;
@@ -219,6 +221,17 @@ def main():
     for name, img in images.items():
         Image.fromarray(img).save(os.path.join(folder, name + ".png"))
         img.tofile(os.path.join(folder, name + ".rgb"))
+    # the other formats the decoders read: lossless WebP (the same pixels), GIF (a palette: PIL's
+    # decode kept), an animated GIF of 3 frames (a video through FFmpeg; PIL's frames kept)
+    Image.fromarray(images["img_a"]).save(os.path.join(folder, "img_a.webp"), lossless=True)
+    Image.fromarray(images["img_a"]).save(os.path.join(folder, "img_a.gif"))
+    np.asarray(Image.open(os.path.join(folder, "img_a.gif")).convert("RGB")).tofile(os.path.join(folder, "img_a_gif.rgb"))
+    frames = [Image.fromarray(np.roll(images["img_a"], 7 * k, axis=1)) for k in range(3)]
+    frames[0].save(os.path.join(folder, "anim.gif"), save_all=True, append_images=frames[1:], duration=200, loop=0)
+    with Image.open(os.path.join(folder, "anim.gif")) as an:
+        for k in range(3):
+            an.seek(k)
+            np.asarray(an.convert("RGB")).tofile(os.path.join(folder, f"anim.{k}.rgb"))
     Image.fromarray(images["img_a"]).save(os.path.join(folder, "img_a.jpg"), quality=90)
     jpg = np.asarray(Image.open(os.path.join(folder, "img_a.jpg")).convert("RGB"))
     jpg.tofile(os.path.join(folder, "img_a_jpg.rgb"))
@@ -243,7 +256,8 @@ def main():
         bf = ip(pil, return_tensors="np")
         pv, pos, n_soft = bf["pixel_values"][0], bf["image_position_ids"][0], int(bf["num_soft_tokens_per_image"][0])
         valid = (pos != -1).all(-1)
-        d.arr(name + ".pixel_values", pv[valid])
+        if name == "img_a":  # (PIL's pixels for one image: the others' resized images cover PIL's resize)
+            d.arr(name + ".pixel_values", pv[valid])
         d.arr(name + ".position_ids", pos[valid].astype(np.int32), "<i4")
         d.set(name + ".num_soft_tokens", n_soft)
         feats[name] = (bf, n_soft)

@@ -70,7 +70,7 @@ static int av_fail(herr *err, const char *what, int e) {
   return herr_set(err, HEARTH_EINVAL, "%s: %s", what, b);
 }
 
-static int av_in_open(av_in *a, const void *data, size_t n, enum AVMediaType type, herr *err) {
+static int av_in_open(av_in *a, const void *data, size_t n, enum AVMediaType type, int64_t max_pixels, herr *err) {
   static bool quiet;
   if (!__atomic_exchange_n(&quiet, true, __ATOMIC_ACQ_REL)) av_log_set_level(AV_LOG_QUIET);
   memset(a, 0, sizeof *a);
@@ -100,6 +100,7 @@ static int av_in_open(av_in *a, const void *data, size_t n, enum AVMediaType typ
   if (!a->cc) return herr_set(err, HEARTH_ENOMEM, "out of memory opening %s", kind);
   if ((e = avcodec_parameters_to_context(a->cc, a->fc->streams[a->stream]->codecpar)) < 0) return av_fail(err, kind, e);
   a->cc->thread_count = 1;
+  if (max_pixels > 0) a->cc->max_pixels = max_pixels; /* the decoder refuses larger frames before allocating them */
   if ((e = avcodec_open2(a->cc, codec, NULL)) < 0) return av_fail(err, kind, e);
   return 0;
 }
@@ -196,9 +197,16 @@ static int audio_frame(void *u, AVFrame *f, herr *err) {
     AVChannelLayout in = f->ch_layout;
     if (in.nb_channels <= 0) return herr_set(err, HEARTH_EINVAL, "audio without channels");
     if (in.order == AV_CHANNEL_ORDER_UNSPEC) av_channel_layout_default(&in, in.nb_channels);
-    if (f->sample_rate <= 0) return herr_set(err, HEARTH_EINVAL, "audio without a sample rate");
+    if (f->sample_rate < 1000 || f->sample_rate > 768000) /* (a resampler for absurd rates is huge and slow) */
+      return herr_set(err, HEARTH_EINVAL, "audio at %d Hz: sample rates from 1 kHz to 768 kHz are read", f->sample_rate);
+    if (in.nb_channels > 64) return herr_set(err, HEARTH_EINVAL, "audio with %d channels (at most 64)", in.nb_channels);
     int e = swr_alloc_set_opts2(&s->swr, &mono, AV_SAMPLE_FMT_FLT, MEDIA_AUDIO_RATE, &in, f->format, f->sample_rate, 0,
                                 NULL);
+    /* mono as the mean of the channels (librosa's to_mono), not FFmpeg's downmix levels */
+    double mix[64];
+    int nc = in.nb_channels > 64 ? 64 : in.nb_channels;
+    for (int c = 0; c < nc; c++) mix[c] = 1.0 / nc;
+    if (e >= 0 && nc == in.nb_channels && nc > 1) e = swr_set_matrix(s->swr, mix, nc);
     if (e < 0 || (e = swr_init(s->swr)) < 0) return av_fail(err, "cannot resample the audio", e);
   }
   return audio_push(s, (const uint8_t **)f->extended_data, f->nb_samples, err);
@@ -212,7 +220,7 @@ int media_decode_audio(const void *data, size_t n, const media_limits *lim, medi
   if (lim && lim->max_seconds > 0) l.max_seconds = lim->max_seconds;
   if (n > l.max_bytes) return herr_set(err, HEARTH_EINVAL, "audio of %zu bytes is larger than the limit (%zu)", n, l.max_bytes);
   av_in a;
-  int rc = av_in_open(&a, data, n, AVMEDIA_TYPE_AUDIO, err);
+  int rc = av_in_open(&a, data, n, AVMEDIA_TYPE_AUDIO, 0, err);
   audio_sink s = {.max = (int64_t)(l.max_seconds * MEDIA_AUDIO_RATE)};
   if (!rc) rc = av_decode(&a, audio_frame, &s, err);
   if (!rc && s.swr) rc = audio_push(&s, NULL, 0, err); /* what the resampler still holds */
@@ -296,7 +304,7 @@ int media_decode_video(const void *data, size_t n, const media_limits *lim, cons
   }
   if (n > l.max_bytes) return herr_set(err, HEARTH_EINVAL, "video of %zu bytes is larger than the limit (%zu)", n, l.max_bytes);
   av_in a;
-  int rc = av_in_open(&a, data, n, AVMEDIA_TYPE_VIDEO, err);
+  int rc = av_in_open(&a, data, n, AVMEDIA_TYPE_VIDEO, l.max_pixels, err);
   video_sink s = {.lim = &l};
   if (!rc) {
     AVStream *st = a.fc->streams[a.stream];

@@ -200,6 +200,8 @@ int media_fetch(const char *url, const media_source_opts *o, uint8_t **out, size
     if (!o || !o->allow_files) return herr_set(err, HEARTH_EINVAL, "local media files are not allowed here");
     return read_file(file_url ? url + 7 : url, l.max_bytes, out, n, err);
   }
+  struct stat st;
+  if (o && o->allow_files && stat(url, &st) == 0) return read_file(url, l.max_bytes, out, n, err); /* a relative path */
   if (o && o->bare_base64) return b64_decode(url, strlen(url), l.max_bytes, out, n, err);
   if (o && o->allow_files) return read_file(url, l.max_bytes, out, n, err);
   return herr_set(err, HEARTH_EINVAL, "not a data URL or an allowed media URL");

@@ -332,6 +332,8 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   out->render_chat = render_chat;
   out->count_tokens = count_tokens;
   out->generate = generate;
+  for (int k = HEARTH_MEDIA_IMAGE; k <= HEARTH_MEDIA_VIDEO; k++)
+    if (hearth_media_placeholder(h->model, (hearth_media_kind)k)) out->media_kinds |= 1u << k;
   out->generate_media = generate_media;
   out->generate_ids = generate_ids;
   out->destroy = destroy;

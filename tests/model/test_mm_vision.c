@@ -30,10 +30,8 @@
 
 static json_t *doc;
 
-/* The text golden tests' 1e-4, doubled: these prompts run to 183 positions, and transformers computes
- * RoPE angles in float32 (Gemma4TextRotaryEmbedding), whose error grows with the position (about
- * 2e-5 past 100 against this float64 forward, with the reference's own soft tokens spliced in). */
-#define LOGIT_TOL 2e-4
+/* The text golden tests' tolerance on f32 logits. */
+#define LOGIT_TOL 1e-4
 
 static void *read_all(const char *path, size_t *n) {
   FILE *fp = fopen(path, "rb");
@@ -177,6 +175,10 @@ static void test_preprocess(void) {
       CHECK_MSG(gemma4_image_patches(&md.image, P, K, maxp / (K * K), pil, 1.0 / 255, &v, &ps, &np, &h2, &w2, &err) == 0, "%s",
                 err.msg);
       snprintf(name, sizeof name, pil ? "%s.pixel_values" : "%s.pixel_values_tv", images[i]);
+      if (!json_object_get(json_object_get(doc, "arrays"), name)) { /* (kept for one image: PIL's resize is checked above) */
+        free(v), free(ps);
+        continue;
+      }
       float *pv = arr(name, &cnt, sh);
       CHECK_EQ_INT(np * 3 * P * P, cnt);
       int64_t bad = 0;
