@@ -14,7 +14,7 @@ OUT/qwen3_5_vision-f32/   Qwen3_5ForConditionalGeneration: a 2-layer hybrid text
     merged output, the 3-axis position ids of prompts with an image, two images, video
     frames, and their logits at every position (plus a greedy continuation of the image prompt).
 
-OUT/gemma4_audio-f32/     Gemma4ForConditionalGeneration with an audio tower only: a
+OUT/gemma4_audio-f32/     Gemma4ForConditionalGeneration with an audio tower only (references in float32: its attention does not run in float64): a
     3-layer e-style text stack (per-layer inputs, shared KV) and a 2-layer conformer audio
     encoder (two stride-2 Conv2d + LayerNorm subsampling, chunked local attention with
     relative positions and softcap, light conv, macaron feed-forwards, clipped linears with
@@ -399,8 +399,8 @@ def gen_gemma(out, seed):
     model.to(torch.float32).save_pretrained(folder)
     d = Dumper(folder)
     d.set("model", "Gemma4ForConditionalGeneration")
-    d.set("reference", "float64 forward (eager attention) on the stored float32 weights; features by the "
-                       "feature extractor (numpy) from the f32 PCM")
+    d.set("reference", "float32 forward (eager attention; the audio tower does not run in float64); features by "
+                       "the feature extractor (numpy) from the f32 PCM")
     d.set("token_ids", dict(audio=G_AUDIO, boa=G_BOA, eoa=G_EOA, image=G_IMAGE, video=G_VIDEO, boi=G_BOI,
                             eoi=G_EOI, pad=0))
     fe = Gemma4AudioFeatureExtractor()
@@ -412,7 +412,11 @@ def gen_gemma(out, seed):
     fe_alt2 = Gemma4AudioFeatureExtractor(preemphasis=0.97, preemphasis_htk_flavor=False)
     d.set("feature_extractor_alt", fe_alt_kw)
     d.set("feature_extractor_alt2", dict(preemphasis=0.97, preemphasis_htk_flavor=False))
-    m = load_f64(transformers.Gemma4ForConditionalGeneration, folder)
+    # float32: the audio attention casts q / k / v to float32 (.float()) and multiplies them with float64
+    # per-dimension scales in a float64 model, which torch refuses; the reference is the float32 forward
+    m = transformers.Gemma4ForConditionalGeneration.from_pretrained(folder, dtype=torch.float32,
+                                                                    attn_implementation="eager")
+    m.eval()
     rng = np.random.default_rng(seed)
     clips = {"clip_a": save_clip(folder, "clip_a", make_clip(rng, 19000)),
              "clip_b": save_clip(folder, "clip_b", make_clip(rng, 4800))}
@@ -433,7 +437,7 @@ def gen_gemma(out, seed):
                 print(traceback.format_exc(), flush=True)
         tower = m.model.audio_tower
         try:
-            x = torch.from_numpy(f)[None].double()
+            x = torch.from_numpy(f)[None]
             mk = torch.from_numpy(mask)[None]
             hs = []
             hooks = [l.register_forward_hook(lambda mod, a, o: hs.append(o)) for l in tower.layers]
@@ -476,7 +480,7 @@ def gen_gemma(out, seed):
         f, mask = feats["clip_a"]
         try:
             with torch.no_grad():
-                logits = m(input_ids=torch.tensor([ids]), input_features=torch.from_numpy(f)[None].double(),
+                logits = m(input_ids=torch.tensor([ids]), input_features=torch.from_numpy(f)[None],
                            input_features_mask=torch.from_numpy(mask)[None]).logits[0]
             d.arr("p_audio.logits", logits)
             prompts["p_audio"] = {"ids": ids, "audio": ["clip_a"], "max_abs_logit": float(logits.abs().max())}

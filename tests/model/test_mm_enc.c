@@ -524,18 +524,17 @@ static void test_gemma4_audio_features(void) {
                 (long long)frames, (long long)sh[0]);
       if (ref && cnt == frames * p.feature_size) {
         double d = max_diff(feat, ref, cnt);
-        CHECK_MSG(d <= 1e-5, "%s: max abs error %.3g > 1e-5", name, d);
-        fprintf(stderr, "  %-28s %lld frames: max abs error %.3g (tol 1e-5)\n", name, (long long)frames, d);
+        CHECK_MSG(d <= 1e-6, "%s: max abs error %.3g > 1e-6", name, d);
+        fprintf(stderr, "  %-28s %lld frames: max abs error %.3g (tol 1e-6)\n", name, (long long)frames, d);
       }
       snprintf(name, sizeof name, "%s.%s", clips[c], variant == 0 ? "mask" : variant == 1 ? "features_alt_mask" : "features_alt2_mask");
       int32_t *rm = fx_arr(&f, name, sh, &nd, &cnt);
       int64_t bad = 0;
       for (int64_t i = 0; rm && i < cnt && i < frames; i++) bad += (rm[i] != 0) != (mask[i] != 0);
       CHECK_MSG(rm && cnt == frames && bad == 0, "%s: %lld frames' mask differs", name, (long long)bad);
-      if (variant == 0) {
-        snprintf(name, sizeof name, "%s.num_soft_tokens", clips[c]);
-        CHECK_EQ_INT(gemma4_audio_num_tokens(&p, n), json_integer_value(json_object_get(f.doc, name)));
-      }
+      if (variant == 0) /* the processor's count (Gemma4Processor._compute_audio_num_tokens) */
+        CHECK_EQ_INT(gemma4_audio_num_tokens(&p, n),
+                     json_integer_value(json_object_get(json_object_get(f.doc, "processor_audio_num_tokens"), clips[c])));
       free(ref), free(rm), free(feat), free(mask);
     }
     free(pcm);
@@ -563,21 +562,28 @@ static void test_gemma4_audio_tower(void) {
     if (md.audio.pcm && encode(&L, &md, &p, &emb[c])) {
       char name[64];
       snprintf(name, sizeof name, "%s.soft_tokens", clips[c]);
-      /* the reference holds every frame's row; the tower keeps the valid ones (a prefix) */
-      int64_t sh[4], cnt;
-      int nd;
-      float *ref = fx_arr(&f, name, sh, &nd, &cnt);
-      if (ref) {
-        CHECK_MSG(emb[c].n_tokens <= sh[0] && sh[1] == emb[c].dim, "%s: %lld rows of %lld", name, (long long)emb[c].n_tokens,
-                  (long long)emb[c].dim);
-        int64_t k = emb[c].n_tokens * emb[c].dim;
-        double scale = max_abs(ref, k), d = max_diff(emb[c].rows, ref, k), lim = 1e-4 * (scale > 1 ? scale : 1);
-        CHECK_MSG(d <= lim, "%s: max abs error %.3g > %.3g", name, d, lim);
-        fprintf(stderr, "  %-28s %lld tokens: max abs error %.3g (tol %.3g)\n", name, (long long)emb[c].n_tokens, d, lim);
+      CHECK_EQ_INT(emb[c].n_tokens,
+                   json_integer_value(json_object_get(json_object_get(f.doc, "processor_audio_num_tokens"), clips[c])));
+      bool finite = true;
+      for (int64_t k = 0; k < emb[c].n_tokens * emb[c].dim; k++) finite &= isfinite(emb[c].rows[k]) != 0;
+      CHECK_MSG(finite, "%s: non-finite soft tokens", name);
+      if (!json_object_get(json_object_get(f.doc, "arrays"), name)) {
+        fprintf(stderr, "  %-28s no reference in the fixture: the tower's values are not compared\n", name);
+      } else {
+        /* the reference holds every frame's row; the tower keeps the valid ones (a prefix) */
+        int64_t sh[4], cnt;
+        int nd;
+        float *ref = fx_arr(&f, name, sh, &nd, &cnt);
+        if (ref) {
+          CHECK_MSG(emb[c].n_tokens <= sh[0] && sh[1] == emb[c].dim, "%s: %lld rows of %lld", name,
+                    (long long)emb[c].n_tokens, (long long)emb[c].dim);
+          int64_t k = emb[c].n_tokens * emb[c].dim;
+          double scale = max_abs(ref, k), d = max_diff(emb[c].rows, ref, k), lim = 1e-4 * (scale > 1 ? scale : 1);
+          CHECK_MSG(d <= lim, "%s: max abs error %.3g > %.3g", name, d, lim);
+          fprintf(stderr, "  %-28s %lld tokens: max abs error %.3g (tol %.3g)\n", name, (long long)emb[c].n_tokens, d, lim);
+        }
+        free(ref);
       }
-      free(ref);
-      snprintf(name, sizeof name, "%s.num_soft_tokens", clips[c]);
-      CHECK_EQ_INT(emb[c].n_tokens, json_integer_value(json_object_get(f.doc, name)));
     }
     mm_prep_free(&p);
     free(md.audio.pcm);
@@ -614,6 +620,7 @@ static void test_gemma4_audio_tower(void) {
     }
     free(lg), free(tok), free(rows);
   }
+  if (!pe) fprintf(stderr, "  %-28s no reference prompt in the fixture: the logits are not compared\n", "p_audio");
   for (int c = 0; c < 2; c++) mm_embeds_free(&emb[c]);
   unload(&L);
   json_decref(f.doc);
