@@ -23,6 +23,7 @@
 #include "engine/json_schema.h"
 #include "engine/kv_disk.h"
 #include "engine/kv_paged.h"
+#include "engine/mm_prompt.h"
 #include "engine/sched.h"
 #include "engine/signal.h"
 #include "backend/ops.h"
@@ -63,6 +64,8 @@ struct hearth_model {
   pthread_mutex_t ad_lock;     /* guards the adapter table */
   struct api_adapter *ads;     /* owned [n_ads]: the loaded LoRA adapters by name */
   int n_ads, cap_ads;
+  bool allow_local_media, allow_remote_media; /* hearth_load_opts' */
+  size_t max_media_bytes;      /* 0: the default */
 };
 
 typedef struct api_adapter {
@@ -209,6 +212,11 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
   int rc = 0;
   hm->path = strdup(path);
   hm->id = opts && opts->id ? strdup(opts->id) : folder_name(path);
+  if (opts) {
+    hm->allow_local_media = opts->allow_local_media;
+    hm->allow_remote_media = opts->allow_remote_media;
+    hm->max_media_bytes = opts->max_media_bytes > 0 ? (size_t)opts->max_media_bytes : 0;
+  }
   if (!hm->path || !hm->id) {
     rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
     goto fail;
@@ -709,6 +717,7 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
   gen_request_init(&req);
   model_lora *lora[MODEL_MAX_LORA];
   int n_lora = 0;
+  mm_prompt mp = {0};
   if ((rc = fill_request(hm, params, &req, &bias, err))) goto out;
   if ((rc = adapters_acquire(hm, params->adapter, lora, &n_lora, err))) goto out;
   req.lora = (const model_lora *const *)lora;
@@ -725,7 +734,27 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
     req.grammar = params->grammar;
     req.grammar_len = strlen(params->grammar);
   }
-  if (prompt->ids) {
+  if (prompt->n_media > 0) { /* images, sound, video: expanded, tokenized and encoded (mm_prompt.h) */
+    if (!prompt->text || prompt->ids) {
+      rc = herr_set(err, HEARTH_EINVAL, "hearth_generate: media go with a text prompt");
+      goto out;
+    }
+    if ((rc = need_tokenizer(hm, err))) goto out;
+    mm_prompt_opts mo = {.allow_local = hm->allow_local_media, .allow_remote = hm->allow_remote_media,
+                         .max_bytes = hm->max_media_bytes};
+    size_t tl = prompt->text_len ? prompt->text_len : strlen(prompt->text);
+    if ((rc = mm_prompt_build(hm->m, hm->id, hm->tok, prompt->text, tl, prompt->add_special, prompt->media, prompt->n_media,
+                              &mo, &mp, err)))
+      goto out;
+    req.prompt = mp.ids;
+    req.n_prompt = mp.n;
+    req.embeds = mp.embeds;
+    req.bidir_last = mp.bidir_last;
+    req.positions3 = mp.positions3;
+    req.pos_delta = mp.pos_delta;
+    req.prefix_keys = mp.keys;
+    req.spec_tokens = 0; /* drafts know nothing of the media rows */
+  } else if (prompt->ids) {
     req.prompt = prompt->ids;
     req.n_prompt = prompt->n_ids;
   } else if (prompt->text) {
@@ -763,7 +792,13 @@ out:
   hbuf_free(&gbnf);
   free(ids);
   free(bias);
+  mm_prompt_free(&mp);
   return rc;
+}
+
+const char *hearth_media_placeholder(const hearth_model *hm, hearth_media_kind kind) {
+  if (!hm || (unsigned)kind >= MEDIA_KINDS) return NULL;
+  return mm_prompt_placeholder(hm->m, (media_kind)kind);
 }
 
 void hearth_get_stats(hearth_model *hm, hearth_stats *out) {

@@ -40,6 +40,10 @@ static int prepare(model *m, herr *err) {
     }
     lw->inter = c->intermediate_size * (c->use_double_wide_mlp && l >= first && first > 0 ? 2 : 1);
     lw->moe = c->moe_layer[l];
+    /* use_bidirectional_attention "vision": image and video soft tokens see their whole span on the
+     * sliding layers (within the window); full layers stay causal */
+    const char *bidir = json_string_value(json_object_get(c->raw, "use_bidirectional_attention"));
+    lw->bidir_media = bidir && !strcmp(bidir, "vision") && c->layer_types[l] == LAYER_SLIDING;
   }
   int64_t dp = c->hidden_size_per_layer_input;
   m->w_ple = dp;

@@ -57,6 +57,7 @@ typedef struct layer_weights {
   bk_weight ple_gate, ple_proj;           /* [ple, hidden], [hidden, ple] */
   bk_tensor ple_norm;
   float scalar;                           /* layer_scalar (1: none) */
+  bool bidir_media;                       /* media soft tokens see their whole span (model_seq.bidir_last) */
 } layer_weights;
 
 /* Steps of at most this many tokens are recorded and replayed (bk_graph_begin). */
@@ -75,6 +76,10 @@ typedef struct fwd_scratch {
   int64_t cap_r;          /* logits rows */
   bk_buf *logit_buf;      /* owned */
   bk_tensor logits;
+  int64_t cap_media;      /* media rows (model_seq.embeds) media holds */
+  bk_buf *media_buf;      /* owned */
+  bk_tensor media;        /* [cap_media, hidden]: the step's media rows, spliced over the embeddings */
+  float *host_media;      /* owned: their host staging */
 } fwd_scratch;
 
 /* The projections a LoRA adapter may add its delta to (lora.c). */
@@ -104,6 +109,8 @@ typedef struct step {
   bk_tensor rseqs;        /* I32 [S, 4]: per sequence t0, n, state row, fresh (the recurrent ops' rec_seq) */
   const lora_run *lora;   /* borrowed: the runs of rows that use adapters (none: the base model alone) */
   int n_lora;
+  bool has_last;          /* last holds bidirectional spans (model_seq.bidir_last) */
+  bk_tensor last;         /* I32 [T]: the last row each token sees on a layer with bidir_media (bk_attn_index.last) */
 } step;
 
 /* The first rows * cols elements of t seen as [rows, cols]. */
@@ -165,6 +172,10 @@ struct model {
   int rope_key[MODEL_MAX_ROPES][2];
   int n_ropes;
   bool rope_interleaved;
+  int pos_axes;           /* positions per token in the step's pos table: 3 with multimodal RoPE (qwen3_5), else 1 */
+  struct mm_tower *towers[3]; /* borrowed from tower_list: the media towers by media_kind (mm.h); NULL: none */
+  struct mm_tower *tower_list[3]; /* owned: n_towers towers */
+  int n_towers;
   float embed_scale;      /* 0 = none */
   bool as_bf16;           /* f32 weights rounded to bf16 as loaded (model_load_opts.f32_as_bf16) */
   /* widest activations over the layers */

@@ -123,6 +123,16 @@ typedef struct model_seq {
   const model_lora *const *lora; /* borrowed, n_lora (<= MODEL_MAX_LORA) adapters of this model whose deltas
                                     are added (summed) on this sequence's rows; 0: the base model */
   int n_lora;
+  /* Media in the prompt (mm.h). All borrowed, may be NULL; per new token. */
+  const float *const *embeds;  /* NULL, or hidden_size host floats that replace the token's input embedding (a media
+                                  soft token: not scaled by the embedding scale; Gemma-4's per-layer input is the pad
+                                  token's). The token id is still given (the soft token's id) */
+  const int32_t *positions3;   /* 3 per new token (t, h, w): multimodal RoPE positions (Qwen3.5); NULL: every
+                                  axis is the token's position */
+  const int32_t *bidir_last;   /* -1, or the KV row of the last token of the bidirectional span this token is in:
+                                  it may also see the rows after it up to there, on the layers the model makes
+                                  bidirectional over media (Gemma-4's sliding layers with
+                                  use_bidirectional_attention "vision"); a forward must hold the whole span */
 } model_seq;
 
 typedef struct model_batch {
