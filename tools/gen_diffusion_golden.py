@@ -189,7 +189,10 @@ def main():
     # the reference in float64 on the weights as stored
     model = mdg.DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=torch.float32).eval().double()
     print(model.config)
-    model.generation_config = gdg.DiffusionGemmaGenerationConfig()
+    if not isinstance(model.generation_config, gdg.DiffusionGemmaGenerationConfig):
+        model.generation_config = gdg.DiffusionGemmaGenerationConfig()
+    with open(os.path.join(folder, "config.json")) as f:
+        print(f.read())
 
     b = Bin()
     rng = np.random.default_rng(7)
