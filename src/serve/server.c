@@ -278,9 +278,10 @@ static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server
   if (e->embed && e->embed_dim > 0) json_object_set_new(cap, "embedding_dimensions", json_integer(e->embed_dim));
   json_object_set_new(cap, "signal", json_boolean(e->signal != NULL));
   json_object_set_new(cap, "adapters", json_boolean(e->adapter_list != NULL));
-  /* the generation methods: autoregressive always; speculative with the draft source loaded */
+  /* the generation methods: autoregressive (denoising for a block-diffusion model); speculative
+     with the draft source loaded */
   json_t *methods = json_array();
-  json_array_append_new(methods, json_string("autoregressive"));
+  json_array_append_new(methods, json_string(e->denoising ? "denoising" : "autoregressive"));
   if (e->spec_method) json_array_append_new(methods, json_pack("{s:s, s:s}", "method", "speculative", "source", e->spec_method));
   json_object_set_new(cap, "methods", methods);
   json_object_set_new(cap, "context_length", json_integer(e->context_length));
