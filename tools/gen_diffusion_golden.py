@@ -172,7 +172,8 @@ def main():
     torch.manual_seed(0)
     cfg = make_config()
     print("transformers", transformers.__version__, "torch", torch.__version__)
-    model = mdg.DiffusionGemmaForBlockDiffusion(cfg).eval()
+    model = mdg.DiffusionGemmaForBlockDiffusion._from_config(cfg, attn_implementation="eager",
+                                                             experts_implementation="eager").eval()
     init_weights(model, 2026)
     enc = model.model.encoder.language_model.layers[0].self_attn.q_proj.weight
     dec = model.model.decoder.layers[0].self_attn.q_proj.weight
@@ -187,7 +188,8 @@ def main():
             if "vision" not in k:
                 print("tensor", k, tuple(f.get_slice(k).get_shape()))
     # the reference in float64 on the weights as stored
-    model = mdg.DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=torch.float32).eval().double()
+    model = mdg.DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=torch.float64, attn_implementation="eager",
+                                                                experts_implementation="eager").eval()
     print(model.config)
     if not isinstance(model.generation_config, gdg.DiffusionGemmaGenerationConfig):
         model.generation_config = gdg.DiffusionGemmaGenerationConfig()

@@ -158,8 +158,9 @@ static void sort_by_entropy(int64_t *order, int64_t n, const double *e) {
 /* One denoising step's sampling over r->logits; true when the block is final. */
 static bool denoise_logits(denoise_run *r) {
   int64_t C = r->C, V = r->V;
-  double temp = r->p.t_min + (r->p.t_max - r->p.t_min) * ((double)r->cur_step / (double)r->p.max_denoising_steps);
-  float tf = (float)temp;
+  /* in float, as the reference computes it (a float tensor of the step number) */
+  float frac = (float)r->cur_step / (float)r->p.max_denoising_steps;
+  float tf = (float)r->p.t_min + (float)(r->p.t_max - r->p.t_min) * frac;
   double mean_entropy = 0;
   for (int64_t i = 0; i < C; i++) {
     float *x = r->logits + i * V, *pr = r->sc + i * V;
