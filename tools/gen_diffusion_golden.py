@@ -172,8 +172,7 @@ def main():
     torch.manual_seed(0)
     cfg = make_config()
     print("transformers", transformers.__version__, "torch", torch.__version__)
-    model = mdg.DiffusionGemmaForBlockDiffusion._from_config(cfg, attn_implementation="eager",
-                                                             experts_implementation="eager").eval()
+    model = mdg.DiffusionGemmaForBlockDiffusion(cfg).eval()
     init_weights(model, 2026)
     enc = model.model.encoder.language_model.layers[0].self_attn.q_proj.weight
     dec = model.model.decoder.layers[0].self_attn.q_proj.weight
