@@ -194,15 +194,22 @@ static void replay_step(void *ctx, int step, const int32_t *argmax, const int32_
 
 typedef struct collect {
   int32_t ids[1024];
+  int at_step[1024];  /* denoising steps run when each token came */
   int n;
   int cancel_after;   /* > 0: ask to stop once this many tokens came */
+  int steps;          /* counted by count_step */
 } collect;
 
 static int collect_fn(void *user, const char *delta, size_t len, const sample_token *tok) {
   (void)delta, (void)len;
   collect *c = user;
-  if (tok && c->n < 1024) c->ids[c->n++] = tok->id;
+  if (tok && c->n < 1024) c->at_step[c->n] = c->steps, c->ids[c->n++] = tok->id;
   return c->cancel_after > 0 && c->n >= c->cancel_after;
+}
+
+static void count_step(void *ctx, int step, const int32_t *argmax, const int32_t *next, int64_t n) {
+  (void)step, (void)argmax, (void)next, (void)n;
+  ((collect *)ctx)->steps++;
 }
 
 static void params_of(const json_t *p, denoise_params *dp) {
@@ -308,12 +315,21 @@ static void test_cancel(void) {
   rc = denoise_generate(m, NULL, &req, &dp, NULL, collect_fn, &col2, &res, &err);
   CHECK_EQ_INT(rc, HEARTH_ECANCELLED);
   CHECK_EQ_INT(col2.n, 0);
-  /* the same seed gives the same tokens */
+  /* the same seed gives the same tokens; they come a block at a time, each block after its last
+     denoising step and before the next block's first */
   req.cancel = NULL;
   collect a = {0}, b = {0};
-  CHECK(denoise_generate(m, NULL, &req, &dp, NULL, collect_fn, &a, &res, &err) == 0);
-  CHECK(denoise_generate(m, NULL, &req, &dp, NULL, collect_fn, &b, &res, &err) == 0);
+  denoise_draws obs_a = {.step = count_step, .ctx = &a}, obs_b = {.step = count_step, .ctx = &b};
+  CHECK(denoise_generate(m, NULL, &req, &dp, &obs_a, collect_fn, &a, &res, &err) == 0);
+  CHECK(denoise_generate(m, NULL, &req, &dp, &obs_b, collect_fn, &b, &res, &err) == 0);
   CHECK(a.n == 4 * C && b.n == a.n && !memcmp(a.ids, b.ids, sizeof(int32_t) * (size_t)a.n));
+  bool blockwise = a.n == 4 * C;
+  for (int i = 0; i < a.n && blockwise; i++) {
+    blockwise = a.at_step[i] == a.at_step[i - i % C];                 /* one burst per block */
+    if (i % C == 0 && i) blockwise = a.at_step[i] > a.at_step[i - 1]; /* denoising in between */
+  }
+  CHECK_MSG(blockwise, "tokens did not come a block at a time");
+  CHECK(a.at_step[0] >= 1 && a.steps == a.at_step[a.n - 1]);
 }
 
 static void test_refusals(void) {
