@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/pool.h"
 #include "engine/emit.h"
 #include "engine/kv_cache.h"
 #include "engine/sample.h"
@@ -38,6 +39,10 @@ int denoise_params_check(const denoise_params *p, herr *err) {
 
 typedef enum { PHASE_ENCODE, PHASE_DENOISE, PHASE_DONE } phase;
 
+/* Canvases of at least this many logits are sampled on up to this many threads. */
+#define DENOISE_POOL_MIN (1 << 15)
+#define DENOISE_POOL_THREADS 8
+
 struct denoise_run {
   model *m;
   const gen_request *req;   /* borrowed */
@@ -54,8 +59,10 @@ struct denoise_run {
   int32_t *canvas, *argmax, *sampled, *block, *history; /* [C] each; history [stability * C] */
   int64_t hist_n;
   float *logits, *sc;       /* [C, V] */
-  double *entropy, *lp;     /* [C] */
+  double *entropy, *lp, *u; /* [C] */
   bool *keep;               /* [C] */
+  float temp;               /* this step's temperature */
+  hpool *pool;              /* owned, NULL: the positions one after another (small canvases) */
   int64_t *order;           /* [C] */
   denoise_stats stats;
 };
@@ -89,6 +96,8 @@ void denoise_run_free(denoise_run *r) {
   free(r->lp);
   free(r->order);
   free(r->keep);
+  free(r->u);
+  if (r->pool) hpool_destroy(r->pool);
   free(r);
 }
 
@@ -124,11 +133,17 @@ int denoise_run_new(model *m, const gen_request *req, const denoise_params *p, c
   r->lp = malloc(sizeof(double) * (size_t)C);
   r->order = malloc(sizeof(int64_t) * (size_t)C);
   r->keep = malloc(sizeof(bool) * (size_t)C);
-  if (!r->keep || !r->canvas || !r->argmax || !r->sampled || !r->block || !r->history || !r->logits || !r->sc || !r->entropy || !r->lp ||
+  r->u = malloc(sizeof(double) * (size_t)C);
+  if (!r->u || !r->keep || !r->canvas || !r->argmax || !r->sampled || !r->block || !r->history || !r->logits || !r->sc || !r->entropy || !r->lp ||
       !r->order) {
     denoise_run_free(r);
     return herr_set(err, HEARTH_ENOMEM, "denoise: out of memory for a canvas of %lld × %lld logits", (long long)C,
                     (long long)r->V);
+  }
+  /* a canvas of many large rows is sampled on a few threads of the run's own */
+  if (C > 1 && C * r->V >= DENOISE_POOL_MIN) {
+    int n = hpool_cpu_count();
+    r->pool = hpool_create(n < DENOISE_POOL_THREADS ? n : DENOISE_POOL_THREADS); /* NULL: one thread */
   }
   r->ph = r->max_blocks > 0 ? PHASE_ENCODE : PHASE_DONE;
   r->enc = req->prompt, r->enc_n = (int64_t)req->n_prompt, r->enc_at = 0;
@@ -155,49 +170,61 @@ static void sort_by_entropy(int64_t *order, int64_t n, const double *e) {
   }
 }
 
+/* Position i of a step: its logits over the temperature, entropy, argmax and
+ * its logprob, the probabilities (the next step's self-conditioning), and the
+ * denoiser's sample — the first token whose cumulative probability exceeds
+ * u × the total, u drawn beforehand in position order. */
+static void denoise_position(void *ctx, int pos, int tid) {
+  (void)tid;
+  denoise_run *r = ctx;
+  int64_t i = pos, V = r->V;
+  float tf = r->temp;
+  float *x = r->logits + i * V, *pr = r->sc + i * V;
+  float mx = -INFINITY;
+  int32_t am = 0;
+  for (int64_t v = 0; v < V; v++) {
+    x[v] = x[v] / tf;
+    if (x[v] > mx) mx = x[v], am = (int32_t)v;
+  }
+  double sum = 0, dot = 0;
+  for (int64_t v = 0; v < V; v++) {
+    double e = exp((double)x[v] - (double)mx);
+    sum += e;
+    dot += e * (double)x[v];
+  }
+  double lse = (double)mx + log(sum);
+  r->entropy[i] = lse - dot / sum;
+  r->argmax[i] = am;
+  r->lp[i] = (double)x[am] - lse;
+  double total = 0;
+  for (int64_t v = 0; v < V; v++) {
+    pr[v] = (float)(exp((double)x[v] - lse));
+    total += pr[v];
+  }
+  double target = r->u[i] * total, acc = 0;
+  int32_t pick = (int32_t)(V - 1);
+  for (int64_t v = 0; v < V; v++) {
+    acc += pr[v];
+    if (acc > target) {
+      pick = (int32_t)v;
+      break;
+    }
+  }
+  r->sampled[i] = pick;
+}
+
 /* One denoising step's sampling over r->logits; true when the block is final. */
 static bool denoise_logits(denoise_run *r) {
-  int64_t C = r->C, V = r->V;
+  int64_t C = r->C;
   /* in float, as the reference computes it (a float tensor of the step number) */
   float frac = (float)r->cur_step / (float)r->p.max_denoising_steps;
-  float tf = (float)r->p.t_min + (float)(r->p.t_max - r->p.t_min) * frac;
+  r->temp = (float)r->p.t_min + (float)(r->p.t_max - r->p.t_min) * frac;
+  for (int64_t i = 0; i < C; i++) r->u[i] = draw_uniform(r);
+  if (r->pool) hpool_for(r->pool, (int)C, denoise_position, r);
+  else
+    for (int64_t i = 0; i < C; i++) denoise_position(r, (int)i, 0);
   double mean_entropy = 0;
-  for (int64_t i = 0; i < C; i++) {
-    float *x = r->logits + i * V, *pr = r->sc + i * V;
-    float mx = -INFINITY;
-    int32_t am = 0;
-    for (int64_t v = 0; v < V; v++) {
-      x[v] = x[v] / tf;
-      if (x[v] > mx) mx = x[v], am = (int32_t)v;
-    }
-    double sum = 0, dot = 0;
-    for (int64_t v = 0; v < V; v++) {
-      double e = exp((double)x[v] - (double)mx);
-      sum += e;
-      dot += e * (double)x[v];
-    }
-    double lse = (double)mx + log(sum);
-    r->entropy[i] = lse - dot / sum;
-    mean_entropy += r->entropy[i];
-    r->argmax[i] = am;
-    r->lp[i] = (double)x[am] - lse;
-    /* the denoiser's sample: the first token whose cumulative probability exceeds u × the total */
-    double total = 0;
-    for (int64_t v = 0; v < V; v++) {
-      pr[v] = (float)(exp((double)x[v] - lse));
-      total += pr[v];
-    }
-    double target = draw_uniform(r) * total, acc = 0;
-    int32_t pick = (int32_t)(V - 1);
-    for (int64_t v = 0; v < V; v++) {
-      acc += pr[v];
-      if (acc > target) {
-        pick = (int32_t)v;
-        break;
-      }
-    }
-    r->sampled[i] = pick;
-  }
+  for (int64_t i = 0; i < C; i++) mean_entropy += r->entropy[i];
   mean_entropy /= (double)C;
   /* entropy-bound acceptance: the lowest-entropy positions while sum - max <= bound */
   for (int64_t i = 0; i < C; i++) r->order[i] = i;
