@@ -18,8 +18,11 @@ reference outputs computed in float64 on the weights as stored:
                   the first index whose cumulative probability exceeds
                   u * (sum of probabilities) (the reference sampler is replaced
                   by exactly that, so a reimplementation given the same draws
-                  must produce the same tokens). Per step: the argmax canvas and
-                  the next canvas, so a mismatch is found at its first step.
+                  follows the same steps). Per step: the argmax canvas and the
+                  next canvas, so a mismatch is found at its first step. (With
+                  random weights, self-conditioning spreads rounding
+                  differences from step to step, so implementations part after
+                  several steps; tests/engine/test_denoise.c says how it checks.)
 
 Per folder:
   config.json, model.safetensors   the model
