@@ -95,6 +95,11 @@ typedef struct hearth_load_opts {
   int64_t expert_budget;   /* mixture of experts on the CPU: bytes of expert weights kept resident; the
                               rest stays mapped from the file and is read in on use, least recently used
                               out (0: all resident). Same output either way. */
+  int tensor_parallel;     /* > 0: split the model over this many ranks of this process, one thread each
+                              (tensor parallelism: attention heads, MLP and expert width, vocabulary):
+                              on a GPU device, that many GPUs from the device named on (cuda:K ..
+                              cuda:K+N-1, NCCL between them); on the CPU, N shares of its threads.
+                              Shapes that do not split are refused naming the dimension. 0: not split */
   const char *trace_file;  /* NULL: no trace. Else a Chrome trace-event JSON file (Perfetto,
                               chrome://tracing) the serving engine writes while the model is loaded:
                               per request a track with its queue wait, prefix-cache lookup, prefill

@@ -159,6 +159,7 @@ int cli_serve(int argc, char **argv) {
                                    .f32_as_bf16 = cli_load_opts()->f32_as_bf16,
                                    .no_cuda_graphs = cli_load_opts()->no_cuda_graphs, .gpu_fast_matmul = cli_load_opts()->gpu_fast_matmul,
                                    .expert_budget = cli_load_opts()->expert_budget,
+                                   .tensor_parallel = cli_load_opts()->tensor_parallel,
                                    .spec_tokens = cli_load_opts()->spec_tokens,
                                    .spec_method = cli_load_opts()->spec_method,
                                    .draft_model = cli_load_opts()->draft_model,

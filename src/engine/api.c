@@ -248,7 +248,7 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
                            .mmap = opts->mmap, .f32_activations = opts->f32_activations,
                            .f32_as_bf16 = opts->f32_as_bf16, .no_graphs = opts->no_cuda_graphs,
                            .fast_matmul = opts->gpu_fast_matmul,
-                           .expert_budget = opts->expert_budget};
+                           .expert_budget = opts->expert_budget, .tensor_parallel = opts->tensor_parallel};
   if ((rc = model_load(path, &mo, &hm->m, err))) goto fail;
   if ((rc = model_config_check(model_cfg(hm->m), path, err))) goto fail;
   char dev[256];

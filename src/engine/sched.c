@@ -892,6 +892,11 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
     size_t fr = 0, tot = 0;
     double frac = c.gpu_memory_fraction > 0 && c.gpu_memory_fraction <= 1 ? c.gpu_memory_fraction : 0.9;
     if (bk_mem_info(be, &fr, &tot) == 0) bytes = (size_t)((double)fr * frac);
+    for (int r = 1; r < g.n_ranks; r++) { /* tensor parallelism: each rank's arenas on its GPU, the least free one sets the size */
+      size_t fr_r = 0;
+      if (bk_mem_info(g.rank_backend[r], &fr_r, &tot) == 0 && (size_t)((double)fr_r * frac) < bytes) bytes = (size_t)((double)fr_r * frac);
+    }
+    if (g.n_ranks > 1) bytes *= (size_t)g.n_ranks; /* block_bytes counts every rank's arenas */
     bytes = bytes > states ? bytes - states : 0;
     n_blocks = (int64_t)(bytes / s->block_bytes);
     int64_t enough = (int64_t)s->max_batch * ((ctx + B - 1) / B);

@@ -47,6 +47,7 @@ void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
     g->f32_only[l] = lw->kv_k_dim || lw->kv_v_dim; /* a family's own cache rows (set_rows, not kv_write) */
   }
   g->backend = m->be;
+  if (m->tp) tp_geometry(m, g);
 }
 
 bk_backend *model_backend(const model *m) { return m->be; }
@@ -76,6 +77,7 @@ static void scratch_free(fwd_scratch *f) {
 
 void model_free(model *m) {
   if (!m) return;
+  tp_free(m);
   if (m->be) {
     for (int i = 0; i < m->n_mats; i++) bk_weight_release(m->be, m->mats[i].w);
     bk_weight_release(m->be, &m->embed);
@@ -251,6 +253,7 @@ static int layer_geometry(model *m, herr *err) {
     bool sliding = c->layer_types[l] == LAYER_SLIDING;
     lw->head_dim = c->layer_head_dim[l];
     lw->kv_heads = c->layer_kv_heads[l];
+    lw->heads = c->num_attention_heads;
     lw->window = sliding ? c->sliding_window : 0;
     lw->kv_src = l;
     lw->scalar = 1.0f;
@@ -265,10 +268,16 @@ static int layer_geometry(model *m, herr *err) {
 }
 
 int model_load(const char *dir, const model_load_opts *opts, model **out, herr *err) {
+  if (opts && opts->tensor_parallel > 0) return tp_load(dir, opts, out, err);
+  return model_load_rank(dir, opts, 0, 0, out, err);
+}
+
+int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int size, model **out, herr *err) {
   *out = NULL;
   model *m = calloc(1, sizeof *m);
   if (!m) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   pthread_mutex_init(&m->lock, NULL);
+  m->tp_rank = rank, m->tp_size = size;
   bool is_gguf = gguf_model_is_gguf(dir);
   m->as_bf16 = opts && opts->f32_as_bf16;
   bk_open_opts bo = {.threads = opts ? opts->threads : 0, .f32_activations = opts && opts->f32_activations,
@@ -290,8 +299,10 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
     goto fail;
   }
   /* an expert budget pages experts in and out of the file mapping */
-  int mode = (opts && (opts->mmap || opts->geometry_only)) || !bk_backend_is_cpu(m->be) || budget > 0 ? HMMAP_MAP
-                                                                                                      : HMMAP_RESIDENT;
+  /* so does a rank of a tensor-parallel group: the ranks share the file's pages */
+  int mode = (opts && (opts->mmap || opts->geometry_only)) || !bk_backend_is_cpu(m->be) || budget > 0 || size > 0
+                 ? HMMAP_MAP
+                 : HMMAP_RESIDENT;
   rc = is_gguf ? gguf_open_mode(&m->gg, dir, mode, err) : config_load(&m->cfg, dir, err);
   if (rc) goto fail;
   if (is_gguf && (rc = gguf_model_config(m->gg, &m->cfg, err))) goto fail;
@@ -360,6 +371,10 @@ int model_load(const char *dir, const model_load_opts *opts, model **out, herr *
     /* a bare decoder (an embedding model saved from Qwen3Model): hidden states, no logits */
     m->no_head = true;
     HLOG_INFO("%s: no lm_head.weight: the model gives hidden states (embeddings) only", dir);
+  }
+  if (size > 0 && (rc = tp_shard(m, err))) { /* a rank keeps its part */
+    herr_wrap(err, "%s", dir);
+    goto fail;
   }
   if (m->as_bf16) { /* asked for: f32 matrices stored as bf16 (vectors were rounded as they were read) */
     for (int i = 0; i < m->n_mats; i++)
@@ -505,7 +520,7 @@ static bool has_logits_row(const model_seq *sq) { return sq->out == MODEL_OUT_LO
  * the final hidden states of MODEL_OUT_HIDDEN sequences (*hid, in batch
  * order); no sequence's length changes (forward_commit does that once they
  * are read). */
-static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_tensor *hid_out, herr *err) {
+int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_tensor *hid_out, int mode, herr *err) {
   const model_config *c = &m->cfg;
   if (!b || b->n_seqs <= 0) return herr_set(err, HEARTH_EINVAL, "model_forward: empty batch");
   int64_t T = 0, R = 0, P = 0;
@@ -543,16 +558,17 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
   for (int s = 0; s < b->n_seqs; s++) {
     if (recurrent && b->seqs[s].kv->state < 0)
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d's cache keeps no recurrent state, which this model needs", s);
-    int rc = b->seqs[s].kv->ops->reserve(b->seqs[s].kv, b->seqs[s].n_tokens, err);
+    int rc = mode == FWD_RANK ? 0 : b->seqs[s].kv->ops->reserve(b->seqs[s].kv, b->seqs[s].n_tokens, err);
     if (rc) return rc;
   }
+  if (mode == FWD_CHECK) return 0; /* a group's ranks run the rest */
   /* block tables after every reserve: one store for the whole batch */
   const kv_store *kv = NULL;
   int64_t n_tables = 0;
   for (int s = 0; s < b->n_seqs; s++) {
     const int32_t *blocks;
     int64_t nb;
-    const kv_store *st = b->seqs[s].kv->ops->table(b->seqs[s].kv, &blocks, &nb);
+    const kv_store *st = kv_store_rank(b->seqs[s].kv->ops->table(b->seqs[s].kv, &blocks, &nb), m->tp_rank);
     if (kv && st != kv) return herr_set(err, HEARTH_EINVAL, "model_forward: the sequences of one batch must share one KV pool");
     bool fits = st->n_layers == c->num_hidden_layers && st->k[0].buf->be == m->be;
     for (int l = 0; fits && l < c->num_hidden_layers; l++) {
@@ -569,6 +585,7 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
    * rows, then the hidden rows), the recurrent ops' sequences [S, 4], tables [n_tables] */
   int64_t S = b->n_seqs, n_idx = 5 * T + R + P + n_tables + 4 * S;
   int rc = scratch_reserve(m, T, n_idx, R, err);
+  if (!rc && m->comm) rc = tp_reserve(m, R, err);
   if (rc) return rc;
   int32_t *h = m->f.host_idx, *ids = h, *pos = h + T, *row = h + 2 * T, *tab = h + 3 * T, *slot = h + 4 * T,
           *gather = h + 5 * T, *rseqs = gather + R + P, *tables = rseqs + 4 * S;
@@ -583,7 +600,7 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
     rs[0] = (int32_t)t, rs[1] = sq->n_tokens, rs[2] = sq->kv->state < 0 ? 0 : sq->kv->state, rs[3] = sq->kv->len == 0;
     for (int i = 0; i < sq->n_tokens; i++, t++) {
       int64_t rw = sq->kv->len + i;
-      ids[t] = sq->tokens[i];
+      ids[t] = m->tp_size ? tp_local_token(m, sq->tokens[i]) : sq->tokens[i];
       row[t] = (int32_t)(sq->canvas ? sq->kv->len + sq->n_tokens - 1 : rw); /* a canvas sees all of itself */
       pos[t] = (int32_t)(sq->positions ? sq->positions[i] : rw);
       tab[t] = (int32_t)toff;
@@ -654,6 +671,7 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
     key = hmix64(key ^ (uint64_t)(uintptr_t)f->x.buf->base);
     key = hmix64(key ^ (uint64_t)(uintptr_t)f->idx.buf->base);
     key = hmix64(key ^ (uint64_t)(uintptr_t)(f->logits.buf ? f->logits.buf->base : NULL));
+    key = hmix64(key ^ (uint64_t)(uintptr_t)(m->tp_buf ? m->tp_buf->base : NULL)); /* a split model's head */
     for (int l = 0; l < kv->n_layers; l++)
       key = hmix64(key ^ (uint64_t)(uintptr_t)bk_addr(&kv->k[l]) ^ ((uint64_t)(uintptr_t)bk_addr(&kv->v[l]) << 1) ^
                    (kv->state[l].buf ? (uint64_t)(uintptr_t)bk_addr(&kv->state[l]) << 2 : 0));
@@ -671,6 +689,7 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
   for (int pass = 0; pass < 2 && !replay; pass++) {
     const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
     bk_embed(&st.x, &m->embed, &st.ids, m->embed_scale);
+    model_reduce(m, &st.x); /* vocabulary-parallel: one rank holds each token's row, the others add zeros */
     if (ops->embedded) ops->embedded(m, &st);
     for (int l = 0; l < c->num_hidden_layers; l++) ops->layer(m, l, kv, &st);
     if (m->xc.err.code) { /* an expert could not be loaded (expert budget) */
@@ -687,7 +706,7 @@ static int forward_logits(model *m, const model_batch *b, bk_tensor *lg_out, bk_
     }
     if (R > 0) {
       bk_tensor xl = bk_rows(&xr, 0, R);
-      bk_matmul_t(&lg, &xl, &m->lm_head, NULL);
+      if ((rc = model_head(m, &lg, &xl, err))) return rc;
       if (c->final_logit_softcapping > 0) bk_softcap(&lg, (float)c->final_logit_softcapping);
     }
     if (!record) break;
@@ -729,7 +748,7 @@ static void forward_commit(const model_batch *b) {
 int model_forward(model *m, const model_batch *b, float *logits_out, herr *err) {
   bk_tensor lg, hid;
   pthread_mutex_lock(&m->lock);
-  int rc = forward_logits(m, b, &lg, &hid, err);
+  int rc = m->tp ? tp_forward(m, b, &lg, &hid, err) : model_forward_rank(m, b, &lg, &hid, FWD_ALL, err);
   if (!rc && lg.rows > 0) rc = bk_get(&lg, 0, logits_out, bk_nbytes(&lg), err);
   if (!rc) rc = fetch_outputs(m, b, &lg, &hid, err);
   pthread_mutex_unlock(&m->lock);
@@ -741,7 +760,7 @@ int model_forward_sample(model *m, const model_batch *b, const bk_sample_row *ro
                          int64_t n_adj, bk_sample_out *out, herr *err) {
   bk_tensor lg, hid;
   pthread_mutex_lock(&m->lock);
-  int rc = forward_logits(m, b, &lg, &hid, err);
+  int rc = m->tp ? tp_forward(m, b, &lg, &hid, err) : model_forward_rank(m, b, &lg, &hid, FWD_ALL, err);
   if (!rc) rc = fetch_outputs(m, b, &lg, &hid, err); /* before sampling adjusts the rows */
   if (!rc && lg.rows > 0) rc = bk_sample(&lg, rows, adj, n_adj, out, err);
   pthread_mutex_unlock(&m->lock);

@@ -43,6 +43,8 @@ static int prepare(model *m, herr *err) {
   int rc = gemma4_prepare(m, err);
   if (rc) return rc;
   if (m->cfg.canvas_length <= 0) return herr_set(err, HEARTH_EFORMAT, "diffusion_gemma: canvas_length must be positive");
+  if (m->tp_size > 1) /* the soft embeddings would need every rank's vocabulary rows */
+    return herr_set(err, HEARTH_EUNSUPPORTED, "diffusion_gemma: tensor parallelism is not supported for block diffusion");
   m->window_extra = m->cfg.canvas_length - 1;
   if (m->cfg.intermediate_size > m->w_inter) m->w_inter = m->cfg.intermediate_size; /* the self-conditioning MLP */
   return 0;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/comm.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/family.h"
@@ -29,6 +30,7 @@ typedef struct layer_weights {
   const rope_table *rope;                 /* NULL = this layer uses no RoPE */
   int64_t window;                         /* 0 = full attention */
   int64_t head_dim, kv_heads;             /* this layer's (gemma4's per_layer_config) */
+  int64_t heads;                          /* query heads it computes: all, or a tensor-parallel rank's */
   float attn_scale;
   int kv_src;                             /* the layer whose KV rows this one reads (itself unless shared) */
   bool out_gate;                          /* q holds each head's query then its output gate: the attention
@@ -188,6 +190,13 @@ struct model {
   bk_tensor sc;
   int64_t sc_cap;
   int64_t window_extra;   /* rows the cache keeps beyond a sliding layer's window (a canvas beyond it) */
+  /* tensor parallelism (tp.c): this rank's place in its group (tp_size 0: not spread) */
+  int tp_rank, tp_size;
+  bk_comm *comm;          /* owned: this rank's communicator */
+  int64_t vocab_lo, vocab_n, vocab_pad; /* its vocabulary rows [vocab_lo, +vocab_n), each rank's padded to vocab_pad */
+  struct tp_group *tp;    /* owned by rank 0: the group (the other ranks, their threads) */
+  bk_buf *tp_buf;         /* owned: the head's local and gathered logits */
+  int64_t tp_cap_r;
 };
 
 /* ---- where weights come from (load.c) ---- */
@@ -257,6 +266,37 @@ void layer_norm(const model *m, const bk_tensor *y, const bk_tensor *x, const bk
 void layer_lora(const step *st, int l, lora_target t, const bk_tensor *y, const bk_tensor *x);
 /* The adapter's load number: process-wide, never reused (recorded steps are keyed on it). */
 uint64_t model_lora_serial(const model_lora *a);
+
+/* ---- tensor parallelism (tp.c) ---- */
+
+/* model_load for rank `rank` of a group of `size` (size 0: not spread); decoder.c. */
+int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int size, model **out, herr *err);
+/* model_load with opts->tensor_parallel > 0: every rank loaded, their communicators, the group on rank 0. */
+int tp_load(const char *dir, const model_load_opts *opts, model **out, herr *err);
+/* Cuts the described weights down to this rank's part (before they go to the backend): attention
+ * heads, KV heads (replicated when fewer than the ranks), MLP and expert width, vocabulary rows. */
+int tp_shard(model *m, herr *err);
+/* The group's ranks and threads (rank 0's model_free). */
+void tp_free(model *m);
+/* Rank r's communicator (testing: failures injected into one rank). */
+bk_comm *tp_rank_comm(const model *m, int r);
+/* The KV geometry's ranks (rank 0's model_kv_geometry_of). */
+void tp_geometry(const model *m, model_kv_geometry *g);
+/* What forward_logits does, by mode. */
+enum { FWD_ALL = 0, FWD_CHECK = 1, FWD_RANK = 2 }; /* everything; checks and KV reserve only; all but reserve */
+int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg, bk_tensor *hid, int mode, herr *err);
+/* model_forward_rank over every rank in lockstep (rank 0's model): *lg, *hid are rank 0's. */
+int tp_forward(model *m, const model_batch *b, bk_tensor *lg, bk_tensor *hid, herr *err);
+/* x = the sum of every rank's x (after a row-parallel projection); nothing when not spread. */
+void model_reduce(model *m, const bk_tensor *x);
+/* The head's buffers for R logits rows (a split model's; before a step's ops, which may be recorded). */
+int tp_reserve(model *m, int64_t R, herr *err);
+/* lg [R, vocab] = x [R, hidden] · lm_headᵀ: each rank's vocabulary rows, gathered. */
+int model_head(model *m, const bk_tensor *lg, const bk_tensor *x, herr *err);
+/* A token id as this rank's embedding table numbers it (vocab_n: its zero row). */
+static inline int32_t tp_local_token(const model *m, int32_t id) {
+  return id >= m->vocab_lo && id < m->vocab_lo + m->vocab_n ? (int32_t)(id - m->vocab_lo) : (int32_t)m->vocab_n;
+}
 
 /* ---- expert residency (experts.c) ---- */
 

@@ -291,6 +291,8 @@ out:
 
 int model_lora_load(model *m, const char *dir, model_lora **out, herr *err) {
   *out = NULL;
+  if (m->tp_size)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: LoRA adapters are not applied to a model split over ranks (--tensor-parallel)", dir);
   adapter_config cfg;
   int rc = adapter_config_load(dir, &cfg, err);
   if (rc) return rc;

@@ -59,6 +59,9 @@ typedef struct model_load_opts {
                            instead of opening one; device, threads, cuda_lib, cpu_level, no_graphs,
                            f32_activations and fast_matmul are then the backend's. It must outlive the
                            model. */
+  int tensor_parallel;   /* > 0: the model spread over this many ranks (one thread each, on devices
+                           cpu, or cuda:N, cuda:N+1, ...: see tp.c), driven as one model through this
+                           interface; 0: not spread */
 } model_load_opts;
 
 /* The cache layout the model needs: one row of kv_dim[l] floats (each of K
@@ -85,6 +88,10 @@ typedef struct model_kv_geometry {
    * ops of its own (a latent cache), which stay f32. */
   bk_kv_fmt k_fmt[CFG_MAX_LAYERS], v_fmt[CFG_MAX_LAYERS];
   bool f32_only[CFG_MAX_LAYERS];
+  /* tensor parallelism: the cache keeps one set of arenas per rank, rank r's on rank_backend[r]
+   * (rank_backend[0] == backend), each of the widths above (one rank's heads); 0 or 1: one set */
+  int n_ranks;
+  bk_backend *rank_backend[KV_MAX_RANKS];
 } model_kv_geometry;
 
 /* What a sequence of a batch gets out of a forward. */

@@ -483,12 +483,13 @@ extern "C" __attribute__((visibility("default"))) int hearth_cuda_backend_open(i
     return code;
   }
   e = cu_attention_init();
+  if (e == cudaSuccess) e = cu_deltanet_init();
   if (e != cudaSuccess) {
     cudaGetLastError();
     cublasDestroy(b->blas);
     cudaStreamDestroy(b->stream);
     free(b);
-    return cuda_error(err, e, "cuda open: attention kernels");
+    return cuda_error(err, e, "cuda open: attention and delta-rule kernels");
   }
   *out = &b->base;
   return 0;

@@ -133,6 +133,7 @@ CU_HIDDEN void cu_attention_sparse(bk_backend *be, const bk_tensor *out, const b
 CU_HIDDEN void cu_lora(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *a, const bk_tensor *b, float scale);
 /* One-time kernel attributes (large dynamic shared memory); 0 or a CUDA error. */
 CU_HIDDEN cudaError_t cu_attention_init(void);
+CU_HIDDEN cudaError_t cu_deltanet_init(void);
 
 /* Grid size for n items of `per` each (at least 1 block). */
 static inline unsigned cu_blocks(int64_t n, int64_t per) {
