@@ -169,6 +169,8 @@ typedef struct hearth_info {
   int32_t hidden_size;      /* the width of hearth_embed's vectors (before opts.dimensions) */
   bool can_generate;        /* false for a folder without an output head (embeddings only) */
   bool can_embed;           /* false when the folder's sentence-transformers pooling is one hearth does not run */
+  int64_t canvas_length;    /* a block-diffusion model (DiffusionGemma): tokens per denoised block, which
+                               generations commit (and stream) a block at a time; 0: autoregressive */
 } hearth_info;
 
 void hearth_model_info(const hearth_model *m, hearth_info *out);

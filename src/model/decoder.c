@@ -32,6 +32,7 @@
 
 const model_config *model_cfg(const model *m) { return &m->cfg; }
 bool model_has_head(const model *m) { return !m->no_head; }
+int64_t model_canvas_length(const model *m) { return m->cfg.canvas_length; }
 int64_t model_vocab_size(const model *m) { return m->cfg.vocab_size; }
 
 void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
@@ -42,7 +43,7 @@ void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
     int64_t kd = lw->kv_k_dim ? lw->kv_k_dim : lw->kv_heads * lw->head_dim;
     g->kv_dim[l] = lw->kv_src == l ? kd : 0; /* a shared layer stores nothing */
     g->v_dim[l] = lw->kv_src == l ? lw->kv_v_dim : 0;
-    g->window[l] = lw->window;
+    g->window[l] = lw->window ? lw->window + m->window_extra : 0;
     g->state_dim[l] = lw->state_dim;
     g->f32_only[l] = lw->kv_k_dim || lw->kv_v_dim; /* a family's own cache rows (set_rows, not kv_write) */
   }
@@ -86,6 +87,7 @@ void model_free(model *m) {
     if (!m->tied && !m->no_head) bk_weight_release(m->be, &m->lm_head);
     for (int i = 0; i < m->n_bufs; i++) bk_buf_free(m->bufs[i]);
     scratch_free(&m->f);
+    bk_buf_free(m->sc_buf);
   }
   experts_budget_free(m);
   mm_towers_free(m); /* after the release of their matrices, which point into their state */
@@ -351,7 +353,8 @@ int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int 
   weight_src src = {is_gguf ? NULL : &m->st, m->gg, dir, "model."};
   /* multimodal checkpoints keep the language model under another prefix; a bare
    * decoder's (Qwen3Model, as Qwen3-Embedding is saved) has none */
-  static const char *const prefixes[] = {"language_model.model.", "model.language_model.", ""};
+  static const char *const prefixes[] = {"language_model.model.", "model.language_model.", "model.decoder.",
+                                         "model.encoder.language_model.", ""};
   for (size_t i = 0; !is_gguf && !st_find(&m->st, "model.embed_tokens.weight") && i < sizeof prefixes / sizeof prefixes[0]; i++) {
     char probe[128];
     snprintf(probe, sizeof probe, "%sembed_tokens.weight", prefixes[i]);
@@ -499,6 +502,36 @@ static int scratch_reserve(model *m, int64_t T, int64_t n_idx, int64_t R, int64_
   return 0;
 }
 
+/* A canvas pass's self-conditioning probabilities on the backend, [T, vocab] (zero rows for the
+ * sequences without), in m->sc grown as needed. */
+static int canvas_self_cond(model *m, const model_batch *b, int64_t T, bk_tensor *out, herr *err) {
+  int64_t V = m->cfg.vocab_size;
+  int rc = 0;
+  if (T > m->sc_cap) {
+    bk_buf_free(m->sc_buf);
+    m->sc_buf = NULL;
+    m->sc_cap = 0;
+    if ((rc = bk_tensor_new(m->be, BK_DT_F32, T, V, &m->sc, err))) return herr_wrap(err, "model_forward: self-conditioning");
+    m->sc_buf = m->sc.buf;
+    m->sc_cap = T;
+  }
+  size_t row = (size_t)V * sizeof(float), off = 0;
+  float *zeros = NULL;
+  for (int s = 0; s < b->n_seqs && !rc; s++) {
+    const model_seq *sq = &b->seqs[s];
+    size_t n = (size_t)sq->n_tokens * row;
+    if (sq->self_cond) rc = bk_set(&m->sc, off, sq->self_cond, n, err);
+    else {
+      if (!zeros && !(zeros = calloc(1, n))) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+      rc = bk_set(&m->sc, off, zeros, n, err);
+    }
+    off += n;
+  }
+  free(zeros);
+  *out = bk_rows(&m->sc, 0, T);
+  return rc;
+}
+
 static bool has_logits_row(const model_seq *sq) { return sq->out == MODEL_OUT_LOGITS || sq->out == MODEL_OUT_LOGITS_HOST; }
 
 /* The forward pass up to the logits rows (left on the backend in *lg) and
@@ -522,6 +555,10 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
                         (long long)c->vocab_size);
     if (sq->out < MODEL_OUT_LOGITS || sq->out > MODEL_OUT_HIDDEN_ALL)
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d asks for output %d, which does not exist", s, (int)sq->out);
+    if (sq->canvas != b->seqs[0].canvas || (sq->canvas && sq->n_tokens != b->seqs[0].n_tokens))
+      return herr_set(err, HEARTH_EINVAL, "model_forward: a batch is all canvas sequences of one length, or none");
+    if (sq->self_cond && (!sq->canvas || !m->cfg.canvas_length))
+      return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d: self-conditioning needs a canvas pass of a diffusion model", s);
     if (sq->out != MODEL_OUT_LOGITS && sq->all_logits)
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d sets all_logits without a logits output", s);
     if ((sq->out == MODEL_OUT_HIDDEN || sq->out == MODEL_OUT_HIDDEN_ALL || sq->out == MODEL_OUT_LOGITS_HOST) && !sq->dest)
@@ -607,7 +644,7 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
         mrows[mi++] = (int32_t)t;
       }
       if (has_last) lastv[t] = (int32_t)(sq->bidir_last && sq->bidir_last[i] >= 0 ? sq->bidir_last[i] : rw);
-      row[t] = (int32_t)rw;
+      row[t] = (int32_t)(sq->canvas ? sq->kv->len + sq->n_tokens - 1 : rw); /* a canvas sees all of itself */
       pos[t] = (int32_t)(sq->positions ? sq->positions[i] : rw);
       for (int64_t a = 0; a < PA; a++) posv[t * PA + a] = sq->positions3 ? sq->positions3[3 * i + a] : pos[t];
       tab[t] = (int32_t)toff;
@@ -645,6 +682,14 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
   }
   fwd_scratch *f = &m->f;
   step st = {.T = T, .R = R, .lora = m->lora_runs, .n_lora = n_runs};
+  bool canvas = b->seqs[0].canvas;
+  if (canvas) {
+    st.canvas = true;
+    st.window_extra = b->seqs[0].n_tokens - 1;
+    bool any_sc = false;
+    for (int s = 0; s < b->n_seqs; s++) any_sc |= b->seqs[s].self_cond != NULL;
+    if (any_sc && (rc = canvas_self_cond(m, b, T, &st.sc, err))) return rc;
+  }
   st.x = bk_rows(&f->x, 0, T), st.xn = bk_rows(&f->xn, 0, T), st.q = bk_rows(&f->q, 0, T);
   st.k = bk_rows(&f->k, 0, T), st.v = bk_rows(&f->v, 0, T), st.att = bk_rows(&f->att, 0, T);
   st.o = bk_rows(&f->o, 0, T), st.gate = bk_rows(&f->gate, 0, T), st.up = bk_rows(&f->up, 0, T);
@@ -675,7 +720,7 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
    * everything that varies between steps is in the index tables and the KV
    * blocks; the key holds what the ops' arguments depend on. */
   /* (under an expert budget the experts a step reads are loaded as its routing chooses them: never recorded) */
-  bool record = T <= FORWARD_GRAPH_MAX_T && m->xc.budget == 0 && M == 0 && !has_last;
+  bool record = T <= FORWARD_GRAPH_MAX_T && m->xc.budget == 0 && M == 0 && !has_last && !canvas;
   bool replay = false;
   if (record) {
     uint64_t key = hmix64((uint64_t)T * 0x10001u + (uint64_t)R + ((uint64_t)P << 40));
@@ -753,7 +798,8 @@ static int fetch_outputs(const model *m, const model_batch *b, const bk_tensor *
 }
 
 static void forward_commit(const model_batch *b) {
-  for (int s = 0; s < b->n_seqs; s++) b->seqs[s].kv->ops->commit(b->seqs[s].kv, b->seqs[s].n_tokens);
+  for (int s = 0; s < b->n_seqs; s++)
+    if (!b->seqs[s].canvas) b->seqs[s].kv->ops->commit(b->seqs[s].kv, b->seqs[s].n_tokens);
 }
 
 int model_forward(model *m, const model_batch *b, float *logits_out, herr *err) {

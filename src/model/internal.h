@@ -111,6 +111,11 @@ typedef struct step {
   int n_lora;
   bool has_last;          /* last holds bidirectional spans (model_seq.bidir_last) */
   bk_tensor last;         /* I32 [T]: the last row each token sees on a layer with bidir_media (bk_attn_index.last) */
+  /* a canvas pass (model_seq.canvas): each sequence's new tokens attend to one another and to every
+   * earlier row; sliding layers see window_extra more rows back (the canvas beyond the window) */
+  bool canvas;
+  int64_t window_extra;
+  bk_tensor sc;           /* [T, vocab]: self-conditioning probabilities of a canvas pass (.buf NULL: none) */
 } step;
 
 /* The first rows * cols elements of t seen as [rows, cols]. */
@@ -192,6 +197,10 @@ struct model {
   pthread_mutex_t lock;   /* held by a forward, and by LoRA adapters while they take or give back backend memory */
   lora_run *lora_runs;    /* owned: the step's runs of rows with adapters */
   int cap_lora_runs;
+  bk_buf *sc_buf;         /* owned: canvas passes' self-conditioning probabilities, sc_cap rows of vocab */
+  bk_tensor sc;
+  int64_t sc_cap;
+  int64_t window_extra;   /* rows the cache keeps beyond a sliding layer's window (a canvas beyond it) */
   /* tensor parallelism (tp.c): this rank's place in its group (tp_size 0: not spread) */
   int tp_rank, tp_size;
   bk_comm *comm;          /* owned: this rank's communicator */
@@ -345,6 +354,11 @@ int qwen3_5_prepare(model *m, herr *err);
 int qwen3_5_load_mixer(model *m, const weight_src *src, int l, herr *err);
 void qwen3_5_mixer(model *m, int l, const kv_store *kv, step *st);
 extern const family_ops glm5_family_ops;
+extern const family_ops diffusion_gemma_family_ops;
+
+/* Gemma 4's per-layer geometry and layer weights (gemma4.c), shared by DiffusionGemma's stack. */
+int gemma4_prepare(model *m, herr *err);
+int gemma4_load_layer(model *m, const weight_src *src, int l, herr *err);
 
 /* The llama decoder's attention weights of layer l (q/k/v/o, biases, q/k norms), shared by families built on it. */
 int llama_load_attention(model *m, const weight_src *src, int l, herr *err);

@@ -338,7 +338,8 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   out->thread_safe = true; /* the library's scheduler batches concurrent generations */
   out->tool_format = h->info.chat_template ? (int)tc_format_detect(h->info.chat_template) : TC_NONE;
   out->reasoning = template_reasons(h->info.chat_template);
-  if (o->load.spec_tokens > 0) out->spec_method = o->load.spec_method ? o->load.spec_method : "ngram";
+  out->denoising = h->info.canvas_length > 0;
+  if (o->load.spec_tokens > 0 && !out->denoising) out->spec_method = o->load.spec_method ? o->load.spec_method : "ngram";
   out->render_chat = render_chat;
   out->count_tokens = count_tokens;
   out->generate = generate;

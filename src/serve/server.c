@@ -283,9 +283,10 @@ static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server
   for (int k = 0; k < 3; k++)
     if (e->media_kinds & (1u << k)) json_array_append_new(media, json_string(kinds[k]));
   json_object_set_new(cap, "media", media);
-  /* the generation methods: autoregressive always; speculative with the draft source loaded */
+  /* the generation methods: autoregressive (denoising for a block-diffusion model); speculative
+     with the draft source loaded */
   json_t *methods = json_array();
-  json_array_append_new(methods, json_string("autoregressive"));
+  json_array_append_new(methods, json_string(e->denoising ? "denoising" : "autoregressive"));
   if (e->spec_method) json_array_append_new(methods, json_pack("{s:s, s:s}", "method", "speculative", "source", e->spec_method));
   json_object_set_new(cap, "methods", methods);
   json_object_set_new(cap, "context_length", json_integer(e->context_length));
