@@ -23,7 +23,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle="$root/.carry/gpu"
-tests=(backend_test_backend_ops model_test_golden model_test_lora model_test_gguf model_test_quantized model_test_expert_budget model_test_mm_vision engine_test_kv_paged engine_test_kv_quant engine_test_sched engine_test_structured)
+tests=(backend_test_backend_ops model_test_golden model_test_lora model_test_gguf model_test_quantized model_test_expert_budget model_test_mm_vision model_test_mm_enc engine_test_kv_paged engine_test_kv_quant engine_test_sched engine_test_structured)
 
 if [ "${1:-}" = "--prepare" ]; then
   set -e
@@ -72,7 +72,7 @@ if [ "${GPU_CHECK_SANITIZER:-1}" = 1 ]; then
       --leak-check full "$bundle/backend_test_backend_ops"
   else row "op harness under memcheck" SKIP "compute-sanitizer not found"; fi
 fi
-for t in model_test_golden model_test_lora model_test_gguf model_test_quantized model_test_expert_budget model_test_mm_vision engine_test_kv_paged engine_test_kv_quant engine_test_sched engine_test_structured; do
+for t in model_test_golden model_test_lora model_test_gguf model_test_quantized model_test_expert_budget model_test_mm_vision model_test_mm_enc engine_test_kv_paged engine_test_kv_quant engine_test_sched engine_test_structured; do
   HEARTH_TEST_DEVICE=cuda run_test "$t (cuda)" "$bundle/$t"
 done
 grep "max abs error" "$logs/model_test_golden (cuda).log" | head -n 40 || true
