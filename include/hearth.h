@@ -113,7 +113,8 @@ typedef struct hearth_load_opts {
   const char *kv_quant_config; /* NULL, or a JSON file that sets layers or ranges of layers, K and V apart,
                               over kv_quant (format: docs/KV_QUANT.md) */
   const char *kv_store;    /* NULL: none. A folder (created when missing) that keeps the prefix cache's
-                              full KV blocks across restarts: blocks the cache evicts are written there,
+                              full KV blocks across restarts: blocks the cache evicts are written there
+                              (by a writer thread of the store's, so a step never waits on the disk),
                               and every cached block when the model is freed; a later prompt that starts
                               with a stored prefix reads its blocks back instead of computing them
                               (reported as cached tokens). Blocks of another model (config.json and
@@ -400,6 +401,16 @@ typedef struct hearth_stats {
   /* speculative decoding per draft source, [0] ngram, [1] draft model, [2] mtp: verification steps
      with drafts, tokens drafted, drafts accepted (acceptance rate = accepted / drafted) */
   int64_t spec_steps[HEARTH_SPEC_SOURCES], spec_drafted[HEARTH_SPEC_SOURCES], spec_accepted[HEARTH_SPEC_SOURCES];
+  /* the KV store on disk (hearth_load_opts.kv_store; kv_store false and zeros without one) */
+  bool kv_store;
+  int64_t kv_store_blocks, kv_store_bytes;       /* block files in the folder now, and their bytes */
+  int64_t kv_store_written, kv_store_read;       /* blocks written to disk, blocks read back into the cache */
+  int64_t kv_store_removed;                      /* files removed to stay under kv_store_max */
+  int64_t kv_store_rejected;                     /* files ignored or removed: another model, version or
+                                                    format, or damaged */
+  int64_t kv_store_hit_tokens;                   /* prompt tokens the blocks read back saved computing */
+  int64_t kv_store_pending;                      /* evicted blocks waiting for the writer thread now */
+  int64_t kv_store_dropped;                      /* evicted blocks not written: the writer's queue was full */
 } hearth_stats;
 
 /* The name of draft source i of hearth_stats' spec_* arrays ("ngram", "draft", "mtp"). */
@@ -432,6 +443,10 @@ typedef struct hearth_fit_opts {
   const char *device;     /* "cpu" (NULL), "cuda", "cuda:N": whose memory and bandwidth */
   int threads;            /* CPU bandwidth test threads; <= 0: one per CPU */
   bool no_bandwidth;      /* skip measuring the bandwidth (no speed prediction) */
+  const char *kv_quant;   /* the KV cache's storage as hearth_load_opts.kv_quant ("8", "4", "off" / NULL);
+                             hearth_model_fit ignores it and answers with the loaded model's own formats */
+  const char *kv_quant_config; /* NULL, or the per-layer JSON of hearth_load_opts.kv_quant_config */
+  int64_t memory_bytes;   /* > 0: the memory to fit into, instead of what the device has free now */
 } hearth_fit_opts;
 
 typedef struct hearth_fit_result {
@@ -449,8 +464,9 @@ typedef struct hearth_fit_result {
   int n_layers, kv_layers;         /* layers, and those that store KV (the others read an earlier
                                       layer's: Gemma-4's shared layers) */
   int kv_block_tokens;             /* the pool's block size the bytes are counted in */
-  char kv_format[64];              /* the element type of the KV rows ("f32") */
-  int64_t kv_bytes_per_token;      /* all layers, K and V */
+  char kv_format[64];              /* how the KV rows are stored: "f32", "q8", "q4", "k:q8,v:q4", or per
+                                      layer ranges "0-1:q8,2:f32" when the layers differ */
+  int64_t kv_bytes_per_token;      /* all layers, K and V (8 / 4-bit blocks with their scales) */
   int64_t kv_layer_bytes_per_token[HEARTH_FIT_MAX_LAYERS];
   int64_t kv_bytes;                /* context × batch tokens */
   int state_layers;                /* recurrent layers (Qwen3.5's DeltaNet): a fixed state per sequence */
@@ -462,7 +478,7 @@ typedef struct hearth_fit_result {
   int64_t overhead_bytes;          /* the two above */
   int64_t need_bytes;              /* weights + KV + states + overhead */
   int64_t available_bytes;
-  char memory_source[48];          /* "MemAvailable" or "cuda free" (+ what a served model holds) */
+  char memory_source[48];          /* "MemAvailable", "cuda free" (+ what a served model holds), or "given" */
   bool fits;
   int64_t max_context;             /* the largest context per sequence that fits at this batch (at
                                       most the model's; 0 when even the weights do not fit) */
@@ -477,8 +493,9 @@ typedef struct hearth_fit_result {
  * HEARTH_EFORMAT / HEARTH_EUNSUPPORTED as hearth_model_load would say. */
 int hearth_fit(const char *path, const hearth_fit_opts *opts, hearth_fit_result *out, hearth_error *err);
 /* The same for a loaded model on its own device: the available memory counts
- * what the model holds already (its weights and KV pool) as its own. The
- * bandwidth is measured on the first call and kept. */
+ * what the model holds already (its weights and KV pool) as its own, and the
+ * KV formats are the ones the model was loaded with (opts' kv_quant fields
+ * are not read). The bandwidth is measured on the first call and kept. */
 int hearth_model_fit(hearth_model *m, const hearth_fit_opts *opts, hearth_fit_result *out, hearth_error *err);
 /* A result as JSON text (what `hearth fit --json` prints and GET /fit
  * answers); *json: hearth_free. */

@@ -195,6 +195,7 @@ void bk_moe_route(const bk_tensor *ids, const bk_tensor *w, const bk_tensor *log
   BE(ids)->ops->moe_route(BE(ids), ids, w, logits, norm, scale);
 }
 void bk_moe(const bk_tensor *y, const bk_tensor *x, const bk_tensor *ids, const bk_tensor *w, const bk_experts *ex, bk_act act) {
+  if (ex->n_lora > 0 && !bk_backend_is_cpu(BE(y))) return; /* refused when such an adapter is loaded */
   BE(y)->ops->moe(BE(y), y, x, ids, w, ex, act);
 }
 void bk_conv1d(const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, const bk_recurrent *r, bool silu) {

@@ -182,9 +182,23 @@ void bk_lora(const bk_tensor *y, const bk_tensor *x, const bk_tensor *a, const b
  * the experts some token of the batch chose, each once per call: the
  * tokens are grouped by expert, so a batched step costs one pass over each
  * active expert's weights, not one per token. */
+/* A LoRA adapter's deltas on a layer's experts: for projection p (0 gate,
+ * 1 up, 2 down) and expert e, proj_e · x gains (x · a_eᵀ) · b_eᵀ, with a_e
+ * rows [e·r, e·r + r) of a[p] (F32 [n·r, in]) and b_e rows [e·out, e·out +
+ * out) of b[p] (F32 [n·out, r]); the adapter's scale is in b, and an expert
+ * it does not change has zeros. */
+typedef struct bk_expert_lora {
+  int64_t r;
+  bk_tensor a[3], b[3];
+} bk_expert_lora;
+
 typedef struct bk_experts {
   int64_t n;                          /* experts */
   const bk_weight *gate, *up, *down;  /* borrowed: n each; gate, up [inter, D], down [D, inter] */
+  const bk_expert_lora *const *lora;  /* borrowed, may be NULL: n_lora adapters whose deltas every routed
+                                         token gets in its experts' projections (a caller runs the rows
+                                         of one adapter set as one call); the CPU backend only */
+  int n_lora;
 } bk_experts;
 
 /* For each row t of logits [T, E] (F32): p = softmax(logits[t]); the k

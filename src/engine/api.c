@@ -836,6 +836,16 @@ void hearth_get_stats(hearth_model *hm, hearth_stats *out) {
     out->spec_drafted[i] = st.spec_drafted[i];
     out->spec_accepted[i] = st.spec_accepted[i];
   }
+  out->kv_store = st.kv_store;
+  out->kv_store_blocks = st.store.files;
+  out->kv_store_bytes = st.store.bytes;
+  out->kv_store_written = st.store.saved;
+  out->kv_store_read = st.store.loaded;
+  out->kv_store_removed = st.store.removed;
+  out->kv_store_rejected = st.store.rejected;
+  out->kv_store_hit_tokens = st.store.hit_tokens;
+  out->kv_store_pending = st.store.pending;
+  out->kv_store_dropped = st.store.dropped;
 }
 
 _Static_assert(HEARTH_SPEC_SOURCES == SPEC_N_SOURCES, "hearth_stats' spec_* arrays are indexed by spec_source");
@@ -966,11 +976,10 @@ int hearth_model_fit(hearth_model *hm, const hearth_fit_opts *opts, hearth_fit_r
   if (hm->sch) {
     sched_stats st;
     sched_get_stats(hm->sch, &st);
-    model_kv_geometry g;
-    model_kv_geometry_of(hm->m, &g);
-    held += st.blocks_total * (int64_t)kv_block_bytes(&g, st.block_tokens);
+    held += st.blocks_total * (int64_t)st.block_bytes; /* blocks as stored: quantized ones are smaller */
   }
-  int rc = fit_model(hm->path, &o, model_backend(hm->m), held, &hm->fit_bandwidth, out, err);
+  /* the KV formats the engine was loaded with, not the caller's */
+  int rc = fit_model(hm->path, &o, &hm->sch_cfg.kv_quant, model_backend(hm->m), held, &hm->fit_bandwidth, out, err);
   pthread_mutex_unlock(&hm->gen_lock);
   if (!rc && hm->context_length < out->context_length) { /* the served context is the limit */
     out->context_length = hm->context_length;

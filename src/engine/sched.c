@@ -1290,6 +1290,8 @@ void sched_get_stats(sched *s, sched_stats *out) {
   *out = s->st;
   out->waiting = s->n_waiting;
   pthread_mutex_unlock(&s->mu);
+  out->kv_store = s->store != NULL;
+  if (s->store) kv_disk_get_stats(s->store, &out->store); /* under the store's own lock */
 }
 
 int sched_probe_run(sched *s, sched_probe_kind kind, sched_probe *p, int n, const volatile int *cancel, herr *err) {

@@ -266,6 +266,9 @@ void layer_norm(const model *m, const bk_tensor *y, const bk_tensor *x, const bk
 /* y += each adapter's delta for projection t of layer l on the rows of the runs that use one (x: the
  * projection's input); nothing without adapters. */
 void layer_lora(const step *st, int l, lora_target t, const bk_tensor *y, const bk_tensor *x);
+/* The expert deltas (bk_expert_lora) layer l gets on the rows of the step's lora run `run`:
+ * out (MODEL_MAX_LORA entries) and *n; false when none of its adapters changes the experts. */
+bool layer_lora_experts(const step *st, int l, int run, const bk_expert_lora **out, int *n);
 /* The adapter's load number: process-wide, never reused (recorded steps are keyed on it). */
 uint64_t model_lora_serial(const model_lora *a);
 

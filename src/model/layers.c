@@ -113,6 +113,18 @@ void layer_experts(model *m, const layer_weights *lw, step *st, const bk_tensor 
   bool budget = m->xc.budget > 0;
   if (budget && !m->xc.err.code && experts_acquire(m, (int)(lw - m->layers), &ids, &m->xc.err)) return;
   bk_moe(out, in, &ids, &w, &lw->ex, model_act(m));
+  /* rows whose adapters change the experts: their experts again, with the deltas */
+  int l = (int)(lw - m->layers);
+  for (int i = 0; i < st->n_lora; i++) {
+    const bk_expert_lora *xl[MODEL_MAX_LORA];
+    bk_experts ex = lw->ex;
+    if (!layer_lora_experts(st, l, i, xl, &ex.n_lora)) continue;
+    ex.lora = xl;
+    const lora_run *run = &st->lora[i];
+    bk_tensor yr = bk_rows(out, run->t0, run->rows), xr = bk_rows(in, run->t0, run->rows);
+    bk_tensor ir = bk_rows(&ids, run->t0, run->rows), wr = bk_rows(&w, run->t0, run->rows);
+    bk_moe(&yr, &xr, &ir, &wr, &ex, model_act(m));
+  }
   model_reduce(m, out); /* each rank holds a share of every expert's width */
   if (budget) experts_trim(m);
 }

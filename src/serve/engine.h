@@ -111,6 +111,10 @@ typedef struct serve_stats {
   int64_t expert_budget, expert_resident_bytes, expert_page_ins; /* 0 without an expert budget */
   /* speculative decoding per draft source (hearth_spec_source_name): verification steps, drafted, accepted */
   int64_t spec_steps[HEARTH_SPEC_SOURCES], spec_drafted[HEARTH_SPEC_SOURCES], spec_accepted[HEARTH_SPEC_SOURCES];
+  /* the KV store on disk (hearth_stats' kv_store_*): kv_store false without one */
+  bool kv_store;
+  int64_t kv_store_blocks, kv_store_bytes, kv_store_written, kv_store_read, kv_store_removed, kv_store_rejected,
+      kv_store_hit_tokens, kv_store_pending, kv_store_dropped;
 } serve_stats;
 
 typedef struct serve_engine {

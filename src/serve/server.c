@@ -353,6 +353,19 @@ static enum MHD_Result answer_stats(struct MHD_Connection *c, serve_server *s) {
     json_object_set_new(ex, "page_ins", json_integer(st.expert_page_ins));
     json_object_set_new(o, "experts", ex);
   }
+  if (st.kv_store) { /* the prefix cache on disk */
+    json_t *ks = json_object();
+    json_object_set_new(ks, "blocks", json_integer(st.kv_store_blocks));
+    json_object_set_new(ks, "bytes", json_integer(st.kv_store_bytes));
+    json_object_set_new(ks, "blocks_written", json_integer(st.kv_store_written));
+    json_object_set_new(ks, "blocks_read", json_integer(st.kv_store_read));
+    json_object_set_new(ks, "blocks_removed", json_integer(st.kv_store_removed));
+    json_object_set_new(ks, "files_rejected", json_integer(st.kv_store_rejected));
+    json_object_set_new(ks, "hit_tokens", json_integer(st.kv_store_hit_tokens));
+    json_object_set_new(ks, "write_queue", json_integer(st.kv_store_pending));
+    json_object_set_new(ks, "writes_dropped", json_integer(st.kv_store_dropped));
+    json_object_set_new(o, "kv_store", ks);
+  }
   /* speculative decoding, per draft source */
   json_t *sp = json_object();
   for (int k = 0; k < HEARTH_SPEC_SOURCES; k++) {
@@ -393,6 +406,21 @@ static enum MHD_Result answer_metrics(struct MHD_Connection *c, serve_server *s)
   metric(&b, "generation_tokens_total", "counter", "Tokens generated.", (double)st.generated_tokens);
   metric(&b, "engine_busy_seconds_total", "counter", "Seconds the engine spent in forward steps.", st.busy_seconds);
   metric(&b, "engine_steps_total", "counter", "Batched forward steps run.", (double)st.steps);
+  if (st.kv_store) {
+    metric(&b, "kv_store_blocks", "gauge", "KV blocks stored on disk (--kv-store).", (double)st.kv_store_blocks);
+    metric(&b, "kv_store_bytes", "gauge", "Bytes of the KV blocks stored on disk.", (double)st.kv_store_bytes);
+    metric(&b, "kv_store_blocks_written_total", "counter", "KV blocks written to disk.", (double)st.kv_store_written);
+    metric(&b, "kv_store_blocks_read_total", "counter", "KV blocks read back from disk into the cache.", (double)st.kv_store_read);
+    metric(&b, "kv_store_blocks_removed_total", "counter", "KV block files removed to stay under --kv-store-max.",
+           (double)st.kv_store_removed);
+    metric(&b, "kv_store_files_rejected_total", "counter",
+           "KV block files ignored or removed: another model, format or version, or damaged.", (double)st.kv_store_rejected);
+    metric(&b, "kv_store_hit_tokens_total", "counter", "Prompt tokens whose KV was read back from disk instead of computed.",
+           (double)st.kv_store_hit_tokens);
+    metric(&b, "kv_store_write_queue", "gauge", "Evicted KV blocks waiting for the disk writer.", (double)st.kv_store_pending);
+    metric(&b, "kv_store_writes_dropped_total", "counter", "Evicted KV blocks not written: the writer's queue was full.",
+           (double)st.kv_store_dropped);
+  }
   /* speculative decoding: one labelled series per draft source */
   static const struct {
     const char *name, *type, *help;

@@ -836,7 +836,7 @@ static void moe_case(const fmt *f, int64_t T, int64_t E, int64_t k, int64_t D, i
     }
   float *got = malloc(sizeof(float) * (size_t)(T * D));
   {
-    bk_experts hx = {E, NULL, NULL, NULL};
+    bk_experts hx = {.n = E};
     bk_weight *gw = malloc(sizeof *gw * (size_t)(3 * E));
     for (int64_t e = 0; e < E; e++) gw[e] = hg[e].w, gw[E + e] = hu[e].w, gw[2 * E + e] = hd[e].w;
     hx.gate = gw, hx.up = gw + E, hx.down = gw + 2 * E;
@@ -854,7 +854,7 @@ static void moe_case(const fmt *f, int64_t T, int64_t E, int64_t k, int64_t D, i
       ok = load_weight(be, &hg[e], &lw[e], name) && load_weight(be, &hu[e], &lw[E + e], name) &&
            load_weight(be, &hd[e], &lw[2 * E + e], name);
     if (ok) {
-      bk_experts ex = {E, lw, lw + E, lw + 2 * E};
+      bk_experts ex = {.n = E, .gate = lw, .up = lw + E, .down = lw + 2 * E};
       bk_tensor tx = tfrom_f32(be, x, T, D), ty = tnew(be, BK_DT_F32, T, D), tw = tfrom_f32(be, w, T, k);
       bk_tensor ti = tnew(be, BK_DT_I32, T, k);
       tset(&ti, ids);
@@ -870,6 +870,106 @@ static void moe_case(const fmt *f, int64_t T, int64_t E, int64_t k, int64_t D, i
   }
   for (int64_t e = 0; e < E; e++) free_weight(&hg[e]), free_weight(&hu[e]), free_weight(&hd[e]);
   free(hg), free(hu), free(hd), free(x), free(w), free(ids), free(ref), free(h), free(got);
+}
+
+/* The experts with LoRA deltas (bk_expert_lora, two adapters of ranks 3 and 2, one expert left
+ * without a delta by the first): every routed slot's gate, up and down get each adapter's
+ * (x · a_eᵀ) · b_eᵀ, against a double recomputation; the CPU backend and bk_moe_ref. Other
+ * backends do not run them (an adapter with expert deltas is refused on them at load). */
+static void moe_lora_case(int64_t T, int64_t E, int64_t k, int64_t D, int64_t I) {
+  char shape[128];
+  snprintf(shape, sizeof shape, "%lld tokens, top %lld of %lld, D %lld, I %lld, 2 adapters", (long long)T, (long long)k,
+           (long long)E, (long long)D, (long long)I);
+  op_stat *st = stat_for("moe lora"), *rs = stat_for("moe lora (cpu reference)");
+  st->cases++;
+  rs->cases++;
+  const fmt *f = &formats[0];
+  host_weight *hw = malloc(sizeof *hw * (size_t)(3 * E));
+  for (int64_t e = 0; e < E; e++) make_weight(&hw[e], f, I, D), make_weight(&hw[E + e], f, I, D), make_weight(&hw[2 * E + e], f, D, I);
+  float *x = rand_floats(T * D, 1.0f), *w = rand_floats(T * k, 1.0f);
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(T * k));
+  for (int64_t i = 0; i < T * k; i++) ids[i] = (int32_t)((i * 5 + i / k) % E);
+  int64_t ranks[2] = {3, 2}, in[3] = {D, D, I}, out[3] = {I, I, D};
+  float *la[2][3], *lb[2][3];
+  for (int a = 0; a < 2; a++)
+    for (int p = 0; p < 3; p++) {
+      la[a][p] = rand_floats(E * ranks[a] * in[p], 0.3f);
+      lb[a][p] = rand_floats(E * out[p] * ranks[a], 0.3f);
+      if (a == 0) /* expert 1 unchanged by the first adapter */
+        memset(lb[a][p] + 1 * out[p] * ranks[a], 0, sizeof(float) * (size_t)(out[p] * ranks[a]));
+    }
+  double *ref = calloc((size_t)(T * D), sizeof(double)), *g = malloc(sizeof(double) * (size_t)I),
+         *u = malloc(sizeof(double) * (size_t)I), *o = malloc(sizeof(double) * (size_t)D);
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t j = 0; j < k; j++) {
+      int32_t e = ids[t * k + j];
+      const float *xt = x + t * D;
+      for (int64_t i = 0; i < I; i++) {
+        g[i] = u[i] = 0;
+        for (int64_t d = 0; d < D; d++) g[i] += (double)hw[e].deq[i * D + d] * xt[d], u[i] += (double)hw[E + e].deq[i * D + d] * xt[d];
+      }
+      for (int a = 0; a < 2; a++)
+        for (int p = 0; p < 2; p++) {
+          int64_t r = ranks[a];
+          for (int64_t q = 0; q < r; q++) {
+            double tq = 0;
+            for (int64_t d = 0; d < D; d++) tq += (double)la[a][p][(e * r + q) * D + d] * xt[d];
+            for (int64_t i = 0; i < I; i++) (p ? u : g)[i] += tq * lb[a][p][(e * I + i) * r + q];
+          }
+        }
+      for (int64_t i = 0; i < I; i++) g[i] = act_ref(BK_ACT_SILU, g[i]) * u[i];
+      for (int64_t d = 0; d < D; d++) {
+        o[d] = 0;
+        for (int64_t i = 0; i < I; i++) o[d] += (double)hw[2 * E + e].deq[d * I + i] * g[i];
+      }
+      for (int a = 0; a < 2; a++) {
+        int64_t r = ranks[a];
+        for (int64_t q = 0; q < r; q++) {
+          double tq = 0;
+          for (int64_t i = 0; i < I; i++) tq += (double)la[a][2][(e * r + q) * I + i] * g[i];
+          for (int64_t d = 0; d < D; d++) o[d] += tq * lb[a][2][(e * D + d) * r + q];
+        }
+      }
+      for (int64_t d = 0; d < D; d++) ref[t * D + d] += (double)w[t * k + j] * o[d];
+    }
+  float *got = malloc(sizeof(float) * (size_t)(T * D));
+  for (int di = 0; di < n_devs; di++) {
+    bk_backend *be = devs[di];
+    if (!bk_backend_is_cpu(be)) continue;
+    bk_weight *lw = calloc((size_t)(3 * E), sizeof *lw);
+    bool ok = true;
+    for (int64_t i = 0; i < 3 * E && ok; i++) ok = load_weight(be, &hw[i], &lw[i], "moe lora");
+    bk_expert_lora xl[2];
+    for (int a = 0; a < 2 && ok; a++) {
+      xl[a].r = ranks[a];
+      for (int p = 0; p < 3; p++)
+        xl[a].a[p] = tfrom_f32(be, la[a][p], E * ranks[a], in[p]), xl[a].b[p] = tfrom_f32(be, lb[a][p], E * out[p], ranks[a]);
+    }
+    const bk_expert_lora *list[2] = {&xl[0], &xl[1]};
+    if (ok) {
+      bk_experts ex = {.n = E, .gate = lw, .up = lw + E, .down = lw + 2 * E, .lora = list, .n_lora = 2};
+      herr err = {0};
+      if (bk_moe_ref(got, x, T, D, ids, w, k, &ex, BK_ACT_SILU, &err)) die("bk_moe_ref", &err);
+      compare(rs, K_MATMUL, di, shape, got, ref, T * D);
+      bk_tensor tx = tfrom_f32(be, x, T, D), ty = tnew(be, BK_DT_F32, T, D), tw = tfrom_f32(be, w, T, k);
+      bk_tensor ti = tnew(be, BK_DT_I32, T, k);
+      tset(&ti, ids);
+      poison(&ty);
+      bk_moe(&ty, &tx, &ti, &tw, &ex, BK_ACT_SILU);
+      tget(&ty, got, "moe lora");
+      compare(st, K_MATMUL, di, shape, got, ref, T * D);
+      bk_tensor_free(&tx), bk_tensor_free(&ty), bk_tensor_free(&tw), bk_tensor_free(&ti);
+      for (int a = 0; a < 2; a++)
+        for (int p = 0; p < 3; p++) bk_tensor_free(&xl[a].a[p]), bk_tensor_free(&xl[a].b[p]);
+    }
+    for (int64_t i = 0; i < 3 * E; i++)
+      if (lw[i].data) bk_weight_release(be, &lw[i]);
+    free(lw);
+  }
+  for (int64_t i = 0; i < 3 * E; i++) free_weight(&hw[i]);
+  for (int a = 0; a < 2; a++)
+    for (int p = 0; p < 3; p++) free(la[a][p]), free(lb[a][p]);
+  free(hw), free(x), free(w), free(ids), free(ref), free(g), free(u), free(o), free(got);
 }
 
 static void test_moe(void) {
@@ -893,6 +993,8 @@ static void test_moe(void) {
   moe_case(&formats[2], 130, 6, 2, 96, 160, BK_ACT_GELU);
   moe_case(&formats[8], 100, 5, 2, 128, 96, BK_ACT_SILU);
   moe_case(&formats[5], 70, 4, 3, 256, 256, BK_ACT_GELU_TANH);
+  moe_lora_case(1, 4, 2, 48, 40);
+  moe_lora_case(11, 6, 3, 64, 96);
 }
 
 /* ---- get_rows, kv_write ---- */
