@@ -27,6 +27,7 @@
 #include "base/file.h"
 #include "base/json.h"
 #include "base/vec.h"
+#include "format/safetensors.h"
 #include "model/internal.h"
 #include "model/mm.h"
 #include "model/mm_image.h"
@@ -332,6 +333,9 @@ static int load_lin(model *m, const weight_src *src, const g4v_state *s, const c
 
 static int g4v_load(model *m, const weight_src *src, const json_t *root, void **state, herr *err) {
   const json_t *vc = json_object_get(root, "vision_config");
+  *state = NULL;
+  if (!src->st || !st_find(src->st, "model.vision_tower.patch_embedder.input_proj.weight"))
+    return 0; /* a folder without the tower's weights: the language model alone */
   g4v_state *s = calloc(1, sizeof *s);
   if (!s) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   int rc = 0;

@@ -6,6 +6,7 @@
 
 #include "base/file.h"
 #include "base/json.h"
+#include "base/log.h"
 #include "model/internal.h"
 #include "model/mm.h"
 
@@ -112,6 +113,11 @@ int mm_towers_load(model *m, const weight_src *src, const char *dir, herr *err) 
       free(t);
       herr_wrap(err, "%s: %s", dir, ops->config_key);
       goto done;
+    }
+    if (!t->state) { /* its weights are not in the folder */
+      HLOG_INFO("%s: %s has no weights in the folder: no %s tower", dir, ops->config_key, ops->name);
+      free(t);
+      continue;
     }
     m->tower_list[m->n_towers++] = t;
     for (int k = 0; k < MEDIA_KINDS; k++)

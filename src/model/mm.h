@@ -30,7 +30,7 @@
  *      row replaces its token's embedding.
  *
  * Writing a tower: fill an mm_tower_ops (below) in model/<family>_<kind>.c
- * and list it in mm.c's table. Weights come through load.c's helpers
+ * and list it in mm.c's table. Weights come through load.c's functions
  * (model_matrix, model_vector with a weight_src whose prefix is NULL, so
  * names are the file's own: "model.vision_tower.encoder.layers.0...."),
  * owned and released with the model. */
@@ -108,8 +108,9 @@ typedef struct mm_tower_ops {
   unsigned kinds;             /* MEDIA_BIT(...) of what it takes */
   /* Whether it is the tower for this config.json (root) — e.g. its model_type and the sub-config's. */
   bool (*match)(const json_t *root);
-  /* Reads its config and weights (through load.c's helpers on m, which own what they load);
-   * *state is its own (freed by free). text_hidden: the language model's hidden_size. */
+  /* Reads its config and weights (through load.c's functions on m, which own what they load);
+   * *state is its own (freed by free). 0 with *state NULL: the folder holds none of its weights
+   * (a checkpoint whose tower was left out): the model takes no media of its kinds. */
   int (*load)(model *m, const weight_src *src, const json_t *root, void **state, herr *err);
   const char *(*placeholder)(const void *state, media_kind k);
   void (*video_opts)(const void *state, media_video_opts *out);   /* NULL: no video */
