@@ -95,6 +95,11 @@ typedef struct hearth_load_opts {
   int64_t expert_budget;   /* mixture of experts on the CPU: bytes of expert weights kept resident; the
                               rest stays mapped from the file and is read in on use, least recently used
                               out (0: all resident). Same output either way. */
+  int tensor_parallel;     /* > 0: split the model over this many ranks of this process, one thread each
+                              (tensor parallelism: attention heads, MLP and expert width, vocabulary):
+                              on a GPU device, that many GPUs from the device named on (cuda:K ..
+                              cuda:K+N-1, NCCL between them); on the CPU, N shares of its threads.
+                              Shapes that do not split are refused naming the dimension. 0: not split */
   const char *trace_file;  /* NULL: no trace. Else a Chrome trace-event JSON file (Perfetto,
                               chrome://tracing) the serving engine writes while the model is loaded:
                               per request a track with its queue wait, prefix-cache lookup, prefill
@@ -108,7 +113,8 @@ typedef struct hearth_load_opts {
   const char *kv_quant_config; /* NULL, or a JSON file that sets layers or ranges of layers, K and V apart,
                               over kv_quant (format: docs/KV_QUANT.md) */
   const char *kv_store;    /* NULL: none. A folder (created when missing) that keeps the prefix cache's
-                              full KV blocks across restarts: blocks the cache evicts are written there,
+                              full KV blocks across restarts: blocks the cache evicts are written there
+                              (by a writer thread of the store's, so a step never waits on the disk),
                               and every cached block when the model is freed; a later prompt that starts
                               with a stored prefix reads its blocks back instead of computing them
                               (reported as cached tokens). Blocks of another model (config.json and
@@ -127,6 +133,11 @@ typedef struct hearth_load_opts {
   const char *draft_model; /* a smaller model's folder or .gguf with the same tokenizer (checked: the
                               same vocabulary, token for token), loaded on the same device with its
                               own KV cache; NULL: none */
+  /* Media in prompts (hearth_prompt.media): where their bytes may come from besides data URLs and
+     bytes given directly. */
+  bool allow_local_media;  /* local file paths and file:// URLs */
+  bool allow_remote_media; /* http(s) URLs, fetched when the request runs */
+  int64_t max_media_bytes; /* encoded bytes of one medium at most (<= 0: 32 MiB) */
 } hearth_load_opts;
 
 /* Loads a model: a Hugging Face model folder (config.json + safetensors, and
@@ -158,6 +169,8 @@ typedef struct hearth_info {
   int32_t hidden_size;      /* the width of hearth_embed's vectors (before opts.dimensions) */
   bool can_generate;        /* false for a folder without an output head (embeddings only) */
   bool can_embed;           /* false when the folder's sentence-transformers pooling is one hearth does not run */
+  int64_t canvas_length;    /* a block-diffusion model (DiffusionGemma): tokens per denoised block, which
+                               generations commit (and stream) a block at a time; 0: autoregressive */
 } hearth_info;
 
 void hearth_model_info(const hearth_model *m, hearth_info *out);
@@ -244,15 +257,43 @@ typedef struct hearth_gen_params {
 
 void hearth_gen_params_init(hearth_gen_params *p);
 
+/* An image, a sound or a video in a prompt. Images: JPEG, PNG, WebP, GIF (its first frame);
+ * sound and video: any container and codec FFmpeg's libraries read (sound becomes 16 kHz mono,
+ * video frames are sampled at the model's rate). */
+typedef enum hearth_media_kind { HEARTH_MEDIA_IMAGE = 0, HEARTH_MEDIA_AUDIO = 1, HEARTH_MEDIA_VIDEO = 2 } hearth_media_kind;
+
+typedef struct hearth_media {
+  hearth_media_kind kind;
+  const char *url;             /* borrowed: a data URL ("data:image/png;base64,..."), bare base64, a local
+                                  path or file:// URL (hearth_load_opts.allow_local_media) or an http(s)
+                                  URL (allow_remote_media); NULL: data / len */
+  const void *data;            /* borrowed: the encoded bytes, when url is NULL */
+  size_t len;
+  const char *name;            /* borrowed, may be NULL: names the medium in errors and as the error's
+                                  field ("messages[1].content[0]") */
+} hearth_media;
+
 /* The prompt: text (encoded with the model's tokenizer; add_special adds BOS
- * etc. as for a raw completion, a rendered chat already holds them) or ids. */
+ * etc. as for a raw completion, a rendered chat already holds them) or ids.
+ * With media, the text holds one placeholder per medium, in order — what the
+ * chat template writes for an image / audio / video part (hearth_media_placeholder);
+ * each becomes the model's begin marker, its soft tokens and end marker, and
+ * the soft tokens' embeddings come from the model's encoder for that kind
+ * (HEARTH_EINVAL naming the medium when it is bad, too large, or of a kind
+ * the model has no encoder for). */
 typedef struct hearth_prompt {
   const char *text;            /* borrowed; used when ids is NULL */
   size_t text_len;             /* bytes of text; 0 with text set = strlen (as hearth_tokenize) */
   bool add_special;
   const int32_t *ids;          /* borrowed */
   size_t n_ids;
+  const hearth_media *media;   /* borrowed, n_media entries in document order (text prompts only) */
+  int n_media;
 } hearth_prompt;
+
+/* The placeholder a prompt's text holds for one medium of this kind (the string
+ * the chat template writes for it), or NULL when the model takes no such medium. */
+const char *hearth_media_placeholder(const hearth_model *m, hearth_media_kind kind);
 
 #define HEARTH_MAX_TOP_LOGPROBS 20
 
@@ -362,6 +403,16 @@ typedef struct hearth_stats {
   /* speculative decoding per draft source, [0] ngram, [1] draft model, [2] mtp: verification steps
      with drafts, tokens drafted, drafts accepted (acceptance rate = accepted / drafted) */
   int64_t spec_steps[HEARTH_SPEC_SOURCES], spec_drafted[HEARTH_SPEC_SOURCES], spec_accepted[HEARTH_SPEC_SOURCES];
+  /* the KV store on disk (hearth_load_opts.kv_store; kv_store false and zeros without one) */
+  bool kv_store;
+  int64_t kv_store_blocks, kv_store_bytes;       /* block files in the folder now, and their bytes */
+  int64_t kv_store_written, kv_store_read;       /* blocks written to disk, blocks read back into the cache */
+  int64_t kv_store_removed;                      /* files removed to stay under kv_store_max */
+  int64_t kv_store_rejected;                     /* files ignored or removed: another model, version or
+                                                    format, or damaged */
+  int64_t kv_store_hit_tokens;                   /* prompt tokens the blocks read back saved computing */
+  int64_t kv_store_pending;                      /* evicted blocks waiting for the writer thread now */
+  int64_t kv_store_dropped;                      /* evicted blocks not written: the writer's queue was full */
 } hearth_stats;
 
 /* The name of draft source i of hearth_stats' spec_* arrays ("ngram", "draft", "mtp"). */
@@ -394,6 +445,10 @@ typedef struct hearth_fit_opts {
   const char *device;     /* "cpu" (NULL), "cuda", "cuda:N": whose memory and bandwidth */
   int threads;            /* CPU bandwidth test threads; <= 0: one per CPU */
   bool no_bandwidth;      /* skip measuring the bandwidth (no speed prediction) */
+  const char *kv_quant;   /* the KV cache's storage as hearth_load_opts.kv_quant ("8", "4", "off" / NULL);
+                             hearth_model_fit ignores it and answers with the loaded model's own formats */
+  const char *kv_quant_config; /* NULL, or the per-layer JSON of hearth_load_opts.kv_quant_config */
+  int64_t memory_bytes;   /* > 0: the memory to fit into, instead of what the device has free now */
 } hearth_fit_opts;
 
 typedef struct hearth_fit_result {
@@ -411,8 +466,9 @@ typedef struct hearth_fit_result {
   int n_layers, kv_layers;         /* layers, and those that store KV (the others read an earlier
                                       layer's: Gemma-4's shared layers) */
   int kv_block_tokens;             /* the pool's block size the bytes are counted in */
-  char kv_format[64];              /* the element type of the KV rows ("f32") */
-  int64_t kv_bytes_per_token;      /* all layers, K and V */
+  char kv_format[64];              /* how the KV rows are stored: "f32", "q8", "q4", "k:q8,v:q4", or per
+                                      layer ranges "0-1:q8,2:f32" when the layers differ */
+  int64_t kv_bytes_per_token;      /* all layers, K and V (8 / 4-bit blocks with their scales) */
   int64_t kv_layer_bytes_per_token[HEARTH_FIT_MAX_LAYERS];
   int64_t kv_bytes;                /* context × batch tokens */
   int state_layers;                /* recurrent layers (Qwen3.5's DeltaNet): a fixed state per sequence */
@@ -424,7 +480,7 @@ typedef struct hearth_fit_result {
   int64_t overhead_bytes;          /* the two above */
   int64_t need_bytes;              /* weights + KV + states + overhead */
   int64_t available_bytes;
-  char memory_source[48];          /* "MemAvailable" or "cuda free" (+ what a served model holds) */
+  char memory_source[48];          /* "MemAvailable", "cuda free" (+ what a served model holds), or "given" */
   bool fits;
   int64_t max_context;             /* the largest context per sequence that fits at this batch (at
                                       most the model's; 0 when even the weights do not fit) */
@@ -439,8 +495,9 @@ typedef struct hearth_fit_result {
  * HEARTH_EFORMAT / HEARTH_EUNSUPPORTED as hearth_model_load would say. */
 int hearth_fit(const char *path, const hearth_fit_opts *opts, hearth_fit_result *out, hearth_error *err);
 /* The same for a loaded model on its own device: the available memory counts
- * what the model holds already (its weights and KV pool) as its own. The
- * bandwidth is measured on the first call and kept. */
+ * what the model holds already (its weights and KV pool) as its own, and the
+ * KV formats are the ones the model was loaded with (opts' kv_quant fields
+ * are not read). The bandwidth is measured on the first call and kept. */
 int hearth_model_fit(hearth_model *m, const hearth_fit_opts *opts, hearth_fit_result *out, hearth_error *err);
 /* A result as JSON text (what `hearth fit --json` prints and GET /fit
  * answers); *json: hearth_free. */

@@ -182,9 +182,23 @@ void bk_lora(const bk_tensor *y, const bk_tensor *x, const bk_tensor *a, const b
  * the experts some token of the batch chose, each once per call: the
  * tokens are grouped by expert, so a batched step costs one pass over each
  * active expert's weights, not one per token. */
+/* A LoRA adapter's deltas on a layer's experts: for projection p (0 gate,
+ * 1 up, 2 down) and expert e, proj_e · x gains (x · a_eᵀ) · b_eᵀ, with a_e
+ * rows [e·r, e·r + r) of a[p] (F32 [n·r, in]) and b_e rows [e·out, e·out +
+ * out) of b[p] (F32 [n·out, r]); the adapter's scale is in b, and an expert
+ * it does not change has zeros. */
+typedef struct bk_expert_lora {
+  int64_t r;
+  bk_tensor a[3], b[3];
+} bk_expert_lora;
+
 typedef struct bk_experts {
   int64_t n;                          /* experts */
   const bk_weight *gate, *up, *down;  /* borrowed: n each; gate, up [inter, D], down [D, inter] */
+  const bk_expert_lora *const *lora;  /* borrowed, may be NULL: n_lora adapters whose deltas every routed
+                                         token gets in its experts' projections (a caller runs the rows
+                                         of one adapter set as one call); the CPU backend only */
+  int n_lora;
 } bk_experts;
 
 /* For each row t of logits [T, E] (F32): p = softmax(logits[t]); the k
@@ -220,6 +234,8 @@ void bk_kv_write(const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor 
  * contiguous and in row order. */
 typedef struct bk_attn_index {
   const bk_tensor *row, *tab, *tables;
+  const bk_tensor *last;  /* may be NULL: I32 [T, 1], the last row query t sees (>= row[t]; a bidirectional
+                             span reaches past the query); the window still counts back from row[t] */
 } bk_attn_index;
 
 /* out[T, n_heads * head_dim] = causal attention of q[T, n_heads * head_dim]
@@ -285,6 +301,27 @@ void bk_index_topk(const bk_tensor *sel, const bk_tensor *q, const bk_tensor *w,
  * its columns [v_off, v_off + v_dim); kv->v unused), as op_attention_sparse. */
 void bk_attention_sparse(const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
                          const bk_tensor *sel, const sparse_attn_params *p);
+
+/* ---- media encoders ----
+ *
+ * The pieces the image and audio towers add: an activation alone, a clamp,
+ * a weighted sum of table rows (learned position embeddings resampled to
+ * an image's grid) and the conformer's local attention with relative
+ * positions. A vision tower's bidirectional attention inside an image is
+ * bk_attention itself: every patch a query whose row is its image's last
+ * row, so that each sees the whole image. */
+
+/* x = act(x) elementwise. */
+void bk_activate(const bk_tensor *x, bk_act act);
+/* x = min(max(x, lo), hi) elementwise (op_clamp). */
+void bk_clamp(const bk_tensor *x, float lo, float hi);
+/* y[n, d] = sum over j of w[r, j] · table[ids[r, j]] (op_embed_bag): table F32 [rows, d], ids I32 [n, k],
+ * w F32 [n, k]. */
+void bk_embed_bag(const bk_tensor *y, const bk_tensor *table, const bk_tensor *ids, const bk_tensor *w);
+/* out = op_attention_rel over q, k, v [T, n_heads · head_dim] (one sequence; its first n_valid rows are
+ * keys), rel [left + right + 1, n_heads · head_dim], qscale [1, head_dim] or NULL. out must not alias the inputs. */
+void bk_attention_rel(const bk_tensor *out, const bk_tensor *q, const bk_tensor *k, const bk_tensor *v, const bk_tensor *rel,
+                      const bk_tensor *qscale, int64_t n_valid, const rel_attn_params *p);
 
 /* ---- sampling on the device ----
  *
@@ -416,6 +453,11 @@ typedef struct bk_backend_ops {
   void (*attention_sparse)(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv,
                            const bk_attn_index *ix, const bk_tensor *sel, const sparse_attn_params *p);
   void (*lora)(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *a, const bk_tensor *b, float scale);
+  void (*act)(bk_backend *be, const bk_tensor *x, bk_act act);
+  void (*clamp)(bk_backend *be, const bk_tensor *x, float lo, float hi);
+  void (*embed_bag)(bk_backend *be, const bk_tensor *y, const bk_tensor *table, const bk_tensor *ids, const bk_tensor *w);
+  void (*attention_rel)(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_tensor *k, const bk_tensor *v,
+                        const bk_tensor *rel, const bk_tensor *qscale, int64_t n_valid, const rel_attn_params *p);
 } bk_backend_ops;
 
 /* Every backend's handle starts with this. */
@@ -428,7 +470,7 @@ struct bk_backend {
 
 /* The CUDA backend library's one entry point (libhearth_cuda.so). */
 #define BK_CUDA_ENTRY "hearth_cuda_backend_open"
-#define BK_CUDA_ABI 7
+#define BK_CUDA_ABI 8
 typedef int (*bk_cuda_open_fn)(int abi, int device, const bk_open_opts *opts, bk_backend **out, herr *err);
 
 /* The CPU backend (cpu/backend_cpu.c). */

@@ -204,7 +204,8 @@ void cli_hearth_load_opts(hearth_load_opts *lo) {
                            .cpu_level = cl->cpu_level, .mmap = cl->mmap, .f32_activations = cl->f32_activations,
                            .f32_as_bf16 = cl->f32_as_bf16, .no_cuda_graphs = cl->no_cuda_graphs,
                            .gpu_fast_matmul = cl->gpu_fast_matmul,
-                           .expert_budget = cl->expert_budget, .spec_tokens = cl->spec_tokens,
+                           .expert_budget = cl->expert_budget, .tensor_parallel = cl->tensor_parallel,
+                           .spec_tokens = cl->spec_tokens,
                            .spec_method = cl->spec_method, .draft_model = cl->draft_model,
                            .kv_quant = cl->kv_quant, .kv_quant_config = cl->kv_quant_config};
 }
@@ -223,7 +224,7 @@ int cli_model_load(const char *dir, model **out, herr *err) {
   model_load_opts opts = {.threads = cl->threads, .device = cl->device, .cpu_level = cl->cpu_level, .mmap = cl->mmap,
                           .f32_activations = cl->f32_activations, .f32_as_bf16 = cl->f32_as_bf16,
                           .no_graphs = cl->no_cuda_graphs, .fast_matmul = cl->gpu_fast_matmul,
-                          .expert_budget = cl->expert_budget};
+                          .expert_budget = cl->expert_budget, .tensor_parallel = cl->tensor_parallel};
   int rc = model_load(dir, &opts, out, err);
   if (!rc && (rc = model_config_check(model_cfg(*out), dir, err))) {
     model_free(*out);

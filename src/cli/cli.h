@@ -57,6 +57,7 @@ typedef struct cli_load {
   bool no_cuda_graphs;         /* HEARTH_CUDA_GRAPHS=0 */
   bool gpu_fast_matmul;        /* --gpu-precision fast */
   int64_t expert_budget;       /* --expert-budget BYTES */
+  int tensor_parallel;         /* --tensor-parallel N / --tp N (0: not split) */
   int spec_tokens;             /* --spec-tokens N (generate, chat, serve) */
   const char *spec_method;     /* --spec-method ngram|draft|mtp */
   const char *draft_model;     /* --draft-model DIR */

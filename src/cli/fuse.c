@@ -119,6 +119,12 @@ static int match_modules(const char *adir, const adapter_config *cfg, const st_s
     snprintf(bname, sizeof bname, "%.*slora_B.weight", (int)(suf + 1 - name), name);
     const st_tensor *a = &ad->tensors[i], *b = st_find(ad, bname);
     if (!b) return herr_set(err, HEARTH_EFORMAT, "%s: module '%s' has lora_A but no lora_B", adir, module);
+    const char *tail = strrchr(module, '.');
+    if ((tail && (!strcmp(tail, ".experts") || !strcmp(tail, ".base_layer"))) && strstr(module, ".experts"))
+      return herr_set(err, HEARTH_EUNSUPPORTED,
+                      "%s: '%s': a LoRA on the experts' fused parameters (target_parameters) cannot be fused; load it as an "
+                      "adapter (--adapter), or use one made per expert module",
+                      adir, module);
     if (!adapter_config_targets(cfg, module, layer_of(module)))
       return herr_set(err, HEARTH_EFORMAT, "%s: adapter_model.safetensors has a LoRA for '%s', which adapter_config.json does not target",
                       adir, module);

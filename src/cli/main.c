@@ -54,6 +54,8 @@ static void usage(FILE *f) {
           "  --threads N                  CPU worker threads (default 0: one per CPU)\n"
           "  --expert-budget BYTES        mixture of experts: at most this much expert weight resident (RAM or GPU);\n"
           "                               the rest is read from the file when used (e.g. 4G)\n"
+          "  --tensor-parallel N, --tp N  split the model over N ranks (one thread each): N GPUs from --device's\n"
+          "                               on (cuda:K .. cuda:K+N-1, NCCL between them), or N shares of the CPU\n"
           "  --spec-tokens N              speculative decoding (generate, chat, serve): draft up to N tokens per\n"
           "                               step (1..16, 0 = off) and verify them in one forward; greedy output is\n"
           "                               unchanged, sampled output keeps the model's distribution\n"
@@ -210,7 +212,7 @@ int main(int argc, char **argv) {
   }
   const cli_verb *verb = find_verb(argv[i]);
   /* --verbose / --quiet are accepted after the verb too, and --device,
-   * --gpu-memory-fraction, --f32-as-bf16, --expert-budget, --spec-tokens, --spec-method,
+   * --gpu-memory-fraction, --f32-as-bf16, --expert-budget, --tensor-parallel (--tp), --spec-tokens, --spec-method,
    * --draft-model, --kv-quant, --kv-quant-config and --threads by verbs that load a
    * model; verbs never see them. */
   int out = i + 1;
@@ -231,6 +233,13 @@ int main(int argc, char **argv) {
       if (r < 0) return 2;
       if (!cli_parse_bytes(v, &b)) return cli_usage_error(verb->name, "--expert-budget must be a byte count (4096, 512M, 2G), not '%s'", v);
       g_load.expert_budget = b;
+    } else if (verb && verb->loads_model &&
+               ((r = cli_opt(argc, argv, &j, "--tensor-parallel", &v)) || (r = cli_opt(argc, argv, &j, "--tp", &v)))) {
+      long long n;
+      if (r < 0) return 2;
+      if (!cli_parse_int(v, 1, KV_MAX_RANKS, &n))
+        return cli_usage_error(verb->name, "--tensor-parallel must be from 1 to %d, not '%s'", KV_MAX_RANKS, v);
+      g_load.tensor_parallel = (int)n;
     } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--gpu-precision", &v))) {
       if (r < 0) return 2;
       if (strcmp(v, "fast") && strcmp(v, "exact"))

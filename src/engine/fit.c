@@ -179,8 +179,8 @@ static double active_bytes(const hearth_fit_result *r, const weight_sums *w, int
   return dense + (double)w->experts * (1.0 - miss);
 }
 
-int fit_model(const char *path, const hearth_fit_opts *o, bk_backend *be, int64_t held, double *bandwidth,
-              hearth_fit_result *out, herr *err) {
+int fit_model(const char *path, const hearth_fit_opts *o, const kv_quant *quant, bk_backend *be, int64_t held,
+              double *bandwidth, hearth_fit_result *out, herr *err) {
   hearth_fit_opts opts = o ? *o : (hearth_fit_opts){0};
   memset(out, 0, sizeof *out);
   model *m = NULL;
@@ -190,6 +190,16 @@ int fit_model(const char *path, const hearth_fit_opts *o, bk_backend *be, int64_
   model_kv_geometry g;
   model_kv_geometry_of(m, &g);
   g.backend = NULL;
+  /* each layer's K / V storage, as the engine sets it at load */
+  kv_quant made;
+  if (!quant) {
+    if ((rc = kv_quant_make(opts.kv_quant, opts.kv_quant_config, g.n_layers, &made, err))) {
+      model_free(m);
+      return rc;
+    }
+    quant = &made;
+  }
+  kv_quant_apply(quant, &g);
   snprintf(out->model_type, sizeof out->model_type, "%s", c->model_type);
   out->context_length = c->max_position_embeddings > 0 ? c->max_position_embeddings : 4096;
   out->context = opts.context > 0 ? opts.context : out->context_length;
@@ -205,18 +215,12 @@ int fit_model(const char *path, const hearth_fit_opts *o, bk_backend *be, int64_
     model_kv_geometry one = {.n_layers = 1};
     one.kv_dim[0] = g.kv_dim[l];
     one.v_dim[0] = g.v_dim[l];
+    one.k_fmt[0] = g.k_fmt[l];
+    one.v_fmt[0] = g.v_fmt[l];
     out->kv_layer_bytes_per_token[l] = (int64_t)(kv_block_bytes(&one, B) / (size_t)B);
     out->kv_layers += g.kv_dim[l] > 0;
   }
-  kv_pool *probe = NULL;
-  herr pe = {0};
-  snprintf(out->kv_format, sizeof out->kv_format, "?");
-  if (kv_pool_new(&g, 1, 1, &probe, &pe) == 0) { /* one row: its format descriptor names the element type */
-    char desc[256];
-    kv_pool_format(probe, desc, sizeof desc);
-    if (!strncmp(desc, "kv=", 3)) snprintf(out->kv_format, sizeof out->kv_format, "%.*s", (int)strcspn(desc + 3, " "), desc + 3);
-    kv_pool_free(probe);
-  }
+  kv_format_describe(&g, out->kv_format, sizeof out->kv_format);
   out->kv_bytes = out->kv_bytes_per_token * out->context * out->batch;
   for (int l = 0; l < g.n_layers; l++) {
     out->state_layers += g.state_dim[l] > 0;
@@ -267,7 +271,10 @@ int fit_model(const char *path, const hearth_fit_opts *o, bk_backend *be, int64_
     out->available_bytes = mem_available();
     snprintf(out->memory_source, sizeof out->memory_source, "MemAvailable");
   }
-  if (held > 0) {
+  if (opts.memory_bytes > 0) {
+    out->available_bytes = opts.memory_bytes;
+    snprintf(out->memory_source, sizeof out->memory_source, "given");
+  } else if (held > 0) {
     out->available_bytes += held;
     size_t n = strlen(out->memory_source);
     snprintf(out->memory_source + n, sizeof out->memory_source - n, " + held by the model");
@@ -305,7 +312,7 @@ int fit_model(const char *path, const hearth_fit_opts *o, bk_backend *be, int64_
 int hearth_fit(const char *path, const hearth_fit_opts *opts, hearth_fit_result *out, hearth_error *err) {
   if (!path) return herr_set(err, HEARTH_EINVAL, "hearth_fit: no path");
   if (!hfile_exists(path)) return herr_set(err, HEARTH_ENOTFOUND, "%s: no such model folder or file", path);
-  return fit_model(path, opts, NULL, 0, NULL, out, err);
+  return fit_model(path, opts, NULL, NULL, 0, NULL, out, err);
 }
 
 int hearth_fit_json(const hearth_fit_result *r, char **json, hearth_error *err) {

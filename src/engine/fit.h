@@ -10,15 +10,18 @@
 
 #include "backend/backend.h"
 #include "base/status.h"
+#include "engine/kv_quant.h"
 #include "hearth.h"
 
-/* The fit of the model at path. be (borrowed, may be NULL): the device whose
- * free memory and bandwidth count (NULL: o->device's, opened for the
- * measurement); held: bytes a loaded model holds already, counted as
+/* The fit of the model at path. q (borrowed, may be NULL): each layer's K / V
+ * storage, as a loaded engine has it (NULL: made from o->kv_quant and
+ * o->kv_quant_config, as a load would); be (borrowed, may be NULL): the
+ * device whose free memory and bandwidth count (NULL: o->device's, opened
+ * for the measurement); held: bytes a loaded model holds already, counted as
  * available; *bandwidth (may be NULL): a bandwidth measured before (> 0) is
  * used as it is, else measured and stored there. */
-int fit_model(const char *path, const hearth_fit_opts *o, bk_backend *be, int64_t held, double *bandwidth,
-              hearth_fit_result *out, herr *err);
+int fit_model(const char *path, const hearth_fit_opts *o, const kv_quant *q, bk_backend *be, int64_t held,
+              double *bandwidth, hearth_fit_result *out, herr *err);
 
 /* Bytes per second: on the host (be NULL or a CPU backend) a read of a
  * buffer of `bytes` by `threads` threads (<= 0: one per CPU), the best of a

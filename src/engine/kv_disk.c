@@ -1,6 +1,8 @@
 /* kv_disk.c — the prefix cache on disk (see kv_disk.h): the file format,
- * the index of the blocks in the folder, writing a block the pool evicts or
- * holds at close, reading one back into the pool when a prefix asks for it,
+ * the index of the blocks in the folder, the writer thread and its bounded
+ * queue of block images (a block the pool evicts is copied out on the
+ * pool's thread and written to disk on the writer's), reading one back into
+ * the pool when a prefix asks for it (from the queue while it waits there),
  * the size bound, and the model identity. Knows the pool only through the
  * persistence part of kv_paged.h; knows nothing of models or scheduling. */
 #include "engine/kv_disk.h"
@@ -8,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,7 @@
 #define FIXED_HEADER 68
 #define MAX_DESC 16384
 #define CHECKSUM_AT 56
+#define QUEUE_BYTES ((size_t)64 << 20) /* block images waiting for the writer, at most (and 2 .. 64 of them) */
 
 typedef struct entry {
   uint64_t hash, parent;
@@ -33,6 +37,13 @@ typedef struct entry {
   int32_t next;         /* next entry in the bucket, -1 */
   bool live;
 } entry;
+
+/* A block waiting to be written: its file image, checksum still unset. */
+typedef struct wslot {
+  uint64_t hash, parent;
+  int32_t depth;
+  unsigned char *img;   /* owned [header + payload], allocated on first use */
+} wslot;
 
 struct kv_disk {
   char *dir;            /* owned */
@@ -49,9 +60,17 @@ struct kv_disk {
   int64_t n_e, cap_e, n_dead;
   int32_t *buckets;     /* owned [n_buckets] */
   int64_t n_buckets;
-  unsigned char *io;    /* owned [header + payload]: one block file being written */
-  uint64_t tmp_seq;
+  unsigned char *io;    /* owned [header + payload]: a block file read on the pool's thread */
+  uint64_t tmp_seq;     /* the writer's */
   kv_disk_stats st;
+  /* mu guards the index, st and the queue; the pool's thread fills a free slot outside it
+   * (only that thread adds), the writer writes the head slot outside it (only it removes) */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;    /* the queue changed: work for the writer, room or empty for a waiter */
+  pthread_t writer;
+  bool writer_started, stop, hold;
+  wslot *q;             /* owned [q_cap]: a ring, q_n pending from q_head */
+  int q_cap, q_head, q_n;
 };
 
 /* ---- little-endian fields ---- */
@@ -101,7 +120,7 @@ static uint64_t file_checksum(const unsigned char *p, size_t n) {
   return h;
 }
 
-/* ---- the index ---- */
+/* ---- the index (under mu) ---- */
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -315,20 +334,44 @@ static void touch(kv_disk *d, entry *e) {
 
 static void touch(kv_disk *d, entry *e);
 
-/* Writes block b of the pool (published) unless the store has it; one it has
- * is marked used now when `refresh`. */
-static int save_block(kv_disk *d, int32_t b, bool refresh, herr *err) {
+/* The pending slot of block (hash, parent), or NULL. Under mu. */
+static wslot *queued(const kv_disk *d, uint64_t hash, uint64_t parent) {
+  for (int i = 0; i < d->q_n; i++) {
+    wslot *w = &d->q[(d->q_head + i) % d->q_cap];
+    if (w->hash == hash && w->parent == parent) return w;
+  }
+  return NULL;
+}
+
+/* Queues block b of the pool (published) for the writer unless the store has
+ * it or it waits already; one it has is marked used now when `refresh`. A
+ * full queue drops the block (counted) unless `wait`, which waits for room.
+ * Runs on the pool's thread. */
+static int save_block(kv_disk *d, int32_t b, bool refresh, bool wait, herr *err) {
   kv_block_key k;
   if (!kv_pool_block_published(d->pool, b, &k)) return 0;
+  if ((int64_t)(d->header + d->payload) > d->max_bytes) return 0;
+  pthread_mutex_lock(&d->mu);
   entry *have = find(d, k.hash);
   if (have && have->parent == k.parent) {
     if (refresh) touch(d, have);
+    pthread_mutex_unlock(&d->mu);
     return 0;
   }
-  if (have) drop_entry(d, have); /* the same hash for another prefix: the newer one wins */
-  int64_t size = (int64_t)(d->header + d->payload);
-  if (size > d->max_bytes) return 0;
-  unsigned char *p = d->io;
+  if (queued(d, k.hash, k.parent)) {
+    pthread_mutex_unlock(&d->mu);
+    return 0;
+  }
+  while (wait && d->q_n == d->q_cap) pthread_cond_wait(&d->cv, &d->mu);
+  if (d->q_n == d->q_cap) {
+    d->st.dropped++;
+    pthread_mutex_unlock(&d->mu);
+    return 0;
+  }
+  wslot *w = &d->q[(d->q_head + d->q_n) % d->q_cap]; /* free: the writer only takes pending slots */
+  pthread_mutex_unlock(&d->mu);
+  if (!w->img && !(w->img = malloc(d->header + d->payload))) return herr_set(err, HEARTH_ENOMEM, "KV store: out of memory");
+  unsigned char *p = w->img;
   memset(p, 0, d->header);
   memcpy(p, MAGIC, 8);
   put32(p + 8, KV_DISK_VERSION);
@@ -342,23 +385,34 @@ static int save_block(kv_disk *d, int32_t b, bool refresh, herr *err) {
   put32(p + 64, d->desc_len);
   memcpy(p + FIXED_HEADER, d->desc, d->desc_len);
   for (int i = 0; i < d->B; i++) put32(p + FIXED_HEADER + d->desc_len + 4 * (size_t)i, (uint32_t)k.tokens[i]);
-  int rc = kv_pool_block_read(d->pool, b, p + d->header, err);
+  int rc = kv_pool_block_read(d->pool, b, p + d->header, err); /* the copy the pool's thread waits for */
   if (rc) return rc;
-  put64(p + CHECKSUM_AT, file_checksum(p, (size_t)size));
-  make_room(d, size);
+  w->hash = k.hash, w->parent = k.parent, w->depth = k.depth;
+  pthread_mutex_lock(&d->mu);
+  d->q_n++;
+  pthread_cond_broadcast(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+  return 0;
+}
+
+/* Writes the image of slot w to its file (a temporary file renamed into place). No lock held. */
+static int write_image(kv_disk *d, wslot *w, herr *err) {
+  size_t size = d->header + d->payload;
+  unsigned char *p = w->img;
+  put64(p + CHECKSUM_AT, file_checksum(p, size));
   char tmp[4096], path[4096];
   snprintf(tmp, sizeof tmp, "%s/.tmp-%ld-%llu", d->dir, (long)getpid(), (unsigned long long)d->tmp_seq++);
-  block_path(d, k.hash, path, sizeof path);
+  block_path(d, w->hash, path, sizeof path);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return herr_set(err, HEARTH_EIO, "KV store: %s: %s", tmp, strerror(errno));
   size_t done = 0;
-  while (done < (size_t)size) {
-    ssize_t w = write(fd, p + done, (size_t)size - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) break;
-    done += (size_t)w;
+  while (done < size) {
+    ssize_t n = write(fd, p + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += (size_t)n;
   }
-  bool ok = done == (size_t)size;
+  bool ok = done == size;
   int e = ok ? 0 : errno;
   if (close(fd) != 0 && ok) ok = false, e = errno;
   if (ok && rename(tmp, path) != 0) ok = false, e = errno;
@@ -366,22 +420,60 @@ static int save_block(kv_disk *d, int32_t b, bool refresh, herr *err) {
     unlink(tmp);
     return herr_set(err, HEARTH_EIO, "KV store: writing %s: %s", path, strerror(e ? e : EIO));
   }
-  entry x = {.hash = k.hash, .parent = k.parent, .depth = k.depth, .bytes = size, .used = now_ns()};
-  if (add_entry(d, &x)) return herr_set(err, HEARTH_ENOMEM, "KV store: out of memory for its index");
-  d->st.saved++;
   return 0;
+}
+
+/* The writer thread: takes the queue's head, makes room under the bound,
+ * writes the file, then indexes it and frees the slot in one step, so a
+ * block is always found in the queue or in the index, never in neither. It
+ * ends when stopped with the queue empty. */
+static void *writer_main(void *arg) {
+  kv_disk *d = arg;
+  pthread_mutex_lock(&d->mu);
+  for (;;) {
+    while ((d->hold || !d->q_n) && !d->stop) pthread_cond_wait(&d->cv, &d->mu);
+    if (!d->q_n) break; /* stopped, nothing left */
+    wslot *w = &d->q[d->q_head];
+    int64_t size = (int64_t)(d->header + d->payload);
+    entry *have = find(d, w->hash);
+    if (have) drop_entry(d, have); /* the same hash for another prefix: the newer one wins */
+    make_room(d, size);
+    pthread_mutex_unlock(&d->mu);
+    herr e = {0};
+    int rc = write_image(d, w, &e);
+    if (rc) HLOG_WARN("KV store %s: a block was not saved: %s", d->dir, e.msg);
+    pthread_mutex_lock(&d->mu);
+    entry x = {.hash = w->hash, .parent = w->parent, .depth = w->depth, .bytes = size, .used = now_ns()};
+    if (!rc && add_entry(d, &x)) {
+      char path[4096];
+      block_path(d, w->hash, path, sizeof path);
+      unlink(path);
+      HLOG_WARN("KV store %s: out of memory for its index; a block was not saved", d->dir);
+    } else if (!rc) {
+      d->st.saved++;
+    }
+    d->q_head = (d->q_head + 1) % d->q_cap;
+    d->q_n--;
+    pthread_cond_broadcast(&d->cv);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return NULL;
 }
 
 static void on_evict(void *user, kv_pool *p, int32_t b) {
   (void)p;
   kv_disk *d = user;
   herr e = {0};
-  if (save_block(d, b, false, &e)) HLOG_WARN("KV store %s: a block was not saved: %s", d->dir, e.msg);
+  if (save_block(d, b, false, false, &e)) HLOG_WARN("KV store %s: a block was not saved: %s", d->dir, e.msg);
 }
 
 static bool on_has(void *user, uint64_t hash, uint64_t parent) {
-  entry *e = find(user, hash);
-  return e && e->parent == parent;
+  kv_disk *d = user;
+  pthread_mutex_lock(&d->mu);
+  entry *e = find(d, hash);
+  bool has = (e && e->parent == parent) || queued(d, hash, parent);
+  pthread_mutex_unlock(&d->mu);
+  return has;
 }
 
 int kv_disk_parse_block(const kv_disk *d, const unsigned char *data, size_t size, kv_disk_block *out, herr *err) {
@@ -419,10 +511,30 @@ static int read_file(const char *path, unsigned char *buf, size_t cap, size_t *g
   return *got == cap ? 0 : herr_set(err, HEARTH_EIO, "%s: short read", path);
 }
 
+/* Holds mu for its whole length: the writer may not drop or rename under it. */
 static int on_load(void *user, kv_pool *p, int32_t b, uint64_t hash, uint64_t parent, const int32_t *tokens) {
   kv_disk *d = user;
+  pthread_mutex_lock(&d->mu);
+  wslot *w = queued(d, hash, parent);
+  if (w) { /* still waiting for the writer: read back from its image */
+    herr err = {0};
+    const unsigned char *tk = w->img + FIXED_HEADER + d->desc_len;
+    int rc = 0;
+    for (int i = 0; i < d->B && !rc; i++)
+      if ((int32_t)get32(tk + 4 * (size_t)i) != tokens[i]) rc = -1; /* a hash collision */
+    if (!rc && kv_pool_block_write(p, b, w->img + d->header, &err)) {
+      HLOG_WARN("KV store %s: a queued block not loaded: %s", d->dir, err.msg);
+      rc = -1;
+    }
+    if (!rc) d->st.loaded++;
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+  }
   entry *e = find(d, hash);
-  if (!e || e->parent != parent) return -1;
+  if (!e || e->parent != parent) {
+    pthread_mutex_unlock(&d->mu);
+    return -1;
+  }
   char path[4096];
   block_path(d, hash, path, sizeof path);
   hmmap m = {0};
@@ -453,10 +565,12 @@ static int on_load(void *user, kv_pool *p, int32_t b, uint64_t hash, uint64_t pa
     HLOG_WARN("KV store %s: %016llx.kvb not loaded: %s; removed", d->dir, (unsigned long long)hash, why);
     d->st.rejected++;
     drop_entry(d, e);
+    pthread_mutex_unlock(&d->mu);
     return -1;
   }
   touch(d, e);
   d->st.loaded++;
+  pthread_mutex_unlock(&d->mu);
   return 0;
 }
 
@@ -480,9 +594,17 @@ int kv_disk_open(const char *dir, int64_t max_bytes, uint64_t model_id, kv_pool 
   d->payload = kv_pool_block_payload(p);
   d->header = header_bytes(d->desc_len, d->B);
   d->io = malloc(d->header + d->payload);
+  size_t per = d->header + d->payload;
+  d->q_cap = QUEUE_BYTES / per > 64 ? 64 : QUEUE_BYTES / per < 2 ? 2 : (int)(QUEUE_BYTES / per);
+  d->q = calloc((size_t)d->q_cap, sizeof *d->q);
+  pthread_mutex_init(&d->mu, NULL);
+  pthread_cond_init(&d->cv, NULL);
   int rc = 0;
-  if (!d->dir || !d->io || rebuild_buckets(d)) rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+  if (!d->dir || !d->io || !d->q || rebuild_buckets(d)) rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
   if (!rc) rc = scan(d, err);
+  if (!rc && pthread_create(&d->writer, NULL, writer_main, d) != 0)
+    rc = herr_set(err, HEARTH_EINTERNAL, "KV store %s: cannot start its writer thread", dir);
+  if (!rc) d->writer_started = true;
   if (rc) {
     kv_disk_close(d);
     return rc;
@@ -506,19 +628,48 @@ int kv_disk_flush(kv_disk *d, herr *err) {
     first--;
     room -= size;
   }
-  int64_t before = d->st.saved;
+  pthread_mutex_lock(&d->mu);
+  int64_t before = d->st.saved + d->q_n; /* what waits now is written by an earlier count */
+  pthread_mutex_unlock(&d->mu);
   int rc = 0;
-  for (int64_t i = first; i < n && !rc; i++) rc = save_block(d, order[i], true, err);
+  for (int64_t i = first; i < n && !rc; i++) rc = save_block(d, order[i], true, true, err);
   free(order);
+  kv_disk_sync(d);
   if (rc) return rc;
   HLOG_INFO("KV store %s: %lld blocks written at close; %lld blocks (%.1f MiB) stored", d->dir,
             (long long)(d->st.saved - before), (long long)d->st.files, (double)d->st.bytes / (1 << 20));
   return 0;
 }
 
+void kv_disk_sync(kv_disk *d) {
+  if (!d) return;
+  pthread_mutex_lock(&d->mu);
+  while (d->q_n && !d->hold && d->writer_started) pthread_cond_wait(&d->cv, &d->mu);
+  pthread_mutex_unlock(&d->mu);
+}
+
+void kv_disk_hold(kv_disk *d, bool hold) {
+  pthread_mutex_lock(&d->mu);
+  d->hold = hold;
+  pthread_cond_broadcast(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+}
+
 void kv_disk_close(kv_disk *d) {
   if (!d) return;
   if (d->pool) kv_pool_set_spill(d->pool, NULL);
+  if (d->writer_started) { /* the writer empties the queue before it ends */
+    pthread_mutex_lock(&d->mu);
+    d->stop = true;
+    d->hold = false;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->writer, NULL);
+  }
+  for (int i = 0; d->q && i < d->q_cap; i++) free(d->q[i].img);
+  free(d->q);
+  pthread_mutex_destroy(&d->mu);
+  pthread_cond_destroy(&d->cv);
   free(d->dir);
   free(d->e);
   free(d->buckets);
@@ -526,7 +677,13 @@ void kv_disk_close(kv_disk *d) {
   free(d);
 }
 
-void kv_disk_get_stats(const kv_disk *d, kv_disk_stats *out) { *out = d->st; }
+void kv_disk_get_stats(kv_disk *d, kv_disk_stats *out) {
+  pthread_mutex_lock(&d->mu);
+  *out = d->st;
+  out->pending = d->q_n;
+  out->hit_tokens = d->st.loaded * d->B;
+  pthread_mutex_unlock(&d->mu);
+}
 
 /* ---- the model's identity ---- */
 

@@ -37,12 +37,20 @@
  * written or read back); among equally recent ones the deepest go first,
  * so that a chain loses its tail before its head.
  *
- * Threads: none of its own. The pool's hooks run on the thread that drives
- * the pool; kv_disk_flush and kv_disk_close must run on it too (or after it
- * stopped). */
+ * Threads: a writer of its own. An evicted block is copied out of the pool
+ * into a queue of block images on the thread that drives the pool (the
+ * pool's hooks run there) and written to disk by the writer, so that thread
+ * never waits on the disk. The queue is bounded (64 MiB of images, 2 to 64
+ * of them); a block evicted while it is full is not written (counted as
+ * dropped). A queued block is read back from its image, so it is found from
+ * the moment it is evicted. kv_disk_flush (which waits for room instead of
+ * dropping, then for the queue to empty) and kv_disk_close (which lets the
+ * writer empty the queue, then stops it) must run on the pool's thread too
+ * (or after it stopped); kv_disk_get_stats may run anywhere. */
 #ifndef HEARTH_ENGINE_KV_DISK_H
 #define HEARTH_ENGINE_KV_DISK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -61,16 +69,26 @@ int kv_disk_open(const char *dir, int64_t max_bytes, uint64_t model_id, kv_pool 
  * recently used that fit max_bytes (those sequences hold count as the most
  * recent), oldest first. */
 int kv_disk_flush(kv_disk *d, herr *err);
-/* Removes the pool's hooks and frees (no flush). */
+/* Waits until the writer has written every queued block (returns at once
+ * while writes are held). */
+void kv_disk_sync(kv_disk *d);
+/* Holds the writer (true): queued blocks stay queued until released (false)
+ * or the store closes. For tests of the queue. */
+void kv_disk_hold(kv_disk *d, bool hold);
+/* Removes the pool's hooks, lets the writer write what is queued, and frees
+ * (no flush of the pool's other blocks). */
 void kv_disk_close(kv_disk *d);
 
 typedef struct kv_disk_stats {
   int64_t files, bytes;      /* blocks in the store now, and their bytes */
-  int64_t saved, loaded;     /* blocks written, blocks read back into the pool */
+  int64_t saved, loaded;     /* blocks written, blocks read back into the pool (from a file or the queue) */
   int64_t removed;           /* files removed to stay under max_bytes */
   int64_t rejected;          /* files ignored or removed: another model, version or format, or damaged */
+  int64_t hit_tokens;        /* prompt tokens the blocks read back saved computing (loaded × block tokens) */
+  int64_t pending;           /* blocks queued for the writer now */
+  int64_t dropped;           /* evicted blocks not written: the queue was full */
 } kv_disk_stats;
-void kv_disk_get_stats(const kv_disk *d, kv_disk_stats *out);
+void kv_disk_get_stats(kv_disk *d, kv_disk_stats *out);
 
 /* One block file's contents, pointing into its bytes. */
 typedef struct kv_disk_block {

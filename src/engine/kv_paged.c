@@ -55,7 +55,22 @@ struct kv_pool {
   int64_t max_snaps, n_snaps; /* snapshots kept at most / now */
   uint64_t snap_clock;
   kv_pool_spill spill;        /* a persistent store's hooks (all NULL: none) */
+  /* tensor parallelism: ranks 1.. keep arenas of their own, same blocks (rank 0's are be, buf, sbuf, store) */
+  int n_ranks;                /* 1: none */
+  bk_backend *rbe[KV_MAX_RANKS];          /* borrowed */
+  bk_buf *rbuf[KV_MAX_RANKS], *rsbuf[KV_MAX_RANKS]; /* owned */
+  kv_store rst[KV_MAX_RANKS];
 };
+
+static bk_backend *rank_be(const kv_pool *p, int r) { return r ? p->rbe[r] : p->be; }
+static kv_store *rank_st(kv_pool *p, int r) { return r ? &p->rst[r] : &p->store; }
+static const kv_store *rank_cst(const kv_pool *p, int r) { return r ? &p->rst[r] : &p->store; }
+static bk_buf **rank_buf(kv_pool *p, int r) { return r ? &p->rbuf[r] : &p->buf; }
+static bk_buf **rank_sbuf(kv_pool *p, int r) { return r ? &p->rsbuf[r] : &p->sbuf; }
+/* rank 0's store names the others' (the forward of rank r reads kv_store_rank(store, r)) */
+static void link_ranks(kv_pool *p) {
+  for (int r = 1; r < p->n_ranks; r++) p->store.rank[r] = &p->rst[r];
+}
 
 typedef struct paged_seq {
   kv_seq base;                /* must be first: the model sees this */
@@ -87,7 +102,7 @@ size_t kv_block_bytes(const model_kv_geometry *g, int block_tokens) {
   for (int l = 0; l < g->n_layers; l++)
     b += (size_t)block_tokens *
          (bk_kv_row_bytes(g->k_fmt[l], g->kv_dim[l]) + bk_kv_row_bytes(g->v_fmt[l], model_kv_v_dim(g, l)));
-  return b;
+  return b * (size_t)(g->n_ranks > 1 ? g->n_ranks : 1); /* every rank's arenas */
 }
 
 void kv_format_describe(const model_kv_geometry *g, char *buf, size_t n) {
@@ -224,39 +239,51 @@ static void release_block(kv_pool *p, int32_t b) {
 
 /* ---- the pool ---- */
 
-/* Allocates the arenas of n_blocks blocks into p->buf / p->store (p->buf unset on failure). */
+/* Allocates the arenas of n_blocks blocks into each rank's buffer and store (nothing changed on failure). */
 static int alloc_arenas(kv_pool *p, int64_t n_blocks, herr *err) {
-  size_t bytes = (size_t)n_blocks * kv_block_bytes(&p->geom, p->B);
-  bk_buf *buf;
-  int rc = bk_buf_new(p->be, bytes, &buf, err);
-  if (rc) return herr_wrap(err, "KV pool: %lld blocks of %d tokens (%zu bytes)", (long long)n_blocks, p->B, bytes);
-  kv_store st = {.n_layers = p->n_layers, .block_rows = p->B, .n_slots = n_blocks * p->B, .n_states = p->store.n_states};
-  memcpy(st.state, p->store.state, sizeof st.state); /* the state arenas live in a buffer of their own */
-  size_t off = 0;
-  for (int l = 0; l < p->n_layers; l++) { /* a row of a quantized arena: its stored bytes as 4-byte words */
-    int64_t rows = n_blocks * p->B;
-    int64_t kw = (int64_t)(bk_kv_row_bytes(p->geom.k_fmt[l], p->kv_dim[l]) / 4);
-    int64_t vw = (int64_t)(bk_kv_row_bytes(p->geom.v_fmt[l], p->v_dim[l]) / 4);
-    st.k[l] = (bk_tensor){.buf = buf, .off = off, .dt = BK_DT_F32, .rows = rows, .cols = kw};
-    off += (size_t)(rows * kw) * sizeof(float);
-    st.v[l] = (bk_tensor){.buf = buf, .off = off, .dt = BK_DT_F32, .rows = rows, .cols = vw};
-    off += (size_t)(rows * vw) * sizeof(float);
-    st.k_fmt[l] = p->geom.k_fmt[l];
-    st.v_fmt[l] = p->geom.v_fmt[l];
-  }
-  if (p->buf) { /* growing: the old blocks keep their ids and contents */
-    for (int l = 0; l < p->n_layers; l++) {
-      bk_copy(&st.k[l], 0, &p->store.k[l], 0, bk_nbytes(&p->store.k[l]));
-      bk_copy(&st.v[l], 0, &p->store.v[l], 0, bk_nbytes(&p->store.v[l]));
+  size_t bytes = (size_t)n_blocks * kv_block_bytes(&p->geom, p->B) / (size_t)p->n_ranks;
+  bk_buf *bufs[KV_MAX_RANKS] = {0};
+  kv_store sts[KV_MAX_RANKS];
+  int rc = 0;
+  for (int r = 0; r < p->n_ranks && !rc; r++) {
+    if ((rc = bk_buf_new(rank_be(p, r), bytes, &bufs[r], err))) {
+      herr_wrap(err, "KV pool: %lld blocks of %d tokens (%zu bytes)", (long long)n_blocks, p->B, bytes);
+      break;
     }
-    if ((rc = bk_sync(p->be, err))) {
-      bk_buf_free(buf);
-      return rc;
+    kv_store st = {.n_layers = p->n_layers, .block_rows = p->B, .n_slots = n_blocks * p->B, .n_states = p->store.n_states};
+    memcpy(st.state, rank_st(p, r)->state, sizeof st.state); /* the state arenas live in a buffer of their own */
+    size_t off = 0;
+    for (int l = 0; l < p->n_layers; l++) { /* a row of a quantized arena: its stored bytes as 4-byte words */
+      int64_t rows = n_blocks * p->B;
+      int64_t kw = (int64_t)(bk_kv_row_bytes(p->geom.k_fmt[l], p->kv_dim[l]) / 4);
+      int64_t vw = (int64_t)(bk_kv_row_bytes(p->geom.v_fmt[l], p->v_dim[l]) / 4);
+      st.k[l] = (bk_tensor){.buf = bufs[r], .off = off, .dt = BK_DT_F32, .rows = rows, .cols = kw};
+      off += (size_t)(rows * kw) * sizeof(float);
+      st.v[l] = (bk_tensor){.buf = bufs[r], .off = off, .dt = BK_DT_F32, .rows = rows, .cols = vw};
+      off += (size_t)(rows * vw) * sizeof(float);
+      st.k_fmt[l] = p->geom.k_fmt[l];
+      st.v_fmt[l] = p->geom.v_fmt[l];
     }
-    bk_buf_free(p->buf);
+    if (p->buf) { /* growing: the old blocks keep their ids and contents */
+      const kv_store *old = rank_st(p, r);
+      for (int l = 0; l < p->n_layers; l++) {
+        bk_copy(&st.k[l], 0, &old->k[l], 0, bk_nbytes(&old->k[l]));
+        bk_copy(&st.v[l], 0, &old->v[l], 0, bk_nbytes(&old->v[l]));
+      }
+      rc = bk_sync(rank_be(p, r), err);
+    }
+    sts[r] = st;
   }
-  p->buf = buf;
-  p->store = st;
+  if (rc) {
+    for (int r = 0; r < p->n_ranks; r++) bk_buf_free(bufs[r]);
+    return rc;
+  }
+  for (int r = 0; r < p->n_ranks; r++) {
+    bk_buf_free(*rank_buf(p, r));
+    *rank_buf(p, r) = bufs[r];
+    *rank_st(p, r) = sts[r];
+  }
+  link_ranks(p);
   return 0;
 }
 
@@ -268,26 +295,34 @@ static int alloc_states(kv_pool *p, int64_t n, herr *err) {
   int32_t *fr = realloc(p->state_free, sizeof(int32_t) * (size_t)n);
   if (!fr) return herr_set(err, HEARTH_ENOMEM, "KV pool: out of memory for %lld recurrent states", (long long)n);
   p->state_free = fr;
-  bk_buf *buf;
-  int rc = bk_buf_new(p->be, bytes, &buf, err);
-  if (rc) return herr_wrap(err, "KV pool: %lld recurrent states (%zu bytes)", (long long)n, bytes);
-  size_t off = 0;
-  bk_tensor st[CFG_MAX_LAYERS];
-  for (int l = 0; l < p->n_layers; l++) {
-    st[l] = (bk_tensor){0};
-    if (!p->state_dim[l]) continue;
-    st[l] = (bk_tensor){.buf = buf, .off = off, .dt = BK_DT_F32, .rows = n, .cols = p->state_dim[l]};
-    if (old) bk_copy(&st[l], 0, &p->store.state[l], 0, bk_nbytes(&p->store.state[l]));
-    off += (size_t)(n * p->state_dim[l]) * sizeof(float);
+  bk_buf *bufs[KV_MAX_RANKS] = {0};
+  bk_tensor st[KV_MAX_RANKS][CFG_MAX_LAYERS];
+  int rc = 0;
+  for (int r = 0; r < p->n_ranks && !rc; r++) {
+    if ((rc = bk_buf_new(rank_be(p, r), bytes, &bufs[r], err))) {
+      herr_wrap(err, "KV pool: %lld recurrent states (%zu bytes)", (long long)n, bytes);
+      break;
+    }
+    size_t off = 0;
+    for (int l = 0; l < p->n_layers; l++) {
+      st[r][l] = (bk_tensor){0};
+      if (!p->state_dim[l]) continue;
+      st[r][l] = (bk_tensor){.buf = bufs[r], .off = off, .dt = BK_DT_F32, .rows = n, .cols = p->state_dim[l]};
+      if (old) bk_copy(&st[r][l], 0, &rank_st(p, r)->state[l], 0, bk_nbytes(&rank_st(p, r)->state[l]));
+      off += (size_t)(n * p->state_dim[l]) * sizeof(float);
+    }
+    if (old) rc = bk_sync(rank_be(p, r), err);
   }
-  if (old && (rc = bk_sync(p->be, err))) {
-    bk_buf_free(buf);
+  if (rc) {
+    for (int r = 0; r < p->n_ranks; r++) bk_buf_free(bufs[r]);
     return rc;
   }
-  bk_buf_free(p->sbuf);
-  p->sbuf = buf;
-  memcpy(p->store.state, st, sizeof st);
-  p->store.n_states = n;
+  for (int r = 0; r < p->n_ranks; r++) {
+    bk_buf_free(*rank_sbuf(p, r));
+    *rank_sbuf(p, r) = bufs[r];
+    memcpy(rank_st(p, r)->state, st[r], sizeof st[r]);
+    rank_st(p, r)->n_states = n;
+  }
   for (int64_t r = n - 1; r >= old; r--) p->state_free[p->n_state_free++] = (int32_t)r;
   return 0;
 }
@@ -305,10 +340,12 @@ static int32_t take_state(kv_pool *p, herr *err) {
 
 /* Copies state row src to row dst in every recurrent layer (queued on the backend). */
 static void copy_state(kv_pool *p, int32_t dst, int32_t src) {
-  for (int l = 0; l < p->n_layers; l++) {
-    size_t row = (size_t)p->state_dim[l] * sizeof(float);
-    if (row) bk_copy(&p->store.state[l], (size_t)dst * row, &p->store.state[l], (size_t)src * row, row);
-  }
+  for (int r = 0; r < p->n_ranks; r++)
+    for (int l = 0; l < p->n_layers; l++) {
+      size_t row = (size_t)p->state_dim[l] * sizeof(float);
+      const bk_tensor *t = &rank_st(p, r)->state[l];
+      if (row) bk_copy(t, (size_t)dst * row, t, (size_t)src * row, row);
+    }
 }
 
 int kv_pool_new(const model_kv_geometry *g, int block_tokens, int64_t n_blocks, kv_pool **out, herr *err) {
@@ -334,6 +371,12 @@ int kv_pool_new(const model_kv_geometry *g, int block_tokens, int64_t n_blocks, 
   p->n_blocks = n_blocks;
   p->n_buckets = n_blocks * 2 + 1;
   p->be = g->backend;
+  p->n_ranks = g->n_ranks > 1 ? g->n_ranks : 1;
+  if (p->n_ranks > KV_MAX_RANKS) {
+    free(p);
+    return herr_set(err, HEARTH_EINVAL, "KV pool: %d ranks is out of range (at most %d)", g->n_ranks, KV_MAX_RANKS);
+  }
+  for (int r = 1; r < p->n_ranks; r++) p->rbe[r] = g->rank_backend[r];
   int rc = 0;
   if (!p->be && (rc = bk_cpu_open(&(bk_open_opts){.threads = 1}, &p->own_be, err))) {
     free(p);
@@ -411,8 +454,10 @@ static int pool_grow(kv_pool *p, int64_t need, herr *err) {
 
 void kv_pool_free(kv_pool *p) {
   if (!p) return;
-  bk_buf_free(p->buf);
-  bk_buf_free(p->sbuf);
+  for (int r = 0; r < p->n_ranks; r++) {
+    bk_buf_free(*rank_buf(p, r));
+    bk_buf_free(*rank_sbuf(p, r));
+  }
   free(p->state_free);
   bk_backend_close(p->own_be);
   free(p->meta);
@@ -638,10 +683,11 @@ bool kv_pool_block_published(const kv_pool *p, int32_t b, kv_block_key *out) {
 /* The arenas of a block, in payload order: layer by layer, K then V (layers
  * that store nothing have none). */
 #define FOR_BLOCK_ARENAS(p, t)                                                   \
-  for (int l_ = 0; l_ < (p)->n_layers; l_++)                                     \
-    for (int kv_ = 0; kv_ < 2; kv_++)                                            \
-      for (const bk_tensor *t = kv_ ? &(p)->store.v[l_] : &(p)->store.k[l_]; t; t = NULL) \
-        if (t->rows > 0 && t->cols > 0)
+  for (int r_ = 0; r_ < (p)->n_ranks; r_++)                                      \
+    for (int l_ = 0; l_ < (p)->n_layers; l_++)                                   \
+      for (int kv_ = 0; kv_ < 2; kv_++)                                          \
+        for (const bk_tensor *t = kv_ ? &rank_cst(p, r_)->v[l_] : &rank_cst(p, r_)->k[l_]; t; t = NULL) \
+          if (t->rows > 0 && t->cols > 0)
 
 static size_t arena_row_bytes(const bk_tensor *t) { return bk_nbytes(t) / (size_t)t->rows; }
 
@@ -670,13 +716,19 @@ int kv_pool_block_write(kv_pool *p, int32_t b, const void *src, herr *err) {
     if (rc) return rc;
     at += n;
   }
-  return bk_sync(p->be, err); /* the source may be a mapping the caller closes next */
+  for (int r = 0; r < p->n_ranks; r++) { /* the source may be a mapping the caller closes next */
+    int rc = bk_sync(rank_be(p, r), err);
+    if (rc) return rc;
+  }
+  return 0;
 }
 
 void kv_pool_format(const kv_pool *p, char *buf, size_t cap) {
   char fmt[128];
   kv_format_describe(&p->geom, fmt, sizeof fmt); /* "f32", or the quantized formats (a store of another format is not read) */
-  size_t n = (size_t)snprintf(buf, cap, "kv=%s block=%d layers=%d dims=", fmt, p->B, p->n_layers);
+  char ranks[32] = ""; /* tensor parallelism: the dims are each rank's */
+  if (p->n_ranks > 1) snprintf(ranks, sizeof ranks, " ranks=%d", p->n_ranks);
+  size_t n = (size_t)snprintf(buf, cap, "kv=%s block=%d layers=%d%s dims=", fmt, p->B, p->n_layers, ranks);
   for (int l = 0; l < p->n_layers && n < cap; l++) {
     n += (size_t)snprintf(buf + n, cap - n, "%s%lld", l ? "," : "", (long long)p->kv_dim[l]);
     if (n < cap && p->v_dim[l] != p->kv_dim[l]) n += (size_t)snprintf(buf + n, cap - n, "/%lld", (long long)p->v_dim[l]);

@@ -28,6 +28,7 @@
 #include "base/trace.h"
 #include "engine/generate.h"
 #include "engine/method.h"
+#include "engine/kv_disk.h"
 #include "engine/kv_quant.h"
 
 #define SCHED_DEFAULT_BLOCK_TOKENS 16
@@ -83,6 +84,8 @@ typedef struct sched_stats {
   /* speculative decoding, per draft source (spec_source): verification steps with drafts,
      tokens drafted, drafts accepted */
   int64_t spec_steps[SPEC_N_SOURCES], spec_drafted[SPEC_N_SOURCES], spec_accepted[SPEC_N_SOURCES];
+  bool kv_store;                                  /* a KV store on disk is in use: its counters in store */
+  kv_disk_stats store;
 } sched_stats;
 
 typedef struct sched sched;

@@ -111,9 +111,15 @@ int adapter_config_from_json(json_t *raw, const char *what, adapter_config *c, h
     goto fail;
   }
   const json_t *tp = json_object_get(c->raw, "target_parameters");
-  if (tp && !json_is_null(tp) && !(json_is_array(tp) && json_array_size(tp) == 0)) {
-    rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: target_parameters: LoRA on raw parameters (expert stacks) is not supported", what);
-    goto fail;
+  if (tp && !json_is_null(tp)) { /* parameters named by their module's path: the experts' fused stacks (lora.c) */
+    bool ok = json_is_array(tp);
+    size_t i;
+    const json_t *v;
+    json_array_foreach(tp, i, v) ok = ok && json_is_string(v);
+    if (!ok) {
+      rc = herr_set(err, HEARTH_EINVAL, "%s: target_parameters must be a list of parameter names", what);
+      goto fail;
+    }
   }
   /* variants whose forward is not scale · B · A · x (or that train more than the low-rank pair) */
   static const char *const variants[] = {"lora_bias", "alora_invocation_tokens", "layer_replication", "trainable_token_indices",

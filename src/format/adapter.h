@@ -14,8 +14,11 @@
  *   layers_to_transform  an int or a list of layer indices (others untouched)
  *   fan_in_fan_out       only means something for Conv1D bases (GPT-2); the
  *                        Linear projections hearth runs take it as false, as PEFT does
+ *   target_parameters    a list of parameter names (PEFT's ParamWrapper: the
+ *                        experts' fused mlp.experts.gate_up_proj / down_proj),
+ *                        matched by the model code against its tensors
  * Refused with a message naming the field: use_dora, modules_to_save,
- * bias other than "none", target_parameters, another peft_type, r <= 0, and
+ * bias other than "none", another peft_type, r <= 0, and
  * the variants whose forward is not scale · B · A · x when set: lora_bias,
  * alora_invocation_tokens, layer_replication, trainable_token_indices,
  * use_qalora, use_bdlora, arrow / monteclora / kasa / velora configs.

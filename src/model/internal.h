@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/comm.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/family.h"
@@ -29,6 +30,7 @@ typedef struct layer_weights {
   const rope_table *rope;                 /* NULL = this layer uses no RoPE */
   int64_t window;                         /* 0 = full attention */
   int64_t head_dim, kv_heads;             /* this layer's (gemma4's per_layer_config) */
+  int64_t heads;                          /* query heads it computes: all, or a tensor-parallel rank's */
   float attn_scale;
   int kv_src;                             /* the layer whose KV rows this one reads (itself unless shared) */
   bool out_gate;                          /* q holds each head's query then its output gate: the attention
@@ -55,6 +57,7 @@ typedef struct layer_weights {
   bk_weight ple_gate, ple_proj;           /* [ple, hidden], [hidden, ple] */
   bk_tensor ple_norm;
   float scalar;                           /* layer_scalar (1: none) */
+  bool bidir_media;                       /* media soft tokens see their whole span (model_seq.bidir_last) */
 } layer_weights;
 
 /* Steps of at most this many tokens are recorded and replayed (bk_graph_begin). */
@@ -73,6 +76,10 @@ typedef struct fwd_scratch {
   int64_t cap_r;          /* logits rows */
   bk_buf *logit_buf;      /* owned */
   bk_tensor logits;
+  int64_t cap_media;      /* media rows (model_seq.embeds) media holds */
+  bk_buf *media_buf;      /* owned */
+  bk_tensor media;        /* [cap_media, hidden]: the step's media rows, spliced over the embeddings */
+  float *host_media;      /* owned: their host staging */
 } fwd_scratch;
 
 /* The projections a LoRA adapter may add its delta to (lora.c). */
@@ -102,6 +109,13 @@ typedef struct step {
   bk_tensor rseqs;        /* I32 [S, 4]: per sequence t0, n, state row, fresh (the recurrent ops' rec_seq) */
   const lora_run *lora;   /* borrowed: the runs of rows that use adapters (none: the base model alone) */
   int n_lora;
+  bool has_last;          /* last holds bidirectional spans (model_seq.bidir_last) */
+  bk_tensor last;         /* I32 [T]: the last row each token sees on a layer with bidir_media (bk_attn_index.last) */
+  /* a canvas pass (model_seq.canvas): each sequence's new tokens attend to one another and to every
+   * earlier row; sliding layers see window_extra more rows back (the canvas beyond the window) */
+  bool canvas;
+  int64_t window_extra;
+  bk_tensor sc;           /* [T, vocab]: self-conditioning probabilities of a canvas pass (.buf NULL: none) */
 } step;
 
 /* The first rows * cols elements of t seen as [rows, cols]. */
@@ -163,6 +177,10 @@ struct model {
   int rope_key[MODEL_MAX_ROPES][2];
   int n_ropes;
   bool rope_interleaved;
+  int pos_axes;           /* positions per token in the step's pos table: 3 with multimodal RoPE (qwen3_5), else 1 */
+  struct mm_tower *towers[3]; /* borrowed from tower_list: the media towers by media_kind (mm.h); NULL: none */
+  struct mm_tower *tower_list[3]; /* owned: n_towers towers */
+  int n_towers;
   float embed_scale;      /* 0 = none */
   bool as_bf16;           /* f32 weights rounded to bf16 as loaded (model_load_opts.f32_as_bf16) */
   /* widest activations over the layers */
@@ -179,6 +197,17 @@ struct model {
   pthread_mutex_t lock;   /* held by a forward, and by LoRA adapters while they take or give back backend memory */
   lora_run *lora_runs;    /* owned: the step's runs of rows with adapters */
   int cap_lora_runs;
+  bk_buf *sc_buf;         /* owned: canvas passes' self-conditioning probabilities, sc_cap rows of vocab */
+  bk_tensor sc;
+  int64_t sc_cap;
+  int64_t window_extra;   /* rows the cache keeps beyond a sliding layer's window (a canvas beyond it) */
+  /* tensor parallelism (tp.c): this rank's place in its group (tp_size 0: not spread) */
+  int tp_rank, tp_size;
+  bk_comm *comm;          /* owned: this rank's communicator */
+  int64_t vocab_lo, vocab_n, vocab_pad; /* its vocabulary rows [vocab_lo, +vocab_n), each rank's padded to vocab_pad */
+  struct tp_group *tp;    /* owned by rank 0: the group (the other ranks, their threads) */
+  bk_buf *tp_buf;         /* owned: the head's local and gathered logits */
+  int64_t tp_cap_r;
 };
 
 /* ---- where weights come from (load.c) ---- */
@@ -246,8 +275,42 @@ void layer_norm(const model *m, const bk_tensor *y, const bk_tensor *x, const bk
 /* y += each adapter's delta for projection t of layer l on the rows of the runs that use one (x: the
  * projection's input); nothing without adapters. */
 void layer_lora(const step *st, int l, lora_target t, const bk_tensor *y, const bk_tensor *x);
+/* The expert deltas (bk_expert_lora) layer l gets on the rows of the step's lora run `run`:
+ * out (MODEL_MAX_LORA entries) and *n; false when none of its adapters changes the experts. */
+bool layer_lora_experts(const step *st, int l, int run, const bk_expert_lora **out, int *n);
 /* The adapter's load number: process-wide, never reused (recorded steps are keyed on it). */
 uint64_t model_lora_serial(const model_lora *a);
+
+/* ---- tensor parallelism (tp.c) ---- */
+
+/* model_load for rank `rank` of a group of `size` (size 0: not spread); decoder.c. */
+int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int size, model **out, herr *err);
+/* model_load with opts->tensor_parallel > 0: every rank loaded, their communicators, the group on rank 0. */
+int tp_load(const char *dir, const model_load_opts *opts, model **out, herr *err);
+/* Cuts the described weights down to this rank's part (before they go to the backend): attention
+ * heads, KV heads (replicated when fewer than the ranks), MLP and expert width, vocabulary rows. */
+int tp_shard(model *m, herr *err);
+/* The group's ranks and threads (rank 0's model_free). */
+void tp_free(model *m);
+/* Rank r's communicator (testing: failures injected into one rank). */
+bk_comm *tp_rank_comm(const model *m, int r);
+/* The KV geometry's ranks (rank 0's model_kv_geometry_of). */
+void tp_geometry(const model *m, model_kv_geometry *g);
+/* What forward_logits does, by mode. */
+enum { FWD_ALL = 0, FWD_CHECK = 1, FWD_RANK = 2 }; /* everything; checks and KV reserve only; all but reserve */
+int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg, bk_tensor *hid, int mode, herr *err);
+/* model_forward_rank over every rank in lockstep (rank 0's model): *lg, *hid are rank 0's. */
+int tp_forward(model *m, const model_batch *b, bk_tensor *lg, bk_tensor *hid, herr *err);
+/* x = the sum of every rank's x (after a row-parallel projection); nothing when not spread. */
+void model_reduce(model *m, const bk_tensor *x);
+/* The head's buffers for R logits rows (a split model's; before a step's ops, which may be recorded). */
+int tp_reserve(model *m, int64_t R, herr *err);
+/* lg [R, vocab] = x [R, hidden] · lm_headᵀ: each rank's vocabulary rows, gathered. */
+int model_head(model *m, const bk_tensor *lg, const bk_tensor *x, herr *err);
+/* A token id as this rank's embedding table numbers it (vocab_n: its zero row). */
+static inline int32_t tp_local_token(const model *m, int32_t id) {
+  return id >= m->vocab_lo && id < m->vocab_lo + m->vocab_n ? (int32_t)(id - m->vocab_lo) : (int32_t)m->vocab_n;
+}
 
 /* ---- expert residency (experts.c) ---- */
 
@@ -291,6 +354,11 @@ int qwen3_5_prepare(model *m, herr *err);
 int qwen3_5_load_mixer(model *m, const weight_src *src, int l, herr *err);
 void qwen3_5_mixer(model *m, int l, const kv_store *kv, step *st);
 extern const family_ops glm5_family_ops;
+extern const family_ops diffusion_gemma_family_ops;
+
+/* Gemma 4's per-layer geometry and layer weights (gemma4.c), shared by DiffusionGemma's stack. */
+int gemma4_prepare(model *m, herr *err);
+int gemma4_load_layer(model *m, const weight_src *src, int l, herr *err);
 
 /* The llama decoder's attention weights of layer l (q/k/v/o, biases, q/k norms), shared by families built on it. */
 int llama_load_attention(model *m, const weight_src *src, int l, herr *err);

@@ -23,9 +23,13 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/comm.h"
 #include "base/status.h"
 #include "format/config.h"
 
+
+/* Ranks of a tensor-parallel group a cache may hold arenas for (model.h). */
+#define KV_MAX_RANKS BK_COMM_MAX_RANKS
 
 /* The arenas of a cache: layer l's K rows are kv_store.k[l], n_slots rows
  * stored as k_fmt[l] ([n_slots, kv_dim[l]] f32 when BK_KV_F32; see
@@ -39,7 +43,13 @@ typedef struct kv_store {
   int64_t n_states;
   bk_tensor state[CFG_MAX_LAYERS];                /* views of the cache's state buffer (.buf NULL: none) */
   bk_kv_fmt k_fmt[CFG_MAX_LAYERS], v_fmt[CFG_MAX_LAYERS];
+  /* tensor parallelism: rank r's arenas (its heads, on its backend) are rank[r]'s, same blocks and
+   * slots; rank[0] and every entry of a single-rank cache are NULL: this store itself */
+  const struct kv_store *rank[KV_MAX_RANKS];
 } kv_store;
+
+/* Rank r's arenas of st. */
+static inline const kv_store *kv_store_rank(const kv_store *st, int r) { return r > 0 && st->rank[r] ? st->rank[r] : st; }
 
 typedef struct kv_seq kv_seq;
 

@@ -30,7 +30,7 @@ void layer_norm(const model *m, const bk_tensor *y, const bk_tensor *x, const bk
 void layer_attention(model *m, int l, const kv_store *kv, step *st) {
   const model_config *c = &m->cfg;
   const layer_weights *lw = &m->layers[l];
-  int64_t T = st->T, H = c->num_attention_heads, hd = lw->head_dim, KV = lw->kv_heads;
+  int64_t T = st->T, H = lw->heads, hd = lw->head_dim, KV = lw->kv_heads;
   float eps = (float)c->rms_norm_eps;
   bk_tensor q = step_view(&st->q, T, H * hd), k = step_view(&st->k, T, KV * hd), v = step_view(&st->v, T, KV * hd);
   bk_tensor att = step_view(&st->att, T, H * hd);
@@ -73,13 +73,16 @@ void layer_attention(model *m, int l, const kv_store *kv, step *st) {
   }
   int src = lw->kv_src;
   bk_kv_layer kl = {&kv->k[src], &kv->v[src], kv->block_rows, kv->k_fmt[src], kv->v_fmt[src]};
-  attn_params ap = {H, m->layers[src].kv_heads, hd, lw->attn_scale, (float)c->attn_logit_softcapping, lw->window};
-  bk_attn_index ix = {&st->row, &st->tab, &st->tables};
+  attn_params ap = {H, m->layers[src].kv_heads, hd, lw->attn_scale, (float)c->attn_logit_softcapping,
+                    lw->window ? lw->window + st->window_extra : 0};
+  bk_attn_index ix = {.row = &st->row, .tab = &st->tab, .tables = &st->tables,
+                      .last = st->has_last && lw->bidir_media ? &st->last : NULL};
   bk_attention(&att, &q, &kl, &ix, &ap);
   if (lw->out_gate) bk_sigmoid_mul(&att, &gate);
   bk_tensor o = step_view(&st->o, T, c->hidden_size);
   bk_matmul_t(&o, &att, &lw->o, opt(&lw->o_bias));
   layer_lora(st, l, LORA_O, &o, &att);
+  model_reduce(m, &o); /* row-parallel: each rank's heads' share */
   if (m->fam->sandwich_norms) layer_norm(m, &o, &o, &lw->post_attn_norm);
   bk_add(&st->x, &st->x, &o);
 }
@@ -94,6 +97,7 @@ void layer_mlp(model *m, const layer_weights *lw, step *st, const bk_tensor *in,
   bk_act_mul(&gate, &up, model_act(m));
   bk_matmul_t(out, &gate, &lw->down, opt(&lw->down_bias));
   layer_lora(st, l, LORA_DOWN, out, &gate);
+  model_reduce(m, out); /* row-parallel: each rank's share of the width */
 }
 
 void layer_route(model *m, const layer_weights *lw, step *st, const bk_tensor *route_in) {
@@ -110,6 +114,19 @@ void layer_experts(model *m, const layer_weights *lw, step *st, const bk_tensor 
   bool budget = m->xc.budget > 0;
   if (budget && !m->xc.err.code && experts_acquire(m, (int)(lw - m->layers), &ids, &m->xc.err)) return;
   bk_moe(out, in, &ids, &w, &lw->ex, model_act(m));
+  /* rows whose adapters change the experts: their experts again, with the deltas */
+  int l = (int)(lw - m->layers);
+  for (int i = 0; i < st->n_lora; i++) {
+    const bk_expert_lora *xl[MODEL_MAX_LORA];
+    bk_experts ex = lw->ex;
+    if (!layer_lora_experts(st, l, i, xl, &ex.n_lora)) continue;
+    ex.lora = xl;
+    const lora_run *run = &st->lora[i];
+    bk_tensor yr = bk_rows(out, run->t0, run->rows), xr = bk_rows(in, run->t0, run->rows);
+    bk_tensor ir = bk_rows(&ids, run->t0, run->rows), wr = bk_rows(&w, run->t0, run->rows);
+    bk_moe(&yr, &xr, &ir, &wr, &ex, model_act(m));
+  }
+  model_reduce(m, out); /* each rank holds a share of every expert's width */
   if (budget) experts_trim(m);
 }
 

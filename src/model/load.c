@@ -358,7 +358,7 @@ int model_experts(model *m, const weight_src *src, const char *base, int64_t n, 
   lw->experts = calloc((size_t)(3 * n), sizeof *lw->experts);
   if (!lw->experts) return herr_set(err, HEARTH_ENOMEM, "out of memory for %lld experts", (long long)n);
   bk_weight *gate = lw->experts, *up = gate + n, *down = up + n;
-  lw->ex = (bk_experts){n, gate, up, down};
+  lw->ex = (bk_experts){.n = n, .gate = gate, .up = up, .down = down};
   char name[320], name2[320];
   int rc;
   bool found = false;

@@ -1,14 +1,18 @@
 /* lora.c — LoRA adapters on a loaded model: a PEFT adapter folder
  * (format/adapter.h) mapped onto the decoder's projections (attention
  * q/k/v/o, the dense MLP's gate/up/down — or a MoE layer's shared expert —,
- * and the fused qkv_proj / gate_up_proj of families that store them so), its lora_A / lora_B held
+ * and the fused qkv_proj / gate_up_proj of families that store them so — and the routed experts:
+ * PEFT's target_parameters on the fused 3-D mlp.experts.gate_up_proj / down_proj (its
+ * ParamWrapper: lora_A [E·r, in] holds expert e's rows e·r.., lora_B [out, r·E] its columns
+ * k·E + e) or the older per-expert Linear modules mlp.experts.N.gate_proj / up_proj / down_proj),
+ * its lora_A / lora_B held
  * as f32 tensors in the model's backend, checked against the base's
  * shapes; and the delta each projection of a forward adds on the rows of
  * the sequences that use the adapter (layer_lora, bk_lora per run of rows).
  * Adapters are reference counted; the last release frees the backend
  * memory under the model's lock, so never while a forward runs. What an
- * adapter asks that this cannot honour (expert weights, embeddings, the
- * output head, DoRA, trained biases) is refused when it is loaded. */
+ * adapter asks that this cannot honour (embeddings, the output head, DoRA,
+ * trained biases, expert deltas on a GPU) is refused when it is loaded. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -31,6 +35,8 @@ struct model_lora {
   int64_t max_rank, n_mods;
   lora_mod *mods;        /* owned: [layers * LORA_N_TARGETS]; .a.buf NULL where the adapter has nothing */
   bk_buf *buf;           /* owned: every A and B */
+  bk_expert_lora *xl;    /* owned: [layers]; r 0 where the adapter leaves the layer's experts alone */
+  bk_buf *xbuf;          /* owned: the experts' A and B */
   atomic_int refs;
 };
 
@@ -41,6 +47,14 @@ typedef struct found_mod {
   int first, count;      /* targets first..first+count (a fused projection feeds several) */
   const st_tensor *a, *b;
 } found_mod;
+
+/* A tensor pair on a layer's experts: the fused 3-D parameter (expert -1) or one expert's Linear. */
+typedef struct found_x {
+  int layer, expert;     /* expert -1: PEFT's ParamWrapper over the fused parameter */
+  int proj;              /* 0 gate, 1 up, 2 down, 3 the fused gate_up (ParamWrapper) */
+  char module[256];
+  const st_tensor *a, *b;
+} found_x;
 
 /* "….layers.N.REST" → N and REST; false when the name is not in a layer. */
 static bool split_layer(const char *module, int *layer, const char **rest) {
@@ -84,6 +98,50 @@ static int find_target(const char *rest, int *first, int *count, bool *shared) {
   return -1;
 }
 
+/* REST after "layers.N." names a module on the experts: "mlp.experts.E.gate_proj" (one
+ * expert's Linear) or "mlp.experts" followed by ".base_layer"s (PEFT's ParamWrappers, one per
+ * targeted parameter, nested); *expert and *proj for the first, expert -1 and proj -1 (decided
+ * by the shapes) for the second. */
+static bool expert_module(const char *rest, int *expert, int *proj) {
+  if (strncmp(rest, "mlp.experts", 11) != 0) return false;
+  const char *p = rest + 11;
+  if (!*p) return *expert = -1, *proj = -1, true;
+  if (*p != '.') return false;
+  p++;
+  if (!strncmp(p, "base_layer", 10)) {
+    while (!strncmp(p, "base_layer", 10)) {
+      p += 10;
+      if (!*p) return *expert = -1, *proj = -1, true;
+      if (*p != '.') return false;
+      p++;
+    }
+    return false;
+  }
+  char *end;
+  long e = strtol(p, &end, 10);
+  if (end == p || *end != '.' || e < 0 || e > 1 << 20) return false;
+  static const char *const names[3] = {"gate_proj", "up_proj", "down_proj"};
+  for (int k = 0; k < 3; k++)
+    if (!strcmp(end + 1, names[k])) return *expert = (int)e, *proj = k, true;
+  return false;
+}
+
+/* Whether adapter_config.json's target_parameters names parameter `param` of module `module`
+ * (an entry equal to "module.param" or ending in "." + it, as PEFT matches). */
+static bool targets_parameter(const adapter_config *cfg, const char *module, const char *param) {
+  const json_t *tp = json_object_get(cfg->raw, "target_parameters");
+  char full[320];
+  snprintf(full, sizeof full, "%s.%s", module, param);
+  size_t i, fl = strlen(full);
+  const json_t *v;
+  json_array_foreach(tp, i, v) {
+    const char *t = json_string_value(v);
+    size_t tl = t ? strlen(t) : 0;
+    if (t && (!strcmp(full, t) || (fl > tl && full[fl - tl - 1] == '.' && !strcmp(full + fl - tl, t)))) return true;
+  }
+  return false;
+}
+
 /* The base weight under target t of layer l. */
 static const bk_weight *target_weight(const layer_weights *lw, int t) {
   switch (t) {
@@ -100,17 +158,183 @@ static const bk_weight *target_weight(const layer_weights *lw, int t) {
 static void lora_free(model_lora *a) {
   if (!a) return;
   if (a->buf) bk_buf_free(a->buf);
+  if (a->xbuf) bk_buf_free(a->xbuf);
+  free(a->xl);
   free(a->mods);
   free(a->path);
   free(a);
+}
+
+static int tensor_f32(const st_tensor *t, float **out, const char *dir, const char *module, herr *err) {
+  size_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+  *out = malloc(sizeof(float) * (n ? n : 1));
+  if (!*out) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  int rc = st_to_f32(t, *out, err);
+  for (size_t i = 0; !rc && i < n; i++)
+    if (!isfinite((*out)[i])) rc = herr_set(err, HEARTH_EFORMAT, "%s: '%s': a non-finite value", dir, module);
+  return rc;
+}
+
+/* The adapter's expert deltas fx[0..nx) as per-layer stacks (bk_expert_lora): each expert's
+ * A and its B times the scale, zero-padded to the layer's largest rank. */
+static int load_experts(model *m, const char *dir, const adapter_config *cfg, found_x *fx, int nx, model_lora *a, uint64_t *h,
+                        herr *err) {
+  int64_t L = m->cfg.num_hidden_layers, D = m->cfg.hidden_size;
+  if (!bk_backend_is_cpu(m->be))
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: LoRA on the experts ('%s') runs on the CPU only, not on %s", dir, fx[0].module,
+                    bk_backend_name(m->be));
+  /* each pair complete, 2-D float, and which projection a fused one is by its shapes */
+  for (int j = 0; j < nx; j++) {
+    found_x *f = &fx[j];
+    const layer_weights *lw = &m->layers[f->layer];
+    int64_t I = lw->ex.gate[0].rows, E = lw->ex.n;
+    if (!f->a || !f->b)
+      return herr_set(err, HEARTH_EFORMAT, "%s: module '%s' has lora_%s but no lora_%s", dir, f->module, f->a ? "A" : "B",
+                      f->a ? "B" : "A");
+    if (f->a->ndim != 2 || f->b->ndim != 2 || !st_dtype_is_float(f->a->dtype) || !st_dtype_is_float(f->b->dtype))
+      return herr_set(err, HEARTH_EFORMAT, "%s: '%s': lora_A and lora_B must be 2-D float tensors", dir, f->module);
+    int64_t ar = f->a->shape[0], ain = f->a->shape[1], bout = f->b->shape[0], br = f->b->shape[1];
+    char base[256];
+    snprintf(base, sizeof base, "%s", f->module);
+    for (char *p; (p = strstr(base, ".base_layer"));) *p = 0;
+    if (f->expert < 0) { /* gate_up_proj [E, 2I, D] or down_proj [E, D, I], as PEFT swaps them: A [E·r, in], B [out, r·E] */
+      if (ain == D && bout == 2 * I) f->proj = 3;
+      else if (ain == I && bout == D) f->proj = 2;
+      if (f->proj < 0 || ar != br || ar % E != 0)
+        return herr_set(err, HEARTH_EFORMAT,
+                        "%s: '%s': lora_A [%lld, %lld] and lora_B [%lld, %lld] fit neither the experts' gate_up_proj "
+                        "(lora_A [%lld·r, %lld], lora_B [%lld, r·%lld]) nor their down_proj (lora_A [%lld·r, %lld], "
+                        "lora_B [%lld, r·%lld])",
+                        dir, f->module, (long long)ar, (long long)ain, (long long)bout, (long long)br, (long long)E, (long long)D,
+                        (long long)(2 * I), (long long)E, (long long)E, (long long)I, (long long)D, (long long)E);
+      const char *param = f->proj == 3 ? "gate_up_proj" : "down_proj";
+      if (!targets_parameter(cfg, base, param))
+        return herr_set(err, HEARTH_EFORMAT,
+                        "%s: adapter_model.safetensors has a LoRA for '%s.%s', which adapter_config.json's "
+                        "target_parameters does not name",
+                        dir, base, param);
+      int64_t want = adapter_config_rank(cfg, base);
+      if (ar / E != want)
+        return herr_set(err, HEARTH_EFORMAT, "%s: '%s': the tensors have rank %lld but adapter_config.json says %lld", dir,
+                        f->module, (long long)(ar / E), (long long)want);
+    } else {
+      int64_t in = f->proj == 2 ? I : D, out = f->proj == 2 ? D : I;
+      if (ain != in || bout != out || br != ar)
+        return herr_set(err, HEARTH_EFORMAT,
+                        "%s: '%s': lora_A [%lld, %lld] and lora_B [%lld, %lld] do not fit the expert's projection [%lld, %lld]",
+                        dir, f->module, (long long)ar, (long long)ain, (long long)bout, (long long)br, (long long)out,
+                        (long long)in);
+      if (!adapter_config_targets(cfg, f->module, f->layer))
+        return herr_set(err, HEARTH_EFORMAT,
+                        "%s: adapter_model.safetensors has a LoRA for '%s', which adapter_config.json's target_modules / "
+                        "layers_to_transform do not select",
+                        dir, f->module);
+      if (ar != adapter_config_rank(cfg, f->module))
+        return herr_set(err, HEARTH_EFORMAT, "%s: '%s': the tensors have rank %lld but adapter_config.json says %lld", dir,
+                        f->module, (long long)ar, (long long)adapter_config_rank(cfg, f->module));
+    }
+  }
+  /* per layer: the rank of its stacks (every adapter expert's padded to the largest) and the bytes */
+  int64_t *rank = calloc((size_t)L, sizeof *rank);
+  a->xl = calloc((size_t)L, sizeof *a->xl);
+  if (!rank || !a->xl) {
+    free(rank);
+    return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  }
+  for (int j = 0; j < nx; j++) {
+    int64_t r = fx[j].expert < 0 ? fx[j].a->shape[0] / m->layers[fx[j].layer].ex.n : fx[j].a->shape[0];
+    if (r > rank[fx[j].layer]) rank[fx[j].layer] = r;
+    if (r > a->max_rank) a->max_rank = r;
+  }
+  size_t total = 0;
+  for (int64_t l = 0; l < L; l++) {
+    if (!rank[l]) continue;
+    int64_t E = m->layers[l].ex.n, I = m->layers[l].ex.gate[0].rows, R = rank[l];
+    total += (size_t)(E * R * (D + D + I) + E * R * (I + I + D)) * 4 + 6 * 256;
+  }
+  int rc = bk_buf_new(m->be, total, &a->xbuf, err);
+  size_t off = 0;
+  for (int64_t l = 0; l < L && !rc; l++) {
+    if (!rank[l]) continue;
+    int64_t E = m->layers[l].ex.n, I = m->layers[l].ex.gate[0].rows, R = rank[l];
+    int64_t in[3] = {D, D, I}, outd[3] = {I, I, D};
+    float *ha[3] = {0}, *hb[3] = {0};
+    for (int p = 0; p < 3; p++) {
+      ha[p] = calloc((size_t)(E * R * in[p]), sizeof(float));
+      hb[p] = calloc((size_t)(E * outd[p] * R), sizeof(float));
+      if (!ha[p] || !hb[p]) rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+    }
+    for (int j = 0; j < nx && !rc; j++) {
+      found_x *f = &fx[j];
+      if (f->layer != l) continue;
+      float *A = NULL, *Bm = NULL;
+      if (!(rc = tensor_f32(f->a, &A, dir, f->module, err)) && !(rc = tensor_f32(f->b, &Bm, dir, f->module, err))) {
+        char base[256];
+        snprintf(base, sizeof base, "%s", f->module);
+        for (char *q; (q = strstr(base, ".base_layer"));) *q = 0;
+        if (f->expert < 0) {
+          int64_t r = f->a->shape[0] / E, bout = f->b->shape[0], ain = f->a->shape[1];
+          float scale = (float)adapter_config_scale(cfg, base, r);
+          /* expert e: A_e rows [e·r, e·r + r); B_e[o][k] = B[o][k·E + e]; gate_up's rows split as gate then up */
+          for (int64_t e = 0; e < E; e++)
+            for (int64_t k = 0; k < r; k++) {
+              for (int p = f->proj == 3 ? 0 : 2; p <= (f->proj == 3 ? 1 : 2); p++) {
+                memcpy(ha[p] + (e * R + k) * ain, A + (e * r + k) * ain, sizeof(float) * (size_t)ain);
+                int64_t o0 = f->proj == 3 && p == 1 ? I : 0, on = outd[p];
+                for (int64_t o = 0; o < on; o++) hb[p][(e * on + o) * R + k] = scale * Bm[(o0 + o) * (r * E) + k * E + e];
+              }
+            }
+          (void)bout;
+        } else {
+          int64_t r = f->a->shape[0], e = f->expert, p = f->proj;
+          float scale = (float)adapter_config_scale(cfg, f->module, r);
+          for (int64_t k = 0; k < r; k++) memcpy(ha[p] + (e * R + k) * in[p], A + k * in[p], sizeof(float) * (size_t)in[p]);
+          for (int64_t o = 0; o < outd[p]; o++)
+            for (int64_t k = 0; k < r; k++) hb[p][(e * outd[p] + o) * R + k] = scale * Bm[o * r + k];
+        }
+      }
+      free(A), free(Bm);
+    }
+    bk_expert_lora *x = &a->xl[l];
+    x->r = R;
+    for (int p = 0; p < 3 && !rc; p++) {
+      x->a[p] = (bk_tensor){.buf = a->xbuf, .off = off, .dt = BK_DT_F32, .rows = E * R, .cols = in[p]};
+      off += ((size_t)(E * R * in[p]) * 4 + 255) / 256 * 256;
+      x->b[p] = (bk_tensor){.buf = a->xbuf, .off = off, .dt = BK_DT_F32, .rows = E * outd[p], .cols = R};
+      off += ((size_t)(E * outd[p] * R) * 4 + 255) / 256 * 256;
+      rc = bk_set(&x->a[p], 0, ha[p], bk_nbytes(&x->a[p]), err);
+      if (!rc) rc = bk_set(&x->b[p], 0, hb[p], bk_nbytes(&x->b[p]), err);
+      *h = hmix64(*h ^ ((uint64_t)l << 40 | (uint64_t)p << 32 | 0x58u));
+      for (int64_t i = 0; !rc && i < E * R * in[p]; i++) {
+        uint32_t u;
+        memcpy(&u, &ha[p][i], 4);
+        *h = hmix64(*h ^ u);
+      }
+      for (int64_t i = 0; !rc && i < E * outd[p] * R; i++) {
+        uint32_t u;
+        memcpy(&u, &hb[p][i], 4);
+        *h = hmix64(*h ^ ((uint64_t)u << 7));
+      }
+    }
+    if (!rc) rc = bk_sync(m->be, err);
+    for (int p = 0; p < 3; p++) free(ha[p]), free(hb[p]);
+  }
+  a->n_mods += nx;
+  free(rank);
+  return rc;
 }
 
 static int load_mods(model *m, const char *dir, const adapter_config *cfg, const st_set *st, model_lora *a, herr *err) {
   const model_config *c = &m->cfg;
   int64_t L = c->num_hidden_layers;
   found_mod *fm = calloc(st->count ? st->count : 1, sizeof *fm);
-  if (!fm) return herr_set(err, HEARTH_ENOMEM, "out of memory");
-  int n = 0, rc = 0;
+  found_x *fx = calloc(st->count ? st->count : 1, sizeof *fx);
+  if (!fm || !fx) {
+    free(fm), free(fx);
+    return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  }
+  int n = 0, nx = 0, rc = 0;
   /* every tensor must be a lora_A / lora_B of a projection we run */
   for (size_t i = 0; i < st->count; i++) {
     const char *name = st->tensors[i].name;
@@ -146,6 +370,28 @@ static int load_mods(model *m, const char *dir, const adapter_config *cfg, const
         rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor '%s': LoRA on '%s' (outside the decoder layers) is not supported", dir,
                       name, module);
         goto out;
+      }
+      int xe, xp;
+      if (expert_module(rest, &xe, &xp)) {
+        if (layer >= L || !m->layers[layer].moe || !m->layers[layer].ex.n) {
+          rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor '%s': layer %d of this model has no experts", dir, name, layer);
+          goto out;
+        }
+        if (xe >= m->layers[layer].ex.n) {
+          rc = herr_set(err, HEARTH_EFORMAT, "%s: tensor '%s': expert %d, but layer %d has %lld", dir, name, xe, layer,
+                        (long long)m->layers[layer].ex.n);
+          goto out;
+        }
+        int j = 0;
+        while (j < nx && strcmp(fx[j].module, module) != 0) j++;
+        if (j == nx) {
+          fx[nx] = (found_x){.layer = layer, .expert = xe, .proj = xp};
+          snprintf(fx[nx].module, sizeof fx[nx].module, "%s", module);
+          nx++;
+        }
+        if (is_a) fx[j].a = &st->tensors[i];
+        else fx[j].b = &st->tensors[i];
+        continue;
       }
       if (find_target(rest, &first, &count, &shared)) {
         rc = herr_set(err, HEARTH_EUNSUPPORTED,
@@ -224,19 +470,20 @@ static int load_mods(model *m, const char *dir, const adapter_config *cfg, const
     if (r > a->max_rank) a->max_rank = r;
     total += ((size_t)(r * in) * 4 + 255) / 256 * 256 + ((size_t)(out * r) * 4 + 255) / 256 * 256;
   }
-  if (n == 0) {
+  if (n == 0 && nx == 0) {
     rc = herr_set(err, HEARTH_EFORMAT, "%s: adapter_model.safetensors holds no LoRA weights", dir);
     goto out;
   }
-  a->n_mods = n;
+  a->n_mods += n;
   a->mods = calloc((size_t)L * LORA_N_TARGETS, sizeof *a->mods);
   if (!a->mods) {
     rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
     goto out;
   }
-  if ((rc = bk_buf_new(m->be, total, &a->buf, err))) goto out;
+  if (total && (rc = bk_buf_new(m->be, total, &a->buf, err))) goto out;
   size_t off = 0;
   uint64_t h = hmix64(0x4c6f5241ull + (uint64_t)n);
+  if (nx && (rc = load_experts(m, dir, cfg, fx, nx, a, &h, err))) goto out;
   for (int k = 0; k < n && !rc; k++) {
     found_mod *f = &fm[k];
     int64_t r = f->a->shape[0], in = f->a->shape[1], out = f->b->shape[0];
@@ -286,11 +533,14 @@ static int load_mods(model *m, const char *dir, const adapter_config *cfg, const
   a->id = h ? h : 1; /* 0 is the base model's */
 out:
   free(fm);
+  free(fx);
   return rc;
 }
 
 int model_lora_load(model *m, const char *dir, model_lora **out, herr *err) {
   *out = NULL;
+  if (m->tp_size)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: LoRA adapters are not applied to a model split over ranks (--tensor-parallel)", dir);
   adapter_config cfg;
   int rc = adapter_config_load(dir, &cfg, err);
   if (rc) return rc;
@@ -312,6 +562,10 @@ int model_lora_load(model *m, const char *dir, model_lora **out, herr *err) {
   if (rc && a->buf) {
     bk_buf_free(a->buf);
     a->buf = NULL;
+  }
+  if (rc && a->xbuf) {
+    bk_buf_free(a->xbuf);
+    a->xbuf = NULL;
   }
   pthread_mutex_unlock(&m->lock);
   if (rc) goto fail;
@@ -335,7 +589,9 @@ void model_lora_release(model_lora *a) {
   model *m = a->m;
   pthread_mutex_lock(&m->lock); /* not while a forward runs */
   if (a->buf) bk_buf_free(a->buf);
+  if (a->xbuf) bk_buf_free(a->xbuf);
   a->buf = NULL;
+  a->xbuf = NULL;
   pthread_mutex_unlock(&m->lock);
   lora_free(a);
 }
@@ -353,6 +609,20 @@ uint64_t model_lora_set_id(const model_lora *const *a, int n) {
   uint64_t h = 0;
   for (int i = 0; i < n; i++) h = hmix64(h ^ hmix64(model_lora_id(a[i]) + (uint64_t)i * HMIX64_GAMMA));
   return h ? h : 1;
+}
+
+const bk_expert_lora *model_lora_experts(const model_lora *a, int l) {
+  return a->xl && a->xl[l].r ? &a->xl[l] : NULL;
+}
+
+bool layer_lora_experts(const step *st, int l, int run, const bk_expert_lora **out, int *n) {
+  *n = 0;
+  const lora_run *rr = &st->lora[run];
+  for (int j = 0; j < rr->n; j++) {
+    const bk_expert_lora *x = model_lora_experts(rr->a[j], l);
+    if (x) out[(*n)++] = x;
+  }
+  return *n > 0;
 }
 
 void layer_lora(const step *st, int l, lora_target t, const bk_tensor *y, const bk_tensor *x) {

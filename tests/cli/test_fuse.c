@@ -5,7 +5,11 @@
  * tensor keeps its name, shape and dtype (f32, and bf16 for the bf16 base,
  * whose fused logits stay near base + adapter); the config and other files
  * are copied; a GGUF file, a quantized folder and an adapter that does not
- * fit the base are refused with messages that say why. */
+ * fit the base are refused with messages that say why. On the MoE base
+ * (qwen3_moe), an adapter made per expert module fuses into the stored
+ * per-expert matrices and gives what the expert deltas give at run time
+ * (two paths: the merge in double, the deltas in bk_moe); one on the fused
+ * stacks (target_parameters) is refused. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,6 +153,39 @@ static void test_fuse_f32(void) {
   free(fused), free(rt), free(ref), free(toks);
 }
 
+static void test_fuse_experts(void) {
+  int n = 12;
+  int32_t toks[12];
+  for (int i = 0; i < n; i++) toks[i] = (int32_t)((7 + 37 * i) % 512);
+  char out[400], cmd[2048];
+  snprintf(out, sizeof out, "%s/fused_moe", tmp);
+  snprintf(cmd, sizeof cmd, "'%s' fuse '%s/qwen3_moe-f32' '%s/qwen3_moe-f32/per_expert' '%s'", HEARTH_BINARY, GOLDEN, LORA, out);
+  int rc = run(cmd);
+  char *e = last_stderr();
+  CHECK_MSG(rc == 0, "fuse failed: %s", e);
+  free(e);
+  int changed = 0;
+  CHECK(same_layout(GOLDEN "/qwen3_moe-f32", out, &changed));
+  CHECK_EQ_INT(changed, 2 * 8 * 3); /* gate, up, down of 8 experts in 2 layers */
+  float *fused = logits_of(out, NULL, toks, n), *rt = logits_of(GOLDEN "/qwen3_moe-f32", LORA "/qwen3_moe-f32/per_expert", toks, n);
+  float *base = logits_of(GOLDEN "/qwen3_moe-f32", NULL, toks, n);
+  if (fused && rt && base) {
+    size_t count = (size_t)n * 512;
+    double dt = max_diff(fused, rt, count), moved = max_diff(fused, base, count);
+    fprintf(stderr, "  fused qwen3_moe-f32+per_expert: %.3g from the expert deltas at run time (they move the logits by %.3g)\n",
+            dt, moved);
+    CHECK(dt <= 1e-4 && moved > 0.05);
+  } else
+    CHECK(0);
+  free(fused), free(rt), free(base);
+  snprintf(cmd, sizeof cmd, "'%s' fuse '%s/qwen3_moe-f32' '%s/qwen3_moe-f32/experts' '%s/refused_moe'", HEARTH_BINARY, GOLDEN, LORA,
+           tmp);
+  CHECK_EQ_INT(run(cmd), 1);
+  e = last_stderr();
+  CHECK_MSG(strstr(e, "target_parameters") != NULL, "%s", e);
+  free(e);
+}
+
 /* The ids `hearth generate` prints (greedy, 12 tokens) for a model and optional --adapter. */
 static char *generate_ids(const char *model, const char *adapter) {
   char cmd[2048], path[400];
@@ -238,6 +275,7 @@ int main(void) {
   RUN(test_fuse_f32);
   RUN(test_generate_adapter);
   RUN(test_fuse_bf16);
+  RUN(test_fuse_experts);
   RUN(test_refusals);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

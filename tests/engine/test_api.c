@@ -448,6 +448,12 @@ static void test_kv_quant(void) {
     blocks[i] = st.kv_blocks_total;
     CHECK_MSG(!strcmp(st.kv_format, i == 0 ? "f32" : i == 1 ? "q8" : "q4"), "format '%s'", st.kv_format);
     CHECK(st.kv_block_bytes > 0 && st.kv_blocks_total == (8 << 20) / st.kv_block_bytes);
+    /* GET /fit's answer: the loaded formats, whatever the caller's options say */
+    hearth_fit_opts fo = {.no_bandwidth = true, .kv_quant = i == 0 ? "4" : "off"};
+    hearth_fit_result fr;
+    CHECK_MSG(hearth_model_fit(m, &fo, &fr, &err) == 0, "%s", err.msg);
+    CHECK_EQ_STR(fr.kv_format, st.kv_format);
+    CHECK_EQ_INT(fr.kv_bytes_per_token * fr.kv_block_tokens, st.kv_block_bytes);
     hearth_model_free(m);
   }
   CHECK_MSG(blocks[1] >= blocks[0] * 128 / 36 - 1 && blocks[1] <= blocks[0] * 128 / 36 + 1, "%lld vs %lld blocks",

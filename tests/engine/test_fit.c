@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/fit.h"
 #include "hearth.h"
@@ -160,8 +161,91 @@ static void test_json_and_bandwidth(void) {
   CHECK_EQ_INT(hearth_fit("/nonexistent/model", &o, &r, &e), HEARTH_ENOTFOUND);
 }
 
+/* KV bytes per element of a format: 32 elements in 32 (8-bit) or 16 (4-bit)
+ * bytes plus a 4-byte scale. */
+static int64_t quant_row(const char *fmt, int64_t dim) {
+  if (!strcmp(fmt, "8")) return dim / 32 * 36;
+  if (!strcmp(fmt, "4")) return dim / 32 * 20;
+  return dim * 4;
+}
+
+static hearth_fit_result fit_of(const char *dir, const char *mode, const char *config, int64_t memory) {
+  hearth_fit_opts o = {.context = 100, .batch = 1, .no_bandwidth = true, .kv_quant = mode, .kv_quant_config = config,
+                       .memory_bytes = memory};
+  hearth_fit_result r;
+  hearth_error e = {0};
+  int rc = hearth_fit(dir, &o, &r, &e);
+  CHECK_MSG(rc == 0, "%s %s: %s", dir, mode ? mode : "-", e.msg);
+  if (rc) memset(&r, 0, sizeof r);
+  return r;
+}
+
+/* --kv-quant in the fit: each layer's K and V rows are the 8 / 4-bit block
+ * sizes exactly (a per-layer config file too), the format is named, and in
+ * the same memory the largest context grows by the ratio of the bytes. */
+static void test_kv_quant(void) {
+  static const char *const fixtures[] = {"llama-f32", "qwen3-f32"};
+  for (size_t f = 0; f < sizeof fixtures / sizeof fixtures[0]; f++) {
+    char dir[4096], cfgp[4200];
+    snprintf(dir, sizeof dir, GOLDEN "%s", fixtures[f]);
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
+    json_error_t je;
+    json_t *cfg = json_load_file(cfgp, 0, &je);
+    CHECK_MSG(cfg != NULL, "%s: %s", cfgp, je.text);
+    if (!cfg) return;
+    int64_t layers = jint(cfg, "num_hidden_layers", 0), heads = jint(cfg, "num_attention_heads", 1);
+    int64_t dim = jint(cfg, "num_key_value_heads", heads) * jint(cfg, "head_dim", jint(cfg, "hidden_size", 0) / heads);
+    json_decref(cfg);
+    CHECK(dim % 32 == 0);
+    static const char *const modes[] = {"off", "8", "4"};
+    hearth_fit_result r[3];
+    for (int i = 0; i < 3; i++) {
+      r[i] = fit_of(dir, modes[i], NULL, 0);
+      for (int64_t l = 0; l < layers; l++)
+        CHECK_MSG(r[i].kv_layer_bytes_per_token[l] == 2 * quant_row(modes[i], dim), "%s %s layer %lld: %lld bytes",
+                  fixtures[f], modes[i], (long long)l, (long long)r[i].kv_layer_bytes_per_token[l]);
+      CHECK_EQ_INT(r[i].kv_bytes_per_token, layers * 2 * quant_row(modes[i], dim));
+      CHECK_EQ_INT(r[i].kv_bytes, r[i].kv_bytes_per_token * 100);
+      CHECK_EQ_STR(r[i].kv_format, i == 0 ? "f32" : i == 1 ? "q8" : "q4");
+    }
+    /* memory for the weights, the overhead and 16 tokens of f32 KV: 8 / 4-bit fit 128/36 and 128/20 times that */
+    int64_t fixed = r[0].weight_bytes + r[0].overhead_bytes, room = 16 * r[0].kv_bytes_per_token;
+    for (int i = 0; i < 3; i++) {
+      hearth_fit_result g = fit_of(dir, modes[i], NULL, fixed + room);
+      CHECK_EQ_STR(g.memory_source, "given");
+      CHECK_EQ_INT(g.available_bytes, fixed + room);
+      CHECK_EQ_INT(g.overhead_bytes, r[0].overhead_bytes);
+      CHECK_EQ_INT(g.max_context, room / g.kv_bytes_per_token);
+      CHECK_EQ_INT(g.max_batch, room / (g.kv_bytes_per_token * 100));
+    }
+    CHECK_EQ_INT(fit_of(dir, "off", NULL, fixed + room).max_context, 16);
+    CHECK_EQ_INT(fit_of(dir, "8", NULL, fixed + room).max_context, 16 * dim * 4 / (dim / 32 * 36));
+    CHECK_EQ_INT(fit_of(dir, "4", NULL, fixed + room).max_context, 16 * dim * 4 / (dim / 32 * 20));
+    /* a per-layer config over the mode: layer 0's K 4-bit and V f32, the rest 8-bit */
+    char path[] = "/tmp/hearth_fit_kvq_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    FILE *fp = fdopen(fd, "w");
+    fputs("{\"layers\": {\"0\": {\"k\": \"4\", \"v\": \"off\"}}}", fp);
+    fclose(fp);
+    hearth_fit_result c = fit_of(dir, "8", path, 0);
+    CHECK_EQ_INT(c.kv_layer_bytes_per_token[0], quant_row("4", dim) + quant_row("off", dim));
+    for (int64_t l = 1; l < layers; l++) CHECK_EQ_INT(c.kv_layer_bytes_per_token[l], 2 * quant_row("8", dim));
+    CHECK_MSG(strstr(c.kv_format, "q4") && strstr(c.kv_format, "q8"), "format '%s'", c.kv_format);
+    /* a bad config is refused with its name */
+    fp = fopen(path, "w");
+    fputs("{\"layers\": {\"99\": \"8\"}}", fp);
+    fclose(fp);
+    hearth_fit_opts o = {.no_bandwidth = true, .kv_quant_config = path};
+    hearth_error e = {0};
+    CHECK(hearth_fit(dir, &o, &(hearth_fit_result){0}, &e) != 0 && strstr(e.msg, "hearth_fit_kvq_"));
+    unlink(path);
+  }
+}
+
 int main(void) {
   RUN(test_golden_kv_bytes);
+  RUN(test_kv_quant);
   RUN(test_json_and_bandwidth);
   TEST_MAIN_END();
 }

@@ -6,13 +6,16 @@
  * read back (the prefix stops before it); the size bound removes the least
  * recently used files, and a flush under it writes the most recently used
  * blocks; the model identity follows config.json and the
- * weight files' contents, not their folder's name. */
+ * weight files' contents, not their folder's name. Evicted blocks wait in
+ * the writer thread's bounded queue, readable there; a full queue drops; the
+ * close writes what waits; many evictions beside reads stay correct. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/kv_disk.h"
@@ -183,9 +186,12 @@ static void test_evicted_blocks_are_written(void) {
   kv_seq *x;
   kv_paged_seq_new(p, 0, &x, &e);
   CHECK_EQ_INT(x->ops->reserve(x, 16, &e), 0);
+  kv_disk_sync(d); /* written by the writer thread */
   kv_disk_stats st;
   kv_disk_get_stats(d, &st);
   CHECK_EQ_INT(st.saved, 4);
+  CHECK_EQ_INT(st.pending, 0);
+  CHECK_EQ_INT(count_files(dir), 4);
   /* no room to read them back while x holds everything */
   CHECK_EQ_INT(attach_check(p, A, 9), 0);
   kv_paged_seq_free(x);
@@ -399,6 +405,156 @@ static void test_flush_keeps_recent(void) {
   free(dir);
 }
 
+/* Evicted blocks wait in the writer's queue: found and read back from there
+ * before any file exists, written when the writer runs; closing the store
+ * writes what is still queued. */
+static void test_queue(void) {
+  char *dir = temp_dir();
+  model_kv_geometry g = geom(4);
+  herr e = {0};
+  int32_t A[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, C[9] = {11, 12, 13, 14, 15, 16, 17, 18, 19};
+  kv_pool *p;
+  kv_disk *d;
+  CHECK_EQ_INT(kv_pool_new(&g, B, 4, &p, &e), 0);
+  CHECK_EQ_INT(kv_disk_open(dir, 0, 42, p, &d, &e), 0);
+  kv_disk_hold(d, true);
+  fill(p, A, 8);
+  fill(p, C, 8);
+  kv_seq *x;
+  kv_paged_seq_new(p, 0, &x, &e);
+  CHECK_EQ_INT(x->ops->reserve(x, 16, &e), 0);
+  kv_disk_stats st;
+  kv_disk_get_stats(d, &st);
+  CHECK_EQ_INT(st.pending, 4);
+  CHECK_EQ_INT(st.saved, 0);
+  CHECK_EQ_INT(count_files(dir), 0);
+  kv_paged_seq_free(x);
+  CHECK_EQ_INT(attach_check(p, A, 9), 8); /* from the queue's images */
+  kv_disk_get_stats(d, &st);
+  CHECK_EQ_INT(st.loaded, 2);
+  CHECK_EQ_INT(st.hit_tokens, 2 * B);
+  CHECK_EQ_INT(count_files(dir), 0);
+  kv_disk_hold(d, false);
+  kv_disk_sync(d);
+  kv_disk_get_stats(d, &st);
+  CHECK_EQ_INT(st.pending, 0);
+  CHECK_EQ_INT(st.saved, 4);
+  CHECK_EQ_INT(count_files(dir), 4);
+  CHECK_EQ_INT(attach_check(p, C, 9), 8); /* C's blocks from their files */
+  kv_disk_get_stats(d, &st);
+  CHECK_EQ_INT(st.loaded, 4);
+  kv_disk_close(d);
+  kv_pool_free(p);
+  remove_dir(dir);
+  /* held until the close: the close writes them all */
+  CHECK_EQ_INT(kv_pool_new(&g, B, 4, &p, &e), 0);
+  CHECK_EQ_INT(kv_disk_open(dir, 0, 42, p, &d, &e), 0);
+  kv_disk_hold(d, true);
+  fill(p, A, 8);
+  fill(p, C, 8);
+  kv_paged_seq_new(p, 0, &x, &e);
+  CHECK_EQ_INT(x->ops->reserve(x, 16, &e), 0);
+  CHECK_EQ_INT(count_files(dir), 0);
+  kv_disk_close(d);
+  CHECK_EQ_INT(count_files(dir), 4);
+  kv_paged_seq_free(x);
+  kv_pool_free(p);
+  CHECK_EQ_INT(kv_pool_new(&g, B, 4, &p, &e), 0);
+  CHECK_EQ_INT(kv_disk_open(dir, 0, 42, p, &d, &e), 0);
+  CHECK_EQ_INT(attach_check(p, A, 9), 8);
+  CHECK_EQ_INT(attach_check(p, C, 9), 8);
+  kv_disk_close(d);
+  kv_pool_free(p);
+  remove_dir(dir);
+  free(dir);
+}
+
+/* A full queue drops what it cannot hold (counted) rather than wait: 80
+ * blocks evicted at once into a queue of 64. */
+static void test_queue_full(void) {
+  char *dir = temp_dir();
+  model_kv_geometry g = geom(4);
+  herr e = {0};
+  kv_pool *p;
+  kv_disk *d;
+  CHECK_EQ_INT(kv_pool_new(&g, B, 80, &p, &e), 0);
+  CHECK_EQ_INT(kv_disk_open(dir, 0, 42, p, &d, &e), 0);
+  kv_disk_hold(d, true);
+  for (int i = 0; i < 20; i++) {
+    int32_t t[16];
+    for (int j = 0; j < 16; j++) t[j] = 1000 * (i + 1) + j;
+    fill(p, t, 16);
+  }
+  kv_seq *x;
+  kv_paged_seq_new(p, 0, &x, &e);
+  CHECK_EQ_INT(x->ops->reserve(x, 80 * B, &e), 0);
+  kv_disk_stats st;
+  kv_disk_get_stats(d, &st);
+  CHECK_EQ_INT(st.pending, 64);
+  CHECK_EQ_INT(st.dropped, 16);
+  kv_disk_close(d);
+  CHECK_EQ_INT(count_files(dir), 64);
+  kv_paged_seq_free(x);
+  kv_pool_free(p);
+  remove_dir(dir);
+  free(dir);
+}
+
+/* Many evictions while prompts keep asking for earlier prefixes: each read
+ * back (from the pool, the queue or a file, whichever has it as the writer
+ * runs) holds the right values; nothing is rejected; after the close every
+ * block evicted and not dropped is a file. */
+static void test_concurrent_evictions(void) {
+  char *dir = temp_dir();
+  model_kv_geometry g = geom(4);
+  herr e = {0};
+  kv_pool *p;
+  kv_disk *d;
+  CHECK_EQ_INT(kv_pool_new(&g, B, 6, &p, &e), 0);
+  CHECK_EQ_INT(kv_disk_open(dir, 0, 42, p, &d, &e), 0);
+  enum { N = 300 };
+  int64_t hits = 0;
+  for (int i = 0; i < N; i++) {
+    int32_t t[9];
+    for (int j = 0; j < 9; j++) t[j] = 10 * i + j + 1;
+    fill(p, t, 8);
+    if (i % 8 == 0) nanosleep(&(struct timespec){.tv_nsec = 200000}, NULL); /* lets the writer run on a busy machine */
+    if (i >= 4) {
+      int k = i - 4 + (i % 3);
+      for (int j = 0; j < 9; j++) t[j] = 10 * k + j + 1;
+      int64_t hit = attach_check(p, t, 9);
+      CHECK(hit == 0 || hit == 4 || hit == 8);
+      hits += hit;
+    }
+  }
+  kv_disk_stats st;
+  kv_disk_get_stats(d, &st);
+  CHECK_EQ_INT(st.rejected, 0);
+  CHECK(hits > 0);
+  kv_disk_close(d);
+  kv_disk_stats first;
+  kv_pool_free(p);
+  /* a new life finds every block evicted and not dropped (all but the pool's last 6) */
+  CHECK_EQ_INT(kv_pool_new(&g, B, 2 * N + 2, &p, &e), 0);
+  CHECK_EQ_INT(kv_disk_open(dir, 0, 42, p, &d, &e), 0);
+  kv_disk_get_stats(d, &first);
+  CHECK_MSG(first.files >= 2 * N - 6 - st.dropped && first.files <= 2 * N, "files %lld, dropped %lld",
+            (long long)first.files, (long long)st.dropped);
+  CHECK(first.files > 0);
+  int found = 0;
+  for (int i = 0; i < N; i++) {
+    int32_t t[9];
+    for (int j = 0; j < 9; j++) t[j] = 10 * i + j + 1;
+    found += attach_check(p, t, 9) == 8;
+  }
+  CHECK_MSG(found >= N - 3 - (int)st.dropped, "%d of %d prompts found, %lld blocks dropped", found, N,
+            (long long)st.dropped);
+  kv_disk_close(d);
+  kv_pool_free(p);
+  remove_dir(dir);
+  free(dir);
+}
+
 static void write_file(const char *dir, const char *name, const char *text, size_t n) {
   char p[4096];
   snprintf(p, sizeof p, "%s/%s", dir, name);
@@ -445,6 +601,9 @@ int main(void) {
   RUN(test_rejects);
   RUN(test_size_bound);
   RUN(test_flush_keeps_recent);
+  RUN(test_queue);
+  RUN(test_queue_full);
+  RUN(test_concurrent_evictions);
   RUN(test_model_identity);
   TEST_MAIN_END();
 }

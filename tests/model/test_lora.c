@@ -10,7 +10,12 @@
  *     what it gets alone;
  *   - what cannot be honoured is refused with a message naming it: DoRA,
  *     modules_to_save, trained biases, shapes that do not fit the base,
- *     tensors the config does not target, modules outside the projections. */
+ *     tensors the config does not target, modules outside the projections;
+ *   - the routed experts of a MoE base (qwen3_moe): PEFT's target_parameters
+ *     on the fused expert stacks and per-expert modules, alone and stacked,
+ *     against the float64 reference of the fixture; in a batch beside a
+ *     sequence without adapters, which keeps its bits; expert tensors that
+ *     fit neither stack, or that target_parameters does not name, refused. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +163,7 @@ static void check_fixture(const char *base) {
 static void test_peft_fixtures(void) {
   check_fixture("llama-f32");
   check_fixture("qwen3-f32");
+  check_fixture("qwen3_moe-f32");
 }
 
 /* ---- refusals ---- */
@@ -270,6 +276,70 @@ out:
 }
 
 static void expect_refusal(model *m, const char *name, const char *config, const char *module, int64_t r, int64_t in, int64_t out,
+                           const char *extra, const char *want);
+
+/* Expert deltas in a mixed batch: the sequence without an adapter keeps the base's bits, the
+ * one with the experts adapter gets what it gets alone; expert tensors that fit no stack or
+ * that the config does not name are refused. */
+static void test_experts(void) {
+  char dir[512], path[700];
+  snprintf(dir, sizeof dir, "%s/qwen3_moe-f32", GOLDEN);
+  model *m = load_model(dir);
+  if (!m) return;
+  int64_t V = model_vocab_size(m);
+  herr err = {0};
+  model_lora *a = NULL;
+  snprintf(path, sizeof path, "%s/qwen3_moe-f32/experts", LORA);
+  CHECK_MSG(model_lora_load(m, path, &a, &err) == 0, "%s", err.msg);
+  if (a) {
+    int32_t toks[2][10];
+    for (int i = 0; i < 10; i++) toks[0][i] = 7 + 41 * i % 500, toks[1][i] = 11 + 29 * i % 500;
+    float *base = malloc(sizeof(float) * 10 * (size_t)V), *alone = malloc(sizeof(float) * 10 * (size_t)V);
+    float *mixed = malloc(sizeof(float) * 20 * (size_t)V), *plain = malloc(sizeof(float) * 20 * (size_t)V);
+    CHECK(run(m, toks[1], 10, NULL, 0, base) == 0);
+    model_lora *la[1] = {a};
+    CHECK(run(m, toks[0], 10, la, 1, alone) == 0);
+    model_kv_geometry geo;
+    model_kv_geometry_of(m, &geo);
+    kv_cache *c = NULL;
+    kv_seq *s0 = NULL, *s1 = NULL;
+    CHECK(kv_cache_new(&geo, 0, &c, &err) == 0 && kv_cache_seq_new(c, &s0, &err) == 0 && kv_cache_seq_new(c, &s1, &err) == 0);
+    model_seq sq[2] = {{.kv = s0, .tokens = toks[0], .n_tokens = 10, .all_logits = true, .lora = (const model_lora *const *)la, .n_lora = 1},
+                       {.kv = s1, .tokens = toks[1], .n_tokens = 10, .all_logits = true}};
+    model_batch bt = {sq, 2};
+    CHECK_MSG(model_forward(m, &bt, mixed, &err) == 0, "%s", err.msg);
+    /* the same batch with nobody under an adapter: the second sequence's bits */
+    kv_cache_seq_truncate(s0, 0), kv_cache_seq_truncate(s1, 0);
+    sq[0].n_lora = 0;
+    CHECK_MSG(model_forward(m, &bt, plain, &err) == 0, "%s", err.msg);
+    CHECK_MSG(memcmp(mixed + 10 * V, plain + 10 * V, sizeof(float) * 10 * (size_t)V) == 0,
+              "a sequence without an adapter changed beside one with expert deltas");
+    CHECK(max_diff(plain + 10 * V, base, 10 * (size_t)V) <= 1e-4);
+    double d = max_diff(mixed, alone, 10 * (size_t)V);
+    CHECK_MSG(d <= 1e-4, "the experts adapter in a mixed batch: %.3g from alone", d);
+    kv_cache_seq_free(s0), kv_cache_seq_free(s1), kv_cache_free(c);
+    free(base), free(alone), free(mixed), free(plain);
+    model_lora_release(a);
+  }
+  /* a fused expert pair of 8 experts × rank 2 that fits gate_up_proj [8, 64, 64] loads; one that fits nothing does not */
+  static const char *cfg = "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [], "
+                           "\"target_parameters\": [\"mlp.experts.gate_up_proj\"]}";
+  snprintf(path, sizeof path, "%s/fused_ok", tmp_root());
+  write_adapter(path, cfg, "model.layers.1.mlp.experts", 16, 64, 64, NULL);
+  a = NULL;
+  CHECK_MSG(model_lora_load(m, path, &a, &err) == 0, "%s", err.msg);
+  if (a) CHECK(model_lora_rank(a) == 2);
+  model_lora_release(a);
+  expect_refusal(m, "fused_shape", cfg, "model.layers.1.mlp.experts", 16, 64, 50, NULL, "fit neither");
+  expect_refusal(m, "fused_unnamed",
+                 "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [], \"target_parameters\": [\"mlp.experts.down_proj\"]}",
+                 "model.layers.1.mlp.experts", 16, 64, 64, NULL, "target_parameters");
+  expect_refusal(m, "expert_index", "{\"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"gate_proj\"]}",
+                 "model.layers.0.mlp.experts.9.gate_proj", 2, 64, 32, NULL, "expert 9");
+  model_free(m);
+}
+
+static void expect_refusal(model *m, const char *name, const char *config, const char *module, int64_t r, int64_t in, int64_t out,
                            const char *extra, const char *needle) {
   char dir[400];
   snprintf(dir, sizeof dir, "%s/%s", tmp_root(), name);
@@ -375,6 +445,7 @@ int main(void) {
   RUN(test_base_unchanged_and_mixed);
   RUN(test_peft_fixtures);
   RUN(test_hybrid_moe);
+  RUN(test_experts);
   cleanup();
   TEST_MAIN_END();
 }

@@ -1,0 +1,418 @@
+/* tp.c — tensor parallelism: one model spread over N ranks of one process,
+ * one thread per rank, each rank a whole `model` (its own backend: the CPU,
+ * or GPU cuda:K + r) holding 1/N of every layer, driven in lockstep as one
+ * model through model.h.
+ *
+ * The sharding, applied to the described weights before they go to the
+ * backend (tp_shard):
+ *   attention   query heads split (rank r: heads [r H/N, (r+1) H/N)); KV
+ *               heads split with them, or, fewer than N, replicated (each
+ *               rank keeps the one KV head its query heads read; N a
+ *               multiple of the KV heads); q / k / v (and their biases)
+ *               column-parallel: row ranges of the stored matrices, no copy;
+ *               o row-parallel: its input columns of those heads (copied),
+ *               its bias added by rank 0 only, then an all-reduce.
+ *   dense MLP   gate / up column-parallel, down row-parallel + all-reduce.
+ *   MoE         every expert split by width (each rank 1/N of every expert's
+ *               intermediate size) with the router replicated: each rank
+ *               routes the same tokens to the same experts (identical inputs
+ *               after the all-reduce), runs its slices, and one all-reduce
+ *               sums them — the dense MLP's scheme, no backend change, every
+ *               rank the same work whatever the routing (an expert split
+ *               leaves ranks idle when a step's tokens pick few experts).
+ *   vocabulary  the embedding and the head split by rows (rank r: ids
+ *               [r Vp, r Vp + its count), Vp = ceil(V / N)): a rank's
+ *               embedding table has a zero row that ids outside its range
+ *               read, so the all-reduce after the embedding sums one row
+ *               and zeros; its head makes its logits columns, gathered.
+ * Shapes that do not divide are refused with a message naming the
+ * dimension, as are column splits that do not fall on a quantized block.
+ *
+ * The group (tp_load, tp_forward): rank 0's model is the one the engine
+ * holds; model_forward on it checks the batch and reserves KV rows once,
+ * then every rank runs the forward on the same batch and its own arenas of
+ * the one KV cache (kv_store_rank), rank 0 in the caller's thread, the
+ * others in threads of their own. A rank that fails aborts the
+ * communicator, so the others return from their collectives instead of
+ * waiting; the group then refuses every later forward with the failure's
+ * message. Families with layers of their own (Gemma 4's per-layer inputs,
+ * Qwen3.5's linear attention, GLM-5's latent attention) are refused. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "model/internal.h"
+
+typedef struct tp_group {
+  int n;
+  model *rank[KV_MAX_RANKS];     /* rank[0]: the engine's model (not owned here); the others owned */
+  pthread_t th[KV_MAX_RANKS];
+  bool started[KV_MAX_RANKS];
+  pthread_mutex_t mu;
+  pthread_cond_t go, done;
+  unsigned long job;             /* jobs posted */
+  int pending;                   /* ranks still on the current job */
+  bool quit;
+  const model_batch *b;          /* borrowed: the job's batch */
+  int rc[KV_MAX_RANKS];
+  herr err[KV_MAX_RANKS];
+  bool own[KV_MAX_RANKS];        /* the rank failed by itself (not by another's abort) */
+  bk_tensor lg, hid;             /* rank 0's outputs */
+  bool dead;                     /* a rank failed: every later forward is refused */
+  herr dead_err;
+} tp_group;
+
+/* ---- sharding ---- */
+
+static int refuse(herr *err, const model *m, const char *dim, int64_t v) {
+  return herr_set(err, HEARTH_EUNSUPPORTED, "tensor parallelism: %s %lld does not split over %d ranks", dim, (long long)v, m->tp_size);
+}
+
+/* Rows [r0, r0 + n) of *w, in place. */
+static void keep_rows(bk_weight *w, int64_t r0, int64_t n) {
+  if (w->rows) *w = model_sub_rows(w, r0, n);
+}
+
+/* Columns [c0, c0 + n) of *w, copied into memory the model owns. */
+static int keep_cols(model *m, bk_weight *w, int64_t c0, int64_t n, const char *what, herr *err) {
+  if (!w->rows) return 0;
+  int64_t blk = w->type == BK_MLX_AFFINE ? w->group_size : bk_type_block(w->type);
+  if (c0 % blk || n % blk)
+    return herr_set(err, HEARTH_EUNSUPPORTED,
+                    "tensor parallelism: %s: %d ranks split its %lld inputs into %lld each, not a whole number of %s blocks of %lld",
+                    what, m->tp_size, (long long)w->cols, (long long)n, bk_type_name(w->type), (long long)blk);
+  size_t rb = bk_row_bytes(w->type, w->cols, w->bits), nb = bk_row_bytes(w->type, n, w->bits);
+  size_t ob = c0 ? bk_row_bytes(w->type, c0, w->bits) : 0;
+  size_t es = w->scale_type == BK_F32 ? 4 : 2, gs = w->type == BK_MLX_AFFINE ? (size_t)(w->cols / w->group_size) * es : 0;
+  size_t gn = w->type == BK_MLX_AFFINE ? (size_t)(n / w->group_size) * es : 0, go = w->type == BK_MLX_AFFINE ? (size_t)(c0 / w->group_size) * es : 0;
+  size_t bytes = (size_t)w->rows * (nb + 2 * gn);
+  float *buf;
+  int rc = model_own_floats(m, (int64_t)((bytes + 3) / 4), what, &buf, err);
+  if (rc) return rc;
+  char *d = (char *)buf, *sc = d + (size_t)w->rows * nb, *bi = sc + (size_t)w->rows * gn;
+  for (int64_t r = 0; r < w->rows; r++) {
+    memcpy(d + (size_t)r * nb, (const char *)w->data + (size_t)r * rb + ob, nb);
+    if (gn) {
+      memcpy(sc + (size_t)r * gn, (const char *)w->scales + (size_t)r * gs + go, gn);
+      memcpy(bi + (size_t)r * gn, (const char *)w->biases + (size_t)r * gs + go, gn);
+    }
+  }
+  w->data = d, w->cols = n;
+  if (gn) w->scales = sc, w->biases = bi;
+  return 0;
+}
+
+/* Columns [c0, c0 + n) of a [1, N] vector: a view. */
+static void keep_vec(bk_tensor *t, int64_t c0, int64_t n) {
+  if (!t->buf) return;
+  t->off += (size_t)c0 * sizeof(float);
+  t->cols = n;
+}
+
+/* The rows of the rank's vocabulary then one zero row (what ids of the other ranks read). */
+static int embed_rows(model *m, bk_weight *w, int64_t r0, int64_t n, herr *err) {
+  size_t rb = bk_row_bytes(w->type, w->cols, w->bits);
+  size_t gs = w->type == BK_MLX_AFFINE ? (size_t)(w->cols / w->group_size) * (w->scale_type == BK_F32 ? 4 : 2) : 0;
+  size_t bytes = (size_t)(n + 1) * (rb + 2 * gs);
+  float *buf;
+  int rc = model_own_floats(m, (int64_t)((bytes + 3) / 4), "embedding rows", &buf, err);
+  if (rc) return rc;
+  memset(buf, 0, bytes); /* zero bytes are zeros in every stored format (a scale of 0 included) */
+  char *d = (char *)buf, *sc = d + (size_t)(n + 1) * rb, *bi = sc + (size_t)(n + 1) * gs;
+  memcpy(d, (const char *)w->data + (size_t)r0 * rb, (size_t)n * rb);
+  if (gs) {
+    memcpy(sc, (const char *)w->scales + (size_t)r0 * gs, (size_t)n * gs);
+    memcpy(bi, (const char *)w->biases + (size_t)r0 * gs, (size_t)n * gs);
+    w->scales = sc, w->biases = bi;
+  }
+  w->data = d, w->rows = n + 1;
+  return 0;
+}
+
+int tp_shard(model *m, herr *err) {
+  const model_config *c = &m->cfg;
+  int N = m->tp_size, r = m->tp_rank, rc;
+  const family_ops *ops = m->fam->ops;
+  if (ops && ops != &qwen3_moe_family_ops)
+    return herr_set(err, HEARTH_EUNSUPPORTED,
+                    "tensor parallelism: model_type '%s' is not split over ranks (supported: llama, mistral, qwen2, qwen3, "
+                    "smollm3, phi3, gemma2, gemma3_text, qwen3_moe)", c->model_type);
+  if (m->no_head) return herr_set(err, HEARTH_EUNSUPPORTED, "tensor parallelism: a model without an output head is not split");
+  int64_t H = c->num_attention_heads, D = c->hidden_size;
+  if (H % N) return refuse(err, m, "num_attention_heads", H);
+  char what[160];
+  for (int l = 0; l < c->num_hidden_layers; l++) {
+    layer_weights *lw = &m->layers[l];
+    int64_t KV = lw->kv_heads, hd = lw->head_dim, Hl = H / N, KVl, kv0;
+    if (KV >= N) {
+      if (KV % N) return refuse(err, m, "num_key_value_heads", KV);
+      KVl = KV / N, kv0 = r * KVl;
+    } else { /* replicated: the KV head this rank's query heads read */
+      if (N % KV) return refuse(err, m, "num_key_value_heads (fewer than the ranks, and not dividing them)", KV);
+      KVl = 1, kv0 = r / (N / KV);
+    }
+    keep_rows(&lw->q, r * Hl * hd, Hl * hd);
+    keep_rows(&lw->k, kv0 * hd, KVl * hd);
+    keep_rows(&lw->v, kv0 * hd, KVl * hd);
+    keep_vec(&lw->q_bias, r * Hl * hd, Hl * hd);
+    keep_vec(&lw->k_bias, kv0 * hd, KVl * hd);
+    keep_vec(&lw->v_bias, kv0 * hd, KVl * hd);
+    snprintf(what, sizeof what, "model.layers.%d.self_attn.o_proj.weight", l);
+    if ((rc = keep_cols(m, &lw->o, r * Hl * hd, Hl * hd, what, err))) return rc;
+    if (r) lw->o_bias = (bk_tensor){0}; /* added once, before the sum */
+    lw->heads = Hl, lw->kv_heads = KVl;
+    if (lw->moe) {
+      int64_t I = c->moe_intermediate_size, Il = I / N, E = lw->ex.n;
+      if (I % N) return refuse(err, m, "moe_intermediate_size", I);
+      for (int64_t e = 0; e < E; e++) {
+        keep_rows(&lw->experts[e], r * Il, Il);
+        keep_rows(&lw->experts[E + e], r * Il, Il);
+        snprintf(what, sizeof what, "model.layers.%d.mlp.experts.%lld.down_proj", l, (long long)e);
+        if ((rc = keep_cols(m, &lw->experts[2 * E + e], r * Il, Il, what, err))) return rc;
+      }
+    } else if (lw->gate.rows) {
+      int64_t I = lw->inter, Il = I / N;
+      if (I % N) return refuse(err, m, "intermediate_size", I);
+      keep_rows(&lw->gate, r * Il, Il);
+      keep_rows(&lw->up, r * Il, Il);
+      keep_vec(&lw->gate_bias, r * Il, Il);
+      keep_vec(&lw->up_bias, r * Il, Il);
+      snprintf(what, sizeof what, "model.layers.%d.mlp.down_proj.weight", l);
+      if ((rc = keep_cols(m, &lw->down, r * Il, Il, what, err))) return rc;
+      if (r) lw->down_bias = (bk_tensor){0};
+      lw->inter = Il;
+    }
+  }
+  (void)D;
+  /* the vocabulary: rows [v0, v0 + n) of the embedding (then a zero row) and of the head */
+  int64_t V = c->vocab_size, Vp = (V + N - 1) / N, v0 = r * Vp, n = V - v0 < Vp ? V - v0 : Vp;
+  if (n <= 0) return refuse(err, m, "vocab_size", V);
+  if (m->tied) { /* the head gets a descriptor of its own: the embedding's rows change below */
+    m->lm_head = m->embed;
+    m->tied = false;
+  }
+  keep_rows(&m->lm_head, v0, n);
+  if ((rc = embed_rows(m, &m->embed, v0, n, err))) return rc;
+  m->vocab_lo = v0, m->vocab_n = n, m->vocab_pad = Vp;
+  return 0;
+}
+
+/* ---- the forward's collectives ---- */
+
+void model_reduce(model *m, const bk_tensor *x) {
+  if (m->comm) bk_all_reduce_sum(m->comm, x);
+}
+
+int tp_reserve(model *m, int64_t R, herr *err) {
+  if (R <= m->tp_cap_r) return 0;
+  int64_t cap = m->tp_cap_r ? m->tp_cap_r : 4, N = m->tp_size, Vp = m->vocab_pad;
+  while (cap < R) cap *= 2;
+  bk_buf *buf; /* this rank's logits [cap, Vp], then every rank's [N cap, Vp] */
+  int rc = bk_buf_new(m->be, (size_t)((1 + N) * cap * Vp) * sizeof(float), &buf, err);
+  if (rc) return herr_wrap(err, "model_forward: the head's logits for %lld rows", (long long)cap);
+  bk_buf_free(m->tp_buf);
+  m->tp_buf = buf, m->tp_cap_r = cap;
+  return 0;
+}
+
+int model_head(model *m, const bk_tensor *lg, const bk_tensor *x, herr *err) {
+  if (!m->comm) {
+    bk_matmul_t(lg, x, &m->lm_head, NULL);
+    return 0;
+  }
+  int64_t R = x->rows, Vp = m->vocab_pad, N = m->tp_size, V = m->cfg.vocab_size;
+  if (R > m->tp_cap_r) return herr_set(err, HEARTH_EINTERNAL, "model_forward: the head's buffers were not reserved");
+  bk_tensor mine = {.buf = m->tp_buf, .dt = BK_DT_F32, .rows = R, .cols = m->vocab_n};
+  bk_matmul_t(&mine, x, &m->lm_head, NULL);
+  bk_tensor padded = {.buf = m->tp_buf, .dt = BK_DT_F32, .rows = R, .cols = Vp};
+  bk_tensor all = {.buf = m->tp_buf, .off = (size_t)(R * Vp) * sizeof(float), .dt = BK_DT_F32, .rows = N * R, .cols = Vp};
+  bk_all_gather(m->comm, &all, &padded);
+  for (int64_t k = 0; k < N; k++) {
+    int64_t n = V - k * Vp < Vp ? V - k * Vp : Vp; /* rank k's columns, its first R * n floats */
+    bk_tensor part = {.buf = m->tp_buf, .off = (size_t)((1 + k) * R * Vp) * sizeof(float), .dt = BK_DT_F32, .rows = R, .cols = n};
+    bk_set_cols(lg, &part, k * Vp);
+  }
+  return 0;
+}
+
+/* ---- the group ---- */
+
+/* Rank r's part of the current job; on failure the group's communicator is aborted. */
+static void run_rank(tp_group *g, int r) {
+  model *m = g->rank[r];
+  bk_tensor lg = {0}, hid = {0};
+  herr e = {0};
+  int rc = bk_sync(m->be, &e); /* (a GPU's backend also makes its device this thread's) */
+  if (!rc) rc = model_forward_rank(m, g->b, &lg, &hid, FWD_RANK, &e);
+  if (!rc) rc = bk_sync(m->be, &e);
+  bool own = rc != 0 || m->comm->origin;
+  if (!rc) rc = bk_comm_status(m->comm, &e);
+  if (rc) {
+    char why[300];
+    snprintf(why, sizeof why, "rank %d (%s): %s", r, bk_backend_name(m->be), e.msg);
+    bk_comm_abort(m->comm, why);
+  }
+  g->rc[r] = rc, g->err[r] = e, g->own[r] = own;
+  if (r == 0) g->lg = lg, g->hid = hid;
+}
+
+typedef struct rank_arg {
+  tp_group *g;
+  int r;
+} rank_arg;
+
+static void *rank_main(void *arg) {
+  rank_arg a = *(rank_arg *)arg;
+  free(arg);
+  tp_group *g = a.g;
+  unsigned long seen = 0;
+  for (;;) {
+    pthread_mutex_lock(&g->mu);
+    while (g->job == seen && !g->quit) pthread_cond_wait(&g->go, &g->mu);
+    if (g->quit) {
+      pthread_mutex_unlock(&g->mu);
+      return NULL;
+    }
+    seen = g->job;
+    pthread_mutex_unlock(&g->mu);
+    run_rank(g, a.r);
+    pthread_mutex_lock(&g->mu);
+    if (--g->pending == 0) pthread_cond_signal(&g->done);
+    pthread_mutex_unlock(&g->mu);
+  }
+}
+
+int tp_forward(model *m, const model_batch *b, bk_tensor *lg, bk_tensor *hid, herr *err) {
+  tp_group *g = m->tp;
+  if (g->dead) {
+    if (err) *err = g->dead_err;
+    return g->dead_err.code;
+  }
+  int rc = model_forward_rank(m, b, NULL, NULL, FWD_CHECK, err); /* the batch checked, KV rows reserved, once */
+  if (rc) return rc;
+  pthread_mutex_lock(&g->mu);
+  g->b = b;
+  g->pending = g->n - 1;
+  g->job++;
+  pthread_cond_broadcast(&g->go);
+  pthread_mutex_unlock(&g->mu);
+  run_rank(g, 0);
+  pthread_mutex_lock(&g->mu);
+  while (g->pending > 0) pthread_cond_wait(&g->done, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+  int bad = -1;
+  for (int r = 0; r < g->n; r++)
+    if (g->rc[r] && (bad < 0 || (g->own[r] && !g->own[bad]))) bad = r; /* the rank that failed first-hand */
+  if (bad >= 0) {
+    g->dead = true;
+    herr_set(&g->dead_err, HEARTH_EIO, "tensor-parallel group stopped: rank %d (%s) failed: %s", bad,
+             bk_backend_name(g->rank[bad]->be), g->err[bad].msg);
+    HLOG_ERROR("%s", g->dead_err.msg);
+    if (err) *err = g->dead_err;
+    return g->dead_err.code;
+  }
+  *lg = g->lg, *hid = g->hid;
+  return 0;
+}
+
+bk_comm *tp_rank_comm(const model *m, int r) { return m->tp && r >= 0 && r < m->tp->n ? m->tp->rank[r]->comm : m->comm; }
+
+void tp_geometry(const model *m, model_kv_geometry *g) {
+  g->n_ranks = m->tp->n;
+  for (int r = 0; r < m->tp->n; r++) g->rank_backend[r] = m->tp->rank[r]->be;
+}
+
+void tp_free(model *m) {
+  bk_buf_free(m->tp_buf);
+  m->tp_buf = NULL;
+  tp_group *g = m->tp;
+  if (g) {
+    pthread_mutex_lock(&g->mu);
+    g->quit = true;
+    pthread_cond_broadcast(&g->go);
+    pthread_mutex_unlock(&g->mu);
+    for (int r = 1; r < g->n; r++)
+      if (g->started[r]) pthread_join(g->th[r], NULL);
+    m->tp = NULL;
+    for (int r = 1; r < g->n; r++) model_free(g->rank[r]);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->go);
+    pthread_cond_destroy(&g->done);
+    free(g);
+  }
+  bk_comm_free(m->comm);
+  m->comm = NULL;
+}
+
+/* "cuda:K" -> K (0 for "cuda"). */
+static int cuda_index(const char *name) {
+  const char *c = strchr(name, ':');
+  return c ? atoi(c + 1) : 0;
+}
+
+int tp_load(const char *dir, const model_load_opts *opts, model **out, herr *err) {
+  *out = NULL;
+  int N = opts->tensor_parallel;
+  if (N > KV_MAX_RANKS) return herr_set(err, HEARTH_EINVAL, "--tensor-parallel %d: at most %d ranks", N, KV_MAX_RANKS);
+  if (opts->backend) return herr_set(err, HEARTH_EINVAL, "tensor parallelism: a model that borrows another's backend cannot be split");
+  if (opts->expert_budget > 0)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "tensor parallelism: --expert-budget cannot be combined with --tensor-parallel");
+  model_load_opts o = *opts;
+  o.tensor_parallel = 0;
+  if (opts->geometry_only) return model_load_rank(dir, &o, 0, 0, out, err); /* the whole model's geometry */
+  int threads = opts->threads > 0 ? opts->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  tp_group *g = calloc(1, sizeof *g);
+  if (!g) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_cond_init(&g->go, NULL);
+  pthread_cond_init(&g->done, NULL);
+  g->n = N;
+  int rc = 0;
+  char dev[32];
+  bk_backend *bes[KV_MAX_RANKS];
+  for (int r = 0; r < N && !rc; r++) {
+    if (r > 0) { /* the ranks after the first: the CPU again, or the next GPUs */
+      if (bk_backend_is_cpu(g->rank[0]->be)) snprintf(dev, sizeof dev, "cpu");
+      else snprintf(dev, sizeof dev, "cuda:%d", cuda_index(bk_backend_name(g->rank[0]->be)) + r);
+      o.device = dev;
+    }
+    o.threads = threads / N > 0 ? threads / N : 1; /* the CPU's threads shared out */
+    if ((rc = model_load_rank(dir, &o, r, N, &g->rank[r], err))) herr_wrap(err, "tensor-parallel rank %d", r);
+    else bes[r] = g->rank[r]->be;
+  }
+  bk_comm *comms[KV_MAX_RANKS] = {0};
+  if (!rc) rc = bk_backend_is_cpu(bes[0]) ? bk_comm_inproc_new(N, comms, err) : bk_comm_nccl_new(bes, N, comms, err);
+  if (rc) {
+    for (int r = 0; r < N; r++) model_free(g->rank[r]);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->go);
+    pthread_cond_destroy(&g->done);
+    free(g);
+    return rc;
+  }
+  for (int r = 0; r < N; r++) g->rank[r]->comm = comms[r];
+  model *m = g->rank[0];
+  m->tp = g;
+  for (int r = 1; r < N && !rc; r++) {
+    rank_arg *a = malloc(sizeof *a);
+    if (!a) rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+    else {
+      *a = (rank_arg){g, r};
+      if (pthread_create(&g->th[r], NULL, rank_main, a)) {
+        free(a);
+        rc = herr_set(err, HEARTH_EIO, "tensor parallelism: cannot start the thread of rank %d", r);
+      } else {
+        g->started[r] = true;
+      }
+    }
+  }
+  if (rc) {
+    model_free(m);
+    return rc;
+  }
+  HLOG_INFO("%s: split over %d ranks (%s .. %s)", dir, N, bk_backend_name(bes[0]), bk_backend_name(bes[N - 1]));
+  *out = m;
+  return 0;
+}

@@ -1,0 +1,396 @@
+/* test_tp.c — tensor parallelism on the CPU (the in-process communicator):
+ * a model split over N ranks gives the logits of the unsplit model within
+ * f32 rounding and the same greedy tokens, on the golden models (llama,
+ * qwen3 with tied embeddings, qwen2 with one KV head replicated, mistral,
+ * phi3's fused projections, gemma3, and qwen3_moe, whose experts are split
+ * by width) at N = 2 and 4 (against transformers' logits too), and on a
+ * model made here with 6 query heads and 3 KV heads at N = 3 and 6 (KV heads
+ * replicated) with a vocabulary that does not divide; batches of several
+ * sequences and decoding through the cache; shapes that do not split are
+ * refused by name (heads, KV heads, a quantized block); a rank that fails
+ * stops the group with its error instead of hanging it. With HEARTH_TEST_DEVICE=cuda
+ * the same runs go through NCCL on GPUs, the splits over more than
+ * HEARTH_TEST_TP_MAX ranks skipped (bench/cuda/tp.sh). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/json.h"
+#include "engine/kv_cache.h"
+#include "format/safetensors_write.h"
+#include "model/internal.h"
+#include "model/model.h"
+#include "test.h"
+#include "test_device.h"
+
+#define GOLDEN HEARTH_SOURCE_DIR "/tests/fixtures/golden/"
+
+static double max_diff(const float *a, const float *b, size_t n) {
+  double d = 0;
+  for (size_t i = 0; i < n; i++) {
+    double e = fabs((double)a[i] - (double)b[i]);
+    if (!(e <= d)) d = isnan(e) ? INFINITY : e;
+  }
+  return d;
+}
+
+static int argmax(const float *x, int64_t n) {
+  int best = 0;
+  for (int64_t i = 1; i < n; i++)
+    if (x[i] > x[best]) best = (int)i;
+  return best;
+}
+
+/* On a GPU (HEARTH_TEST_DEVICE), splits over more ranks than HEARTH_TEST_TP_MAX GPUs are skipped. */
+static bool tp_runs(int n) {
+  const char *mx = getenv("HEARTH_TEST_TP_MAX");
+  return !mx || !*mx || n <= atoi(mx);
+}
+
+static model *load(const char *dir, int tp, herr *err) {
+  model *m = NULL;
+  model_load_opts o = {.threads = 2, .tensor_parallel = tp, .device = test_device()};
+  return model_load(dir, &o, &m, err) ? NULL : m;
+}
+
+/* What a model gives for a fixed workload: the all-position logits of two
+ * prompts run as one batch (prompt a in chunks of 3 beside prompt b whole),
+ * then `steps` greedy tokens decoded for both in batches of two. */
+typedef struct run_out {
+  float *logits;      /* owned: [na + nb][V] */
+  int32_t greedy[2][16];
+} run_out;
+
+static int run(model *m, const int32_t *a, int na, const int32_t *b, int nb, int steps, run_out *out) {
+  herr err = {0};
+  int64_t V = model_vocab_size(m);
+  model_kv_geometry geo;
+  model_kv_geometry_of(m, &geo);
+  kv_cache *c = NULL;
+  kv_seq *sa = NULL, *sb = NULL;
+  if (kv_cache_new(&geo, 0, &c, &err) || kv_cache_seq_new(c, &sa, &err) || kv_cache_seq_new(c, &sb, &err)) {
+    fprintf(stderr, "cache: %s\n", err.msg);
+    return -1;
+  }
+  out->logits = malloc(sizeof(float) * (size_t)((na + nb) * V));
+  float *tmp = malloc(sizeof(float) * (size_t)((na + nb) * V));
+  int rc = 0;
+  /* prefill: a in chunks of 3, b whole in the first batch */
+  for (int i = 0; i < na && !rc; i += 3) {
+    int k = na - i < 3 ? na - i : 3;
+    model_seq sq[2] = {{.kv = sa, .tokens = a + i, .n_tokens = k, .all_logits = true},
+                       {.kv = sb, .tokens = b, .n_tokens = nb, .all_logits = true}};
+    model_batch bt = {sq, i == 0 ? 2 : 1};
+    rc = model_forward(m, &bt, tmp, &err);
+    if (!rc) memcpy(out->logits + (size_t)i * V, tmp, sizeof(float) * (size_t)(k * V));
+    if (!rc && i == 0) memcpy(out->logits + (size_t)na * V, tmp + (size_t)k * V, sizeof(float) * (size_t)(nb * V));
+  }
+  int32_t next[2] = {argmax(out->logits + (size_t)(na - 1) * V, V), argmax(out->logits + (size_t)(na + nb - 1) * V, V)};
+  for (int s = 0; s < steps && !rc; s++) {
+    out->greedy[0][s] = next[0], out->greedy[1][s] = next[1];
+    model_seq sq[2] = {{.kv = sa, .tokens = &next[0], .n_tokens = 1}, {.kv = sb, .tokens = &next[1], .n_tokens = 1}};
+    model_batch bt = {sq, 2};
+    rc = model_forward(m, &bt, tmp, &err);
+    if (!rc) next[0] = argmax(tmp, V), next[1] = argmax(tmp + V, V);
+  }
+  if (rc) fprintf(stderr, "forward: %s\n", err.msg);
+  free(tmp);
+  kv_cache_seq_free(sa);
+  kv_cache_seq_free(sb);
+  kv_cache_free(c);
+  return rc;
+}
+
+static void compare(const char *name, model *one, model *split, int tp, const int32_t *a, int na, const int32_t *b, int nb) {
+  int64_t V = model_vocab_size(one);
+  run_out r1 = {0}, rn = {0};
+  int steps = 8;
+  CHECK(run(one, a, na, b, nb, steps, &r1) == 0);
+  CHECK(run(split, a, na, b, nb, steps, &rn) == 0);
+  if (r1.logits && rn.logits) {
+    double scale = 0;
+    for (size_t i = 0; i < (size_t)((na + nb) * V); i++) scale = fmax(scale, fabs(r1.logits[i]));
+    /* (a GPU's matmuls may take another path for another shape) */
+    double d = max_diff(r1.logits, rn.logits, (size_t)((na + nb) * V)), tol = (test_device() ? 1e-4 : 1e-5) * (scale > 1 ? scale : 1);
+    CHECK_MSG(d <= tol, "%s at N=%d: logits differ from one rank by %.3g (tol %.3g)", name, tp, d, tol);
+    fprintf(stderr, "  %-16s N=%d: max abs difference to one rank %.3g (logits up to %.3g)\n", name, tp, d, scale);
+    CHECK_MSG(!memcmp(r1.greedy, rn.greedy, sizeof r1.greedy), "%s at N=%d: greedy tokens differ", name, tp);
+  }
+  free(r1.logits);
+  free(rn.logits);
+}
+
+/* The golden fixtures: prompts from golden.json; transformers' logits too. */
+static void golden(const char *name, int tp) {
+  if (!tp_runs(tp)) return;
+  char dir[512], path[600];
+  snprintf(dir, sizeof dir, GOLDEN "%s", name);
+  snprintf(path, sizeof path, "%s/golden.json", dir);
+  herr err = {0};
+  json_t *doc = hjson_load_file(path, &err);
+  CHECK_MSG(doc, "%s: %s", name, err.msg);
+  if (!doc) return;
+  int32_t p[2][64];
+  int n[2];
+  for (int k = 0; k < 2; k++) {
+    json_t *arr = json_array_get(json_object_get(doc, "prompts"), (size_t)k);
+    n[k] = (int)json_array_size(arr) < 64 ? (int)json_array_size(arr) : 64;
+    for (int i = 0; i < n[k]; i++) p[k][i] = (int32_t)json_integer_value(json_array_get(arr, (size_t)i));
+  }
+  double max_abs = json_number_value(json_object_get(doc, "max_abs_logit"));
+  json_decref(doc);
+  model *one = load(dir, 0, &err), *split = load(dir, tp, &err);
+  CHECK_MSG(one && split, "%s at N=%d: %s", name, tp, err.msg);
+  if (one && split) {
+    compare(name, one, split, tp, p[0], n[0], p[1], n[1]);
+    /* against transformers: prompt a's logits alone, in one piece */
+    int64_t V = model_vocab_size(split);
+    float *ref = malloc(sizeof(float) * (size_t)(n[0] * V)), *got = malloc(sizeof(float) * (size_t)(n[0] * V));
+    snprintf(path, sizeof path, "%s/logits_f32.bin", dir);
+    FILE *f = fopen(path, "rb");
+    CHECK(f && fread(ref, sizeof(float), (size_t)(n[0] * V), f) == (size_t)(n[0] * V));
+    if (f) fclose(f);
+    model_kv_geometry geo;
+    model_kv_geometry_of(split, &geo);
+    CHECK_EQ_INT(geo.n_ranks, tp);
+    kv_cache *c = NULL;
+    kv_seq *s = NULL;
+    CHECK(kv_cache_new(&geo, 0, &c, &err) == 0 && kv_cache_seq_new(c, &s, &err) == 0);
+    model_seq sq = {.kv = s, .tokens = p[0], .n_tokens = n[0], .all_logits = true};
+    model_batch bt = {&sq, 1};
+    CHECK(model_forward(split, &bt, got, &err) == 0);
+    double d = max_diff(got, ref, (size_t)(n[0] * V));
+    CHECK_MSG(d <= 1e-4 * (max_abs > 1 ? max_abs : 1), "%s at N=%d: %.3g from transformers", name, tp, d);
+    kv_cache_seq_free(s);
+    kv_cache_free(c);
+    free(ref);
+    free(got);
+  }
+  model_free(one);
+  model_free(split);
+}
+
+static void test_golden_n1(void) {
+  static const char *names[] = {"llama-f32", "qwen3-f32", "gemma3-f32", "qwen3_moe-f32"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) golden(names[i], 1);
+}
+
+static void test_golden_n2(void) {
+  static const char *names[] = {"llama-f32", "qwen3-f32", "qwen2-f32", "mistral-f32", "phi3-f32", "gemma3-f32", "qwen3_moe-f32"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) golden(names[i], 2);
+}
+
+static void test_golden_n4(void) {
+  static const char *names[] = {"llama-f32", "qwen3-f32", "qwen2-f32", "gemma3-f32", "qwen3_moe-f32"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) golden(names[i], 4);
+}
+
+/* ---- a model made here: llama, H query heads, KV heads, vocabulary V ---- */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) {
+  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((rng >> 40) & 0xffffff) / (float)(1 << 24) - 0.5f;
+}
+
+typedef struct gen_model {
+  int64_t H, KV, hd, D, I, V, L;
+  int mlx_o_group;  /* > 0: o_proj stored MLX 8-bit with this group size */
+} gen_model;
+
+typedef struct fill_ctx {
+  float **bufs;
+  int n;
+} fill_ctx;
+
+static int write_model(const char *dir, const gen_model *g) {
+  mkdir(dir, 0755);
+  char path[600];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fprintf(f,
+          "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": %lld, \"intermediate_size\": %lld, "
+          "\"num_attention_heads\": %lld, \"num_key_value_heads\": %lld, \"head_dim\": %lld, \"num_hidden_layers\": %lld, "
+          "\"vocab_size\": %lld, \"rms_norm_eps\": 1e-6, \"rope_theta\": 10000.0, \"max_position_embeddings\": 256, "
+          "\"hidden_act\": \"silu\", \"tie_word_embeddings\": false, \"torch_dtype\": \"float32\"%s}\n",
+          (long long)g->D, (long long)g->I, (long long)g->H, (long long)g->KV, (long long)g->hd, (long long)g->L, (long long)g->V,
+          g->mlx_o_group ? ", \"quantization\": {\"bits\": 8, \"group_size\": 64}" : "");
+  fclose(f);
+  st_writer *w = st_writer_new();
+  float *bufs[256];
+  int nb = 0;
+  char names[256][96];
+#define ADD(nm, dt, nd, s0, s1, nel)                                   \
+  do {                                                                 \
+    snprintf(names[nb], sizeof names[nb], "%s", nm);                   \
+    int64_t shp[2] = {s0, s1};                                         \
+    bufs[nb] = malloc(sizeof(float) * (size_t)(nel));                  \
+    for (int64_t i_ = 0; i_ < (nel); i_++) bufs[nb][i_] = frand() * 0.4f; \
+    st_writer_tensor(w, names[nb], dt, nd, shp, bufs[nb]);             \
+    nb++;                                                              \
+  } while (0)
+  int64_t D = g->D, Q = g->H * g->hd, K = g->KV * g->hd;
+  ADD("model.embed_tokens.weight", ST_F32, 2, g->V, D, g->V * D);
+  ADD("lm_head.weight", ST_F32, 2, g->V, D, g->V * D);
+  ADD("model.norm.weight", ST_F32, 1, D, 0, D);
+  for (int l = 0; l < g->L; l++) {
+    char nm[96];
+#define L_ADD(field, dt, nd, s0, s1, nel)                             \
+  snprintf(nm, sizeof nm, "model.layers.%d.%s", l, field);            \
+  ADD(nm, dt, nd, s0, s1, nel)
+    L_ADD("input_layernorm.weight", ST_F32, 1, D, 0, D);
+    L_ADD("post_attention_layernorm.weight", ST_F32, 1, D, 0, D);
+    L_ADD("self_attn.q_proj.weight", ST_F32, 2, Q, D, Q * D);
+    L_ADD("self_attn.k_proj.weight", ST_F32, 2, K, D, K * D);
+    L_ADD("self_attn.v_proj.weight", ST_F32, 2, K, D, K * D);
+    if (g->mlx_o_group) { /* 8-bit words (4 per u32), a scale and a bias per group of 64 inputs */
+      L_ADD("self_attn.o_proj.weight", ST_U32, 2, D, Q / 4, D * Q / 4);
+      uint32_t *u = (uint32_t *)bufs[nb - 1];
+      for (int64_t i = 0; i < D * Q / 4; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        u[i] = (uint32_t)(rng >> 32);
+      }
+      L_ADD("self_attn.o_proj.scales", ST_F32, 2, D, Q / 64, D * Q / 64);
+      for (int64_t i = 0; i < D * Q / 64; i++) bufs[nb - 1][i] = 0.002f + 0.001f * frand();
+      L_ADD("self_attn.o_proj.biases", ST_F32, 2, D, Q / 64, D * Q / 64);
+      for (int64_t i = 0; i < D * Q / 64; i++) bufs[nb - 1][i] = -0.25f;
+    } else {
+      L_ADD("self_attn.o_proj.weight", ST_F32, 2, D, Q, D * Q);
+    }
+    L_ADD("mlp.gate_proj.weight", ST_F32, 2, g->I, D, g->I * D);
+    L_ADD("mlp.up_proj.weight", ST_F32, 2, g->I, D, g->I * D);
+    L_ADD("mlp.down_proj.weight", ST_F32, 2, D, g->I, D * g->I);
+#undef L_ADD
+  }
+#undef ADD
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  herr err = {0};
+  int rc = st_writer_write(w, path, NULL, NULL, &err);
+  if (rc) fprintf(stderr, "write: %s\n", err.msg);
+  st_writer_free(w);
+  for (int i = 0; i < nb; i++) free(bufs[i]);
+  return rc;
+}
+
+static char tmpdir[256];
+
+static void made(const char *sub, const gen_model *g, const int *tps, int n_tp) {
+  char dir[400];
+  snprintf(dir, sizeof dir, "%s/%s", tmpdir, sub);
+  CHECK(write_model(dir, g) == 0);
+  herr err = {0};
+  model *one = load(dir, 0, &err);
+  CHECK_MSG(one, "%s: %s", sub, err.msg);
+  int32_t a[11], b[6];
+  for (int i = 0; i < 11; i++) a[i] = (int32_t)((i * 37 + 5) % g->V);
+  for (int i = 0; i < 6; i++) b[i] = (int32_t)((i * 53 + 11) % g->V);
+  for (int k = 0; one && k < n_tp; k++) {
+    if (!tp_runs(tps[k])) continue;
+    model *split = load(dir, tps[k], &err);
+    CHECK_MSG(split, "%s at N=%d: %s", sub, tps[k], err.msg);
+    if (split) compare(sub, one, split, tps[k], a, 11, b, 6);
+    model_free(split);
+  }
+  model_free(one);
+}
+
+static void test_three_and_six(void) {
+  /* 6 query heads, 3 KV heads: N=3 splits both; N=6 gives each KV head to two ranks; 100 tokens: 34, 34, 32 */
+  gen_model g = {.H = 6, .KV = 3, .hd = 8, .D = 48, .I = 96, .V = 100, .L = 2};
+  int tps[] = {1, 3, 6};
+  made("h6kv3", &g, tps, 3);
+}
+
+static void test_mlx_columns(void) {
+  /* o_proj MLX 8-bit, groups of 64 over 128 inputs: N=2 splits at a group boundary (scales and biases
+   * sliced with it); N=4 would cut groups in half and is refused */
+  gen_model g = {.H = 8, .KV = 4, .hd = 16, .D = 64, .I = 128, .V = 64, .L = 1, .mlx_o_group = 64};
+  int tps[] = {1, 2};
+  made("mlx_o", &g, tps, 2);
+  char dir[400];
+  snprintf(dir, sizeof dir, "%s/mlx_o", tmpdir);
+  herr err = {0};
+  model *m = load(dir, 4, &err);
+  CHECK(!m);
+  CHECK_MSG(strstr(err.msg, "o_proj") && strstr(err.msg, "mlx_affine") && strstr(err.msg, "blocks of 64"), "message: %s", err.msg);
+  model_free(m);
+}
+
+static void test_refusals(void) {
+  herr err = {0};
+  model *m = load(GOLDEN "llama-f32", 3, &err); /* 4 heads */
+  CHECK(!m);
+  CHECK_MSG(strstr(err.msg, "num_attention_heads 4 does not split over 3 ranks"), "message: %s", err.msg);
+  model_free(m);
+  char dir[400];
+  snprintf(dir, sizeof dir, "%s/h6kv3", tmpdir);
+  m = load(dir, 2, &err); /* 3 KV heads over 2 ranks */
+  CHECK(!m);
+  CHECK_MSG(strstr(err.msg, "num_key_value_heads 3"), "message: %s", err.msg);
+  model_free(m);
+  m = load(GOLDEN "qwen3_5-f32", 2, &err); /* linear attention: not split */
+  CHECK(!m);
+  CHECK_MSG(strstr(err.msg, "qwen3_5") && strstr(err.msg, "not split"), "message: %s", err.msg);
+  model_free(m);
+  model_load_opts o = {.threads = 2, .tensor_parallel = 2, .expert_budget = 1 << 20};
+  CHECK(model_load(GOLDEN "qwen3_moe-f32", &o, &m, &err) != 0);
+  CHECK_MSG(strstr(err.msg, "expert-budget"), "message: %s", err.msg);
+  model *one = load(GOLDEN "llama-f32", 1, &err); /* a group of one refuses them too */
+  model_lora *lo = NULL;
+  CHECK(one && model_lora_load(one, HEARTH_SOURCE_DIR "/tests/fixtures/lora/llama-f32", &lo, &err) != 0);
+  CHECK_MSG(strstr(err.msg, "tensor-parallel"), "message: %s", err.msg);
+  model_free(one);
+}
+
+/* A rank that fails mid-forward: the forward returns its error (no rank waits
+ * forever in a collective), and the group refuses later forwards. */
+static void test_rank_failure(void) {
+  if (test_device()) return; /* failures are injected into the in-process communicator */
+  herr err = {0};
+  model *m = load(GOLDEN "llama-f32", 4, &err);
+  CHECK_MSG(m, "%s", err.msg);
+  if (!m) return;
+  model_kv_geometry geo;
+  model_kv_geometry_of(m, &geo);
+  kv_cache *c = NULL;
+  kv_seq *s = NULL;
+  CHECK(kv_cache_new(&geo, 0, &c, &err) == 0 && kv_cache_seq_new(c, &s, &err) == 0);
+  int32_t toks[4] = {1, 2, 3, 4};
+  float *lg = malloc(sizeof(float) * (size_t)model_vocab_size(m));
+  model_seq sq = {.kv = s, .tokens = toks, .n_tokens = 4};
+  model_batch b = {&sq, 1};
+  CHECK(model_forward(m, &b, lg, &err) == 0);
+  bk_comm_inproc_fail_at(tp_rank_comm(m, 2), 3); /* rank 2's third collective of the next step */
+  sq.tokens = toks + 3, sq.n_tokens = 1;
+  CHECK(model_forward(m, &b, lg, &err) != 0);
+  CHECK_MSG(strstr(err.msg, "rank 2") && strstr(err.msg, "injected"), "message: %s", err.msg);
+  CHECK_EQ_INT(s->len, 4); /* nothing committed */
+  herr e2 = {0};
+  CHECK(model_forward(m, &b, lg, &e2) != 0);
+  CHECK_MSG(strstr(e2.msg, "stopped"), "message: %s", e2.msg);
+  free(lg);
+  kv_cache_seq_free(s);
+  kv_cache_free(c);
+  model_free(m);
+}
+
+int main(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/hearth_test_tp_%d", (int)getpid());
+  mkdir(tmpdir, 0755);
+  test_device_or_skip();
+  RUN(test_golden_n1);
+  RUN(test_golden_n2);
+  RUN(test_golden_n4);
+  RUN(test_three_and_six);
+  RUN(test_mlx_columns);
+  RUN(test_refusals);
+  RUN(test_rank_failure);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+  if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
+  TEST_MAIN_END();
+}
