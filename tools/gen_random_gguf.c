@@ -1,6 +1,7 @@
 /* gen_random_gguf.c — writes a GGUF with random weights, for benchmarks that
  * run the same file through hearth and llama.cpp:
  *   1b, tiny   llama architecture in the shape of Llama-3.2-1B (or a small one);
+ *   8b         llama architecture in the shape of Llama-3.1-8B (untied output);
  *   a3b, moe-tiny
  *              llama.cpp's qwen3moe architecture in Qwen3-30B-A3B's geometry
  *              (hidden 2048, 32 q heads / 4 kv heads of 128, q/k norms,
@@ -11,7 +12,9 @@
  * The experts are stacked 3-D as llama.cpp writes them (ffn_gate_exps,
  * ffn_up_exps [experts, 768, 2048], ffn_down_exps [experts, 2048, 768]); the
  * router (ffn_gate_inp) and norms stay f32 as llama.cpp's quantizer leaves
- * them. Weight types: f16, q8_0, q4_0 (every other matrix). The vocabulary is
+ * them. Weight types: f16, q8_0, q4_0, q4_k (every other matrix; q4_k blocks
+ * are random bytes under small fixed scales, not a quantized normal
+ * distribution: a speed run's weights, written at the disk's rate). The vocabulary is
  * a SentencePiece-style one with byte tokens and filler pieces, enough for
  * both runtimes to load the file.
  *
@@ -25,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8 };
+enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8, T_Q4_K = 12 };
 enum { V_U32 = 4, V_I32 = 5, V_F32 = 6, V_BOOL = 7, V_STRING = 8, V_ARRAY = 9 };
 
 typedef struct {
@@ -33,6 +36,7 @@ typedef struct {
   int hidden, layers, heads, kv_heads, head_dim, ffn, vocab, ctx;
   int experts, experts_used, expert_ffn; /* 0 experts: a dense llama */
   float rope_theta, eps;
+  int untied;                            /* a dense llama with its own output matrix */
 } shape;
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -75,6 +79,7 @@ static uint64_t tsize(int type, int64_t ne0, int64_t ne1, int64_t ne2) {
     case T_F32: return (uint64_t)n * 4;
     case T_F16: return (uint64_t)n * 2;
     case T_Q8_0: return (uint64_t)(n / 32) * 34;
+    case T_Q4_K: return (uint64_t)(n / 256) * 144;
     default: return (uint64_t)(n / 32) * 18;
   }
 }
@@ -91,6 +96,25 @@ static void write_tensor(FILE *f, const tinfo *t) {
       int m = (int)(n - i < 4096 ? n - i : 4096);
       for (int j = 0; j < m; j++) buf[j] = f32_to_f16(frand() * t->std);
       fwrite(buf, 2, (size_t)m, f);
+    }
+    return;
+  }
+  if (t->type == T_Q4_K) { /* d, dmin (f16), 12 bytes of 6-bit scales / mins, 128 bytes of nibbles */
+    static uint8_t buf[144 * 1024];
+    uint16_t d = f32_to_f16(t->std * 4.0f / (63.0f * 15.0f)), dmin = f32_to_f16(t->std * 2.0f / 63.0f);
+    for (int64_t b = 0; b < n / 256; b += 1024) {
+      int m = (int)(n / 256 - b < 1024 ? n / 256 - b : 1024);
+      for (int j = 0; j < m; j++) {
+        uint8_t *q = buf + 144 * j;
+        memcpy(q, &d, 2);
+        memcpy(q + 2, &dmin, 2);
+        for (int w = 4; w < 144; w += 4) {
+          rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+          uint32_t v = (uint32_t)(rng >> 32);
+          memcpy(q + w, &v, 4);
+        }
+      }
+      fwrite(buf, 144, (size_t)m, f);
     }
     return;
   }
@@ -125,14 +149,17 @@ static void write_tensor(FILE *f, const tinfo *t) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s OUT.gguf f16|q8_0|q4_0 [1b|tiny|a3b|moe-tiny [LAYERS [EXPERTS [VOCAB]]]]\n", argv[0]);
+    fprintf(stderr, "usage: %s OUT.gguf f16|q8_0|q4_0|q4_k [1b|8b|tiny|a3b|moe-tiny [LAYERS [EXPERTS [VOCAB]]]]\n", argv[0]);
     return 2;
   }
-  int wt = strcmp(argv[2], "f16") == 0 ? T_F16 : strcmp(argv[2], "q8_0") == 0 ? T_Q8_0 : strcmp(argv[2], "q4_0") == 0 ? T_Q4_0 : -1;
+  int wt = strcmp(argv[2], "f16") == 0 ? T_F16 : strcmp(argv[2], "q8_0") == 0 ? T_Q8_0 : strcmp(argv[2], "q4_0") == 0 ? T_Q4_0
+         : strcmp(argv[2], "q4_k") == 0 ? T_Q4_K : -1;
   if (wt < 0) { fprintf(stderr, "unknown type %s\n", argv[2]); return 2; }
   const char *sn = argc > 3 ? argv[3] : "1b";
   shape s;
-  if (!strcmp(sn, "1b")) s = (shape){"llama", "random-llama-1b", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 0, 0, 0, 500000.0f, 1e-5f};
+  if (!strcmp(sn, "1b")) s = (shape){"llama", "random-llama-1b", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 0, 0, 0, 500000.0f, 1e-5f, 0};
+  else if (!strcmp(sn, "8b"))
+    s = (shape){"llama", "random-llama-8b", 4096, 32, 32, 8, 128, 14336, 128256, 131072, 0, 0, 0, 500000.0f, 1e-5f, 1};
   else if (!strcmp(sn, "tiny")) s = (shape){"llama", "random-llama-1b", 256, 2, 4, 2, 64, 512, 1024, 2048, 0, 0, 0, 500000.0f, 1e-5f};
   else if (!strcmp(sn, "a3b"))
     s = (shape){"qwen3moe", "random-qwen3moe-a3b", 2048, 4, 32, 4, 128, 6144, 32000, 40960, 128, 8, 768, 1000000.0f, 1e-6f};
@@ -153,7 +180,7 @@ int main(int argc, char **argv) {
   ADD("token_embd.weight", wt, s.hidden, s.vocab, 1.0f, 0);
   ADD("output_norm.weight", T_F32, s.hidden, 1, 0, 1);
   float sh = 1.0f / sqrtf((float)s.hidden), sq = 1.0f / sqrtf((float)qd);
-  if (moe) ADD("output.weight", wt, s.hidden, s.vocab, sh, 0); /* Qwen3-MoE's output is its own matrix */
+  if (moe || s.untied) ADD("output.weight", wt, s.hidden, s.vocab, sh, 0); /* Qwen3-MoE's output is its own matrix */
   char nm[64];
   for (int l = 0; l < s.layers; l++) {
 #define L(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", l, suffix), nm)

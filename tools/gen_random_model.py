@@ -2,7 +2,7 @@
 """gen_random_model.py — a model folder with random weights in a real
 model's geometry, for speed measurements (nothing it says is meaningful).
 
-  python3 tools/gen_random_model.py OUT [--shape llama-3.1-8b] [--dtype bf16] [--seed 0]
+  python3 tools/gen_random_model.py OUT [--shape llama-3.1-8b] [--dtype bf16|f16|f32|fp8] [--seed 0]
 
 Writes OUT/config.json and OUT/model-0000N-of-0000M.safetensors (one shard
 per 4 layers) plus model.safetensors.index.json. Weights are N(0, 0.02),
@@ -13,6 +13,9 @@ repeat one block of 65,536 random values, which is all a speed run needs.
 --sparse writes only the headers and leaves the tensors as file holes (all
 zero; bf16 or f32, without torch): instant, for speed runs where the values
 do not matter (a GPU's matmuls) and for `hearth fit`, which reads no weights.
+--dtype fp8 (torch only) writes every matrix but the embedding as FP8 E4M3
+with one f32 scale per row beside it (NAME_scale [rows, 1], as `hearth
+convert --quant fp8` does), the rest bf16.
 """
 import argparse
 import json
@@ -148,16 +151,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--shape", default="llama-3.1-8b", choices=sorted(SHAPES))
-    ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32", "fp8"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sparse", action="store_true", help="zero tensors as file holes (bf16 / f32, no torch)")
     a = ap.parse_args()
     use_torch = torch is not None and not a.sparse
     cfg = dict(SHAPES[a.shape])
-    if not use_torch and a.dtype == "f16":
-        raise SystemExit("gen_random_model: f16 needs torch")
-    dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[a.dtype] if use_torch else None
-    cfg["torch_dtype"] = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[a.dtype]
+    if not use_torch and a.dtype in ("f16", "fp8"):
+        raise SystemExit(f"gen_random_model: {a.dtype} needs torch")
+    fp8 = a.dtype == "fp8"
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "fp8": torch.bfloat16}[a.dtype] if use_torch else None
+    cfg["torch_dtype"] = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "fp8": "bfloat16"}[a.dtype]
+    if fp8:
+        cfg["quantization_config"] = dict(quant_method="fbgemm_fp8", activation_scale_ub=1200.0,
+                                          modules_to_not_convert=["model.embed_tokens"])
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
@@ -229,6 +236,12 @@ def main():
                 t[p + "self_attn.k_proj.weight"] = rnd(KV * hd, D)
                 t[p + "self_attn.v_proj.weight"] = rnd(KV * hd, D)
                 t[p + "self_attn.o_proj.weight"] = rnd(D, H * hd)
+        if fp8:  # matrices but the embedding: E4M3 with a scale per row
+            for k in [k for k in t if t[k].dim() == 2 and "embed_tokens" not in k]:
+                x = t[k].to(dev).float()
+                sc = x.abs().amax(dim=1, keepdim=True) / 448.0
+                t[k] = (x / torch.where(sc > 0, sc, torch.ones_like(sc))).to(torch.float8_e4m3fn).cpu()
+                t[k + "_scale"] = sc.cpu()
         name = f"model-{si + 1:05d}-of-{n_shards:05d}.safetensors"
         if use_torch:
             save_file(t, os.path.join(a.out, name), metadata={"format": "pt"})

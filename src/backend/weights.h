@@ -7,7 +7,8 @@
  * ggml's layouts; MLX affine weights are uint32 words holding 32/bits values
  * each (element j of a word in bits [j*bits, (j+1)*bits)), with one scale
  * and one bias per group of group_size consecutive inputs of a row:
- * w = scale * q + bias.
+ * w = scale * q + bias. FP8 weights are E4M3 bytes with one f32 scale per
+ * output row (per channel), w = scale * e4m3.
  *
  * Backends take a host descriptor and make it theirs (backend.h,
  * bk_weight_load); the CPU's matmul over it is in cpu/cpu.h.
@@ -31,6 +32,8 @@ typedef enum bk_type {
   BK_Q5_K,       /* ggml block_q5_K: f16 d, dmin; scales[12]; qh[32]; qs[128] (176 / 256) */
   BK_Q6_K,       /* ggml block_q6_K: ql[128]; qh[64]; int8 scales[16]; f16 d (210 / 256) */
   BK_MLX_AFFINE, /* MLX affine: bits 4|8, group_size 32|64|128, scales + biases */
+  BK_FP8,        /* FP8 E4M3 (the OCP "fn" variant: no infinities, S.1111.111 is NaN), one byte an
+                    element, and one f32 scale per output row (scales [rows]): w = scale[row] * e4m3 */
   BK_TYPE_COUNT
 } bk_type;
 
@@ -39,11 +42,11 @@ typedef struct bk_weight {
   int64_t rows;          /* outputs */
   int64_t cols;          /* inputs; a multiple of the type's block (32, 256, group_size) */
   const void *data;      /* borrowed: rows * bk_row_bytes(type, cols) bytes, row-major */
-  /* BK_MLX_AFFINE only */
+  /* BK_MLX_AFFINE only (scales: BK_FP8 too) */
   int bits;              /* 4 or 8 */
   int group_size;        /* 32, 64 or 128 */
   bk_type scale_type;    /* BK_F32, BK_F16 or BK_BF16: the dtype of scales and biases */
-  const void *scales;    /* borrowed: [rows, cols / group_size] */
+  const void *scales;    /* borrowed: [rows, cols / group_size]; BK_FP8: f32 [rows] */
   const void *biases;    /* borrowed: [rows, cols / group_size] */
   /* Set by the backend that loaded the weight (bk_weight_load): the CPU's
    * repacked copy for its 8-bit integer kernels, or the device allocation
@@ -68,6 +71,8 @@ size_t bk_row_bytes(bk_type t, int64_t cols, int bits);
  * IEEE half and bfloat16 -> f32 (exact). */
 float bk_fp16_decode(uint16_t h);
 float bk_bf16_decode(uint16_t h);
+/* FP8 E4M3 ("fn": no infinities; 0x7F / 0xFF are NaN) -> f32 (exact). */
+float bk_fp8_decode(uint8_t b);
 /* out[0..cols) = row `row` of w as floats, for every stored format (a vector
  * is a weight of one row). w must validate (checked: the message names the
  * problem). */

@@ -11,7 +11,8 @@
  * chosen type ("pure"); a matrix whose rows are not whole blocks of it falls
  * back to q4_0, then f16.
  * To safetensors: model.safetensors + config.json (+ an MLX "quantization"
- * block for mlx4/mlx8) and the tokenizer files copied.
+ * block for mlx4/mlx8; for fp8, E4M3 matrices with per-row f32 scales and an
+ * fbgemm_fp8 "quantization_config") and the tokenizer files copied.
  *
  * Knows file layouts and names; refuses to know how the forward pass runs.
  * Uses internal modules (format/ readers and writers, backend/weights.h and
@@ -46,7 +47,9 @@ static void usage(FILE *f) {
           "usage: hearth convert SRC DST [--to gguf|safetensors] [--quant TYPE] [--group-size 32|64|128] [--pre NAME]\n\n"
           "Converts a model folder (safetensors f32/f16/bf16 or MLX 4/8-bit) or a GGUF file.\n"
           "  --to          gguf (a file; default when DST ends in .gguf) or safetensors (a folder)\n"
-          "  --quant       gguf: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k; safetensors: f32 f16 bf16 mlx4 mlx8\n"
+          "  --quant       gguf: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k; safetensors: f32 f16 bf16 mlx4 mlx8 fp8\n"
+          "                (fp8: E4M3 matrices with one f32 scale per output row, NAME_scale [rows, 1];\n"
+          "                the embedding stays in the float dtype)\n"
           "                (default: the source's dtype)\n"
           "  --group-size  MLX group size (default 64)\n"
           "  --pre         llama.cpp pre-tokenizer name for a BPE tokenizer hearth does not recognise\n"
@@ -261,7 +264,7 @@ static bk_type src_float_type(const src_model *s) {
 
 /* ---- output plan ---- */
 
-typedef enum out_role { ROLE_WHOLE, ROLE_MLX_W, ROLE_MLX_S, ROLE_MLX_B, ROLE_CONST } out_role;
+typedef enum out_role { ROLE_WHOLE, ROLE_MLX_W, ROLE_MLX_S, ROLE_MLX_B, ROLE_CONST, ROLE_FP8_W, ROLE_FP8_S } out_role;
 
 typedef struct out_tensor {
   int src;           /* index into src_model.ts (-1 for ROLE_CONST) */
@@ -358,6 +361,12 @@ static int fill_tensor(void *ctx, int i, void *dst, herr *err) {
   conv *c = ctx;
   const out_tensor *o = &c->outs[i];
   size_t es = bk_row_bytes(c->scale_type, 1, 0);
+  if (o->role == ROLE_FP8_S) { /* the per-row scales its ROLE_FP8_W call made */
+    const src_tensor *t = &c->src->ts[o->src];
+    if (c->mlx_for != o->src) return herr_set(err, HEARTH_EINTERNAL, "%s: scales asked before the weight", t->hf);
+    memcpy(dst, c->mlx_scales, (size_t)t->rows * sizeof(float));
+    return 0;
+  }
   if (o->role == ROLE_MLX_S || o->role == ROLE_MLX_B) {
     const src_tensor *t = &c->src->ts[o->src];
     if (c->mlx_for != o->src) return herr_set(err, HEARTH_EINTERNAL, "%s: scales asked before the weight", t->hf);
@@ -371,6 +380,14 @@ static int fill_tensor(void *ctx, int i, void *dst, herr *err) {
   if (!rc && o->permute)
     rc = permute_heads(x, t->ndim == 2 ? t->rows : t->cols, t->ndim == 2 ? t->cols : 1, o->heads, false, t->hf, err);
   if (!rc && o->role == ROLE_WHOLE) rc = bk_quantize(o->type, x, t->rows, t->cols, dst, err);
+  if (!rc && o->role == ROLE_FP8_W) {
+    free(c->mlx_scales);
+    c->mlx_scales = malloc((size_t)t->rows * sizeof(float));
+    c->mlx_for = -1;
+    if (!c->mlx_scales) rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+    else rc = bk_quantize_fp8(x, t->rows, t->cols, dst, c->mlx_scales, err);
+    if (!rc) c->mlx_for = o->src;
+  }
   if (!rc && o->role == ROLE_MLX_W) {
     size_t n = (size_t)(t->rows * (t->cols / c->group_size)) * es;
     free(c->mlx_scales), free(c->mlx_biases);
@@ -863,14 +880,16 @@ static const char *torch_name(bk_type t) { return t == BK_F32 ? "float32" : t ==
 
 static int write_safetensors(src_model *s, const char *dst, const char *quant, int group_size, herr *err) {
   int bits = 0;
+  bool fp8 = false;
   bk_type ft = src_float_type(s);
   if (quant) {
-    if (!strcasecmp(quant, "mlx4")) bits = 4;
+    if (!strcasecmp(quant, "fp8")) fp8 = true;
+    else if (!strcasecmp(quant, "mlx4")) bits = 4;
     else if (!strcasecmp(quant, "mlx8")) bits = 8;
     else if (!strcasecmp(quant, "f32")) ft = BK_F32;
     else if (!strcasecmp(quant, "f16")) ft = BK_F16;
     else if (!strcasecmp(quant, "bf16")) ft = BK_BF16;
-    else return herr_set(err, HEARTH_EINVAL, "--quant %s cannot be written to safetensors (f32, f16, bf16, mlx4, mlx8)", quant);
+    else return herr_set(err, HEARTH_EINVAL, "--quant %s cannot be written to safetensors (f32, f16, bf16, mlx4, mlx8, fp8)", quant);
   }
   if (mkdir(dst, 0755) && errno != EEXIST) return herr_set(err, HEARTH_EIO, "%s: cannot create the folder: %s", dst, strerror(errno));
   if (!hfile_is_dir(dst)) return herr_set(err, HEARTH_EIO, "%s: exists and is not a folder", dst);
@@ -895,6 +914,16 @@ static int write_safetensors(src_model *s, const char *dst, const char *quant, i
       if (!(rc = add_out(&cv, (out_tensor){.src = i, .role = ROLE_MLX_W}, err)) &&
           !(rc = add_out(&cv, (out_tensor){.src = i, .role = ROLE_MLX_S}, err)))
         rc = add_out(&cv, (out_tensor){.src = i, .role = ROLE_MLX_B}, err);
+      continue;
+    }
+    if (fp8 && t->ndim == 2 && !strstr(t->hf, "embed_tokens")) { /* NAME F8_E4M3 and NAME_scale F32 [rows, 1] */
+      char nm[310];
+      int64_t ss[2] = {t->rows, 1};
+      st_writer_tensor(w, t->hf, ST_F8_E4M3, 2, shape, NULL);
+      snprintf(nm, sizeof nm, "%s_scale", t->hf);
+      st_writer_tensor(w, nm, ST_F32, 2, ss, NULL);
+      if (!(rc = add_out(&cv, (out_tensor){.src = i, .role = ROLE_FP8_W}, err)))
+        rc = add_out(&cv, (out_tensor){.src = i, .role = ROLE_FP8_S}, err);
       continue;
     }
     if (bits && t->ndim == 2) kept++;
@@ -925,6 +954,10 @@ static int write_safetensors(src_model *s, const char *dst, const char *quant, i
                                                                                                                    : "LlamaForCausalLM";
     json_object_set_new(cfg, "architectures", json_pack("[s]", a));
   }
+  if (fp8) /* the per-channel FP8 layout transformers knows as fbgemm_fp8 */
+    json_object_set_new(cfg, "quantization_config", json_pack("{s:s, s:f, s:[s]}", "quant_method", "fbgemm_fp8",
+                                                              "activation_scale_ub", 1200.0, "modules_to_not_convert",
+                                                              "model.embed_tokens"));
   if (bits) {
     json_object_set_new(cfg, "quantization", json_pack("{s:i, s:i}", "group_size", group_size, "bits", bits));
     json_object_set_new(cfg, "quantization_config", json_pack("{s:i, s:i}", "group_size", group_size, "bits", bits));
@@ -977,6 +1010,8 @@ int cli_convert(int argc, char **argv) {
     return cli_usage_error("convert", "--group-size must be 32, 64 or 128, not '%s'", gs_arg);
   if (quant && to_gguf && (!strcasecmp(quant, "mlx4") || !strcasecmp(quant, "mlx8")))
     return cli_usage_error("convert", "--quant %s is an MLX format: use --to safetensors", quant);
+  if (quant && to_gguf && !strcasecmp(quant, "fp8"))
+    return cli_usage_error("convert", "--quant fp8 is written as safetensors (GGUF has no FP8 type): use --to safetensors");
   herr err = {0};
   src_model s;
   int rc = src_open(&s, src_path, &err);

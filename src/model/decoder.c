@@ -58,6 +58,7 @@ static size_t weight_bytes(const bk_weight *w) {
   if (!w->rows) return 0;
   size_t b = (size_t)w->rows * bk_row_bytes(w->type, w->cols, w->bits);
   if (w->type == BK_MLX_AFFINE) b += 2 * (size_t)(w->rows * (w->cols / w->group_size)) * (w->scale_type == BK_F32 ? 4 : 2);
+  if (w->type == BK_FP8) b += (size_t)w->rows * 4;
   return b;
 }
 

@@ -181,14 +181,42 @@ static int load_mlx_matrix(model *m, const weight_src *src, const char *name, co
   return 0;
 }
 
+/* An FP8 (E4M3) matrix NAME with one f32 scale per output row beside it,
+ * NAME_scale [rows, 1] or [rows] (the per-channel layout of `hearth convert
+ * --quant fp8`, transformers' fbgemm_fp8 and compressed-tensors' channel
+ * strategy): w = scale[row] * e4m3. */
+static int load_fp8_matrix(const weight_src *src, const char *name, const st_tensor *t, int64_t rows, int64_t cols,
+                           bk_weight *out, herr *err) {
+  char sn[300], a[96];
+  snprintf(sn, sizeof sn, "%s_scale", name);
+  const st_tensor *sc = st_find(src->st, sn);
+  if (!sc) {
+    snprintf(sn, sizeof sn, "%s_scale_inv", name);
+    if (st_find(src->st, sn))
+      return herr_set(err, HEARTH_EUNSUPPORTED, "%s: block-wise FP8 scales (%s) are not supported; FP8 weights need one scale per "
+                      "output row (NAME_scale [rows, 1], as `hearth convert --quant fp8` writes)", name, sn);
+    return herr_set(err, HEARTH_ENOTFOUND, "%s: an F8_E4M3 weight needs its per-row scales %s_scale beside it", name, name);
+  }
+  if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
+    return herr_set(err, HEARTH_EFORMAT, "%s: expected shape [%lld, %lld], file has %s", name, (long long)rows, (long long)cols,
+                    st_shape_of(t, a, sizeof a));
+  if (sc->dtype != ST_F32 || !((sc->ndim == 2 && sc->shape[0] == rows && sc->shape[1] == 1) || (sc->ndim == 1 && sc->shape[0] == rows)))
+    return herr_set(err, HEARTH_EFORMAT, "%s: expected F32 [%lld, 1] (one scale per row), file has %s %s", sn, (long long)rows,
+                    st_dtype_name(sc->dtype), st_shape_of(sc, a, sizeof a));
+  *out = (bk_weight){.type = BK_FP8, .rows = rows, .cols = cols, .data = t->data, .scale_type = BK_F32, .scales = sc->data};
+  return 0;
+}
+
 static int align_weight(model *m, bk_weight *w, int64_t rows, const char *name, herr *err) {
-  size_t row_bytes = bk_row_bytes(w->type, w->cols, w->bits), elem = w->type == BK_F32 || w->type == BK_MLX_AFFINE ? 4 : 2;
+  size_t row_bytes = bk_row_bytes(w->type, w->cols, w->bits),
+         elem = w->type == BK_F32 || w->type == BK_MLX_AFFINE ? 4 : w->type == BK_FP8 ? 1 : 2;
   int rc = align_copy(m, &w->data, row_bytes * (size_t)rows, elem, name, err);
   if (rc) return rc;
   if (w->type == BK_MLX_AFFINE) {
     size_t es = w->scale_type == BK_F32 ? 4 : 2, sb = (size_t)(rows * (w->cols / w->group_size)) * es;
     if ((rc = align_copy(m, &w->scales, sb, es, name, err)) || (rc = align_copy(m, &w->biases, sb, es, name, err))) return rc;
   }
+  if (w->type == BK_FP8) return align_copy(m, &w->scales, (size_t)rows * 4, 4, name, err);
   return 0;
 }
 
@@ -221,6 +249,8 @@ int model_describe_matrix(model *m, const weight_src *src, const char *name, int
                                        name, m->cfg.model_type) : 0;
     if (m->cfg.quant_bits > 0 && t->dtype == ST_U32) {
       if ((rc = load_mlx_matrix(m, src, name, t, rows, cols, out, err))) return rc;
+    } else if (t->dtype == ST_F8_E4M3) {
+      if ((rc = load_fp8_matrix(src, name, t, rows, cols, out, err))) return rc;
     } else {
       if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
         return herr_set(err, HEARTH_EFORMAT, "%s: expected shape %s, file has %s", name, ws, st_shape_of(t, hs, sizeof hs));

@@ -71,6 +71,10 @@
  *       path multiply a two-term bf16 split of the activations: ~1e-5
  *       relative error per product, far below this after summation)
  *   attention on a GPU                        1e-7
+ *   attention on a GPU, fast precision        1e-4  (bf16 Q, K, V and
+ *       probabilities on tensor cores, f32 sums: ~1e-6 expected)
+ *   FP8 matmul on a GPU, fast precision       1e-6  (against a reference
+ *       that quantizes the activations' rows to E4M3 as the device does)
  * f32 arithmetic against an exact reference gives nmse around 1e-13 here;
  * a wrong kernel (a skipped block, a wrong scale, a misread row or slot)
  * gives 1e-4 or more, so these limits separate the two by orders of
@@ -157,11 +161,14 @@ static op_stat *stat_for(const char *name) {
 #define LIM_CPU_ATTN 1e-7
 #define LIM_DEV_MATMUL 1e-6
 #define LIM_DEV_ATTN 1e-7
+/* the device's fast precision: attention over bf16 Q, K, V and probabilities on tensor cores */
+#define LIM_DEV_ATTN_FAST 1e-4
 
-typedef enum lim_kind { K_ELEM, K_MATMUL, K_ATTN } lim_kind;
+typedef enum lim_kind { K_ELEM, K_MATMUL, K_ATTN, K_ATTN_FAST } lim_kind;
 
 static double limit_for(lim_kind k, int di) {
   if (k == K_ELEM) return LIM_ELEM;
+  if (k == K_ATTN_FAST) return LIM_DEV_ATTN_FAST;
   if (k == K_MATMUL) return di == 0 ? LIM_CPU_MATMUL : LIM_DEV_MATMUL;
   return di == 0 ? LIM_CPU_ATTN : LIM_DEV_ATTN;
 }
@@ -288,6 +295,12 @@ static void make_weight(host_weight *h, const fmt *f, int64_t rows, int64_t cols
     h->w.scale_type = f->scale_type;
     h->w.scales = h->scales;
     h->w.biases = h->biases;
+  } else if (f->type == BK_FP8) {
+    h->data = malloc((size_t)(rows * cols));
+    h->scales = malloc(sizeof(float) * (size_t)rows);
+    rc = bk_quantize_fp8(src, rows, cols, h->data, h->scales, &err);
+    h->w.scale_type = BK_F32;
+    h->w.scales = h->scales;
   } else {
     h->data = malloc(bk_row_bytes(f->type, cols, 0) * (size_t)rows);
     rc = bk_quantize(f->type, src, rows, cols, h->data, &err);
@@ -436,7 +449,77 @@ static void test_matmul(void) {
     /* aligned dense rows long enough for the GEMV's unrolled 16-byte loads */
     matmul_case(f, 1, 70, 4096, false, false);
     matmul_case(f, 8, 33, 2048, true, true);
+    /* enough rows for a GEMV that gives each warp several rows (Q4_K: four rows a warp at one or
+     * two activation rows, two at three or four) on a GPU of 132 multiprocessors */
+    matmul_case(f, 1, 4300, 512, true, false);
+    matmul_case(f, 2, 4237, 256, false, true);
+    matmul_case(f, 3, 2150, 768, false, false);
   }
+}
+
+/* FP8 weights under --gpu-precision fast: the activations' rows are
+ * quantized to E4M3 on the device (scale max|x| / 448, bk_quantize_fp8's
+ * arithmetic) and multiplied on the tensor cores; the reference does the
+ * same quantization on the host and sums in double, so the limit is the
+ * matmul's. Shapes whose rows or columns are not multiples of 16 take the
+ * dequantizing path: the plain reference. Device only (the CPU has no such mode). */
+static void test_matmul_fp8_fast(void) {
+  if (n_devs < 2) return;
+  bk_open_opts opts = {.fast_matmul = true};
+  bk_backend *be = NULL;
+  herr err = {0};
+  if (bk_backend_open(dev_label, &opts, &be, &err)) die("fast backend", &err);
+  static const struct { int64_t n, rows, cols; } cases[] = {
+      {9, 64, 256}, {33, 4096, 512}, {100, 272, 1024}, {300, 48, 4096}, {17, 40, 200}, {12, 33, 64}};
+  op_stat *st = stat_for("matmul fp8 fast (dev)");
+  const fmt f8 = {BK_FP8, 0, 0, BK_F32};
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t n = cases[ci].n, rows = cases[ci].rows, cols = cases[ci].cols;
+    bool tc = rows % 16 == 0 && cols % 16 == 0, with_bias = ci % 2 == 1;
+    char shape[96];
+    snprintf(shape, sizeof shape, "x [%lld, %lld] * fp8 [%lld, %lld]^T%s%s", (long long)n, (long long)cols, (long long)rows,
+             (long long)cols, with_bias ? " + bias" : "", tc ? "" : " (dequantizing path)");
+    st->cases++;
+    host_weight h;
+    make_weight(&h, &f8, rows, cols);
+    float *x = rand_floats(n * cols, 1.0f), *bias = with_bias ? rand_floats(rows, 2.0f) : NULL;
+    double *ref = malloc(sizeof(double) * (size_t)(n * rows));
+    float *xd = malloc(sizeof(float) * (size_t)(n * cols)), *sx = malloc(sizeof(float) * (size_t)n);
+    uint8_t *xq = malloc((size_t)(n * cols));
+    if (tc) {
+      if (bk_quantize_fp8(x, n, cols, xq, sx, &err)) die("quantize", &err);
+      for (int64_t i = 0; i < n * cols; i++) xd[i] = bk_fp8_decode(xq[i]);
+    }
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t r = 0; r < rows; r++) {
+        double s = 0;
+        if (tc) {
+          const uint8_t *wq = (const uint8_t *)h.data + r * cols;
+          for (int64_t k = 0; k < cols; k++) s += (double)xd[i * cols + k] * bk_fp8_decode(wq[k]);
+          s = s * sx[i] * ((const float *)h.scales)[r];
+        } else {
+          for (int64_t k = 0; k < cols; k++) s += (double)x[i * cols + k] * h.deq[r * cols + k];
+        }
+        ref[i * rows + r] = s + (bias ? bias[r] : 0);
+      }
+    bk_weight w;
+    if (load_weight(be, &h, &w, "matmul fp8 fast")) {
+      bk_tensor tx = tfrom_f32(be, x, n, cols), ty = tnew(be, BK_DT_F32, n, rows), tb = {0};
+      poison(&ty);
+      if (bias) tb = tfrom_f32(be, bias, 1, rows);
+      bk_matmul_t(&ty, &tx, &w, bias ? &tb : NULL);
+      float *got = malloc(sizeof(float) * (size_t)(n * rows));
+      tget(&ty, got, "matmul fp8 fast");
+      compare(st, K_MATMUL, 1, shape, got, ref, n * rows);
+      free(got);
+      bk_tensor_free(&tx), bk_tensor_free(&ty);
+      if (bias) bk_tensor_free(&tb);
+      bk_weight_release(be, &w);
+    }
+    free(ref), free(xd), free(sx), free(xq), free(x), free(bias);
+    free_weight(&h);
+  }
+  bk_backend_close(be);
 }
 
 /* ---- rmsnorm ---- */
@@ -1161,7 +1244,14 @@ static const attn_case attn_cases[] = {
     {"long decode batch", 16, 2, 64, 16, 0, 0, {{511, 1}, {1, 1}, {333, 1}, {64, 1}, {65, 1}, {200, 1}}, 0},
     {"hd 16, GQA 2, window 8", 4, 2, 16, 16, 8, 0, {{40, 40}, {20, 1}, {30, 7}}, 0},
     {"hd 16, GQA 4, decode", 4, 1, 16, 1, 0, 0, {{25, 1}, {3, 3}}, 0},
+    {"decode alone, long, GQA 4 (split keys)", 8, 2, 128, 16, 0, 0, {{3000, 1}}, 0},
+    {"decode alone, long, GQA 8, window 700", 16, 2, 64, 16, 700, 0, {{2000, 1}}, 0},
+    {"decode, GQA 3 (a block per query head)", 6, 2, 32, 16, 0, 0, {{50, 1}, {9, 1}, {700, 1}}, 0},
 };
+
+/* When set: attention_case runs on this device backend opened with the fast
+ * precision (tensor-core tiles of queries), against its own limit. */
+static bk_backend *attn_fast;
 
 /* Quantized KV (kf / vf not BK_KV_F32): the same K / V stored in that
  * format (op_kv_quantize_row), unowned rows all NaN words, and the reference
@@ -1255,11 +1345,11 @@ static void attention_case(const attn_case *c, bk_kv_fmt kf, bk_kv_fmt vf) {
                    (double)c->softcap, (long long)c->span);
   for (int s = 0; s < ns && o > 0 && (size_t)o < sizeof shape; s++)
     o += snprintf(shape + o, sizeof shape - (size_t)o, " %lld/%lld", (long long)c->seqs[s].nq, (long long)c->seqs[s].len);
-  op_stat *st = stat_for("attention");
+  op_stat *st = stat_for(attn_fast ? "attention fast (dev)" : "attention");
   st->cases++;
   float *got = malloc(sizeof(float) * (size_t)(T * qd));
-  for (int di = 0; di < n_devs; di++) {
-    bk_backend *be = devs[di];
+  for (int di = attn_fast ? 1 : 0; di < n_devs; di++) {
+    bk_backend *be = di == 1 && attn_fast ? attn_fast : devs[di];
     bk_tensor tk = tfrom_f32(be, KS, n_slots, kw), tv = tfrom_f32(be, VS, n_slots, vw), tq = tfrom_f32(be, q, T, qd);
     bk_tensor tout = tnew(be, BK_DT_F32, T, qd), trow = tfrom_i32(be, row, T), ttab = tfrom_i32(be, tab, T),
               ttables = tfrom_i32(be, tables, n_tab), tlast = tfrom_i32(be, last, T);
@@ -1268,7 +1358,7 @@ static void attention_case(const attn_case *c, bk_kv_fmt kf, bk_kv_fmt vf) {
     poison(&tout);
     bk_attention(&tout, &tq, &kv, &ix, &p);
     tget(&tout, got, "attention");
-    compare(st, K_ATTN, di, shape, got, ref, T * qd);
+    compare(st, attn_fast ? K_ATTN_FAST : K_ATTN, di, shape, got, ref, T * qd);
     bk_tensor_free(&tk), bk_tensor_free(&tv), bk_tensor_free(&tq), bk_tensor_free(&tout);
     bk_tensor_free(&trow), bk_tensor_free(&ttab), bk_tensor_free(&ttables), bk_tensor_free(&tlast);
   }
@@ -1281,6 +1371,28 @@ static void test_attention(void) {
   static const bk_kv_fmt fmts[][2] = {{BK_KV_F32, BK_KV_F32}, {BK_KV_Q8, BK_KV_Q8}, {BK_KV_Q4, BK_KV_Q4}, {BK_KV_Q8, BK_KV_Q4}};
   for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
     for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) attention_case(&attn_cases[i], fmts[f][0], fmts[f][1]);
+}
+
+/* The same cases on the device under the fast precision (head sizes 64 and
+ * 128 go to tensor cores, the others to the f32 kernels), plus longer
+ * prompts that cross several 64-row tiles of queries and keys. */
+static void test_attention_fast(void) {
+  if (n_devs < 2) return;
+  bk_open_opts opts = {.fast_matmul = true};
+  herr err = {0};
+  if (bk_backend_open(dev_label, &opts, &attn_fast, &err)) die("fast backend", &err);
+  static const attn_case more[] = {
+      {"tc: long prompt, GQA 4, hd 128", 8, 2, 128, 16, 0, 0, {{300, 300}}},
+      {"tc: chunk after a prefix, hd 64, window 100", 4, 2, 64, 16, 100, 0, {{500, 130}, {70, 1}}},
+      {"tc: two prompts and a decode, hd 128, softcap 30", 4, 4, 128, 64, 0, 30.0f, {{129, 129}, {64, 64}, {200, 1}}},
+  };
+  static const bk_kv_fmt fmts[][2] = {{BK_KV_F32, BK_KV_F32}, {BK_KV_Q8, BK_KV_Q4}};
+  for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
+    for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) attention_case(&attn_cases[i], fmts[f][0], fmts[f][1]);
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) attention_case(&more[i], fmts[f][0], fmts[f][1]);
+  }
+  bk_backend_close(attn_fast);
+  attn_fast = NULL;
 }
 
 
@@ -2157,8 +2269,8 @@ static void print_summary(void) {
       snprintf(dv, sizeof dv, "skipped");
     fprintf(stderr, "%-22s | %5d | %-13.3g | %s\n", stats[i].name, stats[i].cases, stats[i].max[0], dv);
   }
-  fprintf(stderr, "limits: elementwise/copies %.0e; matmul cpu %.0e, %s %.0e; attention cpu %.0e, %s %.0e; sample: logprob within 1e-4 (the column), ids the reference's\n\n", LIM_ELEM,
-          LIM_CPU_MATMUL, dev_label, LIM_DEV_MATMUL, LIM_CPU_ATTN, dev_label, LIM_DEV_ATTN);
+  fprintf(stderr, "limits: elementwise/copies %.0e; matmul cpu %.0e, %s %.0e; attention cpu %.0e, %s %.0e (fast precision %.0e); sample: logprob within 1e-4 (the column), ids the reference's\n\n", LIM_ELEM,
+          LIM_CPU_MATMUL, dev_label, LIM_DEV_MATMUL, LIM_CPU_ATTN, dev_label, LIM_DEV_ATTN, LIM_DEV_ATTN_FAST);
 }
 
 int main(void) {
@@ -2166,6 +2278,7 @@ int main(void) {
   open_backends();
   RUN(test_embed);
   RUN(test_matmul);
+  RUN(test_matmul_fp8_fast);
   RUN(test_rmsnorm);
   RUN(test_rope);
   RUN(test_act_mul);
@@ -2178,6 +2291,7 @@ int main(void) {
   RUN(test_moe);
   RUN(test_kv_write);
   RUN(test_attention);
+  RUN(test_attention_fast);
   RUN(test_set_cols_rows);
   RUN(test_layernorm);
   RUN(test_moe_route_group);

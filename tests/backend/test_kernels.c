@@ -51,6 +51,12 @@ static int make_weight(test_weight *t, const fmt *f, int64_t rows, int64_t cols)
     t->w.scale_type = f->scale_type;
     t->w.scales = t->scales;
     t->w.biases = t->biases;
+  } else if (f->type == BK_FP8) {
+    t->data = malloc((size_t)(rows * cols));
+    t->scales = malloc(sizeof(float) * rows);
+    rc = bk_quantize_fp8(src, rows, cols, t->data, t->scales, NULL);
+    t->w.scale_type = BK_F32;
+    t->w.scales = t->scales;
   } else {
     t->data = malloc(bk_row_bytes(f->type, cols, 0) * rows);
     rc = bk_quantize(f->type, src, rows, cols, t->data, NULL);

@@ -356,6 +356,42 @@ static void test_bad_input(void) {
   CHECK_EQ_INT(bk_row_bytes(BK_Q8_0, 33, 0), 0);
 }
 
+/* FP8 E4M3: every code decodes to its value and encodes back; halfway
+ * values round to the even code; out of range saturates; per-row scales. */
+static void test_fp8(void) {
+  CHECK(bk_fp8_decode(0x7E) == 448.0f);
+  CHECK(bk_fp8_decode(0xFE) == -448.0f);
+  CHECK(bk_fp8_decode(0x08) == 0.015625f);     /* 2^-6, the smallest normal */
+  CHECK(bk_fp8_decode(0x01) == 0.001953125f);  /* 2^-9, the smallest subnormal */
+  CHECK(bk_fp8_decode(0x38) == 1.0f);
+  CHECK(bk_fp8_decode(0x3C) == 1.5f);
+  CHECK(isnan(bk_fp8_decode(0x7F)) && isnan(bk_fp8_decode(0xFF)));
+  for (int c = 0; c < 256; c++) {
+    if ((c & 0x7F) == 0x7F) continue;
+    CHECK_EQ_INT(bk_fp8_encode(bk_fp8_decode((uint8_t)c)), c);
+  }
+  for (int c = 0; c < 0x7D; c++) { /* midpoints between neighbouring positive codes: the even one */
+    float mid = 0.5f * (bk_fp8_decode((uint8_t)c) + bk_fp8_decode((uint8_t)(c + 1)));
+    CHECK_EQ_INT(bk_fp8_encode(mid), (c & 1) ? c + 1 : c);
+  }
+  CHECK_EQ_INT(bk_fp8_encode(1e6f), 0x7E);
+  CHECK_EQ_INT(bk_fp8_encode(-INFINITY), 0xFE);
+  CHECK_EQ_INT(bk_fp8_encode(1e-9f), 0x00);
+  float x[2 * 40];
+  for (int i = 0; i < 80; i++) x[i] = i < 40 ? 0.0f : (float)(i - 60) * 0.37f;
+  uint8_t q[80];
+  float sc[2], back[40];
+  CHECK_EQ_INT(bk_quantize_fp8(x, 2, 40, q, sc, NULL), 0);
+  CHECK(sc[0] == 0.0f && fabsf(sc[1] - 20 * 0.37f / 448.0f) < 1e-9f);
+  bk_weight w = {.type = BK_FP8, .rows = 2, .cols = 40, .data = q, .scale_type = BK_F32, .scales = sc};
+  CHECK_EQ_INT(bk_dequant_row(&w, 0, back, NULL), 0);
+  for (int i = 0; i < 40; i++) CHECK(back[i] == 0.0f);
+  CHECK_EQ_INT(bk_dequant_row(&w, 1, back, NULL), 0);
+  for (int i = 0; i < 40; i++) CHECK(fabsf(back[i] - x[40 + i]) <= 0.0625f * fabsf(x[40 + i]) + 1e-6f); /* 3 mantissa bits */
+  w.scales = NULL;
+  CHECK(bk_dequant_row(&w, 0, back, NULL) != 0);
+}
+
 int main(void) {
   RUN(test_fp16);
   RUN(test_bf16);
@@ -370,5 +406,6 @@ int main(void) {
   RUN(test_quantize_errors);
   RUN(test_mlx_errors);
   RUN(test_bad_input);
+  RUN(test_fp8);
   TEST_MAIN_END();
 }

@@ -3,7 +3,7 @@
  * tests/fixtures/engine) is converted to every target and loaded back:
  * - f32 (GGUF and safetensors): logits equal to the source's within f32
  *   rounding, and to transformers' golden logits;
- * - f16, bf16, q8_0, q4_0, q4_k, mlx4, mlx8: logits equal, within f32
+ * - f16, bf16, q8_0, q4_0, q4_k, mlx4, mlx8, fp8: logits equal, within f32
  *   rounding, to the f32 forward on weights quantized and dequantized by
  *   backend/cpu/quant.h (the quantized golden acceptance), and close to
  *   the f32 logits;
@@ -111,6 +111,7 @@ typedef struct ref_kind {
   bool gguf_fallback;/* GGUF's rule for rows that are not whole blocks */
   int mlx_bits, mlx_gs;
   bk_type vec_type;  /* for 1-D tensors (BK_F32 = unchanged) */
+  bool fp8;          /* matrices but the embedding as FP8 E4M3 with per-row scales */
 } ref_kind;
 
 static void round_trip(bk_type t, float *x, int64_t rows, int64_t cols) {
@@ -138,7 +139,16 @@ static void make_ref(const char *src_dir, const char *dir, ref_kind k) {
     CHECK(st_to_f32(t, bufs[i], &err) == 0);
     int64_t rows = t->ndim == 2 ? t->shape[0] : 1, cols = t->shape[t->ndim - 1];
     if (t->ndim == 1) round_trip(k.vec_type, bufs[i], 1, cols);
-    else if (k.mlx_bits) {
+    else if (k.fp8) {
+      if (!strstr(t->name, "embed_tokens")) {
+        uint8_t *q = malloc((size_t)(rows * cols));
+        float *sc = malloc((size_t)rows * 4);
+        CHECK(bk_quantize_fp8(bufs[i], rows, cols, q, sc, &err) == 0);
+        bk_weight fw = {.type = BK_FP8, .rows = rows, .cols = cols, .data = q, .scale_type = BK_F32, .scales = sc};
+        for (int64_t r = 0; r < rows; r++) CHECK(bk_dequant_row(&fw, r, bufs[i] + r * cols, &err) == 0);
+        free(q), free(sc);
+      }
+    } else if (k.mlx_bits) {
       if (cols % k.mlx_gs == 0) {
         int64_t groups = rows * cols / k.mlx_gs;
         uint32_t *wq = malloc((size_t)(rows * cols * k.mlx_bits / 32) * 4);
@@ -248,6 +258,8 @@ static void test_quantized(void) {
   check_target("q8_0.gguf", "--quant q8_0", (ref_kind){.type = BK_Q8_0, .gguf_fallback = true, .vec_type = BK_F32}, 0.05);
   check_target("q4_0.gguf", "--quant q4_0", (ref_kind){.type = BK_Q4_0, .gguf_fallback = true, .vec_type = BK_F32}, 0.5);
   check_target("q4_k.gguf", "--quant q4_k", (ref_kind){.type = BK_Q4_K, .gguf_fallback = true, .vec_type = BK_F32}, 0.5);
+  /* FP8 E4M3 (3 mantissa bits): between mlx8 and mlx4 */
+  check_target("fp8", "--to safetensors --quant fp8", (ref_kind){.fp8 = true, .vec_type = BK_F32}, 0.1);
   check_target("mlx8", "--to safetensors --quant mlx8 --group-size 32", (ref_kind){.mlx_bits = 8, .mlx_gs = 32, .vec_type = BK_F32}, 0.05);
   check_target("mlx4", "--quant mlx4", (ref_kind){.mlx_bits = 4, .mlx_gs = 64, .vec_type = BK_F32}, 0.5);
   check_target("mlx4-g128", "--quant mlx4 --group-size 128", (ref_kind){.mlx_bits = 4, .mlx_gs = 128, .vec_type = BK_F32}, 0.5);

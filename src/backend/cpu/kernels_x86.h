@@ -227,6 +227,11 @@ X86_RET X86_FN(const bk_weight *w, int64_t row, int64_t k0, int64_t len X86_PARA
       }
       X86_DONE;
     }
+    case BK_FP8: { /* plain: one weight at a time through the decoder */
+      const float s = ((const float *)w->scales)[row];
+      for (int64_t k = 0; k < len; k++) EMIT_ONE(k, s * bk_fp8_decode(base[k0 + k]));
+      X86_DONE;
+    }
     default: X86_DONE;
   }
 }

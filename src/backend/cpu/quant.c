@@ -41,6 +41,37 @@ static inline float bf16_to_float(uint16_t h) {
 }
 
 float bk_fp16_decode(uint16_t h) { return hf16_to_f32(h); }
+
+/* ---- FP8 E4M3 ---- */
+
+float bk_fp8_decode(uint8_t b) {
+  uint32_t e = (b >> 3) & 15, m = b & 7, bits;
+  if (e == 15 && m == 7) return NAN;
+  if (e == 0) { /* subnormal: m * 2^-9, exact */
+    float v = (float)m * 0.001953125f;
+    return (b & 0x80) ? -v : v;
+  }
+  bits = (uint32_t)(b & 0x80) << 24 | (e + 120) << 23 | m << 20;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint8_t bk_fp8_encode(float f) {
+  if (f != f) return 0x7F;
+  uint8_t sign = signbit(f) ? 0x80 : 0;
+  float a = fabsf(f);
+  if (a >= 448.0f) return sign | 0x7E; /* saturates to the largest finite value */
+  if (a < 0.015625f) {                 /* below 2^-6: subnormal steps of 2^-9 (8 is the smallest normal, 0x08) */
+    return sign | (uint8_t)lrintf(a * 512.0f);
+  }
+  int ex;
+  float fr = frexpf(a, &ex); /* a = fr * 2^ex, fr in [0.5, 1) */
+  int e = ex - 1 + 7, m = (int)lrintf((fr * 2.0f - 1.0f) * 8.0f); /* round to nearest even */
+  if (m == 8) m = 0, e++;
+  if (e > 15 || (e == 15 && m == 7)) return sign | 0x7E;
+  return sign | (uint8_t)(e << 3 | m);
+}
 float bk_bf16_decode(uint16_t h) { return bf16_to_float(h); }
 
 uint16_t bk_bf16_encode(float f) {
@@ -53,7 +84,7 @@ uint16_t bk_bf16_encode(float f) {
 /* ---- sizes ---- */
 
 const char *bk_type_name(bk_type t) {
-  static const char *names[BK_TYPE_COUNT] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K", "mlx_affine"};
+  static const char *names[BK_TYPE_COUNT] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K", "mlx_affine", "fp8"};
   return (unsigned)t < BK_TYPE_COUNT ? names[t] : "unknown";
 }
 
@@ -72,6 +103,7 @@ size_t bk_row_bytes(bk_type t, int64_t cols, int bits) {
   switch (t) {
     case BK_F32: return (size_t)cols * 4;
     case BK_F16: case BK_BF16: return (size_t)cols * 2;
+    case BK_FP8: return (size_t)cols;
     case BK_Q8_0: return (size_t)(cols / blk) * sizeof(bk_block_q8_0);
     case BK_Q4_0: return (size_t)(cols / blk) * sizeof(bk_block_q4_0);
     case BK_Q4_K: return (size_t)(cols / blk) * sizeof(bk_block_q4_K);
@@ -205,6 +237,11 @@ void bk_dequant_range(const bk_weight *w, int64_t row, int64_t k0, int64_t len, 
     case BK_Q5_K: dequant_q5_K((const bk_block_q5_K *)base + k0 / blk, len / blk, out); break;
     case BK_Q6_K: dequant_q6_K((const bk_block_q6_K *)base + k0 / blk, len / blk, out); break;
     case BK_MLX_AFFINE: dequant_mlx(w, row, k0, len, out); break;
+    case BK_FP8: {
+      float s = ((const float *)w->scales)[row];
+      for (int64_t k = 0; k < len; k++) out[k] = s * bk_fp8_decode(base[k0 + k]);
+      break;
+    }
     default: break;
   }
 }
@@ -349,7 +386,7 @@ static void quantize_q6_K(const float *x, int64_t nb, bk_block_q6_K *b) {
 
 int bk_quantize(bk_type type, const float *x, int64_t rows, int64_t cols, void *out, herr *err) {
   size_t rb = bk_row_bytes(type, cols, 0);
-  if (rows <= 0 || !rb || type == BK_MLX_AFFINE)
+  if (rows <= 0 || !rb || type == BK_MLX_AFFINE || type == BK_FP8)
     return herr_set(err, HEARTH_EINVAL, "quantize %s: %lld x %lld is not a whole number of %lld-element blocks",
                     bk_type_name(type), (long long)rows, (long long)cols, (long long)bk_type_block(type));
   int64_t nb = cols / bk_type_block(type);
@@ -414,6 +451,20 @@ int bk_quantize_mlx(const float *x, int64_t rows, int64_t cols, int bits, int gr
       uint32_t q = (uint32_t)(sr ? clampi(nearest((xg[l] - br) / sr), 0, nmax) : 0);
       wq[e / per] |= q << ((e % per) * bits);
     }
+  }
+  return 0;
+}
+
+int bk_quantize_fp8(const float *x, int64_t rows, int64_t cols, uint8_t *q, float *scales, herr *err) {
+  if (rows <= 0 || cols <= 0)
+    return herr_set(err, HEARTH_EINVAL, "quantize fp8: %lld x %lld is empty", (long long)rows, (long long)cols);
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols;
+    float amax = 0;
+    for (int64_t k = 0; k < cols; k++) amax = fmaxf(amax, fabsf(xr[k]));
+    float s = amax / 448.0f, inv = s > 0 ? 1.0f / s : 0.0f;
+    scales[r] = s;
+    for (int64_t k = 0; k < cols; k++) q[r * cols + k] = bk_fp8_encode(xr[k] * inv);
   }
   return 0;
 }

@@ -14,6 +14,9 @@
  * NaN. bk_fp16_decode and bk_bf16_decode are declared in weights.h. */
 uint16_t bk_fp16_encode(float f);
 uint16_t bk_bf16_encode(float f);
+/* f32 -> FP8 E4M3, rounded to nearest even; beyond ±448 (and infinities)
+ * saturate to ±448, NaN stays NaN. bk_fp8_decode is declared in weights.h. */
+uint8_t bk_fp8_encode(float f);
 
 #define BK_QK 32   /* elements per Q8_0 / Q4_0 block */
 #define BK_QKK 256 /* elements per K-quant super-block */
@@ -74,5 +77,9 @@ int bk_quantize(bk_type type, const float *x, int64_t rows, int64_t cols, void *
  * scale and bias. */
 int bk_quantize_mlx(const float *x, int64_t rows, int64_t cols, int bits, int group_size, bk_type scale_type,
                     uint32_t *wq, void *scales, void *biases, herr *err);
+
+/* FP8 E4M3 with one scale per row: scales[r] = max|x[r]| / 448 (0 for a
+ * row of zeros), q[r, k] = e4m3(x[r, k] / scales[r]). q: rows * cols bytes. */
+int bk_quantize_fp8(const float *x, int64_t rows, int64_t cols, uint8_t *q, float *scales, herr *err);
 
 #endif

@@ -43,6 +43,7 @@ int bk_weight_validate(const bk_weight *w, herr *err) {
     if (!w->scales || !w->biases) return herr_set(err, HEARTH_EINVAL, "weight mlx_affine: missing scales or biases");
     return 0;
   }
+  if (w->type == BK_FP8 && !w->scales) return herr_set(err, HEARTH_EINVAL, "weight fp8: missing scales");
   if (w->cols % bk_type_block(w->type))
     return herr_set(err, HEARTH_EINVAL, "weight %s: %lld columns are not a whole number of %lld-element blocks", tn,
                     (long long)w->cols, (long long)bk_type_block(w->type));

@@ -3,12 +3,15 @@
  *
  * Two kernels share the work of one call, split by the batch layout that
  * bk_attention promises (queries of one sequence are contiguous):
- *   - decode: one block of 4 warps per (query, head) for queries that are
- *     the only one of their sequence in the batch (every query when T == 1).
- *     Each warp takes 32 keys at a time, one key per lane for the scores,
- *     then all lanes accumulate V over the head dimension. When the batch
- *     has few (query, head) pairs, each pair's keys are split over up to 16
- *     blocks whose partial softmax states a second kernel merges.
+ *   - decode: for queries that are the only one of their sequence in the
+ *     batch (every query when T == 1), one block of 4 warps per (query, KV
+ *     head) that serves the group of query heads sharing that KV head (group
+ *     sizes 1, 2, 4, 8; other ratios: a block per query head), so each K / V
+ *     row is read once per group. Each warp takes 32 keys at a time, one key
+ *     per lane for the scores, then all lanes accumulate V over the head
+ *     dimension. When the batch is small, each query's keys are split over
+ *     up to 128 blocks (flash-decoding: about eight blocks per multiprocessor)
+ *     whose partial softmax states a second kernel merges.
  *   - flash: one block per (tile of 32 consecutive queries, head) for the
  *     other queries. Runs of queries in the tile that share a block table are
  *     one segment; for each segment, K / V tiles of 32 rows are loaded into
@@ -18,8 +21,11 @@
  * Quantized arenas (8 / 4-bit blocks, kv_quant.cuh) are dequantized as they
  * are read: in the decode kernel per key (whole blocks of 32 when a head
  * starts and ends on block boundaries) and per value element, in the flash
- * kernel as its K / V tiles are loaded into shared memory. */
+ * kernel as its K / V tiles are loaded into shared memory. Under the fast
+ * precision (--gpu-precision fast) the tiles of queries go to tensor cores
+ * instead (attn_flash_tc_kernel: bf16 operands, f32 softmax and sums). */
 #include <limits.h>
+#include <mma.h>
 
 #include "backend/cuda/kv_quant.cuh"
 
@@ -43,6 +49,7 @@ struct at_args {
   float scale, softcap;
   int all;   /* decode kernel: every query (else only the ones alone in their sequence) */
   int vec4;  /* K rows and head offsets 16-byte aligned */
+  int vvec4; /* K and V both f32 and 16-byte aligned (the decode kernel's float4 path) */
   int nsplit;   /* decode: key range split over this many blocks per (query, head) */
   float *part;  /* nsplit > 1: [T * H * nsplit][hd + 2] partial (m, l, unnormalized o) */
 };
@@ -202,6 +209,339 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4) attn_decode_kernel(at_args 
   }
 }
 
+/* The decode kernel for a group of G query heads sharing one KV head
+ * (GQA; G = 1 is plain multi-head): block (t, kv head, split) reads each key
+ * and value row of its range once for all G heads, so the cache crosses
+ * from memory (and L2) once per KV head instead of once per query head.
+ * Each warp takes 32 keys at a time, one key per lane: the lane's K row is
+ * dotted with the G queries (staged in shared memory), each head keeps its
+ * own online softmax, then the 32 V rows are read across the lanes (lane l
+ * holds head dims l, l + 32, ...) and accumulated into the G heads. DI is
+ * the head dims per lane (hd <= 32 * DI). Partials as attn_decode_kernel's. */
+template <int G, int DI>
+__global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_gqa_kernel(at_args a) {
+  const int t = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z;
+  if (!a.all && !at_alone(a, t)) return;
+  __shared__ __align__(16) float qs[G][DI * 32];
+  __shared__ float wm[DEC_WARPS][G], wl[DEC_WARPS][G];
+  __shared__ float wo[DEC_WARPS][G][DI * 32];
+  const int hd = a.hd, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int h0 = kvh * G;
+  for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
+    const int g = i / hd, d = i % hd;
+    qs[g][d] = a.q[((int64_t)t * a.H + h0 + g) * hd + d];
+  }
+  __syncthreads();
+  const int rq = a.row[t], tv = a.tab[t], hi = rq + 1, lo = at_lo(a, rq);
+  const int per = ((max(hi - lo, 0) + a.nsplit - 1) / a.nsplit + 31) & ~31;
+  const int b0 = lo + sp * per, b1 = min(hi, b0 + per);
+  const int64_t hoff = (int64_t)kvh * hd;
+  float m[G], l[G], acc[G][DI];
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DI; i++) acc[g][i] = 0.0f;
+  }
+  for (int c0 = b0 + warp * 32; c0 < b1; c0 += DEC_WARPS * 32) {
+    const int j = c0 + lane;
+    const bool valid = j < b1;
+    int64_t sl = 0;
+    float dot[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) dot[g] = 0.0f;
+    if (valid) {
+      sl = at_slot(a, tv, j);
+      const float *kp = a.K + sl * a.kstride + (a.kfmt == BK_KV_F32 ? hoff : 0);
+      if (a.kfmt != BK_KV_F32 && a.blk32) {
+        const int bb = kvq_block_bytes(a.kfmt);
+        const unsigned char *blk = (const unsigned char *)kp + (hoff >> 5) * bb;
+        for (int d0 = 0; d0 < hd; d0 += 32, blk += bb) {
+          const float sc = *(const float *)blk;
+          float kv[32];
+          if (a.kfmt == BK_KV_Q8) {
+#pragma unroll
+            for (int w = 0; w < 8; w++) {
+              const int v = *(const int *)(blk + 4 + 4 * w);
+#pragma unroll
+              for (int k = 0; k < 4; k++) kv[4 * w + k] = __fmul_rn(sc, (float)(signed char)(v >> (8 * k)));
+            }
+          } else {
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+              const unsigned v = *(const unsigned *)(blk + 4 + 4 * w);
+#pragma unroll
+              for (int k = 0; k < 4; k++) {
+                kv[4 * w + k] = __fmul_rn(sc, (float)((int)((v >> (8 * k)) & 15u) - 8));
+                kv[16 + 4 * w + k] = __fmul_rn(sc, (float)((int)((v >> (8 * k + 4)) & 15u) - 8));
+              }
+            }
+          }
+#pragma unroll
+          for (int k = 0; k < 32; k++)
+#pragma unroll
+            for (int g = 0; g < G; g++) dot[g] = fmaf(qs[g][d0 + k], kv[k], dot[g]);
+        }
+      } else if (a.kfmt != BK_KV_F32) {
+        for (int d = 0; d < hd; d++) {
+          const float kv = kvq_elem(kp, a.kfmt, hoff + d);
+#pragma unroll
+          for (int g = 0; g < G; g++) dot[g] = fmaf(qs[g][d], kv, dot[g]);
+        }
+      } else if (a.vec4) {
+#pragma unroll 4
+        for (int d = 0; d < hd; d += 4) {
+          const float4 k4 = *(const float4 *)(kp + d);
+#pragma unroll
+          for (int g = 0; g < G; g++) {
+            const float4 q4 = *(const float4 *)(&qs[g][d]);
+            dot[g] = fmaf(q4.x, k4.x, dot[g]);
+            dot[g] = fmaf(q4.y, k4.y, dot[g]);
+            dot[g] = fmaf(q4.z, k4.z, dot[g]);
+            dot[g] = fmaf(q4.w, k4.w, dot[g]);
+          }
+        }
+      } else {
+        for (int d = 0; d < hd; d++) {
+          const float kv = kp[d];
+#pragma unroll
+          for (int g = 0; g < G; g++) dot[g] = fmaf(qs[g][d], kv, dot[g]);
+        }
+      }
+    }
+    float p[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+      const float s = valid ? at_score(a, dot[g]) : -INFINITY;
+      const float mn = fmaxf(m[g], at_wmax(s)); /* finite: lane 0 always has a row */
+      const float alpha = expf(m[g] - mn);
+      p[g] = valid ? expf(s - mn) : 0.0f;
+      l[g] = l[g] * alpha + at_wsum(p[g]);
+      m[g] = mn;
+#pragma unroll
+      for (int i = 0; i < DI; i++) acc[g][i] *= alpha;
+    }
+    const int nv = b1 - c0 < 32 ? b1 - c0 : 32;
+#pragma unroll 2
+    for (int jj = 0; jj < nv; jj++) {
+      const int64_t sj = __shfl_sync(0xffffffffu, sl, jj);
+      const float *vp = a.V + sj * a.vstride;
+      float v[DI];
+#pragma unroll
+      for (int i = 0; i < DI; i++) {
+        const int d = lane + 32 * i;
+        v[i] = d < hd ? (a.vfmt == BK_KV_F32 ? vp[hoff + d] : kvq_elem(vp, a.vfmt, hoff + d)) : 0.0f;
+      }
+#pragma unroll
+      for (int g = 0; g < G; g++) {
+        const float pj = __shfl_sync(0xffffffffu, p[g], jj);
+#pragma unroll
+        for (int i = 0; i < DI; i++) acc[g][i] = fmaf(pj, v[i], acc[g][i]);
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    if (lane == 0) wm[warp][g] = m[g], wl[warp][g] = l[g];
+#pragma unroll
+    for (int i = 0; i < DI; i++)
+      if (lane + 32 * i < hd) wo[warp][g][lane + 32 * i] = acc[g][i];
+  }
+  __syncthreads();
+  const bool whole = a.nsplit == 1;
+  for (int g = warp; g < G; g += DEC_WARPS) { /* warp w merges heads w, w + 4, ... */
+    float M = -INFINITY, L = 0.0f, f[DEC_WARPS];
+#pragma unroll
+    for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][g]);
+#pragma unroll
+    for (int w = 0; w < DEC_WARPS; w++) {
+      f[w] = wm[w][g] == -INFINITY ? 0.0f : expf(wm[w][g] - M);
+      L += wl[w][g] * f[w];
+    }
+    const int h = h0 + g;
+    float *dst = whole ? a.out + ((int64_t)t * a.H + h) * hd : a.part + (((int64_t)t * a.H + h) * a.nsplit + sp) * (hd + 2);
+    if (!whole && lane == 0) dst[0] = M, dst[1] = L;
+    if (!whole) dst += 2;
+    for (int d = lane; d < hd; d += 32) {
+      const float o = wo[0][g][d] * f[0] + wo[1][g][d] * f[1] + wo[2][g][d] * f[2] + wo[3][g][d] * f[3];
+      dst[d] = !whole ? o : L > 0.0f ? o / L : 0.0f;
+    }
+  }
+}
+
+/* The same for f32 K and V rows that are 16-byte aligned (the default
+ * cache): lane l's K row is read as float4s eight at a time, and each V row
+ * as one float4 per lane (head dims 4l .. 4l + 3, then 128 further per DV),
+ * eight rows in flight, so a warp keeps many loads outstanding. Q8: 8-bit
+ * rows whose head slices are whole blocks, read a block's scale and its
+ * codes a word at a time (a lane's four V dims are one word). */
+template <int G, int DV, bool Q8>
+__global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_f32_kernel(at_args a) {
+  const int t = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z;
+  if (!a.all && !at_alone(a, t)) return;
+  __shared__ __align__(16) float qs[G][DV * 128];
+  __shared__ float wm[DEC_WARPS][G], wl[DEC_WARPS][G];
+  __shared__ __align__(16) float wo[DEC_WARPS][G][DV * 128];
+  const int hd = a.hd, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int h0 = kvh * G;
+  for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
+    const int g = i / hd, d = i % hd;
+    qs[g][d] = a.q[((int64_t)t * a.H + h0 + g) * hd + d];
+  }
+  __syncthreads();
+  const int rq = a.row[t], tv = a.tab[t], hi = rq + 1, lo = at_lo(a, rq);
+  const int per = ((max(hi - lo, 0) + a.nsplit - 1) / a.nsplit + 31) & ~31;
+  const int b0 = lo + sp * per, b1 = min(hi, b0 + per);
+  const int64_t hoff = (int64_t)kvh * hd;
+  float m[G], l[G];
+  float4 acc[G][DV];
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DV; i++) acc[g][i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  for (int c0 = b0 + warp * 32; c0 < b1; c0 += DEC_WARPS * 32) {
+    const int j = c0 + lane;
+    const bool valid = j < b1;
+    int64_t sl = 0;
+    float dot[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) dot[g] = 0.0f;
+    if (valid && Q8) { /* 8-bit rows: per block of 32, its scale and eight words of codes */
+      sl = at_slot(a, tv, j);
+      const unsigned char *blk = (const unsigned char *)(a.K + sl * a.kstride) + (hoff >> 5) * 36;
+#pragma unroll
+      for (int d0 = 0; d0 < DV * 128; d0 += 32, blk += 36) {
+        if (d0 >= hd) break;
+        const float sc = *(const float *)blk;
+        int w[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) w[u] = __ldg((const int *)(blk + 4) + u);
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+#pragma unroll
+          for (int k = 0; k < 4; k++) {
+            const float kv = __fmul_rn(sc, (float)(signed char)(w[u] >> (8 * k)));
+#pragma unroll
+            for (int g = 0; g < G; g++) dot[g] = fmaf(qs[g][d0 + 4 * u + k], kv, dot[g]);
+          }
+      }
+    } else if (valid) {
+      sl = at_slot(a, tv, j);
+      const float4 *kp = (const float4 *)(a.K + sl * a.kstride + hoff);
+#pragma unroll
+      for (int d0 = 0; d0 < DV * 128; d0 += 32) {
+        if (d0 >= hd) break;
+        float4 k4[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) k4[u] = d0 + 4 * u < hd ? __ldg(kp + d0 / 4 + u) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+#pragma unroll
+          for (int g = 0; g < G; g++) {
+            if (d0 + 4 * u >= hd) continue;
+            const float4 q4 = *(const float4 *)(&qs[g][d0 + 4 * u]);
+            dot[g] = fmaf(q4.x, k4[u].x, dot[g]);
+            dot[g] = fmaf(q4.y, k4[u].y, dot[g]);
+            dot[g] = fmaf(q4.z, k4[u].z, dot[g]);
+            dot[g] = fmaf(q4.w, k4[u].w, dot[g]);
+          }
+      }
+    }
+    float p[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+      const float s = valid ? at_score(a, dot[g]) : -INFINITY;
+      const float mn = fmaxf(m[g], at_wmax(s)); /* finite: lane 0 always has a row */
+      const float alpha = expf(m[g] - mn);
+      p[g] = valid ? expf(s - mn) : 0.0f;
+      l[g] = l[g] * alpha + at_wsum(p[g]);
+      m[g] = mn;
+#pragma unroll
+      for (int i = 0; i < DV; i++) acc[g][i].x *= alpha, acc[g][i].y *= alpha, acc[g][i].z *= alpha, acc[g][i].w *= alpha;
+    }
+    const int nv = b1 - c0 < 32 ? b1 - c0 : 32;
+    for (int j0 = 0; j0 < nv; j0 += 8) {
+      float4 v[8][DV];
+#pragma unroll
+      for (int u = 0; u < 8; u++) {
+        const int64_t sj = __shfl_sync(0xffffffffu, sl, (j0 + u) & 31);
+        if (Q8) { /* head dims 4 lane + 128 i: block lane / 8 + 4 i, word lane % 8 of its codes */
+          const unsigned char *vb = (const unsigned char *)(a.V + sj * a.vstride) + (hoff >> 5) * 36;
+#pragma unroll
+          for (int i = 0; i < DV; i++) {
+            v[u][i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (j0 + u < nv && 4 * lane + 128 * i < hd) {
+              const unsigned char *bk = vb + (lane / 8 + 4 * i) * 36;
+              const float sc = *(const float *)bk;
+              const int w = __ldg((const int *)(bk + 4) + lane % 8);
+              v[u][i] = make_float4(__fmul_rn(sc, (float)(signed char)w), __fmul_rn(sc, (float)(signed char)(w >> 8)),
+                                    __fmul_rn(sc, (float)(signed char)(w >> 16)), __fmul_rn(sc, (float)(signed char)(w >> 24)));
+            }
+          }
+          continue;
+        }
+        const float4 *vp = (const float4 *)(a.V + sj * a.vstride + hoff);
+#pragma unroll
+        for (int i = 0; i < DV; i++)
+          v[u][i] = j0 + u < nv && 4 * lane + 128 * i < hd ? __ldg(vp + lane + 32 * i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int u = 0; u < 8; u++)
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+          const float pj = __shfl_sync(0xffffffffu, p[g], (j0 + u) & 31); /* 0 past nv: invalid lanes hold p = 0 */
+#pragma unroll
+          for (int i = 0; i < DV; i++) {
+            acc[g][i].x = fmaf(pj, v[u][i].x, acc[g][i].x);
+            acc[g][i].y = fmaf(pj, v[u][i].y, acc[g][i].y);
+            acc[g][i].z = fmaf(pj, v[u][i].z, acc[g][i].z);
+            acc[g][i].w = fmaf(pj, v[u][i].w, acc[g][i].w);
+          }
+        }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    if (lane == 0) wm[warp][g] = m[g], wl[warp][g] = l[g];
+#pragma unroll
+    for (int i = 0; i < DV; i++)
+      if (4 * lane + 128 * i < hd) *(float4 *)(&wo[warp][g][4 * lane + 128 * i]) = acc[g][i];
+  }
+  __syncthreads();
+  const bool whole = a.nsplit == 1;
+  for (int g = warp; g < G; g += DEC_WARPS) {
+    float M = -INFINITY, L = 0.0f, f[DEC_WARPS];
+#pragma unroll
+    for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][g]);
+#pragma unroll
+    for (int w = 0; w < DEC_WARPS; w++) {
+      f[w] = wm[w][g] == -INFINITY ? 0.0f : expf(wm[w][g] - M);
+      L += wl[w][g] * f[w];
+    }
+    const int h = h0 + g;
+    float *dst = whole ? a.out + ((int64_t)t * a.H + h) * hd : a.part + (((int64_t)t * a.H + h) * a.nsplit + sp) * (hd + 2);
+    if (!whole && lane == 0) dst[0] = M, dst[1] = L;
+    if (!whole) dst += 2;
+    for (int d = lane; d < hd; d += 32) {
+      const float o = wo[0][g][d] * f[0] + wo[1][g][d] * f[1] + wo[2][g][d] * f[2] + wo[3][g][d] * f[3];
+      dst[d] = !whole ? o : L > 0.0f ? o / L : 0.0f;
+    }
+  }
+}
+
+template <int G>
+static void launch_decode_gqa(const at_args &a, dim3 grid, cudaStream_t st) {
+  const bool q8 = a.kfmt == BK_KV_Q8 && a.vfmt == BK_KV_Q8 && a.blk32;
+  if (a.vvec4 && a.hd <= 128) attn_decode_f32_kernel<G, 1, false><<<grid, DEC_WARPS * 32, 0, st>>>(a);
+  else if (a.vvec4) attn_decode_f32_kernel<G, 2, false><<<grid, DEC_WARPS * 32, 0, st>>>(a);
+  else if (q8 && a.hd <= 128) attn_decode_f32_kernel<G, 1, true><<<grid, DEC_WARPS * 32, 0, st>>>(a);
+  else if (q8) attn_decode_f32_kernel<G, 2, true><<<grid, DEC_WARPS * 32, 0, st>>>(a);
+  else if (a.hd <= 128) attn_decode_gqa_kernel<G, 4><<<grid, DEC_WARPS * 32, 0, st>>>(a);
+  else attn_decode_gqa_kernel<G, 8><<<grid, DEC_WARPS * 32, 0, st>>>(a);
+}
+
 /* Block (t, h): out = the decode kernel's nsplit partials merged. */
 __global__ void attn_combine_kernel(at_args a) {
   const int t = blockIdx.x, h = blockIdx.y;
@@ -276,6 +616,25 @@ __global__ void __launch_bounds__(FL_WARPS * 32) attn_flash_kernel(at_args a) {
       __syncthreads(); /* the previous tile is consumed */
       if (threadIdx.x < nk) Ss[threadIdx.x] = at_slot(a, tv, j0 + threadIdx.x);
       __syncthreads();
+      if (a.vvec4 && hd <= 128) { /* f32 rows: up to four float4 pieces of K and of V per thread, all loaded first */
+        const int q4 = hd / 4, np = FL_BK * q4;
+        float4 kv4[4], vv4[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+          const int pc = threadIdx.x + u * FL_WARPS * 32, jj = pc / q4, d = 4 * (pc % q4);
+          const bool in = pc < np && jj < nk;
+          kv4[u] = in ? __ldg((const float4 *)(a.K + Ss[jj] * a.kstride + hoff + d)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          vv4[u] = in ? __ldg((const float4 *)(a.V + Ss[jj] * a.vstride + hoff + d)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+          const int pc = threadIdx.x + u * FL_WARPS * 32, jj = pc / q4, d = 4 * (pc % q4);
+          if (pc >= np) continue;
+          float *kd = Ks + jj * hdp + d, *vd = Vs + jj * hd + d;
+          kd[0] = kv4[u].x, kd[1] = kv4[u].y, kd[2] = kv4[u].z, kd[3] = kv4[u].w;
+          vd[0] = vv4[u].x, vd[1] = vv4[u].y, vd[2] = vv4[u].z, vd[3] = vv4[u].w;
+        }
+      } else
 #pragma unroll 4
       for (int idx = threadIdx.x; idx < FL_BK * hd; idx += blockDim.x) {
         const int jj = idx / hd, d = idx % hd;
@@ -342,8 +701,190 @@ __global__ void __launch_bounds__(FL_WARPS * 32) attn_flash_kernel(at_args a) {
   }
 }
 
+/* ---- flash on tensor cores (fast precision): bf16 Q, K, V, P; f32 scores, softmax and sums ----
+ *
+ * One block of 4 warps per (tile of 64 consecutive queries, head); runs of
+ * the tile's queries that share a block table are segments, as in the f32
+ * kernel. Per segment and key tile of 64 rows: K and V rounded to bf16 in
+ * shared memory, S = Q Kᵀ by WMMA (warp w: query rows 16w .. 16w + 15),
+ * the masked online softmax per row (f32; P rounded to bf16), then O = O α
+ * + P V by WMMA with O kept in shared memory as f32. HD: 64 or 128. */
+#define TC_BQ 64
+#define TC_BK 64
+#define TC_WARPS 4
+
+template <int HD>
+static size_t tc_smem() {
+  return (size_t)TC_BQ * HD * 2 * 3 /* Q, K, V bf16 */ + (size_t)TC_BQ * TC_BK * 4 /* S */ + (size_t)TC_BQ * TC_BK * 2 /* P */ +
+         (size_t)TC_BQ * HD * 4 /* O */ + (size_t)TC_BQ * 4 * 3 /* m, l, alpha */ + TC_BK * 8 /* slots */;
+}
+
+template <int HD>
+__global__ void __launch_bounds__(TC_WARPS * 32) attn_flash_tc_kernel(at_args a) {
+  using namespace nvcuda;
+  extern __shared__ __align__(128) unsigned char tsm[];
+  __nv_bfloat16 *Qs = (__nv_bfloat16 *)tsm;            /* [BQ][HD] */
+  __nv_bfloat16 *Ks = Qs + TC_BQ * HD;                 /* [BK][HD] */
+  __nv_bfloat16 *Vs = Ks + TC_BK * HD;                 /* [BK][HD] */
+  float *Ss = (float *)(Vs + TC_BK * HD);              /* [BQ][BK] */
+  __nv_bfloat16 *Ps = (__nv_bfloat16 *)(Ss + TC_BQ * TC_BK); /* [BQ][BK] */
+  float *Os = (float *)(Ps + TC_BQ * TC_BK);           /* [BQ][HD] */
+  float *ms = Os + TC_BQ * HD, *ls = ms + TC_BQ, *al = ls + TC_BQ;
+  int64_t *Sl = (int64_t *)(al + TC_BQ);
+  __shared__ int rqs[TC_BQ], lqs[TC_BQ]; /* the segment's query rows and the first key each may see */
+  const int t0 = blockIdx.x * TC_BQ, t1 = min(a.T, t0 + TC_BQ), h = blockIdx.y;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int kvh = h / (a.H / a.KVH);
+  const int64_t hoff = (int64_t)kvh * HD;
+  for (int s = t0; s < t1;) {
+    const int tv = a.tab[s], s0 = s;
+    int e = s + 1;
+    while (e < t1 && a.tab[e] == tv) e++;
+    s = e;
+    if (e - s0 == 1 && at_alone(a, s0)) continue; /* the decode kernel's */
+    const int nq = e - s0;
+    int jlo = INT_MAX, jhi = 0;
+    for (int i = 0; i < nq; i++) {
+      const int r = a.row[s0 + i];
+      jlo = min(jlo, at_lo(a, r));
+      jhi = max(jhi, r + 1);
+    }
+    __syncthreads(); /* the previous segment is done with shared memory */
+    for (int p = threadIdx.x; p < TC_BQ * HD / 4; p += blockDim.x) { /* 4 elements a thread at a time */
+      const int qi = p / (HD / 4), d = 4 * (p % (HD / 4));
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (qi < nq) {
+        const float *qp = a.q + ((int64_t)(s0 + qi) * a.H + h) * HD + d;
+        v = make_float4(qp[0], qp[1], qp[2], qp[3]);
+      }
+      *(__nv_bfloat162 *)(Qs + qi * HD + d) = __floats2bfloat162_rn(v.x, v.y);
+      *(__nv_bfloat162 *)(Qs + qi * HD + d + 2) = __floats2bfloat162_rn(v.z, v.w);
+      *(float4 *)(Os + qi * HD + d) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    for (int i = threadIdx.x; i < TC_BQ; i += blockDim.x) {
+      ms[i] = -INFINITY, ls[i] = 0.0f;
+      rqs[i] = i < nq ? a.row[s0 + i] : -1;
+      lqs[i] = i < nq ? at_lo(a, rqs[i]) : 0;
+    }
+    for (int j0 = jlo; j0 < jhi; j0 += TC_BK) {
+      const int nk = min(TC_BK, jhi - j0);
+      __syncthreads(); /* the previous tile is consumed */
+      if (threadIdx.x < TC_BK) Sl[threadIdx.x] = threadIdx.x < nk ? at_slot(a, tv, j0 + threadIdx.x) : 0;
+      __syncthreads();
+      if (a.vvec4) { /* f32 rows: every thread's float4 pieces of K, then of V, loaded before any is stored */
+        constexpr int PER = TC_BK * HD / 4 / (TC_WARPS * 32);
+#pragma unroll
+        for (int kv = 0; kv < 2; kv++) {
+          const float *base = kv ? a.V : a.K;
+          const int64_t stride = kv ? a.vstride : a.kstride;
+          __nv_bfloat16 *dst = kv ? Vs : Ks;
+          float4 v[PER];
+#pragma unroll
+          for (int u = 0; u < PER; u++) {
+            const int p = threadIdx.x + u * TC_WARPS * 32, jj = p / (HD / 4), d = 4 * (p % (HD / 4));
+            v[u] = jj < nk ? __ldg((const float4 *)(base + Sl[jj] * stride + hoff + d)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          }
+#pragma unroll
+          for (int u = 0; u < PER; u++) {
+            const int p = threadIdx.x + u * TC_WARPS * 32, jj = p / (HD / 4), d = 4 * (p % (HD / 4));
+            *(__nv_bfloat162 *)(dst + jj * HD + d) = __floats2bfloat162_rn(v[u].x, v[u].y);
+            *(__nv_bfloat162 *)(dst + jj * HD + d + 2) = __floats2bfloat162_rn(v[u].z, v[u].w);
+          }
+        }
+      } else {
+        for (int idx = threadIdx.x; idx < TC_BK * HD; idx += blockDim.x) {
+          const int jj = idx / HD, d = idx % HD;
+          float kv = 0.0f, vv = 0.0f;
+          if (jj < nk) {
+            kv = kvq_elem(a.K + Sl[jj] * a.kstride, a.kfmt, hoff + d);
+            vv = kvq_elem(a.V + Sl[jj] * a.vstride, a.vfmt, hoff + d);
+          }
+          Ks[idx] = __float2bfloat16_rn(kv);
+          Vs[idx] = __float2bfloat16_rn(vv);
+        }
+      }
+      __syncthreads();
+      /* S rows 16w .. 16w + 15 */
+      {
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> sf[TC_BK / 16];
+#pragma unroll
+        for (int n = 0; n < TC_BK / 16; n++) wmma::fill_fragment(sf[n], 0.0f);
+#pragma unroll
+        for (int k = 0; k < HD / 16; k++) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> qf;
+          wmma::load_matrix_sync(qf, Qs + warp * 16 * HD + k * 16, HD);
+#pragma unroll
+          for (int n = 0; n < TC_BK / 16; n++) {
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> kf;
+            wmma::load_matrix_sync(kf, Ks + n * 16 * HD + k * 16, HD);
+            wmma::mma_sync(sf[n], qf, kf, sf[n]);
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < TC_BK / 16; n++) wmma::store_matrix_sync(Ss + warp * 16 * TC_BK + n * 16, sf[n], TC_BK, wmma::mem_row_major);
+      }
+      __syncwarp();
+      /* the online softmax of the warp's 16 rows: two lanes... each lane takes columns lane and lane + 32 */
+      for (int r = 0; r < 16; r++) {
+        const int qi = warp * 16 + r;
+        const int rq = rqs[qi], lq = lqs[qi];
+        float sv[2];
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+          const int jj = lane + 32 * c, j = j0 + jj;
+          const bool ok = jj < nk && j <= rq && j >= lq;
+          sv[c] = ok ? at_score(a, Ss[qi * TC_BK + jj]) : -INFINITY;
+        }
+        const float mo = ms[qi], mn = fmaxf(mo, at_wmax(fmaxf(sv[0], sv[1])));
+        float alpha = 1.0f, p0 = 0.0f, p1 = 0.0f;
+        if (mn != -INFINITY) {
+          alpha = expf(mo - mn);
+          p0 = sv[0] == -INFINITY ? 0.0f : expf(sv[0] - mn);
+          p1 = sv[1] == -INFINITY ? 0.0f : expf(sv[1] - mn);
+        }
+        const float ps = at_wsum(p0 + p1);
+        Ps[qi * TC_BK + lane] = __float2bfloat16_rn(p0);
+        Ps[qi * TC_BK + lane + 32] = __float2bfloat16_rn(p1);
+        if (lane == 0) ms[qi] = mn, ls[qi] = ls[qi] * alpha + ps, al[qi] = alpha;
+      }
+      __syncwarp();
+      /* O rows of the warp: scaled by alpha, then + P V */
+      for (int idx = lane; idx < 16 * HD; idx += 32) {
+        const int r = warp * 16 + idx / HD;
+        Os[r * HD + idx % HD] *= al[r];
+      }
+      __syncwarp();
+#pragma unroll
+      for (int n = 0; n < HD / 16; n++) {
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> of;
+        wmma::load_matrix_sync(of, Os + warp * 16 * HD + n * 16, HD, wmma::mem_row_major);
+#pragma unroll
+        for (int k = 0; k < TC_BK / 16; k++) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> pf;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> vf;
+          wmma::load_matrix_sync(pf, Ps + warp * 16 * TC_BK + k * 16, TC_BK);
+          wmma::load_matrix_sync(vf, Vs + k * 16 * HD + n * 16, HD);
+          wmma::mma_sync(of, pf, vf, of);
+        }
+        wmma::store_matrix_sync(Os + warp * 16 * HD + n * 16, of, HD, wmma::mem_row_major);
+      }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < nq * HD; idx += blockDim.x) {
+      const int qi = idx / HD, d = idx % HD;
+      const float L = ls[qi];
+      a.out[((int64_t)(s0 + qi) * a.H + h) * HD + d] = L > 0.0f ? Os[idx] / L : 0.0f;
+    }
+  }
+}
+
 cudaError_t cu_attention_init(void) {
-  return cudaFuncSetAttribute(attn_flash_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)flash_smem(AT_MAX_HD));
+  cudaError_t e = cudaFuncSetAttribute(attn_flash_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)flash_smem(AT_MAX_HD));
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(attn_flash_tc_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tc_smem<64>());
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(attn_flash_tc_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tc_smem<128>());
+  return e;
 }
 
 void cu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
@@ -393,24 +934,51 @@ void cu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, cons
   a.softcap = p->softcap;
   a.all = T == 1;
   a.vec4 = a.kfmt == BK_KV_F32 && hd % 4 == 0 && a.kstride % 4 == 0 && (uintptr_t)a.K % 16 == 0;
-  /* small decode batches: split each query's keys over several blocks to fill the GPU */
+  a.vvec4 = a.vec4 && a.vfmt == BK_KV_F32 && a.vstride % 4 == 0 && (uintptr_t)a.V % 16 == 0;
+  /* Decode: a group of query heads sharing a KV head in one block where the
+   * group size is 1, 2, 4 or 8 (else a block per query head). Small batches
+   * split each query's keys over several blocks (flash-decoding) so that the
+   * GPU has about four blocks per multiprocessor; partials merged after. */
+  const int64_t G = H / KVH;
+  const bool grouped = G == 1 || G == 2 || G == 4 || G == 8;
+  const int64_t units = T * (grouped ? KVH : H), pairs = T * H, target = 8 * (int64_t)b->n_sm;
   a.nsplit = 1;
   a.part = NULL;
-  const int64_t pairs = T * H, target = 2 * (int64_t)b->n_sm;
-  if (pairs < target) {
-    int64_t ns = (target + pairs - 1) / pairs;
-    a.nsplit = (int)(ns > 16 ? 16 : ns);
+  if (units < target) {
+    int64_t ns = (target + units - 1) / units;
+    a.nsplit = (int)(ns > 128 ? 128 : ns);
     a.part = (float *)cu_scratch(b, (size_t)(pairs * a.nsplit * (hd + 2)) * sizeof(float));
     if (!a.part) return;
   }
-  attn_decode_kernel<<<dim3((unsigned)T, (unsigned)H, (unsigned)a.nsplit), DEC_WARPS * 32, 0, b->stream>>>(a);
+  int pi = cu_prof_part(b, "attention decode kernel", T);
+  if (grouped) {
+    dim3 grid((unsigned)T, (unsigned)KVH, (unsigned)a.nsplit);
+    switch (G) {
+      case 1: launch_decode_gqa<1>(a, grid, b->stream); break;
+      case 2: launch_decode_gqa<2>(a, grid, b->stream); break;
+      case 4: launch_decode_gqa<4>(a, grid, b->stream); break;
+      default: launch_decode_gqa<8>(a, grid, b->stream); break;
+    }
+  } else {
+    attn_decode_kernel<<<dim3((unsigned)T, (unsigned)H, (unsigned)a.nsplit), DEC_WARPS * 32, 0, b->stream>>>(a);
+  }
   if (cu_check(b, "attention (decode)")) return;
   if (a.nsplit > 1) {
     attn_combine_kernel<<<dim3((unsigned)T, (unsigned)H), 128, 0, b->stream>>>(a);
     if (cu_check(b, "attention (combine)")) return;
   }
+  cu_prof_part_end(b, pi);
   if (T > 1) {
-    attn_flash_kernel<<<dim3(cu_blocks(T, FL_BQ), (unsigned)H), FL_WARPS * 32, flash_smem((int)hd), b->stream>>>(a);
+    pi = cu_prof_part(b, "attention flash kernel", T);
+    if (b->fast_matmul && (hd == 64 || hd == 128)) { /* fast precision: tensor cores */
+      if (hd == 64)
+        attn_flash_tc_kernel<64><<<dim3(cu_blocks(T, TC_BQ), (unsigned)H), TC_WARPS * 32, tc_smem<64>(), b->stream>>>(a);
+      else
+        attn_flash_tc_kernel<128><<<dim3(cu_blocks(T, TC_BQ), (unsigned)H), TC_WARPS * 32, tc_smem<128>(), b->stream>>>(a);
+    } else {
+      attn_flash_kernel<<<dim3(cu_blocks(T, FL_BQ), (unsigned)H), FL_WARPS * 32, flash_smem((int)hd), b->stream>>>(a);
+    }
+    cu_prof_part_end(b, pi);
     cu_check(b, "attention (flash)");
   }
 }

@@ -63,6 +63,7 @@ size_t cu_row_bytes(bk_type t, int64_t cols, int bits) {
     case BK_Q4_K: return cols % 256 ? 0 : (size_t)(cols / 256) * 144;
     case BK_Q5_K: return cols % 256 ? 0 : (size_t)(cols / 256) * 176;
     case BK_Q6_K: return cols % 256 ? 0 : (size_t)(cols / 256) * 210;
+    case BK_FP8: return (size_t)cols;
     case BK_MLX_AFFINE:
       if ((bits != 4 && bits != 8) || (cols * bits) % 32) return 0;
       return (size_t)(cols * bits / 8);
@@ -71,7 +72,7 @@ size_t cu_row_bytes(bk_type t, int64_t cols, int bits) {
 }
 
 const char *cu_type_name(bk_type t) {
-  static const char *names[BK_TYPE_COUNT] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K", "mlx_affine"};
+  static const char *names[BK_TYPE_COUNT] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K", "mlx_affine", "fp8"};
   return (unsigned)t < BK_TYPE_COUNT ? names[t] : "unknown";
 }
 
@@ -156,6 +157,7 @@ static void cu_close(bk_backend *be) {
   if (b->scratch) cudaFree(b->scratch);
   if (b->samp) cudaFree(b->samp);
   cu_moe_free(b);
+  cu_lt_free(b);
   for (int i = 0; i < CU_GRAPHS; i++)
     if (b->graphs[i].exec) cudaGraphExecDestroy(b->graphs[i].exec);
   if (b->stream) cudaStreamDestroy(b->stream);
@@ -293,10 +295,13 @@ static int cu_weight_load(bk_backend *be, bk_weight *w, unsigned use, herr *err)
   if (w->packed) return herr_set(err, HEARTH_EINVAL, "%s weight load: the weight is already loaded", be->name);
   int rc = validate_weight(w, err);
   if (rc) return rc;
-  size_t data_bytes = (size_t)w->rows * cu_row_bytes(w->type, w->cols, w->bits), sb_bytes = 0;
+  if (w->type == BK_FP8 && (!w->scales || w->scale_type != BK_F32))
+    return herr_set(err, HEARTH_EINVAL, "weight fp8: no f32 scales");
+  size_t data_bytes = (size_t)w->rows * cu_row_bytes(w->type, w->cols, w->bits), sb_bytes = 0, fp8_scales = 0;
+  if (w->type == BK_FP8) fp8_scales = (size_t)w->rows * 4;
   if (w->type == BK_MLX_AFFINE)
     sb_bytes = (size_t)w->rows * (size_t)(w->cols / w->group_size) * (w->scale_type == BK_F32 ? 4 : 2);
-  size_t off_s = align256(data_bytes), off_b = off_s + align256(sb_bytes), total = off_b + sb_bytes;
+  size_t off_s = align256(data_bytes), off_b = off_s + align256(sb_bytes), total = off_b + sb_bytes + fp8_scales;
   cudaSetDevice(b->device);
   void *p = NULL;
   cudaError_t e = cudaMalloc(&p, total);
@@ -311,12 +316,14 @@ static int cu_weight_load(bk_backend *be, bk_weight *w, unsigned use, herr *err)
   e = cudaMemcpy(d, w->data, data_bytes, cudaMemcpyHostToDevice);
   if (e == cudaSuccess && sb_bytes) e = cudaMemcpy(d + off_s, w->scales, sb_bytes, cudaMemcpyHostToDevice);
   if (e == cudaSuccess && sb_bytes) e = cudaMemcpy(d + off_b, w->biases, sb_bytes, cudaMemcpyHostToDevice);
+  if (e == cudaSuccess && fp8_scales) e = cudaMemcpy(d + off_b, w->scales, fp8_scales, cudaMemcpyHostToDevice);
   if (e != cudaSuccess) {
     cudaGetLastError();
     cudaFree(p);
     return cuda_error(err, e, "cuda weight upload");
   }
   w->data = d;
+  if (fp8_scales) w->scales = d + off_b;
   if (sb_bytes) {
     w->scales = d + off_s;
     w->biases = d + off_b;
@@ -499,6 +506,7 @@ extern "C" __attribute__((visibility("default"))) int hearth_cuda_backend_open(i
     free(b);
     return cuda_error(err, e, "cuda open: attention and delta-rule kernels");
   }
+  cu_prof_open(b);
   *out = &b->base;
   return 0;
 }

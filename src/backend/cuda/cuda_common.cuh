@@ -5,6 +5,7 @@
 #ifndef HEARTH_BACKEND_CUDA_COMMON_CUH
 #define HEARTH_BACKEND_CUDA_COMMON_CUH
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -62,6 +63,11 @@ struct cu_backend {
   struct cu_moe_tab *moe_tabs;   /* owned: the device tables of expert descriptors (moe.cu) */
   int n_moe_tabs;
   void *moe_tmp;                 /* owned: host staging of one table */
+  struct cu_prof *prof;          /* owned: the op profile (prof.cu; NULL unless HEARTH_CUDA_PROFILE) */
+  cublasLtHandle_t lt;           /* owned: cuBLASLt (FP8 GEMMs), made at first use */
+  void *lt_ws;                   /* owned: its workspace */
+  struct cu_lt_algo *lt_algos;   /* owned: the algorithm chosen per GEMM shape (matmul.cu) */
+  int n_lt_algos;
 };
 
 static inline cu_backend *cu_be(bk_backend *be) { return (cu_backend *)be; }
@@ -142,6 +148,17 @@ CU_HIDDEN void cu_lora(bk_backend *be, const bk_tensor *y, const bk_tensor *x, c
 /* One-time kernel attributes (large dynamic shared memory); 0 or a CUDA error. */
 CU_HIDDEN cudaError_t cu_attention_init(void);
 CU_HIDDEN cudaError_t cu_deltanet_init(void);
+
+/* matmul.cu: frees what the FP8 GEMMs made (cuBLASLt handle, workspace, algorithms). */
+CU_HIDDEN void cu_lt_free(cu_backend *b);
+/* prof.cu: the op profile. open: turns it on when HEARTH_CUDA_PROFILE is set
+ * (wraps b's ops table); write: the table to its file, then frees it. */
+CU_HIDDEN void cu_prof_open(cu_backend *b);
+CU_HIDDEN void cu_prof_write(cu_backend *b);
+/* A timed part of an op (its kernels between the two calls), shown under the
+ * op's row count; -1 and nothing recorded when the profile is off. */
+CU_HIDDEN int cu_prof_part(cu_backend *b, const char *name, int64_t rows);
+CU_HIDDEN void cu_prof_part_end(cu_backend *b, int i);
 
 /* Grid size for n items of `per` each (at least 1 block). */
 static inline unsigned cu_blocks(int64_t n, int64_t per) {

@@ -15,7 +15,11 @@
  * up to f32 rounding, as on the CPU — and a decode batch of a few dozen
  * sequences costs one pass over the weights; every other format is dequantized a chunk
  * of rows at a time into the f32 scratch buffer and multiplied by
- * cublasSgemm. Row-major y = x Wᵀ is column-major yᵀ = W xᵀ for cuBLAS. */
+ * cublasSgemm. FP8 weights under --gpu-precision fast (fast_matmul) meet
+ * activations quantized per row to E4M3 (scale max|x| / 448) in one
+ * cuBLASLt FP8 GEMM with f32 accumulation, the two scales applied after;
+ * in the default mode they go the dequantizing f32 way.
+ * Row-major y = x Wᵀ is column-major yᵀ = W xᵀ for cuBLAS. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/quant_cuda.cuh"
 
@@ -192,6 +196,176 @@ __global__ void __launch_bounds__(GD_WARPS * 32)
   }
 }
 
+/* Q4_K rows (16-byte aligned): a warp takes RW consecutive output rows and
+ * walks their 144-byte blocks four at a time, eight lanes to a block: lane k
+ * of the eight reads the block's 16-byte piece k of nibbles (bytes 16k ..
+ * 16k + 15: elements 64 (k / 2) + 16 (k % 2) + i in the low nibbles, 32 more
+ * in the high ones, sub-blocks k & ~1 and k | 1) with one 16-byte load per
+ * row, and the 32 matching activations once for all RW rows, so a weight
+ * byte meets its activations from registers, not from the cache each time.
+ * Per sub-block the dot is d·sc·Σ x·q − dmin·m·Σ x. */
+#define GQ_WARPS 4
+
+template <int NR, int RW>
+__global__ void __launch_bounds__(GQ_WARPS * 32)
+    gemv_q4k_kernel(cu_wdesc w, const float *__restrict__ x, int64_t ldx, float *__restrict__ y, int64_t ldy,
+                    const float *__restrict__ bias) {
+  const int lane = threadIdx.x & 31, k = lane & 7;
+  const int64_t row0 = ((int64_t)blockIdx.x * GQ_WARPS + (threadIdx.x >> 5)) * RW;
+  if (row0 >= w.rows) return;
+  const int64_t nb = w.cols / 256;
+  const int c = k >> 1, half = k & 1;
+  float acc[RW][NR];
+#pragma unroll
+  for (int q = 0; q < RW; q++)
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[q][r] = 0.0f;
+  for (int64_t b = lane >> 3; b < nb; b += 4) {
+    uint4 qv[RW];
+#pragma unroll
+    for (int q = 0; q < RW; q++) {
+      const int64_t row = row0 + q < w.rows ? row0 + q : w.rows - 1;
+      qv[q] = __ldcs((const uint4 *)(w.data + row * w.row_bytes + b * CU_Q4_K_BYTES + 16 + 16 * k));
+    }
+    /* activations: elements e0 + i (low nibbles) and e0 + 32 + i (high), i < 16 */
+    const int64_t e0 = b * 256 + 64 * c + 16 * half;
+    float slo[RW][NR], shi[RW][NR], xlo[NR], xhi[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+      xlo[r] = xhi[r] = 0.0f;
+#pragma unroll
+      for (int q = 0; q < RW; q++) slo[q][r] = shi[q][r] = 0.0f;
+    }
+#pragma unroll
+    for (int i4 = 0; i4 < 4; i4++) {
+#pragma unroll
+      for (int r = 0; r < NR; r++) {
+        const float4 a = __ldg((const float4 *)(x + r * ldx + e0) + i4);
+        const float4 h = __ldg((const float4 *)(x + r * ldx + e0 + 32) + i4);
+        xlo[r] += (a.x + a.y) + (a.z + a.w);
+        xhi[r] += (h.x + h.y) + (h.z + h.w);
+#pragma unroll
+        for (int q = 0; q < RW; q++) {
+          const uint32_t u = i4 == 0 ? qv[q].x : i4 == 1 ? qv[q].y : i4 == 2 ? qv[q].z : qv[q].w;
+          slo[q][r] = fmaf(a.x, (float)(u & 15u), slo[q][r]);
+          slo[q][r] = fmaf(a.y, (float)((u >> 8) & 15u), slo[q][r]);
+          slo[q][r] = fmaf(a.z, (float)((u >> 16) & 15u), slo[q][r]);
+          slo[q][r] = fmaf(a.w, (float)((u >> 24) & 15u), slo[q][r]);
+          shi[q][r] = fmaf(h.x, (float)((u >> 4) & 15u), shi[q][r]);
+          shi[q][r] = fmaf(h.y, (float)((u >> 12) & 15u), shi[q][r]);
+          shi[q][r] = fmaf(h.z, (float)((u >> 20) & 15u), shi[q][r]);
+          shi[q][r] = fmaf(h.w, (float)(u >> 28), shi[q][r]);
+        }
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < RW; q++) {
+      const int64_t row = row0 + q < w.rows ? row0 + q : w.rows - 1;
+      const uint8_t *hb = w.data + row * w.row_bytes + b * CU_Q4_K_BYTES;
+      const float d = cu_h2f(cu_ld16(hb)), dmin = cu_h2f(cu_ld16(hb + 2));
+      int sc0, m0, sc1, m1;
+      cu_k_scale_min(hb + 4, 2 * c, &sc0, &m0);
+      cu_k_scale_min(hb + 4, 2 * c + 1, &sc1, &m1);
+      const float dl = d * (float)sc0, ml = dmin * (float)m0, dh = d * (float)sc1, mh = dmin * (float)m1;
+#pragma unroll
+      for (int r = 0; r < NR; r++) acc[q][r] += (dl * slo[q][r] - ml * xlo[r]) + (dh * shi[q][r] - mh * xhi[r]);
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < RW; q++)
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+      const float sum = warp_sum(acc[q][r]);
+      if (lane == 0 && row0 + q < w.rows) y[r * ldy + row0 + q] = sum + (bias ? bias[row0 + q] : 0.0f);
+    }
+}
+
+/* FP8 rows (16-byte aligned): like the Q4_K kernel, a warp takes RW rows and
+ * lane l reads the 16-byte pieces l, l + 32, ... of each (16 weights a
+ * load), converted two at a time through half; the 16 matching activations
+ * are loaded once for the RW rows. The row's scale multiplies the sum. */
+template <int NR, int RW>
+__global__ void __launch_bounds__(GQ_WARPS * 32)
+    gemv_fp8_kernel(cu_wdesc w, const float *__restrict__ x, int64_t ldx, float *__restrict__ y, int64_t ldy,
+                    const float *__restrict__ bias) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row0 = ((int64_t)blockIdx.x * GQ_WARPS + (threadIdx.x >> 5)) * RW;
+  if (row0 >= w.rows) return;
+  const int64_t nq = w.cols / 16;
+  float acc[RW][NR];
+#pragma unroll
+  for (int q = 0; q < RW; q++)
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[q][r] = 0.0f;
+#pragma unroll 4
+  for (int64_t p = lane; p < nq; p += 32) {
+    uint4 wv[RW];
+#pragma unroll
+    for (int q = 0; q < RW; q++) {
+      const int64_t row = row0 + q < w.rows ? row0 + q : w.rows - 1;
+      wv[q] = __ldcs((const uint4 *)(w.data + row * w.row_bytes) + p);
+    }
+#pragma unroll
+    for (int i4 = 0; i4 < 4; i4++) {
+      float wf[RW][4];
+#pragma unroll
+      for (int q = 0; q < RW; q++) {
+        const uint32_t u = i4 == 0 ? wv[q].x : i4 == 1 ? wv[q].y : i4 == 2 ? wv[q].z : wv[q].w;
+        const __half2 lo = __half2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u & 0xffffu), __NV_E4M3));
+        const __half2 hi = __half2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u >> 16), __NV_E4M3));
+        const float2 a = __half22float2(lo), b = __half22float2(hi);
+        wf[q][0] = a.x, wf[q][1] = a.y, wf[q][2] = b.x, wf[q][3] = b.y;
+      }
+#pragma unroll
+      for (int r = 0; r < NR; r++) {
+        const float4 xv = __ldg((const float4 *)(x + r * ldx) + 4 * p + i4);
+#pragma unroll
+        for (int q = 0; q < RW; q++) {
+          acc[q][r] = fmaf(wf[q][0], xv.x, acc[q][r]);
+          acc[q][r] = fmaf(wf[q][1], xv.y, acc[q][r]);
+          acc[q][r] = fmaf(wf[q][2], xv.z, acc[q][r]);
+          acc[q][r] = fmaf(wf[q][3], xv.w, acc[q][r]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < RW; q++) {
+    if (row0 + q >= w.rows) break;
+    const float sc = ((const float *)w.scales)[row0 + q];
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+      const float sum = warp_sum(acc[q][r]);
+      if (lane == 0) y[r * ldy + row0 + q] = sum * sc + (bias ? bias[row0 + q] : 0.0f);
+    }
+  }
+}
+
+template <int NR>
+static void launch_gemv_fp8_n(const cu_wdesc &w, const float *x, int64_t ldx, float *y, int64_t ldy, const float *bias,
+                              cudaStream_t st, int n_sm) {
+  constexpr int RW = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;
+  if (RW > 1 && (w.rows + GQ_WARPS * RW - 1) / (GQ_WARPS * RW) >= 2 * n_sm)
+    gemv_fp8_kernel<NR, RW><<<(unsigned)((w.rows + GQ_WARPS * RW - 1) / (GQ_WARPS * RW)), GQ_WARPS * 32, 0, st>>>(
+        w, x, ldx, y, ldy, bias);
+  else
+    gemv_fp8_kernel<NR, 1><<<(unsigned)((w.rows + GQ_WARPS - 1) / GQ_WARPS), GQ_WARPS * 32, 0, st>>>(w, x, ldx, y, ldy,
+                                                                                                    bias);
+}
+
+template <int NR>
+static void launch_gemv_q4k_n(const cu_wdesc &w, const float *x, int64_t ldx, float *y, int64_t ldy, const float *bias,
+                              cudaStream_t st, int n_sm) {
+  /* four rows a warp where that still gives a few blocks per multiprocessor, else one */
+  constexpr int RW = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;
+  if (RW > 1 && (w.rows + GQ_WARPS * RW - 1) / (GQ_WARPS * RW) >= 2 * n_sm)
+    gemv_q4k_kernel<NR, RW><<<(unsigned)((w.rows + GQ_WARPS * RW - 1) / (GQ_WARPS * RW)), GQ_WARPS * 32, 0, st>>>(
+        w, x, ldx, y, ldy, bias);
+  else
+    gemv_q4k_kernel<NR, 1><<<(unsigned)((w.rows + GQ_WARPS - 1) / GQ_WARPS), GQ_WARPS * 32, 0, st>>>(w, x, ldx, y, ldy,
+                                                                                                    bias);
+}
+
 template <int T, int NR>
 static void launch_gemv_dense_n(const cu_wdesc &w, const float *x, int64_t ldx, float *y, int64_t ldy, const float *bias,
                                 cudaStream_t st) {
@@ -205,9 +379,17 @@ static void launch_gemv_dense_n(const cu_wdesc &w, const float *x, int64_t ldx, 
 
 template <int T, int NR>
 static void launch_gemv_n(const cu_wdesc &w, const float *x, int64_t ldx, float *y, int64_t ldy, const float *bias,
-                          cudaStream_t st) {
+                          cudaStream_t st, int n_sm) {
   if ((T == BK_F32 || T == BK_F16 || T == BK_BF16) && w.vec) {
     launch_gemv_dense_n<T, NR>(w, x, ldx, y, ldy, bias, st);
+    return;
+  }
+  if (T == BK_Q4_K && w.row_bytes % 16 == 0 && (uintptr_t)w.data % 16 == 0 && (uintptr_t)x % 16 == 0 && ldx % 4 == 0) {
+    launch_gemv_q4k_n<NR>(w, x, ldx, y, ldy, bias, st, n_sm);
+    return;
+  }
+  if (T == BK_FP8 && w.row_bytes % 16 == 0 && (uintptr_t)w.data % 16 == 0 && (uintptr_t)x % 16 == 0 && ldx % 4 == 0) {
+    launch_gemv_fp8_n<NR>(w, x, ldx, y, ldy, bias, st, n_sm);
     return;
   }
   gemv_kernel<T, NR><<<cu_blocks(w.rows, CU_GEMV_WARPS), CU_GEMV_WARPS * 32, 0, st>>>(w, x, ldx, y, ldy, bias);
@@ -215,16 +397,16 @@ static void launch_gemv_n(const cu_wdesc &w, const float *x, int64_t ldx, float 
 
 template <int T>
 static void launch_gemv(int n, const cu_wdesc &w, const float *x, int64_t ldx, float *y, int64_t ldy, const float *bias,
-                        cudaStream_t st) {
+                        cudaStream_t st, int n_sm) {
   switch (n) {
-    case 1: launch_gemv_n<T, 1>(w, x, ldx, y, ldy, bias, st); break;
-    case 2: launch_gemv_n<T, 2>(w, x, ldx, y, ldy, bias, st); break;
-    case 3: launch_gemv_n<T, 3>(w, x, ldx, y, ldy, bias, st); break;
-    case 4: launch_gemv_n<T, 4>(w, x, ldx, y, ldy, bias, st); break;
-    case 5: launch_gemv_n<T, 5>(w, x, ldx, y, ldy, bias, st); break;
-    case 6: launch_gemv_n<T, 6>(w, x, ldx, y, ldy, bias, st); break;
-    case 7: launch_gemv_n<T, 7>(w, x, ldx, y, ldy, bias, st); break;
-    default: launch_gemv_n<T, 8>(w, x, ldx, y, ldy, bias, st); break;
+    case 1: launch_gemv_n<T, 1>(w, x, ldx, y, ldy, bias, st, n_sm); break;
+    case 2: launch_gemv_n<T, 2>(w, x, ldx, y, ldy, bias, st, n_sm); break;
+    case 3: launch_gemv_n<T, 3>(w, x, ldx, y, ldy, bias, st, n_sm); break;
+    case 4: launch_gemv_n<T, 4>(w, x, ldx, y, ldy, bias, st, n_sm); break;
+    case 5: launch_gemv_n<T, 5>(w, x, ldx, y, ldy, bias, st, n_sm); break;
+    case 6: launch_gemv_n<T, 6>(w, x, ldx, y, ldy, bias, st, n_sm); break;
+    case 7: launch_gemv_n<T, 7>(w, x, ldx, y, ldy, bias, st, n_sm); break;
+    default: launch_gemv_n<T, 8>(w, x, ldx, y, ldy, bias, st, n_sm); break;
   }
 }
 
@@ -232,15 +414,16 @@ static void gemv(cu_backend *b, int n, const cu_wdesc &w, const float *x, int64_
                  const float *bias) {
   cudaStream_t st = b->stream;
   switch (w.type) {
-    case BK_F32: launch_gemv<BK_F32>(n, w, x, ldx, y, ldy, bias, st); break;
-    case BK_F16: launch_gemv<BK_F16>(n, w, x, ldx, y, ldy, bias, st); break;
-    case BK_BF16: launch_gemv<BK_BF16>(n, w, x, ldx, y, ldy, bias, st); break;
-    case BK_Q8_0: launch_gemv<BK_Q8_0>(n, w, x, ldx, y, ldy, bias, st); break;
-    case BK_Q4_0: launch_gemv<BK_Q4_0>(n, w, x, ldx, y, ldy, bias, st); break;
-    case BK_Q4_K: launch_gemv<BK_Q4_K>(n, w, x, ldx, y, ldy, bias, st); break;
-    case BK_Q5_K: launch_gemv<BK_Q5_K>(n, w, x, ldx, y, ldy, bias, st); break;
-    case BK_Q6_K: launch_gemv<BK_Q6_K>(n, w, x, ldx, y, ldy, bias, st); break;
-    case BK_MLX_AFFINE: launch_gemv<BK_MLX_AFFINE>(n, w, x, ldx, y, ldy, bias, st); break;
+    case BK_F32: launch_gemv<BK_F32>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_F16: launch_gemv<BK_F16>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_BF16: launch_gemv<BK_BF16>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_Q8_0: launch_gemv<BK_Q8_0>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_Q4_0: launch_gemv<BK_Q4_0>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_Q4_K: launch_gemv<BK_Q4_K>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_Q5_K: launch_gemv<BK_Q5_K>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_Q6_K: launch_gemv<BK_Q6_K>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_MLX_AFFINE: launch_gemv<BK_MLX_AFFINE>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_FP8: launch_gemv<BK_FP8>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
     default: break;
   }
 }
@@ -290,6 +473,7 @@ static void dequant_rows(cudaStream_t st, const cu_wdesc &w, int64_t r0, int64_t
     case BK_F32: launch_dequant_elem<BK_F32>(w, r0, nrows, out, st); break;
     case BK_F16: launch_dequant_elem<BK_F16>(w, r0, nrows, out, st); break;
     case BK_BF16: launch_dequant_elem<BK_BF16>(w, r0, nrows, out, st); break;
+    case BK_FP8: launch_dequant_elem<BK_FP8>(w, r0, nrows, out, st); break;
     case BK_Q8_0: launch_dequant_sub<BK_Q8_0>(w, r0, nrows, out, st); break;
     case BK_Q4_0: launch_dequant_sub<BK_Q4_0>(w, r0, nrows, out, st); break;
     case BK_Q4_K: launch_dequant_sub<BK_Q4_K>(w, r0, nrows, out, st); break;
@@ -333,6 +517,126 @@ __global__ void add_bias_kernel(float *__restrict__ y, int64_t n, int64_t cols, 
     y[i] += bias[i % cols];
 }
 
+/* ---- FP8 GEMM (fast mode): activations quantized per row to E4M3, cuBLASLt on the tensor cores ---- */
+
+/* Block t: s[t] = max |x[t]| / 448 and q[t] = e4m3(x[t] / s[t]) (saturating; a row of zeros gives s = 0, q = 0),
+ * with the arithmetic of bk_quantize_fp8 (one division for the scale, its reciprocal, one product per element). */
+__global__ void fp8_rows_kernel(const float *__restrict__ x, int64_t cols, __nv_fp8_storage_t *__restrict__ q,
+                                float *__restrict__ s) {
+  __shared__ float red[32];
+  const int64_t t = blockIdx.x;
+  const float *xr = x + t * cols;
+  float m = 0.0f;
+  for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) m = fmaxf(m, fabsf(xr[k]));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    m = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.0f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (threadIdx.x == 0) red[0] = m;
+  }
+  __syncthreads();
+  const float sc = __fdiv_rn(red[0], 448.0f), inv = sc > 0.0f ? __fdiv_rn(1.0f, sc) : 0.0f;
+  if (threadIdx.x == 0) s[t] = sc;
+  for (int64_t k = threadIdx.x; k < cols; k += blockDim.x)
+    q[t * cols + k] = __nv_cvt_float_to_fp8(__fmul_rn(xr[k], inv), __NV_SATFINITE, __NV_E4M3);
+}
+
+/* y[t][o] = y[t][o] * sx[t] * sw[o] (+ bias[o]) */
+__global__ void fp8_scale_kernel(float *__restrict__ y, int64_t n, int64_t rows, const float *__restrict__ sx,
+                                 const float *__restrict__ sw, const float *__restrict__ bias) {
+  const int64_t total = n * rows;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t t = i / rows, o = i % rows;
+    y[i] = y[i] * (sx[t] * sw[o]) + (bias ? bias[o] : 0.0f);
+  }
+}
+
+#define CU_LT_WS ((size_t)32 << 20)
+#define CU_LT_ALGOS 64
+struct cu_lt_algo {
+  int64_t m, n, k;
+  bool none;   /* cuBLASLt has no algorithm for this shape: the dequantizing path takes it */
+  cublasLtMatmulAlgo_t algo;
+};
+
+void cu_lt_free(cu_backend *b) {
+  if (b->lt) cublasLtDestroy(b->lt);
+  if (b->lt_ws) cudaFree(b->lt_ws);
+  free(b->lt_algos);
+  b->lt = NULL, b->lt_ws = NULL, b->lt_algos = NULL, b->n_lt_algos = 0;
+}
+
+/* yᵀ [rows, n] (column-major) = Wᵀᵀ · xq: W [rows, cols] E4M3 row-major is cols x rows column-major, used
+ * transposed; xq [n, cols] is cols x n column-major (the "TN" layout FP8 needs). f32 out, f32 accumulation.
+ * Returns 0, 1 after recording an error, or 2 when cuBLASLt has no algorithm for the shape (nothing ran). */
+static int lt_fp8_gemm(cu_backend *b, const void *w, const void *xq, float *y, int64_t rows, int64_t n, int64_t cols) {
+  if (!b->lt) {
+    if (cublasLtCreate(&b->lt) != CUBLAS_STATUS_SUCCESS) {
+      b->lt = NULL;
+      cu_fail(b, HEARTH_EINTERNAL, "cuBLASLt: cannot create a handle");
+      return 1;
+    }
+    if (cudaMalloc(&b->lt_ws, CU_LT_WS) != cudaSuccess) {
+      cudaGetLastError();
+      b->lt_ws = NULL;
+      cu_fail(b, HEARTH_ENOMEM, "cuBLASLt: no device memory for the workspace");
+      return 1;
+    }
+    b->lt_algos = (cu_lt_algo *)calloc(CU_LT_ALGOS, sizeof(cu_lt_algo));
+    if (!b->lt_algos) {
+      cu_fail(b, HEARTH_ENOMEM, "cuBLASLt: out of host memory");
+      return 1;
+    }
+  }
+  cublasLtMatmulDesc_t op = NULL;
+  cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  cublasStatus_t st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, (uint64_t)cols, (uint64_t)rows, cols);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, (uint64_t)cols, (uint64_t)n, cols);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)rows, (uint64_t)n, rows);
+  cu_lt_algo *ca = NULL;
+  for (int i = 0; i < b->n_lt_algos && !ca; i++)
+    if (b->lt_algos[i].m == rows && b->lt_algos[i].n == n && b->lt_algos[i].k == cols) ca = &b->lt_algos[i];
+  cublasLtMatmulAlgo_t algo;
+  bool none = false;
+  if (st == CUBLAS_STATUS_SUCCESS && ca) {
+    algo = ca->algo;
+    none = ca->none;
+  } else if (st == CUBLAS_STATUS_SUCCESS) {
+    cublasLtMatmulPreference_t pref = NULL;
+    size_t ws = CU_LT_WS;
+    cublasLtMatmulHeuristicResult_t hr;
+    int found = 0;
+    st = cublasLtMatmulPreferenceCreate(&pref);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(b->lt, op, la, lb, lc, lc, pref, 1, &hr, &found);
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && !found)) none = true, st = CUBLAS_STATUS_SUCCESS;
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      if (!none) algo = hr.algo;
+      cu_lt_algo *slot = &b->lt_algos[b->n_lt_algos < CU_LT_ALGOS ? b->n_lt_algos++ : (int)((rows + n + cols) % CU_LT_ALGOS)];
+      *slot = (cu_lt_algo){rows, n, cols, none, none ? cublasLtMatmulAlgo_t{} : algo};
+    }
+  }
+  const float one = 1.0f, zero = 0.0f;
+  if (st == CUBLAS_STATUS_SUCCESS && !none)
+    st = cublasLtMatmul(b->lt, op, &one, w, la, xq, lb, &zero, y, lc, y, lc, &algo, b->lt_ws, CU_LT_WS, b->stream);
+  if (lc) cublasLtMatrixLayoutDestroy(lc);
+  if (lb) cublasLtMatrixLayoutDestroy(lb);
+  if (la) cublasLtMatrixLayoutDestroy(la);
+  if (op) cublasLtMatmulDescDestroy(op);
+  if (st == CUBLAS_STATUS_SUCCESS && none) return 2;
+  return cu_check_blas(b, st, "cuBLASLt fp8 gemm");
+}
+
 /* ---- matmul ---- */
 
 void cu_matmul(bk_backend *be, const bk_tensor *yt, const bk_tensor *xt, const bk_weight *wt, const bk_tensor *bias) {
@@ -363,6 +667,33 @@ void cu_matmul(bk_backend *be, const bk_tensor *yt, const bk_tensor *xt, const b
   }
 
   const float one = 1.0f, zero = 0.0f;
+  if (wt->type == BK_FP8 && b->fast_matmul && cols % 16 == 0 && rows % 16 == 0 && (uintptr_t)w.data % 16 == 0) {
+    /* the activations' rows as E4M3 with a scale each, chunks of n that fit the scratch */
+    int64_t per_row = cols + (int64_t)sizeof(float), chunk = (int64_t)((CU_SCRATCH_CAP - 512) / (size_t)per_row);
+    if (chunk > n) chunk = n;
+    char *sc = (char *)cu_scratch(b, (size_t)(chunk * per_row) + 512);
+    if (!sc) return;
+    float *sx = (float *)sc;
+    __nv_fp8_storage_t *xq = (__nv_fp8_storage_t *)(sc + (((size_t)chunk * sizeof(float) + 255) & ~(size_t)255));
+    bool fallback = false;
+    for (int64_t n0 = 0; n0 < n && !fallback; n0 += chunk) {
+      int64_t nc = n - n0 < chunk ? n - n0 : chunk;
+      fp8_rows_kernel<<<(unsigned)nc, 256, 0, b->stream>>>(x + n0 * cols, cols, xq, sx);
+      if (cu_check(b, "matmul (fp8 activations)")) return;
+      int rc = lt_fp8_gemm(b, w.data, xq, y + n0 * rows, rows, nc, cols);
+      if (rc == 2 && n0 == 0) {
+        fallback = true; /* no FP8 algorithm for this shape: the dequantizing path below */
+        break;
+      }
+      if (rc) {
+        if (rc == 2) cu_fail(b, HEARTH_EINTERNAL, "cuBLASLt: no FP8 algorithm for a %lld-row chunk", (long long)nc);
+        return;
+      }
+      fp8_scale_kernel<<<grid_for(nc * rows, 256), 256, 0, b->stream>>>(y + n0 * rows, nc, rows, sx, (const float *)w.scales, bp);
+      if (cu_check(b, "matmul (fp8 scales)")) return;
+    }
+    if (!fallback) return;
+  }
   if (wt->type == BK_F32) {
     cublasStatus_t st = cublasSgemm(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)cols, &one,
                                     (const float *)w.data, (int)cols, x, (int)cols, &zero, y, (int)rows);
@@ -482,6 +813,7 @@ void cu_embed(bk_backend *be, const bk_tensor *y, const bk_weight *table, const 
     case BK_Q5_K: launch_embed<BK_Q5_K>(n, w, id, yp, s, st); break;
     case BK_Q6_K: launch_embed<BK_Q6_K>(n, w, id, yp, s, st); break;
     case BK_MLX_AFFINE: launch_embed<BK_MLX_AFFINE>(n, w, id, yp, s, st); break;
+    case BK_FP8: launch_embed<BK_FP8>(n, w, id, yp, s, st); break;
     default: cu_fail(b, HEARTH_EUNSUPPORTED, "cuda embed: table type %d", (int)table->type); return;
   }
   cu_check(b, "embed");

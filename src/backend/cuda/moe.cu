@@ -138,6 +138,7 @@ static __device__ float row_dot(const cu_wdesc &w, int64_t row, const float *x) 
     case BK_Q5_K: return row_dot_t<BK_Q5_K>(w, row, x);
     case BK_Q6_K: return row_dot_t<BK_Q6_K>(w, row, x);
     case BK_MLX_AFFINE: return row_dot_t<BK_MLX_AFFINE>(w, row, x);
+    case BK_FP8: return row_dot_t<BK_FP8>(w, row, x);
     default: return 0.0f;
   }
 }
@@ -565,6 +566,7 @@ static void launch_down(cu_backend *b, bool gemv, const cu_wdesc *tab, int64_t E
     case BK_Q5_K: call(BK_Q5_K); break;                  \
     case BK_Q6_K: call(BK_Q6_K); break;                  \
     case BK_MLX_AFFINE: call(BK_MLX_AFFINE); break;      \
+    case BK_FP8: call(BK_FP8); break;                    \
     default: break;                                      \
   }
 

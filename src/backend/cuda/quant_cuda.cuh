@@ -1,6 +1,7 @@
 /* quant_cuda.cuh — device-side decoding of every stored weight format (f32,
  * f16, bf16, GGUF Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K, MLX affine 4/8-bit with
- * f32 / f16 / bf16 scales), bit-exact to bk_dequant_range in cpu/quant.c.
+ * f32 / f16 / bf16 scales, FP8 E4M3 with per-row f32 scales), bit-exact to
+ * bk_dequant_range in cpu/quant.c.
  * A row is read as sub-blocks of 32 consecutive elements; f32 / f16 / bf16
  * rows whose length is not a multiple of 32 also have a per-element tail.
  * Products and sums are rounded separately (no fused multiply-add) so that
@@ -10,6 +11,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 /* A weight as the kernels see it (device pointers). */
@@ -36,6 +38,10 @@ CU_HIDDEN cu_wdesc cu_make_wdesc(const bk_weight *w);
 static __device__ __forceinline__ float cu_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 static __device__ __forceinline__ float cu_bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 static __device__ __forceinline__ uint16_t cu_ld16(const uint8_t *p) { return *(const uint16_t *)p; }
+/* FP8 E4M3 -> f32 (exact, through half). */
+static __device__ __forceinline__ float cu_fp8f(uint8_t b) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3)));
+}
 
 static __device__ __forceinline__ float cu_scale_value(int st, const void *p, int64_t i) {
   if (st == BK_F16) return cu_h2f(((const uint16_t *)p)[i]);
@@ -53,10 +59,11 @@ static __device__ __forceinline__ void cu_k_scale_min(const uint8_t *q, int j, i
   }
 }
 
-/* Element k of row `row` of an f32 / f16 / bf16 weight. */
+/* Element k of row `row` of an f32 / f16 / bf16 / FP8 weight. */
 template <int T>
 static __device__ __forceinline__ float cu_load_elem(const cu_wdesc &w, int64_t row, int64_t k) {
   const uint8_t *base = w.data + row * w.row_bytes;
+  if (T == BK_FP8) return __fmul_rn(((const float *)w.scales)[row], cu_fp8f(base[k]));
   if (T == BK_F32) return ((const float *)base)[k];
   if (T == BK_F16) return cu_h2f(((const uint16_t *)base)[k]);
   return cu_bf2f(((const uint16_t *)base)[k]);
@@ -162,6 +169,10 @@ static __device__ __forceinline__ void cu_load_sub(const cu_wdesc &w, int64_t ro
         v[l] = __fmul_rn(l < 16 ? ds0 : ds1, (float)n);
       }
     }
+  } else if (T == BK_FP8) {
+    const float sc = ((const float *)w.scales)[row];
+#pragma unroll
+    for (int i = 0; i < 32; i++) v[i] = __fmul_rn(sc, cu_fp8f(base[32 * s + i]));
   } else if (T == BK_MLX_AFFINE) {
     const int64_t k0 = 32 * s;
     const int64_t g = row * (w.cols / w.group_size) + k0 / w.group_size;
@@ -184,7 +195,7 @@ static __device__ __forceinline__ void cu_load_sub(const cu_wdesc &w, int64_t ro
 /* Whether type T may have a per-element tail (cols not a multiple of 32). */
 template <int T>
 static __device__ __forceinline__ constexpr bool cu_has_tail() {
-  return T == BK_F32 || T == BK_F16 || T == BK_BF16;
+  return T == BK_F32 || T == BK_F16 || T == BK_BF16 || T == BK_FP8;
 }
 
 #endif
