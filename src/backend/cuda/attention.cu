@@ -970,7 +970,7 @@ void cu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, cons
   cu_prof_part_end(b, pi);
   if (T > 1) {
     pi = cu_prof_part(b, "attention flash kernel", T);
-    if (b->fast_matmul && (hd == 64 || hd == 128)) { /* fast precision: tensor cores */
+    if (b->fast_matmul && (hd == 64 || hd == 128) && !a.last) { /* fast precision: tensor cores (causal only; bidirectional spans take the exact kernel) */
       if (hd == 64)
         attn_flash_tc_kernel<64><<<dim3(cu_blocks(T, TC_BQ), (unsigned)H), TC_WARPS * 32, tc_smem<64>(), b->stream>>>(a);
       else
