@@ -133,6 +133,11 @@ typedef struct hearth_load_opts {
   const char *draft_model; /* a smaller model's folder or .gguf with the same tokenizer (checked: the
                               same vocabulary, token for token), loaded on the same device with its
                               own KV cache; NULL: none */
+  /* Media in prompts (hearth_prompt.media): where their bytes may come from besides data URLs and
+     bytes given directly. */
+  bool allow_local_media;  /* local file paths and file:// URLs */
+  bool allow_remote_media; /* http(s) URLs, fetched when the request runs */
+  int64_t max_media_bytes; /* encoded bytes of one medium at most (<= 0: 32 MiB) */
 } hearth_load_opts;
 
 /* Loads a model: a Hugging Face model folder (config.json + safetensors, and
@@ -164,6 +169,8 @@ typedef struct hearth_info {
   int32_t hidden_size;      /* the width of hearth_embed's vectors (before opts.dimensions) */
   bool can_generate;        /* false for a folder without an output head (embeddings only) */
   bool can_embed;           /* false when the folder's sentence-transformers pooling is one hearth does not run */
+  int64_t canvas_length;    /* a block-diffusion model (DiffusionGemma): tokens per denoised block, which
+                               generations commit (and stream) a block at a time; 0: autoregressive */
 } hearth_info;
 
 void hearth_model_info(const hearth_model *m, hearth_info *out);
@@ -250,15 +257,43 @@ typedef struct hearth_gen_params {
 
 void hearth_gen_params_init(hearth_gen_params *p);
 
+/* An image, a sound or a video in a prompt. Images: JPEG, PNG, WebP, GIF (its first frame);
+ * sound and video: any container and codec FFmpeg's libraries read (sound becomes 16 kHz mono,
+ * video frames are sampled at the model's rate). */
+typedef enum hearth_media_kind { HEARTH_MEDIA_IMAGE = 0, HEARTH_MEDIA_AUDIO = 1, HEARTH_MEDIA_VIDEO = 2 } hearth_media_kind;
+
+typedef struct hearth_media {
+  hearth_media_kind kind;
+  const char *url;             /* borrowed: a data URL ("data:image/png;base64,..."), bare base64, a local
+                                  path or file:// URL (hearth_load_opts.allow_local_media) or an http(s)
+                                  URL (allow_remote_media); NULL: data / len */
+  const void *data;            /* borrowed: the encoded bytes, when url is NULL */
+  size_t len;
+  const char *name;            /* borrowed, may be NULL: names the medium in errors and as the error's
+                                  field ("messages[1].content[0]") */
+} hearth_media;
+
 /* The prompt: text (encoded with the model's tokenizer; add_special adds BOS
- * etc. as for a raw completion, a rendered chat already holds them) or ids. */
+ * etc. as for a raw completion, a rendered chat already holds them) or ids.
+ * With media, the text holds one placeholder per medium, in order — what the
+ * chat template writes for an image / audio / video part (hearth_media_placeholder);
+ * each becomes the model's begin marker, its soft tokens and end marker, and
+ * the soft tokens' embeddings come from the model's encoder for that kind
+ * (HEARTH_EINVAL naming the medium when it is bad, too large, or of a kind
+ * the model has no encoder for). */
 typedef struct hearth_prompt {
   const char *text;            /* borrowed; used when ids is NULL */
   size_t text_len;             /* bytes of text; 0 with text set = strlen (as hearth_tokenize) */
   bool add_special;
   const int32_t *ids;          /* borrowed */
   size_t n_ids;
+  const hearth_media *media;   /* borrowed, n_media entries in document order (text prompts only) */
+  int n_media;
 } hearth_prompt;
+
+/* The placeholder a prompt's text holds for one medium of this kind (the string
+ * the chat template writes for it), or NULL when the model takes no such medium. */
+const char *hearth_media_placeholder(const hearth_model *m, hearth_media_kind kind);
 
 #define HEARTH_MAX_TOP_LOGPROBS 20
 

@@ -23,18 +23,21 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle="$root/.carry/gpu"
-tests=(backend_test_backend_ops model_test_golden model_test_lora model_test_gguf model_test_quantized model_test_expert_budget engine_test_kv_paged engine_test_kv_quant engine_test_sched engine_test_structured)
+tests=(backend_test_backend_ops model_test_golden model_test_lora model_test_gguf model_test_quantized model_test_expert_budget model_test_mm_vision model_test_mm_enc model_test_tp engine_test_kv_paged engine_test_kv_quant engine_test_sched engine_test_structured engine_test_denoise)
 
 if [ "${1:-}" = "--prepare" ]; then
   set -e
   "$root/tools/setup.sh"
-  cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=Release -DHEARTH_CUDA=ON >/dev/null
+  # (no FFmpeg: its libraries would have to travel too; audio and video are refused there with a message)
+  cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=Release -DHEARTH_CUDA=ON -DHEARTH_FFMPEG=OFF >/dev/null
   cmake --build "$root/build-gpu" -j "$(nproc)" --target hearth_cli hearth_cuda "${tests[@]}"
   rm -rf "$bundle" && mkdir -p "$bundle/lib" "$bundle/shared/fixtures/gguf"
   cp "$root/build-gpu/hearth" "$root/build-gpu/libhearth_cuda.so" "$bundle/"
   for t in "${tests[@]}"; do cp "$root/build-gpu/tests/$t" "$bundle/"; done
   # host libraries the GPU machine lacks
-  for l in libutf8proc.so.2 libmicrohttpd.so.12; do cp -L "/usr/lib/$(uname -m)-linux-gnu/$l" "$bundle/lib/"; done
+  for l in libutf8proc.so.2 libmicrohttpd.so.12 libjpeg.so.62 libpng16.so.16 libwebp.so.7 libgif.so.7; do
+    cp -L "/usr/lib/$(uname -m)-linux-gnu/$l" "$bundle/lib/"
+  done
   cp "$root/../shared/fixtures/gguf/llama-2-tiny-random.gguf" "$bundle/shared/fixtures/gguf/"
   echo "$root" >"$bundle/source_dir"
   du -sh "$bundle"
@@ -69,7 +72,7 @@ if [ "${GPU_CHECK_SANITIZER:-1}" = 1 ]; then
       --leak-check full "$bundle/backend_test_backend_ops"
   else row "op harness under memcheck" SKIP "compute-sanitizer not found"; fi
 fi
-for t in model_test_golden model_test_lora model_test_gguf model_test_quantized model_test_expert_budget engine_test_kv_paged engine_test_kv_quant engine_test_sched engine_test_structured; do
+for t in model_test_golden model_test_lora model_test_gguf model_test_quantized model_test_expert_budget model_test_mm_vision model_test_mm_enc model_test_tp engine_test_kv_paged engine_test_kv_quant engine_test_sched engine_test_structured engine_test_denoise; do
   HEARTH_TEST_DEVICE=cuda run_test "$t (cuda)" "$bundle/$t"
 done
 grep "max abs error" "$logs/model_test_golden (cuda).log" | head -n 40 || true

@@ -18,8 +18,11 @@
 #    fraction of the bandwidth roofline (file bytes per token × tg tokens/s
 #    ÷ read bandwidth; the output matrix is the tied embedding, so every
 #    byte of the file is read per token).
+# Both decode steps compute the new token's logits (the output matrix is
+# read every step); LOGITS=0 lets llama.cpp skip them (its step then reads
+# about a quarter fewer bytes, and its roofline fraction can exceed 100%).
 # Environment: P (512), N (128), R (1), ROUNDS (3), THREADS ("1 2"), TYPES ("f16 q8_0 q4_0"),
-# SHAPE (1b; "tiny" for a quick check of the script itself).
+# SHAPE (1b; "tiny" for a quick check of the script itself), LOGITS (1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 b=${1:-build}
@@ -43,7 +46,7 @@ for th in $THREADS; do bw[$th]=$("$BENCH_DIR/membw" "$th" 5 2>/dev/null); done
 cp bench/cpu/llamacpp_bench.mjs "$BENCH_DIR/llamacpp_bench.mjs"   # resolves node-llama-cpp from $BENCH_DIR
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs"
-echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg); P=$P N=$N R=$R ROUNDS=$ROUNDS; read bandwidth GB/s: $(for th in $THREADS; do printf '%s thr %s  ' "$th" "${bw[$th]}"; done)"
+echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg); P=$P N=$N R=$R ROUNDS=$ROUNDS LOGITS=${LOGITS:-1}; read bandwidth GB/s: $(for th in $THREADS; do printf '%s thr %s  ' "$th" "${bw[$th]}"; done)"
 echo
 echo "| file | threads | test | hearth t/s | llama.cpp t/s | hearth / llama.cpp | decode % of roofline (hearth / llama.cpp) |"
 echo "|---|---|---|---|---|---|---|"

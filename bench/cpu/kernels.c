@@ -5,6 +5,9 @@
  * Every figure is the median of several repetitions. Prints markdown tables.
  *
  *   bench/cpu/run_kernels.sh [BUILD_DIR] [--quick]
+ * FORMATS="f16 q4_K" limits the GEMV table to those formats (and skips the
+ * rest); a full run, not --quick, has the 128256x2048 shape, the only one
+ * larger than this machine's L3 cache.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -219,8 +222,10 @@ int main(int argc, char **argv) {
   float *x = malloc(sizeof(float) * 512 * 8192), *y = malloc(sizeof(float) * 512 * 128256);
   if (!x || !y) return 1;
   for (int64_t i = 0; i < 512 * 8192; i++) x[i] = frand();
+  const char *only = getenv("FORMATS");
   for (int fi = 0; fi < N_FORMATS; fi++) {
     const fmt *f = &formats[fi];
+    if (only && *only && !strstr(only, f->name)) continue;
     printf("| %s |", f->name);
     for (int s = 0; s < n_shapes; s++) {
       bench_weight b;
@@ -237,6 +242,7 @@ int main(int argc, char **argv) {
     printf("\n");
   }
 
+  if (only && *only) return 0;
   printf("\nGEMM n = 512, 2048x2048 weights: GFLOP/s (2 * n * rows * cols per call)\n\n");
   printf("| format | 1 thread | 2 threads |\n|---|---:|---:|\n");
   for (int fi = 0; fi < N_FORMATS; fi++) {

@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
         op_kv_quantize_row((bk_kv_fmt)f, V + r * w, row, kvd);
       }
       const float *kb[1] = {K}, *vb[1] = {V};
-      kv_view view = {kb, vb, n, w, 0, n, (bk_kv_fmt)f, (bk_kv_fmt)f, w};
+      kv_view view = {kb, vb, n, w, 0, n, (bk_kv_fmt)f, (bk_kv_fmt)f, w, NULL};
       double best = 1e30;
       for (int r = 0; r < reps; r++) {
         double t = now_s();

@@ -208,6 +208,15 @@ void bk_delta_rule(const bk_tensor *o, const bk_tensor *qkv, const bk_tensor *a,
 void bk_sigmoid_mul(const bk_tensor *y, const bk_tensor *g) { BE(y)->ops->sigmoid_mul(BE(y), y, g); }
 void bk_set_cols(const bk_tensor *y, const bk_tensor *x, int64_t c0) { BE(y)->ops->set_cols(BE(y), y, x, c0); }
 void bk_set_rows(const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows) { BE(y)->ops->set_rows(BE(y), y, x, rows); }
+void bk_activate(const bk_tensor *x, bk_act act) { BE(x)->ops->act(BE(x), x, act); }
+void bk_clamp(const bk_tensor *x, float lo, float hi) { BE(x)->ops->clamp(BE(x), x, lo, hi); }
+void bk_embed_bag(const bk_tensor *y, const bk_tensor *table, const bk_tensor *ids, const bk_tensor *w) {
+  BE(y)->ops->embed_bag(BE(y), y, table, ids, w);
+}
+void bk_attention_rel(const bk_tensor *out, const bk_tensor *q, const bk_tensor *k, const bk_tensor *v, const bk_tensor *rel,
+                      const bk_tensor *qscale, int64_t n_valid, const rel_attn_params *p) {
+  BE(out)->ops->attention_rel(BE(out), out, q, k, v, rel, qscale, n_valid, p);
+}
 void bk_layernorm(const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, const bk_tensor *b, float eps) {
   BE(y)->ops->layernorm(BE(y), y, x, w, b, eps);
 }

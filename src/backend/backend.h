@@ -234,6 +234,8 @@ void bk_kv_write(const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor 
  * contiguous and in row order. */
 typedef struct bk_attn_index {
   const bk_tensor *row, *tab, *tables;
+  const bk_tensor *last;  /* may be NULL: I32 [T, 1], the last row query t sees (>= row[t]; a bidirectional
+                             span reaches past the query); the window still counts back from row[t] */
 } bk_attn_index;
 
 /* out[T, n_heads * head_dim] = causal attention of q[T, n_heads * head_dim]
@@ -299,6 +301,27 @@ void bk_index_topk(const bk_tensor *sel, const bk_tensor *q, const bk_tensor *w,
  * its columns [v_off, v_off + v_dim); kv->v unused), as op_attention_sparse. */
 void bk_attention_sparse(const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
                          const bk_tensor *sel, const sparse_attn_params *p);
+
+/* ---- media encoders ----
+ *
+ * The pieces the image and audio towers add: an activation alone, a clamp,
+ * a weighted sum of table rows (learned position embeddings resampled to
+ * an image's grid) and the conformer's local attention with relative
+ * positions. A vision tower's bidirectional attention inside an image is
+ * bk_attention itself: every patch a query whose row is its image's last
+ * row, so that each sees the whole image. */
+
+/* x = act(x) elementwise. */
+void bk_activate(const bk_tensor *x, bk_act act);
+/* x = min(max(x, lo), hi) elementwise (op_clamp). */
+void bk_clamp(const bk_tensor *x, float lo, float hi);
+/* y[n, d] = sum over j of w[r, j] · table[ids[r, j]] (op_embed_bag): table F32 [rows, d], ids I32 [n, k],
+ * w F32 [n, k]. */
+void bk_embed_bag(const bk_tensor *y, const bk_tensor *table, const bk_tensor *ids, const bk_tensor *w);
+/* out = op_attention_rel over q, k, v [T, n_heads · head_dim] (one sequence; its first n_valid rows are
+ * keys), rel [left + right + 1, n_heads · head_dim], qscale [1, head_dim] or NULL. out must not alias the inputs. */
+void bk_attention_rel(const bk_tensor *out, const bk_tensor *q, const bk_tensor *k, const bk_tensor *v, const bk_tensor *rel,
+                      const bk_tensor *qscale, int64_t n_valid, const rel_attn_params *p);
 
 /* ---- sampling on the device ----
  *
@@ -430,6 +453,11 @@ typedef struct bk_backend_ops {
   void (*attention_sparse)(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv,
                            const bk_attn_index *ix, const bk_tensor *sel, const sparse_attn_params *p);
   void (*lora)(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *a, const bk_tensor *b, float scale);
+  void (*act)(bk_backend *be, const bk_tensor *x, bk_act act);
+  void (*clamp)(bk_backend *be, const bk_tensor *x, float lo, float hi);
+  void (*embed_bag)(bk_backend *be, const bk_tensor *y, const bk_tensor *table, const bk_tensor *ids, const bk_tensor *w);
+  void (*attention_rel)(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_tensor *k, const bk_tensor *v,
+                        const bk_tensor *rel, const bk_tensor *qscale, int64_t n_valid, const rel_attn_params *p);
 } bk_backend_ops;
 
 /* Every backend's handle starts with this. */
@@ -442,10 +470,26 @@ struct bk_backend {
 
 /* The CUDA backend library's one entry point (libhearth_cuda.so). */
 #define BK_CUDA_ENTRY "hearth_cuda_backend_open"
-#define BK_CUDA_ABI 7
+#define BK_CUDA_ABI 8
 typedef int (*bk_cuda_open_fn)(int abi, int device, const bk_open_opts *opts, bk_backend **out, herr *err);
 
 /* The CPU backend (cpu/backend_cpu.c). */
 int bk_cpu_open(const bk_open_opts *opts, bk_backend **out, herr *err);
+
+/* Per-op wall time on the CPU backend (hearth bench --profile): each matmul
+ * keyed by its weight's shape, and attention (rows = cols = 0). bytes is the
+ * weight bytes the calls read (stored format; 0 for attention). */
+typedef struct bk_prof_entry {
+  const char *op; /* "matmul" or "attention" (static) */
+  int64_t rows, cols, calls;
+  double seconds, bytes;
+} bk_prof_entry;
+#define BK_PROF_MAX 64
+/* Starts (on, clearing what was collected) or stops collecting. Returns -1
+ * on a backend that is not the CPU's, else 0. */
+int bk_cpu_profile(bk_backend *be, bool on);
+/* Copies up to max entries collected so far into out (first-seen order);
+ * returns how many there are (0 on other backends). */
+int bk_cpu_profile_read(bk_backend *be, bk_prof_entry *out, int max);
 
 #endif

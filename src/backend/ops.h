@@ -36,14 +36,45 @@ void op_rmsnorm(float *y, const float *x, int64_t n, int64_t d, const float *w, 
  * for each head the first rot_dim dims are rotated as pairs (i, i + rot_dim/2)
  * by angle pos[t] * inv_freq[i]; cos and sin are multiplied by attn_scale
  * (yarn). Dims beyond rot_dim pass through. With interleaved the pairs are
- * (2i, 2i + 1) instead (llama.cpp's layout of llama q/k weights in GGUF). */
+ * (2i, 2i + 1) instead (llama.cpp's layout of llama q/k weights in GGUF).
+ * Several position axes (multimodal RoPE: a token's temporal / height /
+ * width positions; the 2-D rotary of vision towers): with n_axes > 1, pos
+ * holds n_axes positions per token (pos[t * n_axes + a]) and frequency i
+ * turns by the position of axis axis[i]. */
 typedef struct rope_table {
   int64_t rot_dim;       /* even, <= head_dim */
   double *inv_freq;      /* owned: rot_dim / 2 frequencies */
   double attn_scale;     /* 1 unless yarn */
   bool interleaved;
+  int64_t n_axes;        /* 0 or 1: one position per token */
+  int8_t *axis;          /* owned when n_axes > 1: rot_dim / 2 axis numbers in [0, n_axes) */
 } rope_table;
 void op_rope(float *x, int64_t n, int64_t n_heads, int64_t head_dim, const int64_t *pos, const rope_table *t);
+
+/* x = min(max(x, lo), hi) over n floats (NaN stays NaN). */
+void op_clamp(float *x, int64_t n, float lo, float hi);
+
+/* y[n, d] = sum over j < k of w[r, j] · table[ids[r, j]] per row r (the sum
+ * in double, in j order); ids outside [0, rows) contribute nothing. */
+void op_embed_bag(float *y, const float *table, int64_t rows, int64_t d, const int32_t *ids, const float *w, int64_t n,
+                  int64_t k);
+
+/* Local attention with relative-position logits (the conformer attention
+ * of USM-style audio encoders, Transformer-XL's relative positions), over
+ * one sequence of T rows of which the first n_valid are keys. Per head,
+ * query i sees the keys j < n_valid with i - left <= j <= i + right:
+ *   s_ij = (q_i ⊙ qscale) · k_j + (q_i ⊙ qscale) · rel[right + i - j]
+ * (qscale [head_dim], NULL: none; rel [left + right + 1, n_heads * head_dim],
+ * the relative keys by distance i - j), then cap · tanh(s / cap) when
+ * softcap > 0, softmax over the keys seen, out_i = sum of p_ij v_j. A query
+ * that sees no key gets zeros. q, k, v, out: [T, n_heads * head_dim]. */
+typedef struct rel_attn_params {
+  int64_t n_heads, head_dim;
+  int64_t left, right;
+  float softcap;
+} rel_attn_params;
+void op_attention_rel(float *out, const float *q, const float *k, const float *v, const float *rel, const float *qscale,
+                      int64_t T, int64_t n_valid, const rel_attn_params *p);
 
 /* In place over each of n rows of d floats. */
 void op_softmax(float *x, int64_t n, int64_t d);
@@ -101,12 +132,14 @@ typedef struct kv_view {
   int64_t lo, hi;
   bk_kv_fmt k_fmt, v_fmt;
   int64_t v_row_stride;
+  const int64_t *last;  /* may be NULL: query i sees rows up to last[i] (>= its q_row) instead of q_row[i] —
+                           a bidirectional span; the window still counts back from q_row[i] */
 } kv_view;
 
 /* Causal attention of n query rows against a KV view.
  * q[n, n_heads, head_dim]; q_row[i] is the KV row index (= sequence position)
- * of query i: it attends rows j with j <= q_row[i], j >= kv->lo and, when
- * window > 0, q_row[i] - j < window. Scores are q·k * scale, then
+ * of query i: it attends rows j with j <= q_row[i] (kv->last[i] when given),
+ * j >= kv->lo and, when window > 0, q_row[i] - j < window. Scores are q·k * scale, then
  * cap * tanh(s / cap) when softcap > 0, then softmax. Head h reads KV head
  * h / (n_heads / n_kv_heads). out[n, n_heads, head_dim]. */
 typedef struct attn_params {

@@ -24,7 +24,8 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: hearth bench [--model M] [-p 512] [-n 128] [-d 0] [-t THREADS] [--repeat R] [--no-warmup] [--roofline] [--json]\n"
+          "usage: hearth bench [--model M] [-p 512] [-n 128] [-d 0] [-t THREADS] [--repeat R] [--no-warmup] [--roofline] [--profile]\n"
+          "                    [--json]\n"
           "                    [--device cpu|cuda|cuda:N|auto]\n\n"
           "Measures prompt processing (one forward over P tokens) and generation (N single-token\n"
           "steps from an empty cache, no sampling) in tokens/s, median of R repeats (default 3),\n"
@@ -33,7 +34,10 @@ static void usage(FILE *f) {
           "--kv-quant 8|4 stores the KV cache quantized (see hearth --help); the output names the format.\n"
           "-p 0 or -n 0 skips that part. --roofline also measures the device's copy bandwidth\n"
           "(a 1 GiB buffer copied on the device, bytes read + written) and reports generation's\n"
-          "weight traffic (weight bytes x tokens/s) as a share of it. --json prints one line:\n"
+          "weight traffic (weight bytes x tokens/s) as a share of it. --profile (CPU) breaks the\n"
+          "generation steps down: wall time per step of each matmul (by weight shape, with the GB/s\n"
+          "its weights were read at), of attention, and of the rest of the step.\n"
+          "--json prints one line:\n"
           "{\"pp_tps\": ..., \"tg_tps\": ..., \"threads\": ..., \"device\": ..., \"model\": ...}\n");
 }
 
@@ -75,7 +79,7 @@ static int step(model *m, kv_seq *seq, const int32_t *tokens, int n, float *logi
  * cache, one untimed token and N timed single steps. Times in seconds (a
  * part is skipped when its count is 0). */
 static int run_once(model *m, const int32_t *prompt, int P, const int32_t *gen, int N, const int32_t *ctx, int D, float *logits,
-                    double *pp_s, double *tg_s, herr *err) {
+                    bool profile, double *pp_s, double *tg_s, herr *err) {
   kv_cache *cache = NULL;
   kv_seq *seq = NULL;
   int rc = 0;
@@ -92,9 +96,11 @@ static int run_once(model *m, const int32_t *prompt, int P, const int32_t *gen, 
     rc = fresh_seq(m, (int64_t)D + N + 1, &cache, &seq, err);
     for (int at = 0; !rc && at < D; at += 2048) rc = step(m, seq, ctx + at, D - at < 2048 ? D - at : 2048, logits, err);
     if (!rc) rc = step(m, seq, prompt, 1, logits, err);
+    if (profile) bk_cpu_profile(model_backend(m), true); /* the timed steps only; a repeat starts afresh */
     double t0 = now_s();
     for (int i = 0; !rc && i < N; i++) rc = step(m, seq, gen + i, 1, logits, err);
     *tg_s = now_s() - t0;
+    if (profile) bk_cpu_profile(model_backend(m), false);
     kv_cache_seq_free(seq);
     kv_cache_free(cache);
   }
@@ -125,11 +131,46 @@ static int copy_bandwidth(bk_backend *be, double *gbs, herr *err) {
   return rc;
 }
 
+/* --profile: the last repeat's N generation steps, per step. */
+static json_t *profile_json(bk_backend *be, int N, double tg_s) {
+  bk_prof_entry e[BK_PROF_MAX];
+  int n = bk_cpu_profile_read(be, e, BK_PROF_MAX);
+  n = n < BK_PROF_MAX ? n : BK_PROF_MAX;
+  json_t *ops = json_array();
+  double sum = 0;
+  for (int i = 0; i < n; i++) {
+    sum += e[i].seconds;
+    json_t *o = json_pack("{s:s, s:I, s:I, s:f, s:f, s:f}", "op", e[i].op, "rows", (json_int_t)e[i].rows, "cols",
+                          (json_int_t)e[i].cols, "calls_per_step", (double)e[i].calls / N, "ms_per_step",
+                          1e3 * e[i].seconds / N, "gbs", e[i].seconds > 0 ? e[i].bytes / e[i].seconds / 1e9 : 0.0);
+    if (o) json_array_append_new(ops, o);
+  }
+  return json_pack("{s:f, s:o, s:f}", "step_ms", 1e3 * tg_s / N, "ops", ops, "rest_ms", 1e3 * (tg_s - sum) / N);
+}
+
+static void profile_print(bk_backend *be, int N, double tg_s) {
+  bk_prof_entry e[BK_PROF_MAX];
+  int n = bk_cpu_profile_read(be, e, BK_PROF_MAX);
+  n = n < BK_PROF_MAX ? n : BK_PROF_MAX;
+  double step = tg_s / N, sum = 0;
+  printf("profile  one generation step of the last repeat: %.3f ms\n", 1e3 * step);
+  for (int i = 0; i < n; i++) {
+    sum += e[i].seconds;
+    double ms = 1e3 * e[i].seconds / N, pct = step > 0 ? 100 * e[i].seconds / N / step : 0;
+    if (e[i].rows)
+      printf("  %-9s %6lldx%-6lld x%-4g %8.3f ms %5.1f%%  %6.1f GB/s\n", e[i].op, (long long)e[i].rows, (long long)e[i].cols,
+             (double)e[i].calls / N, ms, pct, e[i].seconds > 0 ? e[i].bytes / e[i].seconds / 1e9 : 0);
+    else
+      printf("  %-23s x%-4g %8.3f ms %5.1f%%\n", e[i].op, (double)e[i].calls / N, ms, pct);
+  }
+  printf("  %-23s       %8.3f ms %5.1f%%\n", "rest", 1e3 * (tg_s - sum) / N, step > 0 ? 100 * (tg_s - sum) / N / step : 0);
+}
+
 int cli_bench(int argc, char **argv) {
   const char *dir = NULL;
   long long P_ = 512, N_ = 128, D_ = 0, repeat_ = 3;
   int threads = -1; /* -t; else --threads */
-  bool json = false, warmup = true, roofline = false;
+  bool json = false, warmup = true, roofline = false, profile = false;
   for (int i = 1; i < argc; i++) {
     int r;
     if (cli_is_help(argv[i])) {
@@ -148,6 +189,8 @@ int cli_bench(int argc, char **argv) {
       warmup = false;
     } else if (!strcmp(argv[i], "--roofline")) {
       roofline = true;
+    } else if (!strcmp(argv[i], "--profile")) {
+      profile = true;
     } else if (!strcmp(argv[i], "--json")) {
       json = true;
     } else {
@@ -175,6 +218,10 @@ int cli_bench(int argc, char **argv) {
   if (c->max_position_embeddings > 0 && P + D + N + 1 > c->max_position_embeddings)
     fprintf(stderr, "hearth bench: note: %d tokens exceed max_position_embeddings %lld\n", P + D + N + 1,
             (long long)c->max_position_embeddings);
+  if (profile && (!bk_backend_is_cpu(model_backend(m)) || N == 0)) {
+    model_free(m);
+    return cli_usage_error("bench", "--profile needs the CPU device and -n > 0");
+  }
   int32_t *prompt = malloc((size_t)(P > 0 ? P : 1) * sizeof *prompt), *gen = malloc((size_t)(N > 0 ? N : 1) * sizeof *gen);
   float *logits = malloc((size_t)V * sizeof(float));
   int32_t *ctx = malloc((size_t)(D > 0 ? D : 1) * sizeof *ctx);
@@ -199,19 +246,21 @@ int cli_bench(int argc, char **argv) {
   }
   if (warmup) {
     double ps, ts;
-    if (run_once(m, prompt, P < 32 ? P : 32, gen, N < 2 ? N : 2, ctx, 0, logits, &ps, &ts, &err)) {
+    if (run_once(m, prompt, P < 32 ? P : 32, gen, N < 2 ? N : 2, ctx, 0, logits, false, &ps, &ts, &err)) {
       cli_fail("%s", err.msg);
       goto out;
     }
   }
+  double tg_last_s = 0; /* the last repeat's generation time: the one --profile describes */
   for (int r = 0; r < repeat; r++) {
     double ps, ts;
-    if (run_once(m, prompt, P, gen, N, ctx, D, logits, &ps, &ts, &err)) {
+    if (run_once(m, prompt, P, gen, N, ctx, D, logits, profile, &ps, &ts, &err)) {
       cli_fail("%s", err.msg);
       goto out;
     }
     pp[r] = P > 0 && ps > 0 ? P / ps : 0;
     tg[r] = N > 0 && ts > 0 ? N / ts : 0;
+    tg_last_s = ts;
     if (!json) fprintf(stderr, "repeat %d: pp%d %.2f t/s, tg%d %.2f t/s\n", r + 1, P, pp[r], N, tg[r]);
   }
   double pp_med = median(pp, repeat), tg_med = median(tg, repeat);
@@ -238,6 +287,7 @@ int cli_bench(int argc, char **argv) {
       json_object_set_new(j, "copy_gbs", json_real(copy_gbs));
       json_object_set_new(j, "tg_roofline", json_real(copy_gbs > 0 ? wgb * tg_med / copy_gbs : 0));
     }
+    if (j && profile) json_object_set_new(j, "tg_profile", profile_json(model_backend(m), N, tg_last_s));
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     if (s) printf("%s\n", s);
     free(s);
@@ -254,6 +304,7 @@ int cli_bench(int argc, char **argv) {
       printf("roofline %.2f GB of weights x %.2f tokens/s = %.1f GB/s, %.1f%% of the %.1f GB/s copy bandwidth\n", wgb, tg_med,
              wgb * tg_med, copy_gbs > 0 ? 100 * wgb * tg_med / copy_gbs : 0, copy_gbs);
     printf("(median of %d repeats)\n", repeat);
+    if (profile) profile_print(model_backend(m), N, tg_last_s);
   }
   status = 0;
 out:

@@ -30,6 +30,11 @@ static void usage(FILE *f) {
           "  --ids LIST        prompt as token ids, comma or space separated\n"
           "  --chat            render --prompt as one user turn with the chat template\n"
           "  --system TEXT     with --chat: a system message first\n"
+          "  --image FILE      an image in the prompt (JPEG, PNG, WebP, GIF; repeatable): with --chat a part of\n"
+          "                    the user turn before its text; else the prompt's placeholders take the media in\n"
+          "                    order (written at its start when it has none). Needs a model with a vision tower\n"
+          "  --audio FILE      a sound (any format FFmpeg reads; repeatable), as --image, for an audio tower\n"
+          "  --video FILE      a video (repeatable), as --image, its frames sampled at the model's rate\n"
           "%s"
           "                    (default 128, within the context)\n"
           "  --threads N       CPU worker threads (default: one per CPU)\n"
@@ -102,6 +107,8 @@ int cli_generate(int argc, char **argv) {
   const char *grammar_file = NULL, *schema_file = NULL;
   const char *adapters[4];
   int n_adapters = 0;
+  hearth_media media[16];
+  int n_media = 0;
   char adapter_spec[64] = "";
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
@@ -124,6 +131,15 @@ int cli_generate(int argc, char **argv) {
     } else if (OPT("--system")) {
       if (r < 0) return free(ids), 2;
       system = v;
+    } else if (OPT("--image") || OPT("--audio") || OPT("--video")) {
+      if (r < 0) return free(ids), 2;
+      if (n_media == 16) return free(ids), cli_usage_error("generate", "at most 16 --image / --audio / --video");
+      const char *flag = argv[i - 1];
+      media[n_media++] = (hearth_media){.kind = !strcmp(flag, "--image")   ? HEARTH_MEDIA_IMAGE
+                                                : !strcmp(flag, "--audio") ? HEARTH_MEDIA_AUDIO
+                                                                           : HEARTH_MEDIA_VIDEO,
+                                        .url = v,
+                                        .name = v};
     } else if (OPT("--adapter")) {
       if (r < 0) return free(ids), 2;
       if (n_adapters == 4) return free(ids), cli_usage_error("generate", "at most 4 --adapter");
@@ -162,6 +178,7 @@ int cli_generate(int argc, char **argv) {
   const char *usage_err = NULL;
   if (!prompt == !ids) usage_err = "give exactly one of --prompt and --ids";
   else if (chat && !prompt) usage_err = "--chat needs --prompt";
+  else if (n_media && !prompt) usage_err = "--image / --audio / --video go with --prompt";
   else if (system && !chat) usage_err = "--system needs --chat (a system message is part of a chat)";
   else if ((params.grammar || grammar_file) + (params.json_schema || schema_file) + (params.grammar && grammar_file) +
                (params.json_schema && schema_file) > 1)
@@ -207,6 +224,7 @@ int cli_generate(int argc, char **argv) {
   }
   hearth_load_opts lo;
   cli_hearth_load_opts(&lo);
+  lo.allow_local_media = true; /* --image FILE */
   if (hearth_model_load(model_dir, &lo, &m, &err)) {
     cli_fail("%s", err.msg);
     goto out;
@@ -227,31 +245,74 @@ int cli_generate(int argc, char **argv) {
   if (chat) {
     q_user = json_quote(prompt);
     q_system = system ? json_quote(system) : NULL;
-    size_t cap = strlen(q_user ? q_user : "") + strlen(q_system ? q_system : "") + 128;
+    size_t cap = strlen(q_user ? q_user : "") + strlen(q_system ? q_system : "") + 128 + 24 * (size_t)n_media;
     messages = malloc(cap);
     if (!q_user || (system && !q_system) || !messages) {
       cli_fail("out of memory");
       goto out;
     }
+    /* with media, the user turn is parts: each medium, then the text (the template writes their placeholders) */
+    hbuf user = {0};
+    if (n_media) {
+      static const char *const types[] = {"image", "audio", "video"};
+      hbuf_puts(&user, "[");
+      for (int k = 0; k < n_media; k++) hbuf_printf(&user, "{\"type\":\"%s\"},", types[media[k].kind]);
+      hbuf_printf(&user, "{\"type\":\"text\",\"text\":%s}]", q_user);
+    } else {
+      hbuf_puts(&user, q_user);
+    }
+    if (user.oom) {
+      hbuf_free(&user);
+      cli_fail("out of memory");
+      goto out;
+    }
     if (q_system)
       snprintf(messages, cap, "[{\"role\":\"system\",\"content\":%s},{\"role\":\"user\",\"content\":%s}]", q_system,
-               q_user);
+               hbuf_str(&user));
     else
-      snprintf(messages, cap, "[{\"role\":\"user\",\"content\":%s}]", q_user);
+      snprintf(messages, cap, "[{\"role\":\"user\",\"content\":%s}]", hbuf_str(&user));
+    hbuf_free(&user);
     if (hearth_chat_render(m, messages, NULL, true, NULL, &rendered, &err)) {
       cli_fail("%s", err.msg);
       goto out;
     }
-    if (hearth_tokenize(m, rendered, strlen(rendered), false, &ids, &n_ids, &err)) {
+    if (n_media) { /* the engine expands, tokenizes and encodes */
+      hp.text = rendered;
+      hp.add_special = false;
+    } else if (hearth_tokenize(m, rendered, strlen(rendered), false, &ids, &n_ids, &err)) {
       cli_fail("%s", err.msg);
       goto out;
     }
+  } else if (n_media) { /* a raw prompt: its placeholders, or the media's at its start */
+    bool has = false;
+    for (int k = 0; k < n_media; k++) {
+      const char *ph = hearth_media_placeholder(m, media[k].kind);
+      has = has || (ph && strstr(prompt, ph));
+    }
+    hbuf t = {0};
+    for (int k = 0; k < n_media && !has; k++) {
+      const char *ph = hearth_media_placeholder(m, media[k].kind);
+      if (ph) hbuf_puts(&t, ph);
+    }
+    hbuf_puts(&t, prompt);
+    if (t.oom || !(rendered = hbuf_take(&t))) {
+      hbuf_free(&t);
+      cli_fail("out of memory");
+      goto out;
+    }
+    hp.text = rendered;
+    hp.add_special = true;
   } else if (!ids && hearth_tokenize(m, prompt, strlen(prompt), true, &ids, &n_ids, &err)) {
     cli_fail("%s", err.msg);
     goto out;
   }
-  hp.ids = ids;
-  hp.n_ids = n_ids;
+  if (n_media) {
+    hp.media = media;
+    hp.n_media = n_media;
+  } else {
+    hp.ids = ids;
+    hp.n_ids = n_ids;
+  }
   /* the default length stays inside the context */
   if (!n_given && info.context_length > (int64_t)n_ids && info.context_length - (int64_t)n_ids < params.max_tokens)
     params.max_tokens = info.context_length - (int64_t)n_ids;

@@ -19,7 +19,8 @@ static void serve_usage(void) {
          "                    [--served-model-name NAME]... [--cors ORIGIN] [--trace-file PATH] [--trace-max-bytes BYTES]\n"
          "                    [--responses-max N] [--responses-max-bytes BYTES] [--responses-ttl SECONDS]\n"
          "                    [--kv-store DIR] [--kv-store-max BYTES] [--drain-timeout SECONDS]\n"
-         "                    [--adapter NAME=DIR]...\n\n"
+         "                    [--adapter NAME=DIR]... [--allow-local-media] [--allow-remote-media]\n"
+         "                    [--max-media-bytes BYTES]\n\n"
          "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
          "/v1/messages (Anthropic), /v1/models,\n"
          "/health, /stats, /metrics, /v1 and a chat page at /. Concurrent requests are\n"
@@ -64,6 +65,10 @@ static void serve_usage(void) {
          "  --adapter NAME=DIR load the PEFT LoRA adapter folder DIR as NAME (repeatable); a request picks\n"
          "                     it with \"adapter\": \"NAME\" (\"a+b\" stacks two); /v1/adapters loads and\n"
          "                     unloads more while serving\n"
+         "  --allow-local-media  media parts (image_url, input_audio, video_url, Anthropic image\n"
+         "                     sources) may name local files (a path or file:// URL); data URLs always work\n"
+         "  --allow-remote-media  media parts may be http(s) URLs, which the server fetches\n"
+         "  --max-media-bytes BYTES  the largest encoded image, sound or video (default 32M)\n"
          "BYTES accept a K, M or G suffix (powers of 1024).\n");
 }
 
@@ -73,6 +78,8 @@ int cli_serve(int argc, char **argv) {
   int nnames = 0, nadapters = 0;
   long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, kv_mem = 0, budget = 0, trace_max = 0;
   long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600, kv_store_max = 0, drain_timeout = 30;
+  long long media_bytes = 0;
+  bool allow_local = false, allow_remote = false;
   for (int i = 1; i < argc; i++) {
     int r;
     if (cli_is_help(argv[i])) {
@@ -90,6 +97,14 @@ int cli_serve(int argc, char **argv) {
     } else if ((r = cli_opt(argc, argv, &i, "--trace-file", &trace_file))) {
       if (r < 0) return 2;
       if (!trace_file[0]) return cli_usage_error("serve", "--trace-file must not be empty");
+    } else if (strcmp(argv[i], "--allow-local-media") == 0) {
+      allow_local = true;
+    } else if (strcmp(argv[i], "--allow-remote-media") == 0) {
+      allow_remote = true;
+    } else if ((r = cli_opt(argc, argv, &i, "--max-media-bytes", &v))) {
+      if (r < 0) return 2;
+      if (!cli_parse_bytes(v, &media_bytes) || media_bytes <= 0)
+        return cli_usage_error("serve", "--max-media-bytes must be a positive byte count, not '%s'", v);
     } else if ((r = cli_opt(argc, argv, &i, "--kv-store", &kv_store))) {
       if (r < 0) return 2;
       if (!kv_store[0]) return cli_usage_error("serve", "--kv-store must not be empty");
@@ -170,7 +185,10 @@ int cli_serve(int argc, char **argv) {
                                    .trace_file = trace_file,
                                    .trace_max_bytes = trace_max,
                                    .kv_store = kv_store,
-                                   .kv_store_max = kv_store_max}};
+                                   .kv_store_max = kv_store_max,
+                                   .allow_local_media = allow_local,
+                                   .allow_remote_media = allow_remote,
+                                   .max_media_bytes = media_bytes}};
   if (serve_engine_open_opts(model, &eo, &engine, &err)) return cli_fail("serve: %s", err.msg);
   for (int a = 0; a < nadapters; a++) {
     const char *eq = strchr(adapters[a], '=');

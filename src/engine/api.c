@@ -23,10 +23,12 @@
 #include "engine/json_schema.h"
 #include "engine/kv_disk.h"
 #include "engine/kv_paged.h"
+#include "engine/mm_prompt.h"
 #include "engine/sched.h"
 #include "engine/signal.h"
 #include "backend/ops.h"
 #include "format/pooling.h"
+#include "engine/denoise.h"
 #include "format/config.h"
 #include "format/gguf.h"
 #include "hearth.h"
@@ -60,9 +62,13 @@ struct hearth_model {
   pooling_config pooling;      /* how embeddings pool (sentence-transformers files; last token by default) */
   model *draft;                /* owned, NULL without hearth_load_opts.draft_model */
   gen_method method;           /* how generations run (the scheduler borrows it) */
+  denoise_params denoise;      /* a block-diffusion model's: generation_config.json over the defaults */
+  _Atomic int64_t diff_running, diff_finished, diff_cancelled, diff_tokens, diff_prompt;
   pthread_mutex_t ad_lock;     /* guards the adapter table */
   struct api_adapter *ads;     /* owned [n_ads]: the loaded LoRA adapters by name */
   int n_ads, cap_ads;
+  bool allow_local_media, allow_remote_media; /* hearth_load_opts' */
+  size_t max_media_bytes;      /* 0: the default */
 };
 
 typedef struct api_adapter {
@@ -193,6 +199,32 @@ static int load_method(hearth_model *hm, const hearth_load_opts *opts, const mod
   return 0;
 }
 
+/* A block-diffusion model's denoising settings: generation_config.json's
+ * (max_denoising_steps, t_min, t_max, sampler_config.entropy_bound,
+ * stability_threshold, confidence_threshold) over transformers' defaults. */
+static int load_denoise(hearth_model *hm, herr *err) {
+  denoise_params *p = &hm->denoise;
+  denoise_params_default(p);
+  if (hm->is_gguf) return 0;
+  char *file = hpath_join(hm->path, "generation_config.json");
+  if (!file) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  json_t *j = hfile_exists(file) ? hjson_load_file(file, err) : NULL;
+  int rc = hfile_exists(file) && !j ? (err ? err->code : HEARTH_EFORMAT) : 0;
+  free(file);
+  if (!j) return rc;
+  const json_t *v;
+  if (json_is_integer(v = json_object_get(j, "max_denoising_steps"))) p->max_denoising_steps = (int)json_integer_value(v);
+  if (json_is_number(v = json_object_get(j, "t_min"))) p->t_min = json_number_value(v);
+  if (json_is_number(v = json_object_get(j, "t_max"))) p->t_max = json_number_value(v);
+  if (json_is_integer(v = json_object_get(j, "stability_threshold"))) p->stability_threshold = (int)json_integer_value(v);
+  if (json_is_number(v = json_object_get(j, "confidence_threshold"))) p->confidence_threshold = json_number_value(v);
+  const json_t *sc = json_object_get(j, "sampler_config");
+  if (json_is_number(v = json_object_get(sc, "entropy_bound"))) p->entropy_bound = json_number_value(v);
+  json_decref(j);
+  if ((rc = denoise_params_check(p, err))) return herr_wrap(err, "%s: generation_config.json", hm->path);
+  return 0;
+}
+
 int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_model **out, hearth_error *err) {
   *out = NULL;
   if (!path) return herr_set(err, HEARTH_EINVAL, "hearth_model_load: no path");
@@ -209,6 +241,11 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
   int rc = 0;
   hm->path = strdup(path);
   hm->id = opts && opts->id ? strdup(opts->id) : folder_name(path);
+  if (opts) {
+    hm->allow_local_media = opts->allow_local_media;
+    hm->allow_remote_media = opts->allow_remote_media;
+    hm->max_media_bytes = opts->max_media_bytes > 0 ? (size_t)opts->max_media_bytes : 0;
+  }
   if (!hm->path || !hm->id) {
     rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
     goto fail;
@@ -268,7 +305,8 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
     hm->sch_cfg.kv_store = hm->kv_store;
     hm->sch_cfg.kv_store_max = opts->kv_store_max;
   }
-  if (opts && (rc = load_method(hm, opts, &mo, err))) goto fail;
+  if (model_canvas_length(hm->m) > 0 && (rc = load_denoise(hm, err))) goto fail;
+  if (opts && model_canvas_length(hm->m) <= 0 && (rc = load_method(hm, opts, &mo, err))) goto fail;
   if (opts && opts->trace_file) {
     if ((rc = htrace_open(opts->trace_file, opts->trace_max_bytes, &hm->trace, err))) goto fail;
     hm->sch_cfg.trace = hm->trace;
@@ -320,6 +358,7 @@ void hearth_model_info(const hearth_model *hm, hearth_info *out) {
   out->hidden_size = (int32_t)model_cfg(hm->m)->hidden_size;
   out->can_generate = model_has_head(hm->m);
   out->can_embed = !hm->pooling.unsupported[0];
+  out->canvas_length = model_canvas_length(hm->m);
 }
 
 static int need_tokenizer(const hearth_model *hm, herr *err) {
@@ -567,6 +606,7 @@ static int ensure_sched(hearth_model *hm, herr *err) {
 }
 
 int hearth_admit(hearth_model *hm, int64_t prompt_tokens, int64_t max_tokens, hearth_error *err) {
+  if (model_canvas_length(hm->m) > 0) return 0; /* the diffusion lane: a cache of its own per request */
   int rc = ensure_sched(hm, err);
   return rc ? rc : sched_admit(hm->sch, prompt_tokens, max_tokens, err);
 }
@@ -709,6 +749,7 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
   gen_request_init(&req);
   model_lora *lora[MODEL_MAX_LORA];
   int n_lora = 0;
+  mm_prompt mp = {0};
   if ((rc = fill_request(hm, params, &req, &bias, err))) goto out;
   if ((rc = adapters_acquire(hm, params->adapter, lora, &n_lora, err))) goto out;
   req.lora = (const model_lora *const *)lora;
@@ -725,7 +766,27 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
     req.grammar = params->grammar;
     req.grammar_len = strlen(params->grammar);
   }
-  if (prompt->ids) {
+  if (prompt->n_media > 0) { /* images, sound, video: expanded, tokenized and encoded (mm_prompt.h) */
+    if (!prompt->text || prompt->ids) {
+      rc = herr_set(err, HEARTH_EINVAL, "hearth_generate: media go with a text prompt");
+      goto out;
+    }
+    if ((rc = need_tokenizer(hm, err))) goto out;
+    mm_prompt_opts mo = {.allow_local = hm->allow_local_media, .allow_remote = hm->allow_remote_media,
+                         .max_bytes = hm->max_media_bytes};
+    size_t tl = prompt->text_len ? prompt->text_len : strlen(prompt->text);
+    if ((rc = mm_prompt_build(hm->m, hm->id, hm->tok, prompt->text, tl, prompt->add_special, prompt->media, prompt->n_media,
+                              &mo, &mp, err)))
+      goto out;
+    req.prompt = mp.ids;
+    req.n_prompt = mp.n;
+    req.embeds = mp.embeds;
+    req.bidir_last = mp.bidir_last;
+    req.positions3 = mp.positions3;
+    req.pos_delta = mp.pos_delta;
+    req.prefix_keys = mp.keys;
+    req.spec_tokens = 0; /* drafts know nothing of the media rows */
+  } else if (prompt->ids) {
     req.prompt = prompt->ids;
     req.n_prompt = prompt->n_ids;
   } else if (prompt->text) {
@@ -738,6 +799,21 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
   }
   gen_result gr;
   memset(&gr, 0, sizeof gr);
+  if (model_canvas_length(hm->m) > 0) { /* block diffusion: the denoising lane */
+    if (req.grammar) {
+      rc = herr_set_at(err, HEARTH_EUNSUPPORTED, params->json_schema ? "response_format" : "grammar", 0,
+                       "a grammar or JSON schema cannot constrain a block-diffusion model's output");
+      goto out;
+    }
+    hm->diff_running++;
+    rc = denoise_generate(hm->m, hm->tok, &req, &hm->denoise, NULL, forward_token, &cb, &gr, err);
+    hm->diff_running--;
+    if (rc == HEARTH_ECANCELLED) hm->diff_cancelled++;
+    else if (!rc) hm->diff_finished++;
+    hm->diff_tokens += gr.completion_tokens;
+    hm->diff_prompt += gr.prompt_tokens;
+    goto result;
+  }
   if ((rc = ensure_sched(hm, err))) goto out;
   if (req.max_tokens < 0) {
     /* "up to the context" stops where the KV cache is full too: a context the
@@ -749,6 +825,7 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
     if (hold > (int64_t)req.n_prompt && (ctx <= 0 || hold < ctx)) req.max_tokens = hold - (int64_t)req.n_prompt;
   }
   rc = sched_run(hm->sch, &req, forward_token, &cb, &gr, err);
+result:
   res->finish_reason = (hearth_finish)gr.finish;
   res->stop_index = gr.stop_index;
   res->stop_token = gr.stop_token;
@@ -763,7 +840,13 @@ out:
   hbuf_free(&gbnf);
   free(ids);
   free(bias);
+  mm_prompt_free(&mp);
   return rc;
+}
+
+const char *hearth_media_placeholder(const hearth_model *hm, hearth_media_kind kind) {
+  if (!hm || (unsigned)kind >= MEDIA_KINDS) return NULL;
+  return mm_prompt_placeholder(hm->m, (media_kind)kind);
 }
 
 void hearth_get_stats(hearth_model *hm, hearth_stats *out) {
@@ -771,6 +854,14 @@ void hearth_get_stats(hearth_model *hm, hearth_stats *out) {
   model_expert_stats xs;
   model_expert_stats_of(hm->m, &xs);
   out->expert_budget = xs.budget, out->expert_resident_bytes = xs.resident, out->expert_page_ins = xs.page_ins;
+  if (model_canvas_length(hm->m) > 0) { /* the diffusion lane's requests */
+    out->running = hm->diff_running;
+    out->requests_finished = hm->diff_finished;
+    out->requests_cancelled = hm->diff_cancelled;
+    out->generated_tokens = hm->diff_tokens;
+    out->prompt_tokens = hm->diff_prompt;
+    return;
+  }
   pthread_mutex_lock(&hm->gen_lock);
   sched *s = hm->sch;
   pthread_mutex_unlock(&hm->gen_lock);

@@ -51,6 +51,13 @@ typedef struct gen_request {
   const model_lora *const *lora; /* borrowed, n_lora (<= MODEL_MAX_LORA) LoRA adapters of the model,
                                    their deltas summed (model_seq.lora); alive until the run returns */
   int n_lora;
+  /* Media in the prompt (engine/mm_prompt.h; the scheduler only). All borrowed, NULL: none. */
+  const float *const *embeds;   /* n_prompt entries: NULL, or a soft token's embedding row (model_seq.embeds) */
+  const int32_t *bidir_last;    /* n_prompt entries (model_seq.bidir_last); a prefill chunk never ends inside a span */
+  const int32_t *positions3;    /* 3 per prompt token (model_seq.positions3); the tokens after the prompt take
+                                   row + pos_delta on every axis */
+  int64_t pos_delta;
+  const int32_t *prefix_keys;   /* n_prompt entries the prefix cache hashes instead of the prompt's ids */
 } gen_request;
 
 /* Defaults: greedy-free neutral sampling, no stops, no EOS, skip_special true. */

@@ -48,6 +48,8 @@ typedef struct sseq {
   /* state */
   int32_t *toks;              /* owned: prompt then sampled tokens */
   int64_t n_toks, cap_toks;
+  int32_t *keys;              /* owned, NULL unless the prompt has media: toks as the prefix cache keys them */
+  int64_t cap_keys;
   kv_seq *kv;                 /* owned while running, NULL while waiting */
   sampler *smp;               /* owned */
   grammar *gram;              /* owned, NULL without a grammar */
@@ -78,6 +80,9 @@ typedef struct sseq {
   double t_queued;            /* joined the waiting queue; 0 while not waiting */
   struct sseq *next;          /* waiting queue link */
 } sseq;
+
+/* The prefix cache's keys of q's tokens. */
+static const int32_t *keys_of(const sseq *q) { return q->keys ? q->keys : q->toks; }
 
 struct sched {
   model *m;                   /* borrowed */
@@ -111,6 +116,7 @@ struct sched {
   sseq **running;             /* owned array [max_batch]; the sequences are their waiters' */
   int n_running;
   model_seq *batch;           /* owned [max_batch] */
+  int64_t *media_pos;         /* owned [step_tokens]: positions of tokens after a prompt with multimodal RoPE */
   sseq **in_batch;            /* owned [max_batch] */
   pthread_t thread;
   bool thread_started;
@@ -335,6 +341,13 @@ static bool seq_take_token(sched *s, sseq *q, sample_token st) {
     seq_finish(s, q, herr_set(q->err, HEARTH_ENOMEM, "generate: out of memory for the token history"));
     return true;
   }
+  if (q->keys) {
+    if (q->n_toks == q->cap_keys && !HGROW(q->keys, q->cap_keys, q->n_toks + 1)) {
+      seq_finish(s, q, herr_set(q->err, HEARTH_ENOMEM, "generate: out of memory for the token history"));
+      return true;
+    }
+    q->keys[q->n_toks] = st.id;
+  }
   q->toks[q->n_toks++] = st.id;
   return false;
 }
@@ -454,8 +467,44 @@ static bool seq_verify(sched *s, sseq *q, float *rows, const bk_sample_out *chos
     return true;
   }
   if (q->kv->len > q->n_toks - 1) kv_paged_seq_truncate(q->kv, q->n_toks - 1);
-  kv_paged_seq_publish(q->kv, q->toks, q->kv->len, adapter_of(q));
+  kv_paged_seq_publish(q->kv, keys_of(q), q->kv->len, adapter_of(q));
   return false;
+}
+
+/* ---- media in prompts ---- */
+
+/* A prefill chunk of n tokens from q's current length, shortened so that it
+ * neither crosses from the prompt into generated tokens (recomputed after a
+ * preemption: they have no media rows or positions of their own) nor ends
+ * inside a bidirectional span, which one forward must hold whole (a span
+ * longer than the chunk is taken whole). */
+static int64_t media_chunk(const sseq *q, int64_t n) {
+  const gen_request *r = q->req;
+  if (!r->embeds && !r->positions3) return n;
+  int64_t at = q->kv->len, np = (int64_t)r->n_prompt;
+  if (at < np && at + n > np) n = np - at;
+  if (!r->bidir_last || at >= np || n <= 0) return n;
+  int64_t end = at + n - 1, last = r->bidir_last[end];
+  if (last <= end) return n;
+  int64_t start = end;
+  while (start > at && r->bidir_last[start - 1] == last) start--;
+  return start > at ? start - at : last + 1 - at;
+}
+
+/* Fills sq's media fields for q's rows [at, at + n); off: where its rows start in the step. */
+static void media_rows(sched *s, const sseq *q, model_seq *sq, int64_t at, int64_t n, int64_t off) {
+  const gen_request *r = q->req;
+  int64_t np = (int64_t)r->n_prompt;
+  if (!r->embeds && !r->positions3) return;
+  if (at < np) {
+    if (r->embeds) sq->embeds = r->embeds + at;
+    if (r->bidir_last) sq->bidir_last = r->bidir_last + at;
+    if (r->positions3) sq->positions3 = r->positions3 + 3 * at;
+  } else if (r->positions3) { /* after the prompt: row + delta on every axis */
+    int64_t *p = s->media_pos + off;
+    for (int64_t i = 0; i < n; i++) p[i] = at + i + r->pos_delta;
+    sq->positions = p;
+  }
 }
 
 /* ---- the engine thread ---- */
@@ -469,7 +518,7 @@ static void running_remove(sched *s, int i) {
  * it is recomputed (mostly from the prefix cache) when there is room again. */
 static void preempt(sched *s, int i) {
   sseq *q = s->running[i];
-  kv_paged_seq_publish(q->kv, q->toks, q->kv->len, adapter_of(q));
+  kv_paged_seq_publish(q->kv, keys_of(q), q->kv->len, adapter_of(q));
   kv_paged_seq_free(q->kv);
   q->kv = NULL;
   running_remove(s, i);
@@ -524,7 +573,7 @@ static void admit(sched *s) {
     double t_look = q->trace_tid ? htrace_now() : 0;
     if (kv_paged_seq_new(s->pool, q->n_toks + q->max_new, &kv, &e)) return; /* out of memory: try next step */
     /* a pooled embedding needs every token's hidden state: none from the cache */
-    int64_t hit = q->pool ? 0 : kv_paged_seq_attach_prefix(kv, q->toks, q->n_toks, adapter_of(q));
+    int64_t hit = q->pool ? 0 : kv_paged_seq_attach_prefix(kv, keys_of(q), q->n_toks, adapter_of(q));
     int64_t first = q->n_toks - hit < s->chunk ? q->n_toks - hit : s->chunk;
     if (kv_paged_seq_blocks_for(kv, hit + first) > kv_pool_available(s->pool)) {
       kv_paged_seq_free(kv);
@@ -647,6 +696,7 @@ static void step(sched *s) {
        * leaving the tail of fewer than a block's tokens to the next step */
       int64_t B = kv_pool_block_tokens(s->pool), end = (q->kv->len + n) / B * B;
       if (s->recurrent && end > q->kv->len && end < q->kv->len + n) n = end - q->kv->len;
+      n = media_chunk(q, n);
       if (n <= 0) continue; /* the budget is spent: prefill next step */
     } else if (q->n_draft > 0) { /* its drafts, as many as the step's budget leaves room for */
       if (q->n_draft > budget - 1) {
@@ -690,6 +740,7 @@ static void step(sched *s) {
     s->batch[n_batch] = (model_seq){.kv = q->kv, .tokens = q->n_draft ? q->feed : q->toks + at, .n_tokens = (int)n,
                                     .positions = NULL, .all_logits = q->n_draft > 0,
                                     .lora = q->req->lora, .n_lora = q->req->n_lora};
+    media_rows(s, q, &s->batch[n_batch], at, n, s->step_tokens - budget - n);
     if (q->pool) { /* every chunk's hidden rows, folded into the pool after the step */
       s->batch[n_batch].out = MODEL_OUT_HIDDEN_ALL;
       s->batch[n_batch].dest = s->hrows + (s->step_tokens - budget - n) * model_cfg(s->m)->hidden_size;
@@ -773,7 +824,7 @@ static void step(sched *s) {
       }
       continue;
     }
-    kv_paged_seq_publish(q->kv, q->toks, q->kv->len, adapter_of(q));
+    kv_paged_seq_publish(q->kv, keys_of(q), q->kv->len, adapter_of(q));
     if (q->pool) pool_fold(s, q, s->batch[k].dest, s->batch[k].n_tokens, q->kv->len - s->batch[k].n_tokens);
     if (q->kv->len < q->n_toks) continue; /* mid-prefill: no token yet */
     bool ended;
@@ -956,9 +1007,10 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   s->props = calloc((size_t)s->max_batch, sizeof *s->props);
   s->prop_seqs = calloc((size_t)s->max_batch, sizeof *s->prop_seqs);
   s->batch = calloc((size_t)s->max_batch, sizeof *s->batch);
+  s->media_pos = calloc((size_t)s->step_tokens, sizeof *s->media_pos);
   s->in_batch = calloc((size_t)s->max_batch, sizeof *s->in_batch);
   if ((s->dev_sample ? !s->rows || !s->outs : !s->logits) || !s->running || !s->batch || !s->in_batch || !s->props ||
-      !s->prop_seqs) {
+      !s->prop_seqs || !s->media_pos) {
     rc = herr_set(err, HEARTH_ENOMEM, "scheduler: out of memory for a batch of %d", s->max_batch);
     goto fail;
   }
@@ -1004,6 +1056,7 @@ void sched_free(sched *s) {
   free(s->prop_seqs);
   free(s->draft_rows);
   free(s->batch);
+  free(s->media_pos);
   free(s->in_batch);
   grammar_vocab_free(s->gv);
   pthread_mutex_destroy(&s->mu);
@@ -1016,6 +1069,7 @@ void sched_free(sched *s) {
 static void seq_state_free(sseq *q) {
   gen_run_free(q->run);
   free(q->toks);
+  free(q->keys);
   sampler_free(q->smp);
   grammar_matcher_free(q->gm);
   grammar_free(q->gram);
@@ -1170,6 +1224,14 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
   }
   memcpy(q.toks, req->prompt, sizeof(int32_t) * req->n_prompt);
   q.n_toks = (int64_t)req->n_prompt;
+  if (req->prefix_keys) {
+    q.cap_keys = q.cap_toks;
+    if (!(q.keys = malloc(sizeof(int32_t) * (size_t)q.cap_keys))) {
+      rc = herr_set(err, HEARTH_ENOMEM, "generate: out of memory for the prompt");
+      goto out;
+    }
+    memcpy(q.keys, req->prefix_keys, sizeof(int32_t) * req->n_prompt);
+  }
   if ((rc = gen_emit_init(&q.out, s->tok, req, err))) goto out;
   if (req->grammar && (rc = seq_grammar(s, &q, err))) goto out;
   if ((rc = gen_run_new(s->method, req, s->vocab, s->draft_cache, &q.run, err))) goto out;

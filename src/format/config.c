@@ -35,6 +35,7 @@ static const arch_defaults archs[] = {
     {"gemma3_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 256, 0, 0, 4096},
     {"qwen3_moe", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 4096},
     {"gemma4_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 0, 0, 0, 512},
+    {"diffusion_gemma_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 0, 0, 30.0, 512},
     {"qwen3_5_text", "silu", 10000.0, 0, 1e-6, false, 256, 0, 0, 0, 0},
     {"qwen3_5_moe_text", "silu", 10000.0, 0, 1e-6, false, 256, 0, 0, 0, 0},
     {"glm_moe_dsa", "silu", 10000.0, 0, 1e-5, false, 0, 0, 0, 0, 0},
@@ -43,7 +44,8 @@ static const int narchs = (int)(sizeof archs / sizeof archs[0]);
 
 const char *config_supported_types(void) {
   return "llama, mistral, qwen2, qwen3, qwen3_moe, smollm3, phi3, gemma2, gemma3_text, gemma3 (text part), gemma4_text, "
-         "gemma4 (text part), qwen3_5_text, qwen3_5 (text part), qwen3_5_moe_text, qwen3_5_moe (text part), glm_moe_dsa";
+         "gemma4 (text part), qwen3_5_text, qwen3_5 (text part), qwen3_5_moe_text, qwen3_5_moe (text part), glm_moe_dsa, "
+         "diffusion_gemma (block diffusion)";
 }
 
 static const arch_defaults *find_arch(const char *t) {
@@ -54,7 +56,7 @@ static const arch_defaults *find_arch(const char *t) {
 
 bool config_type_supported(const char *model_type) {
   return model_type && (find_arch(model_type) != NULL || !strcmp(model_type, "gemma3") || !strcmp(model_type, "gemma4") ||
-                        !strcmp(model_type, "qwen3_5") || !strcmp(model_type, "qwen3_5_moe"));
+                        !strcmp(model_type, "diffusion_gemma") || !strcmp(model_type, "qwen3_5") || !strcmp(model_type, "qwen3_5_moe"));
 }
 
 static const char *const known_acts[] = {"silu", "swish", "gelu_pytorch_tanh", "gelu_new", "gelu_fast", "gelu", "relu"};
@@ -261,8 +263,17 @@ static int read_glm_moe_dsa(const json_t *j, model_config *c, const char *what, 
 static int read_gemma4(const json_t *j, model_config *c, const char *what, herr *err) {
   int rc;
   int64_t L = c->num_hidden_layers;
+  bool diffusion = !strcmp(c->model_type, "diffusion_gemma_text");
   c->layer_types[L - 1] = LAYER_FULL; /* transformers forces the last layer to full attention */
-  if ((rc = hjson_get_bool(j, "attention_k_eq_v", false, &c->attention_k_eq_v, what, err)) ||
+  /* DiffusionGemma: full layers always take keys as values (no v_proj there), every layer has the MoE
+     branch, no per-layer inputs and no KV sharing */
+  c->attention_k_eq_v = diffusion;
+  if (diffusion) {
+    const json_t *bi = json_object_get(j, "use_bidirectional_attention");
+    if (json_is_string(bi) && !strcmp(json_string_value(bi), "all"))
+      return herr_set(err, HEARTH_EUNSUPPORTED, "%s: use_bidirectional_attention 'all' (a bidirectional encoder) is not supported", what);
+  }
+  if ((!diffusion && (rc = hjson_get_bool(j, "attention_k_eq_v", false, &c->attention_k_eq_v, what, err))) ||
       (rc = hjson_get_bool(j, "use_double_wide_mlp", false, &c->use_double_wide_mlp, what, err)))
     return rc;
   const json_t *plc = json_object_get(j, "per_layer_config");
@@ -308,11 +319,12 @@ static int read_gemma4(const json_t *j, model_config *c, const char *what, herr 
     if (c->layer_head_dim[l] % 2)
       return herr_set(err, HEARTH_EFORMAT, "%s: layer %lld: head_dim %lld is not even", what, (long long)l, (long long)c->layer_head_dim[l]);
   }
-  c->hidden_size_per_layer_input = 256;
+  c->hidden_size_per_layer_input = diffusion ? 0 : 256;
   c->vocab_size_per_layer_input = 262144;
-  if ((rc = get_int_range(j, "hidden_size_per_layer_input", false, 0, 1 << 16, &c->hidden_size_per_layer_input, what, err)) ||
-      (rc = get_int_range(j, "vocab_size_per_layer_input", false, 1, 1 << 24, &c->vocab_size_per_layer_input, what, err)) ||
-      (rc = get_int_range(j, "num_kv_shared_layers", false, 0, L - 1, &c->num_kv_shared_layers, what, err)))
+  if (!diffusion &&
+      ((rc = get_int_range(j, "hidden_size_per_layer_input", false, 0, 1 << 16, &c->hidden_size_per_layer_input, what, err)) ||
+       (rc = get_int_range(j, "vocab_size_per_layer_input", false, 1, 1 << 24, &c->vocab_size_per_layer_input, what, err)) ||
+       (rc = get_int_range(j, "num_kv_shared_layers", false, 0, L - 1, &c->num_kv_shared_layers, what, err))))
     return rc;
   if (c->hidden_size_per_layer_input && c->vocab_size_per_layer_input < c->vocab_size)
     return herr_set(err, HEARTH_EFORMAT, "%s: vocab_size_per_layer_input %lld is smaller than vocab_size %lld", what,
@@ -326,8 +338,8 @@ static int read_gemma4(const json_t *j, model_config *c, const char *what, herr 
       return herr_set(err, HEARTH_EFORMAT, "%s: num_kv_shared_layers %lld leaves layer %lld (%s) no earlier layer of its type to read", what,
                       (long long)c->num_kv_shared_layers, (long long)l, c->layer_types[l] == LAYER_SLIDING ? "sliding" : "full");
   }
-  bool moe = false;
-  if ((rc = hjson_get_bool(j, "enable_moe_block", false, &moe, what, err))) return rc;
+  bool moe = diffusion;
+  if (!diffusion && (rc = hjson_get_bool(j, "enable_moe_block", false, &moe, what, err))) return rc;
   if (moe) {
     static const char *const need[] = {"num_experts", "top_k_experts", "moe_intermediate_size"};
     for (int i = 0; i < 3; i++)
@@ -370,6 +382,13 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
   const char *top = json_is_object(j) ? json_string_value(json_object_get(j, "model_type")) : NULL;
   if (top && (!strcmp(top, "gemma3") || !strcmp(top, "gemma4") || !strcmp(top, "qwen3_5") || !strcmp(top, "qwen3_5_moe")))
     return gemma_text_part(c, j, top, what, err);
+  if (top && !strcmp(top, "diffusion_gemma")) { /* the text stack's config, and the canvas at the top */
+    int rc = gemma_text_part(c, j, top, what, err);
+    int64_t canvas = 256;
+    if (!rc) rc = get_int_range(j, "canvas_length", false, 1, 1 << 16, &canvas, what, err);
+    c->canvas_length = canvas;
+    return rc;
+  }
   c->bos_token_id = c->pad_token_id = -1;
   if (!json_is_object(j)) return herr_set(err, HEARTH_EFORMAT, "%s: must be a JSON object", what);
   int rc;
@@ -438,7 +457,7 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
   if ((rc = get_num_opt(j, "rope_theta", &r.theta, what, err))) return rc;
   if ((rc = get_num_opt(j, "partial_rotary_factor", &r.partial_rotary_factor, what, err))) return rc;
   if ((rc = read_rope_dict(json_object_get(j, "rope_scaling"), &r, what, err))) return rc;
-  bool gemma4 = !strcmp(c->model_type, "gemma4_text");
+  bool gemma4 = !strcmp(c->model_type, "gemma4_text") || !strcmp(c->model_type, "diffusion_gemma_text");
   if (gemma4) { /* transformers' defaults when rope_parameters is absent */
     r.kind = ROPE_PROPORTIONAL;
     r.partial_rotary_factor = 0.25;

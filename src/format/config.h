@@ -63,6 +63,8 @@ typedef struct model_config {
   int64_t linear_conv_kernel_dim, linear_key_head_dim, linear_value_head_dim;
   int64_t linear_num_key_heads, linear_num_value_heads;
   int64_t shared_expert_intermediate_size; /* 0 = none */
+  /* diffusion_gemma: tokens per denoised block (canvas_length); 0 = an autoregressive model */
+  int64_t canvas_length;
   /* gemma2 / gemma3 */
   double query_pre_attn_scalar;  /* 0 = head_dim */
   double attn_logit_softcapping, final_logit_softcapping;  /* 0 = off */

@@ -26,11 +26,13 @@
 #include "model/family.h"
 #include "model/gguf_model.h"
 #include "model/internal.h"
+#include "model/mm.h"
 #include "model/model.h"
 #include "model/rope.h"
 
 const model_config *model_cfg(const model *m) { return &m->cfg; }
 bool model_has_head(const model *m) { return !m->no_head; }
+int64_t model_canvas_length(const model *m) { return m->cfg.canvas_length; }
 int64_t model_vocab_size(const model *m) { return m->cfg.vocab_size; }
 
 void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
@@ -41,7 +43,7 @@ void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
     int64_t kd = lw->kv_k_dim ? lw->kv_k_dim : lw->kv_heads * lw->head_dim;
     g->kv_dim[l] = lw->kv_src == l ? kd : 0; /* a shared layer stores nothing */
     g->v_dim[l] = lw->kv_src == l ? lw->kv_v_dim : 0;
-    g->window[l] = lw->window;
+    g->window[l] = lw->window ? lw->window + m->window_extra : 0;
     g->state_dim[l] = lw->state_dim;
     g->f32_only[l] = lw->kv_k_dim || lw->kv_v_dim; /* a family's own cache rows (set_rows, not kv_write) */
   }
@@ -71,7 +73,9 @@ static void scratch_free(fwd_scratch *f) {
   bk_buf_free(f->act);
   bk_buf_free(f->idx_buf);
   bk_buf_free(f->logit_buf);
+  bk_buf_free(f->media_buf);
   free(f->host_idx);
+  free(f->host_media);
   memset(f, 0, sizeof *f);
 }
 
@@ -84,8 +88,10 @@ void model_free(model *m) {
     if (!m->tied && !m->no_head) bk_weight_release(m->be, &m->lm_head);
     for (int i = 0; i < m->n_bufs; i++) bk_buf_free(m->bufs[i]);
     scratch_free(&m->f);
+    bk_buf_free(m->sc_buf);
   }
   experts_budget_free(m);
+  mm_towers_free(m); /* after the release of their matrices, which point into their state */
   if (m->fam && m->fam->ops && m->fam->ops->free) m->fam->ops->free(m);
   free(m->lora_runs);
   pthread_mutex_destroy(&m->lock);
@@ -348,7 +354,8 @@ int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int 
   weight_src src = {is_gguf ? NULL : &m->st, m->gg, dir, "model."};
   /* multimodal checkpoints keep the language model under another prefix; a bare
    * decoder's (Qwen3Model, as Qwen3-Embedding is saved) has none */
-  static const char *const prefixes[] = {"language_model.model.", "model.language_model.", ""};
+  static const char *const prefixes[] = {"language_model.model.", "model.language_model.", "model.decoder.",
+                                         "model.encoder.language_model.", ""};
   for (size_t i = 0; !is_gguf && !st_find(&m->st, "model.embed_tokens.weight") && i < sizeof prefixes / sizeof prefixes[0]; i++) {
     char probe[128];
     snprintf(probe, sizeof probe, "%sembed_tokens.weight", prefixes[i]);
@@ -358,6 +365,7 @@ int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int 
   for (int l = 0; l < c->num_hidden_layers; l++)
     if ((rc = ops->load_layer(m, &src, l, err))) goto fail;
   if (ops->load_model && (rc = ops->load_model(m, &src, err))) goto fail;
+  if (!is_gguf && (rc = mm_towers_load(m, &src, dir, err))) goto fail; /* vision / audio encoders beside it */
   if ((rc = model_vector(m, &src, "model.norm.weight", 1, c->hidden_size, 0, true, 1.0f, &m->final_norm, err))) goto fail;
   m->tied = c->tie_word_embeddings;
   /* a bare decoder's folder (Qwen3Model, as Qwen3-Embedding is saved: names without "model.", or
@@ -428,8 +436,8 @@ size_t model_batch_logit_rows(const model_batch *b) {
   return rows;
 }
 
-/* Grows the scratch to hold T tokens, n_idx index entries and R logits rows. */
-static int scratch_reserve(model *m, int64_t T, int64_t n_idx, int64_t R, herr *err) {
+/* Grows the scratch to hold T tokens, n_idx index entries, R logits rows and M media rows. */
+static int scratch_reserve(model *m, int64_t T, int64_t n_idx, int64_t R, int64_t M, herr *err) {
   const model_config *c = &m->cfg;
   fwd_scratch *f = &m->f;
   int rc;
@@ -468,6 +476,19 @@ static int scratch_reserve(model *m, int64_t T, int64_t n_idx, int64_t R, herr *
     f->idx_buf = f->idx.buf;
     f->cap_idx = cap;
   }
+  if (M > f->cap_media) {
+    int64_t cap = f->cap_media ? f->cap_media : 64;
+    while (cap < M) cap *= 2;
+    float *h = malloc((size_t)(cap * c->hidden_size) * sizeof(float));
+    if (!h) return herr_set(err, HEARTH_ENOMEM, "model_forward: out of memory for %lld media rows", (long long)cap);
+    bk_buf_free(f->media_buf);
+    free(f->host_media);
+    f->media_buf = NULL, f->host_media = h, f->cap_media = 0;
+    if ((rc = bk_tensor_new(m->be, BK_DT_F32, cap, c->hidden_size, &f->media, err)))
+      return herr_wrap(err, "model_forward: media rows for %lld tokens", (long long)cap);
+    f->media_buf = f->media.buf;
+    f->cap_media = cap;
+  }
   if (R > f->cap_r) {
     int64_t cap = f->cap_r ? f->cap_r : 4;
     while (cap < R) cap *= 2;
@@ -482,6 +503,36 @@ static int scratch_reserve(model *m, int64_t T, int64_t n_idx, int64_t R, herr *
   return 0;
 }
 
+/* A canvas pass's self-conditioning probabilities on the backend, [T, vocab] (zero rows for the
+ * sequences without), in m->sc grown as needed. */
+static int canvas_self_cond(model *m, const model_batch *b, int64_t T, bk_tensor *out, herr *err) {
+  int64_t V = m->cfg.vocab_size;
+  int rc = 0;
+  if (T > m->sc_cap) {
+    bk_buf_free(m->sc_buf);
+    m->sc_buf = NULL;
+    m->sc_cap = 0;
+    if ((rc = bk_tensor_new(m->be, BK_DT_F32, T, V, &m->sc, err))) return herr_wrap(err, "model_forward: self-conditioning");
+    m->sc_buf = m->sc.buf;
+    m->sc_cap = T;
+  }
+  size_t row = (size_t)V * sizeof(float), off = 0;
+  float *zeros = NULL;
+  for (int s = 0; s < b->n_seqs && !rc; s++) {
+    const model_seq *sq = &b->seqs[s];
+    size_t n = (size_t)sq->n_tokens * row;
+    if (sq->self_cond) rc = bk_set(&m->sc, off, sq->self_cond, n, err);
+    else {
+      if (!zeros && !(zeros = calloc(1, n))) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+      rc = bk_set(&m->sc, off, zeros, n, err);
+    }
+    off += n;
+  }
+  free(zeros);
+  *out = bk_rows(&m->sc, 0, T);
+  return rc;
+}
+
 static bool has_logits_row(const model_seq *sq) { return sq->out == MODEL_OUT_LOGITS || sq->out == MODEL_OUT_LOGITS_HOST; }
 
 /* The forward pass up to the logits rows (left on the backend in *lg) and
@@ -491,7 +542,8 @@ static bool has_logits_row(const model_seq *sq) { return sq->out == MODEL_OUT_LO
 int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_tensor *hid_out, int mode, herr *err) {
   const model_config *c = &m->cfg;
   if (!b || b->n_seqs <= 0) return herr_set(err, HEARTH_EINVAL, "model_forward: empty batch");
-  int64_t T = 0, R = 0, P = 0;
+  int64_t T = 0, R = 0, P = 0, M = 0;
+  bool has_last = false;
   for (int s = 0; s < b->n_seqs; s++) {
     const model_seq *sq = &b->seqs[s];
     if (!sq->kv || !sq->kv->ops || sq->n_tokens <= 0 || !sq->tokens)
@@ -504,10 +556,25 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
                         (long long)c->vocab_size);
     if (sq->out < MODEL_OUT_LOGITS || sq->out > MODEL_OUT_HIDDEN_ALL)
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d asks for output %d, which does not exist", s, (int)sq->out);
+    if (sq->canvas != b->seqs[0].canvas || (sq->canvas && sq->n_tokens != b->seqs[0].n_tokens))
+      return herr_set(err, HEARTH_EINVAL, "model_forward: a batch is all canvas sequences of one length, or none");
+    if (sq->self_cond && (!sq->canvas || !m->cfg.canvas_length))
+      return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d: self-conditioning needs a canvas pass of a diffusion model", s);
     if (sq->out != MODEL_OUT_LOGITS && sq->all_logits)
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d sets all_logits without a logits output", s);
     if ((sq->out == MODEL_OUT_HIDDEN || sq->out == MODEL_OUT_HIDDEN_ALL || sq->out == MODEL_OUT_LOGITS_HOST) && !sq->dest)
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d has nowhere to write its output", s);
+    for (int i = 0; sq->embeds && i < sq->n_tokens; i++) M += sq->embeds[i] != NULL;
+    for (int i = 0; sq->bidir_last && i < sq->n_tokens; i++) {
+      int64_t last = sq->bidir_last[i], rw = sq->kv->len + i;
+      if (last < 0) continue;
+      if (last < rw || last >= sq->kv->len + sq->n_tokens)
+        return herr_set(err, HEARTH_EINVAL,
+                        "model_forward: sequence %d: token %d's bidirectional span ends at row %lld, outside this forward "
+                        "(rows %lld to %lld)",
+                        s, i, (long long)last, (long long)rw, (long long)(sq->kv->len + sq->n_tokens - 1));
+      has_last = true;
+    }
     T += sq->n_tokens;
     if (has_logits_row(sq)) R += sq->all_logits ? sq->n_tokens : 1;
     if (sq->out == MODEL_OUT_HIDDEN) P++;
@@ -546,13 +613,18 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
     n_tables += nb;
   }
   /* index tables, one I32 upload: ids, pos, row, tab, slot [T] each, gather [R + P] (the logits
-   * rows, then the hidden rows), the recurrent ops' sequences [S, 4], tables [n_tables] */
-  int64_t S = b->n_seqs, n_idx = 5 * T + R + P + n_tables + 4 * S;
-  int rc = scratch_reserve(m, T, n_idx, R, err);
+   * rows, then the hidden rows), the recurrent ops' sequences [S, 4], with multimodal RoPE each
+   * token's three positions [T, 3], tables [n_tables], then the media rows' token indices [M] and,
+   * with bidirectional spans, each token's last row [T] */
+  int64_t PA = m->pos_axes > 1 ? m->pos_axes : 0;
+  int64_t S = b->n_seqs, L = has_last ? T : 0, n_idx = 5 * T + R + P + n_tables + 4 * S + M + L + PA * T;
+  int rc = scratch_reserve(m, T, n_idx, R, M, err);
   if (!rc && m->comm) rc = tp_reserve(m, R, err);
   if (rc) return rc;
   int32_t *h = m->f.host_idx, *ids = h, *pos = h + T, *row = h + 2 * T, *tab = h + 3 * T, *slot = h + 4 * T,
-          *gather = h + 5 * T, *rseqs = gather + R + P, *tables = rseqs + 4 * S;
+          *gather = h + 5 * T, *rseqs = gather + R + P, *posv = rseqs + 4 * S, *tables = posv + PA * T,
+          *mrows = tables + n_tables, *lastv = mrows + M;
+  int64_t mi = 0, D = c->hidden_size;
   int64_t t = 0, r = 0, p = 0, toff = 0, B = kv->block_rows;
   for (int s = 0; s < b->n_seqs; s++) {
     const model_seq *sq = &b->seqs[s];
@@ -565,8 +637,17 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
     for (int i = 0; i < sq->n_tokens; i++, t++) {
       int64_t rw = sq->kv->len + i;
       ids[t] = m->tp_size ? tp_local_token(m, sq->tokens[i]) : sq->tokens[i];
-      row[t] = (int32_t)rw;
+      if (sq->embeds && sq->embeds[i]) { /* a media row: its embedding comes from the tower; the pad token's
+                                             stands in for everything keyed on the id (per-layer inputs) */
+        int32_t pad = c->pad_token_id >= 0 && c->pad_token_id < c->vocab_size ? (int32_t)c->pad_token_id : 0;
+        ids[t] = m->tp_size ? tp_local_token(m, pad) : pad;
+        memcpy(m->f.host_media + mi * D, sq->embeds[i], sizeof(float) * (size_t)D);
+        mrows[mi++] = (int32_t)t;
+      }
+      if (has_last) lastv[t] = (int32_t)(sq->bidir_last && sq->bidir_last[i] >= 0 ? sq->bidir_last[i] : rw);
+      row[t] = (int32_t)(sq->canvas ? sq->kv->len + sq->n_tokens - 1 : rw); /* a canvas sees all of itself */
       pos[t] = (int32_t)(sq->positions ? sq->positions[i] : rw);
+      for (int64_t a = 0; a < PA; a++) posv[t * PA + a] = sq->positions3 ? sq->positions3[3 * i + a] : pos[t];
       tab[t] = (int32_t)toff;
       slot[t] = (int32_t)(blocks[rw / B] * B + rw % B);
       if (has_logits_row(sq) && (sq->all_logits || i == sq->n_tokens - 1)) gather[r++] = (int32_t)t;
@@ -602,6 +683,14 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
   }
   fwd_scratch *f = &m->f;
   step st = {.T = T, .R = R, .lora = m->lora_runs, .n_lora = n_runs};
+  bool canvas = b->seqs[0].canvas;
+  if (canvas) {
+    st.canvas = true;
+    st.window_extra = b->seqs[0].n_tokens - 1;
+    bool any_sc = false;
+    for (int s = 0; s < b->n_seqs; s++) any_sc |= b->seqs[s].self_cond != NULL;
+    if (any_sc && (rc = canvas_self_cond(m, b, T, &st.sc, err))) return rc;
+  }
   st.x = bk_rows(&f->x, 0, T), st.xn = bk_rows(&f->xn, 0, T), st.q = bk_rows(&f->q, 0, T);
   st.k = bk_rows(&f->k, 0, T), st.v = bk_rows(&f->v, 0, T), st.att = bk_rows(&f->att, 0, T);
   st.o = bk_rows(&f->o, 0, T), st.gate = bk_rows(&f->gate, 0, T), st.up = bk_rows(&f->up, 0, T);
@@ -613,14 +702,26 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
   st.gather = bk_rows(&f->idx, 5 * T, R + P);
   st.rseqs = bk_rows(&f->idx, 5 * T + R + P, 4 * S);
   st.rseqs = bk_reshape(&st.rseqs, S, 4);
-  st.tables = bk_rows(&f->idx, 5 * T + R + P + 4 * S, n_tables);
+  /* with multimodal RoPE each token's positions [T, PA] sit before the tables: at an offset a recorded
+   * step's key fixes (the tables' length changes as sequences grow) */
+  const int64_t tab0 = 5 * T + R + P + 4 * S + PA * T;
+  st.tables = bk_rows(&f->idx, tab0, n_tables);
+  bk_tensor mrow_t = bk_rows(&f->idx, tab0 + n_tables, M);
+  bk_tensor media_t = bk_rows(&f->media, 0, M);
+  st.has_last = has_last;
+  if (has_last) st.last = bk_rows(&f->idx, tab0 + n_tables + M, T);
+  if (PA > 0) { /* the rope reads [T, PA] positions */
+    st.pos = bk_rows(&f->idx, 5 * T + R + P + 4 * S, PA * T);
+    st.pos = bk_reshape(&st.pos, T, PA);
+  }
   if ((rc = bk_set(&f->idx, 0, h, sizeof(int32_t) * (size_t)n_idx, err))) return rc;
+  if (M > 0 && (rc = bk_set(&media_t, 0, f->host_media, sizeof(float) * (size_t)(M * D), err))) return rc;
 
   /* Decode-sized steps are recorded once per shape and replayed (bk_graph_begin):
    * everything that varies between steps is in the index tables and the KV
    * blocks; the key holds what the ops' arguments depend on. */
   /* (under an expert budget the experts a step reads are loaded as its routing chooses them: never recorded) */
-  bool record = T <= FORWARD_GRAPH_MAX_T && m->xc.budget == 0;
+  bool record = T <= FORWARD_GRAPH_MAX_T && m->xc.budget == 0 && M == 0 && !has_last && !canvas;
   bool replay = false;
   if (record) {
     uint64_t key = hmix64((uint64_t)T * 0x10001u + (uint64_t)R + ((uint64_t)P << 40));
@@ -646,6 +747,7 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
     const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
     bk_embed(&st.x, &m->embed, &st.ids, m->embed_scale);
     model_reduce(m, &st.x); /* vocabulary-parallel: one rank holds each token's row, the others add zeros */
+    if (M > 0) bk_set_rows(&st.x, &media_t, &mrow_t); /* media rows: the tower's, unscaled (after the reduce: whole rows) */
     if (ops->embedded) ops->embedded(m, &st);
     for (int l = 0; l < c->num_hidden_layers; l++) ops->layer(m, l, kv, &st);
     if (m->xc.err.code) { /* an expert could not be loaded (expert budget) */
@@ -697,7 +799,8 @@ static int fetch_outputs(const model *m, const model_batch *b, const bk_tensor *
 }
 
 static void forward_commit(const model_batch *b) {
-  for (int s = 0; s < b->n_seqs; s++) b->seqs[s].kv->ops->commit(b->seqs[s].kv, b->seqs[s].n_tokens);
+  for (int s = 0; s < b->n_seqs; s++)
+    if (!b->seqs[s].canvas) b->seqs[s].kv->ops->commit(b->seqs[s].kv, b->seqs[s].n_tokens);
 }
 
 int model_forward(model *m, const model_batch *b, float *logits_out, herr *err) {

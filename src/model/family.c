@@ -23,6 +23,7 @@ static const model_family families[] = {
     {"gemma4_text",  false,   true,    true,    true,   false, false, true,  &gemma4_family_ops}, /* gemma4.c */
     {"qwen3_5_text", true,    false,   false,   true,   false, false, false, &qwen3_5_family_ops}, /* qwen3_5.c: hybrid */
     {"qwen3_5_moe_text", true, false,  false,   true,   false, false, false, &qwen3_5_moe_family_ops}, /* qwen3_5_moe.c */
+    {"diffusion_gemma_text", false, true, true, true, false, false, true, &diffusion_gemma_family_ops}, /* diffusion_gemma.c */
     {"glm_moe_dsa",  false,   false,   false,   false,  false, false, false, &glm5_family_ops}, /* glm5.c: MLA, DSA, MoE */
 };
 

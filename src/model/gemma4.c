@@ -20,7 +20,7 @@
 
 #include "model/internal.h"
 
-static int prepare(model *m, herr *err) {
+int gemma4_prepare(model *m, herr *err) {
   const model_config *c = &m->cfg;
   int64_t L = c->num_hidden_layers, first = L - c->num_kv_shared_layers;
   for (int64_t l = 0; l < L; l++) {
@@ -40,6 +40,10 @@ static int prepare(model *m, herr *err) {
     }
     lw->inter = c->intermediate_size * (c->use_double_wide_mlp && l >= first && first > 0 ? 2 : 1);
     lw->moe = c->moe_layer[l];
+    /* use_bidirectional_attention "vision": image and video soft tokens see their whole span on the
+     * sliding layers (within the window); full layers stay causal */
+    const char *bidir = json_string_value(json_object_get(c->raw, "use_bidirectional_attention"));
+    lw->bidir_media = bidir && !strcmp(bidir, "vision") && c->layer_types[l] == LAYER_SLIDING;
   }
   int64_t dp = c->hidden_size_per_layer_input;
   m->w_ple = dp;
@@ -65,7 +69,7 @@ static int prepare(model *m, herr *err) {
     if ((rc = model_vector(m, src, name, 1, a, 0, req, mul, dst, err))) return rc;                   \
   } while (0)
 
-static int load_layer(model *m, const weight_src *src, int l, herr *err) {
+int gemma4_load_layer(model *m, const weight_src *src, int l, herr *err) {
   const model_config *c = &m->cfg;
   layer_weights *lw = &m->layers[l];
   char name[256];
@@ -183,4 +187,4 @@ static void layer(model *m, int l, const kv_store *kv, step *st) {
 }
 
 const family_ops gemma4_family_ops = {
-    .prepare = prepare, .load_layer = load_layer, .load_model = load_model, .embedded = embedded, .layer = layer};
+    .prepare = gemma4_prepare, .load_layer = gemma4_load_layer, .load_model = load_model, .embedded = embedded, .layer = layer};

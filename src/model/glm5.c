@@ -434,7 +434,7 @@ static void mla_attention(model *m, int l, const kv_store *kv, step *st) {
   bk_set_cols(&krow, &a.kr, 0);
   bk_set_cols(&krow, &a.lat, R);
   bk_set_rows(&kv->k[l], &krow, &st->slot);
-  bk_attn_index ix = {&st->row, &st->tab, &st->tables};
+  bk_attn_index ix = {.row = &st->row, .tab = &st->tab, .tables = &st->tables};
   if (g->indexer) { /* the lightning indexer: its key into the V rows, then each query's rows */
     int64_t Hi = s->ix_heads, di = s->ix_dim;
     bk_matmul_t(&a.qi, &a.qa, &g->ix_wq_b, NULL);

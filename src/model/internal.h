@@ -57,6 +57,7 @@ typedef struct layer_weights {
   bk_weight ple_gate, ple_proj;           /* [ple, hidden], [hidden, ple] */
   bk_tensor ple_norm;
   float scalar;                           /* layer_scalar (1: none) */
+  bool bidir_media;                       /* media soft tokens see their whole span (model_seq.bidir_last) */
 } layer_weights;
 
 /* Steps of at most this many tokens are recorded and replayed (bk_graph_begin). */
@@ -75,6 +76,10 @@ typedef struct fwd_scratch {
   int64_t cap_r;          /* logits rows */
   bk_buf *logit_buf;      /* owned */
   bk_tensor logits;
+  int64_t cap_media;      /* media rows (model_seq.embeds) media holds */
+  bk_buf *media_buf;      /* owned */
+  bk_tensor media;        /* [cap_media, hidden]: the step's media rows, spliced over the embeddings */
+  float *host_media;      /* owned: their host staging */
 } fwd_scratch;
 
 /* The projections a LoRA adapter may add its delta to (lora.c). */
@@ -104,6 +109,13 @@ typedef struct step {
   bk_tensor rseqs;        /* I32 [S, 4]: per sequence t0, n, state row, fresh (the recurrent ops' rec_seq) */
   const lora_run *lora;   /* borrowed: the runs of rows that use adapters (none: the base model alone) */
   int n_lora;
+  bool has_last;          /* last holds bidirectional spans (model_seq.bidir_last) */
+  bk_tensor last;         /* I32 [T]: the last row each token sees on a layer with bidir_media (bk_attn_index.last) */
+  /* a canvas pass (model_seq.canvas): each sequence's new tokens attend to one another and to every
+   * earlier row; sliding layers see window_extra more rows back (the canvas beyond the window) */
+  bool canvas;
+  int64_t window_extra;
+  bk_tensor sc;           /* [T, vocab]: self-conditioning probabilities of a canvas pass (.buf NULL: none) */
 } step;
 
 /* The first rows * cols elements of t seen as [rows, cols]. */
@@ -165,6 +177,10 @@ struct model {
   int rope_key[MODEL_MAX_ROPES][2];
   int n_ropes;
   bool rope_interleaved;
+  int pos_axes;           /* positions per token in the step's pos table: 3 with multimodal RoPE (qwen3_5), else 1 */
+  struct mm_tower *towers[3]; /* borrowed from tower_list: the media towers by media_kind (mm.h); NULL: none */
+  struct mm_tower *tower_list[3]; /* owned: n_towers towers */
+  int n_towers;
   float embed_scale;      /* 0 = none */
   bool as_bf16;           /* f32 weights rounded to bf16 as loaded (model_load_opts.f32_as_bf16) */
   /* widest activations over the layers */
@@ -181,6 +197,10 @@ struct model {
   pthread_mutex_t lock;   /* held by a forward, and by LoRA adapters while they take or give back backend memory */
   lora_run *lora_runs;    /* owned: the step's runs of rows with adapters */
   int cap_lora_runs;
+  bk_buf *sc_buf;         /* owned: canvas passes' self-conditioning probabilities, sc_cap rows of vocab */
+  bk_tensor sc;
+  int64_t sc_cap;
+  int64_t window_extra;   /* rows the cache keeps beyond a sliding layer's window (a canvas beyond it) */
   /* tensor parallelism (tp.c): this rank's place in its group (tp_size 0: not spread) */
   int tp_rank, tp_size;
   bk_comm *comm;          /* owned: this rank's communicator */
@@ -334,6 +354,11 @@ int qwen3_5_prepare(model *m, herr *err);
 int qwen3_5_load_mixer(model *m, const weight_src *src, int l, herr *err);
 void qwen3_5_mixer(model *m, int l, const kv_store *kv, step *st);
 extern const family_ops glm5_family_ops;
+extern const family_ops diffusion_gemma_family_ops;
+
+/* Gemma 4's per-layer geometry and layer weights (gemma4.c), shared by DiffusionGemma's stack. */
+int gemma4_prepare(model *m, herr *err);
+int gemma4_load_layer(model *m, const weight_src *src, int l, herr *err);
 
 /* The llama decoder's attention weights of layer l (q/k/v/o, biases, q/k norms), shared by families built on it. */
 int llama_load_attention(model *m, const weight_src *src, int l, herr *err);

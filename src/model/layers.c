@@ -73,8 +73,10 @@ void layer_attention(model *m, int l, const kv_store *kv, step *st) {
   }
   int src = lw->kv_src;
   bk_kv_layer kl = {&kv->k[src], &kv->v[src], kv->block_rows, kv->k_fmt[src], kv->v_fmt[src]};
-  attn_params ap = {H, m->layers[src].kv_heads, hd, lw->attn_scale, (float)c->attn_logit_softcapping, lw->window};
-  bk_attn_index ix = {&st->row, &st->tab, &st->tables};
+  attn_params ap = {H, m->layers[src].kv_heads, hd, lw->attn_scale, (float)c->attn_logit_softcapping,
+                    lw->window ? lw->window + st->window_extra : 0};
+  bk_attn_index ix = {.row = &st->row, .tab = &st->tab, .tables = &st->tables,
+                      .last = st->has_last && lw->bidir_media ? &st->last : NULL};
   bk_attention(&att, &q, &kl, &ix, &ap);
   if (lw->out_gate) bk_sigmoid_mul(&att, &gate);
   bk_tensor o = step_view(&st->o, T, c->hidden_size);

@@ -123,6 +123,24 @@ typedef struct model_seq {
   const model_lora *const *lora; /* borrowed, n_lora (<= MODEL_MAX_LORA) adapters of this model whose deltas
                                     are added (summed) on this sequence's rows; 0: the base model */
   int n_lora;
+  /* Media in the prompt (mm.h). All borrowed, may be NULL; per new token. */
+  const float *const *embeds;  /* NULL, or hidden_size host floats that replace the token's input embedding (a media
+                                  soft token: not scaled by the embedding scale; Gemma-4's per-layer input is the pad
+                                  token's). The token id is still given (the soft token's id) */
+  const int32_t *positions3;   /* 3 per new token (t, h, w): multimodal RoPE positions (Qwen3.5); NULL: every
+                                  axis is the token's position */
+  const int32_t *bidir_last;   /* -1, or the KV row of the last token of the bidirectional span this token is in:
+                                  it may also see the rows after it up to there, on the layers the model makes
+                                  bidirectional over media (Gemma-4's sliding layers with
+                                  use_bidirectional_attention "vision"); a forward must hold the whole span */
+  /* A canvas pass (block diffusion's denoiser, model_is_diffusion): the new tokens attend to one
+   * another (bidirectionally) and to every row already in the cache, and the cache is not
+   * advanced (its rows past kv->len are scratch the next forward overwrites). A batch is all canvas
+   * sequences, of one length, or none. self_cond (borrowed, may be NULL: none): the previous
+   * step's probabilities over the vocabulary, n_tokens rows of vocab floats, which the model turns
+   * into its self-conditioning input. */
+  bool canvas;
+  const float *self_cond;
 } model_seq;
 
 typedef struct model_batch {
@@ -217,6 +235,9 @@ int64_t model_lora_rank(const model_lora *a);    /* the largest rank over its mo
 int64_t model_lora_modules(const model_lora *a); /* modules in its file */
 int model_lora_refs(const model_lora *a);
 const model *model_lora_model(const model_lora *a);
+
+/* Block diffusion (DiffusionGemma): tokens per denoised block; 0 for an autoregressive model. */
+int64_t model_canvas_length(const model *m);
 
 /* Whether the model has an output head (lm_head, or embeddings tied to it).
  * A folder saved from a bare decoder (Qwen3-Embedding's Qwen3Model: tensor

@@ -14,17 +14,63 @@
  *     dk × dv matrix) instead of KV rows.
  *   full_attention: q_proj yields per head the query and an output gate;
  *     q / k RMSNorm per head, partial RoPE (partial_rotary_factor, default
- *     0.25; the text-only positions make mRoPE plain RoPE); the attention
- *     output times sigmoid(gate) before o_proj.
+ *     0.25; multimodal RoPE when the config has mrope_section: each
+ *     frequency turns by the token's temporal, height or width position,
+ *     interleaved, from model_seq.positions3 — text tokens have the three
+ *     equal, which is plain RoPE); the attention output times sigmoid(gate)
+ *     before o_proj.
  * RMSNorms scale by (1 + w), except the gated norm of linear attention (w). */
 #include <stdio.h>
+#include <stdlib.h>
 
+#include "base/json.h"
 #include "model/internal.h"
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* mrope_section of the text config's RoPE settings (multimodal checkpoints), or NULL. */
+static const json_t *mrope_section(const json_t *raw) {
+  const json_t *cfgs[2] = {raw ? json_object_get(raw, "text_config") : NULL, raw};
+  for (int i = 0; i < 2; i++) {
+    if (!cfgs[i] || !json_is_object(cfgs[i])) continue;
+    const char *keys[2] = {"rope_parameters", "rope_scaling"};
+    for (int k = 0; k < 2; k++) {
+      const json_t *rp = json_object_get(cfgs[i], keys[k]), *sec = rp ? json_object_get(rp, "mrope_section") : NULL;
+      if (sec && json_is_array(sec)) return sec;
+    }
+  }
+  return NULL;
+}
+
+/* Multimodal RoPE (Qwen3.5 always interleaves it): frequency j turns by the height position when
+ * j % 3 == 1 and j < 3 * section[1], by the width position when j % 3 == 2 and j < 3 * section[2], else
+ * by the temporal one. Text tokens have the three equal, which is plain RoPE. */
+static int mrope_prepare(model *m, herr *err) {
+  const json_t *sec = mrope_section(m->cfg.raw);
+  if (!sec) return 0;
+  int64_t s[3];
+  if (json_array_size(sec) != 3) return herr_set(err, HEARTH_EFORMAT, "rope_parameters.mrope_section must hold 3 numbers");
+  for (int a = 0; a < 3; a++) {
+    const json_t *v = json_array_get(sec, (size_t)a);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+      return herr_set(err, HEARTH_EFORMAT, "rope_parameters.mrope_section must hold 3 numbers");
+    s[a] = json_integer_value(v);
+  }
+  for (int i = 0; i < m->n_ropes; i++) {
+    rope_table *t = &m->ropes[i];
+    int64_t half = t->rot_dim / 2;
+    if (t->n_axes > 1 || half <= 0) continue;
+    if (!(t->axis = calloc((size_t)half, 1))) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+    for (int64_t j = 0; j < half; j++) t->axis[j] = (int8_t)(j % 3 == 1 && j < 3 * s[1] ? 1 : j % 3 == 2 && j < 3 * s[2] ? 2 : 0);
+    t->n_axes = 3;
+  }
+  m->pos_axes = 3;
+  return 0;
+}
+
 int qwen3_5_prepare(model *m, herr *err) {
-  (void)err;
+  int rc = mrope_prepare(m, err);
+  if (rc) return rc;
   const model_config *c = &m->cfg;
   int64_t H = c->num_attention_heads, nk = c->linear_num_key_heads, nv = c->linear_num_value_heads;
   int64_t dk = c->linear_key_head_dim, dv = c->linear_value_head_dim, K = c->linear_conv_kernel_dim;

@@ -18,6 +18,8 @@ int rope_table_init(rope_table *t, const rope_config *r, int64_t head_dim, int64
   t->rot_dim -= t->rot_dim % 2;
   t->attn_scale = 1.0;
   t->interleaved = false;
+  t->n_axes = 0;
+  t->axis = NULL;
   int64_t half = t->rot_dim / 2;
   t->inv_freq = calloc(half ? (size_t)half : 1, sizeof(double));
   if (!t->inv_freq) return herr_set(err, HEARTH_ENOMEM, "out of memory for rope table");
@@ -80,5 +82,8 @@ int rope_table_init(rope_table *t, const rope_config *r, int64_t head_dim, int64
 
 void rope_table_free(rope_table *t) {
   free(t->inv_freq);
+  free(t->axis);
   t->inv_freq = NULL;
+  t->axis = NULL;
+  t->n_axes = 0;
 }

@@ -72,6 +72,8 @@ typedef struct turn {
   hbuf text;
   json_t *calls;     /* assistant tool_use blocks as tool_calls */
   hbuf thinking;     /* assistant thinking blocks */
+  json_t *parts;     /* the text and image blocks in order, for the template (kept when there are images) */
+  int media_before;  /* the request's media before this turn */
 } turn;
 
 static int block_type(json_t *b, const char *at, const char **t, serve_fail *f) {
@@ -119,6 +121,7 @@ static int plain_text(json_t *c, const char *where, bool system, hbuf *out, serv
 
 static int push_message(serve_request *r, const char *role, hbuf *text, json_t *extra /* consumed */, serve_fail *f) {
   serve_message *m = &r->messages[r->nmessages];
+  memset(m, 0, sizeof *m);
   m->role = strdup(role);
   m->content = hbuf_take(text);
   if (!m->content) m->content = strdup("");
@@ -132,6 +135,7 @@ static int push_message(serve_request *r, const char *role, hbuf *text, json_t *
 static int parse_turn(serve_request *r, json_t *content, const char *rs, const char *where, serve_fail *f) {
   bool user = !strcmp(rs, "user");
   turn t = {0};
+  t.media_before = r->n_media;
   int rc = 0;
   bool results = false;
   if (json_is_string(content)) {
@@ -155,8 +159,19 @@ static int parse_turn(serve_request *r, json_t *content, const char *rs, const c
           goto out;
         }
         hbuf_append(&t.text, json_string_value(text), json_string_length(text));
-      } else if (!strcmp(ty, "image") || !strcmp(ty, "document")) {
-        rc = bad(f, at, "%s: %s blocks are not supported: this server's models read text only", at, ty);
+        serve_text_part(&t.parts, json_string_value(text), json_string_length(text));
+      } else if (!strcmp(ty, "image") && user) {
+        /* source: {"type": "base64", "media_type": "image/png", "data": ...} or {"type": "url", "url": ...} */
+        json_t *src = json_object_get(b, "source");
+        const char *st = json_is_object(src) ? json_string_value(json_object_get(src, "type")) : NULL;
+        json_t *data = json_is_object(src) ? json_object_get(src, st && !strcmp(st, "url") ? "url" : "data") : NULL;
+        if (!st || (strcmp(st, "base64") && strcmp(st, "url")) || !json_is_string(data)) {
+          rc = bad(f, at, "%s: an image block's source is {type: base64, media_type, data} or {type: url, url}", at);
+          goto out;
+        }
+        if ((rc = serve_media_add(r, &t.parts, HEARTH_MEDIA_IMAGE, json_string_value(data), at, f))) goto out;
+      } else if (!strcmp(ty, "document")) {
+        rc = bad(f, at, "%s: document blocks are not supported", at);
         goto out;
       } else if (!strcmp(ty, "tool_use") && !user) {
         json_t *id = json_object_get(b, "id"), *name = json_object_get(b, "name"), *input = json_object_get(b, "input");
@@ -214,11 +229,16 @@ static int parse_turn(serve_request *r, json_t *content, const char *rs, const c
     t.calls = NULL;
     if (t.thinking.len) json_object_set_new(extra, "reasoning_content", serve_json_text(t.thinking.data, t.thinking.len));
     rc = push_message(r, rs, &t.text, extra, f);
+    if (!rc && r->n_media > t.media_before) { /* images: the template sees the blocks in order */
+      r->messages[r->nmessages - 1].parts = t.parts;
+      t.parts = NULL;
+    }
   }
 out:
   hbuf_free(&t.text);
   hbuf_free(&t.thinking);
   json_decref(t.calls);
+  json_decref(t.parts);
   return rc;
 }
 
@@ -278,7 +298,7 @@ static int parse_messages(json_t *root, serve_request *r, serve_fail *f) {
     /* Consecutive plain turns of one role are combined into one, as Anthropic does. */
     if (r->nmessages == before + 1 && before > 0) {
       serve_message *prev = &r->messages[before - 1], *cur = &r->messages[before];
-      if (!strcmp(prev->role, cur->role) && !prev->extra && !cur->extra) {
+      if (!strcmp(prev->role, cur->role) && !prev->extra && !cur->extra && !prev->parts && !cur->parts) {
         hbuf_puts(&text, prev->content);
         hbuf_puts(&text, "\n\n");
         hbuf_puts(&text, cur->content);

@@ -22,6 +22,9 @@ typedef struct serve_message {
   char *content; /* owned, never NULL ("" for an empty or null content) */
   json_t *extra; /* owned, may be NULL: further keys the template sees (tool_calls with
                   * arguments as objects, tool_call_id, name, reasoning_content) */
+  json_t *parts; /* owned, may be NULL: when the message holds media, its content as the template
+                  * sees it instead of `content`: [{"type":"text","text":...}, {"type":"image"}, ...]
+                  * (the media themselves are the request's, serve_request.media, in order) */
 } serve_message;
 
 /* What a chat is rendered with besides its messages (all borrowed, may be NULL). */
@@ -123,6 +126,8 @@ typedef struct serve_engine {
   bool thread_safe;     /* false: the server runs one generation at a time */
   int tool_format;      /* the chat template's tool-call syntax (tc_format of chat/toolcall.h; 0: none) */
   bool reasoning;       /* the template knows reasoning blocks: they are split from the content */
+  unsigned media_kinds;  /* 1 << hearth_media_kind for each kind of media the model takes (0: text only) */
+  bool denoising;       /* a block-diffusion model: generations denoise blocks instead (no speculation) */
   const char *spec_method; /* NULL: generations are autoregressive unless a request asks; else the
                               speculative draft source the model was loaded with ("ngram", "draft", ...) */
   /* Renders messages with the chat template (generation prompt appended) into
@@ -139,6 +144,11 @@ typedef struct serve_engine {
    * HEARTH_ECANCELLED when cancelled. */
   int (*generate)(void *impl, const char *prompt, bool raw, const serve_sampling *s, serve_token_fn on_token,
                   void *ctx, volatile int *cancel, serve_result *res, herr *err);
+  /* May be NULL (media are then refused): as generate, for a prompt holding the placeholders of
+   * n_media media (hearth_prompt.media). */
+  int (*generate_media)(void *impl, const char *prompt, bool raw, const hearth_media *media, int n_media,
+                        const serve_sampling *s, serve_token_fn on_token, void *ctx, volatile int *cancel,
+                        serve_result *res, herr *err);
   /* May be NULL (token-id prompts are then refused): as generate, for a raw
    * prompt given as n_ids token ids. */
   int (*generate_ids)(void *impl, const int32_t *ids, size_t n_ids, const serve_sampling *s, serve_token_fn on_token,

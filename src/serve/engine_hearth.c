@@ -52,7 +52,7 @@ static int render_chat(void *impl, const serve_message *msgs, int nmsgs, const s
     json_object_set_new(m, "role", json_string(msgs[i].role));
     /* (a turn of only tool calls is given the content and argument shape the
      * template wants by hearth_chat_render) */
-    json_t *c = json_string(msgs[i].content);
+    json_t *c = msgs[i].parts ? json_incref(msgs[i].parts) : json_string(msgs[i].content);
     if (!c) { /* not valid UTF-8: the template sees what jansson can carry */
       json_decref(m);
       json_decref(arr);
@@ -141,6 +141,13 @@ static int run(hearth_engine *h, const hearth_prompt *hp, const serve_sampling *
 static int generate(void *impl, const char *prompt, bool raw, const serve_sampling *s, serve_token_fn fn, void *ctx,
                     volatile int *cancel, serve_result *res, herr *err) {
   hearth_prompt hp = {.text = prompt, .text_len = strlen(prompt), .add_special = raw};
+  return run(impl, &hp, s, fn, ctx, cancel, res, err);
+}
+
+static int generate_media(void *impl, const char *prompt, bool raw, const hearth_media *media, int n_media,
+                          const serve_sampling *s, serve_token_fn fn, void *ctx, volatile int *cancel, serve_result *res,
+                          herr *err) {
+  hearth_prompt hp = {.text = prompt, .text_len = strlen(prompt), .add_special = raw, .media = media, .n_media = n_media};
   return run(impl, &hp, s, fn, ctx, cancel, res, err);
 }
 
@@ -331,10 +338,14 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   out->thread_safe = true; /* the library's scheduler batches concurrent generations */
   out->tool_format = h->info.chat_template ? (int)tc_format_detect(h->info.chat_template) : TC_NONE;
   out->reasoning = template_reasons(h->info.chat_template);
-  if (o->load.spec_tokens > 0) out->spec_method = o->load.spec_method ? o->load.spec_method : "ngram";
+  out->denoising = h->info.canvas_length > 0;
+  if (o->load.spec_tokens > 0 && !out->denoising) out->spec_method = o->load.spec_method ? o->load.spec_method : "ngram";
   out->render_chat = render_chat;
   out->count_tokens = count_tokens;
   out->generate = generate;
+  for (int k = HEARTH_MEDIA_IMAGE; k <= HEARTH_MEDIA_VIDEO; k++)
+    if (hearth_media_placeholder(h->model, (hearth_media_kind)k)) out->media_kinds |= 1u << k;
+  out->generate_media = generate_media;
   out->generate_ids = generate_ids;
   out->destroy = destroy;
   out->stats = stats;

@@ -11,8 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/vec.h"
 #include "engine/grammar.h"
 #include "engine/json_schema.h"
+#include "serve/reply.h"
 
 #define MAX_STOP 16
 
@@ -117,8 +119,56 @@ int serve_json_str(json_t *obj, const char *key, char **out, serve_fail *f) {
   return 0;
 }
 
-/* Content: a string, or an array of parts {"type":"text","text":...}. */
-static int flatten_content(json_t *c, int mi, char **out, serve_fail *f) {
+int serve_media_add(serve_request *r, json_t **parts, hearth_media_kind kind, const char *url, const char *where,
+                    serve_fail *f) {
+  if (r->n_media >= 64) return serve_bad(f, where, "'%s': at most 64 media in a request", where);
+  if (r->n_media == r->cap_media && !HGROW(r->media, r->cap_media, r->n_media + 1))
+    return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  hearth_media *m = &r->media[r->n_media];
+  memset(m, 0, sizeof *m);
+  m->kind = kind;
+  m->url = strdup(url);
+  m->name = strdup(where);
+  r->n_media++;
+  if (!*parts) *parts = json_array();
+  static const char *const types[] = {"image", "audio", "video"};
+  json_array_append_new(*parts, json_pack("{s:s}", "type", types[kind]));
+  if (!m->url || !m->name || !*parts) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  return 0;
+}
+
+void serve_text_part(json_t **parts, const char *text, size_t len) {
+  if (!*parts) *parts = json_array();
+  json_array_append_new(*parts, json_pack("{s:s, s:o}", "type", "text", "text", serve_json_text(text, len)));
+}
+
+/* An OpenAI media part (image_url, input_audio, video_url; or one named by a plain url / data):
+ * 1 when it is one (added to r), 0 when it is not, else the failure's status. */
+static int media_part(serve_request *r, json_t *part, const char *type, const char *param, json_t **parts, serve_fail *f) {
+  hearth_media_kind kind;
+  const char *key;
+  if (!strcmp(type, "image_url") || !strcmp(type, "input_image")) kind = HEARTH_MEDIA_IMAGE, key = "image_url";
+  else if (!strcmp(type, "video_url")) kind = HEARTH_MEDIA_VIDEO, key = "video_url";
+  else if (!strcmp(type, "input_audio")) kind = HEARTH_MEDIA_AUDIO, key = "input_audio";
+  else return 0;
+  json_t *v = json_object_get(part, key);
+  const char *url = NULL;
+  if (kind == HEARTH_MEDIA_AUDIO) { /* {"data": base64, "format": "wav" | "mp3" | ...} */
+    json_t *d = json_is_object(v) ? json_object_get(v, "data") : NULL;
+    if (!json_is_string(d)) return serve_bad(f, param, "'%s.input_audio.data' must be a base64 string", param);
+    url = json_string_value(d);
+  } else {
+    if (json_is_object(v)) v = json_object_get(v, "url");
+    if (!json_is_string(v)) return serve_bad(f, param, "'%s.%s' must be a URL string or an object with a url", param, key);
+    url = json_string_value(v);
+  }
+  int rc = serve_media_add(r, parts, kind, url, param, f);
+  return rc ? rc : 1;
+}
+
+/* Content: a string, or an array of parts {"type":"text","text":...} and media parts; with media,
+ * *parts holds them all in order for the template. */
+static int flatten_content(serve_request *r, json_t *c, int mi, char **out, json_t **parts, serve_fail *f) {
   char param[96];
   snprintf(param, sizeof param, "messages[%d].content", mi);
   if (!c || json_is_null(c)) {
@@ -126,30 +176,38 @@ static int flatten_content(json_t *c, int mi, char **out, serve_fail *f) {
   } else if (json_is_string(c)) {
     *out = strdup(json_string_value(c));
   } else if (json_is_array(c)) {
-    size_t total = 1, i;
+    size_t i;
     json_t *part;
+    int before = r->n_media;
+    hbuf text = {0};
     json_array_foreach(c, i, part) {
       snprintf(param, sizeof param, "messages[%d].content[%zu]", mi, i);
-      if (!json_is_object(part)) return serve_bad(f, param, "'%s' must be an object with a type", param);
-      json_t *type = json_object_get(part, "type");
-      if (!json_is_string(type)) return serve_bad(f, param, "'%s.type' must be a string", param);
-      if (strcmp(json_string_value(type), "text") != 0)
-        return serve_bad(f, param, "'%s' is of type '%s', but this server accepts only text parts", param,
-                   json_string_value(type));
-      json_t *text = json_object_get(part, "text");
-      if (!json_is_string(text)) return serve_bad(f, param, "'%s.text' must be a string", param);
-      total += json_string_length(text);
+      int rc = 0;
+      json_t *type = json_is_object(part) ? json_object_get(part, "type") : NULL;
+      if (!json_is_object(part)) rc = serve_bad(f, param, "'%s' must be an object with a type", param);
+      else if (!json_is_string(type)) rc = serve_bad(f, param, "'%s.type' must be a string", param);
+      else if ((rc = media_part(r, part, json_string_value(type), param, parts, f)) == 1) continue;
+      else if (!rc && strcmp(json_string_value(type), "text") != 0)
+        rc = serve_bad(f, param, "'%s' is of type '%s', which this server does not take (text, image_url, input_audio, "
+                       "video_url)", param, json_string_value(type));
+      json_t *t = rc ? NULL : json_object_get(part, "text");
+      if (!rc && !json_is_string(t)) rc = serve_bad(f, param, "'%s.text' must be a string", param);
+      if (rc) {
+        hbuf_free(&text);
+        return rc;
+      }
+      hbuf_append(&text, json_string_value(t), json_string_length(t));
+      serve_text_part(parts, json_string_value(t), json_string_length(t));
     }
-    char *s = malloc(total);
-    if (!s) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
-    size_t at = 0;
-    json_array_foreach(c, i, part) {
-      json_t *text = json_object_get(part, "text");
-      memcpy(s + at, json_string_value(text), json_string_length(text));
-      at += json_string_length(text);
+    if (r->n_media == before) { /* text only: the template gets the joined text */
+      json_decref(*parts);
+      *parts = NULL;
     }
-    s[at] = 0;
-    *out = s;
+    if (text.oom) {
+      hbuf_free(&text);
+      return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    *out = text.data ? hbuf_take(&text) : strdup("");
   } else {
     return serve_bad(f, param, "'%s' must be a string or an array of content parts", param);
   }
@@ -465,7 +523,7 @@ static int parse_messages(json_t *root, serve_request *r, serve_fail *f) {
       snprintf(param, sizeof param, "messages[%zu].content", i);
       return serve_bad(f, param, "'%s' is required", param);
     }
-    if (flatten_content(content, (int)i, &r->messages[i].content, f)) return f->status;
+    if (flatten_content(r, content, (int)i, &r->messages[i].content, &r->messages[i].parts, f)) return f->status;
     if (message_extra(m, rs, (int)i, &r->messages[i], f)) return f->status;
   }
   return 0;
@@ -709,8 +767,11 @@ void serve_request_free(serve_request *req) {
     free(req->messages[i].role);
     free(req->messages[i].content);
     json_decref(req->messages[i].extra);
+    json_decref(req->messages[i].parts);
   }
   free(req->messages);
+  for (int i = 0; i < req->n_media; i++) free((char *)req->media[i].url), free((char *)req->media[i].name);
+  free(req->media);
   for (int i = 0; i < req->sampling.n_stop; i++) free((char *)req->sampling.stop[i]);
   free((void *)req->sampling.stop);
   free((void *)req->sampling.logit_bias);

@@ -60,6 +60,9 @@ typedef struct serve_request {
   char *grammar;           /* owned; NULL when none: a GBNF grammar the output must follow (extension) */
   char *gbnf;              /* owned; NULL when free text: the grammar the engine gets (`grammar`, or
                               json_schema compiled); checked to compile; sampling.grammar points here */
+  hearth_media *media;     /* owned (url and name strings too): the messages' images, audio and video in
+                              document order; each message's parts hold their places */
+  int n_media, cap_media;
 } serve_request;
 
 /* Parses body[0..len) as a request of `kind`. On failure returns nonzero with
@@ -72,6 +75,14 @@ void serve_request_free(serve_request *req);
 int serve_output_grammar(serve_request *req, serve_fail *f);
 
 /* Shared by the protocol parsers (OpenAI here, Anthropic, Responses, embeddings, signal). */
+
+/* A medium of a message: kind and url (a data URL, base64, a path or an http(s) URL: the engine
+ * decides what it may fetch), named `where` ("messages[1].content[0]"), appended to r->media and
+ * its part ({"type":"image"} / "audio" / "video") to *parts (made when NULL). */
+int serve_media_add(serve_request *r, json_t **parts, hearth_media_kind kind, const char *url, const char *where,
+                    serve_fail *f);
+/* A text part appended to *parts (made when NULL). */
+void serve_text_part(json_t **parts, const char *text, size_t len);
 
 /* A 400 invalid_request_error naming param (NULL: none), message from fmt; returns 400. */
 int serve_bad(serve_fail *f, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -362,6 +362,7 @@ static int push(builder *b, const char *role, const char *content, size_t n, jso
     return oom(f);
   }
   serve_message *m = &r->messages[r->nmessages];
+  memset(m, 0, sizeof *m);
   m->role = strdup(role);
   m->content = malloc(n + 1);
   if (m->content) memcpy(m->content, content ? content : "", n), m->content[n] = 0;
@@ -385,10 +386,12 @@ static int flush(builder *b, serve_fail *f) {
   return rc;
 }
 
-/* The text of a content field: a string, or parts of the given text types. */
-static int content_text(json_t *c, const char *at, hbuf *out, serve_fail *f) {
+/* The text of a content field: a string, or parts of the given text types; with r, input_image
+ * parts are media of r, and *parts the text and images in order for the template. */
+static int content_text(json_t *c, const char *at, hbuf *out, serve_request *r, json_t **parts, serve_fail *f) {
   if (json_is_string(c)) {
     hbuf_append(out, json_string_value(c), json_string_length(c));
+    if (parts) serve_text_part(parts, json_string_value(c), json_string_length(c));
     return 0;
   }
   if (!json_is_array(c)) return serve_bad(f, at, "'%s' must be a string or an array of content parts", at);
@@ -404,11 +407,19 @@ static int content_text(json_t *c, const char *at, hbuf *out, serve_fail *f) {
       json_t *t = json_object_get(p, "text");
       if (!json_is_string(t)) return serve_bad(f, pat, "'%s.text' must be a string", pat);
       hbuf_append(out, json_string_value(t), json_string_length(t));
+      if (parts) serve_text_part(parts, json_string_value(t), json_string_length(t));
+    } else if (!strcmp(type, "input_image") && r) {
+      json_t *u = json_object_get(p, "image_url");
+      if (json_is_object(u)) u = json_object_get(u, "url");
+      if (!json_is_string(u))
+        return serve_bad(f, pat, "'%s.image_url' must be a URL string (data: or http(s); file_id is not supported)", pat);
+      int rc = serve_media_add(r, parts, HEARTH_MEDIA_IMAGE, json_string_value(u), pat, f);
+      if (rc) return rc;
     } else if (!strcmp(type, "refusal")) {
       json_t *t = json_object_get(p, "refusal");
       if (json_is_string(t)) hbuf_append(out, json_string_value(t), json_string_length(t));
     } else if (!strcmp(type, "input_image") || !strcmp(type, "input_file") || !strcmp(type, "input_audio")) {
-      return serve_bad(f, pat, "'%s': %s parts are not supported: this server's models read text only", pat, type);
+      return serve_bad(f, pat, "'%s': %s parts are not supported here", pat, type);
     } else {
       return serve_bad(f, pat, "'%s': unknown content part type '%.40s'", pat, type);
     }
@@ -443,9 +454,17 @@ static int add_items(builder *b, const json_t *items, const char *name, serve_fa
       char cat[96];
       snprintf(cat, sizeof cat, "%s.content", at);
       hbuf t = {0};
-      if ((rc = content_text(json_object_get(it, "content"), cat, &t, f))) {
+      json_t *parts = NULL;
+      bool user = !strcmp(role, "user");
+      int before = b->req->n_media;
+      if ((rc = content_text(json_object_get(it, "content"), cat, &t, user ? b->req : NULL, user ? &parts : NULL, f))) {
         hbuf_free(&t);
+        json_decref(parts);
         return rc;
+      }
+      if (b->req->n_media == before) {
+        json_decref(parts);
+        parts = NULL;
       }
       if (!strcmp(role, "assistant")) {
         if (b->open && b->calls && (rc = flush(b, f))) return hbuf_free(&t), rc;
@@ -453,10 +472,12 @@ static int add_items(builder *b, const json_t *items, const char *name, serve_fa
         hbuf_append(&b->text, t.data, t.len);
       } else if (!strcmp(role, "user") || !strcmp(role, "system") || !strcmp(role, "developer")) {
         if (!(rc = flush(b, f))) rc = push(b, !strcmp(role, "developer") ? "system" : role, t.data, t.len, NULL, f);
+        if (!rc && parts) b->req->messages[b->req->nmessages - 1].parts = parts, parts = NULL;
       } else {
         rc = serve_bad(f, at, "'%s.role' must be user, assistant, system or developer", at);
       }
       hbuf_free(&t);
+      json_decref(parts);
       if (rc) return rc;
     } else if (!strcmp(type, "function_call")) {
       json_t *nm = json_object_get(it, "name"), *cid = json_object_get(it, "call_id");
@@ -472,7 +493,7 @@ static int add_items(builder *b, const json_t *items, const char *name, serve_fa
       char oat[96];
       snprintf(oat, sizeof oat, "%s.output", at);
       hbuf t = {0};
-      if ((rc = flush(b, f)) || (rc = content_text(json_object_get(it, "output"), oat, &t, f))) {
+      if ((rc = flush(b, f)) || (rc = content_text(json_object_get(it, "output"), oat, &t, NULL, NULL, f))) {
         hbuf_free(&t);
         return rc;
       }
@@ -486,7 +507,7 @@ static int add_items(builder *b, const json_t *items, const char *name, serve_fa
       if (!c || json_is_null(c) || json_array_size(c) == 0) c = json_object_get(it, "summary");
       char cat[96];
       snprintf(cat, sizeof cat, "%s.content", at);
-      if (c && !json_is_null(c) && (rc = content_text(c, cat, &b->reasoning, f))) return rc;
+      if (c && !json_is_null(c) && (rc = content_text(c, cat, &b->reasoning, NULL, NULL, f))) return rc;
     } else if (!strcmp(type, "item_reference")) {
       return serve_bad(f, at, "'%s': item_reference is not supported; send the item itself", at);
     } else {

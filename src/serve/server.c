@@ -278,9 +278,15 @@ static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server
   if (e->embed && e->embed_dim > 0) json_object_set_new(cap, "embedding_dimensions", json_integer(e->embed_dim));
   json_object_set_new(cap, "signal", json_boolean(e->signal != NULL));
   json_object_set_new(cap, "adapters", json_boolean(e->adapter_list != NULL));
-  /* the generation methods: autoregressive always; speculative with the draft source loaded */
+  json_t *media = json_array(); /* the kinds of media messages may hold */
+  static const char *const kinds[] = {"image", "audio", "video"};
+  for (int k = 0; k < 3; k++)
+    if (e->media_kinds & (1u << k)) json_array_append_new(media, json_string(kinds[k]));
+  json_object_set_new(cap, "media", media);
+  /* the generation methods: autoregressive (denoising for a block-diffusion model); speculative
+     with the draft source loaded */
   json_t *methods = json_array();
-  json_array_append_new(methods, json_string("autoregressive"));
+  json_array_append_new(methods, json_string(e->denoising ? "denoising" : "autoregressive"));
   if (e->spec_method) json_array_append_new(methods, json_pack("{s:s, s:s}", "method", "speculative", "source", e->spec_method));
   json_object_set_new(cap, "methods", methods);
   json_object_set_new(cap, "context_length", json_integer(e->context_length));
@@ -584,6 +590,10 @@ static void job_free(job *j) {
   free(j);
 }
 
+static const char *kind_word(hearth_media_kind k) {
+  return k == HEARTH_MEDIA_IMAGE ? "image" : k == HEARTH_MEDIA_AUDIO ? "audio" : "video";
+}
+
 /* Runs the engine under the server's lock; a request cancelled while it
  * waited for the lock never starts. */
 static void job_generate(job *j, serve_token_fn fn) {
@@ -602,6 +612,12 @@ static void job_generate(job *j, serve_token_fn fn) {
     if (j->req.prompt_ids)
       j->rc = e->generate_ids(e->impl, j->req.prompt_ids, j->req.n_prompt_ids, &j->req.sampling, fn, j, &j->cancel,
                               &j->result, &j->err);
+    else if (j->req.n_media > 0 && e->generate_media)
+      j->rc = e->generate_media(e->impl, j->prompt, j->req.kind == SERVE_COMPLETION, j->req.media, j->req.n_media,
+                                &j->req.sampling, fn, j, &j->cancel, &j->result, &j->err);
+    else if (j->req.n_media > 0)
+      j->rc = herr_set_at(&j->err, HEARTH_EINVAL, j->req.media[0].name, 0, "%s: this server takes no %s input",
+                          j->req.media[0].name, kind_word(j->req.media[0].kind));
     else
       j->rc = e->generate(e->impl, j->prompt, j->req.kind == SERVE_COMPLETION, &j->req.sampling, fn, j, &j->cancel,
                           &j->result, &j->err);
@@ -856,6 +872,13 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
 /* Renders a chat request's messages with the model's template into *prompt. */
 static int render_prompt(serve_engine *e, const serve_request *req, char **prompt, serve_fail *f) {
   herr err = {0};
+  for (int i = 0; i < req->n_media; i++) /* media the model cannot take: refused before the template sees them */
+    if (!(e->media_kinds & (1u << req->media[i].kind))) {
+      hearth_media_kind k = req->media[i].kind;
+      return serve_fail_set(f, 400, "invalid_request_error", req->media[i].name, NULL,
+                            "%s: model %s has no %s tower: it cannot take %s", req->media[i].name, e->model_id,
+                            k == HEARTH_MEDIA_IMAGE ? "vision" : kind_word(k), k == HEARTH_MEDIA_IMAGE ? "images" : kind_word(k));
+    }
   serve_chat_opts o = {.tools = req->tools, .kwargs = req->template_kwargs};
   if (!e->render_chat(e->impl, req->messages, req->nmessages, &o, prompt, &err)) return 0;
   /* the template refusing these messages (raise_exception, a type error
@@ -1278,7 +1301,12 @@ static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_serve
   herr err = {0};
   int64_t n = 0;
   enum MHD_Result rc;
-  if (render_prompt(e, &req, &prompt, &f)) {
+  if (req.n_media > 0) { /* an image's soft tokens are known only once it is decoded and prepared */
+    serve_fail_set(&f, 400, "invalid_request_error", req.media[0].name, NULL,
+                   "%s: token counts of prompts holding %s input are not supported", req.media[0].name,
+                   kind_word(req.media[0].kind));
+    rc = send_fail_as(c, &f, NULL, true);
+  } else if (render_prompt(e, &req, &prompt, &f)) {
     rc = send_fail_as(c, &f, NULL, true);
   } else if (e->count_tokens(e->impl, prompt, false, &n, &err)) {
     serve_fail_set(&f, 400, "invalid_request_error", "messages", NULL, "%s", err.msg);

@@ -1216,32 +1216,37 @@ typedef struct attn_case {
   int64_t H, KVH, hd, B, window;
   float softcap;
   seq_spec seqs[MAX_SEQS]; /* until len == 0 */
+  int64_t span;            /* > 0: the queries of each sequence in bidirectional spans of this many rows,
+                              each query seeing up to its span's last row (bk_attn_index.last) */
 } attn_case;
 
 static const attn_case attn_cases[] = {
-    {"decode, GQA 1", 8, 8, 64, 16, 0, 0, {{1, 1}, {17, 1}, {40, 1}, {100, 1}}},
-    {"decode, GQA 2", 4, 2, 128, 16, 0, 0, {{33, 1}, {5, 1}}},
-    {"decode, GQA 4", 8, 2, 80, 64, 0, 0, {{70, 1}, {64, 1}, {129, 1}}},
-    {"decode, GQA 8", 8, 1, 256, 1, 0, 0, {{20, 1}, {3, 1}}},
-    {"prefill", 4, 4, 32, 16, 0, 0, {{37, 37}}},
-    {"prefill, 3 sequences", 4, 1, 48, 16, 0, 0, {{20, 20}, {45, 45}, {1, 1}}},
-    {"chunked prefill + prefill + decode", 8, 4, 64, 16, 0, 0, {{50, 17}, {40, 40}, {70, 1}}},
-    {"window 8", 4, 2, 64, 16, 8, 0, {{60, 60}, {30, 1}, {45, 12}}},
-    {"softcap 5", 4, 4, 128, 64, 0, 5.0f, {{70, 30}, {9, 1}}},
-    {"window 5 + softcap 50", 8, 1, 256, 1, 5, 50.0f, {{25, 25}, {12, 1}, {40, 7}}},
-    {"block_rows 64, long", 2, 2, 80, 64, 0, 0, {{150, 40}, {130, 130}}},
-    {"query tiles crossing sequences", 2, 1, 48, 1, 0, 0, {{10, 10}, {30, 30}, {5, 3}}},
-    {"GQA 8, hd 32", 8, 1, 32, 64, 0, 0, {{65, 65}}},
-    {"mixed decode and chunks", 4, 2, 64, 16, 3, 20.0f, {{30, 1}, {40, 6}, {50, 1}, {8, 8}, {2, 2}}},
-    {"GQA 2, hd 48, window 16", 6, 3, 48, 16, 16, 0, {{33, 33}, {18, 1}}},
-    {"long chunked prefill", 8, 2, 128, 16, 0, 0, {{300, 64}, {257, 1}, {200, 200}}},
-    {"long, window 40 + softcap 30", 4, 4, 256, 64, 40, 30.0f, {{180, 70}, {129, 1}}},
-    {"long decode batch", 16, 2, 64, 16, 0, 0, {{511, 1}, {1, 1}, {333, 1}, {64, 1}, {65, 1}, {200, 1}}},
-    {"hd 16, GQA 2, window 8", 4, 2, 16, 16, 8, 0, {{40, 40}, {20, 1}, {30, 7}}},
-    {"hd 16, GQA 4, decode", 4, 1, 16, 1, 0, 0, {{25, 1}, {3, 3}}},
-    {"decode alone, long, GQA 4 (split keys)", 8, 2, 128, 16, 0, 0, {{3000, 1}}},
-    {"decode alone, long, GQA 8, window 700", 16, 2, 64, 16, 700, 0, {{2000, 1}}},
-    {"decode, GQA 3 (a block per query head)", 6, 2, 32, 16, 0, 0, {{50, 1}, {9, 1}, {700, 1}}},
+    {"decode, GQA 1", 8, 8, 64, 16, 0, 0, {{1, 1}, {17, 1}, {40, 1}, {100, 1}}, 0},
+    {"decode, GQA 2", 4, 2, 128, 16, 0, 0, {{33, 1}, {5, 1}}, 0},
+    {"decode, GQA 4", 8, 2, 80, 64, 0, 0, {{70, 1}, {64, 1}, {129, 1}}, 0},
+    {"decode, GQA 8", 8, 1, 256, 1, 0, 0, {{20, 1}, {3, 1}}, 0},
+    {"prefill", 4, 4, 32, 16, 0, 0, {{37, 37}}, 0},
+    {"prefill, 3 sequences", 4, 1, 48, 16, 0, 0, {{20, 20}, {45, 45}, {1, 1}}, 0},
+    {"chunked prefill + prefill + decode", 8, 4, 64, 16, 0, 0, {{50, 17}, {40, 40}, {70, 1}}, 0},
+    {"window 8", 4, 2, 64, 16, 8, 0, {{60, 60}, {30, 1}, {45, 12}}, 0},
+    {"softcap 5", 4, 4, 128, 64, 0, 5.0f, {{70, 30}, {9, 1}}, 0},
+    {"window 5 + softcap 50", 8, 1, 256, 1, 5, 50.0f, {{25, 25}, {12, 1}, {40, 7}}, 0},
+    {"block_rows 64, long", 2, 2, 80, 64, 0, 0, {{150, 40}, {130, 130}}, 0},
+    {"query tiles crossing sequences", 2, 1, 48, 1, 0, 0, {{10, 10}, {30, 30}, {5, 3}}, 0},
+    {"bidirectional spans", 4, 2, 64, 16, 0, 0, {{40, 40}, {50, 23}, {9, 1}}, 7},
+    {"bidirectional spans, window 8", 4, 2, 64, 16, 8, 0, {{60, 60}, {30, 12}}, 5},
+    {"bidirectional spans longer than the window", 8, 1, 128, 16, 6, 0, {{70, 48}, {33, 33}}, 20},
+    {"GQA 8, hd 32", 8, 1, 32, 64, 0, 0, {{65, 65}}, 0},
+    {"mixed decode and chunks", 4, 2, 64, 16, 3, 20.0f, {{30, 1}, {40, 6}, {50, 1}, {8, 8}, {2, 2}}, 0},
+    {"GQA 2, hd 48, window 16", 6, 3, 48, 16, 16, 0, {{33, 33}, {18, 1}}, 0},
+    {"long chunked prefill", 8, 2, 128, 16, 0, 0, {{300, 64}, {257, 1}, {200, 200}}, 0},
+    {"long, window 40 + softcap 30", 4, 4, 256, 64, 40, 30.0f, {{180, 70}, {129, 1}}, 0},
+    {"long decode batch", 16, 2, 64, 16, 0, 0, {{511, 1}, {1, 1}, {333, 1}, {64, 1}, {65, 1}, {200, 1}}, 0},
+    {"hd 16, GQA 2, window 8", 4, 2, 16, 16, 8, 0, {{40, 40}, {20, 1}, {30, 7}}, 0},
+    {"hd 16, GQA 4, decode", 4, 1, 16, 1, 0, 0, {{25, 1}, {3, 3}}, 0},
+    {"decode alone, long, GQA 4 (split keys)", 8, 2, 128, 16, 0, 0, {{3000, 1}}, 0},
+    {"decode alone, long, GQA 8, window 700", 16, 2, 64, 16, 700, 0, {{2000, 1}}, 0},
+    {"decode, GQA 3 (a block per query head)", 6, 2, 32, 16, 0, 0, {{50, 1}, {9, 1}, {700, 1}}, 0},
 };
 
 /* When set: attention_case runs on this device backend opened with the fast
@@ -1306,11 +1311,15 @@ static void attention_case(const attn_case *c, bk_kv_fmt kf, bk_kv_fmt vf) {
   /* queries and their index */
   float *q = rand_floats(T * qd, 2.0f);
   int32_t *row = malloc(sizeof(int32_t) * (size_t)T), *tab = malloc(sizeof(int32_t) * (size_t)T);
-  int64_t *row64 = malloc(sizeof(int64_t) * (size_t)T);
+  int32_t *last = malloc(sizeof(int32_t) * (size_t)T);
+  int64_t *row64 = malloc(sizeof(int64_t) * (size_t)T), *last64 = malloc(sizeof(int64_t) * (size_t)T);
   for (int s = 0, t = 0; s < ns; s++)
-    for (int64_t j = c->seqs[s].len - c->seqs[s].nq; j < c->seqs[s].len; j++, t++) {
+    for (int64_t j = c->seqs[s].len - c->seqs[s].nq, j0 = j; j < c->seqs[s].len; j++, t++) {
       row[t] = (int32_t)j, row64[t] = j;
       tab[t] = (int32_t)tpos[s];
+      int64_t end = c->span > 0 ? j0 + ((j - j0) / c->span + 1) * c->span - 1 : j;
+      if (end > c->seqs[s].len - 1) end = c->seqs[s].len - 1;
+      last[t] = (int32_t)end, last64[t] = end;
     }
   attn_params p = {.n_heads = H, .n_kv_heads = KVH, .head_dim = hd, .scale = (float)(1.0 / sqrt((double)hd)),
                    .softcap = c->softcap, .window = c->window};
@@ -1323,7 +1332,7 @@ static void attention_case(const attn_case *c, bk_kv_fmt kf, bk_kv_fmt vf) {
       vb[j] = VS + (int64_t)tables[tpos[s] + j] * B * vw;
     }
     kv_view view = {.k_blocks = kb, .v_blocks = vb, .block_rows = B, .row_stride = kw, .lo = 0, .hi = c->seqs[s].len,
-                    .k_fmt = kf, .v_fmt = vf, .v_row_stride = vw};
+                    .k_fmt = kf, .v_fmt = vf, .v_row_stride = vw, .last = c->span > 0 ? last64 + t0 : NULL};
     op_attention_ref(NULL, refo + t0 * qd, q + t0 * qd, c->seqs[s].nq, row64 + t0, &view, &p);
     t0 += (int)c->seqs[s].nq;
     free(kb), free(vb);
@@ -1331,9 +1340,9 @@ static void attention_case(const attn_case *c, bk_kv_fmt kf, bk_kv_fmt vf) {
   double *ref = malloc(sizeof(double) * (size_t)(T * qd));
   for (int64_t i = 0; i < T * qd; i++) ref[i] = refo[i];
   char shape[224];
-  int o = snprintf(shape, sizeof shape, "%s, KV %s/%s: H %lld, KVH %lld, hd %lld, block_rows %lld, window %lld, softcap %g, seqs",
+  int o = snprintf(shape, sizeof shape, "%s, KV %s/%s: H %lld, KVH %lld, hd %lld, block_rows %lld, window %lld, softcap %g, span %lld, seqs",
                    c->what, bk_kv_fmt_name(kf), bk_kv_fmt_name(vf), (long long)H, (long long)KVH, (long long)hd, (long long)B, (long long)c->window,
-                   (double)c->softcap);
+                   (double)c->softcap, (long long)c->span);
   for (int s = 0; s < ns && o > 0 && (size_t)o < sizeof shape; s++)
     o += snprintf(shape + o, sizeof shape - (size_t)o, " %lld/%lld", (long long)c->seqs[s].nq, (long long)c->seqs[s].len);
   op_stat *st = stat_for(attn_fast ? "attention fast (dev)" : "attention");
@@ -1343,18 +1352,19 @@ static void attention_case(const attn_case *c, bk_kv_fmt kf, bk_kv_fmt vf) {
     bk_backend *be = di == 1 && attn_fast ? attn_fast : devs[di];
     bk_tensor tk = tfrom_f32(be, KS, n_slots, kw), tv = tfrom_f32(be, VS, n_slots, vw), tq = tfrom_f32(be, q, T, qd);
     bk_tensor tout = tnew(be, BK_DT_F32, T, qd), trow = tfrom_i32(be, row, T), ttab = tfrom_i32(be, tab, T),
-              ttables = tfrom_i32(be, tables, n_tab);
+              ttables = tfrom_i32(be, tables, n_tab), tlast = tfrom_i32(be, last, T);
     bk_kv_layer kv = {.k = &tk, .v = &tv, .block_rows = B, .k_fmt = kf, .v_fmt = vf};
-    bk_attn_index ix = {.row = &trow, .tab = &ttab, .tables = &ttables};
+    bk_attn_index ix = {.row = &trow, .tab = &ttab, .tables = &ttables, .last = c->span > 0 ? &tlast : NULL};
     poison(&tout);
     bk_attention(&tout, &tq, &kv, &ix, &p);
     tget(&tout, got, "attention");
     compare(st, attn_fast ? K_ATTN_FAST : K_ATTN, di, shape, got, ref, T * qd);
     bk_tensor_free(&tk), bk_tensor_free(&tv), bk_tensor_free(&tq), bk_tensor_free(&tout);
-    bk_tensor_free(&trow), bk_tensor_free(&ttab), bk_tensor_free(&ttables);
+    bk_tensor_free(&trow), bk_tensor_free(&ttab), bk_tensor_free(&ttables), bk_tensor_free(&tlast);
   }
   if (KS != K) free(KS), free(VS);
-  free(got), free(ref), free(refo), free(q), free(row), free(tab), free(row64), free(K), free(V), free(tables), free(ids);
+  free(got), free(ref), free(refo), free(q), free(row), free(tab), free(row64), free(last), free(last64), free(K), free(V),
+      free(tables), free(ids);
 }
 
 static void test_attention(void) {
@@ -1372,9 +1382,9 @@ static void test_attention_fast(void) {
   herr err = {0};
   if (bk_backend_open(dev_label, &opts, &attn_fast, &err)) die("fast backend", &err);
   static const attn_case more[] = {
-      {"tc: long prompt, GQA 4, hd 128", 8, 2, 128, 16, 0, 0, {{300, 300}}},
-      {"tc: chunk after a prefix, hd 64, window 100", 4, 2, 64, 16, 100, 0, {{500, 130}, {70, 1}}},
-      {"tc: two prompts and a decode, hd 128, softcap 30", 4, 4, 128, 64, 0, 30.0f, {{129, 129}, {64, 64}, {200, 1}}},
+      {"tc: long prompt, GQA 4, hd 128", 8, 2, 128, 16, 0, 0, {{300, 300}}, 0},
+      {"tc: chunk after a prefix, hd 64, window 100", 4, 2, 64, 16, 100, 0, {{500, 130}, {70, 1}}, 0},
+      {"tc: two prompts and a decode, hd 128, softcap 30", 4, 4, 128, 64, 0, 30.0f, {{129, 129}, {64, 64}, {200, 1}}, 0},
   };
   static const bk_kv_fmt fmts[][2] = {{BK_KV_F32, BK_KV_F32}, {BK_KV_Q8, BK_KV_Q4}};
   for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
@@ -1707,7 +1717,7 @@ static void test_index_sparse_attention(void) {
       bk_tensor tq = tfrom_f32(be, q, T, c->Hi * c->di), tw = tfrom_f32(be, w, T, c->Hi), tqa = tfrom_f32(be, qa, T, c->H * c->hd);
       bk_tensor trow = tfrom_i32(be, ks.row, T), ttab = tfrom_i32(be, ks.tab, T), ttables = tfrom_i32(be, ks.tables, ks.n_tab);
       bk_tensor tsel = tnew(be, BK_DT_I32, T, K), tout = tnew(be, BK_DT_F32, T, c->H * c->v_dim), trs = tnew(be, BK_DT_I32, T, K);
-      bk_attn_index ix = {&trow, &ttab, &ttables};
+      bk_attn_index ix = {.row = &trow, .tab = &ttab, .tables = &ttables};
       bk_kv_layer kk = {.k = &tk, .v = &tk, .block_rows = c->B}, kkv = {.k = &tkv, .v = &tkv, .block_rows = c->B};
       poison(&tsel), poison(&tout);
       bk_index_topk(&tsel, &tq, &tw, &kk, &ix, &ip);
@@ -2035,6 +2045,183 @@ static void test_sigmoid_mul(void) {
   }
 }
 
+/* ---- media encoders: multi-axis rope, act, clamp, embed_bag, attention_rel ---- */
+
+static void test_rope_axes(void) {
+  /* T, heads, head_dim, rot_dim, axes, interleaved sections (M-RoPE) or halves (2-D vision rope) */
+  static const struct { int64_t T, heads, hd, rot, axes; bool mrope; } cases[] = {
+      {7, 2, 32, 16, 3, true}, {5, 4, 64, 64, 2, false}, {33, 3, 16, 16, 2, false}, {3, 1, 128, 64, 3, true},
+  };
+  op_stat *st = stat_for("rope (axes)");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t T = cases[ci].T, H = cases[ci].heads, hd = cases[ci].hd, rot = cases[ci].rot, half = rot / 2, C = H * hd;
+    int64_t na = cases[ci].axes;
+    double *inv = malloc(sizeof(double) * (size_t)half);
+    int8_t *axis = malloc((size_t)half);
+    for (int64_t i = 0; i < half; i++) {
+      if (cases[ci].mrope) {
+        inv[i] = 1.0 / pow(10000.0, 2.0 * (double)i / (double)rot);
+        axis[i] = (int8_t)(i % 3 == 1 && i < 3 * (half / 3) ? 1 : i % 3 == 2 && i < 3 * (half / 3) ? 2 : 0);
+      } else {
+        int64_t q = half / 2;
+        inv[i] = 1.0 / pow(10000.0, 2.0 * (double)(i % q) / (double)half);
+        axis[i] = (int8_t)(i < q ? 0 : 1);
+      }
+    }
+    rope_table tab = {.rot_dim = rot, .inv_freq = inv, .attn_scale = 1.0, .n_axes = na, .axis = axis};
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)(T * na));
+    for (int64_t i = 0; i < T * na; i++) pos[i] = (int32_t)irand(600);
+    float *x = rand_floats(T * C, 1.0f);
+    double *ref = malloc(sizeof(double) * (size_t)(T * C));
+    for (int64_t i = 0; i < T * C; i++) ref[i] = x[i];
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t i = 0; i < half; i++) {
+        double a = (double)pos[t * na + axis[i]] * inv[i], c = cos(a), sn = sin(a);
+        for (int64_t h = 0; h < H; h++) {
+          double *v = ref + t * C + h * hd, p = v[i], q = v[i + half];
+          v[i] = p * c - q * sn;
+          v[i + half] = q * c + p * sn;
+        }
+      }
+    char shape[128];
+    snprintf(shape, sizeof shape, "T %lld, %lld heads x %lld, rot_dim %lld, %lld axes", (long long)T, (long long)H,
+             (long long)hd, (long long)rot, (long long)na);
+    st->cases++;
+    float *got = malloc(sizeof(float) * (size_t)(T * C));
+    for (int di = 0; di < n_devs; di++) {
+      bk_tensor tx = tfrom_f32(devs[di], x, T, C), tp = tnew(devs[di], BK_DT_I32, T, na);
+      tset(&tp, pos);
+      bk_rope(&tx, H, hd, &tp, &tab);
+      tget(&tx, got, "rope (axes)");
+      compare(st, K_ELEM, di, shape, got, ref, T * C);
+      bk_tensor_free(&tx), bk_tensor_free(&tp);
+    }
+    free(got), free(ref), free(x), free(pos), free(inv), free(axis);
+  }
+}
+
+static void test_act_clamp(void) {
+  static const char *names[] = {"silu", "gelu_tanh", "gelu", "relu"};
+  op_stat *sa = stat_for("act"), *sc = stat_for("clamp");
+  static const int64_t shapes[][2] = {{1, 5}, {3, 257}, {9, 1000}};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    int64_t R = shapes[si][0], C = shapes[si][1], n = R * C;
+    float *x = rand_floats(n, n >= 64 ? 6.0f : 2.0f), *got = malloc(sizeof(float) * (size_t)n);
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int a = 0; a < 4; a++) {
+      for (int64_t i = 0; i < n; i++) ref[i] = act_ref((bk_act)a, x[i]);
+      char shape[64];
+      snprintf(shape, sizeof shape, "%s [%lld, %lld]", names[a], (long long)R, (long long)C);
+      sa->cases++;
+      for (int di = 0; di < n_devs; di++) {
+        bk_tensor tx = tfrom_f32(devs[di], x, R, C);
+        bk_activate(&tx, (bk_act)a);
+        tget(&tx, got, "act");
+        compare(sa, K_ELEM, di, shape, got, ref, n);
+        bk_tensor_free(&tx);
+      }
+    }
+    float lo = -1.5f + (float)si, hi = 2.25f;
+    for (int64_t i = 0; i < n; i++) ref[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
+    char shape[64];
+    snprintf(shape, sizeof shape, "[%lld, %lld] to [%g, %g]", (long long)R, (long long)C, (double)lo, (double)hi);
+    sc->cases++;
+    for (int di = 0; di < n_devs; di++) {
+      bk_tensor tx = tfrom_f32(devs[di], x, R, C);
+      bk_clamp(&tx, lo, hi);
+      tget(&tx, got, "clamp");
+      compare(sc, K_ELEM, di, shape, got, ref, n);
+      bk_tensor_free(&tx);
+    }
+    free(x), free(got), free(ref);
+  }
+}
+
+static void test_embed_bag(void) {
+  /* table rows, width, output rows, taps */
+  static const int64_t cases[][4] = {{16, 32, 48, 4}, {2304, 72, 300, 4}, {5, 7, 3, 1}, {64, 130, 33, 16}};
+  op_stat *st = stat_for("embed_bag");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t P = cases[ci][0], D = cases[ci][1], N = cases[ci][2], K = cases[ci][3];
+    float *table = rand_floats(P * D, 1.0f), *w = rand_floats(N * K, 1.0f), *got = malloc(sizeof(float) * (size_t)(N * D));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(N * K));
+    for (int64_t i = 0; i < N * K; i++) ids[i] = (int32_t)(i % 17 == 5 ? -1 : irand(P)); /* -1: no contribution */
+    double *ref = calloc((size_t)(N * D), sizeof(double));
+    for (int64_t r = 0; r < N; r++)
+      for (int64_t j = 0; j < K; j++)
+        if (ids[r * K + j] >= 0)
+          for (int64_t c = 0; c < D; c++) ref[r * D + c] += (double)w[r * K + j] * table[(int64_t)ids[r * K + j] * D + c];
+    char shape[64];
+    snprintf(shape, sizeof shape, "table [%lld, %lld], %lld rows x %lld taps", (long long)P, (long long)D, (long long)N,
+             (long long)K);
+    st->cases++;
+    for (int di = 0; di < n_devs; di++) {
+      bk_tensor tt = tfrom_f32(devs[di], table, P, D), tw = tfrom_f32(devs[di], w, N, K), ti = tnew(devs[di], BK_DT_I32, N, K);
+      bk_tensor ty = tnew(devs[di], BK_DT_F32, N, D);
+      tset(&ti, ids);
+      poison(&ty);
+      bk_embed_bag(&ty, &tt, &ti, &tw);
+      tget(&ty, got, "embed_bag");
+      compare(st, K_ELEM, di, shape, got, ref, N * D);
+      bk_tensor_free(&tt), bk_tensor_free(&tw), bk_tensor_free(&ti), bk_tensor_free(&ty);
+    }
+    free(table), free(w), free(got), free(ids), free(ref);
+  }
+}
+
+static void test_attention_rel(void) {
+  /* T, valid, heads, head_dim, left, right, softcap, qscale */
+  static const struct { int64_t T, valid, H, hd, left, right; float cap; bool qs; } cases[] = {
+      {30, 30, 2, 16, 12, 0, 50.0f, true}, {40, 33, 8, 128, 12, 0, 50.0f, true}, {7, 7, 1, 8, 2, 2, 0.0f, false},
+      {100, 100, 4, 64, 12, 0, 50.0f, true}, {5, 0, 2, 16, 12, 0, 50.0f, true},
+  };
+  op_stat *st = stat_for("attention_rel");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t T = cases[ci].T, H = cases[ci].H, hd = cases[ci].hd, W = H * hd, span = cases[ci].left + cases[ci].right + 1;
+    rel_attn_params p = {.n_heads = H, .head_dim = hd, .left = cases[ci].left, .right = cases[ci].right, .softcap = cases[ci].cap};
+    float *q = rand_floats(T * W, 1.0f), *k = rand_floats(T * W, 1.0f), *v = rand_floats(T * W, 1.0f);
+    float *rel = rand_floats(span * W, 1.0f), *qs = rand_floats(hd, 1.0f), *got = malloc(sizeof(float) * (size_t)(T * W));
+    for (int64_t i = 0; i < T * W; i++) q[i] *= 2.0f; /* scores of a few units, past the cap's linear range */
+    /* the reference in double */
+    double *ref = malloc(sizeof(double) * (size_t)(T * W)), *sc = malloc(sizeof(double) * (size_t)span);
+    for (int64_t i = 0; i < T; i++)
+      for (int64_t h = 0; h < H; h++) {
+        int64_t lo = i - p.left < 0 ? 0 : i - p.left, hi = i + p.right + 1 < cases[ci].valid ? i + p.right + 1 : cases[ci].valid;
+        double m = -INFINITY, sum = 0;
+        for (int64_t j = lo; j < hi; j++) {
+          double a = 0;
+          for (int64_t d = 0; d < hd; d++)
+            a += (double)q[i * W + h * hd + d] * (cases[ci].qs ? qs[d] : 1.0) *
+                 ((double)k[j * W + h * hd + d] + rel[(p.right + i - j) * W + h * hd + d]);
+          if (p.softcap > 0) a = p.softcap * tanh(a / p.softcap);
+          sc[j - lo] = a;
+          if (a > m) m = a;
+        }
+        for (int64_t j = lo; j < hi; j++) sum += sc[j - lo] = exp(sc[j - lo] - m);
+        for (int64_t d = 0; d < hd; d++) {
+          double a = 0;
+          for (int64_t j = lo; j < hi; j++) a += sc[j - lo] * v[j * W + h * hd + d];
+          ref[i * W + h * hd + d] = hi > lo ? a / sum : 0.0;
+        }
+      }
+    char shape[96];
+    snprintf(shape, sizeof shape, "T %lld (%lld keys), %lld x %lld, window [-%lld, +%lld], cap %g", (long long)T,
+             (long long)cases[ci].valid, (long long)H, (long long)hd, (long long)p.left, (long long)p.right, (double)p.softcap);
+    st->cases++;
+    for (int di = 0; di < n_devs; di++) {
+      bk_backend *be = devs[di];
+      bk_tensor tq = tfrom_f32(be, q, T, W), tk = tfrom_f32(be, k, T, W), tv = tfrom_f32(be, v, T, W);
+      bk_tensor tr = tfrom_f32(be, rel, span, W), ts = tfrom_f32(be, qs, 1, hd), to = tnew(be, BK_DT_F32, T, W);
+      poison(&to);
+      bk_attention_rel(&to, &tq, &tk, &tv, &tr, cases[ci].qs ? &ts : NULL, cases[ci].valid, &p);
+      tget(&to, got, "attention_rel");
+      compare(st, K_ATTN, di, shape, got, ref, T * W);
+      bk_tensor_free(&tq), bk_tensor_free(&tk), bk_tensor_free(&tv), bk_tensor_free(&tr), bk_tensor_free(&ts), bk_tensor_free(&to);
+    }
+    free(q), free(k), free(v), free(rel), free(qs), free(got), free(ref), free(sc);
+  }
+}
+
 static void open_backends(void) {
   bk_open_opts opts = {.threads = 0, .f32_activations = true};
   herr err = {0};
@@ -2113,6 +2300,10 @@ int main(void) {
   RUN(test_conv1d);
   RUN(test_delta_rule);
   RUN(test_sigmoid_mul);
+  RUN(test_rope_axes);
+  RUN(test_act_clamp);
+  RUN(test_embed_bag);
+  RUN(test_attention_rel);
   print_summary();
   for (int i = n_devs - 1; i >= 0; i--) bk_backend_close(devs[i]);
   TEST_MAIN_END();

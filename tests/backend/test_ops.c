@@ -110,7 +110,7 @@ static void test_rope(void) {
   double inv[6];
   for (int rot = 8; rot <= 12; rot += 4) { /* partial and full rotary */
     for (int i = 0; i < rot / 2; i++) inv[i] = 1.0 / pow(10000.0, 2.0 * i / rot);
-    rope_table t = {rot, inv, 1.25, false};
+    rope_table t = {.rot_dim = rot, .inv_freq = inv, .attn_scale = 1.25, .interleaved = false};
     float *x = rand_buf((size_t)n * heads * hd), *y = bk_alloc((size_t)n * heads * hd);
     memcpy(y, x, sizeof(float) * (size_t)(n * heads * hd));
     op_rope(y, n, heads, hd, pos, &t);
@@ -221,8 +221,8 @@ static void test_attention(void) {
       {0, 0, 0, 0}, {6, 0, 0, 0}, {0, 2.0f, 0, 1}, {4, 1.5f, 0, 1}, {0, 0, 9, 1}};
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
     const float *kp = k, *vp = v;
-    kv_view view = {&kp, &vp, rows, kv_dim, cases[ci].lo, rows, BK_KV_F32, BK_KV_F32, 0};
-    if (cases[ci].blocks) view = (kv_view){(const float *const *)kb, (const float *const *)vb, br, kv_dim, cases[ci].lo, rows, BK_KV_F32, BK_KV_F32, 0};
+    kv_view view = {&kp, &vp, rows, kv_dim, cases[ci].lo, rows, BK_KV_F32, BK_KV_F32, 0, NULL};
+    if (cases[ci].blocks) view = (kv_view){(const float *const *)kb, (const float *const *)vb, br, kv_dim, cases[ci].lo, rows, BK_KV_F32, BK_KV_F32, 0, NULL};
     attn_params p = {H, KVH, hd, 0.35f, cases[ci].cap, cases[ci].window};
     op_attention(pool, out, q, n, qrow, &view, &p);
     double worst = 0;
@@ -273,8 +273,8 @@ static void test_attention_fast(void) {
       memcpy(vb[b], v + b * br * kv_dim, sizeof(float) * (size_t)(cnt * kv_dim));
     }
     const float *kp = k, *vp = v;
-    kv_view view = {&kp, &vp, rows, kv_dim, cases[ci].lo, rows, BK_KV_F32, BK_KV_F32, 0};
-    if (cases[ci].paged) view = (kv_view){(const float *const *)kb, (const float *const *)vb, br, kv_dim, cases[ci].lo, rows, BK_KV_F32, BK_KV_F32, 0};
+    kv_view view = {&kp, &vp, rows, kv_dim, cases[ci].lo, rows, BK_KV_F32, BK_KV_F32, 0, NULL};
+    if (cases[ci].paged) view = (kv_view){(const float *const *)kb, (const float *const *)vb, br, kv_dim, cases[ci].lo, rows, BK_KV_F32, BK_KV_F32, 0, NULL};
     attn_params p = {H, KVH, hd, 1.0f / sqrtf((float)hd), cases[ci].cap, cases[ci].window};
     op_attention_ref(pool, want, q, n, qrow, &view, &p);
     for (int l = BK_CPU_SCALAR; l <= (int)bk_cpu_best(); l++) {

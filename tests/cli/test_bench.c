@@ -116,6 +116,56 @@ static void test_roofline(void) {
   free(out);
 }
 
+/* --profile: the timed generation steps broken down by op. The golden llama
+ * (2 layers, hidden 64, kv width 32, FFN 128, vocab 512, untied) runs per
+ * step q, k, v, o, gate, up, down per layer and the output matrix once, and
+ * attention once per layer; the op times and the rest add up to the step. */
+static void test_profile(void) {
+  char *out = NULL;
+  int rc = run("'" HEARTH_BINARY "' bench --model '" MODEL "' -p 0 -n 3 -t 2 --repeat 1 --profile --json 2>/dev/null", &out);
+  CHECK_EQ_INT(rc, 0);
+  json_t *j = out ? json_loads(out, 0, NULL) : NULL;
+  json_t *pr = json_object_get(j, "tg_profile"), *ops = json_object_get(pr, "ops");
+  CHECK_MSG(json_is_array(ops), "%s", out ? out : "");
+  if (json_is_array(ops)) {
+    double matmuls = 0, attn = 0, head = 0, sum = 0;
+    int shapes = 0;
+    size_t i;
+    json_t *o;
+    json_array_foreach(ops, i, o) {
+      const char *op = json_string_value(json_object_get(o, "op"));
+      double calls = json_number_value(json_object_get(o, "calls_per_step")), ms = json_number_value(json_object_get(o, "ms_per_step"));
+      int64_t rows = json_integer_value(json_object_get(o, "rows")), cols = json_integer_value(json_object_get(o, "cols"));
+      CHECK(ms >= 0);
+      sum += ms;
+      if (op && !strcmp(op, "matmul")) {
+        matmuls += calls, shapes++;
+        CHECK(json_number_value(json_object_get(o, "gbs")) >= 0);
+        if (rows == 512 && cols == 64) head += calls;
+        if (rows == 32) CHECK_NEAR(calls, 4, 1e-9); /* k and v of both layers */
+      } else if (op && !strcmp(op, "attention")) {
+        attn += calls;
+      }
+    }
+    CHECK_NEAR(matmuls, 7 * 2 + 1, 1e-9);
+    CHECK_NEAR(attn, 2, 1e-9);
+    CHECK_NEAR(head, 1, 1e-9);
+    CHECK_EQ_INT(shapes, 5); /* 64x64 (q, o), 32x64 (k, v), 128x64 (gate, up), 64x128 (down), 512x64 */
+    double step = json_number_value(json_object_get(pr, "step_ms")), rest = json_number_value(json_object_get(pr, "rest_ms"));
+    CHECK(rest >= 0);
+    CHECK_NEAR(sum + rest, step, 1e-6 * (step > 1 ? step : 1));
+    CHECK_NEAR(step, 1e3 / json_number_value(json_object_get(j, "tg_tps")), 1e-6 * (step > 1 ? step : 1));
+  }
+  json_decref(j);
+  free(out);
+  rc = run("'" HEARTH_BINARY "' bench --model '" MODEL "' -p 0 -n 2 --repeat 1 --profile 2>/dev/null", &out);
+  CHECK_EQ_INT(rc, 0);
+  CHECK_MSG(out && strstr(out, "profile  one generation step") && strstr(out, "attention") && strstr(out, "rest"), "%s", out ? out : "");
+  free(out);
+  CHECK_EQ_INT(run("'" HEARTH_BINARY "' bench --model '" MODEL "' -p 4 -n 0 --profile 2>/dev/null", &out), 2);
+  free(out);
+}
+
 /* A device that is not there is a clear failure, a misspelt one a usage error. */
 static void test_devices(void) {
   char *out = NULL;
@@ -145,6 +195,7 @@ static void test_devices(void) {
 int main(void) {
   RUN(test_json);
   RUN(test_roofline);
+  RUN(test_profile);
   RUN(test_devices);
   RUN(test_text_and_parts);
   RUN(test_depth_and_kv);

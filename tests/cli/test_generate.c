@@ -328,6 +328,52 @@ static void test_chat_session(void) {
   hearth_model_free(m);
 }
 
+/* --image with --chat: the tiny Gemma 4 with a vision tower (tests/fixtures/mm) answers as
+ * transformers does for the same prompt tokens; media a model cannot take, and bad files, fail. */
+#define MM_FIXTURE HEARTH_SOURCE_DIR "/tests/fixtures/mm/gemma4_vision-f32"
+static void test_media(void) {
+  json_error_t je;
+  json_t *g = json_load_file(MM_FIXTURE "/golden.json", 0, &je);
+  CHECK_MSG(g != NULL, "%s", je.text);
+  if (!g) return;
+  json_t *p = json_object_get(json_object_get(g, "prompts"), "p_img"), *ids = json_object_get(p, "ids");
+  int64_t bos = json_integer_value(json_object_get(json_object_get(g, "token_ids"), "bos"));
+  bool double_bos = json_integer_value(json_array_get(ids, 0)) == bos && json_integer_value(json_array_get(ids, 1)) == bos;
+  hbuf want = {0};
+  size_t i;
+  json_t *v;
+  json_array_foreach(json_object_get(p, "greedy"), i, v) hbuf_printf(&want, "%s%lld", i ? " " : "", (long long)json_integer_value(v));
+  hbuf_puts(&want, "\n");
+  char n[16];
+  snprintf(n, sizeof n, "%zu", json_array_size(json_object_get(p, "greedy")));
+  const char *text = json_string_value(json_array_get(json_object_get(p, "texts"), 0));
+  const char *args[] = {"generate", "--model", MM_FIXTURE, "--image", MM_FIXTURE "/img_a.png", "--chat", "--prompt", text,
+                        "-n", n, "--temp", "0", "--print-ids", "--stats", NULL};
+  run_result r = run_hearth(args, NULL);
+  CHECK_MSG(r.status == 0, "%s", r.err);
+  if (!double_bos) CHECK_EQ_STR(r.out, hbuf_str(&want));
+  char plen[64];
+  snprintf(plen, sizeof plen, "prompt %zu tokens", json_array_size(ids) - (double_bos ? 1 : 0));
+  CHECK_MSG(strstr(r.err, plen), "%s (want %s)", r.err, plen);
+  run_free(&r);
+  const char *bad[] = {"generate", "--model", MM_FIXTURE, "--audio", MM_FIXTURE "/img_a.png", "--prompt", "x", "-n", "1", NULL};
+  r = run_hearth(bad, NULL);
+  CHECK(r.status != 0);
+  CHECK_MSG(strstr(r.err, "has no audio tower"), "%s", r.err);
+  run_free(&r);
+  const char *bad2[] = {"generate", "--model", MM_FIXTURE, "--image", MM_FIXTURE "/golden.json", "--prompt", "x", "-n", "1", NULL};
+  r = run_hearth(bad2, NULL);
+  CHECK(r.status != 0);
+  CHECK_MSG(strstr(r.err, "not an image"), "%s", r.err);
+  run_free(&r);
+  const char *bad3[] = {"generate", "--model", MM_FIXTURE, "--image", MM_FIXTURE "/img_a.png", "--ids", "1,2", NULL};
+  r = run_hearth(bad3, NULL);
+  CHECK_EQ_INT(r.status, 2);
+  run_free(&r);
+  hbuf_free(&want);
+  json_decref(g);
+}
+
 int main(void) {
   if (!mkdtemp(tmpdir)) {
     perror("mkdtemp");
@@ -338,6 +384,7 @@ int main(void) {
     RUN(test_seeded);
     RUN(test_speculative);
     RUN(test_errors);
+    RUN(test_media);
     if (make_text_model()) {
       RUN(test_text);
       RUN(test_chat_session);

@@ -147,6 +147,46 @@ static void test_moe_and_gemma4_configs(void) {
   CHECK(strstr(err.msg, "mlp_layer_types[1]") != NULL);
 }
 
+/* DiffusionGemma: the text stack's config under text_config (a Gemma 4 MoE stack whose full layers
+ * always take keys as values, no per-layer inputs), canvas_length at the top (256 by default), the
+ * final softcap of 30 that config.json does not state; a bidirectional encoder is refused. */
+static void test_diffusion_gemma_config(void) {
+  model_config c;
+  herr err = {0};
+  const char *text =
+      "{\"model_type\": \"diffusion_gemma\", \"canvas_length\": 8, \"tie_word_embeddings\": true, \"text_config\": {"
+      "\"model_type\": \"diffusion_gemma_text\", " BASE ", \"num_key_value_heads\": 2, \"head_dim\": 16, "
+      "\"sliding_window\": 8, \"per_layer_config\": {\"5\": {\"head_dim\": 32, \"num_key_value_heads\": 1}}, "
+      "\"num_experts\": 4, \"top_k_experts\": 2, \"moe_intermediate_size\": 16, \"eos_token_id\": 2}}";
+  CHECK(parse(text, &c, &err) == 0);
+  CHECK_EQ_STR(c.model_type, "diffusion_gemma_text");
+  CHECK_EQ_INT(c.canvas_length, 8);
+  CHECK(c.attention_k_eq_v);
+  CHECK_EQ_INT(c.hidden_size_per_layer_input, 0);
+  CHECK_EQ_INT(c.num_experts, 4);
+  CHECK_EQ_INT(c.num_experts_per_tok, 2);
+  CHECK(c.moe_layer[0] && c.moe_layer[5]);
+  CHECK_EQ_INT(c.layer_types[0], LAYER_SLIDING);
+  CHECK_EQ_INT(c.layer_types[5], LAYER_FULL);
+  CHECK_EQ_INT(c.layer_head_dim[5], 32);
+  CHECK_EQ_INT(c.layer_kv_heads[5], 1);
+  CHECK_NEAR(c.final_logit_softcapping, 30.0, 0);
+  CHECK_EQ_INT(c.rope.kind, ROPE_PROPORTIONAL);
+  config_free(&c);
+  /* an autoregressive model has no canvas */
+  CHECK(parse("{\"model_type\": \"gemma4_text\", " BASE ", \"hidden_size_per_layer_input\": 0}", &c, &err) == 0);
+  CHECK_EQ_INT(c.canvas_length, 0);
+  config_free(&c);
+  CHECK(parse("{\"model_type\": \"diffusion_gemma\", \"text_config\": {\"model_type\": \"diffusion_gemma_text\", " BASE
+              ", \"num_experts\": 4, \"top_k_experts\": 2, \"moe_intermediate_size\": 16}}", &c, &err) == 0);
+  CHECK_EQ_INT(c.canvas_length, 256);
+  config_free(&c);
+  CHECK_EQ_INT(parse("{\"model_type\": \"diffusion_gemma\", \"text_config\": {\"model_type\": \"diffusion_gemma_text\", " BASE
+                     ", \"num_experts\": 4, \"top_k_experts\": 2, \"moe_intermediate_size\": 16, "
+                     "\"use_bidirectional_attention\": \"all\"}}", &c, &err), HEARTH_EUNSUPPORTED);
+  CHECK(strstr(err.msg, "use_bidirectional_attention") != NULL);
+}
+
 /* Qwen3.5: the hybrid layer types, the linear-attention sizes, partial RoPE from rope_parameters
  * (0.25 by default), the MoE variant without a dense intermediate_size, and the multimodal
  * checkpoints' text_config with the top-level token ids and dtype. */
@@ -329,6 +369,7 @@ int main(void) {
   RUN(test_golden_configs);
   RUN(test_moe_and_gemma4_configs);
   RUN(test_qwen3_5_configs);
+  RUN(test_diffusion_gemma_config);
   RUN(test_legacy_and_defaults);
   RUN(test_errors);
   RUN(test_generation_config);

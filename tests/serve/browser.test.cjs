@@ -63,7 +63,9 @@ async function waitFor(cond, what, ms = 60000) {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const SMALL_CONTEXT = 160;
-let puppeteer, browser, fake, small, real;
+let puppeteer, browser, fake, small, real, vision;
+// the tiny Gemma 4 with a vision tower (tools/gen_mm_golden.py): images from the page
+const VISION = path.join(SOURCE, 'tests/fixtures/mm/gemma4_vision-f32');
 
 before(async () => {
   puppeteer = loadPuppeteer();
@@ -72,6 +74,7 @@ before(async () => {
   fake = await startServer(process.env.HEARTH_FAKE_SERVER, ['--port', '0']);
   small = await startServer(process.env.HEARTH_FAKE_SERVER, ['--port', '0', '--context', String(SMALL_CONTEXT)]);
   real = await startServer(process.env.HEARTH_CLI, ['serve', '--model', findModel(), '--port', '0', '--threads', '2']);
+  vision = await startServer(process.env.HEARTH_CLI, ['serve', '--model', VISION, '--port', '0', '--threads', '2']);
   browser = await puppeteer.launch({
     executablePath: chromium,
     headless: true,
@@ -82,7 +85,7 @@ before(async () => {
 
 after(async () => {
   if (browser) await browser.close();
-  for (const srv of [fake, small, real]) {
+  for (const srv of [fake, small, real, vision]) {
     const code = await stopServer(srv);
     assert.equal(code, 0, `server exited with ${code}:\n${srv ? srv.log.slice(-4000) : ''}`);
   }
@@ -364,5 +367,46 @@ test('a full context: older turns are left out, every turn still gets a reply, t
   assert.equal(chats.filter((r) => r.status === 200).length, turns);
   noErrors(rec);
   await shot(t, page, 'context-full');
+  await page.close();
+});
+
+test('images by the file picker and by drag and drop go with the message (hearth serve, a vision model)', async (t) => {
+  const { page, rec } = await openPage(vision);
+  await page.$eval('#temp', (e) => { e.value = '0'; });
+  await page.$eval('#maxtok', (e) => { e.value = '4'; });
+  // the picker
+  const input = await page.$('#file');
+  await input.uploadFile(path.join(VISION, 'img_a.png'));
+  await page.waitForFunction(() => document.querySelectorAll('#pending .thumb img').length === 1);
+  // a file dropped on the page
+  const jpg = fs.readFileSync(path.join(VISION, 'img_a.jpg')).toString('base64');
+  await page.evaluate((b64) => {
+    const bin = atob(b64), bytes = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    const dt = new DataTransfer();
+    dt.items.add(new File([bytes], 'photo.jpg', { type: 'image/jpeg' }));
+    document.getElementById('log').dispatchEvent(new DragEvent('dragover', { dataTransfer: dt, bubbles: true, cancelable: true }));
+    document.getElementById('log').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+  }, jpg);
+  await page.waitForFunction(() => document.querySelectorAll('#pending .thumb img').length === 2);
+  await shot(t, page, 'images-pending');
+  await type(page, 'What is in these pictures?');
+  await idle(page);
+  assert.equal(rec.requests.length, 1);
+  const content = rec.requests[0].messages[0].content;
+  assert.deepEqual(content.map((p) => p.type), ['image_url', 'image_url', 'text']);
+  assert.match(content[0].image_url.url, /^data:image\/png;base64,iVBOR/);
+  assert.match(content[1].image_url.url, /^data:image\/jpeg;base64,\/9j\//);
+  assert.equal(content[2].text, 'What is in these pictures?');
+  assert.ok(((await lastReply(page)) || '').length > 0, 'no reply');
+  assert.equal(await page.$$eval('#log .msg.user img', (e) => e.length), 2);
+  assert.equal(await page.$$eval('#pending .thumb', (e) => e.length), 0);
+  // the next turn sends the images again, as the conversation's history
+  await type(page, 'And now?');
+  await idle(page);
+  assert.equal(rec.requests[1].messages[0].content.length, 3);
+  assert.equal(await page.$$eval('#log .error', (e) => e.length), 0);
+  noErrors(rec);
+  await shot(t, page, 'images-sent');
   await page.close();
 });

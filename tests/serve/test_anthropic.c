@@ -34,6 +34,30 @@ static void refused_as(const char *body, bool count_only, const char *param) {
 
 static void refused(const char *body, const char *param) { refused_as(body, false, param); }
 
+/* Image blocks: the request's media, in order with the text for the template; a turn with one is not merged. */
+static void test_images(void) {
+  const char *body = "{\"model\":\"m\",\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"first\"},"
+                     "{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{\"type\":\"base64\","
+                     "\"media_type\":\"image/png\",\"data\":\"iVBO\"}},{\"type\":\"text\",\"text\":\"what?\"},"
+                     "{\"type\":\"image\",\"source\":{\"type\":\"url\",\"url\":\"https://x/a.jpg\"}}]}]}";
+  serve_request r;
+  serve_fail f;
+  CHECK_EQ_INT(parse(body, false, &r, &f), 0);
+  CHECK_EQ_INT(r.nmessages, 2);
+  CHECK_EQ_INT(r.n_media, 2);
+  if (r.n_media == 2 && r.nmessages == 2) {
+    CHECK_EQ_STR(r.media[0].url, "iVBO");
+    CHECK_EQ_STR(r.media[0].name, "messages.1.content.0");
+    CHECK_EQ_STR(r.media[1].url, "https://x/a.jpg");
+    CHECK_EQ_STR(r.media[1].name, "messages.1.content.2");
+    CHECK(r.messages[0].parts == NULL);
+    char *parts = r.messages[1].parts ? json_dumps(r.messages[1].parts, JSON_COMPACT) : NULL;
+    CHECK_EQ_STR(parts ? parts : "", "[{\"type\":\"image\"},{\"type\":\"text\",\"text\":\"what?\"},{\"type\":\"image\"}]");
+    free(parts);
+  }
+  serve_request_free(&r);
+}
+
 static void test_all_fields(void) {
   const char *body =
       "{\"model\":\"claude-x\",\"max_tokens\":64,\"system\":\"be brief\","
@@ -174,9 +198,13 @@ static void test_refusals(void) {
   refused("{" Q ",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", "messages.0.content.0.text");
   refused("{" Q ",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":1}]}]}",
           "messages.0.content.0.text");
+  /* an image block needs a base64 or url source; in an assistant turn it is refused */
   refused("{" Q ",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"image\","
-          "\"source\":{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"AA==\"}}]}]}",
+          "\"source\":{\"type\":\"file\",\"file_id\":\"f\"}}]}]}",
           "messages.0.content.1");
+  refused("{" Q ",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"image\","
+          "\"source\":{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"AA==\"}}]}]}",
+          "messages.1.content.0");
   refused("{" Q ",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"document\",\"source\":{}}]}]}",
           "messages.0.content.0");
   /* tool_use only in assistant turns, tool_result only in user turns, each complete */
@@ -373,6 +401,7 @@ static void test_stream(void) {
 
 int main(void) {
   RUN(test_all_fields);
+  RUN(test_images);
   RUN(test_defaults_and_merging);
   RUN(test_refusals);
   RUN(test_tool_turns);

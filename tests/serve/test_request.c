@@ -115,8 +115,12 @@ static void test_chat_refusals(void) {
           "messages[1].content");
   refused("{\"messages\":[{\"role\":\"user\"}]}", SERVE_CHAT, "messages[0].content");
   refused("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
-          "{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+          "{\"type\":\"image_url\",\"image_url\":5}]}]}",
           SERVE_CHAT, "messages[0].content[1]");
+  refused("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_audio\",\"input_audio\":{\"format\":\"wav\"}}]}]}",
+          SERVE_CHAT, "messages[0].content[0]");
+  refused("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"file\",\"file\":{}}]}]}", SERVE_CHAT,
+          "messages[0].content[0]");
   refused("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", SERVE_CHAT,
           "messages[0].content[0]");
 #define M "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
@@ -226,6 +230,38 @@ static void test_chat_tools(void) {
 #undef REFUSED
 }
 
+/* Media parts: kept in order as the template's parts, and as the request's media with their places. */
+static void test_chat_media(void) {
+  const char *body = "{\"messages\":[{\"role\":\"system\",\"content\":[{\"type\":\"text\",\"text\":\"s\"}]},"
+                     "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+                     "{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,AAAA\",\"detail\":\"low\"}},"
+                     "{\"type\":\"input_audio\",\"input_audio\":{\"data\":\"UklG\",\"format\":\"wav\"}},"
+                     "{\"type\":\"text\",\"text\":\"b\"},{\"type\":\"video_url\",\"video_url\":{\"url\":\"https://x/v.mp4\"}},"
+                     "{\"type\":\"image_url\",\"image_url\":\"file:///tmp/p.png\"}]}]}";
+  serve_request r;
+  serve_fail f;
+  int rc = serve_request_parse(body, strlen(body), SERVE_CHAT, &r, &f);
+  CHECK_MSG(rc == 0, "%s", f.message);
+  if (rc) return;
+  CHECK_EQ_INT(r.n_media, 4);
+  static const hearth_media_kind kinds[] = {HEARTH_MEDIA_IMAGE, HEARTH_MEDIA_AUDIO, HEARTH_MEDIA_VIDEO, HEARTH_MEDIA_IMAGE};
+  static const char *const urls[] = {"data:image/png;base64,AAAA", "UklG", "https://x/v.mp4", "file:///tmp/p.png"};
+  static const char *const names[] = {"messages[1].content[1]", "messages[1].content[2]", "messages[1].content[4]",
+                                      "messages[1].content[5]"};
+  for (int i = 0; i < r.n_media && i < 4; i++) {
+    CHECK_EQ_INT(r.media[i].kind, kinds[i]);
+    CHECK_EQ_STR(r.media[i].url, urls[i]);
+    CHECK_EQ_STR(r.media[i].name, names[i]);
+  }
+  CHECK(r.messages[0].parts == NULL); /* text only: the joined text */
+  CHECK_EQ_STR(r.messages[1].content, "ab");
+  char *parts = r.messages[1].parts ? json_dumps(r.messages[1].parts, JSON_COMPACT) : NULL;
+  CHECK_EQ_STR(parts ? parts : "", "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"image\"},{\"type\":\"audio\"},"
+                                    "{\"type\":\"text\",\"text\":\"b\"},{\"type\":\"video\"},{\"type\":\"image\"}]");
+  free(parts);
+  serve_request_free(&r);
+}
+
 static void test_completion(void) {
   serve_request r;
   serve_fail f;
@@ -298,6 +334,7 @@ int main(void) {
   RUN(test_chat_defaults);
   RUN(test_chat_refusals);
   RUN(test_chat_tools);
+  RUN(test_chat_media);
   RUN(test_completion);
   RUN(test_fail_json);
   TEST_MAIN_END();

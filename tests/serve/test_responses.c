@@ -95,7 +95,9 @@ static void test_refusals(void) {
   refused("{}", "input");
   refused("{\"input\":5}", "input");
   refused("{\"input\":\"x\",\"model\":3}", "model");
-  refused("{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"x\"}]}]}", "input[0].content[0]");
+  refused("{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"file_id\":\"x\"}]}]}", "input[0].content[0]");
+  refused("{\"input\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"x\"}]}]}",
+          "input[0].content[0]");
   refused("{\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}", "input[0]");
   refused("{\"input\":[{\"type\":\"function_call\",\"name\":\"f\"}]}", "input[0]");
   refused("{\"input\":[{\"type\":\"function_call_output\",\"output\":\"x\"}]}", "input[0]");

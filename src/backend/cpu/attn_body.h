@@ -92,7 +92,8 @@ static void AN(attn_block)(const attn_fast_job *j, int64_t kvh, int64_t blk) {
     int64_t v = v0 + l, i = v / G, h = kvh * G + v % G;
     const float *qv = j->q + (i * p->n_heads + h) * hd;
     for (int64_t d = 0; d < hd; d++) qt[d][l] = qv[d];
-    int64_t hi = j->q_row[i] + 1 < kv->hi ? j->q_row[i] + 1 : kv->hi, lo = kv->lo;
+    int64_t top = (kv->last ? kv->last[i] : j->q_row[i]) + 1;
+    int64_t hi = top < kv->hi ? top : kv->hi, lo = kv->lo;
     if (p->window > 0 && j->q_row[i] - p->window + 1 > lo) lo = j->q_row[i] - p->window + 1;
     qrow_a[l] = (int32_t)(hi - 1), lo_a[l] = (int32_t)lo;
     if (hi > lo) {

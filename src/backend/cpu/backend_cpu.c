@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend/cpu/cpu.h"
@@ -27,6 +28,9 @@ typedef struct cpu_backend {
   size_t moe_cap;
   float *lora;             /* owned scratch of bk_lora: its two products */
   size_t lora_cap;
+  bool prof_on;            /* bk_cpu_profile: collecting */
+  int prof_n;
+  bk_prof_entry prof[BK_PROF_MAX];
 } cpu_backend;
 
 static cpu_backend *cpu(bk_backend *be) { return (cpu_backend *)be; }
@@ -109,6 +113,39 @@ static int cpu_weight_load(bk_backend *be, bk_weight *w, unsigned use, herr *err
 
 static void cpu_weight_release(bk_backend *be, bk_weight *w) { bk_weight_unpack(w); }
 
+static double prof_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Adds one call to the entry of (op, rows, cols); entries past BK_PROF_MAX are dropped. */
+static void prof_add(cpu_backend *c, const char *op, int64_t rows, int64_t cols, double seconds, double bytes) {
+  for (int i = 0; i < c->prof_n; i++) {
+    bk_prof_entry *e = &c->prof[i];
+    if (e->op == op && e->rows == rows && e->cols == cols) {
+      e->calls++, e->seconds += seconds, e->bytes += bytes;
+      return;
+    }
+  }
+  if (c->prof_n < BK_PROF_MAX) c->prof[c->prof_n++] = (bk_prof_entry){op, rows, cols, 1, seconds, bytes};
+}
+
+int bk_cpu_profile(bk_backend *be, bool on) {
+  if (!be || !bk_backend_is_cpu(be)) return -1;
+  cpu_backend *c = cpu(be);
+  if (on) c->prof_n = 0;
+  c->prof_on = on;
+  return 0;
+}
+
+int bk_cpu_profile_read(bk_backend *be, bk_prof_entry *out, int max) {
+  if (!be || !bk_backend_is_cpu(be)) return 0;
+  cpu_backend *c = cpu(be);
+  for (int i = 0; i < c->prof_n && i < max; i++) out[i] = c->prof[i];
+  return c->prof_n;
+}
+
 #define F(t) ((float *)bk_addr(t))
 #define I(t) ((int32_t *)bk_addr(t))
 
@@ -132,7 +169,11 @@ static void cpu_embed_body(bk_backend *be, const bk_tensor *y, const bk_weight *
 
 static void cpu_matmul(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_weight *w, const bk_tensor *bias) {
   herr e = {0};
-  if (bk_matmul(cpu(be)->pool, F(y), F(x), x->rows, w, bias ? F(bias) : NULL, &e)) record(cpu(be), &e);
+  cpu_backend *c = cpu(be);
+  double t0 = c->prof_on ? prof_now() : 0;
+  if (bk_matmul(c->pool, F(y), F(x), x->rows, w, bias ? F(bias) : NULL, &e)) record(c, &e);
+  if (c->prof_on)
+    prof_add(c, "matmul", w->rows, w->cols, prof_now() - t0, (double)bk_row_bytes(w->type, w->cols, w->bits) * (double)w->rows);
 }
 
 static void cpu_rmsnorm_body(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, float eps, bool unit_offset) {
@@ -147,7 +188,14 @@ static void cpu_rope_body(bk_backend *be, const bk_tensor *x, int64_t n_heads, i
     record(c, &e);
     return;
   }
-  for (int64_t r = 0; r < x->rows; r++) c->i64[r] = I(pos)[r];
+  int64_t n = x->rows * (t->n_axes > 1 ? t->n_axes : 1);
+  if (n > x->rows && !HGROW(c->i64, c->i64_cap, (size_t)n)) {
+    herr e = {0};
+    herr_set(&e, HEARTH_ENOMEM, "rope: out of memory");
+    record(c, &e);
+    return;
+  }
+  for (int64_t r = 0; r < n; r++) c->i64[r] = I(pos)[r];
   op_rope(F(x), x->rows, n_heads, head_dim, c->i64, t);
 }
 
@@ -210,14 +258,15 @@ static void cpu_kv_write(bk_backend *be, const bk_kv_layer *kv, const bk_tensor 
 static void cpu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
                           const attn_params *p) {
   cpu_backend *c = cpu(be);
-  const int32_t *row = I(ix->row), *tab = I(ix->tab), *tables = I(ix->tables);
+  double pt0 = c->prof_on ? prof_now() : 0;
+  const int32_t *row = I(ix->row), *tab = I(ix->tab), *tables = I(ix->tables), *last = ix->last ? I(ix->last) : row;
   int64_t T = q->rows, kw = kv->k->cols, vw = kv->v->cols, B = kv->block_rows, width = p->n_heads * p->head_dim;
-  if (!HGROW(c->i64, c->i64_cap, (size_t)T)) goto oom;
-  for (int64_t t = 0; t < T; t++) c->i64[t] = row[t];
+  if (!HGROW(c->i64, c->i64_cap, (size_t)(2 * T))) goto oom;
+  for (int64_t t = 0; t < T; t++) c->i64[t] = row[t], c->i64[T + t] = last[t] > row[t] ? last[t] : row[t];
   for (int64_t t0 = 0; t0 < T;) {
-    int64_t t1 = t0 + 1, hi = row[t0] + 1;
+    int64_t t1 = t0 + 1, hi = c->i64[T + t0] + 1;
     while (t1 < T && tab[t1] == tab[t0]) {
-      if (row[t1] + 1 > hi) hi = row[t1] + 1;
+      if (c->i64[T + t1] + 1 > hi) hi = c->i64[T + t1] + 1;
       t1++;
     }
     int64_t nb = (hi + B - 1) / B;
@@ -228,10 +277,11 @@ static void cpu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor 
       c->ptrs[nb + i] = F(kv->v) + blk * vw;
     }
     kv_view view = {.k_blocks = c->ptrs, .v_blocks = c->ptrs + nb, .block_rows = B, .row_stride = kw, .lo = 0, .hi = hi,
-                    .k_fmt = kv->k_fmt, .v_fmt = kv->v_fmt, .v_row_stride = vw};
+                    .k_fmt = kv->k_fmt, .v_fmt = kv->v_fmt, .v_row_stride = vw, .last = ix->last ? c->i64 + T + t0 : NULL};
     op_attention(c->pool, F(out) + t0 * width, F(q) + t0 * width, t1 - t0, c->i64 + t0, &view, p);
     t0 = t1;
   }
+  if (c->prof_on) prof_add(c, "attention", 0, 0, prof_now() - pt0, 0);
   return;
 oom: {
   herr e = {0};
@@ -377,6 +427,42 @@ static void cpu_attention_sparse(bk_backend *be, const bk_tensor *out, const bk_
   bk_attention_sparse_cpu(cpu(be)->pool, F(out), F(q), q->rows, I(sel), &pr, p);
 }
 
+/* ---- media encoders (references in ref.c) ---- */
+
+static void cpu_act(bk_backend *be, const bk_tensor *x, bk_act act) {
+  (void)be;
+  hpool_fpmode fp = hpool_flush_begin();
+  float *v = F(x);
+  int64_t n = bk_nelem(x);
+  switch (act) {
+    case BK_ACT_SILU: op_silu(v, n); break;
+    case BK_ACT_GELU: op_gelu(v, n); break;
+    case BK_ACT_RELU: op_relu(v, n); break;
+    default: op_gelu_tanh(v, n); break;
+  }
+  hpool_flush_end(fp);
+}
+
+static void cpu_clamp(bk_backend *be, const bk_tensor *x, float lo, float hi) {
+  (void)be;
+  op_clamp(F(x), bk_nelem(x), lo, hi);
+}
+
+static void cpu_embed_bag(bk_backend *be, const bk_tensor *y, const bk_tensor *table, const bk_tensor *ids, const bk_tensor *w) {
+  (void)be;
+  hpool_fpmode fp = hpool_flush_begin();
+  op_embed_bag(F(y), F(table), table->rows, table->cols, I(ids), F(w), y->rows, ids->cols);
+  hpool_flush_end(fp);
+}
+
+static void cpu_attention_rel(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_tensor *k, const bk_tensor *v,
+                              const bk_tensor *rel, const bk_tensor *qscale, int64_t n_valid, const rel_attn_params *p) {
+  (void)be;
+  hpool_fpmode fp = hpool_flush_begin();
+  op_attention_rel(F(out), F(q), F(k), F(v), F(rel), qscale ? F(qscale) : NULL, q->rows, n_valid, p);
+  hpool_flush_end(fp);
+}
+
 static const bk_backend_ops cpu_ops = {
     .close = cpu_close,
     .describe = cpu_describe,
@@ -414,6 +500,10 @@ static const bk_backend_ops cpu_ops = {
     .index_topk = cpu_index_topk,
     .attention_sparse = cpu_attention_sparse,
     .lora = cpu_lora,
+    .act = cpu_act,
+    .clamp = cpu_clamp,
+    .embed_bag = cpu_embed_bag,
+    .attention_rel = cpu_attention_rel,
 };
 
 int bk_cpu_open(const bk_open_opts *opts, bk_backend **out, herr *err) {

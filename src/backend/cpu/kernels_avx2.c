@@ -87,6 +87,7 @@ static inline void emit16_bf16(float *out, const uint16_t *p) {
 /* The fused GEMV step: each group of 16 weights (two vectors) is multiplied
  * into the accumulators of the N activation rows while still in registers. */
 #define X86_RET static inline __attribute__((always_inline)) void
+#define X86_GEMV_PF(p_) X86_PREFETCH(p_, 128)
 #define X86_FN x86_gemv_chunk
 #define X86_PARAMS , const float *xk, int64_t xs, const int N, __m256 (*acc)[GEMV_U], float *tail
 #define FUSE2(s_, o_, lo_, hi_)                                                                           \
@@ -139,6 +140,7 @@ static inline void emit16_bf16(float *out, const uint16_t *p) {
   } while (0)
 #define X86_DONE return
 #include "backend/cpu/kernels_x86.h"
+#undef X86_GEMV_PF
 #define GEMV_FUSED x86_gemv_chunk
 
 #include "backend/cpu/kernels_body.h"

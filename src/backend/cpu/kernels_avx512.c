@@ -74,6 +74,7 @@ static inline void emit16_bf16(float *out, const uint16_t *p) {
 /* The fused GEMV step: each group of 16 weights is multiplied into the
  * accumulators of the N activation rows while still in a register. */
 #define X86_RET static inline __attribute__((always_inline)) void
+#define X86_GEMV_PF(p_) X86_PREFETCH(p_, 128)
 #define X86_FN x86_gemv_chunk
 #define X86_PARAMS , const float *xk, int64_t xs, const int N, __m512 (*acc)[GEMV_U], float *tail
 #define FUSE(s_, o_, wv_)                                                                     \
@@ -112,6 +113,7 @@ static inline void emit16_bf16(float *out, const uint16_t *p) {
   } while (0)
 #define X86_DONE return
 #include "backend/cpu/kernels_x86.h"
+#undef X86_GEMV_PF
 #define GEMV_FUSED x86_gemv_chunk
 
 #include "backend/cpu/kernels_body.h"

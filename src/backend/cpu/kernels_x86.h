@@ -56,7 +56,24 @@ static inline size_t x86_row_bytes(const bk_weight *w) {
 }
 
 static inline __m128i x86_srl16(__m128i v, int c) { return _mm_srl_epi16(v, _mm_cvtsi32_si128(c)); }
+
+/* Software prefetch of a row's bytes X86_PF_DIST ahead (into the next rows,
+ * which are read next): this VM's hardware prefetchers alone keep too few
+ * lines in flight for one thread to reach its memory bandwidth. */
+#define X86_PF_DIST 4096
+#define X86_PREFETCH(p_, bytes_)                                                                    \
+  do {                                                                                              \
+    for (int o_ = 0; o_ < (bytes_); o_ += 64) _mm_prefetch((const char *)(p_) + X86_PF_DIST + o_, _MM_HINT_T0); \
+  } while (0)
 #endif /* BK_X86_HELPERS */
+
+/* X86_GEMV_PF(p): the includer's prefetch of a 128-byte step of an F16 row
+ * (the fused GEMV defines it; the GEMM's dequantizing copy reads a panel of
+ * rows 256 columns at a time, where a row's bytes ahead are not read next). */
+#ifndef X86_GEMV_PF
+#define X86_GEMV_PF(p_) ((void)0)
+#define X86_GEMV_PF_DEFAULT
+#endif
 
 X86_RET X86_FN(const bk_weight *w, int64_t row, int64_t k0, int64_t len X86_PARAMS) {
   const uint8_t *base = (const uint8_t *)w->data + (size_t)row * x86_row_bytes(w);
@@ -67,6 +84,7 @@ X86_RET X86_FN(const bk_weight *w, int64_t row, int64_t k0, int64_t len X86_PARA
       const uint16_t *p = (const uint16_t *)base + k0;
       int64_t k = 0;
       for (; k + 64 <= len; k += 64) { /* four independent sums: loads in flight, not FMA latency, set the pace */
+        X86_GEMV_PF(p + k);
         EMIT_F16(0, k, p + k);
         EMIT_F16(1, k + 16, p + k + 16);
         EMIT_F16(2, k + 32, p + k + 32);
@@ -217,3 +235,8 @@ X86_RET X86_FN(const bk_weight *w, int64_t row, int64_t k0, int64_t len X86_PARA
     default: X86_DONE;
   }
 }
+
+#ifdef X86_GEMV_PF_DEFAULT
+#undef X86_GEMV_PF
+#undef X86_GEMV_PF_DEFAULT
+#endif

@@ -84,10 +84,10 @@ void op_rmsnorm(float *y, const float *x, int64_t n, int64_t d, const float *w, 
 }
 
 void op_rope(float *x, int64_t n, int64_t n_heads, int64_t head_dim, const int64_t *pos, const rope_table *t) {
-  int64_t half = t->rot_dim / 2;
+  int64_t half = t->rot_dim / 2, na = t->n_axes > 1 ? t->n_axes : 1;
   for (int64_t r = 0; r < n; r++) {
     for (int64_t i = 0; i < half; i++) {
-      double angle = (double)pos[r] * t->inv_freq[i];
+      double angle = (double)pos[r * na + (na > 1 ? t->axis[i] : 0)] * t->inv_freq[i];
       float c = (float)(cos(angle) * t->attn_scale), s = (float)(sin(angle) * t->attn_scale);
       int64_t i0 = t->interleaved ? 2 * i : i, i1 = t->interleaved ? 2 * i + 1 : i + half;
       for (int64_t h = 0; h < n_heads; h++) {
@@ -127,6 +127,59 @@ void op_moe_route(int32_t *ids, float *weights, const float *logits, int64_t n, 
       w[j] = (float)p;
     }
   }
+}
+
+void op_clamp(float *x, int64_t n, float lo, float hi) {
+  for (int64_t i = 0; i < n; i++) x[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
+}
+
+void op_embed_bag(float *y, const float *table, int64_t rows, int64_t d, const int32_t *ids, const float *w, int64_t n,
+                  int64_t k) {
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t c = 0; c < d; c++) {
+      double acc = 0;
+      for (int64_t j = 0; j < k; j++) {
+        int32_t id = ids[r * k + j];
+        if (id >= 0 && id < rows) acc += (double)w[r * k + j] * (double)table[(int64_t)id * d + c];
+      }
+      y[r * d + c] = (float)acc;
+    }
+}
+
+void op_attention_rel(float *out, const float *q, const float *k, const float *v, const float *rel, const float *qscale,
+                      int64_t T, int64_t n_valid, const rel_attn_params *p) {
+  int64_t H = p->n_heads, hd = p->head_dim, W = H * hd, span = p->left + p->right + 1;
+  double *s = malloc(sizeof(double) * (size_t)(span > 0 ? span : 1));
+  double *qs = malloc(sizeof(double) * (size_t)(hd > 0 ? hd : 1));
+  if (!s || !qs) { /* the reference's own scratch: an out-of-memory host gives zeros */
+    memset(out, 0, sizeof(float) * (size_t)(T * W));
+    free(s), free(qs);
+    return;
+  }
+  for (int64_t i = 0; i < T; i++)
+    for (int64_t h = 0; h < H; h++) {
+      const float *qi = q + i * W + h * hd;
+      float *o = out + i * W + h * hd;
+      for (int64_t d = 0; d < hd; d++) qs[d] = (double)qi[d] * (qscale ? (double)qscale[d] : 1.0);
+      int64_t lo = i - p->left < 0 ? 0 : i - p->left, hi = i + p->right + 1 < n_valid ? i + p->right + 1 : n_valid;
+      double m = -INFINITY;
+      for (int64_t j = lo; j < hi; j++) {
+        const float *kj = k + j * W + h * hd, *rj = rel + (p->right + i - j) * W + h * hd;
+        double acc = 0;
+        for (int64_t d = 0; d < hd; d++) acc += qs[d] * ((double)kj[d] + (double)rj[d]);
+        if (p->softcap > 0) acc = (double)p->softcap * tanh(acc / (double)p->softcap);
+        s[j - lo] = acc;
+        if (acc > m) m = acc;
+      }
+      double sum = 0;
+      for (int64_t j = lo; j < hi; j++) sum += s[j - lo] = exp(s[j - lo] - m);
+      for (int64_t d = 0; d < hd; d++) {
+        double acc = 0;
+        for (int64_t j = lo; j < hi; j++) acc += s[j - lo] * (double)v[j * W + h * hd + d];
+        o[d] = hi > lo ? (float)(acc / sum) : 0.0f;
+      }
+    }
+  free(s), free(qs);
 }
 
 void op_softmax(float *x, int64_t n, int64_t d) {
@@ -291,7 +344,7 @@ static void attn_task(void *ctx, int task, int tid) {
   int64_t vstride = kv->v_row_stride ? kv->v_row_stride : kv->row_stride;
   const float *qv = j->q + (i * p->n_heads + h) * hd;
   float *o = j->out + (i * p->n_heads + h) * hd;
-  int64_t hi = j->q_row[i] + 1;
+  int64_t hi = (kv->last ? kv->last[i] : j->q_row[i]) + 1;
   if (hi > kv->hi) hi = kv->hi;
   int64_t lo = kv->lo;
   if (p->window > 0 && j->q_row[i] - p->window + 1 > lo) lo = j->q_row[i] - p->window + 1;

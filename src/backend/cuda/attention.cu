@@ -41,6 +41,7 @@ struct at_args {
   float *out;
   const float *q, *K, *V;
   const int32_t *row, *tab, *tables;
+  const int32_t *last; /* NULL, or the last row each query sees (a bidirectional span) */
   int T, H, KVH, hd, B, window;
   int64_t kstride, vstride; /* 4-byte words from one slot's K (V) row to the next */
   int kfmt, vfmt;           /* bk_kv_fmt of the arenas */
@@ -81,6 +82,11 @@ static __device__ __forceinline__ float at_score(const at_args &a, float dot) {
   return s;
 }
 
+/* The last row query t sees: its own, or the end of its bidirectional span. */
+static __device__ __forceinline__ int at_top(const at_args &a, int t) {
+  return a.last ? max(a.last[t], a.row[t]) : a.row[t];
+}
+
 static __device__ __forceinline__ int at_lo(const at_args &a, int r) {
   return a.window > 0 && r - a.window + 1 > 0 ? r - a.window + 1 : 0;
 }
@@ -98,7 +104,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4) attn_decode_kernel(at_args 
   const float *qp = a.q + ((int64_t)t * a.H + h) * hd;
   for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = qp[d];
   __syncthreads();
-  const int rq = a.row[t], tv = a.tab[t], hi = rq + 1, lo = at_lo(a, rq);
+  const int rq = a.row[t], tv = a.tab[t], hi = at_top(a, t) + 1, lo = at_lo(a, rq);
   /* this block's share of [lo, hi): whole chunks of 32 rows */
   const int per = ((max(hi - lo, 0) + a.nsplit - 1) / a.nsplit + 31) & ~31;
   const int b0 = lo + sp * per, b1 = min(hi, b0 + per);
@@ -586,7 +592,7 @@ __global__ void __launch_bounds__(FL_WARPS * 32) attn_flash_kernel(at_args a) {
     for (int i = 0; i < nq; i++) {
       const int r = a.row[s0 + i];
       jlo = min(jlo, at_lo(a, r));
-      jhi = max(jhi, r + 1);
+      jhi = max(jhi, at_top(a, s0 + i) + 1);
     }
     __syncthreads(); /* the previous segment is done with shared memory */
     for (int idx = threadIdx.x; idx < FL_BQ * hd; idx += blockDim.x) {
@@ -598,8 +604,8 @@ __global__ void __launch_bounds__(FL_WARPS * 32) attn_flash_kernel(at_args a) {
 #pragma unroll
     for (int k = 0; k < FL_QW; k++) {
       const int qi = warp * FL_QW + k;
-      rowq[k] = qi < nq ? a.row[s0 + qi] : -1;
-      loq[k] = qi < nq ? at_lo(a, rowq[k]) : 0;
+      rowq[k] = qi < nq ? at_top(a, s0 + qi) : -1;
+      loq[k] = qi < nq ? at_lo(a, a.row[s0 + qi]) : 0;
       m[k] = -INFINITY;
       l[k] = 0.0f;
 #pragma unroll
@@ -912,6 +918,7 @@ void cu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, cons
   a.row = cu_i(ix->row);
   a.tab = cu_i(ix->tab);
   a.tables = cu_i(ix->tables);
+  a.last = ix->last ? cu_i(ix->last) : NULL;
   a.T = (int)T;
   a.H = (int)H;
   a.KVH = (int)KVH;
@@ -963,7 +970,7 @@ void cu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, cons
   cu_prof_part_end(b, pi);
   if (T > 1) {
     pi = cu_prof_part(b, "attention flash kernel", T);
-    if (b->fast_matmul && (hd == 64 || hd == 128)) { /* fast precision: tensor cores */
+    if (b->fast_matmul && (hd == 64 || hd == 128) && !a.last) { /* fast precision: tensor cores (causal only; bidirectional spans take the exact kernel) */
       if (hd == 64)
         attn_flash_tc_kernel<64><<<dim3(cu_blocks(T, TC_BQ), (unsigned)H), TC_WARPS * 32, tc_smem<64>(), b->stream>>>(a);
       else

@@ -104,12 +104,23 @@ static void rope_entry_free(cu_rope_entry *r) {
 }
 
 const double *cu_rope_freqs(cu_backend *b, const rope_table *t) {
-  int64_t n = t->rot_dim / 2;
-  if (n <= 0) return NULL;
+  /* the frequencies, then (several position axes) each frequency's axis as a double */
+  const int64_t half = t->rot_dim / 2, n = t->n_axes > 1 ? 2 * half : half;
+  if (half <= 0) return NULL;
   size_t bytes = (size_t)n * sizeof(double);
+  double *want = (double *)malloc(bytes);
+  if (!want) {
+    cu_fail(b, HEARTH_ENOMEM, "cuda rope: out of memory");
+    return NULL;
+  }
+  memcpy(want, t->inv_freq, (size_t)half * sizeof(double));
+  for (int64_t i = half; i < n; i++) want[i] = (double)t->axis[i - half];
   for (int i = 0; i < CU_ROPE_CACHE; i++) {
     cu_rope_entry *r = &b->rope[i];
-    if (r->host == t->inv_freq && r->n == n && !memcmp(r->copy, t->inv_freq, bytes)) return r->dev;
+    if (r->host == t->inv_freq && r->n == n && !memcmp(r->copy, want, bytes)) {
+      free(want);
+      return r->dev;
+    }
   }
   /* a new table, or a reused address with other values: take a slot (stale entries of the same pointer first) */
   int slot = -1;
@@ -121,13 +132,9 @@ const double *cu_rope_freqs(cu_backend *b, const rope_table *t) {
   cu_rope_entry *r = &b->rope[slot];
   if (r->dev) cudaStreamSynchronize(b->stream); /* queued ropes may still read it */
   rope_entry_free(r);
-  r->copy = (double *)malloc(bytes);
-  cudaError_t e = cudaErrorMemoryAllocation;
-  if (r->copy) {
-    memcpy(r->copy, t->inv_freq, bytes);
-    e = cudaMalloc(&r->dev, bytes);
-    if (e == cudaSuccess) e = cudaMemcpy(r->dev, r->copy, bytes, cudaMemcpyHostToDevice);
-  }
+  r->copy = want;
+  cudaError_t e = cudaMalloc(&r->dev, bytes);
+  if (e == cudaSuccess) e = cudaMemcpy(r->dev, r->copy, bytes, cudaMemcpyHostToDevice);
   if (e != cudaSuccess) {
     cudaGetLastError();
     rope_entry_free(r);
@@ -415,7 +422,7 @@ static int cu_graph_end(bk_backend *be, herr *err) {
 /* ---- the table ---- */
 
 /* Positional: this notices the table gaining or losing an entry. */
-static_assert(sizeof(bk_backend_ops) == 38 * sizeof(void *), "bk_backend_ops changed: update cu_ops");
+static_assert(sizeof(bk_backend_ops) == 42 * sizeof(void *), "bk_backend_ops changed: update cu_ops");
 
 static const bk_backend_ops cu_ops = {
     cu_close,      cu_describe,   cu_mem_info, cu_buf_new,  cu_buf_free, cu_set,          cu_get,     cu_copy,
@@ -423,6 +430,7 @@ static const bk_backend_ops cu_ops = {
     cu_add,        cu_softcap,    cu_get_rows, cu_scale,    cu_get_cols, cu_moe_route, cu_moe,  cu_kv_write,
     cu_attention,  cu_conv1d,     cu_delta_rule, cu_sigmoid_mul, cu_sample, cu_graph_begin, cu_graph_end,
     cu_set_cols,   cu_set_rows,   cu_layernorm, cu_moe_route_group, cu_index_topk, cu_attention_sparse, cu_lora,
+    cu_act,        cu_clamp,      cu_embed_bag, cu_attention_rel,
 };
 
 extern "C" __attribute__((visibility("default"))) int hearth_cuda_backend_open(int abi, int device, const bk_open_opts *opts,

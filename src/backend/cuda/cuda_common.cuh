@@ -133,6 +133,14 @@ CU_HIDDEN void cu_moe_route_group(bk_backend *be, const bk_tensor *ids, const bk
                                   const bk_tensor *bias, int64_t n_group, int64_t topk_group, bool norm, float scale);
 CU_HIDDEN void cu_index_topk(bk_backend *be, const bk_tensor *sel, const bk_tensor *q, const bk_tensor *w,
                              const bk_kv_layer *keys, const bk_attn_index *ix, const index_params *p);
+/* media.cu: the media encoders' ops */
+CU_HIDDEN void cu_act(bk_backend *be, const bk_tensor *x, bk_act act);
+CU_HIDDEN void cu_clamp(bk_backend *be, const bk_tensor *x, float lo, float hi);
+CU_HIDDEN void cu_embed_bag(bk_backend *be, const bk_tensor *y, const bk_tensor *table, const bk_tensor *ids,
+                            const bk_tensor *w);
+CU_HIDDEN void cu_attention_rel(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_tensor *k,
+                                const bk_tensor *v, const bk_tensor *rel, const bk_tensor *qscale, int64_t n_valid,
+                                const rel_attn_params *p);
 CU_HIDDEN void cu_attention_sparse(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv,
                                    const bk_attn_index *ix, const bk_tensor *sel, const sparse_attn_params *p);
 /* lora.cu: a LoRA adapter's delta on a run of rows */

@@ -58,12 +58,13 @@ void cu_rmsnorm(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk
 
 /* ---- rope ---- */
 
-/* Block r: position pos[r]; thread i per frequency, over all heads. */
+/* Block r: token r's position(s) (na axes: frequency i turns by axis inv_freq[half + i]); thread i per
+ * frequency, over all heads. */
 __global__ void rope_kernel(float *x, int64_t n_heads, int64_t head_dim, const int32_t *__restrict__ pos,
-                            const double *__restrict__ inv_freq, int64_t half, double attn_scale, int interleaved) {
+                            const double *__restrict__ inv_freq, int64_t half, double attn_scale, int interleaved, int na) {
   const int64_t r = blockIdx.x;
-  const double p = (double)pos[r];
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+    const double p = (double)pos[r * na + (na > 1 ? (int)inv_freq[half + i] : 0)];
     double sn, cs;
     sincos(p * inv_freq[i], &sn, &cs);
     const float c = (float)(cs * attn_scale), s = (float)(sn * attn_scale);
@@ -80,8 +81,9 @@ __global__ void rope_kernel(float *x, int64_t n_heads, int64_t head_dim, const i
 void cu_rope(bk_backend *be, const bk_tensor *x, int64_t n_heads, int64_t head_dim, const bk_tensor *pos, const rope_table *t) {
   cu_backend *b = cu_be(be);
   if (b->err.code) return;
-  if (x->cols != n_heads * head_dim || bk_nelem(pos) < x->rows || t->rot_dim > head_dim || t->rot_dim % 2 ||
-      t->rot_dim < 0) {
+  const int na = t->n_axes > 1 ? (int)t->n_axes : 1;
+  if (x->cols != n_heads * head_dim || bk_nelem(pos) < x->rows * na || t->rot_dim > head_dim || t->rot_dim % 2 ||
+      t->rot_dim < 0 || (na > 1 && !t->axis)) {
     cu_fail(b, HEARTH_EINTERNAL, "cuda rope: x [%lld, %lld] as %lld heads of %lld, rot_dim %lld, %lld positions",
             (long long)x->rows, (long long)x->cols, (long long)n_heads, (long long)head_dim, (long long)t->rot_dim,
             (long long)bk_nelem(pos));
@@ -94,7 +96,7 @@ void cu_rope(bk_backend *be, const bk_tensor *x, int64_t n_heads, int64_t head_d
   if (!f) return;
   int threads = half >= 128 ? 128 : (int)((half + 31) / 32 * 32);
   rope_kernel<<<(unsigned)x->rows, threads, 0, b->stream>>>(cu_fw(x), n_heads, head_dim, cu_i(pos), f, half, t->attn_scale,
-                                                            t->interleaved ? 1 : 0);
+                                                            t->interleaved ? 1 : 0, na);
   cu_check(b, "rope");
 }
 

@@ -1,0 +1,402 @@
+/* denoise.c — block diffusion's denoising run (see denoise.h): the
+ * encoder's forwards, the decoder's canvas passes, the linear temperature
+ * schedule, the entropy-bound sampler, the stable-and-confident stop, and
+ * the blocks committed as they become final. Sampling is on the host over
+ * each step's logits rows; the model sees token ids and the
+ * self-conditioning probabilities. */
+#include "engine/denoise.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/pool.h"
+#include "engine/emit.h"
+#include "engine/kv_cache.h"
+#include "engine/sample.h"
+
+void denoise_params_default(denoise_params *p) {
+  p->max_denoising_steps = 48;
+  p->t_min = 0.4;
+  p->t_max = 0.8;
+  p->entropy_bound = 0.1;
+  p->stability_threshold = 1;
+  p->confidence_threshold = 0.005;
+}
+
+int denoise_params_check(const denoise_params *p, herr *err) {
+  if (p->max_denoising_steps <= 0 || p->max_denoising_steps > 100000)
+    return herr_set_at(err, HEARTH_EINVAL, "max_denoising_steps", HEARTH_CAUSE_NONE, "max_denoising_steps must be in 1..100000");
+  if (!(p->t_min >= 0) || !(p->t_max > p->t_min) || !isfinite(p->t_max))
+    return herr_set_at(err, HEARTH_EINVAL, "t_min", HEARTH_CAUSE_NONE, "the temperatures must satisfy 0 <= t_min < t_max");
+  if (!(p->entropy_bound > 0) || !isfinite(p->entropy_bound))
+    return herr_set_at(err, HEARTH_EINVAL, "entropy_bound", HEARTH_CAUSE_NONE, "entropy_bound must be a positive number");
+  if (!isfinite(p->confidence_threshold))
+    return herr_set_at(err, HEARTH_EINVAL, "confidence_threshold", HEARTH_CAUSE_NONE, "confidence_threshold must be finite");
+  return 0;
+}
+
+typedef enum { PHASE_ENCODE, PHASE_DENOISE, PHASE_DONE } phase;
+
+/* Canvases of at least this many logits are sampled on up to this many threads. */
+#define DENOISE_POOL_MIN (1 << 15)
+#define DENOISE_POOL_THREADS 8
+
+struct denoise_run {
+  model *m;
+  const gen_request *req;   /* borrowed */
+  denoise_params p;
+  denoise_draws draws;
+  sample_rng rng;
+  kv_seq *kv;               /* borrowed */
+  int64_t C, V, max_blocks, blocks;
+  phase ph;
+  const int32_t *enc;       /* what the encoder still has to read: the prompt, or the last block */
+  int64_t enc_n, enc_at;
+  int cur_step;             /* max_denoising_steps .. 1 */
+  bool have_sc;
+  int32_t *canvas, *argmax, *sampled, *block, *history; /* [C] each; history [stability * C] */
+  int64_t hist_n;
+  float *logits, *sc;       /* [C, V] */
+  double *entropy, *lp, *u; /* [C] */
+  bool *keep;               /* [C] */
+  float temp;               /* this step's temperature */
+  hpool *pool;              /* owned, NULL: the positions one after another (small canvases) */
+  int64_t *order;           /* [C] */
+  denoise_stats stats;
+};
+
+static int32_t draw_token(denoise_run *r) {
+  if (r->draws.token) return r->draws.token(r->draws.ctx, r->V);
+  return (int32_t)(sample_rng_uniform(&r->rng) * (double)r->V);
+}
+
+static double draw_uniform(denoise_run *r) {
+  if (r->draws.uniform) return r->draws.uniform(r->draws.ctx);
+  return sample_rng_uniform(&r->rng);
+}
+
+int64_t denoise_kv_rows(const model *m, int64_t n_prompt, int64_t max_new) {
+  int64_t C = model_canvas_length(m);
+  if (C <= 0) return n_prompt + max_new;
+  return n_prompt + (max_new + C - 1) / C * C;
+}
+
+void denoise_run_free(denoise_run *r) {
+  if (!r) return;
+  free(r->canvas);
+  free(r->argmax);
+  free(r->sampled);
+  free(r->block);
+  free(r->history);
+  free(r->logits);
+  free(r->sc);
+  free(r->entropy);
+  free(r->lp);
+  free(r->order);
+  free(r->keep);
+  free(r->u);
+  if (r->pool) hpool_destroy(r->pool);
+  free(r);
+}
+
+int denoise_run_new(model *m, const gen_request *req, const denoise_params *p, const denoise_draws *draws, kv_seq *kv,
+                    int64_t max_new, denoise_run **out, herr *err) {
+  *out = NULL;
+  int64_t C = model_canvas_length(m);
+  if (C <= 0) return herr_set(err, HEARTH_EUNSUPPORTED, "denoise: the model is not a block-diffusion model");
+  if (!req->prompt || req->n_prompt == 0) return herr_set(err, HEARTH_EINVAL, "denoise: the prompt has no tokens");
+  denoise_params defaults;
+  if (!p) {
+    denoise_params_default(&defaults);
+    p = &defaults;
+  }
+  int rc = denoise_params_check(p, err);
+  if (rc) return rc;
+  denoise_run *r = calloc(1, sizeof *r);
+  if (!r) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  r->m = m, r->req = req, r->p = *p, r->kv = kv, r->C = C, r->V = model_vocab_size(m);
+  if (draws) r->draws = *draws;
+  sample_rng_seed(&r->rng, req->sample.seed);
+  r->max_blocks = (max_new + C - 1) / C;
+  r->hist_n = p->stability_threshold > 0 ? p->stability_threshold : 0;
+  size_t cv = (size_t)C * (size_t)r->V;
+  r->canvas = malloc(sizeof(int32_t) * (size_t)C);
+  r->argmax = malloc(sizeof(int32_t) * (size_t)C);
+  r->sampled = malloc(sizeof(int32_t) * (size_t)C);
+  r->block = malloc(sizeof(int32_t) * (size_t)C);
+  r->history = malloc(sizeof(int32_t) * (size_t)(C * (r->hist_n ? r->hist_n : 1)));
+  r->logits = malloc(sizeof(float) * cv);
+  r->sc = malloc(sizeof(float) * cv);
+  r->entropy = malloc(sizeof(double) * (size_t)C);
+  r->lp = malloc(sizeof(double) * (size_t)C);
+  r->order = malloc(sizeof(int64_t) * (size_t)C);
+  r->keep = malloc(sizeof(bool) * (size_t)C);
+  r->u = malloc(sizeof(double) * (size_t)C);
+  if (!r->u || !r->keep || !r->canvas || !r->argmax || !r->sampled || !r->block || !r->history || !r->logits || !r->sc || !r->entropy || !r->lp ||
+      !r->order) {
+    denoise_run_free(r);
+    return herr_set(err, HEARTH_ENOMEM, "denoise: out of memory for a canvas of %lld × %lld logits", (long long)C,
+                    (long long)r->V);
+  }
+  /* a canvas of many large rows is sampled on a few threads of the run's own */
+  if (C > 1 && C * r->V >= DENOISE_POOL_MIN) {
+    int n = hpool_cpu_count();
+    r->pool = hpool_create(n < DENOISE_POOL_THREADS ? n : DENOISE_POOL_THREADS); /* NULL: one thread */
+  }
+  r->ph = r->max_blocks > 0 ? PHASE_ENCODE : PHASE_DONE;
+  r->enc = req->prompt, r->enc_n = (int64_t)req->n_prompt, r->enc_at = 0;
+  *out = r;
+  return 0;
+}
+
+void denoise_run_stats(const denoise_run *r, denoise_stats *out) { *out = r->stats; }
+
+static void start_block(denoise_run *r) {
+  for (int64_t i = 0; i < r->C; i++) r->canvas[i] = draw_token(r);
+  r->cur_step = r->p.max_denoising_steps;
+  r->have_sc = false;
+  for (int64_t i = 0; i < r->C * r->hist_n; i++) r->history[i] = -1;
+  r->ph = PHASE_DENOISE;
+}
+
+/* order[0..n) sorted by ascending e[] (ties by position). */
+static void sort_by_entropy(int64_t *order, int64_t n, const double *e) {
+  for (int64_t i = 1; i < n; i++) {
+    int64_t x = order[i], j = i;
+    for (; j > 0 && (e[order[j - 1]] > e[x] || (e[order[j - 1]] == e[x] && order[j - 1] > x)); j--) order[j] = order[j - 1];
+    order[j] = x;
+  }
+}
+
+/* Position i of a step: its logits over the temperature, entropy, argmax and
+ * its logprob, the probabilities (the next step's self-conditioning), and the
+ * denoiser's sample — the first token whose cumulative probability exceeds
+ * u × the total, u drawn beforehand in position order. */
+static void denoise_position(void *ctx, int pos, int tid) {
+  (void)tid;
+  denoise_run *r = ctx;
+  int64_t i = pos, V = r->V;
+  float tf = r->temp;
+  float *x = r->logits + i * V, *pr = r->sc + i * V;
+  float mx = -INFINITY;
+  int32_t am = 0;
+  for (int64_t v = 0; v < V; v++) {
+    x[v] = x[v] / tf;
+    if (x[v] > mx) mx = x[v], am = (int32_t)v;
+  }
+  double sum = 0, dot = 0;
+  for (int64_t v = 0; v < V; v++) {
+    double e = exp((double)x[v] - (double)mx);
+    sum += e;
+    dot += e * (double)x[v];
+  }
+  double lse = (double)mx + log(sum);
+  r->entropy[i] = lse - dot / sum;
+  r->argmax[i] = am;
+  r->lp[i] = (double)x[am] - lse;
+  double total = 0;
+  for (int64_t v = 0; v < V; v++) {
+    pr[v] = (float)(exp((double)x[v] - lse));
+    total += pr[v];
+  }
+  double target = r->u[i] * total, acc = 0;
+  int32_t pick = (int32_t)(V - 1);
+  for (int64_t v = 0; v < V; v++) {
+    acc += pr[v];
+    if (acc > target) {
+      pick = (int32_t)v;
+      break;
+    }
+  }
+  r->sampled[i] = pick;
+}
+
+/* One denoising step's sampling over r->logits; true when the block is final. */
+static bool denoise_logits(denoise_run *r) {
+  int64_t C = r->C;
+  /* in float, as the reference computes it (a float tensor of the step number) */
+  float frac = (float)r->cur_step / (float)r->p.max_denoising_steps;
+  r->temp = (float)r->p.t_min + (float)(r->p.t_max - r->p.t_min) * frac;
+  for (int64_t i = 0; i < C; i++) r->u[i] = draw_uniform(r);
+  if (r->pool) hpool_for(r->pool, (int)C, denoise_position, r);
+  else
+    for (int64_t i = 0; i < C; i++) denoise_position(r, (int)i, 0);
+  double mean_entropy = 0;
+  for (int64_t i = 0; i < C; i++) mean_entropy += r->entropy[i];
+  mean_entropy /= (double)C;
+  /* entropy-bound acceptance: the lowest-entropy positions while sum - max <= bound */
+  for (int64_t i = 0; i < C; i++) r->order[i] = i;
+  sort_by_entropy(r->order, C, r->entropy);
+  double cum = 0;
+  bool *keep = r->keep;
+  for (int64_t k = 0; k < C; k++) {
+    double e = r->entropy[r->order[k]];
+    cum += e;
+    keep[r->order[k]] = cum - e <= r->p.entropy_bound;
+  }
+  /* renoising: every position not kept gets a random token (a full canvas is drawn) */
+  for (int64_t i = 0; i < C; i++) {
+    int32_t t = draw_token(r);
+    r->canvas[i] = keep[i] ? r->sampled[i] : t;
+  }
+  /* stable and confident */
+  bool finished = false;
+  if (r->p.stability_threshold >= 0 && r->p.confidence_threshold > 0) {
+    bool stable = true;
+    for (int64_t h = 0; h < r->hist_n && stable; h++) stable = !memcmp(r->history + h * C, r->argmax, sizeof(int32_t) * (size_t)C);
+    if (r->hist_n) {
+      memmove(r->history, r->history + C, sizeof(int32_t) * (size_t)(C * (r->hist_n - 1)));
+      memcpy(r->history + C * (r->hist_n - 1), r->argmax, sizeof(int32_t) * (size_t)C);
+    }
+    finished = stable && mean_entropy < r->p.confidence_threshold;
+  }
+  r->have_sc = true; /* sc holds softmax(these logits) for the next step */
+  if (r->draws.step) r->draws.step(r->draws.ctx, r->cur_step, r->argmax, r->canvas, C);
+  r->stats.steps++;
+  r->cur_step--;
+  if (finished && r->cur_step > 0) r->stats.early_stops++;
+  return finished || r->cur_step == 0;
+}
+
+int denoise_run_step(denoise_run *r, gen_commit_fn commit, void *ctx, bool *done, herr *err) {
+  *done = false;
+  int rc;
+  if (r->ph == PHASE_DONE) {
+    *done = true;
+    return 0;
+  }
+  if (r->ph == PHASE_ENCODE) {
+    int chunk = r->req->prefill_chunk > 0 ? r->req->prefill_chunk : GEN_DEFAULT_PREFILL_CHUNK;
+    int64_t n = r->enc_n - r->enc_at < chunk ? r->enc_n - r->enc_at : chunk;
+    model_seq s = {.kv = r->kv, .tokens = r->enc + r->enc_at, .n_tokens = (int)n, .out = MODEL_OUT_NONE,
+                   .lora = r->req->lora, .n_lora = r->req->n_lora};
+    model_batch b = {.seqs = &s, .n_seqs = 1};
+    if ((rc = model_forward(r->m, &b, NULL, err))) return rc;
+    r->enc_at += n;
+    if (r->enc_at == r->enc_n) start_block(r);
+    return 0;
+  }
+  model_seq s = {.kv = r->kv, .tokens = r->canvas, .n_tokens = (int)r->C, .all_logits = true, .canvas = true,
+                 .self_cond = r->have_sc ? r->sc : NULL, .lora = r->req->lora, .n_lora = r->req->n_lora};
+  model_batch b = {.seqs = &s, .n_seqs = 1};
+  if ((rc = model_forward(r->m, &b, r->logits, err))) return rc;
+  if (!denoise_logits(r)) return 0;
+  /* the block is final: commit it, then encode it for the next one */
+  memcpy(r->block, r->argmax, sizeof(int32_t) * (size_t)r->C);
+  r->blocks++;
+  r->stats.blocks++;
+  for (int64_t i = 0; i < r->C; i++) {
+    sample_token st = {.id = r->block[i], .logprob = (float)r->lp[i]};
+    if (commit(ctx, &st)) {
+      r->ph = PHASE_DONE;
+      *done = true;
+      return 0;
+    }
+  }
+  if (r->blocks >= r->max_blocks) {
+    r->ph = PHASE_DONE;
+    *done = true;
+    return 0;
+  }
+  r->ph = PHASE_ENCODE;
+  r->enc = r->block, r->enc_n = r->C, r->enc_at = 0;
+  return 0;
+}
+
+/* ---- the whole loop for one request ---- */
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct one_ctx {
+  const gen_request *req;
+  gen_emit out;
+  gen_result *res;
+  int64_t max_new;
+  gen_token_fn fn;
+  void *user;
+  int rc;
+  herr *err;
+  bool cancelled;
+} one_ctx;
+
+static bool one_commit(void *ctx, const sample_token *st) {
+  one_ctx *c = ctx;
+  bool ended = false;
+  if ((c->rc = gen_emit_token(&c->out, c->req, st->id, c->max_new, c->res, &ended, c->err))) return true;
+  if (c->fn && c->fn(c->user, hbuf_str(&c->out.delta), c->out.delta.len, st)) {
+    c->cancelled = true;
+    return true;
+  }
+  return ended;
+}
+
+int denoise_generate(model *m, const tokenizer *tok, const gen_request *req, const denoise_params *p,
+                     const denoise_draws *draws, gen_token_fn fn, void *user, gen_result *res, herr *err) {
+  memset(res, 0, sizeof *res);
+  res->stop_index = -1;
+  res->stop_token = -1;
+  res->prompt_tokens = (int64_t)req->n_prompt;
+  if (!req->prompt || req->n_prompt == 0) return herr_set(err, HEARTH_EINVAL, "denoise: the prompt has no tokens");
+  if (req->n_stop && !tok) return herr_set(err, HEARTH_EINVAL, "denoise: stop strings need a tokenizer to decode the output");
+  int64_t vocab = model_vocab_size(m);
+  for (size_t i = 0; i < req->n_prompt; i++)
+    if (req->prompt[i] < 0 || req->prompt[i] >= vocab)
+      return herr_set(err, HEARTH_EINVAL, "denoise: prompt token %zu is id %d, outside the vocabulary (size %lld)", i,
+                      (int)req->prompt[i], (long long)vocab);
+  int64_t max_new = 0;
+  int rc = gen_check_context(m, req, &max_new, err);
+  if (rc) return rc;
+  if (max_new == 0) {
+    res->finish = GEN_FINISH_LENGTH;
+    return 0;
+  }
+  one_ctx c = {.req = req, .res = res, .max_new = max_new, .fn = fn, .user = user, .err = err};
+  kv_cache *cache = NULL;
+  kv_seq *seq = NULL;
+  denoise_run *run = NULL;
+  model_kv_geometry geom;
+  model_kv_geometry_of(m, &geom);
+  if ((rc = gen_emit_init(&c.out, tok, req, err))) return rc;
+  if ((rc = kv_cache_new(&geom, denoise_kv_rows(m, (int64_t)req->n_prompt, max_new), &cache, err)) ||
+      (rc = kv_cache_seq_new(cache, &seq, err)) || (rc = denoise_run_new(m, req, p, draws, seq, max_new, &run, err)))
+    goto done;
+  double t0 = now_seconds();
+  bool fin = false, prefilled = false;
+  while (!fin) {
+    if (req->cancel && *req->cancel) {
+      c.cancelled = true;
+      break;
+    }
+    if ((rc = denoise_run_step(run, one_commit, &c, &fin, err))) goto done;
+    if (c.rc) {
+      rc = c.rc;
+      goto done;
+    }
+    if (c.cancelled) break;
+    if (!prefilled && run->ph != PHASE_ENCODE) {
+      prefilled = true;
+      res->prefill_seconds = now_seconds() - t0;
+    }
+  }
+  if (c.cancelled) {
+    res->finish = GEN_FINISH_CANCELLED;
+    rc = herr_set(err, HEARTH_ECANCELLED, "denoise: cancelled after %lld tokens", (long long)res->completion_tokens);
+    goto done;
+  }
+  if ((rc = gen_emit_flush(&c.out, res, err))) goto done;
+  if (c.out.delta.len && fn) fn(user, hbuf_str(&c.out.delta), c.out.delta.len, NULL);
+  res->decode_seconds = now_seconds() - t0 - res->prefill_seconds;
+
+done:
+  denoise_run_free(run);
+  if (seq) kv_cache_seq_free(seq);
+  kv_cache_free(cache);
+  gen_emit_free(&c.out);
+  return rc;
+}

@@ -1,0 +1,112 @@
+/* media.h — decoded media: what an image, a sound or a video becomes before
+ * any model sees it, and the decoders that make them (image.c: JPEG, PNG,
+ * WebP, GIF's first frame with libjpeg-turbo / libpng / libwebp / giflib;
+ * av.c: audio and video through FFmpeg's libraries; source.c: data URLs,
+ * local files and, when allowed, http(s) URLs). Knows nothing of models:
+ * a model's encoder (model/mm.h) takes these as they are.
+ *
+ * Every decoder works on bytes in memory, checks the limits before it
+ * allocates (media_limits), and reports a bad or oversized medium as an
+ * error (HEARTH_EINVAL), never a crash. */
+#ifndef HEARTH_MEDIA_MEDIA_H
+#define HEARTH_MEDIA_MEDIA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+typedef enum media_kind { MEDIA_IMAGE = 0, MEDIA_AUDIO = 1, MEDIA_VIDEO = 2 } media_kind;
+#define MEDIA_KINDS 3
+#define MEDIA_BIT(k) (1u << (k))
+/* "image", "audio", "video". */
+static inline const char *media_kind_name(media_kind k) {
+  return k == MEDIA_IMAGE ? "image" : k == MEDIA_AUDIO ? "audio" : k == MEDIA_VIDEO ? "video" : "medium";
+}
+
+/* An RGB image: h rows of w pixels, 3 bytes each (R, G, B), top row
+ * first, no padding between rows. Alpha is dropped as PIL's convert("RGB")
+ * drops it; grey and palette images are expanded. */
+typedef struct media_image {
+  int32_t w, h;
+  uint8_t *rgb;   /* owned: w * h * 3 bytes */
+} media_image;
+
+/* Sound as 16 kHz mono f32 samples in [-1, 1]. */
+#define MEDIA_AUDIO_RATE 16000
+typedef struct media_audio {
+  float *pcm;     /* owned: n samples */
+  int64_t n;
+} media_audio;
+
+/* A video as frames sampled from it, each an RGB image, with the time
+ * (seconds from the start) it was shown. */
+typedef struct media_video {
+  int32_t n_frames;
+  media_image *frames;  /* owned: n_frames */
+  double *t;            /* owned: n_frames timestamps */
+  double fps;           /* the stream's own frame rate (0: unknown) */
+  double duration;      /* seconds */
+  int64_t src_frames;   /* frames in the stream (0: unknown) */
+} media_video;
+
+/* One decoded medium. hash is a 64-bit identity of the decoded content
+ * (kind, sizes and every byte or sample), never 0: the prefix cache keys a
+ * prompt's media rows on it. */
+typedef struct media {
+  media_kind kind;
+  media_image image;
+  media_audio audio;
+  media_video video;
+  uint64_t hash;
+} media;
+
+void media_free(media *m);
+/* The content hash media.hash holds (computed by the decoders). */
+uint64_t media_hash(const media *m);
+
+/* Bounds on what a decoder accepts; a medium beyond them is refused before
+ * it is decoded in full. Zero fields take the defaults. */
+typedef struct media_limits {
+  size_t max_bytes;        /* encoded bytes (default 32 MiB) */
+  int64_t max_pixels;      /* width * height of an image or frame (default 50 M) */
+  int32_t max_side;        /* width or height (default 16384) */
+  double max_seconds;      /* audio / video duration (default 600) */
+} media_limits;
+void media_limits_default(media_limits *l);
+
+/* How a video is sampled: fps frames a second (<= 0: every frame), at most
+ * max_frames of them (evenly spread over the video when there are more;
+ * <= 0: no cap). */
+typedef struct media_video_opts {
+  double fps;
+  int32_t max_frames;
+} media_video_opts;
+
+/* Decodes an image (JPEG, PNG, WebP, GIF — its first frame) from bytes. */
+int media_decode_image(const void *data, size_t n, const media_limits *lim, media *out, herr *err);
+/* Decodes the first audio stream of any container FFmpeg reads into 16 kHz
+ * mono samples. */
+int media_decode_audio(const void *data, size_t n, const media_limits *lim, media *out, herr *err);
+/* Decodes the first video stream's frames at vo's rate. */
+int media_decode_video(const void *data, size_t n, const media_limits *lim, const media_video_opts *vo, media *out,
+                       herr *err);
+
+/* Where media bytes come from: a data URL ("data:image/png;base64,...")
+ * or a plain base64 string when bare_base64, a local path or file:// URL
+ * (allow_files), or an http(s) URL (allow_remote: fetched with libcurl,
+ * at most lim->max_bytes). The bytes are malloc'ed into *out / *n. */
+typedef struct media_source_opts {
+  bool allow_files;
+  bool allow_remote;
+  bool bare_base64;
+  const media_limits *lim;
+} media_source_opts;
+int media_fetch(const char *url, const media_source_opts *o, uint8_t **out, size_t *n, herr *err);
+
+/* Decodes whichever kind `kind` asks for from a source as media_fetch reads it. */
+int media_load(media_kind kind, const char *url, const media_source_opts *o, const media_video_opts *vo, media *out,
+               herr *err);
+
+#endif

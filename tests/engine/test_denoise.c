@@ -1,0 +1,504 @@
+/* test_denoise.c — DiffusionGemma against transformers
+ * (tests/fixtures/golden/diffusion_gemma-f32, made by
+ * tools/gen_diffusion_golden.py): the decoder's logits for a given prompt
+ * and canvas, without and with self-conditioning, against the float64
+ * reference; generations (block diffusion, an EOS inside a block) replaying
+ * the reference's random draws, whole and block by block from the
+ * reference's earlier blocks, step by step (see test_blocks_from_reference
+ * for how far a step-by-step match can go); the stable-and-confident stop;
+ * tokens arriving a block at a time; cancellation between denoising steps;
+ * a causal model refused. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "engine/denoise.h"
+#include "engine/kv_cache.h"
+#include "model/model.h"
+#include "test.h"
+#include "test_device.h"
+
+#define DIR HEARTH_SOURCE_DIR "/tests/fixtures/golden/diffusion_gemma-f32"
+
+static json_t *doc;
+static float *bin;
+static size_t bin_n;
+static model *m;
+
+static int setup(void) {
+  herr err = {0};
+  doc = hjson_load_file(DIR "/golden.json", &err);
+  if (!doc) {
+    fprintf(stderr, "%s\n", err.msg);
+    return -1;
+  }
+  FILE *f = fopen(DIR "/logits_f32.bin", "rb");
+  if (!f) return -1;
+  fseek(f, 0, SEEK_END);
+  long sz = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  bin_n = (size_t)sz / sizeof(float);
+  bin = malloc((size_t)sz);
+  size_t got = fread(bin, sizeof(float), bin_n, f);
+  fclose(f);
+  if (got != bin_n) return -1;
+  model_load_opts opts = {.threads = 2, .device = test_device()};
+  if (model_load(DIR, &opts, &m, &err)) {
+    fprintf(stderr, "load: %s\n", err.msg);
+    return -1;
+  }
+  return 0;
+}
+
+static const float *arr(const json_t *rec, size_t *n) {
+  size_t off = (size_t)json_integer_value(json_object_get(rec, "offset"));
+  const json_t *shape = json_object_get(rec, "shape");
+  *n = 1;
+  for (size_t i = 0; i < json_array_size(shape); i++) *n *= (size_t)json_integer_value(json_array_get(shape, i));
+  return off + *n <= bin_n ? bin + off : NULL;
+}
+
+static int32_t *ints(const json_t *a, size_t *n) {
+  *n = json_array_size(a);
+  int32_t *v = malloc(sizeof(int32_t) * (*n ? *n : 1));
+  for (size_t i = 0; i < *n; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, i));
+  return v;
+}
+
+static double max_diff(const float *a, const float *b, size_t n) {
+  double d = 0;
+  for (size_t i = 0; i < n; i++) {
+    double e = fabs((double)a[i] - (double)b[i]);
+    if (!(e <= d)) d = isnan(e) ? INFINITY : e;
+  }
+  return d;
+}
+
+/* softmax of each row of logits, as the decoder's self-conditioning input */
+static void softmax_rows(const float *x, float *p, size_t rows, size_t V) {
+  for (size_t r = 0; r < rows; r++) {
+    const float *a = x + r * V;
+    float *o = p + r * V;
+    double mx = -INFINITY, s = 0;
+    for (size_t v = 0; v < V; v++) mx = a[v] > mx ? a[v] : mx;
+    for (size_t v = 0; v < V; v++) s += exp((double)a[v] - mx);
+    for (size_t v = 0; v < V; v++) o[v] = (float)(exp((double)a[v] - mx) / s);
+  }
+}
+
+static void test_model_loads(void) {
+  CHECK(m != NULL);
+  if (!m) return;
+  CHECK_EQ_INT(model_canvas_length(m), json_integer_value(json_object_get(doc, "canvas_length")));
+  CHECK_EQ_INT(model_vocab_size(m), json_integer_value(json_object_get(doc, "vocab")));
+}
+
+static void test_decoder_logits(void) {
+  if (!m) return;
+  const json_t *cases = json_object_get(doc, "decoder_cases");
+  CHECK(json_array_size(cases) >= 2);
+  int64_t V = model_vocab_size(m), C = model_canvas_length(m);
+  model_kv_geometry g;
+  model_kv_geometry_of(m, &g);
+  for (size_t k = 0; k < json_array_size(cases); k++) {
+    const json_t *cs = json_array_get(cases, k);
+    size_t np, nc, n_ref, n_sc, n_ref_sc;
+    int32_t *prompt = ints(json_object_get(cs, "prompt"), &np), *canvas = ints(json_object_get(cs, "canvas"), &nc);
+    const float *ref = arr(json_object_get(cs, "logits"), &n_ref), *sc = arr(json_object_get(cs, "self_conditioning"), &n_sc),
+                *ref_sc = arr(json_object_get(cs, "logits_sc"), &n_ref_sc);
+    CHECK((int64_t)nc == C && ref && sc && ref_sc && n_ref == (size_t)(C * V));
+    double tol = 2e-4 * json_number_value(json_object_get(cs, "max_abs")) + 1e-4;
+    herr err = {0};
+    kv_cache *c = NULL;
+    kv_seq *s = NULL;
+    float *out = malloc(sizeof(float) * (size_t)(C * V)), *probs = malloc(sizeof(float) * (size_t)(C * V));
+    int rc = kv_cache_new(&g, (int64_t)np + C, &c, &err);
+    if (!rc) rc = kv_cache_seq_new(c, &s, &err);
+    model_seq enc = {.kv = s, .tokens = prompt, .n_tokens = (int)np, .out = MODEL_OUT_NONE};
+    model_batch be = {&enc, 1};
+    if (!rc) rc = model_forward(m, &be, NULL, &err);
+    CHECK_MSG(rc == 0, "encoder: %s", err.msg);
+    if (!rc && ref && sc && ref_sc) {
+      model_seq dec = {.kv = s, .tokens = canvas, .n_tokens = (int)C, .all_logits = true, .canvas = true};
+      model_batch bd = {&dec, 1};
+      rc = model_forward(m, &bd, out, &err);
+      CHECK_MSG(rc == 0, "decoder: %s", err.msg);
+      double d = max_diff(out, ref, (size_t)(C * V));
+      CHECK_MSG(d <= tol, "case %zu (prompt %zu): decoder logits differ by %g (tol %g)", k, np, d, tol);
+      CHECK_EQ_INT(s->len, (int64_t)np); /* the canvas does not join the cache */
+      /* with self-conditioning */
+      softmax_rows(sc, probs, (size_t)C, (size_t)V);
+      dec.self_cond = probs;
+      rc = model_forward(m, &bd, out, &err);
+      CHECK_MSG(rc == 0, "decoder with self-conditioning: %s", err.msg);
+      d = max_diff(out, ref_sc, (size_t)(C * V));
+      CHECK_MSG(d <= tol, "case %zu (prompt %zu): self-conditioned logits differ by %g (tol %g)", k, np, d, tol);
+      /* and again without: the scratch rows of the last pass leave no trace */
+      dec.self_cond = NULL;
+      rc = model_forward(m, &bd, out, &err);
+      d = max_diff(out, ref, (size_t)(C * V));
+      CHECK_MSG(rc == 0 && d <= tol, "case %zu: a repeated pass differs by %g", k, d);
+      fprintf(stderr, "  case %zu: prompt %zu, canvas %lld: max |diff| %.3g (tol %.3g)\n", k, np, (long long)C, d, tol);
+    }
+    free(out);
+    free(probs);
+    free(prompt);
+    free(canvas);
+    if (s) kv_cache_seq_free(s);
+    kv_cache_free(c);
+  }
+}
+
+/* The reference's recorded draws, replayed in order; its per-step trace compared as it goes. */
+typedef struct replay {
+  int32_t *ints;
+  size_t n_ints, at_int;
+  double *u;
+  size_t n_u, at_u;
+  bool overrun;
+  const json_t *trace;
+  size_t at_step;
+  int first_bad;      /* the first step whose argmax or next canvas differs (-1: none) */
+  bool quiet;
+} replay;
+
+static int32_t replay_token(void *ctx, int64_t vocab) {
+  replay *r = ctx;
+  if (r->at_int >= r->n_ints) {
+    r->overrun = true;
+    return 0;
+  }
+  int32_t t = r->ints[r->at_int++];
+  return t < vocab ? t : 0;
+}
+
+static double replay_uniform(void *ctx) {
+  replay *r = ctx;
+  if (r->at_u >= r->n_u) {
+    r->overrun = true;
+    return 0.5;
+  }
+  return r->u[r->at_u++];
+}
+
+static void replay_step(void *ctx, int step, const int32_t *argmax, const int32_t *next, int64_t n) {
+  replay *r = ctx;
+  const json_t *t = json_array_get(r->trace, r->at_step);
+  bool same = t && json_integer_value(json_object_get(t, "step")) == step;
+  for (int64_t i = 0; same && i < n; i++)
+    same = json_integer_value(json_array_get(json_object_get(t, "argmax"), (size_t)i)) == argmax[i] &&
+           json_integer_value(json_array_get(json_object_get(t, "next"), (size_t)i)) == next[i];
+  if (!same && r->first_bad < 0) {
+    r->first_bad = (int)r->at_step;
+    if (r->quiet) {
+      r->at_step++;
+      return;
+    }
+    fprintf(stderr, "  step %zu (%d) differs: argmax / next", r->at_step, step);
+    for (int64_t i = 0; i < n; i++) fprintf(stderr, " %d/%d", argmax[i], next[i]);
+    fprintf(stderr, "\n");
+  }
+  r->at_step++;
+}
+
+typedef struct collect {
+  int32_t ids[1024];
+  int at_step[1024];  /* denoising steps run when each token came */
+  int n;
+  int cancel_after;   /* > 0: ask to stop once this many tokens came */
+  int steps;          /* counted by count_step */
+} collect;
+
+static int collect_fn(void *user, const char *delta, size_t len, const sample_token *tok) {
+  (void)delta, (void)len;
+  collect *c = user;
+  if (tok && c->n < 1024) c->at_step[c->n] = c->steps, c->ids[c->n++] = tok->id;
+  return c->cancel_after > 0 && c->n >= c->cancel_after;
+}
+
+static void count_step(void *ctx, int step, const int32_t *argmax, const int32_t *next, int64_t n) {
+  (void)step, (void)argmax, (void)next, (void)n;
+  ((collect *)ctx)->steps++;
+}
+
+static void params_of(const json_t *p, denoise_params *dp) {
+  denoise_params_default(dp);
+  dp->max_denoising_steps = (int)json_integer_value(json_object_get(p, "max_denoising_steps"));
+  dp->t_min = json_number_value(json_object_get(p, "t_min"));
+  dp->t_max = json_number_value(json_object_get(p, "t_max"));
+  dp->entropy_bound = json_number_value(json_object_get(p, "sampler_config"));
+  dp->stability_threshold = (int)json_integer_value(json_object_get(p, "stability_threshold"));
+  dp->confidence_threshold = json_number_value(json_object_get(p, "confidence_threshold"));
+}
+
+/* Leading denoising steps that must follow the reference's (below). */
+#define MIN_STEPS 5
+
+/* Whole generations replaying the reference's draws: the steps follow the reference's, canvas for
+ * canvas, until rounding differences grown through self-conditioning part them (see below); when
+ * every step followed, the tokens, the step count and the finish are the reference's. */
+static void test_generations(void) {
+  if (!m) return;
+  const json_t *gens = json_object_get(doc, "generations");
+  CHECK(json_array_size(gens) >= 3);
+  for (size_t k = 0; k < json_array_size(gens); k++) {
+    const json_t *gj = json_array_get(gens, k), *p = json_object_get(gj, "params");
+    const char *name = json_string_value(json_object_get(gj, "name"));
+    size_t np, nref, nu;
+    int32_t *prompt = ints(json_object_get(gj, "prompt"), &np), *ref = ints(json_object_get(gj, "output"), &nref);
+    replay r = {.first_bad = -1, .trace = json_object_get(gj, "trace"), .quiet = true};
+    r.ints = ints(json_object_get(gj, "canvas_draws"), &r.n_ints);
+    const json_t *ua = json_object_get(gj, "uniforms");
+    nu = json_array_size(ua);
+    r.u = malloc(sizeof(double) * (nu ? nu : 1));
+    r.n_u = nu;
+    for (size_t i = 0; i < nu; i++) r.u[i] = json_number_value(json_array_get(ua, i));
+    gen_request req;
+    gen_request_init(&req);
+    req.prompt = prompt;
+    req.n_prompt = np;
+    req.max_tokens = json_integer_value(json_object_get(p, "max_new_tokens"));
+    const json_t *eos = json_object_get(p, "eos_token_id");
+    if (json_is_integer(eos)) req.eos_ids[req.n_eos++] = (int32_t)json_integer_value(eos);
+    denoise_params dp;
+    params_of(p, &dp);
+    denoise_draws draws = {replay_token, replay_uniform, replay_step, &r};
+    collect col = {0};
+    gen_result res;
+    herr err = {0};
+    int rc = denoise_generate(m, NULL, &req, &dp, &draws, collect_fn, &col, &res, &err);
+    CHECK_MSG(rc == 0, "%s: %s", name, err.msg);
+    size_t lead = r.first_bad < 0 ? r.at_step : (size_t)r.first_bad;
+    CHECK_MSG(lead >= MIN_STEPS, "%s: only %zu steps follow the reference", name, lead);
+    if (r.first_bad < 0) {
+      /* the reference pads after its EOS; ours ends at it */
+      size_t want = nref;
+      if (req.n_eos)
+        for (size_t i = 0; i < nref; i++)
+          if (ref[i] == req.eos_ids[0]) {
+            want = i + 1;
+            break;
+          }
+      bool same = (size_t)col.n == want;
+      for (int i = 0; same && i < col.n; i++) same = col.ids[i] == ref[i];
+      CHECK_MSG(same, "%s: every step as the reference's, yet other tokens", name);
+      CHECK_MSG(r.at_step == json_array_size(r.trace), "%s: %zu denoising steps, the reference %zu", name, r.at_step,
+                json_array_size(r.trace));
+      CHECK_MSG(!r.overrun && r.at_int == r.n_ints && r.at_u == r.n_u, "%s: draws used %zu / %zu tokens, %zu / %zu uniforms",
+                name, r.at_int, r.n_ints, r.at_u, r.n_u);
+      CHECK_EQ_INT(res.finish, req.n_eos ? GEN_FINISH_STOP : GEN_FINISH_LENGTH);
+    }
+    fprintf(stderr, "  %s: %zu of %zu steps as the reference's\n", name, lead, json_array_size(r.trace));
+    free(prompt);
+    free(ref);
+    free(r.ints);
+    free(r.u);
+  }
+}
+
+/* Each block of each generation on its own, from the reference's earlier blocks (the prompt and
+ * the blocks before it, encoded) and its draws from where that block's start: the denoising steps
+ * follow the reference's, canvas for canvas. Self-conditioning feeds each step's logits into the
+ * next, and with random weights that map spreads rounding differences (float32 here, float64 with
+ * float32 norms there) by a few times per step: an independent float64 re-derivation also parts
+ * from the reference near a block's last steps. So the check is on the leading steps of every
+ * block: at least MIN_STEPS of them, the sampler's draws, acceptance and renoising included. */
+static void test_blocks_from_reference(void) {
+  if (!m) return;
+  const json_t *gens = json_object_get(doc, "generations");
+  int64_t C = model_canvas_length(m);
+  for (size_t k = 0; k < json_array_size(gens); k++) {
+    const json_t *gj = json_array_get(gens, k), *p = json_object_get(gj, "params"), *spb = json_object_get(gj, "steps_per_block");
+    const char *name = json_string_value(json_object_get(gj, "name"));
+    size_t np, nref, n_ints, nu = json_array_size(json_object_get(gj, "uniforms"));
+    int32_t *prompt = ints(json_object_get(gj, "prompt"), &np), *ref = ints(json_object_get(gj, "output"), &nref);
+    int32_t *all_ints = ints(json_object_get(gj, "canvas_draws"), &n_ints);
+    double *all_u = malloc(sizeof(double) * (nu ? nu : 1));
+    for (size_t i = 0; i < nu; i++) all_u[i] = json_number_value(json_array_get(json_object_get(gj, "uniforms"), i));
+    int32_t *ctx = malloc(sizeof(int32_t) * (np + nref));
+    memcpy(ctx, prompt, sizeof(int32_t) * np);
+    denoise_params dp;
+    params_of(p, &dp);
+    size_t int_off = 0, u_off = 0, step_off = 0;
+    json_t *sub = json_array();
+    for (size_t b = 0; b < json_array_size(spb); b++) {
+      size_t steps = (size_t)json_integer_value(json_array_get(spb, b));
+      json_array_clear(sub);
+      for (size_t s = 0; s < steps; s++) json_array_append(sub, json_array_get(json_object_get(gj, "trace"), step_off + s));
+      replay r = {.ints = all_ints + int_off, .n_ints = n_ints - int_off, .u = all_u + u_off, .n_u = nu - u_off,
+                  .first_bad = -1, .trace = sub, .quiet = true};
+      gen_request req;
+      gen_request_init(&req);
+      req.prompt = ctx;
+      req.n_prompt = np + b * (size_t)C;
+      req.max_tokens = C;
+      denoise_draws draws = {replay_token, replay_uniform, replay_step, &r};
+      collect col = {0};
+      gen_result res;
+      herr err = {0};
+      int rc = denoise_generate(m, NULL, &req, &dp, &draws, collect_fn, &col, &res, &err);
+      CHECK_MSG(rc == 0, "%s block %zu: %s", name, b, err.msg);
+      size_t lead = r.first_bad < 0 ? r.at_step : (size_t)r.first_bad;
+      CHECK_MSG(lead >= (steps < MIN_STEPS ? steps : MIN_STEPS), "%s block %zu: only %zu of %zu steps follow the reference", name, b,
+                lead, steps);
+      bool same = r.first_bad < 0 && col.n == C;
+      for (int i = 0; same && i < col.n; i++) same = col.ids[i] == ref[b * (size_t)C + (size_t)i];
+      fprintf(stderr, "  %s block %zu: %zu of %zu steps as the reference's%s\n", name, b, lead, steps,
+              same ? ", the same tokens" : "");
+      memcpy(ctx + np + b * (size_t)C, ref + b * (size_t)C, sizeof(int32_t) * (size_t)C);
+      int_off += (size_t)C * (1 + steps);
+      u_off += (size_t)C * steps;
+      step_off += steps;
+    }
+    json_decref(sub);
+    free(prompt);
+    free(ref);
+    free(all_ints);
+    free(all_u);
+    free(ctx);
+  }
+}
+
+/* Cancelled by the callback after the first block: no more forwards, everything released. */
+static void test_cancel(void) {
+  if (!m) return;
+  int64_t C = model_canvas_length(m);
+  int32_t prompt[] = {1, 17, 42, 99};
+  gen_request req;
+  gen_request_init(&req);
+  req.prompt = prompt;
+  req.n_prompt = 4;
+  req.max_tokens = 4 * C;
+  req.sample.seed = 5;
+  denoise_params dp;
+  denoise_params_default(&dp);
+  dp.max_denoising_steps = 4;
+  collect col = {.cancel_after = (int)C};
+  gen_result res;
+  herr err = {0};
+  int rc = denoise_generate(m, NULL, &req, &dp, NULL, collect_fn, &col, &res, &err);
+  CHECK_EQ_INT(rc, HEARTH_ECANCELLED);
+  CHECK_EQ_INT(res.finish, GEN_FINISH_CANCELLED);
+  CHECK_EQ_INT(col.n, C);
+  /* the flag: set before the run, nothing is generated */
+  volatile int flag = 1;
+  req.cancel = &flag;
+  collect col2 = {0};
+  rc = denoise_generate(m, NULL, &req, &dp, NULL, collect_fn, &col2, &res, &err);
+  CHECK_EQ_INT(rc, HEARTH_ECANCELLED);
+  CHECK_EQ_INT(col2.n, 0);
+  /* the same seed gives the same tokens; they come a block at a time, each block after its last
+     denoising step and before the next block's first */
+  req.cancel = NULL;
+  collect a = {0}, b = {0};
+  denoise_draws obs_a = {.step = count_step, .ctx = &a}, obs_b = {.step = count_step, .ctx = &b};
+  CHECK(denoise_generate(m, NULL, &req, &dp, &obs_a, collect_fn, &a, &res, &err) == 0);
+  CHECK(denoise_generate(m, NULL, &req, &dp, &obs_b, collect_fn, &b, &res, &err) == 0);
+  CHECK(a.n == 4 * C && b.n == a.n && !memcmp(a.ids, b.ids, sizeof(int32_t) * (size_t)a.n));
+  bool blockwise = a.n == 4 * C;
+  for (int i = 0; i < a.n && blockwise; i++) {
+    blockwise = a.at_step[i] == a.at_step[i - i % C];                 /* one burst per block */
+    if (i % C == 0 && i) blockwise = a.at_step[i] > a.at_step[i - 1]; /* denoising in between */
+  }
+  CHECK_MSG(blockwise, "tokens did not come a block at a time");
+  CHECK(a.at_step[0] >= 1 && a.steps == a.at_step[a.n - 1]);
+}
+
+/* The stable-and-confident stop (the reference's random model is never confident enough for its
+ * fixture to show one): any entropy is confident under a threshold of 100; with a stability
+ * threshold of 0 every block then ends after its first step, with 1 once the argmax canvas repeats. */
+static void test_early_stop(void) {
+  if (!m) return;
+  int64_t C = model_canvas_length(m);
+  int32_t prompt[] = {1, 17, 42, 99};
+  gen_request req;
+  gen_request_init(&req);
+  req.prompt = prompt;
+  req.n_prompt = 4;
+  req.max_tokens = 3 * C;
+  req.sample.seed = 9;
+  denoise_params dp;
+  denoise_params_default(&dp);
+  dp.max_denoising_steps = 12;
+  dp.confidence_threshold = 100;
+  dp.stability_threshold = 0;
+  collect a = {0};
+  denoise_draws obs = {.step = count_step, .ctx = &a};
+  gen_result res;
+  herr err = {0};
+  CHECK(denoise_generate(m, NULL, &req, &dp, &obs, collect_fn, &a, &res, &err) == 0);
+  CHECK_EQ_INT(a.n, 3 * C);
+  CHECK_EQ_INT(a.steps, 3);
+  dp.stability_threshold = 1;
+  collect b = {0};
+  obs.ctx = &b;
+  CHECK(denoise_generate(m, NULL, &req, &dp, &obs, collect_fn, &b, &res, &err) == 0);
+  CHECK_EQ_INT(b.n, 3 * C);
+  CHECK(b.steps >= 6 && b.steps <= 3 * 12); /* at least two steps a block */
+  dp.confidence_threshold = 0; /* off: every step runs */
+  collect c = {0};
+  obs.ctx = &c;
+  CHECK(denoise_generate(m, NULL, &req, &dp, &obs, collect_fn, &c, &res, &err) == 0);
+  CHECK_EQ_INT(c.steps, 3 * 12);
+  fprintf(stderr, "  steps: %d (stop at once), %d (once stable), %d (no stop)\n", a.steps, b.steps, c.steps);
+}
+
+static void test_refusals(void) {
+  if (!m) return;
+  gen_request req;
+  gen_request_init(&req);
+  int32_t prompt[] = {1, 2};
+  req.prompt = prompt;
+  req.n_prompt = 2;
+  req.max_tokens = 8;
+  denoise_params dp;
+  denoise_params_default(&dp);
+  dp.t_max = dp.t_min;
+  gen_result res;
+  herr err = {0};
+  CHECK_EQ_INT(denoise_generate(m, NULL, &req, &dp, NULL, NULL, NULL, &res, &err), HEARTH_EINVAL);
+  CHECK(strstr(err.msg, "t_min") != NULL);
+  /* a canvas pass and a causal sequence in one batch */
+  model_kv_geometry g;
+  model_kv_geometry_of(m, &g);
+  kv_cache *c = NULL;
+  kv_seq *s1 = NULL, *s2 = NULL;
+  CHECK(kv_cache_new(&g, 64, &c, &err) == 0 && kv_cache_seq_new(c, &s1, &err) == 0 && kv_cache_seq_new(c, &s2, &err) == 0);
+  float *out = malloc(sizeof(float) * 64 * (size_t)model_vocab_size(m));
+  model_seq seqs[2] = {{.kv = s1, .tokens = prompt, .n_tokens = 2, .canvas = true, .all_logits = true},
+                       {.kv = s2, .tokens = prompt, .n_tokens = 2}};
+  model_batch b = {seqs, 2};
+  CHECK_EQ_INT(model_forward(m, &b, out, &err), HEARTH_EINVAL);
+  free(out);
+  kv_cache_seq_free(s1);
+  kv_cache_seq_free(s2);
+  kv_cache_free(c);
+  /* a causal model is no diffusion model */
+  model *llama = NULL;
+  model_load_opts opts = {.threads = 1};
+  if (model_load(HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32", &opts, &llama, &err) == 0) {
+    CHECK_EQ_INT(model_canvas_length(llama), 0);
+    CHECK_EQ_INT(denoise_generate(llama, NULL, &req, NULL, NULL, NULL, NULL, &res, &err), HEARTH_EUNSUPPORTED);
+    model_free(llama);
+  }
+}
+
+int main(void) {
+  test_device_or_skip();
+  int ok = setup() == 0;
+  CHECK_MSG(ok, "could not read the fixture in %s", DIR);
+  RUN(test_model_loads);
+  RUN(test_decoder_logits);
+  RUN(test_generations);
+  RUN(test_blocks_from_reference);
+  RUN(test_early_stop);
+  RUN(test_cancel);
+  RUN(test_refusals);
+  model_free(m);
+  json_decref(doc);
+  free(bin);
+  TEST_MAIN_END();
+}

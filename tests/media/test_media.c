@@ -1,0 +1,301 @@
+/* test_media.c — the media decoders: images as PIL decodes them (PNG and
+ * lossless WebP exactly the source pixels, JPEG and GIF exactly PIL's decode,
+ * from tests/fixtures/mm/gemma4_vision-f32 made by tools/gen_mm_golden.py),
+ * limits refused before decoding, damaged data refused with a message; sources
+ * (data URLs in base64 and percent-encoding, bare base64, files only when
+ * allowed, http(s) only when allowed); sound through FFmpeg (a WAV made here:
+ * 16 kHz mono samples exact, 44.1 kHz stereo resampled to 16 kHz mono); video
+ * through FFmpeg (the animated GIF: its frames, times and sampling rate);
+ * content hashes. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "media/media.h"
+#include "test.h"
+
+#define FX HEARTH_SOURCE_DIR "/tests/fixtures/mm/gemma4_vision-f32"
+
+static uint8_t *read_all(const char *name, size_t *n) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/%s", FX, name);
+  FILE *fp = fopen(path, "rb");
+  if (!fp) {
+    CHECK_MSG(0, "%s: missing", path);
+    return NULL;
+  }
+  fseek(fp, 0, SEEK_END);
+  long sz = ftell(fp);
+  fseek(fp, 0, SEEK_SET);
+  uint8_t *buf = malloc(sz > 0 ? (size_t)sz : 1);
+  *n = buf ? fread(buf, 1, (size_t)sz, fp) : 0;
+  fclose(fp);
+  return buf;
+}
+
+/* file decodes to exactly the pixels of rgb_file (w x h). */
+static void check_image(const char *file, const char *rgb_file, int w, int h) {
+  size_t n = 0, nr = 0;
+  uint8_t *data = read_all(file, &n), *ref = read_all(rgb_file, &nr);
+  if (!data || !ref) {
+    free(data), free(ref);
+    return;
+  }
+  media m;
+  herr err = {0};
+  int rc = media_decode_image(data, n, NULL, &m, &err);
+  CHECK_MSG(rc == 0, "%s: %s", file, err.msg);
+  if (!rc) {
+    CHECK_EQ_INT(m.kind, MEDIA_IMAGE);
+    CHECK_EQ_INT(m.image.w, w);
+    CHECK_EQ_INT(m.image.h, h);
+    CHECK(m.hash != 0);
+    int64_t bad = 0;
+    for (size_t i = 0; i < nr && i < (size_t)w * h * 3; i++) bad += m.image.rgb[i] != ref[i];
+    CHECK_MSG(nr == (size_t)w * h * 3 && bad == 0, "%s: %lld of %zu values differ from %s", file, (long long)bad, nr, rgb_file);
+    fprintf(stderr, "  %-12s %dx%d, exact\n", file, w, h);
+    media_free(&m);
+  }
+  free(data), free(ref);
+}
+
+static void test_images(void) {
+  check_image("img_a.png", "img_a.rgb", 40, 30);
+  check_image("img_b.png", "img_b.rgb", 200, 90);
+  check_image("img_a.jpg", "img_a_jpg.rgb", 40, 30);
+  check_image("img_a.webp", "img_a.rgb", 40, 30);
+  check_image("img_a.gif", "img_a_gif.rgb", 40, 30);
+}
+
+static void test_bad_images(void) {
+  size_t n = 0;
+  uint8_t *png = read_all("img_a.png", &n), *jpg = NULL;
+  size_t nj = 0;
+  jpg = read_all("img_a.jpg", &nj);
+  if (!png || !jpg) {
+    free(png), free(jpg);
+    return;
+  }
+  media m;
+  herr err = {0};
+  /* limits: refused before decoding */
+  media_limits lim = {.max_pixels = 1000};
+  CHECK(media_decode_image(png, n, &lim, &m, &err) == HEARTH_EINVAL);
+  CHECK_MSG(strstr(err.msg, "40 x 30") && strstr(err.msg, "limit"), "%s", err.msg);
+  lim = (media_limits){.max_bytes = 100};
+  CHECK(media_decode_image(png, n, &lim, &m, &err) == HEARTH_EINVAL);
+  CHECK_MSG(strstr(err.msg, "bytes"), "%s", err.msg);
+  /* every truncation of both: an error or (JPEG decoders pad a short stream) an image of the right size */
+  for (size_t k = 0; k < n; k += 7) {
+    herr_clear(&err);
+    int rc = media_decode_image(png, k, NULL, &m, &err);
+    /* (cut inside the closing IEND chunk, every pixel is there) */
+    CHECK_MSG((rc == HEARTH_EINVAL && err.msg[0]) || (rc == 0 && k >= n - 12), "PNG cut at %zu: rc %d", k, rc);
+    if (!rc) media_free(&m);
+  }
+  for (size_t k = 0; k < nj; k += 5) {
+    herr_clear(&err);
+    int rc = media_decode_image(jpg, k, NULL, &m, &err);
+    CHECK_MSG(rc == HEARTH_EINVAL || (rc == 0 && m.image.w == 40 && m.image.h == 30), "JPEG cut at %zu: rc %d", k, rc);
+    if (!rc) media_free(&m);
+  }
+  /* flipped bytes: never a crash */
+  for (size_t k = 8; k < n; k += 13) {
+    uint8_t *c = malloc(n);
+    memcpy(c, png, n);
+    c[k] ^= 0x5a;
+    if (!media_decode_image(c, n, NULL, &m, &err)) media_free(&m);
+    free(c);
+  }
+  CHECK(media_decode_image("GIF89a", 6, NULL, &m, &err) == HEARTH_EINVAL);
+  CHECK(media_decode_image("hello, world", 12, NULL, &m, &err) == HEARTH_EINVAL);
+  CHECK_MSG(strstr(err.msg, "JPEG, PNG, WebP, GIF"), "%s", err.msg);
+  free(png), free(jpg);
+}
+
+static char *b64(const uint8_t *d, size_t n) {
+  static const char t[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  char *o = malloc(n / 3 * 4 + 8), *p = o;
+  size_t i = 0;
+  for (; i + 2 < n; i += 3) {
+    uint32_t v = (uint32_t)d[i] << 16 | (uint32_t)d[i + 1] << 8 | d[i + 2];
+    *p++ = t[v >> 18], *p++ = t[(v >> 12) & 63], *p++ = t[(v >> 6) & 63], *p++ = t[v & 63];
+  }
+  if (i < n) {
+    uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0);
+    *p++ = t[v >> 18], *p++ = t[(v >> 12) & 63];
+    *p++ = i + 1 < n ? t[(v >> 6) & 63] : '=';
+    *p++ = '=';
+  }
+  *p = 0;
+  return o;
+}
+
+static void test_sources(void) {
+  size_t n = 0;
+  uint8_t *png = read_all("img_a.png", &n);
+  if (!png) return;
+  char *enc = b64(png, n);
+  char *url = malloc(strlen(enc) + 64);
+  sprintf(url, "data:image/png;base64,%s", enc);
+  media_source_opts o = {0};
+  uint8_t *got = NULL;
+  size_t gn = 0;
+  herr err = {0};
+  CHECK_MSG(media_fetch(url, &o, &got, &gn, &err) == 0, "%s", err.msg);
+  CHECK(gn == n && got && !memcmp(got, png, n));
+  free(got);
+  /* bare base64 only when asked */
+  CHECK(media_fetch(enc, &o, &got, &gn, &err) == HEARTH_EINVAL);
+  o.bare_base64 = true;
+  CHECK_MSG(media_fetch(enc, &o, &got, &gn, &err) == 0 && gn == n, "%s", err.msg);
+  free(got);
+  /* percent-encoded data URL */
+  CHECK(media_fetch("data:text/plain,a%20b%zz", &o, &got, &gn, &err) == 0 && gn == 6 && !memcmp(got, "a b%zz", 6));
+  free(got);
+  CHECK(media_fetch("data:image/png;base64,@@@@", &o, &got, &gn, &err) == HEARTH_EINVAL);
+  CHECK(media_fetch("data:image/png;base64", &o, &got, &gn, &err) == HEARTH_EINVAL);
+  /* the byte limit */
+  media_limits lim = {.max_bytes = 100};
+  o.lim = &lim;
+  CHECK(media_fetch(url, &o, &got, &gn, &err) == HEARTH_EINVAL);
+  CHECK_MSG(strstr(err.msg, "limit"), "%s", err.msg);
+  o.lim = NULL;
+  /* files and remote URLs only when allowed */
+  char path[600];
+  snprintf(path, sizeof path, "%s/img_a.png", FX);
+  CHECK(media_fetch(path, &o, &got, &gn, &err) == HEARTH_EINVAL);
+  CHECK(media_fetch("https://example.com/a.png", &o, &got, &gn, &err) == HEARTH_EINVAL);
+  CHECK_MSG(strstr(err.msg, "--allow-remote-media"), "%s", err.msg);
+  o.allow_files = true;
+  CHECK_MSG(media_fetch(path, &o, &got, &gn, &err) == 0 && gn == n, "%s", err.msg);
+  free(got);
+  char furl[640];
+  snprintf(furl, sizeof furl, "file://%s", path);
+  media m;
+  CHECK_MSG(media_load(MEDIA_IMAGE, furl, &o, NULL, &m, &err) == 0 && m.image.w == 40, "%s", err.msg);
+  media m2;
+  CHECK(media_load(MEDIA_IMAGE, url, &o, NULL, &m2, &err) == 0);
+  CHECK(m.hash == m2.hash); /* the same pixels */
+  media_free(&m2);
+  snprintf(furl, sizeof furl, "%s/img_a.jpg", FX);
+  CHECK(media_load(MEDIA_IMAGE, furl, &o, NULL, &m2, &err) == 0);
+  CHECK(m.hash != m2.hash); /* other pixels, same size */
+  media_free(&m2);
+  media_free(&m);
+  CHECK(media_fetch(FX "/no-such-file.png", &o, &got, &gn, &err) == HEARTH_EINVAL);
+  free(url), free(enc), free(png);
+}
+
+/* A WAV file of n 16-bit samples per channel. */
+static uint8_t *wav(int rate, int channels, const int16_t *s, int n, size_t *len) {
+  size_t data = (size_t)n * channels * 2;
+  uint8_t *b = malloc(44 + data);
+  uint32_t v;
+  uint16_t h;
+  memcpy(b, "RIFF", 4), v = (uint32_t)(36 + data), memcpy(b + 4, &v, 4), memcpy(b + 8, "WAVEfmt ", 8);
+  v = 16, memcpy(b + 16, &v, 4), h = 1, memcpy(b + 20, &h, 2), h = (uint16_t)channels, memcpy(b + 22, &h, 2);
+  v = (uint32_t)rate, memcpy(b + 24, &v, 4), v = (uint32_t)(rate * channels * 2), memcpy(b + 28, &v, 4);
+  h = (uint16_t)(channels * 2), memcpy(b + 32, &h, 2), h = 16, memcpy(b + 34, &h, 2);
+  memcpy(b + 36, "data", 4), v = (uint32_t)data, memcpy(b + 40, &v, 4);
+  memcpy(b + 44, s, data);
+  *len = 44 + data;
+  return b;
+}
+
+static void test_audio(void) {
+  enum { N = 8000 };
+  int16_t *s = malloc(sizeof(int16_t) * N * 2);
+  for (int i = 0; i < N; i++) s[i] = (int16_t)(12000 * sin(i * 0.05) + (i % 7) * 100 - 300);
+  size_t len;
+  uint8_t *w = wav(16000, 1, s, N, &len);
+  media m;
+  herr err = {0};
+  int rc = media_decode_audio(w, len, NULL, &m, &err);
+  if (rc == HEARTH_EUNSUPPORTED) { /* built without FFmpeg: says so */
+    CHECK_MSG(strstr(err.msg, "FFmpeg"), "%s", err.msg);
+    free(w), free(s);
+    return;
+  }
+  CHECK_MSG(rc == 0, "%s", err.msg);
+  CHECK_EQ_INT(m.kind, MEDIA_AUDIO);
+  CHECK_EQ_INT(m.audio.n, N);
+  double d = 0;
+  for (int i = 0; i < N && i < m.audio.n; i++) d = fmax(d, fabs(m.audio.pcm[i] - s[i] / 32768.0));
+  CHECK_MSG(d <= 1e-7, "16 kHz mono samples off by %.3g", d);
+  media_free(&m);
+  free(w);
+  /* 44.1 kHz stereo: resampled and mixed down */
+  for (int i = 0; i < N; i++) s[2 * i] = (int16_t)(8000 * sin(i * 0.02)), s[2 * i + 1] = s[2 * i];
+  w = wav(44100, 2, s, N, &len);
+  CHECK_MSG(media_decode_audio(w, len, NULL, &m, &err) == 0, "%s", err.msg);
+  int64_t want = (int64_t)N * 16000 / 44100;
+  CHECK_MSG(llabs(m.audio.n - want) <= 32, "%lld samples for %lld", (long long)m.audio.n, (long long)want);
+  double peak = 0;
+  for (int64_t i = 0; i < m.audio.n; i++) peak = fmax(peak, fabs(m.audio.pcm[i]));
+  CHECK_MSG(peak > 0.2 && peak < 0.3, "peak %.3g (8000 / 32768 = 0.244: the mean of the channels)", peak);
+  media_free(&m);
+  /* the duration limit */
+  media_limits lim = {.max_seconds = 0.05};
+  CHECK(media_decode_audio(w, len, &lim, &m, &err) == HEARTH_EINVAL);
+  CHECK_MSG(strstr(err.msg, "longer than"), "%s", err.msg);
+  /* damaged */
+  CHECK(media_decode_audio(w, 30, NULL, &m, &err) == HEARTH_EINVAL);
+  CHECK(media_decode_audio("not audio at all, not at all", 28, NULL, &m, &err) == HEARTH_EINVAL);
+  free(w), free(s);
+}
+
+static void test_video(void) {
+  size_t n = 0;
+  uint8_t *gif = read_all("anim.gif", &n);
+  if (!gif) return;
+  media m;
+  herr err = {0};
+  media_video_opts vo = {0};
+  int rc = media_decode_video(gif, n, NULL, &vo, &m, &err);
+  if (rc == HEARTH_EUNSUPPORTED) {
+    free(gif);
+    return;
+  }
+  CHECK_MSG(rc == 0, "%s", err.msg);
+  CHECK_EQ_INT(m.video.n_frames, 3);
+  for (int k = 0; k < m.video.n_frames && k < 3; k++) {
+    CHECK_NEAR(m.video.t[k], 0.2 * k, 1e-6);
+    CHECK_EQ_INT(m.video.frames[k].w, 40);
+    CHECK_EQ_INT(m.video.frames[k].h, 30);
+    char name[32];
+    snprintf(name, sizeof name, "anim.%d.rgb", k);
+    size_t nr = 0;
+    uint8_t *ref = read_all(name, &nr);
+    int64_t bad = 0;
+    for (size_t i = 0; ref && i < nr && i < 40 * 30 * 3; i++) bad += m.video.frames[k].rgb[i] != ref[i];
+    CHECK_MSG(ref && bad == 0, "frame %d: %lld values differ from PIL's", k, (long long)bad);
+    free(ref);
+  }
+  media_free(&m);
+  /* sampled: 2.5 frames a second keeps the frames at 0 and 0.4 s; at most 2 frames */
+  vo.fps = 2.5;
+  CHECK_MSG(media_decode_video(gif, n, NULL, &vo, &m, &err) == 0, "%s", err.msg);
+  CHECK_EQ_INT(m.video.n_frames, 2);
+  if (m.video.n_frames == 2) CHECK_NEAR(m.video.t[1], 0.4, 1e-6);
+  media_free(&m);
+  vo = (media_video_opts){.max_frames = 2};
+  CHECK_MSG(media_decode_video(gif, n, NULL, &vo, &m, &err) == 0, "%s", err.msg);
+  CHECK(m.video.n_frames <= 2 && m.video.n_frames >= 1);
+  media_free(&m);
+  media_limits lim = {.max_pixels = 100};
+  CHECK(media_decode_video(gif, n, &lim, &vo, &m, &err) == HEARTH_EINVAL);
+  CHECK(media_decode_video(gif, n / 3, NULL, &vo, &m, &err) != 0 || (media_free(&m), 1));
+  free(gif);
+}
+
+int main(void) {
+  RUN(test_images);
+  RUN(test_bad_images);
+  RUN(test_sources);
+  RUN(test_audio);
+  RUN(test_video);
+  TEST_MAIN_END();
+}
