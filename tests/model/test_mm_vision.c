@@ -336,6 +336,7 @@ static void test_logits(void) {
 }
 
 int main(void) {
+  test_device_or_skip();
   herr err = {0};
   doc = hjson_load_file(FX "/golden.json", &err);
   if (!doc) {
