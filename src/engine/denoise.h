@@ -60,6 +60,10 @@ typedef struct denoise_draws {
      the next canvas, n tokens each */
   void (*step)(void *ctx, int step, const int32_t *argmax, const int32_t *next, int64_t n);
   void *ctx;
+  /* before each denoising step's sampling: its number and the decoder's logits, rows × vocab
+     floats before the temperature, which it may change (a logits processor, applied first as
+     the reference applies a caller's) */
+  void (*logits)(void *ctx, int step, float *logits, int64_t rows, int64_t vocab);
 } denoise_draws;
 
 typedef struct denoise_run denoise_run;
