@@ -222,9 +222,12 @@ static void params_of(const json_t *p, denoise_params *dp) {
  * or the stop parts a run from the reference where the twins, which share the defect, do not
  * part from the run, and fails here. (On this fixture twins part from a run after 3 to 7 steps
  * of a block, the reference after 6 to 10 or not at all: one more draw from the distribution of
- * parting steps the twins sample.) A fixture that asserts every step of a whole generation
- * needs the reference's self-conditioning logits of every step, to run each step from the
- * reference's own input; tools/gen_diffusion_golden.py does not record them yet. */
+ * parting steps the twins sample.) Where no twin parts, the horizon is the whole run and
+ * the run must be the reference's throughout: a fixture whose self-conditioning damps
+ * differences gets that for whole generations (this one with its self-conditioning down_proj at a
+ * tenth of its scale: no twin parts in any of the 30 steps of each generation), as would one
+ * recording the reference's self-conditioning logits at every step, to run each step from the
+ * reference's own input. */
 
 #define TWINS 32
 
