@@ -366,7 +366,7 @@ static void test_generations(void) {
     size_t lead = ref_agree(&r, trace, 0, n_trace), horizon = rounding_horizon(&req, &dp, &r);
     bool all = lead == n_trace && r.n_steps == n_trace;
     CHECK_MSG(all || lead >= horizon, "%s: step %zu is not the reference's, yet rounding-sized noise parts no run before step %zu",
-              name, lead, horizon);
+              name, lead + 1, horizon + 1);
     if (all) {
       /* the reference pads after its EOS; ours ends at it */
       size_t want = nref;
@@ -383,8 +383,8 @@ static void test_generations(void) {
                 name, r.at_int, r.n_ints, r.at_u, r.n_u);
       CHECK_EQ_INT(res.finish, req.n_eos ? GEN_FINISH_STOP : GEN_FINISH_LENGTH);
     }
-    fprintf(stderr, "  %s: %zu of %zu steps as the reference's; rounding-sized noise parts a run at step %zu\n", name, lead,
-            n_trace, horizon == SIZE_MAX ? r.n_steps : horizon);
+    fprintf(stderr, "  %s: %zu of %zu steps as the reference's; rounding-sized noise parts a run from step %zu\n", name, lead,
+            n_trace, (horizon == SIZE_MAX ? r.n_steps : horizon) + 1);
     free(r.steps);
     free(prompt);
     free(ref);
@@ -432,13 +432,13 @@ static void test_blocks_from_reference(void) {
       size_t lead = ref_agree(&r, trace, step_off, steps), horizon = rounding_horizon(&req, &dp, &r);
       bool all = lead == steps && r.n_steps == steps;
       CHECK_MSG(all || lead >= horizon,
-                "%s block %zu: step %zu is not the reference's, yet rounding-sized noise parts no run before step %zu", name, b, lead,
-                horizon);
+                "%s block %zu: step %zu is not the reference's, yet rounding-sized noise parts no run before step %zu", name, b, lead + 1,
+                horizon + 1);
       bool same = col.n == C;
       for (int i = 0; same && i < col.n; i++) same = col.ids[i] == ref[b * (size_t)C + (size_t)i];
       CHECK_MSG(!all || same, "%s block %zu: every step as the reference's, yet other tokens", name, b);
-      fprintf(stderr, "  %s block %zu: %zu of %zu steps as the reference's%s; rounding-sized noise parts a run at step %zu\n", name, b,
-              lead, steps, all && same ? " (its tokens)" : "", horizon == SIZE_MAX ? r.n_steps : horizon);
+      fprintf(stderr, "  %s block %zu: %zu of %zu steps as the reference's%s; rounding-sized noise parts a run from step %zu\n", name,
+              b, lead, steps, all && same ? " (its tokens)" : "", (horizon == SIZE_MAX ? r.n_steps : horizon) + 1);
       free(r.steps);
       memcpy(ctx + np + b * (size_t)C, ref + b * (size_t)C, sizeof(int32_t) * (size_t)C);
       int_off += (size_t)C * (1 + steps);
