@@ -243,6 +243,8 @@ typedef struct replay {
   size_t n_steps, cap;
   double noise;   /* > 0: a twin: Gaussian noise of this standard deviation on every logit */
   uint64_t rng;
+  const struct replay *base; /* a twin's run: the twin stops (*stop) once it parts from it */
+  volatile int *stop;
 } replay;
 
 static int32_t replay_token(void *ctx, int64_t vocab) {
@@ -278,6 +280,8 @@ static void replay_step(void *ctx, int step, const int32_t *argmax, const int32_
   s[0] = step;
   memcpy(s + 1, argmax, sizeof(int32_t) * (size_t)n);
   memcpy(s + 1 + n, next, sizeof(int32_t) * (size_t)n);
+  size_t i = r->n_steps - 1;
+  if (r->base && (i >= r->base->n_steps || memcmp(s, r->base->steps + i * w, sizeof(int32_t) * w))) *r->stop = 1;
 }
 
 static double splitmix(uint64_t *s) {
@@ -320,12 +324,16 @@ static size_t ref_agree(const replay *r, const json_t *trace, size_t t0, size_t 
 static size_t rounding_horizon(const gen_request *req, const denoise_params *dp, const replay *r) {
   size_t h = SIZE_MAX, w = 1 + 2 * (size_t)r->C;
   for (int k = 0; k < TWINS; k++) {
+    volatile int stop = 0;
     replay tw = {.ints = r->ints, .n_ints = r->n_ints, .u = r->u, .n_u = r->n_u, .C = r->C, .noise = 2 * pass_rms_diff,
-                 .rng = 0x5eed0000u + (uint64_t)k};
+                 .rng = 0x5eed0000u + (uint64_t)k, .base = r, .stop = &stop};
+    gen_request twin_req = *req;
+    twin_req.cancel = &stop;
     collect col = {0};
     gen_result res;
     herr err = {0};
-    if (replay_run(req, dp, &tw, &col, &res, &err)) tw.n_steps = 0;
+    int rc = replay_run(&twin_req, dp, &tw, &col, &res, &err);
+    if (rc && rc != HEARTH_ECANCELLED) tw.n_steps = 0;
     size_t i = 0, n = tw.n_steps < r->n_steps ? tw.n_steps : r->n_steps;
     while (i < n && !memcmp(tw.steps + i * w, r->steps + i * w, sizeof(int32_t) * w)) i++;
     if ((i < n || tw.n_steps != r->n_steps) && i < h) h = i;
