@@ -52,7 +52,8 @@ void denoise_params_default(denoise_params *p);
 int denoise_params_check(const denoise_params *p, herr *err);
 
 /* A source of the random draws (the reference's torch.randint and the
- * multinomial's uniforms), and an observer of each step; every field may be NULL. */
+ * multinomial's uniforms), an observer of each step and a processor of its
+ * logits; every field may be NULL. */
 typedef struct denoise_draws {
   int32_t (*token)(void *ctx, int64_t vocab); /* uniform in [0, vocab) */
   double (*uniform)(void *ctx);               /* uniform in [0, 1) */
