@@ -220,6 +220,7 @@ static bool denoise_logits(denoise_run *r) {
   float frac = (float)r->cur_step / (float)r->p.max_denoising_steps;
   r->temp = (float)r->p.t_min + (float)(r->p.t_max - r->p.t_min) * frac;
   for (int64_t i = 0; i < C; i++) r->u[i] = draw_uniform(r);
+  if (r->draws.logits) r->draws.logits(r->draws.ctx, r->cur_step, r->logits, C, r->V);
   if (r->pool) hpool_for(r->pool, (int)C, denoise_position, r);
   else
     for (int64_t i = 0; i < C; i++) denoise_position(r, (int)i, 0);
