@@ -571,7 +571,7 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
   const model_config *c = &m->cfg;
   if (!b || b->n_seqs <= 0) return herr_set(err, HEARTH_EINVAL, "model_forward: empty batch");
   int64_t T = 0, R = 0, P = 0, M = 0, Q = 0;
-  bool has_last = false, mtp = b && b->mtp;
+  bool has_last = false, mtp = b && b->n_seqs > 0 && b->seqs[0].mtp_hidden;
   int rc0;
   if (mtp && (rc0 = model_mtp_check(m, err))) return herr_wrap(err, "model_forward");
   for (int s = 0; b && s < b->n_seqs; s++) {

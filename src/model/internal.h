@@ -343,7 +343,7 @@ struct family_ops {
   void (*embedded)(model *m, step *st);
   /* layer l of the forward */
   void (*layer)(model *m, int l, const kv_store *kv, step *st);
-  /* a multi-token-prediction forward (model_batch.mtp): st->x, the new rows' token embeddings, becomes
+  /* a multi-token-prediction forward (model_seq.mtp_hidden): st->x, the new rows' token embeddings, becomes
    * the MTP layer's output, from h [T, hidden] (the rows' hidden inputs), over kv's layer 0 (optional) */
   void (*mtp)(model *m, const kv_store *kv, step *st, const bk_tensor *h);
   /* frees fam_state (optional) */

@@ -145,8 +145,14 @@ typedef struct model_seq {
    * may be NULL): n_tokens × hidden_size host floats written beside the sequence's other output, each
    * new token's hidden state as the MTP layer takes it: after the model's final norm (MODEL_OUT_HIDDEN's
    * value), or, in an MTP batch, the layer's own output after its head's norm (what its next drafted
-   * position takes). mtp_hidden (borrowed, an MTP batch only): n_tokens × hidden_size host floats, the
-   * hidden state h_i each new row takes beside its token t_{i+1}. */
+   * position takes). mtp_hidden (borrowed, may be NULL): n_tokens × hidden_size host floats, the hidden
+   * state h_i each new row takes beside its token t_{i+1}; sequences that give it make an MTP batch
+   * (every sequence of the batch gives it, or none), which runs the model's multi-token-prediction
+   * layer instead of the decoder (DeepSeek-V3's, GLM-5's): for row i (token t_{i+1}, hidden state h_i,
+   * RoPE position i from positions) x = eh_proj([enorm(embed(t_{i+1})) | hnorm(h_i)]), then the layer's
+   * decoder block over the sequence's cache in model_mtp_geometry_of's layout, then its head's norm and
+   * head (the model's lm_head when it has none of its own): the logits of t_{i+2}. Its sequences give
+   * LOGITS or NONE, no adapters or media; model_mtp_check says whether the model can. */
   float *next_hidden;
   const float *mtp_hidden;
 } model_seq;
@@ -154,13 +160,6 @@ typedef struct model_seq {
 typedef struct model_batch {
   const model_seq *seqs;     /* borrowed */
   int n_seqs;
-  /* Runs the model's multi-token-prediction layer instead of the decoder (DeepSeek-V3's, GLM-5's):
-   * for row i of a sequence (token t_{i+1}, hidden state h_i = mtp_hidden row, RoPE position i from
-   * positions) x = eh_proj([enorm(embed(t_{i+1})) | hnorm(h_i)]), then the layer's decoder block over
-   * the sequence's cache in model_mtp_geometry_of's layout, then its head's norm and head (the model's
-   * lm_head when it has none of its own): the logits of t_{i+2}. Sequences give LOGITS or NONE, no
-   * adapters or media. model_mtp_check says whether the model can. */
-  bool mtp;
 } model_batch;
 
 /* The longest context a config may state (max_position_embeddings, sliding
@@ -189,7 +188,7 @@ static inline int64_t model_kv_v_dim(const model_kv_geometry *g, int l) { return
 /* Multi-token-prediction layers loaded beside the decoder (GLM-5's
  * num_nextn_predict_layers, kept for speculative decoding; 0: none). */
 int model_nextn_layers(const model *m);
-/* Whether model_batch.mtp forwards can run: the model has a multi-token-prediction layer its family
+/* Whether MTP batches (model_seq.mtp_hidden) can run: the model has a multi-token-prediction layer its family
  * can run, and is neither split over ranks nor under an expert budget; else HEARTH_EUNSUPPORTED
  * saying why. */
 int model_mtp_check(const model *m, herr *err);
