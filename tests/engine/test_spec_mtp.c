@@ -11,6 +11,10 @@
  * final norm its shared_head.norm and head its shared_head.head: its logits
  * (and final hidden states) at every row must be the MTP forward's.
  *
+ * A run decoded by hand: at every step its drafts are what the layer gives
+ * over the whole history computed afresh (so rejected positions' hidden
+ * states and the layer's chain rows are dropped as they should be).
+ *
  * Greedy in the scheduler: MTP-drafted requests (several prompts and draft
  * lengths) beside plain and prompt-lookup ones in the same steps, each equal
  * token for token to generate_run alone; drafts are made and the stats
@@ -44,6 +48,8 @@
 
 #define GLM5 HEARTH_SOURCE_DIR "/tests/fixtures/golden/glm5-f32"
 #define LLAMA HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32"
+
+static model *g_glm5_fresh; /* the fixture (for the test before the scheduler's) */
 
 static model *load(const char *dir) {
   model *m = NULL;
@@ -291,6 +297,126 @@ static void test_forward_reference(void) {
   rmdir(dir);
 }
 
+/* ---- a run's proposals against the layer computed afresh ---- */
+
+typedef struct hist {
+  int32_t toks[256];
+  int64_t n;
+} hist;
+
+static bool commit_tok(void *ctx, const sample_token *st) {
+  hist *h = ctx;
+  h->toks[h->n++] = st->id;
+  return false;
+}
+
+static int32_t argmax(const float *row, int64_t n) {
+  int32_t b = 0;
+  for (int64_t i = 1; i < n; i++)
+    if (row[i] > row[b]) b = (int32_t)i;
+  return b;
+}
+
+/* A greedy run decoded by hand (prompt in two chunks, then propose / verify): at every step its
+ * drafts must be what the MTP layer gives over the whole history computed afresh — the target's
+ * final hidden states of every position from one forward, the layer over all of them in one
+ * forward, then its chain. With random weights nearly every draft is rejected, so this checks that
+ * the hidden states of rejected positions are dropped and the layer's chain rows cut off. */
+static void test_proposals_fresh(void) {
+  model *m = g_glm5_fresh;
+  herr e = {0};
+  int64_t D = model_cfg(m)->hidden_size, V = model_vocab_size(m);
+  model_kv_geometry g, mg;
+  model_kv_geometry_of(m, &g);
+  model_mtp_geometry_of(m, &mg);
+  kv_cache *kc = NULL, *mc = NULL, *fc = NULL, *fmc = NULL;
+  CHECK_EQ_INT(kv_cache_new(&g, 0, &kc, &e), 0);
+  CHECK_EQ_INT(kv_cache_new(&mg, 0, &mc, &e), 0);
+  CHECK_EQ_INT(kv_cache_new(&g, 0, &fc, &e), 0);
+  CHECK_EQ_INT(kv_cache_new(&mg, 0, &fmc, &e), 0);
+  gen_method gm = {.spec_tokens = 3, .source = SPEC_MTP, .target = m, .mtp_cache = mc};
+  hist h = {0};
+  for (int i = 0; i < 21; i++) h.toks[h.n++] = (int32_t)(3 + (i * 151 + 7) % 500);
+  gen_request req;
+  gen_request_init(&req);
+  req.prompt = h.toks;
+  req.n_prompt = (size_t)h.n;
+  req.sample.greedy = true;
+  gen_run *run = NULL;
+  sampler *smp = NULL;
+  CHECK_EQ_INT(gen_run_new(&gm, &req, V, NULL, &run, &e), 0);
+  CHECK_EQ_INT(sampler_new((int32_t)V, &req.sample, &smp, &e), 0);
+  kv_seq *kv = NULL;
+  CHECK_EQ_INT(kv_cache_seq_new(kc, &kv, &e), 0);
+  if (!run || !smp || !kv) return;
+  float *rows = malloc(sizeof(float) * (size_t)(4 * V)), *scratch = NULL;
+  size_t cap = 0;
+  gen_step gs;
+  /* the prompt in two chunks, each keeping its hidden states for the layer */
+  int64_t split = 12;
+  model_seq c1 = {.kv = kv, .tokens = h.toks, .n_tokens = (int)split, .out = MODEL_OUT_NONE,
+                  .next_hidden = gen_run_hidden(run, 0, (int)split, &e)};
+  CHECK(c1.next_hidden != NULL);
+  CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &c1, .n_seqs = 1}, NULL, &e), 0);
+  CHECK_EQ_INT(gen_run_backlog(run), split);
+  model_seq c2 = {.kv = kv, .tokens = h.toks + split, .n_tokens = (int)(h.n - split),
+                  .next_hidden = gen_run_hidden(run, split, (int)(h.n - split), &e)};
+  CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &c2, .n_seqs = 1}, rows, &e), 0);
+  CHECK_EQ_INT(gen_run_verify(run, smp, rows, 1, V, commit_tok, &h, &gs, &e), 0);
+  int steps = 0, drafted = 0, compared = 0;
+  float *H = malloc(sizeof(float) * 256 * (size_t)D), *lg = malloc(sizeof(float) * 256 * (size_t)V);
+  float *nh = malloc(sizeof(float) * 256 * (size_t)D);
+  int64_t *pos = malloc(sizeof(int64_t) * 256);
+  while (h.n < 21 + 40 && steps < 60) {
+    steps++;
+    gen_proposal pr = {.run = run, .toks = h.toks, .n_toks = h.n, .max = 3};
+    CHECK_EQ_INT(gen_runs_propose(&pr, 1, &scratch, &cap, &e), 0);
+    CHECK_MSG(pr.n >= 1, "step %d: no draft", steps);
+    /* afresh: the target's hidden states of positions 0 .. n-2, the layer over all of them */
+    kv_seq *fk = NULL, *fm = NULL;
+    CHECK_EQ_INT(kv_cache_seq_new(fc, &fk, &e), 0);
+    CHECK_EQ_INT(kv_cache_seq_new(fmc, &fm, &e), 0);
+    int n1 = (int)h.n - 1;
+    model_seq fs = {.kv = fk, .tokens = h.toks, .n_tokens = n1, .out = MODEL_OUT_HIDDEN_ALL, .dest = H};
+    CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &fs, .n_seqs = 1}, NULL, &e), 0);
+    for (int i = 0; i < n1; i++) pos[i] = i;
+    model_seq ms = {.kv = fm, .tokens = h.toks + 1, .n_tokens = n1, .positions = pos, .mtp_hidden = H, .next_hidden = nh};
+    CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &ms, .n_seqs = 1}, lg, &e), 0);
+    float *chain = nh + (size_t)(n1 - 1) * (size_t)D;
+    for (int j = 0; j < pr.n; j++) {
+      int32_t want = argmax(lg, V);
+      CHECK_MSG(pr.draft[j] == want, "step %d (%lld tokens): draft %d is %d, the layer afresh gives %d", steps,
+                (long long)h.n, j, (int)pr.draft[j], (int)want);
+      compared++;
+      if (j + 1 == pr.n) break;
+      int64_t p = h.n - 1 + j;
+      model_seq cs = {.kv = fm, .tokens = &pr.draft[j], .n_tokens = 1, .positions = &p, .mtp_hidden = chain,
+                      .next_hidden = chain};
+      CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &cs, .n_seqs = 1}, lg, &e), 0);
+    }
+    kv_cache_seq_free(fk);
+    kv_cache_seq_free(fm);
+    /* verify: the pending token and the drafts in one forward */
+    int32_t feed[4];
+    feed[0] = h.toks[h.n - 1];
+    memcpy(feed + 1, pr.draft, sizeof(int32_t) * (size_t)pr.n);
+    drafted += pr.n;
+    int64_t at = kv->len;
+    model_seq vs = {.kv = kv, .tokens = feed, .n_tokens = 1 + pr.n, .all_logits = true,
+                    .next_hidden = gen_run_hidden(run, at, 1 + pr.n, &e)};
+    CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &vs, .n_seqs = 1}, rows, &e), 0);
+    CHECK_EQ_INT(gen_run_verify(run, smp, rows, 1 + pr.n, V, commit_tok, &h, &gs, &e), 0);
+    kv_cache_seq_truncate(kv, h.n - 1);
+  }
+  fprintf(stderr, "  %d steps by hand: %d drafts, each the layer's afresh (%d compared)\n", steps, drafted, compared);
+  CHECK(compared >= 30);
+  free(rows), free(scratch), free(H), free(lg), free(nh), free(pos);
+  kv_cache_seq_free(kv);
+  gen_run_free(run);
+  sampler_free(smp);
+  kv_cache_free(kc), kv_cache_free(mc), kv_cache_free(fc), kv_cache_free(fmc);
+}
+
 /* ---- greedy in the scheduler ---- */
 
 typedef struct collected {
@@ -465,6 +591,8 @@ int main(void) {
   g_copy = load(dir);
   if (!g_glm5 || !g_copy) return 1;
   RUN(test_forward_reference);
+  g_glm5_fresh = g_glm5;
+  RUN(test_proposals_fresh);
   RUN(test_greedy_random);
   RUN(test_greedy_copying);
   RUN(test_greedy_preempted);
