@@ -36,10 +36,15 @@
  * (norm_topk_prob) times routed_scaling_factor, plus the shared experts
  * (one MLP of n_shared_experts × moe_intermediate_size).
  *
- * The multi-token-prediction layers a checkpoint stores after the decoder
+ * The multi-token-prediction layer a checkpoint stores after the decoder
  * (model.layers.N.*: enorm, hnorm, eh_proj, shared_head and a decoder
- * layer) load when present and are kept for speculative decoding; the
- * forward does not run them. */
+ * layer) loads when present and drafts for speculative decoding, in MTP
+ * batches (model_seq.mtp_hidden; decoder.c runs the head): row i takes the
+ * model's final hidden state h_i (after the final norm, as SGLang's and
+ * vLLM's GLM-4.5 / DeepSeek-V3 MTP take it) and token t_{i+1},
+ * x = eh_proj([enorm(embed(t_{i+1})) | hnorm(h_i)]), then the decoder block
+ * over a cache of its own (layer 0 of the MTP cache). The normal forward
+ * does not run it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
