@@ -25,7 +25,8 @@
  * passes the embedding through (eh_proj = [I | 0], no attention or expert
  * output, shared_head = the model's norm and head): its drafts are the
  * target's own next tokens, and nearly every draft must be kept — with the
- * output still exactly plain decoding's.
+ * output still exactly plain decoding's; sampled requests, which draft from
+ * the layer's distribution, keep nearly every draft there too.
  *
  * Refusals: a model without an MTP layer refuses the method at load
  * (gen_method_check) and a request naming it (spec_method "mtp", field
@@ -533,6 +534,44 @@ static void test_greedy_preempted(void) {
   run_greedy(g_copy, 14 * kv_block_bytes(&g, 16), false, true, "mtp, a small pool");
 }
 
+/* Sampled requests draft from the layer's distribution q and keep a draft with probability
+ * min(1, p/q): with the copying layer q is the model's own p, so nearly every draft is kept. */
+static void test_sampled_copying(void) {
+  gen_method gm = {.spec_tokens = 4, .source = SPEC_MTP};
+  sched *s = NULL;
+  herr e = {0};
+  CHECK_EQ_INT(sched_new(g_copy, NULL, &(sched_config){.max_batch = 4, .method = &gm}, &s, &e), 0);
+  if (!s) return;
+  static job jobs[4];
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) {
+    memset(&jobs[i], 0, sizeof jobs[i]);
+    jobs[i].s = s;
+    gen_request_init(&jobs[i].req);
+    jobs[i].req.prompt = g_prompt[i];
+    jobs[i].req.n_prompt = (size_t)g_plen[i];
+    jobs[i].req.max_tokens = NEW_TOKENS;
+    jobs[i].req.sample.temperature = 0.8f;
+    jobs[i].req.sample.top_k = 40;
+    jobs[i].req.sample.seed = 1234 + (uint64_t)i;
+    jobs[i].req.ignore_eos = true;
+    pthread_create(&th[i], NULL, job_main, &jobs[i]);
+  }
+  for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 4; i++) {
+    CHECK_MSG(jobs[i].rc == 0, "sampled request %d: %s", i, jobs[i].err.msg);
+    CHECK_EQ_INT(jobs[i].out.n, NEW_TOKENS);
+  }
+  sched_stats st;
+  sched_get_stats(s, &st);
+  CHECK(st.spec_drafted[SPEC_MTP] > 0);
+  CHECK_MSG(st.spec_accepted[SPEC_MTP] * 10 >= st.spec_drafted[SPEC_MTP] * 9, "sampled: %lld of %lld drafts kept",
+            (long long)st.spec_accepted[SPEC_MTP], (long long)st.spec_drafted[SPEC_MTP]);
+  fprintf(stderr, "  mtp, sampled: drafted %lld, accepted %lld\n", (long long)st.spec_drafted[SPEC_MTP],
+          (long long)st.spec_accepted[SPEC_MTP]);
+  sched_free(s);
+}
+
 /* ---- refusals ---- */
 
 static void test_refused(void) {
@@ -596,6 +635,7 @@ int main(void) {
   RUN(test_greedy_random);
   RUN(test_greedy_copying);
   RUN(test_greedy_preempted);
+  RUN(test_sampled_copying);
   RUN(test_refused);
   model_free(g_glm5);
   model_free(g_copy);
