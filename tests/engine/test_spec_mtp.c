@@ -11,8 +11,9 @@
  * final norm its shared_head.norm and head its shared_head.head: its logits
  * (and final hidden states) at every row must be the MTP forward's.
  *
- * A run decoded by hand: at every step its drafts are what the layer gives
- * over the whole history computed afresh (so rejected positions' hidden
+ * A run decoded by hand (a prompt longer than the layer's catch-up chunk):
+ * at every step its drafts are what the layer gives over the whole history
+ * computed afresh (so rejected positions' hidden
  * states and the layer's chain rows are dropped as they should be).
  *
  * Greedy in the scheduler: MTP-drafted requests (several prompts and draft
@@ -50,7 +51,7 @@
 #define GLM5 HEARTH_SOURCE_DIR "/tests/fixtures/golden/glm5-f32"
 #define LLAMA HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32"
 
-static model *g_glm5_fresh; /* the fixture (for the test before the scheduler's) */
+static model *g_glm5_fresh; /* the fixture with a longer context (test_proposals_fresh) */
 
 static model *load(const char *dir) {
   model *m = NULL;
@@ -173,6 +174,21 @@ static int write_copying(const char *dir) {
   json_t *cfg = hjson_load_file(GLM5 "/config.json", &e);
   if (!cfg) return 1;
   int rc = variant_write(&v, dir, cfg);
+  json_decref(cfg);
+  return rc;
+}
+
+/* The fixture with a longer context (for a prompt longer than the layer's catch-up chunk). */
+static int write_long(const char *dir) {
+  herr e = {0};
+  char path[600];
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  if (symlink(GLM5 "/model.safetensors", path)) return 1;
+  json_t *cfg = hjson_load_file(GLM5 "/config.json", &e);
+  if (!cfg) return 1;
+  json_object_set_new(cfg, "max_position_embeddings", json_integer(1024));
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  int rc = json_dump_file(cfg, path, JSON_INDENT(1)) ? 1 : 0;
   json_decref(cfg);
   return rc;
 }
@@ -300,8 +316,11 @@ static void test_forward_reference(void) {
 
 /* ---- a run's proposals against the layer computed afresh ---- */
 
+#define FRESH_PROMPT 530 /* more than DRAFT_CHUNK: the layer catches up on the prompt in two forwards */
+#define FRESH_MAX (FRESH_PROMPT + 48)
+
 typedef struct hist {
-  int32_t toks[256];
+  int32_t toks[FRESH_MAX + 8];
   int64_t n;
 } hist;
 
@@ -337,7 +356,7 @@ static void test_proposals_fresh(void) {
   CHECK_EQ_INT(kv_cache_new(&mg, 0, &fmc, &e), 0);
   gen_method gm = {.spec_tokens = 3, .source = SPEC_MTP, .target = m, .mtp_cache = mc};
   hist h = {0};
-  for (int i = 0; i < 21; i++) h.toks[h.n++] = (int32_t)(3 + (i * 151 + 7) % 500);
+  for (int i = 0; i < FRESH_PROMPT; i++) h.toks[h.n++] = (int32_t)(3 + (i * 151 + 7 + i * i * 3) % 500);
   gen_request req;
   gen_request_init(&req);
   req.prompt = h.toks;
@@ -354,7 +373,7 @@ static void test_proposals_fresh(void) {
   size_t cap = 0;
   gen_step gs;
   /* the prompt in two chunks, each keeping its hidden states for the layer */
-  int64_t split = 12;
+  int64_t split = 300;
   model_seq c1 = {.kv = kv, .tokens = h.toks, .n_tokens = (int)split, .out = MODEL_OUT_NONE,
                   .next_hidden = gen_run_hidden(run, 0, (int)split, &e)};
   CHECK(c1.next_hidden != NULL);
@@ -365,10 +384,10 @@ static void test_proposals_fresh(void) {
   CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &c2, .n_seqs = 1}, rows, &e), 0);
   CHECK_EQ_INT(gen_run_verify(run, smp, rows, 1, V, commit_tok, &h, &gs, &e), 0);
   int steps = 0, drafted = 0, compared = 0;
-  float *H = malloc(sizeof(float) * 256 * (size_t)D), *lg = malloc(sizeof(float) * 256 * (size_t)V);
-  float *nh = malloc(sizeof(float) * 256 * (size_t)D);
-  int64_t *pos = malloc(sizeof(int64_t) * 256);
-  while (h.n < 21 + 40 && steps < 60) {
+  float *H = malloc(sizeof(float) * FRESH_MAX * (size_t)D), *lg = malloc(sizeof(float) * (size_t)V);
+  float *nh = malloc(sizeof(float) * FRESH_MAX * (size_t)D);
+  int64_t *pos = malloc(sizeof(int64_t) * FRESH_MAX);
+  while (h.n < FRESH_PROMPT + 40 && steps < 60) {
     steps++;
     gen_proposal pr = {.run = run, .toks = h.toks, .n_toks = h.n, .max = 3};
     CHECK_EQ_INT(gen_runs_propose(&pr, 1, &scratch, &cap, &e), 0);
@@ -382,6 +401,7 @@ static void test_proposals_fresh(void) {
     CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &fs, .n_seqs = 1}, NULL, &e), 0);
     for (int i = 0; i < n1; i++) pos[i] = i;
     model_seq ms = {.kv = fm, .tokens = h.toks + 1, .n_tokens = n1, .positions = pos, .mtp_hidden = H, .next_hidden = nh};
+    /* (one forward: only the last row's logits) */
     CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &ms, .n_seqs = 1}, lg, &e), 0);
     float *chain = nh + (size_t)(n1 - 1) * (size_t)D;
     for (int j = 0; j < pr.n; j++) {
@@ -630,8 +650,16 @@ int main(void) {
   g_copy = load(dir);
   if (!g_glm5 || !g_copy) return 1;
   RUN(test_forward_reference);
-  g_glm5_fresh = g_glm5;
-  RUN(test_proposals_fresh);
+  char ldir[] = "/tmp/hearth-mtp-long-XXXXXX";
+  CHECK(mkdtemp(ldir) != NULL);
+  CHECK_EQ_INT(write_long(ldir), 0);
+  g_glm5_fresh = load(ldir);
+  if (g_glm5_fresh) RUN(test_proposals_fresh);
+  model_free(g_glm5_fresh);
+  char lpath[640];
+  snprintf(lpath, sizeof lpath, "%s/model.safetensors", ldir), unlink(lpath);
+  snprintf(lpath, sizeof lpath, "%s/config.json", ldir), unlink(lpath);
+  rmdir(ldir);
   RUN(test_greedy_random);
   RUN(test_greedy_copying);
   RUN(test_greedy_preempted);
