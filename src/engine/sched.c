@@ -5,7 +5,10 @@
  * leave in a trace (base/trace.h) when one is given. How a generation turns
  * a step's logits into tokens is its method run's (engine/method.h): a
  * speculative run's drafts join the batch as a chunk after its pending
- * token, and the KV rows of rejected drafts are cut off after verification.
+ * token, and the KV rows of rejected drafts are cut off after verification;
+ * a run drafting with the model's MTP layer gets the hidden states of every
+ * token it feeds (model_seq.next_hidden), and its layer sees them in the
+ * next step's proposals, in the prompt too.
  * Knows the model only through model.h and the cache only through
  * kv_paged.h; knows nothing of HTTP or the public API. */
 #include "engine/sched.h"
