@@ -43,3 +43,7 @@ int kv_cache_seq_new(kv_cache *c, kv_seq **out, herr *err) { return kv_paged_seq
 void kv_cache_seq_free(kv_seq *s) { kv_paged_seq_free(s); }
 
 void kv_cache_seq_truncate(kv_seq *s, int64_t n) { kv_paged_seq_truncate(s, n); }
+
+int kv_cache_seq_mark(kv_seq *s, herr *err) { return kv_paged_seq_mark(s, err); }
+
+int64_t kv_cache_seq_rewind(kv_seq *s, int64_t n) { return kv_paged_seq_rewind(s, n); }

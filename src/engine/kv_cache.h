@@ -28,5 +28,9 @@ int kv_cache_seq_new(kv_cache *c, kv_seq **out, herr *err);
 void kv_cache_seq_free(kv_seq *s);
 /* Forgets rows >= n (n <= len). */
 void kv_cache_seq_truncate(kv_seq *s, int64_t n);
+/* kv_paged_seq_mark / kv_paged_seq_rewind: cutting back a sequence with
+ * recurrent state (its state is kept at the mark). */
+int kv_cache_seq_mark(kv_seq *s, herr *err);
+int64_t kv_cache_seq_rewind(kv_seq *s, int64_t n);
 
 #endif

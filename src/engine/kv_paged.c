@@ -81,6 +81,8 @@ typedef struct paged_seq {
   int64_t n_published;        /* leading blocks already published or attached */
   uint64_t last_hash;         /* hash of block n_published - 1 (root when none) */
   bool stale;                 /* truncated to a length its recurrent state no longer matches */
+  int32_t mark;               /* recurrent layers: a state row holding the state at length mark_len (-1: none) */
+  int64_t mark_len;           /* -1: no mark */
 } paged_seq;
 
 #define PREFIX_ROOT 0x6a09e667f3bcc909ull
@@ -533,6 +535,8 @@ int kv_paged_seq_new(kv_pool *p, int64_t max_len, kv_seq **out, herr *err) {
   if (!ps) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   ps->base.ops = &paged_ops;
   ps->base.state = -1;
+  ps->mark = -1;
+  ps->mark_len = -1;
   if (p->has_state && (ps->base.state = take_state(p, err)) < 0) {
     free(ps);
     return err ? err->code : HEARTH_ENOMEM;
@@ -550,6 +554,7 @@ void kv_paged_seq_free(kv_seq *s) {
   /* the tail first, so a chain's later blocks are evicted before its head */
   for (int64_t i = ps->n_blocks - 1; i >= 0; i--) release_block(ps->pool, ps->table[i]);
   if (s->state >= 0) ps->pool->state_free[ps->pool->n_state_free++] = s->state;
+  if (ps->mark >= 0) ps->pool->state_free[ps->pool->n_state_free++] = ps->mark;
   free(ps->table);
   free(ps);
 }
@@ -647,8 +652,34 @@ void kv_paged_seq_truncate(kv_seq *s, int64_t n) {
     ps->n_published = 0;
     ps->last_hash = PREFIX_ROOT;
   }
-  if (ps->pool->has_state) ps->stale = n > 0; /* from 0 it starts afresh; elsewhere its state is past n */
+  if (ps->pool->has_state && n == ps->mark_len) { /* back to the mark: its state again */
+    copy_state(ps->pool, s->state, ps->mark);
+    ps->stale = false;
+  } else if (ps->pool->has_state) {
+    ps->stale = n > 0; /* from 0 it starts afresh; elsewhere its state is past n */
+  }
+  if (n < ps->mark_len) ps->mark_len = -1;
   s->len = n;
+}
+
+int kv_paged_seq_mark(kv_seq *s, herr *err) {
+  paged_seq *ps = (paged_seq *)s;
+  kv_pool *p = ps->pool;
+  if (!p->has_state) return 0;
+  ps->mark_len = -1;
+  if (ps->stale || s->state < 0) return 0; /* no state worth keeping: a rewind goes to 0 */
+  if (ps->mark < 0 && (ps->mark = take_state(p, err)) < 0) return err ? err->code : HEARTH_ENOMEM;
+  copy_state(p, ps->mark, s->state);
+  ps->mark_len = s->len;
+  return 0;
+}
+
+int64_t kv_paged_seq_rewind(kv_seq *s, int64_t n) {
+  paged_seq *ps = (paged_seq *)s;
+  if (n < 0 || n >= s->len) return s->len;
+  if (ps->pool->has_state) n = ps->mark_len >= 0 && ps->mark_len <= n ? ps->mark_len : 0;
+  kv_paged_seq_truncate(s, n);
+  return s->len;
 }
 
 const kv_store *kv_pool_store(const kv_pool *p) { return &p->store; }

@@ -24,7 +24,9 @@
  * finds a sequence's length exactly at the end of a block it publishes, a
  * copy of its state (a snapshot) is kept with that block, and attaching a
  * prefix stops at the last matched block that has one and starts the
- * sequence from a copy of it. Snapshots live in state rows, at most
+ * sequence from a copy of it. Speculative decoding cuts a sequence back
+ * over rejected drafts through a mark (kv_paged_seq_mark, _rewind): a copy
+ * of the state at the length before the drafts. Snapshots live in state rows, at most
  * kv_pool_set_snapshots of them (least recently made or used go first), and
  * go with their block when it is evicted.
  *
@@ -111,6 +113,18 @@ void kv_paged_seq_publish(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t 
 /* Forgets rows >= n (n <= len), releasing the blocks past them. Truncating
  * into published blocks makes the next publish walk the chain again. */
 void kv_paged_seq_truncate(kv_seq *s, int64_t n);
+/* Recurrent layers: keeps a copy of s's state at its current length (the
+ * mark; one per sequence, the last one made), so that s can be cut back to
+ * that length later: speculative decoding marks before it feeds drafts.
+ * Truncating to exactly the mark's length restores the state kept there
+ * (the sequence is not stale); the mark is forgotten once s is cut below it.
+ * Without recurrent layers it does nothing; ENOMEM when no state row is left. */
+int kv_paged_seq_mark(kv_seq *s, herr *err);
+/* Cuts s back to at most n rows, as far as its state allows, and returns
+ * its new length: n without recurrent layers; with them, the mark's length
+ * when it is at most n (the state restored), else 0 (the sequence starts
+ * afresh and its tokens are fed again). Nothing happens when n >= len. */
+int64_t kv_paged_seq_rewind(kv_seq *s, int64_t n);
 
 /* ---- persistence: what a store of blocks on disk needs (engine/kv_disk.h) ---- */
 

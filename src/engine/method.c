@@ -70,11 +70,12 @@ int spec_source_parse(const char *name, spec_source *out, herr *err) {
 
 bool gen_method_can_rollback(const model *m) {
   /* attention KV is cut back by truncating the sequence; a recurrent layer's
-   * state (Gated DeltaNet) holds every token folded in and cannot be */
+   * state (Gated DeltaNet) is kept at a mark before the drafts and restored
+   * from it (kv_paged_seq_mark), which the CPU backend runs */
   model_kv_geometry g;
   model_kv_geometry_of(m, &g);
   for (int l = 0; l < g.n_layers; l++)
-    if (g.state_dim[l] > 0) return false;
+    if (g.state_dim[l] > 0) return bk_backend_is_cpu(model_backend(m));
   return true;
 }
 
@@ -88,8 +89,9 @@ int gen_method_check(const gen_method *gm, const model *target, herr *err) {
   if (gm->source == SPEC_DRAFT && !gm->draft)
     return herr_set(err, HEARTH_EINVAL, "speculative method draft needs a draft model");
   if (!gen_method_can_rollback(target))
-    return herr_set(err, HEARTH_EUNSUPPORTED,
-                    "speculative decoding: the model keeps recurrent state that cannot be rolled back");
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s", GEN_ROLLBACK_REFUSED);
+  if (gm->source == SPEC_DRAFT && !gen_method_can_rollback(gm->draft))
+    return herr_set(err, HEARTH_EUNSUPPORTED, "draft model: %s", GEN_ROLLBACK_REFUSED);
   return 0;
 }
 
@@ -320,7 +322,7 @@ static int propose_drafts(gen_proposal *p, const int *idx, int n, float **scratc
     gen_proposal *x = &p[idx[k]];
     gen_run *r = x->run;
     if (!r->dkv && (rc = kv_cache_seq_new(r->dcache, &r->dkv, err))) break;
-    if (r->dkv->len >= x->n_toks) kv_cache_seq_truncate(r->dkv, x->n_toks - 1); /* the last token's logits are needed */
+    if (r->dkv->len >= x->n_toks) kv_cache_seq_rewind(r->dkv, x->n_toks - 1); /* the last token's logits are needed */
     int64_t have = r->dkv->len;
     while (!rc && x->n_toks - have > DRAFT_CHUNK) { /* a backlog: the prompt, a preempted run's tokens */
       model_seq one = {.kv = r->dkv, .tokens = x->toks + have, .n_tokens = DRAFT_CHUNK, .out = MODEL_OUT_NONE};
@@ -340,7 +342,9 @@ static int propose_drafts(gen_proposal *p, const int *idx, int n, float **scratc
       gen_run *r = x->run;
       if ((rc = draft_pick(r, *scratch + (size_t)k * (size_t)vocab, j, err))) break;
       x->n = j + 1;
-      if (j + 1 < x->max) { /* it drafts on: its draft goes in next */
+      /* it drafts on: its draft goes in next (a recurrent draft model keeps its state here first,
+       * where verify cuts it back to when a draft it fed is rejected) */
+      if (j + 1 < x->max && !(rc = j == 0 ? kv_cache_seq_mark(r->dkv, err) : 0)) {
         seqs[next] = (model_seq){.kv = r->dkv, .tokens = &r->draft[j], .n_tokens = 1};
         who[next++] = who[k];
       }
@@ -474,7 +478,7 @@ static int propose_mtp(gen_proposal *p, const int *idx, int n, float **scratch, 
  * forward: preempted): the draft model (the MTP layer) forgets the rows it fed for it. */
 static void abandon(gen_run *r) {
   int64_t keep = r->source == SPEC_MTP ? r->m_true : r->n_hist;
-  if (r->dkv && r->dkv->len > keep) kv_cache_seq_truncate(r->dkv, keep);
+  if (r->dkv && r->dkv->len > keep) kv_cache_seq_rewind(r->dkv, keep);
   r->n_draft = 0;
 }
 
@@ -587,8 +591,9 @@ static int verify_rows(gen_run *r, int n_rows, verify_pick pick, void *pctx, gen
     int64_t keep = r->n_hist + out->accepted; /* positions the target's cache keeps */
     if (out->drafted > 0 && r->hid_pos + r->n_hid > keep) r->n_hid = keep > r->hid_pos ? keep - r->hid_pos : 0;
   } else if (r->dkv && r->dkv->len > r->n_hist + out->accepted) {
-    /* the draft model keeps the rows of accepted drafts only */
-    kv_cache_seq_truncate(r->dkv, r->n_hist + out->accepted);
+    /* the draft model keeps the rows of accepted drafts only (a recurrent one goes back to its
+     * mark, before its drafts, and catches up on them at the next proposal) */
+    kv_cache_seq_rewind(r->dkv, r->n_hist + out->accepted);
   }
   r->n_draft = 0;
   return rc;

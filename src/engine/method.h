@@ -79,11 +79,16 @@ typedef struct gen_method {
 } gen_method;
 
 /* Whether the target's cached state can be cut back to fewer tokens, which
- * rejected drafts need. Attention KV always can; a model with recurrent
- * per-sequence state (model_kv_geometry.state_dim: Qwen3.5's Gated DeltaNet
- * layers) cannot — speculation is refused on it (at load, or per request)
- * until such state keeps a snapshot per drafted position. */
+ * rejected drafts need. Attention KV always can (truncation); a model with
+ * recurrent per-sequence state (model_kv_geometry.state_dim: Qwen3.5's Gated
+ * DeltaNet layers) keeps a copy of its state before the drafts
+ * (kv_paged_seq_mark) and goes back to it over a rejection, the accepted
+ * tokens fed again with the next step's — on the CPU backend; elsewhere
+ * speculation is refused on it (at load, or per request), with
+ * GEN_ROLLBACK_REFUSED. */
 bool gen_method_can_rollback(const model *m);
+#define GEN_ROLLBACK_REFUSED \
+  "speculative decoding: the model keeps recurrent state (Gated DeltaNet), which is rolled back on the CPU backend only"
 
 /* Checks that a method can run on target: the model can roll back, SPEC_DRAFT
  * has a draft model, and SPEC_MTP a multi-token-prediction layer that runs

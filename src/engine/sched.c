@@ -472,7 +472,10 @@ static bool seq_verify(sched *s, sseq *q, float *rows, const bk_sample_out *chos
     seq_finish(s, q, rc);
     return true;
   }
-  if (q->kv->len > q->n_toks - 1) kv_paged_seq_truncate(q->kv, q->n_toks - 1);
+  /* rejected drafts: attention rows are cut off; recurrent layers go back to the state before the
+   * drafts (the mark), and the accepted tokens are fed again with the next step's (as a chunk: no
+   * drafts then), so no block is published past what the state has seen */
+  if (q->kv->len > q->n_toks - 1) kv_paged_seq_rewind(q->kv, q->n_toks - 1);
   kv_paged_seq_publish(q->kv, keys_of(q), q->kv->len, adapter_of(q));
   return false;
 }
@@ -712,8 +715,20 @@ static void step(sched *s) {
       n = media_chunk(q, n);
       if (n <= 0) continue; /* the budget is spent: prefill next step */
     } else if (q->n_draft > 0) { /* its drafts, as many as the step's budget leaves room for */
-      if (q->n_draft > budget - 1) {
-        q->n_draft = budget > 1 ? (int)(budget - 1) : 0;
+      int keep = q->n_draft > budget - 1 ? (budget > 1 ? (int)(budget - 1) : 0) : q->n_draft;
+      if (s->recurrent && keep > 0) {
+        /* recurrent layers: the drafts stop at a block's end (whose state snapshot needs the sequence
+         * to end there), and the state before them is kept, to go back to over a rejection */
+        int64_t B = kv_pool_block_tokens(s->pool), end = (q->kv->len / B + 1) * B;
+        if (q->kv->len + 1 + keep > end) keep = (int)(end - q->kv->len - 1);
+        herr me = {0};
+        if (keep > 0 && kv_paged_seq_mark(q->kv, &me)) {
+          HLOG_WARN("%s (this step decodes without drafts)", me.msg);
+          keep = 0;
+        }
+      }
+      if (keep < q->n_draft) {
+        q->n_draft = keep;
         gen_run_trim(q->run, q->n_draft);
       }
       n = 1 + q->n_draft;
@@ -996,7 +1011,9 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   s->recurrent = kv_pool_recurrent(s->pool);
   if (s->recurrent) {
     kv_pool_set_snapshots(s->pool, snaps);
-    if ((rc = kv_pool_reserve_states(s->pool, s->max_batch + snaps + 1, err))) goto fail;
+    /* a speculating sequence also keeps its state before its drafts (kv_paged_seq_mark) */
+    int64_t marks = s->method->spec_tokens > 0 || s->method->draft ? s->max_batch : 0;
+    if ((rc = kv_pool_reserve_states(s->pool, s->max_batch + snaps + marks + 1, err))) goto fail;
   }
   if (s->method && s->method->draft) {
     model_kv_geometry dg;
@@ -1264,8 +1281,7 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
   if (req->grammar && (rc = seq_grammar(s, &q, err))) goto out;
   if ((rc = gen_run_new(s->method, req, s->vocab, s->draft_cache, &q.run, err))) goto out;
   if (gen_run_kind(q.run) == GEN_METHOD_SPECULATIVE && !gen_method_can_rollback(s->m)) {
-    rc = herr_set_at(err, HEARTH_EUNSUPPORTED, "spec_tokens", 0,
-                     "speculative decoding: the model keeps recurrent state that cannot be rolled back");
+    rc = herr_set_at(err, HEARTH_EUNSUPPORTED, "spec_tokens", 0, "%s", GEN_ROLLBACK_REFUSED);
     goto out;
   }
   sampler_add_prompt(q.smp, req->prompt, req->n_prompt);
