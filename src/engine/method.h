@@ -83,7 +83,7 @@ typedef struct gen_method {
  * recurrent per-sequence state (model_kv_geometry.state_dim: Qwen3.5's Gated
  * DeltaNet layers) keeps a copy of its state before the drafts
  * (kv_paged_seq_mark) and goes back to it over a rejection, the accepted
- * tokens fed again with the next step's — on the CPU backend; elsewhere
+ * tokens fed again ahead of the next step's — on the CPU backend; elsewhere
  * speculation is refused on it (at load, or per request), with
  * GEN_ROLLBACK_REFUSED. */
 bool gen_method_can_rollback(const model *m);

@@ -5,7 +5,9 @@
  * leave in a trace (base/trace.h) when one is given. How a generation turns
  * a step's logits into tokens is its method run's (engine/method.h): a
  * speculative run's drafts join the batch as a chunk after its pending
- * token, and the KV rows of rejected drafts are cut off after verification;
+ * token, and the KV rows of rejected drafts are cut off after verification
+ * (a hybrid model's recurrent state goes back to its mark before the drafts,
+ * and the accepted tokens go in again ahead of the next step's pending one);
  * a run drafting with the model's MTP layer gets the hidden states of every
  * token it feeds (model_seq.next_hidden), and its layer sees them in the
  * next step's proposals, in the prompt too.
@@ -71,7 +73,9 @@ typedef struct sseq {
   atomic_int stop_req;        /* fn returned nonzero: the engine cancels at its next step */
   gen_run *run;               /* owned (generations): the method run; released when the sequence ends */
   int n_draft;                /* this step: drafted tokens fed after the pending one */
-  int32_t feed[1 + GEN_MAX_SPEC_TOKENS]; /* this step's tokens when it has drafts */
+  int n_catch;                /* this step, with drafts: committed tokens fed before the pending one (a
+                                 hybrid model's accepted tokens, fed again after a rejection) */
+  int32_t feed[1 + 2 * GEN_MAX_SPEC_TOKENS]; /* this step's tokens when it has drafts */
   bool admitted_once;
   bool ended;                 /* finished: the engine no longer touches it */
   bool done;                  /* the waiter may return (under the lock) */
@@ -473,8 +477,8 @@ static bool seq_verify(sched *s, sseq *q, float *rows, const bk_sample_out *chos
     return true;
   }
   /* rejected drafts: attention rows are cut off; recurrent layers go back to the state before the
-   * drafts (the mark), and the accepted tokens are fed again with the next step's (as a chunk: no
-   * drafts then), so no block is published past what the state has seen */
+   * drafts (the mark), and the accepted tokens are fed again ahead of the next step's pending token
+   * (and its drafts: q->n_catch), so no block is published past what the state has seen */
   if (q->kv->len > q->n_toks - 1) kv_paged_seq_rewind(q->kv, q->n_toks - 1);
   kv_paged_seq_publish(q->kv, keys_of(q), q->kv->len, adapter_of(q));
   return false;
@@ -645,9 +649,13 @@ static void propose(sched *s) {
   int n = 0;
   for (int i = 0; i < s->n_running; i++) {
     sseq *q = s->running[i];
-    q->n_draft = 0;
+    q->n_draft = q->n_catch = 0;
     if (q->kind || !q->run || gen_run_kind(q->run) != GEN_METHOD_SPECULATIVE) continue;
-    if (q->n_toks - q->kv->len != 1) { /* in its prompt: an MTP layer sees the hidden states it has so far */
+    /* recurrent layers, rewound over a rejection: the accepted tokens go in again, drafts after them */
+    int64_t gap = q->n_toks - q->kv->len;
+    bool catch_up = gap > 1 && gap <= GEN_MAX_SPEC_TOKENS + 1 && s->recurrent &&
+                    q->kv->len >= (int64_t)q->req->n_prompt && gen_run_source(q->run) != SPEC_MTP;
+    if (gap != 1 && !catch_up) { /* in its prompt: an MTP layer sees the hidden states it has so far */
       if (gen_run_backlog(q->run) > 0) {
         s->props[n] = (gen_proposal){.run = q->run, .toks = q->toks, .n_toks = q->n_toks, .max = 0};
         s->prop_seqs[n++] = q;
@@ -675,8 +683,9 @@ static void propose(sched *s) {
     }
     q->n_draft = s->props[k].n;
     if (q->n_draft > 0) {
-      q->feed[0] = q->toks[q->n_toks - 1];
-      memcpy(q->feed + 1, s->props[k].draft, sizeof(int32_t) * (size_t)q->n_draft);
+      q->n_catch = (int)(q->n_toks - 1 - q->kv->len);
+      memcpy(q->feed, q->toks + q->kv->len, sizeof(int32_t) * (size_t)(q->n_catch + 1));
+      memcpy(q->feed + q->n_catch + 1, s->props[k].draft, sizeof(int32_t) * (size_t)q->n_draft);
     }
   }
 }
@@ -703,7 +712,28 @@ static void step(sched *s) {
   for (int i = 0; i < s->n_running; i++) {
     sseq *q = s->running[i];
     int64_t n = q->n_toks - q->kv->len;
-    if (n > 1) {
+    if (q->n_draft > 0) { /* its drafts, as many as the step's budget leaves room for */
+      int64_t keep = q->n_draft < budget - n ? q->n_draft : budget - n;
+      if (s->recurrent && keep > 0) {
+        /* recurrent layers: the drafts stop at a block's end (whose state snapshot needs the sequence
+         * to end there), and the state before them is kept, to go back to over a rejection */
+        int64_t B = kv_pool_block_tokens(s->pool), end = (q->kv->len / B + 1) * B;
+        if (q->kv->len + n + keep > end) keep = end - q->kv->len - n;
+        herr me = {0};
+        if (keep > 0 && kv_paged_seq_mark(q->kv, &me)) {
+          HLOG_WARN("%s (this step decodes without drafts)", me.msg);
+          keep = 0;
+        }
+      }
+      if (keep < q->n_draft) {
+        q->n_draft = keep > 0 ? (int)keep : 0;
+        gen_run_trim(q->run, q->n_draft);
+      }
+      if (q->n_draft == 0) q->n_catch = 0;
+    }
+    if (q->n_draft > 0) {
+      n += q->n_draft;
+    } else if (n > 1) {
       int chunk = q->req->prefill_chunk > 0 && q->req->prefill_chunk < s->chunk ? q->req->prefill_chunk : s->chunk;
       if (n > chunk) n = chunk;
       if (n > budget) n = budget;
@@ -714,24 +744,6 @@ static void step(sched *s) {
       if (s->recurrent && end > q->kv->len && end < q->kv->len + n) n = end - q->kv->len;
       n = media_chunk(q, n);
       if (n <= 0) continue; /* the budget is spent: prefill next step */
-    } else if (q->n_draft > 0) { /* its drafts, as many as the step's budget leaves room for */
-      int keep = q->n_draft > budget - 1 ? (budget > 1 ? (int)(budget - 1) : 0) : q->n_draft;
-      if (s->recurrent && keep > 0) {
-        /* recurrent layers: the drafts stop at a block's end (whose state snapshot needs the sequence
-         * to end there), and the state before them is kept, to go back to over a rejection */
-        int64_t B = kv_pool_block_tokens(s->pool), end = (q->kv->len / B + 1) * B;
-        if (q->kv->len + 1 + keep > end) keep = (int)(end - q->kv->len - 1);
-        herr me = {0};
-        if (keep > 0 && kv_paged_seq_mark(q->kv, &me)) {
-          HLOG_WARN("%s (this step decodes without drafts)", me.msg);
-          keep = 0;
-        }
-      }
-      if (keep < q->n_draft) {
-        q->n_draft = keep;
-        gen_run_trim(q->run, q->n_draft);
-      }
-      n = 1 + q->n_draft;
     }
     /* room for n rows: preempt the newest others until there is */
     bool self_preempted = false;
@@ -816,6 +828,7 @@ static void step(sched *s) {
       sseq *q = s->in_batch[k];
       if (s->batch[k].out != MODEL_OUT_LOGITS && s->batch[k].out != MODEL_OUT_LOGITS_HOST) continue;
       if (q->n_draft > 0) {
+        for (int i = 0; i < q->n_catch; i++) s->rows[r++] = (bk_sample_row){0}; /* fed again: not read */
         for (int i = 0; i <= q->n_draft && !rc; i++)
           rc = sampler_device_row(q->smp, &s->rows[r++], &s->adj, &s->n_adj, &s->cap_adj, &e);
       } else if (!q->kind && q->kv->len + s->batch[k].n_tokens >= q->n_toks) {
@@ -848,6 +861,7 @@ static void step(sched *s) {
     if (s->batch[k].out == MODEL_OUT_LOGITS || s->batch[k].out == MODEL_OUT_LOGITS_HOST)
       next_row += s->batch[k].all_logits ? s->batch[k].n_tokens : 1;
     if (q->n_draft > 0) { /* speculative: verify, cut the rejected rows, then publish */
+      r += q->n_catch; /* the pending token's row */
       if (host ? seq_verify(s, q, s->logits + (size_t)r * (size_t)s->vocab, NULL) : seq_verify(s, q, NULL, s->outs + r)) {
         for (int i = 0; i < s->n_running; i++)
           if (s->running[i] == q) {

@@ -462,6 +462,8 @@ static void hybrid_greedy(model *m, model *other, const char *name) {
   g_backend_sampling = true;
   snprintf(what, sizeof what, "%s: ngram, tokens chosen by bk_sample", name);
   run_greedy_mix(m, NULL, SPEC_NGRAM, true, 0, what);
+  snprintf(what, sizeof what, "%s: draft (the other hybrid), tokens chosen by bk_sample", name);
+  run_greedy_mix(m, other, SPEC_DRAFT, false, 0, what);
   g_backend_sampling = false;
   gen_method mtp = {.spec_tokens = 2, .source = SPEC_MTP};
   sched_config cfg = {.max_batch = 2, .method = &mtp};
