@@ -9,7 +9,9 @@
  * sequence holds its own state row (kept across the arenas' growth), a
  * publish at a block's end keeps a snapshot of the state that a later
  * prefix match resumes from (and only there), the snapshot limit drops the
- * oldest, and a sequence cut back to a nonzero length refuses to go on. And
+ * oldest, a sequence cut back to a nonzero length refuses to go on, and
+ * one cut back to its mark (kv_paged_seq_mark / _rewind) has the state it
+ * had there. And
  * the glm5 fixture, whose K rows are compressed latents and V rows the
  * sparse-attention indexer's keys, of another width. */
 #include "engine/kv_cache.h"
@@ -354,6 +356,32 @@ static void test_recurrent_states(void) {
   CHECK_EQ_INT(a->ops->reserve(a, 1, &e), HEARTH_EUNSUPPORTED);
   kv_paged_seq_truncate(a, 0);
   CHECK_EQ_INT(a->ops->reserve(a, 1, &e), 0);
+  /* a mark: the state at its length comes back when the sequence is cut back to it (speculation's
+   * rejected drafts), not at any other length; a rewind goes to the mark at most n, else to 0 */
+  state_set(p, a, 2.0f);
+  fill_publish(a, toks, 5);
+  CHECK_EQ_INT(kv_paged_seq_mark(a, &e), 0);
+  state_set(p, a, 9.0f);
+  fill_publish(a, toks, 9); /* drafts fed: past block 1's end, published without a snapshot */
+  CHECK_EQ_INT(kv_paged_seq_rewind(a, 7), 5);
+  CHECK(state_get(p, a) == 2.0f);
+  CHECK_EQ_INT(a->ops->reserve(a, 1, &e), 0);
+  state_set(p, a, 7.0f);
+  fill_publish(a, toks, 7);
+  CHECK_EQ_INT(kv_paged_seq_rewind(a, 6), 5); /* the mark again */
+  CHECK(state_get(p, a) == 2.0f);
+  fill_publish(a, toks, 8);
+  kv_paged_seq_truncate(a, 5);                /* a truncation exactly to the mark restores it too */
+  CHECK(state_get(p, a) == 2.0f);
+  CHECK_EQ_INT(a->ops->reserve(a, 1, &e), 0);
+  fill_publish(a, toks, 8);
+  CHECK_EQ_INT(kv_paged_seq_rewind(a, 3), 0); /* below the mark: from the start, the mark forgotten */
+  CHECK_EQ_INT(a->ops->reserve(a, 1, &e), 0);
+  fill_publish(a, toks, 6);
+  CHECK_EQ_INT(kv_paged_seq_rewind(a, 5), 0); /* no mark now */
+  CHECK_EQ_INT(kv_paged_seq_rewind(a, 3), 0); /* nothing past n: unchanged */
+  fill_publish(a, toks, 2);
+  CHECK_EQ_INT(kv_paged_seq_rewind(a, 4), 2);
   kv_paged_seq_free(a);
   kv_paged_seq_free(b);
   kv_paged_seq_free(d);
@@ -382,6 +410,9 @@ static void test_recurrent_states(void) {
   kv_paged_seq_new(p, 0, &a, &e);
   CHECK_EQ_INT(a->state, -1);
   CHECK(kv_pool_store(p)->state[0].buf == NULL && kv_pool_store(p)->n_states == 0);
+  fill_publish(a, toks, 6);
+  CHECK_EQ_INT(kv_paged_seq_mark(a, &e), 0); /* nothing to keep: rewinds go exactly where asked */
+  CHECK_EQ_INT(kv_paged_seq_rewind(a, 3), 3);
   kv_paged_seq_free(a);
   kv_pool_free(p);
 }
