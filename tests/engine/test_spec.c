@@ -543,11 +543,12 @@ static void test_hybrid_prefix_cache(void) {
   hybrid_turns(g_q35moe, SPEC_DRAFT, g_q35_bf16, "qwen3_5_moe: draft (qwen3_5 bf16)");
 }
 
-/* Sampled: the hybrid's bf16 copy drafting for it keeps its distribution (the same two-sample
- * check as the attention model's). */
+/* Sampled: the hybrid's bf16 copy drafting for it (most drafts kept), and the MoE hybrid (most
+ * rejected), keep its distribution (the same two-sample check as the attention model's). */
 static void test_hybrid_sampled(void) {
   if (!gen_method_can_rollback(g_q35)) return;
   sampled_end_to_end(g_q35, g_q35_bf16);
+  sampled_end_to_end(g_q35, g_q35moe); /* another model: most drafts rejected, the state rolled back */
 }
 
 /* ---- sampling: the target distribution is kept ---- */
