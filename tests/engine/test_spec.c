@@ -106,9 +106,11 @@ static void make_prompts(void) {
 }
 
 static bool g_backend_sampling; /* tokens chosen by bk_sample, as on a GPU */
-/* how far a logprob may be from the plain run's: qwen3_5_moe's expert choice for one token of these
- * prompts sits on a near tie that the batch's composition tips (the same other value wherever it
- * shows, its id unchanged), so its logprobs are compared more loosely; ids always exactly */
+/* how far a logprob may be from the plain run's: the CPU's grouped experts multiply each expert's
+ * tokens of a step together, so a token's sums depend on the batch around it, and qwen3_5_moe's
+ * expert choice for one token of these prompts sits on a near tie that this tips (with the
+ * per-token reference experts every logprob is within 1e-4); its logprobs are compared more
+ * loosely, ids always exactly */
 static float g_lp_tol = 1e-4f;
 
 static sched_stats run_greedy_mix(model *m, model *draft, spec_source src, bool expect_accept, size_t kv_bytes,
