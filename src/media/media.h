@@ -1,6 +1,7 @@
 /* media.h — decoded media: what an image, a sound or a video becomes before
  * any model sees it, and the decoders that make them (image.c: JPEG, PNG,
- * WebP, GIF's first frame with libjpeg-turbo / libpng / libwebp / giflib;
+ * WebP, GIF's first frame with libjpeg-turbo / libpng / libwebp / giflib,
+ * HEIC and AVIF with libheif;
  * av.c: audio and video through FFmpeg's libraries; source.c: data URLs,
  * local files and, when allowed, http(s) URLs). Knows nothing of models:
  * a model's encoder (model/mm.h) takes these as they are.
@@ -84,7 +85,7 @@ typedef struct media_video_opts {
   int32_t max_frames;
 } media_video_opts;
 
-/* Decodes an image (JPEG, PNG, WebP, GIF — its first frame) from bytes. */
+/* Decodes an image (JPEG, PNG, WebP, GIF — its first frame —, HEIC, AVIF — the primary image) from bytes. */
 int media_decode_image(const void *data, size_t n, const media_limits *lim, media *out, herr *err);
 /* Decodes the first audio stream of any container FFmpeg reads into 16 kHz
  * mono samples. */

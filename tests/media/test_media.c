@@ -6,12 +6,26 @@
  * allowed, http(s) only when allowed); sound through FFmpeg (a WAV made here:
  * 16 kHz mono samples exact, 44.1 kHz stereo resampled to 16 kHz mono); video
  * through FFmpeg (the animated GIF: its frames, times and sampling rate);
- * content hashes. */
+ * content hashes; HEIC and AVIF through libheif (lossy: exact sizes, pixels
+ * within a PSNR / mean error bound of the PNG they were made from — made here
+ * by heif-enc when it is installed, one with an alpha channel too, which is
+ * dropped and not composited, and one turned a quarter by its own irot box
+ * (encoded here through libheif), which decodes turned; and always the fuzz
+ * seeds img.heic / img.avif,
+ * made from img_a.png by `heif-enc -q 90 -p chroma=444 -o img.heic img.png`
+ * and `heif-enc -A -q 90 -p chroma=444 -o img.avif img.png`: full chroma, as the
+ * image is noise that 4:2:0 would blur). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <png.h>
+#include <unistd.h>
+#ifdef HEARTH_HAVE_HEIF
+#include <libheif/heif.h>
+#endif
 
 #include "media/media.h"
 #include "test.h"
@@ -111,8 +125,199 @@ static void test_bad_images(void) {
   }
   CHECK(media_decode_image("GIF89a", 6, NULL, &m, &err) == HEARTH_EINVAL);
   CHECK(media_decode_image("hello, world", 12, NULL, &m, &err) == HEARTH_EINVAL);
-  CHECK_MSG(strstr(err.msg, "JPEG, PNG, WebP, GIF"), "%s", err.msg);
+  CHECK_MSG(strstr(err.msg, "JPEG, PNG, WebP, GIF, HEIC, AVIF"), "%s", err.msg);
+  /* an ISO base media file that is no HEIF image (an MP4's ftyp) is not taken for one */
+  static const uint8_t mp4[24] = {0, 0, 0, 24, 'f', 't', 'y', 'p', 'i', 's', 'o', 'm', 0, 0, 2, 0, 'i', 's', 'o', 'm', 'm', 'p', '4', '1'};
+  CHECK(media_decode_image(mp4, sizeof mp4, NULL, &m, &err) == HEARTH_EINVAL);
+  CHECK_MSG(strstr(err.msg, "not an image"), "%s", err.msg);
   free(png), free(jpg);
+}
+
+static uint8_t *read_path(const char *path, size_t *n) {
+  FILE *fp = fopen(path, "rb");
+  if (!fp) return NULL;
+  fseek(fp, 0, SEEK_END);
+  long sz = ftell(fp);
+  fseek(fp, 0, SEEK_SET);
+  uint8_t *buf = malloc(sz > 0 ? (size_t)sz : 1);
+  *n = buf ? fread(buf, 1, (size_t)sz, fp) : 0;
+  fclose(fp);
+  return buf;
+}
+
+/* A lossy file decodes to ref's size and close to its pixels: PSNR >= 30 dB, mean error <= 4 levels. */
+static void check_lossy(const char *what, const uint8_t *data, size_t n, const uint8_t *ref, int w, int h) {
+  media m;
+  herr err = {0};
+  int rc = media_decode_image(data, n, NULL, &m, &err);
+  if (rc == HEARTH_EUNSUPPORTED) { /* built without libheif: says so */
+    CHECK_MSG(strstr(err.msg, "libheif"), "%s: %s", what, err.msg);
+    fprintf(stderr, "  %-12s skipped: %s\n", what, err.msg);
+    return;
+  }
+  CHECK_MSG(rc == 0, "%s: %s", what, err.msg);
+  if (rc) return;
+  CHECK_EQ_INT(m.kind, MEDIA_IMAGE);
+  CHECK_EQ_INT(m.image.w, w);
+  CHECK_EQ_INT(m.image.h, h);
+  CHECK(m.hash == media_hash(&m));
+  if (m.image.w == w && m.image.h == h) {
+    double se = 0, ae = 0;
+    size_t k = (size_t)w * h * 3;
+    for (size_t i = 0; i < k; i++) {
+      double d = (double)m.image.rgb[i] - ref[i];
+      se += d * d, ae += fabs(d);
+    }
+    double psnr = se > 0 ? 10 * log10(255.0 * 255.0 / (se / k)) : 99;
+    fprintf(stderr, "  %-12s %dx%d, PSNR %.1f dB, mean error %.2f\n", what, w, h, psnr, ae / k);
+    CHECK_MSG(psnr >= 30 && ae / k <= 4, "%s: PSNR %.1f dB, mean error %.2f", what, psnr, ae / k);
+  }
+  media_free(&m);
+}
+
+/* An RGBA PNG of ref's pixels with a ramp of alpha (0 at the left to 255 at the right). */
+static bool write_rgba_png(const char *path, const uint8_t *ref, int w, int h) {
+  uint8_t *rgba = malloc((size_t)w * h * 4);
+  for (int i = 0; i < w * h; i++) {
+    memcpy(rgba + i * 4, ref + i * 3, 3);
+    rgba[i * 4 + 3] = (uint8_t)((i % w) * 255 / (w - 1));
+  }
+  png_image im = {.version = PNG_IMAGE_VERSION, .width = (png_uint_32)w, .height = (png_uint_32)h, .format = PNG_FORMAT_RGBA};
+  bool ok = png_image_write_to_file(&im, path, 0, rgba, 0, NULL) != 0;
+  free(rgba);
+  return ok;
+}
+
+#ifdef HEARTH_HAVE_HEIF
+/* ref (w x h) encoded as compression says (HEVC or AV1), marked to be shown turned 90 degrees clockwise
+ * (an irot box), written to path. */
+static bool write_turned_heif(const char *path, const uint8_t *ref, int w, int h, enum heif_compression_format compression) {
+  struct heif_context *ctx = heif_context_alloc();
+  struct heif_encoder *enc = NULL;
+  struct heif_image *img = NULL;
+  struct heif_encoding_options *opt = heif_encoding_options_alloc();
+  bool ok = heif_image_create(w, h, heif_colorspace_RGB, heif_chroma_interleaved_RGB, &img).code == heif_error_Ok &&
+            heif_image_add_plane(img, heif_channel_interleaved, w, h, 8).code == heif_error_Ok;
+  int stride = 0;
+  uint8_t *px = ok ? heif_image_get_plane(img, heif_channel_interleaved, &stride) : NULL;
+  for (int y = 0; px && y < h; y++) memcpy(px + (size_t)y * stride, ref + (size_t)y * w * 3, (size_t)w * 3);
+  ok = ok && px && heif_context_get_encoder_for_format(ctx, compression, &enc).code == heif_error_Ok &&
+       heif_encoder_set_lossy_quality(enc, 90).code == heif_error_Ok;
+  if (ok) heif_encoder_set_parameter(enc, "chroma", "444");
+  opt->image_orientation = heif_orientation_rotate_90_cw;
+  ok = ok && heif_context_encode_image(ctx, img, enc, opt, NULL).code == heif_error_Ok &&
+       heif_context_write_to_file(ctx, path).code == heif_error_Ok;
+  heif_encoding_options_free(opt);
+  if (enc) heif_encoder_release(enc);
+  heif_image_release(img);
+  heif_context_free(ctx);
+  return ok;
+}
+
+/* The image file at path shows ref (w x h) turned a quarter clockwise: h x w, row r col c = ref's row h-1-c col r. */
+static void check_turned(const char *what, const char *path, const uint8_t *ref, int w, int h) {
+  uint8_t *turned = malloc((size_t)w * h * 3);
+  for (int r = 0; r < w; r++)
+    for (int c = 0; c < h; c++) memcpy(turned + ((size_t)r * h + c) * 3, ref + ((size_t)(h - 1 - c) * w + r) * 3, 3);
+  size_t n = 0;
+  uint8_t *d = read_path(path, &n);
+  CHECK_MSG(d != NULL, "%s: not written", path);
+  if (d) check_lossy(what, d, n, turned, h, w);
+  free(d), free(turned);
+}
+#endif
+
+static void test_heif(void) {
+  size_t nr = 0;
+  uint8_t *ref = read_all("img_a.rgb", &nr);
+  if (!ref || nr != 40 * 30 * 3) {
+    free(ref);
+    return;
+  }
+  /* the committed seeds */
+  static const char *const seeds[] = {"img.heic", "img.avif"};
+  for (int i = 0; i < 2; i++) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/tests/fuzz/seeds/media_image/%s", HEARTH_SOURCE_DIR, seeds[i]);
+    size_t n = 0;
+    uint8_t *d = read_path(path, &n);
+    CHECK_MSG(d != NULL, "%s: missing", path);
+    if (d) check_lossy(seeds[i], d, n, ref, 40, 30);
+    /* damaged: cut short, or a byte flipped here and there, never a crash; the message names the format */
+    media m;
+    herr err = {0};
+    for (size_t k = 16; d && k < n; k += n / 23 + 1) {
+      herr_clear(&err);
+      int rc = media_decode_image(d, k, NULL, &m, &err);
+      if (rc == HEARTH_EUNSUPPORTED) break;
+      CHECK_MSG(rc == HEARTH_EINVAL && strstr(err.msg, i ? "AVIF" : "HEIC"), "%s cut at %zu: rc %d, %s", seeds[i], k, rc, err.msg);
+      if (!rc) media_free(&m);
+    }
+    for (size_t k = 32; d && k < n; k += 37) {
+      uint8_t *c = malloc(n);
+      memcpy(c, d, n);
+      c[k] ^= 0x5a;
+      if (!media_decode_image(c, n, NULL, &m, &err)) media_free(&m);
+      free(c);
+    }
+    /* the limits hold before decoding */
+    media_limits lim = {.max_pixels = 1000};
+    int rc = d ? media_decode_image(d, n, &lim, &m, &err) : HEARTH_EINVAL;
+    CHECK_MSG(rc == HEARTH_EINVAL || rc == HEARTH_EUNSUPPORTED, "%s: rc %d", seeds[i], rc);
+    if (rc == HEARTH_EINVAL) CHECK_MSG(strstr(err.msg, "40 x 30") && strstr(err.msg, "limit"), "%s", err.msg);
+    free(d);
+  }
+  char dir[] = "/tmp/hearth_heif_XXXXXX";
+  if (!mkdtemp(dir)) {
+    CHECK_MSG(0, "mkdtemp failed");
+    free(ref);
+    return;
+  }
+#ifdef HEARTH_HAVE_HEIF
+  /* the image's own transform (irot), applied as libheif applies it by default */
+  static const struct { const char *name; enum heif_compression_format c; } turned[] = {
+      {"turned.heic", heif_compression_HEVC}, {"turned.avif", heif_compression_AV1}};
+  for (int i = 0; i < 2; i++) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, turned[i].name);
+    CHECK_MSG(write_turned_heif(path, ref, 40, 30, turned[i].c), "%s: libheif could not encode it", turned[i].name);
+    check_turned(turned[i].name, path, ref, 40, 30);
+    unlink(path);
+  }
+#endif
+  /* made here from the PNG, when heif-enc is installed (tools/setup.sh --test) */
+  if (system("command -v heif-enc >/dev/null 2>&1") != 0) {
+    fprintf(stderr, "  heif-enc not installed: only the committed HEIC / AVIF samples\n");
+    rmdir(dir);
+    free(ref);
+    return;
+  }
+  char png_rgba[700];
+  snprintf(png_rgba, sizeof png_rgba, "%s/rgba.png", dir);
+  CHECK(write_rgba_png(png_rgba, ref, 40, 30));
+  static const struct { const char *src, *name, *flags; } made[] = {
+      {FX "/img_a.png", "a.heic", ""}, {FX "/img_a.png", "a.avif", "-A"},
+      {NULL, "rgba.heic", ""}, {NULL, "rgba.avif", "-A"}};
+  for (int i = 0; i < 4; i++) {
+    char out[700], cmd[2200];
+    snprintf(out, sizeof out, "%s/%s", dir, made[i].name);
+    snprintf(cmd, sizeof cmd, "heif-enc %s -q 90 -p chroma=444 -o '%s' '%s' >/dev/null 2>&1", made[i].flags, out,
+             made[i].src ? made[i].src : png_rgba);
+    if (system(cmd) != 0) {
+      CHECK_MSG(0, "%s failed", cmd);
+      continue;
+    }
+    size_t n = 0;
+    uint8_t *d = read_path(out, &n);
+    CHECK_MSG(d && n > 16 && !memcmp(d + 4, "ftyp", 4), "%s: not an ISO base media file", out);
+    /* with alpha: the colour as it is, as for PNG (composited on black or white, the left would be far off) */
+    if (d) check_lossy(made[i].name, d, n, ref, 40, 30);
+    free(d);
+    unlink(out);
+  }
+  unlink(png_rgba);
+  rmdir(dir);
+  free(ref);
 }
 
 static char *b64(const uint8_t *d, size_t n) {
@@ -294,6 +499,7 @@ static void test_video(void) {
 int main(void) {
   RUN(test_images);
   RUN(test_bad_images);
+  RUN(test_heif);
   RUN(test_sources);
   RUN(test_audio);
   RUN(test_video);
