@@ -49,6 +49,7 @@ void media_free(media *m) {
   for (int32_t i = 0; i < m->video.n_frames; i++) free(m->video.frames[i].rgb);
   free(m->video.frames);
   free(m->video.t);
+  free(m->video.index);
   memset(m, 0, sizeof *m);
 }
 
@@ -82,6 +83,7 @@ uint64_t media_hash(const media *m) {
         const media_image *f = &m->video.frames[i];
         h = hmix64(h ^ ((uint64_t)(uint32_t)f->w << 32 | (uint32_t)f->h));
         h = hash_bytes(h, &m->video.t[i], sizeof(double));
+        if (m->video.index) h = hash_bytes(h, &m->video.index[i], sizeof(int64_t));
         h = hash_bytes(h, f->rgb, (size_t)f->w * f->h * 3);
       }
       break;

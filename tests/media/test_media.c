@@ -5,7 +5,10 @@
  * (data URLs in base64 and percent-encoding, bare base64, files only when
  * allowed, http(s) only when allowed); sound through FFmpeg (a WAV made here:
  * 16 kHz mono samples exact, 44.1 kHz stereo resampled to 16 kHz mono); video
- * through FFmpeg (the animated GIF: its frames, times and sampling rate);
+ * through FFmpeg (the animated GIF: its frames, times and sampling rate;
+ * the frame indices transformers' Qwen3-VL sample_frames picks, worked out
+ * by hand for clips short and long, capped and odd, and the same frames
+ * decoded from animated GIFs made here);
  * content hashes; HEIC and AVIF through libheif (lossy: exact sizes, pixels
  * within a PSNR / mean error bound of the PNG they were made from — made here
  * by heif-enc when it is installed, one with an alpha channel too, which is
@@ -21,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <gif_lib.h>
 #include <png.h>
 #include <unistd.h>
 #ifdef HEARTH_HAVE_HEIF
@@ -480,20 +484,179 @@ static void test_video(void) {
     free(ref);
   }
   media_free(&m);
-  /* sampled: 2.5 frames a second keeps the frames at 0 and 0.4 s; at most 2 frames */
+  /* sampled at 2.5 frames a second: int(3 frames / 5 fps * 2.5) = 1 frame, the first */
   vo.fps = 2.5;
   CHECK_MSG(media_decode_video(gif, n, NULL, &vo, &m, &err) == 0, "%s", err.msg);
-  CHECK_EQ_INT(m.video.n_frames, 2);
-  if (m.video.n_frames == 2) CHECK_NEAR(m.video.t[1], 0.4, 1e-6);
+  CHECK_EQ_INT(m.video.n_frames, 1);
+  CHECK_NEAR(m.video.fps, 5.0, 1e-9);
+  CHECK_EQ_INT(m.video.src_frames, 3);
+  if (m.video.n_frames == 1) CHECK_EQ_INT(m.video.index[0], 0);
+  media_free(&m);
+  /* as Qwen3-VL samples it (fps 2, at least 4 frames): all 3 (at most the stream's frames) */
+  vo = (media_video_opts){.fps = 2, .min_frames = 4, .max_frames = 768};
+  CHECK_MSG(media_decode_video(gif, n, NULL, &vo, &m, &err) == 0, "%s", err.msg);
+  CHECK_EQ_INT(m.video.n_frames, 3);
+  for (int k = 0; k < m.video.n_frames; k++) CHECK_EQ_INT(m.video.index[k], k);
   media_free(&m);
   vo = (media_video_opts){.max_frames = 2};
   CHECK_MSG(media_decode_video(gif, n, NULL, &vo, &m, &err) == 0, "%s", err.msg);
-  CHECK(m.video.n_frames <= 2 && m.video.n_frames >= 1);
+  CHECK_EQ_INT(m.video.n_frames, 2); /* linspace(0, 2, 2): frames 0 and 2 */
+  if (m.video.n_frames == 2) CHECK(m.video.index[0] == 0 && m.video.index[1] == 2 && fabs(m.video.t[1] - 0.4) < 1e-6);
   media_free(&m);
   media_limits lim = {.max_pixels = 100};
   CHECK(media_decode_video(gif, n, &lim, &vo, &m, &err) == HEARTH_EINVAL);
   CHECK(media_decode_video(gif, n / 3, NULL, &vo, &m, &err) != 0 || (media_free(&m), 1));
   free(gif);
+}
+
+/* The frame indices transformers' Qwen3VLVideoProcessor.sample_frames picks (fps 2, min_frames 4,
+ * max_frames 768), worked out by hand from its code for each (frames, rate):
+ *   n = min(max(int(frames / rate * 2), 4), 768, frames); np.linspace(0, frames - 1, n).round()
+ * (np.round takes halves to even). */
+static void test_sample_indices(void) {
+  static const struct {
+    int64_t frames;
+    double rate;
+    int64_t n;
+    int64_t idx[20];
+  } cases[] = {
+      /* 0.6 s: int(3 / 5 * 2) = 1 -> 4 -> at most the 3 frames: linspace(0, 2, 3) */
+      {3, 5, 3, {0, 1, 2}},
+      /* 1 s: int(2.0) = 2 -> 4: linspace(0, 29, 4) = 0, 9.67, 19.33, 29 */
+      {30, 30, 4, {0, 10, 19, 29}},
+      /* 1.5 s: int(3.0) = 3 -> 4: 0, 14.67, 29.33, 44 */
+      {45, 30, 4, {0, 15, 29, 44}},
+      /* 0.42 s: int(0.83) = 0 -> 4: 0, 3, 6, 9 */
+      {10, 24, 4, {0, 3, 6, 9}},
+      /* 2 frames: 4 -> at most 2 */
+      {2, 25, 2, {0, 1}},
+      /* 1 frame: linspace(0, 0, 1) */
+      {1, 25, 1, {0}},
+      /* 1.67 s at 29.97: int(3.34) = 3 -> 4: 0, 16.33, 32.67, 49 */
+      {50, 29.97, 4, {0, 16, 33, 49}},
+      /* 3 s: int(6.0) = 6: step 14.8 -> 0, 14.8, 29.6, 44.4, 59.2, 74 */
+      {75, 25, 6, {0, 15, 30, 44, 59, 74}},
+      /* 3.52 s: int(7.04) = 7, an odd count (the processor pads to 8 with the last): step 14.5, halves to even:
+       * 14.5 -> 14, 43.5 -> 44, 72.5 -> 72 */
+      {88, 25, 7, {0, 14, 29, 44, 58, 72, 87}},
+      /* 10 s: int(20.0) = 20: step 299 / 19 = 15.74 */
+      {300, 30, 20, {0, 16, 31, 47, 63, 79, 94, 110, 126, 142, 157, 173, 189, 205, 220, 236, 252, 268, 283, 299}},
+      /* unknown rate: taken as 24; 1.25 s: int(2.5) = 2 -> 4: 0, 9.67, 19.33, 29 */
+      {30, 0, 4, {0, 10, 19, 29}},
+  };
+  media_video_opts vo = {.fps = 2, .min_frames = 4, .max_frames = 768};
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    int64_t n = media_video_sample_count(cases[c].frames, cases[c].rate, &vo);
+    CHECK_MSG(n == cases[c].n, "%lld frames at %g fps: %lld sampled, want %lld", (long long)cases[c].frames, cases[c].rate,
+              (long long)n, (long long)cases[c].n);
+    if (n != cases[c].n) continue;
+    int64_t idx[20];
+    media_video_sample_indices(cases[c].frames, n, idx);
+    for (int64_t i = 0; i < n; i++)
+      CHECK_MSG(idx[i] == cases[c].idx[i], "%lld frames at %g fps: index %lld is %lld, want %lld", (long long)cases[c].frames,
+                cases[c].rate, (long long)i, (long long)idx[i], (long long)cases[c].idx[i]);
+  }
+  /* 30 minutes at 30 fps: int(3600) capped at 768; step 53999 / 767 = 70.40 */
+  int64_t n = media_video_sample_count(54000, 30, &vo);
+  CHECK_EQ_INT(n, 768);
+  int64_t *big = malloc(sizeof(int64_t) * 768), sum = 0;
+  media_video_sample_indices(54000, 768, big);
+  for (int i = 0; i < 768; i++) sum += big[i];
+  CHECK(big[0] == 0 && big[1] == 70 && big[2] == 141 && big[3] == 211 && big[5] == 352 && big[765] == 53858 &&
+        big[766] == 53929 && big[767] == 53999);
+  CHECK_EQ_INT(sum, 20735616);
+  free(big);
+  /* without a rate to sample at: every frame, at least min_frames (a 3-frame clip repeats one: 0, .67, 1.33, 2) */
+  media_video_opts all = {.min_frames = 4};
+  CHECK_EQ_INT(media_video_sample_count(3, 5, &all), 4);
+  int64_t four[4];
+  media_video_sample_indices(3, 4, four);
+  CHECK(four[0] == 0 && four[1] == 1 && four[2] == 1 && four[3] == 2);
+  CHECK_EQ_INT(media_video_sample_count(1000, 30, &(media_video_opts){0}), 1000);
+  CHECK_EQ_INT(media_video_sample_count(1000, 30, &(media_video_opts){.max_frames = 10}), 10);
+  CHECK_EQ_INT(media_video_sample_count(0, 30, &vo), 0);
+}
+
+/* An animated GIF of n frames of w x h, each `delay` hundredths of a second, frame k all colour k. */
+typedef struct gif_out {
+  uint8_t *p;
+  size_t n, cap;
+} gif_out;
+
+static int gif_write_mem(GifFileType *g, const GifByteType *b, int n) {
+  gif_out *o = g->UserData;
+  if (o->n + (size_t)n > o->cap) {
+    o->cap = (o->n + (size_t)n) * 2;
+    o->p = realloc(o->p, o->cap);
+  }
+  memcpy(o->p + o->n, b, (size_t)n);
+  o->n += (size_t)n;
+  return n;
+}
+
+static GifColorType frame_colour(int k) { return (GifColorType){(GifByteType)(k * 3), (GifByteType)(255 - k * 2), (GifByteType)(k * 37)}; }
+
+static uint8_t *make_gif(int n, int w, int h, int delay, size_t *len) {
+  gif_out o = {0};
+  int e = 0;
+  GifFileType *g = EGifOpen(&o, gif_write_mem, &e);
+  GifColorType cols[256];
+  for (int k = 0; k < 256; k++) cols[k] = frame_colour(k);
+  ColorMapObject *cm = GifMakeMapObject(256, cols);
+  EGifSetGifVersion(g, true);
+  EGifPutScreenDesc(g, w, h, 8, 0, cm);
+  GifByteType *row = malloc((size_t)w);
+  for (int k = 0; k < n; k++) {
+    GifByteType gce[4] = {0, (GifByteType)(delay & 255), (GifByteType)(delay >> 8), 0};
+    EGifPutExtension(g, GRAPHICS_EXT_FUNC_CODE, 4, gce);
+    EGifPutImageDesc(g, 0, 0, w, h, false, NULL);
+    memset(row, k, (size_t)w);
+    for (int y = 0; y < h; y++) EGifPutLine(g, row, w);
+  }
+  EGifCloseFile(g, &e);
+  GifFreeMapObject(cm);
+  free(row);
+  *len = o.n;
+  return o.p;
+}
+
+/* Short clips decoded as Qwen3-VL samples them: the frames at the indices above, with their times. */
+static void test_video_sampling(void) {
+  static const struct {
+    int frames, delay; /* hundredths of a second per frame */
+    int n;
+    int64_t idx[8];
+  } clips[] = {
+      {30, 4, 4, {0, 10, 19, 29}}, /* 1.2 s at 25 fps: int(2.4) = 2 -> 4 */
+      {7, 10, 4, {0, 2, 4, 6}},    /* 0.7 s at 10 fps: int(1.4) = 1 -> 4: linspace(0, 6, 4) */
+      {3, 20, 3, {0, 1, 2}},       /* 0.6 s at 5 fps: 4 -> at most 3 */
+      {88, 4, 7, {0, 14, 29, 44, 58, 72, 87}}, /* 3.52 s at 25 fps: int(7.04) = 7 */
+  };
+  media_video_opts vo = {.fps = 2, .min_frames = 4, .max_frames = 768};
+  for (size_t c = 0; c < sizeof clips / sizeof *clips; c++) {
+    size_t len = 0;
+    uint8_t *gif = make_gif(clips[c].frames, 8, 6, clips[c].delay, &len);
+    media m;
+    herr err = {0};
+    int rc = media_decode_video(gif, len, NULL, &vo, &m, &err);
+    free(gif);
+    if (rc == HEARTH_EUNSUPPORTED) return;
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc) continue;
+    CHECK_EQ_INT(m.video.src_frames, clips[c].frames);
+    CHECK_NEAR(m.video.fps, 100.0 / clips[c].delay, 1e-9);
+    CHECK_EQ_INT(m.video.n_frames, clips[c].n);
+    for (int i = 0; i < m.video.n_frames && i < clips[c].n; i++) {
+      int64_t k = clips[c].idx[i];
+      CHECK_MSG(m.video.index[i] == k, "clip %zu: frame %d is %lld, want %lld", c, i, (long long)m.video.index[i], (long long)k);
+      CHECK_NEAR(m.video.t[i], k * clips[c].delay / 100.0, 1e-6);
+      GifColorType want = frame_colour((int)k);
+      const uint8_t *px = m.video.frames[i].rgb + (3 * 8 + 5) * 3;
+      CHECK_MSG(px[0] == want.Red && px[1] == want.Green && px[2] == want.Blue, "clip %zu: frame %d holds (%d, %d, %d), not frame %lld's colour",
+                c, i, px[0], px[1], px[2], (long long)k);
+    }
+    media_free(&m);
+  }
 }
 
 int main(void) {
@@ -503,5 +666,7 @@ int main(void) {
   RUN(test_sources);
   RUN(test_audio);
   RUN(test_video);
+  RUN(test_sample_indices);
+  RUN(test_video_sampling);
   TEST_MAIN_END();
 }
