@@ -180,12 +180,13 @@ static const char *qv_placeholder(const void *state, media_kind k) {
   return k == MEDIA_VIDEO ? "<|video_pad|>" : "<|image_pad|>";
 }
 
-/* Qwen3VLVideoProcessor.sample_frames: fps frames a second, min_frames to max_frames of them (every frame
- * when the processor does not sample). */
+/* Qwen3VLVideoProcessor.sample_frames: fps frames a second, min_frames to max_frames of them. When the
+ * processor does not sample (do_sample_frames false) it takes every frame; here still at most max_frames,
+ * spread evenly, so that a long video cannot hold more frames than memory. */
 static void qv_video_opts(const void *state, media_video_opts *out) {
   const qv_state *s = state;
   if (!s->prep.video_sample_frames) {
-    *out = (media_video_opts){0};
+    *out = (media_video_opts){.max_frames = s->prep.video_max_frames};
     return;
   }
   out->fps = s->prep.video_fps;

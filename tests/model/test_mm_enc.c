@@ -317,8 +317,8 @@ static void test_qwen_preprocess(void) {
 /* ---- Qwen3.5: video sampling and frame times ---- */
 
 /* The sampling the tower asks the decoder for comes from video_preprocessor_config.json (the fixture's
- * do_sample_frames is false: every frame, as transformers then takes them; with it true, fps 2 and 4 to 768
- * frames), and the prompt's frame times are transformers' _calculate_timestamps: a 3.52 s clip at 25 fps
+ * do_sample_frames is false: every frame, as transformers then takes them, up to max_frames; with it true,
+ * fps 2 and 4 to 768 frames), and the prompt's frame times are transformers' _calculate_timestamps: a 3.52 s clip at 25 fps
  * sampled at frames 0, 14, 29, 44, 58, 72, 87 (7: padded with 87 to 8) has its 4 temporal patches at
  * (0 + 14) / 2 / 25 = 0.28, (29 + 44) / 50 = 1.46, (58 + 72) / 50 = 2.6 and 87 / 25 = 3.48 s. */
 static void test_qwen_video_times(void) {
@@ -332,7 +332,7 @@ static void test_qwen_video_times(void) {
   }
   media_video_opts vo;
   mm_video_opts(L.t, &vo);
-  CHECK(vo.fps == 0 && vo.min_frames == 0 && vo.max_frames == 0);
+  CHECK(vo.fps == 0 && vo.min_frames == 0 && vo.max_frames == 768); /* every frame, up to max_frames */
   qwen_vision_prep p;
   qwen_vision_prep_default(&p);
   CHECK(p.video_fps == 2 && p.video_min_frames == 4 && p.video_max_frames == 768 && p.video_sample_frames);
