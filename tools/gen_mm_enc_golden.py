@@ -14,7 +14,8 @@ OUT/qwen3_5_vision-f32/   Qwen3_5ForConditionalGeneration: a 2-layer hybrid text
     merged output, the 3-axis position ids of prompts with an image, two images, video
     frames, and their logits at every position (plus a greedy continuation of the image prompt).
 
-OUT/gemma4_audio-f32/     Gemma4ForConditionalGeneration with an audio tower only (references in float32: its attention does not run in float64): a
+OUT/gemma4_audio-f32/     Gemma4ForConditionalGeneration with an audio tower only (references in float32: its attention does not
+    run in float64; the tower's mask built under sdpa, golden.json's audio_attn_implementation): a
     3-layer e-style text stack (per-layer inputs, shared KV) and a 2-layer conformer audio
     encoder (two stride-2 Conv2d + LayerNorm subsampling, chunked local attention with
     relative positions and softcap, light conv, macaron feed-forwards, clipped linears with
@@ -399,8 +400,8 @@ def gen_gemma(out, seed):
     model.to(torch.float32).save_pretrained(folder)
     d = Dumper(folder)
     d.set("model", "Gemma4ForConditionalGeneration")
-    d.set("reference", "float32 forward (eager attention; the audio tower does not run in float64); features by "
-                       "the feature extractor (numpy) from the f32 PCM")
+    d.set("reference", "float32 forward (eager attention in the text model, the audio tower's mask under sdpa; the "
+                       "audio tower does not run in float64); features by the feature extractor (numpy) from the f32 PCM")
     d.set("token_ids", dict(audio=G_AUDIO, boa=G_BOA, eoa=G_EOA, image=G_IMAGE, video=G_VIDEO, boi=G_BOI,
                             eoi=G_EOI, pad=0))
     fe = Gemma4AudioFeatureExtractor()
@@ -413,10 +414,18 @@ def gen_gemma(out, seed):
     d.set("feature_extractor_alt", fe_alt_kw)
     d.set("feature_extractor_alt2", dict(preemphasis=0.97, preemphasis_htk_flavor=False))
     # float32: the audio attention casts q / k / v to float32 (.float()) and multiplies them with float64
-    # per-dimension scales in a float64 model, which torch refuses; the reference is the float32 forward
-    m = transformers.Gemma4ForConditionalGeneration.from_pretrained(folder, dtype=torch.float32,
-                                                                    attn_implementation="eager")
+    # per-dimension scales in a float64 model, which torch refuses; the reference is the float32 forward.
+    # The audio tower's mask is built under sdpa: Gemma4AudioAttention applies its mask as a boolean
+    # (masked_fill(mask.logical_not(), ...)), which holds for the boolean mask create_bidirectional_mask
+    # makes under sdpa (transformers' default) but inverts the additive float mask it makes under eager
+    # (0 where a key is seen): under eager every frame would attend to exactly the keys it must not see
+    # (huggingface/transformers#48818). The tower computes its attention by hand either way.
+    m = transformers.Gemma4ForConditionalGeneration.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation={"": "eager", "text_config": "eager", "audio_config": "sdpa"})
     m.eval()
+    if m.model.audio_tower.config._attn_implementation != "sdpa":
+        raise RuntimeError("the audio tower's attention is %r, not sdpa" % m.model.audio_tower.config._attn_implementation)
+    d.set("audio_attn_implementation", "sdpa")
     rng = np.random.default_rng(seed)
     clips = {"clip_a": save_clip(folder, "clip_a", make_clip(rng, 19000)),
              "clip_b": save_clip(folder, "clip_b", make_clip(rng, 4800))}

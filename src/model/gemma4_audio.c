@@ -17,7 +17,9 @@
  * Every Linear of the tower may clip its input and output to ranges the
  * checkpoint stores (use_clipped_linears). The frames of the padding are
  * computed and dropped: the valid ones never see them (attention masks
- * them as keys, the convolutions are causal). */
+ * them as keys, the convolutions are causal). The attention's window is
+ * transformers' boolean mask (sdpa, its default); under eager transformers
+ * 5.17 applies the additive mask through logical_not, inverted. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

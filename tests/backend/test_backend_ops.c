@@ -140,7 +140,7 @@ typedef struct op_stat {
   int cases;
   double max[MAX_DEVS];
 } op_stat;
-static op_stat stats[64];
+static op_stat stats[256];
 static int n_stats = 0;
 
 static op_stat *stat_for(const char *name) {

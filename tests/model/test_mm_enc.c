@@ -8,13 +8,14 @@
  *   the Qwen3.5 video sampling settings and frame times in the prompt text
  *   (transformers' _calculate_timestamps, worked out by hand);
  *   towers: the Qwen3.5 vision tower's merged tokens for two images and two
- *   videos, the Gemma-4 audio tower's subsampling, layers and soft tokens
- *   for two clips (the golden tolerance: 1e-4 of the larger of 1 and the
- *   reference's largest value);
+ *   videos, the Gemma-4 audio tower's soft tokens for two clips where the
+ *   fixture's audio mask was built under sdpa (the golden tolerance: 1e-4
+ *   of the larger of 1 and the reference's largest value);
  *   the language model: the three-axis positions of prompts with images
  *   and video (exact) and the logits at every position of prompts holding
- *   them (Qwen3.5 images and video, Gemma-4 audio; 1e-4 absolute as the
- *   text golden tests), with the media rows in model_seq.embeds. */
+ *   them (Qwen3.5 images and video; Gemma-4 audio with the reference's soft
+ *   tokens, and with the tower's where they are compared; 1e-4 absolute as
+ *   the text golden tests), with the media rows in model_seq.embeds. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -607,6 +608,43 @@ static void test_gemma4_audio_features(void) {
   json_decref(f.doc);
 }
 
+/* The logits at every position of the fixture's prompt p_audio, its audio tokens taking the rows
+ * rows[0 .. n_rows) of dim floats in order, against the reference: in one piece, then in chunks of 7
+ * tokens (1e-4 absolute, as the text golden tests). */
+static void check_audio_prompt(loaded *L, const fx *f, const float *rows, int64_t n_rows, int64_t dim, const char *what) {
+  const json_t *pe = json_object_get(json_object_get(f->doc, "prompts"), "p_audio");
+  if (!pe) {
+    fprintf(stderr, "  %-28s no reference prompt in the fixture: the logits are not compared\n", "p_audio");
+    return;
+  }
+  int32_t aud = (int32_t)json_integer_value(json_object_get(json_object_get(f->doc, "token_ids"), "audio"));
+  const json_t *ids = json_object_get(pe, "ids");
+  int n = (int)json_array_size(ids);
+  int64_t V = model_vocab_size(L->m), k = 0;
+  CHECK_EQ_INT(dim, L->m->cfg.hidden_size);
+  int32_t *tok = malloc(sizeof(int32_t) * (size_t)n);
+  const float **in = calloc((size_t)n, sizeof(float *));
+  for (int i = 0; i < n; i++) {
+    tok[i] = (int32_t)json_integer_value(json_array_get(ids, (size_t)i));
+    if (tok[i] == aud && k < n_rows) in[i] = rows + (k++) * dim;
+  }
+  CHECK_EQ_INT(k, n_rows);
+  float *lg = malloc(sizeof(float) * (size_t)(n * V));
+  int64_t sh[4], cnt;
+  int nd;
+  float *rl = fx_arr(f, "p_audio.logits", sh, &nd, &cnt);
+  CHECK_MSG(rl && cnt == n * V, "p_audio: no reference logits for %d tokens", n);
+  for (int chunk = 0; rl && cnt == n * V && chunk <= 7; chunk += 7) {
+    int rc = forward_all(L, tok, n, in, NULL, NULL, lg, chunk);
+    CHECK_MSG(rc == 0, "p_audio: forward failed");
+    if (rc) break;
+    double d = max_diff(lg, rl, n * V);
+    CHECK_MSG(d <= 1e-4, "p_audio (%s, chunks of %d): max abs logit error %.3g > 1e-4", what, chunk, d);
+    fprintf(stderr, "  %-28s %d tokens, %s, chunks of %d: max abs logit error %.3g (tol 1e-4)\n", "p_audio", n, what, chunk, d);
+  }
+  free(rl), free(lg), free(tok), free(in);
+}
+
 static void test_gemma4_audio_tower(void) {
   fx f;
   if (!fx_open(&f, "gemma4_audio-f32")) return;
@@ -616,6 +654,13 @@ static void test_gemma4_audio_tower(void) {
     json_decref(f.doc);
     return;
   }
+  /* The tower's reference holds when transformers built its mask as a boolean (sdpa, its default):
+   * Gemma4AudioAttention applies the mask with logical_not, which inverts the additive float mask
+   * made under eager (each frame then attends to the keys it must not see). A fixture made under
+   * eager still holds the features (test_gemma4_audio_features) and the language model's logits
+   * given its soft tokens, compared below. */
+  const json_t *ai = json_object_get(f.doc, "audio_attn_implementation");
+  bool tower_ref = json_is_string(ai) && !strcmp(json_string_value(ai), "sdpa");
   static const char *clips[] = {"clip_a", "clip_b"};
   mm_embeds emb[2] = {0};
   for (int c = 0; c < 2; c++) {
@@ -634,6 +679,8 @@ static void test_gemma4_audio_tower(void) {
       CHECK_MSG(finite, "%s: non-finite soft tokens", name);
       if (!json_object_get(json_object_get(f.doc, "arrays"), name)) {
         fprintf(stderr, "  %-28s no reference in the fixture: the tower's values are not compared\n", name);
+      } else if (!tower_ref) {
+        fprintf(stderr, "  %-28s the reference's audio mask was built under eager (applied inverted): not compared\n", name);
       } else {
         /* the reference holds every frame's row; the tower keeps the valid ones (a prefix) */
         int64_t sh[4], cnt;
@@ -653,39 +700,18 @@ static void test_gemma4_audio_tower(void) {
     mm_prep_free(&p);
     free(md.audio.pcm);
   }
-  /* the prompt holding clip_a */
-  const json_t *pe = json_object_get(json_object_get(f.doc, "prompts"), "p_audio");
-  int32_t aud = (int32_t)json_integer_value(json_object_get(json_object_get(f.doc, "token_ids"), "audio"));
-  if (pe && emb[0].rows) {
-    const json_t *ids = json_object_get(pe, "ids");
-    int n = (int)json_array_size(ids);
-    int64_t V = model_vocab_size(L.m), k = 0;
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n);
-    const float **rows = calloc((size_t)n, sizeof(float *));
-    for (int i = 0; i < n; i++) {
-      tok[i] = (int32_t)json_integer_value(json_array_get(ids, (size_t)i));
-      if (tok[i] == aud && k < emb[0].n_tokens) rows[i] = emb[0].rows + (k++) * emb[0].dim;
-    }
-    CHECK_EQ_INT(k, emb[0].n_tokens);
-    float *lg = malloc(sizeof(float) * (size_t)(n * V));
-    for (int chunk = 0; chunk <= 7; chunk += 7) { /* in one piece, then in chunks of 7 tokens */
-      int rc = forward_all(&L, tok, n, rows, NULL, NULL, lg, chunk);
-      CHECK_MSG(rc == 0, "p_audio: forward failed");
-      if (rc) break;
-      int64_t sh[4], cnt;
-      int nd;
-      float *rl = fx_arr(&f, "p_audio.logits", sh, &nd, &cnt);
-      CHECK_MSG(rl && cnt == n * V, "p_audio: no reference logits for %d tokens", n);
-      if (rl && cnt == n * V) {
-        double d = max_diff(lg, rl, n * V);
-        CHECK_MSG(d <= 1e-4, "p_audio (chunks of %d): max abs logit error %.3g > 1e-4", chunk, d);
-        fprintf(stderr, "  %-28s %d tokens, chunks of %d: max abs logit error %.3g (tol 1e-4)\n", "p_audio", n, chunk, d);
-      }
-      free(rl);
-    }
-    free(lg), free(tok), free(rows);
+  /* the prompt holding clip_a: with the reference's soft tokens (its valid rows, a prefix), then with the tower's */
+  if (json_object_get(json_object_get(f.doc, "arrays"), "clip_a.soft_tokens")) {
+    int64_t sh[4], cnt;
+    int nd;
+    float *ref = fx_arr(&f, "clip_a.soft_tokens", sh, &nd, &cnt);
+    int64_t valid = json_integer_value(json_object_get(f.doc, "clip_a.num_soft_tokens"));
+    CHECK_MSG(ref && nd == 2 && valid > 0 && valid <= sh[0], "clip_a.soft_tokens: %lld valid of %lld rows", (long long)valid,
+              (long long)sh[0]);
+    if (ref && nd == 2 && valid > 0 && valid <= sh[0]) check_audio_prompt(&L, &f, ref, valid, sh[1], "the reference's soft tokens");
+    free(ref);
   }
-  if (!pe) fprintf(stderr, "  %-28s no reference prompt in the fixture: the logits are not compared\n", "p_audio");
+  if (tower_ref && emb[0].rows) check_audio_prompt(&L, &f, emb[0].rows, emb[0].n_tokens, emb[0].dim, "the tower's soft tokens");
   for (int c = 0; c < 2; c++) mm_embeds_free(&emb[c]);
   unload(&L);
   json_decref(f.doc);
