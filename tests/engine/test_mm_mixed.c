@@ -18,7 +18,9 @@
  *   generation runs in both orders with as many prompt tokens, the same
  *   greedy tokens come whether the prompt is fed whole, in chunks of 7 or
  *   from the prefix cache, and media given in the other order than their
- *   placeholders are refused. */
+ *   placeholders are refused; a HEIC image (the fuzz seed made from the
+ *   same PNG) takes its place with the clip, and a damaged one is refused
+ *   with its part named. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,6 +337,31 @@ static void test_generate(void) {
     hearth_free(text);
   }
   CHECK_EQ_INT(r[0].prompt_tokens, r[1].prompt_tokens);
+  /* a HEIC image with the clip (when built with libheif); a damaged one is refused, naming its part */
+  {
+    char *text = NULL;
+    CHECK_MSG(hearth_chat_render(hm, msgs[0], NULL, true, NULL, &text, &err) == 0, "%s", err.msg);
+    hearth_media md[2] = {im, au};
+    md[0].url = HEARTH_SOURCE_DIR "/tests/fuzz/seeds/media_image/img.heic";
+    collected heic;
+    int rc = text ? generate(hm, text, md, &heic, &r2, &err) : HEARTH_EINVAL;
+    if (rc != HEARTH_EUNSUPPORTED) {
+      CHECK_MSG(rc == 0, "%s", err.msg);
+      CHECK_EQ_INT(r2.prompt_tokens, r[0].prompt_tokens); /* as many soft tokens as the PNG it was made from */
+    }
+    char *d = NULL;
+    size_t n = 0;
+    herr he = {0};
+    if (text && hfile_read(md[0].url, &d, &n, &he) == 0) {
+      md[0] = (hearth_media){.kind = HEARTH_MEDIA_IMAGE, .data = d, .len = n / 2, .name = "messages[0].content[0]"};
+      rc = generate(hm, text, md, &heic, &r2, &err);
+      CHECK_MSG(rc == HEARTH_EINVAL || rc == HEARTH_EUNSUPPORTED, "rc %d", rc);
+      CHECK_EQ_STR(err.field, "messages[0].content[0]");
+      CHECK_MSG(!strncmp(err.msg, "messages[0].content[0]: ", 24) && strstr(err.msg, "HEIC"), "%s", err.msg);
+      free(d);
+    }
+    hearth_free(text);
+  }
   hearth_model_free(hm);
   /* fed in chunks of 7: the same tokens in both orders */
   o.prefill_chunk = 7;
