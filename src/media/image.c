@@ -405,6 +405,23 @@ static const char *heif_format(const uint8_t *p, size_t n) {
 }
 
 #ifdef HEARTH_HAVE_HEIF
+/* AV1 through libaom where libheif has it: libheif 1.15's libdav1d path leaks the data it hands over when
+ * dav1d refuses it (an empty item), so that a damaged AVIF would cost memory each time. (AV1 decoding is
+ * exact: both give the same pixels.) NULL: libheif's own choice. */
+static const char *av1_decoder(void) {
+  static int have_aom = -1;
+  int v = __atomic_load_n(&have_aom, __ATOMIC_ACQUIRE);
+  if (v < 0) {
+    const struct heif_decoder_descriptor *d[16];
+    int k = heif_get_decoder_descriptors(heif_compression_AV1, d, 16);
+    v = 0;
+    for (int i = 0; i < k; i++)
+      if (!strcmp(heif_decoder_descriptor_get_id_name(d[i]), "aom")) v = 1;
+    __atomic_store_n(&have_aom, v, __ATOMIC_RELEASE);
+  }
+  return v ? "aom" : NULL;
+}
+
 static int decode_heif(const uint8_t *data, size_t n, const char *fmt, const media_limits *l, media *out, herr *err) {
   struct heif_context *ctx = heif_context_alloc();
   if (!ctx) return herr_set(err, HEARTH_ENOMEM, "out of memory decoding a %s image", fmt);
@@ -422,7 +439,19 @@ static int decode_heif(const uint8_t *data, size_t n, const char *fmt, const med
   /* the size as shown: after the image's own rotation and crop */
   if ((rc = check_size(heif_image_handle_get_width(h), heif_image_handle_get_height(h), l, fmt, err))) goto done;
   /* RGB without alpha: an alpha plane is dropped, not composited, as PIL's convert("RGB") drops it */
-  e = heif_decode_image(h, &img, heif_colorspace_RGB, heif_chroma_interleaved_RGB, NULL);
+  struct heif_decoding_options *opt = heif_decoding_options_alloc();
+  if (!opt) {
+    rc = herr_set(err, HEARTH_ENOMEM, "out of memory decoding a %s image", fmt);
+    goto done;
+  }
+  /* whatever the brands say, the image may be AV1: libaom first, then (not AV1) libheif's choice */
+  opt->decoder_id = av1_decoder();
+  e = heif_decode_image(h, &img, heif_colorspace_RGB, heif_chroma_interleaved_RGB, opt);
+  if (e.code == heif_error_Unsupported_feature && opt->decoder_id) {
+    opt->decoder_id = NULL;
+    e = heif_decode_image(h, &img, heif_colorspace_RGB, heif_chroma_interleaved_RGB, opt);
+  }
+  heif_decoding_options_free(opt);
   if (e.code != heif_error_Ok) {
     rc = herr_set(err, HEARTH_EINVAL, "bad %s data: %s", fmt, e.message ? e.message : "?");
     goto done;
