@@ -128,8 +128,8 @@ typedef struct hearth_load_opts {
                               (0: off; at most 16) */
   const char *spec_method; /* "ngram" (prompt lookup: the continuation of the latest earlier match of
                               the last tokens; no extra model), "draft" (draft_model) or "mtp" (the
-                              model's multi-token-prediction heads: not supported yet, refused).
-                              NULL: "draft" with a draft_model, else "ngram" */
+                              model's multi-token-prediction layer, GLM-5's: a model without one is
+                              refused at load). NULL: "draft" with a draft_model, else "ngram" */
   const char *draft_model; /* a smaller model's folder or .gguf with the same tokenizer (checked: the
                               same vocabulary, token for token), loaded on the same device with its
                               own KV cache; NULL: none */
@@ -247,12 +247,17 @@ typedef struct hearth_gen_params {
                                   track is named "req LABEL" (a response id, say); NULL: "req N" */
   int spec_tokens;             /* speculative decoding for this request: tokens drafted per step
                                   (0: off, 1..16); -1 (init): the model's hearth_load_opts.spec_tokens.
-                                  Drafts come from the model's spec_method (prompt lookup when it has
-                                  none); a request with a grammar or JSON schema decodes plainly */
+                                  Drafts come from spec_method, else the model's (prompt lookup when it
+                                  has none); a request with a grammar or JSON schema decodes plainly */
   const char *adapter;         /* borrowed, may be NULL: the LoRA adapter(s) to run under, by the names
                                   hearth_adapter_load gave: "name", "a+b" (stacked: both deltas summed,
                                   at most 4), or NULL / "" / "none" for the base model. An adapter not
                                   loaded is HEARTH_ENOTFOUND (field "adapter") */
+  const char *spec_method;     /* borrowed, may be NULL (the model's): this request's draft source,
+                                  "ngram", "draft" (a model loaded with a draft_model) or "mtp" (a
+                                  model with a multi-token-prediction layer); one the model cannot
+                                  serve fails (HEARTH_EINVAL / HEARTH_EUNSUPPORTED, field
+                                  "spec_method") */
 } hearth_gen_params;
 
 void hearth_gen_params_init(hearth_gen_params *p);

@@ -117,6 +117,7 @@ void bk_backend_close(bk_backend *be) {
 
 const char *bk_backend_name(const bk_backend *be) { return be->name; }
 bool bk_backend_is_cpu(const bk_backend *be) { return be->is_cpu; }
+bool bk_backend_expert_lora(const bk_backend *be) { return be->expert_lora; }
 void bk_backend_describe(const bk_backend *be, char *buf, size_t n) { be->ops->describe(be, buf, n); }
 int bk_mem_info(bk_backend *be, size_t *free_bytes, size_t *total_bytes) { return be->ops->mem_info(be, free_bytes, total_bytes); }
 
@@ -195,7 +196,7 @@ void bk_moe_route(const bk_tensor *ids, const bk_tensor *w, const bk_tensor *log
   BE(ids)->ops->moe_route(BE(ids), ids, w, logits, norm, scale);
 }
 void bk_moe(const bk_tensor *y, const bk_tensor *x, const bk_tensor *ids, const bk_tensor *w, const bk_experts *ex, bk_act act) {
-  if (ex->n_lora > 0 && !bk_backend_is_cpu(BE(y))) return; /* refused when such an adapter is loaded */
+  if (ex->n_lora > 0 && !BE(y)->expert_lora) return; /* refused when such an adapter is loaded */
   BE(y)->ops->moe(BE(y), y, x, ids, w, ex, act);
 }
 void bk_conv1d(const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, const bk_recurrent *r, bool silu) {

@@ -97,6 +97,8 @@ void bk_backend_close(bk_backend *be);
 /* "cpu" or "cuda:0". */
 const char *bk_backend_name(const bk_backend *be);
 bool bk_backend_is_cpu(const bk_backend *be);
+/* Whether bk_moe applies a bk_experts' LoRA deltas (bk_expert_lora) here. */
+bool bk_backend_expert_lora(const bk_backend *be);
 /* A line for the startup log: device name, memory. */
 void bk_backend_describe(const bk_backend *be, char *buf, size_t n);
 /* Device memory: free and total bytes (CPU: available and physical RAM). */
@@ -197,7 +199,8 @@ typedef struct bk_experts {
   const bk_weight *gate, *up, *down;  /* borrowed: n each; gate, up [inter, D], down [D, inter] */
   const bk_expert_lora *const *lora;  /* borrowed, may be NULL: n_lora adapters whose deltas every routed
                                          token gets in its experts' projections (a caller runs the rows
-                                         of one adapter set as one call); the CPU backend only */
+                                         of one adapter set as one call); on a backend where
+                                         bk_backend_expert_lora says so */
   int n_lora;
 } bk_experts;
 
@@ -465,12 +468,13 @@ struct bk_backend {
   const bk_backend_ops *ops;  /* borrowed (static) */
   char name[32];              /* "cpu", "cuda:0" */
   bool is_cpu;
+  bool expert_lora;           /* bk_moe honours bk_experts.lora (else it does nothing when n_lora > 0) */
   void *lib;                  /* owned: the dlopen handle of a loaded backend library, or NULL */
 };
 
 /* The CUDA backend library's one entry point (libhearth_cuda.so). */
 #define BK_CUDA_ENTRY "hearth_cuda_backend_open"
-#define BK_CUDA_ABI 8
+#define BK_CUDA_ABI 9
 typedef int (*bk_cuda_open_fn)(int abi, int device, const bk_open_opts *opts, bk_backend **out, herr *err);
 
 /* The CPU backend (cpu/backend_cpu.c). */

@@ -61,7 +61,7 @@ static void usage(FILE *f) {
           "                               step (1..16, 0 = off) and verify them in one forward; greedy output is\n"
           "                               unchanged, sampled output keeps the model's distribution\n"
           "  --spec-method M              where drafts come from: ngram (prompt lookup, the default), draft\n"
-          "                               (--draft-model) or mtp (not supported yet)\n"
+          "                               (--draft-model) or mtp (the model's multi-token-prediction layer: GLM-5)\n"
           "  --draft-model DIR            a smaller model with the same tokenizer that drafts (implies draft)\n"
           "  --kv-quant 8|4|off           KV cache storage: 8 or 4-bit blocks of 32 with a scale, or f32 (off, default);\n"
           "                               the pool holds 3.6x (8) or 6.4x (4) the tokens in the same memory\n"

@@ -545,6 +545,7 @@ static int fill_request(const hearth_model *hm, const hearth_gen_params *p, gen_
     return herr_set_at(err, HEARTH_EINVAL, "spec_tokens", 0, "spec_tokens %d must be from 0 to %d", p->spec_tokens,
                        GEN_MAX_SPEC_TOKENS);
   r->spec_tokens = p->spec_tokens;
+  r->spec_method = p->spec_method;
   return 0;
 }
 

@@ -52,7 +52,8 @@ void denoise_params_default(denoise_params *p);
 int denoise_params_check(const denoise_params *p, herr *err);
 
 /* A source of the random draws (the reference's torch.randint and the
- * multinomial's uniforms), and an observer of each step; every field may be NULL. */
+ * multinomial's uniforms), an observer of each step and a processor of its
+ * logits; every field may be NULL. */
 typedef struct denoise_draws {
   int32_t (*token)(void *ctx, int64_t vocab); /* uniform in [0, vocab) */
   double (*uniform)(void *ctx);               /* uniform in [0, 1) */
@@ -60,6 +61,10 @@ typedef struct denoise_draws {
      the next canvas, n tokens each */
   void (*step)(void *ctx, int step, const int32_t *argmax, const int32_t *next, int64_t n);
   void *ctx;
+  /* before each denoising step's sampling: its number and the decoder's logits, rows × vocab
+     floats before the temperature, which it may change (a logits processor, applied first as
+     the reference applies a caller's) */
+  void (*logits)(void *ctx, int step, float *logits, int64_t rows, int64_t vocab);
 } denoise_draws;
 
 typedef struct denoise_run denoise_run;

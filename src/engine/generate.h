@@ -48,6 +48,8 @@ typedef struct gen_request {
                                    ("req LABEL"; else "req N", N counting requests); the scheduler only */
   int spec_tokens;              /* speculative decoding (engine/method.h): tokens drafted per step; < 0: the
                                    scheduler's method decides, 0: off; the scheduler only */
+  const char *spec_method;      /* borrowed, may be NULL (the method's source): where this request's drafts
+                                   come from, "ngram", "draft" or "mtp" (engine/method.h); the scheduler only */
   const model_lora *const *lora; /* borrowed, n_lora (<= MODEL_MAX_LORA) LoRA adapters of the model,
                                    their deltas summed (model_seq.lora); alive until the run returns */
   int n_lora;

@@ -1,9 +1,10 @@
 /* method.c — the generation methods (see method.h): the autoregressive run,
  * the speculative run and its draft sources — prompt lookup over the
  * request's own tokens, a draft model with a KV cache of the run's own, and
- * the place where multi-token-prediction heads plug in. Owns a run's draft
- * state and RNG; knows the model only through model.h and the output only
- * through the commit callback it is given. */
+ * the model's multi-token-prediction layer with its rows in a cache of the
+ * run's own and the target's hidden states it has not seen yet. Owns a
+ * run's draft state and RNG; knows the model only through model.h and the
+ * output only through the commit callback it is given. */
 #include "engine/method.h"
 
 #include <stdlib.h>
@@ -14,7 +15,7 @@
 /* Prompt lookup: the longest suffix tried first. */
 #define NGRAM_MAX 4
 #define NGRAM_MIN 2
-/* Tokens a draft model catches up on per forward. */
+/* Tokens a draft model (an MTP layer) catches up on per forward. */
 #define DRAFT_CHUNK 512
 
 struct gen_run {
@@ -35,6 +36,18 @@ struct gen_run {
   sampler *dsmp;                        /* owned: the draft's distribution q (no penalties) */
   bool greedy;                          /* the request is greedy: drafts are the draft's argmax */
   float *q;                             /* owned [spec_tokens * vocab]: q of each draft (sampled requests) */
+  /* SPEC_MTP: the layer's rows (in dcache) are of positions it has seen, in order (a prefix-cache
+   * hit leaves the positions before it unseen); the first m_true are of the target's hidden states,
+   * the rest of the last proposal's chain */
+  model *tm;                            /* borrowed: the target */
+  int64_t m_true;
+  int64_t m_next;                       /* the position after the last one the layer saw (0: none) */
+  int64_t D;                            /* hidden_size */
+  float *hid;                           /* owned [cap_hid * D]: the target's hidden states of positions
+                                           [hid_pos, hid_pos + n_hid), not all seen by the layer yet */
+  int64_t hid_pos, n_hid, cap_hid;
+  int64_t *mpos;                        /* owned [cap_hid + 1]: positions of a forward's rows */
+  float *chain;                         /* owned [D]: the layer's output at its last row (the next row's h) */
 };
 
 const char *spec_source_name(spec_source s) {
@@ -69,9 +82,9 @@ int gen_method_check(const gen_method *gm, const model *target, herr *err) {
   if (!gm || gm->spec_tokens < 0) return 0;
   if (gm->spec_tokens > GEN_MAX_SPEC_TOKENS)
     return herr_set(err, HEARTH_EINVAL, "spec_tokens %d is more than %d", gm->spec_tokens, GEN_MAX_SPEC_TOKENS);
-  if (gm->source == SPEC_MTP)
-    return herr_set(err, HEARTH_EUNSUPPORTED,
-                    "speculative decoding with multi-token-prediction heads is not supported yet (use ngram or draft)");
+  int rc;
+  if (gm->source == SPEC_MTP && (rc = model_mtp_check(target, err)))
+    return herr_wrap(err, "speculative method mtp");
   if (gm->source == SPEC_DRAFT && !gm->draft)
     return herr_set(err, HEARTH_EINVAL, "speculative method draft needs a draft model");
   if (!gen_method_can_rollback(target))
@@ -109,6 +122,9 @@ void gen_run_free(gen_run *r) {
   if (r->dkv) kv_cache_seq_free(r->dkv);
   sampler_free(r->dsmp);
   free(r->q);
+  free(r->hid);
+  free(r->mpos);
+  free(r->chain);
   free(r);
 }
 
@@ -123,21 +139,52 @@ int gen_run_new(const gen_method *gm, const gen_request *req, int64_t vocab, kv_
     free(r);
     return herr_set_at(err, HEARTH_EINVAL, "spec_tokens", 0, "spec_tokens %d is more than %d", n, GEN_MAX_SPEC_TOKENS);
   }
-  /* the method's source; prompt lookup when it has none (a draft method without its model) */
+  /* the request's source, else the method's; prompt lookup when it has none (a draft method without
+   * its model) */
   r->source = SPEC_NGRAM;
   if (gm && gm->source == SPEC_DRAFT && gm->draft) r->source = SPEC_DRAFT;
   if (gm && gm->source == SPEC_MTP) r->source = SPEC_MTP;
+  int rc = 0;
+  if (req->spec_method) {
+    herr e = {0};
+    if (spec_source_parse(req->spec_method, &r->source, &e)) {
+      free(r);
+      return herr_set_at(err, HEARTH_EINVAL, "spec_method", 0, "%s", e.msg);
+    }
+    if (r->source == SPEC_DRAFT && !(gm && gm->draft)) {
+      free(r);
+      return herr_set_at(err, HEARTH_EINVAL, "spec_method", 0,
+                         "spec_method draft: the model was loaded without a draft model (--draft-model)");
+    }
+    if (r->source == SPEC_MTP && (!gm || !gm->target || (rc = model_mtp_check(gm->target, &e)) || !gm->mtp_cache)) {
+      free(r);
+      return herr_set_at(err, HEARTH_EUNSUPPORTED, "spec_method", 0, "spec_method mtp: %s",
+                         rc ? e.msg : "the model's multi-token-prediction layer has no cache here");
+    }
+  }
   if (n > 0 && !req->grammar) {
     r->kind = GEN_METHOD_SPECULATIVE;
     r->spec_tokens = r->cur = n;
   }
   sample_rng_seed(&r->rng, req->sample.seed ^ 0x5eed5bec0ffee000ull);
-  int rc = 0;
-  if (r->kind == GEN_METHOD_SPECULATIVE && r->source == SPEC_DRAFT) {
-    r->dm = gm->draft;
-    r->dcache = draft_cache;
-    if (!draft_cache) {
-      rc = herr_set(err, HEARTH_EINTERNAL, "speculative: a draft model without a cache for it");
+  if (r->kind == GEN_METHOD_SPECULATIVE && (r->source == SPEC_DRAFT || r->source == SPEC_MTP)) {
+    if (r->source == SPEC_DRAFT) {
+      r->dm = gm->draft;
+      r->dcache = draft_cache;
+    } else {
+      r->tm = gm ? gm->target : NULL;
+      r->dcache = gm ? gm->mtp_cache : NULL;
+      r->D = r->tm ? model_cfg(r->tm)->hidden_size : 0;
+      if (r->tm && (rc = model_mtp_check(r->tm, err))) goto fail;
+      r->chain = r->D ? malloc(sizeof(float) * (size_t)r->D) : NULL;
+      if (r->D && !r->chain) {
+        rc = herr_set(err, HEARTH_ENOMEM, "generate: out of memory");
+        goto fail;
+      }
+    }
+    if (!r->dcache || (r->source == SPEC_MTP && !r->tm)) {
+      rc = herr_set(err, HEARTH_EINTERNAL, "speculative: a %s without a cache for it",
+                    r->source == SPEC_DRAFT ? "draft model" : "multi-token-prediction layer");
       goto fail;
     }
     sample_params dp;
@@ -154,11 +201,6 @@ int gen_run_new(const gen_method *gm, const gen_request *req, int64_t vocab, kv_
       rc = herr_set(err, HEARTH_ENOMEM, "generate: out of memory for the draft model's logits");
       goto fail;
     }
-  } else if (r->kind == GEN_METHOD_SPECULATIVE && r->source == SPEC_MTP) {
-    /* The hook for multi-token-prediction heads: a proposal is the MTP
-     * layer's chain over the target's last hidden state. Not loaded yet. */
-    rc = herr_set(err, HEARTH_EUNSUPPORTED, "speculative decoding with multi-token-prediction heads is not supported yet");
-    goto fail;
   }
   *out = r;
   return 0;
@@ -169,6 +211,35 @@ fail:
 
 gen_method_kind gen_run_kind(const gen_run *r) { return r->kind; }
 spec_source gen_run_source(const gen_run *r) { return r->source; }
+
+float *gen_run_hidden(gen_run *r, int64_t pos, int n, herr *err) {
+  if (r->kind != GEN_METHOD_SPECULATIVE || r->source != SPEC_MTP || n <= 0) return NULL;
+  /* contiguous from hid_pos: a position fed again replaces the rest; one past a gap starts afresh */
+  if (pos < r->hid_pos || pos > r->hid_pos + r->n_hid) r->hid_pos = pos, r->n_hid = 0;
+  else r->n_hid = pos - r->hid_pos;
+  if (r->n_hid + n > r->cap_hid) {
+    int64_t cap = r->cap_hid ? r->cap_hid : 64;
+    while (cap < r->n_hid + n) cap *= 2;
+    float *h = realloc(r->hid, sizeof(float) * (size_t)cap * (size_t)r->D);
+    int64_t *p = h ? realloc(r->mpos, sizeof(int64_t) * (size_t)(cap + 1)) : NULL;
+    if (h) r->hid = h;
+    if (p) r->mpos = p;
+    if (!h || !p) {
+      herr_set(err, HEARTH_ENOMEM, "generate: out of memory for %lld hidden states", (long long)cap);
+      return NULL;
+    }
+    r->cap_hid = cap;
+  }
+  float *at = r->hid + (size_t)r->n_hid * (size_t)r->D;
+  r->n_hid += n;
+  return at;
+}
+
+int64_t gen_run_backlog(const gen_run *r) {
+  if (r->source != SPEC_MTP || r->kind != GEN_METHOD_SPECULATIVE) return 0;
+  int64_t from = r->m_next > r->hid_pos ? r->m_next : r->hid_pos;
+  return r->hid_pos + r->n_hid > from ? r->hid_pos + r->n_hid - from : 0;
+}
 
 /* Prompt lookup: for the longest n (NGRAM_MAX down to NGRAM_MIN) whose last
  * n tokens occurred before, the continuation of the latest occurrence that
@@ -281,15 +352,134 @@ static int propose_drafts(gen_proposal *p, const int *idx, int n, float **scratc
   return rc;
 }
 
+/* Grows the caller's logits buffer to n rows. */
+static int grow_rows(float **scratch, size_t *cap, int n, int64_t vocab, herr *err) {
+  if ((size_t)n * (size_t)vocab <= *cap) return 0;
+  float *f = realloc(*scratch, sizeof(float) * (size_t)n * (size_t)vocab);
+  if (!f) return herr_set(err, HEARTH_ENOMEM, "speculative: out of memory for %d logits rows", n);
+  *scratch = f;
+  *cap = (size_t)n * (size_t)vocab;
+  return 0;
+}
+
+/* The MTP runs of p (indices idx[0..n)), which share one target. First one forward of the layer in
+ * which each run's rows see the positions it has the target's hidden state and the next token for
+ * (row i: h_i and t_{i+1}, at position i; a long backlog — a prompt — is fed first, alone, in chunks);
+ * a drafting run's last row (position n_toks - 2, its token the pending one) gives its first draft.
+ * Then one forward per drafted token over every run still drafting: the row at position
+ * n_toks - 2 + j takes draft j and the layer's own output at the row before. Rows of the target's
+ * hidden states stay (m_true), the chain's are cut off at verification. */
+static int propose_mtp(gen_proposal *p, const int *idx, int n, float **scratch, size_t *cap, herr *err) {
+  model *tm = p[idx[0]].run->tm;
+  int64_t vocab = p[idx[0]].run->vocab, D = p[idx[0]].run->D;
+  int rc = grow_rows(scratch, cap, n, vocab, err);
+  if (rc) return rc;
+  model_seq *seqs = calloc((size_t)n, sizeof *seqs);
+  int *who = calloc((size_t)n, sizeof *who);
+  int64_t *ends = calloc((size_t)n, sizeof *ends);
+  float *nh = NULL;
+  size_t nh_rows = 0;
+  if (!seqs || !who || !ends) rc = herr_set(err, HEARTH_ENOMEM, "multi-token prediction: out of memory for a batch of %d", n);
+  for (int k = 0; k < n && !rc; k++) { /* room for the drafting runs' output rows (the chain's first h) */
+    gen_run *r = p[idx[k]].run;
+    int64_t from = r->m_next > r->hid_pos ? r->m_next : r->hid_pos, end = r->hid_pos + r->n_hid;
+    if (p[idx[k]].max > 0 && end > from) nh_rows += (size_t)(end - from < DRAFT_CHUNK ? end - from : DRAFT_CHUNK);
+  }
+  if (!rc && nh_rows && !(nh = malloc(sizeof(float) * nh_rows * (size_t)D)))
+    rc = herr_set(err, HEARTH_ENOMEM, "multi-token prediction: out of memory for %zu hidden states", nh_rows);
+  int nb = 0;
+  size_t nh_at = 0;
+  for (int k = 0; k < n && !rc; k++) {
+    gen_proposal *x = &p[idx[k]];
+    gen_run *r = x->run;
+    if (!r->dkv && (rc = kv_cache_seq_new(r->dcache, &r->dkv, err))) break;
+    if (r->dkv->len > r->m_true) kv_cache_seq_truncate(r->dkv, r->m_true); /* an unverified chain */
+    int64_t end = r->hid_pos + r->n_hid < x->n_toks - 1 ? r->hid_pos + r->n_hid : x->n_toks - 1;
+    int64_t from = r->m_next > r->hid_pos ? r->m_next : r->hid_pos;
+    ends[k] = end;
+    while (!rc && end - from > DRAFT_CHUNK) { /* a backlog: the prompt */
+      for (int64_t i = 0; i < DRAFT_CHUNK; i++) r->mpos[i] = from + i;
+      model_seq one = {.kv = r->dkv, .tokens = x->toks + from + 1, .n_tokens = DRAFT_CHUNK, .positions = r->mpos,
+                       .out = MODEL_OUT_NONE, .mtp_hidden = r->hid + (size_t)(from - r->hid_pos) * (size_t)D};
+      model_batch b1 = {.seqs = &one, .n_seqs = 1};
+      if (!(rc = model_forward(tm, &b1, NULL, err))) from += DRAFT_CHUNK, r->m_next = from;
+    }
+    if (rc || end <= from) continue;
+    bool drafts = x->max > 0 && end == x->n_toks - 1;
+    for (int64_t i = from; i < end; i++) r->mpos[i - from] = i;
+    seqs[nb] = (model_seq){.kv = r->dkv, .tokens = x->toks + from + 1, .n_tokens = (int)(end - from),
+                           .positions = r->mpos, .out = drafts ? MODEL_OUT_LOGITS : MODEL_OUT_NONE,
+                           .mtp_hidden = r->hid + (size_t)(from - r->hid_pos) * (size_t)D,
+                           .next_hidden = drafts ? nh + nh_at * (size_t)D : NULL};
+    if (drafts) nh_at += (size_t)(end - from);
+    who[nb++] = k;
+  }
+  if (!rc && nb > 0) {
+    model_batch b = {.seqs = seqs, .n_seqs = nb};
+    rc = model_forward(tm, &b, *scratch, err);
+  }
+  /* what each saw: the hidden states before m_next are done with */
+  for (int i = 0; i < nb && !rc; i++) p[idx[who[i]]].run->m_next = ends[who[i]];
+  for (int k = 0; k < n && !rc; k++) {
+    gen_run *r = p[idx[k]].run;
+    int64_t drop = r->m_next - r->hid_pos, keep = r->n_hid - drop;
+    if (drop <= 0) continue;
+    if (keep > 0) memmove(r->hid, r->hid + (size_t)drop * (size_t)D, sizeof(float) * (size_t)(keep * D));
+    r->hid_pos = r->m_next, r->n_hid = keep > 0 ? keep : 0;
+    if (r->dkv) r->m_true = r->dkv->len;
+  }
+  int next = 0;
+  for (int i = 0, row = 0; i < nb && !rc; i++) {
+    gen_proposal *x = &p[idx[who[i]]];
+    gen_run *r = x->run;
+    r->m_true = r->dkv->len;
+    if (seqs[i].out != MODEL_OUT_LOGITS) continue;
+    if ((rc = draft_pick(r, *scratch + (size_t)row++ * (size_t)vocab, 0, err))) break;
+    memcpy(r->chain, seqs[i].next_hidden + (size_t)(seqs[i].n_tokens - 1) * (size_t)D, sizeof(float) * (size_t)D);
+    x->n = 1;
+    if (x->max > 1) {
+      r->mpos[0] = x->n_toks - 1;
+      seqs[next] = (model_seq){.kv = r->dkv, .tokens = &r->draft[0], .n_tokens = 1, .positions = r->mpos,
+                               .mtp_hidden = r->chain, .next_hidden = r->chain};
+      who[next++] = who[i];
+    }
+  }
+  nb = rc ? 0 : next;
+  for (int j = 1; !rc && nb > 0; j++) { /* the chain: one drafted token a forward */
+    model_batch b = {.seqs = seqs, .n_seqs = nb};
+    if ((rc = model_forward(tm, &b, *scratch, err))) break;
+    next = 0;
+    for (int i = 0; i < nb && !rc; i++) {
+      gen_proposal *x = &p[idx[who[i]]];
+      gen_run *r = x->run;
+      if ((rc = draft_pick(r, *scratch + (size_t)i * (size_t)vocab, j, err))) break;
+      x->n = j + 1;
+      if (j + 1 < x->max) {
+        r->mpos[0] = x->n_toks - 1 + j;
+        seqs[next] = (model_seq){.kv = r->dkv, .tokens = &r->draft[j], .n_tokens = 1, .positions = r->mpos,
+                                 .mtp_hidden = r->chain, .next_hidden = r->chain};
+        who[next++] = who[i];
+      }
+    }
+    nb = next;
+  }
+  free(seqs);
+  free(who);
+  free(ends);
+  free(nh);
+  return rc;
+}
+
 /* A proposal that was never verified (its sequence left the step before the
- * forward: preempted): the draft model forgets the rows it fed for it. */
+ * forward: preempted): the draft model (the MTP layer) forgets the rows it fed for it. */
 static void abandon(gen_run *r) {
-  if (r->dkv && r->dkv->len > r->n_hist) kv_cache_seq_truncate(r->dkv, r->n_hist);
+  int64_t keep = r->source == SPEC_MTP ? r->m_true : r->n_hist;
+  if (r->dkv && r->dkv->len > keep) kv_cache_seq_truncate(r->dkv, keep);
   r->n_draft = 0;
 }
 
 int gen_runs_propose(gen_proposal *p, int n, float **scratch, size_t *cap, herr *err) {
-  int *draft_idx = NULL, n_draft_runs = 0;
+  int *draft_idx = NULL, n_draft_runs = 0, *mtp_idx = NULL, n_mtp_runs = 0;
   for (int i = 0; i < n; i++) {
     gen_proposal *x = &p[i];
     gen_run *r = x->run;
@@ -297,13 +487,25 @@ int gen_runs_propose(gen_proposal *p, int n, float **scratch, size_t *cap, herr 
     x->draft = r->draft;
     if (r->n_draft > 0) abandon(r);
     r->n_hist = x->n_toks;
-    if (r->kind != GEN_METHOD_SPECULATIVE || x->max <= 0 || x->n_toks <= 0) continue;
     if (x->max > r->cur) x->max = r->cur;
+    if (r->kind == GEN_METHOD_SPECULATIVE && r->source == SPEC_MTP && x->n_toks > 0 &&
+        (x->max > 0 || gen_run_backlog(r) > 0)) { /* drafting, or feeding its layer what it has */
+      if (x->max < 0) x->max = 0;
+      if (!mtp_idx && !(mtp_idx = malloc(sizeof(int) * (size_t)n))) {
+        free(draft_idx);
+        return herr_set(err, HEARTH_ENOMEM, "multi-token prediction: out of memory");
+      }
+      mtp_idx[n_mtp_runs++] = i;
+      continue;
+    }
+    if (r->kind != GEN_METHOD_SPECULATIVE || x->max <= 0 || x->n_toks <= 0) continue;
     if (r->source == SPEC_NGRAM) {
       x->n = propose_ngram(r, x->toks, x->n_toks, x->max);
     } else if (r->source == SPEC_DRAFT) {
-      if (!draft_idx && !(draft_idx = malloc(sizeof(int) * (size_t)n)))
+      if (!draft_idx && !(draft_idx = malloc(sizeof(int) * (size_t)n))) {
+        free(mtp_idx);
         return herr_set(err, HEARTH_ENOMEM, "draft model: out of memory");
+      }
       draft_idx[n_draft_runs++] = i;
     }
   }
@@ -324,6 +526,21 @@ int gen_runs_propose(gen_proposal *p, int n, float **scratch, size_t *cap, herr 
     n_draft_runs = rest;
   }
   free(draft_idx);
+  /* the MTP runs, grouped by target (one per scheduler) */
+  while (!rc && n_mtp_runs > 0) {
+    model *tm = p[mtp_idx[0]].run->tm;
+    int same = 0;
+    for (int k = 0; k < n_mtp_runs; k++)
+      if (p[mtp_idx[k]].run->tm == tm) {
+        int v = mtp_idx[k];
+        memmove(mtp_idx + same + 1, mtp_idx + same, sizeof(int) * (size_t)(k - same));
+        mtp_idx[same++] = v;
+      }
+    rc = propose_mtp(p, mtp_idx, same, scratch, cap, err);
+    memmove(mtp_idx, mtp_idx + same, sizeof(int) * (size_t)(n_mtp_runs - same));
+    n_mtp_runs -= same;
+  }
+  free(mtp_idx);
   for (int i = 0; i < n; i++) p[i].run->n_draft = rc ? 0 : p[i].n;
   return rc;
 }
@@ -363,8 +580,16 @@ static int verify_rows(gen_run *r, int n_rows, verify_pick pick, void *pctx, gen
     }
     if (i < r->n_draft && !acc) break;
   }
-  /* the draft model keeps the rows of accepted drafts only */
-  if (r->dkv && r->dkv->len > r->n_hist + out->accepted) kv_cache_seq_truncate(r->dkv, r->n_hist + out->accepted);
+  if (r->source == SPEC_MTP) {
+    /* the MTP layer keeps its rows of the target's hidden states; the target's of the rejected
+     * drafts' positions are gone */
+    if (r->dkv && r->dkv->len > r->m_true) kv_cache_seq_truncate(r->dkv, r->m_true);
+    int64_t keep = r->n_hist + out->accepted; /* positions the target's cache keeps */
+    if (out->drafted > 0 && r->hid_pos + r->n_hid > keep) r->n_hid = keep > r->hid_pos ? keep - r->hid_pos : 0;
+  } else if (r->dkv && r->dkv->len > r->n_hist + out->accepted) {
+    /* the draft model keeps the rows of accepted drafts only */
+    kv_cache_seq_truncate(r->dkv, r->n_hist + out->accepted);
+  }
   r->n_draft = 0;
   return rc;
 }
@@ -379,7 +604,9 @@ static int pick_host(gen_run *r, void *pctx, int i, sample_token *st, bool *acc,
   host_rows *h = pctx;
   float *row = h->rows + (size_t)i * (size_t)h->vocab;
   if (i == r->n_draft) return sampler_sample(h->smp, row, st, err);
-  const float *q = r->q && !r->greedy && r->source == SPEC_DRAFT ? r->q + (size_t)i * (size_t)h->vocab : NULL;
+  const float *q = r->q && !r->greedy && (r->source == SPEC_DRAFT || r->source == SPEC_MTP)
+                       ? r->q + (size_t)i * (size_t)h->vocab
+                       : NULL;
   return sampler_verify(h->smp, row, r->draft[i], q, &r->rng, st, acc, err);
 }
 

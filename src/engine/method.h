@@ -51,12 +51,11 @@ typedef enum gen_method_kind { GEN_METHOD_AUTOREGRESSIVE = 0, GEN_METHOD_SPECULA
 typedef enum spec_source {
   SPEC_NGRAM = 0, /* prompt lookup: the continuation of the latest earlier match of the last tokens */
   SPEC_DRAFT = 1, /* a smaller model with the same vocabulary, with its own KV */
-  SPEC_MTP = 2    /* the model's multi-token-prediction layer (GLM-5's, DeepSeek-V3's): not
-                     supported yet — gen_method_check refuses it. The hook: gen_run_new's
-                     SPEC_MTP branch makes the run's MTP state (the layer's own KV), the
-                     verification forward asks for the target's hidden state at the last
-                     accepted position (MODEL_OUT_HIDDEN), and gen_runs_propose chains the
-                     layer from it as it chains a draft model */
+  SPEC_MTP = 2    /* the model's multi-token-prediction layer (GLM-5's, DeepSeek-V3's), with a KV
+                     cache of its own: every target forward of the run gives the hidden states
+                     of its tokens (gen_run_hidden); a proposal feeds the layer the positions it
+                     has not seen (h_i with t_{i+1}), whose last row drafts the token after the
+                     pending one, then chains the layer on its own output, one token a forward */
 } spec_source;
 #define SPEC_N_SOURCES 3
 
@@ -72,6 +71,11 @@ typedef struct gen_method {
   spec_source source;  /* what drafts them (a request asking for speculation without a configured
                           source gets prompt lookup) */
   model *draft;        /* borrowed, SPEC_DRAFT: the draft model (checked by gen_method_check_draft) */
+  /* SPEC_MTP (the scheduler fills its copy of the method): the model the runs decode, whose
+   * multi-token-prediction layer drafts, and the cache, in model_mtp_geometry_of's layout, where the
+   * runs of one scheduler keep that layer's rows (NULL: the model cannot draft so) */
+  model *target;       /* borrowed */
+  kv_cache *mtp_cache; /* borrowed */
 } gen_method;
 
 /* Whether the target's cached state can be cut back to fewer tokens, which
@@ -81,9 +85,9 @@ typedef struct gen_method {
  * until such state keeps a snapshot per drafted position. */
 bool gen_method_can_rollback(const model *m);
 
-/* Checks that a method can run on target: the source is supported (SPEC_MTP
- * is refused, saying so), the model can roll back, and SPEC_DRAFT has a
- * draft model. */
+/* Checks that a method can run on target: the model can roll back, SPEC_DRAFT
+ * has a draft model, and SPEC_MTP a multi-token-prediction layer that runs
+ * (model_mtp_check's message). */
 int gen_method_check(const gen_method *gm, const model *target, herr *err);
 
 /* The draft model must speak the target's vocabulary: the same logits width
@@ -95,7 +99,10 @@ int gen_method_check_draft(const model *target, const tokenizer *target_tok, con
 typedef struct gen_run gen_run;
 
 /* A run for one request. req->spec_tokens (< 0: the method's default, 0:
- * off, else at most GEN_MAX_SPEC_TOKENS) picks speculation; a request with
+ * off, else at most GEN_MAX_SPEC_TOKENS) picks speculation, req->spec_method
+ * (NULL: the method's) where drafts come from — a source the method cannot
+ * serve (draft without a draft model, mtp without a runnable MTP layer) is
+ * refused, the error naming the field spec_method; a request with
  * a grammar runs autoregressively. gm may be NULL (autoregressive).
  * draft_cache (borrowed, with a draft model): the cache, in the draft
  * model's geometry, where the runs of one scheduler keep the draft model's
@@ -106,12 +113,23 @@ int gen_run_new(const gen_method *gm, const gen_request *req, int64_t vocab, kv_
                 herr *err);
 void gen_run_free(gen_run *r);
 
+/* SPEC_MTP: where the forward that feeds n tokens of the run from position pos writes their hidden
+ * states (model_seq.next_hidden), which the run keeps until its MTP layer has seen them; NULL for a
+ * run that keeps none (*err set when out of memory). A position fed again (after a preemption)
+ * replaces what the run kept from there on. */
+float *gen_run_hidden(gen_run *r, int64_t pos, int n, herr *err);
+/* Hidden states the run keeps that its MTP layer has not seen yet (0 but for SPEC_MTP). */
+int64_t gen_run_backlog(const gen_run *r);
+
 gen_method_kind gen_run_kind(const gen_run *r);
 spec_source gen_run_source(const gen_run *r);
 
 /* Before a forward: the tokens each run wants verified after its pending
  * token (toks[n_toks - 1]), at most max (0: a plain decode step) — prompt
- * lookup's continuation, or a draft model's tokens. The draft-model runs
+ * lookup's continuation, a draft model's tokens, or the MTP layer's. MTP
+ * runs draft together too (one forward of the layer over the positions each
+ * has not seen, then one per drafted token); an MTP run still in its prompt
+ * (max 0) feeds the layer what it has without drafting. The draft-model runs
  * draft together, in shared forwards of the draft model: one in which each
  * catches up on the committed tokens it has not seen, then one per drafted
  * token over every run still drafting. scratch / cap: the caller's logits

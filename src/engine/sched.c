@@ -5,7 +5,10 @@
  * leave in a trace (base/trace.h) when one is given. How a generation turns
  * a step's logits into tokens is its method run's (engine/method.h): a
  * speculative run's drafts join the batch as a chunk after its pending
- * token, and the KV rows of rejected drafts are cut off after verification.
+ * token, and the KV rows of rejected drafts are cut off after verification;
+ * a run drafting with the model's MTP layer gets the hidden states of every
+ * token it feeds (model_seq.next_hidden), and its layer sees them in the
+ * next step's proposals, in the prompt too.
  * Knows the model only through model.h and the cache only through
  * kv_paged.h; knows nothing of HTTP or the public API. */
 #include "engine/sched.h"
@@ -97,7 +100,10 @@ struct sched {
   float *logits;              /* owned [cap_rows * vocab] (host sampling; on a device, made for
                                  speculative steps) */
   size_t cap_rows;
-  const gen_method *method;   /* borrowed, may be NULL */
+  const gen_method *method;   /* &method_own */
+  gen_method method_own;      /* the configured method (or none), with the target and its MTP layer's cache */
+  kv_cache *mtp_cache;        /* owned, when the model's multi-token-prediction layer can draft: its rows
+                                 for every request (one pool, so that the requests draft in shared forwards) */
   gen_proposal *props;        /* owned [max_batch]: the step's speculative proposals */
   sseq **prop_seqs;           /* owned [max_batch]: whose */
   float *draft_rows;          /* owned, grown: a draft model's logits rows */
@@ -637,7 +643,14 @@ static void propose(sched *s) {
   for (int i = 0; i < s->n_running; i++) {
     sseq *q = s->running[i];
     q->n_draft = 0;
-    if (q->kind || !q->run || gen_run_kind(q->run) != GEN_METHOD_SPECULATIVE || q->n_toks - q->kv->len != 1) continue;
+    if (q->kind || !q->run || gen_run_kind(q->run) != GEN_METHOD_SPECULATIVE) continue;
+    if (q->n_toks - q->kv->len != 1) { /* in its prompt: an MTP layer sees the hidden states it has so far */
+      if (gen_run_backlog(q->run) > 0) {
+        s->props[n] = (gen_proposal){.run = q->run, .toks = q->toks, .n_toks = q->n_toks, .max = 0};
+        s->prop_seqs[n++] = q;
+      }
+      continue;
+    }
     /* no more than the output can still take after the pending token's successor */
     int64_t room = q->max_new - q->res->completion_tokens - 1;
     if (room <= 0) continue;
@@ -741,6 +754,11 @@ static void step(sched *s) {
                                     .positions = NULL, .all_logits = q->n_draft > 0,
                                     .lora = q->req->lora, .n_lora = q->req->n_lora};
     media_rows(s, q, &s->batch[n_batch], at, n, s->step_tokens - budget - n);
+    if (!q->kind && q->run) { /* an MTP run keeps the hidden states of what it feeds */
+      herr he = {0};
+      s->batch[n_batch].next_hidden = gen_run_hidden(q->run, at, (int)n, &he);
+      if (he.code) HLOG_WARN("%s (the multi-token-prediction layer will not see these positions)", he.msg);
+    }
     if (q->pool) { /* every chunk's hidden rows, folded into the pool after the step */
       s->batch[n_batch].out = MODEL_OUT_HIDDEN_ALL;
       s->batch[n_batch].dest = s->hrows + (s->step_tokens - budget - n) * model_cfg(s->m)->hidden_size;
@@ -919,12 +937,15 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   s->trace = c.trace;
   s->step_hook = c.step_hook;
   s->step_hook_user = c.step_hook_user;
-  s->method = c.method;
   int rc = gen_method_check(c.method, m, err);
   if (rc) {
     free(s);
     return rc;
   }
+  if (c.method) s->method_own = *c.method;
+  s->method_own.target = m;
+  s->method_own.mtp_cache = NULL;
+  s->method = &s->method_own;
   int B = c.block_tokens > 0 ? c.block_tokens : SCHED_DEFAULT_BLOCK_TOKENS;
   int64_t ctx = c.context_length > 0 ? c.context_length : model_cfg(m)->max_position_embeddings;
   if (ctx <= 0) ctx = 4096;
@@ -981,6 +1002,12 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
     model_kv_geometry dg;
     model_kv_geometry_of(s->method->draft, &dg);
     if ((rc = kv_cache_new(&dg, 0, &s->draft_cache, err))) goto fail;
+  }
+  if (model_mtp_check(m, NULL) == 0) { /* requests may draft with the MTP layer */
+    model_kv_geometry mg;
+    model_mtp_geometry_of(m, &mg);
+    if ((rc = kv_cache_new(&mg, 0, &s->mtp_cache, err))) goto fail;
+    s->method_own.mtp_cache = s->mtp_cache;
   }
   kv_format_describe(&g, s->st.kv_format, sizeof s->st.kv_format);
   s->st.block_bytes = s->block_bytes;
@@ -1045,6 +1072,7 @@ void sched_free(sched *s) {
   }
   kv_pool_free(s->pool);
   kv_cache_free(s->draft_cache);
+  kv_cache_free(s->mtp_cache);
   free(s->logits);
   free(s->rows);
   free(s->outs);

@@ -54,6 +54,34 @@ void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
 bk_backend *model_backend(const model *m) { return m->be; }
 int model_nextn_layers(const model *m) { return m->n_nextn; }
 
+int model_mtp_check(const model *m, herr *err) {
+  const family_ops *ops = m->fam && m->fam->ops ? m->fam->ops : &llama_family_ops;
+  if (m->n_nextn <= 0)
+    return herr_set(err, HEARTH_EUNSUPPORTED,
+                    "the model has no multi-token-prediction layer (num_nextn_predict_layers, and the "
+                    "model.layers.%lld.eh_proj / enorm / hnorm / shared_head tensors)",
+                    (long long)m->cfg.num_hidden_layers);
+  if (!ops->mtp || !m->mtp_layer)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "the model's multi-token-prediction layer cannot run%s%s",
+                    m->mtp_refused ? ": " : " in this family", m->mtp_refused ? m->mtp_refused : "");
+  if (m->tp || m->tp_size)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "the multi-token-prediction layer does not run on a model split over ranks");
+  if (m->xc.budget > 0)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "the multi-token-prediction layer does not run under an expert budget");
+  return 0;
+}
+
+void model_mtp_geometry_of(const model *m, model_kv_geometry *g) {
+  memset(g, 0, sizeof *g);
+  g->n_layers = 1;
+  g->backend = m->be;
+  const layer_weights *lw = m->mtp_layer;
+  if (!lw) return;
+  g->kv_dim[0] = lw->kv_k_dim ? lw->kv_k_dim : lw->kv_heads * lw->head_dim;
+  g->v_dim[0] = lw->kv_v_dim;
+  g->f32_only[0] = lw->kv_k_dim || lw->kv_v_dim;
+}
+
 static size_t weight_bytes(const bk_weight *w) {
   if (!w->rows) return 0;
   size_t b = (size_t)w->rows * bk_row_bytes(w->type, w->cols, w->bits);
@@ -542,12 +570,24 @@ static bool has_logits_row(const model_seq *sq) { return sq->out == MODEL_OUT_LO
 int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_tensor *hid_out, int mode, herr *err) {
   const model_config *c = &m->cfg;
   if (!b || b->n_seqs <= 0) return herr_set(err, HEARTH_EINVAL, "model_forward: empty batch");
-  int64_t T = 0, R = 0, P = 0, M = 0;
-  bool has_last = false;
-  for (int s = 0; s < b->n_seqs; s++) {
+  int64_t T = 0, R = 0, P = 0, M = 0, Q = 0;
+  bool has_last = false, mtp = b && b->n_seqs > 0 && b->seqs[0].mtp_hidden;
+  int rc0;
+  if (mtp && (rc0 = model_mtp_check(m, err))) return herr_wrap(err, "model_forward");
+  for (int s = 0; b && s < b->n_seqs; s++) {
     const model_seq *sq = &b->seqs[s];
     if (!sq->kv || !sq->kv->ops || sq->n_tokens <= 0 || !sq->tokens)
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d has no cache or no tokens", s);
+    if (mtp != (sq->mtp_hidden != NULL))
+      return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d: %s", s,
+                      mtp ? "a multi-token-prediction batch needs each row's hidden input (mtp_hidden)"
+                          : "hidden inputs (mtp_hidden) belong to a multi-token-prediction batch");
+    if (mtp && ((sq->out != MODEL_OUT_LOGITS && sq->out != MODEL_OUT_NONE) || sq->embeds || sq->positions3 ||
+                sq->bidir_last || sq->canvas || sq->n_lora))
+      return herr_set(err, HEARTH_EINVAL,
+                      "model_forward: sequence %d: a multi-token-prediction batch gives logits only, without media "
+                      "or adapters", s);
+    if (sq->next_hidden) Q += sq->n_tokens;
     for (int s2 = 0; s2 < s; s2++)
       if (b->seqs[s2].kv == sq->kv) return herr_set(err, HEARTH_EINVAL, "model_forward: sequences %d and %d share one cache", s2, s);
     for (int i = 0; i < sq->n_tokens; i++)
@@ -601,8 +641,13 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
     int64_t nb;
     const kv_store *st = kv_store_rank(b->seqs[s].kv->ops->table(b->seqs[s].kv, &blocks, &nb), m->tp_rank);
     if (kv && st != kv) return herr_set(err, HEARTH_EINVAL, "model_forward: the sequences of one batch must share one KV pool");
-    bool fits = st->n_layers == c->num_hidden_layers && st->k[0].buf->be == m->be;
-    for (int l = 0; fits && l < c->num_hidden_layers; l++) {
+    bool fits = st->n_layers == (mtp ? 1 : c->num_hidden_layers) && st->k[0].buf->be == m->be;
+    if (mtp && fits) { /* the MTP layer's own cache */
+      model_kv_geometry mg;
+      model_mtp_geometry_of(m, &mg);
+      fits = st->k[0].cols * 4 == (int64_t)bk_kv_row_bytes(st->k_fmt[0], mg.kv_dim[0]);
+    }
+    for (int l = 0; fits && !mtp && l < c->num_hidden_layers; l++) {
       int64_t kd = m->layers[l].kv_k_dim ? m->layers[l].kv_k_dim : m->layers[l].kv_heads * m->layers[l].head_dim;
       fits = (m->layers[l].kv_src != l || st->k[l].cols * 4 == (int64_t)bk_kv_row_bytes(st->k_fmt[l], kd)) &&
              (!m->layers[l].state_dim || (st->state[l].buf && st->state[l].cols == m->layers[l].state_dim &&
@@ -612,20 +657,22 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
     kv = st;
     n_tables += nb;
   }
-  /* index tables, one I32 upload: ids, pos, row, tab, slot [T] each, gather [R + P] (the logits
-   * rows, then the hidden rows), the recurrent ops' sequences [S, 4], with multimodal RoPE each
+  /* index tables, one I32 upload: ids, pos, row, tab, slot [T] each, gather [R + P + Q] (the logits
+   * rows, then the hidden rows, then the next_hidden rows), the recurrent ops' sequences [S, 4], with multimodal RoPE each
    * token's three positions [T, 3], tables [n_tables], then the media rows' token indices [M] and,
    * with bidirectional spans, each token's last row [T] */
   int64_t PA = m->pos_axes > 1 ? m->pos_axes : 0;
-  int64_t S = b->n_seqs, L = has_last ? T : 0, n_idx = 5 * T + R + P + n_tables + 4 * S + M + L + PA * T;
+  int64_t S = b->n_seqs, L = has_last ? T : 0, n_idx;
+  if (mtp) M = T; /* the rows' hidden inputs travel as media rows do (an MTP batch has no media) */
+  n_idx = 5 * T + R + P + Q + n_tables + 4 * S + M + L + PA * T;
   int rc = scratch_reserve(m, T, n_idx, R, M, err);
   if (!rc && m->comm) rc = tp_reserve(m, R, err);
   if (rc) return rc;
   int32_t *h = m->f.host_idx, *ids = h, *pos = h + T, *row = h + 2 * T, *tab = h + 3 * T, *slot = h + 4 * T,
-          *gather = h + 5 * T, *rseqs = gather + R + P, *posv = rseqs + 4 * S, *tables = posv + PA * T,
+          *gather = h + 5 * T, *rseqs = gather + R + P + Q, *posv = rseqs + 4 * S, *tables = posv + PA * T,
           *mrows = tables + n_tables, *lastv = mrows + M;
   int64_t mi = 0, D = c->hidden_size;
-  int64_t t = 0, r = 0, p = 0, toff = 0, B = kv->block_rows;
+  int64_t t = 0, r = 0, p = 0, q = 0, toff = 0, B = kv->block_rows;
   for (int s = 0; s < b->n_seqs; s++) {
     const model_seq *sq = &b->seqs[s];
     const int32_t *blocks;
@@ -652,6 +699,11 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
       slot[t] = (int32_t)(blocks[rw / B] * B + rw % B);
       if (has_logits_row(sq) && (sq->all_logits || i == sq->n_tokens - 1)) gather[r++] = (int32_t)t;
       if ((sq->out == MODEL_OUT_HIDDEN && i == sq->n_tokens - 1) || sq->out == MODEL_OUT_HIDDEN_ALL) gather[R + p++] = (int32_t)t;
+      if (sq->next_hidden) gather[R + P + q++] = (int32_t)t;
+      if (mtp) { /* row t's hidden input */
+        memcpy(m->f.host_media + mi * D, sq->mtp_hidden + (size_t)i * (size_t)D, sizeof(float) * (size_t)D);
+        mrows[mi++] = (int32_t)t;
+      }
     }
     toff += nb;
   }
@@ -700,18 +752,19 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
   bk_tensor *parts[] = {&st.ids, &st.pos, &st.row, &st.tab, &st.slot};
   for (int i = 0; i < 5; i++) *parts[i] = bk_rows(&f->idx, i * T, T);
   st.gather = bk_rows(&f->idx, 5 * T, R + P);
-  st.rseqs = bk_rows(&f->idx, 5 * T + R + P, 4 * S);
+  bk_tensor gq = bk_rows(&f->idx, 5 * T + R + P, Q);
+  st.rseqs = bk_rows(&f->idx, 5 * T + R + P + Q, 4 * S);
   st.rseqs = bk_reshape(&st.rseqs, S, 4);
   /* with multimodal RoPE each token's positions [T, PA] sit before the tables: at an offset a recorded
    * step's key fixes (the tables' length changes as sequences grow) */
-  const int64_t tab0 = 5 * T + R + P + 4 * S + PA * T;
+  const int64_t tab0 = 5 * T + R + P + Q + 4 * S + PA * T;
   st.tables = bk_rows(&f->idx, tab0, n_tables);
   bk_tensor mrow_t = bk_rows(&f->idx, tab0 + n_tables, M);
   bk_tensor media_t = bk_rows(&f->media, 0, M);
   st.has_last = has_last;
   if (has_last) st.last = bk_rows(&f->idx, tab0 + n_tables + M, T);
   if (PA > 0) { /* the rope reads [T, PA] positions */
-    st.pos = bk_rows(&f->idx, 5 * T + R + P + 4 * S, PA * T);
+    st.pos = bk_rows(&f->idx, 5 * T + R + P + Q + 4 * S, PA * T);
     st.pos = bk_reshape(&st.pos, T, PA);
   }
   if ((rc = bk_set(&f->idx, 0, h, sizeof(int32_t) * (size_t)n_idx, err))) return rc;
@@ -721,10 +774,10 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
    * everything that varies between steps is in the index tables and the KV
    * blocks; the key holds what the ops' arguments depend on. */
   /* (under an expert budget the experts a step reads are loaded as its routing chooses them: never recorded) */
-  bool record = T <= FORWARD_GRAPH_MAX_T && m->xc.budget == 0 && M == 0 && !has_last && !canvas;
+  bool record = T <= FORWARD_GRAPH_MAX_T && m->xc.budget == 0 && M == 0 && !has_last && !canvas && !mtp;
   bool replay = false;
   if (record) {
-    uint64_t key = hmix64((uint64_t)T * 0x10001u + (uint64_t)R + ((uint64_t)P << 40));
+    uint64_t key = hmix64((uint64_t)T * 0x10001u + (uint64_t)R + ((uint64_t)P << 40) + ((uint64_t)Q << 52));
     key = hmix64(key ^ (uint64_t)(uintptr_t)f->x.buf->base);
     key = hmix64(key ^ (uint64_t)(uintptr_t)f->idx.buf->base);
     key = hmix64(key ^ (uint64_t)(uintptr_t)(f->logits.buf ? f->logits.buf->base : NULL));
@@ -743,13 +796,20 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
   }
   bk_tensor lg = bk_rows(&f->logits, 0, R);
   bk_tensor xr = bk_rows(&st.xn, 0, R + P); /* the gathered rows after the final norm */
+  f->nh = bk_rows(&st.x2, 0, Q);            /* the next_hidden rows, likewise */
+  /* an MTP batch ends in its head's norm and head */
+  const bk_tensor *fnorm = mtp && m->mtp_norm.buf ? &m->mtp_norm : &m->final_norm;
   for (int pass = 0; pass < 2 && !replay; pass++) {
     const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
     bk_embed(&st.x, &m->embed, &st.ids, m->embed_scale);
     model_reduce(m, &st.x); /* vocabulary-parallel: one rank holds each token's row, the others add zeros */
-    if (M > 0) bk_set_rows(&st.x, &media_t, &mrow_t); /* media rows: the tower's, unscaled (after the reduce: whole rows) */
-    if (ops->embedded) ops->embedded(m, &st);
-    for (int l = 0; l < c->num_hidden_layers; l++) ops->layer(m, l, kv, &st);
+    if (mtp) {
+      ops->mtp(m, kv, &st, &media_t); /* media_t: the rows' hidden inputs */
+    } else {
+      if (M > 0) bk_set_rows(&st.x, &media_t, &mrow_t); /* media rows: the tower's, unscaled (after the reduce: whole rows) */
+      if (ops->embedded) ops->embedded(m, &st);
+      for (int l = 0; l < c->num_hidden_layers; l++) ops->layer(m, l, kv, &st);
+    }
     if (m->xc.err.code) { /* an expert could not be loaded (expert budget) */
       if (err) *err = m->xc.err;
       rc = m->xc.err.code;
@@ -760,11 +820,16 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
     /* the rows that need logits or hidden states, then the final norm, and lm_head on the first R */
     if (R + P > 0) {
       bk_get_rows(&xr, &st.x, &st.gather);
-      bk_rmsnorm(&xr, &xr, &m->final_norm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
+      bk_rmsnorm(&xr, &xr, fnorm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
+    }
+    if (Q > 0) {
+      bk_get_rows(&f->nh, &st.x, &gq);
+      bk_rmsnorm(&f->nh, &f->nh, fnorm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
     }
     if (R > 0) {
       bk_tensor xl = bk_rows(&xr, 0, R);
-      if ((rc = model_head(m, &lg, &xl, err))) return rc;
+      if (mtp) bk_matmul_t(&lg, &xl, m->mtp_head, NULL);
+      else if ((rc = model_head(m, &lg, &xl, err))) return rc;
       if (c->final_logit_softcapping > 0) bk_softcap(&lg, (float)c->final_logit_softcapping);
     }
     if (!record) break;
@@ -783,10 +848,15 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
 /* The hidden rows and whole logits rows that sequences asked for, to their dest. */
 static int fetch_outputs(const model *m, const model_batch *b, const bk_tensor *lg, const bk_tensor *hid, herr *err) {
   size_t D = (size_t)m->cfg.hidden_size, V = (size_t)m->cfg.vocab_size;
-  int64_t r = 0, p = 0;
+  int64_t r = 0, p = 0, q = 0;
   int rc = 0;
   for (int s = 0; s < b->n_seqs && !rc; s++) {
     const model_seq *sq = &b->seqs[s];
+    if (sq->next_hidden) {
+      rc = bk_get(&m->f.nh, (size_t)q * D * sizeof(float), sq->next_hidden, (size_t)sq->n_tokens * D * sizeof(float), err);
+      q += sq->n_tokens;
+      if (rc) break;
+    }
     if (sq->out == MODEL_OUT_HIDDEN) rc = bk_get(hid, (size_t)p++ * D * sizeof(float), sq->dest, D * sizeof(float), err);
     else if (sq->out == MODEL_OUT_HIDDEN_ALL) {
       rc = bk_get(hid, (size_t)p * D * sizeof(float), sq->dest, (size_t)sq->n_tokens * D * sizeof(float), err);

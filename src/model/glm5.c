@@ -36,10 +36,15 @@
  * (norm_topk_prob) times routed_scaling_factor, plus the shared experts
  * (one MLP of n_shared_experts × moe_intermediate_size).
  *
- * The multi-token-prediction layers a checkpoint stores after the decoder
+ * The multi-token-prediction layer a checkpoint stores after the decoder
  * (model.layers.N.*: enorm, hnorm, eh_proj, shared_head and a decoder
- * layer) load when present and are kept for speculative decoding; the
- * forward does not run them. */
+ * layer) loads when present and drafts for speculative decoding, in MTP
+ * batches (model_seq.mtp_hidden; decoder.c runs the head): row i takes the
+ * model's final hidden state h_i (after the final norm, as SGLang's and
+ * vLLM's GLM-4.5 / DeepSeek-V3 MTP take it) and token t_{i+1},
+ * x = eh_proj([enorm(embed(t_{i+1})) | hnorm(h_i)]), then the decoder block
+ * over a cache of its own (layer 0 of the MTP cache). The normal forward
+ * does not run it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -361,9 +366,19 @@ static int load_model(model *m, const weight_src *src, herr *err) {
   NAME("self_attn.indexer.wk.weight");
   if ((rc = model_describe_matrix(m, src, name, s->ix_dim, D, false, &probe, err))) return rc;
   g->indexer = probe.data != NULL;
-  if ((rc = load_glm_layer(m, src, idx, moe, &s->mtp_lw, g, err))) return herr_wrap(err, "multi-token-prediction layer");
+  layer_weights *lw = &s->mtp_lw, *last = &m->layers[c->num_hidden_layers - 1]; /* the decoder layers' geometry */
+  lw->head_dim = last->head_dim, lw->kv_heads = last->kv_heads, lw->heads = last->heads;
+  lw->kv_k_dim = last->kv_k_dim, lw->kv_v_dim = last->kv_v_dim, lw->window = 0;
+  lw->rope = last->rope, lw->attn_scale = last->attn_scale, lw->scalar = 1.0f;
+  if ((rc = load_glm_layer(m, src, idx, moe, lw, g, err))) return herr_wrap(err, "multi-token-prediction layer");
   s->has_mtp = true;
   m->n_nextn = 1;
+  m->mtp_head = s->mtp_head.data ? &s->mtp_head : &m->lm_head; /* (lm_head is loaded after this) */
+  m->mtp_norm = s->mtp_head_norm;
+  if (!g->indexer) m->mtp_refused = "it has no indexer of its own to choose the rows it attends";
+  else m->mtp_layer = lw;
+  if (lw->inter > m->w_inter) m->w_inter = lw->inter;
+  if (m->w_fam < 2 * D) m->w_fam = 2 * D; /* the [enorm(e) | hnorm(h)] rows */
   return 0;
 }
 #undef NAME
@@ -404,12 +419,11 @@ static glm5_act acts(const model *m, const step *st) {
 
 static const bk_tensor *opt(const bk_tensor *t) { return t->buf ? t : NULL; }
 
-/* x += o_proj(attention of the layer), with the cache rows written and, on a "full" layer, the rows chosen. */
-static void mla_attention(model *m, int l, const kv_store *kv, step *st) {
+/* x += o_proj(attention of the layer lw / g), with its cache rows (kv's layer l) written and, on a
+ * "full" layer, the rows chosen. */
+static void mla_attention(model *m, const layer_weights *lw, const glm5_layer *g, int l, const kv_store *kv, step *st) {
   const model_config *c = &m->cfg;
   const glm5_state *s = S(m);
-  const layer_weights *lw = &m->layers[l];
-  const glm5_layer *g = &s->layers[l];
   int64_t T = st->T, H = c->num_attention_heads, N = s->nope, R = s->rope, KL = s->kv_lora, V = s->vdim, W = R + KL;
   glm5_act a = acts(m, st);
   bk_tensor qf = step_view(&st->q, T, H * W), krow = step_view(&st->k, T, W), olat = step_view(&st->att, T, H * KL);
@@ -463,12 +477,12 @@ static void mla_attention(model *m, int l, const kv_store *kv, step *st) {
   bk_add(&st->x, &st->x, &o);
 }
 
-/* x += attention; x += (routed experts + shared experts, or the MLP)(norm(x)) */
-static void layer(model *m, int l, const kv_store *kv, step *st) {
+/* x += attention; x += (routed experts + shared experts, or the MLP)(norm(x)), for the layer lw / g
+ * whose cache is kv's layer l */
+static void glm_layer(model *m, const layer_weights *lw, const glm5_layer *g, int l, const kv_store *kv, step *st) {
   const model_config *c = &m->cfg;
   const glm5_state *s = S(m);
-  const layer_weights *lw = &m->layers[l];
-  mla_attention(m, l, kv, st);
+  mla_attention(m, lw, g, l, kv, st);
   layer_norm(m, &st->xn, &st->x, &lw->post_attn_norm);
   int64_t T = st->T;
   bk_tensor o = step_view(&st->o, T, c->hidden_size);
@@ -476,7 +490,7 @@ static void layer(model *m, int l, const kv_store *kv, step *st) {
     int64_t E = c->num_experts, K = c->num_experts_per_tok;
     bk_tensor logits = step_view(&st->elog, T, E), ids = step_view(&st->eids, T, K), w = step_view(&st->ew, T, K);
     bk_matmul_t(&logits, &st->xn, &lw->router, NULL);
-    bk_moe_route_group(&ids, &w, &logits, opt(&s->layers[l].route_bias), s->n_group, s->topk_group, c->norm_topk_prob,
+    bk_moe_route_group(&ids, &w, &logits, opt(&g->route_bias), s->n_group, s->topk_group, c->norm_topk_prob,
                        s->routed_scale);
     layer_experts(m, lw, st, &st->xn, &o);
     if (s->n_shared) {
@@ -490,5 +504,24 @@ static void layer(model *m, int l, const kv_store *kv, step *st) {
   bk_add(&st->x, &st->x, &o);
 }
 
-const family_ops glm5_family_ops = {
-    .prepare = prepare, .load_layer = load_layer, .load_model = load_model, .layer = layer, .free = glm5_free};
+static void layer(model *m, int l, const kv_store *kv, step *st) {
+  glm_layer(m, &m->layers[l], &S(m)->layers[l], l, kv, st);
+}
+
+/* The multi-token-prediction layer over the rows of an MTP batch: x (their token embeddings) becomes
+ * the decoder block's output on eh_proj([enorm(x) | hnorm(h)]), its cache kv's layer 0. */
+static void mtp(model *m, const kv_store *kv, step *st, const bk_tensor *h) {
+  glm5_state *s = S(m);
+  int64_t T = st->T, D = m->cfg.hidden_size;
+  bk_tensor cat = st->fam; /* [T, 2D] (w_fam is at least 2D with an MTP layer) */
+  cat.rows = T, cat.cols = 2 * D, cat.dt = BK_DT_F32;
+  layer_norm(m, &st->xn, &st->x, &s->mtp_enorm);
+  bk_set_cols(&cat, &st->xn, 0);
+  layer_norm(m, &st->xn, h, &s->mtp_hnorm);
+  bk_set_cols(&cat, &st->xn, D);
+  bk_matmul_t(&st->x, &cat, &s->mtp_eh, NULL);
+  glm_layer(m, &s->mtp_lw, &s->layers[m->cfg.num_hidden_layers], 0, kv, st);
+}
+
+const family_ops glm5_family_ops = {.prepare = prepare, .load_layer = load_layer, .load_model = load_model,
+                                    .layer = layer, .mtp = mtp, .free = glm5_free};

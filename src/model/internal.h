@@ -80,6 +80,7 @@ typedef struct fwd_scratch {
   bk_buf *media_buf;      /* owned */
   bk_tensor media;        /* [cap_media, hidden]: the step's media rows, spliced over the embeddings */
   float *host_media;      /* owned: their host staging */
+  bk_tensor nh;           /* the last forward's next_hidden rows (views of x2) */
 } fwd_scratch;
 
 /* The projections a LoRA adapter may add its delta to (lora.c). */
@@ -188,6 +189,11 @@ struct model {
   int64_t w_fam;          /* floats per token of the family's own activations (step.fam) */
   void *fam_state;        /* owned by the family: its own weights and tables (family_ops.free) */
   int n_nextn;            /* multi-token-prediction layers loaded beside the decoder */
+  /* the one a forward can run (a family's load_model sets these; mtp_layer NULL: none runnable) */
+  const layer_weights *mtp_layer; /* borrowed from fam_state: its decoder block (the cache's geometry) */
+  bk_tensor mtp_norm;     /* its head's norm (shared_head.norm; .buf NULL: the final norm) */
+  const bk_weight *mtp_head; /* borrowed: its head (shared_head.head), or &lm_head */
+  const char *mtp_refused; /* static, may be NULL: why a loaded MTP layer cannot run */
   /* gemma4 per-layer inputs (hidden_size_per_layer_input > 0) */
   bk_weight ple_embed, ple_model_proj;
   bk_tensor ple_proj_norm;
@@ -337,6 +343,9 @@ struct family_ops {
   void (*embedded)(model *m, step *st);
   /* layer l of the forward */
   void (*layer)(model *m, int l, const kv_store *kv, step *st);
+  /* a multi-token-prediction forward (model_seq.mtp_hidden): st->x, the new rows' token embeddings, becomes
+   * the MTP layer's output, from h [T, hidden] (the rows' hidden inputs), over kv's layer 0 (optional) */
+  void (*mtp)(model *m, const kv_store *kv, step *st, const bk_tensor *h);
   /* frees fam_state (optional) */
   void (*free)(model *m);
 };

@@ -12,7 +12,7 @@
  * Adapters are reference counted; the last release frees the backend
  * memory under the model's lock, so never while a forward runs. What an
  * adapter asks that this cannot honour (embeddings, the output head, DoRA,
- * trained biases, expert deltas on a GPU) is refused when it is loaded. */
+ * trained biases, expert deltas on a backend without them) is refused when it is loaded. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -181,8 +181,8 @@ static int tensor_f32(const st_tensor *t, float **out, const char *dir, const ch
 static int load_experts(model *m, const char *dir, const adapter_config *cfg, found_x *fx, int nx, model_lora *a, uint64_t *h,
                         herr *err) {
   int64_t L = m->cfg.num_hidden_layers, D = m->cfg.hidden_size;
-  if (!bk_backend_is_cpu(m->be))
-    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: LoRA on the experts ('%s') runs on the CPU only, not on %s", dir, fx[0].module,
+  if (!bk_backend_expert_lora(m->be))
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: LoRA on the experts ('%s') is not supported on %s", dir, fx[0].module,
                     bk_backend_name(m->be));
   /* each pair complete, 2-D float, and which projection a fused one is by its shapes */
   for (int j = 0; j < nx; j++) {

@@ -141,6 +141,20 @@ typedef struct model_seq {
    * into its self-conditioning input. */
   bool canvas;
   const float *self_cond;
+  /* Multi-token prediction (speculative drafting with the model's MTP layer). next_hidden (borrowed,
+   * may be NULL): n_tokens × hidden_size host floats written beside the sequence's other output, each
+   * new token's hidden state as the MTP layer takes it: after the model's final norm (MODEL_OUT_HIDDEN's
+   * value), or, in an MTP batch, the layer's own output after its head's norm (what its next drafted
+   * position takes). mtp_hidden (borrowed, may be NULL): n_tokens × hidden_size host floats, the hidden
+   * state h_i each new row takes beside its token t_{i+1}; sequences that give it make an MTP batch
+   * (every sequence of the batch gives it, or none), which runs the model's multi-token-prediction
+   * layer instead of the decoder (DeepSeek-V3's, GLM-5's): for row i (token t_{i+1}, hidden state h_i,
+   * RoPE position i from positions) x = eh_proj([enorm(embed(t_{i+1})) | hnorm(h_i)]), then the layer's
+   * decoder block over the sequence's cache in model_mtp_geometry_of's layout, then its head's norm and
+   * head (the model's lm_head when it has none of its own): the logits of t_{i+2}. Its sequences give
+   * LOGITS or NONE, no adapters or media; model_mtp_check says whether the model can. */
+  float *next_hidden;
+  const float *mtp_hidden;
 } model_seq;
 
 typedef struct model_batch {
@@ -174,6 +188,12 @@ static inline int64_t model_kv_v_dim(const model_kv_geometry *g, int l) { return
 /* Multi-token-prediction layers loaded beside the decoder (GLM-5's
  * num_nextn_predict_layers, kept for speculative decoding; 0: none). */
 int model_nextn_layers(const model *m);
+/* Whether MTP batches (model_seq.mtp_hidden) can run: the model has a multi-token-prediction layer its family
+ * can run, and is neither split over ranks nor under an expert budget; else HEARTH_EUNSUPPORTED
+ * saying why. */
+int model_mtp_check(const model *m, herr *err);
+/* The cache layout of the multi-token-prediction layer (one layer; model_mtp_check must pass). */
+void model_mtp_geometry_of(const model *m, model_kv_geometry *g);
 /* The backend the model runs on (borrowed; lives as long as the model). */
 bk_backend *model_backend(const model *m);
 /* Bytes of the weight matrices and vectors as the backend holds them (stored format). */

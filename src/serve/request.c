@@ -651,6 +651,21 @@ int serve_json_spec(json_t *obj, serve_sampling *s, serve_fail *f) {
     }
   }
   if (n >= 0) s->spec_tokens = (int)n;
+  /* the draft source: "spec_method", or "speculative": {"method": ...} */
+  static const char *const methods[] = {"ngram", "draft", "mtp"};
+  const char *names[] = {"spec_method", "speculative.method"};
+  json_t *vals[] = {serve_json_field(obj, "spec_method"), sp ? serve_json_field(sp, "method") : NULL};
+  for (int k = 0; k < 2; k++) {
+    if (!vals[k]) continue;
+    const char *v = json_is_string(vals[k]) ? json_string_value(vals[k]) : NULL;
+    int i = 0;
+    while (v && i < 3 && strcmp(v, methods[i])) i++;
+    if (!v || i == 3) {
+      serve_bad(f, names[k], "'%s' must be \"ngram\", \"draft\" or \"mtp\"", names[k]);
+      return f->status;
+    }
+    s->spec_method = methods[i];
+  }
   return 0;
 }
 

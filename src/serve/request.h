@@ -114,7 +114,9 @@ int serve_json_adapter(json_t *root, serve_sampling *s, serve_fail *f);
 int serve_json_stop(json_t *obj, const char *key, bool allow_string, serve_sampling *s, serve_fail *f);
 /* Speculative decoding for this request into s->spec_tokens: "spec_tokens": N
  * or "speculative": {"tokens": N} (0 = off, at most 16; absent: the server's
- * --spec-tokens). */
+ * --spec-tokens), and its draft source into s->spec_method (a static string):
+ * "spec_method" or "speculative": {"method": M}, M one of "ngram", "draft",
+ * "mtp" (absent: the server's --spec-method). */
 int serve_json_spec(json_t *obj, serve_sampling *s, serve_fail *f);
 
 #endif

@@ -688,10 +688,63 @@ static void job_prime(job *j, hbuf *sse) {
   else serve_reply_prime(&j->reply, j->forced, sse);
 }
 
+/* A whole reply checks its client at each token (whole_token). A block-diffusion model's tokens
+ * come a block at a time, after all of the block's denoising steps, so while it generates a
+ * watcher checks the client every WAIT_MS as well: a client gone sets the cancel flag, which the
+ * engine reads before every forward, and the run stops between two denoising steps. */
+typedef struct watcher {
+  job *j;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool stop, started;
+} watcher;
+
+static void *watch_main(void *arg) {
+  watcher *w = arg;
+  pthread_mutex_lock(&w->mu);
+  while (!w->stop) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += WAIT_MS * 1000 * 1000;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&w->cv, &w->mu, &until);
+    if (!w->stop && !cancelled(w->j) && client_gone(w->j->fd)) cancel_set(w->j);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+static void watch_start(watcher *w, job *j) {
+  *w = (watcher){.j = j};
+  if (!j->srv->engine->denoising) return;
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
+  w->started = pthread_create(&w->thread, NULL, watch_main, w) == 0; /* none: checked at each block */
+  if (!w->started) pthread_mutex_destroy(&w->mu), pthread_cond_destroy(&w->cv);
+}
+
+static void watch_stop(watcher *w) {
+  if (!w->started) return;
+  pthread_mutex_lock(&w->mu);
+  w->stop = true;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  pthread_join(w->thread, NULL);
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+}
+
 static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   if (j->req.echo) hbuf_puts(&j->reply.text, j->req.prompt);
   job_prime(j, NULL);
+  watcher w;
+  watch_start(&w, j);
   job_generate(j, whole_token);
+  watch_stop(&w);
   enum MHD_Result rc;
   if (j->rc == 0 && j->result.finish != SERVE_FINISH_CANCELLED) {
     hbuf body = {0};

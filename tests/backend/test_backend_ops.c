@@ -44,7 +44,11 @@
  * for every stored format and activation, at 1 to 200 tokens (an expert
  * chosen by more pairs than one tile of the grouped GEMM holds), with experts used by several
  * tokens, by none, and a slot whose id is out of range (it contributes
- * nothing), also checking the CPU's plain reference bk_moe_ref; conv1d
+ * nothing), also checking the CPU's plain reference bk_moe_ref; moe with
+ * LoRA deltas on the experts (bk_expert_lora) as layer_experts runs them —
+ * every row plain, then runs of rows (row views) under stacked adapter sets
+ * of ranks 0 to 16, rows without adapters between them —, f32, f16, Q8_0,
+ * Q4_K and MLX weights, decode and batches past the GEMV path; conv1d
  * with state and the gated delta rule (against op_conv1d_state /
  * op_delta_rule_ref, token by token) over batches of fresh and continued
  * sequences in shuffled state slots — decode, prefill over several chunks,
@@ -955,104 +959,183 @@ static void moe_case(const fmt *f, int64_t T, int64_t E, int64_t k, int64_t D, i
   free(hg), free(hu), free(hd), free(x), free(w), free(ids), free(ref), free(h), free(got);
 }
 
-/* The experts with LoRA deltas (bk_expert_lora, two adapters of ranks 3 and 2, one expert left
- * without a delta by the first): every routed slot's gate, up and down get each adapter's
- * (x · a_eᵀ) · b_eᵀ, against a double recomputation; the CPU backend and bk_moe_ref. Other
- * backends do not run them (an adapter with expert deltas is refused on them at load). */
-static void moe_lora_case(int64_t T, int64_t E, int64_t k, int64_t D, int64_t I) {
-  char shape[128];
-  snprintf(shape, sizeof shape, "%lld tokens, top %lld of %lld, D %lld, I %lld, 2 adapters", (long long)T, (long long)k,
-           (long long)E, (long long)D, (long long)I);
+/* The experts with LoRA deltas (bk_expert_lora) as layer_experts runs them: bk_moe over every
+ * row without deltas, then again over each run of rows that shares an adapter set (row views
+ * of x, y, ids and w), with that set's deltas; rows outside the runs keep the plain experts.
+ * Every routed slot's gate, up and down get each adapter of its row's set, in order,
+ * (x · a_eᵀ) · b_eᵀ, against a double recomputation. Adapters of different ranks; the first
+ * leaves expert 1 unchanged (zero B rows); a rank of 0 is an adapter without expert deltas
+ * in a set (it adds nothing); one slot's id is out of range (it contributes nothing) and the
+ * last expert is chosen by nobody. Every backend (one that ignored the deltas, or did
+ * nothing, fails), and on the CPU its plain bk_moe_ref run the same way. */
+typedef struct xlora_run {
+  int64_t t0, rows;
+  int n, which[4]; /* the run's adapters, in order */
+} xlora_run;
+
+static void moe_lora_case(const fmt *f, int64_t T, int64_t E, int64_t k, int64_t D, int64_t I, bk_act act, int na,
+                          const int64_t *ranks, const xlora_run *runs, int n_runs) {
+  char fname[32], shape[160];
+  fmt_name(f, fname, sizeof fname);
+  snprintf(shape, sizeof shape, "%s, %lld tokens, top %lld of %lld, D %lld, I %lld, %d adapters, %d runs", fname, (long long)T,
+           (long long)k, (long long)E, (long long)D, (long long)I, na, n_runs);
   op_stat *st = stat_for("moe lora"), *rs = stat_for("moe lora (cpu reference)");
   st->cases++;
   rs->cases++;
-  const fmt *f = &formats[0];
   host_weight *hw = malloc(sizeof *hw * (size_t)(3 * E));
   for (int64_t e = 0; e < E; e++) make_weight(&hw[e], f, I, D), make_weight(&hw[E + e], f, I, D), make_weight(&hw[2 * E + e], f, D, I);
   float *x = rand_floats(T * D, 1.0f), *w = rand_floats(T * k, 1.0f);
   int32_t *ids = malloc(sizeof(int32_t) * (size_t)(T * k));
-  for (int64_t i = 0; i < T * k; i++) ids[i] = (int32_t)((i * 5 + i / k) % E);
-  int64_t ranks[2] = {3, 2}, in[3] = {D, D, I}, out[3] = {I, I, D};
-  float *la[2][3], *lb[2][3];
-  for (int a = 0; a < 2; a++)
-    for (int p = 0; p < 3; p++) {
+  for (int64_t i = 0; i < T * k; i++) ids[i] = (int32_t)((i * 5 + i / k) % (E > 2 ? E - 1 : E)); /* the last expert unused */
+  if (T * k > 2) ids[1] = (int32_t)E; /* out of range */
+  int64_t in[3] = {D, D, I}, out[3] = {I, I, D};
+  float *la[4][3] = {{0}}, *lb[4][3] = {{0}};
+  for (int a = 0; a < na; a++)
+    for (int p = 0; p < 3 && ranks[a]; p++) {
       la[a][p] = rand_floats(E * ranks[a] * in[p], 0.3f);
       lb[a][p] = rand_floats(E * out[p] * ranks[a], 0.3f);
       if (a == 0) /* expert 1 unchanged by the first adapter */
         memset(lb[a][p] + 1 * out[p] * ranks[a], 0, sizeof(float) * (size_t)(out[p] * ranks[a]));
     }
-  double *ref = calloc((size_t)(T * D), sizeof(double)), *g = malloc(sizeof(double) * (size_t)I),
-         *u = malloc(sizeof(double) * (size_t)I), *o = malloc(sizeof(double) * (size_t)D);
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t j = 0; j < k; j++) {
-      int32_t e = ids[t * k + j];
+  /* the reference, and the same without any delta (the deltas must matter) */
+  double *ref = calloc((size_t)(T * D), sizeof(double)), *plain = calloc((size_t)(T * D), sizeof(double));
+  double *g = malloc(sizeof(double) * (size_t)I), *u = malloc(sizeof(double) * (size_t)I), *o = malloc(sizeof(double) * (size_t)D);
+  for (int pass = 0; pass < 2; pass++)
+    for (int64_t t = 0; t < T; t++) {
+      const xlora_run *run = NULL;
+      for (int q = 0; q < n_runs; q++)
+        if (t >= runs[q].t0 && t < runs[q].t0 + runs[q].rows) run = &runs[q];
+      int nset = pass == 0 && run ? run->n : 0;
       const float *xt = x + t * D;
-      for (int64_t i = 0; i < I; i++) {
-        g[i] = u[i] = 0;
-        for (int64_t d = 0; d < D; d++) g[i] += (double)hw[e].deq[i * D + d] * xt[d], u[i] += (double)hw[E + e].deq[i * D + d] * xt[d];
-      }
-      for (int a = 0; a < 2; a++)
-        for (int p = 0; p < 2; p++) {
+      double *yt = (pass ? plain : ref) + t * D;
+      for (int64_t j = 0; j < k; j++) {
+        int32_t e = ids[t * k + j];
+        if (e < 0 || e >= E) continue;
+        for (int64_t i = 0; i < I; i++) {
+          g[i] = u[i] = 0;
+          for (int64_t d = 0; d < D; d++)
+            g[i] += (double)hw[e].deq[i * D + d] * xt[d], u[i] += (double)hw[E + e].deq[i * D + d] * xt[d];
+        }
+        for (int s = 0; s < nset; s++) {
+          int a = run->which[s];
+          int64_t r = ranks[a];
+          for (int p = 0; p < 2; p++)
+            for (int64_t q = 0; q < r; q++) {
+              double tq = 0;
+              for (int64_t d = 0; d < D; d++) tq += (double)la[a][p][(e * r + q) * D + d] * xt[d];
+              for (int64_t i = 0; i < I; i++) (p ? u : g)[i] += tq * lb[a][p][(e * I + i) * r + q];
+            }
+        }
+        for (int64_t i = 0; i < I; i++) g[i] = act_ref(act, g[i]) * u[i];
+        for (int64_t d = 0; d < D; d++) {
+          o[d] = 0;
+          for (int64_t i = 0; i < I; i++) o[d] += (double)hw[2 * E + e].deq[d * I + i] * g[i];
+        }
+        for (int s = 0; s < nset; s++) {
+          int a = run->which[s];
           int64_t r = ranks[a];
           for (int64_t q = 0; q < r; q++) {
             double tq = 0;
-            for (int64_t d = 0; d < D; d++) tq += (double)la[a][p][(e * r + q) * D + d] * xt[d];
-            for (int64_t i = 0; i < I; i++) (p ? u : g)[i] += tq * lb[a][p][(e * I + i) * r + q];
+            for (int64_t i = 0; i < I; i++) tq += (double)la[a][2][(e * r + q) * I + i] * g[i];
+            for (int64_t d = 0; d < D; d++) o[d] += tq * lb[a][2][(e * D + d) * r + q];
           }
         }
-      for (int64_t i = 0; i < I; i++) g[i] = act_ref(BK_ACT_SILU, g[i]) * u[i];
-      for (int64_t d = 0; d < D; d++) {
-        o[d] = 0;
-        for (int64_t i = 0; i < I; i++) o[d] += (double)hw[2 * E + e].deq[d * I + i] * g[i];
+        for (int64_t d = 0; d < D; d++) yt[d] += (double)w[t * k + j] * o[d];
       }
-      for (int a = 0; a < 2; a++) {
-        int64_t r = ranks[a];
-        for (int64_t q = 0; q < r; q++) {
-          double tq = 0;
-          for (int64_t i = 0; i < I; i++) tq += (double)la[a][2][(e * r + q) * I + i] * g[i];
-          for (int64_t d = 0; d < D; d++) o[d] += tq * lb[a][2][(e * D + d) * r + q];
-        }
-      }
-      for (int64_t d = 0; d < D; d++) ref[t * D + d] += (double)w[t * k + j] * o[d];
     }
   float *got = malloc(sizeof(float) * (size_t)(T * D));
+  for (int64_t i = 0; i < T * D; i++) got[i] = (float)plain[i];
+  test_checks++;
+  if (!(nmse(got, ref, T * D) > 1e-3)) {
+    test_failures++;
+    fprintf(stderr, "FAIL moe lora [%s]: the deltas hardly change the output (nmse %.3g): the case tests nothing\n", shape,
+            nmse(got, ref, T * D));
+  }
   for (int di = 0; di < n_devs; di++) {
     bk_backend *be = devs[di];
-    if (!bk_backend_is_cpu(be)) continue;
     bk_weight *lw = calloc((size_t)(3 * E), sizeof *lw);
     bool ok = true;
     for (int64_t i = 0; i < 3 * E && ok; i++) ok = load_weight(be, &hw[i], &lw[i], "moe lora");
-    bk_expert_lora xl[2];
-    for (int a = 0; a < 2 && ok; a++) {
+    bk_expert_lora xl[4];
+    memset(xl, 0, sizeof xl);
+    for (int a = 0; a < na && ok; a++) {
       xl[a].r = ranks[a];
-      for (int p = 0; p < 3; p++)
+      for (int p = 0; p < 3 && ranks[a]; p++)
         xl[a].a[p] = tfrom_f32(be, la[a][p], E * ranks[a], in[p]), xl[a].b[p] = tfrom_f32(be, lb[a][p], E * out[p], ranks[a]);
     }
-    const bk_expert_lora *list[2] = {&xl[0], &xl[1]};
     if (ok) {
-      bk_experts ex = {.n = E, .gate = lw, .up = lw + E, .down = lw + 2 * E, .lora = list, .n_lora = 2};
-      herr err = {0};
-      if (bk_moe_ref(got, x, T, D, ids, w, k, &ex, BK_ACT_SILU, &err)) die("bk_moe_ref", &err);
-      compare(rs, K_MATMUL, di, shape, got, ref, T * D);
+      bk_experts ex = {.n = E, .gate = lw, .up = lw + E, .down = lw + 2 * E};
+      if (bk_backend_is_cpu(be)) { /* the plain reference, run the same way */
+        herr err = {0};
+        if (bk_moe_ref(got, x, T, D, ids, w, k, &ex, act, &err)) die("bk_moe_ref", &err);
+        for (int q = 0; q < n_runs; q++) {
+          const bk_expert_lora *list[4];
+          for (int s = 0; s < runs[q].n; s++) list[s] = &xl[runs[q].which[s]];
+          bk_experts er = ex;
+          er.lora = list, er.n_lora = runs[q].n;
+          int64_t t0 = runs[q].t0;
+          if (bk_moe_ref(got + t0 * D, x + t0 * D, runs[q].rows, D, ids + t0 * k, w + t0 * k, k, &er, act, &err))
+            die("bk_moe_ref", &err);
+        }
+        compare(rs, K_MATMUL, di, shape, got, ref, T * D);
+      }
       bk_tensor tx = tfrom_f32(be, x, T, D), ty = tnew(be, BK_DT_F32, T, D), tw = tfrom_f32(be, w, T, k);
       bk_tensor ti = tnew(be, BK_DT_I32, T, k);
       tset(&ti, ids);
       poison(&ty);
-      bk_moe(&ty, &tx, &ti, &tw, &ex, BK_ACT_SILU);
+      bk_moe(&ty, &tx, &ti, &tw, &ex, act);
+      for (int q = 0; q < n_runs; q++) {
+        const bk_expert_lora *list[4];
+        for (int s = 0; s < runs[q].n; s++) list[s] = &xl[runs[q].which[s]];
+        bk_experts er = ex;
+        er.lora = list, er.n_lora = runs[q].n;
+        bk_tensor yr = bk_rows(&ty, runs[q].t0, runs[q].rows), xr = bk_rows(&tx, runs[q].t0, runs[q].rows);
+        bk_tensor ir = bk_rows(&ti, runs[q].t0, runs[q].rows), wr = bk_rows(&tw, runs[q].t0, runs[q].rows);
+        bk_moe(&yr, &xr, &ir, &wr, &er, act);
+      }
       tget(&ty, got, "moe lora");
       compare(st, K_MATMUL, di, shape, got, ref, T * D);
       bk_tensor_free(&tx), bk_tensor_free(&ty), bk_tensor_free(&tw), bk_tensor_free(&ti);
-      for (int a = 0; a < 2; a++)
-        for (int p = 0; p < 3; p++) bk_tensor_free(&xl[a].a[p]), bk_tensor_free(&xl[a].b[p]);
     }
+    for (int a = 0; a < na; a++)
+      for (int p = 0; p < 3 && ranks[a]; p++)
+        if (xl[a].a[p].buf) bk_tensor_free(&xl[a].a[p]), bk_tensor_free(&xl[a].b[p]);
     for (int64_t i = 0; i < 3 * E; i++)
       if (lw[i].data) bk_weight_release(be, &lw[i]);
     free(lw);
   }
   for (int64_t i = 0; i < 3 * E; i++) free_weight(&hw[i]);
-  for (int a = 0; a < 2; a++)
+  for (int a = 0; a < na; a++)
     for (int p = 0; p < 3; p++) free(la[a][p]), free(lb[a][p]);
-  free(hw), free(x), free(w), free(ids), free(ref), free(g), free(u), free(o), free(got);
+  free(hw), free(x), free(w), free(ids), free(ref), free(plain), free(g), free(u), free(o), free(got);
+}
+
+static void test_moe_lora(void) {
+  /* decode: one token under two stacked adapters */
+  static const int64_t r2[] = {3, 2};
+  static const xlora_run one[] = {{0, 1, 2, {0, 1}}};
+  moe_lora_case(&formats[0], 1, 4, 2, 48, 40, BK_ACT_SILU, 2, r2, one, 1);
+  /* two runs of different sets (one with an adapter of no expert deltas), rows without adapters around them */
+  static const int64_t r3[] = {3, 2, 0};
+  static const xlora_run mixed[] = {{1, 4, 3, {0, 2, 1}}, {6, 3, 1, {1}}};
+  moe_lora_case(&formats[0], 11, 6, 3, 64, 96, BK_ACT_SILU, 3, r3, mixed, 2);
+  /* f16 weights, inputs not whole sub-blocks of 32; a set in the reverse order */
+  static const int64_t r4[] = {4, 1};
+  static const xlora_run rev[] = {{0, 5, 2, {1, 0}}, {5, 4, 1, {0}}};
+  moe_lora_case(&formats[1], 9, 8, 2, 48, 40, BK_ACT_GELU_TANH, 2, r4, rev, 2);
+  /* quantized weights (Q8_0, Q4_K, MLX 4-bit), several adapters stacked */
+  static const int64_t r8[] = {8, 5, 2};
+  static const xlora_run three[] = {{2, 6, 3, {2, 0, 1}}};
+  moe_lora_case(&formats[3], 8, 5, 2, 64, 96, BK_ACT_GELU, 3, r8, three, 1);
+  static const int64_t r1[] = {6};
+  static const xlora_run mid[] = {{1, 2, 1, {0}}};
+  moe_lora_case(&formats[5], 4, 5, 2, 256, 256, BK_ACT_RELU, 1, r1, mid, 1);
+  static const xlora_run tail[] = {{0, 3, 1, {1}}, {3, 3, 2, {0, 1}}};
+  moe_lora_case(&formats[8], 7, 6, 3, 64, 64, BK_ACT_SILU, 2, r2, tail, 2);
+  /* more tokens than the experts' GEMV path takes, four adapters of ranks up to 16 */
+  static const int64_t r16[] = {16, 5, 2, 1};
+  static const xlora_run many[] = {{0, 17, 1, {0}}, {17, 13, 2, {1, 2}}, {34, 6, 4, {3, 2, 1, 0}}};
+  moe_lora_case(&formats[0], 40, 16, 4, 64, 32, BK_ACT_GELU, 4, r16, many, 3);
 }
 
 static void test_moe(void) {
@@ -1076,8 +1159,6 @@ static void test_moe(void) {
   moe_case(&formats[2], 130, 6, 2, 96, 160, BK_ACT_GELU);
   moe_case(&formats[8], 100, 5, 2, 128, 96, BK_ACT_SILU);
   moe_case(&formats[5], 70, 4, 3, 256, 256, BK_ACT_GELU_TANH);
-  moe_lora_case(1, 4, 2, 48, 40);
-  moe_lora_case(11, 6, 3, 64, 96);
 }
 
 /* ---- get_rows, kv_write ---- */
@@ -2289,6 +2370,7 @@ int main(void) {
   RUN(test_lora);
   RUN(test_moe_route);
   RUN(test_moe);
+  RUN(test_moe_lora);
   RUN(test_kv_write);
   RUN(test_attention);
   RUN(test_attention_fast);

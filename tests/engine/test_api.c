@@ -4,7 +4,8 @@
  * hearth_prompt read a length of 0 the same way, configs with absurd values
  * are refused with a message, and max_tokens = -1 stops where the KV cache
  * is full when the stated context is larger; speculative decoding's load
- * options and per-request override, the draft model's vocabulary check;
+ * options and per-request override, the draft model's vocabulary check,
+ * GLM-5 drafting with its multi-token-prediction layer (spec_method "mtp");
  * and a quantized KV cache holds more tokens in the same bytes. */
 #include <sys/stat.h>
 #include <unistd.h>
@@ -89,6 +90,51 @@ static void test_gguf_model(void) {
   rc = hearth_model_load(DEFAULT_MODEL "/config.json", NULL, &m, &err);
   CHECK(rc != 0 && m == NULL);
   CHECK_MSG(strstr(err.msg, "not a model folder or a .gguf file") != NULL, "%s", err.msg);
+}
+
+/* GLM-5 (its fixture holds a multi-token-prediction layer) loaded with spec_method "mtp": greedy
+ * ids equal those with speculation off for the request, and hearth_get_stats counts the drafts
+ * under source 2, "mtp"; a request naming "draft" on it is refused naming spec_method. */
+static void test_mtp(void) {
+  static const char *dir = HEARTH_SOURCE_DIR "/tests/fixtures/golden/glm5-f32";
+  static const int32_t prompt[] = {5, 16, 27, 38, 49, 60, 71, 82, 93};
+  hearth_error err = {0};
+  hearth_model *m = NULL;
+  hearth_load_opts lo = {.threads = 1, .spec_tokens = 3, .spec_method = "mtp"};
+  int rc = hearth_model_load(dir, &lo, &m, &err);
+  CHECK_MSG(rc == 0, "%s", err.msg);
+  if (rc) return;
+  int32_t got[2][24];
+  for (int b = 0; b < 2; b++) {
+    hearth_gen_params p;
+    hearth_gen_params_init(&p);
+    p.max_tokens = 24;
+    p.temperature = 0;
+    p.ignore_eos = true;
+    p.spec_tokens = b ? -1 : 0;
+    hearth_prompt hp = {.ids = prompt, .n_ids = 9};
+    ids_out o = {.n = 0};
+    hearth_gen_result res;
+    CHECK(hearth_generate(m, &hp, &p, collect_ids, &o, &res, &err) == 0);
+    CHECK_EQ_INT(o.n, 24);
+    for (int i = 0; i < 24; i++) got[b][i] = i < o.n ? o.ids[i] : -1;
+  }
+  CHECK(memcmp(got[0], got[1], sizeof got[0]) == 0);
+  hearth_stats st;
+  hearth_get_stats(m, &st);
+  CHECK_EQ_STR(hearth_spec_source_name(2), "mtp");
+  CHECK(st.spec_drafted[2] > 0 && st.spec_steps[2] > 0);
+  CHECK_EQ_INT(st.spec_drafted[0] + st.spec_drafted[1], 0);
+  hearth_gen_params p;
+  hearth_gen_params_init(&p);
+  p.max_tokens = 4;
+  p.spec_method = "draft";
+  hearth_prompt hp = {.ids = prompt, .n_ids = 9};
+  ids_out o = {.n = 0};
+  hearth_gen_result res;
+  CHECK_EQ_INT(hearth_generate(m, &hp, &p, collect_ids, &o, &res, &err), HEARTH_EINVAL);
+  CHECK_EQ_STR(err.field, "spec_method");
+  hearth_model_free(m);
 }
 
 /* A mixture of experts loaded with an expert budget (about one expert of
@@ -480,6 +526,7 @@ int main(void) {
   RUN(test_gguf_model);
   RUN(test_tokenize_length_zero);
   RUN(test_expert_budget);
+  RUN(test_mtp);
   RUN(test_absurd_config);
   RUN(test_unbounded_stops_at_cache);
   RUN(test_speculative);

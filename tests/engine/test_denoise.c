@@ -4,16 +4,20 @@
  * and canvas, without and with self-conditioning, against the float64
  * reference; generations (block diffusion, an EOS inside a block) replaying
  * the reference's random draws, whole and block by block from the
- * reference's earlier blocks, step by step (see test_blocks_from_reference
- * for how far a step-by-step match can go); the stable-and-confident stop;
- * tokens arriving a block at a time; cancellation between denoising steps;
- * a causal model refused. */
+ * reference's earlier blocks, step for step as far as rounding lets any
+ * implementation follow them (see "whole generations against the
+ * reference's" for why and how far); an EOS inside a block; the
+ * stable-and-confident stop; tokens arriving a block at a time;
+ * cancellation between denoising steps; a bfloat16 checkpoint's rounded
+ * self-conditioning input; a causal model refused. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "backend/ops.h"
 #include "base/json.h"
 #include "engine/denoise.h"
 #include "engine/kv_cache.h"
@@ -27,6 +31,7 @@ static json_t *doc;
 static float *bin;
 static size_t bin_n;
 static model *m;
+static double pass_rms_diff; /* the largest rms difference of a decoder pass from the reference (test_decoder_logits) */
 
 static int setup(void) {
   herr err = {0};
@@ -66,6 +71,12 @@ static int32_t *ints(const json_t *a, size_t *n) {
   int32_t *v = malloc(sizeof(int32_t) * (*n ? *n : 1));
   for (size_t i = 0; i < *n; i++) v[i] = (int32_t)json_integer_value(json_array_get(a, i));
   return v;
+}
+
+static double rms_diff(const float *a, const float *b, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += ((double)a[i] - (double)b[i]) * ((double)a[i] - (double)b[i]);
+  return n ? sqrt(s / (double)n) : 0;
 }
 
 static double max_diff(const float *a, const float *b, size_t n) {
@@ -126,7 +137,7 @@ static void test_decoder_logits(void) {
       model_batch bd = {&dec, 1};
       rc = model_forward(m, &bd, out, &err);
       CHECK_MSG(rc == 0, "decoder: %s", err.msg);
-      double d = max_diff(out, ref, (size_t)(C * V));
+      double d = max_diff(out, ref, (size_t)(C * V)), rms = rms_diff(out, ref, (size_t)(C * V));
       CHECK_MSG(d <= tol, "case %zu (prompt %zu): decoder logits differ by %g (tol %g)", k, np, d, tol);
       CHECK_EQ_INT(s->len, (int64_t)np); /* the canvas does not join the cache */
       /* with self-conditioning */
@@ -136,12 +147,15 @@ static void test_decoder_logits(void) {
       CHECK_MSG(rc == 0, "decoder with self-conditioning: %s", err.msg);
       d = max_diff(out, ref_sc, (size_t)(C * V));
       CHECK_MSG(d <= tol, "case %zu (prompt %zu): self-conditioned logits differ by %g (tol %g)", k, np, d, tol);
+      double rms_sc = rms_diff(out, ref_sc, (size_t)(C * V));
+      if (rms_sc > rms) rms = rms_sc;
+      if (d <= tol && rms > pass_rms_diff) pass_rms_diff = rms;
       /* and again without: the scratch rows of the last pass leave no trace */
       dec.self_cond = NULL;
       rc = model_forward(m, &bd, out, &err);
       d = max_diff(out, ref, (size_t)(C * V));
       CHECK_MSG(rc == 0 && d <= tol, "case %zu: a repeated pass differs by %g", k, d);
-      fprintf(stderr, "  case %zu: prompt %zu, canvas %lld: max |diff| %.3g (tol %.3g)\n", k, np, (long long)C, d, tol);
+      fprintf(stderr, "  case %zu: prompt %zu, canvas %lld: max |diff| %.3g (tol %.3g), rms %.3g\n", k, np, (long long)C, d, tol, rms);
     }
     free(out);
     free(probs);
@@ -150,58 +164,6 @@ static void test_decoder_logits(void) {
     if (s) kv_cache_seq_free(s);
     kv_cache_free(c);
   }
-}
-
-/* The reference's recorded draws, replayed in order; its per-step trace compared as it goes. */
-typedef struct replay {
-  int32_t *ints;
-  size_t n_ints, at_int;
-  double *u;
-  size_t n_u, at_u;
-  bool overrun;
-  const json_t *trace;
-  size_t at_step;
-  int first_bad;      /* the first step whose argmax or next canvas differs (-1: none) */
-  bool quiet;
-} replay;
-
-static int32_t replay_token(void *ctx, int64_t vocab) {
-  replay *r = ctx;
-  if (r->at_int >= r->n_ints) {
-    r->overrun = true;
-    return 0;
-  }
-  int32_t t = r->ints[r->at_int++];
-  return t < vocab ? t : 0;
-}
-
-static double replay_uniform(void *ctx) {
-  replay *r = ctx;
-  if (r->at_u >= r->n_u) {
-    r->overrun = true;
-    return 0.5;
-  }
-  return r->u[r->at_u++];
-}
-
-static void replay_step(void *ctx, int step, const int32_t *argmax, const int32_t *next, int64_t n) {
-  replay *r = ctx;
-  const json_t *t = json_array_get(r->trace, r->at_step);
-  bool same = t && json_integer_value(json_object_get(t, "step")) == step;
-  for (int64_t i = 0; same && i < n; i++)
-    same = json_integer_value(json_array_get(json_object_get(t, "argmax"), (size_t)i)) == argmax[i] &&
-           json_integer_value(json_array_get(json_object_get(t, "next"), (size_t)i)) == next[i];
-  if (!same && r->first_bad < 0) {
-    r->first_bad = (int)r->at_step;
-    if (r->quiet) {
-      r->at_step++;
-      return;
-    }
-    fprintf(stderr, "  step %zu (%d) differs: argmax / next", r->at_step, step);
-    for (int64_t i = 0; i < n; i++) fprintf(stderr, " %d/%d", argmax[i], next[i]);
-    fprintf(stderr, "\n");
-  }
-  r->at_step++;
 }
 
 typedef struct collect {
@@ -234,28 +196,169 @@ static void params_of(const json_t *p, denoise_params *dp) {
   dp->confidence_threshold = json_number_value(json_object_get(p, "confidence_threshold"));
 }
 
-/* Leading denoising steps that must follow the reference's (below). */
-#define MIN_STEPS 5
+/* ---- whole generations against the reference's ----
+ *
+ * The generations replay the reference's random draws (the canvases' tokens, the samples'
+ * uniforms), so a run that computes what the reference computes takes the reference's steps,
+ * canvas for canvas. On this fixture no reimplementation can take all of them: self-conditioning
+ * feeds each step's logits into the next, and with this model's random weights that feedback
+ * amplifies a difference of rounding size several times a step. Measured on the plain
+ * generation's first block, the reference's canvas given at every step: probabilities changed
+ * by up to 1e-7 of themselves (one float32 rounding) at each step move the logits by 1.6e-5 at
+ * the second step, then 2e-4, 6e-4, 1e-3, 1e-2, 9e-3, 3e-2, 0.12 and 0.52 at the tenth, while a
+ * float32 pass differs from the float64 reference by 5e-6 rms (2.4e-5 at most, see
+ * test_decoder_logits). Where the reference's run parts from ours (that block's ninth step) two
+ * positions' argmax lead by 0.55 and 0.19: no near-tie within one pass, but within what eight
+ * steps make of a rounding. The same code with other kernels (the same sums in another order)
+ * parts elsewhere: the plain generation's second block follows the reference for 6 steps with
+ * the AVX2 and AVX-512 kernels, for 9 with the scalar ones. And the reference's own
+ * self-conditioning and sampling probabilities are float32 softmaxes, which a float64
+ * reimplementation would have to round exactly as torch does.
+ *
+ * So the check is on what rounding cannot move. Beside each run go TWINS runs with the same
+ * draws whose decoder logits get Gaussian noise of twice the rms difference measured in
+ * test_decoder_logits before each step's sampling; the first step at which any of them parts
+ * from the run is its horizon. Every step before the horizon must be the reference's exactly —
+ * argmax canvas, accepted-and-renoised canvas, the step number (so the stable-and-confident
+ * stop) — and a run that follows the reference through every step must end with its tokens,
+ * draws and finish. A defect in the schedule, the sampler, the acceptance, self-conditioning
+ * or the stop parts a run from the reference where the twins, which share the defect, do not
+ * part from the run, and fails here. (On this fixture twins part from a run after 3 to 7 steps
+ * of a block, the reference after 6 to 10 or not at all: one more draw from the distribution of
+ * parting steps the twins sample.) Where no twin parts, the horizon is the whole run and
+ * the run must be the reference's throughout: a fixture whose self-conditioning damps
+ * differences gets that for whole generations (this one with its self-conditioning down_proj at a
+ * tenth of its scale: no twin parts in any of the 30 steps of each generation), as would one
+ * recording the reference's self-conditioning logits at every step, to run each step from the
+ * reference's own input. */
 
-/* Whole generations replaying the reference's draws: the steps follow the reference's, canvas for
- * canvas, until rounding differences grown through self-conditioning part them (see below); when
- * every step followed, the tokens, the step count and the finish are the reference's. */
+#define TWINS 32
+
+/* The reference's recorded draws, replayed in order; the run's own steps, recorded. */
+typedef struct replay {
+  const int32_t *ints;
+  size_t n_ints, at_int;
+  const double *u;
+  size_t n_u, at_u;
+  bool overrun;
+  int64_t C;
+  int32_t *steps; /* per step 1 + 2C ints: the step number, the argmax canvas, the next canvas */
+  size_t n_steps, cap;
+  double noise;   /* > 0: a twin: Gaussian noise of this standard deviation on every logit */
+  uint64_t rng;
+  const struct replay *base; /* a twin's run: the twin stops (*stop) once it parts from it */
+  volatile int *stop;
+} replay;
+
+static int32_t replay_token(void *ctx, int64_t vocab) {
+  replay *r = ctx;
+  if (r->at_int >= r->n_ints) {
+    r->overrun = true;
+    return 0;
+  }
+  int32_t t = r->ints[r->at_int++];
+  return t < vocab ? t : 0;
+}
+
+static double replay_uniform(void *ctx) {
+  replay *r = ctx;
+  if (r->at_u >= r->n_u) {
+    r->overrun = true;
+    return 0.5;
+  }
+  return r->u[r->at_u++];
+}
+
+static void replay_step(void *ctx, int step, const int32_t *argmax, const int32_t *next, int64_t n) {
+  replay *r = ctx;
+  size_t w = 1 + 2 * (size_t)r->C;
+  if (n != r->C) return;
+  if (r->n_steps == r->cap) {
+    size_t cap = r->cap ? 2 * r->cap : 64;
+    int32_t *s = realloc(r->steps, sizeof(int32_t) * w * cap);
+    if (!s) return;
+    r->steps = s, r->cap = cap;
+  }
+  int32_t *s = r->steps + r->n_steps++ * w;
+  s[0] = step;
+  memcpy(s + 1, argmax, sizeof(int32_t) * (size_t)n);
+  memcpy(s + 1 + n, next, sizeof(int32_t) * (size_t)n);
+  size_t i = r->n_steps - 1;
+  if (r->base && (i >= r->base->n_steps || memcmp(s, r->base->steps + i * w, sizeof(int32_t) * w))) *r->stop = 1;
+}
+
+static double splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
+}
+
+static void replay_noise(void *ctx, int step, float *logits, int64_t rows, int64_t vocab) {
+  (void)step;
+  replay *r = ctx;
+  for (int64_t i = 0; i < rows * vocab; i++) {
+    double u1 = splitmix(&r->rng), u2 = splitmix(&r->rng);
+    logits[i] += (float)(r->noise * sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2));
+  }
+}
+
+static int replay_run(const gen_request *req, const denoise_params *dp, replay *r, collect *col, gen_result *res, herr *err) {
+  denoise_draws draws = {replay_token, replay_uniform, replay_step, r, r->noise > 0 ? replay_noise : NULL};
+  return denoise_generate(m, NULL, req, dp, &draws, collect_fn, col, res, err);
+}
+
+/* Leading steps of r that are the reference's trace[t0 .. t0 + n). */
+static size_t ref_agree(const replay *r, const json_t *trace, size_t t0, size_t n) {
+  size_t w = 1 + 2 * (size_t)r->C, i = 0;
+  for (; i < n && i < r->n_steps; i++) {
+    const json_t *t = json_array_get(trace, t0 + i);
+    const int32_t *s = r->steps + i * w;
+    bool same = t && json_integer_value(json_object_get(t, "step")) == s[0];
+    for (int64_t j = 0; same && j < r->C; j++)
+      same = json_integer_value(json_array_get(json_object_get(t, "argmax"), (size_t)j)) == s[1 + j] &&
+             json_integer_value(json_array_get(json_object_get(t, "next"), (size_t)j)) == s[1 + r->C + j];
+    if (!same) break;
+  }
+  return i;
+}
+
+/* The first step at which a twin of run r parts from it (SIZE_MAX: none parts). */
+static size_t rounding_horizon(const gen_request *req, const denoise_params *dp, const replay *r) {
+  size_t h = SIZE_MAX, w = 1 + 2 * (size_t)r->C;
+  for (int k = 0; k < TWINS; k++) {
+    volatile int stop = 0;
+    replay tw = {.ints = r->ints, .n_ints = r->n_ints, .u = r->u, .n_u = r->n_u, .C = r->C, .noise = 2 * pass_rms_diff,
+                 .rng = 0x5eed0000u + (uint64_t)k, .base = r, .stop = &stop};
+    gen_request twin_req = *req;
+    twin_req.cancel = &stop;
+    collect col = {0};
+    gen_result res;
+    herr err = {0};
+    int rc = replay_run(&twin_req, dp, &tw, &col, &res, &err);
+    if (rc && rc != HEARTH_ECANCELLED) tw.n_steps = 0;
+    size_t i = 0, n = tw.n_steps < r->n_steps ? tw.n_steps : r->n_steps;
+    while (i < n && !memcmp(tw.steps + i * w, r->steps + i * w, sizeof(int32_t) * w)) i++;
+    if ((i < n || tw.n_steps != r->n_steps) && i < h) h = i;
+    free(tw.steps);
+  }
+  return h;
+}
+
+/* Whole generations (block diffusion, an EOS inside a block, the stable-and-confident criterion
+ * set) replaying the reference's draws; see above for what must agree. */
 static void test_generations(void) {
   if (!m) return;
   const json_t *gens = json_object_get(doc, "generations");
   CHECK(json_array_size(gens) >= 3);
   for (size_t k = 0; k < json_array_size(gens); k++) {
-    const json_t *gj = json_array_get(gens, k), *p = json_object_get(gj, "params");
+    const json_t *gj = json_array_get(gens, k), *p = json_object_get(gj, "params"), *trace = json_object_get(gj, "trace");
     const char *name = json_string_value(json_object_get(gj, "name"));
-    size_t np, nref, nu;
+    size_t np, nref, n_ints, nu = json_array_size(json_object_get(gj, "uniforms")), n_trace = json_array_size(trace);
     int32_t *prompt = ints(json_object_get(gj, "prompt"), &np), *ref = ints(json_object_get(gj, "output"), &nref);
-    replay r = {.first_bad = -1, .trace = json_object_get(gj, "trace"), .quiet = true};
-    r.ints = ints(json_object_get(gj, "canvas_draws"), &r.n_ints);
-    const json_t *ua = json_object_get(gj, "uniforms");
-    nu = json_array_size(ua);
-    r.u = malloc(sizeof(double) * (nu ? nu : 1));
-    r.n_u = nu;
-    for (size_t i = 0; i < nu; i++) r.u[i] = json_number_value(json_array_get(ua, i));
+    int32_t *all_ints = ints(json_object_get(gj, "canvas_draws"), &n_ints);
+    double *all_u = malloc(sizeof(double) * (nu ? nu : 1));
+    for (size_t i = 0; i < nu; i++) all_u[i] = json_number_value(json_array_get(json_object_get(gj, "uniforms"), i));
     gen_request req;
     gen_request_init(&req);
     req.prompt = prompt;
@@ -265,15 +368,17 @@ static void test_generations(void) {
     if (json_is_integer(eos)) req.eos_ids[req.n_eos++] = (int32_t)json_integer_value(eos);
     denoise_params dp;
     params_of(p, &dp);
-    denoise_draws draws = {replay_token, replay_uniform, replay_step, &r};
+    replay r = {.ints = all_ints, .n_ints = n_ints, .u = all_u, .n_u = nu, .C = model_canvas_length(m)};
     collect col = {0};
     gen_result res;
     herr err = {0};
-    int rc = denoise_generate(m, NULL, &req, &dp, &draws, collect_fn, &col, &res, &err);
+    int rc = replay_run(&req, &dp, &r, &col, &res, &err);
     CHECK_MSG(rc == 0, "%s: %s", name, err.msg);
-    size_t lead = r.first_bad < 0 ? r.at_step : (size_t)r.first_bad;
-    CHECK_MSG(lead >= MIN_STEPS, "%s: only %zu steps follow the reference", name, lead);
-    if (r.first_bad < 0) {
+    size_t lead = ref_agree(&r, trace, 0, n_trace), horizon = rounding_horizon(&req, &dp, &r);
+    bool all = lead == n_trace && r.n_steps == n_trace;
+    CHECK_MSG(all || lead >= horizon, "%s: step %zu is not the reference's, yet rounding-sized noise parts no run before step %zu",
+              name, lead + 1, horizon + 1);
+    if (all) {
       /* the reference pads after its EOS; ours ends at it */
       size_t want = nref;
       if (req.n_eos)
@@ -285,33 +390,32 @@ static void test_generations(void) {
       bool same = (size_t)col.n == want;
       for (int i = 0; same && i < col.n; i++) same = col.ids[i] == ref[i];
       CHECK_MSG(same, "%s: every step as the reference's, yet other tokens", name);
-      CHECK_MSG(r.at_step == json_array_size(r.trace), "%s: %zu denoising steps, the reference %zu", name, r.at_step,
-                json_array_size(r.trace));
       CHECK_MSG(!r.overrun && r.at_int == r.n_ints && r.at_u == r.n_u, "%s: draws used %zu / %zu tokens, %zu / %zu uniforms",
                 name, r.at_int, r.n_ints, r.at_u, r.n_u);
       CHECK_EQ_INT(res.finish, req.n_eos ? GEN_FINISH_STOP : GEN_FINISH_LENGTH);
     }
-    fprintf(stderr, "  %s: %zu of %zu steps as the reference's\n", name, lead, json_array_size(r.trace));
+    fprintf(stderr, "  %s: %zu of %zu steps as the reference's; rounding-sized noise parts a run from step %zu\n", name, lead,
+            n_trace, (horizon == SIZE_MAX ? r.n_steps : horizon) + 1);
+    free(r.steps);
     free(prompt);
     free(ref);
-    free(r.ints);
-    free(r.u);
+    free(all_ints);
+    free(all_u);
   }
 }
 
 /* Each block of each generation on its own, from the reference's earlier blocks (the prompt and
- * the blocks before it, encoded) and its draws from where that block's start: the denoising steps
- * follow the reference's, canvas for canvas. Self-conditioning feeds each step's logits into the
- * next, and with random weights that map spreads rounding differences (float32 here, float64 with
- * float32 norms there) by a few times per step: an independent float64 re-derivation also parts
- * from the reference near a block's last steps. So the check is on the leading steps of every
- * block: at least MIN_STEPS of them, the sampler's draws, acceptance and renoising included. */
+ * the blocks before it, encoded) and its draws from where that block's start (self-conditioning
+ * starts afresh with each block, and so does the amplification): as above, every step before the
+ * block's horizon is the reference's, and a block that follows the reference to its end has its
+ * tokens. */
 static void test_blocks_from_reference(void) {
   if (!m) return;
   const json_t *gens = json_object_get(doc, "generations");
   int64_t C = model_canvas_length(m);
   for (size_t k = 0; k < json_array_size(gens); k++) {
     const json_t *gj = json_array_get(gens, k), *p = json_object_get(gj, "params"), *spb = json_object_get(gj, "steps_per_block");
+    const json_t *trace = json_object_get(gj, "trace");
     const char *name = json_string_value(json_object_get(gj, "name"));
     size_t np, nref, n_ints, nu = json_array_size(json_object_get(gj, "uniforms"));
     int32_t *prompt = ints(json_object_get(gj, "prompt"), &np), *ref = ints(json_object_get(gj, "output"), &nref);
@@ -323,37 +427,35 @@ static void test_blocks_from_reference(void) {
     denoise_params dp;
     params_of(p, &dp);
     size_t int_off = 0, u_off = 0, step_off = 0;
-    json_t *sub = json_array();
     for (size_t b = 0; b < json_array_size(spb); b++) {
       size_t steps = (size_t)json_integer_value(json_array_get(spb, b));
-      json_array_clear(sub);
-      for (size_t s = 0; s < steps; s++) json_array_append(sub, json_array_get(json_object_get(gj, "trace"), step_off + s));
-      replay r = {.ints = all_ints + int_off, .n_ints = n_ints - int_off, .u = all_u + u_off, .n_u = nu - u_off,
-                  .first_bad = -1, .trace = sub, .quiet = true};
+      replay r = {.ints = all_ints + int_off, .n_ints = n_ints - int_off, .u = all_u + u_off, .n_u = nu - u_off, .C = C};
       gen_request req;
       gen_request_init(&req);
       req.prompt = ctx;
       req.n_prompt = np + b * (size_t)C;
       req.max_tokens = C;
-      denoise_draws draws = {replay_token, replay_uniform, replay_step, &r};
       collect col = {0};
       gen_result res;
       herr err = {0};
-      int rc = denoise_generate(m, NULL, &req, &dp, &draws, collect_fn, &col, &res, &err);
+      int rc = replay_run(&req, &dp, &r, &col, &res, &err);
       CHECK_MSG(rc == 0, "%s block %zu: %s", name, b, err.msg);
-      size_t lead = r.first_bad < 0 ? r.at_step : (size_t)r.first_bad;
-      CHECK_MSG(lead >= (steps < MIN_STEPS ? steps : MIN_STEPS), "%s block %zu: only %zu of %zu steps follow the reference", name, b,
-                lead, steps);
-      bool same = r.first_bad < 0 && col.n == C;
+      size_t lead = ref_agree(&r, trace, step_off, steps), horizon = rounding_horizon(&req, &dp, &r);
+      bool all = lead == steps && r.n_steps == steps;
+      CHECK_MSG(all || lead >= horizon,
+                "%s block %zu: step %zu is not the reference's, yet rounding-sized noise parts no run before step %zu", name, b, lead + 1,
+                horizon + 1);
+      bool same = col.n == C;
       for (int i = 0; same && i < col.n; i++) same = col.ids[i] == ref[b * (size_t)C + (size_t)i];
-      fprintf(stderr, "  %s block %zu: %zu of %zu steps as the reference's%s\n", name, b, lead, steps,
-              same ? ", the same tokens" : "");
+      CHECK_MSG(!all || same, "%s block %zu: every step as the reference's, yet other tokens", name, b);
+      fprintf(stderr, "  %s block %zu: %zu of %zu steps as the reference's%s; rounding-sized noise parts a run from step %zu\n", name,
+              b, lead, steps, all && same ? " (its tokens)" : "", (horizon == SIZE_MAX ? r.n_steps : horizon) + 1);
+      free(r.steps);
       memcpy(ctx + np + b * (size_t)C, ref + b * (size_t)C, sizeof(int32_t) * (size_t)C);
       int_off += (size_t)C * (1 + steps);
       u_off += (size_t)C * steps;
       step_off += steps;
     }
-    json_decref(sub);
     free(prompt);
     free(ref);
     free(all_ints);
@@ -362,7 +464,70 @@ static void test_blocks_from_reference(void) {
   }
 }
 
-/* Cancelled by the callback after the first block: no more forwards, everything released. */
+/* An end-of-sequence token inside a block, placed as the reference's "eos" generation places it
+ * (the plain run's token C + 3, here from our own plain run, since the reference's parts from it
+ * before): the run ends with the block that holds its first occurrence; the tokens up to it come,
+ * those after it do not; the finish is a stop; the draws and steps are the plain run's to there. */
+static void test_eos_inside_block(void) {
+  if (!m) return;
+  const json_t *gj = json_array_get(json_object_get(doc, "generations"), 0), *p = json_object_get(gj, "params");
+  int64_t C = model_canvas_length(m);
+  size_t np, n_ints, nu = json_array_size(json_object_get(gj, "uniforms"));
+  int32_t *prompt = ints(json_object_get(gj, "prompt"), &np), *all_ints = ints(json_object_get(gj, "canvas_draws"), &n_ints);
+  double *all_u = malloc(sizeof(double) * (nu ? nu : 1));
+  for (size_t i = 0; i < nu; i++) all_u[i] = json_number_value(json_array_get(json_object_get(gj, "uniforms"), i));
+  gen_request req;
+  gen_request_init(&req);
+  req.prompt = prompt;
+  req.n_prompt = np;
+  req.max_tokens = json_integer_value(json_object_get(p, "max_new_tokens"));
+  denoise_params dp;
+  params_of(p, &dp);
+  replay a = {.ints = all_ints, .n_ints = n_ints, .u = all_u, .n_u = nu, .C = C}, b = a;
+  collect ca = {0}, cb = {0};
+  gen_result res;
+  herr err = {0};
+  CHECK(replay_run(&req, &dp, &a, &ca, &res, &err) == 0 && ca.n > C + 3);
+  if (ca.n > C + 3) {
+    int32_t eos = ca.ids[C + 3];
+    int first = 0;
+    while (ca.ids[first] != eos) first++;
+    req.eos_ids[req.n_eos++] = eos;
+    CHECK(replay_run(&req, &dp, &b, &cb, &res, &err) == 0);
+    CHECK_EQ_INT(cb.n, first + 1);
+    CHECK(cb.n <= ca.n && !memcmp(cb.ids, ca.ids, sizeof(int32_t) * (size_t)cb.n));
+    CHECK_EQ_INT(res.finish, GEN_FINISH_STOP);
+    /* the steps of the blocks through the EOS's, and their draws */
+    size_t w = 1 + 2 * (size_t)C, steps = 0, blocks = 0, block_of_eos = (size_t)first / (size_t)C;
+    for (; steps < a.n_steps; steps++) {
+      if (a.steps[steps * w] == dp.max_denoising_steps && steps && ++blocks > block_of_eos) break;
+    }
+    CHECK_EQ_INT(b.n_steps, steps);
+    CHECK(b.n_steps <= a.n_steps && !memcmp(b.steps, a.steps, sizeof(int32_t) * w * b.n_steps));
+    CHECK_EQ_INT(b.at_u, (size_t)C * steps);
+    CHECK_EQ_INT(b.at_int, (size_t)C * (block_of_eos + 1 + steps));
+  }
+  free(a.steps);
+  free(b.steps);
+  free(prompt);
+  free(all_ints);
+  free(all_u);
+}
+
+/* Sets a cancel flag after a given number of denoising steps. */
+typedef struct stop_at {
+  int steps, at;
+  volatile int *flag;
+} stop_at;
+
+static void stop_step(void *ctx, int step, const int32_t *argmax, const int32_t *next, int64_t n) {
+  (void)step, (void)argmax, (void)next, (void)n;
+  stop_at *s = ctx;
+  if (++s->steps == s->at) *s->flag = 1;
+}
+
+/* Cancelled by the callback after the first block, or by the flag before the run or between two
+ * denoising steps: no more forwards, everything released. */
 static void test_cancel(void) {
   if (!m) return;
   int64_t C = model_canvas_length(m);
@@ -390,6 +555,18 @@ static void test_cancel(void) {
   rc = denoise_generate(m, NULL, &req, &dp, NULL, collect_fn, &col2, &res, &err);
   CHECK_EQ_INT(rc, HEARTH_ECANCELLED);
   CHECK_EQ_INT(col2.n, 0);
+  /* the flag set in the middle of a block (after its second denoising step): the run stops before
+     the next forward, and the block is never committed */
+  flag = 0;
+  stop_at sa = {.at = 2, .flag = &flag};
+  denoise_draws obs_stop = {.step = stop_step, .ctx = &sa};
+  collect col3 = {0};
+  rc = denoise_generate(m, NULL, &req, &dp, &obs_stop, collect_fn, &col3, &res, &err);
+  CHECK_EQ_INT(rc, HEARTH_ECANCELLED);
+  CHECK_EQ_INT(res.finish, GEN_FINISH_CANCELLED);
+  CHECK_EQ_INT(sa.steps, 2);
+  CHECK_EQ_INT(col3.n, 0);
+  CHECK_EQ_INT(res.completion_tokens, 0);
   /* the same seed gives the same tokens; they come a block at a time, each block after its last
      denoising step and before the next block's first */
   req.cancel = NULL;
@@ -486,6 +663,126 @@ static void test_refusals(void) {
   }
 }
 
+/* The reference hands the next step softmax(logits.to(dtype)).to(dtype), dtype the checkpoint's:
+ * a bfloat16 checkpoint's self-conditioning input is rounded twice. The fixture's weights under a
+ * config that says bfloat16: the second step's logits equal a pass over the first step's canvas
+ * with those rounded probabilities, and differ from one with plain float probabilities. */
+typedef struct sc_capture {
+  int seen;
+  int64_t C, V;
+  float *l1, *l2;
+  int32_t *canvas1;
+} sc_capture;
+
+static void sc_logits(void *ctx, int step, float *logits, int64_t rows, int64_t vocab) {
+  (void)step;
+  sc_capture *c = ctx;
+  if (c->seen == 0) memcpy(c->l1, logits, sizeof(float) * (size_t)(rows * vocab));
+  if (c->seen == 1) memcpy(c->l2, logits, sizeof(float) * (size_t)(rows * vocab));
+  c->seen++;
+}
+
+static void sc_step(void *ctx, int step, const int32_t *argmax, const int32_t *next, int64_t n) {
+  (void)step, (void)argmax;
+  sc_capture *c = ctx;
+  if (c->seen == 1) memcpy(c->canvas1, next, sizeof(int32_t) * (size_t)n);
+}
+
+static void test_self_cond_rounding(void) {
+  if (!m) return;
+  char dir[] = "/tmp/hearth_test_denoise_XXXXXX", path[512];
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  CHECK(symlink(DIR "/model.safetensors", path) == 0);
+  snprintf(path, sizeof path, "%s/generation_config.json", dir);
+  CHECK(symlink(DIR "/generation_config.json", path) == 0);
+  herr err = {0};
+  json_t *cfg = hjson_load_file(DIR "/config.json", &err);
+  CHECK(cfg != NULL);
+  if (!cfg) return;
+  json_object_set_new(cfg, "dtype", json_string("bfloat16"));
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  CHECK(json_dump_file(cfg, path, JSON_INDENT(1)) == 0);
+  json_decref(cfg);
+  model *m2 = NULL;
+  model_load_opts opts = {.threads = 2, .device = test_device()};
+  CHECK(model_load(dir, &opts, &m2, &err) == 0);
+  if (!m2) {
+    fprintf(stderr, "%s\n", err.msg);
+    return;
+  }
+  const json_t *gj = json_array_get(json_object_get(doc, "generations"), 0), *p = json_object_get(gj, "params");
+  int64_t C = model_canvas_length(m2), V = model_vocab_size(m2);
+  size_t np;
+  int32_t *prompt = ints(json_object_get(gj, "prompt"), &np);
+  gen_request req;
+  gen_request_init(&req);
+  req.prompt = prompt, req.n_prompt = np, req.max_tokens = C;
+  denoise_params dp;
+  params_of(p, &dp);
+  sc_capture c = {.C = C, .V = V};
+  c.l1 = malloc(sizeof(float) * (size_t)(C * V));
+  c.l2 = malloc(sizeof(float) * (size_t)(C * V));
+  c.canvas1 = malloc(sizeof(int32_t) * (size_t)C);
+  float *sc = malloc(sizeof(float) * (size_t)(C * V)), *out = malloc(sizeof(float) * (size_t)(C * V));
+  denoise_draws dr = {.logits = sc_logits, .step = sc_step, .ctx = &c};
+  model_kv_geometry geom;
+  model_kv_geometry_of(m2, &geom);
+  kv_cache *cache = NULL, *cache2 = NULL;
+  kv_seq *seq = NULL, *seq2 = NULL;
+  denoise_run *run = NULL;
+  CHECK(kv_cache_new(&geom, denoise_kv_rows(m2, (int64_t)np, C), &cache, &err) == 0 && kv_cache_seq_new(cache, &seq, &err) == 0 &&
+        denoise_run_new(m2, &req, &dp, &dr, seq, C, &run, &err) == 0);
+  bool done = false;
+  while (run && c.seen < 2 && !done) CHECK(denoise_run_step(run, NULL, NULL, &done, &err) == 0);
+  CHECK_EQ_INT(c.seen, 2);
+  /* the same pass by hand: the prompt encoded, the canvas after the first step, its probabilities */
+  CHECK(kv_cache_new(&geom, denoise_kv_rows(m2, (int64_t)np, C), &cache2, &err) == 0 && kv_cache_seq_new(cache2, &seq2, &err) == 0);
+  model_seq enc = {.kv = seq2, .tokens = prompt, .n_tokens = (int)np, .out = MODEL_OUT_NONE};
+  model_batch eb = {.seqs = &enc, .n_seqs = 1};
+  CHECK(model_forward(m2, &eb, NULL, &err) == 0);
+  float t = (float)dp.t_max; /* the first step's temperature: t_min + (t_max - t_min) * 1 */
+  double d_round = 0, d_plain = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    for (int64_t i = 0; i < C; i++) {
+      const float *x = c.l1 + i * V;
+      float *o = sc + i * V;
+      double mx = -INFINITY, sum = 0;
+      for (int64_t v = 0; v < V; v++) {
+        float y = x[v] / t;
+        o[v] = pass ? y : bk_round_bf16(y);
+        mx = o[v] > mx ? o[v] : mx;
+      }
+      for (int64_t v = 0; v < V; v++) sum += exp((double)o[v] - mx);
+      for (int64_t v = 0; v < V; v++) {
+        float q = (float)(exp((double)o[v] - mx) / sum);
+        o[v] = pass ? q : bk_round_bf16(q);
+      }
+    }
+    model_seq cs = {.kv = seq2, .tokens = c.canvas1, .n_tokens = (int)C, .all_logits = true, .canvas = true, .self_cond = sc};
+    model_batch cb = {.seqs = &cs, .n_seqs = 1};
+    CHECK(model_forward(m2, &cb, out, &err) == 0);
+    *(pass ? &d_plain : &d_round) = max_diff(out, c.l2, (size_t)(C * V));
+  }
+  printf("  self-conditioning under bfloat16: max |logit diff| %.3g with rounded probabilities, %.3g with plain ones\n", d_round,
+         d_plain);
+  CHECK(d_round <= 1e-5);
+  CHECK(d_plain > 10 * d_round && d_plain > 1e-5);
+  denoise_run_free(run);
+  kv_cache_seq_free(seq);
+  kv_cache_seq_free(seq2);
+  kv_cache_free(cache);
+  kv_cache_free(cache2);
+  model_free(m2);
+  for (int i = 0; i < 3; i++) {
+    static const char *const all[] = {"model.safetensors", "generation_config.json", "config.json"};
+    snprintf(path, sizeof path, "%s/%s", dir, all[i]);
+    unlink(path);
+  }
+  rmdir(dir);
+  free(prompt), free(c.l1), free(c.l2), free(c.canvas1), free(sc), free(out);
+}
+
 int main(void) {
   test_device_or_skip();
   int ok = setup() == 0;
@@ -494,8 +791,10 @@ int main(void) {
   RUN(test_decoder_logits);
   RUN(test_generations);
   RUN(test_blocks_from_reference);
+  RUN(test_eos_inside_block);
   RUN(test_early_stop);
   RUN(test_cancel);
+  RUN(test_self_cond_rounding);
   RUN(test_refusals);
   model_free(m);
   json_decref(doc);

@@ -7,7 +7,9 @@
  * each run alone; GET /metrics is Prometheus text; a request that can never
  * fit the memory budget is refused with 400 memory_admission; speculative
  * decoding asked for per request gives the plain greedy text and is counted
- * per draft source in /stats and /metrics. */
+ * per draft source in /stats and /metrics; a request naming a draft source
+ * the model cannot serve (mtp without an MTP layer, draft without a draft
+ * model) or none known is refused naming the field. */
 #include <arpa/inet.h>
 #include <jansson.h>
 #include <netinet/in.h>
@@ -309,6 +311,23 @@ static void test_speculative(void) {
   bad = spec_text(",\"speculative\":{\"tokens\":-2}", &st3);
   CHECK_EQ_INT(st3, 400);
   CHECK(strstr(bad, "speculative.tokens") != NULL);
+  free(bad);
+  /* the draft source per request: a name the server knows, and one this model cannot serve */
+  char *named = spec_text(",\"speculative\":{\"tokens\":4,\"method\":\"ngram\"}", &st3);
+  CHECK_EQ_INT(st3, 200);
+  CHECK_EQ_STR(named, plain);
+  free(named);
+  bad = spec_text(",\"spec_tokens\":4,\"spec_method\":\"mtp\"", &st3);
+  CHECK_EQ_INT(st3, 400);
+  CHECK_MSG(strstr(bad, "spec_method") && strstr(bad, "multi-token-prediction"), "%s", bad);
+  free(bad);
+  bad = spec_text(",\"speculative\":{\"tokens\":4,\"method\":\"draft\"}", &st3);
+  CHECK_EQ_INT(st3, 400);
+  CHECK_MSG(strstr(bad, "spec_method") && strstr(bad, "draft model"), "%s", bad);
+  free(bad);
+  bad = spec_text(",\"speculative\":{\"method\":\"medusa\"}", &st3);
+  CHECK_EQ_INT(st3, 400);
+  CHECK_MSG(strstr(bad, "speculative.method") != NULL, "%s", bad);
   free(bad);
   free(plain);
   free(spec);

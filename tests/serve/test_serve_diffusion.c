@@ -2,11 +2,15 @@
  * the server over the real engine: a random DiffusionGemma folder made here
  * (the default model's tokenizer and chat template, vocabulary 4096,
  * canvas of 8) is served; GET /v1 lists the denoising method; a chat
- * completion denoises (max_tokens honoured, "length"); a streamed one sends
- * its tokens a block at a time and ends with [DONE]; the same seed gives the
- * same text; a grammar is refused 400; a client that goes away mid-stream
- * cancels the run between denoising steps (/stats counts it cancelled and
- * nothing is left running). The numbers themselves are checked against
+ * completion denoises (max_tokens honoured, "length"); so do completions,
+ * Anthropic messages and Responses; a streamed one sends its tokens a block
+ * at a time and ends with [DONE], with the whole reply's text for the same
+ * seed; the same seed gives the same text; a grammar is refused 400; a
+ * client that goes away mid-stream cancels the run (/stats counts it
+ * cancelled and nothing is left running); and over a model whose blocks take
+ * 100000 denoising steps, a client gone before its first block is final —
+ * awaiting a whole reply or a stream — stops the run between two denoising
+ * steps, no token generated. The numbers themselves are checked against
  * transformers in tests/engine/test_denoise.c. */
 #include <arpa/inet.h>
 #include <jansson.h>
@@ -124,7 +128,7 @@ static int copy_file(const char *from, const char *to) {
   return 0;
 }
 
-static int write_model(const char *dir) {
+static int write_model(const char *dir, int steps) {
   mkdir(dir, 0755);
   char path[300];
   snprintf(path, sizeof path, "%s/config.json", dir);
@@ -141,10 +145,11 @@ static int write_model(const char *dir) {
           " \"bos_token_id\": 0, \"eos_token_id\": 2, \"pad_token_id\": 1, \"hidden_activation\": \"gelu_pytorch_tanh\"}}",
           CANVAS, V, D, I, L, H, KV, HD, HD, KV, E, K, MI);
   fclose(f);
-  /* few denoising steps: the test is about serving, not quality */
+  /* few denoising steps: the test is about serving, not quality (many: cancelled inside a block) */
   snprintf(path, sizeof path, "%s/generation_config.json", dir);
   if (!(f = fopen(path, "w"))) return -1;
-  fputs("{\"max_denoising_steps\": 4, \"t_min\": 0.4, \"t_max\": 0.8, \"sampler_config\": {\"entropy_bound\": 0.5}}", f);
+  fprintf(f, "{\"max_denoising_steps\": %d, \"t_min\": 0.4, \"t_max\": 0.8, \"sampler_config\": {\"entropy_bound\": 0.5}}",
+          steps);
   fclose(f);
   char from[300];
   snprintf(from, sizeof from, "%s/tokenizer.json", DEFAULT_MODEL);
@@ -266,6 +271,55 @@ static void test_stream(void) {
   free(r);
 }
 
+/* The other endpoints denoise as well: completions, Anthropic messages, Responses. */
+static void test_endpoints(void) {
+  static const struct {
+    const char *path, *body, *text_key;
+  } cases[] = {
+      {"/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"ignore_eos\":true,\"seed\":1}", "\"text\""},
+      {"/v1/messages", "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8,\"ignore_eos\":true}",
+       "\"output_tokens\":8"},
+      {"/v1/responses", "{\"input\":\"hi\",\"max_output_tokens\":8,\"ignore_eos\":true}", "\"output_tokens\":8"},
+  };
+  char *models = http("GET", "/v1/models", NULL);
+  json_t *mj = body_json(models);
+  const char *id = json_string_value(json_object_get(json_array_get(json_object_get(mj, "data"), 0), "id"));
+  CHECK(id != NULL);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char body[512];
+    snprintf(body, sizeof body, cases[i].body, id ? id : "");
+    char *r = http("POST", cases[i].path, body);
+    CHECK_MSG(status_of(r) == 200 && strstr(r, cases[i].text_key), "%s: %.300s", cases[i].path, r);
+    free(r);
+  }
+  json_decref(mj);
+  free(models);
+}
+
+/* A streamed reply and a whole one with the same seed: the same text. */
+static void test_stream_same_text(void) {
+  int st;
+  int64_t n;
+  char *whole = chat(",\"max_tokens\":16,\"seed\":11", &st, &n, NULL);
+  CHECK_EQ_INT(st, 200);
+  char *r = http("POST", "/v1/chat/completions",
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story\"}],\"ignore_eos\":true,\"max_tokens\":16,"
+                 "\"seed\":11,\"stream\":true}");
+  hbuf text = {0};
+  for (const char *p = r; (p = strstr(p, "data: {")); p++) {
+    const char *e = strstr(p, "\n\n");
+    if (!e) break;
+    json_t *j = json_loadb(p + 6, (size_t)(e - p - 6), 0, NULL);
+    const char *c = json_string_value(json_object_get(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta"), "content"));
+    if (c) hbuf_puts(&text, c);
+    json_decref(j);
+  }
+  CHECK_EQ_STR(hbuf_str(&text), whole);
+  hbuf_free(&text);
+  free(r);
+  free(whole);
+}
+
 static json_t *stats(void) {
   char *r = http("GET", "/stats", NULL);
   json_t *j = body_json(r);
@@ -305,13 +359,77 @@ static void test_cancel(void) {
   CHECK_EQ_INT(running, 0);
 }
 
+static int64_t stat_of(const char *group, const char *key) {
+  json_t *j = stats();
+  int64_t v = json_integer_value(json_object_get(json_object_get(j, group), key));
+  json_decref(j);
+  return v;
+}
+
+/* A server over a model whose blocks take 100000 denoising steps each: a client that goes away
+ * before its first block is final — awaiting a whole reply, or a stream — stops its run between
+ * two denoising steps: cancelled, with no token generated. */
+static char g_slow[200]; /* the folder of the slow model */
+
+static void test_cancel_inside_block(void) {
+  const char *dir = g_slow;
+  herr err = {0};
+  serve_engine engine;
+  serve_engine_opts eo = {.threads = 2, .max_batch = 8};
+  if (serve_engine_open_opts(dir, &eo, &engine, &err)) {
+    CHECK_MSG(false, "%s", err.msg);
+    return;
+  }
+  serve_config cfg = {.port = 0};
+  serve_server *srv;
+  if (serve_start(&srv, &engine, &cfg, &err)) {
+    CHECK_MSG(false, "%s", err.msg);
+    serve_engine_close(&engine);
+    return;
+  }
+  int port = g_port;
+  g_port = serve_port(srv);
+  for (int stream = 0; stream < 2; stream++) {
+    int fd = dial(g_port);
+    CHECK(fd >= 0);
+    if (fd < 0) break;
+    send_request(fd, "POST", "/v1/chat/completions",
+                 stream ? "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8,\"ignore_eos\":true,\"stream\":true}"
+                        : "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8,\"ignore_eos\":true}");
+    int64_t running = 0;
+    for (int i = 0; i < 600 && !running; i++) { /* until the run has started */
+      struct timespec ts = {0, 20 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      running = stat_of("requests", "running");
+    }
+    CHECK_EQ_INT(running, 1);
+    struct linger lg = {1, 0}; /* a reset: gone at once */
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    close(fd);
+    int64_t cancelled = 0;
+    for (int i = 0; i < 600 && (cancelled < stream + 1 || running); i++) {
+      struct timespec ts = {0, 50 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      cancelled = stat_of("requests", "cancelled");
+      running = stat_of("requests", "running");
+    }
+    CHECK_EQ_INT(cancelled, stream + 1);
+    CHECK_EQ_INT(running, 0);
+  }
+  CHECK_EQ_INT(stat_of("tokens", "generated"), 0); /* no block was ever final */
+  CHECK_EQ_INT(stat_of("requests", "finished"), 0);
+  serve_stop(srv);
+  serve_engine_close(&engine);
+  g_port = port;
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   snprintf(g_root, sizeof g_root, "/tmp/hearth_test_serve_diffusion_%d", (int)getpid());
   mkdir(g_root, 0755);
   char dir[200];
   snprintf(dir, sizeof dir, "%s/model", g_root);
-  if (write_model(dir)) {
+  if (write_model(dir, 4)) {
     fprintf(stderr, "could not write the model folder\n");
     return 1;
   }
@@ -332,10 +450,18 @@ int main(void) {
   g_port = serve_port(srv);
   RUN(test_index);
   RUN(test_chat);
+  RUN(test_endpoints);
   RUN(test_stream);
+  RUN(test_stream_same_text);
   RUN(test_cancel);
   serve_stop(srv);
   serve_engine_close(&engine);
+  snprintf(g_slow, sizeof g_slow, "%s/slow", g_root);
+  if (write_model(g_slow, 100000)) {
+    fprintf(stderr, "could not write the model folder\n");
+    return 1;
+  }
+  RUN(test_cancel_inside_block);
   char cmd[200];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_root);

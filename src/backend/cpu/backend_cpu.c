@@ -522,6 +522,7 @@ int bk_cpu_open(const bk_open_opts *opts, bk_backend **out, herr *err) {
   c->base.ops = &cpu_ops;
   snprintf(c->base.name, sizeof c->base.name, "cpu");
   c->base.is_cpu = true;
+  c->base.expert_lora = true;
   c->f32_activations = opts && opts->f32_activations;
   *out = &c->base;
   return 0;

@@ -477,6 +477,7 @@ extern "C" __attribute__((visibility("default"))) int hearth_cuda_backend_open(i
   b->base.ops = &cu_ops;
   snprintf(b->base.name, sizeof b->base.name, "cuda:%d", device);
   b->base.is_cpu = false;
+  b->base.expert_lora = true;
   b->base.lib = NULL;
   b->no_graphs = opts && opts->no_graphs;
   b->fast_matmul = opts && opts->fast_matmul;

@@ -10,7 +10,8 @@
  * pair keeps its own output row and a last kernel sums a token's slots in
  * slot order, so the result does not depend on scheduling. Sets whose
  * shapes or types differ between experts, or whose inputs are not whole
- * sub-blocks of 32, run one expert at a time (moe_per_expert). */
+ * sub-blocks of 32, run one expert at a time (moe_per_expert). Sets with
+ * LoRA deltas (bk_expert_lora) take plain kernels of their own (moe_lora). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -555,6 +556,144 @@ static void launch_down(cu_backend *b, bool gemv, const cu_wdesc *tab, int64_t E
   }
 }
 
+/* ---- the experts with LoRA deltas (bk_experts.lora) ----
+ * As cpu/moe.c: each routed pair's gate and up products gain every adapter's
+ * delta (adapters in order) before the activation, and its down product
+ * gains every adapter's delta on the activated product; the pairs are then
+ * summed in slot order (moe_sum_kernel). Plain kernels, nothing fused: the
+ * base products one block per (token, slot) pair, the expert found through
+ * the device table; each adapter's delta as op_lora computes it, t = x · a_eᵀ
+ * (a thread per (pair, rank), summed in double, rounded to f32) then
+ * y += t · b_eᵀ (a thread per (pair, output), summed in double), where
+ * a_e = rows [e·r, e·r + r) of a[p] and b_e = rows [e·out, e·out + out) of
+ * b[p] (the scale is already in b). */
+
+/* g[a] = gate_e · x[a / k] and u[a] = up_e · x[a / k] for each pair a whose id e is an expert. */
+__global__ void moe_lora_gate_up_kernel(float *g, float *u, const float *x, int64_t D, int64_t I, const int32_t *ids, int64_t k,
+                                        int64_t E, const cu_wdesc *tab) {
+  const int64_t a = blockIdx.x;
+  const int32_t e = ids[a];
+  if (e < 0 || e >= E) return;
+  const cu_wdesc gw = tab[e], uw = tab[E + e];
+  const float *xt = x + (a / k) * D;
+  for (int64_t i = threadIdx.x; i < I; i += blockDim.x) {
+    g[a * I + i] = row_dot(gw, i, xt);
+    u[a * I + i] = row_dot(uw, i, xt);
+  }
+}
+
+/* g[a] = act(g[a]) * u[a] for each of the n_pairs pairs whose id is an expert. */
+__global__ void moe_lora_act_kernel(float *g, const float *u, int64_t I, const int32_t *ids, int64_t E, int64_t n_pairs, int act) {
+  GRID_LOOP(i, n_pairs * I) {
+    const int32_t e = ids[i / I];
+    if (e >= 0 && e < E) g[i] = act_apply(act, g[i]) * u[i];
+  }
+}
+
+/* out[a] = down_e · h[a] for each pair a whose id e is an expert. */
+__global__ void moe_lora_down_kernel(float *out, const float *h, int64_t I, int64_t D, const int32_t *ids, int64_t E,
+                                     const cu_wdesc *tab) {
+  const int64_t a = blockIdx.x;
+  const int32_t e = ids[a];
+  if (e < 0 || e >= E) return;
+  const cu_wdesc dw = tab[2 * E + e];
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) out[a * D + d] = row_dot(dw, d, h + a * I);
+}
+
+/* t[a, j] = x[a / div] · A[e·r + j] (rows of `in` floats) for j < r and each of the n_pairs pairs
+ * a whose id e is an expert: the double sum in input order, rounded to f32 (op_lora). */
+__global__ void expert_lora_t_kernel(float *t, const float *x, int64_t div, int64_t in, const int32_t *ids, int64_t E,
+                                     const float *A, int64_t r, int64_t n_pairs) {
+  GRID_LOOP(i, n_pairs * r) {
+    const int64_t a = i / r, j = i % r;
+    const int32_t e = ids[a];
+    if (e < 0 || e >= E) continue;
+    const float *xa = x + (a / div) * in, *aj = A + ((int64_t)e * r + j) * in;
+    double s = 0.0;
+    for (int64_t q = 0; q < in; q++) s += (double)xa[q] * (double)aj[q];
+    t[i] = (float)s;
+  }
+}
+
+/* y[a, o] += t[a] · B[e·out + o] (rows of r floats) for o < out and each of the n_pairs pairs a
+ * whose id e is an expert: the double sum in rank order, rounded to f32 and added (op_lora). */
+__global__ void expert_lora_y_kernel(float *y, const float *t, const int32_t *ids, int64_t E, const float *B, int64_t r,
+                                     int64_t out, int64_t n_pairs) {
+  GRID_LOOP(i, n_pairs * out) {
+    const int64_t a = i / out, o = i % out;
+    const int32_t e = ids[a];
+    if (e < 0 || e >= E) continue;
+    const float *ta = t + a * r, *bo = B + ((int64_t)e * out + o) * r;
+    double s = 0.0;
+    for (int64_t j = 0; j < r; j++) s += (double)ta[j] * (double)bo[j];
+    y[i] += (float)s;
+  }
+}
+
+/* y[a] (out floats per pair) += every adapter's delta of projection p on the pairs' inputs
+ * x[a / div] (in floats each), adapters in order (cpu/moe.c's expert_lora); t: scratch of
+ * n_pairs times the largest rank. */
+static void expert_lora_add(cu_backend *b, const bk_experts *ex, int p, float *y, const float *x, int64_t div, int64_t in,
+                            int64_t out, const int32_t *ids, int64_t n_pairs, float *t) {
+  for (int i = 0; i < ex->n_lora; i++) {
+    const bk_expert_lora *l = ex->lora[i];
+    if (!l || !l->r) continue;
+    expert_lora_t_kernel<<<grid_for(n_pairs * l->r, 128), 128, 0, b->stream>>>(t, x, div, in, ids, ex->n, cu_f(&l->a[p]), l->r,
+                                                                              n_pairs);
+    expert_lora_y_kernel<<<grid_for(n_pairs * out, 256), 256, 0, b->stream>>>(y, t, ids, ex->n, cu_f(&l->b[p]), l->r, out,
+                                                                             n_pairs);
+  }
+}
+
+static void moe_lora(cu_backend *b, const bk_tensor *y, const bk_tensor *x, const bk_tensor *ids, const bk_tensor *w,
+                     const bk_experts *ex, bk_act act) {
+  const int64_t T = x->rows, D = x->cols, k = ids->cols, I = ex->gate[0].rows, E = ex->n;
+  const int64_t in[3] = {D, D, I}, outd[3] = {I, I, D};
+  int64_t R = 1; /* the largest rank */
+  for (int i = 0; i < ex->n_lora; i++) {
+    const bk_expert_lora *l = ex->lora[i];
+    if (!l || !l->r) continue;
+    for (int p = 0; p < 3; p++)
+      if (l->r < 0 || l->a[p].dt != BK_DT_F32 || l->b[p].dt != BK_DT_F32 || l->a[p].rows != E * l->r || l->a[p].cols != in[p] ||
+          l->b[p].rows != E * outd[p] || l->b[p].cols != l->r) {
+        cu_fail(b, HEARTH_EINTERNAL,
+                "cuda moe: adapter %d, projection %d: a [%lld, %lld] and b [%lld, %lld] are not %lld experts' rank-%lld "
+                "deltas of [%lld, %lld]",
+                i, p, (long long)l->a[p].rows, (long long)l->a[p].cols, (long long)l->b[p].rows, (long long)l->b[p].cols,
+                (long long)E, (long long)l->r, (long long)outd[p], (long long)in[p]);
+        return;
+      }
+    if (l->r > R) R = l->r;
+  }
+  const cu_wdesc *tab = moe_table(b, ex);
+  if (!tab) return;
+  /* scratch per token: k pairs of gate and up [I], down's output [D] and t [R] floats */
+  const size_t per_token = (size_t)k * (size_t)(2 * I + D + R) * sizeof(float);
+  int64_t chunk = (int64_t)(CU_SCRATCH_CAP / per_token);
+  if (chunk < 1) {
+    cu_fail(b, HEARTH_ELIMIT, "cuda moe: one token's %lld experts of %lld x %lld with their deltas exceed the scratch",
+            (long long)k, (long long)I, (long long)D);
+    return;
+  }
+  if (chunk > T) chunk = T;
+  float *g = (float *)cu_scratch(b, (size_t)chunk * per_token);
+  if (!g) return;
+  float *u = g + chunk * k * I, *out = u + chunk * k * I, *t = out + chunk * k * D;
+  for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    const int64_t n = T - t0 < chunk ? T - t0 : chunk, P = n * k;
+    const int32_t *id = cu_i(ids) + t0 * k;
+    const float *xs = cu_f(x) + t0 * D;
+    moe_lora_gate_up_kernel<<<(unsigned)P, 128, 0, b->stream>>>(g, u, xs, D, I, id, k, E, tab);
+    expert_lora_add(b, ex, 0, g, xs, k, D, I, id, P, t);
+    expert_lora_add(b, ex, 1, u, xs, k, D, I, id, P, t);
+    moe_lora_act_kernel<<<grid_for(P * I, 256), 256, 0, b->stream>>>(g, u, I, id, E, P, (int)act);
+    moe_lora_down_kernel<<<(unsigned)P, 128, 0, b->stream>>>(out, g, I, D, id, E, tab);
+    expert_lora_add(b, ex, 2, out, g, 1, I, D, id, P, t);
+    moe_sum_kernel<<<grid_for(n * D, 256), 256, 0, b->stream>>>(cu_fw(y) + t0 * D, out, cu_f(w) + t0 * k, id, E, n, k, D);
+    if (cu_check(b, "moe (lora)")) return;
+  }
+}
+
 #define MOE_DISPATCH(type, call)                         \
   switch (type) {                                        \
     case BK_F32: call(BK_F32); break;                    \
@@ -585,6 +724,10 @@ void cu_moe(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_ten
   }
   if (T <= 0) return;
   cudaSetDevice(b->device);
+  if (ex->n_lora > 0 && ex->lora) {
+    moe_lora(b, y, x, ids, w, ex, act);
+    return;
+  }
   if (!moe_uniform(ex) || E > 2048 || (uintptr_t)cu_f(x) % 16) {
     moe_per_expert(b, y, x, ids, w, ex, act);
     cu_check(b, "moe");
