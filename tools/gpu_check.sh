@@ -28,8 +28,8 @@ tests=(backend_test_backend_ops model_test_golden model_test_lora model_test_ggu
 if [ "${1:-}" = "--prepare" ]; then
   set -e
   "$root/tools/setup.sh"
-  # (no FFmpeg: its libraries would have to travel too; audio and video are refused there with a message)
-  cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=Release -DHEARTH_CUDA=ON -DHEARTH_FFMPEG=OFF >/dev/null
+  # (no FFmpeg or libheif: their libraries would have to travel too; audio, video, HEIC and AVIF are refused there with a message)
+  cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=Release -DHEARTH_CUDA=ON -DHEARTH_FFMPEG=OFF -DHEARTH_HEIF=OFF >/dev/null
   cmake --build "$root/build-gpu" -j "$(nproc)" --target hearth_cli hearth_cuda "${tests[@]}"
   rm -rf "$bundle" && mkdir -p "$bundle/lib" "$bundle/shared/fixtures/gguf"
   cp "$root/build-gpu/hearth" "$root/build-gpu/libhearth_cuda.so" "$bundle/"

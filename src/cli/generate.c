@@ -30,7 +30,7 @@ static void usage(FILE *f) {
           "  --ids LIST        prompt as token ids, comma or space separated\n"
           "  --chat            render --prompt as one user turn with the chat template\n"
           "  --system TEXT     with --chat: a system message first\n"
-          "  --image FILE      an image in the prompt (JPEG, PNG, WebP, GIF; repeatable): with --chat a part of\n"
+          "  --image FILE      an image in the prompt (JPEG, PNG, WebP, GIF, HEIC, AVIF; repeatable): with --chat a part of\n"
           "                    the user turn before its text; else the prompt's placeholders take the media in\n"
           "                    order (written at its start when it has none). Needs a model with a vision tower\n"
           "  --audio FILE      a sound (any format FFmpeg reads; repeatable), as --image, for an audio tower\n"

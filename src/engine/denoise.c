@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/ops.h"
 #include "base/pool.h"
 #include "engine/emit.h"
 #include "engine/kv_cache.h"
@@ -56,6 +57,7 @@ struct denoise_run {
   int64_t enc_n, enc_at;
   int cur_step;             /* max_denoising_steps .. 1 */
   bool have_sc;
+  int sc_round;             /* the checkpoint's dtype for the self-conditioning input: 0 f32, 1 bf16, 2 f16 */
   int32_t *canvas, *argmax, *sampled, *block, *history; /* [C] each; history [stability * C] */
   int64_t hist_n;
   float *logits, *sc;       /* [C, V] */
@@ -117,6 +119,8 @@ int denoise_run_new(model *m, const gen_request *req, const denoise_params *p, c
   denoise_run *r = calloc(1, sizeof *r);
   if (!r) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   r->m = m, r->req = req, r->p = *p, r->kv = kv, r->C = C, r->V = model_vocab_size(m);
+  const char *dt = model_cfg(m)->torch_dtype;
+  r->sc_round = !strcmp(dt, "bfloat16") ? 1 : !strcmp(dt, "float16") ? 2 : 0;
   if (draws) r->draws = *draws;
   sample_rng_seed(&r->rng, req->sample.seed);
   r->max_blocks = (max_new + C - 1) / C;
@@ -211,6 +215,15 @@ static void denoise_position(void *ctx, int pos, int tid) {
     }
   }
   r->sampled[i] = pick;
+  if (r->sc_round) {
+    /* the reference hands the next step softmax(logits.to(dtype)).to(dtype), dtype the
+       embedding's: the logits and the probabilities each rounded to the checkpoint's type */
+    float (*rnd)(float) = r->sc_round == 1 ? bk_round_bf16 : bk_round_f16;
+    float rmx = rnd(mx);
+    double rs = 0;
+    for (int64_t v = 0; v < V; v++) rs += exp((double)rnd(x[v]) - (double)rmx);
+    for (int64_t v = 0; v < V; v++) pr[v] = rnd((float)(exp((double)rnd(x[v]) - (double)rmx) / rs));
+  }
 }
 
 /* One denoising step's sampling over r->logits; true when the block is final. */

@@ -1,7 +1,13 @@
 /* av.c — sound and video through FFmpeg's libraries: any container and codec
  * libavformat / libavcodec read, from bytes in memory. Sound becomes 16 kHz mono
- * f32 (libswresample); video becomes RGB8 frames (libswscale) sampled at a rate.
+ * f32 (libswresample); video becomes RGB8 frames (libswscale) sampled as
+ * transformers' Qwen3-VL video processor samples them: the stream's packets
+ * counted first (as torchcodec's exact scan counts them), the frame indices
+ * chosen from that count and the average rate, then only those frames kept.
  * Durations and frame sizes are checked against the limits as decoding goes. */
+#include <math.h>
+#include <stdint.h>
+
 #include "media/media.h"
 
 #ifdef HEARTH_HAVE_FFMPEG
@@ -242,9 +248,8 @@ int media_decode_audio(const void *data, size_t n, const media_limits *lim, medi
 
 typedef struct video_sink {
   const media_limits *lim;
-  double step;        /* seconds between samples (0: every frame) */
-  double next;        /* the next sample's time */
-  int32_t max_frames;
+  const int64_t *idx; /* borrowed: the n_idx frame indices to keep, ascending */
+  int64_t n_idx, next; /* idx[next]: the next one to keep */
   AVRational tb;
   struct SwsContext *sws;
   media_video v;
@@ -252,23 +257,9 @@ typedef struct video_sink {
   int64_t decoded;
 } video_sink;
 
-static int video_frame(void *u, AVFrame *f, herr *err) {
-  video_sink *s = u;
-  s->decoded++;
-  int64_t ts = f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
-  double t = ts != AV_NOPTS_VALUE ? ts * av_q2d(s->tb) : (double)(s->decoded - 1) / 25.0;
-  if (t > s->lim->max_seconds) return herr_set(err, HEARTH_EINVAL, "video longer than the limit (%.0f s)", s->lim->max_seconds);
-  if (s->decoded > (int64_t)s->lim->max_seconds * 1000)
-    return herr_set(err, HEARTH_EINVAL, "video with more frames than the limit allows");
-  if (s->step > 0 && t + 1e-9 < s->next) return 0;
-  if (s->max_frames > 0 && s->v.n_frames >= s->max_frames) return 0;
-  s->next = s->step > 0 ? (s->v.n_frames + 1) * s->step : 0;
-  if (f->width <= 0 || f->height <= 0 || f->width > s->lim->max_side || f->height > s->lim->max_side ||
-      (int64_t)f->width * f->height > s->lim->max_pixels)
-    return herr_set(err, HEARTH_EINVAL, "video frames of %d x %d pixels are larger than the limit", f->width, f->height);
-  s->sws = sws_getCachedContext(s->sws, f->width, f->height, f->format, f->width, f->height, AV_PIX_FMT_RGB24,
-                                SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, NULL, NULL, NULL);
-  if (!s->sws) return herr_set(err, HEARTH_EINVAL, "cannot convert video frames of this pixel format");
+#define VIDEO_ALL_KEPT (-1) /* (not an error: every sampled frame is in, the rest need no decoding) */
+
+static int video_keep(video_sink *s, const AVFrame *f, int64_t k, double t, herr *err) {
   if (s->v.n_frames == s->cap) {
     int32_t c = s->cap ? s->cap * 2 : 16;
     media_image *fr = realloc(s->v.frames, sizeof *fr * c);
@@ -277,6 +268,9 @@ static int video_frame(void *u, AVFrame *f, herr *err) {
     double *tt = realloc(s->v.t, sizeof *tt * c);
     if (!tt) return herr_set(err, HEARTH_ENOMEM, "out of memory decoding video");
     s->v.t = tt;
+    int64_t *ii = realloc(s->v.index, sizeof *ii * c);
+    if (!ii) return herr_set(err, HEARTH_ENOMEM, "out of memory decoding video");
+    s->v.index = ii;
     s->cap = c;
   }
   media_image *img = &s->v.frames[s->v.n_frames];
@@ -284,11 +278,65 @@ static int video_frame(void *u, AVFrame *f, herr *err) {
   img->h = f->height;
   img->rgb = malloc((size_t)f->width * f->height * 3);
   if (!img->rgb) return herr_set(err, HEARTH_ENOMEM, "out of memory decoding video");
-  uint8_t *dst[4] = {img->rgb, NULL, NULL, NULL};
-  int stride[4] = {f->width * 3, 0, 0, 0};
-  sws_scale(s->sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dst, stride);
-  s->v.t[s->v.n_frames++] = t;
+  if (s->v.n_frames > 0 && s->v.index[s->v.n_frames - 1] == k) /* the same frame again */
+    memcpy(img->rgb, s->v.frames[s->v.n_frames - 1].rgb, (size_t)f->width * f->height * 3);
+  else {
+    uint8_t *dst[4] = {img->rgb, NULL, NULL, NULL};
+    int stride[4] = {f->width * 3, 0, 0, 0};
+    sws_scale(s->sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dst, stride);
+  }
+  s->v.t[s->v.n_frames] = t;
+  s->v.index[s->v.n_frames++] = k;
   return 0;
+}
+
+static int video_frame(void *u, AVFrame *f, herr *err) {
+  video_sink *s = u;
+  int64_t k = s->decoded++; /* frames come in presentation order: k is the frame's index */
+  int64_t ts = f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
+  double t = ts != AV_NOPTS_VALUE ? ts * av_q2d(s->tb) : (double)k / 25.0;
+  if (t > s->lim->max_seconds) return herr_set(err, HEARTH_EINVAL, "video longer than the limit (%.0f s)", s->lim->max_seconds);
+  if (s->next >= s->n_idx) return VIDEO_ALL_KEPT;
+  if (s->idx[s->next] != k) return 0;
+  if (f->width <= 0 || f->height <= 0 || f->width > s->lim->max_side || f->height > s->lim->max_side ||
+      (int64_t)f->width * f->height > s->lim->max_pixels)
+    return herr_set(err, HEARTH_EINVAL, "video frames of %d x %d pixels are larger than the limit", f->width, f->height);
+  s->sws = sws_getCachedContext(s->sws, f->width, f->height, f->format, f->width, f->height, AV_PIX_FMT_RGB24,
+                                SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, NULL, NULL, NULL);
+  if (!s->sws) return herr_set(err, HEARTH_EINVAL, "cannot convert video frames of this pixel format");
+  for (; s->next < s->n_idx && s->idx[s->next] == k; s->next++) {
+    int rc = video_keep(s, f, k, t, err);
+    if (rc) return rc;
+  }
+  return s->next >= s->n_idx ? VIDEO_ALL_KEPT : 0;
+}
+
+/* The stream's frames, counted from its packets as torchcodec's exact scan counts them, and its span
+ * in seconds (from the first packet's time to the end of the last). */
+static int video_scan(av_in *a, const media_limits *l, int64_t *frames, double *span, herr *err) {
+  AVPacket *pkt = av_packet_alloc();
+  if (!pkt) return herr_set(err, HEARTH_ENOMEM, "out of memory decoding video");
+  int64_t n = 0, lo = INT64_MAX, hi = INT64_MIN, cap = (int64_t)(l->max_seconds * 1000);
+  int rc = 0;
+  while (av_read_frame(a->fc, pkt) >= 0) {
+    if (pkt->stream_index == a->stream && !(pkt->flags & AV_PKT_FLAG_DISCARD)) {
+      int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
+      if (ts != AV_NOPTS_VALUE) {
+        if (ts < lo) lo = ts;
+        if (ts + pkt->duration > hi) hi = ts + pkt->duration;
+      }
+      if (++n > cap) {
+        rc = herr_set(err, HEARTH_EINVAL, "video with more frames than the limit allows (%lld)", (long long)cap);
+        break;
+      }
+    }
+    av_packet_unref(pkt);
+  }
+  av_packet_free(&pkt);
+  AVRational tb = a->fc->streams[a->stream]->time_base;
+  *frames = n;
+  *span = lo != INT64_MAX && hi != INT64_MIN ? (double)hi * av_q2d(tb) - (double)lo * av_q2d(tb) : 0;
+  return rc;
 }
 
 int media_decode_video(const void *data, size_t n, const media_limits *lim, const media_video_opts *vo, media *out,
@@ -304,25 +352,42 @@ int media_decode_video(const void *data, size_t n, const media_limits *lim, cons
   }
   if (n > l.max_bytes) return herr_set(err, HEARTH_EINVAL, "video of %zu bytes is larger than the limit (%zu)", n, l.max_bytes);
   av_in a;
+  int64_t frames = 0, *idx = NULL, n_idx = 0;
+  double span = 0, dur = 0, rate = 0;
+  /* first the packets: how many frames, over how long; then, from the start again, the sampled frames decoded */
   int rc = av_in_open(&a, data, n, AVMEDIA_TYPE_VIDEO, l.max_pixels, err);
-  video_sink s = {.lim = &l};
+  if (!rc) {
+    dur = a.fc->duration != AV_NOPTS_VALUE ? a.fc->duration / (double)AV_TIME_BASE : 0;
+    if (dur > l.max_seconds) rc = herr_set(err, HEARTH_EINVAL, "video of %.1f s is longer than the limit (%.0f s)", dur, l.max_seconds);
+  }
+  if (!rc) rc = video_scan(&a, &l, &frames, &span, err);
   if (!rc) {
     AVStream *st = a.fc->streams[a.stream];
-    s.tb = st->time_base;
-    double dur = a.fc->duration != AV_NOPTS_VALUE ? a.fc->duration / (double)AV_TIME_BASE : 0;
-    if (dur > l.max_seconds) rc = herr_set(err, HEARTH_EINVAL, "video of %.1f s is longer than the limit (%.0f s)", dur, l.max_seconds);
-    double fps = vo ? vo->fps : 0;
-    s.max_frames = vo ? vo->max_frames : 0;
-    /* more samples than max_frames at fps: spread max_frames over the whole video */
-    if (s.max_frames > 0 && dur > 0 && (fps <= 0 || dur * fps > s.max_frames)) fps = s.max_frames / dur;
-    s.step = fps > 0 ? 1.0 / fps : 0;
-    s.v.fps = st->avg_frame_rate.den ? av_q2d(st->avg_frame_rate) : 0;
-    s.v.duration = dur;
-    s.v.src_frames = st->nb_frames;
+    /* torchcodec's average_fps: the frames over their span, else the header's rate */
+    rate = span != 0 ? (double)frames / span : st->r_frame_rate.den ? av_q2d(st->r_frame_rate) : 0;
+    if (span > l.max_seconds) rc = herr_set(err, HEARTH_EINVAL, "video of %.1f s is longer than the limit (%.0f s)", span, l.max_seconds);
+    else if (frames == 0) rc = herr_set(err, HEARTH_EINVAL, "video without frames");
   }
-  if (!rc) rc = av_decode(&a, video_frame, &s, err);
-  sws_freeContext(s.sws);
   av_in_close(&a);
+  if (!rc) {
+    n_idx = media_video_sample_count(frames, rate, vo);
+    if (!(idx = malloc(sizeof(int64_t) * (size_t)(n_idx ? n_idx : 1)))) rc = herr_set(err, HEARTH_ENOMEM, "out of memory decoding video");
+    else media_video_sample_indices(frames, n_idx, idx);
+  }
+  video_sink s = {.lim = &l, .idx = idx, .n_idx = n_idx};
+  if (!rc) {
+    if (!(rc = av_in_open(&a, data, n, AVMEDIA_TYPE_VIDEO, l.max_pixels, err))) {
+      s.tb = a.fc->streams[a.stream]->time_base;
+      s.v.fps = rate;
+      s.v.duration = span > 0 ? span : dur;
+      s.v.src_frames = frames;
+      rc = av_decode(&a, video_frame, &s, err);
+      if (rc == VIDEO_ALL_KEPT) rc = 0;
+    }
+    av_in_close(&a);
+  }
+  sws_freeContext(s.sws);
+  free(idx);
   if (!rc && s.v.n_frames == 0) rc = herr_set(err, HEARTH_EINVAL, "video without frames");
   out->kind = MEDIA_VIDEO;
   out->video = s.v;
@@ -349,3 +414,31 @@ int media_decode_video(const void *data, size_t n, const media_limits *lim, cons
 }
 
 #endif
+
+/* ---- frame sampling (no FFmpeg needed) ---- */
+
+int64_t media_video_sample_count(int64_t frames, double rate, const media_video_opts *vo) {
+  if (frames <= 0) return 0;
+  double fps = vo ? vo->fps : 0;
+  int64_t lo = vo && vo->min_frames > 0 ? vo->min_frames : 0, hi = vo && vo->max_frames > 0 ? vo->max_frames : INT64_MAX;
+  int64_t n;
+  if (fps > 0) {
+    if (!(rate > 0)) rate = 24; /* transformers' default when the rate is unknown */
+    double want = (double)frames / rate * fps; /* int(total_num_frames / metadata.fps * fps) */
+    n = want >= 9.0e18 ? INT64_MAX : (int64_t)want;
+    if (n < lo) n = lo;
+    if (n > hi) n = hi;
+    if (n > frames) n = frames;
+  } else { /* min(max(total_num_frames, min_frames), max_frames): short clips repeat frames */
+    n = frames < lo ? lo : frames;
+    if (n > hi) n = hi;
+  }
+  return n;
+}
+
+void media_video_sample_indices(int64_t frames, int64_t n, int64_t *idx) {
+  /* np.linspace(0, frames - 1, n): i * step, the last exactly frames - 1; .round(): halves to even */
+  double step = n > 1 ? (double)(frames - 1) / (double)(n - 1) : 0;
+  for (int64_t i = 0; i < n; i++) idx[i] = (int64_t)nearbyint((double)i * step);
+  if (n > 1) idx[n - 1] = frames - 1;
+}

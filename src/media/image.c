@@ -3,8 +3,11 @@
  * settings: islow IDCT, fancy upsampling), PNG through libpng (16-bit samples
  * keep their high byte, alpha and transparency are dropped, no gamma applied),
  * WebP through libwebp (still images), GIF's first frame through giflib (the
- * frame on the logical screen, the rest in the background colour).
- * Sizes are checked against the limits before any pixel is decoded. */
+ * frame on the logical screen, the rest in the background colour), HEIC and
+ * AVIF through libheif when built with it (the primary image, with its own
+ * rotation, mirroring and crop applied as libheif applies them by default,
+ * alpha dropped as for PNG; HEVC through libde265, AV1 through libdav1d or
+ * libaom). Sizes are checked against the limits before any pixel is decoded. */
 #include <gif_lib.h>
 #include <stdio.h> /* before jpeglib.h, which uses FILE */
 #include <jpeglib.h>
@@ -13,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <webp/decode.h>
+#ifdef HEARTH_HAVE_HEIF
+#include <libheif/heif.h>
+#endif
 
 #include "base/hash.h"
 #include "media/media.h"
@@ -43,6 +49,7 @@ void media_free(media *m) {
   for (int32_t i = 0; i < m->video.n_frames; i++) free(m->video.frames[i].rgb);
   free(m->video.frames);
   free(m->video.t);
+  free(m->video.index);
   memset(m, 0, sizeof *m);
 }
 
@@ -76,6 +83,7 @@ uint64_t media_hash(const media *m) {
         const media_image *f = &m->video.frames[i];
         h = hmix64(h ^ ((uint64_t)(uint32_t)f->w << 32 | (uint32_t)f->h));
         h = hash_bytes(h, &m->video.t[i], sizeof(double));
+        if (m->video.index) h = hash_bytes(h, &m->video.index[i], sizeof(int64_t));
         h = hash_bytes(h, f->rgb, (size_t)f->w * f->h * 3);
       }
       break;
@@ -373,6 +381,104 @@ done:
   return rc;
 }
 
+/* ---- HEIC / AVIF (ISO base media files holding HEIF images) ---- */
+
+/* The format an ISO-BMFF file's ftyp box names, when it is a HEIF still image: "HEIC", "AVIF" or NULL.
+ * Its major brand or any compatible brand decides (mif1 alone: a HEIF of a codec libheif says). */
+static const char *heif_format(const uint8_t *p, size_t n) {
+  if (n < 16 || memcmp(p + 4, "ftyp", 4) != 0) return NULL;
+  size_t box = (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
+  if (box < 16 || box > n || box > 4096) return NULL;
+  static const char *const heic[] = {"heic", "heix", "heim", "heis", "hevc", "hevx", "hevm", "hevs"},
+                           *const avif[] = {"avif", "avis"}, *const any[] = {"mif1", "msf1"};
+  bool is_heic = false, is_avif = false, is_heif = false;
+  /* the major brand at 8, the minor version at 12, compatible brands from 16 */
+  for (size_t off = 8; off + 4 <= box; off += off == 8 ? 8 : 4) {
+    const uint8_t *b = p + off;
+    for (size_t i = 0; i < sizeof heic / sizeof *heic; i++) is_heic |= !memcmp(b, heic[i], 4);
+    for (size_t i = 0; i < sizeof avif / sizeof *avif; i++) is_avif |= !memcmp(b, avif[i], 4);
+    for (size_t i = 0; i < sizeof any / sizeof *any; i++) is_heif |= !memcmp(b, any[i], 4);
+  }
+  if (is_avif && (!is_heic || !memcmp(p + 8, "avi", 3))) return "AVIF";
+  if (is_heic) return "HEIC";
+  return is_heif ? "HEIF" : NULL;
+}
+
+#ifdef HEARTH_HAVE_HEIF
+/* AV1 through libaom where libheif has it: libheif 1.15's libdav1d path leaks the data it hands over when
+ * dav1d refuses it (an empty item), so that a damaged AVIF would cost memory each time. (AV1 decoding is
+ * exact: both give the same pixels.) NULL: libheif's own choice. */
+static const char *av1_decoder(void) {
+  static int have_aom = -1;
+  int v = __atomic_load_n(&have_aom, __ATOMIC_ACQUIRE);
+  if (v < 0) {
+    const struct heif_decoder_descriptor *d[16];
+    int k = heif_get_decoder_descriptors(heif_compression_AV1, d, 16);
+    v = 0;
+    for (int i = 0; i < k; i++)
+      if (!strcmp(heif_decoder_descriptor_get_id_name(d[i]), "aom")) v = 1;
+    __atomic_store_n(&have_aom, v, __ATOMIC_RELEASE);
+  }
+  return v ? "aom" : NULL;
+}
+
+static int decode_heif(const uint8_t *data, size_t n, const char *fmt, const media_limits *l, media *out, herr *err) {
+  struct heif_context *ctx = heif_context_alloc();
+  if (!ctx) return herr_set(err, HEARTH_ENOMEM, "out of memory decoding a %s image", fmt);
+  struct heif_image_handle *h = NULL;
+  struct heif_image *img = NULL;
+  int rc = 0;
+  /* libheif refuses larger images itself before it decodes them (and the checks below say why) */
+  heif_context_set_maximum_image_size_limit(ctx, l->max_side);
+  struct heif_error e = heif_context_read_from_memory_without_copy(ctx, data, n, NULL);
+  if (e.code == heif_error_Ok) e = heif_context_get_primary_image_handle(ctx, &h);
+  if (e.code != heif_error_Ok) {
+    rc = herr_set(err, HEARTH_EINVAL, "bad %s data: %s", fmt, e.message ? e.message : "?");
+    goto done;
+  }
+  /* the size as shown: after the image's own rotation and crop */
+  if ((rc = check_size(heif_image_handle_get_width(h), heif_image_handle_get_height(h), l, fmt, err))) goto done;
+  /* RGB without alpha: an alpha plane is dropped, not composited, as PIL's convert("RGB") drops it */
+  struct heif_decoding_options *opt = heif_decoding_options_alloc();
+  if (!opt) {
+    rc = herr_set(err, HEARTH_ENOMEM, "out of memory decoding a %s image", fmt);
+    goto done;
+  }
+  /* whatever the brands say, the image may be AV1: libaom first, then (not AV1) libheif's choice */
+  opt->decoder_id = av1_decoder();
+  e = heif_decode_image(h, &img, heif_colorspace_RGB, heif_chroma_interleaved_RGB, opt);
+  if (e.code == heif_error_Unsupported_feature && opt->decoder_id) {
+    opt->decoder_id = NULL;
+    e = heif_decode_image(h, &img, heif_colorspace_RGB, heif_chroma_interleaved_RGB, opt);
+  }
+  heif_decoding_options_free(opt);
+  if (e.code != heif_error_Ok) {
+    rc = herr_set(err, HEARTH_EINVAL, "bad %s data: %s", fmt, e.message ? e.message : "?");
+    goto done;
+  }
+  int w = heif_image_get_width(img, heif_channel_interleaved), hh = heif_image_get_height(img, heif_channel_interleaved);
+  if ((rc = check_size(w, hh, l, fmt, err))) goto done;
+  int stride = 0;
+  const uint8_t *px = heif_image_get_plane_readonly(img, heif_channel_interleaved, &stride);
+  if (!px || heif_image_get_bits_per_pixel_range(img, heif_channel_interleaved) != 8 || stride < w * 3) {
+    rc = herr_set(err, HEARTH_EINVAL, "bad %s data: no 8-bit RGB plane after decoding", fmt);
+    goto done;
+  }
+  if ((rc = alloc_rgb(out, w, hh, err))) goto done;
+  for (int y = 0; y < hh; y++) memcpy(out->image.rgb + (size_t)y * w * 3, px + (size_t)y * stride, (size_t)w * 3);
+done:
+  heif_image_release(img);
+  heif_image_handle_release(h);
+  heif_context_free(ctx);
+  return rc;
+}
+#else
+static int decode_heif(const uint8_t *data, size_t n, const char *fmt, const media_limits *l, media *out, herr *err) {
+  (void)data, (void)n, (void)l, (void)out;
+  return herr_set(err, HEARTH_EUNSUPPORTED, "this hearth was built without libheif: no %s images", fmt);
+}
+#endif
+
 int media_decode_image(const void *data, size_t n, const media_limits *lim, media *out, herr *err) {
   memset(out, 0, sizeof *out);
   media_limits l = limits_of(lim);
@@ -384,10 +490,10 @@ int media_decode_image(const void *data, size_t n, const media_limits *lim, medi
   else if (n >= 8 && memcmp(p, "\x89PNG\r\n\x1a\n", 8) == 0) rc = decode_png(p, n, &l, out, err);
   else if (n >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBP", 4) == 0) rc = decode_webp(p, n, &l, out, err);
   else if (n >= 6 && (memcmp(p, "GIF87a", 6) == 0 || memcmp(p, "GIF89a", 6) == 0)) rc = decode_gif(p, n, &l, out, err);
-  else return herr_set(err, HEARTH_EINVAL, "not an image hearth reads (JPEG, PNG, WebP, GIF)");
+  else if (heif_format(p, n)) rc = decode_heif(p, n, heif_format(p, n), &l, out, err);
+  else return herr_set(err, HEARTH_EINVAL, "not an image hearth reads (JPEG, PNG, WebP, GIF, HEIC, AVIF)");
   if (rc) {
     media_free(out);
-    if (err && err->code == HEARTH_ENOMEM) return rc;
     return rc;
   }
   out->hash = media_hash(out);

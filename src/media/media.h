@@ -1,6 +1,7 @@
 /* media.h — decoded media: what an image, a sound or a video becomes before
  * any model sees it, and the decoders that make them (image.c: JPEG, PNG,
- * WebP, GIF's first frame with libjpeg-turbo / libpng / libwebp / giflib;
+ * WebP, GIF's first frame with libjpeg-turbo / libpng / libwebp / giflib,
+ * HEIC and AVIF with libheif;
  * av.c: audio and video through FFmpeg's libraries; source.c: data URLs,
  * local files and, when allowed, http(s) URLs). Knows nothing of models:
  * a model's encoder (model/mm.h) takes these as they are.
@@ -41,12 +42,14 @@ typedef struct media_audio {
 } media_audio;
 
 /* A video as frames sampled from it, each an RGB image, with the time
- * (seconds from the start) it was shown. */
+ * (seconds from the start) it was shown and its index among the stream's
+ * frames (a frame sampled twice is there twice). */
 typedef struct media_video {
   int32_t n_frames;
   media_image *frames;  /* owned: n_frames */
   double *t;            /* owned: n_frames timestamps */
-  double fps;           /* the stream's own frame rate (0: unknown) */
+  int64_t *index;       /* owned: n_frames frame indices (NULL: unknown) */
+  double fps;           /* the stream's average frame rate: its frames over its span (0: unknown) */
   double duration;      /* seconds */
   int64_t src_frames;   /* frames in the stream (0: unknown) */
 } media_video;
@@ -76,15 +79,26 @@ typedef struct media_limits {
 } media_limits;
 void media_limits_default(media_limits *l);
 
-/* How a video is sampled: fps frames a second (<= 0: every frame), at most
- * max_frames of them (evenly spread over the video when there are more;
- * <= 0: no cap). */
+/* How a video is sampled, as transformers' Qwen3-VL video processor samples
+ * it (sample_frames) over the stream's frames counted from its packets and
+ * its average rate (torchcodec's exact scan): fps > 0 keeps
+ * int(frames / rate * fps) frames, else every frame; then at least min_frames,
+ * at most max_frames (<= 0: no cap), and with fps at most the stream's
+ * frames; the indices evenly spread, linspace(0, frames - 1, n) rounded half
+ * to even. */
 typedef struct media_video_opts {
   double fps;
+  int32_t min_frames;
   int32_t max_frames;
 } media_video_opts;
 
-/* Decodes an image (JPEG, PNG, WebP, GIF — its first frame) from bytes. */
+/* The number of frames vo samples from a stream of `frames` frames at `rate`
+ * frames a second (<= 0: unknown, taken as 24 as transformers takes it). */
+int64_t media_video_sample_count(int64_t frames, double rate, const media_video_opts *vo);
+/* The n indices of the sampled frames, ascending: idx[i] = round-half-even(i * (frames - 1) / (n - 1)). */
+void media_video_sample_indices(int64_t frames, int64_t n, int64_t *idx);
+
+/* Decodes an image (JPEG, PNG, WebP, GIF — its first frame —, HEIC, AVIF — the primary image) from bytes. */
 int media_decode_image(const void *data, size_t n, const media_limits *lim, media *out, herr *err);
 /* Decodes the first audio stream of any container FFmpeg reads into 16 kHz
  * mono samples. */

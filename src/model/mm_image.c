@@ -177,6 +177,10 @@ void qwen_vision_prep_default(qwen_vision_prep *p) {
   for (int i = 0; i < 3; i++) p->mean[i] = 0.5, p->std[i] = 0.5;
   p->rescale = 1.0 / 255.0;
   p->resample = MM_RESAMPLE_BICUBIC;
+  p->video_fps = 2; /* Qwen3VLVideoProcessor's fps, min_frames, max_frames, do_sample_frames */
+  p->video_min_frames = 4;
+  p->video_max_frames = 768;
+  p->video_sample_frames = true;
 }
 
 static int read_triple(const json_t *o, const char *key, double out[3], const char *what, herr *err) {
@@ -220,6 +224,17 @@ static int read_prep(qwen_vision_prep *p, const char *path, bool video, herr *er
     if (v == 2) p->resample = MM_RESAMPLE_BILINEAR;
     else if (v == 3) p->resample = MM_RESAMPLE_BICUBIC;
     else rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: resample %lld (only bilinear 2 and bicubic 3)", path, (long long)v);
+  }
+  if (video) {
+    int64_t mn_f = p->video_min_frames, mx_f = p->video_max_frames;
+    if (!rc) rc = hjson_get_num(o, "fps", false, &p->video_fps, path, err);
+    if (!rc) rc = hjson_get_int(o, "min_frames", false, &mn_f, path, err);
+    if (!rc) rc = hjson_get_int(o, "max_frames", false, &mx_f, path, err);
+    if (!rc) rc = hjson_get_bool(o, "do_sample_frames", false, &p->video_sample_frames, path, err);
+    if (!rc && (!(p->video_fps > 0) || p->video_fps > 1000 || mn_f < 0 || mx_f < 1 || mn_f > mx_f || mx_f > 100000))
+      rc = herr_set(err, HEARTH_EFORMAT, "%s: fps %g, min_frames %lld, max_frames %lld out of range", path, p->video_fps,
+                    (long long)mn_f, (long long)mx_f);
+    p->video_min_frames = (int)mn_f, p->video_max_frames = (int)mx_f;
   }
   if (!rc && (p->patch_size <= 0 || p->patch_size > 64 || p->temporal_patch_size <= 0 || p->temporal_patch_size > 8 ||
               p->merge_size <= 0 || p->merge_size > 8 || *mn <= 0 || *mx < *mn || !(p->rescale > 0)))

@@ -29,9 +29,15 @@ typedef struct qwen_vision_prep {
   int64_t video_min_pixels, video_max_pixels; /* videos (video_preprocessor_config.json) */
   double mean[3], std[3], rescale;         /* rescale_factor (1/255) */
   mm_resample resample;
+  /* how videos are sampled (video_preprocessor_config.json's fps, min_frames, max_frames; every frame
+   * when do_sample_frames is false) */
+  double video_fps;
+  int video_min_frames, video_max_frames;
+  bool video_sample_frames;
 } qwen_vision_prep;
 
-/* Qwen3-VL / Qwen3.5 defaults (patch 16, merge 2, temporal 2, mean / std 0.5, bicubic). */
+/* Qwen3-VL / Qwen3.5 defaults (patch 16, merge 2, temporal 2, mean / std 0.5, bicubic; videos sampled at
+ * 2 frames a second, 4 to 768 frames). */
 void qwen_vision_prep_default(qwen_vision_prep *p);
 /* Reads preprocessor_config.json (and video_preprocessor_config.json when present) of dir over the
  * defaults; a missing file keeps them. */

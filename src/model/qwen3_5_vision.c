@@ -180,10 +180,18 @@ static const char *qv_placeholder(const void *state, media_kind k) {
   return k == MEDIA_VIDEO ? "<|video_pad|>" : "<|image_pad|>";
 }
 
+/* Qwen3VLVideoProcessor.sample_frames: fps frames a second, min_frames to max_frames of them. When the
+ * processor does not sample (do_sample_frames false) it takes every frame; here still at most max_frames,
+ * spread evenly, so that a long video cannot hold more frames than memory. */
 static void qv_video_opts(const void *state, media_video_opts *out) {
-  (void)state;
-  out->fps = 2.0;        /* Qwen3VLVideoProcessor.fps */
-  out->max_frames = 768; /* its max_frames */
+  const qv_state *s = state;
+  if (!s->prep.video_sample_frames) {
+    *out = (media_video_opts){.max_frames = s->prep.video_max_frames};
+    return;
+  }
+  out->fps = s->prep.video_fps;
+  out->min_frames = s->prep.video_min_frames;
+  out->max_frames = s->prep.video_max_frames;
 }
 
 static char *repeat_str(const char *pre, const char *unit, int64_t n, const char *post) {
@@ -234,7 +242,9 @@ static int qv_prepare(const void *state, const media *in, mm_prep *out, herr *er
     out->soft_id = s->image_id;
     out->text = repeat_str("", "<|image_pad|>", per, "");
   } else {
-    /* the processor's frame timestamps: each temporal patch at the mean time of its first and last frame */
+    /* the processor's frame timestamps (_calculate_timestamps): each frame at its index over the stream's
+     * average rate, the indices padded with the last to whole temporal patches, each patch at the mean of
+     * its first and last frame's time (the decoded times where the indices are unknown) */
     out->soft_id = s->video_id;
     const media_video *v = &in->video;
     size_t cap = (size_t)grid[0] * (64 + (size_t)per * 13) + 1, len = 0;
@@ -243,7 +253,9 @@ static int qv_prepare(const void *state, const media *in, mm_prep *out, herr *er
       int64_t a = t * s->TP, b = a + s->TP - 1;
       if (a >= v->n_frames) a = v->n_frames - 1;
       if (b >= v->n_frames) b = v->n_frames - 1;
-      double ts = (v->t ? (v->t[a] + v->t[b]) / 2 : 0.0);
+      double ts = v->index && v->fps > 0 ? ((double)v->index[a] / v->fps + (double)v->index[b] / v->fps) / 2
+                  : v->t               ? (v->t[a] + v->t[b]) / 2
+                                       : 0.0;
       len += (size_t)snprintf(out->text + len, cap - len, "<%.1f seconds><|vision_start|>", ts);
       for (int64_t i = 0; i < per; i++) len += (size_t)snprintf(out->text + len, cap - len, "<|video_pad|>");
       len += (size_t)snprintf(out->text + len, cap - len, "<|vision_end|>");

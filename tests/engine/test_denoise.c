@@ -8,13 +8,16 @@
  * implementation follow them (see "whole generations against the
  * reference's" for why and how far); an EOS inside a block; the
  * stable-and-confident stop; tokens arriving a block at a time;
- * cancellation between denoising steps; a causal model refused. */
+ * cancellation between denoising steps; a bfloat16 checkpoint's rounded
+ * self-conditioning input; a causal model refused. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "backend/ops.h"
 #include "base/json.h"
 #include "engine/denoise.h"
 #include "engine/kv_cache.h"
@@ -660,6 +663,126 @@ static void test_refusals(void) {
   }
 }
 
+/* The reference hands the next step softmax(logits.to(dtype)).to(dtype), dtype the checkpoint's:
+ * a bfloat16 checkpoint's self-conditioning input is rounded twice. The fixture's weights under a
+ * config that says bfloat16: the second step's logits equal a pass over the first step's canvas
+ * with those rounded probabilities, and differ from one with plain float probabilities. */
+typedef struct sc_capture {
+  int seen;
+  int64_t C, V;
+  float *l1, *l2;
+  int32_t *canvas1;
+} sc_capture;
+
+static void sc_logits(void *ctx, int step, float *logits, int64_t rows, int64_t vocab) {
+  (void)step;
+  sc_capture *c = ctx;
+  if (c->seen == 0) memcpy(c->l1, logits, sizeof(float) * (size_t)(rows * vocab));
+  if (c->seen == 1) memcpy(c->l2, logits, sizeof(float) * (size_t)(rows * vocab));
+  c->seen++;
+}
+
+static void sc_step(void *ctx, int step, const int32_t *argmax, const int32_t *next, int64_t n) {
+  (void)step, (void)argmax;
+  sc_capture *c = ctx;
+  if (c->seen == 1) memcpy(c->canvas1, next, sizeof(int32_t) * (size_t)n);
+}
+
+static void test_self_cond_rounding(void) {
+  if (!m) return;
+  char dir[] = "/tmp/hearth_test_denoise_XXXXXX", path[512];
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  CHECK(symlink(DIR "/model.safetensors", path) == 0);
+  snprintf(path, sizeof path, "%s/generation_config.json", dir);
+  CHECK(symlink(DIR "/generation_config.json", path) == 0);
+  herr err = {0};
+  json_t *cfg = hjson_load_file(DIR "/config.json", &err);
+  CHECK(cfg != NULL);
+  if (!cfg) return;
+  json_object_set_new(cfg, "dtype", json_string("bfloat16"));
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  CHECK(json_dump_file(cfg, path, JSON_INDENT(1)) == 0);
+  json_decref(cfg);
+  model *m2 = NULL;
+  model_load_opts opts = {.threads = 2, .device = test_device()};
+  CHECK(model_load(dir, &opts, &m2, &err) == 0);
+  if (!m2) {
+    fprintf(stderr, "%s\n", err.msg);
+    return;
+  }
+  const json_t *gj = json_array_get(json_object_get(doc, "generations"), 0), *p = json_object_get(gj, "params");
+  int64_t C = model_canvas_length(m2), V = model_vocab_size(m2);
+  size_t np;
+  int32_t *prompt = ints(json_object_get(gj, "prompt"), &np);
+  gen_request req;
+  gen_request_init(&req);
+  req.prompt = prompt, req.n_prompt = np, req.max_tokens = C;
+  denoise_params dp;
+  params_of(p, &dp);
+  sc_capture c = {.C = C, .V = V};
+  c.l1 = malloc(sizeof(float) * (size_t)(C * V));
+  c.l2 = malloc(sizeof(float) * (size_t)(C * V));
+  c.canvas1 = malloc(sizeof(int32_t) * (size_t)C);
+  float *sc = malloc(sizeof(float) * (size_t)(C * V)), *out = malloc(sizeof(float) * (size_t)(C * V));
+  denoise_draws dr = {.logits = sc_logits, .step = sc_step, .ctx = &c};
+  model_kv_geometry geom;
+  model_kv_geometry_of(m2, &geom);
+  kv_cache *cache = NULL, *cache2 = NULL;
+  kv_seq *seq = NULL, *seq2 = NULL;
+  denoise_run *run = NULL;
+  CHECK(kv_cache_new(&geom, denoise_kv_rows(m2, (int64_t)np, C), &cache, &err) == 0 && kv_cache_seq_new(cache, &seq, &err) == 0 &&
+        denoise_run_new(m2, &req, &dp, &dr, seq, C, &run, &err) == 0);
+  bool done = false;
+  while (run && c.seen < 2 && !done) CHECK(denoise_run_step(run, NULL, NULL, &done, &err) == 0);
+  CHECK_EQ_INT(c.seen, 2);
+  /* the same pass by hand: the prompt encoded, the canvas after the first step, its probabilities */
+  CHECK(kv_cache_new(&geom, denoise_kv_rows(m2, (int64_t)np, C), &cache2, &err) == 0 && kv_cache_seq_new(cache2, &seq2, &err) == 0);
+  model_seq enc = {.kv = seq2, .tokens = prompt, .n_tokens = (int)np, .out = MODEL_OUT_NONE};
+  model_batch eb = {.seqs = &enc, .n_seqs = 1};
+  CHECK(model_forward(m2, &eb, NULL, &err) == 0);
+  float t = (float)dp.t_max; /* the first step's temperature: t_min + (t_max - t_min) * 1 */
+  double d_round = 0, d_plain = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    for (int64_t i = 0; i < C; i++) {
+      const float *x = c.l1 + i * V;
+      float *o = sc + i * V;
+      double mx = -INFINITY, sum = 0;
+      for (int64_t v = 0; v < V; v++) {
+        float y = x[v] / t;
+        o[v] = pass ? y : bk_round_bf16(y);
+        mx = o[v] > mx ? o[v] : mx;
+      }
+      for (int64_t v = 0; v < V; v++) sum += exp((double)o[v] - mx);
+      for (int64_t v = 0; v < V; v++) {
+        float q = (float)(exp((double)o[v] - mx) / sum);
+        o[v] = pass ? q : bk_round_bf16(q);
+      }
+    }
+    model_seq cs = {.kv = seq2, .tokens = c.canvas1, .n_tokens = (int)C, .all_logits = true, .canvas = true, .self_cond = sc};
+    model_batch cb = {.seqs = &cs, .n_seqs = 1};
+    CHECK(model_forward(m2, &cb, out, &err) == 0);
+    *(pass ? &d_plain : &d_round) = max_diff(out, c.l2, (size_t)(C * V));
+  }
+  printf("  self-conditioning under bfloat16: max |logit diff| %.3g with rounded probabilities, %.3g with plain ones\n", d_round,
+         d_plain);
+  CHECK(d_round <= 1e-5);
+  CHECK(d_plain > 10 * d_round && d_plain > 1e-5);
+  denoise_run_free(run);
+  kv_cache_seq_free(seq);
+  kv_cache_seq_free(seq2);
+  kv_cache_free(cache);
+  kv_cache_free(cache2);
+  model_free(m2);
+  for (int i = 0; i < 3; i++) {
+    static const char *const all[] = {"model.safetensors", "generation_config.json", "config.json"};
+    snprintf(path, sizeof path, "%s/%s", dir, all[i]);
+    unlink(path);
+  }
+  rmdir(dir);
+  free(prompt), free(c.l1), free(c.l2), free(c.canvas1), free(sc), free(out);
+}
+
 int main(void) {
   test_device_or_skip();
   int ok = setup() == 0;
@@ -671,6 +794,7 @@ int main(void) {
   RUN(test_eos_inside_block);
   RUN(test_early_stop);
   RUN(test_cancel);
+  RUN(test_self_cond_rounding);
   RUN(test_refusals);
   model_free(m);
   json_decref(doc);

@@ -22,12 +22,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (isnan(m.audio.pcm[i])) abort();
     }
   } else {
-    media_video_opts vo = {.fps = (data[0] >> 1) & 7, .max_frames = 8};
+    media_video_opts vo = {.fps = (data[0] >> 1) & 7, .min_frames = (data[0] >> 4) & 3, .max_frames = 8};
     rc = media_decode_video(data + 1, size - 1, &lim, &vo, &m, &err);
     if (!rc) {
       if (m.video.n_frames <= 0 || m.video.n_frames > 8) abort();
       for (int32_t k = 0; k < m.video.n_frames; k++) {
         const media_image *f = &m.video.frames[k];
+        if (!m.video.index || m.video.index[k] < 0 || (k && m.video.index[k] < m.video.index[k - 1])) abort();
         if (f->w <= 0 || f->h <= 0 || (int64_t)f->w * f->h > lim.max_pixels || !f->rgb) abort();
         volatile uint8_t last = f->rgb[(size_t)f->w * f->h * 3 - 1];
         (void)last;

@@ -1,4 +1,5 @@
-/* fuzz_media_image — the image decoders (JPEG, PNG, WebP, GIF) and the data
+/* fuzz_media_image — the image decoders (JPEG, PNG, WebP, GIF, HEIC and AVIF
+ * through libheif) and the data
  * URL reader over arbitrary bytes: each input either decodes to an image
  * within the limits (every pixel readable) or is refused with a message.
  * An input starting with "data:" goes through media_load as a URL. */

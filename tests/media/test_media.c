@@ -5,13 +5,31 @@
  * (data URLs in base64 and percent-encoding, bare base64, files only when
  * allowed, http(s) only when allowed); sound through FFmpeg (a WAV made here:
  * 16 kHz mono samples exact, 44.1 kHz stereo resampled to 16 kHz mono); video
- * through FFmpeg (the animated GIF: its frames, times and sampling rate);
- * content hashes. */
+ * through FFmpeg (the animated GIF: its frames, times and sampling rate;
+ * the frame indices transformers' Qwen3-VL sample_frames picks, worked out
+ * by hand for clips short and long, capped and odd, and the same frames
+ * decoded from animated GIFs made here);
+ * content hashes; HEIC and AVIF through libheif (lossy: exact sizes, pixels
+ * within a PSNR / mean error bound of the PNG they were made from — made here
+ * by heif-enc when it is installed, one with an alpha channel too, which is
+ * dropped and not composited, and one turned a quarter by its own irot box
+ * (encoded here through libheif), which decodes turned; and always the fuzz
+ * seeds img.heic / img.avif,
+ * made from img_a.png by `heif-enc -q 90 -p chroma=444 -o img.heic img.png`
+ * and `heif-enc -A -q 90 -p chroma=444 -o img.avif img.png`: full chroma, as the
+ * image is noise that 4:2:0 would blur). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <gif_lib.h>
+#include <png.h>
+#include <unistd.h>
+#ifdef HEARTH_HAVE_HEIF
+#include <libheif/heif.h>
+#endif
 
 #include "media/media.h"
 #include "test.h"
@@ -111,8 +129,205 @@ static void test_bad_images(void) {
   }
   CHECK(media_decode_image("GIF89a", 6, NULL, &m, &err) == HEARTH_EINVAL);
   CHECK(media_decode_image("hello, world", 12, NULL, &m, &err) == HEARTH_EINVAL);
-  CHECK_MSG(strstr(err.msg, "JPEG, PNG, WebP, GIF"), "%s", err.msg);
+  CHECK_MSG(strstr(err.msg, "JPEG, PNG, WebP, GIF, HEIC, AVIF"), "%s", err.msg);
+  /* an ISO base media file that is no HEIF image (an MP4's ftyp) is not taken for one */
+  static const uint8_t mp4[24] = {0, 0, 0, 24, 'f', 't', 'y', 'p', 'i', 's', 'o', 'm', 0, 0, 2, 0, 'i', 's', 'o', 'm', 'm', 'p', '4', '1'};
+  CHECK(media_decode_image(mp4, sizeof mp4, NULL, &m, &err) == HEARTH_EINVAL);
+  CHECK_MSG(strstr(err.msg, "not an image"), "%s", err.msg);
   free(png), free(jpg);
+}
+
+static uint8_t *read_path(const char *path, size_t *n) {
+  FILE *fp = fopen(path, "rb");
+  if (!fp) return NULL;
+  fseek(fp, 0, SEEK_END);
+  long sz = ftell(fp);
+  fseek(fp, 0, SEEK_SET);
+  uint8_t *buf = malloc(sz > 0 ? (size_t)sz : 1);
+  *n = buf ? fread(buf, 1, (size_t)sz, fp) : 0;
+  fclose(fp);
+  return buf;
+}
+
+/* A lossy file decodes to ref's size and close to its pixels: PSNR >= 30 dB, mean error <= 4 levels. */
+static void check_lossy(const char *what, const uint8_t *data, size_t n, const uint8_t *ref, int w, int h) {
+  media m;
+  herr err = {0};
+  int rc = media_decode_image(data, n, NULL, &m, &err);
+  if (rc == HEARTH_EUNSUPPORTED) { /* built without libheif: says so */
+    CHECK_MSG(strstr(err.msg, "libheif"), "%s: %s", what, err.msg);
+    fprintf(stderr, "  %-12s skipped: %s\n", what, err.msg);
+    return;
+  }
+  CHECK_MSG(rc == 0, "%s: %s", what, err.msg);
+  if (rc) return;
+  CHECK_EQ_INT(m.kind, MEDIA_IMAGE);
+  CHECK_EQ_INT(m.image.w, w);
+  CHECK_EQ_INT(m.image.h, h);
+  CHECK(m.hash == media_hash(&m));
+  if (m.image.w == w && m.image.h == h) {
+    double se = 0, ae = 0;
+    size_t k = (size_t)w * h * 3;
+    for (size_t i = 0; i < k; i++) {
+      double d = (double)m.image.rgb[i] - ref[i];
+      se += d * d, ae += fabs(d);
+    }
+    double psnr = se > 0 ? 10 * log10(255.0 * 255.0 / (se / k)) : 99;
+    fprintf(stderr, "  %-12s %dx%d, PSNR %.1f dB, mean error %.2f\n", what, w, h, psnr, ae / k);
+    CHECK_MSG(psnr >= 30 && ae / k <= 4, "%s: PSNR %.1f dB, mean error %.2f", what, psnr, ae / k);
+  }
+  media_free(&m);
+}
+
+/* An RGBA PNG of ref's pixels with a ramp of alpha (0 at the left to 255 at the right). */
+static bool write_rgba_png(const char *path, const uint8_t *ref, int w, int h) {
+  uint8_t *rgba = malloc((size_t)w * h * 4);
+  for (int i = 0; i < w * h; i++) {
+    memcpy(rgba + i * 4, ref + i * 3, 3);
+    rgba[i * 4 + 3] = (uint8_t)((i % w) * 255 / (w - 1));
+  }
+  png_image im = {.version = PNG_IMAGE_VERSION, .width = (png_uint_32)w, .height = (png_uint_32)h, .format = PNG_FORMAT_RGBA};
+  bool ok = png_image_write_to_file(&im, path, 0, rgba, 0, NULL) != 0;
+  free(rgba);
+  return ok;
+}
+
+#ifdef HEARTH_HAVE_HEIF
+/* x265 keeps a block from its first encoder open to the end of the process (x265_cleanup frees it, which
+ * libheif calls only from heif_deinit, and that unloads the decoders too): not a leak of hearth's, and only
+ * the test encodes. LeakSanitizer reads this where the sanitizer build runs the test. */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void) { return "leak:libx265.so\n"; }
+
+/* ref (w x h) encoded as compression says (HEVC or AV1), marked to be shown turned 90 degrees clockwise
+ * (an irot box), written to path. */
+static bool write_turned_heif(const char *path, const uint8_t *ref, int w, int h, enum heif_compression_format compression) {
+  struct heif_context *ctx = heif_context_alloc();
+  struct heif_encoder *enc = NULL;
+  struct heif_image *img = NULL;
+  struct heif_encoding_options *opt = heif_encoding_options_alloc();
+  bool ok = heif_image_create(w, h, heif_colorspace_RGB, heif_chroma_interleaved_RGB, &img).code == heif_error_Ok &&
+            heif_image_add_plane(img, heif_channel_interleaved, w, h, 8).code == heif_error_Ok;
+  int stride = 0;
+  uint8_t *px = ok ? heif_image_get_plane(img, heif_channel_interleaved, &stride) : NULL;
+  for (int y = 0; px && y < h; y++) memcpy(px + (size_t)y * stride, ref + (size_t)y * w * 3, (size_t)w * 3);
+  ok = ok && px && heif_context_get_encoder_for_format(ctx, compression, &enc).code == heif_error_Ok &&
+       heif_encoder_set_lossy_quality(enc, 90).code == heif_error_Ok;
+  if (ok) heif_encoder_set_parameter(enc, "chroma", "444");
+  opt->image_orientation = heif_orientation_rotate_90_cw;
+  ok = ok && heif_context_encode_image(ctx, img, enc, opt, NULL).code == heif_error_Ok &&
+       heif_context_write_to_file(ctx, path).code == heif_error_Ok;
+  heif_encoding_options_free(opt);
+  if (enc) heif_encoder_release(enc);
+  heif_image_release(img);
+  heif_context_free(ctx);
+  return ok;
+}
+
+/* The image file at path shows ref (w x h) turned a quarter clockwise: h x w, row r col c = ref's row h-1-c col r. */
+static void check_turned(const char *what, const char *path, const uint8_t *ref, int w, int h) {
+  uint8_t *turned = malloc((size_t)w * h * 3);
+  for (int r = 0; r < w; r++)
+    for (int c = 0; c < h; c++) memcpy(turned + ((size_t)r * h + c) * 3, ref + ((size_t)(h - 1 - c) * w + r) * 3, 3);
+  size_t n = 0;
+  uint8_t *d = read_path(path, &n);
+  CHECK_MSG(d != NULL, "%s: not written", path);
+  if (d) check_lossy(what, d, n, turned, h, w);
+  free(d), free(turned);
+}
+#endif
+
+static void test_heif(void) {
+  size_t nr = 0;
+  uint8_t *ref = read_all("img_a.rgb", &nr);
+  if (!ref || nr != 40 * 30 * 3) {
+    free(ref);
+    return;
+  }
+  /* the committed seeds */
+  static const char *const seeds[] = {"img.heic", "img.avif"};
+  for (int i = 0; i < 2; i++) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/tests/fuzz/seeds/media_image/%s", HEARTH_SOURCE_DIR, seeds[i]);
+    size_t n = 0;
+    uint8_t *d = read_path(path, &n);
+    CHECK_MSG(d != NULL, "%s: missing", path);
+    if (d) check_lossy(seeds[i], d, n, ref, 40, 30);
+    /* damaged: cut short, or a byte flipped here and there, never a crash; the message names the format */
+    media m;
+    herr err = {0};
+    for (size_t k = 16; d && k < n; k += n / 23 + 1) {
+      herr_clear(&err);
+      int rc = media_decode_image(d, k, NULL, &m, &err);
+      if (rc == HEARTH_EUNSUPPORTED) break;
+      CHECK_MSG(rc == HEARTH_EINVAL && strstr(err.msg, i ? "AVIF" : "HEIC"), "%s cut at %zu: rc %d, %s", seeds[i], k, rc, err.msg);
+      if (!rc) media_free(&m);
+    }
+    for (size_t k = 32; d && k < n; k += 37) {
+      uint8_t *c = malloc(n);
+      memcpy(c, d, n);
+      c[k] ^= 0x5a;
+      if (!media_decode_image(c, n, NULL, &m, &err)) media_free(&m);
+      free(c);
+    }
+    /* the limits hold before decoding */
+    media_limits lim = {.max_pixels = 1000};
+    int rc = d ? media_decode_image(d, n, &lim, &m, &err) : HEARTH_EINVAL;
+    CHECK_MSG(rc == HEARTH_EINVAL || rc == HEARTH_EUNSUPPORTED, "%s: rc %d", seeds[i], rc);
+    if (rc == HEARTH_EINVAL) CHECK_MSG(strstr(err.msg, "40 x 30") && strstr(err.msg, "limit"), "%s", err.msg);
+    free(d);
+  }
+  char dir[] = "/tmp/hearth_heif_XXXXXX";
+  if (!mkdtemp(dir)) {
+    CHECK_MSG(0, "mkdtemp failed");
+    free(ref);
+    return;
+  }
+#ifdef HEARTH_HAVE_HEIF
+  /* the image's own transform (irot), applied as libheif applies it by default */
+  static const struct { const char *name; enum heif_compression_format c; } turned[] = {
+      {"turned.heic", heif_compression_HEVC}, {"turned.avif", heif_compression_AV1}};
+  for (int i = 0; i < 2; i++) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, turned[i].name);
+    CHECK_MSG(write_turned_heif(path, ref, 40, 30, turned[i].c), "%s: libheif could not encode it", turned[i].name);
+    check_turned(turned[i].name, path, ref, 40, 30);
+    unlink(path);
+  }
+#endif
+  /* made here from the PNG, when heif-enc is installed (tools/setup.sh --test) */
+  if (system("command -v heif-enc >/dev/null 2>&1") != 0) {
+    fprintf(stderr, "  heif-enc not installed: only the committed HEIC / AVIF samples\n");
+    rmdir(dir);
+    free(ref);
+    return;
+  }
+  char png_rgba[700];
+  snprintf(png_rgba, sizeof png_rgba, "%s/rgba.png", dir);
+  CHECK(write_rgba_png(png_rgba, ref, 40, 30));
+  static const struct { const char *src, *name, *flags; } made[] = {
+      {FX "/img_a.png", "a.heic", ""}, {FX "/img_a.png", "a.avif", "-A"},
+      {NULL, "rgba.heic", ""}, {NULL, "rgba.avif", "-A"}};
+  for (int i = 0; i < 4; i++) {
+    char out[700], cmd[2200];
+    snprintf(out, sizeof out, "%s/%s", dir, made[i].name);
+    snprintf(cmd, sizeof cmd, "heif-enc %s -q 90 -p chroma=444 -o '%s' '%s' >/dev/null 2>&1", made[i].flags, out,
+             made[i].src ? made[i].src : png_rgba);
+    if (system(cmd) != 0) {
+      CHECK_MSG(0, "%s failed", cmd);
+      continue;
+    }
+    size_t n = 0;
+    uint8_t *d = read_path(out, &n);
+    CHECK_MSG(d && n > 16 && !memcmp(d + 4, "ftyp", 4), "%s: not an ISO base media file", out);
+    /* with alpha: the colour as it is, as for PNG (composited on black or white, the left would be far off) */
+    if (d) check_lossy(made[i].name, d, n, ref, 40, 30);
+    free(d);
+    unlink(out);
+  }
+  unlink(png_rgba);
+  rmdir(dir);
+  free(ref);
 }
 
 static char *b64(const uint8_t *d, size_t n) {
@@ -275,15 +490,24 @@ static void test_video(void) {
     free(ref);
   }
   media_free(&m);
-  /* sampled: 2.5 frames a second keeps the frames at 0 and 0.4 s; at most 2 frames */
+  /* sampled at 2.5 frames a second: int(3 frames / 5 fps * 2.5) = 1 frame, the first */
   vo.fps = 2.5;
   CHECK_MSG(media_decode_video(gif, n, NULL, &vo, &m, &err) == 0, "%s", err.msg);
-  CHECK_EQ_INT(m.video.n_frames, 2);
-  if (m.video.n_frames == 2) CHECK_NEAR(m.video.t[1], 0.4, 1e-6);
+  CHECK_EQ_INT(m.video.n_frames, 1);
+  CHECK_NEAR(m.video.fps, 5.0, 1e-9);
+  CHECK_EQ_INT(m.video.src_frames, 3);
+  if (m.video.n_frames == 1) CHECK_EQ_INT(m.video.index[0], 0);
+  media_free(&m);
+  /* as Qwen3-VL samples it (fps 2, at least 4 frames): all 3 (at most the stream's frames) */
+  vo = (media_video_opts){.fps = 2, .min_frames = 4, .max_frames = 768};
+  CHECK_MSG(media_decode_video(gif, n, NULL, &vo, &m, &err) == 0, "%s", err.msg);
+  CHECK_EQ_INT(m.video.n_frames, 3);
+  for (int k = 0; k < m.video.n_frames; k++) CHECK_EQ_INT(m.video.index[k], k);
   media_free(&m);
   vo = (media_video_opts){.max_frames = 2};
   CHECK_MSG(media_decode_video(gif, n, NULL, &vo, &m, &err) == 0, "%s", err.msg);
-  CHECK(m.video.n_frames <= 2 && m.video.n_frames >= 1);
+  CHECK_EQ_INT(m.video.n_frames, 2); /* linspace(0, 2, 2): frames 0 and 2 */
+  if (m.video.n_frames == 2) CHECK(m.video.index[0] == 0 && m.video.index[1] == 2 && fabs(m.video.t[1] - 0.4) < 1e-6);
   media_free(&m);
   media_limits lim = {.max_pixels = 100};
   CHECK(media_decode_video(gif, n, &lim, &vo, &m, &err) == HEARTH_EINVAL);
@@ -291,11 +515,164 @@ static void test_video(void) {
   free(gif);
 }
 
+/* The frame indices transformers' Qwen3VLVideoProcessor.sample_frames picks (fps 2, min_frames 4,
+ * max_frames 768), worked out by hand from its code for each (frames, rate):
+ *   n = min(max(int(frames / rate * 2), 4), 768, frames); np.linspace(0, frames - 1, n).round()
+ * (np.round takes halves to even). */
+static void test_sample_indices(void) {
+  static const struct {
+    int64_t frames;
+    double rate;
+    int64_t n;
+    int64_t idx[20];
+  } cases[] = {
+      /* 0.6 s: int(3 / 5 * 2) = 1 -> 4 -> at most the 3 frames: linspace(0, 2, 3) */
+      {3, 5, 3, {0, 1, 2}},
+      /* 1 s: int(2.0) = 2 -> 4: linspace(0, 29, 4) = 0, 9.67, 19.33, 29 */
+      {30, 30, 4, {0, 10, 19, 29}},
+      /* 1.5 s: int(3.0) = 3 -> 4: 0, 14.67, 29.33, 44 */
+      {45, 30, 4, {0, 15, 29, 44}},
+      /* 0.42 s: int(0.83) = 0 -> 4: 0, 3, 6, 9 */
+      {10, 24, 4, {0, 3, 6, 9}},
+      /* 2 frames: 4 -> at most 2 */
+      {2, 25, 2, {0, 1}},
+      /* 1 frame: linspace(0, 0, 1) */
+      {1, 25, 1, {0}},
+      /* 1.67 s at 29.97: int(3.34) = 3 -> 4: 0, 16.33, 32.67, 49 */
+      {50, 29.97, 4, {0, 16, 33, 49}},
+      /* 3 s: int(6.0) = 6: step 14.8 -> 0, 14.8, 29.6, 44.4, 59.2, 74 */
+      {75, 25, 6, {0, 15, 30, 44, 59, 74}},
+      /* 3.52 s: int(7.04) = 7, an odd count (the processor pads to 8 with the last): step 14.5, halves to even:
+       * 14.5 -> 14, 43.5 -> 44, 72.5 -> 72 */
+      {88, 25, 7, {0, 14, 29, 44, 58, 72, 87}},
+      /* 10 s: int(20.0) = 20: step 299 / 19 = 15.74 */
+      {300, 30, 20, {0, 16, 31, 47, 63, 79, 94, 110, 126, 142, 157, 173, 189, 205, 220, 236, 252, 268, 283, 299}},
+      /* unknown rate: taken as 24; 1.25 s: int(2.5) = 2 -> 4: 0, 9.67, 19.33, 29 */
+      {30, 0, 4, {0, 10, 19, 29}},
+  };
+  media_video_opts vo = {.fps = 2, .min_frames = 4, .max_frames = 768};
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    int64_t n = media_video_sample_count(cases[c].frames, cases[c].rate, &vo);
+    CHECK_MSG(n == cases[c].n, "%lld frames at %g fps: %lld sampled, want %lld", (long long)cases[c].frames, cases[c].rate,
+              (long long)n, (long long)cases[c].n);
+    if (n != cases[c].n) continue;
+    int64_t idx[20];
+    media_video_sample_indices(cases[c].frames, n, idx);
+    for (int64_t i = 0; i < n; i++)
+      CHECK_MSG(idx[i] == cases[c].idx[i], "%lld frames at %g fps: index %lld is %lld, want %lld", (long long)cases[c].frames,
+                cases[c].rate, (long long)i, (long long)idx[i], (long long)cases[c].idx[i]);
+  }
+  /* 30 minutes at 30 fps: int(3600) capped at 768; step 53999 / 767 = 70.40 */
+  int64_t n = media_video_sample_count(54000, 30, &vo);
+  CHECK_EQ_INT(n, 768);
+  int64_t *big = malloc(sizeof(int64_t) * 768), sum = 0;
+  media_video_sample_indices(54000, 768, big);
+  for (int i = 0; i < 768; i++) sum += big[i];
+  CHECK(big[0] == 0 && big[1] == 70 && big[2] == 141 && big[3] == 211 && big[5] == 352 && big[765] == 53858 &&
+        big[766] == 53929 && big[767] == 53999);
+  CHECK_EQ_INT(sum, 20735616);
+  free(big);
+  /* without a rate to sample at: every frame, at least min_frames (a 3-frame clip repeats one: 0, .67, 1.33, 2) */
+  media_video_opts all = {.min_frames = 4};
+  CHECK_EQ_INT(media_video_sample_count(3, 5, &all), 4);
+  int64_t four[4];
+  media_video_sample_indices(3, 4, four);
+  CHECK(four[0] == 0 && four[1] == 1 && four[2] == 1 && four[3] == 2);
+  CHECK_EQ_INT(media_video_sample_count(1000, 30, &(media_video_opts){0}), 1000);
+  CHECK_EQ_INT(media_video_sample_count(1000, 30, &(media_video_opts){.max_frames = 10}), 10);
+  CHECK_EQ_INT(media_video_sample_count(0, 30, &vo), 0);
+}
+
+/* An animated GIF of n frames of w x h, each `delay` hundredths of a second, frame k all colour k. */
+typedef struct gif_out {
+  uint8_t *p;
+  size_t n, cap;
+} gif_out;
+
+static int gif_write_mem(GifFileType *g, const GifByteType *b, int n) {
+  gif_out *o = g->UserData;
+  if (o->n + (size_t)n > o->cap) {
+    o->cap = (o->n + (size_t)n) * 2;
+    o->p = realloc(o->p, o->cap);
+  }
+  memcpy(o->p + o->n, b, (size_t)n);
+  o->n += (size_t)n;
+  return n;
+}
+
+static GifColorType frame_colour(int k) { return (GifColorType){(GifByteType)(k * 3), (GifByteType)(255 - k * 2), (GifByteType)(k * 37)}; }
+
+static uint8_t *make_gif(int n, int w, int h, int delay, size_t *len) {
+  gif_out o = {0};
+  int e = 0;
+  GifFileType *g = EGifOpen(&o, gif_write_mem, &e);
+  GifColorType cols[256];
+  for (int k = 0; k < 256; k++) cols[k] = frame_colour(k);
+  ColorMapObject *cm = GifMakeMapObject(256, cols);
+  EGifSetGifVersion(g, true);
+  EGifPutScreenDesc(g, w, h, 8, 0, cm);
+  GifByteType *row = malloc((size_t)w);
+  for (int k = 0; k < n; k++) {
+    GifByteType gce[4] = {0, (GifByteType)(delay & 255), (GifByteType)(delay >> 8), 0};
+    EGifPutExtension(g, GRAPHICS_EXT_FUNC_CODE, 4, gce);
+    EGifPutImageDesc(g, 0, 0, w, h, false, NULL);
+    memset(row, k, (size_t)w);
+    for (int y = 0; y < h; y++) EGifPutLine(g, row, w);
+  }
+  EGifCloseFile(g, &e);
+  GifFreeMapObject(cm);
+  free(row);
+  *len = o.n;
+  return o.p;
+}
+
+/* Short clips decoded as Qwen3-VL samples them: the frames at the indices above, with their times. */
+static void test_video_sampling(void) {
+  static const struct {
+    int frames, delay; /* hundredths of a second per frame */
+    int n;
+    int64_t idx[8];
+  } clips[] = {
+      {30, 4, 4, {0, 10, 19, 29}}, /* 1.2 s at 25 fps: int(2.4) = 2 -> 4 */
+      {7, 10, 4, {0, 2, 4, 6}},    /* 0.7 s at 10 fps: int(1.4) = 1 -> 4: linspace(0, 6, 4) */
+      {3, 20, 3, {0, 1, 2}},       /* 0.6 s at 5 fps: 4 -> at most 3 */
+      {88, 4, 7, {0, 14, 29, 44, 58, 72, 87}}, /* 3.52 s at 25 fps: int(7.04) = 7 */
+  };
+  media_video_opts vo = {.fps = 2, .min_frames = 4, .max_frames = 768};
+  for (size_t c = 0; c < sizeof clips / sizeof *clips; c++) {
+    size_t len = 0;
+    uint8_t *gif = make_gif(clips[c].frames, 8, 6, clips[c].delay, &len);
+    media m;
+    herr err = {0};
+    int rc = media_decode_video(gif, len, NULL, &vo, &m, &err);
+    free(gif);
+    if (rc == HEARTH_EUNSUPPORTED) return;
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc) continue;
+    CHECK_EQ_INT(m.video.src_frames, clips[c].frames);
+    CHECK_NEAR(m.video.fps, 100.0 / clips[c].delay, 1e-9);
+    CHECK_EQ_INT(m.video.n_frames, clips[c].n);
+    for (int i = 0; i < m.video.n_frames && i < clips[c].n; i++) {
+      int64_t k = clips[c].idx[i];
+      CHECK_MSG(m.video.index[i] == k, "clip %zu: frame %d is %lld, want %lld", c, i, (long long)m.video.index[i], (long long)k);
+      CHECK_NEAR(m.video.t[i], k * clips[c].delay / 100.0, 1e-6);
+      GifColorType want = frame_colour((int)k);
+      const uint8_t *px = m.video.frames[i].rgb + (3 * 8 + 5) * 3;
+      CHECK_MSG(px[0] == want.Red && px[1] == want.Green && px[2] == want.Blue, "clip %zu: frame %d holds (%d, %d, %d), not frame %lld's colour",
+                c, i, px[0], px[1], px[2], (long long)k);
+    }
+    media_free(&m);
+  }
+}
+
 int main(void) {
   RUN(test_images);
   RUN(test_bad_images);
+  RUN(test_heif);
   RUN(test_sources);
   RUN(test_audio);
   RUN(test_video);
+  RUN(test_sample_indices);
+  RUN(test_video_sampling);
   TEST_MAIN_END();
 }

@@ -5,6 +5,8 @@
  *   patches (exact), Gemma-4's log-mel features (within 1e-5: numpy's
  *   float32 FFT rounds differently from the double one here) and frame mask
  *   (exact), the soft token count of a clip;
+ *   the Qwen3.5 video sampling settings and frame times in the prompt text
+ *   (transformers' _calculate_timestamps, worked out by hand);
  *   towers: the Qwen3.5 vision tower's merged tokens for two images and two
  *   videos, the Gemma-4 audio tower's soft tokens for two clips where the
  *   fixture's audio mask was built under sdpa (the golden tolerance: 1e-4
@@ -310,6 +312,69 @@ static void test_qwen_preprocess(void) {
     free(ref), free(pv), free(frames);
     free_media(&md);
   }
+  json_decref(f.doc);
+}
+
+/* ---- Qwen3.5: video sampling and frame times ---- */
+
+/* The sampling the tower asks the decoder for comes from video_preprocessor_config.json (the fixture's
+ * do_sample_frames is false: every frame, as transformers then takes them, up to max_frames; with it true,
+ * fps 2 and 4 to 768 frames), and the prompt's frame times are transformers' _calculate_timestamps: a 3.52 s clip at 25 fps
+ * sampled at frames 0, 14, 29, 44, 58, 72, 87 (7: padded with 87 to 8) has its 4 temporal patches at
+ * (0 + 14) / 2 / 25 = 0.28, (29 + 44) / 50 = 1.46, (58 + 72) / 50 = 2.6 and 87 / 25 = 3.48 s. */
+static void test_qwen_video_times(void) {
+  fx f;
+  if (!fx_open(&f, "qwen3_5_vision-f32")) return;
+  loaded L;
+  if (!load_with_tower(f.dir, MEDIA_VIDEO, "qwen3_5_vision", &L)) {
+    unload(&L);
+    json_decref(f.doc);
+    return;
+  }
+  media_video_opts vo;
+  mm_video_opts(L.t, &vo);
+  CHECK(vo.fps == 0 && vo.min_frames == 0 && vo.max_frames == 768); /* every frame, up to max_frames */
+  qwen_vision_prep p;
+  qwen_vision_prep_default(&p);
+  CHECK(p.video_fps == 2 && p.video_min_frames == 4 && p.video_max_frames == 768 && p.video_sample_frames);
+  herr err = {0};
+  CHECK_MSG(qwen_vision_prep_load(&p, f.dir, &err) == 0, "%s", err.msg);
+  CHECK(p.video_fps == 2 && p.video_min_frames == 4 && p.video_max_frames == 768 && !p.video_sample_frames);
+  media md;
+  if (load_media(&f, &qimgs[0], &md)) {
+    static const int64_t idx[7] = {0, 14, 29, 44, 58, 72, 87};
+    media v = {.kind = MEDIA_VIDEO};
+    v.video = (media_video){.n_frames = 7, .fps = 25, .src_frames = 88, .duration = 3.52};
+    v.video.frames = calloc(7, sizeof(media_image));
+    v.video.t = calloc(7, sizeof(double));
+    v.video.index = calloc(7, sizeof(int64_t));
+    for (int i = 0; i < 7; i++) {
+      v.video.frames[i] = md.image;
+      v.video.index[i] = idx[i];
+      v.video.t[i] = idx[i] * 0.04 + 0.001; /* the decoded times: not what the text shows */
+    }
+    mm_prep pr = {0};
+    int rc = mm_prepare(L.t, &v, &pr, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (!rc) {
+      CHECK_EQ_INT(pr.grid[0], 4);
+      const char *want[4] = {"<0.3 seconds><|vision_start|>", "<1.5 seconds><|vision_start|>", "<2.6 seconds><|vision_start|>",
+                             "<3.5 seconds><|vision_start|>"};
+      const char *at = pr.text;
+      for (int k = 0; k < 4; k++) {
+        const char *hit = at ? strstr(at, want[k]) : NULL;
+        CHECK_MSG(hit != NULL, "temporal patch %d: no '%s' in the prompt text", k, want[k]);
+        at = hit ? hit + 1 : at;
+      }
+      int n_times = 0;
+      for (const char *q = pr.text; q && (q = strstr(q, " seconds>")); q++) n_times++;
+      CHECK_EQ_INT(n_times, 4);
+    }
+    mm_prep_free(&pr);
+    free(v.video.frames), free(v.video.t), free(v.video.index);
+    free_media(&md);
+  }
+  unload(&L);
   json_decref(f.doc);
 }
 
@@ -673,6 +738,7 @@ int main(void) {
   RUN(test_positions);
   RUN(test_resize);
   RUN(test_qwen_preprocess);
+  RUN(test_qwen_video_times);
   RUN(test_qwen_tower);
   RUN(test_gemma4_audio_features);
   RUN(test_gemma4_audio_tower);
