@@ -8,6 +8,8 @@
 #   wide-q8     a random llama, hidden 1024, 12 layers, Q8_0 (decode reads ~150 MB a token)
 #   wide-2l-q8  its first 2 layers: a draft that, the weights being random, agrees with nothing
 #   builtin     the built-in model (trained, 8 layers, hidden 256) and builtin-2l, its first 2 layers
+#   hybrid      a random Qwen3.5-shaped hybrid (tools/gen_random_model.py --shape qwen3.5-tiny, bf16;
+#               no tokenizer: its prompt is ids), whose recurrent state is rewound after a rejection
 # Variants: plain; prompt lookup (ngram) with 4 and 8 drafted tokens; a
 # draft model (the target itself: the acceptance upper bound, every draft is
 # accepted but drafting costs a full forward; and the 2-layer copy).
@@ -23,14 +25,18 @@ N=${SPEC_BENCH_TOKENS:-128}
 R=${SPEC_BENCH_REPEATS:-2}
 python3 "$root/bench/spec/make_models.py" "$D" --builtin "$root/models/default" >/dev/null
 [ -f "$D/wide-q8.gguf" ] || "$H" convert "$D/wide" "$D/wide-q8.gguf" --quant q8_0 >/dev/null 2>&1
+[ -f "$D/hybrid/config.json" ] || python3 "$root/tools/gen_random_model.py" "$D/hybrid" --shape qwen3.5-tiny --dtype bf16 >/dev/null
 [ -f "$D/wide-2l-q8.gguf" ] || "$H" convert "$D/wide-2l" "$D/wide-2l-q8.gguf" --quant q8_0 >/dev/null 2>&1
 CAT="The cat sat on the mat. The cat sat on the mat. The cat sat on the mat. The cat sat on the"
+HYB="ids:$(for i in 1 2 3 4; do printf '11,22,33,44,55,66,77,88,'; done | sed 's/,$//')"
 GEN="And God said, Let there be light: and there was light. And God saw the light, that it was good: and God divided the light from the darkness."
 declare -A base
 run() { # label, model, prompt, args...
   local label=$1 model=$2 prompt=$3; shift 3
   local out tps spec steps drafted accepted ids
-  out=$("$H" generate --device "$DEV" --model "$model" --temp 0 -n "$N" --ignore-eos --stats --print-ids "$@" --prompt "$prompt" 2>&1)
+  local pr=(--prompt "$prompt")
+  [ "${prompt#ids:}" != "$prompt" ] && pr=(--ids "${prompt#ids:}")
+  out=$("$H" generate --device "$DEV" --model "$model" --temp 0 -n "$N" --ignore-eos --stats --print-ids "$@" "${pr[@]}" 2>&1)
   tps=$(sed -n 's/.*generated [0-9]* tokens (\([0-9.]*\) tok\/s).*/\1/p' <<<"$out")
   spec=$(grep '^\[speculative' <<<"$out")
   steps=$(sed -n 's/.*, \([0-9]*\) forward steps.*/\1/p' <<<"$spec")
@@ -55,4 +61,7 @@ for rep in $(seq 1 "$R"); do
   run "builtin draft itself 4" "$root/models/default" "$GEN" --spec-tokens 4 --draft-model "$root/models/default"
   run "builtin draft 2-layer 4" "$root/models/default" "$GEN" --spec-tokens 4 --draft-model "$D/builtin-2l"
   run "builtin draft 2-layer 2" "$root/models/default" "$GEN" --spec-tokens 2 --draft-model "$D/builtin-2l"
+  run "hybrid plain" "$D/hybrid" "$HYB"
+  run "hybrid ngram 4" "$D/hybrid" "$HYB" --spec-tokens 4
+  run "hybrid draft itself 4" "$D/hybrid" "$HYB" --spec-tokens 4 --draft-model "$D/hybrid"
 done
