@@ -174,6 +174,14 @@ typedef struct rec_seq {
   int32_t t0, n, slot, fresh;
 } rec_seq;
 
+/* keep (the recurrent ops' last-but-one argument, NULL: none): per
+ * sequence, -1 or the first of n rows of the state arena (n: the
+ * sequence's tokens this step) that get the state after each of its
+ * positions (row keep[s] + i: after position i, at off like the slot's);
+ * the slot's own state is updated as without. A verification forward over
+ * drafts keeps them, so the state after the last accepted one can be
+ * installed without computing the accepted tokens again. */
+
 /* Causal depthwise convolution over c channels with a kernel of k taps
  * (w[c, k]), continuing each sequence from its state: the state holds the
  * k - 1 inputs before the sequence's first new token (oldest first, c
@@ -181,7 +189,7 @@ typedef struct rec_seq {
  * through SiLU when silu. Afterwards the state holds the sequence's last
  * k - 1 inputs. x, y: [T, c]; y must not alias x. */
 void op_conv1d_state(float *y, const float *x, int64_t c, const float *w, int64_t k, float *state, int64_t stride,
-                     int64_t off, const rec_seq *seqs, int64_t n_seqs, bool silu);
+                     int64_t off, const rec_seq *seqs, int64_t n_seqs, const int32_t *keep, bool silu);
 
 /* The gated delta rule (Gated DeltaNet's token mixer). qkv[T, 2 · nk · dk +
  * nv · dv] holds per token the queries (nk heads of dk), the keys (same) and
@@ -205,7 +213,7 @@ void op_delta_rule_ref(float *o, const float *qkv, const float *a, const float *
  * token-by-token step. */
 void op_delta_rule_chunked(hpool *pool, float *o, const float *qkv, const float *a, const float *b, const float *a_log,
                            const float *dt_bias, float *state, int64_t stride, int64_t off, const rec_seq *seqs,
-                           int64_t n_seqs, const delta_params *p, int64_t chunk);
+                           int64_t n_seqs, const int32_t *keep, const delta_params *p, int64_t chunk);
 /* y[n, d] *= sigmoid(g), g [n, d] elementwise or [n, 1] per row (gd = d or 1). */
 void op_sigmoid_mul(float *y, const float *g, int64_t n, int64_t d, int64_t gd);
 /* ---- multi-head latent attention and DeepSeek sparse attention (cpu/ref_sparse.c) ---- */

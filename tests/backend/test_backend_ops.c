@@ -1993,7 +1993,7 @@ static void test_conv1d(void) {
       float *x = rand_floats(T * C, 2.0f), *w = rand_floats(C * K, 1.0f), *st0 = rand_floats(n_slots * stride, 1.5f);
       float *yr = malloc(sizeof(float) * (size_t)(T * C)), *str = malloc(sizeof(float) * (size_t)(n_slots * stride));
       memcpy(str, st0, sizeof(float) * (size_t)(n_slots * stride));
-      op_conv1d_state(yr, x, C, w, K, str, stride, off, seqs, cases[ci].q.n, silu);
+      op_conv1d_state(yr, x, C, w, K, str, stride, off, seqs, cases[ci].q.n, NULL, silu);
       double *ry = to_double(yr, T * C), *rs = to_double(str, n_slots * stride);
       char shape[96];
       snprintf(shape, sizeof shape, "c %lld, k %lld, %d seqs, %lld tokens%s", (long long)C, (long long)K, cases[ci].q.n,

@@ -361,6 +361,87 @@ static void test_kv_quant(void) {
   for (int i = 0; i < 5; i++) CHECK(b[i] == a[i]);
 }
 
+/* The recurrent ops' per-position states (keep): a run of n tokens per
+ * sequence, with keep, must leave in row keep + i the state the op reaches
+ * when fed the same tokens one at a time up to position i; the slot's own
+ * state and the outputs must be those of a run without keep. */
+static void test_rec_keep(void) {
+  hpool *pool = hpool_create(2);
+  enum { NS = 2, LEN0 = 5, LEN1 = 3, T = LEN0 + LEN1, SLOTS = 2 + T };
+  const rec_seq seqs[NS] = {{0, LEN0, 1, 0}, {LEN0, LEN1, 0, 1}};
+  const int32_t keep[NS] = {2, 2 + LEN0};
+  /* conv1d: c channels, k taps */
+  {
+    int64_t c = 6, k = 4, off = 3, stride = off + (k - 1) * c + 2;
+    float *x = rand_buf((size_t)(T * c)), *w = rand_buf((size_t)(c * k)), *st0 = rand_buf((size_t)(SLOTS * stride));
+    float *st = bk_alloc((size_t)(SLOTS * stride)), *plain = bk_alloc((size_t)(SLOTS * stride));
+    float *y = bk_alloc((size_t)(T * c)), *yp = bk_alloc((size_t)(T * c));
+    memcpy(st, st0, sizeof(float) * (size_t)(SLOTS * stride));
+    memcpy(plain, st0, sizeof(float) * (size_t)(SLOTS * stride));
+    op_conv1d_state(y, x, c, w, k, st, stride, off, seqs, NS, keep, true);
+    op_conv1d_state(yp, x, c, w, k, plain, stride, off, seqs, NS, NULL, true);
+    CHECK(memcmp(y, yp, sizeof(float) * (size_t)(T * c)) == 0);
+    for (int s = 0; s < NS; s++) {
+      CHECK(memcmp(st + seqs[s].slot * stride, plain + seqs[s].slot * stride, sizeof(float) * (size_t)stride) == 0);
+      float *one = bk_alloc((size_t)(SLOTS * stride)), *y1 = bk_alloc((size_t)(T * c));
+      memcpy(one, st0, sizeof(float) * (size_t)(SLOTS * stride));
+      for (int i = 0; i < seqs[s].n; i++) {
+        rec_seq q = {seqs[s].t0 + i, 1, seqs[s].slot, seqs[s].fresh && i == 0};
+        op_conv1d_state(y1, x, c, w, k, one, stride, off, &q, 1, NULL, true);
+        CHECK_MSG(memcmp(st + (keep[s] + i) * stride + off, one + seqs[s].slot * stride + off,
+                         sizeof(float) * (size_t)((k - 1) * c)) == 0,
+                  "conv1d keep: sequence %d position %d", s, i);
+      }
+      bk_free(one), bk_free(y1);
+    }
+    bk_free(x), bk_free(w), bk_free(st0), bk_free(st), bk_free(plain), bk_free(y), bk_free(yp);
+  }
+  /* the gated delta rule (chunked form) against the reference one token at a time */
+  {
+    delta_params p = {2, 4, 16, 8};
+    int64_t nv = p.n_v_heads, W = 2 * p.n_k_heads * p.dk + nv * p.dv, off = 5, width = nv * p.dk * p.dv;
+    int64_t stride = off + width + 1;
+    float *qkv = rand_buf((size_t)(T * W)), *a = rand_buf((size_t)(T * nv)), *b = rand_buf((size_t)(T * nv));
+    float *a_log = rand_buf((size_t)nv), *dtb = rand_buf((size_t)nv), *st0 = bk_alloc((size_t)(SLOTS * stride));
+    for (int64_t i = 0; i < SLOTS * stride; i++) st0[i] = 0.2f * nrand();
+    float *st = bk_alloc((size_t)(SLOTS * stride)), *plain = bk_alloc((size_t)(SLOTS * stride));
+    float *o = bk_alloc((size_t)(T * nv * p.dv)), *op = bk_alloc((size_t)(T * nv * p.dv));
+    memcpy(st, st0, sizeof(float) * (size_t)(SLOTS * stride));
+    memcpy(plain, st0, sizeof(float) * (size_t)(SLOTS * stride));
+    op_delta_rule_chunked(pool, o, qkv, a, b, a_log, dtb, st, stride, off, seqs, NS, keep, &p, 64);
+    op_delta_rule_chunked(pool, op, qkv, a, b, a_log, dtb, plain, stride, off, seqs, NS, NULL, &p, 64);
+    double worst = 0;
+    for (int64_t i = 0; i < T * nv * p.dv; i++) {
+      double e = rel_err(o[i], op[i]);
+      if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+    }
+    for (int s = 0; s < NS; s++)
+      for (int64_t i = 0; i < width; i++) {
+        double e = rel_err(st[seqs[s].slot * stride + off + i], plain[seqs[s].slot * stride + off + i]);
+        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+      }
+    CHECK_MSG(worst < 1e-4, "delta rule keep: outputs / final state off by %g", worst);
+    for (int s = 0; s < NS; s++) {
+      float *one = bk_alloc((size_t)(SLOTS * stride)), *o1 = bk_alloc((size_t)(T * nv * p.dv));
+      memcpy(one, st0, sizeof(float) * (size_t)(SLOTS * stride));
+      for (int i = 0; i < seqs[s].n; i++) {
+        rec_seq q = {seqs[s].t0 + i, 1, seqs[s].slot, seqs[s].fresh && i == 0};
+        op_delta_rule_ref(o1, qkv, a, b, a_log, dtb, one, stride, off, &q, 1, &p);
+        worst = 0;
+        for (int64_t e = 0; e < width; e++) {
+          double d = rel_err(st[(keep[s] + i) * stride + off + e], one[seqs[s].slot * stride + off + e]);
+          if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
+        }
+        CHECK_MSG(worst < 1e-4, "delta rule keep: sequence %d position %d off by %g", s, i, worst);
+      }
+      bk_free(one), bk_free(o1);
+    }
+    bk_free(qkv), bk_free(a), bk_free(b), bk_free(a_log), bk_free(dtb), bk_free(st0), bk_free(st), bk_free(plain);
+    bk_free(o), bk_free(op);
+  }
+  hpool_destroy(pool);
+}
+
 int main(void) {
   RUN(test_matmul);
   RUN(test_matmul_fast_vs_ref);
@@ -371,5 +452,6 @@ int main(void) {
   RUN(test_attention_fast);
   RUN(test_conversions);
   RUN(test_kv_quant);
+  RUN(test_rec_keep);
   TEST_MAIN_END();
 }

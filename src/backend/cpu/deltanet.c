@@ -28,6 +28,7 @@ typedef struct delta_job {
   float *state;
   int64_t stride, off, chunk;
   const rec_seq *seqs;
+  const int32_t *keep;
   const delta_params *p;
 } delta_job;
 
@@ -48,6 +49,8 @@ static void delta_task(void *ctx, int task, int tid) {
   int64_t nk = p->n_k_heads, nv = p->n_v_heads, dk = p->dk, dv = p->dv, W = 2 * nk * dk + nv * dv;
   int64_t h = task % nv, kh = h / (nv / nk), C = j->chunk;
   const rec_seq *sq = &j->seqs[task / nv];
+  int32_t keep = j->keep ? j->keep[task / nv] : -1;
+  if (keep >= 0) C = 1; /* the state after every position: chunks of one token (the token-by-token rule) */
   float *S = j->state + (int64_t)sq->slot * j->stride + j->off + h * dk * dv;
   if (sq->fresh) memset(S, 0, sizeof(float) * (size_t)(dk * dv));
   if (sq->n <= 0) return;
@@ -131,13 +134,15 @@ static void delta_task(void *ctx, int task, int tid) {
         for (int64_t e = 0; e < dv; e++) Si[e] += f * us[e];
       }
     }
+    if (keep >= 0) /* the state after position c0 (chunks of one) */
+      memcpy(j->state + (int64_t)(keep + c0) * j->stride + j->off + h * dk * dv, S, sizeof(float) * (size_t)(dk * dv));
   }
   free(buf);
 }
 
 void op_delta_rule_chunked(hpool *pool, float *o, const float *qkv, const float *a, const float *b, const float *a_log,
                            const float *dt_bias, float *state, int64_t stride, int64_t off, const rec_seq *seqs,
-                           int64_t n_seqs, const delta_params *p, int64_t chunk) {
-  delta_job j = {o, qkv, a, b, a_log, dt_bias, state, stride, off, chunk > 0 ? chunk : 64, seqs, p};
+                           int64_t n_seqs, const int32_t *keep, const delta_params *p, int64_t chunk) {
+  delta_job j = {o, qkv, a, b, a_log, dt_bias, state, stride, off, chunk > 0 ? chunk : 64, seqs, keep, p};
   hpool_for(pool, (int)(n_seqs * p->n_v_heads), delta_task, &j);
 }

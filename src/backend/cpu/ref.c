@@ -390,11 +390,18 @@ void op_attention_ref(hpool *pool, float *out, const float *q, int64_t n, const 
 /* ---- recurrent layers ---- */
 
 void op_conv1d_state(float *y, const float *x, int64_t c, const float *w, int64_t k, float *state, int64_t stride,
-                     int64_t off, const rec_seq *seqs, int64_t n_seqs, bool silu) {
+                     int64_t off, const rec_seq *seqs, int64_t n_seqs, const int32_t *keep, bool silu) {
   for (int64_t s = 0; s < n_seqs; s++) {
     const rec_seq *sq = &seqs[s];
     float *st = state + (int64_t)sq->slot * stride + off; /* [k - 1, c] */
     if (sq->fresh) memset(st, 0, sizeof(float) * (size_t)((k - 1) * c));
+    if (keep && keep[s] >= 0) /* the state after position i: the k - 1 inputs up to i, before st is overwritten */
+      for (int64_t i = 0; i < sq->n; i++)
+        for (int64_t m = 0; m < k - 1; m++) {
+          int64_t at = i + 1 - (k - 1) + m;
+          const float *src = at >= 0 ? x + (sq->t0 + at) * c : st + (k - 1 + at) * c;
+          memcpy(state + (int64_t)(keep[s] + i) * stride + off + m * c, src, sizeof(float) * (size_t)c);
+        }
     for (int64_t i = 0; i < sq->n; i++) {
       float *yr = y + (sq->t0 + i) * c;
       for (int64_t ch = 0; ch < c; ch++) {
