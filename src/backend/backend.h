@@ -259,6 +259,8 @@ typedef struct bk_recurrent {
   const bk_tensor *state;  /* borrowed: the layer's state arena */
   int64_t off;             /* this op's first float in a row */
   const bk_tensor *seqs;   /* borrowed: I32 [S, 4] */
+  const int32_t *keep;     /* borrowed host memory, NULL: none: per token, the row that gets the state after it
+                              (-1: none; ops.h, keep); the CPU backend alone takes it */
 } bk_recurrent;
 
 /* y[T, c] = the causal depthwise convolution of x[T, c] with w (F32 [c, k]),

@@ -174,13 +174,13 @@ typedef struct rec_seq {
   int32_t t0, n, slot, fresh;
 } rec_seq;
 
-/* keep (the recurrent ops' last-but-one argument, NULL: none): per
- * sequence, -1 or the first of n rows of the state arena (n: the
- * sequence's tokens this step) that get the state after each of its
- * positions (row keep[s] + i: after position i, at off like the slot's);
- * the slot's own state is updated as without. A verification forward over
- * drafts keeps them, so the state after the last accepted one can be
- * installed without computing the accepted tokens again. */
+/* keep (the recurrent ops' last-but-one argument, NULL: none): per token
+ * of the step, -1 or the state-arena row that gets its sequence's state
+ * after that token (at off like the slot's); the slot's own state is
+ * updated as without. A verification forward over drafts keeps them, so the
+ * state after the last accepted one can be installed without computing the
+ * accepted tokens again. A sequence's tokens keep all or none (whether its
+ * first token's entry is -1 decides). */
 
 /* Causal depthwise convolution over c channels with a kernel of k taps
  * (w[c, k]), continuing each sequence from its state: the state holds the

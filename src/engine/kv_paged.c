@@ -83,6 +83,8 @@ typedef struct paged_seq {
   bool stale;                 /* truncated to a length its recurrent state no longer matches */
   int32_t mark;               /* recurrent layers: a state row holding the state at length mark_len (-1: none) */
   int64_t mark_len;           /* -1: no mark */
+  int32_t *keep_rows;         /* owned [n_keep_rows]: state rows for the states after a forward's tokens (kv_seq.keep) */
+  int32_t n_keep_rows;
 } paged_seq;
 
 #define PREFIX_ROOT 0x6a09e667f3bcc909ull
@@ -525,7 +527,10 @@ static const kv_store *paged_table(kv_seq *s, const int32_t **blocks, int64_t *n
   return &ps->pool->store;
 }
 
-static void paged_commit(kv_seq *s, int64_t n) { s->len += n; }
+static void paged_commit(kv_seq *s, int64_t n) {
+  if (s->len == s->keep_at && s->n_keep > n) s->n_keep = (int32_t)n; /* the states kept: only the tokens fed */
+  s->len += n;
+}
 
 static const kv_ops paged_ops = {paged_reserve, paged_table, paged_commit};
 
@@ -555,6 +560,8 @@ void kv_paged_seq_free(kv_seq *s) {
   for (int64_t i = ps->n_blocks - 1; i >= 0; i--) release_block(ps->pool, ps->table[i]);
   if (s->state >= 0) ps->pool->state_free[ps->pool->n_state_free++] = s->state;
   if (ps->mark >= 0) ps->pool->state_free[ps->pool->n_state_free++] = ps->mark;
+  for (int32_t i = 0; i < ps->n_keep_rows; i++) ps->pool->state_free[ps->pool->n_state_free++] = ps->keep_rows[i];
+  free(ps->keep_rows);
   free(ps->table);
   free(ps);
 }
@@ -581,6 +588,7 @@ int64_t kv_paged_seq_attach_prefix(kv_seq *s, const int32_t *tokens, int64_t n, 
   paged_seq *ps = (paged_seq *)s;
   kv_pool *p = ps->pool;
   if (s->len != 0 || ps->n_blocks != 0) return 0;
+  s->n_keep = 0;
   uint64_t parent = PREFIX_ROOT;
   int64_t i = 0;
   while ((i + 1) * p->B <= n - 1) {
@@ -612,14 +620,14 @@ int64_t kv_paged_seq_attach_prefix(kv_seq *s, const int32_t *tokens, int64_t n, 
   return s->len;
 }
 
-/* A snapshot of s's state as the state after block i (s->len is that block's end). */
-static void snapshot(kv_pool *p, paged_seq *ps, int32_t b) {
-  if (p->max_snaps <= 0 || ps->stale || ps->base.state < 0) return;
+/* A snapshot of state row src (s's state, or a kept one) as the state after block b. */
+static void snapshot(kv_pool *p, paged_seq *ps, int32_t b, int32_t src) {
+  if (p->max_snaps <= 0 || ps->stale || src < 0) return;
   while (p->n_snaps >= p->max_snaps) drop_oldest_snap(p);
   herr e = {0};
   int32_t row = take_state(p, &e);
   if (row < 0) return; /* no memory for one: this block just has none */
-  copy_state(p, row, ps->base.state);
+  copy_state(p, row, src);
   p->meta[b].snap = row;
   p->meta[b].snap_used = ++p->snap_clock;
   p->n_snaps++;
@@ -637,7 +645,10 @@ void kv_paged_seq_publish(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t 
     if (!p->meta[b].hashed && same < 0) publish_block(p, b, h, ps->last_hash, (int32_t)i, bt);
     /* the snapshot goes with the block a later match finds: this one, or the same prefix's published twin */
     int32_t keeper = same >= 0 ? same : b;
-    if (p->has_state && (i + 1) * p->B == s->len && p->meta[keeper].snap < 0) snapshot(p, ps, keeper);
+    /* the state at the block's end: the sequence's own when it ends there, else a kept one (kv_seq.keep) */
+    int64_t end = (i + 1) * p->B;
+    int32_t src = end == s->len ? s->state : end > s->keep_at && end <= s->keep_at + s->n_keep ? s->keep[end - s->keep_at - 1] : -1;
+    if (p->has_state && p->meta[keeper].snap < 0) snapshot(p, ps, keeper, src);
     ps->last_hash = h;
     ps->n_published++;
   }
@@ -652,13 +663,17 @@ void kv_paged_seq_truncate(kv_seq *s, int64_t n) {
     ps->n_published = 0;
     ps->last_hash = PREFIX_ROOT;
   }
-  if (ps->pool->has_state && n == ps->mark_len) { /* back to the mark: its state again */
+  if (ps->pool->has_state && n > s->keep_at && n <= s->keep_at + s->n_keep) { /* a kept state: installed */
+    copy_state(ps->pool, s->state, s->keep[n - s->keep_at - 1]);
+    ps->stale = false;
+  } else if (ps->pool->has_state && n == ps->mark_len) { /* back to the mark: its state again */
     copy_state(ps->pool, s->state, ps->mark);
     ps->stale = false;
   } else if (ps->pool->has_state) {
     ps->stale = n > 0; /* from 0 it starts afresh; elsewhere its state is past n */
   }
   if (n < ps->mark_len) ps->mark_len = -1;
+  if (n < s->keep_at + s->n_keep) s->n_keep = n > s->keep_at ? (int32_t)(n - s->keep_at) : 0; /* past n: no longer kept */
   s->len = n;
 }
 
@@ -674,10 +689,32 @@ int kv_paged_seq_mark(kv_seq *s, herr *err) {
   return 0;
 }
 
+int kv_paged_seq_keep(kv_seq *s, int n, herr *err) {
+  paged_seq *ps = (paged_seq *)s;
+  kv_pool *p = ps->pool;
+  s->n_keep = 0;
+  if (!p->has_state || n <= 0 || ps->stale || s->state < 0) return 0;
+  if (n > ps->n_keep_rows) {
+    int32_t *rows = realloc(ps->keep_rows, sizeof(int32_t) * (size_t)n);
+    if (!rows) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+    ps->keep_rows = rows;
+    while (ps->n_keep_rows < n) {
+      int32_t r = take_state(p, err);
+      if (r < 0) return err ? err->code : HEARTH_ENOMEM;
+      ps->keep_rows[ps->n_keep_rows++] = r;
+    }
+  }
+  s->keep = ps->keep_rows;
+  s->n_keep = n;
+  s->keep_at = s->len;
+  return 0;
+}
+
 int64_t kv_paged_seq_rewind(kv_seq *s, int64_t n) {
   paged_seq *ps = (paged_seq *)s;
   if (n < 0 || n >= s->len) return s->len;
-  if (ps->pool->has_state) n = ps->mark_len >= 0 && ps->mark_len <= n ? ps->mark_len : 0;
+  if (ps->pool->has_state && !(n > s->keep_at && n <= s->keep_at + s->n_keep))
+    n = ps->mark_len >= 0 && ps->mark_len <= n ? ps->mark_len : 0;
   kv_paged_seq_truncate(s, n);
   return s->len;
 }

@@ -120,8 +120,19 @@ void kv_paged_seq_truncate(kv_seq *s, int64_t n);
  * (the sequence is not stale); the mark is forgotten once s is cut below it.
  * Without recurrent layers it does nothing; ENOMEM when no state row is left. */
 int kv_paged_seq_mark(kv_seq *s, herr *err);
+/* Recurrent layers: s's next forward (from its current length) keeps the
+ * state after each of its first n tokens too, in n state rows of s's own
+ * (kv_seq.keep; taken once, kept until s is freed): then truncating s to
+ * any length in (len, len + n] installs the state there, and publishing a
+ * block that ends there snapshots it, so speculative verification neither
+ * feeds accepted tokens again nor stops drafts at a block's end. The states
+ * stay valid for the tokens s keeps (cutting s shortens them). Without
+ * recurrent layers, or with a stale state, it keeps nothing; ENOMEM when no
+ * state row is left. */
+int kv_paged_seq_keep(kv_seq *s, int n, herr *err);
 /* Cuts s back to at most n rows, as far as its state allows, and returns
- * its new length: n without recurrent layers; with them, the mark's length
+ * its new length: n without recurrent layers, or where a kept state
+ * (kv_paged_seq_keep) is at n; else with recurrent layers the mark's length
  * when it is at most n (the state restored), else 0 (the sequence starts
  * afresh and its tokens are fed again). Nothing happens when n >= len. */
 int64_t kv_paged_seq_rewind(kv_seq *s, int64_t n);

@@ -476,10 +476,15 @@ static bool seq_verify(sched *s, sseq *q, float *rows, const bk_sample_out *chos
     seq_finish(s, q, rc);
     return true;
   }
-  /* rejected drafts: attention rows are cut off; recurrent layers go back to the state before the
-   * drafts (the mark), and the accepted tokens are fed again ahead of the next step's pending token
-   * (and its drafts: q->n_catch), so no block is published past what the state has seen */
-  if (q->kv->len > q->n_toks - 1) kv_paged_seq_rewind(q->kv, q->n_toks - 1);
+  /* rejected drafts: attention rows are cut off; recurrent layers take the state kept after the last
+   * accepted token (kv_paged_seq_keep), or, without one, go back to the state before the drafts (the
+   * mark), and the accepted tokens are fed again ahead of the next step's pending token (and its
+   * drafts: q->n_catch), so no block is published past what the state has seen */
+  if (q->kv->len > q->n_toks - 1 && kv_paged_seq_rewind(q->kv, q->n_toks - 1) < q->n_toks - 1) {
+    pthread_mutex_lock(&s->mu);
+    s->st.spec_refed += q->n_toks - 1 - q->kv->len;
+    pthread_mutex_unlock(&s->mu);
+  }
   kv_paged_seq_publish(q->kv, keys_of(q), q->kv->len, adapter_of(q));
   return false;
 }
@@ -714,12 +719,16 @@ static void step(sched *s) {
     int64_t n = q->n_toks - q->kv->len;
     if (q->n_draft > 0) { /* its drafts, as many as the step's budget leaves room for */
       int64_t keep = q->n_draft < budget - n ? q->n_draft : budget - n;
-      if (s->recurrent && keep > 0) {
-        /* recurrent layers: the drafts stop at a block's end (whose state snapshot needs the sequence
-         * to end there), and the state before them is kept, to go back to over a rejection */
+      herr me = {0};
+      if (s->recurrent && keep > 0 && (kv_paged_seq_keep(q->kv, (int)(n + keep), &me) || q->kv->n_keep == 0)) {
+        /* recurrent layers keep the state after each fed token (kv_paged_seq_keep): a rejection installs
+         * the last accepted one's, and a block's end inside the drafts gets its snapshot from there. Without
+         * those rows, the drafts stop at a block's end (whose snapshot then needs the sequence to end there)
+         * and the state before them is kept (a mark), to go back to over a rejection */
+        if (me.code) HLOG_WARN("%s (this step keeps the state before its drafts alone)", me.msg);
         int64_t B = kv_pool_block_tokens(s->pool), end = (q->kv->len / B + 1) * B;
         if (q->kv->len + n + keep > end) keep = end - q->kv->len - n;
-        herr me = {0};
+        me = (herr){0};
         if (keep > 0 && kv_paged_seq_mark(q->kv, &me)) {
           HLOG_WARN("%s (this step decodes without drafts)", me.msg);
           keep = 0;
@@ -1025,8 +1034,8 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   s->recurrent = kv_pool_recurrent(s->pool);
   if (s->recurrent) {
     kv_pool_set_snapshots(s->pool, snaps);
-    /* a speculating sequence also keeps its state before its drafts (kv_paged_seq_mark) */
-    int64_t marks = s->method->spec_tokens > 0 || s->method->draft ? s->max_batch : 0;
+    /* a speculating sequence also keeps its state after each verified token (kv_paged_seq_keep) */
+    int64_t marks = s->method->spec_tokens > 0 || s->method->draft ? s->max_batch * (s->method->spec_tokens + 2) : 0;
     if ((rc = kv_pool_reserve_states(s->pool, s->max_batch + snaps + marks + 1, err))) goto fail;
   }
   if (s->method && s->method->draft) {

@@ -84,6 +84,8 @@ typedef struct sched_stats {
   /* speculative decoding, per draft source (spec_source): verification steps with drafts,
      tokens drafted, drafts accepted */
   int64_t spec_steps[SPEC_N_SOURCES], spec_drafted[SPEC_N_SOURCES], spec_accepted[SPEC_N_SOURCES];
+  int64_t spec_refed;                             /* recurrent layers: accepted tokens a rejection leaves to be
+                                                     fed again (0 while each verified token's state is kept) */
   bool kv_store;                                  /* a KV store on disk is in use: its counters in store */
   kv_disk_stats store;
 } sched_stats;

@@ -104,6 +104,7 @@ static void scratch_free(fwd_scratch *f) {
   bk_buf_free(f->media_buf);
   free(f->host_idx);
   free(f->host_media);
+  free(f->host_keep);
   memset(f, 0, sizeof *f);
 }
 
@@ -673,6 +674,9 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
           *mrows = tables + n_tables, *lastv = mrows + M;
   int64_t mi = 0, D = c->hidden_size;
   int64_t t = 0, r = 0, p = 0, q = 0, toff = 0, B = kv->block_rows;
+  bool keeps = false; /* some sequence keeps its state after each token (kv_seq.keep) */
+  for (int s = 0; s < b->n_seqs; s++) keeps |= b->seqs[s].kv->n_keep > 0 && b->seqs[s].kv->len == b->seqs[s].kv->keep_at;
+  if (keeps && !HGROW(m->f.host_keep, m->f.cap_keep, (size_t)T)) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   for (int s = 0; s < b->n_seqs; s++) {
     const model_seq *sq = &b->seqs[s];
     const int32_t *blocks;
@@ -681,6 +685,9 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
     memcpy(tables + toff, blocks, sizeof(int32_t) * (size_t)nb);
     int32_t *rs = rseqs + 4 * s; /* rec_seq: t0, n, state row, fresh */
     rs[0] = (int32_t)t, rs[1] = sq->n_tokens, rs[2] = sq->kv->state < 0 ? 0 : sq->kv->state, rs[3] = sq->kv->len == 0;
+    const kv_seq *ks = sq->kv;
+    for (int i = 0; keeps && i < sq->n_tokens; i++)
+      m->f.host_keep[t + i] = ks->len == ks->keep_at && i < ks->n_keep ? ks->keep[i] : -1;
     for (int i = 0; i < sq->n_tokens; i++, t++) {
       int64_t rw = sq->kv->len + i;
       ids[t] = m->tp_size ? tp_local_token(m, sq->tokens[i]) : sq->tokens[i];
@@ -734,7 +741,7 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
     t += sq->n_tokens;
   }
   fwd_scratch *f = &m->f;
-  step st = {.T = T, .R = R, .lora = m->lora_runs, .n_lora = n_runs};
+  step st = {.T = T, .R = R, .lora = m->lora_runs, .n_lora = n_runs, .keep = keeps ? f->host_keep : NULL};
   bool canvas = b->seqs[0].canvas;
   if (canvas) {
     st.canvas = true;

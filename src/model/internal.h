@@ -73,6 +73,8 @@ typedef struct fwd_scratch {
   bk_buf *idx_buf;        /* owned */
   bk_tensor idx;          /* I32: the step's index tables (see forward) */
   int32_t *host_idx;      /* owned: their host staging, cap_idx entries */
+  int32_t *host_keep;     /* owned: the step's per-token state rows to keep (step.keep), cap_keep entries */
+  size_t cap_keep;
   int64_t cap_r;          /* logits rows */
   bk_buf *logit_buf;      /* owned */
   bk_tensor logits;
@@ -108,6 +110,7 @@ typedef struct step {
   bk_tensor fam;          /* T * model.w_fam floats for the family to carve up */
   bk_tensor ids, pos, row, tab, slot, gather, tables;
   bk_tensor rseqs;        /* I32 [S, 4]: per sequence t0, n, state row, fresh (the recurrent ops' rec_seq) */
+  const int32_t *keep;    /* host [T], NULL: none: the state rows that get the state after each token (kv_seq.keep) */
   const lora_run *lora;   /* borrowed: the runs of rows that use adapters (none: the base model alone) */
   int n_lora;
   bool has_last;          /* last holds bidirectional spans (model_seq.bidir_last) */

@@ -68,6 +68,11 @@ struct kv_seq {
   const kv_ops *ops; /* borrowed: the cache implementation */
   int64_t len;       /* tokens stored (= position of the next token) */
   int32_t state;     /* its row of the store's state arenas (-1: none; a model with recurrent layers needs one) */
+  /* recurrent layers: a forward from length keep_at writes the state after its token i (i < n_keep)
+   * into state row keep[i] too (speculative verification: the state after any accepted draft) */
+  const int32_t *keep; /* borrowed, n_keep rows; NULL with n_keep 0 */
+  int32_t n_keep;
+  int64_t keep_at;
 };
 
 #endif

@@ -148,7 +148,7 @@ void layer_deltanet(model *m, int l, const kv_store *kv, step *st) {
   bk_matmul_t(&a, &st->xn, &lw->in_a, NULL);
   bk_matmul_t(&b, &st->xn, &lw->in_b, NULL);
   bk_tensor w = bk_reshape(&lw->conv_w, C, K);
-  bk_recurrent conv = {&kv->state[l], 0, &st->rseqs}, rule = {&kv->state[l], (K - 1) * C, &st->rseqs};
+  bk_recurrent conv = {&kv->state[l], 0, &st->rseqs, st->keep}, rule = {&kv->state[l], (K - 1) * C, &st->rseqs, st->keep};
   bk_conv1d(&mixed, &qkv, &w, &conv, model_act(m) == BK_ACT_SILU);
   delta_params p = {nk, nv, dk, dv};
   bk_delta_rule(&o, &mixed, &a, &b, &lw->a_log, &lw->dt_bias, &rule, &p);

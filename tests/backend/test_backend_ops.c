@@ -2006,7 +2006,7 @@ static void test_conv1d(void) {
         bk_tensor tq = tfrom_i32(be, (const int32_t *)seqs, 4 * cases[ci].q.n), ty = tnew(be, BK_DT_F32, T, C);
         tq = bk_reshape(&tq, cases[ci].q.n, 4);
         poison(&ty);
-        bk_recurrent r = {&tst, off, &tq};
+        bk_recurrent r = {&tst, off, &tq, NULL};
         bk_conv1d(&ty, &tx, &tw, &r, silu);
         tget(&ty, gy, "conv1d");
         tget(&tst, gs, "conv1d");
@@ -2064,7 +2064,7 @@ static void test_delta_rule(void) {
         if (!split) {
           bk_tensor tq = tfrom_i32(be, (const int32_t *)seqs, 4 * n_seqs);
           tq = bk_reshape(&tq, n_seqs, 4);
-          bk_recurrent r = {&tst, off, &tq};
+          bk_recurrent r = {&tst, off, &tq, NULL};
           bk_delta_rule(&to, &tqkv, &ta, &tb, &tal, &tdt, &r, &p);
           tget(&to, go, "delta_rule");
           bk_tensor_free(&tq);
@@ -2079,13 +2079,13 @@ static void test_delta_rule(void) {
           }
           bk_tensor tq1 = tfrom_i32(be, (const int32_t *)s1, 4 * n_seqs);
           tq1 = bk_reshape(&tq1, n_seqs, 4);
-          bk_recurrent r1 = {&tst, off, &tq1};
+          bk_recurrent r1 = {&tst, off, &tq1, NULL};
           bk_delta_rule(&to, &tqkv, &ta, &tb, &tal, &tdt, &r1, &p);
           bk_tensor tq2 = {0};
           if (n2) {
             tq2 = tfrom_i32(be, (const int32_t *)s2, 4 * n2);
             tq2 = bk_reshape(&tq2, n2, 4);
-            bk_recurrent r2 = {&tst, off, &tq2};
+            bk_recurrent r2 = {&tst, off, &tq2, NULL};
             bk_delta_rule(&to, &tqkv, &ta, &tb, &tal, &tdt, &r2, &p);
           }
           tget(&to, go, "delta_rule");

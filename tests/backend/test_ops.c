@@ -362,14 +362,16 @@ static void test_kv_quant(void) {
 }
 
 /* The recurrent ops' per-position states (keep): a run of n tokens per
- * sequence, with keep, must leave in row keep + i the state the op reaches
- * when fed the same tokens one at a time up to position i; the slot's own
+ * sequence, with keep, must leave in row keep[t] the state the op reaches
+ * when fed the same tokens one at a time up to token t; the slot's own
  * state and the outputs must be those of a run without keep. */
 static void test_rec_keep(void) {
   hpool *pool = hpool_create(2);
   enum { NS = 2, LEN0 = 5, LEN1 = 3, T = LEN0 + LEN1, SLOTS = 2 + T };
   const rec_seq seqs[NS] = {{0, LEN0, 1, 0}, {LEN0, LEN1, 0, 1}};
-  const int32_t keep[NS] = {2, 2 + LEN0};
+  int32_t keep[T]; /* sequence 0 keeps its states in rows 2.., in reverse order; sequence 1 in rows 7.. */
+  for (int i = 0; i < LEN0; i++) keep[i] = 2 + LEN0 - 1 - i;
+  for (int i = 0; i < LEN1; i++) keep[LEN0 + i] = 2 + LEN0 + i;
   /* conv1d: c channels, k taps */
   {
     int64_t c = 6, k = 4, off = 3, stride = off + (k - 1) * c + 2;
@@ -388,7 +390,7 @@ static void test_rec_keep(void) {
       for (int i = 0; i < seqs[s].n; i++) {
         rec_seq q = {seqs[s].t0 + i, 1, seqs[s].slot, seqs[s].fresh && i == 0};
         op_conv1d_state(y1, x, c, w, k, one, stride, off, &q, 1, NULL, true);
-        CHECK_MSG(memcmp(st + (keep[s] + i) * stride + off, one + seqs[s].slot * stride + off,
+        CHECK_MSG(memcmp(st + keep[seqs[s].t0 + i] * stride + off, one + seqs[s].slot * stride + off,
                          sizeof(float) * (size_t)((k - 1) * c)) == 0,
                   "conv1d keep: sequence %d position %d", s, i);
       }
@@ -429,7 +431,7 @@ static void test_rec_keep(void) {
         op_delta_rule_ref(o1, qkv, a, b, a_log, dtb, one, stride, off, &q, 1, &p);
         worst = 0;
         for (int64_t e = 0; e < width; e++) {
-          double d = rel_err(st[(keep[s] + i) * stride + off + e], one[seqs[s].slot * stride + off + e]);
+          double d = rel_err(st[keep[seqs[s].t0 + i] * stride + off + e], one[seqs[s].slot * stride + off + e]);
           if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
         }
         CHECK_MSG(worst < 1e-4, "delta rule keep: sequence %d position %d off by %g", s, i, worst);

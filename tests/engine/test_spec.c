@@ -444,12 +444,16 @@ static void hybrid_greedy(model *m, model *other, const char *name) {
   snprintf(what, sizeof what, "%s: ngram", name);
   st = run_greedy_mix(m, NULL, SPEC_NGRAM, true, 0, what);
   CHECK_MSG(st.spec_accepted[SPEC_NGRAM] < st.spec_drafted[SPEC_NGRAM], "%s: no draft was rejected", what);
+  /* the state after each verified token is kept: a rejection installs the last accepted one's, and no
+   * accepted token is computed again */
+  CHECK_MSG(st.spec_refed == 0, "%s: %lld tokens fed again", what, (long long)st.spec_refed);
   snprintf(what, sizeof what, "%s: draft (itself)", name);
   st = run_greedy_mix(m, m, SPEC_DRAFT, true, 0, what);
   CHECK_EQ_INT(st.spec_accepted[SPEC_DRAFT], st.spec_drafted[SPEC_DRAFT]);
   snprintf(what, sizeof what, "%s: draft (the other hybrid)", name);
   st = run_greedy_mix(m, other, SPEC_DRAFT, false, 0, what);
   CHECK_MSG(st.spec_accepted[SPEC_DRAFT] < st.spec_drafted[SPEC_DRAFT], "%s: no draft was rejected", what);
+  CHECK_MSG(st.spec_refed == 0, "%s: %lld tokens fed again", what, (long long)st.spec_refed);
   snprintf(what, sizeof what, "%s: draft (llama)", name);
   run_greedy_mix(m, g_llama, SPEC_DRAFT, false, 0, what);
   snprintf(what, sizeof what, "llama: draft (%s)", name);
@@ -458,9 +462,11 @@ static void hybrid_greedy(model *m, model *other, const char *name) {
   model_kv_geometry_of(m, &g);
   size_t block = kv_block_bytes(&g, 16);
   snprintf(what, sizeof what, "%s: ngram, a small pool", name);
-  run_greedy_mix(m, NULL, SPEC_NGRAM, true, 12 * block, what);
+  st = run_greedy_mix(m, NULL, SPEC_NGRAM, true, 12 * block, what);
+  CHECK_MSG(st.spec_refed == 0, "%s: %lld tokens fed again", what, (long long)st.spec_refed);
   snprintf(what, sizeof what, "%s: draft (the other hybrid), a small pool", name);
-  run_greedy_mix(m, other, SPEC_DRAFT, false, 12 * block, what);
+  st = run_greedy_mix(m, other, SPEC_DRAFT, false, 12 * block, what);
+  CHECK_MSG(st.spec_refed == 0, "%s: %lld tokens fed again", what, (long long)st.spec_refed);
   g_backend_sampling = true;
   snprintf(what, sizeof what, "%s: ngram, tokens chosen by bk_sample", name);
   run_greedy_mix(m, NULL, SPEC_NGRAM, true, 0, what);
@@ -531,6 +537,7 @@ static void hybrid_turns(model *m, spec_source src, model *draft, const char *wh
   CHECK(st.spec_drafted[src] > 0);
   if (draft == m) CHECK_EQ_INT(st.spec_accepted[src], st.spec_drafted[src]);
   else if (draft) CHECK(st.spec_accepted[src] < st.spec_drafted[src]);
+  CHECK_MSG(st.spec_refed == 0, "%s: %lld tokens fed again", what, (long long)st.spec_refed);
   fprintf(stderr, "  %s: drafted %lld, accepted %lld\n", what, (long long)st.spec_drafted[src],
           (long long)st.spec_accepted[src]);
   CHECK_EQ_INT(st.blocks_used, 0);

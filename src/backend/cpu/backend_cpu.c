@@ -295,14 +295,14 @@ static const rec_seq *rec_seqs(const bk_recurrent *r) { return (const rec_seq *)
 
 static void cpu_conv1d(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w, const bk_recurrent *r, bool silu) {
   hpool_fpmode fp = hpool_flush_begin();
-  op_conv1d_state(F(y), F(x), x->cols, F(w), w->cols, F(r->state), r->state->cols, r->off, rec_seqs(r), r->seqs->rows, NULL, silu);
+  op_conv1d_state(F(y), F(x), x->cols, F(w), w->cols, F(r->state), r->state->cols, r->off, rec_seqs(r), r->seqs->rows, r->keep, silu);
   hpool_flush_end(fp);
 }
 
 static void cpu_delta_rule(bk_backend *be, const bk_tensor *o, const bk_tensor *qkv, const bk_tensor *a, const bk_tensor *b,
                            const bk_tensor *a_log, const bk_tensor *dt_bias, const bk_recurrent *r, const delta_params *p) {
   op_delta_rule_chunked(cpu(be)->pool, F(o), F(qkv), F(a), F(b), F(a_log), F(dt_bias), F(r->state), r->state->cols, r->off,
-                        rec_seqs(r), r->seqs->rows, NULL, p, 64);
+                        rec_seqs(r), r->seqs->rows, r->keep, p, 64);
 }
 
 static void cpu_sigmoid_mul(bk_backend *be, const bk_tensor *y, const bk_tensor *g) {

@@ -49,8 +49,8 @@ static void delta_task(void *ctx, int task, int tid) {
   int64_t nk = p->n_k_heads, nv = p->n_v_heads, dk = p->dk, dv = p->dv, W = 2 * nk * dk + nv * dv;
   int64_t h = task % nv, kh = h / (nv / nk), C = j->chunk;
   const rec_seq *sq = &j->seqs[task / nv];
-  int32_t keep = j->keep ? j->keep[task / nv] : -1;
-  if (keep >= 0) C = 1; /* the state after every position: chunks of one token (the token-by-token rule) */
+  const int32_t *keep = j->keep && sq->n > 0 && j->keep[sq->t0] >= 0 ? j->keep + sq->t0 : NULL;
+  if (keep) C = 1; /* the state after every position: chunks of one token (the token-by-token rule) */
   float *S = j->state + (int64_t)sq->slot * j->stride + j->off + h * dk * dv;
   if (sq->fresh) memset(S, 0, sizeof(float) * (size_t)(dk * dv));
   if (sq->n <= 0) return;
@@ -134,8 +134,8 @@ static void delta_task(void *ctx, int task, int tid) {
         for (int64_t e = 0; e < dv; e++) Si[e] += f * us[e];
       }
     }
-    if (keep >= 0) /* the state after position c0 (chunks of one) */
-      memcpy(j->state + (int64_t)(keep + c0) * j->stride + j->off + h * dk * dv, S, sizeof(float) * (size_t)(dk * dv));
+    if (keep && keep[c0] >= 0) /* the state after token c0 (chunks of one) */
+      memcpy(j->state + (int64_t)keep[c0] * j->stride + j->off + h * dk * dv, S, sizeof(float) * (size_t)(dk * dv));
   }
   free(buf);
 }

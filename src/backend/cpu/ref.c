@@ -395,12 +395,12 @@ void op_conv1d_state(float *y, const float *x, int64_t c, const float *w, int64_
     const rec_seq *sq = &seqs[s];
     float *st = state + (int64_t)sq->slot * stride + off; /* [k - 1, c] */
     if (sq->fresh) memset(st, 0, sizeof(float) * (size_t)((k - 1) * c));
-    if (keep && keep[s] >= 0) /* the state after position i: the k - 1 inputs up to i, before st is overwritten */
-      for (int64_t i = 0; i < sq->n; i++)
+    for (int64_t i = 0; keep && i < sq->n; i++) /* the state after token i: its k - 1 inputs up to i (st not yet overwritten) */
+      if (keep[sq->t0 + i] >= 0)
         for (int64_t m = 0; m < k - 1; m++) {
           int64_t at = i + 1 - (k - 1) + m;
           const float *src = at >= 0 ? x + (sq->t0 + at) * c : st + (k - 1 + at) * c;
-          memcpy(state + (int64_t)(keep[s] + i) * stride + off + m * c, src, sizeof(float) * (size_t)c);
+          memcpy(state + (int64_t)keep[sq->t0 + i] * stride + off + m * c, src, sizeof(float) * (size_t)c);
         }
     for (int64_t i = 0; i < sq->n; i++) {
       float *yr = y + (sq->t0 + i) * c;
