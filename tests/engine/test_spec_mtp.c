@@ -328,28 +328,38 @@ static float *rand_floats(int64_t n, uint32_t *seed, float scale) {
 }
 
 /* The fixture plus a random MTP layer: fc, the two pre-fc norms and mtp.norm random, mtp.layers.0.* the
- * fixture's full-attention layer 1 scaled by 0.8 (a full-attention block of the model's kind). */
-static int write_qwen_mtp(const char *fixture, const char *dir) {
+ * fixture's full-attention layer 1 scaled by 0.8 (a full-attention block of the model's kind). copying:
+ * instead every block's output projections are zero (the decoder adds nothing: each token's logits are
+ * its embedding's) and the MTP layer passes its token's embedding through (fc = [I | 0], its norm
+ * 1 + 0) to the model's final norm (mtp.norm) and head: its drafts are the target's own next tokens. */
+static int write_qwen_mtp(const char *fixture, const char *dir, bool copying) {
   variant v = {0};
   herr e = {0};
   if (st_open(&v.st, fixture, &e)) return fprintf(stderr, "%s\n", e.msg), 1;
   v.w = st_writer_new();
   for (size_t i = 0; i < v.st.count; i++) {
     const char *n = v.st.tensors[i].name;
-    put(&v, n, n, 1);
+    bool silent = copying && (ends_with(n, "o_proj.weight") || ends_with(n, "out_proj.weight") || ends_with(n, "down_proj.weight"));
+    put(&v, n, n, silent ? 0.0f : 1.0f);
     if (!strncmp(n, "model.layers.1.", 15)) {
       char name[256];
       snprintf(name, sizeof name, "mtp.layers.0.%s", n + 15);
-      put(&v, name, n, 0.8f);
+      put(&v, name, n, silent ? 0.0f : 0.8f);
     }
   }
   const st_tensor *emb = tensor(&v, "model.embed_tokens.weight");
   int64_t D = emb ? emb->shape[1] : 0;
   uint32_t seed = 7;
-  put_data(&v, "mtp.fc.weight", 2, (int64_t[]){D, 2 * D}, rand_floats(2 * D * D, &seed, 0.15f));
-  put_data(&v, "mtp.pre_fc_norm_embedding.weight", 1, (int64_t[]){D}, rand_floats(D, &seed, 0.5f));
+  float *fc = rand_floats(2 * D * D, &seed, 0.15f), *enorm = rand_floats(D, &seed, 0.5f);
+  if (copying) {
+    memset(fc, 0, sizeof(float) * (size_t)(2 * D * D)), memset(enorm, 0, sizeof(float) * (size_t)D);
+    for (int64_t i = 0; i < D; i++) fc[i * 2 * D + i] = 1.0f;
+  }
+  put_data(&v, "mtp.fc.weight", 2, (int64_t[]){D, 2 * D}, fc);
+  put_data(&v, "mtp.pre_fc_norm_embedding.weight", 1, (int64_t[]){D}, enorm);
   put_data(&v, "mtp.pre_fc_norm_hidden.weight", 1, (int64_t[]){D}, rand_floats(D, &seed, 0.5f));
-  put_data(&v, "mtp.norm.weight", 1, (int64_t[]){D}, rand_floats(D, &seed, 0.5f));
+  if (copying) put(&v, "mtp.norm.weight", "model.norm.weight", 1);
+  else put_data(&v, "mtp.norm.weight", 1, (int64_t[]){D}, rand_floats(D, &seed, 0.5f));
   char path[600];
   snprintf(path, sizeof path, "%s/config.json", fixture);
   json_t *cfg = hjson_load_file(path, &e);
@@ -765,17 +775,27 @@ static void test_sampled_copying(void) {
 
 /* Qwen3.5 and Qwen3.5-MoE with an MTP layer: the forward against the reference, then greedy MTP
  * drafting in the scheduler (the hybrid's recurrent state rewound after rejections) equal to plain
- * decoding; the fixture without mtp.* refuses the method. */
+ * decoding, with random weights (few drafts kept) and with the copying layer (nearly all kept); the
+ * fixture without mtp.* refuses the method. */
 static void run_qwen(const char *fixture, const char *what) {
-  char dir[] = "/tmp/hearth-mtp-qwen-XXXXXX";
-  CHECK(mkdtemp(dir) != NULL);
-  CHECK_EQ_INT(write_qwen_mtp(fixture, dir), 0);
-  model *m = load(dir), *plain = load(fixture);
-  CHECK(m && plain);
+  char dir[] = "/tmp/hearth-mtp-qwen-XXXXXX", cdir[] = "/tmp/hearth-mtp-qcopy-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL && mkdtemp(cdir) != NULL);
+  CHECK_EQ_INT(write_qwen_mtp(fixture, dir, false), 0);
+  CHECK_EQ_INT(write_qwen_mtp(fixture, cdir, true), 0);
+  model *m = load(dir), *plain = load(fixture), *copy = load(cdir);
+  CHECK(m && plain && copy);
+  char label[160];
   if (m) {
     qwen_forward_reference(m, fixture, dir);
-    run_greedy(m, 0, false, false, what);
+    snprintf(label, sizeof label, "%s, random weights", what);
+    run_greedy(m, 0, false, false, label);
   }
+  if (copy) {
+    snprintf(label, sizeof label, "%s, a layer drafting the model's own tokens", what);
+    run_greedy(copy, 0, false, true, label);
+  }
+  model_free(copy);
+  rm_variant(cdir);
   if (plain) {
     herr e = {0};
     CHECK(model_mtp_check(plain, &e) == HEARTH_EUNSUPPORTED);
@@ -785,8 +805,8 @@ static void run_qwen(const char *fixture, const char *what) {
   rm_variant(dir);
 }
 
-static void test_qwen3_5(void) { run_qwen(QWEN35, "qwen3_5 mtp, random weights"); }
-static void test_qwen3_5_moe(void) { run_qwen(QWEN35_MOE, "qwen3_5_moe mtp, random weights"); }
+static void test_qwen3_5(void) { run_qwen(QWEN35, "qwen3_5 mtp"); }
+static void test_qwen3_5_moe(void) { run_qwen(QWEN35_MOE, "qwen3_5_moe mtp"); }
 
 /* ---- refusals ---- */
 
