@@ -19,7 +19,19 @@
  *     interleaved, from model_seq.positions3 — text tokens have the three
  *     equal, which is plain RoPE); the attention output times sigmoid(gate)
  *     before o_proj.
- * RMSNorms scale by (1 + w), except the gated norm of linear attention (w). */
+ * RMSNorms scale by (1 + w), except the gated norm of linear attention (w).
+ *
+ * The multi-token-prediction layer a checkpoint stores beside the decoder
+ * (mtp.*, mtp_num_hidden_layers 1; transformers does not load it, vLLM's
+ * and SGLang's Qwen3-Next / Qwen3.5 MTP do) loads when present and drafts
+ * for speculative decoding in MTP batches (model_seq.mtp_hidden; decoder.c
+ * runs the head): row i takes the model's hidden state h_i after the final
+ * norm (what those engines hand their MTP layer) and token t_{i+1},
+ * x = fc([pre_fc_norm_embedding(embed(t_{i+1})) | pre_fc_norm_hidden(h_i)]),
+ * then a gated full-attention decoder layer (mtp.layers.0.*, the family's
+ * feed-forward: dense here, routed plus shared experts in qwen3_5_moe.c)
+ * over a cache of its own (layer 0 of the MTP cache), then mtp.norm and the
+ * model's lm_head. Its norms scale by (1 + w) too. */
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -29,6 +29,14 @@
  * output still exactly plain decoding's; sampled requests, which draft from
  * the layer's distribution, keep nearly every draft there too.
  *
+ * Qwen3.5 and Qwen3.5-MoE (the committed fixtures plus an mtp.* layer
+ * written here): the MTP forward against a one-layer model of the fixture's
+ * kind made of mtp.layers.0, mtp.norm and the lm_head, fed the rows
+ * fc([norm_e(embed(t_{i+1})) | norm_h(h_i)]) computed on the host with the
+ * (1 + w) norms; greedy MTP drafting in the scheduler on the hybrid (its
+ * recurrent state rewound after rejections) equal to plain decoding, drafts
+ * counted under "mtp"; with a copying MTP layer nearly every draft is kept.
+ *
  * Refusals: a model without an MTP layer refuses the method at load
  * (gen_method_check) and a request naming it (spec_method "mtp", field
  * spec_method), as a request naming "draft" without a draft model. */
