@@ -58,8 +58,9 @@ int model_mtp_check(const model *m, herr *err) {
   const family_ops *ops = m->fam && m->fam->ops ? m->fam->ops : &llama_family_ops;
   if (m->n_nextn <= 0)
     return herr_set(err, HEARTH_EUNSUPPORTED,
-                    "the model has no multi-token-prediction layer (num_nextn_predict_layers, and the "
-                    "model.layers.%lld.eh_proj / enorm / hnorm / shared_head tensors)",
+                    "the model has no multi-token-prediction layer (GLM-5: num_nextn_predict_layers and the "
+                    "model.layers.%lld.eh_proj / enorm / hnorm / shared_head tensors; Qwen3.5: the mtp.fc / "
+                    "pre_fc_norm_* / layers.0 / norm tensors)",
                     (long long)m->cfg.num_hidden_layers);
   if (!ops->mtp || !m->mtp_layer)
     return herr_set(err, HEARTH_EUNSUPPORTED, "the model's multi-token-prediction layer cannot run%s%s",
@@ -626,7 +627,7 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
                     "model_forward: this model has no output head (no lm_head.weight): it gives hidden states "
                     "(embeddings) only, not logits");
   bool recurrent = false;
-  for (int l = 0; l < c->num_hidden_layers; l++) recurrent |= m->layers[l].state_dim > 0;
+  for (int l = 0; !mtp && l < c->num_hidden_layers; l++) recurrent |= m->layers[l].state_dim > 0;
   for (int s = 0; s < b->n_seqs; s++) {
     if (recurrent && b->seqs[s].kv->state < 0)
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d's cache keeps no recurrent state, which this model needs", s);

@@ -267,6 +267,8 @@ bk_act model_act(const model *m);
 /* Attention of layer l with its residual: x += [post_norm](o · attention(rope(norm(q)), KV)) where
  * q, k, v come from norm(x); k / v written to the layer's cache rows unless it reads another layer's. */
 void layer_attention(model *m, int l, const kv_store *kv, step *st);
+/* The same with weights lw outside m->layers (a multi-token-prediction layer), over kv's layer l. */
+void layer_attention_of(model *m, const layer_weights *lw, int l, const kv_store *kv, step *st);
 /* out = down(act(gate · in) * (up · in)) with the layer's dense MLP (in: [T, hidden]). */
 void layer_mlp(model *m, const layer_weights *lw, step *st, const bk_tensor *in, const bk_tensor *out);
 /* The routing of the step's tokens (into st->eids / st->ew) from router · route_in. */
@@ -364,7 +366,16 @@ extern const family_ops qwen3_5_moe_family_ops;
  * attention or its Gated DeltaNet), loaded and run. */
 int qwen3_5_prepare(model *m, herr *err);
 int qwen3_5_load_mixer(model *m, const weight_src *src, int l, herr *err);
+/* A layer's token mixer's weights under prefix ("model.layers.N." or "mtp.layers.0.") into lw. */
+int qwen3_5_load_mixer_at(model *m, const weight_src *src, const char *prefix, layer_weights *lw, herr *err);
 void qwen3_5_mixer(model *m, int l, const kv_store *kv, step *st);
+/* The multi-token-prediction layer (mtp.*), when the checkpoint has one: load_ffn loads its feed-forward
+ * under a prefix, ffn runs it (x += ffn(post_attn_norm(x))). */
+typedef int (*qwen3_5_load_ffn)(model *m, const weight_src *src, const char *prefix, layer_weights *lw, herr *err);
+typedef void (*qwen3_5_ffn)(model *m, const layer_weights *lw, step *st);
+int qwen3_5_load_mtp(model *m, const weight_src *src, qwen3_5_load_ffn load_ffn, qwen3_5_ffn ffn, herr *err);
+void qwen3_5_mtp(model *m, const kv_store *kv, step *st, const bk_tensor *h);
+void qwen3_5_free(model *m);
 extern const family_ops glm5_family_ops;
 extern const family_ops diffusion_gemma_family_ops;
 

@@ -27,9 +27,10 @@ void layer_norm(const model *m, const bk_tensor *y, const bk_tensor *x, const bk
   bk_rmsnorm(y, x, w && w->buf ? w : NULL, (float)m->cfg.rms_norm_eps, m->fam->unit_offset_norm);
 }
 
-void layer_attention(model *m, int l, const kv_store *kv, step *st) {
+void layer_attention(model *m, int l, const kv_store *kv, step *st) { layer_attention_of(m, &m->layers[l], l, kv, st); }
+
+void layer_attention_of(model *m, const layer_weights *lw, int l, const kv_store *kv, step *st) {
   const model_config *c = &m->cfg;
-  const layer_weights *lw = &m->layers[l];
   int64_t T = st->T, H = lw->heads, hd = lw->head_dim, KV = lw->kv_heads;
   float eps = (float)c->rms_norm_eps;
   bk_tensor q = step_view(&st->q, T, H * hd), k = step_view(&st->k, T, KV * hd), v = step_view(&st->v, T, KV * hd);
@@ -73,7 +74,7 @@ void layer_attention(model *m, int l, const kv_store *kv, step *st) {
   }
   int src = lw->kv_src;
   bk_kv_layer kl = {&kv->k[src], &kv->v[src], kv->block_rows, kv->k_fmt[src], kv->v_fmt[src]};
-  attn_params ap = {H, m->layers[src].kv_heads, hd, lw->attn_scale, (float)c->attn_logit_softcapping,
+  attn_params ap = {H, (src == l ? lw : &m->layers[src])->kv_heads, hd, lw->attn_scale, (float)c->attn_logit_softcapping,
                     lw->window ? lw->window + st->window_extra : 0};
   bk_attn_index ix = {.row = &st->row, .tab = &st->tab, .tables = &st->tables,
                       .last = st->has_last && lw->bidir_media ? &st->last : NULL};

@@ -19,7 +19,19 @@
  *     interleaved, from model_seq.positions3 — text tokens have the three
  *     equal, which is plain RoPE); the attention output times sigmoid(gate)
  *     before o_proj.
- * RMSNorms scale by (1 + w), except the gated norm of linear attention (w). */
+ * RMSNorms scale by (1 + w), except the gated norm of linear attention (w).
+ *
+ * The multi-token-prediction layer a checkpoint stores beside the decoder
+ * (mtp.*, mtp_num_hidden_layers 1; transformers does not load it, vLLM's
+ * and SGLang's Qwen3-Next / Qwen3.5 MTP do) loads when present and drafts
+ * for speculative decoding in MTP batches (model_seq.mtp_hidden; decoder.c
+ * runs the head): row i takes the model's hidden state h_i after the final
+ * norm (what those engines hand their MTP layer) and token t_{i+1},
+ * x = fc([pre_fc_norm_embedding(embed(t_{i+1})) | pre_fc_norm_hidden(h_i)]),
+ * then a gated full-attention decoder layer (mtp.layers.0.*, the family's
+ * feed-forward: dense here, routed plus shared experts in qwen3_5_moe.c)
+ * over a cache of its own (layer 0 of the MTP cache), then mtp.norm and the
+ * model's lm_head. Its norms scale by (1 + w) too. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -97,19 +109,24 @@ int qwen3_5_prepare(model *m, herr *err) {
 
 #define MAT(field, a, b, dst)                                                                        \
   do {                                                                                               \
-    snprintf(name, sizeof name, "model.layers.%d.%s", l, field);                                     \
+    snprintf(name, sizeof name, "%s%s", prefix, field);                                              \
     if ((rc = model_matrix(m, src, name, a, b, true, BK_USE_MATMUL, dst, err))) return rc;           \
   } while (0)
 
 #define VEC(field, nd, a, b, dst)                                                                     \
   do {                                                                                                \
-    snprintf(name, sizeof name, "model.layers.%d.%s", l, field);                                      \
+    snprintf(name, sizeof name, "%s%s", prefix, field);                                               \
     if ((rc = model_vector(m, src, name, nd, a, b, true, 1.0f, dst, err))) return rc;                \
   } while (0)
 
 int qwen3_5_load_mixer(model *m, const weight_src *src, int l, herr *err) {
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "model.layers.%d.", l);
+  return qwen3_5_load_mixer_at(m, src, prefix, &m->layers[l], err);
+}
+
+int qwen3_5_load_mixer_at(model *m, const weight_src *src, const char *prefix, layer_weights *lw, herr *err) {
   const model_config *c = &m->cfg;
-  layer_weights *lw = &m->layers[l];
   char name[256];
   int rc;
   int64_t D = c->hidden_size, H = c->num_attention_heads, KV = lw->kv_heads, hd = lw->head_dim;
@@ -143,8 +160,98 @@ int qwen3_5_load_mixer(model *m, const weight_src *src, int l, herr *err) {
   }
   return 0;
 }
+
+/* The dense MLP under prefix (the MTP layer's). */
+static int load_mlp_at(model *m, const weight_src *src, const char *prefix, layer_weights *lw, herr *err) {
+  char name[256];
+  int rc;
+  int64_t D = m->cfg.hidden_size, I = m->cfg.intermediate_size;
+  lw->inter = I;
+  MAT("mlp.gate_proj.weight", I, D, &lw->gate);
+  MAT("mlp.up_proj.weight", I, D, &lw->up);
+  MAT("mlp.down_proj.weight", D, I, &lw->down);
+  return 0;
+}
 #undef MAT
 #undef VEC
+
+/* The multi-token-prediction layer's own weights (fam_state). */
+typedef struct qwen3_5_state {
+  layer_weights mtp_lw;
+  bk_weight fc;                 /* mtp.fc [D, 2D] */
+  bk_tensor enorm, hnorm;       /* mtp.pre_fc_norm_embedding, mtp.pre_fc_norm_hidden */
+  qwen3_5_ffn ffn;
+} qwen3_5_state;
+
+void qwen3_5_free(model *m) {
+  qwen3_5_state *s = m->fam_state;
+  if (!s) return;
+  free(s->mtp_lw.experts);
+  free(s);
+  m->fam_state = NULL;
+}
+
+/* The count of MTP layers the config names (mtp_num_hidden_layers, also under text_config), or -1. */
+static int64_t mtp_layers(const json_t *raw) {
+  const json_t *cfgs[2] = {raw ? json_object_get(raw, "text_config") : NULL, raw};
+  for (int i = 0; i < 2; i++) {
+    const json_t *v = cfgs[i] && json_is_object(cfgs[i]) ? json_object_get(cfgs[i], "mtp_num_hidden_layers") : NULL;
+    if (v && json_is_integer(v)) return json_integer_value(v);
+  }
+  return -1;
+}
+
+int qwen3_5_load_mtp(model *m, const weight_src *src, qwen3_5_load_ffn load_ffn, qwen3_5_ffn ffn, herr *err) {
+  const model_config *c = &m->cfg;
+  int64_t D = c->hidden_size;
+  int rc;
+  m->n_nextn = 0;
+  bk_weight probe;
+  if ((rc = model_describe_matrix(m, src, "mtp.fc.weight", D, 2 * D, false, &probe, err))) return rc;
+  if (!probe.data || mtp_layers(c->raw) == 0) return 0;
+  const layer_weights *full = NULL; /* the decoder's full-attention geometry */
+  for (int l = 0; l < c->num_hidden_layers && !full; l++)
+    if (!m->layers[l].linear) full = &m->layers[l];
+  if (!full) return herr_set(err, HEARTH_EFORMAT, "multi-token-prediction layer: the model has no full-attention layer to take its shape from");
+  qwen3_5_state *s = calloc(1, sizeof *s);
+  if (!s) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  m->fam_state = s;
+  s->ffn = ffn;
+  if ((rc = model_matrix(m, src, "mtp.fc.weight", D, 2 * D, true, BK_USE_MATMUL, &s->fc, err)) ||
+      (rc = model_vector(m, src, "mtp.pre_fc_norm_embedding.weight", 1, D, 0, true, 1.0f, &s->enorm, err)) ||
+      (rc = model_vector(m, src, "mtp.pre_fc_norm_hidden.weight", 1, D, 0, true, 1.0f, &s->hnorm, err)) ||
+      (rc = model_vector(m, src, "mtp.norm.weight", 1, D, 0, true, 1.0f, &m->mtp_norm, err)))
+    return herr_wrap(err, "multi-token-prediction layer");
+  layer_weights *lw = &s->mtp_lw;
+  lw->heads = full->heads, lw->head_dim = full->head_dim, lw->kv_heads = full->kv_heads;
+  lw->rope = full->rope, lw->attn_scale = full->attn_scale, lw->scalar = full->scalar;
+  lw->out_gate = true, lw->kv_src = 0, lw->window = 0;
+  if ((rc = qwen3_5_load_mixer_at(m, src, "mtp.layers.0.", lw, err)) || (rc = load_ffn(m, src, "mtp.layers.0.", lw, err)))
+    return herr_wrap(err, "multi-token-prediction layer");
+  m->n_nextn = 1;
+  m->mtp_head = &m->lm_head; /* shared with the model (loaded after this) */
+  if (mtp_layers(c->raw) > 1) m->mtp_refused = "it has more than one layer (mtp_num_hidden_layers), which drafting does not chain";
+  else m->mtp_layer = lw;
+  if (lw->inter > m->w_inter) m->w_inter = lw->inter;
+  if (m->w_fam < 2 * D) m->w_fam = 2 * D; /* the [enorm(e) | hnorm(h)] rows */
+  return 0;
+}
+
+/* The multi-token-prediction layer over the rows of an MTP batch: x (their token embeddings) becomes
+ * the full-attention decoder block's output on fc([enorm(x) | hnorm(h)]), its cache kv's layer 0. */
+void qwen3_5_mtp(model *m, const kv_store *kv, step *st, const bk_tensor *h) {
+  qwen3_5_state *s = m->fam_state;
+  int64_t T = st->T, D = m->cfg.hidden_size;
+  bk_tensor cat = st->fam; /* [T, 2D] (w_fam is at least 2D with an MTP layer) */
+  cat.rows = T, cat.cols = 2 * D, cat.dt = BK_DT_F32;
+  layer_norm(m, &st->xn, &st->x, &s->enorm);
+  bk_set_cols(&cat, &st->xn, 0);
+  layer_norm(m, &st->xn, h, &s->hnorm);
+  bk_set_cols(&cat, &st->xn, D);
+  bk_matmul_t(&st->x, &cat, &s->fc, NULL);
+  layer_attention_of(m, &s->mtp_lw, 0, kv, st);
+  s->ffn(m, &s->mtp_lw, st);
+}
 
 void qwen3_5_mixer(model *m, int l, const kv_store *kv, step *st) {
   if (m->layers[l].linear) layer_deltanet(m, l, kv, st);
@@ -156,14 +263,21 @@ static int load_layer(model *m, const weight_src *src, int l, herr *err) {
   return rc ? rc : llama_load_mlp(m, src, l, m->cfg.intermediate_size, err);
 }
 
-/* x += mixer(norm(x)); x += mlp(norm(x)) */
-static void layer(model *m, int l, const kv_store *kv, step *st) {
-  const layer_weights *lw = &m->layers[l];
-  qwen3_5_mixer(m, l, kv, st);
+/* x += mlp(norm(x)) */
+static void ffn(model *m, const layer_weights *lw, step *st) {
   layer_norm(m, &st->xn, &st->x, &lw->post_attn_norm);
   bk_tensor o = step_view(&st->o, st->T, m->cfg.hidden_size);
   layer_mlp(m, lw, st, &st->xn, &o);
   bk_add(&st->x, &st->x, &o);
 }
 
-const family_ops qwen3_5_family_ops = {.prepare = qwen3_5_prepare, .load_layer = load_layer, .layer = layer};
+/* x += mixer(norm(x)); x += mlp(norm(x)) */
+static void layer(model *m, int l, const kv_store *kv, step *st) {
+  qwen3_5_mixer(m, l, kv, st);
+  ffn(m, &m->layers[l], st);
+}
+
+static int load_model(model *m, const weight_src *src, herr *err) { return qwen3_5_load_mtp(m, src, load_mlp_at, ffn, err); }
+
+const family_ops qwen3_5_family_ops = {.prepare = qwen3_5_prepare, .load_layer = load_layer, .load_model = load_model,
+                                       .layer = layer, .mtp = qwen3_5_mtp, .free = qwen3_5_free};

@@ -9,26 +9,34 @@
 
 #include "model/internal.h"
 
-static int load_layer(model *m, const weight_src *src, int l, herr *err) {
+/* The sparse block under prefix ("model.layers.N." or "mtp.layers.0."). */
+static int load_moe_at(model *m, const weight_src *src, const char *prefix, layer_weights *lw, herr *err) {
   const model_config *c = &m->cfg;
-  layer_weights *lw = &m->layers[l];
-  int rc = qwen3_5_load_mixer(m, src, l, err);
-  if (rc) return rc;
+  int rc;
   char name[256];
   int64_t D = c->hidden_size, I = c->shared_expert_intermediate_size;
   lw->inter = I;
   static const char *const shared[] = {"gate_proj", "up_proj", "down_proj"};
   bk_weight *dst[] = {&lw->gate, &lw->up, &lw->down};
   for (int i = 0; i < 3; i++) {
-    snprintf(name, sizeof name, "model.layers.%d.mlp.shared_expert.%s.weight", l, shared[i]);
+    snprintf(name, sizeof name, "%smlp.shared_expert.%s.weight", prefix, shared[i]);
     if ((rc = model_matrix(m, src, name, i == 2 ? D : I, i == 2 ? I : D, true, BK_USE_MATMUL, dst[i], err))) return rc;
   }
-  snprintf(name, sizeof name, "model.layers.%d.mlp.shared_expert_gate.weight", l);
+  snprintf(name, sizeof name, "%smlp.shared_expert_gate.weight", prefix);
   if ((rc = model_matrix(m, src, name, 1, D, true, BK_USE_MATMUL, &lw->shared_gate, err))) return rc;
-  snprintf(name, sizeof name, "model.layers.%d.mlp.gate.weight", l);
+  snprintf(name, sizeof name, "%smlp.gate.weight", prefix);
   if ((rc = model_matrix(m, src, name, c->num_experts, D, true, BK_USE_MATMUL, &lw->router, err))) return rc;
-  snprintf(name, sizeof name, "model.layers.%d.mlp.experts", l);
+  snprintf(name, sizeof name, "%smlp.experts", prefix);
+  lw->moe = true;
   return model_experts(m, src, name, c->num_experts, c->moe_intermediate_size, lw, err);
+}
+
+static int load_layer(model *m, const weight_src *src, int l, herr *err) {
+  int rc = qwen3_5_load_mixer(m, src, l, err);
+  if (rc) return rc;
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "model.layers.%d.", l);
+  return load_moe_at(m, src, prefix, &m->layers[l], err);
 }
 
 static int prepare(model *m, herr *err) {
@@ -37,11 +45,9 @@ static int prepare(model *m, herr *err) {
   return rc;
 }
 
-/* x += mixer(norm(x)); x += experts(norm(x)) + sigmoid(shared_gate · norm(x)) · shared(norm(x)) */
-static void layer(model *m, int l, const kv_store *kv, step *st) {
-  const layer_weights *lw = &m->layers[l];
+/* x += experts(norm(x)) + sigmoid(shared_gate · norm(x)) · shared(norm(x)) */
+static void ffn(model *m, const layer_weights *lw, step *st) {
   int64_t T = st->T;
-  qwen3_5_mixer(m, l, kv, st);
   layer_norm(m, &st->xn, &st->x, &lw->post_attn_norm);
   bk_tensor o = step_view(&st->o, T, m->cfg.hidden_size), g = step_view(&st->elog, T, 1);
   layer_moe(m, lw, st, &st->xn, &st->xn, &o);
@@ -52,4 +58,13 @@ static void layer(model *m, int l, const kv_store *kv, step *st) {
   bk_add(&st->x, &st->x, &o);
 }
 
-const family_ops qwen3_5_moe_family_ops = {.prepare = prepare, .load_layer = load_layer, .layer = layer};
+/* x += mixer(norm(x)); x += ffn(x) */
+static void layer(model *m, int l, const kv_store *kv, step *st) {
+  qwen3_5_mixer(m, l, kv, st);
+  ffn(m, &m->layers[l], st);
+}
+
+static int load_model(model *m, const weight_src *src, herr *err) { return qwen3_5_load_mtp(m, src, load_moe_at, ffn, err); }
+
+const family_ops qwen3_5_moe_family_ops = {.prepare = prepare, .load_layer = load_layer, .load_model = load_model,
+                                           .layer = layer, .mtp = qwen3_5_mtp, .free = qwen3_5_free};

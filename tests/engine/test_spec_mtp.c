@@ -29,6 +29,14 @@
  * output still exactly plain decoding's; sampled requests, which draft from
  * the layer's distribution, keep nearly every draft there too.
  *
+ * Qwen3.5 and Qwen3.5-MoE (the committed fixtures plus an mtp.* layer
+ * written here): the MTP forward against a one-layer model of the fixture's
+ * kind made of mtp.layers.0, mtp.norm and the lm_head, fed the rows
+ * fc([norm_e(embed(t_{i+1})) | norm_h(h_i)]) computed on the host with the
+ * (1 + w) norms; greedy MTP drafting in the scheduler on the hybrid (its
+ * recurrent state rewound after rejections) equal to plain decoding, drafts
+ * counted under "mtp"; with a copying MTP layer nearly every draft is kept.
+ *
  * Refusals: a model without an MTP layer refuses the method at load
  * (gen_method_check) and a request naming it (spec_method "mtp", field
  * spec_method), as a request naming "draft" without a draft model. */
@@ -50,6 +58,8 @@
 
 #define GLM5 HEARTH_SOURCE_DIR "/tests/fixtures/golden/glm5-f32"
 #define LLAMA HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32"
+#define QWEN35 HEARTH_SOURCE_DIR "/tests/fixtures/golden/qwen3_5-f32"
+#define QWEN35_MOE HEARTH_SOURCE_DIR "/tests/fixtures/golden/qwen3_5_moe-f32"
 
 static model *g_glm5_fresh; /* the fixture with a longer context (test_proposals_fresh) */
 
@@ -312,6 +322,185 @@ static void test_forward_reference(void) {
   snprintf(path, sizeof path, "%s/model.safetensors", dir), unlink(path);
   snprintf(path, sizeof path, "%s/config.json", dir), unlink(path);
   rmdir(dir);
+}
+
+/* ---- Qwen3.5 (dense and MoE hybrids): mtp.* written here beside the fixture's weights ---- */
+
+static float *rand_floats(int64_t n, uint32_t *seed, float scale) {
+  float *d = malloc(sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) {
+    *seed = *seed * 1664525u + 1013904223u;
+    d[i] = scale * ((float)(*seed >> 8) / (float)(1u << 24) * 2.0f - 1.0f);
+  }
+  return d;
+}
+
+/* The fixture plus a random MTP layer: fc, the two pre-fc norms and mtp.norm random, mtp.layers.0.* the
+ * fixture's full-attention layer 1 scaled by 0.8 (a full-attention block of the model's kind). copying:
+ * instead every block's output projections are zero (the decoder adds nothing: each token's logits are
+ * its embedding's) and the MTP layer passes its token's embedding through (fc = [I | 0], its norm
+ * 1 + 0) to the model's final norm (mtp.norm) and head: its drafts are the target's own next tokens. */
+static int write_qwen_mtp(const char *fixture, const char *dir, bool copying) {
+  variant v = {0};
+  herr e = {0};
+  if (st_open(&v.st, fixture, &e)) return fprintf(stderr, "%s\n", e.msg), 1;
+  v.w = st_writer_new();
+  for (size_t i = 0; i < v.st.count; i++) {
+    const char *n = v.st.tensors[i].name;
+    bool silent = copying && (ends_with(n, "o_proj.weight") || ends_with(n, "out_proj.weight") || ends_with(n, "down_proj.weight"));
+    put(&v, n, n, silent ? 0.0f : 1.0f);
+    if (!strncmp(n, "model.layers.1.", 15)) {
+      char name[256];
+      snprintf(name, sizeof name, "mtp.layers.0.%s", n + 15);
+      put(&v, name, n, silent ? 0.0f : 0.8f);
+    }
+  }
+  const st_tensor *emb = tensor(&v, "model.embed_tokens.weight");
+  int64_t D = emb ? emb->shape[1] : 0;
+  uint32_t seed = 7;
+  float *fc = rand_floats(2 * D * D, &seed, 0.15f), *enorm = rand_floats(D, &seed, 0.5f);
+  if (copying) {
+    memset(fc, 0, sizeof(float) * (size_t)(2 * D * D)), memset(enorm, 0, sizeof(float) * (size_t)D);
+    for (int64_t i = 0; i < D; i++) fc[i * 2 * D + i] = 1.0f;
+  }
+  put_data(&v, "mtp.fc.weight", 2, (int64_t[]){D, 2 * D}, fc);
+  put_data(&v, "mtp.pre_fc_norm_embedding.weight", 1, (int64_t[]){D}, enorm);
+  put_data(&v, "mtp.pre_fc_norm_hidden.weight", 1, (int64_t[]){D}, rand_floats(D, &seed, 0.5f));
+  if (copying) put(&v, "mtp.norm.weight", "model.norm.weight", 1);
+  else put_data(&v, "mtp.norm.weight", 1, (int64_t[]){D}, rand_floats(D, &seed, 0.5f));
+  char path[600];
+  snprintf(path, sizeof path, "%s/config.json", fixture);
+  json_t *cfg = hjson_load_file(path, &e);
+  if (!cfg) return 1;
+  json_object_set_new(cfg, "mtp_num_hidden_layers", json_integer(1));
+  int rc = variant_write(&v, dir, cfg);
+  json_decref(cfg);
+  return rc;
+}
+
+/* The reference: a one-layer model of the fixture's kind whose full-attention layer is mtp.layers.0,
+ * its final norm mtp.norm, its head the model's lm_head. */
+static int write_qwen_reference(const char *fixture, const char *mtp_dir, const char *dir) {
+  variant v = {0};
+  herr e = {0};
+  if (st_open(&v.st, mtp_dir, &e)) return fprintf(stderr, "%s\n", e.msg), 1;
+  v.w = st_writer_new();
+  put(&v, "model.embed_tokens.weight", "model.embed_tokens.weight", 1);
+  put(&v, "model.norm.weight", "mtp.norm.weight", 1);
+  put(&v, "lm_head.weight", "lm_head.weight", 1);
+  for (size_t i = 0; i < v.st.count; i++) {
+    const char *n = v.st.tensors[i].name;
+    if (strncmp(n, "mtp.layers.0.", 13)) continue;
+    char name[256];
+    snprintf(name, sizeof name, "model.layers.0.%s", n + 13);
+    put(&v, name, n, 1);
+  }
+  char path[600];
+  snprintf(path, sizeof path, "%s/config.json", fixture);
+  json_t *cfg = hjson_load_file(path, &e);
+  if (!cfg) return 1;
+  json_object_set_new(cfg, "num_hidden_layers", json_integer(1));
+  json_object_set_new(cfg, "layer_types", json_pack("[s]", "full_attention"));
+  int rc = variant_write(&v, dir, cfg);
+  json_decref(cfg);
+  return rc;
+}
+
+static void rm_variant(const char *dir) {
+  char path[640];
+  snprintf(path, sizeof path, "%s/model.safetensors", dir), unlink(path);
+  snprintf(path, sizeof path, "%s/config.json", dir), unlink(path);
+  rmdir(dir);
+}
+
+/* The MTP forward of a Qwen3.5 hybrid against the one-layer reference fed the rows
+ * fc([norm_e(embed(t_{i+1})) | norm_h(h_i)]) computed here, the norms scaling by (1 + w). */
+static void qwen_forward_reference(model *m, const char *fixture, const char *mtp_dir) {
+  char dir[] = "/tmp/hearth-mtp-qref-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  if (write_qwen_reference(fixture, mtp_dir, dir)) {
+    CHECK_MSG(0, "could not write the reference model");
+    return;
+  }
+  model *ref = load(dir);
+  CHECK(ref != NULL);
+  if (!ref) return;
+  herr e = {0};
+  CHECK_EQ_INT(model_mtp_check(m, &e), 0);
+  CHECK(model_mtp_check(ref, &e) == HEARTH_EUNSUPPORTED);
+  const model_config *c = model_cfg(m);
+  int64_t D = c->hidden_size, V = c->vocab_size;
+  enum { N = 12 };
+  int32_t toks[N + 1];
+  for (int i = 0; i <= N; i++) toks[i] = (int32_t)(3 + (i * 97 + 11) % 500);
+  float *h = malloc(sizeof(float) * (size_t)(N * D));
+  model_kv_geometry g;
+  model_kv_geometry_of(m, &g);
+  kv_cache *kc = NULL;
+  kv_seq *ks = NULL;
+  CHECK_EQ_INT(kv_cache_new(&g, 0, &kc, &e), 0);
+  CHECK_EQ_INT(kv_cache_seq_new(kc, &ks, &e), 0);
+  model_seq sq = {.kv = ks, .tokens = toks, .n_tokens = N, .out = MODEL_OUT_HIDDEN_ALL, .dest = h};
+  CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &sq, .n_seqs = 1}, NULL, &e), 0);
+  model_kv_geometry mg;
+  model_mtp_geometry_of(m, &mg);
+  kv_cache *mc = NULL;
+  kv_seq *ms = NULL;
+  CHECK_EQ_INT(kv_cache_new(&mg, 0, &mc, &e), 0);
+  CHECK_EQ_INT(kv_cache_seq_new(mc, &ms, &e), 0);
+  float *mtp_lg = malloc(sizeof(float) * (size_t)(N * V)), *mtp_h = malloc(sizeof(float) * (size_t)(N * D));
+  int64_t pos[N];
+  for (int i = 0; i < N; i++) pos[i] = i;
+  int first = 5;
+  model_seq m1 = {.kv = ms, .tokens = toks + 1, .n_tokens = first, .positions = pos, .all_logits = true,
+                  .mtp_hidden = h, .next_hidden = mtp_h};
+  CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &m1, .n_seqs = 1}, mtp_lg, &e), 0);
+  model_seq m2 = {.kv = ms, .tokens = toks + 1 + first, .n_tokens = N - first, .positions = pos + first,
+                  .all_logits = true, .mtp_hidden = h + first * D, .next_hidden = mtp_h + first * D};
+  CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &m2, .n_seqs = 1}, mtp_lg + first * V, &e), 0);
+  st_set st = {0};
+  CHECK_EQ_INT(st_open(&st, mtp_dir, &e), 0);
+  const st_tensor *te = st_find(&st, "model.embed_tokens.weight"), *tw = st_find(&st, "mtp.fc.weight"),
+                  *ten = st_find(&st, "mtp.pre_fc_norm_embedding.weight"), *thn = st_find(&st, "mtp.pre_fc_norm_hidden.weight");
+  CHECK(te && tw && ten && thn);
+  float *x = malloc(sizeof(float) * (size_t)(N * D)), *cat = malloc(sizeof(float) * (size_t)(2 * D));
+  float *we = malloc(sizeof(float) * (size_t)D), *wh = malloc(sizeof(float) * (size_t)D);
+  const float **rows = malloc(sizeof(float *) * N);
+  for (int64_t i = 0; ten && thn && i < D; i++) we[i] = 1.0f + ((const float *)ten->data)[i], wh[i] = 1.0f + ((const float *)thn->data)[i];
+  for (int i = 0; te && tw && ten && thn && i < N; i++) {
+    const float *E = (const float *)te->data, *W = (const float *)tw->data;
+    rmsnorm_host(cat, E + (size_t)toks[i + 1] * (size_t)D, we, D, (float)c->rms_norm_eps);
+    rmsnorm_host(cat + D, h + (size_t)i * (size_t)D, wh, D, (float)c->rms_norm_eps);
+    for (int64_t o = 0; o < D; o++) {
+      double acc = 0;
+      for (int64_t k = 0; k < 2 * D; k++) acc += (double)W[o * 2 * D + k] * cat[k];
+      x[i * D + o] = (float)acc;
+    }
+    rows[i] = x + i * D;
+  }
+  model_kv_geometry rg;
+  model_kv_geometry_of(ref, &rg);
+  kv_cache *rc = NULL;
+  kv_seq *rs = NULL;
+  CHECK_EQ_INT(kv_cache_new(&rg, 0, &rc, &e), 0);
+  CHECK_EQ_INT(kv_cache_seq_new(rc, &rs, &e), 0);
+  float *ref_lg = malloc(sizeof(float) * (size_t)(N * V)), *ref_h = malloc(sizeof(float) * (size_t)(N * D));
+  model_seq rq = {.kv = rs, .tokens = toks + 1, .n_tokens = N, .all_logits = true, .embeds = rows, .next_hidden = ref_h};
+  CHECK_EQ_INT(model_forward(ref, &(model_batch){.seqs = &rq, .n_seqs = 1}, ref_lg, &e), 0);
+  double dl = max_abs(mtp_lg, ref_lg, (size_t)(N * V)), dh = max_abs(mtp_h, ref_h, (size_t)(N * D)), scale = 0;
+  for (size_t i = 0; i < (size_t)(N * V); i++) scale = fabs(ref_lg[i]) > scale ? fabs(ref_lg[i]) : scale;
+  fprintf(stderr, "  %s: MTP forward vs the one-layer reference: logits max abs error %.3g (largest logit %.3g), hidden %.3g\n",
+          c->model_type, dl, scale, dh);
+  CHECK(scale > 1e-3);
+  CHECK_MSG(dl <= 1e-4 * (1 + scale), "MTP logits differ from the reference by %.3g", dl);
+  CHECK_MSG(dh <= 1e-4, "MTP output hidden states differ from the reference by %.3g", dh);
+  st_close(&st);
+  free(x), free(cat), free(we), free(wh), free(rows), free(ref_lg), free(ref_h), free(mtp_lg), free(mtp_h), free(h);
+  kv_cache_seq_free(rs), kv_cache_free(rc);
+  kv_cache_seq_free(ms), kv_cache_free(mc);
+  kv_cache_seq_free(ks), kv_cache_free(kc);
+  model_free(ref);
+  rm_variant(dir);
 }
 
 /* ---- a run's proposals against the layer computed afresh ---- */
@@ -592,6 +781,41 @@ static void test_sampled_copying(void) {
   sched_free(s);
 }
 
+/* Qwen3.5 and Qwen3.5-MoE with an MTP layer: the forward against the reference, then greedy MTP
+ * drafting in the scheduler (the hybrid's recurrent state rewound after rejections) equal to plain
+ * decoding, with random weights (few drafts kept) and with the copying layer (nearly all kept); the
+ * fixture without mtp.* refuses the method. */
+static void run_qwen(const char *fixture, const char *what) {
+  char dir[] = "/tmp/hearth-mtp-qwen-XXXXXX", cdir[] = "/tmp/hearth-mtp-qcopy-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL && mkdtemp(cdir) != NULL);
+  CHECK_EQ_INT(write_qwen_mtp(fixture, dir, false), 0);
+  CHECK_EQ_INT(write_qwen_mtp(fixture, cdir, true), 0);
+  model *m = load(dir), *plain = load(fixture), *copy = load(cdir);
+  CHECK(m && plain && copy);
+  char label[160];
+  if (m) {
+    qwen_forward_reference(m, fixture, dir);
+    snprintf(label, sizeof label, "%s, random weights", what);
+    run_greedy(m, 0, false, false, label);
+  }
+  if (copy) {
+    snprintf(label, sizeof label, "%s, a layer drafting the model's own tokens", what);
+    run_greedy(copy, 0, false, true, label);
+  }
+  model_free(copy);
+  rm_variant(cdir);
+  if (plain) {
+    herr e = {0};
+    CHECK(model_mtp_check(plain, &e) == HEARTH_EUNSUPPORTED);
+    CHECK_MSG(strstr(e.msg, "no multi-token-prediction layer") && strstr(e.msg, "mtp.fc"), "%s", e.msg);
+  }
+  model_free(m), model_free(plain);
+  rm_variant(dir);
+}
+
+static void test_qwen3_5(void) { run_qwen(QWEN35, "qwen3_5 mtp"); }
+static void test_qwen3_5_moe(void) { run_qwen(QWEN35_MOE, "qwen3_5_moe mtp"); }
+
 /* ---- refusals ---- */
 
 static void test_refused(void) {
@@ -665,6 +889,8 @@ int main(void) {
   RUN(test_greedy_preempted);
   RUN(test_sampled_copying);
   RUN(test_refused);
+  RUN(test_qwen3_5);
+  RUN(test_qwen3_5_moe);
   model_free(g_glm5);
   model_free(g_copy);
   char path[640];
