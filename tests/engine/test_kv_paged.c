@@ -11,7 +11,8 @@
  * prefix match resumes from (and only there), the snapshot limit drops the
  * oldest, a sequence cut back to a nonzero length refuses to go on, and
  * one cut back to its mark (kv_paged_seq_mark / _rewind) has the state it
- * had there. And
+ * had there, one cut back among its kept states (kv_paged_seq_keep) the
+ * state after that token, which a block ending there is published with. And
  * the glm5 fixture, whose K rows are compressed latents and V rows the
  * sparse-attention indexer's keys, of another width. */
 #include "engine/kv_cache.h"
@@ -417,6 +418,78 @@ static void test_recurrent_states(void) {
   kv_pool_free(p);
 }
 
+/* State row r of the store (a kept state) set to v. */
+static void row_set(kv_pool *p, int32_t r, float v) {
+  const kv_store *st = kv_pool_store(p);
+  herr e = {0};
+  float row[6] = {v, v, v, v, v, v};
+  CHECK_EQ_INT(bk_set(&st->state[1], (size_t)r * sizeof row, row, sizeof row, &e), 0);
+}
+
+/* Kept states (kv_paged_seq_keep): the forward from the length they were asked at writes the
+ * state after each of its tokens into the sequence's keep rows (here by hand); cutting back to
+ * any of those lengths installs that state, a block ending among them is published with its
+ * snapshot, and a forward of fewer tokens or a cut shortens what is kept. */
+static void test_kept_states(void) {
+  model_kv_geometry g = small_geom();
+  g.kv_dim[1] = 0, g.state_dim[1] = 6;
+  kv_pool *p;
+  herr e = {0};
+  CHECK_EQ_INT(kv_pool_new(&g, 4, 32, &p, &e), 0);
+  int32_t toks[16];
+  for (int i = 0; i < 16; i++) toks[i] = 300 + i;
+  kv_seq *a, *b;
+  CHECK_EQ_INT(kv_paged_seq_new(p, 0, &a, &e), 0);
+  state_set(p, a, 6.0f);
+  fill_publish(a, toks, 6);
+  CHECK_EQ_INT(kv_paged_seq_keep(a, 4, &e), 0);
+  CHECK_EQ_INT(a->n_keep, 4);
+  CHECK_EQ_INT(a->keep_at, 6);
+  for (int i = 0; i < 4; i++) {
+    CHECK(a->keep[i] != a->state);
+    for (int j = 0; j < i; j++) CHECK(a->keep[j] != a->keep[i]);
+  }
+  /* the verification forward: tokens 6..9, the state after each kept */
+  for (int i = 0; i < 4; i++) row_set(p, a->keep[i], 7.0f + (float)i);
+  state_set(p, a, 10.0f);
+  CHECK_EQ_INT(a->ops->reserve(a, 4, &e), 0);
+  a->ops->commit(a, 4);
+  kv_paged_seq_publish(a, toks, 8, 0); /* block 1 ends at 8, inside the verified tokens */
+  CHECK_EQ_INT(kv_paged_seq_rewind(a, 8), 8); /* two drafts rejected: the state after token 7 */
+  CHECK(state_get(p, a) == 8.0f);
+  CHECK_EQ_INT(a->n_keep, 2);
+  CHECK_EQ_INT(a->ops->reserve(a, 1, &e), 0); /* not stale: it goes on */
+  CHECK_EQ_INT(kv_paged_seq_new(p, 0, &b, &e), 0);
+  CHECK_EQ_INT(kv_paged_seq_attach_prefix(b, toks, 16, 0), 8); /* block 1's snapshot, from the kept row */
+  CHECK(state_get(p, b) == 8.0f);
+  kv_paged_seq_free(b);
+  CHECK_EQ_INT(kv_paged_seq_rewind(a, 7), 7); /* still kept */
+  CHECK(state_get(p, a) == 7.0f);
+  CHECK_EQ_INT(a->n_keep, 1);
+  CHECK_EQ_INT(kv_paged_seq_rewind(a, 6), 0); /* before the kept states, no mark: from the start */
+  CHECK_EQ_INT(a->n_keep, 0);
+  /* a forward of fewer tokens than asked keeps only those */
+  state_set(p, a, 3.0f);
+  fill_publish(a, toks, 3);
+  CHECK_EQ_INT(kv_paged_seq_keep(a, 5, &e), 0);
+  fill_publish(a, toks, 5);
+  CHECK_EQ_INT(a->n_keep, 2);
+  kv_paged_seq_free(a);
+  kv_pool_counts cnt;
+  kv_pool_count(p, &cnt);
+  CHECK_EQ_INT(cnt.used, 0);
+  kv_pool_free(p);
+  /* without recurrent layers nothing is kept */
+  g = small_geom();
+  CHECK_EQ_INT(kv_pool_new(&g, 4, 2, &p, &e), 0);
+  kv_paged_seq_new(p, 0, &a, &e);
+  fill_publish(a, toks, 2);
+  CHECK_EQ_INT(kv_paged_seq_keep(a, 3, &e), 0);
+  CHECK_EQ_INT(a->n_keep, 0);
+  kv_paged_seq_free(a);
+  kv_pool_free(p);
+}
+
 static void test_paged_equals_contiguous(void) {
   paged_equals_contiguous(GOLDEN "llama-f32");
   paged_equals_contiguous(GOLDEN "gemma4-f32");
@@ -476,6 +549,7 @@ int main(void) {
   RUN(test_prefix_sharing);
   RUN(test_eviction_order);
   RUN(test_recurrent_states);
+  RUN(test_kept_states);
   RUN(test_paged_equals_contiguous);
   TEST_MAIN_END();
 }
