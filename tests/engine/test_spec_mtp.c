@@ -221,6 +221,28 @@ static double max_abs(const float *a, const float *b, size_t n) {
   return m;
 }
 
+/* The MTP forward over rows (t_{i+1}, h_i) at positions 0..n-1, fed in two pieces (5, then the
+ * rest) into a cache of its own (*mc, *ms, the caller frees): logits [n, V] and hidden states [n, D]. */
+static void mtp_forward_pieces(model *m, const int32_t *toks, const float *h, int n, kv_cache **mc, kv_seq **ms, float *lg,
+                               float *hid) {
+  herr e = {0};
+  int64_t V = model_vocab_size(m), D = model_cfg(m)->hidden_size;
+  model_kv_geometry mg;
+  model_mtp_geometry_of(m, &mg);
+  CHECK_EQ_INT(kv_cache_new(&mg, 0, mc, &e), 0);
+  CHECK_EQ_INT(kv_cache_seq_new(*mc, ms, &e), 0);
+  int64_t *pos = malloc(sizeof(int64_t) * (size_t)n);
+  for (int i = 0; i < n; i++) pos[i] = i;
+  int first = 5;
+  model_seq m1 = {.kv = *ms, .tokens = toks + 1, .n_tokens = first, .positions = pos, .all_logits = true,
+                  .mtp_hidden = h, .next_hidden = hid};
+  CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &m1, .n_seqs = 1}, lg, &e), 0);
+  model_seq m2 = {.kv = *ms, .tokens = toks + 1 + first, .n_tokens = n - first, .positions = pos + first,
+                  .all_logits = true, .mtp_hidden = h + first * D, .next_hidden = hid + first * D};
+  CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &m2, .n_seqs = 1}, lg + first * V, &e), 0);
+  free(pos);
+}
+
 static void test_forward_reference(void) {
   char dir[] = "/tmp/hearth-mtp-ref-XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
@@ -258,22 +280,10 @@ static void test_forward_reference(void) {
   CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &sq, .n_seqs = 1}, lg1, &e), 0);
   CHECK_MSG(max_abs(h, h2, (size_t)(N * D)) == 0, "next_hidden differs from MODEL_OUT_HIDDEN_ALL");
   /* the MTP forward: rows (t_{i+1}, h_i) at positions 0..N-1, fed in two pieces */
-  model_kv_geometry mg;
-  model_mtp_geometry_of(m, &mg);
   kv_cache *mc = NULL;
   kv_seq *ms = NULL;
-  CHECK_EQ_INT(kv_cache_new(&mg, 0, &mc, &e), 0);
-  CHECK_EQ_INT(kv_cache_seq_new(mc, &ms, &e), 0);
   float *mtp_lg = malloc(sizeof(float) * (size_t)(N * V)), *mtp_h = malloc(sizeof(float) * (size_t)(N * D));
-  int64_t pos[N];
-  for (int i = 0; i < N; i++) pos[i] = i;
-  int first = 5;
-  model_seq m1 = {.kv = ms, .tokens = toks + 1, .n_tokens = first, .positions = pos, .all_logits = true,
-                  .mtp_hidden = h, .next_hidden = mtp_h};
-  CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &m1, .n_seqs = 1}, mtp_lg, &e), 0);
-  model_seq m2 = {.kv = ms, .tokens = toks + 1 + first, .n_tokens = N - first, .positions = pos + first,
-                  .all_logits = true, .mtp_hidden = h + first * D, .next_hidden = mtp_h + first * D};
-  CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &m2, .n_seqs = 1}, mtp_lg + first * V, &e), 0);
+  mtp_forward_pieces(m, toks, h, N, &mc, &ms, mtp_lg, mtp_h);
   CHECK_EQ_INT(ms->len, N);
   /* the reference: the input rows here, from the raw weights */
   st_set st = {0};
@@ -442,22 +452,10 @@ static void qwen_forward_reference(model *m, const char *fixture, const char *mt
   CHECK_EQ_INT(kv_cache_seq_new(kc, &ks, &e), 0);
   model_seq sq = {.kv = ks, .tokens = toks, .n_tokens = N, .out = MODEL_OUT_HIDDEN_ALL, .dest = h};
   CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &sq, .n_seqs = 1}, NULL, &e), 0);
-  model_kv_geometry mg;
-  model_mtp_geometry_of(m, &mg);
   kv_cache *mc = NULL;
   kv_seq *ms = NULL;
-  CHECK_EQ_INT(kv_cache_new(&mg, 0, &mc, &e), 0);
-  CHECK_EQ_INT(kv_cache_seq_new(mc, &ms, &e), 0);
   float *mtp_lg = malloc(sizeof(float) * (size_t)(N * V)), *mtp_h = malloc(sizeof(float) * (size_t)(N * D));
-  int64_t pos[N];
-  for (int i = 0; i < N; i++) pos[i] = i;
-  int first = 5;
-  model_seq m1 = {.kv = ms, .tokens = toks + 1, .n_tokens = first, .positions = pos, .all_logits = true,
-                  .mtp_hidden = h, .next_hidden = mtp_h};
-  CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &m1, .n_seqs = 1}, mtp_lg, &e), 0);
-  model_seq m2 = {.kv = ms, .tokens = toks + 1 + first, .n_tokens = N - first, .positions = pos + first,
-                  .all_logits = true, .mtp_hidden = h + first * D, .next_hidden = mtp_h + first * D};
-  CHECK_EQ_INT(model_forward(m, &(model_batch){.seqs = &m2, .n_seqs = 1}, mtp_lg + first * V, &e), 0);
+  mtp_forward_pieces(m, toks, h, N, &mc, &ms, mtp_lg, mtp_h);
   st_set st = {0};
   CHECK_EQ_INT(st_open(&st, mtp_dir, &e), 0);
   const st_tensor *te = st_find(&st, "model.embed_tokens.weight"), *tw = st_find(&st, "mtp.fc.weight"),
