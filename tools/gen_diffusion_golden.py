@@ -21,8 +21,9 @@ reference outputs computed in float64 on the weights as stored:
                   follows the same steps). Per step: the argmax canvas and the
                   next canvas, so a mismatch is found at its first step. (With
                   random weights, self-conditioning spreads rounding
-                  differences from step to step, so implementations part after
-                  several steps; tests/engine/test_denoise.c says how it checks.)
+                  differences from step to step; its down_proj is scaled to a
+                  tenth so that rounding-sized differences no longer part a
+                  run; tests/engine/test_denoise.c says how it checks.)
 
 Per folder:
   config.json, model.safetensors   the model
@@ -77,6 +78,11 @@ def init_weights(model, seed):
                 p.copy_(r * 0.3)  # tied head under a softcap of 30: logits well inside the cap
             else:
                 p.copy_(r / math.sqrt(p.shape[-1]))
+            if "self_conditioning.down_proj" in name:
+                # A smaller self-conditioning signal keeps the random model from amplifying
+                # float32 rounding (1e-7) through the steps: with it at full size, runs part
+                # within a few steps; at a tenth, none of test_denoise's noisy twins part.
+                p.mul_(0.1)
         scalars = [b for name, b in model.named_buffers() if name.endswith("layer_scalar")]
         for i, b in enumerate(scalars):
             b.copy_(torch.tensor([0.7 + 0.2 * (i % 3)], dtype=b.dtype))

@@ -17,9 +17,15 @@
  * distribution: a speed run's weights, written at the disk's rate). The vocabulary is
  * a SentencePiece-style one with byte tokens and filler pieces, enough for
  * both runtimes to load the file.
+ * A shape name ending in "-wild" (1b-wild, tiny-wild, ...) makes activations
+ * that are not tame: the q and k projections are scaled up 6x each, so the
+ * attention scores spread with a standard deviation near 36 instead of 1 and
+ * softmax meets values deep in the float range's denormal tail (exp of -87 to
+ * -103), as trained models' sharp attention heads do; the residual stream
+ * then carries the large values that follow.
  *
  *   cc -O2 -o gen_random_gguf tools/gen_random_gguf.c -lm
- *   ./gen_random_gguf OUT.gguf f16|q8_0|q4_0 [1b|tiny|a3b|moe-tiny [LAYERS [EXPERTS [VOCAB]]]]
+ *   ./gen_random_gguf OUT.gguf f16|q8_0|q4_0 [1b|tiny|a3b|moe-tiny[-wild] [LAYERS [EXPERTS [VOCAB]]]]
  */
 #include <math.h>
 #include <stdbool.h>
@@ -149,13 +155,17 @@ static void write_tensor(FILE *f, const tinfo *t) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s OUT.gguf f16|q8_0|q4_0|q4_k [1b|8b|tiny|a3b|moe-tiny [LAYERS [EXPERTS [VOCAB]]]]\n", argv[0]);
+    fprintf(stderr, "usage: %s OUT.gguf f16|q8_0|q4_0|q4_k [1b|8b|tiny|a3b|moe-tiny[-wild] [LAYERS [EXPERTS [VOCAB]]]]\n", argv[0]);
     return 2;
   }
   int wt = strcmp(argv[2], "f16") == 0 ? T_F16 : strcmp(argv[2], "q8_0") == 0 ? T_Q8_0 : strcmp(argv[2], "q4_0") == 0 ? T_Q4_0
          : strcmp(argv[2], "q4_k") == 0 ? T_Q4_K : -1;
   if (wt < 0) { fprintf(stderr, "unknown type %s\n", argv[2]); return 2; }
-  const char *sn = argc > 3 ? argv[3] : "1b";
+  char sn[32];
+  snprintf(sn, sizeof sn, "%s", argc > 3 ? argv[3] : "1b");
+  size_t snl = strlen(sn);
+  float wild = 1.0f; /* the q / k scale: 6 for a "-wild" shape */
+  if (snl > 5 && !strcmp(sn + snl - 5, "-wild")) { sn[snl - 5] = 0; wild = 6.0f; }
   shape s;
   if (!strcmp(sn, "1b")) s = (shape){"llama", "random-llama-1b", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 0, 0, 0, 500000.0f, 1e-5f, 0};
   else if (!strcmp(sn, "8b"))
@@ -185,8 +195,8 @@ int main(int argc, char **argv) {
   for (int l = 0; l < s.layers; l++) {
 #define L(suffix) (snprintf(nm, sizeof nm, "blk.%d.%s", l, suffix), nm)
     ADD(L("attn_norm.weight"), T_F32, s.hidden, 1, 0, 1);
-    ADD(L("attn_q.weight"), wt, s.hidden, qd, sh, 0);
-    ADD(L("attn_k.weight"), wt, s.hidden, kvd, sh, 0);
+    ADD(L("attn_q.weight"), wt, s.hidden, qd, sh * wild, 0);
+    ADD(L("attn_k.weight"), wt, s.hidden, kvd, sh * wild, 0);
     ADD(L("attn_v.weight"), wt, s.hidden, kvd, sh, 0);
     ADD(L("attn_output.weight"), wt, qd, s.hidden, sq, 0);
     ADD(L("ffn_norm.weight"), T_F32, s.hidden, 1, 0, 1);

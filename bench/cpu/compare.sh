@@ -6,7 +6,10 @@
 # 1. makes random-weight llama GGUFs in Llama-3.2-1B's shape (F16, Q8_0,
 #    Q4_0) with tools/gen_random_gguf.c into $BENCH_DIR (default
 #    .deps/bench-cpu, git-ignored), unless they are there already; q4_k,
-#    q5_k and q6_k files are made from the F16 one by `hearth convert`;
+#    q5_k and q6_k files are made from the F16 one by `hearth convert`; a
+#    type with "-wild" after it (q8_0-wild, f16-wild) is the same shape with
+#    activations that are not tame (tools/gen_random_gguf.c: attention scores
+#    spread widely, so softmax produces denormal floats);
 # 2. measures the machine's read bandwidth (bench/cpu/membw.c) at 1 and 2 threads;
 # 3. for each file and thread count runs `hearth bench` and llama.cpp
 #    (bench/cpu/llamacpp_bench.mjs through node-llama-cpp in $NODE_DIR,
@@ -21,7 +24,7 @@
 # Both decode steps compute the new token's logits (the output matrix is
 # read every step); LOGITS=0 lets llama.cpp skip them (its step then reads
 # about a quarter fewer bytes, and its roofline fraction can exceed 100%).
-# Environment: P (512), N (128), R (1), ROUNDS (3), THREADS ("1 2"), TYPES ("f16 q8_0 q4_0"),
+# Environment: P (512), N (128), R (1), ROUNDS (3), THREADS ("1 2"), TYPES ("f16 q8_0 q4_0"; add q8_0-wild for untame activations),
 # SHAPE (1b; "tiny" for a quick check of the script itself), LOGITS (1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,7 +40,9 @@ for t in f16 $TYPES; do
   [ -s "$f" ] && continue
   case $t in
     q4_k|q5_k|q6_k) "$b/hearth" convert "$BENCH_DIR/llama1b-f16.gguf" "$f" --quant "$t" >&2 ;;
-    *) "$BENCH_DIR/gen_random_gguf" "$f" "$t" "${SHAPE:-1b}" ;;
+    q4_k-wild) [ -s "$BENCH_DIR/llama1b-f16-wild.gguf" ] || "$BENCH_DIR/gen_random_gguf" "$BENCH_DIR/llama1b-f16-wild.gguf" f16 "${SHAPE:-1b}-wild"
+      "$b/hearth" convert "$BENCH_DIR/llama1b-f16-wild.gguf" "$f" --quant q4_k >&2 ;;
+    *-wild) "$BENCH_DIR/gen_random_gguf" "$f" "${t%-wild}" "${SHAPE:-1b}-wild" ;;
   esac
 done
 declare -A bw

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/vec.h"
 #include "engine/kv_cache.h"
 
 /* Prompt lookup: the longest suffix tried first. */
@@ -219,18 +220,15 @@ float *gen_run_hidden(gen_run *r, int64_t pos, int n, herr *err) {
   /* contiguous from hid_pos: a position fed again replaces the rest; one past a gap starts afresh */
   if (pos < r->hid_pos || pos > r->hid_pos + r->n_hid) r->hid_pos = pos, r->n_hid = 0;
   else r->n_hid = pos - r->hid_pos;
-  if (r->n_hid + n > r->cap_hid) {
-    int64_t cap = r->cap_hid ? r->cap_hid : 64;
-    while (cap < r->n_hid + n) cap *= 2;
-    float *h = realloc(r->hid, sizeof(float) * (size_t)cap * (size_t)r->D);
-    int64_t *p = h ? realloc(r->mpos, sizeof(int64_t) * (size_t)(cap + 1)) : NULL;
-    if (h) r->hid = h;
-    if (p) r->mpos = p;
-    if (!h || !p) {
-      herr_set(err, HEARTH_ENOMEM, "generate: out of memory for %lld hidden states", (long long)cap);
+  if (r->n_hid + n > r->cap_hid) { /* rows of D floats, and one position more than rows */
+    size_t ch = (size_t)r->cap_hid, cp = (size_t)r->cap_hid;
+    bool ok = hgrow((void **)&r->hid, &ch, (size_t)(r->n_hid + n), sizeof(float) * (size_t)r->D) &&
+              hgrow((void **)&r->mpos, &cp, ch + 1, sizeof(int64_t));
+    if (!ok) {
+      herr_set(err, HEARTH_ENOMEM, "generate: out of memory for %lld hidden states", (long long)(r->n_hid + n));
       return NULL;
     }
-    r->cap_hid = cap;
+    r->cap_hid = (int64_t)ch;
   }
   float *at = r->hid + (size_t)r->n_hid * (size_t)r->D;
   r->n_hid += n;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "media/media.h"
+#include "base/vec.h"
 
 #ifdef HEARTH_HAVE_FFMPEG
 #include <libavcodec/avcodec.h>
@@ -179,14 +180,8 @@ static int audio_push(audio_sink *s, const uint8_t **in, int n_in, herr *err) {
   if (room < 0) return herr_set(err, HEARTH_EINVAL, "cannot resample the audio");
   if (s->n + room > s->max + MEDIA_AUDIO_RATE)
     return herr_set(err, HEARTH_EINVAL, "audio longer than the limit (%.0f s)", (double)s->max / MEDIA_AUDIO_RATE);
-  if (s->n + room > s->cap) {
-    int64_t c = s->cap ? s->cap * 2 : 65536;
-    while (c < s->n + room) c *= 2;
-    float *p = realloc(s->pcm, (size_t)c * sizeof(float));
-    if (!p) return herr_set(err, HEARTH_ENOMEM, "out of memory decoding audio");
-    s->pcm = p;
-    s->cap = c;
-  }
+  if (s->n + room > s->cap && !HGROW(s->pcm, s->cap, s->n + room))
+    return herr_set(err, HEARTH_ENOMEM, "out of memory decoding audio");
   uint8_t *out = (uint8_t *)(s->pcm + s->n);
   int got = swr_convert(s->swr, &out, room, in, n_in);
   if (got < 0) return av_fail(err, "cannot resample the audio", got);
@@ -260,18 +255,11 @@ typedef struct video_sink {
 #define VIDEO_ALL_KEPT (-1) /* (not an error: every sampled frame is in, the rest need no decoding) */
 
 static int video_keep(video_sink *s, const AVFrame *f, int64_t k, double t, herr *err) {
-  if (s->v.n_frames == s->cap) {
-    int32_t c = s->cap ? s->cap * 2 : 16;
-    media_image *fr = realloc(s->v.frames, sizeof *fr * c);
-    if (!fr) return herr_set(err, HEARTH_ENOMEM, "out of memory decoding video");
-    s->v.frames = fr;
-    double *tt = realloc(s->v.t, sizeof *tt * c);
-    if (!tt) return herr_set(err, HEARTH_ENOMEM, "out of memory decoding video");
-    s->v.t = tt;
-    int64_t *ii = realloc(s->v.index, sizeof *ii * c);
-    if (!ii) return herr_set(err, HEARTH_ENOMEM, "out of memory decoding video");
-    s->v.index = ii;
-    s->cap = c;
+  if (s->v.n_frames == s->cap) { /* three parallel arrays, grown from one capacity */
+    int32_t c1 = s->cap, c2 = s->cap, c3 = s->cap;
+    if (!HGROW(s->v.frames, c1, s->cap + 1) || !HGROW(s->v.t, c2, s->cap + 1) || !HGROW(s->v.index, c3, s->cap + 1))
+      return herr_set(err, HEARTH_ENOMEM, "out of memory decoding video");
+    s->cap = c1;
   }
   media_image *img = &s->v.frames[s->v.n_frames];
   img->w = f->width;

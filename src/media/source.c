@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "media/media.h"
+#include "base/vec.h"
 
 static int b64_val(int c) {
   if (c >= 'A' && c <= 'Z') return c - 'A';
@@ -135,14 +136,7 @@ static size_t on_body(char *data, size_t sz, size_t nm, void *user) {
     b->over = true;
     return 0;
   }
-  if (b->n + k > b->cap) {
-    size_t c = b->cap ? b->cap * 2 : 65536;
-    while (c < b->n + k) c *= 2;
-    uint8_t *q = realloc(b->p, c);
-    if (!q) return 0;
-    b->p = q;
-    b->cap = c;
-  }
+  if (b->n + k > b->cap && !HGROW(b->p, b->cap, b->n + k)) return 0;
   memcpy(b->p + b->n, data, k);
   b->n += k;
   return k;

@@ -1,7 +1,14 @@
 /* server.c — the HTTP layer: routing, API keys, body limits, JSON answers,
- * and SSE streams fed by a generation thread, on libmicrohttpd with one thread
- * per connection. A client that goes away cancels its generation: streams
- * watch the socket while they wait for tokens, whole responses check it every
+ * and SSE streams fed by a generation thread, on libmicrohttpd's epoll event
+ * loop with a small pool of polling threads (POLL_THREADS): an idle
+ * connection costs a socket, not a thread. Quick answers (health, models,
+ * stats, the chat page, refusals) are made on the polling thread; a request
+ * that may take long (generation, embeddings, token counts, adapters) is
+ * answered on a thread of its own while its connection is suspended (defer),
+ * and a stream whose generation has nothing new parks its connection until
+ * the generation or the server's watcher (keep-alive comments, clients gone)
+ * wakes it. A client that goes away cancels its generation: the watcher
+ * checks the sockets of waiting streams, whole responses check theirs every
  * step (a half-closed client is not gone: see client_gone). No CORS headers:
  * only the chat page's own origin may read answers from a browser. Knows the
  * engine only through serve_engine (engine.h), and the JSON shapes only
@@ -59,13 +66,15 @@
 #include "serve/responses.h"
 
 #define DEFAULT_MAX_BODY ((size_t)16 << 20)
-#define WAIT_MS 20                 /* a stream checks its client this often while it waits */
+#define WAIT_MS 20                 /* a waiting stream's client is checked this often */
+#define KEEPALIVE ": keep-alive\n\n"      /* the SSE comment a waiting stream sends */
 #define DEFAULT_KEEPALIVE_MS 15000
 #define DEFAULT_MAX_CONNECTIONS 4096
 #define DEFAULT_MAX_PER_CLIENT 1024
 #define DEFAULT_IDLE_TIMEOUT_S 10
 #define BODY_TIMEOUT_S 60          /* a request body that stalls this long is dropped */
 #define DRAIN_GRACE_S 10           /* after a drain cuts the generations, what is in flight gets this long */
+#define POLL_THREADS 4             /* libmicrohttpd's polling threads (each an epoll loop over its connections) */
 
 struct serve_server {
   struct MHD_Daemon *daemon;
@@ -73,7 +82,7 @@ struct serve_server {
   char *api_key;        /* owned; NULL when none */
   int idle_timeout_s;   /* a connection without a request is closed after this */
   size_t max_body;
-  int keepalive_waits;  /* WAIT_MS waits before a stream sends a keep-alive comment */
+  double keepalive_s;   /* a stream with nothing to send this long sends a keep-alive comment */
   int port;
   pthread_mutex_t engine_lock; /* one generation at a time unless the engine is thread-safe */
   atomic_uint_fast64_t next_id;
@@ -89,11 +98,33 @@ struct serve_server {
   atomic_long in_flight;
   pthread_mutex_t jobs_mu;
   struct job *jobs;     /* borrowed: each job is its connection's */
+  /* answers off the polling threads: `workers` running (defer); `stopping` refuses new ones */
+  pthread_mutex_t workers_mu;
+  pthread_cond_t workers_cv;
+  int workers;
+  bool stopping;
+  /* streams parked until they have something to send (stream_read), and the watcher that
+   * wakes them for a keep-alive comment or when their client is gone */
+  pthread_mutex_t park_mu;
+  struct job *parked;   /* borrowed */
+  pthread_t watcher;
+  bool watcher_started, watcher_stop;
+  pthread_cond_t watcher_cv;
 };
 
-/* The server answering on this connection's thread (one thread per
- * connection), for the headers every response carries. */
+/* The server answering on this thread (a polling thread or a request's own),
+ * for the headers every response carries. */
 static __thread serve_server *tl_server;
+struct conn;
+/* The request this thread answers for a suspended connection (defer): its
+ * response is kept for the polling thread to queue. */
+static __thread struct conn *tl_deferred;
+
+static double mono_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static void cors_headers(struct MHD_Response *resp) {
   if (!tl_server || !tl_server->cors) return;
@@ -145,7 +176,28 @@ typedef struct conn {
   char path[512];      /* the URL path without a trailing slash */
   hbuf body;           /* owned */
   bool counted;        /* in serve_server.in_flight until on_completed */
+  /* answered on a thread of its own (defer): 1 while it runs, 2 once done */
+  int deferred;
+  struct MHD_Response *resp; /* owned: the answer made there, queued by the polling thread */
+  unsigned resp_status;
+  enum MHD_Result resp_rc;   /* MHD_NO: no answer (nobody to answer, or out of memory): close */
+  serve_server *srv;         /* borrowed, for the answering thread */
+  struct MHD_Connection *c;
 } conn;
+
+/* Queues `resp` (consumed) on `c`, or keeps it for the polling thread when
+ * this thread answers a suspended connection. */
+static enum MHD_Result queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *resp) {
+  if (tl_deferred) {
+    if (tl_deferred->resp) MHD_destroy_response(tl_deferred->resp);
+    tl_deferred->resp = resp;
+    tl_deferred->resp_status = status;
+    return MHD_YES;
+  }
+  enum MHD_Result rc = MHD_queue_response(c, status, resp);
+  MHD_destroy_response(resp);
+  return rc;
+}
 
 /* ---- plain responses ---- */
 
@@ -156,9 +208,7 @@ static enum MHD_Result send_bytes(struct MHD_Connection *c, unsigned status, con
   MHD_add_response_header(resp, "Content-Type", type);
   if (allow) MHD_add_response_header(resp, "Allow", allow);
   cors_headers(resp);
-  enum MHD_Result rc = MHD_queue_response(c, status, resp);
-  MHD_destroy_response(resp);
-  return rc;
+  return queue(c, status, resp);
 }
 
 static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j /* consumed */) {
@@ -543,6 +593,10 @@ typedef struct job {
   hbuf out;                 /* owned: SSE bytes produced but not yet sent */
   size_t sent;              /* bytes of `out` already handed to MHD */
   bool done;                /* the producer finished: `out` is all there is */
+  struct MHD_Connection *c; /* the stream's connection, suspended while it is parked */
+  double idle_since;        /* when the stream last had bytes handed over (mono_seconds) */
+  bool parked;              /* in the server's parked list, its connection suspended (under park_mu) */
+  struct job *pnext, **pprev;
   /* the server's list of running generations (serve_drain_cancel) */
   struct job *jnext, **jprev;
   volatile int drained;     /* cancelled by the end of a drain: it ends as cut by length, not as a client gone */
@@ -601,7 +655,7 @@ static void job_generate(job *j, serve_token_fn fn) {
   serve_engine *e = s->engine;
   bool lock = !e->thread_safe;
   if (lock) pthread_mutex_lock(&s->engine_lock);
-  if (cancelled(j) || client_gone(j->fd)) {
+  if (cancelled(j) || client_gone(j->fd) || __atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
     cancel_set(j);
     j->rc = HEARTH_ECANCELLED;
     herr_set(&j->err, HEARTH_ECANCELLED, "the client went away");
@@ -609,6 +663,7 @@ static void job_generate(job *j, serve_token_fn fn) {
     j->result.stop_index = -1;
     jobs_add(s, j);
     if (atomic_load(&s->draining) > 1) __atomic_store_n(&j->drained, 1, __ATOMIC_SEQ_CST), cancel_set(j);
+    if (__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) cancel_set(j); /* serve_stop's sweep may have missed it */
     if (j->req.prompt_ids)
       j->rc = e->generate_ids(e->impl, j->req.prompt_ids, j->req.n_prompt_ids, &j->req.sampling, fn, j, &j->cancel,
                               &j->result, &j->err);
@@ -778,12 +833,39 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   return rc;
 }
 
-/* Streams: the producer thread formats SSE into j->out; MHD's reader drains it. */
+/* Streams: the producer thread formats SSE into j->out; MHD's reader drains
+ * it. A reader with nothing to hand over parks the connection (suspends it);
+ * whoever has something for it — the producer, or the watcher with a
+ * keep-alive due or a client gone — unparks it (under park_mu). */
+static void park(job *j) {
+  serve_server *s = j->srv;
+  j->parked = true;
+  j->pprev = &s->parked;
+  j->pnext = s->parked;
+  if (s->parked) s->parked->pprev = &j->pnext;
+  s->parked = j;
+  MHD_suspend_connection(j->c);
+}
+
+static void unpark(job *j, bool resume) {
+  if (!j->parked) return;
+  *j->pprev = j->pnext;
+  if (j->pnext) j->pnext->pprev = j->pprev;
+  j->parked = false;
+  j->pnext = NULL;
+  j->pprev = NULL;
+  if (resume) MHD_resume_connection(j->c);
+}
+
 static void stream_push(job *j, const hbuf *b, bool done) {
   pthread_mutex_lock(&j->mu);
   if (b->len) hbuf_append(&j->out, b->data, b->len);
   if (done) j->done = true;
-  pthread_cond_signal(&j->cv);
+  if (b->len || done) {
+    pthread_mutex_lock(&j->srv->park_mu);
+    unpark(j, true);
+    pthread_mutex_unlock(&j->srv->park_mu);
+  }
   pthread_mutex_unlock(&j->mu);
 }
 
@@ -844,32 +926,10 @@ static void *stream_main(void *arg) {
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+  (void)pos;
   job *j = cls;
+  serve_server *s = j->srv;
   pthread_mutex_lock(&j->mu);
-  int idle = 0; /* waits without anything to send */
-  while (j->sent == j->out.len && !j->done) {
-    if (abandoned(j) || client_gone(j->fd)) {
-      cancel_set(j);
-      pthread_mutex_unlock(&j->mu);
-      return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-    static const char ping[] = ": keep-alive\n\n";
-    if (++idle > j->srv->keepalive_waits && max >= sizeof ping - 1) {
-      /* A long prefill or a queue: an SSE comment keeps proxies and clients patient. */
-      pthread_mutex_unlock(&j->mu);
-      atomic_fetch_add(&j->srv->keepalives, 1);
-      memcpy(buf, ping, sizeof ping - 1);
-      return (ssize_t)(sizeof ping - 1);
-    }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += WAIT_MS * 1000 * 1000;
-    if (until.tv_nsec >= 1000000000L) {
-      until.tv_sec++;
-      until.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&j->cv, &j->mu, &until);
-  }
   ssize_t n;
   if (j->sent < j->out.len) {
     size_t left = j->out.len - j->sent;
@@ -880,8 +940,29 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
       hbuf_clear(&j->out);
       j->sent = 0;
     }
-  } else {
+    j->idle_since = mono_seconds();
+  } else if (j->done) {
     n = MHD_CONTENT_READER_END_OF_STREAM;
+  } else if (abandoned(j) || client_gone(j->fd) || __atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
+    cancel_set(j);
+    n = MHD_CONTENT_READER_END_WITH_ERROR;
+  } else if (mono_seconds() - j->idle_since >= s->keepalive_s && max >= sizeof KEEPALIVE - 1) {
+    /* A long prefill or a queue: an SSE comment keeps proxies and clients patient. */
+    atomic_fetch_add(&s->keepalives, 1);
+    memcpy(buf, KEEPALIVE, sizeof KEEPALIVE - 1);
+    n = (ssize_t)(sizeof KEEPALIVE - 1);
+    j->idle_since = mono_seconds();
+  } else {
+    /* nothing yet: parked until the producer or the watcher has something for it */
+    pthread_mutex_lock(&s->park_mu);
+    if (__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
+      cancel_set(j);
+      n = MHD_CONTENT_READER_END_WITH_ERROR;
+    } else {
+      park(j);
+      n = 0;
+    }
+    pthread_mutex_unlock(&s->park_mu);
   }
   pthread_mutex_unlock(&j->mu);
   return n;
@@ -891,8 +972,43 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void stream_free(void *cls) {
   job *j = cls;
   cancel_set(j);
+  pthread_mutex_lock(&j->srv->park_mu);
+  unpark(j, false);
+  pthread_mutex_unlock(&j->srv->park_mu);
   if (j->thread_started) pthread_join(j->thread, NULL);
   job_free(j);
+}
+
+/* The server's watcher: every WAIT_MS, wakes the parked streams whose client
+ * is gone (their generation is cancelled) or whose keep-alive comment is due;
+ * when the server stops, all of them. */
+static void *watcher_main(void *arg) {
+  serve_server *s = arg;
+  pthread_mutex_lock(&s->park_mu);
+  while (!s->watcher_stop) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += WAIT_MS * 1000 * 1000;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&s->watcher_cv, &s->park_mu, &until);
+    double now = mono_seconds();
+    for (job *j = s->parked, *next; j; j = next) {
+      next = j->pnext;
+      bool gone = abandoned(j) || client_gone(j->fd);
+      if (gone) cancel_set(j);
+      if (gone || now - j->idle_since >= s->keepalive_s) unpark(j, true);
+    }
+  }
+  for (job *j = s->parked, *next; j; j = next) { /* stopping */
+    next = j->pnext;
+    cancel_set(j);
+    unpark(j, true);
+  }
+  pthread_mutex_unlock(&s->park_mu);
+  return NULL;
 }
 
 static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
@@ -902,6 +1018,8 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
     return MHD_NO;
   }
   /* From here the response owns j: stream_free runs when MHD lets go of it. */
+  j->c = c;
+  j->idle_since = mono_seconds();
   if (pthread_create(&j->thread, NULL, stream_main, j) == 0) {
     j->thread_started = true;
   } else {
@@ -917,9 +1035,7 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
   MHD_add_response_header(resp, "Cache-Control", "no-cache");
   MHD_add_response_header(resp, "X-Accel-Buffering", "no");
   cors_headers(resp);
-  enum MHD_Result rc = MHD_queue_response(c, 200, resp);
-  MHD_destroy_response(resp);
-  return rc;
+  return queue(c, 200, resp);
 }
 
 /* Renders a chat request's messages with the model's template into *prompt. */
@@ -1514,6 +1630,119 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
   }
 }
 
+/* Answers a whole request (its body is in cn->body). */
+static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  switch (cn->route) {
+  case ROUTE_PAGE:
+    return send_bytes(c, 200, "text/html; charset=utf-8", serve_page_html, strlen(serve_page_html), NULL);
+  case ROUTE_HEALTH:
+    return answer_health(c, s);
+  case ROUTE_INDEX:
+    return answer_index(c, s);
+  case ROUTE_MODELS:
+    return answer_models(c, s);
+  case ROUTE_MODEL:
+    return answer_model(c, s, cn->path + 11);
+  case ROUTE_STATS:
+    return answer_stats(c, s);
+  case ROUTE_METRICS:
+    return answer_metrics(c, s);
+  case ROUTE_FIT:
+    return answer_fit(c, s);
+  case ROUTE_CHAT:
+  case ROUTE_COMPLETIONS:
+  case ROUTE_MESSAGES:
+  case ROUTE_RESPONSES:
+    return answer_generate(c, s, cn);
+  case ROUTE_RESPONSE:
+    return answer_stored_response(c, s, cn->path + 14, cn->del);
+  case ROUTE_COUNT_TOKENS:
+    return answer_count_tokens(c, s, cn);
+  case ROUTE_EMBEDDINGS:
+    return answer_embeddings(c, s, cn);
+  case ROUTE_SIGNAL:
+    return answer_signal(c, s, cn);
+  case ROUTE_ADAPTERS:
+    return answer_adapters(c, s, cn);
+  case ROUTE_ADAPTER:
+    return answer_adapter_delete(c, s, cn->path + 13);
+  default:
+    return MHD_NO;
+  }
+}
+
+/* Routes whose answer may take long (a generation, the tokenizer, an
+ * adapter read from disk): answered on a thread of their own (defer). */
+static bool slow_route(route r) {
+  switch (r) {
+  case ROUTE_CHAT:
+  case ROUTE_COMPLETIONS:
+  case ROUTE_MESSAGES:
+  case ROUTE_RESPONSES:
+  case ROUTE_COUNT_TOKENS:
+  case ROUTE_EMBEDDINGS:
+  case ROUTE_SIGNAL:
+  case ROUTE_ADAPTERS:
+  case ROUTE_ADAPTER:
+  case ROUTE_FIT:
+    return true;
+  default:
+    return false;
+  }
+}
+
+static void *defer_main(void *arg) {
+  conn *cn = arg;
+  serve_server *s = cn->srv;
+  struct MHD_Connection *c = cn->c;
+  tl_server = s;
+  tl_deferred = cn;
+  cn->resp_rc = answer_route(c, s, cn);
+  tl_deferred = NULL;
+  cn->deferred = 2;
+  /* the polling thread calls on_request again and queues cn->resp; cn is not ours after this */
+  MHD_resume_connection(c);
+  pthread_mutex_lock(&s->workers_mu);
+  s->workers--;
+  pthread_cond_broadcast(&s->workers_cv);
+  pthread_mutex_unlock(&s->workers_mu);
+  return NULL;
+}
+
+/* Suspends the connection and answers it on a new thread, so that a polling
+ * thread never waits on a generation. */
+static enum MHD_Result defer(serve_server *s, struct MHD_Connection *c, conn *cn) {
+  pthread_mutex_lock(&s->workers_mu);
+  bool stopping = s->stopping;
+  if (!stopping) s->workers++;
+  pthread_mutex_unlock(&s->workers_mu);
+  if (stopping) {
+    serve_fail f;
+    serve_fail_set(&f, 503, "server_error", NULL, "shutting_down", "The server is stopping");
+    return send_fail_as(c, &f, NULL, cn->anthropic);
+  }
+  cn->srv = s;
+  cn->c = c;
+  cn->deferred = 1;
+  MHD_suspend_connection(c);
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  pthread_t t;
+  int e = pthread_create(&t, &at, defer_main, cn);
+  pthread_attr_destroy(&at);
+  if (e == 0) return MHD_YES;
+  MHD_resume_connection(c);
+  cn->deferred = 0;
+  pthread_mutex_lock(&s->workers_mu);
+  s->workers--;
+  pthread_cond_broadcast(&s->workers_cv);
+  pthread_mutex_unlock(&s->workers_mu);
+  serve_fail f;
+  serve_fail_set(&f, 503, "server_error", NULL, NULL, "could not start a thread for the request");
+  return send_fail_as(c, &f, NULL, cn->anthropic);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
   serve_server *s = cls;
@@ -1575,43 +1804,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
    * long generation before a whole reply sends nothing) */
   MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
   if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, cn->anthropic);
-  switch (cn->route) {
-  case ROUTE_PAGE:
-    return send_bytes(c, 200, "text/html; charset=utf-8", serve_page_html, strlen(serve_page_html), NULL);
-  case ROUTE_HEALTH:
-    return answer_health(c, s);
-  case ROUTE_INDEX:
-    return answer_index(c, s);
-  case ROUTE_MODELS:
-    return answer_models(c, s);
-  case ROUTE_MODEL:
-    return answer_model(c, s, cn->path + 11);
-  case ROUTE_STATS:
-    return answer_stats(c, s);
-  case ROUTE_METRICS:
-    return answer_metrics(c, s);
-  case ROUTE_FIT:
-    return answer_fit(c, s);
-  case ROUTE_CHAT:
-  case ROUTE_COMPLETIONS:
-  case ROUTE_MESSAGES:
-  case ROUTE_RESPONSES:
-    return answer_generate(c, s, cn);
-  case ROUTE_RESPONSE:
-    return answer_stored_response(c, s, cn->path + 14, cn->del);
-  case ROUTE_COUNT_TOKENS:
-    return answer_count_tokens(c, s, cn);
-  case ROUTE_EMBEDDINGS:
-    return answer_embeddings(c, s, cn);
-  case ROUTE_SIGNAL:
-    return answer_signal(c, s, cn);
-  case ROUTE_ADAPTERS:
-    return answer_adapters(c, s, cn);
-  case ROUTE_ADAPTER:
-    return answer_adapter_delete(c, s, cn->path + 13);
-  default:
-    return MHD_NO;
+  if (cn->deferred == 2) { /* answered on its own thread (defer) */
+    if (!cn->resp) return MHD_NO; /* nothing to send (the client went away, or out of memory): close */
+    struct MHD_Response *resp = cn->resp;
+    cn->resp = NULL;
+    enum MHD_Result rc = MHD_queue_response(c, cn->resp_status, resp);
+    MHD_destroy_response(resp);
+    return rc;
   }
+  if (slow_route(cn->route)) return defer(s, c, cn);
+  return answer_route(c, s, cn);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
@@ -1621,6 +1823,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
   if (why == MHD_REQUEST_TERMINATED_COMPLETED_OK) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->idle_timeout_s);
   if (!cn) return;
   if (cn->counted) atomic_fetch_sub(&s->in_flight, 1);
+  if (cn->resp) MHD_destroy_response(cn->resp); /* made, never sent (the client went away) */
   hbuf_free(&cn->body);
   free(cn);
   *con_cls = NULL;
@@ -1660,7 +1863,7 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   }
   s->engine = engine;
   s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
-  s->keepalive_waits = (cfg->keepalive_ms > 0 ? cfg->keepalive_ms : DEFAULT_KEEPALIVE_MS) / WAIT_MS;
+  s->keepalive_s = (cfg->keepalive_ms > 0 ? cfg->keepalive_ms : DEFAULT_KEEPALIVE_MS) / 1000.0;
   s->api_key = cfg->api_key ? strdup(cfg->api_key) : NULL;
   s->cors = cfg->cors_origin && cfg->cors_origin[0] ? strdup(cfg->cors_origin) : NULL;
   /* a store that cannot be made (out of memory) leaves responses unstored */
@@ -1683,14 +1886,25 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   raise_fd_limit(max_conn + 64);
   pthread_mutex_init(&s->engine_lock, NULL);
   pthread_mutex_init(&s->jobs_mu, NULL);
+  pthread_mutex_init(&s->workers_mu, NULL);
+  pthread_cond_init(&s->workers_cv, NULL);
+  pthread_mutex_init(&s->park_mu, NULL);
+  pthread_cond_init(&s->watcher_cv, NULL);
+  if (pthread_create(&s->watcher, NULL, watcher_main, s) != 0) {
+    freeaddrinfo(ai);
+    serve_stop(s);
+    return herr_set(err, HEARTH_ENOMEM, "cannot start the server's watcher thread");
+  }
+  s->watcher_started = true;
   atomic_init(&s->draining, 0);
   atomic_init(&s->in_flight, 0);
   atomic_init(&s->next_id, (uint64_t)time(NULL));
-  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
+  unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG; /* epoll on Linux */
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,                  /* */
                                MHD_OPTION_SOCK_ADDR, ai->ai_addr,                                     /* */
                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,                          /* */
+                               MHD_OPTION_THREAD_POOL_SIZE, (unsigned)POLL_THREADS,                   /* */
                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->idle_timeout_s,            /* */
                                MHD_OPTION_CONNECTION_LIMIT, max_conn,                                 /* */
                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_client,                        /* */
@@ -1715,9 +1929,32 @@ uint64_t serve_keepalives_sent(serve_server *s) { return atomic_load(&s->keepali
 
 void serve_stop(serve_server *s) {
   if (!s) return;
+  /* No connection may be suspended when the daemon stops: new answering threads are refused,
+   * the generations running are cancelled, the answering threads waited for (each resumes its
+   * connection), and the parked streams woken, with nothing parked from then on. */
+  pthread_mutex_lock(&s->workers_mu);
+  __atomic_store_n(&s->stopping, true, __ATOMIC_SEQ_CST);
+  pthread_mutex_unlock(&s->workers_mu);
+  pthread_mutex_lock(&s->jobs_mu);
+  for (job *j = s->jobs; j; j = j->jnext) cancel_set(j);
+  pthread_mutex_unlock(&s->jobs_mu);
+  pthread_mutex_lock(&s->workers_mu);
+  while (s->workers > 0) pthread_cond_wait(&s->workers_cv, &s->workers_mu);
+  pthread_mutex_unlock(&s->workers_mu);
+  if (s->watcher_started) {
+    pthread_mutex_lock(&s->park_mu);
+    s->watcher_stop = true;
+    pthread_cond_signal(&s->watcher_cv);
+    pthread_mutex_unlock(&s->park_mu);
+    pthread_join(s->watcher, NULL);
+  }
   if (s->daemon) MHD_stop_daemon(s->daemon);
   pthread_mutex_destroy(&s->engine_lock);
   pthread_mutex_destroy(&s->jobs_mu);
+  pthread_mutex_destroy(&s->workers_mu);
+  pthread_cond_destroy(&s->workers_cv);
+  pthread_mutex_destroy(&s->park_mu);
+  pthread_cond_destroy(&s->watcher_cv);
   free(s->api_key);
   free(s->cors);
   for (int i = 0; i < s->nnames; i++) free(s->names[i]);
@@ -1744,12 +1981,6 @@ int serve_drain_cancel(serve_server *s) {
   }
   pthread_mutex_unlock(&s->jobs_mu);
   return n;
-}
-
-static double mono_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Waits up to `until` for the requests in flight to be answered; false when a signal of `sigs` came first. */

@@ -4,6 +4,7 @@
  * stopping the server while a stream is running. Runs under ASan too, which
  * is what holds the server's free paths to account. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -410,6 +411,16 @@ static void test_empty_key(void) {
 /* 1,000 idle connections (no request sent) do not lock others out: /health
  * and a chat request still answer; a connection that sends nothing is
  * closed after the idle limit. */
+/* The threads of this process (the server runs in it). */
+static int thread_count(void) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
 static void test_idle_connections(void) {
   serve_server *s;
   herr err = {0};
@@ -430,11 +441,17 @@ static void test_idle_connections(void) {
     if (fds[i] >= 0) opened++;
   }
   CHECK_MSG(opened == want, "only %d of %d connections opened", opened, want);
+  /* idle connections cost sockets, not threads */
+  int threads = thread_count();
+  CHECK_MSG(threads > 0 && threads < 64, "%d threads with %d idle connections open", threads, opened);
   char *r = http(port, "GET", "/health", NULL, NULL);
   CHECK_EQ_INT(status_of(r), 200);
   free(r);
   r = http(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":2"));
   CHECK_MSG(status_of(r) == 200, "chat with 1000 idle connections open: '%.80s'", r);
+  free(r);
+  r = http(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":2,\"stream\":true"));
+  CHECK_MSG(status_of(r) == 200 && strstr(r, "data: [DONE]"), "a stream with 1000 idle connections open: '%.80s'", r);
   free(r);
   /* the idle ones are closed by the server after the idle limit: a read sees the end */
   int closed = 0;

@@ -33,13 +33,6 @@ uint16_t bk_fp16_encode(float f) {
   return sign | (uint16_t)h;
 }
 
-static inline float bf16_to_float(uint16_t h) {
-  uint32_t bits = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
 float bk_fp16_decode(uint16_t h) { return hf16_to_f32(h); }
 
 /* ---- FP8 E4M3 ---- */
@@ -72,7 +65,7 @@ uint8_t bk_fp8_encode(float f) {
   if (e > 15 || (e == 15 && m == 7)) return sign | 0x7E;
   return sign | (uint8_t)(e << 3 | m);
 }
-float bk_bf16_decode(uint16_t h) { return bf16_to_float(h); }
+float bk_bf16_decode(uint16_t h) { return hbf16_to_f32(h); }
 
 uint16_t bk_bf16_encode(float f) {
   uint32_t x;
@@ -132,7 +125,7 @@ void bk_k_scale_min(const uint8_t q[12], int j, uint8_t *sc, uint8_t *m) { k_sca
 
 static float scale_value(bk_type t, const void *p, int64_t i) {
   if (t == BK_F16) return hf16_to_f32(((const uint16_t *)p)[i]);
-  if (t == BK_BF16) return bf16_to_float(((const uint16_t *)p)[i]);
+  if (t == BK_BF16) return hbf16_to_f32(((const uint16_t *)p)[i]);
   return ((const float *)p)[i];
 }
 
@@ -229,7 +222,7 @@ void bk_dequant_range(const bk_weight *w, int64_t row, int64_t k0, int64_t len, 
       for (int64_t k = 0; k < len; k++) out[k] = hf16_to_f32(((const uint16_t *)base)[k0 + k]);
       break;
     case BK_BF16:
-      for (int64_t k = 0; k < len; k++) out[k] = bf16_to_float(((const uint16_t *)base)[k0 + k]);
+      for (int64_t k = 0; k < len; k++) out[k] = hbf16_to_f32(((const uint16_t *)base)[k0 + k]);
       break;
     case BK_Q8_0: dequant_q8_0((const bk_block_q8_0 *)base + k0 / blk, len / blk, out); break;
     case BK_Q4_0: dequant_q4_0((const bk_block_q4_0 *)base + k0 / blk, len / blk, out); break;
