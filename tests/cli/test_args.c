@@ -6,6 +6,8 @@
  * summary line (and its progress on a terminal), and the chat session's
  * /help. */
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -307,6 +309,79 @@ static void test_chat_commands(void) {
   run_free(&r);
 }
 
+/* Reads the terminal until `want` has appeared `times` times in all it printed (30 s at most). */
+static bool tty_wait(int master, hbuf *seen, const char *want, int times) {
+  for (int waited = 0; waited < 30000;) {
+    int n = 0;
+    for (const char *p = hbuf_str(seen); (p = strstr(p, want)); p += strlen(want)) n++;
+    if (n >= times) return true;
+    struct pollfd pf = {.fd = master, .events = POLLIN};
+    if (poll(&pf, 1, 100) <= 0) {
+      waited += 100;
+      continue;
+    }
+    char buf[4096];
+    ssize_t got = read(master, buf, sizeof buf);
+    if (got <= 0) return false;
+    hbuf_append(seen, buf, (size_t)got);
+  }
+  return false;
+}
+
+static int count_of(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+  return n;
+}
+
+/* `hearth chat` on a terminal edits lines and keeps their history (libedit):
+ * the up arrow brings the last line back, Ctrl-A goes to the line's start.
+ * Commands are used so that nothing depends on the model's replies; a plain
+ * line reader would send the escape sequences to the model instead. */
+static void test_chat_line_editing(void) {
+  int master = posix_openpt(O_RDWR | O_NOCTTY);
+  char *slave = NULL;
+  if (master < 0 || grantpt(master) || unlockpt(master) || !(slave = ptsname(master))) {
+    CHECK_MSG(false, "no pseudo-terminal");
+    return;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setsid();
+    int t = open(slave, O_RDWR);
+    if (t < 0) _exit(126);
+    dup2(t, 0);
+    dup2(t, 1);
+    dup2(t, 2);
+    setenv("TERM", "xterm", 1);
+    execl(HEARTH_BINARY, HEARTH_BINARY, "chat", "--temp", "0", "-n", "4", (char *)NULL);
+    _exit(127);
+  }
+  hbuf seen = {0};
+  static const char *const lines[] = {"/nonsense\r", "\x1b[A\r", "nonsense2\x01/\r", "/quit\r"};
+  bool ok = true;
+  for (int i = 0; ok && i < 4; i++) {
+    ok = tty_wait(master, &seen, "> ", i + 1);
+    CHECK_MSG(ok, "prompt %d never came: %s", i + 1, hbuf_str(&seen));
+    if (ok) CHECK(write(master, lines[i], strlen(lines[i])) == (ssize_t)strlen(lines[i]));
+  }
+  tty_wait(master, &seen, "\x01never", 1); /* the rest, until the child closes the terminal */
+  int st = 0;
+  if (!ok) kill(pid, SIGKILL);
+  CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  const char *out = hbuf_str(&seen);
+#ifdef HEARTH_HAVE_LIBEDIT
+  CHECK_MSG(count_of(out, "unknown command '/nonsense'") == 2, "the up arrow did not bring the line back: %s", out);
+  CHECK_MSG(count_of(out, "unknown command '/nonsense2'") == 1, "Ctrl-A did not edit the line: %s", out);
+#else
+  CHECK_MSG(count_of(out, "unknown command '/nonsense'") == 1, "%s", out);
+#endif
+  hbuf_free(&seen);
+  close(master);
+}
+
 int main(void) {
   if (!mkdtemp(tmpdir)) {
     perror("mkdtemp");
@@ -321,6 +396,7 @@ int main(void) {
   RUN(test_absurd_config);
   RUN(test_convert_reports);
   RUN(test_chat_commands);
+  RUN(test_chat_line_editing);
   char cmd[700];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
