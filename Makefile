@@ -26,10 +26,8 @@ build: setup
 run: build
 	./build/hearth serve
 
-install: setup
-	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS) >/dev/null
-	cmake --build build -j $(JOBS)
-	cmake --install build
+install: build
+	cmake --install build --prefix "$(PREFIX)"
 
 asan: setup
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHEARTH_SANITIZE=ON -DHEARTH_CUDA=OFF >/dev/null

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/vec.h"
+
 uint32_t hdict_hash(const char *key, size_t len) {
   /* FNV-1a, 32-bit */
   uint32_t h = 2166136261u;
@@ -26,9 +28,7 @@ void hdict_free(hdict *d) {
 static const char *arena_copy(hdict *d, const char *key, size_t len) {
   if (d->nchunks == 0 || d->chunk_used + len + 1 > d->chunk_cap) {
     size_t cap = len + 1 > 65536 ? len + 1 : 65536;
-    char **nc = realloc(d->chunks, (d->nchunks + 1) * sizeof *nc);
-    if (!nc) return NULL;
-    d->chunks = nc;
+    if (d->nchunks == d->chunks_cap && !HGROW(d->chunks, d->chunks_cap, d->nchunks + 1)) return NULL;
     char *c = malloc(cap);
     if (!c) return NULL;
     d->chunks[d->nchunks++] = c;

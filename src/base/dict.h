@@ -19,7 +19,7 @@ typedef struct hdict {
   hdict_slot *slots; /* owned */
   size_t cap, count;
   char **chunks;     /* owned key arena */
-  size_t nchunks, chunk_used, chunk_cap;
+  size_t nchunks, chunks_cap, chunk_used, chunk_cap;
 } hdict;
 
 void hdict_init(hdict *d);

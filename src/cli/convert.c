@@ -34,6 +34,7 @@
 #include "base/buf.h"
 #include "base/file.h"
 #include "base/json.h"
+#include "base/vec.h"
 #include "cli/cli.h"
 #include "format/config.h"
 #include "format/gguf.h"
@@ -79,7 +80,7 @@ typedef struct src_model {
   bool cfg_loaded;
   bool gguf_llama;          /* a llama GGUF: q/k rows are permuted in the file */
   src_tensor *ts;           /* owned */
-  int nt;
+  int nt, cap_ts;
 } src_model;
 
 static void src_close(src_model *s) {
@@ -97,9 +98,7 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 static int add_src(src_model *s, const src_tensor *t, herr *err) {
-  src_tensor *p = realloc(s->ts, (size_t)(s->nt + 1) * sizeof *p);
-  if (!p) return herr_set(err, HEARTH_ENOMEM, "out of memory");
-  s->ts = p;
+  if (s->nt == s->cap_ts && !HGROW(s->ts, s->cap_ts, s->nt + 1)) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   s->ts[s->nt++] = *t;
   return 0;
 }
@@ -277,7 +276,7 @@ typedef struct out_tensor {
 typedef struct conv {
   src_model *src;
   out_tensor *outs;  /* owned, indexed like the writer's tensors */
-  int nouts;
+  int nouts, cap_outs;
   int bits, group_size;
   bk_type scale_type;
   void *mlx_scales, *mlx_biases; /* owned: the current MLX matrix's, filled by its ROLE_MLX_W call */
@@ -350,9 +349,8 @@ static size_t gguf_size(const void *w, int i) { return gguf_writer_tensor_bytes(
 static size_t st_size(const void *w, int i) { return st_writer_tensor_bytes(w, i); }
 
 static int add_out(conv *c, out_tensor o, herr *err) {
-  out_tensor *p = realloc(c->outs, (size_t)(c->nouts + 1) * sizeof *p);
-  if (!p) return herr_set(err, HEARTH_ENOMEM, "out of memory");
-  c->outs = p;
+  if (c->nouts == c->cap_outs && !HGROW(c->outs, c->cap_outs, c->nouts + 1))
+    return herr_set(err, HEARTH_ENOMEM, "out of memory");
   c->outs[c->nouts++] = o;
   return 0;
 }

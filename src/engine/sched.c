@@ -913,6 +913,7 @@ static void step(sched *s) {
   s->st.prompt_tokens += prompt_fed;
   s->st.busy_seconds += now_seconds() - t0;
   s->st.steps++;
+  if (n_batch > s->st.peak_batch) s->st.peak_batch = n_batch;
   int64_t waiting = s->n_waiting;
   pthread_mutex_unlock(&s->mu);
   if (s->trace)

@@ -81,6 +81,7 @@ typedef struct sched_stats {
   int64_t prompt_tokens, generated_tokens;        /* computed prompt tokens, sampled tokens (totals) */
   double busy_seconds;                            /* time spent in steps */
   int64_t requests_finished, requests_cancelled, requests_refused, preemptions, steps;
+  int64_t peak_batch;                             /* the most sequences one step has run */
   /* speculative decoding, per draft source (spec_source): verification steps with drafts,
      tokens drafted, drafts accepted */
   int64_t spec_steps[SPEC_N_SOURCES], spec_drafted[SPEC_N_SOURCES], spec_accepted[SPEC_N_SOURCES];

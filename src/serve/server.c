@@ -589,7 +589,6 @@ typedef struct job {
   pthread_t thread;
   bool thread_started;
   pthread_mutex_t mu;
-  pthread_cond_t cv;
   hbuf out;                 /* owned: SSE bytes produced but not yet sent */
   size_t sent;              /* bytes of `out` already handed to MHD */
   bool done;                /* the producer finished: `out` is all there is */
@@ -640,7 +639,6 @@ static void job_free(job *j) {
   json_decref(j->history);
   hbuf_free(&j->out);
   pthread_mutex_destroy(&j->mu);
-  pthread_cond_destroy(&j->cv);
   free(j);
 }
 
@@ -1121,7 +1119,6 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
     return send_fail_as(c, &f, NULL, anth);
   }
   pthread_mutex_init(&j->mu, NULL);
-  pthread_cond_init(&j->cv, NULL);
   j->srv = s;
   j->anthropic = anth;
   j->responses = cn->route == ROUTE_RESPONSES;
