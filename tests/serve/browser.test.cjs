@@ -258,7 +258,8 @@ test('"new chat" during a reply: the partial reply is in no later request', asyn
     assert.ok(!s.includes('first conversation'));
   }
   const log = await page.$eval('#log', (e) => e.textContent);
-  assert.ok(!log.includes(partial.trim()) && !log.includes('first conversation'));
+  assert.ok(!log.includes(partial.trim()) && !log.includes('first conversation'),
+    `the first conversation shows after "new chat": page ${JSON.stringify(log)}, partial ${JSON.stringify(partial)}`);
   noErrors(rec);
   await shot(t, page, 'new-chat');
   await page.close();

@@ -169,7 +169,11 @@ static int fake_generate_run(const char *prompt, bool raw, const serve_sampling 
   int64_t limit = script ? (int64_t)(script_len + 2) / 3 : slow ? 5000 : fill ? INT64_MAX : FAKE_EOS_AFTER;
   int64_t max = sp->max_tokens > 0 ? sp->max_tokens : fake_context - res->prompt_tokens;
   double temp = isnan(sp->temperature) ? 0.0 : sp->temperature;
-  uint64_t state = sp->has_seed ? sp->seed : (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)&state;
+  /* unseeded: a fresh seed per request (time alone repeats within a second, and a new thread's
+   * stack, so &state, is often the last one's) */
+  static _Atomic uint64_t fake_requests;
+  uint64_t state = sp->has_seed ? sp->seed
+                                : ((uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)&state) + ++fake_requests * 0x9E3779B97F4A7C15ull;
   static const char *words[] = {" alpha", " beta", " gamma", " delta", " eps", " zeta", " eta", " theta", " iota",
                                 " kappa", " lambda", " mu"};
   hbuf text = {0};
