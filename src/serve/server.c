@@ -753,18 +753,23 @@ typedef struct watcher {
   bool stop, started;
 } watcher;
 
+/* Waits on cv (mu held) for a signal or WAIT_MS, whichever comes first. */
+static void wait_tick(pthread_cond_t *cv, pthread_mutex_t *mu) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_nsec += WAIT_MS * 1000 * 1000;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_cond_timedwait(cv, mu, &until);
+}
+
 static void *watch_main(void *arg) {
   watcher *w = arg;
   pthread_mutex_lock(&w->mu);
   while (!w->stop) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += WAIT_MS * 1000 * 1000;
-    if (until.tv_nsec >= 1000000000L) {
-      until.tv_sec++;
-      until.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&w->cv, &w->mu, &until);
+    wait_tick(&w->cv, &w->mu);
     if (!w->stop && !cancelled(w->j) && client_gone(w->j->fd)) cancel_set(w->j);
   }
   pthread_mutex_unlock(&w->mu);
@@ -984,14 +989,7 @@ static void *watcher_main(void *arg) {
   serve_server *s = arg;
   pthread_mutex_lock(&s->park_mu);
   while (!s->watcher_stop) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += WAIT_MS * 1000 * 1000;
-    if (until.tv_nsec >= 1000000000L) {
-      until.tv_sec++;
-      until.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&s->watcher_cv, &s->park_mu, &until);
+    wait_tick(&s->watcher_cv, &s->park_mu);
     double now = mono_seconds();
     for (job *j = s->parked, *next; j; j = next) {
       next = j->pnext;
