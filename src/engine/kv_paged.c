@@ -633,6 +633,12 @@ static void snapshot(kv_pool *p, paged_seq *ps, int32_t b, int32_t src) {
   p->n_snaps++;
 }
 
+/* The state row kept for length n (kv_seq.keep: the state after token n - 1 of the last forward
+ * that kept its states), or -1. */
+static int32_t kept_row(const kv_seq *s, int64_t n) {
+  return n > s->keep_at && n <= s->keep_at + s->n_keep ? s->keep[n - s->keep_at - 1] : -1;
+}
+
 void kv_paged_seq_publish(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t adapter_id) {
   paged_seq *ps = (paged_seq *)s;
   kv_pool *p = ps->pool;
@@ -647,7 +653,7 @@ void kv_paged_seq_publish(kv_seq *s, const int32_t *tokens, int64_t n, uint64_t 
     int32_t keeper = same >= 0 ? same : b;
     /* the state at the block's end: the sequence's own when it ends there, else a kept one (kv_seq.keep) */
     int64_t end = (i + 1) * p->B;
-    int32_t src = end == s->len ? s->state : end > s->keep_at && end <= s->keep_at + s->n_keep ? s->keep[end - s->keep_at - 1] : -1;
+    int32_t src = end == s->len ? s->state : kept_row(s, end);
     if (p->has_state && p->meta[keeper].snap < 0) snapshot(p, ps, keeper, src);
     ps->last_hash = h;
     ps->n_published++;
@@ -663,8 +669,9 @@ void kv_paged_seq_truncate(kv_seq *s, int64_t n) {
     ps->n_published = 0;
     ps->last_hash = PREFIX_ROOT;
   }
-  if (ps->pool->has_state && n > s->keep_at && n <= s->keep_at + s->n_keep) { /* a kept state: installed */
-    copy_state(ps->pool, s->state, s->keep[n - s->keep_at - 1]);
+  int32_t kept = kept_row(s, n);
+  if (ps->pool->has_state && kept >= 0) { /* a kept state: installed */
+    copy_state(ps->pool, s->state, kept);
     ps->stale = false;
   } else if (ps->pool->has_state && n == ps->mark_len) { /* back to the mark: its state again */
     copy_state(ps->pool, s->state, ps->mark);
@@ -713,7 +720,7 @@ int kv_paged_seq_keep(kv_seq *s, int n, herr *err) {
 int64_t kv_paged_seq_rewind(kv_seq *s, int64_t n) {
   paged_seq *ps = (paged_seq *)s;
   if (n < 0 || n >= s->len) return s->len;
-  if (ps->pool->has_state && !(n > s->keep_at && n <= s->keep_at + s->n_keep))
+  if (ps->pool->has_state && kept_row(s, n) < 0)
     n = ps->mark_len >= 0 && ps->mark_len <= n ? ps->mark_len : 0;
   kv_paged_seq_truncate(s, n);
   return s->len;

@@ -512,14 +512,7 @@ static void layer(model *m, int l, const kv_store *kv, step *st) {
  * the decoder block's output on eh_proj([enorm(x) | hnorm(h)]), its cache kv's layer 0. */
 static void mtp(model *m, const kv_store *kv, step *st, const bk_tensor *h) {
   glm5_state *s = S(m);
-  int64_t T = st->T, D = m->cfg.hidden_size;
-  bk_tensor cat = st->fam; /* [T, 2D] (w_fam is at least 2D with an MTP layer) */
-  cat.rows = T, cat.cols = 2 * D, cat.dt = BK_DT_F32;
-  layer_norm(m, &st->xn, &st->x, &s->mtp_enorm);
-  bk_set_cols(&cat, &st->xn, 0);
-  layer_norm(m, &st->xn, h, &s->mtp_hnorm);
-  bk_set_cols(&cat, &st->xn, D);
-  bk_matmul_t(&st->x, &cat, &s->mtp_eh, NULL);
+  layer_mtp_input(m, st, h, &s->mtp_enorm, &s->mtp_hnorm, &s->mtp_eh);
   glm_layer(m, &s->mtp_lw, &s->layers[m->cfg.num_hidden_layers], 0, kv, st);
 }
 

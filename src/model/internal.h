@@ -282,6 +282,10 @@ void layer_moe(model *m, const layer_weights *lw, step *st, const bk_tensor *rou
 void layer_deltanet(model *m, int l, const kv_store *kv, step *st);
 /* y = rmsnorm(x) with the family's norm convention (w NULL: no scale). */
 void layer_norm(const model *m, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w);
+/* A multi-token-prediction layer's input: x = fc([enorm(x) | hnorm(h)]) over the step's rows (x: their
+ * token embeddings, h: the target's hidden states; st->fam holds the [T, 2D] concatenation). */
+void layer_mtp_input(model *m, step *st, const bk_tensor *h, const bk_tensor *enorm, const bk_tensor *hnorm,
+                     const bk_weight *fc);
 
 /* y += each adapter's delta for projection t of layer l on the rows of the runs that use one (x: the
  * projection's input); nothing without adapters. */

@@ -29,6 +29,18 @@ void layer_norm(const model *m, const bk_tensor *y, const bk_tensor *x, const bk
 
 void layer_attention(model *m, int l, const kv_store *kv, step *st) { layer_attention_of(m, &m->layers[l], l, kv, st); }
 
+void layer_mtp_input(model *m, step *st, const bk_tensor *h, const bk_tensor *enorm, const bk_tensor *hnorm,
+                     const bk_weight *fc) {
+  int64_t D = m->cfg.hidden_size;
+  bk_tensor cat = st->fam; /* [T, 2D] (w_fam is at least 2D with an MTP layer) */
+  cat.rows = st->T, cat.cols = 2 * D, cat.dt = BK_DT_F32;
+  layer_norm(m, &st->xn, &st->x, enorm);
+  bk_set_cols(&cat, &st->xn, 0);
+  layer_norm(m, &st->xn, h, hnorm);
+  bk_set_cols(&cat, &st->xn, D);
+  bk_matmul_t(&st->x, &cat, fc, NULL);
+}
+
 void layer_attention_of(model *m, const layer_weights *lw, int l, const kv_store *kv, step *st) {
   const model_config *c = &m->cfg;
   int64_t T = st->T, H = lw->heads, hd = lw->head_dim, KV = lw->kv_heads;

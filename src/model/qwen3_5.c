@@ -241,14 +241,7 @@ int qwen3_5_load_mtp(model *m, const weight_src *src, qwen3_5_load_ffn load_ffn,
  * the full-attention decoder block's output on fc([enorm(x) | hnorm(h)]), its cache kv's layer 0. */
 void qwen3_5_mtp(model *m, const kv_store *kv, step *st, const bk_tensor *h) {
   qwen3_5_state *s = m->fam_state;
-  int64_t T = st->T, D = m->cfg.hidden_size;
-  bk_tensor cat = st->fam; /* [T, 2D] (w_fam is at least 2D with an MTP layer) */
-  cat.rows = T, cat.cols = 2 * D, cat.dt = BK_DT_F32;
-  layer_norm(m, &st->xn, &st->x, &s->enorm);
-  bk_set_cols(&cat, &st->xn, 0);
-  layer_norm(m, &st->xn, h, &s->hnorm);
-  bk_set_cols(&cat, &st->xn, D);
-  bk_matmul_t(&st->x, &cat, &s->fc, NULL);
+  layer_mtp_input(m, st, h, &s->enorm, &s->hnorm, &s->fc);
   layer_attention_of(m, &s->mtp_lw, 0, kv, st);
   s->ffn(m, &s->mtp_lw, st);
 }

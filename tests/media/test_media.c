@@ -32,24 +32,22 @@
 #endif
 
 #include "media/media.h"
+#include "base/file.h"
 #include "test.h"
 
 #define FX HEARTH_SOURCE_DIR "/tests/fixtures/mm/gemma4_vision-f32"
 
+static uint8_t *read_path(const char *path, size_t *n) {
+  char *buf = NULL;
+  herr err = {0};
+  return hfile_read(path, &buf, n, &err) ? NULL : (uint8_t *)buf;
+}
+
 static uint8_t *read_all(const char *name, size_t *n) {
   char path[600];
   snprintf(path, sizeof path, "%s/%s", FX, name);
-  FILE *fp = fopen(path, "rb");
-  if (!fp) {
-    CHECK_MSG(0, "%s: missing", path);
-    return NULL;
-  }
-  fseek(fp, 0, SEEK_END);
-  long sz = ftell(fp);
-  fseek(fp, 0, SEEK_SET);
-  uint8_t *buf = malloc(sz > 0 ? (size_t)sz : 1);
-  *n = buf ? fread(buf, 1, (size_t)sz, fp) : 0;
-  fclose(fp);
+  uint8_t *buf = read_path(path, n);
+  CHECK_MSG(buf != NULL, "%s: missing", path);
   return buf;
 }
 
@@ -137,17 +135,6 @@ static void test_bad_images(void) {
   free(png), free(jpg);
 }
 
-static uint8_t *read_path(const char *path, size_t *n) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return NULL;
-  fseek(fp, 0, SEEK_END);
-  long sz = ftell(fp);
-  fseek(fp, 0, SEEK_SET);
-  uint8_t *buf = malloc(sz > 0 ? (size_t)sz : 1);
-  *n = buf ? fread(buf, 1, (size_t)sz, fp) : 0;
-  fclose(fp);
-  return buf;
-}
 
 /* A lossy file decodes to ref's size and close to its pixels: PSNR >= 30 dB, mean error <= 4 levels. */
 static void check_lossy(const char *what, const uint8_t *data, size_t n, const uint8_t *ref, int w, int h) {
