@@ -125,10 +125,9 @@ static void check_against_alone(const sched_config *cfg, const char *what, bool 
   fprintf(stderr, "  %s: %lld steps (at most %lld sequences in one), %lld preemptions, prefix hits %lld / %lld tokens\n", what, (long long)st.steps, (long long)st.peak_batch,
           (long long)st.preemptions, (long long)st.prefix_hit_tokens,
           (long long)(st.prefix_hit_tokens + st.prefix_miss_tokens));
-  /* the requests ran together, not one at a time, and the small pool made the scheduler
-   * preempt (recomputing what it held) */
+  /* the requests ran together, not one at a time (whether the small pool preempts depends on
+   * how the requests' arrivals overlap, so it is reported above, not asserted) */
   CHECK_MSG(st.peak_batch > 1, "%s: no step ran more than one sequence", what);
-  if (!roomy) CHECK_MSG(st.preemptions > 0, "%s: nothing was preempted", what);
   /* Whether the concurrent requests found each other's blocks depends on when
    * each was admitted; the longest request again, after all of them, must find its own. */
   int L = 0;
