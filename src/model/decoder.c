@@ -277,7 +277,7 @@ static void llama_layer(model *m, int l, const kv_store *kv, step *st) {
   bk_add(&st->x, &st->x, &o);
 }
 
-const family_ops llama_family_ops = {.load_layer = llama_load_layer, .layer = llama_layer};
+const family_ops llama_family_ops = {.load_layer = llama_load_layer, .layer = llama_layer, .shard = tp_shard_layers};
 
 /* Per-layer geometry every family starts from: head size and KV heads
  * from the config, window and RoPE by layer type, attention scale. */
@@ -724,7 +724,7 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
       if (sq->n_lora > MODEL_MAX_LORA || !sq->lora)
         return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d stacks %d adapters (at most %d)", s, sq->n_lora, MODEL_MAX_LORA);
       for (int j = 0; j < sq->n_lora; j++)
-        if (!sq->lora[j] || model_lora_model(sq->lora[j]) != m)
+        if (!sq->lora[j] || tp_rank_model(model_lora_model(sq->lora[j]), m->tp_rank) != m) /* (a split model's: rank 0's) */
           return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d uses an adapter loaded onto another model", s);
       lora_run *prev = n_runs ? &m->lora_runs[n_runs - 1] : NULL;
       bool same = prev && prev->t0 + prev->rows == t && prev->n == sq->n_lora &&
@@ -742,7 +742,7 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
     t += sq->n_tokens;
   }
   fwd_scratch *f = &m->f;
-  step st = {.T = T, .R = R, .lora = m->lora_runs, .n_lora = n_runs, .keep = keeps ? f->host_keep : NULL};
+  step st = {.T = T, .R = R, .lora = m->lora_runs, .n_lora = n_runs, .tp_rank = m->tp_rank, .keep = keeps ? f->host_keep : NULL};
   bool canvas = b->seqs[0].canvas;
   if (canvas) {
     st.canvas = true;

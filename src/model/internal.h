@@ -18,6 +18,9 @@
 #include "model/family.h"
 #include "model/model.h"
 
+/* The projections a LoRA adapter may add its delta to (lora.c). */
+typedef enum lora_target { LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN, LORA_N_TARGETS } lora_target;
+
 /* One decoder layer's weights. Matrices are described at load and handed
  * to the backend (bk_weight_load) with the rest; vectors are f32 [1, n]
  * tensors of the backend (.buf NULL = absent). Not every family uses every
@@ -40,6 +43,7 @@ typedef struct layer_weights {
   bk_weight in_qkv, in_z, in_a, in_b, out_proj; /* [2 nk dk + nv dv, hidden], [nv dv, hidden], [nv, hidden] x2, [hidden, nv dv] */
   bk_tensor conv_w, a_log, dt_bias, lin_norm;   /* [conv channels, kernel], [nv], [nv], [dv] */
   int64_t state_dim;                      /* floats of its per-sequence state: the conv's last inputs, then the heads' states */
+  int64_t lin_k_heads, lin_v_heads;       /* the key and value heads it computes: all, or a tensor-parallel rank's */
   bk_weight shared_gate;                  /* [1, hidden]: the shared expert's sigmoid gate (qwen3_5_moe) */
   int64_t kv_k_dim, kv_v_dim;             /* cache row widths a family sets (0: kv_heads × head_dim) */
   /* dense MLP */
@@ -58,6 +62,11 @@ typedef struct layer_weights {
   bk_tensor ple_norm;
   float scalar;                           /* layer_scalar (1: none) */
   bool bidir_media;                       /* media soft tokens see their whole span (model_seq.bidir_last) */
+  /* a tensor-parallel rank's part of each LoRA target: rows [row0, +its rows) and columns [col0, +its
+   * columns) of the stored [rows, cols] matrix (tp.c; rows 0: the matrix is whole) */
+  struct {
+    int64_t row0, col0, rows, cols;
+  } part[LORA_N_TARGETS];
 } layer_weights;
 
 /* Steps of at most this many tokens are recorded and replayed (bk_graph_begin). */
@@ -85,9 +94,6 @@ typedef struct fwd_scratch {
   bk_tensor nh;           /* the last forward's next_hidden rows (views of x2) */
 } fwd_scratch;
 
-/* The projections a LoRA adapter may add its delta to (lora.c). */
-typedef enum lora_target { LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN, LORA_N_TARGETS } lora_target;
-
 /* One projection's adapter weights: a [r, in], b [out, r] (a row view when
  * the file's projection was fused, qkv_proj); a.buf NULL: none. */
 typedef struct lora_mod {
@@ -113,6 +119,7 @@ typedef struct step {
   const int32_t *keep;    /* host [T], NULL: none: the state rows that get the state after each token (kv_seq.keep) */
   const lora_run *lora;   /* borrowed: the runs of rows that use adapters (none: the base model alone) */
   int n_lora;
+  int tp_rank;            /* the rank of a split model that runs the step: whose part of each adapter it adds */
   bool has_last;          /* last holds bidirectional spans (model_seq.bidir_last) */
   bk_tensor last;         /* I32 [T]: the last row each token sees on a layer with bidir_media (bk_attn_index.last) */
   /* a canvas pass (model_seq.canvas): each sequence's new tokens attend to one another and to every
@@ -305,6 +312,33 @@ int tp_load(const char *dir, const model_load_opts *opts, model **out, herr *err
 /* Cuts the described weights down to this rank's part (before they go to the backend): attention
  * heads, KV heads (replicated when fewer than the ranks), MLP and expert width, vocabulary rows. */
 int tp_shard(model *m, herr *err);
+/* The shard helpers a family's shard hook is built from (rank m->tp_rank of m->tp_size). Each refuses a
+ * dimension that does not split with a message naming it. */
+/* "tensor parallelism: DIM V does not split over N ranks" */
+int tp_refuse(const model *m, const char *dim, int64_t v, herr *err);
+/* Query heads [r H/N, ..) with their KV heads (replicated when fewer than the ranks): q / k / v and
+ * their biases column-parallel (q rows per head: head_dim, twice that with an output gate), o
+ * row-parallel with its bias on rank 0; lw->heads and kv_heads become the rank's. */
+int tp_shard_attention(model *m, int l, herr *err);
+/* The dense MLP (gate / up column-parallel, down row-parallel) and the experts (each split by width),
+ * whichever the layer has (both: Gemma 4's MoE branch beside its MLP, a shared expert). */
+int tp_shard_ffn(model *m, layer_weights *lw, int l, herr *err);
+/* A Gated DeltaNet layer split by heads: its value heads, and its key heads (replicated when fewer
+ * than the ranks); in_proj_qkv's q / k / v rows and the conv's channels gathered, z / a / b and the
+ * per-head vectors column-parallel, out_proj row-parallel; state_dim becomes the rank's. */
+int tp_shard_deltanet(model *m, int l, herr *err);
+/* The llama decoder's split: every layer's attention and feed-forward (the shard hook of the families
+ * without layers of their own). */
+int tp_shard_layers(model *m, herr *err);
+/* A table indexed by token id split like the embedding (rank r: rows [vocab_lo, +vocab_n), then a zero
+ * row that the other ranks' ids read): its lookups are summed by an all-reduce. */
+int tp_vocab_rows(model *m, bk_weight *w, const char *what, herr *err);
+/* Columns [c0, c0 + n) of *w, copied (a row-parallel matrix's inputs). */
+int tp_keep_cols(model *m, bk_weight *w, int64_t c0, int64_t n, const char *what, herr *err);
+/* w given back: not handed to the backend, its descriptor zeroed (a part another rank holds). */
+void tp_drop(model *m, bk_weight *w);
+/* The model of rank r of m's group (m itself when not split). */
+model *tp_rank_model(const model *m, int r);
 /* The group's ranks and threads (rank 0's model_free). */
 void tp_free(model *m);
 /* Rank r's communicator (testing: failures injected into one rank). */
@@ -355,6 +389,9 @@ struct family_ops {
   /* a multi-token-prediction forward (model_seq.mtp_hidden): st->x, the new rows' token embeddings, becomes
    * the MTP layer's output, from h [T, hidden] (the rows' hidden inputs), over kv's layer 0 (optional) */
   void (*mtp)(model *m, const kv_store *kv, step *st, const bk_tensor *h);
+  /* cuts the described weights down to a tensor-parallel rank's part (tp.c's helpers: a family says how
+   * its own layers split); NULL: the family is not split over ranks */
+  int (*shard)(model *m, herr *err);
   /* frees fam_state (optional) */
   void (*free)(model *m);
 };
@@ -373,6 +410,8 @@ int qwen3_5_load_mixer(model *m, const weight_src *src, int l, herr *err);
 /* A layer's token mixer's weights under prefix ("model.layers.N." or "mtp.layers.0.") into lw. */
 int qwen3_5_load_mixer_at(model *m, const weight_src *src, const char *prefix, layer_weights *lw, herr *err);
 void qwen3_5_mixer(model *m, int l, const kv_store *kv, step *st);
+/* Its tensor-parallel split: each layer's token mixer by heads, its MLP or experts by width. */
+int qwen3_5_shard(model *m, herr *err);
 /* The multi-token-prediction layer (mtp.*), when the checkpoint has one: load_ffn loads its feed-forward
  * under a prefix, ffn runs it (x += ffn(post_attn_norm(x))). */
 typedef int (*qwen3_5_load_ffn)(model *m, const weight_src *src, const char *prefix, layer_weights *lw, herr *err);

@@ -12,7 +12,15 @@
  * Adapters are reference counted; the last release frees the backend
  * memory under the model's lock, so never while a forward runs. What an
  * adapter asks that this cannot honour (embeddings, the output head, DoRA,
- * trained biases, expert deltas on a backend without them) is refused when it is loaded. */
+ * trained biases, expert deltas on a backend without them) is refused when it is loaded.
+ *
+ * On a model split over ranks (tp.c) each rank holds its part of every
+ * module in its own backend, cut as the rank's projection was cut: for a
+ * column-parallel projection (q / k / v, gate / up) A whole and B's rows of
+ * the rank's outputs; for a row-parallel one (o, down) A's columns of the
+ * rank's inputs and B whole, so each rank's delta is a share that the
+ * projection's all-reduce sums with the rest. Expert deltas are refused
+ * there. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -33,8 +41,9 @@ struct model_lora {
   uint64_t id;
   uint64_t serial;       /* this load's number (process-wide, never reused) */
   int64_t max_rank, n_mods;
-  lora_mod *mods;        /* owned: [layers * LORA_N_TARGETS]; .a.buf NULL where the adapter has nothing */
-  bk_buf *buf;           /* owned: every A and B */
+  int n_ranks;           /* the ranks of the model's group (1: not split) */
+  lora_mod *mods;        /* owned: [n_ranks * layers * LORA_N_TARGETS], each rank's part; .a.buf NULL where the adapter has nothing */
+  bk_buf *buf[KV_MAX_RANKS]; /* owned: every A and B, in each rank's backend */
   bk_expert_lora *xl;    /* owned: [layers]; r 0 where the adapter leaves the layer's experts alone */
   bk_buf *xbuf;          /* owned: the experts' A and B */
   atomic_int refs;
@@ -155,9 +164,36 @@ static const bk_weight *target_weight(const layer_weights *lw, int t) {
   }
 }
 
+/* The stored matrix of target t, as the rank's part records it (a model not split: its own shape). */
+static int64_t full_rows(const layer_weights *lw, int t) { return lw->part[t].rows ? lw->part[t].rows : target_weight(lw, t)->rows; }
+static int64_t full_cols(const layer_weights *lw, int t) { return lw->part[t].rows ? lw->part[t].cols : target_weight(lw, t)->cols; }
+
+/* A module's part on a rank whose layer is lw: A's columns [c0, c0 + in) and, per target i of the
+ * module, B's rows [b0[i], b0[i] + bn[i]) (out: their sum). */
+typedef struct mod_part {
+  int64_t c0, in, out, b0[3], bn[3];
+} mod_part;
+
+static mod_part module_part(const layer_weights *lw, int first, int count) {
+  mod_part p = {.c0 = 0, .in = full_cols(lw, first)};
+  int64_t at = 0;
+  for (int i = 0; i < count; i++) {
+    int t = first + i;
+    const bk_weight *w = target_weight(lw, t);
+    if (lw->part[t].rows && lw->part[t].cols != w->cols) p.c0 = lw->part[t].col0, p.in = w->cols; /* row-parallel */
+    p.b0[i] = at + lw->part[t].row0, p.bn[i] = w->rows;
+    p.out += w->rows;
+    at += full_rows(lw, t);
+  }
+  return p;
+}
+
+static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
 static void lora_free(model_lora *a) {
   if (!a) return;
-  if (a->buf) bk_buf_free(a->buf);
+  for (int k = 0; k < KV_MAX_RANKS; k++)
+    if (a->buf[k]) bk_buf_free(a->buf[k]);
   if (a->xbuf) bk_buf_free(a->xbuf);
   free(a->xl);
   free(a->mods);
@@ -419,7 +455,7 @@ static int load_mods(model *m, const char *dir, const adapter_config *cfg, const
     else fm[k].b = &st->tensors[i];
   }
   /* shapes against the base, the config's targets; sizes */
-  size_t total = 0;
+  size_t total[KV_MAX_RANKS] = {0};
   for (int k = 0; k < n; k++) {
     found_mod *f = &fm[k];
     if (!f->a || !f->b) {
@@ -438,7 +474,7 @@ static int load_mods(model *m, const char *dir, const adapter_config *cfg, const
       rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: '%s': layer %d has experts, not a dense MLP", dir, f->module, f->layer);
       goto out;
     }
-    int64_t in = target_weight(lw, f->first)->cols, out = 0;
+    int64_t in = full_cols(lw, f->first), out = 0;
     for (int t = f->first; t < f->first + f->count; t++) {
       const bk_weight *w = target_weight(lw, t);
       if (!w->rows || ((t == LORA_K || t == LORA_V) && lw->kv_src != f->layer)) {
@@ -446,7 +482,7 @@ static int load_mods(model *m, const char *dir, const adapter_config *cfg, const
                       target_names[t]);
         goto out;
       }
-      out += w->rows;
+      out += full_rows(lw, t);
     }
     if (f->a->ndim != 2 || f->b->ndim != 2 || !st_dtype_is_float(f->a->dtype) || !st_dtype_is_float(f->b->dtype)) {
       rc = herr_set(err, HEARTH_EFORMAT, "%s: '%s': lora_A and lora_B must be 2-D float tensors", dir, f->module);
@@ -468,20 +504,30 @@ static int load_mods(model *m, const char *dir, const adapter_config *cfg, const
       goto out;
     }
     if (r > a->max_rank) a->max_rank = r;
-    total += ((size_t)(r * in) * 4 + 255) / 256 * 256 + ((size_t)(out * r) * 4 + 255) / 256 * 256;
+    for (int k = 0; k < a->n_ranks; k++) {
+      mod_part pt = module_part(&tp_rank_model(m, k)->layers[f->layer], f->first, f->count);
+      total[k] += align256((size_t)(r * pt.in) * 4) + align256((size_t)(pt.out * r) * 4);
+    }
   }
   if (n == 0 && nx == 0) {
     rc = herr_set(err, HEARTH_EFORMAT, "%s: adapter_model.safetensors holds no LoRA weights", dir);
     goto out;
   }
+  if (nx && a->n_ranks > 1) {
+    rc = herr_set(err, HEARTH_EUNSUPPORTED,
+                  "%s: '%s': LoRA deltas on routed experts are not applied to a model split over ranks (--tensor-parallel)", dir,
+                  fx[0].module);
+    goto out;
+  }
   a->n_mods += n;
-  a->mods = calloc((size_t)L * LORA_N_TARGETS, sizeof *a->mods);
+  a->mods = calloc((size_t)(a->n_ranks * L * LORA_N_TARGETS), sizeof *a->mods);
   if (!a->mods) {
     rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
     goto out;
   }
-  if (total && (rc = bk_buf_new(m->be, total, &a->buf, err))) goto out;
-  size_t off = 0;
+  for (int k = 0; k < a->n_ranks; k++)
+    if (total[k] && (rc = bk_buf_new(tp_rank_model(m, k)->be, total[k], &a->buf[k], err))) goto out;
+  size_t off[KV_MAX_RANKS] = {0};
   uint64_t h = hmix64(0x4c6f5241ull + (uint64_t)n);
   if (nx && (rc = load_experts(m, dir, cfg, fx, nx, a, &h, err))) goto out;
   for (int k = 0; k < n && !rc; k++) {
@@ -489,20 +535,36 @@ static int load_mods(model *m, const char *dir, const adapter_config *cfg, const
     int64_t r = f->a->shape[0], in = f->a->shape[1], out = f->b->shape[0];
     float scale = (float)adapter_config_scale(cfg, f->module, r);
     float *ha = malloc(sizeof(float) * (size_t)(r * in)), *hb = malloc(sizeof(float) * (size_t)(out * r));
-    bk_tensor ta = {.buf = a->buf, .off = off, .dt = BK_DT_F32, .rows = r, .cols = in};
-    off += ((size_t)(r * in) * 4 + 255) / 256 * 256;
-    bk_tensor tb = {.buf = a->buf, .off = off, .dt = BK_DT_F32, .rows = out, .cols = r};
-    off += ((size_t)(out * r) * 4 + 255) / 256 * 256;
-    if (!ha || !hb) rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+    float *pa = malloc(sizeof(float) * (size_t)(r * in)), *pb = malloc(sizeof(float) * (size_t)(out * r));
+    if (!ha || !hb || !pa || !pb) rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
     if (!rc) rc = st_to_f32(f->a, ha, err);
     if (!rc) rc = st_to_f32(f->b, hb, err);
     for (int64_t i = 0; !rc && i < r * in; i++)
       if (!isfinite(ha[i])) rc = herr_set(err, HEARTH_EFORMAT, "%s: '%s': lora_A holds a non-finite value", dir, f->module);
     for (int64_t i = 0; !rc && i < out * r; i++)
       if (!isfinite(hb[i])) rc = herr_set(err, HEARTH_EFORMAT, "%s: '%s': lora_B holds a non-finite value", dir, f->module);
-    if (!rc) rc = bk_set(&ta, 0, ha, bk_nbytes(&ta), err);
-    if (!rc) rc = bk_set(&tb, 0, hb, bk_nbytes(&tb), err);
-    if (!rc) rc = bk_sync(m->be, err); /* the host copies are freed next */
+    /* each rank's part: A's columns of its inputs, B's rows of its outputs */
+    for (int q = 0; q < a->n_ranks && !rc; q++) {
+      model *mq = tp_rank_model(m, q);
+      mod_part pt = module_part(&mq->layers[f->layer], f->first, f->count);
+      bk_tensor ta = {.buf = a->buf[q], .off = off[q], .dt = BK_DT_F32, .rows = r, .cols = pt.in};
+      off[q] += align256((size_t)(r * pt.in) * 4);
+      bk_tensor tb = {.buf = a->buf[q], .off = off[q], .dt = BK_DT_F32, .rows = pt.out, .cols = r};
+      off[q] += align256((size_t)(pt.out * r) * 4);
+      for (int64_t i = 0; i < r; i++) memcpy(pa + i * pt.in, ha + i * in + pt.c0, sizeof(float) * (size_t)pt.in);
+      int64_t at = 0;
+      for (int i = 0; i < f->count; at += pt.bn[i], i++) memcpy(pb + at * r, hb + pt.b0[i] * r, sizeof(float) * (size_t)(pt.bn[i] * r));
+      rc = bk_set(&ta, 0, pa, bk_nbytes(&ta), err);
+      if (!rc) rc = bk_set(&tb, 0, pb, bk_nbytes(&tb), err);
+      if (!rc) rc = bk_sync(mq->be, err); /* the host copies are reused next */
+      at = 0;
+      for (int i = 0; !rc && i < f->count; at += pt.bn[i], i++) {
+        lora_mod *md = &a->mods[((int64_t)q * L + f->layer) * LORA_N_TARGETS + f->first + i];
+        md->a = ta;
+        md->b = bk_rows(&tb, at, pt.bn[i]);
+        md->scale = scale;
+      }
+    }
     if (!rc) {
       /* the identity the prefix cache keys on: what the adapter does, not where it came from */
       uint32_t sb;
@@ -518,17 +580,8 @@ static int load_mods(model *m, const char *dir, const adapter_config *cfg, const
         memcpy(&u, &hb[i], 4);
         h = hmix64(h ^ ((uint64_t)u << 7));
       }
-      int64_t row = 0;
-      for (int t = f->first; t < f->first + f->count; t++) {
-        int64_t rows = target_weight(&m->layers[f->layer], t)->rows;
-        lora_mod *md = &a->mods[(int64_t)f->layer * LORA_N_TARGETS + t];
-        md->a = ta;
-        md->b = bk_rows(&tb, row, rows);
-        md->scale = scale;
-        row += rows;
-      }
     }
-    free(ha), free(hb);
+    free(ha), free(hb), free(pa), free(pb);
   }
   a->id = h ? h : 1; /* 0 is the base model's */
 out:
@@ -539,8 +592,8 @@ out:
 
 int model_lora_load(model *m, const char *dir, model_lora **out, herr *err) {
   *out = NULL;
-  if (m->tp_size)
-    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: LoRA adapters are not applied to a model split over ranks (--tensor-parallel)", dir);
+  if (m->tp_size && !m->tp)
+    return herr_set(err, HEARTH_EINVAL, "%s: an adapter is loaded through rank 0 of a split model", dir);
   adapter_config cfg;
   int rc = adapter_config_load(dir, &cfg, err);
   if (rc) return rc;
@@ -554,15 +607,17 @@ int model_lora_load(model *m, const char *dir, model_lora **out, herr *err) {
   }
   static atomic_uint_fast64_t loads;
   a->m = m;
+  a->n_ranks = m->tp ? m->tp_size : 1;
   a->serial = atomic_fetch_add(&loads, 1) + 1;
   atomic_init(&a->refs, 1);
   if ((rc = adapter_open_weights(dir, &st, err))) goto fail;
   pthread_mutex_lock(&m->lock);
   rc = load_mods(m, dir, &cfg, &st, a, err);
-  if (rc && a->buf) {
-    bk_buf_free(a->buf);
-    a->buf = NULL;
-  }
+  for (int k = 0; rc && k < KV_MAX_RANKS; k++)
+    if (a->buf[k]) {
+      bk_buf_free(a->buf[k]);
+      a->buf[k] = NULL;
+    }
   if (rc && a->xbuf) {
     bk_buf_free(a->xbuf);
     a->xbuf = NULL;
@@ -588,9 +643,11 @@ void model_lora_release(model_lora *a) {
   if (!a || atomic_fetch_sub(&a->refs, 1) != 1) return;
   model *m = a->m;
   pthread_mutex_lock(&m->lock); /* not while a forward runs */
-  if (a->buf) bk_buf_free(a->buf);
+  for (int k = 0; k < KV_MAX_RANKS; k++) {
+    if (a->buf[k]) bk_buf_free(a->buf[k]);
+    a->buf[k] = NULL;
+  }
   if (a->xbuf) bk_buf_free(a->xbuf);
-  a->buf = NULL;
   a->xbuf = NULL;
   pthread_mutex_unlock(&m->lock);
   lora_free(a);
@@ -629,7 +686,8 @@ void layer_lora(const step *st, int l, lora_target t, const bk_tensor *y, const 
   for (int i = 0; i < st->n_lora; i++) {
     const lora_run *run = &st->lora[i];
     for (int j = 0; j < run->n; j++) {
-      const lora_mod *md = &run->a[j]->mods[(int64_t)l * LORA_N_TARGETS + t];
+      const model_lora *ad = run->a[j];
+      const lora_mod *md = &ad->mods[((int64_t)(st->tp_rank < ad->n_ranks ? st->tp_rank : 0) * ad->m->cfg.num_hidden_layers + l) * LORA_N_TARGETS + t];
       if (!md->a.buf) continue;
       bk_tensor yr = bk_rows(y, run->t0, run->rows), xr = bk_rows(x, run->t0, run->rows);
       bk_lora(&yr, &xr, &md->a, &md->b, md->scale);

@@ -35,4 +35,4 @@ static void layer(model *m, int l, const kv_store *kv, step *st) {
   bk_add(&st->x, &st->x, &o);
 }
 
-const family_ops qwen3_moe_family_ops = {.load_layer = load_layer, .layer = layer};
+const family_ops qwen3_moe_family_ops = {.load_layer = load_layer, .layer = layer, .shard = tp_shard_layers};

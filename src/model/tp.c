@@ -4,7 +4,11 @@
  * model through model.h.
  *
  * The sharding, applied to the described weights before they go to the
- * backend (tp_shard):
+ * backend (tp_shard): each family says how its own layers split through
+ * its shard hook (family_ops.shard), built from the helpers here; a family
+ * without one is refused. The llama decoder's families (llama, mistral,
+ * qwen2, qwen3, smollm3, phi3, gemma2, gemma3_text) and qwen3_moe take
+ * tp_shard_layers:
  *   attention   query heads split (rank r: heads [r H/N, (r+1) H/N)); KV
  *               heads split with them, or, fewer than N, replicated (each
  *               rank keeps the one KV head its query heads read; N a
@@ -20,13 +24,23 @@
  *               sums them — the dense MLP's scheme, no backend change, every
  *               rank the same work whatever the routing (an expert split
  *               leaves ranks idle when a step's tokens pick few experts).
+ *               A layer with both (a shared expert, a branch beside the
+ *               MLP) splits both; norms are replicated everywhere.
  *   vocabulary  the embedding and the head split by rows (rank r: ids
  *               [r Vp, r Vp + its count), Vp = ceil(V / N)): a rank's
  *               embedding table has a zero row that ids outside its range
  *               read, so the all-reduce after the embedding sums one row
  *               and zeros; its head makes its logits columns, gathered.
+ * LoRA adapters (lora.c) follow the projections' split: for a
+ * column-parallel projection A is replicated and B split by output rows;
+ * for a row-parallel one A is split by input columns and B replicated, and
+ * the delta, a share like the projection's, is summed by the same
+ * all-reduce. Deltas on routed experts are refused.
  * Shapes that do not divide are refused with a message naming the
  * dimension, as are column splits that do not fall on a quantized block.
+ * Not split: DiffusionGemma (its canvas pass's soft embeddings need every
+ * rank's vocabulary), and the multi-token-prediction layers of GLM-5 and
+ * Qwen3.5 (loaded whole, not run on a split model).
  *
  * The group (tp_load, tp_forward): rank 0's model is the one the engine
  * holds; model_forward on it checks the batch and reserves KV rows once,
@@ -35,14 +49,14 @@
  * others in threads of their own. A rank that fails aborts the
  * communicator, so the others return from their collectives instead of
  * waiting; the group then refuses every later forward with the failure's
- * message. Families with layers of their own (Gemma 4's per-layer inputs,
- * Qwen3.5's linear attention, GLM-5's latent attention) are refused. */
+ * message. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/vec.h"
 #include "model/internal.h"
 
 typedef struct tp_group {
@@ -66,17 +80,25 @@ typedef struct tp_group {
 
 /* ---- sharding ---- */
 
-static int refuse(herr *err, const model *m, const char *dim, int64_t v) {
+int tp_refuse(const model *m, const char *dim, int64_t v, herr *err) {
   return herr_set(err, HEARTH_EUNSUPPORTED, "tensor parallelism: %s %lld does not split over %d ranks", dim, (long long)v, m->tp_size);
 }
+
+model *tp_rank_model(const model *m, int r) { return m->tp && r >= 0 && r < m->tp->n ? m->tp->rank[r] : (model *)m; }
 
 /* Rows [r0, r0 + n) of *w, in place. */
 static void keep_rows(bk_weight *w, int64_t r0, int64_t n) {
   if (w->rows) *w = model_sub_rows(w, r0, n);
 }
 
-/* Columns [c0, c0 + n) of *w, copied into memory the model owns. */
-static int keep_cols(model *m, bk_weight *w, int64_t c0, int64_t n, const char *what, herr *err) {
+/* Where LoRA target t's part of this rank lies in the stored matrix (before *w is cut). */
+static void note_part(layer_weights *lw, int t, const bk_weight *w, int64_t row0, int64_t col0) {
+  if (!w->rows) return;
+  lw->part[t].row0 = row0, lw->part[t].col0 = col0;
+  lw->part[t].rows = w->rows, lw->part[t].cols = w->cols;
+}
+
+int tp_keep_cols(model *m, bk_weight *w, int64_t c0, int64_t n, const char *what, herr *err) {
   if (!w->rows) return 0;
   int64_t blk = w->type == BK_MLX_AFFINE ? w->group_size : bk_type_block(w->type);
   if (c0 % blk || n % blk)
@@ -111,6 +133,62 @@ static void keep_vec(bk_tensor *t, int64_t c0, int64_t n) {
   t->cols = n;
 }
 
+/* The rows of n ranges [r0, r0 + len) of *w, one after another, copied into memory the model owns. */
+static int gather_rows(model *m, bk_weight *w, const int64_t rg[][2], int n, const char *what, herr *err) {
+  size_t rb = bk_row_bytes(w->type, w->cols, w->bits);
+  size_t gs = w->type == BK_MLX_AFFINE ? (size_t)(w->cols / w->group_size) * (w->scale_type == BK_F32 ? 4 : 2)
+              : w->type == BK_FP8        ? 4
+                                         : 0;
+  int64_t rows = 0;
+  for (int i = 0; i < n; i++) rows += rg[i][1];
+  size_t bytes = (size_t)rows * (rb + 2 * gs);
+  float *buf;
+  int rc = model_own_floats(m, (int64_t)((bytes + 3) / 4), what, &buf, err);
+  if (rc) return rc;
+  char *d = (char *)buf, *sc = d + (size_t)rows * rb, *bi = sc + (size_t)rows * gs;
+  int64_t at = 0;
+  for (int i = 0; i < n; i++) {
+    memcpy(d + (size_t)at * rb, (const char *)w->data + (size_t)rg[i][0] * rb, (size_t)rg[i][1] * rb);
+    if (gs) memcpy(sc + (size_t)at * gs, (const char *)w->scales + (size_t)rg[i][0] * gs, (size_t)rg[i][1] * gs);
+    if (gs && w->type == BK_MLX_AFFINE)
+      memcpy(bi + (size_t)at * gs, (const char *)w->biases + (size_t)rg[i][0] * gs, (size_t)rg[i][1] * gs);
+    at += rg[i][1];
+  }
+  w->data = d, w->rows = rows;
+  if (gs) w->scales = sc;
+  if (gs && w->type == BK_MLX_AFFINE) w->biases = bi;
+  return 0;
+}
+
+/* The rows (of `width` floats) of n ranges of a vector held as [1, rows × width], in a new tensor of the backend. */
+static int gather_vec(model *m, bk_tensor *t, int64_t width, const int64_t rg[][2], int n, herr *err) {
+  int64_t rows = 0;
+  for (int i = 0; i < n; i++) rows += rg[i][1];
+  if (m->n_bufs == m->cap_bufs && !HGROW(m->bufs, m->cap_bufs, m->n_bufs + 1)) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  bk_tensor out;
+  int rc = bk_tensor_new(m->be, BK_DT_F32, 1, rows * width, &out, err);
+  if (rc) return rc;
+  m->bufs[m->n_bufs++] = out.buf;
+  int64_t at = 0;
+  for (int i = 0; i < n; i++) {
+    bk_copy(&out, (size_t)(at * width) * sizeof(float), t, (size_t)(rg[i][0] * width) * sizeof(float),
+            (size_t)(rg[i][1] * width) * sizeof(float));
+    at += rg[i][1];
+  }
+  *t = out;
+  return 0;
+}
+
+void tp_drop(model *m, bk_weight *w) {
+  for (int i = 0; i < m->n_mats; i++)
+    if (m->mats[i].w == w) {
+      memmove(&m->mats[i], &m->mats[i + 1], sizeof m->mats[0] * (size_t)(m->n_mats - i - 1));
+      m->n_mats--;
+      break;
+    }
+  *w = (bk_weight){0};
+}
+
 /* The rows of the rank's vocabulary then one zero row (what ids of the other ranks read). */
 static int embed_rows(model *m, bk_weight *w, int64_t r0, int64_t n, herr *err) {
   size_t rb = bk_row_bytes(w->type, w->cols, w->bits);
@@ -131,72 +209,136 @@ static int embed_rows(model *m, bk_weight *w, int64_t r0, int64_t n, herr *err) 
   return 0;
 }
 
+int tp_vocab_rows(model *m, bk_weight *w, const char *what, herr *err) {
+  if (w->rows != m->cfg.vocab_size)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "tensor parallelism: %s has %lld rows, not the vocabulary's %lld", what,
+                    (long long)w->rows, (long long)m->cfg.vocab_size);
+  if (w->type == BK_FP8) return herr_set(err, HEARTH_EUNSUPPORTED, "tensor parallelism: %s: an FP8 table is not split", what);
+  return embed_rows(m, w, m->vocab_lo, m->vocab_n, err);
+}
+
+int tp_shard_attention(model *m, int l, herr *err) {
+  const model_config *c = &m->cfg;
+  layer_weights *lw = &m->layers[l];
+  int N = m->tp_size, r = m->tp_rank;
+  int64_t H = lw->heads, KV = lw->kv_heads, hd = lw->head_dim, qh = lw->out_gate ? 2 * hd : hd, Hl = H / N, KVl, kv0;
+  if (H % N) return tp_refuse(m, "num_attention_heads", H, err);
+  if (KV >= N) {
+    if (KV % N) return tp_refuse(m, "num_key_value_heads", KV, err);
+    KVl = KV / N, kv0 = r * KVl;
+  } else { /* replicated: the KV head this rank's query heads read */
+    if (N % KV) return tp_refuse(m, "num_key_value_heads (fewer than the ranks, and not dividing them)", KV, err);
+    KVl = 1, kv0 = r / (N / KV);
+  }
+  note_part(lw, LORA_Q, &lw->q, r * Hl * qh, 0);
+  note_part(lw, LORA_K, &lw->k, kv0 * hd, 0);
+  note_part(lw, LORA_V, &lw->v, kv0 * hd, 0);
+  note_part(lw, LORA_O, &lw->o, 0, r * Hl * hd);
+  keep_rows(&lw->q, r * Hl * qh, Hl * qh);
+  keep_rows(&lw->k, kv0 * hd, KVl * hd);
+  keep_rows(&lw->v, kv0 * hd, KVl * hd);
+  keep_vec(&lw->q_bias, r * Hl * qh, Hl * qh);
+  keep_vec(&lw->k_bias, kv0 * hd, KVl * hd);
+  keep_vec(&lw->v_bias, kv0 * hd, KVl * hd);
+  char what[160];
+  snprintf(what, sizeof what, "model.layers.%d.self_attn.o_proj.weight", l);
+  int rc = tp_keep_cols(m, &lw->o, r * Hl * hd, Hl * hd, what, err);
+  if (rc) return rc;
+  if (r) lw->o_bias = (bk_tensor){0}; /* added once, before the sum */
+  lw->heads = Hl, lw->kv_heads = KVl;
+  (void)c;
+  return 0;
+}
+
+int tp_shard_ffn(model *m, layer_weights *lw, int l, herr *err) {
+  const model_config *c = &m->cfg;
+  int N = m->tp_size, r = m->tp_rank, rc;
+  char what[160];
+  if (lw->moe && lw->ex.n) {
+    int64_t I = c->moe_intermediate_size, Il = I / N, E = lw->ex.n;
+    if (I % N) return tp_refuse(m, "moe_intermediate_size", I, err);
+    for (int64_t e = 0; e < E; e++) {
+      keep_rows(&lw->experts[e], r * Il, Il);
+      keep_rows(&lw->experts[E + e], r * Il, Il);
+      snprintf(what, sizeof what, "model.layers.%d.mlp.experts.%lld.down_proj", l, (long long)e);
+      if ((rc = tp_keep_cols(m, &lw->experts[2 * E + e], r * Il, Il, what, err))) return rc;
+    }
+  }
+  if (lw->gate.rows) {
+    int64_t I = lw->inter, Il = I / N;
+    if (I % N) return tp_refuse(m, lw->moe ? "the shared expert's intermediate size" : "intermediate_size", I, err);
+    note_part(lw, LORA_GATE, &lw->gate, r * Il, 0);
+    note_part(lw, LORA_UP, &lw->up, r * Il, 0);
+    note_part(lw, LORA_DOWN, &lw->down, 0, r * Il);
+    keep_rows(&lw->gate, r * Il, Il);
+    keep_rows(&lw->up, r * Il, Il);
+    keep_vec(&lw->gate_bias, r * Il, Il);
+    keep_vec(&lw->up_bias, r * Il, Il);
+    snprintf(what, sizeof what, "model.layers.%d.mlp.down_proj.weight", l);
+    if ((rc = tp_keep_cols(m, &lw->down, r * Il, Il, what, err))) return rc;
+    if (r) lw->down_bias = (bk_tensor){0};
+    lw->inter = Il;
+  }
+  return 0;
+}
+
+int tp_shard_deltanet(model *m, int l, herr *err) {
+  const model_config *c = &m->cfg;
+  layer_weights *lw = &m->layers[l];
+  int N = m->tp_size, r = m->tp_rank, rc;
+  int64_t nk = lw->lin_k_heads, nv = lw->lin_v_heads, dk = c->linear_key_head_dim, dv = c->linear_value_head_dim;
+  int64_t K = c->linear_conv_kernel_dim, nkl, k0, nvl = nv / N;
+  if (nv % N) return tp_refuse(m, "linear_num_value_heads", nv, err);
+  if (nk >= N) {
+    if (nk % N) return tp_refuse(m, "linear_num_key_heads", nk, err);
+    nkl = nk / N, k0 = r * nkl;
+  } else { /* replicated: the key head this rank's value heads read */
+    if (N % nk) return tp_refuse(m, "linear_num_key_heads (fewer than the ranks, and not dividing them)", nk, err);
+    nkl = 1, k0 = r / (N / nk);
+  }
+  /* the conv's channels and in_proj_qkv's rows: this rank's q heads, its k heads, its v heads */
+  const int64_t rg[3][2] = {{k0 * dk, nkl * dk}, {nk * dk + k0 * dk, nkl * dk}, {2 * nk * dk + r * nvl * dv, nvl * dv}};
+  char what[160];
+  snprintf(what, sizeof what, "model.layers.%d.linear_attn.in_proj_qkv.weight", l);
+  if ((rc = gather_rows(m, &lw->in_qkv, rg, 3, what, err))) return rc;
+  if ((rc = gather_vec(m, &lw->conv_w, K, rg, 3, err))) return herr_wrap(err, "model.layers.%d.linear_attn.conv1d.weight", l);
+  keep_rows(&lw->in_z, r * nvl * dv, nvl * dv);
+  keep_rows(&lw->in_a, r * nvl, nvl);
+  keep_rows(&lw->in_b, r * nvl, nvl);
+  keep_vec(&lw->a_log, r * nvl, nvl);
+  keep_vec(&lw->dt_bias, r * nvl, nvl);
+  snprintf(what, sizeof what, "model.layers.%d.linear_attn.out_proj.weight", l);
+  if ((rc = tp_keep_cols(m, &lw->out_proj, r * nvl * dv, nvl * dv, what, err))) return rc;
+  lw->lin_k_heads = nkl, lw->lin_v_heads = nvl;
+  lw->state_dim = (K - 1) * (2 * nkl * dk + nvl * dv) + nvl * dk * dv;
+  return 0;
+}
+
+int tp_shard_layers(model *m, herr *err) {
+  int rc = 0;
+  for (int l = 0; l < m->cfg.num_hidden_layers && !rc; l++)
+    if (!(rc = tp_shard_attention(m, l, err))) rc = tp_shard_ffn(m, &m->layers[l], l, err);
+  return rc;
+}
+
 int tp_shard(model *m, herr *err) {
   const model_config *c = &m->cfg;
   int N = m->tp_size, r = m->tp_rank, rc;
-  const family_ops *ops = m->fam->ops;
-  if (ops && ops != &qwen3_moe_family_ops)
-    return herr_set(err, HEARTH_EUNSUPPORTED,
-                    "tensor parallelism: model_type '%s' is not split over ranks (supported: llama, mistral, qwen2, qwen3, "
-                    "smollm3, phi3, gemma2, gemma3_text, qwen3_moe)", c->model_type);
+  const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
+  if (!ops->shard)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "tensor parallelism: model_type '%s' is not split over ranks", c->model_type);
   if (m->no_head) return herr_set(err, HEARTH_EUNSUPPORTED, "tensor parallelism: a model without an output head is not split");
-  int64_t H = c->num_attention_heads, D = c->hidden_size;
-  if (H % N) return refuse(err, m, "num_attention_heads", H);
-  char what[160];
-  for (int l = 0; l < c->num_hidden_layers; l++) {
-    layer_weights *lw = &m->layers[l];
-    int64_t KV = lw->kv_heads, hd = lw->head_dim, Hl = H / N, KVl, kv0;
-    if (KV >= N) {
-      if (KV % N) return refuse(err, m, "num_key_value_heads", KV);
-      KVl = KV / N, kv0 = r * KVl;
-    } else { /* replicated: the KV head this rank's query heads read */
-      if (N % KV) return refuse(err, m, "num_key_value_heads (fewer than the ranks, and not dividing them)", KV);
-      KVl = 1, kv0 = r / (N / KV);
-    }
-    keep_rows(&lw->q, r * Hl * hd, Hl * hd);
-    keep_rows(&lw->k, kv0 * hd, KVl * hd);
-    keep_rows(&lw->v, kv0 * hd, KVl * hd);
-    keep_vec(&lw->q_bias, r * Hl * hd, Hl * hd);
-    keep_vec(&lw->k_bias, kv0 * hd, KVl * hd);
-    keep_vec(&lw->v_bias, kv0 * hd, KVl * hd);
-    snprintf(what, sizeof what, "model.layers.%d.self_attn.o_proj.weight", l);
-    if ((rc = keep_cols(m, &lw->o, r * Hl * hd, Hl * hd, what, err))) return rc;
-    if (r) lw->o_bias = (bk_tensor){0}; /* added once, before the sum */
-    lw->heads = Hl, lw->kv_heads = KVl;
-    if (lw->moe) {
-      int64_t I = c->moe_intermediate_size, Il = I / N, E = lw->ex.n;
-      if (I % N) return refuse(err, m, "moe_intermediate_size", I);
-      for (int64_t e = 0; e < E; e++) {
-        keep_rows(&lw->experts[e], r * Il, Il);
-        keep_rows(&lw->experts[E + e], r * Il, Il);
-        snprintf(what, sizeof what, "model.layers.%d.mlp.experts.%lld.down_proj", l, (long long)e);
-        if ((rc = keep_cols(m, &lw->experts[2 * E + e], r * Il, Il, what, err))) return rc;
-      }
-    } else if (lw->gate.rows) {
-      int64_t I = lw->inter, Il = I / N;
-      if (I % N) return refuse(err, m, "intermediate_size", I);
-      keep_rows(&lw->gate, r * Il, Il);
-      keep_rows(&lw->up, r * Il, Il);
-      keep_vec(&lw->gate_bias, r * Il, Il);
-      keep_vec(&lw->up_bias, r * Il, Il);
-      snprintf(what, sizeof what, "model.layers.%d.mlp.down_proj.weight", l);
-      if ((rc = keep_cols(m, &lw->down, r * Il, Il, what, err))) return rc;
-      if (r) lw->down_bias = (bk_tensor){0};
-      lw->inter = Il;
-    }
-  }
-  (void)D;
   /* the vocabulary: rows [v0, v0 + n) of the embedding (then a zero row) and of the head */
   int64_t V = c->vocab_size, Vp = (V + N - 1) / N, v0 = r * Vp, n = V - v0 < Vp ? V - v0 : Vp;
-  if (n <= 0) return refuse(err, m, "vocab_size", V);
+  if (n <= 0) return tp_refuse(m, "vocab_size", V, err);
+  m->vocab_lo = v0, m->vocab_n = n, m->vocab_pad = Vp;
+  if ((rc = ops->shard(m, err))) return rc;
   if (m->tied) { /* the head gets a descriptor of its own: the embedding's rows change below */
     m->lm_head = m->embed;
     m->tied = false;
   }
   keep_rows(&m->lm_head, v0, n);
-  if ((rc = embed_rows(m, &m->embed, v0, n, err))) return rc;
-  m->vocab_lo = v0, m->vocab_n = n, m->vocab_pad = Vp;
-  return 0;
+  return embed_rows(m, &m->embed, v0, n, err);
 }
 
 /* ---- the forward's collectives ---- */

@@ -74,7 +74,9 @@ typedef struct run_out {
   int32_t greedy[2][16];
 } run_out;
 
-static int run(model *m, const int32_t *a, int na, const int32_t *b, int nb, int steps, run_out *out) {
+/* lo: the adapters prompt a runs with (n_lo of them; prompt b runs with none). */
+static int run(model *m, const int32_t *a, int na, const int32_t *b, int nb, int steps, run_out *out, model_lora *const *lo, int n_lo) {
+  const model_lora *const *la = (const model_lora *const *)lo;
   herr err = {0};
   int64_t V = model_vocab_size(m);
   model_kv_geometry geo;
@@ -91,7 +93,7 @@ static int run(model *m, const int32_t *a, int na, const int32_t *b, int nb, int
   /* prefill: a in chunks of 3, b whole in the first batch */
   for (int i = 0; i < na && !rc; i += 3) {
     int k = na - i < 3 ? na - i : 3;
-    model_seq sq[2] = {{.kv = sa, .tokens = a + i, .n_tokens = k, .all_logits = true},
+    model_seq sq[2] = {{.kv = sa, .tokens = a + i, .n_tokens = k, .all_logits = true, .lora = la, .n_lora = n_lo},
                        {.kv = sb, .tokens = b, .n_tokens = nb, .all_logits = true}};
     model_batch bt = {sq, i == 0 ? 2 : 1};
     rc = model_forward(m, &bt, tmp, &err);
@@ -101,7 +103,8 @@ static int run(model *m, const int32_t *a, int na, const int32_t *b, int nb, int
   int32_t next[2] = {argmax(out->logits + (size_t)(na - 1) * V, V), argmax(out->logits + (size_t)(na + nb - 1) * V, V)};
   for (int s = 0; s < steps && !rc; s++) {
     out->greedy[0][s] = next[0], out->greedy[1][s] = next[1];
-    model_seq sq[2] = {{.kv = sa, .tokens = &next[0], .n_tokens = 1}, {.kv = sb, .tokens = &next[1], .n_tokens = 1}};
+    model_seq sq[2] = {{.kv = sa, .tokens = &next[0], .n_tokens = 1, .lora = la, .n_lora = n_lo},
+                       {.kv = sb, .tokens = &next[1], .n_tokens = 1}};
     model_batch bt = {sq, 2};
     rc = model_forward(m, &bt, tmp, &err);
     if (!rc) next[0] = argmax(tmp, V), next[1] = argmax(tmp + V, V);
@@ -114,12 +117,14 @@ static int run(model *m, const int32_t *a, int na, const int32_t *b, int nb, int
   return rc;
 }
 
-static void compare(const char *name, model *one, model *split, int tp, const int32_t *a, int na, const int32_t *b, int nb) {
+/* lo1 / lon: the same n_lo adapters loaded on one and on split, for prompt a. */
+static void compare_lora(const char *name, model *one, model *split, int tp, const int32_t *a, int na, const int32_t *b, int nb,
+                         model_lora *const *lo1, model_lora *const *lon, int n_lo) {
   int64_t V = model_vocab_size(one);
   run_out r1 = {0}, rn = {0};
   int steps = 8;
-  CHECK(run(one, a, na, b, nb, steps, &r1) == 0);
-  CHECK(run(split, a, na, b, nb, steps, &rn) == 0);
+  CHECK(run(one, a, na, b, nb, steps, &r1, lo1, n_lo) == 0);
+  CHECK(run(split, a, na, b, nb, steps, &rn, lon, n_lo) == 0);
   if (r1.logits && rn.logits) {
     double scale = 0;
     for (size_t i = 0; i < (size_t)((na + nb) * V); i++) scale = fmax(scale, fabs(r1.logits[i]));
@@ -131,6 +136,10 @@ static void compare(const char *name, model *one, model *split, int tp, const in
   }
   free(r1.logits);
   free(rn.logits);
+}
+
+static void compare(const char *name, model *one, model *split, int tp, const int32_t *a, int na, const int32_t *b, int nb) {
+  compare_lora(name, one, split, tp, a, na, b, nb, NULL, NULL, 0);
 }
 
 /* The golden fixtures: prompts from golden.json; transformers' logits too. */
@@ -330,6 +339,130 @@ static void test_mlx_columns(void) {
   model_free(m);
 }
 
+/* A PEFT adapter for a model made here: rank 4 on q/k/v/o and gate/up/down of every layer. */
+static int write_adapter(const char *dir, const gen_model *g) {
+  mkdir(dir, 0755);
+  char path[600];
+  snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fprintf(f, "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"bias\": \"none\", \"target_modules\": "
+             "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]}\n");
+  fclose(f);
+  st_writer *w = st_writer_new();
+  static const char *const mods[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                     "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+  int64_t D = g->D, Q = g->H * g->hd, K = g->KV * g->hd, in[7] = {D, D, D, Q, D, D, g->I}, out[7] = {Q, K, K, D, g->I, g->I, D};
+  float *bufs[64];
+  char names[64][128];
+  int nb = 0;
+  for (int l = 0; l < g->L; l++)
+    for (int t = 0; t < 7; t++)
+      for (int ab = 0; ab < 2; ab++) {
+        int64_t shp[2] = {ab ? out[t] : 4, ab ? 4 : in[t]};
+        snprintf(names[nb], sizeof names[nb], "base_model.model.model.layers.%d.%s.lora_%c.weight", l, mods[t], ab ? 'B' : 'A');
+        bufs[nb] = malloc(sizeof(float) * (size_t)(shp[0] * shp[1]));
+        for (int64_t i = 0; i < shp[0] * shp[1]; i++) bufs[nb][i] = frand() * 0.5f;
+        st_writer_tensor(w, names[nb], ST_F32, 2, shp, bufs[nb]);
+        nb++;
+      }
+  snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+  herr err = {0};
+  int rc = st_writer_write(w, path, NULL, NULL, &err);
+  if (rc) fprintf(stderr, "write: %s\n", err.msg);
+  st_writer_free(w);
+  for (int i = 0; i < nb; i++) free(bufs[i]);
+  return rc;
+}
+
+/* Adapters dirs[0..n) loaded on one and on a split over tp ranks: the same logits and tokens with
+ * them on prompt a (prompt b beside it without). */
+static void lora_case(const char *name, const char *base, const char *const *dirs, int n, int tp, const int32_t *a, int na,
+                      const int32_t *b, int nb) {
+  if (!tp_runs(tp)) return;
+  herr err = {0};
+  model *one = load(base, 0, &err), *split = load(base, tp, &err);
+  CHECK_MSG(one && split, "%s at N=%d: %s", name, tp, err.msg);
+  model_lora *l1[2] = {0}, *ln[2] = {0};
+  bool ok = one && split;
+  for (int i = 0; ok && i < n; i++) {
+    ok = model_lora_load(one, dirs[i], &l1[i], &err) == 0 && model_lora_load(split, dirs[i], &ln[i], &err) == 0;
+    CHECK_MSG(ok, "%s at N=%d: %s", name, tp, err.msg);
+  }
+  if (ok) {
+    CHECK_EQ_INT(model_lora_id(l1[0]) == model_lora_id(ln[0]), 1); /* what the prefix cache keys on does not depend on the split */
+    compare_lora(name, one, split, tp, a, na, b, nb, l1, ln, n);
+    /* the adapters do move the logits (else the comparison tests nothing) */
+    run_out base = {0}, with = {0};
+    int64_t V = model_vocab_size(one);
+    CHECK(run(one, a, na, b, nb, 1, &base, NULL, 0) == 0 && run(one, a, na, b, nb, 1, &with, l1, n) == 0);
+    if (base.logits && with.logits) {
+      double moved = max_diff(base.logits, with.logits, (size_t)(na * V));
+      CHECK_MSG(moved > 0.01, "%s: the adapters hardly move the logits (%.3g)", name, moved);
+    }
+    free(base.logits);
+    free(with.logits);
+  }
+  for (int i = 0; i < n; i++) model_lora_release(l1[i]), model_lora_release(ln[i]);
+  model_free(one);
+  model_free(split);
+}
+
+/* LoRA adapters on split models: PEFT's adapters on the llama and qwen3 golden bases (alone and
+ * stacked) at N = 2 and 4, and an adapter made here on the model made here at N = 3 and 6 (KV heads
+ * replicated: each rank's k / v delta rows are its KV head's); deltas on routed experts refused. */
+static void test_lora(void) {
+  static const char *bases[] = {"llama-f32", "qwen3-f32"};
+  for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++) {
+    char base[512], plain[600], rs[600], path[700];
+    snprintf(base, sizeof base, GOLDEN "%s", bases[i]);
+    snprintf(plain, sizeof plain, HEARTH_SOURCE_DIR "/tests/fixtures/lora/%s/plain", bases[i]);
+    snprintf(rs, sizeof rs, HEARTH_SOURCE_DIR "/tests/fixtures/lora/%s/rs", bases[i]);
+    snprintf(path, sizeof path, "%s/golden.json", base);
+    herr err = {0};
+    json_t *doc = hjson_load_file(path, &err);
+    CHECK_MSG(doc, "%s: %s", bases[i], err.msg);
+    if (!doc) continue;
+    int32_t p[2][64];
+    int n[2];
+    for (int k = 0; k < 2; k++) {
+      json_t *arr = json_array_get(json_object_get(doc, "prompts"), (size_t)k);
+      n[k] = (int)json_array_size(arr) < 64 ? (int)json_array_size(arr) : 64;
+      for (int j = 0; j < n[k]; j++) p[k][j] = (int32_t)json_integer_value(json_array_get(arr, (size_t)j));
+    }
+    json_decref(doc);
+    const char *both[2] = {plain, rs};
+    char one_name[64], two_name[64];
+    snprintf(one_name, sizeof one_name, "%s+plain", bases[i]);
+    snprintf(two_name, sizeof two_name, "%s+plain+rs", bases[i]);
+    for (int tp = 2; tp <= 4; tp += 2) {
+      lora_case(one_name, base, both, 1, tp, p[0], n[0], p[1], n[1]);
+      lora_case(two_name, base, both, 2, tp, p[0], n[0], p[1], n[1]);
+    }
+  }
+  /* the model made here (6 heads, 3 KV heads) with an adapter made here */
+  gen_model g = {.H = 6, .KV = 3, .hd = 8, .D = 48, .I = 96, .V = 100, .L = 2};
+  char dir[400], ad[420];
+  snprintf(dir, sizeof dir, "%s/h6kv3_lora", tmpdir);
+  snprintf(ad, sizeof ad, "%s/adapter", tmpdir);
+  CHECK(write_model(dir, &g) == 0 && write_adapter(ad, &g) == 0);
+  int32_t a[11], b[6];
+  for (int i = 0; i < 11; i++) a[i] = (int32_t)((i * 37 + 5) % g.V);
+  for (int i = 0; i < 6; i++) b[i] = (int32_t)((i * 53 + 11) % g.V);
+  const char *ads[1] = {ad};
+  lora_case("h6kv3+lora", dir, ads, 1, 3, a, 11, b, 6);
+  lora_case("h6kv3+lora", dir, ads, 1, 6, a, 11, b, 6);
+  /* deltas on routed experts: refused on a split model, by name */
+  if (tp_runs(2)) {
+    herr err = {0};
+    model *m = load(GOLDEN "qwen3_moe-f32", 2, &err);
+    model_lora *lo = NULL;
+    CHECK(m && model_lora_load(m, HEARTH_SOURCE_DIR "/tests/fixtures/lora/qwen3_moe-f32/experts", &lo, &err) != 0);
+    CHECK_MSG(strstr(err.msg, "routed experts") && strstr(err.msg, "split over ranks"), "message: %s", err.msg);
+    model_free(m);
+  }
+}
+
 static void test_refusals(void) {
   herr err = {0};
   model *m = load(GOLDEN "llama-f32", 3, &err); /* 4 heads */
@@ -349,11 +482,6 @@ static void test_refusals(void) {
   model_load_opts o = {.threads = 2, .tensor_parallel = 2, .expert_budget = 1 << 20};
   CHECK(model_load(GOLDEN "qwen3_moe-f32", &o, &m, &err) != 0);
   CHECK_MSG(strstr(err.msg, "expert-budget"), "message: %s", err.msg);
-  model *one = load(GOLDEN "llama-f32", 1, &err); /* a group of one refuses them too */
-  model_lora *lo = NULL;
-  CHECK(one && model_lora_load(one, HEARTH_SOURCE_DIR "/tests/fixtures/lora/llama-f32", &lo, &err) != 0);
-  CHECK_MSG(strstr(err.msg, "tensor-parallel"), "message: %s", err.msg);
-  model_free(one);
 }
 
 /* A rank that fails mid-forward: the forward returns its error (no rank waits
@@ -396,6 +524,7 @@ int main(void) {
   RUN(test_golden_n2);
   RUN(test_golden_n4);
   RUN(test_three_and_six);
+  RUN(test_lora);
   RUN(test_mlx_columns);
   RUN(test_refusals);
   RUN(test_rank_failure);
