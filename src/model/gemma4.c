@@ -151,8 +151,26 @@ static void embedded(model *m, step *st) {
   bk_tensor heads = bk_reshape(&proj, T * c->num_hidden_layers, dp);
   layer_norm(m, &heads, &heads, &m->ple_proj_norm);
   bk_embed(&tok, &m->ple_embed, &st->ids, m->ple_embed_scale);
+  model_reduce(m, &tok); /* vocabulary-parallel like the embedding: one rank holds each token's row */
   bk_add(&proj, &proj, &tok);
   bk_scale(&proj, (float)sqrt(0.5));
+}
+
+/* Tensor parallelism: attention by heads (KV-shared layers read their source's heads, split alike), the
+ * MLP and the MoE branch by width (the router and its scales replicated), the per-layer input gate and
+ * projection replicated (small; they run on the whole residual stream), and the per-layer embedding
+ * table split by vocabulary rows like the embedding (it is the largest table: each rank keeps its ids'
+ * rows and a zero row, and the lookups are summed by an all-reduce). */
+static int shard(model *m, herr *err) {
+  const model_config *c = &m->cfg;
+  int rc = tp_shard_layers(m, err);
+  if (rc || !c->hidden_size_per_layer_input) return rc;
+  if (c->vocab_size_per_layer_input != c->vocab_size)
+    return herr_set(err, HEARTH_EUNSUPPORTED,
+                    "tensor parallelism: vocab_size_per_layer_input %lld differs from vocab_size %lld, so the per-layer "
+                    "embedding table does not split with the vocabulary",
+                    (long long)c->vocab_size_per_layer_input, (long long)c->vocab_size);
+  return tp_vocab_rows(m, &m->ple_embed, "model.embed_tokens_per_layer.weight", err);
 }
 
 static void layer(model *m, int l, const kv_store *kv, step *st) {
@@ -187,4 +205,5 @@ static void layer(model *m, int l, const kv_store *kv, step *st) {
 }
 
 const family_ops gemma4_family_ops = {
-    .prepare = gemma4_prepare, .load_layer = gemma4_load_layer, .load_model = load_model, .embedded = embedded, .layer = layer};
+    .prepare = gemma4_prepare, .load_layer = gemma4_load_layer, .load_model = load_model, .embedded = embedded, .layer = layer,
+    .shard = shard};

@@ -31,6 +31,18 @@
  *               embedding table has a zero row that ids outside its range
  *               read, so the all-reduce after the embedding sums one row
  *               and zeros; its head makes its logits columns, gathered.
+ * Gemma 4 (gemma4.c): attention by heads as above, per layer with its own
+ *               head size and KV heads (sliding and full layers alike; a
+ *               KV-shared layer reads its source layer's heads, split the
+ *               same way; keys as values need no v); the MLP (double-wide
+ *               or not) and the MoE branch beside it by width, the router
+ *               and its scales replicated. Per-layer inputs: the per-layer
+ *               input gate and projection, per_layer_model_projection and
+ *               its norm replicated (small, on the whole residual stream);
+ *               the per-layer embedding table, the largest of all, split by
+ *               vocabulary rows like the embedding, its lookups summed by
+ *               one more all-reduce (vocab_size_per_layer_input must equal
+ *               vocab_size).
  * LoRA adapters (lora.c) follow the projections' split: for a
  * column-parallel projection A is replicated and B split by output rows;
  * for a row-parallel one A is split by input columns and B replicated, and

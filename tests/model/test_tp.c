@@ -192,6 +192,16 @@ static void golden(const char *name, int tp) {
   model_free(split);
 }
 
+/* The golden families with layers of their own: Gemma 4 (per-layer inputs, KV-shared layers,
+ * sliding / full attention; keys as values and the MoE branch beside the MLP), Qwen3.5 (Gated
+ * DeltaNet and gated full attention; at N = 4 its two key heads replicated) and its MoE variant
+ * (routed experts and the gated shared expert), GLM-5 (latent attention split by heads, the latent
+ * cache and the DSA indexer replicated, the experts by width). */
+static void test_gemma4(void) {
+  static const char *names[] = {"gemma4-f32", "gemma4_moe-f32", "gemma4_plain-f32"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) golden(names[i], 2), golden(names[i], 4);
+}
+
 static void test_golden_n1(void) {
   static const char *names[] = {"llama-f32", "qwen3-f32", "gemma3-f32", "qwen3_moe-f32"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) golden(names[i], 1);
@@ -525,6 +535,7 @@ int main(void) {
   RUN(test_golden_n4);
   RUN(test_three_and_six);
   RUN(test_lora);
+  RUN(test_gemma4);
   RUN(test_mlx_columns);
   RUN(test_refusals);
   RUN(test_rank_failure);
