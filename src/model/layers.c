@@ -151,7 +151,7 @@ void layer_moe(model *m, const layer_weights *lw, step *st, const bk_tensor *rou
 void layer_deltanet(model *m, int l, const kv_store *kv, step *st) {
   const model_config *c = &m->cfg;
   const layer_weights *lw = &m->layers[l];
-  int64_t T = st->T, nk = c->linear_num_key_heads, nv = c->linear_num_value_heads, dk = c->linear_key_head_dim;
+  int64_t T = st->T, nk = lw->lin_k_heads, nv = lw->lin_v_heads, dk = c->linear_key_head_dim;
   int64_t dv = c->linear_value_head_dim, C = 2 * nk * dk + nv * dv, K = c->linear_conv_kernel_dim;
   bk_tensor qkv = step_view(&st->q, T, C), mixed = step_view(&st->att, T, C), z = step_view(&st->gate, T, nv * dv);
   bk_tensor a = step_view(&st->k, T, nv), b = step_view(&st->v, T, nv), o = step_view(&st->up, T, nv * dv);
@@ -171,5 +171,6 @@ void layer_deltanet(model *m, int l, const kv_store *kv, step *st) {
   bk_act_mul(&z, &o, BK_ACT_SILU);
   bk_tensor out = step_view(&st->o, T, c->hidden_size);
   bk_matmul_t(&out, &z, &lw->out_proj, NULL);
+  model_reduce(m, &out); /* row-parallel: each rank's value heads' share */
   bk_add(&st->x, &st->x, &out);
 }

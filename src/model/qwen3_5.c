@@ -95,6 +95,7 @@ int qwen3_5_prepare(model *m, herr *err) {
       lw->kv_heads = 0; /* no KV rows: a state per sequence */
       lw->rope = NULL;
       lw->state_dim = (K - 1) * C + nv * dk * dv;
+      lw->lin_k_heads = nk, lw->lin_v_heads = nv;
       m->w_q = max64(m->w_q, C);
       m->w_kv = max64(m->w_kv, nv);
       m->w_inter = max64(m->w_inter, nv * dv);
@@ -251,6 +252,19 @@ void qwen3_5_mixer(model *m, int l, const kv_store *kv, step *st) {
   else layer_attention(m, l, kv, st);
 }
 
+/* Tensor parallelism: a Gated DeltaNet layer by heads (tp_shard_deltanet: each rank's conv channels and
+ * recurrent state hold its heads), gated full attention by heads (a head's query and gate rows go
+ * together), the MLP (or the experts and the shared expert) by width. The MTP layer stays whole: it does
+ * not run on a split model (model_mtp_check). */
+int qwen3_5_shard(model *m, herr *err) {
+  int rc = 0;
+  for (int l = 0; l < m->cfg.num_hidden_layers && !rc; l++) {
+    rc = m->layers[l].linear ? tp_shard_deltanet(m, l, err) : tp_shard_attention(m, l, err);
+    if (!rc) rc = tp_shard_ffn(m, &m->layers[l], l, err);
+  }
+  return rc;
+}
+
 static int load_layer(model *m, const weight_src *src, int l, herr *err) {
   int rc = qwen3_5_load_mixer(m, src, l, err);
   return rc ? rc : llama_load_mlp(m, src, l, m->cfg.intermediate_size, err);
@@ -273,4 +287,4 @@ static void layer(model *m, int l, const kv_store *kv, step *st) {
 static int load_model(model *m, const weight_src *src, herr *err) { return qwen3_5_load_mtp(m, src, load_mlp_at, ffn, err); }
 
 const family_ops qwen3_5_family_ops = {.prepare = qwen3_5_prepare, .load_layer = load_layer, .load_model = load_model,
-                                       .layer = layer, .mtp = qwen3_5_mtp, .free = qwen3_5_free};
+                                       .layer = layer, .mtp = qwen3_5_mtp, .shard = qwen3_5_shard, .free = qwen3_5_free};

@@ -67,4 +67,4 @@ static void layer(model *m, int l, const kv_store *kv, step *st) {
 static int load_model(model *m, const weight_src *src, herr *err) { return qwen3_5_load_mtp(m, src, load_moe_at, ffn, err); }
 
 const family_ops qwen3_5_moe_family_ops = {.prepare = prepare, .load_layer = load_layer, .load_model = load_model,
-                                           .layer = layer, .mtp = qwen3_5_mtp, .free = qwen3_5_free};
+                                           .layer = layer, .mtp = qwen3_5_mtp, .shard = qwen3_5_shard, .free = qwen3_5_free};

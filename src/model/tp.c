@@ -43,6 +43,20 @@
  *               vocabulary rows like the embedding, its lookups summed by
  *               one more all-reduce (vocab_size_per_layer_input must equal
  *               vocab_size).
+ * Qwen3.5 (qwen3_5.c, qwen3_5_moe.c): gated full attention by heads (a
+ *               head's query and output-gate rows of q_proj go together);
+ *               Gated DeltaNet linear attention by heads too (tp_shard_
+ *               deltanet): a rank keeps 1/N of the value heads and the key
+ *               heads they read (split with them, or, fewer than N,
+ *               replicated as KV heads are) — in_proj_qkv's q, k and v rows
+ *               and the conv1d's channels of those heads gathered, in_proj_z
+ *               / a / b, A_log and dt_bias column-parallel, the per-head
+ *               gated norm replicated, out_proj row-parallel + all-reduce;
+ *               each rank's recurrent state (the conv's last inputs and the
+ *               heads' dk × dv matrices) holds its heads only, so the KV
+ *               geometry's state_dim is the rank's. The MLP, or the routed
+ *               experts and the shared expert (its sigmoid gate replicated),
+ *               by width.
  * LoRA adapters (lora.c) follow the projections' split: for a
  * column-parallel projection A is replicated and B split by output rows;
  * for a row-parallel one A is split by input columns and B replicated, and
