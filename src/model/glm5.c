@@ -424,10 +424,10 @@ static const bk_tensor *opt(const bk_tensor *t) { return t->buf ? t : NULL; }
 static void mla_attention(model *m, const layer_weights *lw, const glm5_layer *g, int l, const kv_store *kv, step *st) {
   const model_config *c = &m->cfg;
   const glm5_state *s = S(m);
-  int64_t T = st->T, H = c->num_attention_heads, N = s->nope, R = s->rope, KL = s->kv_lora, V = s->vdim, W = R + KL;
+  int64_t T = st->T, H = lw->heads, N = s->nope, R = s->rope, KL = s->kv_lora, V = s->vdim, W = R + KL;
   glm5_act a = acts(m, st);
   bk_tensor qf = step_view(&st->q, T, H * W), krow = step_view(&st->k, T, W), olat = step_view(&st->att, T, H * KL);
-  bk_tensor tn = step_view(&a.t1, T, N), tr = step_view(&a.t1, T, R), tv = step_view(&a.t1, T, V);
+  bk_tensor tn = step_view(&a.t1, T, N), tr = step_view(&a.t1, T, R), tv = step_view(&a.t1, T, V), ov = step_view(&a.ov, T, H * V);
   layer_norm(m, &st->xn, &st->x, &lw->attn_norm);
   /* queries: [rope(q_rope_h) | W_UK_hᵀ q_nope_h] per head */
   bk_matmul_t(&a.qa, &st->xn, &g->q_a, opt(&g->q_a_bias));
@@ -470,10 +470,11 @@ static void mla_attention(model *m, const layer_weights *lw, const glm5_layer *g
   for (int64_t h = 0; h < H; h++) {
     bk_get_cols(&a.t2, &olat, h * KL);
     bk_matmul_t(&tv, &a.t2, &g->uv[h], NULL);
-    bk_set_cols(&a.ov, &tv, h * V);
+    bk_set_cols(&ov, &tv, h * V);
   }
   bk_tensor o = step_view(&st->o, T, c->hidden_size);
-  bk_matmul_t(&o, &a.ov, &lw->o, opt(&lw->o_bias));
+  bk_matmul_t(&o, &ov, &lw->o, opt(&lw->o_bias));
+  model_reduce(m, &o); /* row-parallel: each rank's heads' share */
   bk_add(&st->x, &st->x, &o);
 }
 
@@ -504,6 +505,36 @@ static void glm_layer(model *m, const layer_weights *lw, const glm5_layer *g, in
   bk_add(&st->x, &st->x, &o);
 }
 
+/* Tensor parallelism: attention by heads — a rank keeps its heads' rows of q_b_proj (q_nope_h,
+ * q_rope_h) and of kv_b_proj (W_UK_h, W_UV_h): column-parallel per head; o_proj's columns of their
+ * values: row-parallel, then the all-reduce (its bias on rank 0). q_a_proj, kv_a_proj_with_mqa and
+ * their norms are replicated, so every rank writes the same latent K rows and holds the whole latent
+ * cache; the DSA indexer is replicated too (every rank picks the same rows). The dense MLP, the
+ * experts and the shared experts split by width. The MTP layer stays whole (it does not run on a
+ * split model). */
+static int shard(model *m, herr *err) {
+  glm5_state *s = S(m);
+  int N = m->tp_size, r = m->tp_rank, rc;
+  int64_t H = m->cfg.num_attention_heads, Hl = H / N, V = s->vdim;
+  if (H % N) return tp_refuse(m, "num_attention_heads", H, err);
+  char what[160];
+  for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
+    layer_weights *lw = &m->layers[l];
+    glm5_layer *g = &s->layers[l];
+    for (int64_t h = 0; h < Hl && r; h++) { /* the kept descriptors take the rank's heads */
+      g->q_nope[h] = g->q_nope[r * Hl + h], g->q_rope[h] = g->q_rope[r * Hl + h];
+      g->uk_t[h] = g->uk_t[r * Hl + h], g->uv[h] = g->uv[r * Hl + h];
+    }
+    for (int64_t h = Hl; h < H; h++) tp_drop(m, &g->q_nope[h]), tp_drop(m, &g->q_rope[h]), tp_drop(m, &g->uk_t[h]), tp_drop(m, &g->uv[h]);
+    snprintf(what, sizeof what, "model.layers.%d.self_attn.o_proj.weight", l);
+    if ((rc = tp_keep_cols(m, &lw->o, r * Hl * V, Hl * V, what, err))) return rc;
+    if (r) lw->o_bias = (bk_tensor){0}; /* added once, before the sum */
+    lw->heads = Hl;
+    if ((rc = tp_shard_ffn(m, lw, l, err))) return rc;
+  }
+  return 0;
+}
+
 static void layer(model *m, int l, const kv_store *kv, step *st) {
   glm_layer(m, &m->layers[l], &S(m)->layers[l], l, kv, st);
 }
@@ -517,4 +548,4 @@ static void mtp(model *m, const kv_store *kv, step *st, const bk_tensor *h) {
 }
 
 const family_ops glm5_family_ops = {.prepare = prepare, .load_layer = load_layer, .load_model = load_model,
-                                    .layer = layer, .mtp = mtp, .free = glm5_free};
+                                    .layer = layer, .mtp = mtp, .shard = shard, .free = glm5_free};

@@ -57,6 +57,14 @@
  *               geometry's state_dim is the rank's. The MLP, or the routed
  *               experts and the shared expert (its sigmoid gate replicated),
  *               by width.
+ * GLM-5 (glm5.c): latent attention by heads: q_b_proj's rows of a rank's
+ *               heads (q_nope_h, q_rope_h) and kv_b_proj's (W_UK_h, W_UV_h)
+ *               column-parallel, o_proj row-parallel + all-reduce; q_a_proj,
+ *               kv_a_proj_with_mqa and their norms replicated, so every rank
+ *               writes the same latent K rows (the latent cache replicated,
+ *               the KV geometry unchanged); the DSA indexer replicated (every
+ *               rank picks the same rows); the dense MLP, the experts and
+ *               the shared experts by width.
  * LoRA adapters (lora.c) follow the projections' split: for a
  * column-parallel projection A is replicated and B split by output rows;
  * for a row-parallel one A is split by input columns and B replicated, and

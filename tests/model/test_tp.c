@@ -3,12 +3,16 @@
  * f32 rounding and the same greedy tokens, on the golden models (llama,
  * qwen3 with tied embeddings, qwen2 with one KV head replicated, mistral,
  * phi3's fused projections, gemma3, and qwen3_moe, whose experts are split
- * by width) at N = 2 and 4 (against transformers' logits too), and on a
- * model made here with 6 query heads and 3 KV heads at N = 3 and 6 (KV heads
- * replicated) with a vocabulary that does not divide; batches of several
- * sequences and decoding through the cache; shapes that do not split are
- * refused by name (heads, KV heads, a quantized block); a rank that fails
- * stops the group with its error instead of hanging it. With HEARTH_TEST_DEVICE=cuda
+ * by width; Gemma 4 dense, MoE and with per-layer inputs; Qwen3.5 and
+ * Qwen3.5-MoE; GLM-5) at N = 2 and 4 (against transformers' logits too),
+ * and on a model made here with 6 query heads and 3 KV heads at N = 3 and 6
+ * (KV heads replicated) with a vocabulary that does not divide; LoRA
+ * adapters (PEFT's on the golden bases, alone and stacked, and one made
+ * here at N = 3 and 6) give the unsplit model's logits with them; batches
+ * of several sequences, with and without adapters, and decoding through the
+ * cache; shapes that do not split are refused by name (heads, KV heads,
+ * linear-attention heads, a quantized block); a rank that fails stops the
+ * group with its error instead of hanging it. With HEARTH_TEST_DEVICE=cuda
  * the same runs go through NCCL on GPUs, the splits over more than
  * HEARTH_TEST_TP_MAX ranks skipped (bench/cuda/tp.sh). */
 #include <math.h>
@@ -206,6 +210,37 @@ static void test_qwen3_5(void) {
   golden("qwen3_5-f32", 2);
   golden("qwen3_5-f32", 4);
   golden("qwen3_5_moe-f32", 2);
+}
+
+static void test_glm5(void) {
+  static const char *names[] = {"glm5-f32", "glm5_yarn-f32"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) golden(names[i], 2), golden(names[i], 4);
+}
+
+/* What the golden families refuse to split, by name: 4 query heads over 3 ranks; Qwen3.5-MoE's 2
+ * linear-attention value heads over 4. */
+static void test_family_refusals(void) {
+  static const struct {
+    const char *name;
+    int tp;
+    const char *msg;
+  } cases[] = {
+      {"gemma4-f32", 3, "num_attention_heads 4 does not split over 3 ranks"},
+      {"gemma4_moe-f32", 3, "num_attention_heads 4 does not split over 3 ranks"},
+      {"qwen3_5-f32", 3, "linear_num_value_heads 4 does not split over 3 ranks"},
+      {"qwen3_5_moe-f32", 3, "does not split over 3 ranks"},
+      {"qwen3_5_moe-f32", 4, "linear_num_value_heads 2 does not split over 4 ranks"},
+      {"glm5-f32", 3, "num_attention_heads 4 does not split over 3 ranks"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char dir[512];
+    snprintf(dir, sizeof dir, GOLDEN "%s", cases[i].name);
+    herr err = {0};
+    model *m = load(dir, cases[i].tp, &err);
+    CHECK_MSG(!m, "%s at N=%d loaded", cases[i].name, cases[i].tp);
+    CHECK_MSG(strstr(err.msg, cases[i].msg), "%s at N=%d: message: %s", cases[i].name, cases[i].tp, err.msg);
+    model_free(m);
+  }
 }
 
 static void test_golden_n1(void) {
@@ -543,6 +578,8 @@ int main(void) {
   RUN(test_lora);
   RUN(test_gemma4);
   RUN(test_qwen3_5);
+  RUN(test_glm5);
+  RUN(test_family_refusals);
   RUN(test_mlx_columns);
   RUN(test_refusals);
   RUN(test_rank_failure);
