@@ -269,6 +269,8 @@ static float frand(void) {
 typedef struct gen_model {
   int64_t H, KV, hd, D, I, V, L;
   int mlx_o_group;  /* > 0: o_proj stored MLX 8-bit with this group size */
+  bool qwen3_5;     /* a Qwen3.5 instead: its layers alternate Gated DeltaNet and gated full attention */
+  int64_t nk, nv, dk, dv; /* its linear attention's key and value heads and their sizes */
 } gen_model;
 
 typedef struct fill_ctx {
@@ -276,7 +278,86 @@ typedef struct fill_ctx {
   int n;
 } fill_ctx;
 
+/* One random f32 tensor (shape [s0] or [s0, s1] or [s0, 1, s1]) added to w; its floats kept in bufs until written. */
+static void add_random(st_writer *w, float **bufs, char (*names)[96], int *nb, const char *nm, int nd, int64_t s0, int64_t s1,
+                       float amp) {
+  snprintf(names[*nb], sizeof names[*nb], "%s", nm);
+  int64_t shp[3] = {s0, nd == 3 ? 1 : s1, s1}, nel = s0 * (nd > 1 ? s1 : 1);
+  bufs[*nb] = malloc(sizeof(float) * (size_t)nel);
+  for (int64_t i = 0; i < nel; i++) bufs[*nb][i] = frand() * amp;
+  st_writer_tensor(w, names[*nb], ST_F32, nd, shp, bufs[*nb]);
+  (*nb)++;
+}
+
+/* A Qwen3.5 of g->L layers, even ones Gated DeltaNet, odd ones gated full attention. */
+static int write_qwen3_5(const char *dir, const gen_model *g) {
+  mkdir(dir, 0755);
+  char path[600];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fprintf(f,
+          "{\"architectures\": [\"Qwen3_5ForCausalLM\"], \"model_type\": \"qwen3_5_text\", \"hidden_size\": %lld, "
+          "\"intermediate_size\": %lld, \"num_attention_heads\": %lld, \"num_key_value_heads\": %lld, \"head_dim\": %lld, "
+          "\"num_hidden_layers\": %lld, \"vocab_size\": %lld, \"rms_norm_eps\": 1e-6, \"max_position_embeddings\": 256, "
+          "\"hidden_act\": \"silu\", \"tie_word_embeddings\": false, \"torch_dtype\": \"float32\", "
+          "\"linear_conv_kernel_dim\": 3, \"linear_num_key_heads\": %lld, \"linear_num_value_heads\": %lld, "
+          "\"linear_key_head_dim\": %lld, \"linear_value_head_dim\": %lld, "
+          "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0, \"partial_rotary_factor\": 0.5}, "
+          "\"layer_types\": [",
+          (long long)g->D, (long long)g->I, (long long)g->H, (long long)g->KV, (long long)g->hd, (long long)g->L, (long long)g->V,
+          (long long)g->nk, (long long)g->nv, (long long)g->dk, (long long)g->dv);
+  for (int l = 0; l < g->L; l++) fprintf(f, "%s\"%s\"", l ? ", " : "", l % 2 ? "full_attention" : "linear_attention");
+  fprintf(f, "]}\n");
+  fclose(f);
+  st_writer *w = st_writer_new();
+  float *bufs[256];
+  char names[256][96], nm[96];
+  int nb = 0;
+  int64_t D = g->D, C = 2 * g->nk * g->dk + g->nv * g->dv;
+  add_random(w, bufs, names, &nb, "model.embed_tokens.weight", 2, g->V, D, 0.4f);
+  add_random(w, bufs, names, &nb, "lm_head.weight", 2, g->V, D, 0.4f);
+  add_random(w, bufs, names, &nb, "model.norm.weight", 1, D, 0, 0.4f);
+  for (int l = 0; l < g->L; l++) {
+#define T(field, nd, s0, s1)                                          \
+  snprintf(nm, sizeof nm, "model.layers.%d.%s", l, field);            \
+  add_random(w, bufs, names, &nb, nm, nd, s0, s1, 0.4f)
+    T("input_layernorm.weight", 1, D, 0);
+    T("post_attention_layernorm.weight", 1, D, 0);
+    if (l % 2 == 0) {
+      T("linear_attn.in_proj_qkv.weight", 2, C, D);
+      T("linear_attn.in_proj_z.weight", 2, g->nv * g->dv, D);
+      T("linear_attn.in_proj_a.weight", 2, g->nv, D);
+      T("linear_attn.in_proj_b.weight", 2, g->nv, D);
+      T("linear_attn.out_proj.weight", 2, D, g->nv * g->dv);
+      T("linear_attn.conv1d.weight", 3, C, 3);
+      T("linear_attn.A_log", 1, g->nv, 0);
+      T("linear_attn.dt_bias", 1, g->nv, 0);
+      T("linear_attn.norm.weight", 1, g->dv, 0);
+    } else {
+      T("self_attn.q_proj.weight", 2, 2 * g->H * g->hd, D);
+      T("self_attn.k_proj.weight", 2, g->KV * g->hd, D);
+      T("self_attn.v_proj.weight", 2, g->KV * g->hd, D);
+      T("self_attn.o_proj.weight", 2, D, g->H * g->hd);
+      T("self_attn.q_norm.weight", 1, g->hd, 0);
+      T("self_attn.k_norm.weight", 1, g->hd, 0);
+    }
+    T("mlp.gate_proj.weight", 2, g->I, D);
+    T("mlp.up_proj.weight", 2, g->I, D);
+    T("mlp.down_proj.weight", 2, D, g->I);
+#undef T
+  }
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  herr err = {0};
+  int rc = st_writer_write(w, path, NULL, NULL, &err);
+  if (rc) fprintf(stderr, "write: %s\n", err.msg);
+  st_writer_free(w);
+  for (int i = 0; i < nb; i++) free(bufs[i]);
+  return rc;
+}
+
 static int write_model(const char *dir, const gen_model *g) {
+  if (g->qwen3_5) return write_qwen3_5(dir, g);
   mkdir(dir, 0755);
   char path[600];
   snprintf(path, sizeof path, "%s/config.json", dir);
@@ -373,6 +454,14 @@ static void test_three_and_six(void) {
   gen_model g = {.H = 6, .KV = 3, .hd = 8, .D = 48, .I = 96, .V = 100, .L = 2};
   int tps[] = {1, 3, 6};
   made("h6kv3", &g, tps, 3);
+}
+
+static void test_qwen3_5_three_and_six(void) {
+  /* 6 query heads, 3 KV heads; 6 linear-attention value heads reading 3 key heads: N=3 splits them all;
+   * N=6 gives each KV head and each key head to two ranks (the key head's q / k conv channels replicated) */
+  gen_model g = {.H = 6, .KV = 3, .hd = 8, .D = 48, .I = 96, .V = 100, .L = 4, .qwen3_5 = true, .nk = 3, .nv = 6, .dk = 8, .dv = 8};
+  int tps[] = {1, 3, 6};
+  made("qwen3_5_h6", &g, tps, 3);
 }
 
 static void test_mlx_columns(void) {
@@ -578,6 +667,7 @@ int main(void) {
   RUN(test_lora);
   RUN(test_gemma4);
   RUN(test_qwen3_5);
+  RUN(test_qwen3_5_three_and_six);
   RUN(test_glm5);
   RUN(test_family_refusals);
   RUN(test_mlx_columns);
