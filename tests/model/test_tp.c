@@ -271,6 +271,7 @@ typedef struct gen_model {
   int mlx_o_group;  /* > 0: o_proj stored MLX 8-bit with this group size */
   bool qwen3_5;     /* a Qwen3.5 instead: its layers alternate Gated DeltaNet and gated full attention */
   int64_t nk, nv, dk, dv; /* its linear attention's key and value heads and their sizes */
+  bool glm5;        /* a GLM-5 instead: layer 0 dense with its indexer, the others experts reusing its rows */
 } gen_model;
 
 typedef struct fill_ctx {
@@ -356,8 +357,93 @@ static int write_qwen3_5(const char *dir, const gen_model *g) {
   return rc;
 }
 
+/* A GLM-5 of g->L layers (H heads of latent attention; q_lora = kv_lora = D / 2, nope = rope = v = hd; an
+ * indexer of 4 heads of 16 choosing 8 rows on layer 0, shared after it), layer 0 a dense MLP of I, the
+ * others 4 experts of I / 4 (2 per token in 2 groups) and one shared expert. */
+static int write_glm5(const char *dir, const gen_model *g) {
+  mkdir(dir, 0755);
+  char path[600];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  int64_t D = g->D, H = g->H, hd = g->hd, QL = D / 2, KL = D / 2, EI = g->I / 4;
+  fprintf(f,
+          "{\"architectures\": [\"GlmMoeDsaForCausalLM\"], \"model_type\": \"glm_moe_dsa\", \"hidden_size\": %lld, "
+          "\"intermediate_size\": %lld, \"moe_intermediate_size\": %lld, \"num_attention_heads\": %lld, "
+          "\"num_key_value_heads\": %lld, \"num_hidden_layers\": %lld, \"vocab_size\": %lld, \"rms_norm_eps\": 1e-6, "
+          "\"max_position_embeddings\": 256, \"hidden_act\": \"silu\", \"tie_word_embeddings\": false, "
+          "\"torch_dtype\": \"float32\", \"q_lora_rank\": %lld, \"kv_lora_rank\": %lld, \"qk_nope_head_dim\": %lld, "
+          "\"qk_rope_head_dim\": %lld, \"qk_head_dim\": %lld, \"v_head_dim\": %lld, \"index_n_heads\": 4, "
+          "\"index_head_dim\": 16, \"index_topk\": 8, \"n_routed_experts\": 4, \"num_experts_per_tok\": 2, "
+          "\"n_group\": 2, \"topk_group\": 2, \"n_shared_experts\": 1, \"norm_topk_prob\": true, "
+          "\"routed_scaling_factor\": 2.5, \"first_k_dense_replace\": 1, \"num_nextn_predict_layers\": 0, "
+          "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0}, \"indexer_types\": [",
+          (long long)D, (long long)g->I, (long long)EI, (long long)H, (long long)H, (long long)g->L, (long long)g->V, (long long)QL,
+          (long long)KL, (long long)hd, (long long)hd, (long long)(2 * hd), (long long)hd);
+  for (int l = 0; l < g->L; l++) fprintf(f, "%s\"%s\"", l ? ", " : "", l ? "shared" : "full");
+  fprintf(f, "], \"mlp_layer_types\": [");
+  for (int l = 0; l < g->L; l++) fprintf(f, "%s\"%s\"", l ? ", " : "", l ? "sparse" : "dense");
+  fprintf(f, "]}\n");
+  fclose(f);
+  st_writer *w = st_writer_new();
+  float *bufs[256];
+  char names[256][96], nm[96];
+  int nb = 0;
+  add_random(w, bufs, names, &nb, "model.embed_tokens.weight", 2, g->V, D, 0.4f);
+  add_random(w, bufs, names, &nb, "lm_head.weight", 2, g->V, D, 0.4f);
+  add_random(w, bufs, names, &nb, "model.norm.weight", 1, D, 0, 0.4f);
+  for (int l = 0; l < g->L; l++) {
+#define T(field, nd, s0, s1)                                          \
+  snprintf(nm, sizeof nm, "model.layers.%d.%s", l, field);            \
+  add_random(w, bufs, names, &nb, nm, nd, s0, s1, 0.4f)
+    T("input_layernorm.weight", 1, D, 0);
+    T("post_attention_layernorm.weight", 1, D, 0);
+    T("self_attn.q_a_proj.weight", 2, QL, D);
+    T("self_attn.q_a_layernorm.weight", 1, QL, 0);
+    T("self_attn.kv_a_proj_with_mqa.weight", 2, KL + hd, D);
+    T("self_attn.kv_a_layernorm.weight", 1, KL, 0);
+    T("self_attn.q_b_proj.weight", 2, H * 2 * hd, QL);
+    T("self_attn.kv_b_proj.weight", 2, H * 2 * hd, KL);
+    T("self_attn.o_proj.weight", 2, D, H * hd);
+    if (l == 0) {
+      T("self_attn.indexer.wq_b.weight", 2, 4 * 16, QL);
+      T("self_attn.indexer.wk.weight", 2, 16, D);
+      T("self_attn.indexer.weights_proj.weight", 2, 4, D);
+      T("self_attn.indexer.k_norm.weight", 1, 16, 0);
+      T("self_attn.indexer.k_norm.bias", 1, 16, 0);
+      T("mlp.gate_proj.weight", 2, g->I, D);
+      T("mlp.up_proj.weight", 2, g->I, D);
+      T("mlp.down_proj.weight", 2, D, g->I);
+      continue;
+    }
+    T("mlp.gate.weight", 2, 4, D);
+    T("mlp.gate.e_score_correction_bias", 1, 4, 0);
+    T("mlp.shared_experts.gate_proj.weight", 2, EI, D);
+    T("mlp.shared_experts.up_proj.weight", 2, EI, D);
+    T("mlp.shared_experts.down_proj.weight", 2, D, EI);
+    for (int e = 0; e < 4; e++) {
+      char ex[64];
+      snprintf(ex, sizeof ex, "mlp.experts.%d.gate_proj.weight", e);
+      T(ex, 2, EI, D);
+      snprintf(ex, sizeof ex, "mlp.experts.%d.up_proj.weight", e);
+      T(ex, 2, EI, D);
+      snprintf(ex, sizeof ex, "mlp.experts.%d.down_proj.weight", e);
+      T(ex, 2, D, EI);
+    }
+#undef T
+  }
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  herr err = {0};
+  int rc = st_writer_write(w, path, NULL, NULL, &err);
+  if (rc) fprintf(stderr, "write: %s\n", err.msg);
+  st_writer_free(w);
+  for (int i = 0; i < nb; i++) free(bufs[i]);
+  return rc;
+}
+
 static int write_model(const char *dir, const gen_model *g) {
   if (g->qwen3_5) return write_qwen3_5(dir, g);
+  if (g->glm5) return write_glm5(dir, g);
   mkdir(dir, 0755);
   char path[600];
   snprintf(path, sizeof path, "%s/config.json", dir);
@@ -462,6 +548,13 @@ static void test_qwen3_5_three_and_six(void) {
   gen_model g = {.H = 6, .KV = 3, .hd = 8, .D = 48, .I = 96, .V = 100, .L = 4, .qwen3_5 = true, .nk = 3, .nv = 6, .dk = 8, .dv = 8};
   int tps[] = {1, 3, 6};
   made("qwen3_5_h6", &g, tps, 3);
+}
+
+static void test_glm5_three_and_six(void) {
+  /* 6 latent-attention heads: N=3 and 6 give each rank 2 heads and 1; experts of 24 split into 8 and 4 */
+  gen_model g = {.H = 6, .hd = 8, .D = 48, .I = 96, .V = 100, .L = 3, .glm5 = true};
+  int tps[] = {1, 3, 6};
+  made("glm5_h6", &g, tps, 3);
 }
 
 static void test_mlx_columns(void) {
@@ -669,6 +762,7 @@ int main(void) {
   RUN(test_qwen3_5);
   RUN(test_qwen3_5_three_and_six);
   RUN(test_glm5);
+  RUN(test_glm5_three_and_six);
   RUN(test_family_refusals);
   RUN(test_mlx_columns);
   RUN(test_refusals);
