@@ -5,8 +5,9 @@
  * phi3's fused projections, gemma3, and qwen3_moe, whose experts are split
  * by width; Gemma 4 dense, MoE and with per-layer inputs; Qwen3.5 and
  * Qwen3.5-MoE; GLM-5) at N = 2 and 4 (against transformers' logits too),
- * and on a model made here with 6 query heads and 3 KV heads at N = 3 and 6
- * (KV heads replicated) with a vocabulary that does not divide; LoRA
+ * and on models made here (llama, Gemma 4, Qwen3.5, GLM-5) with 6 query
+ * heads and 3 KV heads at N = 3 and 6 (KV heads, and Qwen3.5's key heads,
+ * replicated) with a vocabulary that does not divide; LoRA
  * adapters (PEFT's on the golden bases, alone and stacked, and one made
  * here at N = 3 and 6) give the unsplit model's logits with them; batches
  * of several sequences, with and without adapters, and decoding through the
@@ -272,6 +273,8 @@ typedef struct gen_model {
   bool qwen3_5;     /* a Qwen3.5 instead: its layers alternate Gated DeltaNet and gated full attention */
   int64_t nk, nv, dk, dv; /* its linear attention's key and value heads and their sizes */
   bool glm5;        /* a GLM-5 instead: layer 0 dense with its indexer, the others experts reusing its rows */
+  bool gemma4;      /* a Gemma 4 instead: sliding / full layers (full ones with twice the head size), the last
+                       two reading the KV of earlier ones, double-wide MLPs there, per-layer inputs of 8 */
 } gen_model;
 
 typedef struct fill_ctx {
@@ -441,7 +444,84 @@ static int write_glm5(const char *dir, const gen_model *g) {
   return rc;
 }
 
+/* A Gemma 4 of 4 layers (see gen_model.gemma4); its norms' weights near 1 (they scale by w). */
+static int write_gemma4(const char *dir, const gen_model *g) {
+  mkdir(dir, 0755);
+  char path[600];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  int64_t D = g->D, H = g->H, KV = g->KV, hd = g->hd, L = 4, dp = 8;
+  fprintf(f,
+          "{\"architectures\": [\"Gemma4ForCausalLM\"], \"model_type\": \"gemma4_text\", \"hidden_size\": %lld, "
+          "\"intermediate_size\": %lld, \"num_attention_heads\": %lld, \"num_key_value_heads\": %lld, \"head_dim\": %lld, "
+          "\"num_hidden_layers\": %lld, \"vocab_size\": %lld, \"vocab_size_per_layer_input\": %lld, "
+          "\"hidden_size_per_layer_input\": %lld, \"rms_norm_eps\": 1e-6, \"max_position_embeddings\": 256, "
+          "\"hidden_activation\": \"gelu_pytorch_tanh\", \"tie_word_embeddings\": true, \"torch_dtype\": \"float32\", "
+          "\"final_logit_softcapping\": 30.0, \"sliding_window\": 4, \"num_kv_shared_layers\": 2, "
+          "\"use_double_wide_mlp\": true, \"attention_k_eq_v\": false, \"enable_moe_block\": false, "
+          "\"layer_types\": [\"sliding_attention\", \"full_attention\", \"sliding_attention\", \"full_attention\"], "
+          "\"per_layer_config\": {\"1\": {\"head_dim\": %lld}, \"3\": {\"head_dim\": %lld}}, "
+          "\"rope_parameters\": {\"full_attention\": {\"partial_rotary_factor\": 0.25, \"rope_theta\": 1000000.0, "
+          "\"rope_type\": \"proportional\"}, \"sliding_attention\": {\"rope_theta\": 10000.0, \"rope_type\": \"default\"}}}\n",
+          (long long)D, (long long)g->I, (long long)H, (long long)KV, (long long)hd, (long long)L, (long long)g->V, (long long)g->V,
+          (long long)dp, (long long)(2 * hd), (long long)(2 * hd));
+  fclose(f);
+  st_writer *w = st_writer_new();
+  float *bufs[256];
+  char names[256][96], nm[96];
+  int nb = 0;
+#define NORM(name, n)                                                    \
+  do {                                                                   \
+    add_random(w, bufs, names, &nb, name, 1, n, 0, 0.4f);                \
+    for (int64_t i_ = 0; i_ < (n); i_++) bufs[nb - 1][i_] += 1.0f;       \
+  } while (0)
+  add_random(w, bufs, names, &nb, "model.embed_tokens.weight", 2, g->V, D, 0.4f);
+  add_random(w, bufs, names, &nb, "model.embed_tokens_per_layer.weight", 2, g->V, L * dp, 0.4f);
+  add_random(w, bufs, names, &nb, "model.per_layer_model_projection.weight", 2, L * dp, D, 0.4f);
+  NORM("model.per_layer_projection_norm.weight", dp);
+  NORM("model.norm.weight", D);
+  for (int l = 0; l < L; l++) {
+    int64_t h = l % 2 ? 2 * hd : hd, I = l >= 2 ? 2 * g->I : g->I;
+#define T(field, s0, s1)                                              \
+  snprintf(nm, sizeof nm, "model.layers.%d.%s", l, field);            \
+  add_random(w, bufs, names, &nb, nm, 2, s0, s1, 0.4f)
+#define N(field, n)                                                   \
+  snprintf(nm, sizeof nm, "model.layers.%d.%s", l, field);            \
+  NORM(nm, n)
+    N("input_layernorm.weight", D);
+    N("post_attention_layernorm.weight", D);
+    N("pre_feedforward_layernorm.weight", D);
+    N("post_feedforward_layernorm.weight", D);
+    N("post_per_layer_input_norm.weight", D);
+    N("self_attn.q_norm.weight", h);
+    T("self_attn.q_proj.weight", H * h, D);
+    T("self_attn.o_proj.weight", D, H * h);
+    if (l < 2) { /* the last two read these layers' KV */
+      N("self_attn.k_norm.weight", h);
+      T("self_attn.k_proj.weight", KV * h, D);
+      T("self_attn.v_proj.weight", KV * h, D);
+    }
+    T("mlp.gate_proj.weight", I, D);
+    T("mlp.up_proj.weight", I, D);
+    T("mlp.down_proj.weight", D, I);
+    T("per_layer_input_gate.weight", dp, D);
+    T("per_layer_projection.weight", D, dp);
+#undef T
+#undef N
+  }
+#undef NORM
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  herr err = {0};
+  int rc = st_writer_write(w, path, NULL, NULL, &err);
+  if (rc) fprintf(stderr, "write: %s\n", err.msg);
+  st_writer_free(w);
+  for (int i = 0; i < nb; i++) free(bufs[i]);
+  return rc;
+}
+
 static int write_model(const char *dir, const gen_model *g) {
+  if (g->gemma4) return write_gemma4(dir, g);
   if (g->qwen3_5) return write_qwen3_5(dir, g);
   if (g->glm5) return write_glm5(dir, g);
   mkdir(dir, 0755);
@@ -540,6 +620,14 @@ static void test_three_and_six(void) {
   gen_model g = {.H = 6, .KV = 3, .hd = 8, .D = 48, .I = 96, .V = 100, .L = 2};
   int tps[] = {1, 3, 6};
   made("h6kv3", &g, tps, 3);
+}
+
+static void test_gemma4_three_and_six(void) {
+  /* 6 query heads, 3 KV heads (sliding layers head size 8, full ones 16), per-layer inputs over a vocabulary
+   * of 100: N=3 splits heads and tables (34, 34, 32 ids); N=6 gives each KV head to two ranks */
+  gen_model g = {.H = 6, .KV = 3, .hd = 8, .D = 48, .I = 96, .V = 100, .gemma4 = true};
+  int tps[] = {1, 3, 6};
+  made("gemma4_h6", &g, tps, 3);
 }
 
 static void test_qwen3_5_three_and_six(void) {
@@ -759,6 +847,7 @@ int main(void) {
   RUN(test_three_and_six);
   RUN(test_lora);
   RUN(test_gemma4);
+  RUN(test_gemma4_three_and_six);
   RUN(test_qwen3_5);
   RUN(test_qwen3_5_three_and_six);
   RUN(test_glm5);
