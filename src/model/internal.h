@@ -309,8 +309,8 @@ uint64_t model_lora_serial(const model_lora *a);
 int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int size, model **out, herr *err);
 /* model_load with opts->tensor_parallel > 0: every rank loaded, their communicators, the group on rank 0. */
 int tp_load(const char *dir, const model_load_opts *opts, model **out, herr *err);
-/* Cuts the described weights down to this rank's part (before they go to the backend): attention
- * heads, KV heads (replicated when fewer than the ranks), MLP and expert width, vocabulary rows. */
+/* Cuts the described weights down to this rank's part (before they go to the backend): the vocabulary's
+ * rows, and the layers as the family's shard hook splits them (a family without one is refused). */
 int tp_shard(model *m, herr *err);
 /* The shard helpers a family's shard hook is built from (rank m->tp_rank of m->tp_size). Each refuses a
  * dimension that does not split with a message naming it. */

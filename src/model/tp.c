@@ -252,7 +252,6 @@ int tp_vocab_rows(model *m, bk_weight *w, const char *what, herr *err) {
 }
 
 int tp_shard_attention(model *m, int l, herr *err) {
-  const model_config *c = &m->cfg;
   layer_weights *lw = &m->layers[l];
   int N = m->tp_size, r = m->tp_rank;
   int64_t H = lw->heads, KV = lw->kv_heads, hd = lw->head_dim, qh = lw->out_gate ? 2 * hd : hd, Hl = H / N, KVl, kv0;
@@ -280,7 +279,6 @@ int tp_shard_attention(model *m, int l, herr *err) {
   if (rc) return rc;
   if (r) lw->o_bias = (bk_tensor){0}; /* added once, before the sum */
   lw->heads = Hl, lw->kv_heads = KVl;
-  (void)c;
   return 0;
 }
 

@@ -211,6 +211,7 @@ static void test_qwen3_5(void) {
   golden("qwen3_5-f32", 2);
   golden("qwen3_5-f32", 4);
   golden("qwen3_5_moe-f32", 2);
+  golden("qwen3_5_vl-f32", 2); /* the text stack of a multimodal checkpoint (multimodal RoPE) */
 }
 
 static void test_glm5(void) {
