@@ -5,7 +5,8 @@
 # architecture on the GPU (logits against transformers, greedy ids, chunked
 # and batched runs), a mixture of experts under an expert budget (the same
 # logits as with every expert on the device), the paged-KV, quantized-KV and scheduler tests on the GPU (batched
-# equals alone, seeded sampling on the device), `hearth bench --device cuda`
+# equals alone, seeded sampling on the device), `generate`, `serve` and
+# `bench` on every golden model (tools/gpu_verbs.sh), `hearth bench --device cuda`
 # on an 8B-shaped random bf16 model and on a Qwen3-30B-A3B-shaped mixture of
 # experts (bench/cuda/moe.sh), and the refusal of that model when the
 # device has too little free memory. Prints a summary table last.
@@ -14,8 +15,12 @@
 # packages the host code needs (jansson, pcre2, utf8proc, libmicrohttpd), so
 # the build happens on a Debian machine with the CUDA toolkit and travels:
 #
-#   tools/gpu_check.sh --prepare     # here: build into build-gpu/, bundle into .carry/gpu/
-#   tools/gpu_check.sh               # there, from the repository root, with .carry/gpu/ beside it
+#   tools/gpu_check.sh --prepare     # here: build into build-gpu/, bundle into .carry/gpu.tar.xz
+#   tools/gpu_check.sh               # there, from the repository root, with .carry/gpu.tar.xz beside it
+#
+# The bundle is built for Hopper alone (sm_90: the H100 and H200; GPU_ARCH
+# overrides), stripped and xz-compressed, so that it travels beside the
+# repository in a few megabytes; it is unpacked into .carry/gpu/ there.
 #
 # Options on the GPU machine (environment): GPU_CHECK_BENCH=0 skips the 8B
 # and MoE benchmarks (GPU_CHECK_MOE_BENCH=0 the MoE one: bench/cuda/moe.sh),
@@ -29,8 +34,10 @@ if [ "${1:-}" = "--prepare" ]; then
   set -e
   "$root/tools/setup.sh"
   # (no FFmpeg or libheif: their libraries would have to travel too; audio, video, HEIC and AVIF are refused there with a message)
-  cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=Release -DHEARTH_CUDA=ON -DHEARTH_FFMPEG=OFF -DHEARTH_HEIF=OFF >/dev/null
+  cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=Release -DHEARTH_CUDA=ON -DHEARTH_FFMPEG=OFF -DHEARTH_HEIF=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES="${GPU_ARCH:-90-real}" >/dev/null
   cmake --build "$root/build-gpu" -j "$(nproc)" --target hearth_cli hearth_cuda "${tests[@]}"
+  cmake --build "$root/build-gpu" -j "$(nproc)" --target serve_load >/dev/null 2>&1 || echo "gpu_check: no serve_load (libcurl's headers: tools/setup.sh --bench)"
   rm -rf "$bundle" && mkdir -p "$bundle/lib" "$bundle/shared/fixtures/gguf"
   cp "$root/build-gpu/hearth" "$root/build-gpu/libhearth_cuda.so" "$bundle/"
   for t in "${tests[@]}"; do cp "$root/build-gpu/tests/$t" "$bundle/"; done
@@ -40,9 +47,17 @@ if [ "${1:-}" = "--prepare" ]; then
   done
   cp "$root/../shared/fixtures/gguf/llama-2-tiny-random.gguf" "$bundle/shared/fixtures/gguf/"
   echo "$root" >"$bundle/source_dir"
-  du -sh "$bundle"
+  # the benchmark tools: random GGUF files, the serving load generator (libcurl, where its headers are here)
+  cc -O2 -o "$bundle/gen_random_gguf" "$root/tools/gen_random_gguf.c" -lm
+  if [ -x "$root/build-gpu/serve_load" ]; then cp "$root/build-gpu/serve_load" "$bundle/"; fi
+  strip --strip-unneeded "$bundle"/hearth "$bundle"/libhearth_cuda.so "$bundle"/*_test_* "$bundle"/gen_random_gguf
+  tar cf - -C "$root/.carry" gpu | xz -T0 -9 >"$root/.carry/gpu.tar.xz"
+  rm -rf "$bundle"
+  ls -la "$root/.carry/gpu.tar.xz"
   exit 0
 fi
+
+if [ ! -x "$bundle/hearth" ] && [ -f "$bundle.tar.xz" ]; then tar xJf "$bundle.tar.xz" -C "$root/.carry"; fi
 
 [ -x "$bundle/hearth" ] || { echo "gpu_check: no bundle at $bundle (run tools/gpu_check.sh --prepare on the build machine)"; exit 2; }
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -76,6 +91,9 @@ for t in model_test_golden model_test_lora model_test_gguf model_test_quantized 
   HEARTH_TEST_DEVICE=cuda run_test "$t (cuda)" "$bundle/$t"
 done
 grep "max abs error" "$logs/model_test_golden (cuda).log" | head -n 40 || true
+# every verb on every golden model: generate (against the CPU's ids), bench, serve
+run_test "verbs on golden models (cuda)" "$root/tools/gpu_verbs.sh" "$bundle/hearth" cuda "$logs/verbs"
+grep -v " PASS " "$logs/verbs on golden models (cuda).log" 2>/dev/null | head -n 20 || true
 
 if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
   m=/tmp/hearth-llama-3.1-8b-bf16

@@ -98,6 +98,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/quant.h"
 #include "backend/ops.h"
+#include "backend/cpu/pack.h"
 #include "backend/weights.h"
 #include "test.h"
 #include "weight_formats.h"
@@ -523,6 +524,138 @@ static void test_matmul_fp8_fast(void) {
     free(ref), free(xd), free(sx), free(xq), free(x), free(bias);
     free_weight(&h);
   }
+  bk_backend_close(be);
+}
+
+/* f16 and quantized weights under --gpu-precision fast: each activation row
+ * is scaled by a power of two (max |x 2^e| in [2^14, 2^15)), rounded to
+ * f16 and multiplied on the tensor cores by the weights rounded to f16; the
+ * reference rounds both the same way on the host and sums in double, so the
+ * limit is the matmul's. FP8 shapes here have rows that are not multiples
+ * of 16 (the others take the cuBLASLt FP8 path, tested above). Device only. */
+static double round_f16(double v) {
+  if (v == 0 || !isfinite(v)) return v;
+  int e = ilogb(v);
+  double q = ldexp(1.0, (e < -14 ? -14 : e) - 10); /* the spacing of f16 values near v */
+  return nearbyint(v / q) * q;
+}
+
+static void test_matmul_half_fast(void) {
+  if (n_devs < 2) return;
+  bk_open_opts opts = {.fast_matmul = true};
+  bk_backend *be = NULL;
+  herr err = {0};
+  if (bk_backend_open(dev_label, &opts, &be, &err)) die("fast backend", &err);
+  static const fmt fs[] = {{BK_F16, 0, 0, 0},  {BK_Q8_0, 0, 0, 0}, {BK_Q4_0, 0, 0, 0},         {BK_Q4_K, 0, 0, 0},
+                           {BK_Q6_K, 0, 0, 0}, {BK_FP8, 0, 0, BK_F32}, {BK_MLX_AFFINE, 4, 64, BK_BF16}};
+  static const struct { int64_t n, rows, cols; } cases[] = {{3, 40, 256}, {9, 70, 512}, {33, 257, 768}, {100, 33, 1024}};
+  op_stat *st = stat_for("matmul half fast (dev)");
+  for (size_t fi = 0; fi < sizeof fs / sizeof fs[0]; fi++)
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+      const fmt *f = &fs[fi];
+      int64_t n = cases[ci].n, rows = cases[ci].rows, cols = cases[ci].cols;
+      if (f->type == BK_F16 && n <= 2) continue;
+      bool with_bias = (ci + fi) % 2 == 1;
+      char fname[32], shape[128];
+      fmt_name(f, fname, sizeof fname);
+      snprintf(shape, sizeof shape, "x [%lld, %lld] * %s [%lld, %lld]^T%s", (long long)n, (long long)cols, fname,
+               (long long)rows, (long long)cols, with_bias ? " + bias" : "");
+      st->cases++;
+      host_weight h;
+      make_weight(&h, f, rows, cols);
+      /* activations over a wide range of sizes, one row far beyond f16's range */
+      float *x = rand_floats(n * cols, 1.0f), *bias = with_bias ? rand_floats(rows, 2.0f) : NULL;
+      for (int64_t i = 0; i < n; i++)
+        for (int64_t k = 0; k < cols; k++) x[i * cols + k] *= i == 1 ? 3e6f : (float)(1 + (i % 5) * 7);
+      double *ref = malloc(sizeof(double) * (size_t)(n * rows)), *xh = malloc(sizeof(double) * (size_t)cols);
+      for (int64_t i = 0; i < n; i++) {
+        float m = 0;
+        for (int64_t k = 0; k < cols; k++) m = fmaxf(m, fabsf(x[i * cols + k]));
+        int e = 14 - ilogbf(m);
+        for (int64_t k = 0; k < cols; k++) xh[k] = round_f16(ldexp((double)x[i * cols + k], e));
+        for (int64_t r = 0; r < rows; r++) {
+          double s = 0;
+          for (int64_t k = 0; k < cols; k++) s += xh[k] * round_f16(h.deq[r * cols + k]);
+          ref[i * rows + r] = ldexp(s, -e) + (bias ? bias[r] : 0);
+        }
+      }
+      bk_weight w;
+      if (load_weight(be, &h, &w, "matmul half fast")) {
+        bk_tensor tx = tfrom_f32(be, x, n, cols), ty = tnew(be, BK_DT_F32, n, rows), tb = {0};
+        poison(&ty);
+        if (bias) tb = tfrom_f32(be, bias, 1, rows);
+        bk_matmul_t(&ty, &tx, &w, bias ? &tb : NULL);
+        float *got = malloc(sizeof(float) * (size_t)(n * rows));
+        tget(&ty, got, "matmul half fast");
+        compare(st, K_MATMUL, 1, shape, got, ref, n * rows);
+        free(got);
+        bk_tensor_free(&tx), bk_tensor_free(&ty);
+        if (bias) bk_tensor_free(&tb);
+        bk_weight_release(be, &w);
+      }
+      free(ref), free(xh), free(x), free(bias);
+      free_weight(&h);
+    }
+  bk_backend_close(be);
+}
+
+/* Q8_0 / Q4_0 GEMVs on 8-bit activations (a device opened without
+ * f32_activations, as models are by default): the reference quantizes each
+ * activation row with the CPU's own bk_qrows_fill and sums the products of
+ * the dequantized weights and those activations in double, so the limit is
+ * the matmul's. Shapes: 1 to 8 rows; enough output rows for several rows a
+ * warp; widths that are and are not whole chunks of 32 blocks. Device only. */
+static void test_matmul_q8act(void) {
+  if (n_devs < 2) return;
+  bk_open_opts opts = {0};
+  bk_backend *be = NULL;
+  herr err = {0};
+  if (bk_backend_open(dev_label, &opts, &be, &err)) die("8-bit activation backend", &err);
+  static const fmt fs[] = {{BK_Q8_0, 0, 0, 0}, {BK_Q4_0, 0, 0, 0}};
+  static const struct { int64_t n, rows, cols; } cases[] = {{1, 70, 256},  {1, 4300, 1024}, {2, 4237, 768}, {3, 300, 2048},
+                                                            {4, 9000, 512}, {5, 33, 1280},  {8, 257, 4096}, {7, 1, 256}};
+  op_stat *st = stat_for("matmul 8-bit act (dev)");
+  for (size_t fi = 0; fi < sizeof fs / sizeof fs[0]; fi++)
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+      const fmt *f = &fs[fi];
+      int64_t n = cases[ci].n, rows = cases[ci].rows, cols = cases[ci].cols, nb = cols / 32;
+      bool with_bias = (ci + fi) % 2 == 0;
+      char fname[32], shape[128];
+      fmt_name(f, fname, sizeof fname);
+      snprintf(shape, sizeof shape, "x [%lld, %lld] * %s [%lld, %lld]^T%s", (long long)n, (long long)cols, fname,
+               (long long)rows, (long long)cols, with_bias ? " + bias" : "");
+      st->cases++;
+      host_weight h;
+      make_weight(&h, f, rows, cols);
+      float *x = rand_floats(n * cols, 1.0f), *bias = with_bias ? rand_floats(rows, 2.0f) : NULL;
+      bk_qrows qa = {.n = n, .cols = cols, .nb = nb, .q = malloc((size_t)(n * cols)), .d = malloc(sizeof(float) * (size_t)(n * nb)),
+                     .s = malloc(sizeof(int32_t) * (size_t)(n * nb)), .s16 = malloc(sizeof(int32_t) * (size_t)(2 * n * nb)),
+                     .nds = malloc(sizeof(float) * (size_t)(n * nb))};
+      bk_qrows_fill(&qa, x, 0, n);
+      double *ref = malloc(sizeof(double) * (size_t)(n * rows));
+      for (int64_t i = 0; i < n; i++)
+        for (int64_t r = 0; r < rows; r++) {
+          double s = 0;
+          for (int64_t k = 0; k < cols; k++) s += (double)h.deq[r * cols + k] * qa.q[i * cols + k] * qa.d[i * nb + k / 32];
+          ref[i * rows + r] = s + (bias ? bias[r] : 0);
+        }
+      bk_weight w;
+      if (load_weight(be, &h, &w, "matmul 8-bit act")) {
+        bk_tensor tx = tfrom_f32(be, x, n, cols), ty = tnew(be, BK_DT_F32, n, rows), tb = {0};
+        poison(&ty);
+        if (bias) tb = tfrom_f32(be, bias, 1, rows);
+        bk_matmul_t(&ty, &tx, &w, bias ? &tb : NULL);
+        float *got = malloc(sizeof(float) * (size_t)(n * rows));
+        tget(&ty, got, "matmul 8-bit act");
+        compare(st, K_MATMUL, 1, shape, got, ref, n * rows);
+        free(got);
+        bk_tensor_free(&tx), bk_tensor_free(&ty);
+        if (bias) bk_tensor_free(&tb);
+        bk_weight_release(be, &w);
+      }
+      free(ref), free(x), free(bias), free(qa.q), free(qa.d), free(qa.s), free(qa.s16), free(qa.nds);
+      free_weight(&h);
+    }
   bk_backend_close(be);
 }
 
@@ -2360,6 +2493,8 @@ int main(void) {
   RUN(test_embed);
   RUN(test_matmul);
   RUN(test_matmul_fp8_fast);
+  RUN(test_matmul_half_fast);
+  RUN(test_matmul_q8act);
   RUN(test_rmsnorm);
   RUN(test_rope);
   RUN(test_act_mul);

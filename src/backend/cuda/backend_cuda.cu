@@ -481,6 +481,7 @@ extern "C" __attribute__((visibility("default"))) int hearth_cuda_backend_open(i
   b->base.lib = NULL;
   b->no_graphs = opts && opts->no_graphs;
   b->fast_matmul = opts && opts->fast_matmul;
+  b->f32_act = opts && opts->f32_activations;
   e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
     cudaGetLastError();

@@ -4,8 +4,11 @@
  * n <= CU_GEMV_MAX_N: a GEMV kernel per format that reads the weights in
  * their stored format once for all n activation rows (one warp per output
  * row, f32 accumulation); dense f32 / f16 / bf16 rows stream through
- * coalesced 16-byte loads, four in flight per lane (gemv_dense_kernel).
- * n > CU_GEMV_MAX_N (bf16: n > CU_GEMV_MAX_N_BF16): f32 weights go straight
+ * coalesced 16-byte loads, four in flight per lane (gemv_dense_kernel);
+ * Q8_0 and Q4_0 meet activations quantized to 8 bits per block of 32 in
+ * integer dot products, as on the CPU (gemv_q8act; f32_activations keeps
+ * the f32 kernel).
+ * n > CU_GEMV_MAX_N (bf16, f16: n > CU_GEMV_MAX_N_BF16): f32 weights go straight
  * to cublasSgemm (no TF32); bf16 weights multiply a three-term bf16 split of
  * the activations (x = hi + mid + lo, each bf16, exact to about 2^-24 of x),
  * the three terms stacked as 3n activation rows of one cublasGemmEx (f32
@@ -13,12 +16,17 @@
  * (the smallest term first): the product stays at f32 precision on tensor
  * cores — a prompt fed in chunks of any size gives the logits of one piece
  * up to f32 rounding, as on the CPU — and a decode batch of a few dozen
- * sequences costs one pass over the weights; every other format is dequantized a chunk
- * of rows at a time into the f32 scratch buffer and multiplied by
- * cublasSgemm. FP8 weights under --gpu-precision fast (fast_matmul) meet
- * activations quantized per row to E4M3 (scale max|x| / 448) in one
- * cuBLASLt FP8 GEMM with f32 accumulation, the two scales applied after;
- * in the default mode they go the dequantizing f32 way.
+ * sequences costs one pass over the weights. f16 weights (n > 2) and every
+ * quantized format go to the f16 tensor cores (half_gemm): each activation
+ * row is scaled by a power of two into f16's range and split into three f16
+ * terms (one under --gpu-precision fast); f16 weights are read as stored,
+ * the others dequantized a chunk of rows at a time into f16 scratch as two
+ * terms (w = hi + lo to about 2^-22; one term when fast), and the products
+ * summed per element, smallest first, then unscaled — f32 precision in the
+ * default mode, as the bf16 path. FP8 weights under --gpu-precision fast
+ * (fast_matmul) meet activations quantized per row to E4M3 (scale
+ * max|x| / 448) in one cuBLASLt FP8 GEMM with f32 accumulation, the two
+ * scales applied after; in the default mode they take half_gemm.
  * Row-major y = x Wᵀ is column-major yᵀ = W xᵀ for cuBLAS. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/quant_cuda.cuh"
@@ -484,6 +492,199 @@ static void dequant_rows(cudaStream_t st, const cu_wdesc &w, int64_t r0, int64_t
   }
 }
 
+/* ---- Q8_0 / Q4_0 GEMV on 8-bit activations (integer dot products) ----
+ *
+ * As the CPU's packed kernels do (and llama.cpp's): each activation row is
+ * quantized per block of 32 to int8 (d = max|x| / 127, q = round(x / d),
+ * bk_qrows_fill's arithmetic), and a weight block meets it through __dp4a:
+ * y += d_w · d_x · Σ q_w q_x (Q4_0: Σ (q_w − 8) q_x = Σ q_w q_x − 8 Σ q_x).
+ * The weight rows (16-byte aligned: 8 blocks' bytes are a multiple of 16)
+ * stream through coalesced 16-byte loads into shared memory, 32 blocks of
+ * RW rows at a time per warp, and lane l takes block l of each row from
+ * there (a 34- or 18-byte stride: no two lanes of a warp on one bank). */
+#define QV_WARPS 4
+
+/* x [n][cols] → xq [n][cols] int8, xd [n][nb] scales (NaN where the block holds a NaN or inf), xs [n][nb] Σ q. */
+__global__ void quantize_q8_rows_kernel(const float *__restrict__ x, int64_t ldx, int n, int64_t cols,
+                                        int8_t *__restrict__ xq, float *__restrict__ xd, int *__restrict__ xs) {
+  const int64_t nb = cols / 32, total = (int64_t)n * nb;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / nb, b = i % nb;
+    const float *xb = x + r * ldx + 32 * b;
+    float v[32], amax = 0.f;
+    bool bad = false;
+#pragma unroll
+    for (int k = 0; k < 32; k++) {
+      v[k] = xb[k];
+      amax = fmaxf(amax, fabsf(v[k]));
+      bad |= isnan(v[k]);
+    }
+    const float id = amax > 0.f && !isinf(amax) ? 127.0f / amax : 0.0f;
+    __align__(16) int8_t q[32];
+    int s = 0;
+#pragma unroll
+    for (int k = 0; k < 32; k++) {
+      int t = __float2int_rn(v[k] * id);
+      t = t > 127 ? 127 : t < -127 ? -127 : t;
+      q[k] = (int8_t)t;
+      s += t;
+    }
+    uint4 *o = (uint4 *)(xq + r * cols + 32 * b);
+    o[0] = ((const uint4 *)q)[0];
+    o[1] = ((const uint4 *)q)[1];
+    xd[i] = bad ? NAN : amax / 127.0f;
+    xs[i] = s;
+  }
+}
+
+template <int T> struct qv_fmt;
+template <> struct qv_fmt<BK_Q8_0> { static constexpr int bytes = CU_Q8_0_BYTES; };
+template <> struct qv_fmt<BK_Q4_0> { static constexpr int bytes = CU_Q4_0_BYTES; };
+
+/* The int32 word k (bytes 4k .. 4k + 3) of a block's quants at p (2-byte aligned, in shared memory). */
+static __device__ __forceinline__ int qv_word(const uint8_t *p, int k) {
+  const uint16_t *h = (const uint16_t *)p;
+  return (int)((uint32_t)h[2 * k] | ((uint32_t)h[2 * k + 1] << 16));
+}
+
+template <int T, int NR, int RW>
+__global__ void __launch_bounds__(QV_WARPS * 32)
+    gemv_q8act_kernel(cu_wdesc w, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                      const int *__restrict__ xs, float *__restrict__ y, int64_t ldy, const float *__restrict__ bias) {
+  constexpr int BB = qv_fmt<T>::bytes, CHUNK = 32 * BB, PIECES = CHUNK / 16;
+  __shared__ __align__(16) uint8_t sm[QV_WARPS][RW][CHUNK];
+  const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+  const int64_t row0 = ((int64_t)blockIdx.x * QV_WARPS + wi) * RW;
+  if (row0 >= w.rows) return;
+  const int64_t nb = w.cols / 32;
+  float acc[RW][NR];
+#pragma unroll
+  for (int rr = 0; rr < RW; rr++)
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[rr][r] = 0.f;
+  for (int64_t b0 = 0; b0 < nb; b0 += 32) {
+    const int nblk = nb - b0 < 32 ? (int)(nb - b0) : 32, pieces = nblk * BB / 16;
+    /* every piece of the RW rows' chunks in flight, then to shared memory */
+    uint4 buf[RW][(PIECES + 31) / 32];
+#pragma unroll
+    for (int rr = 0; rr < RW; rr++) {
+      const int64_t row = row0 + rr < w.rows ? row0 + rr : w.rows - 1;
+      const uint4 *src = (const uint4 *)(w.data + row * w.row_bytes + b0 * BB);
+#pragma unroll
+      for (int j = 0; j < (PIECES + 31) / 32; j++) {
+        const int pi = lane + 32 * j;
+        if (pi < pieces) buf[rr][j] = __ldg(src + pi);
+      }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int rr = 0; rr < RW; rr++)
+#pragma unroll
+      for (int j = 0; j < (PIECES + 31) / 32; j++) {
+        const int pi = lane + 32 * j;
+        if (pi < pieces) ((uint4 *)sm[wi][rr])[pi] = buf[rr][j];
+      }
+    __syncwarp();
+    if (lane < nblk) {
+      const int64_t b = b0 + lane;
+      int xw[NR][8];
+#pragma unroll
+      for (int r = 0; r < NR; r++) {
+        const uint4 *xp = (const uint4 *)(xq + (int64_t)r * w.cols + 32 * b);
+        const uint4 a = __ldg(xp), c = __ldg(xp + 1);
+        xw[r][0] = (int)a.x, xw[r][1] = (int)a.y, xw[r][2] = (int)a.z, xw[r][3] = (int)a.w;
+        xw[r][4] = (int)c.x, xw[r][5] = (int)c.y, xw[r][6] = (int)c.z, xw[r][7] = (int)c.w;
+      }
+#pragma unroll
+      for (int rr = 0; rr < RW; rr++) {
+        const uint8_t *blk = sm[wi][rr] + lane * BB;
+        const float dw = __half2float(__ushort_as_half(*(const uint16_t *)blk));
+        int isum[NR];
+#pragma unroll
+        for (int r = 0; r < NR; r++) isum[r] = 0;
+        if (T == BK_Q8_0) {
+#pragma unroll
+          for (int k = 0; k < 8; k++) {
+            const int q = qv_word(blk + 2, k);
+#pragma unroll
+            for (int r = 0; r < NR; r++) isum[r] = __dp4a(q, xw[r][k], isum[r]);
+          }
+        } else {
+#pragma unroll
+          for (int k = 0; k < 4; k++) {
+            const int q = qv_word(blk + 2, k), lo = q & 0x0F0F0F0F, hi = (q >> 4) & 0x0F0F0F0F;
+#pragma unroll
+            for (int r = 0; r < NR; r++) isum[r] = __dp4a(hi, xw[r][k + 4], __dp4a(lo, xw[r][k], isum[r]));
+          }
+#pragma unroll
+          for (int r = 0; r < NR; r++) isum[r] -= 8 * xs[(int64_t)r * nb + b];
+        }
+#pragma unroll
+        for (int r = 0; r < NR; r++) acc[rr][r] += dw * xd[(int64_t)r * nb + b] * (float)isum[r];
+      }
+    }
+    __syncwarp();
+  }
+#pragma unroll
+  for (int rr = 0; rr < RW; rr++) {
+    const int64_t row = row0 + rr;
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+      const float s = warp_sum(acc[rr][r]);
+      if (lane == 0 && row < w.rows) y[r * ldy + row] = s + (bias ? bias[row] : 0.0f);
+    }
+  }
+}
+
+template <int T, int NR>
+static void launch_gemv_q8act_n(const cu_wdesc &w, const int8_t *xq, const float *xd, const int *xs, float *y,
+                                int64_t ldy, const float *bias, cudaStream_t st, int n_sm) {
+  /* several rows a warp (their loads in flight together) where that still gives a few blocks per multiprocessor */
+  constexpr int RW = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;
+  if (RW > 1 && (w.rows + QV_WARPS * RW - 1) / (QV_WARPS * RW) >= 2 * n_sm)
+    gemv_q8act_kernel<T, NR, RW><<<(unsigned)((w.rows + QV_WARPS * RW - 1) / (QV_WARPS * RW)), QV_WARPS * 32, 0, st>>>(
+        w, xq, xd, xs, y, ldy, bias);
+  else
+    gemv_q8act_kernel<T, NR, 1><<<(unsigned)((w.rows + QV_WARPS - 1) / QV_WARPS), QV_WARPS * 32, 0, st>>>(w, xq, xd, xs, y,
+                                                                                                       ldy, bias);
+}
+
+template <int T>
+static void launch_gemv_q8act(int n, const cu_wdesc &w, const int8_t *xq, const float *xd, const int *xs, float *y,
+                              int64_t ldy, const float *bias, cudaStream_t st, int n_sm) {
+  switch (n) {
+    case 1: launch_gemv_q8act_n<T, 1>(w, xq, xd, xs, y, ldy, bias, st, n_sm); break;
+    case 2: launch_gemv_q8act_n<T, 2>(w, xq, xd, xs, y, ldy, bias, st, n_sm); break;
+    case 3: launch_gemv_q8act_n<T, 3>(w, xq, xd, xs, y, ldy, bias, st, n_sm); break;
+    case 4: launch_gemv_q8act_n<T, 4>(w, xq, xd, xs, y, ldy, bias, st, n_sm); break;
+    case 5: launch_gemv_q8act_n<T, 5>(w, xq, xd, xs, y, ldy, bias, st, n_sm); break;
+    case 6: launch_gemv_q8act_n<T, 6>(w, xq, xd, xs, y, ldy, bias, st, n_sm); break;
+    case 7: launch_gemv_q8act_n<T, 7>(w, xq, xd, xs, y, ldy, bias, st, n_sm); break;
+    default: launch_gemv_q8act_n<T, 8>(w, xq, xd, xs, y, ldy, bias, st, n_sm); break;
+  }
+}
+
+/* Q8_0 / Q4_0 with rows whose bytes are whole 16-byte pieces: the integer path (unless f32_activations).
+ * Returns false, having run nothing, where it does not apply. */
+static bool gemv_q8act(cu_backend *b, int n, const cu_wdesc &w, const float *x, int64_t ldx, float *y, int64_t ldy,
+                       const float *bias) {
+  if (b->f32_act || (w.type != BK_Q8_0 && w.type != BK_Q4_0) || w.cols % 256 || w.row_bytes % 16 ||
+      (uintptr_t)w.data % 16)
+    return false;
+  const int64_t nb = w.cols / 32;
+  const size_t qbytes = ((size_t)n * (size_t)w.cols + 255) & ~(size_t)255, dbytes = ((size_t)n * (size_t)nb * 4 + 255) & ~(size_t)255;
+  char *sc = (char *)cu_scratch(b, qbytes + 2 * dbytes);
+  if (!sc) return true;
+  int8_t *xq = (int8_t *)sc;
+  float *xd = (float *)(sc + qbytes);
+  int *xs = (int *)(sc + qbytes + dbytes);
+  quantize_q8_rows_kernel<<<grid_for((int64_t)n * nb, 128), 128, 0, b->stream>>>(x, ldx, n, w.cols, xq, xd, xs);
+  if (cu_check(b, "matmul (8-bit activations)")) return true;
+  if (w.type == BK_Q8_0) launch_gemv_q8act<BK_Q8_0>(n, w, xq, xd, xs, y, ldy, bias, b->stream, b->n_sm);
+  else launch_gemv_q8act<BK_Q4_0>(n, w, xq, xd, xs, y, ldy, bias, b->stream, b->n_sm);
+  return true;
+}
+
 /* ---- GEMM helpers ---- */
 
 __global__ void split_bf16_kernel(const float *__restrict__ x, int64_t n, __nv_bfloat16 *__restrict__ hi,
@@ -515,6 +716,170 @@ __global__ void add_bias_kernel(float *__restrict__ y, int64_t n, int64_t cols, 
   const int64_t total = n * cols;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
     y[i] += bias[i % cols];
+}
+
+/* ---- f16 tensor-core GEMM for f16 weights and every dequantized format ---- */
+
+/* Per activation row: a power of two s (so that max |x s| lies in [2^14, 2^15), well inside f16's range,
+ * exponent clamped) and x s split into f16 terms — hi alone (fast), or hi + mid + lo (exact: x s to about
+ * 2^-33 of itself, and every element to 2^-25 absolute, beyond f32). terms: [nterms][nc][cols]; inv_s[r] = 1 / s. */
+__global__ void split_f16_rows_kernel(const float *__restrict__ x, int64_t nc, int64_t cols, int nterms,
+                                      __half *__restrict__ terms, float *__restrict__ inv_s) {
+  const int64_t r = blockIdx.x;
+  const float *xr = x + r * cols;
+  float m = 0.f;
+  for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) m = fmaxf(m, fabsf(xr[k]));
+  __shared__ float red[32];
+  for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    m = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+    for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (threadIdx.x == 0) red[0] = m;
+  }
+  __syncthreads();
+  m = red[0];
+  int e = (m > 0.f && isfinite(m)) ? 14 - ilogbf(m) : 0;
+  e = e < -100 ? -100 : e > 100 ? 100 : e;
+  const float s = ldexpf(1.f, e);
+  if (threadIdx.x == 0) inv_s[r] = ldexpf(1.f, -e);
+  __half *hi = terms + r * cols, *mid = hi + nc * cols, *lo = mid + nc * cols;
+  for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) {
+    float v = xr[k] * s;
+    __half h = __float2half_rn(v);
+    hi[k] = h;
+    if (nterms > 1) {
+      float rem = v - __half2float(h);
+      __half md = __float2half_rn(rem);
+      mid[k] = md;
+      lo[k] = __float2half_rn(rem - __half2float(md));
+    }
+  }
+}
+
+/* Rows [r0, r0 + nrows) of a quantized (or FP8 / f32) weight as f16: hi = f16(w) and, when lo is given,
+ * lo = f16(w - hi), so that hi + lo holds w to about 2^-22 of itself. One thread per 32-element sub-block. */
+template <int T>
+__global__ void dequant_f16_kernel(cu_wdesc w, int64_t r0, int64_t nrows, __half *__restrict__ hi, __half *__restrict__ lo) {
+  const int64_t nsub = w.cols / 32, total = nrows * nsub;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = i / nsub, s = i % nsub;
+    float v[32];
+    cu_load_sub<T>(w, r0 + r, s, v);
+    __align__(16) __half h[32], l[32];
+#pragma unroll
+    for (int k = 0; k < 32; k++) {
+      h[k] = __float2half_rn(v[k]);
+      l[k] = __float2half_rn(v[k] - __half2float(h[k]));
+    }
+    uint4 *oh = (uint4 *)(hi + r * w.cols + 32 * s);
+#pragma unroll
+    for (int k = 0; k < 4; k++) oh[k] = ((const uint4 *)h)[k];
+    if (lo) {
+      uint4 *ol = (uint4 *)(lo + r * w.cols + 32 * s);
+#pragma unroll
+      for (int k = 0; k < 4; k++) ol[k] = ((const uint4 *)l)[k];
+    }
+  }
+}
+
+template <int T>
+static void launch_dequant_f16(const cu_wdesc &w, int64_t r0, int64_t nrows, __half *hi, __half *lo, cudaStream_t st) {
+  dequant_f16_kernel<T><<<grid_for(nrows * (w.cols / 32), 128), 128, 0, st>>>(w, r0, nrows, hi, lo);
+}
+
+static bool dequant_f16_rows(cudaStream_t st, const cu_wdesc &w, int64_t r0, int64_t nrows, __half *hi, __half *lo) {
+  switch (w.type) {
+    case BK_F32: launch_dequant_f16<BK_F32>(w, r0, nrows, hi, lo, st); return true;
+    case BK_FP8: launch_dequant_f16<BK_FP8>(w, r0, nrows, hi, lo, st); return true;
+    case BK_Q8_0: launch_dequant_f16<BK_Q8_0>(w, r0, nrows, hi, lo, st); return true;
+    case BK_Q4_0: launch_dequant_f16<BK_Q4_0>(w, r0, nrows, hi, lo, st); return true;
+    case BK_Q4_K: launch_dequant_f16<BK_Q4_K>(w, r0, nrows, hi, lo, st); return true;
+    case BK_Q5_K: launch_dequant_f16<BK_Q5_K>(w, r0, nrows, hi, lo, st); return true;
+    case BK_Q6_K: launch_dequant_f16<BK_Q6_K>(w, r0, nrows, hi, lo, st); return true;
+    case BK_MLX_AFFINE: launch_dequant_f16<BK_MLX_AFFINE>(w, r0, nrows, hi, lo, st); return true;
+    default: return false;
+  }
+}
+
+/* y[r][c] (ldy) = (sum of the products t[p][r][c], smallest first) × inv_s[r]: np = 1 (fast; t [nc][ldt]
+ * may be y itself), 3 (f16 weights: hi·hi, hi·mid, hi·lo) or 5 (two weight terms: + lo·hi, lo·mid; t
+ * holds np blocks of [nc][rc]). */
+__global__ void sum_terms_kernel(const float *__restrict__ t, int64_t ldt, int np, int64_t nc, int64_t rc,
+                                 const float *__restrict__ inv_s, float *__restrict__ y, int64_t ldy) {
+  const int64_t total = nc * rc;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / rc, c = i % rc;
+    float v;
+    if (np == 1) v = t[r * ldt + c]; /* (in place: t is y) */
+    else if (np == 3) v = (t[2 * total + i] + t[total + i]) + t[i];
+    else v = ((t[4 * total + i] + t[2 * total + i]) + (t[3 * total + i] + t[total + i])) + t[i];
+    y[r * ldy + c] = v * inv_s[r];
+  }
+}
+
+/* y[n, rows] = x · Wᵀ on the f16 tensor cores, for f16 weights (read as stored) and every format that
+ * dequantizes (a chunk of rows at a time into f16 scratch). fast: one f16 term of the activations (each
+ * row scaled by a power of two into f16's range) and one of the weights; exact: three activation terms
+ * and, for dequantized weights, two weight terms, so the product keeps f32 precision. Returns false,
+ * having run nothing, when the weight's format has no f16 form here. */
+static bool half_gemm(cu_backend *b, const cu_wdesc &w, const float *x, int64_t n, float *y) {
+  const bool native = w.type == BK_F16, fast = b->fast_matmul;
+  if (!native && (w.cols % 32 || w.type == BK_BF16)) return false;
+  const int64_t rows = w.rows, cols = w.cols;
+  const int xterms = fast ? 1 : 3, wterms = native || fast ? 1 : 2;
+  const int np = fast ? 1 : wterms == 1 ? 3 : 5;
+  const size_t cap = CU_SCRATCH_CAP - 1024;
+  /* weight rows per chunk: all of them when they fit in half the scratch */
+  int64_t wchunk = native ? rows : (int64_t)((cap / 2) / ((size_t)cols * 2 * (size_t)wterms));
+  if (wchunk > rows) wchunk = rows;
+  if (wchunk < 1) return false;
+  size_t wbytes = native ? 0 : (((size_t)wchunk * (size_t)cols * 2 * (size_t)wterms + 255) & ~(size_t)255);
+  /* activation rows per chunk: their terms, the scale and (np > 1) the products of one weight chunk */
+  size_t per_row = (size_t)xterms * (size_t)cols * 2 + sizeof(float) + (np > 1 ? (size_t)np * (size_t)wchunk * 4 : 0);
+  int64_t nchunk = (int64_t)((cap - wbytes - 768) / per_row);
+  if (nchunk < 1) return false;
+  if (nchunk > n) nchunk = n;
+  char *sc = (char *)cu_scratch(b, cap);
+  if (!sc) return true;
+  __half *whi = (__half *)sc, *wlo = wterms > 1 ? whi + (size_t)wchunk * (size_t)cols : NULL;
+  __half *terms = (__half *)(sc + wbytes);
+  float *inv_s = (float *)(sc + wbytes + (((size_t)xterms * (size_t)nchunk * (size_t)cols * 2 + 255) & ~(size_t)255));
+  float *prod = (float *)((char *)inv_s + (((size_t)nchunk * sizeof(float) + 255) & ~(size_t)255));
+  const float one = 1.0f, zero = 0.0f;
+  const bool split_once = nchunk >= n;
+  for (int64_t r0 = 0; r0 < rows; r0 += wchunk) {
+    const int64_t rc = rows - r0 < wchunk ? rows - r0 : wchunk;
+    const __half *a_hi = native ? (const __half *)(w.data + (size_t)r0 * (size_t)w.row_bytes) : whi;
+    if (!native) {
+      dequant_f16_rows(b->stream, w, r0, rc, whi, wlo);
+      if (cu_check(b, "matmul (dequantize to f16)")) return true;
+    }
+    for (int64_t n0 = 0; n0 < n; n0 += nchunk) {
+      const int64_t nc = n - n0 < nchunk ? n - n0 : nchunk;
+      if (!split_once || r0 == 0) {
+        split_f16_rows_kernel<<<(unsigned)nc, 256, 0, b->stream>>>(x + n0 * cols, nc, cols, xterms, terms, inv_s);
+        if (cu_check(b, "matmul (f16 split)")) return true;
+      }
+      float *out = np > 1 ? prod : y + n0 * rows + r0;
+      const int ldo = np > 1 ? (int)rc : (int)rows;
+      cublasStatus_t st = cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rc, (int)(xterms * nc), (int)cols, &one,
+                                       a_hi, CUDA_R_16F, (int)cols, terms, CUDA_R_16F, (int)cols, &zero, out, CUDA_R_32F,
+                                       ldo, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      if (cu_check_blas(b, st, "gemm f16")) return true;
+      if (wterms > 1) { /* the weights' low term against the activations' hi and mid */
+        st = cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rc, (int)(2 * nc), (int)cols, &one, wlo, CUDA_R_16F,
+                          (int)cols, terms, CUDA_R_16F, (int)cols, &zero, prod + 3 * nc * rc, CUDA_R_32F, (int)rc,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (cu_check_blas(b, st, "gemm f16")) return true;
+      }
+      sum_terms_kernel<<<grid_for(nc * rc, 256), 256, 0, b->stream>>>(out, ldo, np, nc, rc, inv_s, y + n0 * rows + r0,
+                                                                      rows);
+      if (cu_check(b, "matmul (f16 terms)")) return true;
+    }
+  }
+  return true;
 }
 
 /* ---- FP8 GEMM (fast mode): activations quantized per row to E4M3, cuBLASLt on the tensor cores ---- */
@@ -660,8 +1025,8 @@ void cu_matmul(bk_backend *be, const bk_tensor *yt, const bk_tensor *xt, const b
   float *y = cu_fw(yt);
   const float *bp = bias ? cu_f(bias) : NULL;
 
-  if (n <= (wt->type == BK_BF16 ? CU_GEMV_MAX_N_BF16 : CU_GEMV_MAX_N)) {
-    gemv(b, (int)n, w, x, cols, y, rows, bp);
+  if (n <= (wt->type == BK_BF16 || wt->type == BK_F16 ? CU_GEMV_MAX_N_BF16 : CU_GEMV_MAX_N)) {
+    if (!gemv_q8act(b, (int)n, w, x, cols, y, rows, bp)) gemv(b, (int)n, w, x, cols, y, rows, bp);
     cu_check(b, "matmul (gemv)");
     return;
   }
@@ -694,7 +1059,9 @@ void cu_matmul(bk_backend *be, const bk_tensor *yt, const bk_tensor *xt, const b
     }
     if (!fallback) return;
   }
-  if (wt->type == BK_F32) {
+  if (wt->type != BK_F32 && wt->type != BK_BF16 && half_gemm(b, w, x, n, y)) {
+    if (b->err.code) return;
+  } else if (wt->type == BK_F32) {
     cublasStatus_t st = cublasSgemm(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)cols, &one,
                                     (const float *)w.data, (int)cols, x, (int)cols, &zero, y, (int)rows);
     if (cu_check_blas(b, st, "sgemm")) return;
