@@ -20,7 +20,7 @@ static void serve_usage(void) {
          "                    [--responses-max N] [--responses-max-bytes BYTES] [--responses-ttl SECONDS]\n"
          "                    [--kv-store DIR] [--kv-store-max BYTES] [--drain-timeout SECONDS]\n"
          "                    [--adapter NAME=DIR]... [--allow-local-media] [--allow-remote-media]\n"
-         "                    [--max-media-bytes BYTES]\n\n"
+         "                    [--allow-private-media-hosts] [--max-media-bytes BYTES]\n\n"
          "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
          "/v1/messages (Anthropic), /v1/models,\n"
          "/health, /stats, /metrics, /v1 and a chat page at /. Concurrent requests are\n"
@@ -67,7 +67,12 @@ static void serve_usage(void) {
          "                     unloads more while serving\n"
          "  --allow-local-media  media parts (image_url, input_audio, video_url, Anthropic image\n"
          "                     sources) may name local files (a path or file:// URL); data URLs always work\n"
-         "  --allow-remote-media  media parts may be http(s) URLs, which the server fetches\n"
+         "  --allow-remote-media  media parts may be http(s) URLs, which the server fetches from public\n"
+         "                     addresses only (each redirect checked again, at most 5); any failure is\n"
+         "                     one message to the client, the reason in the server's log\n"
+         "  --allow-private-media-hosts  ... and from loopback, private (10/8, 172.16/12, 192.168/16,\n"
+         "                     100.64/10, fc00::/7), link-local (169.254/16, fe80::/10) and other\n"
+         "                     non-public addresses: only where every client may reach them\n"
          "  --max-media-bytes BYTES  the largest encoded image, sound or video (default 32M)\n"
          "BYTES accept a K, M or G suffix (powers of 1024).\n");
 }
@@ -79,7 +84,7 @@ int cli_serve(int argc, char **argv) {
   long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, kv_mem = 0, budget = 0, trace_max = 0;
   long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600, kv_store_max = 0, drain_timeout = 30;
   long long media_bytes = 0;
-  bool allow_local = false, allow_remote = false;
+  bool allow_local = false, allow_remote = false, allow_private = false;
   for (int i = 1; i < argc; i++) {
     int r;
     if (cli_is_help(argv[i])) {
@@ -101,6 +106,8 @@ int cli_serve(int argc, char **argv) {
       allow_local = true;
     } else if (strcmp(argv[i], "--allow-remote-media") == 0) {
       allow_remote = true;
+    } else if (strcmp(argv[i], "--allow-private-media-hosts") == 0) {
+      allow_private = true;
     } else if ((r = cli_opt(argc, argv, &i, "--max-media-bytes", &v))) {
       if (r < 0) return 2;
       if (!cli_parse_bytes(v, &media_bytes) || media_bytes <= 0)
@@ -149,6 +156,8 @@ int cli_serve(int argc, char **argv) {
       return cli_usage_error("serve", "unknown option '%s'", argv[i]);
     }
   }
+  if (allow_private && !allow_remote)
+    return cli_usage_error("serve", "--allow-private-media-hosts goes with --allow-remote-media");
   if (!model) model = cli_default_model();
   if (!model) return cli_fail("serve: no --model given and no built-in model found (models/default)");
   if (hlog_get_level() == HLOG_LEVEL_WARN) hlog_set_level(HLOG_LEVEL_INFO); /* a server logs its requests */
@@ -188,6 +197,7 @@ int cli_serve(int argc, char **argv) {
                                    .kv_store_max = kv_store_max,
                                    .allow_local_media = allow_local,
                                    .allow_remote_media = allow_remote,
+                                   .allow_private_media_hosts = allow_private,
                                    .max_media_bytes = media_bytes}};
   if (serve_engine_open_opts(model, &eo, &engine, &err)) return cli_fail("serve: %s", err.msg);
   for (int a = 0; a < nadapters; a++) {
