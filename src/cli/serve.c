@@ -19,7 +19,7 @@ static void serve_usage(void) {
          "                    [--served-model-name NAME]... [--cors ORIGIN] [--trace-file PATH] [--trace-max-bytes BYTES]\n"
          "                    [--responses-max N] [--responses-max-bytes BYTES] [--responses-ttl SECONDS]\n"
          "                    [--kv-store DIR] [--kv-store-max BYTES] [--drain-timeout SECONDS]\n"
-         "                    [--adapter NAME=DIR]... [--allow-local-media] [--allow-remote-media]\n"
+         "                    [--adapter NAME=DIR]... [--adapter-dir DIR] [--allow-local-media] [--allow-remote-media]\n"
          "                    [--allow-private-media-hosts] [--max-media-bytes BYTES]\n\n"
          "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
          "/v1/messages (Anthropic), /v1/models,\n"
@@ -63,8 +63,10 @@ static void serve_usage(void) {
          "                     their finish event and [DONE]); then the KV store is written and the\n"
          "                     server exits 0. A second signal cuts them at once\n"
          "  --adapter NAME=DIR load the PEFT LoRA adapter folder DIR as NAME (repeatable); a request picks\n"
-         "                     it with \"adapter\": \"NAME\" (\"a+b\" stacks two); /v1/adapters loads and\n"
-         "                     unloads more while serving\n"
+         "                     it with \"adapter\": \"NAME\" (\"a+b\" stacks two); DIR may be anywhere\n"
+         "  --adapter-dir DIR  POST /v1/adapters loads adapters from folders inside DIR only (a name relative\n"
+         "                     to it or a path under it; symlinks may not lead out). Without it the API loads\n"
+         "                     none (403); GET and DELETE /v1/adapters work either way\n"
          "  --allow-local-media  media parts (image_url, input_audio, video_url, Anthropic image\n"
          "                     sources) may name local files (a path or file:// URL); data URLs always work\n"
          "  --allow-remote-media  media parts may be http(s) URLs, which the server fetches from public\n"
@@ -79,7 +81,7 @@ static void serve_usage(void) {
 
 int cli_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = getenv("HEARTH_API_KEY"), *v;
-  const char *names[64], *cors = NULL, *trace_file = NULL, *kv_store = NULL, *adapters[64];
+  const char *names[64], *cors = NULL, *trace_file = NULL, *kv_store = NULL, *adapters[64], *adapter_dir = NULL;
   int nnames = 0, nadapters = 0;
   long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, kv_mem = 0, budget = 0, trace_max = 0;
   long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600, kv_store_max = 0, drain_timeout = 30;
@@ -129,6 +131,9 @@ int cli_serve(int argc, char **argv) {
       if (!eq || eq == v || !eq[1]) return cli_usage_error("serve", "--adapter takes NAME=DIR, not '%s'", v);
       if (nadapters == (int)(sizeof adapters / sizeof adapters[0])) return cli_usage_error("serve", "too many --adapter");
       adapters[nadapters++] = v;
+    } else if ((r = cli_opt(argc, argv, &i, "--adapter-dir", &adapter_dir))) {
+      if (r < 0) return 2;
+      if (!adapter_dir[0]) return cli_usage_error("serve", "--adapter-dir must not be empty");
     } else if ((r = cli_opt(argc, argv, &i, "--served-model-name", &v))) {
       if (r < 0) return 2;
       if (!v[0]) return cli_usage_error("serve", "--served-model-name must not be empty");
@@ -213,7 +218,7 @@ int cli_serve(int argc, char **argv) {
   serve_config cfg = {.host = host, .port = (int)port, .api_key = key, .max_body = (size_t)max_body,
                       .served_names = names, .n_served_names = nnames, .cors_origin = cors,
                       .responses_max = (size_t)resp_max, .responses_max_bytes = (size_t)resp_bytes,
-                      .responses_ttl_s = resp_ttl ? resp_ttl : -1};
+                      .responses_ttl_s = resp_ttl ? resp_ttl : -1, .adapter_dir = adapter_dir};
   serve_server *srv;
   if (serve_start(&srv, &engine, &cfg, &err)) {
     serve_engine_close(&engine);

@@ -51,6 +51,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "base/buf.h"
@@ -92,6 +93,7 @@ struct serve_server {
   bool any_name;        /* "*" among them: every model name is served */
   char *cors;           /* owned; NULL: no CORS headers */
   resp_store *responses; /* owned: stored Responses API responses */
+  char *adapter_dir;    /* owned: the real path POST /v1/adapters loads under; NULL: it loads nothing */
   /* draining (serve_drain_begin): new requests are refused; in_flight counts the requests being
    * answered (from their headers to the last byte sent), jobs lists the generations running */
   atomic_int draining;
@@ -1402,8 +1404,14 @@ static enum MHD_Result answer_adapters(struct MHD_Connection *c, serve_server *s
     free(a);
     return send_json(c, 200, o);
   }
-  char *name = NULL, *path = NULL;
-  if (adapters_parse_load(hbuf_str(&cn->body), cn->body.len, &name, &path, &f)) return send_fail(c, &f, NULL);
+  char *name = NULL, *asked = NULL, *path = NULL;
+  if (adapters_parse_load(hbuf_str(&cn->body), cn->body.len, &name, &asked, &f)) return send_fail(c, &f, NULL);
+  int refused = adapters_resolve(s->adapter_dir, asked, &path, &f);
+  free(asked);
+  if (refused) {
+    free(name);
+    return send_fail(c, &f, NULL);
+  }
   herr err = {0};
   int rc = e->adapter_load(e->impl, name, path, &err);
   enum MHD_Result r;
@@ -1849,13 +1857,30 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   snprintf(port, sizeof port, "%d", cfg->port);
   if (cfg->api_key && !cfg->api_key[0])
     return herr_set(err, HEARTH_EINVAL, "the API key is empty, which would let every client in: give a key, or none");
+  char *adapter_dir = NULL; /* its real path: what POST /v1/adapters paths must lie inside */
+  if (cfg->adapter_dir) {
+    struct stat st;
+    errno = 0;
+    adapter_dir = realpath(cfg->adapter_dir, NULL);
+    if (!adapter_dir || stat(adapter_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+      int e = errno;
+      free(adapter_dir);
+      return herr_set(err, HEARTH_EINVAL, "the adapter directory '%s' is not a folder%s%s", cfg->adapter_dir,
+                      e ? ": " : "", e ? strerror(e) : "");
+    }
+  }
   int gai = getaddrinfo(host, port, &hints, &ai);
-  if (gai || !ai) return herr_set(err, HEARTH_EINVAL, "cannot resolve host '%s': %s", host, gai_strerror(gai));
+  if (gai || !ai) {
+    free(adapter_dir);
+    return herr_set(err, HEARTH_EINVAL, "cannot resolve host '%s': %s", host, gai_strerror(gai));
+  }
   serve_server *s = calloc(1, sizeof *s);
   if (!s) {
+    free(adapter_dir);
     freeaddrinfo(ai);
     return herr_set(err, HEARTH_ENOMEM, "out of memory");
   }
+  s->adapter_dir = adapter_dir;
   s->engine = engine;
   s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
   s->keepalive_s = (cfg->keepalive_ms > 0 ? cfg->keepalive_ms : DEFAULT_KEEPALIVE_MS) / 1000.0;
@@ -1952,6 +1977,7 @@ void serve_stop(serve_server *s) {
   pthread_cond_destroy(&s->watcher_cv);
   free(s->api_key);
   free(s->cors);
+  free(s->adapter_dir);
   for (int i = 0; i < s->nnames; i++) free(s->names[i]);
   free(s->names);
   resp_store_free(s->responses);

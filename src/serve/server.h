@@ -27,6 +27,8 @@ typedef struct serve_config {
   size_t responses_max;       /* Responses API: stored responses at most; 0: 1000 (oldest dropped first) */
   size_t responses_max_bytes; /* ... their stored JSON in bytes at most; 0: 256 MiB */
   int64_t responses_ttl_s;    /* ... kept this long; 0: one hour; < 0: no expiry */
+  const char *adapter_dir;    /* borrowed; NULL: POST /v1/adapters refuses every path (403). Else adapters load
+                               * over the API only from folders inside it (adapters_resolve) */
 } serve_config;
 
 typedef struct serve_server serve_server;
