@@ -18,7 +18,7 @@ static void serve_usage(void) {
          "                    [--max-batch N] [--prefill-chunk N] [--kv-cache-mem BYTES] [--memory-budget BYTES]\n"
          "                    [--served-model-name NAME]... [--cors ORIGIN] [--trace-file PATH] [--trace-max-bytes BYTES]\n"
          "                    [--responses-max N] [--responses-max-bytes BYTES] [--responses-ttl SECONDS]\n"
-         "                    [--kv-store DIR] [--kv-store-max BYTES] [--drain-timeout SECONDS]\n"
+         "                    [--kv-store DIR] [--kv-store-max BYTES] [--drain-timeout SECONDS] [--header-timeout SECONDS]\n"
          "                    [--adapter NAME=DIR]... [--adapter-dir DIR] [--allow-local-media] [--allow-remote-media]\n"
          "                    [--allow-private-media-hosts] [--max-media-bytes BYTES]\n\n"
          "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
@@ -62,6 +62,8 @@ static void serve_usage(void) {
          "                     long to finish (default 30), then end as cut by length (streams with\n"
          "                     their finish event and [DONE]); then the KV store is written and the\n"
          "                     server exits 0. A second signal cuts them at once\n"
+         "  --header-timeout SECONDS  a connection whose request line and headers are not all in this\n"
+         "                     long after it opens is closed, however steadily they trickle in (default 10)\n"
          "  --adapter NAME=DIR load the PEFT LoRA adapter folder DIR as NAME (repeatable); a request picks\n"
          "                     it with \"adapter\": \"NAME\" (\"a+b\" stacks two); DIR may be anywhere\n"
          "  --adapter-dir DIR  POST /v1/adapters loads adapters from folders inside DIR only (a name relative\n"
@@ -85,7 +87,7 @@ int cli_serve(int argc, char **argv) {
   int nnames = 0, nadapters = 0;
   long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, kv_mem = 0, budget = 0, trace_max = 0;
   long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600, kv_store_max = 0, drain_timeout = 30;
-  long long media_bytes = 0;
+  long long media_bytes = 0, header_timeout = 10;
   bool allow_local = false, allow_remote = false, allow_private = false;
   for (int i = 1; i < argc; i++) {
     int r;
@@ -145,7 +147,8 @@ int cli_serve(int argc, char **argv) {
                (r = cli_opt_int("serve", argc, argv, &i, "--prefill-chunk", 1, 1 << 20, &chunk)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--responses-max", 1, 1 << 30, &resp_max)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--responses-ttl", 0, 1ll << 40, &resp_ttl)) ||
-               (r = cli_opt_int("serve", argc, argv, &i, "--drain-timeout", 0, 1ll << 30, &drain_timeout))) {
+               (r = cli_opt_int("serve", argc, argv, &i, "--drain-timeout", 0, 1ll << 30, &drain_timeout)) ||
+               (r = cli_opt_int("serve", argc, argv, &i, "--header-timeout", 1, 3600, &header_timeout))) {
       if (r < 0) return 2;
     } else if ((r = cli_opt(argc, argv, &i, "--kv-cache-mem", &v))) {
       if (r < 0) return 2;
@@ -218,7 +221,8 @@ int cli_serve(int argc, char **argv) {
   serve_config cfg = {.host = host, .port = (int)port, .api_key = key, .max_body = (size_t)max_body,
                       .served_names = names, .n_served_names = nnames, .cors_origin = cors,
                       .responses_max = (size_t)resp_max, .responses_max_bytes = (size_t)resp_bytes,
-                      .responses_ttl_s = resp_ttl ? resp_ttl : -1, .adapter_dir = adapter_dir};
+                      .responses_ttl_s = resp_ttl ? resp_ttl : -1, .adapter_dir = adapter_dir,
+                      .header_timeout_s = (int)header_timeout};
   serve_server *srv;
   if (serve_start(&srv, &engine, &cfg, &err)) {
     serve_engine_close(&engine);
