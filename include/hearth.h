@@ -136,7 +136,8 @@ typedef struct hearth_load_opts {
   /* Media in prompts (hearth_prompt.media): where their bytes may come from besides data URLs and
      bytes given directly. */
   bool allow_local_media;  /* local file paths and file:// URLs */
-  bool allow_remote_media; /* http(s) URLs, fetched when the request runs */
+  bool allow_remote_media; /* http(s) URLs, fetched when the request runs: public addresses only */
+  bool allow_private_media_hosts; /* ... and loopback, private, link-local and other non-public ones */
   int64_t max_media_bytes; /* encoded bytes of one medium at most (<= 0: 32 MiB) */
 } hearth_load_opts;
 

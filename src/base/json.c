@@ -2,13 +2,25 @@
 #include "base/json.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "base/file.h"
+
+const char *hjson_error_what(const json_error_t *je, char *buf, size_t n) {
+  snprintf(buf, n, "%s", je->text);
+  char *near = strstr(buf, " near ");
+  if (near) *near = 0;
+  return buf;
+}
 
 json_t *hjson_load_buf(const char *data, size_t len, const char *what, herr *err) {
   json_error_t je;
   json_t *j = json_loadb(data, len, JSON_ALLOW_NUL, &je);
-  if (!j) herr_set(err, HEARTH_EFORMAT, "%s: invalid JSON at line %d column %d: %s", what, je.line, je.column, je.text);
+  char why[JSON_ERROR_TEXT_LENGTH];
+  if (!j)
+    herr_set(err, HEARTH_EFORMAT, "%s: invalid JSON at line %d column %d: %s", what, je.line, je.column,
+             hjson_error_what(&je, why, sizeof why));
   return j;
 }
 

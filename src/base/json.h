@@ -9,9 +9,14 @@
 
 #include "base/status.h"
 
-/* Parses a file / buffer. `what` names the source in messages. Caller json_decref's. */
+/* Parses a file / buffer. `what` names the source in messages, which say
+ * where the JSON is broken (line, column) and never quote its bytes. Caller
+ * json_decref's. */
 json_t *hjson_load_file(const char *path, herr *err);
 json_t *hjson_load_buf(const char *data, size_t len, const char *what, herr *err);
+/* jansson's message for je without the text it quotes (" near '...'"): what
+ * is wrong, not what the input says. Returns buf. */
+const char *hjson_error_what(const json_error_t *je, char *buf, size_t n);
 
 /* Typed getters for object fields. Return 0 and leave *out untouched when the
  * key is absent (or JSON null) and required is false; HEARTH_EFORMAT with

@@ -18,9 +18,9 @@ static void serve_usage(void) {
          "                    [--max-batch N] [--prefill-chunk N] [--kv-cache-mem BYTES] [--memory-budget BYTES]\n"
          "                    [--served-model-name NAME]... [--cors ORIGIN] [--trace-file PATH] [--trace-max-bytes BYTES]\n"
          "                    [--responses-max N] [--responses-max-bytes BYTES] [--responses-ttl SECONDS]\n"
-         "                    [--kv-store DIR] [--kv-store-max BYTES] [--drain-timeout SECONDS]\n"
-         "                    [--adapter NAME=DIR]... [--allow-local-media] [--allow-remote-media]\n"
-         "                    [--max-media-bytes BYTES]\n\n"
+         "                    [--kv-store DIR] [--kv-store-max BYTES] [--drain-timeout SECONDS] [--header-timeout SECONDS]\n"
+         "                    [--adapter NAME=DIR]... [--adapter-dir DIR] [--allow-local-media] [--allow-remote-media]\n"
+         "                    [--allow-private-media-hosts] [--max-media-bytes BYTES]\n\n"
          "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
          "/v1/messages (Anthropic), /v1/models,\n"
          "/health, /stats, /metrics, /v1 and a chat page at /. Concurrent requests are\n"
@@ -62,24 +62,33 @@ static void serve_usage(void) {
          "                     long to finish (default 30), then end as cut by length (streams with\n"
          "                     their finish event and [DONE]); then the KV store is written and the\n"
          "                     server exits 0. A second signal cuts them at once\n"
+         "  --header-timeout SECONDS  a connection whose request line and headers are not all in this\n"
+         "                     long after it opens is closed, however steadily they trickle in (default 10)\n"
          "  --adapter NAME=DIR load the PEFT LoRA adapter folder DIR as NAME (repeatable); a request picks\n"
-         "                     it with \"adapter\": \"NAME\" (\"a+b\" stacks two); /v1/adapters loads and\n"
-         "                     unloads more while serving\n"
+         "                     it with \"adapter\": \"NAME\" (\"a+b\" stacks two); DIR may be anywhere\n"
+         "  --adapter-dir DIR  POST /v1/adapters loads adapters from folders inside DIR only (a name relative\n"
+         "                     to it or a path under it; symlinks may not lead out). Without it the API loads\n"
+         "                     none (403); GET and DELETE /v1/adapters work either way\n"
          "  --allow-local-media  media parts (image_url, input_audio, video_url, Anthropic image\n"
          "                     sources) may name local files (a path or file:// URL); data URLs always work\n"
-         "  --allow-remote-media  media parts may be http(s) URLs, which the server fetches\n"
+         "  --allow-remote-media  media parts may be http(s) URLs, which the server fetches from public\n"
+         "                     addresses only (each redirect checked again, at most 5); any failure is\n"
+         "                     one message to the client, the reason in the server's log\n"
+         "  --allow-private-media-hosts  ... and from loopback, private (10/8, 172.16/12, 192.168/16,\n"
+         "                     100.64/10, fc00::/7), link-local (169.254/16, fe80::/10) and other\n"
+         "                     non-public addresses: only where every client may reach them\n"
          "  --max-media-bytes BYTES  the largest encoded image, sound or video (default 32M)\n"
          "BYTES accept a K, M or G suffix (powers of 1024).\n");
 }
 
 int cli_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = getenv("HEARTH_API_KEY"), *v;
-  const char *names[64], *cors = NULL, *trace_file = NULL, *kv_store = NULL, *adapters[64];
+  const char *names[64], *cors = NULL, *trace_file = NULL, *kv_store = NULL, *adapters[64], *adapter_dir = NULL;
   int nnames = 0, nadapters = 0;
   long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, kv_mem = 0, budget = 0, trace_max = 0;
   long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600, kv_store_max = 0, drain_timeout = 30;
-  long long media_bytes = 0;
-  bool allow_local = false, allow_remote = false;
+  long long media_bytes = 0, header_timeout = 10;
+  bool allow_local = false, allow_remote = false, allow_private = false;
   for (int i = 1; i < argc; i++) {
     int r;
     if (cli_is_help(argv[i])) {
@@ -101,6 +110,8 @@ int cli_serve(int argc, char **argv) {
       allow_local = true;
     } else if (strcmp(argv[i], "--allow-remote-media") == 0) {
       allow_remote = true;
+    } else if (strcmp(argv[i], "--allow-private-media-hosts") == 0) {
+      allow_private = true;
     } else if ((r = cli_opt(argc, argv, &i, "--max-media-bytes", &v))) {
       if (r < 0) return 2;
       if (!cli_parse_bytes(v, &media_bytes) || media_bytes <= 0)
@@ -122,6 +133,9 @@ int cli_serve(int argc, char **argv) {
       if (!eq || eq == v || !eq[1]) return cli_usage_error("serve", "--adapter takes NAME=DIR, not '%s'", v);
       if (nadapters == (int)(sizeof adapters / sizeof adapters[0])) return cli_usage_error("serve", "too many --adapter");
       adapters[nadapters++] = v;
+    } else if ((r = cli_opt(argc, argv, &i, "--adapter-dir", &adapter_dir))) {
+      if (r < 0) return 2;
+      if (!adapter_dir[0]) return cli_usage_error("serve", "--adapter-dir must not be empty");
     } else if ((r = cli_opt(argc, argv, &i, "--served-model-name", &v))) {
       if (r < 0) return 2;
       if (!v[0]) return cli_usage_error("serve", "--served-model-name must not be empty");
@@ -133,7 +147,8 @@ int cli_serve(int argc, char **argv) {
                (r = cli_opt_int("serve", argc, argv, &i, "--prefill-chunk", 1, 1 << 20, &chunk)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--responses-max", 1, 1 << 30, &resp_max)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--responses-ttl", 0, 1ll << 40, &resp_ttl)) ||
-               (r = cli_opt_int("serve", argc, argv, &i, "--drain-timeout", 0, 1ll << 30, &drain_timeout))) {
+               (r = cli_opt_int("serve", argc, argv, &i, "--drain-timeout", 0, 1ll << 30, &drain_timeout)) ||
+               (r = cli_opt_int("serve", argc, argv, &i, "--header-timeout", 1, 3600, &header_timeout))) {
       if (r < 0) return 2;
     } else if ((r = cli_opt(argc, argv, &i, "--kv-cache-mem", &v))) {
       if (r < 0) return 2;
@@ -149,6 +164,8 @@ int cli_serve(int argc, char **argv) {
       return cli_usage_error("serve", "unknown option '%s'", argv[i]);
     }
   }
+  if (allow_private && !allow_remote)
+    return cli_usage_error("serve", "--allow-private-media-hosts goes with --allow-remote-media");
   if (!model) model = cli_default_model();
   if (!model) return cli_fail("serve: no --model given and no built-in model found (models/default)");
   if (hlog_get_level() == HLOG_LEVEL_WARN) hlog_set_level(HLOG_LEVEL_INFO); /* a server logs its requests */
@@ -188,6 +205,7 @@ int cli_serve(int argc, char **argv) {
                                    .kv_store_max = kv_store_max,
                                    .allow_local_media = allow_local,
                                    .allow_remote_media = allow_remote,
+                                   .allow_private_media_hosts = allow_private,
                                    .max_media_bytes = media_bytes}};
   if (serve_engine_open_opts(model, &eo, &engine, &err)) return cli_fail("serve: %s", err.msg);
   for (int a = 0; a < nadapters; a++) {
@@ -203,7 +221,8 @@ int cli_serve(int argc, char **argv) {
   serve_config cfg = {.host = host, .port = (int)port, .api_key = key, .max_body = (size_t)max_body,
                       .served_names = names, .n_served_names = nnames, .cors_origin = cors,
                       .responses_max = (size_t)resp_max, .responses_max_bytes = (size_t)resp_bytes,
-                      .responses_ttl_s = resp_ttl ? resp_ttl : -1};
+                      .responses_ttl_s = resp_ttl ? resp_ttl : -1, .adapter_dir = adapter_dir,
+                      .header_timeout_s = (int)header_timeout};
   serve_server *srv;
   if (serve_start(&srv, &engine, &cfg, &err)) {
     serve_engine_close(&engine);

@@ -67,7 +67,7 @@ struct hearth_model {
   pthread_mutex_t ad_lock;     /* guards the adapter table */
   struct api_adapter *ads;     /* owned [n_ads]: the loaded LoRA adapters by name */
   int n_ads, cap_ads;
-  bool allow_local_media, allow_remote_media; /* hearth_load_opts' */
+  bool allow_local_media, allow_remote_media, allow_private_media_hosts; /* hearth_load_opts' */
   size_t max_media_bytes;      /* 0: the default */
 };
 
@@ -244,6 +244,7 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
   if (opts) {
     hm->allow_local_media = opts->allow_local_media;
     hm->allow_remote_media = opts->allow_remote_media;
+    hm->allow_private_media_hosts = opts->allow_private_media_hosts;
     hm->max_media_bytes = opts->max_media_bytes > 0 ? (size_t)opts->max_media_bytes : 0;
   }
   if (!hm->path || !hm->id) {
@@ -774,7 +775,7 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
     }
     if ((rc = need_tokenizer(hm, err))) goto out;
     mm_prompt_opts mo = {.allow_local = hm->allow_local_media, .allow_remote = hm->allow_remote_media,
-                         .max_bytes = hm->max_media_bytes};
+                         .allow_private_hosts = hm->allow_private_media_hosts, .max_bytes = hm->max_media_bytes};
     size_t tl = prompt->text_len ? prompt->text_len : strlen(prompt->text);
     if ((rc = mm_prompt_build(hm->m, hm->id, hm->tok, prompt->text, tl, prompt->add_special, prompt->media, prompt->n_media,
                               &mo, &mp, err)))

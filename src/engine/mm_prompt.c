@@ -53,7 +53,7 @@ int mm_prompt_build(model *m, const char *model_name, const tokenizer *tok, cons
   media_limits_default(&lim);
   if (o && o->max_bytes) lim.max_bytes = o->max_bytes;
   media_source_opts so = {.allow_files = o && o->allow_local, .allow_remote = o && o->allow_remote, .bare_base64 = true,
-                          .lim = &lim};
+                          .allow_private_hosts = o && o->allow_private_hosts, .lim = &lim};
   /* decode and prepare each medium (a medium the model cannot take is refused before it is read) */
   for (int i = 0; i < n_media; i++) {
     const hearth_media *md = &given[i];

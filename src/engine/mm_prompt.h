@@ -34,6 +34,7 @@ typedef struct mm_prompt {
 /* Where media bytes may come from, and how many. */
 typedef struct mm_prompt_opts {
   bool allow_local, allow_remote;
+  bool allow_private_hosts;   /* remote media may be on non-public addresses */
   size_t max_bytes;           /* 0: the default */
 } mm_prompt_opts;
 

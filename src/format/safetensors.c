@@ -252,8 +252,9 @@ static int header_json_error(const json_error_t *je, const char *what, herr *err
     }
     return herr_set(err, HEARTH_EFORMAT, "%s: a tensor name appears twice in the header (offset %d)", what, je->position);
   }
+  char why[JSON_ERROR_TEXT_LENGTH];
   return herr_set(err, HEARTH_EFORMAT, "%s: header is not valid JSON (line %d column %d): %s", what, je->line, je->column,
-                  je->text);
+                  hjson_error_what(je, why, sizeof why));
 }
 
 int st_parse(const unsigned char *data, size_t size, const char *what, st_tensor **tensors, size_t *count,

@@ -18,6 +18,8 @@
 
 #include "base/status.h"
 
+struct sockaddr;
+
 typedef enum media_kind { MEDIA_IMAGE = 0, MEDIA_AUDIO = 1, MEDIA_VIDEO = 2 } media_kind;
 #define MEDIA_KINDS 3
 #define MEDIA_BIT(k) (1u << (k))
@@ -110,14 +112,34 @@ int media_decode_video(const void *data, size_t n, const media_limits *lim, cons
 /* Where media bytes come from: a data URL ("data:image/png;base64,...")
  * or a plain base64 string when bare_base64, a local path or file:// URL
  * (allow_files), or an http(s) URL (allow_remote: fetched with libcurl,
- * at most lim->max_bytes). The bytes are malloc'ed into *out / *n. */
+ * at most lim->max_bytes; only http and https, no proxy, at most 5
+ * redirects, each hop's host resolved and checked against the address rule
+ * below and the connection pinned to the checked address; every failure of
+ * a fetch is one message, "cannot fetch URL (...)", whatever its reason —
+ * refused, unreachable, an HTTP error, too large — which goes to the log).
+ * The bytes are malloc'ed into *out / *n. */
 typedef struct media_source_opts {
   bool allow_files;
   bool allow_remote;
   bool bare_base64;
+  /* Remote fetches: which addresses may be connected to. By default only
+   * public ones (media_addr_public); allow_private_hosts lifts that. addr_ok,
+   * when set, decides instead (ctx is its own): an embedder's narrower rule. */
+  bool allow_private_hosts;
+  bool (*addr_ok)(const struct sockaddr *sa, void *ctx);
+  void *addr_ok_ctx;
   const media_limits *lim;
 } media_source_opts;
 int media_fetch(const char *url, const media_source_opts *o, uint8_t **out, size_t *n, herr *err);
+
+/* True when a fetch may reach sa without allow_private_hosts: an IPv4 or
+ * IPv6 address that is not loopback, private (10/8, 172.16/12, 192.168/16,
+ * 100.64/10, fc00::/7), link-local (169.254/16, fe80::/10), multicast,
+ * unspecified, broadcast or otherwise reserved (0/8, 240/4, 192.0.0/24,
+ * 198.18/15, fec0::/10), judged through the IPv4 address that IPv4-mapped,
+ * IPv4-compatible, NAT64 (64:ff9b::/96) and 6to4 (2002::/16) forms carry.
+ * Any other family is not public. */
+bool media_addr_public(const struct sockaddr *sa);
 
 /* Decodes whichever kind `kind` asks for from a source as media_fetch reads it. */
 int media_load(media_kind kind, const char *url, const media_source_opts *o, const media_video_opts *vo, media *out,

@@ -1,14 +1,23 @@
 /* source.c — where media bytes come from: data URLs (base64 or percent-encoded),
  * bare base64, local files, and http(s) URLs through libcurl when allowed. Every
- * path stops at the byte limit. */
+ * path stops at the byte limit. A remote fetch reaches only public addresses
+ * unless told otherwise: each hop's host is resolved here and checked
+ * (media_addr_public), libcurl is pinned to the checked address and may open
+ * no other, redirects are followed here (each hop checked again), only http
+ * and https, no proxy; every failure is one message, its reason in the log. */
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include "media/media.h"
+#include "base/log.h"
 #include "base/vec.h"
 
 static int b64_val(int c) {
@@ -123,6 +132,70 @@ static int read_file(const char *path, size_t max, uint8_t **out, size_t *n, her
   return 0;
 }
 
+/* ---- remote media: which addresses a fetch may reach ---- */
+
+static bool v4_public(const uint8_t a[4]) {
+  uint32_t x = (uint32_t)a[0] << 24 | (uint32_t)a[1] << 16 | (uint32_t)a[2] << 8 | a[3];
+  static const struct {
+    uint32_t net;
+    int bits;
+  } refused[] = {
+      {0x00000000u, 8},  /* "this network", 0.0.0.0 (unspecified) */
+      {0x0A000000u, 8},  /* private 10/8 */
+      {0x64400000u, 10}, /* shared address space (carrier-grade NAT) 100.64/10 */
+      {0x7F000000u, 8},  /* loopback 127/8 */
+      {0xA9FE0000u, 16}, /* link-local 169.254/16 (cloud metadata services live here) */
+      {0xAC100000u, 12}, /* private 172.16/12 */
+      {0xC0000000u, 24}, /* IETF protocol assignments 192.0.0/24 */
+      {0xC0A80000u, 16}, /* private 192.168/16 */
+      {0xC6120000u, 15}, /* benchmarking 198.18/15 */
+      {0xE0000000u, 4},  /* multicast 224/4 */
+      {0xF0000000u, 4},  /* reserved 240/4, with the broadcast address 255.255.255.255 */
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+    if (x >> (32 - refused[i].bits) == refused[i].net >> (32 - refused[i].bits)) return false;
+  return true;
+}
+
+static bool v6_public(const uint8_t a[16]) {
+  static const uint8_t zero[16];
+  if (!memcmp(a, zero, 10) && a[10] == 0xff && a[11] == 0xff) return v4_public(a + 12); /* ::ffff:a.b.c.d, mapped */
+  if (!memcmp(a, zero, 12)) return v4_public(a + 12); /* ::a.b.c.d, compatible (:: and ::1 fall in 0/8) */
+  if (!memcmp(a, zero, 8) && a[8] == 0xff && a[9] == 0xff && a[10] == 0 && a[11] == 0)
+    return v4_public(a + 12);                                               /* ::ffff:0:a.b.c.d, translated */
+  if (a[0] == 0 && a[1] == 0x64 && a[2] == 0xff && a[3] == 0x9b && !memcmp(a + 4, zero, 8))
+    return v4_public(a + 12);                                               /* 64:ff9b::/96, NAT64 */
+  if (a[0] == 0x20 && a[1] == 0x02) return v4_public(a + 2);                /* 2002::/16, 6to4 */
+  if (a[0] == 0x01 && !memcmp(a + 1, zero, 7)) return false;                /* 100::/64, discard */
+  if ((a[0] & 0xfe) == 0xfc) return false;                                  /* fc00::/7, unique local */
+  if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) return false;                  /* fe80::/10, link-local */
+  if (a[0] == 0xfe && (a[1] & 0xc0) == 0xc0) return false;                  /* fec0::/10, site-local */
+  if (a[0] == 0xff) return false;                                           /* ff00::/8, multicast */
+  return true;
+}
+
+bool media_addr_public(const struct sockaddr *sa) {
+  if (!sa) return false;
+  if (sa->sa_family == AF_INET) return v4_public((const uint8_t *)&((const struct sockaddr_in *)sa)->sin_addr);
+  if (sa->sa_family == AF_INET6) return v6_public(((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr);
+  return false;
+}
+
+static bool addr_allowed(const media_source_opts *o, const struct sockaddr *sa) {
+  if (o->addr_ok) return o->addr_ok(sa, o->addr_ok_ctx);
+  return o->allow_private_hosts || media_addr_public(sa);
+}
+
+static void addr_text(const struct sockaddr *sa, char *buf, size_t n) {
+  const void *a = sa->sa_family == AF_INET6 ? (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr
+                                            : (const void *)&((const struct sockaddr_in *)sa)->sin_addr;
+  if (!inet_ntop(sa->sa_family, a, buf, (socklen_t)n)) snprintf(buf, n, "?");
+}
+
+/* ---- remote media: the fetch ---- */
+
+#define MAX_REDIRECTS 5
+
 typedef struct fetch_buf {
   uint8_t *p;
   size_t n, cap, max;
@@ -142,34 +215,159 @@ static size_t on_body(char *data, size_t sz, size_t nm, void *user) {
   return k;
 }
 
-static int http_get(const char *url, size_t max, uint8_t **out, size_t *n, herr *err) {
-  static bool inited;
-  if (!__atomic_exchange_n(&inited, true, __ATOMIC_ACQ_REL)) curl_global_init(CURL_GLOBAL_DEFAULT);
-  CURL *c = curl_easy_init();
-  if (!c) return herr_set(err, HEARTH_ENOMEM, "cannot start an HTTP client");
-  fetch_buf b = {.max = max};
+/* libcurl's socket for a connection: only to an address the rule allows.
+ * The host was resolved and checked before, and pinned (CURLOPT_RESOLVE);
+ * this is the same rule at the last moment, whatever path led here. */
+typedef struct fetch_hop_ctx {
+  const media_source_opts *o;
+  bool refused;
+  char addr[INET6_ADDRSTRLEN];
+} fetch_hop_ctx;
+
+static curl_socket_t open_socket(void *user, curlsocktype purpose, struct curl_sockaddr *a) {
+  fetch_hop_ctx *h = user;
+  if (purpose != CURLSOCKTYPE_IPCXN || !addr_allowed(h->o, &a->addr)) {
+    h->refused = true;
+    addr_text(&a->addr, h->addr, sizeof h->addr);
+    return CURL_SOCKET_BAD;
+  }
+  return socket(a->family, a->socktype, a->protocol);
+}
+
+/* One request: url's host resolved here and checked, the connection pinned
+ * to the checked address, no redirect followed (a redirect's absolute URL
+ * goes to *next). The body goes to b. Any failure: non-zero with the
+ * reason in why (for the server's log, not the client). */
+static int fetch_hop(const char *url, const media_source_opts *o, fetch_buf *b, char **next, char *why, size_t wn) {
+  *next = NULL;
+  int rc = -1;
+  CURLU *u = curl_url();
+  char *scheme = NULL, *host = NULL, *port = NULL;
+  CURL *c = NULL;
+  struct curl_slist *pin = NULL;
+  struct addrinfo *ai = NULL;
+  if (!u || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK || curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+      curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
+      curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK) {
+    snprintf(why, wn, "not a valid URL");
+    goto done;
+  }
+  if (strcasecmp(scheme, "http") != 0 && strcasecmp(scheme, "https") != 0) {
+    snprintf(why, wn, "the scheme '%s' is not http or https", scheme);
+    goto done;
+  }
+  char name[256];
+  size_t hl = strlen(host);
+  bool literal6 = hl >= 2 && host[0] == '[' && host[hl - 1] == ']';
+  if (literal6) snprintf(name, sizeof name, "%.*s", (int)(hl - 2), host + 1);
+  else snprintf(name, sizeof name, "%s", host);
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+  int gai = getaddrinfo(name, port, &hints, &ai);
+  if (gai || !ai) {
+    snprintf(why, wn, "cannot resolve '%s': %s", name, gai_strerror(gai));
+    goto done;
+  }
+  const struct addrinfo *use = NULL;
+  for (const struct addrinfo *p = ai; p && !use; p = p->ai_next)
+    if ((p->ai_family == AF_INET || p->ai_family == AF_INET6) && addr_allowed(o, p->ai_addr)) use = p;
+  char addr[INET6_ADDRSTRLEN];
+  if (!use) {
+    addr_text(ai->ai_addr, addr, sizeof addr);
+    if (o->addr_ok) snprintf(why, wn, "'%s' is %s, which the address rule refuses", name, addr);
+    else
+      snprintf(why, wn, "'%s' is %s, which remote media may not reach (loopback, private, link-local or reserved; "
+               "--allow-private-media-hosts allows it)", name, addr);
+    goto done;
+  }
+  addr_text(use->ai_addr, addr, sizeof addr);
+  /* Pinned: libcurl connects to the address checked here, not to a second answer from DNS. */
+  char entry[600];
+  snprintf(entry, sizeof entry, "%s:%s:%s%s%s", host, port, use->ai_family == AF_INET6 ? "[" : "", addr,
+           use->ai_family == AF_INET6 ? "]" : "");
+  if (!(pin = curl_slist_append(NULL, entry)) || !(c = curl_easy_init())) {
+    snprintf(why, wn, "out of memory");
+    goto done;
+  }
+  fetch_hop_ctx hc = {.o = o};
   char ebuf[CURL_ERROR_SIZE] = "";
   curl_easy_setopt(c, CURLOPT_URL, url);
   curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
-  curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(c, CURLOPT_PROXY, ""); /* no proxy from the environment: the checked address is the one reached */
+  if (!literal6) curl_easy_setopt(c, CURLOPT_RESOLVE, pin);
+  curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+  curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, &hc);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
   curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_FAILONERROR, 1L);
-  curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)max);
+  curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)b->max);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ebuf);
-  CURLcode rc = curl_easy_perform(c);
-  curl_easy_cleanup(c);
-  if (b.over || rc == CURLE_FILESIZE_EXCEEDED) {
-    free(b.p);
-    return herr_set(err, HEARTH_EINVAL, "%s: larger than the limit (%zu bytes)", url, max);
+  CURLcode cr = curl_easy_perform(c);
+  long status = 0;
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  if (hc.refused) {
+    snprintf(why, wn, "a connection to %s was refused (loopback, private, link-local or reserved)", hc.addr);
+  } else if (b->over || cr == CURLE_FILESIZE_EXCEEDED) {
+    snprintf(why, wn, "larger than the limit (%zu bytes)", b->max);
+  } else if (cr != CURLE_OK) {
+    snprintf(why, wn, "%s", ebuf[0] ? ebuf : curl_easy_strerror(cr));
+  } else if (status == 301 || status == 302 || status == 303 || status == 307 || status == 308) {
+    char *loc = NULL;
+    curl_easy_getinfo(c, CURLINFO_REDIRECT_URL, &loc);
+    if (!loc || !*loc) snprintf(why, wn, "HTTP %ld without a Location", status);
+    else if (!(*next = strdup(loc))) snprintf(why, wn, "out of memory");
+    else rc = 0;
+  } else if (status / 100 != 2) {
+    snprintf(why, wn, "HTTP %ld", status);
+  } else {
+    rc = 0;
   }
-  if (rc != CURLE_OK) {
+done:
+  if (c) curl_easy_cleanup(c);
+  curl_slist_free_all(pin);
+  if (ai) freeaddrinfo(ai);
+  curl_free(scheme), curl_free(host), curl_free(port);
+  curl_url_cleanup(u);
+  return rc;
+}
+
+/* An http(s) URL's bytes, redirects followed here (at most MAX_REDIRECTS),
+ * every hop's host resolved and checked before it is reached. Every failure
+ * is one message to the caller, the same whether the host refused, timed
+ * out, answered an error or sent too much (which would otherwise tell a
+ * client which ports answer where); the reason goes to the log. */
+static int http_get(const char *url, const media_source_opts *o, size_t max, uint8_t **out, size_t *n, herr *err) {
+  static bool inited;
+  if (!__atomic_exchange_n(&inited, true, __ATOMIC_ACQ_REL)) curl_global_init(CURL_GLOBAL_DEFAULT);
+  fetch_buf b = {.max = max};
+  char why[512] = "";
+  char *cur = strdup(url);
+  bool ok = false;
+  if (!cur) snprintf(why, sizeof why, "out of memory");
+  for (int hop = 0; cur; hop++) {
+    char *next = NULL;
+    b.n = 0;
+    b.over = false;
+    if (fetch_hop(cur, o, &b, &next, why, sizeof why)) break;
+    free(cur);
+    cur = next;
+    if (!next) ok = true;
+    else if (hop == MAX_REDIRECTS) {
+      snprintf(why, sizeof why, "more than %d redirects", MAX_REDIRECTS);
+      break;
+    }
+  }
+  free(cur);
+  if (!ok) {
     free(b.p);
-    return herr_set(err, HEARTH_EINVAL, "cannot fetch %s: %s", url, ebuf[0] ? ebuf : curl_easy_strerror(rc));
+    HLOG_WARN("media: cannot fetch %.300s: %s", url, why);
+    return herr_set(err, HEARTH_EINVAL,
+                    "cannot fetch %.300s (refused, unreachable, an HTTP error or over %zu bytes; the server's log says which)",
+                    url, max);
   }
   *out = b.p ? b.p : malloc(1);
   *n = b.n;
@@ -187,7 +385,7 @@ int media_fetch(const char *url, const media_source_opts *o, uint8_t **out, size
   if (strncasecmp(url, "http://", 7) == 0 || strncasecmp(url, "https://", 8) == 0) {
     if (!o || !o->allow_remote)
       return herr_set(err, HEARTH_EINVAL, "remote media URLs are not allowed (start the server with --allow-remote-media)");
-    return http_get(url, l.max_bytes, out, n, err);
+    return http_get(url, o, l.max_bytes, out, n, err);
   }
   bool file_url = strncasecmp(url, "file://", 7) == 0;
   if (file_url || url[0] == '/' || url[0] == '.') {

@@ -8,8 +8,9 @@
  * and a stream whose generation has nothing new parks its connection until
  * the generation or the server's watcher (keep-alive comments, clients gone)
  * wakes it. A client that goes away cancels its generation: the watcher
- * checks the sockets of waiting streams, whole responses check theirs every
- * step (a half-closed client is not gone: see client_gone). No CORS headers:
+ * checks the sockets of parked streams and of whole replies being computed
+ * every WAIT_MS (a whole reply's client is gone once it closes its side, a
+ * stream's once the socket is: see client_gone). No CORS headers:
  * only the chat page's own origin may read answers from a browser. Knows the
  * engine only through serve_engine (engine.h), and the JSON shapes only
  * through the protocol units: request.h / reply.h (OpenAI) and anthropic.h
@@ -17,10 +18,15 @@
  * routing, key and size refusals, is an Anthropic error object). Both
  * protocols share one generation path (answer_generate, job_generate).
  *
- * Connections: at most max_connections (4096), max_per_client (1024) per
- * client address; one that sends no request for idle_timeout_s (10 s) is
- * closed, and a request body that stalls for BODY_TIMEOUT_S is dropped, so
- * idle sockets cannot lock others out (/health keeps answering). A refusal
+ * Connections: at most max_connections (4096), max_per_client (an eighth of
+ * them, 512) per client address, so a few addresses cannot take them all;
+ * one that sends no request for idle_timeout_s (10 s) is closed, one whose
+ * request head (request line and headers) is not all in header_timeout_s
+ * (10 s) after it opened — or after its previous answer, plus the idle
+ * limit — is closed by the watcher however steadily its bytes trickle in
+ * (heads_expire), and a request body that stalls for BODY_TIMEOUT_S is
+ * dropped, so idle or slow sockets cannot lock others out (/health keeps
+ * answering). A refusal
  * decided from the headers (route, method, key, size) is answered before any
  * body is read, and before "100 Continue".
  *
@@ -51,6 +57,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "base/buf.h"
@@ -70,8 +77,10 @@
 #define KEEPALIVE ": keep-alive\n\n"      /* the SSE comment a waiting stream sends */
 #define DEFAULT_KEEPALIVE_MS 15000
 #define DEFAULT_MAX_CONNECTIONS 4096
-#define DEFAULT_MAX_PER_CLIENT 1024
+#define PER_CLIENT_SHARE 8         /* one client address may hold 1/8 of the connections (by default) */
 #define DEFAULT_IDLE_TIMEOUT_S 10
+#define DEFAULT_HEADER_TIMEOUT_S 10
+#define HEAD_SCAN_S 0.1            /* the watcher looks for late request heads this often */
 #define BODY_TIMEOUT_S 60          /* a request body that stalls this long is dropped */
 #define DRAIN_GRACE_S 10           /* after a drain cuts the generations, what is in flight gets this long */
 #define POLL_THREADS 4             /* libmicrohttpd's polling threads (each an epoll loop over its connections) */
@@ -92,6 +101,7 @@ struct serve_server {
   bool any_name;        /* "*" among them: every model name is served */
   char *cors;           /* owned; NULL: no CORS headers */
   resp_store *responses; /* owned: stored Responses API responses */
+  char *adapter_dir;    /* owned: the real path POST /v1/adapters loads under; NULL: it loads nothing */
   /* draining (serve_drain_begin): new requests are refused; in_flight counts the requests being
    * answered (from their headers to the last byte sent), jobs lists the generations running */
   atomic_int draining;
@@ -110,6 +120,12 @@ struct serve_server {
   pthread_t watcher;
   bool watcher_started, watcher_stop;
   pthread_cond_t watcher_cv;
+  struct job *whole;    /* borrowed: whole replies being computed, whose clients the watcher checks (under park_mu) */
+  /* connections whose request head is awaited, each with its deadline (head_watch) */
+  pthread_mutex_t head_mu;
+  struct head_watch *heads; /* borrowed: each is its connection's socket context */
+  int header_timeout_s;
+  double next_head_scan;    /* the watcher's own */
 };
 
 /* The server answering on this thread (a polling thread or a request's own),
@@ -535,24 +551,26 @@ static int conn_fd(struct MHD_Connection *c) {
   return ci ? (int)ci->connect_fd : -1;
 }
 
-/* True when the client is gone: its connection was reset or its socket no
- * longer exists. A client that only half-closed (shutdown(SHUT_WR) after its
- * request) is still there and gets its answer, so the end of its input
- * alone (POLLRDHUP) is not "gone" — and a graceful close() looks the same
- * until something is written. Streams write every token, and a failed write
- * ends the connection in libmicrohttpd and cancels. A whole reply writes
- * nothing until the end, so on POLLRDHUP its socket gets TCP keepalive
- * probes every second: they are answered while the peer's socket lives
- * (a half-close, or a closed socket the peer's kernel keeps for its FIN
- * timeout, 60 s on Linux) and reset once it is gone, which shows here as
- * POLLERR/POLLHUP. A client that resets the connection (killed, or closed
- * with unread data) is seen at once. */
-static bool client_gone(int fd) {
+/* True when the client is gone. For a whole reply (ended_input_is_gone):
+ * once the client has closed its side (its FIN, POLLRDHUP), whether by
+ * close() or shutdown(SHUT_WR) — a client waiting for an answer does not end
+ * its input, and a closed socket would look the same until the answer is
+ * written, after the whole generation; so the generation stops there, as
+ * nginx ends a request whose client closed (499). For a stream: only once its
+ * connection was reset or its socket no longer exists, so a client that
+ * half-closed still reads its stream; streams write every token, and a
+ * failed write ends the connection in libmicrohttpd and cancels. A stream
+ * that has nothing to write yet gets TCP keepalive probes every second on
+ * POLLRDHUP: they are answered while the peer's socket lives and reset once
+ * it is gone, which shows here as POLLERR/POLLHUP. A client that resets the
+ * connection (killed, or closed with unread data) is seen at once. */
+static bool client_gone_as(int fd, bool ended_input_is_gone) {
   if (fd < 0) return false;
   struct pollfd p = {.fd = fd, .events = POLLRDHUP};
   if (poll(&p, 1, 0) <= 0) return false;
   if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return true;
   if (p.revents & POLLRDHUP) {
+    if (ended_input_is_gone) return true;
     int one = 1, idle = 1, intvl = 1, cnt = 3;
     setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
@@ -561,6 +579,8 @@ static bool client_gone(int fd) {
   }
   return false;
 }
+
+static bool client_gone(int fd) { return client_gone_as(fd, false); }
 
 /* ---- generation ---- */
 
@@ -582,6 +602,8 @@ typedef struct job {
   tc_opts tc;
   char *forced;             /* owned; NULL: none. The call opening the reply (tool_choice), already in the prompt */
   int fd;                   /* the client's socket, watched for hang-ups */
+  bool whole;               /* answered whole (not streamed): gone once the client ends its input */
+  struct job *wnext, **wprev; /* in the server's list of whole replies being computed (under park_mu) */
   volatile int cancel;      /* set through cancel_set, read by the engine every step */
   int rc;                   /* generate's status */
   herr err;
@@ -602,6 +624,9 @@ typedef struct job {
 } job;
 
 static void forced_call_grammar(job *j);
+
+/* The client of j is gone: as a whole reply's, or as a stream's (client_gone_as). */
+static bool job_client_gone(const struct job *j) { return client_gone_as(j->fd, j->whole); }
 
 static void cancel_set(job *j) { __atomic_store_n(&j->cancel, 1, __ATOMIC_SEQ_CST); }
 static bool cancelled(job *j) { return __atomic_load_n(&j->cancel, __ATOMIC_SEQ_CST) != 0; }
@@ -653,7 +678,7 @@ static void job_generate(job *j, serve_token_fn fn) {
   serve_engine *e = s->engine;
   bool lock = !e->thread_safe;
   if (lock) pthread_mutex_lock(&s->engine_lock);
-  if (cancelled(j) || client_gone(j->fd) || __atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
+  if (cancelled(j) || job_client_gone(j) || __atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
     cancel_set(j);
     j->rc = HEARTH_ECANCELLED;
     herr_set(&j->err, HEARTH_ECANCELLED, "the client went away");
@@ -729,7 +754,7 @@ static int whole_token(void *ctx, const serve_token *tok) {
   if (j->responses) resp_reply_add(&j->rreply, tok);
   else if (j->anthropic) anth_reply_add(&j->areply, tok);
   else serve_reply_add(&j->reply, tok);
-  if (client_gone(j->fd)) cancel_set(j);
+  if (job_client_gone(j)) cancel_set(j);
   return cancelled(j) ? 1 : 0;
 }
 
@@ -740,18 +765,6 @@ static void job_prime(job *j, hbuf *sse) {
   else if (j->anthropic) anth_reply_prime(&j->areply, j->forced, sse);
   else serve_reply_prime(&j->reply, j->forced, sse);
 }
-
-/* A whole reply checks its client at each token (whole_token). A block-diffusion model's tokens
- * come a block at a time, after all of the block's denoising steps, so while it generates a
- * watcher checks the client every WAIT_MS as well: a client gone sets the cancel flag, which the
- * engine reads before every forward, and the run stops between two denoising steps. */
-typedef struct watcher {
-  job *j;
-  pthread_t thread;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool stop, started;
-} watcher;
 
 /* Waits on cv (mu held) for a signal or WAIT_MS, whichever comes first. */
 static void wait_tick(pthread_cond_t *cv, pthread_mutex_t *mu) {
@@ -765,44 +778,35 @@ static void wait_tick(pthread_cond_t *cv, pthread_mutex_t *mu) {
   pthread_cond_timedwait(cv, mu, &until);
 }
 
-static void *watch_main(void *arg) {
-  watcher *w = arg;
-  pthread_mutex_lock(&w->mu);
-  while (!w->stop) {
-    wait_tick(&w->cv, &w->mu);
-    if (!w->stop && !cancelled(w->j) && client_gone(w->j->fd)) cancel_set(w->j);
+/* A whole reply checks its client at each token (whole_token), and while it
+ * is computed the server's watcher checks it every WAIT_MS too (a long
+ * prefill, a wait for the engine, a block-diffusion model's tokens that come
+ * a block at a time): a client gone sets the cancel flag, which the engine
+ * reads before every forward step. */
+static void whole_watch(job *j, bool on) {
+  serve_server *s = j->srv;
+  pthread_mutex_lock(&s->park_mu);
+  if (on) {
+    j->wprev = &s->whole;
+    j->wnext = s->whole;
+    if (s->whole) s->whole->wprev = &j->wnext;
+    s->whole = j;
+  } else if (j->wprev) {
+    *j->wprev = j->wnext;
+    if (j->wnext) j->wnext->wprev = j->wprev;
+    j->wnext = NULL;
+    j->wprev = NULL;
   }
-  pthread_mutex_unlock(&w->mu);
-  return NULL;
-}
-
-static void watch_start(watcher *w, job *j) {
-  *w = (watcher){.j = j};
-  if (!j->srv->engine->denoising) return;
-  pthread_mutex_init(&w->mu, NULL);
-  pthread_cond_init(&w->cv, NULL);
-  w->started = pthread_create(&w->thread, NULL, watch_main, w) == 0; /* none: checked at each block */
-  if (!w->started) pthread_mutex_destroy(&w->mu), pthread_cond_destroy(&w->cv);
-}
-
-static void watch_stop(watcher *w) {
-  if (!w->started) return;
-  pthread_mutex_lock(&w->mu);
-  w->stop = true;
-  pthread_cond_signal(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-  pthread_join(w->thread, NULL);
-  pthread_mutex_destroy(&w->mu);
-  pthread_cond_destroy(&w->cv);
+  pthread_mutex_unlock(&s->park_mu);
 }
 
 static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   if (j->req.echo) hbuf_puts(&j->reply.text, j->req.prompt);
   job_prime(j, NULL);
-  watcher w;
-  watch_start(&w, j);
+  j->whole = true;
+  whole_watch(j, true);
   job_generate(j, whole_token);
-  watch_stop(&w);
+  whole_watch(j, false);
   enum MHD_Result rc;
   if (j->rc == 0 && j->result.finish != SERVE_FINISH_CANCELLED) {
     hbuf body = {0};
@@ -982,9 +986,13 @@ static void stream_free(void *cls) {
   job_free(j);
 }
 
+static void heads_expire(serve_server *s, double now);
+
 /* The server's watcher: every WAIT_MS, wakes the parked streams whose client
- * is gone (their generation is cancelled) or whose keep-alive comment is due;
- * when the server stops, all of them. */
+ * is gone (their generation is cancelled) or whose keep-alive comment is due,
+ * cancels the whole replies whose client is gone, and every HEAD_SCAN_S
+ * closes the connections whose request head is late; when the server stops,
+ * wakes all the parked streams. */
 static void *watcher_main(void *arg) {
   serve_server *s = arg;
   pthread_mutex_lock(&s->park_mu);
@@ -996,6 +1004,12 @@ static void *watcher_main(void *arg) {
       bool gone = abandoned(j) || client_gone(j->fd);
       if (gone) cancel_set(j);
       if (gone || now - j->idle_since >= s->keepalive_s) unpark(j, true);
+    }
+    for (job *j = s->whole; j; j = j->wnext)
+      if (!cancelled(j) && job_client_gone(j)) cancel_set(j);
+    if (now >= s->next_head_scan) {
+      heads_expire(s, now);
+      s->next_head_scan = now + HEAD_SCAN_S;
     }
   }
   for (job *j = s->parked, *next; j; j = next) { /* stopping */
@@ -1402,8 +1416,14 @@ static enum MHD_Result answer_adapters(struct MHD_Connection *c, serve_server *s
     free(a);
     return send_json(c, 200, o);
   }
-  char *name = NULL, *path = NULL;
-  if (adapters_parse_load(hbuf_str(&cn->body), cn->body.len, &name, &path, &f)) return send_fail(c, &f, NULL);
+  char *name = NULL, *asked = NULL, *path = NULL;
+  if (adapters_parse_load(hbuf_str(&cn->body), cn->body.len, &name, &asked, &f)) return send_fail(c, &f, NULL);
+  int refused = adapters_resolve(s->adapter_dir, asked, &path, &f);
+  free(asked);
+  if (refused) {
+    free(name);
+    return send_fail(c, &f, NULL);
+  }
   herr err = {0};
   int rc = e->adapter_load(e->impl, name, path, &err);
   enum MHD_Result r;
@@ -1738,11 +1758,90 @@ static enum MHD_Result defer(serve_server *s, struct MHD_Connection *c, conn *cn
   return send_fail_as(c, &f, NULL, cn->anthropic);
 }
 
+/* ---- the request head's deadline ----
+ * libmicrohttpd's connection timeout counts silence, so a client that sends
+ * a byte of its headers every few seconds would keep its connection forever.
+ * Each connection's socket context is a head_watch, in the server's list
+ * while its request head is awaited: from when it opens (deadline: now +
+ * header_timeout_s) and again after each answer on a kept-alive connection
+ * (now + idle + header timeouts), out of it once the head is in (on_request's
+ * first call) or the connection closes. The watcher shuts the socket of
+ * every one past its deadline down, which libmicrohttpd then sees as the
+ * end of the connection and closes. The socket stays open while it is in
+ * the list: libmicrohttpd closes it only after the CLOSED notice unlinks it
+ * (under head_mu). */
+typedef struct head_watch {
+  int fd;
+  double deadline; /* mono_seconds by which the head must be in */
+  struct head_watch *next, **prev;
+} head_watch;
+
+static void head_unlink(head_watch *h) {
+  if (!h->prev) return;
+  *h->prev = h->next;
+  if (h->next) h->next->prev = h->prev;
+  h->next = NULL;
+  h->prev = NULL;
+}
+
+/* Awaits h's next request head until `deadline` (or no longer: deadline < 0). */
+static void head_await(serve_server *s, head_watch *h, double deadline) {
+  if (!h) return;
+  pthread_mutex_lock(&s->head_mu);
+  head_unlink(h);
+  if (deadline >= 0) {
+    h->deadline = deadline;
+    h->prev = &s->heads;
+    h->next = s->heads;
+    if (s->heads) s->heads->prev = &h->next;
+    s->heads = h;
+  }
+  pthread_mutex_unlock(&s->head_mu);
+}
+
+static head_watch *head_of(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return ci ? ci->socket_context : NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
+  serve_server *s = cls;
+  if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+    head_watch *h = calloc(1, sizeof *h); /* none (out of memory): that connection has the idle limit only */
+    *socket_context = h;
+    if (!h) return;
+    h->fd = conn_fd(c);
+    head_await(s, h, mono_seconds() + s->header_timeout_s);
+  } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+    head_watch *h = *socket_context;
+    if (!h) return;
+    head_await(s, h, -1);
+    free(h);
+    *socket_context = NULL;
+  }
+}
+
+static void heads_expire(serve_server *s, double now) {
+  int closed = 0;
+  pthread_mutex_lock(&s->head_mu);
+  for (head_watch *h = s->heads, *next; h; h = next) {
+    next = h->next;
+    if (now < h->deadline) continue;
+    if (h->fd >= 0) shutdown(h->fd, SHUT_RDWR);
+    head_unlink(h);
+    closed++;
+  }
+  pthread_mutex_unlock(&s->head_mu);
+  if (closed)
+    HLOG_INFO("serve: closed %d connection(s) whose request headers were not in within %d s", closed, s->header_timeout_s);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
   serve_server *s = cls;
   conn *cn = *con_cls;
   tl_server = s;
+  if (!cn) head_await(s, head_of(c), -1); /* the head is in */
   if (!cn && s->cors && strcmp(method, "OPTIONS") == 0) { /* a browser's CORS preflight */
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
@@ -1815,7 +1914,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
   serve_server *s = cls;
   conn *cn = *con_cls;
   /* kept alive for the next request: it has the idle limit again */
-  if (why == MHD_REQUEST_TERMINATED_COMPLETED_OK) MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->idle_timeout_s);
+  if (why == MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->idle_timeout_s);
+    head_await(s, head_of(c), mono_seconds() + s->idle_timeout_s + s->header_timeout_s);
+  }
   if (!cn) return;
   if (cn->counted) atomic_fetch_sub(&s->in_flight, 1);
   if (cn->resp) MHD_destroy_response(cn->resp); /* made, never sent (the client went away) */
@@ -1849,13 +1951,30 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   snprintf(port, sizeof port, "%d", cfg->port);
   if (cfg->api_key && !cfg->api_key[0])
     return herr_set(err, HEARTH_EINVAL, "the API key is empty, which would let every client in: give a key, or none");
+  char *adapter_dir = NULL; /* its real path: what POST /v1/adapters paths must lie inside */
+  if (cfg->adapter_dir) {
+    struct stat st;
+    errno = 0;
+    adapter_dir = realpath(cfg->adapter_dir, NULL);
+    if (!adapter_dir || stat(adapter_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+      int e = errno;
+      free(adapter_dir);
+      return herr_set(err, HEARTH_EINVAL, "the adapter directory '%s' is not a folder%s%s", cfg->adapter_dir,
+                      e ? ": " : "", e ? strerror(e) : "");
+    }
+  }
   int gai = getaddrinfo(host, port, &hints, &ai);
-  if (gai || !ai) return herr_set(err, HEARTH_EINVAL, "cannot resolve host '%s': %s", host, gai_strerror(gai));
+  if (gai || !ai) {
+    free(adapter_dir);
+    return herr_set(err, HEARTH_EINVAL, "cannot resolve host '%s': %s", host, gai_strerror(gai));
+  }
   serve_server *s = calloc(1, sizeof *s);
   if (!s) {
+    free(adapter_dir);
     freeaddrinfo(ai);
     return herr_set(err, HEARTH_ENOMEM, "out of memory");
   }
+  s->adapter_dir = adapter_dir;
   s->engine = engine;
   s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
   s->keepalive_s = (cfg->keepalive_ms > 0 ? cfg->keepalive_ms : DEFAULT_KEEPALIVE_MS) / 1000.0;
@@ -1877,13 +1996,17 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   }
   s->idle_timeout_s = cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s : DEFAULT_IDLE_TIMEOUT_S;
   unsigned max_conn = cfg->max_connections > 0 ? (unsigned)cfg->max_connections : DEFAULT_MAX_CONNECTIONS;
-  unsigned per_client = cfg->max_per_client > 0 ? (unsigned)cfg->max_per_client : DEFAULT_MAX_PER_CLIENT;
+  unsigned per_client = cfg->max_per_client > 0         ? (unsigned)cfg->max_per_client
+                        : max_conn / PER_CLIENT_SHARE > 0 ? max_conn / PER_CLIENT_SHARE
+                                                          : 1;
+  s->header_timeout_s = cfg->header_timeout_s > 0 ? cfg->header_timeout_s : DEFAULT_HEADER_TIMEOUT_S;
   raise_fd_limit(max_conn + 64);
   pthread_mutex_init(&s->engine_lock, NULL);
   pthread_mutex_init(&s->jobs_mu, NULL);
   pthread_mutex_init(&s->workers_mu, NULL);
   pthread_cond_init(&s->workers_cv, NULL);
   pthread_mutex_init(&s->park_mu, NULL);
+  pthread_mutex_init(&s->head_mu, NULL);
   pthread_cond_init(&s->watcher_cv, NULL);
   if (pthread_create(&s->watcher, NULL, watcher_main, s) != 0) {
     freeaddrinfo(ai);
@@ -1899,6 +2022,7 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,                  /* */
                                MHD_OPTION_SOCK_ADDR, ai->ai_addr,                                     /* */
                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,                          /* */
+                               MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,                        /* */
                                MHD_OPTION_THREAD_POOL_SIZE, (unsigned)POLL_THREADS,                   /* */
                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->idle_timeout_s,            /* */
                                MHD_OPTION_CONNECTION_LIMIT, max_conn,                                 /* */
@@ -1949,9 +2073,11 @@ void serve_stop(serve_server *s) {
   pthread_mutex_destroy(&s->workers_mu);
   pthread_cond_destroy(&s->workers_cv);
   pthread_mutex_destroy(&s->park_mu);
+  pthread_mutex_destroy(&s->head_mu);
   pthread_cond_destroy(&s->watcher_cv);
   free(s->api_key);
   free(s->cors);
+  free(s->adapter_dir);
   for (int i = 0; i < s->nnames; i++) free(s->names[i]);
   free(s->names);
   resp_store_free(s->responses);

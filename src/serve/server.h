@@ -1,6 +1,6 @@
 /* server.h — the HTTP server: OpenAI endpoints over one engine, SSE streams,
- * the chat page, API-key checks and body limits, on libmicrohttpd with one
- * thread per connection. */
+ * the chat page, API-key checks and body limits, connection limits and
+ * deadlines, on libmicrohttpd's event loop. */
 #ifndef HEARTH_SERVE_SERVER_H
 #define HEARTH_SERVE_SERVER_H
 
@@ -18,8 +18,11 @@ typedef struct serve_config {
   size_t max_body;     /* request bodies above this get 413; 0: 16 MiB */
   int keepalive_ms;    /* a stream idle this long sends ": keep-alive"; 0: 15 s */
   int max_connections; /* open connections at most; 0: 4096 (more are refused) */
-  int max_per_client;  /* open connections per client address at most; 0: 1024 */
+  int max_per_client;  /* open connections per client address at most; 0: an eighth of max_connections */
   int idle_timeout_s;  /* a connection that sends no request (headers) for this long is closed; 0: 10 s */
+  int header_timeout_s; /* a request's head (request line and headers) must be all in this long after its
+                         * connection opens (after the previous answer, plus idle_timeout_s, on a kept-alive
+                         * one), however steadily it trickles in, or the connection is closed; 0: 10 s */
   const char *const *served_names; /* borrowed: further names the model answers to ("*": any name); a
                                     * request naming another model gets 404 model_not_found */
   int n_served_names;
@@ -27,6 +30,8 @@ typedef struct serve_config {
   size_t responses_max;       /* Responses API: stored responses at most; 0: 1000 (oldest dropped first) */
   size_t responses_max_bytes; /* ... their stored JSON in bytes at most; 0: 256 MiB */
   int64_t responses_ttl_s;    /* ... kept this long; 0: one hour; < 0: no expiry */
+  const char *adapter_dir;    /* borrowed; NULL: POST /v1/adapters refuses every path (403). Else adapters load
+                               * over the API only from folders inside it (adapters_resolve) */
 } serve_config;
 
 typedef struct serve_server serve_server;

@@ -3,7 +3,11 @@
  * from tests/fixtures/mm/gemma4_vision-f32 made by tools/gen_mm_golden.py),
  * limits refused before decoding, damaged data refused with a message; sources
  * (data URLs in base64 and percent-encoding, bare base64, files only when
- * allowed, http(s) only when allowed); sound through FFmpeg (a WAV made here:
+ * allowed, http(s) only when allowed; remote fetches reach no loopback or
+ * private address without allow_private_hosts — a listener on 127.0.0.1
+ * counts the connections it gets —, redirects are checked hop by hop, and
+ * every failure reads the same; the address rule over IPv4 and IPv6 ranges
+ * and mapped forms); sound through FFmpeg (a WAV made here:
  * 16 kHz mono samples exact, 44.1 kHz stereo resampled to 16 kHz mono); video
  * through FFmpeg (the animated GIF: its frames, times and sampling rate;
  * the frame indices transformers' Qwen3-VL sample_frames picks, worked out
@@ -18,7 +22,12 @@
  * made from img_a.png by `heif-enc -q 90 -p chroma=444 -o img.heic img.png`
  * and `heif-enc -A -q 90 -p chroma=444 -o img.avif img.png`: full chroma, as the
  * image is noise that 4:2:0 would blur). */
+#include <arpa/inet.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +35,7 @@
 
 #include <gif_lib.h>
 #include <png.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #ifdef HEARTH_HAVE_HEIF
 #include <libheif/heif.h>
@@ -391,6 +401,186 @@ static void test_sources(void) {
   free(url), free(enc), free(png);
 }
 
+/* ---- remote fetches ---- */
+
+static void addr_case(const char *text, bool want) {
+  struct sockaddr_storage ss;
+  memset(&ss, 0, sizeof ss);
+  if (strchr(text, ':')) {
+    struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+    a->sin6_family = AF_INET6;
+    CHECK_MSG(inet_pton(AF_INET6, text, &a->sin6_addr) == 1, "%s", text);
+  } else {
+    struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+    a->sin_family = AF_INET;
+    CHECK_MSG(inet_pton(AF_INET, text, &a->sin_addr) == 1, "%s", text);
+  }
+  CHECK_MSG(media_addr_public((struct sockaddr *)&ss) == want, "%s should be %s", text, want ? "public" : "refused");
+}
+
+static void test_addr_rule(void) {
+  static const char *refused[] = {
+      "0.0.0.0", "0.1.2.3", "10.0.0.1", "10.255.255.255", "100.64.0.1", "100.127.255.254", "127.0.0.1", "127.1.2.3",
+      "169.254.169.254", "169.254.0.1", "172.16.0.1", "172.31.255.255", "192.0.0.8", "192.168.0.1", "192.168.255.255",
+      "198.18.0.1", "198.19.255.255", "224.0.0.1", "239.255.255.250", "240.0.0.1", "255.255.255.255",
+      "::", "::1", "::ffff:127.0.0.1", "::ffff:10.1.2.3", "::ffff:169.254.169.254", "::ffff:192.168.1.1", "::127.0.0.1",
+      "::10.0.0.1", "::ffff:0:127.0.0.1", "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "2002:7f00:1::", "2002:c0a8:101::1",
+      "fe80::1", "febf::1", "fec0::1", "fc00::1", "fd12:3456::1", "ff02::1", "ff0e::1", "100::1",
+  };
+  static const char *public_ok[] = {
+      "1.1.1.1", "8.8.8.8", "9.255.255.255", "11.0.0.1", "100.63.255.255", "100.128.0.1", "126.255.255.255",
+      "128.0.0.1", "169.253.255.255", "169.255.0.1", "172.15.255.255", "172.32.0.1", "192.0.1.1", "192.167.255.255",
+      "192.169.0.1", "198.17.255.255", "198.20.0.1", "223.255.255.255",
+      "2001:4860:4860::8888", "2606:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808", "2002:808:808::1", "fbff::1",
+      "fe7f::1",
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) addr_case(refused[i], false);
+  for (size_t i = 0; i < sizeof public_ok / sizeof public_ok[0]; i++) addr_case(public_ok[i], true);
+  struct sockaddr un = {.sa_family = AF_UNIX};
+  CHECK(!media_addr_public(&un));
+  CHECK(!media_addr_public(NULL));
+}
+
+/* A one-connection-at-a-time HTTP listener on 127.0.0.1 that counts the
+ * connections it accepts and answers each with 200 "hello", a 404, or a
+ * redirect to `location`. */
+typedef struct listener {
+  int fd, port;
+  atomic_int hits;
+  int status; /* 200, 404 or 302 */
+  char location[256];
+  atomic_bool stop;
+  pthread_t thread;
+} listener;
+
+static void *listen_main(void *arg) {
+  listener *l = arg;
+  while (!atomic_load(&l->stop)) {
+    struct pollfd p = {.fd = l->fd, .events = POLLIN};
+    if (poll(&p, 1, 50) <= 0) continue;
+    int c = accept(l->fd, NULL, NULL);
+    if (c < 0) continue;
+    atomic_fetch_add(&l->hits, 1);
+    struct timeval tv = {5, 0};
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char req[4096];
+    size_t got = 0;
+    ssize_t k;
+    while (got < sizeof req - 1 && (k = recv(c, req + got, sizeof req - 1 - got, 0)) > 0) {
+      got += (size_t)k;
+      req[got] = 0;
+      if (strstr(req, "\r\n\r\n")) break;
+    }
+    char resp[600];
+    if (l->status == 302)
+      snprintf(resp, sizeof resp, "HTTP/1.1 302 Found\r\nLocation: %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+               l->location);
+    else if (l->status == 404)
+      snprintf(resp, sizeof resp, "HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\nConnection: close\r\n\r\nnope");
+    else
+      snprintf(resp, sizeof resp, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello");
+    send(c, resp, strlen(resp), MSG_NOSIGNAL);
+    close(c);
+  }
+  return NULL;
+}
+
+static void listener_start(listener *l, int status) {
+  memset(l, 0, sizeof *l);
+  l->status = status;
+  l->fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  socklen_t al = sizeof a;
+  CHECK(bind(l->fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(l->fd, 16) == 0);
+  getsockname(l->fd, (struct sockaddr *)&a, &al);
+  l->port = ntohs(a.sin_port);
+  pthread_create(&l->thread, NULL, listen_main, l);
+}
+
+static void listener_stop(listener *l) {
+  atomic_store(&l->stop, true);
+  pthread_join(l->thread, NULL);
+  close(l->fd);
+}
+
+/* Lets a fetch reach one port only (the addr_ok rule an embedder may set). */
+static bool only_port(const struct sockaddr *sa, void *ctx) {
+  int port = *(int *)ctx;
+  return sa->sa_family == AF_INET && ntohs(((const struct sockaddr_in *)sa)->sin_port) == port;
+}
+
+static void test_remote_fetch(void) {
+  listener a, b;
+  listener_start(&a, 200);
+  listener_start(&b, 200);
+  media_source_opts o = {.allow_remote = true};
+  herr err = {0};
+  uint8_t *got = NULL;
+  size_t gn = 0;
+  char url[300];
+  /* without allow_private_hosts, loopback in every spelling is never reached */
+  const char *hosts[] = {"127.0.0.1", "localhost", "127.9.9.9", "[::1]", "[::ffff:127.0.0.1]", "0.0.0.0", "[::]", "2130706433"};
+  for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
+    snprintf(url, sizeof url, "http://%s:%d/img.png", hosts[i], a.port);
+    CHECK_MSG(media_fetch(url, &o, &got, &gn, &err) == HEARTH_EINVAL && !got, "%s was fetched", url);
+    CHECK_MSG(strstr(err.msg, "cannot fetch"), "%s: %s", url, err.msg);
+  }
+  CHECK(media_fetch("http://169.254.169.254/latest/meta-data/", &o, &got, &gn, &err) == HEARTH_EINVAL);
+  CHECK(media_fetch("http://10.0.0.1:9/", &o, &got, &gn, &err) == HEARTH_EINVAL);
+  CHECK_EQ_INT(atomic_load(&a.hits), 0);
+  /* with it, the listener answers */
+  o.allow_private_hosts = true;
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/img.png", a.port);
+  CHECK_MSG(media_fetch(url, &o, &got, &gn, &err) == 0 && gn == 5 && !memcmp(got, "hello", 5), "%s", err.msg);
+  free(got), got = NULL;
+  snprintf(url, sizeof url, "http://localhost:%d/img.png", a.port);
+  CHECK_MSG(media_fetch(url, &o, &got, &gn, &err) == 0 && gn == 5, "%s", err.msg);
+  free(got), got = NULL;
+  CHECK_EQ_INT(atomic_load(&a.hits), 2);
+  /* a redirect is checked again: a reaches b (another port) only where b is allowed */
+  listener r;
+  listener_start(&r, 302);
+  snprintf(r.location, sizeof r.location, "http://localhost:%d/next.png", b.port);
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/img.png", r.port);
+  o.addr_ok = only_port;
+  o.addr_ok_ctx = &r.port;
+  CHECK(media_fetch(url, &o, &got, &gn, &err) == HEARTH_EINVAL && !got);
+  CHECK_EQ_INT(atomic_load(&r.hits), 1);
+  CHECK_EQ_INT(atomic_load(&b.hits), 0);
+  o.addr_ok = NULL;
+  CHECK_MSG(media_fetch(url, &o, &got, &gn, &err) == 0 && gn == 5, "%s", err.msg);
+  free(got), got = NULL;
+  CHECK_EQ_INT(atomic_load(&b.hits), 1);
+  /* only http(s), at any hop */
+  const char *bad[] = {"file:///etc/passwd", "ftp://127.0.0.1/x", "gopher://127.0.0.1:70/x", "dict://127.0.0.1:11211/stat"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(r.location, sizeof r.location, "%s", bad[i]);
+    CHECK_MSG(media_fetch(url, &o, &got, &gn, &err) == HEARTH_EINVAL && !got, "a redirect to %s was followed", bad[i]);
+  }
+  /* at most 5 redirects: a loop ends after the first request and 5 more */
+  snprintf(r.location, sizeof r.location, "http://127.0.0.1:%d/again", r.port);
+  int before = atomic_load(&r.hits);
+  CHECK(media_fetch(url, &o, &got, &gn, &err) == HEARTH_EINVAL && !got);
+  CHECK_EQ_INT(atomic_load(&r.hits) - before, 6);
+  listener_stop(&r);
+  /* one message whatever the failure: an HTTP error and a closed port read the same */
+  listener nf;
+  listener_start(&nf, 404);
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/img.png", nf.port);
+  CHECK(media_fetch(url, &o, &got, &gn, &err) == HEARTH_EINVAL);
+  char first[sizeof err.msg];
+  snprintf(first, sizeof first, "%s", err.msg);
+  listener_stop(&nf);
+  CHECK(media_fetch(url, &o, &got, &gn, &err) == HEARTH_EINVAL);
+  CHECK_EQ_STR(err.msg, first);
+  o.allow_private_hosts = false;
+  CHECK(media_fetch(url, &o, &got, &gn, &err) == HEARTH_EINVAL);
+  CHECK_EQ_STR(err.msg, first);
+  listener_stop(&a);
+  listener_stop(&b);
+}
+
 /* A WAV file of n 16-bit samples per channel. */
 static uint8_t *wav(int rate, int channels, const int16_t *s, int n, size_t *len) {
   size_t data = (size_t)n * channels * 2;
@@ -657,6 +847,8 @@ int main(void) {
   RUN(test_bad_images);
   RUN(test_heif);
   RUN(test_sources);
+  RUN(test_addr_rule);
+  RUN(test_remote_fetch);
   RUN(test_audio);
   RUN(test_video);
   RUN(test_sample_indices);

@@ -7,7 +7,10 @@
 // a second turn about the same image reports cached tokens covering the image
 // and prefills only the rest, while a different image with as many soft tokens
 // hits nothing past the text before it; bad media, media the model cannot
-// take and remote URLs without --allow-remote-media are 400s naming the part.
+// take and remote URLs without --allow-remote-media are 400s naming the part;
+// with it, a listener on 127.0.0.1 is reached only under
+// --allow-private-media-hosts (every spelling of loopback refused without it,
+// with the one message every failed fetch gets).
 //
 // HEARTH_E2E_SERVER  the `hearth` executable
 'use strict';
@@ -166,28 +169,48 @@ test('bad media are 400s naming the part', async () => {
   assert.equal(r.status, 200);
 });
 
-test('--allow-remote-media fetches http(s) images; --allow-local-media reads files', async () => {
+test('--allow-remote-media fetches http(s) images (loopback only with --allow-private-media-hosts); --allow-local-media reads files', async () => {
   const http = require('node:http');
   const png = fs.readFileSync(path.join(FX, 'img_a.png'));
+  let hits = 0;
   const files = http.createServer((req, res) => {
+    hits++;
     if (req.url === '/img_a.png') { res.writeHead(200, { 'content-type': 'image/png' }); res.end(png); }
+    else if (req.url === '/to-loopback') { res.writeHead(302, { location: base + '/img_a.png' }); res.end(); }
     else { res.writeHead(404); res.end(); }
   });
   await new Promise((r) => files.listen(0, '127.0.0.1', r));
   const base = `http://127.0.0.1:${files.address().port}`;
-  const open = await H.startServer(SERVER, ['serve', '--model', FX, '--port', '0', '--threads', '2',
-    '--allow-remote-media', '--allow-local-media', '--max-media-bytes', '64K']);
+  const askOn = (srv) => async (url) => {
+    const r = await fetch(srv.url + '/v1/chat/completions', {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: [imageTurn(url)], max_tokens: 2, temperature: 0 }),
+    });
+    return { status: r.status, body: await r.json() };
+  };
+  // public addresses only: the listener on 127.0.0.1 is never reached, and the refusal reads as any failure
+  const pub = await H.startServer(SERVER, ['serve', '--model', FX, '--port', '0', '--threads', '2', '--allow-remote-media']);
   try {
-    const ask = async (url) => {
-      const r = await fetch(open.url + '/v1/chat/completions', {
-        method: 'POST', headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: MODEL, messages: [imageTurn(url)], max_tokens: 2, temperature: 0 }),
-      });
-      return { status: r.status, body: await r.json() };
-    };
+    const ask = askOn(pub);
+    for (const u of [base + '/img_a.png', `http://localhost:${files.address().port}/img_a.png`,
+      `http://[::ffff:127.0.0.1]:${files.address().port}/img_a.png`, 'http://169.254.169.254/latest/meta-data/']) {
+      const r = await ask(u);
+      assert.equal(r.status, 400, JSON.stringify(r.body));
+      assert.match(r.body.error.message, /^messages\[0\]\.content\[0\]: cannot fetch .*\(refused, unreachable, an HTTP error or over/);
+    }
+    assert.equal(hits, 0, 'a loopback listener was reached without --allow-private-media-hosts');
+  } finally {
+    await H.stopServer(pub);
+  }
+  const open = await H.startServer(SERVER, ['serve', '--model', FX, '--port', '0', '--threads', '2',
+    '--allow-remote-media', '--allow-private-media-hosts', '--allow-local-media', '--max-media-bytes', '64K']);
+  try {
+    const ask = askOn(open);
     let r = await ask(base + '/img_a.png');
     assert.equal(r.status, 200, JSON.stringify(r.body));
     assert.equal(r.body.usage.prompt_tokens, golden.prompts.p_img.ids.length - (golden.prompts.p_img.ids[1] === golden.token_ids.bos ? 1 : 0));
+    r = await ask(base + '/to-loopback'); // a redirect, checked and followed
+    assert.equal(r.status, 200, JSON.stringify(r.body));
     r = await ask(base + '/missing.png');
     assert.equal(r.status, 400);
     assert.match(r.body.error.message, /^messages\[0\]\.content\[0\]: cannot fetch/);

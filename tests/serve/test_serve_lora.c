@@ -9,7 +9,12 @@
  * the base) but does share it between requests under the same adapter;
  * DELETE /v1/adapters/{id} while a stream runs under it answers in_use 1,
  * the stream ends normally, and the adapter is gone for new requests; bad
- * loads (no such folder, a taken name) are 400s and an unknown DELETE a 404. */
+ * loads (no such folder, a taken name) are 400s and an unknown DELETE a 404;
+ * POST /v1/adapters loads only from folders inside --adapter-dir (a name
+ * relative to it loads; a path outside, "..", a symlink leading out — the
+ * folder or a file in it —, /etc/passwd are one 400 that quotes nothing of
+ * any file; a broken config inside says where, not what) and, without one,
+ * nothing (403). */
 #include <arpa/inet.h>
 #include <jansson.h>
 #include <netinet/in.h>
@@ -186,6 +191,72 @@ static void test_listing_and_loading(void) {
   free(r);
 }
 
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (f) fputs(text, f), fclose(f);
+}
+
+/* No file bytes in an answer: the first bytes of /etc/passwd and of the planted config. */
+static bool quotes_nothing(const char *r) {
+  return !strstr(r, "root:") && !strstr(r, "daemon:") && !strstr(r, "SECRET") && !strstr(r, "near '");
+}
+
+static void test_adapter_dir(void) {
+  char path[300], body[600];
+  /* a name relative to the adapter directory loads */
+  char *r = http("POST", "/v1/adapters", "{\"name\":\"c\",\"path\":\"c\"}");
+  CHECK_MSG(status_of(r) == 200, "%.300s", r);
+  free(r);
+  r = http("DELETE", "/v1/adapters/c", NULL);
+  CHECK_EQ_INT(status_of(r), 200);
+  free(r);
+  /* outside it, however spelled, or not a folder: one 400 quoting nothing */
+  snprintf(path, sizeof path, "%s_outside", g_root); /* beside the adapter directory */
+  mkdir(path, 0755);
+  snprintf(body, sizeof body, "%s_outside/x", g_root);
+  write_adapter(body, 5); /* a valid adapter, but outside */
+  snprintf(path, sizeof path, "%s/evil", g_root);
+  CHECK(symlink(body, path) == 0);             /* evil -> a folder outside */
+  char up[200];                                /* ../<name>_outside/x */
+  snprintf(up, sizeof up, "../%s_outside/x", strrchr(g_root, '/') + 1);
+  snprintf(path, sizeof path, "%s/etc", g_root);
+  CHECK(symlink("/etc", path) == 0);           /* etc -> /etc */
+  snprintf(path, sizeof path, "%s/leaky", g_root);
+  mkdir(path, 0755);                           /* a folder inside whose config leads out */
+  snprintf(path, sizeof path, "%s/leaky/adapter_config.json", g_root);
+  CHECK(symlink("/etc/passwd", path) == 0);
+  snprintf(path, sizeof path, "%s/secret.json", g_root);
+  write_file(path, "SECRET-TOKEN-1234\n");
+  const char *refused[] = {"/etc/passwd", "/etc", up, "evil", "etc", "etc/passwd", "leaky", "secret.json",
+                           "no-such-adapter", "", "."};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    snprintf(body, sizeof body, "{\"name\":\"x%zu\",\"path\":\"%s\"}", i, refused[i]);
+    r = http("POST", "/v1/adapters", body);
+    CHECK_MSG(status_of(r) == 400, "path '%s': %.300s", refused[i], r);
+    CHECK_MSG(quotes_nothing(r), "path '%s': %.300s", refused[i], r);
+    if (refused[i][0]) CHECK_MSG(strstr(r, "adapter_path_refused") != NULL, "path '%s': %.300s", refused[i], r);
+    free(r);
+  }
+  snprintf(body, sizeof body, "{\"name\":\"x\",\"path\":\"%s_outside/x\"}", g_root); /* absolute, outside */
+  r = http("POST", "/v1/adapters", body);
+  CHECK_MSG(status_of(r) == 400 && strstr(r, "adapter_path_refused"), "%.300s", r);
+  free(r);
+  /* a broken config inside the directory: the error says where, not what */
+  snprintf(path, sizeof path, "%s/broken", g_root);
+  mkdir(path, 0755);
+  snprintf(path, sizeof path, "%s/broken/adapter_config.json", g_root);
+  write_file(path, "root:x:0:0:root:/root:/bin/bash SECRET\n");
+  r = http("POST", "/v1/adapters", "{\"name\":\"x\",\"path\":\"broken\"}");
+  CHECK_MSG(status_of(r) == 400 && strstr(r, "line 1"), "%.300s", r);
+  CHECK_MSG(quotes_nothing(r), "%.300s", r);
+  free(r);
+  r = http("GET", "/v1/adapters", NULL);
+  json_t *j = body_json(r);
+  CHECK_EQ_INT(json_array_size(json_object_get(j, "data")), 1); /* a only (b was deleted): none of the refused loaded */
+  json_decref(j);
+  free(r);
+}
+
 typedef struct job {
   const char *adapter;
   int i;
@@ -343,7 +414,9 @@ int main(void) {
     fprintf(stderr, "%s\n", err.msg);
     return 1;
   }
-  serve_config cfg = {.port = 0};
+  snprintf(dir, sizeof dir, "%s/c", g_root);
+  write_adapter(dir, 3);
+  serve_config cfg = {.port = 0, .adapter_dir = g_root};
   serve_server *srv;
   if (serve_start(&srv, &engine, &cfg, &err)) {
     fprintf(stderr, "%s\n", err.msg);
@@ -355,10 +428,28 @@ int main(void) {
   RUN(test_mixed_requests);
   RUN(test_prefix_cache_apart);
   RUN(test_delete_while_running);
+  RUN(test_adapter_dir);
   serve_stop(srv);
+  /* without --adapter-dir the API loads nothing, whatever the path */
+  serve_config bare = {.port = 0};
+  if (serve_start(&srv, &engine, &bare, &err) == 0) {
+    g_port = serve_port(srv);
+    snprintf(dir, sizeof dir, "{\"name\":\"c\",\"path\":\"%s/c\"}", g_root);
+    char *r = http("POST", "/v1/adapters", dir);
+    CHECK_MSG(status_of(r) == 403 && strstr(r, "--adapter-dir"), "%.300s", r);
+    free(r);
+    r = http("POST", "/v1/adapters", "{\"name\":\"c\",\"path\":\"/etc/passwd\"}");
+    CHECK_MSG(status_of(r) == 403 && quotes_nothing(r), "%.300s", r);
+    free(r);
+    serve_stop(srv);
+  } else {
+    CHECK_MSG(0, "%s", err.msg);
+  }
+  cfg.adapter_dir = "/no/such/adapter/dir";
+  CHECK(serve_start(&srv, &engine, &cfg, &err) == HEARTH_EINVAL && strstr(err.msg, "/no/such/adapter/dir"));
   serve_engine_close(&engine);
   char cmd[200];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s_outside'", g_root, g_root);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_root);
   TEST_MAIN_END();
 }

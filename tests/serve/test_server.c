@@ -1,11 +1,18 @@
 /* test_server.c — the HTTP server over the fake engine, through raw sockets:
  * routes, statuses, SSE framing, API key, body limit, a client that hangs up
- * mid-stream (its generation is cancelled and the server keeps serving), and
- * stopping the server while a stream is running. Runs under ASan too, which
+ * mid-stream (its generation is cancelled and the server keeps serving), a
+ * client that closes its side while its whole answer is computed (cancelled
+ * within moments, whether by close() or shutdown(SHUT_WR)), request heads
+ * that trickle in (closed at the head deadline, on a new and on a kept-alive
+ * connection, while others are answered), the per-address connection cap
+ * (another address still gets in), and stopping the server while a stream
+ * is running. Runs under ASan too, which
  * is what holds the server's free paths to account. */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -16,8 +23,17 @@
 #include "serve/server.h"
 #include "test.h"
 
-static int dial(int port) {
+/* A connection to the server from the local address `from` (NULL: any). */
+static int dial_from(const char *from, int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (from) {
+    struct sockaddr_in me = {.sin_family = AF_INET};
+    inet_pton(AF_INET, from, &me.sin_addr);
+    if (bind(fd, (struct sockaddr *)&me, sizeof me) != 0) {
+      close(fd);
+      return -1;
+    }
+  }
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
   if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
@@ -26,6 +42,8 @@ static int dial(int port) {
   }
   return fd;
 }
+
+static int dial(int port) { return dial_from(NULL, port); }
 
 static void send_all(int fd, const char *s, size_t n) {
   while (n) {
@@ -226,7 +244,7 @@ static void test_key_and_limit(void) {
     int n = snprintf(chunk, sizeof chunk, "%x\r\n%s\r\n", 200, big + 400);
     send_all(fd, chunk, (size_t)n);
   }
-  send_all(fd, "0\r\n\r\n", 5);
+  send_all(fd, "0\r\n\r\n", strlen("0\r\n\r\n"));
   char buf[2048] = {0};
   ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
   CHECK(n > 0 && status_of(buf) == 413);
@@ -324,16 +342,16 @@ static char *raw(int port, const char *bytes, bool half_close) {
   return out ? out : strdup("");
 }
 
-/* A client that sends its request and then half-closes its socket still
- * gets its answer, whole or streamed. */
+/* A client that sends its request for a stream and then half-closes its
+ * socket still reads its stream. */
 static void test_half_close(void) {
   serve_server *s;
   herr err = {0};
   serve_config cfg = {.port = 0};
   CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), 0);
   int port = serve_port(s);
-  const char *bodies[] = {"{\"prompt\":\"Say:\",\"max_tokens\":3}", "{\"prompt\":\"Say:\",\"max_tokens\":3,\"stream\":true}"};
-  for (int i = 0; i < 2; i++) {
+  const char *bodies[] = {"", "{\"prompt\":\"Say:\",\"max_tokens\":3,\"stream\":true}"};
+  for (int i = 1; i < 2; i++) {
     char req[512];
     snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
              strlen(bodies[i]), bodies[i]);
@@ -342,6 +360,150 @@ static void test_half_close(void) {
     CHECK(strstr(r, i ? "data: [DONE]" : "\"finish_reason\":\"length\"") != NULL);
     free(r);
   }
+  serve_stop(s);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A client that closes its side of the connection while its whole (not
+ * streamed) answer is computed has gone: the generation is cancelled within
+ * moments (5000 tokens would take 50 s), whether it closed the socket or only
+ * shut its writing down. */
+static void test_fin_cancels_whole(void) {
+  serve_server *s;
+  herr err = {0};
+  serve_config cfg = {.port = 0};
+  CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), 0);
+  int port = serve_port(s);
+  for (int mode = 0; mode < 2; mode++) {
+    int cancelled = atomic_load(&fake_cancelled);
+    int fd = dial(port);
+    const char *body = "{\"prompt\":\"[slow]\"}"; /* 5000 tokens, 10 ms apart */
+    char req[300];
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
+    send_all(fd, req, strlen(req));
+    for (int i = 0; i < 1000 && atomic_load(&fake_running) == 0; i++) sleep_ms(10);
+    CHECK(atomic_load(&fake_running) == 1);
+    double t0 = now_s();
+    if (mode == 0) shutdown(fd, SHUT_WR);
+    else close(fd);
+    for (int i = 0; i < 2000 && atomic_load(&fake_running) > 0; i++) sleep_ms(10);
+    CHECK_MSG(atomic_load(&fake_running) == 0, "%s: the generation still runs", mode ? "close" : "shutdown");
+    CHECK_MSG(atomic_load(&fake_cancelled) == cancelled + 1, "%s: the generation was not cancelled", mode ? "close" : "shutdown");
+    CHECK_MSG(now_s() - t0 < 15, "%s: cancelled after %.1f s", mode ? "close" : "shutdown", now_s() - t0);
+    if (mode == 0) { /* nothing is answered to a client that left */
+      struct timeval tv = {10, 0};
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      char buf[64];
+      CHECK(recv(fd, buf, sizeof buf, 0) <= 0);
+      close(fd);
+    }
+  }
+  char *r = http(port, "GET", "/stats", NULL, NULL);
+  CHECK_EQ_INT(status_of(r), 200);
+  free(r);
+  serve_stop(s);
+}
+
+/* Reads one answer with a Content-Length from fd (kept alive); its status. */
+static int read_answer(int fd) {
+  hbuf got = {0};
+  char buf[1024];
+  ssize_t n;
+  int status = 0;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) {
+    hbuf_append(&got, buf, (size_t)n);
+    const char *end = strstr(hbuf_str(&got), "\r\n\r\n");
+    const char *cl = strstr(hbuf_str(&got), "Content-Length: ");
+    if (end && cl && got.len >= (size_t)(end + 4 - got.data) + (size_t)atol(cl + 16)) break;
+  }
+  status = status_of(hbuf_str(&got));
+  hbuf_free(&got);
+  return status;
+}
+
+/* Trickles a header byte every 250 ms into fd until the server closes it
+ * (at most 40 s); every second, another client asks /health and is
+ * answered. Returns the seconds it took. */
+static double trickle_until_closed(int fd, int port) {
+  double t0 = now_s();
+  for (int i = 0; i < 160; i++) {
+    if (send(fd, "a", 1, MSG_NOSIGNAL) != 1) return now_s() - t0;
+    if (i % 4 == 0) {
+      char *r = http(port, "GET", "/health", NULL, NULL);
+      CHECK_MSG(status_of(r) == 200, "/health while a head trickles in: '%.60s'", r);
+      free(r);
+    }
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 250) > 0) {
+      char buf[256];
+      ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+      if (n > 0) CHECK_MSG(0, "the server answered a request whose head never ended: '%.*s'", (int)n, buf);
+      if (n <= 0 && !(n < 0 && errno == EAGAIN)) return now_s() - t0;
+    }
+  }
+  return now_s() - t0;
+}
+
+/* A request head that trickles in a byte at a time is cut at the head
+ * deadline, though the connection is never silent for the idle limit; on a
+ * kept-alive connection, the next head gets the idle limit plus the deadline
+ * after the previous answer. Meanwhile others are answered. */
+static void test_slow_headers(void) {
+  serve_server *s;
+  herr err = {0};
+  serve_config cfg = {.port = 0, .header_timeout_s = 2, .idle_timeout_s = 3};
+  CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), 0);
+  int port = serve_port(s);
+  int fd = dial(port);
+  send_all(fd, "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ", strlen("GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: "));
+  double took = trickle_until_closed(fd, port);
+  close(fd);
+  CHECK_MSG(took >= 1.5 && took < 30, "a trickling head was closed after %.1f s (deadline 2 s)", took);
+  fd = dial(port);
+  send_all(fd, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", strlen("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"));
+  CHECK_EQ_INT(read_answer(fd), 200);
+  send_all(fd, "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ", strlen("GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: "));
+  took = trickle_until_closed(fd, port);
+  close(fd);
+  CHECK_MSG(took >= 4 && took < 40, "a kept-alive connection's trickling head was closed after %.1f s (deadline 3 + 2 s)", took);
+  /* a head that comes in time is answered */
+  char *r = http(port, "GET", "/health", NULL, NULL);
+  CHECK_EQ_INT(status_of(r), 200);
+  free(r);
+  serve_stop(s);
+}
+
+/* One address holds an eighth of the connections at most (2 of 16 here): its
+ * third is closed at once, while another address still gets in. */
+static void test_per_client_limit(void) {
+  serve_server *s;
+  herr err = {0};
+  serve_config cfg = {.port = 0, .max_connections = 16, .idle_timeout_s = 60, .header_timeout_s = 60};
+  CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), 0);
+  int port = serve_port(s);
+  int a = dial(port), b = dial(port);
+  CHECK(a >= 0 && b >= 0);
+  sleep_ms(300);
+  int c = dial(port);
+  struct timeval tv = {10, 0};
+  setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char ch;
+  CHECK_MSG(recv(c, &ch, 1, 0) == 0, "a third connection from one address was kept (cap 2)");
+  close(c);
+  int d = dial_from("127.0.0.2", port);
+  CHECK_MSG(d >= 0, "cannot connect from 127.0.0.2");
+  if (d >= 0) {
+    send_all(d, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", strlen("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    setsockopt(d, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    CHECK_EQ_INT(read_answer(d), 200);
+    close(d);
+  }
+  close(a), close(b);
   serve_stop(s);
 }
 
@@ -424,7 +586,7 @@ static int thread_count(void) {
 static void test_idle_connections(void) {
   serve_server *s;
   herr err = {0};
-  serve_config cfg = {.port = 0, .idle_timeout_s = 2};
+  serve_config cfg = {.port = 0, .idle_timeout_s = 2, .max_per_client = 1100}; /* all from one address */
   CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), 0);
   int port = serve_port(s);
   struct rlimit rl;
@@ -476,6 +638,9 @@ int main(void) {
   RUN(test_stop_while_streaming);
   RUN(test_bad_start);
   RUN(test_half_close);
+  RUN(test_fin_cancels_whole);
+  RUN(test_slow_headers);
+  RUN(test_per_client_limit);
   RUN(test_expect_continue);
   RUN(test_bad_content_length);
   RUN(test_empty_key);
