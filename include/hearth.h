@@ -76,6 +76,9 @@ typedef struct hearth_load_opts {
   /* Serving (continuous batching); 0 takes the default. */
   int max_batch;           /* running sequences per step at most (default 64) */
   int prefill_chunk;       /* prompt tokens one sequence feeds per step (default 512) */
+  int step_tokens;         /* tokens one step feeds in all, decode rows first and prompts' chunks in what is
+                              left (vLLM's max_num_batched_tokens; default max(prefill_chunk, max_batch),
+                              at least max_batch) */
   int64_t kv_cache_bytes;  /* KV pool size (default: a quarter of physical memory, at most 4 GiB,
                               at most max_batch full-context sequences) */
   int64_t memory_budget;   /* bytes the KV cache may use at most; a request that cannot fit is refused */

@@ -15,7 +15,7 @@
 
 static void serve_usage(void) {
   printf("usage: hearth serve [--model PATH] [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES] [--threads N]\n"
-         "                    [--max-batch N] [--prefill-chunk N] [--kv-cache-mem BYTES] [--memory-budget BYTES]\n"
+         "                    [--max-batch N] [--prefill-chunk N] [--max-num-batched-tokens N] [--kv-cache-mem BYTES] [--memory-budget BYTES]\n"
          "                    [--served-model-name NAME]... [--cors ORIGIN] [--trace-file PATH] [--trace-max-bytes BYTES]\n"
          "                    [--responses-max N] [--responses-max-bytes BYTES] [--responses-ttl SECONDS]\n"
          "                    [--kv-store DIR] [--kv-store-max BYTES] [--drain-timeout SECONDS] [--header-timeout SECONDS]\n"
@@ -34,6 +34,9 @@ static void serve_usage(void) {
          "  --threads N        compute threads (default: one per core)\n"
          "  --max-batch N      requests running in one batch at most (default 64); more wait\n"
          "  --prefill-chunk N  prompt tokens one request feeds per step (default 512)\n"
+         "  --max-num-batched-tokens N  tokens one step feeds in all: a row for every decoding\n"
+         "                     request first, prompts' chunks in what is left (default: the larger\n"
+         "                     of --prefill-chunk and --max-batch; at least --max-batch)\n"
          "  --kv-cache-mem BYTES  KV cache pool size (default: a quarter of physical memory,\n"
          "                     at most 4 GiB and at most max-batch full-context requests)\n"
          "  --memory-budget BYTES  the most the KV cache may use; a request that could never\n"
@@ -85,7 +88,7 @@ int cli_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = getenv("HEARTH_API_KEY"), *v;
   const char *names[64], *cors = NULL, *trace_file = NULL, *kv_store = NULL, *adapters[64], *adapter_dir = NULL;
   int nnames = 0, nadapters = 0;
-  long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, kv_mem = 0, budget = 0, trace_max = 0;
+  long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, step_tokens = 0, kv_mem = 0, budget = 0, trace_max = 0;
   long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600, kv_store_max = 0, drain_timeout = 30;
   long long media_bytes = 0, header_timeout = 10;
   bool allow_local = false, allow_remote = false, allow_private = false;
@@ -145,6 +148,7 @@ int cli_serve(int argc, char **argv) {
                (r = cli_opt_int("serve", argc, argv, &i, "--max-body", 1, (long long)1 << 40, &max_body)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--max-batch", 1, 4096, &max_batch)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--prefill-chunk", 1, 1 << 20, &chunk)) ||
+               (r = cli_opt_int("serve", argc, argv, &i, "--max-num-batched-tokens", 1, 1 << 20, &step_tokens)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--responses-max", 1, 1 << 30, &resp_max)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--responses-ttl", 0, 1ll << 40, &resp_ttl)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--drain-timeout", 0, 1ll << 30, &drain_timeout)) ||
@@ -182,7 +186,7 @@ int cli_serve(int argc, char **argv) {
   serve_engine engine;
   serve_engine_opts eo = {.threads = cli_load_opts()->threads,
                           .max_batch = (int)max_batch,
-                          .prefill_chunk = (int)chunk,
+                          .prefill_chunk = (int)chunk, .step_tokens = (int)step_tokens,
                           .kv_cache_bytes = kv_mem,
                           .memory_budget = budget,
                           .load = {.device = cli_load_opts()->device,

@@ -285,6 +285,7 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
   if (opts) {
     hm->sch_cfg.max_batch = opts->max_batch;
     hm->sch_cfg.prefill_chunk = opts->prefill_chunk;
+    hm->sch_cfg.step_tokens = opts->step_tokens;
     hm->sch_cfg.kv_bytes = opts->kv_cache_bytes > 0 ? (size_t)opts->kv_cache_bytes : 0;
     hm->sch_cfg.memory_budget = opts->memory_budget > 0 ? (size_t)opts->memory_budget : 0;
     hm->sch_cfg.gpu_memory_fraction = opts->gpu_memory_fraction;

@@ -714,9 +714,15 @@ static void step(sched *s) {
   propose(s);
   int n_batch = 0;
   int64_t budget = s->step_tokens, prompt_fed = 0;
+  /* decode rows first: a prompt's chunk takes only what the step's budget leaves after one row for
+   * every sequence that decodes (as vLLM's max_num_batched_tokens), so long prompts never starve them */
+  int64_t decode_left = 0;
+  for (int i = 0; i < s->n_running; i++)
+    decode_left += s->running[i]->n_toks - s->running[i]->kv->len <= 1 || s->running[i]->n_draft > 0;
   for (int i = 0; i < s->n_running; i++) {
     sseq *q = s->running[i];
     int64_t n = q->n_toks - q->kv->len;
+    if (n <= 1 || q->n_draft > 0) decode_left--;
     if (q->n_draft > 0) { /* its drafts, as many as the step's budget leaves room for */
       int64_t keep = q->n_draft < budget - n ? q->n_draft : budget - n;
       herr me = {0};
@@ -745,7 +751,7 @@ static void step(sched *s) {
     } else if (n > 1) {
       int chunk = q->req->prefill_chunk > 0 && q->req->prefill_chunk < s->chunk ? q->req->prefill_chunk : s->chunk;
       if (n > chunk) n = chunk;
-      if (n > budget) n = budget;
+      if (n > budget - decode_left) n = budget - decode_left;
       /* recurrent layers: a chunk stops at a block's end, where the state is kept for the
        * prefix cache (kv_paged's snapshots); the prompt's last chunk too, when it crosses one,
        * leaving the tail of fewer than a block's tokens to the next step */
@@ -914,6 +920,7 @@ static void step(sched *s) {
   s->st.busy_seconds += now_seconds() - t0;
   s->st.steps++;
   if (n_batch > s->st.peak_batch) s->st.peak_batch = n_batch;
+  if (s->step_tokens - budget > s->st.peak_step_tokens) s->st.peak_step_tokens = s->step_tokens - budget;
   int64_t waiting = s->n_waiting;
   pthread_mutex_unlock(&s->mu);
   if (s->trace)
@@ -972,6 +979,7 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   s->max_batch = c.max_batch > 0 ? c.max_batch : 64;
   s->chunk = c.prefill_chunk > 0 ? c.prefill_chunk : GEN_DEFAULT_PREFILL_CHUNK;
   s->step_tokens = c.step_tokens > 0 ? c.step_tokens : (s->chunk > s->max_batch ? s->chunk : s->max_batch);
+  if (s->step_tokens < s->max_batch) s->step_tokens = s->max_batch; /* every running sequence decodes each step */
   s->memory_budget = c.memory_budget;
   s->trace = c.trace;
   s->step_hook = c.step_hook;

@@ -36,7 +36,8 @@
 typedef struct sched_config {
   int max_batch;          /* running sequences at most; <= 0: 64 */
   int prefill_chunk;      /* prompt tokens one sequence feeds per step; <= 0: GEN_DEFAULT_PREFILL_CHUNK */
-  int step_tokens;        /* tokens per step (decode + prefill); <= 0: max(prefill_chunk, max_batch) */
+  int step_tokens;        /* tokens per step (decode + prefill; decode rows first, prompts' chunks in what
+                             is left); <= 0: max(prefill_chunk, max_batch); at least max_batch */
   int block_tokens;       /* rows per KV block; <= 0: SCHED_DEFAULT_BLOCK_TOKENS */
   size_t kv_bytes;        /* KV pool size; 0: a quarter of physical memory, at most 4 GiB, at most what
                              max_batch full-context sequences need */
@@ -82,6 +83,7 @@ typedef struct sched_stats {
   double busy_seconds;                            /* time spent in steps */
   int64_t requests_finished, requests_cancelled, requests_refused, preemptions, steps;
   int64_t peak_batch;                             /* the most sequences one step has run */
+  int64_t peak_step_tokens;                       /* the most tokens one step has fed (at most step_tokens) */
   /* speculative decoding, per draft source (spec_source): verification steps with drafts,
      tokens drafted, drafts accepted */
   int64_t spec_steps[SPEC_N_SOURCES], spec_drafted[SPEC_N_SOURCES], spec_accepted[SPEC_N_SOURCES];

@@ -187,6 +187,7 @@ typedef struct serve_engine_opts {
   int threads;             /* <= 0: one per core */
   int max_batch;           /* running sequences at most */
   int prefill_chunk;       /* prompt tokens per sequence per step */
+  int step_tokens;         /* tokens per step in all (decode rows first) */
   int64_t kv_cache_bytes;  /* KV pool size */
   int64_t memory_budget;   /* requests that cannot fit are refused (400 memory_admission) */
   hearth_load_opts load;   /* device, gpu_memory_fraction, cpu_level, mmap, f32_activations (the rest is set above) */

@@ -318,6 +318,7 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   opts.context_length = 0;
   opts.max_batch = o->max_batch;
   opts.prefill_chunk = o->prefill_chunk;
+  opts.step_tokens = o->step_tokens;
   opts.kv_cache_bytes = o->kv_cache_bytes;
   opts.memory_budget = o->memory_budget;
   hearth_error e = {0};

@@ -470,6 +470,52 @@ static void test_preemption(void) {
   unlink(path);
 }
 
+/* The step's token budget (step_tokens, vLLM's max_num_batched_tokens):
+ * a decoding sequence's row comes first and a prompt's chunk takes what is
+ * left, so no step feeds more than the budget. B's 96-token prompt arrives
+ * first and is fed in chunks as large as the budget (8); A, a one-token
+ * prompt, decodes beside it from its first step, so B's chunks shrink to 7. */
+static void test_step_budget(void) {
+  sched_config cfg = {.max_batch = 4, .prefill_chunk = 8, .step_tokens = 8};
+  sched *s;
+  herr e = {0};
+  CHECK_EQ_INT(sched_new(g_m, NULL, &cfg, &s, &e), 0);
+  if (!s) return;
+  int32_t pa[1] = {5}, pb[96];
+  for (int k = 0; k < 96; k++) pb[k] = 10 + (k * 37) % 400;
+  job b = {.s = s, .i = 1};
+  gen_request_init(&b.req);
+  b.req.prompt = pb;
+  b.req.n_prompt = 96;
+  b.req.max_tokens = 4;
+  b.req.sample.greedy = true;
+  b.req.ignore_eos = true;
+  pthread_t tb;
+  CHECK_EQ_INT(pthread_create(&tb, NULL, job_main, &b), 0);
+  sched_stats st;
+  for (int tries = 0; tries < 20000; tries++) { /* B's prompt is being fed when A arrives */
+    sched_get_stats(s, &st);
+    if (st.prompt_tokens >= 8) break;
+    usleep(200);
+  }
+  job a = {.s = s, .i = 0, .req = b.req};
+  a.req.prompt = pa;
+  a.req.n_prompt = 1;
+  a.req.max_tokens = 40;
+  job_main(&a);
+  pthread_join(tb, NULL);
+  CHECK_EQ_INT(a.rc, 0);
+  CHECK_EQ_INT(b.rc, 0);
+  CHECK_EQ_INT(a.out.n, 40);
+  CHECK_EQ_INT(b.out.n, 4);
+  sched_get_stats(s, &st);
+  CHECK_MSG(st.peak_batch == 2, "the two requests never ran in one step (peak batch %lld)", (long long)st.peak_batch);
+  CHECK_MSG(st.peak_step_tokens <= 8, "a step fed %lld tokens (budget 8)", (long long)st.peak_step_tokens);
+  fprintf(stderr, "  step budget 8: at most %lld tokens a step, %lld steps\n", (long long)st.peak_step_tokens,
+          (long long)st.steps);
+  sched_free(s);
+}
+
 static void test_admission(void) {
   model_kv_geometry g;
   model_kv_geometry_of(g_m, &g);
@@ -660,6 +706,7 @@ int main(void) {
   RUN(test_prefix_cached_tokens);
   RUN(test_cancel_storm);
   RUN(test_preemption);
+  RUN(test_step_budget);
   RUN(test_admission);
   RUN(test_sampled_seeded);
   RUN(test_hybrid);
