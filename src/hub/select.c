@@ -106,6 +106,8 @@ int hub_select(const hub_revision *r, const hub_select_opts *o, bool *keep, herr
       const char *nm = r->files[i].name;
       if (is_gguf(nm) && !is_mmproj(nm) && !hub_gguf_is_later_shard(nm)) pick = (ssize_t)i;
     }
+    if (pick < 0) /* only later parts of split files */
+      return herr_set(err, HEARTH_EFORMAT, "the repository's GGUF files are parts of a split file without its first part");
     const char *chosen = r->files[pick].name;
     size_t stem = gguf_stem_len(chosen);
     bool split = gguf_shard(chosen) != 0;
