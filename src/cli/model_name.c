@@ -34,6 +34,11 @@ int cli_model_resolve(const char *value, char **path) {
   *path = NULL;
   if (!value || !*value || hfile_exists(value)) return 0;
   if ((*path = hub_registry_lookup(value))) return 0;
+  /* what reads as a path stays one, for the verb to say it is missing */
+  size_t len = strlen(value);
+  if (value[0] == '.' || value[0] == '~' || (len > 5 && !strcmp(value + len - 5, ".gguf")) ||
+      (len > 12 && !strcmp(value + len - 12, ".safetensors")) || (len > 5 && !strcmp(value + len - 5, ".json")))
+    return 0;
   hub_ref ref;
   if (hub_ref_parse(value, &ref, NULL)) return 0;
   if ((*path = cached_model(&ref))) return 0;
@@ -55,7 +60,8 @@ int cli_model_resolve(const char *value, char **path) {
   herr err = {0};
   char *snap = NULL;
   if (hub_fetch(&ref, &o, &snap, &err)) {
-    fprintf(stderr, "hearth: %s\n", err.msg);
+    fprintf(stderr, "hearth: %s\n(%s is no folder or file here and no registered name, so it was taken as a Hub id)\n",
+            err.msg, value);
     return 1;
   }
   int rc = hub_snapshot_model(snap, ref.quant, path, &err);
