@@ -8,7 +8,8 @@
  * and detokenize (the tokenizer module, on a bare tokenizer.json), template
  * (the chat module, without weights), inspect (format/), logits and bench
  * (model/, engine/kv_cache.h; cli_model_load below), convert (format/,
- * backend/, model/gguf_model.h), fuse (format/, backend/cpu/quant.h). */
+ * backend/, model/gguf_model.h), fuse (format/, backend/cpu/quant.h), get, ls,
+ * scan, rm and gc (hub/: the Hub, the Hugging Face cache, the registry). */
 #ifndef HEARTH_CLI_H
 #define HEARTH_CLI_H
 
@@ -16,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/json.h"
 #include "hearth.h"
 #include "model/model.h"
 
@@ -120,5 +122,19 @@ int cli_convert(int argc, char **argv);
 int cli_fit(int argc, char **argv);
 int cli_fuse(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_get(int argc, char **argv);
+int cli_ls(int argc, char **argv);
+int cli_scan(int argc, char **argv);
+int cli_rm(int argc, char **argv);
+int cli_gc(int argc, char **argv);
+
+/* What a --model value names (model_name.c): *path (malloc'd) the folder or
+ * file a registry name or a Hub id stands for — fetched into the Hugging Face
+ * cache when not there —, or NULL when the value is to be used as it is.
+ * Returns nonzero after printing why a Hub id cannot be had. */
+int cli_model_resolve(const char *value, char **path);
+/* inspect's facts about a model folder or file as a JSON object (NULL when its
+ * weights could not be read); problem: why hearth cannot run it ("" if it can). */
+json_t *cli_inspect_json(const char *path, char *problem, size_t cap);
 
 #endif

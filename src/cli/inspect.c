@@ -50,6 +50,7 @@ typedef struct model_facts {
   bool chat_template;
   bool tensors_read;             /* the weights could be read (else nothing is printed) */
   char problem[1024];            /* why the model is not usable although its weights were read ("" if none) */
+  bool quiet;                    /* a weight file that does not open goes to problem, not stderr */
 } model_facts;
 
 static void usage(FILE *f) {
@@ -77,6 +78,15 @@ static void usage(FILE *f) {
           "  -h, --help  this text\n\n"
           "Exits 1 when a file is malformed or the model_type is not supported (what\n"
           "could be read is still printed).\n");
+}
+
+/* A weight file that does not open: said on stderr, or kept in m->problem when m->quiet. */
+static int open_failed(model_facts *m, const char *msg) {
+  if (m->quiet) {
+    snprintf(m->problem, sizeof m->problem, "%s", msg);
+    return 1;
+  }
+  return cli_fail("%s", msg);
 }
 
 static void add_dtype_bytes(model_facts *m, const char *name, uint64_t bytes) {
@@ -220,7 +230,7 @@ static int inspect_safetensors(model_facts *m, const char *path, bool is_dir) {
   m->format = "safetensors";
   st_set s;
   herr err = {0};
-  if (st_open(&s, path, &err)) return cli_fail("%s", err.msg);
+  if (st_open(&s, path, &err)) return open_failed(m, err.msg);
   m->tensors_read = true;
   m->tensors = s.count;
   m->shards = s.nshards;
@@ -265,7 +275,7 @@ static int inspect_gguf(model_facts *m, const char *path) {
   m->format = "gguf";
   gguf_file *g = NULL;
   herr err = {0};
-  if (gguf_open(&g, path, &err)) return cli_fail("%s", err.msg);
+  if (gguf_open(&g, path, &err)) return open_failed(m, err.msg);
   size_t n = gguf_tensor_count(g);
   m->tensors_read = true;
   m->tensors = n;
@@ -453,6 +463,36 @@ static void print_facts(const char *path, const model_facts *m) {
   printf("  chat template   %s\n", m->chat_template ? "yes" : "no");
 }
 
+/* Fills m with what path holds; returns nonzero on a file that could not be read. */
+static int gather_facts(model_facts *m, const char *path, long long budget) {
+  bool quiet = m->quiet;
+  memset(m, 0, sizeof *m);
+  m->quiet = quiet;
+  m->context_length = m->vocab_size = m->quant_bits = m->quant_group_size = m->n_experts = m->experts_per_token = m->n_layers = -1;
+  m->expert_budget = budget;
+  bool is_dir = hfile_is_dir(path);
+  int rc;
+  char *gguf_in_dir = is_dir ? lone_gguf_in(path) : NULL;
+  if (gguf_in_dir) {
+    rc = inspect_gguf(m, gguf_in_dir);
+    if (!rc) m->chat_template |= folder_has_chat_template(path);
+    free(gguf_in_dir);
+  } else if (!is_dir && is_gguf_file(path)) {
+    rc = inspect_gguf(m, path);
+  } else {
+    rc = inspect_safetensors(m, path, is_dir);
+  }
+  return rc;
+}
+
+json_t *cli_inspect_json(const char *path, char *problem, size_t cap) {
+  model_facts m = {.quiet = true};
+  int rc = gather_facts(&m, path, 0);
+  snprintf(problem, cap, "%s", m.problem[0] ? m.problem : rc || !m.tensors_read ? "the weights could not be read" : "");
+  if (!m.tensors_read) return NULL;
+  return facts_json(&m);
+}
+
 int cli_inspect(int argc, char **argv) {
   const char *path = NULL, *v = NULL;
   bool as_json = false;
@@ -484,22 +524,8 @@ int cli_inspect(int argc, char **argv) {
   if (!path) return cli_usage_error("inspect", "no PATH given and no built-in model found");
   if (!hfile_exists(path)) return cli_fail("%s: no such file or folder", path);
 
-  model_facts m;
-  memset(&m, 0, sizeof m);
-  m.context_length = m.vocab_size = m.quant_bits = m.quant_group_size = m.n_experts = m.experts_per_token = m.n_layers = -1;
-  m.expert_budget = budget;
-  bool is_dir = hfile_is_dir(path);
-  int rc;
-  char *gguf_in_dir = is_dir ? lone_gguf_in(path) : NULL;
-  if (gguf_in_dir) {
-    rc = inspect_gguf(&m, gguf_in_dir);
-    if (!rc) m.chat_template |= folder_has_chat_template(path);
-    free(gguf_in_dir);
-  } else if (!is_dir && is_gguf_file(path)) {
-    rc = inspect_gguf(&m, path);
-  } else {
-    rc = inspect_safetensors(&m, path, is_dir);
-  }
+  model_facts m = {0};
+  int rc = gather_facts(&m, path, budget);
   if (!m.tensors_read) return rc ? rc : 1;
   if (as_json) {
     json_t *o = facts_json(&m);

@@ -23,11 +23,16 @@ static const cli_verb verbs[] = {
     {"embed", "print embeddings of texts or token ids as JSON", cli_embed, true},
     {"fit", "will a model fit this machine or GPU: memory, largest context, predicted tok/s", cli_fit, false},
     {"fuse", "merge a LoRA adapter into a model folder's weights", cli_fuse, false},
+    {"gc", "remove the blobs of the Hugging Face cache that no model uses", cli_gc, false},
     {"generate", "generate text from a prompt", cli_generate, true},
+    {"get", "fetch a model from the Hugging Face Hub (ORG/NAME[@REV][:QUANT]) into the HF cache", cli_get, false},
     {"help", "list the verbs, or show one verb's options (hearth help VERB)", cli_help, false},
     {"inspect", "describe a model folder, safetensors or GGUF file", cli_inspect, false},
     {"kv-eval", "measure the logit error and greedy agreement of a quantized KV cache", cli_kv_eval, true},
     {"logits", "print a forward pass's logits as JSON", cli_logits, true},
+    {"ls", "list the models hearth can name: the Hugging Face cache and the registry", cli_ls, false},
+    {"rm", "remove a model from the HF cache or a name from the registry", cli_rm, false},
+    {"scan", "register the model folders and GGUF files found under folders, by reference", cli_scan, false},
     {"serve", "serve a model over HTTP (OpenAI API, chat page)", cli_serve, true},
     {"template", "render a chat template over messages", cli_template, false},
     {"tokenize", "print the token ids of a text as JSON", cli_tokenize, false},
@@ -67,7 +72,9 @@ static void usage(FILE *f) {
           "  --kv-quant 8|4|off           KV cache storage: 8 or 4-bit blocks of 32 with a scale, or f32 (off, default);\n"
           "                               the pool holds 3.6x (8) or 6.4x (4) the tokens in the same memory\n"
           "  --kv-quant-config FILE       per-layer KV storage, K and V apart, over --kv-quant (docs/KV_QUANT.md)\n"
-          "\nWithout --model (or PATH), the verbs use the built-in model. A model is a Hugging Face folder or a .gguf file.\n");
+          "\nWithout --model (or PATH), the verbs use the built-in model. A model is a Hugging Face folder or a .gguf file;\n"
+          "--model (and --draft-model) also take a name from the registry (hearth ls, hearth scan) or a Hub id\n"
+          "ORG/NAME[@REVISION][:QUANT], found in the Hugging Face cache or fetched into it first (hearth get).\n");
 }
 
 static const cli_verb *find_verb(const char *name) {
@@ -188,6 +195,37 @@ int cli_version(int argc, char **argv) {
   return 0;
 }
 
+/* At argv[*j]: --model VALUE or --model=VALUE (--draft-model too, for the verbs
+ * that take it themselves) with VALUE a registry name or a Hub id: written back
+ * as the path it stands for (kept for the process's life), into argv[*out...].
+ * Returns 1 when handled, 0 when argv[*j] is not such an option, -1 after
+ * printing why the model cannot be had. */
+static int resolve_model_arg(int argc, char **argv, int *j, int *out) {
+  static const char *names[] = {"--model", "--draft-model"};
+  for (int k = 0; k < 2; k++) {
+    size_t n = strlen(names[k]);
+    const char *a = argv[*j];
+    if (strncmp(a, names[k], n) || (a[n] && a[n] != '=')) continue;
+    bool eq = a[n] == '=';
+    if (!eq && *j + 1 >= argc) return 0; /* the verb says the value is missing */
+    const char *v = eq ? a + n + 1 : argv[*j + 1];
+    char *path = NULL;
+    if (cli_model_resolve(v, &path)) return -1;
+    if (eq) {
+      char *both = NULL;
+      if (path && asprintf(&both, "%s=%s", names[k], path) < 0) both = NULL;
+      argv[(*out)++] = both ? both : argv[*j];
+      free(path);
+    } else {
+      argv[(*out)++] = argv[*j];
+      argv[(*out)++] = path ? path : argv[*j + 1];
+      (*j)++;
+    }
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
@@ -259,7 +297,9 @@ int main(int argc, char **argv) {
       g_load.spec_method = v;
     } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--draft-model", &v))) {
       if (r < 0) return 2;
-      g_load.draft_model = v;
+      char *path = NULL;
+      if (cli_model_resolve(v, &path)) return 1;
+      g_load.draft_model = path ? path : v; /* path: kept for the process's life */
     } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--kv-quant", &v))) {
       bk_kv_fmt f;
       herr e = {0};
@@ -275,6 +315,8 @@ int main(int argc, char **argv) {
       if (r < 0) return 2;
       if (!cli_parse_double(v, 0, 1, &g_load.gpu_memory_fraction) || g_load.gpu_memory_fraction == 0)
         return cli_usage_error(verb->name, "--gpu-memory-fraction must be in (0, 1], not '%s'", v);
+    } else if (verb && verb->run != cli_get && verb->run != cli_rm && (r = resolve_model_arg(argc, argv, &j, &out))) {
+      if (r < 0) return 1;
     } else argv[out++] = argv[j];
   }
   argc = out;
