@@ -81,7 +81,7 @@ static inline bk_tensor bk_reshape(const bk_tensor *t, int64_t rows, int64_t col
 typedef struct bk_open_opts {
   int threads;            /* CPU: worker threads (<= 0: one per CPU) */
   bool f32_activations;   /* no 8-bit activation quantization for GGUF types (CPU: every packed type;
-                             CUDA: the Q8_0 / Q4_0 GEMV of a few rows) */
+                             CUDA: the Q8_0 / Q4_0 / Q4_K GEMV of a few rows) */
   const char *cuda_lib;   /* CUDA: path of libhearth_cuda.so (NULL: next to the program, then the loader's search) */
   const char *cpu_level;  /* CPU: "scalar", "avx2" or "avx512" caps the kernel level (NULL: the best this CPU has) */
   bool no_graphs;         /* CUDA: launch every op of every step (no graph capture and replay) */

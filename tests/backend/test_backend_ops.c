@@ -599,7 +599,7 @@ static void test_matmul_half_fast(void) {
   bk_backend_close(be);
 }
 
-/* Q8_0 / Q4_0 GEMVs on 8-bit activations (a device opened without
+/* Q8_0 / Q4_0 / Q4_K GEMVs on 8-bit activations (a device opened without
  * f32_activations, as models are by default): the reference quantizes each
  * activation row with the CPU's own bk_qrows_fill and sums the products of
  * the dequantized weights and those activations in double, so the limit is
@@ -611,7 +611,7 @@ static void test_matmul_q8act(void) {
   bk_backend *be = NULL;
   herr err = {0};
   if (bk_backend_open(dev_label, &opts, &be, &err)) die("8-bit activation backend", &err);
-  static const fmt fs[] = {{BK_Q8_0, 0, 0, 0}, {BK_Q4_0, 0, 0, 0}};
+  static const fmt fs[] = {{BK_Q8_0, 0, 0, 0}, {BK_Q4_0, 0, 0, 0}, {BK_Q4_K, 0, 0, 0}};
   static const struct { int64_t n, rows, cols; } cases[] = {{1, 70, 256},  {1, 4300, 1024}, {2, 4237, 768}, {3, 300, 2048},
                                                             {4, 9000, 512}, {5, 33, 1280},  {8, 257, 4096}, {7, 1, 256}};
   op_stat *st = stat_for("matmul 8-bit act (dev)");

@@ -56,7 +56,7 @@ struct cu_backend {
   size_t samp_size;
   bool no_graphs;                /* bk_open_opts.no_graphs */
   bool fast_matmul;              /* bk_open_opts.fast_matmul */
-  bool f32_act;                  /* bk_open_opts.f32_activations: no 8-bit activations for Q8_0 / Q4_0 GEMVs */
+  bool f32_act;                  /* bk_open_opts.f32_activations: no 8-bit activations for Q8_0 / Q4_0 / Q4_K GEMVs */
   cu_graph graphs[CU_GRAPHS];    /* owned: recorded steps */
   uint64_t graph_tick;
   int graph_mode;                /* between graph_begin and graph_end: 0 plain, 1 recording, 2 replaying */

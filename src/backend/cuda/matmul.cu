@@ -5,7 +5,7 @@
  * their stored format once for all n activation rows (one warp per output
  * row, f32 accumulation); dense f32 / f16 / bf16 rows stream through
  * coalesced 16-byte loads, four in flight per lane (gemv_dense_kernel);
- * Q8_0 and Q4_0 meet activations quantized to 8 bits per block of 32 in
+ * Q8_0, Q4_0 and Q4_K meet activations quantized to 8 bits per block of 32 in
  * integer dot products, as on the CPU (gemv_q8act; f32_activations keeps
  * the f32 kernel).
  * n > CU_GEMV_MAX_N (bf16, f16: n > CU_GEMV_MAX_N_BF16): f32 weights go straight
@@ -492,7 +492,7 @@ static void dequant_rows(cudaStream_t st, const cu_wdesc &w, int64_t r0, int64_t
   }
 }
 
-/* ---- Q8_0 / Q4_0 GEMV on 8-bit activations (integer dot products) ----
+/* ---- Q8_0 / Q4_0 / Q4_K GEMV on 8-bit activations (integer dot products) ----
  *
  * As the CPU's packed kernels do (and llama.cpp's): each activation row is
  * quantized per block of 32 to int8 (d = max|x| / 127, q = round(x / d),
@@ -540,6 +540,7 @@ __global__ void quantize_q8_rows_kernel(const float *__restrict__ x, int64_t ldx
 template <int T> struct qv_fmt;
 template <> struct qv_fmt<BK_Q8_0> { static constexpr int bytes = CU_Q8_0_BYTES; };
 template <> struct qv_fmt<BK_Q4_0> { static constexpr int bytes = CU_Q4_0_BYTES; };
+template <> struct qv_fmt<BK_Q4_K> { static constexpr int bytes = 32; }; /* (unused: Q4_K has a kernel of its own) */
 
 /* The int32 word k (bytes 4k .. 4k + 3) of a block's quants at p (2-byte aligned, in shared memory). */
 static __device__ __forceinline__ int qv_word(const uint8_t *p, int k) {
@@ -636,11 +637,113 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
   }
 }
 
+/* Q4_K on 8-bit activations: chunks of 8 super-blocks (1,152 bytes) of RW rows stream into shared memory
+ * per warp; lane l takes sub-blocks l and l + 32 of the chunk (super-block s / 8, sub-block s % 8: 32
+ * nibbles of one half of 32 bytes) and adds d_x · (d·sc · Σ q q_x − dmin·m · Σ q_x), as the CPU does. */
+template <int NR, int RW>
+__global__ void __launch_bounds__(QV_WARPS * 32)
+    gemv_q4k_q8act_kernel(cu_wdesc w, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                          const int *__restrict__ xs, float *__restrict__ y, int64_t ldy, const float *__restrict__ bias) {
+  constexpr int SB = CU_Q4_K_BYTES, CHUNK = 8 * SB, PIECES = CHUNK / 16; /* 72 */
+  __shared__ __align__(16) uint8_t sm[QV_WARPS][RW][CHUNK];
+  const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+  const int64_t row0 = ((int64_t)blockIdx.x * QV_WARPS + wi) * RW;
+  if (row0 >= w.rows) return;
+  const int64_t nsb = w.cols / 256, nb = w.cols / 32;
+  float acc[RW][NR];
+#pragma unroll
+  for (int rr = 0; rr < RW; rr++)
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[rr][r] = 0.f;
+  for (int64_t s0 = 0; s0 < nsb; s0 += 8) {
+    const int nsbc = nsb - s0 < 8 ? (int)(nsb - s0) : 8, pieces = nsbc * SB / 16;
+    uint4 buf[RW][(PIECES + 31) / 32];
+#pragma unroll
+    for (int rr = 0; rr < RW; rr++) {
+      const int64_t row = row0 + rr < w.rows ? row0 + rr : w.rows - 1;
+      const uint4 *src = (const uint4 *)(w.data + row * w.row_bytes + s0 * SB);
+#pragma unroll
+      for (int j = 0; j < (PIECES + 31) / 32; j++) {
+        const int pi = lane + 32 * j;
+        if (pi < pieces) buf[rr][j] = __ldg(src + pi);
+      }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int rr = 0; rr < RW; rr++)
+#pragma unroll
+      for (int j = 0; j < (PIECES + 31) / 32; j++) {
+        const int pi = lane + 32 * j;
+        if (pi < pieces) ((uint4 *)sm[wi][rr])[pi] = buf[rr][j];
+      }
+    __syncwarp();
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+      const int s = lane + 32 * t, sbi = s >> 3, j = s & 7;
+      if (sbi < nsbc) {
+        const int64_t b = (s0 + sbi) * 8 + j; /* the activations' block */
+        int xw[NR][8];
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+          const uint4 *xp = (const uint4 *)(xq + (int64_t)r * w.cols + 32 * b);
+          const uint4 a = __ldg(xp), c = __ldg(xp + 1);
+          xw[r][0] = (int)a.x, xw[r][1] = (int)a.y, xw[r][2] = (int)a.z, xw[r][3] = (int)a.w;
+          xw[r][4] = (int)c.x, xw[r][5] = (int)c.y, xw[r][6] = (int)c.z, xw[r][7] = (int)c.w;
+        }
+#pragma unroll
+        for (int rr = 0; rr < RW; rr++) {
+          const uint8_t *blk = sm[wi][rr] + sbi * SB;
+          const float d = __half2float(__ushort_as_half(*(const uint16_t *)blk));
+          const float dmin = __half2float(__ushort_as_half(*(const uint16_t *)(blk + 2)));
+          int sc, m;
+          cu_k_scale_min(blk + 4, j, &sc, &m);
+          const uint4 *qp = (const uint4 *)(blk + 16 + 32 * (j >> 1));
+          const uint4 q0 = qp[0], q1 = qp[1];
+          const int qw[8] = {(int)q0.x, (int)q0.y, (int)q0.z, (int)q0.w, (int)q1.x, (int)q1.y, (int)q1.z, (int)q1.w};
+          const int sh = 4 * (j & 1);
+          int isum[NR];
+#pragma unroll
+          for (int r = 0; r < NR; r++) isum[r] = 0;
+#pragma unroll
+          for (int k = 0; k < 8; k++) {
+            const int q = (qw[k] >> sh) & 0x0F0F0F0F;
+#pragma unroll
+            for (int r = 0; r < NR; r++) isum[r] = __dp4a(q, xw[r][k], isum[r]);
+          }
+          const float a = d * (float)sc, mm = dmin * (float)m;
+#pragma unroll
+          for (int r = 0; r < NR; r++)
+            acc[rr][r] += xd[(int64_t)r * nb + b] * (a * (float)isum[r] - mm * (float)xs[(int64_t)r * nb + b]);
+        }
+      }
+    }
+    __syncwarp();
+  }
+#pragma unroll
+  for (int rr = 0; rr < RW; rr++) {
+    const int64_t row = row0 + rr;
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+      const float s = warp_sum(acc[rr][r]);
+      if (lane == 0 && row < w.rows) y[r * ldy + row] = s + (bias ? bias[row] : 0.0f);
+    }
+  }
+}
+
 template <int T, int NR>
 static void launch_gemv_q8act_n(const cu_wdesc &w, const int8_t *xq, const float *xd, const int *xs, float *y,
                                 int64_t ldy, const float *bias, cudaStream_t st, int n_sm) {
   /* several rows a warp (their loads in flight together) where that still gives a few blocks per multiprocessor */
   constexpr int RW = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;
+  if (T == BK_Q4_K) {
+    if (RW > 1 && (w.rows + QV_WARPS * RW - 1) / (QV_WARPS * RW) >= 2 * n_sm)
+      gemv_q4k_q8act_kernel<NR, RW><<<(unsigned)((w.rows + QV_WARPS * RW - 1) / (QV_WARPS * RW)), QV_WARPS * 32, 0,
+                                      st>>>(w, xq, xd, xs, y, ldy, bias);
+    else
+      gemv_q4k_q8act_kernel<NR, 1><<<(unsigned)((w.rows + QV_WARPS - 1) / QV_WARPS), QV_WARPS * 32, 0, st>>>(
+          w, xq, xd, xs, y, ldy, bias);
+    return;
+  }
   if (RW > 1 && (w.rows + QV_WARPS * RW - 1) / (QV_WARPS * RW) >= 2 * n_sm)
     gemv_q8act_kernel<T, NR, RW><<<(unsigned)((w.rows + QV_WARPS * RW - 1) / (QV_WARPS * RW)), QV_WARPS * 32, 0, st>>>(
         w, xq, xd, xs, y, ldy, bias);
@@ -664,11 +767,11 @@ static void launch_gemv_q8act(int n, const cu_wdesc &w, const int8_t *xq, const 
   }
 }
 
-/* Q8_0 / Q4_0 with rows whose bytes are whole 16-byte pieces: the integer path (unless f32_activations).
+/* Q8_0 / Q4_0 / Q4_K with rows whose bytes are whole 16-byte pieces: the integer path (unless f32_activations).
  * Returns false, having run nothing, where it does not apply. */
 static bool gemv_q8act(cu_backend *b, int n, const cu_wdesc &w, const float *x, int64_t ldx, float *y, int64_t ldy,
                        const float *bias) {
-  if (b->f32_act || (w.type != BK_Q8_0 && w.type != BK_Q4_0) || w.cols % 256 || w.row_bytes % 16 ||
+  if (b->f32_act || (w.type != BK_Q8_0 && w.type != BK_Q4_0 && w.type != BK_Q4_K) || w.cols % 256 || w.row_bytes % 16 ||
       (uintptr_t)w.data % 16)
     return false;
   const int64_t nb = w.cols / 32;
@@ -681,7 +784,8 @@ static bool gemv_q8act(cu_backend *b, int n, const cu_wdesc &w, const float *x, 
   quantize_q8_rows_kernel<<<grid_for((int64_t)n * nb, 128), 128, 0, b->stream>>>(x, ldx, n, w.cols, xq, xd, xs);
   if (cu_check(b, "matmul (8-bit activations)")) return true;
   if (w.type == BK_Q8_0) launch_gemv_q8act<BK_Q8_0>(n, w, xq, xd, xs, y, ldy, bias, b->stream, b->n_sm);
-  else launch_gemv_q8act<BK_Q4_0>(n, w, xq, xd, xs, y, ldy, bias, b->stream, b->n_sm);
+  else if (w.type == BK_Q4_0) launch_gemv_q8act<BK_Q4_0>(n, w, xq, xd, xs, y, ldy, bias, b->stream, b->n_sm);
+  else launch_gemv_q8act<BK_Q4_K>(n, w, xq, xd, xs, y, ldy, bias, b->stream, b->n_sm);
   return true;
 }
 
