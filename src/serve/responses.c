@@ -682,7 +682,7 @@ static int on_event(void *ctx, const tc_event *ev) {
     break;
   case TC_CALL_BEGIN: {
     char call[48];
-    make_id(call, sizeof call, "call_", r->seed ^ (uint64_t)(r->ncalls + 1) * 0x9E37ull, 24);
+    serve_random_id(call, sizeof call, "call_", 24);
     r->ncalls++;
     item_open(r, TC_CALL_BEGIN,
               json_pack("{s:o, s:s, s:s, s:s, s:o, s:s}", "id", next_id(r, "fc_"), "type", "function_call", "status",

@@ -6,7 +6,7 @@
  * that trickle in (closed at the head deadline, on a new and on a kept-alive
  * connection, while others are answered), the per-address connection cap
  * (another address still gets in), and stopping the server while a stream
- * is running. Runs under ASan too, which
+ * is running; tool-call ids distinct over many requests. Runs under ASan too, which
  * is what holds the server's free paths to account. */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -202,6 +202,79 @@ static void test_routes(void) {
   CHECK(strstr(r, "data: [DONE]") != NULL);
   free(r);
   fake_server = NULL;
+  serve_stop(s);
+}
+
+/* The ids `prefix` + n letters or digits in one answer, each once, appended to ids (of *nids). */
+static int collect_ids(const char *resp, const char *prefix, int n, char ids[][40], int *nids) {
+  int found = 0, first = *nids;
+  size_t pl = strlen(prefix);
+  for (const char *p = resp; (p = strstr(p, prefix)) != NULL; p += pl) {
+    if (p == resp || p[-1] != '"') continue;
+    int k = 0;
+    while (k < n + 1 && ((p[pl + k] >= 'a' && p[pl + k] <= 'z') || (p[pl + k] >= 'A' && p[pl + k] <= 'Z') ||
+                         (p[pl + k] >= '0' && p[pl + k] <= '9')))
+      k++;
+    if (k != n || p[pl + k] != '"') continue; /* e.g. the key "call_id" */
+    char id[40];
+    snprintf(id, sizeof id, "%.*s", (int)(pl + (size_t)n), p);
+    bool seen = false;
+    for (int i = first; i < *nids; i++) seen |= !strcmp(ids[i], id);
+    if (seen) continue;
+    snprintf(ids[(*nids)++], 40, "%s", id);
+    found++;
+  }
+  return found;
+}
+
+/* Tool-call ids are drawn from the CSPRNG: over many requests, whole and
+ * streamed, of every protocol, no two calls share one. */
+static void test_tool_ids_unique(void) {
+  serve_server *s;
+  herr err = {0};
+  serve_config cfg = {.port = 0};
+  CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), 0);
+  int port = serve_port(s);
+  enum { REQS = 12 };
+  static char ids[3 * 2 * REQS * 2][40];
+  int nids = 0;
+  static const char fn_params[] = "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}";
+  for (int i = 0; i < REQS; i++) {
+    for (int stream = 0; stream < 2; stream++) {
+      char body[1024];
+      snprintf(body, sizeof body,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"[twocalls]\"}],\"stream\":%s,"
+               "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",%s}},"
+               "{\"type\":\"function\",\"function\":{\"name\":\"get_time\",%s}}]}",
+               stream ? "true" : "false", fn_params, fn_params);
+      char *r = http(port, "POST", "/v1/chat/completions", NULL, body);
+      CHECK_EQ_INT(status_of(r), 200);
+      CHECK_EQ_INT(collect_ids(r, "call_", 24, ids, &nids), 2);
+      free(r);
+      snprintf(body, sizeof body,
+               "{\"input\":\"[twocalls]\",\"stream\":%s,\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\",%s},"
+               "{\"type\":\"function\",\"name\":\"get_time\",%s}]}",
+               stream ? "true" : "false", fn_params, fn_params);
+      r = http(port, "POST", "/v1/responses", NULL, body);
+      CHECK_EQ_INT(status_of(r), 200);
+      CHECK_EQ_INT(collect_ids(r, "call_", 24, ids, &nids), 2);
+      free(r);
+      snprintf(body, sizeof body,
+               "{\"model\":\"fake-model\",\"max_tokens\":200,\"messages\":[{\"role\":\"user\",\"content\":\"[twocalls]\"}],\"stream\":%s,"
+               "\"tools\":[{\"name\":\"get_weather\",\"input_schema\":{\"type\":\"object\"}},"
+               "{\"name\":\"get_time\",\"input_schema\":{\"type\":\"object\"}}]}",
+               stream ? "true" : "false");
+      r = http(port, "POST", "/v1/messages", NULL, body);
+      CHECK_EQ_INT(status_of(r), 200);
+      CHECK_EQ_INT(collect_ids(r, "toolu_01", 22, ids, &nids), 2);
+      free(r);
+    }
+  }
+  CHECK_EQ_INT(nids, 3 * 2 * REQS * 2);
+  int dup = 0;
+  for (int i = 0; i < nids; i++)
+    for (int k = i + 1; k < nids; k++) dup += !strcmp(ids[i], ids[k]);
+  CHECK_EQ_INT(dup, 0);
   serve_stop(s);
 }
 
@@ -633,6 +706,7 @@ int main(void) {
   signal(SIGPIPE, SIG_IGN);
   fake_engine_init(&engine);
   RUN(test_routes);
+  RUN(test_tool_ids_unique);
   RUN(test_key_and_limit);
   RUN(test_disconnect);
   RUN(test_stop_while_streaming);
