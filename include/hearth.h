@@ -387,6 +387,14 @@ typedef struct hearth_adapter_info {
  * NULL with max 0) and returns how many are loaded. */
 int hearth_adapter_list(hearth_model *m, hearth_adapter_info *out, int max);
 
+/* Starts the serving engine now rather than at the first request: allocates
+ * the KV pool (--kv-cache-mem / the default share of memory), opens the KV
+ * store, starts the scheduler's thread. A server calls it before it listens,
+ * so a pool that cannot be had or a store that cannot be opened stops it at
+ * start-up with the reason. Safe to call again (nothing happens); a no-op
+ * for block-diffusion models, whose requests take caches of their own. */
+int hearth_start(hearth_model *m, hearth_error *err);
+
 /* Whether a request of prompt_tokens and max_tokens (< 0: unset) can ever
  * fit the KV cache and memory budget: 0, or HEARTH_ELIMIT with a message
  * starting "memory_admission:". Starts the scheduler when needed. */
@@ -394,7 +402,7 @@ int hearth_admit(hearth_model *m, int64_t prompt_tokens, int64_t max_tokens, hea
 
 #define HEARTH_SPEC_SOURCES 3
 
-/* The serving engine's counters (zeros before the first generation). */
+/* The serving engine's counters (zeros until the engine starts: hearth_start or the first request). */
 typedef struct hearth_stats {
   int64_t running, waiting;            /* requests */
   int64_t kv_blocks_total, kv_blocks_used, kv_blocks_cached, kv_blocks_free;

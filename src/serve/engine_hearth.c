@@ -330,6 +330,10 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
     destroy(h);
     return herr_set(err, HEARTH_EUNSUPPORTED, "%s: the model has no tokenizer.json, so it cannot serve text", model_dir);
   }
+  if (hearth_start(h->model, &e)) { /* the KV pool and store now, not at the first request */
+    destroy(h);
+    return copy_err(err, &e);
+  }
   out->impl = h;
   out->model_id = h->info.id;
   out->context_length = h->info.context_length;

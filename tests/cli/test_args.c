@@ -3,8 +3,9 @@
  * message), ids outside the vocabulary are errors, --system needs --chat,
  * `hearth help [VERB]`, inspect's default model and --model, GGUF files as
  * models in every verb, configs with absurd values refused, convert's
- * summary line (and its progress on a terminal), and the chat session's
- * /help. */
+ * summary line (and its progress on a terminal), the chat session's
+ * /help, and serve's start-up failures (a KV pool it cannot have, a KV
+ * store that is a file) as exit 1 with the reason. */
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -178,6 +179,24 @@ static void test_ids_lists(void) {
   a = RUN_ARGS(NULL, "logits", "--ids", "1,99999");
   CHECK_MSG(a.status == 1 && strstr(a.err, "outside the vocabulary"), "logits 99999: %d %s", a.status, a.err);
   run_free(&a);
+}
+
+/* serve allocates its KV pool and opens its KV store before it listens: either
+ * failing exits 1 with the reason (rather than a server whose every request fails). */
+static void test_serve_startup(void) {
+  run_result r = RUN_ARGS(NULL, "serve", "--port", "0", "--kv-cache-mem", "100000G");
+  CHECK_MSG(r.status == 1, "serve --kv-cache-mem 100000G: exit %d: %s", r.status, r.err);
+  CHECK_MSG(strstr(r.err, "KV cache") && strstr(r.err, "more than this machine"), "%s", r.err);
+  run_free(&r);
+  char file[600];
+  snprintf(file, sizeof file, "%s/kvstore-file", tmpdir);
+  FILE *f = fopen(file, "w");
+  if (f) fclose(f);
+  r = RUN_ARGS(NULL, "serve", "--port", "0", "--kv-store", file);
+  CHECK_MSG(r.status == 1, "serve --kv-store FILE: exit %d: %s", r.status, r.err);
+  CHECK_MSG(strstr(r.err, "not a folder") != NULL, "%s", r.err);
+  run_free(&r);
+  unlink(file);
 }
 
 static void test_system_needs_chat(void) {
@@ -391,6 +410,7 @@ int main(void) {
   RUN(test_numbers);
   RUN(test_ids_lists);
   RUN(test_system_needs_chat);
+  RUN(test_serve_startup);
   RUN(test_help_and_inspect);
   RUN(test_gguf_in_every_verb);
   RUN(test_absurd_config);
