@@ -495,7 +495,8 @@ typedef struct hearth_fit_result {
   int64_t need_bytes;              /* weights + KV + states + overhead */
   int64_t available_bytes;
   char memory_source[48];          /* "MemAvailable", "cuda free" (+ what a served model holds), or "given" */
-  bool fits;
+  bool fits;                       /* need_bytes fit and the context is at most the model's */
+  bool context_exceeds_model;      /* context > context_length: the model cannot take it in any memory */
   int64_t max_context;             /* the largest context per sequence that fits at this batch (at
                                       most the model's; 0 when even the weights do not fit) */
   int64_t max_batch;               /* the most sequences of `context` tokens that fit */

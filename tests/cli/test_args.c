@@ -199,6 +199,33 @@ static void test_serve_startup(void) {
   unlink(file);
 }
 
+/* fit says a context beyond the model's does not fit and what the model's is;
+ * the help texts: -n's default on -n's line, tokenize's --model optional. */
+static void test_fit_and_help_texts(void) {
+  run_result r = RUN_ARGS(NULL, "fit", "--ctx", "4096", "--no-bandwidth");
+  CHECK_MSG(r.status == 0, "fit: %d %s", r.status, r.err);
+  CHECK_MSG(strstr(r.out, "fits         no: a context of 4096 tokens is more than the model's 1024"), "%s", r.out);
+  run_free(&r);
+  r = RUN_ARGS(NULL, "fit", "--ctx", "512", "--no-bandwidth");
+  CHECK_MSG(strstr(r.out, "fits         yes") && strstr(r.out, "context 1024 tokens"), "%s", r.out);
+  run_free(&r);
+  r = RUN_ARGS(NULL, "generate", "--help");
+  CHECK_MSG(strstr(r.out, "-n, --max-tokens N  tokens to generate (default 128"), "%s", r.out);
+  const char *seed = strstr(r.out, "--seed S");
+  const char *eol = seed ? strchr(seed, '\n') : NULL;
+  CHECK_MSG(eol && strncmp(eol + 1, "  --", 4) == 0, "the line after --seed: %s", eol ? eol + 1 : "(none)");
+  run_free(&r);
+  r = RUN_ARGS(NULL, "chat", "--help");
+  CHECK_MSG(strstr(r.out, "-n, --max-tokens N  tokens of each reply (default: up to the context"), "%s", r.out);
+  run_free(&r);
+  static const char *verbs[] = {"tokenize", "detokenize"};
+  for (int i = 0; i < 2; i++) {
+    r = RUN_ARGS(NULL, verbs[i], "--help");
+    CHECK_MSG(strstr(r.out, "[--model PATH]") && !strstr(r.out, "tokenize --model PATH"), "%s", r.out);
+    run_free(&r);
+  }
+}
+
 static void test_system_needs_chat(void) {
   expect_usage(RUN_ARGS(NULL, "generate", "--system", "be brief", "--prompt", "hi"), "--system needs --chat",
                "generate --system");
@@ -411,6 +438,7 @@ int main(void) {
   RUN(test_ids_lists);
   RUN(test_system_needs_chat);
   RUN(test_serve_startup);
+  RUN(test_fit_and_help_texts);
   RUN(test_help_and_inspect);
   RUN(test_gguf_in_every_verb);
   RUN(test_absurd_config);
