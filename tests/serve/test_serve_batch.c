@@ -451,6 +451,33 @@ static void test_started_at_open(void) {
   unlink(file);
 }
 
+/* /tokenize and /detokenize on the model's own tokenizer: a round trip. */
+static void test_tokenize_round_trip(void) {
+  char *r = http(g_port, "POST", "/tokenize", NULL, "{\"content\":\"Hello world\",\"add_special\":false,\"with_pieces\":true}");
+  CHECK_EQ_INT(status_of(r), 200);
+  json_t *j = body_json(r);
+  free(r);
+  json_t *toks = json_object_get(j, "tokens");
+  CHECK(json_array_size(toks) > 0);
+  hbuf ids = {0}, pieces = {0};
+  size_t i;
+  json_t *t;
+  json_array_foreach(toks, i, t) {
+    hbuf_printf(&ids, "%s%lld", i ? "," : "", (long long)json_integer_value(json_object_get(t, "id")));
+    hbuf_puts(&pieces, json_string_value(json_object_get(t, "piece")) ? json_string_value(json_object_get(t, "piece")) : "");
+  }
+  CHECK_EQ_STR(hbuf_str(&pieces), "Hello world");
+  char body[512];
+  snprintf(body, sizeof body, "{\"tokens\":[%s]}", hbuf_str(&ids));
+  r = http(g_port, "POST", "/detokenize", NULL, body);
+  json_t *d = body_json(r);
+  free(r);
+  CHECK_EQ_STR(json_string_value(json_object_get(d, "content")), "Hello world");
+  json_decref(d);
+  json_decref(j);
+  hbuf_free(&ids), hbuf_free(&pieces);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   herr err = {0};
@@ -477,6 +504,7 @@ int main(void) {
   RUN(test_speculative);
   RUN(test_memory_admission);
   RUN(test_template_errors);
+  RUN(test_tokenize_round_trip);
   serve_stop(srv);
   serve_engine_close(&engine);
   TEST_MAIN_END();

@@ -6,7 +6,8 @@
  * that trickle in (closed at the head deadline, on a new and on a kept-alive
  * connection, while others are answered), the per-address connection cap
  * (another address still gets in), and stopping the server while a stream
- * is running; tool-call ids distinct over many requests. Runs under ASan too, which
+ * is running; tool-call ids distinct over many requests; /tokenize and
+ * /detokenize. Runs under ASan too, which
  * is what holds the server's free paths to account. */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -275,6 +276,64 @@ static void test_tool_ids_unique(void) {
   for (int i = 0; i < nids; i++)
     for (int k = i + 1; k < nids; k++) dup += !strcmp(ids[i], ids[k]);
   CHECK_EQ_INT(dup, 0);
+  serve_stop(s);
+}
+
+/* POST /tokenize and /detokenize in llama.cpp's and vLLM's shapes. */
+static void test_tokenize_routes(void) {
+  serve_server *s;
+  herr err = {0};
+  serve_config cfg = {.port = 0};
+  CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), 0);
+  int port = serve_port(s);
+  char *r = http(port, "POST", "/tokenize", NULL, "{\"content\":\"Hi\"}");
+  CHECK_EQ_INT(status_of(r), 200);
+  CHECK_MSG(strstr(r, "{\"tokens\":[76,109],\"count\":2,\"max_model_len\":512}") != NULL, "%s", r);
+  free(r);
+  r = http(port, "POST", "/tokenize", NULL, "{\"content\":\"Hi\",\"add_special\":true,\"with_pieces\":true}");
+  CHECK_MSG(strstr(r, "\"tokens\":[{\"id\":1,\"piece\":\"<s>\"},{\"id\":76,\"piece\":\"H\"},{\"id\":109,\"piece\":\"i\"}]"),
+            "%s", r);
+  free(r);
+  r = http(port, "POST", "/tokenize", NULL, "{\"content\":\"\\u00e9\",\"with_pieces\":true}"); /* a piece that is no UTF-8: its bytes */
+  CHECK_MSG(strstr(r, "{\"id\":199,\"piece\":[195]},{\"id\":173,\"piece\":[169]}"), "%s", r);
+  free(r);
+  r = http(port, "POST", "/tokenize", NULL, "{\"model\":\"fake-model\",\"prompt\":\"Hi\"}"); /* vLLM: special tokens by default */
+  CHECK_MSG(strstr(r, "\"tokens\":[1,76,109]") != NULL, "%s", r);
+  free(r);
+  r = http(port, "POST", "/tokenize", NULL, "{\"prompt\":\"Hi\",\"add_special_tokens\":false}");
+  CHECK_MSG(strstr(r, "\"tokens\":[76,109]") != NULL, "%s", r);
+  free(r);
+  r = http(port, "POST", "/tokenize", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}"); /* the rendered chat */
+  CHECK_EQ_INT(status_of(r), 200);
+  CHECK_MSG(strstr(r, "\"count\":23,") != NULL, "%s", r); /* "<|user|>a\n<|assistant|>" */
+  free(r);
+  r = http(port, "POST", "/tokenize", NULL, "{\"content\":5}");
+  CHECK_EQ_INT(status_of(r), 400);
+  CHECK(strstr(r, "\"param\":\"content\"") != NULL);
+  free(r);
+  r = http(port, "POST", "/tokenize", NULL, "{\"content\":\"a\",\"prompt\":\"b\"}");
+  CHECK_EQ_INT(status_of(r), 400);
+  free(r);
+  r = http(port, "POST", "/tokenize", NULL, "{\"content\":\"a\",\"model\":\"other\"}");
+  CHECK_EQ_INT(status_of(r), 404);
+  free(r);
+  r = http(port, "POST", "/detokenize", NULL, "{\"tokens\":[1,76,109]}");
+  CHECK_EQ_INT(status_of(r), 200);
+  CHECK_MSG(strstr(r, "{\"content\":\"<s>Hi\",\"prompt\":\"<s>Hi\"}") != NULL, "%s", r);
+  free(r);
+  r = http(port, "POST", "/detokenize", NULL, "{\"tokens\":[1000]}");
+  CHECK_EQ_INT(status_of(r), 400);
+  CHECK(strstr(r, "\"param\":\"tokens\"") && strstr(r, "outside the vocabulary"));
+  free(r);
+  r = http(port, "POST", "/detokenize", NULL, "{}");
+  CHECK_EQ_INT(status_of(r), 400);
+  free(r);
+  r = http(port, "GET", "/tokenize", NULL, NULL);
+  CHECK_EQ_INT(status_of(r), 405);
+  free(r);
+  r = http(port, "GET", "/v1", NULL, NULL); /* the index lists them */
+  CHECK(strstr(r, "\"path\":\"/tokenize\"") && strstr(r, "\"path\":\"/detokenize\""));
+  free(r);
   serve_stop(s);
 }
 
@@ -707,6 +766,7 @@ int main(void) {
   fake_engine_init(&engine);
   RUN(test_routes);
   RUN(test_tool_ids_unique);
+  RUN(test_tokenize_routes);
   RUN(test_key_and_limit);
   RUN(test_disconnect);
   RUN(test_stop_while_streaming);
