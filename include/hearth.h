@@ -390,6 +390,14 @@ typedef struct hearth_adapter_info {
  * NULL with max 0) and returns how many are loaded. */
 int hearth_adapter_list(hearth_model *m, hearth_adapter_info *out, int max);
 
+/* Starts the serving engine now rather than at the first request: allocates
+ * the KV pool (--kv-cache-mem / the default share of memory), opens the KV
+ * store, starts the scheduler's thread. A server calls it before it listens,
+ * so a pool that cannot be had or a store that cannot be opened stops it at
+ * start-up with the reason. Safe to call again (nothing happens); a no-op
+ * for block-diffusion models, whose requests take caches of their own. */
+int hearth_start(hearth_model *m, hearth_error *err);
+
 /* Whether a request of prompt_tokens and max_tokens (< 0: unset) can ever
  * fit the KV cache and memory budget: 0, or HEARTH_ELIMIT with a message
  * starting "memory_admission:". Starts the scheduler when needed. */
@@ -397,7 +405,7 @@ int hearth_admit(hearth_model *m, int64_t prompt_tokens, int64_t max_tokens, hea
 
 #define HEARTH_SPEC_SOURCES 3
 
-/* The serving engine's counters (zeros before the first generation). */
+/* The serving engine's counters (zeros until the engine starts: hearth_start or the first request). */
 typedef struct hearth_stats {
   int64_t running, waiting;            /* requests */
   int64_t kv_blocks_total, kv_blocks_used, kv_blocks_cached, kv_blocks_free;
@@ -490,7 +498,8 @@ typedef struct hearth_fit_result {
   int64_t need_bytes;              /* weights + KV + states + overhead */
   int64_t available_bytes;
   char memory_source[48];          /* "MemAvailable", "cuda free" (+ what a served model holds), or "given" */
-  bool fits;
+  bool fits;                       /* need_bytes fit and the context is at most the model's */
+  bool context_exceeds_model;      /* context > context_length: the model cannot take it in any memory */
   int64_t max_context;             /* the largest context per sequence that fits at this batch (at
                                       most the model's; 0 when even the weights do not fit) */
   int64_t max_batch;               /* the most sequences of `context` tokens that fit */

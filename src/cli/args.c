@@ -191,8 +191,7 @@ int cli_opt_sampling(const char *verb, int argc, char **argv, int *i, hearth_gen
 }
 
 const char *cli_sampling_help(void) {
-  return "  -n, --max-tokens N  tokens to generate (-1 = up to the context, or what the KV cache holds)\n"
-         "  --temp T          temperature (0 = greedy; default: the model's generation_config)\n"
+  return "  --temp T          temperature (0 = greedy; default: the model's generation_config)\n"
          "  --top-p P  --top-k K  --min-p P\n"
          "  --repeat-penalty R  --presence-penalty P  --frequency-penalty F\n"
          "  --seed S          sampling seed (same seed → same output)\n";

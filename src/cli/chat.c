@@ -43,8 +43,8 @@ static void usage(FILE *f) {
           "  --model PATH      model folder or .gguf file (default: the built-in model)\n"
           "  --system TEXT     a system message\n"
           "  --adapter DIR     talk under this PEFT LoRA adapter folder\n"
+          "  -n, --max-tokens N  tokens of each reply (default: up to the context, or what the KV cache holds)\n"
           "%s"
-          "                    (default: each reply up to the context)\n"
           "  --threads N       CPU worker threads (default: one per CPU)\n\n"
           "In the session (line editing and history on a terminal):\n%s",
           cli_sampling_help(), chat_commands);

@@ -40,7 +40,7 @@ static void bytes_text(int64_t b, char *out, size_t n) {
 
 static void print_table(const char *path, const hearth_fit_result *r) {
   char a[32], b[32], c[32];
-  printf("model        %s (%s)\n", path, r->model_type);
+  printf("model        %s (%s, context %lld tokens)\n", path, r->model_type, (long long)r->context_length);
   printf("device       %s\n", r->device);
   bytes_text(r->weight_bytes, a, sizeof a);
   bytes_text(r->active_weight_bytes, b, sizeof b);
@@ -76,7 +76,11 @@ static void print_table(const char *path, const hearth_fit_result *r) {
   bytes_text(r->need_bytes, a, sizeof a);
   bytes_text(r->available_bytes, b, sizeof b);
   printf("need         %s of %s available (%s)\n", a, b, r->memory_source);
-  printf("fits         %s\n", r->fits ? "yes" : "no");
+  if (r->context_exceeds_model)
+    printf("fits         no: a context of %lld tokens is more than the model's %lld\n", (long long)r->context,
+           (long long)r->context_length);
+  else
+    printf("fits         %s\n", r->fits ? "yes" : "no");
   printf("max context  %lld tokens at batch %lld%s\n", (long long)r->max_context, (long long)r->batch,
          r->max_context == r->context_length ? " (the model's limit)" : "");
   printf("max batch    %lld sequences of %lld tokens\n", (long long)r->max_batch, (long long)r->context);

@@ -20,12 +20,13 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: hearth kv-eval --model PATH [--model PATH ...] [--ids 1,2,3 | TEXT] [-n 24] [--json]\n\n"
+          "usage: hearth kv-eval [--model PATH ...] [--ids 1,2,3 | TEXT] [-n 24] [--json]\n\n"
           "Runs each prompt with the f32 KV cache and with a quantized one and reports the logit\n"
           "error (max and mean |difference| over every position of the prompt and of an n-token\n"
           "greedy continuation, the quantized cache fed the f32 run's tokens) and the greedy\n"
           "agreement (the first position where the quantized cache's own greedy tokens differ, and\n"
           "how many of the n agree). Formats: --kv-quant / --kv-quant-config when given, else 8 and 4.\n"
+          "--model PATH (repeatable; default: the built-in model) is a folder or .gguf file.\n"
           "Without --ids or TEXT the prompts of PATH/golden.json (tests/fixtures/golden) are used.\n"
           "--json prints one object per line.\n");
 }
@@ -84,8 +85,17 @@ int cli_kv_eval(int argc, char **argv) {
       return cli_usage_error("kv-eval", "give the text as one argument");
     }
   }
-  if (!n_dirs) return free(ids), cli_usage_error("kv-eval", "give at least one --model");
+  if (!n_dirs && (dirs[0] = cli_default_model())) n_dirs = 1;
+  if (!n_dirs) return free(ids), cli_fail("kv-eval: no --model given and no built-in model found (models/default)");
   if (ids && text) return free(ids), cli_usage_error("kv-eval", "give either --ids or TEXT");
+  for (int d = 0; d < n_dirs && !ids && !text; d++) { /* the prompts come from golden.json: say so before loading */
+    char *golden = hpath_join(dirs[d], "golden.json");
+    bool there = golden && hfile_exists(golden);
+    free(golden);
+    if (!there)
+      return cli_usage_error("kv-eval", "no prompt: give TEXT or --ids 1,2,3 (%s has no golden.json whose prompts "
+                                        "would be used)", dirs[d]);
+  }
   const cli_load *cl = cli_load_opts();
   const char *modes[2] = {"8", "4"};
   int n_modes = 2;

@@ -77,10 +77,10 @@ static int open_model(const char *verb, const char *model, tokenizer **t) {
 }
 
 static void tokenize_usage(void) {
-  printf("usage: hearth tokenize --model PATH [--no-special] [--no-parse-special] TEXT...\n"
-         "       hearth tokenize --model PATH [--no-special] --batch FILE\n\n"
+  printf("usage: hearth tokenize [--model PATH] [--no-special] [--no-parse-special] TEXT...\n"
+         "       hearth tokenize [--model PATH] [--no-special] --batch FILE\n\n"
          "Prints the token ids of TEXT (or of stdin when TEXT is '-' or absent) as a JSON array.\n"
-         "PATH is a model folder, a tokenizer.json or a .gguf. --batch reads a JSON array of\n"
+         "PATH is a model folder, a tokenizer.json or a .gguf (default: the built-in model). --batch reads a JSON array of\n"
          "strings and prints a JSON array of id arrays. Special tokens (BOS, the post-processor's)\n"
          "are added unless --no-special; special-token text in the input becomes its id unless\n"
          "--no-parse-special.\n");
@@ -162,9 +162,10 @@ int cli_tokenize(int argc, char **argv) {
 }
 
 static void detokenize_usage(void) {
-  printf("usage: hearth detokenize --model PATH [--skip-special] ID...\n"
-         "       hearth detokenize --model PATH [--skip-special] --batch FILE\n\n"
-         "Prints the text of the token ids as a JSON string. --batch reads a JSON array of id\n"
+  printf("usage: hearth detokenize [--model PATH] [--skip-special] ID...\n"
+         "       hearth detokenize [--model PATH] [--skip-special] --batch FILE\n\n"
+         "Prints the text of the token ids as a JSON string (PATH as for tokenize; default: the\n"
+         "built-in model). --batch reads a JSON array of id\n"
          "arrays and prints a JSON array of strings. Special tokens are kept unless --skip-special.\n");
 }
 

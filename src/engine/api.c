@@ -608,6 +608,12 @@ static int ensure_sched(hearth_model *hm, herr *err) {
   return rc;
 }
 
+int hearth_start(hearth_model *hm, hearth_error *err) {
+  if (!hm) return herr_set(err, HEARTH_EINVAL, "hearth_start: no model");
+  if (model_canvas_length(hm->m) > 0) return 0; /* the diffusion lane: a cache of its own per request */
+  return ensure_sched(hm, err);
+}
+
 int hearth_admit(hearth_model *hm, int64_t prompt_tokens, int64_t max_tokens, hearth_error *err) {
   if (model_canvas_length(hm->m) > 0) return 0; /* the diffusion lane: a cache of its own per request */
   int rc = ensure_sched(hm, err);

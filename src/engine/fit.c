@@ -279,7 +279,8 @@ int fit_model(const char *path, const hearth_fit_opts *o, const kv_quant *quant,
     size_t n = strlen(out->memory_source);
     snprintf(out->memory_source + n, sizeof out->memory_source - n, " + held by the model");
   }
-  out->fits = out->need_bytes <= out->available_bytes;
+  out->context_exceeds_model = out->context > out->context_length;
+  out->fits = out->need_bytes <= out->available_bytes && !out->context_exceeds_model;
   int64_t room = out->available_bytes - out->weight_bytes - out->overhead_bytes;
   if (room > out->state_bytes) {
     int64_t ctx = out->kv_bytes_per_token > 0 ? (room - out->state_bytes) / (out->kv_bytes_per_token * out->batch)
@@ -337,6 +338,7 @@ int hearth_fit_json(const hearth_fit_result *r, char **json, hearth_error *err) 
       "memory", "available_bytes", (json_int_t)r->available_bytes, "source", r->memory_source,        /* */
       "fits", r->fits, "max_context", (json_int_t)r->max_context, "max_batch", (json_int_t)r->max_batch);
   if (!o) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  json_object_set_new(o, "context_exceeds_model", json_boolean(r->context_exceeds_model));
   json_t *state = json_object();
   json_object_set_new(state, "layers", json_integer(r->state_layers));
   json_object_set_new(state, "bytes_per_sequence", json_integer(r->state_bytes_per_sequence));

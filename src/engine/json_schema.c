@@ -21,6 +21,7 @@
 #define MAX_DIGITS 16
 #define MAX_NODES 10000  /* schema nodes compiled (bounds $ref expansion too) */
 #define MAX_REPEAT 4096  /* minItems / maxItems / minLength / maxLength */
+#define MAX_DEPTH 64     /* schemas nested in schemas (properties, items, anyOf, ...) */
 
 typedef struct ref_entry {
   char *ref;  /* owned */
@@ -33,6 +34,7 @@ typedef struct ctx {
   herr *err;
   int rc;
   int n_nodes;
+  int depth;     /* gen calls open */
   unsigned prim; /* primitives already written */
   ref_entry *refs;
   size_t n_refs, cap_refs;
@@ -87,7 +89,7 @@ static void primitives(ctx *c, unsigned want) {
   if (want & P_STRING) want |= P_CHAR;
   want &= ~c->prim;
   c->prim |= want;
-  if (want & P_WS) put(c, "ws ::= ( \" \" | \"\\n\" [ \\t]{0,16} )?\n");
+  if (want & P_WS) put(c, "ws ::= ( \" \" | \"\\n\" )?\n"); /* compact: one space or one newline at most */
   if (want & P_CHAR) put(c, "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n");
   if (want & P_STRING) put(c, "string ::= \"\\\"\" char* \"\\\"\"\n");
   if (want & P_INTEGER) put(c, "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n");
@@ -1047,8 +1049,20 @@ static json_t *merge_all_of(ctx *c, const json_t *s) {
   return m;
 }
 
-/* Compiles schema s into a rule; *name is the rule (owned by c). */
+static int gen_node(ctx *c, const json_t *s, const char *hint, const char **name);
+
+/* Compiles schema s into a rule; *name is the rule (owned by c). Nesting
+ * deeper than MAX_DEPTH is refused, so compile time stays bounded. */
 static int gen(ctx *c, const json_t *s, const char *hint, const char **name) {
+  if (c->depth >= MAX_DEPTH)
+    return cfail(c, HEARTH_ELIMIT, "the schema nests deeper than 64 levels", NULL, NULL);
+  c->depth++;
+  int rc = gen_node(c, s, hint, name);
+  c->depth--;
+  return rc;
+}
+
+static int gen_node(ctx *c, const json_t *s, const char *hint, const char **name) {
   if (++c->n_nodes > MAX_NODES) return cfail(c, HEARTH_ELIMIT, "the schema has more than 10000 nodes", NULL, NULL);
   if (json_is_true(s) || (json_is_object(s) && json_object_size(s) == 0)) {
     primitives(c, P_VALUE);

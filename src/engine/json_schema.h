@@ -17,9 +17,11 @@
  * pattern outside the subset) is refused with HEARTH_EUNSUPPORTED naming it,
  * never ignored.
  *
- * Whitespace between tokens is limited to one space or one newline with up
- * to 16 spaces or tabs of indent, so a model cannot pad forever; numbers to
- * 16 integer and 16 fraction digits.
+ * Whitespace between tokens is compact JSON's: at most one space or one
+ * newline, so a model cannot spend its budget on padding; numbers to 16
+ * integer and 16 fraction digits. Schemas nested more than 64 levels deep
+ * (properties, items, anyOf, ... within one another) are refused with
+ * HEARTH_ELIMIT, which keeps compile time bounded.
  */
 #ifndef HEARTH_ENGINE_JSON_SCHEMA_H
 #define HEARTH_ENGINE_JSON_SCHEMA_H

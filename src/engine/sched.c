@@ -1028,6 +1028,12 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
     int64_t enough = (int64_t)s->max_batch * ((ctx + B - 1) / B);
     if (n_blocks > enough) n_blocks = enough;
   } else {
+    size_t have = physical_memory();
+    if (bk_backend_is_cpu(be) && bytes > have) {
+      free(s); /* nothing else is held yet */
+      return herr_set(err, HEARTH_ENOMEM, "KV cache: %.1f GiB asked for, more than this machine's %.1f GiB of memory",
+                      (double)bytes / (1 << 30), (double)have / (1 << 30));
+    }
     n_blocks = (int64_t)(bytes / s->block_bytes);
   }
   if (c.memory_budget && n_blocks > (int64_t)(c.memory_budget / s->block_bytes))

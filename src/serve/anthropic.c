@@ -481,7 +481,6 @@ int anth_reply_parse(anth_reply *r, const tc_opts *o, herr *err) {
   if (tc_parser_new(o, &r->tc, err)) return err ? err->code : HEARTH_EINTERNAL;
   r->blocks = json_array();
   r->open = -1;
-  r->seed = hmix64((uint64_t)(uintptr_t)r ^ (uint64_t)r->id[7] << 8 ^ (uint64_t)r->id[9]);
   return r->blocks ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
 }
 
@@ -498,17 +497,10 @@ static const char *reply_stop_reason(const anth_reply *r, const serve_result *re
 static json_t *typed(const char *type);
 static void event(const char *name, json_t *data /* consumed */, hbuf *out);
 
-/* "toolu_01" and 22 letters and digits. */
-static json_t *tool_use_id(anth_reply *r) {
-  static const char al[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-  char id[40] = "toolu_01";
-  uint64_t x = hmix64(r->seed + (uint64_t)r->ncalls * HMIX64_GAMMA);
-  for (int i = 0; i < 22; i++) {
-    if (i == 11) x = hmix64(x ^ r->seed);
-    id[8 + i] = al[x % 62];
-    x /= 62;
-  }
-  id[30] = 0;
+/* "toolu_01" and 22 letters and digits from the CSPRNG. */
+static json_t *tool_use_id(void) {
+  char id[40];
+  serve_random_id(id, sizeof id, "toolu_01", 22);
   return json_string(id);
 }
 
@@ -591,7 +583,7 @@ static int on_event(void *ctx, const tc_event *ev) {
     break;
   case TC_CALL_BEGIN: {
     json_t *b = typed("tool_use");
-    json_object_set_new(b, "id", tool_use_id(r));
+    json_object_set_new(b, "id", tool_use_id());
     json_object_set_new(b, "name", serve_json_text(ev->name, strlen(ev->name)));
     json_object_set_new(b, "input", json_object());
     r->ncalls++;

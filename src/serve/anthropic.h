@@ -49,7 +49,6 @@ typedef struct anth_reply {
   json_t *block;          /* owned: the open block (whole responses) */
   hbuf cur;               /* owned: the open block's text, thinking or input JSON */
   int ncalls;
-  uint64_t seed;          /* makes tool_use ids */
   bool ping_due;          /* stream: the ping follows the first content_block_start */
   hbuf *sse;              /* a stream's output while events are formatted */
 } anth_reply;

@@ -137,6 +137,11 @@ typedef struct serve_engine {
   /* Number of tokens the prompt encodes to (raw: a completion prompt, which
    * gets the model's BOS the way hearth_generate would add it). */
   int (*count_tokens)(void *impl, const char *prompt, bool raw, int64_t *n, herr *err);
+  /* Text → ids (add_special: the tokenizer's BOS/EOS, as HF add_special_tokens),
+   * *ids malloc'd (caller frees); and ids → text (special tokens kept), *text
+   * malloc'd and NUL-terminated. NULL: the engine has no tokenizer to show. */
+  int (*tokenize)(void *impl, const char *text, bool add_special, int32_t **ids, size_t *n, herr *err);
+  int (*detokenize)(void *impl, const int32_t *ids, size_t n, char **text, size_t *len, herr *err);
   /* Generates from a rendered (raw false) or raw prompt. Calls on_token for
    * every step; returns once finished, stopped by on_token, or *cancel is set
    * (read with __atomic_load_n or as volatile, checked every step; another

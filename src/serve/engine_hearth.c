@@ -107,6 +107,31 @@ static int count_tokens(void *impl, const char *prompt, bool raw, int64_t *n, he
   return 0;
 }
 
+static int tokenize(void *impl, const char *text, bool add_special, int32_t **ids, size_t *n, herr *err) {
+  hearth_engine *h = impl;
+  int32_t *got = NULL;
+  hearth_error e = {0};
+  *ids = NULL;
+  *n = 0;
+  if (hearth_tokenize(h->model, text, strlen(text), add_special, &got, n, &e)) return copy_err(err, &e);
+  *ids = malloc(sizeof(int32_t) * (*n ? *n : 1));
+  if (*ids) memcpy(*ids, got, sizeof(int32_t) * *n);
+  hearth_free(got);
+  return *ids ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
+}
+
+static int detokenize(void *impl, const int32_t *ids, size_t n, char **text, size_t *len, herr *err) {
+  hearth_engine *h = impl;
+  char *got = NULL;
+  hearth_error e = {0};
+  *text = NULL;
+  if (hearth_detokenize(h->model, ids, n, false, &got, len, &e)) return copy_err(err, &e);
+  *text = malloc(*len + 1);
+  if (*text) memcpy(*text, got, *len + 1);
+  hearth_free(got);
+  return *text ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
+}
+
 typedef struct relay {
   serve_token_fn fn;
   void *ctx;
@@ -331,6 +356,10 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
     destroy(h);
     return herr_set(err, HEARTH_EUNSUPPORTED, "%s: the model has no tokenizer.json, so it cannot serve text", model_dir);
   }
+  if (hearth_start(h->model, &e)) { /* the KV pool and store now, not at the first request */
+    destroy(h);
+    return copy_err(err, &e);
+  }
   out->impl = h;
   out->model_id = h->info.id;
   out->context_length = h->info.context_length;
@@ -343,6 +372,8 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   if (o->load.spec_tokens > 0 && !out->denoising) out->spec_method = o->load.spec_method ? o->load.spec_method : "ngram";
   out->render_chat = render_chat;
   out->count_tokens = count_tokens;
+  out->tokenize = tokenize;
+  out->detokenize = detokenize;
   out->generate = generate;
   for (int k = HEARTH_MEDIA_IMAGE; k <= HEARTH_MEDIA_VIDEO; k++)
     if (hearth_media_placeholder(h->model, (hearth_media_kind)k)) out->media_kinds |= 1u << k;

@@ -4,9 +4,13 @@
  * nothing of HTTP: callers get bytes to send. */
 #include "serve/reply.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "base/hash.h"
 #include "base/utf8.h"
@@ -55,7 +59,6 @@ void serve_reply_free(serve_reply *r) {
 int serve_reply_parse(serve_reply *r, const tc_opts *o, herr *err) {
   if (tc_parser_new(o, &r->tc, err)) return err ? err->code : HEARTH_EINTERNAL;
   r->calls = json_array();
-  r->call_seed = mix64((uint64_t)r->created ^ (uint64_t)(uintptr_t)r);
   return r->calls ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
 }
 
@@ -63,17 +66,41 @@ const char *serve_reply_finish_name(const serve_reply *r, serve_finish f) {
   return r->ncalls > 0 && f != SERVE_FINISH_LENGTH ? "tool_calls" : serve_finish_name(f);
 }
 
-/* "call_" and 24 letters and digits, unique per reply and call. */
-static json_t *call_id(serve_reply *r) {
+void serve_random_id(char *out, size_t cap, const char *prefix, int len) {
   static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  char id[32] = "call_";
-  uint64_t x = mix64(r->call_seed + (uint64_t)r->ncalls * HMIX64_GAMMA);
-  for (int i = 0; i < 24; i++) {
-    if (i == 12) x = mix64(x);
-    id[5 + i] = al[x % 62];
-    x /= 62;
+  size_t n = (size_t)snprintf(out, cap, "%s", prefix);
+  if (n >= cap) n = cap ? cap - 1 : 0;
+  unsigned char pool[64];
+  size_t have = 0, used = 0;
+  while (len > 0 && n + 1 < cap) {
+    if (used == have) { /* refill from the kernel's CSPRNG */
+      ssize_t got;
+      do got = getrandom(pool, sizeof pool, 0);
+      while (got < 0 && errno == EINTR);
+      if (got <= 0) { /* no getrandom (never on a supported kernel): still distinct within the process */
+        static _Atomic uint64_t counter;
+        uint64_t x = hmix64((uint64_t)time(NULL) ^ (atomic_fetch_add(&counter, 1) + 1) * HMIX64_GAMMA);
+        for (size_t i = 0; i < sizeof pool; i++, x >>= 8) {
+          if (i % 8 == 0) x = hmix64(x + i);
+          pool[i] = (unsigned char)x;
+        }
+        got = (ssize_t)sizeof pool;
+      }
+      have = (size_t)got;
+      used = 0;
+    }
+    unsigned char b = pool[used++];
+    if (b >= 248) continue; /* 248 = 4 × 62: keeps every letter equally likely */
+    out[n++] = al[b % 62];
+    len--;
   }
-  id[29] = 0;
+  if (cap) out[n] = 0;
+}
+
+/* "call_" and 24 letters and digits from the CSPRNG. */
+static json_t *call_id(void) {
+  char id[32];
+  serve_random_id(id, sizeof id, "call_", 24);
   return json_string(id);
 }
 
@@ -161,7 +188,7 @@ static int whole_event(void *ctx, const tc_event *ev) {
     json_t *fn = json_object();
     json_object_set_new(fn, "name", serve_json_text(ev->name, strlen(ev->name)));
     json_t *c = json_object();
-    json_object_set_new(c, "id", call_id(r));
+    json_object_set_new(c, "id", call_id());
     json_object_set_new(c, "type", json_string("function"));
     json_object_set_new(c, "function", fn);
     json_array_append_new(r->calls, c);
@@ -329,7 +356,7 @@ static int sse_event(void *ctx, const tc_event *ev) {
     json_object_set_new(fn, "arguments", json_string(""));
     json_t *c = json_object();
     json_object_set_new(c, "index", json_integer(ev->index));
-    json_object_set_new(c, "id", call_id(r));
+    json_object_set_new(c, "id", call_id());
     json_object_set_new(c, "type", json_string("function"));
     json_object_set_new(c, "function", fn);
     json_t *calls = json_array();

@@ -33,7 +33,6 @@ typedef struct serve_reply {
   hbuf args;               /* owned: the open call's arguments (whole responses) */
   hbuf *sse;               /* a stream's output while the parser's events are turned into chunks */
   json_t *sse_lp;          /* the step's logprobs, for the first chunk of the step */
-  uint64_t call_seed;      /* makes call ids */
 } serve_reply;
 
 /* id_seed makes the id unique (any varying number: a counter, a time). */
@@ -48,6 +47,9 @@ int serve_reply_parse(serve_reply *r, const tc_opts *o, herr *err);
  * before any token: into the whole reply (out NULL) or as stream chunks. */
 void serve_reply_prime(serve_reply *r, const char *text, hbuf *out);
 
+/* out = prefix and len letters and digits drawn from the kernel's CSPRNG
+ * (getrandom): tool-call ids, unique across requests and restarts. */
+void serve_random_id(char *out, size_t cap, const char *prefix, int len);
 /* Appends s[0..n) to out as UTF-8, each invalid byte replaced by U+FFFD. */
 void serve_utf8_clean(const char *s, size_t n, hbuf *out);
 /* A JSON string of s[0..n) cleaned so (never NULL; s may be NULL with n 0). */

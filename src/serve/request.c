@@ -325,6 +325,16 @@ int serve_tool_add(serve_request *req, const char *name, json_t *description, js
     return serve_bad(f, at, "'%s.description' must be a string", at);
   if (parameters && !json_is_null(parameters) && !json_is_object(parameters))
     return serve_bad(f, at, "'%s.parameters' must be a JSON Schema object", at);
+  if (parameters && json_is_object(parameters)) { /* checked as response_format's schema is */
+    char *text = json_dumps(parameters, JSON_COMPACT);
+    hbuf g = {0};
+    herr e = {0};
+    int rc = text ? json_schema_to_gbnf(text, strlen(text), &g, &e) : herr_set(&e, HEARTH_ENOMEM, "out of memory");
+    free(text);
+    hbuf_free(&g);
+    /* a keyword the grammar cannot follow is no error in a tool: only a forced call's grammar needs it */
+    if (rc && rc != HEARTH_EUNSUPPORTED) return serve_bad(f, at, "'%s.parameters': %s", at, e.msg);
+  }
   if (req->tools && serve_tool_known(req, name)) return serve_bad(f, at, "'%s': the tool name '%s' is used twice", at, name);
   json_t *fn = json_object();
   json_object_set_new(fn, "name", json_string(name));
@@ -428,9 +438,13 @@ static int parse_format(json_t *root, serve_request *r, serve_fail *f) {
       json_t *js = json_object_get(rf, "json_schema");
       json_t *schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
       if (!json_is_object(js)) return serve_bad(f, "response_format", "'response_format.json_schema' is required");
-      if (schema && !json_is_object(schema) && !json_is_boolean(schema))
+      if (!schema || json_is_null(schema))
+        return serve_bad(f, "response_format",
+                         "'response_format.json_schema.schema' is required: a json_schema format without a schema "
+                         "would constrain nothing (send {\"type\": \"json_object\"} for any JSON object)");
+      if (!json_is_object(schema) && !json_is_boolean(schema))
         return serve_bad(f, "response_format", "'response_format.json_schema.schema' must be a JSON Schema object");
-      r->json_schema = schema && json_is_object(schema) ? json_incref(schema) : json_pack("{s:s}", "type", "object");
+      r->json_schema = json_is_object(schema) ? json_incref(schema) : json_pack("{s:s}", "type", "object");
     } else if (strcmp(t, "text")) {
       return serve_bad(f, "response_format", "'response_format' of type '%.40s' is not supported (text, json_object, json_schema)",
                  t);

@@ -600,8 +600,9 @@ static json_t *reasoning_part(const char *s, size_t n) {
   return json_pack("{s:s, s:o}", "type", "reasoning_text", "text", serve_json_text(s, n));
 }
 
-/* Closes the open item: fills in its text or arguments, marks it completed,
- * keeps it in output; a stream says the *.done events. */
+/* Closes the open item: fills in its text or arguments, marks it completed
+ * (incomplete when the budget cut it), keeps it in output; a stream says
+ * the *.done events. */
 static void item_close(resp_reply *r) {
   if (r->open < 0) return;
   int index = (int)json_array_size(r->output);
@@ -628,7 +629,7 @@ static void item_close(resp_reply *r) {
                    "arguments", args));
     json_object_set_new(it, "arguments", args);
   }
-  json_object_set_new(it, "status", json_string("completed"));
+  json_object_set_new(it, "status", json_string(r->cut ? "incomplete" : "completed"));
   emit(r, "response.output_item.done", json_pack("{s:i, s:O}", "output_index", index, "item", it));
   json_array_append_new(r->output, it);
   hbuf_clear(&r->cur);
@@ -682,7 +683,7 @@ static int on_event(void *ctx, const tc_event *ev) {
     break;
   case TC_CALL_BEGIN: {
     char call[48];
-    make_id(call, sizeof call, "call_", r->seed ^ (uint64_t)(r->ncalls + 1) * 0x9E37ull, 24);
+    serve_random_id(call, sizeof call, "call_", 24);
     r->ncalls++;
     item_open(r, TC_CALL_BEGIN,
               json_pack("{s:o, s:s, s:s, s:s, s:o, s:s}", "id", next_id(r, "fc_"), "type", "function_call", "status",
@@ -708,11 +709,18 @@ static void feed(resp_reply *r, const char *s, size_t n) {
   on_event(r, &ev);
 }
 
-static void end(resp_reply *r) {
+/* The parser's last events (the engine flushed its held-back text). */
+static void end_parse(resp_reply *r) {
   if (r->tc && !r->tc_done) {
     r->tc_done = true;
     tc_parser_finish(r->tc, on_event, r, NULL);
   }
+}
+
+/* The output is over: res says whether it was cut (NULL: not known, not cut). */
+static void end(resp_reply *r, const serve_result *res) {
+  end_parse(r);
+  if (res && res->finish == SERVE_FINISH_LENGTH) r->cut = true;
   item_close(r);
 }
 
@@ -724,7 +732,7 @@ void resp_reply_prime(resp_reply *r, const char *text, hbuf *out) {
 
 void resp_reply_add(resp_reply *r, const serve_token *tok) {
   feed(r, tok->text, tok->len);
-  if (tok->flush) end(r);
+  if (tok->flush) end_parse(r); /* the open item stays open: only the result says whether it is complete */
 }
 
 static json_t *echoed(const resp_reply *r, const char *key, json_t *dflt /* consumed */) {
@@ -737,7 +745,7 @@ static json_t *echoed(const resp_reply *r, const char *key, json_t *dflt /* cons
 }
 
 json_t *resp_reply_object(resp_reply *r, const serve_result *res) {
-  if (res) end(r);
+  if (res) end(r, res);
   const char *status = !res ? "in_progress" : res->finish == SERVE_FINISH_LENGTH ? "incomplete" : "completed";
   json_t *o = json_object();
   json_object_set_new(o, "id", json_string(r->id));
@@ -806,7 +814,7 @@ void resp_sse_token(resp_reply *r, const serve_token *tok, hbuf *out) {
 
 void resp_sse_finish(resp_reply *r, const serve_result *res, hbuf *out) {
   r->sse = out;
-  end(r);
+  end(r, res);
   json_t *obj = resp_reply_object(r, res);
   emit(r, res->finish == SERVE_FINISH_LENGTH ? "response.incomplete" : "response.completed",
        json_pack("{s:o}", "response", obj));

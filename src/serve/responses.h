@@ -70,6 +70,7 @@ typedef struct resp_reply {
   int n_ids;
   tc_parser *tc;       /* owned; NULL: all text */
   bool tc_done;
+  bool cut;                /* the output ran out of budget: the item open at the end is "incomplete" */
   json_t *output;      /* owned: the finished output items */
   int open;            /* the open item's kind: -1 none, TC_TEXT, TC_REASONING, TC_CALL_BEGIN */
   json_t *item;        /* owned: the open item */

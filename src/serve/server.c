@@ -67,6 +67,7 @@
 #include "serve/anthropic.h"
 #include "serve/embeddings.h"
 #include "serve/signal.h"
+#include "serve/tokenize.h"
 #include "serve/reply.h"
 #include "serve/forced.h"
 #include "serve/request.h"
@@ -176,6 +177,8 @@ typedef enum route {
   ROUTE_FIT,
   ROUTE_ADAPTERS,     /* GET / POST /v1/adapters */
   ROUTE_ADAPTER,      /* DELETE /v1/adapters/{id} */
+  ROUTE_TOKENIZE,     /* POST /tokenize (llama.cpp's, vLLM's) */
+  ROUTE_DETOKENIZE,   /* POST /detokenize */
 } route;
 
 /* Per-request state, kept in MHD's con_cls between the calls for one request. */
@@ -1313,6 +1316,84 @@ static enum MHD_Result send_hbuf(struct MHD_Connection *c, hbuf *b) {
   return rc;
 }
 
+/* POST /tokenize (serve/tokenize.c parses and replies). */
+static enum MHD_Result answer_tokenize(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  serve_engine *e = s->engine;
+  tokenize_request req;
+  serve_fail f;
+  if (tokenize_request_parse(hbuf_str(&cn->body), cn->body.len, &req, &f)) return send_fail(c, &f, NULL);
+  const char *model = req.is_chat ? req.chat.model : req.model;
+  char *prompt = NULL;
+  if (model && !name_served(s, model)) {
+    serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found",
+                   "The model '%.200s' does not exist (this server serves '%.200s')", model, e->model_id);
+  } else if (!e->tokenize || !e->detokenize) {
+    serve_fail_set(&f, 400, "invalid_request_error", NULL, NULL, "The model '%.200s' does not serve /tokenize", e->model_id);
+  } else if (req.is_chat && req.chat.n_media > 0) { /* an image's soft tokens exist only once it is decoded */
+    serve_fail_set(&f, 400, "invalid_request_error", req.chat.media[0].name, NULL,
+                   "%s: tokenizing prompts that hold media is not supported", req.chat.media[0].name);
+  } else if (!req.is_chat || !render_prompt(e, &req.chat, &prompt, &f)) {
+    herr err = {0};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = e->tokenize(e->impl, req.is_chat ? prompt : req.content, req.add_special, &ids, &n, &err);
+    free(prompt);
+    char **pieces = NULL;
+    size_t *plen = NULL;
+    if (!rc && req.with_pieces) {
+      pieces = calloc(n ? n : 1, sizeof *pieces);
+      plen = calloc(n ? n : 1, sizeof *plen);
+      if (!pieces || !plen) rc = herr_set(&err, HEARTH_ENOMEM, "out of memory");
+      for (size_t i = 0; i < n && !rc; i++) rc = e->detokenize(e->impl, &ids[i], 1, &pieces[i], &plen[i], &err);
+    }
+    hbuf b = {0};
+    if (!rc) tokenize_reply(ids, n, pieces, plen, e->context_length, &b);
+    for (size_t i = 0; pieces && i < n; i++) free(pieces[i]);
+    free(pieces);
+    free(plen);
+    free(ids);
+    if (!rc) {
+      tokenize_request_free(&req);
+      return send_hbuf(c, &b);
+    }
+    hbuf_free(&b);
+    fail_probe(rc, &err, req.is_chat ? "messages" : req.content ? "content" : "prompt", &f);
+  }
+  tokenize_request_free(&req);
+  return send_fail(c, &f, NULL);
+}
+
+/* POST /detokenize. */
+static enum MHD_Result answer_detokenize(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  serve_engine *e = s->engine;
+  serve_fail f;
+  int32_t *ids = NULL;
+  size_t n = 0;
+  char *model = NULL;
+  if (detokenize_request_parse(hbuf_str(&cn->body), cn->body.len, e->vocab_size, &ids, &n, &model, &f))
+    return send_fail(c, &f, NULL);
+  if (model && !name_served(s, model)) {
+    serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found",
+                   "The model '%.200s' does not exist (this server serves '%.200s')", model, e->model_id);
+  } else if (!e->detokenize) {
+    serve_fail_set(&f, 400, "invalid_request_error", NULL, NULL, "The model '%.200s' does not serve /detokenize", e->model_id);
+  } else {
+    herr err = {0};
+    char *text = NULL;
+    size_t len = 0;
+    int rc = e->detokenize(e->impl, ids, n, &text, &len, &err);
+    if (!rc) {
+      hbuf b = {0};
+      detokenize_reply(text, len, &b);
+      free(text), free(ids), free(model);
+      return send_hbuf(c, &b);
+    }
+    fail_probe(rc, &err, "tokens", &f);
+  }
+  free(ids), free(model);
+  return send_fail(c, &f, NULL);
+}
+
 /* POST /v1/embeddings (serve/embeddings.c parses and replies). */
 static enum MHD_Result answer_embeddings(struct MHD_Connection *c, serve_server *s, conn *cn) {
   serve_engine *e = s->engine;
@@ -1561,6 +1642,9 @@ static const route_def routes[] = {
     {"GET", "/fit", ROUTE_FIT, false,
      "the served model's memory contract: weights, KV bytes per token, fit, largest context, predicted tok/s "
      "(?ctx=N&batch=B)"},
+    {"POST", "/tokenize", ROUTE_TOKENIZE, false,
+     "text to token ids: {\"content\" (or \"prompt\", or chat \"messages\"), \"add_special\", \"with_pieces\"}"},
+    {"POST", "/detokenize", ROUTE_DETOKENIZE, false, "token ids to text: {\"tokens\": [ids]}"},
 };
 
 static bool route_matches(const route_def *r, const char *path) {
@@ -1681,6 +1765,10 @@ static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, c
     return answer_adapters(c, s, cn);
   case ROUTE_ADAPTER:
     return answer_adapter_delete(c, s, cn->path + 13);
+  case ROUTE_TOKENIZE:
+    return answer_tokenize(c, s, cn);
+  case ROUTE_DETOKENIZE:
+    return answer_detokenize(c, s, cn);
   default:
     return MHD_NO;
   }
@@ -1700,6 +1788,8 @@ static bool slow_route(route r) {
   case ROUTE_ADAPTERS:
   case ROUTE_ADAPTER:
   case ROUTE_FIT:
+  case ROUTE_TOKENIZE:
+  case ROUTE_DETOKENIZE:
     return true;
   default:
     return false;

@@ -3,8 +3,9 @@
  * message), ids outside the vocabulary are errors, --system needs --chat,
  * `hearth help [VERB]`, inspect's default model and --model, GGUF files as
  * models in every verb, configs with absurd values refused, convert's
- * summary line (and its progress on a terminal), and the chat session's
- * /help. */
+ * summary line (and its progress on a terminal), the chat session's
+ * /help, and serve's start-up failures (a KV pool it cannot have, a KV
+ * store that is a file) as exit 1 with the reason. */
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -178,6 +179,51 @@ static void test_ids_lists(void) {
   a = RUN_ARGS(NULL, "logits", "--ids", "1,99999");
   CHECK_MSG(a.status == 1 && strstr(a.err, "outside the vocabulary"), "logits 99999: %d %s", a.status, a.err);
   run_free(&a);
+}
+
+/* serve allocates its KV pool and opens its KV store before it listens: either
+ * failing exits 1 with the reason (rather than a server whose every request fails). */
+static void test_serve_startup(void) {
+  run_result r = RUN_ARGS(NULL, "serve", "--port", "0", "--kv-cache-mem", "100000G");
+  CHECK_MSG(r.status == 1, "serve --kv-cache-mem 100000G: exit %d: %s", r.status, r.err);
+  CHECK_MSG(strstr(r.err, "KV cache") && strstr(r.err, "more than this machine"), "%s", r.err);
+  run_free(&r);
+  char file[600];
+  snprintf(file, sizeof file, "%s/kvstore-file", tmpdir);
+  FILE *f = fopen(file, "w");
+  if (f) fclose(f);
+  r = RUN_ARGS(NULL, "serve", "--port", "0", "--kv-store", file);
+  CHECK_MSG(r.status == 1, "serve --kv-store FILE: exit %d: %s", r.status, r.err);
+  CHECK_MSG(strstr(r.err, "not a folder") != NULL, "%s", r.err);
+  run_free(&r);
+  unlink(file);
+}
+
+/* fit says a context beyond the model's does not fit and what the model's is;
+ * the help texts: -n's default on -n's line, tokenize's --model optional. */
+static void test_fit_and_help_texts(void) {
+  run_result r = RUN_ARGS(NULL, "fit", "--ctx", "4096", "--no-bandwidth");
+  CHECK_MSG(r.status == 0, "fit: %d %s", r.status, r.err);
+  CHECK_MSG(strstr(r.out, "fits         no: a context of 4096 tokens is more than the model's 1024"), "%s", r.out);
+  run_free(&r);
+  r = RUN_ARGS(NULL, "fit", "--ctx", "512", "--no-bandwidth");
+  CHECK_MSG(strstr(r.out, "fits         yes") && strstr(r.out, "context 1024 tokens"), "%s", r.out);
+  run_free(&r);
+  r = RUN_ARGS(NULL, "generate", "--help");
+  CHECK_MSG(strstr(r.out, "-n, --max-tokens N  tokens to generate (default 128"), "%s", r.out);
+  const char *seed = strstr(r.out, "--seed S");
+  const char *eol = seed ? strchr(seed, '\n') : NULL;
+  CHECK_MSG(eol && strncmp(eol + 1, "  --", 4) == 0, "the line after --seed: %s", eol ? eol + 1 : "(none)");
+  run_free(&r);
+  r = RUN_ARGS(NULL, "chat", "--help");
+  CHECK_MSG(strstr(r.out, "-n, --max-tokens N  tokens of each reply (default: up to the context"), "%s", r.out);
+  run_free(&r);
+  static const char *verbs[] = {"tokenize", "detokenize"};
+  for (int i = 0; i < 2; i++) {
+    r = RUN_ARGS(NULL, verbs[i], "--help");
+    CHECK_MSG(strstr(r.out, "[--model PATH]") && !strstr(r.out, "tokenize --model PATH"), "%s", r.out);
+    run_free(&r);
+  }
 }
 
 static void test_system_needs_chat(void) {
@@ -391,6 +437,8 @@ int main(void) {
   RUN(test_numbers);
   RUN(test_ids_lists);
   RUN(test_system_needs_chat);
+  RUN(test_serve_startup);
+  RUN(test_fit_and_help_texts);
   RUN(test_help_and_inspect);
   RUN(test_gguf_in_every_verb);
   RUN(test_absurd_config);

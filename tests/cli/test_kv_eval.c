@@ -61,11 +61,18 @@ static void test_one_format_and_errors(void) {
   CHECK_MSG(out && strstr(out, "q8") && !strstr(out, "q4") && strstr(out, "max|dlogit|"), "%s", out ? out : "");
   free(out);
   out = NULL;
-  CHECK_EQ_INT(run("'" HEARTH_BINARY "' kv-eval --model '" HEARTH_SOURCE_DIR "/models/default' 2>&1", &out), 1);
-  CHECK_MSG(out && strstr(out, "golden.json"), "%s", out ? out : "");
+  /* no prompt and no golden.json: a usage error that says what to give */
+  CHECK_EQ_INT(run("'" HEARTH_BINARY "' kv-eval --model '" HEARTH_SOURCE_DIR "/models/default' 2>&1", &out), 2);
+  CHECK_MSG(out && strstr(out, "no prompt: give TEXT or --ids") && strstr(out, "golden.json"), "%s", out ? out : "");
   free(out);
   out = NULL;
   CHECK_EQ_INT(run("'" HEARTH_BINARY "' kv-eval 2>&1", &out), 2);
+  CHECK_MSG(out && strstr(out, "no prompt"), "%s", out ? out : "");
+  free(out);
+  out = NULL;
+  /* --model defaults to the built-in model, as in every other verb */
+  CHECK_EQ_INT(run("'" HEARTH_BINARY "' kv-eval --kv-quant 8 -n 2 'Hello there' 2>/dev/null", &out), 0);
+  CHECK_MSG(out && strstr(out, "default") && strstr(out, "q8"), "%s", out ? out : "");
   free(out);
 }
 

@@ -116,6 +116,7 @@ static void check_fixture(const char *name) {
   CHECK_EQ_INT(r.need_bytes, r.weight_bytes + r.kv_bytes + r.state_bytes + r.overhead_bytes);
   CHECK_EQ_INT(r.overhead_bytes, r.activation_bytes + r.runtime_bytes);
   CHECK(r.available_bytes > 0);
+  CHECK(!r.context_exceeds_model);
   CHECK(r.fits == (r.need_bytes <= r.available_bytes));
   if (r.fits) CHECK(r.max_context >= 100);
   CHECK(r.bandwidth == 0 && r.decode_tok_s == 0);
@@ -243,9 +244,30 @@ static void test_kv_quant(void) {
   }
 }
 
+/* A context longer than the model's never fits, in any memory, and says so. */
+static void test_context_beyond_model(void) {
+  const char *dir = HEARTH_SOURCE_DIR "/models/default";
+  hearth_fit_result r;
+  hearth_error e = {0};
+  hearth_fit_opts o = {.batch = 1, .no_bandwidth = true, .memory_bytes = (int64_t)1 << 40};
+  CHECK_MSG(hearth_fit(dir, &o, &r, &e) == 0, "%s", e.msg);
+  CHECK(r.context == r.context_length && r.fits && !r.context_exceeds_model);
+  o.context = r.context_length * 4;
+  CHECK_MSG(hearth_fit(dir, &o, &r, &e) == 0, "%s", e.msg);
+  CHECK(r.context_exceeds_model);
+  CHECK(!r.fits);
+  char *js = NULL;
+  CHECK_EQ_INT(hearth_fit_json(&r, &js, &e), 0);
+  json_t *j = js ? json_loads(js, 0, NULL) : NULL;
+  CHECK(json_is_true(json_object_get(j, "context_exceeds_model")) && json_is_false(json_object_get(j, "fits")));
+  json_decref(j);
+  hearth_free(js);
+}
+
 int main(void) {
   RUN(test_golden_kv_bytes);
   RUN(test_kv_quant);
   RUN(test_json_and_bandwidth);
+  RUN(test_context_beyond_model);
   TEST_MAIN_END();
 }

@@ -280,9 +280,13 @@ static const struct {
   const char *bad[6];
 } schema_cases[] = {
     {"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"}},\"required\":[\"name\",\"age\"]}",
-     {"{\"name\":\"Bo\",\"age\":3}", "{ \"name\": \"a\\\"b\\u00e9\", \"age\": -12 }", "{\n  \"name\": \"\",\n  \"age\": 0\n}"},
+     {"{\"name\":\"Bo\",\"age\":3}", "{ \"name\": \"a\\\"b\\u00e9\", \"age\": -12 }", "{\n\"name\": \"\",\n\"age\": 0\n}"},
      {"{\"name\":\"Bo\"}", "{\"age\":3,\"name\":\"Bo\"}", "{\"name\":\"Bo\",\"age\":3.5}", "{\"name\":\"Bo\",\"age\":03}",
       "{\"name\":\"Bo\",\"age\":3,\"x\":1}"}},
+    /* whitespace is compact JSON's: one space or one newline, no indent, no tabs */
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}}}",
+     {"{\"a\":[1,2]}", "{ \"a\" : [ 1 , 2 ] }", "{\n\"a\":\n[1,\n2]\n}"},
+     {"{\n  \"a\":[1]}", "{\t\"a\":[1]}", "{  \"a\":[1]}", "{\"a\":[1,\n\t2]}", "{\"a\": \n[1]}"}},
     {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"},\"b\":{\"type\":\"null\"},\"c\":{\"enum\":[\"x\",1,[true]]}}}",
      {"{}", "{\"b\":null}", "{\"a\":true,\"c\":[true]}", "{\"c\":\"x\"}", "{\"a\":false,\"b\":null,\"c\":1}"},
      {"{,}", "{\"c\":\"y\"}", "{\"b\":null,\"a\":true}", "{\"a\":true,}"}},
@@ -344,6 +348,22 @@ static void test_schemas(void) {
   CHECK(schema_refused("false", "admits nothing"));
   CHECK(schema_refused("{", "not JSON"));
   CHECK(schema_refused("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "bounds"));
+  /* nesting: 64 levels compile, 65 and 1000 are refused (before any time is spent on them) */
+  for (int levels = 64; levels <= 1000; levels = levels == 64 ? 65 : 1000) {
+    hbuf deep = {0};
+    for (int i = 0; i < levels - 1; i++) hbuf_puts(&deep, "{\"type\":\"array\",\"items\":");
+    hbuf_puts(&deep, "{\"type\":\"integer\"}");
+    for (int i = 0; i < levels - 1; i++) hbuf_puts(&deep, "}");
+    if (levels == 64) {
+      grammar *g = schema_grammar(hbuf_str(&deep));
+      CHECK(g != NULL);
+      grammar_free(g);
+    } else {
+      CHECK(schema_refused(hbuf_str(&deep), "deeper than 64 levels"));
+    }
+    hbuf_free(&deep);
+    if (levels == 1000) break;
+  }
 }
 
 /* Random walks: tokens drawn from the mask until the end token; the text must parse as JSON

@@ -95,6 +95,32 @@ static int fake_count(void *impl, const char *prompt, bool raw, int64_t *n, herr
   return 0;
 }
 
+/* Tokens: each byte is id byte + 4; add_special puts BOS (id 1, "<s>") first. */
+static int fake_tokenize(void *impl, const char *text, bool add_special, int32_t **ids, size_t *n, herr *err) {
+  (void)impl;
+  size_t len = strlen(text);
+  *ids = malloc(sizeof(int32_t) * (len + 1));
+  if (!*ids) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  *n = 0;
+  if (add_special) (*ids)[(*n)++] = 1;
+  for (size_t i = 0; i < len; i++) (*ids)[(*n)++] = (int32_t)(unsigned char)text[i] + 4;
+  return 0;
+}
+
+static int fake_detokenize(void *impl, const int32_t *ids, size_t n, char **text, size_t *len, herr *err) {
+  (void)impl;
+  hbuf b = {0};
+  for (size_t i = 0; i < n; i++) {
+    if (ids[i] == 1) hbuf_puts(&b, "<s>");
+    else if (ids[i] >= 4 && ids[i] < 260) hbuf_putc(&b, (char)(ids[i] - 4));
+    else hbuf_printf(&b, "<%d>", (int)ids[i]);
+  }
+  *len = b.len;
+  *text = hbuf_take(&b);
+  if (!*text) *text = strdup("");
+  return *text ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
+}
+
 static uint64_t fake_rng(uint64_t *s) {
   uint64_t x = (*s += 0x9E3779B97F4A7C15ull);
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -261,6 +287,8 @@ static void fake_engine_init(serve_engine *e) {
   e->tool_format = 1; /* TC_HERMES */
   e->reasoning = true;
   e->count_tokens = fake_count;
+  e->tokenize = fake_tokenize;
+  e->detokenize = fake_detokenize;
   e->generate = fake_generate;
 }
 

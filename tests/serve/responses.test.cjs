@@ -74,7 +74,7 @@ test('create: a response object with a message item, usage and the request echoe
   const m = r.output[0];
   assert.equal(m.type, 'message');
   assert.equal(m.role, 'assistant');
-  assert.equal(m.status, 'completed');
+  assert.equal(m.status, r.status); // a message the budget cut is incomplete too
   assert.match(m.id, /^msg_/);
   assert.equal(m.content[0].type, 'output_text');
   assert.ok(m.content[0].text.length > 0);

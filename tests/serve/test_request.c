@@ -3,6 +3,7 @@
 #include <jansson.h>
 #include <math.h>
 
+#include "base/buf.h"
 #include "serve/request.h"
 #include "test.h"
 
@@ -225,6 +226,14 @@ static void test_chat_tools(void) {
   REFUSED("\"chat_template_kwargs\":[]", "chat_template_kwargs");
   REFUSED("\"response_format\":{\"type\":\"xml\"}", "response_format");
   REFUSED("\"response_format\":{\"type\":\"json_schema\"}", "response_format");
+  REFUSED("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\"}}", "response_format");
+  REFUSED("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":null}}",
+          "response_format");
+  REFUSED("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"strnig\"}}}]",
+          "tools[0]");
+  REFUSED("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":"
+          "{\"name\":\"g\",\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":7}}}}}]",
+          "tools[1]");
   REFUSED("\"response_format\":{\"type\":\"json_object\"},\"grammar\":\"root ::= \\\"a\\\"\"", "grammar");
   REFUSED("\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{}}]}]", "messages[0].tool_calls[0]");
 #undef REFUSED
@@ -329,6 +338,46 @@ static void test_fail_json(void) {
   free(s);
 }
 
+/* Schemas: a json_schema format needs its schema; tool parameters are checked as
+ * that schema is (an unsupported keyword passes, a broken schema does not); nesting
+ * is capped at 64 levels. */
+static void test_schemas(void) {
+  serve_request r;
+  serve_fail f;
+  const char *nos = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                    "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\"}}}";
+  CHECK_EQ_INT(parse(nos, SERVE_CHAT, &r, &f), 400);
+  CHECK_MSG(strstr(f.message, "'response_format.json_schema.schema' is required") != NULL, "%s", f.message);
+  const char *badtype = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+                        "\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"strnig\"}}}}}]}";
+  CHECK_EQ_INT(parse(badtype, SERVE_CHAT, &r, &f), 400);
+  CHECK_MSG(strstr(f.message, "tools[0].parameters") && strstr(f.message, "unknown type 'strnig'"), "%s", f.message);
+  const char *unsup = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+                      "\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"n\":"
+                      "{\"type\":\"integer\",\"multipleOf\":2}}}}}]}";
+  CHECK_EQ_INT(parse(unsup, SERVE_CHAT, &r, &f), 0);
+  serve_request_free(&r);
+  for (int levels = 64; levels <= 1000; levels += 936) {
+    hbuf b = {0};
+    hbuf_puts(&b, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\","
+                  "\"json_schema\":{\"name\":\"n\",\"schema\":");
+    for (int i = 1; i < levels; i++) hbuf_puts(&b, "{\"type\":\"object\",\"properties\":{\"a\":");
+    hbuf_puts(&b, "{\"type\":\"string\"}");
+    for (int i = 1; i < levels; i++) hbuf_puts(&b, "}}");
+    hbuf_puts(&b, "}}}");
+    int rc = parse(hbuf_str(&b), SERVE_CHAT, &r, &f);
+    if (levels == 64) {
+      CHECK_MSG(rc == 0, "%s", f.message);
+      if (!rc) serve_request_free(&r);
+    } else {
+      CHECK_EQ_INT(rc, 400);
+      CHECK_EQ_STR(f.param, "response_format");
+      CHECK_MSG(strstr(f.message, "deeper than 64 levels") != NULL, "%s", f.message);
+    }
+    hbuf_free(&b);
+  }
+}
+
 int main(void) {
   RUN(test_chat_all_fields);
   RUN(test_chat_defaults);
@@ -337,5 +386,6 @@ int main(void) {
   RUN(test_chat_media);
   RUN(test_completion);
   RUN(test_fail_json);
+  RUN(test_schemas);
   TEST_MAIN_END();
 }

@@ -202,6 +202,63 @@ static void test_stream_with_calls(void) {
   resp_request_free(&rr);
 }
 
+/* A reply cut by max_output_tokens: the response and the message item it cut are
+ * "incomplete" (an item closed before the cut stays "completed"), whole and streamed. */
+static void test_incomplete(void) {
+  for (int stream = 0; stream < 2; stream++) {
+    resp_request rr = {.store = true, .input = json_array(), .echo = json_object()};
+    resp_reply r;
+    resp_reply_init(&r, "m", 7, &rr);
+    tc_opts o = {.format = TC_HERMES, .tools = false, .reasoning = true};
+    CHECK_EQ_INT(resp_reply_parse(&r, &o, NULL), 0);
+    hbuf b = {0};
+    if (stream) resp_sse_start(&r, &b);
+    const char *parts[] = {"<think>hm</think>", "The answer", " is"};
+    for (int i = 0; i < 3; i++) {
+      serve_token t = {.text = parts[i], .len = strlen(parts[i])};
+      if (stream) resp_sse_token(&r, &t, &b);
+      else resp_reply_add(&r, &t);
+    }
+    serve_token fl = {.flush = true};
+    if (stream) resp_sse_token(&r, &fl, &b);
+    else resp_reply_add(&r, &fl);
+    serve_result res = {.finish = SERVE_FINISH_LENGTH, .stop_index = -1, .prompt_tokens = 3, .completion_tokens = 3};
+    json_t *final, *ev = NULL;
+    if (stream) {
+      resp_sse_finish(&r, &res, &b);
+      ev = events_of(&b);
+      size_t n = json_array_size(ev);
+      CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(ev, n - 1), "type")), "response.incomplete");
+      final = json_incref(json_object_get(json_array_get(ev, n - 1), "response"));
+      size_t i;
+      json_t *e;
+      int done = 0;
+      json_array_foreach(ev, i, e) { /* the message's output_item.done says incomplete too */
+        if (strcmp(json_string_value(json_object_get(e, "type")), "response.output_item.done")) continue;
+        json_t *item = json_object_get(e, "item");
+        const char *type = json_string_value(json_object_get(item, "type"));
+        CHECK_EQ_STR(json_string_value(json_object_get(item, "status")), !strcmp(type, "message") ? "incomplete" : "completed");
+        done++;
+      }
+      CHECK_EQ_INT(done, 2);
+    } else {
+      final = resp_reply_object(&r, &res);
+    }
+    CHECK_EQ_STR(json_string_value(json_object_get(final, "status")), "incomplete");
+    json_t *out = json_object_get(final, "output");
+    CHECK_EQ_INT(json_array_size(out), 2);
+    CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(out, 0), "type")), "reasoning");
+    CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(out, 0), "status")), "completed");
+    CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(out, 1), "type")), "message");
+    CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(out, 1), "status")), "incomplete");
+    json_decref(final);
+    json_decref(ev);
+    hbuf_free(&b);
+    resp_reply_free(&r);
+    resp_request_free(&rr);
+  }
+}
+
 static void test_store(void) {
   resp_store *s = NULL;
   CHECK_EQ_INT(resp_store_new(2, 0, 0, &s, NULL), 0);
@@ -261,6 +318,7 @@ int main(void) {
   RUN(test_messages);
   RUN(test_refusals);
   RUN(test_stream_with_calls);
+  RUN(test_incomplete);
   RUN(test_store);
   TEST_MAIN_END();
 }

@@ -9,7 +9,9 @@
  * decoding asked for per request gives the plain greedy text and is counted
  * per draft source in /stats and /metrics; a request naming a draft source
  * the model cannot serve (mtp without an MTP layer, draft without a draft
- * model) or none known is refused naming the field. */
+ * model) or none known is refused naming the field; the engine's KV pool
+ * is there before the first request, and one that cannot be had (or a KV
+ * store that is a file) fails the open. */
 #include <arpa/inet.h>
 #include <jansson.h>
 #include <netinet/in.h>
@@ -419,6 +421,63 @@ static void test_template_errors(void) {
   }
 }
 
+/* The engine starts with the server: before any request /stats shows the
+ * pool's capacity; a pool that cannot be had or a KV store that is a file
+ * stops the open with the reason. */
+static void test_started_at_open(void) {
+  json_t *st = get_stats();
+  CHECK_EQ_INT(stat_of(st, "kv_cache", "blocks_total"), 16);
+  CHECK(stat_of(st, "kv_cache", "capacity_tokens") > 0);
+  CHECK_EQ_INT(stat_of(st, "requests", "finished"), 0);
+  json_decref(st);
+  serve_engine engine;
+  herr err = {0};
+  serve_engine_opts eo = {.threads = 1, .kv_cache_bytes = (int64_t)100000 << 30};
+  int rc = serve_engine_open_opts(MODEL, &eo, &engine, &err);
+  CHECK(rc != 0);
+  CHECK_MSG(strstr(err.msg, "KV cache") && strstr(err.msg, "more than this machine"), "%s", err.msg);
+  if (!rc) serve_engine_close(&engine);
+  char file[] = "/tmp/hearth_kvstore_file_XXXXXX";
+  int fd = mkstemp(file);
+  CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+  serve_engine_opts so = {.threads = 1};
+  so.load.kv_store = file;
+  err = (herr){0};
+  rc = serve_engine_open_opts(MODEL, &so, &engine, &err);
+  CHECK(rc != 0);
+  CHECK_MSG(strstr(err.msg, "not a folder") != NULL, "%s", err.msg);
+  if (!rc) serve_engine_close(&engine);
+  unlink(file);
+}
+
+/* /tokenize and /detokenize on the model's own tokenizer: a round trip. */
+static void test_tokenize_round_trip(void) {
+  char *r = http(g_port, "POST", "/tokenize", NULL, "{\"content\":\"Hello world\",\"add_special\":false,\"with_pieces\":true}");
+  CHECK_EQ_INT(status_of(r), 200);
+  json_t *j = body_json(r);
+  free(r);
+  json_t *toks = json_object_get(j, "tokens");
+  CHECK(json_array_size(toks) > 0);
+  hbuf ids = {0}, pieces = {0};
+  size_t i;
+  json_t *t;
+  json_array_foreach(toks, i, t) {
+    hbuf_printf(&ids, "%s%lld", i ? "," : "", (long long)json_integer_value(json_object_get(t, "id")));
+    hbuf_puts(&pieces, json_string_value(json_object_get(t, "piece")) ? json_string_value(json_object_get(t, "piece")) : "");
+  }
+  CHECK_EQ_STR(hbuf_str(&pieces), "Hello world");
+  char body[512];
+  snprintf(body, sizeof body, "{\"tokens\":[%s]}", hbuf_str(&ids));
+  r = http(g_port, "POST", "/detokenize", NULL, body);
+  json_t *d = body_json(r);
+  free(r);
+  CHECK_EQ_STR(json_string_value(json_object_get(d, "content")), "Hello world");
+  json_decref(d);
+  json_decref(j);
+  hbuf_free(&ids), hbuf_free(&pieces);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   herr err = {0};
@@ -437,6 +496,7 @@ int main(void) {
     return 1;
   }
   g_port = serve_port(srv);
+  RUN(test_started_at_open); /* first: no request has run yet */
   RUN(test_streams_with_disconnects);
   RUN(test_cached_tokens);
   RUN(test_concurrent_equals_alone);
@@ -444,6 +504,7 @@ int main(void) {
   RUN(test_speculative);
   RUN(test_memory_admission);
   RUN(test_template_errors);
+  RUN(test_tokenize_round_trip);
   serve_stop(srv);
   serve_engine_close(&engine);
   TEST_MAIN_END();

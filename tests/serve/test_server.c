@@ -6,7 +6,8 @@
  * that trickle in (closed at the head deadline, on a new and on a kept-alive
  * connection, while others are answered), the per-address connection cap
  * (another address still gets in), and stopping the server while a stream
- * is running. Runs under ASan too, which
+ * is running; tool-call ids distinct over many requests; /tokenize and
+ * /detokenize. Runs under ASan too, which
  * is what holds the server's free paths to account. */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -202,6 +203,137 @@ static void test_routes(void) {
   CHECK(strstr(r, "data: [DONE]") != NULL);
   free(r);
   fake_server = NULL;
+  serve_stop(s);
+}
+
+/* The ids `prefix` + n letters or digits in one answer, each once, appended to ids (of *nids). */
+static int collect_ids(const char *resp, const char *prefix, int n, char ids[][40], int *nids) {
+  int found = 0, first = *nids;
+  size_t pl = strlen(prefix);
+  for (const char *p = resp; (p = strstr(p, prefix)) != NULL; p += pl) {
+    if (p == resp || p[-1] != '"') continue;
+    int k = 0;
+    while (k < n + 1 && ((p[pl + k] >= 'a' && p[pl + k] <= 'z') || (p[pl + k] >= 'A' && p[pl + k] <= 'Z') ||
+                         (p[pl + k] >= '0' && p[pl + k] <= '9')))
+      k++;
+    if (k != n || p[pl + k] != '"') continue; /* e.g. the key "call_id" */
+    char id[40];
+    snprintf(id, sizeof id, "%.*s", (int)(pl + (size_t)n), p);
+    bool seen = false;
+    for (int i = first; i < *nids; i++) seen |= !strcmp(ids[i], id);
+    if (seen) continue;
+    snprintf(ids[(*nids)++], 40, "%s", id);
+    found++;
+  }
+  return found;
+}
+
+/* Tool-call ids are drawn from the CSPRNG: over many requests, whole and
+ * streamed, of every protocol, no two calls share one. */
+static void test_tool_ids_unique(void) {
+  serve_server *s;
+  herr err = {0};
+  serve_config cfg = {.port = 0};
+  CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), 0);
+  int port = serve_port(s);
+  enum { REQS = 12 };
+  static char ids[3 * 2 * REQS * 2][40];
+  int nids = 0;
+  static const char fn_params[] = "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}";
+  for (int i = 0; i < REQS; i++) {
+    for (int stream = 0; stream < 2; stream++) {
+      char body[1024];
+      snprintf(body, sizeof body,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"[twocalls]\"}],\"stream\":%s,"
+               "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",%s}},"
+               "{\"type\":\"function\",\"function\":{\"name\":\"get_time\",%s}}]}",
+               stream ? "true" : "false", fn_params, fn_params);
+      char *r = http(port, "POST", "/v1/chat/completions", NULL, body);
+      CHECK_EQ_INT(status_of(r), 200);
+      CHECK_EQ_INT(collect_ids(r, "call_", 24, ids, &nids), 2);
+      free(r);
+      snprintf(body, sizeof body,
+               "{\"input\":\"[twocalls]\",\"stream\":%s,\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\",%s},"
+               "{\"type\":\"function\",\"name\":\"get_time\",%s}]}",
+               stream ? "true" : "false", fn_params, fn_params);
+      r = http(port, "POST", "/v1/responses", NULL, body);
+      CHECK_EQ_INT(status_of(r), 200);
+      CHECK_EQ_INT(collect_ids(r, "call_", 24, ids, &nids), 2);
+      free(r);
+      snprintf(body, sizeof body,
+               "{\"model\":\"fake-model\",\"max_tokens\":200,\"messages\":[{\"role\":\"user\",\"content\":\"[twocalls]\"}],\"stream\":%s,"
+               "\"tools\":[{\"name\":\"get_weather\",\"input_schema\":{\"type\":\"object\"}},"
+               "{\"name\":\"get_time\",\"input_schema\":{\"type\":\"object\"}}]}",
+               stream ? "true" : "false");
+      r = http(port, "POST", "/v1/messages", NULL, body);
+      CHECK_EQ_INT(status_of(r), 200);
+      CHECK_EQ_INT(collect_ids(r, "toolu_01", 22, ids, &nids), 2);
+      free(r);
+    }
+  }
+  CHECK_EQ_INT(nids, 3 * 2 * REQS * 2);
+  int dup = 0;
+  for (int i = 0; i < nids; i++)
+    for (int k = i + 1; k < nids; k++) dup += !strcmp(ids[i], ids[k]);
+  CHECK_EQ_INT(dup, 0);
+  serve_stop(s);
+}
+
+/* POST /tokenize and /detokenize in llama.cpp's and vLLM's shapes. */
+static void test_tokenize_routes(void) {
+  serve_server *s;
+  herr err = {0};
+  serve_config cfg = {.port = 0};
+  CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), 0);
+  int port = serve_port(s);
+  char *r = http(port, "POST", "/tokenize", NULL, "{\"content\":\"Hi\"}");
+  CHECK_EQ_INT(status_of(r), 200);
+  CHECK_MSG(strstr(r, "{\"tokens\":[76,109],\"count\":2,\"max_model_len\":512}") != NULL, "%s", r);
+  free(r);
+  r = http(port, "POST", "/tokenize", NULL, "{\"content\":\"Hi\",\"add_special\":true,\"with_pieces\":true}");
+  CHECK_MSG(strstr(r, "\"tokens\":[{\"id\":1,\"piece\":\"<s>\"},{\"id\":76,\"piece\":\"H\"},{\"id\":109,\"piece\":\"i\"}]"),
+            "%s", r);
+  free(r);
+  r = http(port, "POST", "/tokenize", NULL, "{\"content\":\"\\u00e9\",\"with_pieces\":true}"); /* a piece that is no UTF-8: its bytes */
+  CHECK_MSG(strstr(r, "{\"id\":199,\"piece\":[195]},{\"id\":173,\"piece\":[169]}"), "%s", r);
+  free(r);
+  r = http(port, "POST", "/tokenize", NULL, "{\"model\":\"fake-model\",\"prompt\":\"Hi\"}"); /* vLLM: special tokens by default */
+  CHECK_MSG(strstr(r, "\"tokens\":[1,76,109]") != NULL, "%s", r);
+  free(r);
+  r = http(port, "POST", "/tokenize", NULL, "{\"prompt\":\"Hi\",\"add_special_tokens\":false}");
+  CHECK_MSG(strstr(r, "\"tokens\":[76,109]") != NULL, "%s", r);
+  free(r);
+  r = http(port, "POST", "/tokenize", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}"); /* the rendered chat */
+  CHECK_EQ_INT(status_of(r), 200);
+  CHECK_MSG(strstr(r, "\"count\":23,") != NULL, "%s", r); /* "<|user|>a\n<|assistant|>" */
+  free(r);
+  r = http(port, "POST", "/tokenize", NULL, "{\"content\":5}");
+  CHECK_EQ_INT(status_of(r), 400);
+  CHECK(strstr(r, "\"param\":\"content\"") != NULL);
+  free(r);
+  r = http(port, "POST", "/tokenize", NULL, "{\"content\":\"a\",\"prompt\":\"b\"}");
+  CHECK_EQ_INT(status_of(r), 400);
+  free(r);
+  r = http(port, "POST", "/tokenize", NULL, "{\"content\":\"a\",\"model\":\"other\"}");
+  CHECK_EQ_INT(status_of(r), 404);
+  free(r);
+  r = http(port, "POST", "/detokenize", NULL, "{\"tokens\":[1,76,109]}");
+  CHECK_EQ_INT(status_of(r), 200);
+  CHECK_MSG(strstr(r, "{\"content\":\"<s>Hi\",\"prompt\":\"<s>Hi\"}") != NULL, "%s", r);
+  free(r);
+  r = http(port, "POST", "/detokenize", NULL, "{\"tokens\":[1000]}");
+  CHECK_EQ_INT(status_of(r), 400);
+  CHECK(strstr(r, "\"param\":\"tokens\"") && strstr(r, "outside the vocabulary"));
+  free(r);
+  r = http(port, "POST", "/detokenize", NULL, "{}");
+  CHECK_EQ_INT(status_of(r), 400);
+  free(r);
+  r = http(port, "GET", "/tokenize", NULL, NULL);
+  CHECK_EQ_INT(status_of(r), 405);
+  free(r);
+  r = http(port, "GET", "/v1", NULL, NULL); /* the index lists them */
+  CHECK(strstr(r, "\"path\":\"/tokenize\"") && strstr(r, "\"path\":\"/detokenize\""));
+  free(r);
   serve_stop(s);
 }
 
@@ -633,6 +765,8 @@ int main(void) {
   signal(SIGPIPE, SIG_IGN);
   fake_engine_init(&engine);
   RUN(test_routes);
+  RUN(test_tool_ids_unique);
+  RUN(test_tokenize_routes);
   RUN(test_key_and_limit);
   RUN(test_disconnect);
   RUN(test_stop_while_streaming);
