@@ -24,7 +24,8 @@
 #
 # Options on the GPU machine (environment): GPU_CHECK_BENCH=0 skips the 8B
 # and MoE benchmarks (GPU_CHECK_MOE_BENCH=0 the MoE one: bench/cuda/moe.sh),
-# GPU_CHECK_SANITIZER=0 skips compute-sanitizer, OUT=DIR keeps logs.
+# GPU_CHECK_SANITIZER=0 skips compute-sanitizer, GPU_CHECK_TESTS="..." runs
+# only the named test programs after the op harness, OUT=DIR keeps logs.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle="$root/.carry/gpu"
@@ -87,7 +88,7 @@ if [ "${GPU_CHECK_SANITIZER:-1}" = 1 ]; then
       --leak-check full "$bundle/backend_test_backend_ops"
   else row "op harness under memcheck" SKIP "compute-sanitizer not found"; fi
 fi
-for t in model_test_golden model_test_lora model_test_gguf model_test_quantized model_test_expert_budget model_test_mm_vision model_test_mm_enc model_test_tp engine_test_kv_paged engine_test_kv_quant engine_test_sched engine_test_structured engine_test_denoise; do
+for t in ${GPU_CHECK_TESTS:-model_test_golden model_test_lora model_test_gguf model_test_quantized model_test_expert_budget model_test_mm_vision model_test_mm_enc model_test_tp engine_test_kv_paged engine_test_kv_quant engine_test_sched engine_test_structured engine_test_denoise}; do
   HEARTH_TEST_DEVICE=cuda run_test "$t (cuda)" "$bundle/$t"
 done
 grep "max abs error" "$logs/model_test_golden (cuda).log" | head -n 40 || true
