@@ -462,6 +462,24 @@ static void test_matmul(void) {
   }
 }
 
+/* y = x · Wᵀ (+ bias) on the device backend be, compared with ref (the matmul's limit). */
+static void device_matmul_case(bk_backend *be, op_stat *st, const char *label, const char *shape, const host_weight *h,
+                               const float *x, const float *bias, int64_t n, int64_t rows, int64_t cols, const double *ref) {
+  bk_weight w;
+  if (!load_weight(be, h, &w, label)) return;
+  bk_tensor tx = tfrom_f32(be, x, n, cols), ty = tnew(be, BK_DT_F32, n, rows), tb = {0};
+  poison(&ty);
+  if (bias) tb = tfrom_f32(be, bias, 1, rows);
+  bk_matmul_t(&ty, &tx, &w, bias ? &tb : NULL);
+  float *got = malloc(sizeof(float) * (size_t)(n * rows));
+  tget(&ty, got, label);
+  compare(st, K_MATMUL, 1, shape, got, ref, n * rows);
+  free(got);
+  bk_tensor_free(&tx), bk_tensor_free(&ty);
+  if (bias) bk_tensor_free(&tb);
+  bk_weight_release(be, &w);
+}
+
 /* FP8 weights under --gpu-precision fast: the activations' rows are
  * quantized to E4M3 on the device (scale max|x| / 448, bk_quantize_fp8's
  * arithmetic) and multiplied on the tensor cores; the reference does the
@@ -507,20 +525,7 @@ static void test_matmul_fp8_fast(void) {
         }
         ref[i * rows + r] = s + (bias ? bias[r] : 0);
       }
-    bk_weight w;
-    if (load_weight(be, &h, &w, "matmul fp8 fast")) {
-      bk_tensor tx = tfrom_f32(be, x, n, cols), ty = tnew(be, BK_DT_F32, n, rows), tb = {0};
-      poison(&ty);
-      if (bias) tb = tfrom_f32(be, bias, 1, rows);
-      bk_matmul_t(&ty, &tx, &w, bias ? &tb : NULL);
-      float *got = malloc(sizeof(float) * (size_t)(n * rows));
-      tget(&ty, got, "matmul fp8 fast");
-      compare(st, K_MATMUL, 1, shape, got, ref, n * rows);
-      free(got);
-      bk_tensor_free(&tx), bk_tensor_free(&ty);
-      if (bias) bk_tensor_free(&tb);
-      bk_weight_release(be, &w);
-    }
+    device_matmul_case(be, st, "matmul fp8 fast", shape, &h, x, bias, n, rows, cols, ref);
     free(ref), free(xd), free(sx), free(xq), free(x), free(bias);
     free_weight(&h);
   }
@@ -579,20 +584,7 @@ static void test_matmul_half_fast(void) {
           ref[i * rows + r] = ldexp(s, -e) + (bias ? bias[r] : 0);
         }
       }
-      bk_weight w;
-      if (load_weight(be, &h, &w, "matmul half fast")) {
-        bk_tensor tx = tfrom_f32(be, x, n, cols), ty = tnew(be, BK_DT_F32, n, rows), tb = {0};
-        poison(&ty);
-        if (bias) tb = tfrom_f32(be, bias, 1, rows);
-        bk_matmul_t(&ty, &tx, &w, bias ? &tb : NULL);
-        float *got = malloc(sizeof(float) * (size_t)(n * rows));
-        tget(&ty, got, "matmul half fast");
-        compare(st, K_MATMUL, 1, shape, got, ref, n * rows);
-        free(got);
-        bk_tensor_free(&tx), bk_tensor_free(&ty);
-        if (bias) bk_tensor_free(&tb);
-        bk_weight_release(be, &w);
-      }
+      device_matmul_case(be, st, "matmul half fast", shape, &h, x, bias, n, rows, cols, ref);
       free(ref), free(xh), free(x), free(bias);
       free_weight(&h);
     }
@@ -639,20 +631,7 @@ static void test_matmul_q8act(void) {
           for (int64_t k = 0; k < cols; k++) s += (double)h.deq[r * cols + k] * qa.q[i * cols + k] * qa.d[i * nb + k / 32];
           ref[i * rows + r] = s + (bias ? bias[r] : 0);
         }
-      bk_weight w;
-      if (load_weight(be, &h, &w, "matmul 8-bit act")) {
-        bk_tensor tx = tfrom_f32(be, x, n, cols), ty = tnew(be, BK_DT_F32, n, rows), tb = {0};
-        poison(&ty);
-        if (bias) tb = tfrom_f32(be, bias, 1, rows);
-        bk_matmul_t(&ty, &tx, &w, bias ? &tb : NULL);
-        float *got = malloc(sizeof(float) * (size_t)(n * rows));
-        tget(&ty, got, "matmul 8-bit act");
-        compare(st, K_MATMUL, 1, shape, got, ref, n * rows);
-        free(got);
-        bk_tensor_free(&tx), bk_tensor_free(&ty);
-        if (bias) bk_tensor_free(&tb);
-        bk_weight_release(be, &w);
-      }
+      device_matmul_case(be, st, "matmul 8-bit act", shape, &h, x, bias, n, rows, cols, ref);
       free(ref), free(x), free(bias), free(qa.q), free(qa.d), free(qa.s), free(qa.s16), free(qa.nds);
       free_weight(&h);
     }

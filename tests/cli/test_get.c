@@ -404,7 +404,9 @@ static bool same_bytes(const char *path, const sfile *f) {
 
 /* Checks that repo r's snapshot holds exactly the files named in want (NULL-ended), laid out by the rules above. */
 static void check_layout(const srepo *r, const char *const *want) {
-  CHECK_EQ_STR(slurp(repo_path(r->id, "refs/main")), r->commit);
+  char *ref = slurp(repo_path(r->id, "refs/main"));
+  CHECK_EQ_STR(ref, r->commit);
+  free(ref);
   char snap[200];
   snprintf(snap, sizeof snap, "snapshots/%s", r->commit);
   int nwant = 0, ntop = 0;

@@ -540,7 +540,33 @@ __global__ void quantize_q8_rows_kernel(const float *__restrict__ x, int64_t ldx
 template <int T> struct qv_fmt;
 template <> struct qv_fmt<BK_Q8_0> { static constexpr int bytes = CU_Q8_0_BYTES; };
 template <> struct qv_fmt<BK_Q4_0> { static constexpr int bytes = CU_Q4_0_BYTES; };
-template <> struct qv_fmt<BK_Q4_K> { static constexpr int bytes = 32; }; /* (unused: Q4_K has a kernel of its own) */
+
+/* The chunk of RW consecutive rows (bytes [off, off + 16 pieces) of each; rows past the end repeat the last)
+ * into the warp's shared memory sm[RW][bytes]: every 16-byte load in flight before the first store. */
+template <int RW, int PIECES>
+static __device__ __forceinline__ void qv_stage(const cu_wdesc &w, int64_t row0, int64_t off, int pieces, int lane,
+                                                uint8_t (*sm)[PIECES * 16]) {
+  uint4 buf[RW][(PIECES + 31) / 32];
+#pragma unroll
+  for (int rr = 0; rr < RW; rr++) {
+    const int64_t row = row0 + rr < w.rows ? row0 + rr : w.rows - 1;
+    const uint4 *src = (const uint4 *)(w.data + row * w.row_bytes + off);
+#pragma unroll
+    for (int j = 0; j < (PIECES + 31) / 32; j++) {
+      const int pi = lane + 32 * j;
+      if (pi < pieces) buf[rr][j] = __ldg(src + pi);
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int rr = 0; rr < RW; rr++)
+#pragma unroll
+    for (int j = 0; j < (PIECES + 31) / 32; j++) {
+      const int pi = lane + 32 * j;
+      if (pi < pieces) ((uint4 *)sm[rr])[pi] = buf[rr][j];
+    }
+  __syncwarp();
+}
 
 /* The int32 word k (bytes 4k .. 4k + 3) of a block's quants at p (2-byte aligned, in shared memory). */
 static __device__ __forceinline__ int qv_word(const uint8_t *p, int k) {
@@ -564,28 +590,8 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
 #pragma unroll
     for (int r = 0; r < NR; r++) acc[rr][r] = 0.f;
   for (int64_t b0 = 0; b0 < nb; b0 += 32) {
-    const int nblk = nb - b0 < 32 ? (int)(nb - b0) : 32, pieces = nblk * BB / 16;
-    /* every piece of the RW rows' chunks in flight, then to shared memory */
-    uint4 buf[RW][(PIECES + 31) / 32];
-#pragma unroll
-    for (int rr = 0; rr < RW; rr++) {
-      const int64_t row = row0 + rr < w.rows ? row0 + rr : w.rows - 1;
-      const uint4 *src = (const uint4 *)(w.data + row * w.row_bytes + b0 * BB);
-#pragma unroll
-      for (int j = 0; j < (PIECES + 31) / 32; j++) {
-        const int pi = lane + 32 * j;
-        if (pi < pieces) buf[rr][j] = __ldg(src + pi);
-      }
-    }
-    __syncwarp();
-#pragma unroll
-    for (int rr = 0; rr < RW; rr++)
-#pragma unroll
-      for (int j = 0; j < (PIECES + 31) / 32; j++) {
-        const int pi = lane + 32 * j;
-        if (pi < pieces) ((uint4 *)sm[wi][rr])[pi] = buf[rr][j];
-      }
-    __syncwarp();
+    const int nblk = nb - b0 < 32 ? (int)(nb - b0) : 32;
+    qv_stage<RW, PIECES>(w, row0, b0 * BB, nblk * BB / 16, lane, sm[wi]);
     if (lane < nblk) {
       const int64_t b = b0 + lane;
       int xw[NR][8];
@@ -656,27 +662,8 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
 #pragma unroll
     for (int r = 0; r < NR; r++) acc[rr][r] = 0.f;
   for (int64_t s0 = 0; s0 < nsb; s0 += 8) {
-    const int nsbc = nsb - s0 < 8 ? (int)(nsb - s0) : 8, pieces = nsbc * SB / 16;
-    uint4 buf[RW][(PIECES + 31) / 32];
-#pragma unroll
-    for (int rr = 0; rr < RW; rr++) {
-      const int64_t row = row0 + rr < w.rows ? row0 + rr : w.rows - 1;
-      const uint4 *src = (const uint4 *)(w.data + row * w.row_bytes + s0 * SB);
-#pragma unroll
-      for (int j = 0; j < (PIECES + 31) / 32; j++) {
-        const int pi = lane + 32 * j;
-        if (pi < pieces) buf[rr][j] = __ldg(src + pi);
-      }
-    }
-    __syncwarp();
-#pragma unroll
-    for (int rr = 0; rr < RW; rr++)
-#pragma unroll
-      for (int j = 0; j < (PIECES + 31) / 32; j++) {
-        const int pi = lane + 32 * j;
-        if (pi < pieces) ((uint4 *)sm[wi][rr])[pi] = buf[rr][j];
-      }
-    __syncwarp();
+    const int nsbc = nsb - s0 < 8 ? (int)(nsb - s0) : 8;
+    qv_stage<RW, PIECES>(w, row0, s0 * SB, nsbc * SB / 16, lane, sm[wi]);
 #pragma unroll
     for (int t = 0; t < 2; t++) {
       const int s = lane + 32 * t, sbi = s >> 3, j = s & 7;
@@ -735,21 +722,20 @@ static void launch_gemv_q8act_n(const cu_wdesc &w, const int8_t *xq, const float
                                 int64_t ldy, const float *bias, cudaStream_t st, int n_sm) {
   /* several rows a warp (their loads in flight together) where that still gives a few blocks per multiprocessor */
   constexpr int RW = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;
-  if (T == BK_Q4_K) {
+  if constexpr (T == BK_Q4_K) {
     if (RW > 1 && (w.rows + QV_WARPS * RW - 1) / (QV_WARPS * RW) >= 2 * n_sm)
       gemv_q4k_q8act_kernel<NR, RW><<<(unsigned)((w.rows + QV_WARPS * RW - 1) / (QV_WARPS * RW)), QV_WARPS * 32, 0,
                                       st>>>(w, xq, xd, xs, y, ldy, bias);
     else
       gemv_q4k_q8act_kernel<NR, 1><<<(unsigned)((w.rows + QV_WARPS - 1) / QV_WARPS), QV_WARPS * 32, 0, st>>>(
           w, xq, xd, xs, y, ldy, bias);
-    return;
-  }
-  if (RW > 1 && (w.rows + QV_WARPS * RW - 1) / (QV_WARPS * RW) >= 2 * n_sm)
+  } else if (RW > 1 && (w.rows + QV_WARPS * RW - 1) / (QV_WARPS * RW) >= 2 * n_sm) {
     gemv_q8act_kernel<T, NR, RW><<<(unsigned)((w.rows + QV_WARPS * RW - 1) / (QV_WARPS * RW)), QV_WARPS * 32, 0, st>>>(
         w, xq, xd, xs, y, ldy, bias);
-  else
+  } else {
     gemv_q8act_kernel<T, NR, 1><<<(unsigned)((w.rows + QV_WARPS - 1) / QV_WARPS), QV_WARPS * 32, 0, st>>>(w, xq, xd, xs, y,
                                                                                                        ldy, bias);
+  }
 }
 
 template <int T>
