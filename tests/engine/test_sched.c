@@ -472,11 +472,30 @@ static void test_preemption(void) {
 
 /* The step's token budget (step_tokens, vLLM's max_num_batched_tokens):
  * a decoding sequence's row comes first and a prompt's chunk takes what is
- * left, so no step feeds more than the budget. B's 96-token prompt arrives
- * first and is fed in chunks as large as the budget (8); A, a one-token
- * prompt, decodes beside it from its first step, so B's chunks shrink to 7. */
+ * left, so no step feeds more than the budget. B's 96-token prompt is fed
+ * in chunks as large as the budget (8); once its first chunk is in, the
+ * step hook holds the scheduler until A, a one-token prompt, is queued, so
+ * A decodes beside B's prompt from then on and B's chunks shrink to 7. */
+static sched *g_budget_sched;
+static job *g_budget_a;
+static pthread_t g_budget_thread;
+static bool g_budget_started;
+
+static void budget_hold(void *user) {
+  (void)user;
+  sched_stats st;
+  sched_get_stats(g_budget_sched, &st);
+  if (g_budget_started || st.prompt_tokens < 8) return;
+  g_budget_started = pthread_create(&g_budget_thread, NULL, job_main, g_budget_a) == 0;
+  for (int tries = 0; tries < 10000 && g_budget_started; tries++) {
+    sched_get_stats(g_budget_sched, &st);
+    if (st.waiting >= 1) break;
+    usleep(1000);
+  }
+}
+
 static void test_step_budget(void) {
-  sched_config cfg = {.max_batch = 4, .prefill_chunk = 8, .step_tokens = 8};
+  sched_config cfg = {.max_batch = 4, .prefill_chunk = 8, .step_tokens = 8, .step_hook = budget_hold};
   sched *s;
   herr e = {0};
   CHECK_EQ_INT(sched_new(g_m, NULL, &cfg, &s, &e), 0);
@@ -490,24 +509,21 @@ static void test_step_budget(void) {
   b.req.max_tokens = 4;
   b.req.sample.greedy = true;
   b.req.ignore_eos = true;
-  pthread_t tb;
-  CHECK_EQ_INT(pthread_create(&tb, NULL, job_main, &b), 0);
-  sched_stats st;
-  for (int tries = 0; tries < 20000; tries++) { /* B's prompt is being fed when A arrives */
-    sched_get_stats(s, &st);
-    if (st.prompt_tokens >= 8) break;
-    usleep(200);
-  }
   job a = {.s = s, .i = 0, .req = b.req};
   a.req.prompt = pa;
   a.req.n_prompt = 1;
   a.req.max_tokens = 40;
-  job_main(&a);
-  pthread_join(tb, NULL);
+  g_budget_sched = s;
+  g_budget_a = &a;
+  g_budget_started = false;
+  job_main(&b);
+  CHECK(g_budget_started);
+  if (g_budget_started) pthread_join(g_budget_thread, NULL);
   CHECK_EQ_INT(a.rc, 0);
   CHECK_EQ_INT(b.rc, 0);
   CHECK_EQ_INT(a.out.n, 40);
   CHECK_EQ_INT(b.out.n, 4);
+  sched_stats st;
   sched_get_stats(s, &st);
   CHECK_MSG(st.peak_batch == 2, "the two requests never ran in one step (peak batch %lld)", (long long)st.peak_batch);
   CHECK_MSG(st.peak_step_tokens <= 8, "a step fed %lld tokens (budget 8)", (long long)st.peak_step_tokens);
