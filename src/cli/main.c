@@ -17,6 +17,7 @@
 
 static const cli_verb verbs[] = {
     {"bench", "measure prompt and generation tokens/s", cli_bench, true},
+    {"batch", "run OpenAI Batch API JSONL requests offline (resumable)", cli_batch, true},
     {"chat", "talk with a model in the terminal", cli_chat, true},
     {"convert", "convert / quantize a model to GGUF or safetensors", cli_convert, false},
     {"detokenize", "print the text of token ids as JSON", cli_detokenize, false},
