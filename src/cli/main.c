@@ -51,7 +51,7 @@ static void usage(FILE *f) {
           hearth_version());
   for (int i = 0; i < nverbs; i++) fprintf(f, "  %-12s %s\n", verbs[i].name, verbs[i].summary);
   fprintf(f,
-          "\noptions of every verb that loads a model (bench, chat, embed, generate, kv-eval, logits, serve):\n"
+          "\noptions of every verb that loads a model (batch, bench, chat, embed, generate, kv-eval, logits, serve):\n"
           "  --device DEV                 cpu (default), cuda, cuda:N, or auto (the GPU when one is usable)\n"
           "  --gpu-memory-fraction F      share of free GPU memory the KV pool may take after the weights (0.9)\n"
           "  --f32-as-bf16                store f32 weight matrices as bf16 (half the memory; weights rounded)\n"
