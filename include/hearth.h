@@ -356,6 +356,27 @@ typedef struct hearth_gen_result {
 int hearth_generate(hearth_model *m, const hearth_prompt *prompt, const hearth_gen_params *params, hearth_token_fn fn,
                     void *user, hearth_gen_result *result, hearth_error *err);
 
+/* One generation of a batch: its prompt and parameters in, its text and result out. */
+typedef struct hearth_batch_item {
+  hearth_prompt prompt;              /* borrowed */
+  const hearth_gen_params *params;   /* borrowed; NULL: the model's defaults */
+  char *text;                        /* out, owned (hearth_batch_free): the generated text, NUL-terminated */
+  size_t len;                        /* out: bytes of text */
+  hearth_gen_result result;          /* out */
+  int status;                        /* out: what hearth_generate returned for this item */
+  hearth_error error;                /* out: its error when status is nonzero */
+} hearth_batch_item;
+
+/* Generates every item's prompt, up to max_in_flight at once (<= 0: all of
+ * them, at most 256), in the model's shared scheduler, so they share forward
+ * steps and the prefix cache; item i's outputs are item i's whatever order
+ * they finish in. Greedy items give the text a lone hearth_generate gives.
+ * Returns 0 once every item ran (each item's own status says how it went), or
+ * nonzero with err set when none could run (no model, no threads). */
+int hearth_generate_batch(hearth_model *m, hearth_batch_item *items, size_t n, int max_in_flight, hearth_error *err);
+/* Frees the items' text (the items themselves are the caller's). */
+void hearth_batch_free(hearth_batch_item *items, size_t n);
+
 /* ---- LoRA adapters -------------------------------------------------------
  * PEFT LoRA adapter folders (adapter_config.json + adapter_model.safetensors)
  * loaded onto the model by name; a generation picks them with

@@ -112,6 +112,7 @@ int cli_help(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_detokenize(int argc, char **argv);
 int cli_serve(int argc, char **argv);
+int cli_batch(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_generate(int argc, char **argv);
 int cli_embed(int argc, char **argv);

@@ -17,6 +17,7 @@
 
 static const cli_verb verbs[] = {
     {"bench", "measure prompt and generation tokens/s", cli_bench, true},
+    {"batch", "run OpenAI Batch API JSONL requests offline (resumable)", cli_batch, true},
     {"chat", "talk with a model in the terminal", cli_chat, true},
     {"convert", "convert / quantize a model to GGUF or safetensors", cli_convert, false},
     {"detokenize", "print the text of token ids as JSON", cli_detokenize, false},
@@ -50,7 +51,7 @@ static void usage(FILE *f) {
           hearth_version());
   for (int i = 0; i < nverbs; i++) fprintf(f, "  %-12s %s\n", verbs[i].name, verbs[i].summary);
   fprintf(f,
-          "\noptions of every verb that loads a model (bench, chat, embed, generate, kv-eval, logits, serve):\n"
+          "\noptions of every verb that loads a model (batch, bench, chat, embed, generate, kv-eval, logits, serve):\n"
           "  --device DEV                 cpu (default), cuda, cuda:N, or auto (the GPU when one is usable)\n"
           "  --gpu-memory-fraction F      share of free GPU memory the KV pool may take after the weights (0.9)\n"
           "  --f32-as-bf16                store f32 weight matrices as bf16 (half the memory; weights rounded)\n"

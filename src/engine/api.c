@@ -1052,3 +1052,70 @@ int hearth_model_fit(hearth_model *hm, const hearth_fit_opts *opts, hearth_fit_r
   }
   return rc;
 }
+
+/* ---- batches: many generations from a few threads, order kept by index ---- */
+
+typedef struct batch_run {
+  hearth_model *m;
+  hearth_batch_item *items;
+  size_t n, next; /* next: the first item no thread has taken (under mu) */
+  pthread_mutex_t mu;
+} batch_run;
+
+static int batch_token(void *user, const char *text, size_t len, const hearth_token *tok) {
+  (void)tok;
+  hbuf *b = user;
+  hbuf_append(b, text, len);
+  return 0;
+}
+
+static void *batch_main(void *arg) {
+  batch_run *br = arg;
+  for (;;) {
+    pthread_mutex_lock(&br->mu);
+    size_t i = br->next < br->n ? br->next++ : br->n;
+    pthread_mutex_unlock(&br->mu);
+    if (i == br->n) return NULL;
+    hearth_batch_item *it = &br->items[i];
+    hbuf b = {0};
+    it->status = hearth_generate(br->m, &it->prompt, it->params, batch_token, &b, &it->result, &it->error);
+    if (b.oom && !it->status) it->status = herr_set(&it->error, HEARTH_ENOMEM, "out of memory for item %zu's text", i);
+    it->len = b.len;
+    it->text = hbuf_take(&b);
+    if (!it->text) it->text = calloc(1, 1), it->len = 0;
+    hbuf_free(&b);
+  }
+}
+
+int hearth_generate_batch(hearth_model *m, hearth_batch_item *items, size_t n, int max_in_flight, hearth_error *err) {
+  if (!m || (!items && n)) return herr_set(err, HEARTH_EINVAL, "hearth_generate_batch: no model or items");
+  for (size_t i = 0; i < n; i++) {
+    items[i].text = NULL;
+    items[i].len = 0;
+    items[i].status = 0;
+    memset(&items[i].error, 0, sizeof items[i].error);
+  }
+  if (n == 0) return 0;
+  size_t nt = max_in_flight <= 0 ? 256 : (size_t)max_in_flight;
+  if (nt > 256) nt = 256;
+  if (nt > n) nt = n;
+  batch_run br = {.m = m, .items = items, .n = n};
+  pthread_mutex_init(&br.mu, NULL);
+  pthread_t *th = calloc(nt, sizeof *th);
+  size_t started = 0;
+  for (size_t t = 0; th && t < nt; t++, started++)
+    if (pthread_create(&th[t], NULL, batch_main, &br) != 0) break;
+  if (started == 0) batch_main(&br); /* no threads to be had: one after another here */
+  for (size_t t = 0; t < started; t++) pthread_join(th[t], NULL);
+  free(th);
+  pthread_mutex_destroy(&br.mu);
+  return 0;
+}
+
+void hearth_batch_free(hearth_batch_item *items, size_t n) {
+  for (size_t i = 0; items && i < n; i++) {
+    free(items[i].text);
+    items[i].text = NULL;
+    items[i].len = 0;
+  }
+}

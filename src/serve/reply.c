@@ -255,11 +255,11 @@ static void dump_to(json_t *j, hbuf *out) {
   free(s);
 }
 
-void serve_reply_body(serve_reply *r, const serve_result *res, hbuf *out) {
+/* One choice of a whole response, as its reply r made it. */
+static json_t *choice_json(serve_reply *r, serve_finish finish) {
   bool chat = r->kind == SERVE_CHAT;
-  json_t *o = envelope(r, chat ? "chat.completion" : "text_completion");
   json_t *choice = json_object();
-  json_object_set_new(choice, "index", json_integer(0));
+  json_object_set_new(choice, "index", json_integer(r->index));
   json_t *text = serve_json_text(r->text.data ? r->text.data : "", r->text.len);
   if (chat) {
     tc_end(r, whole_event);
@@ -288,11 +288,20 @@ void serve_reply_body(serve_reply *r, const serve_result *res, hbuf *out) {
     json_object_set_new(choice, "text", text);
     json_object_set(choice, "logprobs", r->logprobs && r->lp ? r->lp : json_null());
   }
-  json_object_set_new(choice, "finish_reason", json_string(serve_reply_finish_name(r, res->finish)));
+  json_object_set_new(choice, "finish_reason", json_string(serve_reply_finish_name(r, finish)));
+  return choice;
+}
+
+void serve_reply_body(serve_reply *r, const serve_result *res, hbuf *out) {
+  serve_reply_body_n(&r, res, 1, res, out);
+}
+
+void serve_reply_body_n(serve_reply *const *r, const serve_result *res, int n, const serve_result *usage, hbuf *out) {
+  json_t *o = envelope(r[0], r[0]->kind == SERVE_CHAT ? "chat.completion" : "text_completion");
   json_t *choices = json_array();
-  json_array_append_new(choices, choice);
+  for (int i = 0; i < n; i++) json_array_append_new(choices, choice_json(r[i], res[i].finish));
   json_object_set_new(o, "choices", choices);
-  json_object_set_new(o, "usage", usage_json(res));
+  json_object_set_new(o, "usage", usage_json(usage));
   dump_to(o, out);
   json_decref(o);
 }
@@ -309,7 +318,7 @@ static json_t *chunk(const serve_reply *r, json_t *delta_or_text, json_t *logpro
   bool chat = r->kind == SERVE_CHAT;
   json_t *o = envelope(r, chat ? "chat.completion.chunk" : "text_completion");
   json_t *choice = json_object();
-  json_object_set_new(choice, "index", json_integer(0));
+  json_object_set_new(choice, "index", json_integer(r->index));
   json_object_set_new(choice, chat ? "delta" : "text", delta_or_text);
   json_object_set_new(choice, "logprobs", logprobs ? logprobs : json_null());
   json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());

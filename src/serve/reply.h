@@ -19,6 +19,7 @@ typedef struct serve_reply {
   char id[64];             /* "chatcmpl-…" / "cmpl-…" */
   int64_t created;
   const char *model;       /* borrowed */
+  int index;               /* the choice's index in the response (0 unless several choices) */
   bool logprobs;           /* report per-token log-probabilities */
   bool usage_null;         /* stream with include_usage: chunks carry "usage": null */
   hbuf text;               /* owned: the text so far (whole responses) */
@@ -59,6 +60,9 @@ json_t *serve_json_text(const char *s, size_t n);
 void serve_reply_add(serve_reply *r, const serve_token *tok);
 /* Appends the JSON body to out. */
 void serve_reply_body(serve_reply *r, const serve_result *res, hbuf *out);
+/* A response of n choices, choice i made by r[i] and ended as res[i], with usage
+ * (already summed over the choices). */
+void serve_reply_body_n(serve_reply *const *r, const serve_result *res, int n, const serve_result *usage, hbuf *out);
 
 /* Stream events, each appended to out as "data: {...}\n\n". */
 void serve_sse_start(serve_reply *r, hbuf *out);        /* chat: delta.role; completion: nothing */

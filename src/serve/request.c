@@ -543,34 +543,61 @@ static int parse_messages(json_t *root, serve_request *r, serve_fail *f) {
   return 0;
 }
 
+/* One prompt: a string, or an array of token ids; param names it in errors. */
+static int parse_one_prompt(json_t *p, const char *param, char **text, int32_t **ids, size_t *n_ids, serve_fail *f) {
+  static const char what[] = "must be a string or an array of token ids";
+  if (json_is_array(p)) { /* token ids */
+    size_t n = json_array_size(p);
+    if (n == 0) return serve_bad(f, param, "'%s' has no tokens", param);
+    *ids = malloc(sizeof **ids * n);
+    *text = strdup("");
+    if (!*ids || !*text) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+      json_t *v = json_array_get(p, i);
+      if (!json_is_integer(v)) return serve_bad(f, param, "'%s' %s", param, what);
+      if (json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+        return serve_bad(f, param, "'%s' token %zu is %lld, not a token id", param, i, (long long)json_integer_value(v));
+      (*ids)[i] = (int32_t)json_integer_value(v);
+    }
+    *n_ids = n;
+    return 0;
+  }
+  if (!json_is_string(p)) return serve_bad(f, param, "'%s' %s", param, what);
+  *text = strdup(json_string_value(p));
+  if (!*text) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  return 0;
+}
+
+/* "prompt": a string, an array of token ids (one prompt, as OpenAI reads it), or
+ * an array of strings or of token-id arrays (a batch: one choice per prompt). */
 static int parse_prompt(json_t *root, serve_request *r, serve_fail *f) {
   json_t *p = serve_json_field(root, "prompt");
   if (!p) return serve_bad(f, "prompt", "'prompt' is required");
-  static const char what[] = "'prompt' must be a string, an array of token ids, or an array of exactly one of either";
-  if (json_is_array(p)) {
-    if (json_array_size(p) == 1 && (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-      p = json_array_get(p, 0);
+  r->n_prompts = 1;
+  json_t *first = json_is_array(p) ? json_array_get(p, 0) : NULL;
+  if (!first || (!json_is_string(first) && !json_is_array(first)))
+    return parse_one_prompt(p, "prompt", &r->prompt, &r->prompt_ids, &r->n_prompt_ids, f);
+  size_t n = json_array_size(p);
+  if (n > SERVE_MAX_CHOICES)
+    return serve_bad(f, "prompt", "'prompt' holds %zu prompts; at most %d are taken in one request", n, SERVE_MAX_CHOICES);
+  char param[32] = "prompt[0]";
+  if (parse_one_prompt(first, param, &r->prompt, &r->prompt_ids, &r->n_prompt_ids, f)) return f->status;
+  if (n > 1) {
+    r->prompts = calloc(n - 1, sizeof *r->prompts);
+    if (!r->prompts) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
   }
-  if (json_is_array(p)) { /* token ids */
-    size_t n = json_array_size(p);
-    if (n == 0) return serve_bad(f, "prompt", "'prompt' has no tokens");
-    r->prompt_ids = malloc(sizeof *r->prompt_ids * n);
-    r->prompt = strdup("");
-    if (!r->prompt_ids || !r->prompt) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-      json_t *v = json_array_get(p, i);
-      if (!json_is_integer(v)) return serve_bad(f, "prompt", "%s", what);
-      if (json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
-        return serve_bad(f, "prompt", "'prompt' token %zu is %lld, not a token id", i, (long long)json_integer_value(v));
-      r->prompt_ids[i] = (int32_t)json_integer_value(v);
-    }
-    r->n_prompt_ids = n;
-    return 0;
+  for (size_t i = 1; i < n; i++) {
+    snprintf(param, sizeof param, "prompt[%zu]", i);
+    serve_prompt *q = &r->prompts[i - 1];
+    r->n_prompts = (int)i + 1;
+    if (parse_one_prompt(json_array_get(p, i), param, &q->text, &q->ids, &q->n_ids, f)) return f->status;
   }
-  if (!json_is_string(p)) return serve_bad(f, "prompt", "%s", what);
-  r->prompt = strdup(json_string_value(p));
-  if (!r->prompt) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
   return 0;
+}
+
+void serve_request_prompt(const serve_request *req, int i, serve_prompt *out) {
+  if (i == 0) *out = (serve_prompt){.text = req->prompt, .ids = req->prompt_ids, .n_ids = req->n_prompt_ids};
+  else *out = req->prompts[i - 1];
 }
 
 int serve_json_stop(json_t *root, const char *key, bool allow_string, serve_sampling *s, serve_fail *f) {
@@ -749,8 +776,18 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
   if ((rc = serve_json_str(root, "model", &req->model, f)) || (rc = serve_json_str(root, "user", &req->user, f)) ||
       (rc = serve_json_int(root, "n", 1, INT32_MAX, &n, f)) || (rc = serve_json_bool(root, "stream", &req->stream, f)))
     goto out;
-  if (n != 1) {
-    rc = serve_bad(f, "n", "'n' must be 1: this server returns one choice per request");
+  req->n = (int)n;
+  if (n > SERVE_MAX_CHOICES) {
+    rc = serve_bad(f, "n", "'n' is %lld; at most %d choices are made in one request", (long long)n, SERVE_MAX_CHOICES);
+    goto out;
+  }
+  /* best_of: the best of several continuations by cumulative logprob is not
+   * made here; best_of equal to n (every continuation returned) is the same request */
+  int64_t best_of = n;
+  if ((rc = serve_json_int(root, "best_of", 1, INT32_MAX, &best_of, f))) goto out;
+  if (best_of != n) {
+    rc = serve_bad(f, "best_of", "'best_of' is not supported: this server returns every continuation it makes "
+                                 "(ask for them with 'n' and rank them by their logprobs)");
     goto out;
   }
   json_t *so = serve_json_field(root, "stream_options");
@@ -779,7 +816,14 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
   } else {
     rc = parse_prompt(root, req, f);
     if (!rc) rc = serve_json_bool(root, "echo", &req->echo, f);
-    if (!rc && req->echo && req->prompt_ids) rc = serve_bad(f, "echo", "'echo' with a prompt of token ids is not supported");
+    for (int i = 0; !rc && req->echo && i < req->n_prompts; i++) {
+      serve_prompt q;
+      serve_request_prompt(req, i, &q);
+      if (q.ids) rc = serve_bad(f, "echo", "'echo' with a prompt of token ids is not supported");
+    }
+    if (!rc && (int64_t)req->n * req->n_prompts > SERVE_MAX_CHOICES)
+      rc = serve_bad(f, "n", "%d prompts times 'n' %d is %lld choices; at most %d are made in one request",
+                     req->n_prompts, req->n, (long long)req->n * req->n_prompts, SERVE_MAX_CHOICES);
     if (!rc) rc = parse_format(root, req, f);
   }
   if (!rc) rc = parse_sampling(root, kind, &req->sampling, f);
@@ -808,6 +852,8 @@ void serve_request_free(serve_request *req) {
   free(req->model);
   free(req->prompt);
   free(req->prompt_ids);
+  for (int i = 0; req->prompts && i < req->n_prompts - 1; i++) free(req->prompts[i].text), free(req->prompts[i].ids);
+  free(req->prompts);
   free(req->user);
   json_decref(req->tools);
   free(req->tool_name);

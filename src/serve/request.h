@@ -36,6 +36,16 @@ typedef enum serve_tool_choice {
   SERVE_TOOLS_NAMED     /* a call of tool_name */
 } serve_tool_choice;
 
+/* Choices one request may ask for at most: prompts × n. */
+#define SERVE_MAX_CHOICES 128
+
+/* One completion prompt: text, or token ids (text "" then). */
+typedef struct serve_prompt {
+  char *text;   /* owned by the request */
+  int32_t *ids; /* owned by the request; NULL unless token ids */
+  size_t n_ids;
+} serve_prompt;
+
 typedef struct serve_request {
   serve_kind kind;
   char *model;             /* owned; NULL when absent */
@@ -44,11 +54,13 @@ typedef struct serve_request {
   char *prompt;            /* owned (completion); "" with prompt_ids */
   int32_t *prompt_ids;     /* owned, NULL unless the completion's prompt is token ids */
   size_t n_prompt_ids;
+  serve_prompt *prompts;   /* owned (completion): a prompt array's prompts after the first; NULL when one */
+  int n_prompts;           /* completion: prompts in the request (prompt / prompt_ids are the first); else 0 */
   bool stream;
   bool include_usage;      /* stream_options.include_usage */
   bool echo;               /* completion: prepend the prompt to the text */
   serve_sampling sampling; /* stop and bias arrays owned here */
-  int n;
+  int n;                   /* choices per prompt (1..SERVE_MAX_CHOICES); prompts × n at most SERVE_MAX_CHOICES */
   char *user;              /* owned; NULL when absent */
   json_t *tools;           /* owned; NULL when none: [{"type":"function","function":{name, description?, parameters}}] */
   serve_tool_choice tool_choice;
@@ -69,6 +81,8 @@ typedef struct serve_request {
  * f filled (status 400, param naming the field) and leaves *req empty. */
 int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_request *req, serve_fail *f);
 void serve_request_free(serve_request *req);
+/* The i-th prompt of a completion request (0 <= i < n_prompts), borrowed. */
+void serve_request_prompt(const serve_request *req, int i, serve_prompt *out);
 /* From req's json_schema or grammar: the GBNF the engine gets (req->gbnf,
  * sampling.grammar), compiled once to check it; 400 naming response_format or
  * grammar when the schema or grammar cannot be followed. Nothing when neither. */

@@ -61,6 +61,7 @@
 #include <time.h>
 
 #include "base/buf.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "engine/grammar.h"
 #include "serve/adapters.h"
@@ -587,6 +588,34 @@ static bool client_gone(int fd) { return client_gone_as(fd, false); }
 
 /* ---- generation ---- */
 
+struct job;
+
+/* One choice of a generation: a prompt of the request and a copy of it (n > 1).
+ * Choice 0 is the job's own reply, result and status; the others own theirs.
+ * Each runs as a sequence of its own in the engine; the copies of a prompt
+ * start once its first copy has a token, so they find its KV blocks in the
+ * prefix cache instead of computing the prompt again. */
+typedef struct slot {
+  struct job *j;          /* borrowed */
+  int prompt, copy;       /* which prompt of the request, which of its n copies */
+  const char *text;       /* borrowed: the rendered or raw prompt ("" with ids) */
+  const int32_t *ids;     /* borrowed: the prompt's token ids; NULL: text */
+  size_t n_ids;
+  int64_t prompt_tokens;  /* counted before generating */
+  serve_sampling sampling; /* the request's (its pointers borrowed), with this copy's seed */
+  serve_reply *reply;     /* &j->reply for choice 0, else &own */
+  serve_result *result;   /* &j->result for choice 0, else &own_result */
+  int *rc;                /* &j->rc for choice 0, else &own_rc */
+  herr *err;              /* &j->err for choice 0, else &own_err */
+  serve_reply own;        /* owned (choices after the first) */
+  serve_result own_result;
+  int own_rc;
+  herr own_err;
+  bool started;           /* has a token or ended (under j->gen_mu): its copies may start */
+  pthread_t thread;
+  bool thread_started;
+} slot;
+
 /* What a generation needs, whole or streamed. */
 typedef struct job {
   serve_server *srv;        /* borrowed */
@@ -601,6 +630,12 @@ typedef struct job {
   serve_reply reply;        /* owned */
   anth_reply areply;        /* owned */
   serve_result result;
+  serve_result usage;       /* summed over the choices: prompts counted once each */
+  slot *slots;              /* owned: the choices (prompts × n; one for Anthropic and Responses) */
+  int nslots;
+  serve_token_fn fn;        /* the token callback every choice runs with */
+  pthread_mutex_t gen_mu;   /* the slots' started flags */
+  pthread_cond_t gen_cv;
   bool parse;               /* chat: the reply is split by a tool-call / reasoning parser of `tc` */
   tc_opts tc;
   char *forced;             /* owned; NULL: none. The call opening the reply (tool_choice), already in the prompt */
@@ -657,6 +692,10 @@ static void jobs_remove(serve_server *s, job *j) {
 
 static void job_free(job *j) {
   if (!j) return;
+  for (int i = 1; i < j->nslots; i++) serve_reply_free(&j->slots[i].own);
+  free(j->slots);
+  pthread_mutex_destroy(&j->gen_mu);
+  pthread_cond_destroy(&j->gen_cv);
   serve_request_free(&j->req);
   free(j->prompt);
   free(j->forced);
@@ -674,42 +713,103 @@ static const char *kind_word(hearth_media_kind k) {
   return k == HEARTH_MEDIA_IMAGE ? "image" : k == HEARTH_MEDIA_AUDIO ? "audio" : "video";
 }
 
-/* Runs the engine under the server's lock; a request cancelled while it
- * waited for the lock never starts. */
+static void slot_started(slot *sl) {
+  job *j = sl->j;
+  pthread_mutex_lock(&j->gen_mu);
+  if (!sl->started) {
+    sl->started = true;
+    pthread_cond_broadcast(&j->gen_cv);
+  }
+  pthread_mutex_unlock(&j->gen_mu);
+}
+
+static void stream_push(job *j, const hbuf *b, bool done);
+
+/* One choice through the engine. A stream's choice sends its finish chunk as it ends. */
+static void slot_run(slot *sl) {
+  job *j = sl->j;
+  serve_engine *e = j->srv->engine;
+  sl->result->stop_index = -1;
+  if (sl->ids)
+    *sl->rc = e->generate_ids(e->impl, sl->ids, sl->n_ids, &sl->sampling, j->fn, sl, &j->cancel, sl->result, sl->err);
+  else if (j->req.n_media > 0 && e->generate_media)
+    *sl->rc = e->generate_media(e->impl, sl->text, j->req.kind == SERVE_COMPLETION, j->req.media, j->req.n_media,
+                                &sl->sampling, j->fn, sl, &j->cancel, sl->result, sl->err);
+  else if (j->req.n_media > 0)
+    *sl->rc = herr_set_at(sl->err, HEARTH_EINVAL, j->req.media[0].name, 0, "%s: this server takes no %s input",
+                          j->req.media[0].name, kind_word(j->req.media[0].kind));
+  else
+    *sl->rc = e->generate(e->impl, sl->text, j->req.kind == SERVE_COMPLETION, &sl->sampling, j->fn, sl, &j->cancel,
+                          sl->result, sl->err);
+  /* cut by the end of a drain: answered with what it has, ended as by a length limit */
+  if (drained(j) && (*sl->rc == HEARTH_ECANCELLED || sl->result->finish == SERVE_FINISH_CANCELLED)) {
+    *sl->rc = 0;
+    sl->result->finish = SERVE_FINISH_LENGTH;
+    HLOG_INFO("serve: %lld tokens in, cut by the drain timeout", (long long)sl->result->completion_tokens);
+  }
+  if (j->req.stream && !j->anthropic && !j->responses && *sl->rc == 0 && !abandoned(j)) {
+    hbuf b = {0};
+    serve_sse_finish(sl->reply, sl->result->finish, &b);
+    stream_push(j, &b, false);
+    hbuf_free(&b);
+  }
+  slot_started(sl);
+}
+
+/* A choice on a thread of its own: a copy waits for its prompt's first copy. */
+static void *slot_main(void *arg) {
+  slot *sl = arg;
+  job *j = sl->j;
+  if (sl->copy > 0) {
+    slot *first = sl - sl->copy;
+    pthread_mutex_lock(&j->gen_mu);
+    while (!first->started) pthread_cond_wait(&j->gen_cv, &j->gen_mu);
+    pthread_mutex_unlock(&j->gen_mu);
+  }
+  slot_run(sl);
+  return NULL;
+}
+
+/* Runs every choice through the engine under the server's lock (one after
+ * another when the engine is not thread-safe, else side by side); a request
+ * cancelled while it waited for the lock never starts. Then the usage is
+ * summed and the first failing choice's status is the job's. */
 static void job_generate(job *j, serve_token_fn fn) {
   serve_server *s = j->srv;
   serve_engine *e = s->engine;
   bool lock = !e->thread_safe;
+  j->fn = fn;
   if (lock) pthread_mutex_lock(&s->engine_lock);
   if (cancelled(j) || job_client_gone(j) || __atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
     cancel_set(j);
     j->rc = HEARTH_ECANCELLED;
     herr_set(&j->err, HEARTH_ECANCELLED, "the client went away");
   } else {
-    j->result.stop_index = -1;
     jobs_add(s, j);
     if (atomic_load(&s->draining) > 1) __atomic_store_n(&j->drained, 1, __ATOMIC_SEQ_CST), cancel_set(j);
     if (__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) cancel_set(j); /* serve_stop's sweep may have missed it */
-    if (j->req.prompt_ids)
-      j->rc = e->generate_ids(e->impl, j->req.prompt_ids, j->req.n_prompt_ids, &j->req.sampling, fn, j, &j->cancel,
-                              &j->result, &j->err);
-    else if (j->req.n_media > 0 && e->generate_media)
-      j->rc = e->generate_media(e->impl, j->prompt, j->req.kind == SERVE_COMPLETION, j->req.media, j->req.n_media,
-                                &j->req.sampling, fn, j, &j->cancel, &j->result, &j->err);
-    else if (j->req.n_media > 0)
-      j->rc = herr_set_at(&j->err, HEARTH_EINVAL, j->req.media[0].name, 0, "%s: this server takes no %s input",
-                          j->req.media[0].name, kind_word(j->req.media[0].kind));
-    else
-      j->rc = e->generate(e->impl, j->prompt, j->req.kind == SERVE_COMPLETION, &j->req.sampling, fn, j, &j->cancel,
-                          &j->result, &j->err);
+    for (int i = 1; i < j->nslots && !lock; i++)
+      j->slots[i].thread_started = pthread_create(&j->slots[i].thread, NULL, slot_main, &j->slots[i]) == 0;
+    slot_run(&j->slots[0]);
+    for (int i = 1; i < j->nslots; i++) {
+      if (j->slots[i].thread_started) pthread_join(j->slots[i].thread, NULL);
+      else slot_main(&j->slots[i]);
+    }
     jobs_remove(s, j);
   }
   if (lock) pthread_mutex_unlock(&s->engine_lock);
-  /* cut by the end of a drain: answered with what it has, ended as by a length limit */
-  if (drained(j) && (j->rc == HEARTH_ECANCELLED || j->result.finish == SERVE_FINISH_CANCELLED)) {
-    j->rc = 0;
-    j->result.finish = SERVE_FINISH_LENGTH;
-    HLOG_INFO("serve: %lld tokens in, cut by the drain timeout", (long long)j->result.completion_tokens);
+  j->usage = j->result;
+  for (int i = 1; i < j->nslots; i++) {
+    slot *sl = &j->slots[i];
+    if (sl->copy == 0) {
+      j->usage.prompt_tokens += sl->result->prompt_tokens;
+      j->usage.cached_tokens += sl->result->cached_tokens;
+    }
+    j->usage.completion_tokens += sl->result->completion_tokens;
+    if (j->rc == 0 && *sl->rc) {
+      j->rc = *sl->rc;
+      j->err = *sl->err;
+    }
   }
 }
 
@@ -753,10 +853,12 @@ static void store_response(job *j, const json_t *o) {
 
 /* Whole responses: gather every step, stop when the client hangs up. */
 static int whole_token(void *ctx, const serve_token *tok) {
-  job *j = ctx;
+  slot *sl = ctx;
+  job *j = sl->j;
+  if (!sl->started) slot_started(sl);
   if (j->responses) resp_reply_add(&j->rreply, tok);
   else if (j->anthropic) anth_reply_add(&j->areply, tok);
-  else serve_reply_add(&j->reply, tok);
+  else serve_reply_add(sl->reply, tok);
   if (job_client_gone(j)) cancel_set(j);
   return cancelled(j) ? 1 : 0;
 }
@@ -766,7 +868,8 @@ static void job_prime(job *j, hbuf *sse) {
   if (!j->forced) return;
   if (j->responses) resp_reply_prime(&j->rreply, j->forced, sse);
   else if (j->anthropic) anth_reply_prime(&j->areply, j->forced, sse);
-  else serve_reply_prime(&j->reply, j->forced, sse);
+  else
+    for (int i = 0; i < j->nslots; i++) serve_reply_prime(j->slots[i].reply, j->forced, sse);
 }
 
 /* Waits on cv (mu held) for a signal or WAIT_MS, whichever comes first. */
@@ -804,7 +907,7 @@ static void whole_watch(job *j, bool on) {
 }
 
 static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
-  if (j->req.echo) hbuf_puts(&j->reply.text, j->req.prompt);
+  for (int i = 0; j->req.echo && i < j->nslots; i++) hbuf_puts(&j->slots[i].reply->text, j->slots[i].text);
   job_prime(j, NULL);
   j->whole = true;
   whole_watch(j, true);
@@ -824,11 +927,17 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
     } else if (j->anthropic) {
       anth_reply_body(&j->areply, &j->result, &body);
     } else {
-      serve_reply_body(&j->reply, &j->result, &body);
+      serve_reply **r = malloc(sizeof *r * (size_t)j->nslots);
+      serve_result *res = malloc(sizeof *res * (size_t)j->nslots);
+      for (int i = 0; r && res && i < j->nslots; i++) r[i] = j->slots[i].reply, res[i] = *j->slots[i].result;
+      if (r && res) serve_reply_body_n(r, res, j->nslots, &j->usage, &body);
+      else body.oom = true;
+      free(r);
+      free(res);
     }
     rc = body.oom ? MHD_NO : send_bytes(c, 200, "application/json", hbuf_str(&body), body.len, NULL);
-    HLOG_INFO("serve: %s 200: %lld prompt + %lld completion tokens, %s", job_name(j),
-              (long long)j->result.prompt_tokens, (long long)j->result.completion_tokens,
+    HLOG_INFO("serve: %s 200: %d choice%s, %lld prompt + %lld completion tokens, %s", job_name(j), j->nslots,
+              j->nslots == 1 ? "" : "s", (long long)j->usage.prompt_tokens, (long long)j->usage.completion_tokens,
               serve_finish_name(j->result.finish));
     hbuf_free(&body);
   } else if (abandoned(j)) {
@@ -880,11 +989,13 @@ static void stream_push(job *j, const hbuf *b, bool done) {
 }
 
 static int stream_token(void *ctx, const serve_token *tok) {
-  job *j = ctx;
+  slot *sl = ctx;
+  job *j = sl->j;
+  if (!sl->started) slot_started(sl);
   hbuf b = {0};
   if (j->responses) resp_sse_token(&j->rreply, tok, &b);
   else if (j->anthropic) anth_sse_token(&j->areply, tok, &b);
-  else serve_sse_token(&j->reply, tok, &b);
+  else serve_sse_token(sl->reply, tok, &b);
   stream_push(j, &b, false);
   hbuf_free(&b);
   return cancelled(j) ? 1 : 0;
@@ -895,8 +1006,11 @@ static void *stream_main(void *arg) {
   hbuf b = {0};
   if (j->responses) resp_sse_start(&j->rreply, &b);
   else if (j->anthropic) anth_sse_start(&j->areply, j->prompt_tokens, &b);
-  else serve_sse_start(&j->reply, &b);
-  if (j->req.echo) serve_sse_text(&j->reply, j->req.prompt, strlen(j->req.prompt), &b);
+  else
+    for (int i = 0; i < j->nslots; i++) {
+      serve_sse_start(j->slots[i].reply, &b);
+      if (j->req.echo) serve_sse_text(j->slots[i].reply, j->slots[i].text, strlen(j->slots[i].text), &b);
+    }
   job_prime(j, &b);
   stream_push(j, &b, false);
   hbuf_clear(&b);
@@ -922,13 +1036,13 @@ static void *stream_main(void *arg) {
       json_decref(o);
     } else if (j->anthropic) {
       anth_sse_finish(&j->areply, &j->result, &b);
-    } else {
-      serve_sse_finish(&j->reply, j->result.finish, &b);
-      if (j->req.include_usage) serve_sse_usage(&j->reply, &j->result, &b);
+    } else { /* each choice sent its finish chunk as it ended (slot_run) */
+      if (j->req.include_usage) serve_sse_usage(&j->reply, &j->usage, &b);
       serve_sse_done(&b);
     }
-    HLOG_INFO("serve: %s stream: %lld prompt + %lld completion tokens, %s", job_name(j), (long long)j->result.prompt_tokens,
-              (long long)j->result.completion_tokens, serve_finish_name(j->result.finish));
+    HLOG_INFO("serve: %s stream: %d choice%s, %lld prompt + %lld completion tokens, %s", job_name(j), j->nslots,
+              j->nslots == 1 ? "" : "s", (long long)j->usage.prompt_tokens, (long long)j->usage.completion_tokens,
+              serve_finish_name(j->result.finish));
   }
   stream_push(j, &b, true);
   hbuf_free(&b);
@@ -1134,6 +1248,8 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
     return send_fail_as(c, &f, NULL, anth);
   }
   pthread_mutex_init(&j->mu, NULL);
+  pthread_mutex_init(&j->gen_mu, NULL);
+  pthread_cond_init(&j->gen_cv, NULL);
   j->srv = s;
   j->anthropic = anth;
   j->responses = cn->route == ROUTE_RESPONSES;
@@ -1194,43 +1310,74 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       goto refuse;
     }
   herr err = {0};
-  int64_t ntok = (int64_t)j->req.n_prompt_ids;
-  if (j->req.prompt_ids && !e->generate_ids) {
-    serve_fail_set(&f, 400, "invalid_request_error", "prompt", NULL, "this server takes text prompts only");
+  /* the choices: each prompt (a completion's prompt array; else the one) n times */
+  int nprompts = kind == SERVE_COMPLETION && j->req.n_prompts > 1 ? j->req.n_prompts : 1;
+  int copies = anth || j->responses || j->req.n < 1 ? 1 : j->req.n;
+  j->nslots = nprompts * copies;
+  j->slots = calloc((size_t)j->nslots, sizeof *j->slots);
+  if (!j->slots) {
+    serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
     goto refuse;
   }
-  for (size_t i = 0; i < j->req.n_prompt_ids; i++)
-    if (e->vocab_size > 0 && j->req.prompt_ids[i] >= e->vocab_size) {
-      serve_fail_set(&f, 400, "invalid_request_error", "prompt", NULL,
-                     "prompt: token %zu is id %d, outside the vocabulary (size %lld)", i, (int)j->req.prompt_ids[i],
-                     (long long)e->vocab_size);
+  for (int p = 0; p < nprompts; p++) {
+    serve_prompt q = {.text = j->prompt};
+    if (kind == SERVE_COMPLETION) serve_request_prompt(&j->req, p, &q);
+    if (p == 0) q.text = j->prompt;
+    char at[32];
+    if (nprompts > 1) snprintf(at, sizeof at, "prompt[%d]", p);
+    else snprintf(at, sizeof at, "%s", param);
+    int64_t ntok = (int64_t)q.n_ids;
+    if (q.ids && !e->generate_ids) {
+      serve_fail_set(&f, 400, "invalid_request_error", at, NULL, "this server takes text prompts only");
       goto refuse;
     }
-  if (!j->req.prompt_ids && e->count_tokens(e->impl, j->prompt, kind == SERVE_COMPLETION, &ntok, &err)) {
-    serve_fail_set(&f, 400, "invalid_request_error", param, NULL, "%s", err.msg);
-    goto refuse;
+    for (size_t i = 0; i < q.n_ids; i++)
+      if (e->vocab_size > 0 && q.ids[i] >= e->vocab_size) {
+        serve_fail_set(&f, 400, "invalid_request_error", at, NULL, "%s: token %zu is id %d, outside the vocabulary (size %lld)",
+                       at, i, (int)q.ids[i], (long long)e->vocab_size);
+        goto refuse;
+      }
+    if (!q.ids && e->count_tokens(e->impl, q.text, kind == SERVE_COMPLETION, &ntok, &err)) {
+      serve_fail_set(&f, 400, "invalid_request_error", at, NULL, "%s", err.msg);
+      goto refuse;
+    }
+    int64_t want = j->req.sampling.max_tokens > 0 ? j->req.sampling.max_tokens : 1;
+    if (e->context_length > 0 && ntok + want > e->context_length) {
+      if (j->req.sampling.max_tokens > 0)
+        serve_fail_set(&f, 400, "invalid_request_error", at, "context_length_exceeded",
+                       "This model's maximum context length is %lld tokens. However, you requested %lld tokens "
+                       "(%lld in the prompt, %lld for the completion). Please reduce the prompt or the completion length.",
+                       (long long)e->context_length, (long long)(ntok + want), (long long)ntok, (long long)want);
+      else
+        serve_fail_set(&f, 400, "invalid_request_error", at, "context_length_exceeded",
+                       "This model's maximum context length is %lld tokens, but the prompt has %lld tokens.",
+                       (long long)e->context_length, (long long)ntok);
+      goto refuse;
+    }
+    if (e->admit && e->admit(e->impl, ntok, j->req.sampling.max_tokens, &err)) {
+      if (err.cause == HEARTH_CAUSE_MEMORY_ADMISSION)
+        serve_fail_set(&f, 400, "memory_admission", at, "memory_admission", "%s", err.msg);
+      else
+        serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
+      goto refuse;
+    }
+    for (int c2 = 0; c2 < copies; c2++) {
+      slot *sl = &j->slots[p * copies + c2];
+      sl->j = j;
+      sl->prompt = p;
+      sl->copy = c2;
+      sl->text = q.text;
+      sl->ids = q.ids;
+      sl->n_ids = q.n_ids;
+      sl->prompt_tokens = ntok;
+      bool first = p == 0 && c2 == 0;
+      sl->reply = first ? &j->reply : &sl->own;
+      sl->result = first ? &j->result : &sl->own_result;
+      sl->rc = first ? &j->rc : &sl->own_rc;
+      sl->err = first ? &j->err : &sl->own_err;
+    }
   }
-  int64_t want = j->req.sampling.max_tokens > 0 ? j->req.sampling.max_tokens : 1;
-  if (e->context_length > 0 && ntok + want > e->context_length) {
-    if (j->req.sampling.max_tokens > 0)
-      serve_fail_set(&f, 400, "invalid_request_error", param, "context_length_exceeded",
-                     "This model's maximum context length is %lld tokens. However, you requested %lld tokens "
-                     "(%lld in the prompt, %lld for the completion). Please reduce the prompt or the completion length.",
-                     (long long)e->context_length, (long long)(ntok + want), (long long)ntok, (long long)want);
-    else
-      serve_fail_set(&f, 400, "invalid_request_error", param, "context_length_exceeded",
-                     "This model's maximum context length is %lld tokens, but the prompt has %lld tokens.",
-                     (long long)e->context_length, (long long)ntok);
-    goto refuse;
-  }
-  if (e->admit && e->admit(e->impl, ntok, j->req.sampling.max_tokens, &err)) {
-    if (err.cause == HEARTH_CAUSE_MEMORY_ADMISSION)
-      serve_fail_set(&f, 400, "memory_admission", param, "memory_admission", "%s", err.msg);
-    else
-      serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
-    goto refuse;
-  }
-  j->prompt_tokens = ntok;
+  j->prompt_tokens = j->slots[0].prompt_tokens;
   uint64_t seq = atomic_fetch_add(&s->next_id, 1);
   uint64_t id_seed = seq * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)j;
   if (j->responses) {
@@ -1250,17 +1397,28 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       j->req.sampling.skip_special = !needs_specials(&j->tc);
     }
   } else {
-    serve_reply_init(&j->reply, kind, e->model_id, (int64_t)time(NULL), id_seed, j->req.sampling.logprobs);
-    j->reply.usage_null = j->req.stream && j->req.include_usage;
-    if (j->parse) {
-      if (serve_reply_parse(&j->reply, &j->tc, &err)) {
+    int64_t created = (int64_t)time(NULL);
+    for (int i = 0; i < j->nslots; i++) { /* one reply per choice, all of one id */
+      serve_reply *r = j->slots[i].reply;
+      serve_reply_init(r, kind, e->model_id, created, id_seed, j->req.sampling.logprobs);
+      r->index = i;
+      r->usage_null = j->req.stream && j->req.include_usage;
+      if (j->parse && serve_reply_parse(r, &j->tc, &err)) {
         serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
         goto refuse;
       }
-      j->req.sampling.skip_special = !needs_specials(&j->tc);
     }
+    if (j->parse) j->req.sampling.skip_special = !needs_specials(&j->tc);
   }
   j->req.sampling.trace_label = anth ? j->areply.id : j->reply.id; /* names the request in a trace */
+  /* Each choice samples with the request's parameters; with a seed, copy c > 0
+   * of each prompt draws from a seed of its own derived from it, so the copies
+   * differ, and copy 0 keeps the request's seed (n = 1 answers as before). */
+  for (int i = 0; i < j->nslots; i++) {
+    slot *sl = &j->slots[i];
+    sl->sampling = j->req.sampling;
+    if (sl->sampling.has_seed && sl->copy > 0) sl->sampling.seed = hmix64(sl->sampling.seed + (uint64_t)sl->copy * HMIX64_GAMMA);
+  }
   return j->req.stream ? answer_stream(c, j) : answer_whole(c, j);
 refuse:
   job_free(j);

@@ -518,6 +518,46 @@ static void test_kv_quant(void) {
   CHECK(m == NULL);
 }
 
+/* hearth_generate_batch: greedy items of mixed prompts and lengths, each equal
+ * to a lone hearth_generate, in their own places; a bad item fails alone. */
+static void test_generate_batch(void) {
+  hearth_error err = {0};
+  hearth_model *m = NULL;
+  int rc = hearth_model_load(DEFAULT_MODEL, NULL, &m, &err);
+  CHECK_MSG(rc == 0, "%s", err.msg);
+  if (rc) return;
+  static const char *texts[] = {"Once upon a time", "The sea", "A lighthouse keeper wrote", "Once upon a time", "Hi"};
+  enum { N = 6 };
+  hearth_gen_params p[N];
+  hearth_batch_item it[N];
+  memset(it, 0, sizeof it);
+  for (int i = 0; i < N; i++) {
+    hearth_gen_params_init(&p[i]);
+    p[i].temperature = 0;
+    p[i].max_tokens = 4 + 3 * (i % 3);
+    it[i].params = &p[i];
+    if (i < 5) it[i].prompt = (hearth_prompt){.text = texts[i], .add_special = true};
+  }
+  static const int32_t bad[] = {1, 2000000000};
+  it[5].prompt = (hearth_prompt){.ids = bad, .n_ids = 2};
+  CHECK_EQ_INT(hearth_generate_batch(m, it, N, 3, &err), 0);
+  for (int i = 0; i < 5; i++) {
+    hearth_batch_item one = {.prompt = it[i].prompt, .params = &p[i]};
+    CHECK_EQ_INT(hearth_generate_batch(m, &one, 1, 1, &err), 0);
+    CHECK_MSG(it[i].status == 0, "item %d: %s", i, it[i].error.msg);
+    CHECK_MSG(it[i].text && one.text && strcmp(it[i].text, one.text) == 0, "item %d: '%s' vs '%s'", i, it[i].text,
+              one.text);
+    CHECK_EQ_INT(it[i].result.completion_tokens, one.result.completion_tokens);
+    CHECK(it[i].len == strlen(it[i].text));
+    hearth_batch_free(&one, 1);
+  }
+  CHECK(it[5].status != 0 && it[5].error.msg[0]);
+  hearth_batch_free(it, N);
+  CHECK(it[0].text == NULL);
+  CHECK_EQ_INT(hearth_generate_batch(NULL, it, N, 0, &err), HEARTH_EINVAL);
+  hearth_model_free(m);
+}
+
 int main(void) {
   if (!mkdtemp(tmpdir)) {
     perror("mkdtemp");
@@ -532,6 +572,7 @@ int main(void) {
   RUN(test_speculative);
   RUN(test_adapters);
   RUN(test_kv_quant);
+  RUN(test_generate_batch);
   char cmd[700];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -289,6 +289,104 @@ test('concurrent requests each get their own answer', async () => {
   assert.deepEqual(together, alone);
 });
 
+// Streams a completion or chat request and gathers each choice's text and finish by index.
+async function streamChoices(create, params) {
+  const stream = await create({ ...params, stream: true, stream_options: { include_usage: true } });
+  const text = {}, finish = {}, order = [];
+  let usage = null, finals = 0;
+  for await (const c of stream) {
+    if (c.usage) usage = c.usage;
+    for (const ch of c.choices) {
+      const piece = ch.delta ? ch.delta.content || '' : ch.text || '';
+      text[ch.index] = (text[ch.index] || '') + piece;
+      if (piece) order.push(ch.index);
+      if (ch.finish_reason) finish[ch.index] = ch.finish_reason, finals++;
+    }
+  }
+  return { text, finish, order, usage, finals };
+}
+
+test('n > 1: greedy copies equal a lone answer, whole and streamed; usage counts the prompt once', async () => {
+  const p = { messages: MSGS, max_tokens: 12, temperature: 0 };
+  const lone = await client.chat.completions.create(p);
+  const r = await client.chat.completions.create({ ...p, n: 3 });
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  for (const c of r.choices) {
+    assert.equal(c.message.content, lone.choices[0].message.content);
+    assert.equal(c.finish_reason, lone.choices[0].finish_reason);
+  }
+  assert.equal(r.usage.prompt_tokens, lone.usage.prompt_tokens);
+  assert.equal(r.usage.completion_tokens, 3 * lone.usage.completion_tokens);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  const s = await streamChoices((x) => client.chat.completions.create(x), { ...p, n: 3 });
+  assert.deepEqual(Object.keys(s.text).map(Number).sort(), [0, 1, 2]);
+  for (let i = 0; i < 3; i++) {
+    assert.equal(s.text[i], lone.choices[0].message.content);
+    assert.equal(s.finish[i], lone.choices[0].finish_reason);
+  }
+  assert.equal(s.finals, 3);
+  assert.deepEqual(s.usage, r.usage);
+});
+
+test('a prompt array: one choice per prompt, each equal to its lone answer; prompts × n', async () => {
+  const prompts = ['Once upon a time', 'The lighthouse keeper', 'In the morning'];
+  const p = { max_tokens: 10, temperature: 0 };
+  const lone = [];
+  for (const prompt of prompts) lone.push(await client.completions.create({ ...p, prompt }));
+  const r = await client.completions.create({ ...p, prompt: prompts });
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  assert.deepEqual(r.choices.map((c) => c.text), lone.map((l) => l.choices[0].text));
+  assert.equal(r.usage.prompt_tokens, lone.reduce((a, l) => a + l.usage.prompt_tokens, 0));
+  assert.equal(r.usage.completion_tokens, lone.reduce((a, l) => a + l.usage.completion_tokens, 0));
+  const s = await streamChoices((x) => client.completions.create(x), { ...p, prompt: prompts });
+  assert.deepEqual([0, 1, 2].map((i) => s.text[i]), lone.map((l) => l.choices[0].text));
+  assert.equal(s.finals, 3);
+  assert.deepEqual(s.usage, r.usage);
+  // index = prompt * n + copy
+  const rn = await client.completions.create({ ...p, prompt: prompts.slice(0, 2), n: 2 });
+  assert.deepEqual(rn.choices.map((c) => c.index), [0, 1, 2, 3]);
+  assert.deepEqual(rn.choices.map((c) => c.text), [0, 0, 1, 1].map((i) => lone[i].choices[0].text));
+  if (!FAKE) { /* prompts of token ids in an array */
+    const ids = [[5, 17, 230, 41], [99, 8, 12]];
+    const a = await client.completions.create({ ...p, prompt: ids[0] });
+    const b = await client.completions.create({ ...p, prompt: ids[1] });
+    const both = await client.completions.create({ ...p, prompt: ids });
+    assert.deepEqual(both.choices.map((c) => c.text), [a.choices[0].text, b.choices[0].text]);
+  }
+});
+
+test('n > 1 with a seed: the copies differ, and the same seed repeats them', async () => {
+  const p = { prompt: 'Once upon a time', max_tokens: 16, temperature: 1, seed: 7, n: 3 };
+  const a = await client.completions.create(p);
+  const b = await client.completions.create(p);
+  assert.deepEqual(a.choices.map((c) => c.text), b.choices.map((c) => c.text));
+  assert.ok(new Set(a.choices.map((c) => c.text)).size > 1, 'the copies all came out the same');
+  const lone = await client.completions.create({ ...p, n: 1 });
+  assert.equal(a.choices[0].text, lone.choices[0].text);
+});
+
+test('the copies of n > 1 share the prompt through the prefix cache', { skip: FAKE }, async () => {
+  const stats = async () => (await (await fetch(main.url + '/stats')).json());
+  const prompt = 'A long prompt about lighthouses, ' + 'the sea, the rocks and the keepers who watched them, '.repeat(6);
+  const before = await stats();
+  const r = await client.completions.create({ prompt, max_tokens: 4, temperature: 0, n: 4 });
+  const after = await stats();
+  const misses = after.prefix_cache.miss_tokens - before.prefix_cache.miss_tokens;
+  const hits = after.prefix_cache.hit_tokens - before.prefix_cache.hit_tokens;
+  // the first copy computes the prompt; the others only its last, partial block
+  assert.ok(misses <= r.usage.prompt_tokens + 3 * after.kv_cache.block_tokens, `the prompt was computed again: ${misses} missed`);
+  assert.ok(hits >= 3 * (r.usage.prompt_tokens - after.kv_cache.block_tokens), `the copies hit ${hits} tokens`);
+});
+
+test('n and prompt arrays are checked by name', async () => {
+  const postj = (p, body) => post(main, p, JSON.stringify(body));
+  await expectError(await postj('/v1/completions', { prompt: 'x', n: 2, best_of: 3 }), 400, { param: 'best_of' });
+  await expectError(await postj('/v1/completions', { prompt: 'x', n: 0 }), 400, { param: 'n' });
+  await expectError(await postj('/v1/completions', { prompt: 'x', n: 1000 }), 400, { param: 'n' });
+  await expectError(await postj('/v1/completions', { prompt: ['x', 5] }), 400, { param: 'prompt[1]' });
+  await expectError(await postj('/v1/chat/completions', { messages: MSGS, n: 200 }), 400, { param: 'n' });
+});
+
 async function expectError(res, status, fields = {}) {
   assert.equal(res.status, status);
   const body = await res.json();
@@ -310,7 +408,7 @@ test('errors have the OpenAI shape and status', async () => {
   await expectError(await post(main, '/v1/chat/completions', '{"messages": ['), 400, { type: 'invalid_request_error' });
   await expectError(await post(main, '/v1/chat/completions', '{"model":"m"}'), 400, { param: 'messages' });
   await expectError(await post(main, '/v1/chat/completions', JSON.stringify({ messages: MSGS, temperature: 'hot' })), 400, { param: 'temperature' });
-  await expectError(await post(main, '/v1/chat/completions', JSON.stringify({ messages: MSGS, n: 2 })), 400, { param: 'n' });
+  await expectError(await post(main, '/v1/chat/completions', JSON.stringify({ messages: MSGS, n: 0 })), 400, { param: 'n' });
   await expectError(await post(main, '/v1/chat/completions', JSON.stringify({ messages: [{ role: 'user', content: 5 }] })), 400, { param: 'messages[0].content' });
   await expectError(await post(main, '/v1/completions', JSON.stringify({ prompt: 7 })), 400, { param: 'prompt' });
   await expectError(await post(main, '/v1/chat/completions', JSON.stringify({ messages: MSGS, max_tokens: 10000000 })), 400,

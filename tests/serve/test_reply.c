@@ -190,7 +190,37 @@ static void test_sse_error(void) {
   hbuf_free(&out);
 }
 
+/* Several choices in one body: each at its index, the usage as summed by the caller. */
+static void test_body_choices(void) {
+  serve_reply a, b;
+  fixed(&a, SERVE_COMPLETION, false);
+  fixed(&b, SERVE_COMPLETION, false);
+  b.index = 1;
+  serve_token t = tok("hi");
+  serve_reply_add(&a, &t);
+  t = tok("yo");
+  serve_reply_add(&b, &t);
+  serve_reply *r[2] = {&a, &b};
+  serve_result res[2] = {{.finish = SERVE_FINISH_LENGTH, .prompt_tokens = 3, .completion_tokens = 1},
+                         {.finish = SERVE_FINISH_STOP, .prompt_tokens = 3, .completion_tokens = 1}};
+  serve_result usage = {.prompt_tokens = 3, .completion_tokens = 2};
+  hbuf out = {0};
+  serve_reply_body_n(r, res, 2, &usage, &out);
+  CHECK_EQ_STR(hbuf_str(&out), "{\"id\":\"cmpl-abc\",\"object\":\"text_completion\",\"created\":1700000000,"
+                               "\"model\":\"tiny-llama\"," FP ",\"choices\":[{\"index\":0,\"text\":\"hi\",\"logprobs\":null,"
+                               "\"finish_reason\":\"length\"},{\"index\":1,\"text\":\"yo\",\"logprobs\":null,"
+                               "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,"
+                               "\"total_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":0}}}");
+  hbuf_clear(&out);
+  serve_sse_finish(&b, SERVE_FINISH_STOP, &out);
+  CHECK(strstr(hbuf_str(&out), "\"choices\":[{\"index\":1,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"stop\"}]"));
+  hbuf_free(&out);
+  serve_reply_free(&a);
+  serve_reply_free(&b);
+}
+
 int main(void) {
+  RUN(test_body_choices);
   RUN(test_ids);
   RUN(test_chat_stream);
   RUN(test_chat_stream_usage_null);

@@ -137,7 +137,9 @@ static void test_chat_refusals(void) {
   refused(M "\"max_completion_tokens\":-3}", SERVE_CHAT, "max_completion_tokens");
   refused(M "\"seed\":1e30}", SERVE_CHAT, "seed");
   refused(M "\"seed\":true}", SERVE_CHAT, "seed");
-  refused(M "\"n\":2}", SERVE_CHAT, "n");
+  refused(M "\"n\":129}", SERVE_CHAT, "n");
+  refused(M "\"n\":2,\"best_of\":3}", SERVE_CHAT, "best_of");
+  refused(M "\"best_of\":0}", SERVE_CHAT, "best_of");
   refused(M "\"n\":0}", SERVE_CHAT, "n");
   refused(M "\"stream\":\"yes\"}", SERVE_CHAT, "stream");
   refused(M "\"stream_options\":{\"include_usage\":true}}", SERVE_CHAT, "stream_options");
@@ -288,7 +290,6 @@ static void test_completion(void) {
   serve_request_free(&r);
   refused("{}", SERVE_COMPLETION, "prompt");
   refused("{\"prompt\":7}", SERVE_COMPLETION, "prompt");
-  refused("{\"prompt\":[\"a\",\"b\"]}", SERVE_COMPLETION, "prompt");
   /* token ids, bare or as the one element; ignore_eos */
   CHECK_EQ_INT(parse("{\"prompt\":[1,2,3],\"ignore_eos\":true}", SERVE_COMPLETION, &r, &f), 0);
   CHECK(r.n_prompt_ids == 3 && r.prompt_ids[0] == 1 && r.prompt_ids[2] == 3 && r.sampling.ignore_eos);
@@ -299,7 +300,7 @@ static void test_completion(void) {
   refused("{\"prompt\":[]}", SERVE_COMPLETION, "prompt");
   refused("{\"prompt\":[1,\"a\"]}", SERVE_COMPLETION, "prompt");
   refused("{\"prompt\":[1,-2]}", SERVE_COMPLETION, "prompt");
-  refused("{\"prompt\":[[1],[2]]}", SERVE_COMPLETION, "prompt");
+  refused("{\"prompt\":[[1],[2.5]]}", SERVE_COMPLETION, "prompt[1]");
   refused("{\"prompt\":[1],\"echo\":true}", SERVE_COMPLETION, "echo");
   refused("{\"prompt\":\"a\",\"ignore_eos\":1}", SERVE_COMPLETION, "ignore_eos");
   refused("{\"prompt\":\"a\",\"logprobs\":6}", SERVE_COMPLETION, "logprobs");
@@ -309,6 +310,45 @@ static void test_completion(void) {
   CHECK_EQ_INT(parse("{\"prompt\":\"a\",\"max_completion_tokens\":0,\"messages\":5}", SERVE_COMPLETION, &r, &f), 0);
   CHECK_EQ_INT(r.sampling.max_tokens, -1);
   serve_request_free(&r);
+}
+
+/* Prompt arrays and n: one prompt per entry, token-id arrays kept whole, the
+ * choices capped, each bad entry named. */
+static void test_completion_batch(void) {
+  serve_request r;
+  serve_fail f;
+  CHECK_EQ_INT(parse("{\"prompt\":[\"a\",\"bc\",[5,6]],\"n\":3,\"best_of\":3}", SERVE_COMPLETION, &r, &f), 0);
+  CHECK_EQ_INT(r.n_prompts, 3);
+  CHECK_EQ_INT(r.n, 3);
+  serve_prompt q;
+  serve_request_prompt(&r, 0, &q);
+  CHECK_EQ_STR(q.text, "a");
+  CHECK(q.ids == NULL);
+  serve_request_prompt(&r, 1, &q);
+  CHECK_EQ_STR(q.text, "bc");
+  serve_request_prompt(&r, 2, &q);
+  CHECK(q.ids && q.n_ids == 2 && q.ids[0] == 5 && q.ids[1] == 6);
+  serve_request_free(&r);
+  /* a flat array of ids is one prompt, as OpenAI reads it */
+  CHECK_EQ_INT(parse("{\"prompt\":[1,2,3]}", SERVE_COMPLETION, &r, &f), 0);
+  CHECK_EQ_INT(r.n_prompts, 1);
+  CHECK_EQ_INT((int)r.n_prompt_ids, 3);
+  serve_request_free(&r);
+  CHECK_EQ_INT(parse("{\"prompt\":\"x\"}", SERVE_COMPLETION, &r, &f), 0);
+  CHECK_EQ_INT(r.n_prompts, 1);
+  CHECK_EQ_INT(r.n, 1);
+  serve_request_free(&r);
+  refused("{\"prompt\":[\"a\",5]}", SERVE_COMPLETION, "prompt[1]");
+  refused("{\"prompt\":[\"a\",[]]}", SERVE_COMPLETION, "prompt[1]");
+  refused("{\"prompt\":[[1],[-1]]}", SERVE_COMPLETION, "prompt[1]");
+  refused("{\"prompt\":[\"a\",\"b\"],\"n\":100}", SERVE_COMPLETION, "n");
+  refused("{\"prompt\":[\"a\",[1]],\"echo\":true}", SERVE_COMPLETION, "echo");
+  hbuf b = {0};
+  hbuf_puts(&b, "{\"prompt\":[");
+  for (int i = 0; i < SERVE_MAX_CHOICES + 1; i++) hbuf_puts(&b, i ? ",\"p\"" : "\"p\"");
+  hbuf_puts(&b, "]}");
+  refused(hbuf_str(&b), SERVE_COMPLETION, "prompt");
+  hbuf_free(&b);
 }
 
 static void test_fail_json(void) {
@@ -385,6 +425,7 @@ int main(void) {
   RUN(test_chat_tools);
   RUN(test_chat_media);
   RUN(test_completion);
+  RUN(test_completion_batch);
   RUN(test_fail_json);
   RUN(test_schemas);
   TEST_MAIN_END();

@@ -761,6 +761,82 @@ static void test_idle_connections(void) {
   serve_stop(s);
 }
 
+/* prompts × n choices: indexes prompt * n + copy, usage summed with each prompt
+ * counted once, a stream's choices interleaved (an engine that runs them side by
+ * side), each with its own finish chunk, [DONE] once; refusals by name. */
+static void test_choices(void) {
+  serve_engine e = engine;
+  e.thread_safe = true; /* the fake's generations share nothing */
+  serve_server *s;
+  herr err = {0};
+  serve_config cfg = {.port = 0};
+  CHECK_EQ_INT(serve_start(&s, &e, &cfg, &err), 0);
+  int port = serve_port(s);
+  char *r = http(port, "POST", "/v1/completions", NULL,
+                 "{\"prompt\":[\"one\",\"three\"],\"n\":2,\"max_tokens\":4,\"temperature\":0}");
+  CHECK_EQ_INT(status_of(r), 200);
+  const char *body = strstr(r, "\r\n\r\n");
+  json_t *o = body ? json_loads(body + 4, 0, NULL) : NULL;
+  CHECK(o != NULL);
+  json_t *ch = json_object_get(o, "choices");
+  CHECK_EQ_INT((int)json_array_size(ch), 4);
+  for (size_t i = 0; i < json_array_size(ch); i++) {
+    json_t *c = json_array_get(ch, i);
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(c, "index")), (int)i);
+    CHECK_EQ_STR(json_string_value(json_object_get(c, "text")), "The quick br");
+  }
+  json_t *u = json_object_get(o, "usage");
+  int64_t one = 0, three = 0;
+  fake_count(NULL, "one", true, &one, &err);
+  fake_count(NULL, "three", true, &three, &err);
+  CHECK_EQ_INT((int)json_integer_value(json_object_get(u, "prompt_tokens")), (int)(one + three));
+  CHECK_EQ_INT((int)json_integer_value(json_object_get(u, "completion_tokens")), 16);
+  json_decref(o);
+  free(r);
+  /* streamed: every choice's tokens, finish, and one [DONE] at the end */
+  r = http(port, "POST", "/v1/chat/completions", NULL,
+           "{\"messages\":[{\"role\":\"user\",\"content\":\"go [slow]\"}],\"n\":3,\"max_tokens\":8,"
+           "\"stream\":true,\"stream_options\":{\"include_usage\":true}}");
+  CHECK_EQ_INT(status_of(r), 200);
+  int seen[3] = {0}, finished[3] = {0}, switches = 0, last = -1, done = 0;
+  for (const char *p = strstr(r, "data: "); p; p = strstr(p + 1, "data: ")) {
+    if (strncmp(p, "data: [DONE]", 12) == 0) {
+      done++;
+      CHECK(strstr(p + 1, "data: ") == NULL);
+      continue;
+    }
+    const char *idx = strstr(p, "\"index\":");
+    const char *end = strstr(p, "\n\n");
+    if (!idx || (end && idx > end)) continue; /* the usage chunk */
+    int k = atoi(idx + 8);
+    CHECK(k >= 0 && k < 3);
+    if (k < 0 || k >= 3) continue;
+    if (strstr(p, "\"content\":\"") && (!end || strstr(p, "\"content\":\"") < end)) seen[k]++;
+    const char *fin = strstr(p, "\"finish_reason\":\"");
+    if (fin && (!end || fin < end)) finished[k]++;
+    if (last >= 0 && k != last) switches++;
+    last = k;
+  }
+  for (int k = 0; k < 3; k++) {
+    CHECK_MSG(seen[k] >= 8, "choice %d: %d content chunks", k, seen[k]);
+    CHECK_EQ_INT(finished[k], 1);
+  }
+  CHECK_EQ_INT(done, 1);
+  CHECK_MSG(switches > 3, "the choices were not interleaved (%d switches)", switches);
+  CHECK(strstr(r, "\"completion_tokens\":24") != NULL);
+  free(r);
+  /* refusals by name */
+  r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":2,\"best_of\":4}");
+  CHECK_EQ_INT(status_of(r), 400);
+  CHECK(strstr(r, "\"param\":\"best_of\"") != NULL);
+  free(r);
+  r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":[\"x\",[1,2]]}");
+  CHECK_EQ_INT(status_of(r), 400); /* the fake engine takes no token ids: the prompt is named */
+  CHECK(strstr(r, "\"param\":\"prompt[1]\"") != NULL);
+  free(r);
+  serve_stop(s);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   fake_engine_init(&engine);
@@ -779,5 +855,6 @@ int main(void) {
   RUN(test_bad_content_length);
   RUN(test_empty_key);
   RUN(test_idle_connections);
+  RUN(test_choices);
   TEST_MAIN_END();
 }
