@@ -8,13 +8,15 @@
 # non-zero if any failed.
 #
 #   tools/gpu_verbs.sh HEARTH [DEVICE (cuda)] [LOGDIR]
+#
+# GPU_VERBS_MODELS=GLOB picks golden folders (default: all).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 h=$1 dev=${2:-cuda} logs=${3:-/tmp/gpu_verbs}
 mkdir -p "$logs"
 fails=0 n=0
 say() { printf '%-24s %-9s %-5s %s\n' "$1" "$2" "$3" "$4"; [ "$3" = FAIL ] && fails=$((fails + 1)); n=$((n + 1)); }
-for d in "$root"/tests/fixtures/golden/*/; do
+for d in "$root"/tests/fixtures/golden/${GPU_VERBS_MODELS:-*}/; do
   m=$(basename "$d")
   [ -f "$d/config.json" ] || continue
   # generate: eight greedy ids from four, the device against the CPU
