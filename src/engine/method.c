@@ -89,9 +89,11 @@ int gen_method_check(const gen_method *gm, const model *target, herr *err) {
     return herr_wrap(err, "speculative method mtp");
   if (gm->source == SPEC_DRAFT && !gm->draft)
     return herr_set(err, HEARTH_EINVAL, "speculative method draft needs a draft model");
-  if (!gen_method_can_rollback(target))
+  /* without drafts (spec_tokens 0: speculation only when a request asks) nothing is ever rolled back here;
+   * a request that asks is refused by the scheduler then */
+  if (gm->spec_tokens > 0 && !gen_method_can_rollback(target))
     return herr_set(err, HEARTH_EUNSUPPORTED, "%s", GEN_ROLLBACK_REFUSED);
-  if (gm->source == SPEC_DRAFT && !gen_method_can_rollback(gm->draft))
+  if (gm->spec_tokens > 0 && gm->source == SPEC_DRAFT && !gen_method_can_rollback(gm->draft))
     return herr_set(err, HEARTH_EUNSUPPORTED, "draft model: %s", GEN_ROLLBACK_REFUSED);
   return 0;
 }

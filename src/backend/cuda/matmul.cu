@@ -16,17 +16,17 @@
  * (the smallest term first): the product stays at f32 precision on tensor
  * cores — a prompt fed in chunks of any size gives the logits of one piece
  * up to f32 rounding, as on the CPU — and a decode batch of a few dozen
- * sequences costs one pass over the weights. f16 weights (n > 2) and every
- * quantized format go to the f16 tensor cores (half_gemm): each activation
- * row is scaled by a power of two into f16's range and split into three f16
- * terms (one under --gpu-precision fast); f16 weights are read as stored,
- * the others dequantized a chunk of rows at a time into f16 scratch as two
- * terms (w = hi + lo to about 2^-22; one term when fast), and the products
- * summed per element, smallest first, then unscaled — f32 precision in the
- * default mode, as the bf16 path. FP8 weights under --gpu-precision fast
- * (fast_matmul) meet activations quantized per row to E4M3 (scale
- * max|x| / 448) in one cuBLASLt FP8 GEMM with f32 accumulation, the two
- * scales applied after; in the default mode they take half_gemm.
+ * sequences costs one pass over the weights. f16 weights (n > 2) go to the
+ * f16 tensor cores as stored (half_gemm): each activation row is scaled by
+ * a power of two into f16's range and split into three f16 terms (one under
+ * --gpu-precision fast), the products summed per element, smallest first,
+ * then unscaled — f32 precision in the default mode, as the bf16 path.
+ * Under --gpu-precision fast every quantized format is dequantized a chunk
+ * of rows at a time into f16 scratch and takes the same path; in the
+ * default mode it is dequantized to f32 for cublasSgemm. FP8 weights under
+ * --gpu-precision fast (fast_matmul) meet activations quantized per row to
+ * E4M3 (scale max|x| / 448) in one cuBLASLt FP8 GEMM with f32 accumulation,
+ * the two scales applied after.
  * Row-major y = x Wᵀ is column-major yᵀ = W xᵀ for cuBLAS. */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/quant_cuda.cuh"
@@ -848,102 +848,88 @@ __global__ void split_f16_rows_kernel(const float *__restrict__ x, int64_t nc, i
   }
 }
 
-/* Rows [r0, r0 + nrows) of a quantized (or FP8 / f32) weight as f16: hi = f16(w) and, when lo is given,
- * lo = f16(w - hi), so that hi + lo holds w to about 2^-22 of itself. One thread per 32-element sub-block. */
+/* Rows [r0, r0 + nrows) of a quantized (or FP8) weight as f16 (round to nearest). One thread per
+ * 32-element sub-block. */
 template <int T>
-__global__ void dequant_f16_kernel(cu_wdesc w, int64_t r0, int64_t nrows, __half *__restrict__ hi, __half *__restrict__ lo) {
+__global__ void dequant_f16_kernel(cu_wdesc w, int64_t r0, int64_t nrows, __half *__restrict__ out) {
   const int64_t nsub = w.cols / 32, total = nrows * nsub;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t r = i / nsub, s = i % nsub;
     float v[32];
     cu_load_sub<T>(w, r0 + r, s, v);
-    __align__(16) __half h[32], l[32];
+    __align__(16) __half h[32];
 #pragma unroll
-    for (int k = 0; k < 32; k++) {
-      h[k] = __float2half_rn(v[k]);
-      l[k] = __float2half_rn(v[k] - __half2float(h[k]));
-    }
-    uint4 *oh = (uint4 *)(hi + r * w.cols + 32 * s);
+    for (int k = 0; k < 32; k++) h[k] = __float2half_rn(v[k]);
+    uint4 *o = (uint4 *)(out + r * w.cols + 32 * s);
 #pragma unroll
-    for (int k = 0; k < 4; k++) oh[k] = ((const uint4 *)h)[k];
-    if (lo) {
-      uint4 *ol = (uint4 *)(lo + r * w.cols + 32 * s);
-#pragma unroll
-      for (int k = 0; k < 4; k++) ol[k] = ((const uint4 *)l)[k];
-    }
+    for (int k = 0; k < 4; k++) o[k] = ((const uint4 *)h)[k];
   }
 }
 
 template <int T>
-static void launch_dequant_f16(const cu_wdesc &w, int64_t r0, int64_t nrows, __half *hi, __half *lo, cudaStream_t st) {
-  dequant_f16_kernel<T><<<grid_for(nrows * (w.cols / 32), 128), 128, 0, st>>>(w, r0, nrows, hi, lo);
+static void launch_dequant_f16(const cu_wdesc &w, int64_t r0, int64_t nrows, __half *out, cudaStream_t st) {
+  dequant_f16_kernel<T><<<grid_for(nrows * (w.cols / 32), 128), 128, 0, st>>>(w, r0, nrows, out);
 }
 
-static bool dequant_f16_rows(cudaStream_t st, const cu_wdesc &w, int64_t r0, int64_t nrows, __half *hi, __half *lo) {
+static bool dequant_f16_rows(cudaStream_t st, const cu_wdesc &w, int64_t r0, int64_t nrows, __half *out) {
   switch (w.type) {
-    case BK_F32: launch_dequant_f16<BK_F32>(w, r0, nrows, hi, lo, st); return true;
-    case BK_FP8: launch_dequant_f16<BK_FP8>(w, r0, nrows, hi, lo, st); return true;
-    case BK_Q8_0: launch_dequant_f16<BK_Q8_0>(w, r0, nrows, hi, lo, st); return true;
-    case BK_Q4_0: launch_dequant_f16<BK_Q4_0>(w, r0, nrows, hi, lo, st); return true;
-    case BK_Q4_K: launch_dequant_f16<BK_Q4_K>(w, r0, nrows, hi, lo, st); return true;
-    case BK_Q5_K: launch_dequant_f16<BK_Q5_K>(w, r0, nrows, hi, lo, st); return true;
-    case BK_Q6_K: launch_dequant_f16<BK_Q6_K>(w, r0, nrows, hi, lo, st); return true;
-    case BK_MLX_AFFINE: launch_dequant_f16<BK_MLX_AFFINE>(w, r0, nrows, hi, lo, st); return true;
+    case BK_FP8: launch_dequant_f16<BK_FP8>(w, r0, nrows, out, st); return true;
+    case BK_Q8_0: launch_dequant_f16<BK_Q8_0>(w, r0, nrows, out, st); return true;
+    case BK_Q4_0: launch_dequant_f16<BK_Q4_0>(w, r0, nrows, out, st); return true;
+    case BK_Q4_K: launch_dequant_f16<BK_Q4_K>(w, r0, nrows, out, st); return true;
+    case BK_Q5_K: launch_dequant_f16<BK_Q5_K>(w, r0, nrows, out, st); return true;
+    case BK_Q6_K: launch_dequant_f16<BK_Q6_K>(w, r0, nrows, out, st); return true;
+    case BK_MLX_AFFINE: launch_dequant_f16<BK_MLX_AFFINE>(w, r0, nrows, out, st); return true;
     default: return false;
   }
 }
 
 /* y[r][c] (ldy) = (sum of the products t[p][r][c], smallest first) × inv_s[r]: np = 1 (fast; t [nc][ldt]
- * may be y itself), 3 (f16 weights: hi·hi, hi·mid, hi·lo) or 5 (two weight terms: + lo·hi, lo·mid; t
- * holds np blocks of [nc][rc]). */
+ * may be y itself) or 3 (exact: hi·hi, hi·mid, hi·lo, t holding three blocks of [nc][rc]). */
 __global__ void sum_terms_kernel(const float *__restrict__ t, int64_t ldt, int np, int64_t nc, int64_t rc,
                                  const float *__restrict__ inv_s, float *__restrict__ y, int64_t ldy) {
   const int64_t total = nc * rc;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = i / rc, c = i % rc;
-    float v;
-    if (np == 1) v = t[r * ldt + c]; /* (in place: t is y) */
-    else if (np == 3) v = (t[2 * total + i] + t[total + i]) + t[i];
-    else v = ((t[4 * total + i] + t[2 * total + i]) + (t[3 * total + i] + t[total + i])) + t[i];
+    const float v = np == 1 ? t[r * ldt + c] /* (in place: t is y) */ : (t[2 * total + i] + t[total + i]) + t[i];
     y[r * ldy + c] = v * inv_s[r];
   }
 }
 
-/* y[n, rows] = x · Wᵀ on the f16 tensor cores, for f16 weights (read as stored) and every format that
- * dequantizes (a chunk of rows at a time into f16 scratch). fast: one f16 term of the activations (each
- * row scaled by a power of two into f16's range) and one of the weights; exact: three activation terms
- * and, for dequantized weights, two weight terms, so the product keeps f32 precision. Returns false,
- * having run nothing, when the weight's format has no f16 form here. */
+/* y[n, rows] = x · Wᵀ on the f16 tensor cores: f16 weights read as stored, in both precisions (exact:
+ * three activation terms, fast: one), and under --gpu-precision fast every format that dequantizes, a
+ * chunk of rows at a time into f16 scratch (exact keeps those on the f32 path: two f16 weight terms
+ * against three activation terms measured slower than dequantizing to f32 for cublasSgemm). Each
+ * activation row is scaled by a power of two into f16's range first and the product unscaled after.
+ * Returns false, having run nothing, where it does not apply. */
 static bool half_gemm(cu_backend *b, const cu_wdesc &w, const float *x, int64_t n, float *y) {
   const bool native = w.type == BK_F16, fast = b->fast_matmul;
-  if (!native && (w.cols % 32 || w.type == BK_BF16)) return false;
+  if (!native && (!fast || w.cols % 32 || w.type == BK_BF16 || w.type == BK_F32)) return false;
   const int64_t rows = w.rows, cols = w.cols;
-  const int xterms = fast ? 1 : 3, wterms = native || fast ? 1 : 2;
-  const int np = fast ? 1 : wterms == 1 ? 3 : 5;
+  const int xterms = fast ? 1 : 3, np = xterms;
   const size_t cap = CU_SCRATCH_CAP - 1024;
   /* weight rows per chunk: all of them when they fit in half the scratch */
-  int64_t wchunk = native ? rows : (int64_t)((cap / 2) / ((size_t)cols * 2 * (size_t)wterms));
+  int64_t wchunk = native ? rows : (int64_t)((cap / 2) / ((size_t)cols * 2));
   if (wchunk > rows) wchunk = rows;
   if (wchunk < 1) return false;
-  size_t wbytes = native ? 0 : (((size_t)wchunk * (size_t)cols * 2 * (size_t)wterms + 255) & ~(size_t)255);
-  /* activation rows per chunk: their terms, the scale and (np > 1) the products of one weight chunk */
+  size_t wbytes = native ? 0 : (((size_t)wchunk * (size_t)cols * 2 + 255) & ~(size_t)255);
+  /* activation rows per chunk: their terms, the scale and (exact) the products of one weight chunk */
   size_t per_row = (size_t)xterms * (size_t)cols * 2 + sizeof(float) + (np > 1 ? (size_t)np * (size_t)wchunk * 4 : 0);
   int64_t nchunk = (int64_t)((cap - wbytes - 768) / per_row);
   if (nchunk < 1) return false;
   if (nchunk > n) nchunk = n;
   char *sc = (char *)cu_scratch(b, cap);
   if (!sc) return true;
-  __half *whi = (__half *)sc, *wlo = wterms > 1 ? whi + (size_t)wchunk * (size_t)cols : NULL;
-  __half *terms = (__half *)(sc + wbytes);
+  __half *wh = (__half *)sc, *terms = (__half *)(sc + wbytes);
   float *inv_s = (float *)(sc + wbytes + (((size_t)xterms * (size_t)nchunk * (size_t)cols * 2 + 255) & ~(size_t)255));
   float *prod = (float *)((char *)inv_s + (((size_t)nchunk * sizeof(float) + 255) & ~(size_t)255));
   const float one = 1.0f, zero = 0.0f;
   const bool split_once = nchunk >= n;
   for (int64_t r0 = 0; r0 < rows; r0 += wchunk) {
     const int64_t rc = rows - r0 < wchunk ? rows - r0 : wchunk;
-    const __half *a_hi = native ? (const __half *)(w.data + (size_t)r0 * (size_t)w.row_bytes) : whi;
+    const __half *a = native ? (const __half *)(w.data + (size_t)r0 * (size_t)w.row_bytes) : wh;
     if (!native) {
-      dequant_f16_rows(b->stream, w, r0, rc, whi, wlo);
+      dequant_f16_rows(b->stream, w, r0, rc, wh);
       if (cu_check(b, "matmul (dequantize to f16)")) return true;
     }
     for (int64_t n0 = 0; n0 < n; n0 += nchunk) {
@@ -955,15 +941,9 @@ static bool half_gemm(cu_backend *b, const cu_wdesc &w, const float *x, int64_t 
       float *out = np > 1 ? prod : y + n0 * rows + r0;
       const int ldo = np > 1 ? (int)rc : (int)rows;
       cublasStatus_t st = cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rc, (int)(xterms * nc), (int)cols, &one,
-                                       a_hi, CUDA_R_16F, (int)cols, terms, CUDA_R_16F, (int)cols, &zero, out, CUDA_R_32F,
+                                       a, CUDA_R_16F, (int)cols, terms, CUDA_R_16F, (int)cols, &zero, out, CUDA_R_32F,
                                        ldo, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       if (cu_check_blas(b, st, "gemm f16")) return true;
-      if (wterms > 1) { /* the weights' low term against the activations' hi and mid */
-        st = cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rc, (int)(2 * nc), (int)cols, &one, wlo, CUDA_R_16F,
-                          (int)cols, terms, CUDA_R_16F, (int)cols, &zero, prod + 3 * nc * rc, CUDA_R_32F, (int)rc,
-                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        if (cu_check_blas(b, st, "gemm f16")) return true;
-      }
       sum_terms_kernel<<<grid_for(nc * rc, 256), 256, 0, b->stream>>>(out, ldo, np, nc, rc, inv_s, y + n0 * rows + r0,
                                                                       rows);
       if (cu_check(b, "matmul (f16 terms)")) return true;
