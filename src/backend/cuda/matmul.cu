@@ -568,6 +568,33 @@ static __device__ __forceinline__ void qv_stage(const cu_wdesc &w, int64_t row0,
   __syncwarp();
 }
 
+/* The 8-bit activations of block b of each of the NR rows, as eight int32 words each. */
+template <int NR>
+static __device__ __forceinline__ void qv_load_x(const int8_t *__restrict__ xq, int64_t cols, int64_t b, int xw[NR][8]) {
+#pragma unroll
+  for (int r = 0; r < NR; r++) {
+    const uint4 *xp = (const uint4 *)(xq + (int64_t)r * cols + 32 * b);
+    const uint4 a = __ldg(xp), c = __ldg(xp + 1);
+    xw[r][0] = (int)a.x, xw[r][1] = (int)a.y, xw[r][2] = (int)a.z, xw[r][3] = (int)a.w;
+    xw[r][4] = (int)c.x, xw[r][5] = (int)c.y, xw[r][6] = (int)c.z, xw[r][7] = (int)c.w;
+  }
+}
+
+/* The warp's sums of its RW rows for the NR activation rows into y (+ bias), by lane 0. */
+template <int RW, int NR>
+static __device__ __forceinline__ void qv_store(float acc[RW][NR], int64_t rows, int64_t row0, int lane,
+                                                float *__restrict__ y, int64_t ldy, const float *__restrict__ bias) {
+#pragma unroll
+  for (int rr = 0; rr < RW; rr++) {
+    const int64_t row = row0 + rr;
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+      const float s = warp_sum(acc[rr][r]);
+      if (lane == 0 && row < rows) y[r * ldy + row] = s + (bias ? bias[row] : 0.0f);
+    }
+  }
+}
+
 /* The int32 word k (bytes 4k .. 4k + 3) of a block's quants at p (2-byte aligned, in shared memory). */
 static __device__ __forceinline__ int qv_word(const uint8_t *p, int k) {
   const uint16_t *h = (const uint16_t *)p;
@@ -595,13 +622,7 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
     if (lane < nblk) {
       const int64_t b = b0 + lane;
       int xw[NR][8];
-#pragma unroll
-      for (int r = 0; r < NR; r++) {
-        const uint4 *xp = (const uint4 *)(xq + (int64_t)r * w.cols + 32 * b);
-        const uint4 a = __ldg(xp), c = __ldg(xp + 1);
-        xw[r][0] = (int)a.x, xw[r][1] = (int)a.y, xw[r][2] = (int)a.z, xw[r][3] = (int)a.w;
-        xw[r][4] = (int)c.x, xw[r][5] = (int)c.y, xw[r][6] = (int)c.z, xw[r][7] = (int)c.w;
-      }
+      qv_load_x<NR>(xq, w.cols, b, xw);
 #pragma unroll
       for (int rr = 0; rr < RW; rr++) {
         const uint8_t *blk = sm[wi][rr] + lane * BB;
@@ -632,15 +653,7 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
     }
     __syncwarp();
   }
-#pragma unroll
-  for (int rr = 0; rr < RW; rr++) {
-    const int64_t row = row0 + rr;
-#pragma unroll
-    for (int r = 0; r < NR; r++) {
-      const float s = warp_sum(acc[rr][r]);
-      if (lane == 0 && row < w.rows) y[r * ldy + row] = s + (bias ? bias[row] : 0.0f);
-    }
-  }
+  qv_store<RW, NR>(acc, w.rows, row0, lane, y, ldy, bias);
 }
 
 /* Q4_K on 8-bit activations: chunks of 8 super-blocks (1,152 bytes) of RW rows stream into shared memory
@@ -670,13 +683,7 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
       if (sbi < nsbc) {
         const int64_t b = (s0 + sbi) * 8 + j; /* the activations' block */
         int xw[NR][8];
-#pragma unroll
-        for (int r = 0; r < NR; r++) {
-          const uint4 *xp = (const uint4 *)(xq + (int64_t)r * w.cols + 32 * b);
-          const uint4 a = __ldg(xp), c = __ldg(xp + 1);
-          xw[r][0] = (int)a.x, xw[r][1] = (int)a.y, xw[r][2] = (int)a.z, xw[r][3] = (int)a.w;
-          xw[r][4] = (int)c.x, xw[r][5] = (int)c.y, xw[r][6] = (int)c.z, xw[r][7] = (int)c.w;
-        }
+        qv_load_x<NR>(xq, w.cols, b, xw);
 #pragma unroll
         for (int rr = 0; rr < RW; rr++) {
           const uint8_t *blk = sm[wi][rr] + sbi * SB;
@@ -706,15 +713,7 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
     }
     __syncwarp();
   }
-#pragma unroll
-  for (int rr = 0; rr < RW; rr++) {
-    const int64_t row = row0 + rr;
-#pragma unroll
-    for (int r = 0; r < NR; r++) {
-      const float s = warp_sum(acc[rr][r]);
-      if (lane == 0 && row < w.rows) y[r * ldy + row] = s + (bias ? bias[row] : 0.0f);
-    }
-  }
+  qv_store<RW, NR>(acc, w.rows, row0, lane, y, ldy, bias);
 }
 
 template <int T, int NR>
