@@ -72,7 +72,7 @@ typedef struct hearth_model hearth_model;
 typedef struct hearth_load_opts {
   const char *id;          /* the name the model answers to; NULL: the folder's name */
   int threads;             /* compute threads; <= 0: one per CPU */
-  int64_t context_length;  /* <= 0: config.json's max_position_embeddings */
+  int64_t context_length;  /* <= 0: config.json's max_position_embeddings; more than it is refused */
   /* Serving (continuous batching); 0 takes the default. */
   int max_batch;           /* running sequences per step at most (default 64) */
   int prefill_chunk;       /* prompt tokens one sequence feeds per step (default 512) */

@@ -203,6 +203,7 @@ int cli_serve(int argc, char **argv) {
                                    .draft_model = cli_load_opts()->draft_model,
                                    .kv_quant = cli_load_opts()->kv_quant,
                                    .kv_quant_config = cli_load_opts()->kv_quant_config,
+                                   .context_length = cli_load_opts()->context_length,
                                    .trace_file = trace_file,
                                    .trace_max_bytes = trace_max,
                                    .kv_store = kv_store,

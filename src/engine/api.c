@@ -281,6 +281,12 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
   if (hm->bos < 0 && cfg->bos_token_id >= 0) hm->bos = (int32_t)cfg->bos_token_id;
   if ((rc = load_chat_template(hm, err))) goto fail;
 
+  if (opts && opts->context_length > 0 && cfg->max_position_embeddings > 0 &&
+      opts->context_length > cfg->max_position_embeddings) {
+    rc = herr_set(err, HEARTH_EINVAL, "context length %lld is more than the model's context of %lld tokens",
+                  (long long)opts->context_length, (long long)cfg->max_position_embeddings);
+    goto fail;
+  }
   hm->context_length = opts && opts->context_length > 0 ? opts->context_length : cfg->max_position_embeddings;
   if (opts) {
     hm->sch_cfg.max_batch = opts->max_batch;
