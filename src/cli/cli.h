@@ -66,6 +66,7 @@ typedef struct cli_load {
   const char *kv_quant;        /* --kv-quant 8|4|off */
   const char *kv_quant_config; /* --kv-quant-config FILE */
   int64_t context_length;      /* --ctx-size N / -c N (0: the model's) */
+  const char *chat_template_file; /* --chat-template-file PATH (batch, chat, generate, serve) */
 } cli_load;
 const cli_load *cli_load_opts(void);
 /* The load options above as the library's (fields a verb sets itself stay 0). */

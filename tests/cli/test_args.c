@@ -258,6 +258,47 @@ static void test_ctx_size(void) {
   run_free(&r);
 }
 
+/* Reads "prompt N tokens" out of --stats' line; -1 when absent. */
+static long prompt_tokens(const char *err) {
+  const char *p = strstr(err, "prompt ");
+  return p ? strtol(p + 7, NULL, 10) : -1;
+}
+
+/* --chat-template-file renders generate --chat's prompt with the given
+ * template; a missing file or one that does not parse is refused naming it. */
+static void test_chat_template_file(void) {
+  char tpl[600], bad[600];
+  snprintf(tpl, sizeof tpl, "%s/plain.jinja", tmpdir);
+  snprintf(bad, sizeof bad, "%s/bad.jinja", tmpdir);
+  FILE *f = fopen(tpl, "w");
+  if (f) fputs("{{ messages[-1]['content'] }}", f), fclose(f);
+  f = fopen(bad, "w");
+  if (f) fputs("{% for m in messages %}", f), fclose(f);
+  run_result a = RUN_ARGS(NULL, "generate", "--chat", "--prompt", "hello there", "-n", "1", "--temp", "0", "--stats");
+  run_result b = RUN_ARGS(NULL, "generate", "--chat", "--prompt", "hello there", "-n", "1", "--temp", "0", "--stats",
+                          "--chat-template-file", tpl);
+  run_result c = RUN_ARGS(NULL, "generate", "--prompt", "hello there", "-n", "1", "--temp", "0", "--stats");
+  CHECK_MSG(a.status == 0 && b.status == 0 && c.status == 0, "%d %d %d: %s %s", a.status, b.status, c.status, b.err,
+            c.err);
+  long pa = prompt_tokens(a.err), pb = prompt_tokens(b.err), pc = prompt_tokens(c.err);
+  /* the file renders the bare text: the raw prompt's tokens (which may add BOS), fewer than the model's template */
+  CHECK_MSG(pb > 0 && (pb == pc || pb + 1 == pc) && pa > pc, "prompt tokens: model's template %ld, the file's %ld, raw %ld",
+            pa, pb, pc);
+  run_free(&a);
+  run_free(&b);
+  run_free(&c);
+  a = RUN_ARGS(NULL, "generate", "--chat", "--prompt", "hi", "-n", "1", "--chat-template-file", "/nonexistent/t.jinja");
+  CHECK_MSG(a.status == 1 && strstr(a.err, "chat template file") && strstr(a.err, "/nonexistent/t.jinja"), "%d %s",
+            a.status, a.err);
+  run_free(&a);
+  a = RUN_ARGS("", "chat", "--chat-template-file", bad);
+  CHECK_MSG(a.status == 1 && strstr(a.err, "bad.jinja"), "chat with a bad template: %d %s", a.status, a.err);
+  run_free(&a);
+  expect_usage(RUN_ARGS(NULL, "logits", "--ids", "1", "--chat-template-file", tpl), "unknown", "logits --chat-template-file");
+  unlink(tpl);
+  unlink(bad);
+}
+
 static void test_system_needs_chat(void) {
   expect_usage(RUN_ARGS(NULL, "generate", "--system", "be brief", "--prompt", "hi"), "--system needs --chat",
                "generate --system");
@@ -470,6 +511,7 @@ int main(void) {
   RUN(test_ids_lists);
   RUN(test_system_needs_chat);
   RUN(test_ctx_size);
+  RUN(test_chat_template_file);
   RUN(test_serve_startup);
   RUN(test_fit_and_help_texts);
   RUN(test_help_and_inspect);
