@@ -72,7 +72,7 @@ typedef struct hearth_model hearth_model;
 typedef struct hearth_load_opts {
   const char *id;          /* the name the model answers to; NULL: the folder's name */
   int threads;             /* compute threads; <= 0: one per CPU */
-  int64_t context_length;  /* <= 0: config.json's max_position_embeddings */
+  int64_t context_length;  /* <= 0: config.json's max_position_embeddings; more than it is refused */
   /* Serving (continuous batching); 0 takes the default. */
   int max_batch;           /* running sequences per step at most (default 64) */
   int prefill_chunk;       /* prompt tokens one sequence feeds per step (default 512) */
@@ -103,6 +103,8 @@ typedef struct hearth_load_opts {
                               on a GPU device, that many GPUs from the device named on (cuda:K ..
                               cuda:K+N-1, NCCL between them); on the CPU, N shares of its threads.
                               Shapes that do not split are refused naming the dimension. 0: not split */
+  const char *chat_template_file; /* NULL: the model's chat template. Else a Jinja file rendered in its place
+                              (the model's BOS/EOS texts kept); one that cannot be read or parsed is refused */
   const char *trace_file;  /* NULL: no trace. Else a Chrome trace-event JSON file (Perfetto,
                               chrome://tracing) the serving engine writes while the model is loaded:
                               per request a track with its queue wait, prefix-cache lookup, prefill

@@ -130,6 +130,30 @@ done:
   return rc;
 }
 
+int chat_template_replace(chat_template *t, const char *file, herr *err) {
+  char *src = NULL;
+  size_t len = 0;
+  herr e = {0};
+  if (hfile_is_dir(file)) return herr_set(err, HEARTH_EINVAL, "chat template file %s: a folder, not a file", file);
+  if (hfile_read(file, &src, &len, &e)) return herr_set(err, e.code, "chat template file %s", e.msg); /* e names the file */
+  if (!len || strlen(src) != len) {
+    free(src);
+    return herr_set(err, HEARTH_EFORMAT, "chat template file %s: %s", file, len ? "holds a NUL byte" : "empty");
+  }
+  char *origin = strdup(file), *bos = t->bos ? NULL : strdup(""), *eos = t->eos ? NULL : strdup("");
+  if (!origin || (!t->bos && !bos) || (!t->eos && !eos)) {
+    free(src), free(origin), free(bos), free(eos);
+    return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  }
+  free(t->source);
+  free(t->origin);
+  t->source = src;
+  t->origin = origin;
+  if (bos) t->bos = bos;
+  if (eos) t->eos = eos;
+  return 0;
+}
+
 json_t *chat_context(const json_t *messages, const json_t *tools, bool add_generation_prompt,
                      const json_t *extra_kwargs, const char *bos, const char *eos) {
   json_t *ctx = json_object();

@@ -25,6 +25,11 @@ typedef struct chat_template {
  * then chat_template.json. bos/eos come from tokenizer_config.json next to it
  * (strings or AddedToken objects with `content`). */
 int chat_template_load(const char *path, chat_template *out, herr *err);
+/* Replaces t's Jinja source with the text of file (a chat template given in
+ * place of the model's); origin becomes file, bos/eos stay (or become "" when
+ * t had none). A file that cannot be read, or is empty, is an error naming it;
+ * t is unchanged then. */
+int chat_template_replace(chat_template *t, const char *file, herr *err);
 void chat_template_free(chat_template *t);
 
 /* The context apply_chat_template renders with: messages, tools (null when

@@ -206,7 +206,8 @@ void cli_hearth_load_opts(hearth_load_opts *lo) {
                            .expert_budget = cl->expert_budget, .tensor_parallel = cl->tensor_parallel,
                            .spec_tokens = cl->spec_tokens,
                            .spec_method = cl->spec_method, .draft_model = cl->draft_model,
-                           .kv_quant = cl->kv_quant, .kv_quant_config = cl->kv_quant_config};
+                           .kv_quant = cl->kv_quant, .kv_quant_config = cl->kv_quant_config,
+                           .context_length = cl->context_length, .chat_template_file = cl->chat_template_file};
 }
 
 int cli_kv_geometry(const model *m, model_kv_geometry *g, herr *err) {
@@ -218,6 +219,14 @@ int cli_kv_geometry(const model *m, model_kv_geometry *g, herr *err) {
   return rc;
 }
 
+int cli_context_check(const model *m, herr *err) {
+  int64_t want = cli_load_opts()->context_length, own = model_cfg(m)->max_position_embeddings;
+  if (want > 0 && own > 0 && want > own)
+    return herr_set(err, HEARTH_EINVAL, "--ctx-size %lld is more than the model's context of %lld tokens",
+                    (long long)want, (long long)own);
+  return 0;
+}
+
 int cli_model_load(const char *dir, model **out, herr *err) {
   const cli_load *cl = cli_load_opts();
   model_load_opts opts = {.threads = cl->threads, .device = cl->device, .cpu_level = cl->cpu_level, .mmap = cl->mmap,
@@ -225,7 +234,7 @@ int cli_model_load(const char *dir, model **out, herr *err) {
                           .no_graphs = cl->no_cuda_graphs, .fast_matmul = cl->gpu_fast_matmul,
                           .expert_budget = cl->expert_budget, .tensor_parallel = cl->tensor_parallel};
   int rc = model_load(dir, &opts, out, err);
-  if (!rc && (rc = model_config_check(model_cfg(*out), dir, err))) {
+  if (!rc && ((rc = model_config_check(model_cfg(*out), dir, err)) || (rc = cli_context_check(*out, err)))) {
     model_free(*out);
     *out = NULL;
   }

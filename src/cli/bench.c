@@ -209,7 +209,7 @@ int cli_bench(int argc, char **argv) {
                           .mmap = cl->mmap, .f32_activations = cl->f32_activations, .f32_as_bf16 = cl->f32_as_bf16,
                           .no_graphs = cl->no_cuda_graphs, .fast_matmul = cl->gpu_fast_matmul};
   if (threads < 0) threads = cl->threads;
-  if (model_load(dir, &opts, &m, &err) || model_config_check(model_cfg(m), dir, &err)) {
+  if (model_load(dir, &opts, &m, &err) || model_config_check(model_cfg(m), dir, &err) || cli_context_check(m, &err)) {
     model_free(m);
     return cli_fail("%s", err.msg);
   }

@@ -65,11 +65,16 @@ typedef struct cli_load {
   const char *draft_model;     /* --draft-model DIR */
   const char *kv_quant;        /* --kv-quant 8|4|off */
   const char *kv_quant_config; /* --kv-quant-config FILE */
+  int64_t context_length;      /* --ctx-size N / -c N (0: the model's) */
+  const char *chat_template_file; /* --chat-template-file PATH (batch, chat, generate, serve) */
 } cli_load;
 const cli_load *cli_load_opts(void);
 /* The load options above as the library's (fields a verb sets itself stay 0). */
 void cli_hearth_load_opts(hearth_load_opts *lo);
-/* model_load with the options above, and model_config_check. */
+/* An error naming both numbers when --ctx-size is above the model's own
+ * context (max_position_embeddings); 0 otherwise. */
+int cli_context_check(const model *m, herr *err);
+/* model_load with the options above, model_config_check and cli_context_check. */
 int cli_model_load(const char *dir, model **out, herr *err);
 /* m's KV geometry with the storage formats of --kv-quant / --kv-quant-config. */
 int cli_kv_geometry(const model *m, model_kv_geometry *g, herr *err);

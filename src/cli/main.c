@@ -54,6 +54,10 @@ static void usage(FILE *f) {
           "\noptions of every verb that loads a model (batch, bench, chat, embed, generate, kv-eval, logits, serve):\n"
           "  --device DEV                 cpu (default), cuda, cuda:N, or auto (the GPU when one is usable)\n"
           "  --gpu-memory-fraction F      share of free GPU memory the KV pool may take after the weights (0.9)\n"
+          "  --ctx-size N, -c N           context in tokens, below the model's own to save memory (default: the\n"
+          "                               model's max_position_embeddings; a larger value is refused)\n"
+          "  --chat-template-file PATH    batch, chat, generate, serve (and template): render chats with this Jinja\n"
+          "                               file instead of the model's chat template\n"
           "  --f32-as-bf16                store f32 weight matrices as bf16 (half the memory; weights rounded)\n"
           "  --gpu-precision exact|fast   GPU, bf16 weights: activations at f32 precision (exact, default) or\n"
           "                               rounded to bf16 in one pass (fast: a third of the prefill work; prompt\n"
@@ -105,6 +109,11 @@ int cli_help(int argc, char **argv) {
 }
 
 static cli_load g_load;
+
+/* The verbs that load a model and render chats with its template. */
+static bool renders_chats(const cli_verb *v) {
+  return v->run == cli_batch || v->run == cli_chat || v->run == cli_generate || v->run == cli_serve;
+}
 
 const cli_load *cli_load_opts(void) {
   static bool env_read;
@@ -253,7 +262,7 @@ int main(int argc, char **argv) {
   }
   const cli_verb *verb = find_verb(argv[i]);
   /* --verbose / --quiet are accepted after the verb too, and --device,
-   * --gpu-memory-fraction, --f32-as-bf16, --expert-budget, --tensor-parallel (--tp), --spec-tokens, --spec-method,
+   * --gpu-memory-fraction, --ctx-size (-c), --chat-template-file (by the verbs that render chats), --f32-as-bf16, --expert-budget, --tensor-parallel (--tp), --spec-tokens, --spec-method,
    * --draft-model, --kv-quant, --kv-quant-config and --threads by verbs that load a
    * model; verbs never see them. */
   int out = i + 1;
@@ -310,6 +319,16 @@ int main(int argc, char **argv) {
     } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--kv-quant-config", &v))) {
       if (r < 0) return 2;
       g_load.kv_quant_config = v;
+    } else if (verb && verb->loads_model &&
+               ((r = cli_opt(argc, argv, &j, "--ctx-size", &v)) || (r = cli_opt(argc, argv, &j, "-c", &v)))) {
+      long long n;
+      if (r < 0) return 2;
+      if (!cli_parse_int(v, 1, INT32_MAX, &n))
+        return cli_usage_error(verb->name, "--ctx-size must be a token count from 1 to %d, not '%s'", INT32_MAX, v);
+      g_load.context_length = n;
+    } else if (verb && renders_chats(verb) && (r = cli_opt(argc, argv, &j, "--chat-template-file", &v))) {
+      if (r < 0) return 2;
+      g_load.chat_template_file = v;
     } else if (verb && verb->loads_model && strcmp(argv[j], "--f32-as-bf16") == 0) {
       g_load.f32_as_bf16 = true;
     } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--gpu-memory-fraction", &v))) {

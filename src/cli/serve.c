@@ -203,6 +203,8 @@ int cli_serve(int argc, char **argv) {
                                    .draft_model = cli_load_opts()->draft_model,
                                    .kv_quant = cli_load_opts()->kv_quant,
                                    .kv_quant_config = cli_load_opts()->kv_quant_config,
+                                   .context_length = cli_load_opts()->context_length,
+                                   .chat_template_file = cli_load_opts()->chat_template_file,
                                    .trace_file = trace_file,
                                    .trace_max_bytes = trace_max,
                                    .kv_store = kv_store,

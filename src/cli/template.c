@@ -19,7 +19,9 @@ static void template_usage(FILE *f) {
           "optionally \"tools\"; '-' reads stdin) and prints the prompt exactly, without a newline.\n"
           "  --tools FILE             a JSON list of tool definitions\n"
           "  --no-generation-prompt   render with add_generation_prompt=false\n"
-          "  --kwargs JSON            extra template variables, e.g. '{\"enable_thinking\": false}'\n");
+          "  --kwargs JSON            extra template variables, e.g. '{\"enable_thinking\": false}'\n"
+          "  --chat-template-file F   render with the Jinja file F instead of PATH's template (PATH's\n"
+          "                           bos_token and eos_token kept)\n");
 }
 
 static json_t *load_json_arg(const char *path, herr *err) {
@@ -31,7 +33,7 @@ static json_t *load_json_arg(const char *path, herr *err) {
 }
 
 int cli_template(int argc, char **argv) {
-  const char *model = NULL, *messages_path = NULL, *tools_path = NULL, *kwargs_text = NULL;
+  const char *model = NULL, *messages_path = NULL, *tools_path = NULL, *kwargs_text = NULL, *tpl_file = NULL;
   bool add_generation_prompt = true;
   for (int i = 1; i < argc; i++) {
     int r;
@@ -47,6 +49,8 @@ int cli_template(int argc, char **argv) {
       if (r < 0) return 2;
     } else if ((r = cli_opt(argc, argv, &i, "--kwargs", &kwargs_text))) {
       if (r < 0) return 2;
+    } else if ((r = cli_opt(argc, argv, &i, "--chat-template-file", &tpl_file))) {
+      if (r < 0) return 2;
     } else if (strcmp(argv[i], "--no-generation-prompt") == 0) {
       add_generation_prompt = false;
     } else {
@@ -59,7 +63,13 @@ int cli_template(int argc, char **argv) {
 
   herr err = {0};
   chat_template tpl;
-  if (chat_template_load(model, &tpl, &err)) return cli_fail("%s", err.msg);
+  int rc = chat_template_load(model, &tpl, &err);
+  if (rc == HEARTH_ENOTFOUND && tpl_file) rc = 0; /* the file's, with no bos/eos texts */
+  if (!rc && tpl_file) rc = chat_template_replace(&tpl, tpl_file, &err);
+  if (rc) {
+    chat_template_free(&tpl);
+    return cli_fail("%s", err.msg);
+  }
   int status = 1;
   json_t *msgs = NULL, *tools = NULL, *kwargs = NULL;
   hbuf out = {0};

@@ -126,17 +126,34 @@ static int gguf_has_vocab(const char *path, bool *yes, herr *err) {
  * tokenizer_config.json, chat_template.json), parsed once. Absent is not an
  * error. One that does not parse leaves the model usable for raw prompts:
  * the parse error is logged and returned by every hearth_chat_render. */
-static int load_chat_template(hearth_model *hm, herr *err) {
+static int load_chat_template(hearth_model *hm, const char *file, herr *err) {
   herr e = {0};
   int rc = hm->is_gguf ? gguf_chat_template(hm, &hm->chat_src, &e) : chat_template_load(hm->path, &hm->chat_src, &e);
-  if (rc == HEARTH_ENOTFOUND) return 0;
+  if (rc == HEARTH_ENOTFOUND && !file) return 0;
+  if (rc == HEARTH_ENOTFOUND) {
+    /* the model has none: the file's, with the tokenizer's BOS/EOS texts */
+    memset(&hm->chat_src, 0, sizeof hm->chat_src);
+    const char *bos = hm->tok && hm->bos >= 0 ? tokenizer_id_to_token(hm->tok, hm->bos) : NULL;
+    int32_t eos_id = hm->tok ? tokenizer_eos_id(hm->tok) : -1;
+    const char *eos = eos_id >= 0 ? tokenizer_id_to_token(hm->tok, eos_id) : NULL;
+    hm->chat_src.bos = strdup(bos ? bos : "");
+    hm->chat_src.eos = strdup(eos ? eos : "");
+    if (!hm->chat_src.bos || !hm->chat_src.eos) rc = herr_set(&e, HEARTH_ENOMEM, "out of memory");
+    else rc = 0;
+  }
+  if (!rc && file) rc = chat_template_replace(&hm->chat_src, file, &e);
   if (rc) {
+    chat_template_free(&hm->chat_src);
     if (err) *err = e;
     return rc;
   }
   hm->has_chat_src = true;
   if (jinja_parse(hm->chat_src.source, strlen(hm->chat_src.source), hm->chat_src.origin, &hm->chat,
                   &hm->chat_err)) {
+    if (file) { /* one given in place of the model's is refused now */
+      hm->chat = NULL;
+      return herr_set(err, hm->chat_err.code ? hm->chat_err.code : HEARTH_EFORMAT, "%s", hm->chat_err.msg);
+    }
     HLOG_WARN("%s: the chat template cannot be used: %s", hm->path, hm->chat_err.msg);
     hm->chat = NULL;
   }
@@ -279,8 +296,14 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
   const model_config *cfg = model_cfg(hm->m);
   hm->bos = hm->tok ? tokenizer_bos_id(hm->tok) : -1;
   if (hm->bos < 0 && cfg->bos_token_id >= 0) hm->bos = (int32_t)cfg->bos_token_id;
-  if ((rc = load_chat_template(hm, err))) goto fail;
+  if ((rc = load_chat_template(hm, opts ? opts->chat_template_file : NULL, err))) goto fail;
 
+  if (opts && opts->context_length > 0 && cfg->max_position_embeddings > 0 &&
+      opts->context_length > cfg->max_position_embeddings) {
+    rc = herr_set(err, HEARTH_EINVAL, "context length %lld is more than the model's context of %lld tokens",
+                  (long long)opts->context_length, (long long)cfg->max_position_embeddings);
+    goto fail;
+  }
   hm->context_length = opts && opts->context_length > 0 ? opts->context_length : cfg->max_position_embeddings;
   if (opts) {
     hm->sch_cfg.max_batch = opts->max_batch;

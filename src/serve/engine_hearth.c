@@ -340,7 +340,6 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   hearth_load_opts opts = o->load;
   opts.id = NULL;
   opts.threads = o->threads;
-  opts.context_length = 0;
   opts.max_batch = o->max_batch;
   opts.prefill_chunk = o->prefill_chunk;
   opts.step_tokens = o->step_tokens;

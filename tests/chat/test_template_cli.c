@@ -1,7 +1,8 @@
 /* test_template_cli.c — `hearth template` end to end: renders a model's
  * template over a messages file exactly as the library does (compared with
  * the Jinja2-made fixture for the same conversation), honours
- * --no-generation-prompt / --kwargs / --tools, and fails cleanly. */
+ * --no-generation-prompt / --kwargs / --tools / --chat-template-file, and
+ * fails cleanly. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,9 +66,26 @@ static void test_template_verb(void) {
   CHECK_EQ_INT(run(cmd, &out), 1);
   CHECK(strstr(hbuf_str(&out), "Conversation roles must alternate user/assistant/user/assistant/...") != NULL);
 
+  /* --chat-template-file: the file's template, the model's eos_token */
+  char tpl[512];
+  snprintf(tpl, sizeof tpl, "%s/custom.jinja", dir);
+  write_file(tpl, "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                  "{% if add_generation_prompt %}[assistant]{% endif %}{{ eos_token }}");
+  write_file(msgs, "[{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"U\"}]");
+  hbuf_clear(&out);
+  snprintf(cmd, sizeof cmd, "%s template --model %s --messages %s --chat-template-file %s", HEARTH_BINARY, qwen, msgs, tpl);
+  CHECK_EQ_INT(run(cmd, &out), 0);
+  CHECK_EQ_STR(hbuf_str(&out), "[system] S\n[user] U\n[assistant]<|im_end|>");
+  hbuf_clear(&out);
+  snprintf(cmd, sizeof cmd, "%s template --model %s --messages %s --chat-template-file %s/missing.jinja 2>&1",
+           HEARTH_BINARY, qwen, msgs, dir);
+  CHECK_EQ_INT(run(cmd, &out), 1);
+  CHECK(strstr(hbuf_str(&out), "chat template file") && strstr(hbuf_str(&out), "missing.jinja"));
+
   hbuf_clear(&out);
   snprintf(cmd, sizeof cmd, "%s template --model %s 2>&1", HEARTH_BINARY, qwen);
   CHECK_EQ_INT(run(cmd, &out), 2);
+  unlink(tpl);
   hbuf_free(&out);
   unlink(msgs);
   unlink(tools);

@@ -20,6 +20,7 @@
 
 #define GGUF_TINY HEARTH_SHARED_DIR "/fixtures/gguf/llama-2-tiny-random.gguf"
 #define DEFAULT_MODEL HEARTH_SOURCE_DIR "/models/default"
+#define LLAMA_F32 HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32" /* max_position_embeddings 128 */
 
 static char tmpdir[] = "/tmp/hearth_args_cli_XXXXXX";
 
@@ -224,6 +225,78 @@ static void test_fit_and_help_texts(void) {
     CHECK_MSG(strstr(r.out, "[--model PATH]") && !strstr(r.out, "tokenize --model PATH"), "%s", r.out);
     run_free(&r);
   }
+}
+
+/* --ctx-size / -c caps the context below the model's: generation stops
+ * there, a request past it is refused, and a value above the model's own
+ * context is refused naming both numbers. */
+static void test_ctx_size(void) {
+  run_result r = RUN_ARGS(NULL, "generate", "--model", LLAMA_F32, "--ids", "1,2,3", "-n", "-1", "-c", "16",
+                          "--ignore-eos", "--temp", "0", "--print-ids", "--stats");
+  CHECK_MSG(r.status == 0, "generate -c 16: %d %s", r.status, r.err);
+  CHECK_MSG(strstr(r.err, "[length:") && strstr(r.err, "generated 13 tokens"), "generate -c 16: %s", r.err);
+  run_free(&r);
+  r = RUN_ARGS(NULL, "generate", "--model", LLAMA_F32, "--ids", "1,2,3", "-n", "-1", "--ctx-size=20", "--ignore-eos",
+               "--temp", "0", "--print-ids", "--stats");
+  CHECK_MSG(r.status == 0 && strstr(r.err, "generated 17 tokens"), "generate --ctx-size=20: %d %s", r.status, r.err);
+  run_free(&r);
+  r = RUN_ARGS(NULL, "generate", "--model", LLAMA_F32, "--ids", "1,2,3", "-n", "40", "-c", "16", "--ignore-eos",
+               "--temp", "0", "--print-ids");
+  CHECK_MSG(r.status == 1 && strstr(r.err, "context_length_exceeded"), "generate -n 40 -c 16: %d %s", r.status, r.err);
+  run_free(&r);
+  static const char *verbs[] = {"generate", "logits"};
+  for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
+    r = RUN_ARGS(NULL, verbs[i], "--model", LLAMA_F32, "--ids", "1,2,3", "-c", "100000");
+    CHECK_MSG(r.status == 1 && strstr(r.err, "100000") && strstr(r.err, "128"), "%s -c 100000: %d %s", verbs[i],
+              r.status, r.err);
+    run_free(&r);
+  }
+  expect_usage(RUN_ARGS(NULL, "generate", "--ids", "1", "-c", "0"), "--ctx-size must be a token count", "-c 0");
+  expect_usage(RUN_ARGS(NULL, "serve", "--ctx-size", "lots"), "--ctx-size must be a token count", "serve --ctx-size");
+  r = RUN_ARGS(NULL, "--help");
+  CHECK_MSG(r.status == 0 && strstr(r.out, "--ctx-size N, -c N"), "--help lacks --ctx-size: %s", r.out);
+  run_free(&r);
+}
+
+/* Reads "prompt N tokens" out of --stats' line; -1 when absent. */
+static long prompt_tokens(const char *err) {
+  const char *p = strstr(err, "prompt ");
+  return p ? strtol(p + 7, NULL, 10) : -1;
+}
+
+/* --chat-template-file renders generate --chat's prompt with the given
+ * template; a missing file or one that does not parse is refused naming it. */
+static void test_chat_template_file(void) {
+  char tpl[600], bad[600];
+  snprintf(tpl, sizeof tpl, "%s/plain.jinja", tmpdir);
+  snprintf(bad, sizeof bad, "%s/bad.jinja", tmpdir);
+  FILE *f = fopen(tpl, "w");
+  if (f) fputs("{{ messages[-1]['content'] }}", f), fclose(f);
+  f = fopen(bad, "w");
+  if (f) fputs("{% for m in messages %}", f), fclose(f);
+  run_result a = RUN_ARGS(NULL, "generate", "--chat", "--prompt", "hello there", "-n", "1", "--temp", "0", "--stats");
+  run_result b = RUN_ARGS(NULL, "generate", "--chat", "--prompt", "hello there", "-n", "1", "--temp", "0", "--stats",
+                          "--chat-template-file", tpl);
+  run_result c = RUN_ARGS(NULL, "generate", "--prompt", "hello there", "-n", "1", "--temp", "0", "--stats");
+  CHECK_MSG(a.status == 0 && b.status == 0 && c.status == 0, "%d %d %d: %s %s", a.status, b.status, c.status, b.err,
+            c.err);
+  long pa = prompt_tokens(a.err), pb = prompt_tokens(b.err), pc = prompt_tokens(c.err);
+  /* the file renders the bare text: the raw prompt's tokens (which may add BOS), fewer than the model's template */
+  CHECK_MSG(pb > 0 && (pb == pc || pb + 1 == pc) && pa > pc, "prompt tokens: model's template %ld, the file's %ld, raw %ld",
+            pa, pb, pc);
+  run_free(&a);
+  run_free(&b);
+  run_free(&c);
+  a = RUN_ARGS(NULL, "generate", "--chat", "--prompt", "hi", "-n", "1", "--chat-template-file", "/nonexistent/t.jinja");
+  CHECK_MSG(a.status == 1 && strstr(a.err, "chat template file") && strstr(a.err, "/nonexistent/t.jinja"), "%d %s",
+            a.status, a.err);
+  run_free(&a);
+  a = RUN_ARGS("", "chat", "--chat-template-file", bad);
+  CHECK_MSG(a.status == 1 && strstr(a.err, "bad.jinja"), "chat with a bad template: %d %s", a.status, a.err);
+  run_free(&a);
+  expect_usage(RUN_ARGS(NULL, "logits", "--ids", "1", "--chat-template-file", tpl), "unknown", "logits --chat-template-file");
+  unlink(tpl);
+  unlink(bad);
 }
 
 static void test_system_needs_chat(void) {
@@ -437,6 +510,8 @@ int main(void) {
   RUN(test_numbers);
   RUN(test_ids_lists);
   RUN(test_system_needs_chat);
+  RUN(test_ctx_size);
+  RUN(test_chat_template_file);
   RUN(test_serve_startup);
   RUN(test_fit_and_help_texts);
   RUN(test_help_and_inspect);

@@ -2,7 +2,8 @@
  * fixtures (tests/fixtures/golden, from transformers via
  * tools/gen_golden.py) and compares the printed JSON with the reference
  * logits (also under an expert budget smaller than one layer's experts);
- * checks usage errors and bad ids exit with a message. */
+ * checks usage errors and bad ids exit with a message, and --adapter
+ * against the LoRA fixtures' PEFT reference. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "test.h"
 
 #define GOLDEN HEARTH_SOURCE_DIR "/tests/fixtures/golden/"
+#define LORA HEARTH_SOURCE_DIR "/tests/fixtures/lora/llama-f32/"
 
 /* Runs the binary with args (shell-quoted by the caller); stdout into out, stderr into err. */
 static int run(const char *args, hbuf *out, hbuf *err) {
@@ -36,6 +38,15 @@ static int run(const char *args, hbuf *out, hbuf *err) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* Reads n floats from the start of path into rows. */
+static int load_rows(const char *path, float *rows, size_t n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  size_t got = fread(rows, sizeof(float), n, f);
+  fclose(f);
+  return got == n ? 0 : -1;
+}
+
 /* Reads the golden prompt 0 ids and its reference rows. */
 static int load_golden(const char *name, json_t **doc, float **ref, int64_t *vocab) {
   char path[512];
@@ -54,15 +65,20 @@ static int load_golden(const char *name, json_t **doc, float **ref, int64_t *voc
   return got == n0 * (size_t)*vocab ? 0 : -1;
 }
 
-static void check_model(const char *name, bool all, const char *extra) {
+/* Runs `hearth logits` on golden fixture name's prompt 0 (with extra
+ * arguments) and returns the largest absolute difference from the reference
+ * rows: the fixture's logits_f32.bin, or ref_file's first rows when given. */
+static double model_error(const char *name, bool all, const char *extra, const char *ref_file) {
   json_t *doc = NULL;
   float *ref = NULL;
   int64_t V = 0;
-  if (load_golden(name, &doc, &ref, &V)) {
+  double worst = INFINITY;
+  if (load_golden(name, &doc, &ref, &V) || (ref_file && load_rows(ref_file, ref, (size_t)V *
+                                                  json_array_size(json_array_get(json_object_get(doc, "prompts"), 0))))) {
     CHECK_MSG(0, "%s: golden fixture unreadable", name);
     json_decref(doc);
     free(ref);
-    return;
+    return worst;
   }
   json_t *prompt = json_array_get(json_object_get(doc, "prompts"), 0);
   size_t n = json_array_size(prompt);
@@ -80,7 +96,7 @@ static void check_model(const char *name, bool all, const char *extra) {
     CHECK_EQ_INT(json_array_size(rows), all ? n : 1);
     CHECK_EQ_INT(json_integer_value(json_object_get(res, "vocab_size")), V);
     CHECK_EQ_INT(json_array_size(json_object_get(res, "ids")), n);
-    double worst = 0;
+    worst = 0;
     for (size_t r = 0; r < json_array_size(rows); r++) {
       json_t *row = json_array_get(rows, r);
       size_t ref_row = all ? r : n - 1;
@@ -90,7 +106,6 @@ static void check_model(const char *name, bool all, const char *extra) {
         if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
       }
     }
-    CHECK_MSG(worst <= 1e-4, "%s: max abs error %g", name, worst);
   }
   json_decref(res);
   hbuf_free(&ids);
@@ -98,6 +113,38 @@ static void check_model(const char *name, bool all, const char *extra) {
   hbuf_free(&err);
   json_decref(doc);
   free(ref);
+  return worst;
+}
+
+static void check_model(const char *name, bool all, const char *extra) {
+  double worst = model_error(name, all, extra, NULL);
+  CHECK_MSG(worst <= 1e-4, "%s%s: max abs error %g", name, extra, worst);
+}
+
+/* --adapter: the logits under the LoRA fixtures' adapters (one, and two
+ * stacked) match PEFT's merged float64 reference, and differ from the base's. */
+static void test_adapters(void) {
+  static const struct {
+    const char *extra, *ref;
+  } cases[] = {
+      {" --adapter '" LORA "plain'", LORA "logits_plain.bin"},
+      {" --adapter '" LORA "rs'", LORA "logits_rs.bin"},
+      {" --adapter '" LORA "plain' --adapter '" LORA "rs'", LORA "logits_plain+rs.bin"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    double with = model_error("llama-f32", true, cases[c].extra, cases[c].ref);
+    CHECK_MSG(with <= 1e-4, "%s: max abs error %g", cases[c].extra, with);
+    double base = model_error("llama-f32", true, "", cases[c].ref);
+    CHECK_MSG(base > 0.1 && isfinite(base), "%s: the base's logits are %g from the adapter's", cases[c].extra, base);
+  }
+  hbuf out = {0}, err = {0};
+  CHECK_EQ_INT(run("--model '" GOLDEN "llama-f32' --ids 3 --adapter /nonexistent/adapter", &out, &err), 1);
+  CHECK(strstr(hbuf_str(&err), "/nonexistent/adapter") != NULL);
+  hbuf_clear(&out), hbuf_clear(&err);
+  CHECK_EQ_INT(run("--help", &out, &err), 0);
+  CHECK(strstr(hbuf_str(&out), "--adapter DIR") != NULL);
+  hbuf_free(&out);
+  hbuf_free(&err);
 }
 
 static void test_logits_match_reference(void) {
@@ -135,6 +182,7 @@ static void test_errors(void) {
 
 int main(void) {
   RUN(test_logits_match_reference);
+  RUN(test_adapters);
   RUN(test_errors);
   TEST_MAIN_END();
 }
