@@ -12,7 +12,8 @@
 
 static void check(const serve_request *r) {
   const serve_sampling *s = &r->sampling;
-  if (r->n != 1) abort();
+  if (r->n < 1 || r->n > SERVE_MAX_CHOICES) abort();
+  if (r->kind == SERVE_COMPLETION && (r->n_prompts < 1 || (int64_t)r->n_prompts * r->n > SERVE_MAX_CHOICES)) abort();
   if (r->kind == SERVE_CHAT && (r->nmessages < 1 || !r->messages)) abort();
   for (int i = 0; i < r->nmessages; i++)
     if (!r->messages[i].role || !r->messages[i].content) abort();
