@@ -31,6 +31,9 @@ typedef struct serve_message {
 typedef struct serve_chat_opts {
   const json_t *tools;  /* the request's tools, [{"type":"function","function":{...}}] */
   const json_t *kwargs; /* further template variables (enable_thinking, reasoning_effort, ...) */
+  bool no_generation_prompt; /* add_generation_prompt false: the chat ends after its last message */
+  bool continue_final;  /* continue_final_message: rendered without the generation prompt and cut
+                         * after the final message's text (chat_continue_final), which the model continues */
 } serve_chat_opts;
 
 /* Sampling and limits: the public API's own struct (hearth.h), so one
@@ -130,8 +133,8 @@ typedef struct serve_engine {
   bool denoising;       /* a block-diffusion model: generations denoise blocks instead (no speculation) */
   const char *spec_method; /* NULL: generations are autoregressive unless a request asks; else the
                               speculative draft source the model was loaded with ("ngram", "draft", ...) */
-  /* Renders messages with the chat template (generation prompt appended) into
-   * a malloc'd string *prompt (caller frees). o may be NULL. */
+  /* Renders messages with the chat template (generation prompt appended unless o
+   * says otherwise) into a malloc'd string *prompt (caller frees). o may be NULL. */
   int (*render_chat)(void *impl, const serve_message *msgs, int nmsgs, const serve_chat_opts *o, char **prompt,
                      herr *err);
   /* Number of tokens the prompt encodes to (raw: a completion prompt, which

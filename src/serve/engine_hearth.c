@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "chat/chat.h"
 #include "chat/toolcall.h"
 #include "hearth.h"
 #include "serve/engine.h"
@@ -74,7 +75,8 @@ static int render_chat(void *impl, const serve_message *msgs, int nmsgs, const s
   }
   char *text = NULL;
   hearth_error e = {0};
-  int rc = hearth_chat_render(h->model, js, tools, true, kwargs, &text, &e);
+  bool gen_prompt = !(o && (o->no_generation_prompt || o->continue_final));
+  int rc = hearth_chat_render(h->model, js, tools, gen_prompt, kwargs, &text, &e);
   free(js);
   free(tools);
   free(kwargs);
@@ -82,6 +84,22 @@ static int render_chat(void *impl, const serve_message *msgs, int nmsgs, const s
     rc = copy_err(err, &e);
     if (err) scrub_path(err->msg, sizeof err->msg, h->info.path);
     return rc;
+  }
+  if (o && o->continue_final && nmsgs > 0) { /* cut after the final message's text */
+    const serve_message *last = &msgs[nmsgs - 1];
+    const char *final_text = last->content;
+    size_t k;
+    json_t *part;
+    json_array_foreach(last->parts, k, part) { /* with media: its last text part, as transformers */
+      json_t *t = json_object_get(part, "text");
+      if (json_is_string(t)) final_text = json_string_value(t);
+    }
+    size_t cut = 0;
+    if ((rc = chat_continue_final(text, final_text, &cut, err))) {
+      hearth_free(text);
+      return rc;
+    }
+    text[cut] = 0;
   }
   *prompt = strdup(text);
   hearth_free(text);

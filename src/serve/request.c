@@ -507,6 +507,24 @@ static int refuse_unsupported(json_t *root, serve_fail *f) {
   return 0;
 }
 
+/* add_generation_prompt and continue_final_message (as vLLM's): a chat that
+ * ends with an open generation prompt (the default), one that ends after its
+ * last message, or one whose final message the model continues. */
+static int parse_prefill(json_t *root, serve_request *r, serve_fail *f) {
+  r->add_generation_prompt = true;
+  if (serve_json_bool(root, "add_generation_prompt", &r->add_generation_prompt, f) ||
+      serve_json_bool(root, "continue_final_message", &r->continue_final_message, f))
+    return f->status;
+  if (r->continue_final_message) {
+    if (json_is_true(json_object_get(root, "add_generation_prompt")))
+      return serve_bad(f, "continue_final_message",
+                       "'continue_final_message' and 'add_generation_prompt' cannot both be true: the model either "
+                       "continues the final message or starts a new one");
+    r->add_generation_prompt = false;
+  }
+  return 0;
+}
+
 static int parse_messages(json_t *root, serve_request *r, serve_fail *f) {
   json_t *msgs = serve_json_field(root, "messages");
   if (!msgs) return serve_bad(f, "messages", "'messages' is required");
@@ -809,6 +827,7 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
   }
   if (kind == SERVE_CHAT) {
     rc = parse_messages(root, req, f);
+    if (!rc) rc = parse_prefill(root, req, f);
     if (!rc) rc = parse_tools(root, req, f);
     if (!rc) rc = parse_template_kwargs(root, req, f);
     if (!rc) rc = refuse_unsupported(root, f);

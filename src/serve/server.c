@@ -297,7 +297,86 @@ static json_t *adapter_model_object(const serve_engine *e, const hearth_adapter_
   return m;
 }
 
-static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s) {
+/* The served names in /v1/models' order: the model, its other names, then the loaded adapters.
+ * names[i] borrowed from s or from *a (malloc'd; free it). */
+static int served_names(serve_server *s, hearth_adapter_info **a, const char ***names) {
+  int na;
+  *a = adapters_of(s->engine, &na);
+  *names = calloc((size_t)(1 + s->nnames + na), sizeof **names);
+  if (!*names) return 0;
+  int n = 0;
+  (*names)[n++] = s->engine->model_id;
+  for (int i = 0; i < s->nnames; i++)
+    if (strcmp(s->names[i], "*") != 0 && strcmp(s->names[i], s->engine->model_id) != 0) (*names)[n++] = s->names[i];
+  for (int i = 0; i < na; i++) (*names)[n++] = (*a)[i].name;
+  return n;
+}
+
+/* A model in Anthropic's shape: {"type":"model","id","display_name","created_at" (RFC 3339)}. */
+static json_t *anth_model_object(const serve_engine *e, const char *id) {
+  char when[32];
+  time_t t = (time_t)e->created;
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return json_pack("{s:s, s:s, s:s, s:s}", "type", "model", "id", id, "display_name", id, "created_at", when);
+}
+
+/* GET /v1/models for an Anthropic client: {"data", "has_more", "first_id", "last_id"}, paged by
+ * limit (1..1000, default 20), after_id and before_id as Anthropic's API pages it. */
+static enum MHD_Result answer_anth_models(struct MHD_Connection *c, serve_server *s) {
+  hearth_adapter_info *a;
+  const char **names;
+  int n = served_names(s, &a, &names);
+  serve_fail f = {0};
+  const char *lim = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+  const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after_id");
+  const char *before = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before_id");
+  long limit = 20;
+  if (lim) {
+    char *end;
+    limit = strtol(lim, &end, 10);
+    if (!lim[0] || *end || limit < 1 || limit > 1000)
+      serve_fail_set(&f, 400, "invalid_request_error", "limit", NULL, "limit: must be an integer from 1 to 1000");
+  }
+  int from = 0, to = n; /* [from, to) before the limit */
+  for (int k = 0; k < 2 && !f.status; k++) {
+    const char *id = k ? before : after;
+    if (!id) continue;
+    int at = -1;
+    for (int i = 0; i < n && at < 0; i++)
+      if (!strcmp(names[i], id)) at = i;
+    if (at < 0)
+      serve_fail_set(&f, 400, "invalid_request_error", k ? "before_id" : "after_id", NULL,
+                     "%s: '%.200s' is not a model this server lists", k ? "before_id" : "after_id", id);
+    else if (k) to = at;
+    else from = at + 1;
+  }
+  if (f.status) {
+    free(names);
+    free(a);
+    return send_fail_as(c, &f, NULL, true);
+  }
+  bool has_more = false;
+  if (to - from > limit) {
+    has_more = true;
+    if (before && !after) from = to - (int)limit; /* paging backwards: the page just before before_id */
+    else to = from + (int)limit;
+  }
+  json_t *data = json_array();
+  for (int i = from; i < to; i++) json_array_append_new(data, anth_model_object(s->engine, names[i]));
+  json_t *o = json_object();
+  json_object_set_new(o, "data", data);
+  json_object_set_new(o, "has_more", json_boolean(has_more));
+  json_object_set_new(o, "first_id", from < to ? json_string(names[from]) : json_null());
+  json_object_set_new(o, "last_id", from < to ? json_string(names[to - 1]) : json_null());
+  free(names);
+  free(a);
+  return send_json(c, 200, o);
+}
+
+static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s, bool anthropic) {
+  if (anthropic) return answer_anth_models(c, s);
   json_t *o = json_object();
   json_object_set_new(o, "object", json_string("list"));
   json_t *data = json_array();
@@ -313,13 +392,14 @@ static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s) 
   return send_json(c, 200, o);
 }
 
-static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, const char *id) {
-  if (name_served(s, id)) return send_json(c, 200, model_object(s->engine, id));
+static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, const char *id, bool anthropic) {
+  if (name_served(s, id))
+    return send_json(c, 200, anthropic ? anth_model_object(s->engine, id) : model_object(s->engine, id));
   int n;
   hearth_adapter_info *a = adapters_of(s->engine, &n);
   for (int i = 0; i < n; i++)
     if (!strcmp(a[i].name, id)) {
-      json_t *m = adapter_model_object(s->engine, &a[i]);
+      json_t *m = anthropic ? anth_model_object(s->engine, id) : adapter_model_object(s->engine, &a[i]);
       free(a);
       return send_json(c, 200, m);
     }
@@ -327,7 +407,7 @@ static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, c
   serve_fail f;
   serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found", "The model '%.200s' does not exist",
                  id);
-  return send_fail(c, &f, NULL);
+  return send_fail_as(c, &f, NULL, anthropic);
 }
 
 static json_t *route_index(void); /* the route table's listing, below */
@@ -1175,12 +1255,17 @@ static int render_prompt(serve_engine *e, const serve_request *req, char **promp
                             "%s: model %s has no %s tower: it cannot take %s", req->media[i].name, e->model_id,
                             k == HEARTH_MEDIA_IMAGE ? "vision" : kind_word(k), k == HEARTH_MEDIA_IMAGE ? "images" : kind_word(k));
     }
-  serve_chat_opts o = {.tools = req->tools, .kwargs = req->template_kwargs};
+  serve_chat_opts o = {.tools = req->tools,
+                       .kwargs = req->template_kwargs,
+                       .no_generation_prompt = req->kind == SERVE_CHAT && !req->add_generation_prompt,
+                       .continue_final = req->continue_final_message};
   if (!e->render_chat(e->impl, req->messages, req->nmessages, &o, prompt, &err)) return 0;
   /* the template refusing these messages (raise_exception, a type error
    * on what was sent, a render limit) is the client's to fix; a template
    * that cannot be loaded or uses what the engine lacks is the server's */
-  if (err.code == HEARTH_EINVAL || err.code == HEARTH_ELIMIT) {
+  if (err.code == HEARTH_EINVAL && !strncmp(err.msg, "continue_final_message:", 23)) {
+    serve_fail_set(f, 400, "invalid_request_error", "continue_final_message", NULL, "%s", err.msg);
+  } else if (err.code == HEARTH_EINVAL || err.code == HEARTH_ELIMIT) {
     serve_fail_set(f, 400, "invalid_request_error", "messages", NULL, "the chat template failed: %s", err.msg);
   } else if (err.code == HEARTH_ENOTFOUND) {
     serve_fail_set(f, 400, "invalid_request_error", "messages", NULL,
@@ -1827,6 +1912,10 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
   if (n > 1 && path[n - 1] == '/') path[n - 1] = 0;
   cn->head = strcmp(method, "HEAD") == 0;
   cn->anthropic = strcmp(path, "/v1/messages") == 0 || strncmp(path, "/v1/messages/", 13) == 0;
+  /* /v1/models asked by an Anthropic client (which always sends anthropic-version): its shapes */
+  if ((strcmp(path, "/v1/models") == 0 || strncmp(path, "/v1/models/", 11) == 0) &&
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version"))
+    cn->anthropic = true;
   if (atomic_load(&s->draining)) {
     cn->failed = true;
     serve_fail_set(&cn->fail, 503, "server_error", NULL, "shutting_down",
@@ -1897,9 +1986,9 @@ static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, c
   case ROUTE_INDEX:
     return answer_index(c, s);
   case ROUTE_MODELS:
-    return answer_models(c, s);
+    return answer_models(c, s, cn->anthropic);
   case ROUTE_MODEL:
-    return answer_model(c, s, cn->path + 11);
+    return answer_model(c, s, cn->path + 11, cn->anthropic);
   case ROUTE_STATS:
     return answer_stats(c, s);
   case ROUTE_METRICS:

@@ -78,9 +78,13 @@ static int fake_render(void *impl, const serve_message *m, int n, const serve_ch
       if (x) hbuf_printf(&b, " %s", x);
       free(x);
     }
-    hbuf_puts(&b, "\n");
+    if (!(o && o->continue_final && i == n - 1)) hbuf_puts(&b, "\n");
   }
-  hbuf_puts(&b, "<|assistant|>");
+  if (!(o && (o->no_generation_prompt || o->continue_final))) hbuf_puts(&b, "<|assistant|>");
+  if (o && o->continue_final && n > 0 && !m[n - 1].content[strspn(m[n - 1].content, " \t\n")]) {
+    hbuf_free(&b);
+    return herr_set(err, HEARTH_EINVAL, "continue_final_message: the final message has no text to continue");
+  }
   if (o && o->kwargs && json_is_false(json_object_get(o->kwargs, "enable_thinking"))) hbuf_puts(&b, "<think>\n\n</think>\n\n");
   if (strstr(hbuf_str(&b), "[badtemplate]")) {
     hbuf_free(&b);
