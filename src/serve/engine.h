@@ -161,6 +161,11 @@ typedef struct serve_engine {
    * prompt given as n_ids token ids. */
   int (*generate_ids)(void *impl, const int32_t *ids, size_t n_ids, const serve_sampling *s, serve_token_fn on_token,
                       void *ctx, volatile int *cancel, serve_result *res, herr *err);
+  /* May be NULL: the vocabulary has no fill-in-the-middle tokens (`suffix` and /infill are
+   * refused). As hearth_fim_prompt: the ids of a FIM prompt (*ids malloc'd, caller frees). */
+  int (*fim_prompt)(void *impl, const char *prefix, const char *suffix, const char *prompt,
+                    const hearth_fim_chunk *extra, int n_extra, int64_t n_predict, int32_t **ids, size_t *n,
+                    herr *err);
   void (*destroy)(void *impl);
   /* May be NULL. Whether a request of n_prompt tokens and max_tokens (-1:
    * unset) can ever be served: HEARTH_ELIMIT "memory_admission: ..." if not. */

@@ -114,6 +114,21 @@ static bool template_reasons(const char *src) {
                  strstr(src, "<|channel>"));
 }
 
+static int fim_prompt(void *impl, const char *prefix, const char *suffix, const char *prompt,
+                      const hearth_fim_chunk *extra, int n_extra, int64_t n_predict, int32_t **ids, size_t *n,
+                      herr *err) {
+  hearth_engine *h = impl;
+  int32_t *got = NULL;
+  hearth_error e = {0};
+  *ids = NULL;
+  *n = 0;
+  if (hearth_fim_prompt(h->model, prefix, suffix, prompt, extra, n_extra, n_predict, &got, n, &e)) return copy_err(err, &e);
+  *ids = malloc(sizeof(int32_t) * (*n ? *n : 1));
+  if (*ids) memcpy(*ids, got, sizeof(int32_t) * *n);
+  hearth_free(got);
+  return *ids ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
+}
+
 static int count_tokens(void *impl, const char *prompt, bool raw, int64_t *n, herr *err) {
   hearth_engine *h = impl;
   int32_t *ids = NULL;
@@ -388,6 +403,7 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   out->denoising = h->info.canvas_length > 0;
   if (o->load.spec_tokens > 0 && !out->denoising) out->spec_method = o->load.spec_method ? o->load.spec_method : "ngram";
   out->render_chat = render_chat;
+  if (h->info.can_fill) out->fim_prompt = fim_prompt;
   out->count_tokens = count_tokens;
   out->tokenize = tokenize;
   out->detokenize = detokenize;

@@ -840,6 +840,11 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
       serve_request_prompt(req, i, &q);
       if (q.ids) rc = serve_bad(f, "echo", "'echo' with a prompt of token ids is not supported");
     }
+    if (!rc && serve_json_field(root, "suffix")) {
+      rc = serve_json_str(root, "suffix", &req->suffix, f);
+      req->fim = !rc;
+      if (!rc && req->echo) rc = serve_bad(f, "suffix", "'suffix' and 'echo' cannot both be given");
+    }
     if (!rc && (int64_t)req->n * req->n_prompts > SERVE_MAX_CHOICES)
       rc = serve_bad(f, "n", "%d prompts times 'n' %d is %lld choices; at most %d are made in one request",
                      req->n_prompts, req->n, (long long)req->n * req->n_prompts, SERVE_MAX_CHOICES);
@@ -874,6 +879,10 @@ void serve_request_free(serve_request *req) {
   for (int i = 0; req->prompts && i < req->n_prompts - 1; i++) free(req->prompts[i].text), free(req->prompts[i].ids);
   free(req->prompts);
   free(req->user);
+  free(req->suffix);
+  free(req->fim_prefix);
+  for (int i = 0; i < req->n_fim_extra; i++) free((char *)req->fim_extra[i].filename), free((char *)req->fim_extra[i].text);
+  free(req->fim_extra);
   json_decref(req->tools);
   free(req->tool_name);
   json_decref(req->template_kwargs);

@@ -59,6 +59,15 @@ typedef struct serve_request {
   bool stream;
   bool include_usage;      /* stream_options.include_usage */
   bool echo;               /* completion: prepend the prompt to the text */
+  /* fill-in-the-middle (completion): `suffix` on /v1/completions (each prompt is the prefix), or
+   * POST /infill's fields (the prompt is the middle's start); the prompts become token ids laid
+   * out by the engine's fim_prompt before generating */
+  bool fim;
+  bool infill;             /* POST /infill: answered in llama.cpp's shapes */
+  char *suffix;            /* owned; NULL unless fim */
+  char *fim_prefix;        /* owned: /infill's input_prefix; NULL on /v1/completions */
+  hearth_fim_chunk *fim_extra; /* owned, strings too: /infill's input_extra */
+  int n_fim_extra;
   serve_sampling sampling; /* stop and bias arrays owned here */
   int n;                   /* choices per prompt (1..SERVE_MAX_CHOICES); prompts × n at most SERVE_MAX_CHOICES */
   char *user;              /* owned; NULL when absent */

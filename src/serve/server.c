@@ -67,6 +67,7 @@
 #include "serve/adapters.h"
 #include "serve/anthropic.h"
 #include "serve/embeddings.h"
+#include "serve/infill.h"
 #include "serve/signal.h"
 #include "serve/tokenize.h"
 #include "serve/reply.h"
@@ -180,6 +181,7 @@ typedef enum route {
   ROUTE_ADAPTER,      /* DELETE /v1/adapters/{id} */
   ROUTE_TOKENIZE,     /* POST /tokenize (llama.cpp's, vLLM's) */
   ROUTE_DETOKENIZE,   /* POST /detokenize */
+  ROUTE_INFILL,       /* POST /infill (llama.cpp's fill-in-the-middle) */
 } route;
 
 /* Per-request state, kept in MHD's con_cls between the calls for one request. */
@@ -827,7 +829,7 @@ static void slot_run(slot *sl) {
     sl->result->finish = SERVE_FINISH_LENGTH;
     HLOG_INFO("serve: %lld tokens in, cut by the drain timeout", (long long)sl->result->completion_tokens);
   }
-  if (j->req.stream && !j->anthropic && !j->responses && *sl->rc == 0 && !abandoned(j)) {
+  if (j->req.stream && !j->anthropic && !j->responses && !j->req.infill && *sl->rc == 0 && !abandoned(j)) {
     hbuf b = {0};
     serve_sse_finish(sl->reply, sl->result->finish, &b);
     stream_push(j, &b, false);
@@ -1006,6 +1008,9 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
       json_decref(o);
     } else if (j->anthropic) {
       anth_reply_body(&j->areply, &j->result, &body);
+    } else if (j->req.infill) {
+      infill_body(&j->req, j->reply.model ? j->reply.model : j->srv->engine->model_id, hbuf_str(&j->reply.text),
+                  j->reply.text.len, &j->result, &body);
     } else {
       serve_reply **r = malloc(sizeof *r * (size_t)j->nslots);
       serve_result *res = malloc(sizeof *res * (size_t)j->nslots);
@@ -1075,6 +1080,7 @@ static int stream_token(void *ctx, const serve_token *tok) {
   hbuf b = {0};
   if (j->responses) resp_sse_token(&j->rreply, tok, &b);
   else if (j->anthropic) anth_sse_token(&j->areply, tok, &b);
+  else if (j->req.infill) infill_sse_token(tok->text, tok->len, &b);
   else serve_sse_token(sl->reply, tok, &b);
   stream_push(j, &b, false);
   hbuf_free(&b);
@@ -1086,6 +1092,7 @@ static void *stream_main(void *arg) {
   hbuf b = {0};
   if (j->responses) resp_sse_start(&j->rreply, &b);
   else if (j->anthropic) anth_sse_start(&j->areply, j->prompt_tokens, &b);
+  else if (j->req.infill) (void)0; /* llama.cpp's stream opens with the first piece */
   else
     for (int i = 0; i < j->nslots; i++) {
       serve_sse_start(j->slots[i].reply, &b);
@@ -1104,6 +1111,8 @@ static void *stream_main(void *arg) {
       resp_sse_error(&j->rreply, &f, &b);
     } else if (j->anthropic) {
       anth_sse_error(&f, &b);
+    } else if (j->req.infill) {
+      infill_sse_error(&f, &b);
     } else {
       serve_sse_error(&f, &b);
       serve_sse_done(&b);
@@ -1116,6 +1125,8 @@ static void *stream_main(void *arg) {
       json_decref(o);
     } else if (j->anthropic) {
       anth_sse_finish(&j->areply, &j->result, &b);
+    } else if (j->req.infill) {
+      infill_sse_finish(&j->req, j->reply.model ? j->reply.model : j->srv->engine->model_id, &j->result, &b);
     } else { /* each choice sent its finish chunk as it ended (slot_run) */
       if (j->req.include_usage) serve_sse_usage(&j->reply, &j->usage, &b);
       serve_sse_done(&b);
@@ -1320,11 +1331,40 @@ static bool model_unknown(const serve_server *s, serve_request *req, bool anth, 
   return true;
 }
 
+/* Fill-in-the-middle (`suffix`, /infill): each text prompt becomes the token ids the
+ * engine lays out from prefix, suffix, the middle's start and the context before. */
+static int fim_prompts(serve_engine *e, serve_request *req, serve_fail *f) {
+  const char *field = req->infill ? "input_suffix" : "suffix";
+  if (!e->fim_prompt || !e->generate_ids)
+    return serve_fail_set(f, 400, "invalid_request_error", field, NULL,
+                          "'%s': model %s has no fill-in-the-middle tokens (<|fim_prefix|>, <|fim_suffix|>, "
+                          "<|fim_middle|> or their kin), so it cannot fill in text between a prefix and a suffix",
+                          field, e->model_id);
+  for (int i = 0; i < req->n_prompts; i++) {
+    serve_prompt q;
+    serve_request_prompt(req, i, &q);
+    if (q.ids)
+      return serve_fail_set(f, 400, "invalid_request_error", field, NULL,
+                            "'%s' with a prompt of token ids is not supported: send the prefix as text", field);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    herr err = {0};
+    const char *prefix = req->infill ? req->fim_prefix : q.text, *middle = req->infill ? q.text : "";
+    if (e->fim_prompt(e->impl, prefix, req->suffix, middle, req->fim_extra, req->n_fim_extra, req->sampling.max_tokens,
+                      &ids, &n, &err))
+      return err.code == HEARTH_ENOMEM ? serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory")
+                                       : serve_fail_set(f, 400, "invalid_request_error", field, NULL, "%s", err.msg);
+    if (i == 0) req->prompt_ids = ids, req->n_prompt_ids = n;
+    else req->prompts[i - 1].ids = ids, req->prompts[i - 1].n_ids = n;
+  }
+  return 0;
+}
+
 /* POST /v1/chat/completions, /v1/completions and /v1/messages: one path, the
  * protocol chosen by the route. */
 static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s, conn *cn) {
   bool anth = cn->route == ROUTE_MESSAGES;
-  serve_kind kind = cn->route == ROUTE_COMPLETIONS ? SERVE_COMPLETION : SERVE_CHAT;
+  serve_kind kind = cn->route == ROUTE_COMPLETIONS || cn->route == ROUTE_INFILL ? SERVE_COMPLETION : SERVE_CHAT;
   serve_engine *e = s->engine;
   job *j = calloc(1, sizeof *j);
   serve_fail f;
@@ -1351,6 +1391,8 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       json_decref(prev);
     }
     if (resp_request_messages(&j->req, &j->rr, j->history, &f)) goto refuse;
+  } else if (cn->route == ROUTE_INFILL) {
+    if (infill_request_parse(hbuf_str(&cn->body), cn->body.len, &j->req, &f)) goto refuse;
   } else if (anth ? anth_request_parse(hbuf_str(&cn->body), cn->body.len, false, &j->req, &f)
                   : serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f)) {
     goto refuse;
@@ -1385,6 +1427,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
       goto refuse;
     }
+    if (j->req.fim && fim_prompts(e, &j->req, &f)) goto refuse;
   }
   /* Refuse what cannot work before any work, so a stream never starts for it. */
   for (int i = 0; i < j->req.sampling.n_logit_bias; i++)
@@ -1882,6 +1925,8 @@ static const route_def routes[] = {
      "unloads an adapter (requests running under it finish first; its memory is freed after the last)"},
     {"GET", "/stats", ROUTE_STATS, false, "serving counters as JSON (requests, KV blocks, prefix cache, tokens/s)"},
     {"GET", "/metrics", ROUTE_METRICS, false, "serving counters in the Prometheus text format"},
+    {"POST", "/infill", ROUTE_INFILL, false,
+     "fill-in-the-middle as llama.cpp's (input_prefix, input_suffix, input_extra, prompt; models with FIM tokens)"},
     {"GET", "/fit", ROUTE_FIT, false,
      "the served model's memory contract: weights, KV bytes per token, fit, largest context, predicted tok/s "
      "(?ctx=N&batch=B)"},
@@ -1999,6 +2044,7 @@ static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, c
   case ROUTE_COMPLETIONS:
   case ROUTE_MESSAGES:
   case ROUTE_RESPONSES:
+  case ROUTE_INFILL:
     return answer_generate(c, s, cn);
   case ROUTE_RESPONSE:
     return answer_stored_response(c, s, cn->path + 14, cn->del);
@@ -2037,6 +2083,7 @@ static bool slow_route(route r) {
   case ROUTE_FIT:
   case ROUTE_TOKENIZE:
   case ROUTE_DETOKENIZE:
+  case ROUTE_INFILL:
     return true;
   default:
     return false;

@@ -185,3 +185,71 @@ test('GET /v1/models with anthropic-version answers in Anthropic\'s shape, throu
   assert.equal(one.type, 'model');
   await assert.rejects(client.models.retrieve('nope'), (e) => e.status === 404 && e.error?.error?.type === 'not_found_error');
 });
+
+// ---- fill-in-the-middle -----------------------------------------------------
+
+test('suffix and /infill on a model without FIM tokens are refused by name', async () => {
+  // (models/default's vocabulary has none; the fake has none unless started with --fim)
+  const a = await post('/v1/completions', { model: modelId, prompt: 'def f(', suffix: '\n', max_tokens: 4 });
+  assert.equal(a.status, 400, a.text);
+  assert.equal(a.json.error.param, 'suffix');
+  assert.match(a.json.error.message, /fill-in-the-middle/);
+  const b = await post('/infill', { input_prefix: 'def f(', input_suffix: '\n', n_predict: 4 });
+  assert.equal(b.status, 400, b.text);
+  assert.equal(b.json.error.param, 'input_suffix');
+});
+
+test('/infill refuses fields it does not take by name, and bad ones', async () => {
+  for (const [body, param] of [[{ input_prefix: 'a', typical_p: 0.5 }, 'typical_p'],
+    [{ input_prefix: 'a', input_extra: 'x' }, 'input_extra'], [{ input_prefix: 'a', input_extra: [{ text: 1 }] }, 'input_extra[0]'],
+    [{ input_prefix: 'a', input_extra: [{ path: 'x' }] }, 'input_extra[0]'], [{ input_prefix: 5 }, 'input_prefix'],
+    [{ prompt: ['a'] }, 'prompt'], [{ n_predict: 0 }, 'n_predict'], [{ stop: 'x' }, 'stop']]) {
+    const r = await post('/infill', body);
+    assert.equal(r.status, 400, `${JSON.stringify(body)}: ${r.text}`);
+    assert.equal(r.json.error.param, param, r.text);
+  }
+  const e = await post('/v1/completions', { model: modelId, prompt: 'a', suffix: 'b', echo: true });
+  assert.equal(e.status, 400, e.text);
+  assert.equal(e.json.error.param, 'suffix');
+});
+
+test('fill-in-the-middle on an engine with FIM tokens: the prompt it lays out, llama.cpp\'s shapes', { skip: !FAKE }, async () => {
+  // the fake lays a FIM prompt out as ids ([263] filename "\n" text)... [260] prefix middle [261] suffix [262]
+  const fim = await startServer(['--fim', '1']);
+  try {
+    const call = async (route, body) => {
+      const r = await fetch(fim.url + route, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+      return { status: r.status, text: await r.text() };
+    };
+    const body = { input_prefix: 'def f():\n', input_suffix: '\nreturn', prompt: '  x', n_predict: 5, cache_prompt: true,
+      input_extra: [{ filename: 'a.py', text: 'A' }, { text: 'BB' }] };
+    const r = await call('/infill', body);
+    assert.equal(r.status, 200, r.text);
+    const o = JSON.parse(r.text);
+    const extra = (1 + 'a.py\n'.length + 1) + (1 + 'tmp\n'.length + 2);
+    assert.equal(o.tokens_evaluated, extra + 1 + 'def f():\n'.length + 3 + 1 + '\nreturn'.length + 1);
+    assert.equal(o.tokens_predicted, 5);
+    assert.equal(o.stop, true);
+    assert.equal(o.stop_type, 'limit');
+    assert.equal(typeof o.content, 'string');
+    assert.ok(o.content.length > 0);
+    // streamed: pieces, then the final object; together the same text
+    const s = await call('/infill', { ...body, stream: true });
+    assert.equal(s.status, 200, s.text);
+    const events = s.text.split('\n\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)));
+    assert.ok(events.length >= 2);
+    assert.ok(events.slice(0, -1).every((ev) => ev.stop === false));
+    assert.equal(events[events.length - 1].stop, true);
+    assert.equal(events.map((ev) => ev.content).join(''), o.content);
+    // suffix on /v1/completions: the prompt is the prefix
+    const c = await call('/v1/completions', { prompt: 'abc', suffix: 'xyz', max_tokens: 4 });
+    assert.equal(c.status, 200, c.text);
+    assert.equal(JSON.parse(c.text).usage.prompt_tokens, 1 + 3 + 1 + 3 + 1);
+    const stop = await call('/infill', { input_prefix: 'p', stop: ['quick'], n_predict: 20 });
+    const so = JSON.parse(stop.text);
+    assert.equal(so.stop_type, 'word', stop.text);
+    assert.equal(so.stopping_word, 'quick');
+  } finally {
+    assert.equal(await H.stopServer(fim), 0);
+  }
+});
