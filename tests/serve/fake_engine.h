@@ -342,7 +342,7 @@ static void fake_engine_init(serve_engine *e) {
 }
 
 /* The fake with fill-in-the-middle tokens (and so token-id prompts). */
-static void fake_engine_fim(serve_engine *e) {
+static inline void fake_engine_fim(serve_engine *e) {
   e->fim_prompt = fake_fim_prompt;
   e->generate_ids = fake_generate_ids;
 }
