@@ -361,6 +361,7 @@ typedef struct hearth_gen_result {
   int64_t completion_tokens;   /* includes the EOS token when one ended it */
   int64_t cached_tokens;       /* prompt tokens whose KV came from the prefix cache */
   double prefill_seconds, decode_seconds;
+  double queue_seconds;        /* waiting in the scheduler's queue before it was first computed */
 } hearth_gen_result;
 
 /* Generates from prompt, streaming through fn (may be NULL). Returns 0 when it

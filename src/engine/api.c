@@ -891,6 +891,7 @@ result:
   res->cached_tokens = gr.cached_tokens;
   res->prefill_seconds = gr.prefill_seconds;
   res->decode_seconds = gr.decode_seconds;
+  res->queue_seconds = gr.queue_seconds;
 out:
   for (int i = 0; i < n_lora; i++) model_lora_release(lora[i]); /* the last may free an unloaded adapter */
   hbuf_free(&cb.texts);

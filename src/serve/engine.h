@@ -77,6 +77,7 @@ typedef struct serve_result {
   int64_t prompt_tokens, completion_tokens;
   int64_t cached_tokens; /* prompt tokens served from the prefix cache */
   int stop_index;        /* the entry of sampling.stop that ended it; -1: none (EOS, length) */
+  double queue_seconds;  /* waiting in the engine's queue before it was first computed; < 0: unknown */
 } serve_result;
 
 /* One input of an embeddings request: text (tokenized as a raw prompt,

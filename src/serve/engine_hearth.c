@@ -227,6 +227,7 @@ static int run(hearth_engine *h, const hearth_prompt *hp, const serve_sampling *
   res->prompt_tokens = gr.prompt_tokens;
   res->completion_tokens = gr.completion_tokens;
   res->cached_tokens = gr.cached_tokens;
+  res->queue_seconds = gr.queue_seconds;
   res->stop_index = gr.finish_reason == HEARTH_FINISH_STOP && gr.stop_index >= 0 && gr.stop_index < s->n_stop ? gr.stop_index : -1;
   res->finish = gr.finish_reason == HEARTH_FINISH_LENGTH      ? SERVE_FINISH_LENGTH
                 : gr.finish_reason == HEARTH_FINISH_CANCELLED ? SERVE_FINISH_CANCELLED

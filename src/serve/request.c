@@ -504,6 +504,36 @@ static int refuse_unsupported(json_t *root, serve_fail *f) {
     return serve_bad(f, "web_search_options", "'web_search_options' is not supported: this server does not search the web");
   json_t *ptc = serve_json_field(root, "parallel_tool_calls");
   if (ptc && !json_is_boolean(ptc)) return serve_bad(f, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+  if (serve_json_field(root, "function_call"))
+    return serve_bad(f, "function_call", "'function_call' is the deprecated form of 'tool_choice': send 'tool_choice' instead");
+  if (serve_json_field(root, "prediction"))
+    return serve_bad(f, "prediction", "'prediction' (predicted outputs) is not supported: speculative decoding drafts "
+                                      "from the prompt itself with \"spec_method\": \"ngram\"");
+  if (serve_json_field(root, "verbosity"))
+    return serve_bad(f, "verbosity", "'verbosity' is not supported: ask for the length you want in the messages, or "
+                                     "bound it with 'max_completion_tokens'");
+  json_t *store = serve_json_field(root, "store");
+  if (store && !json_is_boolean(store)) return serve_bad(f, "store", "'store' must be a boolean");
+  if (store && json_is_true(store))
+    return serve_bad(f, "store", "'store': this server keeps no chat completions (the Responses API, /v1/responses, "
+                                 "stores responses)");
+  json_t *tier = serve_json_field(root, "service_tier");
+  if (tier && (!json_is_string(tier) || (strcmp(json_string_value(tier), "auto") && strcmp(json_string_value(tier), "default"))))
+    return serve_bad(f, "service_tier", "'service_tier' may be \"auto\" or \"default\": this server has one tier");
+  json_t *md = serve_json_field(root, "metadata");
+  if (md) { /* tags for a stored completion: checked as OpenAI checks them, kept nowhere */
+    if (!json_is_object(md) || json_object_size(md) > 16)
+      return serve_bad(f, "metadata", "'metadata' must be an object of at most 16 string values");
+    const char *k;
+    json_t *v;
+    json_object_foreach(md, k, v) if (!json_is_string(v) || strlen(k) > 64 || json_string_length(v) > 512)
+      return serve_bad(f, "metadata", "'metadata' values must be strings (keys up to 64, values up to 512 characters)");
+  }
+  const char *ids[] = {"prompt_cache_key", "safety_identifier"};
+  for (int i = 0; i < 2; i++) {
+    json_t *v = serve_json_field(root, ids[i]);
+    if (v && !json_is_string(v)) return serve_bad(f, ids[i], "'%s' must be a string", ids[i]);
+  }
   return 0;
 }
 
@@ -831,6 +861,7 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
     if (!rc) rc = parse_tools(root, req, f);
     if (!rc) rc = parse_template_kwargs(root, req, f);
     if (!rc) rc = refuse_unsupported(root, f);
+    if (!rc) req->one_tool_call = json_is_false(json_object_get(root, "parallel_tool_calls"));
     if (!rc) rc = parse_format(root, req, f);
   } else {
     rc = parse_prompt(root, req, f);

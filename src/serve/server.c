@@ -68,6 +68,7 @@
 #include "serve/anthropic.h"
 #include "serve/embeddings.h"
 #include "serve/infill.h"
+#include "serve/metrics.h"
 #include "serve/signal.h"
 #include "serve/tokenize.h"
 #include "serve/reply.h"
@@ -91,6 +92,7 @@
 struct serve_server {
   struct MHD_Daemon *daemon;
   serve_engine *engine; /* borrowed */
+  serve_metrics *metrics; /* owned, may be NULL (out of memory): /metrics' histograms and request counts */
   char *api_key;        /* owned; NULL when none */
   int idle_timeout_s;   /* a connection without a request is closed after this */
   size_t max_body;
@@ -138,6 +140,7 @@ struct conn;
 /* The request this thread answers for a suspended connection (defer): its
  * response is kept for the polling thread to queue. */
 static __thread struct conn *tl_deferred;
+static __thread unsigned tl_status; /* the status the polling thread's last queued answer had */
 
 static double mono_seconds(void) {
   struct timespec ts;
@@ -205,6 +208,12 @@ typedef struct conn {
   enum MHD_Result resp_rc;   /* MHD_NO: no answer (nobody to answer, or out of memory): close */
   serve_server *srv;         /* borrowed, for the answering thread */
   struct MHD_Connection *c;
+  /* for /metrics and the request's log line */
+  double t_start;            /* its head arrived (mono_seconds) */
+  const char *route_path;    /* static: the route table's path; NULL: no route matched */
+  char method[8];
+  unsigned status;           /* the answer's; 0: none (the client went away) */
+  bool job_owned;            /* a generation answers it and logs it itself when it ends */
 } conn;
 
 /* Queues `resp` (consumed) on `c`, or keeps it for the polling thread when
@@ -216,6 +225,7 @@ static enum MHD_Result queue(struct MHD_Connection *c, unsigned status, struct M
     tl_deferred->resp_status = status;
     return MHD_YES;
   }
+  tl_status = status;
   enum MHD_Result rc = MHD_queue_response(c, status, resp);
   MHD_destroy_response(resp);
   return rc;
@@ -591,6 +601,7 @@ static enum MHD_Result answer_metrics(struct MHD_Connection *c, serve_server *s)
       hbuf_printf(&b, "hearth_%s{source=\"%s\"} %.17g\n", spec_metrics[m].name, hearth_spec_source_name(k), v);
     }
   }
+  serve_metrics_write(s->metrics, &b);
   enum MHD_Result rc = b.oom ? MHD_NO : send_bytes(c, 200, "text/plain; version=0.0.4", hbuf_str(&b), b.len, NULL);
   hbuf_free(&b);
   return rc;
@@ -694,6 +705,7 @@ typedef struct slot {
   int own_rc;
   herr own_err;
   bool started;           /* has a token or ended (under j->gen_mu): its copies may start */
+  double t_first, t_last; /* its first and latest generated token (mono_seconds; 0: none yet) */
   pthread_t thread;
   bool thread_started;
 } slot;
@@ -741,9 +753,42 @@ typedef struct job {
   /* the server's list of running generations (serve_drain_cancel) */
   struct job *jnext, **jprev;
   volatile int drained;     /* cancelled by the end of a drain: it ends as cut by length, not as a client gone */
+  /* for /metrics and the request's log line */
+  double t_start;           /* the request's head arrived (mono_seconds) */
+  const char *route_path;   /* static */
 } job;
 
 static void forced_call_grammar(job *j);
+static void request_done(serve_server *s, const char *method, const char *route, unsigned status, double t_start,
+                         int64_t prompt_tokens, int64_t completion_tokens, double ttft);
+
+/* A generated token's times: the choice's first (time to first token) or the gap since its last. */
+static void token_times(slot *sl, const serve_token *tok) {
+  if (tok->flush) return;
+  double now = mono_seconds();
+  serve_metrics *m = sl->j->srv->metrics;
+  if (sl->t_first == 0) {
+    sl->t_first = now;
+    serve_metrics_observe(m, SERVE_HIST_TTFT, now - sl->j->t_start);
+  } else {
+    serve_metrics_observe(m, SERVE_HIST_ITL, now - sl->t_last);
+  }
+  sl->t_last = now;
+}
+
+/* A generation ends, answered with status (0: the client went away): its latency, queue waits,
+ * count and log line. */
+static void job_done(job *j, unsigned status) {
+  serve_server *s = j->srv;
+  if (status == 200) {
+    serve_metrics_observe(s->metrics, SERVE_HIST_E2E, mono_seconds() - j->t_start);
+    for (int i = 0; i < j->nslots; i++)
+      if (*j->slots[i].rc == 0 && j->slots[i].result->queue_seconds >= 0)
+        serve_metrics_observe(s->metrics, SERVE_HIST_QUEUE, j->slots[i].result->queue_seconds);
+  }
+  double ttft = j->nslots > 0 && j->slots[0].t_first > 0 ? j->slots[0].t_first - j->t_start : -1;
+  request_done(s, "POST", j->route_path, status, j->t_start, j->usage.prompt_tokens, j->usage.completion_tokens, ttft);
+}
 
 /* The client of j is gone: as a whole reply's, or as a stream's (client_gone_as). */
 static bool job_client_gone(const struct job *j) { return client_gone_as(j->fd, j->whole); }
@@ -938,6 +983,7 @@ static int whole_token(void *ctx, const serve_token *tok) {
   slot *sl = ctx;
   job *j = sl->j;
   if (!sl->started) slot_started(sl);
+  token_times(sl, tok);
   if (j->responses) resp_reply_add(&j->rreply, tok);
   else if (j->anthropic) anth_reply_add(&j->areply, tok);
   else serve_reply_add(sl->reply, tok);
@@ -1021,6 +1067,7 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
       free(res);
     }
     rc = body.oom ? MHD_NO : send_bytes(c, 200, "application/json", hbuf_str(&body), body.len, NULL);
+    job_done(j, body.oom ? 500 : 200);
     HLOG_INFO("serve: %s 200: %d choice%s, %lld prompt + %lld completion tokens, %s", job_name(j), j->nslots,
               j->nslots == 1 ? "" : "s", (long long)j->usage.prompt_tokens, (long long)j->usage.completion_tokens,
               serve_finish_name(j->result.finish));
@@ -1028,10 +1075,12 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   } else if (abandoned(j)) {
     HLOG_INFO("serve: client went away; generation cancelled");
     rc = MHD_NO; /* nobody to answer */
+    job_done(j, 0);
   } else {
     serve_fail f;
     fail_from_engine(j, &f);
     rc = send_fail_as(c, &f, NULL, j->anthropic);
+    job_done(j, (unsigned)f.status);
   }
   job_free(j);
   return rc;
@@ -1077,6 +1126,7 @@ static int stream_token(void *ctx, const serve_token *tok) {
   slot *sl = ctx;
   job *j = sl->j;
   if (!sl->started) slot_started(sl);
+  token_times(sl, tok);
   hbuf b = {0};
   if (j->responses) resp_sse_token(&j->rreply, tok, &b);
   else if (j->anthropic) anth_sse_token(&j->areply, tok, &b);
@@ -1102,6 +1152,7 @@ static void *stream_main(void *arg) {
   stream_push(j, &b, false);
   hbuf_clear(&b);
   job_generate(j, stream_token);
+  job_done(j, abandoned(j) ? 0 : 200); /* (the stream's status went out with its first bytes) */
   if (abandoned(j)) {
     HLOG_INFO("serve: client went away; stream cancelled after %lld tokens", (long long)j->result.completion_tokens);
   } else if (j->rc) {
@@ -1376,6 +1427,8 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   pthread_mutex_init(&j->gen_mu, NULL);
   pthread_cond_init(&j->gen_cv, NULL);
   j->srv = s;
+  j->t_start = cn->t_start;
+  j->route_path = cn->route_path;
   j->anthropic = anth;
   j->responses = cn->route == ROUTE_RESPONSES;
   j->fd = conn_fd(c);
@@ -1531,6 +1584,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       serve_reply_init(r, kind, e->model_id, created, id_seed, j->req.sampling.logprobs);
       r->index = i;
       r->usage_null = j->req.stream && j->req.include_usage;
+      r->one_call = j->req.one_tool_call;
       if (j->parse && serve_reply_parse(r, &j->tc, &err)) {
         serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
         goto refuse;
@@ -1547,6 +1601,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
     sl->sampling = j->req.sampling;
     if (sl->sampling.has_seed && sl->copy > 0) sl->sampling.seed = hmix64(sl->sampling.seed + (uint64_t)sl->copy * HMIX64_GAMMA);
   }
+  cn->job_owned = true; /* logged and counted by job_done */
   return j->req.stream ? answer_stream(c, j) : answer_whole(c, j);
 refuse:
   job_free(j);
@@ -1952,6 +2007,8 @@ static json_t *route_index(void) {
 /* Decides on the first call, before any body: route, method, key, size. */
 static void classify(serve_server *s, struct MHD_Connection *c, const char *url, const char *method, conn *cn) {
   char *path = cn->path;
+  cn->t_start = mono_seconds();
+  snprintf(cn->method, sizeof cn->method, "%s", method);
   snprintf(cn->path, sizeof cn->path, "%s", url);
   size_t n = strlen(path);
   if (n > 1 && path[n - 1] == '/') path[n - 1] = 0;
@@ -1995,6 +2052,7 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
   }
   bool open = rt->open;
   cn->route = rt->r;
+  cn->route_path = rt->path;
   cn->del = !strcmp(m, "DELETE");
   cn->post = !strcmp(m, "POST");
   if (!open && !key_ok(s, c)) {
@@ -2220,8 +2278,8 @@ static void heads_expire(serve_server *s, double now) {
     HLOG_INFO("serve: closed %d connection(s) whose request headers were not in within %d s", closed, s->header_timeout_s);
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+static enum MHD_Result on_request_in(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                     const char *version, const char *upload, size_t *upload_size, void **con_cls) {
   serve_server *s = cls;
   conn *cn = *con_cls;
   tl_server = s;
@@ -2286,12 +2344,34 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cn->resp) return MHD_NO; /* nothing to send (the client went away, or out of memory): close */
     struct MHD_Response *resp = cn->resp;
     cn->resp = NULL;
+    tl_status = cn->resp_status;
     enum MHD_Result rc = MHD_queue_response(c, cn->resp_status, resp);
     MHD_destroy_response(resp);
     return rc;
   }
   if (slow_route(cn->route)) return defer(s, c, cn);
   return answer_route(c, s, cn);
+}
+
+/* on_request_in, noting the status of an answer it queued (for the request's log line and counter). */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+  tl_status = 0;
+  enum MHD_Result rc = on_request_in(cls, c, url, method, version, upload, upload_size, con_cls);
+  conn *cn = *con_cls;
+  if (cn && tl_status) cn->status = tl_status;
+  return rc;
+}
+
+/* One line on stderr per request, and its count by route and status. */
+static void request_done(serve_server *s, const char *method, const char *route, unsigned status, double t_start,
+                         int64_t prompt_tokens, int64_t completion_tokens, double ttft) {
+  serve_metrics_request(s->metrics, route, (int)(status ? status : 499));
+  char ttft_s[32] = "-";
+  if (ttft >= 0) snprintf(ttft_s, sizeof ttft_s, "%.1fms", ttft * 1000);
+  HLOG_INFO("request: %s %s %u prompt_tokens=%lld completion_tokens=%lld ttft=%s duration=%.1fms", method,
+            route ? route : "-", status ? status : 499, (long long)prompt_tokens, (long long)completion_tokens, ttft_s,
+            (mono_seconds() - t_start) * 1000);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
@@ -2303,6 +2383,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     head_await(s, head_of(c), mono_seconds() + s->idle_timeout_s + s->header_timeout_s);
   }
   if (!cn) return;
+  if (!cn->job_owned) request_done(s, cn->method, cn->route_path, cn->status, cn->t_start, 0, 0, -1);
   if (cn->counted) atomic_fetch_sub(&s->in_flight, 1);
   if (cn->resp) MHD_destroy_response(cn->resp); /* made, never sent (the client went away) */
   hbuf_free(&cn->body);
@@ -2360,6 +2441,7 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   }
   s->adapter_dir = adapter_dir;
   s->engine = engine;
+  s->metrics = serve_metrics_new();
   s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
   s->keepalive_s = (cfg->keepalive_ms > 0 ? cfg->keepalive_ms : DEFAULT_KEEPALIVE_MS) / 1000.0;
   s->api_key = cfg->api_key ? strdup(cfg->api_key) : NULL;
@@ -2465,6 +2547,7 @@ void serve_stop(serve_server *s) {
   for (int i = 0; i < s->nnames; i++) free(s->names[i]);
   free(s->names);
   resp_store_free(s->responses);
+  serve_metrics_free(s->metrics);
   free(s);
 }
 

@@ -253,3 +253,275 @@ test('fill-in-the-middle on an engine with FIM tokens: the prompt it lays out, l
     assert.equal(await H.stopServer(fim), 0);
   }
 });
+
+// ---- /metrics -----------------------------------------------------------------
+
+// Prometheus text → {name{labels}: value}, and each histogram checked for shape.
+async function scrape() {
+  const r = await fetch(srv.url + '/metrics');
+  assert.equal(r.status, 200);
+  const text = await r.text();
+  const v = {};
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const m = line.match(/^(\S+) (\S+)$/);
+    assert.ok(m, `not a sample line: ${line}`);
+    v[m[1]] = Number(m[2]);
+  }
+  for (const h of ['time_to_first_token_seconds', 'inter_token_latency_seconds', 'e2e_request_latency_seconds',
+    'request_queue_time_seconds']) {
+    const name = `hearth_${h}`;
+    assert.match(text, new RegExp(`# TYPE ${name} histogram`));
+    const buckets = Object.keys(v).filter((k) => k.startsWith(`${name}_bucket{`));
+    assert.ok(buckets.length > 5, name);
+    let prev = 0, prevLe = -1;
+    for (const k of buckets) { // cumulative, bounds rising, +Inf last and equal to the count
+      const le = k.match(/le="([^"]+)"/)[1];
+      const bound = le === '+Inf' ? Infinity : Number(le);
+      assert.ok(bound > prevLe, k);
+      assert.ok(v[k] >= prev, k);
+      prev = v[k];
+      prevLe = bound;
+    }
+    assert.equal(prevLe, Infinity);
+    assert.equal(prev, v[`${name}_count`]);
+    assert.ok(v[`${name}_sum`] >= 0);
+  }
+  return v;
+}
+
+const reqs = (v, route, status) => v[`hearth_http_requests_total{route="${route}",status="${status}"}`] || 0;
+
+test('/metrics: histograms and request counters move as requests are answered; one log line each', async () => {
+  const before = await scrape();
+  const body = { model: modelId, messages: [{ role: 'user', content: 'Count to ten.' }], max_tokens: 6, temperature: 0,
+    ignore_eos: true };
+  const a = await post('/v1/chat/completions', body);
+  assert.equal(a.status, 200, a.text);
+  const s = await fetch(srv.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }) });
+  const st = await s.text();
+  assert.equal(s.status, 200);
+  const usage = JSON.parse(st.split('\n').filter((l) => l.startsWith('data: {')).pop().slice(6)).usage;
+  const c = await post('/v1/completions', { model: modelId, prompt: 'Once', max_tokens: 3, temperature: 0, ignore_eos: true, n: 2 });
+  assert.equal(c.status, 200, c.text);
+  const bad = await post('/v1/chat/completions', { model: modelId, messages: 'nope' });
+  assert.equal(bad.status, 400);
+  assert.equal((await fetch(srv.url + '/v1/models')).status, 200);
+  assert.equal((await fetch(srv.url + '/no/such/route')).status, 404);
+  const after = await scrape();
+  const d = (k) => (after[k] || 0) - (before[k] || 0);
+  assert.equal(reqs(after, '/v1/chat/completions', 200) - reqs(before, '/v1/chat/completions', 200), 2);
+  assert.equal(reqs(after, '/v1/chat/completions', 400) - reqs(before, '/v1/chat/completions', 400), 1);
+  assert.equal(reqs(after, '/v1/completions', 200) - reqs(before, '/v1/completions', 200), 1);
+  assert.equal(reqs(after, '/v1/models', 200) - reqs(before, '/v1/models', 200), 1);
+  assert.equal(reqs(after, 'other', 404) - reqs(before, 'other', 404), 1);
+  assert.equal(reqs(after, '/metrics', 200) - reqs(before, '/metrics', 200), 1); // the first scrape, answered
+  // one first token per choice (1 + 1 + 2), a gap per later token, a latency per generating request, a wait per choice
+  assert.equal(d('hearth_time_to_first_token_seconds_count'), 4);
+  const tokens = a.json.usage.completion_tokens + usage.completion_tokens;
+  assert.equal(d('hearth_inter_token_latency_seconds_count'), tokens - 2 + c.json.usage.completion_tokens - 2);
+  assert.equal(d('hearth_e2e_request_latency_seconds_count'), 3);
+  assert.equal(d('hearth_request_queue_time_seconds_count'), 4);
+  assert.ok(d('hearth_e2e_request_latency_seconds_sum') >= d('hearth_time_to_first_token_seconds_sum') / 4);
+  // the log: a line per request with its route, status, tokens, TTFT and duration
+  const lines = srv.log.split('\n').filter((l) => l.includes('request: POST /v1/chat/completions 200'));
+  const want = `prompt_tokens=${a.json.usage.prompt_tokens} completion_tokens=${a.json.usage.completion_tokens} ttft=`;
+  assert.ok(lines.some((l) => l.includes(want) && /ttft=[\d.]+ms duration=[\d.]+ms$/.test(l)), lines.join('\n'));
+  assert.ok(srv.log.split('\n').some((l) => /request: POST \/v1\/chat\/completions 400 .* ttft=- duration=[\d.]+ms$/.test(l)));
+  assert.ok(srv.log.split('\n').some((l) => /request: GET - 404 /.test(l)));
+});
+
+// ---- every documented request field honoured or refused by name ---------------
+//
+// The request fields OpenAI documents for POST /v1/chat/completions and POST
+// /v1/completions, and Anthropic for POST /v1/messages (their API references),
+// each sent with a valid value: 'honoured' fields must change the reply as
+// documented (check) or, where the reply cannot show it, be read (a value of
+// the wrong type is refused naming the field: a field nobody reads would be
+// accepted); 'accepted' fields have a documented meaning here that changes
+// nothing in the reply (README, "Request fields"), and are read too; 'refused'
+// fields answer 400 naming the field; 'either' fields (samplers being added)
+// answer 200 or a 400 naming them.
+
+const CHAT_FIELDS = {
+  messages: { how: 'honoured', bad: 'hi' },
+  model: { how: 'honoured', bad: 5 },
+  audio: { how: 'refused', value: { voice: 'alloy', format: 'wav' } },
+  frequency_penalty: { how: 'accepted', value: 0.5, bad: 3 },
+  function_call: { how: 'refused', value: 'auto' },
+  functions: { how: 'refused', value: [{ name: 'f', parameters: { type: 'object' } }] },
+  logit_bias: { how: 'accepted', value: { 5: 1 }, bad: { 5: 101 } },
+  logprobs: { how: 'honoured', value: true, bad: 'yes', check: (r) => r.choices[0].logprobs.content.length === r.usage.completion_tokens },
+  max_completion_tokens: { how: 'honoured', value: 2, bad: 0, check: (r) => r.usage.completion_tokens === 2 && r.choices[0].finish_reason === 'length' },
+  max_tokens: { how: 'honoured', value: 3, bad: 'x', check: (r) => r.usage.completion_tokens === 3 },
+  metadata: { how: 'accepted', value: { project: 'x' }, bad: { project: 5 } },
+  modalities: { how: 'accepted', value: ['text'], bad: ['audio'] },
+  n: { how: 'honoured', value: 2, bad: 0, check: (r) => r.choices.length === 2 },
+  parallel_tool_calls: { how: 'accepted', value: false, bad: 'no' },
+  prediction: { how: 'refused', value: { type: 'content', content: 'abc' } },
+  presence_penalty: { how: 'accepted', value: 0.5, bad: -3 },
+  prompt_cache_key: { how: 'accepted', value: 'session-1', bad: 5 },
+  reasoning_effort: { how: 'accepted', value: 'low', bad: 'extreme' },
+  response_format: { how: 'accepted', value: { type: 'text' }, bad: { type: 'xml' } },
+  safety_identifier: { how: 'accepted', value: 'user-1', bad: 5 },
+  seed: { how: 'honoured', value: 7, bad: 'x' },
+  service_tier: { how: 'accepted', value: 'auto', bad: 'priority' },
+  stop: { how: 'honoured', bad: 5 },
+  store: { how: 'accepted', value: false, bad: true },
+  stream: { how: 'honoured', value: true, bad: 'yes' },
+  stream_options: { how: 'honoured', bad: 'x' },
+  temperature: { how: 'accepted', value: 0.5, bad: 3 },
+  tool_choice: { how: 'accepted', value: 'none', bad: 'sometimes' },
+  tools: { how: 'accepted', value: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }], bad: [{ type: 'web' }] },
+  top_logprobs: { how: 'honoured', bad: 21 },
+  top_p: { how: 'accepted', value: 0.9, bad: 2 },
+  user: { how: 'accepted', value: 'user-1', bad: 5 },
+  verbosity: { how: 'refused', value: 'low' },
+  web_search_options: { how: 'refused', value: {} },
+};
+
+const COMPLETION_FIELDS = {
+  model: { how: 'honoured', bad: 5 },
+  prompt: { how: 'honoured', bad: 5 },
+  best_of: { how: 'accepted', value: 1, bad: 2 },
+  echo: { how: 'honoured', value: true, bad: 'yes', check: (r) => r.choices[0].text.startsWith('Once upon') },
+  frequency_penalty: { how: 'accepted', value: 0.5, bad: 3 },
+  logit_bias: { how: 'accepted', value: { 5: 1 }, bad: [] },
+  logprobs: { how: 'honoured', value: 2, bad: 6, check: (r) => r.choices[0].logprobs.tokens.length === r.usage.completion_tokens },
+  max_tokens: { how: 'honoured', value: 2, bad: 0, check: (r) => r.usage.completion_tokens === 2 },
+  n: { how: 'honoured', value: 2, bad: 0, check: (r) => r.choices.length === 2 },
+  presence_penalty: { how: 'accepted', value: 0.5, bad: 3 },
+  seed: { how: 'honoured', value: 7, bad: 'x' },
+  stop: { how: 'honoured', bad: 5 },
+  stream: { how: 'honoured', value: true, bad: 'yes' },
+  stream_options: { how: 'honoured', bad: 'x' },
+  suffix: { how: 'refused', value: '\n' }, // (models with FIM tokens fill the middle; neither server here has them)
+  temperature: { how: 'accepted', value: 0.5, bad: 3 },
+  top_p: { how: 'accepted', value: 0.9, bad: 2 },
+  user: { how: 'accepted', value: 'user-1', bad: 5 },
+};
+
+const MESSAGES_FIELDS = {
+  model: { how: 'honoured', bad: 5 },
+  messages: { how: 'honoured', bad: 'hi' },
+  max_tokens: { how: 'honoured', value: 2, bad: 0, check: (r) => r.usage.output_tokens === 2 && r.stop_reason === 'max_tokens' },
+  container: { how: 'refused', value: 'container_1' },
+  context_management: { how: 'refused', value: { edits: [] } },
+  mcp_servers: { how: 'refused', value: [{ type: 'url', url: 'https://example.com/mcp', name: 'x' }] },
+  metadata: { how: 'accepted', value: { user_id: 'u-1' }, bad: { user_id: 5 } },
+  service_tier: { how: 'accepted', value: 'auto', bad: 'priority' },
+  stop_sequences: { how: 'honoured', bad: 'x' },
+  stream: { how: 'honoured', value: true, bad: 'yes' },
+  system: { how: 'honoured', value: 'Be brief.', bad: 5, check: (r, base) => r.usage.input_tokens > base.usage.input_tokens },
+  temperature: { how: 'accepted', value: 0.5, bad: 1.5 },
+  thinking: { how: 'accepted', value: { type: 'disabled' }, bad: { type: 'sometimes' } },
+  tool_choice: { how: 'accepted', value: { type: 'auto' }, bad: { type: 'sometimes' } },
+  tools: { how: 'accepted', value: [{ name: 'f', input_schema: { type: 'object' } }], bad: [{ name: 5 }] },
+  top_k: { how: 'accepted', value: 5, bad: -1 },
+  top_p: { how: 'accepted', value: 0.9, bad: 2 },
+};
+
+// samplers and surfaces another change adds: until then accepted or refused by name
+const EITHER = ['dry_multiplier', 'dry_base', 'dry_allowed_length', 'dry_sequence_breakers', 'xtc_probability',
+  'xtc_threshold', 'typical_p', 'mirostat', 'mirostat_tau', 'mirostat_eta', 'return_token_ids'];
+const EITHER_VALUES = { dry_sequence_breakers: ['\n'], return_token_ids: true, mirostat: 2, dry_allowed_length: 2 };
+
+const namesField = (r, field, anthropic) => anthropic
+  ? r.json?.type === 'error' && r.json.error.message.startsWith(field)
+  : r.json?.error?.param === field || (r.json?.error?.param || '').startsWith(field + '.') || (r.json?.error?.param || '').startsWith(field + '[');
+
+async function walk(route, base, fields, anthropic) {
+  const headers = anthropic ? { 'anthropic-version': '2023-06-01' } : {};
+  const baseline = await post(route, base, headers);
+  assert.equal(baseline.status, 200, baseline.text);
+  for (const [field, spec] of Object.entries(fields)) {
+    if ('value' in spec) {
+      const r = await post(route, { ...base, [field]: spec.value }, headers);
+      if (spec.how === 'refused') {
+        assert.equal(r.status, 400, `${route} ${field}: ${r.text}`);
+        assert.ok(namesField(r, field, anthropic), `${route} ${field} refused without naming it: ${r.text}`);
+      } else {
+        assert.equal(r.status, 200, `${route} ${field}: ${r.text}`);
+        if (spec.check) assert.ok(spec.check(r.json || r.text, baseline.json), `${route} ${field} not honoured: ${r.text}`);
+      }
+    }
+    if ('bad' in spec) { // read, not ignored: a wrong value is refused naming the field
+      const body = { ...base, [field]: spec.bad };
+      if (field === 'top_logprobs') body.logprobs = true;
+      const r = await post(route, body, headers);
+      assert.ok(r.status === 400 || (field === 'model' && r.status === 404), `${route} ${field}=${JSON.stringify(spec.bad)}: ${r.status} ${r.text}`);
+      if (field !== 'model') assert.ok(namesField(r, field, anthropic), `${route} ${field}: ${r.text}`);
+    }
+  }
+  for (const field of EITHER) {
+    const r = await post(route, { ...base, [field]: EITHER_VALUES[field] ?? 0.5 }, headers);
+    assert.ok(r.status === 200 || (r.status === 400 && namesField(r, field, anthropic)), `${route} ${field}: ${r.text}`);
+  }
+  return baseline;
+}
+
+const sse = (text) => text.split('\n').filter((l) => l.startsWith('data: {')).map((l) => JSON.parse(l.slice(6)));
+
+test('every documented chat/completions field is honoured or refused by name', async () => {
+  const base = { model: modelId, messages: [{ role: 'user', content: 'Say something.' }], max_tokens: 8, temperature: 0, ignore_eos: true };
+  const baseline = await walk('/v1/chat/completions', base, CHAT_FIELDS, false);
+  const text = baseline.json.choices[0].message.content;
+  // stop: the reply ends before the first place the stop string would begin
+  const at = Math.floor(text.length / 2);
+  const stop = text.slice(at, at + 2);
+  if (stop.trim().length === 2) {
+    const r = await post('/v1/chat/completions', { ...base, stop: [stop] });
+    assert.equal(r.json.choices[0].message.content, text.slice(0, text.indexOf(stop)));
+    assert.equal(r.json.choices[0].finish_reason, 'stop');
+  }
+  // seed: the same seed samples the same reply
+  const s1 = await post('/v1/chat/completions', { ...base, temperature: 1, seed: 11 });
+  const s2 = await post('/v1/chat/completions', { ...base, temperature: 1, seed: 11 });
+  assert.equal(s1.json.choices[0].message.content, s2.json.choices[0].message.content);
+  // stream and stream_options
+  const st = await post('/v1/chat/completions', { ...base, stream: true, stream_options: { include_usage: true } });
+  assert.equal(st.status, 200);
+  const chunks = sse(st.text);
+  assert.equal(chunks.map((c) => c.choices[0]?.delta?.content || '').join(''), text);
+  assert.equal(chunks[chunks.length - 1].usage.completion_tokens, baseline.json.usage.completion_tokens);
+  // top_logprobs
+  const lp = await post('/v1/chat/completions', { ...base, logprobs: true, top_logprobs: 2 });
+  assert.ok(lp.json.choices[0].logprobs.content.every((e) => e.top_logprobs.length === 2), lp.text);
+});
+
+test('every documented completions field is honoured or refused by name', async () => {
+  const base = { model: modelId, prompt: 'Once upon a time', max_tokens: 8, temperature: 0, ignore_eos: true };
+  const baseline = await walk('/v1/completions', base, COMPLETION_FIELDS, false);
+  const text = baseline.json.choices[0].text;
+  const at = Math.floor(text.length / 2);
+  const stop = text.slice(at, at + 2);
+  if (stop.trim().length === 2) {
+    const r = await post('/v1/completions', { ...base, stop: [stop] });
+    assert.equal(r.json.choices[0].text, text.slice(0, text.indexOf(stop)));
+  }
+  const st = await post('/v1/completions', { ...base, stream: true, stream_options: { include_usage: true } });
+  const chunks = sse(st.text);
+  assert.equal(chunks.map((c) => c.choices[0]?.text || '').join(''), text);
+  assert.ok(chunks[chunks.length - 1].usage);
+  const s1 = await post('/v1/completions', { ...base, temperature: 1, seed: 11 });
+  const s2 = await post('/v1/completions', { ...base, temperature: 1, seed: 11 });
+  assert.equal(s1.json.choices[0].text, s2.json.choices[0].text);
+});
+
+test('every documented Anthropic messages field is honoured or refused by name', async () => {
+  const base = { model: modelId, messages: [{ role: 'user', content: 'Say something.' }], max_tokens: 8, temperature: 0 };
+  const baseline = await walk('/v1/messages', base, MESSAGES_FIELDS, true);
+  const text = baseline.json.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+  const at = Math.floor(text.length / 2);
+  const stop = text.slice(at, at + 2);
+  if (stop.trim().length === 2 && baseline.json.stop_reason === 'max_tokens') {
+    const r = await post('/v1/messages', { ...base, stop_sequences: [stop] }, { 'anthropic-version': '2023-06-01' });
+    assert.equal(r.json.stop_reason, 'stop_sequence', r.text);
+    assert.equal(r.json.stop_sequence, stop);
+  }
+  const st = await post('/v1/messages', { ...base, stream: true }, { 'anthropic-version': '2023-06-01' });
+  assert.equal(st.status, 200);
+  assert.match(st.text, /event: message_start/);
+  assert.match(st.text, /event: message_stop/);
+});
