@@ -439,6 +439,8 @@ static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server
   json_object_set_new(cap, "embeddings", json_boolean(e->embed && e->embed_dim > 0));
   if (e->embed && e->embed_dim > 0) json_object_set_new(cap, "embedding_dimensions", json_integer(e->embed_dim));
   json_object_set_new(cap, "signal", json_boolean(e->signal != NULL));
+  /* suffix on /v1/completions and POST /infill */
+  json_object_set_new(cap, "fill_in_the_middle", json_boolean(e->fim_prompt != NULL && e->generate_ids != NULL));
   json_object_set_new(cap, "adapters", json_boolean(e->adapter_list != NULL));
   json_t *media = json_array(); /* the kinds of media messages may hold */
   static const char *const kinds[] = {"image", "audio", "video"};

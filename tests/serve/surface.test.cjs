@@ -525,3 +525,20 @@ test('every documented Anthropic messages field is honoured or refused by name',
   assert.match(st.text, /event: message_start/);
   assert.match(st.text, /event: message_stop/);
 });
+
+test('parallel_tool_calls false keeps a reply\'s first call, whole and streamed', { skip: !FAKE }, async () => {
+  // the fake answers "[twocalls]" with two calls in Hermes syntax
+  const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object' } } },
+    { type: 'function', function: { name: 'get_time', parameters: { type: 'object' } } }];
+  const base = { model: modelId, messages: [{ role: 'user', content: 'Both, please. [twocalls]' }], tools, max_tokens: 200 };
+  const two = await post('/v1/chat/completions', base);
+  assert.equal(two.json.choices[0].message.tool_calls.length, 2, two.text);
+  const one = await post('/v1/chat/completions', { ...base, parallel_tool_calls: false });
+  assert.deepEqual(one.json.choices[0].message.tool_calls.map((c) => c.function.name), ['get_weather']);
+  assert.equal(one.json.choices[0].finish_reason, 'tool_calls');
+  const st = await post('/v1/chat/completions', { ...base, parallel_tool_calls: false, stream: true });
+  const calls = sse(st.text).flatMap((c) => c.choices[0]?.delta?.tool_calls || []);
+  assert.ok(calls.length > 0 && calls.every((c) => c.index === 0), st.text);
+  const cap = await (await fetch(srv.url + '/v1')).json();
+  assert.equal(cap.capabilities.fill_in_the_middle, false);
+});
