@@ -452,6 +452,17 @@ int anth_request_parse(const char *body, size_t len, bool count_only, serve_requ
     goto out;
   }
   if ((rc = parse_messages(root, req, f))) goto out;
+  /* A final assistant turn of text is a prefill: the model continues it, and the reply holds
+   * only the continuation (as Anthropic's API answers it). */
+  serve_message *last = req->nmessages > 0 ? &req->messages[req->nmessages - 1] : NULL;
+  if (last && !strcmp(last->role, "assistant") && !last->extra && !last->parts && last->content[0]) {
+    char end = last->content[strlen(last->content) - 1];
+    if (end == ' ' || end == '\t' || end == '\n' || end == '\r') {
+      rc = bad(f, "messages", "messages: final assistant content cannot end with trailing whitespace");
+      goto out;
+    }
+    req->continue_final_message = req->no_generation_prompt = true;
+  }
   if ((rc = parse_tools(root, req, f))) goto out;
   if (!count_only) rc = parse_sampling(root, &req->sampling, f);
 out:

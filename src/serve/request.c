@@ -541,16 +541,17 @@ static int refuse_unsupported(json_t *root, serve_fail *f) {
  * ends with an open generation prompt (the default), one that ends after its
  * last message, or one whose final message the model continues. */
 static int parse_prefill(json_t *root, serve_request *r, serve_fail *f) {
-  r->add_generation_prompt = true;
-  if (serve_json_bool(root, "add_generation_prompt", &r->add_generation_prompt, f) ||
+  bool add = true;
+  if (serve_json_bool(root, "add_generation_prompt", &add, f) ||
       serve_json_bool(root, "continue_final_message", &r->continue_final_message, f))
     return f->status;
+  r->no_generation_prompt = !add;
   if (r->continue_final_message) {
     if (json_is_true(json_object_get(root, "add_generation_prompt")))
       return serve_bad(f, "continue_final_message",
                        "'continue_final_message' and 'add_generation_prompt' cannot both be true: the model either "
                        "continues the final message or starts a new one");
-    r->add_generation_prompt = false;
+    r->no_generation_prompt = true;
   }
   return 0;
 }

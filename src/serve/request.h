@@ -73,7 +73,8 @@ typedef struct serve_request {
   char *user;              /* owned; NULL when absent */
   json_t *tools;           /* owned; NULL when none: [{"type":"function","function":{name, description?, parameters}}] */
   serve_tool_choice tool_choice;
-  bool add_generation_prompt;  /* chat: the template's generation prompt after the messages (default true) */
+  bool no_generation_prompt;   /* chat: add_generation_prompt false: no generation prompt after the messages
+                                * (false, the default of every protocol: the template's generation prompt) */
   bool one_tool_call;          /* chat: parallel_tool_calls false: at most one call in the reply */
   bool continue_final_message; /* chat: the model continues the final message (prefill); no generation prompt */
   char *tool_name;         /* owned: the function tool_choice names (SERVE_TOOLS_NAMED) */

@@ -1321,7 +1321,7 @@ static int render_prompt(serve_engine *e, const serve_request *req, char **promp
     }
   serve_chat_opts o = {.tools = req->tools,
                        .kwargs = req->template_kwargs,
-                       .no_generation_prompt = req->kind == SERVE_CHAT && !req->add_generation_prompt,
+                       .no_generation_prompt = req->no_generation_prompt,
                        .continue_final = req->continue_final_message};
   if (!e->render_chat(e->impl, req->messages, req->nmessages, &o, prompt, &err)) return 0;
   /* the template refusing these messages (raise_exception, a type error

@@ -542,3 +542,21 @@ test('parallel_tool_calls false keeps a reply\'s first call, whole and streamed'
   const cap = await (await fetch(srv.url + '/v1')).json();
   assert.equal(cap.capabilities.fill_in_the_middle, false);
 });
+
+test('Anthropic: a final assistant turn is a prefill the model continues, as the OpenAI continue_final_message', async () => {
+  const h = { 'anthropic-version': '2023-06-01' };
+  const a = await post('/v1/messages', { model: modelId, max_tokens: 8, temperature: 0, messages: PREFILL }, h);
+  assert.equal(a.status, 200, a.text);
+  const o = await post('/v1/chat/completions', { model: modelId, max_tokens: 8, temperature: 0, messages: PREFILL,
+    continue_final_message: true });
+  assert.equal(o.status, 200, o.text);
+  assert.equal(a.json.content.map((b) => b.text).join(''), o.json.choices[0].message.content);
+  assert.equal(a.json.usage.input_tokens + (a.json.usage.cache_read_input_tokens || 0), o.json.usage.prompt_tokens);
+  const ws = await post('/v1/messages', { model: modelId, max_tokens: 8, messages: [PREFILL[0], { role: 'assistant', content: 'Once upon ' }] }, h);
+  assert.equal(ws.status, 400, ws.text);
+  assert.match(ws.json.error.message, /^messages: final assistant content cannot end with trailing whitespace/);
+  // a conversation that ends with the user's turn still gets the generation prompt
+  const q = await post('/v1/messages', { model: modelId, max_tokens: 8, temperature: 0, messages: [PREFILL[0]] }, h);
+  const oq = await post('/v1/chat/completions', { model: modelId, max_tokens: 8, temperature: 0, messages: [PREFILL[0]] });
+  assert.equal(q.json.usage.input_tokens + (q.json.usage.cache_read_input_tokens || 0), oq.json.usage.prompt_tokens);
+});
