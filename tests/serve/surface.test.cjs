@@ -560,3 +560,50 @@ test('Anthropic: a final assistant turn is a prefill the model continues, as the
   const oq = await post('/v1/chat/completions', { model: modelId, max_tokens: 8, temperature: 0, messages: [PREFILL[0]] });
   assert.equal(q.json.usage.input_tokens + (q.json.usage.cache_read_input_tokens || 0), oq.json.usage.prompt_tokens);
 });
+
+test('fill-in-the-middle through `hearth serve`: the prompt is laid out token for token as llama.cpp\'s', { skip: FAKE }, async () => {
+  // models/default with three tokens of its vocabulary named <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>
+  const os = require('node:os');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hearth-fim-'));
+  const model = findModel();
+  for (const f of ['config.json', 'generation_config.json', 'model.safetensors', 'tokenizer_config.json'])
+    fs.symlinkSync(path.join(model, f), path.join(dir, f));
+  const tok = JSON.parse(fs.readFileSync(path.join(model, 'tokenizer.json'), 'utf8'));
+  const FIM = { pre: 4093, suf: 4094, mid: 4095 };
+  for (const [id, content] of [[FIM.pre, '<|fim_prefix|>'], [FIM.suf, '<|fim_suffix|>'], [FIM.mid, '<|fim_middle|>']])
+    tok.added_tokens.push({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: false });
+  fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tok));
+  const fim = await H.startServer(SERVER, ['serve', '--model', dir, '--port', '0', '--threads', '2']);
+  try {
+    const call = async (route, body) => {
+      const r = await fetch(fim.url + route, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+      const text = await r.text();
+      return { status: r.status, text, json: JSON.parse(text) };
+    };
+    assert.equal((await (await fetch(fim.url + '/v1')).json()).capabilities.fill_in_the_middle, true);
+    const ids = async (text) => (await call('/tokenize', { content: text })).json.tokens;
+    const bos = (await call('/tokenize', { content: '', add_special: true })).json.tokens; // [BOS]: the tokenizer adds one
+    assert.equal(bos.length, 1);
+    const prefix = 'def add(a, b):\n    ', suffix = '\n\nprint(add(1, 2))\n', middle = 'return';
+    // [BOS] <|fim_prefix|> prefix middle <|fim_suffix|> suffix <|fim_middle|>, each text tokenized alone
+    const want = [...bos, FIM.pre, ...await ids(prefix), ...await ids(middle), FIM.suf, ...await ids(suffix), FIM.mid];
+    const greedy = { temperature: 0, n_predict: 6, ignore_eos: true };
+    const inf = await call('/infill', { input_prefix: prefix, input_suffix: suffix, prompt: middle, ...greedy });
+    assert.equal(inf.status, 200, inf.text);
+    assert.equal(inf.json.tokens_evaluated, want.length);
+    const raw = await call('/v1/completions', { prompt: want, max_tokens: 6, temperature: 0, ignore_eos: true });
+    assert.equal(raw.status, 200, raw.text);
+    assert.equal(inf.json.content, raw.json.choices[0].text);
+    assert.equal(inf.json.tokens_predicted, 6);
+    // suffix on /v1/completions: the prompt is the prefix, nothing in the middle yet
+    const want2 = [...bos, FIM.pre, ...await ids(prefix), FIM.suf, ...await ids(suffix), FIM.mid];
+    const sfx = await call('/v1/completions', { prompt: prefix, suffix, max_tokens: 6, temperature: 0, ignore_eos: true });
+    assert.equal(sfx.status, 200, sfx.text);
+    assert.equal(sfx.json.usage.prompt_tokens, want2.length);
+    const raw2 = await call('/v1/completions', { prompt: want2, max_tokens: 6, temperature: 0, ignore_eos: true });
+    assert.equal(sfx.json.choices[0].text, raw2.json.choices[0].text);
+  } finally {
+    assert.equal(await H.stopServer(fim), 0);
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
