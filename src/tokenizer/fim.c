@@ -55,11 +55,17 @@ static void push(ids *a, const int32_t *v, size_t n) {
 
 static void push1(ids *a, int32_t id) { push(a, &id, 1); }
 
-/* text's tokens without special tokens parsed or added (llama.cpp's tokenize(..., false, false)) */
-static int tok(const tokenizer *t, const char *text, ids *out, herr *err) {
+/* text's tokens without special tokens parsed or added (llama.cpp's tokenize(..., false, false)),
+ * the FIM tokens' strings read as text too (llama.cpp makes them control tokens) */
+static int tok(const tokenizer *t, const tokenizer_fim *f, const char *text, ids *out, herr *err) {
+  int32_t lit[6];
+  size_t nlit = 0;
+  const int32_t all[6] = {f->pre, f->suf, f->mid, f->pad, f->rep, f->sep};
+  for (int i = 0; i < 6; i++)
+    if (all[i] >= 0) lit[nlit++] = all[i];
   int32_t *v = NULL;
   size_t n = 0;
-  int rc = tokenizer_encode(t, text, strlen(text), false, false, &v, &n, err);
+  int rc = tokenizer_encode_ex(t, text, strlen(text), false, false, lit, nlit, &v, &n, err);
   if (!rc) push(out, v, n);
   free(v);
   return rc;
@@ -87,12 +93,12 @@ int tokenizer_fim_prompt(const tokenizer *t, const tokenizer_fim *f, const char 
                                               "<|fim_suffix|>, <|fim_middle|> or their kin)");
   ids pre = {0}, suf = {0}, mid = {0}, ext = {0}, all = {0};
   int rc = 0;
-  if ((rc = tok(t, prefix ? prefix : "", &pre, err)) || (rc = tok(t, suffix ? suffix : "", &suf, err)) ||
-      (rc = tok(t, prompt ? prompt : "", &mid, err)))
+  if ((rc = tok(t, f, prefix ? prefix : "", &pre, err)) || (rc = tok(t, f, suffix ? suffix : "", &suf, err)) ||
+      (rc = tok(t, f, prompt ? prompt : "", &mid, err)))
     goto out;
   if (f->rep >= 0) {
     push1(&ext, f->rep);
-    if ((rc = tok(t, "myproject\n", &ext, err))) goto out;
+    if ((rc = tok(t, f, "myproject\n", &ext, err))) goto out;
   }
   for (int i = 0; i < n_extra; i++) {
     if (f->sep >= 0) {
@@ -106,16 +112,16 @@ int tokenizer_fim_prompt(const tokenizer *t, const tokenizer_fim *f, const char 
       memcpy(line, name, ln);
       memcpy(line + ln, "\n", 2);
       push1(&ext, f->sep);
-      rc = tok(t, line, &ext, err);
+      rc = tok(t, f, line, &ext, err);
       free(line);
     } else {
-      rc = tok(t, "\n\n--- snippet ---\n\n", &ext, err);
+      rc = tok(t, f, "\n\n--- snippet ---\n\n", &ext, err);
     }
-    if (rc || (rc = tok(t, extra[i].text ? extra[i].text : "", &ext, err))) goto out;
+    if (rc || (rc = tok(t, f, extra[i].text ? extra[i].text : "", &ext, err))) goto out;
   }
   if (f->sep >= 0) {
     push1(&ext, f->sep);
-    if ((rc = tok(t, "filename\n", &ext, err))) goto out;
+    if ((rc = tok(t, f, "filename\n", &ext, err))) goto out;
   }
   /* what fits, as llama.cpp takes it: prefix 3:1 suffix within a batch, the context before in the rest */
   int64_t batch = n_ctx > 0 && n_ctx < 2048 ? n_ctx : 2048;

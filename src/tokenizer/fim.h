@@ -35,7 +35,9 @@ typedef struct tokenizer_fim_chunk {
 } tokenizer_fim_chunk;
 
 /* The prompt llama.cpp's format_infill builds, token for token (texts
- * tokenized without special tokens parsed or added):
+ * tokenized without special tokens parsed or added, and the FIM tokens'
+ * strings in them read as text, as llama.cpp, which makes them control
+ * tokens, reads them):
  *   [REP] "myproject\n" ([SEP] filename "\n" text)... [SEP] "filename\n"   (with REP / SEP tokens;
  *        without SEP each chunk is "\n\n--- snippet ---\n\n" text)
  *   [BOS when the tokenizer adds one] PRE prefix prompt SUF suffix MID

@@ -1,8 +1,8 @@
 /* test_fim.c — fill-in-the-middle prompts (tokenizer/fim.h) on real
  * vocabularies: Qwen3's FIM and repository tokens found at their ids, the
  * prompt laid out token for token as llama.cpp's /infill lays it out (checked
- * against the ids assembled here and against its decoded text), llama.cpp's
- * truncation, DeepSeek V3's tokens and
+ * against the ids assembled here and against its decoded text), the FIM
+ * tokens' strings in the texts read as text, llama.cpp's truncation, DeepSeek V3's tokens and
  * BOS, and a vocabulary without FIM tokens refused. */
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +90,23 @@ static void test_qwen3(void) {
                      "<|fim_middle|>");
   free(text);
   free(ids);
+
+  /* a text that spells a FIM token is text (llama.cpp reads FIM tokens as control tokens):
+   * the prompt holds each FIM token once, and the spelled one decodes back as written */
+  CHECK(tokenizer_fim_prompt(t, &f, "x = '<|fim_middle|>'", "<|fim_suffix|>", "", NULL, 0, 32768, -1, &ids, &n, &e) == 0);
+  CHECK_EQ_INT(count(ids, n, 151660), 1);
+  CHECK_EQ_INT(count(ids, n, 151661), 1);
+  CHECK_EQ_INT(ids[n - 1], 151660);
+  text = decode(t, ids, n);
+  CHECK(strstr(text, "<|fim_prefix|>x = '<|fim_middle|>'<|fim_suffix|><|fim_suffix|><|fim_middle|>") != NULL);
+  free(text);
+  free(ids);
+  /* elsewhere the tokenizer reads them as Hugging Face does */
+  int32_t *plain = NULL;
+  size_t np = 0;
+  CHECK(tokenizer_encode(t, "<|fim_middle|>", 14, false, false, &plain, &np, &e) == 0);
+  CHECK(np == 1 && plain[0] == 151660);
+  free(plain);
 
   /* llama.cpp's budget: at a context of 1024 (its batch too) nothing before the prefix fits,
    * and of a long prefix the last 3/4 of the batch is kept */
