@@ -423,9 +423,9 @@ const MESSAGES_FIELDS = {
 };
 
 // samplers and surfaces another change adds: until then accepted or refused by name
-const EITHER = ['dry_multiplier', 'dry_base', 'dry_allowed_length', 'dry_sequence_breakers', 'xtc_probability',
+const EITHER = ['echo', 'dry_multiplier', 'dry_base', 'dry_allowed_length', 'dry_sequence_breakers', 'xtc_probability',
   'xtc_threshold', 'typical_p', 'mirostat', 'mirostat_tau', 'mirostat_eta', 'return_token_ids'];
-const EITHER_VALUES = { dry_sequence_breakers: ['\n'], return_token_ids: true, mirostat: 2, dry_allowed_length: 2 };
+const EITHER_VALUES = { dry_sequence_breakers: ['\n'], return_token_ids: true, mirostat: 2, dry_allowed_length: 2, echo: true };
 
 const namesField = (r, field, anthropic) => anthropic
   ? r.json?.type === 'error' && r.json.error.message.startsWith(field)
@@ -454,7 +454,7 @@ async function walk(route, base, fields, anthropic) {
       if (field !== 'model') assert.ok(namesField(r, field, anthropic), `${route} ${field}: ${r.text}`);
     }
   }
-  for (const field of EITHER) {
+  for (const field of EITHER.filter((k) => !(k in fields))) {
     const r = await post(route, { ...base, [field]: EITHER_VALUES[field] ?? 0.5 }, headers);
     assert.ok(r.status === 200 || (r.status === 400 && namesField(r, field, anthropic)), `${route} ${field}: ${r.text}`);
   }
