@@ -8,12 +8,16 @@
  * input, a window other than "24h", bad metadata), a bad JSONL line, a
  * duplicate custom_id and a url other than the endpoint each answered by an
  * error line while the good rows complete, the batch read back after a
- * reopen, a cancel of an ended batch refused, and a batch past its
+ * reopen, the rows generated at low priority, a cancel of an ended batch
+ * refused, an interactive request's X-Hearth-Priority checked, and a batch past its
  * completion window (the clock moved) ending expired with a batch_expired
  * line per row. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/file.h"
@@ -282,6 +286,8 @@ static void test_batch_store(void) {
   CHECK_EQ_INT(json_array_size(out), 2);
   CHECK_EQ_INT(json_array_size(errs), 4);
   CHECK(line_of(out, "one") && line_of(out, "two"));
+  /* the rows ran at low priority: one, two, and four (refused by the server before generating) */
+  CHECK_EQ_INT(atomic_load(&fake_low_priority), 2);
   json_t *bad = line_of(errs, NULL);
   CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(bad, "error"), "code")), "invalid_json_line");
   CHECK(strstr(json_string_value(json_object_get(json_object_get(bad, "error"), "message")), "line 2") != NULL);
@@ -338,9 +344,56 @@ out:
   free(dir);
 }
 
+/* X-Hearth-Priority: "low" reaches the engine as priority 1; another value is a 400 naming it. */
+static int post_status(int port, const char *extra_headers) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  const char *body = "{\"model\": \"default\", \"prompt\": \"hi\", \"max_tokens\": 2}";
+  char req[1024];
+  int n = snprintf(req, sizeof req,
+                   "POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n%sContent-Length: %zu\r\n\r\n%s",
+                   extra_headers, strlen(body), body);
+  if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
+    close(fd);
+    return -1;
+  }
+  char buf[4096];
+  ssize_t got = recv(fd, buf, sizeof buf - 1, MSG_WAITALL);
+  close(fd);
+  int code = -1;
+  if (got > 0) {
+    buf[got] = 0;
+    sscanf(buf, "HTTP/1.%*d %d", &code);
+  }
+  return code;
+}
+
+static void test_priority_header(void) {
+  serve_engine engine;
+  fake_engine_init(&engine);
+  serve_config cfg = {.host = "127.0.0.1", .served_names = (const char *[]){"default"}, .n_served_names = 1};
+  serve_server *srv = NULL;
+  herr e = {0};
+  CHECK_EQ_INT(serve_start(&srv, &engine, &cfg, &e), 0);
+  if (!srv) return;
+  int before = atomic_load(&fake_low_priority);
+  CHECK_EQ_INT(post_status(serve_port(srv), ""), 200);
+  CHECK_EQ_INT(atomic_load(&fake_low_priority), before);
+  CHECK_EQ_INT(post_status(serve_port(srv), "X-Hearth-Priority: low\r\n"), 200);
+  CHECK_EQ_INT(atomic_load(&fake_low_priority), before + 1);
+  CHECK_EQ_INT(post_status(serve_port(srv), "X-Hearth-Priority: urgent\r\n"), 400);
+  serve_stop(srv);
+}
+
 int main(void) {
   RUN(test_multipart);
   RUN(test_file_store);
   RUN(test_batch_store);
+  RUN(test_priority_header);
   TEST_MAIN_END();
 }
