@@ -629,6 +629,7 @@ typedef struct slot {
   int own_rc;
   herr own_err;
   bool started;           /* has a token or ended (under j->gen_mu): its copies may start */
+  double cum_logprob;     /* the sum of its tokens' logprobs (best_of ranks by it) */
   pthread_t thread;
   bool thread_started;
 } slot;
@@ -873,6 +874,7 @@ static int whole_token(void *ctx, const serve_token *tok) {
   slot *sl = ctx;
   job *j = sl->j;
   if (!sl->started) slot_started(sl);
+  if (!tok->flush) sl->cum_logprob += tok->logprob;
   if (j->responses) resp_reply_add(&j->rreply, tok);
   else if (j->anthropic) anth_reply_add(&j->areply, tok);
   else serve_reply_add(sl->reply, tok);
@@ -923,6 +925,33 @@ static void whole_watch(job *j, bool on) {
   pthread_mutex_unlock(&s->park_mu);
 }
 
+/* The choices a whole reply returns, into r / res: every slot, or with
+ * best_of > n the n of each prompt's best_of continuations with the highest
+ * cumulative logprob (best first; ties to the earlier copy), re-indexed
+ * prompt * n + k. Returns how many. */
+static int best_of_choices(job *j, serve_reply **r, serve_result *res) {
+  int n = j->req.n > 0 ? j->req.n : 1, copies = j->req.kind == SERVE_COMPLETION && j->req.best_of > n ? j->req.best_of : n;
+  if (copies == n || j->anthropic || j->responses) {
+    for (int i = 0; i < j->nslots; i++) r[i] = j->slots[i].reply, res[i] = *j->slots[i].result;
+    return j->nslots;
+  }
+  int out = 0;
+  for (int p = 0; p * copies < j->nslots; p++) {
+    slot *base = &j->slots[p * copies];
+    bool taken[SERVE_MAX_CHOICES] = {0};
+    for (int k = 0; k < n; k++) {
+      int best = -1;
+      for (int c = 0; c < copies; c++)
+        if (!taken[c] && (best < 0 || base[c].cum_logprob > base[best].cum_logprob)) best = c;
+      taken[best] = true;
+      base[best].reply->index = p * n + k;
+      r[out] = base[best].reply;
+      res[out++] = *base[best].result;
+    }
+  }
+  return out;
+}
+
 static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   for (int i = 0; j->req.echo && i < j->nslots; i++) hbuf_puts(&j->slots[i].reply->text, j->slots[i].text);
   job_prime(j, NULL);
@@ -946,8 +975,9 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
     } else {
       serve_reply **r = malloc(sizeof *r * (size_t)j->nslots);
       serve_result *res = malloc(sizeof *res * (size_t)j->nslots);
-      for (int i = 0; r && res && i < j->nslots; i++) r[i] = j->slots[i].reply, res[i] = *j->slots[i].result;
-      if (r && res) serve_reply_body_n(r, res, j->nslots, &j->usage, &body);
+      int nr = j->nslots;
+      if (r && res) nr = best_of_choices(j, r, res);
+      if (r && res) serve_reply_body_n(r, res, nr, &j->usage, &body);
       else body.oom = true;
       free(r);
       free(res);
@@ -1331,6 +1361,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   /* the choices: each prompt (a completion's prompt array; else the one) n times */
   int nprompts = kind == SERVE_COMPLETION && j->req.n_prompts > 1 ? j->req.n_prompts : 1;
   int copies = anth || j->responses || j->req.n < 1 ? 1 : j->req.n;
+  if (kind == SERVE_COMPLETION && !anth && !j->responses && j->req.best_of > copies) copies = j->req.best_of;
   j->nslots = nprompts * copies;
   j->slots = calloc((size_t)j->nslots, sizeof *j->slots);
   if (!j->slots) {
@@ -1435,6 +1466,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   for (int i = 0; i < j->nslots; i++) {
     slot *sl = &j->slots[i];
     sl->sampling = j->req.sampling;
+    if (j->req.best_of > j->req.n) sl->sampling.logprobs = true; /* best_of ranks by them */
     if (sl->sampling.has_seed && sl->copy > 0) sl->sampling.seed = hmix64(sl->sampling.seed + (uint64_t)sl->copy * HMIX64_GAMMA);
   }
   return j->req.stream ? answer_stream(c, j) : answer_whole(c, j);
