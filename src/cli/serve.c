@@ -88,7 +88,7 @@ static void serve_usage(void) {
          "                     that had not ended, without running their answered rows again. Without it\n"
          "                     the Batch API answers 400 batch_api_disabled\n"
          "  --max-file-size BYTES  the largest file /v1/files takes (default 200M; larger: 413)\n"
-         "  --batch-concurrency N  batch rows in flight at once (default 8); they run at low priority:\n"
+         "  --batch-concurrency N  batch rows in flight at once (default 8, at most 256); they run at low priority:\n"
          "                     the scheduler admits interactive requests before them\n"
          "BYTES accept a K, M or G suffix (powers of 1024).\n");
 }
@@ -154,7 +154,7 @@ int cli_serve(int argc, char **argv) {
       if (r < 0) return 2;
       if (!cli_parse_bytes(v, &max_file) || max_file < 1)
         return cli_usage_error("serve", "--max-file-size must be a byte count, not '%s'", v);
-    } else if ((r = cli_opt_int("serve", argc, argv, &i, "--batch-concurrency", 1, 1024, &batch_concurrency))) {
+    } else if ((r = cli_opt_int("serve", argc, argv, &i, "--batch-concurrency", 1, 256, &batch_concurrency))) {
       if (r < 0) return 2;
     } else if ((r = cli_opt(argc, argv, &i, "--adapter-dir", &adapter_dir))) {
       if (r < 0) return 2;

@@ -200,6 +200,7 @@ typedef struct run {
   FILE *out, *err; /* the batch's output and error lines, appended (under mu) */
   pthread_mutex_t mu;
   bool expired;    /* the completion window ended: no more rows are taken */
+  int64_t saved_at; /* when the batch's counts were last saved (under the store's mu) */
 } run;
 
 /* The codes of lines refused at validation: found again on a restart, never run. */
@@ -285,7 +286,11 @@ static void *worker_main(void *arg) {
     json_decref(o);
     pthread_mutex_lock(&bs->mu);
     count_add_locked(r->b, ok);
-    save_locked(bs, r->b);
+    int64_t t = (int64_t)time(NULL);
+    if (t != r->saved_at) { /* the counts on disk at most a second behind (a restart counts the lines again) */
+      save_locked(bs, r->b);
+      r->saved_at = t;
+    }
     pthread_mutex_unlock(&bs->mu);
   }
 }

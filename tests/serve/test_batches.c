@@ -344,7 +344,8 @@ out:
   free(dir);
 }
 
-/* X-Hearth-Priority: "low" reaches the engine as priority 1; another value is a 400 naming it. */
+/* X-Hearth-Priority: "low" reaches the engine as priority 1; another value is
+ * a 400 naming it. A state directory is held by one server at a time. */
 static int post_status(int port, const char *extra_headers) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -381,6 +382,19 @@ static void test_priority_header(void) {
   herr e = {0};
   CHECK_EQ_INT(serve_start(&srv, &engine, &cfg, &e), 0);
   if (!srv) return;
+  /* one server per state directory */
+  char *dir = tmpdir();
+  serve_server *a = NULL, *b = NULL;
+  serve_config sc = cfg;
+  sc.state_dir = dir;
+  CHECK_EQ_INT(serve_start(&a, &engine, &sc, &e), 0);
+  CHECK(serve_start(&b, &engine, &sc, &e) != 0);
+  CHECK(strstr(e.msg, "in use by another server") != NULL);
+  serve_stop(a);
+  CHECK_EQ_INT(serve_start(&b, &engine, &sc, &e), 0); /* free again once the first has stopped */
+  serve_stop(b);
+  if (dir) rmtree(dir);
+  free(dir);
   int before = atomic_load(&fake_low_priority);
   CHECK_EQ_INT(post_status(serve_port(srv), ""), 200);
   CHECK_EQ_INT(atomic_load(&fake_low_priority), before);
