@@ -11,10 +11,12 @@
 //     or file (404), and the Batch API without --state-dir;
 //   - cancel: a running batch goes cancelling → cancelled, the rows answered
 //     so far in its output file, a second cancel refused (409);
-//   - a restart mid-batch: the server killed (SIGKILL) while rows run, started
-//     again on the same state directory, the batch completes with every
-//     custom_id once, and (on the fake engine, which counts generations) the
-//     second server does not run again the rows the first one had answered.
+//   - a restart mid-batch: the server killed (SIGKILL) or stopped (SIGTERM:
+//     the drain cuts the rows in flight) while rows run, started again on the
+//     same state directory, the batch completes with every custom_id once, no
+//     row cut short by the stop kept, and (on the fake engine, which counts
+//     generations) the second server does not run again the rows the first
+//     one had answered.
 // Polls wait for states the server reports, never for a clock.
 //
 // HEARTH_E2E_SERVER  `hearth` (run as `hearth serve --model DIR`) or, with
@@ -228,34 +230,43 @@ test('cancel: cancelling, then cancelled with the rows answered so far', async (
   await assert.rejects(client.batches.cancel(b.id), (e) => e.status === 409);
 });
 
-test('a restart mid-batch resumes it: every custom_id once, answered rows not run again', async () => {
-  const dir = path.join(tmp, 'restart');
-  const first = await start(['--state-dir', dir, '--batch-concurrency', '2']);
-  const model = await modelName(first.client);
-  const N = 16;
-  const file = await upload(first.client, slowRows(model, N));
-  const b = await first.client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
-  const mid = await until(first.client, b.id, ['in_progress'], (x) => x.request_counts.completed >= 4);
-  await H.stopServer(first.srv, 'SIGKILL');
-  const answered = mid.request_counts.completed; // at least this many were on disk when it died
+for (const signal of ['SIGKILL', 'SIGTERM']) {
+  test(`a restart mid-batch (${signal}) resumes it: every custom_id once, answered rows not run again`, async () => {
+    const dir = path.join(tmp, `restart-${signal}`);
+    const first = await start(['--state-dir', dir, '--batch-concurrency', '2']);
+    const model = await modelName(first.client);
+    const N = 16;
+    const maxTokens = FAKE ? 25 : 48;
+    const file = await upload(first.client, slowRows(model, N));
+    const b = await first.client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    const mid = await until(first.client, b.id, ['in_progress'], (x) => x.request_counts.completed >= 4);
+    const code = await H.stopServer(first.srv, signal);
+    if (signal === 'SIGTERM') assert.equal(code, 0); // the drain cuts the rows in flight and exits
+    const answered = mid.request_counts.completed; // at least this many were on disk when it stopped
 
-  const second = await start(['--state-dir', dir, '--batch-concurrency', '2']);
-  const again = await second.client.batches.retrieve(b.id);
-  assert.equal(again.id, b.id);
-  const end = await until(second.client, b.id, ['completed']);
-  assert.deepEqual(end.request_counts, { total: N, completed: N, failed: 0 });
-  const out = await lines(second.client, end.output_file_id);
-  const ids = out.map((l) => l.custom_id).sort();
-  const want = [];
-  for (let i = 0; i < N; i++) want.push(`slow-${i}`);
-  assert.deepEqual(ids, want.sort());
-  assert.equal(end.error_file_id, null);
-  if (FAKE) { // the fake server reports its generations when it stops
-    const code = await H.stopServer(second.srv, 'SIGTERM');
-    assert.equal(code, 0);
-    const m = second.srv.log.match(/stopped \((\d+) generations/);
-    assert.ok(m, second.srv.log);
-    console.log(`restart: ${answered} answered before the kill, ${m[1]} run after`);
-    assert.ok(Number(m[1]) <= N - answered, `the second server ran ${m[1]} rows; ${answered} of ${N} were answered before`);
-  }
-});
+    const second = await start(['--state-dir', dir, '--batch-concurrency', '2']);
+    const again = await second.client.batches.retrieve(b.id);
+    assert.equal(again.id, b.id);
+    const end = await until(second.client, b.id, ['completed']);
+    assert.deepEqual(end.request_counts, { total: N, completed: N, failed: 0 });
+    const out = await lines(second.client, end.output_file_id);
+    const ids = out.map((l) => l.custom_id).sort();
+    const want = [];
+    for (let i = 0; i < N; i++) want.push(`slow-${i}`);
+    assert.deepEqual(ids, want.sort());
+    assert.equal(end.error_file_id, null);
+    // no row cut short by the stop was kept: each ran to its max_tokens (or its end)
+    for (const l of out) {
+      const c = l.response.body.choices[0];
+      assert.ok(c.finish_reason === 'stop' || l.response.body.usage.completion_tokens === maxTokens,
+        `${l.custom_id}: ${l.response.body.usage.completion_tokens} tokens, ${c.finish_reason}`);
+    }
+    if (FAKE) { // the fake server reports its generations when it stops
+      assert.equal(await H.stopServer(second.srv, 'SIGTERM'), 0);
+      const m = second.srv.log.match(/stopped \((\d+) generations/);
+      assert.ok(m, second.srv.log);
+      console.log(`restart (${signal}): ${answered} answered before the stop, ${m[1]} run after`);
+      assert.ok(Number(m[1]) <= N - answered, `the second server ran ${m[1]} rows; ${answered} of ${N} were answered before`);
+    }
+  });
+}
