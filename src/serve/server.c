@@ -2281,7 +2281,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                             "anthropic-dangerous-direct-browser-access, OpenAI-Organization, OpenAI-Project, "
                             "X-Stainless-Arch, X-Stainless-Lang, X-Stainless-OS, X-Stainless-Package-Version, "
                             "X-Stainless-Retry-Count, X-Stainless-Runtime, X-Stainless-Runtime-Version, "
-                            "X-Stainless-Timeout, X-Stainless-Helper-Method");
+                            "X-Stainless-Timeout, X-Stainless-Helper-Method, X-Hearth-Priority");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
     enum MHD_Result rc = MHD_queue_response(c, 204, resp);
     MHD_destroy_response(resp);
