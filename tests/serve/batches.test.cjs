@@ -11,6 +11,8 @@
 //     or file (404), and the Batch API without --state-dir;
 //   - cancel: a running batch goes cancelling → cancelled, the rows answered
 //     so far in its output file, a second cancel refused (409);
+//   - priority (a real model, --max-batch 1): an interactive request sent
+//     mid-batch goes before the batch rows waiting in the scheduler;
 //   - a restart mid-batch: the server killed (SIGKILL) or stopped (SIGTERM:
 //     the drain cuts the rows in flight) while rows run, started again on the
 //     same state directory, the batch completes with every custom_id once, no
@@ -228,6 +230,29 @@ test('cancel: cancelling, then cancelled with the rows answered so far', async (
   assert.equal(out.length, end.request_counts.completed);
   assert.equal(new Set(out.map((l) => l.custom_id)).size, out.length);
   await assert.rejects(client.batches.cancel(b.id), (e) => e.status === 409);
+});
+
+// With room for one running sequence and three rows in flight, an
+// interactive request sent mid-batch is admitted as soon as the running row
+// ends, ahead of the two rows waiting before it: while it is answered, at most
+// the row running when it came (and one that ended as it was sent) complete.
+// In arrival order the two waiting rows would finish first (three or more).
+test('an interactive request is admitted before the waiting batch rows', { skip: FAKE }, async () => {
+  const { srv, client } = await start(['--state-dir', path.join(tmp, 'priority'), '--max-batch', '1', '--batch-concurrency', '3']);
+  const model = await modelName(client);
+  const rows = [];
+  for (let i = 0; i < 12; i++)
+    rows.push(JSON.stringify({ custom_id: `p-${i}`, method: 'POST', url: '/v1/completions',
+      body: { model, prompt: `Row ${i}:`, max_tokens: 500, temperature: 0, ignore_eos: true } }));
+  const file = await upload(client, rows);
+  const b = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/completions', completion_window: '24h' });
+  const before = await until(client, b.id, ['in_progress'], (x) => x.request_counts.completed >= 1);
+  await client.completions.create({ model, prompt: 'Hello', max_tokens: 4, temperature: 0 });
+  const after = await client.batches.retrieve(b.id);
+  const during = after.request_counts.completed - before.request_counts.completed;
+  assert.ok(during <= 2, `${during} batch rows completed while the interactive request waited and ran:\n${srv.log.slice(-3000)}`);
+  await client.batches.cancel(b.id);
+  await until(client, b.id, ['cancelled']);
 });
 
 for (const signal of ['SIGKILL', 'SIGTERM']) {
