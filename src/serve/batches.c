@@ -319,7 +319,7 @@ static void finalize_locked(batch_store *bs, bentry *b, const char *status, cons
       snprintf(name, sizeof name, "%s%s", id, names[k]);
       json_t *fo = NULL;
       herr err = {0};
-      if (file_store_adopt(bs->files, p, name, k == 0 ? "batch_output" : "batch_output", &fo, &err))
+      if (file_store_adopt(bs->files, p, name, "batch_output", &fo, &err))
         HLOG_WARN("batches: %s: %s", id, err.msg);
       else json_object_set(b->obj, keys[k], json_object_get(fo, "id"));
       json_decref(fo);
