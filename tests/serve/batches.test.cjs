@@ -71,10 +71,10 @@ async function modelName(client) {
   return FAKE ? 'default' : (await client.models.list()).data[0].id;
 }
 
-function row(model, id, content, maxTokens = 6) {
+function row(model, id, content, maxTokens = 6, extra = {}) {
   return JSON.stringify({
     custom_id: id, method: 'POST', url: '/v1/chat/completions',
-    body: { model, messages: [{ role: 'user', content }], max_tokens: maxTokens, temperature: 0 },
+    body: { model, messages: [{ role: 'user', content }], max_tokens: maxTokens, temperature: 0, ...extra },
   });
 }
 
@@ -206,10 +206,12 @@ test('refusals: purpose, input file, window, endpoint, size, unknown ids, no sta
 });
 
 // Rows long enough to be caught running: the fake engine's "[slow]" tokens
-// come 10 ms apart; a real model makes more of them.
+// come 10 ms apart; a real model makes many more of them, past its EOS.
+const SLOW_TOKENS = FAKE ? 25 : 400;
 function slowRows(model, n) {
   const out = [];
-  for (let i = 0; i < n; i++) out.push(row(model, `slow-${i}`, FAKE ? `[slow] row ${i}` : `Count from ${i} upwards.`, FAKE ? 25 : 48));
+  for (let i = 0; i < n; i++)
+    out.push(row(model, `slow-${i}`, FAKE ? `[slow] row ${i}` : `Count from ${i} upwards.`, SLOW_TOKENS, FAKE ? {} : { ignore_eos: true }));
   return out;
 }
 
@@ -261,7 +263,7 @@ for (const signal of ['SIGKILL', 'SIGTERM']) {
     const first = await start(['--state-dir', dir, '--batch-concurrency', '2']);
     const model = await modelName(first.client);
     const N = 16;
-    const maxTokens = FAKE ? 25 : 48;
+    const maxTokens = SLOW_TOKENS;
     const file = await upload(first.client, slowRows(model, N));
     const b = await first.client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
     const mid = await until(first.client, b.id, ['in_progress'], (x) => x.request_counts.completed >= 4);
