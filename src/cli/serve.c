@@ -20,9 +20,11 @@ static void serve_usage(void) {
          "                    [--responses-max N] [--responses-max-bytes BYTES] [--responses-ttl SECONDS]\n"
          "                    [--kv-store DIR] [--kv-store-max BYTES] [--drain-timeout SECONDS] [--header-timeout SECONDS]\n"
          "                    [--adapter NAME=DIR]... [--adapter-dir DIR] [--allow-local-media] [--allow-remote-media]\n"
-         "                    [--allow-private-media-hosts] [--max-media-bytes BYTES]\n\n"
+         "                    [--allow-private-media-hosts] [--max-media-bytes BYTES]\n"
+         "                    [--state-dir DIR] [--max-file-size BYTES] [--batch-concurrency N]\n\n"
          "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
          "/v1/messages (Anthropic), /v1/models, /v1/embeddings, /v1/signal, /v1/adapters,\n"
+         "/v1/files and /v1/batches (the Batch API, with --state-dir),\n"
          "/tokenize, /detokenize, /infill, /fit, /health, /stats, /metrics, /v1 (every route) and a chat page at /. Concurrent requests are\n"
          "batched into shared forward steps (continuous batching, paged KV cache,\n"
          "automatic prefix caching).\n\n"
@@ -81,12 +83,21 @@ static void serve_usage(void) {
          "                     100.64/10, fc00::/7), link-local (169.254/16, fe80::/10) and other\n"
          "                     non-public addresses: only where every client may reach them\n"
          "  --max-media-bytes BYTES  the largest encoded image, sound or video (default 32M)\n"
+         "  --state-dir DIR    the OpenAI Batch API (/v1/files, /v1/batches) keeps its files and batches in\n"
+         "                     DIR (made when missing; one server per DIR); a restart resumes the batches\n"
+         "                     that had not ended, without running their answered rows again. Without it\n"
+         "                     the Batch API answers 400 batch_api_disabled\n"
+         "  --max-file-size BYTES  the largest file /v1/files takes (default 200M; larger: 413)\n"
+         "  --batch-concurrency N  batch rows in flight at once (default 8, at most 256); they run at low priority:\n"
+         "                     the scheduler admits interactive requests before them\n"
          "BYTES accept a K, M or G suffix (powers of 1024).\n");
 }
 
 int cli_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = getenv("HEARTH_API_KEY"), *v;
   const char *names[64], *cors = NULL, *trace_file = NULL, *kv_store = NULL, *adapters[64], *adapter_dir = NULL;
+  const char *state_dir = NULL;
+  long long max_file = 0, batch_concurrency = 0;
   int nnames = 0, nadapters = 0;
   long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, step_tokens = 0, kv_mem = 0, budget = 0, trace_max = 0;
   long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600, kv_store_max = 0, drain_timeout = 30;
@@ -136,6 +147,15 @@ int cli_serve(int argc, char **argv) {
       if (!eq || eq == v || !eq[1]) return cli_usage_error("serve", "--adapter takes NAME=DIR, not '%s'", v);
       if (nadapters == (int)(sizeof adapters / sizeof adapters[0])) return cli_usage_error("serve", "too many --adapter");
       adapters[nadapters++] = v;
+    } else if ((r = cli_opt(argc, argv, &i, "--state-dir", &state_dir))) {
+      if (r < 0) return 2;
+      if (!state_dir[0]) return cli_usage_error("serve", "--state-dir must not be empty");
+    } else if ((r = cli_opt(argc, argv, &i, "--max-file-size", &v))) {
+      if (r < 0) return 2;
+      if (!cli_parse_bytes(v, &max_file) || max_file < 1)
+        return cli_usage_error("serve", "--max-file-size must be a byte count, not '%s'", v);
+    } else if ((r = cli_opt_int("serve", argc, argv, &i, "--batch-concurrency", 1, 256, &batch_concurrency))) {
+      if (r < 0) return 2;
     } else if ((r = cli_opt(argc, argv, &i, "--adapter-dir", &adapter_dir))) {
       if (r < 0) return 2;
       if (!adapter_dir[0]) return cli_usage_error("serve", "--adapter-dir must not be empty");
@@ -228,7 +248,8 @@ int cli_serve(int argc, char **argv) {
                       .served_names = names, .n_served_names = nnames, .cors_origin = cors,
                       .responses_max = (size_t)resp_max, .responses_max_bytes = (size_t)resp_bytes,
                       .responses_ttl_s = resp_ttl ? resp_ttl : -1, .adapter_dir = adapter_dir,
-                      .header_timeout_s = (int)header_timeout};
+                      .header_timeout_s = (int)header_timeout, .state_dir = state_dir,
+                      .max_file_bytes = (size_t)max_file, .batch_concurrency = (int)batch_concurrency};
   serve_server *srv;
   if (serve_start(&srv, &engine, &cfg, &err)) {
     serve_engine_close(&engine);

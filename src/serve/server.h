@@ -32,6 +32,13 @@ typedef struct serve_config {
   int64_t responses_ttl_s;    /* ... kept this long; 0: one hour; < 0: no expiry */
   const char *adapter_dir;    /* borrowed; NULL: POST /v1/adapters refuses every path (403). Else adapters load
                                * over the API only from folders inside it (adapters_resolve) */
+  const char *state_dir;      /* borrowed; NULL: the Batch API (/v1/files, /v1/batches) is refused (400
+                               * batch_api_disabled). Else its files and batches are kept in this folder
+                               * (made when missing; one server at a time: a second one is refused),
+                               * and a restart resumes the batches that had not ended */
+  size_t max_file_bytes;      /* an uploaded file's size at most; 0: 200 MiB (OpenAI's limit) */
+  int batch_concurrency;      /* batch rows in flight at once; 0: 8. They run at low priority: the
+                               * scheduler admits interactive requests before them */
 } serve_config;
 
 typedef struct serve_server serve_server;

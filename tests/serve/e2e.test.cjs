@@ -365,6 +365,19 @@ test('n > 1 with a seed: the copies differ, and the same seed repeats them', asy
   assert.equal(a.choices[0].text, lone.choices[0].text);
 });
 
+// best_of draws its continuations as n = best_of would (the same seeds), and
+// returns the n of them with the highest cumulative logprob, best first.
+test('best_of with n returns the n continuations of highest cumulative logprob', { skip: FAKE }, async () => {
+  const p = { prompt: 'Once upon a time', max_tokens: 8, temperature: 1, seed: 11, logprobs: 1 };
+  const all = await client.completions.create({ ...p, n: 4 });
+  const sum = (c) => c.logprobs.token_logprobs.reduce((a, b) => a + b, 0);
+  const ranked = all.choices.map((c) => ({ text: c.text, lp: sum(c) })).sort((a, b) => b.lp - a.lp);
+  const best = await client.completions.create({ ...p, n: 2, best_of: 4 });
+  assert.deepEqual(best.choices.map((c) => c.index), [0, 1]);
+  assert.deepEqual(best.choices.map((c) => c.text), ranked.slice(0, 2).map((c) => c.text));
+  assert.equal(best.usage.completion_tokens, all.usage.completion_tokens); // every continuation counts
+});
+
 test('the copies of n > 1 share the prompt through the prefix cache', { skip: FAKE }, async () => {
   const stats = async () => (await (await fetch(main.url + '/stats')).json());
   const prompt = 'A long prompt about lighthouses, ' + 'the sea, the rocks and the keepers who watched them, '.repeat(6);
@@ -380,7 +393,9 @@ test('the copies of n > 1 share the prompt through the prefix cache', { skip: FA
 
 test('n and prompt arrays are checked by name', async () => {
   const postj = (p, body) => post(main, p, JSON.stringify(body));
-  await expectError(await postj('/v1/completions', { prompt: 'x', n: 2, best_of: 3 }), 400, { param: 'best_of' });
+  await expectError(await postj('/v1/completions', { prompt: 'x', n: 3, best_of: 2 }), 400, { param: 'best_of' });
+  await expectError(await postj('/v1/completions', { prompt: 'x', n: 1, best_of: 2, stream: true }), 400, { param: 'best_of' });
+  await expectError(await postj('/v1/chat/completions', { messages: MSGS, n: 1, best_of: 2 }), 400, { param: 'best_of' });
   await expectError(await postj('/v1/completions', { prompt: 'x', n: 0 }), 400, { param: 'n' });
   await expectError(await postj('/v1/completions', { prompt: 'x', n: 1000 }), 400, { param: 'n' });
   await expectError(await postj('/v1/completions', { prompt: ['x', 5] }), 400, { param: 'prompt[1]' });
