@@ -1309,6 +1309,66 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
   return queue(c, 200, resp);
 }
 
+/* The generic tool-call format (a template without a call syntax of its own):
+ * the tools and the shape of a call, as llama.cpp's generic handler tells
+ * them, for the system message. Appended to b. */
+static void generic_tools_text(const json_t *tools, hbuf *b) {
+  hbuf_puts(b, "You can call these tools (each with its JSON schema of arguments):\n");
+  size_t i;
+  json_t *t;
+  json_array_foreach(tools, i, t) {
+    json_t *fn = json_object_get(t, "function");
+    json_t *one = json_object();
+    json_object_set(one, "name", json_object_get(fn, "name"));
+    if (json_object_get(fn, "description")) json_object_set(one, "description", json_object_get(fn, "description"));
+    json_t *params = json_object_get(fn, "parameters");
+    json_object_set_new(one, "parameters", params ? json_incref(params) : json_pack("{s:s}", "type", "object"));
+    char *js = json_dumps(one, JSON_COMPACT);
+    json_decref(one);
+    if (!js) {
+      b->oom = true;
+      return;
+    }
+    hbuf_printf(b, "%s\n", js);
+    free(js);
+  }
+  hbuf_puts(b, "To call tools, reply with only a JSON object of this shape, the arguments following the tool's "
+               "schema:\n{\"tool_calls\": [{\"name\": \"TOOL_NAME\", \"arguments\": {...}}]}");
+}
+
+/* The messages a chat is rendered from when the model uses the generic
+ * tool-call format and its template does not render tools: the request's,
+ * with the tools' description appended to the leading system message (or a
+ * system message of it put first). *msgs (borrowing the request's strings)
+ * and *sys owned by the caller; *msgs NULL when the request's own are used.
+ * Nonzero only when out of memory. */
+static int generic_tools_messages(const serve_engine *e, const serve_request *req, serve_message **msgs, int *nmsgs,
+                                  char **sys) {
+  *msgs = NULL;
+  *sys = NULL;
+  if (e->tool_format != TC_GENERIC || e->template_tools || !json_array_size(req->tools) ||
+      req->tool_choice == SERVE_TOOLS_NONE)
+    return 0;
+  bool merge = req->nmessages > 0 && !strcmp(req->messages[0].role, "system") && !req->messages[0].parts;
+  hbuf b = {0};
+  if (merge && req->messages[0].content[0]) hbuf_printf(&b, "%s\n\n", req->messages[0].content);
+  generic_tools_text(req->tools, &b);
+  int n = req->nmessages + (merge ? 0 : 1);
+  serve_message *m = calloc((size_t)n, sizeof *m);
+  if (!m || b.oom) {
+    free(m);
+    hbuf_free(&b);
+    return -1;
+  }
+  memcpy(m + (merge ? 0 : 1), req->messages, (size_t)req->nmessages * sizeof *m);
+  if (!merge) m[0].extra = m[0].parts = NULL;
+  m[0].role = (char *)"system";
+  m[0].content = *sys = hbuf_take(&b);
+  *msgs = m;
+  *nmsgs = n;
+  return 0;
+}
+
 /* Renders a chat request's messages with the model's template into *prompt. */
 static int render_prompt(serve_engine *e, const serve_request *req, char **prompt, serve_fail *f) {
   herr err = {0};
@@ -1323,7 +1383,15 @@ static int render_prompt(serve_engine *e, const serve_request *req, char **promp
                        .kwargs = req->template_kwargs,
                        .no_generation_prompt = req->no_generation_prompt,
                        .continue_final = req->continue_final_message};
-  if (!e->render_chat(e->impl, req->messages, req->nmessages, &o, prompt, &err)) return 0;
+  serve_message *msgs = NULL;
+  char *sys = NULL;
+  int nmsgs = req->nmessages;
+  if (generic_tools_messages(e, req, &msgs, &nmsgs, &sys))
+    return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  int rc = e->render_chat(e->impl, msgs ? msgs : req->messages, nmsgs, &o, prompt, &err);
+  free(msgs);
+  free(sys);
+  if (!rc) return 0;
   /* the template refusing these messages (raise_exception, a type error
    * on what was sent, a render limit) is the client's to fix; a template
    * that cannot be loaded or uses what the engine lacks is the server's */
