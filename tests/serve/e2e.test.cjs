@@ -433,6 +433,59 @@ test('API key and body limit', async () => {
   await assert.rejects(c.chat.completions.create({ messages: [{ role: 'user', content: 'y'.repeat(5000) }] }), (e) => e.status === 413);
 });
 
+// Raw HTTP: what the server's handler refuses is answered in the OpenAI error
+// shape, one header block, JSON; what libmicrohttpd refuses before the handler
+// sees the request keeps its status (README: "HTTP errors libmicrohttpd answers").
+function rawHttp(srv, bytes) {
+  const net = require('node:net');
+  const u = new URL(srv.url);
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(Number(u.port), u.hostname, () => sock.write(bytes));
+    const chunks = [];
+    sock.on('data', (d) => chunks.push(d));
+    sock.on('error', reject);
+    sock.on('close', () => resolve(Buffer.concat(chunks).toString('latin1')));
+    sock.setTimeout(10000, () => sock.destroy());
+  });
+}
+
+test('raw HTTP: the handler\'s 4xx are JSON with one header block', async () => {
+  const host = 'Host: x\r\nConnection: close\r\n';
+  const cases = [
+    [main, `GET /nope HTTP/1.1\r\n${host}\r\n`, 404, 'not_found'],
+    [main, `PATCH /v1/chat/completions HTTP/1.1\r\n${host}\r\n`, 405, 'method_not_allowed'],
+    [main, `FOO /v1/models HTTP/1.1\r\n${host}\r\n`, 405, 'method_not_allowed'],
+    [guarded, `POST /v1/chat/completions HTTP/1.1\r\n${host}Authorization: Bearer ${KEY}\r\nContent-Length: 99999999\r\n\r\n`, 413, 'request_too_large'],
+    [guarded, `POST /v1/chat/completions HTTP/1.1\r\n${host}Authorization: Bearer ${KEY}\r\nContent-Length: 99999999\r\nExpect: 100-continue\r\n\r\n`, 413, 'request_too_large'],
+    [guarded, `GET /v1/models HTTP/1.1\r\n${host}\r\n`, 401, 'invalid_api_key'],
+    [main, `POST /v1/chat/completions HTTP/1.1\r\n${host}Content-Length: 3\r\n\r\n{x}`, 400, null],
+  ];
+  for (const [srv, req, status, code] of cases) {
+    const res = await rawHttp(srv, req);
+    const label = JSON.stringify(req.slice(0, 60));
+    const [head, ...rest] = res.split('\r\n\r\n');
+    const body = rest.join('\r\n\r\n');
+    assert.match(head, new RegExp(`^HTTP/1\\.1 ${status} `), `${label}: ${res.slice(0, 200)}`);
+    assert.equal((res.match(/^HTTP\/1\.1 /gm) || []).length, 1, `${label}: one status line: ${res}`);
+    assert.match(head, /\r\nContent-Type: application\/json/i, label);
+    const len = Number(/\r\nContent-Length: (\d+)/i.exec(head)?.[1]);
+    assert.equal(Buffer.byteLength(body, 'latin1'), len, `${label}: the body is Content-Length bytes`);
+    const j = JSON.parse(body);
+    assert.equal(typeof j.error.message, 'string', label);
+    assert.ok(j.error.type, label);
+    if (code) assert.equal(j.error.code, code, label);
+  }
+  // refused by libmicrohttpd before the handler: its status, then the connection closes
+  for (const [req, status] of [
+    ['GET /v1/models HTTP/2.5\r\nHost: x\r\n\r\n', 505],
+    [`GET /v1/models HTTP/1.1\r\nHost: x\r\nX: ${'a'.repeat(40000)}\r\n\r\n`, 431],
+    ['GET /v1/models HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n', 400],
+  ]) {
+    const res = await rawHttp(main, req);
+    assert.match(res, new RegExp(`^HTTP/1\\.1 ${status} `), res.slice(0, 200));
+  }
+});
+
 test('health, index and chat page', async () => {
   const h = await (await fetch(main.url + '/health')).json();
   assert.equal(h.status, 'ok');
