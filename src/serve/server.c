@@ -24,7 +24,7 @@
  * request head (request line and headers) is not all in header_timeout_s
  * (10 s) after it opened — or after its previous answer, plus the idle
  * limit — is closed by the watcher however steadily its bytes trickle in
- * (heads_expire), and a request body that stalls for BODY_TIMEOUT_S is
+ * (heads_expire), and a request body that stalls for body_timeout_s (60 s) is
  * dropped, so idle or slow sockets cannot lock others out (/health keeps
  * answering). A refusal
  * decided from the headers (route, method, key, size) is answered before any
@@ -85,7 +85,7 @@
 #define DEFAULT_IDLE_TIMEOUT_S 10
 #define DEFAULT_HEADER_TIMEOUT_S 10
 #define HEAD_SCAN_S 0.1            /* the watcher looks for late request heads this often */
-#define BODY_TIMEOUT_S 60          /* a request body that stalls this long is dropped */
+#define DEFAULT_BODY_TIMEOUT_S 60  /* a request body that stalls this long is dropped */
 #define DRAIN_GRACE_S 10           /* after a drain cuts the generations, what is in flight gets this long */
 #define POLL_THREADS 4             /* libmicrohttpd's polling threads (each an epoll loop over its connections) */
 
@@ -130,6 +130,7 @@ struct serve_server {
   pthread_mutex_t head_mu;
   struct head_watch *heads; /* borrowed: each is its connection's socket context */
   int header_timeout_s;
+  int body_timeout_s;
   double next_head_scan;    /* the watcher's own */
 };
 
@@ -2383,8 +2384,8 @@ static enum MHD_Result on_request_in(void *cls, struct MHD_Connection *c, const 
      * sends "100 Continue" or reads a byte of the body; the connection is
      * then closed. */
     if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, cn->anthropic);
-    /* headers are in: the body may take its time, up to BODY_TIMEOUT_S of silence */
-    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)BODY_TIMEOUT_S);
+    /* headers are in: the body may take its time, up to body_timeout_s of silence */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->body_timeout_s);
     return MHD_YES;
   }
   if (*upload_size) {
@@ -2536,6 +2537,7 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
                         : max_conn / PER_CLIENT_SHARE > 0 ? max_conn / PER_CLIENT_SHARE
                                                           : 1;
   s->header_timeout_s = cfg->header_timeout_s > 0 ? cfg->header_timeout_s : DEFAULT_HEADER_TIMEOUT_S;
+  s->body_timeout_s = cfg->body_timeout_s > 0 ? cfg->body_timeout_s : DEFAULT_BODY_TIMEOUT_S;
   raise_fd_limit(max_conn + 64);
   pthread_mutex_init(&s->engine_lock, NULL);
   pthread_mutex_init(&s->jobs_mu, NULL);

@@ -486,6 +486,47 @@ test('raw HTTP: the handler\'s 4xx are JSON with one header block', async () => 
   }
 });
 
+// The connection limits as flags: a client address past its share is
+// refused at once, an idle connection and a stalled body are closed.
+test('--max-connections-per-address, --idle-timeout, --body-timeout', { timeout: 120000 }, async () => {
+  const net = require('node:net');
+  const srv = await startServer(['--max-connections-per-address', '2', '--idle-timeout', '2', '--body-timeout', '2']);
+  try {
+    const u = new URL(srv.url);
+    const open = () => new Promise((resolve, reject) => {
+      const s = net.connect(Number(u.port), u.hostname, () => resolve(s));
+      s.on('error', reject);
+      s.ended = new Promise((r) => s.on('close', r));
+      s.got = '';
+      s.on('data', (d) => { s.got += d.toString('latin1'); });
+    });
+    const a = await open(), b = await open();
+    await new Promise((r) => setTimeout(r, 200)); // both accepted by the server
+    const c = await open();
+    // the third from this address is closed without an answer while the first two stay open
+    await c.ended;
+    assert.equal(c.got, '');
+    assert.equal(a.destroyed, false);
+    // the first two, idle, are closed by --idle-timeout (2 s), before the default 10 s
+    const t0 = Date.now();
+    await Promise.all([a.ended, b.ended]);
+    assert.equal(a.got, '');
+    assert.ok(Date.now() - t0 < 9500, `idle connections closed after ${Date.now() - t0} ms`);
+    // a body that stalls is dropped by --body-timeout (2 s)
+    const d = await open();
+    d.write('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"mess');
+    const t1 = Date.now();
+    await d.ended;
+    assert.ok(!/^HTTP\/1\.1 200/.test(d.got), d.got);
+    assert.ok(Date.now() - t1 < 30000, `a stalled body dropped after ${Date.now() - t1} ms (default 60 s)`);
+    // and the server answers the next client
+    const h = await fetch(srv.url + '/health');
+    assert.equal(h.status, 200);
+  } finally {
+    await stopServer(srv);
+  }
+});
+
 test('health, index and chat page', async () => {
   const h = await (await fetch(main.url + '/health')).json();
   assert.equal(h.status, 'ok');

@@ -32,6 +32,10 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--drain-timeout") == 0) drain_timeout = strtod(argv[i + 1], NULL);
     else if (strcmp(argv[i], "--fim") == 0) fim = atoi(argv[i + 1]) != 0;
     else if (strcmp(argv[i], "--responses-max") == 0) cfg.responses_max = (size_t)strtoull(argv[i + 1], NULL, 10);
+    else if (strcmp(argv[i], "--max-connections") == 0) cfg.max_connections = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--max-connections-per-address") == 0) cfg.max_per_client = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--idle-timeout") == 0) cfg.idle_timeout_s = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--body-timeout") == 0) cfg.body_timeout_s = atoi(argv[i + 1]);
   }
   cfg.served_names = names;
   cfg.n_served_names = names_n;
