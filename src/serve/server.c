@@ -1340,20 +1340,29 @@ static void generic_tools_text(const json_t *tools, hbuf *b) {
 /* The messages a chat is rendered from when the model uses the generic
  * tool-call format and its template does not render tools: the request's,
  * with the tools' description appended to the leading system message (or a
- * system message of it put first). *msgs (borrowing the request's strings)
- * and *sys owned by the caller; *msgs NULL when the request's own are used.
- * Nonzero only when out of memory. */
-static int generic_tools_messages(const serve_engine *e, const serve_request *req, serve_message **msgs, int *nmsgs,
-                                  char **sys) {
+ * system message of it put first); in_user (for templates that refuse a
+ * system role): put before the first user message's text instead. *msgs
+ * (borrowing the request's strings) and *sys owned by the caller; *msgs NULL
+ * when the request's own are used. Nonzero only when out of memory. */
+static int generic_tools_messages(const serve_engine *e, const serve_request *req, bool in_user, serve_message **msgs,
+                                  int *nmsgs, char **sys) {
   *msgs = NULL;
   *sys = NULL;
+  *nmsgs = req->nmessages;
   if (e->tool_format != TC_GENERIC || e->template_tools || !json_array_size(req->tools) ||
       req->tool_choice == SERVE_TOOLS_NONE)
     return 0;
+  int at = 0; /* the message that takes the description */
   bool merge = req->nmessages > 0 && !strcmp(req->messages[0].role, "system") && !req->messages[0].parts;
+  if (in_user) {
+    for (at = 0; at < req->nmessages && strcmp(req->messages[at].role, "user"); at++) {}
+    if (at == req->nmessages || req->messages[at].parts) return 0; /* nowhere to say it */
+    merge = true;
+  }
   hbuf b = {0};
-  if (merge && req->messages[0].content[0]) hbuf_printf(&b, "%s\n\n", req->messages[0].content);
+  if (merge && !in_user && req->messages[0].content[0]) hbuf_printf(&b, "%s\n\n", req->messages[0].content);
   generic_tools_text(req->tools, &b);
+  if (in_user) hbuf_printf(&b, "\n\n%s", req->messages[at].content);
   int n = req->nmessages + (merge ? 0 : 1);
   serve_message *m = calloc((size_t)n, sizeof *m);
   if (!m || b.oom) {
@@ -1362,9 +1371,11 @@ static int generic_tools_messages(const serve_engine *e, const serve_request *re
     return -1;
   }
   memcpy(m + (merge ? 0 : 1), req->messages, (size_t)req->nmessages * sizeof *m);
-  if (!merge) m[0].extra = m[0].parts = NULL;
-  m[0].role = (char *)"system";
-  m[0].content = *sys = hbuf_take(&b);
+  if (!merge) {
+    m[0].extra = m[0].parts = NULL;
+    m[0].role = (char *)"system";
+  }
+  m[at].content = *sys = hbuf_take(&b);
   *msgs = m;
   *nmsgs = n;
   return 0;
@@ -1386,12 +1397,21 @@ static int render_prompt(serve_engine *e, const serve_request *req, char **promp
                        .continue_final = req->continue_final_message};
   serve_message *msgs = NULL;
   char *sys = NULL;
-  int nmsgs = req->nmessages;
-  if (generic_tools_messages(e, req, &msgs, &nmsgs, &sys))
-    return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
-  int rc = e->render_chat(e->impl, msgs ? msgs : req->messages, nmsgs, &o, prompt, &err);
-  free(msgs);
-  free(sys);
+  int nmsgs = 0, rc = 0;
+  /* the generic format's tools description: in a system message, or, where the
+   * template refuses that (Gemma 2 raises on a system role), in the first user turn */
+  for (int in_user = 0; in_user < 2; in_user++) {
+    if (generic_tools_messages(e, req, in_user, &msgs, &nmsgs, &sys))
+      return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+    if (in_user && !msgs) break; /* the first try's failure stands */
+    memset(&err, 0, sizeof err);
+    rc = e->render_chat(e->impl, msgs ? msgs : req->messages, nmsgs, &o, prompt, &err);
+    bool retry = rc == HEARTH_EINVAL && msgs && !in_user;
+    free(msgs);
+    free(sys);
+    msgs = NULL, sys = NULL;
+    if (!retry) break;
+  }
   if (!rc) return 0;
   /* the template refusing these messages (raise_exception, a type error
    * on what was sent, a render limit) is the client's to fix; a template

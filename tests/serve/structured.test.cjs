@@ -366,6 +366,33 @@ test('generic tool calls: forced calls on a template without a call syntax, ever
   assert.equal(fc[0].name, 'make_weather');
   assert.equal(r.status, 'completed');
   valid(fc[0].name, JSON.parse(fc[0].arguments), 'responses');
+  // a template that refuses a system role (Gemma 2's raises): the tools are told in the first user turn
+  const tpl = path.join(SOURCE, '..', 'shared', 'fixtures', 'templates', 'google-gemma-2-2b-it.jinja');
+  assert.ok(fs.existsSync(tpl), `${tpl} is missing`);
+  const top = fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'hearth-generic-'));
+  const dir = path.join(top, 'default');
+  fs.mkdirSync(dir);
+  for (const f of ['config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json'])
+    fs.symlinkSync(path.join(MODEL, f), path.join(dir, f));
+  const cfg = JSON.parse(fs.readFileSync(path.join(MODEL, 'tokenizer_config.json'), 'utf8'));
+  cfg.chat_template = fs.readFileSync(tpl, 'utf8');
+  fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(cfg));
+  const gsrv = await startServer(dir);
+  try {
+    const { OpenAI } = need('openai');
+    const g = new OpenAI({ baseURL: gsrv.url + '/v1', apiKey: 'unused', maxRetries: 0 });
+    const r2 = await g.chat.completions.create({ model: 'default', messages, tools: pair, tool_choice: 'required', max_tokens: 200, temperature: 1, seed: 3 });
+    assert.equal(r2.choices[0].finish_reason, 'tool_calls', JSON.stringify(r2.choices[0]));
+    const call = r2.choices[0].message.tool_calls[0].function;
+    valid(call.name, JSON.parse(call.arguments), 'gemma 2 template');
+    assert.ok(r2.usage.prompt_tokens > 100, `the tools are in the prompt (${r2.usage.prompt_tokens} tokens)`);
+    // a system message of the request's own is still the template's to refuse
+    await assert.rejects(g.chat.completions.create({ model: 'default', messages: [{ role: 'system', content: 's' }, ...messages], max_tokens: 2 }),
+      (e) => e.status === 400 && /System role/.test(e.message));
+  } finally {
+    await H.stopServer(gsrv);
+    fs.rmSync(top, { recursive: true, force: true });
+  }
   // auto: no grammar; whatever the model writes is content or a generic call, never an error
   const auto = await client.chat.completions.create({ model: 'default', messages, tools: pair, max_tokens: 8, temperature: 0 });
   assert.ok(['stop', 'length', 'tool_calls'].includes(auto.choices[0].finish_reason));
