@@ -365,6 +365,18 @@ test('generic tool calls: forced calls on a template without a call syntax, ever
   assert.equal(fc.length, 1, JSON.stringify(r.output));
   assert.equal(fc[0].name, 'make_weather');
   assert.equal(r.status, 'completed');
+  // streamed: the completed response's function_call item, its arguments the deltas joined
+  const rs = await client.responses.create({ model: 'default', input: 'Do it.', max_output_tokens: 300, stream: true,
+    tools: pair.map((t) => ({ type: 'function', name: t.function.name, parameters: t.function.parameters })), tool_choice: 'required' });
+  let deltas = '', done = null;
+  for await (const ev of rs) {
+    if (ev.type === 'response.function_call_arguments.delta') deltas += ev.delta;
+    if (ev.type === 'response.completed') done = ev.response;
+  }
+  const sfc = done.output.filter((o) => o.type === 'function_call');
+  assert.equal(sfc.length, 1, JSON.stringify(done.output));
+  assert.equal(sfc[0].arguments, deltas);
+  valid(sfc[0].name, JSON.parse(sfc[0].arguments), 'responses stream');
   valid(fc[0].name, JSON.parse(fc[0].arguments), 'responses');
   // a template that refuses a system role (Gemma 2's raises): the tools are told in the first user turn
   const tpl = path.join(SOURCE, '..', 'shared', 'fixtures', 'templates', 'google-gemma-2-2b-it.jinja');
