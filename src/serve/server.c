@@ -24,7 +24,7 @@
  * request head (request line and headers) is not all in header_timeout_s
  * (10 s) after it opened — or after its previous answer, plus the idle
  * limit — is closed by the watcher however steadily its bytes trickle in
- * (heads_expire), and a request body that stalls for BODY_TIMEOUT_S is
+ * (heads_expire), and a request body that stalls for body_timeout_s (60 s) is
  * dropped, so idle or slow sockets cannot lock others out (/health keeps
  * answering). A refusal
  * decided from the headers (route, method, key, size) is answered before any
@@ -90,7 +90,7 @@
 #define DEFAULT_IDLE_TIMEOUT_S 10
 #define DEFAULT_HEADER_TIMEOUT_S 10
 #define HEAD_SCAN_S 0.1            /* the watcher looks for late request heads this often */
-#define BODY_TIMEOUT_S 60          /* a request body that stalls this long is dropped */
+#define DEFAULT_BODY_TIMEOUT_S 60  /* a request body that stalls this long is dropped */
 #define DRAIN_GRACE_S 10           /* after a drain cuts the generations, what is in flight gets this long */
 #define POLL_THREADS 4             /* libmicrohttpd's polling threads (each an epoll loop over its connections) */
 
@@ -135,6 +135,7 @@ struct serve_server {
   pthread_mutex_t head_mu;
   struct head_watch *heads; /* borrowed: each is its connection's socket context */
   int header_timeout_s;
+  int body_timeout_s;
   double next_head_scan;    /* the watcher's own */
   /* the Batch API (NULL without a state directory) */
   file_store *files;        /* owned */
@@ -1356,6 +1357,77 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
   return queue(c, 200, resp);
 }
 
+/* The generic tool-call format (a template without a call syntax of its own):
+ * the tools and the shape of a call, as llama.cpp's generic handler tells
+ * them, for the system message. Appended to b. */
+static void generic_tools_text(const json_t *tools, hbuf *b) {
+  hbuf_puts(b, "You can call these tools (each with its JSON schema of arguments):\n");
+  size_t i;
+  json_t *t;
+  json_array_foreach(tools, i, t) {
+    json_t *fn = json_object_get(t, "function");
+    json_t *one = json_object();
+    json_object_set(one, "name", json_object_get(fn, "name"));
+    if (json_object_get(fn, "description")) json_object_set(one, "description", json_object_get(fn, "description"));
+    json_t *params = json_object_get(fn, "parameters");
+    json_object_set_new(one, "parameters", params ? json_incref(params) : json_pack("{s:s}", "type", "object"));
+    char *js = json_dumps(one, JSON_COMPACT);
+    json_decref(one);
+    if (!js) {
+      b->oom = true;
+      return;
+    }
+    hbuf_printf(b, "%s\n", js);
+    free(js);
+  }
+  hbuf_puts(b, "To call tools, reply with only a JSON object of this shape, the arguments following the tool's "
+               "schema:\n{\"tool_calls\": [{\"name\": \"TOOL_NAME\", \"arguments\": {...}}]}");
+}
+
+/* The messages a chat is rendered from when the model uses the generic
+ * tool-call format and its template does not render tools: the request's,
+ * with the tools' description appended to the leading system message (or a
+ * system message of it put first); in_user (for templates that refuse a
+ * system role): put before the first user message's text instead. *msgs
+ * (borrowing the request's strings) and *sys owned by the caller; *msgs NULL
+ * when the request's own are used. Nonzero only when out of memory. */
+static int generic_tools_messages(const serve_engine *e, const serve_request *req, bool in_user, serve_message **msgs,
+                                  int *nmsgs, char **sys) {
+  *msgs = NULL;
+  *sys = NULL;
+  *nmsgs = req->nmessages;
+  if (e->tool_format != TC_GENERIC || e->template_tools || !json_array_size(req->tools) ||
+      req->tool_choice == SERVE_TOOLS_NONE)
+    return 0;
+  int at = 0; /* the message that takes the description */
+  bool merge = req->nmessages > 0 && !strcmp(req->messages[0].role, "system") && !req->messages[0].parts;
+  if (in_user) {
+    for (at = 0; at < req->nmessages && strcmp(req->messages[at].role, "user"); at++) {}
+    if (at == req->nmessages || req->messages[at].parts) return 0; /* nowhere to say it */
+    merge = true;
+  }
+  hbuf b = {0};
+  if (merge && !in_user && req->messages[0].content[0]) hbuf_printf(&b, "%s\n\n", req->messages[0].content);
+  generic_tools_text(req->tools, &b);
+  if (in_user) hbuf_printf(&b, "\n\n%s", req->messages[at].content);
+  int n = req->nmessages + (merge ? 0 : 1);
+  serve_message *m = calloc((size_t)n, sizeof *m);
+  if (!m || b.oom) {
+    free(m);
+    hbuf_free(&b);
+    return -1;
+  }
+  memcpy(m + (merge ? 0 : 1), req->messages, (size_t)req->nmessages * sizeof *m);
+  if (!merge) {
+    m[0].extra = m[0].parts = NULL;
+    m[0].role = (char *)"system";
+  }
+  m[at].content = *sys = hbuf_take(&b);
+  *msgs = m;
+  *nmsgs = n;
+  return 0;
+}
+
 /* Renders a chat request's messages with the model's template into *prompt. */
 static int render_prompt(serve_engine *e, const serve_request *req, char **prompt, serve_fail *f) {
   herr err = {0};
@@ -1370,7 +1442,24 @@ static int render_prompt(serve_engine *e, const serve_request *req, char **promp
                        .kwargs = req->template_kwargs,
                        .no_generation_prompt = req->no_generation_prompt,
                        .continue_final = req->continue_final_message};
-  if (!e->render_chat(e->impl, req->messages, req->nmessages, &o, prompt, &err)) return 0;
+  serve_message *msgs = NULL;
+  char *sys = NULL;
+  int nmsgs = 0, rc = 0;
+  /* the generic format's tools description: in a system message, or, where the
+   * template refuses that (Gemma 2 raises on a system role), in the first user turn */
+  for (int in_user = 0; in_user < 2; in_user++) {
+    if (generic_tools_messages(e, req, in_user, &msgs, &nmsgs, &sys))
+      return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+    if (in_user && !msgs) break; /* the first try's failure stands */
+    memset(&err, 0, sizeof err);
+    rc = e->render_chat(e->impl, msgs ? msgs : req->messages, nmsgs, &o, prompt, &err);
+    bool retry = rc == HEARTH_EINVAL && msgs && !in_user;
+    free(msgs);
+    free(sys);
+    msgs = NULL, sys = NULL;
+    if (!retry) break;
+  }
+  if (!rc) return 0;
   /* the template refusing these messages (raise_exception, a type error
    * on what was sent, a render limit) is the client's to fix; a template
    * that cannot be loaded or uses what the engine lacks is the server's */
@@ -2496,8 +2585,8 @@ static enum MHD_Result on_request_in(void *cls, struct MHD_Connection *c, const 
      * sends "100 Continue" or reads a byte of the body; the connection is
      * then closed. */
     if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, cn->anthropic);
-    /* headers are in: the body may take its time, up to BODY_TIMEOUT_S of silence */
-    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)BODY_TIMEOUT_S);
+    /* headers are in: the body may take its time, up to body_timeout_s of silence */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->body_timeout_s);
     return MHD_YES;
   }
   if (*upload_size) {
@@ -2671,6 +2760,7 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
                         : max_conn / PER_CLIENT_SHARE > 0 ? max_conn / PER_CLIENT_SHARE
                                                           : 1;
   s->header_timeout_s = cfg->header_timeout_s > 0 ? cfg->header_timeout_s : DEFAULT_HEADER_TIMEOUT_S;
+  s->body_timeout_s = cfg->body_timeout_s > 0 ? cfg->body_timeout_s : DEFAULT_BODY_TIMEOUT_S;
   raise_fd_limit(max_conn + 64);
   pthread_mutex_init(&s->engine_lock, NULL);
   pthread_mutex_init(&s->jobs_mu, NULL);

@@ -23,6 +23,7 @@ typedef struct serve_config {
   int header_timeout_s; /* a request's head (request line and headers) must be all in this long after its
                          * connection opens (after the previous answer, plus idle_timeout_s, on a kept-alive
                          * one), however steadily it trickles in, or the connection is closed; 0: 10 s */
+  int body_timeout_s;   /* a request body that sends nothing for this long is dropped; 0: 60 s */
   const char *const *served_names; /* borrowed: further names the model answers to ("*": any name); a
                                     * request naming another model gets 404 model_not_found */
   int n_served_names;

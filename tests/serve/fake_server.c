@@ -36,6 +36,10 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--state-dir") == 0) cfg.state_dir = argv[i + 1];
     else if (strcmp(argv[i], "--max-file-size") == 0) cfg.max_file_bytes = (size_t)strtoull(argv[i + 1], NULL, 10);
     else if (strcmp(argv[i], "--batch-concurrency") == 0) cfg.batch_concurrency = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--max-connections") == 0) cfg.max_connections = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--max-connections-per-address") == 0) cfg.max_per_client = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--idle-timeout") == 0) cfg.idle_timeout_s = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--body-timeout") == 0) cfg.body_timeout_s = atoi(argv[i + 1]);
   }
   cfg.served_names = names;
   cfg.n_served_names = names_n;
