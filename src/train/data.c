@@ -127,6 +127,7 @@ int train_example_from_json(const void *json_obj, const char *what, const tokeni
 
 int train_data_load(const char *path, const tokenizer *tok, const chat_template *tmpl, int64_t seq_len, train_set *set,
                     herr *err) {
+  if (!tok) return herr_set(err, HEARTH_EINVAL, "%s: the model has no tokenizer to read text with", path);
   char *text = NULL;
   size_t len = 0;
   int rc = hfile_read(path, &text, &len, err);

@@ -101,7 +101,7 @@ typedef struct trainer trainer;
 /* Loads the model (CPU) and makes the adapter: A seeded (PEFT's kaiming-uniform, bound 1 / sqrt(in)), B zeros. */
 int trainer_new(const train_opts *o, trainer **out, herr *err);
 void trainer_free(trainer *t);
-const tokenizer *trainer_tokenizer(const trainer *t);
+const tokenizer *trainer_tokenizer(const trainer *t); /* NULL when the model folder has none */
 const chat_template *trainer_template(const trainer *t); /* NULL when the model has none */
 /* The summed loss and counted tokens of ex under the current adapter; with
  * grads, the gradients of dscale · that loss are added to the adapter's. */

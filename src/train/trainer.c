@@ -154,12 +154,12 @@ int trainer_new(const train_opts *o, trainer **out, herr *err) {
   t->rng = o->seed ^ 0x6c6f7261ull; /* "lora" */
   int rc;
   model_load_opts lo = {.threads = o->threads, .device = "cpu", .f32_activations = true};
-  if ((rc = model_load(o->model_dir, &lo, &t->m, err)) || (rc = train_view_get(t->m, &t->v, err)) ||
-      (rc = tokenizer_load(o->model_dir, &t->tok, err))) {
+  if ((rc = model_load(o->model_dir, &lo, &t->m, err)) || (rc = train_view_get(t->m, &t->v, err))) {
     trainer_free(t);
     return rc;
   }
   herr terr = {0};
+  if (tokenizer_load(o->model_dir, &t->tok, &terr)) t->tok = NULL; /* token ids only (trainer_loss) */
   t->has_tmpl = chat_template_load(o->model_dir, &t->tmpl, &terr) == 0;
   t->pool = hpool_create(o->threads);
   int L = (int)t->v.n_layers;

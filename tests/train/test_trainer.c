@@ -151,11 +151,14 @@ static void test_schedule(void) {
 }
 
 /* The trainer's forward (LoRA B = 0 at the start: the base model) against the model's, and its gradient of the
- * whole model's loss against finite differences in a few adapter parameters of every target. */
-static void test_forward_and_gradient(void) {
+ * whole model's loss against finite differences in a few adapter parameters of every target; on the built-in model
+ * (bf16, tied head) and the golden llama-family models: f32 with its own head, llama3 and yarn RoPE, a sliding
+ * window shorter than the sequence (mistral), layers without RoPE (smollm3). */
+static void forward_and_gradient(const char *dir) {
+  fprintf(stderr, "  %s\n", dir);
   train_opts o;
   train_opts_init(&o);
-  o.model_dir = MODEL;
+  o.model_dir = dir;
   o.targets = (1u << TT_N) - 1;
   o.rank = 4;
   o.seed = 3;
@@ -163,12 +166,13 @@ static void test_forward_and_gradient(void) {
   herr err = {0};
   CHECK_MSG(trainer_new(&o, &t, &err) == 0, "%s", err.msg);
   if (!t) return;
-  int32_t ids[12] = {0, 4, 10, 300, 52, 1000, 77, 2, 5, 10, 812, 9};
-  int64_t V = 4096;
-  float *a = malloc(sizeof(float) * 12 * V), *b = malloc(sizeof(float) * 12 * V);
   model *m = NULL;
   model_load_opts lo = {.threads = 2};
-  CHECK_MSG(model_load(MODEL, &lo, &m, &err) == 0, "%s", err.msg);
+  CHECK_MSG(model_load(dir, &lo, &m, &err) == 0, "%s", err.msg);
+  int64_t V = m ? model_vocab_size(m) : 1;
+  int32_t ids[12] = {0, 4, 10, 300, 52, 1000, 77, 2, 5, 10, 812, 9};
+  for (int i = 0; i < 12; i++) ids[i] = (int32_t)(ids[i] % V);
+  float *a = malloc(sizeof(float) * 12 * V), *b = malloc(sizeof(float) * 12 * V);
   CHECK(trainer_logits(t, ids, 12, a, &err) == 0);
   if (m && model_logits(m, ids, 12, NULL, b) == 0) {
     double d = max_abs_diff(a, b, 12 * (size_t)V);
@@ -214,6 +218,30 @@ static void test_forward_and_gradient(void) {
   free(g), free(a), free(b);
   model_free(m);
   trainer_free(t);
+}
+
+static void test_forward_and_gradient(void) {
+  forward_and_gradient(MODEL);
+  const char *golden[] = {"llama-f32", "llama_llama3-f32", "llama_yarn-f32", "mistral-f32", "smollm3-f32"};
+  for (int i = 0; i < 5; i++) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/golden/%s", HEARTH_SOURCE_DIR, golden[i]);
+    forward_and_gradient(dir);
+  }
+  /* what the trainer does not run is refused by name */
+  const char *refused[] = {"qwen3-f32", "gemma2-f32", "qwen2-f32"};
+  for (int i = 0; i < 3; i++) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/golden/%s", HEARTH_SOURCE_DIR, refused[i]);
+    train_opts o;
+    train_opts_init(&o);
+    o.model_dir = dir;
+    trainer *t = NULL;
+    herr err = {0};
+    CHECK(trainer_new(&o, &t, &err) == HEARTH_EUNSUPPORTED);
+    CHECK_MSG(strstr(err.msg, "not trained yet") || strstr(err.msg, "does not run yet"), "%s: %s", refused[i], err.msg);
+    trainer_free(t);
+  }
 }
 
 static char *greedy(model *m, model_lora *ad, const tokenizer *tok, const char *word) {
