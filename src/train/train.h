@@ -107,6 +107,8 @@ const chat_template *trainer_template(const trainer *t); /* NULL when the model 
  * grads, the gradients of dscale · that loss are added to the adapter's. */
 int trainer_loss(trainer *t, const train_example *ex, bool grads, float dscale, double *loss_sum, int64_t *count,
                  herr *err);
+/* Restarts the draws of the adapters' dropout masks from seed (tests: the same masks again). */
+void trainer_reseed(trainer *t, uint64_t seed);
 /* logits [n, vocab] of every position under the current adapter. */
 int trainer_logits(trainer *t, const int32_t *ids, int64_t n, float *logits, herr *err);
 /* One optimizer step over the gradients added since the last (they are cleared): returns the global

@@ -124,6 +124,7 @@ float *trainer_params(trainer *t, int64_t *n) {
   return t->param;
 }
 float *trainer_grads(trainer *t) { return t->grad; }
+void trainer_reseed(trainer *t, uint64_t seed) { t->rng = seed; }
 
 static double urand01(uint64_t *s) { return (double)(hsplitmix64(s) >> 11) / 9007199254740992.0; }
 
