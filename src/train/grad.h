@@ -6,7 +6,8 @@
  * Shapes follow ops.h: row-major, [n, d] is n rows of d floats. "dy" is the
  * gradient of the loss with respect to a forward output y; a backward writes
  * the gradient of its inputs (dx: overwritten; parameter gradients da, db:
- * accumulated, so micro-batches add up).
+ * accumulated, so micro-batches add up). The embedding lookup stays frozen:
+ * it needs no backward (its rows are the first layer's input, nothing more).
  */
 #ifndef HEARTH_TRAIN_GRAD_H
 #define HEARTH_TRAIN_GRAD_H
