@@ -4,12 +4,14 @@
  * line number); a short run on the built-in model from prompt / completion
  * lines with rsLoRA, dropout and three targets writes the adapter's two
  * files with those settings and a JSONL log, prints a progress line per
- * step, and `hearth generate --adapter` runs under what it wrote. On
+ * step, writes the same bytes again with the same seed (and others with
+ * another), and `hearth generate --adapter` runs under what it wrote. On
  * quantized bases made by `hearth convert` from the golden llama (GGUF
  * Q8_0 and Q4_0, MLX 4-bit, FP8), the trainer's forward equals the model's
  * and a few steps on one example lower its loss: the frozen base's
  * products run through its dequantized weights. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +121,23 @@ static void test_run(void) {
   CHECK_EQ_INT(lines, 3);
   CHECK(log && strstr(log, "\"step\":3,\"loss\":") != NULL);
   free(log);
+  /* seeded: the same run again writes the same bytes; another seed does not */
+  for (int seed = 5; seed <= 6; seed++) {
+    snprintf(cmd, sizeof cmd,
+             "'%s' train sft --data '%s' --out '%s/again' --steps 3 --batch 2 --rank 4 --alpha 8 --rslora --dropout 0.1 "
+             "--target q,k_proj,down_proj --lr 1e-2 --seed %d --threads 2",
+             HEARTH_BINARY, data, tmp, seed);
+    CHECK_EQ_INT(run(cmd), 0);
+    char p1[500], p2[500];
+    snprintf(p1, sizeof p1, "%s/adapter_model.safetensors", out);
+    snprintf(p2, sizeof p2, "%s/again/adapter_model.safetensors", tmp);
+    char *b1 = NULL, *b2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    CHECK(hfile_read(p1, &b1, &n1, NULL) == 0 && hfile_read(p2, &b2, &n2, NULL) == 0);
+    bool same = b1 && b2 && n1 == n2 && !memcmp(b1, b2, n1);
+    CHECK_MSG(same == (seed == 5), "seed %d: the adapter is %s the first run's", seed, same ? "the same as" : "not");
+    free(b1), free(b2);
+  }
   snprintf(cmd, sizeof cmd, "'%s' generate --adapter '%s' --ids 0,5,10 -n 4 --temp 0 --print-ids > '%s/ids.txt'", HEARTH_BINARY,
            out, tmp);
   rc = run(cmd);
