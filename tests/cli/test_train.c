@@ -5,7 +5,8 @@
  * lines with rsLoRA, dropout and three targets writes the adapter's two
  * files with those settings and a JSONL log, prints a progress line per
  * step, writes the same bytes again with the same seed (and others with
- * another), and `hearth generate --adapter` runs under what it wrote. On
+ * another); `hearth generate --adapter` runs under what it wrote and
+ * `hearth fuse` merges it. On
  * quantized bases made by `hearth convert` from the golden llama (GGUF
  * Q8_0 and Q4_0, MLX 4-bit, FP8), the trainer's forward equals the model's
  * and a few steps on one example lower its loss: the frozen base's
@@ -143,6 +144,11 @@ static void test_run(void) {
   rc = run(cmd);
   e = last_stderr();
   CHECK_MSG(rc == 0, "generate --adapter: exit %d: %s", rc, e);
+  free(e);
+  snprintf(cmd, sizeof cmd, "'%s' fuse '%s/models/default' '%s' '%s/fused'", HEARTH_BINARY, HEARTH_SOURCE_DIR, out, tmp);
+  rc = run(cmd);
+  e = last_stderr();
+  CHECK_MSG(rc == 0 && strstr(e, "24 matrices"), "fuse: exit %d: %s", rc, e); /* 3 targets of 8 layers */
   free(e);
 }
 
