@@ -109,6 +109,8 @@ struct trainer {
   layer_acts *la;              /* [layers] */
   float *xl, *hn;              /* [T, D]: the last layer's output and its norm */
   float *s1, *s2, *s3, *s4, *s5, *s6, *s7; /* backward scratch: [T, the widest], s7 [T, 2 KV] */
+  float *s8, *s9, *lb1, *lb2, *lb3;   /* the adapters' products: [T, the widest] x2, [T, r] x3 */
+  float *lr1, *lr2;                   /* [the widest, r] x2 (owned) */
   float *ce;                   /* CE_CHUNK * vocab */
   int64_t *pos;
   uint64_t rng;
@@ -135,7 +137,7 @@ void trainer_free(trainer *t) {
   free(t->wtd), free(t->wt), free(t->head_td);
   for (int k = 0; k < TT_N; k++) free(t->w[k]);
   free(t->param), free(t->grad), free(t->m1), free(t->m2), free(t->off);
-  free(t->act), free(t->la), free(t->pos), free(t->ce);
+  free(t->act), free(t->la), free(t->pos), free(t->ce), free(t->lr1), free(t->lr2);
   train_view_free(&t->v);
   if (t->m) model_free(t->m);
   if (t->tok) tokenizer_free(t->tok);
@@ -231,12 +233,14 @@ static int reserve(trainer *t, int64_t T, herr *err) {
   int64_t lora = 0;
   for (int k = 0; k < TT_N; k++)
     if (t->o.targets & (1u << k)) lora += r + (drop ? 2 * t_in(t, 0, k) : 0);
-  size_t n = (size_t)T * (size_t)((per + lora) * L + 2 * D + 6 * wide + 2 * KV);
-  free(t->act), free(t->la), free(t->pos);
+  size_t n = (size_t)T * (size_t)((per + lora) * L + 2 * D + 8 * wide + 2 * KV + 3 * r);
+  free(t->act), free(t->la), free(t->pos), free(t->lr1), free(t->lr2);
   t->act = malloc(n * sizeof(float));
+  t->lr1 = malloc((size_t)(wide * r) * sizeof(float));
+  t->lr2 = malloc((size_t)(wide * r) * sizeof(float));
   t->la = calloc((size_t)L, sizeof *t->la);
   t->pos = malloc((size_t)T * sizeof *t->pos);
-  if (!t->act || !t->la || !t->pos) {
+  if (!t->act || !t->la || !t->pos || !t->lr1 || !t->lr2) {
     t->cap_t = 0;
     return herr_set(err, HEARTH_ENOMEM, "out of memory (activations of %lld tokens)", (long long)T);
   }
@@ -255,10 +259,62 @@ static int reserve(trainer *t, int64_t T, herr *err) {
   TAKE(t->xl, D), TAKE(t->hn, D);
   TAKE(t->s1, wide), TAKE(t->s2, wide), TAKE(t->s3, wide), TAKE(t->s4, wide), TAKE(t->s5, wide), TAKE(t->s6, wide);
   TAKE(t->s7, 2 * KV);
+  TAKE(t->s8, wide), TAKE(t->s9, wide), TAKE(t->lb1, r), TAKE(t->lb2, r), TAKE(t->lb3, r);
 #undef TAKE
   for (int64_t i = 0; i < T; i++) t->pos[i] = i;
   t->cap_t = T;
   return 0;
+}
+
+/* An f32 matrix [rows, cols] as a weight bk_matmul multiplies by (its transpose). */
+static bk_weight f32_weight(const float *p, int64_t rows, int64_t cols) {
+  bk_weight w;
+  memset(&w, 0, sizeof w);
+  w.type = BK_F32, w.rows = rows, w.cols = cols, w.data = p;
+  return w;
+}
+
+/* dst [cols, rows] = src [rows, cols]ᵀ */
+static void transpose(float *dst, const float *src, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++) dst[j * rows + i] = src[i * cols + j];
+}
+
+/* The adapter's delta through bk_matmul's f32 kernels (grad_lora_fwd's products, summed in f32):
+ * tt [T, r] = x · Aᵀ, y += s · tt · Bᵀ. */
+static int lora_fwd(trainer *t, float *y, float *tt, const float *x, int64_t T, int64_t in, const float *A, int64_t r,
+                    const float *B, int64_t out, herr *err) {
+  bk_weight aw = f32_weight(A, r, in), bw = f32_weight(B, out, r);
+  int rc = bk_matmul(t->pool, tt, x, T, &aw, NULL, err);
+  if (!rc) rc = bk_matmul(t->pool, t->s4, tt, T, &bw, NULL, err);
+  if (rc) return rc;
+  for (int64_t i = 0; i < T * out; i++) y[i] += t->scale * t->s4[i];
+  return 0;
+}
+
+/* grad_lora's gradients through bk_matmul: dt = s · dy · B, dB += s · dyᵀ · tt, dA += dtᵀ · x, and
+ * dx [T, in] = dt · A (written, not added). */
+static int lora_bwd(trainer *t, float *dx, float *dA, float *dB, const float *dy, const float *x, const float *tt, int64_t T,
+                    int64_t in, const float *A, int64_t r, const float *B, int64_t out, herr *err) {
+  float s = t->scale, *dt = t->lb1;
+  transpose(t->lr1, B, out, r); /* Bᵀ [r, out] */
+  bk_weight w = f32_weight(t->lr1, r, out);
+  int rc = bk_matmul(t->pool, dt, dy, T, &w, NULL, err);
+  if (rc) return rc;
+  for (int64_t i = 0; i < T * r; i++) dt[i] *= s;
+  transpose(t->s8, dy, T, out); /* dyᵀ [out, T] */
+  transpose(t->lb2, tt, T, r);  /* ttᵀ [r, T] */
+  w = f32_weight(t->lb2, r, T);
+  if ((rc = bk_matmul(t->pool, t->lr2, t->s8, out, &w, NULL, err))) return rc; /* dyᵀ · tt [out, r] */
+  for (int64_t i = 0; i < out * r; i++) dB[i] += s * t->lr2[i];
+  transpose(t->lb3, dt, T, r); /* dtᵀ [r, T] */
+  transpose(t->s8, x, T, in);  /* xᵀ [in, T] */
+  w = f32_weight(t->s8, in, T);
+  if ((rc = bk_matmul(t->pool, t->lr2, t->lb3, r, &w, NULL, err))) return rc; /* dtᵀ · x [r, in] */
+  for (int64_t i = 0; i < r * in; i++) dA[i] += t->lr2[i];
+  transpose(t->lr1, A, r, in); /* Aᵀ [in, r] */
+  w = f32_weight(t->lr1, in, r);
+  return bk_matmul(t->pool, dx, dt, T, &w, NULL, err);
 }
 
 /* y = x · W_kᵀ + the adapter's delta, keeping what its backward needs. */
@@ -277,8 +333,7 @@ static int proj(trainer *t, int l, int k, float *y, const float *x, int64_t T, b
     }
     xin = a->lx[k];
   }
-  grad_lora_fwd(y, a->lt[k], xin, T, in, t->param + at, r, t->param + at + r * in, out, t->scale);
-  return 0;
+  return lora_fwd(t, y, a->lt[k], xin, T, in, t->param + at, r, t->param + at + r * in, out, err);
 }
 
 /* dx (+)= dy · W_k, and the adapter's gradients (x: the projection's input in the forward). */
@@ -293,14 +348,12 @@ static int proj_back(trainer *t, int l, int k, float *dx, bool add, const float 
     layer_acts *a = &t->la[l];
     const float *A = t->param + at, *B = A + r * in;
     float *dA = t->grad + at, *dB = dA + r * in;
-    if (train && t->o.dropout > 0) {
-      float *d = t->s4;
-      memset(d, 0, (size_t)(T * in) * sizeof *d);
-      grad_lora(d, dA, dB, dy, a->lx[k], a->lt[k], T, in, A, r, B, out, t->scale);
-      for (int64_t i = 0; i < T * in; i++) tmp[i] += d[i] * a->lm[k][i];
-    } else {
-      grad_lora(tmp, dA, dB, dy, x, a->lt[k], T, in, A, r, B, out, t->scale);
-    }
+    bool drop = train && t->o.dropout > 0;
+    if ((rc = lora_bwd(t, t->s9, dA, dB, dy, drop ? a->lx[k] : x, a->lt[k], T, in, A, r, B, out, err))) return rc;
+    if (drop)
+      for (int64_t i = 0; i < T * in; i++) tmp[i] += t->s9[i] * a->lm[k][i];
+    else
+      for (int64_t i = 0; i < T * in; i++) tmp[i] += t->s9[i];
   }
   if (add)
     for (int64_t i = 0; i < T * in; i++) dx[i] += tmp[i];
