@@ -76,6 +76,7 @@ int train_sft(const train_opts *o, train_result *res, herr *err) {
   uint64_t rng = o->seed ^ 0x73667400ull;
   shuffle(order, data.n, &rng);
   int64_t at = 0;
+  double start = now_s();
   for (int64_t step = 0; step < steps; step++) {
     double t0 = now_s();
     const train_example *batch[4096];
@@ -97,8 +98,8 @@ int train_sft(const train_opts *o, train_result *res, herr *err) {
     res->last_loss = loss;
     res->steps = step + 1;
     if (o->progress)
-      fprintf(o->progress, "step %lld/%lld loss %.4f lr %.3g grad_norm %.4f tokens/s %.0f\n", (long long)(step + 1),
-              (long long)steps, loss, lr, gnorm, (double)tokens / dt);
+      fprintf(o->progress, "step %lld/%lld loss %.4f lr %.3g grad_norm %.4f tokens/s %.0f eta %.0fs\n", (long long)(step + 1),
+              (long long)steps, loss, lr, gnorm, (double)tokens / dt, (now_s() - start) / (double)(step + 1) * (double)(steps - step - 1));
     if (log)
       fprintf(log, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"tokens_per_s\":%.1f}\n", (long long)(step + 1),
               loss, lr, gnorm, (double)tokens / dt);
