@@ -6,7 +6,10 @@
  * The base model stays frozen and in its stored format: forward products go
  * through bk_matmul on the stored weights (f32 activations, exact to the
  * dequantized weights), input gradients through a dequantized f32 copy of
- * each matrix's transpose (grad_weight_t). Adapter parameters are f32.
+ * each matrix's transpose (grad_weight_t). Adapter parameters are f32, their
+ * products through bk_matmul's f32 kernels too (grad_lora_fwd / grad_lora are
+ * their reference: the tests hold the whole model's gradient to finite
+ * differences).
  */
 #include <errno.h>
 #include <jansson.h>
