@@ -117,6 +117,10 @@ void trainer_step(trainer *t, double lr, double *gnorm);
 /* The adapter's parameters and gradients, flat (tests). */
 float *trainer_params(trainer *t, int64_t *n);
 float *trainer_grads(trainer *t);
+/* Sets the adapter's parameters from a PEFT adapter folder's adapter_model.safetensors (F32 or F64 tensors
+ * under the names trainer_save writes, of the trainer's rank and targets; a tensor missing or of another
+ * shape is an error naming it). */
+int trainer_load_adapter(trainer *t, const char *dir, herr *err);
 /* Writes adapter_config.json and adapter_model.safetensors into dir (made when missing). */
 int trainer_save(const trainer *t, const char *dir, herr *err);
 /* HF's cosine schedule with warm-up: the learning rate of update k (from 0) of total. */

@@ -21,6 +21,7 @@
 #include "backend/cpu/cpu.h"
 #include "base/hash.h"
 #include "base/pool.h"
+#include "format/safetensors.h"
 #include "format/safetensors_write.h"
 #include "model/model.h"
 #include "model/train_view.h"
@@ -485,6 +486,48 @@ void trainer_step(trainer *t, double lr, double *gnorm) {
 
 /* ---- the adapter's files ---- */
 
+static void module_name(char *out, size_t n, int l, int k, char ab) {
+  snprintf(out, n, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l, k <= TT_O ? "self_attn" : "mlp", target_names[k], ab);
+}
+
+int trainer_load_adapter(trainer *t, const char *dir, herr *err) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+  st_set st;
+  memset(&st, 0, sizeof st);
+  int rc = st_open(&st, path, err);
+  if (rc) return rc;
+  int64_t r = t->o.rank;
+  for (int l = 0; !rc && l < t->v.n_layers; l++)
+    for (int k = 0; !rc && k < TT_N; k++) {
+      int64_t at = t->off[l * TT_N + k];
+      if (at < 0) continue;
+      for (int ab = 0; !rc && ab < 2; ab++) {
+        char name[160];
+        module_name(name, sizeof name, l, k, ab ? 'B' : 'A');
+        int64_t rows = ab ? t_out(t, l, k) : r, cols = ab ? r : t_in(t, l, k);
+        float *dst = t->param + at + (ab ? r * t_in(t, l, k) : 0);
+        const st_tensor *x = st_find(&st, name);
+        if (!x) {
+          rc = herr_set(err, HEARTH_ENOTFOUND, "%s: no tensor '%s'", path, name);
+        } else if (x->ndim != 2 || x->shape[0] != rows || x->shape[1] != cols || (x->dtype != ST_F32 && x->dtype != ST_F64)) {
+          rc = herr_set(err, HEARTH_EINVAL, "%s: '%s' is not F32 or F64 [%lld, %lld]", path, name, (long long)rows, (long long)cols);
+        } else {
+          for (int64_t i = 0; i < rows * cols; i++) {
+            if (x->dtype == ST_F32) memcpy(&dst[i], (const char *)x->data + 4 * i, 4);
+            else {
+              double d;
+              memcpy(&d, (const char *)x->data + 8 * i, 8);
+              dst[i] = (float)d;
+            }
+          }
+        }
+      }
+    }
+  st_close(&st);
+  return rc;
+}
+
 static int fill_tensor(void *ctx, int i, void *dst, herr *err) {
   (void)ctx, (void)i, (void)dst, (void)err;
   return 0; /* every tensor is given with its data */
@@ -500,11 +543,10 @@ int trainer_save(const trainer *t, const char *dir, herr *err) {
       int64_t at = t->off[l * TT_N + k];
       if (at < 0) continue;
       char name[160];
-      const char *blk = k <= TT_O ? "self_attn" : "mlp";
       int64_t in = t_in(t, l, k), out = t_out(t, l, k);
-      snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.%s.lora_A.weight", l, blk, target_names[k]);
+      module_name(name, sizeof name, l, k, 'A');
       st_writer_tensor(w, name, ST_F32, 2, (int64_t[]){r, in}, t->param + at);
-      snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.%s.lora_B.weight", l, blk, target_names[k]);
+      module_name(name, sizeof name, l, k, 'B');
       st_writer_tensor(w, name, ST_F32, 2, (int64_t[]){out, r}, t->param + at + r * in);
     }
   st_writer_meta(w, "format", "pt");
