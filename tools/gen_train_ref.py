@@ -14,7 +14,7 @@ the summed token losses divided by their count). Recorded:
   the loss;
   every LoRA parameter's gradient (float64);
   the adapter after 3 steps of torch.optim.AdamW (lr 1e-3, betas 0.9 /
-  0.999, eps 1e-8, weight decay 0.01) on the same batch, the gradient's
+  0.999, eps 1e-8, weight decay 0.5: large enough for its share of the step to show) on the same batch, the gradient's
   global norm clipped to 1 (torch.nn.utils.clip_grad_norm_), the learning
   rate of step k (from 0) peak * 0.5 * (1 + cos(pi * k / 3)) — transformers'
   cosine schedule without warm-up, as hearth's train_lr_at gives it.
@@ -43,7 +43,7 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-LR, BETAS, EPS, WD, CLIP, STEPS = 1e-3, (0.9, 0.999), 1e-8, 0.01, 1.0, 3
+LR, BETAS, EPS, WD, CLIP, STEPS = 1e-3, (0.9, 0.999), 1e-8, 0.5, 1.0, 3
 
 
 def lora_params(pm):
