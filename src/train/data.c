@@ -28,6 +28,7 @@ typedef struct ex_build {
 } ex_build;
 
 static int ex_push(ex_build *b, const int32_t *ids, size_t n, bool loss, herr *err) {
+  if (!n) return 0;
   if (b->n + (int64_t)n > b->cap) {
     int64_t cap = (b->cap + (int64_t)n) * 2;
     int32_t *ni = realloc(b->ids, (size_t)cap * sizeof *ni);
