@@ -216,10 +216,15 @@ typedef struct hearth_logit_bias {
  * where it has them; HF's otherwise). Sampling is greedy when temperature is
  * 0, or when it is unset and generation_config.json does not set do_sample.
  * Processing order: repetition penalty (prompt + output) → presence /
- * frequency penalties (output, OpenAI) → logit bias → temperature → top-k →
- * top-p → min-p. Logprobs are the log-softmax after penalties and bias,
- * before temperature and truncation (the same for greedy and sampled runs;
- * without penalties or bias, vLLM's default raw logprobs). */
+ * frequency penalties (output, OpenAI) → DRY → logit bias → temperature →
+ * top-k → top-p → min-p → typical-p → XTC; or, under mirostat 2, temperature
+ * → mirostat (top-k, top-p, min-p, typical-p and XTC are not applied, as in
+ * llama.cpp). DRY, typical-p, XTC and mirostat follow llama.cpp's definitions
+ * (src/engine/sample.h spells them out); a request using one is sampled on the
+ * host, also on a GPU, and decodes without speculative drafts. Logprobs are
+ * the log-softmax after penalties, DRY and bias, before temperature and
+ * truncation (the same for greedy and sampled runs; without penalties or
+ * bias, vLLM's default raw logprobs). */
 typedef struct hearth_gen_params {
   int64_t max_tokens;          /* -1: up to the context length, or to what the KV cache holds
                                   when that is less */
@@ -236,6 +241,20 @@ typedef struct hearth_gen_params {
   int n_stop;
   const hearth_logit_bias *logit_bias; /* borrowed: n_logit_bias entries */
   int n_logit_bias;
+  double typical_p;            /* (0, 1]; 1 = off (locally typical sampling) */
+  double xtc_probability;      /* [0, 1]; 0 = off (XTC: exclude top choices) */
+  double xtc_threshold;        /* [0, 1]; above 0.5 = off (init: 0.1) */
+  double dry_multiplier;       /* >= 0; 0 = off (DRY repetition penalty) */
+  double dry_base;             /* >= 1 (init: 1.75) */
+  int64_t dry_allowed_length;  /* >= 0 (init: 2) */
+  int64_t dry_penalty_last_n;  /* tokens of prompt + output scanned: 0 = off, -1 = all (init: 64) */
+  const char *const *dry_sequence_breakers; /* borrowed: n_dry_sequence_breakers strings (at most 40 bytes
+                                  each are used), a repeat never reaching back past one; NULL: "\n", ":",
+                                  "\"", "*" */
+  int n_dry_sequence_breakers;
+  int mirostat;                /* 0 = off, 2 = mirostat 2 (1 is refused, field "mirostat") */
+  double mirostat_tau;         /* target surprise in bits (init: 5) */
+  double mirostat_eta;         /* learning rate (init: 0.1) */
   bool logprobs;               /* fill logprob / top in the callback's token */
   int top_logprobs;            /* 0..20 alternatives per token */
   bool ignore_eos;             /* keep going past EOS ids */

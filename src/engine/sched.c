@@ -817,10 +817,13 @@ static void step(sched *s) {
   int rc = 0;
   /* on a device, a grammar's mask goes with the row (made here, from the tokens
    * so far), and a plain greedy speculative sequence's rows are each its argmax
-   * there; other speculative sequences' drafts are verified on the host */
+   * there; other speculative sequences' drafts are verified on the host, and a
+   * step with a row that asks for a host-only sampler (DRY, typical-p, XTC,
+   * mirostat) brings its logits to the host */
   bool host = !s->dev_sample;
   for (int k = 0; k < n_batch && !host; k++)
-    host = s->in_batch[k]->n_draft > 0 && !sampler_is_plain_greedy(s->in_batch[k]->smp);
+    host = (s->in_batch[k]->n_draft > 0 && !sampler_is_plain_greedy(s->in_batch[k]->smp)) ||
+           (!s->in_batch[k]->kind && sample_params_host_only(&s->in_batch[k]->req->sample));
   double t_fwd = s->trace ? htrace_now() : 0;
   size_t n_rows = model_batch_logit_rows(&b);
   if (host && n_rows > s->cap_rows) {
