@@ -241,7 +241,7 @@ typedef struct hearth_gen_params {
   int n_stop;
   const hearth_logit_bias *logit_bias; /* borrowed: n_logit_bias entries */
   int n_logit_bias;
-  double typical_p;            /* (0, 1]; 1 = off (locally typical sampling) */
+  double typical_p;            /* [0, 1]; 1 = off (locally typical sampling) */
   double xtc_probability;      /* [0, 1]; 0 = off (XTC: exclude top choices) */
   double xtc_threshold;        /* [0, 1]; above 0.5 = off (init: 0.1) */
   double dry_multiplier;       /* >= 0; 0 = off (DRY repetition penalty) */
@@ -250,7 +250,7 @@ typedef struct hearth_gen_params {
   int64_t dry_penalty_last_n;  /* tokens of prompt + output scanned: 0 = off, -1 = all (init: 64) */
   const char *const *dry_sequence_breakers; /* borrowed: n_dry_sequence_breakers strings (at most 40 bytes
                                   each are used), a repeat never reaching back past one; NULL: "\n", ":",
-                                  "\"", "*" */
+                                  "\"", "*"; non-NULL with n 0: none */
   int n_dry_sequence_breakers;
   int mirostat;                /* 0 = off, 2 = mirostat 2 (1 is refused, field "mirostat") */
   double mirostat_tau;         /* target surprise in bits (init: 5) */

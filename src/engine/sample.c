@@ -121,8 +121,8 @@ static int check_params(int32_t n_vocab, const sample_params *p, herr *err) {
     return herr_set_at(err, HEARTH_EINVAL, "presence_penalty", 0, "presence_penalty %g must be finite", p->presence_penalty);
   if (!isfinite(p->frequency_penalty))
     return herr_set_at(err, HEARTH_EINVAL, "frequency_penalty", 0, "frequency_penalty %g must be finite", p->frequency_penalty);
-  if (!(p->typical_p > 0 && p->typical_p <= 1))
-    return herr_set_at(err, HEARTH_EINVAL, "typical_p", 0, "typical_p %g must be in (0, 1]", p->typical_p);
+  if (!(p->typical_p >= 0 && p->typical_p <= 1))
+    return herr_set_at(err, HEARTH_EINVAL, "typical_p", 0, "typical_p %g must be in [0, 1]", p->typical_p);
   if (!(p->xtc_probability >= 0 && p->xtc_probability <= 1))
     return herr_set_at(err, HEARTH_EINVAL, "xtc_probability", 0, "xtc_probability %g must be in [0, 1]", p->xtc_probability);
   if (!(p->xtc_threshold >= 0 && p->xtc_threshold <= 1))

@@ -404,7 +404,8 @@ static int parse_sampling(json_t *root, serve_sampling *s, serve_fail *f) {
       serve_json_num(root, "temperature", 0, 1, &s->temperature, f) ||
       serve_json_num(root, "top_p", 0, 1, &s->top_p, f) ||
       serve_json_int(root, "top_k", 0, INT32_MAX, &s->top_k, f) ||
-      serve_json_stop(root, "stop_sequences", false, s, f) || serve_json_spec(root, s, f) || serve_json_adapter(root, s, f))
+      serve_json_stop(root, "stop_sequences", false, s, f) || serve_json_spec(root, s, f) || serve_json_adapter(root, s, f) ||
+      serve_json_samplers(root, s, f))
     return anth_style(f);
   return 0;
 }

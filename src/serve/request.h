@@ -132,5 +132,16 @@ int serve_json_stop(json_t *obj, const char *key, bool allow_string, serve_sampl
  * "spec_method" or "speculative": {"method": M}, M one of "ngram", "draft",
  * "mtp" (absent: the server's --spec-method). */
 int serve_json_spec(json_t *obj, serve_sampling *s, serve_fail *f);
+/* llama.cpp's sampler fields, named as its server names them: typical_p,
+ * xtc_probability, xtc_threshold, dry_multiplier, dry_base,
+ * dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers (an array of
+ * at most SERVE_MAX_DRY_BREAKERS non-empty strings, or that array as JSON
+ * text; s->dry_sequence_breakers malloc'd, serve_request_free frees it),
+ * mirostat (0 or 2; 1 refused by name), mirostat_tau, mirostat_eta. */
+#define SERVE_MAX_DRY_BREAKERS 16
+int serve_json_samplers(json_t *obj, serve_sampling *s, serve_fail *f);
+/* Frees what the readers above allocated into s (stop, logit_bias, adapter,
+ * DRY breakers) and clears those fields. */
+void serve_sampling_free(serve_sampling *s);
 
 #endif

@@ -385,7 +385,7 @@ static void test_params(void) {
     CHECK_EQ_STR(e.field, name);                                            \
     sampler_free(t);                                                        \
   } while (0)
-  BAD(q.typical_p = 0, "typical_p");
+  BAD(q.typical_p = -0.1f, "typical_p");
   BAD(q.typical_p = 1.5f, "typical_p");
   BAD(q.xtc_probability = -0.1f, "xtc_probability");
   BAD(q.xtc_threshold = 1.5f, "xtc_threshold");
