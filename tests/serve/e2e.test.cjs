@@ -378,6 +378,68 @@ test('the copies of n > 1 share the prompt through the prefix cache', { skip: FA
   assert.ok(hits >= 3 * (r.usage.prompt_tokens - after.kv_cache.block_tokens), `the copies hit ${hits} tokens`);
 });
 
+test("llama.cpp's sampler fields change the output as defined, on every route", { skip: FAKE }, async () => {
+  const base = { prompt: 'And God said, Let there be', max_tokens: 24 };
+  // XTC with probability 1 and threshold 0 over the top 2 (no nucleus from the model's defaults): every token
+  // is the less likely of the two
+  const x = await client.completions.create({ ...base, temperature: 1, seed: 7, top_k: 2, top_p: 1, min_p: 0, logprobs: 2,
+    xtc_probability: 1, xtc_threshold: 0 });
+  const lp = x.choices[0].logprobs;
+  assert.equal(lp.tokens.length, 24);
+  for (let i = 0; i < lp.tokens.length; i++) {
+    const alts = Object.values(lp.top_logprobs[i]);
+    assert.equal(alts.length, 2);
+    assert.equal(lp.token_logprobs[i], Math.min(...alts), `token ${i} is the second choice`);
+  }
+  // DRY at temperature 0: the greedy text repeats itself; DRY turns it elsewhere, streamed alike
+  const greedy = await client.completions.create({ ...base, temperature: 0 });
+  const dryp = { ...base, temperature: 0, dry_multiplier: 2, dry_allowed_length: 1 };
+  const dry = await client.completions.create(dryp);
+  assert.notEqual(dry.choices[0].text, greedy.choices[0].text);
+  let streamed = '';
+  for await (const c of await client.completions.create({ ...dryp, stream: true })) if (c.choices.length) streamed += c.choices[0].text;
+  assert.equal(streamed, dry.choices[0].text);
+  // typical_p 0 (the one most typical token) and mirostat 2: seeded, reproducible, and not the plain draw
+  const seeded = { ...base, temperature: 1, seed: 11 };
+  const plain = await client.completions.create(seeded);
+  for (const extra of [{ typical_p: 0 }, { mirostat: 2, mirostat_tau: 2 }]) {
+    const a = await client.completions.create({ ...seeded, ...extra });
+    const b = await client.completions.create({ ...seeded, ...extra });
+    assert.equal(a.choices[0].text, b.choices[0].text, JSON.stringify(extra));
+    assert.notEqual(a.choices[0].text, plain.choices[0].text, JSON.stringify(extra));
+  }
+  // the same fields on chat, Anthropic and Responses
+  const chatp = { messages: MSGS, max_tokens: 24, temperature: 0 };
+  const c0 = await client.chat.completions.create(chatp);
+  const c1 = await client.chat.completions.create({ ...chatp, dry_multiplier: 3, dry_allowed_length: 0, dry_penalty_last_n: -1 });
+  assert.notEqual(c1.choices[0].message.content, c0.choices[0].message.content);
+  const anth = await post(main, '/v1/messages', JSON.stringify({ model: 'my-alias', max_tokens: 8, messages: MSGS, xtc_probability: 1,
+    xtc_threshold: 0, top_k: 3, temperature: 1 }), { 'anthropic-version': '2023-06-01' });
+  assert.equal(anth.status, 200);
+  const resp = await post(main, '/v1/responses', JSON.stringify({ input: 'Hello', max_output_tokens: 8, typical_p: 0.5,
+    dry_multiplier: 1, dry_sequence_breakers: ['\n', ';'] }));
+  assert.equal(resp.status, 200);
+});
+
+test("llama.cpp's sampler fields are checked by name", async () => {
+  const postj = (p, body) => post(main, p, JSON.stringify(body));
+  const bad = [[{ mirostat: 1 }, 'mirostat'], [{ mirostat: 3 }, 'mirostat'], [{ dry_base: 0.5 }, 'dry_base'],
+    [{ dry_multiplier: -1 }, 'dry_multiplier'], [{ dry_allowed_length: -1 }, 'dry_allowed_length'],
+    [{ dry_penalty_last_n: -2 }, 'dry_penalty_last_n'], [{ dry_sequence_breakers: [] }, 'dry_sequence_breakers'],
+    [{ dry_sequence_breakers: [''] }, 'dry_sequence_breakers'], [{ dry_sequence_breakers: 5 }, 'dry_sequence_breakers'],
+    [{ typical_p: 1.5 }, 'typical_p'], [{ xtc_probability: 2 }, 'xtc_probability'], [{ xtc_threshold: -1 }, 'xtc_threshold'],
+    [{ mirostat_tau: 'x' }, 'mirostat_tau'], [{ mirostat_eta: -0.1 }, 'mirostat_eta']];
+  for (const [fields, param] of bad) {
+    await expectError(await postj('/v1/completions', { prompt: 'x', ...fields }), 400, { param });
+    await expectError(await postj('/v1/chat/completions', { messages: MSGS, ...fields }), 400, { param });
+  }
+  const anth = await post(main, '/v1/messages', JSON.stringify({ model: 'my-alias', max_tokens: 8, messages: MSGS, mirostat: 1 }),
+    { 'anthropic-version': '2023-06-01' });
+  assert.equal(anth.status, 400);
+  assert.match((await anth.json()).error.message, /mirostat/);
+  await expectError(await postj('/v1/responses', { input: 'x', dry_base: 0 }), 400, { param: 'dry_base' });
+});
+
 test('n and prompt arrays are checked by name', async () => {
   const postj = (p, body) => post(main, p, JSON.stringify(body));
   await expectError(await postj('/v1/completions', { prompt: 'x', n: 2, best_of: 3 }), 400, { param: 'best_of' });
