@@ -621,6 +621,23 @@ typedef struct hearth_signal_result {
 int hearth_signal(hearth_model *m, const hearth_prompt *prompt, int n_bins, int n_top, const volatile int *cancel,
                   hearth_signal_result *out, hearth_error *err);
 
+/* One token of a prompt scored by hearth_prompt_logprobs. */
+typedef struct hearth_prompt_logprob {
+  int32_t id;
+  float logprob;                               /* NAN for the first token (nothing comes before it) */
+  int n_top;                                   /* the likeliest tokens at its place, best first */
+  int32_t top_ids[HEARTH_MAX_TOP_LOGPROBS];
+  float top_logprobs[HEARTH_MAX_TOP_LOGPROBS];
+} hearth_prompt_logprob;
+
+/* The log-probability of each token of a prompt (n_ids >= 1 ids) after the tokens before it — the raw
+ * model's log-softmax, no sampling settings — with the n_top (0..HEARTH_MAX_TOP_LOGPROBS) likeliest
+ * tokens at each place: what OpenAI's completions report for an echoed prompt. out: n_ids entries (the
+ * caller's). The prompt is computed whole, never from the prefix cache, in the scheduler's steps beside
+ * the generations running. cancel may be NULL. HEARTH_EUNSUPPORTED for a model without an output head. */
+int hearth_prompt_logprobs(hearth_model *m, const int32_t *ids, size_t n_ids, int n_top, const volatile int *cancel,
+                           hearth_prompt_logprob *out, hearth_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1129,6 +1129,33 @@ int hearth_signal(hearth_model *hm, const hearth_prompt *prompt, int n_bins, int
   return rc;
 }
 
+int hearth_prompt_logprobs(hearth_model *hm, const int32_t *ids, size_t n_ids, int n_top, const volatile int *cancel,
+                           hearth_prompt_logprob *out, hearth_error *err) {
+  if (!hm || !ids || !out || n_ids == 0) return herr_set(err, HEARTH_EINVAL, "hearth_prompt_logprobs: no model or prompt");
+  if (n_top < 0 || n_top > HEARTH_MAX_TOP_LOGPROBS)
+    return herr_set(err, HEARTH_EINVAL, "top must be between 0 and %d, not %d", HEARTH_MAX_TOP_LOGPROBS, n_top);
+  if (!model_has_head(hm->m))
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: the model has no output head (no lm_head.weight): it embeds only", hm->id);
+  sample_token *lp = calloc(n_ids, sizeof *lp);
+  if (!lp) return herr_set(err, HEARTH_ENOMEM, "hearth_prompt_logprobs: out of memory for %zu tokens", n_ids);
+  sched_probe p = {.ids = ids, .n_ids = n_ids, .lp = lp, .n_top = n_top};
+  int rc = ensure_sched(hm, err);
+  if (!rc) rc = sched_probe_run(hm->sch, SCHED_PROMPT_LOGPROBS, &p, 1, cancel, err);
+  for (size_t i = 0; !rc && i < n_ids; i++) {
+    hearth_prompt_logprob *o = &out[i];
+    memset(o, 0, sizeof *o);
+    o->id = ids[i];
+    o->logprob = i == 0 ? NAN : lp[i].logprob;
+    o->n_top = i == 0 ? 0 : lp[i].n_top;
+    for (int k = 0; k < o->n_top; k++) {
+      o->top_ids[k] = lp[i].top_ids[k];
+      o->top_logprobs[k] = lp[i].top_logprobs[k];
+    }
+  }
+  free(lp);
+  return rc;
+}
+
 int hearth_model_fit(hearth_model *hm, const hearth_fit_opts *opts, hearth_fit_result *out, hearth_error *err) {
   hearth_fit_opts o = opts ? *opts : (hearth_fit_opts){0};
   if (o.context <= 0) o.context = hm->context_length;

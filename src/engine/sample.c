@@ -408,13 +408,11 @@ static double log_sum_exp(const float *logits, int32_t n, float max) {
   return (double)max + log(sum);
 }
 
-/* Fills out's logprob and top lists from the processed logits. */
-static void fill_logprobs(const sampler *s, const float *logits, int32_t best, sample_token *out) {
-  int32_t n = s->n_vocab;
+/* Fills out's logprob and top lists (want alternatives) from logits (n, the largest at best). */
+static void row_logprobs(const float *logits, int32_t n, int32_t best, int want, sample_token *out) {
   double lse = log_sum_exp(logits, n, logits[best]);
   out->logprob = (float)((double)logits[out->id] - lse);
   if (!usable(logits[out->id])) out->logprob = -INFINITY;
-  int want = s->p.top_logprobs;
   int have = 0;
   /* Insertion into a short descending list; ties keep the lower id first. */
   for (int32_t i = 0; i < n && want > 0; i++) {
@@ -432,6 +430,21 @@ static void fill_logprobs(const sampler *s, const float *logits, int32_t best, s
   }
   out->n_top = have;
   for (int k = 0; k < have; k++) out->top_logprobs[k] = (float)((double)out->top_logprobs[k] - lse);
+}
+
+static void fill_logprobs(const sampler *s, const float *logits, int32_t best, sample_token *out) {
+  row_logprobs(logits, s->n_vocab, best, s->p.top_logprobs, out);
+}
+
+int sample_row_logprobs(const float *logits, int32_t n, int32_t id, int n_top, sample_token *out, herr *err) {
+  memset(out, 0, sizeof *out);
+  if (n_top < 0 || n_top > SAMPLE_MAX_TOP_LOGPROBS || id < 0 || id >= n)
+    return herr_set(err, HEARTH_EINVAL, "logprobs: token %d or %d alternatives out of range", (int)id, n_top);
+  int32_t best = argmax(logits, n);
+  if (best < 0) return herr_set(err, HEARTH_EINTERNAL, "logprobs: the logits row has no finite value");
+  out->id = id;
+  row_logprobs(logits, n, best, n_top, out);
+  return 0;
 }
 
 /* Descending by value, then ascending id: a total order, so runs are reproducible. */

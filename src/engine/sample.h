@@ -200,6 +200,11 @@ bool sampler_is_plain_greedy(const sampler *s);
  * exactly when sampler_sample would, so a request's RNG advances the same way
  * on either path. Greedy requests and temperature 0 give a greedy row. */
 int sampler_device_row(sampler *s, bk_sample_row *row, bk_sample_adj **adj, size_t *n_adj, size_t *cap, herr *err);
+/* The log-softmax of a raw logits row (n floats): id's log-probability and the
+ * n_top (0..SAMPLE_MAX_TOP_LOGPROBS) likeliest tokens into out (out->id = id).
+ * HEARTH_EINTERNAL when the row has no finite value. */
+int sample_row_logprobs(const float *logits, int32_t n, int32_t id, int n_top, sample_token *out, herr *err);
+
 /* A device result as a sample_token (logprobs only when the sampler asks for them). */
 void sampler_from_device(const sampler *s, const bk_sample_out *o, sample_token *out);
 

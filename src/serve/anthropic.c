@@ -407,6 +407,8 @@ static int parse_sampling(json_t *root, serve_sampling *s, serve_fail *f) {
       serve_json_stop(root, "stop_sequences", false, s, f) || serve_json_spec(root, s, f) || serve_json_adapter(root, s, f) ||
       serve_json_samplers(root, s, f))
     return anth_style(f);
+  json_t *rti = serve_json_field(root, "return_token_ids");
+  if (rti && !json_is_false(rti)) return bad(f, "return_token_ids", "return_token_ids: not supported on this API (use /v1/chat/completions)");
   return 0;
 }
 

@@ -852,7 +852,8 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
   }
   int64_t n = 1;
   if ((rc = serve_json_str(root, "model", &req->model, f)) || (rc = serve_json_str(root, "user", &req->user, f)) ||
-      (rc = serve_json_int(root, "n", 1, INT32_MAX, &n, f)) || (rc = serve_json_bool(root, "stream", &req->stream, f)))
+      (rc = serve_json_int(root, "n", 1, INT32_MAX, &n, f)) || (rc = serve_json_bool(root, "stream", &req->stream, f)) ||
+      (rc = serve_json_bool(root, "return_token_ids", &req->return_token_ids, f)))
     goto out;
   req->n = (int)n;
   if (n > SERVE_MAX_CHOICES) {

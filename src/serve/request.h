@@ -59,6 +59,7 @@ typedef struct serve_request {
   bool stream;
   bool include_usage;      /* stream_options.include_usage */
   bool echo;               /* completion: prepend the prompt to the text */
+  bool return_token_ids;   /* vLLM's: the reply carries prompt_token_ids and each choice's token_ids */
   serve_sampling sampling; /* stop and bias arrays owned here */
   int n;                   /* choices per prompt (1..SERVE_MAX_CHOICES); prompts × n at most SERVE_MAX_CHOICES */
   char *user;              /* owned; NULL when absent */

@@ -247,7 +247,7 @@ int resp_request_parse(const char *body, size_t len, serve_request *req, resp_re
     rc = serve_bad(f, NULL, "The request body must be a JSON object");
     goto out;
   }
-  static const char *refused[] = {"background", "conversation", "prompt", "modalities", "audio"};
+  static const char *refused[] = {"background", "conversation", "prompt", "modalities", "audio", "return_token_ids"};
   for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
     json_t *v = serve_json_field(root, refused[i]);
     if (v && !json_is_false(v)) {

@@ -1237,6 +1237,30 @@ static bool model_unknown(const serve_server *s, serve_request *req, bool anth, 
 
 /* POST /v1/chat/completions, /v1/completions and /v1/messages: one path, the
  * protocol chosen by the route. */
+/* return_token_ids: each choice's prompt as the engine reads it (text tokenized
+ * as generate tokenizes it, or the ids given). */
+static int reply_token_ids(job *j, serve_kind kind, serve_fail *f) {
+  serve_engine *e = j->srv->engine;
+  if (j->req.n_media > 0)
+    return serve_bad(f, "return_token_ids", "'return_token_ids' is not supported with media in the prompt");
+  for (int i = 0; i < j->nslots; i++) {
+    slot *sl = &j->slots[i];
+    if (sl->ids) {
+      serve_reply_token_ids(sl->reply, sl->ids, sl->n_ids);
+      continue;
+    }
+    if (!e->tokenize) return serve_bad(f, "return_token_ids", "'return_token_ids': this server has no tokenizer to show");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    herr err = {0};
+    if (e->tokenize(e->impl, sl->text, kind == SERVE_COMPLETION, &ids, &n, &err))
+      return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+    serve_reply_token_ids(sl->reply, ids, n);
+    free(ids);
+  }
+  return 0;
+}
+
 static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s, conn *cn) {
   bool anth = cn->route == ROUTE_MESSAGES;
   serve_kind kind = cn->route == ROUTE_COMPLETIONS ? SERVE_COMPLETION : SERVE_CHAT;
@@ -1409,6 +1433,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       }
     }
     if (j->parse) j->req.sampling.skip_special = !needs_specials(&j->tc);
+    if (j->req.return_token_ids && reply_token_ids(j, kind, &f)) goto refuse;
   }
   j->req.sampling.trace_label = anth ? j->areply.id : j->reply.id; /* names the request in a trace */
   /* Each choice samples with the request's parameters; with a seed, copy c > 0
