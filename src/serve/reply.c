@@ -189,6 +189,20 @@ static void completion_logprob_add(json_t *lp, const serve_token *t, size_t offs
   json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)offset));
 }
 
+void serve_reply_echo_token(serve_reply *r, const serve_token *t, bool first, const char *echo, size_t n, size_t *cursor) {
+  if (!r->lp || r->kind == SERVE_CHAT) return;
+  size_t at = *cursor;
+  if (t->token_len && at + t->token_len <= n && !memcmp(echo + at, t->token_text, t->token_len)) *cursor += t->token_len;
+  if (!first) {
+    completion_logprob_add(r->lp, t, at);
+    return;
+  }
+  json_array_append_new(json_object_get(r->lp, "tokens"), serve_json_text(t->token_text ? t->token_text : "", t->token_len));
+  json_array_append_new(json_object_get(r->lp, "token_logprobs"), json_null());
+  json_array_append_new(json_object_get(r->lp, "top_logprobs"), json_null());
+  json_array_append_new(json_object_get(r->lp, "text_offset"), json_integer((json_int_t)at));
+}
+
 static json_t *completion_logprobs_new(void) {
   json_t *o = json_object();
   json_object_set_new(o, "tokens", json_array());
@@ -480,9 +494,14 @@ void serve_sse_token(serve_reply *r, const serve_token *tok, hbuf *out) {
 }
 
 void serve_sse_text(serve_reply *r, const char *s, size_t n, hbuf *out) {
-  if (n == 0) return;
+  json_t *lp = NULL;
+  if (r->lp && r->kind != SERVE_CHAT && json_array_size(json_object_get(r->lp, "tokens")) > 0) {
+    lp = r->lp; /* the echoed prompt's logprobs */
+    r->lp = completion_logprobs_new();
+  }
+  if (n == 0 && !lp) return;
   r->text_offset += n;
-  emit(chunk(r, text_value(r, s, n), NULL, NULL), out);
+  emit(chunk(r, text_value(r, s, n), lp, NULL), out);
 }
 
 void serve_sse_finish(serve_reply *r, serve_finish finish, hbuf *out) {

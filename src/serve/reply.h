@@ -53,6 +53,14 @@ void serve_reply_free(serve_reply *r);
  * and the first chunk the prompt's). Call before the first token. */
 void serve_reply_token_ids(serve_reply *r, const int32_t *prompt, size_t n);
 
+/* A completion's echoed prompt token, before the first generated one (OpenAI's
+ * legacy echo with logprobs): its text, log-probability and alternatives
+ * (first: the prompt's first token, whose logprob and top_logprobs are null).
+ * Its text_offset is where its text stands in echo[0..n) from *cursor on
+ * (the cursor moves past it; a token whose text is not there, such as a BOS,
+ * stands at the cursor). */
+void serve_reply_echo_token(serve_reply *r, const serve_token *t, bool first, const char *echo, size_t n, size_t *cursor);
+
 /* Chat: split the output into content, reasoning and tool calls with a
  * parser of o's format (before the first token). */
 int serve_reply_parse(serve_reply *r, const tc_opts *o, herr *err);
@@ -79,7 +87,8 @@ void serve_reply_body_n(serve_reply *const *r, const serve_result *res, int n, c
 /* Stream events, each appended to out as "data: {...}\n\n". */
 void serve_sse_start(serve_reply *r, hbuf *out);        /* chat: delta.role; completion: nothing */
 void serve_sse_token(serve_reply *r, const serve_token *tok, hbuf *out); /* nothing when empty without logprobs */
-void serve_sse_text(serve_reply *r, const char *s, size_t n, hbuf *out);  /* a bare text delta (echo) */
+void serve_sse_text(serve_reply *r, const char *s, size_t n, hbuf *out);  /* a bare text delta (echo); with
+                                                                             echoed logprobs, they ride on it */
 void serve_sse_finish(serve_reply *r, serve_finish finish, hbuf *out);
 void serve_sse_usage(serve_reply *r, const serve_result *res, hbuf *out);
 void serve_sse_error(const serve_fail *f, hbuf *out);

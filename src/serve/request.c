@@ -895,11 +895,6 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
   } else {
     rc = parse_prompt(root, req, f);
     if (!rc) rc = serve_json_bool(root, "echo", &req->echo, f);
-    for (int i = 0; !rc && req->echo && i < req->n_prompts; i++) {
-      serve_prompt q;
-      serve_request_prompt(req, i, &q);
-      if (q.ids) rc = serve_bad(f, "echo", "'echo' with a prompt of token ids is not supported");
-    }
     if (!rc && (int64_t)req->n * req->n_prompts > SERVE_MAX_CHOICES)
       rc = serve_bad(f, "n", "%d prompts times 'n' %d is %lld choices; at most %d are made in one request",
                      req->n_prompts, req->n, (long long)req->n * req->n_prompts, SERVE_MAX_CHOICES);
