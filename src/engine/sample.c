@@ -125,15 +125,16 @@ static int check_params(int32_t n_vocab, const sample_params *p, herr *err) {
     return herr_set_at(err, HEARTH_EINVAL, "typical_p", 0, "typical_p %g must be in [0, 1]", p->typical_p);
   if (!(p->xtc_probability >= 0 && p->xtc_probability <= 1))
     return herr_set_at(err, HEARTH_EINVAL, "xtc_probability", 0, "xtc_probability %g must be in [0, 1]", p->xtc_probability);
-  if (!(p->xtc_threshold >= 0 && p->xtc_threshold <= 1))
+  /* the settings of a step that is off are not looked at */
+  if (p->xtc_probability > 0 && !(p->xtc_threshold >= 0 && p->xtc_threshold <= 1))
     return herr_set_at(err, HEARTH_EINVAL, "xtc_threshold", 0, "xtc_threshold %g must be in [0, 1]", p->xtc_threshold);
   if (!isfinite(p->dry_multiplier) || p->dry_multiplier < 0)
     return herr_set_at(err, HEARTH_EINVAL, "dry_multiplier", 0, "dry_multiplier %g must be a finite number >= 0", p->dry_multiplier);
-  if (!isfinite(p->dry_base) || p->dry_base < 1)
+  if (p->dry_multiplier != 0 && (!isfinite(p->dry_base) || p->dry_base < 1))
     return herr_set_at(err, HEARTH_EINVAL, "dry_base", 0, "dry_base %g must be a finite number >= 1", p->dry_base);
-  if (p->dry_allowed_length < 0)
+  if (p->dry_multiplier != 0 && p->dry_allowed_length < 0)
     return herr_set_at(err, HEARTH_EINVAL, "dry_allowed_length", 0, "dry_allowed_length %d must be >= 0", (int)p->dry_allowed_length);
-  if (p->dry_penalty_last_n < -1)
+  if (p->dry_multiplier != 0 && p->dry_penalty_last_n < -1)
     return herr_set_at(err, HEARTH_EINVAL, "dry_penalty_last_n", 0, "dry_penalty_last_n %d must be >= -1 (-1: the whole context)",
                        (int)p->dry_penalty_last_n);
   if (p->n_dry_breakers && !p->dry_breakers)
@@ -147,9 +148,9 @@ static int check_params(int32_t n_vocab, const sample_params *p, herr *err) {
   if (p->mirostat != 0 && p->mirostat != 2)
     return herr_set_at(err, HEARTH_EINVAL, "mirostat", 0,
                        p->mirostat == 1 ? "mirostat 1 is not supported: use mirostat 2" : "mirostat %d must be 0 or 2", p->mirostat);
-  if (!isfinite(p->mirostat_tau) || p->mirostat_tau < 0)
+  if (p->mirostat && (!isfinite(p->mirostat_tau) || p->mirostat_tau < 0))
     return herr_set_at(err, HEARTH_EINVAL, "mirostat_tau", 0, "mirostat_tau %g must be a finite number >= 0", p->mirostat_tau);
-  if (!isfinite(p->mirostat_eta) || p->mirostat_eta < 0)
+  if (p->mirostat && (!isfinite(p->mirostat_eta) || p->mirostat_eta < 0))
     return herr_set_at(err, HEARTH_EINVAL, "mirostat_eta", 0, "mirostat_eta %g must be a finite number >= 0", p->mirostat_eta);
   if (p->top_logprobs < 0 || p->top_logprobs > SAMPLE_MAX_TOP_LOGPROBS)
     return herr_set_at(err, HEARTH_EINVAL, "top_logprobs", 0, "top_logprobs %d must be in [0, %d]", p->top_logprobs, SAMPLE_MAX_TOP_LOGPROBS);

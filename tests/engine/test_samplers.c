@@ -388,18 +388,25 @@ static void test_params(void) {
   BAD(q.typical_p = -0.1f, "typical_p");
   BAD(q.typical_p = 1.5f, "typical_p");
   BAD(q.xtc_probability = -0.1f, "xtc_probability");
-  BAD(q.xtc_threshold = 1.5f, "xtc_threshold");
+  BAD((q.xtc_probability = 0.5f, q.xtc_threshold = 1.5f), "xtc_threshold");
   BAD(q.dry_multiplier = -1, "dry_multiplier");
-  BAD(q.dry_base = 0.5f, "dry_base");
-  BAD(q.dry_allowed_length = -1, "dry_allowed_length");
-  BAD(q.dry_penalty_last_n = -2, "dry_penalty_last_n");
+  BAD((q.dry_multiplier = 1, q.dry_base = 0.5f), "dry_base");
+  BAD((q.dry_multiplier = 1, q.dry_allowed_length = -1), "dry_allowed_length");
+  BAD((q.dry_multiplier = 1, q.dry_penalty_last_n = -2), "dry_penalty_last_n");
   BAD(q.mirostat = 1, "mirostat");
   BAD(q.mirostat = 3, "mirostat");
-  BAD(q.mirostat_tau = NAN, "mirostat_tau");
-  BAD(q.mirostat_eta = -1, "mirostat_eta");
+  BAD((q.mirostat = 2, q.mirostat_tau = NAN), "mirostat_tau");
+  BAD((q.mirostat = 2, q.mirostat_eta = -1), "mirostat_eta");
   sample_dry_breaker b = {.head = 99};
   BAD((q.dry_multiplier = 1, q.dry_breakers = &b, q.n_dry_breakers = 1), "dry_sequence_breakers");
 #undef BAD
+  /* a step that is off is not looked at: a zeroed struct's settings of DRY, XTC and mirostat pass */
+  sample_params_default(&q);
+  q.dry_base = 0, q.xtc_threshold = 7, q.mirostat_tau = -1, q.dry_penalty_last_n = -5;
+  sampler *t = NULL;
+  herr e = {0};
+  CHECK_EQ_INT(sampler_new(8, &q, &t, &e), 0);
+  sampler_free(t);
 }
 
 int main(void) {
