@@ -755,6 +755,29 @@ int serve_json_samplers(json_t *obj, serve_sampling *s, serve_fail *f) {
   if (miro == 1)
     return serve_bad(f, "mirostat", "'mirostat' 1 (the first Mirostat) is not supported: use 2 (Mirostat 2.0)");
   s->mirostat = (int)miro;
+  /* llama.cpp's other sampler fields: accepted at the values that leave sampling as it is (what
+   * clients send by default), refused by name at any other */
+  static const struct {
+    const char *key;
+    double lo, hi; /* the neutral range */
+    const char *why;
+  } neutral[] = {
+      {"top_n_sigma", -INFINITY, 0, "top-n-sigma is not supported"},
+      {"dynatemp_range", -INFINITY, 0, "dynamic temperature is not supported"},
+      {"repeat_penalty", 1, 1, "llama.cpp's windowed repeat penalty is not supported: use 'repetition_penalty' (over the whole prompt and output)"},
+      {"n_probs", -INFINITY, 0, "use 'logprobs' (and 'top_logprobs')"},
+      {"min_keep", -INFINITY, 1, "a floor on the tokens each filter keeps is not supported"},
+      {"adaptive_target", -INFINITY, -1e-300, "the adaptive-p sampler is not supported"},
+  };
+  for (size_t i = 0; i < sizeof neutral / sizeof neutral[0]; i++) {
+    json_t *v = serve_json_field(obj, neutral[i].key);
+    if (!v) continue;
+    if (!json_is_number(v)) return serve_bad(f, neutral[i].key, "'%s' must be a number", neutral[i].key);
+    double d = json_number_value(v);
+    if (!(d >= neutral[i].lo && d <= neutral[i].hi)) return serve_bad(f, neutral[i].key, "'%s': %s", neutral[i].key, neutral[i].why);
+  }
+  if (serve_json_field(obj, "samplers"))
+    return serve_bad(f, "samplers", "'samplers' (a custom sampler order) is not supported: the order is fixed (see the README)");
   return 0;
 }
 

@@ -138,7 +138,10 @@ int serve_json_spec(json_t *obj, serve_sampling *s, serve_fail *f);
  * dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers (an array of
  * at most SERVE_MAX_DRY_BREAKERS non-empty strings, or that array as JSON
  * text; s->dry_sequence_breakers malloc'd, serve_request_free frees it),
- * mirostat (0 or 2; 1 refused by name), mirostat_tau, mirostat_eta. */
+ * mirostat (0 or 2; 1 refused by name), mirostat_tau, mirostat_eta. llama.cpp's
+ * samplers not run here (top_n_sigma, dynatemp_range, repeat_penalty, n_probs,
+ * min_keep, adaptive_target, samplers) pass at their neutral values and are
+ * refused by name at any other. */
 #define SERVE_MAX_DRY_BREAKERS 16
 int serve_json_samplers(json_t *obj, serve_sampling *s, serve_fail *f);
 /* Frees what the readers above allocated into s (stop, logit_bias, adapter,

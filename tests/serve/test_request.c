@@ -471,6 +471,20 @@ static void test_samplers(void) {
           "\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
           SERVE_COMPLETION, "dry_sequence_breakers");
   refused("{\"prompt\":\"a\",\"mirostat_eta\":-1}", SERVE_COMPLETION, "mirostat_eta");
+  /* llama.cpp's samplers not run here: neutral values pass, others are refused by name */
+  CHECK_EQ_INT(parse("{\"prompt\":\"a\",\"top_n_sigma\":-1,\"dynatemp_range\":0,\"dynatemp_exponent\":1,\"repeat_penalty\":1,"
+                     "\"n_probs\":0,\"min_keep\":0,\"adaptive_target\":-1}",
+                     SERVE_COMPLETION, &r, &f),
+               0);
+  serve_request_free(&r);
+  refused("{\"prompt\":\"a\",\"top_n_sigma\":1.5}", SERVE_COMPLETION, "top_n_sigma");
+  refused("{\"prompt\":\"a\",\"dynatemp_range\":0.5}", SERVE_COMPLETION, "dynatemp_range");
+  refused("{\"prompt\":\"a\",\"repeat_penalty\":1.1}", SERVE_COMPLETION, "repeat_penalty");
+  refused("{\"prompt\":\"a\",\"n_probs\":3}", SERVE_COMPLETION, "n_probs");
+  refused("{\"prompt\":\"a\",\"min_keep\":5}", SERVE_COMPLETION, "min_keep");
+  refused("{\"prompt\":\"a\",\"adaptive_target\":0.3}", SERVE_COMPLETION, "adaptive_target");
+  refused("{\"prompt\":\"a\",\"samplers\":[\"top_k\"]}", SERVE_COMPLETION, "samplers");
+  refused("{\"prompt\":\"a\",\"top_n_sigma\":\"x\"}", SERVE_COMPLETION, "top_n_sigma");
 }
 
 int main(void) {
