@@ -539,12 +539,16 @@ static uint64_t random_seed(void) {
  * (*own, freed by the caller). */
 static int dry_breakers_for(hearth_model *hm, const hearth_gen_params *p, sample_params *s, sample_dry_breaker **own,
                             herr *err) {
-  if (!hm->tok) return herr_set_at(err, HEARTH_EUNSUPPORTED, "dry_multiplier", 0, "DRY needs the model's tokenizer");
   if (p->dry_sequence_breakers) {
     if (p->n_dry_sequence_breakers < 0)
       return herr_set_at(err, HEARTH_EINVAL, "dry_sequence_breakers", 0, "dry_sequence_breakers: bad entry count %d",
                          p->n_dry_sequence_breakers);
     if (p->n_dry_sequence_breakers == 0) return 0; /* none */
+  }
+  if (!hm->tok)
+    return herr_set_at(err, HEARTH_EUNSUPPORTED, "dry_sequence_breakers", 0,
+                       "DRY's sequence breakers are strings, and the model has no tokenizer to match them (give none)");
+  if (p->dry_sequence_breakers) {
     size_t n = 0;
     int rc = dry_breakers_build(hm->tok, p->dry_sequence_breakers, p->n_dry_sequence_breakers, own, &n, err);
     if (rc) return rc;
