@@ -1265,6 +1265,13 @@ static int echo_setup(job *j, serve_fail *f) {
     if (!j->req.sampling.logprobs) continue;
     if (!e->prompt_logprobs || !e->tokenize || !e->detokenize)
       return serve_bad(f, "echo", "'echo' with 'logprobs': this server cannot score prompts");
+    if (sl->copy > 0) { /* the prompt's first copy scored it already */
+      json_t *lp = json_deep_copy(j->slots[i - sl->copy].reply->lp);
+      if (!lp) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+      json_decref(sl->reply->lp);
+      sl->reply->lp = lp;
+      continue;
+    }
     int32_t *owned = NULL;
     const int32_t *ids = sl->ids;
     size_t n = sl->n_ids;
