@@ -52,6 +52,8 @@ typedef struct sseq {
   int pool;                   /* an embedding probe: its sched_pool */
   sample_token *plp;          /* borrowed: a prompt-logprobs probe's output, one per prompt token */
   int plp_top;
+  float *hrow;                /* owned [vocab], made at first use: on a device, the logits row of a
+                                 request whose sampler runs on the host only (MODEL_OUT_LOGITS_HOST) */
   /* state */
   int32_t *toks;              /* owned: prompt then sampled tokens */
   int64_t n_toks, cap_toks;
@@ -811,6 +813,12 @@ static void step(sched *s) {
     } else if (q->kind == SCHED_PROMPT_LOGPROBS) { /* every chunk's logits rows, to the host */
       s->batch[n_batch].out = MODEL_OUT_LOGITS;
       s->batch[n_batch].all_logits = true;
+    } else if (!q->kind && s->dev_sample && !q->n_draft && at + n >= q->n_toks &&
+               sample_params_host_only(&q->req->sample) &&
+               (q->hrow || (q->hrow = malloc(sizeof(float) * (size_t)s->vocab)))) {
+      /* DRY, typical-p, XTC, mirostat: its row comes to the host, the others' stay on the device */
+      s->batch[n_batch].out = MODEL_OUT_LOGITS_HOST;
+      s->batch[n_batch].dest = q->hrow;
     } else if (q->kind) { /* a probe: nothing out until its last chunk, then its one output */
       bool last = at + n >= q->n_toks;
       s->batch[n_batch].out = !last ? MODEL_OUT_NONE : q->kind == SCHED_EMBED ? MODEL_OUT_HIDDEN : MODEL_OUT_LOGITS_HOST;
@@ -824,14 +832,17 @@ static void step(sched *s) {
   int rc = 0;
   /* on a device, a grammar's mask goes with the row (made here, from the tokens
    * so far), and a plain greedy speculative sequence's rows are each its argmax
-   * there; other speculative sequences' drafts are verified on the host, and a
-   * step with a row that asks for a host-only sampler (DRY, typical-p, XTC,
-   * mirostat) brings its logits to the host */
+   * there; other speculative sequences' drafts are verified on the host, and so
+   * is a step scoring a prompt (all its rows come back); a request whose
+   * sampler runs on the host only (DRY, typical-p, XTC, mirostat) has its one
+   * row copied to the host (MODEL_OUT_LOGITS_HOST, above; a row that could not
+   * be, for want of memory, brings the step's to the host) */
   bool host = !s->dev_sample;
-  for (int k = 0; k < n_batch && !host; k++)
-    host = (s->in_batch[k]->n_draft > 0 && !sampler_is_plain_greedy(s->in_batch[k]->smp)) ||
-           (!s->in_batch[k]->kind && sample_params_host_only(&s->in_batch[k]->req->sample)) ||
-           s->in_batch[k]->kind == SCHED_PROMPT_LOGPROBS;
+  for (int k = 0; k < n_batch && !host; k++) {
+    const sseq *q = s->in_batch[k];
+    host = (q->n_draft > 0 && !sampler_is_plain_greedy(q->smp)) || q->kind == SCHED_PROMPT_LOGPROBS ||
+           (!q->kind && sample_params_host_only(&q->req->sample) && s->batch[k].out == MODEL_OUT_LOGITS);
+  }
   double t_fwd = s->trace ? htrace_now() : 0;
   size_t n_rows = model_batch_logit_rows(&b);
   if (host && n_rows > s->cap_rows) {
@@ -857,6 +868,9 @@ static void step(sched *s) {
         for (int i = 0; i < q->n_catch; i++) s->rows[r++] = (bk_sample_row){0}; /* fed again: not read */
         for (int i = 0; i <= q->n_draft && !rc; i++)
           rc = sampler_device_row(q->smp, &s->rows[r++], &s->adj, &s->n_adj, &s->cap_adj, &e);
+      } else if (!q->kind && s->batch[k].out == MODEL_OUT_LOGITS_HOST) {
+        s->rows[r++] = (bk_sample_row){0}; /* sampled on the host from its copied row: this id is not read */
+        q->mask_rc = 0;
       } else if (!q->kind && q->kv->len + s->batch[k].n_tokens >= q->n_toks) {
         rc = sampler_device_row(q->smp, &s->rows[r], &s->adj, &s->n_adj, &s->cap_adj, &e);
         q->mask_rc = !rc && q->gm ? seq_mask_row(s, q, &s->rows[r], k) : 0;
@@ -917,21 +931,24 @@ static void step(sched *s) {
     }
     if (q->kv->len < q->n_toks) continue; /* mid-prefill: no token yet */
     bool ended;
+    /* the row sampled on the host: the step's, or this sequence's copied one */
+    float *hrow = host ? s->logits + (size_t)r * (size_t)s->vocab
+                       : !q->kind && s->batch[k].out == MODEL_OUT_LOGITS_HOST ? q->hrow : NULL;
     if (q->kind) { /* a probe's output is in its dest: done */
       seq_finish(s, q, 0);
       ended = true;
-    } else if (!host && q->mask_rc) {
+    } else if (!hrow && q->mask_rc) {
       if (q->mask_rc > 0) seq_finish(s, q, q->mask_rc);
       else seq_finish(s, q, seq_flush_text(s, q)); /* the grammar is complete and nothing may follow */
       ended = true;
-    } else if (!host) {
+    } else if (!hrow) {
       ended = seq_verify(s, q, NULL, s->outs + r); /* the token the device chose: the run commits it */
-    } else if (q->gm && (rc = seq_mask(s, q, s->logits + (size_t)r * (size_t)s->vocab)) != 0) {
+    } else if (q->gm && (rc = seq_mask(s, q, hrow)) != 0) {
       if (rc > 0) seq_finish(s, q, rc);
       else seq_finish(s, q, seq_flush_text(s, q)); /* the grammar is complete and nothing may follow */
       ended = true;
     } else {
-      ended = seq_verify(s, q, s->logits + (size_t)r * (size_t)s->vocab, NULL); /* one row: the run samples it */
+      ended = seq_verify(s, q, hrow, NULL); /* one row: the run samples it */
     }
     if (ended) {
       for (int i = 0; i < s->n_running; i++)
@@ -1177,6 +1194,7 @@ void sched_free(sched *s) {
 }
 
 static void seq_state_free(sseq *q) {
+  free(q->hrow);
   gen_run_free(q->run);
   free(q->toks);
   free(q->keys);

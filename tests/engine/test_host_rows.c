@@ -6,13 +6,23 @@
  * through the prefix cache), also after the same prompt's blocks were cached
  * by a generation; the first token has none — and a greedy DRY request, each
  * token of which is the argmax of the model's next-token log-probabilities
- * (hearth_signal) after the DRY penalties of the history so far. */
+ * (hearth_signal) after the DRY penalties of the history so far — and a
+ * scheduler step mixing such requests (DRY, XTC, typical-p, mirostat) with
+ * plain seeded ones, also with tokens picked by bk_sample as on a GPU: each
+ * host-only request gives what the one-sequence loop gives, and each plain
+ * one what it gives alone (its neighbours leave its device sampling as it is). */
 #include <math.h>
 #include <stdint.h>
 
+#include <pthread.h>
+
+#include "engine/generate.h"
 #include "engine/sample.h"
+#include "engine/sched.h"
 #include "hearth.h"
+#include "model/model.h"
 #include "test.h"
+#include "test_device.h"
 
 #define DEFAULT_MODEL HEARTH_SOURCE_DIR "/models/default"
 
@@ -155,8 +165,106 @@ static void test_dry_greedy(void) {
   hearth_model_free(m);
 }
 
+typedef struct job {
+  sched *s;
+  gen_request req;
+  int32_t ids[64];
+  int n;
+  int rc;
+  herr err;
+  gen_result res;
+} job;
+
+static int job_token(void *user, const char *delta, size_t len, const sample_token *tok) {
+  (void)delta, (void)len;
+  job *j = user;
+  if (tok && j->n < 64) j->ids[j->n++] = tok->id;
+  return 0;
+}
+
+static void *job_main(void *arg) {
+  job *j = arg;
+  j->rc = sched_run(j->s, &j->req, job_token, j, &j->res, &j->err);
+  return NULL;
+}
+
+enum { N_JOBS = 8, N_NEW = 24 };
+static int32_t g_prompts[N_JOBS][48];
+
+static void job_params(job *j, int i) {
+  gen_request_init(&j->req);
+  for (int t = 0; t < 48; t++) g_prompts[i][t] = (int32_t)(100 + ((t % (5 + i)) * 37 + i * 11) % 400);
+  j->req.prompt = g_prompts[i];
+  j->req.n_prompt = 48;
+  j->req.max_tokens = N_NEW;
+  j->req.ignore_eos = true;
+  sample_params *p = &j->req.sample;
+  p->seed = 100 + (uint64_t)i;
+  p->temperature = 0.8f;
+  switch (i) {
+  case 0: p->greedy = true, p->dry_multiplier = 1.5f, p->dry_allowed_length = 1, p->dry_penalty_last_n = -1; break;
+  case 1: p->top_k = 3, p->xtc_probability = 1, p->xtc_threshold = 0; break;
+  case 2: p->mirostat = 2, p->mirostat_tau = 3; break;
+  case 3: p->typical_p = 0.5f; break;
+  default: break; /* plain, seeded */
+  }
+}
+
+/* The jobs in `which` (a bit each) at once on a scheduler of m. */
+static void run_jobs(model *m, bool backend_sampling, unsigned which, job *jobs) {
+  sched_config cfg = {.max_batch = 8, .block_tokens = 16, .backend_sampling = backend_sampling};
+  sched *s = NULL;
+  herr e = {0};
+  CHECK_EQ_INT(sched_new(m, NULL, &cfg, &s, &e), 0);
+  if (!s) return;
+  pthread_t th[N_JOBS];
+  for (int i = 0; i < N_JOBS; i++) {
+    if (!(which >> i & 1)) continue;
+    memset(&jobs[i], 0, sizeof jobs[i]);
+    jobs[i].s = s;
+    job_params(&jobs[i], i);
+    pthread_create(&th[i], NULL, job_main, &jobs[i]);
+  }
+  for (int i = 0; i < N_JOBS; i++)
+    if (which >> i & 1) pthread_join(th[i], NULL);
+  sched_free(s);
+}
+
+static void test_mixed_step(void) {
+  model *m = NULL;
+  herr e = {0};
+  model_load_opts mo = {.threads = 2, .device = test_device()};
+  CHECK_EQ_INT(model_load(DEFAULT_MODEL, &mo, &m, &e), 0);
+  if (!m) return;
+  for (int mode = 0; mode < 2; mode++) {
+    bool bs = mode == 1; /* on a GPU both are the device path */
+    static job all[N_JOBS], alone[N_JOBS];
+    run_jobs(m, bs, 0xff, all);
+    for (int i = 0; i < N_JOBS; i++) {
+      CHECK_MSG(all[i].rc == 0, "job %d: %s", i, all[i].err.msg);
+      CHECK_EQ_INT(all[i].n, N_NEW);
+    }
+    /* the host-only requests: as the one-sequence loop samples them */
+    for (int i = 0; i < 4; i++) {
+      job ref = {0};
+      job_params(&ref, i);
+      herr e2 = {0};
+      CHECK_EQ_INT(generate_run(m, NULL, &ref.req, job_token, &ref, &ref.res, &e2), 0);
+      CHECK_MSG(ref.n == all[i].n && !memcmp(ref.ids, all[i].ids, sizeof(int32_t) * (size_t)ref.n),
+                "backend sampling %d: host-only job %d differs from the one-sequence loop", (int)bs, i);
+    }
+    /* the plain ones: as alone */
+    run_jobs(m, bs, 0xf0, alone);
+    for (int i = 4; i < N_JOBS; i++)
+      CHECK_MSG(alone[i].n == all[i].n && !memcmp(alone[i].ids, all[i].ids, sizeof(int32_t) * (size_t)all[i].n),
+                "backend sampling %d: plain job %d changes beside host-only neighbours", (int)bs, i);
+  }
+  model_free(m);
+}
+
 int main(void) {
   RUN(test_against_signal);
   RUN(test_dry_greedy);
+  RUN(test_mixed_step);
   TEST_MAIN_END();
 }
