@@ -221,7 +221,8 @@ typedef struct hearth_logit_bias {
  * → mirostat (top-k, top-p, min-p, typical-p and XTC are not applied, as in
  * llama.cpp). DRY, typical-p, XTC and mirostat follow llama.cpp's definitions
  * (src/engine/sample.h spells them out); a request using one is sampled on the
- * host, also on a GPU, and decodes without speculative drafts. Logprobs are
+ * host (on a GPU its logits row is copied back) and decodes without
+ * speculative drafts. Logprobs are
  * the log-softmax after penalties, DRY and bias, before temperature and
  * truncation (the same for greedy and sampled runs; without penalties or
  * bias, vLLM's default raw logprobs). */
