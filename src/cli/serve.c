@@ -23,7 +23,7 @@ static void serve_usage(void) {
          "                    [--allow-private-media-hosts] [--max-media-bytes BYTES]\n\n"
          "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
          "/v1/messages (Anthropic), /v1/models, /v1/embeddings, /v1/signal, /v1/adapters,\n"
-         "/tokenize, /detokenize, /fit, /health, /stats, /metrics, /v1 (every route) and a chat page at /. Concurrent requests are\n"
+         "/tokenize, /detokenize, /infill, /fit, /health, /stats, /metrics, /v1 (every route) and a chat page at /. Concurrent requests are\n"
          "batched into shared forward steps (continuous batching, paged KV cache,\n"
          "automatic prefix caching).\n\n"
          "  --model PATH       a Hugging Face model folder or a .gguf file (default: the built-in model)\n"

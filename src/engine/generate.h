@@ -74,6 +74,7 @@ typedef struct gen_result {
   int64_t prompt_tokens, completion_tokens;  /* completion counts the EOS token when one ended it */
   int64_t cached_tokens;        /* prompt tokens whose KV came from the prefix cache (scheduler only) */
   double prefill_seconds, decode_seconds;
+  double queue_seconds;         /* waiting in the scheduler's queue before its first admission (scheduler only) */
 } gen_result;
 
 /* Per step: delta is the text that became final (may be empty while held

@@ -84,6 +84,7 @@ typedef struct sseq {
   bool ended;                 /* finished: the engine no longer touches it */
   bool done;                  /* the waiter may return (under the lock) */
   double t_admit, t_first;
+  double t_enqueue;           /* joined the waiting queue first (now_seconds) */
   int preemptions;
   /* tracing (only with sched.trace) */
   int64_t trace_tid;          /* the request's track; 0: not traced */
@@ -611,7 +612,10 @@ static void admit(sched *s) {
       s->st.prefix_miss_tokens += q->n_toks - hit;
     }
     pthread_mutex_unlock(&s->mu);
-    if (!q->admitted_once) q->t_admit = now_seconds();
+    if (!q->admitted_once) {
+      q->t_admit = now_seconds();
+      q->res->queue_seconds = q->t_admit - q->t_enqueue;
+    }
     q->admitted_once = true;
     q->kv = kv;
     if (q->pool) { /* (again after a preemption: the whole prompt is computed again) */
@@ -1375,6 +1379,7 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
     goto out;
   }
   if (s->trace) trace_queued(s, &q);
+  q.t_enqueue = now_seconds();
   queue_push_back(s, &q);
   pthread_cond_signal(&s->work_cv);
   pthread_mutex_unlock(&s->mu);

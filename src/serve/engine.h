@@ -31,6 +31,9 @@ typedef struct serve_message {
 typedef struct serve_chat_opts {
   const json_t *tools;  /* the request's tools, [{"type":"function","function":{...}}] */
   const json_t *kwargs; /* further template variables (enable_thinking, reasoning_effort, ...) */
+  bool no_generation_prompt; /* add_generation_prompt false: the chat ends after its last message */
+  bool continue_final;  /* continue_final_message: rendered without the generation prompt and cut
+                         * after the final message's text (chat_continue_final), which the model continues */
 } serve_chat_opts;
 
 /* Sampling and limits: the public API's own struct (hearth.h), so one
@@ -74,6 +77,7 @@ typedef struct serve_result {
   int64_t prompt_tokens, completion_tokens;
   int64_t cached_tokens; /* prompt tokens served from the prefix cache */
   int stop_index;        /* the entry of sampling.stop that ended it; -1: none (EOS, length) */
+  double queue_seconds;  /* waiting in the engine's queue before it was first computed; < 0: unknown */
 } serve_result;
 
 /* One input of an embeddings request: text (tokenized as a raw prompt,
@@ -130,8 +134,8 @@ typedef struct serve_engine {
   bool denoising;       /* a block-diffusion model: generations denoise blocks instead (no speculation) */
   const char *spec_method; /* NULL: generations are autoregressive unless a request asks; else the
                               speculative draft source the model was loaded with ("ngram", "draft", ...) */
-  /* Renders messages with the chat template (generation prompt appended) into
-   * a malloc'd string *prompt (caller frees). o may be NULL. */
+  /* Renders messages with the chat template (generation prompt appended unless o
+   * says otherwise) into a malloc'd string *prompt (caller frees). o may be NULL. */
   int (*render_chat)(void *impl, const serve_message *msgs, int nmsgs, const serve_chat_opts *o, char **prompt,
                      herr *err);
   /* Number of tokens the prompt encodes to (raw: a completion prompt, which
@@ -162,6 +166,11 @@ typedef struct serve_engine {
    * ones before it and its n_top likeliest alternatives (hearth_prompt_logprobs), into out[n]. */
   int (*prompt_logprobs)(void *impl, const int32_t *ids, size_t n, int n_top, volatile int *cancel,
                          hearth_prompt_logprob *out, herr *err);
+  /* May be NULL: the vocabulary has no fill-in-the-middle tokens (`suffix` and /infill are
+   * refused). As hearth_fim_prompt: the ids of a FIM prompt (*ids malloc'd, caller frees). */
+  int (*fim_prompt)(void *impl, const char *prefix, const char *suffix, const char *prompt,
+                    const hearth_fim_chunk *extra, int n_extra, int64_t n_predict, int32_t **ids, size_t *n,
+                    herr *err);
   void (*destroy)(void *impl);
   /* May be NULL. Whether a request of n_prompt tokens and max_tokens (-1:
    * unset) can ever be served: HEARTH_ELIMIT "memory_admission: ..." if not. */

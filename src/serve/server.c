@@ -67,6 +67,8 @@
 #include "serve/adapters.h"
 #include "serve/anthropic.h"
 #include "serve/embeddings.h"
+#include "serve/infill.h"
+#include "serve/metrics.h"
 #include "serve/signal.h"
 #include "serve/tokenize.h"
 #include "serve/reply.h"
@@ -90,6 +92,7 @@
 struct serve_server {
   struct MHD_Daemon *daemon;
   serve_engine *engine; /* borrowed */
+  serve_metrics *metrics; /* owned, may be NULL (out of memory): /metrics' histograms and request counts */
   char *api_key;        /* owned; NULL when none */
   int idle_timeout_s;   /* a connection without a request is closed after this */
   size_t max_body;
@@ -137,6 +140,7 @@ struct conn;
 /* The request this thread answers for a suspended connection (defer): its
  * response is kept for the polling thread to queue. */
 static __thread struct conn *tl_deferred;
+static __thread unsigned tl_status; /* the status the polling thread's last queued answer had */
 
 static double mono_seconds(void) {
   struct timespec ts;
@@ -180,6 +184,7 @@ typedef enum route {
   ROUTE_ADAPTER,      /* DELETE /v1/adapters/{id} */
   ROUTE_TOKENIZE,     /* POST /tokenize (llama.cpp's, vLLM's) */
   ROUTE_DETOKENIZE,   /* POST /detokenize */
+  ROUTE_INFILL,       /* POST /infill (llama.cpp's fill-in-the-middle) */
 } route;
 
 /* Per-request state, kept in MHD's con_cls between the calls for one request. */
@@ -203,6 +208,12 @@ typedef struct conn {
   enum MHD_Result resp_rc;   /* MHD_NO: no answer (nobody to answer, or out of memory): close */
   serve_server *srv;         /* borrowed, for the answering thread */
   struct MHD_Connection *c;
+  /* for /metrics and the request's log line */
+  double t_start;            /* its head arrived (mono_seconds) */
+  const char *route_path;    /* static: the route table's path; NULL: no route matched */
+  char method[8];
+  unsigned status;           /* the answer's; 0: none (the client went away) */
+  bool job_owned;            /* a generation answers it and logs it itself when it ends */
 } conn;
 
 /* Queues `resp` (consumed) on `c`, or keeps it for the polling thread when
@@ -214,6 +225,7 @@ static enum MHD_Result queue(struct MHD_Connection *c, unsigned status, struct M
     tl_deferred->resp_status = status;
     return MHD_YES;
   }
+  tl_status = status;
   enum MHD_Result rc = MHD_queue_response(c, status, resp);
   MHD_destroy_response(resp);
   return rc;
@@ -297,7 +309,86 @@ static json_t *adapter_model_object(const serve_engine *e, const hearth_adapter_
   return m;
 }
 
-static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s) {
+/* The served names in /v1/models' order: the model, its other names, then the loaded adapters.
+ * names[i] borrowed from s or from *a (malloc'd; free it). */
+static int served_names(serve_server *s, hearth_adapter_info **a, const char ***names) {
+  int na;
+  *a = adapters_of(s->engine, &na);
+  *names = calloc((size_t)(1 + s->nnames + na), sizeof **names);
+  if (!*names) return 0;
+  int n = 0;
+  (*names)[n++] = s->engine->model_id;
+  for (int i = 0; i < s->nnames; i++)
+    if (strcmp(s->names[i], "*") != 0 && strcmp(s->names[i], s->engine->model_id) != 0) (*names)[n++] = s->names[i];
+  for (int i = 0; i < na; i++) (*names)[n++] = (*a)[i].name;
+  return n;
+}
+
+/* A model in Anthropic's shape: {"type":"model","id","display_name","created_at" (RFC 3339)}. */
+static json_t *anth_model_object(const serve_engine *e, const char *id) {
+  char when[32];
+  time_t t = (time_t)e->created;
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return json_pack("{s:s, s:s, s:s, s:s}", "type", "model", "id", id, "display_name", id, "created_at", when);
+}
+
+/* GET /v1/models for an Anthropic client: {"data", "has_more", "first_id", "last_id"}, paged by
+ * limit (1..1000, default 20), after_id and before_id as Anthropic's API pages it. */
+static enum MHD_Result answer_anth_models(struct MHD_Connection *c, serve_server *s) {
+  hearth_adapter_info *a;
+  const char **names;
+  int n = served_names(s, &a, &names);
+  serve_fail f = {0};
+  const char *lim = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+  const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after_id");
+  const char *before = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before_id");
+  long limit = 20;
+  if (lim) {
+    char *end;
+    limit = strtol(lim, &end, 10);
+    if (!lim[0] || *end || limit < 1 || limit > 1000)
+      serve_fail_set(&f, 400, "invalid_request_error", "limit", NULL, "limit: must be an integer from 1 to 1000");
+  }
+  int from = 0, to = n; /* [from, to) before the limit */
+  for (int k = 0; k < 2 && !f.status; k++) {
+    const char *id = k ? before : after;
+    if (!id) continue;
+    int at = -1;
+    for (int i = 0; i < n && at < 0; i++)
+      if (!strcmp(names[i], id)) at = i;
+    if (at < 0)
+      serve_fail_set(&f, 400, "invalid_request_error", k ? "before_id" : "after_id", NULL,
+                     "%s: '%.200s' is not a model this server lists", k ? "before_id" : "after_id", id);
+    else if (k) to = at;
+    else from = at + 1;
+  }
+  if (f.status) {
+    free(names);
+    free(a);
+    return send_fail_as(c, &f, NULL, true);
+  }
+  bool has_more = false;
+  if (to - from > limit) {
+    has_more = true;
+    if (before && !after) from = to - (int)limit; /* paging backwards: the page just before before_id */
+    else to = from + (int)limit;
+  }
+  json_t *data = json_array();
+  for (int i = from; i < to; i++) json_array_append_new(data, anth_model_object(s->engine, names[i]));
+  json_t *o = json_object();
+  json_object_set_new(o, "data", data);
+  json_object_set_new(o, "has_more", json_boolean(has_more));
+  json_object_set_new(o, "first_id", from < to ? json_string(names[from]) : json_null());
+  json_object_set_new(o, "last_id", from < to ? json_string(names[to - 1]) : json_null());
+  free(names);
+  free(a);
+  return send_json(c, 200, o);
+}
+
+static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s, bool anthropic) {
+  if (anthropic) return answer_anth_models(c, s);
   json_t *o = json_object();
   json_object_set_new(o, "object", json_string("list"));
   json_t *data = json_array();
@@ -313,13 +404,14 @@ static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s) 
   return send_json(c, 200, o);
 }
 
-static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, const char *id) {
-  if (name_served(s, id)) return send_json(c, 200, model_object(s->engine, id));
+static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, const char *id, bool anthropic) {
+  if (name_served(s, id))
+    return send_json(c, 200, anthropic ? anth_model_object(s->engine, id) : model_object(s->engine, id));
   int n;
   hearth_adapter_info *a = adapters_of(s->engine, &n);
   for (int i = 0; i < n; i++)
     if (!strcmp(a[i].name, id)) {
-      json_t *m = adapter_model_object(s->engine, &a[i]);
+      json_t *m = anthropic ? anth_model_object(s->engine, id) : adapter_model_object(s->engine, &a[i]);
       free(a);
       return send_json(c, 200, m);
     }
@@ -327,7 +419,7 @@ static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, c
   serve_fail f;
   serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found", "The model '%.200s' does not exist",
                  id);
-  return send_fail(c, &f, NULL);
+  return send_fail_as(c, &f, NULL, anthropic);
 }
 
 static json_t *route_index(void); /* the route table's listing, below */
@@ -347,6 +439,8 @@ static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server
   json_object_set_new(cap, "embeddings", json_boolean(e->embed && e->embed_dim > 0));
   if (e->embed && e->embed_dim > 0) json_object_set_new(cap, "embedding_dimensions", json_integer(e->embed_dim));
   json_object_set_new(cap, "signal", json_boolean(e->signal != NULL));
+  /* suffix on /v1/completions and POST /infill */
+  json_object_set_new(cap, "fill_in_the_middle", json_boolean(e->fim_prompt != NULL && e->generate_ids != NULL));
   json_object_set_new(cap, "adapters", json_boolean(e->adapter_list != NULL));
   json_t *media = json_array(); /* the kinds of media messages may hold */
   static const char *const kinds[] = {"image", "audio", "video"};
@@ -509,6 +603,7 @@ static enum MHD_Result answer_metrics(struct MHD_Connection *c, serve_server *s)
       hbuf_printf(&b, "hearth_%s{source=\"%s\"} %.17g\n", spec_metrics[m].name, hearth_spec_source_name(k), v);
     }
   }
+  serve_metrics_write(s->metrics, &b);
   enum MHD_Result rc = b.oom ? MHD_NO : send_bytes(c, 200, "text/plain; version=0.0.4", hbuf_str(&b), b.len, NULL);
   hbuf_free(&b);
   return rc;
@@ -613,6 +708,7 @@ typedef struct slot {
   int own_rc;
   herr own_err;
   bool started;           /* has a token or ended (under j->gen_mu): its copies may start */
+  double t_first, t_last; /* its first and latest generated token (mono_seconds; 0: none yet) */
   pthread_t thread;
   bool thread_started;
 } slot;
@@ -660,9 +756,42 @@ typedef struct job {
   /* the server's list of running generations (serve_drain_cancel) */
   struct job *jnext, **jprev;
   volatile int drained;     /* cancelled by the end of a drain: it ends as cut by length, not as a client gone */
+  /* for /metrics and the request's log line */
+  double t_start;           /* the request's head arrived (mono_seconds) */
+  const char *route_path;   /* static */
 } job;
 
 static void forced_call_grammar(job *j);
+static void request_done(serve_server *s, const char *method, const char *route, unsigned status, double t_start,
+                         int64_t prompt_tokens, int64_t completion_tokens, double ttft);
+
+/* A generated token's times: the choice's first (time to first token) or the gap since its last. */
+static void token_times(slot *sl, const serve_token *tok) {
+  if (tok->flush) return;
+  double now = mono_seconds();
+  serve_metrics *m = sl->j->srv->metrics;
+  if (sl->t_first == 0) {
+    sl->t_first = now;
+    serve_metrics_observe(m, SERVE_HIST_TTFT, now - sl->j->t_start);
+  } else {
+    serve_metrics_observe(m, SERVE_HIST_ITL, now - sl->t_last);
+  }
+  sl->t_last = now;
+}
+
+/* A generation ends, answered with status (0: the client went away): its latency, queue waits,
+ * count and log line. */
+static void job_done(job *j, unsigned status) {
+  serve_server *s = j->srv;
+  if (status == 200) {
+    serve_metrics_observe(s->metrics, SERVE_HIST_E2E, mono_seconds() - j->t_start);
+    for (int i = 0; i < j->nslots; i++)
+      if (*j->slots[i].rc == 0 && j->slots[i].result->queue_seconds >= 0)
+        serve_metrics_observe(s->metrics, SERVE_HIST_QUEUE, j->slots[i].result->queue_seconds);
+  }
+  double ttft = j->nslots > 0 && j->slots[0].t_first > 0 ? j->slots[0].t_first - j->t_start : -1;
+  request_done(s, "POST", j->route_path, status, j->t_start, j->usage.prompt_tokens, j->usage.completion_tokens, ttft);
+}
 
 /* The client of j is gone: as a whole reply's, or as a stream's (client_gone_as). */
 static bool job_client_gone(const struct job *j) { return client_gone_as(j->fd, j->whole); }
@@ -749,7 +878,7 @@ static void slot_run(slot *sl) {
     sl->result->finish = SERVE_FINISH_LENGTH;
     HLOG_INFO("serve: %lld tokens in, cut by the drain timeout", (long long)sl->result->completion_tokens);
   }
-  if (j->req.stream && !j->anthropic && !j->responses && *sl->rc == 0 && !abandoned(j)) {
+  if (j->req.stream && !j->anthropic && !j->responses && !j->req.infill && *sl->rc == 0 && !abandoned(j)) {
     hbuf b = {0};
     serve_sse_finish(sl->reply, sl->result->finish, &b);
     stream_push(j, &b, false);
@@ -858,6 +987,7 @@ static int whole_token(void *ctx, const serve_token *tok) {
   slot *sl = ctx;
   job *j = sl->j;
   if (!sl->started) slot_started(sl);
+  token_times(sl, tok);
   if (j->responses) resp_reply_add(&j->rreply, tok);
   else if (j->anthropic) anth_reply_add(&j->areply, tok);
   else serve_reply_add(sl->reply, tok);
@@ -928,6 +1058,9 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
       json_decref(o);
     } else if (j->anthropic) {
       anth_reply_body(&j->areply, &j->result, &body);
+    } else if (j->req.infill) {
+      infill_body(&j->req, j->reply.model ? j->reply.model : j->srv->engine->model_id, hbuf_str(&j->reply.text),
+                  j->reply.text.len, &j->result, &body);
     } else {
       serve_reply **r = malloc(sizeof *r * (size_t)j->nslots);
       serve_result *res = malloc(sizeof *res * (size_t)j->nslots);
@@ -938,6 +1071,7 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
       free(res);
     }
     rc = body.oom ? MHD_NO : send_bytes(c, 200, "application/json", hbuf_str(&body), body.len, NULL);
+    job_done(j, body.oom ? 500 : 200);
     HLOG_INFO("serve: %s 200: %d choice%s, %lld prompt + %lld completion tokens, %s", job_name(j), j->nslots,
               j->nslots == 1 ? "" : "s", (long long)j->usage.prompt_tokens, (long long)j->usage.completion_tokens,
               serve_finish_name(j->result.finish));
@@ -945,10 +1079,12 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   } else if (abandoned(j)) {
     HLOG_INFO("serve: client went away; generation cancelled");
     rc = MHD_NO; /* nobody to answer */
+    job_done(j, 0);
   } else {
     serve_fail f;
     fail_from_engine(j, &f);
     rc = send_fail_as(c, &f, NULL, j->anthropic);
+    job_done(j, (unsigned)f.status);
   }
   job_free(j);
   return rc;
@@ -994,9 +1130,11 @@ static int stream_token(void *ctx, const serve_token *tok) {
   slot *sl = ctx;
   job *j = sl->j;
   if (!sl->started) slot_started(sl);
+  token_times(sl, tok);
   hbuf b = {0};
   if (j->responses) resp_sse_token(&j->rreply, tok, &b);
   else if (j->anthropic) anth_sse_token(&j->areply, tok, &b);
+  else if (j->req.infill) infill_sse_token(tok->text, tok->len, &b);
   else serve_sse_token(sl->reply, tok, &b);
   stream_push(j, &b, false);
   hbuf_free(&b);
@@ -1008,6 +1146,7 @@ static void *stream_main(void *arg) {
   hbuf b = {0};
   if (j->responses) resp_sse_start(&j->rreply, &b);
   else if (j->anthropic) anth_sse_start(&j->areply, j->prompt_tokens, &b);
+  else if (j->req.infill) (void)0; /* llama.cpp's stream opens with the first piece */
   else
     for (int i = 0; i < j->nslots; i++) {
       serve_sse_start(j->slots[i].reply, &b);
@@ -1017,6 +1156,7 @@ static void *stream_main(void *arg) {
   stream_push(j, &b, false);
   hbuf_clear(&b);
   job_generate(j, stream_token);
+  job_done(j, abandoned(j) ? 0 : 200); /* (the stream's status went out with its first bytes) */
   if (abandoned(j)) {
     HLOG_INFO("serve: client went away; stream cancelled after %lld tokens", (long long)j->result.completion_tokens);
   } else if (j->rc) {
@@ -1026,6 +1166,8 @@ static void *stream_main(void *arg) {
       resp_sse_error(&j->rreply, &f, &b);
     } else if (j->anthropic) {
       anth_sse_error(&f, &b);
+    } else if (j->req.infill) {
+      infill_sse_error(&f, &b);
     } else {
       serve_sse_error(&f, &b);
       serve_sse_done(&b);
@@ -1038,6 +1180,8 @@ static void *stream_main(void *arg) {
       json_decref(o);
     } else if (j->anthropic) {
       anth_sse_finish(&j->areply, &j->result, &b);
+    } else if (j->req.infill) {
+      infill_sse_finish(&j->req, j->reply.model ? j->reply.model : j->srv->engine->model_id, &j->result, &b);
     } else { /* each choice sent its finish chunk as it ended (slot_run) */
       if (j->req.include_usage) serve_sse_usage(&j->reply, &j->usage, &b);
       serve_sse_done(&b);
@@ -1177,12 +1321,17 @@ static int render_prompt(serve_engine *e, const serve_request *req, char **promp
                             "%s: model %s has no %s tower: it cannot take %s", req->media[i].name, e->model_id,
                             k == HEARTH_MEDIA_IMAGE ? "vision" : kind_word(k), k == HEARTH_MEDIA_IMAGE ? "images" : kind_word(k));
     }
-  serve_chat_opts o = {.tools = req->tools, .kwargs = req->template_kwargs};
+  serve_chat_opts o = {.tools = req->tools,
+                       .kwargs = req->template_kwargs,
+                       .no_generation_prompt = req->no_generation_prompt,
+                       .continue_final = req->continue_final_message};
   if (!e->render_chat(e->impl, req->messages, req->nmessages, &o, prompt, &err)) return 0;
   /* the template refusing these messages (raise_exception, a type error
    * on what was sent, a render limit) is the client's to fix; a template
    * that cannot be loaded or uses what the engine lacks is the server's */
-  if (err.code == HEARTH_EINVAL || err.code == HEARTH_ELIMIT) {
+  if (err.code == HEARTH_EINVAL && !strncmp(err.msg, "continue_final_message:", 23)) {
+    serve_fail_set(f, 400, "invalid_request_error", "continue_final_message", NULL, "%s", err.msg);
+  } else if (err.code == HEARTH_EINVAL || err.code == HEARTH_ELIMIT) {
     serve_fail_set(f, 400, "invalid_request_error", "messages", NULL, "the chat template failed: %s", err.msg);
   } else if (err.code == HEARTH_ENOTFOUND) {
     serve_fail_set(f, 400, "invalid_request_error", "messages", NULL,
@@ -1235,6 +1384,35 @@ static bool model_unknown(const serve_server *s, serve_request *req, bool anth, 
     serve_fail_set(f, 404, "invalid_request_error", "model", "model_not_found",
                    "The model '%.200s' does not exist (this server serves '%.200s')", req->model, s->engine->model_id);
   return true;
+}
+
+/* Fill-in-the-middle (`suffix`, /infill): each text prompt becomes the token ids the
+ * engine lays out from prefix, suffix, the middle's start and the context before. */
+static int fim_prompts(serve_engine *e, serve_request *req, serve_fail *f) {
+  const char *field = req->infill ? "input_suffix" : "suffix";
+  if (!e->fim_prompt || !e->generate_ids)
+    return serve_fail_set(f, 400, "invalid_request_error", field, NULL,
+                          "'%s': model %s has no fill-in-the-middle tokens (<|fim_prefix|>, <|fim_suffix|>, "
+                          "<|fim_middle|> or their kin), so it cannot fill in text between a prefix and a suffix",
+                          field, e->model_id);
+  for (int i = 0; i < req->n_prompts; i++) {
+    serve_prompt q;
+    serve_request_prompt(req, i, &q);
+    if (q.ids)
+      return serve_fail_set(f, 400, "invalid_request_error", field, NULL,
+                            "'%s' with a prompt of token ids is not supported: send the prefix as text", field);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    herr err = {0};
+    const char *prefix = req->infill ? req->fim_prefix : q.text, *middle = req->infill ? q.text : "";
+    if (e->fim_prompt(e->impl, prefix, req->suffix, middle, req->fim_extra, req->n_fim_extra, req->sampling.max_tokens,
+                      &ids, &n, &err))
+      return err.code == HEARTH_ENOMEM ? serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory")
+                                       : serve_fail_set(f, 400, "invalid_request_error", field, NULL, "%s", err.msg);
+    if (i == 0) req->prompt_ids = ids, req->n_prompt_ids = n;
+    else req->prompts[i - 1].ids = ids, req->prompts[i - 1].n_ids = n;
+  }
+  return 0;
 }
 
 /* POST /v1/chat/completions, /v1/completions and /v1/messages: one path, the
@@ -1334,7 +1512,7 @@ static int reply_token_ids(job *j, serve_kind kind, serve_fail *f) {
 
 static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s, conn *cn) {
   bool anth = cn->route == ROUTE_MESSAGES;
-  serve_kind kind = cn->route == ROUTE_COMPLETIONS ? SERVE_COMPLETION : SERVE_CHAT;
+  serve_kind kind = cn->route == ROUTE_COMPLETIONS || cn->route == ROUTE_INFILL ? SERVE_COMPLETION : SERVE_CHAT;
   serve_engine *e = s->engine;
   job *j = calloc(1, sizeof *j);
   serve_fail f;
@@ -1346,6 +1524,8 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   pthread_mutex_init(&j->gen_mu, NULL);
   pthread_cond_init(&j->gen_cv, NULL);
   j->srv = s;
+  j->t_start = cn->t_start;
+  j->route_path = cn->route_path;
   j->anthropic = anth;
   j->responses = cn->route == ROUTE_RESPONSES;
   j->fd = conn_fd(c);
@@ -1361,6 +1541,8 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       json_decref(prev);
     }
     if (resp_request_messages(&j->req, &j->rr, j->history, &f)) goto refuse;
+  } else if (cn->route == ROUTE_INFILL) {
+    if (infill_request_parse(hbuf_str(&cn->body), cn->body.len, &j->req, &f)) goto refuse;
   } else if (anth ? anth_request_parse(hbuf_str(&cn->body), cn->body.len, false, &j->req, &f)
                   : serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f)) {
     goto refuse;
@@ -1395,6 +1577,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
       goto refuse;
     }
+    if (j->req.fim && fim_prompts(e, &j->req, &f)) goto refuse;
   }
   /* Refuse what cannot work before any work, so a stream never starts for it. */
   for (int i = 0; i < j->req.sampling.n_logit_bias; i++)
@@ -1498,6 +1681,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       serve_reply_init(r, kind, e->model_id, created, id_seed, j->req.sampling.logprobs);
       r->index = i;
       r->usage_null = j->req.stream && j->req.include_usage;
+      r->one_call = j->req.one_tool_call;
       if (j->parse && serve_reply_parse(r, &j->tc, &err)) {
         serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
         goto refuse;
@@ -1516,6 +1700,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
     sl->sampling = j->req.sampling;
     if (sl->sampling.has_seed && sl->copy > 0) sl->sampling.seed = hmix64(sl->sampling.seed + (uint64_t)sl->copy * HMIX64_GAMMA);
   }
+  cn->job_owned = true; /* logged and counted by job_done */
   return j->req.stream ? answer_stream(c, j) : answer_whole(c, j);
 refuse:
   job_free(j);
@@ -1894,6 +2079,8 @@ static const route_def routes[] = {
      "unloads an adapter (requests running under it finish first; its memory is freed after the last)"},
     {"GET", "/stats", ROUTE_STATS, false, "serving counters as JSON (requests, KV blocks, prefix cache, tokens/s)"},
     {"GET", "/metrics", ROUTE_METRICS, false, "serving counters in the Prometheus text format"},
+    {"POST", "/infill", ROUTE_INFILL, false,
+     "fill-in-the-middle as llama.cpp's (input_prefix, input_suffix, input_extra, prompt; models with FIM tokens)"},
     {"GET", "/fit", ROUTE_FIT, false,
      "the served model's memory contract: weights, KV bytes per token, fit, largest context, predicted tok/s "
      "(?ctx=N&batch=B)"},
@@ -1919,11 +2106,17 @@ static json_t *route_index(void) {
 /* Decides on the first call, before any body: route, method, key, size. */
 static void classify(serve_server *s, struct MHD_Connection *c, const char *url, const char *method, conn *cn) {
   char *path = cn->path;
+  cn->t_start = mono_seconds();
+  snprintf(cn->method, sizeof cn->method, "%s", method);
   snprintf(cn->path, sizeof cn->path, "%s", url);
   size_t n = strlen(path);
   if (n > 1 && path[n - 1] == '/') path[n - 1] = 0;
   cn->head = strcmp(method, "HEAD") == 0;
   cn->anthropic = strcmp(path, "/v1/messages") == 0 || strncmp(path, "/v1/messages/", 13) == 0;
+  /* /v1/models asked by an Anthropic client (which always sends anthropic-version): its shapes */
+  if ((strcmp(path, "/v1/models") == 0 || strncmp(path, "/v1/models/", 11) == 0) &&
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version"))
+    cn->anthropic = true;
   if (atomic_load(&s->draining)) {
     cn->failed = true;
     serve_fail_set(&cn->fail, 503, "server_error", NULL, "shutting_down",
@@ -1958,6 +2151,7 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
   }
   bool open = rt->open;
   cn->route = rt->r;
+  cn->route_path = rt->path;
   cn->del = !strcmp(m, "DELETE");
   cn->post = !strcmp(m, "POST");
   if (!open && !key_ok(s, c)) {
@@ -1994,9 +2188,9 @@ static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, c
   case ROUTE_INDEX:
     return answer_index(c, s);
   case ROUTE_MODELS:
-    return answer_models(c, s);
+    return answer_models(c, s, cn->anthropic);
   case ROUTE_MODEL:
-    return answer_model(c, s, cn->path + 11);
+    return answer_model(c, s, cn->path + 11, cn->anthropic);
   case ROUTE_STATS:
     return answer_stats(c, s);
   case ROUTE_METRICS:
@@ -2007,6 +2201,7 @@ static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, c
   case ROUTE_COMPLETIONS:
   case ROUTE_MESSAGES:
   case ROUTE_RESPONSES:
+  case ROUTE_INFILL:
     return answer_generate(c, s, cn);
   case ROUTE_RESPONSE:
     return answer_stored_response(c, s, cn->path + 14, cn->del);
@@ -2045,6 +2240,7 @@ static bool slow_route(route r) {
   case ROUTE_FIT:
   case ROUTE_TOKENIZE:
   case ROUTE_DETOKENIZE:
+  case ROUTE_INFILL:
     return true;
   default:
     return false;
@@ -2181,8 +2377,8 @@ static void heads_expire(serve_server *s, double now) {
     HLOG_INFO("serve: closed %d connection(s) whose request headers were not in within %d s", closed, s->header_timeout_s);
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+static enum MHD_Result on_request_in(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                     const char *version, const char *upload, size_t *upload_size, void **con_cls) {
   serve_server *s = cls;
   conn *cn = *con_cls;
   tl_server = s;
@@ -2247,12 +2443,34 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cn->resp) return MHD_NO; /* nothing to send (the client went away, or out of memory): close */
     struct MHD_Response *resp = cn->resp;
     cn->resp = NULL;
+    tl_status = cn->resp_status;
     enum MHD_Result rc = MHD_queue_response(c, cn->resp_status, resp);
     MHD_destroy_response(resp);
     return rc;
   }
   if (slow_route(cn->route)) return defer(s, c, cn);
   return answer_route(c, s, cn);
+}
+
+/* on_request_in, noting the status of an answer it queued (for the request's log line and counter). */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+  tl_status = 0;
+  enum MHD_Result rc = on_request_in(cls, c, url, method, version, upload, upload_size, con_cls);
+  conn *cn = *con_cls;
+  if (cn && tl_status) cn->status = tl_status;
+  return rc;
+}
+
+/* One line on stderr per request, and its count by route and status. */
+static void request_done(serve_server *s, const char *method, const char *route, unsigned status, double t_start,
+                         int64_t prompt_tokens, int64_t completion_tokens, double ttft) {
+  serve_metrics_request(s->metrics, route, (int)(status ? status : 499));
+  char ttft_s[32] = "-";
+  if (ttft >= 0) snprintf(ttft_s, sizeof ttft_s, "%.1fms", ttft * 1000);
+  HLOG_INFO("request: %s %s %u prompt_tokens=%lld completion_tokens=%lld ttft=%s duration=%.1fms", method,
+            route ? route : "-", status ? status : 499, (long long)prompt_tokens, (long long)completion_tokens, ttft_s,
+            (mono_seconds() - t_start) * 1000);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
@@ -2264,6 +2482,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     head_await(s, head_of(c), mono_seconds() + s->idle_timeout_s + s->header_timeout_s);
   }
   if (!cn) return;
+  if (!cn->job_owned) request_done(s, cn->method, cn->route_path, cn->status, cn->t_start, 0, 0, -1);
   if (cn->counted) atomic_fetch_sub(&s->in_flight, 1);
   if (cn->resp) MHD_destroy_response(cn->resp); /* made, never sent (the client went away) */
   hbuf_free(&cn->body);
@@ -2321,6 +2540,7 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   }
   s->adapter_dir = adapter_dir;
   s->engine = engine;
+  s->metrics = serve_metrics_new();
   s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
   s->keepalive_s = (cfg->keepalive_ms > 0 ? cfg->keepalive_ms : DEFAULT_KEEPALIVE_MS) / 1000.0;
   s->api_key = cfg->api_key ? strdup(cfg->api_key) : NULL;
@@ -2426,6 +2646,7 @@ void serve_stop(serve_server *s) {
   for (int i = 0; i < s->nnames; i++) free(s->names[i]);
   free(s->names);
   resp_store_free(s->responses);
+  serve_metrics_free(s->metrics);
   free(s);
 }
 

@@ -2,6 +2,7 @@
  * end-to-end tests can check the protocol without a model:
  *   serve_fake_server [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES]
  *                     [--context TOKENS] [--responses-max N] [--drain-timeout SECONDS]
+ *                     [--fim 1] (the fake with fill-in-the-middle tokens and token-id prompts)
  * Prints "hearth: listening on http://HOST:PORT" and serves until
  * SIGINT/SIGTERM, draining first as `hearth serve` does (after printing
  * "fake_server: draining"). Test code only. */
@@ -19,6 +20,7 @@ int main(int argc, char **argv) {
   const char *names[16];
   double drain_timeout = 30;
   int names_n = 0;
+  bool fim = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--port") == 0) cfg.port = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--api-key") == 0) cfg.api_key = argv[i + 1];
@@ -28,6 +30,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--cors") == 0) cfg.cors_origin = argv[i + 1];
     else if (strcmp(argv[i], "--served-model-name") == 0 && names_n < 16) names[names_n++] = argv[i + 1];
     else if (strcmp(argv[i], "--drain-timeout") == 0) drain_timeout = strtod(argv[i + 1], NULL);
+    else if (strcmp(argv[i], "--fim") == 0) fim = atoi(argv[i + 1]) != 0;
     else if (strcmp(argv[i], "--responses-max") == 0) cfg.responses_max = (size_t)strtoull(argv[i + 1], NULL, 10);
   }
   cfg.served_names = names;
@@ -41,6 +44,7 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   serve_engine engine;
   fake_engine_init(&engine);
+  if (fim) fake_engine_fim(&engine);
   serve_server *srv;
   herr err = {0};
   if (serve_start(&srv, &engine, &cfg, &err)) {
