@@ -927,6 +927,18 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
       (rc = serve_json_int(root, "n", 1, INT32_MAX, &n, f)) || (rc = serve_json_bool(root, "stream", &req->stream, f)) ||
       (rc = serve_json_bool(root, "return_token_ids", &req->return_token_ids, f)))
     goto out;
+  /* vLLM's other token-level fields: not made here */
+  if (serve_json_field(root, "prompt_logprobs")) {
+    rc = serve_bad(f, "prompt_logprobs", "'prompt_logprobs' is not supported: on /v1/completions, 'echo' with 'logprobs' "
+                                         "scores the prompt's tokens");
+    goto out;
+  }
+  json_t *rtt = serve_json_field(root, "return_tokens_as_token_ids");
+  if (rtt && !json_is_false(rtt)) {
+    rc = serve_bad(f, "return_tokens_as_token_ids", "'return_tokens_as_token_ids' is not supported: ask for "
+                                                    "'return_token_ids'");
+    goto out;
+  }
   req->n = (int)n;
   if (n > SERVE_MAX_CHOICES) {
     rc = serve_bad(f, "n", "'n' is %lld; at most %d choices are made in one request", (long long)n, SERVE_MAX_CHOICES);

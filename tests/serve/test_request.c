@@ -306,6 +306,8 @@ static void test_completion(void) {
   CHECK(r.echo && r.return_token_ids && r.n_prompt_ids == 1);
   serve_request_free(&r);
   refused("{\"prompt\":\"a\",\"return_token_ids\":1}", SERVE_COMPLETION, "return_token_ids");
+  refused("{\"prompt\":\"a\",\"prompt_logprobs\":1}", SERVE_COMPLETION, "prompt_logprobs");
+  refused("{\"prompt\":\"a\",\"return_tokens_as_token_ids\":true}", SERVE_COMPLETION, "return_tokens_as_token_ids");
   refused("{\"prompt\":\"a\",\"ignore_eos\":1}", SERVE_COMPLETION, "ignore_eos");
   refused("{\"prompt\":\"a\",\"logprobs\":6}", SERVE_COMPLETION, "logprobs");
   refused("{\"prompt\":\"a\",\"logprobs\":true}", SERVE_COMPLETION, "logprobs");
