@@ -653,7 +653,8 @@ typedef struct hearth_prompt_logprob {
  * model's log-softmax, no sampling settings — with the n_top (0..HEARTH_MAX_TOP_LOGPROBS) likeliest
  * tokens at each place: what OpenAI's completions report for an echoed prompt. out: n_ids entries (the
  * caller's). The prompt is computed whole, never from the prefix cache, in the scheduler's steps beside
- * the generations running. cancel may be NULL. HEARTH_EUNSUPPORTED for a model without an output head. */
+ * the generations running. cancel may be NULL. HEARTH_EUNSUPPORTED for a model without an output head
+ * and for a block-diffusion model. */
 int hearth_prompt_logprobs(hearth_model *m, const int32_t *ids, size_t n_ids, int n_top, const volatile int *cancel,
                            hearth_prompt_logprob *out, hearth_error *err);
 

@@ -1166,6 +1166,8 @@ int hearth_prompt_logprobs(hearth_model *hm, const int32_t *ids, size_t n_ids, i
     return herr_set(err, HEARTH_EINVAL, "top must be between 0 and %d, not %d", HEARTH_MAX_TOP_LOGPROBS, n_top);
   if (!model_has_head(hm->m))
     return herr_set(err, HEARTH_EUNSUPPORTED, "%s: the model has no output head (no lm_head.weight): it embeds only", hm->id);
+  if (model_canvas_length(hm->m) > 0)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: a block-diffusion model does not score a prompt token by token", hm->id);
   sample_token *lp = calloc(n_ids, sizeof *lp);
   if (!lp) return herr_set(err, HEARTH_ENOMEM, "hearth_prompt_logprobs: out of memory for %zu tokens", n_ids);
   sched_probe p = {.ids = ids, .n_ids = n_ids, .lp = lp, .n_top = n_top};

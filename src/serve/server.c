@@ -1462,8 +1462,9 @@ static int echo_setup(job *j, serve_fail *f) {
     int rc = 0;
     if (n && !lp) rc = serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
     else if (n && e->prompt_logprobs(e->impl, ids, n, j->req.sampling.top_logprobs, &j->cancel, lp, &err))
-      rc = err.code == HEARTH_ELIMIT ? serve_bad(f, "prompt", "%s", err.msg)
-                                     : serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+      rc = err.code == HEARTH_ELIMIT         ? serve_bad(f, "prompt", "%s", err.msg)
+           : err.code == HEARTH_EUNSUPPORTED ? serve_bad(f, "echo", "'echo' with 'logprobs': %s", err.msg)
+                                             : serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
     size_t cursor = 0, tl = strlen(sl->text);
     for (size_t k = 0; !rc && k < n; k++) {
       size_t len = 0, tlen[HEARTH_MAX_TOP_LOGPROBS] = {0};
