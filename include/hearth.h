@@ -301,6 +301,9 @@ typedef struct hearth_gen_params {
                                   model with a multi-token-prediction layer); one the model cannot
                                   serve fails (HEARTH_EINVAL / HEARTH_EUNSUPPORTED, field
                                   "spec_method") */
+  int priority;                /* admission order among waiting requests: one of a smaller priority is
+                                  admitted before any of a larger one, equal ones in arrival order
+                                  (0: init; `hearth serve` runs Batch API rows at 1) */
 } hearth_gen_params;
 
 void hearth_gen_params_init(hearth_gen_params *p);

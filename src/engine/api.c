@@ -662,6 +662,7 @@ static int fill_request(hearth_model *hm, const hearth_gen_params *p, gen_reques
   r->prefill_chunk = p->prefill_chunk;
   r->cancel = p->cancel;
   r->trace_label = p->trace_label;
+  r->priority = p->priority;
   if (p->spec_tokens < -1 || p->spec_tokens > GEN_MAX_SPEC_TOKENS)
     return herr_set_at(err, HEARTH_EINVAL, "spec_tokens", 0, "spec_tokens %d must be from 0 to %d", p->spec_tokens,
                        GEN_MAX_SPEC_TOKENS);

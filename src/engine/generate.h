@@ -60,6 +60,9 @@ typedef struct gen_request {
                                    row + pos_delta on every axis */
   int64_t pos_delta;
   const int32_t *prefix_keys;   /* n_prompt entries the prefix cache hashes instead of the prompt's ids */
+  int priority;                 /* the scheduler's admission order: a waiting request of a smaller priority is
+                                   admitted before any of a larger one, equal ones in arrival order (0: the
+                                   default; a server's batch rows run at 1, behind interactive requests) */
 } gen_request;
 
 /* Defaults: greedy-free neutral sampling, no stops, no EOS, skip_special true. */

@@ -207,19 +207,27 @@ static void trace_request_span(sched *s, sseq *q) {
 
 /* ---- waiting queue (under mu) ---- */
 
-static void queue_push_back(sched *s, sseq *q) {
-  q->next = NULL;
-  if (s->wait_tail) s->wait_tail->next = q;
+/* The queue is ordered by priority (gen_request.priority, smaller first):
+ * a new request joins behind the last one of its priority or a smaller one,
+ * a preempted one (queue_push_front) in front of the first of its own. */
+static void queue_insert_after(sched *s, sseq *prev, sseq *q) {
+  q->next = prev ? prev->next : s->wait_head;
+  if (prev) prev->next = q;
   else s->wait_head = q;
-  s->wait_tail = q;
+  if (!q->next) s->wait_tail = q;
   s->n_waiting++;
 }
 
+static void queue_push_back(sched *s, sseq *q) {
+  sseq *prev = NULL;
+  for (sseq *p = s->wait_head; p && p->req->priority <= q->req->priority; p = p->next) prev = p;
+  queue_insert_after(s, prev, q);
+}
+
 static void queue_push_front(sched *s, sseq *q) {
-  q->next = s->wait_head;
-  s->wait_head = q;
-  if (!s->wait_tail) s->wait_tail = q;
-  s->n_waiting++;
+  sseq *prev = NULL;
+  for (sseq *p = s->wait_head; p && p->req->priority < q->req->priority; p = p->next) prev = p;
+  queue_insert_after(s, prev, q);
 }
 
 static sseq *queue_pop(sched *s) {

@@ -128,7 +128,10 @@ typedef struct serve_engine {
   int64_t vocab_size;   /* token ids are below this; 0: unknown */
   int64_t created;      /* unix time the model was loaded */
   bool thread_safe;     /* false: the server runs one generation at a time */
-  int tool_format;      /* the chat template's tool-call syntax (tc_format of chat/toolcall.h; 0: none) */
+  int tool_format;      /* the chat template's tool-call syntax (tc_format of chat/toolcall.h; 0: none;
+                           TC_GENERIC for a template without one) */
+  bool template_tools;  /* TC_GENERIC: the template renders the request's tools itself (else the
+                           server describes them in a system message) */
   bool reasoning;       /* the template knows reasoning blocks: they are split from the content */
   unsigned media_kinds;  /* 1 << hearth_media_kind for each kind of media the model takes (0: text only) */
   bool denoising;       /* a block-diffusion model: generations denoise blocks instead (no speculation) */

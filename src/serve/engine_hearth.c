@@ -407,7 +407,13 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   out->vocab_size = h->info.vocab_size;
   out->created = (int64_t)time(NULL);
   out->thread_safe = true; /* the library's scheduler batches concurrent generations */
+  /* a template without a call syntax of its own gets the generic one, and
+   * the server describes the tools to the model when the template does not */
   out->tool_format = h->info.chat_template ? (int)tc_format_detect(h->info.chat_template) : TC_NONE;
+  if (h->info.chat_template && out->tool_format == TC_NONE) {
+    out->tool_format = TC_GENERIC;
+    out->template_tools = strstr(h->info.chat_template, "tools") != NULL;
+  }
   out->reasoning = template_reasons(h->info.chat_template);
   out->denoising = h->info.canvas_length > 0;
   if (o->load.spec_tokens > 0 && !out->denoising) out->spec_method = o->load.spec_method ? o->load.spec_method : "ngram";

@@ -944,15 +944,30 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
     rc = serve_bad(f, "n", "'n' is %lld; at most %d choices are made in one request", (long long)n, SERVE_MAX_CHOICES);
     goto out;
   }
-  /* best_of: the best of several continuations by cumulative logprob is not
-   * made here; best_of equal to n (every continuation returned) is the same request */
+  /* best_of (completions): best_of continuations per prompt, the n of highest
+   * cumulative logprob returned; equal to n, every continuation is returned */
   int64_t best_of = n;
   if ((rc = serve_json_int(root, "best_of", 1, INT32_MAX, &best_of, f))) goto out;
-  if (best_of != n) {
-    rc = serve_bad(f, "best_of", "'best_of' is not supported: this server returns every continuation it makes "
-                                 "(ask for them with 'n' and rank them by their logprobs)");
+  if (best_of != n && kind != SERVE_COMPLETION) {
+    rc = serve_bad(f, "best_of", "'best_of' is a /v1/completions parameter; a chat completion returns every "
+                                 "continuation it makes (ask for them with 'n' and rank them by their logprobs)");
     goto out;
   }
+  if (best_of < n) {
+    rc = serve_bad(f, "best_of", "'best_of' is %lld but 'n' is %lld: best_of must be at least n", (long long)best_of,
+                   (long long)n);
+    goto out;
+  }
+  if (best_of > n && req->stream) {
+    rc = serve_bad(f, "best_of", "'best_of' above 'n' cannot be streamed: the continuations are ranked once all are made");
+    goto out;
+  }
+  if (best_of > SERVE_MAX_CHOICES) {
+    rc = serve_bad(f, "best_of", "'best_of' is %lld; at most %d continuations are made in one request", (long long)best_of,
+                   SERVE_MAX_CHOICES);
+    goto out;
+  }
+  req->best_of = (int)best_of;
   json_t *so = serve_json_field(root, "stream_options");
   if (so) {
     if (!json_is_object(so)) {
@@ -989,6 +1004,9 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
     if (!rc && (int64_t)req->n * req->n_prompts > SERVE_MAX_CHOICES)
       rc = serve_bad(f, "n", "%d prompts times 'n' %d is %lld choices; at most %d are made in one request",
                      req->n_prompts, req->n, (long long)req->n * req->n_prompts, SERVE_MAX_CHOICES);
+    if (!rc && (int64_t)req->best_of * req->n_prompts > SERVE_MAX_CHOICES)
+      rc = serve_bad(f, "best_of", "%d prompts times 'best_of' %d is %lld continuations; at most %d are made in one request",
+                     req->n_prompts, req->best_of, (long long)req->best_of * req->n_prompts, SERVE_MAX_CHOICES);
     if (!rc) rc = parse_format(root, req, f);
   }
   if (!rc) rc = parse_sampling(root, kind, &req->sampling, f);

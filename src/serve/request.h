@@ -71,6 +71,8 @@ typedef struct serve_request {
   int n_fim_extra;
   serve_sampling sampling; /* stop and bias arrays owned here */
   int n;                   /* choices per prompt (1..SERVE_MAX_CHOICES); prompts × n at most SERVE_MAX_CHOICES */
+  int best_of;             /* completion: continuations made per prompt (>= n; prompts × best_of at most
+                            * SERVE_MAX_CHOICES), of which the n of highest cumulative logprob are returned */
   char *user;              /* owned; NULL when absent */
   json_t *tools;           /* owned; NULL when none: [{"type":"function","function":{name, description?, parameters}}] */
   serve_tool_choice tool_choice;

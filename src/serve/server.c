@@ -24,7 +24,7 @@
  * request head (request line and headers) is not all in header_timeout_s
  * (10 s) after it opened — or after its previous answer, plus the idle
  * limit — is closed by the watcher however steadily its bytes trickle in
- * (heads_expire), and a request body that stalls for BODY_TIMEOUT_S is
+ * (heads_expire), and a request body that stalls for body_timeout_s (60 s) is
  * dropped, so idle or slow sockets cannot lock others out (/health keeps
  * answering). A refusal
  * decided from the headers (route, method, key, size) is answered before any
@@ -42,6 +42,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <jansson.h>
 #include <microhttpd.h>
@@ -55,17 +56,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include "base/buf.h"
+#include "base/file.h"
 #include "base/hash.h"
 #include "base/log.h"
 #include "engine/grammar.h"
 #include "serve/adapters.h"
 #include "serve/anthropic.h"
+#include "serve/batches.h"
+#include "serve/files.h"
 #include "serve/embeddings.h"
 #include "serve/infill.h"
 #include "serve/metrics.h"
@@ -85,7 +90,7 @@
 #define DEFAULT_IDLE_TIMEOUT_S 10
 #define DEFAULT_HEADER_TIMEOUT_S 10
 #define HEAD_SCAN_S 0.1            /* the watcher looks for late request heads this often */
-#define BODY_TIMEOUT_S 60          /* a request body that stalls this long is dropped */
+#define DEFAULT_BODY_TIMEOUT_S 60  /* a request body that stalls this long is dropped */
 #define DRAIN_GRACE_S 10           /* after a drain cuts the generations, what is in flight gets this long */
 #define POLL_THREADS 4             /* libmicrohttpd's polling threads (each an epoll loop over its connections) */
 
@@ -130,7 +135,12 @@ struct serve_server {
   pthread_mutex_t head_mu;
   struct head_watch *heads; /* borrowed: each is its connection's socket context */
   int header_timeout_s;
+  int body_timeout_s;
   double next_head_scan;    /* the watcher's own */
+  /* the Batch API (NULL without a state directory) */
+  file_store *files;        /* owned */
+  batch_store *batches;     /* owned */
+  int state_lock;           /* the state directory's lock file, held while serving; -1: none */
 };
 
 /* The server answering on this thread (a polling thread or a request's own),
@@ -184,6 +194,12 @@ typedef enum route {
   ROUTE_ADAPTER,      /* DELETE /v1/adapters/{id} */
   ROUTE_TOKENIZE,     /* POST /tokenize (llama.cpp's, vLLM's) */
   ROUTE_DETOKENIZE,   /* POST /detokenize */
+  ROUTE_FILES,        /* POST / GET /v1/files */
+  ROUTE_FILE,         /* GET / DELETE /v1/files/{id} */
+  ROUTE_FILE_CONTENT, /* GET /v1/files/{id}/content */
+  ROUTE_BATCHES,      /* POST / GET /v1/batches */
+  ROUTE_BATCH,        /* GET /v1/batches/{id} */
+  ROUTE_BATCH_CANCEL, /* POST /v1/batches/{id}/cancel */
   ROUTE_INFILL,       /* POST /infill (llama.cpp's fill-in-the-middle) */
 } route;
 
@@ -195,6 +211,8 @@ typedef struct conn {
   bool head;           /* HEAD: answer as GET without the body */
   bool failed;         /* `fail` is the answer; the body is read and dropped */
   bool anthropic;      /* under /v1/messages: errors in Anthropic's shape */
+  int priority;        /* X-Hearth-Priority: 0 (normal), 1 (low: batch rows) */
+  size_t max_body;     /* this request's body limit */
   serve_fail fail;
   const char *allow;   /* for 405 */
   char allow_buf[64];  /* the methods a path takes, when allow points here */
@@ -708,6 +726,7 @@ typedef struct slot {
   int own_rc;
   herr own_err;
   bool started;           /* has a token or ended (under j->gen_mu): its copies may start */
+  double cum_logprob;     /* the sum of its tokens' logprobs (best_of ranks by it) */
   double t_first, t_last; /* its first and latest generated token (mono_seconds; 0: none yet) */
   pthread_t thread;
   bool thread_started;
@@ -987,6 +1006,7 @@ static int whole_token(void *ctx, const serve_token *tok) {
   slot *sl = ctx;
   job *j = sl->j;
   if (!sl->started) slot_started(sl);
+  if (!tok->flush) sl->cum_logprob += tok->logprob;
   token_times(sl, tok);
   if (j->responses) resp_reply_add(&j->rreply, tok);
   else if (j->anthropic) anth_reply_add(&j->areply, tok);
@@ -1038,6 +1058,33 @@ static void whole_watch(job *j, bool on) {
   pthread_mutex_unlock(&s->park_mu);
 }
 
+/* The choices a whole reply returns, into r / res: every slot, or with
+ * best_of > n the n of each prompt's best_of continuations with the highest
+ * cumulative logprob (best first; ties to the earlier copy), re-indexed
+ * prompt * n + k. Returns how many. */
+static int best_of_choices(job *j, serve_reply **r, serve_result *res) {
+  int n = j->req.n > 0 ? j->req.n : 1, copies = j->req.kind == SERVE_COMPLETION && j->req.best_of > n ? j->req.best_of : n;
+  if (copies == n || j->anthropic || j->responses) {
+    for (int i = 0; i < j->nslots; i++) r[i] = j->slots[i].reply, res[i] = *j->slots[i].result;
+    return j->nslots;
+  }
+  int out = 0;
+  for (int p = 0; p * copies < j->nslots; p++) {
+    slot *base = &j->slots[p * copies];
+    bool taken[SERVE_MAX_CHOICES] = {0};
+    for (int k = 0; k < n; k++) {
+      int best = -1;
+      for (int c = 0; c < copies; c++)
+        if (!taken[c] && (best < 0 || base[c].cum_logprob > base[best].cum_logprob)) best = c;
+      taken[best] = true;
+      base[best].reply->index = p * n + k;
+      r[out] = base[best].reply;
+      res[out++] = *base[best].result;
+    }
+  }
+  return out;
+}
+
 static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   for (int i = 0; j->req.echo && i < j->nslots; i++) hbuf_puts(&j->slots[i].reply->text, j->slots[i].text);
   job_prime(j, NULL);
@@ -1064,8 +1111,9 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
     } else {
       serve_reply **r = malloc(sizeof *r * (size_t)j->nslots);
       serve_result *res = malloc(sizeof *res * (size_t)j->nslots);
-      for (int i = 0; r && res && i < j->nslots; i++) r[i] = j->slots[i].reply, res[i] = *j->slots[i].result;
-      if (r && res) serve_reply_body_n(r, res, j->nslots, &j->usage, &body);
+      int nr = j->nslots;
+      if (r && res) nr = best_of_choices(j, r, res);
+      if (r && res) serve_reply_body_n(r, res, nr, &j->usage, &body);
       else body.oom = true;
       free(r);
       free(res);
@@ -1311,6 +1359,77 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
   return queue(c, 200, resp);
 }
 
+/* The generic tool-call format (a template without a call syntax of its own):
+ * the tools and the shape of a call, as llama.cpp's generic handler tells
+ * them, for the system message. Appended to b. */
+static void generic_tools_text(const json_t *tools, hbuf *b) {
+  hbuf_puts(b, "You can call these tools (each with its JSON schema of arguments):\n");
+  size_t i;
+  json_t *t;
+  json_array_foreach(tools, i, t) {
+    json_t *fn = json_object_get(t, "function");
+    json_t *one = json_object();
+    json_object_set(one, "name", json_object_get(fn, "name"));
+    if (json_object_get(fn, "description")) json_object_set(one, "description", json_object_get(fn, "description"));
+    json_t *params = json_object_get(fn, "parameters");
+    json_object_set_new(one, "parameters", params ? json_incref(params) : json_pack("{s:s}", "type", "object"));
+    char *js = json_dumps(one, JSON_COMPACT);
+    json_decref(one);
+    if (!js) {
+      b->oom = true;
+      return;
+    }
+    hbuf_printf(b, "%s\n", js);
+    free(js);
+  }
+  hbuf_puts(b, "To call tools, reply with only a JSON object of this shape, the arguments following the tool's "
+               "schema:\n{\"tool_calls\": [{\"name\": \"TOOL_NAME\", \"arguments\": {...}}]}");
+}
+
+/* The messages a chat is rendered from when the model uses the generic
+ * tool-call format and its template does not render tools: the request's,
+ * with the tools' description appended to the leading system message (or a
+ * system message of it put first); in_user (for templates that refuse a
+ * system role): put before the first user message's text instead. *msgs
+ * (borrowing the request's strings) and *sys owned by the caller; *msgs NULL
+ * when the request's own are used. Nonzero only when out of memory. */
+static int generic_tools_messages(const serve_engine *e, const serve_request *req, bool in_user, serve_message **msgs,
+                                  int *nmsgs, char **sys) {
+  *msgs = NULL;
+  *sys = NULL;
+  *nmsgs = req->nmessages;
+  if (e->tool_format != TC_GENERIC || e->template_tools || !json_array_size(req->tools) ||
+      req->tool_choice == SERVE_TOOLS_NONE)
+    return 0;
+  int at = 0; /* the message that takes the description */
+  bool merge = req->nmessages > 0 && !strcmp(req->messages[0].role, "system") && !req->messages[0].parts;
+  if (in_user) {
+    for (at = 0; at < req->nmessages && strcmp(req->messages[at].role, "user"); at++) {}
+    if (at == req->nmessages || req->messages[at].parts) return 0; /* nowhere to say it */
+    merge = true;
+  }
+  hbuf b = {0};
+  if (merge && !in_user && req->messages[0].content[0]) hbuf_printf(&b, "%s\n\n", req->messages[0].content);
+  generic_tools_text(req->tools, &b);
+  if (in_user) hbuf_printf(&b, "\n\n%s", req->messages[at].content);
+  int n = req->nmessages + (merge ? 0 : 1);
+  serve_message *m = calloc((size_t)n, sizeof *m);
+  if (!m || b.oom) {
+    free(m);
+    hbuf_free(&b);
+    return -1;
+  }
+  memcpy(m + (merge ? 0 : 1), req->messages, (size_t)req->nmessages * sizeof *m);
+  if (!merge) {
+    m[0].extra = m[0].parts = NULL;
+    m[0].role = (char *)"system";
+  }
+  m[at].content = *sys = hbuf_take(&b);
+  *msgs = m;
+  *nmsgs = n;
+  return 0;
+}
+
 /* Renders a chat request's messages with the model's template into *prompt. */
 static int render_prompt(serve_engine *e, const serve_request *req, char **prompt, serve_fail *f) {
   herr err = {0};
@@ -1325,7 +1444,24 @@ static int render_prompt(serve_engine *e, const serve_request *req, char **promp
                        .kwargs = req->template_kwargs,
                        .no_generation_prompt = req->no_generation_prompt,
                        .continue_final = req->continue_final_message};
-  if (!e->render_chat(e->impl, req->messages, req->nmessages, &o, prompt, &err)) return 0;
+  serve_message *msgs = NULL;
+  char *sys = NULL;
+  int nmsgs = 0, rc = 0;
+  /* the generic format's tools description: in a system message, or, where the
+   * template refuses that (Gemma 2 raises on a system role), in the first user turn */
+  for (int in_user = 0; in_user < 2; in_user++) {
+    if (generic_tools_messages(e, req, in_user, &msgs, &nmsgs, &sys))
+      return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+    if (in_user && !msgs) break; /* the first try's failure stands */
+    memset(&err, 0, sizeof err);
+    rc = e->render_chat(e->impl, msgs ? msgs : req->messages, nmsgs, &o, prompt, &err);
+    bool retry = rc == HEARTH_EINVAL && msgs && !in_user;
+    free(msgs);
+    free(sys);
+    msgs = NULL, sys = NULL;
+    if (!retry) break;
+  }
+  if (!rc) return 0;
   /* the template refusing these messages (raise_exception, a type error
    * on what was sent, a render limit) is the client's to fix; a template
    * that cannot be loaded or uses what the engine lacks is the server's */
@@ -1549,6 +1685,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
     goto refuse;
   }
   if (model_unknown(s, &j->req, anth, &f)) goto refuse;
+  j->req.sampling.priority = cn->priority;
   const char *param = kind == SERVE_CHAT ? "messages" : "prompt";
   if (kind == SERVE_CHAT) {
     if (render_prompt(e, &j->req, &j->prompt, &f)) goto refuse;
@@ -1592,6 +1729,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   /* the choices: each prompt (a completion's prompt array; else the one) n times */
   int nprompts = kind == SERVE_COMPLETION && j->req.n_prompts > 1 ? j->req.n_prompts : 1;
   int copies = anth || j->responses || j->req.n < 1 ? 1 : j->req.n;
+  if (kind == SERVE_COMPLETION && !anth && !j->responses && j->req.best_of > copies) copies = j->req.best_of;
   j->nslots = nprompts * copies;
   j->slots = calloc((size_t)j->nslots, sizeof *j->slots);
   if (!j->slots) {
@@ -1699,6 +1837,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   for (int i = 0; i < j->nslots; i++) {
     slot *sl = &j->slots[i];
     sl->sampling = j->req.sampling;
+    if (j->req.best_of > j->req.n) sl->sampling.logprobs = true; /* best_of ranks by them */
     if (sl->sampling.has_seed && sl->copy > 0) sl->sampling.seed = hmix64(sl->sampling.seed + (uint64_t)sl->copy * HMIX64_GAMMA);
   }
   cn->job_owned = true; /* logged and counted by job_done */
@@ -2028,6 +2167,88 @@ static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_serve
   return rc;
 }
 
+/* ---- the Batch API (files.h, batches.h) ---- */
+
+/* The {id} of a path matched by route_matches, into out. */
+static void route_id(const conn *cn, const char *prefix, const char *suffix, char *out, size_t cap) {
+  size_t pre = strlen(prefix), len = strlen(cn->path), suf = suffix ? strlen(suffix) : 0;
+  size_t n = len > pre + suf ? len - pre - suf : 0;
+  snprintf(out, cap, "%.*s", (int)n, cn->path + pre);
+}
+
+/* ?name=N as an integer in [lo, hi] (absent: def); 400 with f filled otherwise. */
+static int query_int(struct MHD_Connection *c, const char *name, int64_t def, int64_t *out, serve_fail *f) {
+  const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+  *out = def;
+  if (!v) return 0;
+  char *end;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (!*v || *end || errno) return serve_bad(f, name, "'%s' is '%.40s'; it must be an integer", name, v);
+  *out = x;
+  return 0;
+}
+
+static enum MHD_Result answer_batch_api(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  serve_fail f;
+  json_t *o = NULL;
+  int st = 0;
+  char id[256];
+  if (!s->files || !s->batches) {
+    serve_fail_set(&f, 400, "invalid_request_error", NULL, "batch_api_disabled",
+                   "The Batch API keeps its files and batches on disk: start hearth serve with --state-dir DIR");
+    return send_fail(c, &f, NULL);
+  }
+  int64_t limit;
+  const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+  switch (cn->route) {
+  case ROUTE_FILES:
+    if (cn->post) {
+      const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+      st = file_store_upload(s->files, ct, hbuf_str(&cn->body), cn->body.len, &o, &f);
+    } else {
+      const char *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
+      if (order && strcmp(order, "asc") && strcmp(order, "desc"))
+        st = serve_bad(&f, "order", "'order' is '%.40s'; it must be \"asc\" or \"desc\"", order);
+      else if (!(st = query_int(c, "limit", 10000, &limit, &f)))
+        st = file_store_list(s->files, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "purpose"), after, limit,
+                             order && !strcmp(order, "asc"), &o, &f);
+    }
+    break;
+  case ROUTE_FILE:
+    route_id(cn, "/v1/files/", NULL, id, sizeof id);
+    st = cn->del ? file_store_delete(s->files, id, &o, &f) : file_store_get(s->files, id, &o, &f);
+    break;
+  case ROUTE_FILE_CONTENT: {
+    route_id(cn, "/v1/files/", "/content", id, sizeof id);
+    char *data = NULL;
+    size_t len = 0;
+    if ((st = file_store_read(s->files, id, &data, &len, &f)) != 200) break;
+    enum MHD_Result rc = send_bytes(c, 200, "application/octet-stream", data, len, NULL);
+    free(data);
+    return rc;
+  }
+  case ROUTE_BATCHES:
+    if (cn->post) st = batch_store_create(s->batches, hbuf_str(&cn->body), cn->body.len, &o, &f);
+    else if (!(st = query_int(c, "limit", 20, &limit, &f))) st = batch_store_list(s->batches, after, limit, &o, &f);
+    break;
+  case ROUTE_BATCH:
+    route_id(cn, "/v1/batches/", NULL, id, sizeof id);
+    st = batch_store_get(s->batches, id, &o, &f);
+    break;
+  case ROUTE_BATCH_CANCEL:
+    route_id(cn, "/v1/batches/", "/cancel", id, sizeof id);
+    st = batch_store_cancel(s->batches, id, &o, &f);
+    break;
+  default:
+    return MHD_NO;
+  }
+  if (st == 200 && o) return send_json(c, 200, o);
+  json_decref(o);
+  if (st == 200) serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
+  return send_fail(c, &f, NULL);
+}
+
 /* ---- the request cycle ---- */
 
 /* The key from "Authorization: Bearer KEY" or (Anthropic's clients) "x-api-key: KEY". */
@@ -2088,11 +2309,31 @@ static const route_def routes[] = {
     {"POST", "/tokenize", ROUTE_TOKENIZE, false,
      "text to token ids: {\"content\" (or \"prompt\", or chat \"messages\"), \"add_special\", \"with_pieces\"}"},
     {"POST", "/detokenize", ROUTE_DETOKENIZE, false, "token ids to text: {\"tokens\": [ids]}"},
+    {"POST", "/v1/files", ROUTE_FILES, false,
+     "uploads a Batch API input file: multipart/form-data with purpose \"batch\" and the JSONL file (--state-dir)"},
+    {"GET", "/v1/files", ROUTE_FILES, false, "the stored files, newest first (?purpose, ?after, ?limit, ?order)"},
+    {"GET", "/v1/files/{id}/content", ROUTE_FILE_CONTENT, false, "a file's content"},
+    {"GET", "/v1/files/{id}", ROUTE_FILE, false, "a file object"},
+    {"DELETE", "/v1/files/{id}", ROUTE_FILE, false, "deletes a file"},
+    {"POST", "/v1/batches", ROUTE_BATCHES, false,
+     "creates a batch: {\"input_file_id\", \"endpoint\", \"completion_window\": \"24h\", \"metadata\"}; its rows run "
+     "at low priority"},
+    {"GET", "/v1/batches", ROUTE_BATCHES, false, "the batches, newest first (?after, ?limit)"},
+    {"POST", "/v1/batches/{id}/cancel", ROUTE_BATCH_CANCEL, false, "cancels a batch (rows answered so far are kept)"},
+    {"GET", "/v1/batches/{id}", ROUTE_BATCH, false, "a batch object"},
 };
 
+/* "{id}" inside a path ("/v1/batches/{id}/cancel") matches one segment. */
 static bool route_matches(const route_def *r, const char *path) {
   size_t n = strlen(r->path);
   if (n > 5 && !strcmp(r->path + n - 5, "/{id}")) return !strncmp(path, r->path, n - 4) && path[n - 4];
+  const char *at = strstr(r->path, "/{id}/");
+  if (at) {
+    size_t pre = (size_t)(at - r->path) + 1, suf = strlen(at + 5), len = strlen(path);
+    if (len <= pre + suf || strncmp(path, r->path, pre) != 0 || strcmp(path + len - suf, at + 5) != 0) return false;
+    const char *slash = memchr(path + pre, '/', len - pre - suf);
+    return slash == NULL;
+  }
   return !strcmp(path, r->path);
 }
 
@@ -2161,6 +2402,17 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
                    "Missing or incorrect API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
     return;
   }
+  const char *prio = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Hearth-Priority");
+  if (prio && strcasecmp(prio, "low") && strcasecmp(prio, "normal")) {
+    cn->failed = true;
+    serve_fail_set(&cn->fail, 400, "invalid_request_error", NULL, "invalid_priority",
+                   "X-Hearth-Priority '%.40s' is not one of \"normal\" and \"low\"", prio);
+    return;
+  }
+  cn->priority = prio && !strcasecmp(prio, "low") ? 1 : 0;
+  cn->max_body = s->max_body;
+  if (cn->route == ROUTE_FILES && cn->post && s->files) /* the file, and the form around it */
+    cn->max_body = file_store_max_bytes(s->files) + ((size_t)64 << 10);
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
   if (cl) {
     /* digits only: strtoull would take "-1" as 2^64 - 1 and "abc" as 0 */
@@ -2171,7 +2423,12 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
       cn->failed = true;
       serve_fail_set(&cn->fail, 400, "invalid_request_error", NULL, "invalid_content_length",
                      "Content-Length '%.40s' is not a byte count", cl);
-    } else if (v > s->max_body) {
+    } else if (v > cn->max_body && cn->route == ROUTE_FILES && s->files) {
+      cn->failed = true;
+      serve_fail_set(&cn->fail, 413, "invalid_request_error", "file", "file_too_large",
+                     "The upload has %llu bytes; a file may have %zu (hearth serve --max-file-size)", v,
+                     file_store_max_bytes(s->files));
+    } else if (v > cn->max_body) {
       cn->failed = true;
       serve_fail_set(&cn->fail, 413, "invalid_request_error", NULL, "request_too_large",
                      "The request body has %llu bytes; the limit is %zu", v, s->max_body);
@@ -2220,6 +2477,13 @@ static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, c
     return answer_tokenize(c, s, cn);
   case ROUTE_DETOKENIZE:
     return answer_detokenize(c, s, cn);
+  case ROUTE_FILES:
+  case ROUTE_FILE:
+  case ROUTE_FILE_CONTENT:
+  case ROUTE_BATCHES:
+  case ROUTE_BATCH:
+  case ROUTE_BATCH_CANCEL:
+    return answer_batch_api(c, s, cn);
   default:
     return MHD_NO;
   }
@@ -2241,6 +2505,12 @@ static bool slow_route(route r) {
   case ROUTE_FIT:
   case ROUTE_TOKENIZE:
   case ROUTE_DETOKENIZE:
+  case ROUTE_FILES:
+  case ROUTE_FILE:
+  case ROUTE_FILE_CONTENT:
+  case ROUTE_BATCHES:
+  case ROUTE_BATCH:
+  case ROUTE_BATCH_CANCEL:
   case ROUTE_INFILL:
     return true;
   default:
@@ -2394,7 +2664,7 @@ static enum MHD_Result on_request_in(void *cls, struct MHD_Connection *c, const 
                             "anthropic-dangerous-direct-browser-access, OpenAI-Organization, OpenAI-Project, "
                             "X-Stainless-Arch, X-Stainless-Lang, X-Stainless-OS, X-Stainless-Package-Version, "
                             "X-Stainless-Retry-Count, X-Stainless-Runtime, X-Stainless-Runtime-Version, "
-                            "X-Stainless-Timeout, X-Stainless-Helper-Method");
+                            "X-Stainless-Timeout, X-Stainless-Helper-Method, X-Hearth-Priority");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
     enum MHD_Result rc = MHD_queue_response(c, 204, resp);
     MHD_destroy_response(resp);
@@ -2413,16 +2683,16 @@ static enum MHD_Result on_request_in(void *cls, struct MHD_Connection *c, const 
      * sends "100 Continue" or reads a byte of the body; the connection is
      * then closed. */
     if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, cn->anthropic);
-    /* headers are in: the body may take its time, up to BODY_TIMEOUT_S of silence */
-    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)BODY_TIMEOUT_S);
+    /* headers are in: the body may take its time, up to body_timeout_s of silence */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->body_timeout_s);
     return MHD_YES;
   }
   if (*upload_size) {
     if (!cn->failed) {
-      if (cn->body.len + *upload_size > s->max_body) {
+      if (cn->body.len + *upload_size > cn->max_body) {
         cn->failed = true;
         serve_fail_set(&cn->fail, 413, "invalid_request_error", NULL, "request_too_large",
-                       "The request body is over the limit of %zu bytes", s->max_body);
+                       "The request body is over the limit of %zu bytes", cn->max_body);
         hbuf_free(&cn->body);
       } else {
         hbuf_append(&cn->body, upload, *upload_size);
@@ -2507,6 +2777,27 @@ static void raise_fd_limit(unsigned want) {
   setrlimit(RLIMIT_NOFILE, &rl);
 }
 
+/* The Batch API over cfg->state_dir: the folder locked for this server, its
+ * files and batches read back, and the runner started (rows posted to this
+ * server on host:port with its key). */
+static int batch_api_start(serve_server *s, const serve_config *cfg, const char *host, herr *err) {
+  if (mkdir(cfg->state_dir, 0700) != 0 && errno != EEXIST)
+    return herr_set(err, HEARTH_EIO, "state directory %s: %s", cfg->state_dir, strerror(errno));
+  char *lock = hpath_join(cfg->state_dir, "lock");
+  s->state_lock = lock ? open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
+  free(lock);
+  if (s->state_lock < 0) return herr_set(err, HEARTH_EIO, "state directory %s: %s", cfg->state_dir, strerror(errno));
+  if (flock(s->state_lock, LOCK_EX | LOCK_NB) != 0)
+    return herr_set(err, HEARTH_EINVAL, "state directory %s is in use by another server: give each its own",
+                    cfg->state_dir);
+  batch_row_target t;
+  int rc;
+  if ((rc = file_store_open(&s->files, cfg->state_dir, cfg->max_file_bytes, err))) return rc;
+  if ((rc = batch_row_target_set(&t, host, s->port, cfg->api_key, err))) return rc;
+  if ((rc = batch_store_open(&s->batches, cfg->state_dir, s->files, &t, cfg->batch_concurrency, err))) return rc;
+  return batch_store_start(s->batches, err);
+}
+
 int serve_start(serve_server **out, serve_engine *engine, const serve_config *cfg, herr *err) {
   *out = NULL;
   const char *host = cfg->host && cfg->host[0] ? cfg->host : "127.0.0.1";
@@ -2540,6 +2831,7 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
     return herr_set(err, HEARTH_ENOMEM, "out of memory");
   }
   s->adapter_dir = adapter_dir;
+  s->state_lock = -1;
   s->engine = engine;
   s->metrics = serve_metrics_new();
   s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
@@ -2566,6 +2858,7 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
                         : max_conn / PER_CLIENT_SHARE > 0 ? max_conn / PER_CLIENT_SHARE
                                                           : 1;
   s->header_timeout_s = cfg->header_timeout_s > 0 ? cfg->header_timeout_s : DEFAULT_HEADER_TIMEOUT_S;
+  s->body_timeout_s = cfg->body_timeout_s > 0 ? cfg->body_timeout_s : DEFAULT_BODY_TIMEOUT_S;
   raise_fd_limit(max_conn + 64);
   pthread_mutex_init(&s->engine_lock, NULL);
   pthread_mutex_init(&s->jobs_mu, NULL);
@@ -2604,6 +2897,10 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   }
   const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
   s->port = di ? di->port : cfg->port;
+  if (cfg->state_dir && batch_api_start(s, cfg, host, err)) {
+    serve_stop(s);
+    return err->code ? err->code : HEARTH_EIO;
+  }
   *out = s;
   return 0;
 }
@@ -2614,6 +2911,9 @@ uint64_t serve_keepalives_sent(serve_server *s) { return atomic_load(&s->keepali
 
 void serve_stop(serve_server *s) {
   if (!s) return;
+  /* the batch runner first: its rows in flight are cut, and kept for a restart */
+  batch_store_close(s->batches);
+  s->batches = NULL;
   /* No connection may be suspended when the daemon stops: new answering threads are refused,
    * the generations running are cancelled, the answering threads waited for (each resumes its
    * connection), and the parked streams woken, with nothing parked from then on. */
@@ -2647,11 +2947,14 @@ void serve_stop(serve_server *s) {
   for (int i = 0; i < s->nnames; i++) free(s->names[i]);
   free(s->names);
   resp_store_free(s->responses);
+  file_store_close(s->files);
+  if (s->state_lock >= 0) close(s->state_lock);
   serve_metrics_free(s->metrics);
   free(s);
 }
 
 void serve_drain_begin(serve_server *s) {
+  if (s->batches) batch_store_halt(s->batches); /* its rows run again after the restart */
   int was = 0;
   atomic_compare_exchange_strong(&s->draining, &was, 1);
 }

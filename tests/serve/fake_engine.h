@@ -58,6 +58,7 @@ static const char fake_think_text[] = "<think>\nFirst, 2 + 2.\nThat is 4.\n</thi
 static atomic_int fake_cancelled;  /* generations ended by cancellation */
 static atomic_int fake_generations; /* generations started */
 static atomic_int fake_running;     /* generations in progress */
+static atomic_int fake_low_priority; /* generations started with sampling.priority > 0 (batch rows) */
 static serve_server *fake_server;   /* the server over this engine, when the test sets it ("[pause]") */
 
 static int fake_render(void *impl, const serve_message *m, int n, const serve_chat_opts *o, char **prompt,
@@ -159,6 +160,7 @@ static const char *fake_last_turn(const char *prompt) {
 static int fake_generate(void *impl, const char *prompt, bool raw, const serve_sampling *sp, serve_token_fn fn,
                          void *ctx, volatile int *cancel, serve_result *res, herr *err) {
   atomic_fetch_add(&fake_generations, 1);
+  if (sp->priority > 0) atomic_fetch_add(&fake_low_priority, 1);
   atomic_fetch_add(&fake_running, 1);
   int rc = fake_generate_run(prompt, raw, sp, fn, ctx, cancel, res, err);
   atomic_fetch_sub(&fake_running, 1);

@@ -2,6 +2,7 @@
  * end-to-end tests can check the protocol without a model:
  *   serve_fake_server [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES]
  *                     [--context TOKENS] [--responses-max N] [--drain-timeout SECONDS]
+ *                     [--state-dir DIR] [--max-file-size BYTES] [--batch-concurrency N]
  *                     [--fim 1] (the fake with fill-in-the-middle tokens and token-id prompts)
  * Prints "hearth: listening on http://HOST:PORT" and serves until
  * SIGINT/SIGTERM, draining first as `hearth serve` does (after printing
@@ -32,6 +33,13 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--drain-timeout") == 0) drain_timeout = strtod(argv[i + 1], NULL);
     else if (strcmp(argv[i], "--fim") == 0) fim = atoi(argv[i + 1]) != 0;
     else if (strcmp(argv[i], "--responses-max") == 0) cfg.responses_max = (size_t)strtoull(argv[i + 1], NULL, 10);
+    else if (strcmp(argv[i], "--state-dir") == 0) cfg.state_dir = argv[i + 1];
+    else if (strcmp(argv[i], "--max-file-size") == 0) cfg.max_file_bytes = (size_t)strtoull(argv[i + 1], NULL, 10);
+    else if (strcmp(argv[i], "--batch-concurrency") == 0) cfg.batch_concurrency = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--max-connections") == 0) cfg.max_connections = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--max-connections-per-address") == 0) cfg.max_per_client = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--idle-timeout") == 0) cfg.idle_timeout_s = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--body-timeout") == 0) cfg.body_timeout_s = atoi(argv[i + 1]);
   }
   cfg.served_names = names;
   cfg.n_served_names = names_n;

@@ -384,7 +384,7 @@ const CHAT_FIELDS = {
 const COMPLETION_FIELDS = {
   model: { how: 'honoured', bad: 5 },
   prompt: { how: 'honoured', bad: 5 },
-  best_of: { how: 'accepted', value: 1, bad: 2 },
+  best_of: { how: 'honoured', value: 3, bad: 0, check: (r, b) => r.choices.length === 1 && r.usage.completion_tokens === 3 * b.usage.completion_tokens },
   echo: { how: 'honoured', value: true, bad: 'yes', check: (r) => r.choices[0].text.startsWith('Once upon') },
   frequency_penalty: { how: 'accepted', value: 0.5, bad: 3 },
   logit_bias: { how: 'accepted', value: { 5: 1 }, bad: [] },
