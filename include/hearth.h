@@ -233,10 +233,16 @@ typedef struct hearth_logit_bias {
  * where it has them; HF's otherwise). Sampling is greedy when temperature is
  * 0, or when it is unset and generation_config.json does not set do_sample.
  * Processing order: repetition penalty (prompt + output) → presence /
- * frequency penalties (output, OpenAI) → logit bias → temperature → top-k →
- * top-p → min-p. Logprobs are the log-softmax after penalties and bias,
- * before temperature and truncation (the same for greedy and sampled runs;
- * without penalties or bias, vLLM's default raw logprobs). */
+ * frequency penalties (output, OpenAI) → DRY → logit bias → temperature →
+ * top-k → top-p → min-p → typical-p → XTC; or, under mirostat 2, temperature
+ * → mirostat (top-k, top-p, min-p, typical-p and XTC are not applied, as in
+ * llama.cpp). DRY, typical-p, XTC and mirostat follow llama.cpp's definitions
+ * (src/engine/sample.h spells them out); a request using one is sampled on the
+ * host (on a GPU its logits row is copied back) and decodes without
+ * speculative drafts. Logprobs are
+ * the log-softmax after penalties, DRY and bias, before temperature and
+ * truncation (the same for greedy and sampled runs; without penalties or
+ * bias, vLLM's default raw logprobs). */
 typedef struct hearth_gen_params {
   int64_t max_tokens;          /* -1: up to the context length, or to what the KV cache holds
                                   when that is less */
@@ -253,6 +259,20 @@ typedef struct hearth_gen_params {
   int n_stop;
   const hearth_logit_bias *logit_bias; /* borrowed: n_logit_bias entries */
   int n_logit_bias;
+  double typical_p;            /* [0, 1]; 1 = off (locally typical sampling) */
+  double xtc_probability;      /* [0, 1]; 0 = off (XTC: exclude top choices) */
+  double xtc_threshold;        /* [0, 1]; above 0.5 = off (init: 0.1) */
+  double dry_multiplier;       /* >= 0; 0 = off (DRY repetition penalty) */
+  double dry_base;             /* >= 1 (init: 1.75) */
+  int64_t dry_allowed_length;  /* >= 0 (init: 2) */
+  int64_t dry_penalty_last_n;  /* tokens of prompt + output scanned: 0 = off, -1 = all (init: 64) */
+  const char *const *dry_sequence_breakers; /* borrowed: n_dry_sequence_breakers strings (at most 40 bytes
+                                  each are used), a repeat never reaching back past one; NULL: "\n", ":",
+                                  "\"", "*"; non-NULL with n 0: none */
+  int n_dry_sequence_breakers;
+  int mirostat;                /* 0 = off, 2 = mirostat 2 (1 is refused, field "mirostat") */
+  double mirostat_tau;         /* target surprise in bits (init: 5) */
+  double mirostat_eta;         /* learning rate (init: 0.1) */
   bool logprobs;               /* fill logprob / top in the callback's token */
   int top_logprobs;            /* 0..20 alternatives per token */
   bool ignore_eos;             /* keep going past EOS ids */
@@ -622,6 +642,24 @@ typedef struct hearth_signal_result {
  * HEARTH_EUNSUPPORTED for a model without an output head. */
 int hearth_signal(hearth_model *m, const hearth_prompt *prompt, int n_bins, int n_top, const volatile int *cancel,
                   hearth_signal_result *out, hearth_error *err);
+
+/* One token of a prompt scored by hearth_prompt_logprobs. */
+typedef struct hearth_prompt_logprob {
+  int32_t id;
+  float logprob;                               /* NAN for the first token (nothing comes before it) */
+  int n_top;                                   /* the likeliest tokens at its place, best first */
+  int32_t top_ids[HEARTH_MAX_TOP_LOGPROBS];
+  float top_logprobs[HEARTH_MAX_TOP_LOGPROBS];
+} hearth_prompt_logprob;
+
+/* The log-probability of each token of a prompt (n_ids >= 1 ids) after the tokens before it — the raw
+ * model's log-softmax, no sampling settings — with the n_top (0..HEARTH_MAX_TOP_LOGPROBS) likeliest
+ * tokens at each place: what OpenAI's completions report for an echoed prompt. out: n_ids entries (the
+ * caller's). The prompt is computed whole, never from the prefix cache, in the scheduler's steps beside
+ * the generations running. cancel may be NULL. HEARTH_EUNSUPPORTED for a model without an output head
+ * and for a block-diffusion model. */
+int hearth_prompt_logprobs(hearth_model *m, const int32_t *ids, size_t n_ids, int n_top, const volatile int *cancel,
+                           hearth_prompt_logprob *out, hearth_error *err);
 
 #ifdef __cplusplus
 }

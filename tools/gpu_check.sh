@@ -29,7 +29,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle="$root/.carry/gpu"
-tests=(backend_test_backend_ops model_test_golden model_test_lora model_test_gguf model_test_quantized model_test_expert_budget model_test_mm_vision model_test_mm_enc model_test_tp engine_test_kv_paged engine_test_kv_quant engine_test_sched engine_test_structured engine_test_denoise)
+tests=(backend_test_backend_ops model_test_golden model_test_lora model_test_gguf model_test_quantized model_test_expert_budget model_test_mm_vision model_test_mm_enc model_test_tp engine_test_kv_paged engine_test_kv_quant engine_test_sched engine_test_structured engine_test_denoise engine_test_host_rows)
 
 if [ "${1:-}" = "--prepare" ]; then
   set -e

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "base/vec.h"
@@ -187,6 +188,65 @@ int cli_opt_sampling(const char *verb, int argc, char **argv, int *i, hearth_gen
     }
     return r;
   }
+  /* llama.cpp's samplers, under llama.cpp's flag names */
+  static const struct {
+    const char *name;
+    double lo, hi;
+    size_t off;
+  } reals[] = {
+      {"--typical-p", 0, 1, offsetof(hearth_gen_params, typical_p)},
+      {"--typical", 0, 1, offsetof(hearth_gen_params, typical_p)},
+      {"--xtc-probability", 0, 1, offsetof(hearth_gen_params, xtc_probability)},
+      {"--xtc-threshold", 0, 1, offsetof(hearth_gen_params, xtc_threshold)},
+      {"--dry-multiplier", 0, 1e6, offsetof(hearth_gen_params, dry_multiplier)},
+      {"--dry-base", 1, 1e6, offsetof(hearth_gen_params, dry_base)},
+      {"--mirostat-ent", 0, 1e6, offsetof(hearth_gen_params, mirostat_tau)},
+      {"--mirostat-tau", 0, 1e6, offsetof(hearth_gen_params, mirostat_tau)},
+      {"--mirostat-lr", 0, 1e6, offsetof(hearth_gen_params, mirostat_eta)},
+      {"--mirostat-eta", 0, 1e6, offsetof(hearth_gen_params, mirostat_eta)},
+  };
+  for (size_t j = 0; j < sizeof reals / sizeof reals[0]; j++)
+    if ((r = cli_opt_double(verb, argc, argv, i, reals[j].name, reals[j].lo, reals[j].hi, &d))) {
+      if (r > 0) *(double *)((char *)p + reals[j].off) = d;
+      return r;
+    }
+  if ((r = cli_opt_int(verb, argc, argv, i, "--dry-allowed-length", 0, INT32_MAX, &k))) {
+    if (r > 0) p->dry_allowed_length = k;
+    return r;
+  }
+  if ((r = cli_opt_int(verb, argc, argv, i, "--dry-penalty-last-n", -1, INT32_MAX, &k))) {
+    if (r > 0) p->dry_penalty_last_n = k;
+    return r;
+  }
+  if ((r = cli_opt_int(verb, argc, argv, i, "--mirostat", 0, 2, &k))) {
+    if (r > 0 && k == 1) {
+      cli_usage_error(verb, "--mirostat 1 (the first Mirostat) is not supported: use --mirostat 2");
+      return -1;
+    }
+    if (r > 0) p->mirostat = (int)k;
+    return r;
+  }
+  /* repeatable; the first replaces the default breakers, "none" leaves none */
+  static const char *breakers[16];
+  static int n_breakers;
+  const char *v;
+  if ((r = cli_opt(argc, argv, i, "--dry-sequence-breaker", &v))) {
+    if (r < 0) return r;
+    if (!v[0]) {
+      cli_usage_error(verb, "--dry-sequence-breaker must not be empty (\"none\" leaves no breakers)");
+      return -1;
+    }
+    if (strcmp(v, "none") != 0) {
+      if (n_breakers == (int)(sizeof breakers / sizeof breakers[0])) {
+        cli_usage_error(verb, "--dry-sequence-breaker given more than %d times", (int)(sizeof breakers / sizeof breakers[0]));
+        return -1;
+      }
+      breakers[n_breakers++] = v;
+    }
+    p->dry_sequence_breakers = breakers;
+    p->n_dry_sequence_breakers = n_breakers;
+    return 1;
+  }
   return 0;
 }
 
@@ -194,7 +254,15 @@ const char *cli_sampling_help(void) {
   return "  --temp T          temperature (0 = greedy; default: the model's generation_config)\n"
          "  --top-p P  --top-k K  --min-p P\n"
          "  --repeat-penalty R  --presence-penalty P  --frequency-penalty F\n"
-         "  --seed S          sampling seed (same seed → same output)\n";
+         "  --seed S          sampling seed (same seed → same output)\n"
+         "  --typical-p P     locally typical sampling (1 = off)\n"
+         "  --xtc-probability P  --xtc-threshold T   XTC: with chance P, drop the tokens at or\n"
+         "                    above probability T but the least likely of them (T > 0.5 = off)\n"
+         "  --dry-multiplier M  --dry-base B  --dry-allowed-length N  --dry-penalty-last-n N\n"
+         "  --dry-sequence-breaker S   DRY repetition penalty (M 0 = off; the breaker flag\n"
+         "                    repeats and replaces \"\\n\", \":\", \"\\\"\", \"*\"; \"none\": no breakers)\n"
+         "  --mirostat 2  --mirostat-ent TAU  --mirostat-lr ETA   Mirostat 2.0 (top-k/p, min-p,\n"
+         "                    typical-p and XTC are not applied under it)\n";
 }
 
 void cli_hearth_load_opts(hearth_load_opts *lo) {

@@ -104,7 +104,8 @@ int cli_opt_double(const char *verb, int argc, char **argv, int *i, const char *
 int cli_opt_ids(const char *verb, int argc, char **argv, int *i, const char *name, int32_t **ids, size_t *n);
 int cli_opt_threads(const char *verb, int argc, char **argv, int *i, const char *name, int *threads);
 /* The sampling options of generate and chat (-n/--max-tokens, --temp, --top-p,
- * --top-k, --min-p, the penalties, --seed) into p; *max_given (may be NULL) is
+ * --top-k, --min-p, the penalties, --seed, and llama.cpp's --typical-p, --xtc-*,
+ * --dry-*, --mirostat*) into p; *max_given (may be NULL) is
  * set when -n was given. cli_sampling_help: the lines of all but -n for a usage text (each verb
  * writes its own -n line, whose default differs). */
 int cli_opt_sampling(const char *verb, int argc, char **argv, int *i, hearth_gen_params *p, bool *max_given);

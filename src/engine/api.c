@@ -29,6 +29,7 @@
 #include "backend/ops.h"
 #include "format/pooling.h"
 #include "engine/denoise.h"
+#include "engine/dry_breakers.h"
 #include "format/config.h"
 #include "format/gguf.h"
 #include "hearth.h"
@@ -70,6 +71,10 @@ struct hearth_model {
   int n_ads, cap_ads;
   bool allow_local_media, allow_remote_media, allow_private_media_hosts; /* hearth_load_opts' */
   size_t max_media_bytes;      /* 0: the default */
+  pthread_mutex_t dry_lock;    /* guards the default DRY breakers */
+  sample_dry_breaker *dry_default; /* owned: DRY's default breakers for this vocabulary, made at first use */
+  size_t n_dry_default;
+  bool dry_default_built;
 };
 
 typedef struct api_adapter {
@@ -254,6 +259,7 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
   if (!hm) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   pthread_mutex_init(&hm->gen_lock, NULL);
   pthread_mutex_init(&hm->ad_lock, NULL);
+  pthread_mutex_init(&hm->dry_lock, NULL);
   hm->bos = -1;
   hm->is_gguf = is_gguf;
   int rc = 0;
@@ -356,6 +362,8 @@ void hearth_model_free(hearth_model *hm) {
   for (int i = 0; i < hm->n_ads; i++) model_lora_release(hm->ads[i].a);
   free(hm->ads);
   pthread_mutex_destroy(&hm->ad_lock);
+  pthread_mutex_destroy(&hm->dry_lock);
+  free(hm->dry_default);
   model_free(hm->m);
   if (hm->tok) tokenizer_free(hm->tok);
   jinja_free(hm->chat);
@@ -535,6 +543,13 @@ void hearth_gen_params_init(hearth_gen_params *p) {
   p->frequency_penalty = NAN;
   p->skip_special = true;
   p->spec_tokens = -1;
+  p->typical_p = 1.0;
+  p->xtc_threshold = 0.1;
+  p->dry_base = 1.75;
+  p->dry_allowed_length = 2;
+  p->dry_penalty_last_n = 64;
+  p->mirostat_tau = 5.0;
+  p->mirostat_eta = 0.1;
 }
 
 static uint64_t random_seed(void) {
@@ -545,9 +560,50 @@ static uint64_t random_seed(void) {
          (counter++ * 0x9E3779B97F4A7C15ull);
 }
 
+/* DRY's breakers for p: the model's cached default set, or the request's own
+ * (*own, freed by the caller). */
+static int dry_breakers_for(hearth_model *hm, const hearth_gen_params *p, sample_params *s, sample_dry_breaker **own,
+                            herr *err) {
+  if (p->dry_sequence_breakers) {
+    if (p->n_dry_sequence_breakers < 0)
+      return herr_set_at(err, HEARTH_EINVAL, "dry_sequence_breakers", 0, "dry_sequence_breakers: bad entry count %d",
+                         p->n_dry_sequence_breakers);
+    if (p->n_dry_sequence_breakers == 0) return 0; /* none */
+  }
+  if (!hm->tok)
+    return herr_set_at(err, HEARTH_EUNSUPPORTED, "dry_sequence_breakers", 0,
+                       "DRY's sequence breakers are strings, and the model has no tokenizer to match them (give none)");
+  if (p->dry_sequence_breakers) {
+    size_t n = 0;
+    int rc = dry_breakers_build(hm->tok, p->dry_sequence_breakers, p->n_dry_sequence_breakers, own, &n, err);
+    if (rc) return rc;
+    s->dry_breakers = *own;
+    s->n_dry_breakers = n;
+    return 0;
+  }
+  pthread_mutex_lock(&hm->dry_lock);
+  int rc = 0;
+  if (!hm->dry_default_built) {
+    rc = dry_breakers_build(hm->tok, dry_default_breakers, 4, &hm->dry_default, &hm->n_dry_default, err);
+    hm->dry_default_built = rc == 0;
+  }
+  pthread_mutex_unlock(&hm->dry_lock);
+  s->dry_breakers = hm->dry_default;
+  s->n_dry_breakers = hm->n_dry_default;
+  return rc;
+}
+
+/* The request's int field in [lo, hi] as an int32, else an error naming it. */
+static int int_field(int64_t v, int64_t lo, int64_t hi, const char *name, int32_t *out, herr *err) {
+  if (v < lo || v > hi) return herr_set_at(err, HEARTH_EINVAL, name, 0, "%s %lld must be from %lld to %lld", name, (long long)v,
+                                          (long long)lo, (long long)hi);
+  *out = (int32_t)v;
+  return 0;
+}
+
 /* Request values over model defaults into the engine's request. */
-static int fill_request(const hearth_model *hm, const hearth_gen_params *p, gen_request *r, sample_bias **bias,
-                        herr *err) {
+static int fill_request(hearth_model *hm, const hearth_gen_params *p, gen_request *r, sample_bias **bias,
+                        sample_dry_breaker **breakers, herr *err) {
   const generation_config *g = &hm->gen;
   sample_params *s = &r->sample;
   if (!isnan(p->temperature)) {
@@ -565,6 +621,21 @@ static int fill_request(const hearth_model *hm, const hearth_gen_params *p, gen_
   s->presence_penalty = (float)(!isnan(p->presence_penalty) ? p->presence_penalty : 0);
   s->frequency_penalty = (float)(!isnan(p->frequency_penalty) ? p->frequency_penalty : 0);
   s->seed = p->has_seed ? p->seed : random_seed();
+  s->typical_p = (float)p->typical_p;
+  s->xtc_probability = (float)p->xtc_probability;
+  s->xtc_threshold = (float)p->xtc_threshold;
+  s->dry_multiplier = (float)p->dry_multiplier;
+  s->dry_base = (float)p->dry_base;
+  int rc;
+  if ((rc = int_field(p->dry_allowed_length, 0, INT32_MAX, "dry_allowed_length", &s->dry_allowed_length, err)) ||
+      (rc = int_field(p->dry_penalty_last_n, -1, INT32_MAX, "dry_penalty_last_n", &s->dry_penalty_last_n, err)))
+    return rc;
+  s->mirostat = p->mirostat;
+  s->mirostat_tau = (float)p->mirostat_tau;
+  s->mirostat_eta = (float)p->mirostat_eta;
+  if (p->dry_multiplier > 0 && p->dry_base >= 1 && p->dry_penalty_last_n != 0 &&
+      (rc = dry_breakers_for(hm, p, s, breakers, err)))
+    return rc;
   s->logprobs = p->logprobs;
   s->top_logprobs = p->logprobs ? p->top_logprobs : 0;
   if (p->n_logit_bias < 0 || (p->n_logit_bias && !p->logit_bias))
@@ -801,6 +872,7 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
   int32_t *ids = NULL; /* owned when the prompt is text */
   size_t n_ids = 0;
   sample_bias *bias = NULL;
+  sample_dry_breaker *breakers = NULL; /* a request's own DRY breakers */
   hbuf gbnf = {0}; /* a schema's grammar */
   api_cb cb = {.hm = hm, .fn = fn, .user = user, .logprobs = params->logprobs};
   gen_request req;
@@ -808,7 +880,7 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
   model_lora *lora[MODEL_MAX_LORA];
   int n_lora = 0;
   mm_prompt mp = {0};
-  if ((rc = fill_request(hm, params, &req, &bias, err))) goto out;
+  if ((rc = fill_request(hm, params, &req, &bias, &breakers, err))) goto out;
   if ((rc = adapters_acquire(hm, params->adapter, lora, &n_lora, err))) goto out;
   req.lora = (const model_lora *const *)lora;
   req.n_lora = n_lora;
@@ -858,6 +930,12 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
   gen_result gr;
   memset(&gr, 0, sizeof gr);
   if (model_canvas_length(hm->m) > 0) { /* block diffusion: the denoising lane */
+    const char *host = sample_params_host_field(&req.sample);
+    if (host) {
+      rc = herr_set_at(err, HEARTH_EUNSUPPORTED, host, 0, "'%s' is not supported on a block-diffusion model, whose tokens are "
+                       "not drawn one after another", host);
+      goto out;
+    }
     if (req.grammar) {
       rc = herr_set_at(err, HEARTH_EUNSUPPORTED, params->json_schema ? "response_format" : "grammar", 0,
                        "a grammar or JSON schema cannot constrain a block-diffusion model's output");
@@ -899,6 +977,7 @@ out:
   hbuf_free(&gbnf);
   free(ids);
   free(bias);
+  free(breakers);
   mm_prompt_free(&mp);
   return rc;
 }
@@ -1078,6 +1157,35 @@ int hearth_signal(hearth_model *hm, const hearth_prompt *prompt, int n_bins, int
   }
   free(owned);
   free(logits);
+  return rc;
+}
+
+int hearth_prompt_logprobs(hearth_model *hm, const int32_t *ids, size_t n_ids, int n_top, const volatile int *cancel,
+                           hearth_prompt_logprob *out, hearth_error *err) {
+  if (!hm || !ids || !out || n_ids == 0) return herr_set(err, HEARTH_EINVAL, "hearth_prompt_logprobs: no model or prompt");
+  if (n_top < 0 || n_top > HEARTH_MAX_TOP_LOGPROBS)
+    return herr_set(err, HEARTH_EINVAL, "top must be between 0 and %d, not %d", HEARTH_MAX_TOP_LOGPROBS, n_top);
+  if (!model_has_head(hm->m))
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: the model has no output head (no lm_head.weight): it embeds only", hm->id);
+  if (model_canvas_length(hm->m) > 0)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: a block-diffusion model does not score a prompt token by token", hm->id);
+  sample_token *lp = calloc(n_ids, sizeof *lp);
+  if (!lp) return herr_set(err, HEARTH_ENOMEM, "hearth_prompt_logprobs: out of memory for %zu tokens", n_ids);
+  sched_probe p = {.ids = ids, .n_ids = n_ids, .lp = lp, .n_top = n_top};
+  int rc = ensure_sched(hm, err);
+  if (!rc) rc = sched_probe_run(hm->sch, SCHED_PROMPT_LOGPROBS, &p, 1, cancel, err);
+  for (size_t i = 0; !rc && i < n_ids; i++) {
+    hearth_prompt_logprob *o = &out[i];
+    memset(o, 0, sizeof *o);
+    o->id = ids[i];
+    o->logprob = i == 0 ? NAN : lp[i].logprob;
+    o->n_top = i == 0 ? 0 : lp[i].n_top;
+    for (int k = 0; k < o->n_top; k++) {
+      o->top_ids[k] = lp[i].top_ids[k];
+      o->top_logprobs[k] = lp[i].top_logprobs[k];
+    }
+  }
+  free(lp);
   return rc;
 }
 

@@ -167,7 +167,7 @@ int gen_run_new(const gen_method *gm, const gen_request *req, int64_t vocab, kv_
                          rc ? e.msg : "the model's multi-token-prediction layer has no cache here");
     }
   }
-  if (n > 0 && !req->grammar) {
+  if (n > 0 && !req->grammar && !sample_params_host_only(&req->sample)) { /* DRY, XTC, ...: one token at a time */
     r->kind = GEN_METHOD_SPECULATIVE;
     r->spec_tokens = r->cur = n;
   }

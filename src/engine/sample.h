@@ -17,6 +17,37 @@
  *                       mass reaches p (HF: drop a token when the mass of the
  *                       tokens ranked strictly above it is already >= p).
  *   min-p               drop tokens with prob < min_p * max prob.
+ *   typical-p           locally typical sampling (Meister et al.; llama.cpp's
+ *                       typical): over the kept candidates renormalised, with
+ *                       H their entropy, order by |-log p - H| ascending and
+ *                       keep the shortest prefix whose mass exceeds typical_p.
+ *   XTC                 exclude top choices (llama.cpp's xtc): with chance
+ *                       xtc_probability (a uniform u from the request's RNG,
+ *                       applied when u <= xtc_probability), of the kept
+ *                       candidates whose renormalised probability is >=
+ *                       xtc_threshold, all but the least probable are removed
+ *                       (nothing when fewer than two reach it; off when the
+ *                       threshold is above 0.5).
+ *
+ * DRY ("don't repeat yourself", llama.cpp's dry, after koboldcpp) slots in
+ * with the penalties, after presence/frequency and before logit bias: over the
+ * last dry_penalty_last_n tokens of prompt + output (all of them for -1), a
+ * token that would extend a run repeating an earlier one — the run being the
+ * longest suffix of the history that also ends earlier at a place this token
+ * followed, at most as long as the history since the last sequence breaker —
+ * of length L >= dry_allowed_length gets
+ *     logit -= dry_multiplier * dry_base ^ (L - dry_allowed_length)
+ * (the exponent capped so the power stays finite). A token that is a
+ * one-token sequence breaker is never penalised. Breakers are token
+ * sequences (sample_dry_breaker): a head token and the tokens that must
+ * follow it; engine/dry_breakers.c makes them from strings as llama.cpp does.
+ *
+ * Mirostat 2 (mirostat = 2, llama.cpp's mirostat-v2) replaces the truncation
+ * steps after temperature (top-k, top-p, min-p, typical-p, XTC are not
+ * applied, as in llama.cpp): keep the tokens whose surprise -log2 p is at
+ * most mu (the most likely one when none is), draw from them renormalised,
+ * then mu -= eta * (surprise of the drawn token in that renormalised set -
+ * tau). mu starts at 2 tau.
  *
  * Logprobs: the log-softmax of the logits after penalties and logit bias and
  * before temperature and truncation — the model's distribution as the request
@@ -46,6 +77,14 @@ typedef struct sample_bias {
   float bias;
 } sample_bias;
 
+/* A DRY sequence breaker: head, then n_tail tokens that must follow it. */
+#define SAMPLE_DRY_MAX_TAIL 20
+typedef struct sample_dry_breaker {
+  int32_t head;
+  int32_t n_tail;
+  int32_t tail[SAMPLE_DRY_MAX_TAIL];
+} sample_dry_breaker;
+
 typedef struct sample_params {
   bool greedy;               /* argmax (also when temperature <= 0) */
   float temperature;         /* 1 = unchanged */
@@ -57,13 +96,35 @@ typedef struct sample_params {
   float frequency_penalty;   /* 0 = off */
   const sample_bias *logit_bias; /* borrowed (copied by sampler_new) */
   size_t n_logit_bias;
+  float typical_p;           /* >= 1 = off */
+  float xtc_probability;     /* <= 0 = off */
+  float xtc_threshold;       /* > 0.5 = off */
+  float dry_multiplier;      /* 0 = off */
+  float dry_base;            /* >= 1 */
+  int32_t dry_allowed_length; /* >= 0 */
+  int32_t dry_penalty_last_n; /* tokens of history scanned: 0 = off, -1 = all */
+  const sample_dry_breaker *dry_breakers; /* borrowed (copied by sampler_new) */
+  size_t n_dry_breakers;
+  int mirostat;              /* 0 = off, 2 = mirostat 2 */
+  float mirostat_tau;        /* target surprise in bits */
+  float mirostat_eta;        /* learning rate */
   bool logprobs;             /* compute the chosen token's logprob (and top_logprobs alternatives) */
   int top_logprobs;          /* 0..SAMPLE_MAX_TOP_LOGPROBS alternatives to report */
   uint64_t seed;
 } sample_params;
 
-/* Neutral parameters: greedy off, temperature 1, every filter and penalty off. */
+/* Neutral parameters: greedy off, temperature 1, every filter and penalty off
+ * (DRY's base, allowed length and window, XTC's threshold and mirostat's tau
+ * and eta at llama.cpp's defaults: 1.75, 2, 64, 0.1, 5, 0.1). */
 void sample_params_default(sample_params *p);
+
+/* Whether p asks for a step only the host sampler runs (DRY, typical-p, XTC,
+ * mirostat): such rows are sampled on the host, and the request decodes
+ * without drafts. */
+bool sample_params_host_only(const sample_params *p);
+/* The request field of the first such step p asks for ("dry_multiplier",
+ * "typical_p", "xtc_probability", "mirostat"), NULL when none. */
+const char *sample_params_host_field(const sample_params *p);
 
 typedef struct sample_token {
   int32_t id;
@@ -86,13 +147,22 @@ void sampler_free(sampler *s);
 void sampler_add_prompt(sampler *s, const int32_t *ids, size_t n);
 void sampler_accept(sampler *s, int32_t id);
 
+/* The penalties, DRY and logit bias applied to logits in place: the logits
+ * logprobs are reported from. */
+void sampler_penalize(sampler *s, float *logits);
+
+/* Mirostat 2's mu now (0 when mirostat is off). */
+float sampler_mirostat_mu(const sampler *s);
+
 /* Picks the next token. logits (n_vocab floats) is used as scratch and left
  * modified. Does not call sampler_accept. */
 int sampler_sample(sampler *s, float *logits, sample_token *out, herr *err);
 
 /* The distribution sampler_sample draws from, written as probabilities into
  * probs (n_vocab; 0 for removed tokens; one 1 for greedy). For tests and
- * diagnostics; logits is used as scratch. */
+ * diagnostics; logits is used as scratch. With XTC, its chance is drawn from
+ * the request's RNG as sampler_sample draws it; mirostat's mu is read, not
+ * moved. */
 int sampler_distribution(sampler *s, float *logits, float *probs, herr *err);
 
 /* The RNG on its own (xoshiro256**, splitmix64-seeded). */
@@ -130,6 +200,11 @@ bool sampler_is_plain_greedy(const sampler *s);
  * exactly when sampler_sample would, so a request's RNG advances the same way
  * on either path. Greedy requests and temperature 0 give a greedy row. */
 int sampler_device_row(sampler *s, bk_sample_row *row, bk_sample_adj **adj, size_t *n_adj, size_t *cap, herr *err);
+/* The log-softmax of a raw logits row (n floats): id's log-probability and the
+ * n_top (0..SAMPLE_MAX_TOP_LOGPROBS) likeliest tokens into out (out->id = id).
+ * HEARTH_EINTERNAL when the row has no finite value. */
+int sample_row_logprobs(const float *logits, int32_t n, int32_t id, int n_top, sample_token *out, herr *err);
+
 /* A device result as a sample_token (logprobs only when the sampler asks for them). */
 void sampler_from_device(const sampler *s, const bk_sample_out *o, sample_token *out);
 

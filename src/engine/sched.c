@@ -50,6 +50,10 @@ typedef struct sseq {
   int kind;                   /* 0: a generation; else a sched_probe_kind (prefill only, no sampler) */
   float *dest;                /* borrowed: a probe's output */
   int pool;                   /* an embedding probe: its sched_pool */
+  sample_token *plp;          /* borrowed: a prompt-logprobs probe's output, one per prompt token */
+  int plp_top;
+  float *hrow;                /* owned [vocab], made at first use: on a device, the logits row of a
+                                 request whose sampler runs on the host only (MODEL_OUT_LOGITS_HOST) */
   /* state */
   int32_t *toks;              /* owned: prompt then sampled tokens */
   int64_t n_toks, cap_toks;
@@ -599,8 +603,10 @@ static void admit(sched *s) {
     kv_seq *kv = NULL;
     double t_look = q->trace_tid ? htrace_now() : 0;
     if (kv_paged_seq_new(s->pool, q->n_toks + q->max_new, &kv, &e)) return; /* out of memory: try next step */
-    /* a pooled embedding needs every token's hidden state: none from the cache */
-    int64_t hit = q->pool ? 0 : kv_paged_seq_attach_prefix(kv, keys_of(q), q->n_toks, adapter_of(q));
+    /* a pooled embedding needs every token's hidden state, prompt logprobs every token's logits: none
+     * from the cache */
+    bool whole = q->pool || q->kind == SCHED_PROMPT_LOGPROBS;
+    int64_t hit = whole ? 0 : kv_paged_seq_attach_prefix(kv, keys_of(q), q->n_toks, adapter_of(q));
     int64_t first = q->n_toks - hit < s->chunk ? q->n_toks - hit : s->chunk;
     if (kv_paged_seq_blocks_for(kv, hit + first) > kv_pool_available(s->pool)) {
       kv_paged_seq_free(kv);
@@ -816,6 +822,15 @@ static void step(sched *s) {
     if (q->pool) { /* every chunk's hidden rows, folded into the pool after the step */
       s->batch[n_batch].out = MODEL_OUT_HIDDEN_ALL;
       s->batch[n_batch].dest = s->hrows + (s->step_tokens - budget - n) * model_cfg(s->m)->hidden_size;
+    } else if (q->kind == SCHED_PROMPT_LOGPROBS) { /* every chunk's logits rows, to the host */
+      s->batch[n_batch].out = MODEL_OUT_LOGITS;
+      s->batch[n_batch].all_logits = true;
+    } else if (!q->kind && s->dev_sample && !q->n_draft && at + n >= q->n_toks &&
+               sample_params_host_only(&q->req->sample) &&
+               (q->hrow || (q->hrow = malloc(sizeof(float) * (size_t)s->vocab)))) {
+      /* DRY, typical-p, XTC, mirostat: its row comes to the host, the others' stay on the device */
+      s->batch[n_batch].out = MODEL_OUT_LOGITS_HOST;
+      s->batch[n_batch].dest = q->hrow;
     } else if (q->kind) { /* a probe: nothing out until its last chunk, then its one output */
       bool last = at + n >= q->n_toks;
       s->batch[n_batch].out = !last ? MODEL_OUT_NONE : q->kind == SCHED_EMBED ? MODEL_OUT_HIDDEN : MODEL_OUT_LOGITS_HOST;
@@ -829,10 +844,17 @@ static void step(sched *s) {
   int rc = 0;
   /* on a device, a grammar's mask goes with the row (made here, from the tokens
    * so far), and a plain greedy speculative sequence's rows are each its argmax
-   * there; other speculative sequences' drafts are verified on the host */
+   * there; other speculative sequences' drafts are verified on the host, and so
+   * is a step scoring a prompt (all its rows come back); a request whose
+   * sampler runs on the host only (DRY, typical-p, XTC, mirostat) has its one
+   * row copied to the host (MODEL_OUT_LOGITS_HOST, above; a row that could not
+   * be, for want of memory, brings the step's to the host) */
   bool host = !s->dev_sample;
-  for (int k = 0; k < n_batch && !host; k++)
-    host = s->in_batch[k]->n_draft > 0 && !sampler_is_plain_greedy(s->in_batch[k]->smp);
+  for (int k = 0; k < n_batch && !host; k++) {
+    const sseq *q = s->in_batch[k];
+    host = (q->n_draft > 0 && !sampler_is_plain_greedy(q->smp)) || q->kind == SCHED_PROMPT_LOGPROBS ||
+           (!q->kind && sample_params_host_only(&q->req->sample) && s->batch[k].out == MODEL_OUT_LOGITS);
+  }
   double t_fwd = s->trace ? htrace_now() : 0;
   size_t n_rows = model_batch_logit_rows(&b);
   if (host && n_rows > s->cap_rows) {
@@ -858,6 +880,9 @@ static void step(sched *s) {
         for (int i = 0; i < q->n_catch; i++) s->rows[r++] = (bk_sample_row){0}; /* fed again: not read */
         for (int i = 0; i <= q->n_draft && !rc; i++)
           rc = sampler_device_row(q->smp, &s->rows[r++], &s->adj, &s->n_adj, &s->cap_adj, &e);
+      } else if (!q->kind && s->batch[k].out == MODEL_OUT_LOGITS_HOST) {
+        s->rows[r++] = (bk_sample_row){0}; /* sampled on the host from its copied row: this id is not read */
+        q->mask_rc = 0;
       } else if (!q->kind && q->kv->len + s->batch[k].n_tokens >= q->n_toks) {
         rc = sampler_device_row(q->smp, &s->rows[r], &s->adj, &s->n_adj, &s->cap_adj, &e);
         q->mask_rc = !rc && q->gm ? seq_mask_row(s, q, &s->rows[r], k) : 0;
@@ -900,23 +925,42 @@ static void step(sched *s) {
     }
     kv_paged_seq_publish(q->kv, keys_of(q), q->kv->len, adapter_of(q));
     if (q->pool) pool_fold(s, q, s->batch[k].dest, s->batch[k].n_tokens, q->kv->len - s->batch[k].n_tokens);
+    if (q->kind == SCHED_PROMPT_LOGPROBS) { /* row i: position at + i, which predicts the token after it */
+      int64_t at = q->kv->len - s->batch[k].n_tokens;
+      int lrc = 0;
+      for (int i = 0; i < s->batch[k].n_tokens && at + i + 1 < q->n_toks && !lrc; i++)
+        lrc = sample_row_logprobs(s->logits + (size_t)(r + i) * (size_t)s->vocab, (int32_t)s->vocab, q->toks[at + i + 1],
+                                  q->plp_top, &q->plp[at + i + 1], q->err);
+      if (lrc) {
+        for (int i = 0; i < s->n_running; i++)
+          if (s->running[i] == q) {
+            running_remove(s, i);
+            break;
+          }
+        seq_finish(s, q, lrc);
+        continue;
+      }
+    }
     if (q->kv->len < q->n_toks) continue; /* mid-prefill: no token yet */
     bool ended;
+    /* the row sampled on the host: the step's, or this sequence's copied one */
+    float *hrow = host ? s->logits + (size_t)r * (size_t)s->vocab
+                       : !q->kind && s->batch[k].out == MODEL_OUT_LOGITS_HOST ? q->hrow : NULL;
     if (q->kind) { /* a probe's output is in its dest: done */
       seq_finish(s, q, 0);
       ended = true;
-    } else if (!host && q->mask_rc) {
+    } else if (!hrow && q->mask_rc) {
       if (q->mask_rc > 0) seq_finish(s, q, q->mask_rc);
       else seq_finish(s, q, seq_flush_text(s, q)); /* the grammar is complete and nothing may follow */
       ended = true;
-    } else if (!host) {
+    } else if (!hrow) {
       ended = seq_verify(s, q, NULL, s->outs + r); /* the token the device chose: the run commits it */
-    } else if (q->gm && (rc = seq_mask(s, q, s->logits + (size_t)r * (size_t)s->vocab)) != 0) {
+    } else if (q->gm && (rc = seq_mask(s, q, hrow)) != 0) {
       if (rc > 0) seq_finish(s, q, rc);
       else seq_finish(s, q, seq_flush_text(s, q)); /* the grammar is complete and nothing may follow */
       ended = true;
     } else {
-      ended = seq_verify(s, q, s->logits + (size_t)r * (size_t)s->vocab, NULL); /* one row: the run samples it */
+      ended = seq_verify(s, q, hrow, NULL); /* one row: the run samples it */
     }
     if (ended) {
       for (int i = 0; i < s->n_running; i++)
@@ -1162,6 +1206,7 @@ void sched_free(sched *s) {
 }
 
 static void seq_state_free(sseq *q) {
+  free(q->hrow);
   gen_run_free(q->run);
   free(q->toks);
   free(q->keys);
@@ -1390,11 +1435,13 @@ void sched_get_stats(sched *s, sched_stats *out) {
 }
 
 int sched_probe_run(sched *s, sched_probe_kind kind, sched_probe *p, int n, const volatile int *cancel, herr *err) {
-  if (kind != SCHED_EMBED && kind != SCHED_NEXT_LOGITS) return herr_set(err, HEARTH_EINVAL, "probe: unknown kind %d", (int)kind);
+  if (kind != SCHED_EMBED && kind != SCHED_NEXT_LOGITS && kind != SCHED_PROMPT_LOGPROBS)
+    return herr_set(err, HEARTH_EINVAL, "probe: unknown kind %d", (int)kind);
   if (n <= 0) return herr_set(err, HEARTH_EINVAL, "probe: no inputs");
   for (int i = 0; i < n; i++) {
     if (!p[i].ids || p[i].n_ids == 0) return herr_set(err, HEARTH_EINVAL, "input %d has no tokens", i);
-    if (!p[i].out) return herr_set(err, HEARTH_EINVAL, "probe: input %d has nowhere to write", i);
+    if (kind == SCHED_PROMPT_LOGPROBS ? !p[i].lp || p[i].n_top < 0 || p[i].n_top > SAMPLE_MAX_TOP_LOGPROBS : !p[i].out)
+      return herr_set(err, HEARTH_EINVAL, "probe: input %d has nowhere to write", i);
     if (p[i].pool < SCHED_POOL_LAST || p[i].pool > SCHED_POOL_MAX || (p[i].pool && kind != SCHED_EMBED))
       return herr_set(err, HEARTH_EINVAL, "probe: input %d asks for pooling %d, which this kind has not", i, (int)p[i].pool);
     for (size_t j = 0; j < p[i].n_ids; j++)
@@ -1434,7 +1481,9 @@ int sched_probe_run(sched *s, sched_probe_kind kind, sched_probe *p, int n, cons
     x->req.max_tokens = 0;
     x->req.cancel = cancel;
     x->res.prompt_tokens = (int64_t)p[i].n_ids;
-    x->q = (sseq){.req = &x->req, .res = &x->res, .err = &x->err, .kind = (int)kind, .dest = p[i].out, .pool = (int)p[i].pool};
+    x->q = (sseq){.req = &x->req, .res = &x->res, .err = &x->err, .kind = (int)kind, .dest = p[i].out, .pool = (int)p[i].pool,
+                  .plp = p[i].lp, .plp_top = p[i].n_top};
+    if (kind == SCHED_PROMPT_LOGPROBS) x->req.prefill_chunk = 64; /* a logits row per token comes to the host */
     x->q.toks = malloc(sizeof(int32_t) * p[i].n_ids);
     if (!x->q.toks) rc = herr_set(err, HEARTH_ENOMEM, "probe: out of memory for input %d", i);
     else memcpy(x->q.toks, p[i].ids, sizeof(int32_t) * p[i].n_ids);

@@ -119,7 +119,10 @@ void sched_get_stats(sched *s, sched_stats *out);
  * generating. */
 typedef enum sched_probe_kind {
   SCHED_EMBED = 1,       /* out: hidden_size floats, the final hidden state (after the model's last norm) */
-  SCHED_NEXT_LOGITS = 2  /* out: vocab floats, the logits of the token after the prompt */
+  SCHED_NEXT_LOGITS = 2, /* out: vocab floats, the logits of the token after the prompt */
+  SCHED_PROMPT_LOGPROBS = 3 /* lp: for each prompt token after the first, its log-probability after the
+                               tokens before it and the n_top likeliest there (the raw model: the
+                               log-softmax of its logits); computed whole, never from the prefix cache */
 } sched_probe_kind;
 
 /* How SCHED_EMBED pools the final hidden states of the prompt's tokens. */
@@ -136,6 +139,8 @@ typedef struct sched_probe {
   sched_pool pool;       /* SCHED_EMBED: how the tokens pool; the prompt is computed whole, never from
                             the prefix cache, unless SCHED_POOL_LAST */
   float *out;            /* borrowed: where the output goes (see the kind) */
+  sample_token *lp;      /* borrowed, SCHED_PROMPT_LOGPROBS: n_ids entries; lp[0] is left as it is */
+  int n_top;             /* SCHED_PROMPT_LOGPROBS: alternatives per token, 0..SAMPLE_MAX_TOP_LOGPROBS */
   int64_t cached_tokens; /* set: prompt tokens whose KV came from the prefix cache */
 } sched_probe;
 

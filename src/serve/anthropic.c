@@ -416,8 +416,11 @@ static int parse_sampling(json_t *root, serve_sampling *s, serve_fail *f) {
       serve_json_num(root, "temperature", 0, 1, &s->temperature, f) ||
       serve_json_num(root, "top_p", 0, 1, &s->top_p, f) ||
       serve_json_int(root, "top_k", 0, INT32_MAX, &s->top_k, f) ||
-      serve_json_stop(root, "stop_sequences", false, s, f) || serve_json_spec(root, s, f) || serve_json_adapter(root, s, f))
+      serve_json_stop(root, "stop_sequences", false, s, f) || serve_json_spec(root, s, f) || serve_json_adapter(root, s, f) ||
+      serve_json_samplers(root, s, f))
     return anth_style(f);
+  json_t *rti = serve_json_field(root, "return_token_ids");
+  if (rti && !json_is_false(rti)) return bad(f, "return_token_ids", "return_token_ids: not supported on this API (use /v1/chat/completions)");
   return 0;
 }
 

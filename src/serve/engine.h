@@ -165,6 +165,10 @@ typedef struct serve_engine {
    * prompt given as n_ids token ids. */
   int (*generate_ids)(void *impl, const int32_t *ids, size_t n_ids, const serve_sampling *s, serve_token_fn on_token,
                       void *ctx, volatile int *cancel, serve_result *res, herr *err);
+  /* May be NULL (echo with logprobs is then refused): each of the n ids' log-probability after the
+   * ones before it and its n_top likeliest alternatives (hearth_prompt_logprobs), into out[n]. */
+  int (*prompt_logprobs)(void *impl, const int32_t *ids, size_t n, int n_top, volatile int *cancel,
+                         hearth_prompt_logprob *out, herr *err);
   /* May be NULL: the vocabulary has no fill-in-the-middle tokens (`suffix` and /infill are
    * refused). As hearth_fim_prompt: the ids of a FIM prompt (*ids malloc'd, caller frees). */
   int (*fim_prompt)(void *impl, const char *prefix, const char *suffix, const char *prompt,

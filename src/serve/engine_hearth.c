@@ -209,6 +209,14 @@ static int generate_media(void *impl, const char *prompt, bool raw, const hearth
   return run(impl, &hp, s, fn, ctx, cancel, res, err);
 }
 
+static int prompt_logprobs(void *impl, const int32_t *ids, size_t n, int n_top, volatile int *cancel,
+                           hearth_prompt_logprob *out, herr *err) {
+  hearth_engine *h = impl;
+  hearth_error e = {0};
+  if (hearth_prompt_logprobs(h->model, ids, n, n_top, cancel, out, &e)) return copy_err(err, &e);
+  return 0;
+}
+
 static int generate_ids(void *impl, const int32_t *ids, size_t n_ids, const serve_sampling *s, serve_token_fn fn,
                         void *ctx, volatile int *cancel, serve_result *res, herr *err) {
   hearth_prompt hp = {.ids = ids, .n_ids = n_ids};
@@ -419,6 +427,7 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
     if (hearth_media_placeholder(h->model, (hearth_media_kind)k)) out->media_kinds |= 1u << k;
   out->generate_media = generate_media;
   out->generate_ids = generate_ids;
+  out->prompt_logprobs = prompt_logprobs;
   out->destroy = destroy;
   out->stats = stats;
   out->admit = admit;

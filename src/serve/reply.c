@@ -54,6 +54,26 @@ void serve_reply_free(serve_reply *r) {
   r->calls = NULL;
   json_decref(r->sse_lp);
   r->sse_lp = NULL;
+  json_decref(r->prompt_ids);
+  json_decref(r->out_ids);
+  json_decref(r->sse_ids);
+  r->prompt_ids = r->out_ids = r->sse_ids = NULL;
+}
+
+static json_t *ids_json(const int32_t *ids, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+  return a;
+}
+
+void serve_reply_token_ids(serve_reply *r, const int32_t *prompt, size_t n) {
+  json_decref(r->prompt_ids);
+  json_decref(r->out_ids);
+  json_decref(r->sse_ids);
+  r->prompt_ids = ids_json(prompt, n);
+  r->out_ids = json_array();
+  r->sse_ids = json_array();
+  r->prompt_ids_sent = false;
 }
 
 int serve_reply_parse(serve_reply *r, const tc_opts *o, herr *err) {
@@ -169,6 +189,20 @@ static void completion_logprob_add(json_t *lp, const serve_token *t, size_t offs
   json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)offset));
 }
 
+void serve_reply_echo_token(serve_reply *r, const serve_token *t, bool first, const char *echo, size_t n, size_t *cursor) {
+  if (!r->lp || r->kind == SERVE_CHAT) return;
+  size_t at = *cursor;
+  if (t->token_len && at + t->token_len <= n && !memcmp(echo + at, t->token_text, t->token_len)) *cursor += t->token_len;
+  if (!first) {
+    completion_logprob_add(r->lp, t, at);
+    return;
+  }
+  json_array_append_new(json_object_get(r->lp, "tokens"), serve_json_text(t->token_text ? t->token_text : "", t->token_len));
+  json_array_append_new(json_object_get(r->lp, "token_logprobs"), json_null());
+  json_array_append_new(json_object_get(r->lp, "top_logprobs"), json_null());
+  json_array_append_new(json_object_get(r->lp, "text_offset"), json_integer((json_int_t)at));
+}
+
 static json_t *completion_logprobs_new(void) {
   json_t *o = json_object();
   json_object_set_new(o, "tokens", json_array());
@@ -222,6 +256,7 @@ static void tc_end(serve_reply *r, tc_event_fn fn) {
 }
 
 void serve_reply_add(serve_reply *r, const serve_token *tok) {
+  if (r->out_ids && !tok->flush) json_array_append_new(r->out_ids, json_integer(tok->id));
   if (r->logprobs && r->lp && !tok->flush) {
     if (r->kind == SERVE_CHAT) json_array_append_new(r->lp, chat_logprob_entry(tok));
     else completion_logprob_add(r->lp, tok, r->text.len);
@@ -294,8 +329,10 @@ static json_t *choice_json(serve_reply *r, serve_finish finish) {
   } else {
     json_object_set_new(choice, "text", text);
     json_object_set(choice, "logprobs", r->logprobs && r->lp ? r->lp : json_null());
+    if (r->prompt_ids) json_object_set(choice, "prompt_token_ids", r->prompt_ids);
   }
   json_object_set_new(choice, "finish_reason", json_string(serve_reply_finish_name(r, finish)));
+  if (r->out_ids) json_object_set(choice, "token_ids", r->out_ids);
   return choice;
 }
 
@@ -309,6 +346,7 @@ void serve_reply_body_n(serve_reply *const *r, const serve_result *res, int n, c
   for (int i = 0; i < n; i++) json_array_append_new(choices, choice_json(r[i], res[i].finish));
   json_object_set_new(o, "choices", choices);
   json_object_set_new(o, "usage", usage_json(usage));
+  if (r[0]->kind == SERVE_CHAT && r[0]->prompt_ids) json_object_set(o, "prompt_token_ids", r[0]->prompt_ids);
   dump_to(o, out);
   json_decref(o);
 }
@@ -320,8 +358,9 @@ static void emit(json_t *j, hbuf *out) {
   json_decref(j);
 }
 
-/* One chunk with one choice; delta (chat) or text (completion) given by the caller. */
-static json_t *chunk(const serve_reply *r, json_t *delta_or_text, json_t *logprobs, const char *finish) {
+/* One chunk with one choice; delta (chat) or text (completion) given by the caller.
+ * With return_token_ids it takes the ids not yet sent (and the prompt's, first). */
+static json_t *chunk(serve_reply *r, json_t *delta_or_text, json_t *logprobs, const char *finish) {
   bool chat = r->kind == SERVE_CHAT;
   json_t *o = envelope(r, chat ? "chat.completion.chunk" : "text_completion");
   json_t *choice = json_object();
@@ -333,6 +372,14 @@ static json_t *chunk(const serve_reply *r, json_t *delta_or_text, json_t *logpro
   json_array_append_new(choices, choice);
   json_object_set_new(o, "choices", choices);
   if (r->usage_null) json_object_set_new(o, "usage", json_null());
+  if (r->sse_ids) {
+    if (!r->prompt_ids_sent) {
+      json_object_set(chat ? o : choice, "prompt_token_ids", r->prompt_ids);
+      r->prompt_ids_sent = true;
+    }
+    json_object_set_new(choice, "token_ids", r->sse_ids);
+    r->sse_ids = json_array();
+  }
   return o;
 }
 
@@ -422,6 +469,7 @@ void serve_reply_prime(serve_reply *r, const char *text, hbuf *out) {
 }
 
 void serve_sse_token(serve_reply *r, const serve_token *tok, hbuf *out) {
+  if (r->sse_ids && !tok->flush) json_array_append_new(r->sse_ids, json_integer(tok->id));
   if (r->tc) {
     r->sse = out;
     if (r->logprobs && !tok->flush) r->sse_lp = chat_logprobs_chunk(tok);
@@ -435,7 +483,7 @@ void serve_sse_token(serve_reply *r, const serve_token *tok, hbuf *out) {
     return;
   }
   bool lp_here = r->logprobs && !tok->flush;
-  if (tok->len == 0 && !lp_here) return;
+  if (tok->len == 0 && !lp_here) return; /* its id (return_token_ids) goes with the next chunk */
   json_t *lp = NULL;
   if (lp_here) {
     if (r->kind == SERVE_CHAT) {
@@ -454,9 +502,14 @@ void serve_sse_token(serve_reply *r, const serve_token *tok, hbuf *out) {
 }
 
 void serve_sse_text(serve_reply *r, const char *s, size_t n, hbuf *out) {
-  if (n == 0) return;
+  json_t *lp = NULL;
+  if (r->lp && r->kind != SERVE_CHAT && json_array_size(json_object_get(r->lp, "tokens")) > 0) {
+    lp = r->lp; /* the echoed prompt's logprobs */
+    r->lp = completion_logprobs_new();
+  }
+  if (n == 0 && !lp) return;
   r->text_offset += n;
-  emit(chunk(r, text_value(r, s, n), NULL, NULL), out);
+  emit(chunk(r, text_value(r, s, n), lp, NULL), out);
 }
 
 void serve_sse_finish(serve_reply *r, serve_finish finish, hbuf *out) {

@@ -35,12 +35,32 @@ typedef struct serve_reply {
   hbuf args;               /* owned: the open call's arguments (whole responses) */
   hbuf *sse;               /* a stream's output while the parser's events are turned into chunks */
   json_t *sse_lp;          /* the step's logprobs, for the first chunk of the step */
+  /* return_token_ids (vLLM): NULL unless asked for */
+  json_t *prompt_ids;      /* owned: the prompt's token ids */
+  json_t *out_ids;         /* owned: the output's token ids (whole responses) */
+  json_t *sse_ids;         /* owned: output ids not yet sent in a chunk (streams) */
+  bool prompt_ids_sent;    /* a stream's first chunk carried prompt_ids */
 } serve_reply;
 
 /* id_seed makes the id unique (any varying number: a counter, a time). */
 void serve_reply_init(serve_reply *r, serve_kind kind, const char *model, int64_t created, uint64_t id_seed,
                       bool logprobs);
 void serve_reply_free(serve_reply *r);
+
+/* vLLM's return_token_ids: the reply carries the prompt's ids (a completion
+ * choice's "prompt_token_ids"; a chat response's, top level) and the output's
+ * ("token_ids" per choice: every generated token, an end-of-sequence token
+ * too; in a stream, each chunk's choice holds the ids since the last chunk,
+ * and the first chunk the prompt's). Call before the first token. */
+void serve_reply_token_ids(serve_reply *r, const int32_t *prompt, size_t n);
+
+/* A completion's echoed prompt token, before the first generated one (OpenAI's
+ * legacy echo with logprobs): its text, log-probability and alternatives
+ * (first: the prompt's first token, whose logprob and top_logprobs are null).
+ * Its text_offset is where its text stands in echo[0..n) from *cursor on
+ * (the cursor moves past it; a token whose text is not there, such as a BOS,
+ * stands at the cursor). */
+void serve_reply_echo_token(serve_reply *r, const serve_token *t, bool first, const char *echo, size_t n, size_t *cursor);
 
 /* Chat: split the output into content, reasoning and tool calls with a
  * parser of o's format (before the first token). */
@@ -68,7 +88,8 @@ void serve_reply_body_n(serve_reply *const *r, const serve_result *res, int n, c
 /* Stream events, each appended to out as "data: {...}\n\n". */
 void serve_sse_start(serve_reply *r, hbuf *out);        /* chat: delta.role; completion: nothing */
 void serve_sse_token(serve_reply *r, const serve_token *tok, hbuf *out); /* nothing when empty without logprobs */
-void serve_sse_text(serve_reply *r, const char *s, size_t n, hbuf *out);  /* a bare text delta (echo) */
+void serve_sse_text(serve_reply *r, const char *s, size_t n, hbuf *out);  /* a bare text delta (echo); with
+                                                                             echoed logprobs, they ride on it */
 void serve_sse_finish(serve_reply *r, serve_finish finish, hbuf *out);
 void serve_sse_usage(serve_reply *r, const serve_result *res, hbuf *out);
 void serve_sse_error(const serve_fail *f, hbuf *out);

@@ -727,6 +727,107 @@ void serve_sampling_defaults(serve_sampling *s) {
   s->top_k = -1;
   s->skip_special = true;
   s->spec_tokens = -1;
+  s->typical_p = 1.0;
+  s->xtc_threshold = 0.1;
+  s->dry_base = 1.75;
+  s->dry_allowed_length = 2;
+  s->dry_penalty_last_n = 64;
+  s->mirostat_tau = 5.0;
+  s->mirostat_eta = 0.1;
+}
+
+void serve_sampling_free(serve_sampling *s) {
+  for (int i = 0; i < s->n_stop; i++) free((char *)s->stop[i]);
+  free((void *)s->stop);
+  free((void *)s->logit_bias);
+  free((char *)s->adapter);
+  for (int i = 0; i < s->n_dry_sequence_breakers; i++) free((char *)s->dry_sequence_breakers[i]);
+  free((void *)s->dry_sequence_breakers);
+  s->stop = NULL, s->n_stop = 0;
+  s->logit_bias = NULL, s->n_logit_bias = 0;
+  s->adapter = NULL;
+  s->dry_sequence_breakers = NULL, s->n_dry_sequence_breakers = 0;
+}
+
+/* dry_sequence_breakers: an array of strings, or the same as JSON text (the
+ * form text-generation-webui and SillyTavern send). */
+static int parse_dry_breakers(json_t *obj, serve_sampling *s, serve_fail *f) {
+  static const char key[] = "dry_sequence_breakers";
+  json_t *v = serve_json_field(obj, key);
+  if (!v) return 0;
+  json_t *parsed = NULL;
+  if (json_is_string(v)) {
+    parsed = json_loads(json_string_value(v), 0, NULL);
+    if (!json_is_array(parsed)) {
+      json_decref(parsed);
+      return serve_bad(f, key, "'%s' must be an array of strings (or that array as JSON text)", key);
+    }
+    v = parsed;
+  }
+  int rc = 0;
+  size_t n = json_is_array(v) ? json_array_size(v) : 0;
+  if (!json_is_array(v)) rc = serve_bad(f, key, "'%s' must be an array of strings", key);
+  else if (n == 0) rc = serve_bad(f, key, "'%s' must hold at least one string", key);
+  else if (n > SERVE_MAX_DRY_BREAKERS) rc = serve_bad(f, key, "'%s' may hold at most %d strings", key, SERVE_MAX_DRY_BREAKERS);
+  char **out = rc ? NULL : calloc(n, sizeof *out);
+  if (!rc && !out) rc = serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  if (!rc) {
+    for (int i = 0; i < s->n_dry_sequence_breakers; i++) free((char *)s->dry_sequence_breakers[i]);
+    free((void *)s->dry_sequence_breakers);
+    s->dry_sequence_breakers = (const char *const *)out;
+    s->n_dry_sequence_breakers = 0;
+  }
+  for (size_t i = 0; !rc && i < n; i++) {
+    json_t *e = json_array_get(v, i);
+    if (!json_is_string(e)) rc = serve_bad(f, key, "'%s[%zu]' must be a string", key, i);
+    else if (json_string_length(e) == 0) rc = serve_bad(f, key, "'%s[%zu]' must not be empty", key, i);
+    else if (!(out[i] = strdup(json_string_value(e)))) rc = serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+    else s->n_dry_sequence_breakers = (int)i + 1;
+  }
+  json_decref(parsed);
+  return rc;
+}
+
+int serve_json_samplers(json_t *obj, serve_sampling *s, serve_fail *f) {
+  int64_t miro = 0;
+  if (serve_json_num(obj, "typical_p", 0, 1, &s->typical_p, f) ||
+      serve_json_num(obj, "xtc_probability", 0, 1, &s->xtc_probability, f) ||
+      serve_json_num(obj, "xtc_threshold", 0, 1, &s->xtc_threshold, f) ||
+      serve_json_num(obj, "dry_multiplier", 0, 1e6, &s->dry_multiplier, f) ||
+      serve_json_num(obj, "dry_base", 1, 1e6, &s->dry_base, f) ||
+      serve_json_int(obj, "dry_allowed_length", 0, INT32_MAX, &s->dry_allowed_length, f) ||
+      serve_json_int(obj, "dry_penalty_last_n", -1, INT32_MAX, &s->dry_penalty_last_n, f) ||
+      parse_dry_breakers(obj, s, f) || serve_json_int(obj, "mirostat", 0, 2, &miro, f) ||
+      serve_json_num(obj, "mirostat_tau", 0, 1e6, &s->mirostat_tau, f) ||
+      serve_json_num(obj, "mirostat_eta", 0, 1e6, &s->mirostat_eta, f))
+    return f->status;
+  if (miro == 1)
+    return serve_bad(f, "mirostat", "'mirostat' 1 (the first Mirostat) is not supported: use 2 (Mirostat 2.0)");
+  s->mirostat = (int)miro;
+  /* llama.cpp's other sampler fields: accepted at the values that leave sampling as it is (what
+   * clients send by default), refused by name at any other */
+  static const struct {
+    const char *key;
+    double lo, hi; /* the neutral range */
+    const char *why;
+  } neutral[] = {
+      {"top_n_sigma", -INFINITY, 0, "top-n-sigma is not supported"},
+      {"dynatemp_range", -INFINITY, 0, "dynamic temperature is not supported"},
+      {"repeat_penalty", 1, 1, "llama.cpp's windowed repeat penalty is not supported: use 'repetition_penalty' (over the whole prompt and output)"},
+      {"n_probs", -INFINITY, 0, "use 'logprobs' (and 'top_logprobs')"},
+      {"min_keep", -INFINITY, 1, "a floor on the tokens each filter keeps is not supported"},
+      {"adaptive_target", -INFINITY, -1e-300, "the adaptive-p sampler is not supported"},
+  };
+  for (size_t i = 0; i < sizeof neutral / sizeof neutral[0]; i++) {
+    json_t *v = serve_json_field(obj, neutral[i].key);
+    if (!v) continue;
+    if (!json_is_number(v)) return serve_bad(f, neutral[i].key, "'%s' must be a number", neutral[i].key);
+    double d = json_number_value(v);
+    if (!(d >= neutral[i].lo && d <= neutral[i].hi)) return serve_bad(f, neutral[i].key, "'%s': %s", neutral[i].key, neutral[i].why);
+  }
+  if (serve_json_field(obj, "samplers"))
+    return serve_bad(f, "samplers", "'samplers' (a custom sampler order) is not supported: the order is fixed (see the README)");
+  return 0;
 }
 
 int serve_json_spec(json_t *obj, serve_sampling *s, serve_fail *f) {
@@ -782,7 +883,7 @@ static int parse_sampling(json_t *root, serve_kind kind, serve_sampling *s, serv
     return f->status;
   /* (extension, as vLLM: keep going past end-of-sequence tokens until max_tokens) */
   if (serve_json_bool(root, "ignore_eos", &s->ignore_eos, f)) return f->status;
-  if (serve_json_adapter(root, s, f)) return f->status;
+  if (serve_json_adapter(root, s, f) || serve_json_samplers(root, s, f)) return f->status;
   if (kind == SERVE_CHAT) {
     if (serve_json_bool(root, "logprobs", &s->logprobs, f)) return f->status;
     int64_t top = 0;
@@ -823,8 +924,21 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
   }
   int64_t n = 1;
   if ((rc = serve_json_str(root, "model", &req->model, f)) || (rc = serve_json_str(root, "user", &req->user, f)) ||
-      (rc = serve_json_int(root, "n", 1, INT32_MAX, &n, f)) || (rc = serve_json_bool(root, "stream", &req->stream, f)))
+      (rc = serve_json_int(root, "n", 1, INT32_MAX, &n, f)) || (rc = serve_json_bool(root, "stream", &req->stream, f)) ||
+      (rc = serve_json_bool(root, "return_token_ids", &req->return_token_ids, f)))
     goto out;
+  /* vLLM's other token-level fields: not made here */
+  if (serve_json_field(root, "prompt_logprobs")) {
+    rc = serve_bad(f, "prompt_logprobs", "'prompt_logprobs' is not supported: on /v1/completions, 'echo' with 'logprobs' "
+                                         "scores the prompt's tokens");
+    goto out;
+  }
+  json_t *rtt = serve_json_field(root, "return_tokens_as_token_ids");
+  if (rtt && !json_is_false(rtt)) {
+    rc = serve_bad(f, "return_tokens_as_token_ids", "'return_tokens_as_token_ids' is not supported: ask for "
+                                                    "'return_token_ids'");
+    goto out;
+  }
   req->n = (int)n;
   if (n > SERVE_MAX_CHOICES) {
     rc = serve_bad(f, "n", "'n' is %lld; at most %d choices are made in one request", (long long)n, SERVE_MAX_CHOICES);
@@ -882,11 +996,6 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
   } else {
     rc = parse_prompt(root, req, f);
     if (!rc) rc = serve_json_bool(root, "echo", &req->echo, f);
-    for (int i = 0; !rc && req->echo && i < req->n_prompts; i++) {
-      serve_prompt q;
-      serve_request_prompt(req, i, &q);
-      if (q.ids) rc = serve_bad(f, "echo", "'echo' with a prompt of token ids is not supported");
-    }
     if (!rc && serve_json_field(root, "suffix")) {
       rc = serve_json_str(root, "suffix", &req->suffix, f);
       req->fim = !rc;
@@ -919,10 +1028,7 @@ void serve_request_free(serve_request *req) {
   free(req->messages);
   for (int i = 0; i < req->n_media; i++) free((char *)req->media[i].url), free((char *)req->media[i].name);
   free(req->media);
-  for (int i = 0; i < req->sampling.n_stop; i++) free((char *)req->sampling.stop[i]);
-  free((void *)req->sampling.stop);
-  free((void *)req->sampling.logit_bias);
-  free((char *)req->sampling.adapter);
+  serve_sampling_free(&req->sampling);
   free(req->model);
   free(req->prompt);
   free(req->prompt_ids);

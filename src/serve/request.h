@@ -59,6 +59,7 @@ typedef struct serve_request {
   bool stream;
   bool include_usage;      /* stream_options.include_usage */
   bool echo;               /* completion: prepend the prompt to the text */
+  bool return_token_ids;   /* vLLM's: the reply carries prompt_token_ids and each choice's token_ids */
   /* fill-in-the-middle (completion): `suffix` on /v1/completions (each prompt is the prefix), or
    * POST /infill's fields (the prompt is the middle's start); the prompts become token ids laid
    * out by the engine's fim_prompt before generating */
@@ -147,5 +148,19 @@ int serve_json_stop(json_t *obj, const char *key, bool allow_string, serve_sampl
  * "spec_method" or "speculative": {"method": M}, M one of "ngram", "draft",
  * "mtp" (absent: the server's --spec-method). */
 int serve_json_spec(json_t *obj, serve_sampling *s, serve_fail *f);
+/* llama.cpp's sampler fields, named as its server names them: typical_p,
+ * xtc_probability, xtc_threshold, dry_multiplier, dry_base,
+ * dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers (an array of
+ * at most SERVE_MAX_DRY_BREAKERS non-empty strings, or that array as JSON
+ * text; s->dry_sequence_breakers malloc'd, serve_request_free frees it),
+ * mirostat (0 or 2; 1 refused by name), mirostat_tau, mirostat_eta. llama.cpp's
+ * samplers not run here (top_n_sigma, dynatemp_range, repeat_penalty, n_probs,
+ * min_keep, adaptive_target, samplers) pass at their neutral values and are
+ * refused by name at any other. */
+#define SERVE_MAX_DRY_BREAKERS 16
+int serve_json_samplers(json_t *obj, serve_sampling *s, serve_fail *f);
+/* Frees what the readers above allocated into s (stop, logit_bias, adapter,
+ * DRY breakers) and clears those fields. */
+void serve_sampling_free(serve_sampling *s);
 
 #endif

@@ -247,7 +247,7 @@ int resp_request_parse(const char *body, size_t len, serve_request *req, resp_re
     rc = serve_bad(f, NULL, "The request body must be a JSON object");
     goto out;
   }
-  static const char *refused[] = {"background", "conversation", "prompt", "modalities", "audio"};
+  static const char *refused[] = {"background", "conversation", "prompt", "modalities", "audio", "return_token_ids"};
   for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
     json_t *v = serve_json_field(root, refused[i]);
     if (v && !json_is_false(v)) {
@@ -291,7 +291,7 @@ int resp_request_parse(const char *body, size_t len, serve_request *req, resp_re
   if ((rc = serve_json_int(root, "max_output_tokens", 1, INT32_MAX, &s->max_tokens, f)) ||
       (rc = serve_json_num(root, "temperature", 0, 2, &s->temperature, f)) ||
       (rc = serve_json_num(root, "top_p", 0, 1, &s->top_p, f)) || (rc = serve_json_spec(root, s, f)) ||
-      (rc = serve_json_adapter(root, s, f)))
+      (rc = serve_json_adapter(root, s, f)) || (rc = serve_json_samplers(root, s, f)))
     goto out;
   json_t *seed = serve_json_field(root, "seed"); /* an extension: reproducible sampling */
   if (seed) {

@@ -711,7 +711,8 @@ struct job;
 typedef struct slot {
   struct job *j;          /* borrowed */
   int prompt, copy;       /* which prompt of the request, which of its n copies */
-  const char *text;       /* borrowed: the rendered or raw prompt ("" with ids) */
+  const char *text;       /* borrowed: the rendered or raw prompt ("" with ids, or echo_text) */
+  char *echo_text;        /* owned, NULL unless echo with ids: the ids decoded */
   const int32_t *ids;     /* borrowed: the prompt's token ids; NULL: text */
   size_t n_ids;
   int64_t prompt_tokens;  /* counted before generating */
@@ -841,6 +842,7 @@ static void jobs_remove(serve_server *s, job *j) {
 static void job_free(job *j) {
   if (!j) return;
   for (int i = 1; i < j->nslots; i++) serve_reply_free(&j->slots[i].own);
+  for (int i = 0; i < j->nslots; i++) free(j->slots[i].echo_text);
   free(j->slots);
   pthread_mutex_destroy(&j->gen_mu);
   pthread_cond_destroy(&j->gen_cv);
@@ -1551,6 +1553,100 @@ static int fim_prompts(serve_engine *e, serve_request *req, serve_fail *f) {
 
 /* POST /v1/chat/completions, /v1/completions and /v1/messages: one path, the
  * protocol chosen by the route. */
+/* A token's bytes as the engine decodes it (special tokens kept), malloc'd; NULL on failure. */
+static char *token_text(serve_engine *e, int32_t id, size_t *len) {
+  char *t = NULL;
+  herr err = {0};
+  if (e->detokenize(e->impl, &id, 1, &t, len, &err)) return NULL;
+  return t;
+}
+
+/* echo: a token-id prompt's text (its ids decoded); with logprobs, the
+ * prompt's tokens scored by the engine and put before the generated ones
+ * (OpenAI's legacy completions). */
+static int echo_setup(job *j, serve_fail *f) {
+  serve_engine *e = j->srv->engine;
+  for (int i = 0; i < j->nslots; i++) {
+    slot *sl = &j->slots[i];
+    herr err = {0};
+    if (sl->ids) {
+      if (!e->detokenize) return serve_bad(f, "echo", "'echo' with a prompt of token ids: this server cannot decode tokens");
+      size_t len = 0;
+      if (e->detokenize(e->impl, sl->ids, sl->n_ids, &sl->echo_text, &len, &err))
+        return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+      sl->text = sl->echo_text;
+    }
+    if (!j->req.sampling.logprobs) continue;
+    if (!e->prompt_logprobs || !e->tokenize || !e->detokenize)
+      return serve_bad(f, "echo", "'echo' with 'logprobs': this server cannot score prompts");
+    if (sl->copy > 0) { /* the prompt's first copy scored it already */
+      json_t *lp = json_deep_copy(j->slots[i - sl->copy].reply->lp);
+      if (!lp) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+      json_decref(sl->reply->lp);
+      sl->reply->lp = lp;
+      continue;
+    }
+    int32_t *owned = NULL;
+    const int32_t *ids = sl->ids;
+    size_t n = sl->n_ids;
+    if (!ids) {
+      if (e->tokenize(e->impl, sl->text, true, &owned, &n, &err))
+        return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+      ids = owned;
+    }
+    hearth_prompt_logprob *lp = n ? calloc(n, sizeof *lp) : NULL;
+    int rc = 0;
+    if (n && !lp) rc = serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+    else if (n && e->prompt_logprobs(e->impl, ids, n, j->req.sampling.top_logprobs, &j->cancel, lp, &err))
+      rc = err.code == HEARTH_ELIMIT         ? serve_bad(f, "prompt", "%s", err.msg)
+           : err.code == HEARTH_EUNSUPPORTED ? serve_bad(f, "echo", "'echo' with 'logprobs': %s", err.msg)
+                                             : serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+    size_t cursor = 0, tl = strlen(sl->text);
+    for (size_t k = 0; !rc && k < n; k++) {
+      size_t len = 0, tlen[HEARTH_MAX_TOP_LOGPROBS] = {0};
+      char *txt = token_text(e, lp[k].id, &len), *tops[HEARTH_MAX_TOP_LOGPROBS] = {0};
+      serve_top_logprob top[HEARTH_MAX_TOP_LOGPROBS];
+      for (int a = 0; a < lp[k].n_top; a++) {
+        tops[a] = token_text(e, lp[k].top_ids[a], &tlen[a]);
+        top[a] = (serve_top_logprob){.text = tops[a] ? tops[a] : "", .len = tops[a] ? tlen[a] : 0, .logprob = lp[k].top_logprobs[a]};
+      }
+      serve_token t = {.id = lp[k].id, .text = "", .token_text = txt ? txt : "", .token_len = txt ? len : 0,
+                       .logprob = lp[k].logprob, .top = top, .ntop = lp[k].n_top};
+      serve_reply_echo_token(sl->reply, &t, k == 0, sl->text, tl, &cursor);
+      free(txt);
+      for (int a = 0; a < lp[k].n_top; a++) free(tops[a]);
+    }
+    free(lp);
+    free(owned);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* return_token_ids: each choice's prompt as the engine reads it (text tokenized
+ * as generate tokenizes it, or the ids given). */
+static int reply_token_ids(job *j, serve_kind kind, serve_fail *f) {
+  serve_engine *e = j->srv->engine;
+  if (j->req.n_media > 0)
+    return serve_bad(f, "return_token_ids", "'return_token_ids' is not supported with media in the prompt");
+  for (int i = 0; i < j->nslots; i++) {
+    slot *sl = &j->slots[i];
+    if (sl->ids) {
+      serve_reply_token_ids(sl->reply, sl->ids, sl->n_ids);
+      continue;
+    }
+    if (!e->tokenize) return serve_bad(f, "return_token_ids", "'return_token_ids': this server has no tokenizer to show");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    herr err = {0};
+    if (e->tokenize(e->impl, sl->text, kind == SERVE_COMPLETION, &ids, &n, &err))
+      return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+    serve_reply_token_ids(sl->reply, ids, n);
+    free(ids);
+  }
+  return 0;
+}
+
 static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s, conn *cn) {
   bool anth = cn->route == ROUTE_MESSAGES;
   serve_kind kind = cn->route == ROUTE_COMPLETIONS || cn->route == ROUTE_INFILL ? SERVE_COMPLETION : SERVE_CHAT;
@@ -1731,6 +1827,8 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       }
     }
     if (j->parse) j->req.sampling.skip_special = !needs_specials(&j->tc);
+    if (j->req.return_token_ids && reply_token_ids(j, kind, &f)) goto refuse;
+    if (kind == SERVE_COMPLETION && j->req.echo && echo_setup(j, &f)) goto refuse;
   }
   j->req.sampling.trace_label = anth ? j->areply.id : j->reply.id; /* names the request in a trace */
   /* Each choice samples with the request's parameters; with a seed, copy c > 0

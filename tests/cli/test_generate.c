@@ -163,6 +163,35 @@ static void test_seeded(void) {
   run_free(&b);
 }
 
+/* llama.cpp's sampler flags: DRY turns the greedy run, mirostat 2 repeats with its seed, mirostat 1 is refused. */
+static void test_sampler_flags(void) {
+  const char *dry[] = {"generate", "--model", FIXTURE, "--ids", hbuf_str(&g_prompt_ids), "-n", "24", "--temp", "0",
+                       "--print-ids", "--dry-multiplier", "3", "--dry-allowed-length", "0", "--dry-penalty-last-n", "-1",
+                       "--dry-sequence-breaker", "none", NULL};
+  run_result r = run_hearth(dry, NULL);
+  CHECK_EQ_INT(r.status, 0);
+  CHECK_MSG(r.out && strcmp(r.out, hbuf_str(&g_greedy_text)) != 0, "DRY left the greedy ids as they were: %s", r.out);
+  run_free(&r);
+  const char *miro[] = {"generate", "--model", FIXTURE, "--ids", hbuf_str(&g_prompt_ids), "-n", "16", "--temp", "1",
+                        "--seed", "5", "--print-ids", "--mirostat", "2", "--mirostat-ent", "3", "--mirostat-lr", "0.2",
+                        "--typical-p", "0.9", "--xtc-probability", "0.5", NULL};
+  run_result a = run_hearth(miro, NULL), b = run_hearth(miro, NULL);
+  CHECK_EQ_INT(a.status, 0);
+  CHECK(a.out && b.out && strcmp(a.out, b.out) == 0);
+  run_free(&a);
+  run_free(&b);
+  const char *bad[] = {"generate", "--model", FIXTURE, "--ids", hbuf_str(&g_prompt_ids), "--mirostat", "1", NULL};
+  r = run_hearth(bad, NULL);
+  CHECK_EQ_INT(r.status, 2);
+  CHECK(r.err && strstr(r.err, "--mirostat 1"));
+  run_free(&r);
+  const char *bad2[] = {"generate", "--model", FIXTURE, "--ids", hbuf_str(&g_prompt_ids), "--dry-base", "0.5", NULL};
+  r = run_hearth(bad2, NULL);
+  CHECK_EQ_INT(r.status, 2);
+  CHECK(r.err && strstr(r.err, "--dry-base"));
+  run_free(&r);
+}
+
 static void test_errors(void) {
   /* 20 + 200 > 128 */
   const char *a1[] = {"generate", "--model", FIXTURE, "--ids", hbuf_str(&g_prompt_ids), "-n", "200", NULL};
@@ -384,6 +413,7 @@ int main(void) {
     RUN(test_seeded);
     RUN(test_speculative);
     RUN(test_errors);
+    RUN(test_sampler_flags);
     RUN(test_media);
     if (make_text_model()) {
       RUN(test_text);

@@ -391,6 +391,136 @@ test('the copies of n > 1 share the prompt through the prefix cache', { skip: FA
   assert.ok(hits >= 3 * (r.usage.prompt_tokens - after.kv_cache.block_tokens), `the copies hit ${hits} tokens`);
 });
 
+test("llama.cpp's sampler fields change the output as defined, on every route", { skip: FAKE }, async () => {
+  const base = { prompt: 'And God said, Let there be', max_tokens: 24 };
+  // XTC with probability 1 and threshold 0 over the top 2 (no nucleus from the model's defaults): every token
+  // is the less likely of the two
+  const x = await client.completions.create({ ...base, temperature: 1, seed: 7, top_k: 2, top_p: 1, min_p: 0, logprobs: 2,
+    xtc_probability: 1, xtc_threshold: 0 });
+  const lp = x.choices[0].logprobs;
+  assert.equal(lp.tokens.length, 24);
+  for (let i = 0; i < lp.tokens.length; i++) {
+    const alts = Object.values(lp.top_logprobs[i]);
+    assert.equal(alts.length, 2);
+    assert.equal(lp.token_logprobs[i], Math.min(...alts), `token ${i} is the second choice`);
+  }
+  // DRY at temperature 0: the greedy text repeats itself; DRY turns it elsewhere, streamed alike
+  const greedy = await client.completions.create({ ...base, temperature: 0 });
+  const dryp = { ...base, temperature: 0, dry_multiplier: 2, dry_allowed_length: 1 };
+  const dry = await client.completions.create(dryp);
+  assert.notEqual(dry.choices[0].text, greedy.choices[0].text);
+  let streamed = '';
+  for await (const c of await client.completions.create({ ...dryp, stream: true })) if (c.choices.length) streamed += c.choices[0].text;
+  assert.equal(streamed, dry.choices[0].text);
+  // typical_p 0 (the one most typical token) and mirostat 2: seeded, reproducible, and not the plain draw
+  const seeded = { ...base, temperature: 1, seed: 11 };
+  const plain = await client.completions.create(seeded);
+  for (const extra of [{ typical_p: 0 }, { mirostat: 2, mirostat_tau: 2 }]) {
+    const a = await client.completions.create({ ...seeded, ...extra });
+    const b = await client.completions.create({ ...seeded, ...extra });
+    assert.equal(a.choices[0].text, b.choices[0].text, JSON.stringify(extra));
+    assert.notEqual(a.choices[0].text, plain.choices[0].text, JSON.stringify(extra));
+  }
+  // the same fields on chat, Anthropic and Responses
+  const chatp = { messages: MSGS, max_tokens: 24, temperature: 0 };
+  const c0 = await client.chat.completions.create(chatp);
+  const c1 = await client.chat.completions.create({ ...chatp, dry_multiplier: 3, dry_allowed_length: 0, dry_penalty_last_n: -1 });
+  assert.notEqual(c1.choices[0].message.content, c0.choices[0].message.content);
+  const anth = await post(main, '/v1/messages', JSON.stringify({ model: 'my-alias', max_tokens: 8, messages: MSGS, xtc_probability: 1,
+    xtc_threshold: 0, top_k: 3, temperature: 1 }), { 'anthropic-version': '2023-06-01' });
+  assert.equal(anth.status, 200);
+  const resp = await post(main, '/v1/responses', JSON.stringify({ input: 'Hello', max_output_tokens: 8, typical_p: 0.5,
+    dry_multiplier: 1, dry_sequence_breakers: ['\n', ';'] }));
+  assert.equal(resp.status, 200);
+});
+
+test('echo with logprobs scores the prompt; token-id prompts echo; return_token_ids, whole and streamed', { skip: FAKE }, async () => {
+  const prompt = 'And God said, Let there be';
+  const p = { prompt, max_tokens: 6, temperature: 0, logprobs: 2, return_token_ids: true };
+  const plain = await client.completions.create(p);
+  const ids = plain.choices[0].prompt_token_ids;
+  const out = plain.choices[0].token_ids;
+  assert.ok(Array.isArray(ids) && ids.length > 3);
+  assert.equal(out.length, 6);
+  const r = await client.completions.create({ ...p, echo: true });
+  const c = r.choices[0], lp = c.logprobs;
+  assert.equal(c.text, prompt + plain.choices[0].text);
+  assert.deepEqual(c.prompt_token_ids, ids);
+  assert.deepEqual(c.token_ids, out);
+  assert.equal(lp.tokens.length, ids.length + 6);
+  assert.equal(lp.token_logprobs[0], null);
+  assert.equal(lp.top_logprobs[0], null);
+  for (let i = 1; i < ids.length; i++) {
+    const alts = Object.values(lp.top_logprobs[i]);
+    assert.equal(alts.length, 2);
+    assert.ok(lp.token_logprobs[i] < 0 && lp.token_logprobs[i] <= Math.max(...alts) + 1e-6, `prompt token ${i}`);
+  }
+  // the generated part is the plain answer's, its offsets after the echoed prompt
+  assert.deepEqual(lp.token_logprobs.slice(ids.length), plain.choices[0].logprobs.token_logprobs);
+  assert.deepEqual(lp.tokens.slice(ids.length), plain.choices[0].logprobs.tokens);
+  assert.equal(lp.text_offset[ids.length], prompt.length);
+  // streamed: the prompt and its logprobs first, then the tokens, ids on the way
+  let text = '', toks = [], sids = [], first = null;
+  for await (const ch of await client.completions.create({ ...p, echo: true, stream: true })) {
+    if (!ch.choices.length) continue;
+    if (first === null) first = ch.choices[0];
+    text += ch.choices[0].text;
+    if (ch.choices[0].logprobs) toks.push(...ch.choices[0].logprobs.tokens);
+    sids.push(...(ch.choices[0].token_ids || []));
+  }
+  assert.equal(text, c.text);
+  assert.deepEqual(toks, lp.tokens);
+  assert.deepEqual(first.prompt_token_ids, ids);
+  assert.deepEqual(sids, out);
+  // a prompt of token ids echoes its text
+  const r2 = await client.completions.create({ prompt: ids, max_tokens: 6, temperature: 0, echo: true, return_token_ids: true });
+  assert.deepEqual(r2.choices[0].prompt_token_ids, ids);
+  assert.deepEqual(r2.choices[0].token_ids, out);
+  assert.ok(r2.choices[0].text.endsWith(prompt + plain.choices[0].text), r2.choices[0].text);
+  // chat: prompt_token_ids at the top level, token_ids per choice; the stream's first chunk has the prompt's
+  const cp = { messages: MSGS, max_tokens: 8, temperature: 0, return_token_ids: true };
+  const w = await client.chat.completions.create(cp);
+  assert.ok(Array.isArray(w.prompt_token_ids) && w.prompt_token_ids.length > 0);
+  assert.ok(Array.isArray(w.choices[0].token_ids) && w.choices[0].token_ids.length === w.usage.completion_tokens);
+  let cids = [], firstChunk = null;
+  for await (const ch of await client.chat.completions.create({ ...cp, stream: true })) {
+    if (firstChunk === null) firstChunk = ch;
+    else assert.equal(ch.prompt_token_ids, undefined);
+    if (ch.choices.length) cids.push(...(ch.choices[0].token_ids || []));
+  }
+  assert.deepEqual(firstChunk.prompt_token_ids, w.prompt_token_ids);
+  assert.deepEqual(cids, w.choices[0].token_ids);
+  // without it, none of these fields
+  const none = await client.completions.create({ prompt, max_tokens: 2 });
+  assert.equal(none.choices[0].token_ids, undefined);
+  assert.equal(none.choices[0].prompt_token_ids, undefined);
+});
+
+test("llama.cpp's sampler fields are checked by name", async () => {
+  const postj = (p, body) => post(main, p, JSON.stringify(body));
+  const bad = [[{ mirostat: 1 }, 'mirostat'], [{ mirostat: 3 }, 'mirostat'], [{ dry_base: 0.5 }, 'dry_base'],
+    [{ dry_multiplier: -1 }, 'dry_multiplier'], [{ dry_allowed_length: -1 }, 'dry_allowed_length'],
+    [{ dry_penalty_last_n: -2 }, 'dry_penalty_last_n'], [{ dry_sequence_breakers: [] }, 'dry_sequence_breakers'],
+    [{ dry_sequence_breakers: [''] }, 'dry_sequence_breakers'], [{ dry_sequence_breakers: 5 }, 'dry_sequence_breakers'],
+    [{ typical_p: 1.5 }, 'typical_p'], [{ xtc_probability: 2 }, 'xtc_probability'], [{ xtc_threshold: -1 }, 'xtc_threshold'],
+    [{ mirostat_tau: 'x' }, 'mirostat_tau'], [{ mirostat_eta: -0.1 }, 'mirostat_eta']];
+  for (const [fields, param] of bad) {
+    await expectError(await postj('/v1/completions', { prompt: 'x', ...fields }), 400, { param });
+    await expectError(await postj('/v1/chat/completions', { messages: MSGS, ...fields }), 400, { param });
+  }
+  const anth = await post(main, '/v1/messages', JSON.stringify({ model: 'my-alias', max_tokens: 8, messages: MSGS, mirostat: 1 }),
+    { 'anthropic-version': '2023-06-01' });
+  assert.equal(anth.status, 400);
+  assert.match((await anth.json()).error.message, /mirostat/);
+  await expectError(await postj('/v1/responses', { input: 'x', dry_base: 0 }), 400, { param: 'dry_base' });
+  await expectError(await postj('/v1/responses', { input: 'x', return_token_ids: true }), 400, { param: 'return_token_ids' });
+  const anth2 = await post(main, '/v1/messages', JSON.stringify({ model: 'my-alias', max_tokens: 8, messages: MSGS,
+    return_token_ids: true }), { 'anthropic-version': '2023-06-01' });
+  assert.equal(anth2.status, 400);
+  if (FAKE) /* an engine that cannot score prompts says so */
+    await expectError(await postj('/v1/completions', { prompt: 'x', echo: true, logprobs: 1 }), 400, { param: 'echo' });
+});
+
 test('n and prompt arrays are checked by name', async () => {
   const postj = (p, body) => post(main, p, JSON.stringify(body));
   await expectError(await postj('/v1/completions', { prompt: 'x', n: 3, best_of: 2 }), 400, { param: 'best_of' });

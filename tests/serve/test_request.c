@@ -301,7 +301,13 @@ static void test_completion(void) {
   refused("{\"prompt\":[1,\"a\"]}", SERVE_COMPLETION, "prompt");
   refused("{\"prompt\":[1,-2]}", SERVE_COMPLETION, "prompt");
   refused("{\"prompt\":[[1],[2.5]]}", SERVE_COMPLETION, "prompt[1]");
-  refused("{\"prompt\":[1],\"echo\":true}", SERVE_COMPLETION, "echo");
+  /* echo with token ids: the server decodes them */
+  CHECK_EQ_INT(parse("{\"prompt\":[1],\"echo\":true,\"return_token_ids\":true}", SERVE_COMPLETION, &r, &f), 0);
+  CHECK(r.echo && r.return_token_ids && r.n_prompt_ids == 1);
+  serve_request_free(&r);
+  refused("{\"prompt\":\"a\",\"return_token_ids\":1}", SERVE_COMPLETION, "return_token_ids");
+  refused("{\"prompt\":\"a\",\"prompt_logprobs\":1}", SERVE_COMPLETION, "prompt_logprobs");
+  refused("{\"prompt\":\"a\",\"return_tokens_as_token_ids\":true}", SERVE_COMPLETION, "return_tokens_as_token_ids");
   refused("{\"prompt\":\"a\",\"ignore_eos\":1}", SERVE_COMPLETION, "ignore_eos");
   refused("{\"prompt\":\"a\",\"logprobs\":6}", SERVE_COMPLETION, "logprobs");
   refused("{\"prompt\":\"a\",\"logprobs\":true}", SERVE_COMPLETION, "logprobs");
@@ -350,7 +356,8 @@ static void test_completion_batch(void) {
   refused("{\"prompt\":\"x\",\"n\":3,\"best_of\":2}", SERVE_COMPLETION, "best_of");
   refused("{\"prompt\":\"x\",\"best_of\":2,\"stream\":true}", SERVE_COMPLETION, "best_of");
   refused("{\"prompt\":[\"a\",\"b\"],\"best_of\":100}", SERVE_COMPLETION, "best_of");
-  refused("{\"prompt\":[\"a\",[1]],\"echo\":true}", SERVE_COMPLETION, "echo");
+  CHECK_EQ_INT(parse("{\"prompt\":[\"a\",[1]],\"echo\":true}", SERVE_COMPLETION, &r, &f), 0);
+  serve_request_free(&r);
   hbuf b = {0};
   hbuf_puts(&b, "{\"prompt\":[");
   for (int i = 0; i < SERVE_MAX_CHOICES + 1; i++) hbuf_puts(&b, i ? ",\"p\"" : "\"p\"");
@@ -426,8 +433,73 @@ static void test_schemas(void) {
   }
 }
 
+/* llama.cpp's sampler fields: values into the sampling struct, defaults untouched when absent,
+ * dry_sequence_breakers as an array or as JSON text, bad values refused by name. */
+static void test_samplers(void) {
+  serve_request r;
+  serve_fail f;
+  CHECK_EQ_INT(parse("{\"prompt\":\"a\"}", SERVE_COMPLETION, &r, &f), 0);
+  CHECK(r.sampling.typical_p == 1.0 && r.sampling.xtc_probability == 0 && r.sampling.xtc_threshold == 0.1);
+  CHECK(r.sampling.dry_multiplier == 0 && r.sampling.dry_base == 1.75 && r.sampling.dry_allowed_length == 2);
+  CHECK(r.sampling.dry_penalty_last_n == 64 && !r.sampling.dry_sequence_breakers && r.sampling.mirostat == 0);
+  CHECK(r.sampling.mirostat_tau == 5.0 && r.sampling.mirostat_eta == 0.1);
+  serve_request_free(&r);
+  CHECK_EQ_INT(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"typical_p\":0.5,\"xtc_probability\":0.25,"
+                     "\"xtc_threshold\":0.2,\"dry_multiplier\":0.8,\"dry_base\":2,\"dry_allowed_length\":3,"
+                     "\"dry_penalty_last_n\":-1,\"dry_sequence_breakers\":[\"\\n\",\"###\"],\"mirostat\":2,"
+                     "\"mirostat_tau\":3,\"mirostat_eta\":0.2}",
+                     SERVE_CHAT, &r, &f),
+               0);
+  CHECK(r.sampling.typical_p == 0.5 && r.sampling.xtc_probability == 0.25 && r.sampling.xtc_threshold == 0.2);
+  CHECK(r.sampling.dry_multiplier == 0.8 && r.sampling.dry_base == 2 && r.sampling.dry_allowed_length == 3);
+  CHECK(r.sampling.dry_penalty_last_n == -1 && r.sampling.mirostat == 2);
+  CHECK(r.sampling.mirostat_tau == 3 && r.sampling.mirostat_eta == 0.2);
+  CHECK_EQ_INT(r.sampling.n_dry_sequence_breakers, 2);
+  if (r.sampling.n_dry_sequence_breakers == 2) {
+    CHECK_EQ_STR(r.sampling.dry_sequence_breakers[0], "\n");
+    CHECK_EQ_STR(r.sampling.dry_sequence_breakers[1], "###");
+  }
+  serve_request_free(&r);
+  CHECK_EQ_INT(parse("{\"prompt\":\"a\",\"dry_sequence_breakers\":\"[\\\":\\\", \\\"*\\\"]\"}", SERVE_COMPLETION, &r, &f), 0);
+  CHECK_EQ_INT(r.sampling.n_dry_sequence_breakers, 2);
+  if (r.sampling.n_dry_sequence_breakers == 2) CHECK_EQ_STR(r.sampling.dry_sequence_breakers[1], "*");
+  serve_request_free(&r);
+  refused("{\"prompt\":\"a\",\"mirostat\":1}", SERVE_COMPLETION, "mirostat");
+  refused("{\"prompt\":\"a\",\"mirostat\":3}", SERVE_COMPLETION, "mirostat");
+  refused("{\"prompt\":\"a\",\"typical_p\":1.01}", SERVE_COMPLETION, "typical_p");
+  refused("{\"prompt\":\"a\",\"xtc_probability\":-0.5}", SERVE_COMPLETION, "xtc_probability");
+  refused("{\"prompt\":\"a\",\"xtc_threshold\":\"x\"}", SERVE_COMPLETION, "xtc_threshold");
+  refused("{\"prompt\":\"a\",\"dry_multiplier\":-1}", SERVE_COMPLETION, "dry_multiplier");
+  refused("{\"prompt\":\"a\",\"dry_base\":0.9}", SERVE_COMPLETION, "dry_base");
+  refused("{\"prompt\":\"a\",\"dry_allowed_length\":1.5}", SERVE_COMPLETION, "dry_allowed_length");
+  refused("{\"prompt\":\"a\",\"dry_penalty_last_n\":-2}", SERVE_COMPLETION, "dry_penalty_last_n");
+  refused("{\"prompt\":\"a\",\"dry_sequence_breakers\":[]}", SERVE_COMPLETION, "dry_sequence_breakers");
+  refused("{\"prompt\":\"a\",\"dry_sequence_breakers\":[\"\"]}", SERVE_COMPLETION, "dry_sequence_breakers");
+  refused("{\"prompt\":\"a\",\"dry_sequence_breakers\":[1]}", SERVE_COMPLETION, "dry_sequence_breakers");
+  refused("{\"prompt\":\"a\",\"dry_sequence_breakers\":\"not json\"}", SERVE_COMPLETION, "dry_sequence_breakers");
+  refused("{\"prompt\":\"a\",\"dry_sequence_breakers\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\","
+          "\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
+          SERVE_COMPLETION, "dry_sequence_breakers");
+  refused("{\"prompt\":\"a\",\"mirostat_eta\":-1}", SERVE_COMPLETION, "mirostat_eta");
+  /* llama.cpp's samplers not run here: neutral values pass, others are refused by name */
+  CHECK_EQ_INT(parse("{\"prompt\":\"a\",\"top_n_sigma\":-1,\"dynatemp_range\":0,\"dynatemp_exponent\":1,\"repeat_penalty\":1,"
+                     "\"n_probs\":0,\"min_keep\":0,\"adaptive_target\":-1}",
+                     SERVE_COMPLETION, &r, &f),
+               0);
+  serve_request_free(&r);
+  refused("{\"prompt\":\"a\",\"top_n_sigma\":1.5}", SERVE_COMPLETION, "top_n_sigma");
+  refused("{\"prompt\":\"a\",\"dynatemp_range\":0.5}", SERVE_COMPLETION, "dynatemp_range");
+  refused("{\"prompt\":\"a\",\"repeat_penalty\":1.1}", SERVE_COMPLETION, "repeat_penalty");
+  refused("{\"prompt\":\"a\",\"n_probs\":3}", SERVE_COMPLETION, "n_probs");
+  refused("{\"prompt\":\"a\",\"min_keep\":5}", SERVE_COMPLETION, "min_keep");
+  refused("{\"prompt\":\"a\",\"adaptive_target\":0.3}", SERVE_COMPLETION, "adaptive_target");
+  refused("{\"prompt\":\"a\",\"samplers\":[\"top_k\"]}", SERVE_COMPLETION, "samplers");
+  refused("{\"prompt\":\"a\",\"top_n_sigma\":\"x\"}", SERVE_COMPLETION, "top_n_sigma");
+}
+
 int main(void) {
   RUN(test_chat_all_fields);
+  RUN(test_samplers);
   RUN(test_chat_defaults);
   RUN(test_chat_refusals);
   RUN(test_chat_tools);
