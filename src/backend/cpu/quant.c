@@ -8,6 +8,7 @@
 #include "backend/cpu/quant.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "base/half.h"
@@ -48,6 +49,18 @@ float bk_fp8_decode(uint8_t b) {
   float f;
   memcpy(&f, &bits, 4);
   return f;
+}
+
+static float fp8_table[256];
+static pthread_once_t fp8_table_once = PTHREAD_ONCE_INIT;
+
+static void fp8_table_init(void) {
+  for (int b = 0; b < 256; b++) fp8_table[b] = bk_fp8_decode((uint8_t)b);
+}
+
+const float *bk_fp8_table(void) {
+  pthread_once(&fp8_table_once, fp8_table_init);
+  return fp8_table;
 }
 
 uint8_t bk_fp8_encode(float f) {

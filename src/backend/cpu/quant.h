@@ -17,6 +17,9 @@ uint16_t bk_bf16_encode(float f);
 /* f32 -> FP8 E4M3, rounded to nearest even; beyond ±448 (and infinities)
  * saturate to ±448, NaN stays NaN. bk_fp8_decode is declared in weights.h. */
 uint8_t bk_fp8_encode(float f);
+/* The 256 values of bk_fp8_decode, indexed by the byte (filled once, on the
+ * first call; thread-safe): for kernels that decode many bytes. */
+const float *bk_fp8_table(void);
 
 #define BK_QK 32   /* elements per Q8_0 / Q4_0 block */
 #define BK_QKK 256 /* elements per K-quant super-block */
