@@ -61,7 +61,6 @@ static inline void AN(kv_deq)(bk_kv_fmt f, float *restrict dst, const void *row,
   }
   const size_t bb = bk_kv_row_bytes(f, BK_KV_QBLOCK);
   const uint8_t *blk = (const uint8_t *)row + (size_t)(i0 / BK_KV_QBLOCK) * bb;
-  const float *fp8 = f == BK_KV_FP8 ? bk_fp8_table() : NULL;
   for (int64_t b = 0; b < n / BK_KV_QBLOCK; b++, blk += bb, dst += BK_KV_QBLOCK) {
     float d;
     memcpy(&d, blk, 4);
@@ -70,7 +69,7 @@ static inline void AN(kv_deq)(bk_kv_fmt f, float *restrict dst, const void *row,
       for (int i = 0; i < BK_KV_QBLOCK; i++) dst[i] = d * (float)c[i];
     } else if (f == BK_KV_FP8) {
       const uint8_t *c = blk + 4;
-      for (int i = 0; i < BK_KV_QBLOCK; i++) dst[i] = d * fp8[c[i]];
+      for (int i = 0; i < BK_KV_QBLOCK; i++) dst[i] = d * bk_fp8_value(c[i]);
     } else {
       const uint8_t *c = blk + 4;
       for (int i = 0; i < BK_KV_QBLOCK / 2; i++) dst[i] = d * (float)((c[i] & 15) - 8);
