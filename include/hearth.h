@@ -114,7 +114,8 @@ typedef struct hearth_load_opts {
                               a process that dies leaves it lacking only its closing bracket. */
   int64_t trace_max_bytes; /* events written at most (<= 0: 256 MiB); later ones are dropped, logged once */
   const char *kv_quant;    /* KV cache storage for every layer: "8" (8-bit blocks of 32 with an f32 scale),
-                              "4" (4-bit), "off" / NULL (f32). The pool holds proportionally more tokens. */
+                              "4" (4-bit), "fp8" (FP8 E4M3 blocks of 32 with an f32 scale), "off" / NULL (f32).
+                              The pool holds proportionally more tokens. */
   const char *kv_quant_config; /* NULL, or a JSON file that sets layers or ranges of layers, K and V apart,
                               over kv_quant (format: docs/KV_QUANT.md) */
   const char *kv_store;    /* NULL: none. A folder (created when missing) that keeps the prefix cache's
@@ -526,7 +527,7 @@ typedef struct hearth_fit_opts {
   const char *device;     /* "cpu" (NULL), "cuda", "cuda:N": whose memory and bandwidth */
   int threads;            /* CPU bandwidth test threads; <= 0: one per CPU */
   bool no_bandwidth;      /* skip measuring the bandwidth (no speed prediction) */
-  const char *kv_quant;   /* the KV cache's storage as hearth_load_opts.kv_quant ("8", "4", "off" / NULL);
+  const char *kv_quant;   /* the KV cache's storage as hearth_load_opts.kv_quant ("8", "4", "fp8", "off" / NULL);
                              hearth_model_fit ignores it and answers with the loaded model's own formats */
   const char *kv_quant_config; /* NULL, or the per-layer JSON of hearth_load_opts.kv_quant_config */
   int64_t memory_bytes;   /* > 0: the memory to fit into, instead of what the device has free now */

@@ -1,5 +1,5 @@
 /* kv_attention.c — the CPU's decode attention (op_attention: one query row
- * of 32 heads over 8 KV heads) over an f32, an 8-bit and a 4-bit KV cache
+ * of 32 heads over 8 KV heads) over an f32, an 8-bit, a 4-bit and an FP8 KV cache
  * at several context depths, on one thread: the time of one layer's step,
  * best of R runs (best-of, because a shared machine only ever adds time).
  * Where the rows fit the caches the dequantization is extra work; where
@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
   }
   printf("decode attention, 1 thread: %lld heads over %lld KV heads of %lld; ms per layer-step (best of %d)\n",
          (long long)H, (long long)KVH, (long long)hd, reps);
-  printf("%8s %12s %12s %12s\n", "depth", "f32", "q8", "q4");
+  printf("%8s %12s %12s %12s %12s\n", "depth", "f32", "q8", "q4", "fp8");
   uint64_t seed = 0x9E3779B97F4A7C15ull;
   float *q = bk_alloc((size_t)(H * hd)), *o = bk_alloc((size_t)(H * hd)), *row = bk_alloc((size_t)kvd);
   for (int64_t i = 0; i < H * hd; i++) q[i] = urand(&seed);
@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
   for (int di = 0; di < nd; di++) {
     int64_t n = depths[di], qr = n - 1;
     printf("%8lld", (long long)n);
-    for (int f = BK_KV_F32; f <= BK_KV_Q4; f++) {
+    for (int f = BK_KV_F32; f <= BK_KV_FMT_LAST; f++) {
       int64_t w = (int64_t)bk_kv_row_bytes((bk_kv_fmt)f, kvd) / 4;
       float *K = bk_alloc((size_t)(n * w)), *V = bk_alloc((size_t)(n * w));
       if (!K || !V) return 1;

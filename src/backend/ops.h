@@ -97,22 +97,28 @@ void op_scale(float *x, int64_t n, float s);
 double op_l2_normalize(float *x, int64_t n);
 
 /* How a KV cache stores a row of dim floats (keys or values of one token
- * and layer). BK_KV_F32: dim floats. BK_KV_Q8 / BK_KV_Q4: the row cut in
- * blocks of BK_KV_QBLOCK (32) consecutive elements (the last block padded
- * with zeros), each block an f32 scale d followed by its codes: symmetric,
- * d = max|x| / 127 (Q8) or / 7 (Q4), code = round-to-nearest-even(x * (1/d))
- * clamped to [-127, 127] (Q8: one int8 per element, 36 bytes a block) or
- * [-7, 7] (Q4: code + 8 in a nibble, byte j holds elements j (low) and
- * j + 16 (high), 20 bytes a block); x = d * code. A block of zeros has
- * d = 0. Every row size is a multiple of 4 bytes. */
-typedef enum bk_kv_fmt { BK_KV_F32 = 0, BK_KV_Q8 = 1, BK_KV_Q4 = 2 } bk_kv_fmt;
+ * and layer). BK_KV_F32: dim floats. BK_KV_Q8 / BK_KV_Q4 / BK_KV_FP8: the
+ * row cut in blocks of BK_KV_QBLOCK (32) consecutive elements (the last
+ * block padded with zeros), each block an f32 scale d followed by its codes.
+ * Q8 / Q4: symmetric, d = max|x| / 127 (Q8) or / 7 (Q4), code =
+ * round-to-nearest-even(x * (1/d)) clamped to [-127, 127] (Q8: one int8 per
+ * element, 36 bytes a block) or [-7, 7] (Q4: code + 8 in a nibble, byte j
+ * holds elements j (low) and j + 16 (high), 20 bytes a block); x = d * code.
+ * FP8: d = max|x| / 448, code = the E4M3 byte (bk_fp8_encode: nearest even,
+ * saturating at ±448) of x / d (0 when d = 0), one byte per element in order as Q8
+ * (36 bytes a block); x = d * e4m3(code) (bk_fp8_decode). A block of zeros
+ * has d = 0. Every row size is a multiple of 4 bytes. */
+typedef enum bk_kv_fmt { BK_KV_F32 = 0, BK_KV_Q8 = 1, BK_KV_Q4 = 2, BK_KV_FP8 = 3 } bk_kv_fmt;
 #define BK_KV_QBLOCK 32
+#define BK_KV_FMT_LAST BK_KV_FP8 /* formats are 0 .. BK_KV_FMT_LAST */
 /* Bytes of one stored row of dim elements. */
 static inline size_t bk_kv_row_bytes(bk_kv_fmt f, int64_t dim) {
   size_t nb = (size_t)((dim + BK_KV_QBLOCK - 1) / BK_KV_QBLOCK);
-  return f == BK_KV_Q8 ? nb * (4 + BK_KV_QBLOCK) : f == BK_KV_Q4 ? nb * (4 + BK_KV_QBLOCK / 2) : (size_t)dim * 4;
+  return f == BK_KV_Q8 || f == BK_KV_FP8 ? nb * (4 + BK_KV_QBLOCK)
+         : f == BK_KV_Q4                 ? nb * (4 + BK_KV_QBLOCK / 2)
+                                         : (size_t)dim * 4;
 }
-/* "f32", "q8" or "q4" ("?" for anything else). */
+/* "f32", "q8", "q4" or "fp8" ("?" for anything else). */
 const char *bk_kv_fmt_name(bk_kv_fmt f);
 /* Stores src[0..dim) as one row of format f at dst (bk_kv_row_bytes(f, dim) bytes). */
 void op_kv_quantize_row(bk_kv_fmt f, void *dst, const float *src, int64_t dim);

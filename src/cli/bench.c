@@ -31,7 +31,7 @@ static void usage(FILE *f) {
           "steps from an empty cache, no sampling) in tokens/s, median of R repeats (default 3),\n"
           "after one untimed warm-up pass (--no-warmup skips it).\n"
           "-d D: the N generation steps start at a context of D tokens (prefilled untimed).\n"
-          "--kv-quant 8|4 stores the KV cache quantized (see hearth --help); the output names the format.\n"
+          "--kv-quant 8|4|fp8 stores the KV cache quantized (see hearth --help); the output names the format.\n"
           "-p 0 or -n 0 skips that part. --roofline also measures the device's copy bandwidth\n"
           "(a 1 GiB buffer copied on the device, bytes read + written) and reports generation's\n"
           "weight traffic (weight bytes x tokens/s) as a share of it. --profile (CPU) breaks the\n"

@@ -10,8 +10,8 @@
 #include "hearth.h"
 
 static void fit_usage(void) {
-  printf("usage: hearth fit [MODEL] [--ctx N] [--batch B] [--device DEV] [--kv-quant 8|4|off] [--kv-quant-config FILE]\n"
-         "                 [--memory BYTES] [--threads N] [--no-bandwidth] [--json]\n\n"
+  printf("usage: hearth fit [MODEL] [--ctx N] [--batch B] [--device DEV] [--kv-quant 8|4|fp8|off]\n"
+         "                 [--kv-quant-config FILE] [--memory BYTES] [--threads N] [--no-bandwidth] [--json]\n\n"
          "Whether MODEL (a folder or .gguf file; default: the built-in model) fits this machine's\n"
          "memory (MemAvailable) or the GPU's free memory, without loading its weights: weights as\n"
          "stored (total, and read per token for a mixture of experts), KV bytes per token and layer\n"
@@ -22,7 +22,8 @@ static void fit_usage(void) {
          "  --batch B        sequences decoding together (default 1)\n"
          "  --device DEV     cpu (default), cuda, cuda:N: whose memory and bandwidth\n"
          "  --kv-quant M     the KV cache stored as `serve --kv-quant` would: 8 or 4-bit blocks\n"
-         "                   of 32 with an f32 scale, or off (f32, the default)\n"
+         "                   of 32 with an f32 scale, fp8 (E4M3 blocks of 32 with an f32 scale),\n"
+         "                   or off (f32, the default)\n"
          "  --kv-quant-config FILE  per-layer K / V formats, as `serve --kv-quant-config`\n"
          "  --memory BYTES   fit into this much memory (4096, 512M, 24G) instead of what is free now\n"
          "  --threads N      threads of the CPU bandwidth test (default: one per CPU)\n"
@@ -116,8 +117,9 @@ int cli_fit(int argc, char **argv) {
       o.device = v;
     } else if ((r = cli_opt(argc, argv, &i, "--kv-quant", &v))) {
       if (r < 0) return 2;
-      if (strcmp(v, "8") && strcmp(v, "4") && strcmp(v, "off") && strcmp(v, "q8") && strcmp(v, "q4") && strcmp(v, "f32"))
-        return cli_usage_error("fit", "--kv-quant must be 8, 4 or off, not '%s'", v);
+      if (strcmp(v, "8") && strcmp(v, "4") && strcmp(v, "off") && strcmp(v, "q8") && strcmp(v, "q4") && strcmp(v, "f32") &&
+          strcmp(v, "fp8"))
+        return cli_usage_error("fit", "--kv-quant must be 8, 4, fp8 or off, not '%s'", v);
       o.kv_quant = v;
     } else if ((r = cli_opt(argc, argv, &i, "--memory", &v))) {
       long long b;

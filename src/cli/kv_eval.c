@@ -25,7 +25,7 @@ static void usage(FILE *f) {
           "error (max and mean |difference| over every position of the prompt and of an n-token\n"
           "greedy continuation, the quantized cache fed the f32 run's tokens) and the greedy\n"
           "agreement (the first position where the quantized cache's own greedy tokens differ, and\n"
-          "how many of the n agree). Formats: --kv-quant / --kv-quant-config when given, else 8 and 4.\n"
+          "how many of the n agree). Formats: --kv-quant / --kv-quant-config when given, else 8, fp8 and 4.\n"
           "--model PATH (repeatable; default: the built-in model) is a folder or .gguf file.\n"
           "Without --ids or TEXT the prompts of PATH/golden.json (tests/fixtures/golden) are used.\n"
           "--json prints one object per line.\n");
@@ -97,8 +97,8 @@ int cli_kv_eval(int argc, char **argv) {
                                         "would be used)", dirs[d]);
   }
   const cli_load *cl = cli_load_opts();
-  const char *modes[2] = {"8", "4"};
-  int n_modes = 2;
+  const char *modes[3] = {"8", "fp8", "4"};
+  int n_modes = 3;
   if (cl->kv_quant || cl->kv_quant_config) modes[0] = cl->kv_quant ? cl->kv_quant : "off", n_modes = 1;
   if (!json)
     printf("%-28s %6s %-10s %8s %10s %10s %10s %9s %7s\n", "model", "prompt", "kv", "B/token", "max|dlogit|", "mean|dlogit|",

@@ -75,8 +75,9 @@ static void usage(FILE *f) {
           "                               (--draft-model) or mtp (the model's multi-token-prediction layer:\n"
           "                               GLM-5's, Qwen3.5's)\n"
           "  --draft-model DIR            a smaller model with the same tokenizer that drafts (implies draft)\n"
-          "  --kv-quant 8|4|off           KV cache storage: 8 or 4-bit blocks of 32 with a scale, or f32 (off, default);\n"
-          "                               the pool holds 3.6x (8) or 6.4x (4) the tokens in the same memory\n"
+          "  --kv-quant 8|4|fp8|off       KV cache storage: 8 or 4-bit integer blocks of 32 with a scale, FP8 (E4M3) blocks\n"
+          "                               of 32 with a scale, or f32 (off, default); the pool holds 3.6x (8, fp8) or\n"
+          "                               6.4x (4) the tokens in the same memory\n"
           "  --kv-quant-config FILE       per-layer KV storage, K and V apart, over --kv-quant (docs/KV_QUANT.md)\n"
           "\nWithout --model (or PATH), the verbs use the built-in model. A model is a Hugging Face folder or a .gguf file;\n"
           "--model (and --draft-model) also take a name from the registry (hearth ls, hearth scan) or a Hub id\n"
@@ -315,7 +316,7 @@ int main(int argc, char **argv) {
       bk_kv_fmt f;
       herr e = {0};
       if (r < 0) return 2;
-      if (kv_quant_parse_fmt(v, &f, &e)) return cli_usage_error(verb->name, "--kv-quant must be 8, 4 or off, not '%s'", v);
+      if (kv_quant_parse_fmt(v, &f, &e)) return cli_usage_error(verb->name, "--kv-quant must be 8, 4, fp8 or off, not '%s'", v);
       g_load.kv_quant = v;
     } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--kv-quant-config", &v))) {
       if (r < 0) return 2;

@@ -363,7 +363,7 @@ int kv_pool_new(const model_kv_geometry *g, int block_tokens, int64_t n_blocks, 
   kv_pool *p = calloc(1, sizeof *p);
   if (!p) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   for (int l = 0; l < g->n_layers; l++)
-    if ((unsigned)g->k_fmt[l] > BK_KV_Q4 || (unsigned)g->v_fmt[l] > BK_KV_Q4) {
+    if ((unsigned)g->k_fmt[l] > BK_KV_FMT_LAST || (unsigned)g->v_fmt[l] > BK_KV_FMT_LAST) {
       free(p);
       return herr_set(err, HEARTH_EINVAL, "KV pool: layer %d has an unknown storage format", l);
     }

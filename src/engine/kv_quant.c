@@ -13,7 +13,8 @@ int kv_quant_parse_fmt(const char *s, bk_kv_fmt *out, herr *err) {
   if (!s || !strcmp(s, "off") || !strcmp(s, "f32") || !strcmp(s, "none") || !strcmp(s, "0")) *out = BK_KV_F32;
   else if (!strcmp(s, "8") || !strcmp(s, "q8")) *out = BK_KV_Q8;
   else if (!strcmp(s, "4") || !strcmp(s, "q4")) *out = BK_KV_Q4;
-  else return herr_set(err, HEARTH_EINVAL, "KV quantization '%s': expected 8, 4 or off", s);
+  else if (!strcmp(s, "fp8")) *out = BK_KV_FP8;
+  else return herr_set(err, HEARTH_EINVAL, "KV quantization '%s': expected 8, 4, fp8 or off", s);
   return 0;
 }
 
@@ -23,7 +24,7 @@ static int fmt_of(const json_t *v, bk_kv_fmt *out, const char *where, herr *err)
   const char *s = NULL;
   if (json_is_string(v)) s = json_string_value(v);
   else if (json_is_integer(v)) snprintf(num, sizeof num, "%lld", (long long)json_integer_value(v)), s = num;
-  else return herr_set(err, HEARTH_EINVAL, "%s: a format must be \"8\", \"4\" or \"off\"", where);
+  else return herr_set(err, HEARTH_EINVAL, "%s: a format must be \"8\", \"4\", \"fp8\" or \"off\"", where);
   int rc = kv_quant_parse_fmt(s, out, err);
   return rc ? herr_wrap(err, "%s", where) : 0;
 }

@@ -82,7 +82,7 @@ typedef struct model_kv_geometry {
   int64_t window[CFG_MAX_LAYERS];
   int64_t state_dim[CFG_MAX_LAYERS]; /* floats of a sequence's recurrent state in layer l (0: none) */
   /* How the cache stores each layer's K and V rows (BK_KV_F32, the default,
-   * or 8 / 4-bit blocks: backend/ops.h). model_kv_geometry_of leaves f32;
+   * or 8 / 4-bit or FP8 blocks: backend/ops.h). model_kv_geometry_of leaves f32;
    * the engine sets them from its KV quantization setting (kv_quant.h),
    * except on layers marked f32_only: rows a family reads and writes with
    * ops of its own (a latent cache), which stay f32. */

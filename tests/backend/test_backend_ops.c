@@ -30,14 +30,14 @@
  * all four activations; add into a separate output and aliased onto either
  * input; softcap; get_rows with repeated and out-of-order rows; kv_write to
  * out-of-order slots with gaps (the untouched slots must keep their
- * contents), also into 8 / 4-bit arenas (the rows must be the reference
- * quantizer's); attention with GQA ratios 1/2/4/8, head dims
+ * contents), also into 8 / 4-bit and FP8 arenas (the rows must be the
+ * reference quantizer's); attention with GQA ratios 1/2/4/8, head dims
  * 16/32/48/64/80/128/256, sliding windows, softcap, block_rows 1/16/64, block
  * tables with gaps and non-monotonic block ids, batches mixing sequences of
  * different lengths in decode (one query), prefill (all rows) and chunked
  * prefill (queries from row > 0 against rows already cached), each with
- * f32, 8-bit, 4-bit and 8-bit-K / 4-bit-V arenas (the reference reads the
- * same stored rows, dequantizing); scale and
+ * f32, 8-bit, 4-bit, FP8, 8-bit-K / 4-bit-V and FP8-K / 8-bit-V arenas
+ * (the reference reads the same stored rows, dequantizing); scale and
  * get_cols; lora (two adapters of different ranks on two runs of rows,
  * the rows around them unchanged; also the plain op_lora); moe_route with exact logit ties (the lower id wins), with and
  * without renormalization and per-expert scale, ids compared exactly; moe
@@ -1351,7 +1351,9 @@ static void test_kv_write(void) {
    * (compared dequantized: codes and scales alike), other rows untouched */
   static const struct { int64_t slots, dim, T; int which; bk_kv_fmt kf, vf; } qcases[] = {
       {64, 64, 5, 0, BK_KV_Q8, BK_KV_Q8}, {16, 256, 1, 1, BK_KV_Q4, BK_KV_Q4}, {128, 48, 20, 2, BK_KV_Q8, BK_KV_Q4},
-      {7, 16, 3, 3, BK_KV_Q4, BK_KV_F32}, {128, 128, 20, 2, BK_KV_Q4, BK_KV_Q8}, {7, 80, 3, 3, BK_KV_Q8, BK_KV_Q8}};
+      {7, 16, 3, 3, BK_KV_Q4, BK_KV_F32}, {128, 128, 20, 2, BK_KV_Q4, BK_KV_Q8}, {7, 80, 3, 3, BK_KV_Q8, BK_KV_Q8},
+      {64, 64, 5, 0, BK_KV_FP8, BK_KV_FP8}, {128, 48, 20, 2, BK_KV_FP8, BK_KV_Q8}, {7, 16, 3, 3, BK_KV_FP8, BK_KV_F32},
+      {16, 256, 1, 1, BK_KV_Q4, BK_KV_FP8}};
   for (size_t ci = 0; ci < sizeof qcases / sizeof qcases[0]; ci++) {
     int64_t S = qcases[ci].slots, D = qcases[ci].dim, T = qcases[ci].T;
     bk_kv_fmt kf = qcases[ci].kf, vf = qcases[ci].vf;
@@ -1561,7 +1563,8 @@ static void attention_case(const attn_case *c, bk_kv_fmt kf, bk_kv_fmt vf) {
 }
 
 static void test_attention(void) {
-  static const bk_kv_fmt fmts[][2] = {{BK_KV_F32, BK_KV_F32}, {BK_KV_Q8, BK_KV_Q8}, {BK_KV_Q4, BK_KV_Q4}, {BK_KV_Q8, BK_KV_Q4}};
+  static const bk_kv_fmt fmts[][2] = {{BK_KV_F32, BK_KV_F32}, {BK_KV_Q8, BK_KV_Q8}, {BK_KV_Q4, BK_KV_Q4},
+                                       {BK_KV_Q8, BK_KV_Q4},   {BK_KV_FP8, BK_KV_FP8}, {BK_KV_FP8, BK_KV_Q8}};
   for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
     for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) attention_case(&attn_cases[i], fmts[f][0], fmts[f][1]);
 }
@@ -1582,7 +1585,7 @@ static void test_attention_fast(void) {
       {"tc: a serving step (decodes, then prompts of 128), GQA 4", 8, 2, 128, 16, 0, 0,
        {{100, 1}, {50, 1}, {128, 128}, {128, 128}, {300, 90}, {7, 1}}, 0},
   };
-  static const bk_kv_fmt fmts[][2] = {{BK_KV_F32, BK_KV_F32}, {BK_KV_Q8, BK_KV_Q4}};
+  static const bk_kv_fmt fmts[][2] = {{BK_KV_F32, BK_KV_F32}, {BK_KV_Q8, BK_KV_Q4}, {BK_KV_FP8, BK_KV_FP8}};
   for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
     for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) attention_case(&attn_cases[i], fmts[f][0], fmts[f][1]);
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) attention_case(&more[i], fmts[f][0], fmts[f][1]);

@@ -361,6 +361,58 @@ static void test_kv_quant(void) {
   for (int i = 0; i < 5; i++) CHECK(b[i] == a[i]);
 }
 
+/* FP8 KV rows (ops.h): per block of 32 a stored scale of max|x| / 448,
+ * every element the scale times an E4M3 value (bk_fp8_decode of its byte),
+ * within half an E4M3 step of x: 2^-4 of |x| where x / scale is a normal
+ * E4M3 number, 2^-10 of the scale below 2^-6; the largest element comes back
+ * as 448 * scale; signs kept; zeros and padding stay zero (also in a block of
+ * values so small that the scale is a subnormal float); ranges as the whole row. */
+static void test_kv_fp8(void) {
+  static const int64_t dims[] = {16, 32, 48, 64, 80, 128, 256, 1000};
+  for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+    int64_t D = dims[di], nb = (D + 31) / 32;
+    CHECK(bk_kv_row_bytes(BK_KV_FP8, D) == (size_t)nb * 36);
+    float *x = rand_buf((size_t)D), *y = rand_buf((size_t)D), *z = rand_buf((size_t)D);
+    for (int64_t i = 0; i < D && i < 32; i++) x[i] = 0; /* a block of zeros */
+    if (D > 40) x[40] = 1e3f, x[41] = -1e-3f;            /* an outlier and a value far below it */
+    if (D > 96)
+      for (int64_t i = 64; i < 96; i++) x[i] = (i % 3 - 1) * 1e-38f; /* the scale a subnormal float */
+    uint8_t *row = malloc(bk_kv_row_bytes(BK_KV_FP8, D));
+    op_kv_quantize_row(BK_KV_FP8, row, x, D);
+    op_kv_dequantize(BK_KV_FP8, y, row, 0, D);
+    for (int64_t b = 0; b < nb; b++) {
+      const uint8_t *blk = row + b * 36;
+      float d;
+      memcpy(&d, blk, 4);
+      float amax = 0;
+      for (int64_t i = b * 32; i < D && i < b * 32 + 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+      CHECK(d == amax / 448.0f);
+      for (int r = 0; r < 32; r++) {
+        int64_t i = b * 32 + r;
+        if (i >= D) { /* padding */
+          CHECK(blk[4 + r] == 0);
+          continue;
+        }
+        CHECK(memcmp(&y[i], &(float){d * bk_fp8_decode(blk[4 + r])}, 4) == 0);
+        CHECK(!isnan(y[i]));
+        double ax = fabs((double)x[i]), tol = ax / d >= 0.015625 ? ax / 16 : (double)d / 1024;
+        CHECK_MSG(fabs((double)y[i] - x[i]) <= tol * (1 + 1e-6) + 1e-30, "fp8 dim %lld elem %lld: %g for %g (scale %g)",
+                  (long long)D, (long long)i, (double)y[i], (double)x[i], (double)d);
+        if (x[i] == 0) CHECK(y[i] == 0);
+        if (y[i] != 0) CHECK(signbit(y[i]) == signbit(x[i]));
+        if (fabsf(x[i]) == amax && amax > 0) CHECK((blk[4 + r] & 0x7f) == 0x7e); /* ±448 */
+      }
+    }
+    for (int64_t i0 = 0; i0 < D; i0 += 7) {
+      int64_t n = D - i0 < 19 ? D - i0 : 19;
+      op_kv_dequantize(BK_KV_FP8, z, row, i0, n);
+      for (int64_t i = 0; i < n; i++) CHECK(z[i] == y[i0 + i]);
+    }
+    free(row), bk_free(x), bk_free(y), bk_free(z);
+  }
+  CHECK(!strcmp(bk_kv_fmt_name(BK_KV_FP8), "fp8"));
+}
+
 /* The recurrent ops' per-position states (keep): a run of n tokens per
  * sequence, with keep, must leave in row keep[t] the state the op reaches
  * when fed the same tokens one at a time up to token t; the slot's own
@@ -454,6 +506,7 @@ int main(void) {
   RUN(test_attention_fast);
   RUN(test_conversions);
   RUN(test_kv_quant);
+  RUN(test_kv_fp8);
   RUN(test_rec_keep);
   TEST_MAIN_END();
 }

@@ -3,6 +3,7 @@
  * floats (the ggml / MLX layouts), exact round trips of representable values,
  * and quantize -> dequantize error bounds for every format. */
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/cpu/quant.h"
 #include "backend/weights.h"
@@ -377,6 +378,41 @@ static void test_fp8(void) {
   CHECK_EQ_INT(bk_fp8_encode(1e6f), 0x7E);
   CHECK_EQ_INT(bk_fp8_encode(-INFINITY), 0xFE);
   CHECK_EQ_INT(bk_fp8_encode(1e-9f), 0x00);
+  /* every byte as the OCP E4M3 spec defines it: S.EEEE.MMM, bias 7, E = 0
+   * subnormal (M/8 * 2^-6), S.1111.111 NaN, no infinities (bk_fp8_value,
+   * the kernels' inline form, is the same function) */
+  for (int c = 0; c < 256; c++) {
+    int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
+    float v = bk_fp8_decode((uint8_t)c);
+    if (e == 15 && m == 7) {
+      CHECK_MSG(isnan(v) && isnan(bk_fp8_value((uint8_t)c)), "0x%02x: NaN", c);
+      continue;
+    }
+    double want = (e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6)) * (s ? -1 : 1);
+    CHECK_MSG((double)v == want && !!signbit(v) == s, "0x%02x: %g, not %g", c, (double)v, want);
+    float w = bk_fp8_value((uint8_t)c);
+    CHECK_MSG(memcmp(&w, &v, 4) == 0, "bk_fp8_value 0x%02x", c);
+  }
+  /* saturation: everything from 448 up is 448 (480 would be S.1111.111, NaN) */
+  CHECK_EQ_INT(bk_fp8_encode(448.0f), 0x7E);
+  CHECK_EQ_INT(bk_fp8_encode(463.9f), 0x7E);
+  CHECK_EQ_INT(bk_fp8_encode(464.0f), 0x7E);
+  CHECK_EQ_INT(bk_fp8_encode(479.0f), 0x7E);
+  CHECK_EQ_INT(bk_fp8_encode(-1000.0f), 0xFE);
+  CHECK_EQ_INT(bk_fp8_encode(INFINITY), 0x7E);
+  CHECK_EQ_INT(bk_fp8_encode(NAN) & 0x7F, 0x7F);
+  /* ties to even, by hand: 1 + 1/16 between 1 (0x38) and 1.125 (0x39); 1.1875 between 0x39 and 1.25 (0x3A);
+   * 2^-10 between 0 and 2^-9; 3 * 2^-10 between 0x01 and 0x02; 7.5 * 2^-9 between 0x07 and 2^-6 (0x08);
+   * negatives mirror */
+  CHECK_EQ_INT(bk_fp8_encode(1.0625f), 0x38);
+  CHECK_EQ_INT(bk_fp8_encode(1.1875f), 0x3A);
+  CHECK_EQ_INT(bk_fp8_encode(0x1p-10f), 0x00);
+  CHECK_EQ_INT(bk_fp8_encode(0x3p-10f), 0x02);
+  CHECK_EQ_INT(bk_fp8_encode(0xFp-10f), 0x08);
+  CHECK_EQ_INT(bk_fp8_encode(-1.0625f), 0xB8);
+  CHECK_EQ_INT(bk_fp8_encode(-0x3p-10f), 0x82);
+  CHECK_EQ_INT(bk_fp8_encode(1.0626f), 0x39); /* just past a tie: up */
+  CHECK_EQ_INT(bk_fp8_encode(-0.0f), 0x80);
   float x[2 * 40];
   for (int i = 0; i < 80; i++) x[i] = i < 40 ? 0.0f : (float)(i - 60) * 0.37f;
   uint8_t q[80];

@@ -67,7 +67,12 @@ static void test_depth_and_kv(void) {
   out = NULL;
   rc = run("'" HEARTH_BINARY "' bench --model '" MODEL "' -p 0 -n 2 --kv-quant 5 2>&1", &out);
   CHECK_EQ_INT(rc, 2);
-  CHECK_MSG(out && strstr(out, "--kv-quant must be 8, 4 or off"), "%s", out ? out : "");
+  CHECK_MSG(out && strstr(out, "--kv-quant must be 8, 4, fp8 or off"), "%s", out ? out : "");
+  free(out);
+  out = NULL;
+  rc = run("'" HEARTH_BINARY "' bench --model '" MODEL "' -p 0 -n 2 -d 5 --kv-quant fp8 --repeat 1 --json 2>/dev/null", &out);
+  CHECK_EQ_INT(rc, 0);
+  CHECK_MSG(out && strstr(out, "\"kv\":\"fp8\""), "%s", out ? out : "");
   free(out);
 }
 

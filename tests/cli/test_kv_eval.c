@@ -1,7 +1,8 @@
 /* test_kv_eval.c — `hearth kv-eval` on the golden llama: by default both
- * golden prompts with the 8-bit and the 4-bit cache, one JSON line each,
- * with errors that are positive, below the logits' own size, and larger at
- * 4 bits; --kv-quant picks one format; a folder without prompts and no
+ * golden prompts with the 8-bit, the FP8 and the 4-bit cache, one JSON line
+ * each, with errors that are positive, below the logits' own size, and
+ * larger at FP8 than at 8 bits, larger at 4 bits than at FP8; --kv-quant
+ * picks one format (fp8 too); a folder without prompts and no
  * --ids is an error that says so. No timing thresholds. */
 #include <jansson.h>
 #include <stdio.h>
@@ -33,7 +34,7 @@ static void test_default_formats(void) {
   CHECK_EQ_INT(run("'" HEARTH_BINARY "' kv-eval --model '" MODEL "' -n 8 --json 2>/dev/null", &out), 0);
   if (!out) return;
   int lines = 0;
-  double mean[2][2] = {{0}};
+  double mean[2][3] = {{0}}; /* prompt, [q8, fp8, q4] */
   for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"), lines++) {
     json_error_t je;
     json_t *j = json_loads(line, 0, &je);
@@ -42,16 +43,19 @@ static void test_default_formats(void) {
     const char *kv = json_string_value(json_object_get(j, "kv"));
     int prompt = (int)json_integer_value(json_object_get(j, "prompt"));
     double mx = json_number_value(json_object_get(j, "max_abs_err")), logit = json_number_value(json_object_get(j, "max_abs_logit"));
-    CHECK(kv && (!strcmp(kv, "q8") || !strcmp(kv, "q4")));
+    CHECK(kv && (!strcmp(kv, "q8") || !strcmp(kv, "fp8") || !strcmp(kv, "q4")));
     CHECK(prompt == 0 || prompt == 1);
     CHECK_MSG(mx > 0 && mx < logit, "max error %g, max logit %g", mx, logit);
     CHECK_EQ_INT(json_integer_value(json_object_get(j, "n_gen")), 8);
     CHECK(json_integer_value(json_object_get(j, "first_divergence")) >= 1);
-    if (kv && (prompt == 0 || prompt == 1)) mean[prompt][!strcmp(kv, "q4")] = json_number_value(json_object_get(j, "mean_abs_err"));
+    if (kv && (prompt == 0 || prompt == 1))
+      mean[prompt][!strcmp(kv, "q4") ? 2 : !strcmp(kv, "fp8")] = json_number_value(json_object_get(j, "mean_abs_err"));
     json_decref(j);
   }
-  CHECK_EQ_INT(lines, 4);
-  CHECK(mean[0][1] > mean[0][0] && mean[1][1] > mean[1][0]);
+  CHECK_EQ_INT(lines, 6);
+  for (int k = 0; k < 2; k++)
+    CHECK_MSG(mean[k][0] > 0 && mean[k][1] > mean[k][0] && mean[k][2] > mean[k][1], "prompt %d: q8 %g, fp8 %g, q4 %g", k,
+              mean[k][0], mean[k][1], mean[k][2]);
   free(out);
 }
 
@@ -59,6 +63,10 @@ static void test_one_format_and_errors(void) {
   char *out = NULL;
   CHECK_EQ_INT(run("'" HEARTH_BINARY "' kv-eval --model '" MODEL "' --kv-quant 8 --ids 5,6,7,8 -n 4 2>/dev/null", &out), 0);
   CHECK_MSG(out && strstr(out, "q8") && !strstr(out, "q4") && strstr(out, "max|dlogit|"), "%s", out ? out : "");
+  free(out);
+  out = NULL;
+  CHECK_EQ_INT(run("'" HEARTH_BINARY "' kv-eval --model '" MODEL "' --kv-quant fp8 --ids 5,6,7,8 -n 4 2>/dev/null", &out), 0);
+  CHECK_MSG(out && strstr(out, "fp8") && !strstr(out, "q8") && !strstr(out, "q4"), "%s", out ? out : "");
   free(out);
   out = NULL;
   /* no prompt and no golden.json: a usage error that says what to give */

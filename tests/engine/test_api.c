@@ -463,14 +463,14 @@ static void test_adapters(void) {
   hearth_model_free(m); /* with rs.v1 still loaded: freed with the model */
 }
 
-/* --kv-quant through the public options: in the same pool bytes an 8-bit
- * (4-bit) cache holds 128/36 (128/20) times the tokens within a block's
+/* --kv-quant through the public options: in the same pool bytes an 8-bit or
+ * FP8 (4-bit) cache holds 128/36 (128/20) times the tokens within a block's
  * rounding, /stats names the format, greedy generation runs, and a bad
  * per-layer config is refused at load with its file named. */
 static void test_kv_quant(void) {
-  static const char *modes[] = {"off", "8", "4"};
-  int64_t blocks[3] = {0};
-  for (int i = 0; i < 3; i++) {
+  static const char *modes[] = {"off", "8", "4", "fp8"};
+  int64_t blocks[4] = {0};
+  for (int i = 0; i < 4; i++) {
     hearth_error err = {0};
     hearth_model *m = NULL;
     hearth_load_opts lo = {.kv_cache_bytes = 8 << 20, .max_batch = 1, .kv_quant = modes[i]};
@@ -492,7 +492,7 @@ static void test_kv_quant(void) {
     hearth_stats st;
     hearth_get_stats(m, &st);
     blocks[i] = st.kv_blocks_total;
-    CHECK_MSG(!strcmp(st.kv_format, i == 0 ? "f32" : i == 1 ? "q8" : "q4"), "format '%s'", st.kv_format);
+    CHECK_MSG(!strcmp(st.kv_format, i == 0 ? "f32" : i == 1 ? "q8" : i == 2 ? "q4" : "fp8"), "format '%s'", st.kv_format);
     CHECK(st.kv_block_bytes > 0 && st.kv_blocks_total == (8 << 20) / st.kv_block_bytes);
     /* GET /fit's answer: the loaded formats, whatever the caller's options say */
     hearth_fit_opts fo = {.no_bandwidth = true, .kv_quant = i == 0 ? "4" : "off"};
@@ -506,6 +506,7 @@ static void test_kv_quant(void) {
             (long long)blocks[1], (long long)blocks[0]);
   CHECK_MSG(blocks[2] >= blocks[0] * 128 / 20 - 1 && blocks[2] <= blocks[0] * 128 / 20 + 1, "%lld vs %lld blocks",
             (long long)blocks[2], (long long)blocks[0]);
+  CHECK_EQ_INT(blocks[3], blocks[1]);
   char path[700];
   snprintf(path, sizeof path, "%s/kvq.json", tmpdir);
   FILE *f = fopen(path, "w");

@@ -162,10 +162,10 @@ static void test_json_and_bandwidth(void) {
   CHECK_EQ_INT(hearth_fit("/nonexistent/model", &o, &r, &e), HEARTH_ENOTFOUND);
 }
 
-/* KV bytes per element of a format: 32 elements in 32 (8-bit) or 16 (4-bit)
- * bytes plus a 4-byte scale. */
+/* KV bytes per element of a format: 32 elements in 32 (8-bit, FP8) or 16
+ * (4-bit) bytes plus a 4-byte scale. */
 static int64_t quant_row(const char *fmt, int64_t dim) {
-  if (!strcmp(fmt, "8")) return dim / 32 * 36;
+  if (!strcmp(fmt, "8") || !strcmp(fmt, "fp8")) return dim / 32 * 36;
   if (!strcmp(fmt, "4")) return dim / 32 * 20;
   return dim * 4;
 }
@@ -181,7 +181,7 @@ static hearth_fit_result fit_of(const char *dir, const char *mode, const char *c
   return r;
 }
 
-/* --kv-quant in the fit: each layer's K and V rows are the 8 / 4-bit block
+/* --kv-quant in the fit: each layer's K and V rows are the 8 / 4-bit / FP8 block
  * sizes exactly (a per-layer config file too), the format is named, and in
  * the same memory the largest context grows by the ratio of the bytes. */
 static void test_kv_quant(void) {
@@ -198,20 +198,20 @@ static void test_kv_quant(void) {
     int64_t dim = jint(cfg, "num_key_value_heads", heads) * jint(cfg, "head_dim", jint(cfg, "hidden_size", 0) / heads);
     json_decref(cfg);
     CHECK(dim % 32 == 0);
-    static const char *const modes[] = {"off", "8", "4"};
-    hearth_fit_result r[3];
-    for (int i = 0; i < 3; i++) {
+    static const char *const modes[] = {"off", "8", "4", "fp8"};
+    hearth_fit_result r[4];
+    for (int i = 0; i < 4; i++) {
       r[i] = fit_of(dir, modes[i], NULL, 0);
       for (int64_t l = 0; l < layers; l++)
         CHECK_MSG(r[i].kv_layer_bytes_per_token[l] == 2 * quant_row(modes[i], dim), "%s %s layer %lld: %lld bytes",
                   fixtures[f], modes[i], (long long)l, (long long)r[i].kv_layer_bytes_per_token[l]);
       CHECK_EQ_INT(r[i].kv_bytes_per_token, layers * 2 * quant_row(modes[i], dim));
       CHECK_EQ_INT(r[i].kv_bytes, r[i].kv_bytes_per_token * 100);
-      CHECK_EQ_STR(r[i].kv_format, i == 0 ? "f32" : i == 1 ? "q8" : "q4");
+      CHECK_EQ_STR(r[i].kv_format, i == 0 ? "f32" : i == 1 ? "q8" : i == 2 ? "q4" : "fp8");
     }
     /* memory for the weights, the overhead and 16 tokens of f32 KV: 8 / 4-bit fit 128/36 and 128/20 times that */
     int64_t fixed = r[0].weight_bytes + r[0].overhead_bytes, room = 16 * r[0].kv_bytes_per_token;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
       hearth_fit_result g = fit_of(dir, modes[i], NULL, fixed + room);
       CHECK_EQ_STR(g.memory_source, "given");
       CHECK_EQ_INT(g.available_bytes, fixed + room);
@@ -222,6 +222,7 @@ static void test_kv_quant(void) {
     CHECK_EQ_INT(fit_of(dir, "off", NULL, fixed + room).max_context, 16);
     CHECK_EQ_INT(fit_of(dir, "8", NULL, fixed + room).max_context, 16 * dim * 4 / (dim / 32 * 36));
     CHECK_EQ_INT(fit_of(dir, "4", NULL, fixed + room).max_context, 16 * dim * 4 / (dim / 32 * 20));
+    CHECK_EQ_INT(fit_of(dir, "fp8", NULL, fixed + room).max_context, 16 * dim * 4 / (dim / 32 * 36));
     /* a per-layer config over the mode: layer 0's K 4-bit and V f32, the rest 8-bit */
     char path[] = "/tmp/hearth_fit_kvq_XXXXXX";
     int fd = mkstemp(path);

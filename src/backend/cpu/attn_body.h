@@ -67,6 +67,9 @@ static inline void AN(kv_deq)(bk_kv_fmt f, float *restrict dst, const void *row,
     if (f == BK_KV_Q8) {
       const int8_t *c = (const int8_t *)(blk + 4);
       for (int i = 0; i < BK_KV_QBLOCK; i++) dst[i] = d * (float)c[i];
+    } else if (f == BK_KV_FP8) {
+      const uint8_t *c = blk + 4;
+      for (int i = 0; i < BK_KV_QBLOCK; i++) dst[i] = d * bk_fp8_value(c[i]);
     } else {
       const uint8_t *c = blk + 4;
       for (int i = 0; i < BK_KV_QBLOCK / 2; i++) dst[i] = d * (float)((c[i] & 15) - 8);

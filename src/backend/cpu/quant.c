@@ -37,18 +37,7 @@ float bk_fp16_decode(uint16_t h) { return hf16_to_f32(h); }
 
 /* ---- FP8 E4M3 ---- */
 
-float bk_fp8_decode(uint8_t b) {
-  uint32_t e = (b >> 3) & 15, m = b & 7, bits;
-  if (e == 15 && m == 7) return NAN;
-  if (e == 0) { /* subnormal: m * 2^-9, exact */
-    float v = (float)m * 0.001953125f;
-    return (b & 0x80) ? -v : v;
-  }
-  bits = (uint32_t)(b & 0x80) << 24 | (e + 120) << 23 | m << 20;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
+float bk_fp8_decode(uint8_t b) { return bk_fp8_value(b); }
 
 uint8_t bk_fp8_encode(float f) {
   if (f != f) return 0x7F;

@@ -7,6 +7,7 @@
 #define HEARTH_BACKEND_CPU_QUANT_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/weights.h"
 
@@ -17,6 +18,26 @@ uint16_t bk_bf16_encode(float f);
 /* f32 -> FP8 E4M3, rounded to nearest even; beyond ±448 (and infinities)
  * saturate to ±448, NaN stays NaN. bk_fp8_decode is declared in weights.h. */
 uint8_t bk_fp8_encode(float f);
+/* FP8 E4M3 -> f32, exact: the one decoding (bk_fp8_decode is this), in
+ * integer and float arithmetic without branches or selects, so that a loop
+ * over bytes vectorizes. The byte's exponent and mantissa bits go into an
+ * f32 whose exponent is rebiased from 7 to 127 (x = ±2^(e-7) · (1 + m/8));
+ * for a subnormal (e = 0) that reads ±2^-7 · (1 + m/8), and (x ∓ 2^-7) · 2
+ * = ±m · 2^-9 is its value, every step exact; the sign is set again (for
+ * -0); S.1111.111 becomes NaN. */
+static inline float bk_fp8_value(uint8_t b) {
+  uint32_t s = (uint32_t)(b & 0x80) << 24, em = b & 0x7Fu;
+  uint32_t sub = (em - 8) >> 31, nan = (em + 1) >> 7; /* 1 when e = 0; 1 for S.1111.111 */
+  uint32_t xb = s | ((em << 20) + (120u << 23)), ob = (s | (120u << 23)) & (0u - sub), vb;
+  float x, off, v;
+  memcpy(&x, &xb, 4);
+  memcpy(&off, &ob, 4);
+  v = (x - off) * (float)(1 + sub);
+  memcpy(&vb, &v, 4);
+  vb = ((vb | s) & ~(0u - nan)) | (0x7FC00000u & (0u - nan));
+  memcpy(&v, &vb, 4);
+  return v;
+}
 
 #define BK_QK 32   /* elements per Q8_0 / Q4_0 block */
 #define BK_QKK 256 /* elements per K-quant super-block */

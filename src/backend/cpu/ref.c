@@ -9,6 +9,7 @@
 #include "base/half.h"
 
 #include "backend/ops.h"
+#include "backend/cpu/quant.h"
 
 float *bk_alloc(size_t n_floats) {
   size_t bytes = (n_floats ? n_floats : 1) * sizeof(float);
@@ -262,7 +263,9 @@ double op_l2_normalize(float *x, int64_t n) {
 
 /* ---- quantized KV rows ---- */
 
-const char *bk_kv_fmt_name(bk_kv_fmt f) { return f == BK_KV_F32 ? "f32" : f == BK_KV_Q8 ? "q8" : f == BK_KV_Q4 ? "q4" : "?"; }
+const char *bk_kv_fmt_name(bk_kv_fmt f) {
+  return f == BK_KV_F32 ? "f32" : f == BK_KV_Q8 ? "q8" : f == BK_KV_Q4 ? "q4" : f == BK_KV_FP8 ? "fp8" : "?";
+}
 
 void op_kv_quantize_row(bk_kv_fmt f, void *dst, const float *src, int64_t dim) {
   if (f == BK_KV_F32) {
@@ -276,6 +279,14 @@ void op_kv_quantize_row(bk_kv_fmt f, void *dst, const float *src, int64_t dim) {
     int64_t n = dim - b0 < BK_KV_QBLOCK ? dim - b0 : BK_KV_QBLOCK;
     float amax = 0;
     for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(src[b0 + i]));
+    if (f == BK_KV_FP8) { /* x / d, not x * (1 / d): 1 / d overflows when d is a subnormal float */
+      float d = amax / 448.0f;
+      memcpy(out, &d, 4);
+      memset(out + 4, 0, BK_KV_QBLOCK);
+      if (d > 0)
+        for (int64_t i = 0; i < n; i++) out[4 + i] = bk_fp8_encode(src[b0 + i] / d);
+      continue;
+    }
     float d = amax / (float)qmax, id = d > 0 ? 1.0f / d : 0.0f;
     memcpy(out, &d, 4);
     int8_t codes[BK_KV_QBLOCK] = {0};
@@ -303,6 +314,10 @@ void op_kv_dequantize(bk_kv_fmt f, float *dst, const void *row, int64_t i0, int6
     const uint8_t *blk = (const uint8_t *)row + (size_t)(i / BK_KV_QBLOCK) * bb;
     float d;
     memcpy(&d, blk, 4);
+    if (f == BK_KV_FP8) {
+      dst[k] = d * bk_fp8_decode(blk[4 + r]);
+      continue;
+    }
     int code = f == BK_KV_Q8 ? (int)(int8_t)blk[4 + r] : (int)((blk[4 + r % 16] >> (4 * (r / 16))) & 15) - 8;
     dst[k] = d * (float)code;
   }

@@ -18,7 +18,7 @@
  *     shared memory once and used by all the segment's queries, each query
  *     masking the rows outside its causal / window range.
  * Row j of a query's sequence lives in slot tables[tab + j / B] * B + j % B.
- * Quantized arenas (8 / 4-bit blocks, kv_quant.cuh) are dequantized as they
+ * Quantized arenas (8 / 4-bit or FP8 blocks, kv_quant.cuh) are dequantized as they
  * are read: in the decode kernel per key (whole blocks of 32 when a head
  * starts and ends on block boundaries) and per value element, in the flash
  * kernel as its K / V tiles are loaded into shared memory. Under the fast
@@ -127,12 +127,14 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4) attn_decode_kernel(at_args 
         const unsigned char *blk = (const unsigned char *)kp + (hoff >> 5) * bb;
         for (int b0 = 0; b0 < hd; b0 += 32, blk += bb) {
           const float sc = *(const float *)blk;
-          if (a.kfmt == BK_KV_Q8) {
+          if (kvq_is8(a.kfmt)) {
 #pragma unroll
             for (int w = 0; w < 8; w++) {
-              const int v = *(const int *)(blk + 4 + 4 * w);
-#pragma unroll
-              for (int k = 0; k < 4; k++) dot = fmaf(qs[b0 + 4 * w + k], __fmul_rn(sc, (float)(signed char)(v >> (8 * k))), dot);
+              const float4 c = kvq_word8(a.kfmt, *(const unsigned *)(blk + 4 + 4 * w));
+              dot = fmaf(qs[b0 + 4 * w], __fmul_rn(sc, c.x), dot);
+              dot = fmaf(qs[b0 + 4 * w + 1], __fmul_rn(sc, c.y), dot);
+              dot = fmaf(qs[b0 + 4 * w + 2], __fmul_rn(sc, c.z), dot);
+              dot = fmaf(qs[b0 + 4 * w + 3], __fmul_rn(sc, c.w), dot);
             }
           } else {
 #pragma unroll
@@ -260,12 +262,12 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_gqa_kernel(at_args
         for (int d0 = 0; d0 < hd; d0 += 32, blk += bb) {
           const float sc = *(const float *)blk;
           float kv[32];
-          if (a.kfmt == BK_KV_Q8) {
+          if (kvq_is8(a.kfmt)) {
 #pragma unroll
             for (int w = 0; w < 8; w++) {
-              const int v = *(const int *)(blk + 4 + 4 * w);
-#pragma unroll
-              for (int k = 0; k < 4; k++) kv[4 * w + k] = __fmul_rn(sc, (float)(signed char)(v >> (8 * k)));
+              const float4 c = kvq_word8(a.kfmt, *(const unsigned *)(blk + 4 + 4 * w));
+              kv[4 * w] = __fmul_rn(sc, c.x), kv[4 * w + 1] = __fmul_rn(sc, c.y);
+              kv[4 * w + 2] = __fmul_rn(sc, c.z), kv[4 * w + 3] = __fmul_rn(sc, c.w);
             }
           } else {
 #pragma unroll
@@ -374,8 +376,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_gqa_kernel(at_args
  * cache): lane l's K row is read as float4s eight at a time, and each V row
  * as one float4 per lane (head dims 4l .. 4l + 3, then 128 further per DV),
  * eight rows in flight, so a warp keeps many loads outstanding. Q8: 8-bit
- * rows whose head slices are whole blocks, read a block's scale and its
- * codes a word at a time (a lane's four V dims are one word). */
+ * rows (Q8 or FP8, K and V each either) whose head slices are whole blocks,
+ * read a block's scale and its codes a word at a time (a lane's four V dims
+ * are one word). */
 template <int G, int DV, bool Q8>
 __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_f32_kernel(at_args a) {
   const int t = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z;
@@ -420,13 +423,14 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_f32_kernel(at_args
 #pragma unroll
         for (int u = 0; u < 8; u++) w[u] = __ldg((const int *)(blk + 4) + u);
 #pragma unroll
-        for (int u = 0; u < 8; u++)
+        for (int u = 0; u < 8; u++) {
+          const float4 c = kvq_word8(a.kfmt, (unsigned)w[u]);
+          const float kv[4] = {__fmul_rn(sc, c.x), __fmul_rn(sc, c.y), __fmul_rn(sc, c.z), __fmul_rn(sc, c.w)};
 #pragma unroll
-          for (int k = 0; k < 4; k++) {
-            const float kv = __fmul_rn(sc, (float)(signed char)(w[u] >> (8 * k)));
+          for (int k = 0; k < 4; k++)
 #pragma unroll
-            for (int g = 0; g < G; g++) dot[g] = fmaf(qs[g][d0 + 4 * u + k], kv, dot[g]);
-          }
+            for (int g = 0; g < G; g++) dot[g] = fmaf(qs[g][d0 + 4 * u + k], kv[k], dot[g]);
+        }
       }
     } else if (valid) {
       sl = at_slot(a, tv, j);
@@ -476,9 +480,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_f32_kernel(at_args
             if (j0 + u < nv && 4 * lane + 128 * i < hd) {
               const unsigned char *bk = vb + (lane / 8 + 4 * i) * 36;
               const float sc = *(const float *)bk;
-              const int w = __ldg((const int *)(bk + 4) + lane % 8);
-              v[u][i] = make_float4(__fmul_rn(sc, (float)(signed char)w), __fmul_rn(sc, (float)(signed char)(w >> 8)),
-                                    __fmul_rn(sc, (float)(signed char)(w >> 16)), __fmul_rn(sc, (float)(signed char)(w >> 24)));
+              const float4 c = kvq_word8(a.vfmt, (unsigned)__ldg((const int *)(bk + 4) + lane % 8));
+              v[u][i] = make_float4(__fmul_rn(sc, c.x), __fmul_rn(sc, c.y), __fmul_rn(sc, c.z), __fmul_rn(sc, c.w));
             }
           }
           continue;
@@ -534,7 +537,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_f32_kernel(at_args
 
 template <int G>
 static void launch_decode_gqa(const at_args &a, dim3 grid, cudaStream_t st) {
-  const bool q8 = a.kfmt == BK_KV_Q8 && a.vfmt == BK_KV_Q8 && a.blk32;
+  const bool q8 = kvq_is8(a.kfmt) && kvq_is8(a.vfmt) && a.blk32; /* Q8 or FP8, K and V */
   if (a.vvec4 && a.hd <= 128) attn_decode_f32_kernel<G, 1, false><<<grid, DEC_WARPS * 32, 0, st>>>(a);
   else if (a.vvec4) attn_decode_f32_kernel<G, 2, false><<<grid, DEC_WARPS * 32, 0, st>>>(a);
   else if (q8 && a.hd <= 128) attn_decode_f32_kernel<G, 1, true><<<grid, DEC_WARPS * 32, 0, st>>>(a);
@@ -994,7 +997,7 @@ void cu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, cons
   if (b->err.code) return;
   const int64_t T = q->rows, H = p->n_heads, KVH = p->n_kv_heads, hd = p->head_dim;
   if (H <= 0 || KVH <= 0 || H % KVH || hd <= 0 || hd > AT_MAX_HD || q->cols != H * hd || out->rows != T ||
-      out->cols != q->cols || (unsigned)kv->k_fmt > BK_KV_Q4 || (unsigned)kv->v_fmt > BK_KV_Q4 ||
+      out->cols != q->cols || (unsigned)kv->k_fmt > BK_KV_FMT_LAST || (unsigned)kv->v_fmt > BK_KV_FMT_LAST ||
       kv->k->cols * 4 != (int64_t)bk_kv_row_bytes(kv->k_fmt, KVH * hd) ||
       kv->v->cols * 4 != (int64_t)bk_kv_row_bytes(kv->v_fmt, KVH * hd) || kv->block_rows <= 0 ||
       bk_nelem(ix->row) < T || bk_nelem(ix->tab) < T) {

@@ -209,8 +209,9 @@ __global__ void kv_write_kernel(float *__restrict__ K, float *__restrict__ V, in
   }
 }
 
-/* Quantized rows: one warp per (token, block of 32 elements), a lane per
- * element; the warp's max gives the block's scale, lane 0 stores it. */
+/* Quantized rows (8 / 4-bit, FP8): one warp per (token, block of 32
+ * elements), a lane per element; the warp's max gives the block's scale,
+ * lane 0 stores it. */
 __global__ void kv_quant_write_kernel(unsigned char *__restrict__ arena, int64_t row_bytes, int64_t n_slots, int fmt,
                                       const float *__restrict__ src, const int32_t *__restrict__ slot, int64_t T,
                                       int64_t dim) {
@@ -225,12 +226,18 @@ __global__ void kv_quant_write_kernel(unsigned char *__restrict__ arena, int64_t
     float amax = fabsf(x);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    unsigned char *blk = arena + (int64_t)s * row_bytes + b * kvq_block_bytes(fmt);
+    if (fmt == BK_KV_FP8) { /* x / d, as the host divides */
+      const float d = __fdiv_rn(amax, 448.0f);
+      if (lane == 0) *(float *)blk = d;
+      blk[4 + lane] = i < dim && d > 0.0f ? kvq_fp8_encode(__fdiv_rn(x, d)) : 0;
+      continue;
+    }
     const float qmax = fmt == BK_KV_Q8 ? 127.0f : 7.0f;
     const float d = __fdiv_rn(amax, qmax), id = d > 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
     float c = rintf(__fmul_rn(x, id));
     c = fminf(fmaxf(c, -qmax), qmax);
     const int code = i < dim ? (int)c : 0;
-    unsigned char *blk = arena + (int64_t)s * row_bytes + b * kvq_block_bytes(fmt);
     if (lane == 0) *(float *)blk = d;
     if (fmt == BK_KV_Q8) {
       blk[4 + lane] = (unsigned char)(signed char)code;
@@ -247,7 +254,7 @@ void cu_kv_write(bk_backend *be, const bk_kv_layer *kv, const bk_tensor *k_new, 
   const int64_t T = k_new->rows, dim = k_new->cols;
   const int64_t kw = (int64_t)bk_kv_row_bytes(kv->k_fmt, dim) / 4, vw = (int64_t)bk_kv_row_bytes(kv->v_fmt, dim) / 4;
   if (!same_shape(k_new, v_new) || kv->k->cols != kw || kv->v->cols != vw || kv->k->rows != kv->v->rows ||
-      bk_nelem(slot) < T || (unsigned)kv->k_fmt > BK_KV_Q4 || (unsigned)kv->v_fmt > BK_KV_Q4) {
+      bk_nelem(slot) < T || (unsigned)kv->k_fmt > BK_KV_FMT_LAST || (unsigned)kv->v_fmt > BK_KV_FMT_LAST) {
     cu_fail(b, HEARTH_EINTERNAL, "cuda kv_write: k_new [%lld, %lld], v_new [%lld, %lld] into arenas of %lld / %lld columns (formats %d / %d)",
             (long long)k_new->rows, (long long)k_new->cols, (long long)v_new->rows, (long long)v_new->cols,
             (long long)kv->k->cols, (long long)kv->v->cols, (int)kv->k_fmt, (int)kv->v_fmt);
