@@ -853,8 +853,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_flash_tc_kernel(at_args a)
             }
           }
         }
-      } else if (a.blk32 && (a.kfmt == BK_KV_Q8 || a.kfmt == BK_KV_Q4) && (a.vfmt == BK_KV_Q8 || a.vfmt == BK_KV_Q4)) {
-        /* 8 / 4-bit blocks: a thread decodes one block of 32 elements from its scale and code words */
+      } else if (a.blk32 && a.kfmt != BK_KV_F32 && a.vfmt != BK_KV_F32) {
+        /* 8-bit, FP8 and 4-bit blocks: a thread decodes one block of 32 elements from its scale and code words */
         constexpr int NBH = HD / 32;
         for (int p = threadIdx.x; p < 2 * TC_BK * NBH; p += blockDim.x) {
           const int kv = p / (TC_BK * NBH), jj = (p % (TC_BK * NBH)) / NBH, bi = p % NBH, fmt = kv ? a.vfmt : a.kfmt;
@@ -868,14 +868,12 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_flash_tc_kernel(at_args a)
                                      (hoff / 32 + bi) * kvq_block_bytes(fmt);
           const float d = *(const float *)blk;
           const uint32_t *w = (const uint32_t *)(blk + 4);
-          if (fmt == BK_KV_Q8) {
+          if (kvq_is8(fmt)) {
 #pragma unroll
             for (int k = 0; k < 8; k++) {
-              const uint32_t x = w[k];
-              dst[2 * k] = __floats2bfloat162_rn(__fmul_rn(d, (float)(signed char)(x & 255)),
-                                                 __fmul_rn(d, (float)(signed char)((x >> 8) & 255)));
-              dst[2 * k + 1] = __floats2bfloat162_rn(__fmul_rn(d, (float)(signed char)((x >> 16) & 255)),
-                                                     __fmul_rn(d, (float)(signed char)(x >> 24)));
+              const float4 c = kvq_word8(fmt, w[k]); /* the word's four codes as floats */
+              dst[2 * k] = __floats2bfloat162_rn(__fmul_rn(d, c.x), __fmul_rn(d, c.y));
+              dst[2 * k + 1] = __floats2bfloat162_rn(__fmul_rn(d, c.z), __fmul_rn(d, c.w));
             }
           } else { /* byte r holds element r (low nibble) and element r + 16 (high), both offset by 8 */
 #pragma unroll
