@@ -232,6 +232,16 @@ X86_RET X86_FN(const bk_weight *w, int64_t row, int64_t k0, int64_t len X86_PARA
       for (int64_t k = 0; k < len; k++) EMIT_ONE(k, s * bk_fp8_decode(base[k0 + k]));
       X86_DONE;
     }
+    case BK_Q5_0: case BK_Q5_1: case BK_Q2_K: case BK_Q3_K: case BK_IQ4_NL: case BK_IQ4_XS: {
+      /* plain: a block at a time through the reference decoder (quant.c) */
+      float blk_[256];
+      const int64_t bs = bk_type_block(w->type);
+      for (int64_t o = 0; o < len; o += bs) {
+        bk_dequant_range(w, row, k0 + o, bs, blk_);
+        for (int64_t k = 0; k < bs; k++) EMIT_ONE(o + k, blk_[k]);
+      }
+      X86_DONE;
+    }
     default: X86_DONE;
   }
 }
