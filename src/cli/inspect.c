@@ -338,8 +338,19 @@ static int inspect_gguf(model_facts *m, const char *path) {
   gguf_arr tokens;
   if (m->vocab_size < 0 && gguf_get_arr(g, "tokenizer.ggml.tokens", &tokens, NULL) == 0) m->vocab_size = (int64_t)tokens.n;
   m->chat_template = gguf_has(g, "tokenizer.chat_template");
-  /* GGUF architectures are named by llama.cpp, not by config.json; report, do not judge. */
+  /* GGUF architectures are named by llama.cpp, not by config.json; report, do not judge. The
+   * tensor types are hearth's to judge: one it cannot multiply makes the file unusable. */
   m->type_supported = true;
+  for (size_t i = 0; i < n; i++) {
+    const gguf_tensor *t = gguf_tensor_at(g, i);
+    bk_type bt;
+    if (!model_bk_type_of_gguf((gguf_tensor_type)t->type, &bt)) {
+      snprintf(m->problem, sizeof m->problem, "%s: tensor '%s' has type %s, which hearth does not read (it reads %s)", path,
+               t->name, gguf_tensor_type_name(t->type), GGUF_MODEL_TYPES);
+      m->type_supported = false;
+      break;
+    }
+  }
   gguf_close(g);
   return 0;
 }

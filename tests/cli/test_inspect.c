@@ -506,6 +506,22 @@ static void test_gguf_file_type(void) {
   const char *text[] = {"inspect", path, NULL};
   r = run_hearth(text);
   CHECK_MSG(strstr(r.out, "gguf q3_K, 3-bit, group size 256, file type Q3_K_M") != NULL, "%s", r.out);
+  CHECK_EQ_INT(r.status, 0);
+  run_free(&r);
+  /* a type hearth does not read (IQ2_XS): still described, and refused naming the tensor and the type */
+  snprintf(path, sizeof path, "%s", tmp_path("iq2.gguf"));
+  w = gguf_writer_new();
+  gguf_writer_str(w, "general.architecture", "llama");
+  gguf_writer_u32(w, "general.file_type", 20);
+  CHECK(gguf_writer_tensor(w, "blk.0.ffn_up.weight", GGUF_TENSOR_IQ2_XS, 2, small, zeros) >= 0);
+  CHECK_MSG(gguf_writer_write(w, path, NULL, NULL, &err) == 0, "%s", err.msg);
+  gguf_writer_free(w);
+  o = inspect_json(path, &r);
+  CHECK_EQ_INT(r.status, 1);
+  CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(o, "quantization"), "file_type")), "IQ2_XS");
+  CHECK(json_is_false(json_object_get(o, "supported")));
+  CHECK_MSG(strstr(r.err, "blk.0.ffn_up.weight") && strstr(r.err, "iq2_xs"), "%s", r.err);
+  json_decref(o);
   run_free(&r);
 }
 
