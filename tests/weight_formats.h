@@ -18,6 +18,8 @@ static const fmt formats[] = {
     {BK_MLX_AFFINE, 4, 32, BK_F16},  {BK_MLX_AFFINE, 4, 64, BK_BF16}, {BK_MLX_AFFINE, 4, 128, BK_F32},
     {BK_MLX_AFFINE, 8, 32, BK_BF16}, {BK_MLX_AFFINE, 8, 64, BK_F32},  {BK_MLX_AFFINE, 8, 128, BK_F16},
     {BK_FP8, 0, 0, BK_F32},
+    {BK_Q5_0, 0, 0, 0}, {BK_Q5_1, 0, 0, 0}, {BK_Q2_K, 0, 0, 0}, {BK_Q3_K, 0, 0, 0},
+    {BK_IQ4_NL, 0, 0, 0}, {BK_IQ4_XS, 0, 0, 0},
 };
 #define N_FORMATS (int)(sizeof formats / sizeof formats[0])
 

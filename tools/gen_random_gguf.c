@@ -12,7 +12,8 @@
  * The experts are stacked 3-D as llama.cpp writes them (ffn_gate_exps,
  * ffn_up_exps [experts, 768, 2048], ffn_down_exps [experts, 2048, 768]); the
  * router (ffn_gate_inp) and norms stay f32 as llama.cpp's quantizer leaves
- * them. Weight types: f16, q8_0, q4_0, q4_k (every other matrix; q4_k blocks
+ * them. Weight types: f16, q8_0, q4_0, q5_0, q5_1, iq4_nl (quantized from
+ * random normals), q4_k, q2_k, q3_k, iq4_xs (every other matrix; these blocks
  * are random bytes under small fixed scales, not a quantized normal
  * distribution: a speed run's weights, written at the disk's rate). The vocabulary is
  * a SentencePiece-style one with byte tokens and filler pieces, enough for
@@ -25,7 +26,7 @@
  * then carries the large values that follow.
  *
  *   cc -O2 -o gen_random_gguf tools/gen_random_gguf.c -lm
- *   ./gen_random_gguf OUT.gguf f16|q8_0|q4_0 [1b|tiny|a3b|moe-tiny[-wild] [LAYERS [EXPERTS [VOCAB]]]]
+ *   ./gen_random_gguf OUT.gguf f16|q8_0|q4_0|q4_k|q5_0|q5_1|q2_k|q3_k|iq4_nl|iq4_xs [1b|tiny|a3b|moe-tiny[-wild] [LAYERS [EXPERTS [VOCAB]]]]
  */
 #include <math.h>
 #include <stdbool.h>
@@ -34,7 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q8_0 = 8, T_Q4_K = 12 };
+enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12,
+       T_IQ4_NL = 20, T_IQ4_XS = 23 };
+static const int8_t iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 enum { V_U32 = 4, V_I32 = 5, V_F32 = 6, V_BOOL = 7, V_STRING = 8, V_ARRAY = 9 };
 
 typedef struct {
@@ -86,7 +89,12 @@ static uint64_t tsize(int type, int64_t ne0, int64_t ne1, int64_t ne2) {
     case T_F16: return (uint64_t)n * 2;
     case T_Q8_0: return (uint64_t)(n / 32) * 34;
     case T_Q4_K: return (uint64_t)(n / 256) * 144;
-    default: return (uint64_t)(n / 32) * 18;
+    case T_Q5_0: return (uint64_t)(n / 32) * 22;
+    case T_Q5_1: return (uint64_t)(n / 32) * 24;
+    case T_Q2_K: return (uint64_t)(n / 256) * 84;
+    case T_Q3_K: return (uint64_t)(n / 256) * 110;
+    case T_IQ4_XS: return (uint64_t)(n / 256) * 136;
+    default: return (uint64_t)(n / 32) * 18; /* q4_0, iq4_nl */
   }
 }
 
@@ -124,6 +132,28 @@ static void write_tensor(FILE *f, const tinfo *t) {
     }
     return;
   }
+  if (t->type == T_Q2_K || t->type == T_Q3_K || t->type == T_IQ4_XS) {
+    /* random bytes under small fixed super-block scales (as q4_k): d, and dmin for q2_K */
+    const int bs = t->type == T_Q2_K ? 84 : t->type == T_Q3_K ? 110 : 136;
+    const int doff = t->type == T_Q2_K ? 80 : t->type == T_Q3_K ? 108 : 0;
+    const float dv = t->type == T_Q2_K ? t->std * 2.0f / 45.0f : t->type == T_Q3_K ? t->std / 64.0f : t->std / (16.0f * 127.0f);
+    uint16_t d = f32_to_f16(dv), dmin = f32_to_f16(t->std / 15.0f);
+    static uint8_t buf[136 * 1024];
+    for (int64_t b = 0; b < n / 256; b += 1024) {
+      int m = (int)(n / 256 - b < 1024 ? n / 256 - b : 1024);
+      for (int k = 0; k < bs * m; k += 4) {
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        uint32_t v = (uint32_t)(rng >> 32);
+        memcpy(buf + k, &v, 4);
+      }
+      for (int j = 0; j < m; j++) {
+        memcpy(buf + bs * j + doff, &d, 2);
+        if (t->type == T_Q2_K) memcpy(buf + bs * j + 82, &dmin, 2);
+      }
+      fwrite(buf, (size_t)bs, (size_t)m, f);
+    }
+    return;
+  }
   for (int64_t b = 0; b < n / 32; b++) {
     float x[32], amax = 0, mx = 0;
     for (int j = 0; j < 32; j++) {
@@ -137,6 +167,36 @@ static void write_tensor(FILE *f, const tinfo *t) {
       for (int j = 0; j < 32; j++) q[j] = (int8_t)roundf(x[j] * id);
       fwrite(&dh, 2, 1, f);
       fwrite(q, 1, 32, f);
+    } else if (t->type == T_Q5_0 || t->type == T_Q5_1) { /* 5-bit quants: fifth bits in a 32-bit word, nibbles as q4_0 */
+      float lo = x[0], hi = x[0];
+      for (int j = 1; j < 32; j++) { lo = fminf(lo, x[j]); hi = fmaxf(hi, x[j]); }
+      float d = t->type == T_Q5_0 ? mx / -16.0f : (hi - lo) / 31.0f, id = d ? 1.0f / d : 0;
+      uint16_t dh = f32_to_f16(d), mh = f32_to_f16(lo);
+      uint8_t q[16];
+      uint32_t qh = 0;
+      for (int j = 0; j < 32; j++) {
+        int v = t->type == T_Q5_0 ? (int)(x[j] * id + 16.5f) : (int)((x[j] - lo) * id + 0.5f);
+        v = v < 0 ? 0 : v > 31 ? 31 : v;
+        if (j < 16) q[j] = (uint8_t)(v & 15);
+        else q[j - 16] |= (uint8_t)((v & 15) << 4);
+        qh |= (uint32_t)(v >> 4) << j;
+      }
+      fwrite(&dh, 2, 1, f);
+      if (t->type == T_Q5_1) fwrite(&mh, 2, 1, f);
+      fwrite(&qh, 4, 1, f);
+      fwrite(q, 1, 16, f);
+    } else if (t->type == T_IQ4_NL) { /* the nearest of the 16 levels at d = max / -127 */
+      float d = mx / -127.0f, id = d ? 1.0f / d : 0;
+      uint16_t dh = f32_to_f16(d);
+      uint8_t q[16] = {0};
+      for (int j = 0; j < 32; j++) {
+        int best = 0;
+        for (int k = 1; k < 16; k++)
+          if (fabsf(x[j] * id - iq4nl_levels[k]) < fabsf(x[j] * id - iq4nl_levels[best])) best = k;
+        q[j % 16] |= (uint8_t)(best << (j < 16 ? 0 : 4));
+      }
+      fwrite(&dh, 2, 1, f);
+      fwrite(q, 1, 16, f);
     } else {
       float d = mx / -8.0f, id = d ? 1.0f / d : 0;
       uint16_t dh = f32_to_f16(d);
@@ -155,11 +215,15 @@ static void write_tensor(FILE *f, const tinfo *t) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s OUT.gguf f16|q8_0|q4_0|q4_k [1b|8b|tiny|a3b|moe-tiny[-wild] [LAYERS [EXPERTS [VOCAB]]]]\n", argv[0]);
+    fprintf(stderr, "usage: %s OUT.gguf f16|q8_0|q4_0|q4_k|q5_0|q5_1|q2_k|q3_k|iq4_nl|iq4_xs [1b|8b|tiny|a3b|moe-tiny[-wild] [LAYERS [EXPERTS [VOCAB]]]]\n", argv[0]);
     return 2;
   }
-  int wt = strcmp(argv[2], "f16") == 0 ? T_F16 : strcmp(argv[2], "q8_0") == 0 ? T_Q8_0 : strcmp(argv[2], "q4_0") == 0 ? T_Q4_0
-         : strcmp(argv[2], "q4_k") == 0 ? T_Q4_K : -1;
+  static const struct { const char *name; int type; } wtypes[] = {
+      {"f16", T_F16},   {"q8_0", T_Q8_0}, {"q4_0", T_Q4_0}, {"q4_k", T_Q4_K},     {"q5_0", T_Q5_0},
+      {"q5_1", T_Q5_1}, {"q2_k", T_Q2_K}, {"q3_k", T_Q3_K}, {"iq4_nl", T_IQ4_NL}, {"iq4_xs", T_IQ4_XS}};
+  int wt = -1;
+  for (size_t i = 0; i < sizeof wtypes / sizeof wtypes[0]; i++)
+    if (!strcmp(argv[2], wtypes[i].name)) wt = wtypes[i].type;
   if (wt < 0) { fprintf(stderr, "unknown type %s\n", argv[2]); return 2; }
   char sn[32];
   snprintf(sn, sizeof sn, "%s", argc > 3 ? argv[3] : "1b");

@@ -113,6 +113,8 @@ typedef struct fmt {
 static const fmt formats[] = {
     {"f32", BK_F32, 0, 0},   {"f16", BK_F16, 0, 0},   {"bf16", BK_BF16, 0, 0}, {"q8_0", BK_Q8_0, 0, 0},
     {"q4_0", BK_Q4_0, 0, 0}, {"q4_K", BK_Q4_K, 0, 0}, {"q5_K", BK_Q5_K, 0, 0}, {"q6_K", BK_Q6_K, 0, 0},
+    {"q5_0", BK_Q5_0, 0, 0}, {"q5_1", BK_Q5_1, 0, 0}, {"q2_K", BK_Q2_K, 0, 0}, {"q3_K", BK_Q3_K, 0, 0},
+    {"iq4_nl", BK_IQ4_NL, 0, 0}, {"iq4_xs", BK_IQ4_XS, 0, 0},
     {"mlx8 g64", BK_MLX_AFFINE, 8, 64}, {"mlx4 g64", BK_MLX_AFFINE, 4, 64},
 };
 #define N_FORMATS (int)(sizeof formats / sizeof formats[0])

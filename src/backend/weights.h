@@ -1,5 +1,6 @@
 /* weights.h — weight matrices kept in their stored format (f32, f16, bf16,
- * GGUF Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K, MLX affine 4/8-bit) and the matmul
+ * GGUF Q8_0 / Q4_0 / Q5_0 / Q5_1 / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K /
+ * IQ4_NL / IQ4_XS, MLX affine 4/8-bit, FP8) and the matmul
  * that multiplies activations by them without converting the whole matrix.
  *
  * A bk_weight only describes memory it does not own: the bytes may point
@@ -34,6 +35,12 @@ typedef enum bk_type {
   BK_MLX_AFFINE, /* MLX affine: bits 4|8, group_size 32|64|128, scales + biases */
   BK_FP8,        /* FP8 E4M3 (the OCP "fn" variant: no infinities, S.1111.111 is NaN), one byte an
                     element, and one f32 scale per output row (scales [rows]): w = scale[row] * e4m3 */
+  BK_Q5_0,       /* ggml block_q5_0: f16 d; qh[4]; qs[16]           (22 bytes / 32)  */
+  BK_Q5_1,       /* ggml block_q5_1: f16 d, m; qh[4]; qs[16]        (24 bytes / 32)  */
+  BK_Q2_K,       /* ggml block_q2_K: scales[16]; qs[64]; f16 d, dmin (84 bytes / 256) */
+  BK_Q3_K,       /* ggml block_q3_K: hmask[32]; qs[64]; scales[12]; f16 d (110 / 256) */
+  BK_IQ4_NL,     /* ggml block_iq4_nl: f16 d; qs[16], 4-bit indices into kvalues_iq4nl (18 / 32) */
+  BK_IQ4_XS,     /* ggml block_iq4_xs: f16 d; scales_h; scales_l[4]; qs[128] (136 / 256) */
   BK_TYPE_COUNT
 } bk_type;
 

@@ -48,7 +48,8 @@ static void usage(FILE *f) {
           "usage: hearth convert SRC DST [--to gguf|safetensors] [--quant TYPE] [--group-size 32|64|128] [--pre NAME]\n\n"
           "Converts a model folder (safetensors f32/f16/bf16 or MLX 4/8-bit) or a GGUF file.\n"
           "  --to          gguf (a file; default when DST ends in .gguf) or safetensors (a folder)\n"
-          "  --quant       gguf: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k; safetensors: f32 f16 bf16 mlx4 mlx8 fp8\n"
+          "  --quant       gguf: f32 f16 bf16 q8_0 q4_0 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs;\n"
+          "                safetensors: f32 f16 bf16 mlx4 mlx8 fp8\n"
           "                (fp8: E4M3 matrices with one f32 scale per output row, NAME_scale [rows, 1];\n"
           "                the embedding stays in the float dtype)\n"
           "                (default: the source's dtype)\n"
@@ -710,7 +711,20 @@ static const quant_choice gguf_quants[] = {
     {"f32", BK_F32, GGUF_TENSOR_F32, 0},     {"f16", BK_F16, GGUF_TENSOR_F16, 1},     {"bf16", BK_BF16, GGUF_TENSOR_BF16, 32},
     {"q8_0", BK_Q8_0, GGUF_TENSOR_Q8_0, 7},  {"q4_0", BK_Q4_0, GGUF_TENSOR_Q4_0, 2},  {"q4_k", BK_Q4_K, GGUF_TENSOR_Q4_K, 14},
     {"q5_k", BK_Q5_K, GGUF_TENSOR_Q5_K, 16}, {"q6_k", BK_Q6_K, GGUF_TENSOR_Q6_K, 18},
+    {"q5_0", BK_Q5_0, GGUF_TENSOR_Q5_0, 8},  {"q5_1", BK_Q5_1, GGUF_TENSOR_Q5_1, 9},  {"q2_k", BK_Q2_K, GGUF_TENSOR_Q2_K, 10},
+    {"q3_k", BK_Q3_K, GGUF_TENSOR_Q3_K, 11}, {"iq4_nl", BK_IQ4_NL, GGUF_TENSOR_IQ4_NL, 25},
+    {"iq4_xs", BK_IQ4_XS, GGUF_TENSOR_IQ4_XS, 30},
 };
+
+/* The 32-column type a matrix too narrow for q's 256-column blocks is kept as (F16 for the rest). */
+static bk_type narrow_fallback(bk_type t) {
+  switch (t) {
+    case BK_Q2_K: case BK_Q3_K: case BK_Q4_K: return BK_Q4_0;
+    case BK_Q5_K: case BK_Q6_K: return BK_Q8_0;
+    case BK_IQ4_XS: return BK_IQ4_NL;
+    default: return BK_F16;
+  }
+}
 
 static gguf_tensor_type bk_to_ggml(bk_type t) {
   for (size_t i = 0; i < sizeof gguf_quants / sizeof gguf_quants[0]; i++)
@@ -739,7 +753,7 @@ static int write_gguf(src_model *s, const char *dst, const char *quant, const ch
   }
   for (size_t i = 0; i < sizeof gguf_quants / sizeof gguf_quants[0]; i++)
     if (!strcasecmp(quant, gguf_quants[i].name)) q = &gguf_quants[i];
-  if (!q) return herr_set(err, HEARTH_EINVAL, "--quant %s cannot be written to GGUF (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k)", quant);
+  if (!q) return herr_set(err, HEARTH_EINVAL, "--quant %s cannot be written to GGUF (f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs)", quant);
   gguf_writer *w = gguf_writer_new();
   conv cv = {.src = s, .mlx_for = -1};
   if (!w) return herr_set(err, HEARTH_ENOMEM, "out of memory");
@@ -844,7 +858,7 @@ static int write_gguf(src_model *s, const char *dst, const char *quant, const ch
       o.type = q->type;
       if (!bk_row_bytes(o.type, t->cols, 0)) {
         /* 256-column K blocks do not fit: the 32-column type of about the same size */
-        bk_type fb = q->type == BK_Q4_K ? BK_Q4_0 : q->type == BK_Q5_K || q->type == BK_Q6_K ? BK_Q8_0 : BK_F16;
+        bk_type fb = narrow_fallback(q->type);
         o.type = bk_row_bytes(fb, t->cols, 0) ? fb : BK_F16;
         fallbacks++;
       }
@@ -858,9 +872,9 @@ static int write_gguf(src_model *s, const char *dst, const char *quant, const ch
     rc = add_out(&cv, o, err);
   }
   if (fallbacks)
-    fprintf(stderr, "hearth convert: %d matri%s with rows that are not whole %s blocks kept as %s\n", fallbacks,
-            fallbacks == 1 ? "x" : "ces", q->name,
-            q->type == BK_Q4_K ? "q4_0 (or f16)" : q->type == BK_Q5_K || q->type == BK_Q6_K ? "q8_0 (or f16)" : "f16");
+    fprintf(stderr, "hearth convert: %d matri%s with rows that are not whole %s blocks kept as %s%s\n", fallbacks,
+            fallbacks == 1 ? "x" : "ces", q->name, narrow_fallback(q->type) == BK_F16 ? "f16" : bk_type_name(narrow_fallback(q->type)),
+            narrow_fallback(q->type) == BK_F16 ? "" : " (or f16)");
   if (!rc) rc = progress_start(&cv, dst, (int)gguf_writer_tensor_count(w), gguf_size, w, err);
   if (!rc) rc = gguf_writer_write(w, dst, fill_progress, &cv, err);
   if (!rc) progress_end(&cv);

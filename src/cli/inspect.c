@@ -19,6 +19,7 @@
 #include "format/config.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
+#include "model/gguf_model.h"
 
 #define INSPECT_MAX_DTYPES 64
 
@@ -47,6 +48,7 @@ typedef struct model_facts {
   bool quantized;
   int64_t quant_bits, quant_group_size;   /* -1 when not stated */
   char quant_method[32];
+  char file_type[16];                     /* GGUF general.file_type by llama.cpp's name ("Q4_K_M"); "" when absent */
   bool chat_template;
   bool tensors_read;             /* the weights could be read (else nothing is printed) */
   char problem[1024];            /* why the model is not usable although its weights were read ("" if none) */
@@ -74,7 +76,9 @@ static void usage(FILE *f) {
           "              active_parameters, expert_bytes and expert_resident_bytes (null\n"
           "              unless a mixture of experts), nextn_parameters,\n"
           "              tensors, shards, bytes_by_dtype, context_length, vocab_size,\n"
-          "              quantization (null or {bits, group_size, method}), chat_template\n"
+          "              quantization (null or {bits, group_size, method}; GGUF also\n"
+          "              file_type, llama.cpp's name of the mix: Q4_K_M, Q3_K_S, IQ4_XS...),\n"
+          "              chat_template\n"
           "  -h, --help  this text\n\n"
           "Exits 1 when a file is malformed or the model_type is not supported (what\n"
           "could be read is still printed).\n");
@@ -310,6 +314,12 @@ static int inspect_gguf(model_facts *m, const char *path) {
       }
     m->quant_group_size = ti ? ti->block_size : -1;
   }
+  int64_t ft;
+  if (gguf_get_int(g, "general.file_type", &ft, NULL) == 0) {
+    const char *ftn = gguf_model_file_type_name(ft);
+    if (ftn) snprintf(m->file_type, sizeof m->file_type, "%s", ftn);
+    else snprintf(m->file_type, sizeof m->file_type, "type %lld", (long long)ft);
+  }
   char *arch = NULL;
   if (gguf_get_strdup(g, "general.architecture", &arch, NULL) == 0 && arch) {
     snprintf(m->model_type, sizeof m->model_type, "%s", arch);
@@ -328,8 +338,19 @@ static int inspect_gguf(model_facts *m, const char *path) {
   gguf_arr tokens;
   if (m->vocab_size < 0 && gguf_get_arr(g, "tokenizer.ggml.tokens", &tokens, NULL) == 0) m->vocab_size = (int64_t)tokens.n;
   m->chat_template = gguf_has(g, "tokenizer.chat_template");
-  /* GGUF architectures are named by llama.cpp, not by config.json; report, do not judge. */
+  /* GGUF architectures are named by llama.cpp, not by config.json; report, do not judge. The
+   * tensor types are hearth's to judge: one it cannot multiply makes the file unusable. */
   m->type_supported = true;
+  for (size_t i = 0; i < n; i++) {
+    const gguf_tensor *t = gguf_tensor_at(g, i);
+    bk_type bt;
+    if (!model_bk_type_of_gguf((gguf_tensor_type)t->type, &bt)) {
+      snprintf(m->problem, sizeof m->problem, "%s: tensor '%s' has type %s, which hearth does not read (it reads %s)", path,
+               t->name, gguf_tensor_type_name(t->type), GGUF_MODEL_TYPES);
+      m->type_supported = false;
+      break;
+    }
+  }
   gguf_close(g);
   return 0;
 }
@@ -381,6 +402,7 @@ static json_t *facts_json(const model_facts *m) {
     json_object_set_new(quant, "bits", m->quant_bits >= 0 ? json_integer(m->quant_bits) : json_null());
     json_object_set_new(quant, "group_size", m->quant_group_size >= 0 ? json_integer(m->quant_group_size) : json_null());
     json_object_set_new(quant, "method", json_string(m->quant_method));
+    if (m->file_type[0]) json_object_set_new(quant, "file_type", json_string(m->file_type));
   }
   for (int i = 0; i < m->ndtypes; i++) json_object_set_new(bytes, m->dtypes[i].name, json_integer((json_int_t)m->dtypes[i].bytes));
   json_object_set_new(o, "format", json_string(m->format));
@@ -458,6 +480,7 @@ static void print_facts(const char *path, const model_facts *m) {
     printf("  quantization    %s", m->quant_method);
     if (m->quant_bits >= 0) printf(", %lld-bit", (long long)m->quant_bits);
     if (m->quant_group_size >= 0) printf(", group size %lld", (long long)m->quant_group_size);
+    if (m->file_type[0]) printf(", file type %s", m->file_type);
     printf("\n");
   }
   printf("  chat template   %s\n", m->chat_template ? "yes" : "no");

@@ -231,8 +231,27 @@ bool model_bk_type_of_gguf(gguf_tensor_type t, bk_type *out) {
     case GGUF_TENSOR_Q4_K: *out = BK_Q4_K; return true;
     case GGUF_TENSOR_Q5_K: *out = BK_Q5_K; return true;
     case GGUF_TENSOR_Q6_K: *out = BK_Q6_K; return true;
+    case GGUF_TENSOR_Q5_0: *out = BK_Q5_0; return true;
+    case GGUF_TENSOR_Q5_1: *out = BK_Q5_1; return true;
+    case GGUF_TENSOR_Q2_K: *out = BK_Q2_K; return true;
+    case GGUF_TENSOR_Q3_K: *out = BK_Q3_K; return true;
+    case GGUF_TENSOR_IQ4_NL: *out = BK_IQ4_NL; return true;
+    case GGUF_TENSOR_IQ4_XS: *out = BK_IQ4_XS; return true;
     default: return false;
   }
+}
+
+const char *gguf_model_file_type_name(int64_t ft) {
+  static const char *const names[] = {
+      [0] = "F32",      [1] = "F16",      [2] = "Q4_0",     [3] = "Q4_1",     [7] = "Q8_0",     [8] = "Q5_0",
+      [9] = "Q5_1",     [10] = "Q2_K",    [11] = "Q3_K_S",  [12] = "Q3_K_M",  [13] = "Q3_K_L",  [14] = "Q4_K_S",
+      [15] = "Q4_K_M",  [16] = "Q5_K_S",  [17] = "Q5_K_M",  [18] = "Q6_K",    [19] = "IQ2_XXS", [20] = "IQ2_XS",
+      [21] = "Q2_K_S",  [22] = "IQ3_XS",  [23] = "IQ3_XXS", [24] = "IQ1_S",   [25] = "IQ4_NL",  [26] = "IQ3_S",
+      [27] = "IQ3_M",   [28] = "IQ2_S",   [29] = "IQ2_M",   [30] = "IQ4_XS",  [31] = "IQ1_M",   [32] = "BF16",
+      [36] = "TQ1_0",   [37] = "TQ2_0",   [38] = "MXFP4_MOE",
+  };
+  if (ft < 0 || ft >= (int64_t)(sizeof names / sizeof names[0])) return NULL;
+  return names[ft];
 }
 
 const gguf_tensor *gguf_model_find(const gguf_file *g, const char *hf_name) {
@@ -244,18 +263,9 @@ const gguf_tensor *gguf_model_find(const gguf_file *g, const char *hf_name) {
 /* A whole tensor as floats, through the backend's dequantization of the stored format. */
 static int to_f32(const gguf_tensor *t, float *out, herr *err) {
   bk_type bt;
-  switch (t->type) {
-    case GGUF_TENSOR_F32:
-    case GGUF_TENSOR_F16:
-    case GGUF_TENSOR_BF16:
-    case GGUF_TENSOR_Q8_0:
-    case GGUF_TENSOR_Q4_0:
-      if (model_bk_type_of_gguf(t->type, &bt)) break;
-      /* fall through */
-    default:
-      return herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor type %s is not supported yet (F32, F16, BF16, Q8_0, Q4_0)", t->name,
-                      gguf_tensor_type_name(t->type));
-  }
+  if (!model_bk_type_of_gguf(t->type, &bt))
+    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor type %s is not supported (%s)", t->name, gguf_tensor_type_name(t->type),
+                    GGUF_MODEL_TYPES);
   bk_weight w = {.type = bt, .rows = 1, .cols = t->nelements, .data = t->data};
   return bk_dequant_row(&w, 0, out, err);
 }

@@ -25,6 +25,11 @@ bool gguf_model_gguf_to_hf_name(const char *gguf, char *out, size_t n);
 /* The backend weight type a stored dtype / ggml type is multiplied as; false when none. */
 bool model_bk_type_of_st(st_dtype dt, bk_type *out);
 bool model_bk_type_of_gguf(gguf_tensor_type t, bk_type *out);
+/* llama.cpp's name of a general.file_type value (llama_ftype: "Q4_K_M",
+ * "Q3_K_S", "IQ4_XS", "F16"...); NULL when unknown. */
+const char *gguf_model_file_type_name(int64_t ft);
+/* The tensor types model_bk_type_of_gguf takes, for messages. */
+#define GGUF_MODEL_TYPES "f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs"
 
 /* The GGUF tensor holding Hugging Face tensor hf_name, or NULL (absent or no GGUF name for it). */
 const gguf_tensor *gguf_model_find(const gguf_file *g, const char *hf_name);

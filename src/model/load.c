@@ -238,7 +238,7 @@ int model_describe_matrix(model *m, const weight_src *src, const char *name, int
     }
     bk_type bt;
     if (!model_bk_type_of_gguf(t->type, &bt))
-      return herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor type %s is not supported (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)",
+      return herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor type %s is not supported (" GGUF_MODEL_TYPES ")",
                       t->name, gguf_tensor_type_name(t->type));
     *out = (bk_weight){.type = bt, .rows = rows, .cols = cols, .data = t->data};
   } else {
@@ -333,7 +333,7 @@ int model_describe_stack(model *m, const weight_src *src, const char *name, int6
   const void *data;
   if (f.gt) {
     if (!model_bk_type_of_gguf(f.gt->type, &bt))
-      return herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor type %s is not supported (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)",
+      return herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor type %s is not supported (" GGUF_MODEL_TYPES ")",
                       f.name, gguf_tensor_type_name(f.gt->type));
     data = f.gt->data;
   } else {

@@ -20,7 +20,8 @@
  * to the blocks that each sequence's block table names.
  *
  * Coverage. embed and matmul for every stored format (f32, f16, bf16, Q8_0,
- * Q4_0, Q4_K, Q5_K, Q6_K, MLX affine 4/8-bit with group sizes 32/64/128 and
+ * Q4_0, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, FP8, MLX
+ * affine 4/8-bit with group sizes 32/64/128 and
  * f32/f16/bf16 scales); matmul at 1, 2, 3, 7, 8, 9, 33 and 100 rows (the
  * GEMV and GEMM paths), with and without bias, odd output counts, long
  * rows, and x / y as row windows of larger tensors (the rows around y must
@@ -552,7 +553,8 @@ static void test_matmul_half_fast(void) {
   herr err = {0};
   if (bk_backend_open(dev_label, &opts, &be, &err)) die("fast backend", &err);
   static const fmt fs[] = {{BK_F16, 0, 0, 0},  {BK_Q8_0, 0, 0, 0}, {BK_Q4_0, 0, 0, 0},         {BK_Q4_K, 0, 0, 0},
-                           {BK_Q6_K, 0, 0, 0}, {BK_FP8, 0, 0, BK_F32}, {BK_MLX_AFFINE, 4, 64, BK_BF16}};
+                           {BK_Q6_K, 0, 0, 0}, {BK_FP8, 0, 0, BK_F32}, {BK_MLX_AFFINE, 4, 64, BK_BF16},
+                           {BK_Q5_1, 0, 0, 0}, {BK_Q3_K, 0, 0, 0}, {BK_IQ4_XS, 0, 0, 0}};
   /* (more than 8 rows: fewer take the GEMV) */
   static const struct { int64_t n, rows, cols; } cases[] = {{9, 40, 256}, {17, 70, 512}, {33, 257, 768}, {100, 33, 1024}};
   op_stat *st = stat_for("matmul half fast (dev)");

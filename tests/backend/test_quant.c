@@ -284,6 +284,10 @@ static void test_quantize_errors(void) {
   check_error(BK_Q4_K, 256, 0.5 / 15 + 0.025, 0.5 / 15 / sqrt(3.0));
   check_error(BK_Q5_K, 256, 0.5 / 31 + 0.016, 0.5 / 31 / sqrt(3.0));
   check_error(BK_Q6_K, 256, 0.5 / 31 + 0.01, 0.5 / 31 / sqrt(3.0));
+  check_error(BK_Q5_0, 32, 1.0 / 16 * 1.01, 0.5 / 16 / sqrt(3.0));   /* as Q4_0, d = amax / 16 */
+  check_error(BK_Q5_1, 32, 0.5 / 31 + 1.0 / 1024, 0.5 / 31 / sqrt(3.0)); /* d = range / 31, m = min */
+  /* IQ4_NL: d = amax / 127; the levels' widest gap (89..113) and the top (113..127) leave at most 14 d */
+  check_error(BK_IQ4_NL, 32, 14.0 / 127 * 1.01, 0.5 * 16 / 127 / sqrt(3.0));
 }
 
 static void test_mlx_errors(void) {

@@ -11,7 +11,8 @@
  *   tokenizer (same ids as tokenizer.json) are checked, and GGUF → safetensors
  *   undoes the permutation;
  * - q4_k, q5_k and q6_k on a random model 256 wide (the golden one is too narrow for
- *   256-element blocks and falls back to q4_0);
+ *   256-element blocks and falls back to q4_0), and the same for q5_0, q5_1,
+ *   q2_k, q3_k, iq4_nl and iq4_xs (file types as llama.cpp numbers them);
  * - the tokenizers of .deps (llama2 SPM, llama3.1 and qwen3 BPE) written
  *   into GGUF give the tokenizer.json ids (skipped when .deps is missing);
  * - errors: unsupported architecture, MLX type to GGUF, missing source;
@@ -471,9 +472,10 @@ static void make_random_llama(const char *dir, int D, int H, int KV, int I, int 
   for (int i = 0; i < nb; i++) free(bufs[i]);
 }
 
-/* A K-quant (Q4_K, Q5_K, Q6_K) GGUF of a model 256 wide: tensor types, file
- * type, and logits against the dequantized reference (f32 activations) and
- * through the 8-bit integer kernels. */
+/* A block-quantized GGUF (Q4_K, Q5_K, Q6_K, Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL,
+ * IQ4_XS) of a model 256 wide: tensor types, file type, and logits against
+ * the dequantized reference (f32 activations) and through the 8-bit integer
+ * kernels (where the type has them). */
 static void check_k_wide(const char *quant, bk_type type, gguf_tensor_type gtype, int file_type) {
   char dir[400], dst[400], ref[400], cmd[1200];
   snprintf(dir, sizeof dir, "%s/wide", tmp);
@@ -516,6 +518,12 @@ static void test_k_quants_wide(void) {
   check_k_wide("q4_k", BK_Q4_K, GGUF_TENSOR_Q4_K, 14);
   check_k_wide("q5_k", BK_Q5_K, GGUF_TENSOR_Q5_K, 16);
   check_k_wide("q6_k", BK_Q6_K, GGUF_TENSOR_Q6_K, 18);
+  check_k_wide("q5_0", BK_Q5_0, GGUF_TENSOR_Q5_0, 8);
+  check_k_wide("q5_1", BK_Q5_1, GGUF_TENSOR_Q5_1, 9);
+  check_k_wide("q2_k", BK_Q2_K, GGUF_TENSOR_Q2_K, 10);
+  check_k_wide("q3_k", BK_Q3_K, GGUF_TENSOR_Q3_K, 11);
+  check_k_wide("iq4_nl", BK_IQ4_NL, GGUF_TENSOR_IQ4_NL, 25);
+  check_k_wide("iq4_xs", BK_IQ4_XS, GGUF_TENSOR_IQ4_XS, 30);
 }
 
 static void test_gguf_to_safetensors(void) {
@@ -553,10 +561,10 @@ static void test_errors(void) {
   free(se);
   snprintf(cmd, sizeof cmd, "'%s' convert '%s' '%s/x.gguf' --quant mlx4", HEARTH_BINARY, src, tmp);
   CHECK_EQ_INT(run(cmd), 2);
-  snprintf(cmd, sizeof cmd, "'%s' convert '%s' '%s/x.gguf' --quant q3_k", HEARTH_BINARY, src, tmp);
+  snprintf(cmd, sizeof cmd, "'%s' convert '%s' '%s/x.gguf' --quant iq2_xs", HEARTH_BINARY, src, tmp);
   CHECK_EQ_INT(run(cmd), 1);
   se = last_stderr();
-  CHECK_MSG(strstr(se, "q3_k"), "%s", se);
+  CHECK_MSG(strstr(se, "iq2_xs"), "%s", se);
   free(se);
   snprintf(cmd, sizeof cmd, "'%s' convert '%s' '%s/x' --quant q4_0", HEARTH_BINARY, src, tmp);
   CHECK_EQ_INT(run(cmd), 1);

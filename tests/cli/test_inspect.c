@@ -17,6 +17,7 @@
 #include "base/buf.h"
 #include "base/file.h"
 #include "format/gguf.h"
+#include "format/gguf_write.h"
 #include "test.h"
 
 static char tmpdir[] = "/tmp/hearth_inspect_XXXXXX";
@@ -479,6 +480,51 @@ static int64_t recorded_params(const json_t *v) {
   return -1;
 }
 
+/* A GGUF of llama.cpp's Q3_K_M mix (general.file_type 12): q3_K and q2_K
+ * matrices; inspect names the most common block type and the mix. */
+static void test_gguf_file_type(void) {
+  char path[600];
+  snprintf(path, sizeof path, "%s", tmp_path("mix.gguf"));
+  gguf_writer *w = gguf_writer_new();
+  gguf_writer_str(w, "general.architecture", "llama");
+  gguf_writer_u32(w, "general.file_type", 12);
+  static uint8_t zeros[4 * 110];
+  int64_t big[2] = {256, 4}, small[2] = {256, 2};
+  CHECK(gguf_writer_tensor(w, "blk.0.ffn_up.weight", GGUF_TENSOR_Q3_K, 2, big, zeros) >= 0);
+  CHECK(gguf_writer_tensor(w, "blk.0.ffn_down.weight", GGUF_TENSOR_Q2_K, 2, small, zeros) >= 0);
+  herr err = {0};
+  CHECK_MSG(gguf_writer_write(w, path, NULL, NULL, &err) == 0, "%s", err.msg);
+  gguf_writer_free(w);
+  run_result r;
+  json_t *o = inspect_json(path, &r);
+  const json_t *q = json_object_get(o, "quantization");
+  CHECK_EQ_STR(json_string_value(json_object_get(q, "method")), "gguf q3_K");
+  CHECK_EQ_STR(json_string_value(json_object_get(q, "file_type")), "Q3_K_M");
+  CHECK_EQ_INT(json_integer_value(json_object_get(q, "bits")), 3);
+  json_decref(o);
+  run_free(&r);
+  const char *text[] = {"inspect", path, NULL};
+  r = run_hearth(text);
+  CHECK_MSG(strstr(r.out, "gguf q3_K, 3-bit, group size 256, file type Q3_K_M") != NULL, "%s", r.out);
+  CHECK_EQ_INT(r.status, 0);
+  run_free(&r);
+  /* a type hearth does not read (IQ2_XS): still described, and refused naming the tensor and the type */
+  snprintf(path, sizeof path, "%s", tmp_path("iq2.gguf"));
+  w = gguf_writer_new();
+  gguf_writer_str(w, "general.architecture", "llama");
+  gguf_writer_u32(w, "general.file_type", 20);
+  CHECK(gguf_writer_tensor(w, "blk.0.ffn_up.weight", GGUF_TENSOR_IQ2_XS, 2, small, zeros) >= 0);
+  CHECK_MSG(gguf_writer_write(w, path, NULL, NULL, &err) == 0, "%s", err.msg);
+  gguf_writer_free(w);
+  o = inspect_json(path, &r);
+  CHECK_EQ_INT(r.status, 1);
+  CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(o, "quantization"), "file_type")), "IQ2_XS");
+  CHECK(json_is_false(json_object_get(o, "supported")));
+  CHECK_MSG(strstr(r.err, "blk.0.ffn_up.weight") && strstr(r.err, "iq2_xs"), "%s", r.err);
+  json_decref(o);
+  run_free(&r);
+}
+
 static void test_golden(void) {
   const char *gold = HEARTH_SOURCE_DIR "/tests/fixtures/golden";
   char p[700];
@@ -601,6 +647,7 @@ int main(void) {
   RUN(test_truncated);
   RUN(test_usage);
   RUN(test_gguf);
+  RUN(test_gguf_file_type);
   RUN(test_golden);
   RUN(test_expert_budget);
   if (!getenv("HEARTH_TEST_KEEP")) cleanup();

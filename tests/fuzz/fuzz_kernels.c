@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   bk_weight w = {0};
   w.type = (bk_type)(data[0] % (BK_TYPE_COUNT + 1)); /* one past the end: an unknown type */
   w.rows = 1 + data[1] % 40;
-  int64_t blk = w.type == BK_Q4_K || w.type == BK_Q5_K || w.type == BK_Q6_K ? 256 : 32;
+  int64_t blk = (unsigned)w.type < BK_TYPE_COUNT && bk_type_block(w.type) == 256 ? 256 : 32;
   w.cols = (data[2] & 0x80) ? (int64_t)(data[2] & 0x7F) : blk * (1 + data[2] % 4); /* sometimes not whole blocks */
   int64_t n = 1 + data[3] % 9;
   w.bits = (data[4] & 1) ? 8 : 4;

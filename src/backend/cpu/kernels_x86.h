@@ -232,6 +232,122 @@ X86_RET X86_FN(const bk_weight *w, int64_t row, int64_t k0, int64_t len X86_PARA
       for (int64_t k = 0; k < len; k++) EMIT_ONE(k, s * bk_fp8_decode(base[k0 + k]));
       X86_DONE;
     }
+    case BK_Q5_0:
+    case BK_Q5_1: {
+      const int one5 = w->type == BK_Q5_1;
+      const size_t bsize = one5 ? sizeof(bk_block_q5_1) : sizeof(bk_block_q5_0);
+      const uint8_t *bp = base + (size_t)(k0 / 32) * bsize;
+      /* byte l of a 16-byte mask: bit l % 8 of byte l / 8 of the fifth-bit word */
+      const __m128i spread = _mm_set_epi8(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+      const __m128i bits = _mm_set_epi8(-128, 64, 32, 16, 8, 4, 2, 1, -128, 64, 32, 16, 8, 4, 2, 1);
+      const __m128i sixteen = _mm_set1_epi8(16);
+      for (int64_t i = 0; i < len / 32; i++, bp += bsize) {
+        const uint8_t *qh = bp + (one5 ? 4 : 2);
+        uint32_t h;
+        uint16_t dh, mh;
+        memcpy(&h, qh, 4);
+        memcpy(&dh, bp, 2);
+        memcpy(&mh, bp + 2, 2);
+        float d = x86_half(dh), m = one5 ? x86_half(mh) : 0.0f;
+        __m128i v = _mm_loadu_si128((const __m128i *)(qh + 4));
+        __m128i h0 = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)h), spread);
+        __m128i h1 = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)(h >> 16)), spread);
+        h0 = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h0, bits), bits), sixteen);
+        h1 = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h1, bits), bits), sixteen);
+        __m128i a = _mm_or_si128(_mm_and_si128(v, lo4), h0), b = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(v, 4), lo4), h1);
+        if (one5) {
+          EMIT_U8(0, 32 * i, a, d, m);
+          EMIT_U8(1, 32 * i + 16, b, d, m);
+        } else {
+          EMIT_I8(0, 32 * i, _mm_sub_epi8(a, sixteen), d, 0.0f);
+          EMIT_I8(1, 32 * i + 16, _mm_sub_epi8(b, sixteen), d, 0.0f);
+        }
+      }
+      X86_DONE;
+    }
+    case BK_IQ4_NL: {
+      const bk_block_iq4_nl *b = (const bk_block_iq4_nl *)base + k0 / 32;
+      const __m128i tbl = _mm_loadu_si128((const __m128i *)bk_iq4nl_values);
+      for (int64_t i = 0; i < len / 32; i++) {
+        float d = x86_half(b[i].d);
+        __m128i v = _mm_loadu_si128((const __m128i *)b[i].qs);
+        EMIT_I8(0, 32 * i, _mm_shuffle_epi8(tbl, _mm_and_si128(v, lo4)), d, 0.0f);
+        EMIT_I8(1, 32 * i + 16, _mm_shuffle_epi8(tbl, _mm_and_si128(_mm_srli_epi16(v, 4), lo4)), d, 0.0f);
+      }
+      X86_DONE;
+    }
+    case BK_IQ4_XS: {
+      const bk_block_iq4_xs *b = (const bk_block_iq4_xs *)base + k0 / 256;
+      const __m128i tbl = _mm_loadu_si128((const __m128i *)bk_iq4nl_values);
+      for (int64_t i = 0; i < len / 256; i++) {
+        float d = x86_half(b[i].d);
+        for (int s = 0; s < 8; s++) {
+          int ls = ((b[i].scales_l[s / 2] >> (4 * (s % 2))) & 0xF) | (((b[i].scales_h >> (2 * s)) & 3) << 4);
+          float dl = d * (float)(ls - 32);
+          __m128i v = _mm_loadu_si128((const __m128i *)(b[i].qs + 16 * s));
+          int64_t o = 256 * i + 32 * s;
+          if (s & 1) {
+            EMIT_I8(2, o, _mm_shuffle_epi8(tbl, _mm_and_si128(v, lo4)), dl, 0.0f);
+            EMIT_I8(3, o + 16, _mm_shuffle_epi8(tbl, _mm_and_si128(_mm_srli_epi16(v, 4), lo4)), dl, 0.0f);
+          } else {
+            EMIT_I8(0, o, _mm_shuffle_epi8(tbl, _mm_and_si128(v, lo4)), dl, 0.0f);
+            EMIT_I8(1, o + 16, _mm_shuffle_epi8(tbl, _mm_and_si128(_mm_srli_epi16(v, 4), lo4)), dl, 0.0f);
+          }
+        }
+      }
+      X86_DONE;
+    }
+    case BK_Q2_K: {
+      const bk_block_q2_K *b = (const bk_block_q2_K *)base + k0 / 256;
+      for (int64_t i = 0; i < len / 256; i++) {
+        float d = x86_half(b[i].d), dmin = x86_half(b[i].dmin);
+        for (int h = 0; h < 2; h++) {
+          __m128i q0 = _mm_loadu_si128((const __m128i *)(b[i].qs + 32 * h));
+          __m128i q1 = _mm_loadu_si128((const __m128i *)(b[i].qs + 32 * h + 16));
+          for (int j = 0; j < 4; j++) {
+            const uint8_t sc0 = b[i].scales[8 * h + 2 * j], sc1 = b[i].scales[8 * h + 2 * j + 1];
+            int64_t o = 256 * i + 128 * h + 32 * j;
+            __m128i a = _mm_and_si128(x86_srl16(q0, 2 * j), three), c = _mm_and_si128(x86_srl16(q1, 2 * j), three);
+            if (j & 1) {
+              EMIT_I8(2, o, a, d * (float)(sc0 & 0xF), -(dmin * (float)(sc0 >> 4)));
+              EMIT_I8(3, o + 16, c, d * (float)(sc1 & 0xF), -(dmin * (float)(sc1 >> 4)));
+            } else {
+              EMIT_I8(0, o, a, d * (float)(sc0 & 0xF), -(dmin * (float)(sc0 >> 4)));
+              EMIT_I8(1, o + 16, c, d * (float)(sc1 & 0xF), -(dmin * (float)(sc1 >> 4)));
+            }
+          }
+        }
+      }
+      X86_DONE;
+    }
+    case BK_Q3_K: {
+      const bk_block_q3_K *b = (const bk_block_q3_K *)base + k0 / 256;
+      const __m128i four = _mm_set1_epi8(4);
+      for (int64_t i = 0; i < len / 256; i++) {
+        float d = x86_half(b[i].d);
+        __m128i m0 = _mm_loadu_si128((const __m128i *)b[i].hmask), m1 = _mm_loadu_si128((const __m128i *)(b[i].hmask + 16));
+        for (int h = 0; h < 2; h++) {
+          __m128i q0 = _mm_loadu_si128((const __m128i *)(b[i].qs + 32 * h));
+          __m128i q1 = _mm_loadu_si128((const __m128i *)(b[i].qs + 32 * h + 16));
+          for (int j = 0; j < 4; j++) {
+            int t = 8 * h + 2 * j, sh = 4 * h + j;
+            float d0 = d * (float)(bk_q3_K_scale(b[i].scales, t) - 32), d1 = d * (float)(bk_q3_K_scale(b[i].scales, t + 1) - 32);
+            int64_t o = 256 * i + 128 * h + 32 * j;
+            /* low two bits | the high bit at bit 2, minus 4 */
+            __m128i a = _mm_or_si128(_mm_and_si128(x86_srl16(q0, 2 * j), three), _mm_slli_epi16(_mm_and_si128(x86_srl16(m0, sh), one), 2));
+            __m128i c = _mm_or_si128(_mm_and_si128(x86_srl16(q1, 2 * j), three), _mm_slli_epi16(_mm_and_si128(x86_srl16(m1, sh), one), 2));
+            if (j & 1) {
+              EMIT_I8(2, o, _mm_sub_epi8(a, four), d0, 0.0f);
+              EMIT_I8(3, o + 16, _mm_sub_epi8(c, four), d1, 0.0f);
+            } else {
+              EMIT_I8(0, o, _mm_sub_epi8(a, four), d0, 0.0f);
+              EMIT_I8(1, o + 16, _mm_sub_epi8(c, four), d1, 0.0f);
+            }
+          }
+        }
+      }
+      X86_DONE;
+    }
     default: X86_DONE;
   }
 }

@@ -1,9 +1,11 @@
 /* quant.c — the weight formats in plain C: half/bfloat16 conversions, the
  * reference dequantization of every bk_type (the spec the SIMD kernels are
- * tested against) and quantization from f32. Block layouts follow ggml's
+ * tested against; for Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL and IQ4_XS also checked
+ * bit for bit against ggml's own dequantized floats, tests/fixtures/quants)
+ * and quantization from f32. Block layouts follow ggml's
  * ggml-common.h / ggml-quants.c bit for bit; the K-quant quantizers here are
- * plain round-to-nearest (ggml searches scales iteratively; the stored
- * format is the same). Knows nothing of files, models or threads.
+ * plain round-to-nearest (ggml searches scales iteratively, IQ4 levels
+ * with an importance weighting; the stored format is the same). Knows nothing of files, models or threads.
  */
 #include "backend/cpu/quant.h"
 
@@ -66,14 +68,15 @@ uint16_t bk_bf16_encode(float f) {
 /* ---- sizes ---- */
 
 const char *bk_type_name(bk_type t) {
-  static const char *names[BK_TYPE_COUNT] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K", "mlx_affine", "fp8"};
+  static const char *names[BK_TYPE_COUNT] = {"f32",  "f16",  "bf16", "q8_0", "q4_0",   "q4_K",  "q5_K", "q6_K",
+                                             "mlx_affine", "fp8", "q5_0", "q5_1", "q2_K", "q3_K", "iq4_nl", "iq4_xs"};
   return (unsigned)t < BK_TYPE_COUNT ? names[t] : "unknown";
 }
 
 int64_t bk_type_block(bk_type t) {
   switch (t) {
-    case BK_Q8_0: case BK_Q4_0: return BK_QK;
-    case BK_Q4_K: case BK_Q5_K: case BK_Q6_K: return BK_QKK;
+    case BK_Q8_0: case BK_Q4_0: case BK_Q5_0: case BK_Q5_1: case BK_IQ4_NL: return BK_QK;
+    case BK_Q4_K: case BK_Q5_K: case BK_Q6_K: case BK_Q2_K: case BK_Q3_K: case BK_IQ4_XS: return BK_QKK;
     default: return 1;
   }
 }
@@ -91,6 +94,12 @@ size_t bk_row_bytes(bk_type t, int64_t cols, int bits) {
     case BK_Q4_K: return (size_t)(cols / blk) * sizeof(bk_block_q4_K);
     case BK_Q5_K: return (size_t)(cols / blk) * sizeof(bk_block_q5_K);
     case BK_Q6_K: return (size_t)(cols / blk) * sizeof(bk_block_q6_K);
+    case BK_Q5_0: return (size_t)(cols / blk) * sizeof(bk_block_q5_0);
+    case BK_Q5_1: return (size_t)(cols / blk) * sizeof(bk_block_q5_1);
+    case BK_Q2_K: return (size_t)(cols / blk) * sizeof(bk_block_q2_K);
+    case BK_Q3_K: return (size_t)(cols / blk) * sizeof(bk_block_q3_K);
+    case BK_IQ4_NL: return (size_t)(cols / blk) * sizeof(bk_block_iq4_nl);
+    case BK_IQ4_XS: return (size_t)(cols / blk) * sizeof(bk_block_iq4_xs);
     case BK_MLX_AFFINE:
       if ((bits != 4 && bits != 8) || (cols * bits) % 32) return 0;
       return (size_t)(cols * bits / 8);
@@ -189,6 +198,98 @@ static void dequant_q6_K(const bk_block_q6_K *b, int64_t nb, float *y) {
   }
 }
 
+const int8_t bk_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* Q5_0 / Q5_1: element j (0..15) and j + 16 of a block, each with its fifth bit from the 32-bit qh word. */
+static inline void q5_pair(const uint8_t qs[16], const uint8_t qh[4], int j, int *lo, int *hi) {
+  uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+  *lo = (qs[j] & 0xF) | (int)(((h >> j) & 1) << 4);
+  *hi = (qs[j] >> 4) | (int)(((h >> (j + 16)) & 1) << 4);
+}
+
+static void dequant_q5_0(const bk_block_q5_0 *b, int64_t nb, float *y) {
+  for (int64_t i = 0; i < nb; i++, y += 32) {
+    float d = hf16_to_f32(b[i].d);
+    for (int j = 0; j < 16; j++) {
+      int lo, hi;
+      q5_pair(b[i].qs, b[i].qh, j, &lo, &hi);
+      y[j] = (float)(lo - 16) * d;
+      y[j + 16] = (float)(hi - 16) * d;
+    }
+  }
+}
+
+static void dequant_q5_1(const bk_block_q5_1 *b, int64_t nb, float *y) {
+  for (int64_t i = 0; i < nb; i++, y += 32) {
+    float d = hf16_to_f32(b[i].d), m = hf16_to_f32(b[i].m);
+    for (int j = 0; j < 16; j++) {
+      int lo, hi;
+      q5_pair(b[i].qs, b[i].qh, j, &lo, &hi);
+      y[j] = (float)lo * d + m;
+      y[j + 16] = (float)hi * d + m;
+    }
+  }
+}
+
+/* Q2_K: sub-block s (0..15) of 16 elements is 128h + 32j + 16c + l (s = 8h + 2j + c): scale
+ * d * (scales[s] & 15), min dmin * (scales[s] >> 4), quant bits 2j.. of qs[32h + 16c + l]. */
+static void dequant_q2_K(const bk_block_q2_K *b, int64_t nb, float *y) {
+  for (int64_t i = 0; i < nb; i++) {
+    float d = hf16_to_f32(b[i].d), dmin = hf16_to_f32(b[i].dmin);
+    for (int s = 0; s < 16; s++, y += 16) {
+      int h = s / 8, j = (s % 8) / 2, c = s % 2;
+      float dl = d * (float)(b[i].scales[s] & 0xF), ml = dmin * (float)(b[i].scales[s] >> 4);
+      const uint8_t *q = b[i].qs + 32 * h + 16 * c;
+      for (int l = 0; l < 16; l++) y[l] = dl * (float)((q[l] >> (2 * j)) & 3) - ml;
+    }
+  }
+}
+
+int bk_q3_K_scale(const uint8_t scales[12], int j) {
+  int lo = j < 8 ? scales[j] & 0xF : scales[j - 8] >> 4;
+  int hi = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return lo | hi << 4;
+}
+
+/* Q3_K: laid out as Q2_K, a quant q2 - 4 when its hmask bit is clear, scale d * (scale - 32). */
+static void dequant_q3_K(const bk_block_q3_K *b, int64_t nb, float *y) {
+  for (int64_t i = 0; i < nb; i++) {
+    float d = hf16_to_f32(b[i].d);
+    for (int s = 0; s < 16; s++, y += 16) {
+      int h = s / 8, j = (s % 8) / 2, c = s % 2;
+      float dl = d * (float)(bk_q3_K_scale(b[i].scales, s) - 32);
+      const uint8_t *q = b[i].qs + 32 * h + 16 * c, *hm = b[i].hmask + 16 * c;
+      uint8_t bit = (uint8_t)(1u << (4 * h + j));
+      for (int l = 0; l < 16; l++) y[l] = dl * (float)(((q[l] >> (2 * j)) & 3) - (hm[l] & bit ? 0 : 4));
+    }
+  }
+}
+
+static void dequant_iq4_nl(const bk_block_iq4_nl *b, int64_t nb, float *y) {
+  for (int64_t i = 0; i < nb; i++, y += 32) {
+    float d = hf16_to_f32(b[i].d);
+    for (int j = 0; j < 16; j++) {
+      y[j] = d * (float)bk_iq4nl_values[b[i].qs[j] & 0xF];
+      y[j + 16] = d * (float)bk_iq4nl_values[b[i].qs[j] >> 4];
+    }
+  }
+}
+
+static void dequant_iq4_xs(const bk_block_iq4_xs *b, int64_t nb, float *y) {
+  for (int64_t i = 0; i < nb; i++) {
+    float d = hf16_to_f32(b[i].d);
+    for (int s = 0; s < 8; s++, y += 32) {
+      int ls = ((b[i].scales_l[s / 2] >> (4 * (s % 2))) & 0xF) | (((b[i].scales_h >> (2 * s)) & 3) << 4);
+      float dl = d * (float)(ls - 32);
+      const uint8_t *q = b[i].qs + 16 * s;
+      for (int j = 0; j < 16; j++) {
+        y[j] = dl * (float)bk_iq4nl_values[q[j] & 0xF];
+        y[j + 16] = dl * (float)bk_iq4nl_values[q[j] >> 4];
+      }
+    }
+  }
+}
+
 static void dequant_mlx(const bk_weight *w, int64_t row, int64_t k0, int64_t len, float *y) {
   const uint32_t *q = (const uint32_t *)w->data + (row * w->cols + k0) * w->bits / 32;
   const int gs = w->group_size, per = 32 / w->bits;
@@ -218,6 +319,12 @@ void bk_dequant_range(const bk_weight *w, int64_t row, int64_t k0, int64_t len, 
     case BK_Q4_K: dequant_q4_K((const bk_block_q4_K *)base + k0 / blk, len / blk, out); break;
     case BK_Q5_K: dequant_q5_K((const bk_block_q5_K *)base + k0 / blk, len / blk, out); break;
     case BK_Q6_K: dequant_q6_K((const bk_block_q6_K *)base + k0 / blk, len / blk, out); break;
+    case BK_Q5_0: dequant_q5_0((const bk_block_q5_0 *)base + k0 / blk, len / blk, out); break;
+    case BK_Q5_1: dequant_q5_1((const bk_block_q5_1 *)base + k0 / blk, len / blk, out); break;
+    case BK_Q2_K: dequant_q2_K((const bk_block_q2_K *)base + k0 / blk, len / blk, out); break;
+    case BK_Q3_K: dequant_q3_K((const bk_block_q3_K *)base + k0 / blk, len / blk, out); break;
+    case BK_IQ4_NL: dequant_iq4_nl((const bk_block_iq4_nl *)base + k0 / blk, len / blk, out); break;
+    case BK_IQ4_XS: dequant_iq4_xs((const bk_block_iq4_xs *)base + k0 / blk, len / blk, out); break;
     case BK_MLX_AFFINE: dequant_mlx(w, row, k0, len, out); break;
     case BK_FP8: {
       float s = ((const float *)w->scales)[row];
@@ -366,6 +473,153 @@ static void quantize_q6_K(const float *x, int64_t nb, bk_block_q6_K *b) {
   }
 }
 
+/* Q5_0 / Q5_1: fifth bits into the little-endian qh word, nibbles as Q4_0's. */
+static void pack_q5(const int q[32], uint8_t qs[16], uint8_t qh[4]) {
+  uint32_t h = 0;
+  for (int l = 0; l < 16; l++) {
+    qs[l] = (uint8_t)((q[l] & 0xF) | ((q[l + 16] & 0xF) << 4));
+    h |= (uint32_t)((q[l] >> 4) & 1) << l | (uint32_t)((q[l + 16] >> 4) & 1) << (l + 16);
+  }
+  for (int k = 0; k < 4; k++) qh[k] = (uint8_t)(h >> (8 * k));
+}
+
+static void quantize_q5_0(const float *x, int64_t nb, bk_block_q5_0 *b) {
+  for (int64_t i = 0; i < nb; i++, x += 32) {
+    float amax = 0, max = 0; /* as Q4_0: the largest magnitude maps to -16 */
+    for (int l = 0; l < 32; l++)
+      if (fabsf(x[l]) > amax) amax = fabsf(x[l]), max = x[l];
+    float d = max / -16.0f, id = d ? 1.0f / d : 0.0f;
+    b[i].d = bk_fp16_encode(d);
+    int q[32];
+    for (int l = 0; l < 32; l++) q[l] = clampi(nearest(x[l] * id) + 16, 0, 31);
+    pack_q5(q, b[i].qs, b[i].qh);
+  }
+}
+
+static void quantize_q5_1(const float *x, int64_t nb, bk_block_q5_1 *b) {
+  for (int64_t i = 0; i < nb; i++, x += 32) {
+    float mn = x[0], mx = x[0];
+    for (int l = 1; l < 32; l++) mn = fminf(mn, x[l]), mx = fmaxf(mx, x[l]);
+    float d = (mx - mn) / 31.0f;
+    b[i].d = bk_fp16_encode(d);
+    b[i].m = bk_fp16_encode(mn);
+    float dr = hf16_to_f32(b[i].d), mr = hf16_to_f32(b[i].m);
+    int q[32];
+    for (int l = 0; l < 32; l++) q[l] = dr ? clampi(nearest((x[l] - mr) / dr), 0, 31) : 0;
+    pack_q5(q, b[i].qs, b[i].qh);
+  }
+}
+
+/* Q2_K / Q3_K: the 2-bit quants L[256] (element 128h + 32j + l at bits 2j of qs[32h + l]). */
+static void pack_q2(const uint8_t L[256], uint8_t qs[64]) {
+  memset(qs, 0, 64);
+  for (int e = 0; e < 256; e++) qs[32 * (e / 128) + e % 32] |= (uint8_t)((L[e] & 3) << (2 * ((e % 128) / 32)));
+}
+
+static void quantize_q2_K(const float *x, int64_t nb, bk_block_q2_K *b) {
+  uint8_t L[256];
+  for (int64_t i = 0; i < nb; i++, x += 256) {
+    float scale[16], minv[16], max_scale = 0, max_min = 0;
+    for (int s = 0; s < 16; s++) {
+      float mn = x[16 * s], mx = x[16 * s];
+      for (int l = 1; l < 16; l++) mn = fminf(mn, x[16 * s + l]), mx = fmaxf(mx, x[16 * s + l]);
+      if (mn > 0) mn = 0;
+      scale[s] = (mx - mn) / 3.0f;
+      minv[s] = -mn;
+      max_scale = fmaxf(max_scale, scale[s]);
+      max_min = fmaxf(max_min, minv[s]);
+    }
+    float d = max_scale / 15.0f, dmin = max_min / 15.0f;
+    b[i].d = bk_fp16_encode(d);
+    b[i].dmin = bk_fp16_encode(dmin);
+    float dr = hf16_to_f32(b[i].d), dminr = hf16_to_f32(b[i].dmin);
+    for (int s = 0; s < 16; s++) {
+      int sc = dr ? clampi(nearest(scale[s] / dr), 0, 15) : 0, m = dminr ? clampi(nearest(minv[s] / dminr), 0, 15) : 0;
+      b[i].scales[s] = (uint8_t)(sc | m << 4);
+      float ds = dr * sc, ms = dminr * m;
+      for (int l = 0; l < 16; l++) L[16 * s + l] = (uint8_t)(ds ? clampi(nearest((x[16 * s + l] + ms) / ds), 0, 3) : 0);
+    }
+    pack_q2(L, b[i].qs);
+  }
+}
+
+static void quantize_q3_K(const float *x, int64_t nb, bk_block_q3_K *b) {
+  uint8_t L[256];
+  for (int64_t i = 0; i < nb; i++, x += 256) {
+    float s[16], smax = 0;
+    for (int j = 0; j < 16; j++) {
+      float amax = 0;
+      for (int l = 0; l < 16; l++) amax = fmaxf(amax, fabsf(x[16 * j + l]));
+      s[j] = amax / 4.0f;
+      smax = fmaxf(smax, s[j]);
+    }
+    float d = smax / 31.0f;
+    b[i].d = bk_fp16_encode(d);
+    float dr = hf16_to_f32(b[i].d);
+    memset(b[i].scales, 0, sizeof b[i].scales);
+    memset(b[i].hmask, 0, sizeof b[i].hmask);
+    for (int j = 0; j < 16; j++) {
+      int sc = d ? clampi(nearest(s[j] / d), -32, 31) : 0, v = sc + 32;
+      if (j < 8) b[i].scales[j] |= (uint8_t)(v & 0xF);
+      else b[i].scales[j - 8] |= (uint8_t)((v & 0xF) << 4);
+      b[i].scales[8 + j % 4] |= (uint8_t)((v >> 4) << (2 * (j / 4)));
+      float ds = dr * sc;
+      for (int l = 0; l < 16; l++) L[16 * j + l] = (uint8_t)((ds ? clampi(nearest(x[16 * j + l] / ds), -4, 3) : 0) + 4);
+    }
+    for (int e = 0; e < 256; e++)
+      if (L[e] >= 4) b[i].hmask[e % 32] |= (uint8_t)(1u << (4 * (e / 128) + (e % 128) / 32));
+    pack_q2(L, b[i].qs);
+  }
+}
+
+/* The IQ4 level nearest v (in units of the block scale). */
+static int iq4_nearest(float v) {
+  int best = 0;
+  for (int k = 1; k < 16; k++)
+    if (fabsf(v - bk_iq4nl_values[k]) < fabsf(v - bk_iq4nl_values[best])) best = k;
+  return best;
+}
+
+/* 32 values at scale ds: nibbles as Q4_0's. */
+static void pack_iq4(const float *x, float ds, uint8_t qs[16]) {
+  float id = ds ? 1.0f / ds : 0.0f;
+  for (int l = 0; l < 16; l++) qs[l] = (uint8_t)(iq4_nearest(x[l] * id) | iq4_nearest(x[l + 16] * id) << 4);
+}
+
+static void quantize_iq4_nl(const float *x, int64_t nb, bk_block_iq4_nl *b) {
+  for (int64_t i = 0; i < nb; i++, x += 32) {
+    float amax = 0, max = 0; /* the largest magnitude maps to the level -127 */
+    for (int l = 0; l < 32; l++)
+      if (fabsf(x[l]) > amax) amax = fabsf(x[l]), max = x[l];
+    b[i].d = bk_fp16_encode(max / -127.0f);
+    pack_iq4(x, hf16_to_f32(b[i].d), b[i].qs);
+  }
+}
+
+static void quantize_iq4_xs(const float *x, int64_t nb, bk_block_iq4_xs *b) {
+  for (int64_t i = 0; i < nb; i++, x += 256) {
+    float s[8], smax = 0;
+    for (int j = 0; j < 8; j++) {
+      float amax = 0, max = 0;
+      for (int l = 0; l < 32; l++)
+        if (fabsf(x[32 * j + l]) > amax) amax = fabsf(x[32 * j + l]), max = x[32 * j + l];
+      s[j] = max / -127.0f;
+      smax = fmaxf(smax, fabsf(s[j]));
+    }
+    float d = smax / 31.0f;
+    b[i].d = bk_fp16_encode(d);
+    float dr = hf16_to_f32(b[i].d);
+    b[i].scales_h = 0;
+    memset(b[i].scales_l, 0, sizeof b[i].scales_l);
+    for (int j = 0; j < 8; j++) {
+      int sc = d ? clampi(nearest(s[j] / d), -32, 31) : 0, ls = sc + 32;
+      b[i].scales_l[j / 2] |= (uint8_t)((ls & 0xF) << (4 * (j % 2)));
+      b[i].scales_h |= (uint16_t)((ls >> 4) << (2 * j));
+      pack_iq4(x + 32 * j, dr * (float)sc, b[i].qs + 16 * j);
+    }
+  }
+}
+
 int bk_quantize(bk_type type, const float *x, int64_t rows, int64_t cols, void *out, herr *err) {
   size_t rb = bk_row_bytes(type, cols, 0);
   if (rows <= 0 || !rb || type == BK_MLX_AFFINE || type == BK_FP8)
@@ -388,6 +642,12 @@ int bk_quantize(bk_type type, const float *x, int64_t rows, int64_t cols, void *
       case BK_Q4_K: quantize_q4_K(xr, nb, (bk_block_q4_K *)o); break;
       case BK_Q5_K: quantize_q5_K(xr, nb, (bk_block_q5_K *)o); break;
       case BK_Q6_K: quantize_q6_K(xr, nb, (bk_block_q6_K *)o); break;
+      case BK_Q5_0: quantize_q5_0(xr, nb, (bk_block_q5_0 *)o); break;
+      case BK_Q5_1: quantize_q5_1(xr, nb, (bk_block_q5_1 *)o); break;
+      case BK_Q2_K: quantize_q2_K(xr, nb, (bk_block_q2_K *)o); break;
+      case BK_Q3_K: quantize_q3_K(xr, nb, (bk_block_q3_K *)o); break;
+      case BK_IQ4_NL: quantize_iq4_nl(xr, nb, (bk_block_iq4_nl *)o); break;
+      case BK_IQ4_XS: quantize_iq4_xs(xr, nb, (bk_block_iq4_xs *)o); break;
       default: return herr_set(err, HEARTH_EUNSUPPORTED, "quantize: unknown type %d", (int)type);
     }
   }

@@ -73,11 +73,60 @@ typedef struct bk_block_q6_K {
   uint16_t d;          /* f16 super-block scale */
 } bk_block_q6_K;
 
+typedef struct bk_block_q5_0 {
+  uint16_t d;      /* f16 scale */
+  uint8_t qh[4];   /* fifth bits: bit j of the little-endian word for element j (0..31) */
+  uint8_t qs[16];  /* low nibbles: elements 0..15, high nibbles: 16..31; value = ((q | h << 4) - 16) * d */
+} bk_block_q5_0;
+
+typedef struct bk_block_q5_1 {
+  uint16_t d, m;   /* f16 scale and min; value = (q | h << 4) * d + m */
+  uint8_t qh[4];
+  uint8_t qs[16];
+} bk_block_q5_1;
+
+typedef struct bk_block_q2_K {
+  uint8_t scales[16];  /* per 16 elements: low nibble scale, high nibble min */
+  uint8_t qs[64];      /* 2-bit quants: byte 32h+l, bits 2j..2j+1, holds element 128h+32j+l (l < 32) */
+  uint16_t d, dmin;    /* f16 super-block scales of the scales and the mins */
+} bk_block_q2_K;
+
+typedef struct bk_block_q3_K {
+  uint8_t hmask[32];   /* high bit, set for q >= 0: bit 4h+j of hmask[l] for element 128h+32j+l */
+  uint8_t qs[64];      /* low 2 bits, laid out as Q2_K's */
+  uint8_t scales[12];  /* 16 six-bit scales (stored + 32) */
+  uint16_t d;          /* f16 super-block scale */
+} bk_block_q3_K;
+
+typedef struct bk_block_iq4_nl {
+  uint16_t d;      /* f16 scale */
+  uint8_t qs[16];  /* 4-bit indices into bk_iq4nl_values, nibbles as Q4_0's; value = d * table[q] */
+} bk_block_iq4_nl;
+
+typedef struct bk_block_iq4_xs {
+  uint16_t d;          /* f16 super-block scale */
+  uint16_t scales_h;   /* high 2 bits of the 8 six-bit sub-block scales (bits 2j, 2j+1) */
+  uint8_t scales_l[4]; /* low 4 bits: nibble j % 2 of scales_l[j / 2] */
+  uint8_t qs[128];     /* per 32-element sub-block j, 16 bytes as IQ4_NL's; value = d * (ls - 32) * table[q] */
+} bk_block_iq4_xs;
+
+/* ggml's kvalues_iq4nl: the 16 levels of IQ4_NL / IQ4_XS. */
+extern const int8_t bk_iq4nl_values[16];
+
 _Static_assert(sizeof(bk_block_q8_0) == 34, "block_q8_0 is 34 bytes");
 _Static_assert(sizeof(bk_block_q4_0) == 18, "block_q4_0 is 18 bytes");
 _Static_assert(sizeof(bk_block_q4_K) == 144, "block_q4_K is 144 bytes");
 _Static_assert(sizeof(bk_block_q5_K) == 176, "block_q5_K is 176 bytes");
 _Static_assert(sizeof(bk_block_q6_K) == 210, "block_q6_K is 210 bytes");
+_Static_assert(sizeof(bk_block_q5_0) == 22, "block_q5_0 is 22 bytes");
+_Static_assert(sizeof(bk_block_q5_1) == 24, "block_q5_1 is 24 bytes");
+_Static_assert(sizeof(bk_block_q2_K) == 84, "block_q2_K is 84 bytes");
+_Static_assert(sizeof(bk_block_q3_K) == 110, "block_q3_K is 110 bytes");
+_Static_assert(sizeof(bk_block_iq4_nl) == 18, "block_iq4_nl is 18 bytes");
+_Static_assert(sizeof(bk_block_iq4_xs) == 136, "block_iq4_xs is 136 bytes");
+
+/* The 6-bit scale (0..63, stored with +32) of sub-block j (0..15) of a Q3_K block. */
+int bk_q3_K_scale(const uint8_t scales[12], int j);
 
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block. */
 void bk_k_scale_min(const uint8_t scales[12], int j, uint8_t *sc, uint8_t *m);
@@ -88,7 +137,8 @@ void bk_k_scale_min(const uint8_t scales[12], int j, uint8_t *sc, uint8_t *m);
 void bk_dequant_range(const bk_weight *w, int64_t row, int64_t k0, int64_t len, float *out);
 
 /* Quantizes x[rows, cols] into out (rows * bk_row_bytes(type, cols) bytes)
- * for F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K. */
+ * for F32, F16, BF16 and every GGUF block type (round to nearest: the block
+ * layouts are ggml's, the choice of scales simpler than its search). */
 int bk_quantize(bk_type type, const float *x, int64_t rows, int64_t cols, void *out, herr *err);
 
 /* MLX affine quantization of x[rows, cols]: wq gets rows * cols * bits / 32

@@ -63,6 +63,12 @@ size_t cu_row_bytes(bk_type t, int64_t cols, int bits) {
     case BK_Q4_K: return cols % 256 ? 0 : (size_t)(cols / 256) * 144;
     case BK_Q5_K: return cols % 256 ? 0 : (size_t)(cols / 256) * 176;
     case BK_Q6_K: return cols % 256 ? 0 : (size_t)(cols / 256) * 210;
+    case BK_Q5_0: return cols % 32 ? 0 : (size_t)(cols / 32) * 22;
+    case BK_Q5_1: return cols % 32 ? 0 : (size_t)(cols / 32) * 24;
+    case BK_Q2_K: return cols % 256 ? 0 : (size_t)(cols / 256) * 84;
+    case BK_Q3_K: return cols % 256 ? 0 : (size_t)(cols / 256) * 110;
+    case BK_IQ4_NL: return cols % 32 ? 0 : (size_t)(cols / 32) * 18;
+    case BK_IQ4_XS: return cols % 256 ? 0 : (size_t)(cols / 256) * 136;
     case BK_FP8: return (size_t)cols;
     case BK_MLX_AFFINE:
       if ((bits != 4 && bits != 8) || (cols * bits) % 32) return 0;
@@ -72,7 +78,8 @@ size_t cu_row_bytes(bk_type t, int64_t cols, int bits) {
 }
 
 const char *cu_type_name(bk_type t) {
-  static const char *names[BK_TYPE_COUNT] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K", "mlx_affine", "fp8"};
+  static const char *names[BK_TYPE_COUNT] = {"f32",  "f16",  "bf16", "q8_0", "q4_0",   "q4_K",  "q5_K", "q6_K",
+                                             "mlx_affine", "fp8", "q5_0", "q5_1", "q2_K", "q3_K", "iq4_nl", "iq4_xs"};
   return (unsigned)t < BK_TYPE_COUNT ? names[t] : "unknown";
 }
 

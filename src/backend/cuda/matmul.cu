@@ -430,6 +430,12 @@ static void gemv(cu_backend *b, int n, const cu_wdesc &w, const float *x, int64_
     case BK_Q4_K: launch_gemv<BK_Q4_K>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
     case BK_Q5_K: launch_gemv<BK_Q5_K>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
     case BK_Q6_K: launch_gemv<BK_Q6_K>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_Q5_0: launch_gemv<BK_Q5_0>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_Q5_1: launch_gemv<BK_Q5_1>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_Q2_K: launch_gemv<BK_Q2_K>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_Q3_K: launch_gemv<BK_Q3_K>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_IQ4_NL: launch_gemv<BK_IQ4_NL>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
+    case BK_IQ4_XS: launch_gemv<BK_IQ4_XS>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
     case BK_MLX_AFFINE: launch_gemv<BK_MLX_AFFINE>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
     case BK_FP8: launch_gemv<BK_FP8>(n, w, x, ldx, y, ldy, bias, st, b->n_sm); break;
     default: break;
@@ -487,6 +493,12 @@ static void dequant_rows(cudaStream_t st, const cu_wdesc &w, int64_t r0, int64_t
     case BK_Q4_K: launch_dequant_sub<BK_Q4_K>(w, r0, nrows, out, st); break;
     case BK_Q5_K: launch_dequant_sub<BK_Q5_K>(w, r0, nrows, out, st); break;
     case BK_Q6_K: launch_dequant_sub<BK_Q6_K>(w, r0, nrows, out, st); break;
+    case BK_Q5_0: launch_dequant_sub<BK_Q5_0>(w, r0, nrows, out, st); break;
+    case BK_Q5_1: launch_dequant_sub<BK_Q5_1>(w, r0, nrows, out, st); break;
+    case BK_Q2_K: launch_dequant_sub<BK_Q2_K>(w, r0, nrows, out, st); break;
+    case BK_Q3_K: launch_dequant_sub<BK_Q3_K>(w, r0, nrows, out, st); break;
+    case BK_IQ4_NL: launch_dequant_sub<BK_IQ4_NL>(w, r0, nrows, out, st); break;
+    case BK_IQ4_XS: launch_dequant_sub<BK_IQ4_XS>(w, r0, nrows, out, st); break;
     case BK_MLX_AFFINE: launch_dequant_sub<BK_MLX_AFFINE>(w, r0, nrows, out, st); break;
     default: break;
   }
@@ -878,6 +890,12 @@ static bool dequant_f16_rows(cudaStream_t st, const cu_wdesc &w, int64_t r0, int
     case BK_Q4_K: launch_dequant_f16<BK_Q4_K>(w, r0, nrows, out, st); return true;
     case BK_Q5_K: launch_dequant_f16<BK_Q5_K>(w, r0, nrows, out, st); return true;
     case BK_Q6_K: launch_dequant_f16<BK_Q6_K>(w, r0, nrows, out, st); return true;
+    case BK_Q5_0: launch_dequant_f16<BK_Q5_0>(w, r0, nrows, out, st); return true;
+    case BK_Q5_1: launch_dequant_f16<BK_Q5_1>(w, r0, nrows, out, st); return true;
+    case BK_Q2_K: launch_dequant_f16<BK_Q2_K>(w, r0, nrows, out, st); return true;
+    case BK_Q3_K: launch_dequant_f16<BK_Q3_K>(w, r0, nrows, out, st); return true;
+    case BK_IQ4_NL: launch_dequant_f16<BK_IQ4_NL>(w, r0, nrows, out, st); return true;
+    case BK_IQ4_XS: launch_dequant_f16<BK_IQ4_XS>(w, r0, nrows, out, st); return true;
     case BK_MLX_AFFINE: launch_dequant_f16<BK_MLX_AFFINE>(w, r0, nrows, out, st); return true;
     default: return false;
   }
@@ -1248,6 +1266,12 @@ void cu_embed(bk_backend *be, const bk_tensor *y, const bk_weight *table, const 
     case BK_Q4_K: launch_embed<BK_Q4_K>(n, w, id, yp, s, st); break;
     case BK_Q5_K: launch_embed<BK_Q5_K>(n, w, id, yp, s, st); break;
     case BK_Q6_K: launch_embed<BK_Q6_K>(n, w, id, yp, s, st); break;
+    case BK_Q5_0: launch_embed<BK_Q5_0>(n, w, id, yp, s, st); break;
+    case BK_Q5_1: launch_embed<BK_Q5_1>(n, w, id, yp, s, st); break;
+    case BK_Q2_K: launch_embed<BK_Q2_K>(n, w, id, yp, s, st); break;
+    case BK_Q3_K: launch_embed<BK_Q3_K>(n, w, id, yp, s, st); break;
+    case BK_IQ4_NL: launch_embed<BK_IQ4_NL>(n, w, id, yp, s, st); break;
+    case BK_IQ4_XS: launch_embed<BK_IQ4_XS>(n, w, id, yp, s, st); break;
     case BK_MLX_AFFINE: launch_embed<BK_MLX_AFFINE>(n, w, id, yp, s, st); break;
     case BK_FP8: launch_embed<BK_FP8>(n, w, id, yp, s, st); break;
     default: cu_fail(b, HEARTH_EUNSUPPORTED, "cuda embed: table type %d", (int)table->type); return;

@@ -138,6 +138,12 @@ static __device__ float row_dot(const cu_wdesc &w, int64_t row, const float *x) 
     case BK_Q4_K: return row_dot_t<BK_Q4_K>(w, row, x);
     case BK_Q5_K: return row_dot_t<BK_Q5_K>(w, row, x);
     case BK_Q6_K: return row_dot_t<BK_Q6_K>(w, row, x);
+    case BK_Q5_0: return row_dot_t<BK_Q5_0>(w, row, x);
+    case BK_Q5_1: return row_dot_t<BK_Q5_1>(w, row, x);
+    case BK_Q2_K: return row_dot_t<BK_Q2_K>(w, row, x);
+    case BK_Q3_K: return row_dot_t<BK_Q3_K>(w, row, x);
+    case BK_IQ4_NL: return row_dot_t<BK_IQ4_NL>(w, row, x);
+    case BK_IQ4_XS: return row_dot_t<BK_IQ4_XS>(w, row, x);
     case BK_MLX_AFFINE: return row_dot_t<BK_MLX_AFFINE>(w, row, x);
     case BK_FP8: return row_dot_t<BK_FP8>(w, row, x);
     default: return 0.0f;
@@ -704,6 +710,12 @@ static void moe_lora(cu_backend *b, const bk_tensor *y, const bk_tensor *x, cons
     case BK_Q4_K: call(BK_Q4_K); break;                  \
     case BK_Q5_K: call(BK_Q5_K); break;                  \
     case BK_Q6_K: call(BK_Q6_K); break;                  \
+    case BK_Q5_0: call(BK_Q5_0); break;              \
+    case BK_Q5_1: call(BK_Q5_1); break;              \
+    case BK_Q2_K: call(BK_Q2_K); break;              \
+    case BK_Q3_K: call(BK_Q3_K); break;              \
+    case BK_IQ4_NL: call(BK_IQ4_NL); break;          \
+    case BK_IQ4_XS: call(BK_IQ4_XS); break;          \
     case BK_MLX_AFFINE: call(BK_MLX_AFFINE); break;      \
     case BK_FP8: call(BK_FP8); break;                    \
     default: break;                                      \

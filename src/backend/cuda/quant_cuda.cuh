@@ -1,5 +1,6 @@
 /* quant_cuda.cuh — device-side decoding of every stored weight format (f32,
- * f16, bf16, GGUF Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K, MLX affine 4/8-bit with
+ * f16, bf16, GGUF Q8_0 / Q4_0 / Q5_0 / Q5_1 / Q2_K / Q3_K / Q4_K / Q5_K /
+ * Q6_K / IQ4_NL / IQ4_XS, MLX affine 4/8-bit with
  * f32 / f16 / bf16 scales, FP8 E4M3 with per-row f32 scales), bit-exact to
  * bk_dequant_range in cpu/quant.c.
  * A row is read as sub-blocks of 32 consecutive elements; f32 / f16 / bf16
@@ -34,6 +35,15 @@ CU_HIDDEN cu_wdesc cu_make_wdesc(const bk_weight *w);
 #define CU_Q4_K_BYTES 144
 #define CU_Q5_K_BYTES 176
 #define CU_Q6_K_BYTES 210
+#define CU_Q5_0_BYTES 22
+#define CU_Q5_1_BYTES 24
+#define CU_Q2_K_BYTES 84
+#define CU_Q3_K_BYTES 110
+#define CU_IQ4_NL_BYTES 18
+#define CU_IQ4_XS_BYTES 136
+
+/* ggml's kvalues_iq4nl (cpu/quant.c bk_iq4nl_values): the 16 levels of IQ4_NL / IQ4_XS. */
+static __constant__ int8_t cu_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 static __device__ __forceinline__ float cu_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 static __device__ __forceinline__ float cu_bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
@@ -168,6 +178,78 @@ static __device__ __forceinline__ void cu_load_sub(const cu_wdesc &w, int64_t ro
         int n = ((k >= 2 ? lb >> 4 : lb & 0xF) | (((hb >> (2 * k)) & 3) << 4)) - 32;
         v[l] = __fmul_rn(l < 16 ? ds0 : ds1, (float)n);
       }
+    }
+  } else if (T == BK_Q5_0 || T == BK_Q5_1) {
+    /* d (, m) f16; qh: fifth bits of elements 0..31 (a little-endian word); qs nibbles as Q4_0's */
+    const uint8_t *b = base + s * (T == BK_Q5_0 ? CU_Q5_0_BYTES : CU_Q5_1_BYTES);
+    const uint8_t *qh = b + (T == BK_Q5_0 ? 2 : 4), *qs = qh + 4;
+    float d = cu_h2f(cu_ld16(b)), m = T == BK_Q5_1 ? cu_h2f(cu_ld16(b + 2)) : 0.0f;
+    uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+      int q = qs[i];
+      int lo = (q & 0xF) | (int)(((h >> i) & 1) << 4), hi = (q >> 4) | (int)(((h >> (i + 16)) & 1) << 4);
+      if (T == BK_Q5_0) {
+        v[i] = __fmul_rn((float)(lo - 16), d);
+        v[i + 16] = __fmul_rn((float)(hi - 16), d);
+      } else {
+        v[i] = __fadd_rn(__fmul_rn((float)lo, d), m);
+        v[i + 16] = __fadd_rn(__fmul_rn((float)hi, d), m);
+      }
+    }
+  } else if (T == BK_Q2_K || T == BK_Q3_K) {
+    /* sub-block s & 7 = 4h + j: elements 128h + 32j + l, quant bits 2j.. of qs[32h + l], scale 8h + 2j + (l >= 16) */
+    const uint8_t *b = base + (s >> 3) * (T == BK_Q2_K ? CU_Q2_K_BYTES : CU_Q3_K_BYTES);
+    int jj = (int)(s & 7), h = jj >> 2, j = jj & 3;
+    const uint8_t *qs = b + (T == BK_Q2_K ? 16 : 32) + 32 * h;
+    float dl[2], ml[2] = {0.0f, 0.0f};
+    if (T == BK_Q2_K) {
+      float d = cu_h2f(cu_ld16(b + 80)), dmin = cu_h2f(cu_ld16(b + 82));
+#pragma unroll
+      for (int c = 0; c < 2; c++) {
+        int sc = b[8 * h + 2 * j + c];
+        dl[c] = __fmul_rn(d, (float)(sc & 0xF));
+        ml[c] = __fmul_rn(dmin, (float)(sc >> 4));
+      }
+    } else {
+      float d = cu_h2f(cu_ld16(b + 108));
+      const uint8_t *sb = b + 96;
+#pragma unroll
+      for (int c = 0; c < 2; c++) {
+        int t = 8 * h + 2 * j + c;
+        int sc = (t < 8 ? sb[t] & 0xF : sb[t - 8] >> 4) | (((sb[8 + (t & 3)] >> (2 * (t >> 2))) & 3) << 4);
+        dl[c] = __fmul_rn(d, (float)(sc - 32));
+      }
+    }
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+      int q = (qs[l] >> (2 * j)) & 3;
+      if (T == BK_Q2_K) {
+        v[l] = __fsub_rn(__fmul_rn(dl[l >> 4], (float)q), ml[l >> 4]);
+      } else {
+        int hb = (b[l] >> (4 * h + j)) & 1; /* hmask at offset 0 */
+        v[l] = __fmul_rn(dl[l >> 4], (float)(q - (hb ? 0 : 4)));
+      }
+    }
+  } else if (T == BK_IQ4_NL || T == BK_IQ4_XS) {
+    const uint8_t *qs;
+    float dl;
+    if (T == BK_IQ4_NL) {
+      const uint8_t *b = base + s * CU_IQ4_NL_BYTES;
+      dl = cu_h2f(cu_ld16(b));
+      qs = b + 2;
+    } else {
+      const uint8_t *b = base + (s >> 3) * CU_IQ4_XS_BYTES;
+      int ib = (int)(s & 7);
+      int ls = ((b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 0xF) | (((cu_ld16(b + 2) >> (2 * ib)) & 3) << 4);
+      dl = __fmul_rn(cu_h2f(cu_ld16(b)), (float)(ls - 32));
+      qs = b + 8 + 16 * ib;
+    }
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+      int q = qs[i];
+      v[i] = __fmul_rn(dl, (float)cu_iq4nl_values[q & 0xF]);
+      v[i + 16] = __fmul_rn(dl, (float)cu_iq4nl_values[q >> 4]);
     }
   } else if (T == BK_FP8) {
     const float sc = ((const float *)w.scales)[row];
