@@ -110,6 +110,17 @@ int cli_opt_threads(const char *verb, int argc, char **argv, int *i, const char 
 int cli_opt_sampling(const char *verb, int argc, char **argv, int *i, hearth_gen_params *p, bool *max_given);
 const char *cli_sampling_help(void);
 
+/* ---- models by name (ls.c, rm.c), for hearth ls / rm and the server's Ollama API ---- */
+/* The models hearth can name: the Hugging Face cache's and the registry's, each
+ * {name, source, path, revision, format, bytes, architecture, runnable, problem,
+ * parameters, quantization, modified} (a new array). */
+json_t *cli_model_list(void);
+/* The same facts of one model path, under name (a new object). */
+json_t *cli_model_facts(const char *name, const char *path);
+/* Removes a registry name or a cached Hub id as `hearth rm` does; *done (cap bytes) says what
+ * was removed. HEARTH_ENOTFOUND when nothing goes by that name. */
+int cli_remove_model(const char *name, char *done, size_t cap, herr *err);
+
 /* Verbs. Add a verb: write src/cli/<verb>.c and add one line to the table in main.c. */
 int cli_version(int argc, char **argv);
 /* `hearth help [VERB]`: the verbs, or one verb's --help. */

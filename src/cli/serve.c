@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "cli/cli.h"
+#include "hub/hub.h"
 #include "serve/engine.h"
 #include "serve/server.h"
 
@@ -82,6 +83,39 @@ static void serve_usage(void) {
          "                     non-public addresses: only where every client may reach them\n"
          "  --max-media-bytes BYTES  the largest encoded image, sound or video (default 32M)\n"
          "BYTES accept a K, M or G suffix (powers of 1024).\n");
+}
+
+/* ---- the models of the Ollama API (serve_models): hearth ls, rm and get ---- */
+
+static json_t *models_list(void *ctx) {
+  (void)ctx;
+  return cli_model_list();
+}
+
+static int models_remove(void *ctx, const char *name, herr *err) {
+  (void)ctx;
+  char done[1200];
+  int rc = cli_remove_model(name, done, sizeof done, err);
+  if (!rc) HLOG_INFO("serve: %s", done);
+  return rc;
+}
+
+/* Ollama's clients name Hub models "hf.co/ORG/NAME:QUANT" and add ":latest" to bare names. */
+static int models_pull(void *ctx, const char *name, FILE *progress, herr *err) {
+  (void)ctx;
+  char id[600];
+  if (!strncmp(name, "hf.co/", 6)) name += 6;
+  else if (!strncmp(name, "huggingface.co/", 15)) name += 15;
+  snprintf(id, sizeof id, "%s", name);
+  size_t n = strlen(id);
+  if (n > 7 && !strcmp(id + n - 7, ":latest")) id[n - 7] = 0;
+  hub_ref ref;
+  if (hub_ref_parse(id, &ref, err)) return err->code;
+  hub_fetch_opts o = {.select = {.quant = ref.quant}, .progress = progress};
+  char *snap = NULL;
+  int rc = hub_fetch(&ref, &o, &snap, err);
+  free(snap);
+  return rc;
 }
 
 int cli_serve(int argc, char **argv) {
@@ -224,13 +258,16 @@ int cli_serve(int argc, char **argv) {
       return cli_fail("serve: --adapter %s: %s", adapters[a], err.msg);
     }
   }
-  serve_config cfg = {.host = host, .port = (int)port, .api_key = key, .max_body = (size_t)max_body,
+  json_t *served = cli_model_facts(engine.model_id, model);
+  serve_models models = {.served = served, .list = models_list, .remove = models_remove, .pull = models_pull};
+  serve_config cfg = {.host = host, .models = &models, .port = (int)port, .api_key = key, .max_body = (size_t)max_body,
                       .served_names = names, .n_served_names = nnames, .cors_origin = cors,
                       .responses_max = (size_t)resp_max, .responses_max_bytes = (size_t)resp_bytes,
                       .responses_ttl_s = resp_ttl ? resp_ttl : -1, .adapter_dir = adapter_dir,
                       .header_timeout_s = (int)header_timeout};
   serve_server *srv;
   if (serve_start(&srv, &engine, &cfg, &err)) {
+    json_decref(served);
     serve_engine_close(&engine);
     return cli_fail("serve: %s", err.msg);
   }
@@ -249,6 +286,7 @@ int cli_serve(int argc, char **argv) {
   if (cut) fprintf(stderr, "hearth: %d running generation(s) cut by the drain timeout\n", cut);
   serve_stop(srv);
   serve_engine_close(&engine); /* writes the KV store */
+  json_decref(served);
   fprintf(stderr, "hearth: stopped\n");
   return 0;
 }

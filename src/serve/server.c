@@ -71,6 +71,7 @@
 #include "serve/tokenize.h"
 #include "serve/reply.h"
 #include "serve/forced.h"
+#include "serve/ollama.h"
 #include "serve/request.h"
 #include "serve/responses.h"
 
@@ -104,6 +105,7 @@ struct serve_server {
   char *cors;           /* owned; NULL: no CORS headers */
   resp_store *responses; /* owned: stored Responses API responses */
   char *adapter_dir;    /* owned: the real path POST /v1/adapters loads under; NULL: it loads nothing */
+  const serve_models *models; /* borrowed, may be NULL: the Ollama API's models beyond the served one */
   /* draining (serve_drain_begin): new requests are refused; in_flight counts the requests being
    * answered (from their headers to the last byte sent), jobs lists the generations running */
   atomic_int draining;
@@ -153,6 +155,12 @@ static void cors_headers(struct MHD_Response *resp) {
 /* Whether `name` (a request's "model") is the served model. */
 static bool name_served(const serve_server *s, const char *name) {
   if (!name || s->any_name || strcmp(name, s->engine->model_id) == 0) return true;
+  size_t n = strlen(name); /* Ollama's clients add the default tag to a bare name */
+  if (n > 7 && !strcmp(name + n - 7, ":latest")) {
+    char bare[512];
+    snprintf(bare, sizeof bare, "%.*s", (int)(n - 7), name);
+    if (name_served(s, bare)) return true;
+  }
   for (int i = 0; i < s->nnames; i++)
     if (strcmp(name, s->names[i]) == 0) return true;
   return false;
@@ -180,7 +188,20 @@ typedef enum route {
   ROUTE_ADAPTER,      /* DELETE /v1/adapters/{id} */
   ROUTE_TOKENIZE,     /* POST /tokenize (llama.cpp's, vLLM's) */
   ROUTE_DETOKENIZE,   /* POST /detokenize */
+  ROUTE_OLL_VERSION,  /* the Ollama API under /api/ */
+  ROUTE_OLL_TAGS,
+  ROUTE_OLL_SHOW,
+  ROUTE_OLL_PS,
+  ROUTE_OLL_CHAT,
+  ROUTE_OLL_GENERATE,
+  ROUTE_OLL_EMBED,
+  ROUTE_OLL_EMBEDDINGS,
+  ROUTE_OLL_PULL,
+  ROUTE_OLL_DELETE,
 } route;
+
+/* The error shape of a route's protocol. */
+enum { PROTO_OPENAI = 0, PROTO_ANTHROPIC = 1, PROTO_OLLAMA = 2 };
 
 /* Per-request state, kept in MHD's con_cls between the calls for one request. */
 typedef struct conn {
@@ -190,6 +211,7 @@ typedef struct conn {
   bool head;           /* HEAD: answer as GET without the body */
   bool failed;         /* `fail` is the answer; the body is read and dropped */
   bool anthropic;      /* under /v1/messages: errors in Anthropic's shape */
+  bool ollama;         /* under /api/: errors in Ollama's shape */
   serve_fail fail;
   const char *allow;   /* for 405 */
   char allow_buf[64];  /* the methods a path takes, when allow points here */
@@ -240,9 +262,9 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json
   return rc;
 }
 
-/* An error in the OpenAI shape, or the Anthropic one. */
-static enum MHD_Result send_fail_as(struct MHD_Connection *c, const serve_fail *f, const char *allow, bool anthropic) {
-  char *s = anthropic ? anth_fail_json(f) : serve_fail_json(f);
+/* An error in the OpenAI shape, or the Anthropic or Ollama one (PROTO_*). */
+static enum MHD_Result send_fail_as(struct MHD_Connection *c, const serve_fail *f, const char *allow, int proto) {
+  char *s = proto == PROTO_OLLAMA ? oll_fail_json(f) : proto == PROTO_ANTHROPIC ? anth_fail_json(f) : serve_fail_json(f);
   if (!s) return MHD_NO;
   HLOG_DEBUG("serve: %d %s", f->status, f->message);
   enum MHD_Result rc = send_bytes(c, (unsigned)f->status, "application/json", s, strlen(s), allow);
@@ -251,7 +273,11 @@ static enum MHD_Result send_fail_as(struct MHD_Connection *c, const serve_fail *
 }
 
 static enum MHD_Result send_fail(struct MHD_Connection *c, const serve_fail *f, const char *allow) {
-  return send_fail_as(c, f, allow, false);
+  return send_fail_as(c, f, allow, PROTO_OPENAI);
+}
+
+static int conn_proto(const struct conn *cn) {
+  return cn->ollama ? PROTO_OLLAMA : cn->anthropic ? PROTO_ANTHROPIC : PROTO_OPENAI;
 }
 
 /* ---- informational endpoints ---- */
@@ -331,6 +357,7 @@ static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, c
 }
 
 static json_t *route_index(void); /* the route table's listing, below */
+static enum MHD_Result send_hbuf(struct MHD_Connection *c, hbuf *b);
 
 static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server *s) {
   json_t *o = json_object();
@@ -621,6 +648,12 @@ typedef struct job {
   serve_server *srv;        /* borrowed */
   bool anthropic;           /* answered in the Anthropic Messages shapes (areply), else OpenAI's (reply) */
   bool responses;           /* answered as an OpenAI Responses response (rreply) */
+  bool ollama;              /* answered in the Ollama API's shapes (oreply): NDJSON streams */
+  oll_request oreq;         /* ollama */
+  oll_reply oreply;         /* owned (ollama) */
+  char *pull_name;          /* owned: an /api/pull job (no generation: the fetch's progress is the stream) */
+  bool pull_running;        /* (under mu) its thread has not finished */
+  bool pull_orphan;         /* (under mu) MHD let go of it first: the pull's thread frees it */
   resp_request rr;          /* owned (responses) */
   resp_reply rreply;        /* owned (responses) */
   json_t *history;          /* owned (responses): the conversation previous_response_id continues */
@@ -702,6 +735,8 @@ static void job_free(job *j) {
   serve_reply_free(&j->reply);
   anth_reply_free(&j->areply);
   resp_reply_free(&j->rreply);
+  oll_reply_free(&j->oreply);
+  free(j->pull_name);
   resp_request_free(&j->rr);
   json_decref(j->history);
   hbuf_free(&j->out);
@@ -747,7 +782,7 @@ static void slot_run(slot *sl) {
     sl->result->finish = SERVE_FINISH_LENGTH;
     HLOG_INFO("serve: %lld tokens in, cut by the drain timeout", (long long)sl->result->completion_tokens);
   }
-  if (j->req.stream && !j->anthropic && !j->responses && *sl->rc == 0 && !abandoned(j)) {
+  if (j->req.stream && !j->anthropic && !j->responses && !j->ollama && *sl->rc == 0 && !abandoned(j)) {
     hbuf b = {0};
     serve_sse_finish(sl->reply, sl->result->finish, &b);
     stream_push(j, &b, false);
@@ -840,6 +875,7 @@ static void fail_from_engine(const job *j, serve_fail *f) {
 }
 
 static const char *job_name(const job *j) {
+  if (j->ollama) return j->oreq.chat ? "api/chat" : "api/generate";
   return j->responses ? "responses" : j->anthropic ? "messages" : j->req.kind == SERVE_CHAT ? "chat" : "completion";
 }
 
@@ -857,6 +893,7 @@ static int whole_token(void *ctx, const serve_token *tok) {
   job *j = sl->j;
   if (!sl->started) slot_started(sl);
   if (j->responses) resp_reply_add(&j->rreply, tok);
+  else if (j->ollama) oll_reply_add(&j->oreply, tok);
   else if (j->anthropic) anth_reply_add(&j->areply, tok);
   else serve_reply_add(sl->reply, tok);
   if (job_client_gone(j)) cancel_set(j);
@@ -924,6 +961,8 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
       free(txt);
       store_response(j, o);
       json_decref(o);
+    } else if (j->ollama) {
+      oll_reply_body(&j->oreply, &j->result, &body);
     } else if (j->anthropic) {
       anth_reply_body(&j->areply, &j->result, &body);
     } else {
@@ -946,7 +985,7 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   } else {
     serve_fail f;
     fail_from_engine(j, &f);
-    rc = send_fail_as(c, &f, NULL, j->anthropic);
+    rc = send_fail_as(c, &f, NULL, j->ollama ? PROTO_OLLAMA : j->anthropic);
   }
   job_free(j);
   return rc;
@@ -994,6 +1033,7 @@ static int stream_token(void *ctx, const serve_token *tok) {
   if (!sl->started) slot_started(sl);
   hbuf b = {0};
   if (j->responses) resp_sse_token(&j->rreply, tok, &b);
+  else if (j->ollama) oll_stream_token(&j->oreply, tok, &b);
   else if (j->anthropic) anth_sse_token(&j->areply, tok, &b);
   else serve_sse_token(sl->reply, tok, &b);
   stream_push(j, &b, false);
@@ -1001,10 +1041,17 @@ static int stream_token(void *ctx, const serve_token *tok) {
   return cancelled(j) ? 1 : 0;
 }
 
+static void pull_main(job *j);
+
 static void *stream_main(void *arg) {
   job *j = arg;
   hbuf b = {0};
+  if (j->pull_name) {
+    pull_main(j);
+    return NULL;
+  }
   if (j->responses) resp_sse_start(&j->rreply, &b);
+  else if (j->ollama) (void)0; /* an Ollama stream opens with its first token's line */
   else if (j->anthropic) anth_sse_start(&j->areply, j->prompt_tokens, &b);
   else
     for (int i = 0; i < j->nslots; i++) {
@@ -1022,6 +1069,8 @@ static void *stream_main(void *arg) {
     fail_from_engine(j, &f);
     if (j->responses) {
       resp_sse_error(&j->rreply, &f, &b);
+    } else if (j->ollama) {
+      oll_error_line(&f, &b);
     } else if (j->anthropic) {
       anth_sse_error(&f, &b);
     } else {
@@ -1034,6 +1083,8 @@ static void *stream_main(void *arg) {
       json_t *o = resp_reply_object(&j->rreply, &j->result);
       store_response(j, o);
       json_decref(o);
+    } else if (j->ollama) {
+      oll_stream_finish(&j->oreply, &j->result, &b);
     } else if (j->anthropic) {
       anth_sse_finish(&j->areply, &j->result, &b);
     } else { /* each choice sent its finish chunk as it ended (slot_run) */
@@ -1070,7 +1121,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   } else if (abandoned(j) || client_gone(j->fd) || __atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
     cancel_set(j);
     n = MHD_CONTENT_READER_END_WITH_ERROR;
-  } else if (mono_seconds() - j->idle_since >= s->keepalive_s && max >= sizeof KEEPALIVE - 1) {
+  } else if (!j->ollama && mono_seconds() - j->idle_since >= s->keepalive_s && max >= sizeof KEEPALIVE - 1) {
     /* A long prefill or a queue: an SSE comment keeps proxies and clients patient. */
     atomic_fetch_add(&s->keepalives, 1);
     memcpy(buf, KEEPALIVE, sizeof KEEPALIVE - 1);
@@ -1099,6 +1150,16 @@ static void stream_free(void *cls) {
   pthread_mutex_lock(&j->srv->park_mu);
   unpark(j, false);
   pthread_mutex_unlock(&j->srv->park_mu);
+  if (j->pull_name && j->thread_started) { /* a pull is not cut: its thread finishes and frees the job */
+    pthread_mutex_lock(&j->mu);
+    bool running = j->pull_running;
+    if (running) j->pull_orphan = true;
+    pthread_mutex_unlock(&j->mu);
+    if (running) {
+      pthread_detach(j->thread);
+      return;
+    }
+  }
   if (j->thread_started) pthread_join(j->thread, NULL);
   job_free(j);
 }
@@ -1151,14 +1212,16 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
     j->thread_started = true;
   } else {
     j->done = true;
-    if (j->anthropic)
+    if (j->ollama)
+      hbuf_puts(&j->out, "{\"error\":\"could not start a thread\"}\n");
+    else if (j->anthropic)
       hbuf_puts(&j->out, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
                          "\"message\":\"could not start a thread\"}}\n\n");
     else
       hbuf_puts(&j->out, "data: {\"error\":{\"message\":\"could not start a thread\",\"type\":\"server_error\","
                          "\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n");
   }
-  MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+  MHD_add_response_header(resp, "Content-Type", j->ollama ? "application/x-ndjson" : "text/event-stream");
   MHD_add_response_header(resp, "Cache-Control", "no-cache");
   MHD_add_response_header(resp, "X-Accel-Buffering", "no");
   cors_headers(resp);
@@ -1221,7 +1284,8 @@ static bool needs_specials(const tc_opts *o) {
 /* A request naming a model this server does not serve: 404 model_not_found. A
  * loaded adapter's name is served: the request runs under it (unless it
  * names its adapter itself). */
-static bool model_unknown(const serve_server *s, serve_request *req, bool anth, serve_fail *f) {
+static bool model_unknown(const serve_server *s, serve_request *req, int proto, serve_fail *f) {
+  bool anth = proto == PROTO_ANTHROPIC;
   if (name_served(s, req->model)) return false;
   if (adapter_named(s->engine, req->model)) {
     if (!req->sampling.adapter) req->sampling.adapter = strdup(req->model);
@@ -1229,6 +1293,9 @@ static bool model_unknown(const serve_server *s, serve_request *req, bool anth, 
   }
   if (anth)
     serve_fail_set(f, 404, "not_found_error", "model", "model_not_found", "model: %.200s", req->model);
+  else if (proto == PROTO_OLLAMA)
+    serve_fail_set(f, 404, "invalid_request_error", "model", "model_not_found",
+                   "model '%.200s' not found: this server serves '%.200s'", req->model, s->engine->model_id);
   else
     serve_fail_set(f, 404, "invalid_request_error", "model", "model_not_found",
                    "The model '%.200s' does not exist (this server serves '%.200s')", req->model, s->engine->model_id);
@@ -1239,13 +1306,16 @@ static bool model_unknown(const serve_server *s, serve_request *req, bool anth, 
  * protocol chosen by the route. */
 static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s, conn *cn) {
   bool anth = cn->route == ROUTE_MESSAGES;
+  bool oll = cn->route == ROUTE_OLL_CHAT || cn->route == ROUTE_OLL_GENERATE;
+  int proto = oll ? PROTO_OLLAMA : anth ? PROTO_ANTHROPIC : PROTO_OPENAI;
+  double t0 = oll_now();
   serve_kind kind = cn->route == ROUTE_COMPLETIONS ? SERVE_COMPLETION : SERVE_CHAT;
   serve_engine *e = s->engine;
   job *j = calloc(1, sizeof *j);
   serve_fail f;
   if (!j) {
     serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
-    return send_fail_as(c, &f, NULL, anth);
+    return send_fail_as(c, &f, NULL, proto);
   }
   pthread_mutex_init(&j->mu, NULL);
   pthread_mutex_init(&j->gen_mu, NULL);
@@ -1253,8 +1323,20 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   j->srv = s;
   j->anthropic = anth;
   j->responses = cn->route == ROUTE_RESPONSES;
+  j->ollama = oll;
   j->fd = conn_fd(c);
-  if (j->responses) {
+  if (oll) {
+    if (oll_request_parse(hbuf_str(&cn->body), cn->body.len, cn->route == ROUTE_OLL_CHAT, &j->req, &j->oreq, &f))
+      goto refuse;
+    kind = j->req.kind;
+    if (j->oreq.load_only) { /* Ollama's "load the model": nothing to generate */
+      if (model_unknown(s, &j->req, proto, &f)) goto refuse;
+      hbuf b = {0};
+      oll_load_body(j->oreq.chat, j->req.model, &b);
+      job_free(j);
+      return send_hbuf(c, &b);
+    }
+  } else if (j->responses) {
     if (resp_request_parse(hbuf_str(&cn->body), cn->body.len, &j->req, &j->rr, &f)) goto refuse;
     if (j->rr.previous_id) {
       json_t *prev = s->responses ? resp_store_get(s->responses, j->rr.previous_id, &j->history) : NULL;
@@ -1270,8 +1352,8 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
                   : serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f)) {
     goto refuse;
   }
-  if (model_unknown(s, &j->req, anth, &f)) goto refuse;
-  const char *param = kind == SERVE_CHAT ? "messages" : "prompt";
+  if (model_unknown(s, &j->req, proto, &f)) goto refuse;
+  const char *param = kind == SERVE_CHAT && !(oll && !j->oreq.chat) ? "messages" : "prompt";
   if (kind == SERVE_CHAT) {
     if (render_prompt(e, &j->req, &j->prompt, &f)) goto refuse;
     j->parse = output_parser(e, &j->req, j->prompt, &j->tc);
@@ -1342,6 +1424,12 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       goto refuse;
     }
     int64_t want = j->req.sampling.max_tokens > 0 ? j->req.sampling.max_tokens : 1;
+    if (oll && j->oreq.num_ctx > 0 && ntok + want > j->oreq.num_ctx) {
+      serve_fail_set(&f, 400, "invalid_request_error", "options.num_ctx", "context_length_exceeded",
+                     "options.num_ctx is %lld tokens, but the prompt has %lld and num_predict asks for %lld",
+                     (long long)j->oreq.num_ctx, (long long)ntok, (long long)(j->req.sampling.max_tokens > 0 ? want : 0));
+      goto refuse;
+    }
     if (e->context_length > 0 && ntok + want > e->context_length) {
       if (j->req.sampling.max_tokens > 0)
         serve_fail_set(&f, 400, "invalid_request_error", at, "context_length_exceeded",
@@ -1380,7 +1468,16 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   j->prompt_tokens = j->slots[0].prompt_tokens;
   uint64_t seq = atomic_fetch_add(&s->next_id, 1);
   uint64_t id_seed = seq * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)j;
-  if (j->responses) {
+  if (oll) {
+    oll_reply_init(&j->oreply, j->oreq.chat, j->req.model, j->req.stream, t0);
+    if (j->parse) {
+      if (oll_reply_parse(&j->oreply, &j->tc, &err)) {
+        serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
+        goto refuse;
+      }
+      j->req.sampling.skip_special = !needs_specials(&j->tc);
+    }
+  } else if (j->responses) {
     resp_reply_init(&j->rreply, e->model_id, id_seed ^ (uint64_t)time(NULL), &j->rr);
     if (j->parse && resp_reply_parse(&j->rreply, &j->tc, &err)) {
       serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
@@ -1422,7 +1519,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   return j->req.stream ? answer_stream(c, j) : answer_whole(c, j);
 refuse:
   job_free(j);
-  return send_fail_as(c, &f, NULL, anth);
+  return send_fail_as(c, &f, NULL, proto);
 }
 
 /* A forced call (tool_choice required / named) goes on under a grammar of the
@@ -1745,6 +1842,270 @@ static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_serve
   return rc;
 }
 
+/* ---- the Ollama API (serve/ollama.c formats) ---- */
+
+/* The served model's facts (the caller's, else its name alone): a new reference. */
+static json_t *served_facts(const serve_server *s) {
+  json_t *f = s->models && s->models->served ? json_deep_copy(s->models->served) : json_object();
+  json_object_set_new(f, "name", json_string(s->engine->model_id));
+  if (!json_object_get(f, "modified")) json_object_set_new(f, "modified", json_integer(s->engine->created));
+  return f;
+}
+
+/* Every model hearth can name, the served one first (a new array of facts). */
+static json_t *all_facts(const serve_server *s) {
+  json_t *all = json_array(), *more = s->models && s->models->list ? s->models->list(s->models->ctx) : NULL;
+  json_array_append_new(all, served_facts(s));
+  size_t i;
+  json_t *m;
+  json_array_foreach(more, i, m) {
+    const char *name = json_string_value(json_object_get(m, "name"));
+    if (name && strcmp(name, s->engine->model_id)) json_array_append(all, m);
+  }
+  json_decref(more);
+  return all;
+}
+
+/* A body's "model" (or "name", as older clients send it); NULL with f filled when absent. */
+static json_t *oll_body(conn *cn, const char **name, serve_fail *f) {
+  json_error_t je;
+  json_t *root = json_loadb(hbuf_str(&cn->body), cn->body.len, 0, &je);
+  if (!json_is_object(root)) {
+    json_decref(root);
+    serve_bad(f, NULL, "the body must be a JSON object (%s)", root ? "not an object" : je.text);
+    return NULL;
+  }
+  json_t *m = json_object_get(root, "model");
+  if (!json_is_string(m)) m = json_object_get(root, "name");
+  if (!json_is_string(m) || !json_string_length(m)) {
+    json_decref(root);
+    serve_bad(f, "model", "model is required");
+    return NULL;
+  }
+  *name = json_string_value(m);
+  return root;
+}
+
+static enum MHD_Result send_oll_fail(struct MHD_Connection *c, const serve_fail *f) {
+  return send_fail_as(c, f, NULL, PROTO_OLLAMA);
+}
+
+static enum MHD_Result answer_oll_version(struct MHD_Connection *c) {
+  return send_json(c, 200, json_pack("{s:s, s:s}", "version", OLL_API_VERSION, "hearth", HEARTH_VERSION));
+}
+
+static enum MHD_Result answer_oll_tags(struct MHD_Connection *c, serve_server *s) {
+  json_t *all = all_facts(s), *models = json_array(), *m;
+  size_t i;
+  json_array_foreach(all, i, m)
+    json_array_append_new(models, oll_model_object(m, json_string_value(json_object_get(m, "name")), false, 0));
+  json_decref(all);
+  return send_json(c, 200, json_pack("{s:o}", "models", models));
+}
+
+static enum MHD_Result answer_oll_ps(struct MHD_Connection *c, serve_server *s) {
+  json_t *f = served_facts(s);
+  json_t *m = oll_model_object(f, s->engine->model_id, true, s->engine->context_length);
+  json_decref(f);
+  return send_json(c, 200, json_pack("{s:[o]}", "models", m));
+}
+
+static enum MHD_Result answer_oll_show(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  serve_fail f;
+  const char *name;
+  json_t *root = oll_body(cn, &name, &f), *o = NULL;
+  if (!root) return send_oll_fail(c, &f);
+  if (name_served(s, name)) {
+    json_t *facts = served_facts(s);
+    o = oll_show_object(facts, s->engine);
+    json_decref(facts);
+  } else {
+    json_t *all = all_facts(s), *m;
+    size_t i;
+    json_array_foreach(all, i, m) if (!o && !strcmp(json_string_value(json_object_get(m, "name")), name)) o =
+        oll_show_object(m, NULL);
+    json_decref(all);
+  }
+  if (!o) serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found", "model '%.200s' not found", name);
+  json_decref(root);
+  return o ? send_json(c, 200, o) : send_oll_fail(c, &f);
+}
+
+/* POST /api/embed and /api/embeddings (legacy). */
+static enum MHD_Result answer_oll_embed(struct MHD_Connection *c, serve_server *s, conn *cn, bool legacy) {
+  serve_engine *e = s->engine;
+  double t0 = oll_now();
+  embed_request req;
+  serve_fail f;
+  if (oll_embed_parse(hbuf_str(&cn->body), cn->body.len, legacy, e->vocab_size, &req, &f)) return send_oll_fail(c, &f);
+  int dim = req.dimensions ? req.dimensions : (int)e->embed_dim;
+  float *vecs = NULL;
+  if (!name_served(s, req.model)) {
+    serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found",
+                   "model '%.200s' not found: this server serves '%.200s'", req.model, e->model_id);
+  } else if (!e->embed || e->embed_dim <= 0) {
+    serve_fail_set(&f, 400, "invalid_request_error", "model", NULL, "model '%.200s' does not serve embeddings", e->model_id);
+  } else if (req.dimensions > e->embed_dim) {
+    serve_fail_set(&f, 400, "invalid_request_error", "dimensions", NULL,
+                   "dimensions is %d but the model's embeddings have %lld values", req.dimensions, (long long)e->embed_dim);
+  } else if (!(vecs = malloc(sizeof(float) * (size_t)req.n * (size_t)dim))) {
+    serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory for %d embeddings", req.n);
+  } else {
+    herr err = {0};
+    int64_t toks = 0;
+    volatile int cancel = 0;
+    bool lock = !e->thread_safe;
+    if (lock) pthread_mutex_lock(&s->engine_lock);
+    int rc = e->embed(e->impl, req.inputs, req.n, NULL, req.dimensions, vecs, &toks, (volatile int *)&cancel, &err);
+    if (lock) pthread_mutex_unlock(&s->engine_lock);
+    if (rc) {
+      fail_probe(rc, &err, legacy ? "prompt" : "input", &f);
+    } else {
+      hbuf b = {0};
+      oll_embed_reply(&req, legacy, vecs, dim, req.model, toks, oll_now() - t0, &b);
+      free(vecs);
+      embed_request_free(&req);
+      return send_hbuf(c, &b);
+    }
+  }
+  free(vecs);
+  embed_request_free(&req);
+  return send_oll_fail(c, &f);
+}
+
+/* DELETE /api/delete {"model"}: as `hearth rm`. */
+static enum MHD_Result answer_oll_delete(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  serve_fail f;
+  const char *name;
+  json_t *root = oll_body(cn, &name, &f);
+  if (!root) return send_oll_fail(c, &f);
+  herr err = {0};
+  if (!s->models || !s->models->remove)
+    serve_fail_set(&f, 400, "invalid_request_error", NULL, NULL, "this server removes no models (it has no model registry)");
+  else if (!strcmp(name, s->engine->model_id))
+    serve_fail_set(&f, 400, "invalid_request_error", "model", NULL,
+                   "model '%.200s' is the one being served: stop the server to remove it", name);
+  else if (s->models->remove(s->models->ctx, name, &err))
+    serve_fail_set(&f, err.code == HEARTH_ENOTFOUND ? 404 : 500, "invalid_request_error", "model", NULL, "%s", err.msg);
+  else {
+    HLOG_INFO("serve: api/delete: %s removed", name);
+    json_decref(root);
+    return send_bytes(c, 200, "application/json", "", 0, NULL);
+  }
+  json_decref(root);
+  return send_oll_fail(c, &f);
+}
+
+/* A pull's progress: each line hearth get writes becomes {"status": line}. */
+typedef struct pull_sink {
+  job *j;
+  hbuf line;
+} pull_sink;
+
+static ssize_t pull_write(void *cookie, const char *buf, size_t n) {
+  pull_sink *p = cookie;
+  for (size_t i = 0; i < n; i++) {
+    if (buf[i] != '\n' && buf[i] != '\r') {
+      hbuf_append(&p->line, buf + i, 1);
+      continue;
+    }
+    if (!p->line.len) continue;
+    if (p->j) {
+      hbuf b = {0};
+      json_t *o = json_pack("{s:o}", "status", serve_json_text(p->line.data, p->line.len));
+      char *t = json_dumps(o, JSON_COMPACT);
+      json_decref(o);
+      if (t) hbuf_puts(&b, t), hbuf_puts(&b, "\n");
+      free(t);
+      stream_push(p->j, &b, false);
+      hbuf_free(&b);
+    }
+    hbuf_clear(&p->line);
+  }
+  return (ssize_t)n;
+}
+
+/* Runs the pull, its progress to j's stream when j is streamed (else nowhere). 0 or the failure in f. */
+static int run_pull(serve_server *s, const char *name, job *j, serve_fail *f) {
+  pull_sink sink = {.j = j};
+  cookie_io_functions_t io = {.write = pull_write};
+  FILE *progress = fopencookie(&sink, "w", io);
+  if (progress) setvbuf(progress, NULL, _IONBF, 0);
+  herr err = {0};
+  int rc = s->models->pull(s->models->ctx, name, progress, &err);
+  if (progress) {
+    fputc('\n', progress);
+    fclose(progress);
+  }
+  hbuf_free(&sink.line);
+  if (rc) serve_fail_set(f, err.code == HEARTH_ENOTFOUND || err.code == HEARTH_EINVAL ? 400 : 500, "invalid_request_error",
+                         "model", NULL, "pull %.200s: %s", name, err.msg);
+  else HLOG_INFO("serve: api/pull: %s fetched", name);
+  return rc;
+}
+
+/* The stream of an /api/pull job (stream_main's, on its own thread). */
+static void pull_main(job *j) {
+  hbuf b = {0};
+  serve_fail f;
+  hbuf_puts(&b, "{\"status\":\"pulling manifest\"}\n");
+  stream_push(j, &b, false);
+  hbuf_clear(&b);
+  if (run_pull(j->srv, j->pull_name, j, &f)) oll_error_line(&f, &b);
+  else hbuf_puts(&b, "{\"status\":\"success\"}\n");
+  pthread_mutex_lock(&j->mu);
+  j->pull_running = false;
+  bool orphan = j->pull_orphan;
+  pthread_mutex_unlock(&j->mu);
+  if (orphan) { /* its client went away and MHD let go of the stream: the job is this thread's */
+    hbuf_free(&b);
+    job_free(j);
+    return;
+  }
+  stream_push(j, &b, true);
+  hbuf_free(&b);
+}
+
+/* POST /api/pull {"model", "stream"}: as `hearth get`, progress streamed as NDJSON. */
+static enum MHD_Result answer_oll_pull(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  serve_fail f;
+  const char *name;
+  json_t *root = oll_body(cn, &name, &f);
+  if (!root) return send_oll_fail(c, &f);
+  json_t *st = json_object_get(root, "stream"), *insecure = json_object_get(root, "insecure");
+  enum MHD_Result rc;
+  if (st && !json_is_boolean(st) && !json_is_null(st)) {
+    serve_bad(&f, "stream", "stream must be a boolean");
+    rc = send_oll_fail(c, &f);
+  } else if (json_is_true(insecure)) {
+    serve_bad(&f, "insecure", "insecure is not supported by hearth: the Hub is fetched over HTTPS only");
+    rc = send_oll_fail(c, &f);
+  } else if (!s->models || !s->models->pull) {
+    serve_bad(&f, NULL, "this server fetches no models (it was started without the model hub)");
+    rc = send_oll_fail(c, &f);
+  } else if (json_is_false(st)) {
+    rc = run_pull(s, name, NULL, &f) ? send_oll_fail(c, &f) : send_json(c, 200, json_pack("{s:s}", "status", "success"));
+  } else {
+    job *j = calloc(1, sizeof *j);
+    if (!j || !(j->pull_name = strdup(name))) {
+      free(j);
+      serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
+      rc = send_oll_fail(c, &f);
+    } else {
+      pthread_mutex_init(&j->mu, NULL);
+      pthread_mutex_init(&j->gen_mu, NULL);
+      pthread_cond_init(&j->gen_cv, NULL);
+      j->srv = s;
+      j->ollama = true;
+      j->fd = conn_fd(c);
+      j->pull_running = true;
+      rc = answer_stream(c, j);
+    }
+  }
+  json_decref(root);
+  return rc;
+}
+
 /* ---- the request cycle ---- */
 
 /* The key from "Authorization: Bearer KEY" or (Anthropic's clients) "x-api-key: KEY". */
@@ -1803,6 +2164,16 @@ static const route_def routes[] = {
     {"POST", "/tokenize", ROUTE_TOKENIZE, false,
      "text to token ids: {\"content\" (or \"prompt\", or chat \"messages\"), \"add_special\", \"with_pieces\"}"},
     {"POST", "/detokenize", ROUTE_DETOKENIZE, false, "token ids to text: {\"tokens\": [ids]}"},
+    {"GET", "/api/version", ROUTE_OLL_VERSION, false, "Ollama API: the API version"},
+    {"GET", "/api/tags", ROUTE_OLL_TAGS, false, "Ollama API: the models hearth can name (the served one first)"},
+    {"POST", "/api/show", ROUTE_OLL_SHOW, false, "Ollama API: a model's details and capabilities"},
+    {"GET", "/api/ps", ROUTE_OLL_PS, false, "Ollama API: the loaded model"},
+    {"POST", "/api/chat", ROUTE_OLL_CHAT, false, "Ollama API: chat (NDJSON stream unless stream: false)"},
+    {"POST", "/api/generate", ROUTE_OLL_GENERATE, false, "Ollama API: generate (NDJSON stream unless stream: false)"},
+    {"POST", "/api/embed", ROUTE_OLL_EMBED, false, "Ollama API: embeddings of input"},
+    {"POST", "/api/embeddings", ROUTE_OLL_EMBEDDINGS, false, "Ollama API: the embedding of prompt (legacy)"},
+    {"POST", "/api/pull", ROUTE_OLL_PULL, false, "Ollama API: fetches a model as hearth get (progress as NDJSON)"},
+    {"DELETE", "/api/delete", ROUTE_OLL_DELETE, false, "Ollama API: removes a model as hearth rm"},
 };
 
 static bool route_matches(const route_def *r, const char *path) {
@@ -1827,6 +2198,7 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
   if (n > 1 && path[n - 1] == '/') path[n - 1] = 0;
   cn->head = strcmp(method, "HEAD") == 0;
   cn->anthropic = strcmp(path, "/v1/messages") == 0 || strncmp(path, "/v1/messages/", 13) == 0;
+  cn->ollama = strncmp(path, "/api/", 5) == 0;
   if (atomic_load(&s->draining)) {
     cn->failed = true;
     serve_fail_set(&cn->fail, 503, "server_error", NULL, "shutting_down",
@@ -1927,6 +2299,24 @@ static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, c
     return answer_tokenize(c, s, cn);
   case ROUTE_DETOKENIZE:
     return answer_detokenize(c, s, cn);
+  case ROUTE_OLL_VERSION:
+    return answer_oll_version(c);
+  case ROUTE_OLL_TAGS:
+    return answer_oll_tags(c, s);
+  case ROUTE_OLL_SHOW:
+    return answer_oll_show(c, s, cn);
+  case ROUTE_OLL_PS:
+    return answer_oll_ps(c, s);
+  case ROUTE_OLL_CHAT:
+  case ROUTE_OLL_GENERATE:
+    return answer_generate(c, s, cn);
+  case ROUTE_OLL_EMBED:
+  case ROUTE_OLL_EMBEDDINGS:
+    return answer_oll_embed(c, s, cn, cn->route == ROUTE_OLL_EMBEDDINGS);
+  case ROUTE_OLL_PULL:
+    return answer_oll_pull(c, s, cn);
+  case ROUTE_OLL_DELETE:
+    return answer_oll_delete(c, s, cn);
   default:
     return MHD_NO;
   }
@@ -1948,6 +2338,14 @@ static bool slow_route(route r) {
   case ROUTE_FIT:
   case ROUTE_TOKENIZE:
   case ROUTE_DETOKENIZE:
+  case ROUTE_OLL_TAGS: /* the models' headers are read */
+  case ROUTE_OLL_SHOW:
+  case ROUTE_OLL_CHAT:
+  case ROUTE_OLL_GENERATE:
+  case ROUTE_OLL_EMBED:
+  case ROUTE_OLL_EMBEDDINGS:
+  case ROUTE_OLL_PULL:
+  case ROUTE_OLL_DELETE:
     return true;
   default:
     return false;
@@ -1982,7 +2380,7 @@ static enum MHD_Result defer(serve_server *s, struct MHD_Connection *c, conn *cn
   if (stopping) {
     serve_fail f;
     serve_fail_set(&f, 503, "server_error", NULL, "shutting_down", "The server is stopping");
-    return send_fail_as(c, &f, NULL, cn->anthropic);
+    return send_fail_as(c, &f, NULL, conn_proto(cn));
   }
   cn->srv = s;
   cn->c = c;
@@ -2003,7 +2401,7 @@ static enum MHD_Result defer(serve_server *s, struct MHD_Connection *c, conn *cn
   pthread_mutex_unlock(&s->workers_mu);
   serve_fail f;
   serve_fail_set(&f, 503, "server_error", NULL, NULL, "could not start a thread for the request");
-  return send_fail_as(c, &f, NULL, cn->anthropic);
+  return send_fail_as(c, &f, NULL, conn_proto(cn));
 }
 
 /* ---- the request head's deadline ----
@@ -2118,7 +2516,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     /* A refusal (bad route, key, size) is answered now, before libmicrohttpd
      * sends "100 Continue" or reads a byte of the body; the connection is
      * then closed. */
-    if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, cn->anthropic);
+    if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, conn_proto(cn));
     /* headers are in: the body may take its time, up to BODY_TIMEOUT_S of silence */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)BODY_TIMEOUT_S);
     return MHD_YES;
@@ -2145,7 +2543,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   /* the whole request is in: no inactivity limit while it is answered (a
    * long generation before a whole reply sends nothing) */
   MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-  if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, cn->anthropic);
+  if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, conn_proto(cn));
   if (cn->deferred == 2) { /* answered on its own thread (defer) */
     if (!cn->resp) return MHD_NO; /* nothing to send (the client went away, or out of memory): close */
     struct MHD_Response *resp = cn->resp;
@@ -2223,6 +2621,7 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
     return herr_set(err, HEARTH_ENOMEM, "out of memory");
   }
   s->adapter_dir = adapter_dir;
+  s->models = cfg->models;
   s->engine = engine;
   s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
   s->keepalive_s = (cfg->keepalive_ms > 0 ? cfg->keepalive_ms : DEFAULT_KEEPALIVE_MS) / 1000.0;

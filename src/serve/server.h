@@ -7,9 +7,29 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
 
 #include "base/status.h"
 #include "serve/engine.h"
+
+/* What the server knows of models beyond the engine, from whoever starts it
+ * (`hearth serve`: hearth's registry and the Hugging Face cache), for the
+ * Ollama API. A model's facts are a JSON object {"name", "path", "format",
+ * "architecture", "parameters", "quantization", "bytes", "modified" (unix
+ * seconds), "revision"}, any key absent when unknown. Every member may be NULL. */
+typedef struct serve_models {
+  void *ctx;
+  const json_t *served; /* borrowed: the served model's facts */
+  /* The models hearth can name (a new array of facts; NULL: none). */
+  json_t *(*list)(void *ctx);
+  /* Removes a model by name as `hearth rm` does; HEARTH_ENOTFOUND when there is none by that name. */
+  int (*remove)(void *ctx, const char *name, herr *err);
+  /* Fetches a model by name as `hearth get` does, its progress as lines of text written to progress
+   * (it runs to its end even when the client has gone: what it fetched stays in the cache). */
+  int (*pull)(void *ctx, const char *name, FILE *progress, herr *err);
+} serve_models;
 
 typedef struct serve_config {
   const char *host;    /* borrowed; "127.0.0.1" when NULL */
@@ -32,6 +52,8 @@ typedef struct serve_config {
   int64_t responses_ttl_s;    /* ... kept this long; 0: one hour; < 0: no expiry */
   const char *adapter_dir;    /* borrowed; NULL: POST /v1/adapters refuses every path (403). Else adapters load
                                * over the API only from folders inside it (adapters_resolve) */
+  const serve_models *models; /* borrowed, may be NULL: /api/tags lists only the served model, /api/pull and
+                               * /api/delete refuse */
 } serve_config;
 
 typedef struct serve_server serve_server;
