@@ -3,7 +3,8 @@
  * A verb returns the process exit status: 0 ok, 1 failure, 2 usage error.
  *
  * What each verb uses: generate, chat and embed only the public API (hearth.h);
- * serve the server module (src/serve/, itself on hearth.h). The others need
+ * serve the server module (src/serve/, itself on hearth.h), and hub/ for the
+ * Ollama API's model list, pull and delete. The others need
  * access below the public API and say so in their header comment: tokenize
  * and detokenize (the tokenizer module, on a bare tokenizer.json), template
  * (the chat module, without weights), inspect (format/), logits and bench

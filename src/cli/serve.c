@@ -1,7 +1,9 @@
 /* serve.c — `hearth serve`: load one model and answer OpenAI-compatible HTTP
  * requests (and the chat page) until interrupted. Owns the options and the
  * process's signal handling; the server itself is src/serve/ (serve/server.h,
- * serve/engine.h), which reaches the engine only through hearth.h. */
+ * serve/engine.h), which reaches the engine only through hearth.h. The Ollama
+ * API's models beyond the served one (its list, pull and delete) come from
+ * here (serve_models): hearth ls's list, hearth get, hearth rm (hub/). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,7 +25,7 @@ static void serve_usage(void) {
          "                    [--adapter NAME=DIR]... [--adapter-dir DIR] [--allow-local-media] [--allow-remote-media]\n"
          "                    [--allow-private-media-hosts] [--max-media-bytes BYTES]\n\n"
          "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
-         "/v1/messages (Anthropic), /v1/models, /v1/embeddings, /v1/signal, /v1/adapters,\n"
+         "/v1/messages (Anthropic), /api/chat, /api/generate and the rest of the Ollama API, /v1/models, /v1/embeddings, /v1/signal, /v1/adapters,\n"
          "/tokenize, /detokenize, /fit, /health, /stats, /metrics, /v1 (every route) and a chat page at /. Concurrent requests are\n"
          "batched into shared forward steps (continuous batching, paged KV cache,\n"
          "automatic prefix caching).\n\n"
