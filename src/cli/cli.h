@@ -68,6 +68,8 @@ typedef struct cli_load {
   const char *kv_quant_config; /* --kv-quant-config FILE */
   int64_t context_length;      /* --ctx-size N / -c N (0: the model's) */
   const char *chat_template_file; /* --chat-template-file PATH (batch, chat, generate, serve) */
+  const char *model_name;      /* --model's value when it named a model (registry name, Hub id) rather
+                                  than a path; NULL otherwise */
 } cli_load;
 const cli_load *cli_load_opts(void);
 /* The load options above as the library's (fields a verb sets itself stay 0). */

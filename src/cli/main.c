@@ -221,6 +221,7 @@ static int resolve_model_arg(int argc, char **argv, int *j, int *out) {
     const char *v = eq ? a + n + 1 : argv[*j + 1];
     char *path = NULL;
     if (cli_model_resolve(v, &path)) return -1;
+    if (path && k == 0) g_load.model_name = v; /* a name, not a path: what the model is called (serve) */
     if (eq) {
       char *both = NULL;
       if (path && asprintf(&both, "%s=%s", names[k], path) < 0) both = NULL;

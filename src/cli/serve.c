@@ -241,6 +241,7 @@ int cli_serve(int argc, char **argv) {
                                    .kv_quant_config = cli_load_opts()->kv_quant_config,
                                    .context_length = cli_load_opts()->context_length,
                                    .chat_template_file = cli_load_opts()->chat_template_file,
+                                   .id = cli_load_opts()->model_name,
                                    .trace_file = trace_file,
                                    .trace_max_bytes = trace_max,
                                    .kv_store = kv_store,
@@ -260,7 +261,9 @@ int cli_serve(int argc, char **argv) {
       return cli_fail("serve: --adapter %s: %s", adapters[a], err.msg);
     }
   }
-  json_t *served = cli_model_facts(engine.model_id, model);
+  char *real = realpath(model, NULL);
+  json_t *served = cli_model_facts(engine.model_id, real ? real : model);
+  free(real);
   serve_models models = {.served = served, .list = models_list, .remove = models_remove, .pull = models_pull};
   serve_config cfg = {.host = host, .models = &models, .port = (int)port, .api_key = key, .max_body = (size_t)max_body,
                       .served_names = names, .n_served_names = nnames, .cors_origin = cors,

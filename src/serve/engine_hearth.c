@@ -338,7 +338,7 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   hearth_engine *h = calloc(1, sizeof *h);
   if (!h) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   hearth_load_opts opts = o->load;
-  opts.id = NULL;
+  /* opts.id: the name the model answers to (NULL: its folder's or file's name) */
   opts.threads = o->threads;
   opts.max_batch = o->max_batch;
   opts.prefill_chunk = o->prefill_chunk;

@@ -2,11 +2,13 @@
 // Ollama client (npm "ollama", pinned in package-lock.json) and plain fetch,
 // under node's built-in test runner.
 //
-// HEARTH_E2E_SERVER  `hearth` (run as `hearth serve --model DIR`, DIR the
-//                    built-in model models/default or $HEARTH_E2E_MODEL, with a
-//                    registry of its own in a temporary HEARTH_HOME holding one
-//                    scanned golden fixture, an empty Hugging Face cache and
-//                    HF_HUB_OFFLINE=1) or, with HEARTH_E2E_FAKE=1, the test
+// HEARTH_E2E_SERVER  `hearth`, run as `hearth serve --model org/tiny`: a Hub id
+//                    found in a temporary Hugging Face cache laid out by hand
+//                    (refs/main, snapshots/COMMIT/* linking into blobs/), whose
+//                    files are the built-in model models/default's (or
+//                    $HEARTH_E2E_MODEL's), with a registry of its own in a
+//                    temporary HEARTH_HOME holding one scanned golden fixture,
+//                    and HF_HUB_OFFLINE=1; or, with HEARTH_E2E_FAKE=1, the test
 //                    server over the fake engine (tests/serve/fake_engine.h),
 //                    whose registry, pull and delete are fakes too (fake_server.c)
 // HEARTH_DEPS_DIR    where tools/fetch_test_deps.sh installed node_modules
@@ -25,7 +27,8 @@ const H = require('./harness.cjs');
 const { SOURCE, stopServer } = H;
 const MODEL = process.env.HEARTH_E2E_MODEL || path.join(SOURCE, 'models/default');
 const SCANNED = path.join(SOURCE, 'tests/fixtures/golden/gemma2-f32'); // a second model, in the registry only
-const NAME = FAKE ? 'fake-model' : 'default';
+const NAME = FAKE ? 'fake-model' : 'org/tiny';
+const COMMIT = 'c0ffee'.padEnd(40, '0');
 
 let srv, client, home;
 
@@ -38,9 +41,15 @@ before(async () => {
     process.env.HEARTH_HOME = path.join(home, 'hearth');
     process.env.HF_HUB_CACHE = path.join(home, 'hub');
     process.env.HF_HUB_OFFLINE = '1';
-    fs.mkdirSync(process.env.HF_HUB_CACHE);
+    const repo = path.join(process.env.HF_HUB_CACHE, 'models--org--tiny'), snap = path.join(repo, 'snapshots', COMMIT);
+    for (const d of ['blobs', 'refs', snap]) fs.mkdirSync(path.resolve(repo, d), { recursive: true });
+    fs.writeFileSync(path.join(repo, 'refs', 'main'), COMMIT);
+    for (const f of fs.readdirSync(MODEL)) {
+      fs.symlinkSync(path.resolve(MODEL, f), path.join(repo, 'blobs', 'blob-' + f));
+      fs.symlinkSync(path.join('..', '..', 'blobs', 'blob-' + f), path.join(snap, f));
+    }
     execFileSync(SERVER, ['scan', SCANNED], { encoding: 'utf8' });
-    srv = await H.startServer(SERVER, ['serve', '--model', MODEL, '--port', '0', '--threads', '2', '--prefill-chunk', '16']);
+    srv = await H.startServer(SERVER, ['serve', '--model', NAME, '--port', '0', '--threads', '2', '--prefill-chunk', '16']);
   }
   const { Ollama } = H.need('ollama');
   client = new Ollama({ host: srv.url });
@@ -109,7 +118,8 @@ test('version, tags, ps and show', async () => {
     assert.deepEqual(tiny.details, { parent_model: '', format: 'safetensors', family: 'qwen3', families: ['qwen3'], parameter_size: '600M', quantization_level: 'BF16' });
     assert.equal(tags.models[2].details.parameter_size, '8.0B');
   } else {
-    assert.deepEqual(names, ['default', 'gemma2-f32']);
+    // the served Hub id once (it is also the cache's), then the registry's model
+    assert.deepEqual(names, ['org/tiny', 'gemma2-f32']);
     assert.equal(tags.models[0].details.format, 'safetensors');
     assert.equal(tags.models[0].details.family, 'llama');
     assert.equal(tags.models[1].details.family, 'gemma2');
@@ -276,7 +286,7 @@ test('pull and delete', async () => {
     await refused(client.delete({ model: NAME }), 400, /being served/);
     await client.delete({ model: 'gemma2-f32' }); // forgets the registry entry; the folder stays
     assert.ok(fs.existsSync(path.join(SCANNED, 'config.json')));
-    assert.deepEqual((await client.list()).models.map((m) => m.name), ['default']);
+    assert.deepEqual((await client.list()).models.map((m) => m.name), ['org/tiny']);
     await refused(client.delete({ model: 'gemma2-f32' }), 404, /neither a registry name nor a Hub id|not in the registry/);
   }
 });
