@@ -68,10 +68,11 @@ typedef struct cli_load {
   const char *kv_quant_config; /* --kv-quant-config FILE */
   int64_t context_length;      /* --ctx-size N / -c N (0: the model's) */
   const char *chat_template_file; /* --chat-template-file PATH (batch, chat, generate, serve) */
-  const char *model_name;      /* --model's value when it named a model (registry name, Hub id) rather
-                                  than a path; NULL otherwise */
 } cli_load;
 const cli_load *cli_load_opts(void);
+/* The name a --model value gave the model at path (a registry name or a Hub id, as typed), or NULL
+ * when --model gave that path itself. */
+const char *cli_model_name_of(const char *path);
 /* The load options above as the library's (fields a verb sets itself stay 0). */
 void cli_hearth_load_opts(hearth_load_opts *lo);
 /* An error naming both numbers when --ctx-size is above the model's own

@@ -13,23 +13,30 @@
 #include "base/log.h"
 #include "cli/cli.h"
 #include "hub/hub.h"
+
+#define SERVE_MAX_MODELS 16
 #include "serve/engine.h"
 #include "serve/server.h"
 
 static void serve_usage(void) {
-  printf("usage: hearth serve [--model PATH] [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES] [--threads N]\n"
+  printf("usage: hearth serve [--model PATH]... [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES] [--threads N]\n"
          "                    [--max-batch N] [--prefill-chunk N] [--max-num-batched-tokens N] [--kv-cache-mem BYTES] [--memory-budget BYTES]\n"
          "                    [--served-model-name NAME]... [--cors ORIGIN] [--trace-file PATH] [--trace-max-bytes BYTES]\n"
          "                    [--responses-max N] [--responses-max-bytes BYTES] [--responses-ttl SECONDS]\n"
          "                    [--kv-store DIR] [--kv-store-max BYTES] [--drain-timeout SECONDS] [--header-timeout SECONDS]\n"
          "                    [--adapter NAME=DIR]... [--adapter-dir DIR] [--allow-local-media] [--allow-remote-media]\n"
          "                    [--allow-private-media-hosts] [--max-media-bytes BYTES]\n\n"
-         "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
+         "Serves one model (or several) over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
          "/v1/messages (Anthropic), /api/chat, /api/generate and the rest of the Ollama API, /v1/models, /v1/embeddings, /v1/signal, /v1/adapters,\n"
          "/tokenize, /detokenize, /fit, /health, /stats, /metrics, /v1 (every route) and a chat page at /. Concurrent requests are\n"
          "batched into shared forward steps (continuous batching, paged KV cache,\n"
          "automatic prefix caching).\n\n"
-         "  --model PATH       a Hugging Face model folder or a .gguf file (default: the built-in model)\n"
+         "  --model PATH       a Hugging Face model folder or a .gguf file, a registry name or a Hub id\n"
+         "                     (default: the built-in model). Repeatable: every model is loaded and a\n"
+         "                     request's \"model\" picks one by its name (the name --model gave, else the\n"
+         "                     folder's or file's); a request naming none gets the first, and so do the\n"
+         "                     routes that name no model (/stats, /metrics, /fit, /tokenize, /v1/signal,\n"
+         "                     adapters); --kv-store and --trace-file go with one model only\n"
          "  --host ADDR        address to listen on (default 127.0.0.1)\n"
          "  --port N           port (default 8080; 0 picks a free one)\n"
          "  --api-key KEY      require 'Authorization: Bearer KEY' (also $HEARTH_API_KEY)\n"
@@ -123,7 +130,8 @@ static int models_pull(void *ctx, const char *name, FILE *progress, herr *err) {
 int cli_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = getenv("HEARTH_API_KEY"), *v;
   const char *names[64], *cors = NULL, *trace_file = NULL, *kv_store = NULL, *adapters[64], *adapter_dir = NULL;
-  int nnames = 0, nadapters = 0;
+  int nnames = 0, nadapters = 0, nmodels = 0;
+  const char *models_given[SERVE_MAX_MODELS];
   long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, step_tokens = 0, kv_mem = 0, budget = 0, trace_max = 0;
   long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600, kv_store_max = 0, drain_timeout = 30;
   long long media_bytes = 0, header_timeout = 10;
@@ -136,6 +144,8 @@ int cli_serve(int argc, char **argv) {
     }
     if ((r = cli_opt(argc, argv, &i, "--model", &model))) {
       if (r < 0) return 2;
+      if (nmodels == SERVE_MAX_MODELS) return cli_usage_error("serve", "at most %d --model", SERVE_MAX_MODELS);
+      models_given[nmodels++] = model;
     } else if ((r = cli_opt(argc, argv, &i, "--host", &host))) {
       if (r < 0) return 2;
     } else if ((r = cli_opt(argc, argv, &i, "--api-key", &key))) {
@@ -208,6 +218,9 @@ int cli_serve(int argc, char **argv) {
     return cli_usage_error("serve", "--allow-private-media-hosts goes with --allow-remote-media");
   if (!model) model = cli_default_model();
   if (!model) return cli_fail("serve: no --model given and no built-in model found (models/default)");
+  if (!nmodels) models_given[nmodels++] = model;
+  if (nmodels > 1 && (kv_store || trace_file))
+    return cli_usage_error("serve", "%s serves one model: give one --model with it", kv_store ? "--kv-store" : "--trace-file");
   if (hlog_get_level() == HLOG_LEVEL_WARN) hlog_set_level(HLOG_LEVEL_INFO); /* a server logs its requests */
 
   /* Signals go to this thread only: block them before any server thread starts. */
@@ -219,7 +232,6 @@ int cli_serve(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
 
   herr err = {0};
-  serve_engine engine;
   serve_engine_opts eo = {.threads = cli_load_opts()->threads,
                           .max_batch = (int)max_batch,
                           .prefill_chunk = (int)chunk, .step_tokens = (int)step_tokens,
@@ -241,7 +253,6 @@ int cli_serve(int argc, char **argv) {
                                    .kv_quant_config = cli_load_opts()->kv_quant_config,
                                    .context_length = cli_load_opts()->context_length,
                                    .chat_template_file = cli_load_opts()->chat_template_file,
-                                   .id = cli_load_opts()->model_name,
                                    .trace_file = trace_file,
                                    .trace_max_bytes = trace_max,
                                    .kv_store = kv_store,
@@ -250,36 +261,50 @@ int cli_serve(int argc, char **argv) {
                                    .allow_remote_media = allow_remote,
                                    .allow_private_media_hosts = allow_private,
                                    .max_media_bytes = media_bytes}};
-  if (serve_engine_open_opts(model, &eo, &engine, &err)) return cli_fail("serve: %s", err.msg);
-  for (int a = 0; a < nadapters; a++) {
+  /* every model, each under the name its --model gave it (a registry name, a Hub id) or its folder's */
+  serve_engine engines[SERVE_MAX_MODELS];
+  serve_engine *more[SERVE_MAX_MODELS];
+  json_t *served = json_array();
+  int nopen = 0, rc = 0;
+  for (; nopen < nmodels && !rc; nopen++) {
+    eo.load.id = cli_model_name_of(models_given[nopen]);
+    if (serve_engine_open_opts(models_given[nopen], &eo, &engines[nopen], &err)) {
+      rc = cli_fail("serve: %s%s%s", nmodels > 1 ? models_given[nopen] : "", nmodels > 1 ? ": " : "", err.msg);
+      break;
+    }
+    char *real = realpath(models_given[nopen], NULL);
+    json_array_append_new(served, cli_model_facts(engines[nopen].model_id, real ? real : models_given[nopen]));
+    free(real);
+    more[nopen] = &engines[nopen];
+  }
+  serve_engine *engine0 = &engines[0];
+  for (int a = 0; a < nadapters && !rc; a++) { /* the first model's */
     const char *eq = strchr(adapters[a], '=');
     char name[HEARTH_ADAPTER_NAME_MAX];
     snprintf(name, sizeof name, "%.*s", (int)(eq - adapters[a]), adapters[a]);
-    if (!engine.adapter_load || engine.adapter_load(engine.impl, name, eq + 1, &err)) {
-      if (!engine.adapter_load) snprintf(err.msg, sizeof err.msg, "this model takes no adapters");
-      serve_engine_close(&engine);
-      return cli_fail("serve: --adapter %s: %s", adapters[a], err.msg);
+    if (!engine0->adapter_load || engine0->adapter_load(engine0->impl, name, eq + 1, &err)) {
+      if (!engine0->adapter_load) snprintf(err.msg, sizeof err.msg, "this model takes no adapters");
+      rc = cli_fail("serve: --adapter %s: %s", adapters[a], err.msg);
     }
   }
-  char *real = realpath(model, NULL);
-  json_t *served = cli_model_facts(engine.model_id, real ? real : model);
-  free(real);
   serve_models models = {.served = served, .list = models_list, .remove = models_remove, .pull = models_pull};
   serve_config cfg = {.host = host, .models = &models, .port = (int)port, .api_key = key, .max_body = (size_t)max_body,
                       .served_names = names, .n_served_names = nnames, .cors_origin = cors,
                       .responses_max = (size_t)resp_max, .responses_max_bytes = (size_t)resp_bytes,
                       .responses_ttl_s = resp_ttl ? resp_ttl : -1, .adapter_dir = adapter_dir,
-                      .header_timeout_s = (int)header_timeout};
-  serve_server *srv;
-  if (serve_start(&srv, &engine, &cfg, &err)) {
+                      .header_timeout_s = (int)header_timeout, .more_engines = more + 1,
+                      .n_more_engines = nmodels - 1};
+  serve_server *srv = NULL;
+  if (!rc && serve_start(&srv, engine0, &cfg, &err)) rc = cli_fail("serve: %s", err.msg);
+  if (rc) {
+    for (int k = 0; k < nopen; k++) serve_engine_close(&engines[k]);
     json_decref(served);
-    serve_engine_close(&engine);
-    return cli_fail("serve: %s", err.msg);
+    return rc;
   }
   char addr[300];
   if (strchr(host, ':')) snprintf(addr, sizeof addr, "[%s]", host);
   else snprintf(addr, sizeof addr, "%s", host);
-  fprintf(stderr, "hearth: serving %s\n", engine.model_id);
+  for (int k = 0; k < nmodels; k++) fprintf(stderr, "hearth: serving %s\n", engines[k].model_id);
   fprintf(stderr, "hearth: listening on http://%s:%d\n", addr, serve_port(srv));
   fflush(stderr);
   int sig;
@@ -290,7 +315,7 @@ int cli_serve(int argc, char **argv) {
   int cut = serve_drain(srv, (double)drain_timeout, &set);
   if (cut) fprintf(stderr, "hearth: %d running generation(s) cut by the drain timeout\n", cut);
   serve_stop(srv);
-  serve_engine_close(&engine); /* writes the KV store */
+  for (int k = 0; k < nmodels; k++) serve_engine_close(&engines[k]); /* writes the KV store */
   json_decref(served);
   fprintf(stderr, "hearth: stopped\n");
   return 0;

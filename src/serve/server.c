@@ -90,7 +90,9 @@
 
 struct serve_server {
   struct MHD_Daemon *daemon;
-  serve_engine *engine; /* borrowed */
+  serve_engine *engine; /* borrowed: the first model's (engines[0]) */
+  serve_engine **engines; /* owned array of borrowed engines: every served model, the first first */
+  int nengines;
   char *api_key;        /* owned; NULL when none */
   int idle_timeout_s;   /* a connection without a request is closed after this */
   size_t max_body;
@@ -152,7 +154,18 @@ static void cors_headers(struct MHD_Response *resp) {
   if (strcmp(tl_server->cors, "*") != 0) MHD_add_response_header(resp, "Vary", "Origin");
 }
 
-/* Whether `name` (a request's "model") is the served model. */
+/* Whether name (a request's "model") is e's model_id, or that with Ollama's default tag. */
+static bool name_is(const serve_engine *e, const char *name) {
+  size_t n = strlen(name), m = strlen(e->model_id);
+  return !strcmp(name, e->model_id) || (n == m + 7 && !strncmp(name, e->model_id, m) && !strcmp(name + m, ":latest"));
+}
+
+/* The engine a request's "model" picks: one whose model_id it is, else the first for its
+ * aliases (--served-model-name, "*") and for no name at all. NULL: none (nor an adapter's
+ * name: the caller checks that). */
+static serve_engine *engine_named(const serve_server *s, const char *name);
+
+/* Whether `name` (a request's "model") is the first model (its id or an alias). */
 static bool name_served(const serve_server *s, const char *name) {
   if (!name || s->any_name || strcmp(name, s->engine->model_id) == 0) return true;
   size_t n = strlen(name); /* Ollama's clients add the default tag to a bare name */
@@ -327,7 +340,7 @@ static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s) 
   json_t *o = json_object();
   json_object_set_new(o, "object", json_string("list"));
   json_t *data = json_array();
-  json_array_append_new(data, model_object(s->engine, s->engine->model_id));
+  for (int i = 0; i < s->nengines; i++) json_array_append_new(data, model_object(s->engines[i], s->engines[i]->model_id));
   for (int i = 0; i < s->nnames; i++)
     if (strcmp(s->names[i], "*") != 0 && strcmp(s->names[i], s->engine->model_id) != 0)
       json_array_append_new(data, model_object(s->engine, s->names[i]));
@@ -340,7 +353,8 @@ static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s) 
 }
 
 static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, const char *id) {
-  if (name_served(s, id)) return send_json(c, 200, model_object(s->engine, id));
+  serve_engine *e = engine_named(s, id);
+  if (e) return send_json(c, 200, model_object(e, id));
   int n;
   hearth_adapter_info *a = adapters_of(s->engine, &n);
   for (int i = 0; i < n; i++)
@@ -646,6 +660,7 @@ typedef struct slot {
 /* What a generation needs, whole or streamed. */
 typedef struct job {
   serve_server *srv;        /* borrowed */
+  serve_engine *engine;     /* borrowed: the model the request named */
   bool anthropic;           /* answered in the Anthropic Messages shapes (areply), else OpenAI's (reply) */
   bool responses;           /* answered as an OpenAI Responses response (rreply) */
   bool ollama;              /* answered in the Ollama API's shapes (oreply): NDJSON streams */
@@ -763,7 +778,7 @@ static void stream_push(job *j, const hbuf *b, bool done);
 /* One choice through the engine. A stream's choice sends its finish chunk as it ends. */
 static void slot_run(slot *sl) {
   job *j = sl->j;
-  serve_engine *e = j->srv->engine;
+  serve_engine *e = j->engine;
   sl->result->stop_index = -1;
   if (sl->ids)
     *sl->rc = e->generate_ids(e->impl, sl->ids, sl->n_ids, &sl->sampling, j->fn, sl, &j->cancel, sl->result, sl->err);
@@ -811,7 +826,7 @@ static void *slot_main(void *arg) {
  * summed and the first failing choice's status is the job's. */
 static void job_generate(job *j, serve_token_fn fn) {
   serve_server *s = j->srv;
-  serve_engine *e = s->engine;
+  serve_engine *e = j->engine;
   bool lock = !e->thread_safe;
   j->fn = fn;
   if (lock) pthread_mutex_lock(&s->engine_lock);
@@ -1284,22 +1299,38 @@ static bool needs_specials(const tc_opts *o) {
 /* A request naming a model this server does not serve: 404 model_not_found. A
  * loaded adapter's name is served: the request runs under it (unless it
  * names its adapter itself). */
-static bool model_unknown(const serve_server *s, serve_request *req, int proto, serve_fail *f) {
+static bool model_unknown(const serve_server *s, serve_request *req, int proto, serve_engine **picked, serve_fail *f) {
   bool anth = proto == PROTO_ANTHROPIC;
-  if (name_served(s, req->model)) return false;
-  if (adapter_named(s->engine, req->model)) {
+  serve_engine *e = engine_named(s, req->model);
+  if (!e && adapter_named(s->engine, req->model)) {
     if (!req->sampling.adapter) req->sampling.adapter = strdup(req->model);
+    e = s->engine;
+  }
+  if (e) {
+    if (picked) *picked = e;
     return false;
+  }
+  char served[600] = "";
+  for (int i = 0; i < s->nengines; i++) {
+    size_t n = strlen(served);
+    snprintf(served + n, sizeof served - n, "%s'%.200s'", i ? ", " : "", s->engines[i]->model_id);
   }
   if (anth)
     serve_fail_set(f, 404, "not_found_error", "model", "model_not_found", "model: %.200s", req->model);
   else if (proto == PROTO_OLLAMA)
     serve_fail_set(f, 404, "invalid_request_error", "model", "model_not_found",
-                   "model '%.200s' not found: this server serves '%.200s'", req->model, s->engine->model_id);
+                   "model '%.200s' not found: this server serves %s", req->model, served);
   else
     serve_fail_set(f, 404, "invalid_request_error", "model", "model_not_found",
-                   "The model '%.200s' does not exist (this server serves '%.200s')", req->model, s->engine->model_id);
+                   "The model '%.200s' does not exist (this server serves %s)", req->model, served);
   return true;
+}
+
+static serve_engine *engine_named(const serve_server *s, const char *name) {
+  if (!name) return s->engine;
+  for (int i = 0; i < s->nengines; i++)
+    if (name_is(s->engines[i], name)) return s->engines[i];
+  return name_served(s, name) ? s->engine : NULL;
 }
 
 /* POST /v1/chat/completions, /v1/completions and /v1/messages: one path, the
@@ -1330,7 +1361,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       goto refuse;
     kind = j->req.kind;
     if (j->oreq.load_only) { /* Ollama's "load the model": nothing to generate */
-      if (model_unknown(s, &j->req, proto, &f)) goto refuse;
+      if (model_unknown(s, &j->req, proto, NULL, &f)) goto refuse;
       hbuf b = {0};
       oll_load_body(j->oreq.chat, j->req.model, &b);
       job_free(j);
@@ -1352,7 +1383,8 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
                   : serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f)) {
     goto refuse;
   }
-  if (model_unknown(s, &j->req, proto, &f)) goto refuse;
+  if (model_unknown(s, &j->req, proto, &e, &f)) goto refuse;
+  j->engine = e;
   const char *param = kind == SERVE_CHAT && !(oll && !j->oreq.chat) ? "messages" : "prompt";
   if (kind == SERVE_CHAT) {
     if (render_prompt(e, &j->req, &j->prompt, &f)) goto refuse;
@@ -1655,9 +1687,11 @@ static enum MHD_Result answer_embeddings(struct MHD_Connection *c, serve_server 
   embed_request req;
   serve_fail f;
   if (embed_request_parse(hbuf_str(&cn->body), cn->body.len, e->vocab_size, &req, &f)) return send_fail(c, &f, NULL);
-  int dim = req.dimensions ? req.dimensions : (int)e->embed_dim;
   float *vecs = NULL;
-  if (req.model && !name_served(s, req.model)) {
+  bool known = !req.model || (e = engine_named(s, req.model)) != NULL;
+  if (!e) e = s->engine;
+  int dim = req.dimensions ? req.dimensions : (int)e->embed_dim;
+  if (!known) {
     serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found",
                    "The model '%.200s' does not exist (this server serves '%.200s')", req.model, e->model_id);
   } else if (!e->embed || e->embed_dim <= 0) {
@@ -1813,7 +1847,7 @@ static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_serve
   serve_request req;
   serve_fail f;
   if (anth_request_parse(hbuf_str(&cn->body), cn->body.len, true, &req, &f)) return send_fail_as(c, &f, NULL, true);
-  if (model_unknown(s, &req, true, &f)) {
+  if (model_unknown(s, &req, PROTO_ANTHROPIC, &e, &f)) {
     serve_request_free(&req);
     return send_fail_as(c, &f, NULL, true);
   }
@@ -1844,23 +1878,26 @@ static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_serve
 
 /* ---- the Ollama API (serve/ollama.c formats) ---- */
 
-/* The served model's facts (the caller's, else its name alone): a new reference. */
-static json_t *served_facts(const serve_server *s) {
-  json_t *f = s->models && s->models->served ? json_deep_copy(s->models->served) : json_object();
-  json_object_set_new(f, "name", json_string(s->engine->model_id));
-  if (!json_object_get(f, "modified")) json_object_set_new(f, "modified", json_integer(s->engine->created));
+/* Served model k's facts (the caller's, else its name alone): a new reference. */
+static json_t *served_facts(const serve_server *s, int k) {
+  const json_t *given = s->models && s->models->served ? json_array_get(s->models->served, (size_t)k) : NULL;
+  json_t *f = json_is_object(given) ? json_deep_copy(given) : json_object();
+  json_object_set_new(f, "name", json_string(s->engines[k]->model_id));
+  if (!json_object_get(f, "modified")) json_object_set_new(f, "modified", json_integer(s->engines[k]->created));
   return f;
 }
 
-/* Every model hearth can name, the served one first (a new array of facts). */
+/* Every model hearth can name, the served ones first (a new array of facts). */
 static json_t *all_facts(const serve_server *s) {
   json_t *all = json_array(), *more = s->models && s->models->list ? s->models->list(s->models->ctx) : NULL;
-  json_array_append_new(all, served_facts(s));
+  for (int k = 0; k < s->nengines; k++) json_array_append_new(all, served_facts(s, k));
   size_t i;
   json_t *m;
   json_array_foreach(more, i, m) {
     const char *name = json_string_value(json_object_get(m, "name"));
-    if (name && strcmp(name, s->engine->model_id)) json_array_append(all, m);
+    bool served = false;
+    for (int k = 0; name && k < s->nengines; k++) served = served || !strcmp(name, s->engines[k]->model_id);
+    if (name && !served) json_array_append(all, m);
   }
   json_decref(more);
   return all;
@@ -1904,10 +1941,13 @@ static enum MHD_Result answer_oll_tags(struct MHD_Connection *c, serve_server *s
 }
 
 static enum MHD_Result answer_oll_ps(struct MHD_Connection *c, serve_server *s) {
-  json_t *f = served_facts(s);
-  json_t *m = oll_model_object(f, s->engine->model_id, true, s->engine->context_length);
-  json_decref(f);
-  return send_json(c, 200, json_pack("{s:[o]}", "models", m));
+  json_t *models = json_array();
+  for (int k = 0; k < s->nengines; k++) {
+    json_t *f = served_facts(s, k);
+    json_array_append_new(models, oll_model_object(f, s->engines[k]->model_id, true, s->engines[k]->context_length));
+    json_decref(f);
+  }
+  return send_json(c, 200, json_pack("{s:o}", "models", models));
 }
 
 static enum MHD_Result answer_oll_show(struct MHD_Connection *c, serve_server *s, conn *cn) {
@@ -1915,11 +1955,14 @@ static enum MHD_Result answer_oll_show(struct MHD_Connection *c, serve_server *s
   const char *name;
   json_t *root = oll_body(cn, &name, &f), *o = NULL;
   if (!root) return send_oll_fail(c, &f);
-  if (name_served(s, name)) {
-    json_t *facts = served_facts(s);
-    o = oll_show_object(facts, s->engine);
-    json_decref(facts);
-  } else {
+  serve_engine *e = engine_named(s, name);
+  for (int k = 0; e && k < s->nengines; k++)
+    if (s->engines[k] == e) {
+      json_t *facts = served_facts(s, k);
+      o = oll_show_object(facts, e);
+      json_decref(facts);
+    }
+  if (!e) {
     json_t *all = all_facts(s), *m;
     size_t i;
     json_array_foreach(all, i, m) if (!o && !strcmp(json_string_value(json_object_get(m, "name")), name)) o =
@@ -1938,11 +1981,12 @@ static enum MHD_Result answer_oll_embed(struct MHD_Connection *c, serve_server *
   embed_request req;
   serve_fail f;
   if (oll_embed_parse(hbuf_str(&cn->body), cn->body.len, legacy, e->vocab_size, &req, &f)) return send_oll_fail(c, &f);
-  int dim = req.dimensions ? req.dimensions : (int)e->embed_dim;
   float *vecs = NULL;
-  if (!name_served(s, req.model)) {
-    serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found",
-                   "model '%.200s' not found: this server serves '%.200s'", req.model, e->model_id);
+  bool known = (e = engine_named(s, req.model)) != NULL;
+  if (!e) e = s->engine;
+  int dim = req.dimensions ? req.dimensions : (int)e->embed_dim;
+  if (!known) {
+    serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found", "model '%.200s' not found", req.model);
   } else if (!e->embed || e->embed_dim <= 0) {
     serve_fail_set(&f, 400, "invalid_request_error", "model", NULL, "model '%.200s' does not serve embeddings", e->model_id);
   } else if (req.dimensions > e->embed_dim) {
@@ -1982,7 +2026,7 @@ static enum MHD_Result answer_oll_delete(struct MHD_Connection *c, serve_server 
   herr err = {0};
   if (!s->models || !s->models->remove)
     serve_fail_set(&f, 400, "invalid_request_error", NULL, NULL, "this server removes no models (it has no model registry)");
-  else if (!strcmp(name, s->engine->model_id))
+  else if (engine_named(s, name) && strcmp(name, "*"))
     serve_fail_set(&f, 400, "invalid_request_error", "model", NULL,
                    "model '%.200s' is the one being served: stop the server to remove it", name);
   else if (s->models->remove(s->models->ctx, name, &err))
@@ -2592,6 +2636,13 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   *out = NULL;
   const char *host = cfg->host && cfg->host[0] ? cfg->host : "127.0.0.1";
   if (cfg->port < 0 || cfg->port > 65535) return herr_set(err, HEARTH_EINVAL, "port %d is out of range", cfg->port);
+  for (int i = 0; i < cfg->n_more_engines; i++) { /* a name picks one model */
+    const char *id = cfg->more_engines[i]->model_id;
+    bool dup = !strcmp(id, engine->model_id);
+    for (int k = 0; k < i; k++) dup = dup || !strcmp(id, cfg->more_engines[k]->model_id);
+    if (dup)
+      return herr_set(err, HEARTH_EINVAL, "two models are called '%s': a request's \"model\" could not tell them apart", id);
+  }
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
   char port[16];
   snprintf(port, sizeof port, "%d", cfg->port);
@@ -2623,6 +2674,15 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   s->adapter_dir = adapter_dir;
   s->models = cfg->models;
   s->engine = engine;
+  s->engines = calloc((size_t)cfg->n_more_engines + 1, sizeof *s->engines);
+  if (!s->engines) {
+    free(adapter_dir);
+    freeaddrinfo(ai);
+    free(s);
+    return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  }
+  s->engines[s->nengines++] = engine;
+  for (int i = 0; i < cfg->n_more_engines; i++) s->engines[s->nengines++] = cfg->more_engines[i];
   s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
   s->keepalive_s = (cfg->keepalive_ms > 0 ? cfg->keepalive_ms : DEFAULT_KEEPALIVE_MS) / 1000.0;
   s->api_key = cfg->api_key ? strdup(cfg->api_key) : NULL;
@@ -2727,6 +2787,7 @@ void serve_stop(serve_server *s) {
   free(s->adapter_dir);
   for (int i = 0; i < s->nnames; i++) free(s->names[i]);
   free(s->names);
+  free(s->engines);
   resp_store_free(s->responses);
   free(s);
 }

@@ -21,7 +21,8 @@
  * seconds), "revision"}, any key absent when unknown. Every member may be NULL. */
 typedef struct serve_models {
   void *ctx;
-  const json_t *served; /* borrowed: the served model's facts */
+  const json_t *served; /* borrowed: the served models' facts, an array in the engines' order (the first
+                         * engine's, then serve_config.more_engines') */
   /* The models hearth can name (a new array of facts; NULL: none). */
   json_t *(*list)(void *ctx);
   /* Removes a model by name as `hearth rm` does; HEARTH_ENOTFOUND when there is none by that name. */
@@ -54,12 +55,18 @@ typedef struct serve_config {
                                * over the API only from folders inside it (adapters_resolve) */
   const serve_models *models; /* borrowed, may be NULL: /api/tags lists only the served model, /api/pull and
                                * /api/delete refuse */
+  serve_engine *const *more_engines; /* borrowed: further models served beside the first (serve_start's), each
+                                      * picked by a request's "model" naming its model_id; they must outlive the
+                                      * server. The routes without a model (stats, metrics, fit, tokenize,
+                                      * signal, adapters) and a request naming none answer for the first */
+  int n_more_engines;
 } serve_config;
 
 typedef struct serve_server serve_server;
 
 /* Starts listening; requests are answered on the server's own threads until
- * serve_stop. The engine is borrowed and must outlive the server. */
+ * serve_stop. The engine is borrowed and must outlive the server. Two engines
+ * with one model_id are refused. */
 int serve_start(serve_server **out, serve_engine *engine, const serve_config *cfg, herr *err);
 /* The port actually bound. */
 int serve_port(const serve_server *s);
