@@ -217,7 +217,11 @@ static int content_with_images(json_t *m, const char *at, json_t *text, json_t *
   if (!imgs) return 0;
   char where[128];
   snprintf(where, sizeof where, "%s.images", at);
-  if (!json_is_array(imgs)) return serve_bad(f, where, "%s must be an array of base64 strings", where);
+  if (!json_is_array(imgs)) {
+    json_decref(*content);
+    *content = NULL;
+    return serve_bad(f, where, "%s must be an array of base64 strings", where);
+  }
   if (!json_array_size(imgs)) return 0;
   json_t *parts = json_array();
   size_t i;
@@ -225,6 +229,8 @@ static int content_with_images(json_t *m, const char *at, json_t *text, json_t *
   json_array_foreach(imgs, i, im) {
     if (!json_is_string(im) || !json_string_length(im)) {
       json_decref(parts);
+      json_decref(*content);
+      *content = NULL;
       snprintf(where, sizeof where, "%s.images[%zu]", at, i);
       return serve_bad(f, where, "%s must be a base64 string", where);
     }

@@ -1032,6 +1032,10 @@ static void unpark(job *j, bool resume) {
 
 static void stream_push(job *j, const hbuf *b, bool done) {
   pthread_mutex_lock(&j->mu);
+  if (j->pull_orphan) { /* nobody reads it, and the server may be gone */
+    pthread_mutex_unlock(&j->mu);
+    return;
+  }
   if (b->len) hbuf_append(&j->out, b->data, b->len);
   if (done) j->done = true;
   if (b->len || done) {
