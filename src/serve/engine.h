@@ -128,6 +128,7 @@ typedef struct serve_engine {
   bool reasoning;       /* the template knows reasoning blocks: they are split from the content */
   unsigned media_kinds;  /* 1 << hearth_media_kind for each kind of media the model takes (0: text only) */
   bool denoising;       /* a block-diffusion model: generations denoise blocks instead (no speculation) */
+  const char *chat_template; /* borrowed, may be NULL: the chat template's Jinja source (shown by /api/show) */
   const char *spec_method; /* NULL: generations are autoregressive unless a request asks; else the
                               speculative draft source the model was loaded with ("ngram", "draft", ...) */
   /* Renders messages with the chat template (generation prompt appended) into

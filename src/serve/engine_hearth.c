@@ -365,6 +365,7 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   out->vocab_size = h->info.vocab_size;
   out->created = (int64_t)time(NULL);
   out->thread_safe = true; /* the library's scheduler batches concurrent generations */
+  out->chat_template = h->info.chat_template;
   out->tool_format = h->info.chat_template ? (int)tc_format_detect(h->info.chat_template) : TC_NONE;
   out->reasoning = template_reasons(h->info.chat_template);
   out->denoising = h->info.canvas_length > 0;

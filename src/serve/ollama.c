@@ -838,7 +838,8 @@ json_t *oll_show_object(const json_t *facts, const serve_engine *e) {
   const char *path = str_of(facts, "path");
   json_object_set_new(o, "modelfile", json_sprintf("# hearth serves this model from its own files\nFROM %s\n", path));
   json_object_set_new(o, "parameters", json_string(""));
-  json_object_set_new(o, "template", json_string(""));
+  json_object_set_new(o, "template", serve_json_text(e && e->chat_template ? e->chat_template : "",
+                                                     e && e->chat_template ? strlen(e->chat_template) : 0));
   json_object_set_new(o, "details", oll_details(facts));
   json_object_set_new(o, "model_info", info);
   json_object_set_new(o, "capabilities", caps);

@@ -98,7 +98,8 @@ json_t *oll_model_object(const json_t *facts, const char *name, bool ps, int64_t
 /* Ollama's details object: {parent_model, format, family, families, parameter_size, quantization_level}. */
 json_t *oll_details(const json_t *facts);
 /* /api/show's body: details, model_info, capabilities (from what the engine serves when e is the
- * served model's, else "completion"), modelfile, parameters, template, modified_at. */
+ * served model's, else "completion"), modelfile, parameters, template (the served model's Jinja chat
+ * template), modified_at. */
 json_t *oll_show_object(const json_t *facts, const serve_engine *e);
 
 #endif

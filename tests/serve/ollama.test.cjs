@@ -138,6 +138,7 @@ test('version, tags, ps and show', async () => {
   assert.equal(show.capabilities.includes('tools'), FAKE); // the fake's template is Hermes; the built-in model's has no tools
   assert.equal(show.capabilities.includes('vision'), false);
   assert.equal(typeof show.modelfile, 'string');
+  if (!FAKE) assert.match(show.template, /\{%|\{\{/); // the model's Jinja chat template
   // a bare name with Ollama's default tag is the same model
   assert.deepEqual((await client.show({ model: NAME + ':latest' })).details, show.details);
   const other = await client.show({ model: names[1] });
