@@ -302,6 +302,18 @@ static json_t *model_object(const serve_engine *e, const char *id) {
   json_object_set_new(m, "created", json_integer(e->created));
   json_object_set_new(m, "owned_by", json_string("hearth"));
   json_object_set_new(m, "context_length", json_integer(e->context_length));
+  /* every served model is loaded for the server's life; what it takes and gives */
+  json_object_set_new(m, "state", json_string("loaded"));
+  json_t *caps = json_array();
+  if (e->render_chat) json_array_append_new(caps, json_string("chat"));
+  json_array_append_new(caps, json_string("completion"));
+  if (e->embed && e->embed_dim > 0) json_array_append_new(caps, json_string("embeddings"));
+  if (e->tool_format) json_array_append_new(caps, json_string("tools"));
+  if (e->reasoning) json_array_append_new(caps, json_string("reasoning"));
+  static const char *const kinds[] = {"vision", "audio", "video"};
+  for (int k = HEARTH_MEDIA_IMAGE; k <= HEARTH_MEDIA_VIDEO; k++)
+    if (e->media_kinds & (1u << k)) json_array_append_new(caps, json_string(kinds[k]));
+  json_object_set_new(m, "capabilities", caps);
   return m;
 }
 

@@ -76,6 +76,9 @@ test('both models are listed: /v1/models, /api/tags, /api/ps; /api/show tells th
   const m = await (await fetch(srv.url + '/v1/models')).json();
   assert.deepEqual(m.data.map((x) => x.id), [NA, NB]);
   assert.deepEqual(m.data.map((x) => x.context_length), [1024, 512]);
+  assert.deepEqual(m.data.map((x) => x.state), ['loaded', 'loaded']);
+  assert.deepEqual(m.data.map((x) => x.capabilities.includes('vision')), [false, true]);
+  assert.ok(m.data.every((x) => x.capabilities.includes('chat') && x.capabilities.includes('completion')));
   for (const id of [NA, NB]) assert.equal((await (await fetch(srv.url + '/v1/models/' + id)).json()).id, id);
   assert.deepEqual((await client.list()).models.slice(0, 2).map((x) => [x.name, x.details.family]), [[NA, 'llama'], [NB, 'gemma4']]);
   assert.deepEqual((await client.ps()).models.map((x) => x.name), [NA, NB]);
