@@ -1159,7 +1159,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     n = (ssize_t)(sizeof KEEPALIVE - 1);
     j->idle_since = mono_seconds();
   } else {
-    /* nothing yet: parked until the producer or the watcher has something for it */
+    /* nothing yet: parked until the producer or the watcher has something for it (an NDJSON
+     * stream has no comment to keep alive with: its idle time starts over, so the watcher
+     * does not wake it every tick) */
+    if (j->ollama && mono_seconds() - j->idle_since >= s->keepalive_s) j->idle_since = mono_seconds();
     pthread_mutex_lock(&s->park_mu);
     if (__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
       cancel_set(j);
