@@ -13,10 +13,12 @@
  * stream's once the socket is: see client_gone). No CORS headers:
  * only the chat page's own origin may read answers from a browser. Knows the
  * engine only through serve_engine (engine.h), and the JSON shapes only
- * through the protocol units: request.h / reply.h (OpenAI) and anthropic.h
+ * through the protocol units: request.h / reply.h (OpenAI), anthropic.h
  * (Anthropic Messages, under /v1/messages, where every error, including
- * routing, key and size refusals, is an Anthropic error object). Both
- * protocols share one generation path (answer_generate, job_generate).
+ * routing, key and size refusals, is an Anthropic error object) and ollama.h
+ * (the Ollama API under /api/: NDJSON streams, {"error": ...} refusals). The
+ * protocols share one generation path (answer_generate, job_generate). One
+ * server may serve several engines, a request's "model" picking one.
  *
  * Connections: at most max_connections (4096), max_per_client (an eighth of
  * them, 512) per client address, so a few addresses cannot take them all;
