@@ -213,6 +213,7 @@ typedef enum route {
   ROUTE_OLL_EMBEDDINGS,
   ROUTE_OLL_PULL,
   ROUTE_OLL_DELETE,
+  ROUTE_OLL_REFUSED,  /* Ollama routes hearth does not serve: create, copy, push, blobs */
 } route;
 
 /* The error shape of a route's protocol. */
@@ -2171,6 +2172,21 @@ static enum MHD_Result answer_oll_pull(struct MHD_Connection *c, serve_server *s
   return rc;
 }
 
+/* /api/create, /api/copy, /api/push, /api/blobs: named and refused, each with what hearth does instead. */
+static enum MHD_Result answer_oll_refused(struct MHD_Connection *c, conn *cn) {
+  serve_fail f;
+  const char *p = cn->path + 5;
+  const char *why = !strcmp(p, "create") ? "hearth makes no models from Modelfiles: hearth get ORG/NAME fetches one, "
+                                           "hearth scan DIR registers folders and GGUF files, --chat-template-file "
+                                           "replaces a template"
+                    : !strcmp(p, "copy") ? "hearth names a model by its Hub id or its registry name (hearth scan); "
+                                           "--served-model-name gives the served one more names"
+                    : !strcmp(p, "push") ? "hearth pushes models to no registry"
+                                         : "hearth takes no Modelfile blobs";
+  serve_fail_set(&f, 400, "invalid_request_error", NULL, NULL, "/api/%.40s is not supported: %s", p, why);
+  return send_oll_fail(c, &f);
+}
+
 /* ---- the request cycle ---- */
 
 /* The key from "Authorization: Bearer KEY" or (Anthropic's clients) "x-api-key: KEY". */
@@ -2239,6 +2255,11 @@ static const route_def routes[] = {
     {"POST", "/api/embeddings", ROUTE_OLL_EMBEDDINGS, false, "Ollama API: the embedding of prompt (legacy)"},
     {"POST", "/api/pull", ROUTE_OLL_PULL, false, "Ollama API: fetches a model as hearth get (progress as NDJSON)"},
     {"DELETE", "/api/delete", ROUTE_OLL_DELETE, false, "Ollama API: removes a model as hearth rm"},
+    {"POST", "/api/create", ROUTE_OLL_REFUSED, false, "Ollama API: refused (hearth makes no models from Modelfiles)"},
+    {"POST", "/api/copy", ROUTE_OLL_REFUSED, false, "Ollama API: refused (hearth scan names models)"},
+    {"POST", "/api/push", ROUTE_OLL_REFUSED, false, "Ollama API: refused (hearth pushes to no registry)"},
+    {"POST", "/api/blobs/{id}", ROUTE_OLL_REFUSED, false, "Ollama API: refused (no Modelfile blobs)"},
+    {"GET", "/api/blobs/{id}", ROUTE_OLL_REFUSED, false, "Ollama API: refused (no Modelfile blobs)"},
 };
 
 static bool route_matches(const route_def *r, const char *path) {
@@ -2382,6 +2403,8 @@ static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, c
     return answer_oll_pull(c, s, cn);
   case ROUTE_OLL_DELETE:
     return answer_oll_delete(c, s, cn);
+  case ROUTE_OLL_REFUSED:
+    return answer_oll_refused(c, cn);
   default:
     return MHD_NO;
   }

@@ -56,6 +56,10 @@ expect POST /api/show '{"model":"no-such-model"}' 404 "model 'no-such-model' not
 expect POST /api/embed '{"model":"no-such-model","input":"x"}' 404 "not found"
 expect DELETE /api/delete '{"model":"no-such-model"}' 404 'neither a registry name'
 expect POST /api/pull '{"model":"org/x","insecure":true}' 400 'insecure is not supported'
+expect POST /api/create '{"model":"x","from":"y"}' 400 '/api/create is not supported: hearth makes no models'
+expect POST /api/copy '{"source":"a","destination":"b"}' 400 '/api/copy is not supported'
+expect POST /api/push '{"model":"x"}' 400 '/api/push is not supported'
+expect POST /api/blobs/sha256:abc '' 400 'not supported: hearth takes no Modelfile blobs'
 expect POST /api/unknown '{}' 404 'Unknown route'
 expect GET /api/chat '' 405 'not allowed'
 
