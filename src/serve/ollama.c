@@ -324,8 +324,6 @@ int oll_request_parse(const char *body, size_t len, bool chat, serve_request *re
       {"suffix", "fill-in-the-middle prompts are not supported"},
       {"template", "the model's own chat template is used (hearth serve --chat-template-file replaces it)"},
       {"context", "the context of an earlier reply is not kept: send the whole conversation to /api/chat"},
-      {"logprobs", "log-probabilities are served by /v1/chat/completions and /v1/completions"},
-      {"top_logprobs", "log-probabilities are served by /v1/chat/completions and /v1/completions"},
       {"width", "this server does not make images"},
       {"height", "this server does not make images"},
       {"steps", "this server does not make images"},
@@ -343,9 +341,15 @@ int oll_request_parse(const char *body, size_t len, bool chat, serve_request *re
     rc = serve_bad(f, "keep_alive", "keep_alive must be a duration (\"5m\") or a number of seconds");
     goto done;
   }
-  bool stream = true;
-  if (serve_json_bool(root, "stream", &stream, f)) {
+  bool stream = true, logprobs = false;
+  int64_t top = 0;
+  if (serve_json_bool(root, "stream", &stream, f) || serve_json_bool(root, "logprobs", &logprobs, f) ||
+      serve_json_int(root, "top_logprobs", 0, HEARTH_MAX_TOP_LOGPROBS, &top, f)) {
     rc = f->status;
+    goto done;
+  }
+  if (top > 0 && !logprobs) {
+    rc = serve_bad(f, "top_logprobs", "top_logprobs needs logprobs set to true");
     goto done;
   }
   json_object_set_new(oa, "stream", json_boolean(stream));
@@ -441,6 +445,8 @@ int oll_request_parse(const char *body, size_t len, bool chat, serve_request *re
     rename_param(f, "chat_template_kwargs", "think");
     goto done;
   }
+  req->sampling.logprobs = logprobs;
+  req->sampling.top_logprobs = (int)top;
   /* the media by the names the client gave them */
   for (int i = 0; i < req->n_media && i < (int)json_array_size(names); i++) {
     char *nm = strdup(json_string_value(json_array_get(names, i)));
@@ -592,8 +598,10 @@ void oll_embed_reply(const embed_request *req, bool legacy, const float *vecs, i
 
 /* ---- replies ---- */
 
-void oll_reply_init(oll_reply *r, bool chat, const char *model, bool streaming, double t0) {
+void oll_reply_init(oll_reply *r, bool chat, const char *model, bool streaming, double t0, bool logprobs) {
   memset(r, 0, sizeof *r);
+  r->logprobs = logprobs;
+  r->lp = json_array();
   r->chat = chat;
   r->model = model;
   r->streaming = streaming;
@@ -611,6 +619,7 @@ void oll_reply_free(oll_reply *r) {
   hbuf_free(&r->step_thinking);
   json_decref(r->calls);
   json_decref(r->step_calls);
+  json_decref(r->lp);
   memset(r, 0, sizeof *r);
 }
 
@@ -653,8 +662,34 @@ static void finish_parser(oll_reply *r) {
   }
 }
 
+/* {token, logprob, bytes} */
+static json_t *token_lp(const char *text, size_t len, float logprob) {
+  json_t *bytes = json_array();
+  for (size_t i = 0; i < len; i++) json_array_append_new(bytes, json_integer((unsigned char)text[i]));
+  return json_pack("{s:o, s:f, s:o}", "token", serve_json_text(text, len), "logprob", (double)logprob, "bytes", bytes);
+}
+
 static void mark_token(oll_reply *r, const serve_token *tok) {
-  if (!tok->flush && r->t_first == 0) r->t_first = oll_now();
+  if (tok->flush) return;
+  if (r->t_first == 0) r->t_first = oll_now();
+  if (!r->logprobs) return;
+  json_t *e = token_lp(tok->token_text ? tok->token_text : "", tok->token_text ? tok->token_len : 0, tok->logprob);
+  json_t *top = json_array();
+  for (int i = 0; i < tok->ntop; i++)
+    json_array_append_new(top, token_lp(tok->top[i].text ? tok->top[i].text : "", tok->top[i].text ? tok->top[i].len : 0,
+                                        tok->top[i].logprob));
+  json_object_set_new(e, "top_logprobs", top);
+  json_array_append_new(r->lp, e);
+}
+
+/* The log-probabilities gathered so far go with object o (then a stream starts gathering anew). */
+static void put_logprobs(oll_reply *r, json_t *o) {
+  if (!r->logprobs) return;
+  json_object_set(o, "logprobs", r->lp);
+  if (r->streaming) {
+    json_decref(r->lp);
+    r->lp = json_array();
+  }
 }
 
 void oll_reply_add(oll_reply *r, const serve_token *tok) {
@@ -705,6 +740,7 @@ void oll_reply_body(oll_reply *r, const serve_result *res, hbuf *out) {
   finish_parser(r);
   json_t *o = head(r->model);
   put_output(r, o, &r->content, &r->thinking, r->calls);
+  put_logprobs(r, o);
   put_final(r, o, res);
   put_json(o, out, false);
 }
@@ -714,6 +750,7 @@ static void step_line(oll_reply *r, hbuf *out) {
   if (!r->step_content.len && !r->step_thinking.len && !json_array_size(r->step_calls)) return;
   json_t *o = head(r->model);
   put_output(r, o, &r->step_content, &r->step_thinking, r->step_calls);
+  put_logprobs(r, o);
   json_object_set_new(o, "done", json_false());
   put_json(o, out, true);
   hbuf_clear(&r->step_content);
@@ -733,6 +770,7 @@ void oll_stream_finish(oll_reply *r, const serve_result *res, hbuf *out) {
   json_t *o = head(r->model);
   hbuf empty = {0};
   put_output(r, o, &empty, &empty, NULL);
+  if (json_array_size(r->lp)) put_logprobs(r, o); /* tokens whose text was held back to the end */
   put_final(r, o, res);
   put_json(o, out, true);
 }

@@ -68,11 +68,15 @@ typedef struct oll_reply {
   bool streaming;
   hbuf step_content, step_thinking; /* owned: a stream's deltas of this step */
   json_t *step_calls;      /* owned: a stream's calls ended in this step */
+  bool logprobs;           /* report each token's log-probability (and its alternatives, as sampled) */
+  json_t *lp;              /* owned: [{token, logprob, bytes, top_logprobs}]: the whole reply's, or a stream's not
+                            * yet sent (they go with the next line) */
   double t0, t_first;      /* monotonic seconds: the request's arrival, its first token (0: none yet) */
 } oll_reply;
 
-/* t0: when the request arrived (monotonic seconds, as oll_now). */
-void oll_reply_init(oll_reply *r, bool chat, const char *model, bool streaming, double t0);
+/* t0: when the request arrived (monotonic seconds, as oll_now). logprobs: report the tokens' log-probabilities
+ * ("logprobs": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]). */
+void oll_reply_init(oll_reply *r, bool chat, const char *model, bool streaming, double t0, bool logprobs);
 void oll_reply_free(oll_reply *r);
 /* Splits chat output into content, thinking and tool calls (before the first token). */
 int oll_reply_parse(oll_reply *r, const tc_opts *o, herr *err);

@@ -1523,7 +1523,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   uint64_t seq = atomic_fetch_add(&s->next_id, 1);
   uint64_t id_seed = seq * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)j;
   if (oll) {
-    oll_reply_init(&j->oreply, j->oreq.chat, j->req.model, j->req.stream, t0);
+    oll_reply_init(&j->oreply, j->oreq.chat, j->req.model, j->req.stream, t0, j->req.sampling.logprobs);
     if (j->parse) {
       if (oll_reply_parse(&j->oreply, &j->tc, &err)) {
         serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);

@@ -27,9 +27,11 @@ static void check(const serve_request *r, const oll_request *o) {
 
 static void reply(const serve_request *r, const oll_request *o, bool stream) {
   oll_reply rep;
-  oll_reply_init(&rep, o->chat, r->model, stream, oll_now());
+  oll_reply_init(&rep, o->chat, r->model, stream, oll_now(), r->sampling.logprobs);
   const char *text = r->kind == SERVE_CHAT ? r->messages[0].content : r->prompt;
-  serve_token t = {.text = text, .len = strlen(text), .token_text = text, .token_len = strlen(text)};
+  serve_top_logprob top = {text, strlen(text), -1.0f};
+  serve_token t = {.text = text, .len = strlen(text), .token_text = text, .token_len = strlen(text), .logprob = -0.5f,
+                   .top = &top, .ntop = 1};
   serve_result res = {.finish = SERVE_FINISH_STOP, .prompt_tokens = 1, .completion_tokens = 1, .stop_index = -1};
   hbuf out = {0};
   if (stream) {

@@ -203,6 +203,24 @@ test('generate: whole and streamed; raw greedy output equals /v1/completions', a
   assert.equal(load.done_reason, 'load');
 });
 
+test('logprobs: each token with its log-probability and alternatives, as /v1/chat/completions gives them', { skip: FAKE }, async () => {
+  const messages = [{ role: 'user', content: 'Name a colour.' }];
+  const r = await client.chat({ model: NAME, messages, logprobs: true, top_logprobs: 3, options: { temperature: 0, num_predict: 6 } });
+  assert.equal(r.logprobs.length, r.eval_count);
+  for (const e of r.logprobs) {
+    assert.equal(e.top_logprobs.length, 3);
+    assert.equal(e.logprob, e.top_logprobs[0].logprob); // greedy: the best alternative was taken
+    assert.deepEqual(e.bytes, [...Buffer.from(e.token)]);
+  }
+  const oa = await (await fetch(srv.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ model: NAME, messages, logprobs: true, top_logprobs: 3, temperature: 0, max_tokens: 6 }) })).json();
+  assert.deepEqual(r.logprobs.map((e) => e.token), oa.choices[0].logprobs.content.map((e) => e.token));
+  r.logprobs.forEach((e, i) => assert.ok(Math.abs(e.logprob - oa.choices[0].logprobs.content[i].logprob) < 1e-5));
+  const parts = await collect(await client.chat({ model: NAME, messages, logprobs: true, options: { temperature: 0, num_predict: 6 }, stream: true }));
+  assert.deepEqual(parts.flatMap((p) => p.logprobs || []).map((e) => e.token), r.logprobs.map((e) => e.token));
+  assert.equal((await client.chat({ model: NAME, messages, options: { num_predict: 2 } })).logprobs, undefined);
+});
+
 test('format: "json" and a JSON schema constrain the output', async () => {
   const schema = { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'] };
   const r = await client.chat({ model: NAME, messages: [{ role: 'user', content: 'A number as JSON.' }], format: schema, options: { temperature: 0, num_predict: 40 } });

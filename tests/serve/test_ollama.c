@@ -256,7 +256,7 @@ static void test_replies(void) {
   /* a generate stream: a line per step, an empty step shows nothing, then the final object */
   oll_reply r;
   hbuf out = {0};
-  oll_reply_init(&r, false, "m", true, oll_now());
+  oll_reply_init(&r, false, "m", true, oll_now(), false);
   serve_token a = tok("Hel"), b = tok(""), c = tok("lo");
   oll_stream_token(&r, &a, &out);
   oll_stream_token(&r, &b, &out);
@@ -277,7 +277,7 @@ static void test_replies(void) {
   oll_reply_free(&r);
 
   /* a whole chat reply with thinking and a tool call (Hermes syntax), cut by length */
-  oll_reply_init(&r, true, "m", false, oll_now());
+  oll_reply_init(&r, true, "m", false, oll_now(), false);
   tc_opts to = {.format = TC_HERMES, .tools = true, .reasoning = true};
   herr err = {0};
   CHECK_EQ_INT(oll_reply_parse(&r, &to, &err), 0);
@@ -300,7 +300,7 @@ static void test_replies(void) {
   oll_reply_free(&r);
 
   /* a chat stream: the call comes whole in one line, arguments as an object */
-  oll_reply_init(&r, true, "m", true, oll_now());
+  oll_reply_init(&r, true, "m", true, oll_now(), false);
   CHECK_EQ_INT(oll_reply_parse(&r, &to, &err), 0);
   serve_token p1 = tok("<tool_call>\n{\"name\": \"f\", \"argu"), p2 = tok("ments\": {\"x\": 2}}\n</tool_call>");
   oll_stream_token(&r, &p1, &out);
@@ -338,6 +338,71 @@ static void test_replies(void) {
   hbuf_free(&out);
 }
 
+/* logprobs: asked for by name, and each sampled token's entry in Ollama's shape — a step whose text
+ * is held back sends its entry with the next line. */
+static void test_logprobs(void) {
+  serve_request r;
+  oll_request o;
+  serve_fail f;
+  CHECK_EQ_INT(parse("{\"model\":\"m\",\"prompt\":\"x\",\"logprobs\":true,\"top_logprobs\":3}", false, &r, &o, &f), 0);
+  CHECK(r.sampling.logprobs);
+  CHECK_EQ_INT(r.sampling.top_logprobs, 3);
+  serve_request_free(&r);
+  CHECK_EQ_INT(parse("{\"model\":\"m\",\"prompt\":\"x\",\"raw\":true,\"logprobs\":true,\"top_logprobs\":20}", false, &r, &o,
+                     &f),
+               0);
+  CHECK(r.sampling.logprobs && r.sampling.top_logprobs == 20 && r.kind == SERVE_COMPLETION);
+  serve_request_free(&r);
+  refused("{\"model\":\"m\",\"prompt\":\"x\",\"top_logprobs\":2}", false, "top_logprobs");
+  refused("{\"model\":\"m\",\"prompt\":\"x\",\"logprobs\":true,\"top_logprobs\":21}", false, "top_logprobs");
+  refused("{\"model\":\"m\",\"prompt\":\"x\",\"logprobs\":1}", false, "logprobs");
+
+  oll_reply rep;
+  hbuf out = {0};
+  oll_reply_init(&rep, true, "m", true, oll_now(), true);
+  serve_top_logprob top[2] = {{"A", 1, -0.25f}, {"\xc3\xa9", 2, -1.5f}};
+  serve_token held = {.text = "", .len = 0, .id = 5, .token_text = "A", .token_len = 1, .logprob = -0.25f, .top = top, .ntop = 2};
+  serve_token shown = {.text = "AB", .len = 2, .id = 6, .token_text = "B", .token_len = 1, .logprob = -0.5f, .top = top, .ntop = 1};
+  oll_stream_token(&rep, &held, &out);
+  CHECK_EQ_INT((int)out.len, 0); /* nothing shown yet */
+  oll_stream_token(&rep, &shown, &out);
+  serve_result res = {.finish = SERVE_FINISH_STOP, .prompt_tokens = 2, .completion_tokens = 2, .stop_index = -1};
+  oll_stream_finish(&rep, &res, &out);
+  json_t *l = lines(&out);
+  CHECK_EQ_INT((int)json_array_size(l), 2);
+  json_t *lp = json_object_get(json_array_get(l, 0), "logprobs");
+  CHECK_EQ_INT((int)json_array_size(lp), 2);
+  json_t *e0 = json_array_get(lp, 0), *e1 = json_array_get(lp, 1);
+  CHECK_EQ_STR(json_string_value(json_object_get(e0, "token")), "A");
+  CHECK_NEAR(json_real_value(json_object_get(e0, "logprob")), -0.25, 1e-6);
+  CHECK_EQ_INT((int)json_integer_value(json_array_get(json_object_get(e0, "bytes"), 0)), 'A');
+  json_t *alt = json_object_get(e0, "top_logprobs");
+  CHECK_EQ_INT((int)json_array_size(alt), 2);
+  CHECK_EQ_STR(json_string_value(json_object_get(json_array_get(alt, 1), "token")), "\xc3\xa9");
+  CHECK_EQ_INT((int)json_array_size(json_object_get(json_array_get(alt, 1), "bytes")), 2);
+  CHECK_EQ_STR(json_string_value(json_object_get(e1, "token")), "B");
+  CHECK(json_object_get(json_array_get(l, 1), "logprobs") == NULL); /* the final line: nothing left over */
+  json_decref(l);
+  hbuf_free(&out);
+  oll_reply_free(&rep);
+  /* whole: every token's entry in the one object; without logprobs, no key */
+  oll_reply_init(&rep, false, "m", false, oll_now(), true);
+  oll_reply_add(&rep, &held);
+  oll_reply_add(&rep, &shown);
+  oll_reply_body(&rep, &res, &out);
+  json_t *o2 = json_loads(hbuf_str(&out), 0, NULL);
+  CHECK_EQ_INT((int)json_array_size(json_object_get(o2, "logprobs")), 2);
+  json_decref(o2);
+  hbuf_free(&out);
+  oll_reply_free(&rep);
+  oll_reply_init(&rep, false, "m", false, oll_now(), false);
+  oll_reply_add(&rep, &shown);
+  oll_reply_body(&rep, &res, &out);
+  CHECK(strstr(hbuf_str(&out), "logprobs") == NULL);
+  hbuf_free(&out);
+  oll_reply_free(&rep);
+}
+
 static void test_models(void) {
   json_t *facts = json_pack("{s:s, s:s, s:s, s:I, s:s, s:I, s:I}", "path", "/m/q.gguf", "format", "gguf", "architecture",
                             "qwen3", "parameters", (json_int_t)596000000, "quantization", "Q4_K", "bytes",
@@ -373,6 +438,7 @@ int main(void) {
   test_chat();
   test_embed();
   test_replies();
+  test_logprobs();
   test_models();
   TEST_MAIN_END();
 }
