@@ -24,6 +24,7 @@ static void serve_usage(void) {
          "                    [--served-model-name NAME]... [--cors ORIGIN] [--trace-file PATH] [--trace-max-bytes BYTES]\n"
          "                    [--responses-max N] [--responses-max-bytes BYTES] [--responses-ttl SECONDS]\n"
          "                    [--kv-store DIR] [--kv-store-max BYTES] [--drain-timeout SECONDS] [--header-timeout SECONDS]\n"
+         "                    [--model-memory BYTES] [--model-ttl SECONDS]\n"
          "                    [--adapter NAME=DIR]... [--adapter-dir DIR] [--allow-local-media] [--allow-remote-media]\n"
          "                    [--allow-private-media-hosts] [--max-media-bytes BYTES]\n\n"
          "Serves one model (or several) over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
@@ -37,6 +38,13 @@ static void serve_usage(void) {
          "                     folder's or file's); a request naming none gets the first, and so do the\n"
          "                     routes that name no model (/stats, /metrics, /fit, /tokenize, /v1/signal,\n"
          "                     adapters); --kv-store and --trace-file go with one model only\n"
+         "  --model-memory BYTES  with several --model: the first stays loaded and the others load on\n"
+         "                     first use, the least recently used idle ones unloaded so that the loaded\n"
+         "                     models' files take at most BYTES; a model that cannot fit is refused\n"
+         "                     (400 memory_admission, with the numbers); a request for a model being\n"
+         "                     loaded waits for it\n"
+         "  --model-ttl SECONDS  with several --model: a model after the first unloads once idle this\n"
+         "                     long (it loads again on its next request)\n"
          "  --host ADDR        address to listen on (default 127.0.0.1)\n"
          "  --port N           port (default 8080; 0 picks a free one)\n"
          "  --api-key KEY      require 'Authorization: Bearer KEY' (also $HEARTH_API_KEY)\n"
@@ -127,6 +135,34 @@ static int models_pull(void *ctx, const char *name, FILE *progress, herr *err) {
   return rc;
 }
 
+/* A model loaded on first use (--model-memory, --model-ttl): where it is and how it loads. */
+typedef struct lazy_model {
+  const char *path;
+  serve_engine_opts eo;
+  char id[512];
+} lazy_model;
+
+static int open_lazy(void *ctx, serve_engine *out, herr *err) {
+  lazy_model *m = ctx;
+  return serve_engine_open_opts(m->path, &m->eo, out, err);
+}
+
+/* The name a model answers to before it is loaded: what --model called it, else its folder's or
+ * file's name (a GGUF file's without .gguf), as the library names it. */
+static void model_id_of(const char *path, char *out, size_t cap) {
+  const char *named = cli_model_name_of(path);
+  if (named) {
+    snprintf(out, cap, "%s", named);
+    return;
+  }
+  size_t n = strlen(path);
+  while (n > 1 && path[n - 1] == '/') n--;
+  size_t start = n;
+  while (start > 0 && path[start - 1] != '/') start--;
+  if (n - start > 5 && !strncmp(path + n - 5, ".gguf", 5)) n -= 5;
+  snprintf(out, cap, "%.*s", (int)(n - start), path + start);
+}
+
 int cli_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = getenv("HEARTH_API_KEY"), *v;
   const char *names[64], *cors = NULL, *trace_file = NULL, *kv_store = NULL, *adapters[64], *adapter_dir = NULL;
@@ -134,7 +170,7 @@ int cli_serve(int argc, char **argv) {
   const char *models_given[SERVE_MAX_MODELS];
   long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, step_tokens = 0, kv_mem = 0, budget = 0, trace_max = 0;
   long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600, kv_store_max = 0, drain_timeout = 30;
-  long long media_bytes = 0, header_timeout = 10;
+  long long media_bytes = 0, header_timeout = 10, model_memory = 0, model_ttl = 0;
   bool allow_local = false, allow_remote = false, allow_private = false;
   for (int i = 1; i < argc; i++) {
     int r;
@@ -198,7 +234,8 @@ int cli_serve(int argc, char **argv) {
                (r = cli_opt_int("serve", argc, argv, &i, "--responses-max", 1, 1 << 30, &resp_max)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--responses-ttl", 0, 1ll << 40, &resp_ttl)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--drain-timeout", 0, 1ll << 30, &drain_timeout)) ||
-               (r = cli_opt_int("serve", argc, argv, &i, "--header-timeout", 1, 3600, &header_timeout))) {
+               (r = cli_opt_int("serve", argc, argv, &i, "--header-timeout", 1, 3600, &header_timeout)) ||
+               (r = cli_opt_int("serve", argc, argv, &i, "--model-ttl", 1, 1 << 30, &model_ttl))) {
       if (r < 0) return 2;
     } else if ((r = cli_opt(argc, argv, &i, "--kv-cache-mem", &v))) {
       if (r < 0) return 2;
@@ -207,6 +244,10 @@ int cli_serve(int argc, char **argv) {
       if (r < 0) return 2;
       if (!cli_parse_bytes(v, &resp_bytes) || resp_bytes < 1)
         return cli_usage_error("serve", "--responses-max-bytes must be a byte count, not '%s'", v);
+    } else if ((r = cli_opt(argc, argv, &i, "--model-memory", &v))) {
+      if (r < 0) return 2;
+      if (!cli_parse_bytes(v, &model_memory) || model_memory <= 0)
+        return cli_usage_error("serve", "--model-memory must be a positive byte count, not '%s'", v);
     } else if ((r = cli_opt(argc, argv, &i, "--memory-budget", &v))) {
       if (r < 0) return 2;
       if (!cli_parse_bytes(v, &budget)) return cli_usage_error("serve", "--memory-budget must be a byte count, not '%s'", v);
@@ -219,6 +260,10 @@ int cli_serve(int argc, char **argv) {
   if (!model) model = cli_default_model();
   if (!model) return cli_fail("serve: no --model given and no built-in model found (models/default)");
   if (!nmodels) models_given[nmodels++] = model;
+  bool lazy = model_memory > 0 || model_ttl > 0;
+  if (lazy && nmodels < 2)
+    return cli_usage_error("serve", "%s goes with several --model (the first stays loaded; the others load on first use)",
+                           model_memory > 0 ? "--model-memory" : "--model-ttl");
   if (nmodels > 1 && (kv_store || trace_file))
     return cli_usage_error("serve", "%s serves one model: give one --model with it", kv_store ? "--kv-store" : "--trace-file");
   if (hlog_get_level() == HLOG_LEVEL_WARN) hlog_set_level(HLOG_LEVEL_INFO); /* a server logs its requests */
@@ -264,10 +309,36 @@ int cli_serve(int argc, char **argv) {
   /* every model, each under the name its --model gave it (a registry name, a Hub id) or its folder's */
   serve_engine engines[SERVE_MAX_MODELS];
   serve_engine *more[SERVE_MAX_MODELS];
+  lazy_model lazies[SERVE_MAX_MODELS];
+  serve_lazy_pool *pool = NULL;
   json_t *served = json_array();
   int nopen = 0, rc = 0;
   for (; nopen < nmodels && !rc; nopen++) {
     eo.load.id = cli_model_name_of(models_given[nopen]);
+    if (lazy && nopen > 0) { /* loaded on first use, in the pool */
+      lazy_model *m = &lazies[nopen];
+      m->path = models_given[nopen];
+      m->eo = eo;
+      model_id_of(m->path, m->id, sizeof m->id);
+      m->eo.load.id = m->id;
+      char *real = realpath(m->path, NULL);
+      json_t *facts = cli_model_facts(m->id, real ? real : m->path);
+      free(real);
+      int64_t bytes = (int64_t)json_integer_value(json_object_get(facts, "bytes"));
+      json_array_append_new(served, facts);
+      if (!pool && serve_lazy_pool_new(model_memory, (double)model_ttl,
+                                       (int64_t)json_integer_value(json_object_get(json_array_get(served, 0), "bytes")),
+                                       &pool, &err)) {
+        rc = cli_fail("serve: --model-memory: %s", err.msg);
+        break;
+      }
+      if (serve_engine_lazy(pool, m->id, bytes, open_lazy, m, &engines[nopen], &err)) {
+        rc = cli_fail("serve: %s", err.msg);
+        break;
+      }
+      more[nopen] = &engines[nopen];
+      continue;
+    }
     if (serve_engine_open_opts(models_given[nopen], &eo, &engines[nopen], &err)) {
       rc = cli_fail("serve: %s%s%s", nmodels > 1 ? models_given[nopen] : "", nmodels > 1 ? ": " : "", err.msg);
       break;
@@ -298,6 +369,7 @@ int cli_serve(int argc, char **argv) {
   if (!rc && serve_start(&srv, engine0, &cfg, &err)) rc = cli_fail("serve: %s", err.msg);
   if (rc) {
     for (int k = 0; k < nopen; k++) serve_engine_close(&engines[k]);
+    serve_lazy_pool_free(pool);
     json_decref(served);
     return rc;
   }
@@ -316,6 +388,7 @@ int cli_serve(int argc, char **argv) {
   if (cut) fprintf(stderr, "hearth: %d running generation(s) cut by the drain timeout\n", cut);
   serve_stop(srv);
   for (int k = 0; k < nmodels; k++) serve_engine_close(&engines[k]); /* writes the KV store */
+  serve_lazy_pool_free(pool);
   json_decref(served);
   fprintf(stderr, "hearth: stopped\n");
   return 0;

@@ -729,9 +729,9 @@ static void put_final(oll_reply *r, json_t *o, const serve_result *res) {
   json_object_set_new(o, "done", json_true());
   json_object_set_new(o, "done_reason", json_string(res->finish == SERVE_FINISH_LENGTH ? "length" : "stop"));
   json_object_set_new(o, "total_duration", json_integer(ns(now - r->t0)));
-  json_object_set_new(o, "load_duration", json_integer(0));
+  json_object_set_new(o, "load_duration", json_integer(ns(r->load_s)));
   json_object_set_new(o, "prompt_eval_count", json_integer(res->prompt_tokens));
-  json_object_set_new(o, "prompt_eval_duration", json_integer(ns(first - r->t0)));
+  json_object_set_new(o, "prompt_eval_duration", json_integer(ns(first - r->t0 - r->load_s)));
   json_object_set_new(o, "eval_count", json_integer(res->completion_tokens));
   json_object_set_new(o, "eval_duration", json_integer(ns(now - first)));
 }

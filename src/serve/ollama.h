@@ -72,6 +72,7 @@ typedef struct oll_reply {
   json_t *lp;              /* owned: [{token, logprob, bytes, top_logprobs}]: the whole reply's, or a stream's not
                             * yet sent (they go with the next line) */
   double t0, t_first;      /* monotonic seconds: the request's arrival, its first token (0: none yet) */
+  double load_s;           /* seconds the request waited for its model to load (load_duration) */
 } oll_reply;
 
 /* t0: when the request arrived (monotonic seconds, as oll_now). logprobs: report the tokens' log-probabilities

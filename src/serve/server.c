@@ -306,7 +306,7 @@ static json_t *model_object(const serve_engine *e, const char *id) {
   json_object_set_new(m, "owned_by", json_string("hearth"));
   json_object_set_new(m, "context_length", json_integer(e->context_length));
   /* every served model is loaded for the server's life; what it takes and gives */
-  json_object_set_new(m, "state", json_string("loaded"));
+  json_object_set_new(m, "state", json_string(!e->is_loaded || e->is_loaded(e->impl) ? "loaded" : "unloaded"));
   json_t *caps = json_array();
   if (e->render_chat) json_array_append_new(caps, json_string("chat"));
   json_array_append_new(caps, json_string("completion"));
@@ -676,6 +676,7 @@ typedef struct slot {
 typedef struct job {
   serve_server *srv;        /* borrowed */
   serve_engine *engine;     /* borrowed: the model the request named */
+  bool held;                /* engine's model is held loaded for it (hold) until job_free */
   bool anthropic;           /* answered in the Anthropic Messages shapes (areply), else OpenAI's (reply) */
   bool responses;           /* answered as an OpenAI Responses response (rreply) */
   bool ollama;              /* answered in the Ollama API's shapes (oreply): NDJSON streams */
@@ -753,8 +754,25 @@ static void jobs_remove(serve_server *s, job *j) {
   pthread_mutex_unlock(&s->jobs_mu);
 }
 
+/* Holds e's model loaded for a request, loading it first when it is not (a model loaded on first use):
+ * 0, or the refusal in f — memory_admission when it cannot fit the model memory budget. */
+static int hold(serve_engine *e, serve_fail *f) {
+  if (!e->acquire) return 0;
+  herr err = {0};
+  if (!e->acquire(e->impl, &err)) return 0;
+  if (err.cause == HEARTH_CAUSE_MEMORY_ADMISSION)
+    return serve_fail_set(f, 400, "memory_admission", "model", "memory_admission", "%s", err.msg);
+  return serve_fail_set(f, 503, "server_error", "model", "model_unavailable", "model '%.200s' could not be loaded: %s",
+                        e->model_id, err.msg);
+}
+
+static void unhold(serve_engine *e) {
+  if (e->release) e->release(e->impl);
+}
+
 static void job_free(job *j) {
   if (!j) return;
+  if (j->held) unhold(j->engine);
   for (int i = 1; i < j->nslots; i++) serve_reply_free(&j->slots[i].own);
   free(j->slots);
   pthread_mutex_destroy(&j->gen_mu);
@@ -1383,7 +1401,8 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       goto refuse;
     kind = j->req.kind;
     if (j->oreq.load_only) { /* Ollama's "load the model": nothing to generate */
-      if (model_unknown(s, &j->req, proto, NULL, &f)) goto refuse;
+      if (model_unknown(s, &j->req, proto, &e, &f) || hold(e, &f)) goto refuse;
+      unhold(e); /* loaded: what Ollama's load request asks for */
       hbuf b = {0};
       oll_load_body(j->oreq.chat, j->req.model, &b);
       job_free(j);
@@ -1407,6 +1426,10 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   }
   if (model_unknown(s, &j->req, proto, &e, &f)) goto refuse;
   j->engine = e;
+  double before_hold = oll_now();
+  if (hold(e, &f)) goto refuse;
+  j->held = e->acquire != NULL;
+  double load_s = j->held ? oll_now() - before_hold : 0; /* a model loaded on first use: the wait for it */
   const char *param = kind == SERVE_CHAT && !(oll && !j->oreq.chat) ? "messages" : "prompt";
   if (kind == SERVE_CHAT) {
     if (render_prompt(e, &j->req, &j->prompt, &f)) goto refuse;
@@ -1524,6 +1547,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   uint64_t id_seed = seq * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)j;
   if (oll) {
     oll_reply_init(&j->oreply, j->oreq.chat, j->req.model, j->req.stream, t0, j->req.sampling.logprobs);
+    j->oreply.load_s = load_s;
     if (j->parse) {
       if (oll_reply_parse(&j->oreply, &j->tc, &err)) {
         serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
@@ -1712,6 +1736,11 @@ static enum MHD_Result answer_embeddings(struct MHD_Connection *c, serve_server 
   float *vecs = NULL;
   bool known = !req.model || (e = engine_named(s, req.model)) != NULL;
   if (!e) e = s->engine;
+  bool held = known && e->acquire;
+  if (held && hold(e, &f)) {
+    embed_request_free(&req);
+    return send_fail(c, &f, NULL);
+  }
   int dim = req.dimensions ? req.dimensions : (int)e->embed_dim;
   if (!known) {
     serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found",
@@ -1743,11 +1772,13 @@ static enum MHD_Result answer_embeddings(struct MHD_Connection *c, serve_server 
       embed_reply(&req, vecs, dim, req.model ? req.model : e->model_id, toks, &b);
       free(vecs);
       embed_request_free(&req);
+      if (held) unhold(e);
       return send_hbuf(c, &b);
     }
   }
   free(vecs);
   embed_request_free(&req);
+  if (held) unhold(e);
   return send_fail(c, &f, NULL);
 }
 
@@ -1869,7 +1900,7 @@ static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_serve
   serve_request req;
   serve_fail f;
   if (anth_request_parse(hbuf_str(&cn->body), cn->body.len, true, &req, &f)) return send_fail_as(c, &f, NULL, true);
-  if (model_unknown(s, &req, PROTO_ANTHROPIC, &e, &f)) {
+  if (model_unknown(s, &req, PROTO_ANTHROPIC, &e, &f) || hold(e, &f)) {
     serve_request_free(&req);
     return send_fail_as(c, &f, NULL, true);
   }
@@ -1893,6 +1924,7 @@ static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_serve
     rc = b.oom ? MHD_NO : send_bytes(c, 200, "application/json", hbuf_str(&b), b.len, NULL);
     hbuf_free(&b);
   }
+  unhold(e);
   free(prompt);
   serve_request_free(&req);
   return rc;
@@ -1965,6 +1997,7 @@ static enum MHD_Result answer_oll_tags(struct MHD_Connection *c, serve_server *s
 static enum MHD_Result answer_oll_ps(struct MHD_Connection *c, serve_server *s) {
   json_t *models = json_array();
   for (int k = 0; k < s->nengines; k++) {
+    if (s->engines[k]->is_loaded && !s->engines[k]->is_loaded(s->engines[k]->impl)) continue;
     json_t *f = served_facts(s, k);
     json_array_append_new(models, oll_model_object(f, s->engines[k]->model_id, true, s->engines[k]->context_length));
     json_decref(f);
@@ -2006,6 +2039,11 @@ static enum MHD_Result answer_oll_embed(struct MHD_Connection *c, serve_server *
   float *vecs = NULL;
   bool known = (e = engine_named(s, req.model)) != NULL;
   if (!e) e = s->engine;
+  bool held = known && e->acquire;
+  if (held && hold(e, &f)) {
+    embed_request_free(&req);
+    return send_oll_fail(c, &f);
+  }
   int dim = req.dimensions ? req.dimensions : (int)e->embed_dim;
   if (!known) {
     serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found", "model '%.200s' not found", req.model);
@@ -2031,11 +2069,13 @@ static enum MHD_Result answer_oll_embed(struct MHD_Connection *c, serve_server *
       oll_embed_reply(&req, legacy, vecs, dim, req.model, toks, oll_now() - t0, &b);
       free(vecs);
       embed_request_free(&req);
+      if (held) unhold(e);
       return send_hbuf(c, &b);
     }
   }
   free(vecs);
   embed_request_free(&req);
+  if (held) unhold(e);
   return send_oll_fail(c, &f);
 }
 

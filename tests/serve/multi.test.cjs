@@ -126,3 +126,92 @@ test('two models of one name, or --kv-store with two, are refused at start', () 
   assert.equal(kv.status, 2);
   assert.match(kv.stderr, /--kv-store serves one model/);
 });
+
+// ---- models loaded on first use: --model-memory and --model-ttl ----
+
+const bytesOf = (dir) => fs.readdirSync(dir).reduce((n, f) => n + fs.statSync(path.join(dir, f)).size, 0);
+
+async function states(url) {
+  const m = await (await fetch(url + '/v1/models')).json();
+  return Object.fromEntries(m.data.map((x) => [x.id, x.state]));
+}
+
+test('--model-memory: models after the first load on first use, the least recently used idle one unloaded to fit', async () => {
+  // B twice, under two names (a second folder linking to it): both cannot be loaded beside A at once
+  const tmp = fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'hearth-multi-'));
+  const B2 = path.join(tmp, 'gemma-copy');
+  fs.symlinkSync(B, B2);
+  const budget = bytesOf(A) + bytesOf(B) + 1000;
+  const lazy = await H.startServer(SERVER, ['serve', '--model', A, '--model', B, '--model', B2, '--model-memory', String(budget), ...ARGS]);
+  try {
+    const ollama = new (H.need('ollama').Ollama)({ host: lazy.url });
+    assert.deepEqual(await states(lazy.url), { default: 'loaded', [NB]: 'unloaded', 'gemma-copy': 'unloaded' });
+    assert.deepEqual((await ollama.ps()).models.map((x) => x.name), [NA]);
+    const bJobs = jobs.map((j, i) => [j, i]).filter(([j]) => j.name === NB);
+    const as = (j, name) => ({ ...j, name, body: { ...j.body, model: name } });
+    // B loads; then the copy, which unloads B (idle, least recently used); then B again
+    for (const [name, other] of [[NB, 'gemma-copy'], ['gemma-copy', NB], [NB, 'gemma-copy']]) {
+      const [j, i] = bJobs[0];
+      assert.equal(await run(lazy.url, as(j, name), ollama), solo.get(i), name);
+      const st = await states(lazy.url);
+      assert.equal(st[name], 'loaded');
+      assert.equal(st[other], 'unloaded');
+      assert.equal(st.default, 'loaded'); // the first stays
+    }
+    // both at once: one waits for the other to go idle; every reply still equals B served alone
+    const all = bJobs.flatMap(([j, i]) => [[as(j, NB), i], [as(j, 'gemma-copy'), i]]);
+    const texts = await Promise.all(all.map(([j]) => run(lazy.url, j, ollama)));
+    all.forEach(([j, i], k) => assert.equal(texts[k], solo.get(i), `${j.name} ${j.kind}`));
+    // Ollama's load request loads the model it names
+    await ollama.generate({ model: NB, prompt: '' });
+    assert.equal((await states(lazy.url))[NB], 'loaded');
+    // a load waits inside the request: Ollama's load_duration says how long
+    const g = await ollama.generate({ model: 'gemma-copy', prompt: 'Hi', options: { num_predict: 2 } });
+    assert.ok(g.load_duration > 0 && g.total_duration >= g.load_duration, `load_duration ${g.load_duration}`);
+  } finally {
+    assert.equal(await H.stopServer(lazy), 0, lazy.log.slice(-3000));
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+  assert.match(lazy.log, /unloading gemma4_vision-f32 \(least recently used, to make room\)/);
+});
+
+test('--model-memory: a model that can never fit is refused with the numbers', async () => {
+  const budget = bytesOf(A) + 1000;
+  const lazy = await H.startServer(SERVER, ['serve', '--model', A, '--model', B, '--model-memory', String(budget), ...ARGS]);
+  try {
+    const r = await fetch(lazy.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: NB, messages: [{ role: 'user', content: 'x' }], max_tokens: 2 }) });
+    assert.equal(r.status, 400);
+    const e = (await r.json()).error;
+    assert.equal(e.type, 'memory_admission');
+    assert.match(e.message, new RegExp(`model '${NB}' takes ${bytesOf(B)} bytes, but the model memory budget is ${budget} bytes \\(${bytesOf(A)} of them`));
+    // the first model is served all the same
+    assert.equal(await run(lazy.url, jobs[1], new (H.need('ollama').Ollama)({ host: lazy.url })), solo.get(1));
+  } finally {
+    assert.equal(await H.stopServer(lazy), 0);
+  }
+  const small = spawnSync(SERVER, ['serve', '--model', A, '--model', B, '--model-memory', '1000', '--port', '0'], { encoding: 'utf8', timeout: 60000 });
+  assert.equal(small.status, 1);
+  assert.match(small.stderr, /the models that stay loaded take \d+ bytes, more than the model memory budget of 1000/);
+  const one = spawnSync(SERVER, ['serve', '--model', A, '--model-ttl', '5', '--port', '0'], { encoding: 'utf8', timeout: 60000 });
+  assert.equal(one.status, 2);
+  assert.match(one.stderr, /--model-ttl goes with several --model/);
+});
+
+test('--model-ttl: an idle model unloads, and loads again on its next request', async () => {
+  const lazy = await H.startServer(SERVER, ['serve', '--model', A, '--model', B, '--model-ttl', '1', ...ARGS]);
+  try {
+    const ollama = new (H.need('ollama').Ollama)({ host: lazy.url });
+    const i = jobs.findIndex((j) => j.name === NB && j.kind === 'chat');
+    assert.equal(await run(lazy.url, jobs[i], ollama), solo.get(i));
+    // it goes once idle past the time to live (polled, with a generous limit)
+    let st;
+    for (let k = 0; k < 200 && (st = await states(lazy.url))[NB] === 'loaded'; k++) await new Promise((r) => setTimeout(r, 100));
+    assert.equal(st[NB], 'unloaded');
+    assert.equal(st.default, 'loaded');
+    assert.equal(await run(lazy.url, jobs[i], ollama), solo.get(i));
+  } finally {
+    assert.equal(await H.stopServer(lazy), 0);
+  }
+  assert.match(lazy.log, /unloading gemma4_vision-f32 \(idle past --model-ttl\)/);
+});
