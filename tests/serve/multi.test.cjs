@@ -2,9 +2,13 @@
 // --model B` with A the built-in model (models/default) and B the tiny Gemma 4
 // with a vision tower (tests/fixtures/mm/gemma4_vision-f32). Each model is
 // first served alone for its reference replies; then both at once, where
-// requests to each — OpenAI, Anthropic-free plain fetch and the real Ollama
+// requests to each — OpenAI shapes over plain fetch and the real Ollama
 // client (npm "ollama"), streamed and whole — go out interleaved and
-// concurrently and must equal the replies of the model served alone.
+// concurrently and must equal the replies of the model served alone. Then
+// models loaded on first use: under --model-memory (B twice, under two
+// names, where only one fits beside A: the least recently used unloads; a
+// model that never fits is refused with the numbers) and --model-ttl (an
+// idle model unloads and loads again on its next request).
 //
 // HEARTH_E2E_SERVER  `hearth`
 // HEARTH_DEPS_DIR    where tools/fetch_test_deps.sh installed node_modules
