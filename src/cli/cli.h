@@ -124,6 +124,10 @@ json_t *cli_model_facts(const char *name, const char *path);
 /* Removes a registry name or a cached Hub id as `hearth rm` does; *done (cap bytes) says what
  * was removed. HEARTH_ENOTFOUND when nothing goes by that name. */
 int cli_remove_model(const char *name, char *done, size_t cap, herr *err);
+/* The models under dir as hearth scan finds them (folders with config.json and safetensors, .gguf files
+ * but projectors and later split parts; Hugging Face cache folders skipped): fn(ctx, path) for each, in
+ * directory order; a nonzero return stops the walk and is returned. */
+int cli_find_models(const char *dir, int (*fn)(void *ctx, const char *path), void *ctx);
 
 /* Verbs. Add a verb: write src/cli/<verb>.c and add one line to the table in main.c. */
 int cli_version(int argc, char **argv);

@@ -9,12 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/log.h"
 #include "cli/cli.h"
 #include "hub/hub.h"
 
-#define SERVE_MAX_MODELS 16
+#define SERVE_MAX_MODELS 64
+#define SERVE_MAX_DIRS 8
 #include "serve/engine.h"
 #include "serve/server.h"
 
@@ -24,7 +26,7 @@ static void serve_usage(void) {
          "                    [--served-model-name NAME]... [--cors ORIGIN] [--trace-file PATH] [--trace-max-bytes BYTES]\n"
          "                    [--responses-max N] [--responses-max-bytes BYTES] [--responses-ttl SECONDS]\n"
          "                    [--kv-store DIR] [--kv-store-max BYTES] [--drain-timeout SECONDS] [--header-timeout SECONDS]\n"
-         "                    [--model-memory BYTES] [--model-ttl SECONDS]\n"
+         "                    [--models-dir DIR]... [--model-memory BYTES] [--model-ttl SECONDS]\n"
          "                    [--adapter NAME=DIR]... [--adapter-dir DIR] [--allow-local-media] [--allow-remote-media]\n"
          "                    [--allow-private-media-hosts] [--max-media-bytes BYTES]\n\n"
          "Serves one model (or several) over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
@@ -38,6 +40,10 @@ static void serve_usage(void) {
          "                     folder's or file's); a request naming none gets the first, and so do the\n"
          "                     routes that name no model (/stats, /metrics, /fit, /tokenize, /v1/signal,\n"
          "                     adapters); --kv-store and --trace-file go with one model only\n"
+         "  --models-dir DIR   serve every model under DIR too (as hearth scan finds them: folders with\n"
+         "                     config.json and safetensors, .gguf files), each named after its folder or\n"
+         "                     file and loaded on first use (repeatable); without --model the first\n"
+         "                     found stays loaded\n"
          "  --model-memory BYTES  with several --model: the first stays loaded and the others load on\n"
          "                     first use, the least recently used idle ones unloaded so that the loaded\n"
          "                     models' files take at most BYTES; a model that cannot fit is refused\n"
@@ -163,11 +169,47 @@ static void model_id_of(const char *path, char *out, size_t cap) {
   snprintf(out, cap, "%.*s", (int)(n - start), path + start);
 }
 
+/* The models --models-dir finds, appended to the --model ones (paths owned from `first` on). */
+typedef struct found_models {
+  const char **paths;  /* the --model values, then the paths found */
+  int *n;
+  int first;           /* the first found: paths from here are malloc'd */
+  bool first_set;
+  const char *dir;
+} found_models;
+
+static int found_add(void *ctx, const char *path) {
+  found_models *f = ctx;
+  if (!f->first_set) f->first = *f->n, f->first_set = true;
+  char id[512], other[512];
+  model_id_of(path, id, sizeof id);
+  for (int i = 0; i < *f->n; i++) {
+    model_id_of(f->paths[i], other, sizeof other);
+    if (!strcmp(id, other)) {
+      fprintf(stderr, "hearth: serve: --models-dir %s: %s is called '%s', as %s is: left out\n", f->dir, path, id,
+              f->paths[i]);
+      return 0;
+    }
+  }
+  if (*f->n == SERVE_MAX_MODELS) {
+    fprintf(stderr, "hearth: serve: --models-dir %s: at most %d models; %s left out\n", f->dir, SERVE_MAX_MODELS, path);
+    return 0;
+  }
+  char *p = strdup(path);
+  if (p) f->paths[(*f->n)++] = p;
+  return 0;
+}
+
+static void found_free(found_models *f) {
+  for (int i = f->first_set ? f->first : *f->n; i < *f->n; i++) free((char *)f->paths[i]);
+}
+
 int cli_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = getenv("HEARTH_API_KEY"), *v;
   const char *names[64], *cors = NULL, *trace_file = NULL, *kv_store = NULL, *adapters[64], *adapter_dir = NULL;
   int nnames = 0, nadapters = 0, nmodels = 0;
-  const char *models_given[SERVE_MAX_MODELS];
+  const char *models_given[SERVE_MAX_MODELS], *dirs[SERVE_MAX_DIRS];
+  int ndirs = 0;
   long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, step_tokens = 0, kv_mem = 0, budget = 0, trace_max = 0;
   long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600, kv_store_max = 0, drain_timeout = 30;
   long long media_bytes = 0, header_timeout = 10, model_memory = 0, model_ttl = 0;
@@ -244,6 +286,10 @@ int cli_serve(int argc, char **argv) {
       if (r < 0) return 2;
       if (!cli_parse_bytes(v, &resp_bytes) || resp_bytes < 1)
         return cli_usage_error("serve", "--responses-max-bytes must be a byte count, not '%s'", v);
+    } else if ((r = cli_opt(argc, argv, &i, "--models-dir", &v))) {
+      if (r < 0) return 2;
+      if (ndirs == SERVE_MAX_DIRS) return cli_usage_error("serve", "at most %d --models-dir", SERVE_MAX_DIRS);
+      dirs[ndirs++] = v;
     } else if ((r = cli_opt(argc, argv, &i, "--model-memory", &v))) {
       if (r < 0) return 2;
       if (!cli_parse_bytes(v, &model_memory) || model_memory <= 0)
@@ -257,15 +303,32 @@ int cli_serve(int argc, char **argv) {
   }
   if (allow_private && !allow_remote)
     return cli_usage_error("serve", "--allow-private-media-hosts goes with --allow-remote-media");
-  if (!model) model = cli_default_model();
-  if (!model) return cli_fail("serve: no --model given and no built-in model found (models/default)");
-  if (!nmodels) models_given[nmodels++] = model;
-  bool lazy = model_memory > 0 || model_ttl > 0;
-  if (lazy && nmodels < 2)
+  /* --models-dir: the models found there too, each under a name no earlier model has */
+  int ngiven = nmodels;
+  found_models found = {.paths = models_given, .n = &nmodels};
+  for (int d = 0; d < ndirs; d++) {
+    struct stat st;
+    if (stat(dirs[d], &st) || !S_ISDIR(st.st_mode)) return cli_fail("serve: --models-dir %s: no such folder", dirs[d]);
+    found.dir = dirs[d];
+    cli_find_models(dirs[d], found_add, &found);
+  }
+  if (ndirs && nmodels == ngiven)
+    return cli_fail("serve: --models-dir: no model found in %s%s", dirs[0], ndirs > 1 ? " nor the others" : "");
+  if (!nmodels) {
+    if (!model) model = cli_default_model();
+    if (!model) return cli_fail("serve: no --model given and no built-in model found (models/default)");
+    models_given[nmodels++] = model;
+  }
+  if ((model_memory > 0 || model_ttl > 0) && nmodels < 2) {
+    found_free(&found);
     return cli_usage_error("serve", "%s goes with several --model (the first stays loaded; the others load on first use)",
                            model_memory > 0 ? "--model-memory" : "--model-ttl");
-  if (nmodels > 1 && (kv_store || trace_file))
+  }
+  bool lazy = (model_memory > 0 || model_ttl > 0 || ndirs > 0) && nmodels > 1;
+  if (nmodels > 1 && (kv_store || trace_file)) {
+    found_free(&found);
     return cli_usage_error("serve", "%s serves one model: give one --model with it", kv_store ? "--kv-store" : "--trace-file");
+  }
   if (hlog_get_level() == HLOG_LEVEL_WARN) hlog_set_level(HLOG_LEVEL_INFO); /* a server logs its requests */
 
   /* Signals go to this thread only: block them before any server thread starts. */
@@ -371,6 +434,7 @@ int cli_serve(int argc, char **argv) {
     for (int k = 0; k < nopen; k++) serve_engine_close(&engines[k]);
     serve_lazy_pool_free(pool);
     json_decref(served);
+    found_free(&found);
     return rc;
   }
   char addr[300];
@@ -390,6 +454,7 @@ int cli_serve(int argc, char **argv) {
   for (int k = 0; k < nmodels; k++) serve_engine_close(&engines[k]); /* writes the KV store */
   serve_lazy_pool_free(pool);
   json_decref(served);
+  found_free(&found);
   fprintf(stderr, "hearth: stopped\n");
   return 0;
 }

@@ -219,3 +219,26 @@ test('--model-ttl: an idle model unloads, and loads again on its next request', 
   }
   assert.match(lazy.log, /unloading gemma4_vision-f32 \(idle past --model-ttl\)/);
 });
+
+test('--models-dir: every model under a folder, named after its folder, loaded on first use', async () => {
+  const tmp = fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'hearth-models-'));
+  fs.mkdirSync(path.join(tmp, 'nested'));
+  fs.symlinkSync(B, path.join(tmp, 'nested', 'gemma-x'));
+  fs.symlinkSync(A, path.join(tmp, 'default')); // the name of the --model one: left out
+  fs.writeFileSync(path.join(tmp, 'notes.txt'), 'not a model');
+  const srv2 = await H.startServer(SERVER, ['serve', '--model', A, '--models-dir', tmp, ...ARGS]);
+  try {
+    assert.deepEqual(await states(srv2.url), { default: 'loaded', 'gemma-x': 'unloaded' });
+    const i = jobs.findIndex((j) => j.name === NB && j.kind === 'completion');
+    const j = { ...jobs[i], name: 'gemma-x', body: { ...jobs[i].body, model: 'gemma-x' } };
+    assert.equal(await run(srv2.url, j, new (H.need('ollama').Ollama)({ host: srv2.url })), solo.get(i));
+    assert.equal((await states(srv2.url))['gemma-x'], 'loaded');
+  } finally {
+    assert.equal(await H.stopServer(srv2), 0);
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+  assert.match(srv2.log, /--models-dir .*: .*default is called 'default', as .* is: left out/);
+  const none = spawnSync(SERVER, ['serve', '--models-dir', path.join(H.SOURCE, 'docs'), '--port', '0'], { encoding: 'utf8', timeout: 60000 });
+  assert.equal(none.status, 1);
+  assert.match(none.stderr, /--models-dir: no model found in/);
+});
