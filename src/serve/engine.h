@@ -191,9 +191,11 @@ typedef struct serve_engine {
    * unloading the least recently used idle models to fit the pool's budget — and holds it loaded until
    * release; a request acquires its engine before it reads the fields above or calls any function.
    * acquire fails with HEARTH_ELIMIT (cause memory_admission) when the model cannot fit the budget.
+   * release's keep_alive_s: how long the model stays loaded once idle — < 0: as the pool says (its time
+   * to live, else for good), 0: it unloads as soon as it is idle, > 0: that long (a request's keep_alive).
    * is_loaded: whether it is loaded now. */
   int (*acquire)(void *impl, herr *err);
-  void (*release)(void *impl);
+  void (*release)(void *impl, double keep_alive_s);
   bool (*is_loaded)(void *impl);
 } serve_engine;
 

@@ -29,6 +29,7 @@ typedef struct lazy {
   bool loaded, loading;
   int users;              /* requests holding it (acquire .. release) */
   double last_used;       /* monotonic seconds */
+  double expires;         /* once idle, unloaded at this time (monotonic seconds; 0: not before it must make room) */
   struct lazy *next;      /* the pool's list */
 } lazy;
 
@@ -215,18 +216,23 @@ static int acquire(void *impl, herr *err) {
     l->real = real;
     l->loaded = true;
     l->last_used = now_s();
+    l->expires = 0;
     follow(l);
     pthread_cond_broadcast(&p->cv);
   }
 }
 
-static void release(void *impl) {
+static void release(void *impl, double keep_alive_s) {
   lazy *l = impl;
-  pthread_mutex_lock(&l->pool->mu);
+  serve_lazy_pool *p = l->pool;
+  pthread_mutex_lock(&p->mu);
   if (l->users > 0) l->users--;
   l->last_used = now_s();
-  pthread_cond_broadcast(&l->pool->cv);
-  pthread_mutex_unlock(&l->pool->mu);
+  double keep = keep_alive_s < 0 ? p->ttl : keep_alive_s;
+  l->expires = keep_alive_s < 0 && p->ttl <= 0 ? 0 : l->last_used + keep;
+  if (keep_alive_s == 0 && l->loaded && !l->users) unload(l, "keep_alive 0");
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
 }
 
 static bool is_loaded(void *impl) {
@@ -263,7 +269,8 @@ static void *ttl_main(void *arg) {
     pthread_cond_timedwait(&p->cv, &p->mu, &ts);
     double now = now_s();
     for (lazy *x = p->all; x && !p->stop; x = x->next)
-      if (x->loaded && !x->users && now - x->last_used >= p->ttl) unload(x, "idle past --model-ttl");
+      if (x->loaded && !x->users && x->expires > 0 && now >= x->expires)
+        unload(x, x->expires == x->last_used + p->ttl ? "idle past --model-ttl" : "idle past its keep_alive");
   }
   pthread_mutex_unlock(&p->mu);
   return NULL;
@@ -285,7 +292,7 @@ int serve_lazy_pool_new(int64_t budget, double ttl_s, int64_t pinned_bytes, serv
                       "the models that stay loaded take %lld bytes, more than the model memory budget of %lld",
                       (long long)used, (long long)budget);
   }
-  if (p->ttl > 0) {
+  { /* idle models past their time: the pool's ttl, or a request's keep_alive */
     if (pthread_create(&p->ttl_thread, NULL, ttl_main, p)) {
       serve_lazy_pool_free(p);
       return herr_set(err, HEARTH_EINTERNAL, "cannot start the model time-to-live thread");

@@ -337,8 +337,9 @@ int oll_request_parse(const char *body, size_t len, bool chat, serve_request *re
       goto done;
     }
   }
-  if ((v = serve_json_field(root, "keep_alive")) && !json_is_string(v) && !json_is_number(v)) {
-    rc = serve_bad(f, "keep_alive", "keep_alive must be a duration (\"5m\") or a number of seconds");
+  o->keep_alive_s = -1;
+  if ((v = serve_json_field(root, "keep_alive")) && !oll_keep_alive(v, &o->keep_alive_s)) {
+    rc = serve_bad(f, "keep_alive", "keep_alive must be a duration (\"5m\", \"1h30m\", \"-1\" for ever) or a number of seconds");
     goto done;
   }
   bool stream = true, logprobs = false;
@@ -775,12 +776,46 @@ void oll_stream_finish(oll_reply *r, const serve_result *res, hbuf *out) {
   put_json(o, out, true);
 }
 
-void oll_load_body(bool chat, const char *model, hbuf *out) {
+bool oll_keep_alive(const json_t *v, double *seconds) {
+  double t = 0;
+  if (json_is_number(v)) {
+    t = json_number_value(v);
+  } else if (json_is_string(v)) {
+    const char *p = json_string_value(v);
+    bool neg = *p == '-';
+    if (neg || *p == '+') p++;
+    if (!*p) return false;
+    while (*p) {
+      char *end;
+      double x = strtod(p, &end);
+      if (end == p || !(x >= 0)) return false;
+      p = end;
+      double unit = 1; /* a bare number: seconds */
+      if (!strncmp(p, "ns", 2)) unit = 1e-9, p += 2;
+      else if (!strncmp(p, "us", 2)) unit = 1e-6, p += 2;
+      else if (!strncmp(p, "\xc2\xb5s", 3)) unit = 1e-6, p += 3;
+      else if (!strncmp(p, "ms", 2)) unit = 1e-3, p += 2;
+      else if (*p == 's') p++;
+      else if (*p == 'm') unit = 60, p++;
+      else if (*p == 'h') unit = 3600, p++;
+      else if (*p) return false;
+      t += x * unit;
+    }
+    if (neg) t = -t;
+  } else {
+    return false;
+  }
+  if (!isfinite(t)) return false;
+  *seconds = t < 0 ? 100.0 * 365 * 86400 : t;
+  return true;
+}
+
+void oll_load_body(bool chat, const char *model, const char *reason, hbuf *out) {
   json_t *o = head(model);
   if (chat) json_object_set_new(o, "message", json_pack("{s:s, s:s}", "role", "assistant", "content", ""));
   else json_object_set_new(o, "response", json_string(""));
   json_object_set_new(o, "done", json_true());
-  json_object_set_new(o, "done_reason", json_string("load"));
+  json_object_set_new(o, "done_reason", json_string(reason));
   put_json(o, out, false);
 }
 

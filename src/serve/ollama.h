@@ -28,6 +28,8 @@ typedef struct oll_request {
   bool raw;         /* generate: the prompt as it is, no template (a text completion) */
   bool load_only;   /* no prompt / no messages: Ollama's "load the model" request, answered done_reason "load" */
   int64_t num_ctx;  /* options.num_ctx; 0: not given. Prompt and num_predict must fit in it */
+  double keep_alive_s; /* keep_alive in seconds: how long a model loaded on first use stays once idle
+                        * (< 0: not given; 0: unload now; Ollama's negative "forever": a century) */
 } oll_request;
 
 /* Parses an /api/chat (chat) or /api/generate body into req (kind SERVE_CHAT,
@@ -92,8 +94,11 @@ void oll_reply_body(oll_reply *r, const serve_result *res, hbuf *out);
 void oll_stream_token(oll_reply *r, const serve_token *tok, hbuf *out);
 void oll_stream_finish(oll_reply *r, const serve_result *res, hbuf *out);
 /* The answer to a load-only request: {"model", "created_at", ("message" | "response"), "done": true,
- * "done_reason": "load"}. */
-void oll_load_body(bool chat, const char *model, hbuf *out);
+ * "done_reason": reason} ("load", or "unload" for keep_alive 0). */
+void oll_load_body(bool chat, const char *model, const char *reason, hbuf *out);
+/* Ollama's keep_alive: a number of seconds or a Go duration ("5m", "1h30m", "-1", "0"); *seconds: < 0
+ * becomes a century ("forever"). false when it is neither. */
+bool oll_keep_alive(const json_t *v, double *seconds);
 
 /* A model's facts, as `hearth serve` gives them (serve_models): {"name", "path", "format",
  * "architecture", "parameters", "quantization", "bytes", "modified", "revision"} (any may be absent).

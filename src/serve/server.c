@@ -766,13 +766,13 @@ static int hold(serve_engine *e, serve_fail *f) {
                         e->model_id, err.msg);
 }
 
-static void unhold(serve_engine *e) {
-  if (e->release) e->release(e->impl);
+static void unhold(serve_engine *e, double keep_alive_s) {
+  if (e->release) e->release(e->impl, keep_alive_s);
 }
 
 static void job_free(job *j) {
   if (!j) return;
-  if (j->held) unhold(j->engine);
+  if (j->held) unhold(j->engine, j->ollama ? j->oreq.keep_alive_s : -1);
   for (int i = 1; i < j->nslots; i++) serve_reply_free(&j->slots[i].own);
   free(j->slots);
   pthread_mutex_destroy(&j->gen_mu);
@@ -1401,10 +1401,14 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       goto refuse;
     kind = j->req.kind;
     if (j->oreq.load_only) { /* Ollama's "load the model": nothing to generate */
-      if (model_unknown(s, &j->req, proto, &e, &f) || hold(e, &f)) goto refuse;
-      unhold(e); /* loaded: what Ollama's load request asks for */
+      if (model_unknown(s, &j->req, proto, &e, &f)) goto refuse;
+      bool unload = j->oreq.keep_alive_s == 0; /* keep_alive 0 with no prompt: Ollama's unload request */
+      if (!(unload && e->is_loaded && !e->is_loaded(e->impl))) {
+        if (hold(e, &f)) goto refuse;
+        unhold(e, j->oreq.keep_alive_s);
+      }
       hbuf b = {0};
-      oll_load_body(j->oreq.chat, j->req.model, &b);
+      oll_load_body(j->oreq.chat, j->req.model, unload ? "unload" : "load", &b);
       job_free(j);
       return send_hbuf(c, &b);
     }
@@ -1772,13 +1776,13 @@ static enum MHD_Result answer_embeddings(struct MHD_Connection *c, serve_server 
       embed_reply(&req, vecs, dim, req.model ? req.model : e->model_id, toks, &b);
       free(vecs);
       embed_request_free(&req);
-      if (held) unhold(e);
+      if (held) unhold(e, -1);
       return send_hbuf(c, &b);
     }
   }
   free(vecs);
   embed_request_free(&req);
-  if (held) unhold(e);
+  if (held) unhold(e, -1);
   return send_fail(c, &f, NULL);
 }
 
@@ -1924,7 +1928,7 @@ static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_serve
     rc = b.oom ? MHD_NO : send_bytes(c, 200, "application/json", hbuf_str(&b), b.len, NULL);
     hbuf_free(&b);
   }
-  unhold(e);
+  unhold(e, -1);
   free(prompt);
   serve_request_free(&req);
   return rc;
@@ -2069,13 +2073,13 @@ static enum MHD_Result answer_oll_embed(struct MHD_Connection *c, serve_server *
       oll_embed_reply(&req, legacy, vecs, dim, req.model, toks, oll_now() - t0, &b);
       free(vecs);
       embed_request_free(&req);
-      if (held) unhold(e);
+      if (held) unhold(e, -1);
       return send_hbuf(c, &b);
     }
   }
   free(vecs);
   embed_request_free(&req);
-  if (held) unhold(e);
+  if (held) unhold(e, -1);
   return send_oll_fail(c, &f);
 }
 

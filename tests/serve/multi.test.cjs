@@ -172,11 +172,26 @@ test('--model-memory: models after the first load on first use, the least recent
     // a load waits inside the request: Ollama's load_duration says how long
     const g = await ollama.generate({ model: 'gemma-copy', prompt: 'Hi', options: { num_predict: 2 } });
     assert.ok(g.load_duration > 0 && g.total_duration >= g.load_duration, `load_duration ${g.load_duration}`);
+    // keep_alive 0: unloaded once the request is done; with no prompt, Ollama's unload request
+    await ollama.generate({ model: 'gemma-copy', prompt: 'Hi', keep_alive: 0, options: { num_predict: 2 } });
+    assert.equal((await states(lazy.url))['gemma-copy'], 'unloaded');
+    await ollama.generate({ model: NB, prompt: 'Hi', options: { num_predict: 2 } });
+    assert.equal((await states(lazy.url))[NB], 'loaded');
+    const u = await ollama.generate({ model: NB, keep_alive: 0 });
+    assert.equal(u.done_reason, 'unload');
+    assert.equal((await states(lazy.url))[NB], 'unloaded');
+    // a keep_alive that runs out unloads it (polled, with a generous limit)
+    await ollama.chat({ model: NB, messages: [{ role: 'user', content: 'Hi' }], keep_alive: '300ms', options: { num_predict: 2 } });
+    let st;
+    for (let k = 0; k < 200 && (st = await states(lazy.url))[NB] === 'loaded'; k++) await new Promise((r) => setTimeout(r, 100));
+    assert.equal(st[NB], 'unloaded');
   } finally {
     assert.equal(await H.stopServer(lazy), 0, lazy.log.slice(-3000));
     fs.rmSync(tmp, { recursive: true, force: true });
   }
   assert.match(lazy.log, /unloading gemma4_vision-f32 \(least recently used, to make room\)/);
+  assert.match(lazy.log, /unloading gemma-copy \(keep_alive 0\)/);
+  assert.match(lazy.log, /unloading gemma4_vision-f32 \(idle past its keep_alive\)/);
 });
 
 test('--model-memory: a model that can never fit is refused with the numbers', async () => {

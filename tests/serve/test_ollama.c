@@ -325,7 +325,7 @@ static void test_replies(void) {
   oll_reply_free(&r);
 
   /* the load answer and an error line */
-  oll_load_body(true, "m", &out);
+  oll_load_body(true, "m", "load", &out);
   o = json_loads(hbuf_str(&out), 0, NULL);
   CHECK_EQ_STR(json_string_value(json_object_get(o, "done_reason")), "load");
   CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(o, "message"), "content")), "");
@@ -403,6 +403,33 @@ static void test_logprobs(void) {
   oll_reply_free(&rep);
 }
 
+static void test_keep_alive(void) {
+  struct {
+    const char *json;
+    double want; /* NAN: refused */
+  } cases[] = {{"300", 300}, {"0", 0}, {"\"5m\"", 300}, {"\"1h30m\"", 5400}, {"\"90s\"", 90}, {"\"1.5h\"", 5400},
+               {"\"250ms\"", 0.25}, {"\"0\"", 0}, {"\"-1\"", 100.0 * 365 * 86400}, {"-5", 100.0 * 365 * 86400},
+               {"\"soon\"", NAN}, {"\"5x\"", NAN}, {"\"\"", NAN}, {"\"nan\"", NAN}, {"true", NAN}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    json_t *v = json_loads(cases[i].json, JSON_DECODE_ANY, NULL);
+    double t = -7;
+    bool ok = oll_keep_alive(v, &t);
+    CHECK_MSG(ok == !isnan(cases[i].want), "keep_alive %s: %s", cases[i].json, ok ? "taken" : "refused");
+    if (ok && !isnan(cases[i].want)) CHECK_MSG(fabs(t - cases[i].want) < 1e-9, "keep_alive %s: %g, want %g", cases[i].json, t, cases[i].want);
+    json_decref(v);
+  }
+  serve_request r;
+  oll_request o;
+  serve_fail f;
+  CHECK_EQ_INT(parse("{\"model\":\"m\",\"keep_alive\":\"10m\"}", false, &r, &o, &f), 0);
+  CHECK(o.load_only && o.keep_alive_s == 600);
+  serve_request_free(&r);
+  CHECK_EQ_INT(parse("{\"model\":\"m\",\"prompt\":\"x\"}", false, &r, &o, &f), 0);
+  CHECK(o.keep_alive_s < 0); /* not given */
+  serve_request_free(&r);
+  refused("{\"model\":\"m\",\"prompt\":\"x\",\"keep_alive\":\"a while\"}", false, "keep_alive");
+}
+
 static void test_models(void) {
   json_t *facts = json_pack("{s:s, s:s, s:s, s:I, s:s, s:I, s:I}", "path", "/m/q.gguf", "format", "gguf", "architecture",
                             "qwen3", "parameters", (json_int_t)596000000, "quantization", "Q4_K", "bytes",
@@ -439,6 +466,7 @@ int main(void) {
   test_embed();
   test_replies();
   test_logprobs();
+  test_keep_alive();
   test_models();
   TEST_MAIN_END();
 }

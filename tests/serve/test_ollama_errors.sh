@@ -50,6 +50,7 @@ expect POST /api/chat '{"model":"fake-model","messages":[{"role":"user","content
 expect POST /api/generate '{"model":"fake-model","prompt":"x","template":"{{ .Prompt }}"}' 400 '^\{"error":"template is not supported'
 expect POST /api/generate '{"model":"fake-model","prompt":"x","context":[1,2]}' 400 '^\{"error":"context is not supported'
 expect POST /api/generate '{"model":"fake-model","prompt":"x","format":"xml"}' 400 'format must be'
+expect POST /api/chat '{"model":"fake-model","messages":[{"role":"user","content":"x"}],"keep_alive":"later"}' 400 'keep_alive must be a duration'
 expect POST /api/generate '{"model":"no-such-model","prompt":"x"}' 404 "model 'no-such-model' not found"
 expect POST /api/chat '{"model":"no-such-model","messages":[{"role":"user","content":"x"}]}' 404 "model 'no-such-model' not found"
 expect POST /api/show '{"model":"no-such-model"}' 404 "model 'no-such-model' not found"
