@@ -305,7 +305,7 @@ static json_t *model_object(const serve_engine *e, const char *id) {
   json_object_set_new(m, "created", json_integer(e->created));
   json_object_set_new(m, "owned_by", json_string("hearth"));
   json_object_set_new(m, "context_length", json_integer(e->context_length));
-  /* every served model is loaded for the server's life; what it takes and gives */
+  /* loaded now, or on the next request that names it (a model loaded on first use); what it takes and gives */
   json_object_set_new(m, "state", json_string(!e->is_loaded || e->is_loaded(e->impl) ? "loaded" : "unloaded"));
   json_t *caps = json_array();
   if (e->render_chat) json_array_append_new(caps, json_string("chat"));
