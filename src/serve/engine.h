@@ -197,6 +197,8 @@ typedef struct serve_engine {
   int (*acquire)(void *impl, herr *err);
   void (*release)(void *impl, double keep_alive_s);
   bool (*is_loaded)(void *impl);
+  /* May be NULL (always loaded): unloads the model now when it is idle, else as soon as it is. */
+  void (*unload)(void *impl);
 } serve_engine;
 
 /* Models loaded on first use (engine_lazy.c): a pool of lazy engines sharing a budget of bytes (the

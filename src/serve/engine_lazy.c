@@ -30,6 +30,7 @@ typedef struct lazy {
   int users;              /* requests holding it (acquire .. release) */
   double last_used;       /* monotonic seconds */
   double expires;         /* once idle, unloaded at this time (monotonic seconds; 0: not before it must make room) */
+  bool unload_asked;      /* unloaded as soon as its requests are done */
   struct lazy *next;      /* the pool's list */
 } lazy;
 
@@ -135,6 +136,7 @@ static void unload(lazy *l, const char *why) {
   HLOG_INFO("serve: unloading %s (%s)", l->id, why);
   serve_engine_close(&l->real);
   l->loaded = false;
+  l->unload_asked = false;
   l->pool->used -= l->bytes;
   pthread_cond_broadcast(&l->pool->cv);
 }
@@ -230,9 +232,17 @@ static void release(void *impl, double keep_alive_s) {
   l->last_used = now_s();
   double keep = keep_alive_s < 0 ? p->ttl : keep_alive_s;
   l->expires = keep_alive_s < 0 && p->ttl <= 0 ? 0 : l->last_used + keep;
-  if (keep_alive_s == 0 && l->loaded && !l->users) unload(l, "keep_alive 0");
+  if ((keep_alive_s == 0 || l->unload_asked) && l->loaded && !l->users) unload(l, l->unload_asked ? "asked to" : "keep_alive 0");
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
+}
+
+static void unload_soon(void *impl) {
+  lazy *l = impl;
+  pthread_mutex_lock(&l->pool->mu);
+  if (l->loaded && !l->users) unload(l, "asked to");
+  else if (l->loaded) l->unload_asked = true; /* once its requests are done (release) */
+  pthread_mutex_unlock(&l->pool->mu);
 }
 
 static bool is_loaded(void *impl) {
@@ -339,6 +349,7 @@ int serve_engine_lazy(serve_lazy_pool *p, const char *id, int64_t bytes,
   out->acquire = acquire;
   out->release = release;
   out->is_loaded = is_loaded;
+  out->unload = unload_soon;
   pthread_mutex_lock(&p->mu);
   l->next = p->all;
   p->all = l;

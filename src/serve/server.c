@@ -203,6 +203,8 @@ typedef enum route {
   ROUTE_ADAPTER,      /* DELETE /v1/adapters/{id} */
   ROUTE_TOKENIZE,     /* POST /tokenize (llama.cpp's, vLLM's) */
   ROUTE_DETOKENIZE,   /* POST /detokenize */
+  ROUTE_MODEL_LOAD,   /* POST /v1/models/load, /v1/models/unload */
+  ROUTE_MODEL_UNLOAD,
   ROUTE_OLL_VERSION,  /* the Ollama API under /api/ */
   ROUTE_OLL_TAGS,
   ROUTE_OLL_SHOW,
@@ -2216,6 +2218,38 @@ static enum MHD_Result answer_oll_pull(struct MHD_Connection *c, serve_server *s
   return rc;
 }
 
+/* POST /v1/models/load and /v1/models/unload {"model"}: a model loaded on first use, now. */
+static enum MHD_Result answer_model_load(struct MHD_Connection *c, serve_server *s, conn *cn, bool load) {
+  serve_fail f;
+  json_error_t je;
+  json_t *root = json_loadb(hbuf_str(&cn->body), cn->body.len, 0, &je);
+  const char *name = json_string_value(json_object_get(root, "model"));
+  serve_engine *e = name ? engine_named(s, name) : NULL;
+  enum MHD_Result rc;
+  if (!json_is_object(root)) {
+    serve_bad(&f, NULL, "the body must be a JSON object {\"model\": NAME}%s%s", root ? "" : ": ", root ? "" : je.text);
+    rc = send_fail(c, &f, NULL);
+  } else if (!name) {
+    serve_bad(&f, "model", "'model' is required");
+    rc = send_fail(c, &f, NULL);
+  } else if (!e) {
+    serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found", "The model '%.200s' does not exist", name);
+    rc = send_fail(c, &f, NULL);
+  } else if (!load && !e->unload) {
+    serve_bad(&f, "model", "model '%.200s' stays loaded: only models loaded on first use (--model-memory, --model-ttl, "
+                           "--models-dir, after the first) unload", e->model_id);
+    rc = send_fail(c, &f, NULL);
+  } else if (load && hold(e, &f)) {
+    rc = send_fail(c, &f, NULL);
+  } else {
+    if (load) unhold(e, -1);
+    else e->unload(e->impl);
+    rc = send_json(c, 200, model_object(e, e->model_id));
+  }
+  json_decref(root);
+  return rc;
+}
+
 /* /api/create, /api/copy, /api/push, /api/blobs: named and refused, each with what hearth does instead. */
 static enum MHD_Result answer_oll_refused(struct MHD_Connection *c, conn *cn) {
   serve_fail f;
@@ -2266,6 +2300,10 @@ static const route_def routes[] = {
     {"GET", "/v1", ROUTE_INDEX, false, "this index"},
     {"GET", "/v1/models", ROUTE_MODELS, false, "the loaded model"},
     {"GET", "/v1/models/{id}", ROUTE_MODEL, false, "one served model name"},
+    {"POST", "/v1/models/load", ROUTE_MODEL_LOAD, false,
+     "loads a model loaded on first use now: {\"model\"} (waits for it; the model object with its state)"},
+    {"POST", "/v1/models/unload", ROUTE_MODEL_UNLOAD, false,
+     "unloads a model loaded on first use: {\"model\"} (now when idle, else once its requests are done)"},
     {"POST", "/v1/chat/completions", ROUTE_CHAT, false, "chat completions (JSON or SSE with stream: true)"},
     {"POST", "/v1/completions", ROUTE_COMPLETIONS, false, "text completions (JSON or SSE with stream: true)"},
     {"POST", "/v1/responses", ROUTE_RESPONSES, false,
@@ -2402,6 +2440,9 @@ static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, c
     return answer_models(c, s);
   case ROUTE_MODEL:
     return answer_model(c, s, cn->path + 11);
+  case ROUTE_MODEL_LOAD:
+  case ROUTE_MODEL_UNLOAD:
+    return answer_model_load(c, s, cn, cn->route == ROUTE_MODEL_LOAD);
   case ROUTE_STATS:
     return answer_stats(c, s);
   case ROUTE_METRICS:
@@ -2470,6 +2511,8 @@ static bool slow_route(route r) {
   case ROUTE_FIT:
   case ROUTE_TOKENIZE:
   case ROUTE_DETOKENIZE:
+  case ROUTE_MODEL_LOAD:
+  case ROUTE_MODEL_UNLOAD:
   case ROUTE_OLL_TAGS: /* the models' headers are read */
   case ROUTE_OLL_SHOW:
   case ROUTE_OLL_CHAT:

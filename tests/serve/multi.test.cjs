@@ -180,7 +180,22 @@ test('--model-memory: models after the first load on first use, the least recent
     const u = await ollama.generate({ model: NB, keep_alive: 0 });
     assert.equal(u.done_reason, 'unload');
     assert.equal((await states(lazy.url))[NB], 'unloaded');
-    // a keep_alive that runs out unloads it (polled, with a generous limit)
+    // the load and unload endpoints
+    const call = async (route, model) => {
+      const r = await fetch(lazy.url + route, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ model }) });
+      return { status: r.status, body: await r.json() };
+    };
+    let r = await call('/v1/models/load', NB);
+    assert.equal(r.status, 200);
+    assert.deepEqual([r.body.id, r.body.state], [NB, 'loaded']);
+    assert.equal((await states(lazy.url))[NB], 'loaded');
+    r = await call('/v1/models/unload', NB);
+    assert.deepEqual([r.status, r.body.state], [200, 'unloaded']);
+    r = await call('/v1/models/unload', NA);
+    assert.equal(r.status, 400);
+    assert.match(r.body.error.message, /stays loaded/);
+    assert.equal((await call('/v1/models/load', 'nobody')).status, 404);
+        // a keep_alive that runs out unloads it (polled, with a generous limit)
     await ollama.chat({ model: NB, messages: [{ role: 'user', content: 'Hi' }], keep_alive: '300ms', options: { num_predict: 2 } });
     let st;
     for (let k = 0; k < 200 && (st = await states(lazy.url))[NB] === 'loaded'; k++) await new Promise((r) => setTimeout(r, 100));
@@ -191,6 +206,7 @@ test('--model-memory: models after the first load on first use, the least recent
   }
   assert.match(lazy.log, /unloading gemma4_vision-f32 \(least recently used, to make room\)/);
   assert.match(lazy.log, /unloading gemma-copy \(keep_alive 0\)/);
+  assert.match(lazy.log, /unloading gemma4_vision-f32 \(asked to\)/);
   assert.match(lazy.log, /unloading gemma4_vision-f32 \(idle past its keep_alive\)/);
 });
 
