@@ -177,6 +177,7 @@ typedef struct hearth_info {
   bool can_embed;           /* false when the folder's sentence-transformers pooling is one hearth does not run */
   int64_t canvas_length;    /* a block-diffusion model (DiffusionGemma): tokens per denoised block, which
                                generations commit (and stream) a block at a time; 0: autoregressive */
+  bool can_fill;            /* the vocabulary has fill-in-the-middle tokens (hearth_fim_prompt) */
 } hearth_info;
 
 void hearth_model_info(const hearth_model *m, hearth_info *out);
@@ -190,6 +191,22 @@ void hearth_free(void *p);
  * tokens written in the text become their ids. *ids: hearth_free. */
 int hearth_tokenize(const hearth_model *m, const char *text, size_t len, bool add_special, int32_t **ids, size_t *n,
                     hearth_error *err);
+/* Fill-in-the-middle: one file of context before the prefix. */
+typedef struct hearth_fim_chunk {
+  const char *filename; /* NULL: "tmp" */
+  const char *text;
+} hearth_fim_chunk;
+
+/* The token ids of a fill-in-the-middle prompt, laid out as llama.cpp's
+ * /infill lays them out (prefix-suffix-middle: [repository context] [BOS]
+ * <|fim_prefix|> prefix prompt <|fim_suffix|> suffix <|fim_middle|>, trimmed
+ * to the context as llama.cpp trims; src/tokenizer/fim.h has the details).
+ * prefix, suffix, prompt may be NULL (""); n_predict: the tokens to generate
+ * (-1: unset). HEARTH_EUNSUPPORTED when the vocabulary has no FIM tokens
+ * (hearth_info.can_fill). *ids: hearth_free. */
+int hearth_fim_prompt(const hearth_model *m, const char *prefix, const char *suffix, const char *prompt,
+                      const hearth_fim_chunk *extra, int n_extra, int64_t n_predict, int32_t **ids, size_t *n,
+                      hearth_error *err);
 /* Ids → text (NUL-terminated, *len bytes). *text: hearth_free. */
 int hearth_detokenize(const hearth_model *m, const int32_t *ids, size_t n, bool skip_special, char **text,
                       size_t *len, hearth_error *err);
@@ -264,6 +281,9 @@ typedef struct hearth_gen_params {
                                   model with a multi-token-prediction layer); one the model cannot
                                   serve fails (HEARTH_EINVAL / HEARTH_EUNSUPPORTED, field
                                   "spec_method") */
+  int priority;                /* admission order among waiting requests: one of a smaller priority is
+                                  admitted before any of a larger one, equal ones in arrival order
+                                  (0: init; `hearth serve` runs Batch API rows at 1) */
 } hearth_gen_params;
 
 void hearth_gen_params_init(hearth_gen_params *p);
@@ -344,6 +364,7 @@ typedef struct hearth_gen_result {
   int64_t completion_tokens;   /* includes the EOS token when one ended it */
   int64_t cached_tokens;       /* prompt tokens whose KV came from the prefix cache */
   double prefill_seconds, decode_seconds;
+  double queue_seconds;        /* waiting in the scheduler's queue before it was first computed */
 } hearth_gen_result;
 
 /* Generates from prompt, streaming through fn (may be NULL). Returns 0 when it

@@ -199,6 +199,30 @@ int chat_render(const char *template_src, const json_t *messages, const json_t *
   return chat_render_with(template_src, messages, tools, add_generation_prompt, extra_kwargs, bos, eos, NULL, out, err);
 }
 
+/* The calls as JSON text, {"tool_calls":[{"name":...,"arguments":{...}}]} (NULL on out of memory). */
+static char *calls_text(const json_t *calls) {
+  json_t *list = json_array();
+  size_t k;
+  json_t *call;
+  json_array_foreach(calls, k, call) {
+    json_t *fn = json_object_get(call, "function");
+    json_t *args = json_object_get(fn, "arguments");
+    json_t *o = json_object();
+    json_object_set(o, "name", json_is_string(json_object_get(fn, "name")) ? json_object_get(fn, "name") : json_string(""));
+    if (json_is_string(args)) {
+      json_t *v = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
+      json_object_set_new(o, "arguments", v ? v : json_incref(args));
+    } else {
+      json_object_set_new(o, "arguments", args ? json_incref(args) : json_object());
+    }
+    json_array_append_new(list, o);
+  }
+  json_t *root = json_pack("{s:o}", "tool_calls", list);
+  char *s = root ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(root);
+  return s;
+}
+
 void chat_apply_call_shape(json_t *messages, chat_call_shape shape) {
   size_t i;
   json_t *m;
@@ -207,6 +231,23 @@ void chat_apply_call_shape(json_t *messages, chat_call_shape shape) {
     if (!json_is_array(calls) || json_array_size(calls) == 0) continue;
     json_t *c = json_object_get(m, "content");
     bool empty = !c || json_is_null(c) || (json_is_string(c) && json_string_length(c) == 0);
+    if (shape.calls_as_text) {
+      char *t = calls_text(calls);
+      if (!t) continue;
+      if (empty || !json_is_string(c)) {
+        if (empty) json_object_set_new(m, "content", json_string(t));
+        else if (json_is_array(c)) json_array_append_new(c, json_pack("{s:s, s:s}", "type", "text", "text", t));
+      } else {
+        hbuf b = {0};
+        hbuf_append(&b, json_string_value(c), json_string_length(c));
+        hbuf_puts(&b, "\n");
+        hbuf_puts(&b, t);
+        if (!b.oom && b.data) json_object_set_new(m, "content", json_stringn(b.data, b.len));
+        hbuf_free(&b);
+      }
+      free(t);
+      continue;
+    }
     if (empty) json_object_set_new(m, "content", shape.empty_content ? json_string("") : json_null());
     size_t k;
     json_t *call;
@@ -227,7 +268,7 @@ void chat_apply_call_shape(json_t *messages, chat_call_shape shape) {
 }
 
 chat_call_shape chat_tool_call_shape(const char *src, const char *bos, const char *eos) {
-  static const chat_call_shape order[] = {{false, false}, {true, false}, {false, true}, {true, true}};
+  static const chat_call_shape order[] = {{false, false, false}, {true, false, false}, {false, true, false}, {true, true, false}};
   json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"probe_tool\",\"description\":\"p\","
                              "\"parameters\":{\"type\":\"object\",\"properties\":{\"probe_arg\":{\"type\":\"string\"}}}}}]",
                              0, NULL);
@@ -249,5 +290,27 @@ chat_call_shape chat_tool_call_shape(const char *src, const char *bos, const cha
     }
   }
   json_decref(tools);
-  return order[0];
+  return (chat_call_shape){.calls_as_text = true};
+}
+
+static bool py_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+int chat_continue_final(const char *rendered, const char *final_text, size_t *cut, herr *err) {
+  const char *a = final_text, *z = final_text + strlen(final_text);
+  while (a < z && py_space(*a)) a++;
+  while (z > a && py_space(z[-1])) z--;
+  size_t n = (size_t)(z - a); /* final_text.strip() */
+  if (n == 0)
+    return herr_set(err, HEARTH_EINVAL, "continue_final_message: the final message has no text to continue");
+  const char *hit = NULL; /* rendered.rindex(final_text.strip()) */
+  for (const char *q = rendered; *q; q++)
+    if (!strncmp(q, a, n)) hit = q;
+  if (!hit)
+    return herr_set(err, HEARTH_EINVAL,
+                    "continue_final_message: the chat template does not write the final message's text, so it "
+                    "cannot be continued");
+  size_t l = strlen(a); /* final_text.lstrip(): kept whole when the template kept its trailing space */
+  bool kept = strlen(hit) >= l && !strncmp(hit, a, l) && a == final_text;
+  *cut = (size_t)(hit - rendered) + (kept ? l : n);
+  return 0;
 }

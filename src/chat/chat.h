@@ -53,15 +53,30 @@ int chat_render(const char *template_src, const json_t *messages, const json_t *
  * and arguments as an object (what most templates pass to tojson) or as a
  * JSON string (what DeepSeek's concatenate). The first of (null, object),
  * ("", object), (null, string), ("", string) whose rendering shows the call's
- * name and argument; (null, object) when none does. */
+ * name and argument. When none does (a template that knows no tool calls,
+ * like models/default's), calls_as_text: the calls are written into the
+ * turn's content as JSON text, {"tool_calls": [{"name", "arguments"}]} (the
+ * generic form llama.cpp uses), so the conversation still renders and the
+ * model still sees what it called. */
 typedef struct chat_call_shape {
   bool empty_content; /* "" instead of null */
   bool string_args;   /* arguments as a JSON string */
+  bool calls_as_text; /* the template shows no calls: they go into content as JSON text */
 } chat_call_shape;
 chat_call_shape chat_tool_call_shape(const char *template_src, const char *bos, const char *eos);
 /* Reshapes messages (an array, changed in place) for the template: assistant
  * turns of only tool calls get null or "" content, their arguments objects or
  * strings (with Python's json.dumps separators). */
 void chat_apply_call_shape(json_t *messages, chat_call_shape shape);
+
+/* Where a chat rendered without the generation prompt must be cut so the model
+ * continues its final message (continue_final_message, as transformers'
+ * apply_chat_template does it): just after the last occurrence of the final
+ * message's text (stripped of surrounding whitespace; its trailing whitespace
+ * kept when the template kept it), so closing tokens after it are dropped.
+ * final_text: the final message's text (for content parts, the last text
+ * part). *cut: the length to keep. HEARTH_EINVAL when the final message has
+ * no text or the template did not write it. */
+int chat_continue_final(const char *rendered, const char *final_text, size_t *cut, herr *err);
 
 #endif

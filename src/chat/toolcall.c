@@ -366,7 +366,7 @@ static void json_quote(hbuf *b, const char *s, size_t n) {
 
 enum {
   MK_DROP, MK_THINK, MK_THINK_END, MK_TC, MK_TC_END, MK_FUNC, MK_FUNC_END, MK_NL_FUNC_END, MK_PARAM, MK_NL_PARAM,
-  MK_PARAM_END, MK_ARG_KEY, MK_ARG_KEY_END, MK_ARG_VAL, MK_ARG_VAL_END, MK_PYTAG, MK_MI_CALLS, MK_MI_ARGS,
+  MK_PARAM_END, MK_ARG_KEY, MK_ARG_KEY_END, MK_ARG_VAL, MK_ARG_VAL_END, MK_PYTAG, MK_MI_CALLS, MK_MI_ARGS, MK_GEN_CALLS,
   MK_MI_CALL_ID, MK_DS_CALLS, MK_DS_CALLS_END, MK_DS_CALL, MK_DS_CALL_END, MK_DS_SEP, MK_G_CALL, MK_G_CALL_END,
   MK_G_STR, MK_H_START, MK_H_CHANNEL, MK_H_MESSAGE, MK_H_CONSTRAIN, MK_H_END, MK_H_CALL, MK_H_RETURN,
 };
@@ -395,6 +395,7 @@ enum {
   S_GLM_NAME, S_GLM_ARGS, S_GLM_KEY, S_GLM_VSTART, S_GLM_VALUE,
   S_PYTAG, S_L3_AFTER,
   S_MI_START, S_MI_ARR, S_MI_ARR_AFTER, S_MI_NAME, S_MI_CALLID,
+  S_GEN_END,                                                  /* generic: the '}' after the calls' ']' */
   S_ARGS,                                                     /* a standalone JSON arguments object */
   S_DS_CALLS, S_DS_HEAD, S_DS_SEP, S_DS_NAME, S_DS_FENCE, S_DS_TAIL,
   S_G_CALL, S_G_ARGS, S_G_TAIL,
@@ -449,7 +450,7 @@ struct tc_parser {
   int field;
   bool cap_key, cap_name, cap_argstr;
   hbuf key, cap;
-  int mi_array;           /* mistral: inside [TOOL_CALLS][...] */
+  int mi_array;           /* mistral: inside [TOOL_CALLS][...]; generic: inside {"tool_calls": [...] */
   /* synthesized arguments */
   int nfields, vmode;
   bool glm_strip, nl_skipped;
@@ -1203,8 +1204,9 @@ static int add_drops(const tc_parser *p, mk *m, int n) {
     n = add(m, n, "<|return|>", MK_DROP);
     n = add(m, n, "<|call|>", MK_DROP);
   }
-  if (f == TC_MISTRAL || f == TC_NONE) n = add(m, n, "</s>", MK_DROP);
-  if (f == TC_GEMMA4 || f == TC_NONE) {
+  bool none = f == TC_NONE || f == TC_GENERIC;
+  if (f == TC_MISTRAL || none) n = add(m, n, "</s>", MK_DROP);
+  if (f == TC_GEMMA4 || none) {
     n = add(m, n, "<eos>", MK_DROP);
     n = add(m, n, "<|tool_response>", MK_DROP);
   }
@@ -1236,6 +1238,7 @@ static int state_markers(const tc_parser *p, mk *m) {
         case TC_MISTRAL: return add(m, n, "[TOOL_CALLS]", MK_MI_CALLS);
         case TC_GEMMA4: return add(m, n, "<|tool_call>", MK_G_CALL);
         case TC_DEEPSEEK: n = add(m, n, DS_CALLS_BEGIN, MK_DS_CALLS); return add(m, n, DS_CALL_BEGIN, MK_DS_CALL);
+        case TC_GENERIC: n = add(m, n, "{\"tool_calls\": [", MK_GEN_CALLS); return add(m, n, "{\"tool_calls\":[", MK_GEN_CALLS);
         default: return n;
       }
     case S_REASON:
@@ -1261,7 +1264,8 @@ static int state_markers(const tc_parser *p, mk *m) {
     case S_GLM_VSTART: return add(m, n, "<arg_value>", MK_ARG_VAL);
     case S_GLM_VALUE: return add(m, n, "</arg_value>", MK_ARG_VAL_END);
     case S_L3_AFTER: n = add_drops(p, m, n); return add(m, n, "<|python_tag|>", MK_PYTAG);
-    case S_MI_ARR_AFTER: return add_drops(p, m, n);
+    case S_MI_ARR_AFTER:
+    case S_GEN_END: return add_drops(p, m, n);
     case S_MI_NAME: n = add(m, n, "[ARGS]", MK_MI_ARGS); return add(m, n, "[CALL_ID]", MK_MI_CALL_ID);
     case S_MI_CALLID: return add(m, n, "[ARGS]", MK_MI_ARGS);
     case S_DS_CALLS:
@@ -1480,7 +1484,7 @@ static void on_byte(tc_parser *p, unsigned char c) {
         reprocess(p, c);
       } else if (c == ']' && p->in_call) {
         p->in_call = false; /* an empty list */
-        p->st = S_TEXT;
+        p->st = p->o.format == TC_GENERIC ? S_GEN_END : S_TEXT;
       } else if (p->in_call) {
         fail(p, -1);
       } else {
@@ -1491,11 +1495,16 @@ static void on_byte(tc_parser *p, unsigned char c) {
     case S_MI_ARR_AFTER:
       if (is_ws(c)) return;
       if (c == ',') p->st = S_MI_ARR;
-      else if (c == ']') p->st = S_TEXT;
+      else if (c == ']') p->st = p->o.format == TC_GENERIC ? S_GEN_END : S_TEXT;
       else {
         p->st = S_TEXT;
         reprocess(p, c);
       }
+      return;
+    case S_GEN_END: /* the object around the calls' list closes */
+      if (is_ws(c)) return;
+      p->st = S_TEXT;
+      if (c != '}') reprocess(p, c);
       return;
     case S_MI_NAME:
       if (!name_char(c) || p->name.len >= NAME_LIMIT) {
@@ -1640,6 +1649,7 @@ static void on_marker(tc_parser *p, int id, const char *s, size_t n) {
           return;
         case MK_PYTAG: call_start(p, "", 0, S_TEXT); p->reply_start = false; p->st = S_PYTAG; return;
         case MK_MI_CALLS: call_start(p, s, n, S_TEXT); p->mi_array = 0; p->st = S_MI_START; return;
+        case MK_GEN_CALLS: call_start(p, s, n, S_TEXT); p->mi_array = 1; p->st = S_MI_ARR; return;
         case MK_DS_CALLS: call_start(p, s, n, S_TEXT); p->st = S_DS_CALLS; return;
         case MK_DS_CALL: call_start(p, s, n, S_TEXT); hbuf_clear(&p->hdr); p->st = S_DS_HEAD; return;
         case MK_G_CALL: call_start(p, s, n, S_TEXT); hbuf_clear(&p->hdr); p->st = S_G_CALL; return;
@@ -1827,7 +1837,7 @@ static int run(tc_parser *p, const char *s, size_t n) {
  * Public API. */
 
 static const char *const NAMES[TC_FORMAT_COUNT] = {"none",    "hermes",   "qwen3_coder", "llama3", "mistral",
-                                                   "gemma4",  "deepseek", "glm",         "harmony"};
+                                                   "gemma4",  "deepseek", "glm",         "harmony", "generic"};
 
 const char *tc_format_name(tc_format f) { return (unsigned)f < TC_FORMAT_COUNT ? NAMES[f] : "unknown"; }
 
@@ -2068,6 +2078,10 @@ bool tc_forced_call(tc_format f, const char *name, hbuf *out) {
   case TC_HARMONY:
     hbuf_puts(out, "<|channel|>commentary to=functions.");
     if (name) hbuf_puts(out, name);
+    return true;
+  case TC_GENERIC:
+    hbuf_puts(out, "{\"tool_calls\": [{\"name\": \"");
+    if (name) hbuf_printf(out, "%s\", \"arguments\": ", name);
     return true;
   default: return false;
   }

@@ -40,8 +40,12 @@
  *                start at <|channel|>): C = analysis → reasoning, final or commentary → content, a
  *                header with to=functions.NAME (or any to=RECIPIENT) → a call whose body is the
  *                arguments' JSON, ended by <|call|>. <|return|> ends the reply.
+ *   generic      {"tool_calls": [{"name": NAME, "arguments": {...}}, ...]} (also written
+ *                {"tool_calls":[...]}), llama.cpp's generic shape, for templates with no call
+ *                syntax of their own: the server describes the tools and this shape to the model and,
+ *                for a forced call, holds it to it with a grammar. Reasoning as none.
  *   none         no call syntax; <think>...</think> reasoning only.
- * Reasoning for hermes, qwen3_coder, glm, deepseek and none is <think>...</think>.
+ * Reasoning for hermes, qwen3_coder, glm, deepseek, generic and none is <think>...</think>.
  *
  * Arguments: for JSON formats the model's own JSON is passed on as it arrives (raw control
  * characters inside its strings are escaped); for qwen3_coder, glm and gemma4 the JSON is
@@ -94,14 +98,15 @@ typedef enum tc_format {
   TC_DEEPSEEK,    /* DeepSeek R1/V3/V3.1 */
   TC_GLM,         /* GLM-4.5+ <arg_key>/<arg_value> */
   TC_HARMONY,     /* gpt-oss channels */
+  TC_GENERIC,     /* {"tool_calls": [{"name": ..., "arguments": {...}}]}: for templates without a syntax */
 } tc_format;
-#define TC_FORMAT_COUNT 9
+#define TC_FORMAT_COUNT 10
 
 /* Picks the format from a chat template's source (the call syntax its tool section emits or
- * mentions); TC_NONE when none matches or src is NULL. A template with Llama 3 headers and no
+ * mentions); TC_NONE when none matches or src is NULL (never TC_GENERIC: the caller chooses it). A template with Llama 3 headers and no
  * other call syntax is TC_LLAMA3; functionary, firefunction and Command-R templates are TC_NONE. */
 tc_format tc_format_detect(const char *template_src);
-/* "none", "hermes", "qwen3_coder", "llama3", "mistral", "gemma4", "deepseek", "glm", "harmony". */
+/* "none", "hermes", "qwen3_coder", "llama3", "mistral", "gemma4", "deepseek", "glm", "harmony", "generic". */
 const char *tc_format_name(tc_format f);
 /* The format of a name tc_format_name gives; -1 when unknown. */
 int tc_format_from_name(const char *name);

@@ -9,7 +9,7 @@
  * many rows run at once as --concurrency lets the scheduler batch. A line that
  * is not a request (bad JSON, no custom_id, a method other than POST, a url
  * not served here, a streaming body) gets an `error` object and the run goes
- * on. Rows whose custom_id is already in OUT are skipped and OUT is appended
+ * on (the row itself is serve/batch_row.c's, shared with /v1/batches). Rows whose custom_id is already in OUT are skipped and OUT is appended
  * to, so a run cut short resumes. Knows the server through server.h and
  * engine.h only; the JSON through jansson. */
 #include <errno.h>
@@ -32,6 +32,7 @@
 #include "base/log.h"
 #include "base/vec.h"
 #include "cli/cli.h"
+#include "serve/batch_row.h"
 #include "serve/engine.h"
 #include "serve/reply.h"
 #include "serve/server.h"
@@ -68,7 +69,7 @@ typedef struct row {
 typedef struct batch {
   row *rows;         /* owned: the rows to run */
   size_t nrows, cap, next; /* next: the first row no worker has taken (under mu) */
-  int port;
+  batch_row_target target; /* the loopback server */
   char key[64];
   FILE *out;         /* borrowed */
   pthread_mutex_t mu; /* next, out */
@@ -82,140 +83,15 @@ static double now_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* POSTs body to path on the loopback server; *status and *resp (the response
- * body, malloc'd) on success, else nonzero with a message in err. */
-static int post(const batch *b, const char *path, const char *body, int *status, char **resp, char *err, size_t cap) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)b->port)};
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-    snprintf(err, cap, "cannot reach the batch's server: %s", strerror(errno));
-    if (fd >= 0) close(fd);
-    return 1;
-  }
-  hbuf req = {0};
-  hbuf_printf(&req,
-              "POST %s HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"
-              "Content-Length: %zu\r\n\r\n",
-              path, b->key, strlen(body));
-  hbuf_puts(&req, body);
-  int rc = req.oom;
-  for (size_t off = 0; !rc && off < req.len;) {
-    ssize_t n = send(fd, req.data + off, req.len - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) rc = 1;
-    else off += (size_t)n;
-  }
-  hbuf_free(&req);
-  hbuf in = {0};
-  char buf[16384];
-  for (ssize_t n; !rc && (n = recv(fd, buf, sizeof buf, 0)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) rc = 1;
-    else hbuf_append(&in, buf, (size_t)n);
-  }
-  close(fd);
-  const char *head_end = in.data && !in.oom ? strstr(hbuf_str(&in), "\r\n\r\n") : NULL;
-  if (rc || !head_end || sscanf(in.data, "HTTP/1.%*d %d", status) != 1) {
-    snprintf(err, cap, "the batch's server gave no answer");
-    hbuf_free(&in);
-    return 1;
-  }
-  *resp = strdup(head_end + 4);
-  hbuf_free(&in);
-  if (!*resp) snprintf(err, cap, "out of memory");
-  return *resp ? 0 : 1;
-}
-
-/* A random id of the Batch API's shape (prefix + 24 letters and digits). */
-static json_t *random_id(const char *prefix) {
-  char id[64];
-  serve_random_id(id, sizeof id, prefix, 24);
-  return json_string(id);
-}
-
-/* The output line of a row: a response, or an error object {"code", "message"}. */
-static json_t *out_line(json_t *custom_id, int status, json_t *body /* consumed */, const char *code, const char *msg) {
-  json_t *o = json_object();
-  json_object_set_new(o, "id", random_id("batch_req_"));
-  json_object_set(o, "custom_id", custom_id ? custom_id : json_null());
-  if (code) {
-    json_object_set_new(o, "response", json_null());
-    json_t *e = json_object();
-    json_object_set_new(e, "code", json_string(code));
-    json_object_set_new(e, "message", json_string(msg));
-    json_object_set_new(o, "error", e);
-  } else {
-    json_t *r = json_object();
-    json_object_set_new(r, "status_code", json_integer(status));
-    json_t *id = json_object_get(body, "id");
-    json_object_set_new(r, "request_id", json_is_string(id) ? json_incref(id) : random_id("req_"));
-    json_object_set_new(r, "body", body);
-    json_object_set_new(o, "response", r);
-    json_object_set_new(o, "error", json_null());
-  }
-  return o;
-}
-
-static bool url_served(const char *url) {
-  return strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0 ||
-         strcmp(url, "/v1/embeddings") == 0;
-}
-
 /* One row: its output line (never NULL but on out of memory). */
 static json_t *run_row(batch *b, const row *r) {
-  char msg[512];
-  json_error_t je;
-  json_t *line = json_loadb(r->text, r->len, 0, &je);
   json_t *o = NULL;
-  if (!line || !json_is_object(line)) {
-    if (line) snprintf(msg, sizeof msg, "line %d: the line must be a JSON object", r->line);
-    else snprintf(msg, sizeof msg, "line %d: not valid JSON: %s at column %d", r->line, je.text, je.column);
-    o = out_line(NULL, 0, NULL, "invalid_json_line", msg);
-    json_decref(line);
-    return o;
-  }
-  json_t *cid = json_object_get(line, "custom_id");
-  json_t *method = json_object_get(line, "method");
-  json_t *url = json_object_get(line, "url");
-  json_t *body = json_object_get(line, "body");
-  json_t *stream = json_is_object(body) ? json_object_get(body, "stream") : NULL;
-  if (!json_is_string(cid) || !json_string_length(cid)) {
-    snprintf(msg, sizeof msg, "line %d: 'custom_id' must be a non-empty string", r->line);
-    o = out_line(cid, 0, NULL, "missing_custom_id", msg);
-  } else if (r->dup) {
-    snprintf(msg, sizeof msg, "line %d: custom_id '%.200s' is on an earlier line too: each row needs its own", r->line,
-             json_string_value(cid));
-    o = out_line(cid, 0, NULL, "duplicate_custom_id", msg);
-  } else if (!json_is_string(method) || strcmp(json_string_value(method), "POST") != 0) {
-    snprintf(msg, sizeof msg, "line %d: 'method' must be \"POST\"", r->line);
-    o = out_line(cid, 0, NULL, "invalid_method", msg);
-  } else if (!json_is_string(url) || !url_served(json_string_value(url))) {
-    snprintf(msg, sizeof msg, "line %d: 'url' must be /v1/chat/completions, /v1/completions or /v1/embeddings, not %.200s",
-             r->line, json_is_string(url) ? json_string_value(url) : "(none)");
-    o = out_line(cid, 0, NULL, "invalid_url", msg);
-  } else if (!json_is_object(body)) {
-    snprintf(msg, sizeof msg, "line %d: 'body' must be a JSON object", r->line);
-    o = out_line(cid, 0, NULL, "invalid_body", msg);
-  } else if (json_is_true(stream)) {
-    snprintf(msg, sizeof msg, "line %d: 'body.stream' must not be true: a batch's answers are whole", r->line);
-    o = out_line(cid, 0, NULL, "invalid_body", msg);
-  } else {
-    char *text = json_dumps(body, JSON_COMPACT);
-    char *resp = NULL;
-    int status = 0;
-    if (!text || post(b, json_string_value(url), text, &status, &resp, msg, sizeof msg)) {
-      o = out_line(cid, 0, NULL, "server_error", text ? msg : "out of memory");
-    } else {
-      json_t *rb = json_loads(resp, 0, &je);
-      if (!rb) rb = json_string(resp);
-      json_t *u = json_object_get(rb, "usage");
-      atomic_fetch_add(&b->tokens, (long long)json_integer_value(json_object_get(u, "completion_tokens")));
-      o = out_line(cid, status, rb, NULL, NULL);
-    }
-    free(text);
-    free(resp);
-  }
+  json_t *line = batch_row_check(r->text, r->len, r->line, r->dup, NULL, &o);
+  if (!line) return o;
+  bool transport_failed;
+  int64_t tokens;
+  o = batch_row_post(&b->target, line, NULL, &transport_failed, &tokens);
+  atomic_fetch_add(&b->tokens, (long long)tokens);
   json_decref(line);
   return o;
 }
@@ -264,15 +140,6 @@ static int read_done(const char *path, hdict *done, herr *err) {
   free(line);
   fclose(f);
   return 0;
-}
-
-/* A row's custom_id as the input line gives it, without running it (NULL: none). */
-static char *custom_id_of(const row *r) {
-  json_t *o = json_loadb(r->text, r->len, 0, NULL);
-  json_t *cid = json_object_get(o, "custom_id");
-  char *s = json_is_string(cid) ? strdup(json_string_value(cid)) : NULL;
-  json_decref(o);
-  return s;
 }
 
 int cli_batch(int argc, char **argv) {
@@ -333,7 +200,7 @@ int cli_batch(int argc, char **argv) {
     while (k < len && (p[k] == ' ' || p[k] == '\t' || p[k] == '\r')) k++;
     if (k < len) {
       row r = {.line = (int)total, .text = p, .len = len};
-      char *cid = custom_id_of(&r);
+      char *cid = batch_row_custom_id(r.text, r.len);
       int64_t dummy;
       if (cid && hdict_gets(&done, cid, &dummy)) {
         skipped++;
@@ -371,7 +238,10 @@ int cli_batch(int argc, char **argv) {
     cli_fail("batch: %s", err.msg);
     goto end;
   }
-  b.port = serve_port(srv);
+  if (batch_row_target_set(&b.target, "127.0.0.1", serve_port(srv), b.key, &err)) {
+    cli_fail("batch: %s", err.msg);
+    goto end;
+  }
   if (skipped) fprintf(stderr, "batch: %zu row(s) already in %s, skipped\n", skipped, out_path);
   int lvl = hlog_get_level();
   if (lvl == HLOG_LEVEL_INFO) hlog_set_level(HLOG_LEVEL_WARN); /* no log line per row */

@@ -147,6 +147,7 @@ int cli_template(int argc, char **argv);
 int cli_convert(int argc, char **argv);
 int cli_fit(int argc, char **argv);
 int cli_fuse(int argc, char **argv);
+int cli_train(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_get(int argc, char **argv);
 int cli_ls(int argc, char **argv);

@@ -772,12 +772,25 @@ static int write_gguf(src_model *s, const char *dst, const char *quant, const ch
       gguf_writer_f32(w, K("rope.scaling.factor"), (float)c->rope.factor);
       if (c->rope.original_max_position > 0) gguf_writer_u32(w, K("rope.scaling.original_context_length"), (uint32_t)c->rope.original_max_position);
       break;
+    case ROPE_FACTORS: /* a GGUF's own rope_freqs, written back as read */
     case ROPE_LLAMA3: {
       /* llama.cpp keeps llama3 RoPE as per-frequency divisors in rope_freqs.weight */
       int64_t half = rot / 2;
       cv.rope_freqs = malloc((size_t)half * sizeof(float));
       if (!cv.rope_freqs) {
         rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+        break;
+      }
+      if (c->rope.kind == ROPE_FACTORS) {
+        if (c->rope.n_freq_factors != half) {
+          rc = herr_set(err, HEARTH_EFORMAT, "%s: %d RoPE frequency factors for %lld rotated pairs", s->path,
+                        c->rope.n_freq_factors, (long long)half);
+          break;
+        }
+        memcpy(cv.rope_freqs, c->rope.freq_factors, (size_t)half * sizeof(float));
+        int64_t dims[1] = {half};
+        gguf_writer_tensor(w, "rope_freqs.weight", GGUF_TENSOR_F32, 1, dims, cv.rope_freqs);
+        rc = add_out(&cv, (out_tensor){.src = -1, .role = ROLE_CONST}, err);
         break;
       }
       double factor = c->rope.factor > 0 ? c->rope.factor : 8, lo = c->rope.low_freq_factor > 0 ? c->rope.low_freq_factor : 1,
@@ -877,6 +890,10 @@ static st_dtype bk_to_st(bk_type t) { return t == BK_F32 ? ST_F32 : t == BK_BF16
 static const char *torch_name(bk_type t) { return t == BK_F32 ? "float32" : t == BK_BF16 ? "bfloat16" : "float16"; }
 
 static int write_safetensors(src_model *s, const char *dst, const char *quant, int group_size, herr *err) {
+  if (s->cfg.rope.kind == ROPE_FACTORS) /* never written as something the folder's reader would take otherwise */
+    return herr_set(err, HEARTH_EUNSUPPORTED,
+                    "%s: RoPE frequency factors (tensor 'rope_freqs.weight') have no config.json form; convert to GGUF instead",
+                    s->path);
   int bits = 0;
   bool fp8 = false;
   bk_type ft = src_float_type(s);

@@ -20,92 +20,167 @@
 #include "serve/engine.h"
 #include "serve/server.h"
 
+/* Every option serve takes: the usage line and the option list of --help are
+ * printed from this table, and an option missing from it is refused as
+ * unknown before its parser is reached. help: lines after the first are
+ * indented under it. */
+typedef struct serve_opt {
+  const char *name, *arg; /* arg NULL: a switch */
+  bool repeat;            /* may be given more than once */
+  const char *help;
+} serve_opt;
+
+static const serve_opt OPTS[] = {
+    {"--model", "PATH", true,
+     "a Hugging Face model folder or a .gguf file, a registry name or a Hub id\n"
+     "(default: the built-in model). Repeatable: every model is loaded and a\n"
+     "request's \"model\" picks one by its name (the name --model gave, else the\n"
+     "folder's or file's); a request naming none gets the first, and so do the\n"
+     "routes that name no model (/stats, /metrics, /fit, /tokenize, /v1/signal,\n"
+     "adapters); --kv-store and --trace-file go with one model only"},
+    {"--models-dir", "DIR", true,
+     "serve every model under DIR too (as hearth scan finds them: folders with\n"
+     "config.json and safetensors, .gguf files), each named after its folder or\n"
+     "file and loaded on first use (repeatable); without --model the first\n"
+     "found stays loaded"},
+    {"--model-memory", "BYTES", false,
+     "with several --model: the first stays loaded and the others load on\n"
+     "first use, the least recently used idle ones unloaded so that the loaded\n"
+     "models' files take at most BYTES; a model that cannot fit is refused\n"
+     "(400 memory_admission, with the numbers); a request for a model being\n"
+     "loaded waits for it"},
+    {"--model-ttl", "SECONDS", false,
+     "with several --model: a model after the first unloads once idle this\n"
+     "long (it loads again on its next request)"},
+    {"--host", "ADDR", false, "address to listen on (default 127.0.0.1)"},
+    {"--port", "N", false, "port (default 8080; 0 picks a free one)"},
+    {"--api-key", "KEY", false, "require 'Authorization: Bearer KEY' (also $HEARTH_API_KEY)"},
+    {"--max-body", "BYTES", false, "largest request body accepted (default 16777216)"},
+    {"--threads", "N", false, "compute threads (default: one per core)"},
+    {"--max-batch", "N", false, "requests running in one batch at most (default 64); more wait"},
+    {"--prefill-chunk", "N", false, "prompt tokens one request feeds per step (default 512)"},
+    {"--max-num-batched-tokens", "N", false,
+     "tokens one step feeds in all: a row for every decoding\n"
+     "request first, prompts' chunks in what is left (default: the larger\n"
+     "of --prefill-chunk and --max-batch; at least --max-batch)"},
+    {"--kv-cache-mem", "BYTES", false,
+     "KV cache pool size (default: a quarter of physical memory,\n"
+     "at most 4 GiB and at most max-batch full-context requests)"},
+    {"--memory-budget", "BYTES", false,
+     "the most the KV cache may use; a request that could never\n"
+     "fit is refused with 400 memory_admission before any work"},
+    {"--served-model-name", "NAME", true,
+     "another name the model answers to (repeatable; '*' accepts any\n"
+     "name); a request naming another model gets 404 model_not_found"},
+    {"--cors", "ORIGIN", false,
+     "let browser pages from ORIGIN ('*': any) call the API (CORS headers,\n"
+     "preflight answered)"},
+    {"--responses-max", "N", false,
+     "Responses API: responses kept for GET and previous_response_id (default\n"
+     "1000; the oldest go first)"},
+    {"--responses-max-bytes", "BYTES", false, "... their stored JSON at most (default 256M)"},
+    {"--responses-ttl", "SECONDS", false, "... kept this long (default 3600; 0 = forever)"},
+    {"--trace-file", "PATH", false,
+     "write per-request spans (queue wait, prefix-cache lookup, prefill chunks,\n"
+     "decode steps, detokenize) and engine steps to PATH as Chrome trace-event\n"
+     "JSON; open it in https://ui.perfetto.dev or chrome://tracing. Complete\n"
+     "when the server stops (SIGINT/SIGTERM); loadable even if it dies"},
+    {"--trace-max-bytes", "BYTES", false, "stop writing the trace past this size (default 256M)"},
+    {"--kv-store", "DIR", false,
+     "keep the prefix cache's full KV blocks in DIR across restarts: blocks\n"
+     "evicted from the cache are written there, every cached block when the\n"
+     "server stops; a prompt with a stored prefix reads them back (cached_tokens).\n"
+     "Blocks of another model, KV format or store version are ignored.\n"
+     "Writes run on a thread of the store's own; /stats and /metrics count\n"
+     "them (kv_store)"},
+    {"--kv-store-max", "BYTES", false, "the most DIR may hold (default 4G; least recently used out)"},
+    {"--drain-timeout", "SECONDS", false,
+     "on SIGTERM / SIGINT: new requests get 503, running ones get this\n"
+     "long to finish (default 30), then end as cut by length (streams with\n"
+     "their finish event and [DONE]); then the KV store is written and the\n"
+     "server exits 0. A second signal cuts them at once"},
+    {"--max-connections", "N", false,
+     "open connections at most (default 4096); more are refused at once, and\n"
+     "the process's descriptor limit is raised toward the hard limit to fit them"},
+    {"--max-connections-per-address", "N", false,
+     "open connections from one client address at most (default: an eighth\n"
+     "of --max-connections), so a few addresses cannot take them all"},
+    {"--idle-timeout", "SECONDS", false,
+     "a connection that sends no request this long is closed (default 10)"},
+    {"--header-timeout", "SECONDS", false,
+     "a connection whose request line and headers are not all in this\n"
+     "long after it opens is closed, however steadily they trickle in (default 10)"},
+    {"--body-timeout", "SECONDS", false,
+     "a request body that sends nothing this long is dropped (default 60)"},
+    {"--adapter", "NAME=DIR", true,
+     "load the PEFT LoRA adapter folder DIR as NAME (repeatable); a request picks\n"
+     "it with \"adapter\": \"NAME\" (\"a+b\" stacks two); DIR may be anywhere"},
+    {"--adapter-dir", "DIR", false,
+     "POST /v1/adapters loads adapters from folders inside DIR only (a name relative\n"
+     "to it or a path under it; symlinks may not lead out). Without it the API loads\n"
+     "none (403); GET and DELETE /v1/adapters work either way"},
+    {"--allow-local-media", NULL, false,
+     "media parts (image_url, input_audio, video_url, Anthropic image\n"
+     "sources) may name local files (a path or file:// URL); data URLs always work"},
+    {"--allow-remote-media", NULL, false,
+     "media parts may be http(s) URLs, which the server fetches from public\n"
+     "addresses only (each redirect checked again, at most 5); any failure is\n"
+     "one message to the client, the reason in the server's log"},
+    {"--allow-private-media-hosts", NULL, false,
+     "... and from loopback, private (10/8, 172.16/12, 192.168/16,\n"
+     "100.64/10, fc00::/7), link-local (169.254/16, fe80::/10) and other\n"
+     "non-public addresses: only where every client may reach them"},
+    {"--max-media-bytes", "BYTES", false, "the largest encoded image, sound or video (default 32M)"},
+    {"--state-dir", "DIR", false,
+     "the OpenAI Batch API (/v1/files, /v1/batches) keeps its files and batches in\n"
+     "DIR (made when missing; one server per DIR); a restart resumes the batches\n"
+     "that had not ended, without running their answered rows again. Without it\n"
+     "the Batch API answers 400 batch_api_disabled"},
+    {"--max-file-size", "BYTES", false, "the largest file /v1/files takes (default 200M; larger: 413)"},
+    {"--batch-concurrency", "N", false,
+     "batch rows in flight at once (default 8, at most 256); they run at low priority:\n"
+     "the scheduler admits interactive requests before them"},
+};
+#define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
+
+/* The table's entry for argv's option ("--name" or "--name=value"); NULL when none. */
+static const serve_opt *serve_opt_find(const char *arg) {
+  size_t n = strcspn(arg, "=");
+  for (int i = 0; i < N_OPTS; i++)
+    if (strlen(OPTS[i].name) == n && !strncmp(OPTS[i].name, arg, n)) return &OPTS[i];
+  return NULL;
+}
+
 static void serve_usage(void) {
-  printf("usage: hearth serve [--model PATH]... [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES] [--threads N]\n"
-         "                    [--max-batch N] [--prefill-chunk N] [--max-num-batched-tokens N] [--kv-cache-mem BYTES] [--memory-budget BYTES]\n"
-         "                    [--served-model-name NAME]... [--cors ORIGIN] [--trace-file PATH] [--trace-max-bytes BYTES]\n"
-         "                    [--responses-max N] [--responses-max-bytes BYTES] [--responses-ttl SECONDS]\n"
-         "                    [--kv-store DIR] [--kv-store-max BYTES] [--drain-timeout SECONDS] [--header-timeout SECONDS]\n"
-         "                    [--models-dir DIR]... [--model-memory BYTES] [--model-ttl SECONDS]\n"
-         "                    [--adapter NAME=DIR]... [--adapter-dir DIR] [--allow-local-media] [--allow-remote-media]\n"
-         "                    [--allow-private-media-hosts] [--max-media-bytes BYTES]\n\n"
+  const char *lead = "usage: hearth serve";
+  int col = printf("%s", lead);
+  for (int i = 0; i < N_OPTS; i++) {
+    char one[96];
+    int n = snprintf(one, sizeof one, " [%s%s%s]%s", OPTS[i].name, OPTS[i].arg ? " " : "", OPTS[i].arg ? OPTS[i].arg : "",
+                     OPTS[i].repeat ? "..." : "");
+    if (col + n > 118) col = printf("\n%*s", (int)strlen(lead), "") - 1;
+    col += printf("%s", one);
+  }
+  printf("\n\n"
          "Serves one model (or several) over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
-         "/v1/messages (Anthropic), /api/chat, /api/generate and the rest of the Ollama API, /v1/models, /v1/embeddings, /v1/signal, /v1/adapters,\n"
-         "/tokenize, /detokenize, /fit, /health, /stats, /metrics, /v1 (every route) and a chat page at /. Concurrent requests are\n"
+         "/v1/messages (Anthropic), /api/chat, /api/generate and the rest of the Ollama API, /v1/models,\n"
+         "/v1/models/load, /v1/models/unload, /v1/embeddings, /v1/signal, /v1/adapters,\n"
+         "/v1/files and /v1/batches (the Batch API, with --state-dir),\n"
+         "/tokenize, /detokenize, /infill, /fit, /health, /stats, /metrics, /v1 (every route) and a chat page at /. Concurrent requests are\n"
          "batched into shared forward steps (continuous batching, paged KV cache,\n"
-         "automatic prefix caching).\n\n"
-         "  --model PATH       a Hugging Face model folder or a .gguf file, a registry name or a Hub id\n"
-         "                     (default: the built-in model). Repeatable: every model is loaded and a\n"
-         "                     request's \"model\" picks one by its name (the name --model gave, else the\n"
-         "                     folder's or file's); a request naming none gets the first, and so do the\n"
-         "                     routes that name no model (/stats, /metrics, /fit, /tokenize, /v1/signal,\n"
-         "                     adapters); --kv-store and --trace-file go with one model only\n"
-         "  --models-dir DIR   serve every model under DIR too (as hearth scan finds them: folders with\n"
-         "                     config.json and safetensors, .gguf files), each named after its folder or\n"
-         "                     file and loaded on first use (repeatable); without --model the first\n"
-         "                     found stays loaded\n"
-         "  --model-memory BYTES  with several --model: the first stays loaded and the others load on\n"
-         "                     first use, the least recently used idle ones unloaded so that the loaded\n"
-         "                     models' files take at most BYTES; a model that cannot fit is refused\n"
-         "                     (400 memory_admission, with the numbers); a request for a model being\n"
-         "                     loaded waits for it\n"
-         "  --model-ttl SECONDS  with several --model: a model after the first unloads once idle this\n"
-         "                     long (it loads again on its next request)\n"
-         "  --host ADDR        address to listen on (default 127.0.0.1)\n"
-         "  --port N           port (default 8080; 0 picks a free one)\n"
-         "  --api-key KEY      require 'Authorization: Bearer KEY' (also $HEARTH_API_KEY)\n"
-         "  --max-body BYTES   largest request body accepted (default 16777216)\n"
-         "  --threads N        compute threads (default: one per core)\n"
-         "  --max-batch N      requests running in one batch at most (default 64); more wait\n"
-         "  --prefill-chunk N  prompt tokens one request feeds per step (default 512)\n"
-         "  --max-num-batched-tokens N  tokens one step feeds in all: a row for every decoding\n"
-         "                     request first, prompts' chunks in what is left (default: the larger\n"
-         "                     of --prefill-chunk and --max-batch; at least --max-batch)\n"
-         "  --kv-cache-mem BYTES  KV cache pool size (default: a quarter of physical memory,\n"
-         "                     at most 4 GiB and at most max-batch full-context requests)\n"
-         "  --memory-budget BYTES  the most the KV cache may use; a request that could never\n"
-         "                     fit is refused with 400 memory_admission before any work\n"
-         "  --served-model-name NAME  another name the model answers to (repeatable; '*' accepts any\n"
-         "                     name); a request naming another model gets 404 model_not_found\n"
-         "  --cors ORIGIN      let browser pages from ORIGIN ('*': any) call the API (CORS headers,\n"
-         "                     preflight answered)\n"
-         "  --responses-max N  Responses API: responses kept for GET and previous_response_id (default\n"
-         "                     1000; the oldest go first)\n"
-         "  --responses-max-bytes BYTES  ... their stored JSON at most (default 256M)\n"
-         "  --responses-ttl SECONDS  ... kept this long (default 3600; 0 = forever)\n"
-         "  --trace-file PATH  write per-request spans (queue wait, prefix-cache lookup, prefill chunks,\n"
-         "                     decode steps, detokenize) and engine steps to PATH as Chrome trace-event\n"
-         "                     JSON; open it in https://ui.perfetto.dev or chrome://tracing. Complete\n"
-         "                     when the server stops (SIGINT/SIGTERM); loadable even if it dies\n"
-         "  --trace-max-bytes BYTES  stop writing the trace past this size (default 256M)\n"
-         "  --kv-store DIR     keep the prefix cache's full KV blocks in DIR across restarts: blocks\n"
-         "                     evicted from the cache are written there, every cached block when the\n"
-         "                     server stops; a prompt with a stored prefix reads them back (cached_tokens).\n"
-         "                     Blocks of another model, KV format or store version are ignored.\n"
-         "                     Writes run on a thread of the store's own; /stats and /metrics count\n"
-         "                     them (kv_store)\n"
-         "  --kv-store-max BYTES  the most DIR may hold (default 4G; least recently used out)\n"
-         "  --drain-timeout SECONDS  on SIGTERM / SIGINT: new requests get 503, running ones get this\n"
-         "                     long to finish (default 30), then end as cut by length (streams with\n"
-         "                     their finish event and [DONE]); then the KV store is written and the\n"
-         "                     server exits 0. A second signal cuts them at once\n"
-         "  --header-timeout SECONDS  a connection whose request line and headers are not all in this\n"
-         "                     long after it opens is closed, however steadily they trickle in (default 10)\n"
-         "  --adapter NAME=DIR load the PEFT LoRA adapter folder DIR as NAME (repeatable); a request picks\n"
-         "                     it with \"adapter\": \"NAME\" (\"a+b\" stacks two); DIR may be anywhere\n"
-         "  --adapter-dir DIR  POST /v1/adapters loads adapters from folders inside DIR only (a name relative\n"
-         "                     to it or a path under it; symlinks may not lead out). Without it the API loads\n"
-         "                     none (403); GET and DELETE /v1/adapters work either way\n"
-         "  --allow-local-media  media parts (image_url, input_audio, video_url, Anthropic image\n"
-         "                     sources) may name local files (a path or file:// URL); data URLs always work\n"
-         "  --allow-remote-media  media parts may be http(s) URLs, which the server fetches from public\n"
-         "                     addresses only (each redirect checked again, at most 5); any failure is\n"
-         "                     one message to the client, the reason in the server's log\n"
-         "  --allow-private-media-hosts  ... and from loopback, private (10/8, 172.16/12, 192.168/16,\n"
-         "                     100.64/10, fc00::/7), link-local (169.254/16, fe80::/10) and other\n"
-         "                     non-public addresses: only where every client may reach them\n"
-         "  --max-media-bytes BYTES  the largest encoded image, sound or video (default 32M)\n"
-         "BYTES accept a K, M or G suffix (powers of 1024).\n");
+         "automatic prefix caching).\n\n");
+  for (int i = 0; i < N_OPTS; i++) {
+    char head[96];
+    int n = snprintf(head, sizeof head, "  %s%s%s", OPTS[i].name, OPTS[i].arg ? " " : "", OPTS[i].arg ? OPTS[i].arg : "");
+    printf("%s%*s", head, n < 20 ? 21 - n : 2, "");
+    for (const char *h = OPTS[i].help; *h;) {
+      size_t l = strcspn(h, "\n");
+      printf("%.*s\n", (int)l, h);
+      h += l;
+      if (*h == '\n' && *++h) printf("%21s", "");
+    }
+  }
+  printf("BYTES accept a K, M or G suffix (powers of 1024).\n");
 }
 
 /* ---- the models of the Ollama API (serve_models): hearth ls, rm and get ---- */
@@ -207,12 +282,15 @@ static void found_free(found_models *f) {
 int cli_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = getenv("HEARTH_API_KEY"), *v;
   const char *names[64], *cors = NULL, *trace_file = NULL, *kv_store = NULL, *adapters[64], *adapter_dir = NULL;
+  const char *state_dir = NULL;
+  long long max_file = 0, batch_concurrency = 0;
   int nnames = 0, nadapters = 0, nmodels = 0;
   const char *models_given[SERVE_MAX_MODELS], *dirs[SERVE_MAX_DIRS];
   int ndirs = 0;
   long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, step_tokens = 0, kv_mem = 0, budget = 0, trace_max = 0;
   long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600, kv_store_max = 0, drain_timeout = 30;
-  long long media_bytes = 0, header_timeout = 10, model_memory = 0, model_ttl = 0;
+  long long media_bytes = 0, header_timeout = 10, idle_timeout = 10, body_timeout = 60, max_conn = 4096, per_address = 0;
+  long long model_memory = 0, model_ttl = 0;
   bool allow_local = false, allow_remote = false, allow_private = false;
   for (int i = 1; i < argc; i++) {
     int r;
@@ -220,6 +298,7 @@ int cli_serve(int argc, char **argv) {
       serve_usage();
       return 0;
     }
+    if (!serve_opt_find(argv[i])) return cli_usage_error("serve", "unknown option '%s'", argv[i]);
     if ((r = cli_opt(argc, argv, &i, "--model", &model))) {
       if (r < 0) return 2;
       if (nmodels == SERVE_MAX_MODELS) return cli_usage_error("serve", "at most %d --model", SERVE_MAX_MODELS);
@@ -260,6 +339,15 @@ int cli_serve(int argc, char **argv) {
       if (!eq || eq == v || !eq[1]) return cli_usage_error("serve", "--adapter takes NAME=DIR, not '%s'", v);
       if (nadapters == (int)(sizeof adapters / sizeof adapters[0])) return cli_usage_error("serve", "too many --adapter");
       adapters[nadapters++] = v;
+    } else if ((r = cli_opt(argc, argv, &i, "--state-dir", &state_dir))) {
+      if (r < 0) return 2;
+      if (!state_dir[0]) return cli_usage_error("serve", "--state-dir must not be empty");
+    } else if ((r = cli_opt(argc, argv, &i, "--max-file-size", &v))) {
+      if (r < 0) return 2;
+      if (!cli_parse_bytes(v, &max_file) || max_file < 1)
+        return cli_usage_error("serve", "--max-file-size must be a byte count, not '%s'", v);
+    } else if ((r = cli_opt_int("serve", argc, argv, &i, "--batch-concurrency", 1, 256, &batch_concurrency))) {
+      if (r < 0) return 2;
     } else if ((r = cli_opt(argc, argv, &i, "--adapter-dir", &adapter_dir))) {
       if (r < 0) return 2;
       if (!adapter_dir[0]) return cli_usage_error("serve", "--adapter-dir must not be empty");
@@ -277,7 +365,11 @@ int cli_serve(int argc, char **argv) {
                (r = cli_opt_int("serve", argc, argv, &i, "--responses-ttl", 0, 1ll << 40, &resp_ttl)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--drain-timeout", 0, 1ll << 30, &drain_timeout)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--header-timeout", 1, 3600, &header_timeout)) ||
-               (r = cli_opt_int("serve", argc, argv, &i, "--model-ttl", 1, 1 << 30, &model_ttl))) {
+               (r = cli_opt_int("serve", argc, argv, &i, "--model-ttl", 1, 1 << 30, &model_ttl)) ||
+               (r = cli_opt_int("serve", argc, argv, &i, "--idle-timeout", 1, 86400, &idle_timeout)) ||
+               (r = cli_opt_int("serve", argc, argv, &i, "--body-timeout", 1, 86400, &body_timeout)) ||
+               (r = cli_opt_int("serve", argc, argv, &i, "--max-connections", 1, 1 << 20, &max_conn)) ||
+               (r = cli_opt_int("serve", argc, argv, &i, "--max-connections-per-address", 1, 1 << 20, &per_address))) {
       if (r < 0) return 2;
     } else if ((r = cli_opt(argc, argv, &i, "--kv-cache-mem", &v))) {
       if (r < 0) return 2;
@@ -301,6 +393,9 @@ int cli_serve(int argc, char **argv) {
       return cli_usage_error("serve", "unknown option '%s'", argv[i]);
     }
   }
+  if (per_address > max_conn)
+    return cli_usage_error("serve", "--max-connections-per-address (%lld) is more than --max-connections (%lld)", per_address,
+                           max_conn);
   if (allow_private && !allow_remote)
     return cli_usage_error("serve", "--allow-private-media-hosts goes with --allow-remote-media");
   /* --models-dir: the models found there too, each under a name no earlier model has */
@@ -426,8 +521,11 @@ int cli_serve(int argc, char **argv) {
                       .served_names = names, .n_served_names = nnames, .cors_origin = cors,
                       .responses_max = (size_t)resp_max, .responses_max_bytes = (size_t)resp_bytes,
                       .responses_ttl_s = resp_ttl ? resp_ttl : -1, .adapter_dir = adapter_dir,
-                      .header_timeout_s = (int)header_timeout, .more_engines = more + 1,
-                      .n_more_engines = nmodels - 1};
+                      .header_timeout_s = (int)header_timeout, .idle_timeout_s = (int)idle_timeout,
+                      .body_timeout_s = (int)body_timeout, .max_connections = (int)max_conn,
+                      .max_per_client = (int)per_address, .state_dir = state_dir,
+                      .max_file_bytes = (size_t)max_file, .batch_concurrency = (int)batch_concurrency,
+                      .more_engines = more + 1, .n_more_engines = nmodels - 1};
   serve_server *srv = NULL;
   if (!rc && serve_start(&srv, engine0, &cfg, &err)) rc = cli_fail("serve: %s", err.msg);
   if (rc) {

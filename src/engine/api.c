@@ -33,6 +33,7 @@
 #include "format/gguf.h"
 #include "hearth.h"
 #include "model/gguf_model.h"
+#include "tokenizer/fim.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -384,12 +385,36 @@ void hearth_model_info(const hearth_model *hm, hearth_info *out) {
   out->can_generate = model_has_head(hm->m);
   out->can_embed = !hm->pooling.unsupported[0];
   out->canvas_length = model_canvas_length(hm->m);
+  if (hm->tok) {
+    tokenizer_fim f;
+    tokenizer_fim_find(hm->tok, &f);
+    out->can_fill = tokenizer_fim_ok(&f);
+  }
 }
+
 
 static int need_tokenizer(const hearth_model *hm, herr *err) {
   if (hm->tok) return 0;
   return herr_set(err, HEARTH_ENOTFOUND, "%s: the model has no tokenizer (%s)", hm->path,
                   hm->is_gguf ? "no tokenizer.ggml.tokens" : "no tokenizer.json in the folder");
+}
+
+int hearth_fim_prompt(const hearth_model *hm, const char *prefix, const char *suffix, const char *prompt,
+                      const hearth_fim_chunk *extra, int n_extra, int64_t n_predict, int32_t **ids, size_t *n,
+                      hearth_error *err) {
+  *ids = NULL;
+  *n = 0;
+  int rc = need_tokenizer(hm, err);
+  if (rc) return rc;
+  tokenizer_fim f;
+  tokenizer_fim_find(hm->tok, &f);
+  tokenizer_fim_chunk *chunks = n_extra > 0 ? calloc((size_t)n_extra, sizeof *chunks) : NULL;
+  if (n_extra > 0 && !chunks) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  for (int i = 0; i < n_extra; i++) chunks[i] = (tokenizer_fim_chunk){.filename = extra[i].filename, .text = extra[i].text};
+  rc = tokenizer_fim_prompt(hm->tok, &f, prefix, suffix, prompt, chunks, n_extra, hm->context_length, n_predict, ids,
+                            n, err);
+  free(chunks);
+  return rc;
 }
 
 int hearth_tokenize(const hearth_model *hm, const char *text, size_t len, bool add_special, int32_t **ids, size_t *n,
@@ -566,6 +591,7 @@ static int fill_request(const hearth_model *hm, const hearth_gen_params *p, gen_
   r->prefill_chunk = p->prefill_chunk;
   r->cancel = p->cancel;
   r->trace_label = p->trace_label;
+  r->priority = p->priority;
   if (p->spec_tokens < -1 || p->spec_tokens > GEN_MAX_SPEC_TOKENS)
     return herr_set_at(err, HEARTH_EINVAL, "spec_tokens", 0, "spec_tokens %d must be from 0 to %d", p->spec_tokens,
                        GEN_MAX_SPEC_TOKENS);
@@ -866,6 +892,7 @@ result:
   res->cached_tokens = gr.cached_tokens;
   res->prefill_seconds = gr.prefill_seconds;
   res->decode_seconds = gr.decode_seconds;
+  res->queue_seconds = gr.queue_seconds;
 out:
   for (int i = 0; i < n_lora; i++) model_lora_release(lora[i]); /* the last may free an unloaded adapter */
   hbuf_free(&cb.texts);

@@ -60,6 +60,9 @@ typedef struct gen_request {
                                    row + pos_delta on every axis */
   int64_t pos_delta;
   const int32_t *prefix_keys;   /* n_prompt entries the prefix cache hashes instead of the prompt's ids */
+  int priority;                 /* the scheduler's admission order: a waiting request of a smaller priority is
+                                   admitted before any of a larger one, equal ones in arrival order (0: the
+                                   default; a server's batch rows run at 1, behind interactive requests) */
 } gen_request;
 
 /* Defaults: greedy-free neutral sampling, no stops, no EOS, skip_special true. */
@@ -74,6 +77,7 @@ typedef struct gen_result {
   int64_t prompt_tokens, completion_tokens;  /* completion counts the EOS token when one ended it */
   int64_t cached_tokens;        /* prompt tokens whose KV came from the prefix cache (scheduler only) */
   double prefill_seconds, decode_seconds;
+  double queue_seconds;         /* waiting in the scheduler's queue before its first admission (scheduler only) */
 } gen_result;
 
 /* Per step: delta is the text that became final (may be empty while held

@@ -80,6 +80,7 @@ typedef struct sseq {
   bool ended;                 /* finished: the engine no longer touches it */
   bool done;                  /* the waiter may return (under the lock) */
   double t_admit, t_first;
+  double t_enqueue;           /* joined the waiting queue first (now_seconds) */
   int preemptions;
   /* tracing (only with sched.trace) */
   int64_t trace_tid;          /* the request's track; 0: not traced */
@@ -202,19 +203,27 @@ static void trace_request_span(sched *s, sseq *q) {
 
 /* ---- waiting queue (under mu) ---- */
 
-static void queue_push_back(sched *s, sseq *q) {
-  q->next = NULL;
-  if (s->wait_tail) s->wait_tail->next = q;
+/* The queue is ordered by priority (gen_request.priority, smaller first):
+ * a new request joins behind the last one of its priority or a smaller one,
+ * a preempted one (queue_push_front) in front of the first of its own. */
+static void queue_insert_after(sched *s, sseq *prev, sseq *q) {
+  q->next = prev ? prev->next : s->wait_head;
+  if (prev) prev->next = q;
   else s->wait_head = q;
-  s->wait_tail = q;
+  if (!q->next) s->wait_tail = q;
   s->n_waiting++;
 }
 
+static void queue_push_back(sched *s, sseq *q) {
+  sseq *prev = NULL;
+  for (sseq *p = s->wait_head; p && p->req->priority <= q->req->priority; p = p->next) prev = p;
+  queue_insert_after(s, prev, q);
+}
+
 static void queue_push_front(sched *s, sseq *q) {
-  q->next = s->wait_head;
-  s->wait_head = q;
-  if (!s->wait_tail) s->wait_tail = q;
-  s->n_waiting++;
+  sseq *prev = NULL;
+  for (sseq *p = s->wait_head; p && p->req->priority < q->req->priority; p = p->next) prev = p;
+  queue_insert_after(s, prev, q);
 }
 
 static sseq *queue_pop(sched *s) {
@@ -605,7 +614,10 @@ static void admit(sched *s) {
       s->st.prefix_miss_tokens += q->n_toks - hit;
     }
     pthread_mutex_unlock(&s->mu);
-    if (!q->admitted_once) q->t_admit = now_seconds();
+    if (!q->admitted_once) {
+      q->t_admit = now_seconds();
+      q->res->queue_seconds = q->t_admit - q->t_enqueue;
+    }
     q->admitted_once = true;
     q->kv = kv;
     if (q->pool) { /* (again after a preemption: the whole prompt is computed again) */
@@ -1330,6 +1342,7 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
     goto out;
   }
   if (s->trace) trace_queued(s, &q);
+  q.t_enqueue = now_seconds();
   queue_push_back(s, &q);
   pthread_cond_signal(&s->work_cv);
   pthread_mutex_unlock(&s->mu);

@@ -15,8 +15,11 @@
 
 typedef enum rope_kind {
   ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_LLAMA3, ROPE_YARN, ROPE_DYNAMIC, ROPE_LONGROPE,
-  ROPE_PROPORTIONAL /* gemma4: the first partial_rotary_factor of the pairs rotate, at base^(-2i/head_dim); the rest pass */
+  ROPE_PROPORTIONAL, /* gemma4: the first partial_rotary_factor of the pairs rotate, at base^(-2i/head_dim); the rest pass */
+  ROPE_FACTORS       /* llama.cpp's rope_freqs: frequency i divided by freq_factors[i] (a GGUF's llama3 scaling) */
 } rope_kind;
+
+#define ROPE_MAX_FACTORS 512 /* rotated pairs a rope_freqs tensor may give (head_dim 1024) */
 
 typedef struct rope_config {
   rope_kind kind;
@@ -27,6 +30,8 @@ typedef struct rope_config {
   double beta_fast, beta_slow;   /* yarn (defaults 32, 1) */
   double attention_factor;       /* yarn mscale override; 0 = derive */
   double partial_rotary_factor;  /* fraction of head_dim rotated (default 1) */
+  int n_freq_factors;            /* ROPE_FACTORS: one divisor per rotated pair */
+  float freq_factors[ROPE_MAX_FACTORS];
 } rope_config;
 
 /* LAYER_LINEAR: a linear-attention (Gated DeltaNet) layer with a recurrent state, no KV rows (qwen3_5) */

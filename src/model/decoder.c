@@ -103,10 +103,109 @@ static void scratch_free(fwd_scratch *f) {
   bk_buf_free(f->idx_buf);
   bk_buf_free(f->logit_buf);
   bk_buf_free(f->media_buf);
+  bk_buf_free(f->one_buf);
   free(f->host_idx);
   free(f->host_media);
   free(f->host_keep);
   memset(f, 0, sizeof *f);
+}
+
+/* ---- stacked projections ----
+ *
+ * On a device, a one-row step (batch-1 decode) spends much of its time in
+ * launches and in matrices too small to fill the GPU: k and v are a quarter
+ * of q's rows. Where q, k and v (gate and up) share a stored format and a
+ * width and have no biases, they are uploaded as one matrix — their rows
+ * one after another — and become its row ranges, so such a step multiplies
+ * the three (two) in one pass into model.f.one and the layer reads them as
+ * slices of that row (layers.c). Steps of more rows multiply the ranges one
+ * by one, as before. Not on the CPU (whose repacked layout has no row views)
+ * nor in a tensor-parallel group; HEARTH_STACK_PROJECTIONS=0 turns it off. */
+
+static bool stackable(const bk_weight *const *p, int n) {
+  for (int i = 0; i < n; i++) {
+    const bk_weight *w = p[i];
+    if (!w->data || !w->rows || w->type != p[0]->type || w->cols != p[0]->cols || w->bits != p[0]->bits) return false;
+    if (w->type == BK_MLX_AFFINE || w->type == BK_FP8 || w->packed) return false; /* side arrays: not stacked */
+    /* every range starts 256-byte aligned and its output slice 16-byte aligned */
+    if (((size_t)w->rows * bk_row_bytes(w->type, w->cols, w->bits)) % 256 || w->rows % 4) return false;
+  }
+  return true;
+}
+
+/* The index in m->mats of w's entry (plain matmul use), or -1. */
+static int mat_index(const model *m, const bk_weight *w) {
+  for (int i = 0; i < m->n_mats; i++)
+    if (m->mats[i].w == w) return m->mats[i].use == BK_USE_MATMUL ? i : -1;
+  return -1;
+}
+
+static void mat_remove(model *m, int i) {
+  memmove(&m->mats[i], &m->mats[i + 1], sizeof m->mats[0] * (size_t)(m->n_mats - i - 1));
+  m->n_mats--;
+}
+
+/* Replaces the entries of parts[0..n) by one entry for dst (MODEL_USE_STACK) where they stack. */
+static void stack_one(model *m, bk_weight *dst, bk_weight *const *parts, int n) {
+  if (!stackable((const bk_weight *const *)parts, n)) return;
+  for (int i = 0; i < n; i++)
+    if (mat_index(m, parts[i]) < 0) return;
+  int64_t rows = 0;
+  for (int i = 0; i < n; i++) {
+    mat_remove(m, mat_index(m, parts[i]));
+    rows += parts[i]->rows;
+  }
+  *dst = (bk_weight){.type = parts[0]->type, .rows = rows, .cols = parts[0]->cols, .bits = parts[0]->bits};
+  m->mats[m->n_mats++] = (model_mat){dst, BK_USE_MATMUL | MODEL_USE_STACK}; /* a slot freed above */
+  if (rows > m->w_stack) m->w_stack = rows;
+}
+
+static void stack_projections(model *m) {
+  const char *env = getenv("HEARTH_STACK_PROJECTIONS");
+  if ((env && !strcmp(env, "0")) || bk_backend_is_cpu(m->be) || m->tp_size > 0) return;
+  for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
+    layer_weights *lw = &m->layers[l];
+    if (!lw->linear && !lw->out_gate && lw->kv_src == l && lw->v.rows && !lw->q_bias.buf && !lw->k_bias.buf &&
+        !lw->v_bias.buf)
+      stack_one(m, &lw->qkv, (bk_weight *const[]){&lw->q, &lw->k, &lw->v}, 3);
+    if (lw->inter && !lw->gate_bias.buf && !lw->up_bias.buf)
+      stack_one(m, &lw->gate_up, (bk_weight *const[]){&lw->gate, &lw->up}, 2);
+  }
+}
+
+/* Loads stacked matrix w from its parts' host bytes, then makes the parts its row ranges. */
+static int load_stack(model *m, bk_weight *w, herr *err) {
+  bk_weight *parts[3];
+  int n = 0;
+  for (int l = 0; l < m->cfg.num_hidden_layers && !n; l++) {
+    layer_weights *lw = &m->layers[l];
+    if (w == &lw->qkv) parts[0] = &lw->q, parts[1] = &lw->k, parts[2] = &lw->v, n = 3;
+    else if (w == &lw->gate_up) parts[0] = &lw->gate, parts[1] = &lw->up, n = 2;
+  }
+  if (!n) return herr_set(err, HEARTH_EINTERNAL, "a stacked projection of no layer");
+  size_t rb = bk_row_bytes(w->type, w->cols, w->bits), total = (size_t)w->rows * rb, off = 0;
+  char *host = aligned_alloc(256, (total + 255) / 256 * 256);
+  if (!host) return herr_set(err, HEARTH_ENOMEM, "out of memory stacking a [%lld, %lld] projection", (long long)w->rows,
+                             (long long)w->cols);
+  for (int i = 0; i < n; i++) {
+    memcpy(host + off, parts[i]->data, (size_t)parts[i]->rows * rb);
+    off += (size_t)parts[i]->rows * rb;
+  }
+  w->data = host;
+  int rc = bk_weight_load(m->be, w, BK_USE_MATMUL, err);
+  free(host); /* the device has its copy */
+  if (rc) {
+    w->data = NULL;
+    return rc;
+  }
+  int64_t r0 = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t rows = parts[i]->rows;
+    *parts[i] = model_sub_rows(w, r0, rows);
+    parts[i]->packed = NULL; /* a view: the stack owns the memory */
+    r0 += rows;
+  }
+  return 0;
 }
 
 void model_free(model *m) {
@@ -417,6 +516,7 @@ int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int 
       if ((rc = model_to_bf16(m, m->mats[i].w, err))) goto fail;
     if ((rc = model_to_bf16(m, &m->embed, err)) || (!m->tied && !m->no_head && (rc = model_to_bf16(m, &m->lm_head, err)))) goto fail;
   }
+  stack_projections(m);
   /* a device that cannot hold the weights refuses the model before any matrix is uploaded */
   size_t fr = 0, tot = 0, need = model_weight_bytes(m);
   if (budget > 0 && c->num_experts > 0) { /* under a budget at most that many bytes of experts are on the device */
@@ -433,7 +533,9 @@ int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int 
   bool lazy = budget > 0 && c->num_experts > 0; /* experts load when first chosen (experts.c) */
   for (int i = 0; i < m->n_mats; i++) {
     if (lazy && (m->mats[i].use & MODEL_USE_EXPERT)) continue;
-    if ((rc = bk_weight_load(m->be, m->mats[i].w, (m->mats[i].use & ~(unsigned)MODEL_USE_EXPERT) | priv, err))) {
+    if ((m->mats[i].use & MODEL_USE_STACK) ? (rc = load_stack(m, m->mats[i].w, err)) != 0
+                                             : (rc = bk_weight_load(m->be, m->mats[i].w,
+                                                                    (m->mats[i].use & ~(unsigned)MODEL_USE_EXPERT) | priv, err)) != 0) {
       m->n_mats = i; /* the ones not loaded have nothing to release */
       goto fail;
     }
@@ -494,6 +596,10 @@ static int scratch_reserve(model *m, int64_t T, int64_t n_idx, int64_t R, int64_
       off += ((size_t)(cap * cols[i]) * sizeof(float) + 255) / 256 * 256;
     }
     f->cap_t = cap;
+  }
+  if (m->w_stack > 0 && !f->one_buf) {
+    if ((rc = bk_tensor_new(m->be, BK_DT_F32, 1, m->w_stack, &f->one, err))) return rc;
+    f->one_buf = f->one.buf;
   }
   if (n_idx > f->cap_idx) {
     int64_t cap = f->cap_idx; /* host and device tables share it; at least 256 */
@@ -757,6 +863,7 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
   st.x2 = bk_rows(&f->x2, 0, T), st.elog = bk_rows(&f->elog, 0, T), st.eids = bk_rows(&f->eids, 0, T);
   st.ew = bk_rows(&f->ew, 0, T), st.ple = bk_rows(&f->ple, 0, T), st.pl = bk_rows(&f->pl, 0, T);
   st.fam = bk_rows(&f->fam, 0, T);
+  if (T == 1 && f->one_buf) st.one = f->one;
   bk_tensor *parts[] = {&st.ids, &st.pos, &st.row, &st.tab, &st.slot};
   for (int i = 0; i < 5; i++) *parts[i] = bk_rows(&f->idx, i * T, T);
   st.gather = bk_rows(&f->idx, 5 * T, R + P);

@@ -8,6 +8,7 @@
  * with a message. */
 #include "model/gguf_model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,38 @@ static int put_float(const gguf_file *g, json_t *j, const char *key, const char 
   return 0;
 }
 
+/* llama.cpp keeps Llama-3-style RoPE scaling as per-frequency divisors in
+ * rope_freqs.weight (F32, one per rotated pair): the model's RoPE then
+ * divides each frequency by its factor (ROPE_FACTORS), as ggml_rope_ext does. */
+static int rope_freq_factors(const gguf_file *g, model_config *c, herr *err) {
+  const gguf_tensor *t = gguf_find_tensor(g, "rope_freqs.weight");
+  if (!t) return 0;
+  int64_t rot = (int64_t)(c->head_dim * c->rope.partial_rotary_factor);
+  rot -= rot % 2;
+  if (t->type != GGUF_TENSOR_F32 || t->ndim != 1 || t->nelements != rot / 2 || t->nelements > ROPE_MAX_FACTORS ||
+      t->nbytes < (size_t)t->nelements * sizeof(float))
+    return herr_set(err, HEARTH_EFORMAT,
+                    "%s: tensor 'rope_freqs.weight' must be F32 with one factor per rotated pair (%lld), not %s with %lld",
+                    gguf_path(g), (long long)(rot / 2), gguf_tensor_type_name(t->type), (long long)t->nelements);
+  if (c->rope.kind != ROPE_DEFAULT)
+    return herr_set(err, HEARTH_EFORMAT, "%s: tensor 'rope_freqs.weight' together with rope.scaling.type: two RoPE scalings",
+                    gguf_path(g));
+  rope_config *r = &c->rope;
+  for (int64_t i = 0; i < t->nelements; i++) {
+    float f;
+    memcpy(&f, (const char *)t->data + i * (int64_t)sizeof f, sizeof f);
+    if (!(f > 0) || !isfinite(f))
+      return herr_set(err, HEARTH_EFORMAT, "%s: tensor 'rope_freqs.weight': factor %lld is %g (must be positive)", gguf_path(g),
+                      (long long)i, (double)f);
+    r->freq_factors[i] = f;
+  }
+  r->n_freq_factors = (int)t->nelements;
+  r->kind = ROPE_FACTORS;
+  r->factor = 1;
+  c->rope_local = *r;
+  return 0;
+}
+
 int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
   memset(c, 0, sizeof *c);
   char *arch = NULL;
@@ -49,16 +82,6 @@ int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
   if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && !moe) {
     rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: GGUF architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe)",
                   gguf_path(g), arch);
-    free(arch);
-    return rc;
-  }
-  /* llama.cpp stores Llama-3-style RoPE scaling as per-frequency factors in
-   * this tensor; running without them would silently give wrong logits. */
-  if (gguf_find_tensor(g, "rope_freqs.weight")) {
-    rc = herr_set(err, HEARTH_EUNSUPPORTED,
-                  "%s: RoPE frequency factors (tensor 'rope_freqs.weight', Llama-3 RoPE scaling) are not supported in "
-                  "GGUF files yet; load the Hugging Face folder instead",
-                  gguf_path(g));
     free(arch);
     return rc;
   }
@@ -130,7 +153,8 @@ int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
   }
 #undef KEY
   rc = config_from_json(c, j, gguf_path(g), err);
-  if (!rc && (rc = model_config_check(c, gguf_path(g), err))) config_free(c);
+  if (!rc && (rc = rope_freq_factors(g, c, err))) config_free(c);
+  else if (!rc && (rc = model_config_check(c, gguf_path(g), err))) config_free(c);
 out:
   json_decref(j);
   free(arch);

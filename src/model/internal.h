@@ -46,6 +46,9 @@ typedef struct layer_weights {
   int64_t lin_k_heads, lin_v_heads;       /* the key and value heads it computes: all, or a tensor-parallel rank's */
   bk_weight shared_gate;                  /* [1, hidden]: the shared expert's sigmoid gate (qwen3_5_moe) */
   int64_t kv_k_dim, kv_v_dim;             /* cache row widths a family sets (0: kv_heads × head_dim) */
+  /* on a device: q / k / v (gate / up) stacked into one matrix whose row ranges q, k, v (gate, up)
+   * then are, so a one-row step multiplies them in one pass (decoder.c, stack_projections) */
+  bk_weight qkv, gate_up;
   /* dense MLP */
   bk_weight gate, up, down;
   bk_tensor gate_bias, up_bias, down_bias;
@@ -78,6 +81,8 @@ typedef struct fwd_scratch {
   bk_buf *act;            /* owned: every activation tensor below */
   bk_tensor x, xn, q, k, v, att, o, gate, up, x2, elog, eids, ew, ple, pl;
   bk_tensor fam;          /* [cap_t, model.w_fam]: a family's own activations */
+  bk_buf *one_buf;        /* owned */
+  bk_tensor one;          /* [1, model.w_stack]: a one-row step's output of a stacked projection */
   int64_t cap_idx;        /* int32 entries of idx */
   bk_buf *idx_buf;        /* owned */
   bk_tensor idx;          /* I32: the step's index tables (see forward) */
@@ -114,6 +119,7 @@ typedef struct step {
   int64_t T, R;
   bk_tensor x, xn, q, k, v, att, o, gate, up, x2, elog, eids, ew, ple, pl;
   bk_tensor fam;          /* T * model.w_fam floats for the family to carve up */
+  bk_tensor one;          /* T == 1 on a model with stacked projections: their output row (.buf NULL: none) */
   bk_tensor ids, pos, row, tab, slot, gather, tables;
   bk_tensor rseqs;        /* I32 [S, 4]: per sequence t0, n, state row, fresh (the recurrent ops' rec_seq) */
   const int32_t *keep;    /* host [T], NULL: none: the state rows that get the state after each token (kv_seq.keep) */
@@ -150,6 +156,7 @@ typedef struct model_mat {
 /* A use flag of model_keep beside BK_USE_*: an expert, which an expert
  * budget loads on use instead of at load (experts.c). */
 #define MODEL_USE_EXPERT 0x100
+#define MODEL_USE_STACK 0x200 /* layer_weights.qkv / gate_up: assembled from its parts' host bytes at load */
 
 /* Expert residency under a byte budget (experts.c): an LRU list over every
  * (layer, expert); a resident expert's matrices are loaded in the backend. */
@@ -197,6 +204,7 @@ struct model {
   /* widest activations over the layers */
   int64_t w_q, w_kv, w_inter, w_ple;
   int64_t w_fam;          /* floats per token of the family's own activations (step.fam) */
+  int64_t w_stack;        /* the widest stacked projection (layer_weights.qkv / gate_up), 0: none */
   void *fam_state;        /* owned by the family: its own weights and tables (family_ops.free) */
   int n_nextn;            /* multi-token-prediction layers loaded beside the decoder */
   /* the one a forward can run (a family's load_model sets these; mtp_layer NULL: none runnable) */

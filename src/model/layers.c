@@ -41,6 +41,14 @@ void layer_mtp_input(model *m, step *st, const bk_tensor *h, const bk_tensor *en
   bk_matmul_t(&st->x, &cat, fc, NULL);
 }
 
+/* Columns [c0, c0 + n) of a one-row tensor, as a tensor of its own. */
+static bk_tensor row_slice(const bk_tensor *t, int64_t c0, int64_t n) {
+  bk_tensor v = *t;
+  v.off += (size_t)c0 * bk_dtype_size(t->dt);
+  v.cols = n;
+  return v;
+}
+
 void layer_attention_of(model *m, const layer_weights *lw, int l, const kv_store *kv, step *st) {
   const model_config *c = &m->cfg;
   int64_t T = st->T, H = lw->heads, hd = lw->head_dim, KV = lw->kv_heads;
@@ -49,7 +57,14 @@ void layer_attention_of(model *m, const layer_weights *lw, int l, const kv_store
   bk_tensor att = step_view(&st->att, T, H * hd);
   bk_tensor gate = step_view(&st->gate, T, H * hd);
   layer_norm(m, &st->xn, &st->x, &lw->attn_norm);
-  if (lw->out_gate) { /* per head: hd of query, then hd of gate */
+  /* one row and q, k, v stacked (decoder.c): one product, the three as slices of its row */
+  bool stacked = lw->qkv.data && st->one.buf;
+  if (stacked) {
+    bk_tensor all = step_view(&st->one, 1, lw->qkv.rows);
+    bk_matmul_t(&all, &st->xn, &lw->qkv, NULL);
+    q = row_slice(&all, 0, H * hd), k = row_slice(&all, H * hd, KV * hd), v = row_slice(&all, (H + KV) * hd, KV * hd);
+    layer_lora(st, l, LORA_Q, &q, &st->xn);
+  } else if (lw->out_gate) { /* per head: hd of query, then hd of gate */
     bk_tensor qg = step_view(&st->att, T * H, 2 * hd), qh = bk_reshape(&q, T * H, hd), gh = bk_reshape(&gate, T * H, hd);
     bk_tensor qg_flat = bk_reshape(&qg, T, 2 * H * hd);
     bk_matmul_t(&qg_flat, &st->xn, &lw->q, opt(&lw->q_bias));
@@ -66,10 +81,10 @@ void layer_attention_of(model *m, const layer_weights *lw, int l, const kv_store
   }
   if (lw->rope) bk_rope(&q, H, hd, &st->pos, lw->rope);
   if (lw->kv_src == l) { /* this layer's own keys and values, into its cache rows */
-    bk_matmul_t(&k, &st->xn, &lw->k, opt(&lw->k_bias));
+    if (!stacked) bk_matmul_t(&k, &st->xn, &lw->k, opt(&lw->k_bias));
     layer_lora(st, l, LORA_K, &k, &st->xn);
     if (lw->v.rows) {
-      bk_matmul_t(&v, &st->xn, &lw->v, opt(&lw->v_bias));
+      if (!stacked) bk_matmul_t(&v, &st->xn, &lw->v, opt(&lw->v_bias));
       layer_lora(st, l, LORA_V, &v, &st->xn);
     }
     const bk_tensor *vsrc = lw->v.rows ? &v : &k; /* keys as values: the raw key projection */
@@ -103,9 +118,15 @@ void layer_attention_of(model *m, const layer_weights *lw, int l, const kv_store
 void layer_mlp(model *m, const layer_weights *lw, step *st, const bk_tensor *in, const bk_tensor *out) {
   bk_tensor gate = step_view(&st->gate, st->T, lw->inter), up = step_view(&st->up, st->T, lw->inter);
   int l = (int)(lw - m->layers);
-  bk_matmul_t(&gate, in, &lw->gate, opt(&lw->gate_bias));
+  if (lw->gate_up.data && st->one.buf) { /* one row, gate and up stacked: one product */
+    bk_tensor both = step_view(&st->one, 1, lw->gate_up.rows);
+    bk_matmul_t(&both, in, &lw->gate_up, NULL);
+    gate = row_slice(&both, 0, lw->inter), up = row_slice(&both, lw->inter, lw->inter);
+  } else {
+    bk_matmul_t(&gate, in, &lw->gate, opt(&lw->gate_bias));
+    bk_matmul_t(&up, in, &lw->up, opt(&lw->up_bias));
+  }
   layer_lora(st, l, LORA_GATE, &gate, in);
-  bk_matmul_t(&up, in, &lw->up, opt(&lw->up_bias));
   layer_lora(st, l, LORA_UP, &up, in);
   bk_act_mul(&gate, &up, model_act(m));
   bk_matmul_t(out, &gate, &lw->down, opt(&lw->down_bias));

@@ -49,6 +49,14 @@ int rope_table_init(rope_table *t, const rope_config *r, int64_t head_dim, int64
       }
       break;
     }
+    case ROPE_FACTORS: /* llama.cpp's ggml_rope_ext: theta_i / freq_factors[i] */
+      if (r->n_freq_factors != half) {
+        rope_table_free(t);
+        return herr_set(err, HEARTH_EFORMAT, "RoPE frequency factors: %d given for %lld rotated pairs", r->n_freq_factors,
+                        (long long)half);
+      }
+      for (int64_t i = 0; i < half; i++) t->inv_freq[i] /= (double)r->freq_factors[i];
+      break;
     case ROPE_YARN: {
       double orig = r->original_max_position > 0 ? (double)r->original_max_position : (double)max_pos;
       if (!(orig > 0)) {

@@ -1,6 +1,6 @@
 /* rope.h — rotary frequency tables from a config's RoPE settings
  * (default, linear, llama3, yarn, gemma4's proportional; partial rotary), as transformers'
- * modeling_rope_utils computes them. The backend applies them (op_rope). */
+ * modeling_rope_utils computes them; and per-pair divisors (a GGUF's rope_freqs), as llama.cpp applies them. The backend applies them (op_rope). */
 #ifndef HEARTH_MODEL_ROPE_H
 #define HEARTH_MODEL_ROPE_H
 

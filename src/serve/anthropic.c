@@ -384,6 +384,18 @@ static int parse_tools(json_t *root, serve_request *r, serve_fail *f) {
   }
   json_t *md = serve_json_field(root, "metadata");
   if (md && !json_is_object(md)) return bad(f, "metadata", "metadata: Input should be an object");
+  json_t *uid = md ? serve_json_field(md, "user_id") : NULL;
+  if (uid && !json_is_string(uid)) return bad(f, "metadata.user_id", "metadata.user_id: Input should be a string");
+  json_t *tier = serve_json_field(root, "service_tier");
+  if (tier && (!json_is_string(tier) || (strcmp(json_string_value(tier), "auto") && strcmp(json_string_value(tier), "standard_only"))))
+    return bad(f, "service_tier", "service_tier: Input should be 'auto' or 'standard_only'");
+  static const char *const refused[][2] = {
+      {"container", "container: code execution containers are not supported by this server"},
+      {"mcp_servers", "mcp_servers: this server connects to no MCP servers (give the tools as 'tools')"},
+      {"context_management", "context_management: this server does not edit the context (send the messages to keep)"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+    if (serve_json_field(root, refused[i][0])) return bad(f, refused[i][0], "%s", refused[i][1]);
   return 0;
 }
 
@@ -440,6 +452,17 @@ int anth_request_parse(const char *body, size_t len, bool count_only, serve_requ
     goto out;
   }
   if ((rc = parse_messages(root, req, f))) goto out;
+  /* A final assistant turn of text is a prefill: the model continues it, and the reply holds
+   * only the continuation (as Anthropic's API answers it). */
+  serve_message *last = req->nmessages > 0 ? &req->messages[req->nmessages - 1] : NULL;
+  if (last && !strcmp(last->role, "assistant") && !last->extra && !last->parts && last->content[0]) {
+    char end = last->content[strlen(last->content) - 1];
+    if (end == ' ' || end == '\t' || end == '\n' || end == '\r') {
+      rc = bad(f, "messages", "messages: final assistant content cannot end with trailing whitespace");
+      goto out;
+    }
+    req->continue_final_message = req->no_generation_prompt = true;
+  }
   if ((rc = parse_tools(root, req, f))) goto out;
   if (!count_only) rc = parse_sampling(root, &req->sampling, f);
 out:

@@ -31,6 +31,9 @@ typedef struct serve_message {
 typedef struct serve_chat_opts {
   const json_t *tools;  /* the request's tools, [{"type":"function","function":{...}}] */
   const json_t *kwargs; /* further template variables (enable_thinking, reasoning_effort, ...) */
+  bool no_generation_prompt; /* add_generation_prompt false: the chat ends after its last message */
+  bool continue_final;  /* continue_final_message: rendered without the generation prompt and cut
+                         * after the final message's text (chat_continue_final), which the model continues */
 } serve_chat_opts;
 
 /* Sampling and limits: the public API's own struct (hearth.h), so one
@@ -74,6 +77,7 @@ typedef struct serve_result {
   int64_t prompt_tokens, completion_tokens;
   int64_t cached_tokens; /* prompt tokens served from the prefix cache */
   int stop_index;        /* the entry of sampling.stop that ended it; -1: none (EOS, length) */
+  double queue_seconds;  /* waiting in the engine's queue before it was first computed; < 0: unknown */
 } serve_result;
 
 /* One input of an embeddings request: text (tokenized as a raw prompt,
@@ -124,15 +128,18 @@ typedef struct serve_engine {
   int64_t vocab_size;   /* token ids are below this; 0: unknown */
   int64_t created;      /* unix time the model was loaded */
   bool thread_safe;     /* false: the server runs one generation at a time */
-  int tool_format;      /* the chat template's tool-call syntax (tc_format of chat/toolcall.h; 0: none) */
+  int tool_format;      /* the chat template's tool-call syntax (tc_format of chat/toolcall.h; 0: none;
+                           TC_GENERIC for a template without one) */
+  bool template_tools;  /* TC_GENERIC: the template renders the request's tools itself (else the
+                           server describes them in a system message) */
   bool reasoning;       /* the template knows reasoning blocks: they are split from the content */
   unsigned media_kinds;  /* 1 << hearth_media_kind for each kind of media the model takes (0: text only) */
   bool denoising;       /* a block-diffusion model: generations denoise blocks instead (no speculation) */
   const char *chat_template; /* borrowed, may be NULL: the chat template's Jinja source (shown by /api/show) */
   const char *spec_method; /* NULL: generations are autoregressive unless a request asks; else the
                               speculative draft source the model was loaded with ("ngram", "draft", ...) */
-  /* Renders messages with the chat template (generation prompt appended) into
-   * a malloc'd string *prompt (caller frees). o may be NULL. */
+  /* Renders messages with the chat template (generation prompt appended unless o
+   * says otherwise) into a malloc'd string *prompt (caller frees). o may be NULL. */
   int (*render_chat)(void *impl, const serve_message *msgs, int nmsgs, const serve_chat_opts *o, char **prompt,
                      herr *err);
   /* Number of tokens the prompt encodes to (raw: a completion prompt, which
@@ -159,6 +166,11 @@ typedef struct serve_engine {
    * prompt given as n_ids token ids. */
   int (*generate_ids)(void *impl, const int32_t *ids, size_t n_ids, const serve_sampling *s, serve_token_fn on_token,
                       void *ctx, volatile int *cancel, serve_result *res, herr *err);
+  /* May be NULL: the vocabulary has no fill-in-the-middle tokens (`suffix` and /infill are
+   * refused). As hearth_fim_prompt: the ids of a FIM prompt (*ids malloc'd, caller frees). */
+  int (*fim_prompt)(void *impl, const char *prefix, const char *suffix, const char *prompt,
+                    const hearth_fim_chunk *extra, int n_extra, int64_t n_predict, int32_t **ids, size_t *n,
+                    herr *err);
   void (*destroy)(void *impl);
   /* May be NULL. Whether a request of n_prompt tokens and max_tokens (-1:
    * unset) can ever be served: HEARTH_ELIMIT "memory_admission: ..." if not. */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "chat/chat.h"
 #include "chat/toolcall.h"
 #include "hearth.h"
 #include "serve/engine.h"
@@ -74,7 +75,8 @@ static int render_chat(void *impl, const serve_message *msgs, int nmsgs, const s
   }
   char *text = NULL;
   hearth_error e = {0};
-  int rc = hearth_chat_render(h->model, js, tools, true, kwargs, &text, &e);
+  bool gen_prompt = !(o && (o->no_generation_prompt || o->continue_final));
+  int rc = hearth_chat_render(h->model, js, tools, gen_prompt, kwargs, &text, &e);
   free(js);
   free(tools);
   free(kwargs);
@@ -82,6 +84,22 @@ static int render_chat(void *impl, const serve_message *msgs, int nmsgs, const s
     rc = copy_err(err, &e);
     if (err) scrub_path(err->msg, sizeof err->msg, h->info.path);
     return rc;
+  }
+  if (o && o->continue_final && nmsgs > 0) { /* cut after the final message's text */
+    const serve_message *last = &msgs[nmsgs - 1];
+    const char *final_text = last->content;
+    size_t k;
+    json_t *part;
+    json_array_foreach(last->parts, k, part) { /* with media: its last text part, as transformers */
+      json_t *t = json_object_get(part, "text");
+      if (json_is_string(t)) final_text = json_string_value(t);
+    }
+    size_t cut = 0;
+    if ((rc = chat_continue_final(text, final_text, &cut, err))) {
+      hearth_free(text);
+      return rc;
+    }
+    text[cut] = 0;
   }
   *prompt = strdup(text);
   hearth_free(text);
@@ -94,6 +112,21 @@ static int render_chat(void *impl, const serve_message *msgs, int nmsgs, const s
 static bool template_reasons(const char *src) {
   return src && (strstr(src, "<think>") || strstr(src, "reasoning_content") || strstr(src, "<|channel|>analysis") ||
                  strstr(src, "<|channel>"));
+}
+
+static int fim_prompt(void *impl, const char *prefix, const char *suffix, const char *prompt,
+                      const hearth_fim_chunk *extra, int n_extra, int64_t n_predict, int32_t **ids, size_t *n,
+                      herr *err) {
+  hearth_engine *h = impl;
+  int32_t *got = NULL;
+  hearth_error e = {0};
+  *ids = NULL;
+  *n = 0;
+  if (hearth_fim_prompt(h->model, prefix, suffix, prompt, extra, n_extra, n_predict, &got, n, &e)) return copy_err(err, &e);
+  *ids = malloc(sizeof(int32_t) * (*n ? *n : 1));
+  if (*ids) memcpy(*ids, got, sizeof(int32_t) * *n);
+  hearth_free(got);
+  return *ids ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
 }
 
 static int count_tokens(void *impl, const char *prompt, bool raw, int64_t *n, herr *err) {
@@ -194,6 +227,7 @@ static int run(hearth_engine *h, const hearth_prompt *hp, const serve_sampling *
   res->prompt_tokens = gr.prompt_tokens;
   res->completion_tokens = gr.completion_tokens;
   res->cached_tokens = gr.cached_tokens;
+  res->queue_seconds = gr.queue_seconds;
   res->stop_index = gr.finish_reason == HEARTH_FINISH_STOP && gr.stop_index >= 0 && gr.stop_index < s->n_stop ? gr.stop_index : -1;
   res->finish = gr.finish_reason == HEARTH_FINISH_LENGTH      ? SERVE_FINISH_LENGTH
                 : gr.finish_reason == HEARTH_FINISH_CANCELLED ? SERVE_FINISH_CANCELLED
@@ -366,11 +400,18 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   out->created = (int64_t)time(NULL);
   out->thread_safe = true; /* the library's scheduler batches concurrent generations */
   out->chat_template = h->info.chat_template;
+  /* a template without a call syntax of its own gets the generic one, and
+   * the server describes the tools to the model when the template does not */
   out->tool_format = h->info.chat_template ? (int)tc_format_detect(h->info.chat_template) : TC_NONE;
+  if (h->info.chat_template && out->tool_format == TC_NONE) {
+    out->tool_format = TC_GENERIC;
+    out->template_tools = strstr(h->info.chat_template, "tools") != NULL;
+  }
   out->reasoning = template_reasons(h->info.chat_template);
   out->denoising = h->info.canvas_length > 0;
   if (o->load.spec_tokens > 0 && !out->denoising) out->spec_method = o->load.spec_method ? o->load.spec_method : "ngram";
   out->render_chat = render_chat;
+  if (h->info.can_fill) out->fim_prompt = fim_prompt;
   out->count_tokens = count_tokens;
   out->tokenize = tokenize;
   out->detokenize = detokenize;

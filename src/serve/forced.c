@@ -32,7 +32,7 @@ static bool grammar_out(int n_tools, hbuf *g, hbuf *alts, hbuf *out) {
   return ok;
 }
 
-/* hermes / llama3: "NAME\", \"arguments\": " ARGS "}" [close]. */
+/* hermes / llama3 / mistral / generic: "NAME\", \"arguments\": " ARGS "}" [close]. */
 static bool forced_json(tc_format f, const json_t *tools, const char *name, hbuf *out) {
   hbuf g = {0}, alts = {0};
   size_t i;
@@ -67,7 +67,10 @@ static bool forced_json(tc_format f, const json_t *tools, const char *name, hbuf
     }
     hbuf_printf(&alts, "%sroot", prefix);
   }
-  const char *close = f == TC_HERMES ? " \"\\n</tool_call>\"" : f == TC_MISTRAL ? " \"]\"" : "";
+  const char *close = f == TC_HERMES    ? " \"\\n</tool_call>\""
+                      : f == TC_MISTRAL ? " \"]\""
+                      : f == TC_GENERIC ? " \"]}\""
+                                        : "";
   if (n) hbuf_printf(&g, "root ::= ( %s ) \"}\"%s\n", hbuf_str(&alts), close);
   return grammar_out(n, &g, &alts, out);
 }
@@ -252,7 +255,8 @@ bool serve_forced_grammar(tc_format f, const json_t *tools, const char *name, hb
   switch (f) {
   case TC_HERMES:
   case TC_LLAMA3:
-  case TC_MISTRAL: return forced_json(f, tools, name, out);
+  case TC_MISTRAL:
+  case TC_GENERIC: return forced_json(f, tools, name, out);
   case TC_QWEN3_CODER:
   case TC_GLM: return forced_xml(f, tools, name, out);
   case TC_DEEPSEEK: return forced_deepseek(tools, name, out);

@@ -179,8 +179,15 @@ static json_t *completion_logprobs_new(void) {
 }
 
 /* Whole responses: the parser's events gathered into text, reasoning and calls. */
+/* parallel_tool_calls false: a call after the first is not part of the reply. */
+static bool dropped_call(const serve_reply *r, const tc_event *ev) {
+  return r->one_call && ev->index >= 1 &&
+         (ev->kind == TC_CALL_BEGIN || ev->kind == TC_CALL_ARGS || ev->kind == TC_CALL_END);
+}
+
 static int whole_event(void *ctx, const tc_event *ev) {
   serve_reply *r = ctx;
+  if (dropped_call(r, ev)) return 0;
   switch (ev->kind) {
   case TC_TEXT: hbuf_append(&r->text, ev->text, ev->len); break;
   case TC_REASONING: hbuf_append(&r->reasoning, ev->text, ev->len); break;
@@ -349,6 +356,7 @@ static json_t *text_value(const serve_reply *r, const char *s, size_t n) {
 /* Streams: each parser event becomes a chunk; the step's logprobs ride on its first. */
 static int sse_event(void *ctx, const tc_event *ev) {
   serve_reply *r = ctx;
+  if (dropped_call(r, ev)) return 0;
   json_t *delta = json_object();
   switch (ev->kind) {
   case TC_TEXT:

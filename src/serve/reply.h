@@ -22,6 +22,7 @@ typedef struct serve_reply {
   int index;               /* the choice's index in the response (0 unless several choices) */
   bool logprobs;           /* report per-token log-probabilities */
   bool usage_null;         /* stream with include_usage: chunks carry "usage": null */
+  bool one_call;           /* parallel_tool_calls false: calls after the first are dropped */
   hbuf text;               /* owned: the text so far (whole responses) */
   json_t *lp;              /* owned: chat: array of content entries; completion: object of arrays */
   size_t text_offset;      /* completion logprobs: offset of the next token's text */

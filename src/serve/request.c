@@ -504,6 +504,55 @@ static int refuse_unsupported(json_t *root, serve_fail *f) {
     return serve_bad(f, "web_search_options", "'web_search_options' is not supported: this server does not search the web");
   json_t *ptc = serve_json_field(root, "parallel_tool_calls");
   if (ptc && !json_is_boolean(ptc)) return serve_bad(f, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+  if (serve_json_field(root, "function_call"))
+    return serve_bad(f, "function_call", "'function_call' is the deprecated form of 'tool_choice': send 'tool_choice' instead");
+  if (serve_json_field(root, "prediction"))
+    return serve_bad(f, "prediction", "'prediction' (predicted outputs) is not supported: speculative decoding drafts "
+                                      "from the prompt itself with \"spec_method\": \"ngram\"");
+  if (serve_json_field(root, "verbosity"))
+    return serve_bad(f, "verbosity", "'verbosity' is not supported: ask for the length you want in the messages, or "
+                                     "bound it with 'max_completion_tokens'");
+  json_t *store = serve_json_field(root, "store");
+  if (store && !json_is_boolean(store)) return serve_bad(f, "store", "'store' must be a boolean");
+  if (store && json_is_true(store))
+    return serve_bad(f, "store", "'store': this server keeps no chat completions (the Responses API, /v1/responses, "
+                                 "stores responses)");
+  json_t *tier = serve_json_field(root, "service_tier");
+  if (tier && (!json_is_string(tier) || (strcmp(json_string_value(tier), "auto") && strcmp(json_string_value(tier), "default"))))
+    return serve_bad(f, "service_tier", "'service_tier' may be \"auto\" or \"default\": this server has one tier");
+  json_t *md = serve_json_field(root, "metadata");
+  if (md) { /* tags for a stored completion: checked as OpenAI checks them, kept nowhere */
+    if (!json_is_object(md) || json_object_size(md) > 16)
+      return serve_bad(f, "metadata", "'metadata' must be an object of at most 16 string values");
+    const char *k;
+    json_t *v;
+    json_object_foreach(md, k, v) if (!json_is_string(v) || strlen(k) > 64 || json_string_length(v) > 512)
+      return serve_bad(f, "metadata", "'metadata' values must be strings (keys up to 64, values up to 512 characters)");
+  }
+  const char *ids[] = {"prompt_cache_key", "safety_identifier"};
+  for (int i = 0; i < 2; i++) {
+    json_t *v = serve_json_field(root, ids[i]);
+    if (v && !json_is_string(v)) return serve_bad(f, ids[i], "'%s' must be a string", ids[i]);
+  }
+  return 0;
+}
+
+/* add_generation_prompt and continue_final_message (as vLLM's): a chat that
+ * ends with an open generation prompt (the default), one that ends after its
+ * last message, or one whose final message the model continues. */
+static int parse_prefill(json_t *root, serve_request *r, serve_fail *f) {
+  bool add = true;
+  if (serve_json_bool(root, "add_generation_prompt", &add, f) ||
+      serve_json_bool(root, "continue_final_message", &r->continue_final_message, f))
+    return f->status;
+  r->no_generation_prompt = !add;
+  if (r->continue_final_message) {
+    if (json_is_true(json_object_get(root, "add_generation_prompt")))
+      return serve_bad(f, "continue_final_message",
+                       "'continue_final_message' and 'add_generation_prompt' cannot both be true: the model either "
+                       "continues the final message or starts a new one");
+    r->no_generation_prompt = true;
+  }
   return 0;
 }
 
@@ -781,15 +830,30 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
     rc = serve_bad(f, "n", "'n' is %lld; at most %d choices are made in one request", (long long)n, SERVE_MAX_CHOICES);
     goto out;
   }
-  /* best_of: the best of several continuations by cumulative logprob is not
-   * made here; best_of equal to n (every continuation returned) is the same request */
+  /* best_of (completions): best_of continuations per prompt, the n of highest
+   * cumulative logprob returned; equal to n, every continuation is returned */
   int64_t best_of = n;
   if ((rc = serve_json_int(root, "best_of", 1, INT32_MAX, &best_of, f))) goto out;
-  if (best_of != n) {
-    rc = serve_bad(f, "best_of", "'best_of' is not supported: this server returns every continuation it makes "
-                                 "(ask for them with 'n' and rank them by their logprobs)");
+  if (best_of != n && kind != SERVE_COMPLETION) {
+    rc = serve_bad(f, "best_of", "'best_of' is a /v1/completions parameter; a chat completion returns every "
+                                 "continuation it makes (ask for them with 'n' and rank them by their logprobs)");
     goto out;
   }
+  if (best_of < n) {
+    rc = serve_bad(f, "best_of", "'best_of' is %lld but 'n' is %lld: best_of must be at least n", (long long)best_of,
+                   (long long)n);
+    goto out;
+  }
+  if (best_of > n && req->stream) {
+    rc = serve_bad(f, "best_of", "'best_of' above 'n' cannot be streamed: the continuations are ranked once all are made");
+    goto out;
+  }
+  if (best_of > SERVE_MAX_CHOICES) {
+    rc = serve_bad(f, "best_of", "'best_of' is %lld; at most %d continuations are made in one request", (long long)best_of,
+                   SERVE_MAX_CHOICES);
+    goto out;
+  }
+  req->best_of = (int)best_of;
   json_t *so = serve_json_field(root, "stream_options");
   if (so) {
     if (!json_is_object(so)) {
@@ -809,9 +873,11 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
   }
   if (kind == SERVE_CHAT) {
     rc = parse_messages(root, req, f);
+    if (!rc) rc = parse_prefill(root, req, f);
     if (!rc) rc = parse_tools(root, req, f);
     if (!rc) rc = parse_template_kwargs(root, req, f);
     if (!rc) rc = refuse_unsupported(root, f);
+    if (!rc) req->one_tool_call = json_is_false(json_object_get(root, "parallel_tool_calls"));
     if (!rc) rc = parse_format(root, req, f);
   } else {
     rc = parse_prompt(root, req, f);
@@ -821,9 +887,17 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
       serve_request_prompt(req, i, &q);
       if (q.ids) rc = serve_bad(f, "echo", "'echo' with a prompt of token ids is not supported");
     }
+    if (!rc && serve_json_field(root, "suffix")) {
+      rc = serve_json_str(root, "suffix", &req->suffix, f);
+      req->fim = !rc;
+      if (!rc && req->echo) rc = serve_bad(f, "suffix", "'suffix' and 'echo' cannot both be given");
+    }
     if (!rc && (int64_t)req->n * req->n_prompts > SERVE_MAX_CHOICES)
       rc = serve_bad(f, "n", "%d prompts times 'n' %d is %lld choices; at most %d are made in one request",
                      req->n_prompts, req->n, (long long)req->n * req->n_prompts, SERVE_MAX_CHOICES);
+    if (!rc && (int64_t)req->best_of * req->n_prompts > SERVE_MAX_CHOICES)
+      rc = serve_bad(f, "best_of", "%d prompts times 'best_of' %d is %lld continuations; at most %d are made in one request",
+                     req->n_prompts, req->best_of, (long long)req->best_of * req->n_prompts, SERVE_MAX_CHOICES);
     if (!rc) rc = parse_format(root, req, f);
   }
   if (!rc) rc = parse_sampling(root, kind, &req->sampling, f);
@@ -855,6 +929,10 @@ void serve_request_free(serve_request *req) {
   for (int i = 0; req->prompts && i < req->n_prompts - 1; i++) free(req->prompts[i].text), free(req->prompts[i].ids);
   free(req->prompts);
   free(req->user);
+  free(req->suffix);
+  free(req->fim_prefix);
+  for (int i = 0; i < req->n_fim_extra; i++) free((char *)req->fim_extra[i].filename), free((char *)req->fim_extra[i].text);
+  free(req->fim_extra);
   json_decref(req->tools);
   free(req->tool_name);
   json_decref(req->template_kwargs);

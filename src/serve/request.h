@@ -59,11 +59,26 @@ typedef struct serve_request {
   bool stream;
   bool include_usage;      /* stream_options.include_usage */
   bool echo;               /* completion: prepend the prompt to the text */
+  /* fill-in-the-middle (completion): `suffix` on /v1/completions (each prompt is the prefix), or
+   * POST /infill's fields (the prompt is the middle's start); the prompts become token ids laid
+   * out by the engine's fim_prompt before generating */
+  bool fim;
+  bool infill;             /* POST /infill: answered in llama.cpp's shapes */
+  char *suffix;            /* owned; NULL unless fim */
+  char *fim_prefix;        /* owned: /infill's input_prefix; NULL on /v1/completions */
+  hearth_fim_chunk *fim_extra; /* owned, strings too: /infill's input_extra */
+  int n_fim_extra;
   serve_sampling sampling; /* stop and bias arrays owned here */
   int n;                   /* choices per prompt (1..SERVE_MAX_CHOICES); prompts × n at most SERVE_MAX_CHOICES */
+  int best_of;             /* completion: continuations made per prompt (>= n; prompts × best_of at most
+                            * SERVE_MAX_CHOICES), of which the n of highest cumulative logprob are returned */
   char *user;              /* owned; NULL when absent */
   json_t *tools;           /* owned; NULL when none: [{"type":"function","function":{name, description?, parameters}}] */
   serve_tool_choice tool_choice;
+  bool no_generation_prompt;   /* chat: add_generation_prompt false: no generation prompt after the messages
+                                * (false, the default of every protocol: the template's generation prompt) */
+  bool one_tool_call;          /* chat: parallel_tool_calls false: at most one call in the reply */
+  bool continue_final_message; /* chat: the model continues the final message (prefill); no generation prompt */
   char *tool_name;         /* owned: the function tool_choice names (SERVE_TOOLS_NAMED) */
   json_t *template_kwargs; /* owned; NULL when none: chat_template_kwargs, plus reasoning_effort /
                             * enable_thinking as the request set them */

@@ -26,7 +26,7 @@
  * request head (request line and headers) is not all in header_timeout_s
  * (10 s) after it opened — or after its previous answer, plus the idle
  * limit — is closed by the watcher however steadily its bytes trickle in
- * (heads_expire), and a request body that stalls for BODY_TIMEOUT_S is
+ * (heads_expire), and a request body that stalls for body_timeout_s (60 s) is
  * dropped, so idle or slow sockets cannot lock others out (/health keeps
  * answering). A refusal
  * decided from the headers (route, method, key, size) is answered before any
@@ -44,6 +44,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <jansson.h>
 #include <microhttpd.h>
@@ -57,18 +58,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include "base/buf.h"
+#include "base/file.h"
 #include "base/hash.h"
 #include "base/log.h"
 #include "engine/grammar.h"
 #include "serve/adapters.h"
 #include "serve/anthropic.h"
+#include "serve/batches.h"
+#include "serve/files.h"
 #include "serve/embeddings.h"
+#include "serve/infill.h"
+#include "serve/metrics.h"
 #include "serve/signal.h"
 #include "serve/tokenize.h"
 #include "serve/reply.h"
@@ -86,7 +93,7 @@
 #define DEFAULT_IDLE_TIMEOUT_S 10
 #define DEFAULT_HEADER_TIMEOUT_S 10
 #define HEAD_SCAN_S 0.1            /* the watcher looks for late request heads this often */
-#define BODY_TIMEOUT_S 60          /* a request body that stalls this long is dropped */
+#define DEFAULT_BODY_TIMEOUT_S 60  /* a request body that stalls this long is dropped */
 #define DRAIN_GRACE_S 10           /* after a drain cuts the generations, what is in flight gets this long */
 #define POLL_THREADS 4             /* libmicrohttpd's polling threads (each an epoll loop over its connections) */
 
@@ -95,6 +102,7 @@ struct serve_server {
   serve_engine *engine; /* borrowed: the first model's (engines[0]) */
   serve_engine **engines; /* owned array of borrowed engines: every served model, the first first */
   int nengines;
+  serve_metrics *metrics; /* owned, may be NULL (out of memory): /metrics' histograms and request counts */
   char *api_key;        /* owned; NULL when none */
   int idle_timeout_s;   /* a connection without a request is closed after this */
   size_t max_body;
@@ -133,7 +141,12 @@ struct serve_server {
   pthread_mutex_t head_mu;
   struct head_watch *heads; /* borrowed: each is its connection's socket context */
   int header_timeout_s;
+  int body_timeout_s;
   double next_head_scan;    /* the watcher's own */
+  /* the Batch API (NULL without a state directory) */
+  file_store *files;        /* owned */
+  batch_store *batches;     /* owned */
+  int state_lock;           /* the state directory's lock file, held while serving; -1: none */
 };
 
 /* The server answering on this thread (a polling thread or a request's own),
@@ -143,6 +156,7 @@ struct conn;
 /* The request this thread answers for a suspended connection (defer): its
  * response is kept for the polling thread to queue. */
 static __thread struct conn *tl_deferred;
+static __thread unsigned tl_status; /* the status the polling thread's last queued answer had */
 
 static double mono_seconds(void) {
   struct timespec ts;
@@ -216,6 +230,13 @@ typedef enum route {
   ROUTE_OLL_PULL,
   ROUTE_OLL_DELETE,
   ROUTE_OLL_REFUSED,  /* Ollama routes hearth does not serve: create, copy, push, blobs */
+  ROUTE_FILES,        /* POST / GET /v1/files */
+  ROUTE_FILE,         /* GET / DELETE /v1/files/{id} */
+  ROUTE_FILE_CONTENT, /* GET /v1/files/{id}/content */
+  ROUTE_BATCHES,      /* POST / GET /v1/batches */
+  ROUTE_BATCH,        /* GET /v1/batches/{id} */
+  ROUTE_BATCH_CANCEL, /* POST /v1/batches/{id}/cancel */
+  ROUTE_INFILL,       /* POST /infill (llama.cpp's fill-in-the-middle) */
 } route;
 
 /* The error shape of a route's protocol. */
@@ -230,6 +251,8 @@ typedef struct conn {
   bool failed;         /* `fail` is the answer; the body is read and dropped */
   bool anthropic;      /* under /v1/messages: errors in Anthropic's shape */
   bool ollama;         /* under /api/: errors in Ollama's shape */
+  int priority;        /* X-Hearth-Priority: 0 (normal), 1 (low: batch rows) */
+  size_t max_body;     /* this request's body limit */
   serve_fail fail;
   const char *allow;   /* for 405 */
   char allow_buf[64];  /* the methods a path takes, when allow points here */
@@ -243,6 +266,12 @@ typedef struct conn {
   enum MHD_Result resp_rc;   /* MHD_NO: no answer (nobody to answer, or out of memory): close */
   serve_server *srv;         /* borrowed, for the answering thread */
   struct MHD_Connection *c;
+  /* for /metrics and the request's log line */
+  double t_start;            /* its head arrived (mono_seconds) */
+  const char *route_path;    /* static: the route table's path; NULL: no route matched */
+  char method[8];
+  unsigned status;           /* the answer's; 0: none (the client went away) */
+  bool job_owned;            /* a generation answers it and logs it itself when it ends */
 } conn;
 
 /* Queues `resp` (consumed) on `c`, or keeps it for the polling thread when
@@ -254,6 +283,7 @@ static enum MHD_Result queue(struct MHD_Connection *c, unsigned status, struct M
     tl_deferred->resp_status = status;
     return MHD_YES;
   }
+  tl_status = status;
   enum MHD_Result rc = MHD_queue_response(c, status, resp);
   MHD_destroy_response(resp);
   return rc;
@@ -353,7 +383,89 @@ static json_t *adapter_model_object(const serve_engine *e, const hearth_adapter_
   return m;
 }
 
-static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s) {
+/* The served names in /v1/models' order: the models, the first's other names, then the loaded
+ * adapters. names[i] borrowed from s or from *a (malloc'd; free it). */
+static int served_names(serve_server *s, hearth_adapter_info **a, const char ***names) {
+  int na;
+  *a = adapters_of(s->engine, &na);
+  *names = calloc((size_t)(s->nengines + s->nnames + na), sizeof **names);
+  if (!*names) return 0;
+  int n = 0;
+  for (int i = 0; i < s->nengines; i++) (*names)[n++] = s->engines[i]->model_id;
+  for (int i = 0; i < s->nnames; i++)
+    if (strcmp(s->names[i], "*") != 0 && strcmp(s->names[i], s->engine->model_id) != 0) (*names)[n++] = s->names[i];
+  for (int i = 0; i < na; i++) (*names)[n++] = (*a)[i].name;
+  return n;
+}
+
+/* A model in Anthropic's shape: {"type":"model","id","display_name","created_at" (RFC 3339)}. */
+static json_t *anth_model_object(const serve_engine *e, const char *id) {
+  char when[32];
+  time_t t = (time_t)e->created;
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return json_pack("{s:s, s:s, s:s, s:s}", "type", "model", "id", id, "display_name", id, "created_at", when);
+}
+
+/* GET /v1/models for an Anthropic client: {"data", "has_more", "first_id", "last_id"}, paged by
+ * limit (1..1000, default 20), after_id and before_id as Anthropic's API pages it. */
+static enum MHD_Result answer_anth_models(struct MHD_Connection *c, serve_server *s) {
+  hearth_adapter_info *a;
+  const char **names;
+  int n = served_names(s, &a, &names);
+  serve_fail f = {0};
+  const char *lim = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+  const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after_id");
+  const char *before = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before_id");
+  long limit = 20;
+  if (lim) {
+    char *end;
+    limit = strtol(lim, &end, 10);
+    if (!lim[0] || *end || limit < 1 || limit > 1000)
+      serve_fail_set(&f, 400, "invalid_request_error", "limit", NULL, "limit: must be an integer from 1 to 1000");
+  }
+  int from = 0, to = n; /* [from, to) before the limit */
+  for (int k = 0; k < 2 && !f.status; k++) {
+    const char *id = k ? before : after;
+    if (!id) continue;
+    int at = -1;
+    for (int i = 0; i < n && at < 0; i++)
+      if (!strcmp(names[i], id)) at = i;
+    if (at < 0)
+      serve_fail_set(&f, 400, "invalid_request_error", k ? "before_id" : "after_id", NULL,
+                     "%s: '%.200s' is not a model this server lists", k ? "before_id" : "after_id", id);
+    else if (k) to = at;
+    else from = at + 1;
+  }
+  if (f.status) {
+    free(names);
+    free(a);
+    return send_fail_as(c, &f, NULL, true);
+  }
+  bool has_more = false;
+  if (to - from > limit) {
+    has_more = true;
+    if (before && !after) from = to - (int)limit; /* paging backwards: the page just before before_id */
+    else to = from + (int)limit;
+  }
+  json_t *data = json_array();
+  for (int i = from; i < to; i++) {
+    serve_engine *e = engine_named(s, names[i]);
+    json_array_append_new(data, anth_model_object(e ? e : s->engine, names[i]));
+  }
+  json_t *o = json_object();
+  json_object_set_new(o, "data", data);
+  json_object_set_new(o, "has_more", json_boolean(has_more));
+  json_object_set_new(o, "first_id", from < to ? json_string(names[from]) : json_null());
+  json_object_set_new(o, "last_id", from < to ? json_string(names[to - 1]) : json_null());
+  free(names);
+  free(a);
+  return send_json(c, 200, o);
+}
+
+static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s, bool anthropic) {
+  if (anthropic) return answer_anth_models(c, s);
   json_t *o = json_object();
   json_object_set_new(o, "object", json_string("list"));
   json_t *data = json_array();
@@ -369,14 +481,14 @@ static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s) 
   return send_json(c, 200, o);
 }
 
-static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, const char *id) {
+static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, const char *id, bool anthropic) {
   serve_engine *e = engine_named(s, id);
-  if (e) return send_json(c, 200, model_object(e, id));
+  if (e) return send_json(c, 200, anthropic ? anth_model_object(e, id) : model_object(e, id));
   int n;
   hearth_adapter_info *a = adapters_of(s->engine, &n);
   for (int i = 0; i < n; i++)
     if (!strcmp(a[i].name, id)) {
-      json_t *m = adapter_model_object(s->engine, &a[i]);
+      json_t *m = anthropic ? anth_model_object(s->engine, id) : adapter_model_object(s->engine, &a[i]);
       free(a);
       return send_json(c, 200, m);
     }
@@ -384,7 +496,7 @@ static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, c
   serve_fail f;
   serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found", "The model '%.200s' does not exist",
                  id);
-  return send_fail(c, &f, NULL);
+  return send_fail_as(c, &f, NULL, anthropic);
 }
 
 static json_t *route_index(void); /* the route table's listing, below */
@@ -405,6 +517,8 @@ static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server
   json_object_set_new(cap, "embeddings", json_boolean(e->embed && e->embed_dim > 0));
   if (e->embed && e->embed_dim > 0) json_object_set_new(cap, "embedding_dimensions", json_integer(e->embed_dim));
   json_object_set_new(cap, "signal", json_boolean(e->signal != NULL));
+  /* suffix on /v1/completions and POST /infill */
+  json_object_set_new(cap, "fill_in_the_middle", json_boolean(e->fim_prompt != NULL && e->generate_ids != NULL));
   json_object_set_new(cap, "adapters", json_boolean(e->adapter_list != NULL));
   json_t *media = json_array(); /* the kinds of media messages may hold */
   static const char *const kinds[] = {"image", "audio", "video"};
@@ -567,6 +681,7 @@ static enum MHD_Result answer_metrics(struct MHD_Connection *c, serve_server *s)
       hbuf_printf(&b, "hearth_%s{source=\"%s\"} %.17g\n", spec_metrics[m].name, hearth_spec_source_name(k), v);
     }
   }
+  serve_metrics_write(s->metrics, &b);
   enum MHD_Result rc = b.oom ? MHD_NO : send_bytes(c, 200, "text/plain; version=0.0.4", hbuf_str(&b), b.len, NULL);
   hbuf_free(&b);
   return rc;
@@ -670,6 +785,8 @@ typedef struct slot {
   int own_rc;
   herr own_err;
   bool started;           /* has a token or ended (under j->gen_mu): its copies may start */
+  double cum_logprob;     /* the sum of its tokens' logprobs (best_of ranks by it) */
+  double t_first, t_last; /* its first and latest generated token (mono_seconds; 0: none yet) */
   pthread_t thread;
   bool thread_started;
 } slot;
@@ -725,9 +842,42 @@ typedef struct job {
   /* the server's list of running generations (serve_drain_cancel) */
   struct job *jnext, **jprev;
   volatile int drained;     /* cancelled by the end of a drain: it ends as cut by length, not as a client gone */
+  /* for /metrics and the request's log line */
+  double t_start;           /* the request's head arrived (mono_seconds) */
+  const char *route_path;   /* static */
 } job;
 
 static void forced_call_grammar(job *j);
+static void request_done(serve_server *s, const char *method, const char *route, unsigned status, double t_start,
+                         int64_t prompt_tokens, int64_t completion_tokens, double ttft);
+
+/* A generated token's times: the choice's first (time to first token) or the gap since its last. */
+static void token_times(slot *sl, const serve_token *tok) {
+  if (tok->flush) return;
+  double now = mono_seconds();
+  serve_metrics *m = sl->j->srv->metrics;
+  if (sl->t_first == 0) {
+    sl->t_first = now;
+    serve_metrics_observe(m, SERVE_HIST_TTFT, now - sl->j->t_start);
+  } else {
+    serve_metrics_observe(m, SERVE_HIST_ITL, now - sl->t_last);
+  }
+  sl->t_last = now;
+}
+
+/* A generation ends, answered with status (0: the client went away): its latency, queue waits,
+ * count and log line. */
+static void job_done(job *j, unsigned status) {
+  serve_server *s = j->srv;
+  if (status == 200) {
+    serve_metrics_observe(s->metrics, SERVE_HIST_E2E, mono_seconds() - j->t_start);
+    for (int i = 0; i < j->nslots; i++)
+      if (*j->slots[i].rc == 0 && j->slots[i].result->queue_seconds >= 0)
+        serve_metrics_observe(s->metrics, SERVE_HIST_QUEUE, j->slots[i].result->queue_seconds);
+  }
+  double ttft = j->nslots > 0 && j->slots[0].t_first > 0 ? j->slots[0].t_first - j->t_start : -1;
+  request_done(s, "POST", j->route_path, status, j->t_start, j->usage.prompt_tokens, j->usage.completion_tokens, ttft);
+}
 
 /* The client of j is gone: as a whole reply's, or as a stream's (client_gone_as). */
 static bool job_client_gone(const struct job *j) { return client_gone_as(j->fd, j->whole); }
@@ -832,7 +982,8 @@ static void slot_run(slot *sl) {
     sl->result->finish = SERVE_FINISH_LENGTH;
     HLOG_INFO("serve: %lld tokens in, cut by the drain timeout", (long long)sl->result->completion_tokens);
   }
-  if (j->req.stream && !j->anthropic && !j->responses && !j->ollama && *sl->rc == 0 && !abandoned(j)) {
+  if (j->req.stream && !j->anthropic && !j->responses && !j->ollama && !j->req.infill && *sl->rc == 0 &&
+      !abandoned(j)) {
     hbuf b = {0};
     serve_sse_finish(sl->reply, sl->result->finish, &b);
     stream_push(j, &b, false);
@@ -942,6 +1093,8 @@ static int whole_token(void *ctx, const serve_token *tok) {
   slot *sl = ctx;
   job *j = sl->j;
   if (!sl->started) slot_started(sl);
+  if (!tok->flush) sl->cum_logprob += tok->logprob;
+  token_times(sl, tok);
   if (j->responses) resp_reply_add(&j->rreply, tok);
   else if (j->ollama) oll_reply_add(&j->oreply, tok);
   else if (j->anthropic) anth_reply_add(&j->areply, tok);
@@ -993,6 +1146,33 @@ static void whole_watch(job *j, bool on) {
   pthread_mutex_unlock(&s->park_mu);
 }
 
+/* The choices a whole reply returns, into r / res: every slot, or with
+ * best_of > n the n of each prompt's best_of continuations with the highest
+ * cumulative logprob (best first; ties to the earlier copy), re-indexed
+ * prompt * n + k. Returns how many. */
+static int best_of_choices(job *j, serve_reply **r, serve_result *res) {
+  int n = j->req.n > 0 ? j->req.n : 1, copies = j->req.kind == SERVE_COMPLETION && j->req.best_of > n ? j->req.best_of : n;
+  if (copies == n || j->anthropic || j->responses) {
+    for (int i = 0; i < j->nslots; i++) r[i] = j->slots[i].reply, res[i] = *j->slots[i].result;
+    return j->nslots;
+  }
+  int out = 0;
+  for (int p = 0; p * copies < j->nslots; p++) {
+    slot *base = &j->slots[p * copies];
+    bool taken[SERVE_MAX_CHOICES] = {0};
+    for (int k = 0; k < n; k++) {
+      int best = -1;
+      for (int c = 0; c < copies; c++)
+        if (!taken[c] && (best < 0 || base[c].cum_logprob > base[best].cum_logprob)) best = c;
+      taken[best] = true;
+      base[best].reply->index = p * n + k;
+      r[out] = base[best].reply;
+      res[out++] = *base[best].result;
+    }
+  }
+  return out;
+}
+
 static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   for (int i = 0; j->req.echo && i < j->nslots; i++) hbuf_puts(&j->slots[i].reply->text, j->slots[i].text);
   job_prime(j, NULL);
@@ -1015,16 +1195,21 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
       oll_reply_body(&j->oreply, &j->result, &body);
     } else if (j->anthropic) {
       anth_reply_body(&j->areply, &j->result, &body);
+    } else if (j->req.infill) {
+      infill_body(&j->req, j->reply.model ? j->reply.model : j->srv->engine->model_id, hbuf_str(&j->reply.text),
+                  j->reply.text.len, &j->result, &body);
     } else {
       serve_reply **r = malloc(sizeof *r * (size_t)j->nslots);
       serve_result *res = malloc(sizeof *res * (size_t)j->nslots);
-      for (int i = 0; r && res && i < j->nslots; i++) r[i] = j->slots[i].reply, res[i] = *j->slots[i].result;
-      if (r && res) serve_reply_body_n(r, res, j->nslots, &j->usage, &body);
+      int nr = j->nslots;
+      if (r && res) nr = best_of_choices(j, r, res);
+      if (r && res) serve_reply_body_n(r, res, nr, &j->usage, &body);
       else body.oom = true;
       free(r);
       free(res);
     }
     rc = body.oom ? MHD_NO : send_bytes(c, 200, "application/json", hbuf_str(&body), body.len, NULL);
+    job_done(j, body.oom ? 500 : 200);
     HLOG_INFO("serve: %s 200: %d choice%s, %lld prompt + %lld completion tokens, %s", job_name(j), j->nslots,
               j->nslots == 1 ? "" : "s", (long long)j->usage.prompt_tokens, (long long)j->usage.completion_tokens,
               serve_finish_name(j->result.finish));
@@ -1032,10 +1217,12 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   } else if (abandoned(j)) {
     HLOG_INFO("serve: client went away; generation cancelled");
     rc = MHD_NO; /* nobody to answer */
+    job_done(j, 0);
   } else {
     serve_fail f;
     fail_from_engine(j, &f);
     rc = send_fail_as(c, &f, NULL, j->ollama ? PROTO_OLLAMA : j->anthropic);
+    job_done(j, (unsigned)f.status);
   }
   job_free(j);
   return rc;
@@ -1085,10 +1272,12 @@ static int stream_token(void *ctx, const serve_token *tok) {
   slot *sl = ctx;
   job *j = sl->j;
   if (!sl->started) slot_started(sl);
+  token_times(sl, tok);
   hbuf b = {0};
   if (j->responses) resp_sse_token(&j->rreply, tok, &b);
   else if (j->ollama) oll_stream_token(&j->oreply, tok, &b);
   else if (j->anthropic) anth_sse_token(&j->areply, tok, &b);
+  else if (j->req.infill) infill_sse_token(tok->text, tok->len, &b);
   else serve_sse_token(sl->reply, tok, &b);
   stream_push(j, &b, false);
   hbuf_free(&b);
@@ -1107,6 +1296,7 @@ static void *stream_main(void *arg) {
   if (j->responses) resp_sse_start(&j->rreply, &b);
   else if (j->ollama) (void)0; /* an Ollama stream opens with its first token's line */
   else if (j->anthropic) anth_sse_start(&j->areply, j->prompt_tokens, &b);
+  else if (j->req.infill) (void)0; /* llama.cpp's stream opens with the first piece */
   else
     for (int i = 0; i < j->nslots; i++) {
       serve_sse_start(j->slots[i].reply, &b);
@@ -1116,6 +1306,7 @@ static void *stream_main(void *arg) {
   stream_push(j, &b, false);
   hbuf_clear(&b);
   job_generate(j, stream_token);
+  job_done(j, abandoned(j) ? 0 : 200); /* (the stream's status went out with its first bytes) */
   if (abandoned(j)) {
     HLOG_INFO("serve: client went away; stream cancelled after %lld tokens", (long long)j->result.completion_tokens);
   } else if (j->rc) {
@@ -1127,6 +1318,8 @@ static void *stream_main(void *arg) {
       oll_error_line(&f, &b);
     } else if (j->anthropic) {
       anth_sse_error(&f, &b);
+    } else if (j->req.infill) {
+      infill_sse_error(&f, &b);
     } else {
       serve_sse_error(&f, &b);
       serve_sse_done(&b);
@@ -1141,6 +1334,8 @@ static void *stream_main(void *arg) {
       oll_stream_finish(&j->oreply, &j->result, &b);
     } else if (j->anthropic) {
       anth_sse_finish(&j->areply, &j->result, &b);
+    } else if (j->req.infill) {
+      infill_sse_finish(&j->req, j->reply.model ? j->reply.model : j->srv->engine->model_id, &j->result, &b);
     } else { /* each choice sent its finish chunk as it ended (slot_run) */
       if (j->req.include_usage) serve_sse_usage(&j->reply, &j->usage, &b);
       serve_sse_done(&b);
@@ -1285,6 +1480,77 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
   return queue(c, 200, resp);
 }
 
+/* The generic tool-call format (a template without a call syntax of its own):
+ * the tools and the shape of a call, as llama.cpp's generic handler tells
+ * them, for the system message. Appended to b. */
+static void generic_tools_text(const json_t *tools, hbuf *b) {
+  hbuf_puts(b, "You can call these tools (each with its JSON schema of arguments):\n");
+  size_t i;
+  json_t *t;
+  json_array_foreach(tools, i, t) {
+    json_t *fn = json_object_get(t, "function");
+    json_t *one = json_object();
+    json_object_set(one, "name", json_object_get(fn, "name"));
+    if (json_object_get(fn, "description")) json_object_set(one, "description", json_object_get(fn, "description"));
+    json_t *params = json_object_get(fn, "parameters");
+    json_object_set_new(one, "parameters", params ? json_incref(params) : json_pack("{s:s}", "type", "object"));
+    char *js = json_dumps(one, JSON_COMPACT);
+    json_decref(one);
+    if (!js) {
+      b->oom = true;
+      return;
+    }
+    hbuf_printf(b, "%s\n", js);
+    free(js);
+  }
+  hbuf_puts(b, "To call tools, reply with only a JSON object of this shape, the arguments following the tool's "
+               "schema:\n{\"tool_calls\": [{\"name\": \"TOOL_NAME\", \"arguments\": {...}}]}");
+}
+
+/* The messages a chat is rendered from when the model uses the generic
+ * tool-call format and its template does not render tools: the request's,
+ * with the tools' description appended to the leading system message (or a
+ * system message of it put first); in_user (for templates that refuse a
+ * system role): put before the first user message's text instead. *msgs
+ * (borrowing the request's strings) and *sys owned by the caller; *msgs NULL
+ * when the request's own are used. Nonzero only when out of memory. */
+static int generic_tools_messages(const serve_engine *e, const serve_request *req, bool in_user, serve_message **msgs,
+                                  int *nmsgs, char **sys) {
+  *msgs = NULL;
+  *sys = NULL;
+  *nmsgs = req->nmessages;
+  if (e->tool_format != TC_GENERIC || e->template_tools || !json_array_size(req->tools) ||
+      req->tool_choice == SERVE_TOOLS_NONE)
+    return 0;
+  int at = 0; /* the message that takes the description */
+  bool merge = req->nmessages > 0 && !strcmp(req->messages[0].role, "system") && !req->messages[0].parts;
+  if (in_user) {
+    for (at = 0; at < req->nmessages && strcmp(req->messages[at].role, "user"); at++) {}
+    if (at == req->nmessages || req->messages[at].parts) return 0; /* nowhere to say it */
+    merge = true;
+  }
+  hbuf b = {0};
+  if (merge && !in_user && req->messages[0].content[0]) hbuf_printf(&b, "%s\n\n", req->messages[0].content);
+  generic_tools_text(req->tools, &b);
+  if (in_user) hbuf_printf(&b, "\n\n%s", req->messages[at].content);
+  int n = req->nmessages + (merge ? 0 : 1);
+  serve_message *m = calloc((size_t)n, sizeof *m);
+  if (!m || b.oom) {
+    free(m);
+    hbuf_free(&b);
+    return -1;
+  }
+  memcpy(m + (merge ? 0 : 1), req->messages, (size_t)req->nmessages * sizeof *m);
+  if (!merge) {
+    m[0].extra = m[0].parts = NULL;
+    m[0].role = (char *)"system";
+  }
+  m[at].content = *sys = hbuf_take(&b);
+  *msgs = m;
+  *nmsgs = n;
+  return 0;
+}
+
 /* Renders a chat request's messages with the model's template into *prompt. */
 static int render_prompt(serve_engine *e, const serve_request *req, char **prompt, serve_fail *f) {
   herr err = {0};
@@ -1295,12 +1561,34 @@ static int render_prompt(serve_engine *e, const serve_request *req, char **promp
                             "%s: model %s has no %s tower: it cannot take %s", req->media[i].name, e->model_id,
                             k == HEARTH_MEDIA_IMAGE ? "vision" : kind_word(k), k == HEARTH_MEDIA_IMAGE ? "images" : kind_word(k));
     }
-  serve_chat_opts o = {.tools = req->tools, .kwargs = req->template_kwargs};
-  if (!e->render_chat(e->impl, req->messages, req->nmessages, &o, prompt, &err)) return 0;
+  serve_chat_opts o = {.tools = req->tools,
+                       .kwargs = req->template_kwargs,
+                       .no_generation_prompt = req->no_generation_prompt,
+                       .continue_final = req->continue_final_message};
+  serve_message *msgs = NULL;
+  char *sys = NULL;
+  int nmsgs = 0, rc = 0;
+  /* the generic format's tools description: in a system message, or, where the
+   * template refuses that (Gemma 2 raises on a system role), in the first user turn */
+  for (int in_user = 0; in_user < 2; in_user++) {
+    if (generic_tools_messages(e, req, in_user, &msgs, &nmsgs, &sys))
+      return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+    if (in_user && !msgs) break; /* the first try's failure stands */
+    memset(&err, 0, sizeof err);
+    rc = e->render_chat(e->impl, msgs ? msgs : req->messages, nmsgs, &o, prompt, &err);
+    bool retry = rc == HEARTH_EINVAL && msgs && !in_user;
+    free(msgs);
+    free(sys);
+    msgs = NULL, sys = NULL;
+    if (!retry) break;
+  }
+  if (!rc) return 0;
   /* the template refusing these messages (raise_exception, a type error
    * on what was sent, a render limit) is the client's to fix; a template
    * that cannot be loaded or uses what the engine lacks is the server's */
-  if (err.code == HEARTH_EINVAL || err.code == HEARTH_ELIMIT) {
+  if (err.code == HEARTH_EINVAL && !strncmp(err.msg, "continue_final_message:", 23)) {
+    serve_fail_set(f, 400, "invalid_request_error", "continue_final_message", NULL, "%s", err.msg);
+  } else if (err.code == HEARTH_EINVAL || err.code == HEARTH_ELIMIT) {
     serve_fail_set(f, 400, "invalid_request_error", "messages", NULL, "the chat template failed: %s", err.msg);
   } else if (err.code == HEARTH_ENOTFOUND) {
     serve_fail_set(f, 400, "invalid_request_error", "messages", NULL,
@@ -1375,6 +1663,35 @@ static serve_engine *engine_named(const serve_server *s, const char *name) {
   return name_served(s, name) ? s->engine : NULL;
 }
 
+/* Fill-in-the-middle (`suffix`, /infill): each text prompt becomes the token ids the
+ * engine lays out from prefix, suffix, the middle's start and the context before. */
+static int fim_prompts(serve_engine *e, serve_request *req, serve_fail *f) {
+  const char *field = req->infill ? "input_suffix" : "suffix";
+  if (!e->fim_prompt || !e->generate_ids)
+    return serve_fail_set(f, 400, "invalid_request_error", field, NULL,
+                          "'%s': model %s has no fill-in-the-middle tokens (<|fim_prefix|>, <|fim_suffix|>, "
+                          "<|fim_middle|> or their kin), so it cannot fill in text between a prefix and a suffix",
+                          field, e->model_id);
+  for (int i = 0; i < req->n_prompts; i++) {
+    serve_prompt q;
+    serve_request_prompt(req, i, &q);
+    if (q.ids)
+      return serve_fail_set(f, 400, "invalid_request_error", field, NULL,
+                            "'%s' with a prompt of token ids is not supported: send the prefix as text", field);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    herr err = {0};
+    const char *prefix = req->infill ? req->fim_prefix : q.text, *middle = req->infill ? q.text : "";
+    if (e->fim_prompt(e->impl, prefix, req->suffix, middle, req->fim_extra, req->n_fim_extra, req->sampling.max_tokens,
+                      &ids, &n, &err))
+      return err.code == HEARTH_ENOMEM ? serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory")
+                                       : serve_fail_set(f, 400, "invalid_request_error", field, NULL, "%s", err.msg);
+    if (i == 0) req->prompt_ids = ids, req->n_prompt_ids = n;
+    else req->prompts[i - 1].ids = ids, req->prompts[i - 1].n_ids = n;
+  }
+  return 0;
+}
+
 /* POST /v1/chat/completions, /v1/completions and /v1/messages: one path, the
  * protocol chosen by the route. */
 static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s, conn *cn) {
@@ -1382,7 +1699,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   bool oll = cn->route == ROUTE_OLL_CHAT || cn->route == ROUTE_OLL_GENERATE;
   int proto = oll ? PROTO_OLLAMA : anth ? PROTO_ANTHROPIC : PROTO_OPENAI;
   double t0 = oll_now();
-  serve_kind kind = cn->route == ROUTE_COMPLETIONS ? SERVE_COMPLETION : SERVE_CHAT;
+  serve_kind kind = cn->route == ROUTE_COMPLETIONS || cn->route == ROUTE_INFILL ? SERVE_COMPLETION : SERVE_CHAT;
   serve_engine *e = s->engine;
   job *j = calloc(1, sizeof *j);
   serve_fail f;
@@ -1394,6 +1711,8 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   pthread_mutex_init(&j->gen_mu, NULL);
   pthread_cond_init(&j->gen_cv, NULL);
   j->srv = s;
+  j->t_start = cn->t_start;
+  j->route_path = cn->route_path;
   j->anthropic = anth;
   j->responses = cn->route == ROUTE_RESPONSES;
   j->ollama = oll;
@@ -1426,12 +1745,15 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       json_decref(prev);
     }
     if (resp_request_messages(&j->req, &j->rr, j->history, &f)) goto refuse;
+  } else if (cn->route == ROUTE_INFILL) {
+    if (infill_request_parse(hbuf_str(&cn->body), cn->body.len, &j->req, &f)) goto refuse;
   } else if (anth ? anth_request_parse(hbuf_str(&cn->body), cn->body.len, false, &j->req, &f)
                   : serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f)) {
     goto refuse;
   }
   if (model_unknown(s, &j->req, proto, &e, &f)) goto refuse;
   j->engine = e;
+  j->req.sampling.priority = cn->priority;
   double before_hold = oll_now();
   if (hold(e, &f)) goto refuse;
   j->held = e->acquire != NULL;
@@ -1465,6 +1787,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
       goto refuse;
     }
+    if (j->req.fim && fim_prompts(e, &j->req, &f)) goto refuse;
   }
   /* Refuse what cannot work before any work, so a stream never starts for it. */
   for (int i = 0; i < j->req.sampling.n_logit_bias; i++)
@@ -1478,6 +1801,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   /* the choices: each prompt (a completion's prompt array; else the one) n times */
   int nprompts = kind == SERVE_COMPLETION && j->req.n_prompts > 1 ? j->req.n_prompts : 1;
   int copies = anth || j->responses || j->req.n < 1 ? 1 : j->req.n;
+  if (kind == SERVE_COMPLETION && !anth && !j->responses && j->req.best_of > copies) copies = j->req.best_of;
   j->nslots = nprompts * copies;
   j->slots = calloc((size_t)j->nslots, sizeof *j->slots);
   if (!j->slots) {
@@ -1584,6 +1908,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       serve_reply_init(r, kind, e->model_id, created, id_seed, j->req.sampling.logprobs);
       r->index = i;
       r->usage_null = j->req.stream && j->req.include_usage;
+      r->one_call = j->req.one_tool_call;
       if (j->parse && serve_reply_parse(r, &j->tc, &err)) {
         serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
         goto refuse;
@@ -1598,8 +1923,10 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   for (int i = 0; i < j->nslots; i++) {
     slot *sl = &j->slots[i];
     sl->sampling = j->req.sampling;
+    if (j->req.best_of > j->req.n) sl->sampling.logprobs = true; /* best_of ranks by them */
     if (sl->sampling.has_seed && sl->copy > 0) sl->sampling.seed = hmix64(sl->sampling.seed + (uint64_t)sl->copy * HMIX64_GAMMA);
   }
+  cn->job_owned = true; /* logged and counted by job_done */
   return j->req.stream ? answer_stream(c, j) : answer_whole(c, j);
 refuse:
   job_free(j);
@@ -2265,6 +2592,88 @@ static enum MHD_Result answer_oll_refused(struct MHD_Connection *c, conn *cn) {
   return send_oll_fail(c, &f);
 }
 
+/* ---- the Batch API (files.h, batches.h) ---- */
+
+/* The {id} of a path matched by route_matches, into out. */
+static void route_id(const conn *cn, const char *prefix, const char *suffix, char *out, size_t cap) {
+  size_t pre = strlen(prefix), len = strlen(cn->path), suf = suffix ? strlen(suffix) : 0;
+  size_t n = len > pre + suf ? len - pre - suf : 0;
+  snprintf(out, cap, "%.*s", (int)n, cn->path + pre);
+}
+
+/* ?name=N as an integer in [lo, hi] (absent: def); 400 with f filled otherwise. */
+static int query_int(struct MHD_Connection *c, const char *name, int64_t def, int64_t *out, serve_fail *f) {
+  const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+  *out = def;
+  if (!v) return 0;
+  char *end;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (!*v || *end || errno) return serve_bad(f, name, "'%s' is '%.40s'; it must be an integer", name, v);
+  *out = x;
+  return 0;
+}
+
+static enum MHD_Result answer_batch_api(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  serve_fail f;
+  json_t *o = NULL;
+  int st = 0;
+  char id[256];
+  if (!s->files || !s->batches) {
+    serve_fail_set(&f, 400, "invalid_request_error", NULL, "batch_api_disabled",
+                   "The Batch API keeps its files and batches on disk: start hearth serve with --state-dir DIR");
+    return send_fail(c, &f, NULL);
+  }
+  int64_t limit;
+  const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+  switch (cn->route) {
+  case ROUTE_FILES:
+    if (cn->post) {
+      const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+      st = file_store_upload(s->files, ct, hbuf_str(&cn->body), cn->body.len, &o, &f);
+    } else {
+      const char *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
+      if (order && strcmp(order, "asc") && strcmp(order, "desc"))
+        st = serve_bad(&f, "order", "'order' is '%.40s'; it must be \"asc\" or \"desc\"", order);
+      else if (!(st = query_int(c, "limit", 10000, &limit, &f)))
+        st = file_store_list(s->files, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "purpose"), after, limit,
+                             order && !strcmp(order, "asc"), &o, &f);
+    }
+    break;
+  case ROUTE_FILE:
+    route_id(cn, "/v1/files/", NULL, id, sizeof id);
+    st = cn->del ? file_store_delete(s->files, id, &o, &f) : file_store_get(s->files, id, &o, &f);
+    break;
+  case ROUTE_FILE_CONTENT: {
+    route_id(cn, "/v1/files/", "/content", id, sizeof id);
+    char *data = NULL;
+    size_t len = 0;
+    if ((st = file_store_read(s->files, id, &data, &len, &f)) != 200) break;
+    enum MHD_Result rc = send_bytes(c, 200, "application/octet-stream", data, len, NULL);
+    free(data);
+    return rc;
+  }
+  case ROUTE_BATCHES:
+    if (cn->post) st = batch_store_create(s->batches, hbuf_str(&cn->body), cn->body.len, &o, &f);
+    else if (!(st = query_int(c, "limit", 20, &limit, &f))) st = batch_store_list(s->batches, after, limit, &o, &f);
+    break;
+  case ROUTE_BATCH:
+    route_id(cn, "/v1/batches/", NULL, id, sizeof id);
+    st = batch_store_get(s->batches, id, &o, &f);
+    break;
+  case ROUTE_BATCH_CANCEL:
+    route_id(cn, "/v1/batches/", "/cancel", id, sizeof id);
+    st = batch_store_cancel(s->batches, id, &o, &f);
+    break;
+  default:
+    return MHD_NO;
+  }
+  if (st == 200 && o) return send_json(c, 200, o);
+  json_decref(o);
+  if (st == 200) serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
+  return send_fail(c, &f, NULL);
+}
+
 /* ---- the request cycle ---- */
 
 /* The key from "Authorization: Bearer KEY" or (Anthropic's clients) "x-api-key: KEY". */
@@ -2321,6 +2730,8 @@ static const route_def routes[] = {
      "unloads an adapter (requests running under it finish first; its memory is freed after the last)"},
     {"GET", "/stats", ROUTE_STATS, false, "serving counters as JSON (requests, KV blocks, prefix cache, tokens/s)"},
     {"GET", "/metrics", ROUTE_METRICS, false, "serving counters in the Prometheus text format"},
+    {"POST", "/infill", ROUTE_INFILL, false,
+     "fill-in-the-middle as llama.cpp's (input_prefix, input_suffix, input_extra, prompt; models with FIM tokens)"},
     {"GET", "/fit", ROUTE_FIT, false,
      "the served model's memory contract: weights, KV bytes per token, fit, largest context, predicted tok/s "
      "(?ctx=N&batch=B)"},
@@ -2342,11 +2753,31 @@ static const route_def routes[] = {
     {"POST", "/api/push", ROUTE_OLL_REFUSED, false, "Ollama API: refused (hearth pushes to no registry)"},
     {"POST", "/api/blobs/{id}", ROUTE_OLL_REFUSED, false, "Ollama API: refused (no Modelfile blobs)"},
     {"GET", "/api/blobs/{id}", ROUTE_OLL_REFUSED, false, "Ollama API: refused (no Modelfile blobs)"},
+    {"POST", "/v1/files", ROUTE_FILES, false,
+     "uploads a Batch API input file: multipart/form-data with purpose \"batch\" and the JSONL file (--state-dir)"},
+    {"GET", "/v1/files", ROUTE_FILES, false, "the stored files, newest first (?purpose, ?after, ?limit, ?order)"},
+    {"GET", "/v1/files/{id}/content", ROUTE_FILE_CONTENT, false, "a file's content"},
+    {"GET", "/v1/files/{id}", ROUTE_FILE, false, "a file object"},
+    {"DELETE", "/v1/files/{id}", ROUTE_FILE, false, "deletes a file"},
+    {"POST", "/v1/batches", ROUTE_BATCHES, false,
+     "creates a batch: {\"input_file_id\", \"endpoint\", \"completion_window\": \"24h\", \"metadata\"}; its rows run "
+     "at low priority"},
+    {"GET", "/v1/batches", ROUTE_BATCHES, false, "the batches, newest first (?after, ?limit)"},
+    {"POST", "/v1/batches/{id}/cancel", ROUTE_BATCH_CANCEL, false, "cancels a batch (rows answered so far are kept)"},
+    {"GET", "/v1/batches/{id}", ROUTE_BATCH, false, "a batch object"},
 };
 
+/* "{id}" inside a path ("/v1/batches/{id}/cancel") matches one segment. */
 static bool route_matches(const route_def *r, const char *path) {
   size_t n = strlen(r->path);
   if (n > 5 && !strcmp(r->path + n - 5, "/{id}")) return !strncmp(path, r->path, n - 4) && path[n - 4];
+  const char *at = strstr(r->path, "/{id}/");
+  if (at) {
+    size_t pre = (size_t)(at - r->path) + 1, suf = strlen(at + 5), len = strlen(path);
+    if (len <= pre + suf || strncmp(path, r->path, pre) != 0 || strcmp(path + len - suf, at + 5) != 0) return false;
+    const char *slash = memchr(path + pre, '/', len - pre - suf);
+    return slash == NULL;
+  }
   return !strcmp(path, r->path);
 }
 
@@ -2361,12 +2792,18 @@ static json_t *route_index(void) {
 /* Decides on the first call, before any body: route, method, key, size. */
 static void classify(serve_server *s, struct MHD_Connection *c, const char *url, const char *method, conn *cn) {
   char *path = cn->path;
+  cn->t_start = mono_seconds();
+  snprintf(cn->method, sizeof cn->method, "%s", method);
   snprintf(cn->path, sizeof cn->path, "%s", url);
   size_t n = strlen(path);
   if (n > 1 && path[n - 1] == '/') path[n - 1] = 0;
   cn->head = strcmp(method, "HEAD") == 0;
   cn->anthropic = strcmp(path, "/v1/messages") == 0 || strncmp(path, "/v1/messages/", 13) == 0;
   cn->ollama = strncmp(path, "/api/", 5) == 0;
+  /* /v1/models asked by an Anthropic client (which always sends anthropic-version): its shapes */
+  if ((strcmp(path, "/v1/models") == 0 || strncmp(path, "/v1/models/", 11) == 0) &&
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version"))
+    cn->anthropic = true;
   if (atomic_load(&s->draining)) {
     cn->failed = true;
     serve_fail_set(&cn->fail, 503, "server_error", NULL, "shutting_down",
@@ -2401,6 +2838,7 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
   }
   bool open = rt->open;
   cn->route = rt->r;
+  cn->route_path = rt->path;
   cn->del = !strcmp(m, "DELETE");
   cn->post = !strcmp(m, "POST");
   if (!open && !key_ok(s, c)) {
@@ -2409,6 +2847,17 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
                    "Missing or incorrect API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
     return;
   }
+  const char *prio = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Hearth-Priority");
+  if (prio && strcasecmp(prio, "low") && strcasecmp(prio, "normal")) {
+    cn->failed = true;
+    serve_fail_set(&cn->fail, 400, "invalid_request_error", NULL, "invalid_priority",
+                   "X-Hearth-Priority '%.40s' is not one of \"normal\" and \"low\"", prio);
+    return;
+  }
+  cn->priority = prio && !strcasecmp(prio, "low") ? 1 : 0;
+  cn->max_body = s->max_body;
+  if (cn->route == ROUTE_FILES && cn->post && s->files) /* the file, and the form around it */
+    cn->max_body = file_store_max_bytes(s->files) + ((size_t)64 << 10);
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
   if (cl) {
     /* digits only: strtoull would take "-1" as 2^64 - 1 and "abc" as 0 */
@@ -2419,7 +2868,12 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
       cn->failed = true;
       serve_fail_set(&cn->fail, 400, "invalid_request_error", NULL, "invalid_content_length",
                      "Content-Length '%.40s' is not a byte count", cl);
-    } else if (v > s->max_body) {
+    } else if (v > cn->max_body && cn->route == ROUTE_FILES && s->files) {
+      cn->failed = true;
+      serve_fail_set(&cn->fail, 413, "invalid_request_error", "file", "file_too_large",
+                     "The upload has %llu bytes; a file may have %zu (hearth serve --max-file-size)", v,
+                     file_store_max_bytes(s->files));
+    } else if (v > cn->max_body) {
       cn->failed = true;
       serve_fail_set(&cn->fail, 413, "invalid_request_error", NULL, "request_too_large",
                      "The request body has %llu bytes; the limit is %zu", v, s->max_body);
@@ -2437,9 +2891,9 @@ static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, c
   case ROUTE_INDEX:
     return answer_index(c, s);
   case ROUTE_MODELS:
-    return answer_models(c, s);
+    return answer_models(c, s, cn->anthropic);
   case ROUTE_MODEL:
-    return answer_model(c, s, cn->path + 11);
+    return answer_model(c, s, cn->path + 11, cn->anthropic);
   case ROUTE_MODEL_LOAD:
   case ROUTE_MODEL_UNLOAD:
     return answer_model_load(c, s, cn, cn->route == ROUTE_MODEL_LOAD);
@@ -2453,6 +2907,7 @@ static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, c
   case ROUTE_COMPLETIONS:
   case ROUTE_MESSAGES:
   case ROUTE_RESPONSES:
+  case ROUTE_INFILL:
     return answer_generate(c, s, cn);
   case ROUTE_RESPONSE:
     return answer_stored_response(c, s, cn->path + 14, cn->del);
@@ -2490,6 +2945,13 @@ static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, c
     return answer_oll_delete(c, s, cn);
   case ROUTE_OLL_REFUSED:
     return answer_oll_refused(c, cn);
+  case ROUTE_FILES:
+  case ROUTE_FILE:
+  case ROUTE_FILE_CONTENT:
+  case ROUTE_BATCHES:
+  case ROUTE_BATCH:
+  case ROUTE_BATCH_CANCEL:
+    return answer_batch_api(c, s, cn);
   default:
     return MHD_NO;
   }
@@ -2521,6 +2983,13 @@ static bool slow_route(route r) {
   case ROUTE_OLL_EMBEDDINGS:
   case ROUTE_OLL_PULL:
   case ROUTE_OLL_DELETE:
+  case ROUTE_FILES:
+  case ROUTE_FILE:
+  case ROUTE_FILE_CONTENT:
+  case ROUTE_BATCHES:
+  case ROUTE_BATCH:
+  case ROUTE_BATCH_CANCEL:
+  case ROUTE_INFILL:
     return true;
   default:
     return false;
@@ -2657,8 +3126,8 @@ static void heads_expire(serve_server *s, double now) {
     HLOG_INFO("serve: closed %d connection(s) whose request headers were not in within %d s", closed, s->header_timeout_s);
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+static enum MHD_Result on_request_in(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                     const char *version, const char *upload, size_t *upload_size, void **con_cls) {
   serve_server *s = cls;
   conn *cn = *con_cls;
   tl_server = s;
@@ -2673,7 +3142,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                             "anthropic-dangerous-direct-browser-access, OpenAI-Organization, OpenAI-Project, "
                             "X-Stainless-Arch, X-Stainless-Lang, X-Stainless-OS, X-Stainless-Package-Version, "
                             "X-Stainless-Retry-Count, X-Stainless-Runtime, X-Stainless-Runtime-Version, "
-                            "X-Stainless-Timeout, X-Stainless-Helper-Method");
+                            "X-Stainless-Timeout, X-Stainless-Helper-Method, X-Hearth-Priority");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
     enum MHD_Result rc = MHD_queue_response(c, 204, resp);
     MHD_destroy_response(resp);
@@ -2692,16 +3161,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
      * sends "100 Continue" or reads a byte of the body; the connection is
      * then closed. */
     if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, conn_proto(cn));
-    /* headers are in: the body may take its time, up to BODY_TIMEOUT_S of silence */
-    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)BODY_TIMEOUT_S);
+    /* headers are in: the body may take its time, up to body_timeout_s of silence */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->body_timeout_s);
     return MHD_YES;
   }
   if (*upload_size) {
     if (!cn->failed) {
-      if (cn->body.len + *upload_size > s->max_body) {
+      if (cn->body.len + *upload_size > cn->max_body) {
         cn->failed = true;
         serve_fail_set(&cn->fail, 413, "invalid_request_error", NULL, "request_too_large",
-                       "The request body is over the limit of %zu bytes", s->max_body);
+                       "The request body is over the limit of %zu bytes", cn->max_body);
         hbuf_free(&cn->body);
       } else {
         hbuf_append(&cn->body, upload, *upload_size);
@@ -2723,12 +3192,34 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cn->resp) return MHD_NO; /* nothing to send (the client went away, or out of memory): close */
     struct MHD_Response *resp = cn->resp;
     cn->resp = NULL;
+    tl_status = cn->resp_status;
     enum MHD_Result rc = MHD_queue_response(c, cn->resp_status, resp);
     MHD_destroy_response(resp);
     return rc;
   }
   if (slow_route(cn->route)) return defer(s, c, cn);
   return answer_route(c, s, cn);
+}
+
+/* on_request_in, noting the status of an answer it queued (for the request's log line and counter). */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+  tl_status = 0;
+  enum MHD_Result rc = on_request_in(cls, c, url, method, version, upload, upload_size, con_cls);
+  conn *cn = *con_cls;
+  if (cn && tl_status) cn->status = tl_status;
+  return rc;
+}
+
+/* One line on stderr per request, and its count by route and status. */
+static void request_done(serve_server *s, const char *method, const char *route, unsigned status, double t_start,
+                         int64_t prompt_tokens, int64_t completion_tokens, double ttft) {
+  serve_metrics_request(s->metrics, route, (int)(status ? status : 499));
+  char ttft_s[32] = "-";
+  if (ttft >= 0) snprintf(ttft_s, sizeof ttft_s, "%.1fms", ttft * 1000);
+  HLOG_INFO("request: %s %s %u prompt_tokens=%lld completion_tokens=%lld ttft=%s duration=%.1fms", method,
+            route ? route : "-", status ? status : 499, (long long)prompt_tokens, (long long)completion_tokens, ttft_s,
+            (mono_seconds() - t_start) * 1000);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
@@ -2740,6 +3231,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     head_await(s, head_of(c), mono_seconds() + s->idle_timeout_s + s->header_timeout_s);
   }
   if (!cn) return;
+  if (!cn->job_owned) request_done(s, cn->method, cn->route_path, cn->status, cn->t_start, 0, 0, -1);
   if (cn->counted) atomic_fetch_sub(&s->in_flight, 1);
   if (cn->resp) MHD_destroy_response(cn->resp); /* made, never sent (the client went away) */
   hbuf_free(&cn->body);
@@ -2761,6 +3253,27 @@ static void raise_fd_limit(unsigned want) {
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want) return;
   rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
   setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+/* The Batch API over cfg->state_dir: the folder locked for this server, its
+ * files and batches read back, and the runner started (rows posted to this
+ * server on host:port with its key). */
+static int batch_api_start(serve_server *s, const serve_config *cfg, const char *host, herr *err) {
+  if (mkdir(cfg->state_dir, 0700) != 0 && errno != EEXIST)
+    return herr_set(err, HEARTH_EIO, "state directory %s: %s", cfg->state_dir, strerror(errno));
+  char *lock = hpath_join(cfg->state_dir, "lock");
+  s->state_lock = lock ? open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
+  free(lock);
+  if (s->state_lock < 0) return herr_set(err, HEARTH_EIO, "state directory %s: %s", cfg->state_dir, strerror(errno));
+  if (flock(s->state_lock, LOCK_EX | LOCK_NB) != 0)
+    return herr_set(err, HEARTH_EINVAL, "state directory %s is in use by another server: give each its own",
+                    cfg->state_dir);
+  batch_row_target t;
+  int rc;
+  if ((rc = file_store_open(&s->files, cfg->state_dir, cfg->max_file_bytes, err))) return rc;
+  if ((rc = batch_row_target_set(&t, host, s->port, cfg->api_key, err))) return rc;
+  if ((rc = batch_store_open(&s->batches, cfg->state_dir, s->files, &t, cfg->batch_concurrency, err))) return rc;
+  return batch_store_start(s->batches, err);
 }
 
 int serve_start(serve_server **out, serve_engine *engine, const serve_config *cfg, herr *err) {
@@ -2804,6 +3317,7 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   }
   s->adapter_dir = adapter_dir;
   s->models = cfg->models;
+  s->state_lock = -1;
   s->engine = engine;
   s->engines = calloc((size_t)cfg->n_more_engines + 1, sizeof *s->engines);
   if (!s->engines) {
@@ -2814,6 +3328,7 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   }
   s->engines[s->nengines++] = engine;
   for (int i = 0; i < cfg->n_more_engines; i++) s->engines[s->nengines++] = cfg->more_engines[i];
+  s->metrics = serve_metrics_new();
   s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
   s->keepalive_s = (cfg->keepalive_ms > 0 ? cfg->keepalive_ms : DEFAULT_KEEPALIVE_MS) / 1000.0;
   s->api_key = cfg->api_key ? strdup(cfg->api_key) : NULL;
@@ -2838,6 +3353,7 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
                         : max_conn / PER_CLIENT_SHARE > 0 ? max_conn / PER_CLIENT_SHARE
                                                           : 1;
   s->header_timeout_s = cfg->header_timeout_s > 0 ? cfg->header_timeout_s : DEFAULT_HEADER_TIMEOUT_S;
+  s->body_timeout_s = cfg->body_timeout_s > 0 ? cfg->body_timeout_s : DEFAULT_BODY_TIMEOUT_S;
   raise_fd_limit(max_conn + 64);
   pthread_mutex_init(&s->engine_lock, NULL);
   pthread_mutex_init(&s->jobs_mu, NULL);
@@ -2876,6 +3392,10 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   }
   const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
   s->port = di ? di->port : cfg->port;
+  if (cfg->state_dir && batch_api_start(s, cfg, host, err)) {
+    serve_stop(s);
+    return err->code ? err->code : HEARTH_EIO;
+  }
   *out = s;
   return 0;
 }
@@ -2886,6 +3406,9 @@ uint64_t serve_keepalives_sent(serve_server *s) { return atomic_load(&s->keepali
 
 void serve_stop(serve_server *s) {
   if (!s) return;
+  /* the batch runner first: its rows in flight are cut, and kept for a restart */
+  batch_store_close(s->batches);
+  s->batches = NULL;
   /* No connection may be suspended when the daemon stops: new answering threads are refused,
    * the generations running are cancelled, the answering threads waited for (each resumes its
    * connection), and the parked streams woken, with nothing parked from then on. */
@@ -2920,10 +3443,14 @@ void serve_stop(serve_server *s) {
   free(s->names);
   free(s->engines);
   resp_store_free(s->responses);
+  file_store_close(s->files);
+  if (s->state_lock >= 0) close(s->state_lock);
+  serve_metrics_free(s->metrics);
   free(s);
 }
 
 void serve_drain_begin(serve_server *s) {
+  if (s->batches) batch_store_halt(s->batches); /* its rows run again after the restart */
   int was = 0;
   atomic_compare_exchange_strong(&s->draining, &was, 1);
 }

@@ -44,6 +44,7 @@ typedef struct serve_config {
   int header_timeout_s; /* a request's head (request line and headers) must be all in this long after its
                          * connection opens (after the previous answer, plus idle_timeout_s, on a kept-alive
                          * one), however steadily it trickles in, or the connection is closed; 0: 10 s */
+  int body_timeout_s;   /* a request body that sends nothing for this long is dropped; 0: 60 s */
   const char *const *served_names; /* borrowed: further names the model answers to ("*": any name); a
                                     * request naming another model gets 404 model_not_found */
   int n_served_names;
@@ -60,6 +61,13 @@ typedef struct serve_config {
                                       * server. The routes without a model (stats, metrics, fit, tokenize,
                                       * signal, adapters) and a request naming none answer for the first */
   int n_more_engines;
+  const char *state_dir;      /* borrowed; NULL: the Batch API (/v1/files, /v1/batches) is refused (400
+                               * batch_api_disabled). Else its files and batches are kept in this folder
+                               * (made when missing; one server at a time: a second one is refused),
+                               * and a restart resumes the batches that had not ended */
+  size_t max_file_bytes;      /* an uploaded file's size at most; 0: 200 MiB (OpenAI's limit) */
+  int batch_concurrency;      /* batch rows in flight at once; 0: 8. They run at low priority: the
+                               * scheduler admits interactive requests before them */
 } serve_config;
 
 typedef struct serve_server serve_server;

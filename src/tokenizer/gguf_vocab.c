@@ -715,7 +715,8 @@ static const char *find_bytes(const char *hay, size_t hn, const char *nd, size_t
 }
 
 /* Splits text around special tokens, longest first, as llama.cpp's tokenizer_st_partition. */
-static bool partition(const gguf_vocab *v, const char *text, size_t len, bool parse_special, frag_vec *out) {
+static bool partition(const gguf_vocab *v, const char *text, size_t len, bool parse_special, const int32_t *lit,
+                      size_t nlit, frag_vec *out) {
   out->n = 0;
   if (len == 0) return true;
   frag_push(out, (fragment){NO_TOKEN, 0, len});
@@ -731,6 +732,9 @@ static bool partition(const gguf_vocab *v, const char *text, size_t len, bool pa
     int32_t id = v->special[k];
     uint32_t a = v->attr[id];
     if (!parse_special && (a & (ATTR_CONTROL | ATTR_UNKNOWN))) continue;
+    bool literal = false;
+    for (size_t i = 0; !parse_special && i < nlit; i++) literal = literal || lit[i] == id;
+    if (literal) continue;
     const char *tt = tok_text(v, id);
     size_t tl = v->len[id];
     if (tl > len) continue;
@@ -799,13 +803,18 @@ static bool partition(const gguf_vocab *v, const char *text, size_t len, bool pa
 
 int gguf_vocab_encode(const gguf_vocab *v, const char *text, size_t len, bool add_special, bool parse_special, int32_t **ids,
                       size_t *n, herr *err) {
+  return gguf_vocab_encode_ex(v, text, len, add_special, parse_special, NULL, 0, ids, n, err);
+}
+
+int gguf_vocab_encode_ex(const gguf_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
+                         const int32_t *lit, size_t nlit, int32_t **ids, size_t *n, herr *err) {
   *ids = NULL;
   *n = 0;
   frag_vec frags = {0};
   ids_vec out = {0};
   hbuf buf = {0};
   int rc = 0;
-  if (!partition(v, text, len, parse_special, &frags)) {
+  if (!partition(v, text, len, parse_special, lit, nlit, &frags)) {
     rc = herr_set(err, HEARTH_ENOMEM, "tokenizer: out of memory");
     goto done;
   }

@@ -22,6 +22,9 @@ void gguf_vocab_free(gguf_vocab *v);
  * per model type when absent); parse_special: special/control tokens in the text become their ids. */
 int gguf_vocab_encode(const gguf_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
                       int32_t **ids, size_t *n, herr *err);
+/* As gguf_vocab_encode; without parse_special the tokens lit[0..nlit) are not read from the text either. */
+int gguf_vocab_encode_ex(const gguf_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
+                         const int32_t *lit, size_t nlit, int32_t **ids, size_t *n, herr *err);
 /* Appends the text of ids (as llama.cpp's detokenize with special tokens rendered unless skip_special). */
 int gguf_vocab_decode(const gguf_vocab *v, const int32_t *ids, size_t n, bool skip_special, hbuf *out, herr *err);
 int32_t gguf_vocab_size(const gguf_vocab *v);

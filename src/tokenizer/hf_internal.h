@@ -131,6 +131,9 @@ int hf_tokenizer_load(const char *json, size_t len, const char *config_json, siz
 void hf_tokenizer_free(hf_tokenizer *t);
 int hf_tokenizer_encode(const hf_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
                         int32_t **ids, size_t *n, herr *err);
+/* As hf_tokenizer_encode; without parse_special the added tokens lit[0..nlit) are not read either. */
+int hf_tokenizer_encode_ex(const hf_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                           const int32_t *lit, size_t nlit, int32_t **ids, size_t *n, herr *err);
 int hf_tokenizer_decode(const hf_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, hbuf *out, herr *err);
 int32_t hf_tokenizer_vocab_size(const hf_tokenizer *t);
 int hf_tokenizer_token_bytes(const hf_tokenizer *t, int32_t id, hbuf *out, herr *err);

@@ -130,8 +130,15 @@ static bool starts_with_word(const char *s, size_t n) {
 }
 
 /* Splits s[0..n) on the added tokens of trie t into out (HF's find_matches). */
-static bool split_added(const hf_tokenizer *tk, const trie *t, bool parse_special, const char *s, size_t n,
-                        bool at_start, hf_splits *out) {
+/* Whether id is among the literal ids (tokens never read from the text). */
+static bool is_literal(const int32_t *lit, size_t nlit, int32_t id) {
+  for (size_t i = 0; i < nlit; i++)
+    if (lit[i] == id) return true;
+  return false;
+}
+
+static bool split_added(const hf_tokenizer *tk, const trie *t, bool parse_special, const int32_t *lit, size_t nlit,
+                        const char *s, size_t n, bool at_start, hf_splits *out) {
   size_t start_off = 0;
   if (!t->empty) {
     for (size_t pos = 0; pos < n;) {
@@ -144,7 +151,7 @@ static bool split_added(const hf_tokenizer *tk, const trie *t, bool parse_specia
       const added_tok *a = &tk->added[idx];
       size_t start = pos, stop = end;
       pos = end;
-      if (!parse_special && a->special) continue;
+      if (!parse_special && (a->special || is_literal(lit, nlit, a->id))) continue;
       if (a->single_word) {
         bool start_space = start == 0 || !ends_with_word(s, start);
         bool stop_space = stop == n || !starts_with_word(s + stop, n - stop);
@@ -505,6 +512,11 @@ void hf_tokenizer_free(hf_tokenizer *t) {
 /* ---- encode ---- */
 int hf_tokenizer_encode(const hf_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
                         int32_t **ids_out, size_t *n_out, herr *err) {
+  return hf_tokenizer_encode_ex(t, text, len, add_special, parse_special, NULL, 0, ids_out, n_out, err);
+}
+
+int hf_tokenizer_encode_ex(const hf_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                           const int32_t *lit, size_t nlit, int32_t **ids_out, size_t *n_out, herr *err) {
   *ids_out = NULL;
   *n_out = 0;
   for (size_t i = 0; i < len;) { /* text must be UTF-8 (HF takes a str) */
@@ -517,7 +529,7 @@ int hf_tokenizer_encode(const hf_tokenizer *t, const char *text, size_t len, boo
   hbuf nb = {0};
   idvec ids = {0};
   int rc = 0;
-  bool ok = split_added(t, &t->raw, parse_special, text, len, true, &raw);
+  bool ok = split_added(t, &t->raw, parse_special, lit, nlit, text, len, true, &raw);
   for (size_t i = 0; ok && !rc && i < raw.n; i++) {
     const hf_split *sp = &raw.v[i];
     const char *s = hbuf_str(&raw.text) + sp->off;
@@ -528,9 +540,9 @@ int hf_tokenizer_encode(const hf_tokenizer *t, const char *text, size_t len, boo
     if (t->norm) {
       hbuf_clear(&nb);
       rc = hf_normalize(t->norm, s, sp->len, &nb, err);
-      if (!rc) ok = split_added(t, &t->normed, parse_special, hbuf_str(&nb), nb.len, sp->at_start, &pieces);
+      if (!rc) ok = split_added(t, &t->normed, parse_special, lit, nlit, hbuf_str(&nb), nb.len, sp->at_start, &pieces);
     } else {
-      ok = split_added(t, &t->normed, parse_special, s, sp->len, sp->at_start, &pieces);
+      ok = split_added(t, &t->normed, parse_special, lit, nlit, s, sp->len, sp->at_start, &pieces);
     }
   }
   const hf_splits *words = &pieces;

@@ -114,10 +114,15 @@ void tokenizer_free(tokenizer *t) {
 
 int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
                      int32_t **ids, size_t *n, herr *err) {
+  return tokenizer_encode_ex(t, text, len, add_special, parse_special, NULL, 0, ids, n, err);
+}
+
+int tokenizer_encode_ex(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                        const int32_t *literal, size_t n_literal, int32_t **ids, size_t *n, herr *err) {
   if (!text && len) return herr_set(err, HEARTH_EINVAL, "tokenize: no text");
   if (!text) text = "";
-  if (t->hf) return hf_tokenizer_encode(t->hf, text, len, add_special, parse_special, ids, n, err);
-  return gguf_vocab_encode(t->gv, text, len, add_special, parse_special, ids, n, err);
+  if (t->hf) return hf_tokenizer_encode_ex(t->hf, text, len, add_special, parse_special, literal, n_literal, ids, n, err);
+  return gguf_vocab_encode_ex(t->gv, text, len, add_special, parse_special, literal, n_literal, ids, n, err);
 }
 
 int tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, hbuf *out, herr *err) {

@@ -32,6 +32,11 @@ void tokenizer_free(tokenizer *t);
  * does not). *ids is malloc'd; caller frees. */
 int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
                      int32_t **ids, size_t *n, herr *err);
+/* As tokenizer_encode; without parse_special the tokens literal[0..n_literal) are not read from
+ * the text either, whatever their kind: their strings are tokenized as text (llama.cpp's control
+ * tokens, which its vocabulary makes of the fill-in-the-middle tokens). */
+int tokenizer_encode_ex(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                        const int32_t *literal, size_t n_literal, int32_t **ids, size_t *n, herr *err);
 /* Appends the decoded text of ids to out. skip_special drops special tokens. */
 int tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, hbuf *out, herr *err);
 

@@ -1578,6 +1578,9 @@ static void test_attention_fast(void) {
       {"tc: long prompt, GQA 4, hd 128", 8, 2, 128, 16, 0, 0, {{300, 300}}, 0},
       {"tc: chunk after a prefix, hd 64, window 100", 4, 2, 64, 16, 100, 0, {{500, 130}, {70, 1}}, 0},
       {"tc: two prompts and a decode, hd 128, softcap 30", 4, 4, 128, 64, 0, 30.0f, {{129, 129}, {64, 64}, {200, 1}}, 0},
+      {"tc: bidirectional spans across tiles, hd 128", 4, 2, 128, 16, 0, 0, {{150, 150}, {90, 40}}, 33},
+      {"tc: a serving step (decodes, then prompts of 128), GQA 4", 8, 2, 128, 16, 0, 0,
+       {{100, 1}, {50, 1}, {128, 128}, {128, 128}, {300, 90}, {7, 1}}, 0},
   };
   static const bk_kv_fmt fmts[][2] = {{BK_KV_F32, BK_KV_F32}, {BK_KV_Q8, BK_KV_Q4}};
   for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {

@@ -3,7 +3,10 @@
  * conversations in tests/fixtures/templates/conversations.json must render
  * byte-identically to Python Jinja2 (tests/fixtures/templates/expected.json,
  * made by tools/gen_template_fixtures.py), and fail exactly where Jinja2 raised
- * (with the same message when the template raised it itself). */
+ * (with the same message when the template raised it itself). The same
+ * templates and models/default's take an assistant turn of only tool calls
+ * (content null) and show the call, and continue a final assistant message
+ * (continue_final_message) with nothing after its text. */
 #include <jansson.h>
 #include <string.h>
 
@@ -133,8 +136,106 @@ static void test_real_templates(void) {
   json_decref(convs);
 }
 
+/* Every real template (and models/default's) over a turn of only tool calls
+ * with content null, reshaped as the server does; and a final assistant
+ * message cut for continuation. */
+static void test_calls_and_prefill(void) {
+  herr err = {0};
+  json_t *expected = hjson_load_file(FIX "expected.json", &err);
+  CHECK_MSG(expected != NULL, "%s", err.msg);
+  if (!expected) return;
+  json_t *templates = json_object_get(expected, "templates");
+  size_t nt = json_array_size(templates);
+  json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"w\","
+                             "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]",
+                             0, NULL);
+  int as_text = 0, checked = 0, skipped = 0, checked_calls = 0, checked_prefill = 0;
+  for (size_t i = 0; i <= nt; i++) {
+    char *src, *bos = NULL, *eos = NULL;
+    const char *name;
+    chat_template dflt = {0};
+    if (i < nt) {
+      json_t *tpl = json_array_get(templates, i);
+      name = json_string_value(json_object_get(tpl, "name"));
+      src = template_source(json_string_value(json_object_get(tpl, "file")));
+      bos = (char *)json_string_value(json_object_get(tpl, "bos"));
+      eos = (char *)json_string_value(json_object_get(tpl, "eos"));
+    } else { /* the built-in model's template, which knows no tools */
+      name = "models/default";
+      CHECK_MSG(chat_template_load(HEARTH_SOURCE_DIR "/models/default", &dflt, &err) == 0, "%s", err.msg);
+      src = dflt.source ? strdup(dflt.source) : NULL;
+      bos = dflt.bos, eos = dflt.eos;
+    }
+    CHECK_MSG(src != NULL, "%s: template not found", name);
+    if (!src) continue;
+    checked++;
+    /* a template that cannot render a plain question (one that needs kwargs of its own, or
+     * fails on tools as Jinja2 does) is not asked more of it */
+    json_t *plain = json_loads("[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}]", 0, NULL);
+    hbuf out = {0};
+    herr e = {0};
+    bool with_tools = chat_render(src, plain, tools, true, NULL, bos, eos, &out, &e) == 0;
+    hbuf_free(&out);
+    bool without = chat_render(src, plain, NULL, true, NULL, bos, eos, &out, &e) == 0;
+    hbuf_free(&out);
+    json_decref(plain);
+    if (!with_tools && !without) skipped++;
+    chat_call_shape shape = chat_tool_call_shape(src, bos, eos);
+    as_text += shape.calls_as_text && i == nt;
+    json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},{\"role\":\"assistant\",\"content\":null,"
+                              "\"tool_calls\":[{\"id\":\"a1b2c3d4e\",\"type\":\"function\",\"function\":{\"name\":"
+                              "\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}}]}]",
+                              0, NULL);
+    chat_apply_call_shape(msgs, shape);
+    int rc = with_tools ? chat_render(src, msgs, tools, false, NULL, bos, eos, &out, &e) : 0;
+    CHECK_MSG(rc == 0, "%s: a turn of only tool calls: %s", name, e.msg);
+    CHECK_MSG(rc || !with_tools || (strstr(hbuf_str(&out), "get_weather") && strstr(hbuf_str(&out), "Paris")),
+              "%s: the call is not shown:\n%s", name, hbuf_str(&out));
+    checked_calls += with_tools;
+    hbuf_free(&out);
+    json_decref(msgs);
+
+    /* continue_final_message: the chat without the generation prompt, cut after the final text */
+    msgs = json_loads("[{\"role\":\"user\",\"content\":\"Count to five.\"},{\"role\":\"assistant\",\"content\":"
+                      "\"One, two,\"}]",
+                      0, NULL);
+    const json_t *t = without ? NULL : tools;
+    rc = with_tools || without ? chat_render(src, msgs, t, false, NULL, bos, eos, &out, &e) : 1;
+    CHECK_MSG(rc == 0 || (!with_tools && !without), "%s: a final assistant message: %s", name, e.msg);
+    size_t cut = 0;
+    if (!rc) {
+      checked_prefill++;
+      CHECK_MSG(chat_continue_final(hbuf_str(&out), "One, two,", &cut, &e) == 0, "%s: %s", name, e.msg);
+      CHECK_MSG(cut >= 9 && !memcmp(hbuf_str(&out) + cut - 9, "One, two,", 9), "%s: cut at %zu of\n%s", name, cut,
+                hbuf_str(&out));
+      /* what was cut is the template's closing of the turn, never the text */
+      CHECK_MSG(strstr(hbuf_str(&out) + cut, "One, two,") == NULL, "%s", name);
+    }
+    hbuf_free(&out);
+    json_decref(msgs);
+    free(src);
+    chat_template_free(&dflt);
+  }
+  CHECK_EQ_INT(checked, (int)nt + 1);
+  fprintf(stderr, "%d templates: %d took a turn of only tool calls, %d continued a final message, %d render "
+                  "no plain question\n", checked, checked_calls, checked_prefill, skipped);
+  CHECK(checked_calls >= checked - skipped - 2 && checked_prefill == checked - skipped);
+  CHECK_MSG(as_text >= 1, "models/default's template shows no tool calls: its calls should go in as text");
+  /* transformers' rules: the stripped text's last occurrence; trailing space kept only when written */
+  size_t cut = 0;
+  herr e = {0};
+  CHECK(chat_continue_final("<u>hi</u><a>Sure </a>", "Sure ", &cut, &e) == 0 && cut == 17);
+  CHECK(chat_continue_final("<u>hi</u><a>Sure</a>", "Sure ", &cut, &e) == 0 && cut == 16);
+  CHECK(chat_continue_final("<a>x</a><a>x</a>", "x", &cut, &e) == 0 && cut == 12);
+  CHECK(chat_continue_final("<a>y</a>", "x", &cut, &e) == HEARTH_EINVAL);
+  CHECK(chat_continue_final("<a></a>", "  ", &cut, &e) == HEARTH_EINVAL);
+  json_decref(tools);
+  json_decref(expected);
+}
+
 int main(void) {
   test_need_tokenizers();
   RUN(test_real_templates);
+  RUN(test_calls_and_prefill);
   TEST_MAIN_END();
 }

@@ -611,6 +611,25 @@ static void test_none(void) {
   expect(TC_NONE, T, F, F, "<think>r</think>text", "<think>r</think>text", NULL, "[]");
 }
 
+static void test_generic(void) {
+  tc_format g = TC_GENERIC;
+  expect(g, T, T, F,
+         "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"b\", "
+         "\"arguments\": {}}]}",
+         "", NULL, "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"b\", \"arguments\": {}}]");
+  expect(g, T, T, F, "Let me look.\n{\"tool_calls\":[{\"arguments\": {\"a\": [1]}, \"name\": \"f\"}]}\n", "Let me look.", NULL,
+         "[{\"name\": \"f\", \"arguments\": {\"a\": [1]}}]");
+  expect(g, T, T, F, "<think>r</think>{\"tool_calls\": []} done", "done", "r", "[]");
+  /* cut off inside the arguments: the call ends with what it had */
+  expect(g, T, T, F, "{\"tool_calls\": [{\"name\": \"f\", \"arguments\": {\"a\": \"x", "", NULL,
+         "[{\"name\": \"f\", \"arguments\": {\"a\": \"x\"}}]");
+  /* not calls: plain text; without tools the shape is text too */
+  expect(g, T, T, F, "{\"tool_calls\": [nope]}", "{\"tool_calls\": [nope]}", NULL, "[]");
+  expect(g, F, T, F, "{\"tool_calls\": [{\"name\": \"f\", \"arguments\": {}}]}",
+         "{\"tool_calls\": [{\"name\": \"f\", \"arguments\": {}}]}", NULL, "[]");
+  CHECK_EQ_INT(tc_format_from_name("generic"), TC_GENERIC);
+}
+
 /* ---- streaming details ---- */
 
 typedef struct trace {
@@ -698,6 +717,10 @@ static void test_forced_call(void) {
                                  "<\uff5ctool\u2581call\u2581end\uff5c><\uff5ctool\u2581calls\u2581end\uff5c>");
   forced_case(TC_HARMONY, "get_time", " <|constrain|>json<|message|>{\"a\": 1}");
   forced_case(TC_HARMONY, NULL, "get_time<|message|>{\"a\": 1}<|call|>");
+  /* generic: llama.cpp's {"tool_calls": [...]} for templates without a syntax */
+  forced_case(TC_GENERIC, "get_time", "{\"a\": 1}}]}");
+  forced_case(TC_GENERIC, NULL, "get_time\", \"arguments\": {\"a\": 1}}]}");
+  forced_case(TC_GENERIC, NULL, "get_time\", \"arguments\": {\"a\": 1}}\n]\n}\n");
   hbuf_free(&b);
 }
 
@@ -780,6 +803,7 @@ int main(void) {
   RUN(test_deepseek);
   RUN(test_harmony);
   RUN(test_none);
+  RUN(test_generic);
   RUN(test_roundtrip_templates);
   RUN(test_whitespace);
   RUN(test_forced_call);

@@ -219,6 +219,20 @@ static void test_fit_and_help_texts(void) {
   r = RUN_ARGS(NULL, "chat", "--help");
   CHECK_MSG(strstr(r.out, "-n, --max-tokens N  tokens of each reply (default: up to the context"), "%s", r.out);
   run_free(&r);
+  /* serve's help comes from its option table: the connection limits are in it and parse */
+  r = RUN_ARGS(NULL, "serve", "--help");
+  static const char *const serve_flags[] = {"--max-connections N", "--max-connections-per-address N",
+                                            "--idle-timeout SECONDS", "--header-timeout SECONDS",
+                                            "--body-timeout SECONDS", "--max-body BYTES", "--served-model-name NAME]..."};
+  for (size_t k = 0; k < sizeof serve_flags / sizeof *serve_flags; k++)
+    CHECK_MSG(strstr(r.out, serve_flags[k]) != NULL, "serve --help lacks %s", serve_flags[k]);
+  run_free(&r);
+  expect_usage(RUN_ARGS(NULL, "serve", "--max-connections", "0"), "--max-connections must be a whole number", "serve --max-connections 0");
+  expect_usage(RUN_ARGS(NULL, "serve", "--idle-timeout", "x"), "--idle-timeout must be a whole number", "serve --idle-timeout x");
+  expect_usage(RUN_ARGS(NULL, "serve", "--body-timeout=0"), "--body-timeout must be a whole number", "serve --body-timeout=0");
+  expect_usage(RUN_ARGS(NULL, "serve", "--max-connections", "10", "--max-connections-per-address", "11"),
+               "is more than --max-connections", "serve per-address over the total");
+  expect_usage(RUN_ARGS(NULL, "serve", "--max-conections", "10"), "unknown option '--max-conections'", "serve typo");
   static const char *verbs[] = {"tokenize", "detokenize"};
   for (int i = 0; i < 2; i++) {
     r = RUN_ARGS(NULL, verbs[i], "--help");

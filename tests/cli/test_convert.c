@@ -569,19 +569,46 @@ static void test_errors(void) {
 }
 
 /* Llama-3 RoPE scaling goes into GGUF as llama.cpp's per-frequency factors
- * (rope_freqs.weight); hearth's GGUF loader does not apply those yet, so it
- * must refuse such a file rather than run it with plain RoPE. */
-static void test_llama3_rope_refused(void) {
-  char from[400], dst[400], cmd[1200];
+ * (rope_freqs.weight), which the GGUF loader applies: the converted file
+ * gives the folder's logits and transformers' (the golden fixture's first
+ * prompt); converted again to GGUF it keeps them; to safetensors it is
+ * refused (config.json has no form for the factors). */
+static void test_llama3_rope(void) {
+  char from[400], dst[400], again[400], st[400], cmd[1200], p[500], *data = NULL;
   snprintf(from, sizeof from, "%s/tests/fixtures/golden/llama_llama3-f32", HEARTH_SOURCE_DIR);
   snprintf(dst, sizeof dst, "%s/llama3.gguf", tmp);
+  snprintf(again, sizeof again, "%s/llama3-again.gguf", tmp);
+  snprintf(st, sizeof st, "%s/llama3-st", tmp);
   snprintf(cmd, sizeof cmd, "'%s' convert '%s' '%s' --quant f32", HEARTH_BINARY, from, dst);
   CHECK_EQ_INT(run(cmd), 0);
-  model *m = NULL;
-  herr err = {0};
-  CHECK_EQ_INT(model_load(dst, NULL, &m, &err), HEARTH_EUNSUPPORTED);
-  CHECK_MSG(strstr(err.msg, "rope_freqs.weight") != NULL, "%s", err.msg);
-  model_free(m);
+  gguf_file *g = NULL;
+  CHECK(gguf_open(&g, dst, NULL) == 0);
+  CHECK(g && gguf_find_tensor(g, "rope_freqs.weight") != NULL);
+  gguf_close(g);
+  float *want = forward(from, ids, NIDS), *got = forward(dst, ids, NIDS);
+  size_t n = 0;
+  snprintf(p, sizeof p, "%s/logits_f32.bin", from);
+  CHECK(hfile_read(p, &data, &n, NULL) == 0 && n >= NIDS * 512 * 4);
+  if (want && got && data) {
+    double amax, d = max_abs_diff(got, want, (size_t)NIDS * 512, &amax);
+    CHECK_MSG(d <= 1e-5 * (1 + amax), "llama3 GGUF vs its folder: logits differ by %g (max |logit| %g)", d, amax);
+    double dt = max_abs_diff(got, (const float *)data, (size_t)NIDS * 512, &amax);
+    CHECK_MSG(dt <= 1e-4 * (1 + amax), "llama3 GGUF vs transformers: %g", dt);
+  }
+  /* GGUF to GGUF keeps the factors */
+  snprintf(cmd, sizeof cmd, "'%s' convert '%s' '%s' --quant f32", HEARTH_BINARY, dst, again);
+  CHECK_EQ_INT(run(cmd), 0);
+  float *got2 = forward(again, ids, NIDS);
+  if (got && got2) CHECK(max_abs_diff(got, got2, (size_t)NIDS * 512, NULL) == 0);
+  snprintf(cmd, sizeof cmd, "'%s' convert '%s' '%s' --to safetensors --quant f32", HEARTH_BINARY, dst, st);
+  CHECK(run(cmd) != 0);
+  char *se = last_stderr();
+  CHECK_MSG(strstr(se, "rope_freqs.weight") != NULL, "%s", se);
+  free(se);
+  free(want);
+  free(got);
+  free(got2);
+  free(data);
 }
 
 /* Real tokenizers written as GGUF vocabularies. */
@@ -715,7 +742,7 @@ int main(void) {
   RUN(test_k_quants_wide);
   RUN(test_gguf_to_safetensors);
   RUN(test_other_families);
-  RUN(test_llama3_rope_refused);
+  RUN(test_llama3_rope);
   RUN(test_errors);
   RUN(test_tokenizers_deps);
   RUN(test_llamacpp_loads);

@@ -532,6 +532,77 @@ static void test_step_budget(void) {
   sched_free(s);
 }
 
+/* Admission order by priority: with room for one sequence, H runs; the step
+ * hook then queues L (priority 1, a batch row, 7 prompt tokens) and after it
+ * N (priority 0, interactive, 4 prompt tokens) before letting H go on. When H
+ * ends, N is admitted before L though L came first: the hook, on the engine
+ * thread between steps, sees the computed prompt tokens grow by N's 4 first. */
+static sched *g_prio_sched;
+static job *g_prio_jobs[2]; /* L, N */
+static pthread_t g_prio_threads[2];
+static int g_prio_started;
+static int64_t g_prio_prompt_tokens, g_prio_first_delta;
+
+static void prio_hold(void *user) {
+  (void)user;
+  sched_stats st;
+  sched_get_stats(g_prio_sched, &st);
+  if (g_prio_started == 2) {
+    if (!g_prio_first_delta && st.prompt_tokens != g_prio_prompt_tokens)
+      g_prio_first_delta = st.prompt_tokens - g_prio_prompt_tokens;
+    return;
+  }
+  if (g_prio_started || st.running < 1) return;
+  for (int k = 0; k < 2; k++) {
+    if (pthread_create(&g_prio_threads[k], NULL, job_main, g_prio_jobs[k]) != 0) return;
+    g_prio_started++;
+    for (int tries = 0; tries < 10000; tries++) {
+      sched_get_stats(g_prio_sched, &st);
+      if (st.waiting >= k + 1) break;
+      usleep(1000);
+    }
+  }
+  g_prio_prompt_tokens = st.prompt_tokens;
+}
+
+static void test_priority(void) {
+  sched_config cfg = {.max_batch = 1, .step_hook = prio_hold};
+  sched *s;
+  herr e = {0};
+  CHECK_EQ_INT(sched_new(g_m, NULL, &cfg, &s, &e), 0);
+  if (!s) return;
+  int32_t ph[4] = {5, 6, 7, 8}, pl[7] = {9, 10, 11, 12, 13, 14, 15}, pn[4] = {21, 22, 23, 24};
+  job h = {.s = s, .i = 9}, l = {.s = s, .i = 0}, n = {.s = s, .i = 1};
+  gen_request_init(&h.req);
+  h.req.prompt = ph;
+  h.req.n_prompt = 4;
+  h.req.max_tokens = 6;
+  h.req.sample.greedy = true;
+  h.req.ignore_eos = true;
+  l.req = h.req;
+  l.req.prompt = pl;
+  l.req.n_prompt = 7;
+  l.req.priority = 1;
+  n.req = h.req;
+  n.req.prompt = pn;
+  g_prio_sched = s;
+  g_prio_jobs[0] = &l;
+  g_prio_jobs[1] = &n;
+  g_prio_started = 0;
+  g_prio_first_delta = 0;
+  job_main(&h);
+  CHECK_EQ_INT(g_prio_started, 2);
+  for (int k = 0; k < g_prio_started; k++) pthread_join(g_prio_threads[k], NULL);
+  CHECK_EQ_INT(h.rc, 0);
+  CHECK_EQ_INT(l.rc, 0);
+  CHECK_EQ_INT(n.rc, 0);
+  CHECK_EQ_INT(l.out.n, 6);
+  CHECK_EQ_INT(n.out.n, 6);
+  CHECK_MSG(g_prio_first_delta == 4, "the first prompt admitted after H had %lld tokens (N, priority 0: 4; L: 7)",
+            (long long)g_prio_first_delta);
+  sched_free(s);
+}
+
 static void test_admission(void) {
   model_kv_geometry g;
   model_kv_geometry_of(g_m, &g);
@@ -723,6 +794,7 @@ int main(void) {
   RUN(test_cancel_storm);
   RUN(test_preemption);
   RUN(test_step_budget);
+  RUN(test_priority);
   RUN(test_admission);
   RUN(test_sampled_seeded);
   RUN(test_hybrid);

@@ -365,6 +365,19 @@ test('n > 1 with a seed: the copies differ, and the same seed repeats them', asy
   assert.equal(a.choices[0].text, lone.choices[0].text);
 });
 
+// best_of draws its continuations as n = best_of would (the same seeds), and
+// returns the n of them with the highest cumulative logprob, best first.
+test('best_of with n returns the n continuations of highest cumulative logprob', { skip: FAKE }, async () => {
+  const p = { prompt: 'Once upon a time', max_tokens: 8, temperature: 1, seed: 11, logprobs: 1 };
+  const all = await client.completions.create({ ...p, n: 4 });
+  const sum = (c) => c.logprobs.token_logprobs.reduce((a, b) => a + b, 0);
+  const ranked = all.choices.map((c) => ({ text: c.text, lp: sum(c) })).sort((a, b) => b.lp - a.lp);
+  const best = await client.completions.create({ ...p, n: 2, best_of: 4 });
+  assert.deepEqual(best.choices.map((c) => c.index), [0, 1]);
+  assert.deepEqual(best.choices.map((c) => c.text), ranked.slice(0, 2).map((c) => c.text));
+  assert.equal(best.usage.completion_tokens, all.usage.completion_tokens); // every continuation counts
+});
+
 test('the copies of n > 1 share the prompt through the prefix cache', { skip: FAKE }, async () => {
   const stats = async () => (await (await fetch(main.url + '/stats')).json());
   const prompt = 'A long prompt about lighthouses, ' + 'the sea, the rocks and the keepers who watched them, '.repeat(6);
@@ -380,7 +393,9 @@ test('the copies of n > 1 share the prompt through the prefix cache', { skip: FA
 
 test('n and prompt arrays are checked by name', async () => {
   const postj = (p, body) => post(main, p, JSON.stringify(body));
-  await expectError(await postj('/v1/completions', { prompt: 'x', n: 2, best_of: 3 }), 400, { param: 'best_of' });
+  await expectError(await postj('/v1/completions', { prompt: 'x', n: 3, best_of: 2 }), 400, { param: 'best_of' });
+  await expectError(await postj('/v1/completions', { prompt: 'x', n: 1, best_of: 2, stream: true }), 400, { param: 'best_of' });
+  await expectError(await postj('/v1/chat/completions', { messages: MSGS, n: 1, best_of: 2 }), 400, { param: 'best_of' });
   await expectError(await postj('/v1/completions', { prompt: 'x', n: 0 }), 400, { param: 'n' });
   await expectError(await postj('/v1/completions', { prompt: 'x', n: 1000 }), 400, { param: 'n' });
   await expectError(await postj('/v1/completions', { prompt: ['x', 5] }), 400, { param: 'prompt[1]' });
@@ -431,6 +446,100 @@ test('API key and body limit', async () => {
   const big = JSON.stringify({ messages: [{ role: 'user', content: 'x'.repeat(8192) }] });
   await expectError(await post(guarded, '/v1/chat/completions', big, { Authorization: 'Bearer ' + KEY }), 413);
   await assert.rejects(c.chat.completions.create({ messages: [{ role: 'user', content: 'y'.repeat(5000) }] }), (e) => e.status === 413);
+});
+
+// Raw HTTP: what the server's handler refuses is answered in the OpenAI error
+// shape, one header block, JSON; what libmicrohttpd refuses before the handler
+// sees the request keeps its status (README: "HTTP errors libmicrohttpd answers").
+function rawHttp(srv, bytes) {
+  const net = require('node:net');
+  const u = new URL(srv.url);
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(Number(u.port), u.hostname, () => sock.write(bytes));
+    const chunks = [];
+    sock.on('data', (d) => chunks.push(d));
+    sock.on('error', reject);
+    sock.on('close', () => resolve(Buffer.concat(chunks).toString('latin1')));
+    sock.setTimeout(10000, () => sock.destroy());
+  });
+}
+
+test('raw HTTP: the handler\'s 4xx are JSON with one header block', async () => {
+  const host = 'Host: x\r\nConnection: close\r\n';
+  const cases = [
+    [main, `GET /nope HTTP/1.1\r\n${host}\r\n`, 404, 'not_found'],
+    [main, `PATCH /v1/chat/completions HTTP/1.1\r\n${host}\r\n`, 405, 'method_not_allowed'],
+    [main, `FOO /v1/models HTTP/1.1\r\n${host}\r\n`, 405, 'method_not_allowed'],
+    [guarded, `POST /v1/chat/completions HTTP/1.1\r\n${host}Authorization: Bearer ${KEY}\r\nContent-Length: 99999999\r\n\r\n`, 413, 'request_too_large'],
+    [guarded, `POST /v1/chat/completions HTTP/1.1\r\n${host}Authorization: Bearer ${KEY}\r\nContent-Length: 99999999\r\nExpect: 100-continue\r\n\r\n`, 413, 'request_too_large'],
+    [guarded, `GET /v1/models HTTP/1.1\r\n${host}\r\n`, 401, 'invalid_api_key'],
+    [main, `POST /v1/chat/completions HTTP/1.1\r\n${host}Content-Length: 3\r\n\r\n{x}`, 400, null],
+  ];
+  for (const [srv, req, status, code] of cases) {
+    const res = await rawHttp(srv, req);
+    const label = JSON.stringify(req.slice(0, 60));
+    const [head, ...rest] = res.split('\r\n\r\n');
+    const body = rest.join('\r\n\r\n');
+    assert.match(head, new RegExp(`^HTTP/1\\.1 ${status} `), `${label}: ${res.slice(0, 200)}`);
+    assert.equal((res.match(/^HTTP\/1\.1 /gm) || []).length, 1, `${label}: one status line: ${res}`);
+    assert.match(head, /\r\nContent-Type: application\/json/i, label);
+    const len = Number(/\r\nContent-Length: (\d+)/i.exec(head)?.[1]);
+    assert.equal(Buffer.byteLength(body, 'latin1'), len, `${label}: the body is Content-Length bytes`);
+    const j = JSON.parse(body);
+    assert.equal(typeof j.error.message, 'string', label);
+    assert.ok(j.error.type, label);
+    if (code) assert.equal(j.error.code, code, label);
+  }
+  // refused by libmicrohttpd before the handler: its status, then the connection closes
+  for (const [req, status] of [
+    ['GET /v1/models HTTP/2.5\r\nHost: x\r\n\r\n', 505],
+    [`GET /v1/models HTTP/1.1\r\nHost: x\r\nX: ${'a'.repeat(40000)}\r\n\r\n`, 431],
+    ['GET /v1/models HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n', 400],
+  ]) {
+    const res = await rawHttp(main, req);
+    assert.match(res, new RegExp(`^HTTP/1\\.1 ${status} `), res.slice(0, 200));
+  }
+});
+
+// The connection limits as flags: a client address past its share is
+// refused at once, an idle connection and a stalled body are closed.
+test('--max-connections-per-address, --idle-timeout, --body-timeout', { timeout: 120000 }, async () => {
+  const net = require('node:net');
+  const srv = await startServer(['--max-connections-per-address', '2', '--idle-timeout', '2', '--body-timeout', '2']);
+  try {
+    const u = new URL(srv.url);
+    const open = () => new Promise((resolve, reject) => {
+      const s = net.connect(Number(u.port), u.hostname, () => resolve(s));
+      s.on('error', reject);
+      s.ended = new Promise((r) => s.on('close', r));
+      s.got = '';
+      s.on('data', (d) => { s.got += d.toString('latin1'); });
+    });
+    const a = await open(), b = await open();
+    await new Promise((r) => setTimeout(r, 200)); // both accepted by the server
+    const c = await open();
+    // the third from this address is closed without an answer while the first two stay open
+    await c.ended;
+    assert.equal(c.got, '');
+    assert.equal(a.destroyed, false);
+    // the first two, idle, are closed by --idle-timeout (2 s), before the default 10 s
+    const t0 = Date.now();
+    await Promise.all([a.ended, b.ended]);
+    assert.equal(a.got, '');
+    assert.ok(Date.now() - t0 < 9500, `idle connections closed after ${Date.now() - t0} ms`);
+    // a body that stalls is dropped by --body-timeout (2 s)
+    const d = await open();
+    d.write('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"mess');
+    const t1 = Date.now();
+    await d.ended;
+    assert.ok(!/^HTTP\/1\.1 200/.test(d.got), d.got);
+    assert.ok(Date.now() - t1 < 30000, `a stalled body dropped after ${Date.now() - t1} ms (default 60 s)`);
+    // and the server answers the next client
+    const h = await fetch(srv.url + '/health');
+    assert.equal(h.status, 200);
+  } finally {
+    await stopServer(srv);
+  }
 });
 
 test('health, index and chat page', async () => {

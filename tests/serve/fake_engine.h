@@ -58,6 +58,7 @@ static const char fake_think_text[] = "<think>\nFirst, 2 + 2.\nThat is 4.\n</thi
 static atomic_int fake_cancelled;  /* generations ended by cancellation */
 static atomic_int fake_generations; /* generations started */
 static atomic_int fake_running;     /* generations in progress */
+static atomic_int fake_low_priority; /* generations started with sampling.priority > 0 (batch rows) */
 static serve_server *fake_server;   /* the server over this engine, when the test sets it ("[pause]") */
 
 static int fake_render(void *impl, const serve_message *m, int n, const serve_chat_opts *o, char **prompt,
@@ -78,9 +79,13 @@ static int fake_render(void *impl, const serve_message *m, int n, const serve_ch
       if (x) hbuf_printf(&b, " %s", x);
       free(x);
     }
-    hbuf_puts(&b, "\n");
+    if (!(o && o->continue_final && i == n - 1)) hbuf_puts(&b, "\n");
   }
-  hbuf_puts(&b, "<|assistant|>");
+  if (!(o && (o->no_generation_prompt || o->continue_final))) hbuf_puts(&b, "<|assistant|>");
+  if (o && o->continue_final && n > 0 && !m[n - 1].content[strspn(m[n - 1].content, " \t\n")]) {
+    hbuf_free(&b);
+    return herr_set(err, HEARTH_EINVAL, "continue_final_message: the final message has no text to continue");
+  }
   if (o && o->kwargs && json_is_false(json_object_get(o->kwargs, "enable_thinking"))) hbuf_puts(&b, "<think>\n\n</think>\n\n");
   if (strstr(hbuf_str(&b), "[badtemplate]")) {
     hbuf_free(&b);
@@ -155,6 +160,7 @@ static const char *fake_last_turn(const char *prompt) {
 static int fake_generate(void *impl, const char *prompt, bool raw, const serve_sampling *sp, serve_token_fn fn,
                          void *ctx, volatile int *cancel, serve_result *res, herr *err) {
   atomic_fetch_add(&fake_generations, 1);
+  if (sp->priority > 0) atomic_fetch_add(&fake_low_priority, 1);
   atomic_fetch_add(&fake_running, 1);
   int rc = fake_generate_run(prompt, raw, sp, fn, ctx, cancel, res, err);
   atomic_fetch_sub(&fake_running, 1);
@@ -277,6 +283,51 @@ static int fake_generate_run(const char *prompt, bool raw, const serve_sampling 
   return 0;
 }
 
+/* Fill-in-the-middle (fake_engine_fim): the prompt as ids [260] prefix middle [261] suffix [262],
+ * after ([263] filename "\n" text) for each chunk of context, bytes as fake_tokenize's. */
+static void fake_put_bytes(hbuf *b, const char *s) {
+  for (; s && *s; s++) {
+    int32_t id = (int32_t)(unsigned char)*s + 4;
+    hbuf_append(b, &id, sizeof id);
+  }
+}
+
+static void fake_put_id(hbuf *b, int32_t id) { hbuf_append(b, &id, sizeof id); }
+
+static int fake_fim_prompt(void *impl, const char *prefix, const char *suffix, const char *prompt,
+                           const hearth_fim_chunk *extra, int n_extra, int64_t n_predict, int32_t **ids, size_t *n,
+                           herr *err) {
+  (void)impl, (void)n_predict;
+  hbuf b = {0};
+  for (int i = 0; i < n_extra; i++) {
+    fake_put_id(&b, 263);
+    fake_put_bytes(&b, extra[i].filename ? extra[i].filename : "tmp");
+    fake_put_bytes(&b, "\n");
+    fake_put_bytes(&b, extra[i].text);
+  }
+  fake_put_id(&b, 260);
+  fake_put_bytes(&b, prefix);
+  fake_put_bytes(&b, prompt);
+  fake_put_id(&b, 261);
+  fake_put_bytes(&b, suffix);
+  fake_put_id(&b, 262);
+  *n = b.len / sizeof(int32_t);
+  *ids = (int32_t *)hbuf_take(&b);
+  return *ids ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
+}
+
+/* Token-id prompts (fake_engine_fim): decoded and generated from as a raw prompt of that many tokens. */
+static int fake_generate_ids(void *impl, const int32_t *ids, size_t n_ids, const serve_sampling *s, serve_token_fn fn,
+                             void *ctx, volatile int *cancel, serve_result *res, herr *err) {
+  char *text = NULL;
+  size_t len = 0;
+  if (fake_detokenize(impl, ids, n_ids, &text, &len, err)) return err->code;
+  int rc = fake_generate(impl, text, true, s, fn, ctx, cancel, res, err);
+  free(text);
+  res->prompt_tokens = (int64_t)n_ids;
+  return rc;
+}
+
 static void fake_engine_init(serve_engine *e) {
   memset(e, 0, sizeof *e);
   e->model_id = "fake-model";
@@ -290,6 +341,12 @@ static void fake_engine_init(serve_engine *e) {
   e->tokenize = fake_tokenize;
   e->detokenize = fake_detokenize;
   e->generate = fake_generate;
+}
+
+/* The fake with fill-in-the-middle tokens (and so token-id prompts). */
+static inline void fake_engine_fim(serve_engine *e) {
+  e->fim_prompt = fake_fim_prompt;
+  e->generate_ids = fake_generate_ids;
 }
 
 #endif

@@ -2,6 +2,8 @@
  * end-to-end tests can check the protocol without a model:
  *   serve_fake_server [--host ADDR] [--port N] [--api-key KEY] [--max-body BYTES]
  *                     [--context TOKENS] [--responses-max N] [--drain-timeout SECONDS]
+ *                     [--state-dir DIR] [--max-file-size BYTES] [--batch-concurrency N]
+ *                     [--fim 1] (the fake with fill-in-the-middle tokens and token-id prompts)
  * The Ollama API's models beyond the served one (serve_models) are fake too:
  * /api/tags lists "org/tiny" and "scanned-model", /api/delete removes either
  * once (anything else is not found), /api/pull of "org/tiny" writes three
@@ -64,6 +66,7 @@ int main(int argc, char **argv) {
   const char *names[16];
   double drain_timeout = 30;
   int names_n = 0;
+  bool fim = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--port") == 0) cfg.port = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--api-key") == 0) cfg.api_key = argv[i + 1];
@@ -73,7 +76,15 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--cors") == 0) cfg.cors_origin = argv[i + 1];
     else if (strcmp(argv[i], "--served-model-name") == 0 && names_n < 16) names[names_n++] = argv[i + 1];
     else if (strcmp(argv[i], "--drain-timeout") == 0) drain_timeout = strtod(argv[i + 1], NULL);
+    else if (strcmp(argv[i], "--fim") == 0) fim = atoi(argv[i + 1]) != 0;
     else if (strcmp(argv[i], "--responses-max") == 0) cfg.responses_max = (size_t)strtoull(argv[i + 1], NULL, 10);
+    else if (strcmp(argv[i], "--state-dir") == 0) cfg.state_dir = argv[i + 1];
+    else if (strcmp(argv[i], "--max-file-size") == 0) cfg.max_file_bytes = (size_t)strtoull(argv[i + 1], NULL, 10);
+    else if (strcmp(argv[i], "--batch-concurrency") == 0) cfg.batch_concurrency = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--max-connections") == 0) cfg.max_connections = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--max-connections-per-address") == 0) cfg.max_per_client = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--idle-timeout") == 0) cfg.idle_timeout_s = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--body-timeout") == 0) cfg.body_timeout_s = atoi(argv[i + 1]);
   }
   serve_models models = {.served = NULL, .list = fake_list, .remove = fake_remove, .pull = fake_pull};
   cfg.models = &models;
@@ -88,6 +99,7 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   serve_engine engine;
   fake_engine_init(&engine);
+  if (fim) fake_engine_fim(&engine);
   serve_server *srv;
   herr err = {0};
   if (serve_start(&srv, &engine, &cfg, &err)) {

@@ -276,3 +276,136 @@ test('tool_choice required / named: the arguments follow the tool schema', { tim
     fs.rmSync(top, { recursive: true, force: true });
   }
 });
+
+// The built-in model's own template has no tool-call syntax: forced calls use
+// the generic format ({"tool_calls": [{"name", "arguments"}]} under a grammar
+// of the tools' schemas), parsed into each protocol's calls, streamed or not.
+test('generic tool calls: forced calls on a template without a call syntax, every protocol', { timeout: 300000 }, async () => {
+  const idx = await (await fetch(srv.url + '/v1')).json();
+  assert.equal(idx.capabilities.tool_call_format, 'generic');
+  assert.equal(idx.capabilities.tools, true);
+  // every object schema above as a tool's parameters
+  const objects = Object.entries(SCHEMAS).filter(([n, s]) => s.type === 'object' || n === 'tree');
+  assert.ok(objects.length >= 6);
+  // a tool whose call fits any budget here: its calls must end as calls (finish tool_calls)
+  objects.push(['weather', { type: 'object', properties: { city: { type: 'string', maxLength: 20 }, unit: { enum: ['c', 'f'] } },
+    required: ['city', 'unit'], additionalProperties: false }]);
+  const tools = objects.map(([name, parameters]) => ({ type: 'function', function: { name: `make_${name}`, description: `Makes a ${name}.`, parameters } }));
+  const byName = Object.fromEntries(tools.map((t) => [t.function.name, t.function.parameters]));
+  const valid = (name, args, label) => {
+    assert.ok(byName[name], `${label}: unknown tool ${name}`);
+    assert.ok(ajv.validate(byName[name], args), `${label}: ${name} ${JSON.stringify(args)}: ${ajv.errorsText()}`);
+  };
+  const messages = [{ role: 'user', content: 'Do it.' }];
+  // OpenAI chat: each tool alone (the model's context is short), named and
+  // required, whole and streamed; then two tools, the model picking
+  const pair = tools.filter((t) => ['make_weather', 'make_enums'].includes(t.function.name));
+  let ended = 0;
+  const cases = tools.flatMap((t) => [[t.function.name, [t]], ['required', [t]]]).concat([['required', pair], ['make_enums', pair]]);
+  for (const [k, [choice, ctools]] of cases.entries()) {
+    const tool_choice = choice === 'required' ? 'required' : { type: 'function', function: { name: choice } };
+    for (const stream of [false, true]) {
+      const label = `chat ${JSON.stringify(tool_choice)} of ${ctools.length} stream=${stream}`;
+      const req = { model: 'default', messages, tools: ctools, tool_choice, max_tokens: 250, temperature: 1.0, seed: 40 + k };
+      let calls, finish, content;
+      if (!stream) {
+        const r = await client.chat.completions.create(req);
+        ({ finish_reason: finish } = r.choices[0]);
+        calls = r.choices[0].message.tool_calls.map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments }));
+        content = r.choices[0].message.content;
+      } else {
+        const s = await client.chat.completions.create({ ...req, stream: true });
+        calls = [];
+        content = '';
+        for await (const ch of s) {
+          const d = ch.choices[0]?.delta;
+          if (d?.content) content += d.content;
+          for (const tc of d?.tool_calls || []) {
+            if (!calls[tc.index]) calls[tc.index] = { id: tc.id, name: tc.function.name, arguments: '' };
+            calls[tc.index].arguments += tc.function?.arguments || '';
+          }
+          if (ch.choices[0]?.finish_reason) finish = ch.choices[0].finish_reason;
+        }
+      }
+      // a call the budget cuts is closed by the grammar (finish length), its arguments still valid
+      if (calls[0]?.name === 'make_weather') assert.equal(finish, 'tool_calls', label);
+      else assert.ok(['tool_calls', 'length'].includes(finish), `${label}: ${finish}`);
+      ended += finish === 'tool_calls';
+      assert.ok(!content, `${label}: content ${JSON.stringify(content)}`);
+      assert.equal(calls.length, 1, label);
+      assert.match(calls[0].id, /^call_/);
+      if (typeof tool_choice === 'object') assert.equal(calls[0].name, tool_choice.function.name, label);
+      valid(calls[0].name, JSON.parse(calls[0].arguments), label);
+    }
+  }
+  assert.ok(ended >= 4, `${ended} calls ended as calls`);
+  // Anthropic: tool_choice tool and any, whole and streamed
+  const { Anthropic } = need('@anthropic-ai/sdk');
+  const anth = new Anthropic({ baseURL: srv.url, apiKey: 'unused', maxRetries: 0 });
+  const atools = pair.map((t) => ({ name: t.function.name, description: t.function.description, input_schema: t.function.parameters }));
+  for (const [k, tool_choice] of [{ type: 'tool', name: 'make_weather' }, { type: 'any' }, { type: 'tool', name: 'make_weather' }].entries()) {
+    const req = { model: 'default', max_tokens: 300, temperature: 1.0, messages, tools: atools, tool_choice };
+    const whole = await anth.messages.create({ ...req, temperature: 0.8 + k * 0.1 });
+    const streamed = await anth.messages.stream(req).finalMessage();
+    for (const [label, m] of [['anthropic', whole], ['anthropic stream', streamed]]) {
+      if (m.content.some((b) => b.name === 'make_weather')) assert.equal(m.stop_reason, 'tool_use', `${label}: ${JSON.stringify(m)}`);
+      else assert.ok(['tool_use', 'max_tokens'].includes(m.stop_reason), `${label}: ${JSON.stringify(m)}`);
+      const uses = m.content.filter((b) => b.type === 'tool_use');
+      assert.equal(uses.length, 1, label);
+      assert.match(uses[0].id, /^toolu_/);
+      if (tool_choice.name) assert.equal(uses[0].name, tool_choice.name);
+      valid(uses[0].name, uses[0].input, label);
+    }
+  }
+  // Responses: a function_call item
+  const r = await client.responses.create({ model: 'default', input: 'Do it.', max_output_tokens: 300,
+    tools: pair.map((t) => ({ type: 'function', name: t.function.name, parameters: t.function.parameters })),
+    tool_choice: { type: 'function', name: 'make_weather' } });
+  const fc = r.output.filter((o) => o.type === 'function_call');
+  assert.equal(fc.length, 1, JSON.stringify(r.output));
+  assert.equal(fc[0].name, 'make_weather');
+  assert.equal(r.status, 'completed');
+  // streamed: the completed response's function_call item, its arguments the deltas joined
+  const rs = await client.responses.create({ model: 'default', input: 'Do it.', max_output_tokens: 300, stream: true,
+    tools: pair.map((t) => ({ type: 'function', name: t.function.name, parameters: t.function.parameters })), tool_choice: 'required' });
+  let deltas = '', done = null;
+  for await (const ev of rs) {
+    if (ev.type === 'response.function_call_arguments.delta') deltas += ev.delta;
+    if (ev.type === 'response.completed') done = ev.response;
+  }
+  const sfc = done.output.filter((o) => o.type === 'function_call');
+  assert.equal(sfc.length, 1, JSON.stringify(done.output));
+  assert.equal(sfc[0].arguments, deltas);
+  valid(sfc[0].name, JSON.parse(sfc[0].arguments), 'responses stream');
+  valid(fc[0].name, JSON.parse(fc[0].arguments), 'responses');
+  // a template that refuses a system role (Gemma 2's raises): the tools are told in the first user turn
+  const tpl = path.join(SOURCE, '..', 'shared', 'fixtures', 'templates', 'google-gemma-2-2b-it.jinja');
+  assert.ok(fs.existsSync(tpl), `${tpl} is missing`);
+  const top = fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'hearth-generic-'));
+  const dir = path.join(top, 'default');
+  fs.mkdirSync(dir);
+  for (const f of ['config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json'])
+    fs.symlinkSync(path.join(MODEL, f), path.join(dir, f));
+  const cfg = JSON.parse(fs.readFileSync(path.join(MODEL, 'tokenizer_config.json'), 'utf8'));
+  cfg.chat_template = fs.readFileSync(tpl, 'utf8');
+  fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(cfg));
+  const gsrv = await startServer(dir);
+  try {
+    const { OpenAI } = need('openai');
+    const g = new OpenAI({ baseURL: gsrv.url + '/v1', apiKey: 'unused', maxRetries: 0 });
+    const r2 = await g.chat.completions.create({ model: 'default', messages, tools: pair, tool_choice: 'required', max_tokens: 200, temperature: 1, seed: 3 });
+    assert.equal(r2.choices[0].finish_reason, 'tool_calls', JSON.stringify(r2.choices[0]));
+    const call = r2.choices[0].message.tool_calls[0].function;
+    valid(call.name, JSON.parse(call.arguments), 'gemma 2 template');
+    assert.ok(r2.usage.prompt_tokens > 100, `the tools are in the prompt (${r2.usage.prompt_tokens} tokens)`);
+    // a system message of the request's own is still the template's to refuse
+    await assert.rejects(g.chat.completions.create({ model: 'default', messages: [{ role: 'system', content: 's' }, ...messages], max_tokens: 2 }),
+      (e) => e.status === 400 && /System role/.test(e.message));
+  } finally {
+    await H.stopServer(gsrv);
+    fs.rmSync(top, { recursive: true, force: true });
+  }
+  // auto: no grammar; whatever the model writes is content or a generic call, never an error
+  const auto = await client.chat.completions.create({ model: 'default', messages, tools: pair, max_tokens: 8, temperature: 0 });
+  assert.ok(['stop', 'length', 'tool_calls'].includes(auto.choices[0].finish_reason));
+});

@@ -109,6 +109,12 @@ static void test_xml_syntaxes(void) {
   CHECK(takes(TC_GLM, NULL, "get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>"));
   CHECK(takes(TC_GLM, NULL, "get_weather\n<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>"));
   CHECK(!takes(TC_GLM, NULL, "get_weather\n<arg_key>town</arg_key><arg_value>Paris</arg_value></tool_call>"));
+  /* generic: after `{"tool_calls": [{"name": "`, one call and the close */
+  CHECK(takes(TC_GENERIC, NULL, "get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}]}"));
+  CHECK(takes(TC_GENERIC, "ping", "{}}]}"));
+  CHECK(!takes(TC_GENERIC, NULL, "get_weather\", \"arguments\": {\"town\": \"Paris\"}}]}"));
+  CHECK(!takes(TC_GENERIC, NULL, "get_time\", \"arguments\": {}}]}"));
+  CHECK(!takes(TC_GENERIC, NULL, "ping\", \"arguments\": {}}]"));
   /* formats without a grammar here say so */
   json_t *t = tools();
   hbuf g = {0};

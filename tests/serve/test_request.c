@@ -342,6 +342,14 @@ static void test_completion_batch(void) {
   refused("{\"prompt\":[\"a\",[]]}", SERVE_COMPLETION, "prompt[1]");
   refused("{\"prompt\":[[1],[-1]]}", SERVE_COMPLETION, "prompt[1]");
   refused("{\"prompt\":[\"a\",\"b\"],\"n\":100}", SERVE_COMPLETION, "n");
+  /* best_of: at least n, not streamed, prompts × best_of capped */
+  CHECK_EQ_INT(parse("{\"prompt\":\"x\",\"n\":2,\"best_of\":5}", SERVE_COMPLETION, &r, &f), 0);
+  CHECK_EQ_INT(r.n, 2);
+  CHECK_EQ_INT(r.best_of, 5);
+  serve_request_free(&r);
+  refused("{\"prompt\":\"x\",\"n\":3,\"best_of\":2}", SERVE_COMPLETION, "best_of");
+  refused("{\"prompt\":\"x\",\"best_of\":2,\"stream\":true}", SERVE_COMPLETION, "best_of");
+  refused("{\"prompt\":[\"a\",\"b\"],\"best_of\":100}", SERVE_COMPLETION, "best_of");
   refused("{\"prompt\":[\"a\",[1]],\"echo\":true}", SERVE_COMPLETION, "echo");
   hbuf b = {0};
   hbuf_puts(&b, "{\"prompt\":[");

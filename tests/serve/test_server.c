@@ -837,9 +837,15 @@ static void test_choices(void) {
   CHECK(strstr(r, "\"completion_tokens\":24") != NULL);
   free(r);
   /* refusals by name */
-  r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":2,\"best_of\":4}");
+  r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":4,\"best_of\":2}");
   CHECK_EQ_INT(status_of(r), 400);
   CHECK(strstr(r, "\"param\":\"best_of\"") != NULL);
+  free(r);
+  /* best_of 3, n 2: two choices (indexes 0, 1), the three continuations counted */
+  r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":2,\"best_of\":3,\"max_tokens\":5}");
+  CHECK_EQ_INT(status_of(r), 200);
+  CHECK(strstr(r, "\"index\":1") != NULL && strstr(r, "\"index\":2") == NULL);
+  CHECK(strstr(r, "\"completion_tokens\":15") != NULL);
   free(r);
   r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":[\"x\",[1,2]]}");
   CHECK_EQ_INT(status_of(r), 400); /* the fake engine takes no token ids: the prompt is named */

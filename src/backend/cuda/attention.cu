@@ -23,7 +23,8 @@
  * starts and ends on block boundaries) and per value element, in the flash
  * kernel as its K / V tiles are loaded into shared memory. Under the fast
  * precision (--gpu-precision fast) the tiles of queries go to tensor cores
- * instead (attn_flash_tc_kernel: bf16 operands, f32 softmax and sums). */
+ * instead (attn_flash_tc_kernel, FlashAttention-2's shape: bf16 operands
+ * through mma.sync, the scores, softmax and output rows in registers). */
 #include <limits.h>
 #include <mma.h>
 
@@ -703,39 +704,74 @@ __global__ void __launch_bounds__(FL_WARPS * 32) attn_flash_kernel(at_args a) {
 
 /* ---- flash on tensor cores (fast precision): bf16 Q, K, V, P; f32 scores, softmax and sums ----
  *
- * One block of 4 warps per (tile of 64 consecutive queries, head); runs of
- * the tile's queries that share a block table are segments, as in the f32
- * kernel. Per segment and key tile of 64 rows: K and V rounded to bf16 in
- * shared memory, S = Q Kᵀ by WMMA (warp w: query rows 16w .. 16w + 15),
- * the masked online softmax per row (f32; P rounded to bf16), then O = O α
- * + P V by WMMA with O kept in shared memory as f32. HD: 64 or 128. */
+ * FlashAttention-2's shape: one block of 4 warps per (tile of 64 consecutive
+ * queries, head); runs of the tile's queries that share a block table are
+ * segments, as in the f32 kernel. Warp w owns query rows 16w .. 16w + 15 of
+ * the tile and keeps everything of them in registers: its Q fragments, the
+ * scores of a 64-key tile, the online-softmax state and the output rows.
+ * Per key tile the block stages K and V (read from the paged arenas through
+ * the block table, any KV format, rounded to bf16) in shared memory, rows
+ * padded by 16 bytes so that the fragment loads hit every bank once; then
+ * each warp computes S = Q Kᵀ with mma.sync m16n8k16 (bf16 in, f32
+ * accumulate), masks and softmaxes S in registers (the accumulator's layout
+ * is the next product's A operand, so P never leaves the registers), and
+ * adds P V, V's fragments loaded transposed by ldmatrix. A warp whose rows
+ * all end before the tile (causal) or start after it (window) skips it.
+ * HD: 64 or 128. */
 #define TC_BQ 64
 #define TC_BK 64
 #define TC_WARPS 4
 
 template <int HD>
 static size_t tc_smem() {
-  return (size_t)TC_BQ * HD * 2 * 3 /* Q, K, V bf16 */ + (size_t)TC_BQ * TC_BK * 4 /* S */ + (size_t)TC_BQ * TC_BK * 2 /* P */ +
-         (size_t)TC_BQ * HD * 4 /* O */ + (size_t)TC_BQ * 4 * 3 /* m, l, alpha */ + TC_BK * 8 /* slots */;
+  return (size_t)(TC_BQ + 2 * TC_BK) * (HD + 8) * 2 /* Q, K, V bf16, padded rows */ + TC_BK * 8 /* slots */;
+}
+
+static __device__ __forceinline__ uint32_t tc_pack(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+
+static __device__ __forceinline__ void tc_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Four 8 x 8 bf16 matrices, transposed: lane l names row l % 8 of matrix l / 8. */
+static __device__ __forceinline__ void tc_ldsm_t(uint32_t r[4], const __nv_bfloat16 *p) {
+  const uint32_t s = (uint32_t)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+static __device__ __forceinline__ float tc_qmax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+static __device__ __forceinline__ float tc_qsum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
 template <int HD>
 __global__ void __launch_bounds__(TC_WARPS * 32) attn_flash_tc_kernel(at_args a) {
-  using namespace nvcuda;
+  constexpr int LD = HD + 8; /* bf16 elements from one staged row to the next */
   extern __shared__ __align__(128) unsigned char tsm[];
-  __nv_bfloat16 *Qs = (__nv_bfloat16 *)tsm;            /* [BQ][HD] */
-  __nv_bfloat16 *Ks = Qs + TC_BQ * HD;                 /* [BK][HD] */
-  __nv_bfloat16 *Vs = Ks + TC_BK * HD;                 /* [BK][HD] */
-  float *Ss = (float *)(Vs + TC_BK * HD);              /* [BQ][BK] */
-  __nv_bfloat16 *Ps = (__nv_bfloat16 *)(Ss + TC_BQ * TC_BK); /* [BQ][BK] */
-  float *Os = (float *)(Ps + TC_BQ * TC_BK);           /* [BQ][HD] */
-  float *ms = Os + TC_BQ * HD, *ls = ms + TC_BQ, *al = ls + TC_BQ;
-  int64_t *Sl = (int64_t *)(al + TC_BQ);
-  __shared__ int rqs[TC_BQ], lqs[TC_BQ]; /* the segment's query rows and the first key each may see */
+  __nv_bfloat16 *Qs = (__nv_bfloat16 *)tsm; /* [BQ][LD] */
+  __nv_bfloat16 *Ks = Qs + TC_BQ * LD;      /* [BK][LD] */
+  __nv_bfloat16 *Vs = Ks + TC_BK * LD;      /* [BK][LD] */
+  int64_t *Sl = (int64_t *)(Vs + TC_BK * LD);
+  __shared__ int rqs[TC_BQ], lqs[TC_BQ]; /* the segment's last and first key each query may see */
   const int t0 = blockIdx.x * TC_BQ, t1 = min(a.T, t0 + TC_BQ), h = blockIdx.y;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c2 = 2 * (lane & 3);
   const int kvh = h / (a.H / a.KVH);
   const int64_t hoff = (int64_t)kvh * HD;
+  const float L2E = 1.4426950408889634f;
   for (int s = t0; s < t1;) {
     const int tv = a.tab[s], s0 = s;
     int e = s + 1;
@@ -745,50 +781,114 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_flash_tc_kernel(at_args a)
     const int nq = e - s0;
     int jlo = INT_MAX, jhi = 0;
     for (int i = 0; i < nq; i++) {
-      const int r = a.row[s0 + i];
-      jlo = min(jlo, at_lo(a, r));
-      jhi = max(jhi, r + 1);
+      jlo = min(jlo, at_lo(a, a.row[s0 + i]));
+      jhi = max(jhi, at_top(a, s0 + i) + 1);
     }
     __syncthreads(); /* the previous segment is done with shared memory */
-    for (int p = threadIdx.x; p < TC_BQ * HD / 4; p += blockDim.x) { /* 4 elements a thread at a time */
+    for (int p = threadIdx.x; p < TC_BQ * HD / 4; p += blockDim.x) {
       const int qi = p / (HD / 4), d = 4 * (p % (HD / 4));
       float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (qi < nq) {
         const float *qp = a.q + ((int64_t)(s0 + qi) * a.H + h) * HD + d;
         v = make_float4(qp[0], qp[1], qp[2], qp[3]);
       }
-      *(__nv_bfloat162 *)(Qs + qi * HD + d) = __floats2bfloat162_rn(v.x, v.y);
-      *(__nv_bfloat162 *)(Qs + qi * HD + d + 2) = __floats2bfloat162_rn(v.z, v.w);
-      *(float4 *)(Os + qi * HD + d) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      *(__nv_bfloat162 *)(Qs + qi * LD + d) = __floats2bfloat162_rn(v.x, v.y);
+      *(__nv_bfloat162 *)(Qs + qi * LD + d + 2) = __floats2bfloat162_rn(v.z, v.w);
     }
     for (int i = threadIdx.x; i < TC_BQ; i += blockDim.x) {
-      ms[i] = -INFINITY, ls[i] = 0.0f;
-      rqs[i] = i < nq ? a.row[s0 + i] : -1;
-      lqs[i] = i < nq ? at_lo(a, rqs[i]) : 0;
+      rqs[i] = i < nq ? at_top(a, s0 + i) : -1;
+      lqs[i] = i < nq ? at_lo(a, a.row[s0 + i]) : INT_MAX;
     }
+    __syncthreads();
+    const int r0 = warp * 16 + g; /* this thread's rows: r0 and r0 + 8 */
+    uint32_t qf[HD / 16][4];
+#pragma unroll
+    for (int k = 0; k < HD / 16; k++) {
+      const __nv_bfloat16 *q0 = Qs + r0 * LD + k * 16 + c2, *q1 = q0 + 8 * LD;
+      qf[k][0] = *(const uint32_t *)q0;
+      qf[k][1] = *(const uint32_t *)q1;
+      qf[k][2] = *(const uint32_t *)(q0 + 8);
+      qf[k][3] = *(const uint32_t *)(q1 + 8);
+    }
+    const int rq0 = rqs[r0], rq1 = rqs[r0 + 8], lq0 = lqs[r0], lq1 = lqs[r0 + 8];
+    /* the key range any row of this warp sees */
+    int whi = max(rq0, rq1), wlo = min(lq0, lq1);
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) {
+      whi = max(whi, __shfl_xor_sync(0xffffffffu, whi, o));
+      wlo = min(wlo, __shfl_xor_sync(0xffffffffu, wlo, o));
+    }
+    float acc[HD / 8][4];
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     for (int j0 = jlo; j0 < jhi; j0 += TC_BK) {
       const int nk = min(TC_BK, jhi - j0);
       __syncthreads(); /* the previous tile is consumed */
       if (threadIdx.x < TC_BK) Sl[threadIdx.x] = threadIdx.x < nk ? at_slot(a, tv, j0 + threadIdx.x) : 0;
       __syncthreads();
       if (a.vvec4) { /* f32 rows: every thread's float4 pieces of K, then of V, loaded before any is stored */
-        constexpr int PER = TC_BK * HD / 4 / (TC_WARPS * 32);
+        constexpr int PER = 8, NP = TC_BK * HD / 4 / (TC_WARPS * 32); /* pieces in flight, pieces per thread and tile */
 #pragma unroll
         for (int kv = 0; kv < 2; kv++) {
           const float *base = kv ? a.V : a.K;
           const int64_t stride = kv ? a.vstride : a.kstride;
           __nv_bfloat16 *dst = kv ? Vs : Ks;
-          float4 v[PER];
 #pragma unroll
-          for (int u = 0; u < PER; u++) {
-            const int p = threadIdx.x + u * TC_WARPS * 32, jj = p / (HD / 4), d = 4 * (p % (HD / 4));
-            v[u] = jj < nk ? __ldg((const float4 *)(base + Sl[jj] * stride + hoff + d)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          for (int u0 = 0; u0 < NP; u0 += PER) {
+            float4 v[PER];
+#pragma unroll
+            for (int u = 0; u < PER; u++) {
+              const int p = threadIdx.x + (u0 + u) * TC_WARPS * 32, jj = p / (HD / 4), d = 4 * (p % (HD / 4));
+              v[u] = jj < nk ? __ldg((const float4 *)(base + Sl[jj] * stride + hoff + d)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int u = 0; u < PER; u++) {
+              const int p = threadIdx.x + (u0 + u) * TC_WARPS * 32, jj = p / (HD / 4), d = 4 * (p % (HD / 4));
+              *(__nv_bfloat162 *)(dst + jj * LD + d) = __floats2bfloat162_rn(v[u].x, v[u].y);
+              *(__nv_bfloat162 *)(dst + jj * LD + d + 2) = __floats2bfloat162_rn(v[u].z, v[u].w);
+            }
           }
+        }
+      } else if (a.blk32 && (a.kfmt == BK_KV_Q8 || a.kfmt == BK_KV_Q4) && (a.vfmt == BK_KV_Q8 || a.vfmt == BK_KV_Q4)) {
+        /* 8 / 4-bit blocks: a thread decodes one block of 32 elements from its scale and code words */
+        constexpr int NBH = HD / 32;
+        for (int p = threadIdx.x; p < 2 * TC_BK * NBH; p += blockDim.x) {
+          const int kv = p / (TC_BK * NBH), jj = (p % (TC_BK * NBH)) / NBH, bi = p % NBH, fmt = kv ? a.vfmt : a.kfmt;
+          __nv_bfloat162 *dst = (__nv_bfloat162 *)((kv ? Vs : Ks) + jj * LD + bi * 32);
+          if (jj >= nk) {
 #pragma unroll
-          for (int u = 0; u < PER; u++) {
-            const int p = threadIdx.x + u * TC_WARPS * 32, jj = p / (HD / 4), d = 4 * (p % (HD / 4));
-            *(__nv_bfloat162 *)(dst + jj * HD + d) = __floats2bfloat162_rn(v[u].x, v[u].y);
-            *(__nv_bfloat162 *)(dst + jj * HD + d + 2) = __floats2bfloat162_rn(v[u].z, v[u].w);
+            for (int e = 0; e < 16; e++) dst[e] = __floats2bfloat162_rn(0.0f, 0.0f);
+            continue;
+          }
+          const unsigned char *blk = (const unsigned char *)((kv ? a.V : a.K) + Sl[jj] * (kv ? a.vstride : a.kstride)) +
+                                     (hoff / 32 + bi) * kvq_block_bytes(fmt);
+          const float d = *(const float *)blk;
+          const uint32_t *w = (const uint32_t *)(blk + 4);
+          if (fmt == BK_KV_Q8) {
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+              const uint32_t x = w[k];
+              dst[2 * k] = __floats2bfloat162_rn(__fmul_rn(d, (float)(signed char)(x & 255)),
+                                                 __fmul_rn(d, (float)(signed char)((x >> 8) & 255)));
+              dst[2 * k + 1] = __floats2bfloat162_rn(__fmul_rn(d, (float)(signed char)((x >> 16) & 255)),
+                                                     __fmul_rn(d, (float)(signed char)(x >> 24)));
+            }
+          } else { /* byte r holds element r (low nibble) and element r + 16 (high), both offset by 8 */
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+              const uint32_t x = w[k];
+              float lo[4], hi[4];
+#pragma unroll
+              for (int u = 0; u < 4; u++) {
+                lo[u] = __fmul_rn(d, (float)((int)((x >> (8 * u)) & 15) - 8));
+                hi[u] = __fmul_rn(d, (float)((int)((x >> (8 * u + 4)) & 15) - 8));
+              }
+              dst[2 * k] = __floats2bfloat162_rn(lo[0], lo[1]);
+              dst[2 * k + 1] = __floats2bfloat162_rn(lo[2], lo[3]);
+              dst[8 + 2 * k] = __floats2bfloat162_rn(hi[0], hi[1]);
+              dst[8 + 2 * k + 1] = __floats2bfloat162_rn(hi[2], hi[3]);
+            }
           }
         }
       } else {
@@ -799,81 +899,82 @@ __global__ void __launch_bounds__(TC_WARPS * 32) attn_flash_tc_kernel(at_args a)
             kv = kvq_elem(a.K + Sl[jj] * a.kstride, a.kfmt, hoff + d);
             vv = kvq_elem(a.V + Sl[jj] * a.vstride, a.vfmt, hoff + d);
           }
-          Ks[idx] = __float2bfloat16_rn(kv);
-          Vs[idx] = __float2bfloat16_rn(vv);
+          Ks[jj * LD + d] = __float2bfloat16_rn(kv);
+          Vs[jj * LD + d] = __float2bfloat16_rn(vv);
         }
       }
       __syncthreads();
-      /* S rows 16w .. 16w + 15 */
-      {
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> sf[TC_BK / 16];
+      if (j0 > whi || j0 + nk <= wlo) continue; /* no row of this warp sees the tile */
+      /* S = Q Kᵀ: n-tile n holds keys 8n .. 8n + 7; this thread's entries are rows r0 / r0 + 8, keys 8n + c2 + {0, 1} */
+      float sc[TC_BK / 8][4];
 #pragma unroll
-        for (int n = 0; n < TC_BK / 16; n++) wmma::fill_fragment(sf[n], 0.0f);
+      for (int n = 0; n < TC_BK / 8; n++) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
 #pragma unroll
-        for (int k = 0; k < HD / 16; k++) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> qf;
-          wmma::load_matrix_sync(qf, Qs + warp * 16 * HD + k * 16, HD);
+      for (int k = 0; k < HD / 16; k++) {
 #pragma unroll
-          for (int n = 0; n < TC_BK / 16; n++) {
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> kf;
-            wmma::load_matrix_sync(kf, Ks + n * 16 * HD + k * 16, HD);
-            wmma::mma_sync(sf[n], qf, kf, sf[n]);
-          }
+        for (int n = 0; n < TC_BK / 8; n++) {
+          const __nv_bfloat16 *kp = Ks + (n * 8 + g) * LD + k * 16 + c2;
+          tc_mma(sc[n], qf[k], *(const uint32_t *)kp, *(const uint32_t *)(kp + 8));
         }
-#pragma unroll
-        for (int n = 0; n < TC_BK / 16; n++) wmma::store_matrix_sync(Ss + warp * 16 * TC_BK + n * 16, sf[n], TC_BK, wmma::mem_row_major);
       }
-      __syncwarp();
-      /* the online softmax of the warp's 16 rows: two lanes... each lane takes columns lane and lane + 32 */
-      for (int r = 0; r < 16; r++) {
-        const int qi = warp * 16 + r;
-        const int rq = rqs[qi], lq = lqs[qi];
-        float sv[2];
+      /* mask, score (scale, soft-cap), in log2 units; the rows' maxima over the quad of lanes that share them */
+      float x0 = -INFINITY, x1 = -INFINITY;
 #pragma unroll
-        for (int c = 0; c < 2; c++) {
-          const int jj = lane + 32 * c, j = j0 + jj;
-          const bool ok = jj < nk && j <= rq && j >= lq;
-          sv[c] = ok ? at_score(a, Ss[qi * TC_BK + jj]) : -INFINITY;
+      for (int n = 0; n < TC_BK / 8; n++) {
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+          const int jj = n * 8 + c2 + (u & 1), j = j0 + jj;
+          const bool ok = jj < nk && (u < 2 ? j <= rq0 && j >= lq0 : j <= rq1 && j >= lq1);
+          const float v = ok ? at_score(a, sc[n][u]) * L2E : -INFINITY;
+          sc[n][u] = v;
+          if (u < 2) x0 = fmaxf(x0, v);
+          else x1 = fmaxf(x1, v);
         }
-        const float mo = ms[qi], mn = fmaxf(mo, at_wmax(fmaxf(sv[0], sv[1])));
-        float alpha = 1.0f, p0 = 0.0f, p1 = 0.0f;
-        if (mn != -INFINITY) {
-          alpha = expf(mo - mn);
-          p0 = sv[0] == -INFINITY ? 0.0f : expf(sv[0] - mn);
-          p1 = sv[1] == -INFINITY ? 0.0f : expf(sv[1] - mn);
-        }
-        const float ps = at_wsum(p0 + p1);
-        Ps[qi * TC_BK + lane] = __float2bfloat16_rn(p0);
-        Ps[qi * TC_BK + lane + 32] = __float2bfloat16_rn(p1);
-        if (lane == 0) ms[qi] = mn, ls[qi] = ls[qi] * alpha + ps, al[qi] = alpha;
       }
-      __syncwarp();
-      /* O rows of the warp: scaled by alpha, then + P V */
-      for (int idx = lane; idx < 16 * HD; idx += 32) {
-        const int r = warp * 16 + idx / HD;
-        Os[r * HD + idx % HD] *= al[r];
-      }
-      __syncwarp();
+      const float mn0 = fmaxf(m0, tc_qmax(x0)), mn1 = fmaxf(m1, tc_qmax(x1));
+      const float al0 = mn0 == -INFINITY ? 1.0f : exp2f(m0 - mn0), al1 = mn1 == -INFINITY ? 1.0f : exp2f(m1 - mn1);
+      float p0 = 0.0f, p1 = 0.0f;
 #pragma unroll
-      for (int n = 0; n < HD / 16; n++) {
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> of;
-        wmma::load_matrix_sync(of, Os + warp * 16 * HD + n * 16, HD, wmma::mem_row_major);
+      for (int n = 0; n < TC_BK / 8; n++) {
 #pragma unroll
-        for (int k = 0; k < TC_BK / 16; k++) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> pf;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> vf;
-          wmma::load_matrix_sync(pf, Ps + warp * 16 * TC_BK + k * 16, TC_BK);
-          wmma::load_matrix_sync(vf, Vs + k * 16 * HD + n * 16, HD);
-          wmma::mma_sync(of, pf, vf, of);
+        for (int u = 0; u < 4; u++) {
+          const float mn = u < 2 ? mn0 : mn1;
+          const float p = sc[n][u] == -INFINITY ? 0.0f : exp2f(sc[n][u] - mn);
+          sc[n][u] = p;
+          if (u < 2) p0 += p;
+          else p1 += p;
         }
-        wmma::store_matrix_sync(Os + warp * 16 * HD + n * 16, of, HD, wmma::mem_row_major);
+      }
+      l0 = l0 * al0 + tc_qsum(p0);
+      l1 = l1 * al1 + tc_qsum(p1);
+      m0 = mn0, m1 = mn1;
+#pragma unroll
+      for (int n = 0; n < HD / 8; n++) acc[n][0] *= al0, acc[n][1] *= al0, acc[n][2] *= al1, acc[n][3] *= al1;
+      /* O += P V: keys 16kk .. 16kk + 15 are P's k-slice (score n-tiles 2kk, 2kk + 1 are its A fragment) */
+#pragma unroll
+      for (int kk = 0; kk < TC_BK / 16; kk++) {
+        uint32_t pa[4];
+        pa[0] = tc_pack(sc[2 * kk][0], sc[2 * kk][1]);
+        pa[1] = tc_pack(sc[2 * kk][2], sc[2 * kk][3]);
+        pa[2] = tc_pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+        pa[3] = tc_pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+        const __nv_bfloat16 *vp = Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8;
+#pragma unroll
+        for (int nn = 0; nn < HD / 16; nn++) {
+          uint32_t vb[4];
+          tc_ldsm_t(vb, vp + nn * 16);
+          tc_mma(acc[2 * nn], pa, vb[0], vb[1]);
+          tc_mma(acc[2 * nn + 1], pa, vb[2], vb[3]);
+        }
       }
     }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < nq * HD; idx += blockDim.x) {
-      const int qi = idx / HD, d = idx % HD;
-      const float L = ls[qi];
-      a.out[((int64_t)(s0 + qi) * a.H + h) * HD + d] = L > 0.0f ? Os[idx] / L : 0.0f;
+    const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) {
+      if (r0 < nq)
+        *(float2 *)(a.out + ((int64_t)(s0 + r0) * a.H + h) * HD + n * 8 + c2) = make_float2(acc[n][0] * i0, acc[n][1] * i0);
+      if (r0 + 8 < nq)
+        *(float2 *)(a.out + ((int64_t)(s0 + r0 + 8) * a.H + h) * HD + n * 8 + c2) = make_float2(acc[n][2] * i1, acc[n][3] * i1);
     }
   }
 }
@@ -970,7 +1071,7 @@ void cu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, cons
   cu_prof_part_end(b, pi);
   if (T > 1) {
     pi = cu_prof_part(b, "attention flash kernel", T);
-    if (b->fast_matmul && (hd == 64 || hd == 128) && !a.last) { /* fast precision: tensor cores (causal only; bidirectional spans take the exact kernel) */
+    if (b->fast_matmul && (hd == 64 || hd == 128)) { /* fast precision: tensor cores */
       if (hd == 64)
         attn_flash_tc_kernel<64><<<dim3(cu_blocks(T, TC_BQ), (unsigned)H), TC_WARPS * 32, tc_smem<64>(), b->stream>>>(a);
       else

@@ -1,0 +1,46 @@
+/* train_view.h — a loaded llama-family decoder seen from the trainer
+ * (src/train): its geometry, its matrices as host descriptors in their
+ * stored format, its norm weights as host floats and its RoPE tables. The
+ * trainer runs its own forward and backward over these; the model keeps
+ * owning every byte they point into.
+ *
+ * Only what the trainer's layer knows is accepted: a model loaded on the
+ * CPU with f32 activations (so the stored bytes stay in host memory),
+ * the llama decoder's layers (embed → N × [RMSNorm, attention with GQA,
+ * RoPE, optional sliding window, RMSNorm, gated MLP] → RMSNorm → head),
+ * no biases, no q / k norms, no per-family layer hooks. Anything else is
+ * refused with a message that names what is not trained yet. */
+#ifndef HEARTH_MODEL_TRAIN_VIEW_H
+#define HEARTH_MODEL_TRAIN_VIEW_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "backend/ops.h"
+#include "backend/weights.h"
+#include "base/status.h"
+#include "model/model.h"
+
+typedef struct train_layer_view {
+  bk_weight q, k, v, o, gate, up, down; /* borrowed from the model: stored format, host memory */
+  float *attn_norm, *mlp_norm;          /* owned by the view: [hidden] */
+  const rope_table *rope;               /* borrowed; NULL: no RoPE on this layer */
+  int64_t window;                       /* 0: full causal attention */
+} train_layer_view;
+
+typedef struct train_view {
+  int64_t hidden, heads, kv_heads, head_dim, inter, n_layers, vocab;
+  float eps, attn_scale, attn_softcap;
+  bool unit_offset;                     /* RMSNorm scales by (1 + w) */
+  bk_act act;
+  bk_weight embed, lm_head;             /* borrowed (lm_head may be embed's) */
+  float *final_norm;                    /* owned: [hidden] */
+  train_layer_view *layers;             /* owned: n_layers */
+} train_view;
+
+/* Fills v from m, or refuses what the trainer does not run (the message names it). */
+int train_view_get(model *m, train_view *v, herr *err);
+void train_view_free(train_view *v);
+
+#endif

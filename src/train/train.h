@@ -1,0 +1,129 @@
+/* train.h — LoRA fine-tuning of a llama-family decoder on the CPU
+ * (`hearth train sft`): training data read from JSONL and rendered through
+ * the model's own chat template, the trainer (a forward that keeps its
+ * activations, the backward of grad.h through every layer, AdamW with
+ * warm-up and cosine decay, gradient accumulation and clipping), and the
+ * adapter written as PEFT writes it (adapter_config.json +
+ * adapter_model.safetensors), which model_lora_load and `--adapter` read.
+ *
+ * Data lines (one JSON object a line, blank lines skipped):
+ *   {"messages": [{"role": ..., "content": ...}, ...]}  rendered with the
+ *       model's chat template; the loss is on the assistant turns' tokens
+ *       only: each assistant turn is the text by which rendering the
+ *       messages up to it extends rendering the ones before it with the
+ *       generation prompt (the template's own markers around it are not
+ *       learned, its end-of-turn marker is);
+ *   {"prompt": ..., "completion": ...}  the prompt tokenized with the
+ *       tokenizer's special tokens (BOS), the completion after it followed
+ *       by EOS; the loss on the completion and EOS.
+ * Examples longer than seq_len tokens are cut to seq_len.
+ */
+#ifndef HEARTH_TRAIN_TRAIN_H
+#define HEARTH_TRAIN_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/status.h"
+#include "chat/chat.h"
+#include "tokenizer/tokenizer.h"
+
+/* The projections LoRA can train, PEFT's module names in this order. */
+typedef enum train_target { TT_Q, TT_K, TT_V, TT_O, TT_GATE, TT_UP, TT_DOWN, TT_N } train_target;
+/* "q_proj", ... */
+const char *train_target_name(train_target t);
+/* Parses "q_proj,v_proj" (also "q", "v", "all-linear") into a bit set of train_target. */
+int train_targets_parse(const char *s, unsigned *out, herr *err);
+
+typedef struct train_example {
+  int32_t *ids;   /* owned: n tokens */
+  uint8_t *loss;  /* owned: n flags; loss[i]: token i is a target the loss counts */
+  int64_t n;
+} train_example;
+
+typedef struct train_set {
+  train_example *ex; /* owned */
+  int64_t n, cap;
+  int64_t tokens, loss_tokens;
+} train_set;
+
+/* Reads a JSONL file of the lines above into set (appending). tmpl may be
+ * NULL when no line has messages. Errors name the file and line. */
+int train_data_load(const char *path, const tokenizer *tok, const chat_template *tmpl, int64_t seq_len, train_set *set,
+                    herr *err);
+/* One example from one parsed line (what names it in messages). */
+int train_example_from_json(const void *json_obj, const char *what, const tokenizer *tok, const chat_template *tmpl,
+                            int64_t seq_len, train_example *out, herr *err);
+void train_set_free(train_set *set);
+
+/* What a run does; train_opts_init gives the defaults. */
+typedef struct train_opts {
+  const char *model_dir; /* a model folder hearth loads */
+  const char *data;      /* training JSONL */
+  const char *eval;      /* may be NULL: evaluation JSONL */
+  const char *out;       /* the adapter's folder (made when missing) */
+  const char *log;       /* may be NULL: a JSONL log of every step */
+  int64_t steps;         /* optimizer steps; 0: from epochs */
+  double epochs;         /* default 1 */
+  double lr;             /* peak learning rate, default 2e-4 */
+  int64_t warmup;        /* warm-up steps, -1: a tenth of the steps */
+  double weight_decay;   /* AdamW, default 0 */
+  double max_grad_norm;  /* clipping of the global gradient norm, default 1; <= 0: none */
+  int64_t rank;          /* default 8 */
+  double alpha;          /* default 16 */
+  double dropout;        /* LoRA dropout on the adapters' input, default 0 */
+  bool rslora;           /* scale alpha / sqrt(r) instead of alpha / r */
+  unsigned targets;      /* bit set of train_target, default q_proj | v_proj */
+  int64_t batch;         /* examples per micro-batch, default 4 */
+  int64_t grad_accum;    /* micro-batches per optimizer step, default 1 */
+  int64_t seq_len;       /* default 512 */
+  uint64_t seed;         /* default 0 */
+  int threads;           /* <= 0: one per CPU */
+  int64_t eval_every;    /* steps between evaluations (0: at the start and the end only) */
+  FILE *progress;        /* may be NULL: a line per step */
+} train_opts;
+
+void train_opts_init(train_opts *o);
+
+typedef struct train_result {
+  int64_t steps;
+  double first_loss, last_loss; /* training loss of the first and last step */
+  double eval_first, eval_last; /* evaluation loss before and after (NAN without eval data) */
+} train_result;
+
+/* Trains a LoRA adapter (SFT) and writes it to o->out. */
+int train_sft(const train_opts *o, train_result *res, herr *err);
+
+/* ---- the trainer, for tests and tools ---- */
+
+typedef struct trainer trainer;
+/* Loads the model (CPU) and makes the adapter: A seeded (PEFT's kaiming-uniform, bound 1 / sqrt(in)), B zeros. */
+int trainer_new(const train_opts *o, trainer **out, herr *err);
+void trainer_free(trainer *t);
+const tokenizer *trainer_tokenizer(const trainer *t); /* NULL when the model folder has none */
+const chat_template *trainer_template(const trainer *t); /* NULL when the model has none */
+/* The summed loss and counted tokens of ex under the current adapter; with
+ * grads, the gradients of dscale · that loss are added to the adapter's. */
+int trainer_loss(trainer *t, const train_example *ex, bool grads, float dscale, double *loss_sum, int64_t *count,
+                 herr *err);
+/* Restarts the draws of the adapters' dropout masks from seed (tests: the same masks again). */
+void trainer_reseed(trainer *t, uint64_t seed);
+/* logits [n, vocab] of every position under the current adapter. */
+int trainer_logits(trainer *t, const int32_t *ids, int64_t n, float *logits, herr *err);
+/* One optimizer step over the gradients added since the last (they are cleared): returns the global
+ * gradient norm before clipping in *gnorm. lr: this step's learning rate. */
+void trainer_step(trainer *t, double lr, double *gnorm);
+/* The adapter's parameters and gradients, flat (tests). */
+float *trainer_params(trainer *t, int64_t *n);
+float *trainer_grads(trainer *t);
+/* Sets the adapter's parameters from a PEFT adapter folder's adapter_model.safetensors (F32 or F64 tensors
+ * under the names trainer_save writes, of the trainer's rank and targets; a tensor missing or of another
+ * shape is an error naming it). */
+int trainer_load_adapter(trainer *t, const char *dir, herr *err);
+/* Writes adapter_config.json and adapter_model.safetensors into dir (made when missing). */
+int trainer_save(const trainer *t, const char *dir, herr *err);
+/* HF's cosine schedule with warm-up: the learning rate of update k (from 0) of total. */
+double train_lr_at(double peak, int64_t k, int64_t warmup, int64_t total);
+
+#endif

@@ -1,0 +1,586 @@
+/* trainer.c — the LoRA trainer of train.h on the CPU: the llama decoder's
+ * forward over one example with every activation the backward needs kept,
+ * the backward through the head, the layers and the adapters (grad.h), the
+ * adapter's parameters with AdamW, and its file as PEFT writes it.
+ *
+ * The base model stays frozen and in its stored format: forward products go
+ * through bk_matmul on the stored weights (f32 activations, exact to the
+ * dequantized weights), input gradients through a dequantized f32 copy of
+ * each matrix's transpose (grad_weight_t). Adapter parameters are f32, their
+ * products through bk_matmul's f32 kernels too (grad_lora_fwd / grad_lora are
+ * their reference: the tests hold the whole model's gradient to finite
+ * differences).
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "backend/cpu/cpu.h"
+#include "base/hash.h"
+#include "base/pool.h"
+#include "format/safetensors.h"
+#include "format/safetensors_write.h"
+#include "model/model.h"
+#include "model/train_view.h"
+#include "train/grad.h"
+#include "train/train.h"
+
+#define CE_CHUNK 32 /* rows of logits the cross-entropy holds at once */
+
+static const char *const target_names[TT_N] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+const char *train_target_name(train_target t) { return t < TT_N ? target_names[t] : "?"; }
+
+int train_targets_parse(const char *s, unsigned *out, herr *err) {
+  *out = 0;
+  if (!s || !*s) return herr_set(err, HEARTH_EINVAL, "--target: empty");
+  if (!strcmp(s, "all-linear")) {
+    *out = (1u << TT_N) - 1;
+    return 0;
+  }
+  const char *p = s;
+  while (*p) {
+    const char *e = strchr(p, ',');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    int found = -1;
+    for (int t = 0; t < TT_N; t++) {
+      size_t k = strlen(target_names[t]) - 5; /* without "_proj" */
+      if ((n == k + 5 && !strncmp(p, target_names[t], n)) || (n == k && !strncmp(p, target_names[t], k))) found = t;
+    }
+    if (found < 0)
+      return herr_set(err, HEARTH_EINVAL, "--target: '%.*s' is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj",
+                      (int)n, p);
+    *out |= 1u << found;
+    p += n;
+    if (*p == ',') p++;
+  }
+  return 0;
+}
+
+void train_opts_init(train_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->epochs = 1;
+  o->lr = 2e-4;
+  o->warmup = -1;
+  o->max_grad_norm = 1.0;
+  o->rank = 8;
+  o->alpha = 16;
+  o->targets = (1u << TT_Q) | (1u << TT_V);
+  o->batch = 4;
+  o->grad_accum = 1;
+  o->seq_len = 512;
+}
+
+double train_lr_at(double peak, int64_t k, int64_t warmup, int64_t total) {
+  if (k < warmup) return peak * (double)k / (double)(warmup > 0 ? warmup : 1);
+  double span = (double)(total - warmup > 0 ? total - warmup : 1), prog = (double)(k - warmup) / span;
+  if (prog > 1) prog = 1;
+  return peak * 0.5 * (1.0 + cos(M_PI * prog));
+}
+
+/* One layer's kept activations for an example of up to cap_t tokens. */
+typedef struct layer_acts {
+  float *x, *xn1, *q, *k, *v, *att, *xmid, *xn2, *g, *u, *h;
+  float *lt[TT_N];   /* LoRA x·Aᵀ [T, r] */
+  float *lx[TT_N];   /* with dropout: the adapter's masked input [T, in] */
+  float *lm[TT_N];   /* with dropout: its mask, 0 or 1 / (1 − p) [T, in] */
+} layer_acts;
+
+struct trainer {
+  train_opts o;
+  model *m;
+  train_view v;
+  tokenizer *tok;
+  chat_template tmpl;
+  bool has_tmpl;
+  hpool *pool;
+  bk_weight *w[TT_N];          /* per layer: the base matrices (borrowed from v) */
+  bk_weight *wt;               /* [layers * TT_N]: their transposes, f32 */
+  float **wtd;                 /* owned data of wt */
+  bk_weight head_t;
+  float *head_td;
+  float scale;                 /* LoRA scale */
+  int64_t P;                   /* adapter floats */
+  float *param, *grad, *m1, *m2;
+  int64_t adam_t;
+  int64_t *off;                /* [layers * TT_N]: offset of A in param (B follows), -1: no adapter */
+  /* activations */
+  int64_t cap_t;
+  float *act;                  /* owned: every kept activation */
+  layer_acts *la;              /* [layers] */
+  float *xl, *hn;              /* [T, D]: the last layer's output and its norm */
+  float *s1, *s2, *s3, *s4, *s5, *s6, *s7; /* backward scratch: [T, the widest], s7 [T, 2 KV] */
+  float *s8, *s9, *lb1, *lb2, *lb3;   /* the adapters' products: [T, the widest] x2, [T, r] x3 */
+  float *lr1, *lr2;                   /* [the widest, r] x2 (owned) */
+  float *ce;                   /* CE_CHUNK * vocab */
+  int64_t *pos;
+  uint64_t rng;
+};
+
+static inline int64_t t_in(const trainer *t, int l, int k) { return t->w[k][l].cols; }
+static inline int64_t t_out(const trainer *t, int l, int k) { return t->w[k][l].rows; }
+
+const tokenizer *trainer_tokenizer(const trainer *t) { return t->tok; }
+const chat_template *trainer_template(const trainer *t) { return t->has_tmpl ? &t->tmpl : NULL; }
+float *trainer_params(trainer *t, int64_t *n) {
+  *n = t->P;
+  return t->param;
+}
+float *trainer_grads(trainer *t) { return t->grad; }
+void trainer_reseed(trainer *t, uint64_t seed) { t->rng = seed; }
+
+static double urand01(uint64_t *s) { return (double)(hsplitmix64(s) >> 11) / 9007199254740992.0; }
+
+void trainer_free(trainer *t) {
+  if (!t) return;
+  int L = (int)t->v.n_layers;
+  for (int i = 0; t->wtd && i < L * TT_N; i++) free(t->wtd[i]);
+  free(t->wtd), free(t->wt), free(t->head_td);
+  for (int k = 0; k < TT_N; k++) free(t->w[k]);
+  free(t->param), free(t->grad), free(t->m1), free(t->m2), free(t->off);
+  free(t->act), free(t->la), free(t->pos), free(t->ce), free(t->lr1), free(t->lr2);
+  train_view_free(&t->v);
+  if (t->m) model_free(t->m);
+  if (t->tok) tokenizer_free(t->tok);
+  if (t->has_tmpl) chat_template_free(&t->tmpl);
+  if (t->pool) hpool_destroy(t->pool);
+  free(t);
+}
+
+int trainer_new(const train_opts *o, trainer **out, herr *err) {
+  *out = NULL;
+  if (o->rank < 1) return herr_set(err, HEARTH_EINVAL, "--rank must be at least 1");
+  if (!(o->dropout >= 0 && o->dropout < 1)) return herr_set(err, HEARTH_EINVAL, "--dropout must be in [0, 1)");
+  if (!o->targets) return herr_set(err, HEARTH_EINVAL, "--target: no module to train");
+  trainer *t = calloc(1, sizeof *t);
+  if (!t) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  t->o = *o;
+  t->rng = o->seed ^ 0x6c6f7261ull; /* "lora" */
+  int rc;
+  model_load_opts lo = {.threads = o->threads, .device = "cpu", .f32_activations = true};
+  if ((rc = model_load(o->model_dir, &lo, &t->m, err)) || (rc = train_view_get(t->m, &t->v, err))) {
+    trainer_free(t);
+    return rc;
+  }
+  herr terr = {0};
+  if (tokenizer_load(o->model_dir, &t->tok, &terr)) t->tok = NULL; /* token ids only (trainer_loss) */
+  t->has_tmpl = chat_template_load(o->model_dir, &t->tmpl, &terr) == 0;
+  t->pool = hpool_create(o->threads);
+  int L = (int)t->v.n_layers;
+  for (int k = 0; k < TT_N; k++) t->w[k] = calloc((size_t)L, sizeof(bk_weight));
+  t->wt = calloc((size_t)L * TT_N, sizeof *t->wt);
+  t->wtd = calloc((size_t)L * TT_N, sizeof *t->wtd);
+  t->off = malloc((size_t)L * TT_N * sizeof *t->off);
+  if (!t->pool || !t->wt || !t->wtd || !t->off || !t->w[TT_N - 1]) {
+    trainer_free(t);
+    return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  }
+  for (int l = 0; l < L; l++) {
+    const train_layer_view *lv = &t->v.layers[l];
+    const bk_weight *ws[TT_N] = {&lv->q, &lv->k, &lv->v, &lv->o, &lv->gate, &lv->up, &lv->down};
+    for (int k = 0; k < TT_N; k++) {
+      t->w[k][l] = *ws[k];
+      if ((rc = grad_weight_t(ws[k], &t->wt[l * TT_N + k], &t->wtd[l * TT_N + k], err))) {
+        trainer_free(t);
+        return rc;
+      }
+    }
+  }
+  if ((rc = grad_weight_t(&t->v.lm_head, &t->head_t, &t->head_td, err))) {
+    trainer_free(t);
+    return rc;
+  }
+  /* the adapter: A kaiming-uniform (a = sqrt(5): bound 1 / sqrt(in)), B zeros, as PEFT initializes them */
+  int64_t r = o->rank;
+  t->scale = (float)(o->rslora ? o->alpha / sqrt((double)r) : o->alpha / (double)r);
+  t->P = 0;
+  for (int l = 0; l < L; l++)
+    for (int k = 0; k < TT_N; k++) {
+      t->off[l * TT_N + k] = -1;
+      if (!(o->targets & (1u << k))) continue;
+      t->off[l * TT_N + k] = t->P;
+      t->P += r * (t_in(t, l, k) + t_out(t, l, k));
+    }
+  t->param = calloc((size_t)t->P, sizeof(float));
+  t->grad = calloc((size_t)t->P, sizeof(float));
+  t->m1 = calloc((size_t)t->P, sizeof(float));
+  t->m2 = calloc((size_t)t->P, sizeof(float));
+  t->ce = malloc((size_t)(CE_CHUNK * t->v.vocab) * sizeof(float));
+  if (!t->param || !t->grad || !t->m1 || !t->m2 || !t->ce) {
+    trainer_free(t);
+    return herr_set(err, HEARTH_ENOMEM, "out of memory (an adapter of %lld floats)", (long long)t->P);
+  }
+  uint64_t s = o->seed;
+  for (int l = 0; l < L; l++)
+    for (int k = 0; k < TT_N; k++) {
+      int64_t at = t->off[l * TT_N + k];
+      if (at < 0) continue;
+      double bound = 1.0 / sqrt((double)t_in(t, l, k));
+      for (int64_t i = 0; i < r * t_in(t, l, k); i++) t->param[at + i] = (float)((2 * urand01(&s) - 1) * bound);
+    }
+  *out = t;
+  return 0;
+}
+
+/* Room for examples of T tokens. */
+static int reserve(trainer *t, int64_t T, herr *err) {
+  if (T <= t->cap_t) return 0;
+  const train_view *v = &t->v;
+  int64_t D = v->hidden, Q = v->heads * v->head_dim, KV = v->kv_heads * v->head_dim, I = v->inter, r = t->o.rank;
+  int L = (int)v->n_layers;
+  bool drop = t->o.dropout > 0;
+  int64_t per = D * 4 + Q * 2 + KV * 2 + I * 3, wide = D > Q ? D : Q;
+  if (I > wide) wide = I;
+  int64_t lora = 0;
+  for (int k = 0; k < TT_N; k++)
+    if (t->o.targets & (1u << k)) lora += r + (drop ? 2 * t_in(t, 0, k) : 0);
+  size_t n = (size_t)T * (size_t)((per + lora) * L + 2 * D + 8 * wide + 2 * KV + 3 * r);
+  free(t->act), free(t->la), free(t->pos), free(t->lr1), free(t->lr2);
+  t->act = malloc(n * sizeof(float));
+  t->lr1 = malloc((size_t)(wide * r) * sizeof(float));
+  t->lr2 = malloc((size_t)(wide * r) * sizeof(float));
+  t->la = calloc((size_t)L, sizeof *t->la);
+  t->pos = malloc((size_t)T * sizeof *t->pos);
+  if (!t->act || !t->la || !t->pos || !t->lr1 || !t->lr2) {
+    t->cap_t = 0;
+    return herr_set(err, HEARTH_ENOMEM, "out of memory (activations of %lld tokens)", (long long)T);
+  }
+  float *p = t->act;
+#define TAKE(dst, w) (dst = p, p += (size_t)T * (size_t)(w))
+  for (int l = 0; l < L; l++) {
+    layer_acts *a = &t->la[l];
+    TAKE(a->x, D), TAKE(a->xn1, D), TAKE(a->q, Q), TAKE(a->k, KV), TAKE(a->v, KV), TAKE(a->att, Q);
+    TAKE(a->xmid, D), TAKE(a->xn2, D), TAKE(a->g, I), TAKE(a->u, I), TAKE(a->h, I);
+    for (int k = 0; k < TT_N; k++) {
+      if (!(t->o.targets & (1u << k))) continue;
+      TAKE(a->lt[k], r);
+      if (drop) TAKE(a->lx[k], t_in(t, l, k)), TAKE(a->lm[k], t_in(t, l, k));
+    }
+  }
+  TAKE(t->xl, D), TAKE(t->hn, D);
+  TAKE(t->s1, wide), TAKE(t->s2, wide), TAKE(t->s3, wide), TAKE(t->s4, wide), TAKE(t->s5, wide), TAKE(t->s6, wide);
+  TAKE(t->s7, 2 * KV);
+  TAKE(t->s8, wide), TAKE(t->s9, wide), TAKE(t->lb1, r), TAKE(t->lb2, r), TAKE(t->lb3, r);
+#undef TAKE
+  for (int64_t i = 0; i < T; i++) t->pos[i] = i;
+  t->cap_t = T;
+  return 0;
+}
+
+/* An f32 matrix [rows, cols] as a weight bk_matmul multiplies by (its transpose). */
+static bk_weight f32_weight(const float *p, int64_t rows, int64_t cols) {
+  bk_weight w;
+  memset(&w, 0, sizeof w);
+  w.type = BK_F32, w.rows = rows, w.cols = cols, w.data = p;
+  return w;
+}
+
+/* dst [cols, rows] = src [rows, cols]ᵀ */
+static void transpose(float *dst, const float *src, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++) dst[j * rows + i] = src[i * cols + j];
+}
+
+/* The adapter's delta through bk_matmul's f32 kernels (grad_lora_fwd's products, summed in f32):
+ * tt [T, r] = x · Aᵀ, y += s · tt · Bᵀ. */
+static int lora_fwd(trainer *t, float *y, float *tt, const float *x, int64_t T, int64_t in, const float *A, int64_t r,
+                    const float *B, int64_t out, herr *err) {
+  bk_weight aw = f32_weight(A, r, in), bw = f32_weight(B, out, r);
+  int rc = bk_matmul(t->pool, tt, x, T, &aw, NULL, err);
+  if (!rc) rc = bk_matmul(t->pool, t->s4, tt, T, &bw, NULL, err);
+  if (rc) return rc;
+  for (int64_t i = 0; i < T * out; i++) y[i] += t->scale * t->s4[i];
+  return 0;
+}
+
+/* grad_lora's gradients through bk_matmul: dt = s · dy · B, dB += s · dyᵀ · tt, dA += dtᵀ · x, and
+ * dx [T, in] = dt · A (written, not added). */
+static int lora_bwd(trainer *t, float *dx, float *dA, float *dB, const float *dy, const float *x, const float *tt, int64_t T,
+                    int64_t in, const float *A, int64_t r, const float *B, int64_t out, herr *err) {
+  float s = t->scale, *dt = t->lb1;
+  transpose(t->lr1, B, out, r); /* Bᵀ [r, out] */
+  bk_weight w = f32_weight(t->lr1, r, out);
+  int rc = bk_matmul(t->pool, dt, dy, T, &w, NULL, err);
+  if (rc) return rc;
+  for (int64_t i = 0; i < T * r; i++) dt[i] *= s;
+  transpose(t->s8, dy, T, out); /* dyᵀ [out, T] */
+  transpose(t->lb2, tt, T, r);  /* ttᵀ [r, T] */
+  w = f32_weight(t->lb2, r, T);
+  if ((rc = bk_matmul(t->pool, t->lr2, t->s8, out, &w, NULL, err))) return rc; /* dyᵀ · tt [out, r] */
+  for (int64_t i = 0; i < out * r; i++) dB[i] += s * t->lr2[i];
+  transpose(t->lb3, dt, T, r); /* dtᵀ [r, T] */
+  transpose(t->s8, x, T, in);  /* xᵀ [in, T] */
+  w = f32_weight(t->s8, in, T);
+  if ((rc = bk_matmul(t->pool, t->lr2, t->lb3, r, &w, NULL, err))) return rc; /* dtᵀ · x [r, in] */
+  for (int64_t i = 0; i < r * in; i++) dA[i] += t->lr2[i];
+  transpose(t->lr1, A, r, in); /* Aᵀ [in, r] */
+  w = f32_weight(t->lr1, in, r);
+  return bk_matmul(t->pool, dx, dt, T, &w, NULL, err);
+}
+
+/* y = x · W_kᵀ + the adapter's delta, keeping what its backward needs. */
+static int proj(trainer *t, int l, int k, float *y, const float *x, int64_t T, bool train, herr *err) {
+  int rc = bk_matmul(t->pool, y, x, T, &t->w[k][l], NULL, err);
+  int64_t at = t->off[l * TT_N + k];
+  if (rc || at < 0) return rc;
+  int64_t in = t_in(t, l, k), out = t_out(t, l, k), r = t->o.rank;
+  layer_acts *a = &t->la[l];
+  const float *xin = x;
+  if (train && t->o.dropout > 0) {
+    float keep = (float)(1.0 / (1.0 - t->o.dropout));
+    for (int64_t i = 0; i < T * in; i++) {
+      a->lm[k][i] = urand01(&t->rng) < t->o.dropout ? 0.0f : keep;
+      a->lx[k][i] = x[i] * a->lm[k][i];
+    }
+    xin = a->lx[k];
+  }
+  return lora_fwd(t, y, a->lt[k], xin, T, in, t->param + at, r, t->param + at + r * in, out, err);
+}
+
+/* dx (+)= dy · W_k, and the adapter's gradients (x: the projection's input in the forward). */
+static int proj_back(trainer *t, int l, int k, float *dx, bool add, const float *dy, const float *x, int64_t T, bool train,
+                     herr *err) {
+  int64_t in = t_in(t, l, k), out = t_out(t, l, k), r = t->o.rank;
+  float *tmp = add ? t->s5 : dx;
+  int rc = bk_matmul(t->pool, tmp, dy, T, &t->wt[l * TT_N + k], NULL, err);
+  if (rc) return rc;
+  int64_t at = t->off[l * TT_N + k];
+  if (at >= 0) {
+    layer_acts *a = &t->la[l];
+    const float *A = t->param + at, *B = A + r * in;
+    float *dA = t->grad + at, *dB = dA + r * in;
+    bool drop = train && t->o.dropout > 0;
+    if ((rc = lora_bwd(t, t->s9, dA, dB, dy, drop ? a->lx[k] : x, a->lt[k], T, in, A, r, B, out, err))) return rc;
+    if (drop)
+      for (int64_t i = 0; i < T * in; i++) tmp[i] += t->s9[i] * a->lm[k][i];
+    else
+      for (int64_t i = 0; i < T * in; i++) tmp[i] += t->s9[i];
+  }
+  if (add)
+    for (int64_t i = 0; i < T * in; i++) dx[i] += tmp[i];
+  return 0;
+}
+
+static attn_params attn_of(const trainer *t, int l) {
+  const train_view *v = &t->v;
+  return (attn_params){v->heads, v->kv_heads, v->head_dim, v->attn_scale, v->attn_softcap, v->layers[l].window};
+}
+
+static int forward(trainer *t, const int32_t *ids, int64_t T, bool train, herr *err) {
+  const train_view *v = &t->v;
+  int64_t D = v->hidden, H = v->heads, KVH = v->kv_heads, hd = v->head_dim, I = v->inter;
+  int rc = reserve(t, T, err);
+  if (rc) return rc;
+  for (int64_t i = 0; i < T; i++) {
+    if (ids[i] < 0 || ids[i] >= v->embed.rows)
+      return herr_set(err, HEARTH_EINVAL, "token %d is outside the vocabulary (%lld)", ids[i], (long long)v->embed.rows);
+    if ((rc = bk_dequant_row(&v->embed, ids[i], t->la[0].x + i * D, err))) return rc;
+  }
+  for (int l = 0; l < v->n_layers; l++) {
+    layer_acts *a = &t->la[l];
+    const train_layer_view *lv = &v->layers[l];
+    float *next = l + 1 < v->n_layers ? t->la[l + 1].x : t->xl;
+    op_rmsnorm(a->xn1, a->x, T, D, lv->attn_norm, v->eps, v->unit_offset);
+    if ((rc = proj(t, l, TT_Q, a->q, a->xn1, T, train, err)) || (rc = proj(t, l, TT_K, a->k, a->xn1, T, train, err)) ||
+        (rc = proj(t, l, TT_V, a->v, a->xn1, T, train, err)))
+      return rc;
+    if (lv->rope) {
+      op_rope(a->q, T, H, hd, t->pos, lv->rope);
+      op_rope(a->k, T, KVH, hd, t->pos, lv->rope);
+    }
+    attn_params ap = attn_of(t, l);
+    grad_attention_fwd(t->pool, a->att, a->q, a->k, a->v, T, &ap);
+    if ((rc = proj(t, l, TT_O, t->s1, a->att, T, train, err))) return rc;
+    op_add(a->xmid, a->x, t->s1, T * D);
+    op_rmsnorm(a->xn2, a->xmid, T, D, lv->mlp_norm, v->eps, v->unit_offset);
+    if ((rc = proj(t, l, TT_GATE, a->g, a->xn2, T, train, err)) || (rc = proj(t, l, TT_UP, a->u, a->xn2, T, train, err)))
+      return rc;
+    memcpy(a->h, a->g, (size_t)(T * I) * sizeof(float));
+    op_silu(a->h, T * I);
+    op_mul(a->h, a->h, a->u, T * I);
+    if ((rc = proj(t, l, TT_DOWN, t->s1, a->h, T, train, err))) return rc;
+    op_add(next, a->xmid, t->s1, T * D);
+  }
+  op_rmsnorm(t->hn, t->xl, T, D, v->final_norm, v->eps, v->unit_offset);
+  return 0;
+}
+
+int trainer_logits(trainer *t, const int32_t *ids, int64_t n, float *logits, herr *err) {
+  int rc = forward(t, ids, n, false, err);
+  if (!rc) rc = bk_matmul(t->pool, logits, t->hn, n, &t->v.lm_head, NULL, err);
+  return rc;
+}
+
+int trainer_loss(trainer *t, const train_example *ex, bool grads, float dscale, double *loss_sum, int64_t *count,
+                 herr *err) {
+  const train_view *v = &t->v;
+  int64_t T = ex->n, D = v->hidden, H = v->heads, KVH = v->kv_heads, hd = v->head_dim, I = v->inter;
+  int rc = forward(t, ex->ids, T, grads, err);
+  if (rc) return rc;
+  int32_t *tg = malloc((size_t)T * sizeof *tg);
+  if (!tg) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  for (int64_t i = 0; i < T; i++) tg[i] = i + 1 < T && ex->loss[i + 1] ? ex->ids[i + 1] : -1;
+  float *dx = t->s1, *dn = t->s2; /* the residual stream's gradient; a norm's input gradient */
+  rc = grad_cross_entropy(t->pool, loss_sum, count, grads ? dn : NULL, t->hn, T, D, &v->lm_head, &t->head_t, tg, dscale,
+                          CE_CHUNK, t->ce, err);
+  free(tg);
+  if (rc || !grads) return rc;
+  grad_rmsnorm(dx, NULL, dn, t->xl, T, D, v->final_norm, v->eps, v->unit_offset);
+  for (int l = (int)v->n_layers - 1; l >= 0; l--) {
+    layer_acts *a = &t->la[l];
+    const train_layer_view *lv = &v->layers[l];
+    float *dg = t->s2, *du = t->s3, *dn2 = t->s6;
+    /* feed-forward: x_out = xmid + down(silu(gate) · up); dx holds d x_out */
+    if ((rc = proj_back(t, l, TT_DOWN, t->s3, false, dx, a->h, T, true, err))) return rc;
+    grad_silu_mul(dg, du, t->s3, a->g, a->u, T * I); /* du overwrites dh element by element, after reading it */
+    if ((rc = proj_back(t, l, TT_GATE, dn2, false, dg, a->xn2, T, true, err)) ||
+        (rc = proj_back(t, l, TT_UP, dn2, true, du, a->xn2, T, true, err)))
+      return rc;
+    grad_rmsnorm(dn2, NULL, dn2, a->xmid, T, D, lv->mlp_norm, v->eps, v->unit_offset);
+    for (int64_t i = 0; i < T * D; i++) dx[i] += dn2[i]; /* dx is now d xmid */
+    /* attention: xmid = x + o(attention(rope(q), rope(k), v)) */
+    float *datt = t->s2, *dq = t->s3, *dk = t->s7, *dvv = t->s7 + T * KVH * hd;
+    if ((rc = proj_back(t, l, TT_O, datt, false, dx, a->att, T, true, err))) return rc;
+    attn_params ap = attn_of(t, l);
+    grad_attention(t->pool, dq, dk, dvv, datt, a->q, a->k, a->v, T, &ap);
+    if (lv->rope) {
+      grad_rope(dq, T, H, hd, t->pos, lv->rope);
+      grad_rope(dk, T, KVH, hd, t->pos, lv->rope);
+    }
+    if ((rc = proj_back(t, l, TT_Q, dn2, false, dq, a->xn1, T, true, err)) ||
+        (rc = proj_back(t, l, TT_K, dn2, true, dk, a->xn1, T, true, err)) ||
+        (rc = proj_back(t, l, TT_V, dn2, true, dvv, a->xn1, T, true, err)))
+      return rc;
+    grad_rmsnorm(dn2, NULL, dn2, a->x, T, D, lv->attn_norm, v->eps, v->unit_offset);
+    for (int64_t i = 0; i < T * D; i++) dx[i] += dn2[i]; /* d x of this layer: the next one down's output */
+  }
+  return 0;
+}
+
+void trainer_step(trainer *t, double lr, double *gnorm) {
+  double ss = 0;
+  for (int64_t i = 0; i < t->P; i++) ss += (double)t->grad[i] * t->grad[i];
+  double norm = sqrt(ss), clip = 1.0;
+  if (t->o.max_grad_norm > 0) {
+    double c = t->o.max_grad_norm / (norm + 1e-6);
+    if (c < 1) clip = c;
+  }
+  *gnorm = norm;
+  /* AdamW as torch.optim.AdamW: decoupled decay, then the bias-corrected step */
+  const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  t->adam_t++;
+  double bc1 = 1 - pow(b1, (double)t->adam_t), bc2 = 1 - pow(b2, (double)t->adam_t);
+  for (int64_t i = 0; i < t->P; i++) {
+    double g = t->grad[i] * clip, p = t->param[i];
+    p *= 1 - lr * t->o.weight_decay;
+    double m = b1 * t->m1[i] + (1 - b1) * g, v = b2 * t->m2[i] + (1 - b2) * g * g;
+    t->m1[i] = (float)m, t->m2[i] = (float)v;
+    p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps);
+    t->param[i] = (float)p;
+    t->grad[i] = 0;
+  }
+}
+
+/* ---- the adapter's files ---- */
+
+static void module_name(char *out, size_t n, int l, int k, char ab) {
+  snprintf(out, n, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l, k <= TT_O ? "self_attn" : "mlp", target_names[k], ab);
+}
+
+int trainer_load_adapter(trainer *t, const char *dir, herr *err) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+  st_set st;
+  memset(&st, 0, sizeof st);
+  int rc = st_open(&st, path, err);
+  if (rc) return rc;
+  int64_t r = t->o.rank;
+  for (int l = 0; !rc && l < t->v.n_layers; l++)
+    for (int k = 0; !rc && k < TT_N; k++) {
+      int64_t at = t->off[l * TT_N + k];
+      if (at < 0) continue;
+      for (int ab = 0; !rc && ab < 2; ab++) {
+        char name[160];
+        module_name(name, sizeof name, l, k, ab ? 'B' : 'A');
+        int64_t rows = ab ? t_out(t, l, k) : r, cols = ab ? r : t_in(t, l, k);
+        float *dst = t->param + at + (ab ? r * t_in(t, l, k) : 0);
+        const st_tensor *x = st_find(&st, name);
+        if (!x) {
+          rc = herr_set(err, HEARTH_ENOTFOUND, "%s: no tensor '%s'", path, name);
+        } else if (x->ndim != 2 || x->shape[0] != rows || x->shape[1] != cols || (x->dtype != ST_F32 && x->dtype != ST_F64)) {
+          rc = herr_set(err, HEARTH_EINVAL, "%s: '%s' is not F32 or F64 [%lld, %lld]", path, name, (long long)rows, (long long)cols);
+        } else {
+          for (int64_t i = 0; i < rows * cols; i++) {
+            if (x->dtype == ST_F32) memcpy(&dst[i], (const char *)x->data + 4 * i, 4);
+            else {
+              double d;
+              memcpy(&d, (const char *)x->data + 8 * i, 8);
+              dst[i] = (float)d;
+            }
+          }
+        }
+      }
+    }
+  st_close(&st);
+  return rc;
+}
+
+static int fill_tensor(void *ctx, int i, void *dst, herr *err) {
+  (void)ctx, (void)i, (void)dst, (void)err;
+  return 0; /* every tensor is given with its data */
+}
+
+int trainer_save(const trainer *t, const char *dir, herr *err) {
+  if (mkdir(dir, 0755) && errno != EEXIST) return herr_set(err, HEARTH_EIO, "%s: cannot create the folder: %s", dir, strerror(errno));
+  st_writer *w = st_writer_new();
+  if (!w) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  int64_t r = t->o.rank;
+  for (int l = 0; l < t->v.n_layers; l++)
+    for (int k = 0; k < TT_N; k++) {
+      int64_t at = t->off[l * TT_N + k];
+      if (at < 0) continue;
+      char name[160];
+      int64_t in = t_in(t, l, k), out = t_out(t, l, k);
+      module_name(name, sizeof name, l, k, 'A');
+      st_writer_tensor(w, name, ST_F32, 2, (int64_t[]){r, in}, t->param + at);
+      module_name(name, sizeof name, l, k, 'B');
+      st_writer_tensor(w, name, ST_F32, 2, (int64_t[]){out, r}, t->param + at + r * in);
+    }
+  st_writer_meta(w, "format", "pt");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+  int rc = st_writer_write(w, path, fill_tensor, NULL, err);
+  st_writer_free(w);
+  if (rc) return rc;
+  json_t *c = json_object(), *tm = json_array();
+  for (int k = 0; k < TT_N; k++)
+    if (t->o.targets & (1u << k)) json_array_append_new(tm, json_string(target_names[k]));
+  json_object_set_new(c, "alpha_pattern", json_object());
+  json_object_set_new(c, "base_model_name_or_path", json_string(t->o.model_dir));
+  json_object_set_new(c, "bias", json_string("none"));
+  json_object_set_new(c, "exclude_modules", json_null());
+  json_object_set_new(c, "fan_in_fan_out", json_false());
+  json_object_set_new(c, "inference_mode", json_true());
+  json_object_set_new(c, "init_lora_weights", json_true());
+  json_object_set_new(c, "layers_pattern", json_null());
+  json_object_set_new(c, "layers_to_transform", json_null());
+  json_object_set_new(c, "lora_alpha", json_real(t->o.alpha));
+  json_object_set_new(c, "lora_bias", json_false());
+  json_object_set_new(c, "lora_dropout", json_real(t->o.dropout));
+  json_object_set_new(c, "modules_to_save", json_null());
+  json_object_set_new(c, "peft_type", json_string("LORA"));
+  json_object_set_new(c, "r", json_integer(r));
+  json_object_set_new(c, "rank_pattern", json_object());
+  json_object_set_new(c, "revision", json_null());
+  json_object_set_new(c, "target_modules", tm);
+  json_object_set_new(c, "task_type", json_string("CAUSAL_LM"));
+  json_object_set_new(c, "use_dora", json_false());
+  json_object_set_new(c, "use_rslora", json_boolean(t->o.rslora));
+  snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+  rc = json_dump_file(c, path, JSON_INDENT(2) | JSON_SORT_KEYS) ? herr_set(err, HEARTH_EIO, "%s: cannot write", path) : 0;
+  json_decref(c);
+  return rc;
+}
