@@ -84,6 +84,17 @@ test('both models are listed: /v1/models, /api/tags, /api/ps; /api/show tells th
   assert.deepEqual(m.data.map((x) => x.capabilities.includes('vision')), [false, true]);
   assert.ok(m.data.every((x) => x.capabilities.includes('chat') && x.capabilities.includes('completion')));
   for (const id of [NA, NB]) assert.equal((await (await fetch(srv.url + '/v1/models/' + id)).json()).id, id);
+  // an Anthropic client (anthropic-version) gets Anthropic's shapes, both models in them
+  const anth = { headers: { 'anthropic-version': '2023-06-01' } };
+  const am = await (await fetch(srv.url + '/v1/models', anth)).json();
+  assert.deepEqual(am.data.map((x) => [x.type, x.id]), [['model', NA], ['model', NB]]);
+  assert.equal(am.has_more, false);
+  assert.equal(am.last_id, NB);
+  for (const id of [NA, NB]) {
+    const one = await (await fetch(srv.url + '/v1/models/' + id, anth)).json();
+    assert.deepEqual([one.type, one.id], ['model', id]);
+  }
+  assert.equal((await fetch(srv.url + '/v1/models/no-such-model', anth)).status, 404);
   assert.deepEqual((await client.list()).models.slice(0, 2).map((x) => [x.name, x.details.family]), [[NA, 'llama'], [NB, 'gemma4']]);
   assert.deepEqual((await client.ps()).models.map((x) => x.name), [NA, NB]);
   assert.equal((await client.show({ model: NB })).capabilities.includes('vision'), true);
