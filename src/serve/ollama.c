@@ -308,6 +308,7 @@ int oll_request_parse(const char *body, size_t len, bool chat, serve_request *re
   if (!root) return serve_bad(f, NULL, "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
   json_t *oa = json_object(), *names = json_array(), *v;
   int rc = 0;
+  bool fim = false; /* /api/generate's suffix */
   if (!json_is_object(root)) {
     rc = serve_bad(f, NULL, "the body must be a JSON object");
     goto done;
@@ -321,7 +322,6 @@ int oll_request_parse(const char *body, size_t len, bool chat, serve_request *re
   json_object_set(oa, "model", model);
   /* fields of Ollama's API that hearth cannot honour */
   static const char *const refused[][2] = {
-      {"suffix", "fill-in-the-middle prompts are not supported"},
       {"template", "the model's own chat template is used (hearth serve --chat-template-file replaces it)"},
       {"context", "the context of an earlier reply is not kept: send the whole conversation to /api/chat"},
       {"width", "this server does not make images"},
@@ -359,6 +359,11 @@ int oll_request_parse(const char *body, size_t len, bool chat, serve_request *re
     goto done;
   }
   if (chat) {
+    json_t *sfx = serve_json_field(root, "suffix");
+    if (sfx && !(json_is_string(sfx) && !json_string_length(sfx))) {
+      rc = serve_bad(f, "suffix", "suffix (fill-in-the-middle) goes with /api/generate, not /api/chat");
+      goto done;
+    }
     json_t *msgs = serve_json_field(root, "messages");
     if (!msgs || (json_is_array(msgs) && !json_array_size(msgs))) {
       o->load_only = true;
@@ -375,6 +380,26 @@ int oll_request_parse(const char *body, size_t len, bool chat, serve_request *re
     if (prompt && !json_is_string(prompt)) {
       rc = serve_bad(f, "prompt", "prompt must be a string");
       goto done;
+    }
+    /* suffix: fill-in-the-middle, the prompt the text before it (as /v1/completions' suffix) */
+    json_t *suffix = serve_json_field(root, "suffix");
+    if (suffix && !json_is_string(suffix)) {
+      rc = serve_bad(f, "suffix", "suffix must be a string");
+      goto done;
+    }
+    fim = suffix && json_string_length(suffix);
+    if (fim) {
+      const char *other = system ? "system" : json_is_true(serve_json_field(root, "raw")) ? "raw" : NULL;
+      json_t *im = serve_json_field(root, "images");
+      if (!other && json_is_array(im) && json_array_size(im)) other = "images";
+      if (other) {
+        rc = serve_bad(f, "suffix", "suffix lays out the prompt with the model's fill-in-the-middle tokens: it "
+                                    "takes no %s", other);
+        goto done;
+      }
+      json_object_set_new(oa, "prompt", json_string(prompt ? json_string_value(prompt) : ""));
+      json_object_set(oa, "suffix", suffix);
+      goto parse;
     }
     if (system && !json_is_string(system)) {
       rc = serve_bad(f, "system", "system must be a string");
@@ -431,12 +456,13 @@ int oll_request_parse(const char *body, size_t len, bool chat, serve_request *re
       json_array_foreach(names, k, n) json_array_set_new(names, k, json_sprintf("images[%zu]", k));
     }
   }
+parse:;
   char *text = json_dumps(oa, JSON_COMPACT);
   if (!text) {
     rc = serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
     goto done;
   }
-  rc = serve_request_parse(text, strlen(text), chat || !o->raw ? SERVE_CHAT : SERVE_COMPLETION, req, f);
+  rc = serve_request_parse(text, strlen(text), (chat || !o->raw) && !fim ? SERVE_CHAT : SERVE_COMPLETION, req, f);
   free(text);
   if (rc) {
     rename_param(f, "max_tokens", "options.num_predict");

@@ -33,9 +33,10 @@ typedef struct oll_request {
 } oll_request;
 
 /* Parses an /api/chat (chat) or /api/generate body into req (kind SERVE_CHAT,
- * or SERVE_COMPLETION for a raw generate) and o. stream is true unless the
- * body says false. Fields hearth cannot honour (suffix, template, context,
- * options such as mirostat) are refused by name. On failure returns the HTTP
+ * or SERVE_COMPLETION for a raw generate, and for one with a suffix: req->fim,
+ * the prompt the text before it) and o. stream is true unless the body says
+ * false. Fields hearth cannot honour (template, context, options such as
+ * mirostat) are refused by name. On failure returns the HTTP
  * status with f filled (param names the field: "options.mirostat",
  * "messages[1].images[0]") and leaves *req empty. */
 int oll_request_parse(const char *body, size_t len, bool chat, serve_request *req, oll_request *o, serve_fail *f);

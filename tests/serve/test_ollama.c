@@ -2,7 +2,8 @@
  * /api/generate bodies into serve_request (Ollama's option names mapped onto
  * the sampling fields, format into a grammar, think into the template's
  * variables, images named as sent), every refusal naming its field (bad JSON,
- * unknown and unsupported options, suffix / template / context), the
+ * unknown and unsupported options, template / context), suffix as
+ * fill-in-the-middle, the
  * embeddings bodies, and the replies' NDJSON lines and final object against
  * the shapes in Ollama's API documentation, written out by hand below. */
 #include <jansson.h>
@@ -48,7 +49,11 @@ static void test_refusals(void) {
   refused("{\"model\":\"m\",\"prompt\":\"x\",\"options\":{\"num_predict\":0}}", false, "options.num_predict");
   refused("{\"model\":\"m\",\"prompt\":\"x\",\"options\":{\"stop\":[1]}}", false, "options.stop");
   refused("{\"model\":\"m\",\"prompt\":\"x\",\"options\":[1]}", false, "options");
-  refused("{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"y\"}", false, "suffix");
+  refused("{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":3}", false, "suffix");
+  refused("{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"y\",\"raw\":true}", false, "suffix");
+  refused("{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"y\",\"system\":\"s\"}", false, "suffix");
+  refused("{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"y\",\"images\":[\"aGk=\"]}", false, "suffix");
+  refused("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"suffix\":\"y\"}", true, "suffix");
   refused("{\"model\":\"m\",\"prompt\":\"x\",\"template\":\"{{ .Prompt }}\"}", false, "template");
   refused("{\"model\":\"m\",\"prompt\":\"x\",\"context\":[1,2,3]}", false, "context");
   refused("{\"model\":\"m\",\"prompt\":\"x\",\"format\":\"yaml\"}", false, "format");
@@ -69,6 +74,32 @@ static void test_refusals(void) {
                      "\"penalize_newline\":true}}",
                      false, &r, &o, &f),
                0);
+  serve_request_free(&r);
+}
+
+/* suffix: a fill-in-the-middle completion, the prompt the text before it; an empty
+ * prompt with a suffix is still one (not a load request) */
+static void test_suffix(void) {
+  serve_request r;
+  oll_request o;
+  serve_fail f;
+  CHECK_EQ_INT(parse("{\"model\":\"m\",\"prompt\":\"def add(a, b):\",\"suffix\":\"\\nprint(add(1, 2))\",\"stream\":false}",
+                     false, &r, &o, &f),
+               0);
+  CHECK_EQ_INT(r.kind, SERVE_COMPLETION);
+  CHECK(r.fim && !o.load_only && !o.raw);
+  CHECK_EQ_STR(r.prompt, "def add(a, b):");
+  CHECK_EQ_STR(r.suffix, "\nprint(add(1, 2))");
+  serve_request_free(&r);
+  CHECK_EQ_INT(parse("{\"model\":\"m\",\"suffix\":\"tail\"}", false, &r, &o, &f), 0);
+  CHECK(r.fim && !o.load_only);
+  CHECK_EQ_STR(r.prompt, "");
+  CHECK_EQ_STR(r.suffix, "tail");
+  serve_request_free(&r);
+  /* an empty suffix is none: the prompt goes through the chat template as before */
+  CHECK_EQ_INT(parse("{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"\"}", false, &r, &o, &f), 0);
+  CHECK_EQ_INT(r.kind, SERVE_CHAT);
+  CHECK(!r.fim);
   serve_request_free(&r);
 }
 
@@ -462,6 +493,7 @@ static void test_models(void) {
 int main(void) {
   test_refusals();
   test_options();
+  test_suffix();
   test_chat();
   test_embed();
   test_replies();
