@@ -16,10 +16,10 @@ for name in qwen3 gemma3 llama3_1 deepseek_v3 gptoss llama2; do
   rm -rf "$tmp"
 done
 
-# The OpenAI client the server's end-to-end tests drive (tests/serve), pinned by
+# The OpenAI, Anthropic and Ollama clients the server's end-to-end tests drive (tests/serve), pinned by
 # its lockfile, installed into .deps/node/node_modules.
 node_dst=.deps/node
-if ! cmp -s tests/serve/package-lock.json "$node_dst/package-lock.json" || [ ! -d "$node_dst/node_modules/openai" ]; then
+if ! cmp -s tests/serve/package-lock.json "$node_dst/package-lock.json" || [ ! -d "$node_dst/node_modules/openai" ] || [ ! -d "$node_dst/node_modules/ollama" ]; then
   mkdir -p "$node_dst"
   cp tests/serve/package.json tests/serve/package-lock.json "$node_dst"/
   (cd "$node_dst" && npm ci --silent --ignore-scripts --no-audit --no-fund >/dev/null)

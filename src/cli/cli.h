@@ -3,7 +3,8 @@
  * A verb returns the process exit status: 0 ok, 1 failure, 2 usage error.
  *
  * What each verb uses: generate, chat and embed only the public API (hearth.h);
- * serve the server module (src/serve/, itself on hearth.h). The others need
+ * serve the server module (src/serve/, itself on hearth.h), and hub/ for the
+ * Ollama API's model list, pull and delete. The others need
  * access below the public API and say so in their header comment: tokenize
  * and detokenize (the tokenizer module, on a bare tokenizer.json), template
  * (the chat module, without weights), inspect (format/), logits and bench
@@ -69,6 +70,9 @@ typedef struct cli_load {
   const char *chat_template_file; /* --chat-template-file PATH (batch, chat, generate, serve) */
 } cli_load;
 const cli_load *cli_load_opts(void);
+/* The name a --model value gave the model at path (a registry name or a Hub id, as typed), or NULL
+ * when --model gave that path itself. */
+const char *cli_model_name_of(const char *path);
 /* The load options above as the library's (fields a verb sets itself stay 0). */
 void cli_hearth_load_opts(hearth_load_opts *lo);
 /* An error naming both numbers when --ctx-size is above the model's own
@@ -110,6 +114,21 @@ int cli_opt_threads(const char *verb, int argc, char **argv, int *i, const char 
  * writes its own -n line, whose default differs). */
 int cli_opt_sampling(const char *verb, int argc, char **argv, int *i, hearth_gen_params *p, bool *max_given);
 const char *cli_sampling_help(void);
+
+/* ---- models by name (ls.c, rm.c), for hearth ls / rm and the server's Ollama API ---- */
+/* The models hearth can name: the Hugging Face cache's and the registry's, each
+ * {name, source, path, revision, format, bytes, architecture, runnable, problem,
+ * parameters, quantization, modified} (a new array). */
+json_t *cli_model_list(void);
+/* The same facts of one model path, under name (a new object). */
+json_t *cli_model_facts(const char *name, const char *path);
+/* Removes a registry name or a cached Hub id as `hearth rm` does; *done (cap bytes) says what
+ * was removed. HEARTH_ENOTFOUND when nothing goes by that name. */
+int cli_remove_model(const char *name, char *done, size_t cap, herr *err);
+/* The models under dir as hearth scan finds them (folders with config.json and safetensors, .gguf files
+ * but projectors and later split parts; Hugging Face cache folders skipped): fn(ctx, path) for each, in
+ * directory order; a nonzero return stops the walk and is returned. */
+int cli_find_models(const char *dir, int (*fn)(void *ctx, const char *path), void *ctx);
 
 /* Verbs. Add a verb: write src/cli/<verb>.c and add one line to the table in main.c. */
 int cli_version(int argc, char **argv);

@@ -30,6 +30,31 @@ static void human(char *out, size_t cap, double v) {
   snprintf(out, cap, k ? "%.1f %s" : "%.0f %s", v, u[k]);
 }
 
+/* quantization_level as Ollama shows it: a quantized format's method and bits, else the
+ * dtype that holds most of the bytes ("BF16", "Q4_K"). */
+static json_t *quant_level(const json_t *facts) {
+  json_t *q = json_object_get(facts, "quantization");
+  if (json_is_object(q)) {
+    const char *m = json_string_value(json_object_get(q, "method"));
+    json_t *bits = json_object_get(q, "bits");
+    if (m && json_is_integer(bits)) return json_sprintf("%s %d-bit", m, (int)json_integer_value(bits));
+    if (m) return json_string(m);
+  }
+  const char *best = NULL, *k;
+  json_int_t most = -1;
+  json_t *v;
+  json_object_foreach(json_object_get(facts, "bytes_by_dtype"), k, v) if (json_integer_value(v) > most) {
+    most = json_integer_value(v);
+    best = k;
+  }
+  if (!best) return json_null();
+  char up[64];
+  size_t i = 0;
+  for (; best[i] && i < sizeof up - 1; i++) up[i] = (char)(best[i] >= 'a' && best[i] <= 'z' ? best[i] - 32 : best[i]);
+  up[i] = 0;
+  return json_string(up);
+}
+
 static void add_entry(json_t *list, const char *name, const char *source, const char *path, const char *commit) {
   json_t *o = json_object();
   char problem[1024] = "";
@@ -48,6 +73,10 @@ static void add_entry(json_t *list, const char *name, const char *source, const 
   json_object_set_new(o, "architecture", arch ? json_string(arch) : json_null());
   json_object_set_new(o, "runnable", json_boolean(runs));
   json_object_set_new(o, "problem", problem[0] ? json_string(problem) : json_null());
+  json_object_set_new(o, "parameters", json_integer(json_integer_value(json_object_get(facts, "parameters"))));
+  json_object_set_new(o, "quantization", quant_level(facts));
+  struct stat st;
+  json_object_set_new(o, "modified", json_integer(path && !stat(path, &st) ? (json_int_t)st.st_mtime : 0));
   json_array_append_new(list, o);
   json_decref(facts);
 }
@@ -118,15 +147,15 @@ static void list_cache(json_t *list) {
   free(root);
 }
 
-int cli_ls(int argc, char **argv) {
-  bool as_json = false;
-  for (int i = 1; i < argc; i++) {
-    if (cli_is_help(argv[i])) {
-      usage(stdout);
-      return 0;
-    } else if (!strcmp(argv[i], "--json")) as_json = true;
-    else return cli_usage_error("ls", "unknown argument '%s'", argv[i]);
-  }
+json_t *cli_model_facts(const char *name, const char *path) {
+  json_t *list = json_array();
+  add_entry(list, name, "served", path, NULL);
+  json_t *o = json_incref(json_array_get(list, 0));
+  json_decref(list);
+  return o;
+}
+
+json_t *cli_model_list(void) {
   json_t *list = json_array(), *reg = NULL;
   list_cache(list);
   herr err = {0};
@@ -141,6 +170,19 @@ int cli_ls(int argc, char **argv) {
                           json_sprintf("%s is gone (hearth rm %s forgets it)", p, key));
   }
   json_decref(reg);
+  return list;
+}
+
+int cli_ls(int argc, char **argv) {
+  bool as_json = false;
+  for (int i = 1; i < argc; i++) {
+    if (cli_is_help(argv[i])) {
+      usage(stdout);
+      return 0;
+    } else if (!strcmp(argv[i], "--json")) as_json = true;
+    else return cli_usage_error("ls", "unknown argument '%s'", argv[i]);
+  }
+  json_t *list = cli_model_list(), *v;
   if (as_json) {
     char *text = json_dumps(list, JSON_INDENT(2));
     printf("%s\n", text ? text : "[]");

@@ -207,6 +207,18 @@ int cli_version(int argc, char **argv) {
   return 0;
 }
 
+/* The --model values that named a model (registry names, Hub ids), with the paths they stand for. */
+static struct {
+  const char *name, *path;
+} named[64];
+static int n_named;
+
+const char *cli_model_name_of(const char *path) {
+  for (int i = 0; path && i < n_named; i++)
+    if (named[i].path && !strcmp(named[i].path, path)) return named[i].name;
+  return NULL;
+}
+
 /* At argv[*j]: --model VALUE or --model=VALUE (--draft-model too, for the verbs
  * that take it themselves) with VALUE a registry name or a Hub id: written back
  * as the path it stands for (kept for the process's life), into argv[*out...].
@@ -223,6 +235,10 @@ static int resolve_model_arg(int argc, char **argv, int *j, int *out) {
     const char *v = eq ? a + n + 1 : argv[*j + 1];
     char *path = NULL;
     if (cli_model_resolve(v, &path)) return -1;
+    if (path && k == 0 && n_named < (int)(sizeof named / sizeof named[0])) { /* a name, not a path: what the model is called */
+      named[n_named].name = v;
+      named[n_named++].path = strdup(path); /* kept for the process's life */
+    }
     if (eq) {
       char *both = NULL;
       if (path && asprintf(&both, "%s=%s", names[k], path) < 0) both = NULL;

@@ -40,38 +40,34 @@ static int rm_quant(const char *snap, const char *quant, int *n, herr *err) {
   return rc;
 }
 
-static int rm_one(const char *name) {
-  herr err = {0};
-  if (!hub_registry_remove(name, &err)) {
-    printf("hearth: %s removed from the registry (its files were not touched)\n", name);
+int cli_remove_model(const char *name, char *done, size_t cap, herr *err) {
+  if (!hub_registry_remove(name, err)) {
+    snprintf(done, cap, "%s removed from the registry (its files were not touched)", name);
     return 0;
   }
-  if (err.code != HEARTH_ENOTFOUND) return cli_fail("%s", err.msg);
+  if (err->code != HEARTH_ENOTFOUND) return err->code;
   hub_ref ref;
   if (hub_ref_parse(name, &ref, NULL))
-    return cli_fail("%s is neither a registry name nor a Hub id (hearth ls lists both)", name);
+    return herr_set(err, HEARTH_ENOTFOUND, "%s is neither a registry name nor a Hub id (hearth ls lists both)", name);
   char *root = hub_cache_root(), *repo = root ? hub_repo_dir(root, ref.repo) : NULL, *commit = NULL;
   int rc = 0;
   if (!repo || !hfile_is_dir(repo)) {
-    rc = cli_fail("%s is not in the registry nor in the Hugging Face cache %s (hearth ls lists what is)", name, root ? root : "");
+    rc = herr_set(err, HEARTH_ENOTFOUND, "%s is not in the registry nor in the Hugging Face cache %s (hearth ls lists what is)",
+                  name, root ? root : "");
     goto done;
   }
   bool whole = !strchr(name, '@') && !ref.quant[0];
   if (whole) {
-    if (hub_remove_tree(repo, &err)) rc = cli_fail("%s", err.msg);
-    else printf("hearth: %s removed from the Hugging Face cache (%s)\n", name, repo);
+    if (!(rc = hub_remove_tree(repo, err))) snprintf(done, cap, "%s removed from the Hugging Face cache (%s)", name, repo);
     goto done;
   }
-  if (hub_cache_commit(repo, ref.revision, &commit, &err)) {
-    rc = cli_fail("%s", err.msg);
-    goto done;
-  }
+  if ((rc = hub_cache_commit(repo, ref.revision, &commit, err))) goto done;
   char snap[4200];
   snprintf(snap, sizeof snap, "%s/snapshots/%s", repo, commit);
   if (ref.quant[0]) {
     int n = 0;
-    if (rm_quant(snap, ref.quant, &n, &err)) rc = cli_fail("%s", err.msg);
-    else if (!n) rc = cli_fail("%s: no GGUF file with the tag %s in %s", name, ref.quant, snap);
+    if (!(rc = rm_quant(snap, ref.quant, &n, err)) && !n)
+      rc = herr_set(err, HEARTH_ENOTFOUND, "%s: no GGUF file with the tag %s in %s", name, ref.quant, snap);
   } else {
     char refp[4200];
     snprintf(refp, sizeof refp, "%s/refs/%s", repo, ref.revision);
@@ -79,17 +75,25 @@ static int rm_one(const char *name) {
     char *other = NULL; /* another ref to the same commit keeps the snapshot */
     bool kept = !hub_cache_commit(repo, "main", &other, NULL) && !strcmp(other, commit);
     free(other);
-    if (!kept && hub_remove_tree(snap, &err)) rc = cli_fail("%s", err.msg);
+    if (!kept) rc = hub_remove_tree(snap, err);
   }
   int nb = 0;
   int64_t bytes = 0;
-  if (!rc && hub_cache_gc_repo(repo, &nb, &bytes, &err)) rc = cli_fail("%s", err.msg);
-  if (!rc) printf("hearth: %s removed (%d unused blob%s, %lld bytes freed)\n", name, nb, nb == 1 ? "" : "s", (long long)bytes);
+  if (!rc) rc = hub_cache_gc_repo(repo, &nb, &bytes, err);
+  if (!rc) snprintf(done, cap, "%s removed (%d unused blob%s, %lld bytes freed)", name, nb, nb == 1 ? "" : "s", (long long)bytes);
 done:
   free(commit);
   free(repo);
   free(root);
   return rc;
+}
+
+static int rm_one(const char *name) {
+  herr err = {0};
+  char done[1200];
+  if (cli_remove_model(name, done, sizeof done, &err)) return cli_fail("%s", err.msg);
+  printf("hearth: %s\n", done);
+  return 0;
 }
 
 int cli_rm(int argc, char **argv) {

@@ -45,7 +45,8 @@ static bool is_model_folder(const char *dir) {
   return st;
 }
 
-static int add(const char *path, int *count) {
+static int add(void *ctx, const char *path) {
+  int *count = ctx;
   herr err = {0};
   char *name = NULL;
   if (hub_registry_add(path, &name, &err)) return cli_fail("%s", err.msg);
@@ -55,8 +56,8 @@ static int add(const char *path, int *count) {
   return 0;
 }
 
-static int walk(const char *dir, int depth, int *count) {
-  if (is_model_folder(dir)) return add(dir, count);
+static int walk(const char *dir, int depth, int (*fn)(void *ctx, const char *path), void *ctx) {
+  if (is_model_folder(dir)) return fn(ctx, dir);
   if (depth > SCAN_MAX_DEPTH) return 0;
   DIR *d = opendir(dir);
   if (!d) return 0;
@@ -67,15 +68,19 @@ static int walk(const char *dir, int depth, int *count) {
     char *p = hpath_join(dir, e->d_name);
     struct stat st;
     if (p && !stat(p, &st)) {
-      if (S_ISDIR(st.st_mode)) rc = walk(p, depth + 1, count);
+      if (S_ISDIR(st.st_mode)) rc = walk(p, depth + 1, fn, ctx);
       else if (S_ISREG(st.st_mode) && ends_with(e->d_name, ".gguf") && strncasecmp(e->d_name, "mmproj", 6) &&
                !hub_gguf_is_later_shard(e->d_name))
-        rc = add(p, count);
+        rc = fn(ctx, p);
     }
     free(p);
   }
   closedir(d);
   return rc;
+}
+
+int cli_find_models(const char *dir, int (*fn)(void *ctx, const char *path), void *ctx) {
+  return walk(dir, 0, fn, ctx);
 }
 
 int cli_scan(int argc, char **argv) {
@@ -92,7 +97,7 @@ int cli_scan(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     struct stat st;
     if (stat(argv[i], &st)) return cli_fail("%s: no such folder or file", argv[i]);
-    int rc = S_ISDIR(st.st_mode) ? walk(argv[i], 0, &count) : add(argv[i], &count);
+    int rc = S_ISDIR(st.st_mode) ? walk(argv[i], 0, add, &count) : add(&count, argv[i]);
     if (rc) return rc;
   }
   char *rp = hub_registry_path();

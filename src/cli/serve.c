@@ -1,15 +1,22 @@
 /* serve.c — `hearth serve`: load one model and answer OpenAI-compatible HTTP
  * requests (and the chat page) until interrupted. Owns the options and the
  * process's signal handling; the server itself is src/serve/ (serve/server.h,
- * serve/engine.h), which reaches the engine only through hearth.h. */
+ * serve/engine.h), which reaches the engine only through hearth.h. The Ollama
+ * API's models beyond the served one (its list, pull and delete) come from
+ * here (serve_models): hearth ls's list, hearth get, hearth rm (hub/). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/log.h"
 #include "cli/cli.h"
+#include "hub/hub.h"
+
+#define SERVE_MAX_MODELS 64
+#define SERVE_MAX_DIRS 8
 #include "serve/engine.h"
 #include "serve/server.h"
 
@@ -24,7 +31,27 @@ typedef struct serve_opt {
 } serve_opt;
 
 static const serve_opt OPTS[] = {
-    {"--model", "PATH", false, "a Hugging Face model folder or a .gguf file (default: the built-in model)"},
+    {"--model", "PATH", true,
+     "a Hugging Face model folder or a .gguf file, a registry name or a Hub id\n"
+     "(default: the built-in model). Repeatable: every model is loaded and a\n"
+     "request's \"model\" picks one by its name (the name --model gave, else the\n"
+     "folder's or file's); a request naming none gets the first, and so do the\n"
+     "routes that name no model (/stats, /metrics, /fit, /tokenize, /v1/signal,\n"
+     "adapters); --kv-store and --trace-file go with one model only"},
+    {"--models-dir", "DIR", true,
+     "serve every model under DIR too (as hearth scan finds them: folders with\n"
+     "config.json and safetensors, .gguf files), each named after its folder or\n"
+     "file and loaded on first use (repeatable); without --model the first\n"
+     "found stays loaded"},
+    {"--model-memory", "BYTES", false,
+     "with several --model: the first stays loaded and the others load on\n"
+     "first use, the least recently used idle ones unloaded so that the loaded\n"
+     "models' files take at most BYTES; a model that cannot fit is refused\n"
+     "(400 memory_admission, with the numbers); a request for a model being\n"
+     "loaded waits for it"},
+    {"--model-ttl", "SECONDS", false,
+     "with several --model: a model after the first unloads once idle this\n"
+     "long (it loads again on its next request)"},
     {"--host", "ADDR", false, "address to listen on (default 127.0.0.1)"},
     {"--port", "N", false, "port (default 8080; 0 picks a free one)"},
     {"--api-key", "KEY", false, "require 'Authorization: Bearer KEY' (also $HEARTH_API_KEY)"},
@@ -135,8 +162,9 @@ static void serve_usage(void) {
     col += printf("%s", one);
   }
   printf("\n\n"
-         "Serves one model over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
-         "/v1/messages (Anthropic), /v1/models, /v1/embeddings, /v1/signal, /v1/adapters,\n"
+         "Serves one model (or several) over HTTP: /v1/chat/completions, /v1/completions, /v1/responses,\n"
+         "/v1/messages (Anthropic), /api/chat, /api/generate and the rest of the Ollama API, /v1/models,\n"
+         "/v1/models/load, /v1/models/unload, /v1/embeddings, /v1/signal, /v1/adapters,\n"
          "/v1/files and /v1/batches (the Batch API, with --state-dir),\n"
          "/tokenize, /detokenize, /infill, /fit, /health, /stats, /metrics, /v1 (every route) and a chat page at /. Concurrent requests are\n"
          "batched into shared forward steps (continuous batching, paged KV cache,\n"
@@ -155,15 +183,114 @@ static void serve_usage(void) {
   printf("BYTES accept a K, M or G suffix (powers of 1024).\n");
 }
 
+/* ---- the models of the Ollama API (serve_models): hearth ls, rm and get ---- */
+
+static json_t *models_list(void *ctx) {
+  (void)ctx;
+  return cli_model_list();
+}
+
+static int models_remove(void *ctx, const char *name, herr *err) {
+  (void)ctx;
+  char done[1200];
+  int rc = cli_remove_model(name, done, sizeof done, err);
+  if (!rc) HLOG_INFO("serve: %s", done);
+  return rc;
+}
+
+/* Ollama's clients name Hub models "hf.co/ORG/NAME:QUANT" and add ":latest" to bare names. */
+static int models_pull(void *ctx, const char *name, FILE *progress, herr *err) {
+  (void)ctx;
+  char id[600];
+  if (!strncmp(name, "hf.co/", 6)) name += 6;
+  else if (!strncmp(name, "huggingface.co/", 15)) name += 15;
+  snprintf(id, sizeof id, "%s", name);
+  size_t n = strlen(id);
+  if (n > 7 && !strcmp(id + n - 7, ":latest")) id[n - 7] = 0;
+  hub_ref ref;
+  if (hub_ref_parse(id, &ref, err)) return err->code;
+  hub_fetch_opts o = {.select = {.quant = ref.quant}, .progress = progress};
+  char *snap = NULL;
+  int rc = hub_fetch(&ref, &o, &snap, err);
+  free(snap);
+  return rc;
+}
+
+/* A model loaded on first use (--model-memory, --model-ttl): where it is and how it loads. */
+typedef struct lazy_model {
+  const char *path;
+  serve_engine_opts eo;
+  char id[512];
+} lazy_model;
+
+static int open_lazy(void *ctx, serve_engine *out, herr *err) {
+  lazy_model *m = ctx;
+  return serve_engine_open_opts(m->path, &m->eo, out, err);
+}
+
+/* The name a model answers to before it is loaded: what --model called it, else its folder's or
+ * file's name (a GGUF file's without .gguf), as the library names it. */
+static void model_id_of(const char *path, char *out, size_t cap) {
+  const char *named = cli_model_name_of(path);
+  if (named) {
+    snprintf(out, cap, "%s", named);
+    return;
+  }
+  size_t n = strlen(path);
+  while (n > 1 && path[n - 1] == '/') n--;
+  size_t start = n;
+  while (start > 0 && path[start - 1] != '/') start--;
+  if (n - start > 5 && !strncmp(path + n - 5, ".gguf", 5)) n -= 5;
+  snprintf(out, cap, "%.*s", (int)(n - start), path + start);
+}
+
+/* The models --models-dir finds, appended to the --model ones (paths owned from `first` on). */
+typedef struct found_models {
+  const char **paths;  /* the --model values, then the paths found */
+  int *n;
+  int first;           /* the first found: paths from here are malloc'd */
+  bool first_set;
+  const char *dir;
+} found_models;
+
+static int found_add(void *ctx, const char *path) {
+  found_models *f = ctx;
+  if (!f->first_set) f->first = *f->n, f->first_set = true;
+  char id[512], other[512];
+  model_id_of(path, id, sizeof id);
+  for (int i = 0; i < *f->n; i++) {
+    model_id_of(f->paths[i], other, sizeof other);
+    if (!strcmp(id, other)) {
+      fprintf(stderr, "hearth: serve: --models-dir %s: %s is called '%s', as %s is: left out\n", f->dir, path, id,
+              f->paths[i]);
+      return 0;
+    }
+  }
+  if (*f->n == SERVE_MAX_MODELS) {
+    fprintf(stderr, "hearth: serve: --models-dir %s: at most %d models; %s left out\n", f->dir, SERVE_MAX_MODELS, path);
+    return 0;
+  }
+  char *p = strdup(path);
+  if (p) f->paths[(*f->n)++] = p;
+  return 0;
+}
+
+static void found_free(found_models *f) {
+  for (int i = f->first_set ? f->first : *f->n; i < *f->n; i++) free((char *)f->paths[i]);
+}
+
 int cli_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = getenv("HEARTH_API_KEY"), *v;
   const char *names[64], *cors = NULL, *trace_file = NULL, *kv_store = NULL, *adapters[64], *adapter_dir = NULL;
   const char *state_dir = NULL;
   long long max_file = 0, batch_concurrency = 0;
-  int nnames = 0, nadapters = 0;
+  int nnames = 0, nadapters = 0, nmodels = 0;
+  const char *models_given[SERVE_MAX_MODELS], *dirs[SERVE_MAX_DIRS];
+  int ndirs = 0;
   long long port = 8080, max_body = 16 << 20, max_batch = 0, chunk = 0, step_tokens = 0, kv_mem = 0, budget = 0, trace_max = 0;
   long long resp_max = 1000, resp_bytes = 256ll << 20, resp_ttl = 3600, kv_store_max = 0, drain_timeout = 30;
   long long media_bytes = 0, header_timeout = 10, idle_timeout = 10, body_timeout = 60, max_conn = 4096, per_address = 0;
+  long long model_memory = 0, model_ttl = 0;
   bool allow_local = false, allow_remote = false, allow_private = false;
   for (int i = 1; i < argc; i++) {
     int r;
@@ -174,6 +301,8 @@ int cli_serve(int argc, char **argv) {
     if (!serve_opt_find(argv[i])) return cli_usage_error("serve", "unknown option '%s'", argv[i]);
     if ((r = cli_opt(argc, argv, &i, "--model", &model))) {
       if (r < 0) return 2;
+      if (nmodels == SERVE_MAX_MODELS) return cli_usage_error("serve", "at most %d --model", SERVE_MAX_MODELS);
+      models_given[nmodels++] = model;
     } else if ((r = cli_opt(argc, argv, &i, "--host", &host))) {
       if (r < 0) return 2;
     } else if ((r = cli_opt(argc, argv, &i, "--api-key", &key))) {
@@ -236,6 +365,7 @@ int cli_serve(int argc, char **argv) {
                (r = cli_opt_int("serve", argc, argv, &i, "--responses-ttl", 0, 1ll << 40, &resp_ttl)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--drain-timeout", 0, 1ll << 30, &drain_timeout)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--header-timeout", 1, 3600, &header_timeout)) ||
+               (r = cli_opt_int("serve", argc, argv, &i, "--model-ttl", 1, 1 << 30, &model_ttl)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--idle-timeout", 1, 86400, &idle_timeout)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--body-timeout", 1, 86400, &body_timeout)) ||
                (r = cli_opt_int("serve", argc, argv, &i, "--max-connections", 1, 1 << 20, &max_conn)) ||
@@ -248,6 +378,14 @@ int cli_serve(int argc, char **argv) {
       if (r < 0) return 2;
       if (!cli_parse_bytes(v, &resp_bytes) || resp_bytes < 1)
         return cli_usage_error("serve", "--responses-max-bytes must be a byte count, not '%s'", v);
+    } else if ((r = cli_opt(argc, argv, &i, "--models-dir", &v))) {
+      if (r < 0) return 2;
+      if (ndirs == SERVE_MAX_DIRS) return cli_usage_error("serve", "at most %d --models-dir", SERVE_MAX_DIRS);
+      dirs[ndirs++] = v;
+    } else if ((r = cli_opt(argc, argv, &i, "--model-memory", &v))) {
+      if (r < 0) return 2;
+      if (!cli_parse_bytes(v, &model_memory) || model_memory <= 0)
+        return cli_usage_error("serve", "--model-memory must be a positive byte count, not '%s'", v);
     } else if ((r = cli_opt(argc, argv, &i, "--memory-budget", &v))) {
       if (r < 0) return 2;
       if (!cli_parse_bytes(v, &budget)) return cli_usage_error("serve", "--memory-budget must be a byte count, not '%s'", v);
@@ -260,8 +398,32 @@ int cli_serve(int argc, char **argv) {
                            max_conn);
   if (allow_private && !allow_remote)
     return cli_usage_error("serve", "--allow-private-media-hosts goes with --allow-remote-media");
-  if (!model) model = cli_default_model();
-  if (!model) return cli_fail("serve: no --model given and no built-in model found (models/default)");
+  /* --models-dir: the models found there too, each under a name no earlier model has */
+  int ngiven = nmodels;
+  found_models found = {.paths = models_given, .n = &nmodels};
+  for (int d = 0; d < ndirs; d++) {
+    struct stat st;
+    if (stat(dirs[d], &st) || !S_ISDIR(st.st_mode)) return cli_fail("serve: --models-dir %s: no such folder", dirs[d]);
+    found.dir = dirs[d];
+    cli_find_models(dirs[d], found_add, &found);
+  }
+  if (ndirs && nmodels == ngiven)
+    return cli_fail("serve: --models-dir: no model found in %s%s", dirs[0], ndirs > 1 ? " nor the others" : "");
+  if (!nmodels) {
+    if (!model) model = cli_default_model();
+    if (!model) return cli_fail("serve: no --model given and no built-in model found (models/default)");
+    models_given[nmodels++] = model;
+  }
+  if ((model_memory > 0 || model_ttl > 0) && nmodels < 2) {
+    found_free(&found);
+    return cli_usage_error("serve", "%s goes with several --model (the first stays loaded; the others load on first use)",
+                           model_memory > 0 ? "--model-memory" : "--model-ttl");
+  }
+  bool lazy = (model_memory > 0 || model_ttl > 0 || ndirs > 0) && nmodels > 1;
+  if (nmodels > 1 && (kv_store || trace_file)) {
+    found_free(&found);
+    return cli_usage_error("serve", "%s serves one model: give one --model with it", kv_store ? "--kv-store" : "--trace-file");
+  }
   if (hlog_get_level() == HLOG_LEVEL_WARN) hlog_set_level(HLOG_LEVEL_INFO); /* a server logs its requests */
 
   /* Signals go to this thread only: block them before any server thread starts. */
@@ -273,7 +435,6 @@ int cli_serve(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
 
   herr err = {0};
-  serve_engine engine;
   serve_engine_opts eo = {.threads = cli_load_opts()->threads,
                           .max_batch = (int)max_batch,
                           .prefill_chunk = (int)chunk, .step_tokens = (int)step_tokens,
@@ -303,34 +464,81 @@ int cli_serve(int argc, char **argv) {
                                    .allow_remote_media = allow_remote,
                                    .allow_private_media_hosts = allow_private,
                                    .max_media_bytes = media_bytes}};
-  if (serve_engine_open_opts(model, &eo, &engine, &err)) return cli_fail("serve: %s", err.msg);
-  for (int a = 0; a < nadapters; a++) {
+  /* every model, each under the name its --model gave it (a registry name, a Hub id) or its folder's */
+  serve_engine engines[SERVE_MAX_MODELS];
+  serve_engine *more[SERVE_MAX_MODELS];
+  lazy_model lazies[SERVE_MAX_MODELS];
+  serve_lazy_pool *pool = NULL;
+  json_t *served = json_array();
+  int nopen = 0, rc = 0;
+  for (; nopen < nmodels && !rc; nopen++) {
+    eo.load.id = cli_model_name_of(models_given[nopen]);
+    if (lazy && nopen > 0) { /* loaded on first use, in the pool */
+      lazy_model *m = &lazies[nopen];
+      m->path = models_given[nopen];
+      m->eo = eo;
+      model_id_of(m->path, m->id, sizeof m->id);
+      m->eo.load.id = m->id;
+      char *real = realpath(m->path, NULL);
+      json_t *facts = cli_model_facts(m->id, real ? real : m->path);
+      free(real);
+      int64_t bytes = (int64_t)json_integer_value(json_object_get(facts, "bytes"));
+      json_array_append_new(served, facts);
+      if (!pool && serve_lazy_pool_new(model_memory, (double)model_ttl,
+                                       (int64_t)json_integer_value(json_object_get(json_array_get(served, 0), "bytes")),
+                                       &pool, &err)) {
+        rc = cli_fail("serve: --model-memory: %s", err.msg);
+        break;
+      }
+      if (serve_engine_lazy(pool, m->id, bytes, open_lazy, m, &engines[nopen], &err)) {
+        rc = cli_fail("serve: %s", err.msg);
+        break;
+      }
+      more[nopen] = &engines[nopen];
+      continue;
+    }
+    if (serve_engine_open_opts(models_given[nopen], &eo, &engines[nopen], &err)) {
+      rc = cli_fail("serve: %s%s%s", nmodels > 1 ? models_given[nopen] : "", nmodels > 1 ? ": " : "", err.msg);
+      break;
+    }
+    char *real = realpath(models_given[nopen], NULL);
+    json_array_append_new(served, cli_model_facts(engines[nopen].model_id, real ? real : models_given[nopen]));
+    free(real);
+    more[nopen] = &engines[nopen];
+  }
+  serve_engine *engine0 = &engines[0];
+  for (int a = 0; a < nadapters && !rc; a++) { /* the first model's */
     const char *eq = strchr(adapters[a], '=');
     char name[HEARTH_ADAPTER_NAME_MAX];
     snprintf(name, sizeof name, "%.*s", (int)(eq - adapters[a]), adapters[a]);
-    if (!engine.adapter_load || engine.adapter_load(engine.impl, name, eq + 1, &err)) {
-      if (!engine.adapter_load) snprintf(err.msg, sizeof err.msg, "this model takes no adapters");
-      serve_engine_close(&engine);
-      return cli_fail("serve: --adapter %s: %s", adapters[a], err.msg);
+    if (!engine0->adapter_load || engine0->adapter_load(engine0->impl, name, eq + 1, &err)) {
+      if (!engine0->adapter_load) snprintf(err.msg, sizeof err.msg, "this model takes no adapters");
+      rc = cli_fail("serve: --adapter %s: %s", adapters[a], err.msg);
     }
   }
-  serve_config cfg = {.host = host, .port = (int)port, .api_key = key, .max_body = (size_t)max_body,
+  serve_models models = {.served = served, .list = models_list, .remove = models_remove, .pull = models_pull};
+  serve_config cfg = {.host = host, .models = &models, .port = (int)port, .api_key = key, .max_body = (size_t)max_body,
                       .served_names = names, .n_served_names = nnames, .cors_origin = cors,
                       .responses_max = (size_t)resp_max, .responses_max_bytes = (size_t)resp_bytes,
                       .responses_ttl_s = resp_ttl ? resp_ttl : -1, .adapter_dir = adapter_dir,
                       .header_timeout_s = (int)header_timeout, .idle_timeout_s = (int)idle_timeout,
                       .body_timeout_s = (int)body_timeout, .max_connections = (int)max_conn,
                       .max_per_client = (int)per_address, .state_dir = state_dir,
-                      .max_file_bytes = (size_t)max_file, .batch_concurrency = (int)batch_concurrency};
-  serve_server *srv;
-  if (serve_start(&srv, &engine, &cfg, &err)) {
-    serve_engine_close(&engine);
-    return cli_fail("serve: %s", err.msg);
+                      .max_file_bytes = (size_t)max_file, .batch_concurrency = (int)batch_concurrency,
+                      .more_engines = more + 1, .n_more_engines = nmodels - 1};
+  serve_server *srv = NULL;
+  if (!rc && serve_start(&srv, engine0, &cfg, &err)) rc = cli_fail("serve: %s", err.msg);
+  if (rc) {
+    for (int k = 0; k < nopen; k++) serve_engine_close(&engines[k]);
+    serve_lazy_pool_free(pool);
+    json_decref(served);
+    found_free(&found);
+    return rc;
   }
   char addr[300];
   if (strchr(host, ':')) snprintf(addr, sizeof addr, "[%s]", host);
   else snprintf(addr, sizeof addr, "%s", host);
-  fprintf(stderr, "hearth: serving %s\n", engine.model_id);
+  for (int k = 0; k < nmodels; k++) fprintf(stderr, "hearth: serving %s\n", engines[k].model_id);
   fprintf(stderr, "hearth: listening on http://%s:%d\n", addr, serve_port(srv));
   fflush(stderr);
   int sig;
@@ -341,7 +549,10 @@ int cli_serve(int argc, char **argv) {
   int cut = serve_drain(srv, (double)drain_timeout, &set);
   if (cut) fprintf(stderr, "hearth: %d running generation(s) cut by the drain timeout\n", cut);
   serve_stop(srv);
-  serve_engine_close(&engine); /* writes the KV store */
+  for (int k = 0; k < nmodels; k++) serve_engine_close(&engines[k]); /* writes the KV store */
+  serve_lazy_pool_free(pool);
+  json_decref(served);
+  found_free(&found);
   fprintf(stderr, "hearth: stopped\n");
   return 0;
 }

@@ -135,6 +135,7 @@ typedef struct serve_engine {
   bool reasoning;       /* the template knows reasoning blocks: they are split from the content */
   unsigned media_kinds;  /* 1 << hearth_media_kind for each kind of media the model takes (0: text only) */
   bool denoising;       /* a block-diffusion model: generations denoise blocks instead (no speculation) */
+  const char *chat_template; /* borrowed, may be NULL: the chat template's Jinja source (shown by /api/show) */
   const char *spec_method; /* NULL: generations are autoregressive unless a request asks; else the
                               speculative draft source the model was loaded with ("ngram", "draft", ...) */
   /* Renders messages with the chat template (generation prompt appended unless o
@@ -201,7 +202,33 @@ typedef struct serve_engine {
   int (*adapter_load)(void *impl, const char *name, const char *path, herr *err);
   int (*adapter_unload)(void *impl, const char *name, herr *err);
   int (*adapter_list)(void *impl, hearth_adapter_info *out, int max);
+  /* May be NULL (all three): the model is always loaded. Else (a model loaded on first use,
+   * serve_engine_lazy) acquire loads it when it is not — waiting while it or another is being loaded,
+   * unloading the least recently used idle models to fit the pool's budget — and holds it loaded until
+   * release; a request acquires its engine before it reads the fields above or calls any function.
+   * acquire fails with HEARTH_ELIMIT (cause memory_admission) when the model cannot fit the budget.
+   * release's keep_alive_s: how long the model stays loaded once idle — < 0: as the pool says (its time
+   * to live, else for good), 0: it unloads as soon as it is idle, > 0: that long (a request's keep_alive).
+   * is_loaded: whether it is loaded now. */
+  int (*acquire)(void *impl, herr *err);
+  void (*release)(void *impl, double keep_alive_s);
+  bool (*is_loaded)(void *impl);
+  /* May be NULL (always loaded): unloads the model now when it is idle, else as soon as it is. */
+  void (*unload)(void *impl);
 } serve_engine;
+
+/* Models loaded on first use (engine_lazy.c): a pool of lazy engines sharing a budget of bytes (the
+ * size of their files) and an idle time after which a model is unloaded. budget 0: no limit;
+ * ttl_s 0: none; pinned_bytes: what models outside the pool (always loaded) take of the budget. */
+typedef struct serve_lazy_pool serve_lazy_pool;
+int serve_lazy_pool_new(int64_t budget, double ttl_s, int64_t pinned_bytes, serve_lazy_pool **out, herr *err);
+/* After every engine of the pool is closed. */
+void serve_lazy_pool_free(serve_lazy_pool *p);
+/* An engine named id (the name a request picks it by) of bytes, whose model open() makes on first
+ * acquire (and again after an unload); close (serve_engine_close) unloads it and frees. id and ctx are
+ * borrowed and must outlive the engine; *out stays where it is (it follows the loaded model's facts). */
+int serve_engine_lazy(serve_lazy_pool *p, const char *id, int64_t bytes,
+                      int (*open)(void *ctx, serve_engine *out, herr *err), void *ctx, serve_engine *out, herr *err);
 
 /* How `hearth serve` configures the engine; 0 takes the default. */
 typedef struct serve_engine_opts {

@@ -380,7 +380,7 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   hearth_engine *h = calloc(1, sizeof *h);
   if (!h) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   hearth_load_opts opts = o->load;
-  opts.id = NULL;
+  /* opts.id: the name the model answers to (NULL: its folder's or file's name) */
   opts.threads = o->threads;
   opts.max_batch = o->max_batch;
   opts.prefill_chunk = o->prefill_chunk;
@@ -407,6 +407,7 @@ int serve_engine_open_opts(const char *model_dir, const serve_engine_opts *o, se
   out->vocab_size = h->info.vocab_size;
   out->created = (int64_t)time(NULL);
   out->thread_safe = true; /* the library's scheduler batches concurrent generations */
+  out->chat_template = h->info.chat_template;
   /* a template without a call syntax of its own gets the generic one, and
    * the server describes the tools to the model when the template does not */
   out->tool_format = h->info.chat_template ? (int)tc_format_detect(h->info.chat_template) : TC_NONE;

@@ -13,10 +13,12 @@
  * stream's once the socket is: see client_gone). No CORS headers:
  * only the chat page's own origin may read answers from a browser. Knows the
  * engine only through serve_engine (engine.h), and the JSON shapes only
- * through the protocol units: request.h / reply.h (OpenAI) and anthropic.h
+ * through the protocol units: request.h / reply.h (OpenAI), anthropic.h
  * (Anthropic Messages, under /v1/messages, where every error, including
- * routing, key and size refusals, is an Anthropic error object). Both
- * protocols share one generation path (answer_generate, job_generate).
+ * routing, key and size refusals, is an Anthropic error object) and ollama.h
+ * (the Ollama API under /api/: NDJSON streams, {"error": ...} refusals). The
+ * protocols share one generation path (answer_generate, job_generate). One
+ * server may serve several engines, a request's "model" picking one.
  *
  * Connections: at most max_connections (4096), max_per_client (an eighth of
  * them, 512) per client address, so a few addresses cannot take them all;
@@ -78,6 +80,7 @@
 #include "serve/tokenize.h"
 #include "serve/reply.h"
 #include "serve/forced.h"
+#include "serve/ollama.h"
 #include "serve/request.h"
 #include "serve/responses.h"
 
@@ -96,7 +99,9 @@
 
 struct serve_server {
   struct MHD_Daemon *daemon;
-  serve_engine *engine; /* borrowed */
+  serve_engine *engine; /* borrowed: the first model's (engines[0]) */
+  serve_engine **engines; /* owned array of borrowed engines: every served model, the first first */
+  int nengines;
   serve_metrics *metrics; /* owned, may be NULL (out of memory): /metrics' histograms and request counts */
   char *api_key;        /* owned; NULL when none */
   int idle_timeout_s;   /* a connection without a request is closed after this */
@@ -112,6 +117,7 @@ struct serve_server {
   char *cors;           /* owned; NULL: no CORS headers */
   resp_store *responses; /* owned: stored Responses API responses */
   char *adapter_dir;    /* owned: the real path POST /v1/adapters loads under; NULL: it loads nothing */
+  const serve_models *models; /* borrowed, may be NULL: the Ollama API's models beyond the served one */
   /* draining (serve_drain_begin): new requests are refused; in_flight counts the requests being
    * answered (from their headers to the last byte sent), jobs lists the generations running */
   atomic_int draining;
@@ -164,9 +170,26 @@ static void cors_headers(struct MHD_Response *resp) {
   if (strcmp(tl_server->cors, "*") != 0) MHD_add_response_header(resp, "Vary", "Origin");
 }
 
-/* Whether `name` (a request's "model") is the served model. */
+/* Whether name (a request's "model") is e's model_id, or that with Ollama's default tag. */
+static bool name_is(const serve_engine *e, const char *name) {
+  size_t n = strlen(name), m = strlen(e->model_id);
+  return !strcmp(name, e->model_id) || (n == m + 7 && !strncmp(name, e->model_id, m) && !strcmp(name + m, ":latest"));
+}
+
+/* The engine a request's "model" picks: one whose model_id it is, else the first for its
+ * aliases (--served-model-name, "*") and for no name at all. NULL: none (nor an adapter's
+ * name: the caller checks that). */
+static serve_engine *engine_named(const serve_server *s, const char *name);
+
+/* Whether `name` (a request's "model") is the first model (its id or an alias). */
 static bool name_served(const serve_server *s, const char *name) {
   if (!name || s->any_name || strcmp(name, s->engine->model_id) == 0) return true;
+  size_t n = strlen(name); /* Ollama's clients add the default tag to a bare name */
+  if (n > 7 && !strcmp(name + n - 7, ":latest")) {
+    char bare[512];
+    snprintf(bare, sizeof bare, "%.*s", (int)(n - 7), name);
+    if (name_served(s, bare)) return true;
+  }
   for (int i = 0; i < s->nnames; i++)
     if (strcmp(name, s->names[i]) == 0) return true;
   return false;
@@ -194,6 +217,19 @@ typedef enum route {
   ROUTE_ADAPTER,      /* DELETE /v1/adapters/{id} */
   ROUTE_TOKENIZE,     /* POST /tokenize (llama.cpp's, vLLM's) */
   ROUTE_DETOKENIZE,   /* POST /detokenize */
+  ROUTE_MODEL_LOAD,   /* POST /v1/models/load, /v1/models/unload */
+  ROUTE_MODEL_UNLOAD,
+  ROUTE_OLL_VERSION,  /* the Ollama API under /api/ */
+  ROUTE_OLL_TAGS,
+  ROUTE_OLL_SHOW,
+  ROUTE_OLL_PS,
+  ROUTE_OLL_CHAT,
+  ROUTE_OLL_GENERATE,
+  ROUTE_OLL_EMBED,
+  ROUTE_OLL_EMBEDDINGS,
+  ROUTE_OLL_PULL,
+  ROUTE_OLL_DELETE,
+  ROUTE_OLL_REFUSED,  /* Ollama routes hearth does not serve: create, copy, push, blobs */
   ROUTE_FILES,        /* POST / GET /v1/files */
   ROUTE_FILE,         /* GET / DELETE /v1/files/{id} */
   ROUTE_FILE_CONTENT, /* GET /v1/files/{id}/content */
@@ -203,6 +239,9 @@ typedef enum route {
   ROUTE_INFILL,       /* POST /infill (llama.cpp's fill-in-the-middle) */
 } route;
 
+/* The error shape of a route's protocol. */
+enum { PROTO_OPENAI = 0, PROTO_ANTHROPIC = 1, PROTO_OLLAMA = 2 };
+
 /* Per-request state, kept in MHD's con_cls between the calls for one request. */
 typedef struct conn {
   route route;
@@ -211,6 +250,7 @@ typedef struct conn {
   bool head;           /* HEAD: answer as GET without the body */
   bool failed;         /* `fail` is the answer; the body is read and dropped */
   bool anthropic;      /* under /v1/messages: errors in Anthropic's shape */
+  bool ollama;         /* under /api/: errors in Ollama's shape */
   int priority;        /* X-Hearth-Priority: 0 (normal), 1 (low: batch rows) */
   size_t max_body;     /* this request's body limit */
   serve_fail fail;
@@ -270,9 +310,9 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json
   return rc;
 }
 
-/* An error in the OpenAI shape, or the Anthropic one. */
-static enum MHD_Result send_fail_as(struct MHD_Connection *c, const serve_fail *f, const char *allow, bool anthropic) {
-  char *s = anthropic ? anth_fail_json(f) : serve_fail_json(f);
+/* An error in the OpenAI shape, or the Anthropic or Ollama one (PROTO_*). */
+static enum MHD_Result send_fail_as(struct MHD_Connection *c, const serve_fail *f, const char *allow, int proto) {
+  char *s = proto == PROTO_OLLAMA ? oll_fail_json(f) : proto == PROTO_ANTHROPIC ? anth_fail_json(f) : serve_fail_json(f);
   if (!s) return MHD_NO;
   HLOG_DEBUG("serve: %d %s", f->status, f->message);
   enum MHD_Result rc = send_bytes(c, (unsigned)f->status, "application/json", s, strlen(s), allow);
@@ -281,7 +321,11 @@ static enum MHD_Result send_fail_as(struct MHD_Connection *c, const serve_fail *
 }
 
 static enum MHD_Result send_fail(struct MHD_Connection *c, const serve_fail *f, const char *allow) {
-  return send_fail_as(c, f, allow, false);
+  return send_fail_as(c, f, allow, PROTO_OPENAI);
+}
+
+static int conn_proto(const struct conn *cn) {
+  return cn->ollama ? PROTO_OLLAMA : cn->anthropic ? PROTO_ANTHROPIC : PROTO_OPENAI;
 }
 
 /* ---- informational endpoints ---- */
@@ -293,6 +337,18 @@ static json_t *model_object(const serve_engine *e, const char *id) {
   json_object_set_new(m, "created", json_integer(e->created));
   json_object_set_new(m, "owned_by", json_string("hearth"));
   json_object_set_new(m, "context_length", json_integer(e->context_length));
+  /* loaded now, or on the next request that names it (a model loaded on first use); what it takes and gives */
+  json_object_set_new(m, "state", json_string(!e->is_loaded || e->is_loaded(e->impl) ? "loaded" : "unloaded"));
+  json_t *caps = json_array();
+  if (e->render_chat) json_array_append_new(caps, json_string("chat"));
+  json_array_append_new(caps, json_string("completion"));
+  if (e->embed && e->embed_dim > 0) json_array_append_new(caps, json_string("embeddings"));
+  if (e->tool_format) json_array_append_new(caps, json_string("tools"));
+  if (e->reasoning) json_array_append_new(caps, json_string("reasoning"));
+  static const char *const kinds[] = {"vision", "audio", "video"};
+  for (int k = HEARTH_MEDIA_IMAGE; k <= HEARTH_MEDIA_VIDEO; k++)
+    if (e->media_kinds & (1u << k)) json_array_append_new(caps, json_string(kinds[k]));
+  json_object_set_new(m, "capabilities", caps);
   return m;
 }
 
@@ -327,15 +383,15 @@ static json_t *adapter_model_object(const serve_engine *e, const hearth_adapter_
   return m;
 }
 
-/* The served names in /v1/models' order: the model, its other names, then the loaded adapters.
- * names[i] borrowed from s or from *a (malloc'd; free it). */
+/* The served names in /v1/models' order: the models, the first's other names, then the loaded
+ * adapters. names[i] borrowed from s or from *a (malloc'd; free it). */
 static int served_names(serve_server *s, hearth_adapter_info **a, const char ***names) {
   int na;
   *a = adapters_of(s->engine, &na);
-  *names = calloc((size_t)(1 + s->nnames + na), sizeof **names);
+  *names = calloc((size_t)(s->nengines + s->nnames + na), sizeof **names);
   if (!*names) return 0;
   int n = 0;
-  (*names)[n++] = s->engine->model_id;
+  for (int i = 0; i < s->nengines; i++) (*names)[n++] = s->engines[i]->model_id;
   for (int i = 0; i < s->nnames; i++)
     if (strcmp(s->names[i], "*") != 0 && strcmp(s->names[i], s->engine->model_id) != 0) (*names)[n++] = s->names[i];
   for (int i = 0; i < na; i++) (*names)[n++] = (*a)[i].name;
@@ -394,7 +450,10 @@ static enum MHD_Result answer_anth_models(struct MHD_Connection *c, serve_server
     else to = from + (int)limit;
   }
   json_t *data = json_array();
-  for (int i = from; i < to; i++) json_array_append_new(data, anth_model_object(s->engine, names[i]));
+  for (int i = from; i < to; i++) {
+    serve_engine *e = engine_named(s, names[i]);
+    json_array_append_new(data, anth_model_object(e ? e : s->engine, names[i]));
+  }
   json_t *o = json_object();
   json_object_set_new(o, "data", data);
   json_object_set_new(o, "has_more", json_boolean(has_more));
@@ -410,7 +469,7 @@ static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s, 
   json_t *o = json_object();
   json_object_set_new(o, "object", json_string("list"));
   json_t *data = json_array();
-  json_array_append_new(data, model_object(s->engine, s->engine->model_id));
+  for (int i = 0; i < s->nengines; i++) json_array_append_new(data, model_object(s->engines[i], s->engines[i]->model_id));
   for (int i = 0; i < s->nnames; i++)
     if (strcmp(s->names[i], "*") != 0 && strcmp(s->names[i], s->engine->model_id) != 0)
       json_array_append_new(data, model_object(s->engine, s->names[i]));
@@ -423,8 +482,8 @@ static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s, 
 }
 
 static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, const char *id, bool anthropic) {
-  if (name_served(s, id))
-    return send_json(c, 200, anthropic ? anth_model_object(s->engine, id) : model_object(s->engine, id));
+  serve_engine *e = engine_named(s, id);
+  if (e) return send_json(c, 200, anthropic ? anth_model_object(e, id) : model_object(e, id));
   int n;
   hearth_adapter_info *a = adapters_of(s->engine, &n);
   for (int i = 0; i < n; i++)
@@ -441,6 +500,7 @@ static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, c
 }
 
 static json_t *route_index(void); /* the route table's listing, below */
+static enum MHD_Result send_hbuf(struct MHD_Connection *c, hbuf *b);
 
 static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server *s) {
   json_t *o = json_object();
@@ -735,8 +795,16 @@ typedef struct slot {
 /* What a generation needs, whole or streamed. */
 typedef struct job {
   serve_server *srv;        /* borrowed */
+  serve_engine *engine;     /* borrowed: the model the request named */
+  bool held;                /* engine's model is held loaded for it (hold) until job_free */
   bool anthropic;           /* answered in the Anthropic Messages shapes (areply), else OpenAI's (reply) */
   bool responses;           /* answered as an OpenAI Responses response (rreply) */
+  bool ollama;              /* answered in the Ollama API's shapes (oreply): NDJSON streams */
+  oll_request oreq;         /* ollama */
+  oll_reply oreply;         /* owned (ollama) */
+  char *pull_name;          /* owned: an /api/pull job (no generation: the fetch's progress is the stream) */
+  bool pull_running;        /* (under mu) its thread has not finished */
+  bool pull_orphan;         /* (under mu) MHD let go of it first: the pull's thread frees it */
   resp_request rr;          /* owned (responses) */
   resp_reply rreply;        /* owned (responses) */
   json_t *history;          /* owned (responses): the conversation previous_response_id continues */
@@ -839,8 +907,25 @@ static void jobs_remove(serve_server *s, job *j) {
   pthread_mutex_unlock(&s->jobs_mu);
 }
 
+/* Holds e's model loaded for a request, loading it first when it is not (a model loaded on first use):
+ * 0, or the refusal in f — memory_admission when it cannot fit the model memory budget. */
+static int hold(serve_engine *e, serve_fail *f) {
+  if (!e->acquire) return 0;
+  herr err = {0};
+  if (!e->acquire(e->impl, &err)) return 0;
+  if (err.cause == HEARTH_CAUSE_MEMORY_ADMISSION)
+    return serve_fail_set(f, 400, "memory_admission", "model", "memory_admission", "%s", err.msg);
+  return serve_fail_set(f, 503, "server_error", "model", "model_unavailable", "model '%.200s' could not be loaded: %s",
+                        e->model_id, err.msg);
+}
+
+static void unhold(serve_engine *e, double keep_alive_s) {
+  if (e->release) e->release(e->impl, keep_alive_s);
+}
+
 static void job_free(job *j) {
   if (!j) return;
+  if (j->held) unhold(j->engine, j->ollama ? j->oreq.keep_alive_s : -1);
   for (int i = 1; i < j->nslots; i++) serve_reply_free(&j->slots[i].own);
   for (int i = 0; i < j->nslots; i++) free(j->slots[i].echo_text);
   free(j->slots);
@@ -852,6 +937,8 @@ static void job_free(job *j) {
   serve_reply_free(&j->reply);
   anth_reply_free(&j->areply);
   resp_reply_free(&j->rreply);
+  oll_reply_free(&j->oreply);
+  free(j->pull_name);
   resp_request_free(&j->rr);
   json_decref(j->history);
   hbuf_free(&j->out);
@@ -878,7 +965,7 @@ static void stream_push(job *j, const hbuf *b, bool done);
 /* One choice through the engine. A stream's choice sends its finish chunk as it ends. */
 static void slot_run(slot *sl) {
   job *j = sl->j;
-  serve_engine *e = j->srv->engine;
+  serve_engine *e = j->engine;
   sl->result->stop_index = -1;
   if (sl->ids)
     *sl->rc = e->generate_ids(e->impl, sl->ids, sl->n_ids, &sl->sampling, j->fn, sl, &j->cancel, sl->result, sl->err);
@@ -897,7 +984,8 @@ static void slot_run(slot *sl) {
     sl->result->finish = SERVE_FINISH_LENGTH;
     HLOG_INFO("serve: %lld tokens in, cut by the drain timeout", (long long)sl->result->completion_tokens);
   }
-  if (j->req.stream && !j->anthropic && !j->responses && !j->req.infill && *sl->rc == 0 && !abandoned(j)) {
+  if (j->req.stream && !j->anthropic && !j->responses && !j->ollama && !j->req.infill && *sl->rc == 0 &&
+      !abandoned(j)) {
     hbuf b = {0};
     serve_sse_finish(sl->reply, sl->result->finish, &b);
     stream_push(j, &b, false);
@@ -926,7 +1014,7 @@ static void *slot_main(void *arg) {
  * summed and the first failing choice's status is the job's. */
 static void job_generate(job *j, serve_token_fn fn) {
   serve_server *s = j->srv;
-  serve_engine *e = s->engine;
+  serve_engine *e = j->engine;
   bool lock = !e->thread_safe;
   j->fn = fn;
   if (lock) pthread_mutex_lock(&s->engine_lock);
@@ -990,6 +1078,7 @@ static void fail_from_engine(const job *j, serve_fail *f) {
 }
 
 static const char *job_name(const job *j) {
+  if (j->ollama) return j->oreq.chat ? "api/chat" : "api/generate";
   return j->responses ? "responses" : j->anthropic ? "messages" : j->req.kind == SERVE_CHAT ? "chat" : "completion";
 }
 
@@ -1009,6 +1098,7 @@ static int whole_token(void *ctx, const serve_token *tok) {
   if (!tok->flush) sl->cum_logprob += tok->logprob;
   token_times(sl, tok);
   if (j->responses) resp_reply_add(&j->rreply, tok);
+  else if (j->ollama) oll_reply_add(&j->oreply, tok);
   else if (j->anthropic) anth_reply_add(&j->areply, tok);
   else serve_reply_add(sl->reply, tok);
   if (job_client_gone(j)) cancel_set(j);
@@ -1103,6 +1193,8 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
       free(txt);
       store_response(j, o);
       json_decref(o);
+    } else if (j->ollama) {
+      oll_reply_body(&j->oreply, &j->result, &body);
     } else if (j->anthropic) {
       anth_reply_body(&j->areply, &j->result, &body);
     } else if (j->req.infill) {
@@ -1131,7 +1223,7 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   } else {
     serve_fail f;
     fail_from_engine(j, &f);
-    rc = send_fail_as(c, &f, NULL, j->anthropic);
+    rc = send_fail_as(c, &f, NULL, j->ollama ? PROTO_OLLAMA : j->anthropic);
     job_done(j, (unsigned)f.status);
   }
   job_free(j);
@@ -1164,6 +1256,10 @@ static void unpark(job *j, bool resume) {
 
 static void stream_push(job *j, const hbuf *b, bool done) {
   pthread_mutex_lock(&j->mu);
+  if (j->pull_orphan) { /* nobody reads it, and the server may be gone */
+    pthread_mutex_unlock(&j->mu);
+    return;
+  }
   if (b->len) hbuf_append(&j->out, b->data, b->len);
   if (done) j->done = true;
   if (b->len || done) {
@@ -1181,6 +1277,7 @@ static int stream_token(void *ctx, const serve_token *tok) {
   token_times(sl, tok);
   hbuf b = {0};
   if (j->responses) resp_sse_token(&j->rreply, tok, &b);
+  else if (j->ollama) oll_stream_token(&j->oreply, tok, &b);
   else if (j->anthropic) anth_sse_token(&j->areply, tok, &b);
   else if (j->req.infill) infill_sse_token(tok->text, tok->len, &b);
   else serve_sse_token(sl->reply, tok, &b);
@@ -1189,10 +1286,17 @@ static int stream_token(void *ctx, const serve_token *tok) {
   return cancelled(j) ? 1 : 0;
 }
 
+static void pull_main(job *j);
+
 static void *stream_main(void *arg) {
   job *j = arg;
   hbuf b = {0};
+  if (j->pull_name) {
+    pull_main(j);
+    return NULL;
+  }
   if (j->responses) resp_sse_start(&j->rreply, &b);
+  else if (j->ollama) (void)0; /* an Ollama stream opens with its first token's line */
   else if (j->anthropic) anth_sse_start(&j->areply, j->prompt_tokens, &b);
   else if (j->req.infill) (void)0; /* llama.cpp's stream opens with the first piece */
   else
@@ -1212,6 +1316,8 @@ static void *stream_main(void *arg) {
     fail_from_engine(j, &f);
     if (j->responses) {
       resp_sse_error(&j->rreply, &f, &b);
+    } else if (j->ollama) {
+      oll_error_line(&f, &b);
     } else if (j->anthropic) {
       anth_sse_error(&f, &b);
     } else if (j->req.infill) {
@@ -1226,6 +1332,8 @@ static void *stream_main(void *arg) {
       json_t *o = resp_reply_object(&j->rreply, &j->result);
       store_response(j, o);
       json_decref(o);
+    } else if (j->ollama) {
+      oll_stream_finish(&j->oreply, &j->result, &b);
     } else if (j->anthropic) {
       anth_sse_finish(&j->areply, &j->result, &b);
     } else if (j->req.infill) {
@@ -1264,14 +1372,17 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   } else if (abandoned(j) || client_gone(j->fd) || __atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
     cancel_set(j);
     n = MHD_CONTENT_READER_END_WITH_ERROR;
-  } else if (mono_seconds() - j->idle_since >= s->keepalive_s && max >= sizeof KEEPALIVE - 1) {
+  } else if (!j->ollama && mono_seconds() - j->idle_since >= s->keepalive_s && max >= sizeof KEEPALIVE - 1) {
     /* A long prefill or a queue: an SSE comment keeps proxies and clients patient. */
     atomic_fetch_add(&s->keepalives, 1);
     memcpy(buf, KEEPALIVE, sizeof KEEPALIVE - 1);
     n = (ssize_t)(sizeof KEEPALIVE - 1);
     j->idle_since = mono_seconds();
   } else {
-    /* nothing yet: parked until the producer or the watcher has something for it */
+    /* nothing yet: parked until the producer or the watcher has something for it (an NDJSON
+     * stream has no comment to keep alive with: its idle time starts over, so the watcher
+     * does not wake it every tick) */
+    if (j->ollama && mono_seconds() - j->idle_since >= s->keepalive_s) j->idle_since = mono_seconds();
     pthread_mutex_lock(&s->park_mu);
     if (__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
       cancel_set(j);
@@ -1293,6 +1404,16 @@ static void stream_free(void *cls) {
   pthread_mutex_lock(&j->srv->park_mu);
   unpark(j, false);
   pthread_mutex_unlock(&j->srv->park_mu);
+  if (j->pull_name && j->thread_started) { /* a pull is not cut: its thread finishes and frees the job */
+    pthread_mutex_lock(&j->mu);
+    bool running = j->pull_running;
+    if (running) j->pull_orphan = true;
+    pthread_mutex_unlock(&j->mu);
+    if (running) {
+      pthread_detach(j->thread);
+      return;
+    }
+  }
   if (j->thread_started) pthread_join(j->thread, NULL);
   job_free(j);
 }
@@ -1345,14 +1466,16 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
     j->thread_started = true;
   } else {
     j->done = true;
-    if (j->anthropic)
+    if (j->ollama)
+      hbuf_puts(&j->out, "{\"error\":\"could not start a thread\"}\n");
+    else if (j->anthropic)
       hbuf_puts(&j->out, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
                          "\"message\":\"could not start a thread\"}}\n\n");
     else
       hbuf_puts(&j->out, "data: {\"error\":{\"message\":\"could not start a thread\",\"type\":\"server_error\","
                          "\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n");
   }
-  MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+  MHD_add_response_header(resp, "Content-Type", j->ollama ? "application/x-ndjson" : "text/event-stream");
   MHD_add_response_header(resp, "Cache-Control", "no-cache");
   MHD_add_response_header(resp, "X-Accel-Buffering", "no");
   cors_headers(resp);
@@ -1508,18 +1631,38 @@ static bool needs_specials(const tc_opts *o) {
 /* A request naming a model this server does not serve: 404 model_not_found. A
  * loaded adapter's name is served: the request runs under it (unless it
  * names its adapter itself). */
-static bool model_unknown(const serve_server *s, serve_request *req, bool anth, serve_fail *f) {
-  if (name_served(s, req->model)) return false;
-  if (adapter_named(s->engine, req->model)) {
+static bool model_unknown(const serve_server *s, serve_request *req, int proto, serve_engine **picked, serve_fail *f) {
+  bool anth = proto == PROTO_ANTHROPIC;
+  serve_engine *e = engine_named(s, req->model);
+  if (!e && adapter_named(s->engine, req->model)) {
     if (!req->sampling.adapter) req->sampling.adapter = strdup(req->model);
+    e = s->engine;
+  }
+  if (e) {
+    if (picked) *picked = e;
     return false;
+  }
+  char served[600] = "";
+  for (int i = 0; i < s->nengines; i++) {
+    size_t n = strlen(served);
+    snprintf(served + n, sizeof served - n, "%s'%.200s'", i ? ", " : "", s->engines[i]->model_id);
   }
   if (anth)
     serve_fail_set(f, 404, "not_found_error", "model", "model_not_found", "model: %.200s", req->model);
+  else if (proto == PROTO_OLLAMA)
+    serve_fail_set(f, 404, "invalid_request_error", "model", "model_not_found",
+                   "model '%.200s' not found: this server serves %s", req->model, served);
   else
     serve_fail_set(f, 404, "invalid_request_error", "model", "model_not_found",
-                   "The model '%.200s' does not exist (this server serves '%.200s')", req->model, s->engine->model_id);
+                   "The model '%.200s' does not exist (this server serves %s)", req->model, served);
   return true;
+}
+
+static serve_engine *engine_named(const serve_server *s, const char *name) {
+  if (!name) return s->engine;
+  for (int i = 0; i < s->nengines; i++)
+    if (name_is(s->engines[i], name)) return s->engines[i];
+  return name_served(s, name) ? s->engine : NULL;
 }
 
 /* Fill-in-the-middle (`suffix`, /infill): each text prompt becomes the token ids the
@@ -1649,13 +1792,16 @@ static int reply_token_ids(job *j, serve_kind kind, serve_fail *f) {
 
 static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s, conn *cn) {
   bool anth = cn->route == ROUTE_MESSAGES;
+  bool oll = cn->route == ROUTE_OLL_CHAT || cn->route == ROUTE_OLL_GENERATE;
+  int proto = oll ? PROTO_OLLAMA : anth ? PROTO_ANTHROPIC : PROTO_OPENAI;
+  double t0 = oll_now();
   serve_kind kind = cn->route == ROUTE_COMPLETIONS || cn->route == ROUTE_INFILL ? SERVE_COMPLETION : SERVE_CHAT;
   serve_engine *e = s->engine;
   job *j = calloc(1, sizeof *j);
   serve_fail f;
   if (!j) {
     serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
-    return send_fail_as(c, &f, NULL, anth);
+    return send_fail_as(c, &f, NULL, proto);
   }
   pthread_mutex_init(&j->mu, NULL);
   pthread_mutex_init(&j->gen_mu, NULL);
@@ -1665,8 +1811,25 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   j->route_path = cn->route_path;
   j->anthropic = anth;
   j->responses = cn->route == ROUTE_RESPONSES;
+  j->ollama = oll;
   j->fd = conn_fd(c);
-  if (j->responses) {
+  if (oll) {
+    if (oll_request_parse(hbuf_str(&cn->body), cn->body.len, cn->route == ROUTE_OLL_CHAT, &j->req, &j->oreq, &f))
+      goto refuse;
+    kind = j->req.kind;
+    if (j->oreq.load_only) { /* Ollama's "load the model": nothing to generate */
+      if (model_unknown(s, &j->req, proto, &e, &f)) goto refuse;
+      bool unload = j->oreq.keep_alive_s == 0; /* keep_alive 0 with no prompt: Ollama's unload request */
+      if (!(unload && e->is_loaded && !e->is_loaded(e->impl))) {
+        if (hold(e, &f)) goto refuse;
+        unhold(e, j->oreq.keep_alive_s);
+      }
+      hbuf b = {0};
+      oll_load_body(j->oreq.chat, j->req.model, unload ? "unload" : "load", &b);
+      job_free(j);
+      return send_hbuf(c, &b);
+    }
+  } else if (j->responses) {
     if (resp_request_parse(hbuf_str(&cn->body), cn->body.len, &j->req, &j->rr, &f)) goto refuse;
     if (j->rr.previous_id) {
       json_t *prev = s->responses ? resp_store_get(s->responses, j->rr.previous_id, &j->history) : NULL;
@@ -1684,9 +1847,14 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
                   : serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f)) {
     goto refuse;
   }
-  if (model_unknown(s, &j->req, anth, &f)) goto refuse;
+  if (model_unknown(s, &j->req, proto, &e, &f)) goto refuse;
+  j->engine = e;
   j->req.sampling.priority = cn->priority;
-  const char *param = kind == SERVE_CHAT ? "messages" : "prompt";
+  double before_hold = oll_now();
+  if (hold(e, &f)) goto refuse;
+  j->held = e->acquire != NULL;
+  double load_s = j->held ? oll_now() - before_hold : 0; /* a model loaded on first use: the wait for it */
+  const char *param = kind == SERVE_CHAT && !(oll && !j->oreq.chat) ? "messages" : "prompt";
   if (kind == SERVE_CHAT) {
     if (render_prompt(e, &j->req, &j->prompt, &f)) goto refuse;
     j->parse = output_parser(e, &j->req, j->prompt, &j->tc);
@@ -1759,6 +1927,12 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       goto refuse;
     }
     int64_t want = j->req.sampling.max_tokens > 0 ? j->req.sampling.max_tokens : 1;
+    if (oll && j->oreq.num_ctx > 0 && ntok + want > j->oreq.num_ctx) {
+      serve_fail_set(&f, 400, "invalid_request_error", "options.num_ctx", "context_length_exceeded",
+                     "options.num_ctx is %lld tokens, but the prompt has %lld and num_predict asks for %lld",
+                     (long long)j->oreq.num_ctx, (long long)ntok, (long long)(j->req.sampling.max_tokens > 0 ? want : 0));
+      goto refuse;
+    }
     if (e->context_length > 0 && ntok + want > e->context_length) {
       if (j->req.sampling.max_tokens > 0)
         serve_fail_set(&f, 400, "invalid_request_error", at, "context_length_exceeded",
@@ -1797,7 +1971,17 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   j->prompt_tokens = j->slots[0].prompt_tokens;
   uint64_t seq = atomic_fetch_add(&s->next_id, 1);
   uint64_t id_seed = seq * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)j;
-  if (j->responses) {
+  if (oll) {
+    oll_reply_init(&j->oreply, j->oreq.chat, j->req.model, j->req.stream, t0, j->req.sampling.logprobs);
+    j->oreply.load_s = load_s;
+    if (j->parse) {
+      if (oll_reply_parse(&j->oreply, &j->tc, &err)) {
+        serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
+        goto refuse;
+      }
+      j->req.sampling.skip_special = !needs_specials(&j->tc);
+    }
+  } else if (j->responses) {
     resp_reply_init(&j->rreply, e->model_id, id_seed ^ (uint64_t)time(NULL), &j->rr);
     if (j->parse && resp_reply_parse(&j->rreply, &j->tc, &err)) {
       serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
@@ -1844,7 +2028,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   return j->req.stream ? answer_stream(c, j) : answer_whole(c, j);
 refuse:
   job_free(j);
-  return send_fail_as(c, &f, NULL, anth);
+  return send_fail_as(c, &f, NULL, proto);
 }
 
 /* A forced call (tool_choice required / named) goes on under a grammar of the
@@ -1980,9 +2164,16 @@ static enum MHD_Result answer_embeddings(struct MHD_Connection *c, serve_server 
   embed_request req;
   serve_fail f;
   if (embed_request_parse(hbuf_str(&cn->body), cn->body.len, e->vocab_size, &req, &f)) return send_fail(c, &f, NULL);
-  int dim = req.dimensions ? req.dimensions : (int)e->embed_dim;
   float *vecs = NULL;
-  if (req.model && !name_served(s, req.model)) {
+  bool known = !req.model || (e = engine_named(s, req.model)) != NULL;
+  if (!e) e = s->engine;
+  bool held = known && e->acquire;
+  if (held && hold(e, &f)) {
+    embed_request_free(&req);
+    return send_fail(c, &f, NULL);
+  }
+  int dim = req.dimensions ? req.dimensions : (int)e->embed_dim;
+  if (!known) {
     serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found",
                    "The model '%.200s' does not exist (this server serves '%.200s')", req.model, e->model_id);
   } else if (!e->embed || e->embed_dim <= 0) {
@@ -2012,11 +2203,13 @@ static enum MHD_Result answer_embeddings(struct MHD_Connection *c, serve_server 
       embed_reply(&req, vecs, dim, req.model ? req.model : e->model_id, toks, &b);
       free(vecs);
       embed_request_free(&req);
+      if (held) unhold(e, -1);
       return send_hbuf(c, &b);
     }
   }
   free(vecs);
   embed_request_free(&req);
+  if (held) unhold(e, -1);
   return send_fail(c, &f, NULL);
 }
 
@@ -2138,7 +2331,7 @@ static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_serve
   serve_request req;
   serve_fail f;
   if (anth_request_parse(hbuf_str(&cn->body), cn->body.len, true, &req, &f)) return send_fail_as(c, &f, NULL, true);
-  if (model_unknown(s, &req, true, &f)) {
+  if (model_unknown(s, &req, PROTO_ANTHROPIC, &e, &f) || hold(e, &f)) {
     serve_request_free(&req);
     return send_fail_as(c, &f, NULL, true);
   }
@@ -2162,9 +2355,339 @@ static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_serve
     rc = b.oom ? MHD_NO : send_bytes(c, 200, "application/json", hbuf_str(&b), b.len, NULL);
     hbuf_free(&b);
   }
+  unhold(e, -1);
   free(prompt);
   serve_request_free(&req);
   return rc;
+}
+
+/* ---- the Ollama API (serve/ollama.c formats) ---- */
+
+/* Served model k's facts (the caller's, else its name alone): a new reference. */
+static json_t *served_facts(const serve_server *s, int k) {
+  const json_t *given = s->models && s->models->served ? json_array_get(s->models->served, (size_t)k) : NULL;
+  json_t *f = json_is_object(given) ? json_deep_copy(given) : json_object();
+  json_object_set_new(f, "name", json_string(s->engines[k]->model_id));
+  if (!json_object_get(f, "modified")) json_object_set_new(f, "modified", json_integer(s->engines[k]->created));
+  return f;
+}
+
+/* Every model hearth can name, the served ones first (a new array of facts). */
+static json_t *all_facts(const serve_server *s) {
+  json_t *all = json_array(), *more = s->models && s->models->list ? s->models->list(s->models->ctx) : NULL;
+  for (int k = 0; k < s->nengines; k++) json_array_append_new(all, served_facts(s, k));
+  size_t i;
+  json_t *m;
+  json_array_foreach(more, i, m) {
+    const char *name = json_string_value(json_object_get(m, "name"));
+    bool served = false;
+    for (int k = 0; name && k < s->nengines; k++) served = served || !strcmp(name, s->engines[k]->model_id);
+    if (name && !served) json_array_append(all, m);
+  }
+  json_decref(more);
+  return all;
+}
+
+/* A body's "model" (or "name", as older clients send it); NULL with f filled when absent. */
+static json_t *oll_body(conn *cn, const char **name, serve_fail *f) {
+  json_error_t je;
+  json_t *root = json_loadb(hbuf_str(&cn->body), cn->body.len, 0, &je);
+  if (!json_is_object(root)) {
+    json_decref(root);
+    serve_bad(f, NULL, "the body must be a JSON object (%s)", root ? "not an object" : je.text);
+    return NULL;
+  }
+  json_t *m = json_object_get(root, "model");
+  if (!json_is_string(m)) m = json_object_get(root, "name");
+  if (!json_is_string(m) || !json_string_length(m)) {
+    json_decref(root);
+    serve_bad(f, "model", "model is required");
+    return NULL;
+  }
+  *name = json_string_value(m);
+  return root;
+}
+
+static enum MHD_Result send_oll_fail(struct MHD_Connection *c, const serve_fail *f) {
+  return send_fail_as(c, f, NULL, PROTO_OLLAMA);
+}
+
+static enum MHD_Result answer_oll_version(struct MHD_Connection *c) {
+  return send_json(c, 200, json_pack("{s:s, s:s}", "version", OLL_API_VERSION, "hearth", HEARTH_VERSION));
+}
+
+static enum MHD_Result answer_oll_tags(struct MHD_Connection *c, serve_server *s) {
+  json_t *all = all_facts(s), *models = json_array(), *m;
+  size_t i;
+  json_array_foreach(all, i, m)
+    json_array_append_new(models, oll_model_object(m, json_string_value(json_object_get(m, "name")), false, 0));
+  json_decref(all);
+  return send_json(c, 200, json_pack("{s:o}", "models", models));
+}
+
+static enum MHD_Result answer_oll_ps(struct MHD_Connection *c, serve_server *s) {
+  json_t *models = json_array();
+  for (int k = 0; k < s->nengines; k++) {
+    if (s->engines[k]->is_loaded && !s->engines[k]->is_loaded(s->engines[k]->impl)) continue;
+    json_t *f = served_facts(s, k);
+    json_array_append_new(models, oll_model_object(f, s->engines[k]->model_id, true, s->engines[k]->context_length));
+    json_decref(f);
+  }
+  return send_json(c, 200, json_pack("{s:o}", "models", models));
+}
+
+static enum MHD_Result answer_oll_show(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  serve_fail f;
+  const char *name;
+  json_t *root = oll_body(cn, &name, &f), *o = NULL;
+  if (!root) return send_oll_fail(c, &f);
+  serve_engine *e = engine_named(s, name);
+  for (int k = 0; e && k < s->nengines; k++)
+    if (s->engines[k] == e) {
+      json_t *facts = served_facts(s, k);
+      o = oll_show_object(facts, e);
+      json_decref(facts);
+    }
+  if (!e) {
+    json_t *all = all_facts(s), *m;
+    size_t i;
+    json_array_foreach(all, i, m) if (!o && !strcmp(json_string_value(json_object_get(m, "name")), name)) o =
+        oll_show_object(m, NULL);
+    json_decref(all);
+  }
+  if (!o) serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found", "model '%.200s' not found", name);
+  json_decref(root);
+  return o ? send_json(c, 200, o) : send_oll_fail(c, &f);
+}
+
+/* POST /api/embed and /api/embeddings (legacy). */
+static enum MHD_Result answer_oll_embed(struct MHD_Connection *c, serve_server *s, conn *cn, bool legacy) {
+  serve_engine *e = s->engine;
+  double t0 = oll_now();
+  embed_request req;
+  serve_fail f;
+  if (oll_embed_parse(hbuf_str(&cn->body), cn->body.len, legacy, e->vocab_size, &req, &f)) return send_oll_fail(c, &f);
+  float *vecs = NULL;
+  bool known = (e = engine_named(s, req.model)) != NULL;
+  if (!e) e = s->engine;
+  bool held = known && e->acquire;
+  if (held && hold(e, &f)) {
+    embed_request_free(&req);
+    return send_oll_fail(c, &f);
+  }
+  int dim = req.dimensions ? req.dimensions : (int)e->embed_dim;
+  if (!known) {
+    serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found", "model '%.200s' not found", req.model);
+  } else if (!e->embed || e->embed_dim <= 0) {
+    serve_fail_set(&f, 400, "invalid_request_error", "model", NULL, "model '%.200s' does not serve embeddings", e->model_id);
+  } else if (req.dimensions > e->embed_dim) {
+    serve_fail_set(&f, 400, "invalid_request_error", "dimensions", NULL,
+                   "dimensions is %d but the model's embeddings have %lld values", req.dimensions, (long long)e->embed_dim);
+  } else if (!(vecs = malloc(sizeof(float) * (size_t)req.n * (size_t)dim))) {
+    serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory for %d embeddings", req.n);
+  } else {
+    herr err = {0};
+    int64_t toks = 0;
+    volatile int cancel = 0;
+    bool lock = !e->thread_safe;
+    if (lock) pthread_mutex_lock(&s->engine_lock);
+    int rc = e->embed(e->impl, req.inputs, req.n, NULL, req.dimensions, vecs, &toks, (volatile int *)&cancel, &err);
+    if (lock) pthread_mutex_unlock(&s->engine_lock);
+    if (rc) {
+      fail_probe(rc, &err, legacy ? "prompt" : "input", &f);
+    } else {
+      hbuf b = {0};
+      oll_embed_reply(&req, legacy, vecs, dim, req.model, toks, oll_now() - t0, &b);
+      free(vecs);
+      embed_request_free(&req);
+      if (held) unhold(e, -1);
+      return send_hbuf(c, &b);
+    }
+  }
+  free(vecs);
+  embed_request_free(&req);
+  if (held) unhold(e, -1);
+  return send_oll_fail(c, &f);
+}
+
+/* DELETE /api/delete {"model"}: as `hearth rm`. */
+static enum MHD_Result answer_oll_delete(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  serve_fail f;
+  const char *name;
+  json_t *root = oll_body(cn, &name, &f);
+  if (!root) return send_oll_fail(c, &f);
+  herr err = {0};
+  if (!s->models || !s->models->remove)
+    serve_fail_set(&f, 400, "invalid_request_error", NULL, NULL, "this server removes no models (it has no model registry)");
+  else if (engine_named(s, name) && strcmp(name, "*"))
+    serve_fail_set(&f, 400, "invalid_request_error", "model", NULL,
+                   "model '%.200s' is the one being served: stop the server to remove it", name);
+  else if (s->models->remove(s->models->ctx, name, &err))
+    serve_fail_set(&f, err.code == HEARTH_ENOTFOUND ? 404 : 500, "invalid_request_error", "model", NULL, "%s", err.msg);
+  else {
+    HLOG_INFO("serve: api/delete: %s removed", name);
+    json_decref(root);
+    return send_bytes(c, 200, "application/json", "", 0, NULL);
+  }
+  json_decref(root);
+  return send_oll_fail(c, &f);
+}
+
+/* A pull's progress: each line hearth get writes becomes {"status": line}. */
+typedef struct pull_sink {
+  job *j;
+  hbuf line;
+} pull_sink;
+
+static ssize_t pull_write(void *cookie, const char *buf, size_t n) {
+  pull_sink *p = cookie;
+  for (size_t i = 0; i < n; i++) {
+    if (buf[i] != '\n' && buf[i] != '\r') {
+      hbuf_append(&p->line, buf + i, 1);
+      continue;
+    }
+    if (!p->line.len) continue;
+    if (p->j) {
+      hbuf b = {0};
+      json_t *o = json_pack("{s:o}", "status", serve_json_text(p->line.data, p->line.len));
+      char *t = json_dumps(o, JSON_COMPACT);
+      json_decref(o);
+      if (t) hbuf_puts(&b, t), hbuf_puts(&b, "\n");
+      free(t);
+      stream_push(p->j, &b, false);
+      hbuf_free(&b);
+    }
+    hbuf_clear(&p->line);
+  }
+  return (ssize_t)n;
+}
+
+/* Runs the pull, its progress to j's stream when j is streamed (else nowhere). 0 or the failure in f. */
+static int run_pull(serve_server *s, const char *name, job *j, serve_fail *f) {
+  pull_sink sink = {.j = j};
+  cookie_io_functions_t io = {.write = pull_write};
+  FILE *progress = fopencookie(&sink, "w", io);
+  if (progress) setvbuf(progress, NULL, _IONBF, 0);
+  herr err = {0};
+  int rc = s->models->pull(s->models->ctx, name, progress, &err);
+  if (progress) {
+    fputc('\n', progress);
+    fclose(progress);
+  }
+  hbuf_free(&sink.line);
+  if (rc) serve_fail_set(f, err.code == HEARTH_ENOTFOUND || err.code == HEARTH_EINVAL ? 400 : 500, "invalid_request_error",
+                         "model", NULL, "pull %.200s: %s", name, err.msg);
+  else HLOG_INFO("serve: api/pull: %s fetched", name);
+  return rc;
+}
+
+/* The stream of an /api/pull job (stream_main's, on its own thread). */
+static void pull_main(job *j) {
+  hbuf b = {0};
+  serve_fail f;
+  hbuf_puts(&b, "{\"status\":\"pulling manifest\"}\n");
+  stream_push(j, &b, false);
+  hbuf_clear(&b);
+  if (run_pull(j->srv, j->pull_name, j, &f)) oll_error_line(&f, &b);
+  else hbuf_puts(&b, "{\"status\":\"success\"}\n");
+  pthread_mutex_lock(&j->mu);
+  j->pull_running = false;
+  bool orphan = j->pull_orphan;
+  pthread_mutex_unlock(&j->mu);
+  if (orphan) { /* its client went away and MHD let go of the stream: the job is this thread's */
+    hbuf_free(&b);
+    job_free(j);
+    return;
+  }
+  stream_push(j, &b, true);
+  hbuf_free(&b);
+}
+
+/* POST /api/pull {"model", "stream"}: as `hearth get`, progress streamed as NDJSON. */
+static enum MHD_Result answer_oll_pull(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  serve_fail f;
+  const char *name;
+  json_t *root = oll_body(cn, &name, &f);
+  if (!root) return send_oll_fail(c, &f);
+  json_t *st = json_object_get(root, "stream"), *insecure = json_object_get(root, "insecure");
+  enum MHD_Result rc;
+  if (st && !json_is_boolean(st) && !json_is_null(st)) {
+    serve_bad(&f, "stream", "stream must be a boolean");
+    rc = send_oll_fail(c, &f);
+  } else if (json_is_true(insecure)) {
+    serve_bad(&f, "insecure", "insecure is not supported by hearth: the Hub is fetched over HTTPS only");
+    rc = send_oll_fail(c, &f);
+  } else if (!s->models || !s->models->pull) {
+    serve_bad(&f, NULL, "this server fetches no models (it was started without the model hub)");
+    rc = send_oll_fail(c, &f);
+  } else if (json_is_false(st)) {
+    rc = run_pull(s, name, NULL, &f) ? send_oll_fail(c, &f) : send_json(c, 200, json_pack("{s:s}", "status", "success"));
+  } else {
+    job *j = calloc(1, sizeof *j);
+    if (!j || !(j->pull_name = strdup(name))) {
+      free(j);
+      serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
+      rc = send_oll_fail(c, &f);
+    } else {
+      pthread_mutex_init(&j->mu, NULL);
+      pthread_mutex_init(&j->gen_mu, NULL);
+      pthread_cond_init(&j->gen_cv, NULL);
+      j->srv = s;
+      j->ollama = true;
+      j->fd = conn_fd(c);
+      j->pull_running = true;
+      rc = answer_stream(c, j);
+    }
+  }
+  json_decref(root);
+  return rc;
+}
+
+/* POST /v1/models/load and /v1/models/unload {"model"}: a model loaded on first use, now. */
+static enum MHD_Result answer_model_load(struct MHD_Connection *c, serve_server *s, conn *cn, bool load) {
+  serve_fail f;
+  json_error_t je;
+  json_t *root = json_loadb(hbuf_str(&cn->body), cn->body.len, 0, &je);
+  const char *name = json_string_value(json_object_get(root, "model"));
+  serve_engine *e = name ? engine_named(s, name) : NULL;
+  enum MHD_Result rc;
+  if (!json_is_object(root)) {
+    serve_bad(&f, NULL, "the body must be a JSON object {\"model\": NAME}%s%s", root ? "" : ": ", root ? "" : je.text);
+    rc = send_fail(c, &f, NULL);
+  } else if (!name) {
+    serve_bad(&f, "model", "'model' is required");
+    rc = send_fail(c, &f, NULL);
+  } else if (!e) {
+    serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found", "The model '%.200s' does not exist", name);
+    rc = send_fail(c, &f, NULL);
+  } else if (!load && !e->unload) {
+    serve_bad(&f, "model", "model '%.200s' stays loaded: only models loaded on first use (--model-memory, --model-ttl, "
+                           "--models-dir, after the first) unload", e->model_id);
+    rc = send_fail(c, &f, NULL);
+  } else if (load && hold(e, &f)) {
+    rc = send_fail(c, &f, NULL);
+  } else {
+    if (load) unhold(e, -1);
+    else e->unload(e->impl);
+    rc = send_json(c, 200, model_object(e, e->model_id));
+  }
+  json_decref(root);
+  return rc;
+}
+
+/* /api/create, /api/copy, /api/push, /api/blobs: named and refused, each with what hearth does instead. */
+static enum MHD_Result answer_oll_refused(struct MHD_Connection *c, conn *cn) {
+  serve_fail f;
+  const char *p = cn->path + 5;
+  const char *why = !strcmp(p, "create") ? "hearth makes no models from Modelfiles: hearth get ORG/NAME fetches one, "
+                                           "hearth scan DIR registers folders and GGUF files, --chat-template-file "
+                                           "replaces a template"
+                    : !strcmp(p, "copy") ? "hearth names a model by its Hub id or its registry name (hearth scan); "
+                                           "--served-model-name gives the served one more names"
+                    : !strcmp(p, "push") ? "hearth pushes models to no registry"
+                                         : "hearth takes no Modelfile blobs";
+  serve_fail_set(&f, 400, "invalid_request_error", NULL, NULL, "/api/%.40s is not supported: %s", p, why);
+  return send_oll_fail(c, &f);
 }
 
 /* ---- the Batch API (files.h, batches.h) ---- */
@@ -2284,6 +2807,10 @@ static const route_def routes[] = {
     {"GET", "/v1", ROUTE_INDEX, false, "this index"},
     {"GET", "/v1/models", ROUTE_MODELS, false, "the loaded model"},
     {"GET", "/v1/models/{id}", ROUTE_MODEL, false, "one served model name"},
+    {"POST", "/v1/models/load", ROUTE_MODEL_LOAD, false,
+     "loads a model loaded on first use now: {\"model\"} (waits for it; the model object with its state)"},
+    {"POST", "/v1/models/unload", ROUTE_MODEL_UNLOAD, false,
+     "unloads a model loaded on first use: {\"model\"} (now when idle, else once its requests are done)"},
     {"POST", "/v1/chat/completions", ROUTE_CHAT, false, "chat completions (JSON or SSE with stream: true)"},
     {"POST", "/v1/completions", ROUTE_COMPLETIONS, false, "text completions (JSON or SSE with stream: true)"},
     {"POST", "/v1/responses", ROUTE_RESPONSES, false,
@@ -2309,6 +2836,21 @@ static const route_def routes[] = {
     {"POST", "/tokenize", ROUTE_TOKENIZE, false,
      "text to token ids: {\"content\" (or \"prompt\", or chat \"messages\"), \"add_special\", \"with_pieces\"}"},
     {"POST", "/detokenize", ROUTE_DETOKENIZE, false, "token ids to text: {\"tokens\": [ids]}"},
+    {"GET", "/api/version", ROUTE_OLL_VERSION, false, "Ollama API: the API version"},
+    {"GET", "/api/tags", ROUTE_OLL_TAGS, false, "Ollama API: the models hearth can name (the served one first)"},
+    {"POST", "/api/show", ROUTE_OLL_SHOW, false, "Ollama API: a model's details and capabilities"},
+    {"GET", "/api/ps", ROUTE_OLL_PS, false, "Ollama API: the loaded model"},
+    {"POST", "/api/chat", ROUTE_OLL_CHAT, false, "Ollama API: chat (NDJSON stream unless stream: false)"},
+    {"POST", "/api/generate", ROUTE_OLL_GENERATE, false, "Ollama API: generate (NDJSON stream unless stream: false)"},
+    {"POST", "/api/embed", ROUTE_OLL_EMBED, false, "Ollama API: embeddings of input"},
+    {"POST", "/api/embeddings", ROUTE_OLL_EMBEDDINGS, false, "Ollama API: the embedding of prompt (legacy)"},
+    {"POST", "/api/pull", ROUTE_OLL_PULL, false, "Ollama API: fetches a model as hearth get (progress as NDJSON)"},
+    {"DELETE", "/api/delete", ROUTE_OLL_DELETE, false, "Ollama API: removes a model as hearth rm"},
+    {"POST", "/api/create", ROUTE_OLL_REFUSED, false, "Ollama API: refused (hearth makes no models from Modelfiles)"},
+    {"POST", "/api/copy", ROUTE_OLL_REFUSED, false, "Ollama API: refused (hearth scan names models)"},
+    {"POST", "/api/push", ROUTE_OLL_REFUSED, false, "Ollama API: refused (hearth pushes to no registry)"},
+    {"POST", "/api/blobs/{id}", ROUTE_OLL_REFUSED, false, "Ollama API: refused (no Modelfile blobs)"},
+    {"GET", "/api/blobs/{id}", ROUTE_OLL_REFUSED, false, "Ollama API: refused (no Modelfile blobs)"},
     {"POST", "/v1/files", ROUTE_FILES, false,
      "uploads a Batch API input file: multipart/form-data with purpose \"batch\" and the JSONL file (--state-dir)"},
     {"GET", "/v1/files", ROUTE_FILES, false, "the stored files, newest first (?purpose, ?after, ?limit, ?order)"},
@@ -2355,6 +2897,7 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
   if (n > 1 && path[n - 1] == '/') path[n - 1] = 0;
   cn->head = strcmp(method, "HEAD") == 0;
   cn->anthropic = strcmp(path, "/v1/messages") == 0 || strncmp(path, "/v1/messages/", 13) == 0;
+  cn->ollama = strncmp(path, "/api/", 5) == 0;
   /* /v1/models asked by an Anthropic client (which always sends anthropic-version): its shapes */
   if ((strcmp(path, "/v1/models") == 0 || strncmp(path, "/v1/models/", 11) == 0) &&
       MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version"))
@@ -2449,6 +2992,9 @@ static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, c
     return answer_models(c, s, cn->anthropic);
   case ROUTE_MODEL:
     return answer_model(c, s, cn->path + 11, cn->anthropic);
+  case ROUTE_MODEL_LOAD:
+  case ROUTE_MODEL_UNLOAD:
+    return answer_model_load(c, s, cn, cn->route == ROUTE_MODEL_LOAD);
   case ROUTE_STATS:
     return answer_stats(c, s);
   case ROUTE_METRICS:
@@ -2477,6 +3023,26 @@ static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, c
     return answer_tokenize(c, s, cn);
   case ROUTE_DETOKENIZE:
     return answer_detokenize(c, s, cn);
+  case ROUTE_OLL_VERSION:
+    return answer_oll_version(c);
+  case ROUTE_OLL_TAGS:
+    return answer_oll_tags(c, s);
+  case ROUTE_OLL_SHOW:
+    return answer_oll_show(c, s, cn);
+  case ROUTE_OLL_PS:
+    return answer_oll_ps(c, s);
+  case ROUTE_OLL_CHAT:
+  case ROUTE_OLL_GENERATE:
+    return answer_generate(c, s, cn);
+  case ROUTE_OLL_EMBED:
+  case ROUTE_OLL_EMBEDDINGS:
+    return answer_oll_embed(c, s, cn, cn->route == ROUTE_OLL_EMBEDDINGS);
+  case ROUTE_OLL_PULL:
+    return answer_oll_pull(c, s, cn);
+  case ROUTE_OLL_DELETE:
+    return answer_oll_delete(c, s, cn);
+  case ROUTE_OLL_REFUSED:
+    return answer_oll_refused(c, cn);
   case ROUTE_FILES:
   case ROUTE_FILE:
   case ROUTE_FILE_CONTENT:
@@ -2505,6 +3071,16 @@ static bool slow_route(route r) {
   case ROUTE_FIT:
   case ROUTE_TOKENIZE:
   case ROUTE_DETOKENIZE:
+  case ROUTE_MODEL_LOAD:
+  case ROUTE_MODEL_UNLOAD:
+  case ROUTE_OLL_TAGS: /* the models' headers are read */
+  case ROUTE_OLL_SHOW:
+  case ROUTE_OLL_CHAT:
+  case ROUTE_OLL_GENERATE:
+  case ROUTE_OLL_EMBED:
+  case ROUTE_OLL_EMBEDDINGS:
+  case ROUTE_OLL_PULL:
+  case ROUTE_OLL_DELETE:
   case ROUTE_FILES:
   case ROUTE_FILE:
   case ROUTE_FILE_CONTENT:
@@ -2546,7 +3122,7 @@ static enum MHD_Result defer(serve_server *s, struct MHD_Connection *c, conn *cn
   if (stopping) {
     serve_fail f;
     serve_fail_set(&f, 503, "server_error", NULL, "shutting_down", "The server is stopping");
-    return send_fail_as(c, &f, NULL, cn->anthropic);
+    return send_fail_as(c, &f, NULL, conn_proto(cn));
   }
   cn->srv = s;
   cn->c = c;
@@ -2567,7 +3143,7 @@ static enum MHD_Result defer(serve_server *s, struct MHD_Connection *c, conn *cn
   pthread_mutex_unlock(&s->workers_mu);
   serve_fail f;
   serve_fail_set(&f, 503, "server_error", NULL, NULL, "could not start a thread for the request");
-  return send_fail_as(c, &f, NULL, cn->anthropic);
+  return send_fail_as(c, &f, NULL, conn_proto(cn));
 }
 
 /* ---- the request head's deadline ----
@@ -2682,7 +3258,7 @@ static enum MHD_Result on_request_in(void *cls, struct MHD_Connection *c, const 
     /* A refusal (bad route, key, size) is answered now, before libmicrohttpd
      * sends "100 Continue" or reads a byte of the body; the connection is
      * then closed. */
-    if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, cn->anthropic);
+    if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, conn_proto(cn));
     /* headers are in: the body may take its time, up to body_timeout_s of silence */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->body_timeout_s);
     return MHD_YES;
@@ -2709,7 +3285,7 @@ static enum MHD_Result on_request_in(void *cls, struct MHD_Connection *c, const 
   /* the whole request is in: no inactivity limit while it is answered (a
    * long generation before a whole reply sends nothing) */
   MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-  if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, cn->anthropic);
+  if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, conn_proto(cn));
   if (cn->deferred == 2) { /* answered on its own thread (defer) */
     if (!cn->resp) return MHD_NO; /* nothing to send (the client went away, or out of memory): close */
     struct MHD_Response *resp = cn->resp;
@@ -2802,6 +3378,13 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   *out = NULL;
   const char *host = cfg->host && cfg->host[0] ? cfg->host : "127.0.0.1";
   if (cfg->port < 0 || cfg->port > 65535) return herr_set(err, HEARTH_EINVAL, "port %d is out of range", cfg->port);
+  for (int i = 0; i < cfg->n_more_engines; i++) { /* a name picks one model */
+    const char *id = cfg->more_engines[i]->model_id;
+    bool dup = !strcmp(id, engine->model_id);
+    for (int k = 0; k < i; k++) dup = dup || !strcmp(id, cfg->more_engines[k]->model_id);
+    if (dup)
+      return herr_set(err, HEARTH_EINVAL, "two models are called '%s': a request's \"model\" could not tell them apart", id);
+  }
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
   char port[16];
   snprintf(port, sizeof port, "%d", cfg->port);
@@ -2831,8 +3414,18 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
     return herr_set(err, HEARTH_ENOMEM, "out of memory");
   }
   s->adapter_dir = adapter_dir;
+  s->models = cfg->models;
   s->state_lock = -1;
   s->engine = engine;
+  s->engines = calloc((size_t)cfg->n_more_engines + 1, sizeof *s->engines);
+  if (!s->engines) {
+    free(adapter_dir);
+    freeaddrinfo(ai);
+    free(s);
+    return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  }
+  s->engines[s->nengines++] = engine;
+  for (int i = 0; i < cfg->n_more_engines; i++) s->engines[s->nengines++] = cfg->more_engines[i];
   s->metrics = serve_metrics_new();
   s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
   s->keepalive_s = (cfg->keepalive_ms > 0 ? cfg->keepalive_ms : DEFAULT_KEEPALIVE_MS) / 1000.0;
@@ -2946,6 +3539,7 @@ void serve_stop(serve_server *s) {
   free(s->adapter_dir);
   for (int i = 0; i < s->nnames; i++) free(s->names[i]);
   free(s->names);
+  free(s->engines);
   resp_store_free(s->responses);
   file_store_close(s->files);
   if (s->state_lock >= 0) close(s->state_lock);

@@ -7,9 +7,30 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
 
 #include "base/status.h"
 #include "serve/engine.h"
+
+/* What the server knows of models beyond the engine, from whoever starts it
+ * (`hearth serve`: hearth's registry and the Hugging Face cache), for the
+ * Ollama API. A model's facts are a JSON object {"name", "path", "format",
+ * "architecture", "parameters", "quantization", "bytes", "modified" (unix
+ * seconds), "revision"}, any key absent when unknown. Every member may be NULL. */
+typedef struct serve_models {
+  void *ctx;
+  const json_t *served; /* borrowed: the served models' facts, an array in the engines' order (the first
+                         * engine's, then serve_config.more_engines') */
+  /* The models hearth can name (a new array of facts; NULL: none). */
+  json_t *(*list)(void *ctx);
+  /* Removes a model by name as `hearth rm` does; HEARTH_ENOTFOUND when there is none by that name. */
+  int (*remove)(void *ctx, const char *name, herr *err);
+  /* Fetches a model by name as `hearth get` does, its progress as lines of text written to progress
+   * (it runs to its end even when the client has gone: what it fetched stays in the cache). */
+  int (*pull)(void *ctx, const char *name, FILE *progress, herr *err);
+} serve_models;
 
 typedef struct serve_config {
   const char *host;    /* borrowed; "127.0.0.1" when NULL */
@@ -33,6 +54,13 @@ typedef struct serve_config {
   int64_t responses_ttl_s;    /* ... kept this long; 0: one hour; < 0: no expiry */
   const char *adapter_dir;    /* borrowed; NULL: POST /v1/adapters refuses every path (403). Else adapters load
                                * over the API only from folders inside it (adapters_resolve) */
+  const serve_models *models; /* borrowed, may be NULL: /api/tags lists only the served model, /api/pull and
+                               * /api/delete refuse */
+  serve_engine *const *more_engines; /* borrowed: further models served beside the first (serve_start's), each
+                                      * picked by a request's "model" naming its model_id; they must outlive the
+                                      * server. The routes without a model (stats, metrics, fit, tokenize,
+                                      * signal, adapters) and a request naming none answer for the first */
+  int n_more_engines;
   const char *state_dir;      /* borrowed; NULL: the Batch API (/v1/files, /v1/batches) is refused (400
                                * batch_api_disabled). Else its files and batches are kept in this folder
                                * (made when missing; one server at a time: a second one is refused),
@@ -45,7 +73,8 @@ typedef struct serve_config {
 typedef struct serve_server serve_server;
 
 /* Starts listening; requests are answered on the server's own threads until
- * serve_stop. The engine is borrowed and must outlive the server. */
+ * serve_stop. The engine is borrowed and must outlive the server. Two engines
+ * with one model_id are refused. */
 int serve_start(serve_server **out, serve_engine *engine, const serve_config *cfg, herr *err);
 /* The port actually bound. */
 int serve_port(const serve_server *s);

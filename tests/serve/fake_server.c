@@ -4,10 +4,16 @@
  *                     [--context TOKENS] [--responses-max N] [--drain-timeout SECONDS]
  *                     [--state-dir DIR] [--max-file-size BYTES] [--batch-concurrency N]
  *                     [--fim 1] (the fake with fill-in-the-middle tokens and token-id prompts)
+ * The Ollama API's models beyond the served one (serve_models) are fake too:
+ * /api/tags lists "org/tiny" and "scanned-model", /api/delete removes either
+ * once (anything else is not found), /api/pull of "org/tiny" writes three
+ * progress lines 20 ms apart and succeeds, of anything else fails.
  * Prints "hearth: listening on http://HOST:PORT" and serves until
  * SIGINT/SIGTERM, draining first as `hearth serve` does (after printing
  * "fake_server: draining"). Test code only. */
 #include <signal.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +21,45 @@
 #include "base/log.h"
 #include "fake_engine.h"
 #include "serve/server.h"
+
+static atomic_bool fake_gone[2];
+static const char *const fake_names[2] = {"org/tiny", "scanned-model"};
+
+static json_t *fake_list(void *ctx) {
+  (void)ctx;
+  json_t *a = json_array();
+  if (!atomic_load(&fake_gone[0]))
+    json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:s}", "name", "org/tiny", "path",
+                                       "/models/org/tiny", "format", "safetensors", "architecture", "qwen3", "parameters",
+                                       (json_int_t)600000000, "quantization", "BF16", "bytes", (json_int_t)1200000000,
+                                       "modified", (json_int_t)1700000000, "revision",
+                                       "0123456789abcdef0123456789abcdef01234567"));
+  if (!atomic_load(&fake_gone[1]))
+    json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:I, s:I}", "name", "scanned-model", "path",
+                                       "/models/scanned.gguf", "format", "gguf", "architecture", "llama", "parameters",
+                                       (json_int_t)8030000000, "quantization", "Q4_K", "bytes", (json_int_t)4900000000,
+                                       "modified", (json_int_t)1700000100));
+  return a;
+}
+
+static int fake_remove(void *ctx, const char *name, herr *err) {
+  (void)ctx;
+  for (int i = 0; i < 2; i++)
+    if (!strcmp(name, fake_names[i]) && !atomic_exchange(&fake_gone[i], true)) return 0;
+  return herr_set(err, HEARTH_ENOTFOUND, "%s is neither a registry name nor a Hub id (hearth ls lists both)", name);
+}
+
+static int fake_pull(void *ctx, const char *name, FILE *progress, herr *err) {
+  (void)ctx;
+  if (strcmp(name, "org/tiny")) return herr_set(err, HEARTH_ENOTFOUND, "%s: no such repository on the Hub", name);
+  for (int i = 1; i <= 3; i++) {
+    if (progress) fprintf(progress, "hearth: file%d.safetensors ok, %d/3 files\n", i, i);
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  atomic_store(&fake_gone[0], false);
+  return 0;
+}
 
 int main(int argc, char **argv) {
   serve_config cfg = {.host = "127.0.0.1"};
@@ -41,6 +86,8 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--idle-timeout") == 0) cfg.idle_timeout_s = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--body-timeout") == 0) cfg.body_timeout_s = atoi(argv[i + 1]);
   }
+  serve_models models = {.served = NULL, .list = fake_list, .remove = fake_remove, .pull = fake_pull};
+  cfg.models = &models;
   cfg.served_names = names;
   cfg.n_served_names = names_n;
   hlog_set_level(HLOG_LEVEL_INFO);

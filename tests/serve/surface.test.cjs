@@ -245,6 +245,11 @@ test('fill-in-the-middle on an engine with FIM tokens: the prompt it lays out, l
     const c = await call('/v1/completions', { prompt: 'abc', suffix: 'xyz', max_tokens: 4 });
     assert.equal(c.status, 200, c.text);
     assert.equal(JSON.parse(c.text).usage.prompt_tokens, 1 + 3 + 1 + 3 + 1);
+    // Ollama's /api/generate with suffix: the same layout and the same text
+    const og = await call('/api/generate', { model: modelId, prompt: 'abc', suffix: 'xyz', stream: false, options: { num_predict: 4 } });
+    assert.equal(og.status, 200, og.text);
+    assert.equal(JSON.parse(og.text).prompt_eval_count, 1 + 3 + 1 + 3 + 1);
+    assert.equal(JSON.parse(og.text).response, JSON.parse(c.text).choices[0].text);
     const stop = await call('/infill', { input_prefix: 'p', stop: ['quick'], n_predict: 20 });
     const so = JSON.parse(stop.text);
     assert.equal(so.stop_type, 'word', stop.text);

@@ -196,6 +196,17 @@ static void test_routes(void) {
   CHECK(strstr(r, "\r\n: keep-alive\n\n\r\n") != NULL);
   CHECK(strstr(r, "data: [DONE]") != NULL);
   free(r);
+  /* An Ollama NDJSON stream has no comment to keep alive with: an idle stream sends nothing until
+   * its next line (the fake pauses 300 ms, three keep-alive periods, when it cannot see one come). */
+  fake_server = NULL;
+  r = http(port, "POST", "/api/generate", NULL, "{\"model\":\"fake-model\",\"prompt\":\"[pause]\",\"raw\":true,"
+           "\"options\":{\"num_predict\":1}}");
+  CHECK_EQ_INT(status_of(r), 200);
+  CHECK(strstr(r, "application/x-ndjson") != NULL);
+  CHECK(strstr(r, "keep-alive\n") == NULL);
+  CHECK(strstr(r, "\"done\":true,\"done_reason\":\"length\"") != NULL);
+  free(r);
+  fake_server = s;
   /* The engine failing mid-stream: an error event, then [DONE]. */
   r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"[fail]\",\"stream\":true}");
   CHECK_EQ_INT(status_of(r), 200);
@@ -843,6 +854,17 @@ static void test_choices(void) {
   serve_stop(s);
 }
 
+/* Two models of one name: refused before listening. */
+static void test_same_names(void) {
+  serve_server *s = NULL;
+  herr err = {0};
+  serve_engine *more[1] = {&engine};
+  serve_config cfg = {.port = 0, .more_engines = more, .n_more_engines = 1};
+  CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), HEARTH_EINVAL);
+  CHECK(strstr(err.msg, "two models are called 'fake-model'") != NULL);
+  CHECK(s == NULL);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   fake_engine_init(&engine);
@@ -862,5 +884,6 @@ int main(void) {
   RUN(test_empty_key);
   RUN(test_idle_connections);
   RUN(test_choices);
+  RUN(test_same_names);
   TEST_MAIN_END();
 }
