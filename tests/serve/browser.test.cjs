@@ -471,7 +471,7 @@ test('GitHub-flavoured Markdown: tables, nested and task lists, strikethrough, m
 
 test('reasoning shows collapsed above the reply; each reply says its TTFT and tokens/s', async (t) => {
   const { page, rec } = await openPage(fake);
-  await type(page, '[think] what is 2 + 2?');
+  await type(page, '[think] [slow] what is 2 + 2?');  // paced, so the reply has a rate
   await idle(page);
   const r = await page.evaluate(() => {
     const m = document.querySelector('#log .msg.assistant');

@@ -538,16 +538,15 @@ async function complete(c) {
   } catch (e) {
     if (e.name !== 'AbortError' && !ctrl.signal.aborted && c === chat) add('error', e.message);
   }
-  const ended = performance.now();
   if (busy === ctrl) setBusy(null);
   if (c !== chat || !c.messages.includes(user)) { out.remove(); return; }  // another chat is open, or this one was cut
   render();
   if (reply || reasoning) {
-    // tokens/s over the stream after the first token (the first one's wait is TTFT)
+    // tokens/s over the stream after the first token (the first one's wait is
+    // TTFT); none when the whole reply came at once
     const tokens = usage && usage.completion_tokens >= 0 ? usage.completion_tokens : chunks;
-    const end = Math.max(lastAt, ended);
     const stats = {ttft: firstAt ? Math.round(firstAt - started) : null, tokens,
-                   tps: tokens > 1 && end > firstAt ? (tokens - 1) / ((end - firstAt) / 1000) : null};
+                   tps: tokens > 1 && lastAt > firstAt ? (tokens - 1) / ((lastAt - firstAt) / 1000) : null};
     const a = {role: 'assistant', content: reply, reasoning, el: out, tokens: null, stats, maxTokens,
                mark: ctrl.signal.aborted ? 'stopped' : finish === 'length' ? 'length' : null};
     conv.push(a);
