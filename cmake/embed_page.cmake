@@ -28,6 +28,11 @@ if(have)  # all or none: the page's renderer needs each of them
     string(REPLACE "</script" "<\\/script" j "${j}")
     string(APPEND libraries "<script>\n${j}\n</script>\n")
   endforeach()
+  if(EXISTS "${DEPS}/LICENSES")  # the libraries' licenses go with them, as a comment at the end
+    file(READ "${DEPS}/LICENSES" licenses)
+    string(REPLACE "--" "- -" licenses "${licenses}")
+    string(APPEND libraries "<!-- The licenses of the libraries above:\n${licenses}\n-->\n")
+  endif()
   message(STATUS "hearth: the chat page bundles marked, DOMPurify, highlight.js and KaTeX from ${DEPS}")
 else()
   message(STATUS "hearth: the chat page's libraries are not in ${DEPS} (tools/fetch_page_deps.sh): plain renderer")

@@ -16,7 +16,7 @@ if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if ! (cd "$tmp" && timeout 120 npm pack --silent $pins >/dev/null 2>&1); then
+if ! (cd "$tmp" && timeout 120 npm pack --silent --fetch-retries=1 --fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=5000 $pins >/dev/null 2>&1); then
   echo "setup: could not fetch the chat page's libraries from npm (offline?): the page keeps its plain renderer"
   exit 0
 fi
@@ -42,8 +42,10 @@ node -e '
   if (/url\(fonts\//.test(css)) throw new Error("a KaTeX font is left unresolved");
   fs.writeFileSync(process.argv[2], css);
 ' "$(echo "$tmp"/katex-*/package/dist)" "$out/katex.css" || { echo "setup: could not inline KaTeX's fonts"; exit 0; }
-for l in "$tmp"/marked-*/package/LICENSE* "$tmp"/dompurify-*/package/LICENSE* "$tmp"/katex-*/package/LICENSE*; do
-  cat "$l" >>"$out/LICENSES" 2>/dev/null
+for p in marked dompurify highlightjs-cdn-assets katex; do
+  for l in "$tmp/$p"-*/package/LICENSE*; do
+    [ -f "$l" ] && { echo "== $p"; cat "$l"; echo; } >>"$out/LICENSES"
+  done
 done
 echo "$pins" >"$out/PINS"
 rm -rf "$dst" && mkdir -p .deps && mv "$out" "$dst"
