@@ -204,7 +204,7 @@ function loadChats() {
 }
 function stored(m) {
   const s = {role: m.role, content: m.content};
-  for (const k of ['reasoning', 'stats', 'mark']) if (m[k]) s[k] = m[k];
+  for (const k of ['reasoning', 'stats', 'mark', 'maxTokens']) if (m[k]) s[k] = m[k];
   return s;
 }
 function saveChats() {
