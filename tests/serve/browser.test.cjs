@@ -187,6 +187,14 @@ test('the page loads with its own icon: no favicon request, no 404', async (t) =
   // the sidebar of saved conversations and the system prompt are there
   assert.ok(await page.$('#side #chats'));
   assert.ok(await page.$('#system'));
+  // an image dropped on the page is refused, saying why
+  await page.evaluate(() => {
+    const dt = new DataTransfer();
+    dt.items.add(new File([new Uint8Array([137, 80, 78, 71])], 'x.png', { type: 'image/png' }));
+    document.getElementById('log').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+  });
+  assert.equal(await page.$eval('#log .error', (e) => e.textContent), 'This model takes no images.');
+  assert.equal(await page.$$eval('#pending .thumb', (e) => e.length), 0);
   assert.deepEqual(rec.responses.filter((r) => new URL(r.url).pathname === '/favicon.ico'), []);
   noErrors(rec);
   await shot(t, page, 'load');
@@ -466,6 +474,8 @@ test('GitHub-flavoured Markdown: tables, nested and task lists, strikethrough, m
   assert.match(g.math[1], /∫/);
   noErrors(rec);
   await shot(t, page, 'gfm');
+  await page.emulateMediaFeatures([{ name: 'prefers-color-scheme', value: 'dark' }]);
+  await shot(t, page, 'gfm-dark');
   await page.close();
 });
 

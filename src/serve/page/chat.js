@@ -374,7 +374,7 @@ function finishReply(m) {
   if (s) {
     const stats = el('span', tools);
     stats.className = 'stats';
-    stats.textContent = [s.ttft != null ? 'TTFT ' + s.ttft + ' ms' : null, s.tps != null ? s.tps.toFixed(1) + ' tokens/s' : null,
+    stats.textContent = [s.ttft != null ? 'TTFT ' + s.ttft + ' ms' : null, s.tps != null ? (s.tps >= 100 ? Math.round(s.tps) : s.tps.toFixed(1)) + ' tokens/s' : null,
                          s.tokens != null ? s.tokens + ' tokens' : null].filter(Boolean).join(' · ');
   }
   copyButton(tools, m);
