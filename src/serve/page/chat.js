@@ -372,10 +372,13 @@ function finishReply(m) {
   tools.className = 'tools tag';
   const s = m.stats;
   if (s) {
+    const parts = [];
+    if (s.ttft != null) parts.push('TTFT ' + s.ttft + ' ms');
+    if (s.tps != null) parts.push((s.tps >= 100 ? Math.round(s.tps) : s.tps.toFixed(1)) + ' tokens/s');
+    if (s.tokens != null) parts.push(s.tokens + ' tokens');
     const stats = el('span', tools);
     stats.className = 'stats';
-    stats.textContent = [s.ttft != null ? 'TTFT ' + s.ttft + ' ms' : null, s.tps != null ? (s.tps >= 100 ? Math.round(s.tps) : s.tps.toFixed(1)) + ' tokens/s' : null,
-                         s.tokens != null ? s.tokens + ' tokens' : null].filter(Boolean).join(' · ');
+    stats.textContent = parts.join(' · ');
   }
   copyButton(tools, m);
   iconButton(tools, 'regenerate', 'ask again for this reply', () => regenerate(m)).className += ' regenerate';
