@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what hearth needs to build and test on Debian 12, and nothing it
 # already has. Safe to run again: a machine that has everything does nothing.
-#   tools/setup.sh          build dependencies
+#   tools/setup.sh          build dependencies, and the chat page's libraries
+#                           (npm, when there is npm and a network; optional)
 #   tools/setup.sh --test   also the test dependencies (clang fuzzing runtime,
 #                           node + npm for the client tests, chromium for the
 #                           chat page's browser test, the load generator
@@ -36,10 +37,15 @@ for p in "${need[@]}"; do
   missing+=("$p")
 done
 
-if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
-echo "setup: installing ${missing[*]}"
-SUDO=""
-if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The chat page's libraries from npm, bundled into the binary by the build.
+# Never fails: offline or without npm, the page keeps its plain renderer.
+"$(dirname "$0")/fetch_page_deps.sh"

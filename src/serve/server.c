@@ -2983,7 +2983,7 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
 static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, conn *cn) {
   switch (cn->route) {
   case ROUTE_PAGE:
-    return send_bytes(c, 200, "text/html; charset=utf-8", serve_page_html, strlen(serve_page_html), NULL);
+    return send_bytes(c, 200, "text/html; charset=utf-8", serve_page_html, serve_page_html_len, NULL);
   case ROUTE_HEALTH:
     return answer_health(c, s);
   case ROUTE_INDEX:

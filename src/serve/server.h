@@ -99,7 +99,8 @@ int serve_drain(serve_server *s, double timeout_s, const sigset_t *sigs);
 /* Stops listening, ends every connection (cancelling their generations) and frees. */
 void serve_stop(serve_server *s);
 
-/* The chat page served at GET / (NUL-terminated HTML). */
-extern const char serve_page_html[];
+/* The chat page served at GET / (NUL-terminated HTML, serve_page_html_len bytes). */
+extern const char *const serve_page_html;
+extern const size_t serve_page_html_len;
 
 #endif

@@ -112,10 +112,25 @@ async function openPage(srv) {
   return { page, rec };
 }
 
+// Saves a screenshot and checks it is not blank: decoded in the page, it
+// holds more than a couple of colours.
 async function shot(t, page, name) {
   const file = path.join(SHOTS, `${name}.png`);
   await page.screenshot({ path: file, fullPage: true });
   t.diagnostic(`screenshot: ${file}`);
+  const colours = await page.evaluate(async (b64) => {
+    const img = new Image();
+    img.src = 'data:image/png;base64,' + b64;
+    await img.decode();
+    const c = document.createElement('canvas');
+    c.width = img.width; c.height = img.height;
+    const g = c.getContext('2d');
+    g.drawImage(img, 0, 0);
+    const px = g.getImageData(0, 0, c.width, c.height).data, seen = new Set();
+    for (let i = 0; i < px.length && seen.size < 16; i += 4 * 7) seen.add((px[i] << 16) | (px[i + 1] << 8) | px[i + 2]);
+    return seen.size;
+  }, fs.readFileSync(file).toString('base64'));
+  assert.ok(colours > 4, `screenshot ${file} is blank (${colours} colours)`);
 }
 
 async function type(page, text) {
@@ -127,13 +142,13 @@ async function type(page, text) {
 const idle = (page) => page.waitForFunction(() => document.getElementById('send').textContent === 'Send', { timeout: 60000 });
 const busy = (page) => page.waitForFunction(() => document.getElementById('send').textContent === 'Stop', { timeout: 60000 });
 
-// The text of the last reply, without its marks (stopped, cut).
+// The text of the last reply, without its marks (stopped, cut), tools and reasoning.
 function lastReply(page) {
   return page.evaluate(() => {
     const all = document.querySelectorAll('#log .msg.assistant');
     if (!all.length) return null;
     const m = all[all.length - 1].cloneNode(true);
-    for (const t of m.querySelectorAll('.tag')) t.remove();
+    for (const t of m.querySelectorAll('.tag, .reasoning')) t.remove();
     return m.textContent;
   });
 }
@@ -167,6 +182,19 @@ test('the page loads with its own icon: no favicon request, no 404', async (t) =
   const icon = await page.$eval('link[rel=icon]', (l) => l.href);
   assert.match(icon, /^data:image\/svg\+xml,/);
   assert.match(await page.$eval('#model', (e) => e.textContent), /fake-model/);
+  // the fake model takes no media (GET /v1's capabilities): no image button
+  assert.equal(await page.$eval('#attach', (e) => e.offsetParent === null), true, 'the image button shows');
+  // the sidebar of saved conversations and the system prompt are there
+  assert.ok(await page.$('#side #chats'));
+  assert.ok(await page.$('#system'));
+  // an image dropped on the page is refused, saying why
+  await page.evaluate(() => {
+    const dt = new DataTransfer();
+    dt.items.add(new File([new Uint8Array([137, 80, 78, 71])], 'x.png', { type: 'image/png' }));
+    document.getElementById('log').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+  });
+  assert.equal(await page.$eval('#log .error', (e) => e.textContent), 'This model takes no images.');
+  assert.equal(await page.$$eval('#pending .thumb', (e) => e.length), 0);
   assert.deepEqual(rec.responses.filter((r) => new URL(r.url).pathname === '/favicon.ico'), []);
   noErrors(rec);
   await shot(t, page, 'load');
@@ -303,7 +331,10 @@ test('replies render as Markdown while streaming; HTML in them stays text', asyn
     };
   });
   assert.deepEqual(md.pre, ['int main(void) { return 0; }']);
-  assert.equal(md.lang, 'language-c');
+  assert.match(md.lang, /(^| )language-c( |$)/);
+  // highlighted (highlight.js) where the build bundled it
+  if (await page.evaluate(() => typeof hljs !== 'undefined'))
+    assert.ok(await page.$('#log .msg.assistant pre > code span[class^=hljs-]'), 'the code is not highlighted');
   assert.deepEqual(md.code, ['inline code']);
   assert.deepEqual(md.strong, ['bold']);
   assert.deepEqual(md.em, ['italic']);
@@ -373,6 +404,7 @@ test('a full context: older turns are left out, every turn still gets a reply, t
 
 test('images by the file picker and by drag and drop go with the message (hearth serve, a vision model)', async (t) => {
   const { page, rec } = await openPage(vision);
+  assert.equal(await page.$eval('#attach', (e) => e.offsetParent !== null), true, 'no image button for a vision model');
   await page.$eval('#temp', (e) => { e.value = '0'; });
   await page.$eval('#maxtok', (e) => { e.value = '4'; });
   // the picker
@@ -409,5 +441,162 @@ test('images by the file picker and by drag and drop go with the message (hearth
   assert.equal(await page.$$eval('#log .error', (e) => e.length), 0);
   noErrors(rec);
   await shot(t, page, 'images-sent');
+  await page.close();
+});
+
+// Whether the page bundles its libraries (a build without them, offline, has the plain renderer).
+const rich = (page) => page.evaluate(() => typeof marked !== 'undefined' && typeof DOMPurify !== 'undefined');
+
+test('GitHub-flavoured Markdown: tables, nested and task lists, strikethrough, math', async (t) => {
+  const { page, rec } = await openPage(fake);
+  if (!(await rich(page))) { t.skip('the page was built without its libraries (tools/fetch_page_deps.sh)'); await page.close(); return; }
+  await type(page, '[gfm] show me');
+  await idle(page);
+  const g = await page.evaluate(() => {
+    const m = document.querySelector('#log .msg.assistant .body');
+    const q = (s) => [...m.querySelectorAll(s)].map((e) => e.textContent.trim());
+    return {
+      th: q('table th'), td: q('table td'), nested: q('li > ul > li'),
+      boxes: [...m.querySelectorAll('li > input[type=checkbox]')].map((e) => e.checked),
+      del: q('del'), katex: m.querySelectorAll('.katex').length, display: m.querySelectorAll('.katex-display').length,
+      math: q('.katex .katex-html'),
+    };
+  });
+  assert.deepEqual(g.th, ['name', 'value']);
+  assert.deepEqual(g.td, ['alpha', '1', 'beta', '2']);
+  assert.deepEqual(g.nested, ['inner one', 'inner two']);
+  assert.deepEqual(g.boxes, [true, false]);
+  assert.deepEqual(g.del, ['old']);
+  assert.equal(g.katex, 2);
+  assert.equal(g.display, 1);
+  assert.equal(g.math.length, 2);
+  assert.match(g.math[0], /π/);
+  assert.match(g.math[1], /∫/);
+  noErrors(rec);
+  await shot(t, page, 'gfm');
+  await page.emulateMediaFeatures([{ name: 'prefers-color-scheme', value: 'dark' }]);
+  await shot(t, page, 'gfm-dark');
+  await page.close();
+});
+
+test('reasoning shows collapsed above the reply; each reply says its TTFT and tokens/s', async (t) => {
+  const { page, rec } = await openPage(fake);
+  await type(page, '[think] [slow] what is 2 + 2?');  // paced, so the reply has a rate
+  await idle(page);
+  const r = await page.evaluate(() => {
+    const m = document.querySelector('#log .msg.assistant');
+    const d = m.querySelector('details.reasoning');
+    return { has: !!d, open: d && d.open, text: d && d.querySelector('.text').textContent,
+             first: m.firstElementChild === d, stats: m.querySelector('.tools .stats').textContent };
+  });
+  assert.ok(r.has, 'no reasoning block');
+  assert.equal(r.open, false);
+  assert.equal(r.first, true);
+  assert.match(r.text, /First, 2 \+ 2\.\s+That is 4\./);
+  assert.equal((await lastReply(page)).trim(), 'The answer is 4.');
+  assert.match(r.stats, /^TTFT \d+ ms · [\d.]+ tokens\/s · \d+ tokens$/);
+  // the reasoning is not sent back as the reply
+  await page.click('#log details.reasoning summary');
+  await shot(t, page, 'reasoning');
+  await type(page, 'thanks');
+  await idle(page);
+  assert.equal(rec.requests[1].messages[1].content.trim(), 'The answer is 4.');
+  noErrors(rec);
+  await page.close();
+});
+
+test('a system prompt; copy, regenerate and edit a message', async (t) => {
+  const { page, rec } = await openPage(fake);
+  await page.click('#system-box summary');
+  await page.type('#system', 'Be brief.');
+  await page.$eval('#system', (e) => e.dispatchEvent(new Event('change')));
+  await type(page, 'hello');
+  await idle(page);
+  assert.deepEqual(rec.requests[0].messages, [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'hello' }]);
+  // copy
+  await page.evaluate(() => { navigator.clipboard.writeText = (s) => { window.__copied = s; return Promise.resolve(); }; });
+  await page.click('#log .msg.assistant .copy');
+  await page.waitForFunction(() => window.__copied !== undefined);
+  assert.equal((await page.evaluate(() => window.__copied)).trim(), (await lastReply(page)).trim());
+  assert.equal(await page.$eval('#log .msg.assistant .copy', (b) => b.textContent), 'copied');
+  // regenerate: the same request again, one reply on the page
+  await page.click('#log .msg.assistant .regenerate');
+  await idle(page);
+  assert.equal(rec.requests.length, 2);
+  assert.deepEqual(rec.requests[1].messages, rec.requests[0].messages);
+  assert.equal(await page.$$eval('#log .msg.assistant', (e) => e.length), 1);
+  await shot(t, page, 'regenerate');
+  // edit: back to that message, its text in the input
+  await page.click('#log .msg.user .edit');
+  assert.equal(await page.$eval('#input', (e) => e.value), 'hello');
+  assert.equal(await page.$$eval('#log .msg', (e) => e.length), 0);
+  await page.click('#input');
+  await page.keyboard.press('End');
+  await page.type('#input', ' there');
+  await page.keyboard.press('Enter');
+  await idle(page);
+  assert.deepEqual(rec.requests[2].messages.map((m) => m.content), ['Be brief.', 'hello there']);
+  assert.equal(await page.$$eval('#log .msg.user', (e) => e.length), 1);
+  noErrors(rec);
+  await page.close();
+});
+
+test('conversations are saved in the browser: listed, reopened, renamed, exported, deleted', async (t) => {
+  const { page, rec } = await openPage(fake);
+  await page.evaluate(() => localStorage.removeItem('hearth-chats'));
+  await page.reload({ waitUntil: 'networkidle0' });
+  await type(page, 'first saved chat');
+  await idle(page);
+  await type(page, 'and its second turn');
+  await idle(page);
+  await page.click('#clear');
+  await type(page, 'another chat');
+  await idle(page);
+  const titles = () => page.$$eval('#chats li .title', (e) => e.map((x) => x.textContent));
+  assert.deepEqual(await titles(), ['another chat', 'first saved chat']);
+  // a fresh page lists both; opening one shows its messages
+  await page.reload({ waitUntil: 'networkidle0' });
+  assert.deepEqual(await titles(), ['another chat', 'first saved chat']);
+  assert.equal(await page.$$eval('#log .msg', (e) => e.length), 0);
+  await page.click('#chats li:nth-child(2) .title');
+  assert.equal(await page.$$eval('#log .msg.user', (e) => e.length), 2);
+  assert.equal(await page.$$eval('#log .msg.assistant', (e) => e.length), 2);
+  assert.match(await page.$eval('#log .msg.assistant .stats', (e) => e.textContent), /TTFT/);
+  // the next turn carries the reopened conversation
+  await type(page, 'third turn');
+  await idle(page);
+  const last = rec.requests[rec.requests.length - 1].messages;
+  assert.deepEqual(last.filter((m) => m.role === 'user').map((m) => m.content), ['first saved chat', 'and its second turn', 'third turn']);
+  await shot(t, page, 'saved-chats');
+  // rename
+  await page.click('#chats li.current .rename');
+  await page.$eval('#chats li.current input.title', (e) => { e.value = ''; });
+  await page.type('#chats li.current input.title', 'Renamed');
+  await page.keyboard.press('Enter');
+  assert.deepEqual(await titles(), ['Renamed', 'another chat']);
+  assert.equal(JSON.parse(await page.evaluate(() => localStorage.getItem('hearth-chats')))[0].title, 'Renamed');
+  // export, as JSON and as Markdown
+  await page.evaluate(() => {
+    window.__exports = [];
+    URL.createObjectURL = (blob) => { blob.text().then((s) => window.__exports.push({ type: blob.type, text: s })); return 'blob:x'; };
+    HTMLAnchorElement.prototype.click = function () {};
+  });
+  await page.click('#chats li.current .export-json');
+  await page.click('#chats li.current .export-md');
+  await page.waitForFunction(() => window.__exports.length === 2);
+  const [json, mdx] = await page.evaluate(() => window.__exports);
+  const j = JSON.parse(json.text);
+  assert.equal(j.title, 'Renamed');
+  assert.deepEqual(j.messages.map((m) => m.role), ['user', 'assistant', 'user', 'assistant', 'user', 'assistant']);
+  assert.equal(j.messages[0].content, 'first saved chat');
+  assert.match(mdx.text, /^# Renamed\n/);
+  assert.match(mdx.text, /\*\*user\*\*\n\nand its second turn/);
+  // delete (after confirming)
+  page.once('dialog', (d) => d.accept());
+  await page.click('#chats li.current .delete');
+  assert.deepEqual(await titles(), ['another chat']);
+  assert.equal(await page.$$eval('#log .msg', (e) => e.length), 0);
+  assert.equal(JSON.parse(await page.evaluate(() => localStorage.getItem('hearth-chats'))).length, 1);
+  noErrors(rec);
   await page.close();
 });

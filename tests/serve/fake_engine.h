@@ -7,7 +7,7 @@
  * the first token until the server has sent a keep-alive comment (when
  * fake_server is set; at most 10 s) or 300 ms. For the chat page's tests, the last user message
  * (not earlier turns) may ask for a fixed Markdown reply ("[markdown]") or a
- * reply full of HTML ("[html]"), both paced 10 ms a token by "[slow]", or for
+ * reply full of HTML ("[html]") or GitHub-flavoured Markdown with math ("[gfm]"), paced 10 ms a token by "[slow]", or for
  * one that runs until the context is full ("[long]", 4-byte tokens, so the
  * prompt's count of it matches). fake_context (FAKE_CONTEXT unless set before
  * fake_engine_init) is the context length. Test code only. */
@@ -38,6 +38,10 @@ static const char fake_markdown_text[] =
     "1. one\n2. two\n\n"
     "```c\nint main(void) { return 0; }\n```\n\n"
     "See [the docs](https://example.com/docs) and [not a link](javascript:alert(1)).";
+static const char fake_gfm_text[] =
+    "| name | value |\n|---|---:|\n| alpha | 1 |\n| beta | 2 |\n\n"
+    "- outer\n  - inner one\n  - inner two\n- [x] done\n- [ ] todo\n\n"
+    "Euler: $e^{i\\pi}+1=0$ and ~~old~~.\n\n$$\\int_0^1 x\\,dx = \\frac{1}{2}$$\n";
 static const char fake_html_text[] =
     "Careful: <img src=x onerror=\"window.__pwned=1\"> and <b id=\"injected\">not bold</b> "
     "<script>window.__pwned=2</script> [x](javascript:window.__pwned=3) end.";
@@ -190,6 +194,7 @@ static int fake_generate_run(const char *prompt, bool raw, const serve_sampling 
   const char *turn = fake_last_turn(prompt);
   const char *script = strstr(turn, "[markdown]") ? fake_markdown_text
                        : strstr(turn, "[html]")   ? fake_html_text
+                       : strstr(turn, "[gfm]")    ? fake_gfm_text
                        : strstr(turn, "[twocalls]") ? fake_twocalls_text
                        : strstr(turn, "[toolcall]") ? fake_toolcall_text
                        : strstr(turn, "[think]")  ? fake_think_text
