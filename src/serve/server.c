@@ -2158,6 +2158,40 @@ static enum MHD_Result answer_detokenize(struct MHD_Connection *c, serve_server 
   return send_fail(c, &f, NULL);
 }
 
+/* The embeddings of req's inputs by engine e (instruction: the query instruction, NULL: none) into
+ * *vecs (malloc'd: req->n rows of *dim) and the tokens read into *toks; or nonzero with f filled
+ * (field: what the inputs are called, for a failure of one of them). */
+static int embed_run(serve_server *s, serve_engine *e, const embed_request *req, const char *instruction, const char *field,
+                     float **vecs, int *dim, int64_t *toks, serve_fail *f) {
+  *vecs = NULL;
+  *dim = req->dimensions ? req->dimensions : (int)e->embed_dim;
+  if (!e->embed || e->embed_dim <= 0)
+    return serve_fail_set(f, 400, "invalid_request_error", "model", "embeddings_unsupported",
+                          "The model '%.200s' does not serve embeddings", e->model_id);
+  if (req->dimensions > e->embed_dim)
+    return serve_fail_set(f, 400, "invalid_request_error", "dimensions", NULL,
+                          "'dimensions' is %d but the model's embeddings have %lld values", req->dimensions,
+                          (long long)e->embed_dim);
+  float *v = malloc(sizeof(float) * (size_t)req->n * (size_t)*dim);
+  if (!v) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory for %d embeddings", req->n);
+  herr err = {0};
+  volatile int cancel = 0;
+  bool lock = !e->thread_safe;
+  if (lock) pthread_mutex_lock(&s->engine_lock);
+  int rc = e->embed(e->impl, req->inputs, req->n, instruction, req->dimensions, v, toks, (volatile int *)&cancel, &err);
+  if (lock) pthread_mutex_unlock(&s->engine_lock);
+  bool finite = true;
+  for (size_t i = 0; !rc && i < (size_t)req->n * (size_t)*dim; i++) finite = finite && isfinite(v[i]);
+  if (rc || !finite) {
+    free(v);
+    if (rc) fail_probe(rc, &err, field, f);
+    else serve_fail_set(f, 500, "server_error", NULL, NULL, "the model gave an embedding with a non-finite value");
+    return 1;
+  }
+  *vecs = v;
+  return 0;
+}
+
 /* POST /v1/embeddings (serve/embeddings.c parses and replies). */
 static enum MHD_Result answer_embeddings(struct MHD_Connection *c, serve_server *s, conn *cn) {
   serve_engine *e = s->engine;
@@ -2172,42 +2206,19 @@ static enum MHD_Result answer_embeddings(struct MHD_Connection *c, serve_server 
     embed_request_free(&req);
     return send_fail(c, &f, NULL);
   }
-  int dim = req.dimensions ? req.dimensions : (int)e->embed_dim;
+  int dim = 0;
+  int64_t toks = 0;
   if (!known) {
     serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found",
                    "The model '%.200s' does not exist (this server serves '%.200s')", req.model, e->model_id);
-  } else if (!e->embed || e->embed_dim <= 0) {
-    serve_fail_set(&f, 400, "invalid_request_error", "model", "embeddings_unsupported", "The model '%.200s' does not serve embeddings",
-                   e->model_id);
-  } else if (req.dimensions > e->embed_dim) {
-    serve_fail_set(&f, 400, "invalid_request_error", "dimensions", NULL,
-                   "'dimensions' is %d but the model's embeddings have %lld values", req.dimensions, (long long)e->embed_dim);
-  } else if (!(vecs = malloc(sizeof(float) * (size_t)req.n * (size_t)dim))) {
-    serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory for %d embeddings", req.n);
-  } else {
-    herr err = {0};
-    int64_t toks = 0;
-    volatile int cancel = 0;
-    bool lock = !e->thread_safe;
-    if (lock) pthread_mutex_lock(&s->engine_lock);
-    int rc = e->embed(e->impl, req.inputs, req.n, req.instruction, req.dimensions, vecs, &toks, (volatile int *)&cancel, &err);
-    if (lock) pthread_mutex_unlock(&s->engine_lock);
-    bool finite = true;
-    for (size_t i = 0; !rc && i < (size_t)req.n * (size_t)dim; i++) finite = finite && isfinite(vecs[i]);
-    if (rc) {
-      fail_probe(rc, &err, "input", &f);
-    } else if (!finite) {
-      serve_fail_set(&f, 500, "server_error", NULL, NULL, "the model gave an embedding with a non-finite value");
-    } else {
-      hbuf b = {0};
-      embed_reply(&req, vecs, dim, req.model ? req.model : e->model_id, toks, &b);
-      free(vecs);
-      embed_request_free(&req);
-      if (held) unhold(e, -1);
-      return send_hbuf(c, &b);
-    }
+  } else if (!embed_run(s, e, &req, req.instruction, "input", &vecs, &dim, &toks, &f)) {
+    hbuf b = {0};
+    embed_reply(&req, vecs, dim, req.model ? req.model : e->model_id, toks, &b);
+    free(vecs);
+    embed_request_free(&req);
+    if (held) unhold(e, -1);
+    return send_hbuf(c, &b);
   }
-  free(vecs);
   embed_request_free(&req);
   if (held) unhold(e, -1);
   return send_fail(c, &f, NULL);
@@ -2475,36 +2486,18 @@ static enum MHD_Result answer_oll_embed(struct MHD_Connection *c, serve_server *
     embed_request_free(&req);
     return send_oll_fail(c, &f);
   }
-  int dim = req.dimensions ? req.dimensions : (int)e->embed_dim;
+  int dim = 0;
+  int64_t toks = 0;
   if (!known) {
     serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found", "model '%.200s' not found", req.model);
-  } else if (!e->embed || e->embed_dim <= 0) {
-    serve_fail_set(&f, 400, "invalid_request_error", "model", NULL, "model '%.200s' does not serve embeddings", e->model_id);
-  } else if (req.dimensions > e->embed_dim) {
-    serve_fail_set(&f, 400, "invalid_request_error", "dimensions", NULL,
-                   "dimensions is %d but the model's embeddings have %lld values", req.dimensions, (long long)e->embed_dim);
-  } else if (!(vecs = malloc(sizeof(float) * (size_t)req.n * (size_t)dim))) {
-    serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory for %d embeddings", req.n);
-  } else {
-    herr err = {0};
-    int64_t toks = 0;
-    volatile int cancel = 0;
-    bool lock = !e->thread_safe;
-    if (lock) pthread_mutex_lock(&s->engine_lock);
-    int rc = e->embed(e->impl, req.inputs, req.n, NULL, req.dimensions, vecs, &toks, (volatile int *)&cancel, &err);
-    if (lock) pthread_mutex_unlock(&s->engine_lock);
-    if (rc) {
-      fail_probe(rc, &err, legacy ? "prompt" : "input", &f);
-    } else {
-      hbuf b = {0};
-      oll_embed_reply(&req, legacy, vecs, dim, req.model, toks, oll_now() - t0, &b);
-      free(vecs);
-      embed_request_free(&req);
-      if (held) unhold(e, -1);
-      return send_hbuf(c, &b);
-    }
+  } else if (!embed_run(s, e, &req, NULL, legacy ? "prompt" : "input", &vecs, &dim, &toks, &f)) {
+    hbuf b = {0};
+    oll_embed_reply(&req, legacy, vecs, dim, req.model, toks, oll_now() - t0, &b);
+    free(vecs);
+    embed_request_free(&req);
+    if (held) unhold(e, -1);
+    return send_hbuf(c, &b);
   }
-  free(vecs);
   embed_request_free(&req);
   if (held) unhold(e, -1);
   return send_oll_fail(c, &f);
