@@ -154,9 +154,9 @@ static void expect(tc_format f, bool tools, bool reasoning, bool in_reasoning, c
 
 /* ---- detection ---- */
 
-static char *shared_template(const char *name) {
+static char *llama_cpp_template(const char *name) {
   char path[4096];
-  snprintf(path, sizeof path, "%s/fixtures/templates/%s", HEARTH_SHARED_DIR, name);
+  snprintf(path, sizeof path, "%s/llama.cpp/templates/%s", HEARTH_DEPS_DIR, name);
   char *src = NULL;
   size_t len;
   herr err = {0};
@@ -164,7 +164,7 @@ static char *shared_template(const char *name) {
   return src;
 }
 
-static void test_detect_shared(void) {
+static void test_detect_llama_cpp(void) {
   static const struct {
     const char *file;
     tc_format want;
@@ -187,7 +187,7 @@ static void test_detect_shared(void) {
       {"fireworks-ai-llama-3-firefunction-v2.jinja", TC_NONE},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    char *src = shared_template(cases[i].file);
+    char *src = llama_cpp_template(cases[i].file);
     CHECK_MSG(src != NULL, "template %s not found", cases[i].file);
     if (!src) continue;
     tc_format got = tc_format_detect(src);
@@ -296,13 +296,13 @@ static void test_roundtrip_templates(void) {
       /* (not llama-cpp-deepseek-r1.jinja: it passes a generator to tojson, which Jinja2 refuses too) */
   };
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-    char *src = shared_template(files[i]);
+    char *src = llama_cpp_template(files[i]);
     CHECK_MSG(src != NULL, "template %s not found", files[i]);
     if (src) roundtrip(files[i], src, "<s>", "</s>");
     free(src);
   }
   test_need_tokenizers();
-  /* (the llama3_1 package's template writes no tool calls; the shared Llama 3.x ones above do) */
+  /* (the llama3_1 package's template writes no tool calls; llama.cpp's Llama 3.x ones above do) */
   static const char *deps[] = {"qwen3", "deepseek_v3"};
   for (size_t i = 0; i < sizeof deps / sizeof deps[0]; i++) {
     char path[4096];
@@ -765,7 +765,7 @@ static void test_parse_all(void) {
 }
 
 int main(void) {
-  RUN(test_detect_shared);
+  RUN(test_detect_llama_cpp);
   RUN(test_detect_deps);
   RUN(test_detect_snippets);
   RUN(test_prompt_opens_reasoning);

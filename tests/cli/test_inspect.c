@@ -418,7 +418,7 @@ static void test_usage(void) {
 
 /* The shared GGUF: inspect's sum over tensors must match the llama count from the file's own metadata. */
 static void test_gguf(void) {
-  const char *path = HEARTH_SHARED_DIR "/fixtures/gguf/llama-2-tiny-random.gguf";
+  const char *path = HEARTH_TINY_GGUF;
   if (!hfile_exists(path)) {
     fprintf(stderr, "note: %s not found; GGUF case skipped\n", path);
     return;

@@ -28,7 +28,7 @@
 #include "test.h"
 #include "tokenizer/gguf_vocab.h"
 
-#define SUITE HEARTH_SHARED_DIR "/fixtures/tokenizer-suite/"
+#define SUITE HEARTH_DEPS_DIR "/llama.cpp/vocab/"
 #define SEP "\n__ggml_vocab_test__\n"
 
 typedef struct gb {

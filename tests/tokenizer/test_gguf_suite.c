@@ -17,7 +17,7 @@
 #include "test.h"
 #include "tokenizer/gguf_vocab.h"
 
-#define SUITE HEARTH_SHARED_DIR "/fixtures/tokenizer-suite"
+#define SUITE HEARTH_DEPS_DIR "/llama.cpp/vocab"
 #define SEP "\n__ggml_vocab_test__\n"
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
