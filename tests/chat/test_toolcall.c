@@ -251,10 +251,11 @@ static void roundtrip(const char *what, const char *src, const char *bos, const 
   CHECK_MSG(rc2 == 0, "%s: %s", what, err.msg);
   bool opens = !rc1 && tc_prompt_opens_reasoning(p1.data, p1.len);
   /* a generation prompt that opens a reasoning block the history leaves out
-   * (DeepSeek-R1's "<think>\n"): the call follows the prompt without it */
+   * (DeepSeek-R1's "<think>\n", or "<think>\n</think>" with thinking off): the
+   * call follows the prompt without it */
   size_t keep = p1.len;
-  if (opens && !(p2.len >= p1.len && memcmp(p1.data, p2.data, p1.len) == 0)) {
-    const char *think = strstr(p1.data + (p1.len > 16 ? p1.len - 16 : 0), "<think>");
+  if (!rc1 && !(p2.len >= p1.len && memcmp(p1.data, p2.data, p1.len) == 0)) {
+    const char *think = strstr(p1.data + (p1.len > 32 ? p1.len - 32 : 0), "<think>");
     if (think) keep = (size_t)(think - p1.data), opens = false;
   }
   bool prefix = !rc1 && !rc2 && p2.len >= keep && memcmp(p1.data, p2.data, keep) == 0;
