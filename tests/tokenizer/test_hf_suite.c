@@ -1,5 +1,5 @@
 /* test_hf_suite.c — llama.cpp's tokenizer test vectors (ggml-vocab-qwen2 and
- * ggml-vocab-llama-bpe .inp/.out from the shared fixtures) through the
+ * ggml-vocab-llama-bpe .inp/.out, llama.cpp's, fetched into .deps) through the
  * corresponding tokenizer.json files (qwen3 and llama3_1): inputs separated
  * by "\n__ggml_vocab_test__\n", expected ids one line per input, encoded
  * without special tokens. */
