@@ -331,10 +331,8 @@ static void test_help_and_inspect(void) {
 }
 
 static void test_gguf_in_every_verb(void) {
-  if (!hfile_exists(GGUF_TINY)) {
-    fprintf(stderr, "  (skipped: %s is missing)\n", GGUF_TINY);
-    return;
-  }
+  CHECK_MSG(hfile_exists(GGUF_TINY), "%s is missing (ctest's fixtures.tiny_gguf writes it)", GGUF_TINY);
+  if (!hfile_exists(GGUF_TINY)) return;
   const char *want = "23329 30286 10349 423 7465 23542 6765 2458\n"; /* tools/ref_llama_gguf.py, as in model/test_gguf.c */
   run_result r = RUN_ARGS(NULL, "generate", "--model", GGUF_TINY, "--ids", "1,15043,3186", "-n", "8", "--temp", "0",
                           "--print-ids", "--ignore-eos");
@@ -398,6 +396,7 @@ static void test_absurd_config(void) {
 }
 
 static void test_convert_reports(void) {
+  CHECK_MSG(hfile_exists(GGUF_TINY), "%s is missing (ctest's fixtures.tiny_gguf writes it)", GGUF_TINY);
   if (!hfile_exists(GGUF_TINY)) return;
   char dst[700];
   snprintf(dst, sizeof dst, "%s/out.gguf", tmpdir);
