@@ -212,7 +212,7 @@ static int read_vocab(const char *path, kvcopy *out) {
     size_t start = at;
     uint64_t kl;
     uint32_t type;
-    if (at + 8 > n) goto bad;
+    if (at + 12 > n) goto bad;
     memcpy(&kl, d + at, 8);
     if (kl > n - at - 12) goto bad;
     const char *key = (const char *)d + at + 8;
