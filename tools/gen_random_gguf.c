@@ -18,6 +18,16 @@
  * distribution: a speed run's weights, written at the disk's rate). The vocabulary is
  * a SentencePiece-style one with byte tokens and filler pieces, enough for
  * both runtimes to load the file.
+ *   llama2-tiny
+ *              a llama of hidden size 8, one block, two heads of 4, FFN 32, an
+ *              untied output and a 32000-token vocabulary: with
+ *              --vocab ggml-vocab-llama-spm.gguf (llama.cpp's models/, fetched by
+ *              tools/fetch_test_deps.sh) it carries Llama 2's SentencePiece
+ *              vocabulary, and is the tests' llama-2-tiny-random.gguf.
+ * --vocab FILE copies every tokenizer.ggml.* key of the GGUF FILE (a vocabulary
+ * file) in place of the generated vocabulary; the vocabulary size is then FILE's.
+ * The random weights come from a fixed seed: the same arguments write the same
+ * bytes.
  * A shape name ending in "-wild" (1b-wild, tiny-wild, ...) makes activations
  * that are not tame: the q and k projections are scaled up 6x each, so the
  * attention scores spread with a standard deviation near 36 instead of 1 and
@@ -26,7 +36,8 @@
  * then carries the large values that follow.
  *
  *   cc -O2 -o gen_random_gguf tools/gen_random_gguf.c -lm
- *   ./gen_random_gguf OUT.gguf f16|q8_0|q4_0|q4_k|q5_0|q5_1|q2_k|q3_k|iq4_nl|iq4_xs [1b|tiny|a3b|moe-tiny[-wild] [LAYERS [EXPERTS [VOCAB]]]]
+ *   ./gen_random_gguf [--vocab FILE] OUT.gguf f16|q8_0|q4_0|q4_k|q5_0|q5_1|q2_k|q3_k|iq4_nl|iq4_xs
+ *                     [1b|8b|tiny|llama2-tiny|a3b|moe-tiny[-wild] [LAYERS [EXPERTS [VOCAB]]]]
  */
 #include <math.h>
 #include <stdbool.h>
@@ -213,11 +224,94 @@ static void write_tensor(FILE *f, const tinfo *t) {
   }
 }
 
+/* The tokenizer.ggml.* key/value pairs of a GGUF file, as raw bytes. */
+typedef struct { unsigned char *buf; size_t n, cap; int count; uint64_t vocab; } kvcopy;
+
+static int skip_value(const unsigned char *d, size_t n, size_t *at, uint32_t type, int depth) {
+  static const int size[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+  if (type == V_STRING) {
+    uint64_t l;
+    if (*at + 8 > n) return -1;
+    memcpy(&l, d + *at, 8);
+    if (l > n - *at - 8) return -1;
+    *at += 8 + l;
+    return 0;
+  }
+  if (type == V_ARRAY) {
+    uint32_t et;
+    uint64_t cnt;
+    if (depth > 0 || *at + 12 > n) return -1;
+    memcpy(&et, d + *at, 4);
+    memcpy(&cnt, d + *at + 4, 8);
+    *at += 12;
+    for (uint64_t i = 0; i < cnt; i++)
+      if (skip_value(d, n, at, et, depth + 1)) return -1;
+    return 0;
+  }
+  if (type > 12 || !size[type] || *at + (size_t)size[type] > n) return -1;
+  *at += (size_t)size[type];
+  return 0;
+}
+
+static int read_vocab(const char *path, kvcopy *out) {
+  FILE *f = fopen(path, "rb");
+  if (!f) { perror(path); return -1; }
+  fseek(f, 0, SEEK_END);
+  long sz = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *d = malloc((size_t)sz);
+  if (!d || fread(d, 1, (size_t)sz, f) != (size_t)sz) { fclose(f); free(d); fprintf(stderr, "%s: cannot read\n", path); return -1; }
+  fclose(f);
+  uint64_t nkv;
+  size_t n = (size_t)sz, at = 24;
+  if (n < 24 || memcmp(d, "GGUF", 4)) { free(d); fprintf(stderr, "%s: not a GGUF file\n", path); return -1; }
+  memcpy(&nkv, d + 16, 8);
+  out->cap = n;
+  out->buf = malloc(n);
+  for (uint64_t i = 0; i < nkv; i++) {
+    size_t start = at;
+    uint64_t kl;
+    uint32_t type;
+    if (at + 12 > n) goto bad;
+    memcpy(&kl, d + at, 8);
+    if (kl > n - at - 12) goto bad;
+    const char *key = (const char *)d + at + 8;
+    at += 8 + kl;
+    memcpy(&type, d + at, 4);
+    at += 4;
+    if (kl == strlen("tokenizer.ggml.tokens") && !memcmp(key, "tokenizer.ggml.tokens", kl) && type == V_ARRAY && at + 12 <= n)
+      memcpy(&out->vocab, d + at + 4, 8);
+    if (skip_value(d, n, &at, type, 0)) goto bad;
+    if (kl > 15 && !memcmp(key, "tokenizer.ggml.", 15)) {
+      memcpy(out->buf + out->n, d + start, at - start);
+      out->n += at - start;
+      out->count++;
+    }
+  }
+  free(d);
+  if (!out->vocab) { fprintf(stderr, "%s: no tokenizer.ggml.tokens\n", path); return -1; }
+  return 0;
+bad:
+  free(d);
+  fprintf(stderr, "%s: malformed metadata\n", path);
+  return -1;
+}
+
 int main(int argc, char **argv) {
+  const char *vocab_path = NULL;
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--vocab")) {
+      vocab_path = argv[i + 1];
+      memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(argc - i - 1));
+      argc -= 2;
+      break;
+    }
   if (argc < 3) {
-    fprintf(stderr, "usage: %s OUT.gguf f16|q8_0|q4_0|q4_k|q5_0|q5_1|q2_k|q3_k|iq4_nl|iq4_xs [1b|8b|tiny|a3b|moe-tiny[-wild] [LAYERS [EXPERTS [VOCAB]]]]\n", argv[0]);
+    fprintf(stderr, "usage: %s [--vocab FILE] OUT.gguf f16|q8_0|q4_0|q4_k|q5_0|q5_1|q2_k|q3_k|iq4_nl|iq4_xs [1b|8b|tiny|llama2-tiny|a3b|moe-tiny[-wild] [LAYERS [EXPERTS [VOCAB]]]]\n", argv[0]);
     return 2;
   }
+  kvcopy vk = {0};
+  if (vocab_path && read_vocab(vocab_path, &vk)) return 1;
   static const struct { const char *name; int type; } wtypes[] = {
       {"f16", T_F16},   {"q8_0", T_Q8_0}, {"q4_0", T_Q4_0}, {"q4_k", T_Q4_K},     {"q5_0", T_Q5_0},
       {"q5_1", T_Q5_1}, {"q2_k", T_Q2_K}, {"q3_k", T_Q3_K}, {"iq4_nl", T_IQ4_NL}, {"iq4_xs", T_IQ4_XS}};
@@ -234,15 +328,18 @@ int main(int argc, char **argv) {
   if (!strcmp(sn, "1b")) s = (shape){"llama", "random-llama-1b", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 0, 0, 0, 500000.0f, 1e-5f, 0};
   else if (!strcmp(sn, "8b"))
     s = (shape){"llama", "random-llama-8b", 4096, 32, 32, 8, 128, 14336, 128256, 131072, 0, 0, 0, 500000.0f, 1e-5f, 1};
-  else if (!strcmp(sn, "tiny")) s = (shape){"llama", "random-llama-1b", 256, 2, 4, 2, 64, 512, 1024, 2048, 0, 0, 0, 500000.0f, 1e-5f};
+  else if (!strcmp(sn, "tiny")) s = (shape){"llama", "random-llama-1b", 256, 2, 4, 2, 64, 512, 1024, 2048, 0, 0, 0, 500000.0f, 1e-5f, 0};
+  else if (!strcmp(sn, "llama2-tiny"))
+    s = (shape){"llama", "llama-2-tiny-random", 8, 1, 2, 2, 4, 32, 32000, 4096, 0, 0, 0, 10000.0f, 1e-5f, 1};
   else if (!strcmp(sn, "a3b"))
-    s = (shape){"qwen3moe", "random-qwen3moe-a3b", 2048, 4, 32, 4, 128, 6144, 32000, 40960, 128, 8, 768, 1000000.0f, 1e-6f};
+    s = (shape){"qwen3moe", "random-qwen3moe-a3b", 2048, 4, 32, 4, 128, 6144, 32000, 40960, 128, 8, 768, 1000000.0f, 1e-6f, 0};
   else if (!strcmp(sn, "moe-tiny"))
-    s = (shape){"qwen3moe", "random-qwen3moe-tiny", 256, 2, 4, 2, 64, 512, 1024, 2048, 16, 4, 128, 1000000.0f, 1e-6f};
+    s = (shape){"qwen3moe", "random-qwen3moe-tiny", 256, 2, 4, 2, 64, 512, 1024, 2048, 16, 4, 128, 1000000.0f, 1e-6f, 0};
   else { fprintf(stderr, "unknown shape %s\n", sn); return 2; }
   if (argc > 4) s.layers = atoi(argv[4]);
   if (argc > 5) s.experts = atoi(argv[5]);
   if (argc > 6) s.vocab = atoi(argv[6]);
+  if (vk.vocab) s.vocab = (int)vk.vocab;
   bool moe = s.experts > 0;
   if (s.layers < 1 || s.vocab < 300 || (moe && s.experts < s.experts_used)) { fprintf(stderr, "bad LAYERS, EXPERTS or VOCAB\n"); return 2; }
   int hd = s.head_dim, qd = hd * s.heads, kvd = hd * s.kv_heads;
@@ -292,7 +389,7 @@ int main(int argc, char **argv) {
   fwrite("GGUF", 1, 4, f);
   w_u32(f, 3);
   w_u64(f, (uint64_t)nt);
-  w_u64(f, moe ? 25 : 17); /* metadata count */
+  w_u64(f, (uint64_t)((moe ? 25 : 17) - (vk.count ? 6 - vk.count : 0))); /* metadata count */
   char k[96];
 #define K(suffix) (snprintf(k, sizeof k, "%s.%s", s.arch, suffix), k)
   kv_str(f, "general.architecture", s.arch);
@@ -317,6 +414,10 @@ int main(int argc, char **argv) {
     kv_bool(f, "tokenizer.ggml.add_bos_token", 0);
   }
 #undef K
+  if (vk.count) { /* the vocabulary file's tokenizer keys in place of the six below */
+    fwrite(vk.buf, 1, vk.n, f);
+    goto tensors;
+  }
   kv_str(f, "tokenizer.ggml.model", "llama");
   /* tokens, scores, token types */
   w_str(f, "tokenizer.ggml.tokens"); w_u32(f, V_ARRAY); w_u32(f, V_STRING); w_u64(f, (uint64_t)s.vocab);
@@ -335,6 +436,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < s.vocab; i++) { int32_t ty = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1; fwrite(&ty, 4, 1, f); }
   kv_u32(f, "tokenizer.ggml.bos_token_id", 1);
   kv_u32(f, "tokenizer.ggml.eos_token_id", 2);
+tensors:
   for (int i = 0; i < nt; i++) {
     w_str(f, ts[i].name);
     int nd = ts[i].ne2 > 1 ? 3 : ts[i].ne1 == 1 ? 1 : 2;
@@ -354,5 +456,6 @@ int main(int argc, char **argv) {
   }
   if (fclose(f)) { perror(argv[1]); return 1; }
   free(ts);
+  free(vk.buf);
   return 0;
 }

@@ -6,7 +6,8 @@ does (ImmutableSandboxedEnvironment(trim_blocks, lstrip_blocks, loopcontrols),
 tojson = json.dumps(ensure_ascii=False, ...), raise_exception, strftime_now at a
 fixed time):
 
-  * every template in <shared>/fixtures/templates/*.jinja, the chat templates
+  * llama.cpp's chat templates of published models (LLAMA_CPP_TEMPLATES below,
+    from <deps>/llama.cpp/templates, fetched by tools/fetch_test_deps.sh), the chat templates
     of .deps/tokenizers/{qwen3,gemma3,llama3_1,deepseek_v3}/tokenizer_config.json
     and Gemma 4's (tests/fixtures/templates/gemma4/chat_template.jinja: no
     package this project fetches from ships it; see the README beside it for
@@ -17,10 +18,10 @@ fixed time):
     fixed context -> random_cases.json.
 
 The templates themselves are not copied (Gemma 4's aside): expected.json names
-them and the test reads them from /work/shared, .deps and the fixtures at run time. Outputs are stored as
+them and the test reads them from .deps and the fixtures at run time. Outputs are stored as
 (base case, kept prefix length in bytes, tail) to keep the file small.
 
-usage: tools/gen_template_fixtures.py [--shared /work/shared] [--deps .deps]
+usage: tools/gen_template_fixtures.py [--deps .deps]
 """
 import argparse
 import datetime
@@ -600,11 +601,24 @@ def write_random_cases(env, out_dir, count):
     print(f"{len(cases)} random cases", file=sys.stderr)
 
 
+# llama.cpp's templates (models/templates) rendered into expected.json: tool use
+# in several syntaxes, reasoning, system-prompt handling.
+LLAMA_CPP_TEMPLATES = [
+    "CohereForAI-c4ai-command-r-plus-tool_use.jinja", "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",
+    "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",
+    "Qwen-Qwen2.5-7B-Instruct.jinja", "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja",
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "fireworks-ai-llama-3-firefunction-v2.jinja",
+    "google-gemma-2-2b-it.jinja", "llama-cpp-deepseek-r1.jinja", "meetkai-functionary-medium-v3.1.jinja",
+    "meetkai-functionary-medium-v3.2.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja",
+    "meta-llama-Llama-3.2-3B-Instruct.jinja", "meta-llama-Llama-3.3-70B-Instruct.jinja",
+    "microsoft-Phi-3.5-mini-instruct.jinja", "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+]
+
+
 def main():
     ap = argparse.ArgumentParser()
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(here)
-    ap.add_argument("--shared", default=os.path.normpath(os.path.join(root, "..", "shared")))
     ap.add_argument("--deps", default=os.path.join(root, ".deps"))
     ap.add_argument("--out", default=os.path.join(root, "tests", "fixtures", "templates"))
     ap.add_argument("--cases-only", action="store_true", help="only rewrite cases.json and random_cases.json")
@@ -623,10 +637,10 @@ def main():
         f.write("\n")
 
     templates = []  # (name, where, source, bos, eos)
-    for path in sorted(glob.glob(os.path.join(args.shared, "fixtures", "templates", "*.jinja"))):
-        with open(path, encoding="utf-8") as f:
+    for name in LLAMA_CPP_TEMPLATES:
+        with open(os.path.join(args.deps, "llama.cpp", "templates", name), encoding="utf-8") as f:
             src = f.read()
-        templates.append({"name": os.path.basename(path), "file": "shared:fixtures/templates/" + os.path.basename(path),
+        templates.append({"name": name, "file": "llama.cpp:templates/" + name,
                           "bos": "<s>", "eos": "</s>", "source": src})
     for tok in ["qwen3", "gemma3", "llama3_1", "deepseek_v3"]:
         path = os.path.join(args.deps, "tokenizers", tok, "tokenizer_config.json")

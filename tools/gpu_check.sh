@@ -39,17 +39,20 @@ if [ "${1:-}" = "--prepare" ]; then
     -DCMAKE_CUDA_ARCHITECTURES="${GPU_ARCH:-90-real}" >/dev/null
   cmake --build "$root/build-gpu" -j "$(nproc)" --target hearth_cli hearth_cuda "${tests[@]}"
   cmake --build "$root/build-gpu" -j "$(nproc)" --target serve_load >/dev/null 2>&1 || echo "gpu_check: no serve_load (libcurl's headers: tools/setup.sh --bench)"
-  rm -rf "$bundle" && mkdir -p "$bundle/lib" "$bundle/shared/fixtures/gguf"
+  rm -rf "$bundle" && mkdir -p "$bundle/lib" "$bundle/fixtures"
   cp "$root/build-gpu/hearth" "$root/build-gpu/libhearth_cuda.so" "$bundle/"
   for t in "${tests[@]}"; do cp "$root/build-gpu/tests/$t" "$bundle/"; done
   # host libraries the GPU machine lacks
   for l in libutf8proc.so.2 libmicrohttpd.so.12 libjpeg.so.62 libpng16.so.16 libwebp.so.7 libgif.so.7; do
     cp -L "/usr/lib/$(uname -m)-linux-gnu/$l" "$bundle/lib/"
   done
-  cp "$root/../shared/fixtures/gguf/llama-2-tiny-random.gguf" "$bundle/shared/fixtures/gguf/"
   echo "$root" >"$bundle/source_dir"
   # the benchmark tools: random GGUF files, the serving load generator (libcurl, where its headers are here)
   cc -O2 -o "$bundle/gen_random_gguf" "$root/tools/gen_random_gguf.c" -lm
+  # the tiny llama GGUF the tests read (as ctest's fixtures.tiny_gguf writes it)
+  "$root/tools/fetch_test_deps.sh"
+  "$bundle/gen_random_gguf" --vocab "$root/.deps/llama.cpp/vocab/ggml-vocab-llama-spm.gguf" \
+    "$bundle/fixtures/llama-2-tiny-random.gguf" f16 llama2-tiny
   if [ -x "$root/build-gpu/serve_load" ]; then cp "$root/build-gpu/serve_load" "$bundle/"; fi
   strip --strip-unneeded "$bundle"/hearth "$bundle"/libhearth_cuda.so "$bundle"/*_test_* "$bundle"/gen_random_gguf
   tar cf - -C "$root/.carry" gpu | xz -T0 -9 >"$root/.carry/gpu.tar.xz"
@@ -67,7 +70,9 @@ mkdir -p "$logs"
 # The tests find their fixtures at the paths they were built with.
 src=$(cat "$bundle/source_dir")
 if [ "$src" != "$root" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
-if [ ! -e "$src/../shared/fixtures/gguf" ]; then mkdir -p "$src/../shared/fixtures" && ln -s "$bundle/shared/fixtures/gguf" "$src/../shared/fixtures/gguf"; fi
+if [ ! -e "$src/build-gpu/fixtures/llama-2-tiny-random.gguf" ]; then
+  mkdir -p "$src/build-gpu/fixtures" && ln -s "$bundle/fixtures/llama-2-tiny-random.gguf" "$src/build-gpu/fixtures/"
+fi
 
 nvidia-smi -L || true
 declare -a rows

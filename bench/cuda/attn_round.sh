@@ -22,9 +22,6 @@ for ty in ${GEN_TYPES:-f16 q4_k}; do [ -s "$d/l8b-$ty.gguf" ] || "$b/gen_random_
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 src=$(cat "$b/source_dir")
 [ "$src" = "$root" ] || [ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; }
-if [ ! -e "$src/../shared/fixtures/gguf" ] && [ -d "$b/shared/fixtures/gguf" ]; then
-  mkdir -p "$src/../shared/fixtures" && ln -s "$b/shared/fixtures/gguf" "$src/../shared/fixtures/gguf"
-fi
 HEARTH_TEST_REQUIRE_CUDA=1 "$b/backend_test_backend_ops" >"$out/ops.log" 2>&1; echo "op harness rc=$?: $(tail -n 1 "$out/ops.log")"
 grep -E "^FAIL|^attention" "$out/ops.log" | head -n 30
 [ -z "${SCHED:-}" ] || { HEARTH_TEST_DEVICE=cuda "$b/engine_test_sched" >"$out/sched.log" 2>&1; echo "engine_test_sched rc=$?: $(tail -n 1 "$out/sched.log")"; }

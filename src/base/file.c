@@ -1,4 +1,4 @@
-/* file.c — mmap'd files and whole-file reads (see file.h). */
+/* file.c — mmap'd files, whole-file reads and copies (see file.h). */
 #include "base/file.h"
 
 #include <errno.h>
@@ -122,6 +122,21 @@ int hfile_read(const char *path, char **out, size_t *len, herr *err) {
   *out = buf;
   if (len) *len = n;
   return 0;
+}
+
+int hfile_copy(const char *from, const char *to, herr *err) {
+  char *data = NULL;
+  size_t len = 0;
+  int rc = hfile_read(from, &data, &len, err);
+  if (rc) return rc;
+  FILE *f = fopen(to, "wb");
+  if (!f) rc = herr_set(err, HEARTH_EIO, "%s: cannot create: %s", to, strerror(errno));
+  else {
+    if (fwrite(data, 1, len, f) != len) rc = herr_set(err, HEARTH_EIO, "%s: write failed", to);
+    if (fclose(f) && !rc) rc = herr_set(err, HEARTH_EIO, "%s: write failed", to);
+  }
+  free(data);
+  return rc;
 }
 
 bool hfile_exists(const char *path) {

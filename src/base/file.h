@@ -1,4 +1,4 @@
-/* file.h — files: read-only mmap, whole-file reads, path helpers. */
+/* file.h — files: read-only mmap, whole-file reads and copies, path helpers. */
 #ifndef HEARTH_BASE_FILE_H
 #define HEARTH_BASE_FILE_H
 
@@ -33,6 +33,8 @@ void hmmap_drop(const void *p, size_t n);
 
 /* Reads a whole file into a NUL-terminated malloc'd buffer (*out owned by caller). */
 int hfile_read(const char *path, char **out, size_t *len, herr *err);
+/* Writes a copy of the file from at to (created or truncated); errors name the file. */
+int hfile_copy(const char *from, const char *to, herr *err);
 bool hfile_exists(const char *path);
 bool hfile_is_dir(const char *path);
 /* Joins a and b with one '/' into a malloc'd string (caller frees). */

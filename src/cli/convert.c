@@ -885,21 +885,6 @@ static int write_gguf(src_model *s, const char *dst, const char *quant, const ch
 
 /* ---- to safetensors ---- */
 
-static int copy_file(const char *from, const char *to, herr *err) {
-  char *data = NULL;
-  size_t len = 0;
-  int rc = hfile_read(from, &data, &len, err);
-  if (rc) return rc;
-  FILE *f = fopen(to, "wb");
-  if (!f) rc = herr_set(err, HEARTH_EIO, "%s: cannot create: %s", to, strerror(errno));
-  else {
-    if (fwrite(data, 1, len, f) != len) rc = herr_set(err, HEARTH_EIO, "%s: write failed", to);
-    if (fclose(f) && !rc) rc = herr_set(err, HEARTH_EIO, "%s: write failed", to);
-  }
-  free(data);
-  return rc;
-}
-
 static st_dtype bk_to_st(bk_type t) { return t == BK_F32 ? ST_F32 : t == BK_BF16 ? ST_BF16 : ST_F16; }
 static const char *torch_name(bk_type t) { return t == BK_F32 ? "float32" : t == BK_BF16 ? "bfloat16" : "float16"; }
 
@@ -1001,7 +986,7 @@ static int write_safetensors(src_model *s, const char *dst, const char *quant, i
   for (size_t i = 0; !rc && i < sizeof files / sizeof files[0]; i++) {
     char *from = hpath_join(s->dir, files[i]), *to = hpath_join(dst, files[i]);
     if (!from || !to) rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
-    else if (!s->is_gguf && hfile_exists(from)) rc = copy_file(from, to, err);
+    else if (!s->is_gguf && hfile_exists(from)) rc = hfile_copy(from, to, err);
     free(from);
     free(to);
   }

@@ -152,21 +152,6 @@ static int match_modules(const char *adir, const adapter_config *cfg, const st_s
   return 0;
 }
 
-static int copy_file(const char *from, const char *to, herr *err) {
-  char *data = NULL;
-  size_t len = 0;
-  int rc = hfile_read(from, &data, &len, err);
-  if (rc) return rc;
-  FILE *f = fopen(to, "wb");
-  if (!f) rc = herr_set(err, HEARTH_EIO, "%s: cannot create: %s", to, strerror(errno));
-  else {
-    if (fwrite(data, 1, len, f) != len) rc = herr_set(err, HEARTH_EIO, "%s: write failed", to);
-    if (fclose(f) && !rc) rc = herr_set(err, HEARTH_EIO, "%s: write failed", to);
-  }
-  free(data);
-  return rc;
-}
-
 /* The base's files other than its weights. */
 static int copy_others(const char *base, const char *out, herr *err) {
   DIR *d = opendir(base);
@@ -182,7 +167,7 @@ static int copy_others(const char *base, const char *out, herr *err) {
     snprintf(to, sizeof to, "%s/%s", out, n);
     struct stat sb;
     if (stat(from, &sb) || !S_ISREG(sb.st_mode)) continue;
-    rc = copy_file(from, to, err);
+    rc = hfile_copy(from, to, err);
   }
   closedir(d);
   return rc;

@@ -232,6 +232,20 @@ static void test_file_json(void) {
   json_decref(j);
   CHECK(hjson_load_buf("{\"a\":", 5, "bad.json", &e) == NULL);
   CHECK(strstr(e.msg, "bad.json: invalid JSON") == e.msg);
+  /* a copy holds the same bytes; a missing source or an uncreatable copy is named */
+  char copy[sizeof path + 8];
+  snprintf(copy, sizeof copy, "%s.copy", path);
+  CHECK_EQ_INT(hfile_copy(path, copy, &e), 0);
+  char *got = NULL;
+  size_t got_len = 0;
+  CHECK_EQ_INT(hfile_read(copy, &got, &got_len, &e), 0);
+  CHECK(got && got_len == strlen(text) && memcmp(got, text, got_len) == 0);
+  free(got);
+  unlink(copy);
+  CHECK(hfile_copy("/nonexistent/from", copy, &e) != 0);
+  CHECK(strstr(e.msg, "/nonexistent/from") != NULL);
+  CHECK_EQ_INT(hfile_copy(path, "/nonexistent/dir/to", &e), HEARTH_EIO);
+  CHECK(strstr(e.msg, "/nonexistent/dir/to") != NULL);
   unlink(path);
   CHECK_EQ_INT(hmmap_open(&m, "/nonexistent/file", &e), HEARTH_ENOTFOUND);
   CHECK(strstr(e.msg, "/nonexistent/file") != NULL);

@@ -1,4 +1,5 @@
-/* test_templates.c — real chat templates (from /work/shared, .deps, and Gemma 4's
+/* test_templates.c — real chat templates (llama.cpp's and the tokenizer packages'
+ * from .deps, fetched by tools/fetch_test_deps.sh, and Gemma 4's
  * in tests/fixtures/templates/gemma4) over the
  * conversations in tests/fixtures/templates/conversations.json must render
  * byte-identically to Python Jinja2 (tests/fixtures/templates/expected.json,
@@ -21,8 +22,8 @@
 static char *template_source(const char *file) {
   char path[4096];
   herr err = {0};
-  if (!strncmp(file, "shared:", 7)) {
-    snprintf(path, sizeof path, "%s/%s", HEARTH_SHARED_DIR, file + 7);
+  if (!strncmp(file, "llama.cpp:", 10)) { /* llama.cpp's models/templates */
+    snprintf(path, sizeof path, "%s/llama.cpp/%s", HEARTH_DEPS_DIR, file + 10);
     char *src;
     size_t len;
     if (hfile_read(path, &src, &len, &err)) return NULL;

@@ -154,9 +154,9 @@ static void expect(tc_format f, bool tools, bool reasoning, bool in_reasoning, c
 
 /* ---- detection ---- */
 
-static char *shared_template(const char *name) {
+static char *llama_cpp_template(const char *name) {
   char path[4096];
-  snprintf(path, sizeof path, "%s/fixtures/templates/%s", HEARTH_SHARED_DIR, name);
+  snprintf(path, sizeof path, "%s/llama.cpp/templates/%s", HEARTH_DEPS_DIR, name);
   char *src = NULL;
   size_t len;
   herr err = {0};
@@ -164,7 +164,7 @@ static char *shared_template(const char *name) {
   return src;
 }
 
-static void test_detect_shared(void) {
+static void test_detect_llama_cpp(void) {
   static const struct {
     const char *file;
     tc_format want;
@@ -187,7 +187,7 @@ static void test_detect_shared(void) {
       {"fireworks-ai-llama-3-firefunction-v2.jinja", TC_NONE},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    char *src = shared_template(cases[i].file);
+    char *src = llama_cpp_template(cases[i].file);
     CHECK_MSG(src != NULL, "template %s not found", cases[i].file);
     if (!src) continue;
     tc_format got = tc_format_detect(src);
@@ -251,10 +251,11 @@ static void roundtrip(const char *what, const char *src, const char *bos, const 
   CHECK_MSG(rc2 == 0, "%s: %s", what, err.msg);
   bool opens = !rc1 && tc_prompt_opens_reasoning(p1.data, p1.len);
   /* a generation prompt that opens a reasoning block the history leaves out
-   * (DeepSeek-R1's "<think>\n"): the call follows the prompt without it */
+   * (DeepSeek-R1's "<think>\n", or "<think>\n</think>" with thinking off): the
+   * call follows the prompt without it */
   size_t keep = p1.len;
-  if (opens && !(p2.len >= p1.len && memcmp(p1.data, p2.data, p1.len) == 0)) {
-    const char *think = strstr(p1.data + (p1.len > 16 ? p1.len - 16 : 0), "<think>");
+  if (!rc1 && !(p2.len >= p1.len && memcmp(p1.data, p2.data, p1.len) == 0)) {
+    const char *think = strstr(p1.data + (p1.len > 32 ? p1.len - 32 : 0), "<think>");
     if (think) keep = (size_t)(think - p1.data), opens = false;
   }
   bool prefix = !rc1 && !rc2 && p2.len >= keep && memcmp(p1.data, p2.data, keep) == 0;
@@ -296,13 +297,13 @@ static void test_roundtrip_templates(void) {
       /* (not llama-cpp-deepseek-r1.jinja: it passes a generator to tojson, which Jinja2 refuses too) */
   };
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-    char *src = shared_template(files[i]);
+    char *src = llama_cpp_template(files[i]);
     CHECK_MSG(src != NULL, "template %s not found", files[i]);
     if (src) roundtrip(files[i], src, "<s>", "</s>");
     free(src);
   }
   test_need_tokenizers();
-  /* (the llama3_1 package's template writes no tool calls; the shared Llama 3.x ones above do) */
+  /* (the llama3_1 package's template writes no tool calls; llama.cpp's Llama 3.x ones above do) */
   static const char *deps[] = {"qwen3", "deepseek_v3"};
   for (size_t i = 0; i < sizeof deps / sizeof deps[0]; i++) {
     char path[4096];
@@ -788,7 +789,7 @@ static void test_parse_all(void) {
 }
 
 int main(void) {
-  RUN(test_detect_shared);
+  RUN(test_detect_llama_cpp);
   RUN(test_detect_deps);
   RUN(test_detect_snippets);
   RUN(test_prompt_opens_reasoning);

@@ -241,8 +241,8 @@ static void test_refusals(void) {
   char cmd[2048], out[400];
   snprintf(out, sizeof out, "%s/refused", tmp);
   /* a GGUF file */
-  snprintf(cmd, sizeof cmd, "'%s' fuse '%s/../shared/fixtures/gguf/llama-2-tiny-random.gguf' '%s/llama-f32/plain' '%s'",
-           HEARTH_BINARY, HEARTH_SOURCE_DIR, LORA, out);
+  snprintf(cmd, sizeof cmd, "'%s' fuse '%s' '%s/llama-f32/plain' '%s'", HEARTH_BINARY,
+           HEARTH_TINY_GGUF, LORA, out);
   CHECK_EQ_INT(run(cmd), 1);
   char *e = last_stderr();
   CHECK_MSG(strstr(e, "GGUF") != NULL, "%s", e);

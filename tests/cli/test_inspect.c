@@ -1,6 +1,6 @@
 /* End-to-end tests of `hearth inspect`: runs the built binary on model
  * folders written here (a tiny llama config + safetensors, single and
- * sharded, quantized, unsupported, truncated), on the shared GGUF fixture,
+ * sharded, quantized, unsupported, truncated), on the tiny llama GGUF the tests write,
  * and on every golden folder listed in tests/fixtures/golden/params.json
  * (parameter counts recorded from transformers' num_parameters()).
  * Expected numbers come from the config algebra or recorded references,
@@ -417,13 +417,11 @@ static void test_usage(void) {
   run_free(&r);
 }
 
-/* The shared GGUF: inspect's sum over tensors must match the llama count from the file's own metadata. */
+/* The tiny llama GGUF: inspect's sum over tensors must match the llama count from the file's own metadata. */
 static void test_gguf(void) {
-  const char *path = HEARTH_SHARED_DIR "/fixtures/gguf/llama-2-tiny-random.gguf";
-  if (!hfile_exists(path)) {
-    fprintf(stderr, "note: %s not found; GGUF case skipped\n", path);
-    return;
-  }
+  const char *path = HEARTH_TINY_GGUF;
+  CHECK_MSG(hfile_exists(path), "%s is missing (ctest's fixtures.tiny_gguf writes it)", path);
+  if (!hfile_exists(path)) return;
   gguf_file *g = NULL;
   herr e = {0};
   CHECK_MSG(gguf_open(&g, path, &e) == 0, "%s", e.msg);

@@ -1,5 +1,6 @@
-/* test_gguf.c — the GGUF reader: the shared llama-2 fixture (metadata,
- * tensors), a crafted file holding every value type, and crafted bad files
+/* test_gguf.c — the GGUF reader: the tiny llama-2 file the tests write
+ * (tools/gen_random_gguf.c llama2-tiny with llama.cpp's Llama 2 vocabulary:
+ * metadata, tensors), a crafted file holding every value type, and crafted bad files
  * (truncated at every byte, bad magic, huge lengths, bad array types,
  * misaligned / out-of-range tensors, duplicates) that must each give one
  * message naming the problem, without crashing or leaking. */
@@ -11,7 +12,7 @@
 #include "format/gguf.h"
 #include "test.h"
 
-#define FIXTURE HEARTH_SHARED_DIR "/fixtures/gguf/llama-2-tiny-random.gguf"
+#define FIXTURE HEARTH_TINY_GGUF /* written before the tests (fixture tiny_gguf) */
 
 /* ---- a tiny GGUF writer for crafted files ---- */
 
@@ -78,7 +79,7 @@ static void expect_bad(const gb *b, const char *needle, const char *label) {
   gguf_close(g);
 }
 
-/* ---- the shared fixture ---- */
+/* ---- the tiny llama-2 file ---- */
 
 static void test_fixture(void) {
   gguf_file *g = NULL;
@@ -86,7 +87,7 @@ static void test_fixture(void) {
   CHECK_MSG(gguf_open(&g, FIXTURE, &err) == 0, "%s", err.msg);
   if (!g) return;
   CHECK_EQ_INT(gguf_version(g), 3);
-  CHECK_EQ_INT(gguf_kv_count(g), 18);
+  CHECK_EQ_INT(gguf_kv_count(g), 21); /* 11 of the model, 10 of the vocabulary file */
   CHECK_EQ_INT(gguf_tensor_count(g), 12);
   CHECK_EQ_INT(gguf_alignment(g), 32);
   CHECK_EQ_INT(gguf_data_offset(g) % 32, 0);
@@ -97,7 +98,7 @@ static void test_fixture(void) {
   CHECK(len == 5 && memcmp(s, "llama", 5) == 0);
   char *name = NULL;
   CHECK(gguf_get_strdup(g, "general.name", &name, &err) == 0);
-  CHECK_EQ_STR(name, "LLaMA v2");
+  CHECK_EQ_STR(name, "llama-2-tiny-random");
   free(name);
   uint32_t u;
   CHECK(gguf_get_u32(g, "llama.embedding_length", &u, &err) == 0);

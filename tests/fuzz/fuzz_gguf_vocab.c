@@ -14,7 +14,7 @@
 #include "format/gguf.h"
 #include "tokenizer/gguf_vocab.h"
 
-#define SUITE HEARTH_SHARED_DIR "/fixtures/tokenizer-suite/"
+#define SUITE HEARTH_DEPS_DIR "/llama.cpp/vocab/"
 
 static const char *const VOCABS[] = {"ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf",      "ggml-vocab-deepseek-llm.gguf",
                                      "ggml-vocab-deepseek-coder.gguf", "ggml-vocab-falcon.gguf", "ggml-vocab-bert-bge.gguf",

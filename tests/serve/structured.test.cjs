@@ -230,10 +230,10 @@ test('what cannot be followed is a 400 naming the field', async () => {
 });
 
 // The built-in weights under Qwen2.5's chat template (tools in the Hermes
-// syntax; the template is read from the shared fixtures at run time): a forced
+// syntax; llama.cpp's template, fetched into .deps by tools/fetch_test_deps.sh): a forced
 // call's arguments must follow the tool's parameters schema.
 test('tool_choice required / named: the arguments follow the tool schema', { timeout: 120000 }, async () => {
-  const tpl = path.join(SOURCE, '..', 'shared', 'fixtures', 'templates', 'Qwen-Qwen2.5-7B-Instruct.jinja');
+  const tpl = path.join(DEPS, 'llama.cpp', 'templates', 'Qwen-Qwen2.5-7B-Instruct.jinja');
   assert.ok(fs.existsSync(tpl), `${tpl} is missing`);
   const top = fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'hearth-tools-'));
   const dir = path.join(top, 'default');

@@ -16,7 +16,7 @@
 #include "test.h"
 #include "tokenizer/gguf_vocab.h"
 
-#define SUITE HEARTH_SHARED_DIR "/fixtures/tokenizer-suite/"
+#define SUITE HEARTH_DEPS_DIR "/llama.cpp/vocab/"
 
 static void check_vocab(const char *file) {
   char path[512];

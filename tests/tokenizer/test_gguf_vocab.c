@@ -14,8 +14,8 @@
 #include "test.h"
 #include "tokenizer/gguf_vocab.h"
 
-#define LLAMA2 HEARTH_SHARED_DIR "/fixtures/gguf/llama-2-tiny-random.gguf"
-#define SUITE HEARTH_SHARED_DIR "/fixtures/tokenizer-suite/"
+#define LLAMA2 HEARTH_TINY_GGUF
+#define SUITE HEARTH_DEPS_DIR "/llama.cpp/vocab/"
 
 static gguf_file *g_open(const char *path, gguf_vocab **v) {
   gguf_file *g = NULL;

@@ -1,5 +1,5 @@
 /* test_hf_suite.c — llama.cpp's tokenizer test vectors (ggml-vocab-qwen2 and
- * ggml-vocab-llama-bpe .inp/.out from the shared fixtures) through the
+ * ggml-vocab-llama-bpe .inp/.out, llama.cpp's, fetched into .deps) through the
  * corresponding tokenizer.json files (qwen3 and llama3_1): inputs separated
  * by "\n__ggml_vocab_test__\n", expected ids one line per input, encoded
  * without special tokens. */
@@ -9,10 +9,10 @@
 /* tok_name NULL: load the .gguf itself through tokenizer_load (the GGUF dispatch). */
 static void run_suite(const char *vocab, const char *tok_name) {
   char inp[1024], outp[1024], tpath[1024];
-  snprintf(inp, sizeof inp, "%s/fixtures/tokenizer-suite/%s.inp", HEARTH_SHARED_DIR, vocab);
-  snprintf(outp, sizeof outp, "%s/fixtures/tokenizer-suite/%s.out", HEARTH_SHARED_DIR, vocab);
+  snprintf(inp, sizeof inp, "%s/llama.cpp/vocab/%s.inp", HEARTH_DEPS_DIR, vocab);
+  snprintf(outp, sizeof outp, "%s/llama.cpp/vocab/%s.out", HEARTH_DEPS_DIR, vocab);
   if (tok_name) snprintf(tpath, sizeof tpath, "%s/tokenizers/%s/tokenizer.json", HEARTH_DEPS_DIR, tok_name);
-  else snprintf(tpath, sizeof tpath, "%s/fixtures/tokenizer-suite/%s", HEARTH_SHARED_DIR, vocab);
+  else snprintf(tpath, sizeof tpath, "%s/llama.cpp/vocab/%s", HEARTH_DEPS_DIR, vocab);
   if (!hfile_exists(inp) || !hfile_exists(tpath)) {
     fprintf(stderr, "  %s: skipped (missing %s)\n", vocab, hfile_exists(inp) ? tpath : inp);
     return;

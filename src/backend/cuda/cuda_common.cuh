@@ -1,6 +1,7 @@
 /* cuda_common.cuh — the CUDA backend's handle (stream, cuBLAS, scratch, rope
- * cache, sticky error), the error-recording calls every op uses, and the
- * entry points each .cu file defines for the ops table. Internal to
+ * cache, sticky error), the error-recording calls every op uses, the grid
+ * helpers of the element-wise kernels (grid_for, GRID_LOOP), and the entry
+ * points each .cu file defines for the ops table. Internal to
  * libhearth_cuda.so. */
 #ifndef HEARTH_BACKEND_CUDA_COMMON_CUH
 #define HEARTH_BACKEND_CUDA_COMMON_CUH
@@ -15,6 +16,18 @@ extern "C" {
 }
 
 #define CU_HIDDEN __attribute__((visibility("hidden")))
+
+/* Blocks for n elements at `threads` per block, at most 2^20 (kernels loop over
+ * the rest with GRID_LOOP). */
+static inline unsigned grid_for(int64_t n, int threads) {
+  int64_t g = (n + threads - 1) / threads;
+  if (g > (1 << 20)) g = 1 << 20;
+  return (unsigned)(g < 1 ? 1 : g);
+}
+
+/* A grid-stride loop: i over [0, n) across every thread of the grid. */
+#define GRID_LOOP(i, n) \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
 /* One cached device copy of a rope_table's inv_freq. */
 struct cu_rope_entry {

@@ -5,15 +5,6 @@
  * ref.c rounds separately are not fused. */
 #include "backend/cuda/kv_quant.cuh"
 
-static unsigned grid_for(int64_t n, int threads) {
-  int64_t g = (n + threads - 1) / threads;
-  if (g > (1 << 20)) g = 1 << 20;
-  return (unsigned)(g < 1 ? 1 : g);
-}
-
-#define GRID_LOOP(i, n) \
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
-
 static bool same_shape(const bk_tensor *a, const bk_tensor *b) { return a->rows == b->rows && a->cols == b->cols; }
 
 /* ---- rmsnorm ---- */

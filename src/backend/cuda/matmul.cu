@@ -466,12 +466,6 @@ __global__ void dequant_elem_kernel(cu_wdesc w, int64_t r0, int64_t nrows, float
     out[i] = cu_load_elem<T>(w, r0 + i / w.cols, i % w.cols);
 }
 
-static unsigned grid_for(int64_t n, int threads) {
-  int64_t g = (n + threads - 1) / threads;
-  if (g > (1 << 20)) g = 1 << 20;
-  return (unsigned)(g < 1 ? 1 : g);
-}
-
 template <int T>
 static void launch_dequant_sub(const cu_wdesc &w, int64_t r0, int64_t nrows, float *out, cudaStream_t st) {
   dequant_sub_kernel<T><<<grid_for(nrows * (w.cols / 32), 128), 128, 0, st>>>(w, r0, nrows, out);

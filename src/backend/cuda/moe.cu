@@ -19,15 +19,6 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/quant_cuda.cuh"
 
-static unsigned grid_for(int64_t n, int threads) {
-  int64_t g = (n + threads - 1) / threads;
-  if (g > (1 << 20)) g = 1 << 20;
-  return (unsigned)(g < 1 ? 1 : g);
-}
-
-#define GRID_LOOP(i, n) \
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
-
 /* ---- scale, get_cols ---- */
 
 __global__ void scale_kernel(float *x, int64_t n, float s) {
