@@ -121,7 +121,7 @@ void layer_mlp(model *m, const layer_weights *lw, step *st, const bk_tensor *in,
   if (lw->gate_up.data && st->one.buf) { /* one row, gate and up stacked: one product */
     bk_tensor both = step_view(&st->one, 1, lw->gate_up.rows);
     bk_matmul_t(&both, in, &lw->gate_up, NULL);
-    gate = row_slice(&both, 0, lw->inter), up = row_slice(&both, lw->inter, lw->inter);
+    gate = row_slice(&both, 0, lw->gate.rows), up = row_slice(&both, lw->gate.rows, lw->up.rows);
   } else {
     bk_matmul_t(&gate, in, &lw->gate, opt(&lw->gate_bias));
     bk_matmul_t(&up, in, &lw->up, opt(&lw->up_bias));
