@@ -263,6 +263,7 @@ static void test_mixed_step(void) {
 }
 
 int main(void) {
+  test_device_or_skip();
   RUN(test_against_signal);
   RUN(test_dry_greedy);
   RUN(test_mixed_step);

@@ -379,7 +379,7 @@ test('generic tool calls: forced calls on a template without a call syntax, ever
   valid(sfc[0].name, JSON.parse(sfc[0].arguments), 'responses stream');
   valid(fc[0].name, JSON.parse(fc[0].arguments), 'responses');
   // a template that refuses a system role (Gemma 2's raises): the tools are told in the first user turn
-  const tpl = path.join(SOURCE, '..', 'shared', 'fixtures', 'templates', 'google-gemma-2-2b-it.jinja');
+  const tpl = path.join(DEPS, 'llama.cpp', 'templates', 'google-gemma-2-2b-it.jinja');
   assert.ok(fs.existsSync(tpl), `${tpl} is missing`);
   const top = fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'hearth-generic-'));
   const dir = path.join(top, 'default');
