@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "backend/ops.h"
 
 void grad_rmsnorm(float *dx, float *dw, const float *dy, const float *x, int64_t n, int64_t d, const float *w, float eps,
                   bool unit_offset) {
@@ -205,20 +206,8 @@ int grad_weight_t(const bk_weight *w, bk_weight *wt, float **data, herr *err) {
 
 void grad_lora_fwd(float *y, float *t, const float *x, int64_t n, int64_t in, const float *a, int64_t r, const float *b,
                    int64_t out, float s) {
-  for (int64_t i = 0; i < n; i++) {
-    const float *xi = x + i * in;
-    float *ti = t + i * r;
-    for (int64_t j = 0; j < r; j++) {
-      double acc = 0;
-      for (int64_t k = 0; k < in; k++) acc += (double)xi[k] * a[j * in + k];
-      ti[j] = (float)acc;
-    }
-    for (int64_t o = 0; o < out; o++) {
-      double acc = 0;
-      for (int64_t j = 0; j < r; j++) acc += (double)ti[j] * b[o * r + j];
-      y[i * out + o] += (float)(s * acc);
-    }
-  }
+  /* op_lora row by row, each row's x · aᵀ kept in t for the backward */
+  for (int64_t i = 0; i < n; i++) op_lora(y + i * out, x + i * in, 1, in, a, r, b, out, s, t + i * r);
 }
 
 void grad_lora(float *dx, float *da, float *db, const float *dy, const float *x, const float *t, int64_t n, int64_t in,
