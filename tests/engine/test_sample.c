@@ -6,32 +6,8 @@
 #include <stdint.h>
 
 #include "engine/sample.h"
+#include "sample_util.h"
 #include "test.h"
-
-static sampler *make(int32_t n, const sample_params *p) {
-  sampler *s = NULL;
-  herr err = {0};
-  int rc = sampler_new(n, p, &s, &err);
-  CHECK_MSG(rc == 0, "%s", err.msg);
-  return s;
-}
-
-/* The distribution for logits (copied, so callers can reuse them). */
-static void dist(sampler *s, const float *logits, int n, float *probs) {
-  float tmp[64];
-  memcpy(tmp, logits, sizeof(float) * (size_t)n);
-  herr err = {0};
-  int rc = sampler_distribution(s, tmp, probs, &err);
-  CHECK_MSG(rc == 0, "%s", err.msg);
-}
-
-static void check_probs(const float *got, const double *want, int n) {
-  for (int i = 0; i < n; i++) CHECK_NEAR(got[i], want[i], 1e-6);
-}
-
-static void logits_of(const double *probs, int n, float *logits) {
-  for (int i = 0; i < n; i++) logits[i] = probs[i] > 0 ? (float)log(probs[i]) : -INFINITY;
-}
 
 static void test_rng_reference(void) {
   /* xoshiro256** from state {1,2,3,4}: 11520, 0, 1509978240 (reference algorithm by hand) */
