@@ -84,6 +84,8 @@ double train_lr_at(double peak, int64_t k, int64_t warmup, int64_t total) {
 /* One layer's kept activations for an example of up to cap_t tokens. */
 typedef struct layer_acts {
   float *x, *xn1, *q, *k, *v, *att, *xmid, *xn2, *g, *u, *h;
+  float *qr, *kr;    /* with q / k norms: q and k before them [T, Q], [T, KV] */
+  float *ao, *mo;    /* with output norms: the attention's and the MLP's outputs before them [T, D] */
   float *lt[TT_N];   /* LoRA x·Aᵀ [T, r] */
   float *lx[TT_N];   /* with dropout: the adapter's masked input [T, in] */
   float *lm[TT_N];   /* with dropout: its mask, 0 or 1 / (1 − p) [T, in] */
@@ -232,7 +234,9 @@ static int reserve(trainer *t, int64_t T, herr *err) {
   int64_t D = v->hidden, Q = v->heads * v->head_dim, KV = v->kv_heads * v->head_dim, I = v->inter, r = t->o.rank;
   int L = (int)v->n_layers;
   bool drop = t->o.dropout > 0;
-  int64_t per = D * 4 + Q * 2 + KV * 2 + I * 3, wide = D > Q ? D : Q;
+  const train_layer_view *l0 = &v->layers[0];
+  bool qkn = l0->q_norm || l0->k_norm, outn = l0->attn_out_norm != NULL;
+  int64_t per = D * 4 + Q * 2 + KV * 2 + I * 3 + (qkn ? Q + KV : 0) + (outn ? 2 * D : 0), wide = D > Q ? D : Q;
   if (I > wide) wide = I;
   int64_t lora = 0;
   for (int k = 0; k < TT_N; k++)
@@ -254,6 +258,8 @@ static int reserve(trainer *t, int64_t T, herr *err) {
     layer_acts *a = &t->la[l];
     TAKE(a->x, D), TAKE(a->xn1, D), TAKE(a->q, Q), TAKE(a->k, KV), TAKE(a->v, KV), TAKE(a->att, Q);
     TAKE(a->xmid, D), TAKE(a->xn2, D), TAKE(a->g, I), TAKE(a->u, I), TAKE(a->h, I);
+    if (qkn) TAKE(a->qr, Q), TAKE(a->kr, KV);
+    if (outn) TAKE(a->ao, D), TAKE(a->mo, D);
     for (int k = 0; k < TT_N; k++) {
       if (!(t->o.targets & (1u << k))) continue;
       TAKE(a->lt[k], r);
@@ -369,6 +375,13 @@ static attn_params attn_of(const trainer *t, int l) {
   return (attn_params){v->heads, v->kv_heads, v->head_dim, v->attn_scale, v->attn_softcap, v->layers[l].window};
 }
 
+/* y [T, n] += b (NULL: nothing) on every row. */
+static void add_bias(float *y, const float *b, int64_t T, int64_t n) {
+  if (!b) return;
+  for (int64_t i = 0; i < T; i++)
+    for (int64_t j = 0; j < n; j++) y[i * n + j] += b[j];
+}
+
 static int forward(trainer *t, const int32_t *ids, int64_t T, bool train, herr *err) {
   const train_view *v = &t->v;
   int64_t D = v->hidden, H = v->heads, KVH = v->kv_heads, hd = v->head_dim, I = v->inter;
@@ -378,6 +391,8 @@ static int forward(trainer *t, const int32_t *ids, int64_t T, bool train, herr *
     if (ids[i] < 0 || ids[i] >= v->embed.rows)
       return herr_set(err, HEARTH_EINVAL, "token %d is outside the vocabulary (%lld)", ids[i], (long long)v->embed.rows);
     if ((rc = bk_dequant_row(&v->embed, ids[i], t->la[0].x + i * D, err))) return rc;
+    if (v->embed_scale != 0)
+      for (int64_t j = 0; j < D; j++) t->la[0].x[i * D + j] *= v->embed_scale;
   }
   for (int l = 0; l < v->n_layers; l++) {
     layer_acts *a = &t->la[l];
@@ -387,6 +402,15 @@ static int forward(trainer *t, const int32_t *ids, int64_t T, bool train, herr *
     if ((rc = proj(t, l, TT_Q, a->q, a->xn1, T, train, err)) || (rc = proj(t, l, TT_K, a->k, a->xn1, T, train, err)) ||
         (rc = proj(t, l, TT_V, a->v, a->xn1, T, train, err)))
       return rc;
+    add_bias(a->q, lv->q_bias, T, H * hd), add_bias(a->k, lv->k_bias, T, KVH * hd), add_bias(a->v, lv->v_bias, T, KVH * hd);
+    if (lv->q_norm) { /* per head, before RoPE */
+      memcpy(a->qr, a->q, (size_t)(T * H * hd) * sizeof(float));
+      op_rmsnorm(a->q, a->qr, T * H, hd, lv->q_norm, v->eps, v->unit_offset);
+    }
+    if (lv->k_norm) {
+      memcpy(a->kr, a->k, (size_t)(T * KVH * hd) * sizeof(float));
+      op_rmsnorm(a->k, a->kr, T * KVH, hd, lv->k_norm, v->eps, v->unit_offset);
+    }
     if (lv->rope) {
       op_rope(a->q, T, H, hd, t->pos, lv->rope);
       op_rope(a->k, T, KVH, hd, t->pos, lv->rope);
@@ -394,14 +418,24 @@ static int forward(trainer *t, const int32_t *ids, int64_t T, bool train, herr *
     attn_params ap = attn_of(t, l);
     grad_attention_fwd(t->pool, a->att, a->q, a->k, a->v, T, &ap);
     if ((rc = proj(t, l, TT_O, t->s1, a->att, T, train, err))) return rc;
+    add_bias(t->s1, lv->o_bias, T, D);
+    if (lv->attn_out_norm) {
+      memcpy(a->ao, t->s1, (size_t)(T * D) * sizeof(float));
+      op_rmsnorm(t->s1, a->ao, T, D, lv->attn_out_norm, v->eps, v->unit_offset);
+    }
     op_add(a->xmid, a->x, t->s1, T * D);
     op_rmsnorm(a->xn2, a->xmid, T, D, lv->mlp_norm, v->eps, v->unit_offset);
     if ((rc = proj(t, l, TT_GATE, a->g, a->xn2, T, train, err)) || (rc = proj(t, l, TT_UP, a->u, a->xn2, T, train, err)))
       return rc;
     memcpy(a->h, a->g, (size_t)(T * I) * sizeof(float));
-    op_silu(a->h, T * I);
+    if (v->act == BK_ACT_GELU_TANH) op_gelu_tanh(a->h, T * I);
+    else op_silu(a->h, T * I);
     op_mul(a->h, a->h, a->u, T * I);
     if ((rc = proj(t, l, TT_DOWN, t->s1, a->h, T, train, err))) return rc;
+    if (lv->mlp_out_norm) {
+      memcpy(a->mo, t->s1, (size_t)(T * D) * sizeof(float));
+      op_rmsnorm(t->s1, a->mo, T, D, lv->mlp_out_norm, v->eps, v->unit_offset);
+    }
     op_add(next, a->xmid, t->s1, T * D);
   }
   op_rmsnorm(t->hn, t->xl, T, D, v->final_norm, v->eps, v->unit_offset);
@@ -411,6 +445,9 @@ static int forward(trainer *t, const int32_t *ids, int64_t T, bool train, herr *
 int trainer_logits(trainer *t, const int32_t *ids, int64_t n, float *logits, herr *err) {
   int rc = forward(t, ids, n, false, err);
   if (!rc) rc = bk_matmul(t->pool, logits, t->hn, n, &t->v.lm_head, NULL, err);
+  float c = t->v.final_softcap;
+  if (!rc && c > 0)
+    for (int64_t i = 0; i < n * t->v.vocab; i++) logits[i] = c * tanhf(logits[i] / c);
   return rc;
 }
 
@@ -424,8 +461,8 @@ int trainer_loss(trainer *t, const train_example *ex, bool grads, float dscale, 
   if (!tg) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   for (int64_t i = 0; i < T; i++) tg[i] = i + 1 < T && ex->loss[i + 1] ? ex->ids[i + 1] : -1;
   float *dx = t->s1, *dn = t->s2; /* the residual stream's gradient; a norm's input gradient */
-  rc = grad_cross_entropy(t->pool, loss_sum, count, grads ? dn : NULL, t->hn, T, D, &v->lm_head, &t->head_t, tg, dscale,
-                          CE_CHUNK, t->ce, err);
+  rc = grad_cross_entropy_capped(t->pool, loss_sum, count, grads ? dn : NULL, t->hn, T, D, &v->lm_head, &t->head_t, tg,
+                                 dscale, v->final_softcap, CE_CHUNK, t->ce, err);
   free(tg);
   if (rc || !grads) return rc;
   grad_rmsnorm(dx, NULL, dn, t->xl, T, D, v->final_norm, v->eps, v->unit_offset);
@@ -433,23 +470,36 @@ int trainer_loss(trainer *t, const train_example *ex, bool grads, float dscale, 
     layer_acts *a = &t->la[l];
     const train_layer_view *lv = &v->layers[l];
     float *dg = t->s2, *du = t->s3, *dn2 = t->s6;
-    /* feed-forward: x_out = xmid + down(silu(gate) · up); dx holds d x_out */
-    if ((rc = proj_back(t, l, TT_DOWN, t->s3, false, dx, a->h, T, true, err))) return rc;
-    grad_silu_mul(dg, du, t->s3, a->g, a->u, T * I); /* du overwrites dh element by element, after reading it */
+    /* feed-forward: x_out = xmid + [norm](down(act(gate) · up)); dx holds d x_out */
+    const float *dmo = dx;
+    if (lv->mlp_out_norm) {
+      grad_rmsnorm(t->s4, NULL, dx, a->mo, T, D, lv->mlp_out_norm, v->eps, v->unit_offset);
+      dmo = t->s4;
+    }
+    if ((rc = proj_back(t, l, TT_DOWN, t->s3, false, dmo, a->h, T, true, err))) return rc;
+    if (v->act == BK_ACT_GELU_TANH) grad_gelu_tanh_mul(dg, du, t->s3, a->g, a->u, T * I);
+    else grad_silu_mul(dg, du, t->s3, a->g, a->u, T * I); /* du overwrites dh element by element, after reading it */
     if ((rc = proj_back(t, l, TT_GATE, dn2, false, dg, a->xn2, T, true, err)) ||
         (rc = proj_back(t, l, TT_UP, dn2, true, du, a->xn2, T, true, err)))
       return rc;
     grad_rmsnorm(dn2, NULL, dn2, a->xmid, T, D, lv->mlp_norm, v->eps, v->unit_offset);
     for (int64_t i = 0; i < T * D; i++) dx[i] += dn2[i]; /* dx is now d xmid */
-    /* attention: xmid = x + o(attention(rope(q), rope(k), v)) */
+    /* attention: xmid = x + [norm](o(attention(rope([norm] q), rope([norm] k), v))) */
     float *datt = t->s2, *dq = t->s3, *dk = t->s7, *dvv = t->s7 + T * KVH * hd;
-    if ((rc = proj_back(t, l, TT_O, datt, false, dx, a->att, T, true, err))) return rc;
+    const float *dao = dx;
+    if (lv->attn_out_norm) {
+      grad_rmsnorm(t->s4, NULL, dx, a->ao, T, D, lv->attn_out_norm, v->eps, v->unit_offset);
+      dao = t->s4;
+    }
+    if ((rc = proj_back(t, l, TT_O, datt, false, dao, a->att, T, true, err))) return rc;
     attn_params ap = attn_of(t, l);
     grad_attention(t->pool, dq, dk, dvv, datt, a->q, a->k, a->v, T, &ap);
     if (lv->rope) {
       grad_rope(dq, T, H, hd, t->pos, lv->rope);
       grad_rope(dk, T, KVH, hd, t->pos, lv->rope);
     }
+    if (lv->q_norm) grad_rmsnorm(dq, NULL, dq, a->qr, T * H, hd, lv->q_norm, v->eps, v->unit_offset);
+    if (lv->k_norm) grad_rmsnorm(dk, NULL, dk, a->kr, T * KVH, hd, lv->k_norm, v->eps, v->unit_offset);
     if ((rc = proj_back(t, l, TT_Q, dn2, false, dq, a->xn1, T, true, err)) ||
         (rc = proj_back(t, l, TT_K, dn2, true, dk, a->xn1, T, true, err)) ||
         (rc = proj_back(t, l, TT_V, dn2, true, dvv, a->xn1, T, true, err)))

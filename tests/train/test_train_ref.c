@@ -1,11 +1,13 @@
 /* test_train_ref.c — the trainer against float64 references of a LoRA
- * training run (tests/fixtures/train): on the golden llama (float32),
+ * training run (tests/fixtures/train): on the golden models (float32) of
+ * every family the trainer runs (llama, mistral, qwen2, qwen3, smollm3,
+ * gemma2, gemma3),
  * starting from the reference's adapter (r 4, alpha 8, every projection),
  * one batch's loss, every LoRA parameter's gradient, and the adapter after 3
- * AdamW steps with clipping and the cosine schedule. llama-f32-torch is
- * torch's autograd over a llama forward checked against transformers'
- * golden logits (tools/gen_train_torch_ref.py); llama-f32, when present, is
- * PEFT + transformers themselves (tools/gen_train_ref.py). */
+ * AdamW steps with clipping and the cosine schedule. NAME-torch is torch's
+ * autograd over the family's forward checked against transformers' golden
+ * logits (tools/gen_train_torch_ref.py); llama-f32, when present, is PEFT +
+ * transformers themselves (tools/gen_train_ref.py). */
 #include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
@@ -78,9 +80,24 @@ static void check_reference(const char *ref, bool required) {
   CHECK_MSG(doc != NULL, "%s", path);
   if (!doc) return;
   fprintf(stderr, "  %s\n", ref);
+  /* the base and its projections' shapes */
+  char base[600];
+  const char *bname = json_string_value(json_object_get(doc, "base"));
+  snprintf(base, sizeof base, HEARTH_SOURCE_DIR "/tests/fixtures/golden/%s", bname ? bname : "llama-f32");
+  snprintf(path, sizeof path, "%s/config.json", base);
+  json_t *cfg = json_load_file(path, 0, NULL);
+  CHECK_MSG(cfg != NULL, "%s", path);
+  if (!cfg) return json_decref(doc);
+#define CFG(k) json_integer_value(json_object_get(cfg, k))
+  int64_t D = CFG("hidden_size"), I = CFG("intermediate_size"), H = CFG("num_attention_heads"), KV = CFG("num_key_value_heads");
+  int64_t hd = json_is_integer(json_object_get(cfg, "head_dim")) ? CFG("head_dim") : D / H;
+  int L = (int)CFG("num_hidden_layers");
+#undef CFG
+  json_decref(cfg);
+  int64_t in_of[TT_N] = {D, D, D, H * hd, D, D, I}, out_of[TT_N] = {H * hd, KV * hd, KV * hd, D, I, I, D};
   train_opts o;
   train_opts_init(&o);
-  o.model_dir = HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32";
+  o.model_dir = base;
   o.rank = 4, o.alpha = 8, o.targets = (1u << TT_N) - 1;
   const json_t *opt = json_object_get(doc, "optimizer");
   o.weight_decay = json_number_value(json_object_get(opt, "weight_decay"));
@@ -108,7 +125,6 @@ static void check_reference(const char *ref, bool required) {
       if (i) total += ex[s].loss[i];
     }
   }
-  int64_t in_of[TT_N] = {64, 64, 64, 64, 64, 64, 128}, out_of[TT_N] = {64, 32, 32, 64, 128, 128, 64};
   for (int step = 0; step <= steps; step++) {
     double sum = 0;
     int64_t count = 0;
@@ -118,7 +134,7 @@ static void check_reference(const char *ref, bool required) {
       fprintf(stderr, "  loss %.9f, reference %.9f: relative error %.3g\n", got, want, fabs(got - want) / want);
       CHECK_MSG(fabs(got - want) <= 1e-5 * want, "loss %.9f vs %.9f", got, want);
       snprintf(path, sizeof path, "%s/grads.safetensors", ref);
-      double g = compare(trainer_grads(t), path, 2, in_of, out_of, 4);
+      double g = compare(trainer_grads(t), path, L, in_of, out_of, 4);
       fprintf(stderr, "  gradients: largest error %.3g of the tensor's largest value\n", g);
       CHECK_MSG(g <= 1e-4, "gradients %.3g from the reference's", g);
     }
@@ -129,7 +145,7 @@ static void check_reference(const char *ref, bool required) {
   }
   int64_t P;
   snprintf(path, sizeof path, "%s/adapter_step3/adapter_model.safetensors", ref);
-  double a = compare(trainer_params(t, &P), path, 2, in_of, out_of, 4);
+  double a = compare(trainer_params(t, &P), path, L, in_of, out_of, 4);
   fprintf(stderr, "  adapter after %d steps: largest error %.3g of the tensor's largest value\n", steps, a);
   CHECK_MSG(a <= 1e-4, "the adapter after %d steps is %.3g from the reference's", steps, a);
   for (int s = 0; s < ns; s++) free(ex[s].ids), free(ex[s].loss);
@@ -138,7 +154,12 @@ static void check_reference(const char *ref, bool required) {
 }
 
 static void test_reference(void) {
-  check_reference(REFS "/llama-f32-torch", true);
+  static const char *const bases[] = {"llama-f32", "mistral-f32", "qwen2-f32", "qwen3-f32", "smollm3-f32", "gemma2-f32", "gemma3-f32"};
+  for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++) {
+    char ref[300];
+    snprintf(ref, sizeof ref, REFS "/%s-torch", bases[i]);
+    check_reference(ref, true);
+  }
   check_reference(REFS "/llama-f32", false);
 }
 

@@ -1,5 +1,6 @@
 /* test_trainer.c — the LoRA trainer (src/train). On the built-in model and
- * the golden llama-family models its forward equals the model's, and its
+ * the golden llama-family models (llama, mistral, smollm3, qwen2, qwen3,
+ * gemma2, gemma3) its forward equals the model's, and its
  * gradient of the whole model's loss matches finite differences of that loss
  * in a few adapter parameters of every target (dropout too, its masks
  * replayed); other families are refused by name. With PEFT's own adapters
@@ -230,15 +231,16 @@ static void forward_and_gradient(const char *dir, double dropout) {
 
 static void test_forward_and_gradient(void) {
   forward_and_gradient(MODEL, 0);
-  const char *golden[] = {"llama-f32", "llama_llama3-f32", "llama_yarn-f32", "mistral-f32", "smollm3-f32"};
-  for (int i = 0; i < 5; i++) {
+  const char *golden[] = {"llama-f32",  "llama_llama3-f32", "llama_yarn-f32", "mistral-f32", "smollm3-f32",
+                          "qwen2-f32",  "qwen3-f32",        "gemma2-f32",     "gemma3-f32",  "gemma2-bf16"};
+  for (int i = 0; i < 10; i++) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/tests/fixtures/golden/%s", HEARTH_SOURCE_DIR, golden[i]);
     forward_and_gradient(dir, 0);
     if (i == 0) forward_and_gradient(dir, 0.3);
   }
   /* what the trainer does not run is refused by name */
-  const char *refused[] = {"qwen3-f32", "gemma2-f32", "qwen2-f32"};
+  const char *refused[] = {"phi3-f32", "qwen3_moe-f32", "gemma4-f32"};
   for (int i = 0; i < 3; i++) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/tests/fixtures/golden/%s", HEARTH_SOURCE_DIR, refused[i]);
