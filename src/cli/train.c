@@ -17,7 +17,7 @@ static void train_usage(FILE *f) {
           "completion and EOS). The adapter (adapter_config.json + adapter_model.safetensors) loads with\n"
           "--adapter DIR.\n"
           "\n"
-          "  --model M            the base model (default: the built-in model); llama-family decoders\n"
+          "  --model M            the base model (default: the built-in model); llama, mistral, qwen2, qwen3, smollm3, gemma2, gemma3\n"
           "  --data FILE          training JSONL (required)\n"
           "  --eval FILE          evaluation JSONL: its loss before training, every --eval-every steps, at the end\n"
           "  --out DIR            the adapter's folder (required; made when missing)\n"
