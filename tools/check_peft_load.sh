@@ -15,7 +15,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 h=$(realpath "$1") out=${2:-/tmp/peft_load}
 shift $(($# < 2 ? $# : 2))
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(llama-f32 mistral-f32 qwen2-f32 qwen3-f32 smollm3-f32 gemma2-f32 gemma3-f32)
+[ ${#names[@]} -gt 0 ] || names=(llama-f32 mistral-f32 qwen2-f32 qwen3-f32 smollm3-f32 gemma2-f32 gemma3-f32 phi3-f32)
 mkdir -p "$out"
 fails=0
 for n in "${names[@]}"; do

@@ -82,8 +82,11 @@ def write_safetensors(path, tensors, dtype):
             f.write(b)
 
 
+FUSED_TARGETS = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]  # phi3's projections, as PEFT adapts them
+
+
 def module_name(l, t):
-    return f"base_model.model.model.layers.{l}.{'self_attn' if t in TARGETS[:4] else 'mlp'}.{t}"
+    return f"base_model.model.model.layers.{l}.{'self_attn' if t in TARGETS[:4] + ['qkv_proj'] else 'mlp'}.{t}"
 
 
 class Decoder:
@@ -91,9 +94,10 @@ class Decoder:
     qwen2 (sliding windows by layer_types / sliding_window; qwen2's q / k / v biases), qwen3 (per-head q / k
     RMSNorm before RoPE), smollm3 (layers without RoPE), gemma2 and gemma3 ((1 + w) norms, the embedding times
     sqrt(hidden), the attention's and the MLP's outputs normed before the residual, tanh-GELU, a
-    query_pre_attn_scalar scale, attention and final-logit soft-capping, per-layer-type RoPE)."""
+    query_pre_attn_scalar scale, attention and final-logit soft-capping, per-layer-type RoPE), phi3 (q / k / v
+    as one qkv_proj, gate / up as one gate_up_proj, partial rotary)."""
 
-    FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "smollm3", "gemma2", "gemma3_text")
+    FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "smollm3", "gemma2", "gemma3_text", "phi3")
 
     def __init__(self, folder):
         with open(os.path.join(folder, "config.json")) as f:
@@ -101,6 +105,7 @@ class Decoder:
         assert c["model_type"] in self.FAMILIES, c["model_type"]
         self.c, self.t = c, c["model_type"]
         self.gemma = self.t.startswith("gemma")
+        self.fused = self.t == "phi3"
         self.w = read_safetensors(os.path.join(folder, "model.safetensors"))
         self.H, self.KV = c["num_attention_heads"], c["num_key_value_heads"]
         self.hd = c.get("head_dim") or c["hidden_size"] // self.H
@@ -130,19 +135,20 @@ class Decoder:
             return None
         kind = rp.get("rope_type", "default")
         assert kind in ("default", "linear"), kind
-        return rp["rope_theta"], rp.get("factor", 1.0) if kind == "linear" else 1.0
+        return rp["rope_theta"], rp.get("factor", 1.0) if kind == "linear" else 1.0, rp.get("partial_rotary_factor", 1.0)
 
     def rope(self, x, l):  # x [T, heads, hd], rotate-half
         rp = self.rope_params(l)
         if rp is None:
             return x
-        theta, factor = rp
-        T, hd = x.shape[0], self.hd
-        inv = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)) / factor
+        theta, factor, part = rp
+        T, rd = x.shape[0], int(self.hd * part)  # the first rd dims rotate
+        inv = 1.0 / (theta ** (torch.arange(0, rd, 2, dtype=torch.float64) / rd)) / factor
         ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
         cos, sin = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :], torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
-        x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
-        return x * cos + torch.cat([-x2, x1], -1) * sin
+        xr, xp = x[..., :rd], x[..., rd:]
+        x1, x2 = xr[..., : rd // 2], xr[..., rd // 2 :]
+        return torch.cat([xr * cos + torch.cat([-x2, x1], -1) * sin, xp], -1)
 
     def lin(self, x, l, t, block):
         p = f"model.layers.{l}.{block}.{t}."
@@ -169,13 +175,17 @@ class Decoder:
         for l in range(self.L):
             p = f"model.layers.{l}."
             h = self.norm(x, self.w[p + "input_layernorm.weight"])
-            q = self.lin(h, l, "q_proj", "self_attn").view(T, H, hd)
-            k = self.lin(h, l, "k_proj", "self_attn").view(T, KV, hd)
+            if self.fused:
+                qkv = self.lin(h, l, "qkv_proj", "self_attn")
+                q, k, v = qkv[:, : H * hd], qkv[:, H * hd : (H + KV) * hd], qkv[:, (H + KV) * hd :]
+            else:
+                q, k, v = (self.lin(h, l, t, "self_attn") for t in ("q_proj", "k_proj", "v_proj"))
+            q, k = q.reshape(T, H, hd), k.reshape(T, KV, hd)
             if p + "self_attn.q_norm.weight" in self.w:
                 q = self.norm(q, self.w[p + "self_attn.q_norm.weight"])
                 k = self.norm(k, self.w[p + "self_attn.k_norm.weight"])
             q, k = self.rope(q, l), self.rope(k, l).repeat_interleave(H // KV, dim=1)
-            v = self.lin(h, l, "v_proj", "self_attn").view(T, KV, hd).repeat_interleave(H // KV, dim=1)
+            v = v.reshape(T, KV, hd).repeat_interleave(H // KV, dim=1)
             s = torch.einsum("thd,shd->hts", q, k) * self.scale
             if self.attn_cap:
                 s = self.attn_cap * torch.tanh(s / self.attn_cap)
@@ -185,9 +195,12 @@ class Decoder:
                 o = self.norm(o, self.w[p + "post_attention_layernorm.weight"])
             x = x + o
             h = self.norm(x, self.w[p + ("pre_feedforward_layernorm.weight" if self.gemma else "post_attention_layernorm.weight")])
-            g = self.lin(h, l, "gate_proj", "mlp")
+            if self.fused:
+                g, u = self.lin(h, l, "gate_up_proj", "mlp").chunk(2, -1)
+            else:
+                g, u = self.lin(h, l, "gate_proj", "mlp"), self.lin(h, l, "up_proj", "mlp")
             act = torch.nn.functional.gelu(g, approximate="tanh") if self.gemma else torch.nn.functional.silu(g)
-            o = self.lin(act * self.lin(h, l, "up_proj", "mlp"), l, "down_proj", "mlp")
+            o = self.lin(act * u, l, "down_proj", "mlp")
             if self.gemma:
                 o = self.norm(o, self.w[p + "post_feedforward_layernorm.weight"])
             x = x + o
@@ -197,7 +210,7 @@ class Decoder:
         return self.final_cap * torch.tanh(y / self.final_cap) if self.final_cap else y
 
 
-BASES = ["llama-f32", "mistral-f32", "qwen2-f32", "qwen3-f32", "smollm3-f32", "gemma2-f32", "gemma3-f32"]
+BASES = ["llama-f32", "mistral-f32", "qwen2-f32", "qwen3-f32", "smollm3-f32", "gemma2-f32", "gemma3-f32", "phi3-f32"]
 
 
 def main():
@@ -231,11 +244,13 @@ def reference(out, bases, base):
     os.makedirs(os.path.join(dst, "adapter_step3"))
     D, I = m.c["hidden_size"], m.c["intermediate_size"]
     dims = {"q_proj": (D, m.H * m.hd), "k_proj": (D, m.KV * m.hd), "v_proj": (D, m.KV * m.hd), "o_proj": (m.H * m.hd, D),
-            "gate_proj": (D, I), "up_proj": (D, I), "down_proj": (I, D)}
+            "gate_proj": (D, I), "up_proj": (D, I), "down_proj": (I, D), "qkv_proj": (D, (m.H + 2 * m.KV) * m.hd),
+            "gate_up_proj": (D, 2 * I)}
+    targets = FUSED_TARGETS if m.fused else TARGETS
     g = torch.Generator().manual_seed(36)
     params = []
     for l in range(m.L):
-        for t in TARGETS:
+        for t in targets:
             fin, fout = dims[t]
             a = (torch.randn((R, fin), generator=g) / math.sqrt(fin)).float().double().requires_grad_()
             b = (torch.randn((fout, R), generator=g) * 0.2 / math.sqrt(fin)).float().double().requires_grad_()
@@ -250,7 +265,7 @@ def reference(out, bases, base):
 
     write_safetensors(os.path.join(dst, "adapter_init", "adapter_model.safetensors"), tensors(lambda p: p), "F32")
     cfg = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": R, "lora_alpha": ALPHA, "use_rslora": False, "lora_dropout": 0.0,
-           "bias": "none", "fan_in_fan_out": False, "target_modules": TARGETS, "layers_to_transform": None,
+           "bias": "none", "fan_in_fan_out": False, "target_modules": targets, "layers_to_transform": None,
            "rank_pattern": {}, "alpha_pattern": {}, "modules_to_save": None, "use_dora": False, "inference_mode": True}
     with open(os.path.join(dst, "adapter_init", "adapter_config.json"), "w") as f:
         json.dump(cfg, f, indent=2)

@@ -42,9 +42,9 @@ int train_view_get(model *m, train_view *v, herr *err) {
   const model_config *c = &m->cfg;
   const model_family *f = m->fam;
   if (m->tp_size > 1) return herr_set(err, HEARTH_EINVAL, "a model spread over ranks is not trained");
-  if (f->ops || f->fused_qkv || f->v_norm || c->num_experts > 0)
+  if (f->ops || f->v_norm || c->num_experts > 0)
     return herr_set(err, HEARTH_EUNSUPPORTED,
-                    "model_type '%s' is not trained yet (llama, mistral, qwen2, qwen3, smollm3, gemma2 and gemma3 are)",
+                    "model_type '%s' is not trained yet (llama, mistral, qwen2, qwen3, smollm3, gemma2, gemma3 and phi3 are)",
                     c->model_type);
   if (m->no_head || m->n_towers)
     return herr_set(err, HEARTH_EUNSUPPORTED, "model_type '%s' has a head or towers the trainer does not run", c->model_type);
@@ -57,6 +57,7 @@ int train_view_get(model *m, train_view *v, herr *err) {
   v->final_softcap = c->final_logit_softcapping > 0 ? (float)c->final_logit_softcapping : 0;
   v->embed_scale = m->embed_scale;
   v->unit_offset = f->unit_offset_norm;
+  v->fused = f->fused_qkv;
   v->act = model_act(m);
   if (v->act != BK_ACT_SILU && v->act != BK_ACT_GELU_TANH)
     return herr_set(err, HEARTH_EUNSUPPORTED, "hidden_act '%s' is not trained yet (silu and gelu_pytorch_tanh are)", c->hidden_act);
@@ -90,6 +91,16 @@ int train_view_get(model *m, train_view *v, herr *err) {
     tl->q = lw->q, tl->k = lw->k, tl->v = lw->v, tl->o = lw->o, tl->gate = lw->gate, tl->up = lw->up, tl->down = lw->down;
     tl->rope = lw->rope;
     tl->window = lw->window;
+    if (v->fused) { /* the stored matrices the row ranges come from: rows follow one another */
+      tl->qkv = lw->q, tl->qkv.rows = Q + 2 * KV, tl->qkv.packed = NULL, tl->qkv.packed_size = 0;
+      tl->gate_up = lw->gate, tl->gate_up.rows = 2 * I, tl->gate_up.packed = NULL, tl->gate_up.packed_size = 0;
+      size_t qrow = bk_row_bytes(lw->q.type, lw->q.cols, lw->q.bits), grow = bk_row_bytes(lw->gate.type, lw->gate.cols, lw->gate.bits);
+      if (lw->q.type == BK_MLX_AFFINE || (const char *)lw->k.data != (const char *)lw->q.data + qrow * (size_t)Q ||
+          (const char *)lw->up.data != (const char *)lw->gate.data + grow * (size_t)I) {
+        train_view_free(v);
+        return herr_set(err, HEARTH_EUNSUPPORTED, "layer %d: its fused projections are not stored as one matrix", l);
+      }
+    }
     if ((rc = host_matrix(&tl->q, Q, D, "q_proj", l, err)) || (rc = host_matrix(&tl->k, KV, D, "k_proj", l, err)) ||
         (rc = host_matrix(&tl->v, KV, D, "v_proj", l, err)) || (rc = host_matrix(&tl->o, D, Q, "o_proj", l, err)) ||
         (rc = host_matrix(&tl->gate, I, D, "gate_proj", l, err)) || (rc = host_matrix(&tl->up, I, D, "up_proj", l, err)) ||

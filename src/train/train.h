@@ -35,6 +35,10 @@ typedef enum train_target { TT_Q, TT_K, TT_V, TT_O, TT_GATE, TT_UP, TT_DOWN, TT_
 const char *train_target_name(train_target t);
 /* Parses "q_proj,v_proj" (also "q", "v", "all-linear") into a bit set of train_target. */
 int train_targets_parse(const char *s, unsigned *out, herr *err);
+/* Bits beside the train_target ones in a parsed set: a fused name was given (qkv_proj / gate_up_proj,
+ * which set their parts' bits), or all-linear. */
+#define TRAIN_TARGET_FUSED (1u << 16)
+#define TRAIN_TARGET_ALL (1u << 17)
 
 typedef struct train_example {
   int32_t *ids;   /* owned: n tokens */

@@ -32,13 +32,16 @@
 
 static const char *const target_names[TT_N] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 
+/* With fused projections (phi3) the q slot adapts qkv_proj and the gate slot gate_up_proj. */
+static const char *const fused_names[TT_N] = {"qkv_proj", NULL, NULL, "o_proj", "gate_up_proj", NULL, "down_proj"};
+
 const char *train_target_name(train_target t) { return t < TT_N ? target_names[t] : "?"; }
 
 int train_targets_parse(const char *s, unsigned *out, herr *err) {
   *out = 0;
   if (!s || !*s) return herr_set(err, HEARTH_EINVAL, "--target: empty");
   if (!strcmp(s, "all-linear")) {
-    *out = (1u << TT_N) - 1;
+    *out = ((1u << TT_N) - 1) | TRAIN_TARGET_ALL;
     return 0;
   }
   const char *p = s;
@@ -50,10 +53,18 @@ int train_targets_parse(const char *s, unsigned *out, herr *err) {
       size_t k = strlen(target_names[t]) - 5; /* without "_proj" */
       if ((n == k + 5 && !strncmp(p, target_names[t], n)) || (n == k && !strncmp(p, target_names[t], k))) found = t;
     }
-    if (found < 0)
-      return herr_set(err, HEARTH_EINVAL, "--target: '%.*s' is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj",
+    if ((n == 8 && !strncmp(p, "qkv_proj", n)) || (n == 3 && !strncmp(p, "qkv", n))) {
+      *out |= 1u << TT_Q | 1u << TT_K | 1u << TT_V | TRAIN_TARGET_FUSED;
+    } else if ((n == 12 && !strncmp(p, "gate_up_proj", n)) || (n == 7 && !strncmp(p, "gate_up", n))) {
+      *out |= 1u << TT_GATE | 1u << TT_UP | TRAIN_TARGET_FUSED;
+    } else if (found < 0) {
+      return herr_set(err, HEARTH_EINVAL,
+                      "--target: '%.*s' is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj "
+                      "(qkv_proj, gate_up_proj where they are fused)",
                       (int)n, p);
-    *out |= 1u << found;
+    } else {
+      *out |= 1u << found;
+    }
     p += n;
     if (*p == ',') p++;
   }
@@ -120,6 +131,8 @@ struct trainer {
   float *ce;                   /* CE_CHUNK * vocab */
   int64_t *pos;
   uint64_t rng;
+  bool fused;                  /* the q slot is qkv_proj, the gate slot gate_up_proj (train_view.fused) */
+  float *fz;                   /* with fused projections: [T, the wider fused output] */
 };
 
 static inline int64_t t_in(const trainer *t, int l, int k) { return t->w[k][l].cols; }
@@ -152,6 +165,24 @@ void trainer_free(trainer *t) {
   free(t);
 }
 
+/* The targets against the model's projections: fused ones (phi3) are adapted whole, as PEFT does. */
+static int fused_targets(trainer *t, herr *err) {
+  unsigned tg = t->o.targets, qkv = 1u << TT_Q | 1u << TT_K | 1u << TT_V, gu = 1u << TT_GATE | 1u << TT_UP;
+  const char *mt = model_cfg(t->m)->model_type;
+  if (t->fused && tg == (1u << TT_Q | 1u << TT_V)) tg = qkv; /* the default q_proj,v_proj: PEFT's default there is qkv_proj */
+  if (!t->fused) {
+    if ((tg & TRAIN_TARGET_FUSED) && !(tg & TRAIN_TARGET_ALL))
+      return herr_set(err, HEARTH_EINVAL, "--target: model_type '%s' has separate q_proj, k_proj, v_proj, gate_proj and "
+                      "up_proj, not qkv_proj or gate_up_proj", mt);
+  } else if (!(tg & TRAIN_TARGET_ALL) && (((tg & qkv) && (tg & qkv) != qkv) || ((tg & gu) && (tg & gu) != gu))) {
+    return herr_set(err, HEARTH_EINVAL, "--target: model_type '%s' fuses q / k / v into qkv_proj and gate / up into "
+                    "gate_up_proj: name those (or all-linear)", mt);
+  }
+  t->o.targets = tg & ((1u << TT_N) - 1);
+  if (t->fused) t->o.targets &= ~(1u << TT_K | 1u << TT_V | 1u << TT_UP);
+  return 0;
+}
+
 int trainer_new(const train_opts *o, trainer **out, herr *err) {
   *out = NULL;
   if (o->rank < 1) return herr_set(err, HEARTH_EINVAL, "--rank must be at least 1");
@@ -180,10 +211,17 @@ int trainer_new(const train_opts *o, trainer **out, herr *err) {
     trainer_free(t);
     return herr_set(err, HEARTH_ENOMEM, "out of memory");
   }
+  t->fused = t->v.fused;
+  if ((rc = fused_targets(t, err))) {
+    trainer_free(t);
+    return rc;
+  }
   for (int l = 0; l < L; l++) {
     const train_layer_view *lv = &t->v.layers[l];
     const bk_weight *ws[TT_N] = {&lv->q, &lv->k, &lv->v, &lv->o, &lv->gate, &lv->up, &lv->down};
+    if (t->fused) ws[TT_Q] = &lv->qkv, ws[TT_GATE] = &lv->gate_up; /* the k, v and up slots stay empty */
     for (int k = 0; k < TT_N; k++) {
+      if (t->fused && (k == TT_K || k == TT_V || k == TT_UP)) continue;
       t->w[k][l] = *ws[k];
       if ((rc = grad_weight_t(ws[k], &t->wt[l * TT_N + k], &t->wtd[l * TT_N + k], err))) {
         trainer_free(t);
@@ -202,7 +240,7 @@ int trainer_new(const train_opts *o, trainer **out, herr *err) {
   for (int l = 0; l < L; l++)
     for (int k = 0; k < TT_N; k++) {
       t->off[l * TT_N + k] = -1;
-      if (!(o->targets & (1u << k))) continue;
+      if (!(t->o.targets & (1u << k))) continue;
       t->off[l * TT_N + k] = t->P;
       t->P += r * (t_in(t, l, k) + t_out(t, l, k));
     }
@@ -238,10 +276,12 @@ static int reserve(trainer *t, int64_t T, herr *err) {
   bool qkn = l0->q_norm || l0->k_norm, outn = l0->attn_out_norm != NULL;
   int64_t per = D * 4 + Q * 2 + KV * 2 + I * 3 + (qkn ? Q + KV : 0) + (outn ? 2 * D : 0), wide = D > Q ? D : Q;
   if (I > wide) wide = I;
+  int64_t fw = t->fused ? (Q + 2 * KV > 2 * I ? Q + 2 * KV : 2 * I) : 0; /* a fused product's width */
+  if (fw > wide) wide = fw;
   int64_t lora = 0;
   for (int k = 0; k < TT_N; k++)
     if (t->o.targets & (1u << k)) lora += r + (drop ? 2 * t_in(t, 0, k) : 0);
-  size_t n = (size_t)T * (size_t)((per + lora) * L + 2 * D + 8 * wide + 2 * KV + 3 * r);
+  size_t n = (size_t)T * (size_t)((per + lora) * L + 2 * D + 8 * wide + 2 * KV + 3 * r + fw);
   free(t->act), free(t->la), free(t->pos), free(t->lr1), free(t->lr2);
   t->act = malloc(n * sizeof(float));
   t->lr1 = malloc((size_t)(wide * r) * sizeof(float));
@@ -270,6 +310,7 @@ static int reserve(trainer *t, int64_t T, herr *err) {
   TAKE(t->s1, wide), TAKE(t->s2, wide), TAKE(t->s3, wide), TAKE(t->s4, wide), TAKE(t->s5, wide), TAKE(t->s6, wide);
   TAKE(t->s7, 2 * KV);
   TAKE(t->s8, wide), TAKE(t->s9, wide), TAKE(t->lb1, r), TAKE(t->lb2, r), TAKE(t->lb3, r);
+  TAKE(t->fz, fw);
 #undef TAKE
   for (int64_t i = 0; i < T; i++) t->pos[i] = i;
   t->cap_t = T;
@@ -375,6 +416,22 @@ static attn_params attn_of(const trainer *t, int l) {
   return (attn_params){v->heads, v->kv_heads, v->head_dim, v->attn_scale, v->attn_softcap, v->layers[l].window};
 }
 
+/* The column blocks of x [T, Σ w] into parts[i] [T, w[i]]. */
+static void split_cols(const float *x, int64_t T, float *const *parts, const int64_t *w, int n) {
+  int64_t all = 0;
+  for (int i = 0; i < n; i++) all += w[i];
+  for (int64_t r = 0; r < T; r++)
+    for (int i = 0, c = 0; i < n; c += (int)w[i], i++) memcpy(parts[i] + r * w[i], x + r * all + c, (size_t)w[i] * sizeof(float));
+}
+
+/* parts[i] [T, w[i]] side by side into x [T, Σ w]. */
+static void join_cols(float *x, int64_t T, const float *const *parts, const int64_t *w, int n) {
+  int64_t all = 0;
+  for (int i = 0; i < n; i++) all += w[i];
+  for (int64_t r = 0; r < T; r++)
+    for (int i = 0, c = 0; i < n; c += (int)w[i], i++) memcpy(x + r * all + c, parts[i] + r * w[i], (size_t)w[i] * sizeof(float));
+}
+
 /* y [T, n] += b (NULL: nothing) on every row. */
 static void add_bias(float *y, const float *b, int64_t T, int64_t n) {
   if (!b) return;
@@ -399,9 +456,13 @@ static int forward(trainer *t, const int32_t *ids, int64_t T, bool train, herr *
     const train_layer_view *lv = &v->layers[l];
     float *next = l + 1 < v->n_layers ? t->la[l + 1].x : t->xl;
     op_rmsnorm(a->xn1, a->x, T, D, lv->attn_norm, v->eps, v->unit_offset);
-    if ((rc = proj(t, l, TT_Q, a->q, a->xn1, T, train, err)) || (rc = proj(t, l, TT_K, a->k, a->xn1, T, train, err)) ||
-        (rc = proj(t, l, TT_V, a->v, a->xn1, T, train, err)))
+    if (t->fused) { /* one qkv product, its columns split */
+      if ((rc = proj(t, l, TT_Q, t->fz, a->xn1, T, train, err))) return rc;
+      split_cols(t->fz, T, (float *[]){a->q, a->k, a->v}, (int64_t[]){H * hd, KVH * hd, KVH * hd}, 3);
+    } else if ((rc = proj(t, l, TT_Q, a->q, a->xn1, T, train, err)) || (rc = proj(t, l, TT_K, a->k, a->xn1, T, train, err)) ||
+               (rc = proj(t, l, TT_V, a->v, a->xn1, T, train, err))) {
       return rc;
+    }
     add_bias(a->q, lv->q_bias, T, H * hd), add_bias(a->k, lv->k_bias, T, KVH * hd), add_bias(a->v, lv->v_bias, T, KVH * hd);
     if (lv->q_norm) { /* per head, before RoPE */
       memcpy(a->qr, a->q, (size_t)(T * H * hd) * sizeof(float));
@@ -425,8 +486,12 @@ static int forward(trainer *t, const int32_t *ids, int64_t T, bool train, herr *
     }
     op_add(a->xmid, a->x, t->s1, T * D);
     op_rmsnorm(a->xn2, a->xmid, T, D, lv->mlp_norm, v->eps, v->unit_offset);
-    if ((rc = proj(t, l, TT_GATE, a->g, a->xn2, T, train, err)) || (rc = proj(t, l, TT_UP, a->u, a->xn2, T, train, err)))
+    if (t->fused) {
+      if ((rc = proj(t, l, TT_GATE, t->fz, a->xn2, T, train, err))) return rc;
+      split_cols(t->fz, T, (float *[]){a->g, a->u}, (int64_t[]){I, I}, 2);
+    } else if ((rc = proj(t, l, TT_GATE, a->g, a->xn2, T, train, err)) || (rc = proj(t, l, TT_UP, a->u, a->xn2, T, train, err))) {
       return rc;
+    }
     memcpy(a->h, a->g, (size_t)(T * I) * sizeof(float));
     if (v->act == BK_ACT_GELU_TANH) op_gelu_tanh(a->h, T * I);
     else op_silu(a->h, T * I);
@@ -479,9 +544,13 @@ int trainer_loss(trainer *t, const train_example *ex, bool grads, float dscale, 
     if ((rc = proj_back(t, l, TT_DOWN, t->s3, false, dmo, a->h, T, true, err))) return rc;
     if (v->act == BK_ACT_GELU_TANH) grad_gelu_tanh_mul(dg, du, t->s3, a->g, a->u, T * I);
     else grad_silu_mul(dg, du, t->s3, a->g, a->u, T * I); /* du overwrites dh element by element, after reading it */
-    if ((rc = proj_back(t, l, TT_GATE, dn2, false, dg, a->xn2, T, true, err)) ||
-        (rc = proj_back(t, l, TT_UP, dn2, true, du, a->xn2, T, true, err)))
+    if (t->fused) {
+      join_cols(t->fz, T, (const float *[]){dg, du}, (int64_t[]){I, I}, 2);
+      if ((rc = proj_back(t, l, TT_GATE, dn2, false, t->fz, a->xn2, T, true, err))) return rc;
+    } else if ((rc = proj_back(t, l, TT_GATE, dn2, false, dg, a->xn2, T, true, err)) ||
+               (rc = proj_back(t, l, TT_UP, dn2, true, du, a->xn2, T, true, err))) {
       return rc;
+    }
     grad_rmsnorm(dn2, NULL, dn2, a->xmid, T, D, lv->mlp_norm, v->eps, v->unit_offset);
     for (int64_t i = 0; i < T * D; i++) dx[i] += dn2[i]; /* dx is now d xmid */
     /* attention: xmid = x + [norm](o(attention(rope([norm] q), rope([norm] k), v))) */
@@ -500,10 +569,14 @@ int trainer_loss(trainer *t, const train_example *ex, bool grads, float dscale, 
     }
     if (lv->q_norm) grad_rmsnorm(dq, NULL, dq, a->qr, T * H, hd, lv->q_norm, v->eps, v->unit_offset);
     if (lv->k_norm) grad_rmsnorm(dk, NULL, dk, a->kr, T * KVH, hd, lv->k_norm, v->eps, v->unit_offset);
-    if ((rc = proj_back(t, l, TT_Q, dn2, false, dq, a->xn1, T, true, err)) ||
-        (rc = proj_back(t, l, TT_K, dn2, true, dk, a->xn1, T, true, err)) ||
-        (rc = proj_back(t, l, TT_V, dn2, true, dvv, a->xn1, T, true, err)))
+    if (t->fused) {
+      join_cols(t->fz, T, (const float *[]){dq, dk, dvv}, (int64_t[]){H * hd, KVH * hd, KVH * hd}, 3);
+      if ((rc = proj_back(t, l, TT_Q, dn2, false, t->fz, a->xn1, T, true, err))) return rc;
+    } else if ((rc = proj_back(t, l, TT_Q, dn2, false, dq, a->xn1, T, true, err)) ||
+               (rc = proj_back(t, l, TT_K, dn2, true, dk, a->xn1, T, true, err)) ||
+               (rc = proj_back(t, l, TT_V, dn2, true, dvv, a->xn1, T, true, err))) {
       return rc;
+    }
     grad_rmsnorm(dn2, NULL, dn2, a->x, T, D, lv->attn_norm, v->eps, v->unit_offset);
     for (int64_t i = 0; i < T * D; i++) dx[i] += dn2[i]; /* d x of this layer: the next one down's output */
   }
@@ -536,8 +609,10 @@ void trainer_step(trainer *t, double lr, double *gnorm) {
 
 /* ---- the adapter's files ---- */
 
-static void module_name(char *out, size_t n, int l, int k, char ab) {
-  snprintf(out, n, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l, k <= TT_O ? "self_attn" : "mlp", target_names[k], ab);
+static const char *slot_name(const trainer *t, int k) { return t->fused ? fused_names[k] : target_names[k]; }
+
+static void module_name(const trainer *t, char *out, size_t n, int l, int k, char ab) {
+  snprintf(out, n, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l, k <= TT_O ? "self_attn" : "mlp", slot_name(t, k), ab);
 }
 
 int trainer_load_adapter(trainer *t, const char *dir, herr *err) {
@@ -554,7 +629,7 @@ int trainer_load_adapter(trainer *t, const char *dir, herr *err) {
       if (at < 0) continue;
       for (int ab = 0; !rc && ab < 2; ab++) {
         char name[160];
-        module_name(name, sizeof name, l, k, ab ? 'B' : 'A');
+        module_name(t, name, sizeof name, l, k, ab ? 'B' : 'A');
         int64_t rows = ab ? t_out(t, l, k) : r, cols = ab ? r : t_in(t, l, k);
         float *dst = t->param + at + (ab ? r * t_in(t, l, k) : 0);
         const st_tensor *x = st_find(&st, name);
@@ -594,9 +669,9 @@ int trainer_save(const trainer *t, const char *dir, herr *err) {
       if (at < 0) continue;
       char name[160];
       int64_t in = t_in(t, l, k), out = t_out(t, l, k);
-      module_name(name, sizeof name, l, k, 'A');
+      module_name(t, name, sizeof name, l, k, 'A');
       st_writer_tensor(w, name, ST_F32, 2, (int64_t[]){r, in}, t->param + at);
-      module_name(name, sizeof name, l, k, 'B');
+      module_name(t, name, sizeof name, l, k, 'B');
       st_writer_tensor(w, name, ST_F32, 2, (int64_t[]){out, r}, t->param + at + r * in);
     }
   st_writer_meta(w, "format", "pt");
@@ -607,7 +682,7 @@ int trainer_save(const trainer *t, const char *dir, herr *err) {
   if (rc) return rc;
   json_t *c = json_object(), *tm = json_array();
   for (int k = 0; k < TT_N; k++)
-    if (t->o.targets & (1u << k)) json_array_append_new(tm, json_string(target_names[k]));
+    if (t->o.targets & (1u << k)) json_array_append_new(tm, json_string(slot_name(t, k)));
   json_object_set_new(c, "alpha_pattern", json_object());
   json_object_set_new(c, "base_model_name_or_path", json_string(t->o.model_dir));
   json_object_set_new(c, "bias", json_string("none"));

@@ -1,7 +1,7 @@
 /* test_train_ref.c — the trainer against float64 references of a LoRA
  * training run (tests/fixtures/train): on the golden models (float32) of
  * every family the trainer runs (llama, mistral, qwen2, qwen3, smollm3,
- * gemma2, gemma3),
+ * gemma2, gemma3, phi3 with its fused projections adapted whole),
  * starting from the reference's adapter (r 4, alpha 8, every projection),
  * one batch's loss, every LoRA parameter's gradient, and the adapter after 3
  * AdamW steps with clipping and the cosine schedule. NAME-torch is torch's
@@ -23,6 +23,8 @@
 #define REFS HEARTH_SOURCE_DIR "/tests/fixtures/train"
 
 static const char *const names[TT_N] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+/* phi3's fused projections: the q slot is qkv_proj, the gate slot gate_up_proj, no k / v / up slots */
+static const char *const fused_names[TT_N] = {"qkv_proj", NULL, NULL, "o_proj", "gate_up_proj", NULL, "down_proj"};
 
 /* The largest |got − ref| over a tensor relative to the tensor's largest |ref|. */
 static double rel_err(const float *got, const st_tensor *ref) {
@@ -43,7 +45,8 @@ static double rel_err(const float *got, const st_tensor *ref) {
 }
 
 /* Compares the trainer's flat array (params or grads) with a safetensors file's tensors; returns the worst error. */
-static double compare(const float *flat, const char *path, int L, int64_t in_of[TT_N], int64_t out_of[TT_N], int64_t r) {
+static double compare(const float *flat, const char *path, int L, int64_t in_of[TT_N], int64_t out_of[TT_N], int64_t r,
+                      bool fused) {
   st_set st;
   memset(&st, 0, sizeof st);
   herr err = {0};
@@ -55,10 +58,10 @@ static double compare(const float *flat, const char *path, int L, int64_t in_of[
   int64_t at = 0;
   for (int l = 0; l < L; l++)
     for (int k = 0; k < TT_N; k++)
-      for (int ab = 0; ab < 2; ab++) {
+      for (int ab = 0; ab < 2 && (!fused || fused_names[k]); ab++) {
         char name[200];
         snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l, k <= 3 ? "self_attn" : "mlp",
-                 names[k], ab ? 'B' : 'A');
+                 fused ? fused_names[k] : names[k], ab ? 'B' : 'A');
         const st_tensor *t = st_find(&st, name);
         int64_t n = ab ? out_of[k] * r : r * in_of[k];
         CHECK_MSG(t && t->numel == n, "%s: %s", path, name);
@@ -92,9 +95,11 @@ static void check_reference(const char *ref, bool required) {
   int64_t D = CFG("hidden_size"), I = CFG("intermediate_size"), H = CFG("num_attention_heads"), KV = CFG("num_key_value_heads");
   int64_t hd = json_is_integer(json_object_get(cfg, "head_dim")) ? CFG("head_dim") : D / H;
   int L = (int)CFG("num_hidden_layers");
+  bool fused = !strcmp(json_string_value(json_object_get(cfg, "model_type")), "phi3");
 #undef CFG
   json_decref(cfg);
   int64_t in_of[TT_N] = {D, D, D, H * hd, D, D, I}, out_of[TT_N] = {H * hd, KV * hd, KV * hd, D, I, I, D};
+  if (fused) out_of[TT_Q] = (H + 2 * KV) * hd, out_of[TT_GATE] = 2 * I;
   train_opts o;
   train_opts_init(&o);
   o.model_dir = base;
@@ -134,7 +139,7 @@ static void check_reference(const char *ref, bool required) {
       fprintf(stderr, "  loss %.9f, reference %.9f: relative error %.3g\n", got, want, fabs(got - want) / want);
       CHECK_MSG(fabs(got - want) <= 1e-5 * want, "loss %.9f vs %.9f", got, want);
       snprintf(path, sizeof path, "%s/grads.safetensors", ref);
-      double g = compare(trainer_grads(t), path, L, in_of, out_of, 4);
+      double g = compare(trainer_grads(t), path, L, in_of, out_of, 4, fused);
       fprintf(stderr, "  gradients: largest error %.3g of the tensor's largest value\n", g);
       CHECK_MSG(g <= 1e-4, "gradients %.3g from the reference's", g);
     }
@@ -145,7 +150,7 @@ static void check_reference(const char *ref, bool required) {
   }
   int64_t P;
   snprintf(path, sizeof path, "%s/adapter_step3/adapter_model.safetensors", ref);
-  double a = compare(trainer_params(t, &P), path, L, in_of, out_of, 4);
+  double a = compare(trainer_params(t, &P), path, L, in_of, out_of, 4, fused);
   fprintf(stderr, "  adapter after %d steps: largest error %.3g of the tensor's largest value\n", steps, a);
   CHECK_MSG(a <= 1e-4, "the adapter after %d steps is %.3g from the reference's", steps, a);
   for (int s = 0; s < ns; s++) free(ex[s].ids), free(ex[s].loss);
@@ -154,7 +159,7 @@ static void check_reference(const char *ref, bool required) {
 }
 
 static void test_reference(void) {
-  static const char *const bases[] = {"llama-f32", "mistral-f32", "qwen2-f32", "qwen3-f32", "smollm3-f32", "gemma2-f32", "gemma3-f32"};
+  static const char *const bases[] = {"llama-f32", "mistral-f32", "qwen2-f32", "qwen3-f32", "smollm3-f32", "gemma2-f32", "gemma3-f32", "phi3-f32"};
   for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++) {
     char ref[300];
     snprintf(ref, sizeof ref, REFS "/%s-torch", bases[i]);
