@@ -29,9 +29,25 @@ OUT/NAME-torch/ (one per base):
   adapter_step3/         adapter_model.safetensors (F32, rounded from the float64 run)
   golden.json            versions, the batch (ids, learned flags), the loss, the optimizer's settings, the grad norms
 
+The preference losses (for llama-f32 only), from the same adapter_init, on
+two pairs cut from the golden prompts (a prompt, a chosen and a rejected
+completion; the learned flags on the completions): the reference model is
+the base alone (no adapter). DPO as TRL's DPOTrainer's default (sigmoid
+loss, beta 0.1, summed log-probs, the mean over the pairs); ORPO as TRL's
+ORPOTrainer (the chosen sides' NLL over their learned tokens minus beta 0.1
+times the mean of log σ(log-odds ratio) over the pairs, the log-odds of mean
+per-token log-probs).
+
+OUT/llama-f32-torch-pref/:
+  adapter_init/            the same adapter as above
+  grads_dpo.safetensors    F64 gradients of the DPO loss
+  grads_orpo.safetensors   F64 gradients of the ORPO loss
+  golden.json              the pairs (ids, learned flags), beta, the reference's and the policy's summed log-probs,
+                           the two losses
+
 Usage: /usr/bin/python3 tools/gen_train_torch_ref.py OUT [BASES_DIR [NAME,...]]
        (BASES_DIR: tests/fixtures/golden; NAMEs: the golden folders, default every family the trainer
-       runs — llama, mistral, qwen2, qwen3, smollm3, gemma2, gemma3; needs torch and numpy: Debian's
+       runs — llama, mistral, qwen2, qwen3, smollm3, gemma2, gemma3, phi3; needs torch and numpy: Debian's
        python3-torch and python3-numpy, for Debian's /usr/bin/python3)
 """
 import json
@@ -264,6 +280,7 @@ def reference(out, bases, base):
         return res
 
     write_safetensors(os.path.join(dst, "adapter_init", "adapter_model.safetensors"), tensors(lambda p: p), "F32")
+    init = {name: (a.detach().clone(), b.detach().clone()) for name, (a, b) in m.lora.items()}
     cfg = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": R, "lora_alpha": ALPHA, "use_rslora": False, "lora_dropout": 0.0,
            "bias": "none", "fan_in_fan_out": False, "target_modules": targets, "layers_to_transform": None,
            "rank_pattern": {}, "alpha_pattern": {}, "modules_to_save": None, "use_dora": False, "inference_mode": True}
@@ -311,6 +328,66 @@ def reference(out, bases, base):
         json.dump(doc, f, indent=1)
         f.write("\n")
     print(f"loss {loss0:.9f}, grad norms {norms}; wrote {dst}")
+    if base == "llama-f32":
+        preference(m, init, gold, cfg, out, worst)
+
+
+def preference(m, init, gold, cfg, out, worst):
+    """DPO's and ORPO's losses and gradients on two pairs, from the adapter `init`."""
+    dst = os.path.join(out, "llama-f32-torch-pref")
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(os.path.join(dst, "adapter_init"))
+    p0, p1 = gold["prompts"][0], gold["prompts"][1]
+    raw = [(p0[:10], p0[10:], p1[20:30]), (p1[:20], p1[20:], p0[10:] + p1[30:35])]
+    pairs = []
+    for prompt, chosen, rejected in raw:
+        pairs.append({"chosen": prompt + chosen, "chosen_learned": [0] * len(prompt) + [1] * len(chosen),
+                      "rejected": prompt + rejected, "rejected_learned": [0] * len(prompt) + [1] * len(rejected)})
+
+    def logp(ids, fl):  # summed log-prob of the learned tokens, and their count
+        lp = torch.log_softmax(m.logits(ids)[:-1], -1)[torch.arange(len(ids) - 1), torch.tensor(ids[1:])]
+        mask = torch.tensor(fl[1:], dtype=torch.bool)
+        return lp[mask].sum(), int(mask.sum())
+
+    m.lora = {}
+    with torch.no_grad():
+        ref = [(float(logp(p["chosen"], p["chosen_learned"])[0]), float(logp(p["rejected"], p["rejected_learned"])[0])) for p in pairs]
+    beta = 0.1
+    doc = {"base": "llama-f32", "reference": "float64 torch autograd (tools/gen_train_torch_ref.py), the llama forward checked "
+           "against transformers' golden logits; DPO as TRL's DPOTrainer (sigmoid), ORPO as TRL's ORPOTrainer",
+           "torch_version": torch.__version__, "forward_vs_golden": worst, "beta": beta, "pairs": pairs,
+           "ref_logps": ref}
+    for method in ("dpo", "orpo"):
+        m.lora = {name: (a.clone().requires_grad_(), b.clone().requires_grad_()) for name, (a, b) in init.items()}
+        sides = [(logp(p["chosen"], p["chosen_learned"]), logp(p["rejected"], p["rejected_learned"])) for p in pairs]
+        if method == "dpo":
+            z = torch.stack([(c[0] - r[0]) - (rc - rr) for (c, r), (rc, rr) in zip(sides, ref)])
+            loss = torch.nn.functional.softplus(-beta * z).mean()  # −log σ(β z)
+        else:
+            nll = -sum(c[0] for c, _ in sides) / sum(c[1] for c, _ in sides)
+            ac = torch.stack([c[0] / c[1] for c, _ in sides])
+            ar = torch.stack([r[0] / r[1] for _, r in sides])
+            lo = (ac - ar) - (torch.log1p(-torch.exp(ac)) - torch.log1p(-torch.exp(ar)))
+            loss = nll - beta * torch.nn.functional.logsigmoid(lo).mean()
+        loss.backward()
+        res = {}
+        for name, (a, b) in m.lora.items():
+            res[name + ".lora_A.weight"], res[name + ".lora_B.weight"] = a.grad, b.grad
+        write_safetensors(os.path.join(dst, f"grads_{method}.safetensors"), res, "F64")
+        doc[f"{method}_loss"] = float(loss)
+        doc[f"{method}_policy_logps"] = [(float(c[0]), float(r[0])) for c, r in sides]
+        print(f"{method} loss {float(loss):.9f}")
+    tens = {}
+    for name, (a, b) in init.items():
+        tens[name + ".lora_A.weight"], tens[name + ".lora_B.weight"] = a, b
+    write_safetensors(os.path.join(dst, "adapter_init", "adapter_model.safetensors"), tens, "F32")
+    with open(os.path.join(dst, "adapter_init", "adapter_config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    with open(os.path.join(dst, "golden.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(f"wrote {dst}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 /* trainer.c — the LoRA trainer of train.h on the CPU: the llama decoder's
  * forward over one example with every activation the backward needs kept,
  * the backward through the head, the layers and the adapters (grad.h), the
- * adapter's parameters with AdamW, and its file as PEFT writes it.
+ * adapter's parameters with AdamW, and its file as PEFT writes it; a
+ * preference pair's loss (DPO, ORPO) through the gradients of its two
+ * sides; the optimizer's state for checkpoints.
  *
  * The base model stays frozen and in its stored format: forward products go
  * through bk_matmul on the stored weights (f32 activations, exact to the
@@ -83,6 +85,9 @@ void train_opts_init(train_opts *o) {
   o->batch = 4;
   o->grad_accum = 1;
   o->seq_len = 512;
+  o->beta = 0.1;
+  o->progress_tty = -1;
+  o->plot = true;
 }
 
 double train_lr_at(double peak, int64_t k, int64_t warmup, int64_t total) {
@@ -133,6 +138,8 @@ struct trainer {
   uint64_t rng;
   bool fused;                  /* the q slot is qkv_proj, the gate slot gate_up_proj (train_view.fused) */
   float *fz;                   /* with fused projections: [T, the wider fused output] */
+  bool adapter_off;            /* forwards of the base alone */
+  float *gsave, *gside;        /* owned, [P] each when a pair's loss has run: the gradient before it, its chosen side's */
 };
 
 static inline int64_t t_in(const trainer *t, int l, int k) { return t->w[k][l].cols; }
@@ -146,6 +153,7 @@ float *trainer_params(trainer *t, int64_t *n) {
 }
 float *trainer_grads(trainer *t) { return t->grad; }
 void trainer_reseed(trainer *t, uint64_t seed) { t->rng = seed; }
+void trainer_adapter_off(trainer *t, bool off) { t->adapter_off = off; }
 
 static double urand01(uint64_t *s) { return (double)(hsplitmix64(s) >> 11) / 9007199254740992.0; }
 
@@ -155,7 +163,7 @@ void trainer_free(trainer *t) {
   for (int i = 0; t->wtd && i < L * TT_N; i++) free(t->wtd[i]);
   free(t->wtd), free(t->wt), free(t->head_td);
   for (int k = 0; k < TT_N; k++) free(t->w[k]);
-  free(t->param), free(t->grad), free(t->m1), free(t->m2), free(t->off);
+  free(t->param), free(t->grad), free(t->m1), free(t->m2), free(t->off), free(t->gsave), free(t->gside);
   free(t->act), free(t->la), free(t->pos), free(t->ce), free(t->lr1), free(t->lr2);
   train_view_free(&t->v);
   if (t->m) model_free(t->m);
@@ -372,7 +380,7 @@ static int lora_bwd(trainer *t, float *dx, float *dA, float *dB, const float *dy
 static int proj(trainer *t, int l, int k, float *y, const float *x, int64_t T, bool train, herr *err) {
   int rc = bk_matmul(t->pool, y, x, T, &t->w[k][l], NULL, err);
   int64_t at = t->off[l * TT_N + k];
-  if (rc || at < 0) return rc;
+  if (rc || at < 0 || t->adapter_off) return rc;
   int64_t in = t_in(t, l, k), out = t_out(t, l, k), r = t->o.rank;
   layer_acts *a = &t->la[l];
   const float *xin = x;
@@ -583,6 +591,49 @@ int trainer_loss(trainer *t, const train_example *ex, bool grads, float dscale, 
   return 0;
 }
 
+int trainer_pref_loss(trainer *t, train_method m, double beta, const train_pair *p, double pair_w, double nll_w, bool grads,
+                      double *loss, pref_stats *st, herr *err) {
+  size_t bytes = (size_t)t->P * sizeof(float);
+  if (grads && !t->gsave) {
+    t->gsave = malloc(bytes), t->gside = malloc(bytes);
+    if (!t->gsave || !t->gside) return herr_set(err, HEARTH_ENOMEM, "out of memory (the gradients of a pair)");
+  }
+  /* each side's summed NLL s and its gradient ∇s alone; then the pair's share of the loss is a function of the
+   * two sums, and its gradient their gradients weighted by its derivatives */
+  double sc = 0, sr = 0;
+  int64_t nc = 0, nr = 0;
+  if (grads) memcpy(t->gsave, t->grad, bytes), memset(t->grad, 0, bytes);
+  int rc = trainer_loss(t, &p->chosen, grads, 1.0f, &sc, &nc, err);
+  if (!rc && grads) memcpy(t->gside, t->grad, bytes), memset(t->grad, 0, bytes);
+  if (!rc) rc = trainer_loss(t, &p->rejected, grads, 1.0f, &sr, &nr, err);
+  if (rc) {
+    if (grads) memcpy(t->grad, t->gsave, bytes);
+    return rc;
+  }
+  double wc, wr; /* d share / d sc, d share / d sr */
+  if (m == TRAIN_DPO) {
+    if (isnan(p->ref_chosen) || isnan(p->ref_rejected))
+      return herr_set(err, HEARTH_EINVAL, "DPO: the pair's reference log-probs were not computed");
+    double dpc, dpr, l = pref_dpo_loss(beta, -sc, -sr, p->ref_chosen, p->ref_rejected, &dpc, &dpr);
+    *loss += pair_w * l;
+    wc = -pair_w * dpc, wr = -pair_w * dpr; /* pc = −sc */
+    if (st) {
+      double rwc = beta * (-sc - p->ref_chosen), rwr = beta * (-sr - p->ref_rejected);
+      st->margin += rwc - rwr, st->correct += rwc > rwr;
+    }
+  } else {
+    if (!nc || !nr) return herr_set(err, HEARTH_EINVAL, "ORPO: a side of the pair has no learned token");
+    double dac, dar, lo, l = pref_orpo_loss(beta, -sc / (double)nc, -sr / (double)nr, &dac, &dar, &lo);
+    *loss += nll_w * sc + pair_w * l;
+    wc = nll_w - pair_w * dac / (double)nc, wr = -pair_w * dar / (double)nr; /* ac = −sc / nc */
+    if (st) st->log_odds += lo, st->nll += sc;
+  }
+  if (st) st->pairs++;
+  if (grads)
+    for (int64_t i = 0; i < t->P; i++) t->grad[i] = (float)(t->gsave[i] + wc * t->gside[i] + wr * t->grad[i]);
+  return 0;
+}
+
 void trainer_step(trainer *t, double lr, double *gnorm) {
   double ss = 0;
   for (int64_t i = 0; i < t->P; i++) ss += (double)t->grad[i] * t->grad[i];
@@ -707,5 +758,55 @@ int trainer_save(const trainer *t, const char *dir, herr *err) {
   snprintf(path, sizeof path, "%s/adapter_config.json", dir);
   rc = json_dump_file(c, path, JSON_INDENT(2) | JSON_SORT_KEYS) ? herr_set(err, HEARTH_EIO, "%s: cannot write", path) : 0;
   json_decref(c);
+  return rc;
+}
+
+/* ---- the optimizer's state ---- */
+
+int trainer_save_optimizer(const trainer *t, const char *dir, herr *err) {
+  if (mkdir(dir, 0755) && errno != EEXIST) return herr_set(err, HEARTH_EIO, "%s: cannot create the folder: %s", dir, strerror(errno));
+  st_writer *w = st_writer_new();
+  if (!w) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  st_writer_tensor(w, "exp_avg", ST_F32, 1, (int64_t[]){t->P}, t->m1);
+  st_writer_tensor(w, "exp_avg_sq", ST_F32, 1, (int64_t[]){t->P}, t->m2);
+  char v[64];
+  snprintf(v, sizeof v, "%lld", (long long)t->adam_t);
+  st_writer_meta(w, "step", v);
+  snprintf(v, sizeof v, "%016llx", (unsigned long long)t->rng);
+  st_writer_meta(w, "dropout_rng", v);
+  st_writer_meta(w, "format", "hearth-adamw");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+  int rc = st_writer_write(w, path, fill_tensor, NULL, err);
+  st_writer_free(w);
+  return rc;
+}
+
+int trainer_load_optimizer(trainer *t, const char *dir, herr *err) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+  st_set st;
+  memset(&st, 0, sizeof st);
+  int rc = st_open(&st, path, err);
+  if (rc) return rc;
+  const char *names[2] = {"exp_avg", "exp_avg_sq"};
+  float *dst[2] = {t->m1, t->m2};
+  for (int i = 0; !rc && i < 2; i++) {
+    const st_tensor *x = st_find(&st, names[i]);
+    if (!x || x->dtype != ST_F32 || x->ndim != 1 || x->shape[0] != t->P)
+      rc = herr_set(err, HEARTH_EINVAL, "%s: '%s' is not F32 [%lld] (another rank or set of targets?)", path, names[i],
+                    (long long)t->P);
+    else
+      memcpy(dst[i], x->data, (size_t)t->P * sizeof(float));
+  }
+  const char *step = json_string_value(json_object_get(st.metadata, "step"));
+  const char *rng = json_string_value(json_object_get(st.metadata, "dropout_rng"));
+  char *e1 = NULL, *e2 = NULL;
+  long long k = step ? strtoll(step, &e1, 10) : -1;
+  unsigned long long r = rng ? strtoull(rng, &e2, 16) : 0;
+  if (!rc && (!step || !rng || *e1 || *e2 || k < 0))
+    rc = herr_set(err, HEARTH_EFORMAT, "%s: no \"step\" and \"dropout_rng\" in its metadata", path);
+  if (!rc) t->adam_t = k, t->rng = r;
+  st_close(&st);
   return rc;
 }

@@ -7,7 +7,9 @@
  * AdamW steps with clipping and the cosine schedule. NAME-torch is torch's
  * autograd over the family's forward checked against transformers' golden
  * logits (tools/gen_train_torch_ref.py); llama-f32, when present, is PEFT +
- * transformers themselves (tools/gen_train_ref.py). */
+ * transformers themselves (tools/gen_train_ref.py). llama-f32-torch-pref
+ * (the same tool): DPO's and ORPO's losses and every LoRA gradient on two
+ * pairs, the reference model's log-probs (the adapter off) and the policy's. */
 #include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
@@ -158,6 +160,86 @@ static void check_reference(const char *ref, bool required) {
   json_decref(doc);
 }
 
+static int64_t ids_of(const json_t *a, int32_t **ids) {
+  int64_t n = (int64_t)json_array_size(a);
+  *ids = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++) (*ids)[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+  return n;
+}
+
+static void check_pref_reference(const char *ref) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/golden.json", ref);
+  json_t *doc = json_load_file(path, 0, NULL);
+  if (!doc) {
+    fprintf(stderr, "NOT RUN: %s is absent (tools/gen_train_torch_ref.py makes it where torch is installed)\n", ref);
+    return;
+  }
+  fprintf(stderr, "  %s\n", ref);
+  train_opts o;
+  train_opts_init(&o);
+  o.model_dir = HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32";
+  o.rank = 4, o.alpha = 8, o.targets = (1u << TT_N) - 1;
+  trainer *t = NULL;
+  herr err = {0};
+  CHECK_MSG(trainer_new(&o, &t, &err) == 0, "%s", err.msg);
+  snprintf(path, sizeof path, "%s/adapter_init", ref);
+  CHECK_MSG(t && trainer_load_adapter(t, path, &err) == 0, "%s", err.msg);
+  const json_t *pairs = json_object_get(doc, "pairs"), *refl = json_object_get(doc, "ref_logps");
+  int np = (int)json_array_size(pairs);
+  train_pair p[4];
+  int64_t chosen_learned = 0;
+  for (int i = 0; i < np && i < 4; i++) {
+    const json_t *x = json_array_get(pairs, (size_t)i);
+    int32_t *f = NULL;
+    p[i].chosen.n = ids_of(json_object_get(x, "chosen"), &p[i].chosen.ids);
+    ids_of(json_object_get(x, "chosen_learned"), &f);
+    p[i].chosen.loss = malloc((size_t)p[i].chosen.n);
+    for (int64_t k = 0; k < p[i].chosen.n; k++) p[i].chosen.loss[k] = (uint8_t)f[k], chosen_learned += k ? f[k] : 0;
+    free(f);
+    p[i].rejected.n = ids_of(json_object_get(x, "rejected"), &p[i].rejected.ids);
+    ids_of(json_object_get(x, "rejected_learned"), &f);
+    p[i].rejected.loss = malloc((size_t)p[i].rejected.n);
+    for (int64_t k = 0; k < p[i].rejected.n; k++) p[i].rejected.loss[k] = (uint8_t)f[k];
+    free(f);
+    /* the reference: this trainer with its adapter off, against the reference's own numbers */
+    double sc = 0, sr = 0;
+    int64_t k = 0;
+    trainer_adapter_off(t, true);
+    CHECK(t && trainer_loss(t, &p[i].chosen, false, 0, &sc, &k, &err) == 0 && trainer_loss(t, &p[i].rejected, false, 0, &sr, &k, &err) == 0);
+    trainer_adapter_off(t, false);
+    p[i].ref_chosen = -sc, p[i].ref_rejected = -sr;
+    double wc = json_number_value(json_array_get(json_array_get(refl, (size_t)i), 0));
+    double wr = json_number_value(json_array_get(json_array_get(refl, (size_t)i), 1));
+    CHECK_MSG(fabs(-sc - wc) <= 1e-5 * fabs(wc) && fabs(-sr - wr) <= 1e-5 * fabs(wr), "pair %d: reference log-probs %.9f %.9f vs %.9f %.9f",
+              i, -sc, -sr, wc, wr);
+  }
+  double beta = json_number_value(json_object_get(doc, "beta"));
+  int64_t in_of[TT_N] = {64, 64, 64, 64, 64, 64, 128}, out_of[TT_N] = {64, 32, 32, 64, 128, 128, 64};
+  const char *methods[2] = {"dpo", "orpo"};
+  for (int mi = 0; t && mi < 2; mi++) {
+    int64_t P;
+    trainer_params(t, &P);
+    memset(trainer_grads(t), 0, sizeof(float) * (size_t)P);
+    double loss = 0;
+    for (int i = 0; i < np; i++)
+      CHECK(trainer_pref_loss(t, mi ? TRAIN_ORPO : TRAIN_DPO, beta, &p[i], 1.0 / np, 1.0 / (double)chosen_learned, true, &loss, NULL,
+                              &err) == 0);
+    char key[64];
+    snprintf(key, sizeof key, "%s_loss", methods[mi]);
+    double want = json_number_value(json_object_get(doc, key));
+    fprintf(stderr, "  %s loss %.9f, reference %.9f: relative error %.3g\n", methods[mi], loss, want, fabs(loss - want) / fabs(want));
+    CHECK_MSG(fabs(loss - want) <= 1e-5 * fabs(want), "%s loss %.9f vs %.9f", methods[mi], loss, want);
+    snprintf(path, sizeof path, "%s/grads_%s.safetensors", ref, methods[mi]);
+    double g = compare(trainer_grads(t), path, 2, in_of, out_of, 4, false);
+    fprintf(stderr, "  %s gradients: largest error %.3g of the tensor's largest value\n", methods[mi], g);
+    CHECK_MSG(g <= 1e-4, "%s gradients %.3g from the reference's", methods[mi], g);
+  }
+  for (int i = 0; i < np && i < 4; i++) free(p[i].chosen.ids), free(p[i].chosen.loss), free(p[i].rejected.ids), free(p[i].rejected.loss);
+  trainer_free(t);
+  json_decref(doc);
+}
+
 static void test_reference(void) {
   static const char *const bases[] = {"llama-f32", "mistral-f32", "qwen2-f32", "qwen3-f32", "smollm3-f32", "gemma2-f32", "gemma3-f32", "phi3-f32"};
   for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++) {
@@ -166,6 +248,7 @@ static void test_reference(void) {
     check_reference(ref, true);
   }
   check_reference(REFS "/llama-f32", false);
+  check_pref_reference(REFS "/llama-f32-torch-pref");
 }
 
 int main(void) {
