@@ -122,68 +122,28 @@ static bool name_served(const serve_server *s, const char *name) {
   return false;
 }
 
-typedef enum route {
-  ROUTE_NONE = 0,
-  ROUTE_PAGE,
-  ROUTE_HEALTH,
-  ROUTE_INDEX,
-  ROUTE_MODELS,
-  ROUTE_MODEL, /* /v1/models/{id} */
-  ROUTE_CHAT,
-  ROUTE_COMPLETIONS,
-  ROUTE_MESSAGES,     /* Anthropic */
-  ROUTE_COUNT_TOKENS, /* Anthropic */
-  ROUTE_RESPONSES,    /* OpenAI Responses: POST /v1/responses */
-  ROUTE_RESPONSE,     /* GET / DELETE /v1/responses/{id} */
-  ROUTE_STATS,
-  ROUTE_METRICS,
-  ROUTE_EMBEDDINGS,
-  ROUTE_SIGNAL,
-  ROUTE_FIT,
-  ROUTE_ADAPTERS,     /* GET / POST /v1/adapters */
-  ROUTE_ADAPTER,      /* DELETE /v1/adapters/{id} */
-  ROUTE_TOKENIZE,     /* POST /tokenize (llama.cpp's, vLLM's) */
-  ROUTE_DETOKENIZE,   /* POST /detokenize */
-  ROUTE_MODEL_LOAD,   /* POST /v1/models/load, /v1/models/unload */
-  ROUTE_MODEL_UNLOAD,
-  ROUTE_OLL_VERSION,  /* the Ollama API under /api/ */
-  ROUTE_OLL_TAGS,
-  ROUTE_OLL_SHOW,
-  ROUTE_OLL_PS,
-  ROUTE_OLL_CHAT,
-  ROUTE_OLL_GENERATE,
-  ROUTE_OLL_EMBED,
-  ROUTE_OLL_EMBEDDINGS,
-  ROUTE_OLL_PULL,
-  ROUTE_OLL_DELETE,
-  ROUTE_OLL_REFUSED,  /* Ollama routes hearth does not serve: create, copy, push, blobs */
-  ROUTE_FILES,        /* POST / GET /v1/files */
-  ROUTE_FILE,         /* GET / DELETE /v1/files/{id} */
-  ROUTE_FILE_CONTENT, /* GET /v1/files/{id}/content */
-  ROUTE_BATCHES,      /* POST / GET /v1/batches */
-  ROUTE_BATCH,        /* GET /v1/batches/{id} */
-  ROUTE_BATCH_CANCEL, /* POST /v1/batches/{id}/cancel */
-  ROUTE_INFILL,       /* POST /infill (llama.cpp's fill-in-the-middle) */
-} route;
 
 /* The error shape of a route's protocol. */
 enum { PROTO_OPENAI = 0, PROTO_ANTHROPIC = 1, PROTO_OLLAMA = 2 };
 
 /* The one route table: what classify matches (path, method, key), what GET
- * /v1 lists, and the route on_request answers. A path ending in "/{id}"
- * matches its prefix followed by a non-empty rest. */
+ * /v1 lists, and each route's handler — dispatch is a lookup. A path ending
+ * in "/{id}" matches its prefix followed by a non-empty rest. */
+typedef struct http_req conn;
+/* A route's answer to a whole request (its body in cn->body). */
+typedef enum MHD_Result (*route_fn)(struct MHD_Connection *c, serve_server *s, conn *cn);
 typedef struct route_def {
   const char *method;
   const char *path;
-  route r;
-  bool open; /* answered without an API key */
+  route_fn answer;
+  bool open;   /* answered without an API key */
+  bool slow;   /* may take long (a generation, the tokenizer, an adapter or a file read from disk):
+                * answered on a thread of its own */
+  bool upload; /* the Files API's: a POST's body is an upload, under --max-file-size, not --max-body */
   const char *what;
 } route_def;
 
-#define conn_route(cn) ((cn)->route ? (cn)->route->r : ROUTE_NONE)
-
-/* Per-request state: http.c's, with the route and protocol classify gives it. */
-typedef http_req conn;
+/* Per-request state (conn): http.c's, with the route and protocol classify gives it. */
 
 static bool conn_del(const conn *cn) { return !strcmp(cn->method, "DELETE"); }
 static bool conn_post(const conn *cn) { return !strcmp(cn->method, "POST"); }
@@ -1474,12 +1434,15 @@ static int reply_token_ids(job *j, serve_kind kind, serve_fail *f) {
   return 0;
 }
 
-static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s, conn *cn) {
-  bool anth = conn_route(cn) == ROUTE_MESSAGES;
-  bool oll = conn_route(cn) == ROUTE_OLL_CHAT || conn_route(cn) == ROUTE_OLL_GENERATE;
+/* The protocol a generating route answers in. */
+typedef enum gen_proto { GEN_CHAT, GEN_COMPLETIONS, GEN_RESPONSES, GEN_MESSAGES, GEN_INFILL, GEN_OLL_CHAT, GEN_OLL_GENERATE } gen_proto;
+
+static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s, conn *cn, gen_proto gp) {
+  bool anth = gp == GEN_MESSAGES;
+  bool oll = gp == GEN_OLL_CHAT || gp == GEN_OLL_GENERATE;
   int proto = oll ? PROTO_OLLAMA : anth ? PROTO_ANTHROPIC : PROTO_OPENAI;
   double t0 = oll_now();
-  serve_kind kind = conn_route(cn) == ROUTE_COMPLETIONS || conn_route(cn) == ROUTE_INFILL ? SERVE_COMPLETION : SERVE_CHAT;
+  serve_kind kind = gp == GEN_COMPLETIONS || gp == GEN_INFILL ? SERVE_COMPLETION : SERVE_CHAT;
   serve_engine *e = s->engine;
   job *j = calloc(1, sizeof *j);
   serve_fail f;
@@ -1494,11 +1457,11 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   j->t_start = cn->t_start;
   j->route_path = cn->route_path;
   j->anthropic = anth;
-  j->responses = conn_route(cn) == ROUTE_RESPONSES;
+  j->responses = gp == GEN_RESPONSES;
   j->ollama = oll;
   j->fd = http_conn_fd(c);
   if (oll) {
-    if (oll_request_parse(hbuf_str(&cn->body), cn->body.len, conn_route(cn) == ROUTE_OLL_CHAT, &j->req, &j->oreq, &f))
+    if (oll_request_parse(hbuf_str(&cn->body), cn->body.len, gp == GEN_OLL_CHAT, &j->req, &j->oreq, &f))
       goto refuse;
     kind = j->req.kind;
     if (j->oreq.load_only) { /* Ollama's "load the model": nothing to generate */
@@ -1525,7 +1488,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       json_decref(prev);
     }
     if (resp_request_messages(&j->req, &j->rr, j->history, &f)) goto refuse;
-  } else if (conn_route(cn) == ROUTE_INFILL) {
+  } else if (gp == GEN_INFILL) {
     if (infill_request_parse(hbuf_str(&cn->body), cn->body.len, &j->req, &f)) goto refuse;
   } else if (anth ? anth_request_parse(hbuf_str(&cn->body), cn->body.len, false, &j->req, &f)
                   : serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f)) {
@@ -2383,64 +2346,111 @@ static int query_int(struct MHD_Connection *c, const char *name, int64_t def, in
   return 0;
 }
 
-static enum MHD_Result answer_batch_api(struct MHD_Connection *c, serve_server *s, conn *cn) {
+/* The Batch API's routes answer 400 batch_api_disabled without a state directory: true with that sent. */
+static bool batch_api_off(struct MHD_Connection *c, serve_server *s, enum MHD_Result *rc) {
+  if (s->files && s->batches) return false;
   serve_fail f;
-  json_t *o = NULL;
-  int st = 0;
-  char id[256];
-  if (!s->files || !s->batches) {
-    serve_fail_set(&f, 400, "invalid_request_error", NULL, "batch_api_disabled",
-                   "The Batch API keeps its files and batches on disk: start hearth serve with --state-dir DIR");
-    return send_fail(c, &f, NULL);
-  }
-  int64_t limit;
-  const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
-  switch (conn_route(cn)) {
-  case ROUTE_FILES:
-    if (conn_post(cn)) {
-      const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
-      st = file_store_upload(s->files, ct, hbuf_str(&cn->body), cn->body.len, &o, &f);
-    } else {
-      const char *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
-      if (order && strcmp(order, "asc") && strcmp(order, "desc"))
-        st = serve_bad(&f, "order", "'order' is '%.40s'; it must be \"asc\" or \"desc\"", order);
-      else if (!(st = query_int(c, "limit", 10000, &limit, &f)))
-        st = file_store_list(s->files, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "purpose"), after, limit,
-                             order && !strcmp(order, "asc"), &o, &f);
-    }
-    break;
-  case ROUTE_FILE:
-    route_id(cn, "/v1/files/", NULL, id, sizeof id);
-    st = conn_del(cn) ? file_store_delete(s->files, id, &o, &f) : file_store_get(s->files, id, &o, &f);
-    break;
-  case ROUTE_FILE_CONTENT: {
-    route_id(cn, "/v1/files/", "/content", id, sizeof id);
-    char *data = NULL;
-    size_t len = 0;
-    if ((st = file_store_read(s->files, id, &data, &len, &f)) != 200) break;
-    enum MHD_Result rc = http_send(c, 200, "application/octet-stream", data, len, NULL);
-    free(data);
-    return rc;
-  }
-  case ROUTE_BATCHES:
-    if (conn_post(cn)) st = batch_store_create(s->batches, hbuf_str(&cn->body), cn->body.len, &o, &f);
-    else if (!(st = query_int(c, "limit", 20, &limit, &f))) st = batch_store_list(s->batches, after, limit, &o, &f);
-    break;
-  case ROUTE_BATCH:
-    route_id(cn, "/v1/batches/", NULL, id, sizeof id);
-    st = batch_store_get(s->batches, id, &o, &f);
-    break;
-  case ROUTE_BATCH_CANCEL:
-    route_id(cn, "/v1/batches/", "/cancel", id, sizeof id);
-    st = batch_store_cancel(s->batches, id, &o, &f);
-    break;
-  default:
-    return MHD_NO;
-  }
+  serve_fail_set(&f, 400, "invalid_request_error", NULL, "batch_api_disabled",
+                 "The Batch API keeps its files and batches on disk: start hearth serve with --state-dir DIR");
+  *rc = send_fail(c, &f, NULL);
+  return true;
+}
+
+/* A store's answer: the object o (consumed) when st is 200, else the refusal in f. */
+static enum MHD_Result batch_api_answer(struct MHD_Connection *c, int st, json_t *o, serve_fail *f) {
   if (st == 200 && o) return http_send_json(c, 200, o);
   json_decref(o);
-  if (st == 200) serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
-  return send_fail(c, &f, NULL);
+  if (st == 200) serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  return send_fail(c, f, NULL);
+}
+
+/* POST /v1/files (an upload) and GET /v1/files (the list). */
+static enum MHD_Result answer_files(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  enum MHD_Result rc;
+  if (batch_api_off(c, s, &rc)) return rc;
+  serve_fail f;
+  json_t *o = NULL;
+  int st;
+  int64_t limit;
+  if (conn_post(cn)) {
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    st = file_store_upload(s->files, ct, hbuf_str(&cn->body), cn->body.len, &o, &f);
+  } else {
+    const char *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
+    const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    if (order && strcmp(order, "asc") && strcmp(order, "desc"))
+      st = serve_bad(&f, "order", "'order' is '%.40s'; it must be \"asc\" or \"desc\"", order);
+    else if (!(st = query_int(c, "limit", 10000, &limit, &f)))
+      st = file_store_list(s->files, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "purpose"), after, limit,
+                           order && !strcmp(order, "asc"), &o, &f);
+  }
+  return batch_api_answer(c, st, o, &f);
+}
+
+/* GET / DELETE /v1/files/{id}. */
+static enum MHD_Result answer_file(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  enum MHD_Result rc;
+  if (batch_api_off(c, s, &rc)) return rc;
+  serve_fail f;
+  json_t *o = NULL;
+  char id[256];
+  route_id(cn, "/v1/files/", NULL, id, sizeof id);
+  int st = conn_del(cn) ? file_store_delete(s->files, id, &o, &f) : file_store_get(s->files, id, &o, &f);
+  return batch_api_answer(c, st, o, &f);
+}
+
+/* GET /v1/files/{id}/content. */
+static enum MHD_Result answer_file_content(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  enum MHD_Result rc;
+  if (batch_api_off(c, s, &rc)) return rc;
+  serve_fail f;
+  char id[256];
+  route_id(cn, "/v1/files/", "/content", id, sizeof id);
+  char *data = NULL;
+  size_t len = 0;
+  int st = file_store_read(s->files, id, &data, &len, &f);
+  if (st != 200) return batch_api_answer(c, st, NULL, &f);
+  rc = http_send(c, 200, "application/octet-stream", data, len, NULL);
+  free(data);
+  return rc;
+}
+
+/* POST /v1/batches (create) and GET /v1/batches (the list). */
+static enum MHD_Result answer_batches(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  enum MHD_Result rc;
+  if (batch_api_off(c, s, &rc)) return rc;
+  serve_fail f;
+  json_t *o = NULL;
+  int st;
+  int64_t limit;
+  const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+  if (conn_post(cn)) st = batch_store_create(s->batches, hbuf_str(&cn->body), cn->body.len, &o, &f);
+  else if (!(st = query_int(c, "limit", 20, &limit, &f))) st = batch_store_list(s->batches, after, limit, &o, &f);
+  return batch_api_answer(c, st, o, &f);
+}
+
+/* GET /v1/batches/{id}. */
+static enum MHD_Result answer_batch(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  enum MHD_Result rc;
+  if (batch_api_off(c, s, &rc)) return rc;
+  serve_fail f;
+  json_t *o = NULL;
+  char id[256];
+  route_id(cn, "/v1/batches/", NULL, id, sizeof id);
+  int st = batch_store_get(s->batches, id, &o, &f);
+  return batch_api_answer(c, st, o, &f);
+}
+
+/* POST /v1/batches/{id}/cancel. */
+static enum MHD_Result answer_batch_cancel(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  enum MHD_Result rc;
+  if (batch_api_off(c, s, &rc)) return rc;
+  serve_fail f;
+  json_t *o = NULL;
+  char id[256];
+  route_id(cn, "/v1/batches/", "/cancel", id, sizeof id);
+  int st = batch_store_cancel(s->batches, id, &o, &f);
+  return batch_api_answer(c, st, o, &f);
 }
 
 /* ---- the request cycle ---- */
@@ -2461,68 +2471,155 @@ static bool key_ok(serve_server *s, struct MHD_Connection *c) {
   return diff == 0;
 }
 
+/* The handlers of the routes whose answers take other arguments. */
+static enum MHD_Result route_page(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)s, (void)cn;
+  return http_send(c, 200, "text/html; charset=utf-8", serve_page_html, serve_page_html_len, NULL);
+}
+static enum MHD_Result route_health(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)cn;
+  return answer_health(c, s);
+}
+static enum MHD_Result route_index_answer(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)cn;
+  return answer_index(c, s);
+}
+static enum MHD_Result route_models(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_models(c, s, cn->proto == PROTO_ANTHROPIC);
+}
+static enum MHD_Result route_model(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_model(c, s, cn->path + 11, cn->proto == PROTO_ANTHROPIC);
+}
+static enum MHD_Result route_model_load(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_model_load(c, s, cn, true);
+}
+static enum MHD_Result route_model_unload(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_model_load(c, s, cn, false);
+}
+static enum MHD_Result route_stats(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)cn;
+  return answer_stats(c, s);
+}
+static enum MHD_Result route_metrics(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)cn;
+  return answer_metrics(c, s);
+}
+static enum MHD_Result route_fit(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)cn;
+  return answer_fit(c, s);
+}
+static enum MHD_Result route_response(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_stored_response(c, s, cn->path + 14, conn_del(cn));
+}
+static enum MHD_Result route_adapter(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_adapter_delete(c, s, cn->path + 13);
+}
+static enum MHD_Result route_oll_version(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)s, (void)cn;
+  return answer_oll_version(c);
+}
+static enum MHD_Result route_oll_tags(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)cn;
+  return answer_oll_tags(c, s);
+}
+static enum MHD_Result route_oll_ps(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)cn;
+  return answer_oll_ps(c, s);
+}
+static enum MHD_Result route_oll_embed(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_oll_embed(c, s, cn, false);
+}
+static enum MHD_Result route_oll_embeddings(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_oll_embed(c, s, cn, true);
+}
+static enum MHD_Result route_oll_refused(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)s;
+  return answer_oll_refused(c, cn);
+}
+static enum MHD_Result route_chat(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_generate(c, s, cn, GEN_CHAT);
+}
+static enum MHD_Result route_completions(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_generate(c, s, cn, GEN_COMPLETIONS);
+}
+static enum MHD_Result route_responses(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_generate(c, s, cn, GEN_RESPONSES);
+}
+static enum MHD_Result route_messages(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_generate(c, s, cn, GEN_MESSAGES);
+}
+static enum MHD_Result route_infill(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_generate(c, s, cn, GEN_INFILL);
+}
+static enum MHD_Result route_oll_chat(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_generate(c, s, cn, GEN_OLL_CHAT);
+}
+static enum MHD_Result route_oll_generate(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_generate(c, s, cn, GEN_OLL_GENERATE);
+}
+
 static const route_def routes[] = {
-    {"GET", "/", ROUTE_PAGE, true, "the chat page"},
-    {"GET", "/health", ROUTE_HEALTH, true, "liveness"},
-    {"GET", "/v1", ROUTE_INDEX, false, "this index"},
-    {"GET", "/v1/models", ROUTE_MODELS, false, "the loaded model"},
-    {"GET", "/v1/models/{id}", ROUTE_MODEL, false, "one served model name"},
-    {"POST", "/v1/models/load", ROUTE_MODEL_LOAD, false,
+    {"GET", "/", route_page, .open = true, .what = "the chat page"},
+    {"GET", "/health", route_health, .open = true, .what = "liveness"},
+    {"GET", "/v1", route_index_answer, .what = "this index"},
+    {"GET", "/v1/models", route_models, .what = "the loaded model"},
+    {"GET", "/v1/models/{id}", route_model, .what = "one served model name"},
+    {"POST", "/v1/models/load", route_model_load, .slow = true, .what =
      "loads a model loaded on first use now: {\"model\"} (waits for it; the model object with its state)"},
-    {"POST", "/v1/models/unload", ROUTE_MODEL_UNLOAD, false,
+    {"POST", "/v1/models/unload", route_model_unload, .slow = true, .what =
      "unloads a model loaded on first use: {\"model\"} (now when idle, else once its requests are done)"},
-    {"POST", "/v1/chat/completions", ROUTE_CHAT, false, "chat completions (JSON or SSE with stream: true)"},
-    {"POST", "/v1/completions", ROUTE_COMPLETIONS, false, "text completions (JSON or SSE with stream: true)"},
-    {"POST", "/v1/responses", ROUTE_RESPONSES, false,
+    {"POST", "/v1/chat/completions", route_chat, .slow = true, .what = "chat completions (JSON or SSE with stream: true)"},
+    {"POST", "/v1/completions", route_completions, .slow = true, .what = "text completions (JSON or SSE with stream: true)"},
+    {"POST", "/v1/responses", route_responses, .slow = true, .what =
      "OpenAI Responses API (JSON or SSE with stream: true; previous_response_id)"},
-    {"GET", "/v1/responses/{id}", ROUTE_RESPONSE, false, "a stored response"},
-    {"DELETE", "/v1/responses/{id}", ROUTE_RESPONSE, false, "deletes a stored response"},
-    {"POST", "/v1/messages", ROUTE_MESSAGES, false, "Anthropic Messages API (JSON or SSE with stream: true)"},
-    {"POST", "/v1/messages/count_tokens", ROUTE_COUNT_TOKENS, false, "Anthropic token count of a Messages request"},
-    {"POST", "/v1/embeddings", ROUTE_EMBEDDINGS, false,
+    {"GET", "/v1/responses/{id}", route_response, .what = "a stored response"},
+    {"DELETE", "/v1/responses/{id}", route_response, .what = "deletes a stored response"},
+    {"POST", "/v1/messages", route_messages, .slow = true, .what = "Anthropic Messages API (JSON or SSE with stream: true)"},
+    {"POST", "/v1/messages/count_tokens", answer_count_tokens, .slow = true, .what = "Anthropic token count of a Messages request"},
+    {"POST", "/v1/embeddings", answer_embeddings, .slow = true, .what =
      "embeddings: the last token's final hidden state, L2-normalised (float or base64)"},
-    {"POST", "/v1/signal", ROUTE_SIGNAL, false, "the next token's log-probability histogram, entropy and best tokens"},
-    {"GET", "/v1/adapters", ROUTE_ADAPTERS, false, "the loaded LoRA adapters (a request picks one with \"adapter\")"},
-    {"POST", "/v1/adapters", ROUTE_ADAPTERS, false, "loads a PEFT LoRA adapter folder: {\"name\", \"path\"}"},
-    {"DELETE", "/v1/adapters/{id}", ROUTE_ADAPTER, false,
+    {"POST", "/v1/signal", answer_signal, .slow = true, .what = "the next token's log-probability histogram, entropy and best tokens"},
+    {"GET", "/v1/adapters", answer_adapters, .slow = true, .what = "the loaded LoRA adapters (a request picks one with \"adapter\")"},
+    {"POST", "/v1/adapters", answer_adapters, .slow = true, .what = "loads a PEFT LoRA adapter folder: {\"name\", \"path\"}"},
+    {"DELETE", "/v1/adapters/{id}", route_adapter, .slow = true, .what =
      "unloads an adapter (requests running under it finish first; its memory is freed after the last)"},
-    {"GET", "/stats", ROUTE_STATS, false, "serving counters as JSON (requests, KV blocks, prefix cache, tokens/s)"},
-    {"GET", "/metrics", ROUTE_METRICS, false, "serving counters in the Prometheus text format"},
-    {"POST", "/infill", ROUTE_INFILL, false,
+    {"GET", "/stats", route_stats, .what = "serving counters as JSON (requests, KV blocks, prefix cache, tokens/s)"},
+    {"GET", "/metrics", route_metrics, .what = "serving counters in the Prometheus text format"},
+    {"POST", "/infill", route_infill, .slow = true, .what =
      "fill-in-the-middle as llama.cpp's (input_prefix, input_suffix, input_extra, prompt; models with FIM tokens)"},
-    {"GET", "/fit", ROUTE_FIT, false,
+    {"GET", "/fit", route_fit, .slow = true, .what =
      "the served model's memory contract: weights, KV bytes per token, fit, largest context, predicted tok/s "
      "(?ctx=N&batch=B)"},
-    {"POST", "/tokenize", ROUTE_TOKENIZE, false,
+    {"POST", "/tokenize", answer_tokenize, .slow = true, .what =
      "text to token ids: {\"content\" (or \"prompt\", or chat \"messages\"), \"add_special\", \"with_pieces\"}"},
-    {"POST", "/detokenize", ROUTE_DETOKENIZE, false, "token ids to text: {\"tokens\": [ids]}"},
-    {"GET", "/api/version", ROUTE_OLL_VERSION, false, "Ollama API: the API version"},
-    {"GET", "/api/tags", ROUTE_OLL_TAGS, false, "Ollama API: the models hearth can name (the served one first)"},
-    {"POST", "/api/show", ROUTE_OLL_SHOW, false, "Ollama API: a model's details and capabilities"},
-    {"GET", "/api/ps", ROUTE_OLL_PS, false, "Ollama API: the loaded model"},
-    {"POST", "/api/chat", ROUTE_OLL_CHAT, false, "Ollama API: chat (NDJSON stream unless stream: false)"},
-    {"POST", "/api/generate", ROUTE_OLL_GENERATE, false, "Ollama API: generate (NDJSON stream unless stream: false)"},
-    {"POST", "/api/embed", ROUTE_OLL_EMBED, false, "Ollama API: embeddings of input"},
-    {"POST", "/api/embeddings", ROUTE_OLL_EMBEDDINGS, false, "Ollama API: the embedding of prompt (legacy)"},
-    {"POST", "/api/pull", ROUTE_OLL_PULL, false, "Ollama API: fetches a model as hearth get (progress as NDJSON)"},
-    {"DELETE", "/api/delete", ROUTE_OLL_DELETE, false, "Ollama API: removes a model as hearth rm"},
-    {"POST", "/api/create", ROUTE_OLL_REFUSED, false, "Ollama API: refused (hearth makes no models from Modelfiles)"},
-    {"POST", "/api/copy", ROUTE_OLL_REFUSED, false, "Ollama API: refused (hearth scan names models)"},
-    {"POST", "/api/push", ROUTE_OLL_REFUSED, false, "Ollama API: refused (hearth pushes to no registry)"},
-    {"POST", "/api/blobs/{id}", ROUTE_OLL_REFUSED, false, "Ollama API: refused (no Modelfile blobs)"},
-    {"GET", "/api/blobs/{id}", ROUTE_OLL_REFUSED, false, "Ollama API: refused (no Modelfile blobs)"},
-    {"POST", "/v1/files", ROUTE_FILES, false,
+    {"POST", "/detokenize", answer_detokenize, .slow = true, .what = "token ids to text: {\"tokens\": [ids]}"},
+    {"GET", "/api/version", route_oll_version, .what = "Ollama API: the API version"},
+    {"GET", "/api/tags", route_oll_tags, .slow = true, .what = "Ollama API: the models hearth can name (the served one first)"},
+    {"POST", "/api/show", answer_oll_show, .slow = true, .what = "Ollama API: a model's details and capabilities"},
+    {"GET", "/api/ps", route_oll_ps, .what = "Ollama API: the loaded model"},
+    {"POST", "/api/chat", route_oll_chat, .slow = true, .what = "Ollama API: chat (NDJSON stream unless stream: false)"},
+    {"POST", "/api/generate", route_oll_generate, .slow = true, .what = "Ollama API: generate (NDJSON stream unless stream: false)"},
+    {"POST", "/api/embed", route_oll_embed, .slow = true, .what = "Ollama API: embeddings of input"},
+    {"POST", "/api/embeddings", route_oll_embeddings, .slow = true, .what = "Ollama API: the embedding of prompt (legacy)"},
+    {"POST", "/api/pull", answer_oll_pull, .slow = true, .what = "Ollama API: fetches a model as hearth get (progress as NDJSON)"},
+    {"DELETE", "/api/delete", answer_oll_delete, .slow = true, .what = "Ollama API: removes a model as hearth rm"},
+    {"POST", "/api/create", route_oll_refused, .what = "Ollama API: refused (hearth makes no models from Modelfiles)"},
+    {"POST", "/api/copy", route_oll_refused, .what = "Ollama API: refused (hearth scan names models)"},
+    {"POST", "/api/push", route_oll_refused, .what = "Ollama API: refused (hearth pushes to no registry)"},
+    {"POST", "/api/blobs/{id}", route_oll_refused, .what = "Ollama API: refused (no Modelfile blobs)"},
+    {"GET", "/api/blobs/{id}", route_oll_refused, .what = "Ollama API: refused (no Modelfile blobs)"},
+    {"POST", "/v1/files", answer_files, .slow = true, .upload = true, .what =
      "uploads a Batch API input file: multipart/form-data with purpose \"batch\" and the JSONL file (--state-dir)"},
-    {"GET", "/v1/files", ROUTE_FILES, false, "the stored files, newest first (?purpose, ?after, ?limit, ?order)"},
-    {"GET", "/v1/files/{id}/content", ROUTE_FILE_CONTENT, false, "a file's content"},
-    {"GET", "/v1/files/{id}", ROUTE_FILE, false, "a file object"},
-    {"DELETE", "/v1/files/{id}", ROUTE_FILE, false, "deletes a file"},
-    {"POST", "/v1/batches", ROUTE_BATCHES, false,
+    {"GET", "/v1/files", answer_files, .slow = true, .upload = true, .what = "the stored files, newest first (?purpose, ?after, ?limit, ?order)"},
+    {"GET", "/v1/files/{id}/content", answer_file_content, .slow = true, .what = "a file's content"},
+    {"GET", "/v1/files/{id}", answer_file, .slow = true, .what = "a file object"},
+    {"DELETE", "/v1/files/{id}", answer_file, .slow = true, .what = "deletes a file"},
+    {"POST", "/v1/batches", answer_batches, .slow = true, .what =
      "creates a batch: {\"input_file_id\", \"endpoint\", \"completion_window\": \"24h\", \"metadata\"}; its rows run "
      "at low priority"},
-    {"GET", "/v1/batches", ROUTE_BATCHES, false, "the batches, newest first (?after, ?limit)"},
-    {"POST", "/v1/batches/{id}/cancel", ROUTE_BATCH_CANCEL, false, "cancels a batch (rows answered so far are kept)"},
-    {"GET", "/v1/batches/{id}", ROUTE_BATCH, false, "a batch object"},
+    {"GET", "/v1/batches", answer_batches, .slow = true, .what = "the batches, newest first (?after, ?limit)"},
+    {"POST", "/v1/batches/{id}/cancel", answer_batch_cancel, .slow = true, .what = "cancels a batch (rows answered so far are kept)"},
+    {"GET", "/v1/batches/{id}", answer_batch, .slow = true, .what = "a batch object"},
 };
 
 /* "{id}" inside a path ("/v1/batches/{id}/cancel") matches one segment. */
@@ -2546,8 +2643,6 @@ static json_t *route_index(void) {
                                           "description", routes[i].what));
   return data;
 }
-
-static bool slow_route(route r);
 
 /* Decides on the first call, before any body: route, method, key, size. */
 static void classify(void *ctx, struct MHD_Connection *c, const char *url, conn *cn) {
@@ -2595,7 +2690,7 @@ static void classify(void *ctx, struct MHD_Connection *c, const char *url, conn 
   bool open = rt->open;
   cn->route = rt;
   cn->route_path = rt->path;
-  cn->slow = slow_route(rt->r);
+  cn->slow = rt->slow;
   if (!open && !key_ok(s, c)) {
     cn->failed = true;
     serve_fail_set(&cn->fail, 401, "authentication_error", NULL, "invalid_api_key",
@@ -2611,7 +2706,7 @@ static void classify(void *ctx, struct MHD_Connection *c, const char *url, conn 
   }
   cn->priority = prio && !strcasecmp(prio, "low") ? 1 : 0;
   cn->max_body = s->max_body;
-  if (conn_route(cn) == ROUTE_FILES && conn_post(cn) && s->files) /* the file, and the form around it */
+  if (rt->upload && conn_post(cn) && s->files) /* the file, and the form around it */
     cn->max_body = file_store_max_bytes(s->files) + ((size_t)64 << 10);
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
   if (cl) {
@@ -2623,7 +2718,7 @@ static void classify(void *ctx, struct MHD_Connection *c, const char *url, conn 
       cn->failed = true;
       serve_fail_set(&cn->fail, 400, "invalid_request_error", NULL, "invalid_content_length",
                      "Content-Length '%.40s' is not a byte count", cl);
-    } else if (v > cn->max_body && conn_route(cn) == ROUTE_FILES && s->files) {
+    } else if (v > cn->max_body && rt->upload && s->files) {
       cn->failed = true;
       serve_fail_set(&cn->fail, 413, "invalid_request_error", "file", "file_too_large",
                      "The upload has %llu bytes; a file may have %zu (hearth serve --max-file-size)", v,
@@ -2636,120 +2731,9 @@ static void classify(void *ctx, struct MHD_Connection *c, const char *url, conn 
   }
 }
 
-/* Answers a whole request (its body is in cn->body). */
+/* Answers a whole request (its body is in cn->body): its route's handler. */
 static enum MHD_Result answer_route(void *ctx, struct MHD_Connection *c, conn *cn) {
-  serve_server *s = ctx;
-  switch (conn_route(cn)) {
-  case ROUTE_PAGE:
-    return http_send(c, 200, "text/html; charset=utf-8", serve_page_html, serve_page_html_len, NULL);
-  case ROUTE_HEALTH:
-    return answer_health(c, s);
-  case ROUTE_INDEX:
-    return answer_index(c, s);
-  case ROUTE_MODELS:
-    return answer_models(c, s, cn->proto == PROTO_ANTHROPIC);
-  case ROUTE_MODEL:
-    return answer_model(c, s, cn->path + 11, cn->proto == PROTO_ANTHROPIC);
-  case ROUTE_MODEL_LOAD:
-  case ROUTE_MODEL_UNLOAD:
-    return answer_model_load(c, s, cn, conn_route(cn) == ROUTE_MODEL_LOAD);
-  case ROUTE_STATS:
-    return answer_stats(c, s);
-  case ROUTE_METRICS:
-    return answer_metrics(c, s);
-  case ROUTE_FIT:
-    return answer_fit(c, s);
-  case ROUTE_CHAT:
-  case ROUTE_COMPLETIONS:
-  case ROUTE_MESSAGES:
-  case ROUTE_RESPONSES:
-  case ROUTE_INFILL:
-    return answer_generate(c, s, cn);
-  case ROUTE_RESPONSE:
-    return answer_stored_response(c, s, cn->path + 14, conn_del(cn));
-  case ROUTE_COUNT_TOKENS:
-    return answer_count_tokens(c, s, cn);
-  case ROUTE_EMBEDDINGS:
-    return answer_embeddings(c, s, cn);
-  case ROUTE_SIGNAL:
-    return answer_signal(c, s, cn);
-  case ROUTE_ADAPTERS:
-    return answer_adapters(c, s, cn);
-  case ROUTE_ADAPTER:
-    return answer_adapter_delete(c, s, cn->path + 13);
-  case ROUTE_TOKENIZE:
-    return answer_tokenize(c, s, cn);
-  case ROUTE_DETOKENIZE:
-    return answer_detokenize(c, s, cn);
-  case ROUTE_OLL_VERSION:
-    return answer_oll_version(c);
-  case ROUTE_OLL_TAGS:
-    return answer_oll_tags(c, s);
-  case ROUTE_OLL_SHOW:
-    return answer_oll_show(c, s, cn);
-  case ROUTE_OLL_PS:
-    return answer_oll_ps(c, s);
-  case ROUTE_OLL_CHAT:
-  case ROUTE_OLL_GENERATE:
-    return answer_generate(c, s, cn);
-  case ROUTE_OLL_EMBED:
-  case ROUTE_OLL_EMBEDDINGS:
-    return answer_oll_embed(c, s, cn, conn_route(cn) == ROUTE_OLL_EMBEDDINGS);
-  case ROUTE_OLL_PULL:
-    return answer_oll_pull(c, s, cn);
-  case ROUTE_OLL_DELETE:
-    return answer_oll_delete(c, s, cn);
-  case ROUTE_OLL_REFUSED:
-    return answer_oll_refused(c, cn);
-  case ROUTE_FILES:
-  case ROUTE_FILE:
-  case ROUTE_FILE_CONTENT:
-  case ROUTE_BATCHES:
-  case ROUTE_BATCH:
-  case ROUTE_BATCH_CANCEL:
-    return answer_batch_api(c, s, cn);
-  default:
-    return MHD_NO;
-  }
-}
-
-/* Routes whose answer may take long (a generation, the tokenizer, an
- * adapter read from disk): answered on a thread of their own (defer). */
-static bool slow_route(route r) {
-  switch (r) {
-  case ROUTE_CHAT:
-  case ROUTE_COMPLETIONS:
-  case ROUTE_MESSAGES:
-  case ROUTE_RESPONSES:
-  case ROUTE_COUNT_TOKENS:
-  case ROUTE_EMBEDDINGS:
-  case ROUTE_SIGNAL:
-  case ROUTE_ADAPTERS:
-  case ROUTE_ADAPTER:
-  case ROUTE_FIT:
-  case ROUTE_TOKENIZE:
-  case ROUTE_DETOKENIZE:
-  case ROUTE_MODEL_LOAD:
-  case ROUTE_MODEL_UNLOAD:
-  case ROUTE_OLL_TAGS: /* the models' headers are read */
-  case ROUTE_OLL_SHOW:
-  case ROUTE_OLL_CHAT:
-  case ROUTE_OLL_GENERATE:
-  case ROUTE_OLL_EMBED:
-  case ROUTE_OLL_EMBEDDINGS:
-  case ROUTE_OLL_PULL:
-  case ROUTE_OLL_DELETE:
-  case ROUTE_FILES:
-  case ROUTE_FILE:
-  case ROUTE_FILE_CONTENT:
-  case ROUTE_BATCHES:
-  case ROUTE_BATCH:
-  case ROUTE_BATCH_CANCEL:
-  case ROUTE_INFILL:
-    return true;
-  default:
-    return false;
-  }
+  return cn->route ? cn->route->answer(c, ctx, cn) : MHD_NO;
 }
 
 /* One line on stderr per request, and its count by route and status. */
