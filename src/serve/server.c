@@ -140,6 +140,7 @@ typedef struct route_def {
   bool slow;   /* may take long (a generation, the tokenizer, an adapter or a file read from disk):
                 * answered on a thread of its own */
   bool upload; /* the Files API's: a POST's body is an upload, under --max-file-size, not --max-body */
+  const struct serve_protocol *proto; /* a generating route's shapes (answer_generate) */
   const char *what;
 } route_def;
 
@@ -587,14 +588,19 @@ typedef struct slot {
   bool thread_started;
 } slot;
 
+struct serve_protocol;
+
 /* What a generation needs, whole or streamed. */
 typedef struct job {
   serve_server *srv;        /* borrowed */
   serve_engine *engine;     /* borrowed: the model the request named */
   bool held;                /* engine's model is held loaded for it (hold) until job_free */
-  bool anthropic;           /* answered in the Anthropic Messages shapes (areply), else OpenAI's (reply) */
-  bool responses;           /* answered as an OpenAI Responses response (rreply) */
-  bool ollama;              /* answered in the Ollama API's shapes (oreply): NDJSON streams */
+  double keep_alive_s;      /* how long a model loaded on first use stays once idle (< 0: its own TTL) */
+  bool load_only;           /* nothing to generate: the model is to be loaded (or, keep_alive_s 0, unloaded) */
+  int64_t num_ctx;          /* a context the request sets itself (Ollama's options.num_ctx); 0: none */
+  double t0, load_s;        /* when the answer began (oll_now), and how long it waited for its model to load */
+  const struct serve_protocol *proto; /* static: the shapes it is answered in */
+  /* the protocols' own state: each table reads and writes its part */
   oll_request oreq;         /* ollama */
   oll_reply oreply;         /* owned (ollama) */
   char *pull_name;          /* owned: an /api/pull job (no generation: the fetch's progress is the stream) */
@@ -635,6 +641,36 @@ typedef struct job {
   double t_start;           /* the request's head arrived (http_now) */
   const char *route_path;   /* static */
 } job;
+
+/* A protocol: the shapes a generating route reads and answers in, one table
+ * each (OpenAI chat and completions, llama.cpp's infill, the Responses API,
+ * Anthropic Messages, Ollama's chat and generate), filled below; the
+ * generation path around them is one. */
+typedef struct serve_protocol {
+  const char *name;        /* in the log lines */
+  int shape;               /* its errors' shape (PROTO_*) */
+  const char *chat_param;  /* the field an engine failure of a chat names ("messages", "input") */
+  const char *count_param; /* the field a chat's prompt refusals (count, context) name */
+  bool ndjson;             /* an NDJSON stream (no keep-alive comments), else SSE */
+  const char *thread_fail; /* a stream's whole body when its thread cannot start */
+  /* the body into j->req (and the protocol's own request state) */
+  int (*parse)(job *j, const char *body, size_t len, serve_fail *f);
+  /* the replies, once the choices are laid out (a parser of j->tc when j->parse) */
+  int (*reply_init)(job *j, uint64_t id_seed, serve_fail *f);
+  /* the forced opening of the reply through its parser (into sse when streamed); NULL: none */
+  void (*prime)(job *j, const char *text, hbuf *sse);
+  /* whole replies: each step's output, then the body */
+  void (*add)(slot *sl, const serve_token *tok);
+  void (*body)(job *j, hbuf *out);
+  /* streams: the opening, each step, a choice's end (NULL: nothing), an error, the end */
+  void (*stream_start)(job *j, hbuf *out);
+  void (*stream_token)(slot *sl, const serve_token *tok, hbuf *out);
+  void (*choice_end)(slot *sl, hbuf *out);
+  void (*stream_error)(job *j, const serve_fail *f, hbuf *out);
+  void (*stream_finish)(job *j, hbuf *out);
+  /* Ollama's load-only request (j->oreq.load_only): its answer; NULL: none */
+  void (*load_body)(job *j, const char *reason, hbuf *out);
+} serve_protocol;
 
 static void forced_call_grammar(job *j);
 static void request_done(serve_server *s, const char *method, const char *route, unsigned status, double t_start,
@@ -713,7 +749,7 @@ static void unhold(serve_engine *e, double keep_alive_s) {
 
 static void job_free(job *j) {
   if (!j) return;
-  if (j->held) unhold(j->engine, j->ollama ? j->oreq.keep_alive_s : -1);
+  if (j->held) unhold(j->engine, j->keep_alive_s);
   for (int i = 1; i < j->nslots; i++) serve_reply_free(&j->slots[i].own);
   for (int i = 0; i < j->nslots; i++) free(j->slots[i].echo_text);
   free(j->slots);
@@ -771,10 +807,9 @@ static void slot_run(slot *sl) {
     sl->result->finish = SERVE_FINISH_LENGTH;
     HLOG_INFO("serve: %lld tokens in, cut by the drain timeout", (long long)sl->result->completion_tokens);
   }
-  if (j->req.stream && !j->anthropic && !j->responses && !j->ollama && !j->req.infill && *sl->rc == 0 &&
-      !abandoned(j)) {
+  if (j->req.stream && j->proto->choice_end && *sl->rc == 0 && !abandoned(j)) {
     hbuf b = {0};
-    serve_sse_finish(sl->reply, sl->result->finish, &b);
+    j->proto->choice_end(sl, &b);
     stream_push(j, &b, false);
     hbuf_free(&b);
   }
@@ -841,7 +876,7 @@ static void job_generate(job *j, serve_token_fn fn) {
 /* An engine failure as the client sees it: by its code and typed cause, with
  * the field the engine named (never by parsing its message). */
 static void fail_from_engine(const job *j, serve_fail *f) {
-  const char *param = j->req.kind == SERVE_CHAT ? (j->responses ? "input" : "messages") : "prompt";
+  const char *param = j->req.kind == SERVE_CHAT ? j->proto->chat_param : "prompt";
   const char *field = j->err.field[0] ? j->err.field : NULL;
   if (j->err.cause == HEARTH_CAUSE_MEMORY_ADMISSION) {
     serve_fail_set(f, 400, "memory_admission", param, "memory_admission", "%s", j->err.msg);
@@ -864,19 +899,6 @@ static void fail_from_engine(const job *j, serve_fail *f) {
   }
 }
 
-static const char *job_name(const job *j) {
-  if (j->ollama) return j->oreq.chat ? "api/chat" : "api/generate";
-  return j->responses ? "responses" : j->anthropic ? "messages" : j->req.kind == SERVE_CHAT ? "chat" : "completion";
-}
-
-/* Keeps a finished Responses response (and the conversation it ends) when asked to. */
-static void store_response(job *j, const json_t *o) {
-  if (!j->responses || !j->rr.store || !o || !j->srv->responses) return;
-  json_t *conv = resp_reply_conversation(&j->rreply, j->history);
-  resp_store_put(j->srv->responses, o, conv);
-  json_decref(conv);
-}
-
 /* Whole responses: gather every step, stop when the client hangs up. */
 static int whole_token(void *ctx, const serve_token *tok) {
   slot *sl = ctx;
@@ -884,21 +906,14 @@ static int whole_token(void *ctx, const serve_token *tok) {
   if (!sl->started) slot_started(sl);
   if (!tok->flush) sl->cum_logprob += tok->logprob;
   token_times(sl, tok);
-  if (j->responses) resp_reply_add(&j->rreply, tok);
-  else if (j->ollama) oll_reply_add(&j->oreply, tok);
-  else if (j->anthropic) anth_reply_add(&j->areply, tok);
-  else serve_reply_add(sl->reply, tok);
+  j->proto->add(sl, tok);
   if (job_client_gone(j)) cancel_set(j);
   return cancelled(j) ? 1 : 0;
 }
 
 /* The forced opening of the reply goes through the parser first, as if generated. */
 static void job_prime(job *j, hbuf *sse) {
-  if (!j->forced) return;
-  if (j->responses) resp_reply_prime(&j->rreply, j->forced, sse);
-  else if (j->anthropic) anth_reply_prime(&j->areply, j->forced, sse);
-  else
-    for (int i = 0; i < j->nslots; i++) serve_reply_prime(j->slots[i].reply, j->forced, sse);
+  if (j->forced && j->proto->prime) j->proto->prime(j, j->forced, sse);
 }
 
 /* A whole reply checks its client at each token (whole_token), and while it
@@ -919,7 +934,7 @@ static void whole_watch(job *j, bool on) {
  * prompt * n + k. Returns how many. */
 static int best_of_choices(job *j, serve_reply **r, serve_result *res) {
   int n = j->req.n > 0 ? j->req.n : 1, copies = j->req.kind == SERVE_COMPLETION && j->req.best_of > n ? j->req.best_of : n;
-  if (copies == n || j->anthropic || j->responses) {
+  if (copies == n) {
     for (int i = 0; i < j->nslots; i++) r[i] = j->slots[i].reply, res[i] = *j->slots[i].result;
     return j->nslots;
   }
@@ -950,34 +965,10 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   enum MHD_Result rc;
   if (j->rc == 0 && j->result.finish != SERVE_FINISH_CANCELLED) {
     hbuf body = {0};
-    if (j->responses) {
-      json_t *o = resp_reply_object(&j->rreply, &j->result);
-      char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
-      if (txt) hbuf_puts(&body, txt);
-      else body.oom = true;
-      free(txt);
-      store_response(j, o);
-      json_decref(o);
-    } else if (j->ollama) {
-      oll_reply_body(&j->oreply, &j->result, &body);
-    } else if (j->anthropic) {
-      anth_reply_body(&j->areply, &j->result, &body);
-    } else if (j->req.infill) {
-      infill_body(&j->req, j->reply.model ? j->reply.model : j->srv->engine->model_id, hbuf_str(&j->reply.text),
-                  j->reply.text.len, &j->result, &body);
-    } else {
-      serve_reply **r = malloc(sizeof *r * (size_t)j->nslots);
-      serve_result *res = malloc(sizeof *res * (size_t)j->nslots);
-      int nr = j->nslots;
-      if (r && res) nr = best_of_choices(j, r, res);
-      if (r && res) serve_reply_body_n(r, res, nr, &j->usage, &body);
-      else body.oom = true;
-      free(r);
-      free(res);
-    }
+    j->proto->body(j, &body);
     rc = body.oom ? MHD_NO : http_send(c, 200, "application/json", hbuf_str(&body), body.len, NULL);
     job_done(j, body.oom ? 500 : 200);
-    HLOG_INFO("serve: %s 200: %d choice%s, %lld prompt + %lld completion tokens, %s", job_name(j), j->nslots,
+    HLOG_INFO("serve: %s 200: %d choice%s, %lld prompt + %lld completion tokens, %s", j->proto->name, j->nslots,
               j->nslots == 1 ? "" : "s", (long long)j->usage.prompt_tokens, (long long)j->usage.completion_tokens,
               serve_finish_name(j->result.finish));
     hbuf_free(&body);
@@ -988,7 +979,7 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   } else {
     serve_fail f;
     fail_from_engine(j, &f);
-    rc = send_fail_as(c, &f, NULL, j->ollama ? PROTO_OLLAMA : j->anthropic);
+    rc = send_fail_as(c, &f, NULL, j->proto->shape);
     job_done(j, (unsigned)f.status);
   }
   job_free(j);
@@ -1005,11 +996,7 @@ static int stream_token(void *ctx, const serve_token *tok) {
   if (!sl->started) slot_started(sl);
   token_times(sl, tok);
   hbuf b = {0};
-  if (j->responses) resp_sse_token(&j->rreply, tok, &b);
-  else if (j->ollama) oll_stream_token(&j->oreply, tok, &b);
-  else if (j->anthropic) anth_sse_token(&j->areply, tok, &b);
-  else if (j->req.infill) infill_sse_token(tok->text, tok->len, &b);
-  else serve_sse_token(sl->reply, tok, &b);
+  j->proto->stream_token(sl, tok, &b);
   stream_push(j, &b, false);
   hbuf_free(&b);
   return cancelled(j) ? 1 : 0;
@@ -1024,15 +1011,7 @@ static void *stream_main(void *arg) {
     pull_main(j);
     return NULL;
   }
-  if (j->responses) resp_sse_start(&j->rreply, &b);
-  else if (j->ollama) (void)0; /* an Ollama stream opens with its first token's line */
-  else if (j->anthropic) anth_sse_start(&j->areply, j->prompt_tokens, &b);
-  else if (j->req.infill) (void)0; /* llama.cpp's stream opens with the first piece */
-  else
-    for (int i = 0; i < j->nslots; i++) {
-      serve_sse_start(j->slots[i].reply, &b);
-      if (j->req.echo) serve_sse_text(j->slots[i].reply, j->slots[i].text, strlen(j->slots[i].text), &b);
-    }
+  j->proto->stream_start(j, &b);
   job_prime(j, &b);
   stream_push(j, &b, false);
   hbuf_clear(&b);
@@ -1043,35 +1022,10 @@ static void *stream_main(void *arg) {
   } else if (j->rc) {
     serve_fail f;
     fail_from_engine(j, &f);
-    if (j->responses) {
-      resp_sse_error(&j->rreply, &f, &b);
-    } else if (j->ollama) {
-      oll_error_line(&f, &b);
-    } else if (j->anthropic) {
-      anth_sse_error(&f, &b);
-    } else if (j->req.infill) {
-      infill_sse_error(&f, &b);
-    } else {
-      serve_sse_error(&f, &b);
-      serve_sse_done(&b);
-    }
+    j->proto->stream_error(j, &f, &b);
   } else {
-    if (j->responses) {
-      resp_sse_finish(&j->rreply, &j->result, &b);
-      json_t *o = resp_reply_object(&j->rreply, &j->result);
-      store_response(j, o);
-      json_decref(o);
-    } else if (j->ollama) {
-      oll_stream_finish(&j->oreply, &j->result, &b);
-    } else if (j->anthropic) {
-      anth_sse_finish(&j->areply, &j->result, &b);
-    } else if (j->req.infill) {
-      infill_sse_finish(&j->req, j->reply.model ? j->reply.model : j->srv->engine->model_id, &j->result, &b);
-    } else { /* each choice sent its finish chunk as it ended (slot_run) */
-      if (j->req.include_usage) serve_sse_usage(&j->reply, &j->usage, &b);
-      serve_sse_done(&b);
-    }
-    HLOG_INFO("serve: %s stream: %d choice%s, %lld prompt + %lld completion tokens, %s", job_name(j), j->nslots,
+    j->proto->stream_finish(j, &b);
+    HLOG_INFO("serve: %s stream: %d choice%s, %lld prompt + %lld completion tokens, %s", j->proto->name, j->nslots,
               j->nslots == 1 ? "" : "s", (long long)j->usage.prompt_tokens, (long long)j->usage.completion_tokens,
               serve_finish_name(j->result.finish));
   }
@@ -1101,7 +1055,7 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
   j->st.fd = j->fd;
   j->st.cancel = &j->cancel;
   j->st.drained = &j->drained;
-  j->st.keepalive = !j->ollama;
+  j->st.keepalive = !j->proto->ndjson;
   j->st.free_fn = stream_free;
   j->st.owner = j;
   struct MHD_Response *resp = http_stream_response(&j->st, c);
@@ -1114,16 +1068,9 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
     j->thread_started = true;
   } else {
     j->st.done = true;
-    if (j->ollama)
-      hbuf_puts(&j->st.out, "{\"error\":\"could not start a thread\"}\n");
-    else if (j->anthropic)
-      hbuf_puts(&j->st.out, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
-                            "\"message\":\"could not start a thread\"}}\n\n");
-    else
-      hbuf_puts(&j->st.out, "data: {\"error\":{\"message\":\"could not start a thread\",\"type\":\"server_error\","
-                            "\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n");
+    hbuf_puts(&j->st.out, j->proto->thread_fail);
   }
-  return http_stream_queue(c, resp, j->ollama ? "application/x-ndjson" : "text/event-stream");
+  return http_stream_queue(c, resp, j->proto->ndjson ? "application/x-ndjson" : "text/event-stream");
 }
 
 /* The generic tool-call format (a template without a call syntax of its own):
@@ -1434,15 +1381,247 @@ static int reply_token_ids(job *j, serve_kind kind, serve_fail *f) {
   return 0;
 }
 
-/* The protocol a generating route answers in. */
-typedef enum gen_proto { GEN_CHAT, GEN_COMPLETIONS, GEN_RESPONSES, GEN_MESSAGES, GEN_INFILL, GEN_OLL_CHAT, GEN_OLL_GENERATE } gen_proto;
+/* ---- the protocols ---- */
 
-static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s, conn *cn, gen_proto gp) {
-  bool anth = gp == GEN_MESSAGES;
-  bool oll = gp == GEN_OLL_CHAT || gp == GEN_OLL_GENERATE;
-  int proto = oll ? PROTO_OLLAMA : anth ? PROTO_ANTHROPIC : PROTO_OPENAI;
+/* Keeps a finished Responses response (and the conversation it ends) when asked to. */
+static void store_response(job *j, const json_t *o) {
+  if (!j->rr.store || !o || !j->srv->responses) return;
+  json_t *conv = resp_reply_conversation(&j->rreply, j->history);
+  resp_store_put(j->srv->responses, o, conv);
+  json_decref(conv);
+}
+
+#define THREAD_FAIL_OPENAI                                                                                            \
+  "data: {\"error\":{\"message\":\"could not start a thread\",\"type\":\"server_error\",\"param\":null,"          \
+  "\"code\":null}}\n\ndata: [DONE]\n\n"
+
+/* OpenAI chat completions and completions: a reply per choice (serve_reply), SSE chunks. */
+static int chat_parse(job *j, const char *body, size_t len, serve_fail *f) {
+  return serve_request_parse(body, len, SERVE_CHAT, &j->req, f);
+}
+static int completions_parse(job *j, const char *body, size_t len, serve_fail *f) {
+  return serve_request_parse(body, len, SERVE_COMPLETION, &j->req, f);
+}
+static int openai_reply_init(job *j, uint64_t id_seed, serve_fail *f) {
+  herr err = {0};
+  int64_t created = (int64_t)time(NULL);
+  for (int i = 0; i < j->nslots; i++) { /* one reply per choice, all of one id */
+    serve_reply *r = j->slots[i].reply;
+    serve_reply_init(r, j->req.kind, j->engine->model_id, created, id_seed, j->req.sampling.logprobs);
+    r->index = i;
+    r->usage_null = j->req.stream && j->req.include_usage;
+    r->one_call = j->req.one_tool_call;
+    if (j->parse && serve_reply_parse(r, &j->tc, &err))
+      return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+  }
+  if (j->req.return_token_ids && reply_token_ids(j, j->req.kind, f)) return f->status;
+  if (j->req.kind == SERVE_COMPLETION && j->req.echo && echo_setup(j, f)) return f->status;
+  return 0;
+}
+static void openai_prime(job *j, const char *text, hbuf *sse) {
+  for (int i = 0; i < j->nslots; i++) serve_reply_prime(j->slots[i].reply, text, sse);
+}
+static void openai_add(slot *sl, const serve_token *tok) { serve_reply_add(sl->reply, tok); }
+static void openai_body(job *j, hbuf *out) {
+  serve_reply **r = malloc(sizeof *r * (size_t)j->nslots);
+  serve_result *res = malloc(sizeof *res * (size_t)j->nslots);
+  if (r && res) serve_reply_body_n(r, res, best_of_choices(j, r, res), &j->usage, out);
+  else out->oom = true;
+  free(r);
+  free(res);
+}
+static void openai_stream_start(job *j, hbuf *out) {
+  for (int i = 0; i < j->nslots; i++) {
+    serve_sse_start(j->slots[i].reply, out);
+    if (j->req.echo) serve_sse_text(j->slots[i].reply, j->slots[i].text, strlen(j->slots[i].text), out);
+  }
+}
+static void openai_stream_token(slot *sl, const serve_token *tok, hbuf *out) { serve_sse_token(sl->reply, tok, out); }
+/* each choice sends its finish chunk as it ends */
+static void openai_choice_end(slot *sl, hbuf *out) { serve_sse_finish(sl->reply, sl->result->finish, out); }
+static void openai_stream_error(job *j, const serve_fail *f, hbuf *out) {
+  (void)j;
+  serve_sse_error(f, out);
+  serve_sse_done(out);
+}
+static void openai_stream_finish(job *j, hbuf *out) {
+  if (j->req.include_usage) serve_sse_usage(&j->reply, &j->usage, out);
+  serve_sse_done(out);
+}
+
+static const serve_protocol proto_chat = {
+    .name = "chat", .shape = PROTO_OPENAI, .chat_param = "messages", .count_param = "messages",
+    .thread_fail = THREAD_FAIL_OPENAI, .parse = chat_parse, .reply_init = openai_reply_init, .prime = openai_prime,
+    .add = openai_add, .body = openai_body, .stream_start = openai_stream_start, .stream_token = openai_stream_token,
+    .choice_end = openai_choice_end, .stream_error = openai_stream_error, .stream_finish = openai_stream_finish};
+static const serve_protocol proto_completions = {
+    .name = "completion", .shape = PROTO_OPENAI, .chat_param = "messages", .count_param = "messages",
+    .thread_fail = THREAD_FAIL_OPENAI, .parse = completions_parse, .reply_init = openai_reply_init,
+    .prime = openai_prime, .add = openai_add, .body = openai_body, .stream_start = openai_stream_start,
+    .stream_token = openai_stream_token, .choice_end = openai_choice_end, .stream_error = openai_stream_error,
+    .stream_finish = openai_stream_finish};
+
+/* llama.cpp's /infill: a completion whose replies are llama.cpp's shapes (infill.h). */
+static int infill_parse(job *j, const char *body, size_t len, serve_fail *f) {
+  return infill_request_parse(body, len, &j->req, f);
+}
+static const char *infill_model(const job *j) { return j->reply.model ? j->reply.model : j->srv->engine->model_id; }
+static void infill_whole(job *j, hbuf *out) {
+  infill_body(&j->req, infill_model(j), hbuf_str(&j->reply.text), j->reply.text.len, &j->result, out);
+}
+static void infill_stream_start(job *j, hbuf *out) { (void)j, (void)out; } /* it opens with the first piece */
+static void infill_stream_token(slot *sl, const serve_token *tok, hbuf *out) {
+  (void)sl;
+  infill_sse_token(tok->text, tok->len, out);
+}
+static void infill_stream_error(job *j, const serve_fail *f, hbuf *out) {
+  (void)j;
+  infill_sse_error(f, out);
+}
+static void infill_stream_finish(job *j, hbuf *out) { infill_sse_finish(&j->req, infill_model(j), &j->result, out); }
+
+static const serve_protocol proto_infill = {
+    .name = "completion", .shape = PROTO_OPENAI, .chat_param = "messages", .count_param = "messages",
+    .thread_fail = THREAD_FAIL_OPENAI, .parse = infill_parse, .reply_init = openai_reply_init, .prime = openai_prime,
+    .add = openai_add, .body = infill_whole, .stream_start = infill_stream_start, .stream_token = infill_stream_token,
+    .stream_error = infill_stream_error, .stream_finish = infill_stream_finish};
+
+/* The OpenAI Responses API: output items (resp_reply), typed events, the store. */
+static int responses_parse(job *j, const char *body, size_t len, serve_fail *f) {
+  if (resp_request_parse(body, len, &j->req, &j->rr, f)) return f->status;
+  if (j->rr.previous_id) {
+    resp_store *store = j->srv->responses;
+    json_t *prev = store ? resp_store_get(store, j->rr.previous_id, &j->history) : NULL;
+    if (!prev)
+      return serve_fail_set(f, 404, "invalid_request_error", "previous_response_id", "previous_response_not_found",
+                            "Previous response with id '%.100s' not found.", j->rr.previous_id);
+    json_decref(prev);
+  }
+  return resp_request_messages(&j->req, &j->rr, j->history, f);
+}
+static int responses_reply_init(job *j, uint64_t id_seed, serve_fail *f) {
+  herr err = {0};
+  resp_reply_init(&j->rreply, j->engine->model_id, id_seed ^ (uint64_t)time(NULL), &j->rr);
+  if (j->parse && resp_reply_parse(&j->rreply, &j->tc, &err))
+    return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+  return 0;
+}
+static void responses_prime(job *j, const char *text, hbuf *sse) { resp_reply_prime(&j->rreply, text, sse); }
+static void responses_add(slot *sl, const serve_token *tok) { resp_reply_add(&sl->j->rreply, tok); }
+static void responses_body(job *j, hbuf *out) {
+  json_t *o = resp_reply_object(&j->rreply, &j->result);
+  char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+  if (txt) hbuf_puts(out, txt);
+  else out->oom = true;
+  free(txt);
+  store_response(j, o);
+  json_decref(o);
+}
+static void responses_stream_start(job *j, hbuf *out) { resp_sse_start(&j->rreply, out); }
+static void responses_stream_token(slot *sl, const serve_token *tok, hbuf *out) {
+  resp_sse_token(&sl->j->rreply, tok, out);
+}
+static void responses_stream_error(job *j, const serve_fail *f, hbuf *out) { resp_sse_error(&j->rreply, f, out); }
+static void responses_stream_finish(job *j, hbuf *out) {
+  resp_sse_finish(&j->rreply, &j->result, out);
+  json_t *o = resp_reply_object(&j->rreply, &j->result);
+  store_response(j, o);
+  json_decref(o);
+}
+
+static const serve_protocol proto_responses = {
+    .name = "responses", .shape = PROTO_OPENAI, .chat_param = "input", .count_param = "messages",
+    .thread_fail = THREAD_FAIL_OPENAI, .parse = responses_parse, .reply_init = responses_reply_init,
+    .prime = responses_prime, .add = responses_add, .body = responses_body, .stream_start = responses_stream_start,
+    .stream_token = responses_stream_token, .stream_error = responses_stream_error,
+    .stream_finish = responses_stream_finish};
+
+/* Anthropic Messages: the message object (anth_reply), named SSE events. */
+static int messages_parse(job *j, const char *body, size_t len, serve_fail *f) {
+  return anth_request_parse(body, len, false, &j->req, f);
+}
+static int messages_reply_init(job *j, uint64_t id_seed, serve_fail *f) {
+  herr err = {0};
+  anth_reply_init(&j->areply, j->engine->model_id, id_seed ^ (uint64_t)time(NULL), j->req.sampling.stop,
+                  j->req.sampling.n_stop);
+  j->req.sampling.trace_label = j->areply.id;
+  if (j->parse && anth_reply_parse(&j->areply, &j->tc, &err))
+    return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+  return 0;
+}
+static void messages_prime(job *j, const char *text, hbuf *sse) { anth_reply_prime(&j->areply, text, sse); }
+static void messages_add(slot *sl, const serve_token *tok) { anth_reply_add(&sl->j->areply, tok); }
+static void messages_body(job *j, hbuf *out) { anth_reply_body(&j->areply, &j->result, out); }
+static void messages_stream_start(job *j, hbuf *out) { anth_sse_start(&j->areply, j->prompt_tokens, out); }
+static void messages_stream_token(slot *sl, const serve_token *tok, hbuf *out) {
+  anth_sse_token(&sl->j->areply, tok, out);
+}
+static void messages_stream_error(job *j, const serve_fail *f, hbuf *out) {
+  (void)j;
+  anth_sse_error(f, out);
+}
+static void messages_stream_finish(job *j, hbuf *out) { anth_sse_finish(&j->areply, &j->result, out); }
+
+static const serve_protocol proto_messages = {
+    .name = "messages", .shape = PROTO_ANTHROPIC, .chat_param = "messages", .count_param = "messages",
+    .thread_fail = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
+                   "\"message\":\"could not start a thread\"}}\n\n",
+    .parse = messages_parse, .reply_init = messages_reply_init, .prime = messages_prime, .add = messages_add,
+    .body = messages_body, .stream_start = messages_stream_start, .stream_token = messages_stream_token,
+    .stream_error = messages_stream_error, .stream_finish = messages_stream_finish};
+
+/* The Ollama API's chat and generate: oll_reply, NDJSON lines, load-only requests. */
+static int ollama_parse(job *j, const char *body, size_t len, bool chat, serve_fail *f) {
+  if (oll_request_parse(body, len, chat, &j->req, &j->oreq, f)) return f->status;
+  j->load_only = j->oreq.load_only;
+  j->keep_alive_s = j->oreq.keep_alive_s;
+  j->num_ctx = j->oreq.num_ctx;
+  return 0;
+}
+static int oll_chat_parse(job *j, const char *body, size_t len, serve_fail *f) { return ollama_parse(j, body, len, true, f); }
+static int oll_generate_parse(job *j, const char *body, size_t len, serve_fail *f) {
+  return ollama_parse(j, body, len, false, f);
+}
+static int ollama_reply_init(job *j, uint64_t id_seed, serve_fail *f) {
+  (void)id_seed;
+  herr err = {0};
+  oll_reply_init(&j->oreply, j->oreq.chat, j->req.model, j->req.stream, j->t0, j->req.sampling.logprobs);
+  j->oreply.load_s = j->load_s;
+  if (j->parse && oll_reply_parse(&j->oreply, &j->tc, &err))
+    return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+  return 0;
+}
+static void ollama_add(slot *sl, const serve_token *tok) { oll_reply_add(&sl->j->oreply, tok); }
+static void ollama_body(job *j, hbuf *out) { oll_reply_body(&j->oreply, &j->result, out); }
+static void ollama_stream_start(job *j, hbuf *out) { (void)j, (void)out; } /* it opens with its first token's line */
+static void ollama_stream_token(slot *sl, const serve_token *tok, hbuf *out) {
+  oll_stream_token(&sl->j->oreply, tok, out);
+}
+static void ollama_stream_error(job *j, const serve_fail *f, hbuf *out) {
+  (void)j;
+  oll_error_line(f, out);
+}
+static void ollama_stream_finish(job *j, hbuf *out) { oll_stream_finish(&j->oreply, &j->result, out); }
+static void ollama_load_body(job *j, const char *reason, hbuf *out) {
+  oll_load_body(j->oreq.chat, j->req.model, reason, out);
+}
+
+#define OLLAMA_OPS                                                                                                    \
+  .shape = PROTO_OLLAMA, .chat_param = "messages", .ndjson = true,                                                    \
+  .thread_fail = "{\"error\":\"could not start a thread\"}\n", .reply_init = ollama_reply_init, .add = ollama_add,   \
+  .body = ollama_body, .stream_start = ollama_stream_start, .stream_token = ollama_stream_token,                     \
+  .stream_error = ollama_stream_error, .stream_finish = ollama_stream_finish, .load_body = ollama_load_body
+static const serve_protocol proto_oll_chat = {.name = "api/chat", .count_param = "messages", .parse = oll_chat_parse,
+                                              OLLAMA_OPS};
+static const serve_protocol proto_oll_generate = {.name = "api/generate", .count_param = "prompt",
+                                                  .parse = oll_generate_parse, OLLAMA_OPS};
+
+/* POST on a generating route: the request in its protocol's shapes (the route's
+ * serve_protocol), one generation path for all of them. */
+static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  const serve_protocol *pr = cn->route->proto;
+  int proto = pr->shape;
   double t0 = oll_now();
-  serve_kind kind = gp == GEN_COMPLETIONS || gp == GEN_INFILL ? SERVE_COMPLETION : SERVE_CHAT;
   serve_engine *e = s->engine;
   job *j = calloc(1, sizeof *j);
   serve_fail f;
@@ -1454,45 +1633,25 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   pthread_mutex_init(&j->gen_mu, NULL);
   pthread_cond_init(&j->gen_cv, NULL);
   j->srv = s;
+  j->proto = pr;
+  j->keep_alive_s = -1;
+  j->t0 = t0;
   j->t_start = cn->t_start;
   j->route_path = cn->route_path;
-  j->anthropic = anth;
-  j->responses = gp == GEN_RESPONSES;
-  j->ollama = oll;
   j->fd = http_conn_fd(c);
-  if (oll) {
-    if (oll_request_parse(hbuf_str(&cn->body), cn->body.len, gp == GEN_OLL_CHAT, &j->req, &j->oreq, &f))
-      goto refuse;
-    kind = j->req.kind;
-    if (j->oreq.load_only) { /* Ollama's "load the model": nothing to generate */
-      if (model_unknown(s, &j->req, proto, &e, &f)) goto refuse;
-      bool unload = j->oreq.keep_alive_s == 0; /* keep_alive 0 with no prompt: Ollama's unload request */
-      if (!(unload && e->is_loaded && !e->is_loaded(e->impl))) {
-        if (hold(e, &f)) goto refuse;
-        unhold(e, j->oreq.keep_alive_s);
-      }
-      hbuf b = {0};
-      oll_load_body(j->oreq.chat, j->req.model, unload ? "unload" : "load", &b);
-      job_free(j);
-      return http_send_hbuf(c, &b);
+  if (pr->parse(j, hbuf_str(&cn->body), cn->body.len, &f)) goto refuse;
+  serve_kind kind = j->req.kind;
+  if (j->load_only) { /* a request to load (or unload) the model: nothing to generate (Ollama's) */
+    if (model_unknown(s, &j->req, proto, &e, &f)) goto refuse;
+    bool unload = j->keep_alive_s == 0; /* keep_alive 0 with no prompt: Ollama's unload request */
+    if (!(unload && e->is_loaded && !e->is_loaded(e->impl))) {
+      if (hold(e, &f)) goto refuse;
+      unhold(e, j->keep_alive_s);
     }
-  } else if (j->responses) {
-    if (resp_request_parse(hbuf_str(&cn->body), cn->body.len, &j->req, &j->rr, &f)) goto refuse;
-    if (j->rr.previous_id) {
-      json_t *prev = s->responses ? resp_store_get(s->responses, j->rr.previous_id, &j->history) : NULL;
-      if (!prev) {
-        serve_fail_set(&f, 404, "invalid_request_error", "previous_response_id", "previous_response_not_found",
-                       "Previous response with id '%.100s' not found.", j->rr.previous_id);
-        goto refuse;
-      }
-      json_decref(prev);
-    }
-    if (resp_request_messages(&j->req, &j->rr, j->history, &f)) goto refuse;
-  } else if (gp == GEN_INFILL) {
-    if (infill_request_parse(hbuf_str(&cn->body), cn->body.len, &j->req, &f)) goto refuse;
-  } else if (anth ? anth_request_parse(hbuf_str(&cn->body), cn->body.len, false, &j->req, &f)
-                  : serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f)) {
-    goto refuse;
+    hbuf b = {0};
+    pr->load_body(j, unload ? "unload" : "load", &b);
+    job_free(j);
+    return http_send_hbuf(c, &b);
   }
   if (model_unknown(s, &j->req, proto, &e, &f)) goto refuse;
   j->engine = e;
@@ -1500,8 +1659,8 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   double before_hold = oll_now();
   if (hold(e, &f)) goto refuse;
   j->held = e->acquire != NULL;
-  double load_s = j->held ? oll_now() - before_hold : 0; /* a model loaded on first use: the wait for it */
-  const char *param = kind == SERVE_CHAT && !(oll && !j->oreq.chat) ? "messages" : "prompt";
+  j->load_s = j->held ? oll_now() - before_hold : 0; /* a model loaded on first use: the wait for it */
+  const char *param = kind == SERVE_CHAT ? pr->count_param : "prompt";
   if (kind == SERVE_CHAT) {
     if (render_prompt(e, &j->req, &j->prompt, &f)) goto refuse;
     j->parse = output_parser(e, &j->req, j->prompt, &j->tc);
@@ -1543,8 +1702,8 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   herr err = {0};
   /* the choices: each prompt (a completion's prompt array; else the one) n times */
   int nprompts = kind == SERVE_COMPLETION && j->req.n_prompts > 1 ? j->req.n_prompts : 1;
-  int copies = anth || j->responses || j->req.n < 1 ? 1 : j->req.n;
-  if (kind == SERVE_COMPLETION && !anth && !j->responses && j->req.best_of > copies) copies = j->req.best_of;
+  int copies = j->req.n < 1 ? 1 : j->req.n; /* (1 where the protocol has no n) */
+  if (kind == SERVE_COMPLETION && j->req.best_of > copies) copies = j->req.best_of;
   j->nslots = nprompts * copies;
   j->slots = calloc((size_t)j->nslots, sizeof *j->slots);
   if (!j->slots) {
@@ -1574,10 +1733,10 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       goto refuse;
     }
     int64_t want = j->req.sampling.max_tokens > 0 ? j->req.sampling.max_tokens : 1;
-    if (oll && j->oreq.num_ctx > 0 && ntok + want > j->oreq.num_ctx) {
+    if (j->num_ctx > 0 && ntok + want > j->num_ctx) {
       serve_fail_set(&f, 400, "invalid_request_error", "options.num_ctx", "context_length_exceeded",
                      "options.num_ctx is %lld tokens, but the prompt has %lld and num_predict asks for %lld",
-                     (long long)j->oreq.num_ctx, (long long)ntok, (long long)(j->req.sampling.max_tokens > 0 ? want : 0));
+                     (long long)j->num_ctx, (long long)ntok, (long long)(j->req.sampling.max_tokens > 0 ? want : 0));
       goto refuse;
     }
     if (e->context_length > 0 && ntok + want > e->context_length) {
@@ -1618,50 +1777,9 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   j->prompt_tokens = j->slots[0].prompt_tokens;
   uint64_t seq = atomic_fetch_add(&s->next_id, 1);
   uint64_t id_seed = seq * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)j;
-  if (oll) {
-    oll_reply_init(&j->oreply, j->oreq.chat, j->req.model, j->req.stream, t0, j->req.sampling.logprobs);
-    j->oreply.load_s = load_s;
-    if (j->parse) {
-      if (oll_reply_parse(&j->oreply, &j->tc, &err)) {
-        serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
-        goto refuse;
-      }
-      j->req.sampling.skip_special = !needs_specials(&j->tc);
-    }
-  } else if (j->responses) {
-    resp_reply_init(&j->rreply, e->model_id, id_seed ^ (uint64_t)time(NULL), &j->rr);
-    if (j->parse && resp_reply_parse(&j->rreply, &j->tc, &err)) {
-      serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
-      goto refuse;
-    }
-    if (j->parse) j->req.sampling.skip_special = !needs_specials(&j->tc);
-  } else if (anth) {
-    anth_reply_init(&j->areply, e->model_id, id_seed ^ (uint64_t)time(NULL), j->req.sampling.stop, j->req.sampling.n_stop);
-    if (j->parse) {
-      if (anth_reply_parse(&j->areply, &j->tc, &err)) {
-        serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
-        goto refuse;
-      }
-      j->req.sampling.skip_special = !needs_specials(&j->tc);
-    }
-  } else {
-    int64_t created = (int64_t)time(NULL);
-    for (int i = 0; i < j->nslots; i++) { /* one reply per choice, all of one id */
-      serve_reply *r = j->slots[i].reply;
-      serve_reply_init(r, kind, e->model_id, created, id_seed, j->req.sampling.logprobs);
-      r->index = i;
-      r->usage_null = j->req.stream && j->req.include_usage;
-      r->one_call = j->req.one_tool_call;
-      if (j->parse && serve_reply_parse(r, &j->tc, &err)) {
-        serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
-        goto refuse;
-      }
-    }
-    if (j->parse) j->req.sampling.skip_special = !needs_specials(&j->tc);
-    if (j->req.return_token_ids && reply_token_ids(j, kind, &f)) goto refuse;
-    if (kind == SERVE_COMPLETION && j->req.echo && echo_setup(j, &f)) goto refuse;
-  }
-  j->req.sampling.trace_label = anth ? j->areply.id : j->reply.id; /* names the request in a trace */
+  j->req.sampling.trace_label = j->reply.id; /* names the request in a trace (reply_init may name another) */
+  if (pr->reply_init(j, id_seed, &f)) goto refuse;
+  if (j->parse) j->req.sampling.skip_special = !needs_specials(&j->tc);
   /* Each choice samples with the request's parameters; with a seed, copy c > 0
    * of each prompt draws from a seed of its own derived from it, so the copies
    * differ, and copy 0 keeps the request's seed (n = 1 answers as before). */
@@ -2267,7 +2385,7 @@ static enum MHD_Result answer_oll_pull(struct MHD_Connection *c, serve_server *s
       pthread_mutex_init(&j->gen_mu, NULL);
       pthread_cond_init(&j->gen_cv, NULL);
       j->srv = s;
-      j->ollama = true;
+      j->proto = &proto_oll_generate;
       j->fd = http_conn_fd(c);
       j->pull_running = true;
       rc = answer_stream(c, j);
@@ -2536,27 +2654,6 @@ static enum MHD_Result route_oll_refused(struct MHD_Connection *c, serve_server 
   (void)s;
   return answer_oll_refused(c, cn);
 }
-static enum MHD_Result route_chat(struct MHD_Connection *c, serve_server *s, conn *cn) {
-  return answer_generate(c, s, cn, GEN_CHAT);
-}
-static enum MHD_Result route_completions(struct MHD_Connection *c, serve_server *s, conn *cn) {
-  return answer_generate(c, s, cn, GEN_COMPLETIONS);
-}
-static enum MHD_Result route_responses(struct MHD_Connection *c, serve_server *s, conn *cn) {
-  return answer_generate(c, s, cn, GEN_RESPONSES);
-}
-static enum MHD_Result route_messages(struct MHD_Connection *c, serve_server *s, conn *cn) {
-  return answer_generate(c, s, cn, GEN_MESSAGES);
-}
-static enum MHD_Result route_infill(struct MHD_Connection *c, serve_server *s, conn *cn) {
-  return answer_generate(c, s, cn, GEN_INFILL);
-}
-static enum MHD_Result route_oll_chat(struct MHD_Connection *c, serve_server *s, conn *cn) {
-  return answer_generate(c, s, cn, GEN_OLL_CHAT);
-}
-static enum MHD_Result route_oll_generate(struct MHD_Connection *c, serve_server *s, conn *cn) {
-  return answer_generate(c, s, cn, GEN_OLL_GENERATE);
-}
 
 static const route_def routes[] = {
     {"GET", "/", route_page, .open = true, .what = "the chat page"},
@@ -2568,13 +2665,13 @@ static const route_def routes[] = {
      "loads a model loaded on first use now: {\"model\"} (waits for it; the model object with its state)"},
     {"POST", "/v1/models/unload", route_model_unload, .slow = true, .what =
      "unloads a model loaded on first use: {\"model\"} (now when idle, else once its requests are done)"},
-    {"POST", "/v1/chat/completions", route_chat, .slow = true, .what = "chat completions (JSON or SSE with stream: true)"},
-    {"POST", "/v1/completions", route_completions, .slow = true, .what = "text completions (JSON or SSE with stream: true)"},
-    {"POST", "/v1/responses", route_responses, .slow = true, .what =
+    {"POST", "/v1/chat/completions", answer_generate, .proto = &proto_chat, .slow = true, .what = "chat completions (JSON or SSE with stream: true)"},
+    {"POST", "/v1/completions", answer_generate, .proto = &proto_completions, .slow = true, .what = "text completions (JSON or SSE with stream: true)"},
+    {"POST", "/v1/responses", answer_generate, .proto = &proto_responses, .slow = true, .what =
      "OpenAI Responses API (JSON or SSE with stream: true; previous_response_id)"},
     {"GET", "/v1/responses/{id}", route_response, .what = "a stored response"},
     {"DELETE", "/v1/responses/{id}", route_response, .what = "deletes a stored response"},
-    {"POST", "/v1/messages", route_messages, .slow = true, .what = "Anthropic Messages API (JSON or SSE with stream: true)"},
+    {"POST", "/v1/messages", answer_generate, .proto = &proto_messages, .slow = true, .what = "Anthropic Messages API (JSON or SSE with stream: true)"},
     {"POST", "/v1/messages/count_tokens", answer_count_tokens, .slow = true, .what = "Anthropic token count of a Messages request"},
     {"POST", "/v1/embeddings", answer_embeddings, .slow = true, .what =
      "embeddings: the last token's final hidden state, L2-normalised (float or base64)"},
@@ -2585,7 +2682,7 @@ static const route_def routes[] = {
      "unloads an adapter (requests running under it finish first; its memory is freed after the last)"},
     {"GET", "/stats", route_stats, .what = "serving counters as JSON (requests, KV blocks, prefix cache, tokens/s)"},
     {"GET", "/metrics", route_metrics, .what = "serving counters in the Prometheus text format"},
-    {"POST", "/infill", route_infill, .slow = true, .what =
+    {"POST", "/infill", answer_generate, .proto = &proto_infill, .slow = true, .what =
      "fill-in-the-middle as llama.cpp's (input_prefix, input_suffix, input_extra, prompt; models with FIM tokens)"},
     {"GET", "/fit", route_fit, .slow = true, .what =
      "the served model's memory contract: weights, KV bytes per token, fit, largest context, predicted tok/s "
@@ -2597,8 +2694,8 @@ static const route_def routes[] = {
     {"GET", "/api/tags", route_oll_tags, .slow = true, .what = "Ollama API: the models hearth can name (the served one first)"},
     {"POST", "/api/show", answer_oll_show, .slow = true, .what = "Ollama API: a model's details and capabilities"},
     {"GET", "/api/ps", route_oll_ps, .what = "Ollama API: the loaded model"},
-    {"POST", "/api/chat", route_oll_chat, .slow = true, .what = "Ollama API: chat (NDJSON stream unless stream: false)"},
-    {"POST", "/api/generate", route_oll_generate, .slow = true, .what = "Ollama API: generate (NDJSON stream unless stream: false)"},
+    {"POST", "/api/chat", answer_generate, .proto = &proto_oll_chat, .slow = true, .what = "Ollama API: chat (NDJSON stream unless stream: false)"},
+    {"POST", "/api/generate", answer_generate, .proto = &proto_oll_generate, .slow = true, .what = "Ollama API: generate (NDJSON stream unless stream: false)"},
     {"POST", "/api/embed", route_oll_embed, .slow = true, .what = "Ollama API: embeddings of input"},
     {"POST", "/api/embeddings", route_oll_embeddings, .slow = true, .what = "Ollama API: the embedding of prompt (legacy)"},
     {"POST", "/api/pull", answer_oll_pull, .slow = true, .what = "Ollama API: fetches a model as hearth get (progress as NDJSON)"},
