@@ -1112,7 +1112,7 @@ static int generic_tools_messages(const serve_engine *e, const serve_request *re
   *msgs = NULL;
   *sys = NULL;
   *nmsgs = req->nmessages;
-  if (e->tool_format != TC_GENERIC || e->template_tools || !json_array_size(req->tools) ||
+  if (!tc_syntax_of((tc_format)e->tool_format)->server_describes || e->template_tools || !json_array_size(req->tools) ||
       req->tool_choice == SERVE_TOOLS_NONE)
     return 0;
   int at = 0; /* the message that takes the description */
@@ -1206,17 +1206,10 @@ static bool output_parser(const serve_engine *e, const serve_request *req, const
   return o->tools || o->reasoning;
 }
 
-/* Formats whose markers are special tokens, which the text must then keep. */
+/* Syntaxes whose markers are special tokens, which the text must then keep. */
 static bool needs_specials(const tc_opts *o) {
-  switch (o->format) {
-  case TC_HARMONY:
-  case TC_GEMMA4: return true;
-  case TC_LLAMA3:
-  case TC_MISTRAL:
-  case TC_DEEPSEEK:
-  case TC_GLM: return o->tools;
-  default: return false;
-  }
+  const tc_syntax *syn = tc_syntax_of(o->format);
+  return syn->special_markers || (o->tools && syn->special_call_markers);
 }
 
 /* A request naming a model this server does not serve: 404 model_not_found. A
