@@ -1,16 +1,25 @@
 /* sched.c — the continuous-batching scheduler (see sched.h): the engine
  * thread, the waiting queue and running set, admission against the KV pool,
- * batch assembly with chunked prefill, preemption by recompute, and each
- * sequence's sampler, detokenizer and stop matcher, and the spans they
- * leave in a trace (base/trace.h) when one is given. How a generation turns
- * a step's logits into tokens is its method run's (engine/method.h): a
- * speculative run's drafts join the batch as a chunk after its pending
- * token, and the KV rows of rejected drafts are cut off after verification
- * (a hybrid model's recurrent state goes back to its mark before the drafts,
- * and the accepted tokens go in again ahead of the next step's pending one);
- * a run drafting with the model's MTP layer gets the hidden states of every
- * token it feeds (model_seq.next_hidden), and its layer sees them in the
- * next step's proposals, in the prompt too.
+ * and each step in three parts, as vLLM v1's schedule() → SchedulerOutput →
+ * update_from_output():
+ *   plan     (sched_plan → a sched_step): cancellations, admission, drafts,
+ *            the batch — decode rows, prefill chunks, preemption by
+ *            recompute — and each logits row's sampling on a device;
+ *   run      (sched_execute): the step's one forward;
+ *   commit   (sched_commit): drafts verified, blocks published, probes'
+ *            outputs gathered, tokens sampled;
+ * and the output stage each committed token goes through: the grammar,
+ * emission (EOS, detokenizer, stop strings, max_tokens: emit.h) and the
+ * queue to the request's waiter; with the spans they leave in a trace
+ * (base/trace.h) when one is given. How a generation turns a step's logits
+ * into tokens is its method run's (engine/method.h): a speculative run's
+ * drafts join the batch as a chunk after its pending token, and the KV rows
+ * of rejected drafts are cut off after verification (a hybrid model's
+ * recurrent state goes back to its mark before the drafts, and the accepted
+ * tokens go in again ahead of the next step's pending one); a run drafting
+ * with the model's MTP layer gets the hidden states of every token it feeds
+ * (model_seq.next_hidden), and its layer sees them in the next step's
+ * proposals, in the prompt too.
  * Knows the model only through model.h and the cache only through
  * kv_paged.h; knows nothing of HTTP or the public API. */
 #include "engine/sched.h"
@@ -262,21 +271,6 @@ static void publish_counts(sched *s) {
   s->st.running = running;
 }
 
-/* Queues a token (tok NULL: the held-back tail) and its text for q's waiter
- * (engine thread). False when out of memory. */
-static bool seq_queue(sseq *q, const char *text, size_t len, const sample_token *tok) {
-  pthread_mutex_lock(&q->dmu);
-  bool ok = q->n_dq < q->cap_dq || HGROW(q->dq, q->cap_dq, q->n_dq + 1);
-  if (ok) {
-    q->dq[q->n_dq++] = (dentry){.st = tok ? *tok : (sample_token){0}, .has_tok = tok != NULL, .off = q->dtext.len, .len = len};
-    if (len) hbuf_append(&q->dtext, text, len);
-    ok = !q->dtext.oom;
-  }
-  pthread_cond_signal(&q->dcv);
-  pthread_mutex_unlock(&q->dmu);
-  return ok;
-}
-
 /* Ends q (engine thread): frees its blocks, tells its waiter. */
 static void seq_finish(sched *s, sseq *q, int rc) {
   if (q->trace_tid && !q->fn) { /* (a generation's span is written by its waiter, once delivered) */
@@ -317,8 +311,43 @@ static void seq_cancel(sched *s, sseq *q, const char *when) {
   seq_finish(s, q, HEARTH_ECANCELLED);
 }
 
-/* The held-back tail at the end of a run. */
-static int seq_flush_text(sched *s, sseq *q) {
+static void running_remove(sched *s, int i) {
+  memmove(&s->running[i], &s->running[i + 1], sizeof(sseq *) * (size_t)(s->n_running - i - 1));
+  s->n_running--;
+}
+
+/* Takes q out of the running set (when it is there). */
+static void running_drop(sched *s, const sseq *q) {
+  for (int i = 0; i < s->n_running; i++)
+    if (s->running[i] == q) {
+      running_remove(s, i);
+      return;
+    }
+}
+
+/* ---- the output stage: grammar, emission (EOS, detokenizing, stop strings,
+ * max_tokens: engine/emit.h) and delivery to the waiter ----
+ *
+ * Every committed token of a generation goes through out_commit; a sequence
+ * that ends here is finished (seq_finish) before the call returns. */
+
+/* Queues a token (tok NULL: the held-back tail) and its text for q's waiter
+ * (engine thread). False when out of memory. */
+static bool seq_queue(sseq *q, const char *text, size_t len, const sample_token *tok) {
+  pthread_mutex_lock(&q->dmu);
+  bool ok = q->n_dq < q->cap_dq || HGROW(q->dq, q->cap_dq, q->n_dq + 1);
+  if (ok) {
+    q->dq[q->n_dq++] = (dentry){.st = tok ? *tok : (sample_token){0}, .has_tok = tok != NULL, .off = q->dtext.len, .len = len};
+    if (len) hbuf_append(&q->dtext, text, len);
+    ok = !q->dtext.oom;
+  }
+  pthread_cond_signal(&q->dcv);
+  pthread_mutex_unlock(&q->dmu);
+  return ok;
+}
+
+/* The held-back tail at the end of a run, queued for the waiter. */
+static int out_flush(sched *s, sseq *q) {
   double t0 = q->trace_tid ? htrace_now() : 0;
   int rc = gen_emit_flush(&q->out, q->res, q->err);
   if (q->trace_tid)
@@ -329,9 +358,17 @@ static int seq_flush_text(sched *s, sseq *q) {
   return rc;
 }
 
-/* Delivers q's next token st (sampled on the host or the device). Returns
- * true when q ended (and was finished). */
-static bool seq_take_token(sched *s, sseq *q, sample_token st) {
+/* q ends without a token (its grammar): rc > 0 an error, else the grammar is
+ * complete and nothing may follow. */
+static void out_end(sched *s, sseq *q, int rc) {
+  if (rc > 0) seq_finish(s, q, rc);
+  else seq_finish(s, q, out_flush(s, q));
+}
+
+/* Emits q's next token st (sampled on the host or the device): the text,
+ * the stop conditions, the token history. Returns true when q ended (and
+ * was finished). */
+static bool out_token(sched *s, sseq *q, sample_token st) {
   if (q->t_first == 0) q->t_first = now_seconds();
   sampler_accept(q->smp, st.id);
   pthread_mutex_lock(&s->mu);
@@ -340,24 +377,20 @@ static bool seq_take_token(sched *s, sseq *q, sample_token st) {
   bool ended = false;
   double t0 = q->trace_tid ? htrace_now() : 0;
   int rc = gen_emit_token(&q->out, q->req, st.id, q->max_new, q->res, &ended, q->err);
-  if (q->trace_tid) {
-    double t1 = htrace_now();
-    htrace_complete(s->trace, q->trace_tid, "detokenize", "request", t0, t1 - t0,
+  if (q->trace_tid)
+    htrace_complete(s->trace, q->trace_tid, "detokenize", "request", t0, htrace_now() - t0,
                     (htrace_arg[]){HTRACE_INT("token", st.id), HTRACE_INT("bytes", q->out.delta.len)}, 2);
-    t0 = t1;
-  }
   if (rc) {
     seq_finish(s, q, rc);
     return true;
   }
-  (void)t0;
   if (q->fn && !seq_queue(q, hbuf_str(&q->out.delta), q->out.delta.len, &st)) {
     seq_finish(s, q, herr_set(q->err, HEARTH_ENOMEM, "generate: out of memory for the output"));
     return true;
   }
   if (ended) {
     if (q->closing && q->res->finish == GEN_FINISH_STOP) q->res->finish = GEN_FINISH_LENGTH;
-    seq_finish(s, q, seq_flush_text(s, q));
+    seq_finish(s, q, out_flush(s, q));
     return true;
   }
   if (q->n_toks == q->cap_toks && !HGROW(q->toks, q->cap_toks, q->n_toks + 1)) {
@@ -375,9 +408,26 @@ static bool seq_take_token(sched *s, sseq *q, sample_token st) {
   return false;
 }
 
+/* Commits one token of q's run (a gen_commit_fn): the grammar, then the
+ * output. True when q ended. */
+typedef struct out_ctx {
+  sched *s;
+  sseq *q;
+} out_ctx;
+
+static bool out_commit(void *ctx, const sample_token *st) {
+  out_ctx *c = ctx;
+  int rc;
+  if (c->q->gm && (rc = grammar_matcher_accept(c->q->gm, st->id, c->q->err))) {
+    seq_finish(c->s, c->q, rc);
+    return true;
+  }
+  return out_token(c->s, c->q, *st);
+}
+
 /* The tokens q's grammar allows next (a bitset over the grammar's vocabulary).
  * Returns 0, an error code (set in q->err), or -1 when no token may follow. */
-static int seq_allowed(sseq *q, const uint64_t **mask) {
+static int out_allowed(sseq *q, const uint64_t **mask) {
   int32_t n_allowed = 0;
   /* tokens that would leave too few to finish the structure are left out; once
    * the tokens left are as few as the characters still needed (plus the end
@@ -391,10 +441,10 @@ static int seq_allowed(sseq *q, const uint64_t **mask) {
 }
 
 /* Masks q's logits row with its grammar (host sampling): disallowed tokens get
- * -inf. Returns as seq_allowed. */
-static int seq_mask(sched *s, sseq *q, float *row) {
+ * -inf. Returns as out_allowed. */
+static int out_mask(sched *s, sseq *q, float *row) {
   const uint64_t *mask;
-  int rc = seq_allowed(q, &mask);
+  int rc = out_allowed(q, &mask);
   if (rc) return rc;
   int32_t nv = grammar_vocab_size(s->gv);
   for (int64_t i = 0; i < s->vocab; i++)
@@ -403,15 +453,15 @@ static int seq_mask(sched *s, sseq *q, float *row) {
 }
 
 /* The mask of device row `row` for q's grammar, into the step's mask slot
- * `slot` (the device sampler applies it). Returns as seq_allowed. */
-static int seq_mask_row(sched *s, sseq *q, bk_sample_row *row, int slot) {
+ * `slot` (the device sampler applies it). Returns as out_allowed. */
+static int out_mask_row(sched *s, sseq *q, bk_sample_row *row, int slot) {
   int32_t words = (int32_t)((s->vocab + 63) / 64);
   if (!s->masks) {
     s->masks = malloc(sizeof(uint64_t) * (size_t)words * (size_t)s->max_batch);
     if (!s->masks) return herr_set(q->err, HEARTH_ENOMEM, "scheduler: out of memory for the grammar masks of a batch");
   }
   const uint64_t *mask;
-  int rc = seq_allowed(q, &mask);
+  int rc = out_allowed(q, &mask);
   if (rc) return rc;
   int32_t nv = grammar_vocab_size(s->gv), nw = (nv + 63) / 64;
   uint64_t *dst = s->masks + (size_t)slot * (size_t)words;
@@ -420,86 +470,6 @@ static int seq_mask_row(sched *s, sseq *q, bk_sample_row *row, int slot) {
   row->mask = dst;
   row->mask_words = words;
   return 0;
-}
-
-/* Folds n hidden rows (of positions at, at + 1, ...) into q's pool. */
-static void pool_fold(sched *s, sseq *q, const float *rows, int64_t n, int64_t at) {
-  int64_t D = model_cfg(s->m)->hidden_size;
-  for (int64_t i = 0; i < n; i++) {
-    const float *h = rows + i * D;
-    float w = q->pool == SCHED_POOL_WSUM ? (float)(at + i + 1) : 1.0f;
-    if (q->pool == SCHED_POOL_MAX) {
-      for (int64_t d = 0; d < D; d++)
-        if (h[d] > q->dest[d]) q->dest[d] = h[d];
-    } else {
-      for (int64_t d = 0; d < D; d++) q->dest[d] += w * h[d];
-    }
-  }
-}
-
-/* Commits one token of q's run: the grammar, then the output. True when q ended. */
-typedef struct seq_commit_ctx {
-  sched *s;
-  sseq *q;
-} seq_commit_ctx;
-
-static bool seq_commit(void *ctx, const sample_token *st) {
-  seq_commit_ctx *c = ctx;
-  int rc;
-  if (c->q->gm && (rc = grammar_matcher_accept(c->q->gm, st->id, c->q->err))) {
-    seq_finish(c->s, c->q, rc);
-    return true;
-  }
-  return seq_take_token(c->s, c->q, *st);
-}
-
-/* q's logits rows on the host (1 + its drafts), or the tokens the device
- * chose for them (chosen, with rows NULL): its run commits the tokens; the
- * KV rows of rejected drafts are cut off before any block is published.
- * Returns true when q ended (and was finished). */
-static bool seq_verify(sched *s, sseq *q, float *rows, const bk_sample_out *chosen) {
-  seq_commit_ctx c = {s, q};
-  gen_step g;
-  spec_source src = gen_run_source(q->run);
-  int n_draft = q->n_draft;
-  q->n_draft = 0;
-  /* once a commit ends q, q and its run are gone: only g is read after */
-  int rc;
-  if (rows) {
-    rc = gen_run_verify(q->run, q->smp, rows, 1 + n_draft, s->vocab, seq_commit, &c, &g, q->err);
-  } else {
-    sample_token st[1 + GEN_MAX_SPEC_TOKENS];
-    rc = 0;
-    for (int i = 0; i <= n_draft && !rc; i++) {
-      if (chosen[i].id < 0) rc = herr_set(q->err, HEARTH_EINTERNAL, "sampler: the logits row has no finite value");
-      else sampler_from_device(q->smp, &chosen[i], &st[i]);
-    }
-    g = (gen_step){0};
-    if (!rc) rc = gen_run_verify_chosen(q->run, st, 1 + n_draft, seq_commit, &c, &g, q->err);
-  }
-  if (g.drafted > 0) {
-    pthread_mutex_lock(&s->mu);
-    s->st.spec_steps[src]++;
-    s->st.spec_drafted[src] += g.drafted;
-    s->st.spec_accepted[src] += g.accepted;
-    pthread_mutex_unlock(&s->mu);
-  }
-  if (g.ended) return true;
-  if (rc) {
-    seq_finish(s, q, rc);
-    return true;
-  }
-  /* rejected drafts: attention rows are cut off; recurrent layers take the state kept after the last
-   * accepted token (kv_paged_seq_keep), or, without one, go back to the state before the drafts (the
-   * mark), and the accepted tokens are fed again ahead of the next step's pending token (and its
-   * drafts: q->n_catch), so no block is published past what the state has seen */
-  if (q->kv->len > q->n_toks - 1 && kv_paged_seq_rewind(q->kv, q->n_toks - 1) < q->n_toks - 1) {
-    pthread_mutex_lock(&s->mu);
-    s->st.spec_refed += q->n_toks - 1 - q->kv->len;
-    pthread_mutex_unlock(&s->mu);
-  }
-  kv_paged_seq_publish(q->kv, keys_of(q), q->kv->len, adapter_of(q));
-  return false;
 }
 
 /* ---- media in prompts ---- */
@@ -538,12 +508,8 @@ static void media_rows(sched *s, const sseq *q, model_seq *sq, int64_t at, int64
   }
 }
 
-/* ---- the engine thread ---- */
 
-static void running_remove(sched *s, int i) {
-  memmove(&s->running[i], &s->running[i + 1], sizeof(sseq *) * (size_t)(s->n_running - i - 1));
-  s->n_running--;
-}
+/* ---- plan: which sequences feed which tokens this step, and how each row is sampled ---- */
 
 /* Frees the blocks of running[i] and puts it back at the front of the queue:
  * it is recomputed (mostly from the prefix cache) when there is room again. */
@@ -639,32 +605,6 @@ static void admit(sched *s) {
   }
 }
 
-/* The step's forward [t0, t1): on the engine's track, and on each request's
- * track as a prefill chunk or a decode step (the whole batch's time: the
- * requests share it). */
-static void trace_forward(sched *s, int n_batch, double t0, double t1, int64_t *prefill_tokens,
-                          int64_t *decode_tokens) {
-  int64_t prefill = 0, decode = 0;
-  for (int k = 0; k < n_batch; k++) {
-    sseq *q = s->in_batch[k];
-    int64_t n = s->batch[k].n_tokens, pos = q->kv->len - n;
-    bool is_prefill = (n > 1 && !q->n_draft) || pos < (int64_t)q->req->n_prompt;
-    if (is_prefill) prefill += n;
-    else decode += n;
-    if (is_prefill)
-      htrace_complete(s->trace, q->trace_tid, "prefill", "request", t0, t1 - t0,
-                      (htrace_arg[]){HTRACE_INT("tokens", n), HTRACE_INT("position", pos),
-                                     HTRACE_INT("batch", n_batch), HTRACE_INT("recompute", q->preemptions > 0)},
-                      4);
-    else
-      htrace_complete(s->trace, q->trace_tid, "decode", "request", t0, t1 - t0,
-                      (htrace_arg[]){HTRACE_INT("position", pos), HTRACE_INT("batch", n_batch)}, 2);
-  }
-  htrace_complete(s->trace, TRACE_ENGINE, "forward", "engine", t0, t1 - t0, NULL, 0);
-  *prefill_tokens = prefill;
-  *decode_tokens = decode;
-}
-
 /* The speculative sequences about to decode propose their drafts, together
  * (a draft model drafts for all of them in shared forwards): q->n_draft and
  * q->feed. The rest get no drafts this step. */
@@ -698,8 +638,7 @@ static void propose(sched *s) {
   for (int k = 0; k < n; k++) {
     sseq *q = s->prop_seqs[k];
     if (rc) { /* the draft model failed: its requests end with the error */
-      for (int i = 0; i < s->n_running; i++)
-        if (s->running[i] == q) running_remove(s, i);
+      running_drop(s, q);
       *q->err = e;
       seq_finish(s, q, rc);
       continue;
@@ -713,23 +652,33 @@ static void propose(sched *s) {
   }
 }
 
-/* One step: cancellations, admission, one batched forward, sampling. */
-static void step(sched *s) {
-  if (s->step_hook) s->step_hook(s->step_hook_user);
-  double t_step = s->trace ? htrace_now() : 0;
-  for (int i = 0; i < s->n_running;) {
-    sseq *q = s->running[i];
-    if (seq_cancelled(q)) {
-      running_remove(s, i);
-      seq_cancel(s, q, "during generation");
-    } else {
-      i++;
-    }
-  }
-  admit(s);
-  if (s->n_running == 0) return;
-  double t0 = now_seconds();
-  propose(s);
+
+/* A step as planned: the sequences it feeds and how many tokens each, what
+ * the forward gives back for them, and, on a device, how each logits row is
+ * sampled. sched_plan makes it, sched_execute runs its forward, sched_commit
+ * applies what came back. The arrays are the scheduler's (one step at a time). */
+typedef struct sched_step {
+  model_seq *seqs;            /* borrowed (s->batch) [n_seqs]: the forward's sequences */
+  sseq **owners;              /* borrowed (s->in_batch) [n_seqs]: whose each one is */
+  int n_seqs;
+  int64_t tokens;             /* tokens fed, at most step_tokens */
+  int64_t prompt_tokens;      /* of them, prompt tokens */
+  bool host;                  /* the logits rows come to the host (s->logits) and are sampled there;
+                                 else the device samples them (rows) and only ids come back (s->outs) */
+  size_t n_rows;              /* logits rows */
+  bk_sample_row *rows;        /* borrowed (s->rows), !host: a sampling row per logits row */
+  const bk_sample_adj *adj;   /* borrowed (s->adj), !host: their penalty and bias entries */
+  int64_t n_adj;
+  double t_plan;              /* planning began (the step's busy time) */
+  double t_step;              /* the step began (its trace span) */
+  double t_fwd, t_fwd_end;    /* the forward ran (trace spans) */
+} sched_step;
+
+/* The running sequences' share of the step: decode rows first, then drafts
+ * and prompt chunks in what the step's budget leaves, preempting the newest
+ * sequences when the pool has no room, and what each sequence's forward
+ * gives back. */
+static void plan_batch(sched *s, sched_step *p) {
   int n_batch = 0;
   int64_t budget = s->step_tokens, prompt_fed = 0;
   /* decode rows first: a prompt's chunk takes only what the step's budget leaves after one row for
@@ -799,7 +748,7 @@ static void step(sched *s) {
       i--;
       if (q->res->completion_tokens > 0) {
         q->res->finish = GEN_FINISH_LENGTH;
-        seq_finish(s, q, seq_flush_text(s, q));
+        seq_finish(s, q, out_flush(s, q));
       } else {
         herr_set_at(q->err, HEARTH_ELIMIT, NULL, HEARTH_CAUSE_MEMORY_ADMISSION, "memory_admission: %s", e.msg);
         seq_finish(s, q, HEARTH_ELIMIT);
@@ -810,182 +759,322 @@ static void step(sched *s) {
     int64_t at = q->kv->len;
     int64_t n_prompt = (int64_t)q->req->n_prompt;
     if (at < n_prompt) prompt_fed += (at + n < n_prompt ? at + n : n_prompt) - at;
-    s->batch[n_batch] = (model_seq){.kv = q->kv, .tokens = q->n_draft ? q->feed : q->toks + at, .n_tokens = (int)n,
-                                    .positions = NULL, .all_logits = q->n_draft > 0,
-                                    .lora = q->req->lora, .n_lora = q->req->n_lora};
-    media_rows(s, q, &s->batch[n_batch], at, n, s->step_tokens - budget - n);
+    model_seq *sq = &p->seqs[n_batch];
+    *sq = (model_seq){.kv = q->kv, .tokens = q->n_draft ? q->feed : q->toks + at, .n_tokens = (int)n,
+                      .positions = NULL, .all_logits = q->n_draft > 0, .lora = q->req->lora, .n_lora = q->req->n_lora};
+    media_rows(s, q, sq, at, n, s->step_tokens - budget - n);
     if (!q->kind && q->run) { /* an MTP run keeps the hidden states of what it feeds */
       herr he = {0};
-      s->batch[n_batch].next_hidden = gen_run_hidden(q->run, at, (int)n, &he);
+      sq->next_hidden = gen_run_hidden(q->run, at, (int)n, &he);
       if (he.code) HLOG_WARN("%s (the multi-token-prediction layer will not see these positions)", he.msg);
     }
     if (q->pool) { /* every chunk's hidden rows, folded into the pool after the step */
-      s->batch[n_batch].out = MODEL_OUT_HIDDEN_ALL;
-      s->batch[n_batch].dest = s->hrows + (s->step_tokens - budget - n) * model_cfg(s->m)->hidden_size;
+      sq->out = MODEL_OUT_HIDDEN_ALL;
+      sq->dest = s->hrows + (s->step_tokens - budget - n) * model_cfg(s->m)->hidden_size;
     } else if (q->kind == SCHED_PROMPT_LOGPROBS) { /* every chunk's logits rows, to the host */
-      s->batch[n_batch].out = MODEL_OUT_LOGITS;
-      s->batch[n_batch].all_logits = true;
+      sq->out = MODEL_OUT_LOGITS;
+      sq->all_logits = true;
     } else if (!q->kind && s->dev_sample && !q->n_draft && at + n >= q->n_toks &&
                sample_params_host_only(&q->req->sample) &&
                (q->hrow || (q->hrow = malloc(sizeof(float) * (size_t)s->vocab)))) {
       /* DRY, typical-p, XTC, mirostat: its row comes to the host, the others' stay on the device */
-      s->batch[n_batch].out = MODEL_OUT_LOGITS_HOST;
-      s->batch[n_batch].dest = q->hrow;
+      sq->out = MODEL_OUT_LOGITS_HOST;
+      sq->dest = q->hrow;
     } else if (q->kind) { /* a probe: nothing out until its last chunk, then its one output */
       bool last = at + n >= q->n_toks;
-      s->batch[n_batch].out = !last ? MODEL_OUT_NONE : q->kind == SCHED_EMBED ? MODEL_OUT_HIDDEN : MODEL_OUT_LOGITS_HOST;
-      s->batch[n_batch].dest = last ? q->dest : NULL;
+      sq->out = !last ? MODEL_OUT_NONE : q->kind == SCHED_EMBED ? MODEL_OUT_HIDDEN : MODEL_OUT_LOGITS_HOST;
+      sq->dest = last ? q->dest : NULL;
     }
-    s->in_batch[n_batch++] = q;
+    p->owners[n_batch++] = q;
   }
-  if (n_batch == 0) return;
-  model_batch b = {.seqs = s->batch, .n_seqs = n_batch};
-  herr e = {0};
-  int rc = 0;
-  /* on a device, a grammar's mask goes with the row (made here, from the tokens
-   * so far), and a plain greedy speculative sequence's rows are each its argmax
-   * there; other speculative sequences' drafts are verified on the host, and so
-   * is a step scoring a prompt (all its rows come back); a request whose
-   * sampler runs on the host only (DRY, typical-p, XTC, mirostat) has its one
-   * row copied to the host (MODEL_OUT_LOGITS_HOST, above; a row that could not
-   * be, for want of memory, brings the step's to the host) */
-  bool host = !s->dev_sample;
-  for (int k = 0; k < n_batch && !host; k++) {
-    const sseq *q = s->in_batch[k];
-    host = (q->n_draft > 0 && !sampler_is_plain_greedy(q->smp)) || q->kind == SCHED_PROMPT_LOGPROBS ||
-           (!q->kind && sample_params_host_only(&q->req->sample) && s->batch[k].out == MODEL_OUT_LOGITS);
+  p->n_seqs = n_batch;
+  p->tokens = s->step_tokens - budget;
+  p->prompt_tokens = prompt_fed;
+  model_batch b = {.seqs = p->seqs, .n_seqs = n_batch};
+  p->n_rows = n_batch ? model_batch_logit_rows(&b) : 0;
+}
+
+/* Where the step's rows are sampled, and on a device each row's sampling:
+ * a grammar's mask goes with the row (made here, from the tokens so far), and
+ * a plain greedy speculative sequence's rows are each its argmax there; other
+ * speculative sequences' drafts are verified on the host, and so is a step
+ * scoring a prompt (all its rows come back); a request whose sampler runs on
+ * the host only (DRY, typical-p, XTC, mirostat) has its one row copied to the
+ * host (MODEL_OUT_LOGITS_HOST, plan_batch; a row that could not be, for want of
+ * memory, brings the step's to the host). */
+static int plan_sampling(sched *s, sched_step *p, herr *e) {
+  p->host = !s->dev_sample;
+  for (int k = 0; k < p->n_seqs && !p->host; k++) {
+    const sseq *q = p->owners[k];
+    p->host = (q->n_draft > 0 && !sampler_is_plain_greedy(q->smp)) || q->kind == SCHED_PROMPT_LOGPROBS ||
+              (!q->kind && sample_params_host_only(&q->req->sample) && p->seqs[k].out == MODEL_OUT_LOGITS);
   }
-  double t_fwd = s->trace ? htrace_now() : 0;
-  size_t n_rows = model_batch_logit_rows(&b);
-  if (host && n_rows > s->cap_rows) {
-    float *l = realloc(s->logits, sizeof(float) * n_rows * (size_t)s->vocab);
-    if (!l) rc = herr_set(&e, HEARTH_ENOMEM, "scheduler: out of memory for the logits of a batch");
-    else s->logits = l, s->cap_rows = n_rows;
-  }
-  if (!rc && !host && n_rows > s->cap_dev_rows) { /* a speculative sequence has a row per position */
-    bk_sample_row *nr = realloc(s->rows, n_rows * sizeof *nr);
+  if (p->host) return 0;
+  if (p->n_rows > s->cap_dev_rows) { /* a speculative sequence has a row per position */
+    bk_sample_row *nr = realloc(s->rows, p->n_rows * sizeof *nr);
     if (nr) s->rows = nr;
-    bk_sample_out *no = nr ? realloc(s->outs, n_rows * sizeof *no) : NULL;
-    if (no) s->outs = no, s->cap_dev_rows = n_rows;
-    else rc = herr_set(&e, HEARTH_ENOMEM, "scheduler: out of memory for the sampling rows of a batch");
+    bk_sample_out *no = nr ? realloc(s->outs, p->n_rows * sizeof *no) : NULL;
+    if (!no) return herr_set(e, HEARTH_ENOMEM, "scheduler: out of memory for the sampling rows of a batch");
+    s->outs = no, s->cap_dev_rows = p->n_rows;
   }
-  if (!rc && !host) {
-    /* a row per logits row; sequences still mid-prefill and probes get a greedy row whose id is ignored;
-     * a speculative one (plain greedy) a row per position, each its argmax */
-    s->n_adj = 0;
-    for (int k = 0, r = 0; k < n_batch && !rc; k++) {
-      sseq *q = s->in_batch[k];
-      if (s->batch[k].out != MODEL_OUT_LOGITS && s->batch[k].out != MODEL_OUT_LOGITS_HOST) continue;
-      if (q->n_draft > 0) {
-        for (int i = 0; i < q->n_catch; i++) s->rows[r++] = (bk_sample_row){0}; /* fed again: not read */
-        for (int i = 0; i <= q->n_draft && !rc; i++)
-          rc = sampler_device_row(q->smp, &s->rows[r++], &s->adj, &s->n_adj, &s->cap_adj, &e);
-      } else if (!q->kind && s->batch[k].out == MODEL_OUT_LOGITS_HOST) {
-        s->rows[r++] = (bk_sample_row){0}; /* sampled on the host from its copied row: this id is not read */
-        q->mask_rc = 0;
-      } else if (!q->kind && q->kv->len + s->batch[k].n_tokens >= q->n_toks) {
-        rc = sampler_device_row(q->smp, &s->rows[r], &s->adj, &s->n_adj, &s->cap_adj, &e);
-        q->mask_rc = !rc && q->gm ? seq_mask_row(s, q, &s->rows[r], k) : 0;
-        if (q->mask_rc) s->rows[r] = (bk_sample_row){0}; /* ends this step: its row is not read */
-        r++;
-      } else
-        s->rows[r++] = (bk_sample_row){0};
-    }
-    if (!rc) rc = model_forward_sample(s->m, &b, s->rows, s->adj, (int64_t)s->n_adj, s->outs, &e);
-  } else if (!rc) {
-    rc = model_forward(s->m, &b, s->logits, &e);
+  /* a row per logits row; sequences still mid-prefill and probes get a greedy row whose id is ignored;
+   * a speculative one (plain greedy) a row per position, each its argmax */
+  int rc = 0;
+  s->n_adj = 0;
+  for (int k = 0, r = 0; k < p->n_seqs && !rc; k++) {
+    sseq *q = p->owners[k];
+    const model_seq *sq = &p->seqs[k];
+    if (sq->out != MODEL_OUT_LOGITS && sq->out != MODEL_OUT_LOGITS_HOST) continue;
+    if (q->n_draft > 0) {
+      for (int i = 0; i < q->n_catch; i++) s->rows[r++] = (bk_sample_row){0}; /* fed again: not read */
+      for (int i = 0; i <= q->n_draft && !rc; i++)
+        rc = sampler_device_row(q->smp, &s->rows[r++], &s->adj, &s->n_adj, &s->cap_adj, e);
+    } else if (!q->kind && sq->out == MODEL_OUT_LOGITS_HOST) {
+      s->rows[r++] = (bk_sample_row){0}; /* sampled on the host from its copied row: this id is not read */
+      q->mask_rc = 0;
+    } else if (!q->kind && q->kv->len + sq->n_tokens >= q->n_toks) {
+      rc = sampler_device_row(q->smp, &s->rows[r], &s->adj, &s->n_adj, &s->cap_adj, e);
+      q->mask_rc = !rc && q->gm ? out_mask_row(s, q, &s->rows[r], k) : 0;
+      if (q->mask_rc) s->rows[r] = (bk_sample_row){0}; /* ends this step: its row is not read */
+      r++;
+    } else
+      s->rows[r++] = (bk_sample_row){0};
   }
-  if (rc) {
-    for (int k = 0; k < n_batch; k++) {
-      sseq *q = s->in_batch[k];
-      for (int i = 0; i < s->n_running; i++)
-        if (s->running[i] == q) running_remove(s, i);
-      *q->err = e;
-      seq_finish(s, q, rc);
-    }
-    return;
-  }
-  int64_t prefill_tokens = 0, decode_tokens = 0;
-  if (s->trace) trace_forward(s, n_batch, t_fwd, htrace_now(), &prefill_tokens, &decode_tokens);
-  for (int k = 0, next_row = 0; k < n_batch; k++) {
-    sseq *q = s->in_batch[k];
-    int r = next_row; /* its (first) logits row */
-    if (s->batch[k].out == MODEL_OUT_LOGITS || s->batch[k].out == MODEL_OUT_LOGITS_HOST)
-      next_row += s->batch[k].all_logits ? s->batch[k].n_tokens : 1;
-    if (q->n_draft > 0) { /* speculative: verify, cut the rejected rows, then publish */
-      r += q->n_catch; /* the pending token's row */
-      if (host ? seq_verify(s, q, s->logits + (size_t)r * (size_t)s->vocab, NULL) : seq_verify(s, q, NULL, s->outs + r)) {
-        for (int i = 0; i < s->n_running; i++)
-          if (s->running[i] == q) {
-            running_remove(s, i);
-            break;
-          }
-      }
-      continue;
-    }
-    kv_paged_seq_publish(q->kv, keys_of(q), q->kv->len, adapter_of(q));
-    if (q->pool) pool_fold(s, q, s->batch[k].dest, s->batch[k].n_tokens, q->kv->len - s->batch[k].n_tokens);
-    if (q->kind == SCHED_PROMPT_LOGPROBS) { /* row i: position at + i, which predicts the token after it */
-      int64_t at = q->kv->len - s->batch[k].n_tokens;
-      int lrc = 0;
-      for (int i = 0; i < s->batch[k].n_tokens && at + i + 1 < q->n_toks && !lrc; i++)
-        lrc = sample_row_logprobs(s->logits + (size_t)(r + i) * (size_t)s->vocab, (int32_t)s->vocab, q->toks[at + i + 1],
-                                  q->plp_top, &q->plp[at + i + 1], q->err);
-      if (lrc) {
-        for (int i = 0; i < s->n_running; i++)
-          if (s->running[i] == q) {
-            running_remove(s, i);
-            break;
-          }
-        seq_finish(s, q, lrc);
-        continue;
-      }
-    }
-    if (q->kv->len < q->n_toks) continue; /* mid-prefill: no token yet */
-    bool ended;
-    /* the row sampled on the host: the step's, or this sequence's copied one */
-    float *hrow = host ? s->logits + (size_t)r * (size_t)s->vocab
-                       : !q->kind && s->batch[k].out == MODEL_OUT_LOGITS_HOST ? q->hrow : NULL;
-    if (q->kind) { /* a probe's output is in its dest: done */
-      seq_finish(s, q, 0);
-      ended = true;
-    } else if (!hrow && q->mask_rc) {
-      if (q->mask_rc > 0) seq_finish(s, q, q->mask_rc);
-      else seq_finish(s, q, seq_flush_text(s, q)); /* the grammar is complete and nothing may follow */
-      ended = true;
-    } else if (!hrow) {
-      ended = seq_verify(s, q, NULL, s->outs + r); /* the token the device chose: the run commits it */
-    } else if (q->gm && (rc = seq_mask(s, q, hrow)) != 0) {
-      if (rc > 0) seq_finish(s, q, rc);
-      else seq_finish(s, q, seq_flush_text(s, q)); /* the grammar is complete and nothing may follow */
-      ended = true;
+  p->rows = s->rows;
+  p->adj = s->adj;
+  p->n_adj = (int64_t)s->n_adj;
+  return rc;
+}
+
+/* Plans one step: cancelled sequences leave, waiting ones are admitted,
+ * speculative ones draft, the batch is assembled and its sampling prepared.
+ * p->n_seqs == 0: nothing to run. An error fails the step's sequences. */
+static int sched_plan(sched *s, sched_step *p, herr *e) {
+  *p = (sched_step){.seqs = s->batch, .owners = s->in_batch, .t_step = s->trace ? htrace_now() : 0};
+  for (int i = 0; i < s->n_running;) {
+    sseq *q = s->running[i];
+    if (seq_cancelled(q)) {
+      running_remove(s, i);
+      seq_cancel(s, q, "during generation");
     } else {
-      ended = seq_verify(s, q, hrow, NULL); /* one row: the run samples it */
+      i++;
     }
-    if (ended) {
-      for (int i = 0; i < s->n_running; i++)
-        if (s->running[i] == q) {
-          running_remove(s, i);
-          break;
-        }
+  }
+  admit(s);
+  if (s->n_running == 0) return 0;
+  p->t_plan = now_seconds();
+  propose(s);
+  plan_batch(s, p);
+  if (p->n_seqs == 0) return 0;
+  return plan_sampling(s, p, e);
+}
+
+/* ---- run: the step's one forward ---- */
+
+/* The forward of a planned step: logits rows to s->logits (host), or the
+ * tokens the device picked to s->outs. */
+static int sched_execute(sched *s, sched_step *p, herr *e) {
+  p->t_fwd = s->trace ? htrace_now() : 0;
+  model_batch b = {.seqs = p->seqs, .n_seqs = p->n_seqs};
+  int rc;
+  if (p->host && p->n_rows > s->cap_rows) {
+    float *l = realloc(s->logits, sizeof(float) * p->n_rows * (size_t)s->vocab);
+    if (!l) return herr_set(e, HEARTH_ENOMEM, "scheduler: out of memory for the logits of a batch");
+    s->logits = l, s->cap_rows = p->n_rows;
+  }
+  if (p->host) rc = model_forward(s->m, &b, s->logits, e);
+  else rc = model_forward_sample(s->m, &b, p->rows, p->adj, p->n_adj, s->outs, e);
+  p->t_fwd_end = s->trace ? htrace_now() : 0;
+  return rc;
+}
+
+/* ---- commit: the step's results applied ---- */
+
+/* A failed plan or forward: every sequence of the step ends with the error. */
+static void fail_step(sched *s, const sched_step *p, int rc, const herr *e) {
+  for (int k = 0; k < p->n_seqs; k++) {
+    sseq *q = p->owners[k];
+    running_drop(s, q);
+    *q->err = *e;
+    seq_finish(s, q, rc);
+  }
+}
+
+/* Folds n hidden rows (of positions at, at + 1, ...) into q's pool. */
+static void pool_fold(sched *s, sseq *q, const float *rows, int64_t n, int64_t at) {
+  int64_t D = model_cfg(s->m)->hidden_size;
+  for (int64_t i = 0; i < n; i++) {
+    const float *h = rows + i * D;
+    float w = q->pool == SCHED_POOL_WSUM ? (float)(at + i + 1) : 1.0f;
+    if (q->pool == SCHED_POOL_MAX) {
+      for (int64_t d = 0; d < D; d++)
+        if (h[d] > q->dest[d]) q->dest[d] = h[d];
+    } else {
+      for (int64_t d = 0; d < D; d++) q->dest[d] += w * h[d];
     }
+  }
+}
+
+/* q's logits rows on the host (1 + its drafts), or the tokens the device
+ * chose for them (chosen, with rows NULL): its run commits the tokens
+ * through the output stage; the KV rows of rejected drafts are cut off
+ * before any block is published. Returns true when q ended (and was
+ * finished). */
+static bool seq_verify(sched *s, sseq *q, float *rows, const bk_sample_out *chosen) {
+  out_ctx c = {s, q};
+  gen_step g;
+  spec_source src = gen_run_source(q->run);
+  int n_draft = q->n_draft;
+  q->n_draft = 0;
+  /* once a commit ends q, q and its run are gone: only g is read after */
+  int rc;
+  if (rows) {
+    rc = gen_run_verify(q->run, q->smp, rows, 1 + n_draft, s->vocab, out_commit, &c, &g, q->err);
+  } else {
+    sample_token st[1 + GEN_MAX_SPEC_TOKENS];
+    rc = 0;
+    for (int i = 0; i <= n_draft && !rc; i++) {
+      if (chosen[i].id < 0) rc = herr_set(q->err, HEARTH_EINTERNAL, "sampler: the logits row has no finite value");
+      else sampler_from_device(q->smp, &chosen[i], &st[i]);
+    }
+    g = (gen_step){0};
+    if (!rc) rc = gen_run_verify_chosen(q->run, st, 1 + n_draft, out_commit, &c, &g, q->err);
+  }
+  if (g.drafted > 0) {
+    pthread_mutex_lock(&s->mu);
+    s->st.spec_steps[src]++;
+    s->st.spec_drafted[src] += g.drafted;
+    s->st.spec_accepted[src] += g.accepted;
+    pthread_mutex_unlock(&s->mu);
+  }
+  if (g.ended) return true;
+  if (rc) {
+    seq_finish(s, q, rc);
+    return true;
+  }
+  /* rejected drafts: attention rows are cut off; recurrent layers take the state kept after the last
+   * accepted token (kv_paged_seq_keep), or, without one, go back to the state before the drafts (the
+   * mark), and the accepted tokens are fed again ahead of the next step's pending token (and its
+   * drafts: q->n_catch), so no block is published past what the state has seen */
+  if (q->kv->len > q->n_toks - 1 && kv_paged_seq_rewind(q->kv, q->n_toks - 1) < q->n_toks - 1) {
+    pthread_mutex_lock(&s->mu);
+    s->st.spec_refed += q->n_toks - 1 - q->kv->len;
+    pthread_mutex_unlock(&s->mu);
+  }
+  kv_paged_seq_publish(q->kv, keys_of(q), q->kv->len, adapter_of(q));
+  return false;
+}
+
+/* The step's forward [t0, t1): on the engine's track, and on each request's
+ * track as a prefill chunk or a decode step (the whole batch's time: the
+ * requests share it). */
+static void trace_forward(sched *s, const sched_step *p, int64_t *prefill_tokens, int64_t *decode_tokens) {
+  int64_t prefill = 0, decode = 0;
+  double t0 = p->t_fwd, t1 = p->t_fwd_end;
+  for (int k = 0; k < p->n_seqs; k++) {
+    sseq *q = p->owners[k];
+    int64_t n = p->seqs[k].n_tokens, pos = q->kv->len - n;
+    bool is_prefill = (n > 1 && !q->n_draft) || pos < (int64_t)q->req->n_prompt;
+    if (is_prefill) prefill += n;
+    else decode += n;
+    if (is_prefill)
+      htrace_complete(s->trace, q->trace_tid, "prefill", "request", t0, t1 - t0,
+                      (htrace_arg[]){HTRACE_INT("tokens", n), HTRACE_INT("position", pos),
+                                     HTRACE_INT("batch", p->n_seqs), HTRACE_INT("recompute", q->preemptions > 0)},
+                      4);
+    else
+      htrace_complete(s->trace, q->trace_tid, "decode", "request", t0, t1 - t0,
+                      (htrace_arg[]){HTRACE_INT("position", pos), HTRACE_INT("batch", p->n_seqs)}, 2);
+  }
+  htrace_complete(s->trace, TRACE_ENGINE, "forward", "engine", t0, t1 - t0, NULL, 0);
+  *prefill_tokens = prefill;
+  *decode_tokens = decode;
+}
+
+/* Applies the step's results to its k-th sequence, whose (first) logits row
+ * is r: drafts verified, blocks published, a probe's output gathered, the
+ * next token sampled and committed through the output stage. Returns true
+ * when q ended (and was finished). */
+static bool commit_seq(sched *s, const sched_step *p, int k, int r) {
+  sseq *q = p->owners[k];
+  const model_seq *sq = &p->seqs[k];
+  if (q->n_draft > 0) { /* speculative: verify, cut the rejected rows, then publish */
+    r += q->n_catch;    /* the pending token's row */
+    return p->host ? seq_verify(s, q, s->logits + (size_t)r * (size_t)s->vocab, NULL) : seq_verify(s, q, NULL, s->outs + r);
+  }
+  kv_paged_seq_publish(q->kv, keys_of(q), q->kv->len, adapter_of(q));
+  if (q->pool) pool_fold(s, q, sq->dest, sq->n_tokens, q->kv->len - sq->n_tokens);
+  if (q->kind == SCHED_PROMPT_LOGPROBS) { /* row i: position at + i, which predicts the token after it */
+    int64_t at = q->kv->len - sq->n_tokens;
+    int lrc = 0;
+    for (int i = 0; i < sq->n_tokens && at + i + 1 < q->n_toks && !lrc; i++)
+      lrc = sample_row_logprobs(s->logits + (size_t)(r + i) * (size_t)s->vocab, (int32_t)s->vocab, q->toks[at + i + 1],
+                                q->plp_top, &q->plp[at + i + 1], q->err);
+    if (lrc) {
+      seq_finish(s, q, lrc);
+      return true;
+    }
+  }
+  if (q->kv->len < q->n_toks) return false; /* mid-prefill: no token yet */
+  if (q->kind) { /* a probe's output is in its dest: done */
+    seq_finish(s, q, 0);
+    return true;
+  }
+  /* the row sampled on the host: the step's, or this sequence's copied one */
+  float *hrow = p->host ? s->logits + (size_t)r * (size_t)s->vocab : sq->out == MODEL_OUT_LOGITS_HOST ? q->hrow : NULL;
+  int rc;
+  if (!hrow && q->mask_rc) {
+    out_end(s, q, q->mask_rc);
+    return true;
+  }
+  if (!hrow) return seq_verify(s, q, NULL, s->outs + r); /* the token the device chose: the run commits it */
+  if (q->gm && (rc = out_mask(s, q, hrow)) != 0) {
+    out_end(s, q, rc);
+    return true;
+  }
+  return seq_verify(s, q, hrow, NULL); /* one row: the run samples it */
+}
+
+/* Applies a step's results, then its statistics and trace span. */
+static void sched_commit(sched *s, const sched_step *p) {
+  int64_t prefill_tokens = 0, decode_tokens = 0;
+  if (s->trace) trace_forward(s, p, &prefill_tokens, &decode_tokens);
+  for (int k = 0, next_row = 0; k < p->n_seqs; k++) {
+    const model_seq *sq = &p->seqs[k];
+    int r = next_row;
+    if (sq->out == MODEL_OUT_LOGITS || sq->out == MODEL_OUT_LOGITS_HOST) next_row += sq->all_logits ? sq->n_tokens : 1;
+    if (commit_seq(s, p, k, r)) running_drop(s, p->owners[k]);
   }
   pthread_mutex_lock(&s->mu);
   publish_counts(s);
-  s->st.prompt_tokens += prompt_fed;
-  s->st.busy_seconds += now_seconds() - t0;
+  s->st.prompt_tokens += p->prompt_tokens;
+  s->st.busy_seconds += now_seconds() - p->t_plan;
   s->st.steps++;
-  if (n_batch > s->st.peak_batch) s->st.peak_batch = n_batch;
-  if (s->step_tokens - budget > s->st.peak_step_tokens) s->st.peak_step_tokens = s->step_tokens - budget;
+  if (p->n_seqs > s->st.peak_batch) s->st.peak_batch = p->n_seqs;
+  if (p->tokens > s->st.peak_step_tokens) s->st.peak_step_tokens = p->tokens;
   int64_t waiting = s->n_waiting;
   pthread_mutex_unlock(&s->mu);
   if (s->trace)
-    htrace_complete(s->trace, TRACE_ENGINE, "step", "engine", t_step, htrace_now() - t_step,
-                    (htrace_arg[]){HTRACE_INT("n_seqs", n_batch), HTRACE_INT("tokens", prefill_tokens + decode_tokens),
+    htrace_complete(s->trace, TRACE_ENGINE, "step", "engine", p->t_step, htrace_now() - p->t_step,
+                    (htrace_arg[]){HTRACE_INT("n_seqs", p->n_seqs), HTRACE_INT("tokens", prefill_tokens + decode_tokens),
                                    HTRACE_INT("prefill_tokens", prefill_tokens),
                                    HTRACE_INT("decode_tokens", decode_tokens), HTRACE_INT("running", s->n_running),
                                    HTRACE_INT("waiting", waiting)},
                     6);
+}
+
+/* ---- the engine thread ---- */
+
+/* One step: plan, run, commit. */
+static void step(sched *s) {
+  if (s->step_hook) s->step_hook(s->step_hook_user);
+  sched_step p;
+  herr e = {0};
+  int rc = sched_plan(s, &p, &e);
+  if (p.n_seqs == 0) return;
+  if (!rc) rc = sched_execute(s, &p, &e);
+  if (rc) fail_step(s, &p, rc, &e);
+  else sched_commit(s, &p);
 }
 
 static void *engine_main(void *arg) {
