@@ -18,7 +18,7 @@
 #include "base/trace.h"
 #include "chat/chat.h"
 #include "chat/jinja.h"
-#include "engine/generate.h"
+#include "engine/request.h"
 #include "engine/fit.h"
 #include "engine/json_schema.h"
 #include "engine/kv_disk.h"

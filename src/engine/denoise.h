@@ -32,7 +32,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "engine/generate.h"
+#include "engine/request.h"
 #include "engine/method.h"
 #include "model/kv.h"
 #include "model/model.h"
@@ -93,8 +93,8 @@ void denoise_run_stats(const denoise_run *r, denoise_stats *out);
 /* Rows of KV the run needs: n_prompt + whole blocks covering max_new. */
 int64_t denoise_kv_rows(const model *m, int64_t n_prompt, int64_t max_new);
 
-/* The whole loop for one request, as generate_run (same result and
- * callback contract): tokens reach fn block by block; *req->cancel is
+/* The whole loop for one request on a one-off cache (the result and
+ * callback contract of engine/request.h): tokens reach fn block by block; *req->cancel is
  * checked between forwards. */
 int denoise_generate(model *m, const tokenizer *tok, const gen_request *req, const denoise_params *p,
                      const denoise_draws *draws, gen_token_fn fn, void *user, gen_result *res, herr *err);

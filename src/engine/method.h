@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "engine/generate.h"
+#include "engine/request.h"
 #include "engine/kv_cache.h"
 #include "engine/sample.h"
 #include "model/model.h"

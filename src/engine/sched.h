@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "base/trace.h"
-#include "engine/generate.h"
+#include "engine/request.h"
 #include "engine/method.h"
 #include "engine/kv_disk.h"
 #include "engine/kv_quant.h"
@@ -100,8 +100,8 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
  * then writes the KV store. */
 void sched_free(sched *s);
 
-/* Submits a request and waits for it (same contract as generate_run, plus
- * res->cached_tokens). A request that can never fit the KV pool or the
+/* Submits a request and waits for it (the contract of engine/request.h,
+ * plus res->cached_tokens). A request that can never fit the KV pool or the
  * memory budget fails with HEARTH_ELIMIT and a message starting
  * "memory_admission:" before any work. req->prefill_chunk, when set, may
  * only lower the scheduler's chunk for this request. */
