@@ -41,7 +41,9 @@
 struct hearth_model {
   model *m;                    /* owned */
   tokenizer *tok;              /* owned, NULL when the folder has none */
-  generation_config gen;
+  generation_config gen;       /* generation_config.json: its EOS ids (its sampling is in sampling) */
+  sample_params sampling;      /* the model's sampling defaults (sample_params_model_default), which a
+                                  request's fields go over */
   char *path;                  /* owned */
   bool is_gguf;                /* path is a .gguf file */
   char *id;                    /* owned */
@@ -346,6 +348,7 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
   }
   for (int i = 0; i < cfg->n_eos; i++) add_eos(hm, cfg->eos_token_ids[i]);
   for (int i = 0; i < hm->gen.n_eos; i++) add_eos(hm, hm->gen.eos_token_ids[i]);
+  sample_params_model_default(&hm->sampling, &hm->gen);
   if (hm->tok) add_eos(hm, tokenizer_eos_id(hm->tok));
   *out = hm;
   return 0;
@@ -543,13 +546,13 @@ void hearth_gen_params_init(hearth_gen_params *p) {
   p->frequency_penalty = NAN;
   p->skip_special = true;
   p->spec_tokens = -1;
-  p->typical_p = 1.0;
-  p->xtc_threshold = 0.1;
-  p->dry_base = 1.75;
-  p->dry_allowed_length = 2;
-  p->dry_penalty_last_n = 64;
-  p->mirostat_tau = 5.0;
-  p->mirostat_eta = 0.1;
+  p->typical_p = SAMPLE_DEFAULT_TYPICAL_P;
+  p->xtc_threshold = SAMPLE_DEFAULT_XTC_THRESHOLD;
+  p->dry_base = SAMPLE_DEFAULT_DRY_BASE;
+  p->dry_allowed_length = SAMPLE_DEFAULT_DRY_ALLOWED_LENGTH;
+  p->dry_penalty_last_n = SAMPLE_DEFAULT_DRY_PENALTY_LAST_N;
+  p->mirostat_tau = SAMPLE_DEFAULT_MIROSTAT_TAU;
+  p->mirostat_eta = SAMPLE_DEFAULT_MIROSTAT_ETA;
 }
 
 static uint64_t random_seed(void) {
@@ -601,25 +604,22 @@ static int int_field(int64_t v, int64_t lo, int64_t hi, const char *name, int32_
   return 0;
 }
 
-/* Request values over model defaults into the engine's request. */
+/* The request's fields over the model's defaults into the engine's request:
+ * its sample_params is what the sampler takes. */
 static int fill_request(hearth_model *hm, const hearth_gen_params *p, gen_request *r, sample_bias **bias,
                         sample_dry_breaker **breakers, herr *err) {
-  const generation_config *g = &hm->gen;
   sample_params *s = &r->sample;
+  *s = hm->sampling;
   if (!isnan(p->temperature)) {
     s->temperature = (float)p->temperature;
     s->greedy = p->temperature == 0;
-  } else {
-    s->temperature = (float)g->temperature;
-    s->greedy = !g->do_sample;
   }
-  s->top_p = (float)(!isnan(p->top_p) ? p->top_p : g->top_p);
-  s->top_k = (int32_t)(p->top_k >= 0 ? p->top_k : g->top_k);
-  if (p->top_k > INT32_MAX) s->top_k = 0;
-  s->min_p = (float)(!isnan(p->min_p) ? p->min_p : g->min_p);
-  s->repetition_penalty = (float)(!isnan(p->repetition_penalty) ? p->repetition_penalty : g->repetition_penalty);
-  s->presence_penalty = (float)(!isnan(p->presence_penalty) ? p->presence_penalty : 0);
-  s->frequency_penalty = (float)(!isnan(p->frequency_penalty) ? p->frequency_penalty : 0);
+  if (!isnan(p->top_p)) s->top_p = (float)p->top_p;
+  if (p->top_k >= 0) s->top_k = p->top_k > INT32_MAX ? 0 : (int32_t)p->top_k;
+  if (!isnan(p->min_p)) s->min_p = (float)p->min_p;
+  if (!isnan(p->repetition_penalty)) s->repetition_penalty = (float)p->repetition_penalty;
+  if (!isnan(p->presence_penalty)) s->presence_penalty = (float)p->presence_penalty;
+  if (!isnan(p->frequency_penalty)) s->frequency_penalty = (float)p->frequency_penalty;
   s->seed = p->has_seed ? p->seed : random_seed();
   s->typical_p = (float)p->typical_p;
   s->xtc_probability = (float)p->xtc_probability;
