@@ -67,7 +67,6 @@ struct hearth_model {
   model *draft;                /* owned, NULL without hearth_load_opts.draft_model */
   gen_method method;           /* how generations run (the scheduler borrows it) */
   denoise_params denoise;      /* a block-diffusion model's: generation_config.json over the defaults */
-  _Atomic int64_t diff_running, diff_finished, diff_cancelled, diff_tokens, diff_prompt;
   pthread_mutex_t ad_lock;     /* guards the adapter table */
   struct api_adapter *ads;     /* owned [n_ads]: the loaded LoRA adapters by name */
   int n_ads, cap_ads;
@@ -339,7 +338,10 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
     hm->sch_cfg.kv_store = hm->kv_store;
     hm->sch_cfg.kv_store_max = opts->kv_store_max;
   }
-  if (model_canvas_length(hm->m) > 0 && (rc = load_denoise(hm, err))) goto fail;
+  if (model_canvas_length(hm->m) > 0) {
+    if ((rc = load_denoise(hm, err))) goto fail;
+    hm->sch_cfg.denoise = &hm->denoise;
+  }
   if (opts && model_canvas_length(hm->m) <= 0 && (rc = load_method(hm, opts, &mo, err))) goto fail;
   if (opts && opts->trace_file) {
     if ((rc = htrace_open(opts->trace_file, opts->trace_max_bytes, &hm->trace, err))) goto fail;
@@ -730,12 +732,12 @@ static int ensure_sched(hearth_model *hm, herr *err) {
 
 int hearth_start(hearth_model *hm, hearth_error *err) {
   if (!hm) return herr_set(err, HEARTH_EINVAL, "hearth_start: no model");
-  if (model_canvas_length(hm->m) > 0) return 0; /* the diffusion lane: a cache of its own per request */
+  if (model_canvas_length(hm->m) > 0) return 0; /* denoising runs keep their KV in caches of their own */
   return ensure_sched(hm, err);
 }
 
 int hearth_admit(hearth_model *hm, int64_t prompt_tokens, int64_t max_tokens, hearth_error *err) {
-  if (model_canvas_length(hm->m) > 0) return 0; /* the diffusion lane: a cache of its own per request */
+  if (model_canvas_length(hm->m) > 0) return 0; /* denoising runs keep their KV in caches of their own */
   int rc = ensure_sched(hm, err);
   return rc ? rc : sched_admit(hm->sch, prompt_tokens, max_tokens, err);
 }
@@ -929,7 +931,7 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
   }
   gen_result gr;
   memset(&gr, 0, sizeof gr);
-  if (model_canvas_length(hm->m) > 0) { /* block diffusion: the denoising lane */
+  if (model_canvas_length(hm->m) > 0) { /* block diffusion: a denoising run in the scheduler */
     const char *host = sample_params_host_field(&req.sample);
     if (host) {
       rc = herr_set_at(err, HEARTH_EUNSUPPORTED, host, 0, "'%s' is not supported on a block-diffusion model, whose tokens are "
@@ -941,17 +943,9 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
                        "a grammar or JSON schema cannot constrain a block-diffusion model's output");
       goto out;
     }
-    hm->diff_running++;
-    rc = denoise_generate(hm->m, hm->tok, &req, &hm->denoise, NULL, forward_token, &cb, &gr, err);
-    hm->diff_running--;
-    if (rc == HEARTH_ECANCELLED) hm->diff_cancelled++;
-    else if (!rc) hm->diff_finished++;
-    hm->diff_tokens += gr.completion_tokens;
-    hm->diff_prompt += gr.prompt_tokens;
-    goto result;
   }
   if ((rc = ensure_sched(hm, err))) goto out;
-  if (req.max_tokens < 0) {
+  if (req.max_tokens < 0 && model_canvas_length(hm->m) <= 0) {
     /* "up to the context" stops where the KV cache is full too: a context the
      * machine cannot hold would otherwise never end */
     sched_stats st;
@@ -961,7 +955,6 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
     if (hold > (int64_t)req.n_prompt && (ctx <= 0 || hold < ctx)) req.max_tokens = hold - (int64_t)req.n_prompt;
   }
   rc = sched_run(hm->sch, &req, forward_token, &cb, &gr, err);
-result:
   res->finish_reason = (hearth_finish)gr.finish;
   res->stop_index = gr.stop_index;
   res->stop_token = gr.stop_token;
@@ -992,14 +985,6 @@ void hearth_get_stats(hearth_model *hm, hearth_stats *out) {
   model_expert_stats xs;
   model_expert_stats_of(hm->m, &xs);
   out->expert_budget = xs.budget, out->expert_resident_bytes = xs.resident, out->expert_page_ins = xs.page_ins;
-  if (model_canvas_length(hm->m) > 0) { /* the diffusion lane's requests */
-    out->running = hm->diff_running;
-    out->requests_finished = hm->diff_finished;
-    out->requests_cancelled = hm->diff_cancelled;
-    out->generated_tokens = hm->diff_tokens;
-    out->prompt_tokens = hm->diff_prompt;
-    return;
-  }
   pthread_mutex_lock(&hm->gen_lock);
   sched *s = hm->sch;
   pthread_mutex_unlock(&hm->gen_lock);

@@ -11,15 +11,19 @@
  * and the output stage each committed token goes through: the grammar,
  * emission (EOS, detokenizer, stop strings, max_tokens: emit.h) and the
  * queue to the request's waiter; with the spans they leave in a trace
- * (base/trace.h) when one is given. How a generation turns a step's logits
- * into tokens is its method run's (engine/method.h): a speculative run's
- * drafts join the batch as a chunk after its pending token, and the KV rows
- * of rejected drafts are cut off after verification (a hybrid model's
- * recurrent state goes back to its mark before the drafts, and the accepted
- * tokens go in again ahead of the next step's pending one); a run drafting
- * with the model's MTP layer gets the hidden states of every token it feeds
- * (model_seq.next_hidden), and its layer sees them in the next step's
- * proposals, in the prompt too.
+ * (base/trace.h) when one is given.
+ * How a generation turns a step's logits into tokens is its method's
+ * (engine/method.h): a speculative run's drafts join the batch as a chunk
+ * after its pending token, and the KV rows of rejected drafts are cut off
+ * after verification (a hybrid model's recurrent state goes back to its
+ * mark before the drafts, and the accepted tokens go in again ahead of the
+ * next step's pending one); a run drafting with the model's MTP layer gets
+ * the hidden states of every token it feeds (model_seq.next_hidden), and its
+ * layer sees them in the next step's proposals, in the prompt too. On a
+ * block-diffusion model every generation is a denoising run (engine/denoise.h,
+ * GEN_METHOD_DENOISING), stepped once per engine step beside the batch, with
+ * a forward and a KV cache of its own; its final blocks go through the same
+ * output stage.
  * Knows the model only through model.h and the cache only through
  * kv_paged.h; knows nothing of HTTP or the public API. */
 #include "engine/sched.h"
@@ -38,6 +42,7 @@
 #include "base/vec.h"
 #include "engine/emit.h"
 #include "engine/grammar.h"
+#include "engine/kv_cache.h"
 #include "engine/kv_disk.h"
 #include "engine/kv_paged.h"
 
@@ -85,6 +90,12 @@ typedef struct sseq {
   bool dclosed;               /* finished: nothing more will be queued */
   atomic_int stop_req;        /* fn returned nonzero: the engine cancels at its next step */
   gen_run *run;               /* owned (generations): the method run; released when the sequence ends */
+  gen_method_kind method;     /* a generation's method: GEN_METHOD_DENOISING (a block-diffusion model's) runs
+                                 dn beside the batch; the others run `run` in it */
+  denoise_run *dn;            /* owned, a block-diffusion model's generation (from its admission): its run,
+                                 stepped beside the batch; released when the sequence ends */
+  kv_cache *dcache;           /* owned with dn: the run's one-off KV cache */
+  kv_seq *dkv;                /* owned with dn: its rows there */
   int n_draft;                /* this step: drafted tokens fed after the pending one */
   int n_catch;                /* this step, with drafts: committed tokens fed before the pending one (a
                                  hybrid model's accepted tokens, fed again after a rejection) */
@@ -153,6 +164,11 @@ struct sched {
   pthread_mutex_t gv_mu;      /* guards making gv */
   grammar_vocab *gv;          /* owned, made on the first grammar request: the tokens' bytes */
   htrace *trace;              /* borrowed, may be NULL */
+  bool diffusion;             /* a block-diffusion model: every generation is a denoising run */
+  denoise_params denoise;     /* their settings */
+  sseq **denoising;           /* owned [max_batch]: the admitted denoising runs (n_running + n_denoising
+                                 <= max_batch) */
+  int n_denoising;
   void (*step_hook)(void *);  /* sched_config's */
   void *step_hook_user;
   int64_t trace_requests;     /* requests traced so far (atomic): their tracks' numbers */
@@ -268,6 +284,7 @@ static void publish_counts(sched *s) {
   s->st.blocks_free = c.free;
   int64_t running = 0;
   for (int i = 0; i < s->n_running; i++) running += !s->running[i]->ended;
+  for (int i = 0; i < s->n_denoising; i++) running += !s->denoising[i]->ended;
   s->st.running = running;
 }
 
@@ -284,6 +301,12 @@ static void seq_finish(sched *s, sseq *q, int rc) {
   }
   gen_run_free(q->run);
   q->run = NULL;
+  denoise_run_free(q->dn);
+  q->dn = NULL;
+  if (q->dkv) kv_cache_seq_free(q->dkv);
+  q->dkv = NULL;
+  kv_cache_free(q->dcache);
+  q->dcache = NULL;
   q->rc = rc;
   if (q->t_first > 0) {
     q->res->prefill_seconds = q->t_first - q->t_admit;
@@ -323,6 +346,11 @@ static void running_drop(sched *s, const sseq *q) {
       running_remove(s, i);
       return;
     }
+}
+
+static void denoising_remove(sched *s, int i) {
+  memmove(&s->denoising[i], &s->denoising[i + 1], sizeof(sseq *) * (size_t)(s->n_denoising - i - 1));
+  s->n_denoising--;
 }
 
 /* ---- the output stage: grammar, emission (EOS, detokenizing, stop strings,
@@ -370,7 +398,7 @@ static void out_end(sched *s, sseq *q, int rc) {
  * was finished). */
 static bool out_token(sched *s, sseq *q, sample_token st) {
   if (q->t_first == 0) q->t_first = now_seconds();
-  sampler_accept(q->smp, st.id);
+  if (q->smp) sampler_accept(q->smp, st.id); /* (a denoising run samples on its own) */
   pthread_mutex_lock(&s->mu);
   s->st.generated_tokens++;
   pthread_mutex_unlock(&s->mu);
@@ -413,6 +441,7 @@ static bool out_token(sched *s, sseq *q, sample_token st) {
 typedef struct out_ctx {
   sched *s;
   sseq *q;
+  bool ended;                 /* set: q ended (and was finished: it may be gone) */
 } out_ctx;
 
 static bool out_commit(void *ctx, const sample_token *st) {
@@ -420,9 +449,9 @@ static bool out_commit(void *ctx, const sample_token *st) {
   int rc;
   if (c->q->gm && (rc = grammar_matcher_accept(c->q->gm, st->id, c->q->err))) {
     seq_finish(c->s, c->q, rc);
-    return true;
+    return c->ended = true;
   }
-  return out_token(c->s, c->q, *st);
+  return c->ended = out_token(c->s, c->q, *st);
 }
 
 /* The tokens q's grammar allows next (a bitset over the grammar's vocabulary).
@@ -531,6 +560,28 @@ static void preempt(sched *s, int i) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* Admits the waiting head q, a denoising run: its one-off KV cache (nothing
+ * from the pool: no prefix cache, never preempted) and its run; failing to
+ * make them ends it with the error. */
+static void admit_denoise(sched *s, sseq *q) {
+  double t_look = q->trace_tid ? htrace_now() : 0;
+  pthread_mutex_lock(&s->mu);
+  queue_pop(s);
+  s->st.prompt_tokens += q->n_toks;
+  pthread_mutex_unlock(&s->mu);
+  q->t_admit = now_seconds();
+  q->res->queue_seconds = q->t_admit - q->t_enqueue;
+  q->admitted_once = true;
+  if (q->trace_tid) trace_queue_span(s, q, t_look);
+  model_kv_geometry g;
+  model_kv_geometry_of(s->m, &g);
+  int rc = kv_cache_new(&g, denoise_kv_rows(s->m, q->n_toks, q->max_new), &q->dcache, q->err);
+  if (!rc) rc = kv_cache_seq_new(q->dcache, &q->dkv, q->err);
+  if (!rc) rc = denoise_run_new(s->m, q->req, &s->denoise, NULL, q->dkv, q->max_new, &q->dn, q->err);
+  if (rc) seq_finish(s, q, rc);
+  else s->denoising[s->n_denoising++] = q;
+}
+
 /* Moves waiting requests to running while there is a slot and room for
  * their first chunk; drops cancelled ones. */
 static void admit(sched *s) {
@@ -560,11 +611,15 @@ static void admit(sched *s) {
   for (;;) {
     pthread_mutex_lock(&s->mu);
     sseq *q = s->wait_head;
-    if (!q || s->n_running >= s->max_batch) {
+    if (!q || s->n_running + s->n_denoising >= s->max_batch) {
       pthread_mutex_unlock(&s->mu);
       return;
     }
     pthread_mutex_unlock(&s->mu);
+    if (!q->kind && q->method == GEN_METHOD_DENOISING) {
+      admit_denoise(s, q);
+      continue;
+    }
     herr e = {0};
     kv_seq *kv = NULL;
     double t_look = q->trace_tid ? htrace_now() : 0;
@@ -860,6 +915,15 @@ static int sched_plan(sched *s, sched_step *p, herr *e) {
       i++;
     }
   }
+  for (int i = 0; i < s->n_denoising;) {
+    sseq *q = s->denoising[i];
+    if (seq_cancelled(q)) {
+      denoising_remove(s, i);
+      seq_cancel(s, q, "during generation");
+    } else {
+      i++;
+    }
+  }
   admit(s);
   if (s->n_running == 0) return 0;
   p->t_plan = now_seconds();
@@ -921,7 +985,7 @@ static void pool_fold(sched *s, sseq *q, const float *rows, int64_t n, int64_t a
  * before any block is published. Returns true when q ended (and was
  * finished). */
 static bool seq_verify(sched *s, sseq *q, float *rows, const bk_sample_out *chosen) {
-  out_ctx c = {s, q};
+  out_ctx c = {s, q, false};
   gen_step g;
   spec_source src = gen_run_source(q->run);
   int n_draft = q->n_draft;
@@ -1063,37 +1127,77 @@ static void sched_commit(sched *s, const sched_step *p) {
                     6);
 }
 
+/* ---- denoising: block diffusion's runs, stepped beside the batch ---- */
+
+/* One forward of each denoising run — its own: a canvas pass does not share
+ * the batch's — and, when a block becomes final, its tokens through the
+ * output stage. counted: the step's batch ran (and was counted). */
+static void step_denoise(sched *s, bool counted) {
+  double t0 = now_seconds();
+  for (int i = 0; i < s->n_denoising;) {
+    sseq *q = s->denoising[i];
+    out_ctx c = {s, q, false};
+    bool done = false;
+    double tt = q->trace_tid ? htrace_now() : 0;
+    int rc = denoise_run_step(q->dn, out_commit, &c, &done, q->err);
+    if (c.ended) { /* finished by the output stage: q may be gone */
+      denoising_remove(s, i);
+      continue;
+    }
+    if (q->trace_tid) htrace_complete(s->trace, q->trace_tid, "denoise", "request", tt, htrace_now() - tt, NULL, 0);
+    if (rc || done) {
+      denoising_remove(s, i);
+      seq_finish(s, q, rc ? rc : out_flush(s, q));
+      continue;
+    }
+    if (q->t_first == 0 && !denoise_run_encoding(q->dn)) q->t_first = now_seconds(); /* the prompt is in */
+    i++;
+  }
+  pthread_mutex_lock(&s->mu);
+  publish_counts(s);
+  if (!counted) s->st.steps++;
+  s->st.busy_seconds += now_seconds() - t0;
+  pthread_mutex_unlock(&s->mu);
+}
+
 /* ---- the engine thread ---- */
 
-/* One step: plan, run, commit. */
+/* One step: plan, run, commit; then the denoising runs' forwards. */
 static void step(sched *s) {
   if (s->step_hook) s->step_hook(s->step_hook_user);
   sched_step p;
   herr e = {0};
   int rc = sched_plan(s, &p, &e);
-  if (p.n_seqs == 0) return;
-  if (!rc) rc = sched_execute(s, &p, &e);
-  if (rc) fail_step(s, &p, rc, &e);
-  else sched_commit(s, &p);
+  if (p.n_seqs > 0) {
+    if (!rc) rc = sched_execute(s, &p, &e);
+    if (rc) fail_step(s, &p, rc, &e);
+    else sched_commit(s, &p);
+  }
+  if (s->n_denoising > 0) step_denoise(s, p.n_seqs > 0 && !rc);
 }
 
 static void *engine_main(void *arg) {
   sched *s = arg;
   for (;;) {
     pthread_mutex_lock(&s->mu);
-    while (!s->stop && s->n_running == 0 && !s->wait_head) pthread_cond_wait(&s->work_cv, &s->mu);
+    while (!s->stop && s->n_running == 0 && s->n_denoising == 0 && !s->wait_head)
+      pthread_cond_wait(&s->work_cv, &s->mu);
     bool stop = s->stop;
     pthread_mutex_unlock(&s->mu);
     if (stop) break;
-    int before = s->n_running;
+    int before = s->n_running + s->n_denoising;
     int64_t steps = s->st.steps;
     step(s);
     /* nothing could run (all waiting on blocks held by no one running cannot happen;
      * a failed allocation can): do not spin */
-    if (s->n_running == 0 && before == 0 && steps == s->st.steps) usleep(1000);
+    if (s->n_running + s->n_denoising == 0 && before == 0 && steps == s->st.steps) usleep(1000);
   }
   while (s->n_running > 0) {
     sseq *q = s->running[--s->n_running];
+    seq_cancel(s, q, "by shutdown");
+  }
+  while (s->n_denoising > 0) {
+    sseq *q = s->denoising[--s->n_denoising];
     seq_cancel(s, q, "by shutdown");
   }
   for (;;) {
@@ -1129,6 +1233,9 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   s->trace = c.trace;
   s->step_hook = c.step_hook;
   s->step_hook_user = c.step_hook_user;
+  s->diffusion = model_canvas_length(m) > 0;
+  if (c.denoise) s->denoise = *c.denoise;
+  else denoise_params_default(&s->denoise);
   int rc = gen_method_check(c.method, m, err);
   if (rc) {
     free(s);
@@ -1181,6 +1288,9 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
     }
     n_blocks = (int64_t)(bytes / s->block_bytes);
   }
+  /* a block-diffusion model's generations keep their KV in caches of their own: the pool holds one
+   * full-context sequence's rows for prompt-only work */
+  if (s->diffusion && c.kv_bytes == 0 && n_blocks > (ctx + B - 1) / B) n_blocks = (ctx + B - 1) / B;
   if (c.memory_budget && n_blocks > (int64_t)(c.memory_budget / s->block_bytes))
     n_blocks = (int64_t)(c.memory_budget / s->block_bytes);
   if (n_blocks < 1) n_blocks = 1; /* admission refuses what does not fit */
@@ -1231,13 +1341,14 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
     s->cap_rows = (size_t)s->max_batch;
   }
   s->running = calloc((size_t)s->max_batch, sizeof *s->running);
+  s->denoising = calloc((size_t)s->max_batch, sizeof *s->denoising);
   s->props = calloc((size_t)s->max_batch, sizeof *s->props);
   s->prop_seqs = calloc((size_t)s->max_batch, sizeof *s->prop_seqs);
   s->batch = calloc((size_t)s->max_batch, sizeof *s->batch);
   s->media_pos = calloc((size_t)s->step_tokens, sizeof *s->media_pos);
   s->in_batch = calloc((size_t)s->max_batch, sizeof *s->in_batch);
-  if ((s->dev_sample ? !s->rows || !s->outs : !s->logits) || !s->running || !s->batch || !s->in_batch || !s->props ||
-      !s->prop_seqs || !s->media_pos) {
+  if ((s->dev_sample ? !s->rows || !s->outs : !s->logits) || !s->running || !s->denoising || !s->batch ||
+      !s->in_batch || !s->props || !s->prop_seqs || !s->media_pos) {
     rc = herr_set(err, HEARTH_ENOMEM, "scheduler: out of memory for a batch of %d", s->max_batch);
     goto fail;
   }
@@ -1280,6 +1391,7 @@ void sched_free(sched *s) {
   free(s->masks);
   free(s->hrows);
   free(s->running);
+  free(s->denoising);
   free(s->props);
   free(s->prop_seqs);
   free(s->draft_rows);
@@ -1297,6 +1409,9 @@ void sched_free(sched *s) {
 static void seq_state_free(sseq *q) {
   free(q->hrow);
   gen_run_free(q->run);
+  denoise_run_free(q->dn);
+  if (q->dkv) kv_cache_seq_free(q->dkv);
+  kv_cache_free(q->dcache);
   free(q->toks);
   free(q->keys);
   sampler_free(q->smp);
@@ -1433,10 +1548,13 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
     if (req->prompt[i] < 0 || req->prompt[i] >= s->vocab)
       return herr_set(err, HEARTH_EINVAL, "generate: prompt token %zu is id %d, outside the vocabulary (size %lld)", i,
                       (int)req->prompt[i], (long long)s->vocab);
-  sseq q = {.req = req, .fn = fn, .user = user, .res = res, .err = err, .t_start = t_start};
+  sseq q = {.req = req, .fn = fn, .user = user, .res = res, .err = err, .t_start = t_start,
+            .method = s->diffusion ? GEN_METHOD_DENOISING : GEN_METHOD_AUTOREGRESSIVE};
   pthread_mutex_init(&q.dmu, NULL);
   pthread_cond_init(&q.dcv, NULL);
-  int rc = sampler_new((int32_t)s->vocab, &req->sample, &q.smp, err);
+  /* a denoising run samples on its own (engine/denoise.h), and keeps its KV in a cache of its own */
+  bool denoising = q.method == GEN_METHOD_DENOISING;
+  int rc = denoising ? 0 : sampler_new((int32_t)s->vocab, &req->sample, &q.smp, err);
   if (rc) goto out;
   if ((rc = gen_check_context(s->m, req, &q.max_new, err))) goto out;
   if (q.max_new == 0) {
@@ -1444,7 +1562,8 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
     goto out;
   }
   /* admission: the request alone must fit the pool (and the budget) */
-  if ((rc = sched_admit(s, (int64_t)req->n_prompt, req->max_tokens >= 0 ? q.max_new : -1, err))) goto out;
+  if (!denoising && (rc = sched_admit(s, (int64_t)req->n_prompt, req->max_tokens >= 0 ? q.max_new : -1, err)))
+    goto out;
   q.cap_toks = (int64_t)req->n_prompt + 16;
   q.toks = malloc(sizeof(int32_t) * (size_t)q.cap_toks);
   if (!q.toks) {
@@ -1463,12 +1582,15 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
   }
   if ((rc = gen_emit_init(&q.out, s->tok, req, err))) goto out;
   if (req->grammar && (rc = seq_grammar(s, &q, err))) goto out;
-  if ((rc = gen_run_new(s->method, req, s->vocab, s->draft_cache, &q.run, err))) goto out;
-  if (gen_run_kind(q.run) == GEN_METHOD_SPECULATIVE && !gen_method_can_rollback(s->m)) {
-    rc = herr_set_at(err, HEARTH_EUNSUPPORTED, "spec_tokens", 0, "%s", GEN_ROLLBACK_REFUSED);
-    goto out;
+  if (!denoising) {
+    if ((rc = gen_run_new(s->method, req, s->vocab, s->draft_cache, &q.run, err))) goto out;
+    q.method = gen_run_kind(q.run);
+    if (gen_run_kind(q.run) == GEN_METHOD_SPECULATIVE && !gen_method_can_rollback(s->m)) {
+      rc = herr_set_at(err, HEARTH_EUNSUPPORTED, "spec_tokens", 0, "%s", GEN_ROLLBACK_REFUSED);
+      goto out;
+    }
+    sampler_add_prompt(q.smp, req->prompt, req->n_prompt);
   }
-  sampler_add_prompt(q.smp, req->prompt, req->n_prompt);
   pthread_mutex_lock(&s->mu);
   if (s->stop) {
     pthread_mutex_unlock(&s->mu);

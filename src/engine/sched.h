@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "base/trace.h"
+#include "engine/denoise.h"
 #include "engine/request.h"
 #include "engine/method.h"
 #include "engine/kv_disk.h"
@@ -70,6 +71,11 @@ typedef struct sched_config {
                              pending token and its drafts as one chunk with a logits row at each
                              position, in the same step as the others, and its rejected drafts'
                              KV rows are cut off (prefix-cache hashes only cover committed tokens) */
+  const denoise_params *denoise; /* borrowed, may be NULL (denoise_params_default): a block-diffusion model's
+                             settings. On such a model (model_canvas_length > 0) every generation is a
+                             denoising run (engine/denoise.h) that the engine thread steps beside the
+                             batch, one forward of its own a step, its KV in a one-off cache of its own
+                             (no prefix cache); the pool serves prompt-only work (probes) alone */
 } sched_config;
 
 typedef struct sched_stats {
