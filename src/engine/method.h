@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "engine/generate.h"
+#include "engine/request.h"
 #include "engine/kv_cache.h"
 #include "engine/sample.h"
 #include "model/model.h"
@@ -44,7 +44,8 @@
 #define GEN_MAX_SPEC_TOKENS 16
 
 /* GEN_METHOD_DENOISING: block diffusion on a DiffusionGemma model (engine/denoise.h): a run per
- * request that commits each block of tokens when it is final, in a lane of the scheduler of its own */
+ * request, not a gen_run, that the scheduler steps beside its batch (one forward of its own a step)
+ * and that commits each block of tokens through the same output stage when it is final */
 typedef enum gen_method_kind { GEN_METHOD_AUTOREGRESSIVE = 0, GEN_METHOD_SPECULATIVE = 1, GEN_METHOD_DENOISING = 2 } gen_method_kind;
 
 /* Where drafted tokens come from. */
