@@ -1,8 +1,9 @@
-/* emit.h — what happens to each sampled token, shared by the scheduler and
- * block diffusion's denoising runs: EOS ids end the request, the token is detokenized
- * (streaming, UTF-8 held back until whole), stop strings are matched on the
- * text with hold-back of a possible partial match, max_tokens ends it; at
- * the end what is held back is released (or ends in a stop string).
+/* emit.h — what happens to each committed token in the scheduler's output
+ * stage (a denoising run's too): EOS ids end the request, the token is
+ * detokenized (streaming, UTF-8 held back until whole), stop strings are
+ * matched on the text with hold-back of a possible partial match, max_tokens
+ * ends it; at the end what is held back is released (or ends in a stop
+ * string).
  * The text that became final in a step is in delta. */
 #ifndef HEARTH_ENGINE_EMIT_H
 #define HEARTH_ENGINE_EMIT_H

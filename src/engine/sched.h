@@ -2,10 +2,13 @@
  * step, assembles ONE batch from all active sequences (the decode token of
  * each running request plus prefill chunks of new ones, under a per-step
  * token budget), runs one model_forward for it, and samples every sequence
- * with its own settings. KV lives in a paged pool (kv_paged.h) with
- * automatic prefix caching; when the pool runs dry, new requests wait and
- * the newest running one is preempted (its blocks freed, its tokens
- * recomputed later), never an out-of-memory crash.
+ * with its own settings (sched.c: each step planned, run, then committed,
+ * each token through one output stage). KV lives in a paged pool
+ * (kv_paged.h) with automatic prefix caching; when the pool runs dry, new
+ * requests wait and the newest running one is preempted (its blocks freed,
+ * its tokens recomputed later), never an out-of-memory crash. On a
+ * block-diffusion model each generation is a denoising run that the engine
+ * thread steps beside the batch (sched_config.denoise).
  *
  *   sched *s; sched_new(m, tok, &cfg, &s, &err);
  *   sched_run(s, &req, fn, user, &res, &err);   // any thread; blocks until done
