@@ -32,7 +32,10 @@
 
 const model_config *model_cfg(const model *m) { return &m->cfg; }
 bool model_has_head(const model *m) { return !m->no_head; }
-int64_t model_canvas_length(const model *m) { return m->cfg.canvas_length; }
+int64_t model_canvas_length(const model *m) {
+  const family_ops *ops = m->fam && m->fam->ops ? m->fam->ops : &llama_family_ops;
+  return ops->canvas ? ops->canvas(m) : 0;
+}
 int64_t model_vocab_size(const model *m) { return m->cfg.vocab_size; }
 
 void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
@@ -52,19 +55,28 @@ void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
 }
 
 bk_backend *model_backend(const model *m) { return m->be; }
-int model_nextn_layers(const model *m) { return m->n_nextn; }
+
+/* The family's multi-token-prediction layer (none: all zero). */
+static const model_mtp *mtp_of(const model *m) {
+  static const model_mtp none;
+  const family_ops *ops = m->fam && m->fam->ops ? m->fam->ops : &llama_family_ops;
+  return ops->mtp_of && m->fam_state ? ops->mtp_of(m) : &none;
+}
+
+int model_nextn_layers(const model *m) { return mtp_of(m)->n_nextn; }
 
 int model_mtp_check(const model *m, herr *err) {
   const family_ops *ops = m->fam && m->fam->ops ? m->fam->ops : &llama_family_ops;
-  if (m->n_nextn <= 0)
+  const model_mtp *mt = mtp_of(m);
+  if (mt->n_nextn <= 0)
     return herr_set(err, HEARTH_EUNSUPPORTED,
                     "the model has no multi-token-prediction layer (GLM-5: num_nextn_predict_layers and the "
                     "model.layers.%lld.eh_proj / enorm / hnorm / shared_head tensors; Qwen3.5: the mtp.fc / "
                     "pre_fc_norm_* / layers.0 / norm tensors)",
                     (long long)m->cfg.num_hidden_layers);
-  if (!ops->mtp || !m->mtp_layer)
+  if (!ops->mtp || !mt->layer)
     return herr_set(err, HEARTH_EUNSUPPORTED, "the model's multi-token-prediction layer cannot run%s%s",
-                    m->mtp_refused ? ": " : " in this family", m->mtp_refused ? m->mtp_refused : "");
+                    mt->refused ? ": " : " in this family", mt->refused ? mt->refused : "");
   if (m->tp || m->tp_size)
     return herr_set(err, HEARTH_EUNSUPPORTED, "the multi-token-prediction layer does not run on a model split over ranks");
   if (m->xc.budget > 0)
@@ -76,7 +88,7 @@ void model_mtp_geometry_of(const model *m, model_kv_geometry *g) {
   memset(g, 0, sizeof *g);
   g->n_layers = 1;
   g->backend = m->be;
-  const layer_weights *lw = m->mtp_layer;
+  const layer_weights *lw = mtp_of(m)->layer;
   if (!lw) return;
   g->kv_dim[0] = lw->kv_k_dim ? lw->kv_k_dim : lw->kv_heads * lw->head_dim;
   g->v_dim[0] = lw->kv_v_dim;
@@ -217,7 +229,6 @@ void model_free(model *m) {
     if (!m->tied && !m->no_head) bk_weight_release(m->be, &m->lm_head);
     for (int i = 0; i < m->n_bufs; i++) bk_buf_free(m->bufs[i]);
     scratch_free(&m->f);
-    bk_buf_free(m->sc_buf);
   }
   experts_budget_free(m);
   mm_towers_free(m); /* after the release of their matrices, which point into their state */
@@ -461,7 +472,7 @@ int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int 
     goto fail;
   }
   m->rope_interleaved = is_gguf && !strcmp(c->model_type, "llama");
-  if ((rc = layer_geometry(m, err)) || (ops->prepare && (rc = ops->prepare(m, err)))) {
+  if ((ops->config && c->raw && (rc = ops->config(m, err))) || (rc = layer_geometry(m, err)) || (ops->prepare && (rc = ops->prepare(m, err)))) {
     herr_wrap(err, "%s", dir);
     goto fail;
   }
@@ -577,11 +588,9 @@ static int scratch_reserve(model *m, int64_t T, int64_t n_idx, int64_t R, int64_
     int64_t cap = f->cap_t ? f->cap_t : 16;
     while (cap < T) cap *= 2;
     int64_t D = c->hidden_size, wide = m->w_q > D ? m->w_q : D, E = c->num_experts, K = c->num_experts_per_tok;
-    int64_t L = c->num_hidden_layers;
-    int64_t cols[] = {D, D, m->w_q, m->w_kv, m->w_kv, m->w_q, wide, m->w_inter, m->w_inter, D, E, K, K, 2 * L * m->w_ple, m->w_ple,
-                      m->w_fam};
+    int64_t cols[] = {D, D, m->w_q, m->w_kv, m->w_kv, m->w_q, wide, m->w_inter, m->w_inter, D, E, K, K, m->w_fam};
     bk_tensor *ts[] = {&f->x, &f->xn, &f->q, &f->k, &f->v, &f->att, &f->o, &f->gate, &f->up, &f->x2, &f->elog, &f->eids, &f->ew,
-                       &f->ple, &f->pl, &f->fam};
+                       &f->fam};
     enum { N_ACT = sizeof cols / sizeof cols[0] };
     size_t total = 0;
     for (int i = 0; i < N_ACT; i++) total += ((size_t)(cap * cols[i]) * sizeof(float) + 255) / 256 * 256;
@@ -639,36 +648,6 @@ static int scratch_reserve(model *m, int64_t T, int64_t n_idx, int64_t R, int64_
   return 0;
 }
 
-/* A canvas pass's self-conditioning probabilities on the backend, [T, vocab] (zero rows for the
- * sequences without), in m->sc grown as needed. */
-static int canvas_self_cond(model *m, const model_batch *b, int64_t T, bk_tensor *out, herr *err) {
-  int64_t V = m->cfg.vocab_size;
-  int rc = 0;
-  if (T > m->sc_cap) {
-    bk_buf_free(m->sc_buf);
-    m->sc_buf = NULL;
-    m->sc_cap = 0;
-    if ((rc = bk_tensor_new(m->be, BK_DT_F32, T, V, &m->sc, err))) return herr_wrap(err, "model_forward: self-conditioning");
-    m->sc_buf = m->sc.buf;
-    m->sc_cap = T;
-  }
-  size_t row = (size_t)V * sizeof(float), off = 0;
-  float *zeros = NULL;
-  for (int s = 0; s < b->n_seqs && !rc; s++) {
-    const model_seq *sq = &b->seqs[s];
-    size_t n = (size_t)sq->n_tokens * row;
-    if (sq->self_cond) rc = bk_set(&m->sc, off, sq->self_cond, n, err);
-    else {
-      if (!zeros && !(zeros = calloc(1, n))) return herr_set(err, HEARTH_ENOMEM, "out of memory");
-      rc = bk_set(&m->sc, off, zeros, n, err);
-    }
-    off += n;
-  }
-  free(zeros);
-  *out = bk_rows(&m->sc, 0, T);
-  return rc;
-}
-
 static bool has_logits_row(const model_seq *sq) { return sq->out == MODEL_OUT_LOGITS || sq->out == MODEL_OUT_LOGITS_HOST; }
 
 /* The forward pass up to the logits rows (left on the backend in *lg) and
@@ -706,7 +685,7 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d asks for output %d, which does not exist", s, (int)sq->out);
     if (sq->canvas != b->seqs[0].canvas || (sq->canvas && sq->n_tokens != b->seqs[0].n_tokens))
       return herr_set(err, HEARTH_EINVAL, "model_forward: a batch is all canvas sequences of one length, or none");
-    if (sq->self_cond && (!sq->canvas || !m->cfg.canvas_length))
+    if (sq->self_cond && (!sq->canvas || !model_canvas_length(m)))
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d: self-conditioning needs a canvas pass of a diffusion model", s);
     if (sq->out != MODEL_OUT_LOGITS && sq->all_logits)
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d sets all_logits without a logits output", s);
@@ -853,15 +832,14 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
   if (canvas) {
     st.canvas = true;
     st.window_extra = b->seqs[0].n_tokens - 1;
-    bool any_sc = false;
-    for (int s = 0; s < b->n_seqs; s++) any_sc |= b->seqs[s].self_cond != NULL;
-    if (any_sc && (rc = canvas_self_cond(m, b, T, &st.sc, err))) return rc;
   }
+  const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
+  if (ops->inputs && (rc = ops->inputs(m, b, &st, err))) return rc;
   st.x = bk_rows(&f->x, 0, T), st.xn = bk_rows(&f->xn, 0, T), st.q = bk_rows(&f->q, 0, T);
   st.k = bk_rows(&f->k, 0, T), st.v = bk_rows(&f->v, 0, T), st.att = bk_rows(&f->att, 0, T);
   st.o = bk_rows(&f->o, 0, T), st.gate = bk_rows(&f->gate, 0, T), st.up = bk_rows(&f->up, 0, T);
   st.x2 = bk_rows(&f->x2, 0, T), st.elog = bk_rows(&f->elog, 0, T), st.eids = bk_rows(&f->eids, 0, T);
-  st.ew = bk_rows(&f->ew, 0, T), st.ple = bk_rows(&f->ple, 0, T), st.pl = bk_rows(&f->pl, 0, T);
+  st.ew = bk_rows(&f->ew, 0, T);
   st.fam = bk_rows(&f->fam, 0, T);
   if (T == 1 && f->one_buf) st.one = f->one;
   bk_tensor *parts[] = {&st.ids, &st.pos, &st.row, &st.tab, &st.slot};
@@ -913,9 +891,9 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
   bk_tensor xr = bk_rows(&st.xn, 0, R + P); /* the gathered rows after the final norm */
   f->nh = bk_rows(&st.x2, 0, Q);            /* the next_hidden rows, likewise */
   /* an MTP batch ends in its head's norm and head */
-  const bk_tensor *fnorm = mtp && m->mtp_norm.buf ? &m->mtp_norm : &m->final_norm;
+  const model_mtp *mt = mtp_of(m);
+  const bk_tensor *fnorm = mtp && mt->norm.buf ? &mt->norm : &m->final_norm;
   for (int pass = 0; pass < 2 && !replay; pass++) {
-    const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
     bk_embed(&st.x, &m->embed, &st.ids, m->embed_scale);
     model_reduce(m, &st.x); /* vocabulary-parallel: one rank holds each token's row, the others add zeros */
     if (mtp) {
@@ -943,7 +921,7 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
     }
     if (R > 0) {
       bk_tensor xl = bk_rows(&xr, 0, R);
-      if (mtp) bk_matmul_t(&lg, &xl, m->mtp_head, NULL);
+      if (mtp) bk_matmul_t(&lg, &xl, mt->head, NULL);
       else if ((rc = model_head(m, &lg, &xl, err))) return rc;
       if (c->final_logit_softcapping > 0) bk_softcap(&lg, (float)c->final_logit_softcapping);
     }
