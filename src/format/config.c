@@ -203,7 +203,7 @@ static int gemma_text_part(model_config *c, const json_t *j, const char *type, c
   return rc;
 }
 
-int config_int(const json_t *j, const char *key, bool required, int64_t lo, int64_t hi, int64_t *v, const char *what,
+int config_int_range(const json_t *j, const char *key, bool required, int64_t lo, int64_t hi, int64_t *v, const char *what,
                          herr *err) {
   const json_t *x = json_object_get(j, key);
   if (x && json_is_null(x) && !required) return 0;
@@ -217,11 +217,11 @@ int config_int(const json_t *j, const char *key, bool required, int64_t lo, int6
 
 int config_experts(const json_t *j, model_config *c, const char *k_key, const char *what, herr *err) {
   int rc;
-  if ((rc = config_int(j, "num_experts", false, 1, 4096, &c->num_experts, what, err)) ||
+  if ((rc = config_int_range(j, "num_experts", false, 1, 4096, &c->num_experts, what, err)) ||
       (!json_object_get(j, "num_experts") &&
-       (rc = config_int(j, "num_local_experts", false, 1, 4096, &c->num_experts, what, err))) ||
-      (rc = config_int(j, k_key, false, 1, c->num_experts, &c->num_experts_per_tok, what, err)) ||
-      (rc = config_int(j, "moe_intermediate_size", false, 1, 1 << 22, &c->moe_intermediate_size, what, err)))
+       (rc = config_int_range(j, "num_local_experts", false, 1, 4096, &c->num_experts, what, err))) ||
+      (rc = config_int_range(j, k_key, false, 1, c->num_experts, &c->num_experts_per_tok, what, err)) ||
+      (rc = config_int_range(j, "moe_intermediate_size", false, 1, 1 << 22, &c->moe_intermediate_size, what, err)))
     return rc;
   if (c->num_experts_per_tok > c->num_experts)
     return herr_set(err, HEARTH_EFORMAT, "%s: %s %lld exceeds num_experts %lld", what, k_key, (long long)c->num_experts_per_tok,
@@ -236,7 +236,7 @@ static int read_qwen3_moe(const json_t *j, model_config *c, const char *what, he
   if (rc) return rc;
   if ((rc = hjson_get_bool(j, "norm_topk_prob", false, &c->norm_topk_prob, what, err))) return rc;
   int64_t step = 1;
-  if ((rc = config_int(j, "decoder_sparse_step", false, 1, CFG_MAX_LAYERS, &step, what, err))) return rc;
+  if ((rc = config_int_range(j, "decoder_sparse_step", false, 1, CFG_MAX_LAYERS, &step, what, err))) return rc;
   for (int64_t l = 0; l < c->num_hidden_layers; l++) c->moe_layer[l] = (l + 1) % step == 0;
   const json_t *only = json_object_get(j, "mlp_only_layers");
   if (only && !json_is_null(only)) {

@@ -96,7 +96,7 @@ void config_free(model_config *c);
 /* Reads DIR/generation_config.json; a missing file gives HF's defaults with present = false. */
 int generation_config_load(generation_config *g, const char *dir, herr *err);
 /* An integer field of j in [lo, hi]; absent or null leaves *v as it is unless required. */
-int config_int(const json_t *j, const char *key, bool required, int64_t lo, int64_t hi, int64_t *v, const char *what, herr *err);
+int config_int_range(const json_t *j, const char *key, bool required, int64_t lo, int64_t hi, int64_t *v, const char *what, herr *err);
 /* The experts' shape: num_experts (or num_local_experts), the top-k under k_key, moe_intermediate_size;
  * absent keys leave c's values. */
 int config_experts(const json_t *j, model_config *c, const char *k_key, const char *what, herr *err);

@@ -61,7 +61,7 @@ static int config(model *m, herr *err) {
   int rc = gemma4_read_config(m, &s->g4, true, err);
   if (rc || !m->cfg.top) return rc;
   s->canvas = 256;
-  return config_int(m->cfg.top, "canvas_length", false, 1, 1 << 16, &s->canvas, "config.json", err);
+  return config_int_range(m->cfg.top, "canvas_length", false, 1, 1 << 16, &s->canvas, "config.json", err);
 }
 
 static int64_t canvas_length(const model *m) { return ((const dg_state *)m->fam_state)->canvas; }

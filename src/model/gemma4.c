@@ -69,14 +69,14 @@ int gemma4_read_config(model *m, gemma4_state *s, bool diffusion, herr *err) {
       }
       char sub[400];
       snprintf(sub, sizeof sub, "%s: per_layer_config['%s']", what, key);
-      if ((rc = config_int(o, "head_dim", false, 2, 4096, &c->layer_head_dim[l], sub, err)) ||
-          (rc = config_int(o, "num_key_value_heads", false, 1, c->num_attention_heads, &c->layer_kv_heads[l], sub, err)))
+      if ((rc = config_int_range(o, "head_dim", false, 2, 4096, &c->layer_head_dim[l], sub, err)) ||
+          (rc = config_int_range(o, "num_key_value_heads", false, 1, c->num_attention_heads, &c->layer_kv_heads[l], sub, err)))
         return rc;
     }
   } else {
     int64_t ghd = 512, gkv = 0;
-    if ((rc = config_int(j, "global_head_dim", false, 2, 4096, &ghd, what, err)) ||
-        (rc = config_int(j, "num_global_key_value_heads", false, 1, c->num_attention_heads, &gkv, what, err)))
+    if ((rc = config_int_range(j, "global_head_dim", false, 2, 4096, &ghd, what, err)) ||
+        (rc = config_int_range(j, "num_global_key_value_heads", false, 1, c->num_attention_heads, &gkv, what, err)))
       return rc;
     for (int64_t l = 0; l < L; l++)
       if (c->layer_types[l] == LAYER_FULL) {
@@ -94,9 +94,9 @@ int gemma4_read_config(model *m, gemma4_state *s, bool diffusion, herr *err) {
   s->ple_dim = diffusion ? 0 : 256;
   s->ple_vocab = 262144;
   if (!diffusion &&
-      ((rc = config_int(j, "hidden_size_per_layer_input", false, 0, 1 << 16, &s->ple_dim, what, err)) ||
-       (rc = config_int(j, "vocab_size_per_layer_input", false, 1, 1 << 24, &s->ple_vocab, what, err)) ||
-       (rc = config_int(j, "num_kv_shared_layers", false, 0, L - 1, &s->kv_shared, what, err))))
+      ((rc = config_int_range(j, "hidden_size_per_layer_input", false, 0, 1 << 16, &s->ple_dim, what, err)) ||
+       (rc = config_int_range(j, "vocab_size_per_layer_input", false, 1, 1 << 24, &s->ple_vocab, what, err)) ||
+       (rc = config_int_range(j, "num_kv_shared_layers", false, 0, L - 1, &s->kv_shared, what, err))))
     return rc;
   if (s->ple_dim && s->ple_vocab < c->vocab_size)
     return herr_set(err, HEARTH_EFORMAT, "%s: vocab_size_per_layer_input %lld is smaller than vocab_size %lld", what,

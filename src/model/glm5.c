@@ -148,12 +148,12 @@ static int read_indexer_types(const json_t *j, int64_t L, bool *full, herr *err)
 static int read_experts(const json_t *j, model_config *c, const char *what, herr *err) {
   c->num_experts = 256, c->num_experts_per_tok = 8, c->moe_intermediate_size = 2048, c->norm_topk_prob = true;
   int rc;
-  if ((rc = config_int(j, "n_routed_experts", false, 1, 4096, &c->num_experts, what, err)) ||
+  if ((rc = config_int_range(j, "n_routed_experts", false, 1, 4096, &c->num_experts, what, err)) ||
       (rc = config_experts(j, c, "num_experts_per_tok", what, err)) ||
       (rc = hjson_get_bool(j, "norm_topk_prob", false, &c->norm_topk_prob, what, err)))
     return rc;
   int64_t dense = 3, L = c->num_hidden_layers;
-  if ((rc = config_int(j, "first_k_dense_replace", false, 0, CFG_MAX_LAYERS, &dense, what, err))) return rc;
+  if ((rc = config_int_range(j, "first_k_dense_replace", false, 0, CFG_MAX_LAYERS, &dense, what, err))) return rc;
   for (int64_t l = 0; l < L; l++) c->moe_layer[l] = l >= dense;
   const json_t *mt = json_object_get(j, "mlp_layer_types");
   if (mt && !json_is_null(mt)) {

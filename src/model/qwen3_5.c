@@ -64,11 +64,11 @@ int qwen3_5_config(model *m, bool moe, herr *err) {
   const char *what = "config.json";
   int rc;
   s->conv_kernel = 4, s->k_dim = 128, s->v_dim = 128, s->k_heads = 16, s->v_heads = 32;
-  if ((rc = config_int(j, "linear_conv_kernel_dim", false, 1, 16, &s->conv_kernel, what, err)) ||
-      (rc = config_int(j, "linear_key_head_dim", false, 1, 256, &s->k_dim, what, err)) ||
-      (rc = config_int(j, "linear_value_head_dim", false, 1, 4096, &s->v_dim, what, err)) ||
-      (rc = config_int(j, "linear_num_key_heads", false, 1, 4096, &s->k_heads, what, err)) ||
-      (rc = config_int(j, "linear_num_value_heads", false, 1, 4096, &s->v_heads, what, err)))
+  if ((rc = config_int_range(j, "linear_conv_kernel_dim", false, 1, 16, &s->conv_kernel, what, err)) ||
+      (rc = config_int_range(j, "linear_key_head_dim", false, 1, 256, &s->k_dim, what, err)) ||
+      (rc = config_int_range(j, "linear_value_head_dim", false, 1, 4096, &s->v_dim, what, err)) ||
+      (rc = config_int_range(j, "linear_num_key_heads", false, 1, 4096, &s->k_heads, what, err)) ||
+      (rc = config_int_range(j, "linear_num_value_heads", false, 1, 4096, &s->v_heads, what, err)))
     return rc;
   if (s->v_heads % s->k_heads)
     return herr_set(err, HEARTH_EFORMAT, "%s: linear_num_value_heads %lld is not a multiple of linear_num_key_heads %lld", what,
@@ -76,7 +76,7 @@ int qwen3_5_config(model *m, bool moe, herr *err) {
   if (!moe) return 0;
   c->num_experts = 256, c->num_experts_per_tok = 8, c->moe_intermediate_size = 512, s->shared_inter = 512;
   if ((rc = config_experts(j, c, "num_experts_per_tok", what, err)) ||
-      (rc = config_int(j, "shared_expert_intermediate_size", false, 1, 1 << 22, &s->shared_inter, what, err)))
+      (rc = config_int_range(j, "shared_expert_intermediate_size", false, 1, 1 << 22, &s->shared_inter, what, err)))
     return rc;
   c->norm_topk_prob = true;
   for (int64_t l = 0; l < c->num_hidden_layers; l++) c->moe_layer[l] = true;
