@@ -229,30 +229,6 @@ int config_experts(const json_t *j, model_config *c, const char *k_key, const ch
   return 0;
 }
 
-/* qwen3_moe: experts on layer l unless l is in mlp_only_layers or (l + 1) % decoder_sparse_step != 0. */
-static int read_qwen3_moe(const json_t *j, model_config *c, const char *what, herr *err) {
-  c->num_experts = 128, c->num_experts_per_tok = 8, c->moe_intermediate_size = 768;
-  int rc = config_experts(j, c, "num_experts_per_tok", what, err);
-  if (rc) return rc;
-  if ((rc = hjson_get_bool(j, "norm_topk_prob", false, &c->norm_topk_prob, what, err))) return rc;
-  int64_t step = 1;
-  if ((rc = config_int_range(j, "decoder_sparse_step", false, 1, CFG_MAX_LAYERS, &step, what, err))) return rc;
-  for (int64_t l = 0; l < c->num_hidden_layers; l++) c->moe_layer[l] = (l + 1) % step == 0;
-  const json_t *only = json_object_get(j, "mlp_only_layers");
-  if (only && !json_is_null(only)) {
-    if (!json_is_array(only)) return herr_set(err, HEARTH_EFORMAT, "%s: 'mlp_only_layers' must be a list of layer indices", what);
-    size_t i;
-    json_t *e;
-    json_array_foreach(only, i, e) {
-      if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= c->num_hidden_layers)
-        return herr_set(err, HEARTH_EFORMAT, "%s: mlp_only_layers[%zu] is not a layer index (0 to %lld)", what, i,
-                        (long long)c->num_hidden_layers - 1);
-      c->moe_layer[json_integer_value(e)] = false;
-    }
-  }
-  return 0;
-}
-
 int config_from_json(model_config *c, const json_t *j, const char *what, herr *err) {
   memset(c, 0, sizeof *c);
   const char *top = json_is_object(j) ? json_string_value(json_object_get(j, "model_type")) : NULL;
@@ -444,7 +420,6 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
     return herr_set(err, HEARTH_EFORMAT, "%s: softcapping values and query_pre_attn_scalar must not be negative", what);
 
   for (int64_t l = 0; l < L; l++) c->layer_head_dim[l] = c->head_dim, c->layer_kv_heads[l] = c->num_key_value_heads;
-  if (!strcmp(t, "qwen3_moe") && (rc = read_qwen3_moe(j, c, what, err))) return rc;
 
   /* token ids */
   if ((rc = hjson_get_int(j, "bos_token_id", false, &c->bos_token_id, what, err))) return rc;

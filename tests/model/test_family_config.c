@@ -2,7 +2,7 @@
  * file in src/model, from config.c's raw object) when a model is loaded:
  * Gemma 4's per-layer geometry, per-layer inputs, KV sharing and MoE block,
  * DiffusionGemma's canvas, Qwen3.5's linear attention and experts, GLM-5's
- * experts; the golden fixtures and written configs, loaded for their
+ * and Qwen3-MoE's experts; the golden fixtures and written configs, loaded for their
  * geometry only (no weights), and the errors that name the key. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,7 +201,31 @@ static void test_glm5(void) {
 #undef GLM
 }
 
-/* Gemma 4's values out of range, named. */
+/* qwen3_moe: the experts' shape (num_local_experts for num_experts), decoder_sparse_step and
+ * mlp_only_layers pick the expert layers. */
+static void test_qwen3_moe(void) {
+  model *m;
+  herr err = {0};
+  CHECK_MSG(load_dir(GOLDEN "qwen3_moe-f32", &m, &err) == 0, "%s", err.msg);
+  if (m) {
+    const model_config *c = model_cfg(m);
+    CHECK_EQ_INT(c->num_experts, 8); /* spelled num_local_experts */
+    CHECK_EQ_INT(c->num_experts_per_tok, 2);
+    CHECK_EQ_INT(c->moe_intermediate_size, 32);
+    CHECK(c->norm_topk_prob && c->moe_layer[0] && c->moe_layer[1]);
+    model_free(m);
+  }
+  CHECK(load_text("{\"model_type\": \"qwen3_moe\", " BASE ", \"num_experts\": 4, \"num_experts_per_tok\": 2, "
+                  "\"decoder_sparse_step\": 2, \"mlp_only_layers\": [3]}", &m, &err) == 0);
+  if (m) {
+    const model_config *c = model_cfg(m);
+    CHECK(!c->moe_layer[0] && c->moe_layer[1] && !c->moe_layer[2] && !c->moe_layer[3] && c->moe_layer[5]);
+    CHECK(!c->norm_topk_prob);
+    model_free(m);
+  }
+}
+
+/* Values out of range, named (by default a gemma4_text config). */
 static void test_errors(void) {
   static const struct { const char *json, *names; int code; } bad[] = {
       {"\"num_kv_shared_layers\": 6", "num_kv_shared_layers", HEARTH_EFORMAT},
@@ -213,10 +237,16 @@ static void test_errors(void) {
       {"\"global_head_dim\": 7", "head_dim", HEARTH_EFORMAT},
       {"\"layer_types\": [\"full_attention\", \"full_attention\", \"full_attention\", \"full_attention\", \"sliding_attention\", "
        "\"sliding_attention\"], \"num_kv_shared_layers\": 2", "num_kv_shared_layers", HEARTH_EFORMAT},
+      {"\"model_type\": \"qwen3_moe\", \"num_experts\": 4, \"num_experts_per_tok\": 5", "num_experts_per_tok", HEARTH_EFORMAT},
+      {"\"model_type\": \"qwen3_moe\", \"num_experts\": 0", "num_experts", HEARTH_EFORMAT},
+      {"\"model_type\": \"qwen3_moe\", \"moe_intermediate_size\": -1", "moe_intermediate_size", HEARTH_EFORMAT},
+      {"\"model_type\": \"qwen3_moe\", \"decoder_sparse_step\": 0", "decoder_sparse_step", HEARTH_EFORMAT},
+      {"\"model_type\": \"qwen3_moe\", \"mlp_only_layers\": [6]", "mlp_only_layers", HEARTH_EFORMAT},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char text[1024];
-    snprintf(text, sizeof text, "{\"model_type\": \"gemma4_text\", " BASE ", %s}", bad[i].json);
+    if (strstr(bad[i].json, "model_type")) snprintf(text, sizeof text, "{" BASE ", %s}", bad[i].json);
+    else snprintf(text, sizeof text, "{\"model_type\": \"gemma4_text\", " BASE ", %s}", bad[i].json);
     model *m;
     herr err = {0};
     int rc = load_text(text, &m, &err);
@@ -233,6 +263,7 @@ int main(void) {
   RUN(test_diffusion_gemma);
   RUN(test_qwen3_5);
   RUN(test_glm5);
+  RUN(test_qwen3_moe);
   RUN(test_errors);
   char p[128];
   snprintf(p, sizeof p, "%s/config.json", tmpdir);
