@@ -44,7 +44,11 @@
  * vLLM's GLM-4.5 / DeepSeek-V3 MTP take it) and token t_{i+1},
  * x = eh_proj([enorm(embed(t_{i+1})) | hnorm(h_i)]), then the decoder block
  * over a cache of its own (layer 0 of the MTP cache). The normal forward
- * does not run it. */
+ * does not run it.
+ *
+ * Owns its config keys (the experts and which layers have them, the latent
+ * attention's and the indexer's sizes, the routing's groups and scale, the
+ * MTP layers) and its state (glm5_state in fam_state). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

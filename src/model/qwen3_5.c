@@ -31,7 +31,11 @@
  * then a gated full-attention decoder layer (mtp.layers.0.*, the family's
  * feed-forward: dense here, routed plus shared experts in qwen3_5_moe.c)
  * over a cache of its own (layer 0 of the MTP cache), then mtp.norm and the
- * model's lm_head. Its norms scale by (1 + w) too. */
+ * model's lm_head. Its norms scale by (1 + w) too.
+ *
+ * Owns its config keys (the linear attention's sizes; for the MoE variant
+ * the experts and the shared expert) and its state (qwen3_5_state in
+ * fam_state: those sizes and the MTP layer), shared with qwen3_5_moe.c. */
 #include <stdio.h>
 #include <stdlib.h>
 
