@@ -20,6 +20,7 @@
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/gguf_model.h"
+#include "model/model.h"
 
 #define INSPECT_MAX_DTYPES 64
 
@@ -212,16 +213,19 @@ static void read_folder_config(model_facts *m, const char *dir) {
     snprintf(m->problem, sizeof m->problem, "%s: model_type '%s' is not supported (supported: %s)", path, type,
              config_supported_types());
   } else {
-    model_config c;
-    if (config_load(&c, path, &err)) {
+    /* the config as loading reads it: the shared keys and the family's own (the experts of Gemma 4,
+     * Qwen3.5-MoE, GLM-5 are its keys), laid out without reading a weight */
+    model *md = NULL;
+    if (model_load(dir, &(model_load_opts){.threads = 1, .geometry_only = true}, &md, &err)) {
       snprintf(m->problem, sizeof m->problem, "%s", err.msg);
     } else {
+      const model_config *c = model_cfg(md);
       m->type_supported = true;
-      if (c.max_position_embeddings > 0) m->context_length = c.max_position_embeddings;
-      m->vocab_size = c.vocab_size;
-      if (c.num_experts > 0) m->n_experts = c.num_experts, m->experts_per_token = c.num_experts_per_tok;
-      m->n_layers = c.num_hidden_layers;
-      config_free(&c);
+      if (c->max_position_embeddings > 0) m->context_length = c->max_position_embeddings;
+      m->vocab_size = c->vocab_size;
+      if (c->num_experts > 0) m->n_experts = c->num_experts, m->experts_per_token = c->num_experts_per_tok;
+      m->n_layers = c->num_hidden_layers;
+      model_free(md);
     }
   }
   json_decref(cfg);

@@ -1,8 +1,12 @@
 /* config.c — config.json / generation_config.json into typed structs (see
- * config.h). Owns the per-architecture defaults (what transformers assumes
- * when a key is absent) and both spellings of RoPE settings: the legacy
- * rope_theta + rope_scaling and the newer rope_parameters (flat, or keyed by
- * layer type for gemma3). Refuses to know anything about weights. */
+ * config.h). Owns the keys every decoder shares, the per-architecture
+ * defaults of those keys (what transformers assumes when a key is absent:
+ * one row per model_type in archs[]), and both spellings of RoPE settings:
+ * the legacy rope_theta + rope_scaling and the newer rope_parameters (flat,
+ * or keyed by layer type for gemma3). A family's own keys (Gemma 4's
+ * per-layer inputs, Qwen3.5's linear attention, GLM-5's latent attention and
+ * experts, DiffusionGemma's canvas) are read from `raw` by its file in
+ * src/model. Refuses to know anything about weights. */
 #include "format/config.h"
 
 #include <math.h>
@@ -16,29 +20,37 @@
 typedef struct arch_defaults {
   const char *type;
   const char *act;          /* default activation */
-  double theta, local_theta, eps;
+  double theta, local_theta, eps; /* local_theta != 0: sliding layers have a RoPE of their own (rope_local) */
   bool tie;
   int64_t head_dim;         /* 0 = hidden / heads */
   double qpas;              /* query_pre_attn_scalar */
   double attn_cap, final_cap;
   int64_t window;           /* default sliding_window */
+  double partial;           /* default partial_rotary_factor (before the config's keys) */
+  bool proportional;        /* proportional partial RoPE (0.25 of the pairs) unless rope_parameters says otherwise */
+  int64_t full_every;       /* without layer_types: every n-th layer and the last full attention, the rest sliding (0: no) */
+  bool linear;              /* linear_attention layers (every full_attention_interval-th, 4, is full by default) */
+  const char *inter_from;   /* intermediate_size may be absent: this key's value (default inter_default) stands in */
+  int64_t inter_default;
 } arch_defaults;
 
 static const arch_defaults archs[] = {
-    {"llama", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 0},
-    {"mistral", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 4096},
-    {"qwen2", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 4096},
-    {"qwen3", "silu", 10000.0, 0, 1e-6, false, 128, 0, 0, 0, 4096},
-    {"smollm3", "silu", 2000000.0, 0, 1e-6, true, 0, 0, 0, 0, 0},
-    {"phi3", "silu", 10000.0, 0, 1e-5, false, 0, 0, 0, 0, 0},
-    {"gemma2", "gelu_pytorch_tanh", 10000.0, 0, 1e-6, true, 256, 256, 50.0, 30.0, 4096},
-    {"gemma3_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 256, 0, 0, 4096},
-    {"qwen3_moe", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 4096},
-    {"gemma4_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 0, 0, 0, 512},
-    {"diffusion_gemma_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 0, 0, 30.0, 512},
-    {"qwen3_5_text", "silu", 10000.0, 0, 1e-6, false, 256, 0, 0, 0, 0},
-    {"qwen3_5_moe_text", "silu", 10000.0, 0, 1e-6, false, 256, 0, 0, 0, 0},
-    {"glm_moe_dsa", "silu", 10000.0, 0, 1e-5, false, 0, 0, 0, 0, 0},
+    /* type                   act                  theta      local    eps    tie    hd   qpas cap   final window
+       partial prop  full_every linear inter_from */
+    {"llama", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 0, 1.0, false, 0, false, NULL, 0},
+    {"mistral", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 4096, 1.0, false, 0, false, NULL, 0},
+    {"qwen2", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 4096, 1.0, false, 0, false, NULL, 0},
+    {"qwen3", "silu", 10000.0, 0, 1e-6, false, 128, 0, 0, 0, 4096, 1.0, false, 0, false, NULL, 0},
+    {"smollm3", "silu", 2000000.0, 0, 1e-6, true, 0, 0, 0, 0, 0, 1.0, false, 0, false, NULL, 0},
+    {"phi3", "silu", 10000.0, 0, 1e-5, false, 0, 0, 0, 0, 0, 1.0, false, 0, false, NULL, 0},
+    {"gemma2", "gelu_pytorch_tanh", 10000.0, 0, 1e-6, true, 256, 256, 50.0, 30.0, 4096, 1.0, false, 0, false, NULL, 0},
+    {"gemma3_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 256, 0, 0, 4096, 1.0, false, 0, false, NULL, 0},
+    {"qwen3_moe", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 4096, 1.0, false, 0, false, NULL, 0},
+    {"gemma4_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 0, 0, 0, 512, 1.0, true, 6, false, NULL, 0},
+    {"diffusion_gemma_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 0, 0, 30.0, 512, 1.0, true, 6, false, NULL, 0},
+    {"qwen3_5_text", "silu", 10000.0, 0, 1e-6, false, 256, 0, 0, 0, 0, 0.25, false, 0, true, NULL, 0},
+    {"qwen3_5_moe_text", "silu", 10000.0, 0, 1e-6, false, 256, 0, 0, 0, 0, 0.25, false, 0, true, "shared_expert_intermediate_size", 512},
+    {"glm_moe_dsa", "silu", 10000.0, 0, 1e-5, false, 0, 0, 0, 0, 0, 1.0, false, 0, false, NULL, 0},
 };
 static const int narchs = (int)(sizeof archs / sizeof archs[0]);
 
@@ -54,9 +66,15 @@ static const arch_defaults *find_arch(const char *t) {
   return NULL;
 }
 
+/* A multimodal checkpoint's model_type ("gemma4"): its language model is text_config, a "<type>_text" config. */
+static bool is_wrapper(const char *t) {
+  char text_type[80];
+  snprintf(text_type, sizeof text_type, "%s_text", t);
+  return !find_arch(t) && find_arch(text_type);
+}
+
 bool config_type_supported(const char *model_type) {
-  return model_type && (find_arch(model_type) != NULL || !strcmp(model_type, "gemma3") || !strcmp(model_type, "gemma4") ||
-                        !strcmp(model_type, "diffusion_gemma") || !strcmp(model_type, "qwen3_5") || !strcmp(model_type, "qwen3_5_moe"));
+  return model_type && (find_arch(model_type) != NULL || is_wrapper(model_type));
 }
 
 static const char *const known_acts[] = {"silu", "swish", "gelu_pytorch_tanh", "gelu_new", "gelu_fast", "gelu", "relu"};
@@ -134,7 +152,7 @@ static int read_token_ids(const json_t *o, const char *key, int64_t *ids, int *n
   return 0;
 }
 
-static int read_layer_types(const json_t *j, model_config *c, bool *given, const char *what, herr *err) {
+static int read_layer_types(const json_t *j, model_config *c, bool linear, bool *given, const char *what, herr *err) {
   const json_t *lt = json_object_get(j, "layer_types");
   *given = false;
   if (!lt || json_is_null(lt)) return 0;
@@ -147,18 +165,19 @@ static int read_layer_types(const json_t *j, model_config *c, bool *given, const
     if (!s) return herr_set(err, HEARTH_EFORMAT, "%s: layer_types[%lld] must be a string", what, (long long)l);
     if (!strcmp(s, "full_attention")) c->layer_types[l] = LAYER_FULL;
     else if (!strcmp(s, "sliding_attention")) c->layer_types[l] = LAYER_SLIDING;
-    else if (!strncmp(c->model_type, "qwen3_5", 7) && !strcmp(s, "linear_attention")) c->layer_types[l] = LAYER_LINEAR;
+    else if (linear && !strcmp(s, "linear_attention")) c->layer_types[l] = LAYER_LINEAR;
     else if (!strcmp(s, "deepseek_sparse_attention")) c->layer_types[l] = LAYER_FULL; /* glm_moe_dsa: every layer */
     else return herr_set(err, HEARTH_EUNSUPPORTED, "%s: layer_types[%lld] is '%s' (supported: full_attention, sliding_attention%s)", what, (long long)l, s,
-                         !strncmp(c->model_type, "qwen3_5", 7) ? ", linear_attention" : "");
+                         linear ? ", linear_attention" : "");
   }
   *given = true;
   return 0;
 }
 
-/* gemma3 / gemma4 / qwen3_5 / qwen3_5_moe (the multimodal checkpoints): the
- * language model's config is text_config (a <type>_text config); token ids
- * and dtype may sit at the top. */
+/* gemma3 / gemma4 / qwen3_5 / qwen3_5_moe / diffusion_gemma (the multimodal
+ * checkpoints): the language model's config is text_config (a <type>_text
+ * config); token ids and dtype may sit at the top, and the whole file is
+ * kept as `top` for the keys a family reads there. */
 static int gemma_text_part(model_config *c, const json_t *j, const char *type, const char *what, herr *err) {
   const json_t *tc = json_object_get(j, "text_config");
   if (!json_is_object(tc)) return herr_set(err, HEARTH_EFORMAT, "%s: model_type '%s' needs a 'text_config' object", what, type);
@@ -177,11 +196,14 @@ static int gemma_text_part(model_config *c, const json_t *j, const char *type, c
   snprintf(sub, sizeof sub, "%s: text_config", what);
   int rc = config_from_json(c, copy, sub, err);
   json_decref(copy);
+  if (!rc && !(c->top = json_deep_copy(j))) {
+    config_free(c);
+    return herr_set(err, HEARTH_ENOMEM, "%s: out of memory", what);
+  }
   return rc;
 }
 
-/* An integer field in [lo, hi]; absent leaves *v as it is unless required. */
-static int get_int_range(const json_t *j, const char *key, bool required, int64_t lo, int64_t hi, int64_t *v, const char *what,
+int config_int_range(const json_t *j, const char *key, bool required, int64_t lo, int64_t hi, int64_t *v, const char *what,
                          herr *err) {
   const json_t *x = json_object_get(j, key);
   if (x && json_is_null(x) && !required) return 0;
@@ -193,13 +215,13 @@ static int get_int_range(const json_t *j, const char *key, bool required, int64_
   return 0;
 }
 
-static int read_experts(const json_t *j, model_config *c, const char *k_key, const char *what, herr *err) {
+int config_experts(const json_t *j, model_config *c, const char *k_key, const char *what, herr *err) {
   int rc;
-  if ((rc = get_int_range(j, "num_experts", false, 1, 4096, &c->num_experts, what, err)) ||
+  if ((rc = config_int_range(j, "num_experts", false, 1, 4096, &c->num_experts, what, err)) ||
       (!json_object_get(j, "num_experts") &&
-       (rc = get_int_range(j, "num_local_experts", false, 1, 4096, &c->num_experts, what, err))) ||
-      (rc = get_int_range(j, k_key, false, 1, c->num_experts, &c->num_experts_per_tok, what, err)) ||
-      (rc = get_int_range(j, "moe_intermediate_size", false, 1, 1 << 22, &c->moe_intermediate_size, what, err)))
+       (rc = config_int_range(j, "num_local_experts", false, 1, 4096, &c->num_experts, what, err))) ||
+      (rc = config_int_range(j, k_key, false, 1, c->num_experts, &c->num_experts_per_tok, what, err)) ||
+      (rc = config_int_range(j, "moe_intermediate_size", false, 1, 1 << 22, &c->moe_intermediate_size, what, err)))
     return rc;
   if (c->num_experts_per_tok > c->num_experts)
     return herr_set(err, HEARTH_EFORMAT, "%s: %s %lld exceeds num_experts %lld", what, k_key, (long long)c->num_experts_per_tok,
@@ -207,188 +229,10 @@ static int read_experts(const json_t *j, model_config *c, const char *k_key, con
   return 0;
 }
 
-/* qwen3_moe: experts on layer l unless l is in mlp_only_layers or (l + 1) % decoder_sparse_step != 0. */
-static int read_qwen3_moe(const json_t *j, model_config *c, const char *what, herr *err) {
-  c->num_experts = 128, c->num_experts_per_tok = 8, c->moe_intermediate_size = 768;
-  int rc = read_experts(j, c, "num_experts_per_tok", what, err);
-  if (rc) return rc;
-  if ((rc = hjson_get_bool(j, "norm_topk_prob", false, &c->norm_topk_prob, what, err))) return rc;
-  int64_t step = 1;
-  if ((rc = get_int_range(j, "decoder_sparse_step", false, 1, CFG_MAX_LAYERS, &step, what, err))) return rc;
-  for (int64_t l = 0; l < c->num_hidden_layers; l++) c->moe_layer[l] = (l + 1) % step == 0;
-  const json_t *only = json_object_get(j, "mlp_only_layers");
-  if (only && !json_is_null(only)) {
-    if (!json_is_array(only)) return herr_set(err, HEARTH_EFORMAT, "%s: 'mlp_only_layers' must be a list of layer indices", what);
-    size_t i;
-    json_t *e;
-    json_array_foreach(only, i, e) {
-      if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= c->num_hidden_layers)
-        return herr_set(err, HEARTH_EFORMAT, "%s: mlp_only_layers[%zu] is not a layer index (0 to %lld)", what, i,
-                        (long long)c->num_hidden_layers - 1);
-      c->moe_layer[json_integer_value(e)] = false;
-    }
-  }
-  return 0;
-}
-
-/* glm_moe_dsa: n_routed_experts on the layers mlp_layer_types calls "sparse" (default: all
- * but the first first_k_dense_replace). The attention's own fields (MLA ranks, the
- * indexer) are read by the model (src/model/glm5.c) from the raw config. */
-static int read_glm_moe_dsa(const json_t *j, model_config *c, const char *what, herr *err) {
-  c->num_experts = 256, c->num_experts_per_tok = 8, c->moe_intermediate_size = 2048, c->norm_topk_prob = true;
-  int rc;
-  if ((rc = get_int_range(j, "n_routed_experts", false, 1, 4096, &c->num_experts, what, err)) ||
-      (rc = read_experts(j, c, "num_experts_per_tok", what, err)) ||
-      (rc = hjson_get_bool(j, "norm_topk_prob", false, &c->norm_topk_prob, what, err)))
-    return rc;
-  int64_t dense = 3, L = c->num_hidden_layers;
-  if ((rc = get_int_range(j, "first_k_dense_replace", false, 0, CFG_MAX_LAYERS, &dense, what, err))) return rc;
-  for (int64_t l = 0; l < L; l++) c->moe_layer[l] = l >= dense;
-  const json_t *mt = json_object_get(j, "mlp_layer_types");
-  if (mt && !json_is_null(mt)) {
-    if (!json_is_array(mt) || (int64_t)json_array_size(mt) < L)
-      return herr_set(err, HEARTH_EFORMAT, "%s: 'mlp_layer_types' must be a list with one entry per layer", what);
-    for (int64_t l = 0; l < L; l++) {
-      const char *s = json_string_value(json_array_get(mt, (size_t)l));
-      if (!s || (strcmp(s, "dense") && strcmp(s, "sparse")))
-        return herr_set(err, HEARTH_EFORMAT, "%s: mlp_layer_types[%lld] must be \"dense\" or \"sparse\"", what, (long long)l);
-      c->moe_layer[l] = !strcmp(s, "sparse");
-    }
-  }
-  return 0;
-}
-
-/* gemma4_text: per_layer_config (or global_head_dim / num_global_key_value_heads on the
- * full-attention layers), per-layer inputs, KV sharing, the MoE block. */
-static int read_gemma4(const json_t *j, model_config *c, const char *what, herr *err) {
-  int rc;
-  int64_t L = c->num_hidden_layers;
-  bool diffusion = !strcmp(c->model_type, "diffusion_gemma_text");
-  c->layer_types[L - 1] = LAYER_FULL; /* transformers forces the last layer to full attention */
-  /* DiffusionGemma: full layers always take keys as values (no v_proj there), every layer has the MoE
-     branch, no per-layer inputs and no KV sharing */
-  c->attention_k_eq_v = diffusion;
-  if (diffusion) {
-    const json_t *bi = json_object_get(j, "use_bidirectional_attention");
-    if (json_is_string(bi) && !strcmp(json_string_value(bi), "all"))
-      return herr_set(err, HEARTH_EUNSUPPORTED, "%s: use_bidirectional_attention 'all' (a bidirectional encoder) is not supported", what);
-  }
-  if ((!diffusion && (rc = hjson_get_bool(j, "attention_k_eq_v", false, &c->attention_k_eq_v, what, err))) ||
-      (rc = hjson_get_bool(j, "use_double_wide_mlp", false, &c->use_double_wide_mlp, what, err)))
-    return rc;
-  const json_t *plc = json_object_get(j, "per_layer_config");
-  if (plc && !json_is_null(plc)) {
-    if (!json_is_object(plc)) return herr_set(err, HEARTH_EFORMAT, "%s: 'per_layer_config' must be an object", what);
-    const char *key;
-    json_t *o;
-    json_object_foreach((json_t *)plc, key, o) {
-      char *end;
-      long l = strtol(key, &end, 10);
-      if (*end || end == key || l < 0 || l >= L)
-        return herr_set(err, HEARTH_EFORMAT, "%s: per_layer_config key '%s' is not a layer index (0 to %lld)", what, key,
-                        (long long)L - 1);
-      if (!json_is_object(o)) return herr_set(err, HEARTH_EFORMAT, "%s: per_layer_config['%s'] must be an object", what, key);
-      const char *f;
-      json_t *v;
-      json_object_foreach(o, f, v) {
-        if (strcmp(f, "head_dim") && strcmp(f, "num_key_value_heads"))
-          return herr_set(err, HEARTH_EUNSUPPORTED, "%s: per_layer_config['%s'] overrides '%s' (supported: head_dim, num_key_value_heads)",
-                          what, key, f);
-      }
-      char sub[400];
-      snprintf(sub, sizeof sub, "%s: per_layer_config['%s']", what, key);
-      if ((rc = get_int_range(o, "head_dim", false, 2, 4096, &c->layer_head_dim[l], sub, err)) ||
-          (rc = get_int_range(o, "num_key_value_heads", false, 1, c->num_attention_heads, &c->layer_kv_heads[l], sub, err)))
-        return rc;
-    }
-  } else {
-    int64_t ghd = 512, gkv = 0;
-    if ((rc = get_int_range(j, "global_head_dim", false, 2, 4096, &ghd, what, err)) ||
-        (rc = get_int_range(j, "num_global_key_value_heads", false, 1, c->num_attention_heads, &gkv, what, err)))
-      return rc;
-    for (int64_t l = 0; l < L; l++)
-      if (c->layer_types[l] == LAYER_FULL) {
-        c->layer_head_dim[l] = ghd;
-        if (gkv > 0 && c->attention_k_eq_v) c->layer_kv_heads[l] = gkv;
-      }
-  }
-  for (int64_t l = 0; l < L; l++) {
-    if (c->num_attention_heads % c->layer_kv_heads[l])
-      return herr_set(err, HEARTH_EFORMAT, "%s: layer %lld: num_attention_heads %lld is not a multiple of its num_key_value_heads %lld", what,
-                      (long long)l, (long long)c->num_attention_heads, (long long)c->layer_kv_heads[l]);
-    if (c->layer_head_dim[l] % 2)
-      return herr_set(err, HEARTH_EFORMAT, "%s: layer %lld: head_dim %lld is not even", what, (long long)l, (long long)c->layer_head_dim[l]);
-  }
-  c->hidden_size_per_layer_input = diffusion ? 0 : 256;
-  c->vocab_size_per_layer_input = 262144;
-  if (!diffusion &&
-      ((rc = get_int_range(j, "hidden_size_per_layer_input", false, 0, 1 << 16, &c->hidden_size_per_layer_input, what, err)) ||
-       (rc = get_int_range(j, "vocab_size_per_layer_input", false, 1, 1 << 24, &c->vocab_size_per_layer_input, what, err)) ||
-       (rc = get_int_range(j, "num_kv_shared_layers", false, 0, L - 1, &c->num_kv_shared_layers, what, err))))
-    return rc;
-  if (c->hidden_size_per_layer_input && c->vocab_size_per_layer_input < c->vocab_size)
-    return herr_set(err, HEARTH_EFORMAT, "%s: vocab_size_per_layer_input %lld is smaller than vocab_size %lld", what,
-                    (long long)c->vocab_size_per_layer_input, (long long)c->vocab_size);
-  /* a shared layer reads the last non-shared layer of its type, which must exist */
-  int64_t first = L - c->num_kv_shared_layers;
-  for (int64_t l = first; l < L; l++) {
-    bool found = false;
-    for (int64_t s = 0; s < first; s++) found |= c->layer_types[s] == c->layer_types[l];
-    if (!found)
-      return herr_set(err, HEARTH_EFORMAT, "%s: num_kv_shared_layers %lld leaves layer %lld (%s) no earlier layer of its type to read", what,
-                      (long long)c->num_kv_shared_layers, (long long)l, c->layer_types[l] == LAYER_SLIDING ? "sliding" : "full");
-  }
-  bool moe = diffusion;
-  if (!diffusion && (rc = hjson_get_bool(j, "enable_moe_block", false, &moe, what, err))) return rc;
-  if (moe) {
-    static const char *const need[] = {"num_experts", "top_k_experts", "moe_intermediate_size"};
-    for (int i = 0; i < 3; i++)
-      if (!json_is_integer(json_object_get(j, need[i])))
-        return herr_set(err, HEARTH_EFORMAT, "%s: enable_moe_block needs an integer '%s'", what, need[i]);
-    if ((rc = read_experts(j, c, "top_k_experts", what, err))) return rc;
-    c->norm_topk_prob = true;
-    for (int64_t l = 0; l < L; l++) c->moe_layer[l] = true;
-  }
-  return 0;
-}
-
-/* qwen3_5_text / qwen3_5_moe_text: the linear-attention layers' sizes; the
- * MoE variant's experts (on every layer, renormalized) and shared expert. */
-static int read_qwen3_5(const json_t *j, model_config *c, const char *what, herr *err) {
-  int rc;
-  c->linear_conv_kernel_dim = 4, c->linear_key_head_dim = 128, c->linear_value_head_dim = 128;
-  c->linear_num_key_heads = 16, c->linear_num_value_heads = 32;
-  if ((rc = get_int_range(j, "linear_conv_kernel_dim", false, 1, 16, &c->linear_conv_kernel_dim, what, err)) ||
-      (rc = get_int_range(j, "linear_key_head_dim", false, 1, 256, &c->linear_key_head_dim, what, err)) ||
-      (rc = get_int_range(j, "linear_value_head_dim", false, 1, 4096, &c->linear_value_head_dim, what, err)) ||
-      (rc = get_int_range(j, "linear_num_key_heads", false, 1, 4096, &c->linear_num_key_heads, what, err)) ||
-      (rc = get_int_range(j, "linear_num_value_heads", false, 1, 4096, &c->linear_num_value_heads, what, err)))
-    return rc;
-  if (c->linear_num_value_heads % c->linear_num_key_heads)
-    return herr_set(err, HEARTH_EFORMAT, "%s: linear_num_value_heads %lld is not a multiple of linear_num_key_heads %lld", what,
-                    (long long)c->linear_num_value_heads, (long long)c->linear_num_key_heads);
-  if (strcmp(c->model_type, "qwen3_5_moe_text")) return 0;
-  c->num_experts = 256, c->num_experts_per_tok = 8, c->moe_intermediate_size = 512, c->shared_expert_intermediate_size = 512;
-  if ((rc = read_experts(j, c, "num_experts_per_tok", what, err)) ||
-      (rc = get_int_range(j, "shared_expert_intermediate_size", false, 1, 1 << 22, &c->shared_expert_intermediate_size, what, err)))
-    return rc;
-  c->norm_topk_prob = true;
-  for (int64_t l = 0; l < c->num_hidden_layers; l++) c->moe_layer[l] = true;
-  return 0;
-}
-
 int config_from_json(model_config *c, const json_t *j, const char *what, herr *err) {
   memset(c, 0, sizeof *c);
   const char *top = json_is_object(j) ? json_string_value(json_object_get(j, "model_type")) : NULL;
-  if (top && (!strcmp(top, "gemma3") || !strcmp(top, "gemma4") || !strcmp(top, "qwen3_5") || !strcmp(top, "qwen3_5_moe")))
-    return gemma_text_part(c, j, top, what, err);
-  if (top && !strcmp(top, "diffusion_gemma")) { /* the text stack's config, and the canvas at the top */
-    int rc = gemma_text_part(c, j, top, what, err);
-    int64_t canvas = 256;
-    if (!rc) rc = get_int_range(j, "canvas_length", false, 1, 1 << 16, &canvas, what, err);
-    c->canvas_length = canvas;
-    return rc;
-  }
+  if (top && is_wrapper(top)) return gemma_text_part(c, j, top, what, err);
   c->bos_token_id = c->pad_token_id = -1;
   if (!json_is_object(j)) return herr_set(err, HEARTH_EFORMAT, "%s: must be a JSON object", what);
   int rc;
@@ -418,13 +262,11 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
 
   if ((rc = hjson_get_int(j, "vocab_size", true, &c->vocab_size, what, err))) return rc;
   if ((rc = hjson_get_int(j, "hidden_size", true, &c->hidden_size, what, err))) return rc;
-  bool qwen35 = !strcmp(c->model_type, "qwen3_5_text") || !strcmp(c->model_type, "qwen3_5_moe_text");
-  bool qwen35_moe = !strcmp(c->model_type, "qwen3_5_moe_text");
-  if (qwen35_moe) { /* no dense MLP: the shared expert's size stands in */
-    c->intermediate_size = 512;
-    if ((rc = hjson_get_int(j, "shared_expert_intermediate_size", false, &c->intermediate_size, what, err))) return rc;
+  if (a->inter_from) { /* no dense MLP (qwen3_5_moe): another size stands in */
+    c->intermediate_size = a->inter_default;
+    if ((rc = hjson_get_int(j, a->inter_from, false, &c->intermediate_size, what, err))) return rc;
   }
-  if ((rc = hjson_get_int(j, "intermediate_size", !qwen35_moe, &c->intermediate_size, what, err)))
+  if ((rc = hjson_get_int(j, "intermediate_size", !a->inter_from, &c->intermediate_size, what, err)))
     return rc;
   if ((rc = hjson_get_int(j, "num_hidden_layers", true, &c->num_hidden_layers, what, err))) return rc;
   if ((rc = hjson_get_int(j, "num_attention_heads", true, &c->num_attention_heads, what, err))) return rc;
@@ -451,14 +293,12 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
   if (!(c->rms_norm_eps >= 0)) return herr_set(err, HEARTH_EFORMAT, "%s: rms_norm_eps must be >= 0", what);
 
   /* RoPE: legacy keys first, then rope_parameters on top. */
-  rope_config r = {.kind = ROPE_DEFAULT, .theta = a->theta, .beta_fast = 32, .beta_slow = 1, .partial_rotary_factor = 1.0,
-                   .low_freq_factor = 1, .high_freq_factor = 4};
-  if (qwen35) r.partial_rotary_factor = 0.25; /* transformers' default for Qwen3.5 */
+  rope_config r = {.kind = ROPE_DEFAULT, .theta = a->theta, .beta_fast = 32, .beta_slow = 1,
+                   .partial_rotary_factor = a->partial, .low_freq_factor = 1, .high_freq_factor = 4};
   if ((rc = get_num_opt(j, "rope_theta", &r.theta, what, err))) return rc;
   if ((rc = get_num_opt(j, "partial_rotary_factor", &r.partial_rotary_factor, what, err))) return rc;
   if ((rc = read_rope_dict(json_object_get(j, "rope_scaling"), &r, what, err))) return rc;
-  bool gemma4 = !strcmp(c->model_type, "gemma4_text") || !strcmp(c->model_type, "diffusion_gemma_text");
-  if (gemma4) { /* transformers' defaults when rope_parameters is absent */
+  if (a->proportional) { /* transformers' defaults (gemma4) when rope_parameters is absent */
     r.kind = ROPE_PROPORTIONAL;
     r.partial_rotary_factor = 0.25;
     r.factor = 1.0;
@@ -478,7 +318,7 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
   }
   if ((rc = check_rope(&r, what, err)) || (rc = check_rope(&local, what, err))) return rc;
   c->rope = r;
-  c->rope_local = strcmp(c->model_type, "gemma3_text") == 0 || gemma4 ? local : r;
+  c->rope_local = a->local_theta ? local : r;
   if (c->rope.kind != ROPE_PROPORTIONAL && (int64_t)(c->head_dim * c->rope.partial_rotary_factor) % 2)
     return herr_set(err, HEARTH_EFORMAT, "%s: head_dim %lld × partial_rotary_factor %g is not even", what, (long long)c->head_dim,
                     c->rope.partial_rotary_factor);
@@ -499,7 +339,7 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
   bool use_sw = true;
   if ((rc = hjson_get_bool(j, "use_sliding_window", false, &use_sw, what, err))) return rc;
   bool given = false;
-  if ((rc = read_layer_types(j, c, &given, what, err))) return rc;
+  if ((rc = read_layer_types(j, c, a->linear, &given, what, err))) return rc;
   int64_t L = c->num_hidden_layers;
   const char *t = c->model_type;
   /* smollm3: no_rope_layers[i] = 1 uses RoPE, 0 skips it; default: every 4th layer skips */
@@ -532,8 +372,8 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
         bool usw = false;
         if ((rc = hjson_get_bool(j, "use_sliding_window", false, &usw, what, err))) return rc;
         sliding = usw && window > 0;
-      } else if (gemma4) sliding = (l + 1) % 6 != 0 && l != L - 1;
-      else if (qwen35) {
+      } else if (a->full_every) sliding = (l + 1) % a->full_every != 0 && l != L - 1;
+      else if (a->linear) {
         int64_t interval = 4;
         if ((rc = hjson_get_int(j, "full_attention_interval", false, &interval, what, err))) return rc;
         if (interval <= 0) return herr_set(err, HEARTH_EFORMAT, "%s: full_attention_interval must be positive", what);
@@ -580,10 +420,6 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
     return herr_set(err, HEARTH_EFORMAT, "%s: softcapping values and query_pre_attn_scalar must not be negative", what);
 
   for (int64_t l = 0; l < L; l++) c->layer_head_dim[l] = c->head_dim, c->layer_kv_heads[l] = c->num_key_value_heads;
-  if (!strcmp(t, "qwen3_moe") && (rc = read_qwen3_moe(j, c, what, err))) return rc;
-  if (gemma4 && (rc = read_gemma4(j, c, what, err))) return rc;
-  if (qwen35 && (rc = read_qwen3_5(j, c, what, err))) return rc;
-  if (!strcmp(t, "glm_moe_dsa") && (rc = read_glm_moe_dsa(j, c, what, err))) return rc;
 
   /* token ids */
   if ((rc = hjson_get_int(j, "bos_token_id", false, &c->bos_token_id, what, err))) return rc;
@@ -626,7 +462,8 @@ int config_load(model_config *c, const char *path, herr *err) {
 void config_free(model_config *c) {
   if (!c) return;
   json_decref(c->raw);
-  c->raw = NULL;
+  json_decref(c->top);
+  c->raw = c->top = NULL;
 }
 
 int generation_config_load(generation_config *g, const char *dir, herr *err) {

@@ -1,6 +1,8 @@
 /* config.h — a model folder's config.json and generation_config.json as typed
- * structs. Knows the fields of every supported architecture; an unsupported
- * model_type is reported with the list of supported ones. */
+ * structs. Knows the fields every decoder shares and each architecture's
+ * defaults for them; a family's own keys stay in `raw` for its file in
+ * src/model. An unsupported model_type is reported with the list of
+ * supported ones. */
 #ifndef HEARTH_FORMAT_CONFIG_H
 #define HEARTH_FORMAT_CONFIG_H
 
@@ -55,21 +57,11 @@ typedef struct model_config {
   /* per layer: attention head size and KV heads (= head_dim / num_key_value_heads
    * except where gemma4's per_layer_config overrides them) */
   int64_t layer_head_dim[CFG_MAX_LAYERS], layer_kv_heads[CFG_MAX_LAYERS];
-  /* mixture of experts (qwen3_moe; gemma4 enable_moe_block); num_experts 0 = none */
+  /* mixture of experts, num_experts 0 = none (qwen3_moe here; the families of src/model that have
+   * experts set these from their own keys when the model is loaded) */
   int64_t num_experts, num_experts_per_tok, moe_intermediate_size;
-  bool norm_topk_prob;           /* qwen3_moe: renormalize the top-k weights (gemma4 always does) */
+  bool norm_topk_prob;           /* renormalize the top-k weights */
   bool moe_layer[CFG_MAX_LAYERS]; /* the layers with experts (decoder_sparse_step, mlp_only_layers) */
-  /* gemma4 */
-  int64_t hidden_size_per_layer_input, vocab_size_per_layer_input; /* per-layer inputs; 0 = none */
-  int64_t num_kv_shared_layers;  /* the last n layers read the KV of the last earlier layer of their type */
-  bool attention_k_eq_v;         /* full-attention layers: values are the keys' projection */
-  bool use_double_wide_mlp;      /* KV-shared layers: MLP twice intermediate_size */
-  /* qwen3_5 linear-attention (Gated DeltaNet) layers; the MoE variant's shared expert */
-  int64_t linear_conv_kernel_dim, linear_key_head_dim, linear_value_head_dim;
-  int64_t linear_num_key_heads, linear_num_value_heads;
-  int64_t shared_expert_intermediate_size; /* 0 = none */
-  /* diffusion_gemma: tokens per denoised block (canvas_length); 0 = an autoregressive model */
-  int64_t canvas_length;
   /* gemma2 / gemma3 */
   double query_pre_attn_scalar;  /* 0 = head_dim */
   double attn_logit_softcapping, final_logit_softcapping;  /* 0 = off */
@@ -79,7 +71,9 @@ typedef struct model_config {
   int n_eos;
   /* quantization (MLX "quantization" block); bits 0 = none */
   int quant_bits, quant_group_size;
-  json_t *raw;                   /* owned: the whole config.json for anything else */
+  json_t *raw;                   /* owned: the whole config.json (its text_config in a multimodal
+                                    checkpoint) for anything else: a family's own keys */
+  json_t *top;                   /* owned, NULL unless the fields came from text_config: the whole file */
 } model_config;
 
 typedef struct generation_config {
@@ -101,6 +95,11 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
 void config_free(model_config *c);
 /* Reads DIR/generation_config.json; a missing file gives HF's defaults with present = false. */
 int generation_config_load(generation_config *g, const char *dir, herr *err);
+/* An integer field of j in [lo, hi]; absent or null leaves *v as it is unless required. */
+int config_int_range(const json_t *j, const char *key, bool required, int64_t lo, int64_t hi, int64_t *v, const char *what, herr *err);
+/* The experts' shape: num_experts (or num_local_experts), the top-k under k_key, moe_intermediate_size;
+ * absent keys leave c's values. */
+int config_experts(const json_t *j, model_config *c, const char *k_key, const char *what, herr *err);
 /* "llama, mistral, qwen2, ..." */
 const char *config_supported_types(void);
 bool config_type_supported(const char *model_type);

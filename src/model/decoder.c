@@ -32,7 +32,10 @@
 
 const model_config *model_cfg(const model *m) { return &m->cfg; }
 bool model_has_head(const model *m) { return !m->no_head; }
-int64_t model_canvas_length(const model *m) { return m->cfg.canvas_length; }
+int64_t model_canvas_length(const model *m) {
+  const family_ops *ops = m->fam && m->fam->ops ? m->fam->ops : &llama_family_ops;
+  return ops->canvas ? ops->canvas(m) : 0;
+}
 int64_t model_vocab_size(const model *m) { return m->cfg.vocab_size; }
 
 void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
@@ -52,19 +55,28 @@ void model_kv_geometry_of(const model *m, model_kv_geometry *g) {
 }
 
 bk_backend *model_backend(const model *m) { return m->be; }
-int model_nextn_layers(const model *m) { return m->n_nextn; }
+
+/* The family's multi-token-prediction layer (none: all zero). */
+static const model_mtp *mtp_of(const model *m) {
+  static const model_mtp none;
+  const family_ops *ops = m->fam && m->fam->ops ? m->fam->ops : &llama_family_ops;
+  return ops->mtp_of && m->fam_state ? ops->mtp_of(m) : &none;
+}
+
+int model_nextn_layers(const model *m) { return mtp_of(m)->n_nextn; }
 
 int model_mtp_check(const model *m, herr *err) {
   const family_ops *ops = m->fam && m->fam->ops ? m->fam->ops : &llama_family_ops;
-  if (m->n_nextn <= 0)
+  const model_mtp *mt = mtp_of(m);
+  if (mt->n_nextn <= 0)
     return herr_set(err, HEARTH_EUNSUPPORTED,
                     "the model has no multi-token-prediction layer (GLM-5: num_nextn_predict_layers and the "
                     "model.layers.%lld.eh_proj / enorm / hnorm / shared_head tensors; Qwen3.5: the mtp.fc / "
                     "pre_fc_norm_* / layers.0 / norm tensors)",
                     (long long)m->cfg.num_hidden_layers);
-  if (!ops->mtp || !m->mtp_layer)
+  if (!ops->mtp || !mt->layer)
     return herr_set(err, HEARTH_EUNSUPPORTED, "the model's multi-token-prediction layer cannot run%s%s",
-                    m->mtp_refused ? ": " : " in this family", m->mtp_refused ? m->mtp_refused : "");
+                    mt->refused ? ": " : " in this family", mt->refused ? mt->refused : "");
   if (m->tp || m->tp_size)
     return herr_set(err, HEARTH_EUNSUPPORTED, "the multi-token-prediction layer does not run on a model split over ranks");
   if (m->xc.budget > 0)
@@ -76,7 +88,7 @@ void model_mtp_geometry_of(const model *m, model_kv_geometry *g) {
   memset(g, 0, sizeof *g);
   g->n_layers = 1;
   g->backend = m->be;
-  const layer_weights *lw = m->mtp_layer;
+  const layer_weights *lw = mtp_of(m)->layer;
   if (!lw) return;
   g->kv_dim[0] = lw->kv_k_dim ? lw->kv_k_dim : lw->kv_heads * lw->head_dim;
   g->v_dim[0] = lw->kv_v_dim;
@@ -217,7 +229,6 @@ void model_free(model *m) {
     if (!m->tied && !m->no_head) bk_weight_release(m->be, &m->lm_head);
     for (int i = 0; i < m->n_bufs; i++) bk_buf_free(m->bufs[i]);
     scratch_free(&m->f);
-    bk_buf_free(m->sc_buf);
   }
   experts_budget_free(m);
   mm_towers_free(m); /* after the release of their matrices, which point into their state */
@@ -461,7 +472,7 @@ int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int 
     goto fail;
   }
   m->rope_interleaved = is_gguf && !strcmp(c->model_type, "llama");
-  if ((rc = layer_geometry(m, err)) || (ops->prepare && (rc = ops->prepare(m, err)))) {
+  if ((ops->config && c->raw && (rc = ops->config(m, err))) || (rc = layer_geometry(m, err)) || (ops->prepare && (rc = ops->prepare(m, err)))) {
     herr_wrap(err, "%s", dir);
     goto fail;
   }
@@ -577,11 +588,9 @@ static int scratch_reserve(model *m, int64_t T, int64_t n_idx, int64_t R, int64_
     int64_t cap = f->cap_t ? f->cap_t : 16;
     while (cap < T) cap *= 2;
     int64_t D = c->hidden_size, wide = m->w_q > D ? m->w_q : D, E = c->num_experts, K = c->num_experts_per_tok;
-    int64_t L = c->num_hidden_layers;
-    int64_t cols[] = {D, D, m->w_q, m->w_kv, m->w_kv, m->w_q, wide, m->w_inter, m->w_inter, D, E, K, K, 2 * L * m->w_ple, m->w_ple,
-                      m->w_fam};
+    int64_t cols[] = {D, D, m->w_q, m->w_kv, m->w_kv, m->w_q, wide, m->w_inter, m->w_inter, D, E, K, K, m->w_fam};
     bk_tensor *ts[] = {&f->x, &f->xn, &f->q, &f->k, &f->v, &f->att, &f->o, &f->gate, &f->up, &f->x2, &f->elog, &f->eids, &f->ew,
-                       &f->ple, &f->pl, &f->fam};
+                       &f->fam};
     enum { N_ACT = sizeof cols / sizeof cols[0] };
     size_t total = 0;
     for (int i = 0; i < N_ACT; i++) total += ((size_t)(cap * cols[i]) * sizeof(float) + 255) / 256 * 256;
@@ -639,43 +648,23 @@ static int scratch_reserve(model *m, int64_t T, int64_t n_idx, int64_t R, int64_
   return 0;
 }
 
-/* A canvas pass's self-conditioning probabilities on the backend, [T, vocab] (zero rows for the
- * sequences without), in m->sc grown as needed. */
-static int canvas_self_cond(model *m, const model_batch *b, int64_t T, bk_tensor *out, herr *err) {
-  int64_t V = m->cfg.vocab_size;
-  int rc = 0;
-  if (T > m->sc_cap) {
-    bk_buf_free(m->sc_buf);
-    m->sc_buf = NULL;
-    m->sc_cap = 0;
-    if ((rc = bk_tensor_new(m->be, BK_DT_F32, T, V, &m->sc, err))) return herr_wrap(err, "model_forward: self-conditioning");
-    m->sc_buf = m->sc.buf;
-    m->sc_cap = T;
-  }
-  size_t row = (size_t)V * sizeof(float), off = 0;
-  float *zeros = NULL;
-  for (int s = 0; s < b->n_seqs && !rc; s++) {
-    const model_seq *sq = &b->seqs[s];
-    size_t n = (size_t)sq->n_tokens * row;
-    if (sq->self_cond) rc = bk_set(&m->sc, off, sq->self_cond, n, err);
-    else {
-      if (!zeros && !(zeros = calloc(1, n))) return herr_set(err, HEARTH_ENOMEM, "out of memory");
-      rc = bk_set(&m->sc, off, zeros, n, err);
-    }
-    off += n;
-  }
-  free(zeros);
-  *out = bk_rows(&m->sc, 0, T);
-  return rc;
-}
-
 static bool has_logits_row(const model_seq *sq) { return sq->out == MODEL_OUT_LOGITS || sq->out == MODEL_OUT_LOGITS_HOST; }
 
-/* The forward pass up to the logits rows (left on the backend in *lg) and
- * the final hidden states of MODEL_OUT_HIDDEN sequences (*hid, in batch
- * order); no sequence's length changes (forward_commit does that once they
- * are read). */
-int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_tensor *hid_out, int mode, herr *err) {
+/* A forward step once checked (forward_check) and laid out (forward_tables): its sizes, its pool and
+ * the views its layers and head read beyond the step's own. */
+typedef struct fwd_plan {
+  int64_t T, R, P, M, Q, S; /* tokens, logits rows, hidden rows, media rows, next_hidden rows, sequences */
+  bool has_last, mtp, canvas;
+  const kv_store *kv;       /* the batch's pool (this rank's arenas) */
+  int n_runs;               /* runs of rows with adapters (m->lora_runs) */
+  bk_tensor gq;             /* I32 [Q]: the next_hidden rows */
+  bk_tensor mrow, media;    /* I32 [M]: the media rows' token indices; [M, hidden]: their rows (an MTP
+                               batch: each row's hidden input) */
+} fwd_plan;
+
+/* The batch checked against the model and its sizes counted into p; each sequence's KV rows
+ * reserved unless mode is FWD_RANK (a split model's other ranks: rank 0 reserved them). */
+static int forward_check(model *m, const model_batch *b, int mode, fwd_plan *p, herr *err) {
   const model_config *c = &m->cfg;
   if (!b || b->n_seqs <= 0) return herr_set(err, HEARTH_EINVAL, "model_forward: empty batch");
   int64_t T = 0, R = 0, P = 0, M = 0, Q = 0;
@@ -706,7 +695,7 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d asks for output %d, which does not exist", s, (int)sq->out);
     if (sq->canvas != b->seqs[0].canvas || (sq->canvas && sq->n_tokens != b->seqs[0].n_tokens))
       return herr_set(err, HEARTH_EINVAL, "model_forward: a batch is all canvas sequences of one length, or none");
-    if (sq->self_cond && (!sq->canvas || !m->cfg.canvas_length))
+    if (sq->self_cond && (!sq->canvas || !model_canvas_length(m)))
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d: self-conditioning needs a canvas pass of a diffusion model", s);
     if (sq->out != MODEL_OUT_LOGITS && sq->all_logits)
       return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d sets all_logits without a logits output", s);
@@ -740,29 +729,39 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
     int rc = mode == FWD_RANK ? 0 : b->seqs[s].kv->ops->reserve(b->seqs[s].kv, b->seqs[s].n_tokens, err);
     if (rc) return rc;
   }
-  if (mode == FWD_CHECK) return 0; /* a group's ranks run the rest */
+  p->T = T, p->R = R, p->P = P, p->M = M, p->Q = Q, p->has_last = has_last, p->mtp = mtp;
+  return 0;
+}
+
+/* The step's index tables, one upload: the batch's pool, each token's id, position, KV row and slot,
+ * the rows that need outputs, the recurrent ops' sequences, the block tables, media rows; the runs of
+ * rows that use adapters; the family's own inputs (family_ops.inputs); st's views of the scratch. */
+static int forward_tables(model *m, const model_batch *b, fwd_plan *plan, step *st, herr *err) {
+  const model_config *c = &m->cfg;
+  int64_t T = plan->T, R = plan->R, P = plan->P, M = plan->M, Q = plan->Q;
+  bool has_last = plan->has_last, mtp = plan->mtp;
   /* block tables after every reserve: one store for the whole batch */
   const kv_store *kv = NULL;
   int64_t n_tables = 0;
   for (int s = 0; s < b->n_seqs; s++) {
     const int32_t *blocks;
     int64_t nb;
-    const kv_store *st = kv_store_rank(b->seqs[s].kv->ops->table(b->seqs[s].kv, &blocks, &nb), m->tp_rank);
-    if (kv && st != kv) return herr_set(err, HEARTH_EINVAL, "model_forward: the sequences of one batch must share one KV pool");
-    bool fits = st->n_layers == (mtp ? 1 : c->num_hidden_layers) && st->k[0].buf->be == m->be;
+    const kv_store *pool = kv_store_rank(b->seqs[s].kv->ops->table(b->seqs[s].kv, &blocks, &nb), m->tp_rank);
+    if (kv && pool != kv) return herr_set(err, HEARTH_EINVAL, "model_forward: the sequences of one batch must share one KV pool");
+    bool fits = pool->n_layers == (mtp ? 1 : c->num_hidden_layers) && pool->k[0].buf->be == m->be;
     if (mtp && fits) { /* the MTP layer's own cache */
       model_kv_geometry mg;
       model_mtp_geometry_of(m, &mg);
-      fits = st->k[0].cols * 4 == (int64_t)bk_kv_row_bytes(st->k_fmt[0], mg.kv_dim[0]);
+      fits = pool->k[0].cols * 4 == (int64_t)bk_kv_row_bytes(pool->k_fmt[0], mg.kv_dim[0]);
     }
     for (int l = 0; fits && !mtp && l < c->num_hidden_layers; l++) {
       int64_t kd = m->layers[l].kv_k_dim ? m->layers[l].kv_k_dim : m->layers[l].kv_heads * m->layers[l].head_dim;
-      fits = (m->layers[l].kv_src != l || st->k[l].cols * 4 == (int64_t)bk_kv_row_bytes(st->k_fmt[l], kd)) &&
-             (!m->layers[l].state_dim || (st->state[l].buf && st->state[l].cols == m->layers[l].state_dim &&
-                                          b->seqs[s].kv->state < st->n_states));
+      fits = (m->layers[l].kv_src != l || pool->k[l].cols * 4 == (int64_t)bk_kv_row_bytes(pool->k_fmt[l], kd)) &&
+             (!m->layers[l].state_dim || (pool->state[l].buf && pool->state[l].cols == m->layers[l].state_dim &&
+                                          b->seqs[s].kv->state < pool->n_states));
     }
     if (!fits) return herr_set(err, HEARTH_EINVAL, "model_forward: sequence %d's KV cache was not made for this model", s);
-    kv = st;
+    kv = pool;
     n_tables += nb;
   }
   /* index tables, one I32 upload: ids, pos, row, tab, slot [T] each, gather [R + P + Q] (the logits
@@ -848,43 +847,101 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
     t += sq->n_tokens;
   }
   fwd_scratch *f = &m->f;
-  step st = {.T = T, .R = R, .lora = m->lora_runs, .n_lora = n_runs, .tp_rank = m->tp_rank, .keep = keeps ? f->host_keep : NULL};
-  bool canvas = b->seqs[0].canvas;
-  if (canvas) {
-    st.canvas = true;
-    st.window_extra = b->seqs[0].n_tokens - 1;
-    bool any_sc = false;
-    for (int s = 0; s < b->n_seqs; s++) any_sc |= b->seqs[s].self_cond != NULL;
-    if (any_sc && (rc = canvas_self_cond(m, b, T, &st.sc, err))) return rc;
+  *st = (step){.T = T, .R = R, .lora = m->lora_runs, .n_lora = n_runs, .tp_rank = m->tp_rank, .keep = keeps ? f->host_keep : NULL};
+  plan->canvas = b->seqs[0].canvas;
+  if (plan->canvas) {
+    st->canvas = true;
+    st->window_extra = b->seqs[0].n_tokens - 1;
   }
-  st.x = bk_rows(&f->x, 0, T), st.xn = bk_rows(&f->xn, 0, T), st.q = bk_rows(&f->q, 0, T);
-  st.k = bk_rows(&f->k, 0, T), st.v = bk_rows(&f->v, 0, T), st.att = bk_rows(&f->att, 0, T);
-  st.o = bk_rows(&f->o, 0, T), st.gate = bk_rows(&f->gate, 0, T), st.up = bk_rows(&f->up, 0, T);
-  st.x2 = bk_rows(&f->x2, 0, T), st.elog = bk_rows(&f->elog, 0, T), st.eids = bk_rows(&f->eids, 0, T);
-  st.ew = bk_rows(&f->ew, 0, T), st.ple = bk_rows(&f->ple, 0, T), st.pl = bk_rows(&f->pl, 0, T);
-  st.fam = bk_rows(&f->fam, 0, T);
-  if (T == 1 && f->one_buf) st.one = f->one;
-  bk_tensor *parts[] = {&st.ids, &st.pos, &st.row, &st.tab, &st.slot};
+  const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
+  if (ops->inputs && (rc = ops->inputs(m, b, st, err))) return rc;
+  st->x = bk_rows(&f->x, 0, T), st->xn = bk_rows(&f->xn, 0, T), st->q = bk_rows(&f->q, 0, T);
+  st->k = bk_rows(&f->k, 0, T), st->v = bk_rows(&f->v, 0, T), st->att = bk_rows(&f->att, 0, T);
+  st->o = bk_rows(&f->o, 0, T), st->gate = bk_rows(&f->gate, 0, T), st->up = bk_rows(&f->up, 0, T);
+  st->x2 = bk_rows(&f->x2, 0, T), st->elog = bk_rows(&f->elog, 0, T), st->eids = bk_rows(&f->eids, 0, T);
+  st->ew = bk_rows(&f->ew, 0, T);
+  st->fam = bk_rows(&f->fam, 0, T);
+  if (T == 1 && f->one_buf) st->one = f->one;
+  bk_tensor *parts[] = {&st->ids, &st->pos, &st->row, &st->tab, &st->slot};
   for (int i = 0; i < 5; i++) *parts[i] = bk_rows(&f->idx, i * T, T);
-  st.gather = bk_rows(&f->idx, 5 * T, R + P);
-  bk_tensor gq = bk_rows(&f->idx, 5 * T + R + P, Q);
-  st.rseqs = bk_rows(&f->idx, 5 * T + R + P + Q, 4 * S);
-  st.rseqs = bk_reshape(&st.rseqs, S, 4);
+  st->gather = bk_rows(&f->idx, 5 * T, R + P);
+  plan->gq = bk_rows(&f->idx, 5 * T + R + P, Q);
+  st->rseqs = bk_rows(&f->idx, 5 * T + R + P + Q, 4 * S);
+  st->rseqs = bk_reshape(&st->rseqs, S, 4);
   /* with multimodal RoPE each token's positions [T, PA] sit before the tables: at an offset a recorded
    * step's key fixes (the tables' length changes as sequences grow) */
   const int64_t tab0 = 5 * T + R + P + Q + 4 * S + PA * T;
-  st.tables = bk_rows(&f->idx, tab0, n_tables);
-  bk_tensor mrow_t = bk_rows(&f->idx, tab0 + n_tables, M);
-  bk_tensor media_t = bk_rows(&f->media, 0, M);
-  st.has_last = has_last;
-  if (has_last) st.last = bk_rows(&f->idx, tab0 + n_tables + M, T);
+  st->tables = bk_rows(&f->idx, tab0, n_tables);
+  plan->mrow = bk_rows(&f->idx, tab0 + n_tables, M);
+  plan->media = bk_rows(&f->media, 0, M);
+  st->has_last = has_last;
+  if (has_last) st->last = bk_rows(&f->idx, tab0 + n_tables + M, T);
   if (PA > 0) { /* the rope reads [T, PA] positions */
-    st.pos = bk_rows(&f->idx, 5 * T + R + P + Q + 4 * S, PA * T);
-    st.pos = bk_reshape(&st.pos, T, PA);
+    st->pos = bk_rows(&f->idx, 5 * T + R + P + Q + 4 * S, PA * T);
+    st->pos = bk_reshape(&st->pos, T, PA);
   }
   if ((rc = bk_set(&f->idx, 0, h, sizeof(int32_t) * (size_t)n_idx, err))) return rc;
-  if (M > 0 && (rc = bk_set(&media_t, 0, f->host_media, sizeof(float) * (size_t)(M * D), err))) return rc;
+  if (M > 0 && (rc = bk_set(&plan->media, 0, f->host_media, sizeof(float) * (size_t)(M * D), err))) return rc;
+  plan->kv = kv, plan->n_runs = n_runs, plan->M = M, plan->S = S;
+  return 0;
+}
 
+/* The embedding, then the family's layers (an MTP batch: its multi-token-prediction layer) over the
+ * step's rows, into st->x. */
+static void forward_layers(model *m, const fwd_plan *p, step *st) {
+  const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
+  bk_embed(&st->x, &m->embed, &st->ids, m->embed_scale);
+  model_reduce(m, &st->x); /* vocabulary-parallel: one rank holds each token's row, the others add zeros */
+  if (p->mtp) {
+    ops->mtp(m, p->kv, st, &p->media); /* media: the rows' hidden inputs */
+    return;
+  }
+  if (p->M > 0) bk_set_rows(&st->x, &p->media, &p->mrow); /* media rows: the tower's, unscaled (after the reduce: whole rows) */
+  if (ops->embedded) ops->embedded(m, st);
+  for (int l = 0; l < m->cfg.num_hidden_layers; l++) ops->layer(m, l, p->kv, st);
+}
+
+/* The head: the rows that need logits or hidden states gathered into xr and through the final norm
+ * (an MTP batch: its head's norm), the next_hidden rows likewise into m->f.nh, and lg = the first R
+ * rows through lm_head (an MTP batch: its head), softcapped. */
+static int forward_head(model *m, const fwd_plan *p, const step *st, const bk_tensor *lg, const bk_tensor *xr, herr *err) {
+  const model_config *c = &m->cfg;
+  const model_mtp *mt = mtp_of(m);
+  const bk_tensor *fnorm = p->mtp && mt->norm.buf ? &mt->norm : &m->final_norm;
+  if (p->R + p->P > 0) {
+    bk_get_rows(xr, &st->x, &st->gather);
+    bk_rmsnorm(xr, xr, fnorm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
+  }
+  if (p->Q > 0) {
+    bk_get_rows(&m->f.nh, &st->x, &p->gq);
+    bk_rmsnorm(&m->f.nh, &m->f.nh, fnorm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
+  }
+  if (p->R > 0) {
+    bk_tensor xl = bk_rows(xr, 0, p->R);
+    int rc;
+    if (p->mtp) bk_matmul_t(lg, &xl, mt->head, NULL);
+    else if ((rc = model_head(m, lg, &xl, err))) return rc;
+    if (c->final_logit_softcapping > 0) bk_softcap(lg, (float)c->final_logit_softcapping);
+  }
+  return 0;
+}
+
+/* The forward pass up to the logits rows (left on the backend in *lg) and
+ * the final hidden states of MODEL_OUT_HIDDEN sequences (*hid, in batch
+ * order); no sequence's length changes (forward_commit does that once they
+ * are read): forward_check, forward_tables, then forward_layers and
+ * forward_head, recorded and replayed for decode-sized steps. */
+int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_tensor *hid_out, int mode, herr *err) {
+  fwd_plan pl = {0};
+  step st;
+  int rc = forward_check(m, b, mode, &pl, err);
+  if (rc || mode == FWD_CHECK) return rc; /* FWD_CHECK: a group's ranks run the rest */
+  if ((rc = forward_tables(m, b, &pl, &st, err))) return rc;
+  fwd_scratch *f = &m->f;
+  int64_t T = pl.T, R = pl.R, P = pl.P, M = pl.M, Q = pl.Q, S = pl.S;
+  const kv_store *kv = pl.kv;
+  int n_runs = pl.n_runs;
+  bool has_last = pl.has_last, canvas = pl.canvas, mtp = pl.mtp;
   /* Decode-sized steps are recorded once per shape and replayed (bk_graph_begin):
    * everything that varies between steps is in the index tables and the KV
    * blocks; the key holds what the ops' arguments depend on. */
@@ -912,19 +969,8 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
   bk_tensor lg = bk_rows(&f->logits, 0, R);
   bk_tensor xr = bk_rows(&st.xn, 0, R + P); /* the gathered rows after the final norm */
   f->nh = bk_rows(&st.x2, 0, Q);            /* the next_hidden rows, likewise */
-  /* an MTP batch ends in its head's norm and head */
-  const bk_tensor *fnorm = mtp && m->mtp_norm.buf ? &m->mtp_norm : &m->final_norm;
   for (int pass = 0; pass < 2 && !replay; pass++) {
-    const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
-    bk_embed(&st.x, &m->embed, &st.ids, m->embed_scale);
-    model_reduce(m, &st.x); /* vocabulary-parallel: one rank holds each token's row, the others add zeros */
-    if (mtp) {
-      ops->mtp(m, kv, &st, &media_t); /* media_t: the rows' hidden inputs */
-    } else {
-      if (M > 0) bk_set_rows(&st.x, &media_t, &mrow_t); /* media rows: the tower's, unscaled (after the reduce: whole rows) */
-      if (ops->embedded) ops->embedded(m, &st);
-      for (int l = 0; l < c->num_hidden_layers; l++) ops->layer(m, l, kv, &st);
-    }
+    forward_layers(m, &pl, &st);
     if (m->xc.err.code) { /* an expert could not be loaded (expert budget) */
       if (err) *err = m->xc.err;
       rc = m->xc.err.code;
@@ -932,21 +978,7 @@ int model_forward_rank(model *m, const model_batch *b, bk_tensor *lg_out, bk_ten
       bk_sync(m->be, NULL);
       return rc;
     }
-    /* the rows that need logits or hidden states, then the final norm, and lm_head on the first R */
-    if (R + P > 0) {
-      bk_get_rows(&xr, &st.x, &st.gather);
-      bk_rmsnorm(&xr, &xr, fnorm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
-    }
-    if (Q > 0) {
-      bk_get_rows(&f->nh, &st.x, &gq);
-      bk_rmsnorm(&f->nh, &f->nh, fnorm, (float)c->rms_norm_eps, m->fam->unit_offset_norm);
-    }
-    if (R > 0) {
-      bk_tensor xl = bk_rows(&xr, 0, R);
-      if (mtp) bk_matmul_t(&lg, &xl, m->mtp_head, NULL);
-      else if ((rc = model_head(m, &lg, &xl, err))) return rc;
-      if (c->final_logit_softcapping > 0) bk_softcap(&lg, (float)c->final_logit_softcapping);
-    }
+    if ((rc = forward_head(m, &pl, &st, &lg, &xr, err))) return rc;
     if (!record) break;
     rc = bk_graph_end(m->be, err);
     record = false;

@@ -23,7 +23,11 @@
  * Weights: the decoder's names (model.decoder.layers.N..., model.decoder.
  * self_conditioning...) or, where a checkpoint keeps the tied copy under
  * the encoder, model.encoder.language_model.layers.N...; the vision tower
- * is not loaded (text prompts only). */
+ * is not loaded (text prompts only).
+ *
+ * Owns canvas_length (the top of config.json, 256 by default), the
+ * self-conditioning weights and the step's probabilities buffer (dg_state,
+ * which begins with the Gemma 4 stack's gemma4_state). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +36,11 @@
 #include "model/internal.h"
 
 typedef struct dg_state {
+  gemma4_state g4;                 /* first: gemma4.c's functions read fam_state as theirs */
+  int64_t canvas;                  /* canvas_length */
+  bk_buf *sc_buf;                  /* owned: canvas passes' self-conditioning probabilities, sc_cap rows of vocab */
+  bk_tensor sc;
+  int64_t sc_cap;
   float *enc_scalar, *dec_scalar;  /* per layer: layer_scalar of the encoder's and the decoder's copy */
   bk_weight embed_t;               /* [hidden, vocab]: the embedding transposed, for the soft embeddings */
   bool embed_t_loaded;
@@ -39,35 +48,36 @@ typedef struct dg_state {
   bk_tensor sc_pre_norm;
 } dg_state;
 
+/* The Gemma 4 stack's keys (gemma4_read_config) and canvas_length from the top of a diffusion_gemma
+ * config.json (absent there: 256; a bare diffusion_gemma_text config states none, which prepare refuses). */
+static int config(model *m, herr *err) {
+  dg_state *s = calloc(1, sizeof *s);
+  if (!s) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  m->fam_state = s;
+  int64_t L = m->cfg.num_hidden_layers;
+  s->enc_scalar = calloc((size_t)L, sizeof(float));
+  s->dec_scalar = calloc((size_t)L, sizeof(float));
+  if (!s->enc_scalar || !s->dec_scalar) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  int rc = gemma4_read_config(m, &s->g4, true, err);
+  if (rc || !m->cfg.top) return rc;
+  s->canvas = 256;
+  return config_int_range(m->cfg.top, "canvas_length", false, 1, 1 << 16, &s->canvas, "config.json", err);
+}
+
+static int64_t canvas_length(const model *m) { return ((const dg_state *)m->fam_state)->canvas; }
+
 static int prepare(model *m, herr *err) {
   int rc = gemma4_prepare(m, err);
   if (rc) return rc;
-  if (m->cfg.canvas_length <= 0) return herr_set(err, HEARTH_EFORMAT, "diffusion_gemma: canvas_length must be positive");
+  dg_state *s = m->fam_state;
+  if (s->canvas <= 0) return herr_set(err, HEARTH_EFORMAT, "diffusion_gemma: canvas_length must be positive");
   if (m->tp_size > 1) /* the soft embeddings would need every rank's vocabulary rows */
     return herr_set(err, HEARTH_EUNSUPPORTED, "diffusion_gemma: tensor parallelism is not supported for block diffusion");
-  m->window_extra = m->cfg.canvas_length - 1;
+  m->window_extra = s->canvas - 1;
   if (m->cfg.intermediate_size > m->w_inter) m->w_inter = m->cfg.intermediate_size; /* the self-conditioning MLP */
   return 0;
 }
 
-static dg_state *state(model *m, herr *err) {
-  if (!m->fam_state) {
-    dg_state *s = calloc(1, sizeof *s);
-    int64_t L = m->cfg.num_hidden_layers;
-    if (s) {
-      s->enc_scalar = calloc((size_t)L, sizeof(float));
-      s->dec_scalar = calloc((size_t)L, sizeof(float));
-    }
-    if (!s || !s->enc_scalar || !s->dec_scalar) {
-      if (s) free(s->enc_scalar), free(s->dec_scalar);
-      free(s);
-      herr_set(err, HEARTH_ENOMEM, "out of memory");
-      return NULL;
-    }
-    m->fam_state = s;
-  }
-  return m->fam_state;
-}
 
 /* A scalar under its full name (no prefix translation); absent: 1. */
 static int scalar(model *m, const weight_src *src, const char *name, float *out, herr *err) {
@@ -84,8 +94,7 @@ static int scalar(model *m, const weight_src *src, const char *name, float *out,
 }
 
 static int load_layer(model *m, const weight_src *src, int l, herr *err) {
-  dg_state *s = state(m, err);
-  if (!s) return err ? err->code : HEARTH_ENOMEM;
+  dg_state *s = m->fam_state;
   int rc = gemma4_load_layer(m, src, l, err);
   char name[160];
   snprintf(name, sizeof name, "model.encoder.language_model.layers.%d.layer_scalar", l);
@@ -117,8 +126,7 @@ static int transpose_embed(model *m, dg_state *s, herr *err) {
 }
 
 static int load_model(model *m, const weight_src *src, herr *err) {
-  dg_state *s = state(m, err);
-  if (!s) return err ? err->code : HEARTH_ENOMEM;
+  dg_state *s = m->fam_state;
   const model_config *c = &m->cfg;
   int64_t D = c->hidden_size, I = c->intermediate_size;
   weight_src raw = *src;
@@ -130,6 +138,40 @@ static int load_model(model *m, const weight_src *src, herr *err) {
       (rc = model_vector(m, &raw, "model.decoder.self_conditioning.pre_norm.weight", 1, D, 0, true, 1.0f, &s->sc_pre_norm, err)))
     return rc;
   return transpose_embed(m, s, err);
+}
+
+/* A canvas pass's self-conditioning probabilities on the backend, st->sc [T, vocab] (zero rows for the
+ * sequences without; none when no sequence gives them), in s->sc grown as needed. */
+static int inputs(model *m, const model_batch *b, step *st, herr *err) {
+  dg_state *s = m->fam_state;
+  bool any_sc = false;
+  for (int i = 0; i < b->n_seqs; i++) any_sc |= b->seqs[i].self_cond != NULL;
+  if (!st->canvas || !any_sc) return 0;
+  int64_t T = st->T, V = m->cfg.vocab_size;
+  int rc = 0;
+  if (T > s->sc_cap) {
+    bk_buf_free(s->sc_buf);
+    s->sc_buf = NULL;
+    s->sc_cap = 0;
+    if ((rc = bk_tensor_new(m->be, BK_DT_F32, T, V, &s->sc, err))) return herr_wrap(err, "model_forward: self-conditioning");
+    s->sc_buf = s->sc.buf;
+    s->sc_cap = T;
+  }
+  size_t row = (size_t)V * sizeof(float), off = 0;
+  float *zeros = NULL;
+  for (int i = 0; i < b->n_seqs && !rc; i++) {
+    const model_seq *sq = &b->seqs[i];
+    size_t n = (size_t)sq->n_tokens * row;
+    if (sq->self_cond) rc = bk_set(&s->sc, off, sq->self_cond, n, err);
+    else {
+      if (!zeros && !(zeros = calloc(1, n))) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+      rc = bk_set(&s->sc, off, zeros, n, err);
+    }
+    off += n;
+  }
+  free(zeros);
+  st->sc = bk_rows(&s->sc, 0, T);
+  return rc;
 }
 
 /* The canvas's input: norm(embeddings + mlp(pre_norm(probabilities · embeddings × scale))). */
@@ -153,24 +195,9 @@ static void embedded(model *m, step *st) {
 }
 
 static void layer(model *m, int l, const kv_store *kv, step *st) {
-  const model_config *c = &m->cfg;
-  const layer_weights *lw = &m->layers[l];
   const dg_state *s = m->fam_state;
-  int64_t T = st->T, D = c->hidden_size;
   layer_attention(m, l, kv, st); /* x += post_attn_norm(attention(input_norm(x))) */
-  bk_tensor o = step_view(&st->o, T, D);
-  layer_norm(m, &st->xn, &st->x, &lw->pre_ffn_norm);
-  layer_mlp(m, lw, st, &st->xn, &o);
-  /* the experts beside the MLP, both from the residual stream */
-  layer_norm(m, &o, &o, &lw->post_ffn_norm_1);
-  layer_norm(m, &st->xn, &st->x, &lw->router_norm);
-  layer_route(m, lw, st, &st->xn);
-  layer_norm(m, &st->xn, &st->x, &lw->pre_ffn_norm_2);
-  layer_experts(m, lw, st, &st->xn, &st->x2);
-  layer_norm(m, &st->x2, &st->x2, &lw->post_ffn_norm_2);
-  bk_add(&o, &o, &st->x2);
-  layer_norm(m, &o, &o, &lw->post_ffn_norm);
-  bk_add(&st->x, &st->x, &o);
+  gemma4_ffn(m, l, st);          /* the MLP and the experts beside it (every layer has them) */
   float scale = st->canvas ? s->dec_scalar[l] : s->enc_scalar[l];
   if (scale != 1.0f) bk_scale(&st->x, scale);
 }
@@ -179,11 +206,14 @@ static void free_state(model *m) {
   dg_state *s = m->fam_state;
   if (!s) return;
   if (s->embed_t_loaded && m->be) bk_weight_release(m->be, &s->embed_t);
+  bk_buf_free(s->sc_buf);
+  gemma4_state_free(&s->g4);
   free(s->enc_scalar);
   free(s->dec_scalar);
   free(s);
   m->fam_state = NULL;
 }
 
-const family_ops diffusion_gemma_family_ops = {
-    .prepare = prepare, .load_layer = load_layer, .load_model = load_model, .embedded = embedded, .layer = layer, .free = free_state};
+const family_ops diffusion_gemma_family_ops = {.config = config, .prepare = prepare, .load_layer = load_layer,
+                                               .load_model = load_model, .inputs = inputs, .embedded = embedded, .layer = layer,
+                                               .canvas = canvas_length, .free = free_state};

@@ -3,8 +3,10 @@
  * feed-forward] → norm → lm_head) built from the shared layers of
  * layers.c; a family is a row of switches here plus, where its layers are
  * put together differently, its own file (qwen3_moe.c, gemma4.c) whose
- * hooks the row names. family.c holds one row per model_type with the
- * transformers file it follows. */
+ * hooks (family_ops, internal.h) the row names: its own config keys and
+ * state, its layers, and its capabilities — a multi-token-prediction
+ * layer, a block-diffusion canvas, its tensor-parallel split. family.c
+ * holds one row per model_type with the transformers file it follows. */
 #ifndef HEARTH_MODEL_FAMILY_H
 #define HEARTH_MODEL_FAMILY_H
 

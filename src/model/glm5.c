@@ -44,7 +44,11 @@
  * vLLM's GLM-4.5 / DeepSeek-V3 MTP take it) and token t_{i+1},
  * x = eh_proj([enorm(embed(t_{i+1})) | hnorm(h_i)]), then the decoder block
  * over a cache of its own (layer 0 of the MTP cache). The normal forward
- * does not run it. */
+ * does not run it.
+ *
+ * Owns its config keys (the experts and which layers have them, the latent
+ * attention's and the indexer's sizes, the routing's groups and scale, the
+ * MTP layers) and its state (glm5_state in fam_state). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +80,7 @@ typedef struct glm5_state {
   float routed_scale;
   const rope_table *rope_t;
   /* multi-token prediction (layer index num_hidden_layers) */
+  model_mtp mtp;
   bool has_mtp;
   layer_weights mtp_lw;
   bk_weight mtp_eh, mtp_head;
@@ -142,11 +147,39 @@ static int read_indexer_types(const json_t *j, int64_t L, bool *full, herr *err)
   return 0;
 }
 
-static int prepare(model *m, herr *err) {
-  const model_config *c = &m->cfg;
+/* The experts: n_routed_experts on the layers mlp_layer_types calls "sparse" (default: all but the
+ * first first_k_dense_replace), into the shared fields of cfg. */
+static int read_experts(const json_t *j, model_config *c, const char *what, herr *err) {
+  c->num_experts = 256, c->num_experts_per_tok = 8, c->moe_intermediate_size = 2048, c->norm_topk_prob = true;
+  int rc;
+  if ((rc = config_int_range(j, "n_routed_experts", false, 1, 4096, &c->num_experts, what, err)) ||
+      (rc = config_experts(j, c, "num_experts_per_tok", what, err)) ||
+      (rc = hjson_get_bool(j, "norm_topk_prob", false, &c->norm_topk_prob, what, err)))
+    return rc;
+  int64_t dense = 3, L = c->num_hidden_layers;
+  if ((rc = config_int_range(j, "first_k_dense_replace", false, 0, CFG_MAX_LAYERS, &dense, what, err))) return rc;
+  for (int64_t l = 0; l < L; l++) c->moe_layer[l] = l >= dense;
+  const json_t *mt = json_object_get(j, "mlp_layer_types");
+  if (mt && !json_is_null(mt)) {
+    if (!json_is_array(mt) || (int64_t)json_array_size(mt) < L)
+      return herr_set(err, HEARTH_EFORMAT, "%s: 'mlp_layer_types' must be a list with one entry per layer", what);
+    for (int64_t l = 0; l < L; l++) {
+      const char *e = json_string_value(json_array_get(mt, (size_t)l));
+      if (!e || (strcmp(e, "dense") && strcmp(e, "sparse")))
+        return herr_set(err, HEARTH_EFORMAT, "%s: mlp_layer_types[%lld] must be \"dense\" or \"sparse\"", what, (long long)l);
+      c->moe_layer[l] = !strcmp(e, "sparse");
+    }
+  }
+  return 0;
+}
+
+/* glm_moe_dsa's own keys: the experts, the latent attention's ranks and head sizes, the indexer's,
+ * the routing's groups and scale, the MTP layers. */
+static int config(model *m, herr *err) {
+  model_config *c = &m->cfg;
   const json_t *j = c->raw;
   const char *what = "config.json";
-  int64_t L = c->num_hidden_layers, H = c->num_attention_heads;
+  int64_t L = c->num_hidden_layers;
   glm5_state *s = calloc(1, sizeof *s);
   if (!s) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   m->fam_state = s;
@@ -158,6 +191,7 @@ static int prepare(model *m, herr *err) {
   int rc;
   int64_t nextn = 0;
   double rs = 2.5;
+  if ((rc = read_experts(j, c, what, err))) return rc;
   if ((rc = get_int(j, "q_lora_rank", 2048, 1, 1 << 16, &s->q_lora, what, err)) ||
       (rc = get_int(j, "kv_lora_rank", 512, 1, 1 << 16, &s->kv_lora, what, err)) ||
       (rc = get_int(j, "qk_nope_head_dim", 192, 1, 4096, &s->nope, what, err)) ||
@@ -181,6 +215,17 @@ static int prepare(model *m, herr *err) {
       c->num_experts_per_tok > s->topk_group * (E / s->n_group))
     return herr_set(err, HEARTH_EFORMAT, "%s: %lld experts in n_group %lld (topk_group %lld) cannot give %lld per token", what,
                     (long long)E, (long long)s->n_group, (long long)s->topk_group, (long long)c->num_experts_per_tok);
+  s->mtp.n_nextn = (int)nextn; /* counted again when the weights are found */
+  return 0;
+}
+
+static int prepare(model *m, herr *err) {
+  const model_config *c = &m->cfg;
+  const json_t *j = c->raw;
+  const char *what = "config.json";
+  int64_t L = c->num_hidden_layers, H = c->num_attention_heads;
+  glm5_state *s = S(m);
+  int rc;
   bool full[CFG_MAX_LAYERS];
   if ((rc = read_indexer_types(j, L, full, err))) return rc;
   /* the RoPE slice: rope_dim wide, pairs interleaved */
@@ -211,7 +256,6 @@ static int prepare(model *m, herr *err) {
     lw->inter = lw->moe ? c->moe_intermediate_size * (s->n_shared ? s->n_shared : 1) : c->intermediate_size;
     s->layers[l].indexer = full[l];
   }
-  m->n_nextn = (int)nextn; /* counted again when the weights are found */
   int64_t tw = s->nope > R ? s->nope : R;
   if (s->vdim > tw) tw = s->vdim;
   m->w_fam = s->q_lora + tw + 2 * KL + R + H * s->vdim + s->ix_heads * s->ix_dim + s->ix_dim + s->ix_heads + s->topk;
@@ -346,7 +390,7 @@ static int load_model(model *m, const weight_src *src, herr *err) {
   NAME("eh_proj.weight");
   bk_weight probe;
   if ((rc = model_describe_matrix(m, src, name, D, 2 * D, false, &probe, err))) return rc;
-  m->n_nextn = 0;
+  s->mtp.n_nextn = 0;
   if (!probe.data) return 0;
   if ((rc = model_matrix(m, src, name, D, 2 * D, true, BK_USE_MATMUL, &s->mtp_eh, err))) return rc;
   NAME("enorm.weight");
@@ -372,11 +416,11 @@ static int load_model(model *m, const weight_src *src, herr *err) {
   lw->rope = last->rope, lw->attn_scale = last->attn_scale, lw->scalar = 1.0f;
   if ((rc = load_glm_layer(m, src, idx, moe, lw, g, err))) return herr_wrap(err, "multi-token-prediction layer");
   s->has_mtp = true;
-  m->n_nextn = 1;
-  m->mtp_head = s->mtp_head.data ? &s->mtp_head : &m->lm_head; /* (lm_head is loaded after this) */
-  m->mtp_norm = s->mtp_head_norm;
-  if (!g->indexer) m->mtp_refused = "it has no indexer of its own to choose the rows it attends";
-  else m->mtp_layer = lw;
+  s->mtp.n_nextn = 1;
+  s->mtp.head = s->mtp_head.data ? &s->mtp_head : &m->lm_head; /* (lm_head is loaded after this) */
+  s->mtp.norm = s->mtp_head_norm;
+  if (!g->indexer) s->mtp.refused = "it has no indexer of its own to choose the rows it attends";
+  else s->mtp.layer = lw;
   if (lw->inter > m->w_inter) m->w_inter = lw->inter;
   if (m->w_fam < 2 * D) m->w_fam = 2 * D; /* the [enorm(e) | hnorm(h)] rows */
   return 0;
@@ -547,5 +591,7 @@ static void mtp(model *m, const kv_store *kv, step *st, const bk_tensor *h) {
   glm_layer(m, &s->mtp_lw, &s->layers[m->cfg.num_hidden_layers], 0, kv, st);
 }
 
-const family_ops glm5_family_ops = {.prepare = prepare, .load_layer = load_layer, .load_model = load_model,
+static const model_mtp *mtp_of(const model *m) { return &S(m)->mtp; }
+
+const family_ops glm5_family_ops = {.config = config, .mtp_of = mtp_of, .prepare = prepare, .load_layer = load_layer, .load_model = load_model,
                                     .layer = layer, .mtp = mtp, .shard = shard, .free = glm5_free};

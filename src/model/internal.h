@@ -21,10 +21,11 @@
 /* The projections a LoRA adapter may add its delta to (lora.c). */
 typedef enum lora_target { LORA_Q, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_DOWN, LORA_N_TARGETS } lora_target;
 
-/* One decoder layer's weights. Matrices are described at load and handed
- * to the backend (bk_weight_load) with the rest; vectors are f32 [1, n]
- * tensors of the backend (.buf NULL = absent). Not every family uses every
- * field. */
+/* One decoder layer's weights: what the shared layers of layers.c read.
+ * Matrices are described at load and handed to the backend (bk_weight_load)
+ * with the rest; vectors are f32 [1, n] tensors of the backend (.buf NULL =
+ * absent). Not every family uses every field; what only one family's
+ * layers read lives in that family's state (fam_state). */
 typedef struct layer_weights {
   /* attention */
   bk_weight q, k, v, o;                   /* k, v: .rows 0 on a KV-shared layer; v also with keys as values */
@@ -44,6 +45,7 @@ typedef struct layer_weights {
   bk_tensor conv_w, a_log, dt_bias, lin_norm;   /* [conv channels, kernel], [nv], [nv], [dv] */
   int64_t state_dim;                      /* floats of its per-sequence state: the conv's last inputs, then the heads' states */
   int64_t lin_k_heads, lin_v_heads;       /* the key and value heads it computes: all, or a tensor-parallel rank's */
+  int64_t lin_k_dim, lin_v_dim, conv_kernel; /* a key and a value head's size; the conv's taps */
   bk_weight shared_gate;                  /* [1, hidden]: the shared expert's sigmoid gate (qwen3_5_moe) */
   int64_t kv_k_dim, kv_v_dim;             /* cache row widths a family sets (0: kv_heads × head_dim) */
   /* on a device: q / k / v (gate / up) stacked into one matrix whose row ranges q, k, v (gate, up)
@@ -58,11 +60,7 @@ typedef struct layer_weights {
   bk_weight router;                       /* [n_experts, hidden] */
   bk_weight *experts;                     /* owned: gate[n], up[n], down[n] */
   bk_experts ex;                          /* views of experts */
-  bk_tensor router_norm, expert_scale;    /* gemma4: router input scale (times hidden^-0.5), per-expert scale */
-  bk_tensor pre_ffn_norm_2, post_ffn_norm_1, post_ffn_norm_2; /* gemma4: the MoE branch beside the MLP */
-  /* gemma4 per-layer input */
-  bk_weight ple_gate, ple_proj;           /* [ple, hidden], [hidden, ple] */
-  bk_tensor ple_norm;
+  bk_tensor expert_scale;                 /* a scale per expert on its routing weight (.buf NULL: none) */
   float scalar;                           /* layer_scalar (1: none) */
   bool bidir_media;                       /* media soft tokens see their whole span (model_seq.bidir_last) */
   /* a tensor-parallel rank's part of each LoRA target: rows [row0, +its rows) and columns [col0, +its
@@ -79,7 +77,7 @@ typedef struct layer_weights {
 typedef struct fwd_scratch {
   int64_t cap_t;          /* tokens the activation tensors hold */
   bk_buf *act;            /* owned: every activation tensor below */
-  bk_tensor x, xn, q, k, v, att, o, gate, up, x2, elog, eids, ew, ple, pl;
+  bk_tensor x, xn, q, k, v, att, o, gate, up, x2, elog, eids, ew;
   bk_tensor fam;          /* [cap_t, model.w_fam]: a family's own activations */
   bk_buf *one_buf;        /* owned */
   bk_tensor one;          /* [1, model.w_stack]: a one-row step's output of a stacked projection */
@@ -117,7 +115,7 @@ typedef struct lora_run {
  * are the model's largest; a layer takes the prefix it needs (step_view). */
 typedef struct step {
   int64_t T, R;
-  bk_tensor x, xn, q, k, v, att, o, gate, up, x2, elog, eids, ew, ple, pl;
+  bk_tensor x, xn, q, k, v, att, o, gate, up, x2, elog, eids, ew;
   bk_tensor fam;          /* T * model.w_fam floats for the family to carve up */
   bk_tensor one;          /* T == 1 on a model with stacked projections: their output row (.buf NULL: none) */
   bk_tensor ids, pos, row, tab, slot, gather, tables;
@@ -144,6 +142,16 @@ static inline bk_tensor step_view(const bk_tensor *t, int64_t rows, int64_t cols
 }
 
 typedef struct family_ops family_ops;
+
+/* A family's multi-token-prediction layer (model_seq.mtp_hidden) as decoder.c checks and ends it; the
+ * family keeps it in its state and its load_model fills it. */
+typedef struct model_mtp {
+  int n_nextn;                /* multi-token-prediction layers loaded beside the decoder */
+  const layer_weights *layer; /* borrowed: the one a forward can run (the cache's geometry); NULL: none runnable */
+  bk_tensor norm;             /* its head's norm (.buf NULL: the final norm) */
+  const bk_weight *head;      /* borrowed: its head, or &model.lm_head */
+  const char *refused;        /* static, may be NULL: why a loaded layer cannot run */
+} model_mtp;
 
 /* A matrix the model handed (or will hand) to the backend. */
 typedef struct model_mat {
@@ -202,28 +210,15 @@ struct model {
   float embed_scale;      /* 0 = none */
   bool as_bf16;           /* f32 weights rounded to bf16 as loaded (model_load_opts.f32_as_bf16) */
   /* widest activations over the layers */
-  int64_t w_q, w_kv, w_inter, w_ple;
+  int64_t w_q, w_kv, w_inter;
   int64_t w_fam;          /* floats per token of the family's own activations (step.fam) */
   int64_t w_stack;        /* the widest stacked projection (layer_weights.qkv / gate_up), 0: none */
-  void *fam_state;        /* owned by the family: its own weights and tables (family_ops.free) */
-  int n_nextn;            /* multi-token-prediction layers loaded beside the decoder */
-  /* the one a forward can run (a family's load_model sets these; mtp_layer NULL: none runnable) */
-  const layer_weights *mtp_layer; /* borrowed from fam_state: its decoder block (the cache's geometry) */
-  bk_tensor mtp_norm;     /* its head's norm (shared_head.norm; .buf NULL: the final norm) */
-  const bk_weight *mtp_head; /* borrowed: its head (shared_head.head), or &lm_head */
-  const char *mtp_refused; /* static, may be NULL: why a loaded MTP layer cannot run */
-  /* gemma4 per-layer inputs (hidden_size_per_layer_input > 0) */
-  bk_weight ple_embed, ple_model_proj;
-  bk_tensor ple_proj_norm;
-  float ple_embed_scale;
+  void *fam_state;        /* owned by the family: its config, own weights and tables (family_ops.config, .free) */
   expert_cache xc;
   fwd_scratch f;
   pthread_mutex_t lock;   /* held by a forward, and by LoRA adapters while they take or give back backend memory */
   lora_run *lora_runs;    /* owned: the step's runs of rows with adapters */
   int cap_lora_runs;
-  bk_buf *sc_buf;         /* owned: canvas passes' self-conditioning probabilities, sc_cap rows of vocab */
-  bk_tensor sc;
-  int64_t sc_cap;
   int64_t window_extra;   /* rows the cache keeps beyond a sliding layer's window (a canvas beyond it) */
   /* tensor parallelism (tp.c): this rank's place in its group (tp_size 0: not spread) */
   int tp_rank, tp_size;
@@ -384,12 +379,17 @@ void experts_trim(model *m);
 
 /* What a family file adds to the decoder (decoder.c runs the llama family itself). */
 struct family_ops {
+  /* the family's own config.json keys (from cfg.raw, cfg.top) into its state (fam_state, which it
+   * allocates) and the shared fields of cfg they decide; before the layers' geometry (optional) */
+  int (*config)(model *m, herr *err);
   /* derived per-layer values, checks (optional) */
   int (*prepare)(model *m, herr *err);
   /* describes and keeps layer l's weights */
   int (*load_layer)(model *m, const weight_src *src, int l, herr *err);
   /* model-level weights beyond embeddings, final norm and head (optional) */
   int (*load_model)(model *m, const weight_src *src, herr *err);
+  /* the step's inputs it makes from the batch beyond the index tables (st->sc), before any op (optional) */
+  int (*inputs)(model *m, const model_batch *b, step *st, herr *err);
   /* after the embedding, before the layers (optional) */
   void (*embedded)(model *m, step *st);
   /* layer l of the forward */
@@ -397,9 +397,13 @@ struct family_ops {
   /* a multi-token-prediction forward (model_seq.mtp_hidden): st->x, the new rows' token embeddings, becomes
    * the MTP layer's output, from h [T, hidden] (the rows' hidden inputs), over kv's layer 0 (optional) */
   void (*mtp)(model *m, const kv_store *kv, step *st, const bk_tensor *h);
+  /* its multi-token-prediction layer (optional: none) */
+  const model_mtp *(*mtp_of)(const model *m);
   /* cuts the described weights down to a tensor-parallel rank's part (tp.c's helpers: a family says how
    * its own layers split); NULL: the family is not split over ranks */
   int (*shard)(model *m, herr *err);
+  /* tokens per canvas of a block-diffusion model (model_canvas_length); NULL: autoregressive */
+  int64_t (*canvas)(const model *m);
   /* frees fam_state (optional) */
   void (*free)(model *m);
 };
@@ -413,6 +417,11 @@ extern const family_ops qwen3_5_moe_family_ops;
 /* Qwen3.5's layers shared by its dense and MoE files (qwen3_5.c): per-layer
  * geometry and scratch widths, and the token mixer of layer l (its gated
  * attention or its Gated DeltaNet), loaded and run. */
+/* Its config keys (the linear attention's sizes; moe: Qwen3.5-MoE's experts and shared expert). */
+int qwen3_5_config(model *m, bool moe, herr *err);
+/* shared_expert_intermediate_size (Qwen3.5-MoE) */
+int64_t qwen3_5_shared_inter(const model *m);
+const model_mtp *qwen3_5_mtp_of(const model *m);
 int qwen3_5_prepare(model *m, herr *err);
 int qwen3_5_load_mixer(model *m, const weight_src *src, int l, herr *err);
 /* A layer's token mixer's weights under prefix ("model.layers.N." or "mtp.layers.0.") into lw. */
@@ -430,9 +439,30 @@ void qwen3_5_free(model *m);
 extern const family_ops glm5_family_ops;
 extern const family_ops diffusion_gemma_family_ops;
 
-/* Gemma 4's per-layer geometry and layer weights (gemma4.c), shared by DiffusionGemma's stack. */
+/* Gemma 4's own state (gemma4.c), shared by DiffusionGemma's stack (whose state begins with it). */
+typedef struct gemma4_layer {
+  bk_tensor router_norm;                  /* router input scale (times hidden^-0.5) */
+  bk_tensor pre_ffn_norm_2, post_ffn_norm_1, post_ffn_norm_2; /* the MoE branch beside the MLP */
+  bk_weight ple_gate, ple_proj;           /* per-layer input: [ple, hidden], [hidden, ple] */
+  bk_tensor ple_norm;
+} gemma4_layer;
+typedef struct gemma4_state {
+  int64_t ple_dim, ple_vocab;             /* hidden_size_per_layer_input (0: no per-layer inputs), vocab_size_per_layer_input */
+  int64_t kv_shared;                      /* num_kv_shared_layers: the last n read the KV of the last earlier layer of their type */
+  bool k_eq_v;                            /* attention_k_eq_v: full-attention layers' values are the keys' projection */
+  bool double_wide;                       /* use_double_wide_mlp: KV-shared layers' MLP twice intermediate_size */
+  bk_weight ple_embed, ple_model_proj;    /* the per-layer inputs' table and projection */
+  bk_tensor ple_proj_norm;
+  float ple_embed_scale;
+  gemma4_layer *layers;                   /* owned: num_hidden_layers */
+} gemma4_state;
+/* Its config keys into s and cfg (diffusion: DiffusionGemma's stack), its geometry, a layer's
+ * weights, a layer's feed-forward with its residual (the MLP and the MoE branch beside it). */
+int gemma4_read_config(model *m, gemma4_state *s, bool diffusion, herr *err);
+void gemma4_state_free(gemma4_state *s);
 int gemma4_prepare(model *m, herr *err);
 int gemma4_load_layer(model *m, const weight_src *src, int l, herr *err);
+void gemma4_ffn(model *m, int l, step *st);
 
 /* The llama decoder's attention weights of layer l (q/k/v/o, biases, q/k norms), shared by families built on it. */
 int llama_load_attention(model *m, const weight_src *src, int l, herr *err);

@@ -172,8 +172,8 @@ void layer_moe(model *m, const layer_weights *lw, step *st, const bk_tensor *rou
 void layer_deltanet(model *m, int l, const kv_store *kv, step *st) {
   const model_config *c = &m->cfg;
   const layer_weights *lw = &m->layers[l];
-  int64_t T = st->T, nk = lw->lin_k_heads, nv = lw->lin_v_heads, dk = c->linear_key_head_dim;
-  int64_t dv = c->linear_value_head_dim, C = 2 * nk * dk + nv * dv, K = c->linear_conv_kernel_dim;
+  int64_t T = st->T, nk = lw->lin_k_heads, nv = lw->lin_v_heads, dk = lw->lin_k_dim;
+  int64_t dv = lw->lin_v_dim, C = 2 * nk * dk + nv * dv, K = lw->conv_kernel;
   bk_tensor qkv = step_view(&st->q, T, C), mixed = step_view(&st->att, T, C), z = step_view(&st->gate, T, nv * dv);
   bk_tensor a = step_view(&st->k, T, nv), b = step_view(&st->v, T, nv), o = step_view(&st->up, T, nv * dv);
   layer_norm(m, &st->xn, &st->x, &lw->attn_norm);

@@ -442,7 +442,7 @@ static int load_mods(model *m, const char *dir, const adapter_config *cfg, const
         goto out;
       }
       /* the MLP named must be the one the layer has: a shared expert's MLP where a MoE layer keeps one */
-      bool has_shared = m->layers[layer].moe && c->shared_expert_intermediate_size > 0;
+      bool has_shared = m->layers[layer].moe && m->layers[layer].shared_gate.rows > 0;
       if (first >= LORA_GATE && shared != has_shared) {
         rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor '%s': layer %d of this model has no '%s'", dir, name, layer, rest);
         goto out;

@@ -31,7 +31,11 @@
  * then a gated full-attention decoder layer (mtp.layers.0.*, the family's
  * feed-forward: dense here, routed plus shared experts in qwen3_5_moe.c)
  * over a cache of its own (layer 0 of the MTP cache), then mtp.norm and the
- * model's lm_head. Its norms scale by (1 + w) too. */
+ * model's lm_head. Its norms scale by (1 + w) too.
+ *
+ * Owns its config keys (the linear attention's sizes; for the MoE variant
+ * the experts and the shared expert) and its state (qwen3_5_state in
+ * fam_state: those sizes and the MTP layer), shared with qwen3_5_moe.c. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -39,6 +43,53 @@
 #include "model/internal.h"
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Qwen3.5's own state (fam_state): its config keys and the multi-token-prediction layer's weights. */
+typedef struct qwen3_5_state {
+  int64_t conv_kernel, k_dim, v_dim, k_heads, v_heads; /* linear_conv_kernel_dim, linear_{key,value}_head_dim, linear_num_{key,value}_heads */
+  int64_t shared_inter;         /* shared_expert_intermediate_size (the MoE variant; 0: none) */
+  model_mtp mtp;
+  layer_weights mtp_lw;
+  bk_weight fc;                 /* mtp.fc [D, 2D] */
+  bk_tensor enorm, hnorm;       /* mtp.pre_fc_norm_embedding, mtp.pre_fc_norm_hidden */
+  qwen3_5_ffn ffn;
+} qwen3_5_state;
+
+static qwen3_5_state *S(const model *m) { return (qwen3_5_state *)m->fam_state; }
+
+/* qwen3_5_text / qwen3_5_moe_text: the linear-attention layers' sizes; the MoE variant's experts (on
+ * every layer, renormalized) and shared expert. */
+int qwen3_5_config(model *m, bool moe, herr *err) {
+  qwen3_5_state *s = calloc(1, sizeof *s);
+  if (!s) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  m->fam_state = s;
+  model_config *c = &m->cfg;
+  const json_t *j = c->raw;
+  const char *what = "config.json";
+  int rc;
+  s->conv_kernel = 4, s->k_dim = 128, s->v_dim = 128, s->k_heads = 16, s->v_heads = 32;
+  if ((rc = config_int_range(j, "linear_conv_kernel_dim", false, 1, 16, &s->conv_kernel, what, err)) ||
+      (rc = config_int_range(j, "linear_key_head_dim", false, 1, 256, &s->k_dim, what, err)) ||
+      (rc = config_int_range(j, "linear_value_head_dim", false, 1, 4096, &s->v_dim, what, err)) ||
+      (rc = config_int_range(j, "linear_num_key_heads", false, 1, 4096, &s->k_heads, what, err)) ||
+      (rc = config_int_range(j, "linear_num_value_heads", false, 1, 4096, &s->v_heads, what, err)))
+    return rc;
+  if (s->v_heads % s->k_heads)
+    return herr_set(err, HEARTH_EFORMAT, "%s: linear_num_value_heads %lld is not a multiple of linear_num_key_heads %lld", what,
+                    (long long)s->v_heads, (long long)s->k_heads);
+  if (!moe) return 0;
+  c->num_experts = 256, c->num_experts_per_tok = 8, c->moe_intermediate_size = 512, s->shared_inter = 512;
+  if ((rc = config_experts(j, c, "num_experts_per_tok", what, err)) ||
+      (rc = config_int_range(j, "shared_expert_intermediate_size", false, 1, 1 << 22, &s->shared_inter, what, err)))
+    return rc;
+  c->norm_topk_prob = true;
+  for (int64_t l = 0; l < c->num_hidden_layers; l++) c->moe_layer[l] = true;
+  return 0;
+}
+
+int64_t qwen3_5_shared_inter(const model *m) { return S(m)->shared_inter; }
+
+const model_mtp *qwen3_5_mtp_of(const model *m) { return &S(m)->mtp; }
 
 /* mrope_section of the text config's RoPE settings (multimodal checkpoints), or NULL. */
 static const json_t *mrope_section(const json_t *raw) {
@@ -84,8 +135,8 @@ int qwen3_5_prepare(model *m, herr *err) {
   int rc = mrope_prepare(m, err);
   if (rc) return rc;
   const model_config *c = &m->cfg;
-  int64_t H = c->num_attention_heads, nk = c->linear_num_key_heads, nv = c->linear_num_value_heads;
-  int64_t dk = c->linear_key_head_dim, dv = c->linear_value_head_dim, K = c->linear_conv_kernel_dim;
+  const qwen3_5_state *s = S(m);
+  int64_t H = c->num_attention_heads, nk = s->k_heads, nv = s->v_heads, dk = s->k_dim, dv = s->v_dim, K = s->conv_kernel;
   int64_t C = 2 * nk * dk + nv * dv;
   for (int l = 0; l < c->num_hidden_layers; l++) {
     layer_weights *lw = &m->layers[l];
@@ -96,6 +147,7 @@ int qwen3_5_prepare(model *m, herr *err) {
       lw->rope = NULL;
       lw->state_dim = (K - 1) * C + nv * dk * dv;
       lw->lin_k_heads = nk, lw->lin_v_heads = nv;
+      lw->lin_k_dim = dk, lw->lin_v_dim = dv, lw->conv_kernel = K;
       m->w_q = max64(m->w_q, C);
       m->w_kv = max64(m->w_kv, nv);
       m->w_inter = max64(m->w_inter, nv * dv);
@@ -134,14 +186,13 @@ int qwen3_5_load_mixer_at(model *m, const weight_src *src, const char *prefix, l
   VEC("input_layernorm.weight", 1, D, 0, &lw->attn_norm);
   VEC("post_attention_layernorm.weight", 1, D, 0, &lw->post_attn_norm);
   if (lw->linear) {
-    int64_t nk = c->linear_num_key_heads, nv = c->linear_num_value_heads, dk = c->linear_key_head_dim;
-    int64_t dv = c->linear_value_head_dim, C = 2 * nk * dk + nv * dv;
+    int64_t nk = lw->lin_k_heads, nv = lw->lin_v_heads, dk = lw->lin_k_dim, dv = lw->lin_v_dim, C = 2 * nk * dk + nv * dv;
     MAT("linear_attn.in_proj_qkv.weight", C, D, &lw->in_qkv);
     MAT("linear_attn.in_proj_z.weight", nv * dv, D, &lw->in_z);
     MAT("linear_attn.in_proj_a.weight", nv, D, &lw->in_a);
     MAT("linear_attn.in_proj_b.weight", nv, D, &lw->in_b);
     MAT("linear_attn.out_proj.weight", D, nv * dv, &lw->out_proj);
-    VEC("linear_attn.conv1d.weight", 3, C, c->linear_conv_kernel_dim, &lw->conv_w);
+    VEC("linear_attn.conv1d.weight", 3, C, lw->conv_kernel, &lw->conv_w);
     VEC("linear_attn.A_log", 1, nv, 0, &lw->a_log);
     VEC("linear_attn.dt_bias", 1, nv, 0, &lw->dt_bias);
     VEC("linear_attn.norm.weight", 1, dv, 0, &lw->lin_norm);
@@ -176,14 +227,6 @@ static int load_mlp_at(model *m, const weight_src *src, const char *prefix, laye
 #undef MAT
 #undef VEC
 
-/* The multi-token-prediction layer's own weights (fam_state). */
-typedef struct qwen3_5_state {
-  layer_weights mtp_lw;
-  bk_weight fc;                 /* mtp.fc [D, 2D] */
-  bk_tensor enorm, hnorm;       /* mtp.pre_fc_norm_embedding, mtp.pre_fc_norm_hidden */
-  qwen3_5_ffn ffn;
-} qwen3_5_state;
-
 void qwen3_5_free(model *m) {
   qwen3_5_state *s = m->fam_state;
   if (!s) return;
@@ -206,7 +249,8 @@ int qwen3_5_load_mtp(model *m, const weight_src *src, qwen3_5_load_ffn load_ffn,
   const model_config *c = &m->cfg;
   int64_t D = c->hidden_size;
   int rc;
-  m->n_nextn = 0;
+  qwen3_5_state *s = S(m);
+  s->mtp.n_nextn = 0;
   bk_weight probe;
   if ((rc = model_describe_matrix(m, src, "mtp.fc.weight", D, 2 * D, false, &probe, err))) return rc;
   if (!probe.data || mtp_layers(c->raw) == 0) return 0;
@@ -214,14 +258,11 @@ int qwen3_5_load_mtp(model *m, const weight_src *src, qwen3_5_load_ffn load_ffn,
   for (int l = 0; l < c->num_hidden_layers && !full; l++)
     if (!m->layers[l].linear) full = &m->layers[l];
   if (!full) return herr_set(err, HEARTH_EFORMAT, "multi-token-prediction layer: the model has no full-attention layer to take its shape from");
-  qwen3_5_state *s = calloc(1, sizeof *s);
-  if (!s) return herr_set(err, HEARTH_ENOMEM, "out of memory");
-  m->fam_state = s;
   s->ffn = ffn;
   if ((rc = model_matrix(m, src, "mtp.fc.weight", D, 2 * D, true, BK_USE_MATMUL, &s->fc, err)) ||
       (rc = model_vector(m, src, "mtp.pre_fc_norm_embedding.weight", 1, D, 0, true, 1.0f, &s->enorm, err)) ||
       (rc = model_vector(m, src, "mtp.pre_fc_norm_hidden.weight", 1, D, 0, true, 1.0f, &s->hnorm, err)) ||
-      (rc = model_vector(m, src, "mtp.norm.weight", 1, D, 0, true, 1.0f, &m->mtp_norm, err)))
+      (rc = model_vector(m, src, "mtp.norm.weight", 1, D, 0, true, 1.0f, &s->mtp.norm, err)))
     return herr_wrap(err, "multi-token-prediction layer");
   layer_weights *lw = &s->mtp_lw;
   lw->heads = full->heads, lw->head_dim = full->head_dim, lw->kv_heads = full->kv_heads;
@@ -229,10 +270,10 @@ int qwen3_5_load_mtp(model *m, const weight_src *src, qwen3_5_load_ffn load_ffn,
   lw->out_gate = true, lw->kv_src = 0, lw->window = 0;
   if ((rc = qwen3_5_load_mixer_at(m, src, "mtp.layers.0.", lw, err)) || (rc = load_ffn(m, src, "mtp.layers.0.", lw, err)))
     return herr_wrap(err, "multi-token-prediction layer");
-  m->n_nextn = 1;
-  m->mtp_head = &m->lm_head; /* shared with the model (loaded after this) */
-  if (mtp_layers(c->raw) > 1) m->mtp_refused = "it has more than one layer (mtp_num_hidden_layers), which drafting does not chain";
-  else m->mtp_layer = lw;
+  s->mtp.n_nextn = 1;
+  s->mtp.head = &m->lm_head; /* shared with the model (loaded after this) */
+  if (mtp_layers(c->raw) > 1) s->mtp.refused = "it has more than one layer (mtp_num_hidden_layers), which drafting does not chain";
+  else s->mtp.layer = lw;
   if (lw->inter > m->w_inter) m->w_inter = lw->inter;
   if (m->w_fam < 2 * D) m->w_fam = 2 * D; /* the [enorm(e) | hnorm(h)] rows */
   return 0;
@@ -286,5 +327,7 @@ static void layer(model *m, int l, const kv_store *kv, step *st) {
 
 static int load_model(model *m, const weight_src *src, herr *err) { return qwen3_5_load_mtp(m, src, load_mlp_at, ffn, err); }
 
-const family_ops qwen3_5_family_ops = {.prepare = qwen3_5_prepare, .load_layer = load_layer, .load_model = load_model,
+static int config(model *m, herr *err) { return qwen3_5_config(m, false, err); }
+
+const family_ops qwen3_5_family_ops = {.config = config, .mtp_of = qwen3_5_mtp_of, .prepare = qwen3_5_prepare, .load_layer = load_layer, .load_model = load_model,
                                        .layer = layer, .mtp = qwen3_5_mtp, .shard = qwen3_5_shard, .free = qwen3_5_free};

@@ -14,7 +14,7 @@ static int load_moe_at(model *m, const weight_src *src, const char *prefix, laye
   const model_config *c = &m->cfg;
   int rc;
   char name[256];
-  int64_t D = c->hidden_size, I = c->shared_expert_intermediate_size;
+  int64_t D = c->hidden_size, I = qwen3_5_shared_inter(m);
   lw->inter = I;
   static const char *const shared[] = {"gate_proj", "up_proj", "down_proj"};
   bk_weight *dst[] = {&lw->gate, &lw->up, &lw->down};
@@ -41,7 +41,7 @@ static int load_layer(model *m, const weight_src *src, int l, herr *err) {
 
 static int prepare(model *m, herr *err) {
   int rc = qwen3_5_prepare(m, err);
-  for (int l = 0; !rc && l < m->cfg.num_hidden_layers; l++) m->layers[l].inter = m->cfg.shared_expert_intermediate_size;
+  for (int l = 0; !rc && l < m->cfg.num_hidden_layers; l++) m->layers[l].inter = qwen3_5_shared_inter(m);
   return rc;
 }
 
@@ -66,5 +66,7 @@ static void layer(model *m, int l, const kv_store *kv, step *st) {
 
 static int load_model(model *m, const weight_src *src, herr *err) { return qwen3_5_load_mtp(m, src, load_moe_at, ffn, err); }
 
-const family_ops qwen3_5_moe_family_ops = {.prepare = prepare, .load_layer = load_layer, .load_model = load_model,
+static int config(model *m, herr *err) { return qwen3_5_config(m, true, err); }
+
+const family_ops qwen3_5_moe_family_ops = {.config = config, .mtp_of = qwen3_5_mtp_of, .prepare = prepare, .load_layer = load_layer, .load_model = load_model,
                                            .layer = layer, .mtp = qwen3_5_mtp, .shard = qwen3_5_shard, .free = qwen3_5_free};

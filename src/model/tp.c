@@ -315,11 +315,10 @@ int tp_shard_ffn(model *m, layer_weights *lw, int l, herr *err) {
 }
 
 int tp_shard_deltanet(model *m, int l, herr *err) {
-  const model_config *c = &m->cfg;
   layer_weights *lw = &m->layers[l];
   int N = m->tp_size, r = m->tp_rank, rc;
-  int64_t nk = lw->lin_k_heads, nv = lw->lin_v_heads, dk = c->linear_key_head_dim, dv = c->linear_value_head_dim;
-  int64_t K = c->linear_conv_kernel_dim, nkl, k0, nvl = nv / N;
+  int64_t nk = lw->lin_k_heads, nv = lw->lin_v_heads, dk = lw->lin_k_dim, dv = lw->lin_v_dim;
+  int64_t K = lw->conv_kernel, nkl, k0, nvl = nv / N;
   if (nv % N) return tp_refuse(m, "linear_num_value_heads", nv, err);
   if (nk >= N) {
     if (nk % N) return tp_refuse(m, "linear_num_key_heads", nk, err);

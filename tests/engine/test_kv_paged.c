@@ -230,7 +230,7 @@ static void paged_equals_contiguous(const char *fixture) {
   model_kv_geometry g;
   model_kv_geometry_of(m, &g);
   /* layers that share another layer's KV (gemma4 num_kv_shared_layers) take no cache memory */
-  int64_t L = g.n_layers, shared = model_cfg(m)->num_kv_shared_layers;
+  int64_t L = g.n_layers, shared = json_integer_value(json_object_get(model_cfg(m)->raw, "num_kv_shared_layers"));
   size_t row_bytes = 0;
   for (int64_t l = 0; l < L; l++) {
     if (l >= L - shared) CHECK_EQ_INT(g.kv_dim[l], 0);
