@@ -1,7 +1,9 @@
 /* toolcall.c — tool calls and reasoning out of generated text, per model
  * family, streaming (see toolcall.h for the formats and the rules).
  *
- * Owns: a byte-at-a-time state machine per parser. Scanning states hold the
+ * Owns: the syntax table (one tc_syntax per format: its markers, forced
+ * opening, grammar kind, special tokens), which the parser reads instead of
+ * switching on the format, and a byte-at-a-time state machine per parser. Scanning states hold the
  * bytes that may begin one of their markers (`pend`) and release the first
  * byte once they cannot; bytes released or pushed back are processed again
  * from `replay`, so a state may hand a byte to the next one. A call keeps the

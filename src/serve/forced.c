@@ -1,7 +1,9 @@
-/* forced.c — the grammars of forced tool calls (see forced.h): per call
- * syntax, the tool names the opening leaves open, the arguments (JSON under
- * each tool's schema, or named XML parameters) and the call's close. Knows
- * the syntaxes and GBNF; the server compiles and uses what it writes. */
+/* forced.c — the grammars of forced tool calls (see forced.h): by the call
+ * syntax's grammar kind (chat/toolcall.h tc_syntax), the tool names the
+ * opening leaves open, the arguments (JSON under each tool's schema, or named
+ * XML parameters) and the call's close. Knows GBNF and the markers inside a
+ * call; the JSON syntaxes' keys and closes come from their descriptors. The
+ * server compiles and uses what it writes. */
 #include "serve/forced.h"
 
 #include <stdio.h>
