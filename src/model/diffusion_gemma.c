@@ -159,18 +159,7 @@ static void layer(model *m, int l, const kv_store *kv, step *st) {
   int64_t T = st->T, D = c->hidden_size;
   layer_attention(m, l, kv, st); /* x += post_attn_norm(attention(input_norm(x))) */
   bk_tensor o = step_view(&st->o, T, D);
-  layer_norm(m, &st->xn, &st->x, &lw->pre_ffn_norm);
-  layer_mlp(m, lw, st, &st->xn, &o);
-  /* the experts beside the MLP, both from the residual stream */
-  layer_norm(m, &o, &o, &lw->post_ffn_norm_1);
-  layer_norm(m, &st->xn, &st->x, &lw->router_norm);
-  layer_route(m, lw, st, &st->xn);
-  layer_norm(m, &st->xn, &st->x, &lw->pre_ffn_norm_2);
-  layer_experts(m, lw, st, &st->xn, &st->x2);
-  layer_norm(m, &st->x2, &st->x2, &lw->post_ffn_norm_2);
-  bk_add(&o, &o, &st->x2);
-  layer_norm(m, &o, &o, &lw->post_ffn_norm);
-  bk_add(&st->x, &st->x, &o);
+  gemma4_feed_forward(m, lw, st, &o, true); /* the MoE branch on every layer */
   float scale = st->canvas ? s->dec_scalar[l] : s->enc_scalar[l];
   if (scale != 1.0f) bk_scale(&st->x, scale);
 }

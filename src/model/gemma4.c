@@ -173,25 +173,29 @@ static int shard(model *m, herr *err) {
   return tp_vocab_rows(m, &m->ple_embed, "model.embed_tokens_per_layer.weight", err);
 }
 
+void gemma4_feed_forward(model *m, const layer_weights *lw, step *st, const bk_tensor *o, bool experts) {
+  layer_norm(m, &st->xn, &st->x, &lw->pre_ffn_norm);
+  layer_mlp(m, lw, st, &st->xn, o);
+  if (experts) { /* the experts beside the MLP, both from the residual stream */
+    layer_norm(m, o, o, &lw->post_ffn_norm_1);
+    layer_norm(m, &st->xn, &st->x, &lw->router_norm);
+    layer_route(m, lw, st, &st->xn);
+    layer_norm(m, &st->xn, &st->x, &lw->pre_ffn_norm_2);
+    layer_experts(m, lw, st, &st->xn, &st->x2);
+    layer_norm(m, &st->x2, &st->x2, &lw->post_ffn_norm_2);
+    bk_add(o, o, &st->x2);
+  }
+  layer_norm(m, o, o, &lw->post_ffn_norm);
+  bk_add(&st->x, &st->x, o);
+}
+
 static void layer(model *m, int l, const kv_store *kv, step *st) {
   const model_config *c = &m->cfg;
   const layer_weights *lw = &m->layers[l];
   int64_t T = st->T, D = c->hidden_size, dp = c->hidden_size_per_layer_input;
   layer_attention(m, l, kv, st); /* x += post_attn_norm(attention(input_norm(x))) */
   bk_tensor o = step_view(&st->o, T, D);
-  layer_norm(m, &st->xn, &st->x, &lw->pre_ffn_norm);
-  layer_mlp(m, lw, st, &st->xn, &o);
-  if (lw->moe) { /* the experts beside the MLP, both from the residual stream */
-    layer_norm(m, &o, &o, &lw->post_ffn_norm_1);
-    layer_norm(m, &st->xn, &st->x, &lw->router_norm);
-    layer_route(m, lw, st, &st->xn);
-    layer_norm(m, &st->xn, &st->x, &lw->pre_ffn_norm_2);
-    layer_experts(m, lw, st, &st->xn, &st->x2);
-    layer_norm(m, &st->x2, &st->x2, &lw->post_ffn_norm_2);
-    bk_add(&o, &o, &st->x2);
-  }
-  layer_norm(m, &o, &o, &lw->post_ffn_norm);
-  bk_add(&st->x, &st->x, &o);
+  gemma4_feed_forward(m, lw, st, &o, lw->moe);
   if (dp) { /* x += norm(proj(act(gate(x)) * this layer's per-layer input)) */
     bk_tensor g = step_view(&st->gate, T, dp), pl = step_view(&st->pl, T, dp), all = step_view(&st->ple, T, c->num_hidden_layers * dp);
     bk_matmul_t(&g, &st->x, &lw->ple_gate, NULL);

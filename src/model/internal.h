@@ -433,6 +433,10 @@ extern const family_ops diffusion_gemma_family_ops;
 /* Gemma 4's per-layer geometry and layer weights (gemma4.c), shared by DiffusionGemma's stack. */
 int gemma4_prepare(model *m, herr *err);
 int gemma4_load_layer(model *m, const weight_src *src, int l, herr *err);
+/* x += post_ffn_norm(mlp(pre_ffn_norm(x)) [+ the MoE branch]), o [T, hidden] its scratch: with experts,
+ * the MLP's output through post_ffn_norm_1 plus post_ffn_norm_2(experts(pre_ffn_norm_2(x))), routed
+ * on router_norm(x) — the experts beside the MLP, both from the residual stream. */
+void gemma4_feed_forward(model *m, const layer_weights *lw, step *st, const bk_tensor *o, bool experts);
 
 /* The llama decoder's attention weights of layer l (q/k/v/o, biases, q/k norms), shared by families built on it. */
 int llama_load_attention(model *m, const weight_src *src, int l, herr *err);
