@@ -43,8 +43,9 @@
 
 #define GEN_MAX_SPEC_TOKENS 16
 
-/* GEN_METHOD_DENOISING: block diffusion on a DiffusionGemma model (engine/denoise.h): a run per
- * request that commits each block of tokens when it is final, in a lane of the scheduler of its own */
+/* GEN_METHOD_DENOISING names block diffusion on a DiffusionGemma model (engine/denoise.h), which does
+ * not run through gen_run or the scheduler: api.c's diffusion lane runs each request's denoise_generate
+ * on the request's own thread with a one-off KV cache, committing each block of tokens when it is final */
 typedef enum gen_method_kind { GEN_METHOD_AUTOREGRESSIVE = 0, GEN_METHOD_SPECULATIVE = 1, GEN_METHOD_DENOISING = 2 } gen_method_kind;
 
 /* Where drafted tokens come from. */
