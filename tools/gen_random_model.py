@@ -139,6 +139,12 @@ SHAPES = {
         num_hidden_layers=32, num_attention_heads=15, num_key_value_heads=5, head_dim=64, vocab_size=49152,
         max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000.0, hidden_act="silu",
         tie_word_embeddings=True, bos_token_id=1, eos_token_id=2),
+    # Qwen2.5-0.5B's geometry as a llama (no q/k/v biases): the CPU training benchmark's model
+    "llama-0.5b": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=896, intermediate_size=4864,
+        num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, head_dim=64, vocab_size=151936,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1000000.0, hidden_act="silu",
+        tie_word_embeddings=True, bos_token_id=1, eos_token_id=2),
     "llama-tiny": dict(
         architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=256, intermediate_size=512,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=1024,

@@ -2,15 +2,16 @@
 """Generates a reference for hearth's LoRA trainer with torch's autograd alone.
 
 Where PEFT and transformers cannot be installed (tools/gen_train_ref.py needs
-them), this writes the same kind of reference from a llama forward written
-out here in float64 torch, with LoRA as PEFT defines it (y = x Wᵀ +
+them), this writes the same kind of reference from each family's forward
+written out here in float64 torch, with LoRA as PEFT defines it (y = x Wᵀ +
 alpha / r · (x Aᵀ) Bᵀ on each chosen projection, dropout 0):
 
-Base: the committed tiny golden model tests/fixtures/golden/llama-f32 (its
-safetensors read here without transformers). The forward is checked first
-against the golden float64 logits that transformers computed for its
-prompts (tests/fixtures/golden/llama-f32/logits_f32.bin): the script stops
-if they differ by more than 1e-5, so the forward is transformers' llama.
+Bases: the committed tiny golden models tests/fixtures/golden/NAME of the
+families the trainer runs (their safetensors read here without
+transformers). Each forward is checked first against the golden float64
+logits that transformers computed for its prompts (NAME/logits_f32.bin):
+the script stops if they differ by more than the float32 rounding of those
+logits, so the forward is transformers'.
 
 An adapter (r=4, lora_alpha=8, every linear projection), lora_A and lora_B
 both seeded random values rounded to float32. One batch: the golden
@@ -22,14 +23,32 @@ clipped to 1 (torch.nn.utils.clip_grad_norm_), the learning rate of step k
 peak · 0.5 · (1 + cos(pi k / 3)) (transformers' cosine schedule without
 warm-up).
 
-OUT/llama-f32-torch/:
+OUT/NAME-torch/ (one per base):
   adapter_init/          adapter_config.json + adapter_model.safetensors (F32)
   grads.safetensors      F64 gradients under the adapter's tensor names
   adapter_step3/         adapter_model.safetensors (F32, rounded from the float64 run)
   golden.json            versions, the batch (ids, learned flags), the loss, the optimizer's settings, the grad norms
 
-Usage: python3 tools/gen_train_torch_ref.py OUT [BASES_DIR]
-       (BASES_DIR: tests/fixtures/golden; needs torch and numpy — Debian's python3-torch)
+The preference losses (for llama-f32 only), from the same adapter_init, on
+two pairs cut from the golden prompts (a prompt, a chosen and a rejected
+completion; the learned flags on the completions): the reference model is
+the base alone (no adapter). DPO as TRL's DPOTrainer's default (sigmoid
+loss, beta 0.1, summed log-probs, the mean over the pairs); ORPO as TRL's
+ORPOTrainer (the chosen sides' NLL over their learned tokens minus beta 0.1
+times the mean of log σ(log-odds ratio) over the pairs, the log-odds of mean
+per-token log-probs).
+
+OUT/llama-f32-torch-pref/:
+  adapter_init/            the same adapter as above
+  grads_dpo.safetensors    F64 gradients of the DPO loss
+  grads_orpo.safetensors   F64 gradients of the ORPO loss
+  golden.json              the pairs (ids, learned flags), beta, the reference's and the policy's summed log-probs,
+                           the two losses
+
+Usage: /usr/bin/python3 tools/gen_train_torch_ref.py OUT [BASES_DIR [NAME,...]]
+       (BASES_DIR: tests/fixtures/golden; NAMEs: the golden folders, default every family the trainer
+       runs — llama, mistral, qwen2, qwen3, smollm3, gemma2, gemma3, phi3; needs torch and numpy: Debian's
+       python3-torch and python3-numpy, for Debian's /usr/bin/python3)
 """
 import json
 import math
@@ -79,72 +98,150 @@ def write_safetensors(path, tensors, dtype):
             f.write(b)
 
 
+FUSED_TARGETS = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]  # phi3's projections, as PEFT adapts them
+
+
 def module_name(l, t):
-    return f"base_model.model.model.layers.{l}.{'self_attn' if t in TARGETS[:4] else 'mlp'}.{t}"
+    return f"base_model.model.model.layers.{l}.{'self_attn' if t in TARGETS[:4] + ['qkv_proj'] else 'mlp'}.{t}"
 
 
-class Llama:
+class Decoder:
+    """The llama decoder's layer as transformers writes it for each family trained here: llama, mistral and
+    qwen2 (sliding windows by layer_types / sliding_window; qwen2's q / k / v biases), qwen3 (per-head q / k
+    RMSNorm before RoPE), smollm3 (layers without RoPE), gemma2 and gemma3 ((1 + w) norms, the embedding times
+    sqrt(hidden), the attention's and the MLP's outputs normed before the residual, tanh-GELU, a
+    query_pre_attn_scalar scale, attention and final-logit soft-capping, per-layer-type RoPE), phi3 (q / k / v
+    as one qkv_proj, gate / up as one gate_up_proj, partial rotary)."""
+
+    FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "smollm3", "gemma2", "gemma3_text", "phi3")
+
     def __init__(self, folder):
         with open(os.path.join(folder, "config.json")) as f:
             c = json.load(f)
-        assert c["model_type"] == "llama" and c.get("rope_parameters", {}).get("rope_type", "default") == "default"
-        self.c = c
+        assert c["model_type"] in self.FAMILIES, c["model_type"]
+        self.c, self.t = c, c["model_type"]
+        self.gemma = self.t.startswith("gemma")
+        self.fused = self.t == "phi3"
         self.w = read_safetensors(os.path.join(folder, "model.safetensors"))
         self.H, self.KV = c["num_attention_heads"], c["num_key_value_heads"]
         self.hd = c.get("head_dim") or c["hidden_size"] // self.H
         self.eps = c["rms_norm_eps"]
-        self.theta = c["rope_parameters"]["rope_theta"]
         self.L = c["num_hidden_layers"]
+        self.types = c.get("layer_types") or ["full_attention"] * self.L
+        win = c.get("sliding_window")
+        if self.t == "mistral" and win:
+            self.types = ["sliding_attention"] * self.L
+        self.window = win or 0
+        qpas = c.get("query_pre_attn_scalar")
+        self.scale = (qpas ** -0.5) if self.gemma and qpas else 1.0 / math.sqrt(self.hd)
+        self.attn_cap = c.get("attn_logit_softcapping") or 0
+        self.final_cap = c.get("final_logit_softcapping") or 0
         self.lora = {}  # module name -> (A, B)
-        self.scale = ALPHA / R
+        self.lscale = ALPHA / R
 
     def norm(self, x, w):
-        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + self.eps) * w
+        y = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + self.eps)
+        return y * (1.0 + w) if self.gemma else y * w
 
-    def rope(self, x):  # x [T, heads, hd], rotate-half
-        T, hd = x.shape[0], self.hd
-        inv = 1.0 / (self.theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    def rope_params(self, l):
+        rp = self.c.get("rope_parameters") or {"rope_theta": self.c.get("rope_theta", 10000.0)}
+        if self.types[l] in rp:  # per layer type (gemma3)
+            rp = rp[self.types[l]]
+        if self.t == "smollm3" and not self.c["no_rope_layers"][l]:
+            return None
+        kind = rp.get("rope_type", "default")
+        assert kind in ("default", "linear"), kind
+        return rp["rope_theta"], rp.get("factor", 1.0) if kind == "linear" else 1.0, rp.get("partial_rotary_factor", 1.0)
+
+    def rope(self, x, l):  # x [T, heads, hd], rotate-half
+        rp = self.rope_params(l)
+        if rp is None:
+            return x
+        theta, factor, part = rp
+        T, rd = x.shape[0], int(self.hd * part)  # the first rd dims rotate
+        inv = 1.0 / (theta ** (torch.arange(0, rd, 2, dtype=torch.float64) / rd)) / factor
         ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
         cos, sin = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :], torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
-        x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
-        return x * cos + torch.cat([-x2, x1], -1) * sin
+        xr, xp = x[..., :rd], x[..., rd:]
+        x1, x2 = xr[..., : rd // 2], xr[..., rd // 2 :]
+        return torch.cat([xr * cos + torch.cat([-x2, x1], -1) * sin, xp], -1)
 
     def lin(self, x, l, t, block):
-        y = x @ self.w[f"model.layers.{l}.{block}.{t}.weight"].T
+        p = f"model.layers.{l}.{block}.{t}."
+        y = x @ self.w[p + "weight"].T
+        if p + "bias" in self.w:
+            y = y + self.w[p + "bias"]
         if module_name(l, t) in self.lora:
             a, b = self.lora[module_name(l, t)]
-            y = y + self.scale * (x @ a.T) @ b.T
+            y = y + self.lscale * (x @ a.T) @ b.T
         return y
+
+    def mask(self, T, l):
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        keep = j <= i
+        if self.types[l] == "sliding_attention" and self.window:
+            keep = keep & (j > i - self.window)
+        return torch.where(keep, 0.0, float("-inf"))
 
     def logits(self, ids):
         T, H, KV, hd = len(ids), self.H, self.KV, self.hd
         x = self.w["model.embed_tokens.weight"][torch.tensor(ids)]
-        mask = torch.full((T, T), float("-inf")).triu(1)
+        if self.gemma:
+            x = x * torch.tensor(math.sqrt(self.c["hidden_size"]), dtype=torch.float32).double()
         for l in range(self.L):
             p = f"model.layers.{l}."
             h = self.norm(x, self.w[p + "input_layernorm.weight"])
-            q = self.rope(self.lin(h, l, "q_proj", "self_attn").view(T, H, hd))
-            k = self.rope(self.lin(h, l, "k_proj", "self_attn").view(T, KV, hd)).repeat_interleave(H // KV, dim=1)
-            v = self.lin(h, l, "v_proj", "self_attn").view(T, KV, hd).repeat_interleave(H // KV, dim=1)
-            s = torch.einsum("thd,shd->hts", q, k) / math.sqrt(hd) + mask
-            o = torch.einsum("hts,shd->thd", torch.softmax(s, -1), v).reshape(T, H * hd)
-            x = x + self.lin(o, l, "o_proj", "self_attn")
-            h = self.norm(x, self.w[p + "post_attention_layernorm.weight"])
-            g = self.lin(h, l, "gate_proj", "mlp")
-            x = x + self.lin(torch.nn.functional.silu(g) * self.lin(h, l, "up_proj", "mlp"), l, "down_proj", "mlp")
+            if self.fused:
+                qkv = self.lin(h, l, "qkv_proj", "self_attn")
+                q, k, v = qkv[:, : H * hd], qkv[:, H * hd : (H + KV) * hd], qkv[:, (H + KV) * hd :]
+            else:
+                q, k, v = (self.lin(h, l, t, "self_attn") for t in ("q_proj", "k_proj", "v_proj"))
+            q, k = q.reshape(T, H, hd), k.reshape(T, KV, hd)
+            if p + "self_attn.q_norm.weight" in self.w:
+                q = self.norm(q, self.w[p + "self_attn.q_norm.weight"])
+                k = self.norm(k, self.w[p + "self_attn.k_norm.weight"])
+            q, k = self.rope(q, l), self.rope(k, l).repeat_interleave(H // KV, dim=1)
+            v = v.reshape(T, KV, hd).repeat_interleave(H // KV, dim=1)
+            s = torch.einsum("thd,shd->hts", q, k) * self.scale
+            if self.attn_cap:
+                s = self.attn_cap * torch.tanh(s / self.attn_cap)
+            o = torch.einsum("hts,shd->thd", torch.softmax(s + self.mask(T, l), -1), v).reshape(T, H * hd)
+            o = self.lin(o, l, "o_proj", "self_attn")
+            if self.gemma:
+                o = self.norm(o, self.w[p + "post_attention_layernorm.weight"])
+            x = x + o
+            h = self.norm(x, self.w[p + ("pre_feedforward_layernorm.weight" if self.gemma else "post_attention_layernorm.weight")])
+            if self.fused:
+                g, u = self.lin(h, l, "gate_up_proj", "mlp").chunk(2, -1)
+            else:
+                g, u = self.lin(h, l, "gate_proj", "mlp"), self.lin(h, l, "up_proj", "mlp")
+            act = torch.nn.functional.gelu(g, approximate="tanh") if self.gemma else torch.nn.functional.silu(g)
+            o = self.lin(act * u, l, "down_proj", "mlp")
+            if self.gemma:
+                o = self.norm(o, self.w[p + "post_feedforward_layernorm.weight"])
+            x = x + o
         x = self.norm(x, self.w["model.norm.weight"])
         head = self.w["lm_head.weight"] if "lm_head.weight" in self.w else self.w["model.embed_tokens.weight"]
-        return x @ head.T
+        y = x @ head.T
+        return self.final_cap * torch.tanh(y / self.final_cap) if self.final_cap else y
+
+
+BASES = ["llama-f32", "mistral-f32", "qwen2-f32", "qwen3-f32", "smollm3-f32", "gemma2-f32", "gemma3-f32", "phi3-f32"]
 
 
 def main():
     torch.set_default_dtype(torch.float64)
     out = sys.argv[1]
     bases = sys.argv[2] if len(sys.argv) > 2 else "tests/fixtures/golden"
-    folder = os.path.join(bases, "llama-f32")
+    for base in (sys.argv[3].split(",") if len(sys.argv) > 3 else BASES):
+        reference(out, bases, base)
+
+
+def reference(out, bases, base):
+    folder = os.path.join(bases, base)
     with open(os.path.join(folder, "golden.json")) as f:
         gold = json.load(f)
-    m = Llama(folder)
+    m = Decoder(folder)
     V = m.c["vocab_size"]
     ref = np.fromfile(os.path.join(folder, gold["logits_file"]), dtype=np.float32)
     at, worst = 0, 0.0
@@ -153,21 +250,23 @@ def main():
             got = m.logits(ids).numpy().ravel()
         worst = max(worst, float(np.abs(got - ref[at : at + got.size]).max()))
         at += got.size
-    print(f"forward vs transformers' golden logits: {worst:.3g}")
-    if worst > 1e-5:
-        sys.exit("the forward written here is not transformers' llama")
+    print(f"{base}: forward vs transformers' golden logits: {worst:.3g}")
+    if worst > 1e-5 + 2e-7 * float(np.abs(ref).max()):  # the golden logits are stored as float32
+        sys.exit(f"the forward written here is not transformers' {m.t}")
 
-    dst = os.path.join(out, "llama-f32-torch")
+    dst = os.path.join(out, base + "-torch")
     shutil.rmtree(dst, ignore_errors=True)
     os.makedirs(os.path.join(dst, "adapter_init"))
     os.makedirs(os.path.join(dst, "adapter_step3"))
     D, I = m.c["hidden_size"], m.c["intermediate_size"]
     dims = {"q_proj": (D, m.H * m.hd), "k_proj": (D, m.KV * m.hd), "v_proj": (D, m.KV * m.hd), "o_proj": (m.H * m.hd, D),
-            "gate_proj": (D, I), "up_proj": (D, I), "down_proj": (I, D)}
+            "gate_proj": (D, I), "up_proj": (D, I), "down_proj": (I, D), "qkv_proj": (D, (m.H + 2 * m.KV) * m.hd),
+            "gate_up_proj": (D, 2 * I)}
+    targets = FUSED_TARGETS if m.fused else TARGETS
     g = torch.Generator().manual_seed(36)
     params = []
     for l in range(m.L):
-        for t in TARGETS:
+        for t in targets:
             fin, fout = dims[t]
             a = (torch.randn((R, fin), generator=g) / math.sqrt(fin)).float().double().requires_grad_()
             b = (torch.randn((fout, R), generator=g) * 0.2 / math.sqrt(fin)).float().double().requires_grad_()
@@ -181,8 +280,9 @@ def main():
         return res
 
     write_safetensors(os.path.join(dst, "adapter_init", "adapter_model.safetensors"), tensors(lambda p: p), "F32")
+    init = {name: (a.detach().clone(), b.detach().clone()) for name, (a, b) in m.lora.items()}
     cfg = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": R, "lora_alpha": ALPHA, "use_rslora": False, "lora_dropout": 0.0,
-           "bias": "none", "fan_in_fan_out": False, "target_modules": TARGETS, "layers_to_transform": None,
+           "bias": "none", "fan_in_fan_out": False, "target_modules": targets, "layers_to_transform": None,
            "rank_pattern": {}, "alpha_pattern": {}, "modules_to_save": None, "use_dora": False, "inference_mode": True}
     with open(os.path.join(dst, "adapter_init", "adapter_config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
@@ -218,7 +318,7 @@ def main():
     with open(os.path.join(dst, "adapter_step3", "adapter_config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
         f.write("\n")
-    doc = {"base": "llama-f32", "reference": "float64 torch autograd of the llama forward written in tools/gen_train_torch_ref.py "
+    doc = {"base": base, "reference": f"float64 torch autograd of the {m.t} forward written in tools/gen_train_torch_ref.py "
            "(checked against transformers' golden logits), LoRA as PEFT defines it", "torch_version": torch.__version__,
            "forward_vs_golden": worst, "sequences": seqs, "learned": flags, "loss": loss0,
            "optimizer": {"lr": LR, "betas": list(BETAS), "eps": EPS, "weight_decay": WD, "max_grad_norm": CLIP, "steps": STEPS,
@@ -228,6 +328,66 @@ def main():
         json.dump(doc, f, indent=1)
         f.write("\n")
     print(f"loss {loss0:.9f}, grad norms {norms}; wrote {dst}")
+    if base == "llama-f32":
+        preference(m, init, gold, cfg, out, worst)
+
+
+def preference(m, init, gold, cfg, out, worst):
+    """DPO's and ORPO's losses and gradients on two pairs, from the adapter `init`."""
+    dst = os.path.join(out, "llama-f32-torch-pref")
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(os.path.join(dst, "adapter_init"))
+    p0, p1 = gold["prompts"][0], gold["prompts"][1]
+    raw = [(p0[:10], p0[10:], p1[20:30]), (p1[:20], p1[20:], p0[10:] + p1[30:35])]
+    pairs = []
+    for prompt, chosen, rejected in raw:
+        pairs.append({"chosen": prompt + chosen, "chosen_learned": [0] * len(prompt) + [1] * len(chosen),
+                      "rejected": prompt + rejected, "rejected_learned": [0] * len(prompt) + [1] * len(rejected)})
+
+    def logp(ids, fl):  # summed log-prob of the learned tokens, and their count
+        lp = torch.log_softmax(m.logits(ids)[:-1], -1)[torch.arange(len(ids) - 1), torch.tensor(ids[1:])]
+        mask = torch.tensor(fl[1:], dtype=torch.bool)
+        return lp[mask].sum(), int(mask.sum())
+
+    m.lora = {}
+    with torch.no_grad():
+        ref = [(float(logp(p["chosen"], p["chosen_learned"])[0]), float(logp(p["rejected"], p["rejected_learned"])[0])) for p in pairs]
+    beta = 0.1
+    doc = {"base": "llama-f32", "reference": "float64 torch autograd (tools/gen_train_torch_ref.py), the llama forward checked "
+           "against transformers' golden logits; DPO as TRL's DPOTrainer (sigmoid), ORPO as TRL's ORPOTrainer",
+           "torch_version": torch.__version__, "forward_vs_golden": worst, "beta": beta, "pairs": pairs,
+           "ref_logps": ref}
+    for method in ("dpo", "orpo"):
+        m.lora = {name: (a.clone().requires_grad_(), b.clone().requires_grad_()) for name, (a, b) in init.items()}
+        sides = [(logp(p["chosen"], p["chosen_learned"]), logp(p["rejected"], p["rejected_learned"])) for p in pairs]
+        if method == "dpo":
+            z = torch.stack([(c[0] - r[0]) - (rc - rr) for (c, r), (rc, rr) in zip(sides, ref)])
+            loss = torch.nn.functional.softplus(-beta * z).mean()  # −log σ(β z)
+        else:
+            nll = -sum(c[0] for c, _ in sides) / sum(c[1] for c, _ in sides)
+            ac = torch.stack([c[0] / c[1] for c, _ in sides])
+            ar = torch.stack([r[0] / r[1] for _, r in sides])
+            lo = (ac - ar) - (torch.log1p(-torch.exp(ac)) - torch.log1p(-torch.exp(ar)))
+            loss = nll - beta * torch.nn.functional.logsigmoid(lo).mean()
+        loss.backward()
+        res = {}
+        for name, (a, b) in m.lora.items():
+            res[name + ".lora_A.weight"], res[name + ".lora_B.weight"] = a.grad, b.grad
+        write_safetensors(os.path.join(dst, f"grads_{method}.safetensors"), res, "F64")
+        doc[f"{method}_loss"] = float(loss)
+        doc[f"{method}_policy_logps"] = [(float(c[0]), float(r[0])) for c, r in sides]
+        print(f"{method} loss {float(loss):.9f}")
+    tens = {}
+    for name, (a, b) in init.items():
+        tens[name + ".lora_A.weight"], tens[name + ".lora_B.weight"] = a, b
+    write_safetensors(os.path.join(dst, "adapter_init", "adapter_model.safetensors"), tens, "F32")
+    with open(os.path.join(dst, "adapter_init", "adapter_config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    with open(os.path.join(dst, "golden.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(f"wrote {dst}")
 
 
 if __name__ == "__main__":

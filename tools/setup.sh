@@ -7,18 +7,17 @@
 #                           node + npm for the client tests, chromium for the
 #                           chat page's browser test, the load generator
 #                           bench/serve_load, which a test runs, heif-enc for
-#                           the HEIC / AVIF images the media test makes)
-#   tools/setup.sh --bench  the test dependencies and gnuplot (the benchmarks' plots)
+#                           the HEIC / AVIF images the media test makes,
+#                           gnuplot for `hearth train`'s loss curve, which a
+#                           test draws)
+#   tools/setup.sh --bench  the test dependencies (gnuplot draws the benchmarks' plots)
 set -euo pipefail
 
 need=(cmake make gcc pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libedit-dev
       libjpeg62-turbo-dev libpng-dev libwebp-dev libgif-dev libcurl4-openssl-dev libssl-dev
       libavformat-dev libavcodec-dev libswresample-dev libswscale-dev libavutil-dev libheif-dev)
 if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; then
-  need+=(clang libclang-rt-14-dev python3 python3-jinja2 nodejs npm chromium libheif-examples)
-fi
-if [ "${1:-}" = "--bench" ]; then
-  need+=(gnuplot-nox)
+  need+=(clang libclang-rt-14-dev python3 python3-jinja2 nodejs npm chromium libheif-examples gnuplot-nox)
 fi
 
 missing=()

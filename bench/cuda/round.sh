@@ -5,8 +5,11 @@
 # still returns what it did):
 #   1. the op harness on the device (every kernel against the CPU reference),
 #      and `generate` / `bench` / `serve` on every golden model
-#      (tools/gpu_verbs.sh) — while llama.cpp's CUDA build runs beside them
-#      (bench/cuda/llamacpp.sh build, where LLAMA_SRC names its tarball);
+#      (tools/gpu_verbs.sh); the trainer's adapters loaded in PEFT
+#      (tools/check_peft_load.sh) and PEFT's own training reference
+#      (tools/gen_train_ref.py; SKIP_PEFT=1 skips both) — while llama.cpp's
+#      CUDA build runs beside them (bench/cuda/llamacpp.sh build, where
+#      LLAMA_SRC names its tarball);
 #   2. batch 1 on random Llama-3.1-8B-geometry GGUF files (TYPES):
 #      `hearth bench -p 512 -n 128` under --gpu-precision fast, and
 #      `llama-bench -p 512 -n 128 -ngl 99 -fa 1` on the same file;
@@ -49,6 +52,14 @@ if [ -z "${SKIP_VERBS:-}" ]; then
   GPU_VERBS_MODELS=${VERBS_MODELS:-*} timeout 240 bash -O extglob "$root/tools/gpu_verbs.sh" "$b/hearth" cuda "$out/verbs" >"$out/verbs.log" 2>&1
   say "verbs rc=$?: $(grep -c PASS "$out/verbs.log") PASS, $(grep -c FAIL "$out/verbs.log") FAIL"
   grep FAIL "$out/verbs.log" | head -n 20 | tee -a "$sum"
+fi
+# the trainer's adapters in PEFT, and PEFT's own training reference (host work: torch, transformers, peft are here)
+if [ -z "${SKIP_PEFT:-}" ]; then
+  timeout 120 bash "$root/tools/check_peft_load.sh" "$b/hearth" "$out/peft" >"$out/peft.log" 2>&1
+  say "peft load rc=$?: $(tail -n 1 "$out/peft.log")"
+  grep FAIL "$out/peft.log" | head -n 8 | tee -a "$sum"
+  timeout 120 python3 "$root/tools/gen_train_ref.py" "$out/train_ref" >"$out/train_ref.log" 2>&1
+  say "PEFT training reference rc=$?: $(tail -n 1 "$out/train_ref.log") (commit $out/train_ref/llama-f32 as tests/fixtures/train/llama-f32)"
 fi
 t "correctness done"
 pending=$(jobs -p | grep -v "^${llpid:-x}$")

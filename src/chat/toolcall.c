@@ -386,6 +386,62 @@ static const char *const DROP_COMMON[] = {"<|eot_id|>", "<|eom_id|>", "<|im_end|
 #define DS_SEP "<｜tool▁sep｜>"
 
 /* ---------------------------------------------------------------------------
+ * The syntaxes: one descriptor per format (toolcall.h), read by the parser
+ * below, by serve/forced.c and by the server. */
+
+#define TURN_ENDS "<|end|>", "<|return|>", "<|call|>" /* structure in harmony, dropped elsewhere */
+static const char *const DROPS_PLAIN[] = {TURN_ENDS, NULL};
+static const char *const DROPS_NONE[] = {TURN_ENDS, "</s>", "<eos>", "<|tool_response>", NULL};
+static const char *const DROPS_MISTRAL[] = {TURN_ENDS, "</s>", NULL};
+static const char *const DROPS_GEMMA4[] = {TURN_ENDS, "<eos>", "<|tool_response>", NULL};
+static const char *const DROPS_HARMONY[] = {NULL};
+
+static const tc_syntax SYNTAXES[TC_FORMAT_COUNT] = {
+    [TC_NONE] = {.format = TC_NONE, .name = "none", .think_open = "<think>", .think_close = "</think>",
+                 .drops = DROPS_NONE},
+    [TC_HERMES] = {.format = TC_HERMES, .name = "hermes", .calls = {{"<tool_call>", MK_TC}},
+                   .think_open = "<think>", .think_close = "</think>", .drops = DROPS_PLAIN,
+                   .forced_open = "<tool_call>\n{\"name\": \"", .forced_named = "%s\", \"arguments\": ",
+                   .grammar = TC_GRAMMAR_JSON, .grammar_key = "arguments", .grammar_close = " \"\\n</tool_call>\""},
+    [TC_QWEN3_CODER] = {.format = TC_QWEN3_CODER, .name = "qwen3_coder",
+                        .calls = {{"<tool_call>", MK_TC}, {"<function=", MK_FUNC}}, .think_open = "<think>",
+                        .think_close = "</think>", .drops = DROPS_PLAIN, .forced_open = "<tool_call>\n<function=",
+                        .forced_named = "%s>\n", .grammar = TC_GRAMMAR_XML, .coder = true},
+    [TC_LLAMA3] = {.format = TC_LLAMA3, .name = "llama3", .calls = {{"<|python_tag|>", MK_PYTAG}},
+                   .think_close = "</think>", .drops = DROPS_PLAIN, .bare_json = true,
+                   .forced_open = "{\"name\": \"", .forced_named = "%s\", \"parameters\": ",
+                   .grammar = TC_GRAMMAR_JSON, .grammar_key = "parameters", .grammar_close = "",
+                   .special_call_markers = true},
+    [TC_MISTRAL] = {.format = TC_MISTRAL, .name = "mistral", .calls = {{"[TOOL_CALLS]", MK_MI_CALLS}},
+                    .think_open = "[THINK]", .think_close = "[/THINK]", .drops = DROPS_MISTRAL,
+                    .forced_open = "[TOOL_CALLS][{\"name\": \"", .forced_named = "%s\", \"arguments\": ",
+                    .grammar = TC_GRAMMAR_JSON, .grammar_key = "arguments", .grammar_close = " \"]\"",
+                    .special_call_markers = true},
+    [TC_GEMMA4] = {.format = TC_GEMMA4, .name = "gemma4", .calls = {{"<|tool_call>", MK_G_CALL}},
+                   .think_open = "<|channel>", .think_close = "<channel|>", .drops = DROPS_GEMMA4,
+                   .thought_label = true, .forced_open = "<|tool_call>call:", .forced_named = "%s{",
+                   .grammar = TC_GRAMMAR_GEMMA4, .special_markers = true},
+    [TC_DEEPSEEK] = {.format = TC_DEEPSEEK, .name = "deepseek",
+                     .calls = {{DS_CALLS_BEGIN, MK_DS_CALLS}, {DS_CALL_BEGIN, MK_DS_CALL}}, .think_open = "<think>",
+                     .think_close = "</think>", .drops = DROPS_PLAIN, .forced_open = DS_CALLS_BEGIN DS_CALL_BEGIN,
+                     .grammar = TC_GRAMMAR_DEEPSEEK, .special_call_markers = true},
+    [TC_GLM] = {.format = TC_GLM, .name = "glm", .calls = {{"<tool_call>", MK_TC}}, .think_open = "<think>",
+                .think_close = "</think>", .drops = DROPS_PLAIN, .forced_open = "<tool_call>", .forced_named = "%s\n",
+                .grammar = TC_GRAMMAR_XML, .special_call_markers = true},
+    [TC_HARMONY] = {.format = TC_HARMONY, .name = "harmony", .think_close = "</think>", .drops = DROPS_HARMONY,
+                    .channels = true, .forced_open = "<|channel|>commentary to=functions.", .forced_named = "%s",
+                    .grammar = TC_GRAMMAR_HARMONY, .special_markers = true},
+    [TC_GENERIC] = {.format = TC_GENERIC, .name = "generic",
+                    .calls = {{"{\"tool_calls\": [", MK_GEN_CALLS}, {"{\"tool_calls\":[", MK_GEN_CALLS}},
+                    .think_open = "<think>", .think_close = "</think>", .drops = DROPS_NONE, .calls_object = true,
+                    .forced_open = "{\"tool_calls\": [{\"name\": \"", .forced_named = "%s\", \"arguments\": ",
+                    .grammar = TC_GRAMMAR_JSON, .grammar_key = "arguments", .grammar_close = " \"]}\"",
+                    .server_describes = true},
+};
+
+const tc_syntax *tc_syntax_of(tc_format f) { return &SYNTAXES[(unsigned)f < TC_FORMAT_COUNT ? f : TC_NONE]; }
+
+/* ---------------------------------------------------------------------------
  * The parser. */
 
 enum {
@@ -415,6 +471,7 @@ typedef struct sink {
 
 struct tc_parser {
   tc_opts o;
+  const tc_syntax *syn;   /* o.format's */
   int st;
   hbuf pend;              /* bytes that may still become a marker of the state */
   hbuf rp;                /* bytes to process again before new input, from rp_pos */
@@ -1198,29 +1255,8 @@ static int add(mk *m, int n, const char *s, int id) {
 
 static int add_drops(const tc_parser *p, mk *m, int n) {
   for (size_t i = 0; i < sizeof DROP_COMMON / sizeof DROP_COMMON[0]; i++) n = add(m, n, DROP_COMMON[i], MK_DROP);
-  tc_format f = p->o.format;
-  if (f != TC_HARMONY) {
-    n = add(m, n, "<|end|>", MK_DROP);
-    n = add(m, n, "<|return|>", MK_DROP);
-    n = add(m, n, "<|call|>", MK_DROP);
-  }
-  bool none = f == TC_NONE || f == TC_GENERIC;
-  if (f == TC_MISTRAL || none) n = add(m, n, "</s>", MK_DROP);
-  if (f == TC_GEMMA4 || none) {
-    n = add(m, n, "<eos>", MK_DROP);
-    n = add(m, n, "<|tool_response>", MK_DROP);
-  }
+  for (const char *const *d = p->syn->drops; *d; d++) n = add(m, n, *d, MK_DROP);
   return n;
-}
-
-static int think_open(const tc_parser *p, mk *m, int n) {
-  if (!p->o.reasoning) return n;
-  switch (p->o.format) {
-    case TC_MISTRAL: return add(m, n, "[THINK]", MK_THINK);
-    case TC_GEMMA4: return add(m, n, "<|channel>", MK_THINK);
-    case TC_LLAMA3: case TC_HARMONY: return n;
-    default: return add(m, n, "<think>", MK_THINK);
-  }
 }
 
 static int state_markers(const tc_parser *p, mk *m) {
@@ -1229,25 +1265,12 @@ static int state_markers(const tc_parser *p, mk *m) {
   switch (p->st) {
     case S_TEXT:
       n = add_drops(p, m, n);
-      n = think_open(p, m, n);
-      if (!t) return n;
-      switch (p->o.format) {
-        case TC_HERMES: case TC_GLM: return add(m, n, "<tool_call>", MK_TC);
-        case TC_QWEN3_CODER: n = add(m, n, "<tool_call>", MK_TC); return add(m, n, "<function=", MK_FUNC);
-        case TC_LLAMA3: return add(m, n, "<|python_tag|>", MK_PYTAG);
-        case TC_MISTRAL: return add(m, n, "[TOOL_CALLS]", MK_MI_CALLS);
-        case TC_GEMMA4: return add(m, n, "<|tool_call>", MK_G_CALL);
-        case TC_DEEPSEEK: n = add(m, n, DS_CALLS_BEGIN, MK_DS_CALLS); return add(m, n, DS_CALL_BEGIN, MK_DS_CALL);
-        case TC_GENERIC: n = add(m, n, "{\"tool_calls\": [", MK_GEN_CALLS); return add(m, n, "{\"tool_calls\":[", MK_GEN_CALLS);
-        default: return n;
-      }
+      if (p->o.reasoning && p->syn->think_open) n = add(m, n, p->syn->think_open, MK_THINK);
+      for (int k = 0; t && k < 2 && p->syn->calls[k].text; k++) n = add(m, n, p->syn->calls[k].text, p->syn->calls[k].id);
+      return n;
     case S_REASON:
       n = add_drops(p, m, n);
-      switch (p->o.format) {
-        case TC_MISTRAL: return add(m, n, "[/THINK]", MK_THINK_END);
-        case TC_GEMMA4: return add(m, n, "<channel|>", MK_THINK_END);
-        default: return add(m, n, "</think>", MK_THINK_END);
-      }
+      return add(m, n, p->syn->think_close, MK_THINK_END);
     case S_TCB: n = add(m, n, "<function=", MK_FUNC); return add(m, n, "</tool_call>", MK_TC_END);
     case S_TC_TAIL:
     case S_QC_END: n = add_drops(p, m, n); return add(m, n, "</tool_call>", MK_TC_END);
@@ -1302,7 +1325,7 @@ static int state_markers(const tc_parser *p, mk *m) {
       return n;
     }
     case S_ARGS:
-      if (p->o.format == TC_HARMONY) {
+      if (p->syn->channels) {
         n = add(m, n, "<|call|>", MK_H_CALL);
         n = add(m, n, "<|end|>", MK_H_END);
         n = add(m, n, "<|return|>", MK_H_RETURN);
@@ -1340,7 +1363,7 @@ static void on_byte(tc_parser *p, unsigned char c) {
   }
   switch (p->st) {
     case S_TEXT:
-      if (p->o.format == TC_LLAMA3 && p->o.tools && p->reply_start && c == '{') {
+      if (p->syn->bare_json && p->o.tools && p->reply_start && c == '{') {
         p->reply_start = false;
         call_start(p, "", 0, S_TEXT);
         jobj_start(p, S_L3_AFTER, S_TEXT, -1);
@@ -1484,7 +1507,7 @@ static void on_byte(tc_parser *p, unsigned char c) {
         reprocess(p, c);
       } else if (c == ']' && p->in_call) {
         p->in_call = false; /* an empty list */
-        p->st = p->o.format == TC_GENERIC ? S_GEN_END : S_TEXT;
+        p->st = p->syn->calls_object ? S_GEN_END : S_TEXT;
       } else if (p->in_call) {
         fail(p, -1);
       } else {
@@ -1495,7 +1518,7 @@ static void on_byte(tc_parser *p, unsigned char c) {
     case S_MI_ARR_AFTER:
       if (is_ws(c)) return;
       if (c == ',') p->st = S_MI_ARR;
-      else if (c == ']') p->st = p->o.format == TC_GENERIC ? S_GEN_END : S_TEXT;
+      else if (c == ']') p->st = p->syn->calls_object ? S_GEN_END : S_TEXT;
       else {
         p->st = S_TEXT;
         reprocess(p, c);
@@ -1638,7 +1661,7 @@ static void on_marker(tc_parser *p, int id, const char *s, size_t n) {
       switch (id) {
         case MK_THINK:
           p->st = S_REASON;
-          p->label_pos = p->o.format == TC_GEMMA4 ? 0 : -1;
+          p->label_pos = p->syn->thought_label ? 0 : -1;
           return;
         case MK_TC: call_start(p, s, n, S_TEXT); p->st = S_TCB; return;
         case MK_FUNC:
@@ -1836,14 +1859,11 @@ static int run(tc_parser *p, const char *s, size_t n) {
 /* ---------------------------------------------------------------------------
  * Public API. */
 
-static const char *const NAMES[TC_FORMAT_COUNT] = {"none",    "hermes",   "qwen3_coder", "llama3", "mistral",
-                                                   "gemma4",  "deepseek", "glm",         "harmony", "generic"};
-
-const char *tc_format_name(tc_format f) { return (unsigned)f < TC_FORMAT_COUNT ? NAMES[f] : "unknown"; }
+const char *tc_format_name(tc_format f) { return (unsigned)f < TC_FORMAT_COUNT ? SYNTAXES[f].name : "unknown"; }
 
 int tc_format_from_name(const char *name) {
   for (int i = 0; name && i < TC_FORMAT_COUNT; i++)
-    if (!strcmp(name, NAMES[i])) return i;
+    if (!strcmp(name, SYNTAXES[i].name)) return i;
   return -1;
 }
 
@@ -1880,13 +1900,14 @@ int tc_parser_new(const tc_opts *o, tc_parser **out, herr *err) {
   tc_parser *p = calloc(1, sizeof *p);
   if (!p) return herr_set(err, HEARTH_ENOMEM, "tool-call parser: out of memory");
   p->o = *o;
+  p->syn = tc_syntax_of(o->format);
   p->out_kind = TC_TEXT;
   p->reply_start = true;
   p->label_pos = -1;
   /* plain text keeps its whitespace; after a reasoning block or a call
    * (and in harmony's channels) the leading whitespace is dropped */
-  p->text.started = o->format != TC_HARMONY && !(o->in_reasoning && o->reasoning);
-  if (o->format == TC_HARMONY) {
+  p->text.started = !p->syn->channels && !(o->in_reasoning && o->reasoning);
+  if (p->syn->channels) {
     p->st = S_H_OUT;
   } else if (o->in_reasoning && o->reasoning) {
     p->st = S_REASON;
@@ -2049,41 +2070,10 @@ int tc_parse_all(const tc_opts *o, const char *text, size_t len, char **content,
 /* --- forced calls --- */
 
 bool tc_forced_call(tc_format f, const char *name, hbuf *out) {
-  switch (f) {
-  case TC_HERMES:
-    hbuf_puts(out, "<tool_call>\n{\"name\": \"");
-    if (name) hbuf_printf(out, "%s\", \"arguments\": ", name);
-    return true;
-  case TC_QWEN3_CODER:
-    hbuf_puts(out, "<tool_call>\n<function=");
-    if (name) hbuf_printf(out, "%s>\n", name);
-    return true;
-  case TC_LLAMA3:
-    hbuf_puts(out, "{\"name\": \"");
-    if (name) hbuf_printf(out, "%s\", \"parameters\": ", name);
-    return true;
-  case TC_MISTRAL:
-    hbuf_puts(out, "[TOOL_CALLS][{\"name\": \"");
-    if (name) hbuf_printf(out, "%s\", \"arguments\": ", name);
-    return true;
-  case TC_GLM:
-    hbuf_puts(out, "<tool_call>");
-    if (name) hbuf_printf(out, "%s\n", name);
-    return true;
-  case TC_GEMMA4:
-    hbuf_puts(out, "<|tool_call>call:");
-    if (name) hbuf_printf(out, "%s{", name);
-    return true;
-  case TC_DEEPSEEK: hbuf_puts(out, "<\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>"); return true;
-  case TC_HARMONY:
-    hbuf_puts(out, "<|channel|>commentary to=functions.");
-    if (name) hbuf_puts(out, name);
-    return true;
-  case TC_GENERIC:
-    hbuf_puts(out, "{\"tool_calls\": [{\"name\": \"");
-    if (name) hbuf_printf(out, "%s\", \"arguments\": ", name);
-    return true;
-  default: return false;
-  }
+  const tc_syntax *syn = tc_syntax_of(f);
+  if (!syn->forced_open) return false;
+  hbuf_puts(out, syn->forced_open);
+  if (name && syn->forced_named) hbuf_printf(out, syn->forced_named, name);
+  return true;
 }
 

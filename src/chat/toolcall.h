@@ -102,6 +102,56 @@ typedef enum tc_format {
 } tc_format;
 #define TC_FORMAT_COUNT 10
 
+/* How a forced call's rest is held to its syntax: which grammar serve/forced.c writes
+ * (it knows GBNF and JSON Schema, which this module does not). */
+typedef enum tc_grammar {
+  TC_GRAMMAR_NONE = 0,  /* none: the forced opening alone */
+  TC_GRAMMAR_JSON,      /* NAME, then the arguments as JSON under the tool's schema, then grammar_close */
+  TC_GRAMMAR_XML,       /* NAME, then parameters named from the schema's properties (qwen3_coder's or glm's tags) */
+  TC_GRAMMAR_DEEPSEEK,  /* either generation's call form, its markers as whole tokens */
+  TC_GRAMMAR_HARMONY,   /* the recipient's name, <|constrain|>json?, <|message|>, JSON under the schema */
+  TC_GRAMMAR_GEMMA4,    /* NAME{key:VALUE,...} in Gemma's notation */
+} tc_grammar;
+#define TC_GRAMMAR_COUNT 6
+
+/* A marker the parser watches for, with its meaning (the parser's own id). */
+typedef struct tc_marker {
+  const char *text;
+  int id;
+} tc_marker;
+
+/* One tool-call syntax: everything the parser, the forcing (serve/forced.c)
+ * and the server know of a format, in one place. */
+typedef struct tc_syntax {
+  tc_format format;
+  const char *name;              /* tc_format_name */
+  /* the parser */
+  tc_marker calls[2];            /* what opens calls in text (with tools); text NULL: unused */
+  const char *think_open;        /* opens reasoning in text; NULL: nothing does (llama3; harmony's channels) */
+  const char *think_close;       /* ends it */
+  const char *const *drops;      /* end-of-turn markers dropped beside the common ones (NULL-ended) */
+  bool channels;                 /* harmony: the reply is channels of messages; <|end|>, <|call|>,
+                                  * <|return|> are structure */
+  bool bare_json;                /* llama3: a reply that starts with '{' is a call */
+  bool calls_object;             /* generic: the calls' array sits in an object, whose '}' follows it */
+  bool thought_label;            /* gemma4: a thought channel starts with the label "thought\n", dropped */
+  /* the forcing (tool_choice required / named) */
+  const char *forced_open;       /* opens the reply as a call; NULL: no forcing */
+  const char *forced_named;      /* after it for a named function: printf of the name; NULL: nothing */
+  tc_grammar grammar;            /* how the rest is held to the syntax */
+  const char *grammar_key;       /* JSON: the arguments' key the opening leaves for a picked name */
+  const char *grammar_close;     /* JSON: GBNF after the call object's '}' */
+  bool coder;                    /* XML: qwen3_coder's <function=NAME>/<parameter=P> (else glm's) */
+  /* the server */
+  bool special_markers;          /* its markers are special tokens the decoded text must keep */
+  bool special_call_markers;     /* ... its call markers are, when tools are offered */
+  bool server_describes;         /* the template has no syntax of its own: the server tells the model the
+                                  * tools and the call's shape (generic) */
+} tc_syntax;
+
+/* The syntax of format f (TC_NONE's for an unknown one); never NULL. */
+const tc_syntax *tc_syntax_of(tc_format f);
+
 /* Picks the format from a chat template's source (the call syntax its tool section emits or
  * mentions); TC_NONE when none matches or src is NULL (never TC_GENERIC: the caller chooses it). A template with Llama 3 headers and no
  * other call syntax is TC_LLAMA3; functionary, firefunction and Command-R templates are TC_NONE. */

@@ -37,7 +37,7 @@ static const cli_verb verbs[] = {
     {"serve", "serve a model over HTTP (OpenAI API, chat page)", cli_serve, true},
     {"template", "render a chat template over messages", cli_template, false},
     {"tokenize", "print the token ids of a text as JSON", cli_tokenize, false},
-    {"train", "fine-tune a LoRA adapter on the CPU (sft) from JSONL data", cli_train, false},
+    {"train", "fine-tune a LoRA adapter on the CPU (sft, dpo, orpo) from JSONL data", cli_train, false},
     {"version", "print the version", cli_version, false},
 };
 static const int nverbs = (int)(sizeof verbs / sizeof verbs[0]);

@@ -222,30 +222,9 @@ static int load_method(hearth_model *hm, const hearth_load_opts *opts, const mod
   return 0;
 }
 
-/* A block-diffusion model's denoising settings: generation_config.json's
- * (max_denoising_steps, t_min, t_max, sampler_config.entropy_bound,
- * stability_threshold, confidence_threshold) over transformers' defaults. */
+/* A block-diffusion model's denoising settings: generation_config.json's over transformers' defaults. */
 static int load_denoise(hearth_model *hm, herr *err) {
-  denoise_params *p = &hm->denoise;
-  denoise_params_default(p);
-  if (hm->is_gguf) return 0;
-  char *file = hpath_join(hm->path, "generation_config.json");
-  if (!file) return herr_set(err, HEARTH_ENOMEM, "out of memory");
-  json_t *j = hfile_exists(file) ? hjson_load_file(file, err) : NULL;
-  int rc = hfile_exists(file) && !j ? (err ? err->code : HEARTH_EFORMAT) : 0;
-  free(file);
-  if (!j) return rc;
-  const json_t *v;
-  if (json_is_integer(v = json_object_get(j, "max_denoising_steps"))) p->max_denoising_steps = (int)json_integer_value(v);
-  if (json_is_number(v = json_object_get(j, "t_min"))) p->t_min = json_number_value(v);
-  if (json_is_number(v = json_object_get(j, "t_max"))) p->t_max = json_number_value(v);
-  if (json_is_integer(v = json_object_get(j, "stability_threshold"))) p->stability_threshold = (int)json_integer_value(v);
-  if (json_is_number(v = json_object_get(j, "confidence_threshold"))) p->confidence_threshold = json_number_value(v);
-  const json_t *sc = json_object_get(j, "sampler_config");
-  if (json_is_number(v = json_object_get(sc, "entropy_bound"))) p->entropy_bound = json_number_value(v);
-  json_decref(j);
-  if ((rc = denoise_params_check(p, err))) return herr_wrap(err, "%s: generation_config.json", hm->path);
-  return 0;
+  return denoise_params_load(hm->path, &hm->denoise, err);
 }
 
 int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_model **out, hearth_error *err) {

@@ -12,6 +12,8 @@
 #include <time.h>
 
 #include "backend/ops.h"
+#include "base/file.h"
+#include "base/json.h"
 #include "base/pool.h"
 #include "engine/emit.h"
 #include "engine/kv_cache.h"
@@ -36,6 +38,69 @@ int denoise_params_check(const denoise_params *p, herr *err) {
   if (!isfinite(p->confidence_threshold))
     return herr_set_at(err, HEARTH_EINVAL, "confidence_threshold", HEARTH_CAUSE_NONE, "confidence_threshold must be finite");
   return 0;
+}
+
+int denoise_params_load(const char *dir, denoise_params *p, herr *err) {
+  denoise_params_default(p);
+  if (!hfile_is_dir(dir)) return 0;
+  char *file = hpath_join(dir, "generation_config.json");
+  if (!file) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  json_t *j = hfile_exists(file) ? hjson_load_file(file, err) : NULL;
+  int rc = hfile_exists(file) && !j ? (err ? err->code : HEARTH_EFORMAT) : 0;
+  free(file);
+  if (!j) return rc;
+  const json_t *v;
+  if (json_is_integer(v = json_object_get(j, "max_denoising_steps"))) p->max_denoising_steps = (int)json_integer_value(v);
+  if (json_is_number(v = json_object_get(j, "t_min"))) p->t_min = json_number_value(v);
+  if (json_is_number(v = json_object_get(j, "t_max"))) p->t_max = json_number_value(v);
+  if (json_is_integer(v = json_object_get(j, "stability_threshold"))) p->stability_threshold = (int)json_integer_value(v);
+  if (json_is_number(v = json_object_get(j, "confidence_threshold"))) p->confidence_threshold = json_number_value(v);
+  const json_t *sc = json_object_get(j, "sampler_config");
+  if (json_is_number(v = json_object_get(sc, "entropy_bound"))) p->entropy_bound = json_number_value(v);
+  json_decref(j);
+  if ((rc = denoise_params_check(p, err))) return herr_wrap(err, "%s: generation_config.json", dir);
+  return 0;
+}
+
+float denoise_temperature(const denoise_params *p, int step) {
+  /* in float, as the reference computes it (a float tensor of the step number) */
+  float frac = (float)step / (float)p->max_denoising_steps;
+  return (float)p->t_min + (float)(p->t_max - p->t_min) * frac;
+}
+
+/* The checkpoint's dtype for the self-conditioning input: 0 f32, 1 bf16, 2 f16. */
+static int sc_rounding(const model *m) {
+  const char *dt = model_cfg(m)->torch_dtype;
+  return !strcmp(dt, "bfloat16") ? 1 : !strcmp(dt, "float16") ? 2 : 0;
+}
+
+/* The reference hands the next step softmax(logits.to(dtype)).to(dtype), dtype the
+   embedding's: x (one row over the temperature, its largest mx) and the probabilities
+   each rounded to the checkpoint's type. */
+static void sc_round_row(const float *x, int64_t V, float mx, int sc_round, float *pr) {
+  float (*rnd)(float) = sc_round == 1 ? bk_round_bf16 : bk_round_f16;
+  float rmx = rnd(mx);
+  double rs = 0;
+  for (int64_t v = 0; v < V; v++) rs += exp((double)rnd(x[v]) - (double)rmx);
+  for (int64_t v = 0; v < V; v++) pr[v] = rnd((float)(exp((double)rnd(x[v]) - (double)rmx) / rs));
+}
+
+void denoise_self_cond(const model *m, const float *logits, int64_t rows, float temp, float *probs) {
+  int64_t V = model_vocab_size(m);
+  int sc_round = sc_rounding(m);
+  for (int64_t i = 0; i < rows; i++) {
+    float *x = probs + i * V, mx = -INFINITY; /* the row over the temperature, then its probabilities in place */
+    for (int64_t v = 0; v < V; v++)
+      if ((x[v] = logits[i * V + v] / temp) > mx) mx = x[v];
+    if (sc_round) {
+      sc_round_row(x, V, mx, sc_round, x);
+      continue;
+    }
+    double sum = 0;
+    for (int64_t v = 0; v < V; v++) sum += exp((double)x[v] - (double)mx);
+    double lse = (double)mx + log(sum);
+    for (int64_t v = 0; v < V; v++) x[v] = (float)(exp((double)x[v] - lse));
+  }
 }
 
 typedef enum { PHASE_ENCODE, PHASE_DENOISE, PHASE_DONE } phase;
@@ -119,8 +184,7 @@ int denoise_run_new(model *m, const gen_request *req, const denoise_params *p, c
   denoise_run *r = calloc(1, sizeof *r);
   if (!r) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   r->m = m, r->req = req, r->p = *p, r->kv = kv, r->C = C, r->V = model_vocab_size(m);
-  const char *dt = model_cfg(m)->torch_dtype;
-  r->sc_round = !strcmp(dt, "bfloat16") ? 1 : !strcmp(dt, "float16") ? 2 : 0;
+  r->sc_round = sc_rounding(m);
   if (draws) r->draws = *draws;
   sample_rng_seed(&r->rng, req->sample.seed);
   r->max_blocks = (max_new + C - 1) / C;
@@ -215,23 +279,13 @@ static void denoise_position(void *ctx, int pos, int tid) {
     }
   }
   r->sampled[i] = pick;
-  if (r->sc_round) {
-    /* the reference hands the next step softmax(logits.to(dtype)).to(dtype), dtype the
-       embedding's: the logits and the probabilities each rounded to the checkpoint's type */
-    float (*rnd)(float) = r->sc_round == 1 ? bk_round_bf16 : bk_round_f16;
-    float rmx = rnd(mx);
-    double rs = 0;
-    for (int64_t v = 0; v < V; v++) rs += exp((double)rnd(x[v]) - (double)rmx);
-    for (int64_t v = 0; v < V; v++) pr[v] = rnd((float)(exp((double)rnd(x[v]) - (double)rmx) / rs));
-  }
+  if (r->sc_round) sc_round_row(x, V, mx, r->sc_round, pr);
 }
 
 /* One denoising step's sampling over r->logits; true when the block is final. */
 static bool denoise_logits(denoise_run *r) {
   int64_t C = r->C;
-  /* in float, as the reference computes it (a float tensor of the step number) */
-  float frac = (float)r->cur_step / (float)r->p.max_denoising_steps;
-  r->temp = (float)r->p.t_min + (float)(r->p.t_max - r->p.t_min) * frac;
+  r->temp = denoise_temperature(&r->p, r->cur_step);
   for (int64_t i = 0; i < C; i++) r->u[i] = draw_uniform(r);
   if (r->draws.logits) r->draws.logits(r->draws.ctx, r->cur_step, r->logits, C, r->V);
   if (r->pool) hpool_for(r->pool, (int)C, denoise_position, r);

@@ -50,6 +50,16 @@ typedef struct denoise_params {
 void denoise_params_default(denoise_params *p);
 /* Names the bad field. */
 int denoise_params_check(const denoise_params *p, herr *err);
+/* The model folder dir's generation_config.json (max_denoising_steps, t_min, t_max,
+ * sampler_config.entropy_bound, stability_threshold, confidence_threshold) over the
+ * defaults; a file (GGUF) or a folder without one: the defaults. */
+int denoise_params_load(const char *dir, denoise_params *p, herr *err);
+/* The linear schedule's temperature at step (max_denoising_steps down to 1). */
+float denoise_temperature(const denoise_params *p, int step);
+/* The self-conditioning input of the step after one whose logits (rows × vocab, before
+ * the temperature) these are, as the reference forms it: softmax(logits / temp) per
+ * row, in the checkpoint's dtype where that is bf16 or f16. */
+void denoise_self_cond(const model *m, const float *logits, int64_t rows, float temp, float *probs);
 
 /* A source of the random draws (the reference's torch.randint and the
  * multinomial's uniforms), an observer of each step and a processor of its

@@ -23,6 +23,12 @@ static int host_vector(const bk_tensor *t, int64_t n, const char *what, int l, f
   return 0;
 }
 
+/* A vector the layer may have (t->buf NULL: *out NULL). */
+static int optional_vector(const bk_tensor *t, int64_t n, const char *what, int l, float **out, herr *err) {
+  *out = NULL;
+  return t->buf ? host_vector(t, n, what, l, out, err) : 0;
+}
+
 static int host_matrix(const bk_weight *w, int64_t rows, int64_t cols, const char *what, int l, herr *err) {
   if (!w->data || w->rows != rows || w->cols != cols)
     return herr_set(err, HEARTH_EINVAL,
@@ -36,21 +42,25 @@ int train_view_get(model *m, train_view *v, herr *err) {
   const model_config *c = &m->cfg;
   const model_family *f = m->fam;
   if (m->tp_size > 1) return herr_set(err, HEARTH_EINVAL, "a model spread over ranks is not trained");
-  if (f->ops || f->unit_offset_norm || f->sandwich_norms || f->scale_embeddings || f->qk_norm || f->fused_qkv ||
-      f->v_norm || f->query_pre_attn_scalar || c->num_experts > 0)
-    return herr_set(err, HEARTH_EUNSUPPORTED, "model_type '%s' is not trained yet (the llama decoder's families are)",
+  if (f->ops || f->v_norm || c->num_experts > 0)
+    return herr_set(err, HEARTH_EUNSUPPORTED,
+                    "model_type '%s' is not trained yet (llama, mistral, qwen2, qwen3, smollm3, gemma2, gemma3 and phi3 are)",
                     c->model_type);
-  if (c->final_logit_softcapping > 0 || m->embed_scale != 0 || m->no_head || m->n_towers)
-    return herr_set(err, HEARTH_EUNSUPPORTED, "model_type '%s' has a head or embedding the trainer does not run", c->model_type);
+  if (m->no_head || m->n_towers)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "model_type '%s' has a head or towers the trainer does not run", c->model_type);
   v->hidden = c->hidden_size;
   v->heads = c->num_attention_heads;
   v->n_layers = c->num_hidden_layers;
   v->vocab = c->vocab_size;
   v->eps = (float)c->rms_norm_eps;
   v->attn_softcap = (float)c->attn_logit_softcapping;
-  v->unit_offset = false;
+  v->final_softcap = c->final_logit_softcapping > 0 ? (float)c->final_logit_softcapping : 0;
+  v->embed_scale = m->embed_scale;
+  v->unit_offset = f->unit_offset_norm;
+  v->fused = f->fused_qkv;
   v->act = model_act(m);
-  if (v->act != BK_ACT_SILU) return herr_set(err, HEARTH_EUNSUPPORTED, "hidden_act '%s' is not trained yet (silu is)", c->hidden_act);
+  if (v->act != BK_ACT_SILU && v->act != BK_ACT_GELU_TANH)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "hidden_act '%s' is not trained yet (silu and gelu_pytorch_tanh are)", c->hidden_act);
   v->embed = m->embed;
   v->lm_head = m->lm_head;
   if (!v->embed.data || !v->lm_head.data || v->lm_head.rows != v->vocab || v->lm_head.cols != v->hidden)
@@ -71,23 +81,46 @@ int train_view_get(model *m, train_view *v, herr *err) {
       train_view_free(v);
       return herr_set(err, HEARTH_EUNSUPPORTED, "layers of different shapes are not trained yet (layer %d)", l);
     }
-    if (lw->linear || lw->moe || lw->out_gate || lw->kv_src != l || lw->q_bias.buf || lw->k_bias.buf || lw->v_bias.buf ||
-        lw->o_bias.buf || lw->q_norm.buf || lw->k_norm.buf || lw->gate_bias.buf || lw->up_bias.buf || lw->down_bias.buf ||
-        lw->scalar != 1.0f || lw->heads != v->heads) {
+    if (lw->linear || lw->moe || lw->out_gate || lw->kv_src != l || lw->gate_bias.buf || lw->up_bias.buf ||
+        lw->down_bias.buf || lw->scalar != 1.0f || lw->heads != v->heads || lw->attn_scale != v->attn_scale) {
       train_view_free(v);
-      return herr_set(err, HEARTH_EUNSUPPORTED, "layer %d has parts the trainer does not run yet (biases, q / k norms, "
-                                          "linear attention, experts, shared KV)", l);
+      return herr_set(err, HEARTH_EUNSUPPORTED, "layer %d has parts the trainer does not run yet (MLP biases, "
+                                          "linear attention, experts, shared KV, a scale of its own)", l);
     }
     int64_t D = v->hidden, Q = v->heads * v->head_dim, KV = v->kv_heads * v->head_dim, I = v->inter;
     tl->q = lw->q, tl->k = lw->k, tl->v = lw->v, tl->o = lw->o, tl->gate = lw->gate, tl->up = lw->up, tl->down = lw->down;
     tl->rope = lw->rope;
     tl->window = lw->window;
+    if (v->fused) { /* the stored matrices the row ranges come from: rows follow one another */
+      tl->qkv = lw->q, tl->qkv.rows = Q + 2 * KV, tl->qkv.packed = NULL, tl->qkv.packed_size = 0;
+      tl->gate_up = lw->gate, tl->gate_up.rows = 2 * I, tl->gate_up.packed = NULL, tl->gate_up.packed_size = 0;
+      size_t qrow = bk_row_bytes(lw->q.type, lw->q.cols, lw->q.bits), grow = bk_row_bytes(lw->gate.type, lw->gate.cols, lw->gate.bits);
+      if (lw->q.type == BK_MLX_AFFINE || (const char *)lw->k.data != (const char *)lw->q.data + qrow * (size_t)Q ||
+          (const char *)lw->up.data != (const char *)lw->gate.data + grow * (size_t)I) {
+        train_view_free(v);
+        return herr_set(err, HEARTH_EUNSUPPORTED, "layer %d: its fused projections are not stored as one matrix", l);
+      }
+    }
     if ((rc = host_matrix(&tl->q, Q, D, "q_proj", l, err)) || (rc = host_matrix(&tl->k, KV, D, "k_proj", l, err)) ||
         (rc = host_matrix(&tl->v, KV, D, "v_proj", l, err)) || (rc = host_matrix(&tl->o, D, Q, "o_proj", l, err)) ||
         (rc = host_matrix(&tl->gate, I, D, "gate_proj", l, err)) || (rc = host_matrix(&tl->up, I, D, "up_proj", l, err)) ||
         (rc = host_matrix(&tl->down, D, I, "down_proj", l, err)) ||
         (rc = host_vector(&lw->attn_norm, D, "input_layernorm", l, &tl->attn_norm, err)) ||
-        (rc = host_vector(&lw->post_attn_norm, D, "post_attention_layernorm", l, &tl->mlp_norm, err))) {
+        (rc = optional_vector(&lw->q_bias, Q, "q_proj bias", l, &tl->q_bias, err)) ||
+        (rc = optional_vector(&lw->k_bias, KV, "k_proj bias", l, &tl->k_bias, err)) ||
+        (rc = optional_vector(&lw->v_bias, KV, "v_proj bias", l, &tl->v_bias, err)) ||
+        (rc = optional_vector(&lw->o_bias, D, "o_proj bias", l, &tl->o_bias, err)) ||
+        (rc = optional_vector(&lw->q_norm, v->head_dim, "q_norm", l, &tl->q_norm, err)) ||
+        (rc = optional_vector(&lw->k_norm, v->head_dim, "k_norm", l, &tl->k_norm, err))) {
+      train_view_free(v);
+      return rc;
+    }
+    if (f->sandwich_norms) /* gemma: post_attention_layernorm is the attention output's norm */
+      rc = host_vector(&lw->post_attn_norm, D, "post_attention_layernorm", l, &tl->attn_out_norm, err);
+    if (!rc) rc = host_vector(f->sandwich_norms ? &lw->pre_ffn_norm : &lw->post_attn_norm, D,
+                              f->sandwich_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm", l, &tl->mlp_norm, err);
+    if (!rc && f->sandwich_norms) rc = host_vector(&lw->post_ffn_norm, D, "post_feedforward_layernorm", l, &tl->mlp_out_norm, err);
+    if (rc) {
       train_view_free(v);
       return rc;
     }
@@ -98,8 +131,9 @@ int train_view_get(model *m, train_view *v, herr *err) {
 void train_view_free(train_view *v) {
   if (!v) return;
   for (int64_t l = 0; v->layers && l < v->n_layers; l++) {
-    free(v->layers[l].attn_norm);
-    free(v->layers[l].mlp_norm);
+    train_layer_view *tl = &v->layers[l];
+    free(tl->attn_norm), free(tl->mlp_norm), free(tl->attn_out_norm), free(tl->mlp_out_norm);
+    free(tl->q_bias), free(tl->k_bias), free(tl->v_bias), free(tl->o_bias), free(tl->q_norm), free(tl->k_norm);
   }
   free(v->layers);
   free(v->final_norm);

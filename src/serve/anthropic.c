@@ -320,55 +320,34 @@ out:
   return rc;
 }
 
-/* tools ([{name, description, input_schema}]), tool_choice ({type: auto | any
- * | tool | none, name}) and thinking ({type: enabled, budget_tokens} |
- * {type: disabled}: the template's enable_thinking). */
-static int parse_tools(json_t *root, serve_request *r, serve_fail *f) {
-  json_t *tools = serve_json_field(root, "tools");
-  if (tools) {
-    if (!json_is_array(tools)) return bad(f, "tools", "tools: Input should be an array");
-    size_t i;
-    json_t *t;
-    json_array_foreach(tools, i, t) {
-      char at[64];
-      snprintf(at, sizeof at, "tools.%zu", i);
-      json_t *name = json_is_object(t) ? json_object_get(t, "name") : NULL;
-      json_t *type = json_is_object(t) ? json_object_get(t, "type") : NULL;
-      if (type && !json_is_null(type) && (!json_is_string(type) || strcmp(json_string_value(type), "custom")))
-        return bad(f, at, "%s: tools of type '%.40s' are not supported: this server calls client tools (name, "
-                   "description, input_schema)", at, json_is_string(type) ? json_string_value(type) : "?");
-      if (!json_is_string(name)) return bad(f, at, "%s: name is required (a string)", at);
-      json_t *schema = json_object_get(t, "input_schema");
-      if (!json_is_object(schema)) return bad(f, at, "%s: input_schema is required (a JSON Schema object)", at);
-      if (serve_tool_add(r, json_string_value(name), json_object_get(t, "description"), schema, at, f))
-        return anth_style(f);
-    }
-  }
-  json_t *tc = serve_json_field(root, "tool_choice");
-  if (tc) {
-    json_t *type = json_is_object(tc) ? json_object_get(tc, "type") : NULL;
-    if (!json_is_string(type)) return bad(f, "tool_choice", "tool_choice: Input should be an object with a type");
-    const char *v = json_string_value(type);
-    if (!strcmp(v, "auto")) {
-      r->tool_choice = SERVE_TOOLS_AUTO;
-    } else if (!strcmp(v, "none")) {
-      r->tool_choice = SERVE_TOOLS_NONE;
-    } else if (!strcmp(v, "any")) {
-      r->tool_choice = SERVE_TOOLS_REQUIRED;
-    } else if (!strcmp(v, "tool")) {
-      json_t *name = json_object_get(tc, "name");
-      if (!json_is_string(name)) return bad(f, "tool_choice", "tool_choice: name is required for type 'tool'");
-      r->tool_choice = SERVE_TOOLS_NAMED;
-      r->tool_name = strdup(json_string_value(name));
-      if (!r->tool_name) return oom(f);
-      if (!r->tools || !serve_tool_known(r, r->tool_name))
-        return bad(f, "tool_choice", "tool_choice: '%.80s' is not among the tools", r->tool_name);
-    } else {
-      return bad(f, "tool_choice", "tool_choice: type should be 'auto', 'any', 'tool' or 'none'");
-    }
-    if (r->tool_choice == SERVE_TOOLS_REQUIRED && !r->tools)
-      return bad(f, "tool_choice", "tool_choice: 'any' needs tools");
-  }
+/* tools ([{name, description, input_schema}], type absent or "custom") and tool_choice ({type: auto | any
+ * | tool | none, name}), read by serve_tools_parse. */
+static const char *const choice_words[] = {"auto", "none", "any", "tool", NULL};
+static const serve_tool_choice choice_of[] = {SERVE_TOOLS_AUTO, SERVE_TOOLS_NONE, SERVE_TOOLS_REQUIRED, SERVE_TOOLS_NAMED};
+static const serve_tools_dialect tools_dialect = {
+    .at = "tools.%zu",
+    .schema = "input_schema",
+    .schema_required = true,
+    .type = "custom",
+    .untyped_ok = true,
+    .field_first = true,
+    .not_array = "tools: Input should be an array",
+    .other_type = "%s: tools of type '%.40s' are not supported: this server calls client tools (name, description, "
+                  "input_schema)",
+    .no_name = "%s: name is required (a string)",
+    .no_schema = "%s: input_schema is required (a JSON Schema object)",
+    .words = choice_words,
+    .choices = choice_of,
+    .bad_object = "tool_choice: Input should be an object with a type",
+    .bad_word = "tool_choice: type should be 'auto', 'any', 'tool' or 'none'",
+    .no_choice_name = "tool_choice: name is required for type 'tool'",
+    .unknown_name = "tool_choice: '%.80s' is not among the tools",
+    .no_tools = "tool_choice: 'any' needs tools",
+};
+
+/* thinking ({type: enabled, budget_tokens} | {type: disabled}: the template's
+ * enable_thinking), metadata, service_tier, and the fields refused by name. */
+static int parse_extras(json_t *root, serve_request *r, serve_fail *f) {
   json_t *th = serve_json_field(root, "thinking");
   if (th) {
     json_t *t = json_is_object(th) ? json_object_get(th, "type") : NULL;
@@ -466,7 +445,7 @@ int anth_request_parse(const char *body, size_t len, bool count_only, serve_requ
     }
     req->continue_final_message = req->no_generation_prompt = true;
   }
-  if ((rc = parse_tools(root, req, f))) goto out;
+  if ((rc = serve_tools_parse(root, req, &tools_dialect, f)) || (rc = parse_extras(root, req, f))) goto out;
   if (!count_only) rc = parse_sampling(root, &req->sampling, f);
 out:
   json_decref(root);

@@ -32,8 +32,8 @@ static bool grammar_out(int n_tools, hbuf *g, hbuf *alts, hbuf *out) {
   return ok;
 }
 
-/* hermes / llama3 / mistral / generic: "NAME\", \"arguments\": " ARGS "}" [close]. */
-static bool forced_json(tc_format f, const json_t *tools, const char *name, hbuf *out) {
+/* hermes / llama3 / mistral / generic: "NAME\", \"KEY\": " ARGS "}" CLOSE (the syntax's key and close). */
+static bool forced_json(const tc_syntax *syn, const json_t *tools, const char *name, hbuf *out) {
   hbuf g = {0}, alts = {0};
   size_t i;
   json_t *t;
@@ -61,17 +61,13 @@ static bool forced_json(tc_format f, const json_t *tools, const char *name, hbuf
         q[strlen(q) - 1] = 0;
         hbuf_putc(&alts, '"');
         gbnf_text(&alts, q + 1);
-        hbuf_printf(&alts, "\\\", \\\"%s\\\": \" ", f == TC_LLAMA3 ? "parameters" : "arguments");
+        hbuf_printf(&alts, "\\\", \\\"%s\\\": \" ", syn->grammar_key);
       }
       free(q);
     }
     hbuf_printf(&alts, "%sroot", prefix);
   }
-  const char *close = f == TC_HERMES    ? " \"\\n</tool_call>\""
-                      : f == TC_MISTRAL ? " \"]\""
-                      : f == TC_GENERIC ? " \"]}\""
-                                        : "";
-  if (n) hbuf_printf(&g, "root ::= ( %s ) \"}\"%s\n", hbuf_str(&alts), close);
+  if (n) hbuf_printf(&g, "root ::= ( %s ) \"}\"%s\n", hbuf_str(&alts), syn->grammar_close);
   return grammar_out(n, &g, &alts, out);
 }
 
@@ -87,12 +83,12 @@ static void prop_names(const json_t *props, hbuf *keys) {
 }
 
 /* qwen3_coder / glm: the name, then parameters named from the schema's properties. */
-static bool forced_xml(tc_format f, const json_t *tools, const char *name, hbuf *out) {
+static bool forced_xml(const tc_syntax *syn, const json_t *tools, const char *name, hbuf *out) {
   hbuf g = {0}, alts = {0};
   size_t i;
   json_t *t;
   int n = 0;
-  bool coder = f == TC_QWEN3_CODER;
+  bool coder = syn->coder;
   json_array_foreach(tools, i, t) {
     json_t *fn = json_object_get(t, "function");
     const char *nm = json_string_value(json_object_get(fn, "name"));
@@ -183,7 +179,8 @@ static void json_call_alt(int n, const char *nm, json_t *fo, void *user) {
 #define DS_CALL_END "<\uff5ctool\u2581call\u2581end\uff5c>"
 #define DS_CALLS_END "<\uff5ctool\u2581calls\u2581end\uff5c>"
 
-static bool forced_deepseek(const json_t *tools, const char *name, hbuf *out) {
+static bool forced_deepseek(const tc_syntax *syn, const json_t *tools, const char *name, hbuf *out) {
+  (void)syn;
   hbuf g = {0}, alts = {0};
   json_calls c = {&g, &alts,
                   "( \"function\" " DS_SEP " \"%1$s\\n```json\\n\" %2$s \"\\n```\" | \"%1$s\" " DS_SEP " %2$s )", 0};
@@ -199,7 +196,8 @@ static bool forced_deepseek(const json_t *tools, const char *name, hbuf *out) {
  * then the opening has it), ` <|constrain|>json` (optional), `<|message|>` and
  * the arguments as JSON. The call's end, <|call|>, is one of the model's end
  * tokens, allowed once the arguments are complete. */
-static bool forced_harmony(const json_t *tools, const char *name, hbuf *out) {
+static bool forced_harmony(const tc_syntax *syn, const json_t *tools, const char *name, hbuf *out) {
+  (void)syn;
   hbuf g = {0}, alts = {0};
   json_calls c = {&g, &alts, name ? "( head %2$s )" : "( \"%1$s\" head %2$s )", 0};
   each_tool(tools, name, json_call_alt, &c);
@@ -215,7 +213,8 @@ static bool forced_harmony(const json_t *tools, const char *name, hbuf *out) {
  * without properties), values in Gemma's notation (strings between <|"|>
  * tokens, numbers, true / false / null, {..} and [..] nesting), `}` and
  * <tool_call|>. Value types are not checked against the schema. */
-static bool forced_gemma4(const json_t *tools, const char *name, hbuf *out) {
+static bool forced_gemma4(const tc_syntax *syn, const json_t *tools, const char *name, hbuf *out) {
+  (void)syn;
   hbuf g = {0}, alts = {0};
   size_t i;
   json_t *t;
@@ -250,18 +249,16 @@ static bool forced_gemma4(const json_t *tools, const char *name, hbuf *out) {
   return grammar_out(n, &g, &alts, out);
 }
 
+/* The grammar makers, by the syntax's tc_grammar. */
+typedef bool (*grammar_maker)(const tc_syntax *syn, const json_t *tools, const char *name, hbuf *out);
+static const grammar_maker MAKERS[TC_GRAMMAR_COUNT] = {
+    [TC_GRAMMAR_JSON] = forced_json,         [TC_GRAMMAR_XML] = forced_xml,
+    [TC_GRAMMAR_DEEPSEEK] = forced_deepseek, [TC_GRAMMAR_HARMONY] = forced_harmony,
+    [TC_GRAMMAR_GEMMA4] = forced_gemma4,
+};
+
 bool serve_forced_grammar(tc_format f, const json_t *tools, const char *name, hbuf *out) {
-  if (!json_is_array(tools)) return false;
-  switch (f) {
-  case TC_HERMES:
-  case TC_LLAMA3:
-  case TC_MISTRAL:
-  case TC_GENERIC: return forced_json(f, tools, name, out);
-  case TC_QWEN3_CODER:
-  case TC_GLM: return forced_xml(f, tools, name, out);
-  case TC_DEEPSEEK: return forced_deepseek(tools, name, out);
-  case TC_HARMONY: return forced_harmony(tools, name, out);
-  case TC_GEMMA4: return forced_gemma4(tools, name, out);
-  default: return false;
-  }
+  const tc_syntax *syn = tc_syntax_of(f);
+  grammar_maker make = MAKERS[syn->grammar];
+  return json_is_array(tools) && make && make(syn, tools, name, out);
 }

@@ -347,57 +347,109 @@ int serve_tool_add(serve_request *req, const char *name, json_t *description, js
   return 0;
 }
 
-/* tools: [{"type": "function", "function": {"name", "description", "parameters", "strict"}}] */
-static int parse_tools(json_t *root, serve_request *r, serve_fail *f) {
-  json_t *tools = serve_json_field(root, "tools");
-  if (serve_json_field(root, "functions"))
-    return serve_bad(f, "functions", "'functions' is the deprecated form of 'tools': send 'tools' instead");
-  if (tools) {
-    if (!json_is_array(tools)) return serve_bad(f, "tools", "'tools' must be an array");
-    if (json_array_size(tools) > 512) return serve_bad(f, "tools", "'tools' may hold at most 512 tools");
-    size_t i;
-    json_t *t;
-    json_array_foreach(tools, i, t) {
-      char at[64];
-      snprintf(at, sizeof at, "tools[%zu]", i);
-      json_t *type = json_is_object(t) ? json_object_get(t, "type") : NULL;
-      if (!json_is_string(type)) return serve_bad(f, at, "'%s' must be an object with a type", at);
-      if (strcmp(json_string_value(type), "function"))
-        return serve_bad(f, at, "'%s' is of type '%.40s': this server calls only function tools", at,
-                   json_string_value(type));
-      json_t *fn = json_object_get(t, "function");
-      json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
-      if (!json_is_string(name)) return serve_bad(f, at, "'%s.function.name' is required", at);
-      if (serve_tool_add(r, json_string_value(name), json_object_get(fn, "description"),
-                         json_object_get(fn, "parameters"), at, f))
-        return f->status;
-    }
+/* One tool of dialect d at tools[i] (place `at`) into req->tools. */
+static int tool_parse(json_t *t, const char *at, serve_request *req, const serve_tools_dialect *d, serve_fail *f) {
+  json_t *type = json_is_object(t) ? json_object_get(t, "type") : NULL;
+  if (d->untyped_ok && (!type || json_is_null(type))) {
+    /* a tool of the served type */
+  } else if (!json_is_string(type) && !d->untyped_ok) {
+    return serve_bad(f, at, d->no_type, at);
+  } else if (!json_is_string(type) || strcmp(json_string_value(type), d->type)) {
+    return serve_bad(f, at, d->other_type, at, json_is_string(type) ? json_string_value(type) : "?");
   }
-  json_t *tc = serve_json_field(root, "tool_choice");
-  if (!tc) return 0;
-  if (json_is_string(tc)) {
+  json_t *fn = d->fn ? json_object_get(t, d->fn) : t;
+  json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+  if (!json_is_string(name)) return serve_bad(f, at, d->no_name, at);
+  json_t *schema = json_object_get(fn, d->schema);
+  if (d->schema_required && !json_is_object(schema)) return serve_bad(f, at, d->no_schema, at);
+  if (!serve_tool_add(req, json_string_value(name), json_object_get(fn, "description"), schema, at, f)) return 0;
+  if (d->field_first && f->status == 400 && f->param[0]) { /* "tools.0: ..." */
+    char msg[sizeof f->message];
+    snprintf(msg, sizeof msg, "%s: %s", f->param, f->message);
+    snprintf(f->message, sizeof f->message, "%s", msg);
+  }
+  return f->status;
+}
+
+/* tool_choice as dialect d writes it. */
+static int tool_choice_parse(json_t *tc, serve_request *r, const serve_tools_dialect *d, serve_fail *f) {
+  const char *bad_word = d->bad_word ? d->bad_word : d->bad_object;
+  if (d->strings && json_is_string(tc)) {
     const char *v = json_string_value(tc);
     if (!strcmp(v, "auto")) r->tool_choice = SERVE_TOOLS_AUTO;
     else if (!strcmp(v, "none")) r->tool_choice = SERVE_TOOLS_NONE;
     else if (!strcmp(v, "required")) r->tool_choice = SERVE_TOOLS_REQUIRED;
-    else return serve_bad(f, "tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or a function");
+    else return serve_bad(f, "tool_choice", "%s", d->bad_string);
   } else if (json_is_object(tc)) {
-    json_t *fn = json_object_get(tc, "function");
-    json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
-    if (!json_is_string(name))
-      return serve_bad(f, "tool_choice", "'tool_choice' must name a function: {\"type\": \"function\", \"function\": {\"name\": ...}}");
-    r->tool_choice = SERVE_TOOLS_NAMED;
-    r->tool_name = strdup(json_string_value(name));
+    serve_tool_choice choice = SERVE_TOOLS_NAMED;
+    if (d->words) {
+      const char *type = json_string_value(json_object_get(tc, "type"));
+      if (!type) return serve_bad(f, "tool_choice", "%s", d->bad_object);
+      int k = 0;
+      while (d->words[k] && strcmp(d->words[k], type)) k++;
+      if (!d->words[k]) return serve_bad(f, "tool_choice", "%s", bad_word);
+      choice = d->choices[k];
+    }
+    r->tool_choice = choice;
+    if (choice == SERVE_TOOLS_NAMED) {
+      json_t *in = d->name_in ? json_object_get(tc, d->name_in) : tc;
+      const char *name = json_string_value(json_is_object(in) ? json_object_get(in, "name") : NULL);
+      if (!name) return serve_bad(f, "tool_choice", "%s", d->no_choice_name ? d->no_choice_name : d->bad_object);
+      r->tool_name = strdup(name);
+      if (!r->tool_name) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+      if (!serve_tool_known(r, name) && !(d->no_tools_first && !r->tools))
+        return serve_bad(f, "tool_choice", d->unknown_name, name);
+    }
   } else {
-    return serve_bad(f, "tool_choice", "'tool_choice' must be a string or an object");
+    return serve_bad(f, "tool_choice", "%s", d->strings ? d->not_either : d->bad_object);
   }
-  if (r->tool_choice == SERVE_TOOLS_REQUIRED || r->tool_choice == SERVE_TOOLS_NAMED) {
-    if (!r->tools) return serve_bad(f, "tool_choice", "'tool_choice' asks for a tool call, but no 'tools' were given");
-    if (r->tool_name && !serve_tool_known(r, r->tool_name))
-      return serve_bad(f, "tool_choice", "'tool_choice' names '%.80s', which is not among 'tools'", r->tool_name);
-  }
+  if ((r->tool_choice == SERVE_TOOLS_REQUIRED || r->tool_choice == SERVE_TOOLS_NAMED) && !r->tools)
+    return serve_bad(f, "tool_choice", "%s", d->no_tools);
   return 0;
 }
+
+int serve_tools_parse(json_t *root, serve_request *req, const serve_tools_dialect *d, serve_fail *f) {
+  json_t *tools = serve_json_field(root, "tools");
+  if (d->no_functions && serve_json_field(root, "functions")) return serve_bad(f, "functions", "%s", d->no_functions_msg);
+  if (tools) {
+    if (!json_is_array(tools)) return serve_bad(f, "tools", "%s", d->not_array);
+    if (d->max && json_array_size(tools) > d->max) return serve_bad(f, "tools", "%s", d->too_many);
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+      char at[64];
+      snprintf(at, sizeof at, d->at, i);
+      int rc = tool_parse(t, at, req, d, f);
+      if (rc) return rc;
+    }
+  }
+  json_t *tc = serve_json_field(root, "tool_choice");
+  return tc ? tool_choice_parse(tc, req, d, f) : 0;
+}
+
+/* tools: [{"type": "function", "function": {"name", "description", "parameters", "strict"}}] */
+const serve_tools_dialect serve_tools_openai = {
+    .at = "tools[%zu]",
+    .fn = "function",
+    .schema = "parameters",
+    .type = "function",
+    .max = 512,
+    .no_functions = true,
+    .not_array = "'tools' must be an array",
+    .too_many = "'tools' may hold at most 512 tools",
+    .no_functions_msg = "'functions' is the deprecated form of 'tools': send 'tools' instead",
+    .no_type = "'%s' must be an object with a type",
+    .other_type = "'%s' is of type '%.40s': this server calls only function tools",
+    .no_name = "'%s.function.name' is required",
+    .strings = true,
+    .name_in = "function",
+    .no_tools_first = true,
+    .bad_string = "'tool_choice' must be \"auto\", \"none\", \"required\" or a function",
+    .bad_object = "'tool_choice' must name a function: {\"type\": \"function\", \"function\": {\"name\": ...}}",
+    .not_either = "'tool_choice' must be a string or an object",
+    .unknown_name = "'tool_choice' names '%.80s', which is not among 'tools'",
+    .no_tools = "'tool_choice' asks for a tool call, but no 'tools' were given",
+};
 
 /* chat_template_kwargs (an object handed to the template), reasoning_effort
  * (also handed on; "none" turns thinking off: enable_thinking = false). */
@@ -988,7 +1040,7 @@ int serve_request_parse(const char *body, size_t len, serve_kind kind, serve_req
   if (kind == SERVE_CHAT) {
     rc = parse_messages(root, req, f);
     if (!rc) rc = parse_prefill(root, req, f);
-    if (!rc) rc = parse_tools(root, req, f);
+    if (!rc) rc = serve_tools_parse(root, req, &serve_tools_openai, f);
     if (!rc) rc = parse_template_kwargs(root, req, f);
     if (!rc) rc = refuse_unsupported(root, f);
     if (!rc) req->one_tool_call = json_is_false(json_object_get(root, "parallel_tool_calls"));

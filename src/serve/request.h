@@ -125,6 +125,50 @@ int serve_tool_add(serve_request *req, const char *name, json_t *description, js
 /* Whether req->tools has a function of that name. */
 bool serve_tool_known(const serve_request *req, const char *name);
 
+/* How a protocol writes its tools and tool_choice, for the one reader of
+ * them (serve_tools_parse): where a tool's name, description and schema sit,
+ * the tool type it serves, its tool_choice forms, and the words of its
+ * refusals (each a printf: of the tool's place, "tools[0]" / "tools.0", where
+ * it names one; of the tool_choice's name in unknown_name). Filled once by
+ * each protocol: OpenAI chat (serve_tools_openai), Responses, Anthropic. */
+typedef struct serve_tools_dialect {
+  const char *at;              /* a tool's place, printf of its index: "tools[%zu]" */
+  const char *fn;              /* the member holding name, description and schema; NULL: the tool itself */
+  const char *schema;          /* the schema's member: "parameters", "input_schema" */
+  bool schema_required;
+  const char *type;            /* the one tool type served: "function", "custom" */
+  bool untyped_ok;             /* a tool without a type is of it (Anthropic's client tools) */
+  size_t max;                  /* tools at most; 0: any number */
+  bool no_functions;           /* refuse OpenAI's deprecated "functions" */
+  bool field_first;            /* a tool's other refusals (serve_tool_add's) begin with its place */
+  const char *not_array, *too_many, *no_functions_msg;
+  const char *no_type;         /* (at) a tool with no type where one is needed */
+  const char *other_type;      /* (at, type) a type it does not serve ("?" when not a string) */
+  const char *no_name;         /* (at) */
+  const char *no_schema;       /* (at) */
+  /* tool_choice: "auto" / "none" / "required" as strings (strings), and as objects
+   * {TYPEKEY: word} (words[i] → choices[i], NULL-ended; no words: any object names a function) */
+  bool strings;
+  const char *const *words;
+  const serve_tool_choice *choices;
+  const char *name_in;         /* the member holding a named choice's name ("function"); NULL: the object */
+  bool no_tools_first;         /* a named choice without tools is refused as no_tools, not unknown_name */
+  const char *bad_string;      /* a string that is not one of the three */
+  const char *bad_object;      /* an object of no known form (and, without strings, anything else) */
+  const char *bad_word;        /* an object whose type is not a word (NULL: bad_object) */
+  const char *no_choice_name;  /* a named choice without its name (NULL: bad_object) */
+  const char *not_either;      /* neither string nor object (with strings) */
+  const char *unknown_name;    /* (name) the named tool is not among the tools */
+  const char *no_tools;        /* a call asked for without tools */
+} serve_tools_dialect;
+
+/* OpenAI chat's tools: [{"type": "function", "function": {name, description, parameters}}]. */
+extern const serve_tools_dialect serve_tools_openai;
+
+/* root's "tools" (into req->tools, OpenAI's shape) and "tool_choice" as dialect d writes them;
+ * on failure the status with f filled. */
+int serve_tools_parse(json_t *root, serve_request *req, const serve_tools_dialect *d, serve_fail *f);
+
 /* Every sampling field unset: the model's defaults. */
 void serve_sampling_defaults(serve_sampling *s);
 /* obj[key], or NULL when absent or JSON null (both mean "not given"). */

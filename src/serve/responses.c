@@ -155,57 +155,27 @@ void resp_request_free(resp_request *rr) {
   memset(rr, 0, sizeof *rr);
 }
 
-static int parse_tools(json_t *root, serve_request *req, serve_fail *f) {
-  json_t *tools = serve_json_field(root, "tools");
-  if (tools) {
-    if (!json_is_array(tools)) return serve_bad(f, "tools", "'tools' must be an array");
-    size_t i;
-    json_t *t;
-    json_array_foreach(tools, i, t) {
-      char at[48];
-      snprintf(at, sizeof at, "tools[%zu]", i);
-      const char *type = json_string_value(json_object_get(t, "type"));
-      if (!json_is_object(t) || !type) return serve_bad(f, at, "'%s' must be an object with a type", at);
-      if (strcmp(type, "function"))
-        return serve_bad(f, at, "'%s': tools of type '%.40s' are not supported by this server (function tools only)", at,
-                   type);
-      json_t *name = json_object_get(t, "name");
-      if (!json_is_string(name)) return serve_bad(f, at, "'%s.name' is required (a string)", at);
-      json_t *params = json_object_get(t, "parameters");
-      if (!params || json_is_null(params)) params = NULL;
-      json_t *empty = params ? NULL : json_pack("{s:s, s:{}}", "type", "object", "properties");
-      int rc = serve_tool_add(req, json_string_value(name), json_object_get(t, "description"), params ? params : empty,
-                              at, f);
-      json_decref(empty);
-      if (rc) return rc;
-    }
-  }
-  json_t *tc = serve_json_field(root, "tool_choice");
-  if (tc) {
-    if (json_is_string(tc)) {
-      const char *v = json_string_value(tc);
-      if (!strcmp(v, "auto")) req->tool_choice = SERVE_TOOLS_AUTO;
-      else if (!strcmp(v, "none")) req->tool_choice = SERVE_TOOLS_NONE;
-      else if (!strcmp(v, "required")) req->tool_choice = SERVE_TOOLS_REQUIRED;
-      else return serve_bad(f, "tool_choice", "'tool_choice' must be auto, none, required or {\"type\": \"function\", \"name\"}");
-    } else if (json_is_object(tc)) {
-      const char *type = json_string_value(json_object_get(tc, "type"));
-      const char *name = json_string_value(json_object_get(tc, "name"));
-      if (!type || strcmp(type, "function") || !name)
-        return serve_bad(f, "tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", \"name\"}");
-      if (!serve_tool_known(req, name))
-        return serve_bad(f, "tool_choice", "'tool_choice' names '%.64s', which is not among the tools", name);
-      req->tool_choice = SERVE_TOOLS_NAMED;
-      req->tool_name = strdup(name);
-      if (!req->tool_name) return oom(f);
-    } else {
-      return serve_bad(f, "tool_choice", "'tool_choice' must be a string or an object");
-    }
-    if ((req->tool_choice == SERVE_TOOLS_REQUIRED || req->tool_choice == SERVE_TOOLS_NAMED) && !req->tools)
-      return serve_bad(f, "tool_choice", "'tool_choice' asks for a call but no tools are given");
-  }
-  return 0;
-}
+/* tools: [{"type": "function", "name", "description", "parameters"}]; tool_choice: "auto" | "none" |
+ * "required" | {"type": "function", "name"}. */
+static const char *const choice_words[] = {"function", NULL};
+static const serve_tool_choice choice_of[] = {SERVE_TOOLS_NAMED};
+static const serve_tools_dialect tools_dialect = {
+    .at = "tools[%zu]",
+    .schema = "parameters",
+    .type = "function",
+    .not_array = "'tools' must be an array",
+    .no_type = "'%s' must be an object with a type",
+    .other_type = "'%s': tools of type '%.40s' are not supported by this server (function tools only)",
+    .no_name = "'%s.name' is required (a string)",
+    .strings = true,
+    .words = choice_words,
+    .choices = choice_of,
+    .bad_string = "'tool_choice' must be auto, none, required or {\"type\": \"function\", \"name\"}",
+    .bad_object = "'tool_choice' as an object must be {\"type\": \"function\", \"name\"}",
+    .not_either = "'tool_choice' must be a string or an object",
+    .unknown_name = "'tool_choice' names '%.64s', which is not among the tools",
+    .no_tools = "'tool_choice' asks for a call but no tools are given",
+};
 
 static int parse_text_format(json_t *root, serve_request *req, serve_fail *f) {
   json_t *text = serve_json_field(root, "text");
@@ -302,7 +272,7 @@ int resp_request_parse(const char *body, size_t len, serve_request *req, resp_re
     s->has_seed = true;
     s->seed = (uint64_t)json_integer_value(seed);
   }
-  if ((rc = parse_tools(root, req, f))) goto out;
+  if ((rc = serve_tools_parse(root, req, &tools_dialect, f))) goto out;
   /* reasoning.effort reaches the template as chat completions' reasoning_effort does */
   json_t *reasoning = serve_json_field(root, "reasoning");
   if (reasoning) {

@@ -1,57 +1,35 @@
-/* server.c — the HTTP layer: routing, API keys, body limits, JSON answers,
- * and SSE streams fed by a generation thread, on libmicrohttpd's epoll event
- * loop with a small pool of polling threads (POLL_THREADS): an idle
- * connection costs a socket, not a thread. Quick answers (health, models,
- * stats, the chat page, refusals) are made on the polling thread; a request
- * that may take long (generation, embeddings, token counts, adapters) is
- * answered on a thread of its own while its connection is suspended (defer),
- * and a stream whose generation has nothing new parks its connection until
- * the generation or the server's watcher (keep-alive comments, clients gone)
- * wakes it. A client that goes away cancels its generation: the watcher
- * checks the sockets of parked streams and of whole replies being computed
- * every WAIT_MS (a whole reply's client is gone once it closes its side, a
- * stream's once the socket is: see client_gone). No CORS headers:
- * only the chat page's own origin may read answers from a browser. Knows the
- * engine only through serve_engine (engine.h), and the JSON shapes only
- * through the protocol units: request.h / reply.h (OpenAI), anthropic.h
- * (Anthropic Messages, under /v1/messages, where every error, including
- * routing, key and size refusals, is an Anthropic error object) and ollama.h
- * (the Ollama API under /api/: NDJSON streams, {"error": ...} refusals). The
- * protocols share one generation path (answer_generate, job_generate). One
- * server may serve several engines, a request's "model" picking one.
+/* server.c — the OpenAI-compatible server over the HTTP machinery of http.c:
+ * the route table (matching, API keys, body limits, the /v1 index), the
+ * informational endpoints, and one generation path for every protocol
+ * (answer_generate, job_generate): a request's choices each a sequence of
+ * its own in the engine, whole replies or streams fed by a generation
+ * thread, a client gone cancelling its generation. Knows the engine only
+ * through serve_engine (engine.h), and the JSON shapes only through the
+ * protocol units: request.h / reply.h (OpenAI), anthropic.h (Anthropic
+ * Messages, under /v1/messages, where every error, including routing, key
+ * and size refusals, is an Anthropic error object), responses.h, infill.h
+ * and ollama.h (the Ollama API under /api/: NDJSON streams, {"error": ...}
+ * refusals). One server may serve several engines, a request's "model"
+ * picking one. No CORS headers unless asked: only the chat page's own
+ * origin may read answers from a browser.
  *
  * Connections: at most max_connections (4096), max_per_client (an eighth of
- * them, 512) per client address, so a few addresses cannot take them all;
- * one that sends no request for idle_timeout_s (10 s) is closed, one whose
- * request head (request line and headers) is not all in header_timeout_s
- * (10 s) after it opened — or after its previous answer, plus the idle
- * limit — is closed by the watcher however steadily its bytes trickle in
- * (heads_expire), and a request body that stalls for body_timeout_s (60 s) is
- * dropped, so idle or slow sockets cannot lock others out (/health keeps
- * answering). A refusal
- * decided from the headers (route, method, key, size) is answered before any
- * body is read, and before "100 Continue".
+ * them, 512) per client address; the idle, head and body deadlines, parked
+ * streams and the drain are http.c's. A refusal decided from the headers
+ * (route, method, key, size) is answered before any body is read, and
+ * before "100 Continue".
  *
  * Errors are one JSON object ({"error": {...}}, or Anthropic's
- * {"type": "error", "error": {...}} under /v1/messages) wherever the application
- * answers. libmicrohttpd answers some protocol errors itself, before any
- * handler runs, with its own small HTML page and no way to replace it: a
- * malformed or huge Content-Length (400 / 413; 0.9.75 also repeats the
- * status line and headers), an over-long request line or header block
- * (414 / 431), an unsupported HTTP version (505) and malformed chunked
- * bodies (400). */
+ * {"type": "error", "error": {...}} under /v1/messages) wherever the
+ * application answers; what libmicrohttpd answers itself is said in http.c. */
 #include "serve/server.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -59,10 +37,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/buf.h"
 #include "base/file.h"
@@ -74,6 +52,7 @@
 #include "serve/batches.h"
 #include "serve/files.h"
 #include "serve/embeddings.h"
+#include "serve/http.h"
 #include "serve/infill.h"
 #include "serve/metrics.h"
 #include "serve/signal.h"
@@ -85,90 +64,38 @@
 #include "serve/responses.h"
 
 #define DEFAULT_MAX_BODY ((size_t)16 << 20)
-#define WAIT_MS 20                 /* a waiting stream's client is checked this often */
-#define KEEPALIVE ": keep-alive\n\n"      /* the SSE comment a waiting stream sends */
 #define DEFAULT_KEEPALIVE_MS 15000
 #define DEFAULT_MAX_CONNECTIONS 4096
 #define PER_CLIENT_SHARE 8         /* one client address may hold 1/8 of the connections (by default) */
 #define DEFAULT_IDLE_TIMEOUT_S 10
 #define DEFAULT_HEADER_TIMEOUT_S 10
-#define HEAD_SCAN_S 0.1            /* the watcher looks for late request heads this often */
 #define DEFAULT_BODY_TIMEOUT_S 60  /* a request body that stalls this long is dropped */
 #define DRAIN_GRACE_S 10           /* after a drain cuts the generations, what is in flight gets this long */
-#define POLL_THREADS 4             /* libmicrohttpd's polling threads (each an epoll loop over its connections) */
 
 struct serve_server {
-  struct MHD_Daemon *daemon;
+  http_server *http;    /* owned: the connections */
   serve_engine *engine; /* borrowed: the first model's (engines[0]) */
   serve_engine **engines; /* owned array of borrowed engines: every served model, the first first */
   int nengines;
   serve_metrics *metrics; /* owned, may be NULL (out of memory): /metrics' histograms and request counts */
   char *api_key;        /* owned; NULL when none */
-  int idle_timeout_s;   /* a connection without a request is closed after this */
   size_t max_body;
-  double keepalive_s;   /* a stream with nothing to send this long sends a keep-alive comment */
-  int port;
   pthread_mutex_t engine_lock; /* one generation at a time unless the engine is thread-safe */
   atomic_uint_fast64_t next_id;
-  atomic_uint_fast64_t keepalives; /* keep-alive comments sent (serve_keepalives_sent) */
   char **names;         /* owned: aliases the model answers to (besides its id) */
   int nnames;
   bool any_name;        /* "*" among them: every model name is served */
-  char *cors;           /* owned; NULL: no CORS headers */
   resp_store *responses; /* owned: stored Responses API responses */
   char *adapter_dir;    /* owned: the real path POST /v1/adapters loads under; NULL: it loads nothing */
   const serve_models *models; /* borrowed, may be NULL: the Ollama API's models beyond the served one */
-  /* draining (serve_drain_begin): new requests are refused; in_flight counts the requests being
-   * answered (from their headers to the last byte sent), jobs lists the generations running */
-  atomic_int draining;
-  atomic_long in_flight;
+  /* the generations running (serve_drain_cancel, serve_stop) */
   pthread_mutex_t jobs_mu;
   struct job *jobs;     /* borrowed: each job is its connection's */
-  /* answers off the polling threads: `workers` running (defer); `stopping` refuses new ones */
-  pthread_mutex_t workers_mu;
-  pthread_cond_t workers_cv;
-  int workers;
-  bool stopping;
-  /* streams parked until they have something to send (stream_read), and the watcher that
-   * wakes them for a keep-alive comment or when their client is gone */
-  pthread_mutex_t park_mu;
-  struct job *parked;   /* borrowed */
-  pthread_t watcher;
-  bool watcher_started, watcher_stop;
-  pthread_cond_t watcher_cv;
-  struct job *whole;    /* borrowed: whole replies being computed, whose clients the watcher checks (under park_mu) */
-  /* connections whose request head is awaited, each with its deadline (head_watch) */
-  pthread_mutex_t head_mu;
-  struct head_watch *heads; /* borrowed: each is its connection's socket context */
-  int header_timeout_s;
-  int body_timeout_s;
-  double next_head_scan;    /* the watcher's own */
   /* the Batch API (NULL without a state directory) */
   file_store *files;        /* owned */
   batch_store *batches;     /* owned */
   int state_lock;           /* the state directory's lock file, held while serving; -1: none */
 };
-
-/* The server answering on this thread (a polling thread or a request's own),
- * for the headers every response carries. */
-static __thread serve_server *tl_server;
-struct conn;
-/* The request this thread answers for a suspended connection (defer): its
- * response is kept for the polling thread to queue. */
-static __thread struct conn *tl_deferred;
-static __thread unsigned tl_status; /* the status the polling thread's last queued answer had */
-
-static double mono_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void cors_headers(struct MHD_Response *resp) {
-  if (!tl_server || !tl_server->cors) return;
-  MHD_add_response_header(resp, "Access-Control-Allow-Origin", tl_server->cors);
-  if (strcmp(tl_server->cors, "*") != 0) MHD_add_response_header(resp, "Vary", "Origin");
-}
 
 /* Whether name (a request's "model") is e's model_id, or that with Ollama's default tag. */
 static bool name_is(const serve_engine *e, const char *name) {
@@ -195,137 +122,45 @@ static bool name_served(const serve_server *s, const char *name) {
   return false;
 }
 
-typedef enum route {
-  ROUTE_NONE = 0,
-  ROUTE_PAGE,
-  ROUTE_HEALTH,
-  ROUTE_INDEX,
-  ROUTE_MODELS,
-  ROUTE_MODEL, /* /v1/models/{id} */
-  ROUTE_CHAT,
-  ROUTE_COMPLETIONS,
-  ROUTE_MESSAGES,     /* Anthropic */
-  ROUTE_COUNT_TOKENS, /* Anthropic */
-  ROUTE_RESPONSES,    /* OpenAI Responses: POST /v1/responses */
-  ROUTE_RESPONSE,     /* GET / DELETE /v1/responses/{id} */
-  ROUTE_STATS,
-  ROUTE_METRICS,
-  ROUTE_EMBEDDINGS,
-  ROUTE_SIGNAL,
-  ROUTE_FIT,
-  ROUTE_ADAPTERS,     /* GET / POST /v1/adapters */
-  ROUTE_ADAPTER,      /* DELETE /v1/adapters/{id} */
-  ROUTE_TOKENIZE,     /* POST /tokenize (llama.cpp's, vLLM's) */
-  ROUTE_DETOKENIZE,   /* POST /detokenize */
-  ROUTE_MODEL_LOAD,   /* POST /v1/models/load, /v1/models/unload */
-  ROUTE_MODEL_UNLOAD,
-  ROUTE_OLL_VERSION,  /* the Ollama API under /api/ */
-  ROUTE_OLL_TAGS,
-  ROUTE_OLL_SHOW,
-  ROUTE_OLL_PS,
-  ROUTE_OLL_CHAT,
-  ROUTE_OLL_GENERATE,
-  ROUTE_OLL_EMBED,
-  ROUTE_OLL_EMBEDDINGS,
-  ROUTE_OLL_PULL,
-  ROUTE_OLL_DELETE,
-  ROUTE_OLL_REFUSED,  /* Ollama routes hearth does not serve: create, copy, push, blobs */
-  ROUTE_FILES,        /* POST / GET /v1/files */
-  ROUTE_FILE,         /* GET / DELETE /v1/files/{id} */
-  ROUTE_FILE_CONTENT, /* GET /v1/files/{id}/content */
-  ROUTE_BATCHES,      /* POST / GET /v1/batches */
-  ROUTE_BATCH,        /* GET /v1/batches/{id} */
-  ROUTE_BATCH_CANCEL, /* POST /v1/batches/{id}/cancel */
-  ROUTE_INFILL,       /* POST /infill (llama.cpp's fill-in-the-middle) */
-} route;
 
 /* The error shape of a route's protocol. */
 enum { PROTO_OPENAI = 0, PROTO_ANTHROPIC = 1, PROTO_OLLAMA = 2 };
 
-/* Per-request state, kept in MHD's con_cls between the calls for one request. */
-typedef struct conn {
-  route route;
-  bool del;            /* DELETE (on /v1/responses/{id}) */
-  bool post;           /* POST (on /v1/adapters) */
-  bool head;           /* HEAD: answer as GET without the body */
-  bool failed;         /* `fail` is the answer; the body is read and dropped */
-  bool anthropic;      /* under /v1/messages: errors in Anthropic's shape */
-  bool ollama;         /* under /api/: errors in Ollama's shape */
-  int priority;        /* X-Hearth-Priority: 0 (normal), 1 (low: batch rows) */
-  size_t max_body;     /* this request's body limit */
-  serve_fail fail;
-  const char *allow;   /* for 405 */
-  char allow_buf[64];  /* the methods a path takes, when allow points here */
-  char path[512];      /* the URL path without a trailing slash */
-  hbuf body;           /* owned */
-  bool counted;        /* in serve_server.in_flight until on_completed */
-  /* answered on a thread of its own (defer): 1 while it runs, 2 once done */
-  int deferred;
-  struct MHD_Response *resp; /* owned: the answer made there, queued by the polling thread */
-  unsigned resp_status;
-  enum MHD_Result resp_rc;   /* MHD_NO: no answer (nobody to answer, or out of memory): close */
-  serve_server *srv;         /* borrowed, for the answering thread */
-  struct MHD_Connection *c;
-  /* for /metrics and the request's log line */
-  double t_start;            /* its head arrived (mono_seconds) */
-  const char *route_path;    /* static: the route table's path; NULL: no route matched */
-  char method[8];
-  unsigned status;           /* the answer's; 0: none (the client went away) */
-  bool job_owned;            /* a generation answers it and logs it itself when it ends */
-} conn;
+/* The one route table: what classify matches (path, method, key), what GET
+ * /v1 lists, and each route's handler — dispatch is a lookup. A path ending
+ * in "/{id}" matches its prefix followed by a non-empty rest. */
+typedef struct http_req conn;
+/* A route's answer to a whole request (its body in cn->body). */
+typedef enum MHD_Result (*route_fn)(struct MHD_Connection *c, serve_server *s, conn *cn);
+typedef struct route_def {
+  const char *method;
+  const char *path;
+  route_fn answer;
+  bool open;   /* answered without an API key */
+  bool slow;   /* may take long (a generation, the tokenizer, an adapter or a file read from disk):
+                * answered on a thread of its own */
+  bool upload; /* the Files API's: a POST's body is an upload, under --max-file-size, not --max-body */
+  const struct serve_protocol *proto; /* a generating route's shapes (answer_generate) */
+  const char *what;
+} route_def;
 
-/* Queues `resp` (consumed) on `c`, or keeps it for the polling thread when
- * this thread answers a suspended connection. */
-static enum MHD_Result queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *resp) {
-  if (tl_deferred) {
-    if (tl_deferred->resp) MHD_destroy_response(tl_deferred->resp);
-    tl_deferred->resp = resp;
-    tl_deferred->resp_status = status;
-    return MHD_YES;
-  }
-  tl_status = status;
-  enum MHD_Result rc = MHD_queue_response(c, status, resp);
-  MHD_destroy_response(resp);
-  return rc;
-}
+/* Per-request state (conn): http.c's, with the route and protocol classify gives it. */
 
-/* ---- plain responses ---- */
+static bool conn_del(const conn *cn) { return !strcmp(cn->method, "DELETE"); }
+static bool conn_post(const conn *cn) { return !strcmp(cn->method, "POST"); }
 
-static enum MHD_Result send_bytes(struct MHD_Connection *c, unsigned status, const char *type, const char *data,
-                                  size_t len, const char *allow) {
-  struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
-  if (!resp) return MHD_NO;
-  MHD_add_response_header(resp, "Content-Type", type);
-  if (allow) MHD_add_response_header(resp, "Allow", allow);
-  cors_headers(resp);
-  return queue(c, status, resp);
-}
-
-static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *j /* consumed */) {
-  char *s = json_dumps(j, JSON_COMPACT);
-  json_decref(j);
-  if (!s) return MHD_NO;
-  enum MHD_Result rc = send_bytes(c, status, "application/json", s, strlen(s), NULL);
-  free(s);
-  return rc;
+/* The error body of a protocol (PROTO_*). */
+static http_fail_fn proto_fail_fn(int proto) {
+  return proto == PROTO_OLLAMA ? oll_fail_json : proto == PROTO_ANTHROPIC ? anth_fail_json : serve_fail_json;
 }
 
 /* An error in the OpenAI shape, or the Anthropic or Ollama one (PROTO_*). */
 static enum MHD_Result send_fail_as(struct MHD_Connection *c, const serve_fail *f, const char *allow, int proto) {
-  char *s = proto == PROTO_OLLAMA ? oll_fail_json(f) : proto == PROTO_ANTHROPIC ? anth_fail_json(f) : serve_fail_json(f);
-  if (!s) return MHD_NO;
-  HLOG_DEBUG("serve: %d %s", f->status, f->message);
-  enum MHD_Result rc = send_bytes(c, (unsigned)f->status, "application/json", s, strlen(s), allow);
-  free(s);
-  return rc;
+  return http_send_fail(c, f, allow, proto_fail_fn(proto));
 }
 
 static enum MHD_Result send_fail(struct MHD_Connection *c, const serve_fail *f, const char *allow) {
   return send_fail_as(c, f, allow, PROTO_OPENAI);
-}
-
-static int conn_proto(const struct conn *cn) {
-  return cn->ollama ? PROTO_OLLAMA : cn->anthropic ? PROTO_ANTHROPIC : PROTO_OPENAI;
 }
 
 /* ---- informational endpoints ---- */
@@ -461,7 +296,7 @@ static enum MHD_Result answer_anth_models(struct MHD_Connection *c, serve_server
   json_object_set_new(o, "last_id", from < to ? json_string(names[to - 1]) : json_null());
   free(names);
   free(a);
-  return send_json(c, 200, o);
+  return http_send_json(c, 200, o);
 }
 
 static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s, bool anthropic) {
@@ -478,19 +313,19 @@ static enum MHD_Result answer_models(struct MHD_Connection *c, serve_server *s, 
   for (int i = 0; i < n; i++) json_array_append_new(data, adapter_model_object(s->engine, &a[i]));
   free(a);
   json_object_set_new(o, "data", data);
-  return send_json(c, 200, o);
+  return http_send_json(c, 200, o);
 }
 
 static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, const char *id, bool anthropic) {
   serve_engine *e = engine_named(s, id);
-  if (e) return send_json(c, 200, anthropic ? anth_model_object(e, id) : model_object(e, id));
+  if (e) return http_send_json(c, 200, anthropic ? anth_model_object(e, id) : model_object(e, id));
   int n;
   hearth_adapter_info *a = adapters_of(s->engine, &n);
   for (int i = 0; i < n; i++)
     if (!strcmp(a[i].name, id)) {
       json_t *m = anthropic ? anth_model_object(s->engine, id) : adapter_model_object(s->engine, &a[i]);
       free(a);
-      return send_json(c, 200, m);
+      return http_send_json(c, 200, m);
     }
   free(a);
   serve_fail f;
@@ -500,7 +335,6 @@ static enum MHD_Result answer_model(struct MHD_Connection *c, serve_server *s, c
 }
 
 static json_t *route_index(void); /* the route table's listing, below */
-static enum MHD_Result send_hbuf(struct MHD_Connection *c, hbuf *b);
 
 static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server *s) {
   json_t *o = json_object();
@@ -533,14 +367,14 @@ static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server
   json_object_set_new(cap, "methods", methods);
   json_object_set_new(cap, "context_length", json_integer(e->context_length));
   json_object_set_new(o, "capabilities", cap);
-  return send_json(c, 200, o);
+  return http_send_json(c, 200, o);
 }
 
 static enum MHD_Result answer_health(struct MHD_Connection *c, serve_server *s) {
   json_t *o = json_object();
   json_object_set_new(o, "status", json_string("ok"));
   json_object_set_new(o, "model", json_string(s->engine->model_id));
-  return send_json(c, 200, o);
+  return http_send_json(c, 200, o);
 }
 
 /* ---- serving counters ---- */
@@ -621,7 +455,7 @@ static enum MHD_Result answer_stats(struct MHD_Connection *c, serve_server *s) {
     json_object_set_new(sp, hearth_spec_source_name(k), one);
   }
   json_object_set_new(o, "speculative", sp);
-  return send_json(c, 200, o);
+  return http_send_json(c, 200, o);
 }
 
 static void metric(hbuf *b, const char *name, const char *type, const char *help, double v) {
@@ -682,7 +516,7 @@ static enum MHD_Result answer_metrics(struct MHD_Connection *c, serve_server *s)
     }
   }
   serve_metrics_write(s->metrics, &b);
-  enum MHD_Result rc = b.oom ? MHD_NO : send_bytes(c, 200, "text/plain; version=0.0.4", hbuf_str(&b), b.len, NULL);
+  enum MHD_Result rc = b.oom ? MHD_NO : http_send(c, 200, "text/plain; version=0.0.4", hbuf_str(&b), b.len, NULL);
   hbuf_free(&b);
   return rc;
 }
@@ -716,48 +550,10 @@ static enum MHD_Result answer_fit(struct MHD_Connection *c, serve_server *s) {
     serve_fail_set(&f, 500, "server_error", NULL, NULL, "fit: %s", err.msg);
     return send_fail(c, &f, NULL);
   }
-  enum MHD_Result rc = send_bytes(c, 200, "application/json", json, strlen(json), NULL);
+  enum MHD_Result rc = http_send(c, 200, "application/json", json, strlen(json), NULL);
   free(json);
   return rc;
 }
-
-/* ---- client liveness ---- */
-
-static int conn_fd(struct MHD_Connection *c) {
-  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-  return ci ? (int)ci->connect_fd : -1;
-}
-
-/* True when the client is gone. For a whole reply (ended_input_is_gone):
- * once the client has closed its side (its FIN, POLLRDHUP), whether by
- * close() or shutdown(SHUT_WR) — a client waiting for an answer does not end
- * its input, and a closed socket would look the same until the answer is
- * written, after the whole generation; so the generation stops there, as
- * nginx ends a request whose client closed (499). For a stream: only once its
- * connection was reset or its socket no longer exists, so a client that
- * half-closed still reads its stream; streams write every token, and a
- * failed write ends the connection in libmicrohttpd and cancels. A stream
- * that has nothing to write yet gets TCP keepalive probes every second on
- * POLLRDHUP: they are answered while the peer's socket lives and reset once
- * it is gone, which shows here as POLLERR/POLLHUP. A client that resets the
- * connection (killed, or closed with unread data) is seen at once. */
-static bool client_gone_as(int fd, bool ended_input_is_gone) {
-  if (fd < 0) return false;
-  struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-  if (poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return true;
-  if (p.revents & POLLRDHUP) {
-    if (ended_input_is_gone) return true;
-    int one = 1, idle = 1, intvl = 1, cnt = 3;
-    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
-  }
-  return false;
-}
-
-static bool client_gone(int fd) { return client_gone_as(fd, false); }
 
 /* ---- generation ---- */
 
@@ -787,24 +583,29 @@ typedef struct slot {
   herr own_err;
   bool started;           /* has a token or ended (under j->gen_mu): its copies may start */
   double cum_logprob;     /* the sum of its tokens' logprobs (best_of ranks by it) */
-  double t_first, t_last; /* its first and latest generated token (mono_seconds; 0: none yet) */
+  double t_first, t_last; /* its first and latest generated token (http_now; 0: none yet) */
   pthread_t thread;
   bool thread_started;
 } slot;
+
+struct serve_protocol;
 
 /* What a generation needs, whole or streamed. */
 typedef struct job {
   serve_server *srv;        /* borrowed */
   serve_engine *engine;     /* borrowed: the model the request named */
   bool held;                /* engine's model is held loaded for it (hold) until job_free */
-  bool anthropic;           /* answered in the Anthropic Messages shapes (areply), else OpenAI's (reply) */
-  bool responses;           /* answered as an OpenAI Responses response (rreply) */
-  bool ollama;              /* answered in the Ollama API's shapes (oreply): NDJSON streams */
+  double keep_alive_s;      /* how long a model loaded on first use stays once idle (< 0: its own TTL) */
+  bool load_only;           /* nothing to generate: the model is to be loaded (or, keep_alive_s 0, unloaded) */
+  int64_t num_ctx;          /* a context the request sets itself (Ollama's options.num_ctx); 0: none */
+  double t0, load_s;        /* when the answer began (oll_now), and how long it waited for its model to load */
+  const struct serve_protocol *proto; /* static: the shapes it is answered in */
+  /* the protocols' own state: each table reads and writes its part */
   oll_request oreq;         /* ollama */
   oll_reply oreply;         /* owned (ollama) */
   char *pull_name;          /* owned: an /api/pull job (no generation: the fetch's progress is the stream) */
-  bool pull_running;        /* (under mu) its thread has not finished */
-  bool pull_orphan;         /* (under mu) MHD let go of it first: the pull's thread frees it */
+  bool pull_running;        /* (under st.mu) its thread has not finished; st.orphan: MHD let go of it
+                             * first, and the pull's thread frees it */
   resp_request rr;          /* owned (responses) */
   resp_reply rreply;        /* owned (responses) */
   json_t *history;          /* owned (responses): the conversation previous_response_id continues */
@@ -825,28 +626,51 @@ typedef struct job {
   char *forced;             /* owned; NULL: none. The call opening the reply (tool_choice), already in the prompt */
   int fd;                   /* the client's socket, watched for hang-ups */
   bool whole;               /* answered whole (not streamed): gone once the client ends its input */
-  struct job *wnext, **wprev; /* in the server's list of whole replies being computed (under park_mu) */
   volatile int cancel;      /* set through cancel_set, read by the engine every step */
   int rc;                   /* generate's status */
   herr err;
+  http_watch watch;         /* a whole reply's, while it is computed */
   /* streams only */
   pthread_t thread;
   bool thread_started;
-  pthread_mutex_t mu;
-  hbuf out;                 /* owned: SSE bytes produced but not yet sent */
-  size_t sent;              /* bytes of `out` already handed to MHD */
-  bool done;                /* the producer finished: `out` is all there is */
-  struct MHD_Connection *c; /* the stream's connection, suspended while it is parked */
-  double idle_since;        /* when the stream last had bytes handed over (mono_seconds) */
-  bool parked;              /* in the server's parked list, its connection suspended (under park_mu) */
-  struct job *pnext, **pprev;
+  http_stream st;           /* the bytes produced and the parked connection */
   /* the server's list of running generations (serve_drain_cancel) */
   struct job *jnext, **jprev;
   volatile int drained;     /* cancelled by the end of a drain: it ends as cut by length, not as a client gone */
   /* for /metrics and the request's log line */
-  double t_start;           /* the request's head arrived (mono_seconds) */
+  double t_start;           /* the request's head arrived (http_now) */
   const char *route_path;   /* static */
 } job;
+
+/* A protocol: the shapes a generating route reads and answers in, one table
+ * each (OpenAI chat and completions, llama.cpp's infill, the Responses API,
+ * Anthropic Messages, Ollama's chat and generate), filled below; the
+ * generation path around them is one. */
+typedef struct serve_protocol {
+  const char *name;        /* in the log lines */
+  int shape;               /* its errors' shape (PROTO_*) */
+  const char *chat_param;  /* the field an engine failure of a chat names ("messages", "input") */
+  const char *count_param; /* the field a chat's prompt refusals (count, context) name */
+  bool ndjson;             /* an NDJSON stream (no keep-alive comments), else SSE */
+  const char *thread_fail; /* a stream's whole body when its thread cannot start */
+  /* the body into j->req (and the protocol's own request state) */
+  int (*parse)(job *j, const char *body, size_t len, serve_fail *f);
+  /* the replies, once the choices are laid out (a parser of j->tc when j->parse) */
+  int (*reply_init)(job *j, uint64_t id_seed, serve_fail *f);
+  /* the forced opening of the reply through its parser (into sse when streamed); NULL: none */
+  void (*prime)(job *j, const char *text, hbuf *sse);
+  /* whole replies: each step's output, then the body */
+  void (*add)(slot *sl, const serve_token *tok);
+  void (*body)(job *j, hbuf *out);
+  /* streams: the opening, each step, a choice's end (NULL: nothing), an error, the end */
+  void (*stream_start)(job *j, hbuf *out);
+  void (*stream_token)(slot *sl, const serve_token *tok, hbuf *out);
+  void (*choice_end)(slot *sl, hbuf *out);
+  void (*stream_error)(job *j, const serve_fail *f, hbuf *out);
+  void (*stream_finish)(job *j, hbuf *out);
+  /* Ollama's load-only request (j->oreq.load_only): its answer; NULL: none */
+  void (*load_body)(job *j, const char *reason, hbuf *out);
+} serve_protocol;
 
 static void forced_call_grammar(job *j);
 static void request_done(serve_server *s, const char *method, const char *route, unsigned status, double t_start,
@@ -855,7 +679,7 @@ static void request_done(serve_server *s, const char *method, const char *route,
 /* A generated token's times: the choice's first (time to first token) or the gap since its last. */
 static void token_times(slot *sl, const serve_token *tok) {
   if (tok->flush) return;
-  double now = mono_seconds();
+  double now = http_now();
   serve_metrics *m = sl->j->srv->metrics;
   if (sl->t_first == 0) {
     sl->t_first = now;
@@ -871,7 +695,7 @@ static void token_times(slot *sl, const serve_token *tok) {
 static void job_done(job *j, unsigned status) {
   serve_server *s = j->srv;
   if (status == 200) {
-    serve_metrics_observe(s->metrics, SERVE_HIST_E2E, mono_seconds() - j->t_start);
+    serve_metrics_observe(s->metrics, SERVE_HIST_E2E, http_now() - j->t_start);
     for (int i = 0; i < j->nslots; i++)
       if (*j->slots[i].rc == 0 && j->slots[i].result->queue_seconds >= 0)
         serve_metrics_observe(s->metrics, SERVE_HIST_QUEUE, j->slots[i].result->queue_seconds);
@@ -880,8 +704,8 @@ static void job_done(job *j, unsigned status) {
   request_done(s, "POST", j->route_path, status, j->t_start, j->usage.prompt_tokens, j->usage.completion_tokens, ttft);
 }
 
-/* The client of j is gone: as a whole reply's, or as a stream's (client_gone_as). */
-static bool job_client_gone(const struct job *j) { return client_gone_as(j->fd, j->whole); }
+/* The client of j is gone: as a whole reply's, or as a stream's (http_client_gone). */
+static bool job_client_gone(const struct job *j) { return http_client_gone(j->fd, j->whole); }
 
 static void cancel_set(job *j) { __atomic_store_n(&j->cancel, 1, __ATOMIC_SEQ_CST); }
 static bool cancelled(job *j) { return __atomic_load_n(&j->cancel, __ATOMIC_SEQ_CST) != 0; }
@@ -925,7 +749,7 @@ static void unhold(serve_engine *e, double keep_alive_s) {
 
 static void job_free(job *j) {
   if (!j) return;
-  if (j->held) unhold(j->engine, j->ollama ? j->oreq.keep_alive_s : -1);
+  if (j->held) unhold(j->engine, j->keep_alive_s);
   for (int i = 1; i < j->nslots; i++) serve_reply_free(&j->slots[i].own);
   for (int i = 0; i < j->nslots; i++) free(j->slots[i].echo_text);
   free(j->slots);
@@ -941,8 +765,7 @@ static void job_free(job *j) {
   free(j->pull_name);
   resp_request_free(&j->rr);
   json_decref(j->history);
-  hbuf_free(&j->out);
-  pthread_mutex_destroy(&j->mu);
+  http_stream_free(&j->st);
   free(j);
 }
 
@@ -984,10 +807,9 @@ static void slot_run(slot *sl) {
     sl->result->finish = SERVE_FINISH_LENGTH;
     HLOG_INFO("serve: %lld tokens in, cut by the drain timeout", (long long)sl->result->completion_tokens);
   }
-  if (j->req.stream && !j->anthropic && !j->responses && !j->ollama && !j->req.infill && *sl->rc == 0 &&
-      !abandoned(j)) {
+  if (j->req.stream && j->proto->choice_end && *sl->rc == 0 && !abandoned(j)) {
     hbuf b = {0};
-    serve_sse_finish(sl->reply, sl->result->finish, &b);
+    j->proto->choice_end(sl, &b);
     stream_push(j, &b, false);
     hbuf_free(&b);
   }
@@ -1018,14 +840,14 @@ static void job_generate(job *j, serve_token_fn fn) {
   bool lock = !e->thread_safe;
   j->fn = fn;
   if (lock) pthread_mutex_lock(&s->engine_lock);
-  if (cancelled(j) || job_client_gone(j) || __atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
+  if (cancelled(j) || job_client_gone(j) || http_stopping(s->http)) {
     cancel_set(j);
     j->rc = HEARTH_ECANCELLED;
     herr_set(&j->err, HEARTH_ECANCELLED, "the client went away");
   } else {
     jobs_add(s, j);
-    if (atomic_load(&s->draining) > 1) __atomic_store_n(&j->drained, 1, __ATOMIC_SEQ_CST), cancel_set(j);
-    if (__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) cancel_set(j); /* serve_stop's sweep may have missed it */
+    if (http_draining(s->http) > 1) __atomic_store_n(&j->drained, 1, __ATOMIC_SEQ_CST), cancel_set(j);
+    if (http_stopping(s->http)) cancel_set(j); /* serve_stop's sweep may have missed it */
     for (int i = 1; i < j->nslots && !lock; i++)
       j->slots[i].thread_started = pthread_create(&j->slots[i].thread, NULL, slot_main, &j->slots[i]) == 0;
     slot_run(&j->slots[0]);
@@ -1054,7 +876,7 @@ static void job_generate(job *j, serve_token_fn fn) {
 /* An engine failure as the client sees it: by its code and typed cause, with
  * the field the engine named (never by parsing its message). */
 static void fail_from_engine(const job *j, serve_fail *f) {
-  const char *param = j->req.kind == SERVE_CHAT ? (j->responses ? "input" : "messages") : "prompt";
+  const char *param = j->req.kind == SERVE_CHAT ? j->proto->chat_param : "prompt";
   const char *field = j->err.field[0] ? j->err.field : NULL;
   if (j->err.cause == HEARTH_CAUSE_MEMORY_ADMISSION) {
     serve_fail_set(f, 400, "memory_admission", param, "memory_admission", "%s", j->err.msg);
@@ -1077,19 +899,6 @@ static void fail_from_engine(const job *j, serve_fail *f) {
   }
 }
 
-static const char *job_name(const job *j) {
-  if (j->ollama) return j->oreq.chat ? "api/chat" : "api/generate";
-  return j->responses ? "responses" : j->anthropic ? "messages" : j->req.kind == SERVE_CHAT ? "chat" : "completion";
-}
-
-/* Keeps a finished Responses response (and the conversation it ends) when asked to. */
-static void store_response(job *j, const json_t *o) {
-  if (!j->responses || !j->rr.store || !o || !j->srv->responses) return;
-  json_t *conv = resp_reply_conversation(&j->rreply, j->history);
-  resp_store_put(j->srv->responses, o, conv);
-  json_decref(conv);
-}
-
 /* Whole responses: gather every step, stop when the client hangs up. */
 static int whole_token(void *ctx, const serve_token *tok) {
   slot *sl = ctx;
@@ -1097,55 +906,26 @@ static int whole_token(void *ctx, const serve_token *tok) {
   if (!sl->started) slot_started(sl);
   if (!tok->flush) sl->cum_logprob += tok->logprob;
   token_times(sl, tok);
-  if (j->responses) resp_reply_add(&j->rreply, tok);
-  else if (j->ollama) oll_reply_add(&j->oreply, tok);
-  else if (j->anthropic) anth_reply_add(&j->areply, tok);
-  else serve_reply_add(sl->reply, tok);
+  j->proto->add(sl, tok);
   if (job_client_gone(j)) cancel_set(j);
   return cancelled(j) ? 1 : 0;
 }
 
 /* The forced opening of the reply goes through the parser first, as if generated. */
 static void job_prime(job *j, hbuf *sse) {
-  if (!j->forced) return;
-  if (j->responses) resp_reply_prime(&j->rreply, j->forced, sse);
-  else if (j->anthropic) anth_reply_prime(&j->areply, j->forced, sse);
-  else
-    for (int i = 0; i < j->nslots; i++) serve_reply_prime(j->slots[i].reply, j->forced, sse);
-}
-
-/* Waits on cv (mu held) for a signal or WAIT_MS, whichever comes first. */
-static void wait_tick(pthread_cond_t *cv, pthread_mutex_t *mu) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_nsec += WAIT_MS * 1000 * 1000;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
-  }
-  pthread_cond_timedwait(cv, mu, &until);
+  if (j->forced && j->proto->prime) j->proto->prime(j, j->forced, sse);
 }
 
 /* A whole reply checks its client at each token (whole_token), and while it
- * is computed the server's watcher checks it every WAIT_MS too (a long
- * prefill, a wait for the engine, a block-diffusion model's tokens that come
- * a block at a time): a client gone sets the cancel flag, which the engine
- * reads before every forward step. */
+ * is computed the watcher (http.c) checks it too. */
 static void whole_watch(job *j, bool on) {
-  serve_server *s = j->srv;
-  pthread_mutex_lock(&s->park_mu);
   if (on) {
-    j->wprev = &s->whole;
-    j->wnext = s->whole;
-    if (s->whole) s->whole->wprev = &j->wnext;
-    s->whole = j;
-  } else if (j->wprev) {
-    *j->wprev = j->wnext;
-    if (j->wnext) j->wnext->wprev = j->wprev;
-    j->wnext = NULL;
-    j->wprev = NULL;
+    j->watch.fd = j->fd;
+    j->watch.cancel = &j->cancel;
+    http_watch_add(j->srv->http, &j->watch);
+  } else {
+    http_watch_remove(j->srv->http, &j->watch);
   }
-  pthread_mutex_unlock(&s->park_mu);
 }
 
 /* The choices a whole reply returns, into r / res: every slot, or with
@@ -1154,7 +934,7 @@ static void whole_watch(job *j, bool on) {
  * prompt * n + k. Returns how many. */
 static int best_of_choices(job *j, serve_reply **r, serve_result *res) {
   int n = j->req.n > 0 ? j->req.n : 1, copies = j->req.kind == SERVE_COMPLETION && j->req.best_of > n ? j->req.best_of : n;
-  if (copies == n || j->anthropic || j->responses) {
+  if (copies == n) {
     for (int i = 0; i < j->nslots; i++) r[i] = j->slots[i].reply, res[i] = *j->slots[i].result;
     return j->nslots;
   }
@@ -1185,34 +965,10 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   enum MHD_Result rc;
   if (j->rc == 0 && j->result.finish != SERVE_FINISH_CANCELLED) {
     hbuf body = {0};
-    if (j->responses) {
-      json_t *o = resp_reply_object(&j->rreply, &j->result);
-      char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
-      if (txt) hbuf_puts(&body, txt);
-      else body.oom = true;
-      free(txt);
-      store_response(j, o);
-      json_decref(o);
-    } else if (j->ollama) {
-      oll_reply_body(&j->oreply, &j->result, &body);
-    } else if (j->anthropic) {
-      anth_reply_body(&j->areply, &j->result, &body);
-    } else if (j->req.infill) {
-      infill_body(&j->req, j->reply.model ? j->reply.model : j->srv->engine->model_id, hbuf_str(&j->reply.text),
-                  j->reply.text.len, &j->result, &body);
-    } else {
-      serve_reply **r = malloc(sizeof *r * (size_t)j->nslots);
-      serve_result *res = malloc(sizeof *res * (size_t)j->nslots);
-      int nr = j->nslots;
-      if (r && res) nr = best_of_choices(j, r, res);
-      if (r && res) serve_reply_body_n(r, res, nr, &j->usage, &body);
-      else body.oom = true;
-      free(r);
-      free(res);
-    }
-    rc = body.oom ? MHD_NO : send_bytes(c, 200, "application/json", hbuf_str(&body), body.len, NULL);
+    j->proto->body(j, &body);
+    rc = body.oom ? MHD_NO : http_send(c, 200, "application/json", hbuf_str(&body), body.len, NULL);
     job_done(j, body.oom ? 500 : 200);
-    HLOG_INFO("serve: %s 200: %d choice%s, %lld prompt + %lld completion tokens, %s", job_name(j), j->nslots,
+    HLOG_INFO("serve: %s 200: %d choice%s, %lld prompt + %lld completion tokens, %s", j->proto->name, j->nslots,
               j->nslots == 1 ? "" : "s", (long long)j->usage.prompt_tokens, (long long)j->usage.completion_tokens,
               serve_finish_name(j->result.finish));
     hbuf_free(&body);
@@ -1223,52 +979,16 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   } else {
     serve_fail f;
     fail_from_engine(j, &f);
-    rc = send_fail_as(c, &f, NULL, j->ollama ? PROTO_OLLAMA : j->anthropic);
+    rc = send_fail_as(c, &f, NULL, j->proto->shape);
     job_done(j, (unsigned)f.status);
   }
   job_free(j);
   return rc;
 }
 
-/* Streams: the producer thread formats SSE into j->out; MHD's reader drains
- * it. A reader with nothing to hand over parks the connection (suspends it);
- * whoever has something for it — the producer, or the watcher with a
- * keep-alive due or a client gone — unparks it (under park_mu). */
-static void park(job *j) {
-  serve_server *s = j->srv;
-  j->parked = true;
-  j->pprev = &s->parked;
-  j->pnext = s->parked;
-  if (s->parked) s->parked->pprev = &j->pnext;
-  s->parked = j;
-  MHD_suspend_connection(j->c);
-}
-
-static void unpark(job *j, bool resume) {
-  if (!j->parked) return;
-  *j->pprev = j->pnext;
-  if (j->pnext) j->pnext->pprev = j->pprev;
-  j->parked = false;
-  j->pnext = NULL;
-  j->pprev = NULL;
-  if (resume) MHD_resume_connection(j->c);
-}
-
-static void stream_push(job *j, const hbuf *b, bool done) {
-  pthread_mutex_lock(&j->mu);
-  if (j->pull_orphan) { /* nobody reads it, and the server may be gone */
-    pthread_mutex_unlock(&j->mu);
-    return;
-  }
-  if (b->len) hbuf_append(&j->out, b->data, b->len);
-  if (done) j->done = true;
-  if (b->len || done) {
-    pthread_mutex_lock(&j->srv->park_mu);
-    unpark(j, true);
-    pthread_mutex_unlock(&j->srv->park_mu);
-  }
-  pthread_mutex_unlock(&j->mu);
-}
+/* Streams: the producer thread formats SSE (NDJSON for Ollama) into j->st;
+ * http.c hands it to the client, parking the connection while it waits. */
+static void stream_push(job *j, const hbuf *b, bool done) { http_stream_push(&j->st, b, done); }
 
 static int stream_token(void *ctx, const serve_token *tok) {
   slot *sl = ctx;
@@ -1276,11 +996,7 @@ static int stream_token(void *ctx, const serve_token *tok) {
   if (!sl->started) slot_started(sl);
   token_times(sl, tok);
   hbuf b = {0};
-  if (j->responses) resp_sse_token(&j->rreply, tok, &b);
-  else if (j->ollama) oll_stream_token(&j->oreply, tok, &b);
-  else if (j->anthropic) anth_sse_token(&j->areply, tok, &b);
-  else if (j->req.infill) infill_sse_token(tok->text, tok->len, &b);
-  else serve_sse_token(sl->reply, tok, &b);
+  j->proto->stream_token(sl, tok, &b);
   stream_push(j, &b, false);
   hbuf_free(&b);
   return cancelled(j) ? 1 : 0;
@@ -1295,15 +1011,7 @@ static void *stream_main(void *arg) {
     pull_main(j);
     return NULL;
   }
-  if (j->responses) resp_sse_start(&j->rreply, &b);
-  else if (j->ollama) (void)0; /* an Ollama stream opens with its first token's line */
-  else if (j->anthropic) anth_sse_start(&j->areply, j->prompt_tokens, &b);
-  else if (j->req.infill) (void)0; /* llama.cpp's stream opens with the first piece */
-  else
-    for (int i = 0; i < j->nslots; i++) {
-      serve_sse_start(j->slots[i].reply, &b);
-      if (j->req.echo) serve_sse_text(j->slots[i].reply, j->slots[i].text, strlen(j->slots[i].text), &b);
-    }
+  j->proto->stream_start(j, &b);
   job_prime(j, &b);
   stream_push(j, &b, false);
   hbuf_clear(&b);
@@ -1314,35 +1022,10 @@ static void *stream_main(void *arg) {
   } else if (j->rc) {
     serve_fail f;
     fail_from_engine(j, &f);
-    if (j->responses) {
-      resp_sse_error(&j->rreply, &f, &b);
-    } else if (j->ollama) {
-      oll_error_line(&f, &b);
-    } else if (j->anthropic) {
-      anth_sse_error(&f, &b);
-    } else if (j->req.infill) {
-      infill_sse_error(&f, &b);
-    } else {
-      serve_sse_error(&f, &b);
-      serve_sse_done(&b);
-    }
+    j->proto->stream_error(j, &f, &b);
   } else {
-    if (j->responses) {
-      resp_sse_finish(&j->rreply, &j->result, &b);
-      json_t *o = resp_reply_object(&j->rreply, &j->result);
-      store_response(j, o);
-      json_decref(o);
-    } else if (j->ollama) {
-      oll_stream_finish(&j->oreply, &j->result, &b);
-    } else if (j->anthropic) {
-      anth_sse_finish(&j->areply, &j->result, &b);
-    } else if (j->req.infill) {
-      infill_sse_finish(&j->req, j->reply.model ? j->reply.model : j->srv->engine->model_id, &j->result, &b);
-    } else { /* each choice sent its finish chunk as it ended (slot_run) */
-      if (j->req.include_usage) serve_sse_usage(&j->reply, &j->usage, &b);
-      serve_sse_done(&b);
-    }
-    HLOG_INFO("serve: %s stream: %d choice%s, %lld prompt + %lld completion tokens, %s", job_name(j), j->nslots,
+    j->proto->stream_finish(j, &b);
+    HLOG_INFO("serve: %s stream: %d choice%s, %lld prompt + %lld completion tokens, %s", j->proto->name, j->nslots,
               j->nslots == 1 ? "" : "s", (long long)j->usage.prompt_tokens, (long long)j->usage.completion_tokens,
               serve_finish_name(j->result.finish));
   }
@@ -1351,64 +1034,14 @@ static void *stream_main(void *arg) {
   return NULL;
 }
 
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
-  (void)pos;
-  job *j = cls;
-  serve_server *s = j->srv;
-  pthread_mutex_lock(&j->mu);
-  ssize_t n;
-  if (j->sent < j->out.len) {
-    size_t left = j->out.len - j->sent;
-    n = (ssize_t)(left < max ? left : max);
-    memcpy(buf, j->out.data + j->sent, (size_t)n);
-    j->sent += (size_t)n;
-    if (j->sent == j->out.len) {
-      hbuf_clear(&j->out);
-      j->sent = 0;
-    }
-    j->idle_since = mono_seconds();
-  } else if (j->done) {
-    n = MHD_CONTENT_READER_END_OF_STREAM;
-  } else if (abandoned(j) || client_gone(j->fd) || __atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
-    cancel_set(j);
-    n = MHD_CONTENT_READER_END_WITH_ERROR;
-  } else if (!j->ollama && mono_seconds() - j->idle_since >= s->keepalive_s && max >= sizeof KEEPALIVE - 1) {
-    /* A long prefill or a queue: an SSE comment keeps proxies and clients patient. */
-    atomic_fetch_add(&s->keepalives, 1);
-    memcpy(buf, KEEPALIVE, sizeof KEEPALIVE - 1);
-    n = (ssize_t)(sizeof KEEPALIVE - 1);
-    j->idle_since = mono_seconds();
-  } else {
-    /* nothing yet: parked until the producer or the watcher has something for it (an NDJSON
-     * stream has no comment to keep alive with: its idle time starts over, so the watcher
-     * does not wake it every tick) */
-    if (j->ollama && mono_seconds() - j->idle_since >= s->keepalive_s) j->idle_since = mono_seconds();
-    pthread_mutex_lock(&s->park_mu);
-    if (__atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
-      cancel_set(j);
-      n = MHD_CONTENT_READER_END_WITH_ERROR;
-    } else {
-      park(j);
-      n = 0;
-    }
-    pthread_mutex_unlock(&s->park_mu);
-  }
-  pthread_mutex_unlock(&j->mu);
-  return n;
-}
-
 /* MHD is done with the stream (finished, or the client went away). */
 static void stream_free(void *cls) {
   job *j = cls;
-  cancel_set(j);
-  pthread_mutex_lock(&j->srv->park_mu);
-  unpark(j, false);
-  pthread_mutex_unlock(&j->srv->park_mu);
   if (j->pull_name && j->thread_started) { /* a pull is not cut: its thread finishes and frees the job */
-    pthread_mutex_lock(&j->mu);
+    pthread_mutex_lock(&j->st.mu);
     bool running = j->pull_running;
-    if (running) j->pull_orphan = true;
-    pthread_mutex_unlock(&j->mu);
+    if (running) j->st.orphan = true;
+    pthread_mutex_unlock(&j->st.mu);
     if (running) {
       pthread_detach(j->thread);
       return;
@@ -1418,68 +1051,26 @@ static void stream_free(void *cls) {
   job_free(j);
 }
 
-static void heads_expire(serve_server *s, double now);
-
-/* The server's watcher: every WAIT_MS, wakes the parked streams whose client
- * is gone (their generation is cancelled) or whose keep-alive comment is due,
- * cancels the whole replies whose client is gone, and every HEAD_SCAN_S
- * closes the connections whose request head is late; when the server stops,
- * wakes all the parked streams. */
-static void *watcher_main(void *arg) {
-  serve_server *s = arg;
-  pthread_mutex_lock(&s->park_mu);
-  while (!s->watcher_stop) {
-    wait_tick(&s->watcher_cv, &s->park_mu);
-    double now = mono_seconds();
-    for (job *j = s->parked, *next; j; j = next) {
-      next = j->pnext;
-      bool gone = abandoned(j) || client_gone(j->fd);
-      if (gone) cancel_set(j);
-      if (gone || now - j->idle_since >= s->keepalive_s) unpark(j, true);
-    }
-    for (job *j = s->whole; j; j = j->wnext)
-      if (!cancelled(j) && job_client_gone(j)) cancel_set(j);
-    if (now >= s->next_head_scan) {
-      heads_expire(s, now);
-      s->next_head_scan = now + HEAD_SCAN_S;
-    }
-  }
-  for (job *j = s->parked, *next; j; j = next) { /* stopping */
-    next = j->pnext;
-    cancel_set(j);
-    unpark(j, true);
-  }
-  pthread_mutex_unlock(&s->park_mu);
-  return NULL;
-}
-
 static enum MHD_Result answer_stream(struct MHD_Connection *c, job *j) {
-  struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, j, stream_free);
+  j->st.fd = j->fd;
+  j->st.cancel = &j->cancel;
+  j->st.drained = &j->drained;
+  j->st.keepalive = !j->proto->ndjson;
+  j->st.free_fn = stream_free;
+  j->st.owner = j;
+  struct MHD_Response *resp = http_stream_response(&j->st, c);
   if (!resp) {
     job_free(j);
     return MHD_NO;
   }
   /* From here the response owns j: stream_free runs when MHD lets go of it. */
-  j->c = c;
-  j->idle_since = mono_seconds();
   if (pthread_create(&j->thread, NULL, stream_main, j) == 0) {
     j->thread_started = true;
   } else {
-    j->done = true;
-    if (j->ollama)
-      hbuf_puts(&j->out, "{\"error\":\"could not start a thread\"}\n");
-    else if (j->anthropic)
-      hbuf_puts(&j->out, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
-                         "\"message\":\"could not start a thread\"}}\n\n");
-    else
-      hbuf_puts(&j->out, "data: {\"error\":{\"message\":\"could not start a thread\",\"type\":\"server_error\","
-                         "\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n");
+    j->st.done = true;
+    hbuf_puts(&j->st.out, j->proto->thread_fail);
   }
-  MHD_add_response_header(resp, "Content-Type", j->ollama ? "application/x-ndjson" : "text/event-stream");
-  MHD_add_response_header(resp, "Cache-Control", "no-cache");
-  MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-  cors_headers(resp);
-  return queue(c, 200, resp);
+  return http_stream_queue(c, resp, j->proto->ndjson ? "application/x-ndjson" : "text/event-stream");
 }
 
 /* The generic tool-call format (a template without a call syntax of its own):
@@ -1521,7 +1112,7 @@ static int generic_tools_messages(const serve_engine *e, const serve_request *re
   *msgs = NULL;
   *sys = NULL;
   *nmsgs = req->nmessages;
-  if (e->tool_format != TC_GENERIC || e->template_tools || !json_array_size(req->tools) ||
+  if (!tc_syntax_of((tc_format)e->tool_format)->server_describes || e->template_tools || !json_array_size(req->tools) ||
       req->tool_choice == SERVE_TOOLS_NONE)
     return 0;
   int at = 0; /* the message that takes the description */
@@ -1615,17 +1206,10 @@ static bool output_parser(const serve_engine *e, const serve_request *req, const
   return o->tools || o->reasoning;
 }
 
-/* Formats whose markers are special tokens, which the text must then keep. */
+/* Syntaxes whose markers are special tokens, which the text must then keep. */
 static bool needs_specials(const tc_opts *o) {
-  switch (o->format) {
-  case TC_HARMONY:
-  case TC_GEMMA4: return true;
-  case TC_LLAMA3:
-  case TC_MISTRAL:
-  case TC_DEEPSEEK:
-  case TC_GLM: return o->tools;
-  default: return false;
-  }
+  const tc_syntax *syn = tc_syntax_of(o->format);
+  return syn->special_markers || (o->tools && syn->special_call_markers);
 }
 
 /* A request naming a model this server does not serve: 404 model_not_found. A
@@ -1790,12 +1374,247 @@ static int reply_token_ids(job *j, serve_kind kind, serve_fail *f) {
   return 0;
 }
 
+/* ---- the protocols ---- */
+
+/* Keeps a finished Responses response (and the conversation it ends) when asked to. */
+static void store_response(job *j, const json_t *o) {
+  if (!j->rr.store || !o || !j->srv->responses) return;
+  json_t *conv = resp_reply_conversation(&j->rreply, j->history);
+  resp_store_put(j->srv->responses, o, conv);
+  json_decref(conv);
+}
+
+#define THREAD_FAIL_OPENAI                                                                                            \
+  "data: {\"error\":{\"message\":\"could not start a thread\",\"type\":\"server_error\",\"param\":null,"          \
+  "\"code\":null}}\n\ndata: [DONE]\n\n"
+
+/* OpenAI chat completions and completions: a reply per choice (serve_reply), SSE chunks. */
+static int chat_parse(job *j, const char *body, size_t len, serve_fail *f) {
+  return serve_request_parse(body, len, SERVE_CHAT, &j->req, f);
+}
+static int completions_parse(job *j, const char *body, size_t len, serve_fail *f) {
+  return serve_request_parse(body, len, SERVE_COMPLETION, &j->req, f);
+}
+static int openai_reply_init(job *j, uint64_t id_seed, serve_fail *f) {
+  herr err = {0};
+  int64_t created = (int64_t)time(NULL);
+  for (int i = 0; i < j->nslots; i++) { /* one reply per choice, all of one id */
+    serve_reply *r = j->slots[i].reply;
+    serve_reply_init(r, j->req.kind, j->engine->model_id, created, id_seed, j->req.sampling.logprobs);
+    r->index = i;
+    r->usage_null = j->req.stream && j->req.include_usage;
+    r->one_call = j->req.one_tool_call;
+    if (j->parse && serve_reply_parse(r, &j->tc, &err))
+      return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+  }
+  if (j->req.return_token_ids && reply_token_ids(j, j->req.kind, f)) return f->status;
+  if (j->req.kind == SERVE_COMPLETION && j->req.echo && echo_setup(j, f)) return f->status;
+  return 0;
+}
+static void openai_prime(job *j, const char *text, hbuf *sse) {
+  for (int i = 0; i < j->nslots; i++) serve_reply_prime(j->slots[i].reply, text, sse);
+}
+static void openai_add(slot *sl, const serve_token *tok) { serve_reply_add(sl->reply, tok); }
+static void openai_body(job *j, hbuf *out) {
+  serve_reply **r = malloc(sizeof *r * (size_t)j->nslots);
+  serve_result *res = malloc(sizeof *res * (size_t)j->nslots);
+  if (r && res) serve_reply_body_n(r, res, best_of_choices(j, r, res), &j->usage, out);
+  else out->oom = true;
+  free(r);
+  free(res);
+}
+static void openai_stream_start(job *j, hbuf *out) {
+  for (int i = 0; i < j->nslots; i++) {
+    serve_sse_start(j->slots[i].reply, out);
+    if (j->req.echo) serve_sse_text(j->slots[i].reply, j->slots[i].text, strlen(j->slots[i].text), out);
+  }
+}
+static void openai_stream_token(slot *sl, const serve_token *tok, hbuf *out) { serve_sse_token(sl->reply, tok, out); }
+/* each choice sends its finish chunk as it ends */
+static void openai_choice_end(slot *sl, hbuf *out) { serve_sse_finish(sl->reply, sl->result->finish, out); }
+static void openai_stream_error(job *j, const serve_fail *f, hbuf *out) {
+  (void)j;
+  serve_sse_error(f, out);
+  serve_sse_done(out);
+}
+static void openai_stream_finish(job *j, hbuf *out) {
+  if (j->req.include_usage) serve_sse_usage(&j->reply, &j->usage, out);
+  serve_sse_done(out);
+}
+
+static const serve_protocol proto_chat = {
+    .name = "chat", .shape = PROTO_OPENAI, .chat_param = "messages", .count_param = "messages",
+    .thread_fail = THREAD_FAIL_OPENAI, .parse = chat_parse, .reply_init = openai_reply_init, .prime = openai_prime,
+    .add = openai_add, .body = openai_body, .stream_start = openai_stream_start, .stream_token = openai_stream_token,
+    .choice_end = openai_choice_end, .stream_error = openai_stream_error, .stream_finish = openai_stream_finish};
+static const serve_protocol proto_completions = {
+    .name = "completion", .shape = PROTO_OPENAI, .chat_param = "messages", .count_param = "messages",
+    .thread_fail = THREAD_FAIL_OPENAI, .parse = completions_parse, .reply_init = openai_reply_init,
+    .prime = openai_prime, .add = openai_add, .body = openai_body, .stream_start = openai_stream_start,
+    .stream_token = openai_stream_token, .choice_end = openai_choice_end, .stream_error = openai_stream_error,
+    .stream_finish = openai_stream_finish};
+
+/* llama.cpp's /infill: a completion whose replies are llama.cpp's shapes (infill.h). */
+static int infill_parse(job *j, const char *body, size_t len, serve_fail *f) {
+  return infill_request_parse(body, len, &j->req, f);
+}
+static const char *infill_model(const job *j) { return j->reply.model ? j->reply.model : j->srv->engine->model_id; }
+static void infill_whole(job *j, hbuf *out) {
+  infill_body(&j->req, infill_model(j), hbuf_str(&j->reply.text), j->reply.text.len, &j->result, out);
+}
+static void infill_stream_start(job *j, hbuf *out) { (void)j, (void)out; } /* it opens with the first piece */
+static void infill_stream_token(slot *sl, const serve_token *tok, hbuf *out) {
+  (void)sl;
+  infill_sse_token(tok->text, tok->len, out);
+}
+static void infill_stream_error(job *j, const serve_fail *f, hbuf *out) {
+  (void)j;
+  infill_sse_error(f, out);
+}
+static void infill_stream_finish(job *j, hbuf *out) { infill_sse_finish(&j->req, infill_model(j), &j->result, out); }
+
+static const serve_protocol proto_infill = {
+    .name = "completion", .shape = PROTO_OPENAI, .chat_param = "messages", .count_param = "messages",
+    .thread_fail = THREAD_FAIL_OPENAI, .parse = infill_parse, .reply_init = openai_reply_init, .prime = openai_prime,
+    .add = openai_add, .body = infill_whole, .stream_start = infill_stream_start, .stream_token = infill_stream_token,
+    .stream_error = infill_stream_error, .stream_finish = infill_stream_finish};
+
+/* The OpenAI Responses API: output items (resp_reply), typed events, the store. */
+static int responses_parse(job *j, const char *body, size_t len, serve_fail *f) {
+  if (resp_request_parse(body, len, &j->req, &j->rr, f)) return f->status;
+  if (j->rr.previous_id) {
+    resp_store *store = j->srv->responses;
+    json_t *prev = store ? resp_store_get(store, j->rr.previous_id, &j->history) : NULL;
+    if (!prev)
+      return serve_fail_set(f, 404, "invalid_request_error", "previous_response_id", "previous_response_not_found",
+                            "Previous response with id '%.100s' not found.", j->rr.previous_id);
+    json_decref(prev);
+  }
+  return resp_request_messages(&j->req, &j->rr, j->history, f);
+}
+static int responses_reply_init(job *j, uint64_t id_seed, serve_fail *f) {
+  herr err = {0};
+  resp_reply_init(&j->rreply, j->engine->model_id, id_seed ^ (uint64_t)time(NULL), &j->rr);
+  if (j->parse && resp_reply_parse(&j->rreply, &j->tc, &err))
+    return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+  return 0;
+}
+static void responses_prime(job *j, const char *text, hbuf *sse) { resp_reply_prime(&j->rreply, text, sse); }
+static void responses_add(slot *sl, const serve_token *tok) { resp_reply_add(&sl->j->rreply, tok); }
+static void responses_body(job *j, hbuf *out) {
+  json_t *o = resp_reply_object(&j->rreply, &j->result);
+  char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+  if (txt) hbuf_puts(out, txt);
+  else out->oom = true;
+  free(txt);
+  store_response(j, o);
+  json_decref(o);
+}
+static void responses_stream_start(job *j, hbuf *out) { resp_sse_start(&j->rreply, out); }
+static void responses_stream_token(slot *sl, const serve_token *tok, hbuf *out) {
+  resp_sse_token(&sl->j->rreply, tok, out);
+}
+static void responses_stream_error(job *j, const serve_fail *f, hbuf *out) { resp_sse_error(&j->rreply, f, out); }
+static void responses_stream_finish(job *j, hbuf *out) {
+  resp_sse_finish(&j->rreply, &j->result, out);
+  json_t *o = resp_reply_object(&j->rreply, &j->result);
+  store_response(j, o);
+  json_decref(o);
+}
+
+static const serve_protocol proto_responses = {
+    .name = "responses", .shape = PROTO_OPENAI, .chat_param = "input", .count_param = "messages",
+    .thread_fail = THREAD_FAIL_OPENAI, .parse = responses_parse, .reply_init = responses_reply_init,
+    .prime = responses_prime, .add = responses_add, .body = responses_body, .stream_start = responses_stream_start,
+    .stream_token = responses_stream_token, .stream_error = responses_stream_error,
+    .stream_finish = responses_stream_finish};
+
+/* Anthropic Messages: the message object (anth_reply), named SSE events. */
+static int messages_parse(job *j, const char *body, size_t len, serve_fail *f) {
+  return anth_request_parse(body, len, false, &j->req, f);
+}
+static int messages_reply_init(job *j, uint64_t id_seed, serve_fail *f) {
+  herr err = {0};
+  anth_reply_init(&j->areply, j->engine->model_id, id_seed ^ (uint64_t)time(NULL), j->req.sampling.stop,
+                  j->req.sampling.n_stop);
+  j->req.sampling.trace_label = j->areply.id;
+  if (j->parse && anth_reply_parse(&j->areply, &j->tc, &err))
+    return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+  return 0;
+}
+static void messages_prime(job *j, const char *text, hbuf *sse) { anth_reply_prime(&j->areply, text, sse); }
+static void messages_add(slot *sl, const serve_token *tok) { anth_reply_add(&sl->j->areply, tok); }
+static void messages_body(job *j, hbuf *out) { anth_reply_body(&j->areply, &j->result, out); }
+static void messages_stream_start(job *j, hbuf *out) { anth_sse_start(&j->areply, j->prompt_tokens, out); }
+static void messages_stream_token(slot *sl, const serve_token *tok, hbuf *out) {
+  anth_sse_token(&sl->j->areply, tok, out);
+}
+static void messages_stream_error(job *j, const serve_fail *f, hbuf *out) {
+  (void)j;
+  anth_sse_error(f, out);
+}
+static void messages_stream_finish(job *j, hbuf *out) { anth_sse_finish(&j->areply, &j->result, out); }
+
+static const serve_protocol proto_messages = {
+    .name = "messages", .shape = PROTO_ANTHROPIC, .chat_param = "messages", .count_param = "messages",
+    .thread_fail = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
+                   "\"message\":\"could not start a thread\"}}\n\n",
+    .parse = messages_parse, .reply_init = messages_reply_init, .prime = messages_prime, .add = messages_add,
+    .body = messages_body, .stream_start = messages_stream_start, .stream_token = messages_stream_token,
+    .stream_error = messages_stream_error, .stream_finish = messages_stream_finish};
+
+/* The Ollama API's chat and generate: oll_reply, NDJSON lines, load-only requests. */
+static int ollama_parse(job *j, const char *body, size_t len, bool chat, serve_fail *f) {
+  if (oll_request_parse(body, len, chat, &j->req, &j->oreq, f)) return f->status;
+  j->load_only = j->oreq.load_only;
+  j->keep_alive_s = j->oreq.keep_alive_s;
+  j->num_ctx = j->oreq.num_ctx;
+  return 0;
+}
+static int oll_chat_parse(job *j, const char *body, size_t len, serve_fail *f) { return ollama_parse(j, body, len, true, f); }
+static int oll_generate_parse(job *j, const char *body, size_t len, serve_fail *f) {
+  return ollama_parse(j, body, len, false, f);
+}
+static int ollama_reply_init(job *j, uint64_t id_seed, serve_fail *f) {
+  (void)id_seed;
+  herr err = {0};
+  oll_reply_init(&j->oreply, j->oreq.chat, j->req.model, j->req.stream, j->t0, j->req.sampling.logprobs);
+  j->oreply.load_s = j->load_s;
+  if (j->parse && oll_reply_parse(&j->oreply, &j->tc, &err))
+    return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+  return 0;
+}
+static void ollama_add(slot *sl, const serve_token *tok) { oll_reply_add(&sl->j->oreply, tok); }
+static void ollama_body(job *j, hbuf *out) { oll_reply_body(&j->oreply, &j->result, out); }
+static void ollama_stream_start(job *j, hbuf *out) { (void)j, (void)out; } /* it opens with its first token's line */
+static void ollama_stream_token(slot *sl, const serve_token *tok, hbuf *out) {
+  oll_stream_token(&sl->j->oreply, tok, out);
+}
+static void ollama_stream_error(job *j, const serve_fail *f, hbuf *out) {
+  (void)j;
+  oll_error_line(f, out);
+}
+static void ollama_stream_finish(job *j, hbuf *out) { oll_stream_finish(&j->oreply, &j->result, out); }
+static void ollama_load_body(job *j, const char *reason, hbuf *out) {
+  oll_load_body(j->oreq.chat, j->req.model, reason, out);
+}
+
+#define OLLAMA_OPS                                                                                                    \
+  .shape = PROTO_OLLAMA, .chat_param = "messages", .ndjson = true,                                                    \
+  .thread_fail = "{\"error\":\"could not start a thread\"}\n", .reply_init = ollama_reply_init, .add = ollama_add,   \
+  .body = ollama_body, .stream_start = ollama_stream_start, .stream_token = ollama_stream_token,                     \
+  .stream_error = ollama_stream_error, .stream_finish = ollama_stream_finish, .load_body = ollama_load_body
+static const serve_protocol proto_oll_chat = {.name = "api/chat", .count_param = "messages", .parse = oll_chat_parse,
+                                              OLLAMA_OPS};
+static const serve_protocol proto_oll_generate = {.name = "api/generate", .count_param = "prompt",
+                                                  .parse = oll_generate_parse, OLLAMA_OPS};
+
+/* POST on a generating route: the request in its protocol's shapes (the route's
+ * serve_protocol), one generation path for all of them. */
 static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s, conn *cn) {
-  bool anth = cn->route == ROUTE_MESSAGES;
-  bool oll = cn->route == ROUTE_OLL_CHAT || cn->route == ROUTE_OLL_GENERATE;
-  int proto = oll ? PROTO_OLLAMA : anth ? PROTO_ANTHROPIC : PROTO_OPENAI;
+  const serve_protocol *pr = cn->route->proto;
+  int proto = pr->shape;
   double t0 = oll_now();
-  serve_kind kind = cn->route == ROUTE_COMPLETIONS || cn->route == ROUTE_INFILL ? SERVE_COMPLETION : SERVE_CHAT;
   serve_engine *e = s->engine;
   job *j = calloc(1, sizeof *j);
   serve_fail f;
@@ -1803,49 +1622,29 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
     serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
     return send_fail_as(c, &f, NULL, proto);
   }
-  pthread_mutex_init(&j->mu, NULL);
+  http_stream_init(&j->st, s->http);
   pthread_mutex_init(&j->gen_mu, NULL);
   pthread_cond_init(&j->gen_cv, NULL);
   j->srv = s;
+  j->proto = pr;
+  j->keep_alive_s = -1;
+  j->t0 = t0;
   j->t_start = cn->t_start;
   j->route_path = cn->route_path;
-  j->anthropic = anth;
-  j->responses = cn->route == ROUTE_RESPONSES;
-  j->ollama = oll;
-  j->fd = conn_fd(c);
-  if (oll) {
-    if (oll_request_parse(hbuf_str(&cn->body), cn->body.len, cn->route == ROUTE_OLL_CHAT, &j->req, &j->oreq, &f))
-      goto refuse;
-    kind = j->req.kind;
-    if (j->oreq.load_only) { /* Ollama's "load the model": nothing to generate */
-      if (model_unknown(s, &j->req, proto, &e, &f)) goto refuse;
-      bool unload = j->oreq.keep_alive_s == 0; /* keep_alive 0 with no prompt: Ollama's unload request */
-      if (!(unload && e->is_loaded && !e->is_loaded(e->impl))) {
-        if (hold(e, &f)) goto refuse;
-        unhold(e, j->oreq.keep_alive_s);
-      }
-      hbuf b = {0};
-      oll_load_body(j->oreq.chat, j->req.model, unload ? "unload" : "load", &b);
-      job_free(j);
-      return send_hbuf(c, &b);
+  j->fd = http_conn_fd(c);
+  if (pr->parse(j, hbuf_str(&cn->body), cn->body.len, &f)) goto refuse;
+  serve_kind kind = j->req.kind;
+  if (j->load_only) { /* a request to load (or unload) the model: nothing to generate (Ollama's) */
+    if (model_unknown(s, &j->req, proto, &e, &f)) goto refuse;
+    bool unload = j->keep_alive_s == 0; /* keep_alive 0 with no prompt: Ollama's unload request */
+    if (!(unload && e->is_loaded && !e->is_loaded(e->impl))) {
+      if (hold(e, &f)) goto refuse;
+      unhold(e, j->keep_alive_s);
     }
-  } else if (j->responses) {
-    if (resp_request_parse(hbuf_str(&cn->body), cn->body.len, &j->req, &j->rr, &f)) goto refuse;
-    if (j->rr.previous_id) {
-      json_t *prev = s->responses ? resp_store_get(s->responses, j->rr.previous_id, &j->history) : NULL;
-      if (!prev) {
-        serve_fail_set(&f, 404, "invalid_request_error", "previous_response_id", "previous_response_not_found",
-                       "Previous response with id '%.100s' not found.", j->rr.previous_id);
-        goto refuse;
-      }
-      json_decref(prev);
-    }
-    if (resp_request_messages(&j->req, &j->rr, j->history, &f)) goto refuse;
-  } else if (cn->route == ROUTE_INFILL) {
-    if (infill_request_parse(hbuf_str(&cn->body), cn->body.len, &j->req, &f)) goto refuse;
-  } else if (anth ? anth_request_parse(hbuf_str(&cn->body), cn->body.len, false, &j->req, &f)
-                  : serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f)) {
-    goto refuse;
+    hbuf b = {0};
+    pr->load_body(j, unload ? "unload" : "load", &b);
+    job_free(j);
+    return http_send_hbuf(c, &b);
   }
   if (model_unknown(s, &j->req, proto, &e, &f)) goto refuse;
   j->engine = e;
@@ -1853,8 +1652,8 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   double before_hold = oll_now();
   if (hold(e, &f)) goto refuse;
   j->held = e->acquire != NULL;
-  double load_s = j->held ? oll_now() - before_hold : 0; /* a model loaded on first use: the wait for it */
-  const char *param = kind == SERVE_CHAT && !(oll && !j->oreq.chat) ? "messages" : "prompt";
+  j->load_s = j->held ? oll_now() - before_hold : 0; /* a model loaded on first use: the wait for it */
+  const char *param = kind == SERVE_CHAT ? pr->count_param : "prompt";
   if (kind == SERVE_CHAT) {
     if (render_prompt(e, &j->req, &j->prompt, &f)) goto refuse;
     j->parse = output_parser(e, &j->req, j->prompt, &j->tc);
@@ -1896,8 +1695,8 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   herr err = {0};
   /* the choices: each prompt (a completion's prompt array; else the one) n times */
   int nprompts = kind == SERVE_COMPLETION && j->req.n_prompts > 1 ? j->req.n_prompts : 1;
-  int copies = anth || j->responses || j->req.n < 1 ? 1 : j->req.n;
-  if (kind == SERVE_COMPLETION && !anth && !j->responses && j->req.best_of > copies) copies = j->req.best_of;
+  int copies = j->req.n < 1 ? 1 : j->req.n; /* (1 where the protocol has no n) */
+  if (kind == SERVE_COMPLETION && j->req.best_of > copies) copies = j->req.best_of;
   j->nslots = nprompts * copies;
   j->slots = calloc((size_t)j->nslots, sizeof *j->slots);
   if (!j->slots) {
@@ -1927,10 +1726,10 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       goto refuse;
     }
     int64_t want = j->req.sampling.max_tokens > 0 ? j->req.sampling.max_tokens : 1;
-    if (oll && j->oreq.num_ctx > 0 && ntok + want > j->oreq.num_ctx) {
+    if (j->num_ctx > 0 && ntok + want > j->num_ctx) {
       serve_fail_set(&f, 400, "invalid_request_error", "options.num_ctx", "context_length_exceeded",
                      "options.num_ctx is %lld tokens, but the prompt has %lld and num_predict asks for %lld",
-                     (long long)j->oreq.num_ctx, (long long)ntok, (long long)(j->req.sampling.max_tokens > 0 ? want : 0));
+                     (long long)j->num_ctx, (long long)ntok, (long long)(j->req.sampling.max_tokens > 0 ? want : 0));
       goto refuse;
     }
     if (e->context_length > 0 && ntok + want > e->context_length) {
@@ -1971,50 +1770,9 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   j->prompt_tokens = j->slots[0].prompt_tokens;
   uint64_t seq = atomic_fetch_add(&s->next_id, 1);
   uint64_t id_seed = seq * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)j;
-  if (oll) {
-    oll_reply_init(&j->oreply, j->oreq.chat, j->req.model, j->req.stream, t0, j->req.sampling.logprobs);
-    j->oreply.load_s = load_s;
-    if (j->parse) {
-      if (oll_reply_parse(&j->oreply, &j->tc, &err)) {
-        serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
-        goto refuse;
-      }
-      j->req.sampling.skip_special = !needs_specials(&j->tc);
-    }
-  } else if (j->responses) {
-    resp_reply_init(&j->rreply, e->model_id, id_seed ^ (uint64_t)time(NULL), &j->rr);
-    if (j->parse && resp_reply_parse(&j->rreply, &j->tc, &err)) {
-      serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
-      goto refuse;
-    }
-    if (j->parse) j->req.sampling.skip_special = !needs_specials(&j->tc);
-  } else if (anth) {
-    anth_reply_init(&j->areply, e->model_id, id_seed ^ (uint64_t)time(NULL), j->req.sampling.stop, j->req.sampling.n_stop);
-    if (j->parse) {
-      if (anth_reply_parse(&j->areply, &j->tc, &err)) {
-        serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
-        goto refuse;
-      }
-      j->req.sampling.skip_special = !needs_specials(&j->tc);
-    }
-  } else {
-    int64_t created = (int64_t)time(NULL);
-    for (int i = 0; i < j->nslots; i++) { /* one reply per choice, all of one id */
-      serve_reply *r = j->slots[i].reply;
-      serve_reply_init(r, kind, e->model_id, created, id_seed, j->req.sampling.logprobs);
-      r->index = i;
-      r->usage_null = j->req.stream && j->req.include_usage;
-      r->one_call = j->req.one_tool_call;
-      if (j->parse && serve_reply_parse(r, &j->tc, &err)) {
-        serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
-        goto refuse;
-      }
-    }
-    if (j->parse) j->req.sampling.skip_special = !needs_specials(&j->tc);
-    if (j->req.return_token_ids && reply_token_ids(j, kind, &f)) goto refuse;
-    if (kind == SERVE_COMPLETION && j->req.echo && echo_setup(j, &f)) goto refuse;
-  }
-  j->req.sampling.trace_label = anth ? j->areply.id : j->reply.id; /* names the request in a trace */
+  j->req.sampling.trace_label = j->reply.id; /* names the request in a trace (reply_init may name another) */
+  if (pr->reply_init(j, id_seed, &f)) goto refuse;
+  if (j->parse) j->req.sampling.skip_special = !needs_specials(&j->tc);
   /* Each choice samples with the request's parameters; with a seed, copy c > 0
    * of each prompt draws from a seed of its own derived from it, so the copies
    * differ, and copy 0 keeps the request's seed (n = 1 answers as before). */
@@ -2054,10 +1812,10 @@ static enum MHD_Result answer_stored_response(struct MHD_Connection *c, serve_se
   serve_fail f;
   if (del ? s->responses && resp_store_delete(s->responses, id) : false) {
     json_t *o = json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1);
-    return send_json(c, 200, o);
+    return http_send_json(c, 200, o);
   }
   json_t *o = !del && s->responses ? resp_store_get(s->responses, id, NULL) : NULL;
-  if (o) return send_json(c, 200, o);
+  if (o) return http_send_json(c, 200, o);
   serve_fail_set(&f, 404, "invalid_request_error", NULL, "not_found", "Response with id '%.100s' not found.", id);
   return send_fail(c, &f, NULL);
 }
@@ -2072,12 +1830,6 @@ static void fail_probe(int rc, const herr *err, const char *param, serve_fail *f
     serve_fail_set(f, 400, "invalid_request_error", param, NULL, "%s", err->msg);
   else
     serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err->msg);
-}
-
-static enum MHD_Result send_hbuf(struct MHD_Connection *c, hbuf *b) {
-  enum MHD_Result rc = b->oom ? MHD_NO : send_bytes(c, 200, "application/json", hbuf_str(b), b->len, NULL);
-  hbuf_free(b);
-  return rc;
 }
 
 /* POST /tokenize (serve/tokenize.c parses and replies). */
@@ -2118,7 +1870,7 @@ static enum MHD_Result answer_tokenize(struct MHD_Connection *c, serve_server *s
     free(ids);
     if (!rc) {
       tokenize_request_free(&req);
-      return send_hbuf(c, &b);
+      return http_send_hbuf(c, &b);
     }
     hbuf_free(&b);
     fail_probe(rc, &err, req.is_chat ? "messages" : req.content ? "content" : "prompt", &f);
@@ -2150,7 +1902,7 @@ static enum MHD_Result answer_detokenize(struct MHD_Connection *c, serve_server 
       hbuf b = {0};
       detokenize_reply(text, len, &b);
       free(text), free(ids), free(model);
-      return send_hbuf(c, &b);
+      return http_send_hbuf(c, &b);
     }
     fail_probe(rc, &err, "tokens", &f);
   }
@@ -2217,7 +1969,7 @@ static enum MHD_Result answer_embeddings(struct MHD_Connection *c, serve_server 
     free(vecs);
     embed_request_free(&req);
     if (held) unhold(e, -1);
-    return send_hbuf(c, &b);
+    return http_send_hbuf(c, &b);
   }
   embed_request_free(&req);
   if (held) unhold(e, -1);
@@ -2254,7 +2006,7 @@ static enum MHD_Result answer_signal(struct MHD_Connection *c, serve_server *s, 
       signal_reply(&sg, model ? model : e->model_id, &b);
       serve_signal_free(&sg);
       signal_request_free(&req);
-      return send_hbuf(c, &b);
+      return http_send_hbuf(c, &b);
     }
     serve_signal_free(&sg);
     fail_probe(rc, &err, req.is_chat ? "messages" : "prompt", &f);
@@ -2272,14 +2024,14 @@ static enum MHD_Result answer_adapters(struct MHD_Connection *c, serve_server *s
                    e->model_id);
     return send_fail(c, &f, NULL);
   }
-  if (!cn->post) {
+  if (!conn_post(cn)) {
     int n = e->adapter_list(e->impl, NULL, 0);
     hearth_adapter_info *a = calloc((size_t)(n > 0 ? n : 1), sizeof *a);
     if (!a) return MHD_NO;
     n = e->adapter_list(e->impl, a, n);
     json_t *o = adapters_list_json(a, n);
     free(a);
-    return send_json(c, 200, o);
+    return http_send_json(c, 200, o);
   }
   char *name = NULL, *asked = NULL, *path = NULL;
   if (adapters_parse_load(hbuf_str(&cn->body), cn->body.len, &name, &asked, &f)) return send_fail(c, &f, NULL);
@@ -2308,7 +2060,7 @@ static enum MHD_Result answer_adapters(struct MHD_Connection *c, serve_server *s
       if (!strcmp(a[i].name, name)) info = a[i];
     free(a);
     if (!info.name[0]) snprintf(info.name, sizeof info.name, "%s", name);
-    r = send_json(c, 200, adapters_one_json(&info));
+    r = http_send_json(c, 200, adapters_one_json(&info));
   }
   free(name), free(path);
   return r;
@@ -2333,7 +2085,7 @@ static enum MHD_Result answer_adapter_delete(struct MHD_Connection *c, serve_ser
     return send_fail(c, &f, NULL);
   }
   json_t *o = json_pack("{s:s, s:s, s:b, s:i}", "id", id, "object", "adapter", "deleted", 1, "in_use", in_use);
-  return send_json(c, 200, o);
+  return http_send_json(c, 200, o);
 }
 
 /* POST /v1/messages/count_tokens: the rendered prompt's token count. */
@@ -2363,7 +2115,7 @@ static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_serve
   } else {
     hbuf b = {0};
     anth_count_body(n, &b);
-    rc = b.oom ? MHD_NO : send_bytes(c, 200, "application/json", hbuf_str(&b), b.len, NULL);
+    rc = b.oom ? MHD_NO : http_send(c, 200, "application/json", hbuf_str(&b), b.len, NULL);
     hbuf_free(&b);
   }
   unhold(e, -1);
@@ -2424,7 +2176,7 @@ static enum MHD_Result send_oll_fail(struct MHD_Connection *c, const serve_fail 
 }
 
 static enum MHD_Result answer_oll_version(struct MHD_Connection *c) {
-  return send_json(c, 200, json_pack("{s:s, s:s}", "version", OLL_API_VERSION, "hearth", HEARTH_VERSION));
+  return http_send_json(c, 200, json_pack("{s:s, s:s}", "version", OLL_API_VERSION, "hearth", HEARTH_VERSION));
 }
 
 static enum MHD_Result answer_oll_tags(struct MHD_Connection *c, serve_server *s) {
@@ -2433,7 +2185,7 @@ static enum MHD_Result answer_oll_tags(struct MHD_Connection *c, serve_server *s
   json_array_foreach(all, i, m)
     json_array_append_new(models, oll_model_object(m, json_string_value(json_object_get(m, "name")), false, 0));
   json_decref(all);
-  return send_json(c, 200, json_pack("{s:o}", "models", models));
+  return http_send_json(c, 200, json_pack("{s:o}", "models", models));
 }
 
 static enum MHD_Result answer_oll_ps(struct MHD_Connection *c, serve_server *s) {
@@ -2444,7 +2196,7 @@ static enum MHD_Result answer_oll_ps(struct MHD_Connection *c, serve_server *s) 
     json_array_append_new(models, oll_model_object(f, s->engines[k]->model_id, true, s->engines[k]->context_length));
     json_decref(f);
   }
-  return send_json(c, 200, json_pack("{s:o}", "models", models));
+  return http_send_json(c, 200, json_pack("{s:o}", "models", models));
 }
 
 static enum MHD_Result answer_oll_show(struct MHD_Connection *c, serve_server *s, conn *cn) {
@@ -2468,7 +2220,7 @@ static enum MHD_Result answer_oll_show(struct MHD_Connection *c, serve_server *s
   }
   if (!o) serve_fail_set(&f, 404, "invalid_request_error", "model", "model_not_found", "model '%.200s' not found", name);
   json_decref(root);
-  return o ? send_json(c, 200, o) : send_oll_fail(c, &f);
+  return o ? http_send_json(c, 200, o) : send_oll_fail(c, &f);
 }
 
 /* POST /api/embed and /api/embeddings (legacy). */
@@ -2496,7 +2248,7 @@ static enum MHD_Result answer_oll_embed(struct MHD_Connection *c, serve_server *
     free(vecs);
     embed_request_free(&req);
     if (held) unhold(e, -1);
-    return send_hbuf(c, &b);
+    return http_send_hbuf(c, &b);
   }
   embed_request_free(&req);
   if (held) unhold(e, -1);
@@ -2520,7 +2272,7 @@ static enum MHD_Result answer_oll_delete(struct MHD_Connection *c, serve_server 
   else {
     HLOG_INFO("serve: api/delete: %s removed", name);
     json_decref(root);
-    return send_bytes(c, 200, "application/json", "", 0, NULL);
+    return http_send(c, 200, "application/json", "", 0, NULL);
   }
   json_decref(root);
   return send_oll_fail(c, &f);
@@ -2583,10 +2335,10 @@ static void pull_main(job *j) {
   hbuf_clear(&b);
   if (run_pull(j->srv, j->pull_name, j, &f)) oll_error_line(&f, &b);
   else hbuf_puts(&b, "{\"status\":\"success\"}\n");
-  pthread_mutex_lock(&j->mu);
+  pthread_mutex_lock(&j->st.mu);
   j->pull_running = false;
-  bool orphan = j->pull_orphan;
-  pthread_mutex_unlock(&j->mu);
+  bool orphan = j->st.orphan;
+  pthread_mutex_unlock(&j->st.mu);
   if (orphan) { /* its client went away and MHD let go of the stream: the job is this thread's */
     hbuf_free(&b);
     job_free(j);
@@ -2614,7 +2366,7 @@ static enum MHD_Result answer_oll_pull(struct MHD_Connection *c, serve_server *s
     serve_bad(&f, NULL, "this server fetches no models (it was started without the model hub)");
     rc = send_oll_fail(c, &f);
   } else if (json_is_false(st)) {
-    rc = run_pull(s, name, NULL, &f) ? send_oll_fail(c, &f) : send_json(c, 200, json_pack("{s:s}", "status", "success"));
+    rc = run_pull(s, name, NULL, &f) ? send_oll_fail(c, &f) : http_send_json(c, 200, json_pack("{s:s}", "status", "success"));
   } else {
     job *j = calloc(1, sizeof *j);
     if (!j || !(j->pull_name = strdup(name))) {
@@ -2622,12 +2374,12 @@ static enum MHD_Result answer_oll_pull(struct MHD_Connection *c, serve_server *s
       serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
       rc = send_oll_fail(c, &f);
     } else {
-      pthread_mutex_init(&j->mu, NULL);
+      http_stream_init(&j->st, s->http);
       pthread_mutex_init(&j->gen_mu, NULL);
       pthread_cond_init(&j->gen_cv, NULL);
       j->srv = s;
-      j->ollama = true;
-      j->fd = conn_fd(c);
+      j->proto = &proto_oll_generate;
+      j->fd = http_conn_fd(c);
       j->pull_running = true;
       rc = answer_stream(c, j);
     }
@@ -2662,7 +2414,7 @@ static enum MHD_Result answer_model_load(struct MHD_Connection *c, serve_server 
   } else {
     if (load) unhold(e, -1);
     else e->unload(e->impl);
-    rc = send_json(c, 200, model_object(e, e->model_id));
+    rc = http_send_json(c, 200, model_object(e, e->model_id));
   }
   json_decref(root);
   return rc;
@@ -2705,64 +2457,111 @@ static int query_int(struct MHD_Connection *c, const char *name, int64_t def, in
   return 0;
 }
 
-static enum MHD_Result answer_batch_api(struct MHD_Connection *c, serve_server *s, conn *cn) {
+/* The Batch API's routes answer 400 batch_api_disabled without a state directory: true with that sent. */
+static bool batch_api_off(struct MHD_Connection *c, serve_server *s, enum MHD_Result *rc) {
+  if (s->files && s->batches) return false;
+  serve_fail f;
+  serve_fail_set(&f, 400, "invalid_request_error", NULL, "batch_api_disabled",
+                 "The Batch API keeps its files and batches on disk: start hearth serve with --state-dir DIR");
+  *rc = send_fail(c, &f, NULL);
+  return true;
+}
+
+/* A store's answer: the object o (consumed) when st is 200, else the refusal in f. */
+static enum MHD_Result batch_api_answer(struct MHD_Connection *c, int st, json_t *o, serve_fail *f) {
+  if (st == 200 && o) return http_send_json(c, 200, o);
+  json_decref(o);
+  if (st == 200) serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  return send_fail(c, f, NULL);
+}
+
+/* POST /v1/files (an upload) and GET /v1/files (the list). */
+static enum MHD_Result answer_files(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  enum MHD_Result rc;
+  if (batch_api_off(c, s, &rc)) return rc;
   serve_fail f;
   json_t *o = NULL;
-  int st = 0;
-  char id[256];
-  if (!s->files || !s->batches) {
-    serve_fail_set(&f, 400, "invalid_request_error", NULL, "batch_api_disabled",
-                   "The Batch API keeps its files and batches on disk: start hearth serve with --state-dir DIR");
-    return send_fail(c, &f, NULL);
+  int st;
+  int64_t limit;
+  if (conn_post(cn)) {
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    st = file_store_upload(s->files, ct, hbuf_str(&cn->body), cn->body.len, &o, &f);
+  } else {
+    const char *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
+    const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    if (order && strcmp(order, "asc") && strcmp(order, "desc"))
+      st = serve_bad(&f, "order", "'order' is '%.40s'; it must be \"asc\" or \"desc\"", order);
+    else if (!(st = query_int(c, "limit", 10000, &limit, &f)))
+      st = file_store_list(s->files, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "purpose"), after, limit,
+                           order && !strcmp(order, "asc"), &o, &f);
   }
+  return batch_api_answer(c, st, o, &f);
+}
+
+/* GET / DELETE /v1/files/{id}. */
+static enum MHD_Result answer_file(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  enum MHD_Result rc;
+  if (batch_api_off(c, s, &rc)) return rc;
+  serve_fail f;
+  json_t *o = NULL;
+  char id[256];
+  route_id(cn, "/v1/files/", NULL, id, sizeof id);
+  int st = conn_del(cn) ? file_store_delete(s->files, id, &o, &f) : file_store_get(s->files, id, &o, &f);
+  return batch_api_answer(c, st, o, &f);
+}
+
+/* GET /v1/files/{id}/content. */
+static enum MHD_Result answer_file_content(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  enum MHD_Result rc;
+  if (batch_api_off(c, s, &rc)) return rc;
+  serve_fail f;
+  char id[256];
+  route_id(cn, "/v1/files/", "/content", id, sizeof id);
+  char *data = NULL;
+  size_t len = 0;
+  int st = file_store_read(s->files, id, &data, &len, &f);
+  if (st != 200) return batch_api_answer(c, st, NULL, &f);
+  rc = http_send(c, 200, "application/octet-stream", data, len, NULL);
+  free(data);
+  return rc;
+}
+
+/* POST /v1/batches (create) and GET /v1/batches (the list). */
+static enum MHD_Result answer_batches(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  enum MHD_Result rc;
+  if (batch_api_off(c, s, &rc)) return rc;
+  serve_fail f;
+  json_t *o = NULL;
+  int st;
   int64_t limit;
   const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
-  switch (cn->route) {
-  case ROUTE_FILES:
-    if (cn->post) {
-      const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
-      st = file_store_upload(s->files, ct, hbuf_str(&cn->body), cn->body.len, &o, &f);
-    } else {
-      const char *order = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order");
-      if (order && strcmp(order, "asc") && strcmp(order, "desc"))
-        st = serve_bad(&f, "order", "'order' is '%.40s'; it must be \"asc\" or \"desc\"", order);
-      else if (!(st = query_int(c, "limit", 10000, &limit, &f)))
-        st = file_store_list(s->files, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "purpose"), after, limit,
-                             order && !strcmp(order, "asc"), &o, &f);
-    }
-    break;
-  case ROUTE_FILE:
-    route_id(cn, "/v1/files/", NULL, id, sizeof id);
-    st = cn->del ? file_store_delete(s->files, id, &o, &f) : file_store_get(s->files, id, &o, &f);
-    break;
-  case ROUTE_FILE_CONTENT: {
-    route_id(cn, "/v1/files/", "/content", id, sizeof id);
-    char *data = NULL;
-    size_t len = 0;
-    if ((st = file_store_read(s->files, id, &data, &len, &f)) != 200) break;
-    enum MHD_Result rc = send_bytes(c, 200, "application/octet-stream", data, len, NULL);
-    free(data);
-    return rc;
-  }
-  case ROUTE_BATCHES:
-    if (cn->post) st = batch_store_create(s->batches, hbuf_str(&cn->body), cn->body.len, &o, &f);
-    else if (!(st = query_int(c, "limit", 20, &limit, &f))) st = batch_store_list(s->batches, after, limit, &o, &f);
-    break;
-  case ROUTE_BATCH:
-    route_id(cn, "/v1/batches/", NULL, id, sizeof id);
-    st = batch_store_get(s->batches, id, &o, &f);
-    break;
-  case ROUTE_BATCH_CANCEL:
-    route_id(cn, "/v1/batches/", "/cancel", id, sizeof id);
-    st = batch_store_cancel(s->batches, id, &o, &f);
-    break;
-  default:
-    return MHD_NO;
-  }
-  if (st == 200 && o) return send_json(c, 200, o);
-  json_decref(o);
-  if (st == 200) serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
-  return send_fail(c, &f, NULL);
+  if (conn_post(cn)) st = batch_store_create(s->batches, hbuf_str(&cn->body), cn->body.len, &o, &f);
+  else if (!(st = query_int(c, "limit", 20, &limit, &f))) st = batch_store_list(s->batches, after, limit, &o, &f);
+  return batch_api_answer(c, st, o, &f);
+}
+
+/* GET /v1/batches/{id}. */
+static enum MHD_Result answer_batch(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  enum MHD_Result rc;
+  if (batch_api_off(c, s, &rc)) return rc;
+  serve_fail f;
+  json_t *o = NULL;
+  char id[256];
+  route_id(cn, "/v1/batches/", NULL, id, sizeof id);
+  int st = batch_store_get(s->batches, id, &o, &f);
+  return batch_api_answer(c, st, o, &f);
+}
+
+/* POST /v1/batches/{id}/cancel. */
+static enum MHD_Result answer_batch_cancel(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  enum MHD_Result rc;
+  if (batch_api_off(c, s, &rc)) return rc;
+  serve_fail f;
+  json_t *o = NULL;
+  char id[256];
+  route_id(cn, "/v1/batches/", "/cancel", id, sizeof id);
+  int st = batch_store_cancel(s->batches, id, &o, &f);
+  return batch_api_answer(c, st, o, &f);
 }
 
 /* ---- the request cycle ---- */
@@ -2783,79 +2582,134 @@ static bool key_ok(serve_server *s, struct MHD_Connection *c) {
   return diff == 0;
 }
 
-/* The one route table: what classify matches (path, method, key), what GET
- * /v1 lists, and the route on_request answers. A path ending in "/{id}"
- * matches its prefix followed by a non-empty rest. */
-typedef struct route_def {
-  const char *method;
-  const char *path;
-  route r;
-  bool open; /* answered without an API key */
-  const char *what;
-} route_def;
+/* The handlers of the routes whose answers take other arguments. */
+static enum MHD_Result route_page(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)s, (void)cn;
+  return http_send(c, 200, "text/html; charset=utf-8", serve_page_html, serve_page_html_len, NULL);
+}
+static enum MHD_Result route_health(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)cn;
+  return answer_health(c, s);
+}
+static enum MHD_Result route_index_answer(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)cn;
+  return answer_index(c, s);
+}
+static enum MHD_Result route_models(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_models(c, s, cn->proto == PROTO_ANTHROPIC);
+}
+static enum MHD_Result route_model(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_model(c, s, cn->path + 11, cn->proto == PROTO_ANTHROPIC);
+}
+static enum MHD_Result route_model_load(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_model_load(c, s, cn, true);
+}
+static enum MHD_Result route_model_unload(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_model_load(c, s, cn, false);
+}
+static enum MHD_Result route_stats(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)cn;
+  return answer_stats(c, s);
+}
+static enum MHD_Result route_metrics(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)cn;
+  return answer_metrics(c, s);
+}
+static enum MHD_Result route_fit(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)cn;
+  return answer_fit(c, s);
+}
+static enum MHD_Result route_response(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_stored_response(c, s, cn->path + 14, conn_del(cn));
+}
+static enum MHD_Result route_adapter(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_adapter_delete(c, s, cn->path + 13);
+}
+static enum MHD_Result route_oll_version(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)s, (void)cn;
+  return answer_oll_version(c);
+}
+static enum MHD_Result route_oll_tags(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)cn;
+  return answer_oll_tags(c, s);
+}
+static enum MHD_Result route_oll_ps(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)cn;
+  return answer_oll_ps(c, s);
+}
+static enum MHD_Result route_oll_embed(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_oll_embed(c, s, cn, false);
+}
+static enum MHD_Result route_oll_embeddings(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  return answer_oll_embed(c, s, cn, true);
+}
+static enum MHD_Result route_oll_refused(struct MHD_Connection *c, serve_server *s, conn *cn) {
+  (void)s;
+  return answer_oll_refused(c, cn);
+}
 
 static const route_def routes[] = {
-    {"GET", "/", ROUTE_PAGE, true, "the chat page"},
-    {"GET", "/health", ROUTE_HEALTH, true, "liveness"},
-    {"GET", "/v1", ROUTE_INDEX, false, "this index"},
-    {"GET", "/v1/models", ROUTE_MODELS, false, "the loaded model"},
-    {"GET", "/v1/models/{id}", ROUTE_MODEL, false, "one served model name"},
-    {"POST", "/v1/models/load", ROUTE_MODEL_LOAD, false,
+    {"GET", "/", route_page, .open = true, .what = "the chat page"},
+    {"GET", "/health", route_health, .open = true, .what = "liveness"},
+    {"GET", "/v1", route_index_answer, .what = "this index"},
+    {"GET", "/v1/models", route_models, .what = "the loaded model"},
+    {"GET", "/v1/models/{id}", route_model, .what = "one served model name"},
+    {"POST", "/v1/models/load", route_model_load, .slow = true, .what =
      "loads a model loaded on first use now: {\"model\"} (waits for it; the model object with its state)"},
-    {"POST", "/v1/models/unload", ROUTE_MODEL_UNLOAD, false,
+    {"POST", "/v1/models/unload", route_model_unload, .slow = true, .what =
      "unloads a model loaded on first use: {\"model\"} (now when idle, else once its requests are done)"},
-    {"POST", "/v1/chat/completions", ROUTE_CHAT, false, "chat completions (JSON or SSE with stream: true)"},
-    {"POST", "/v1/completions", ROUTE_COMPLETIONS, false, "text completions (JSON or SSE with stream: true)"},
-    {"POST", "/v1/responses", ROUTE_RESPONSES, false,
+    {"POST", "/v1/chat/completions", answer_generate, .proto = &proto_chat, .slow = true, .what = "chat completions (JSON or SSE with stream: true)"},
+    {"POST", "/v1/completions", answer_generate, .proto = &proto_completions, .slow = true, .what = "text completions (JSON or SSE with stream: true)"},
+    {"POST", "/v1/responses", answer_generate, .proto = &proto_responses, .slow = true, .what =
      "OpenAI Responses API (JSON or SSE with stream: true; previous_response_id)"},
-    {"GET", "/v1/responses/{id}", ROUTE_RESPONSE, false, "a stored response"},
-    {"DELETE", "/v1/responses/{id}", ROUTE_RESPONSE, false, "deletes a stored response"},
-    {"POST", "/v1/messages", ROUTE_MESSAGES, false, "Anthropic Messages API (JSON or SSE with stream: true)"},
-    {"POST", "/v1/messages/count_tokens", ROUTE_COUNT_TOKENS, false, "Anthropic token count of a Messages request"},
-    {"POST", "/v1/embeddings", ROUTE_EMBEDDINGS, false,
+    {"GET", "/v1/responses/{id}", route_response, .what = "a stored response"},
+    {"DELETE", "/v1/responses/{id}", route_response, .what = "deletes a stored response"},
+    {"POST", "/v1/messages", answer_generate, .proto = &proto_messages, .slow = true, .what = "Anthropic Messages API (JSON or SSE with stream: true)"},
+    {"POST", "/v1/messages/count_tokens", answer_count_tokens, .slow = true, .what = "Anthropic token count of a Messages request"},
+    {"POST", "/v1/embeddings", answer_embeddings, .slow = true, .what =
      "embeddings: the last token's final hidden state, L2-normalised (float or base64)"},
-    {"POST", "/v1/signal", ROUTE_SIGNAL, false, "the next token's log-probability histogram, entropy and best tokens"},
-    {"GET", "/v1/adapters", ROUTE_ADAPTERS, false, "the loaded LoRA adapters (a request picks one with \"adapter\")"},
-    {"POST", "/v1/adapters", ROUTE_ADAPTERS, false, "loads a PEFT LoRA adapter folder: {\"name\", \"path\"}"},
-    {"DELETE", "/v1/adapters/{id}", ROUTE_ADAPTER, false,
+    {"POST", "/v1/signal", answer_signal, .slow = true, .what = "the next token's log-probability histogram, entropy and best tokens"},
+    {"GET", "/v1/adapters", answer_adapters, .slow = true, .what = "the loaded LoRA adapters (a request picks one with \"adapter\")"},
+    {"POST", "/v1/adapters", answer_adapters, .slow = true, .what = "loads a PEFT LoRA adapter folder: {\"name\", \"path\"}"},
+    {"DELETE", "/v1/adapters/{id}", route_adapter, .slow = true, .what =
      "unloads an adapter (requests running under it finish first; its memory is freed after the last)"},
-    {"GET", "/stats", ROUTE_STATS, false, "serving counters as JSON (requests, KV blocks, prefix cache, tokens/s)"},
-    {"GET", "/metrics", ROUTE_METRICS, false, "serving counters in the Prometheus text format"},
-    {"POST", "/infill", ROUTE_INFILL, false,
+    {"GET", "/stats", route_stats, .what = "serving counters as JSON (requests, KV blocks, prefix cache, tokens/s)"},
+    {"GET", "/metrics", route_metrics, .what = "serving counters in the Prometheus text format"},
+    {"POST", "/infill", answer_generate, .proto = &proto_infill, .slow = true, .what =
      "fill-in-the-middle as llama.cpp's (input_prefix, input_suffix, input_extra, prompt; models with FIM tokens)"},
-    {"GET", "/fit", ROUTE_FIT, false,
+    {"GET", "/fit", route_fit, .slow = true, .what =
      "the served model's memory contract: weights, KV bytes per token, fit, largest context, predicted tok/s "
      "(?ctx=N&batch=B)"},
-    {"POST", "/tokenize", ROUTE_TOKENIZE, false,
+    {"POST", "/tokenize", answer_tokenize, .slow = true, .what =
      "text to token ids: {\"content\" (or \"prompt\", or chat \"messages\"), \"add_special\", \"with_pieces\"}"},
-    {"POST", "/detokenize", ROUTE_DETOKENIZE, false, "token ids to text: {\"tokens\": [ids]}"},
-    {"GET", "/api/version", ROUTE_OLL_VERSION, false, "Ollama API: the API version"},
-    {"GET", "/api/tags", ROUTE_OLL_TAGS, false, "Ollama API: the models hearth can name (the served one first)"},
-    {"POST", "/api/show", ROUTE_OLL_SHOW, false, "Ollama API: a model's details and capabilities"},
-    {"GET", "/api/ps", ROUTE_OLL_PS, false, "Ollama API: the loaded model"},
-    {"POST", "/api/chat", ROUTE_OLL_CHAT, false, "Ollama API: chat (NDJSON stream unless stream: false)"},
-    {"POST", "/api/generate", ROUTE_OLL_GENERATE, false, "Ollama API: generate (NDJSON stream unless stream: false)"},
-    {"POST", "/api/embed", ROUTE_OLL_EMBED, false, "Ollama API: embeddings of input"},
-    {"POST", "/api/embeddings", ROUTE_OLL_EMBEDDINGS, false, "Ollama API: the embedding of prompt (legacy)"},
-    {"POST", "/api/pull", ROUTE_OLL_PULL, false, "Ollama API: fetches a model as hearth get (progress as NDJSON)"},
-    {"DELETE", "/api/delete", ROUTE_OLL_DELETE, false, "Ollama API: removes a model as hearth rm"},
-    {"POST", "/api/create", ROUTE_OLL_REFUSED, false, "Ollama API: refused (hearth makes no models from Modelfiles)"},
-    {"POST", "/api/copy", ROUTE_OLL_REFUSED, false, "Ollama API: refused (hearth scan names models)"},
-    {"POST", "/api/push", ROUTE_OLL_REFUSED, false, "Ollama API: refused (hearth pushes to no registry)"},
-    {"POST", "/api/blobs/{id}", ROUTE_OLL_REFUSED, false, "Ollama API: refused (no Modelfile blobs)"},
-    {"GET", "/api/blobs/{id}", ROUTE_OLL_REFUSED, false, "Ollama API: refused (no Modelfile blobs)"},
-    {"POST", "/v1/files", ROUTE_FILES, false,
+    {"POST", "/detokenize", answer_detokenize, .slow = true, .what = "token ids to text: {\"tokens\": [ids]}"},
+    {"GET", "/api/version", route_oll_version, .what = "Ollama API: the API version"},
+    {"GET", "/api/tags", route_oll_tags, .slow = true, .what = "Ollama API: the models hearth can name (the served one first)"},
+    {"POST", "/api/show", answer_oll_show, .slow = true, .what = "Ollama API: a model's details and capabilities"},
+    {"GET", "/api/ps", route_oll_ps, .what = "Ollama API: the loaded model"},
+    {"POST", "/api/chat", answer_generate, .proto = &proto_oll_chat, .slow = true, .what = "Ollama API: chat (NDJSON stream unless stream: false)"},
+    {"POST", "/api/generate", answer_generate, .proto = &proto_oll_generate, .slow = true, .what = "Ollama API: generate (NDJSON stream unless stream: false)"},
+    {"POST", "/api/embed", route_oll_embed, .slow = true, .what = "Ollama API: embeddings of input"},
+    {"POST", "/api/embeddings", route_oll_embeddings, .slow = true, .what = "Ollama API: the embedding of prompt (legacy)"},
+    {"POST", "/api/pull", answer_oll_pull, .slow = true, .what = "Ollama API: fetches a model as hearth get (progress as NDJSON)"},
+    {"DELETE", "/api/delete", answer_oll_delete, .slow = true, .what = "Ollama API: removes a model as hearth rm"},
+    {"POST", "/api/create", route_oll_refused, .what = "Ollama API: refused (hearth makes no models from Modelfiles)"},
+    {"POST", "/api/copy", route_oll_refused, .what = "Ollama API: refused (hearth scan names models)"},
+    {"POST", "/api/push", route_oll_refused, .what = "Ollama API: refused (hearth pushes to no registry)"},
+    {"POST", "/api/blobs/{id}", route_oll_refused, .what = "Ollama API: refused (no Modelfile blobs)"},
+    {"GET", "/api/blobs/{id}", route_oll_refused, .what = "Ollama API: refused (no Modelfile blobs)"},
+    {"POST", "/v1/files", answer_files, .slow = true, .upload = true, .what =
      "uploads a Batch API input file: multipart/form-data with purpose \"batch\" and the JSONL file (--state-dir)"},
-    {"GET", "/v1/files", ROUTE_FILES, false, "the stored files, newest first (?purpose, ?after, ?limit, ?order)"},
-    {"GET", "/v1/files/{id}/content", ROUTE_FILE_CONTENT, false, "a file's content"},
-    {"GET", "/v1/files/{id}", ROUTE_FILE, false, "a file object"},
-    {"DELETE", "/v1/files/{id}", ROUTE_FILE, false, "deletes a file"},
-    {"POST", "/v1/batches", ROUTE_BATCHES, false,
+    {"GET", "/v1/files", answer_files, .slow = true, .upload = true, .what = "the stored files, newest first (?purpose, ?after, ?limit, ?order)"},
+    {"GET", "/v1/files/{id}/content", answer_file_content, .slow = true, .what = "a file's content"},
+    {"GET", "/v1/files/{id}", answer_file, .slow = true, .what = "a file object"},
+    {"DELETE", "/v1/files/{id}", answer_file, .slow = true, .what = "deletes a file"},
+    {"POST", "/v1/batches", answer_batches, .slow = true, .what =
      "creates a batch: {\"input_file_id\", \"endpoint\", \"completion_window\": \"24h\", \"metadata\"}; its rows run "
      "at low priority"},
-    {"GET", "/v1/batches", ROUTE_BATCHES, false, "the batches, newest first (?after, ?limit)"},
-    {"POST", "/v1/batches/{id}/cancel", ROUTE_BATCH_CANCEL, false, "cancels a batch (rows answered so far are kept)"},
-    {"GET", "/v1/batches/{id}", ROUTE_BATCH, false, "a batch object"},
+    {"GET", "/v1/batches", answer_batches, .slow = true, .what = "the batches, newest first (?after, ?limit)"},
+    {"POST", "/v1/batches/{id}/cancel", answer_batch_cancel, .slow = true, .what = "cancels a batch (rows answered so far are kept)"},
+    {"GET", "/v1/batches/{id}", answer_batch, .slow = true, .what = "a batch object"},
 };
 
 /* "{id}" inside a path ("/v1/batches/{id}/cancel") matches one segment. */
@@ -2881,21 +2735,17 @@ static json_t *route_index(void) {
 }
 
 /* Decides on the first call, before any body: route, method, key, size. */
-static void classify(serve_server *s, struct MHD_Connection *c, const char *url, const char *method, conn *cn) {
-  char *path = cn->path;
-  cn->t_start = mono_seconds();
-  snprintf(cn->method, sizeof cn->method, "%s", method);
-  snprintf(cn->path, sizeof cn->path, "%s", url);
-  size_t n = strlen(path);
-  if (n > 1 && path[n - 1] == '/') path[n - 1] = 0;
-  cn->head = strcmp(method, "HEAD") == 0;
-  cn->anthropic = strcmp(path, "/v1/messages") == 0 || strncmp(path, "/v1/messages/", 13) == 0;
-  cn->ollama = strncmp(path, "/api/", 5) == 0;
+static void classify(void *ctx, struct MHD_Connection *c, const char *url, conn *cn) {
+  serve_server *s = ctx;
+  const char *path = cn->path, *method = cn->method;
+  bool anthropic = strcmp(path, "/v1/messages") == 0 || strncmp(path, "/v1/messages/", 13) == 0;
   /* /v1/models asked by an Anthropic client (which always sends anthropic-version): its shapes */
   if ((strcmp(path, "/v1/models") == 0 || strncmp(path, "/v1/models/", 11) == 0) &&
       MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version"))
-    cn->anthropic = true;
-  if (atomic_load(&s->draining)) {
+    anthropic = true;
+  cn->proto = strncmp(path, "/api/", 5) == 0 ? PROTO_OLLAMA : anthropic ? PROTO_ANTHROPIC : PROTO_OPENAI;
+  cn->fail_json = proto_fail_fn(cn->proto);
+  if (http_draining(s->http)) {
     cn->failed = true;
     serve_fail_set(&cn->fail, 503, "server_error", NULL, "shutting_down",
                    "The server is shutting down and takes no new requests; retry on another instance or later");
@@ -2928,10 +2778,9 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
     return;
   }
   bool open = rt->open;
-  cn->route = rt->r;
+  cn->route = rt;
   cn->route_path = rt->path;
-  cn->del = !strcmp(m, "DELETE");
-  cn->post = !strcmp(m, "POST");
+  cn->slow = rt->slow;
   if (!open && !key_ok(s, c)) {
     cn->failed = true;
     serve_fail_set(&cn->fail, 401, "authentication_error", NULL, "invalid_api_key",
@@ -2947,7 +2796,7 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
   }
   cn->priority = prio && !strcasecmp(prio, "low") ? 1 : 0;
   cn->max_body = s->max_body;
-  if (cn->route == ROUTE_FILES && cn->post && s->files) /* the file, and the form around it */
+  if (rt->upload && conn_post(cn) && s->files) /* the file, and the form around it */
     cn->max_body = file_store_max_bytes(s->files) + ((size_t)64 << 10);
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
   if (cl) {
@@ -2959,7 +2808,7 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
       cn->failed = true;
       serve_fail_set(&cn->fail, 400, "invalid_request_error", NULL, "invalid_content_length",
                      "Content-Length '%.40s' is not a byte count", cl);
-    } else if (v > cn->max_body && cn->route == ROUTE_FILES && s->files) {
+    } else if (v > cn->max_body && rt->upload && s->files) {
       cn->failed = true;
       serve_fail_set(&cn->fail, 413, "invalid_request_error", "file", "file_too_large",
                      "The upload has %llu bytes; a file may have %zu (hearth serve --max-file-size)", v,
@@ -2972,334 +2821,9 @@ static void classify(serve_server *s, struct MHD_Connection *c, const char *url,
   }
 }
 
-/* Answers a whole request (its body is in cn->body). */
-static enum MHD_Result answer_route(struct MHD_Connection *c, serve_server *s, conn *cn) {
-  switch (cn->route) {
-  case ROUTE_PAGE:
-    return send_bytes(c, 200, "text/html; charset=utf-8", serve_page_html, serve_page_html_len, NULL);
-  case ROUTE_HEALTH:
-    return answer_health(c, s);
-  case ROUTE_INDEX:
-    return answer_index(c, s);
-  case ROUTE_MODELS:
-    return answer_models(c, s, cn->anthropic);
-  case ROUTE_MODEL:
-    return answer_model(c, s, cn->path + 11, cn->anthropic);
-  case ROUTE_MODEL_LOAD:
-  case ROUTE_MODEL_UNLOAD:
-    return answer_model_load(c, s, cn, cn->route == ROUTE_MODEL_LOAD);
-  case ROUTE_STATS:
-    return answer_stats(c, s);
-  case ROUTE_METRICS:
-    return answer_metrics(c, s);
-  case ROUTE_FIT:
-    return answer_fit(c, s);
-  case ROUTE_CHAT:
-  case ROUTE_COMPLETIONS:
-  case ROUTE_MESSAGES:
-  case ROUTE_RESPONSES:
-  case ROUTE_INFILL:
-    return answer_generate(c, s, cn);
-  case ROUTE_RESPONSE:
-    return answer_stored_response(c, s, cn->path + 14, cn->del);
-  case ROUTE_COUNT_TOKENS:
-    return answer_count_tokens(c, s, cn);
-  case ROUTE_EMBEDDINGS:
-    return answer_embeddings(c, s, cn);
-  case ROUTE_SIGNAL:
-    return answer_signal(c, s, cn);
-  case ROUTE_ADAPTERS:
-    return answer_adapters(c, s, cn);
-  case ROUTE_ADAPTER:
-    return answer_adapter_delete(c, s, cn->path + 13);
-  case ROUTE_TOKENIZE:
-    return answer_tokenize(c, s, cn);
-  case ROUTE_DETOKENIZE:
-    return answer_detokenize(c, s, cn);
-  case ROUTE_OLL_VERSION:
-    return answer_oll_version(c);
-  case ROUTE_OLL_TAGS:
-    return answer_oll_tags(c, s);
-  case ROUTE_OLL_SHOW:
-    return answer_oll_show(c, s, cn);
-  case ROUTE_OLL_PS:
-    return answer_oll_ps(c, s);
-  case ROUTE_OLL_CHAT:
-  case ROUTE_OLL_GENERATE:
-    return answer_generate(c, s, cn);
-  case ROUTE_OLL_EMBED:
-  case ROUTE_OLL_EMBEDDINGS:
-    return answer_oll_embed(c, s, cn, cn->route == ROUTE_OLL_EMBEDDINGS);
-  case ROUTE_OLL_PULL:
-    return answer_oll_pull(c, s, cn);
-  case ROUTE_OLL_DELETE:
-    return answer_oll_delete(c, s, cn);
-  case ROUTE_OLL_REFUSED:
-    return answer_oll_refused(c, cn);
-  case ROUTE_FILES:
-  case ROUTE_FILE:
-  case ROUTE_FILE_CONTENT:
-  case ROUTE_BATCHES:
-  case ROUTE_BATCH:
-  case ROUTE_BATCH_CANCEL:
-    return answer_batch_api(c, s, cn);
-  default:
-    return MHD_NO;
-  }
-}
-
-/* Routes whose answer may take long (a generation, the tokenizer, an
- * adapter read from disk): answered on a thread of their own (defer). */
-static bool slow_route(route r) {
-  switch (r) {
-  case ROUTE_CHAT:
-  case ROUTE_COMPLETIONS:
-  case ROUTE_MESSAGES:
-  case ROUTE_RESPONSES:
-  case ROUTE_COUNT_TOKENS:
-  case ROUTE_EMBEDDINGS:
-  case ROUTE_SIGNAL:
-  case ROUTE_ADAPTERS:
-  case ROUTE_ADAPTER:
-  case ROUTE_FIT:
-  case ROUTE_TOKENIZE:
-  case ROUTE_DETOKENIZE:
-  case ROUTE_MODEL_LOAD:
-  case ROUTE_MODEL_UNLOAD:
-  case ROUTE_OLL_TAGS: /* the models' headers are read */
-  case ROUTE_OLL_SHOW:
-  case ROUTE_OLL_CHAT:
-  case ROUTE_OLL_GENERATE:
-  case ROUTE_OLL_EMBED:
-  case ROUTE_OLL_EMBEDDINGS:
-  case ROUTE_OLL_PULL:
-  case ROUTE_OLL_DELETE:
-  case ROUTE_FILES:
-  case ROUTE_FILE:
-  case ROUTE_FILE_CONTENT:
-  case ROUTE_BATCHES:
-  case ROUTE_BATCH:
-  case ROUTE_BATCH_CANCEL:
-  case ROUTE_INFILL:
-    return true;
-  default:
-    return false;
-  }
-}
-
-static void *defer_main(void *arg) {
-  conn *cn = arg;
-  serve_server *s = cn->srv;
-  struct MHD_Connection *c = cn->c;
-  tl_server = s;
-  tl_deferred = cn;
-  cn->resp_rc = answer_route(c, s, cn);
-  tl_deferred = NULL;
-  cn->deferred = 2;
-  /* the polling thread calls on_request again and queues cn->resp; cn is not ours after this */
-  MHD_resume_connection(c);
-  pthread_mutex_lock(&s->workers_mu);
-  s->workers--;
-  pthread_cond_broadcast(&s->workers_cv);
-  pthread_mutex_unlock(&s->workers_mu);
-  return NULL;
-}
-
-/* Suspends the connection and answers it on a new thread, so that a polling
- * thread never waits on a generation. */
-static enum MHD_Result defer(serve_server *s, struct MHD_Connection *c, conn *cn) {
-  pthread_mutex_lock(&s->workers_mu);
-  bool stopping = s->stopping;
-  if (!stopping) s->workers++;
-  pthread_mutex_unlock(&s->workers_mu);
-  if (stopping) {
-    serve_fail f;
-    serve_fail_set(&f, 503, "server_error", NULL, "shutting_down", "The server is stopping");
-    return send_fail_as(c, &f, NULL, conn_proto(cn));
-  }
-  cn->srv = s;
-  cn->c = c;
-  cn->deferred = 1;
-  MHD_suspend_connection(c);
-  pthread_attr_t at;
-  pthread_attr_init(&at);
-  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-  pthread_t t;
-  int e = pthread_create(&t, &at, defer_main, cn);
-  pthread_attr_destroy(&at);
-  if (e == 0) return MHD_YES;
-  MHD_resume_connection(c);
-  cn->deferred = 0;
-  pthread_mutex_lock(&s->workers_mu);
-  s->workers--;
-  pthread_cond_broadcast(&s->workers_cv);
-  pthread_mutex_unlock(&s->workers_mu);
-  serve_fail f;
-  serve_fail_set(&f, 503, "server_error", NULL, NULL, "could not start a thread for the request");
-  return send_fail_as(c, &f, NULL, conn_proto(cn));
-}
-
-/* ---- the request head's deadline ----
- * libmicrohttpd's connection timeout counts silence, so a client that sends
- * a byte of its headers every few seconds would keep its connection forever.
- * Each connection's socket context is a head_watch, in the server's list
- * while its request head is awaited: from when it opens (deadline: now +
- * header_timeout_s) and again after each answer on a kept-alive connection
- * (now + idle + header timeouts), out of it once the head is in (on_request's
- * first call) or the connection closes. The watcher shuts the socket of
- * every one past its deadline down, which libmicrohttpd then sees as the
- * end of the connection and closes. The socket stays open while it is in
- * the list: libmicrohttpd closes it only after the CLOSED notice unlinks it
- * (under head_mu). */
-typedef struct head_watch {
-  int fd;
-  double deadline; /* mono_seconds by which the head must be in */
-  struct head_watch *next, **prev;
-} head_watch;
-
-static void head_unlink(head_watch *h) {
-  if (!h->prev) return;
-  *h->prev = h->next;
-  if (h->next) h->next->prev = h->prev;
-  h->next = NULL;
-  h->prev = NULL;
-}
-
-/* Awaits h's next request head until `deadline` (or no longer: deadline < 0). */
-static void head_await(serve_server *s, head_watch *h, double deadline) {
-  if (!h) return;
-  pthread_mutex_lock(&s->head_mu);
-  head_unlink(h);
-  if (deadline >= 0) {
-    h->deadline = deadline;
-    h->prev = &s->heads;
-    h->next = s->heads;
-    if (s->heads) s->heads->prev = &h->next;
-    s->heads = h;
-  }
-  pthread_mutex_unlock(&s->head_mu);
-}
-
-static head_watch *head_of(struct MHD_Connection *c) {
-  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-  return ci ? ci->socket_context : NULL;
-}
-
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
-  serve_server *s = cls;
-  if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-    head_watch *h = calloc(1, sizeof *h); /* none (out of memory): that connection has the idle limit only */
-    *socket_context = h;
-    if (!h) return;
-    h->fd = conn_fd(c);
-    head_await(s, h, mono_seconds() + s->header_timeout_s);
-  } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
-    head_watch *h = *socket_context;
-    if (!h) return;
-    head_await(s, h, -1);
-    free(h);
-    *socket_context = NULL;
-  }
-}
-
-static void heads_expire(serve_server *s, double now) {
-  int closed = 0;
-  pthread_mutex_lock(&s->head_mu);
-  for (head_watch *h = s->heads, *next; h; h = next) {
-    next = h->next;
-    if (now < h->deadline) continue;
-    if (h->fd >= 0) shutdown(h->fd, SHUT_RDWR);
-    head_unlink(h);
-    closed++;
-  }
-  pthread_mutex_unlock(&s->head_mu);
-  if (closed)
-    HLOG_INFO("serve: closed %d connection(s) whose request headers were not in within %d s", closed, s->header_timeout_s);
-}
-
-static enum MHD_Result on_request_in(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                     const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-  serve_server *s = cls;
-  conn *cn = *con_cls;
-  tl_server = s;
-  if (!cn) head_await(s, head_of(c), -1); /* the head is in */
-  if (!cn && s->cors && strcmp(method, "OPTIONS") == 0) { /* a browser's CORS preflight */
-    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    if (!resp) return MHD_NO;
-    cors_headers(resp);
-    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
-    MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-                            "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta, "
-                            "anthropic-dangerous-direct-browser-access, OpenAI-Organization, OpenAI-Project, "
-                            "X-Stainless-Arch, X-Stainless-Lang, X-Stainless-OS, X-Stainless-Package-Version, "
-                            "X-Stainless-Retry-Count, X-Stainless-Runtime, X-Stainless-Runtime-Version, "
-                            "X-Stainless-Timeout, X-Stainless-Helper-Method, X-Hearth-Priority");
-    MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
-    enum MHD_Result rc = MHD_queue_response(c, 204, resp);
-    MHD_destroy_response(resp);
-    return rc;
-  }
-  if (!cn) {
-    cn = calloc(1, sizeof *cn);
-    if (!cn) return MHD_NO;
-    *con_cls = cn;
-    classify(s, c, url, method, cn);
-    if (!cn->failed) {
-      cn->counted = true;
-      atomic_fetch_add(&s->in_flight, 1);
-    }
-    /* A refusal (bad route, key, size) is answered now, before libmicrohttpd
-     * sends "100 Continue" or reads a byte of the body; the connection is
-     * then closed. */
-    if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, conn_proto(cn));
-    /* headers are in: the body may take its time, up to body_timeout_s of silence */
-    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->body_timeout_s);
-    return MHD_YES;
-  }
-  if (*upload_size) {
-    if (!cn->failed) {
-      if (cn->body.len + *upload_size > cn->max_body) {
-        cn->failed = true;
-        serve_fail_set(&cn->fail, 413, "invalid_request_error", NULL, "request_too_large",
-                       "The request body is over the limit of %zu bytes", cn->max_body);
-        hbuf_free(&cn->body);
-      } else {
-        hbuf_append(&cn->body, upload, *upload_size);
-        if (cn->body.oom) {
-          cn->failed = true;
-          serve_fail_set(&cn->fail, 500, "server_error", NULL, NULL, "out of memory reading the request");
-          hbuf_free(&cn->body);
-        }
-      }
-    }
-    *upload_size = 0; /* consumed (or dropped) */
-    return MHD_YES;
-  }
-  /* the whole request is in: no inactivity limit while it is answered (a
-   * long generation before a whole reply sends nothing) */
-  MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-  if (cn->failed) return send_fail_as(c, &cn->fail, cn->allow, conn_proto(cn));
-  if (cn->deferred == 2) { /* answered on its own thread (defer) */
-    if (!cn->resp) return MHD_NO; /* nothing to send (the client went away, or out of memory): close */
-    struct MHD_Response *resp = cn->resp;
-    cn->resp = NULL;
-    tl_status = cn->resp_status;
-    enum MHD_Result rc = MHD_queue_response(c, cn->resp_status, resp);
-    MHD_destroy_response(resp);
-    return rc;
-  }
-  if (slow_route(cn->route)) return defer(s, c, cn);
-  return answer_route(c, s, cn);
-}
-
-/* on_request_in, noting the status of an answer it queued (for the request's log line and counter). */
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-  tl_status = 0;
-  enum MHD_Result rc = on_request_in(cls, c, url, method, version, upload, upload_size, con_cls);
-  conn *cn = *con_cls;
-  if (cn && tl_status) cn->status = tl_status;
-  return rc;
+/* Answers a whole request (its body is in cn->body): its route's handler. */
+static enum MHD_Result answer_route(void *ctx, struct MHD_Connection *c, conn *cn) {
+  return cn->route ? cn->route->answer(c, ctx, cn) : MHD_NO;
 }
 
 /* One line on stderr per request, and its count by route and status. */
@@ -3310,40 +2834,12 @@ static void request_done(serve_server *s, const char *method, const char *route,
   if (ttft >= 0) snprintf(ttft_s, sizeof ttft_s, "%.1fms", ttft * 1000);
   HLOG_INFO("request: %s %s %u prompt_tokens=%lld completion_tokens=%lld ttft=%s duration=%.1fms", method,
             route ? route : "-", status ? status : 499, (long long)prompt_tokens, (long long)completion_tokens, ttft_s,
-            (mono_seconds() - t_start) * 1000);
+            (http_now() - t_start) * 1000);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
-  serve_server *s = cls;
-  conn *cn = *con_cls;
-  /* kept alive for the next request: it has the idle limit again */
-  if (why == MHD_REQUEST_TERMINATED_COMPLETED_OK) {
-    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)s->idle_timeout_s);
-    head_await(s, head_of(c), mono_seconds() + s->idle_timeout_s + s->header_timeout_s);
-  }
-  if (!cn) return;
-  if (!cn->job_owned) request_done(s, cn->method, cn->route_path, cn->status, cn->t_start, 0, 0, -1);
-  if (cn->counted) atomic_fetch_sub(&s->in_flight, 1);
-  if (cn->resp) MHD_destroy_response(cn->resp); /* made, never sent (the client went away) */
-  hbuf_free(&cn->body);
-  free(cn);
-  *con_cls = NULL;
-}
-
-static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
-  char msg[512];
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  size_t n = strlen(msg);
-  while (n && msg[n - 1] == '\n') msg[--n] = 0;
-  HLOG_DEBUG("serve: libmicrohttpd: %s", msg);
-}
-
-/* Room for max_conn sockets: the soft descriptor limit raised toward the hard one. */
-static void raise_fd_limit(unsigned want) {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want) return;
-  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
-  setrlimit(RLIMIT_NOFILE, &rl);
+/* A request is over: its log line and count, unless its generation gave them (job_done). */
+static void request_over(void *ctx, conn *cn) {
+  if (!cn->job_owned) request_done(ctx, cn->method, cn->route_path, cn->status, cn->t_start, 0, 0, -1);
 }
 
 /* The Batch API over cfg->state_dir: the folder locked for this server, its
@@ -3362,7 +2858,7 @@ static int batch_api_start(serve_server *s, const serve_config *cfg, const char 
   batch_row_target t;
   int rc;
   if ((rc = file_store_open(&s->files, cfg->state_dir, cfg->max_file_bytes, err))) return rc;
-  if ((rc = batch_row_target_set(&t, host, s->port, cfg->api_key, err))) return rc;
+  if ((rc = batch_row_target_set(&t, host, http_port(s->http), cfg->api_key, err))) return rc;
   if ((rc = batch_store_open(&s->batches, cfg->state_dir, s->files, &t, cfg->batch_concurrency, err))) return rc;
   return batch_store_start(s->batches, err);
 }
@@ -3421,9 +2917,7 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   for (int i = 0; i < cfg->n_more_engines; i++) s->engines[s->nengines++] = cfg->more_engines[i];
   s->metrics = serve_metrics_new();
   s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
-  s->keepalive_s = (cfg->keepalive_ms > 0 ? cfg->keepalive_ms : DEFAULT_KEEPALIVE_MS) / 1000.0;
   s->api_key = cfg->api_key ? strdup(cfg->api_key) : NULL;
-  s->cors = cfg->cors_origin && cfg->cors_origin[0] ? strdup(cfg->cors_origin) : NULL;
   /* a store that cannot be made (out of memory) leaves responses unstored */
   if (resp_store_new(cfg->responses_max ? cfg->responses_max : 1000,
                      cfg->responses_max_bytes ? cfg->responses_max_bytes : (size_t)256 << 20,
@@ -3438,51 +2932,32 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
       if (!strcmp(cfg->served_names[i], "*")) s->any_name = true;
     }
   }
-  s->idle_timeout_s = cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s : DEFAULT_IDLE_TIMEOUT_S;
   unsigned max_conn = cfg->max_connections > 0 ? (unsigned)cfg->max_connections : DEFAULT_MAX_CONNECTIONS;
-  unsigned per_client = cfg->max_per_client > 0         ? (unsigned)cfg->max_per_client
+  http_config hc = {
+      .addr = ai->ai_addr,
+      .ipv6 = ai->ai_family == AF_INET6,
+      .port = cfg->port,
+      .host = host,
+      .max_connections = max_conn,
+      .max_per_client = cfg->max_per_client > 0         ? (unsigned)cfg->max_per_client
                         : max_conn / PER_CLIENT_SHARE > 0 ? max_conn / PER_CLIENT_SHARE
-                                                          : 1;
-  s->header_timeout_s = cfg->header_timeout_s > 0 ? cfg->header_timeout_s : DEFAULT_HEADER_TIMEOUT_S;
-  s->body_timeout_s = cfg->body_timeout_s > 0 ? cfg->body_timeout_s : DEFAULT_BODY_TIMEOUT_S;
-  raise_fd_limit(max_conn + 64);
+                                                          : 1,
+      .idle_timeout_s = cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s : DEFAULT_IDLE_TIMEOUT_S,
+      .header_timeout_s = cfg->header_timeout_s > 0 ? cfg->header_timeout_s : DEFAULT_HEADER_TIMEOUT_S,
+      .body_timeout_s = cfg->body_timeout_s > 0 ? cfg->body_timeout_s : DEFAULT_BODY_TIMEOUT_S,
+      .keepalive_s = (cfg->keepalive_ms > 0 ? cfg->keepalive_ms : DEFAULT_KEEPALIVE_MS) / 1000.0,
+      .cors = cfg->cors_origin,
+  };
+  http_app app = {.ctx = s, .classify = classify, .answer = answer_route, .done = request_over};
   pthread_mutex_init(&s->engine_lock, NULL);
   pthread_mutex_init(&s->jobs_mu, NULL);
-  pthread_mutex_init(&s->workers_mu, NULL);
-  pthread_cond_init(&s->workers_cv, NULL);
-  pthread_mutex_init(&s->park_mu, NULL);
-  pthread_mutex_init(&s->head_mu, NULL);
-  pthread_cond_init(&s->watcher_cv, NULL);
-  if (pthread_create(&s->watcher, NULL, watcher_main, s) != 0) {
-    freeaddrinfo(ai);
-    serve_stop(s);
-    return herr_set(err, HEARTH_ENOMEM, "cannot start the server's watcher thread");
-  }
-  s->watcher_started = true;
-  atomic_init(&s->draining, 0);
-  atomic_init(&s->in_flight, 0);
   atomic_init(&s->next_id, (uint64_t)time(NULL));
-  unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG; /* epoll on Linux */
-  if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-  s->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,                  /* */
-                               MHD_OPTION_SOCK_ADDR, ai->ai_addr,                                     /* */
-                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,                          /* */
-                               MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,                        /* */
-                               MHD_OPTION_THREAD_POOL_SIZE, (unsigned)POLL_THREADS,                   /* */
-                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->idle_timeout_s,            /* */
-                               MHD_OPTION_CONNECTION_LIMIT, max_conn,                                 /* */
-                               MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_client,                        /* */
-                               MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,                             /* */
-                               MHD_OPTION_END);
+  int rc = http_start(&s->http, &hc, &app, err);
   freeaddrinfo(ai);
-  if (!s->daemon) {
-    int e = errno;
+  if (rc) {
     serve_stop(s);
-    return herr_set(err, HEARTH_EIO, "cannot listen on %s:%d: %s", host, cfg->port,
-                    e ? strerror(e) : "libmicrohttpd refused to start");
+    return rc;
   }
-  const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-  s->port = di ? di->port : cfg->port;
   if (cfg->state_dir && batch_api_start(s, cfg, host, err)) {
     serve_stop(s);
     return err->code ? err->code : HEARTH_EIO;
@@ -3491,9 +2966,9 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   return 0;
 }
 
-int serve_port(const serve_server *s) { return s->port; }
+int serve_port(const serve_server *s) { return http_port(s->http); }
 
-uint64_t serve_keepalives_sent(serve_server *s) { return atomic_load(&s->keepalives); }
+uint64_t serve_keepalives_sent(serve_server *s) { return http_keepalives_sent(s->http); }
 
 void serve_stop(serve_server *s) {
   if (!s) return;
@@ -3501,34 +2976,16 @@ void serve_stop(serve_server *s) {
   batch_store_close(s->batches);
   s->batches = NULL;
   /* No connection may be suspended when the daemon stops: new answering threads are refused,
-   * the generations running are cancelled, the answering threads waited for (each resumes its
-   * connection), and the parked streams woken, with nothing parked from then on. */
-  pthread_mutex_lock(&s->workers_mu);
-  __atomic_store_n(&s->stopping, true, __ATOMIC_SEQ_CST);
-  pthread_mutex_unlock(&s->workers_mu);
+   * the generations running are cancelled, then http_stop waits for the answering threads
+   * (each resumes its connection) and wakes the parked streams. */
+  if (s->http) http_halt(s->http);
   pthread_mutex_lock(&s->jobs_mu);
   for (job *j = s->jobs; j; j = j->jnext) cancel_set(j);
   pthread_mutex_unlock(&s->jobs_mu);
-  pthread_mutex_lock(&s->workers_mu);
-  while (s->workers > 0) pthread_cond_wait(&s->workers_cv, &s->workers_mu);
-  pthread_mutex_unlock(&s->workers_mu);
-  if (s->watcher_started) {
-    pthread_mutex_lock(&s->park_mu);
-    s->watcher_stop = true;
-    pthread_cond_signal(&s->watcher_cv);
-    pthread_mutex_unlock(&s->park_mu);
-    pthread_join(s->watcher, NULL);
-  }
-  if (s->daemon) MHD_stop_daemon(s->daemon);
+  http_stop(s->http);
   pthread_mutex_destroy(&s->engine_lock);
   pthread_mutex_destroy(&s->jobs_mu);
-  pthread_mutex_destroy(&s->workers_mu);
-  pthread_cond_destroy(&s->workers_cv);
-  pthread_mutex_destroy(&s->park_mu);
-  pthread_mutex_destroy(&s->head_mu);
-  pthread_cond_destroy(&s->watcher_cv);
   free(s->api_key);
-  free(s->cors);
   free(s->adapter_dir);
   for (int i = 0; i < s->nnames; i++) free(s->names[i]);
   free(s->names);
@@ -3542,14 +2999,13 @@ void serve_stop(serve_server *s) {
 
 void serve_drain_begin(serve_server *s) {
   if (s->batches) batch_store_halt(s->batches); /* its rows run again after the restart */
-  int was = 0;
-  atomic_compare_exchange_strong(&s->draining, &was, 1);
+  http_drain_begin(s->http);
 }
 
-int64_t serve_in_flight(serve_server *s) { return atomic_load(&s->in_flight); }
+int64_t serve_in_flight(serve_server *s) { return http_in_flight(s->http); }
 
 int serve_drain_cancel(serve_server *s) {
-  atomic_store(&s->draining, 2); /* a generation that starts from now is cut at once */
+  http_drain_set(s->http, 2); /* a generation that starts from now is cut at once */
   int n = 0;
   pthread_mutex_lock(&s->jobs_mu);
   for (job *j = s->jobs; j; j = j->jnext) {
@@ -3561,24 +3017,9 @@ int serve_drain_cancel(serve_server *s) {
   return n;
 }
 
-/* Waits up to `until` for the requests in flight to be answered; false when a signal of `sigs` came first. */
-static bool wait_idle(serve_server *s, const sigset_t *sigs, double until) {
-  while (serve_in_flight(s) > 0 && mono_seconds() < until) {
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = 20 * 1000 * 1000};
-    if (sigs) {
-      if (sigtimedwait(sigs, NULL, &ts) > 0) return false;
-    } else {
-      nanosleep(&ts, NULL);
-    }
-  }
-  return true;
-}
+static int drain_cut(void *ctx) { return serve_drain_cancel(ctx); }
 
 int serve_drain(serve_server *s, double timeout_s, const sigset_t *sigs) {
   serve_drain_begin(s);
-  if (wait_idle(s, sigs, mono_seconds() + timeout_s) && serve_in_flight(s) == 0) return 0;
-  int cut = serve_drain_cancel(s);
-  /* their ends, and replies still being written, get a few seconds to go out */
-  wait_idle(s, NULL, mono_seconds() + DRAIN_GRACE_S);
-  return cut;
+  return http_drain(s->http, timeout_s, sigs, DRAIN_GRACE_S, drain_cut, s);
 }

@@ -1,7 +1,10 @@
 /* data.c — training examples from JSONL (train.h): chat lines rendered
- * through the model's template with the loss on the assistant turns, and
- * prompt / completion lines. Knows nothing of the model's numbers. */
+ * through the model's template with the loss on the assistant turns,
+ * prompt / completion lines, and preference pairs (prompt, chosen,
+ * rejected) as two examples that share the prompt. Knows nothing of the
+ * model's numbers. */
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,8 +57,9 @@ static int ex_text(ex_build *b, const tokenizer *tok, const char *s, size_t len,
   return rc;
 }
 
-static int from_messages(const json_t *msgs, const char *what, const tokenizer *tok, const chat_template *tm, ex_build *b,
-                         herr *err) {
+/* The assistant turns at index learn_from and after are learned; earlier ones are context. */
+static int from_messages(const json_t *msgs, size_t learn_from, const char *what, const tokenizer *tok, const chat_template *tm,
+                         ex_build *b, herr *err) {
   if (!tm) return herr_set(err, HEARTH_EINVAL, "%s: \"messages\" needs a chat template and the model has none", what);
   size_t n = json_array_size(msgs);
   if (!n) return herr_set(err, HEARTH_EINVAL, "%s: \"messages\" is empty", what);
@@ -70,7 +74,7 @@ static int from_messages(const json_t *msgs, const char *what, const tokenizer *
   bool any = false;
   for (size_t i = 0; i < n && !rc; i++) {
     const char *role = json_string_value(json_object_get(json_array_get(msgs, i), "role"));
-    if (strcmp(role, "assistant") != 0) continue;
+    if (strcmp(role, "assistant") != 0 || i < learn_from) continue;
     if ((rc = render_prefix(tm, msgs, i, true, &pre, err)) || (rc = render_prefix(tm, msgs, i + 1, false, &full, err))) break;
     if (full.len < pre.len || memcmp(full.data, pre.data, pre.len) != 0 || whole.len < full.len ||
         memcmp(whole.data, full.data, full.len) != 0 || pre.len < at) {
@@ -91,6 +95,29 @@ static int from_messages(const json_t *msgs, const char *what, const tokenizer *
   return rc;
 }
 
+/* b cut to seq_len, checked to learn something, into out (b's arrays move there or are freed). */
+static int finish(ex_build *b, const char *what, int64_t seq_len, train_example *out, herr *err) {
+  if (b->n > seq_len) b->n = seq_len;
+  int64_t counted = 0;
+  for (int64_t i = 1; i < b->n; i++) counted += b->loss[i];
+  if (!counted) {
+    free(b->ids), free(b->loss);
+    return herr_set(err, HEARTH_EINVAL, "%s: no token to learn (empty answer, or cut away by --seq-len %lld)", what, (long long)seq_len);
+  }
+  b->loss[0] = 0; /* the first token is never predicted */
+  out->ids = b->ids, out->loss = b->loss, out->n = b->n;
+  return 0;
+}
+
+/* A plain prompt and completion: the prompt with the tokenizer's special tokens (BOS), the completion and EOS learned. */
+static int from_text(const json_t *p, const json_t *c, const tokenizer *tok, ex_build *b, herr *err) {
+  int32_t eos = tokenizer_eos_id(tok);
+  int rc = ex_text(b, tok, json_string_value(p), json_string_length(p), true, false, err);
+  if (!rc) rc = ex_text(b, tok, json_string_value(c), json_string_length(c), false, true, err);
+  if (!rc && eos >= 0) rc = ex_push(b, &eos, 1, true, err);
+  return rc;
+}
+
 int train_example_from_json(const void *json_obj, const char *what, const tokenizer *tok, const chat_template *tmpl,
                             int64_t seq_len, train_example *out, herr *err) {
   const json_t *o = json_obj;
@@ -101,39 +128,85 @@ int train_example_from_json(const void *json_obj, const char *what, const tokeni
   int rc;
   if (msgs) {
     if (!json_is_array(msgs)) return herr_set(err, HEARTH_EINVAL, "%s: \"messages\" is not an array", what);
-    rc = from_messages(msgs, what, tok, tmpl, &b, err);
+    rc = from_messages(msgs, 0, what, tok, tmpl, &b, err);
   } else if (p || c) {
     if (!json_is_string(p) || !json_is_string(c))
       return herr_set(err, HEARTH_EINVAL, "%s: \"prompt\" and \"completion\" must both be strings", what);
-    int32_t eos = tokenizer_eos_id(tok);
-    rc = ex_text(&b, tok, json_string_value(p), json_string_length(p), true, false, err);
-    if (!rc) rc = ex_text(&b, tok, json_string_value(c), json_string_length(c), false, true, err);
-    if (!rc && eos >= 0) rc = ex_push(&b, &eos, 1, true, err);
+    rc = from_text(p, c, tok, &b, err);
   } else {
     return herr_set(err, HEARTH_EINVAL, "%s: a line needs \"messages\", or \"prompt\" and \"completion\"", what);
   }
-  if (!rc && b.n > seq_len) b.n = seq_len;
-  int64_t counted = 0;
-  for (int64_t i = 1; !rc && i < b.n; i++) counted += b.loss[i];
-  if (!rc && !counted)
-    rc = herr_set(err, HEARTH_EINVAL, "%s: no token to learn (empty answer, or cut away by --seq-len %lld)", what, (long long)seq_len);
   if (rc) {
     free(b.ids), free(b.loss);
     return rc;
   }
-  b.loss[0] = 0; /* the first token is never predicted */
-  out->ids = b.ids, out->loss = b.loss, out->n = b.n;
-  return 0;
+  return finish(&b, what, seq_len, out, err);
 }
 
-int train_data_load(const char *path, const tokenizer *tok, const chat_template *tmpl, int64_t seq_len, train_set *set,
-                    herr *err) {
-  if (!tok) return herr_set(err, HEARTH_EINVAL, "%s: the model has no tokenizer to read text with", path);
+/* One side of a pair: prompt (a string, or messages) followed by completion (a string, or assistant messages). */
+static int pair_side(const json_t *prompt, const json_t *completion, const char *key, const char *what, const tokenizer *tok,
+                     const chat_template *tmpl, int64_t seq_len, train_example *out, herr *err) {
+  ex_build b = {0};
+  int rc;
+  if (json_is_string(prompt)) {
+    if (!json_is_string(completion))
+      return herr_set(err, HEARTH_EINVAL, "%s: with a string \"prompt\", \"%s\" must be a string", what, key);
+    rc = from_text(prompt, completion, tok, &b, err);
+  } else {
+    json_t *msgs = json_array();
+    if (!msgs) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+    for (size_t i = 0; i < json_array_size(prompt); i++) json_array_append(msgs, json_array_get(prompt, i));
+    if (json_is_string(completion)) {
+      json_t *m = json_pack("{s:s,s:O}", "role", "assistant", "content", completion);
+      if (m) json_array_append_new(msgs, m);
+    } else if (json_is_array(completion) && json_array_size(completion)) {
+      for (size_t i = 0; i < json_array_size(completion); i++) json_array_append(msgs, json_array_get(completion, i));
+    } else {
+      json_decref(msgs);
+      return herr_set(err, HEARTH_EINVAL, "%s: \"%s\" must be a string or a non-empty array of assistant messages", what, key);
+    }
+    char where[600];
+    snprintf(where, sizeof where, "%s (%s)", what, key);
+    rc = from_messages(msgs, json_array_size(prompt), where, tok, tmpl, &b, err);
+    json_decref(msgs);
+  }
+  if (rc) {
+    free(b.ids), free(b.loss);
+    return rc;
+  }
+  char side[600];
+  snprintf(side, sizeof side, "%s: \"%s\"", what, key);
+  return finish(&b, side, seq_len, out, err);
+}
+
+int train_pair_from_json(const void *json_obj, const char *what, const tokenizer *tok, const chat_template *tmpl,
+                         int64_t seq_len, train_pair *out, herr *err) {
+  const json_t *o = json_obj;
+  memset(out, 0, sizeof *out);
+  out->ref_chosen = out->ref_rejected = NAN;
+  if (!json_is_object(o)) return herr_set(err, HEARTH_EINVAL, "%s: not a JSON object", what);
+  const json_t *p = json_object_get(o, "prompt"), *c = json_object_get(o, "chosen"), *r = json_object_get(o, "rejected");
+  if (!p || !c || !r)
+    return herr_set(err, HEARTH_EINVAL, "%s: a preference line needs \"prompt\", \"chosen\" and \"rejected\"", what);
+  if (!json_is_string(p) && !json_is_array(p))
+    return herr_set(err, HEARTH_EINVAL, "%s: \"prompt\" must be a string or an array of messages", what);
+  int rc = pair_side(p, c, "chosen", what, tok, tmpl, seq_len, &out->chosen, err);
+  if (!rc && (rc = pair_side(p, r, "rejected", what, tok, tmpl, seq_len, &out->rejected, err))) {
+    free(out->chosen.ids), free(out->chosen.loss);
+    memset(&out->chosen, 0, sizeof out->chosen);
+  }
+  return rc;
+}
+
+/* Calls fn on every non-blank line of a JSONL file, parsed; errors name the file and line. */
+typedef int (*line_fn)(void *ctx, const json_t *o, const char *what, herr *err);
+
+static int each_line(const char *path, line_fn fn, void *ctx, herr *err) {
   char *text = NULL;
   size_t len = 0;
   int rc = hfile_read(path, &text, &len, err);
   if (rc) return rc;
-  int64_t line = 0, before = set->n;
+  int64_t line = 0;
   char *s = text;
   while (!rc && s < text + len) {
     char *e = memchr(s, '\n', (size_t)(text + len - s));
@@ -150,27 +223,81 @@ int train_data_load(const char *path, const tokenizer *tok, const chat_template 
         rc = herr_set(err, HEARTH_EFORMAT, "%s: not JSON: %s", what, je.text);
         break;
       }
-      if (set->n == set->cap) {
-        int64_t cap = set->cap ? set->cap * 2 : 64;
-        train_example *ne = realloc(set->ex, (size_t)cap * sizeof *ne);
-        if (!ne) {
-          json_decref(o);
-          rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
-          break;
-        }
-        set->ex = ne, set->cap = cap;
-      }
-      rc = train_example_from_json(o, what, tok, tmpl, seq_len, &set->ex[set->n], err);
+      rc = fn(ctx, o, what, err);
       json_decref(o);
-      if (!rc) {
-        train_example *x = &set->ex[set->n++];
-        set->tokens += x->n;
-        for (int64_t i = 0; i < x->n; i++) set->loss_tokens += x->loss[i];
-      }
     }
     s = e ? e + 1 : text + len;
   }
   free(text);
+  return rc;
+}
+
+typedef struct load_ctx {
+  const tokenizer *tok;
+  const chat_template *tmpl;
+  int64_t seq_len;
+  void *set;
+} load_ctx;
+
+static int example_line(void *ctx, const json_t *o, const char *what, herr *err) {
+  load_ctx *c = ctx;
+  train_set *set = c->set;
+  if (set->n == set->cap) {
+    int64_t cap = set->cap ? set->cap * 2 : 64;
+    train_example *ne = realloc(set->ex, (size_t)cap * sizeof *ne);
+    if (!ne) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+    set->ex = ne, set->cap = cap;
+  }
+  int rc = train_example_from_json(o, what, c->tok, c->tmpl, c->seq_len, &set->ex[set->n], err);
+  if (rc) return rc;
+  train_example *x = &set->ex[set->n++];
+  set->tokens += x->n;
+  for (int64_t i = 0; i < x->n; i++) set->loss_tokens += x->loss[i];
+  return 0;
+}
+
+static int pair_line(void *ctx, const json_t *o, const char *what, herr *err) {
+  load_ctx *c = ctx;
+  train_pairs *set = c->set;
+  if (set->n == set->cap) {
+    int64_t cap = set->cap ? set->cap * 2 : 64;
+    train_pair *np = realloc(set->p, (size_t)cap * sizeof *np);
+    if (!np) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+    set->p = np, set->cap = cap;
+  }
+  int rc = train_pair_from_json(o, what, c->tok, c->tmpl, c->seq_len, &set->p[set->n], err);
+  if (rc) return rc;
+  train_pair *x = &set->p[set->n++];
+  set->tokens += x->chosen.n + x->rejected.n;
+  for (int64_t i = 0; i < x->chosen.n; i++) set->chosen_tokens += x->chosen.loss[i];
+  return 0;
+}
+
+int train_pairs_load(const char *path, const tokenizer *tok, const chat_template *tmpl, int64_t seq_len, train_pairs *set,
+                     herr *err) {
+  if (!tok) return herr_set(err, HEARTH_EINVAL, "%s: the model has no tokenizer to read text with", path);
+  int64_t before = set->n;
+  load_ctx c = {tok, tmpl, seq_len, set};
+  int rc = each_line(path, pair_line, &c, err);
+  if (!rc && set->n == before) rc = herr_set(err, HEARTH_EINVAL, "%s: no examples", path);
+  return rc;
+}
+
+void train_pairs_free(train_pairs *set) {
+  for (int64_t i = 0; set && i < set->n; i++) {
+    free(set->p[i].chosen.ids), free(set->p[i].chosen.loss);
+    free(set->p[i].rejected.ids), free(set->p[i].rejected.loss);
+  }
+  if (set) free(set->p);
+  if (set) memset(set, 0, sizeof *set);
+}
+
+int train_data_load(const char *path, const tokenizer *tok, const chat_template *tmpl, int64_t seq_len, train_set *set,
+                    herr *err) {
+  if (!tok) return herr_set(err, HEARTH_EINVAL, "%s: the model has no tokenizer to read text with", path);
+  int64_t before = set->n;
+  load_ctx c = {tok, tmpl, seq_len, set};
+  int rc = each_line(path, example_line, &c, err);
   if (!rc && set->n == before) rc = herr_set(err, HEARTH_EINVAL, "%s: no examples", path);
   return rc;
 }

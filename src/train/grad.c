@@ -153,6 +153,16 @@ void grad_silu_mul(float *dg, float *du, const float *dh, const float *g, const 
   }
 }
 
+void grad_gelu_tanh_mul(float *dg, float *du, const float *dh, const float *g, const float *u, int64_t n) {
+  const double k = 0.7978845608028654; /* sqrt(2/pi) */
+  for (int64_t i = 0; i < n; i++) {
+    double x = g[i], t = tanh(k * (x + 0.044715 * x * x * x)), d = dh[i];
+    double gelu = 0.5 * x * (1.0 + t), dgelu = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3 * 0.044715 * x * x);
+    dg[i] = (float)(d * u[i] * dgelu);
+    du[i] = (float)(d * gelu);
+  }
+}
+
 int grad_matmul_dx_ref(float *dx, const float *dy, int64_t n, const bk_weight *w, herr *err) {
   int64_t out = w->rows, in = w->cols;
   float *row = malloc((size_t)in * sizeof *row);
@@ -242,6 +252,12 @@ void grad_lora(float *dx, float *da, float *db, const float *dy, const float *x,
 int grad_cross_entropy(hpool *pool, double *loss_sum, int64_t *count, float *dh, const float *h, int64_t n, int64_t D,
                        const bk_weight *w, const bk_weight *wt, const int32_t *target, float dscale, int64_t chunk,
                        float *scratch, herr *err) {
+  return grad_cross_entropy_capped(pool, loss_sum, count, dh, h, n, D, w, wt, target, dscale, 0, chunk, scratch, err);
+}
+
+int grad_cross_entropy_capped(hpool *pool, double *loss_sum, int64_t *count, float *dh, const float *h, int64_t n, int64_t D,
+                              const bk_weight *w, const bk_weight *wt, const int32_t *target, float dscale, float softcap,
+                              int64_t chunk, float *scratch, herr *err) {
   int64_t V = w->rows;
   if (w->cols != D || (dh && (!wt || wt->rows != D || wt->cols != V)) || chunk < 1)
     return herr_set(err, HEARTH_EINVAL, "cross-entropy: head [%lld, %lld] does not fit hidden %lld", (long long)V,
@@ -258,6 +274,8 @@ int grad_cross_entropy(hpool *pool, double *loss_sum, int64_t *count, float *dh,
         memset(l, 0, (size_t)V * sizeof *l);
         continue;
       }
+      if (softcap > 0) /* as the model's head: logits = c · tanh(logits / c) */
+        for (int64_t v = 0; v < V; v++) l[v] = softcap * tanhf(l[v] / softcap);
       double m = -INFINITY, sum = 0;
       for (int64_t v = 0; v < V; v++)
         if (l[v] > m) m = l[v];
@@ -266,8 +284,10 @@ int grad_cross_entropy(hpool *pool, double *loss_sum, int64_t *count, float *dh,
       *loss_sum += lse - l[tg];
       *count += 1;
       if (dh) {
-        for (int64_t v = 0; v < V; v++) l[v] = (float)(dscale * exp((double)l[v] - lse));
-        l[tg] -= dscale;
+        for (int64_t v = 0; v < V; v++) {
+          double p = dscale * exp((double)l[v] - lse) - (v == tg ? dscale : 0), z = softcap > 0 ? l[v] / softcap : 0;
+          l[v] = (float)(p * (1.0 - z * z)); /* through the cap: d tanh = 1 − tanh² */
+        }
       }
     }
     if (dh && (rc = bk_matmul(pool, dh + i0 * D, scratch, c, wt, NULL, err))) return rc;

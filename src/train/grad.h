@@ -45,6 +45,9 @@ void grad_attention(hpool *pool, float *dq, float *dk, float *dv, const float *d
 /* The SiLU-gated product h = silu(g) · u (bk_act_mul with BK_ACT_SILU):
  * dg = dh · u · σ(g)(1 + g(1 − σ(g))), du = dh · silu(g). */
 void grad_silu_mul(float *dg, float *du, const float *dh, const float *g, const float *u, int64_t n);
+/* The tanh-GELU-gated product h = gelu_tanh(g) · u (gemma's gelu_pytorch_tanh):
+ * dg = dh · u · gelu_tanh'(g), du = dh · gelu_tanh(g). */
+void grad_gelu_tanh_mul(float *dg, float *du, const float *dh, const float *g, const float *u, int64_t n);
 
 /* A frozen base matmul y = x · Wᵀ: dx[n, in] = dy[n, out] · W, W's rows
  * dequantized by bk_dequant_row (every stored format), sums in double.
@@ -74,5 +77,10 @@ void grad_lora(float *dx, float *da, float *db, const float *dy, const float *x,
 int grad_cross_entropy(hpool *pool, double *loss_sum, int64_t *count, float *dh, const float *h, int64_t n, int64_t D,
                        const bk_weight *w, const bk_weight *wt, const int32_t *target, float dscale, int64_t chunk,
                        float *scratch, herr *err);
+/* The same through a soft-capped head (softcap > 0: logits = c · tanh(h · Wᵀ / c), as gemma2's
+ * final_logit_softcapping; 0: none). */
+int grad_cross_entropy_capped(hpool *pool, double *loss_sum, int64_t *count, float *dh, const float *h, int64_t n, int64_t D,
+                              const bk_weight *w, const bk_weight *wt, const int32_t *target, float dscale, float softcap,
+                              int64_t chunk, float *scratch, herr *err);
 
 #endif

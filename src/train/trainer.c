@@ -1,7 +1,9 @@
 /* trainer.c — the LoRA trainer of train.h on the CPU: the llama decoder's
  * forward over one example with every activation the backward needs kept,
  * the backward through the head, the layers and the adapters (grad.h), the
- * adapter's parameters with AdamW, and its file as PEFT writes it.
+ * adapter's parameters with AdamW, and its file as PEFT writes it; a
+ * preference pair's loss (DPO, ORPO) through the gradients of its two
+ * sides; the optimizer's state for checkpoints.
  *
  * The base model stays frozen and in its stored format: forward products go
  * through bk_matmul on the stored weights (f32 activations, exact to the
@@ -32,13 +34,16 @@
 
 static const char *const target_names[TT_N] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 
+/* With fused projections (phi3) the q slot adapts qkv_proj and the gate slot gate_up_proj. */
+static const char *const fused_names[TT_N] = {"qkv_proj", NULL, NULL, "o_proj", "gate_up_proj", NULL, "down_proj"};
+
 const char *train_target_name(train_target t) { return t < TT_N ? target_names[t] : "?"; }
 
 int train_targets_parse(const char *s, unsigned *out, herr *err) {
   *out = 0;
   if (!s || !*s) return herr_set(err, HEARTH_EINVAL, "--target: empty");
   if (!strcmp(s, "all-linear")) {
-    *out = (1u << TT_N) - 1;
+    *out = ((1u << TT_N) - 1) | TRAIN_TARGET_ALL;
     return 0;
   }
   const char *p = s;
@@ -50,10 +55,18 @@ int train_targets_parse(const char *s, unsigned *out, herr *err) {
       size_t k = strlen(target_names[t]) - 5; /* without "_proj" */
       if ((n == k + 5 && !strncmp(p, target_names[t], n)) || (n == k && !strncmp(p, target_names[t], k))) found = t;
     }
-    if (found < 0)
-      return herr_set(err, HEARTH_EINVAL, "--target: '%.*s' is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj",
+    if ((n == 8 && !strncmp(p, "qkv_proj", n)) || (n == 3 && !strncmp(p, "qkv", n))) {
+      *out |= 1u << TT_Q | 1u << TT_K | 1u << TT_V | TRAIN_TARGET_FUSED;
+    } else if ((n == 12 && !strncmp(p, "gate_up_proj", n)) || (n == 7 && !strncmp(p, "gate_up", n))) {
+      *out |= 1u << TT_GATE | 1u << TT_UP | TRAIN_TARGET_FUSED;
+    } else if (found < 0) {
+      return herr_set(err, HEARTH_EINVAL,
+                      "--target: '%.*s' is not one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj "
+                      "(qkv_proj, gate_up_proj where they are fused)",
                       (int)n, p);
-    *out |= 1u << found;
+    } else {
+      *out |= 1u << found;
+    }
     p += n;
     if (*p == ',') p++;
   }
@@ -72,6 +85,9 @@ void train_opts_init(train_opts *o) {
   o->batch = 4;
   o->grad_accum = 1;
   o->seq_len = 512;
+  o->beta = 0.1;
+  o->progress_tty = -1;
+  o->plot = true;
 }
 
 double train_lr_at(double peak, int64_t k, int64_t warmup, int64_t total) {
@@ -84,6 +100,8 @@ double train_lr_at(double peak, int64_t k, int64_t warmup, int64_t total) {
 /* One layer's kept activations for an example of up to cap_t tokens. */
 typedef struct layer_acts {
   float *x, *xn1, *q, *k, *v, *att, *xmid, *xn2, *g, *u, *h;
+  float *qr, *kr;    /* with q / k norms: q and k before them [T, Q], [T, KV] */
+  float *ao, *mo;    /* with output norms: the attention's and the MLP's outputs before them [T, D] */
   float *lt[TT_N];   /* LoRA x·Aᵀ [T, r] */
   float *lx[TT_N];   /* with dropout: the adapter's masked input [T, in] */
   float *lm[TT_N];   /* with dropout: its mask, 0 or 1 / (1 − p) [T, in] */
@@ -118,6 +136,10 @@ struct trainer {
   float *ce;                   /* CE_CHUNK * vocab */
   int64_t *pos;
   uint64_t rng;
+  bool fused;                  /* the q slot is qkv_proj, the gate slot gate_up_proj (train_view.fused) */
+  float *fz;                   /* with fused projections: [T, the wider fused output] */
+  bool adapter_off;            /* forwards of the base alone */
+  float *gsave, *gside;        /* owned, [P] each when a pair's loss has run: the gradient before it, its chosen side's */
 };
 
 static inline int64_t t_in(const trainer *t, int l, int k) { return t->w[k][l].cols; }
@@ -131,6 +153,7 @@ float *trainer_params(trainer *t, int64_t *n) {
 }
 float *trainer_grads(trainer *t) { return t->grad; }
 void trainer_reseed(trainer *t, uint64_t seed) { t->rng = seed; }
+void trainer_adapter_off(trainer *t, bool off) { t->adapter_off = off; }
 
 static double urand01(uint64_t *s) { return (double)(hsplitmix64(s) >> 11) / 9007199254740992.0; }
 
@@ -140,7 +163,7 @@ void trainer_free(trainer *t) {
   for (int i = 0; t->wtd && i < L * TT_N; i++) free(t->wtd[i]);
   free(t->wtd), free(t->wt), free(t->head_td);
   for (int k = 0; k < TT_N; k++) free(t->w[k]);
-  free(t->param), free(t->grad), free(t->m1), free(t->m2), free(t->off);
+  free(t->param), free(t->grad), free(t->m1), free(t->m2), free(t->off), free(t->gsave), free(t->gside);
   free(t->act), free(t->la), free(t->pos), free(t->ce), free(t->lr1), free(t->lr2);
   train_view_free(&t->v);
   if (t->m) model_free(t->m);
@@ -148,6 +171,24 @@ void trainer_free(trainer *t) {
   if (t->has_tmpl) chat_template_free(&t->tmpl);
   if (t->pool) hpool_destroy(t->pool);
   free(t);
+}
+
+/* The targets against the model's projections: fused ones (phi3) are adapted whole, as PEFT does. */
+static int fused_targets(trainer *t, herr *err) {
+  unsigned tg = t->o.targets, qkv = 1u << TT_Q | 1u << TT_K | 1u << TT_V, gu = 1u << TT_GATE | 1u << TT_UP;
+  const char *mt = model_cfg(t->m)->model_type;
+  if (t->fused && tg == (1u << TT_Q | 1u << TT_V)) tg = qkv; /* the default q_proj,v_proj: PEFT's default there is qkv_proj */
+  if (!t->fused) {
+    if ((tg & TRAIN_TARGET_FUSED) && !(tg & TRAIN_TARGET_ALL))
+      return herr_set(err, HEARTH_EINVAL, "--target: model_type '%s' has separate q_proj, k_proj, v_proj, gate_proj and "
+                      "up_proj, not qkv_proj or gate_up_proj", mt);
+  } else if (!(tg & TRAIN_TARGET_ALL) && (((tg & qkv) && (tg & qkv) != qkv) || ((tg & gu) && (tg & gu) != gu))) {
+    return herr_set(err, HEARTH_EINVAL, "--target: model_type '%s' fuses q / k / v into qkv_proj and gate / up into "
+                    "gate_up_proj: name those (or all-linear)", mt);
+  }
+  t->o.targets = tg & ((1u << TT_N) - 1);
+  if (t->fused) t->o.targets &= ~(1u << TT_K | 1u << TT_V | 1u << TT_UP);
+  return 0;
 }
 
 int trainer_new(const train_opts *o, trainer **out, herr *err) {
@@ -178,10 +219,17 @@ int trainer_new(const train_opts *o, trainer **out, herr *err) {
     trainer_free(t);
     return herr_set(err, HEARTH_ENOMEM, "out of memory");
   }
+  t->fused = t->v.fused;
+  if ((rc = fused_targets(t, err))) {
+    trainer_free(t);
+    return rc;
+  }
   for (int l = 0; l < L; l++) {
     const train_layer_view *lv = &t->v.layers[l];
     const bk_weight *ws[TT_N] = {&lv->q, &lv->k, &lv->v, &lv->o, &lv->gate, &lv->up, &lv->down};
+    if (t->fused) ws[TT_Q] = &lv->qkv, ws[TT_GATE] = &lv->gate_up; /* the k, v and up slots stay empty */
     for (int k = 0; k < TT_N; k++) {
+      if (t->fused && (k == TT_K || k == TT_V || k == TT_UP)) continue;
       t->w[k][l] = *ws[k];
       if ((rc = grad_weight_t(ws[k], &t->wt[l * TT_N + k], &t->wtd[l * TT_N + k], err))) {
         trainer_free(t);
@@ -200,7 +248,7 @@ int trainer_new(const train_opts *o, trainer **out, herr *err) {
   for (int l = 0; l < L; l++)
     for (int k = 0; k < TT_N; k++) {
       t->off[l * TT_N + k] = -1;
-      if (!(o->targets & (1u << k))) continue;
+      if (!(t->o.targets & (1u << k))) continue;
       t->off[l * TT_N + k] = t->P;
       t->P += r * (t_in(t, l, k) + t_out(t, l, k));
     }
@@ -232,12 +280,16 @@ static int reserve(trainer *t, int64_t T, herr *err) {
   int64_t D = v->hidden, Q = v->heads * v->head_dim, KV = v->kv_heads * v->head_dim, I = v->inter, r = t->o.rank;
   int L = (int)v->n_layers;
   bool drop = t->o.dropout > 0;
-  int64_t per = D * 4 + Q * 2 + KV * 2 + I * 3, wide = D > Q ? D : Q;
+  const train_layer_view *l0 = &v->layers[0];
+  bool qkn = l0->q_norm || l0->k_norm, outn = l0->attn_out_norm != NULL;
+  int64_t per = D * 4 + Q * 2 + KV * 2 + I * 3 + (qkn ? Q + KV : 0) + (outn ? 2 * D : 0), wide = D > Q ? D : Q;
   if (I > wide) wide = I;
+  int64_t fw = t->fused ? (Q + 2 * KV > 2 * I ? Q + 2 * KV : 2 * I) : 0; /* a fused product's width */
+  if (fw > wide) wide = fw;
   int64_t lora = 0;
   for (int k = 0; k < TT_N; k++)
     if (t->o.targets & (1u << k)) lora += r + (drop ? 2 * t_in(t, 0, k) : 0);
-  size_t n = (size_t)T * (size_t)((per + lora) * L + 2 * D + 8 * wide + 2 * KV + 3 * r);
+  size_t n = (size_t)T * (size_t)((per + lora) * L + 2 * D + 8 * wide + 2 * KV + 3 * r + fw);
   free(t->act), free(t->la), free(t->pos), free(t->lr1), free(t->lr2);
   t->act = malloc(n * sizeof(float));
   t->lr1 = malloc((size_t)(wide * r) * sizeof(float));
@@ -254,6 +306,8 @@ static int reserve(trainer *t, int64_t T, herr *err) {
     layer_acts *a = &t->la[l];
     TAKE(a->x, D), TAKE(a->xn1, D), TAKE(a->q, Q), TAKE(a->k, KV), TAKE(a->v, KV), TAKE(a->att, Q);
     TAKE(a->xmid, D), TAKE(a->xn2, D), TAKE(a->g, I), TAKE(a->u, I), TAKE(a->h, I);
+    if (qkn) TAKE(a->qr, Q), TAKE(a->kr, KV);
+    if (outn) TAKE(a->ao, D), TAKE(a->mo, D);
     for (int k = 0; k < TT_N; k++) {
       if (!(t->o.targets & (1u << k))) continue;
       TAKE(a->lt[k], r);
@@ -264,6 +318,7 @@ static int reserve(trainer *t, int64_t T, herr *err) {
   TAKE(t->s1, wide), TAKE(t->s2, wide), TAKE(t->s3, wide), TAKE(t->s4, wide), TAKE(t->s5, wide), TAKE(t->s6, wide);
   TAKE(t->s7, 2 * KV);
   TAKE(t->s8, wide), TAKE(t->s9, wide), TAKE(t->lb1, r), TAKE(t->lb2, r), TAKE(t->lb3, r);
+  TAKE(t->fz, fw);
 #undef TAKE
   for (int64_t i = 0; i < T; i++) t->pos[i] = i;
   t->cap_t = T;
@@ -325,7 +380,7 @@ static int lora_bwd(trainer *t, float *dx, float *dA, float *dB, const float *dy
 static int proj(trainer *t, int l, int k, float *y, const float *x, int64_t T, bool train, herr *err) {
   int rc = bk_matmul(t->pool, y, x, T, &t->w[k][l], NULL, err);
   int64_t at = t->off[l * TT_N + k];
-  if (rc || at < 0) return rc;
+  if (rc || at < 0 || t->adapter_off) return rc;
   int64_t in = t_in(t, l, k), out = t_out(t, l, k), r = t->o.rank;
   layer_acts *a = &t->la[l];
   const float *xin = x;
@@ -369,6 +424,29 @@ static attn_params attn_of(const trainer *t, int l) {
   return (attn_params){v->heads, v->kv_heads, v->head_dim, v->attn_scale, v->attn_softcap, v->layers[l].window};
 }
 
+/* The column blocks of x [T, Σ w] into parts[i] [T, w[i]]. */
+static void split_cols(const float *x, int64_t T, float *const *parts, const int64_t *w, int n) {
+  int64_t all = 0;
+  for (int i = 0; i < n; i++) all += w[i];
+  for (int64_t r = 0; r < T; r++)
+    for (int i = 0, c = 0; i < n; c += (int)w[i], i++) memcpy(parts[i] + r * w[i], x + r * all + c, (size_t)w[i] * sizeof(float));
+}
+
+/* parts[i] [T, w[i]] side by side into x [T, Σ w]. */
+static void join_cols(float *x, int64_t T, const float *const *parts, const int64_t *w, int n) {
+  int64_t all = 0;
+  for (int i = 0; i < n; i++) all += w[i];
+  for (int64_t r = 0; r < T; r++)
+    for (int i = 0, c = 0; i < n; c += (int)w[i], i++) memcpy(x + r * all + c, parts[i] + r * w[i], (size_t)w[i] * sizeof(float));
+}
+
+/* y [T, n] += b (NULL: nothing) on every row. */
+static void add_bias(float *y, const float *b, int64_t T, int64_t n) {
+  if (!b) return;
+  for (int64_t i = 0; i < T; i++)
+    for (int64_t j = 0; j < n; j++) y[i * n + j] += b[j];
+}
+
 static int forward(trainer *t, const int32_t *ids, int64_t T, bool train, herr *err) {
   const train_view *v = &t->v;
   int64_t D = v->hidden, H = v->heads, KVH = v->kv_heads, hd = v->head_dim, I = v->inter;
@@ -378,15 +456,30 @@ static int forward(trainer *t, const int32_t *ids, int64_t T, bool train, herr *
     if (ids[i] < 0 || ids[i] >= v->embed.rows)
       return herr_set(err, HEARTH_EINVAL, "token %d is outside the vocabulary (%lld)", ids[i], (long long)v->embed.rows);
     if ((rc = bk_dequant_row(&v->embed, ids[i], t->la[0].x + i * D, err))) return rc;
+    if (v->embed_scale != 0)
+      for (int64_t j = 0; j < D; j++) t->la[0].x[i * D + j] *= v->embed_scale;
   }
   for (int l = 0; l < v->n_layers; l++) {
     layer_acts *a = &t->la[l];
     const train_layer_view *lv = &v->layers[l];
     float *next = l + 1 < v->n_layers ? t->la[l + 1].x : t->xl;
     op_rmsnorm(a->xn1, a->x, T, D, lv->attn_norm, v->eps, v->unit_offset);
-    if ((rc = proj(t, l, TT_Q, a->q, a->xn1, T, train, err)) || (rc = proj(t, l, TT_K, a->k, a->xn1, T, train, err)) ||
-        (rc = proj(t, l, TT_V, a->v, a->xn1, T, train, err)))
+    if (t->fused) { /* one qkv product, its columns split */
+      if ((rc = proj(t, l, TT_Q, t->fz, a->xn1, T, train, err))) return rc;
+      split_cols(t->fz, T, (float *[]){a->q, a->k, a->v}, (int64_t[]){H * hd, KVH * hd, KVH * hd}, 3);
+    } else if ((rc = proj(t, l, TT_Q, a->q, a->xn1, T, train, err)) || (rc = proj(t, l, TT_K, a->k, a->xn1, T, train, err)) ||
+               (rc = proj(t, l, TT_V, a->v, a->xn1, T, train, err))) {
       return rc;
+    }
+    add_bias(a->q, lv->q_bias, T, H * hd), add_bias(a->k, lv->k_bias, T, KVH * hd), add_bias(a->v, lv->v_bias, T, KVH * hd);
+    if (lv->q_norm) { /* per head, before RoPE */
+      memcpy(a->qr, a->q, (size_t)(T * H * hd) * sizeof(float));
+      op_rmsnorm(a->q, a->qr, T * H, hd, lv->q_norm, v->eps, v->unit_offset);
+    }
+    if (lv->k_norm) {
+      memcpy(a->kr, a->k, (size_t)(T * KVH * hd) * sizeof(float));
+      op_rmsnorm(a->k, a->kr, T * KVH, hd, lv->k_norm, v->eps, v->unit_offset);
+    }
     if (lv->rope) {
       op_rope(a->q, T, H, hd, t->pos, lv->rope);
       op_rope(a->k, T, KVH, hd, t->pos, lv->rope);
@@ -394,14 +487,28 @@ static int forward(trainer *t, const int32_t *ids, int64_t T, bool train, herr *
     attn_params ap = attn_of(t, l);
     grad_attention_fwd(t->pool, a->att, a->q, a->k, a->v, T, &ap);
     if ((rc = proj(t, l, TT_O, t->s1, a->att, T, train, err))) return rc;
+    add_bias(t->s1, lv->o_bias, T, D);
+    if (lv->attn_out_norm) {
+      memcpy(a->ao, t->s1, (size_t)(T * D) * sizeof(float));
+      op_rmsnorm(t->s1, a->ao, T, D, lv->attn_out_norm, v->eps, v->unit_offset);
+    }
     op_add(a->xmid, a->x, t->s1, T * D);
     op_rmsnorm(a->xn2, a->xmid, T, D, lv->mlp_norm, v->eps, v->unit_offset);
-    if ((rc = proj(t, l, TT_GATE, a->g, a->xn2, T, train, err)) || (rc = proj(t, l, TT_UP, a->u, a->xn2, T, train, err)))
+    if (t->fused) {
+      if ((rc = proj(t, l, TT_GATE, t->fz, a->xn2, T, train, err))) return rc;
+      split_cols(t->fz, T, (float *[]){a->g, a->u}, (int64_t[]){I, I}, 2);
+    } else if ((rc = proj(t, l, TT_GATE, a->g, a->xn2, T, train, err)) || (rc = proj(t, l, TT_UP, a->u, a->xn2, T, train, err))) {
       return rc;
+    }
     memcpy(a->h, a->g, (size_t)(T * I) * sizeof(float));
-    op_silu(a->h, T * I);
+    if (v->act == BK_ACT_GELU_TANH) op_gelu_tanh(a->h, T * I);
+    else op_silu(a->h, T * I);
     op_mul(a->h, a->h, a->u, T * I);
     if ((rc = proj(t, l, TT_DOWN, t->s1, a->h, T, train, err))) return rc;
+    if (lv->mlp_out_norm) {
+      memcpy(a->mo, t->s1, (size_t)(T * D) * sizeof(float));
+      op_rmsnorm(t->s1, a->mo, T, D, lv->mlp_out_norm, v->eps, v->unit_offset);
+    }
     op_add(next, a->xmid, t->s1, T * D);
   }
   op_rmsnorm(t->hn, t->xl, T, D, v->final_norm, v->eps, v->unit_offset);
@@ -411,6 +518,9 @@ static int forward(trainer *t, const int32_t *ids, int64_t T, bool train, herr *
 int trainer_logits(trainer *t, const int32_t *ids, int64_t n, float *logits, herr *err) {
   int rc = forward(t, ids, n, false, err);
   if (!rc) rc = bk_matmul(t->pool, logits, t->hn, n, &t->v.lm_head, NULL, err);
+  float c = t->v.final_softcap;
+  if (!rc && c > 0)
+    for (int64_t i = 0; i < n * t->v.vocab; i++) logits[i] = c * tanhf(logits[i] / c);
   return rc;
 }
 
@@ -424,8 +534,8 @@ int trainer_loss(trainer *t, const train_example *ex, bool grads, float dscale, 
   if (!tg) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   for (int64_t i = 0; i < T; i++) tg[i] = i + 1 < T && ex->loss[i + 1] ? ex->ids[i + 1] : -1;
   float *dx = t->s1, *dn = t->s2; /* the residual stream's gradient; a norm's input gradient */
-  rc = grad_cross_entropy(t->pool, loss_sum, count, grads ? dn : NULL, t->hn, T, D, &v->lm_head, &t->head_t, tg, dscale,
-                          CE_CHUNK, t->ce, err);
+  rc = grad_cross_entropy_capped(t->pool, loss_sum, count, grads ? dn : NULL, t->hn, T, D, &v->lm_head, &t->head_t, tg,
+                                 dscale, v->final_softcap, CE_CHUNK, t->ce, err);
   free(tg);
   if (rc || !grads) return rc;
   grad_rmsnorm(dx, NULL, dn, t->xl, T, D, v->final_norm, v->eps, v->unit_offset);
@@ -433,30 +543,94 @@ int trainer_loss(trainer *t, const train_example *ex, bool grads, float dscale, 
     layer_acts *a = &t->la[l];
     const train_layer_view *lv = &v->layers[l];
     float *dg = t->s2, *du = t->s3, *dn2 = t->s6;
-    /* feed-forward: x_out = xmid + down(silu(gate) · up); dx holds d x_out */
-    if ((rc = proj_back(t, l, TT_DOWN, t->s3, false, dx, a->h, T, true, err))) return rc;
-    grad_silu_mul(dg, du, t->s3, a->g, a->u, T * I); /* du overwrites dh element by element, after reading it */
-    if ((rc = proj_back(t, l, TT_GATE, dn2, false, dg, a->xn2, T, true, err)) ||
-        (rc = proj_back(t, l, TT_UP, dn2, true, du, a->xn2, T, true, err)))
+    /* feed-forward: x_out = xmid + [norm](down(act(gate) · up)); dx holds d x_out */
+    const float *dmo = dx;
+    if (lv->mlp_out_norm) {
+      grad_rmsnorm(t->s4, NULL, dx, a->mo, T, D, lv->mlp_out_norm, v->eps, v->unit_offset);
+      dmo = t->s4;
+    }
+    if ((rc = proj_back(t, l, TT_DOWN, t->s3, false, dmo, a->h, T, true, err))) return rc;
+    if (v->act == BK_ACT_GELU_TANH) grad_gelu_tanh_mul(dg, du, t->s3, a->g, a->u, T * I);
+    else grad_silu_mul(dg, du, t->s3, a->g, a->u, T * I); /* du overwrites dh element by element, after reading it */
+    if (t->fused) {
+      join_cols(t->fz, T, (const float *[]){dg, du}, (int64_t[]){I, I}, 2);
+      if ((rc = proj_back(t, l, TT_GATE, dn2, false, t->fz, a->xn2, T, true, err))) return rc;
+    } else if ((rc = proj_back(t, l, TT_GATE, dn2, false, dg, a->xn2, T, true, err)) ||
+               (rc = proj_back(t, l, TT_UP, dn2, true, du, a->xn2, T, true, err))) {
       return rc;
+    }
     grad_rmsnorm(dn2, NULL, dn2, a->xmid, T, D, lv->mlp_norm, v->eps, v->unit_offset);
     for (int64_t i = 0; i < T * D; i++) dx[i] += dn2[i]; /* dx is now d xmid */
-    /* attention: xmid = x + o(attention(rope(q), rope(k), v)) */
+    /* attention: xmid = x + [norm](o(attention(rope([norm] q), rope([norm] k), v))) */
     float *datt = t->s2, *dq = t->s3, *dk = t->s7, *dvv = t->s7 + T * KVH * hd;
-    if ((rc = proj_back(t, l, TT_O, datt, false, dx, a->att, T, true, err))) return rc;
+    const float *dao = dx;
+    if (lv->attn_out_norm) {
+      grad_rmsnorm(t->s4, NULL, dx, a->ao, T, D, lv->attn_out_norm, v->eps, v->unit_offset);
+      dao = t->s4;
+    }
+    if ((rc = proj_back(t, l, TT_O, datt, false, dao, a->att, T, true, err))) return rc;
     attn_params ap = attn_of(t, l);
     grad_attention(t->pool, dq, dk, dvv, datt, a->q, a->k, a->v, T, &ap);
     if (lv->rope) {
       grad_rope(dq, T, H, hd, t->pos, lv->rope);
       grad_rope(dk, T, KVH, hd, t->pos, lv->rope);
     }
-    if ((rc = proj_back(t, l, TT_Q, dn2, false, dq, a->xn1, T, true, err)) ||
-        (rc = proj_back(t, l, TT_K, dn2, true, dk, a->xn1, T, true, err)) ||
-        (rc = proj_back(t, l, TT_V, dn2, true, dvv, a->xn1, T, true, err)))
+    if (lv->q_norm) grad_rmsnorm(dq, NULL, dq, a->qr, T * H, hd, lv->q_norm, v->eps, v->unit_offset);
+    if (lv->k_norm) grad_rmsnorm(dk, NULL, dk, a->kr, T * KVH, hd, lv->k_norm, v->eps, v->unit_offset);
+    if (t->fused) {
+      join_cols(t->fz, T, (const float *[]){dq, dk, dvv}, (int64_t[]){H * hd, KVH * hd, KVH * hd}, 3);
+      if ((rc = proj_back(t, l, TT_Q, dn2, false, t->fz, a->xn1, T, true, err))) return rc;
+    } else if ((rc = proj_back(t, l, TT_Q, dn2, false, dq, a->xn1, T, true, err)) ||
+               (rc = proj_back(t, l, TT_K, dn2, true, dk, a->xn1, T, true, err)) ||
+               (rc = proj_back(t, l, TT_V, dn2, true, dvv, a->xn1, T, true, err))) {
       return rc;
+    }
     grad_rmsnorm(dn2, NULL, dn2, a->x, T, D, lv->attn_norm, v->eps, v->unit_offset);
     for (int64_t i = 0; i < T * D; i++) dx[i] += dn2[i]; /* d x of this layer: the next one down's output */
   }
+  return 0;
+}
+
+int trainer_pref_loss(trainer *t, train_method m, double beta, const train_pair *p, double pair_w, double nll_w, bool grads,
+                      double *loss, pref_stats *st, herr *err) {
+  size_t bytes = (size_t)t->P * sizeof(float);
+  if (grads && !t->gsave) {
+    t->gsave = malloc(bytes), t->gside = malloc(bytes);
+    if (!t->gsave || !t->gside) return herr_set(err, HEARTH_ENOMEM, "out of memory (the gradients of a pair)");
+  }
+  /* each side's summed NLL s and its gradient ∇s alone; then the pair's share of the loss is a function of the
+   * two sums, and its gradient their gradients weighted by its derivatives */
+  double sc = 0, sr = 0;
+  int64_t nc = 0, nr = 0;
+  if (grads) memcpy(t->gsave, t->grad, bytes), memset(t->grad, 0, bytes);
+  int rc = trainer_loss(t, &p->chosen, grads, 1.0f, &sc, &nc, err);
+  if (!rc && grads) memcpy(t->gside, t->grad, bytes), memset(t->grad, 0, bytes);
+  if (!rc) rc = trainer_loss(t, &p->rejected, grads, 1.0f, &sr, &nr, err);
+  if (rc) {
+    if (grads) memcpy(t->grad, t->gsave, bytes);
+    return rc;
+  }
+  double wc, wr; /* d share / d sc, d share / d sr */
+  if (m == TRAIN_DPO) {
+    if (isnan(p->ref_chosen) || isnan(p->ref_rejected))
+      return herr_set(err, HEARTH_EINVAL, "DPO: the pair's reference log-probs were not computed");
+    double dpc, dpr, l = pref_dpo_loss(beta, -sc, -sr, p->ref_chosen, p->ref_rejected, &dpc, &dpr);
+    *loss += pair_w * l;
+    wc = -pair_w * dpc, wr = -pair_w * dpr; /* pc = −sc */
+    if (st) {
+      double rwc = beta * (-sc - p->ref_chosen), rwr = beta * (-sr - p->ref_rejected);
+      st->margin += rwc - rwr, st->correct += rwc > rwr;
+    }
+  } else {
+    if (!nc || !nr) return herr_set(err, HEARTH_EINVAL, "ORPO: a side of the pair has no learned token");
+    double dac, dar, lo, l = pref_orpo_loss(beta, -sc / (double)nc, -sr / (double)nr, &dac, &dar, &lo);
+    *loss += nll_w * sc + pair_w * l;
+    wc = nll_w - pair_w * dac / (double)nc, wr = -pair_w * dar / (double)nr; /* ac = −sc / nc */
+    if (st) st->log_odds += lo, st->nll += sc;
+  }
+  if (st) st->pairs++;
+  if (grads)
+    for (int64_t i = 0; i < t->P; i++) t->grad[i] = (float)(t->gsave[i] + wc * t->gside[i] + wr * t->grad[i]);
   return 0;
 }
 
@@ -486,8 +660,10 @@ void trainer_step(trainer *t, double lr, double *gnorm) {
 
 /* ---- the adapter's files ---- */
 
-static void module_name(char *out, size_t n, int l, int k, char ab) {
-  snprintf(out, n, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l, k <= TT_O ? "self_attn" : "mlp", target_names[k], ab);
+static const char *slot_name(const trainer *t, int k) { return t->fused ? fused_names[k] : target_names[k]; }
+
+static void module_name(const trainer *t, char *out, size_t n, int l, int k, char ab) {
+  snprintf(out, n, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l, k <= TT_O ? "self_attn" : "mlp", slot_name(t, k), ab);
 }
 
 int trainer_load_adapter(trainer *t, const char *dir, herr *err) {
@@ -504,7 +680,7 @@ int trainer_load_adapter(trainer *t, const char *dir, herr *err) {
       if (at < 0) continue;
       for (int ab = 0; !rc && ab < 2; ab++) {
         char name[160];
-        module_name(name, sizeof name, l, k, ab ? 'B' : 'A');
+        module_name(t, name, sizeof name, l, k, ab ? 'B' : 'A');
         int64_t rows = ab ? t_out(t, l, k) : r, cols = ab ? r : t_in(t, l, k);
         float *dst = t->param + at + (ab ? r * t_in(t, l, k) : 0);
         const st_tensor *x = st_find(&st, name);
@@ -544,9 +720,9 @@ int trainer_save(const trainer *t, const char *dir, herr *err) {
       if (at < 0) continue;
       char name[160];
       int64_t in = t_in(t, l, k), out = t_out(t, l, k);
-      module_name(name, sizeof name, l, k, 'A');
+      module_name(t, name, sizeof name, l, k, 'A');
       st_writer_tensor(w, name, ST_F32, 2, (int64_t[]){r, in}, t->param + at);
-      module_name(name, sizeof name, l, k, 'B');
+      module_name(t, name, sizeof name, l, k, 'B');
       st_writer_tensor(w, name, ST_F32, 2, (int64_t[]){out, r}, t->param + at + r * in);
     }
   st_writer_meta(w, "format", "pt");
@@ -557,7 +733,7 @@ int trainer_save(const trainer *t, const char *dir, herr *err) {
   if (rc) return rc;
   json_t *c = json_object(), *tm = json_array();
   for (int k = 0; k < TT_N; k++)
-    if (t->o.targets & (1u << k)) json_array_append_new(tm, json_string(target_names[k]));
+    if (t->o.targets & (1u << k)) json_array_append_new(tm, json_string(slot_name(t, k)));
   json_object_set_new(c, "alpha_pattern", json_object());
   json_object_set_new(c, "base_model_name_or_path", json_string(t->o.model_dir));
   json_object_set_new(c, "bias", json_string("none"));
@@ -582,5 +758,55 @@ int trainer_save(const trainer *t, const char *dir, herr *err) {
   snprintf(path, sizeof path, "%s/adapter_config.json", dir);
   rc = json_dump_file(c, path, JSON_INDENT(2) | JSON_SORT_KEYS) ? herr_set(err, HEARTH_EIO, "%s: cannot write", path) : 0;
   json_decref(c);
+  return rc;
+}
+
+/* ---- the optimizer's state ---- */
+
+int trainer_save_optimizer(const trainer *t, const char *dir, herr *err) {
+  if (mkdir(dir, 0755) && errno != EEXIST) return herr_set(err, HEARTH_EIO, "%s: cannot create the folder: %s", dir, strerror(errno));
+  st_writer *w = st_writer_new();
+  if (!w) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  st_writer_tensor(w, "exp_avg", ST_F32, 1, (int64_t[]){t->P}, t->m1);
+  st_writer_tensor(w, "exp_avg_sq", ST_F32, 1, (int64_t[]){t->P}, t->m2);
+  char v[64];
+  snprintf(v, sizeof v, "%lld", (long long)t->adam_t);
+  st_writer_meta(w, "step", v);
+  snprintf(v, sizeof v, "%016llx", (unsigned long long)t->rng);
+  st_writer_meta(w, "dropout_rng", v);
+  st_writer_meta(w, "format", "hearth-adamw");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+  int rc = st_writer_write(w, path, fill_tensor, NULL, err);
+  st_writer_free(w);
+  return rc;
+}
+
+int trainer_load_optimizer(trainer *t, const char *dir, herr *err) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+  st_set st;
+  memset(&st, 0, sizeof st);
+  int rc = st_open(&st, path, err);
+  if (rc) return rc;
+  const char *names[2] = {"exp_avg", "exp_avg_sq"};
+  float *dst[2] = {t->m1, t->m2};
+  for (int i = 0; !rc && i < 2; i++) {
+    const st_tensor *x = st_find(&st, names[i]);
+    if (!x || x->dtype != ST_F32 || x->ndim != 1 || x->shape[0] != t->P)
+      rc = herr_set(err, HEARTH_EINVAL, "%s: '%s' is not F32 [%lld] (another rank or set of targets?)", path, names[i],
+                    (long long)t->P);
+    else
+      memcpy(dst[i], x->data, (size_t)t->P * sizeof(float));
+  }
+  const char *step = json_string_value(json_object_get(st.metadata, "step"));
+  const char *rng = json_string_value(json_object_get(st.metadata, "dropout_rng"));
+  char *e1 = NULL, *e2 = NULL;
+  long long k = step ? strtoll(step, &e1, 10) : -1;
+  unsigned long long r = rng ? strtoull(rng, &e2, 16) : 0;
+  if (!rc && (!step || !rng || *e1 || *e2 || k < 0))
+    rc = herr_set(err, HEARTH_EFORMAT, "%s: no \"step\" and \"dropout_rng\" in its metadata", path);
+  if (!rc) t->adam_t = k, t->rng = r;
+  st_close(&st);
   return rc;
 }

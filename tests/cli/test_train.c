@@ -1,17 +1,28 @@
 /* test_train.c — `hearth train`: usage errors name what is wrong (no
- * method, dpo / orpo not built, missing --data / --out, an unknown target,
+ * method, an unknown one, missing --data / --out, an unknown target,
  * a data file that is missing or has a bad line, which is named with its
  * line number); a short run on the built-in model from prompt / completion
  * lines with rsLoRA, dropout and three targets writes the adapter's two
  * files with those settings and a JSONL log, prints a progress line per
  * step, writes the same bytes again with the same seed (and others with
  * another); `hearth generate --adapter` runs under what it wrote and
- * `hearth fuse` merges it. On
+ * `hearth fuse` merges it; the loss curve is drawn to OUT/loss.svg and
+ * loss.png when gnuplot is installed, and its absence is said without
+ * failing the run. Checkpoints: 6 steps straight and 3 steps, a resume from
+ * the step-3 checkpoint (another process) and 3 more give the same adapter
+ * bytes, for SFT with dropout (its generator saved) and DPO (its reference
+ * recomputed); a bare --resume takes OUT's latest checkpoint and trims the
+ * log back to it; a resume with other settings is refused naming the one.
+ * --serve: a `hearth serve --adapter-dir` started here loads the adapter when
+ * training ends (GET /v1/adapters lists it); an OUT outside the adapter
+ * directory is the server's refusal, with the rule in the message. On
  * quantized bases made by `hearth convert` from the golden llama (GGUF
  * Q8_0 and Q4_0, MLX 4-bit, FP8), the trainer's forward equals the model's
  * and a few steps on one example lower its loss: the frozen base's
  * products run through its dequantized weights. */
+#include <curl/curl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/buf.h"
 #include "base/file.h"
 #include "base/json.h"
 #include "engine/kv_cache.h"
@@ -63,7 +75,9 @@ static void expect(const char *args, int code, const char *needle) {
 static void test_usage(void) {
   char args[1024];
   expect("", 2, "usage: hearth train sft");
-  expect("dpo --data x --out y", 2, "'dpo' is not a training method");
+  expect("ppo --data x --out y", 2, "'ppo' is not a training method");
+  expect("dpo --data x --out y --beta 0", 2, "--beta");
+  expect("sft --data x --out y --serve localhost:8080", 2, "--serve takes the server's URL");
   expect("sft --out /nonexistent", 2, "--data FILE is required");
   expect("sft --data x", 2, "--out DIR is required");
   expect("sft --data x --out y --target q_proj,lm_head", 2, "'lm_head' is not one of");
@@ -139,6 +153,25 @@ static void test_run(void) {
     CHECK_MSG(same == (seed == 5), "seed %d: the adapter is %s the first run's", seed, same ? "the same as" : "not");
     free(b1), free(b2);
   }
+  /* the loss curve, or the note that gnuplot is missing */
+  char svg[500], png[500];
+  snprintf(svg, sizeof svg, "%s/loss.svg", out);
+  snprintf(png, sizeof png, "%s/loss.png", out);
+  if (system("command -v gnuplot >/dev/null 2>&1") == 0) {
+    char *b1 = NULL, *b2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    CHECK(hfile_read(svg, &b1, &n1, NULL) == 0 && hfile_read(png, &b2, &n2, NULL) == 0);
+    CHECK_MSG(b1 && strstr(b1, "<svg") && strstr(b1, "training loss"), "loss.svg is not the curve");
+    CHECK_MSG(b2 && n2 > 8 && !memcmp(b2, "\x89PNG", 4), "loss.png is not a PNG");
+    free(b1), free(b2);
+  } else {
+    fprintf(stderr, "NOT RUN: gnuplot is not installed: the loss curve's files\n");
+    snprintf(cmd, sizeof cmd, "'%s' train sft --data '%s' --out '%s/np' --steps 1 --batch 2 --rank 2 --threads 2", HEARTH_BINARY, data, tmp);
+    CHECK_EQ_INT(run(cmd), 0);
+    e = last_stderr();
+    CHECK_MSG(strstr(e, "no loss curve: gnuplot is not installed"), "%s", e);
+    free(e);
+  }
   snprintf(cmd, sizeof cmd, "'%s' generate --adapter '%s' --ids 0,5,10 -n 4 --temp 0 --print-ids > '%s/ids.txt'", HEARTH_BINARY,
            out, tmp);
   rc = run(cmd);
@@ -150,6 +183,164 @@ static void test_run(void) {
   e = last_stderr();
   CHECK_MSG(rc == 0 && strstr(e, "24 matrices"), "fuse: exit %d: %s", rc, e); /* 3 targets of 8 layers */
   free(e);
+}
+
+static bool same_file(const char *a, const char *b) {
+  char *x = NULL, *y = NULL;
+  size_t nx = 0, ny = 0;
+  bool same = hfile_read(a, &x, &nx, NULL) == 0 && hfile_read(b, &y, &ny, NULL) == 0 && nx == ny && !memcmp(x, y, nx);
+  free(x), free(y);
+  return same;
+}
+
+static int count_steps(const char *log_path) {
+  char *log = NULL;
+  size_t n = 0;
+  int k = 0;
+  if (hfile_read(log_path, &log, &n, NULL)) return -1;
+  for (char *p = log; (p = strstr(p, "\"loss\":")); p++) k++;
+  free(log);
+  return k;
+}
+
+/* 6 steps straight against 3 + a resume + 3, for one method's options. */
+static void resume_case(const char *method, const char *data, const char *opts) {
+  char a[400], b[400], cmd[4096], p1[500], p2[500];
+  snprintf(a, sizeof a, "%s/%s-straight", tmp, method);
+  snprintf(b, sizeof b, "%s/%s-resumed", tmp, method);
+  snprintf(cmd, sizeof cmd, "'%s' train %s --data '%s' --out '%s' --steps 6 --save-every 3 %s", HEARTH_BINARY, method, data, a, opts);
+  int rc = run(cmd);
+  char *e = last_stderr();
+  CHECK_MSG(rc == 0, "%s: exit %d: %s", method, rc, e);
+  free(e);
+  const char *files[] = {"adapter_model.safetensors", "adapter_config.json", "optimizer.safetensors", "trainer_state.json"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(p1, sizeof p1, "%s/checkpoint-3/%s", a, files[i]);
+    CHECK_MSG(hfile_exists(p1), "%s missing", p1);
+  }
+  snprintf(p1, sizeof p1, "%s/checkpoint-6/adapter_model.safetensors", a);
+  snprintf(p2, sizeof p2, "%s/adapter_model.safetensors", a);
+  CHECK_MSG(same_file(p1, p2), "%s: the step-6 checkpoint is not the final adapter", method);
+  /* another process from the step-3 checkpoint */
+  snprintf(cmd, sizeof cmd, "'%s' train %s --data '%s' --out '%s' --steps 6 --resume '%s/checkpoint-3' %s", HEARTH_BINARY, method,
+           data, b, a, opts);
+  rc = run(cmd);
+  e = last_stderr();
+  CHECK_MSG(rc == 0 && strstr(e, "resumed from") && strstr(e, "step 4/6") && !strstr(e, "step 3/6"), "%s resume: exit %d: %s", method,
+            rc, e);
+  free(e);
+  snprintf(p1, sizeof p1, "%s/adapter_model.safetensors", b);
+  CHECK_MSG(same_file(p1, p2), "%s: 3 steps + resume + 3 steps differ from 6 steps straight", method);
+  snprintf(p1, sizeof p1, "%s/log.jsonl", b);
+  CHECK_EQ_INT(count_steps(p1), 3);
+  /* a bare --resume in OUT takes the latest checkpoint (checkpoint-6 gone: checkpoint-3), trimming the log to it */
+  snprintf(cmd, sizeof cmd, "rm -rf '%s/checkpoint-6' && cp '%s/adapter_model.safetensors' '%s/first.safetensors'", a, a, tmp);
+  CHECK_EQ_INT(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "'%s' train %s --data '%s' --out '%s' --steps 6 %s --resume", HEARTH_BINARY, method, data, a, opts);
+  rc = run(cmd);
+  e = last_stderr();
+  CHECK_MSG(rc == 0 && strstr(e, "checkpoint-3"), "%s bare resume: exit %d: %s", method, rc, e);
+  free(e);
+  snprintf(p1, sizeof p1, "%s/first.safetensors", tmp);
+  CHECK_MSG(same_file(p1, p2), "%s: the bare resume wrote other bytes", method);
+  snprintf(p1, sizeof p1, "%s/log.jsonl", a);
+  CHECK_EQ_INT(count_steps(p1), 6);
+  /* other settings are refused by name */
+  snprintf(cmd, sizeof cmd, "'%s' train %s --data '%s' --out '%s' --steps 7 --resume '%s/checkpoint-3' %s", HEARTH_BINARY, method,
+           data, b, a, opts);
+  rc = run(cmd);
+  e = last_stderr();
+  CHECK_MSG(rc == 1 && strstr(e, "steps 6") && strstr(e, "same settings"), "%s: exit %d: %s", method, rc, e);
+  free(e);
+}
+
+static void test_resume(void) {
+  char data[400], pairs[400];
+  snprintf(data, sizeof data, "%s/pc.jsonl", tmp); /* test_run's three lines */
+  snprintf(pairs, sizeof pairs, "%s/pairs.jsonl", tmp);
+  write_file(pairs, "{\"prompt\": \"And God said,\", \"chosen\": \" Let there be light.\", \"rejected\": \" No.\"}\n"
+                    "{\"prompt\": [{\"role\": \"user\", \"content\": \"In the beginning\"}], \"chosen\": \"God created\", "
+                    "\"rejected\": \"nothing\"}\n"
+                    "{\"prompt\": \"The LORD is\", \"chosen\": \" my shepherd.\", \"rejected\": \" far.\"}\n");
+  resume_case("sft", data, "--batch 2 --rank 4 --dropout 0.1 --target all-linear --lr 1e-2 --seed 9 --threads 2 --no-plot");
+  resume_case("dpo", pairs, "--batch 2 --rank 4 --lr 1e-2 --seed 9 --threads 2 --no-plot --beta 0.2");
+}
+
+/* `hearth serve` on the built-in model with --adapter-dir dir; its URL into url. */
+static pid_t start_server(const char *dir, char *url, size_t n) {
+  char logp[400];
+  snprintf(logp, sizeof logp, "%s/serve.log", tmp);
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE *f = freopen(logp, "w", stderr);
+    (void)f;
+    dup2(2, 1);
+    execl(HEARTH_BINARY, "hearth", "serve", "--port", "0", "--adapter-dir", dir, "--threads", "1", (char *)NULL);
+    _exit(127);
+  }
+  for (int i = 0; pid > 0 && i < 1200; i++) {
+    char *log = NULL;
+    size_t len = 0;
+    if (hfile_read(logp, &log, &len, NULL) == 0) {
+      const char *at = strstr(log, "listening on ");
+      if (at) {
+        at += 13;
+        size_t k = strcspn(at, " \r\n");
+        snprintf(url, n, "%.*s", (int)k, at);
+        free(log);
+        return pid;
+      }
+      free(log);
+    }
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid) return -1;
+    usleep(50000);
+  }
+  if (pid > 0) kill(pid, SIGKILL), waitpid(pid, NULL, 0);
+  return -1;
+}
+
+static size_t gather(char *p, size_t size, size_t n, void *ctx) {
+  hbuf_append(ctx, p, size * n);
+  return size * n;
+}
+
+static void test_serve(void) {
+  char adir[400], url[200] = "", data[400], cmd[4096];
+  snprintf(adir, sizeof adir, "%s/adapters", tmp);
+  mkdir(adir, 0755);
+  snprintf(data, sizeof data, "%s/pc.jsonl", tmp);
+  pid_t pid = start_server(adir, url, sizeof url);
+  CHECK_MSG(pid > 0, "hearth serve did not start");
+  if (pid <= 0) return;
+  snprintf(cmd, sizeof cmd,
+           "'%s' train sft --data '%s' --out '%s/mine' --steps 2 --batch 2 --rank 2 --threads 2 --no-plot --serve '%s' --serve-name mine",
+           HEARTH_BINARY, data, adir, url);
+  int rc = run(cmd);
+  char *e = last_stderr();
+  CHECK_MSG(rc == 0 && strstr(e, "loaded the adapter as 'mine'"), "--serve: exit %d: %s", rc, e);
+  free(e);
+  /* the server lists it */
+  hbuf reply = {0};
+  char lu[300];
+  snprintf(lu, sizeof lu, "%s/v1/adapters", url);
+  CURL *c = curl_easy_init();
+  curl_easy_setopt(c, CURLOPT_URL, lu);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, gather);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &reply);
+  CHECK(curl_easy_perform(c) == CURLE_OK);
+  curl_easy_cleanup(c);
+  CHECK_MSG(strstr(hbuf_str(&reply), "\"mine\""), "GET /v1/adapters: %s", hbuf_str(&reply));
+  hbuf_free(&reply);
+  /* an OUT outside the server's adapter directory: trained, then refused by the server, the rule said */
+  snprintf(cmd, sizeof cmd, "'%s' train sft --data '%s' --out '%s/outside' --steps 1 --batch 2 --rank 2 --threads 2 --no-plot --serve '%s'",
+           HEARTH_BINARY, data, tmp, url);
+  rc = run(cmd);
+  e = last_stderr();
+  CHECK_MSG(rc == 1 && strstr(e, "answered 400") && strstr(e, "--adapter-dir"), "outside: exit %d: %s", rc, e);
+  free(e);
+  kill(pid, SIGTERM);
+  waitpid(pid, NULL, 0);
 }
 
 /* Every position's logits of ids through the model (exact f32 activations) with a KV cache of its own. */
@@ -222,6 +413,8 @@ int main(void) {
   mkdir(tmp, 0755);
   RUN(test_usage);
   RUN(test_run);
+  RUN(test_resume);
+  RUN(test_serve);
   RUN(test_quantized_bases);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

@@ -389,7 +389,9 @@ test('a full context: older turns are left out, every turn still gets a reply, t
   assert.ok(note.shown, 'the note is not visible');
   assert.match(note.text, /left out/);
   assert.match(note.text, new RegExp(`${SMALL_CONTEXT} tokens`));
-  assert.ok(await page.$$eval('#log .omitted', (e) => e.length) > 0, 'left-out turns are not shown as such');
+  const omitted = await page.$$eval('#log .omitted', (e) => e.length);
+  assert.ok(omitted > 0, 'left-out turns are not shown as such');
+  assert.equal(parseInt(note.text, 10), omitted, `the note counts ${parseInt(note.text, 10)} left-out messages; ${omitted} are greyed out`);
   const last = rec.requests[rec.requests.length - 1].messages;
   assert.equal(last[0].role, 'user');
   assert.equal(last[last.length - 1].content, `turn ${turns}: tell me more`);

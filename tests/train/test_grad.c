@@ -213,12 +213,17 @@ static void test_attention(void) {
 typedef struct act_ctx {
   int64_t n;
   double *g, *u, *c;
+  bool gelu; /* tanh-GELU instead of SiLU */
 } act_ctx;
 
 static double act_loss(void *ctx) {
   act_ctx *a = ctx;
   double L = 0;
-  for (int64_t i = 0; i < a->n; i++) L += a->c[i] * a->g[i] / (1 + exp(-a->g[i])) * a->u[i];
+  for (int64_t i = 0; i < a->n; i++) {
+    double x = a->g[i];
+    double act = a->gelu ? 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))) : x / (1 + exp(-x));
+    L += a->c[i] * act * a->u[i];
+  }
   return L;
 }
 
@@ -230,13 +235,30 @@ static void test_silu_mul(void) {
   memcpy(h, gf, sizeof h);
   op_silu(h, N);
   op_mul(h, h, uf, N);
-  act_ctx a = {N, g, u, c};
+  act_ctx a = {N, g, u, c, false};
   double L = 0;
   for (int i = 0; i < N; i++) L += c[i] * h[i];
   CHECK_NEAR(L, act_loss(&a), 1e-4);
   grad_silu_mul(dg, du, cf, gf, uf, N);
   fd_check(act_loss, &a, g, dg, N, "silu_mul dg");
   fd_check(act_loss, &a, u, du, N, "silu_mul du");
+}
+
+static void test_gelu_tanh_mul(void) {
+  enum { N = 40 };
+  double g[N], u[N], c[N];
+  float gf[N], uf[N], cf[N], h[N], dg[N], du[N];
+  fill(g, gf, N, 5), fill(u, uf, N, 2), fill(c, cf, N, 1);
+  memcpy(h, gf, sizeof h);
+  op_gelu_tanh(h, N);
+  op_mul(h, h, uf, N);
+  act_ctx a = {N, g, u, c, true};
+  double L = 0;
+  for (int i = 0; i < N; i++) L += c[i] * h[i];
+  CHECK_NEAR(L, act_loss(&a), 1e-4);
+  grad_gelu_tanh_mul(dg, du, cf, gf, uf, N);
+  fd_check(act_loss, &a, g, dg, N, "gelu_tanh_mul dg");
+  fd_check(act_loss, &a, u, du, N, "gelu_tanh_mul du");
 }
 
 /* ---- frozen matmul, every stored format ---- */
@@ -360,6 +382,7 @@ typedef struct ce_ctx {
   const float *w;
   const int32_t *tg;
   double scale;
+  double cap; /* > 0: the logits soft-capped */
 } ce_ctx;
 
 static double ce_loss(void *ctx) {
@@ -371,6 +394,7 @@ static double ce_loss(void *ctx) {
     for (int64_t v = 0; v < e->V; v++) {
       l[v] = 0;
       for (int64_t d = 0; d < e->D; d++) l[v] += e->h[i * e->D + d] * e->w[v * e->D + d];
+      if (e->cap > 0) l[v] = e->cap * tanh(l[v] / e->cap);
       m = fmax(m, l[v]);
     }
     for (int64_t v = 0; v < e->V; v++) s += exp(l[v] - m);
@@ -404,15 +428,24 @@ static void test_cross_entropy(void) {
       float scale = 1.0f / 5;
       CHECK_EQ_INT(grad_cross_entropy(NULL, &loss, &count, dh, hf, N, D, &w, &wt, tg, scale, chunk < 3 ? chunk : 3, scratch, &err), 0);
       CHECK_EQ_INT(count, 5);
-      ce_ctx e = {N, D, V, h, wdeq, tg, 1.0};
+      ce_ctx e = {N, D, V, h, wdeq, tg, 1.0, 0};
       CHECK_NEAR(loss, ce_loss(&e), 1e-4 * (1 + loss));
       e.scale = scale;
       fd_check(ce_loss, &e, h, dh, N * D, bf ? "cross-entropy dh (bf16 head)" : "cross-entropy dh");
       for (int d = 0; d < D; d++) CHECK(dh[1 * D + d] == 0 && dh[5 * D + d] == 0); /* masked rows */
     }
-    int32_t bad[N] = {3, 37, 0, 0, 0, 0, 0};
+    /* through a soft-capped head (small enough a cap to bend the logits) */
     double loss = 0;
     int64_t count = 0;
+    CHECK_EQ_INT(grad_cross_entropy_capped(NULL, &loss, &count, dh, hf, N, D, &w, &wt, tg, 0.5f, 1.5f, 2, scratch, &err), 0);
+    ce_ctx e = {N, D, V, h, wdeq, tg, 1.0, 1.5};
+    CHECK_NEAR(loss, ce_loss(&e), 1e-4 * (1 + loss));
+    e.scale = 0.5;
+    fd_check(ce_loss, &e, h, dh, N * D, bf ? "capped cross-entropy dh (bf16 head)" : "capped cross-entropy dh");
+    e.cap = 0, e.scale = 1;
+    CHECK_MSG(fabs(loss - ce_loss(&e)) > 1e-3, "the cap changed nothing (%g)", loss);
+    int32_t bad[N] = {3, 37, 0, 0, 0, 0, 0};
+    loss = 0, count = 0;
     CHECK(grad_cross_entropy(NULL, &loss, &count, dh, hf, N, D, &w, &wt, bad, 1, 3, scratch, &err) != 0);
     CHECK(strstr(err.msg, "outside the vocabulary") != NULL);
     free(wtd);
@@ -424,6 +457,7 @@ int main(void) {
   RUN(test_rope);
   RUN(test_attention);
   RUN(test_silu_mul);
+  RUN(test_gelu_tanh_mul);
   RUN(test_matmul);
   RUN(test_lora);
   RUN(test_cross_entropy);
