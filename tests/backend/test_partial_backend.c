@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "partial_backend.h"
 #include "test.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -24,19 +25,16 @@ static bool no_softcap(const bk_backend *be, bk_op op) { return (void)be, op != 
 
 /* The CPU backend with rmsnorm, rope, sample and attention_rel taken out and softcap refused. */
 static bk_backend_ops partial_ops;
+static void strip(bk_backend_ops *t) {
+  t->rmsnorm = NULL;
+  t->rope = NULL;
+  t->sample = NULL;
+  t->attention_rel = NULL;
+  t->supports_op = no_softcap;
+}
 static bk_backend *open_partial(void) {
-  bk_backend *be = NULL;
-  herr err = {0};
-  if (bk_cpu_open(&(bk_open_opts){.threads = 2}, &be, &err)) return NULL;
-  partial_ops = *be->ops;
-  partial_ops.rmsnorm = NULL;
-  partial_ops.rope = NULL;
-  partial_ops.sample = NULL;
-  partial_ops.attention_rel = NULL;
-  partial_ops.supports_op = no_softcap;
-  be->ops = &partial_ops;
-  snprintf(be->name, sizeof be->name, "partial");
-  be->is_cpu = false;
+  bk_backend *be = open_partial_cpu(&partial_ops, strip);
+  if (be) be->is_cpu = false;
   return be;
 }
 

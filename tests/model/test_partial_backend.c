@@ -11,26 +11,27 @@
 #include "backend/backend.h"
 #include "engine/kv_cache.h"
 #include "model/model.h"
+#include "partial_backend.h"
 #include "test.h"
 
 #define MODEL HEARTH_SOURCE_DIR "/models/default"
 
 static bk_backend_ops partial_ops;
 
+static void strip_host_paths(bk_backend_ops *t) {
+  t->rmsnorm = NULL;
+  t->rope = NULL;
+  t->act_mul = NULL;
+  t->add = NULL;
+  t->sample = NULL;
+}
+static void strip_attention(bk_backend_ops *t) {
+  strip_host_paths(t);
+  t->attention = NULL;
+}
+
 static bk_backend *open_partial(bool without_attention) {
-  bk_backend *be = NULL;
-  herr err = {0};
-  if (bk_cpu_open(&(bk_open_opts){.threads = 2}, &be, &err)) return NULL;
-  partial_ops = *be->ops;
-  partial_ops.rmsnorm = NULL;
-  partial_ops.rope = NULL;
-  partial_ops.act_mul = NULL;
-  partial_ops.add = NULL;
-  partial_ops.sample = NULL;
-  if (without_attention) partial_ops.attention = NULL;
-  be->ops = &partial_ops;
-  snprintf(be->name, sizeof be->name, "partial");
-  return be;
+  return open_partial_cpu(&partial_ops, without_attention ? strip_attention : strip_host_paths);
 }
 
 /* Four greedy steps of the model on be (NULL: its own CPU backend): each step's logits into logits[step], the
