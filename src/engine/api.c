@@ -18,7 +18,7 @@
 #include "base/trace.h"
 #include "chat/chat.h"
 #include "chat/jinja.h"
-#include "engine/generate.h"
+#include "engine/request.h"
 #include "engine/fit.h"
 #include "structured/json_schema.h"
 #include "engine/kv_disk.h"
@@ -41,7 +41,9 @@
 struct hearth_model {
   model *m;                    /* owned */
   tokenizer *tok;              /* owned, NULL when the folder has none */
-  generation_config gen;
+  generation_config gen;       /* generation_config.json: its EOS ids (its sampling is in sampling) */
+  sample_params sampling;      /* the model's sampling defaults (sample_params_model_default), which a
+                                  request's fields go over */
   char *path;                  /* owned */
   bool is_gguf;                /* path is a .gguf file */
   char *id;                    /* owned */
@@ -65,7 +67,6 @@ struct hearth_model {
   model *draft;                /* owned, NULL without hearth_load_opts.draft_model */
   gen_method method;           /* how generations run (the scheduler borrows it) */
   denoise_params denoise;      /* a block-diffusion model's: generation_config.json over the defaults */
-  _Atomic int64_t diff_running, diff_finished, diff_cancelled, diff_tokens, diff_prompt;
   pthread_mutex_t ad_lock;     /* guards the adapter table */
   struct api_adapter *ads;     /* owned [n_ads]: the loaded LoRA adapters by name */
   int n_ads, cap_ads;
@@ -316,7 +317,10 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
     hm->sch_cfg.kv_store = hm->kv_store;
     hm->sch_cfg.kv_store_max = opts->kv_store_max;
   }
-  if (model_canvas_length(hm->m) > 0 && (rc = load_denoise(hm, err))) goto fail;
+  if (model_canvas_length(hm->m) > 0) {
+    if ((rc = load_denoise(hm, err))) goto fail;
+    hm->sch_cfg.denoise = &hm->denoise;
+  }
   if (opts && model_canvas_length(hm->m) <= 0 && (rc = load_method(hm, opts, &mo, err))) goto fail;
   if (opts && opts->trace_file) {
     if ((rc = htrace_open(opts->trace_file, opts->trace_max_bytes, &hm->trace, err))) goto fail;
@@ -325,6 +329,7 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
   }
   for (int i = 0; i < cfg->n_eos; i++) add_eos(hm, cfg->eos_token_ids[i]);
   for (int i = 0; i < hm->gen.n_eos; i++) add_eos(hm, hm->gen.eos_token_ids[i]);
+  sample_params_model_default(&hm->sampling, &hm->gen);
   if (hm->tok) add_eos(hm, tokenizer_eos_id(hm->tok));
   *out = hm;
   return 0;
@@ -522,13 +527,13 @@ void hearth_gen_params_init(hearth_gen_params *p) {
   p->frequency_penalty = NAN;
   p->skip_special = true;
   p->spec_tokens = -1;
-  p->typical_p = 1.0;
-  p->xtc_threshold = 0.1;
-  p->dry_base = 1.75;
-  p->dry_allowed_length = 2;
-  p->dry_penalty_last_n = 64;
-  p->mirostat_tau = 5.0;
-  p->mirostat_eta = 0.1;
+  p->typical_p = SAMPLE_DEFAULT_TYPICAL_P;
+  p->xtc_threshold = SAMPLE_DEFAULT_XTC_THRESHOLD;
+  p->dry_base = SAMPLE_DEFAULT_DRY_BASE;
+  p->dry_allowed_length = SAMPLE_DEFAULT_DRY_ALLOWED_LENGTH;
+  p->dry_penalty_last_n = SAMPLE_DEFAULT_DRY_PENALTY_LAST_N;
+  p->mirostat_tau = SAMPLE_DEFAULT_MIROSTAT_TAU;
+  p->mirostat_eta = SAMPLE_DEFAULT_MIROSTAT_ETA;
 }
 
 static uint64_t random_seed(void) {
@@ -580,25 +585,22 @@ static int int_field(int64_t v, int64_t lo, int64_t hi, const char *name, int32_
   return 0;
 }
 
-/* Request values over model defaults into the engine's request. */
+/* The request's fields over the model's defaults into the engine's request:
+ * its sample_params is what the sampler takes. */
 static int fill_request(hearth_model *hm, const hearth_gen_params *p, gen_request *r, sample_bias **bias,
                         sample_dry_breaker **breakers, herr *err) {
-  const generation_config *g = &hm->gen;
   sample_params *s = &r->sample;
+  *s = hm->sampling;
   if (!isnan(p->temperature)) {
     s->temperature = (float)p->temperature;
     s->greedy = p->temperature == 0;
-  } else {
-    s->temperature = (float)g->temperature;
-    s->greedy = !g->do_sample;
   }
-  s->top_p = (float)(!isnan(p->top_p) ? p->top_p : g->top_p);
-  s->top_k = (int32_t)(p->top_k >= 0 ? p->top_k : g->top_k);
-  if (p->top_k > INT32_MAX) s->top_k = 0;
-  s->min_p = (float)(!isnan(p->min_p) ? p->min_p : g->min_p);
-  s->repetition_penalty = (float)(!isnan(p->repetition_penalty) ? p->repetition_penalty : g->repetition_penalty);
-  s->presence_penalty = (float)(!isnan(p->presence_penalty) ? p->presence_penalty : 0);
-  s->frequency_penalty = (float)(!isnan(p->frequency_penalty) ? p->frequency_penalty : 0);
+  if (!isnan(p->top_p)) s->top_p = (float)p->top_p;
+  if (p->top_k >= 0) s->top_k = p->top_k > INT32_MAX ? 0 : (int32_t)p->top_k;
+  if (!isnan(p->min_p)) s->min_p = (float)p->min_p;
+  if (!isnan(p->repetition_penalty)) s->repetition_penalty = (float)p->repetition_penalty;
+  if (!isnan(p->presence_penalty)) s->presence_penalty = (float)p->presence_penalty;
+  if (!isnan(p->frequency_penalty)) s->frequency_penalty = (float)p->frequency_penalty;
   s->seed = p->has_seed ? p->seed : random_seed();
   s->typical_p = (float)p->typical_p;
   s->xtc_probability = (float)p->xtc_probability;
@@ -709,12 +711,12 @@ static int ensure_sched(hearth_model *hm, herr *err) {
 
 int hearth_start(hearth_model *hm, hearth_error *err) {
   if (!hm) return herr_set(err, HEARTH_EINVAL, "hearth_start: no model");
-  if (model_canvas_length(hm->m) > 0) return 0; /* the diffusion lane: a cache of its own per request */
+  if (model_canvas_length(hm->m) > 0) return 0; /* denoising runs keep their KV in caches of their own */
   return ensure_sched(hm, err);
 }
 
 int hearth_admit(hearth_model *hm, int64_t prompt_tokens, int64_t max_tokens, hearth_error *err) {
-  if (model_canvas_length(hm->m) > 0) return 0; /* the diffusion lane: a cache of its own per request */
+  if (model_canvas_length(hm->m) > 0) return 0; /* denoising runs keep their KV in caches of their own */
   int rc = ensure_sched(hm, err);
   return rc ? rc : sched_admit(hm->sch, prompt_tokens, max_tokens, err);
 }
@@ -908,7 +910,7 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
   }
   gen_result gr;
   memset(&gr, 0, sizeof gr);
-  if (model_canvas_length(hm->m) > 0) { /* block diffusion: the denoising lane */
+  if (model_canvas_length(hm->m) > 0) { /* block diffusion: a denoising run in the scheduler */
     const char *host = sample_params_host_field(&req.sample);
     if (host) {
       rc = herr_set_at(err, HEARTH_EUNSUPPORTED, host, 0, "'%s' is not supported on a block-diffusion model, whose tokens are "
@@ -920,17 +922,9 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
                        "a grammar or JSON schema cannot constrain a block-diffusion model's output");
       goto out;
     }
-    hm->diff_running++;
-    rc = denoise_generate(hm->m, hm->tok, &req, &hm->denoise, NULL, forward_token, &cb, &gr, err);
-    hm->diff_running--;
-    if (rc == HEARTH_ECANCELLED) hm->diff_cancelled++;
-    else if (!rc) hm->diff_finished++;
-    hm->diff_tokens += gr.completion_tokens;
-    hm->diff_prompt += gr.prompt_tokens;
-    goto result;
   }
   if ((rc = ensure_sched(hm, err))) goto out;
-  if (req.max_tokens < 0) {
+  if (req.max_tokens < 0 && model_canvas_length(hm->m) <= 0) {
     /* "up to the context" stops where the KV cache is full too: a context the
      * machine cannot hold would otherwise never end */
     sched_stats st;
@@ -940,7 +934,6 @@ int hearth_generate(hearth_model *hm, const hearth_prompt *prompt, const hearth_
     if (hold > (int64_t)req.n_prompt && (ctx <= 0 || hold < ctx)) req.max_tokens = hold - (int64_t)req.n_prompt;
   }
   rc = sched_run(hm->sch, &req, forward_token, &cb, &gr, err);
-result:
   res->finish_reason = (hearth_finish)gr.finish;
   res->stop_index = gr.stop_index;
   res->stop_token = gr.stop_token;
@@ -971,14 +964,6 @@ void hearth_get_stats(hearth_model *hm, hearth_stats *out) {
   model_expert_stats xs;
   model_expert_stats_of(hm->m, &xs);
   out->expert_budget = xs.budget, out->expert_resident_bytes = xs.resident, out->expert_page_ins = xs.page_ins;
-  if (model_canvas_length(hm->m) > 0) { /* the diffusion lane's requests */
-    out->running = hm->diff_running;
-    out->requests_finished = hm->diff_finished;
-    out->requests_cancelled = hm->diff_cancelled;
-    out->generated_tokens = hm->diff_tokens;
-    out->prompt_tokens = hm->diff_prompt;
-    return;
-  }
   pthread_mutex_lock(&hm->gen_lock);
   sched *s = hm->sch;
   pthread_mutex_unlock(&hm->gen_lock);

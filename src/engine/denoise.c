@@ -9,14 +9,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/ops.h"
 #include "base/file.h"
 #include "base/json.h"
 #include "base/pool.h"
-#include "engine/emit.h"
-#include "engine/kv_cache.h"
 #include "engine/sample.h"
 
 void denoise_params_default(denoise_params *p) {
@@ -328,6 +325,8 @@ static bool denoise_logits(denoise_run *r) {
   return finished || r->cur_step == 0;
 }
 
+bool denoise_run_encoding(const denoise_run *r) { return r->ph == PHASE_ENCODE && r->blocks == 0; }
+
 int denoise_run_step(denoise_run *r, gen_commit_fn commit, void *ctx, bool *done, herr *err) {
   *done = false;
   int rc;
@@ -357,8 +356,7 @@ int denoise_run_step(denoise_run *r, gen_commit_fn commit, void *ctx, bool *done
   r->stats.blocks++;
   for (int64_t i = 0; i < r->C; i++) {
     sample_token st = {.id = r->block[i], .logprob = (float)r->lp[i]};
-    if (commit(ctx, &st)) {
-      r->ph = PHASE_DONE;
+    if (commit(ctx, &st)) { /* the request ended there: the commit may have freed the run */
       *done = true;
       return 0;
     }
@@ -371,100 +369,4 @@ int denoise_run_step(denoise_run *r, gen_commit_fn commit, void *ctx, bool *done
   r->ph = PHASE_ENCODE;
   r->enc = r->block, r->enc_n = r->C, r->enc_at = 0;
   return 0;
-}
-
-/* ---- the whole loop for one request ---- */
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-typedef struct one_ctx {
-  const gen_request *req;
-  gen_emit out;
-  gen_result *res;
-  int64_t max_new;
-  gen_token_fn fn;
-  void *user;
-  int rc;
-  herr *err;
-  bool cancelled;
-} one_ctx;
-
-static bool one_commit(void *ctx, const sample_token *st) {
-  one_ctx *c = ctx;
-  bool ended = false;
-  if ((c->rc = gen_emit_token(&c->out, c->req, st->id, c->max_new, c->res, &ended, c->err))) return true;
-  if (c->fn && c->fn(c->user, hbuf_str(&c->out.delta), c->out.delta.len, st)) {
-    c->cancelled = true;
-    return true;
-  }
-  return ended;
-}
-
-int denoise_generate(model *m, const tokenizer *tok, const gen_request *req, const denoise_params *p,
-                     const denoise_draws *draws, gen_token_fn fn, void *user, gen_result *res, herr *err) {
-  memset(res, 0, sizeof *res);
-  res->stop_index = -1;
-  res->stop_token = -1;
-  res->prompt_tokens = (int64_t)req->n_prompt;
-  if (!req->prompt || req->n_prompt == 0) return herr_set(err, HEARTH_EINVAL, "denoise: the prompt has no tokens");
-  if (req->n_stop && !tok) return herr_set(err, HEARTH_EINVAL, "denoise: stop strings need a tokenizer to decode the output");
-  int64_t vocab = model_vocab_size(m);
-  for (size_t i = 0; i < req->n_prompt; i++)
-    if (req->prompt[i] < 0 || req->prompt[i] >= vocab)
-      return herr_set(err, HEARTH_EINVAL, "denoise: prompt token %zu is id %d, outside the vocabulary (size %lld)", i,
-                      (int)req->prompt[i], (long long)vocab);
-  int64_t max_new = 0;
-  int rc = gen_check_context(m, req, &max_new, err);
-  if (rc) return rc;
-  if (max_new == 0) {
-    res->finish = GEN_FINISH_LENGTH;
-    return 0;
-  }
-  one_ctx c = {.req = req, .res = res, .max_new = max_new, .fn = fn, .user = user, .err = err};
-  kv_cache *cache = NULL;
-  kv_seq *seq = NULL;
-  denoise_run *run = NULL;
-  model_kv_geometry geom;
-  model_kv_geometry_of(m, &geom);
-  if ((rc = gen_emit_init(&c.out, tok, req, err))) return rc;
-  if ((rc = kv_cache_new(&geom, denoise_kv_rows(m, (int64_t)req->n_prompt, max_new), &cache, err)) ||
-      (rc = kv_cache_seq_new(cache, &seq, err)) || (rc = denoise_run_new(m, req, p, draws, seq, max_new, &run, err)))
-    goto done;
-  double t0 = now_seconds();
-  bool fin = false, prefilled = false;
-  while (!fin) {
-    if (req->cancel && *req->cancel) {
-      c.cancelled = true;
-      break;
-    }
-    if ((rc = denoise_run_step(run, one_commit, &c, &fin, err))) goto done;
-    if (c.rc) {
-      rc = c.rc;
-      goto done;
-    }
-    if (c.cancelled) break;
-    if (!prefilled && run->ph != PHASE_ENCODE) {
-      prefilled = true;
-      res->prefill_seconds = now_seconds() - t0;
-    }
-  }
-  if (c.cancelled) {
-    res->finish = GEN_FINISH_CANCELLED;
-    rc = herr_set(err, HEARTH_ECANCELLED, "denoise: cancelled after %lld tokens", (long long)res->completion_tokens);
-    goto done;
-  }
-  if ((rc = gen_emit_flush(&c.out, res, err))) goto done;
-  if (c.out.delta.len && fn) fn(user, hbuf_str(&c.out.delta), c.out.delta.len, NULL);
-  res->decode_seconds = now_seconds() - t0 - res->prefill_seconds;
-
-done:
-  denoise_run_free(run);
-  if (seq) kv_cache_seq_free(seq);
-  kv_cache_free(cache);
-  gen_emit_free(&c.out);
-  return rc;
 }

@@ -19,8 +19,9 @@
  *     strings and max_tokens end the request there), then encoded, and the next
  *     block starts
  *
- * A run does one forward per denoise_run_step, so its caller checks for
- * cancellation between denoising steps; denoise_run_free releases
+ * A run does one forward per denoise_run_step — the scheduler (sched.h)
+ * steps every running one once per engine step, beside its batch — so
+ * cancellation lands between denoising steps; denoise_run_free releases
  * everything, also mid-way. The random draws (the canvases' random tokens,
  * the samples' uniforms) come from the request's seeded RNG, or from a
  * caller's source (the golden test replays the reference's draws).
@@ -32,7 +33,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "engine/generate.h"
+#include "engine/request.h"
 #include "engine/method.h"
 #include "model/kv.h"
 #include "model/model.h"
@@ -90,8 +91,13 @@ void denoise_run_free(denoise_run *r);
 /* One forward: a chunk of the encoding (the prompt, or the last block), or
  * one denoising step; when a block becomes final, its tokens are committed
  * in order through commit until it reports the end. *done: nothing left (the
- * request ended, or the last block was committed). */
+ * request ended, or the last block was committed). Once commit reports the
+ * end, the step returns at once without touching the run again (the commit
+ * may free it). */
 int denoise_run_step(denoise_run *r, gen_commit_fn commit, void *ctx, bool *done, herr *err);
+
+/* Whether the run is still encoding its prompt (its first block not begun). */
+bool denoise_run_encoding(const denoise_run *r);
 
 typedef struct denoise_stats {
   int64_t blocks;          /* blocks committed */
@@ -102,11 +108,5 @@ void denoise_run_stats(const denoise_run *r, denoise_stats *out);
 
 /* Rows of KV the run needs: n_prompt + whole blocks covering max_new. */
 int64_t denoise_kv_rows(const model *m, int64_t n_prompt, int64_t max_new);
-
-/* The whole loop for one request, as generate_run (same result and
- * callback contract): tokens reach fn block by block; *req->cancel is
- * checked between forwards. */
-int denoise_generate(model *m, const tokenizer *tok, const gen_request *req, const denoise_params *p,
-                     const denoise_draws *draws, gen_token_fn fn, void *user, gen_result *res, herr *err);
 
 #endif

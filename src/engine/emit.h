@@ -1,5 +1,5 @@
 /* emit.h — what happens to each sampled token, shared by the scheduler and
- * the one-sequence loop: EOS ids end the request, the token is detokenized
+ * block diffusion's denoising runs: EOS ids end the request, the token is detokenized
  * (streaming, UTF-8 held back until whole), stop strings are matched on the
  * text with hold-back of a possible partial match, max_tokens ends it; at
  * the end what is held back is released (or ends in a stop string).
@@ -12,7 +12,7 @@
 
 #include "base/buf.h"
 #include "base/status.h"
-#include "engine/generate.h"
+#include "engine/request.h"
 #include "engine/stop.h"
 #include "tokenizer/tokenizer.h"
 

@@ -16,7 +16,7 @@
 
 #include "base/file.h"
 #include "base/pool.h"
-#include "engine/generate.h"
+#include "engine/request.h"
 #include "engine/kv_paged.h"
 #include "engine/sched.h"
 #include "format/gguf.h"

@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "engine/generate.h"
+#include "engine/request.h"
 #include "engine/kv_cache.h"
 #include "engine/sample.h"
 #include "model/model.h"
@@ -43,9 +43,9 @@
 
 #define GEN_MAX_SPEC_TOKENS 16
 
-/* GEN_METHOD_DENOISING names block diffusion on a DiffusionGemma model (engine/denoise.h), which does
- * not run through gen_run or the scheduler: api.c's diffusion lane runs each request's denoise_generate
- * on the request's own thread with a one-off KV cache, committing each block of tokens when it is final */
+/* GEN_METHOD_DENOISING: block diffusion on a DiffusionGemma model (engine/denoise.h): a run per
+ * request, not a gen_run, that the scheduler steps beside its batch (one forward of its own a step)
+ * and that commits each block of tokens through the same output stage when it is final */
 typedef enum gen_method_kind { GEN_METHOD_AUTOREGRESSIVE = 0, GEN_METHOD_SPECULATIVE = 1, GEN_METHOD_DENOISING = 2 } gen_method_kind;
 
 /* Where drafted tokens come from. */

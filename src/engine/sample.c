@@ -9,6 +9,7 @@
 
 #include "base/hash.h"
 #include "base/vec.h"
+#include "format/config.h"
 
 typedef struct cand {
   float v;     /* tempered logit, then unnormalised probability */
@@ -79,13 +80,23 @@ void sample_params_default(sample_params *p) {
   p->temperature = 1.0f;
   p->top_p = 1.0f;
   p->repetition_penalty = 1.0f;
-  p->typical_p = 1.0f;
-  p->xtc_threshold = 0.1f;
-  p->dry_base = 1.75f;
-  p->dry_allowed_length = 2;
-  p->dry_penalty_last_n = 64;
-  p->mirostat_tau = 5.0f;
-  p->mirostat_eta = 0.1f;
+  p->typical_p = (float)SAMPLE_DEFAULT_TYPICAL_P;
+  p->xtc_threshold = (float)SAMPLE_DEFAULT_XTC_THRESHOLD;
+  p->dry_base = (float)SAMPLE_DEFAULT_DRY_BASE;
+  p->dry_allowed_length = SAMPLE_DEFAULT_DRY_ALLOWED_LENGTH;
+  p->dry_penalty_last_n = SAMPLE_DEFAULT_DRY_PENALTY_LAST_N;
+  p->mirostat_tau = (float)SAMPLE_DEFAULT_MIROSTAT_TAU;
+  p->mirostat_eta = (float)SAMPLE_DEFAULT_MIROSTAT_ETA;
+}
+
+void sample_params_model_default(sample_params *p, const generation_config *g) {
+  sample_params_default(p);
+  p->greedy = !g->do_sample;
+  p->temperature = (float)g->temperature;
+  p->top_k = (int32_t)g->top_k;
+  p->top_p = (float)g->top_p;
+  p->min_p = (float)g->min_p;
+  p->repetition_penalty = (float)g->repetition_penalty;
 }
 
 static bool dry_on(const sample_params *p) { return p->dry_multiplier != 0 && p->dry_base >= 1 && p->dry_penalty_last_n != 0; }

@@ -113,10 +113,27 @@ typedef struct sample_params {
   uint64_t seed;
 } sample_params;
 
+/* llama.cpp's defaults for the samplers it defines, written once here:
+ * sample_params_default and hearth_gen_params_init take them. */
+#define SAMPLE_DEFAULT_TYPICAL_P 1.0
+#define SAMPLE_DEFAULT_XTC_THRESHOLD 0.1
+#define SAMPLE_DEFAULT_DRY_BASE 1.75
+#define SAMPLE_DEFAULT_DRY_ALLOWED_LENGTH 2
+#define SAMPLE_DEFAULT_DRY_PENALTY_LAST_N 64
+#define SAMPLE_DEFAULT_MIROSTAT_TAU 5.0
+#define SAMPLE_DEFAULT_MIROSTAT_ETA 0.1
+
 /* Neutral parameters: greedy off, temperature 1, every filter and penalty off
  * (DRY's base, allowed length and window, XTC's threshold and mirostat's tau
- * and eta at llama.cpp's defaults: 1.75, 2, 64, 0.1, 5, 0.1). */
+ * and eta at llama.cpp's defaults, above). */
 void sample_params_default(sample_params *p);
+
+/* A model's defaults: the neutral ones with generation_config.json's
+ * (do_sample, temperature, top_k, top_p, min_p, repetition_penalty; HF's
+ * values when the file has none). A request's fields go over these once
+ * (the library's hearth_gen_params), and the sampler takes the result. */
+struct generation_config;
+void sample_params_model_default(sample_params *p, const struct generation_config *g);
 
 /* Whether p asks for a step only the host sampler runs (DRY, typical-p, XTC,
  * mirostat): such rows are sampled on the host, and the request decodes

@@ -1,16 +1,29 @@
 /* sched.c — the continuous-batching scheduler (see sched.h): the engine
  * thread, the waiting queue and running set, admission against the KV pool,
- * batch assembly with chunked prefill, preemption by recompute, and each
- * sequence's sampler, detokenizer and stop matcher, and the spans they
- * leave in a trace (base/trace.h) when one is given. How a generation turns
- * a step's logits into tokens is its method run's (engine/method.h): a
- * speculative run's drafts join the batch as a chunk after its pending
- * token, and the KV rows of rejected drafts are cut off after verification
- * (a hybrid model's recurrent state goes back to its mark before the drafts,
- * and the accepted tokens go in again ahead of the next step's pending one);
- * a run drafting with the model's MTP layer gets the hidden states of every
- * token it feeds (model_seq.next_hidden), and its layer sees them in the
- * next step's proposals, in the prompt too.
+ * and each step in three parts, as vLLM v1's schedule() → SchedulerOutput →
+ * update_from_output():
+ *   plan     (sched_plan → a sched_step): cancellations, admission, drafts,
+ *            the batch — decode rows, prefill chunks, preemption by
+ *            recompute — and each logits row's sampling on a device;
+ *   run      (sched_execute): the step's one forward;
+ *   commit   (sched_commit): drafts verified, blocks published, probes'
+ *            outputs gathered, tokens sampled;
+ * and the output stage each committed token goes through: the grammar,
+ * emission (EOS, detokenizer, stop strings, max_tokens: emit.h) and the
+ * queue to the request's waiter; with the spans they leave in a trace
+ * (base/trace.h) when one is given.
+ * How a generation turns a step's logits into tokens is its method's
+ * (engine/method.h): a speculative run's drafts join the batch as a chunk
+ * after its pending token, and the KV rows of rejected drafts are cut off
+ * after verification (a hybrid model's recurrent state goes back to its
+ * mark before the drafts, and the accepted tokens go in again ahead of the
+ * next step's pending one); a run drafting with the model's MTP layer gets
+ * the hidden states of every token it feeds (model_seq.next_hidden), and its
+ * layer sees them in the next step's proposals, in the prompt too. On a
+ * block-diffusion model every generation is a denoising run (engine/denoise.h,
+ * GEN_METHOD_DENOISING), stepped once per engine step beside the batch, with
+ * a forward and a KV cache of its own; its final blocks go through the same
+ * output stage.
  * Knows the model only through model.h and the cache only through
  * kv_paged.h; knows nothing of HTTP or the public API. */
 #include "engine/sched.h"
@@ -29,6 +42,7 @@
 #include "base/vec.h"
 #include "engine/emit.h"
 #include "structured/grammar.h"
+#include "engine/kv_cache.h"
 #include "engine/kv_disk.h"
 #include "engine/kv_paged.h"
 
@@ -76,6 +90,12 @@ typedef struct sseq {
   bool dclosed;               /* finished: nothing more will be queued */
   atomic_int stop_req;        /* fn returned nonzero: the engine cancels at its next step */
   gen_run *run;               /* owned (generations): the method run; released when the sequence ends */
+  gen_method_kind method;     /* a generation's method: GEN_METHOD_DENOISING (a block-diffusion model's) runs
+                                 dn beside the batch; the others run `run` in it */
+  denoise_run *dn;            /* owned, a block-diffusion model's generation (from its admission): its run,
+                                 stepped beside the batch; released when the sequence ends */
+  kv_cache *dcache;           /* owned with dn: the run's one-off KV cache */
+  kv_seq *dkv;                /* owned with dn: its rows there */
   int n_draft;                /* this step: drafted tokens fed after the pending one */
   int n_catch;                /* this step, with drafts: committed tokens fed before the pending one (a
                                  hybrid model's accepted tokens, fed again after a rejection) */
@@ -144,6 +164,11 @@ struct sched {
   pthread_mutex_t gv_mu;      /* guards making gv */
   grammar_vocab *gv;          /* owned, made on the first grammar request: the tokens' bytes */
   htrace *trace;              /* borrowed, may be NULL */
+  bool diffusion;             /* a block-diffusion model: every generation is a denoising run */
+  denoise_params denoise;     /* their settings */
+  sseq **denoising;           /* owned [max_batch]: the admitted denoising runs (n_running + n_denoising
+                                 <= max_batch) */
+  int n_denoising;
   void (*step_hook)(void *);  /* sched_config's */
   void *step_hook_user;
   int64_t trace_requests;     /* requests traced so far (atomic): their tracks' numbers */
@@ -259,22 +284,8 @@ static void publish_counts(sched *s) {
   s->st.blocks_free = c.free;
   int64_t running = 0;
   for (int i = 0; i < s->n_running; i++) running += !s->running[i]->ended;
+  for (int i = 0; i < s->n_denoising; i++) running += !s->denoising[i]->ended;
   s->st.running = running;
-}
-
-/* Queues a token (tok NULL: the held-back tail) and its text for q's waiter
- * (engine thread). False when out of memory. */
-static bool seq_queue(sseq *q, const char *text, size_t len, const sample_token *tok) {
-  pthread_mutex_lock(&q->dmu);
-  bool ok = q->n_dq < q->cap_dq || HGROW(q->dq, q->cap_dq, q->n_dq + 1);
-  if (ok) {
-    q->dq[q->n_dq++] = (dentry){.st = tok ? *tok : (sample_token){0}, .has_tok = tok != NULL, .off = q->dtext.len, .len = len};
-    if (len) hbuf_append(&q->dtext, text, len);
-    ok = !q->dtext.oom;
-  }
-  pthread_cond_signal(&q->dcv);
-  pthread_mutex_unlock(&q->dmu);
-  return ok;
 }
 
 /* Ends q (engine thread): frees its blocks, tells its waiter. */
@@ -290,6 +301,12 @@ static void seq_finish(sched *s, sseq *q, int rc) {
   }
   gen_run_free(q->run);
   q->run = NULL;
+  denoise_run_free(q->dn);
+  q->dn = NULL;
+  if (q->dkv) kv_cache_seq_free(q->dkv);
+  q->dkv = NULL;
+  kv_cache_free(q->dcache);
+  q->dcache = NULL;
   q->rc = rc;
   if (q->t_first > 0) {
     q->res->prefill_seconds = q->t_first - q->t_admit;
@@ -317,8 +334,48 @@ static void seq_cancel(sched *s, sseq *q, const char *when) {
   seq_finish(s, q, HEARTH_ECANCELLED);
 }
 
-/* The held-back tail at the end of a run. */
-static int seq_flush_text(sched *s, sseq *q) {
+static void running_remove(sched *s, int i) {
+  memmove(&s->running[i], &s->running[i + 1], sizeof(sseq *) * (size_t)(s->n_running - i - 1));
+  s->n_running--;
+}
+
+/* Takes q out of the running set (when it is there). */
+static void running_drop(sched *s, const sseq *q) {
+  for (int i = 0; i < s->n_running; i++)
+    if (s->running[i] == q) {
+      running_remove(s, i);
+      return;
+    }
+}
+
+static void denoising_remove(sched *s, int i) {
+  memmove(&s->denoising[i], &s->denoising[i + 1], sizeof(sseq *) * (size_t)(s->n_denoising - i - 1));
+  s->n_denoising--;
+}
+
+/* ---- the output stage: grammar, emission (EOS, detokenizing, stop strings,
+ * max_tokens: engine/emit.h) and delivery to the waiter ----
+ *
+ * Every committed token of a generation goes through out_commit; a sequence
+ * that ends here is finished (seq_finish) before the call returns. */
+
+/* Queues a token (tok NULL: the held-back tail) and its text for q's waiter
+ * (engine thread). False when out of memory. */
+static bool seq_queue(sseq *q, const char *text, size_t len, const sample_token *tok) {
+  pthread_mutex_lock(&q->dmu);
+  bool ok = q->n_dq < q->cap_dq || HGROW(q->dq, q->cap_dq, q->n_dq + 1);
+  if (ok) {
+    q->dq[q->n_dq++] = (dentry){.st = tok ? *tok : (sample_token){0}, .has_tok = tok != NULL, .off = q->dtext.len, .len = len};
+    if (len) hbuf_append(&q->dtext, text, len);
+    ok = !q->dtext.oom;
+  }
+  pthread_cond_signal(&q->dcv);
+  pthread_mutex_unlock(&q->dmu);
+  return ok;
+}
+
+/* The held-back tail at the end of a run, queued for the waiter. */
+static int out_flush(sched *s, sseq *q) {
   double t0 = q->trace_tid ? htrace_now() : 0;
   int rc = gen_emit_flush(&q->out, q->res, q->err);
   if (q->trace_tid)
@@ -329,35 +386,39 @@ static int seq_flush_text(sched *s, sseq *q) {
   return rc;
 }
 
-/* Delivers q's next token st (sampled on the host or the device). Returns
- * true when q ended (and was finished). */
-static bool seq_take_token(sched *s, sseq *q, sample_token st) {
+/* q ends without a token (its grammar): rc > 0 an error, else the grammar is
+ * complete and nothing may follow. */
+static void out_end(sched *s, sseq *q, int rc) {
+  if (rc > 0) seq_finish(s, q, rc);
+  else seq_finish(s, q, out_flush(s, q));
+}
+
+/* Emits q's next token st (sampled on the host or the device): the text,
+ * the stop conditions, the token history. Returns true when q ended (and
+ * was finished). */
+static bool out_token(sched *s, sseq *q, sample_token st) {
   if (q->t_first == 0) q->t_first = now_seconds();
-  sampler_accept(q->smp, st.id);
+  if (q->smp) sampler_accept(q->smp, st.id); /* (a denoising run samples on its own) */
   pthread_mutex_lock(&s->mu);
   s->st.generated_tokens++;
   pthread_mutex_unlock(&s->mu);
   bool ended = false;
   double t0 = q->trace_tid ? htrace_now() : 0;
   int rc = gen_emit_token(&q->out, q->req, st.id, q->max_new, q->res, &ended, q->err);
-  if (q->trace_tid) {
-    double t1 = htrace_now();
-    htrace_complete(s->trace, q->trace_tid, "detokenize", "request", t0, t1 - t0,
+  if (q->trace_tid)
+    htrace_complete(s->trace, q->trace_tid, "detokenize", "request", t0, htrace_now() - t0,
                     (htrace_arg[]){HTRACE_INT("token", st.id), HTRACE_INT("bytes", q->out.delta.len)}, 2);
-    t0 = t1;
-  }
   if (rc) {
     seq_finish(s, q, rc);
     return true;
   }
-  (void)t0;
   if (q->fn && !seq_queue(q, hbuf_str(&q->out.delta), q->out.delta.len, &st)) {
     seq_finish(s, q, herr_set(q->err, HEARTH_ENOMEM, "generate: out of memory for the output"));
     return true;
   }
   if (ended) {
     if (q->closing && q->res->finish == GEN_FINISH_STOP) q->res->finish = GEN_FINISH_LENGTH;
-    seq_finish(s, q, seq_flush_text(s, q));
+    seq_finish(s, q, out_flush(s, q));
     return true;
   }
   if (q->n_toks == q->cap_toks && !HGROW(q->toks, q->cap_toks, q->n_toks + 1)) {
@@ -375,9 +436,27 @@ static bool seq_take_token(sched *s, sseq *q, sample_token st) {
   return false;
 }
 
+/* Commits one token of q's run (a gen_commit_fn): the grammar, then the
+ * output. True when q ended. */
+typedef struct out_ctx {
+  sched *s;
+  sseq *q;
+  bool ended;                 /* set: q ended (and was finished: it may be gone) */
+} out_ctx;
+
+static bool out_commit(void *ctx, const sample_token *st) {
+  out_ctx *c = ctx;
+  int rc;
+  if (c->q->gm && (rc = grammar_matcher_accept(c->q->gm, st->id, c->q->err))) {
+    seq_finish(c->s, c->q, rc);
+    return c->ended = true;
+  }
+  return c->ended = out_token(c->s, c->q, *st);
+}
+
 /* The tokens q's grammar allows next (a bitset over the grammar's vocabulary).
  * Returns 0, an error code (set in q->err), or -1 when no token may follow. */
-static int seq_allowed(sseq *q, const uint64_t **mask) {
+static int out_allowed(sseq *q, const uint64_t **mask) {
   int32_t n_allowed = 0;
   /* tokens that would leave too few to finish the structure are left out; once
    * the tokens left are as few as the characters still needed (plus the end
@@ -391,10 +470,10 @@ static int seq_allowed(sseq *q, const uint64_t **mask) {
 }
 
 /* Masks q's logits row with its grammar (host sampling): disallowed tokens get
- * -inf. Returns as seq_allowed. */
-static int seq_mask(sched *s, sseq *q, float *row) {
+ * -inf. Returns as out_allowed. */
+static int out_mask(sched *s, sseq *q, float *row) {
   const uint64_t *mask;
-  int rc = seq_allowed(q, &mask);
+  int rc = out_allowed(q, &mask);
   if (rc) return rc;
   int32_t nv = grammar_vocab_size(s->gv);
   for (int64_t i = 0; i < s->vocab; i++)
@@ -403,15 +482,15 @@ static int seq_mask(sched *s, sseq *q, float *row) {
 }
 
 /* The mask of device row `row` for q's grammar, into the step's mask slot
- * `slot` (the device sampler applies it). Returns as seq_allowed. */
-static int seq_mask_row(sched *s, sseq *q, bk_sample_row *row, int slot) {
+ * `slot` (the device sampler applies it). Returns as out_allowed. */
+static int out_mask_row(sched *s, sseq *q, bk_sample_row *row, int slot) {
   int32_t words = (int32_t)((s->vocab + 63) / 64);
   if (!s->masks) {
     s->masks = malloc(sizeof(uint64_t) * (size_t)words * (size_t)s->max_batch);
     if (!s->masks) return herr_set(q->err, HEARTH_ENOMEM, "scheduler: out of memory for the grammar masks of a batch");
   }
   const uint64_t *mask;
-  int rc = seq_allowed(q, &mask);
+  int rc = out_allowed(q, &mask);
   if (rc) return rc;
   int32_t nv = grammar_vocab_size(s->gv), nw = (nv + 63) / 64;
   uint64_t *dst = s->masks + (size_t)slot * (size_t)words;
@@ -420,86 +499,6 @@ static int seq_mask_row(sched *s, sseq *q, bk_sample_row *row, int slot) {
   row->mask = dst;
   row->mask_words = words;
   return 0;
-}
-
-/* Folds n hidden rows (of positions at, at + 1, ...) into q's pool. */
-static void pool_fold(sched *s, sseq *q, const float *rows, int64_t n, int64_t at) {
-  int64_t D = model_cfg(s->m)->hidden_size;
-  for (int64_t i = 0; i < n; i++) {
-    const float *h = rows + i * D;
-    float w = q->pool == SCHED_POOL_WSUM ? (float)(at + i + 1) : 1.0f;
-    if (q->pool == SCHED_POOL_MAX) {
-      for (int64_t d = 0; d < D; d++)
-        if (h[d] > q->dest[d]) q->dest[d] = h[d];
-    } else {
-      for (int64_t d = 0; d < D; d++) q->dest[d] += w * h[d];
-    }
-  }
-}
-
-/* Commits one token of q's run: the grammar, then the output. True when q ended. */
-typedef struct seq_commit_ctx {
-  sched *s;
-  sseq *q;
-} seq_commit_ctx;
-
-static bool seq_commit(void *ctx, const sample_token *st) {
-  seq_commit_ctx *c = ctx;
-  int rc;
-  if (c->q->gm && (rc = grammar_matcher_accept(c->q->gm, st->id, c->q->err))) {
-    seq_finish(c->s, c->q, rc);
-    return true;
-  }
-  return seq_take_token(c->s, c->q, *st);
-}
-
-/* q's logits rows on the host (1 + its drafts), or the tokens the device
- * chose for them (chosen, with rows NULL): its run commits the tokens; the
- * KV rows of rejected drafts are cut off before any block is published.
- * Returns true when q ended (and was finished). */
-static bool seq_verify(sched *s, sseq *q, float *rows, const bk_sample_out *chosen) {
-  seq_commit_ctx c = {s, q};
-  gen_step g;
-  spec_source src = gen_run_source(q->run);
-  int n_draft = q->n_draft;
-  q->n_draft = 0;
-  /* once a commit ends q, q and its run are gone: only g is read after */
-  int rc;
-  if (rows) {
-    rc = gen_run_verify(q->run, q->smp, rows, 1 + n_draft, s->vocab, seq_commit, &c, &g, q->err);
-  } else {
-    sample_token st[1 + GEN_MAX_SPEC_TOKENS];
-    rc = 0;
-    for (int i = 0; i <= n_draft && !rc; i++) {
-      if (chosen[i].id < 0) rc = herr_set(q->err, HEARTH_EINTERNAL, "sampler: the logits row has no finite value");
-      else sampler_from_device(q->smp, &chosen[i], &st[i]);
-    }
-    g = (gen_step){0};
-    if (!rc) rc = gen_run_verify_chosen(q->run, st, 1 + n_draft, seq_commit, &c, &g, q->err);
-  }
-  if (g.drafted > 0) {
-    pthread_mutex_lock(&s->mu);
-    s->st.spec_steps[src]++;
-    s->st.spec_drafted[src] += g.drafted;
-    s->st.spec_accepted[src] += g.accepted;
-    pthread_mutex_unlock(&s->mu);
-  }
-  if (g.ended) return true;
-  if (rc) {
-    seq_finish(s, q, rc);
-    return true;
-  }
-  /* rejected drafts: attention rows are cut off; recurrent layers take the state kept after the last
-   * accepted token (kv_paged_seq_keep), or, without one, go back to the state before the drafts (the
-   * mark), and the accepted tokens are fed again ahead of the next step's pending token (and its
-   * drafts: q->n_catch), so no block is published past what the state has seen */
-  if (q->kv->len > q->n_toks - 1 && kv_paged_seq_rewind(q->kv, q->n_toks - 1) < q->n_toks - 1) {
-    pthread_mutex_lock(&s->mu);
-    s->st.spec_refed += q->n_toks - 1 - q->kv->len;
-    pthread_mutex_unlock(&s->mu);
-  }
-  kv_paged_seq_publish(q->kv, keys_of(q), q->kv->len, adapter_of(q));
-  return false;
 }
 
 /* ---- media in prompts ---- */
@@ -538,12 +537,8 @@ static void media_rows(sched *s, const sseq *q, model_seq *sq, int64_t at, int64
   }
 }
 
-/* ---- the engine thread ---- */
 
-static void running_remove(sched *s, int i) {
-  memmove(&s->running[i], &s->running[i + 1], sizeof(sseq *) * (size_t)(s->n_running - i - 1));
-  s->n_running--;
-}
+/* ---- plan: which sequences feed which tokens this step, and how each row is sampled ---- */
 
 /* Frees the blocks of running[i] and puts it back at the front of the queue:
  * it is recomputed (mostly from the prefix cache) when there is room again. */
@@ -563,6 +558,28 @@ static void preempt(sched *s, int i) {
   queue_push_front(s, q);
   s->st.preemptions++;
   pthread_mutex_unlock(&s->mu);
+}
+
+/* Admits the waiting head q, a denoising run: its one-off KV cache (nothing
+ * from the pool: no prefix cache, never preempted) and its run; failing to
+ * make them ends it with the error. */
+static void admit_denoise(sched *s, sseq *q) {
+  double t_look = q->trace_tid ? htrace_now() : 0;
+  pthread_mutex_lock(&s->mu);
+  queue_pop(s);
+  s->st.prompt_tokens += q->n_toks;
+  pthread_mutex_unlock(&s->mu);
+  q->t_admit = now_seconds();
+  q->res->queue_seconds = q->t_admit - q->t_enqueue;
+  q->admitted_once = true;
+  if (q->trace_tid) trace_queue_span(s, q, t_look);
+  model_kv_geometry g;
+  model_kv_geometry_of(s->m, &g);
+  int rc = kv_cache_new(&g, denoise_kv_rows(s->m, q->n_toks, q->max_new), &q->dcache, q->err);
+  if (!rc) rc = kv_cache_seq_new(q->dcache, &q->dkv, q->err);
+  if (!rc) rc = denoise_run_new(s->m, q->req, &s->denoise, NULL, q->dkv, q->max_new, &q->dn, q->err);
+  if (rc) seq_finish(s, q, rc);
+  else s->denoising[s->n_denoising++] = q;
 }
 
 /* Moves waiting requests to running while there is a slot and room for
@@ -594,11 +611,15 @@ static void admit(sched *s) {
   for (;;) {
     pthread_mutex_lock(&s->mu);
     sseq *q = s->wait_head;
-    if (!q || s->n_running >= s->max_batch) {
+    if (!q || s->n_running + s->n_denoising >= s->max_batch) {
       pthread_mutex_unlock(&s->mu);
       return;
     }
     pthread_mutex_unlock(&s->mu);
+    if (!q->kind && q->method == GEN_METHOD_DENOISING) {
+      admit_denoise(s, q);
+      continue;
+    }
     herr e = {0};
     kv_seq *kv = NULL;
     double t_look = q->trace_tid ? htrace_now() : 0;
@@ -639,32 +660,6 @@ static void admit(sched *s) {
   }
 }
 
-/* The step's forward [t0, t1): on the engine's track, and on each request's
- * track as a prefill chunk or a decode step (the whole batch's time: the
- * requests share it). */
-static void trace_forward(sched *s, int n_batch, double t0, double t1, int64_t *prefill_tokens,
-                          int64_t *decode_tokens) {
-  int64_t prefill = 0, decode = 0;
-  for (int k = 0; k < n_batch; k++) {
-    sseq *q = s->in_batch[k];
-    int64_t n = s->batch[k].n_tokens, pos = q->kv->len - n;
-    bool is_prefill = (n > 1 && !q->n_draft) || pos < (int64_t)q->req->n_prompt;
-    if (is_prefill) prefill += n;
-    else decode += n;
-    if (is_prefill)
-      htrace_complete(s->trace, q->trace_tid, "prefill", "request", t0, t1 - t0,
-                      (htrace_arg[]){HTRACE_INT("tokens", n), HTRACE_INT("position", pos),
-                                     HTRACE_INT("batch", n_batch), HTRACE_INT("recompute", q->preemptions > 0)},
-                      4);
-    else
-      htrace_complete(s->trace, q->trace_tid, "decode", "request", t0, t1 - t0,
-                      (htrace_arg[]){HTRACE_INT("position", pos), HTRACE_INT("batch", n_batch)}, 2);
-  }
-  htrace_complete(s->trace, TRACE_ENGINE, "forward", "engine", t0, t1 - t0, NULL, 0);
-  *prefill_tokens = prefill;
-  *decode_tokens = decode;
-}
-
 /* The speculative sequences about to decode propose their drafts, together
  * (a draft model drafts for all of them in shared forwards): q->n_draft and
  * q->feed. The rest get no drafts this step. */
@@ -698,8 +693,7 @@ static void propose(sched *s) {
   for (int k = 0; k < n; k++) {
     sseq *q = s->prop_seqs[k];
     if (rc) { /* the draft model failed: its requests end with the error */
-      for (int i = 0; i < s->n_running; i++)
-        if (s->running[i] == q) running_remove(s, i);
+      running_drop(s, q);
       *q->err = e;
       seq_finish(s, q, rc);
       continue;
@@ -713,23 +707,33 @@ static void propose(sched *s) {
   }
 }
 
-/* One step: cancellations, admission, one batched forward, sampling. */
-static void step(sched *s) {
-  if (s->step_hook) s->step_hook(s->step_hook_user);
-  double t_step = s->trace ? htrace_now() : 0;
-  for (int i = 0; i < s->n_running;) {
-    sseq *q = s->running[i];
-    if (seq_cancelled(q)) {
-      running_remove(s, i);
-      seq_cancel(s, q, "during generation");
-    } else {
-      i++;
-    }
-  }
-  admit(s);
-  if (s->n_running == 0) return;
-  double t0 = now_seconds();
-  propose(s);
+
+/* A step as planned: the sequences it feeds and how many tokens each, what
+ * the forward gives back for them, and, on a device, how each logits row is
+ * sampled. sched_plan makes it, sched_execute runs its forward, sched_commit
+ * applies what came back. The arrays are the scheduler's (one step at a time). */
+typedef struct sched_step {
+  model_seq *seqs;            /* borrowed (s->batch) [n_seqs]: the forward's sequences */
+  sseq **owners;              /* borrowed (s->in_batch) [n_seqs]: whose each one is */
+  int n_seqs;
+  int64_t tokens;             /* tokens fed, at most step_tokens */
+  int64_t prompt_tokens;      /* of them, prompt tokens */
+  bool host;                  /* the logits rows come to the host (s->logits) and are sampled there;
+                                 else the device samples them (rows) and only ids come back (s->outs) */
+  size_t n_rows;              /* logits rows */
+  bk_sample_row *rows;        /* borrowed (s->rows), !host: a sampling row per logits row */
+  const bk_sample_adj *adj;   /* borrowed (s->adj), !host: their penalty and bias entries */
+  int64_t n_adj;
+  double t_plan;              /* planning began (the step's busy time) */
+  double t_step;              /* the step began (its trace span) */
+  double t_fwd, t_fwd_end;    /* the forward ran (trace spans) */
+} sched_step;
+
+/* The running sequences' share of the step: decode rows first, then drafts
+ * and prompt chunks in what the step's budget leaves, preempting the newest
+ * sequences when the pool has no room, and what each sequence's forward
+ * gives back. */
+static void plan_batch(sched *s, sched_step *p) {
   int n_batch = 0;
   int64_t budget = s->step_tokens, prompt_fed = 0;
   /* decode rows first: a prompt's chunk takes only what the step's budget leaves after one row for
@@ -799,7 +803,7 @@ static void step(sched *s) {
       i--;
       if (q->res->completion_tokens > 0) {
         q->res->finish = GEN_FINISH_LENGTH;
-        seq_finish(s, q, seq_flush_text(s, q));
+        seq_finish(s, q, out_flush(s, q));
       } else {
         herr_set_at(q->err, HEARTH_ELIMIT, NULL, HEARTH_CAUSE_MEMORY_ADMISSION, "memory_admission: %s", e.msg);
         seq_finish(s, q, HEARTH_ELIMIT);
@@ -810,201 +814,390 @@ static void step(sched *s) {
     int64_t at = q->kv->len;
     int64_t n_prompt = (int64_t)q->req->n_prompt;
     if (at < n_prompt) prompt_fed += (at + n < n_prompt ? at + n : n_prompt) - at;
-    s->batch[n_batch] = (model_seq){.kv = q->kv, .tokens = q->n_draft ? q->feed : q->toks + at, .n_tokens = (int)n,
-                                    .positions = NULL, .all_logits = q->n_draft > 0,
-                                    .lora = q->req->lora, .n_lora = q->req->n_lora};
-    media_rows(s, q, &s->batch[n_batch], at, n, s->step_tokens - budget - n);
+    model_seq *sq = &p->seqs[n_batch];
+    *sq = (model_seq){.kv = q->kv, .tokens = q->n_draft ? q->feed : q->toks + at, .n_tokens = (int)n,
+                      .positions = NULL, .all_logits = q->n_draft > 0, .lora = q->req->lora, .n_lora = q->req->n_lora};
+    media_rows(s, q, sq, at, n, s->step_tokens - budget - n);
     if (!q->kind && q->run) { /* an MTP run keeps the hidden states of what it feeds */
       herr he = {0};
-      s->batch[n_batch].next_hidden = gen_run_hidden(q->run, at, (int)n, &he);
+      sq->next_hidden = gen_run_hidden(q->run, at, (int)n, &he);
       if (he.code) HLOG_WARN("%s (the multi-token-prediction layer will not see these positions)", he.msg);
     }
     if (q->pool) { /* every chunk's hidden rows, folded into the pool after the step */
-      s->batch[n_batch].out = MODEL_OUT_HIDDEN_ALL;
-      s->batch[n_batch].dest = s->hrows + (s->step_tokens - budget - n) * model_cfg(s->m)->hidden_size;
+      sq->out = MODEL_OUT_HIDDEN_ALL;
+      sq->dest = s->hrows + (s->step_tokens - budget - n) * model_cfg(s->m)->hidden_size;
     } else if (q->kind == SCHED_PROMPT_LOGPROBS) { /* every chunk's logits rows, to the host */
-      s->batch[n_batch].out = MODEL_OUT_LOGITS;
-      s->batch[n_batch].all_logits = true;
+      sq->out = MODEL_OUT_LOGITS;
+      sq->all_logits = true;
     } else if (!q->kind && s->dev_sample && !q->n_draft && at + n >= q->n_toks &&
                sample_params_host_only(&q->req->sample) &&
                (q->hrow || (q->hrow = malloc(sizeof(float) * (size_t)s->vocab)))) {
       /* DRY, typical-p, XTC, mirostat: its row comes to the host, the others' stay on the device */
-      s->batch[n_batch].out = MODEL_OUT_LOGITS_HOST;
-      s->batch[n_batch].dest = q->hrow;
+      sq->out = MODEL_OUT_LOGITS_HOST;
+      sq->dest = q->hrow;
     } else if (q->kind) { /* a probe: nothing out until its last chunk, then its one output */
       bool last = at + n >= q->n_toks;
-      s->batch[n_batch].out = !last ? MODEL_OUT_NONE : q->kind == SCHED_EMBED ? MODEL_OUT_HIDDEN : MODEL_OUT_LOGITS_HOST;
-      s->batch[n_batch].dest = last ? q->dest : NULL;
+      sq->out = !last ? MODEL_OUT_NONE : q->kind == SCHED_EMBED ? MODEL_OUT_HIDDEN : MODEL_OUT_LOGITS_HOST;
+      sq->dest = last ? q->dest : NULL;
     }
-    s->in_batch[n_batch++] = q;
+    p->owners[n_batch++] = q;
   }
-  if (n_batch == 0) return;
-  model_batch b = {.seqs = s->batch, .n_seqs = n_batch};
-  herr e = {0};
-  int rc = 0;
-  /* on a device, a grammar's mask goes with the row (made here, from the tokens
-   * so far), and a plain greedy speculative sequence's rows are each its argmax
-   * there; other speculative sequences' drafts are verified on the host, and so
-   * is a step scoring a prompt (all its rows come back); a request whose
-   * sampler runs on the host only (DRY, typical-p, XTC, mirostat) has its one
-   * row copied to the host (MODEL_OUT_LOGITS_HOST, above; a row that could not
-   * be, for want of memory, brings the step's to the host) */
-  bool host = !s->dev_sample;
-  for (int k = 0; k < n_batch && !host; k++) {
-    const sseq *q = s->in_batch[k];
-    host = (q->n_draft > 0 && !sampler_is_plain_greedy(q->smp)) || q->kind == SCHED_PROMPT_LOGPROBS ||
-           (!q->kind && sample_params_host_only(&q->req->sample) && s->batch[k].out == MODEL_OUT_LOGITS);
+  p->n_seqs = n_batch;
+  p->tokens = s->step_tokens - budget;
+  p->prompt_tokens = prompt_fed;
+  model_batch b = {.seqs = p->seqs, .n_seqs = n_batch};
+  p->n_rows = n_batch ? model_batch_logit_rows(&b) : 0;
+}
+
+/* Where the step's rows are sampled, and on a device each row's sampling:
+ * a grammar's mask goes with the row (made here, from the tokens so far), and
+ * a plain greedy speculative sequence's rows are each its argmax there; other
+ * speculative sequences' drafts are verified on the host, and so is a step
+ * scoring a prompt (all its rows come back); a request whose sampler runs on
+ * the host only (DRY, typical-p, XTC, mirostat) has its one row copied to the
+ * host (MODEL_OUT_LOGITS_HOST, plan_batch; a row that could not be, for want of
+ * memory, brings the step's to the host). */
+static int plan_sampling(sched *s, sched_step *p, herr *e) {
+  p->host = !s->dev_sample;
+  for (int k = 0; k < p->n_seqs && !p->host; k++) {
+    const sseq *q = p->owners[k];
+    p->host = (q->n_draft > 0 && !sampler_is_plain_greedy(q->smp)) || q->kind == SCHED_PROMPT_LOGPROBS ||
+              (!q->kind && sample_params_host_only(&q->req->sample) && p->seqs[k].out == MODEL_OUT_LOGITS);
   }
-  double t_fwd = s->trace ? htrace_now() : 0;
-  size_t n_rows = model_batch_logit_rows(&b);
-  if (host && n_rows > s->cap_rows) {
-    float *l = realloc(s->logits, sizeof(float) * n_rows * (size_t)s->vocab);
-    if (!l) rc = herr_set(&e, HEARTH_ENOMEM, "scheduler: out of memory for the logits of a batch");
-    else s->logits = l, s->cap_rows = n_rows;
-  }
-  if (!rc && !host && n_rows > s->cap_dev_rows) { /* a speculative sequence has a row per position */
-    bk_sample_row *nr = realloc(s->rows, n_rows * sizeof *nr);
+  if (p->host) return 0;
+  if (p->n_rows > s->cap_dev_rows) { /* a speculative sequence has a row per position */
+    bk_sample_row *nr = realloc(s->rows, p->n_rows * sizeof *nr);
     if (nr) s->rows = nr;
-    bk_sample_out *no = nr ? realloc(s->outs, n_rows * sizeof *no) : NULL;
-    if (no) s->outs = no, s->cap_dev_rows = n_rows;
-    else rc = herr_set(&e, HEARTH_ENOMEM, "scheduler: out of memory for the sampling rows of a batch");
+    bk_sample_out *no = nr ? realloc(s->outs, p->n_rows * sizeof *no) : NULL;
+    if (!no) return herr_set(e, HEARTH_ENOMEM, "scheduler: out of memory for the sampling rows of a batch");
+    s->outs = no, s->cap_dev_rows = p->n_rows;
   }
-  if (!rc && !host) {
-    /* a row per logits row; sequences still mid-prefill and probes get a greedy row whose id is ignored;
-     * a speculative one (plain greedy) a row per position, each its argmax */
-    s->n_adj = 0;
-    for (int k = 0, r = 0; k < n_batch && !rc; k++) {
-      sseq *q = s->in_batch[k];
-      if (s->batch[k].out != MODEL_OUT_LOGITS && s->batch[k].out != MODEL_OUT_LOGITS_HOST) continue;
-      if (q->n_draft > 0) {
-        for (int i = 0; i < q->n_catch; i++) s->rows[r++] = (bk_sample_row){0}; /* fed again: not read */
-        for (int i = 0; i <= q->n_draft && !rc; i++)
-          rc = sampler_device_row(q->smp, &s->rows[r++], &s->adj, &s->n_adj, &s->cap_adj, &e);
-      } else if (!q->kind && s->batch[k].out == MODEL_OUT_LOGITS_HOST) {
-        s->rows[r++] = (bk_sample_row){0}; /* sampled on the host from its copied row: this id is not read */
-        q->mask_rc = 0;
-      } else if (!q->kind && q->kv->len + s->batch[k].n_tokens >= q->n_toks) {
-        rc = sampler_device_row(q->smp, &s->rows[r], &s->adj, &s->n_adj, &s->cap_adj, &e);
-        q->mask_rc = !rc && q->gm ? seq_mask_row(s, q, &s->rows[r], k) : 0;
-        if (q->mask_rc) s->rows[r] = (bk_sample_row){0}; /* ends this step: its row is not read */
-        r++;
-      } else
-        s->rows[r++] = (bk_sample_row){0};
-    }
-    if (!rc) rc = model_forward_sample(s->m, &b, s->rows, s->adj, (int64_t)s->n_adj, s->outs, &e);
-  } else if (!rc) {
-    rc = model_forward(s->m, &b, s->logits, &e);
+  /* a row per logits row; sequences still mid-prefill and probes get a greedy row whose id is ignored;
+   * a speculative one (plain greedy) a row per position, each its argmax */
+  int rc = 0;
+  s->n_adj = 0;
+  for (int k = 0, r = 0; k < p->n_seqs && !rc; k++) {
+    sseq *q = p->owners[k];
+    const model_seq *sq = &p->seqs[k];
+    if (sq->out != MODEL_OUT_LOGITS && sq->out != MODEL_OUT_LOGITS_HOST) continue;
+    if (q->n_draft > 0) {
+      for (int i = 0; i < q->n_catch; i++) s->rows[r++] = (bk_sample_row){0}; /* fed again: not read */
+      for (int i = 0; i <= q->n_draft && !rc; i++)
+        rc = sampler_device_row(q->smp, &s->rows[r++], &s->adj, &s->n_adj, &s->cap_adj, e);
+    } else if (!q->kind && sq->out == MODEL_OUT_LOGITS_HOST) {
+      s->rows[r++] = (bk_sample_row){0}; /* sampled on the host from its copied row: this id is not read */
+      q->mask_rc = 0;
+    } else if (!q->kind && q->kv->len + sq->n_tokens >= q->n_toks) {
+      rc = sampler_device_row(q->smp, &s->rows[r], &s->adj, &s->n_adj, &s->cap_adj, e);
+      q->mask_rc = !rc && q->gm ? out_mask_row(s, q, &s->rows[r], k) : 0;
+      if (q->mask_rc) s->rows[r] = (bk_sample_row){0}; /* ends this step: its row is not read */
+      r++;
+    } else
+      s->rows[r++] = (bk_sample_row){0};
   }
-  if (rc) {
-    for (int k = 0; k < n_batch; k++) {
-      sseq *q = s->in_batch[k];
-      for (int i = 0; i < s->n_running; i++)
-        if (s->running[i] == q) running_remove(s, i);
-      *q->err = e;
-      seq_finish(s, q, rc);
-    }
-    return;
-  }
-  int64_t prefill_tokens = 0, decode_tokens = 0;
-  if (s->trace) trace_forward(s, n_batch, t_fwd, htrace_now(), &prefill_tokens, &decode_tokens);
-  for (int k = 0, next_row = 0; k < n_batch; k++) {
-    sseq *q = s->in_batch[k];
-    int r = next_row; /* its (first) logits row */
-    if (s->batch[k].out == MODEL_OUT_LOGITS || s->batch[k].out == MODEL_OUT_LOGITS_HOST)
-      next_row += s->batch[k].all_logits ? s->batch[k].n_tokens : 1;
-    if (q->n_draft > 0) { /* speculative: verify, cut the rejected rows, then publish */
-      r += q->n_catch; /* the pending token's row */
-      if (host ? seq_verify(s, q, s->logits + (size_t)r * (size_t)s->vocab, NULL) : seq_verify(s, q, NULL, s->outs + r)) {
-        for (int i = 0; i < s->n_running; i++)
-          if (s->running[i] == q) {
-            running_remove(s, i);
-            break;
-          }
-      }
-      continue;
-    }
-    kv_paged_seq_publish(q->kv, keys_of(q), q->kv->len, adapter_of(q));
-    if (q->pool) pool_fold(s, q, s->batch[k].dest, s->batch[k].n_tokens, q->kv->len - s->batch[k].n_tokens);
-    if (q->kind == SCHED_PROMPT_LOGPROBS) { /* row i: position at + i, which predicts the token after it */
-      int64_t at = q->kv->len - s->batch[k].n_tokens;
-      int lrc = 0;
-      for (int i = 0; i < s->batch[k].n_tokens && at + i + 1 < q->n_toks && !lrc; i++)
-        lrc = sample_row_logprobs(s->logits + (size_t)(r + i) * (size_t)s->vocab, (int32_t)s->vocab, q->toks[at + i + 1],
-                                  q->plp_top, &q->plp[at + i + 1], q->err);
-      if (lrc) {
-        for (int i = 0; i < s->n_running; i++)
-          if (s->running[i] == q) {
-            running_remove(s, i);
-            break;
-          }
-        seq_finish(s, q, lrc);
-        continue;
-      }
-    }
-    if (q->kv->len < q->n_toks) continue; /* mid-prefill: no token yet */
-    bool ended;
-    /* the row sampled on the host: the step's, or this sequence's copied one */
-    float *hrow = host ? s->logits + (size_t)r * (size_t)s->vocab
-                       : !q->kind && s->batch[k].out == MODEL_OUT_LOGITS_HOST ? q->hrow : NULL;
-    if (q->kind) { /* a probe's output is in its dest: done */
-      seq_finish(s, q, 0);
-      ended = true;
-    } else if (!hrow && q->mask_rc) {
-      if (q->mask_rc > 0) seq_finish(s, q, q->mask_rc);
-      else seq_finish(s, q, seq_flush_text(s, q)); /* the grammar is complete and nothing may follow */
-      ended = true;
-    } else if (!hrow) {
-      ended = seq_verify(s, q, NULL, s->outs + r); /* the token the device chose: the run commits it */
-    } else if (q->gm && (rc = seq_mask(s, q, hrow)) != 0) {
-      if (rc > 0) seq_finish(s, q, rc);
-      else seq_finish(s, q, seq_flush_text(s, q)); /* the grammar is complete and nothing may follow */
-      ended = true;
+  p->rows = s->rows;
+  p->adj = s->adj;
+  p->n_adj = (int64_t)s->n_adj;
+  return rc;
+}
+
+/* Plans one step: cancelled sequences leave, waiting ones are admitted,
+ * speculative ones draft, the batch is assembled and its sampling prepared.
+ * p->n_seqs == 0: nothing to run. An error fails the step's sequences. */
+static int sched_plan(sched *s, sched_step *p, herr *e) {
+  *p = (sched_step){.seqs = s->batch, .owners = s->in_batch, .t_step = s->trace ? htrace_now() : 0};
+  for (int i = 0; i < s->n_running;) {
+    sseq *q = s->running[i];
+    if (seq_cancelled(q)) {
+      running_remove(s, i);
+      seq_cancel(s, q, "during generation");
     } else {
-      ended = seq_verify(s, q, hrow, NULL); /* one row: the run samples it */
+      i++;
     }
-    if (ended) {
-      for (int i = 0; i < s->n_running; i++)
-        if (s->running[i] == q) {
-          running_remove(s, i);
-          break;
-        }
+  }
+  for (int i = 0; i < s->n_denoising;) {
+    sseq *q = s->denoising[i];
+    if (seq_cancelled(q)) {
+      denoising_remove(s, i);
+      seq_cancel(s, q, "during generation");
+    } else {
+      i++;
     }
+  }
+  admit(s);
+  if (s->n_running == 0) return 0;
+  p->t_plan = now_seconds();
+  propose(s);
+  plan_batch(s, p);
+  if (p->n_seqs == 0) return 0;
+  return plan_sampling(s, p, e);
+}
+
+/* ---- run: the step's one forward ---- */
+
+/* The forward of a planned step: logits rows to s->logits (host), or the
+ * tokens the device picked to s->outs. */
+static int sched_execute(sched *s, sched_step *p, herr *e) {
+  p->t_fwd = s->trace ? htrace_now() : 0;
+  model_batch b = {.seqs = p->seqs, .n_seqs = p->n_seqs};
+  int rc;
+  if (p->host && p->n_rows > s->cap_rows) {
+    float *l = realloc(s->logits, sizeof(float) * p->n_rows * (size_t)s->vocab);
+    if (!l) return herr_set(e, HEARTH_ENOMEM, "scheduler: out of memory for the logits of a batch");
+    s->logits = l, s->cap_rows = p->n_rows;
+  }
+  if (p->host) rc = model_forward(s->m, &b, s->logits, e);
+  else rc = model_forward_sample(s->m, &b, p->rows, p->adj, p->n_adj, s->outs, e);
+  p->t_fwd_end = s->trace ? htrace_now() : 0;
+  return rc;
+}
+
+/* ---- commit: the step's results applied ---- */
+
+/* A failed plan or forward: every sequence of the step ends with the error. */
+static void fail_step(sched *s, const sched_step *p, int rc, const herr *e) {
+  for (int k = 0; k < p->n_seqs; k++) {
+    sseq *q = p->owners[k];
+    running_drop(s, q);
+    *q->err = *e;
+    seq_finish(s, q, rc);
+  }
+}
+
+/* Folds n hidden rows (of positions at, at + 1, ...) into q's pool. */
+static void pool_fold(sched *s, sseq *q, const float *rows, int64_t n, int64_t at) {
+  int64_t D = model_cfg(s->m)->hidden_size;
+  for (int64_t i = 0; i < n; i++) {
+    const float *h = rows + i * D;
+    float w = q->pool == SCHED_POOL_WSUM ? (float)(at + i + 1) : 1.0f;
+    if (q->pool == SCHED_POOL_MAX) {
+      for (int64_t d = 0; d < D; d++)
+        if (h[d] > q->dest[d]) q->dest[d] = h[d];
+    } else {
+      for (int64_t d = 0; d < D; d++) q->dest[d] += w * h[d];
+    }
+  }
+}
+
+/* q's logits rows on the host (1 + its drafts), or the tokens the device
+ * chose for them (chosen, with rows NULL): its run commits the tokens
+ * through the output stage; the KV rows of rejected drafts are cut off
+ * before any block is published. Returns true when q ended (and was
+ * finished). */
+static bool seq_verify(sched *s, sseq *q, float *rows, const bk_sample_out *chosen) {
+  out_ctx c = {s, q, false};
+  gen_step g;
+  spec_source src = gen_run_source(q->run);
+  int n_draft = q->n_draft;
+  q->n_draft = 0;
+  /* once a commit ends q, q and its run are gone: only g is read after */
+  int rc;
+  if (rows) {
+    rc = gen_run_verify(q->run, q->smp, rows, 1 + n_draft, s->vocab, out_commit, &c, &g, q->err);
+  } else {
+    sample_token st[1 + GEN_MAX_SPEC_TOKENS];
+    rc = 0;
+    for (int i = 0; i <= n_draft && !rc; i++) {
+      if (chosen[i].id < 0) rc = herr_set(q->err, HEARTH_EINTERNAL, "sampler: the logits row has no finite value");
+      else sampler_from_device(q->smp, &chosen[i], &st[i]);
+    }
+    g = (gen_step){0};
+    if (!rc) rc = gen_run_verify_chosen(q->run, st, 1 + n_draft, out_commit, &c, &g, q->err);
+  }
+  if (g.drafted > 0) {
+    pthread_mutex_lock(&s->mu);
+    s->st.spec_steps[src]++;
+    s->st.spec_drafted[src] += g.drafted;
+    s->st.spec_accepted[src] += g.accepted;
+    pthread_mutex_unlock(&s->mu);
+  }
+  if (g.ended) return true;
+  if (rc) {
+    seq_finish(s, q, rc);
+    return true;
+  }
+  /* rejected drafts: attention rows are cut off; recurrent layers take the state kept after the last
+   * accepted token (kv_paged_seq_keep), or, without one, go back to the state before the drafts (the
+   * mark), and the accepted tokens are fed again ahead of the next step's pending token (and its
+   * drafts: q->n_catch), so no block is published past what the state has seen */
+  if (q->kv->len > q->n_toks - 1 && kv_paged_seq_rewind(q->kv, q->n_toks - 1) < q->n_toks - 1) {
+    pthread_mutex_lock(&s->mu);
+    s->st.spec_refed += q->n_toks - 1 - q->kv->len;
+    pthread_mutex_unlock(&s->mu);
+  }
+  kv_paged_seq_publish(q->kv, keys_of(q), q->kv->len, adapter_of(q));
+  return false;
+}
+
+/* The step's forward [t0, t1): on the engine's track, and on each request's
+ * track as a prefill chunk or a decode step (the whole batch's time: the
+ * requests share it). */
+static void trace_forward(sched *s, const sched_step *p, int64_t *prefill_tokens, int64_t *decode_tokens) {
+  int64_t prefill = 0, decode = 0;
+  double t0 = p->t_fwd, t1 = p->t_fwd_end;
+  for (int k = 0; k < p->n_seqs; k++) {
+    sseq *q = p->owners[k];
+    int64_t n = p->seqs[k].n_tokens, pos = q->kv->len - n;
+    bool is_prefill = (n > 1 && !q->n_draft) || pos < (int64_t)q->req->n_prompt;
+    if (is_prefill) prefill += n;
+    else decode += n;
+    if (is_prefill)
+      htrace_complete(s->trace, q->trace_tid, "prefill", "request", t0, t1 - t0,
+                      (htrace_arg[]){HTRACE_INT("tokens", n), HTRACE_INT("position", pos),
+                                     HTRACE_INT("batch", p->n_seqs), HTRACE_INT("recompute", q->preemptions > 0)},
+                      4);
+    else
+      htrace_complete(s->trace, q->trace_tid, "decode", "request", t0, t1 - t0,
+                      (htrace_arg[]){HTRACE_INT("position", pos), HTRACE_INT("batch", p->n_seqs)}, 2);
+  }
+  htrace_complete(s->trace, TRACE_ENGINE, "forward", "engine", t0, t1 - t0, NULL, 0);
+  *prefill_tokens = prefill;
+  *decode_tokens = decode;
+}
+
+/* Applies the step's results to its k-th sequence, whose (first) logits row
+ * is r: drafts verified, blocks published, a probe's output gathered, the
+ * next token sampled and committed through the output stage. Returns true
+ * when q ended (and was finished). */
+static bool commit_seq(sched *s, const sched_step *p, int k, int r) {
+  sseq *q = p->owners[k];
+  const model_seq *sq = &p->seqs[k];
+  if (q->n_draft > 0) { /* speculative: verify, cut the rejected rows, then publish */
+    r += q->n_catch;    /* the pending token's row */
+    return p->host ? seq_verify(s, q, s->logits + (size_t)r * (size_t)s->vocab, NULL) : seq_verify(s, q, NULL, s->outs + r);
+  }
+  kv_paged_seq_publish(q->kv, keys_of(q), q->kv->len, adapter_of(q));
+  if (q->pool) pool_fold(s, q, sq->dest, sq->n_tokens, q->kv->len - sq->n_tokens);
+  if (q->kind == SCHED_PROMPT_LOGPROBS) { /* row i: position at + i, which predicts the token after it */
+    int64_t at = q->kv->len - sq->n_tokens;
+    int lrc = 0;
+    for (int i = 0; i < sq->n_tokens && at + i + 1 < q->n_toks && !lrc; i++)
+      lrc = sample_row_logprobs(s->logits + (size_t)(r + i) * (size_t)s->vocab, (int32_t)s->vocab, q->toks[at + i + 1],
+                                q->plp_top, &q->plp[at + i + 1], q->err);
+    if (lrc) {
+      seq_finish(s, q, lrc);
+      return true;
+    }
+  }
+  if (q->kv->len < q->n_toks) return false; /* mid-prefill: no token yet */
+  if (q->kind) { /* a probe's output is in its dest: done */
+    seq_finish(s, q, 0);
+    return true;
+  }
+  /* the row sampled on the host: the step's, or this sequence's copied one */
+  float *hrow = p->host ? s->logits + (size_t)r * (size_t)s->vocab : sq->out == MODEL_OUT_LOGITS_HOST ? q->hrow : NULL;
+  int rc;
+  if (!hrow && q->mask_rc) {
+    out_end(s, q, q->mask_rc);
+    return true;
+  }
+  if (!hrow) return seq_verify(s, q, NULL, s->outs + r); /* the token the device chose: the run commits it */
+  if (q->gm && (rc = out_mask(s, q, hrow)) != 0) {
+    out_end(s, q, rc);
+    return true;
+  }
+  return seq_verify(s, q, hrow, NULL); /* one row: the run samples it */
+}
+
+/* Applies a step's results, then its statistics and trace span. */
+static void sched_commit(sched *s, const sched_step *p) {
+  int64_t prefill_tokens = 0, decode_tokens = 0;
+  if (s->trace) trace_forward(s, p, &prefill_tokens, &decode_tokens);
+  for (int k = 0, next_row = 0; k < p->n_seqs; k++) {
+    const model_seq *sq = &p->seqs[k];
+    int r = next_row;
+    if (sq->out == MODEL_OUT_LOGITS || sq->out == MODEL_OUT_LOGITS_HOST) next_row += sq->all_logits ? sq->n_tokens : 1;
+    if (commit_seq(s, p, k, r)) running_drop(s, p->owners[k]);
   }
   pthread_mutex_lock(&s->mu);
   publish_counts(s);
-  s->st.prompt_tokens += prompt_fed;
-  s->st.busy_seconds += now_seconds() - t0;
+  s->st.prompt_tokens += p->prompt_tokens;
+  s->st.busy_seconds += now_seconds() - p->t_plan;
   s->st.steps++;
-  if (n_batch > s->st.peak_batch) s->st.peak_batch = n_batch;
-  if (s->step_tokens - budget > s->st.peak_step_tokens) s->st.peak_step_tokens = s->step_tokens - budget;
+  if (p->n_seqs > s->st.peak_batch) s->st.peak_batch = p->n_seqs;
+  if (p->tokens > s->st.peak_step_tokens) s->st.peak_step_tokens = p->tokens;
   int64_t waiting = s->n_waiting;
   pthread_mutex_unlock(&s->mu);
   if (s->trace)
-    htrace_complete(s->trace, TRACE_ENGINE, "step", "engine", t_step, htrace_now() - t_step,
-                    (htrace_arg[]){HTRACE_INT("n_seqs", n_batch), HTRACE_INT("tokens", prefill_tokens + decode_tokens),
+    htrace_complete(s->trace, TRACE_ENGINE, "step", "engine", p->t_step, htrace_now() - p->t_step,
+                    (htrace_arg[]){HTRACE_INT("n_seqs", p->n_seqs), HTRACE_INT("tokens", prefill_tokens + decode_tokens),
                                    HTRACE_INT("prefill_tokens", prefill_tokens),
                                    HTRACE_INT("decode_tokens", decode_tokens), HTRACE_INT("running", s->n_running),
                                    HTRACE_INT("waiting", waiting)},
                     6);
 }
 
+/* ---- denoising: block diffusion's runs, stepped beside the batch ---- */
+
+/* One forward of each denoising run — its own: a canvas pass does not share
+ * the batch's — and, when a block becomes final, its tokens through the
+ * output stage. counted: the step's batch ran (and was counted). */
+static void step_denoise(sched *s, bool counted) {
+  double t0 = now_seconds();
+  for (int i = 0; i < s->n_denoising;) {
+    sseq *q = s->denoising[i];
+    out_ctx c = {s, q, false};
+    bool done = false;
+    double tt = q->trace_tid ? htrace_now() : 0;
+    int rc = denoise_run_step(q->dn, out_commit, &c, &done, q->err);
+    if (c.ended) { /* finished by the output stage: q may be gone */
+      denoising_remove(s, i);
+      continue;
+    }
+    if (q->trace_tid) htrace_complete(s->trace, q->trace_tid, "denoise", "request", tt, htrace_now() - tt, NULL, 0);
+    if (rc || done) {
+      denoising_remove(s, i);
+      seq_finish(s, q, rc ? rc : out_flush(s, q));
+      continue;
+    }
+    if (q->t_first == 0 && !denoise_run_encoding(q->dn)) q->t_first = now_seconds(); /* the prompt is in */
+    i++;
+  }
+  pthread_mutex_lock(&s->mu);
+  publish_counts(s);
+  if (!counted) s->st.steps++;
+  s->st.busy_seconds += now_seconds() - t0;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- the engine thread ---- */
+
+/* One step: plan, run, commit; then the denoising runs' forwards. */
+static void step(sched *s) {
+  if (s->step_hook) s->step_hook(s->step_hook_user);
+  sched_step p;
+  herr e = {0};
+  int rc = sched_plan(s, &p, &e);
+  if (p.n_seqs > 0) {
+    if (!rc) rc = sched_execute(s, &p, &e);
+    if (rc) fail_step(s, &p, rc, &e);
+    else sched_commit(s, &p);
+  }
+  if (s->n_denoising > 0) step_denoise(s, p.n_seqs > 0 && !rc);
+}
+
 static void *engine_main(void *arg) {
   sched *s = arg;
   for (;;) {
     pthread_mutex_lock(&s->mu);
-    while (!s->stop && s->n_running == 0 && !s->wait_head) pthread_cond_wait(&s->work_cv, &s->mu);
+    while (!s->stop && s->n_running == 0 && s->n_denoising == 0 && !s->wait_head)
+      pthread_cond_wait(&s->work_cv, &s->mu);
     bool stop = s->stop;
     pthread_mutex_unlock(&s->mu);
     if (stop) break;
-    int before = s->n_running;
+    int before = s->n_running + s->n_denoising;
     int64_t steps = s->st.steps;
     step(s);
     /* nothing could run (all waiting on blocks held by no one running cannot happen;
      * a failed allocation can): do not spin */
-    if (s->n_running == 0 && before == 0 && steps == s->st.steps) usleep(1000);
+    if (s->n_running + s->n_denoising == 0 && before == 0 && steps == s->st.steps) usleep(1000);
   }
   while (s->n_running > 0) {
     sseq *q = s->running[--s->n_running];
+    seq_cancel(s, q, "by shutdown");
+  }
+  while (s->n_denoising > 0) {
+    sseq *q = s->denoising[--s->n_denoising];
     seq_cancel(s, q, "by shutdown");
   }
   for (;;) {
@@ -1040,6 +1233,9 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
   s->trace = c.trace;
   s->step_hook = c.step_hook;
   s->step_hook_user = c.step_hook_user;
+  s->diffusion = model_canvas_length(m) > 0;
+  if (c.denoise) s->denoise = *c.denoise;
+  else denoise_params_default(&s->denoise);
   int rc = gen_method_check(c.method, m, err);
   if (rc) {
     free(s);
@@ -1092,6 +1288,9 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
     }
     n_blocks = (int64_t)(bytes / s->block_bytes);
   }
+  /* a block-diffusion model's generations keep their KV in caches of their own: the pool holds one
+   * full-context sequence's rows for prompt-only work */
+  if (s->diffusion && c.kv_bytes == 0 && n_blocks > (ctx + B - 1) / B) n_blocks = (ctx + B - 1) / B;
   if (c.memory_budget && n_blocks > (int64_t)(c.memory_budget / s->block_bytes))
     n_blocks = (int64_t)(c.memory_budget / s->block_bytes);
   if (n_blocks < 1) n_blocks = 1; /* admission refuses what does not fit */
@@ -1142,13 +1341,14 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
     s->cap_rows = (size_t)s->max_batch;
   }
   s->running = calloc((size_t)s->max_batch, sizeof *s->running);
+  s->denoising = calloc((size_t)s->max_batch, sizeof *s->denoising);
   s->props = calloc((size_t)s->max_batch, sizeof *s->props);
   s->prop_seqs = calloc((size_t)s->max_batch, sizeof *s->prop_seqs);
   s->batch = calloc((size_t)s->max_batch, sizeof *s->batch);
   s->media_pos = calloc((size_t)s->step_tokens, sizeof *s->media_pos);
   s->in_batch = calloc((size_t)s->max_batch, sizeof *s->in_batch);
-  if ((s->dev_sample ? !s->rows || !s->outs : !s->logits) || !s->running || !s->batch || !s->in_batch || !s->props ||
-      !s->prop_seqs || !s->media_pos) {
+  if ((s->dev_sample ? !s->rows || !s->outs : !s->logits) || !s->running || !s->denoising || !s->batch ||
+      !s->in_batch || !s->props || !s->prop_seqs || !s->media_pos) {
     rc = herr_set(err, HEARTH_ENOMEM, "scheduler: out of memory for a batch of %d", s->max_batch);
     goto fail;
   }
@@ -1191,6 +1391,7 @@ void sched_free(sched *s) {
   free(s->masks);
   free(s->hrows);
   free(s->running);
+  free(s->denoising);
   free(s->props);
   free(s->prop_seqs);
   free(s->draft_rows);
@@ -1208,6 +1409,9 @@ void sched_free(sched *s) {
 static void seq_state_free(sseq *q) {
   free(q->hrow);
   gen_run_free(q->run);
+  denoise_run_free(q->dn);
+  if (q->dkv) kv_cache_seq_free(q->dkv);
+  kv_cache_free(q->dcache);
   free(q->toks);
   free(q->keys);
   sampler_free(q->smp);
@@ -1344,10 +1548,13 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
     if (req->prompt[i] < 0 || req->prompt[i] >= s->vocab)
       return herr_set(err, HEARTH_EINVAL, "generate: prompt token %zu is id %d, outside the vocabulary (size %lld)", i,
                       (int)req->prompt[i], (long long)s->vocab);
-  sseq q = {.req = req, .fn = fn, .user = user, .res = res, .err = err, .t_start = t_start};
+  sseq q = {.req = req, .fn = fn, .user = user, .res = res, .err = err, .t_start = t_start,
+            .method = s->diffusion ? GEN_METHOD_DENOISING : GEN_METHOD_AUTOREGRESSIVE};
   pthread_mutex_init(&q.dmu, NULL);
   pthread_cond_init(&q.dcv, NULL);
-  int rc = sampler_new((int32_t)s->vocab, &req->sample, &q.smp, err);
+  /* a denoising run samples on its own (engine/denoise.h), and keeps its KV in a cache of its own */
+  bool denoising = q.method == GEN_METHOD_DENOISING;
+  int rc = denoising ? 0 : sampler_new((int32_t)s->vocab, &req->sample, &q.smp, err);
   if (rc) goto out;
   if ((rc = gen_check_context(s->m, req, &q.max_new, err))) goto out;
   if (q.max_new == 0) {
@@ -1355,7 +1562,8 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
     goto out;
   }
   /* admission: the request alone must fit the pool (and the budget) */
-  if ((rc = sched_admit(s, (int64_t)req->n_prompt, req->max_tokens >= 0 ? q.max_new : -1, err))) goto out;
+  if (!denoising && (rc = sched_admit(s, (int64_t)req->n_prompt, req->max_tokens >= 0 ? q.max_new : -1, err)))
+    goto out;
   q.cap_toks = (int64_t)req->n_prompt + 16;
   q.toks = malloc(sizeof(int32_t) * (size_t)q.cap_toks);
   if (!q.toks) {
@@ -1374,12 +1582,15 @@ int sched_run(sched *s, const gen_request *req, gen_token_fn fn, void *user, gen
   }
   if ((rc = gen_emit_init(&q.out, s->tok, req, err))) goto out;
   if (req->grammar && (rc = seq_grammar(s, &q, err))) goto out;
-  if ((rc = gen_run_new(s->method, req, s->vocab, s->draft_cache, &q.run, err))) goto out;
-  if (gen_run_kind(q.run) == GEN_METHOD_SPECULATIVE && !gen_method_can_rollback(s->m)) {
-    rc = herr_set_at(err, HEARTH_EUNSUPPORTED, "spec_tokens", 0, "%s", GEN_ROLLBACK_REFUSED);
-    goto out;
+  if (!denoising) {
+    if ((rc = gen_run_new(s->method, req, s->vocab, s->draft_cache, &q.run, err))) goto out;
+    q.method = gen_run_kind(q.run);
+    if (gen_run_kind(q.run) == GEN_METHOD_SPECULATIVE && !gen_method_can_rollback(s->m)) {
+      rc = herr_set_at(err, HEARTH_EUNSUPPORTED, "spec_tokens", 0, "%s", GEN_ROLLBACK_REFUSED);
+      goto out;
+    }
+    sampler_add_prompt(q.smp, req->prompt, req->n_prompt);
   }
-  sampler_add_prompt(q.smp, req->prompt, req->n_prompt);
   pthread_mutex_lock(&s->mu);
   if (s->stop) {
     pthread_mutex_unlock(&s->mu);

@@ -26,7 +26,8 @@
 #include <stdint.h>
 
 #include "base/trace.h"
-#include "engine/generate.h"
+#include "engine/denoise.h"
+#include "engine/request.h"
 #include "engine/method.h"
 #include "engine/kv_disk.h"
 #include "engine/kv_quant.h"
@@ -70,6 +71,11 @@ typedef struct sched_config {
                              pending token and its drafts as one chunk with a logits row at each
                              position, in the same step as the others, and its rejected drafts'
                              KV rows are cut off (prefix-cache hashes only cover committed tokens) */
+  const denoise_params *denoise; /* borrowed, may be NULL (denoise_params_default): a block-diffusion model's
+                             settings. On such a model (model_canvas_length > 0) every generation is a
+                             denoising run (engine/denoise.h) that the engine thread steps beside the
+                             batch, one forward of its own a step, its KV in a one-off cache of its own
+                             (no prefix cache); the pool serves prompt-only work (probes) alone */
 } sched_config;
 
 typedef struct sched_stats {
@@ -100,8 +106,8 @@ int sched_new(model *m, const tokenizer *tok, const sched_config *cfg, sched **o
  * then writes the KV store. */
 void sched_free(sched *s);
 
-/* Submits a request and waits for it (same contract as generate_run, plus
- * res->cached_tokens). A request that can never fit the KV pool or the
+/* Submits a request and waits for it (the contract of engine/request.h,
+ * plus res->cached_tokens). A request that can never fit the KV pool or the
  * memory budget fails with HEARTH_ELIMIT and a message starting
  * "memory_admission:" before any work. req->prefill_chunk, when set, may
  * only lower the scheduler's chunk for this request. */

@@ -9,23 +9,126 @@
  * reference's" for why and how far); an EOS inside a block; the
  * stable-and-confident stop; tokens arriving a block at a time;
  * cancellation between denoising steps; a bfloat16 checkpoint's rounded
- * self-conditioning input; a causal model refused. */
+ * self-conditioning input; a causal model refused. The runs are driven
+ * alone (denoise_alone, here); the scheduler's stepping of them is tested
+ * through the server (tests/serve/test_serve_diffusion.c). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend/ops.h"
 #include "base/json.h"
 #include "engine/denoise.h"
+#include "engine/emit.h"
 #include "engine/kv_cache.h"
 #include "model/model.h"
 #include "test.h"
 #include "test_device.h"
 
 #define DIR HEARTH_SOURCE_DIR "/tests/fixtures/golden/diffusion_gemma-f32"
+
+/* The denoising run of one request alone on a one-off cache, as the
+ * scheduler drives it (a forward per denoise_run_step, cancellation checked
+ * between them, the tokens through emit.h) but with the callback called as
+ * each token is committed, so what a step observer sees lines up with the
+ * tokens. */
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct one_ctx {
+  const gen_request *req;
+  gen_emit out;
+  gen_result *res;
+  int64_t max_new;
+  gen_token_fn fn;
+  void *user;
+  int rc;
+  herr *err;
+  bool cancelled;
+} one_ctx;
+
+static bool one_commit(void *ctx, const sample_token *st) {
+  one_ctx *c = ctx;
+  bool ended = false;
+  if ((c->rc = gen_emit_token(&c->out, c->req, st->id, c->max_new, c->res, &ended, c->err))) return true;
+  if (c->fn && c->fn(c->user, hbuf_str(&c->out.delta), c->out.delta.len, st)) {
+    c->cancelled = true;
+    return true;
+  }
+  return ended;
+}
+
+static int denoise_alone(model *m, const tokenizer *tok, const gen_request *req, const denoise_params *p,
+                         const denoise_draws *draws, gen_token_fn fn, void *user, gen_result *res, herr *err) {
+  memset(res, 0, sizeof *res);
+  res->stop_index = -1;
+  res->stop_token = -1;
+  res->prompt_tokens = (int64_t)req->n_prompt;
+  if (!req->prompt || req->n_prompt == 0) return herr_set(err, HEARTH_EINVAL, "denoise: the prompt has no tokens");
+  if (req->n_stop && !tok) return herr_set(err, HEARTH_EINVAL, "denoise: stop strings need a tokenizer to decode the output");
+  int64_t vocab = model_vocab_size(m);
+  for (size_t i = 0; i < req->n_prompt; i++)
+    if (req->prompt[i] < 0 || req->prompt[i] >= vocab)
+      return herr_set(err, HEARTH_EINVAL, "denoise: prompt token %zu is id %d, outside the vocabulary (size %lld)", i,
+                      (int)req->prompt[i], (long long)vocab);
+  int64_t max_new = 0;
+  int rc = gen_check_context(m, req, &max_new, err);
+  if (rc) return rc;
+  if (max_new == 0) {
+    res->finish = GEN_FINISH_LENGTH;
+    return 0;
+  }
+  one_ctx c = {.req = req, .res = res, .max_new = max_new, .fn = fn, .user = user, .err = err};
+  kv_cache *cache = NULL;
+  kv_seq *seq = NULL;
+  denoise_run *run = NULL;
+  model_kv_geometry geom;
+  model_kv_geometry_of(m, &geom);
+  if ((rc = gen_emit_init(&c.out, tok, req, err))) return rc;
+  if ((rc = kv_cache_new(&geom, denoise_kv_rows(m, (int64_t)req->n_prompt, max_new), &cache, err)) ||
+      (rc = kv_cache_seq_new(cache, &seq, err)) || (rc = denoise_run_new(m, req, p, draws, seq, max_new, &run, err)))
+    goto done;
+  double t0 = now_seconds();
+  bool fin = false, prefilled = false;
+  while (!fin) {
+    if (req->cancel && *req->cancel) {
+      c.cancelled = true;
+      break;
+    }
+    if ((rc = denoise_run_step(run, one_commit, &c, &fin, err))) goto done;
+    if (c.rc) {
+      rc = c.rc;
+      goto done;
+    }
+    if (c.cancelled) break;
+    if (!prefilled && !denoise_run_encoding(run)) {
+      prefilled = true;
+      res->prefill_seconds = now_seconds() - t0;
+    }
+  }
+  if (c.cancelled) {
+    res->finish = GEN_FINISH_CANCELLED;
+    rc = herr_set(err, HEARTH_ECANCELLED, "denoise: cancelled after %lld tokens", (long long)res->completion_tokens);
+    goto done;
+  }
+  if ((rc = gen_emit_flush(&c.out, res, err))) goto done;
+  if (c.out.delta.len && fn) fn(user, hbuf_str(&c.out.delta), c.out.delta.len, NULL);
+  res->decode_seconds = now_seconds() - t0 - res->prefill_seconds;
+
+done:
+  denoise_run_free(run);
+  if (seq) kv_cache_seq_free(seq);
+  kv_cache_free(cache);
+  gen_emit_free(&c.out);
+  return rc;
+}
 
 static json_t *doc;
 static float *bin;
@@ -293,7 +396,7 @@ static void replay_noise(void *ctx, int step, float *logits, int64_t rows, int64
 
 static int replay_run(const gen_request *req, const denoise_params *dp, replay *r, collect *col, gen_result *res, herr *err) {
   denoise_draws draws = {replay_token, replay_uniform, replay_step, r, r->noise > 0 ? replay_noise : NULL};
-  return denoise_generate(m, NULL, req, dp, &draws, collect_fn, col, res, err);
+  return denoise_alone(m, NULL, req, dp, &draws, collect_fn, col, res, err);
 }
 
 /* Leading steps of r that are the reference's trace[t0 .. t0 + n). */
@@ -541,7 +644,7 @@ static void test_cancel(void) {
   collect col = {.cancel_after = (int)C};
   gen_result res;
   herr err = {0};
-  int rc = denoise_generate(m, NULL, &req, &dp, NULL, collect_fn, &col, &res, &err);
+  int rc = denoise_alone(m, NULL, &req, &dp, NULL, collect_fn, &col, &res, &err);
   CHECK_EQ_INT(rc, HEARTH_ECANCELLED);
   CHECK_EQ_INT(res.finish, GEN_FINISH_CANCELLED);
   CHECK_EQ_INT(col.n, C);
@@ -549,7 +652,7 @@ static void test_cancel(void) {
   volatile int flag = 1;
   req.cancel = &flag;
   collect col2 = {0};
-  rc = denoise_generate(m, NULL, &req, &dp, NULL, collect_fn, &col2, &res, &err);
+  rc = denoise_alone(m, NULL, &req, &dp, NULL, collect_fn, &col2, &res, &err);
   CHECK_EQ_INT(rc, HEARTH_ECANCELLED);
   CHECK_EQ_INT(col2.n, 0);
   /* the flag set in the middle of a block (after its second denoising step): the run stops before
@@ -558,7 +661,7 @@ static void test_cancel(void) {
   stop_at sa = {.at = 2, .flag = &flag};
   denoise_draws obs_stop = {.step = stop_step, .ctx = &sa};
   collect col3 = {0};
-  rc = denoise_generate(m, NULL, &req, &dp, &obs_stop, collect_fn, &col3, &res, &err);
+  rc = denoise_alone(m, NULL, &req, &dp, &obs_stop, collect_fn, &col3, &res, &err);
   CHECK_EQ_INT(rc, HEARTH_ECANCELLED);
   CHECK_EQ_INT(res.finish, GEN_FINISH_CANCELLED);
   CHECK_EQ_INT(sa.steps, 2);
@@ -569,8 +672,8 @@ static void test_cancel(void) {
   req.cancel = NULL;
   collect a = {0}, b = {0};
   denoise_draws obs_a = {.step = count_step, .ctx = &a}, obs_b = {.step = count_step, .ctx = &b};
-  CHECK(denoise_generate(m, NULL, &req, &dp, &obs_a, collect_fn, &a, &res, &err) == 0);
-  CHECK(denoise_generate(m, NULL, &req, &dp, &obs_b, collect_fn, &b, &res, &err) == 0);
+  CHECK(denoise_alone(m, NULL, &req, &dp, &obs_a, collect_fn, &a, &res, &err) == 0);
+  CHECK(denoise_alone(m, NULL, &req, &dp, &obs_b, collect_fn, &b, &res, &err) == 0);
   CHECK(a.n == 4 * C && b.n == a.n && !memcmp(a.ids, b.ids, sizeof(int32_t) * (size_t)a.n));
   bool blockwise = a.n == 4 * C;
   for (int i = 0; i < a.n && blockwise; i++) {
@@ -603,19 +706,19 @@ static void test_early_stop(void) {
   denoise_draws obs = {.step = count_step, .ctx = &a};
   gen_result res;
   herr err = {0};
-  CHECK(denoise_generate(m, NULL, &req, &dp, &obs, collect_fn, &a, &res, &err) == 0);
+  CHECK(denoise_alone(m, NULL, &req, &dp, &obs, collect_fn, &a, &res, &err) == 0);
   CHECK_EQ_INT(a.n, 3 * C);
   CHECK_EQ_INT(a.steps, 3);
   dp.stability_threshold = 1;
   collect b = {0};
   obs.ctx = &b;
-  CHECK(denoise_generate(m, NULL, &req, &dp, &obs, collect_fn, &b, &res, &err) == 0);
+  CHECK(denoise_alone(m, NULL, &req, &dp, &obs, collect_fn, &b, &res, &err) == 0);
   CHECK_EQ_INT(b.n, 3 * C);
   CHECK(b.steps >= 6 && b.steps <= 3 * 12); /* at least two steps a block */
   dp.confidence_threshold = 0; /* off: every step runs */
   collect c = {0};
   obs.ctx = &c;
-  CHECK(denoise_generate(m, NULL, &req, &dp, &obs, collect_fn, &c, &res, &err) == 0);
+  CHECK(denoise_alone(m, NULL, &req, &dp, &obs, collect_fn, &c, &res, &err) == 0);
   CHECK_EQ_INT(c.steps, 3 * 12);
   fprintf(stderr, "  steps: %d (stop at once), %d (once stable), %d (no stop)\n", a.steps, b.steps, c.steps);
 }
@@ -633,7 +736,7 @@ static void test_refusals(void) {
   dp.t_max = dp.t_min;
   gen_result res;
   herr err = {0};
-  CHECK_EQ_INT(denoise_generate(m, NULL, &req, &dp, NULL, NULL, NULL, &res, &err), HEARTH_EINVAL);
+  CHECK_EQ_INT(denoise_alone(m, NULL, &req, &dp, NULL, NULL, NULL, &res, &err), HEARTH_EINVAL);
   CHECK(strstr(err.msg, "t_min") != NULL);
   /* a canvas pass and a causal sequence in one batch */
   model_kv_geometry g;
@@ -655,7 +758,7 @@ static void test_refusals(void) {
   model_load_opts opts = {.threads = 1};
   if (model_load(HEARTH_SOURCE_DIR "/tests/fixtures/golden/llama-f32", &opts, &llama, &err) == 0) {
     CHECK_EQ_INT(model_canvas_length(llama), 0);
-    CHECK_EQ_INT(denoise_generate(llama, NULL, &req, NULL, NULL, NULL, NULL, &res, &err), HEARTH_EUNSUPPORTED);
+    CHECK_EQ_INT(denoise_alone(llama, NULL, &req, NULL, NULL, NULL, NULL, &res, &err), HEARTH_EUNSUPPORTED);
     model_free(llama);
   }
 }

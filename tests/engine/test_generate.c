@@ -1,8 +1,8 @@
-/* test_generate.c — the generation loop and the public API on the golden
- * llama fixture (tests/fixtures/golden/llama-f32, made by tools/gen_golden.py
- * from transformers): greedy ids equal the reference's greedy continuation
- * for any prefill chunking; logprobs equal the reference logits'
- * log-softmax; EOS, max_tokens and the context limit end runs as documented;
+/* test_generate.c — generation through the public API (and the scheduler
+ * under it) on the golden llama fixture (tests/fixtures/golden/llama-f32,
+ * made by tools/gen_golden.py from transformers): greedy ids equal the
+ * reference's greedy continuation for any prefill chunking; logprobs equal
+ * the reference logits' log-softmax; EOS, max_tokens and the context limit end runs as documented;
  * cancellation returns HEARTH_ECANCELLED and frees everything (ASan);
  * seeded sampling is reproducible; concurrent callers queue.
  *
@@ -16,7 +16,8 @@
 #include <unistd.h>
 
 #include "base/buf.h"
-#include "engine/generate.h"
+#include "engine/request.h"
+#include "sched_alone.h"
 #include "hearth.h"
 #include "test.h"
 
@@ -329,7 +330,7 @@ static void test_engine_eos(void) {
   r.eos_ids[0] = g_greedy[5];
   r.n_eos = 1;
   gen_result res;
-  CHECK_EQ_INT(generate_run(m, NULL, &r, NULL, NULL, &res, &err), 0);
+  CHECK_EQ_INT(sched_run_alone(m, &r, NULL, NULL, &res, &err), 0);
   /* the first occurrence of that id in the greedy run */
   int first = 0;
   while (g_greedy[first] != g_greedy[5]) first++;

@@ -9,14 +9,15 @@
  * (hearth_signal) after the DRY penalties of the history so far — and a
  * scheduler step mixing such requests (DRY, XTC, typical-p, mirostat) with
  * plain seeded ones, also with tokens picked by bk_sample as on a GPU: each
- * host-only request gives what the one-sequence loop gives, and each plain
+ * host-only request gives what it gives alone (host sampling), and each plain
  * one what it gives alone (its neighbours leave its device sampling as it is). */
 #include <math.h>
 #include <stdint.h>
 
 #include <pthread.h>
 
-#include "engine/generate.h"
+#include "engine/request.h"
+#include "sched_alone.h"
 #include "engine/sample.h"
 #include "engine/sched.h"
 #include "hearth.h"
@@ -244,14 +245,14 @@ static void test_mixed_step(void) {
       CHECK_MSG(all[i].rc == 0, "job %d: %s", i, all[i].err.msg);
       CHECK_EQ_INT(all[i].n, N_NEW);
     }
-    /* the host-only requests: as the one-sequence loop samples them */
+    /* the host-only requests: as each one alone samples them on the host */
     for (int i = 0; i < 4; i++) {
       job ref = {0};
       job_params(&ref, i);
       herr e2 = {0};
-      CHECK_EQ_INT(generate_run(m, NULL, &ref.req, job_token, &ref, &ref.res, &e2), 0);
+      CHECK_EQ_INT(sched_run_alone(m, &ref.req, job_token, &ref, &ref.res, &e2), 0);
       CHECK_MSG(ref.n == all[i].n && !memcmp(ref.ids, all[i].ids, sizeof(int32_t) * (size_t)ref.n),
-                "backend sampling %d: host-only job %d differs from the one-sequence loop", (int)bs, i);
+                "backend sampling %d: host-only job %d differs from its run alone", (int)bs, i);
     }
     /* the plain ones: as alone */
     run_jobs(m, bs, 0xf0, alone);

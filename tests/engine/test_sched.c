@@ -1,6 +1,7 @@
 /* test_sched.c — the continuous-batching scheduler on the golden llama
  * fixture (and the glm5 one for the first check): 32 concurrent greedy requests (different lengths, some sharing
- * prefixes) give exactly the ids each gives run alone through generate_run,
+ * prefixes) give exactly the ids each gives run alone (sched_alone.h: plainly, on a
+ * scheduler of its own that runs one sequence at a time),
  * also with a KV pool so small that requests wait and get preempted (and a
  * pinned case where the newer of two must be preempted and recomputed); a
  * request sharing a 1,000-token prefix reports cached_tokens covering every
@@ -18,7 +19,8 @@
 #include <unistd.h>
 
 #include "base/trace.h"
-#include "engine/generate.h"
+#include "engine/request.h"
+#include "sched_alone.h"
 #include "engine/kv_paged.h"
 #include "engine/sched.h"
 #include "model/model.h"
@@ -154,7 +156,7 @@ static void test_batched_equals_alone(void) {
     gen_result res;
     herr e = {0};
     memset(&g_ref[i], 0, sizeof g_ref[i]);
-    CHECK_EQ_INT(generate_run(g_m, NULL, &r, collect, &g_ref[i], &res, &e), 0);
+    CHECK_EQ_INT(sched_run_alone(g_m, &r, collect, &g_ref[i], &res, &e), 0);
   }
   sched_config big = {.max_batch = 64, .prefill_chunk = 16, .block_tokens = 4, .state_snapshots = 4096};
   check_against_alone(&big, "roomy pool", true);
@@ -419,8 +421,8 @@ static void test_preemption(void) {
   rb = ra;
   rb.prompt = pb;
   gen_result res;
-  CHECK_EQ_INT(generate_run(g_m, NULL, &ra, collect, &ref_a, &res, &e), 0);
-  CHECK_EQ_INT(generate_run(g_m, NULL, &rb, collect, &ref_b, &res, &e), 0);
+  CHECK_EQ_INT(sched_run_alone(g_m, &ra, collect, &ref_a, &res, &e), 0);
+  CHECK_EQ_INT(sched_run_alone(g_m, &rb, collect, &ref_b, &res, &e), 0);
   ra.trace_label = "a";
   rb.trace_label = "b";
   job b = {.s = s, .i = 1, .req = rb};
@@ -772,7 +774,7 @@ static void test_hybrid(void) {
   CHECK_EQ_INT(sched_run(s, &r, collect, &c2, &res, &e), 0);
   /* turn 1 stored rows [0, 48) (its last token was sampled, not fed), the last block ending at 48 */
   CHECK_EQ_INT(res.cached_tokens, 48);
-  CHECK_EQ_INT(generate_run(hm, NULL, &r, collect, &alone, &res, &e), 0);
+  CHECK_EQ_INT(sched_run_alone(hm, &r, collect, &alone, &res, &e), 0);
   CHECK_MSG(c2.n == alone.n && !memcmp(c2.ids, alone.ids, sizeof(int32_t) * (size_t)alone.n),
             "the second turn from the first turn's state differs from its run alone");
   sched_free(s);

@@ -3,7 +3,7 @@
  * Greedy: on the built-in model, requests with prompt-lookup drafts, with a
  * draft model (the model itself, and the golden llama as the draft of
  * another), and plain requests run together in the same steps, each giving
- * exactly the ids it gives alone through generate_run — also in a KV pool
+ * exactly the ids it gives decoded plainly alone (sched_alone.h) — also in a KV pool
  * so small that requests wait and are preempted; drafts are made and
  * accepted (the stats say how many), every KV block comes back, and a
  * cancel mid-way through a speculative run frees everything; a request
@@ -29,7 +29,8 @@
 #include <pthread.h>
 
 #include "base/buf.h"
-#include "engine/generate.h"
+#include "engine/request.h"
+#include "sched_alone.h"
 #include "engine/kv_paged.h"
 #include "engine/method.h"
 #include "engine/sample.h"
@@ -152,7 +153,7 @@ static sched_stats run_greedy_mix(model *m, model *draft, spec_source src, bool 
     collected ref = {0};
     gen_result rr;
     herr e2 = {0};
-    CHECK_EQ_INT(generate_run(m, NULL, &r, collect, &ref, &rr, &e2), 0);
+    CHECK_EQ_INT(sched_run_alone(m, &r, collect, &ref, &rr, &e2), 0);
     CHECK_EQ_INT(jobs[i].out.n, GREEDY_NEW);
     if (jobs[i].out.n != ref.n || memcmp(jobs[i].out.ids, ref.ids, sizeof(int32_t) * (size_t)ref.n)) {
       mismatched++;
@@ -520,7 +521,7 @@ static void hybrid_turns(model *m, spec_source src, model *draft, const char *wh
     herr e2 = {0};
     CHECK_EQ_INT(sched_run(s, &r, collect, &c, &res, &e2), 0);
     r.spec_tokens = 0;
-    CHECK_EQ_INT(generate_run(m, NULL, &r, collect, &ref, &rr, &e2), 0);
+    CHECK_EQ_INT(sched_run_alone(m, &r, collect, &ref, &rr, &e2), 0);
     CHECK_EQ_INT(c.n, turn_new[turn]);
     CHECK_MSG(c.n == ref.n && !memcmp(c.ids, ref.ids, sizeof(int32_t) * (size_t)ref.n),
               "%s: turn %d differs from plain decoding", what, turn + 1);

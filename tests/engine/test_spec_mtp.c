@@ -18,7 +18,7 @@
  *
  * Greedy in the scheduler: MTP-drafted requests (several prompts and draft
  * lengths) beside plain and prompt-lookup ones in the same steps, each equal
- * token for token to generate_run alone; drafts are made and the stats
+ * token for token to plain decoding alone (sched_alone.h); drafts are made and the stats
  * count them under "mtp" — also in a KV pool so small that requests are
  * preempted, and with the tokens chosen by bk_sample. With random weights
  * few drafts are kept, so a second model is written whose decoder layers add
@@ -45,7 +45,8 @@
 #include <unistd.h>
 
 #include "base/json.h"
-#include "engine/generate.h"
+#include "engine/request.h"
+#include "sched_alone.h"
 #include "engine/kv_cache.h"
 #include "engine/kv_paged.h"
 #include "engine/method.h"
@@ -646,7 +647,7 @@ static int32_t g_prompt[N_REQ][80];
 static int g_plen[N_REQ];
 
 /* Runs N_REQ greedy requests together: MTP-drafted with 1, 2, 4 (the method's) and 7 drafts, two
- * plain, one with prompt lookup; each must equal generate_run alone. Returns the MTP stats. */
+ * plain, one with prompt lookup; each must equal plain decoding alone. Returns the MTP stats. */
 static void run_greedy(model *m, size_t kv_bytes, bool backend_sampling, bool expect_accept, const char *what) {
   gen_method gm = {.spec_tokens = 4, .source = SPEC_MTP};
   sched_config cfg = {.max_batch = 8, .block_tokens = 16, .kv_bytes = kv_bytes, .method = &gm,
@@ -682,7 +683,7 @@ static void run_greedy(model *m, size_t kv_bytes, bool backend_sampling, bool ex
     collected ref = {0};
     gen_result rr;
     herr e2 = {0};
-    CHECK_EQ_INT(generate_run(m, NULL, &r, collect, &ref, &rr, &e2), 0);
+    CHECK_EQ_INT(sched_run_alone(m, &r, collect, &ref, &rr, &e2), 0);
     CHECK_EQ_INT(jobs[i].out.n, NEW_TOKENS);
     if (jobs[i].out.n != ref.n || memcmp(jobs[i].out.ids, ref.ids, sizeof(int32_t) * (size_t)ref.n)) {
       int t = 0;

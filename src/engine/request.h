@@ -1,19 +1,20 @@
-/* generate.h — the autoregressive generation loop for one request.
+/* request.h — one generation request as the engine takes it, its result,
+ * and the per-token callback; the scheduler (sched.h) runs it.
  *
- *   prompt ids → prefill in chunks → decode one token per step → sample →
+ *   prompt ids → prefill in chunks → decode (the request's method) → sample →
  *   detokenize (streaming) → stop-string hold-back → callback with the delta
  *
  * Ends on max_tokens (finish "length"), an EOS id or a stop string (finish
- * "stop"), or cancellation: *cancel set (checked before every forward) or the
- * callback returning nonzero; then it returns HEARTH_ECANCELLED with the
- * result filled and everything it allocated freed.
+ * "stop"), or cancellation: *cancel set or the callback returning nonzero;
+ * then the run returns HEARTH_ECANCELLED with the result filled and
+ * everything it allocated freed.
  *
  * The prompt plus max_tokens must fit the context length; otherwise
  * HEARTH_ELIMIT before any work, with a message that starts
  * "context_length_exceeded:".
  */
-#ifndef HEARTH_ENGINE_GENERATE_H
-#define HEARTH_ENGINE_GENERATE_H
+#ifndef HEARTH_ENGINE_REQUEST_H
+#define HEARTH_ENGINE_REQUEST_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -41,19 +42,18 @@ typedef struct gen_request {
   bool skip_special;            /* leave special tokens out of the text (default for serving) */
   int prefill_chunk;            /* tokens per prefill forward; <= 0: GEN_DEFAULT_PREFILL_CHUNK */
   const volatile int *cancel;   /* borrowed, may be NULL: nonzero cancels */
-  const char *grammar;          /* borrowed, may be NULL: GBNF (structured/grammar.h) the output follows;
-                                   the scheduler only */
+  const char *grammar;          /* borrowed, may be NULL: GBNF (structured/grammar.h) the output follows */
   size_t grammar_len;
   const char *trace_label;      /* borrowed, may be NULL: names the request's track in a trace
-                                   ("req LABEL"; else "req N", N counting requests); the scheduler only */
+                                   ("req LABEL"; else "req N", N counting requests) */
   int spec_tokens;              /* speculative decoding (engine/method.h): tokens drafted per step; < 0: the
-                                   scheduler's method decides, 0: off; the scheduler only */
+                                   scheduler's method decides, 0: off */
   const char *spec_method;      /* borrowed, may be NULL (the method's source): where this request's drafts
-                                   come from, "ngram", "draft" or "mtp" (engine/method.h); the scheduler only */
+                                   come from, "ngram", "draft" or "mtp" (engine/method.h) */
   const model_lora *const *lora; /* borrowed, n_lora (<= MODEL_MAX_LORA) LoRA adapters of the model,
                                    their deltas summed (model_seq.lora); alive until the run returns */
   int n_lora;
-  /* Media in the prompt (engine/mm_prompt.h; the scheduler only). All borrowed, NULL: none. */
+  /* Media in the prompt (engine/mm_prompt.h). All borrowed, NULL: none. */
   const float *const *embeds;   /* n_prompt entries: NULL, or a soft token's embedding row (model_seq.embeds) */
   const int32_t *bidir_last;    /* n_prompt entries (model_seq.bidir_last); a prefill chunk never ends inside a span */
   const int32_t *positions3;    /* 3 per prompt token (model_seq.positions3); the tokens after the prompt take
@@ -75,9 +75,9 @@ typedef struct gen_result {
   int stop_index;               /* which stop string ended it; -1 otherwise */
   int32_t stop_token;           /* the EOS id that ended it; -1 otherwise */
   int64_t prompt_tokens, completion_tokens;  /* completion counts the EOS token when one ended it */
-  int64_t cached_tokens;        /* prompt tokens whose KV came from the prefix cache (scheduler only) */
+  int64_t cached_tokens;        /* prompt tokens whose KV came from the prefix cache */
   double prefill_seconds, decode_seconds;
-  double queue_seconds;         /* waiting in the scheduler's queue before its first admission (scheduler only) */
+  double queue_seconds;         /* waiting in the scheduler's queue before its first admission */
 } gen_result;
 
 /* Per step: delta is the text that became final (may be empty while held
@@ -88,10 +88,5 @@ typedef int (*gen_token_fn)(void *user, const char *delta, size_t len, const sam
 /* Resolves max_tokens against the context (HEARTH_ELIMIT "context_length_exceeded: ..."
  * when the request cannot fit); fills *max_new. */
 int gen_check_context(const model *m, const gen_request *req, int64_t *max_new, herr *err);
-
-/* tok may be NULL: then no text is produced (deltas are empty) and stop
- * strings are an error. fn may be NULL. */
-int generate_run(model *m, const tokenizer *tok, const gen_request *req, gen_token_fn fn, void *user, gen_result *res,
-                 herr *err);
 
 #endif
