@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 #include "backend/cpu/cpu.h"
 #include "backend/weights.h"
 #include "base/pool.h"

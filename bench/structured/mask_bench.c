@@ -12,8 +12,8 @@
 #include <time.h>
 
 #include "base/buf.h"
-#include "engine/grammar.h"
-#include "engine/json_schema.h"
+#include "structured/grammar.h"
+#include "structured/json_schema.h"
 #include "tokenizer/tokenizer.h"
 
 static double now(void) {

@@ -23,6 +23,10 @@
  * device (bk_sample), only the sampled ids and the logprobs asked for. Weights are uploaded once at load; the KV pool is
  * allocated once and never leaves the device.
  *
+ * Partial backends. A backend may leave ops out (NULL entries, supports_op):
+ * those run on the host where a host path exists, or are refused with a
+ * message naming the op and the backend (below, "what a backend runs").
+ *
  * Threads: a backend is driven by one thread at a time (the engine thread).
  */
 #ifndef HEARTH_BACKEND_BACKEND_H
@@ -410,6 +414,40 @@ bool bk_graph_begin(bk_backend *be, uint64_t key);
 #define BK_GRAPH_REDO (-1)
 int bk_graph_end(bk_backend *be, herr *err);
 
+/* ---- what a backend runs ----
+ *
+ * A backend may start partial: it leaves the table entries of the ops it
+ * does not have NULL, or says no through supports_op. A call to such an op
+ * then runs on the host where a host path exists (host_path.c: the inputs
+ * read back with get, the plain reference of ops.h run on them, the result
+ * written with set: correct, slow) and otherwise does nothing and records an
+ * error naming the op and the backend, which the next bk_sync / bk_get
+ * reports. bk_backend_require refuses such a backend before any op runs.
+ * The CPU and CUDA backends fill every entry. */
+typedef enum bk_op {
+  BK_OP_EMBED = 0, BK_OP_MATMUL, BK_OP_RMSNORM, BK_OP_ROPE, BK_OP_ACT_MUL, BK_OP_ADD, BK_OP_SOFTCAP, BK_OP_GET_ROWS,
+  BK_OP_SCALE, BK_OP_GET_COLS, BK_OP_MOE_ROUTE, BK_OP_MOE, BK_OP_KV_WRITE, BK_OP_ATTENTION, BK_OP_CONV1D,
+  BK_OP_DELTA_RULE, BK_OP_SIGMOID_MUL, BK_OP_SAMPLE, BK_OP_SET_COLS, BK_OP_SET_ROWS, BK_OP_LAYERNORM,
+  BK_OP_MOE_ROUTE_GROUP, BK_OP_INDEX_TOPK, BK_OP_ATTENTION_SPARSE, BK_OP_LORA, BK_OP_ACT, BK_OP_CLAMP, BK_OP_EMBED_BAG,
+  BK_OP_ATTENTION_REL,
+  BK_OP_COUNT
+} bk_op;
+
+/* "matmul", "attention", ... (the table entry's name; static). */
+const char *bk_op_name(bk_op op);
+/* Whether be runs op itself: its entry is set and supports_op (when set) says so. */
+bool bk_backend_supports(const bk_backend *be, bk_op op);
+/* Whether op can run on the host for a backend that lacks it. */
+bool bk_op_host_path(bk_op op);
+/* 0 when be can run every op of ops[0..n), itself or on the host, and has
+ * the memory entries every backend needs (buf_new, buf_free, set, get, copy,
+ * sync); else HEARTH_EUNSUPPORTED with a message naming the first op it
+ * cannot run and the backend. */
+int bk_backend_require(const bk_backend *be, const bk_op *ops, int n, herr *err);
+/* The ops every forward pass of every model runs that have no host path
+ * (embed, matmul, kv_write, attention): what loading a model requires. */
+int bk_backend_require_core(const bk_backend *be, herr *err);
+
 /* ---- the table a backend fills ---- */
 
 typedef struct bk_backend_ops {
@@ -464,6 +502,11 @@ typedef struct bk_backend_ops {
   void (*embed_bag)(bk_backend *be, const bk_tensor *y, const bk_tensor *table, const bk_tensor *ids, const bk_tensor *w);
   void (*attention_rel)(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_tensor *k, const bk_tensor *v,
                         const bk_tensor *rel, const bk_tensor *qscale, int64_t n_valid, const rel_attn_params *p);
+  /* NULL: every op whose entry above is set. Else whether this backend runs op (a backend that has an
+   * entry may still say no, e.g. for a device it cannot use it on). describe, mem_info, weight_load,
+   * weight_release and graph_begin / graph_end may be NULL too: the name, no memory figures (an
+   * error), weights used as the host descriptor gives them, no recording. */
+  bool (*supports_op)(const bk_backend *be, bk_op op);
 } bk_backend_ops;
 
 /* Every backend's handle starts with this. */
@@ -473,11 +516,13 @@ struct bk_backend {
   bool is_cpu;
   bool expert_lora;           /* bk_moe honours bk_experts.lora (else it does nothing when n_lora > 0) */
   void *lib;                  /* owned: the dlopen handle of a loaded backend library, or NULL */
+  herr refused;               /* the first op the dispatch could not run (no entry, no host path) or whose host
+                                 path failed; reported and cleared by bk_sync / bk_get / bk_graph_end */
 };
 
 /* The CUDA backend library's one entry point (libhearth_cuda.so). */
 #define BK_CUDA_ENTRY "hearth_cuda_backend_open"
-#define BK_CUDA_ABI 9
+#define BK_CUDA_ABI 10
 typedef int (*bk_cuda_open_fn)(int abi, int device, const bk_open_opts *opts, bk_backend **out, herr *err);
 
 /* The CPU backend (cpu/backend_cpu.c). */

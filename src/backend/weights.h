@@ -72,7 +72,7 @@ int64_t bk_type_block(bk_type t);
  * blocks. For MLX, the packed words only (bits given separately). */
 size_t bk_row_bytes(bk_type t, int64_t cols, int bits);
 
-/* The one host decoding of the stored formats (src/backend/cpu/quant.c, the
+/* The one host decoding of the stored formats (src/backend/formats.c, the
  * reference every kernel of every backend is checked against), for code
  * outside the backend that needs plain floats (GGUF norms and biases, convert).
  * IEEE half and bfloat16 -> f32 (exact). */

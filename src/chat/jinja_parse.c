@@ -468,74 +468,60 @@ static int parse_unary(parser *P, bool with_filter, jnode **out) {
   return 0;
 }
 
-static jnode *binop(parser *P, int op, jnode *l, jnode *r, int line) {
-  jnode *n = node(P, E_BIN, line);
-  if (n) {
-    n->op = (uint8_t)op;
-    n->a = l;
-    n->b = r;
-  }
-  return n;
-}
+/* The binary-operator ladder: each level is left-associative over the next
+ * tighter one, `operand`, and knows its operators by their text (a symbol,
+ * or a keyword when word) and the node each makes (E_BIN with its OP_*, or
+ * E_CONCAT / E_AND / E_OR with op 0). From loosest to tightest: or, and,
+ * (not, comparisons), + -, ~, * / // %, **. */
+typedef struct binop_def {
+  const char *text;
+  bool word;
+  uint8_t kind, op;
+} binop_def;
 
-static int parse_pow(parser *P, jnode **out) {
-  TRY(parse_unary(P, true, out));
-  while (is_op(P, "**")) {
+static int parse_left_assoc(parser *P, jnode **out, int (*operand)(parser *, jnode **), const binop_def *defs, int n_defs) {
+  TRY(operand(P, out));
+  for (;;) {
+    const binop_def *d = NULL;
+    for (int i = 0; i < n_defs && !d; i++)
+      if (defs[i].word ? is_name(P, defs[i].text) : is_op(P, defs[i].text)) d = &defs[i];
+    if (!d) return 0;
     int line = cur(P)->line;
     next(P);
     jnode *r;
-    TRY(parse_unary(P, true, &r));
-    if (!(*out = binop(P, OP_POW, *out, r, line))) return OOM();
+    TRY(operand(P, &r));
+    jnode *b = node(P, d->kind, line);
+    if (!b) return OOM();
+    b->op = d->op;
+    b->a = *out;
+    b->b = r;
+    *out = b;
   }
-  return 0;
+}
+
+#define LADDER(P, out, operand, defs) parse_left_assoc(P, out, operand, defs, (int)(sizeof defs / sizeof defs[0]))
+
+static int parse_unary_filtered(parser *P, jnode **out) { return parse_unary(P, true, out); }
+
+static int parse_pow(parser *P, jnode **out) {
+  static const binop_def ops[] = {{"**", false, E_BIN, OP_POW}};
+  return LADDER(P, out, parse_unary_filtered, ops);
 }
 
 static int parse_math2(parser *P, jnode **out) {
-  TRY(parse_pow(P, out));
-  for (;;) {
-    int op;
-    if (is_op(P, "*")) op = OP_MUL;
-    else if (is_op(P, "/")) op = OP_DIV;
-    else if (is_op(P, "//")) op = OP_FLOORDIV;
-    else if (is_op(P, "%")) op = OP_MOD;
-    else return 0;
-    int line = cur(P)->line;
-    next(P);
-    jnode *r;
-    TRY(parse_pow(P, &r));
-    if (!(*out = binop(P, op, *out, r, line))) return OOM();
-  }
+  static const binop_def ops[] = {
+      {"*", false, E_BIN, OP_MUL}, {"/", false, E_BIN, OP_DIV}, {"//", false, E_BIN, OP_FLOORDIV}, {"%", false, E_BIN, OP_MOD}};
+  return LADDER(P, out, parse_pow, ops);
 }
 
 static int parse_concat(parser *P, jnode **out) {
-  TRY(parse_math2(P, out));
-  while (is_op(P, "~")) {
-    int line = cur(P)->line;
-    next(P);
-    jnode *r;
-    TRY(parse_math2(P, &r));
-    jnode *n = node(P, E_CONCAT, line);
-    if (!n) return OOM();
-    n->a = *out;
-    n->b = r;
-    *out = n;
-  }
-  return 0;
+  static const binop_def ops[] = {{"~", false, E_CONCAT, 0}};
+  return LADDER(P, out, parse_math2, ops);
 }
 
 static int parse_math1(parser *P, jnode **out) {
-  TRY(parse_concat(P, out));
-  for (;;) {
-    int op;
-    if (is_op(P, "+")) op = OP_ADD;
-    else if (is_op(P, "-")) op = OP_SUB;
-    else return 0;
-    int line = cur(P)->line;
-    next(P);
-    jnode *r;
-    TRY(parse_concat(P, &r));
-    if (!(*out = binop(P, op, *out, r, line))) return OOM();
-  }
+  static const binop_def ops[] = {{"+", false, E_BIN, OP_ADD}, {"-", false, E_BIN, OP_SUB}};
+  return LADDER(P, out, parse_concat, ops);
 }
 
 static int parse_compare(parser *P, jnode **out) {
@@ -600,35 +586,13 @@ static int parse_not(parser *P, jnode **out) {
 }
 
 static int parse_and(parser *P, jnode **out) {
-  TRY(parse_not(P, out));
-  while (is_name(P, "and")) {
-    int line = cur(P)->line;
-    next(P);
-    jnode *r;
-    TRY(parse_not(P, &r));
-    jnode *n = node(P, E_AND, line);
-    if (!n) return OOM();
-    n->a = *out;
-    n->b = r;
-    *out = n;
-  }
-  return 0;
+  static const binop_def ops[] = {{"and", true, E_AND, 0}};
+  return LADDER(P, out, parse_not, ops);
 }
 
 static int parse_or(parser *P, jnode **out) {
-  TRY(parse_and(P, out));
-  while (is_name(P, "or")) {
-    int line = cur(P)->line;
-    next(P);
-    jnode *r;
-    TRY(parse_and(P, &r));
-    jnode *n = node(P, E_OR, line);
-    if (!n) return OOM();
-    n->a = *out;
-    n->b = r;
-    *out = n;
-  }
-  return 0;
+  static const binop_def ops[] = {{"or", true, E_OR, 0}};
+  return LADDER(P, out, parse_and, ops);
 }
 
 static int parse_condexpr(parser *P, jnode **out) {

@@ -439,14 +439,23 @@ int jr_binop(jrender *r, int op, jv a, jv b, jv *out) {
   if ((a.t == JV_LIST && a.view) || (b.t == JV_LIST && b.view)) return unsupported(r, names[op], a, b);
   bool num = jv_is_number(a) && jv_is_number(b);
   bool ints = num && a.t != JV_FLOAT && b.t != JV_FLOAT;
+  if (num && (op == OP_ADD || op == OP_SUB || op == OP_MUL)) { /* integers checked for overflow, else doubles */
+    if (!ints) {
+      double x = jv_as_double(a), y = jv_as_double(b);
+      *out = jv_float(op == OP_ADD ? x + y : op == OP_SUB ? x - y : x * y);
+      return 0;
+    }
+    int64_t v;
+    bool over = op == OP_ADD   ? __builtin_add_overflow(ival(a), ival(b), &v)
+                : op == OP_SUB ? __builtin_sub_overflow(ival(a), ival(b), &v)
+                               : __builtin_mul_overflow(ival(a), ival(b), &v);
+    if (over) return overflow(r);
+    *out = jv_int(v);
+    return 0;
+  }
   switch (op) {
     case OP_ADD:
-      if (ints) {
-        int64_t v;
-        if (__builtin_add_overflow(ival(a), ival(b), &v)) return overflow(r);
-        *out = jv_int(v);
-      } else if (num) *out = jv_float(jv_as_double(a) + jv_as_double(b));
-      else if (a.t == JV_STR && b.t == JV_STR) {
+      if (a.t == JV_STR && b.t == JV_STR) {
         if (a.markup != b.markup) { /* Markup + str escapes the str */
           jv esc;
           TRY(jr_escape(r, a.markup ? b : a, &esc));
@@ -476,21 +485,9 @@ int jr_binop(jrender *r, int op, jv a, jv b, jv *out) {
         return jr_fail(r, HEARTH_EINVAL, "can only concatenate %s (not \"%s\") to %s", jv_type_name(a), jv_type_name(b), jv_type_name(a));
       } else return unsupported(r, "+", a, b);
       return 0;
-    case OP_SUB:
-      if (ints) {
-        int64_t v;
-        if (__builtin_sub_overflow(ival(a), ival(b), &v)) return overflow(r);
-        *out = jv_int(v);
-      } else if (num) *out = jv_float(jv_as_double(a) - jv_as_double(b));
-      else return unsupported(r, "-", a, b);
-      return 0;
+    case OP_SUB: return unsupported(r, "-", a, b);
     case OP_MUL:
-      if (ints) {
-        int64_t v;
-        if (__builtin_mul_overflow(ival(a), ival(b), &v)) return overflow(r);
-        *out = jv_int(v);
-      } else if (num) *out = jv_float(jv_as_double(a) * jv_as_double(b));
-      else if ((a.t == JV_STR || a.t == JV_LIST) && (b.t == JV_INT || b.t == JV_BOOL)) return repeat(r, a, ival(b), out);
+      if ((a.t == JV_STR || a.t == JV_LIST) && (b.t == JV_INT || b.t == JV_BOOL)) return repeat(r, a, ival(b), out);
       else if ((b.t == JV_STR || b.t == JV_LIST) && (a.t == JV_INT || a.t == JV_BOOL)) return repeat(r, b, ival(a), out);
       else if (a.t == JV_STR || b.t == JV_STR)
         return jr_fail(r, HEARTH_EINVAL, "can't multiply sequence by non-int of type '%s'", jv_type_name(a.t == JV_STR ? b : a));

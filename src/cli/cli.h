@@ -9,7 +9,7 @@
  * and detokenize (the tokenizer module, on a bare tokenizer.json), template
  * (the chat module, without weights), inspect (format/), logits and bench
  * (model/, engine/kv_cache.h; cli_model_load below), convert (format/,
- * backend/, model/gguf_model.h), fuse (format/, backend/cpu/quant.h), get, ls,
+ * backend/, model/gguf_model.h), fuse (format/, backend/formats.h), get, ls,
  * scan, rm and gc (hub/: the Hub, the Hugging Face cache, the registry). */
 #ifndef HEARTH_CLI_H
 #define HEARTH_CLI_H

@@ -1,7 +1,7 @@
 /* convert.c — `hearth convert SRC DST`: rewrites a model folder (safetensors
  * f32/f16/bf16 or MLX affine) or a GGUF file as a GGUF file or a Hugging Face
  * folder, quantizing on the way with the backend's quantizers
- * (backend/cpu/quant.h) — no Python.
+ * (backend/formats.h) — no Python.
  *
  * To GGUF: llama.cpp's layout for the llama, qwen2 and qwen3 architectures
  * (metadata keys, tensor names, llama's q/k row permutation, norms in F32,
@@ -16,7 +16,7 @@
  *
  * Knows file layouts and names; refuses to know how the forward pass runs.
  * Uses internal modules (format/ readers and writers, backend/weights.h and
- * backend/cpu/quant.h, model/gguf_model.h), not hearth.h: the public API
+ * backend/formats.h, model/gguf_model.h), not hearth.h: the public API
  * has no access to tensors.
  */
 #include <errno.h>
@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 #include "backend/weights.h"
 #include "base/buf.h"
 #include "base/file.h"

@@ -8,7 +8,7 @@
  * would not be the same model as base + adapter.
  *
  * Uses internal modules (format/ safetensors reader and writer, the adapter
- * config reader, backend/cpu/quant.h for the f16 / bf16 rounding), not
+ * config reader, backend/formats.h for the f16 / bf16 rounding), not
  * hearth.h: the public API has no access to tensors. */
 #include <dirent.h>
 #include <errno.h>
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 #include "base/file.h"
 #include "base/json.h"
 #include "cli/cli.h"

@@ -42,7 +42,7 @@ typedef struct gen_request {
   bool skip_special;            /* leave special tokens out of the text (default for serving) */
   int prefill_chunk;            /* tokens per prefill forward; <= 0: GEN_DEFAULT_PREFILL_CHUNK */
   const volatile int *cancel;   /* borrowed, may be NULL: nonzero cancels */
-  const char *grammar;          /* borrowed, may be NULL: GBNF (engine/grammar.h) the output follows */
+  const char *grammar;          /* borrowed, may be NULL: GBNF (structured/grammar.h) the output follows */
   size_t grammar_len;
   const char *trace_label;      /* borrowed, may be NULL: names the request's track in a trace
                                    ("req LABEL"; else "req N", N counting requests) */

@@ -41,7 +41,7 @@
 #include "base/log.h"
 #include "base/vec.h"
 #include "engine/emit.h"
-#include "engine/grammar.h"
+#include "structured/grammar.h"
 #include "engine/kv_cache.h"
 #include "engine/kv_disk.h"
 #include "engine/kv_paged.h"

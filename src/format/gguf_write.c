@@ -1,7 +1,8 @@
 /* gguf_write.c — the GGUF writer (see gguf_write.h): metadata entries kept
  * already encoded, tensor descriptors with offsets laid out at write time,
- * and the file written in one pass. Knows the container format only, not
- * what any key or tensor means to a model. */
+ * and the file written in one pass (the tensors streamed by tensor_write.c).
+ * Knows the container format only, not what any key or tensor means to a
+ * model. */
 #include "format/gguf_write.h"
 
 #include <errno.h>
@@ -11,6 +12,7 @@
 
 #include "base/buf.h"
 #include "base/vec.h"
+#include "format/tensor_write.h"
 
 #define GGUF_WRITE_ALIGN 32
 
@@ -200,6 +202,11 @@ size_t gguf_writer_tensor_count(const gguf_writer *w) { return w->nt; }
 
 static size_t pad_to(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+static void tensor_of(const void *writer, size_t i, tensor_bytes *out) {
+  const wtensor *t = &((const gguf_writer *)writer)->ts[i];
+  *out = (tensor_bytes){.name = t->name, .data = t->data, .nbytes = t->nbytes};
+}
+
 int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *ctx, herr *err) {
   if (w->oom) return herr_set(err, HEARTH_ENOMEM, "%s: out of memory building the GGUF header", path);
   if (w->bad[0]) return herr_set(err, HEARTH_EINVAL, "%s: %s", path, w->bad);
@@ -232,58 +239,7 @@ int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void 
     hbuf_free(&h);
     return herr_set(err, HEARTH_ENOMEM, "%s: out of memory building the GGUF header", path);
   }
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 5);
-  if (!tmp) {
-    hbuf_free(&h);
-    return herr_set(err, HEARTH_ENOMEM, "out of memory");
-  }
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp", 5);
-  FILE *f = fopen(tmp, "wb");
-  int rc = 0;
-  void *buf = NULL;
-  if (!f) {
-    rc = herr_set(err, HEARTH_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-    goto out;
-  }
-  if (fwrite(h.data, 1, h.len, f) != h.len) goto io;
-  size_t cap = 0;
-  for (size_t i = 0; i < w->nt; i++) {
-    const wtensor *t = &w->ts[i];
-    const void *src = t->data;
-    if (!src) {
-      if (t->nbytes > cap) {
-        free(buf);
-        buf = malloc(t->nbytes);
-        cap = buf ? t->nbytes : 0;
-        if (!buf) {
-          rc = herr_set(err, HEARTH_ENOMEM, "%s: out of memory for tensor '%s' (%zu bytes)", path, t->name, t->nbytes);
-          goto out;
-        }
-      }
-      if ((rc = fill(ctx, (int)i, buf, err))) goto out;
-      src = buf;
-    }
-    if (fwrite(src, 1, t->nbytes, f) != t->nbytes) goto io;
-    size_t pad = pad_to(t->nbytes, GGUF_WRITE_ALIGN) - t->nbytes;
-    if (pad && fwrite(zeros, 1, pad, f) != pad) goto io;
-  }
-  if (fflush(f) || ferror(f)) goto io;
-  if (fclose(f)) {
-    f = NULL;
-    goto io;
-  }
-  f = NULL;
-  if (rename(tmp, path)) rc = herr_set(err, HEARTH_EIO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-  goto out;
-io:
-  rc = herr_set(err, HEARTH_EIO, "%s: write failed: %s", tmp, strerror(errno));
-out:
-  if (f) fclose(f);
-  if (rc) remove(tmp);
-  free(buf);
-  free(tmp);
+  int rc = tensor_write_file(path, h.data, h.len, w, w->nt, tensor_of, GGUF_WRITE_ALIGN, fill, ctx, err);
   hbuf_free(&h);
   return rc;
 }

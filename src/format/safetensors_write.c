@@ -1,6 +1,7 @@
 /* safetensors_write.c — the safetensors writer (see safetensors_write.h):
  * tensor descriptors, the JSON header built with jansson, and the data
- * written tensor by tensor. Knows the container only, not model layouts. */
+ * written tensor by tensor through tensor_write.c. Knows the container
+ * only, not model layouts. */
 #include "format/safetensors_write.h"
 
 #include <errno.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "base/vec.h"
+#include "format/tensor_write.h"
 
 typedef struct st_wtensor {
   char *name; /* owned */
@@ -114,6 +116,11 @@ static char *header_json(const st_writer *w, size_t *len) {
   return p;
 }
 
+static void tensor_of(const void *writer, size_t i, tensor_bytes *out) {
+  const st_wtensor *t = &((const st_writer *)writer)->ts[i];
+  *out = (tensor_bytes){.name = t->name, .data = t->data, .nbytes = t->nbytes};
+}
+
 int st_writer_write(st_writer *w, const char *path, st_fill_fn fill, void *ctx, herr *err) {
   if (w->oom) return herr_set(err, HEARTH_ENOMEM, "%s: out of memory building the safetensors header", path);
   if (w->bad[0]) return herr_set(err, HEARTH_EINVAL, "%s: %s", path, w->bad);
@@ -122,56 +129,17 @@ int st_writer_write(st_writer *w, const char *path, st_fill_fn fill, void *ctx, 
   size_t hlen = 0;
   char *hdr = header_json(w, &hlen);
   if (!hdr) return herr_set(err, HEARTH_ENOMEM, "%s: out of memory building the safetensors header", path);
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + 5);
-  void *buf = NULL;
-  FILE *f = NULL;
-  int rc = 0;
-  if (!tmp) {
-    rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
-    goto out;
-  }
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp", 5);
-  if (!(f = fopen(tmp, "wb"))) {
-    rc = herr_set(err, HEARTH_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-    goto out;
+  /* the header's length (8 bytes, little-endian), then the header */
+  char *head = malloc(8 + hlen);
+  if (!head) {
+    free(hdr);
+    return herr_set(err, HEARTH_ENOMEM, "out of memory");
   }
   uint64_t n8 = hlen;
-  if (fwrite(&n8, 8, 1, f) != 1 || fwrite(hdr, 1, hlen, f) != hlen) goto io;
-  size_t cap = 0;
-  for (size_t i = 0; i < w->nt; i++) {
-    const st_wtensor *t = &w->ts[i];
-    if (!t->nbytes) continue;
-    const void *src = t->data;
-    if (!src) {
-      if (t->nbytes > cap) {
-        free(buf);
-        buf = malloc(t->nbytes);
-        cap = buf ? t->nbytes : 0;
-        if (!buf) {
-          rc = herr_set(err, HEARTH_ENOMEM, "%s: out of memory for tensor '%s' (%zu bytes)", path, t->name, t->nbytes);
-          goto out;
-        }
-      }
-      if ((rc = fill(ctx, (int)i, buf, err))) goto out;
-      src = buf;
-    }
-    if (fwrite(src, 1, t->nbytes, f) != t->nbytes) goto io;
-  }
-  if (fflush(f) || ferror(f)) goto io;
-  int cr = fclose(f);
-  f = NULL;
-  if (cr) goto io;
-  if (rename(tmp, path)) rc = herr_set(err, HEARTH_EIO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-  goto out;
-io:
-  rc = herr_set(err, HEARTH_EIO, "%s: write failed: %s", tmp ? tmp : path, strerror(errno));
-out:
-  if (f) fclose(f);
-  if (rc && tmp) remove(tmp);
-  free(buf);
-  free(tmp);
+  memcpy(head, &n8, 8);
+  memcpy(head + 8, hdr, hlen);
+  int rc = tensor_write_file(path, head, 8 + hlen, w, w->nt, tensor_of, 1, fill, ctx, err);
+  free(head);
   free(hdr);
   return rc;
 }

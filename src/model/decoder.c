@@ -435,6 +435,8 @@ int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int 
   } else if ((rc = bk_backend_open(opts && opts->device ? opts->device : "cpu", &bo, &m->be, err))) {
     goto fail;
   }
+  /* a partial backend runs the rest on the host, but these have no host path */
+  if ((rc = bk_backend_require_core(m->be, err))) goto fail;
   /* a backend that computes from host memory reads the weights into it; others map the
    * file only to upload from it */
   int64_t budget = opts ? opts->expert_budget : 0;

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/grammar.h"
-#include "engine/json_schema.h"
+#include "structured/grammar.h"
+#include "structured/json_schema.h"
 
 /* A GBNF literal of s (as text inside "...") appended to b. */
 static void gbnf_text(hbuf *b, const char *s) {

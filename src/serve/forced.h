@@ -11,11 +11,11 @@
 #include "base/buf.h"
 #include "chat/toolcall.h"
 
-/* The grammar (GBNF, engine/grammar.h) of what follows tc_forced_call's
+/* The grammar (GBNF, structured/grammar.h) of what follows tc_forced_call's
  * opening, over tools ([{"type":"function","function":{name, parameters}}]):
  * the tool's name when name is NULL (one of the tools), then its arguments
  * and the call's close. hermes, llama3, mistral, generic (one call): the arguments as JSON under the tool's
- * parameters schema (engine/json_schema.h); deepseek (either generation's
+ * parameters schema (structured/json_schema.h); deepseek (either generation's
  * call form) and harmony: JSON under the schema, their markers as whole
  * tokens (grammar token terminals); qwen3_coder, glm: parameters named from
  * the schema's properties, values as free text; gemma4: keys from the

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "base/vec.h"
-#include "engine/grammar.h"
-#include "engine/json_schema.h"
+#include "structured/grammar.h"
+#include "structured/json_schema.h"
 #include "serve/reply.h"
 
 #define MAX_STOP 16

@@ -46,7 +46,7 @@
 #include "base/file.h"
 #include "base/hash.h"
 #include "base/log.h"
-#include "engine/grammar.h"
+#include "structured/grammar.h"
 #include "serve/adapters.h"
 #include "serve/anthropic.h"
 #include "serve/batches.h"

@@ -97,7 +97,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 #include "backend/ops.h"
 #include "backend/cpu/pack.h"
 #include "backend/weights.h"

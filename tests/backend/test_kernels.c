@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 #include "backend/cpu/cpu.h"
 #include "backend/weights.h"
 #include "base/pool.h"

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 #include "backend/weights.h"
 #include "test.h"
 

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 #include "backend/weights.h"
 #include "base/pool.h"
 #include "test.h"

@@ -5,7 +5,7 @@
  *   rounding, and to transformers' golden logits;
  * - f16, bf16, q8_0, q4_0, q4_k, mlx4, mlx8, fp8: logits equal, within f32
  *   rounding, to the f32 forward on weights quantized and dequantized by
- *   backend/cpu/quant.h (the quantized golden acceptance), and close to
+ *   backend/formats.h (the quantized golden acceptance), and close to
  *   the f32 logits;
  * - the GGUF's metadata, tensor types, llama.cpp's q/k row order and the
  *   tokenizer (same ids as tokenizer.json) are checked, and GGUF → safetensors
@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 #include "base/file.h"
 #include "engine/kv_cache.h"
 #include "format/gguf.h"

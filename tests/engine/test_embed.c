@@ -16,7 +16,7 @@
 #include "base/file.h"
 #include "base/json.h"
 #include "engine/sched.h"
-#include "engine/signal.h"
+#include "engine/logit_signal.h"
 #include "model/model.h"
 #include "format/safetensors.h"
 #include "format/safetensors_write.h"

@@ -7,8 +7,8 @@
 #include <stdint.h>
 
 #include "base/buf.h"
-#include "engine/grammar.h"
-#include "engine/json_schema.h"
+#include "structured/grammar.h"
+#include "structured/json_schema.h"
 #include "engine/sample.h"
 #include "test.h"
 

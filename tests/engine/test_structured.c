@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "base/buf.h"
-#include "engine/grammar.h"
-#include "engine/json_schema.h"
+#include "structured/grammar.h"
+#include "structured/json_schema.h"
 #include "engine/sched.h"
 #include "model/model.h"
 #include "test.h"

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "base/buf.h"
-#include "engine/grammar.h"
-#include "engine/json_schema.h"
+#include "structured/grammar.h"
+#include "structured/json_schema.h"
 
 static grammar_vocab *vocab;
 

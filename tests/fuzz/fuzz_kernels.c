@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "backend/cpu/pack.h"
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 #include "backend/cpu/cpu.h"
 #include "backend/weights.h"
 

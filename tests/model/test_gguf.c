@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 #include "base/json.h"
 #include "engine/kv_cache.h"
 #include "format/safetensors.h"

@@ -5,7 +5,7 @@
  * arguments off the schema or an unknown parameter are not. */
 #include <jansson.h>
 
-#include "engine/grammar.h"
+#include "structured/grammar.h"
 #include "serve/forced.h"
 #include "test.h"
 

@@ -24,85 +24,15 @@
 #include "base/buf.h"
 #include "serve/engine.h"
 #include "serve/server.h"
+#include "serve_harness.h"
 #include "test.h"
 
 #define MODEL HEARTH_SOURCE_DIR "/models/default"
 
-static int dial(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-static void send_all(int fd, const char *s, size_t n) {
-  while (n) {
-    ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
-    if (w <= 0) return;
-    s += w;
-    n -= (size_t)w;
-  }
-}
-
-/* One request with Connection: close; returns the whole response (caller frees). */
-static char *http(int port, const char *method, const char *path, const char *headers, const char *body) {
-  int fd = dial(port);
-  if (fd < 0) return strdup("");
-  hbuf req = {0};
-  hbuf_printf(&req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s", method, path, headers ? headers : "");
-  if (body) hbuf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n", strlen(body));
-  hbuf_puts(&req, "\r\n");
-  if (body) hbuf_puts(&req, body);
-  send_all(fd, req.data, req.len);
-  hbuf_free(&req);
-  hbuf resp = {0};
-  char buf[4096];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) hbuf_append(&resp, buf, (size_t)n);
-  close(fd);
-  char *out = hbuf_take(&resp);
-  return out ? out : strdup("");
-}
-
-static int status_of(const char *resp) {
-  int code = 0;
-  sscanf(resp, "HTTP/1.1 %d", &code);
-  return code;
-}
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
-/* Reads a stream until its first "data: " event has arrived. */
-static bool await_first_token(int fd) {
-  hbuf got = {0};
-  char buf[512];
-  ssize_t n;
-  bool ok = false;
-  while (!ok && (n = recv(fd, buf, sizeof buf, 0)) > 0) {
-    hbuf_append(&got, buf, (size_t)n);
-    ok = strstr(hbuf_str(&got), "data: ") != NULL;
-  }
-  hbuf_free(&got);
-  return ok;
-}
-
-
 static int g_port;
 
-static json_t *body_json(const char *resp) {
-  const char *b = strstr(resp, "\r\n\r\n");
-  return b ? json_loads(b + 4, 0, NULL) : NULL;
-}
-
 static json_t *get_stats(void) {
-  char *r = http(g_port, "GET", "/stats", NULL, NULL);
+  char *r = http_at(g_port, "GET", "/stats", NULL, NULL);
   json_t *j = body_json(r);
   free(r);
   return j;
@@ -190,8 +120,8 @@ static void test_cached_tokens(void) {
   hbuf a = {0}, b = {0};
   hbuf_printf(&a, "{\"prompt\":\"%s And the earth\",\"max_tokens\":2,\"temperature\":0}", hbuf_str(&p));
   hbuf_printf(&b, "{\"prompt\":\"%s And the light\",\"max_tokens\":2,\"temperature\":0}", hbuf_str(&p));
-  char *r1 = http(g_port, "POST", "/v1/completions", NULL, hbuf_str(&a));
-  char *r2 = http(g_port, "POST", "/v1/completions", NULL, hbuf_str(&b));
+  char *r1 = http_at(g_port, "POST", "/v1/completions", NULL, hbuf_str(&a));
+  char *r2 = http_at(g_port, "POST", "/v1/completions", NULL, hbuf_str(&b));
   CHECK_EQ_INT(status_of(r1), 200);
   CHECK_EQ_INT(status_of(r2), 200);
   json_t *j2 = body_json(r2);
@@ -220,7 +150,7 @@ static char *completion_text(int i) {
   snprintf(body, sizeof body,
            "{\"prompt\":\"%d: And God said, Let there be\",\"max_tokens\":%d,\"temperature\":0}", i * 37,
            4 + i % 9);
-  char *r = http(g_port, "POST", "/v1/completions", NULL, body);
+  char *r = http_at(g_port, "POST", "/v1/completions", NULL, body);
   json_t *j = body_json(r);
   const char *t = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
   char *out = strdup(t ? t : "(none)");
@@ -255,7 +185,7 @@ static void test_concurrent_equals_alone(void) {
 }
 
 static void test_metrics(void) {
-  char *r = http(g_port, "GET", "/metrics", NULL, NULL);
+  char *r = http_at(g_port, "GET", "/metrics", NULL, NULL);
   CHECK_EQ_INT(status_of(r), 200);
   CHECK(strstr(r, "# HELP hearth_kv_blocks_total ") != NULL);
   CHECK(strstr(r, "# TYPE hearth_kv_blocks_total gauge\nhearth_kv_blocks_total ") != NULL);
@@ -273,7 +203,7 @@ static char *spec_text(const char *spec, int *status) {
            "{\"prompt\":\"The cat sat on the mat. The cat sat on the mat. The cat sat on the mat. The cat sat\","
            "\"max_tokens\":40,\"temperature\":0%s}",
            spec);
-  char *r = http(g_port, "POST", "/v1/completions", NULL, body);
+  char *r = http_at(g_port, "POST", "/v1/completions", NULL, body);
   *status = status_of(r);
   json_t *j = body_json(r);
   const char *t = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
@@ -302,7 +232,7 @@ static void test_speculative(void) {
   CHECK(json_real_value(json_object_get(ng, "acceptance_rate")) > 0);
   CHECK(json_object_get(json_object_get(j, "speculative"), "draft") != NULL);
   json_decref(j);
-  char *r = http(g_port, "GET", "/metrics", NULL, NULL);
+  char *r = http_at(g_port, "GET", "/metrics", NULL, NULL);
   CHECK(strstr(r, "# TYPE hearth_spec_drafted_tokens_total counter\nhearth_spec_drafted_tokens_total{source=\"ngram\"} ") != NULL);
   CHECK(strstr(r, "hearth_spec_acceptance_rate{source=\"draft\"} 0\n") != NULL);
   free(r);
@@ -341,7 +271,7 @@ static void test_memory_admission(void) {
   hbuf_puts(&p, "{\"prompt\":\"");
   for (int i = 0; i < 60; i++) hbuf_puts(&p, "In the beginning God created the heaven and the earth. ");
   hbuf_puts(&p, "\",\"max_tokens\":8,\"stream\":true}");
-  char *r = http(g_port, "POST", "/v1/completions", NULL, hbuf_str(&p));
+  char *r = http_at(g_port, "POST", "/v1/completions", NULL, hbuf_str(&p));
   CHECK_EQ_INT(status_of(r), 400);
   json_t *j = body_json(r);
   CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(j, "error"), "type")), "memory_admission");
@@ -395,28 +325,24 @@ static void test_template_errors(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char dir[256];
     model_with_template(dir, sizeof dir, cases[i].tmpl);
-    serve_engine engine;
+    harness h;
     herr err = {0};
     serve_engine_opts eo = {.threads = 1};
-    int rc = serve_engine_open_opts(dir, &eo, &engine, &err);
+    int rc = harness_start(&h, dir, &eo, NULL, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
     if (rc) {
       remove_model(dir);
       continue;
     }
-    serve_config cfg = {.port = 0};
-    serve_server *srv;
-    CHECK_EQ_INT(serve_start(&srv, &engine, &cfg, &err), 0);
-    char *r = http(serve_port(srv), "POST", "/v1/chat/completions", NULL,
-                   "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2}");
+    char *r = http_at(h.port, "POST", "/v1/chat/completions", NULL,
+                      "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2}");
     int code = 0;
     sscanf(r, "HTTP/1.1 %d", &code);
     CHECK_MSG(code == cases[i].status, "template case %zu: got %d: %.200s", i, code, r);
     CHECK(strstr(r, cases[i].type) != NULL);
     CHECK_MSG(strstr(r, "/tmp/") == NULL && strstr(r, dir) == NULL, "template case %zu: a server path in '%s'", i, r);
     free(r);
-    serve_stop(srv);
-    serve_engine_close(&engine);
+    harness_stop(&h);
     remove_model(dir);
   }
 }
@@ -453,7 +379,7 @@ static void test_started_at_open(void) {
 
 /* /tokenize and /detokenize on the model's own tokenizer: a round trip. */
 static void test_tokenize_round_trip(void) {
-  char *r = http(g_port, "POST", "/tokenize", NULL, "{\"content\":\"Hello world\",\"add_special\":false,\"with_pieces\":true}");
+  char *r = http_at(g_port, "POST", "/tokenize", NULL, "{\"content\":\"Hello world\",\"add_special\":false,\"with_pieces\":true}");
   CHECK_EQ_INT(status_of(r), 200);
   json_t *j = body_json(r);
   free(r);
@@ -469,7 +395,7 @@ static void test_tokenize_round_trip(void) {
   CHECK_EQ_STR(hbuf_str(&pieces), "Hello world");
   char body[512];
   snprintf(body, sizeof body, "{\"tokens\":[%s]}", hbuf_str(&ids));
-  r = http(g_port, "POST", "/detokenize", NULL, body);
+  r = http_at(g_port, "POST", "/detokenize", NULL, body);
   json_t *d = body_json(r);
   free(r);
   CHECK_EQ_STR(json_string_value(json_object_get(d, "content")), "Hello world");
@@ -481,21 +407,14 @@ static void test_tokenize_round_trip(void) {
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   herr err = {0};
-  serve_engine engine;
+  harness h;
   /* 2 MiB of KV: 16 blocks of 16 tokens on this model, so 64 streams wait and preempt */
   serve_engine_opts eo = {.threads = 2, .max_batch = 16, .memory_budget = 2 << 20};
-  if (serve_engine_open_opts(MODEL, &eo, &engine, &err)) {
+  if (harness_start(&h, MODEL, &eo, NULL, &err)) {
     fprintf(stderr, "%s\n", err.msg);
     return 1;
   }
-  serve_config cfg = {.port = 0};
-  serve_server *srv;
-  if (serve_start(&srv, &engine, &cfg, &err)) {
-    fprintf(stderr, "%s\n", err.msg);
-    serve_engine_close(&engine);
-    return 1;
-  }
-  g_port = serve_port(srv);
+  g_port = h.port;
   RUN(test_started_at_open); /* first: no request has run yet */
   RUN(test_streams_with_disconnects);
   RUN(test_cached_tokens);
@@ -505,7 +424,6 @@ int main(void) {
   RUN(test_memory_admission);
   RUN(test_template_errors);
   RUN(test_tokenize_round_trip);
-  serve_stop(srv);
-  serve_engine_close(&engine);
+  harness_stop(&h);
   TEST_MAIN_END();
 }

@@ -25,6 +25,7 @@
 #include "format/safetensors_write.h"
 #include "serve/engine.h"
 #include "serve/server.h"
+#include "serve_harness.h"
 #include "test.h"
 
 #define DEFAULT_MODEL HEARTH_SOURCE_DIR "/models/default"
@@ -32,61 +33,7 @@
 static int g_port;
 static char g_root[128];
 
-static int dial(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-static void send_request(int fd, const char *method, const char *path, const char *body) {
-  hbuf req = {0};
-  hbuf_printf(&req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n", method, path);
-  if (body) hbuf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n", strlen(body));
-  hbuf_puts(&req, "\r\n");
-  if (body) hbuf_puts(&req, body);
-  const char *s = req.data;
-  size_t n = req.len;
-  while (n) {
-    ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
-    if (w <= 0) break;
-    s += w;
-    n -= (size_t)w;
-  }
-  hbuf_free(&req);
-}
-
-static char *read_all(int fd) {
-  hbuf resp = {0};
-  char buf[4096];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) hbuf_append(&resp, buf, (size_t)n);
-  close(fd);
-  char *out = hbuf_take(&resp);
-  return out ? out : strdup("");
-}
-
-static char *http(const char *method, const char *path, const char *body) {
-  int fd = dial(g_port);
-  if (fd < 0) return strdup("");
-  send_request(fd, method, path, body);
-  return read_all(fd);
-}
-
-static int status_of(const char *resp) {
-  int code = 0;
-  sscanf(resp, "HTTP/1.1 %d", &code);
-  return code;
-}
-
-static json_t *body_json(const char *resp) {
-  const char *b = strstr(resp, "\r\n\r\n");
-  return b ? json_loads(b + 4, 0, NULL) : NULL;
-}
+static char *http(const char *method, const char *path, const char *body) { return http_at(g_port, method, path, NULL, body); }
 
 /* ---- a random DiffusionGemma folder ---- */
 
@@ -258,7 +205,7 @@ static void test_stream(void) {
   int fd = dial(g_port);
   CHECK(fd >= 0);
   if (fd < 0) return;
-  send_request(fd, "POST", "/v1/chat/completions",
+  send_request(fd, "POST", "/v1/chat/completions", NULL,
                "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story\"}],\"max_tokens\":24,\"ignore_eos\":true,"
                "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"seed\":3}");
   char *r = read_all(fd);
@@ -335,7 +282,7 @@ static void test_cancel(void) {
   int fd = dial(g_port);
   CHECK(fd >= 0);
   if (fd < 0) return;
-  send_request(fd, "POST", "/v1/chat/completions",
+  send_request(fd, "POST", "/v1/chat/completions", NULL,
                "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a long story\"}],\"max_tokens\":3000,"
                "\"ignore_eos\":true,\"stream\":true}");
   hbuf got = {0};
@@ -374,26 +321,19 @@ static char g_slow[200]; /* the folder of the slow model */
 static void test_cancel_inside_block(void) {
   const char *dir = g_slow;
   herr err = {0};
-  serve_engine engine;
+  harness h;
   serve_engine_opts eo = {.threads = 2, .max_batch = 8};
-  if (serve_engine_open_opts(dir, &eo, &engine, &err)) {
+  if (harness_start(&h, dir, &eo, NULL, &err)) {
     CHECK_MSG(false, "%s", err.msg);
-    return;
-  }
-  serve_config cfg = {.port = 0};
-  serve_server *srv;
-  if (serve_start(&srv, &engine, &cfg, &err)) {
-    CHECK_MSG(false, "%s", err.msg);
-    serve_engine_close(&engine);
     return;
   }
   int port = g_port;
-  g_port = serve_port(srv);
+  g_port = h.port;
   for (int stream = 0; stream < 2; stream++) {
     int fd = dial(g_port);
     CHECK(fd >= 0);
     if (fd < 0) break;
-    send_request(fd, "POST", "/v1/chat/completions",
+    send_request(fd, "POST", "/v1/chat/completions", NULL,
                  stream ? "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8,\"ignore_eos\":true,\"stream\":true}"
                         : "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8,\"ignore_eos\":true}");
     int64_t running = 0;
@@ -418,8 +358,7 @@ static void test_cancel_inside_block(void) {
   }
   CHECK_EQ_INT(stat_of("tokens", "generated"), 0); /* no block was ever final */
   CHECK_EQ_INT(stat_of("requests", "finished"), 0);
-  serve_stop(srv);
-  serve_engine_close(&engine);
+  harness_stop(&h);
   g_port = port;
 }
 
@@ -434,28 +373,20 @@ int main(void) {
     return 1;
   }
   herr err = {0};
-  serve_engine engine;
+  harness h;
   serve_engine_opts eo = {.threads = 2, .max_batch = 8};
-  if (serve_engine_open_opts(dir, &eo, &engine, &err)) {
+  if (harness_start(&h, dir, &eo, NULL, &err)) {
     fprintf(stderr, "%s\n", err.msg);
     return 1;
   }
-  serve_config cfg = {.port = 0};
-  serve_server *srv;
-  if (serve_start(&srv, &engine, &cfg, &err)) {
-    fprintf(stderr, "%s\n", err.msg);
-    serve_engine_close(&engine);
-    return 1;
-  }
-  g_port = serve_port(srv);
+  g_port = h.port;
   RUN(test_index);
   RUN(test_chat);
   RUN(test_endpoints);
   RUN(test_stream);
   RUN(test_stream_same_text);
   RUN(test_cancel);
-  serve_stop(srv);
-  serve_engine_close(&engine);
+  harness_stop(&h);
   snprintf(g_slow, sizeof g_slow, "%s/slow", g_root);
   if (write_model(g_slow, 100000)) {
     fprintf(stderr, "could not write the model folder\n");

@@ -29,6 +29,7 @@
 #include "format/safetensors_write.h"
 #include "serve/engine.h"
 #include "serve/server.h"
+#include "serve_harness.h"
 #include "test.h"
 
 #define MODEL HEARTH_SOURCE_DIR "/models/default"
@@ -36,63 +37,7 @@
 static int g_port;
 static char g_root[128];
 
-static int dial(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-static void send_all(int fd, const char *s, size_t n) {
-  while (n) {
-    ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
-    if (w <= 0) return;
-    s += w;
-    n -= (size_t)w;
-  }
-}
-
-static void send_request(int fd, const char *method, const char *path, const char *body) {
-  hbuf req = {0};
-  hbuf_printf(&req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n", method, path);
-  if (body) hbuf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n", strlen(body));
-  hbuf_puts(&req, "\r\n");
-  if (body) hbuf_puts(&req, body);
-  send_all(fd, req.data, req.len);
-  hbuf_free(&req);
-}
-
-static char *read_all(int fd) {
-  hbuf resp = {0};
-  char buf[4096];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) hbuf_append(&resp, buf, (size_t)n);
-  close(fd);
-  char *out = hbuf_take(&resp);
-  return out ? out : strdup("");
-}
-
-static char *http(const char *method, const char *path, const char *body) {
-  int fd = dial(g_port);
-  if (fd < 0) return strdup("");
-  send_request(fd, method, path, body);
-  return read_all(fd);
-}
-
-static int status_of(const char *resp) {
-  int code = 0;
-  sscanf(resp, "HTTP/1.1 %d", &code);
-  return code;
-}
-
-static json_t *body_json(const char *resp) {
-  const char *b = strstr(resp, "\r\n\r\n");
-  return b ? json_loads(b + 4, 0, NULL) : NULL;
-}
+static char *http(const char *method, const char *path, const char *body) { return http_at(g_port, method, path, NULL, body); }
 
 /* An adapter on every layer's q_proj and v_proj of the default model (hidden 256, 4 × 64 query
  * heads, 2 × 64 KV heads), rank 8, random weights from seed. */
@@ -360,7 +305,7 @@ static void test_delete_while_running(void) {
   int fd = dial(g_port);
   CHECK(fd >= 0);
   if (fd < 0) return;
-  send_request(fd, "POST", "/v1/completions",
+  send_request(fd, "POST", "/v1/completions", NULL,
                "{\"prompt\":\"In the beginning\",\"max_tokens\":120,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
                "\"adapter\":\"b\"}");
   /* wait for the first event, then unload b under it */

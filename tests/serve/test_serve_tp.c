@@ -14,48 +14,17 @@
 #include "base/buf.h"
 #include "serve/engine.h"
 #include "serve/server.h"
+#include "serve_harness.h"
 #include "test.h"
 
 #define MODEL HEARTH_SOURCE_DIR "/models/default"
 
-static char *http(int port, const char *method, const char *path, const char *body) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-    close(fd);
-    return strdup("");
-  }
-  hbuf req = {0};
-  hbuf_printf(&req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n", method, path);
-  if (body) hbuf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n", strlen(body));
-  hbuf_puts(&req, "\r\n");
-  if (body) hbuf_puts(&req, body);
-  for (size_t off = 0; off < req.len;) {
-    ssize_t w = send(fd, req.data + off, req.len - off, MSG_NOSIGNAL);
-    if (w <= 0) break;
-    off += (size_t)w;
-  }
-  hbuf_free(&req);
-  hbuf resp = {0};
-  char buf[4096];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) hbuf_append(&resp, buf, (size_t)n);
-  close(fd);
-  char *out = hbuf_take(&resp);
-  return out ? out : strdup("");
-}
-
-static json_t *body_json(const char *resp) {
-  const char *b = strstr(resp, "\r\n\r\n");
-  return b ? json_loads(b + 4, 0, NULL) : NULL;
-}
 
 static char *completion(int port, int i) {
   char body[256];
   snprintf(body, sizeof body, "{\"prompt\":\"%d: And God said, Let there be\",\"max_tokens\":%d,\"temperature\":0}", i * 37,
            6 + i % 7);
-  char *r = http(port, "POST", "/v1/completions", body);
+  char *r = http_at(port, "POST", "/v1/completions", NULL, body);
   json_t *j = body_json(r);
   const char *t = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
   char *out = strdup(t ? t : "(none)");
@@ -75,34 +44,15 @@ static void *job_main(void *arg) {
   return NULL;
 }
 
-typedef struct server {
-  serve_engine engine;
-  serve_server *srv;
-  int port;
-} server;
-
-static int start(server *s, int tp, herr *err) {
+static int start(harness *h, int tp, herr *err) {
   serve_engine_opts eo = {.threads = 2, .max_batch = 8, .memory_budget = 2 << 20, .load = {.tensor_parallel = tp}};
-  int rc = serve_engine_open_opts(MODEL, &eo, &s->engine, err);
-  if (rc) return rc;
-  serve_config cfg = {.port = 0};
-  if ((rc = serve_start(&s->srv, &s->engine, &cfg, err))) {
-    serve_engine_close(&s->engine);
-    return rc;
-  }
-  s->port = serve_port(s->srv);
-  return 0;
-}
-
-static void stop(server *s) {
-  serve_stop(s->srv);
-  serve_engine_close(&s->engine);
+  return harness_start(h, MODEL, &eo, NULL, err);
 }
 
 static void test_split_server_equals_one(void) {
   enum { N = 12 };
   herr err = {0};
-  server one, two;
+  harness one, two;
   CHECK_MSG(start(&one, 0, &err) == 0, "%s", err.msg);
   CHECK_MSG(start(&two, 2, &err) == 0, "%s", err.msg);
   if (err.code) return;
@@ -122,7 +72,7 @@ static void test_split_server_equals_one(void) {
     free(jobs[i].text);
   }
   /* a block holds every rank's heads: as many bytes as the unsplit model's block */
-  char *r1 = http(one.port, "GET", "/stats", NULL), *r2 = http(two.port, "GET", "/stats", NULL);
+  char *r1 = http_at(one.port, "GET", "/stats", NULL, NULL), *r2 = http_at(two.port, "GET", "/stats", NULL, NULL);
   json_t *j1 = body_json(r1), *j2 = body_json(r2);
   json_int_t b1 = json_integer_value(json_object_get(json_object_get(j1, "kv_cache"), "block_bytes"));
   json_int_t b2 = json_integer_value(json_object_get(json_object_get(j2, "kv_cache"), "block_bytes"));
@@ -131,8 +81,8 @@ static void test_split_server_equals_one(void) {
   json_decref(j2);
   free(r1);
   free(r2);
-  stop(&one);
-  stop(&two);
+  harness_stop(&one);
+  harness_stop(&two);
 }
 
 int main(void) {

@@ -21,84 +21,9 @@
 #include <unistd.h>
 
 #include "fake_engine.h"
+#include "serve_harness.h"
 #include "serve/server.h"
 #include "test.h"
-
-/* A connection to the server from the local address `from` (NULL: any). */
-static int dial_from(const char *from, int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (from) {
-    struct sockaddr_in me = {.sin_family = AF_INET};
-    inet_pton(AF_INET, from, &me.sin_addr);
-    if (bind(fd, (struct sockaddr *)&me, sizeof me) != 0) {
-      close(fd);
-      return -1;
-    }
-  }
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-static int dial(int port) { return dial_from(NULL, port); }
-
-static void send_all(int fd, const char *s, size_t n) {
-  while (n) {
-    ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
-    if (w <= 0) return;
-    s += w;
-    n -= (size_t)w;
-  }
-}
-
-/* One request with Connection: close; returns the whole response (caller frees). */
-static char *http(int port, const char *method, const char *path, const char *headers, const char *body) {
-  int fd = dial(port);
-  if (fd < 0) return strdup("");
-  hbuf req = {0};
-  hbuf_printf(&req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s", method, path, headers ? headers : "");
-  if (body) hbuf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n", strlen(body));
-  hbuf_puts(&req, "\r\n");
-  if (body) hbuf_puts(&req, body);
-  send_all(fd, req.data, req.len);
-  hbuf_free(&req);
-  hbuf resp = {0};
-  char buf[4096];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) hbuf_append(&resp, buf, (size_t)n);
-  close(fd);
-  char *out = hbuf_take(&resp);
-  return out ? out : strdup("");
-}
-
-static int status_of(const char *resp) {
-  int code = 0;
-  sscanf(resp, "HTTP/1.1 %d", &code);
-  return code;
-}
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
-/* Reads a stream until its first "data: " event has arrived. */
-static bool await_first_token(int fd) {
-  hbuf got = {0};
-  char buf[512];
-  ssize_t n;
-  bool ok = false;
-  while (!ok && (n = recv(fd, buf, sizeof buf, 0)) > 0) {
-    hbuf_append(&got, buf, (size_t)n);
-    ok = strstr(hbuf_str(&got), "data: ") != NULL;
-  }
-  hbuf_free(&got);
-  return ok;
-}
 
 #define CHAT(extra) "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]" extra "}"
 
@@ -113,69 +38,69 @@ static void test_routes(void) {
   CHECK(port > 0);
   fake_server = s; /* "[pause]" waits for a keep-alive comment instead of racing one */
   char *r;
-  r = http(port, "GET", "/health", NULL, NULL);
+  r = http_at(port, "GET", "/health", NULL, NULL);
   CHECK_EQ_INT(status_of(r), 200);
   CHECK(strstr(r, "\"status\":\"ok\"") != NULL);
   free(r);
-  r = http(port, "GET", "/", NULL, NULL);
+  r = http_at(port, "GET", "/", NULL, NULL);
   CHECK_EQ_INT(status_of(r), 200);
   CHECK(strstr(r, "text/html") != NULL && strstr(r, "<title>hearth</title>") != NULL);
   free(r);
-  r = http(port, "GET", "/v1/models", NULL, NULL);
+  r = http_at(port, "GET", "/v1/models", NULL, NULL);
   CHECK(strstr(r, "\"id\":\"fake-model\"") != NULL);
   free(r);
-  r = http(port, "GET", "/v1/models/fake-model/", NULL, NULL);
+  r = http_at(port, "GET", "/v1/models/fake-model/", NULL, NULL);
   CHECK_EQ_INT(status_of(r), 200);
   free(r);
-  r = http(port, "GET", "/v1/models/other", NULL, NULL);
+  r = http_at(port, "GET", "/v1/models/other", NULL, NULL);
   CHECK_EQ_INT(status_of(r), 404);
   free(r);
-  r = http(port, "GET", "/v1/", NULL, NULL); /* a trailing slash is the same route */
+  r = http_at(port, "GET", "/v1/", NULL, NULL); /* a trailing slash is the same route */
   CHECK_EQ_INT(status_of(r), 200);
   CHECK(strstr(r, "/v1/chat/completions") != NULL);
   free(r);
-  r = http(port, "GET", "/nope", NULL, NULL);
+  r = http_at(port, "GET", "/nope", NULL, NULL);
   CHECK_EQ_INT(status_of(r), 404);
   CHECK(strstr(r, "{\"error\":{\"message\":") != NULL);
   free(r);
-  r = http(port, "DELETE", "/v1/chat/completions", NULL, NULL);
+  r = http_at(port, "DELETE", "/v1/chat/completions", NULL, NULL);
   CHECK_EQ_INT(status_of(r), 405);
   CHECK(strstr(r, "Allow: POST") != NULL);
   free(r);
-  r = http(port, "OPTIONS", "/v1/chat/completions", NULL, NULL); /* no CORS: other origins may not read answers */
+  r = http_at(port, "OPTIONS", "/v1/chat/completions", NULL, NULL); /* no CORS: other origins may not read answers */
   CHECK_EQ_INT(status_of(r), 405);
   CHECK(strstr(r, "Access-Control-Allow-Origin") == NULL);
   free(r);
-  r = http(port, "POST", "/v1/chat/completions", NULL, "{\"messages\":");
+  r = http_at(port, "POST", "/v1/chat/completions", NULL, "{\"messages\":");
   CHECK_EQ_INT(status_of(r), 400);
   free(r);
-  r = http(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"temperature\":-1"));
+  r = http_at(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"temperature\":-1"));
   CHECK_EQ_INT(status_of(r), 400);
   CHECK(strstr(r, "\"param\":\"temperature\"") != NULL);
   free(r);
-  r = http(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":100000"));
+  r = http_at(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":100000"));
   CHECK_EQ_INT(status_of(r), 400);
   CHECK(strstr(r, "\"code\":\"context_length_exceeded\"") != NULL);
   free(r);
-  r = http(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"logit_bias\":{\"999\":1,\"1000\":1}"));
+  r = http_at(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"logit_bias\":{\"999\":1,\"1000\":1}"));
   CHECK_EQ_INT(status_of(r), 400);
   CHECK(strstr(r, "\"param\":\"logit_bias\"") != NULL);
   free(r);
-  r = http(port, "POST", "/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"[badtemplate]\"}]}");
+  r = http_at(port, "POST", "/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"[badtemplate]\"}]}");
   CHECK_EQ_INT(status_of(r), 400);
   CHECK(strstr(r, "no such role") != NULL);
   free(r);
-  r = http(port, "POST", "/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"[fail]\"}]}");
+  r = http_at(port, "POST", "/v1/chat/completions", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"[fail]\"}]}");
   CHECK_EQ_INT(status_of(r), 500);
   CHECK(strstr(r, "\"type\":\"server_error\"") != NULL);
   free(r);
   /* A whole answer and the same answer streamed. */
-  r = http(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":4"));
+  r = http_at(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":4"));
   CHECK_EQ_INT(status_of(r), 200);
   CHECK(strstr(r, "\"content\":\"The quick br\"") != NULL);
   CHECK(strstr(r, "\"finish_reason\":\"length\"") != NULL);
   free(r);
-  r = http(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":2,\"stream\":true"));
+  r = http_at(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":2,\"stream\":true"));
   CHECK_EQ_INT(status_of(r), 200);
   CHECK(strstr(r, "text/event-stream") != NULL);
   CHECK(strstr(r, "\"delta\":{\"role\":\"assistant\"") != NULL);
@@ -184,22 +109,22 @@ static void test_routes(void) {
   CHECK(strstr(r, "data: [DONE]\n\n") != NULL);
   free(r);
   /* echo: the prompt comes first, whole or streamed. */
-  r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Say:\",\"max_tokens\":2,\"echo\":true}");
+  r = http_at(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Say:\",\"max_tokens\":2,\"echo\":true}");
   CHECK(strstr(r, "\"text\":\"Say:The qu\"") != NULL);
   free(r);
-  r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Say:\",\"max_tokens\":1,\"echo\":true,\"stream\":true}");
+  r = http_at(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Say:\",\"max_tokens\":1,\"echo\":true,\"stream\":true}");
   const char *echo = strstr(r, "\"text\":\"Say:\"");
   CHECK(echo != NULL && strstr(r, "\"text\":\"The\"") > echo);
   free(r);
   /* A stream idle for longer than keepalive_ms sends an SSE comment. */
-  r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"[pause]\",\"max_tokens\":1,\"stream\":true}");
+  r = http_at(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"[pause]\",\"max_tokens\":1,\"stream\":true}");
   CHECK(strstr(r, "\r\n: keep-alive\n\n\r\n") != NULL);
   CHECK(strstr(r, "data: [DONE]") != NULL);
   free(r);
   /* An Ollama NDJSON stream has no comment to keep alive with: an idle stream sends nothing until
    * its next line (the fake pauses 300 ms, three keep-alive periods, when it cannot see one come). */
   fake_server = NULL;
-  r = http(port, "POST", "/api/generate", NULL, "{\"model\":\"fake-model\",\"prompt\":\"[pause]\",\"raw\":true,"
+  r = http_at(port, "POST", "/api/generate", NULL, "{\"model\":\"fake-model\",\"prompt\":\"[pause]\",\"raw\":true,"
            "\"options\":{\"num_predict\":1}}");
   CHECK_EQ_INT(status_of(r), 200);
   CHECK(strstr(r, "application/x-ndjson") != NULL);
@@ -208,7 +133,7 @@ static void test_routes(void) {
   free(r);
   fake_server = s;
   /* The engine failing mid-stream: an error event, then [DONE]. */
-  r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"[fail]\",\"stream\":true}");
+  r = http_at(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"[fail]\",\"stream\":true}");
   CHECK_EQ_INT(status_of(r), 200);
   CHECK(strstr(r, "data: {\"error\":") != NULL);
   CHECK(strstr(r, "data: [DONE]") != NULL);
@@ -259,7 +184,7 @@ static void test_tool_ids_unique(void) {
                "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",%s}},"
                "{\"type\":\"function\",\"function\":{\"name\":\"get_time\",%s}}]}",
                stream ? "true" : "false", fn_params, fn_params);
-      char *r = http(port, "POST", "/v1/chat/completions", NULL, body);
+      char *r = http_at(port, "POST", "/v1/chat/completions", NULL, body);
       CHECK_EQ_INT(status_of(r), 200);
       CHECK_EQ_INT(collect_ids(r, "call_", 24, ids, &nids), 2);
       free(r);
@@ -267,7 +192,7 @@ static void test_tool_ids_unique(void) {
                "{\"input\":\"[twocalls]\",\"stream\":%s,\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\",%s},"
                "{\"type\":\"function\",\"name\":\"get_time\",%s}]}",
                stream ? "true" : "false", fn_params, fn_params);
-      r = http(port, "POST", "/v1/responses", NULL, body);
+      r = http_at(port, "POST", "/v1/responses", NULL, body);
       CHECK_EQ_INT(status_of(r), 200);
       CHECK_EQ_INT(collect_ids(r, "call_", 24, ids, &nids), 2);
       free(r);
@@ -276,7 +201,7 @@ static void test_tool_ids_unique(void) {
                "\"tools\":[{\"name\":\"get_weather\",\"input_schema\":{\"type\":\"object\"}},"
                "{\"name\":\"get_time\",\"input_schema\":{\"type\":\"object\"}}]}",
                stream ? "true" : "false");
-      r = http(port, "POST", "/v1/messages", NULL, body);
+      r = http_at(port, "POST", "/v1/messages", NULL, body);
       CHECK_EQ_INT(status_of(r), 200);
       CHECK_EQ_INT(collect_ids(r, "toolu_01", 22, ids, &nids), 2);
       free(r);
@@ -297,52 +222,52 @@ static void test_tokenize_routes(void) {
   serve_config cfg = {.port = 0};
   CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), 0);
   int port = serve_port(s);
-  char *r = http(port, "POST", "/tokenize", NULL, "{\"content\":\"Hi\"}");
+  char *r = http_at(port, "POST", "/tokenize", NULL, "{\"content\":\"Hi\"}");
   CHECK_EQ_INT(status_of(r), 200);
   CHECK_MSG(strstr(r, "{\"tokens\":[76,109],\"count\":2,\"max_model_len\":512}") != NULL, "%s", r);
   free(r);
-  r = http(port, "POST", "/tokenize", NULL, "{\"content\":\"Hi\",\"add_special\":true,\"with_pieces\":true}");
+  r = http_at(port, "POST", "/tokenize", NULL, "{\"content\":\"Hi\",\"add_special\":true,\"with_pieces\":true}");
   CHECK_MSG(strstr(r, "\"tokens\":[{\"id\":1,\"piece\":\"<s>\"},{\"id\":76,\"piece\":\"H\"},{\"id\":109,\"piece\":\"i\"}]"),
             "%s", r);
   free(r);
-  r = http(port, "POST", "/tokenize", NULL, "{\"content\":\"\\u00e9\",\"with_pieces\":true}"); /* a piece that is no UTF-8: its bytes */
+  r = http_at(port, "POST", "/tokenize", NULL, "{\"content\":\"\\u00e9\",\"with_pieces\":true}"); /* a piece that is no UTF-8: its bytes */
   CHECK_MSG(strstr(r, "{\"id\":199,\"piece\":[195]},{\"id\":173,\"piece\":[169]}"), "%s", r);
   free(r);
-  r = http(port, "POST", "/tokenize", NULL, "{\"model\":\"fake-model\",\"prompt\":\"Hi\"}"); /* vLLM: special tokens by default */
+  r = http_at(port, "POST", "/tokenize", NULL, "{\"model\":\"fake-model\",\"prompt\":\"Hi\"}"); /* vLLM: special tokens by default */
   CHECK_MSG(strstr(r, "\"tokens\":[1,76,109]") != NULL, "%s", r);
   free(r);
-  r = http(port, "POST", "/tokenize", NULL, "{\"prompt\":\"Hi\",\"add_special_tokens\":false}");
+  r = http_at(port, "POST", "/tokenize", NULL, "{\"prompt\":\"Hi\",\"add_special_tokens\":false}");
   CHECK_MSG(strstr(r, "\"tokens\":[76,109]") != NULL, "%s", r);
   free(r);
-  r = http(port, "POST", "/tokenize", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}"); /* the rendered chat */
+  r = http_at(port, "POST", "/tokenize", NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}"); /* the rendered chat */
   CHECK_EQ_INT(status_of(r), 200);
   CHECK_MSG(strstr(r, "\"count\":23,") != NULL, "%s", r); /* "<|user|>a\n<|assistant|>" */
   free(r);
-  r = http(port, "POST", "/tokenize", NULL, "{\"content\":5}");
+  r = http_at(port, "POST", "/tokenize", NULL, "{\"content\":5}");
   CHECK_EQ_INT(status_of(r), 400);
   CHECK(strstr(r, "\"param\":\"content\"") != NULL);
   free(r);
-  r = http(port, "POST", "/tokenize", NULL, "{\"content\":\"a\",\"prompt\":\"b\"}");
+  r = http_at(port, "POST", "/tokenize", NULL, "{\"content\":\"a\",\"prompt\":\"b\"}");
   CHECK_EQ_INT(status_of(r), 400);
   free(r);
-  r = http(port, "POST", "/tokenize", NULL, "{\"content\":\"a\",\"model\":\"other\"}");
+  r = http_at(port, "POST", "/tokenize", NULL, "{\"content\":\"a\",\"model\":\"other\"}");
   CHECK_EQ_INT(status_of(r), 404);
   free(r);
-  r = http(port, "POST", "/detokenize", NULL, "{\"tokens\":[1,76,109]}");
+  r = http_at(port, "POST", "/detokenize", NULL, "{\"tokens\":[1,76,109]}");
   CHECK_EQ_INT(status_of(r), 200);
   CHECK_MSG(strstr(r, "{\"content\":\"<s>Hi\",\"prompt\":\"<s>Hi\"}") != NULL, "%s", r);
   free(r);
-  r = http(port, "POST", "/detokenize", NULL, "{\"tokens\":[1000]}");
+  r = http_at(port, "POST", "/detokenize", NULL, "{\"tokens\":[1000]}");
   CHECK_EQ_INT(status_of(r), 400);
   CHECK(strstr(r, "\"param\":\"tokens\"") && strstr(r, "outside the vocabulary"));
   free(r);
-  r = http(port, "POST", "/detokenize", NULL, "{}");
+  r = http_at(port, "POST", "/detokenize", NULL, "{}");
   CHECK_EQ_INT(status_of(r), 400);
   free(r);
-  r = http(port, "GET", "/tokenize", NULL, NULL);
+  r = http_at(port, "GET", "/tokenize", NULL, NULL);
   CHECK_EQ_INT(status_of(r), 405);
   free(r);
-  r = http(port, "GET", "/v1", NULL, NULL); /* the index lists them */
+  r = http_at(port, "GET", "/v1", NULL, NULL); /* the index lists them */
   CHECK(strstr(r, "\"path\":\"/tokenize\"") && strstr(r, "\"path\":\"/detokenize\""));
   free(r);
   serve_stop(s);
@@ -355,17 +280,17 @@ static void test_key_and_limit(void) {
   CHECK_EQ_INT(serve_start(&s, &engine, &cfg, &err), 0);
   int port = serve_port(s);
   char *r;
-  r = http(port, "GET", "/v1/models", NULL, NULL);
+  r = http_at(port, "GET", "/v1/models", NULL, NULL);
   CHECK_EQ_INT(status_of(r), 401);
   CHECK(strstr(r, "\"type\":\"authentication_error\"") != NULL);
   free(r);
-  r = http(port, "GET", "/v1/models", "Authorization: Bearer k12\r\n", NULL);
+  r = http_at(port, "GET", "/v1/models", "Authorization: Bearer k12\r\n", NULL);
   CHECK_EQ_INT(status_of(r), 401);
   free(r);
-  r = http(port, "GET", "/v1/models", "Authorization: Bearer k123\r\n", NULL);
+  r = http_at(port, "GET", "/v1/models", "Authorization: Bearer k123\r\n", NULL);
   CHECK_EQ_INT(status_of(r), 200);
   free(r);
-  r = http(port, "GET", "/health", NULL, NULL);
+  r = http_at(port, "GET", "/health", NULL, NULL);
   CHECK_EQ_INT(status_of(r), 200);
   free(r);
   char big[600];
@@ -373,7 +298,7 @@ static void test_key_and_limit(void) {
   big[sizeof big - 1] = 0;
   hbuf body = {0};
   hbuf_printf(&body, "{\"prompt\":\"%s\"}", big);
-  r = http(port, "POST", "/v1/completions", "Authorization: Bearer k123\r\n", body.data);
+  r = http_at(port, "POST", "/v1/completions", "Authorization: Bearer k123\r\n", body.data);
   CHECK_EQ_INT(status_of(r), 413);
   free(r);
   hbuf_free(&body);
@@ -429,7 +354,7 @@ static void test_disconnect(void) {
     CHECK_EQ_INT(atomic_load(&fake_running), 0);
     CHECK_MSG(atomic_load(&fake_cancelled) == cancelled + 1, "the %s generation was not cancelled",
               whole ? "whole" : "streamed");
-    char *r = http(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":1"));
+    char *r = http_at(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":1"));
     CHECK_EQ_INT(status_of(r), 200);
     free(r);
   }
@@ -476,13 +401,7 @@ static char *raw(int port, const char *bytes, bool half_close) {
   if (fd < 0) return strdup("");
   send_all(fd, bytes, strlen(bytes));
   if (half_close) shutdown(fd, SHUT_WR);
-  hbuf resp = {0};
-  char buf[4096];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) hbuf_append(&resp, buf, (size_t)n);
-  close(fd);
-  char *out = hbuf_take(&resp);
-  return out ? out : strdup("");
+  return read_all(fd);
 }
 
 /* A client that sends its request for a stream and then half-closes its
@@ -546,7 +465,7 @@ static void test_fin_cancels_whole(void) {
       close(fd);
     }
   }
-  char *r = http(port, "GET", "/stats", NULL, NULL);
+  char *r = http_at(port, "GET", "/stats", NULL, NULL);
   CHECK_EQ_INT(status_of(r), 200);
   free(r);
   serve_stop(s);
@@ -577,7 +496,7 @@ static double trickle_until_closed(int fd, int port) {
   for (int i = 0; i < 160; i++) {
     if (send(fd, "a", 1, MSG_NOSIGNAL) != 1) return now_s() - t0;
     if (i % 4 == 0) {
-      char *r = http(port, "GET", "/health", NULL, NULL);
+      char *r = http_at(port, "GET", "/health", NULL, NULL);
       CHECK_MSG(status_of(r) == 200, "/health while a head trickles in: '%.60s'", r);
       free(r);
     }
@@ -615,7 +534,7 @@ static void test_slow_headers(void) {
   close(fd);
   CHECK_MSG(took >= 4 && took < 40, "a kept-alive connection's trickling head was closed after %.1f s (deadline 3 + 2 s)", took);
   /* a head that comes in time is answered */
-  char *r = http(port, "GET", "/health", NULL, NULL);
+  char *r = http_at(port, "GET", "/health", NULL, NULL);
   CHECK_EQ_INT(status_of(r), 200);
   free(r);
   serve_stop(s);
@@ -697,7 +616,7 @@ static void test_bad_content_length(void) {
     free(r);
   }
   CHECK_EQ_INT(atomic_load(&fake_generations), before);
-  char *r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Say:\",\"max_tokens\":1}");
+  char *r = http_at(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Say:\",\"max_tokens\":1}");
   CHECK_EQ_INT(status_of(r), 200);
   free(r);
   serve_stop(s);
@@ -749,13 +668,13 @@ static void test_idle_connections(void) {
   /* idle connections cost sockets, not threads */
   int threads = thread_count();
   CHECK_MSG(threads > 0 && threads < 64, "%d threads with %d idle connections open", threads, opened);
-  char *r = http(port, "GET", "/health", NULL, NULL);
+  char *r = http_at(port, "GET", "/health", NULL, NULL);
   CHECK_EQ_INT(status_of(r), 200);
   free(r);
-  r = http(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":2"));
+  r = http_at(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":2"));
   CHECK_MSG(status_of(r) == 200, "chat with 1000 idle connections open: '%.80s'", r);
   free(r);
-  r = http(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":2,\"stream\":true"));
+  r = http_at(port, "POST", "/v1/chat/completions", NULL, CHAT(",\"max_tokens\":2,\"stream\":true"));
   CHECK_MSG(status_of(r) == 200 && strstr(r, "data: [DONE]"), "a stream with 1000 idle connections open: '%.80s'", r);
   free(r);
   /* the idle ones are closed by the server after the idle limit: a read sees the end */
@@ -783,7 +702,7 @@ static void test_choices(void) {
   serve_config cfg = {.port = 0};
   CHECK_EQ_INT(serve_start(&s, &e, &cfg, &err), 0);
   int port = serve_port(s);
-  char *r = http(port, "POST", "/v1/completions", NULL,
+  char *r = http_at(port, "POST", "/v1/completions", NULL,
                  "{\"prompt\":[\"one\",\"three\"],\"n\":2,\"max_tokens\":4,\"temperature\":0}");
   CHECK_EQ_INT(status_of(r), 200);
   const char *body = strstr(r, "\r\n\r\n");
@@ -805,7 +724,7 @@ static void test_choices(void) {
   json_decref(o);
   free(r);
   /* streamed: every choice's tokens, finish, and one [DONE] at the end */
-  r = http(port, "POST", "/v1/chat/completions", NULL,
+  r = http_at(port, "POST", "/v1/chat/completions", NULL,
            "{\"messages\":[{\"role\":\"user\",\"content\":\"go [slow]\"}],\"n\":3,\"max_tokens\":8,"
            "\"stream\":true,\"stream_options\":{\"include_usage\":true}}");
   CHECK_EQ_INT(status_of(r), 200);
@@ -837,17 +756,17 @@ static void test_choices(void) {
   CHECK(strstr(r, "\"completion_tokens\":24") != NULL);
   free(r);
   /* refusals by name */
-  r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":4,\"best_of\":2}");
+  r = http_at(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":4,\"best_of\":2}");
   CHECK_EQ_INT(status_of(r), 400);
   CHECK(strstr(r, "\"param\":\"best_of\"") != NULL);
   free(r);
   /* best_of 3, n 2: two choices (indexes 0, 1), the three continuations counted */
-  r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":2,\"best_of\":3,\"max_tokens\":5}");
+  r = http_at(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"n\":2,\"best_of\":3,\"max_tokens\":5}");
   CHECK_EQ_INT(status_of(r), 200);
   CHECK(strstr(r, "\"index\":1") != NULL && strstr(r, "\"index\":2") == NULL);
   CHECK(strstr(r, "\"completion_tokens\":15") != NULL);
   free(r);
-  r = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":[\"x\",[1,2]]}");
+  r = http_at(port, "POST", "/v1/completions", NULL, "{\"prompt\":[\"x\",[1,2]]}");
   CHECK_EQ_INT(status_of(r), 400); /* the fake engine takes no token ids: the prompt is named */
   CHECK(strstr(r, "\"param\":\"prompt[1]\"") != NULL);
   free(r);

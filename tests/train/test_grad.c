@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 #include "backend/ops.h"
 #include "test.h"
 #include "train/grad.h"

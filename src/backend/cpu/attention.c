@@ -9,7 +9,7 @@
 
 #include "backend/ops.h"
 #include "backend/cpu/cpu.h"
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 #include "backend/weights.h"
 
 #define ATT_MAX_HD 256

@@ -11,7 +11,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "backend/backend.h"
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 #include "base/pool.h"
 #include "base/vec.h"
 

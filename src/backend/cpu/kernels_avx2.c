@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 
 #if defined(__x86_64__)
 

@@ -1,9 +1,9 @@
 /* kernels_neon.c — the arm64 NEON matmul kernel level: the shared GEMV/GEMM
  * loops of kernels_body.h on 4-float vectors, weights dequantized by the
- * reference code in quant.c. Compiled only on aarch64 (NEON is baseline
+ * reference code in formats.c (backend/). Compiled only on aarch64 (NEON is baseline
  * there). Knows nothing of models or of how rows are spread over threads. */
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>

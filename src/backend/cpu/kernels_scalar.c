@@ -1,9 +1,9 @@
 /* kernels_scalar.c — the portable matmul kernel level: the shared GEMV/GEMM
  * loops of kernels_body.h over plain floats, weights dequantized by the
- * reference code in quant.c. Runs on any CPU; HEARTH_CPU=scalar forces it.
+ * reference code in formats.c (backend/). Runs on any CPU; HEARTH_CPU=scalar forces it.
  * Knows nothing of models or of how rows are spread over threads. */
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 
 typedef float V;
 #define VL 1

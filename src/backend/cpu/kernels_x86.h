@@ -2,7 +2,7 @@
  * (internal; included by kernels_avx2.c and kernels_avx512.c after their
  * target pragmas). Quants are unpacked 16 at a time with SSE byte ops into an
  * __m128i of int8 / uint8 values, which the includer turns into 16 weights.
- * The layouts are those of quant.c (the reference), bit for bit.
+ * The layouts are those of backend/formats.c (the reference), bit for bit.
  *
  * The file is a template: the includer defines what happens to each group of
  * 16 weights and includes it once per use (a dequantizing copy into a buffer,

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 
 bool bk_pack_type_ok(bk_type t) { return t == BK_Q8_0 || t == BK_Q4_0 || t == BK_Q4_K || t == BK_Q5_K || t == BK_Q6_K; }
 

@@ -9,7 +9,7 @@
 #include "base/half.h"
 
 #include "backend/ops.h"
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 
 float *bk_alloc(size_t n_floats) {
   size_t bytes = (n_floats ? n_floats : 1) * sizeof(float);

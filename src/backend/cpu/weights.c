@@ -1,7 +1,8 @@
 /* weights.c — bk_matmul: checks a weight descriptor, picks the kernel level
  * for this CPU (once, or as set by bk_cpu_set_level) and spreads output rows over the
  * thread pool in contiguous tiles so that each thread streams its own part of
- * the weights. The arithmetic lives in kernels_*.c; the formats in quant.c.
+ * the weights. The arithmetic lives in kernels_*.c; the formats (and the
+ * descriptor check, bk_weight_validate) in backend/formats.c.
  * Knows nothing of models, files or tensor names.
  */
 #include <pthread.h>
@@ -17,38 +18,9 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/pack.h"
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 #include "backend/cpu/cpu.h"
 #include "backend/weights.h"
-
-/* ---- validation ---- */
-
-int bk_weight_validate(const bk_weight *w, herr *err) {
-  if (!w) return herr_set(err, HEARTH_EINVAL, "weight: NULL descriptor");
-  if ((unsigned)w->type >= BK_TYPE_COUNT) return herr_set(err, HEARTH_EINVAL, "weight: unknown type %d", (int)w->type);
-  const char *tn = bk_type_name(w->type);
-  if (w->rows <= 0 || w->cols <= 0)
-    return herr_set(err, HEARTH_EINVAL, "weight %s: shape %lld x %lld is empty", tn, (long long)w->rows, (long long)w->cols);
-  if (!w->data && !w->packed) return herr_set(err, HEARTH_EINVAL, "weight %s: no data", tn);
-  if (w->type == BK_MLX_AFFINE) {
-    if (w->bits != 4 && w->bits != 8) return herr_set(err, HEARTH_EINVAL, "weight mlx_affine: bits %d (want 4 or 8)", w->bits);
-    if (w->group_size != 32 && w->group_size != 64 && w->group_size != 128)
-      return herr_set(err, HEARTH_EINVAL, "weight mlx_affine: group_size %d (want 32, 64 or 128)", w->group_size);
-    if (w->cols % w->group_size)
-      return herr_set(err, HEARTH_EINVAL, "weight mlx_affine: %lld columns are not a whole number of %d-element groups",
-                      (long long)w->cols, w->group_size);
-    if (w->scale_type != BK_F32 && w->scale_type != BK_F16 && w->scale_type != BK_BF16)
-      return herr_set(err, HEARTH_EINVAL, "weight mlx_affine: scales of type %s (want f32, f16 or bf16)",
-                      bk_type_name(w->scale_type));
-    if (!w->scales || !w->biases) return herr_set(err, HEARTH_EINVAL, "weight mlx_affine: missing scales or biases");
-    return 0;
-  }
-  if (w->type == BK_FP8 && !w->scales) return herr_set(err, HEARTH_EINVAL, "weight fp8: missing scales");
-  if (w->cols % bk_type_block(w->type))
-    return herr_set(err, HEARTH_EINVAL, "weight %s: %lld columns are not a whole number of %lld-element blocks", tn,
-                    (long long)w->cols, (long long)bk_type_block(w->type));
-  return 0;
-}
 
 /* ---- dispatch ---- */
 

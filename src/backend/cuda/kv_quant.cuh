@@ -5,7 +5,7 @@
  * op_kv_quantize_row: scale = max|x| / qmax, codes of x * (1 / scale);
  * FP8: scale = max|x| / 448, codes of x / scale; every step rounded as the
  * host rounds it; E4M3 as
- * cpu/quant.c's bk_fp8_encode / bk_fp8_decode, bit for bit). Internal to
+ * formats.c's bk_fp8_encode / bk_fp8_decode, bit for bit). Internal to
  * libhearth_cuda.so. */
 #ifndef HEARTH_BACKEND_CUDA_KV_QUANT_CUH
 #define HEARTH_BACKEND_CUDA_KV_QUANT_CUH

@@ -2,7 +2,7 @@
  * f16, bf16, GGUF Q8_0 / Q4_0 / Q5_0 / Q5_1 / Q2_K / Q3_K / Q4_K / Q5_K /
  * Q6_K / IQ4_NL / IQ4_XS, MLX affine 4/8-bit with
  * f32 / f16 / bf16 scales, FP8 E4M3 with per-row f32 scales), bit-exact to
- * bk_dequant_range in cpu/quant.c.
+ * bk_dequant_range in formats.c.
  * A row is read as sub-blocks of 32 consecutive elements; f32 / f16 / bf16
  * rows whose length is not a multiple of 32 also have a per-element tail.
  * Products and sums are rounded separately (no fused multiply-add) so that
@@ -42,7 +42,7 @@ CU_HIDDEN cu_wdesc cu_make_wdesc(const bk_weight *w);
 #define CU_IQ4_NL_BYTES 18
 #define CU_IQ4_XS_BYTES 136
 
-/* ggml's kvalues_iq4nl (cpu/quant.c bk_iq4nl_values): the 16 levels of IQ4_NL / IQ4_XS. */
+/* ggml's kvalues_iq4nl (formats.c bk_iq4nl_values): the 16 levels of IQ4_NL / IQ4_XS. */
 static __constant__ int8_t cu_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 static __device__ __forceinline__ float cu_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }

@@ -1,8 +1,8 @@
-/* signal.h — a summary of the next-token distribution from one logits row:
+/* logit_signal.h — a summary of the next-token distribution from one logits row:
  * a histogram of the log-probabilities over a fixed range, the entropy, the
  * best tokens (what POST /v1/signal and hearth_signal report). */
-#ifndef HEARTH_ENGINE_SIGNAL_H
-#define HEARTH_ENGINE_SIGNAL_H
+#ifndef HEARTH_ENGINE_LOGIT_SIGNAL_H
+#define HEARTH_ENGINE_LOGIT_SIGNAL_H
 
 #include <stdint.h>
 

@@ -27,8 +27,8 @@
  * inside a JSON string the state does not change from token to token. End
  * tokens (EOS) are allowed exactly where the grammar may end.
  */
-#ifndef HEARTH_ENGINE_GRAMMAR_H
-#define HEARTH_ENGINE_GRAMMAR_H
+#ifndef HEARTH_STRUCTURED_GRAMMAR_H
+#define HEARTH_STRUCTURED_GRAMMAR_H
 
 #include <stdbool.h>
 #include <stddef.h>

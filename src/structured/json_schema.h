@@ -23,8 +23,8 @@
  * (properties, items, anyOf, ... within one another) are refused with
  * HEARTH_ELIMIT, which keeps compile time bounded.
  */
-#ifndef HEARTH_ENGINE_JSON_SCHEMA_H
-#define HEARTH_ENGINE_JSON_SCHEMA_H
+#ifndef HEARTH_STRUCTURED_JSON_SCHEMA_H
+#define HEARTH_STRUCTURED_JSON_SCHEMA_H
 
 #include <stddef.h>
 

@@ -3,7 +3,7 @@
  * the JSON primitives, and the translations of integer ranges, string
  * formats and regular-expression patterns. Knows nothing of tokens or of
  * how the grammar is matched. */
-#include "engine/json_schema.h"
+#include "structured/json_schema.h"
 
 #include <inttypes.h>
 #include <math.h>

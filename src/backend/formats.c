@@ -1,13 +1,17 @@
-/* quant.c — the weight formats in plain C: half/bfloat16 conversions, the
- * reference dequantization of every bk_type (the spec the SIMD kernels are
+/* formats.c — the stored weight formats in plain C, for every backend and
+ * for the code above them (model loading, convert, fuse): half / bfloat16 /
+ * FP8 conversions, block sizes, the descriptor check, the reference
+ * dequantization of every bk_type (the spec every kernel of every backend is
  * tested against; for Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL and IQ4_XS also checked
  * bit for bit against ggml's own dequantized floats, tests/fixtures/quants)
  * and quantization from f32. Block layouts follow ggml's
  * ggml-common.h / ggml-quants.c bit for bit; the K-quant quantizers here are
  * plain round-to-nearest (ggml searches scales iteratively, IQ4 levels
- * with an importance weighting; the stored format is the same). Knows nothing of files, models or threads.
+ * with an importance weighting; the stored format is the same). Knows nothing
+ * of files, models, threads or devices: the CPU's kernels live in cpu/, the
+ * GPU's in cuda/.
  */
-#include "backend/cpu/quant.h"
+#include "backend/formats.h"
 
 #include <math.h>
 #include <string.h>
@@ -105,6 +109,35 @@ size_t bk_row_bytes(bk_type t, int64_t cols, int bits) {
       return (size_t)(cols * bits / 8);
     default: return 0;
   }
+}
+
+/* ---- validation ---- */
+
+int bk_weight_validate(const bk_weight *w, herr *err) {
+  if (!w) return herr_set(err, HEARTH_EINVAL, "weight: NULL descriptor");
+  if ((unsigned)w->type >= BK_TYPE_COUNT) return herr_set(err, HEARTH_EINVAL, "weight: unknown type %d", (int)w->type);
+  const char *tn = bk_type_name(w->type);
+  if (w->rows <= 0 || w->cols <= 0)
+    return herr_set(err, HEARTH_EINVAL, "weight %s: shape %lld x %lld is empty", tn, (long long)w->rows, (long long)w->cols);
+  if (!w->data && !w->packed) return herr_set(err, HEARTH_EINVAL, "weight %s: no data", tn);
+  if (w->type == BK_MLX_AFFINE) {
+    if (w->bits != 4 && w->bits != 8) return herr_set(err, HEARTH_EINVAL, "weight mlx_affine: bits %d (want 4 or 8)", w->bits);
+    if (w->group_size != 32 && w->group_size != 64 && w->group_size != 128)
+      return herr_set(err, HEARTH_EINVAL, "weight mlx_affine: group_size %d (want 32, 64 or 128)", w->group_size);
+    if (w->cols % w->group_size)
+      return herr_set(err, HEARTH_EINVAL, "weight mlx_affine: %lld columns are not a whole number of %d-element groups",
+                      (long long)w->cols, w->group_size);
+    if (w->scale_type != BK_F32 && w->scale_type != BK_F16 && w->scale_type != BK_BF16)
+      return herr_set(err, HEARTH_EINVAL, "weight mlx_affine: scales of type %s (want f32, f16 or bf16)",
+                      bk_type_name(w->scale_type));
+    if (!w->scales || !w->biases) return herr_set(err, HEARTH_EINVAL, "weight mlx_affine: missing scales or biases");
+    return 0;
+  }
+  if (w->type == BK_FP8 && !w->scales) return herr_set(err, HEARTH_EINVAL, "weight fp8: missing scales");
+  if (w->cols % bk_type_block(w->type))
+    return herr_set(err, HEARTH_EINVAL, "weight %s: %lld columns are not a whole number of %lld-element blocks", tn,
+                    (long long)w->cols, (long long)bk_type_block(w->type));
+  return 0;
 }
 
 /* ---- dequantization (reference) ---- */

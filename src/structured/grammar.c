@@ -3,7 +3,7 @@
  * the token trie, and the matcher's pushdown automaton with its interned
  * states, byte transitions and token masks. Knows tokens only as byte
  * strings and end ids; knows nothing of sampling or JSON. */
-#include "engine/grammar.h"
+#include "structured/grammar.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,10 +1,13 @@
-/* quant.h — the stored weight formats in plain C: half / bfloat16 bit
- * conversions, the GGUF block structs (bit-exact with ggml), dequantization
- * of a row or part of a row (the reference every kernel is checked against),
- * and quantization from f32 (round to nearest, as ggml and MLX do).
+/* formats.h — the stored weight formats in plain C, device-independent (as
+ * ggml keeps ggml-quants.c beside, not inside, its CPU backend): half /
+ * bfloat16 / FP8 bit conversions, the GGUF block structs (bit-exact with
+ * ggml), dequantization of a row or part of a row (the reference every
+ * kernel of every backend is checked against), and quantization from f32
+ * (round to nearest, as ggml and MLX do). The descriptor (bk_weight) and the
+ * sizes are declared in weights.h; formats.c defines them.
  */
-#ifndef HEARTH_BACKEND_CPU_QUANT_H
-#define HEARTH_BACKEND_CPU_QUANT_H
+#ifndef HEARTH_BACKEND_FORMATS_H
+#define HEARTH_BACKEND_FORMATS_H
 
 #include <stdint.h>
 #include <string.h>

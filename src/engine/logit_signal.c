@@ -1,9 +1,9 @@
-/* signal.c — the next-token distribution of one logits row summarised:
+/* logit_signal.c — the next-token distribution of one logits row summarised:
  * log-softmax, a histogram over the fixed range [HEARTH_SIGNAL_LO, 0]
  * (lower log-probabilities counted in the first bin), entropy and the best
  * tokens. Host code over a row that came back from the backend, as the
  * host sampler (sample.c) is; knows nothing of models or HTTP. */
-#include "engine/signal.h"
+#include "engine/logit_signal.h"
 
 #include <math.h>
 #include <string.h>
