@@ -31,6 +31,7 @@ static const cli_verb verbs[] = {
     {"inspect", "describe a model folder, safetensors or GGUF file", cli_inspect, false},
     {"kv-eval", "measure the logit error and greedy agreement of a quantized KV cache", cli_kv_eval, true},
     {"logits", "print a forward pass's logits as JSON", cli_logits, true},
+    {"memory", "a Markdown wiki in git written from conversation logs (memory ingest)", cli_memory, true},
     {"ls", "list the models hearth can name: the Hugging Face cache and the registry", cli_ls, false},
     {"rm", "remove a model from the HF cache or a name from the registry", cli_rm, false},
     {"scan", "register the model folders and GGUF files found under folders, by reference", cli_scan, false},
@@ -52,7 +53,7 @@ static void usage(FILE *f) {
           hearth_version());
   for (int i = 0; i < nverbs; i++) fprintf(f, "  %-12s %s\n", verbs[i].name, verbs[i].summary);
   fprintf(f,
-          "\noptions of every verb that loads a model (batch, bench, chat, embed, generate, kv-eval, logits, serve):\n"
+          "\noptions of every verb that loads a model (batch, bench, chat, embed, generate, kv-eval, logits, memory, serve):\n"
           "  --device DEV                 cpu (default), cuda, cuda:N, or auto (the GPU when one is usable)\n"
           "  --gpu-memory-fraction F      share of free GPU memory the KV pool may take after the weights (0.9)\n"
           "  --ctx-size N, -c N           context in tokens, below the model's own to save memory (default: the\n"
@@ -353,7 +354,8 @@ int main(int argc, char **argv) {
       if (r < 0) return 2;
       if (!cli_parse_double(v, 0, 1, &g_load.gpu_memory_fraction) || g_load.gpu_memory_fraction == 0)
         return cli_usage_error(verb->name, "--gpu-memory-fraction must be in (0, 1], not '%s'", v);
-    } else if (verb && verb->run != cli_get && verb->run != cli_rm && (r = resolve_model_arg(argc, argv, &j, &out))) {
+    } else if (verb && verb->run != cli_get && verb->run != cli_rm && verb->run != cli_memory && /* memory never fetches */
+               (r = resolve_model_arg(argc, argv, &j, &out))) {
       if (r < 0) return 1;
     } else argv[out++] = argv[j];
   }
