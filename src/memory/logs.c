@@ -7,11 +7,13 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <strings.h>
 
 #include "base/buf.h"
 #include "base/file.h"
 #include "base/json.h"
+#include "base/utf8.h"
 #include "base/vec.h"
 #include "memory/state.h"
 
@@ -20,15 +22,28 @@ typedef struct turn_list {
   size_t n, cap;
 } turn_list;
 
-/* s[0..n) without the white space around it, malloc'd. */
+/* s[0..n) as valid UTF-8 (a byte that is not replaced by U+FFFD; NUL bytes left out), malloc'd. */
+static char *valid_utf8(const char *s, size_t n) {
+  hbuf b = {0};
+  for (size_t i = 0; i < n;) {
+    uint32_t cp;
+    int k = utf8_decode(s + i, n - i, &cp);
+    if (k > 0 && cp) hbuf_append(&b, s + i, (size_t)k);
+    else if (k <= 0) hbuf_puts(&b, "\xEF\xBF\xBD");
+    i += k > 0 ? (size_t)k : 1;
+  }
+  return b.oom ? (hbuf_free(&b), NULL) : b.data ? hbuf_take(&b) : strdup("");
+}
+
+/* s[0..n) without the white space around it, as valid UTF-8, malloc'd. */
 static char *trimmed(const char *s, size_t n) {
   while (n && isspace((unsigned char)*s)) s++, n--;
   while (n && isspace((unsigned char)s[n - 1])) n--;
-  return strndup(s, n);
+  return valid_utf8(s, n);
 }
 
 static int add_turn(turn_list *l, const char *role, const char *text, size_t len) {
-  char *t = trimmed(text, len), *r = strdup(role);
+  char *t = trimmed(text, len), *r = valid_utf8(role, strlen(role));
   if (!t || !r || (l->n == l->cap && !HGROW(l->v, l->cap, l->n + 1))) {
     free(t);
     free(r);
@@ -196,7 +211,7 @@ static bool ends_with(const char *s, const char *suffix) {
 int mem_log_parse(const char *name, const char *data, size_t len, mem_log *out, herr *err) {
   memset(out, 0, sizeof *out);
   const char *slash = strrchr(name, '/');
-  out->name = strdup(slash ? slash + 1 : name);
+  out->name = valid_utf8(slash ? slash + 1 : name, strlen(slash ? slash + 1 : name));
   if (!out->name) return herr_set(err, HEARTH_ENOMEM, "out of memory");
   mem_hash_hex(data, len, out->hash);
   size_t i = 0;

@@ -11,6 +11,7 @@
  *     ("User:", "**Assistant:**", "## Human", "> Claude:") opens a turn, the
  *     lines after it belong to it; a transcript with no speaker lines is
  *     taken a paragraph a turn (role "text").
+ * Text that is not valid UTF-8 has its stray bytes replaced by U+FFFD.
  */
 #ifndef HEARTH_MEMORY_LOGS_H
 #define HEARTH_MEMORY_LOGS_H

@@ -99,6 +99,8 @@ static void add_segments(mem_run *r, const window *w, const size_t *starts, cons
     char hash[17], id[600];
     mem_hash_hex(hbuf_str(&text), text.len, hash);
     snprintf(id, sizeof id, "%s#%d", lg->name, ++*counter);
+    for (char *c = id; *c; c++) /* the front matter's list cannot hold these */
+      if (*c == ',' || *c == '[' || *c == ']') *c = '_';
     json_array_append_new(json_object_get(log_entry(logs, lg), "segments"), json_string(hash));
     if (!json_object_get(r->known_segments, hash)) {
       char title[128];

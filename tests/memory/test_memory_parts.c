@@ -4,6 +4,7 @@
  * shipped ones loaded and holding their slots) and word likeness. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "memory/article.h"
 #include "memory/logs.h"
@@ -81,6 +82,11 @@ static void test_transcripts(void) {
   check_turn(&l, 0, "text", "First thought.\nStill first.");
   check_turn(&l, 1, "text", "Note: second.");
   mem_log_free(&l);
+  /* bytes that are not UTF-8 become U+FFFD */
+  l = parse("bad\xff.txt", "caf\xe9 ok\n");
+  CHECK_EQ_STR(l.name, "bad\xEF\xBF\xBD.txt");
+  check_turn(&l, 0, "text", "caf\xEF\xBF\xBD ok");
+  mem_log_free(&l);
   /* a transcript that starts with '[' is still a transcript when named .md */
   l = parse("odd.md", "[draft]\nUser: hi\n");
   CHECK_EQ_INT(l.n_turns, 1);
@@ -152,6 +158,20 @@ static void test_prompts(void) {
     for (int k = 0; k < 3 && slots[t][k]; k++)
       CHECK_MSG(p.text[t] && strstr(p.text[t], slots[t][k]), "%s.txt lacks %s", mem_prompt_name(t), slots[t][k]);
   mem_prompts_free(&p);
+  /* an override folder replaces the templates it has, only those */
+  char dir[] = "/tmp/hearth_memory_prompts_XXXXXX";
+  if (mkdtemp(dir)) {
+    char path[100];
+    snprintf(path, sizeof path, "%s/link.txt", dir);
+    FILE *f = fopen(path, "w");
+    if (f) fputs("LINK {{slug}}", f), fclose(f);
+    CHECK_MSG(mem_prompts_load(HEARTH_SOURCE_DIR "/src/memory/prompts", dir, &p, &err) == 0, "%s", err.msg);
+    CHECK_EQ_STR(p.text[MEM_T_LINK], "LINK {{slug}}");
+    CHECK(p.text[MEM_T_ROUTE] && strstr(p.text[MEM_T_ROUTE], "{{articles}}"));
+    mem_prompts_free(&p);
+    unlink(path);
+    rmdir(dir);
+  }
   CHECK(mem_prompts_load("/nonexistent", NULL, &p, &err) == HEARTH_ENOTFOUND);
   CHECK_MSG(strstr(err.msg, "segment.txt") != NULL, "%s", err.msg);
 }
