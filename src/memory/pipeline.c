@@ -210,7 +210,9 @@ int mem_ingest(const mem_opts *o, const mem_engine *eng, mem_report *rep, herr *
   mem_run r = {.o = o, .eng = eng, .rep = rep, .known_segments = json_object()};
   set_today(&r);
   mem_git *g = NULL;
+  int lock = -1;
   int rc = mem_git_open(o->wiki_dir, &g, err);
+  if (!rc) rc = mem_state_lock(o->wiki_dir, &lock, err);
   if (!rc) rc = read_new_logs(&r, g, err);
   if (!rc && !r.n_logs) {
     mem_state_clear(o->wiki_dir);
@@ -225,6 +227,7 @@ int mem_ingest(const mem_opts *o, const mem_engine *eng, mem_report *rep, herr *
   json_decref(r.known_segments);
   mem_prompts_free(&r.prompts);
   mem_wiki_free(&r.wiki);
+  mem_state_unlock(lock);
   mem_git_close(g);
   return rc;
 }

@@ -5,10 +5,12 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -143,4 +145,24 @@ void mem_state_clear(const char *wiki_dir) {
 void mem_state_close(mem_state *st) {
   free(st->dir);
   st->dir = NULL;
+}
+
+int mem_state_lock(const char *wiki_dir, int *fd, herr *err) {
+  *fd = -1;
+  char *state = hpath_join(wiki_dir, MEM_STATE_DIR), *path = state ? hpath_join(state, "lock") : NULL;
+  int rc = path ? make_dir(state, err) : herr_set(err, HEARTH_ENOMEM, "out of memory");
+  if (!rc && (*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0)
+    rc = herr_set(err, HEARTH_EIO, "cannot open %s: %s", path, strerror(errno));
+  if (!rc && flock(*fd, LOCK_EX | LOCK_NB)) {
+    rc = herr_set(err, HEARTH_EINVAL, "%s: another hearth memory run is writing this wiki (it holds %s)", wiki_dir, path);
+    close(*fd);
+    *fd = -1;
+  }
+  free(path);
+  free(state);
+  return rc;
+}
+
+void mem_state_unlock(int fd) {
+  if (fd >= 0) close(fd); /* the lock goes with the descriptor */
 }

@@ -35,4 +35,9 @@ int mem_state_save(const mem_state *st, int stage, const json_t *result, herr *e
 void mem_state_clear(const char *wiki_dir);
 void mem_state_close(mem_state *st);
 
+/* Holds DIR/.hearth-memory/lock for the run (*fd: the lock's descriptor):
+ * HEARTH_EINVAL when another run holds it. mem_state_unlock lets go. */
+int mem_state_lock(const char *wiki_dir, int *fd, herr *err);
+void mem_state_unlock(int fd);
+
 #endif

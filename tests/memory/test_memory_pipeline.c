@@ -492,6 +492,23 @@ static void test_existing_repository(void) {
   CHECK(committed_file(other, "README.md"));
 }
 
+static void test_one_run_at_a_time(void) {
+  /* a run holding the wiki's lock keeps a second one out, with a message */
+  int fd = -1;
+  herr err = {0};
+  CHECK(mem_state_lock(wiki, &fd, &err) == 0);
+  const char *logs[] = {talk1_path};
+  mem_opts o = opts_for(wiki, logs, 1, "2026-01-09");
+  fake f = {.rules = rules, .n_rules = sizeof rules / sizeof rules[0]};
+  mem_engine e = engine_of(&f);
+  mem_report rep;
+  CHECK(mem_ingest(&o, &e, &rep, &err) == HEARTH_EINVAL);
+  CHECK_MSG(strstr(err.msg, "another hearth memory run") != NULL, "%s", err.msg);
+  mem_state_unlock(fd);
+  herr_clear(&err);
+  CHECK(mem_ingest(&o, &e, &rep, &err) == 0 && rep.logs_known == 1);
+}
+
 int main(void) {
   if (!mkdtemp(tmp)) return 1;
   write_prompts();
@@ -504,6 +521,7 @@ int main(void) {
   RUN(test_second_run_changes_nothing);
   RUN(test_patch_reconcile_link);
   RUN(test_resume_after_stop);
+  RUN(test_one_run_at_a_time);
   RUN(test_stale_state_dropped);
   RUN(test_unusable_answers);
   RUN(test_existing_repository);
