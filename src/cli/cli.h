@@ -44,6 +44,12 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The built-in model folder (models/default next to the binary's install or
  * source tree), or NULL when none is found. Borrowed static string. */
 const char *cli_default_model(void);
+/* A folder shipped with hearth, found as the built-in model is: the folder
+ * the environment variable env names (may be NULL), else the first of rel
+ * (n paths relative to the binary's folder) that holds the file marker.
+ * found: the caller's static PATH_MAX buffer, which keeps the answer. NULL
+ * when there is none. */
+const char *cli_beside_binary(const char *env, const char *const *rel, size_t n, const char *marker, char *found);
 /* How a verb loads its model: the global --device, --gpu-memory-fraction,
  * --f32-as-bf16 and --threads (which main.c takes from any verb that loads a
  * model) and the

@@ -171,34 +171,38 @@ int cli_fail(const char *fmt, ...) {
   return 1;
 }
 
-const char *cli_default_model(void) {
-  static char found[PATH_MAX];
+const char *cli_beside_binary(const char *env, const char *const *rel, size_t n, const char *marker, char *found) {
   if (found[0]) return found;
-  const char *env = getenv("HEARTH_DEFAULT_MODEL");
-  if (env && hfile_is_dir(env)) {
-    snprintf(found, sizeof found, "%s", env);
+  const char *e = env ? getenv(env) : NULL;
+  if (e && hfile_is_dir(e)) {
+    snprintf(found, PATH_MAX, "%s", e);
     return found;
   }
   char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return NULL;
-  exe[n] = 0;
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (len <= 0) return NULL;
+  exe[len] = 0;
   char *slash = strrchr(exe, '/');
   if (!slash) return NULL;
   *slash = 0;
-  /* <bindir>/../share/hearth/models/default (installed), <build>/../models/default (source tree) */
-  static const char *rel[] = {"../share/hearth/models/default", "../models/default", "models/default",
-                              "../../models/default"};
-  for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+  for (size_t i = 0; i < n; i++) {
     char cand[PATH_MAX];
     snprintf(cand, sizeof cand, "%s/%s", exe, rel[i]);
-    char *cfg = hpath_join(cand, "config.json");
-    bool ok = cfg && hfile_exists(cfg);
-    free(cfg);
+    char *m = hpath_join(cand, marker);
+    bool ok = m && hfile_exists(m);
+    free(m);
     if (ok && realpath(cand, found)) return found;
   }
   found[0] = 0;
   return NULL;
+}
+
+const char *cli_default_model(void) {
+  static char found[PATH_MAX];
+  /* <bindir>/../share/hearth/models/default (installed), <build>/../models/default (source tree) */
+  static const char *rel[] = {"../share/hearth/models/default", "../models/default", "models/default",
+                              "../../models/default"};
+  return cli_beside_binary("HEARTH_DEFAULT_MODEL", rel, sizeof rel / sizeof rel[0], "config.json", found);
 }
 
 int cli_version(int argc, char **argv) {

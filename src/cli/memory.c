@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/file.h"
 #include "cli/cli.h"
@@ -67,23 +66,8 @@ static void ingest_usage(FILE *f) {
 /* The shipped prompt templates: installed beside the built-in model, or in the source tree. */
 static const char *shipped_prompts(void) {
   static char found[PATH_MAX];
-  if (found[0]) return found;
-  const char *env = getenv("HEARTH_MEMORY_PROMPTS");
-  if (env && hfile_is_dir(env)) return snprintf(found, sizeof found, "%s", env), found;
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return NULL;
-  exe[n] = 0;
-  char *slash = strrchr(exe, '/');
-  if (!slash) return NULL;
-  *slash = 0;
   static const char *rel[] = {"../share/hearth/memory/prompts", "../src/memory/prompts", "../../src/memory/prompts"};
-  for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
-    char cand[PATH_MAX + 64];
-    snprintf(cand, sizeof cand, "%s/%s", exe, rel[i]);
-    if (hfile_is_dir(cand) && realpath(cand, found)) return found;
-  }
-  return NULL;
+  return cli_beside_binary("HEARTH_MEMORY_PROMPTS", rel, sizeof rel / sizeof rel[0], "segment.txt", found);
 }
 
 /* The model's path, checked before any work: never fetched. */

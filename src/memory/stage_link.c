@@ -92,10 +92,7 @@ int mem_stage_link(mem_run *r, const json_t *in, json_t **out, herr *err) {
     rc = add_links(r, slug, answers[i], &added, err);
     if (!rc && added) mem_summary_add(summary, "linked", json_string(slug));
   }
-  if (!rc) {
-    *out = mem_wiki_changes(&r->wiki);
-    json_object_set(*out, "summary", summary);
-  }
+  if (!rc && !(*out = mem_changes_result(r, summary))) rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
   json_decref(summary);
   for (size_t i = 0; i < n; i++) {
     if (answers) json_decref(answers[i]);

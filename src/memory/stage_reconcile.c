@@ -137,10 +137,7 @@ int mem_stage_reconcile(mem_run *r, const json_t *in, json_t **out, herr *err) {
   json_t *summary = mem_summary_copy(in);
   for (size_t i = 0; !rc && i < n; i++)
     if (json_is_true(json_object_get(answers[i], "same"))) rc = merge(r, &p[i], answers[i], summary, err);
-  if (!rc) {
-    *out = mem_wiki_changes(&r->wiki);
-    json_object_set(*out, "summary", summary);
-  }
+  if (!rc && !(*out = mem_changes_result(r, summary))) rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
   json_decref(summary);
   for (size_t i = 0; i < n; i++) {
     if (answers) json_decref(answers[i]);

@@ -75,10 +75,7 @@ int mem_stage_write(mem_run *r, const json_t *in, json_t **out, herr *err) {
     rc = body ? apply(r, t, body, summary, err) : herr_set(err, HEARTH_ENOMEM, "out of memory");
     free(body);
   }
-  if (!rc) {
-    *out = mem_wiki_changes(&r->wiki);
-    json_object_set(*out, "summary", summary);
-  }
+  if (!rc && !(*out = mem_changes_result(r, summary))) rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
   json_decref(summary);
   for (size_t i = 0; i < n; i++) {
     if (answers) json_decref(answers[i]);

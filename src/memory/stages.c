@@ -111,6 +111,12 @@ json_t *mem_summary_copy(const json_t *result) {
   return json_is_object(s) ? s : (json_decref(s), json_object());
 }
 
+json_t *mem_changes_result(const mem_run *r, json_t *summary) {
+  json_t *out = mem_wiki_changes(&r->wiki);
+  if (out) json_object_set(out, "summary", summary);
+  return out;
+}
+
 void mem_summary_add(json_t *summary, const char *key, json_t *s) {
   json_t *arr = json_object_get(summary, key);
   if (!json_is_array(arr)) {

@@ -71,6 +71,8 @@ char *mem_answer_str(const json_t *answer, const char *key);
 char *mem_trimmed(const char *s);
 /* A result's "summary" copied (a new object; empty when there is none). */
 json_t *mem_summary_copy(const json_t *result);
+/* A stage's result from write on: the wiki's changes so far and summary (a new reference). */
+json_t *mem_changes_result(const mem_run *r, json_t *summary);
 /* Appends s to summary[key] (an array) unless it is there. */
 void mem_summary_add(json_t *summary, const char *key, json_t *s);
 /* Lines "- slug: Title" of the articles most like text (at most max, best
