@@ -58,8 +58,8 @@ static void usage(FILE *f) {
           "  --gpu-memory-fraction F      share of free GPU memory the KV pool may take after the weights (0.9)\n"
           "  --ctx-size N, -c N           context in tokens, below the model's own to save memory (default: the\n"
           "                               model's max_position_embeddings; a larger value is refused)\n"
-          "  --chat-template-file PATH    batch, chat, generate, serve (and template): render chats with this Jinja\n"
-          "                               file instead of the model's chat template\n"
+          "  --chat-template-file PATH    batch, chat, generate, memory, serve (and template): render chats with this\n"
+          "                               Jinja file instead of the model's chat template\n"
           "  --f32-as-bf16                store f32 weight matrices as bf16 (half the memory; weights rounded)\n"
           "  --gpu-precision exact|fast   GPU, bf16 weights: activations at f32 precision (exact, default) or\n"
           "                               rounded to bf16 in one pass (fast: a third of the prefill work; prompt\n"
@@ -115,7 +115,7 @@ static cli_load g_load;
 
 /* The verbs that load a model and render chats with its template. */
 static bool renders_chats(const cli_verb *v) {
-  return v->run == cli_batch || v->run == cli_chat || v->run == cli_generate || v->run == cli_serve;
+  return v->run == cli_batch || v->run == cli_chat || v->run == cli_generate || v->run == cli_memory || v->run == cli_serve;
 }
 
 const cli_load *cli_load_opts(void) {
