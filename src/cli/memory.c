@@ -183,6 +183,10 @@ static int memory_ingest(int argc, char **argv) {
     cli_usage_error("memory ingest", "%s", !a.o.wiki_dir ? "--wiki DIR is needed" : "no LOG given");
     goto out;
   }
+  if (a.o.prompts_override && !hfile_is_dir(a.o.prompts_override)) {
+    cli_usage_error("memory ingest", "--prompts %s is not a folder", a.o.prompts_override);
+    goto out;
+  }
   status = 1;
   char *model_path = NULL;
   if (model_precheck(a.model, &model_path)) goto out;

@@ -216,6 +216,14 @@ static void test_usage(void) {
   CHECK_EQ_INT(r.status, 2);
   CHECK_MSG(strstr(r.err, "summarize") != NULL, "%s", r.err);
   run_free(&r);
+  const char *no_prompts[] = {"memory", "ingest", "x.jsonl", "--wiki", "w", "--prompts", "/nonexistent", NULL};
+  r = run_hearth(no_prompts);
+  CHECK_EQ_INT(r.status, 2);
+  run_free(&r);
+  const char *bad_date[] = {"memory", "ingest", "x.jsonl", "--wiki", "w", "--date", "2026-13-01", NULL};
+  r = run_hearth(bad_date);
+  CHECK_EQ_INT(r.status, 2);
+  run_free(&r);
   const char *no_wiki[] = {"memory", "ingest", "x.jsonl", NULL};
   r = run_hearth(no_wiki);
   CHECK_EQ_INT(r.status, 2);
