@@ -6,7 +6,8 @@
  * links to the one removed pointed at the one kept), links added, the index —
  * and so are the batches (one engine call per stage), idempotence (a second
  * run on the same logs calls nothing and changes no file or commit),
- * resuming after a run stopped after a stage (only the later stages run),
+ * resuming after a run stopped after a stage or killed in the middle of one
+ * (only the later stages run, from the one it was in),
  * unusable answers (each stage falls back), and the git history read back
  * with libgit2 (one commit per run, its summary and trailers). */
 #include <dirent.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/buf.h"
@@ -39,11 +41,13 @@ typedef struct fake {
   int calls[MEM_STAGES];   /* calls per stage */
   int batches[MEM_STAGES]; /* engine runs per stage */
   int mixed;               /* runs holding calls of more than one stage */
+  int die_at;              /* > 0: the process ends (as if killed) when stage die_at - 1 asks */
 } fake;
 
 static int fake_run(void *ctx, mem_call *calls, size_t n, herr *err) {
   (void)err;
   fake *f = ctx;
+  if (n && f->die_at == calls[0].stage + 1) _exit(3);
   for (size_t i = 0; i < n; i++) {
     mem_call *c = &calls[i];
     if (c->stage != calls[0].stage) f->mixed++;
@@ -492,6 +496,32 @@ static void test_existing_repository(void) {
   CHECK(committed_file(other, "README.md"));
 }
 
+static void test_resume_after_kill(void) {
+  /* a run that dies in the middle of write (a child process, ended there) leaves segment,
+   * extract and route kept; the next run does write, reconcile and link */
+  char other[800];
+  snprintf(other, sizeof other, "%s/wiki-killed", tmp);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    fake f = {.rules = rules, .n_rules = sizeof rules / sizeof rules[0], .die_at = MEM_WRITE + 1};
+    mem_report rep;
+    ingest(other, talk1_path, "2026-01-02", 0, &f, &rep);
+    _exit(0); /* not reached */
+  }
+  int st = 0;
+  CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 3);
+  CHECK_EQ_INT(count_commits(other), 0);
+  fake g = {.rules = rules, .n_rules = sizeof rules / sizeof rules[0]};
+  mem_report rep;
+  if (ingest(other, talk1_path, "2026-01-02", 0, &g, &rep)) return;
+  check_calls(&g, (int[MEM_STAGES]){0, 0, 0, 2, 0, 2});
+  CHECK(rep.resumed && rep.committed);
+  check_file(other, "alice.md", alice_1);
+  check_file(other, "garden-shed.md", shed_1);
+  CHECK_EQ_INT(count_commits(other), 1);
+}
+
 static void test_one_run_at_a_time(void) {
   /* a run holding the wiki's lock keeps a second one out, with a message */
   int fd = -1;
@@ -521,6 +551,7 @@ int main(void) {
   RUN(test_second_run_changes_nothing);
   RUN(test_patch_reconcile_link);
   RUN(test_resume_after_stop);
+  RUN(test_resume_after_kill);
   RUN(test_one_run_at_a_time);
   RUN(test_stale_state_dropped);
   RUN(test_unusable_answers);
