@@ -15,7 +15,7 @@ set -euo pipefail
 
 need=(cmake make gcc pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libedit-dev
       libjpeg62-turbo-dev libpng-dev libwebp-dev libgif-dev libcurl4-openssl-dev libssl-dev
-      libavformat-dev libavcodec-dev libswresample-dev libswscale-dev libavutil-dev libheif-dev)
+      libavformat-dev libavcodec-dev libswresample-dev libswscale-dev libavutil-dev libheif-dev libgit2-dev)
 if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; then
   need+=(clang libclang-rt-14-dev python3 python3-jinja2 nodejs npm chromium libheif-examples gnuplot-nox)
 fi

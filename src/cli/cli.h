@@ -10,7 +10,8 @@
  * (the chat module, without weights), inspect (format/), logits and bench
  * (model/, engine/kv_cache.h; cli_model_load below), convert (format/,
  * backend/, model/gguf_model.h), fuse (format/, backend/formats.h), get, ls,
- * scan, rm and gc (hub/: the Hub, the Hugging Face cache, the registry). */
+ * scan, rm and gc (hub/: the Hub, the Hugging Face cache, the registry),
+ * memory (memory/: the wiki pipeline, on hearth.h). */
 #ifndef HEARTH_CLI_H
 #define HEARTH_CLI_H
 
@@ -43,6 +44,12 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The built-in model folder (models/default next to the binary's install or
  * source tree), or NULL when none is found. Borrowed static string. */
 const char *cli_default_model(void);
+/* A folder shipped with hearth, found as the built-in model is: the folder
+ * the environment variable env names (may be NULL), else the first of rel
+ * (n paths relative to the binary's folder) that holds the file marker.
+ * found: the caller's static PATH_MAX buffer, which keeps the answer. NULL
+ * when there is none. */
+const char *cli_beside_binary(const char *env, const char *const *rel, size_t n, const char *marker, char *found);
 /* How a verb loads its model: the global --device, --gpu-memory-fraction,
  * --f32-as-bf16 and --threads (which main.c takes from any verb that loads a
  * model) and the
@@ -155,12 +162,18 @@ int cli_ls(int argc, char **argv);
 int cli_scan(int argc, char **argv);
 int cli_rm(int argc, char **argv);
 int cli_gc(int argc, char **argv);
+/* `hearth memory SUBVERB`: memory.c dispatches (ingest: the memory pipeline, src/memory). */
+int cli_memory(int argc, char **argv);
 
 /* What a --model value names (model_name.c): *path (malloc'd) the folder or
  * file a registry name or a Hub id stands for — fetched into the Hugging Face
  * cache when not there —, or NULL when the value is to be used as it is.
  * Returns nonzero after printing why a Hub id cannot be had. */
 int cli_model_resolve(const char *value, char **path);
+/* The same without fetching: HEARTH_ENOTFOUND when value is a Hub id not in
+ * the cache, with the command that fetches it ("hearth get ORG/NAME") in
+ * fetch (cap bytes); 0 otherwise, *path as cli_model_resolve sets it. */
+int cli_model_find(const char *value, char **path, char *fetch, size_t cap);
 /* inspect's facts about a model folder or file as a JSON object (NULL when its
  * weights could not be read); problem: why hearth cannot run it ("" if it can). */
 json_t *cli_inspect_json(const char *path, char *problem, size_t cap);

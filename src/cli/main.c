@@ -32,6 +32,7 @@ static const cli_verb verbs[] = {
     {"kv-eval", "measure the logit error and greedy agreement of a quantized KV cache", cli_kv_eval, true},
     {"logits", "print a forward pass's logits as JSON", cli_logits, true},
     {"ls", "list the models hearth can name: the Hugging Face cache and the registry", cli_ls, false},
+    {"memory", "a Markdown wiki in git written from conversation logs (memory ingest)", cli_memory, true},
     {"rm", "remove a model from the HF cache or a name from the registry", cli_rm, false},
     {"scan", "register the model folders and GGUF files found under folders, by reference", cli_scan, false},
     {"serve", "serve a model over HTTP (OpenAI API, chat page)", cli_serve, true},
@@ -52,13 +53,13 @@ static void usage(FILE *f) {
           hearth_version());
   for (int i = 0; i < nverbs; i++) fprintf(f, "  %-12s %s\n", verbs[i].name, verbs[i].summary);
   fprintf(f,
-          "\noptions of every verb that loads a model (batch, bench, chat, embed, generate, kv-eval, logits, serve):\n"
+          "\noptions of every verb that loads a model (batch, bench, chat, embed, generate, kv-eval, logits, memory, serve):\n"
           "  --device DEV                 cpu (default), cuda, cuda:N, or auto (the GPU when one is usable)\n"
           "  --gpu-memory-fraction F      share of free GPU memory the KV pool may take after the weights (0.9)\n"
           "  --ctx-size N, -c N           context in tokens, below the model's own to save memory (default: the\n"
           "                               model's max_position_embeddings; a larger value is refused)\n"
-          "  --chat-template-file PATH    batch, chat, generate, serve (and template): render chats with this Jinja\n"
-          "                               file instead of the model's chat template\n"
+          "  --chat-template-file PATH    batch, chat, generate, memory, serve (and template): render chats with this\n"
+          "                               Jinja file instead of the model's chat template\n"
           "  --f32-as-bf16                store f32 weight matrices as bf16 (half the memory; weights rounded)\n"
           "  --gpu-precision exact|fast   GPU, bf16 weights: activations at f32 precision (exact, default) or\n"
           "                               rounded to bf16 in one pass (fast: a third of the prefill work; prompt\n"
@@ -114,7 +115,7 @@ static cli_load g_load;
 
 /* The verbs that load a model and render chats with its template. */
 static bool renders_chats(const cli_verb *v) {
-  return v->run == cli_batch || v->run == cli_chat || v->run == cli_generate || v->run == cli_serve;
+  return v->run == cli_batch || v->run == cli_chat || v->run == cli_generate || v->run == cli_memory || v->run == cli_serve;
 }
 
 const cli_load *cli_load_opts(void) {
@@ -170,34 +171,38 @@ int cli_fail(const char *fmt, ...) {
   return 1;
 }
 
-const char *cli_default_model(void) {
-  static char found[PATH_MAX];
+const char *cli_beside_binary(const char *env, const char *const *rel, size_t n, const char *marker, char *found) {
   if (found[0]) return found;
-  const char *env = getenv("HEARTH_DEFAULT_MODEL");
-  if (env && hfile_is_dir(env)) {
-    snprintf(found, sizeof found, "%s", env);
+  const char *e = env ? getenv(env) : NULL;
+  if (e && hfile_is_dir(e)) {
+    snprintf(found, PATH_MAX, "%s", e);
     return found;
   }
   char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) return NULL;
-  exe[n] = 0;
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (len <= 0) return NULL;
+  exe[len] = 0;
   char *slash = strrchr(exe, '/');
   if (!slash) return NULL;
   *slash = 0;
-  /* <bindir>/../share/hearth/models/default (installed), <build>/../models/default (source tree) */
-  static const char *rel[] = {"../share/hearth/models/default", "../models/default", "models/default",
-                              "../../models/default"};
-  for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+  for (size_t i = 0; i < n; i++) {
     char cand[PATH_MAX];
     snprintf(cand, sizeof cand, "%s/%s", exe, rel[i]);
-    char *cfg = hpath_join(cand, "config.json");
-    bool ok = cfg && hfile_exists(cfg);
-    free(cfg);
+    char *m = hpath_join(cand, marker);
+    bool ok = m && hfile_exists(m);
+    free(m);
     if (ok && realpath(cand, found)) return found;
   }
   found[0] = 0;
   return NULL;
+}
+
+const char *cli_default_model(void) {
+  static char found[PATH_MAX];
+  /* <bindir>/../share/hearth/models/default (installed), <build>/../models/default (source tree) */
+  static const char *rel[] = {"../share/hearth/models/default", "../models/default", "models/default",
+                              "../../models/default"};
+  return cli_beside_binary("HEARTH_DEFAULT_MODEL", rel, sizeof rel / sizeof rel[0], "config.json", found);
 }
 
 int cli_version(int argc, char **argv) {
@@ -353,7 +358,8 @@ int main(int argc, char **argv) {
       if (r < 0) return 2;
       if (!cli_parse_double(v, 0, 1, &g_load.gpu_memory_fraction) || g_load.gpu_memory_fraction == 0)
         return cli_usage_error(verb->name, "--gpu-memory-fraction must be in (0, 1], not '%s'", v);
-    } else if (verb && verb->run != cli_get && verb->run != cli_rm && (r = resolve_model_arg(argc, argv, &j, &out))) {
+    } else if (verb && verb->run != cli_get && verb->run != cli_rm && verb->run != cli_memory && /* memory never fetches */
+               (r = resolve_model_arg(argc, argv, &j, &out))) {
       if (r < 0) return 1;
     } else argv[out++] = argv[j];
   }

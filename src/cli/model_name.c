@@ -4,7 +4,9 @@
  * [@REVISION][:QUANT], found in the Hugging Face cache or, when not cached,
  * fetched there first with a message and progress (refused under
  * HF_HUB_OFFLINE=1 with the exact `hearth get` command). Anything else is left
- * for the verb to refuse. */
+ * for the verb to refuse. cli_model_find is the same lookup for verbs that
+ * must not fetch (hearth memory): a Hub id not cached is an error that names
+ * the command that fetches it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +32,9 @@ static char *cached_model(const hub_ref *ref) {
   return path;
 }
 
-int cli_model_resolve(const char *value, char **path) {
+/* What value names without fetching: 0 with *path set (NULL: use value as it is), or 1 when it
+ * is a Hub id that is not cached (ref and id filled). */
+static int find_local(const char *value, char **path, hub_ref *ref, char *id, size_t cap) {
   *path = NULL;
   if (!value || !*value || hfile_exists(value)) return 0;
   if ((*path = hub_registry_lookup(value))) return 0;
@@ -39,11 +43,24 @@ int cli_model_resolve(const char *value, char **path) {
   if (value[0] == '.' || value[0] == '~' || (len > 5 && !strcmp(value + len - 5, ".gguf")) ||
       (len > 12 && !strcmp(value + len - 12, ".safetensors")) || (len > 5 && !strcmp(value + len - 5, ".json")))
     return 0;
+  if (hub_ref_parse(value, ref, NULL)) return 0;
+  if ((*path = cached_model(ref))) return 0;
+  hub_ref_format(ref, id, cap);
+  return 1;
+}
+
+int cli_model_find(const char *value, char **path, char *fetch, size_t cap) {
   hub_ref ref;
-  if (hub_ref_parse(value, &ref, NULL)) return 0;
-  if ((*path = cached_model(&ref))) return 0;
   char id[600];
-  hub_ref_format(&ref, id, sizeof id);
+  if (!find_local(value, path, &ref, id, sizeof id)) return 0;
+  snprintf(fetch, cap, "hearth get %s", id);
+  return HEARTH_ENOTFOUND;
+}
+
+int cli_model_resolve(const char *value, char **path) {
+  hub_ref ref;
+  char id[600];
+  if (!find_local(value, path, &ref, id, sizeof id)) return 0;
   char *root = hub_cache_root();
   if (hub_offline()) {
     fprintf(stderr,
