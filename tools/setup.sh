@@ -9,6 +9,8 @@
 #                           bench/serve_load, which a test runs, heif-enc for
 #                           the HEIC / AVIF images the media test makes)
 #   tools/setup.sh --bench  the test dependencies and gnuplot (the benchmarks' plots)
+#   tools/setup.sh --gguf-parity   only what tools/gen_gguf_parity.sh needs: llama.cpp's
+#                           converter on Debian's torch, and a C++ compiler for its CPU build
 set -euo pipefail
 
 need=(cmake make gcc pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libedit-dev
@@ -19,6 +21,9 @@ if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; then
 fi
 if [ "${1:-}" = "--bench" ]; then
   need+=(gnuplot-nox)
+fi
+if [ "${1:-}" = "--gguf-parity" ]; then
+  need=(cmake make gcc g++ git npm python3-torch python3-numpy python3-sentencepiece python3-yaml python3-tqdm)
 fi
 
 missing=()
@@ -45,6 +50,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+[ "${1:-}" = "--gguf-parity" ] && exit 0
 
 # The chat page's libraries from npm, bundled into the binary by the build.
 # Never fails: offline or without npm, the page keeps its plain renderer.
