@@ -23,10 +23,16 @@
 #    each folder's tokenizer.model (the converter pads the vocabulary to the
 #    model's 512 with [PAD] tokens). The logits compared are of token ids, so
 #    the vocabulary only has to load.
-# 3. llama.cpp's CPU build of libllama (-DGGML_CUDA=OFF, static, no OpenMP)
-#    and tools/llamacpp_logits.c linked to it: every position's logits of the
-#    golden's second prompt (40 tokens, longer than the sliding windows) from
-#    one decode, one thread, an f32 KV cache, no flash attention.
+# 3. llama.cpp's CPU build of the same release: by default the one npm
+#    @node-llama-cpp/linux-x64@3.21.1 ships (node-llama-cpp's CI builds it from
+#    the source in the bundle: both name llama.cpp release v0.4.0, in
+#    llama/llama.cpp.info.json and bins/linux-x64/_nlcBuildMetadata.json; its CPU
+#    backends are modules picked for this CPU at load); LLAMACPP_FROM_SOURCE=1
+#    builds libllama from the bundle instead (-DGGML_CUDA=OFF, static, no
+#    OpenMP: about an hour on two cores). tools/llamacpp_logits.c linked to it
+#    writes every position's logits of the golden's second prompt (40 tokens,
+#    longer than the sliding windows) from one decode, one thread, an f32 KV
+#    cache, no flash attention.
 # 4. Out: FAMILY-TYPE.gguf, FAMILY-TYPE.logits (float32 LE [position][vocab])
 #    and manifest.json (the source's commit, each file's ids; a family the
 #    converter or llama.cpp refuses is recorded there with the reason).
@@ -87,22 +93,38 @@ EOF
 import sys, sentencepiece as spm
 spm.SentencePieceTrainer.train(input=sys.argv[1], model_prefix=sys.argv[2], vocab_size=400, model_type="unigram",
                                num_threads=1, character_coverage=1.0, hard_vocab_limit=False,
-                               normalization_rule_name="identity", minloglevel=2)
+                               normalization_rule_name="identity", minloglevel=2,
+                               user_defined_symbols=["<|endoftext|>", "<|end|>", "<|user|>", "<|assistant|>", "<|system|>",
+                                                     "<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>"])
 EOF
 
 # 3. llama.cpp's CPU library and the logits program
 if [ ! -f "$work/llamacpp_logits" ] || [ "$root/tools/llamacpp_logits.c" -nt "$work/llamacpp_logits" ]; then
-  launcher=()
-  command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  cmake -S "$lc" -B "$lc/build-cpu" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DGGML_OPENMP=OFF -DBUILD_SHARED_LIBS=OFF \
-    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF "${launcher[@]}" >"$work/cmake.log"
-  cmake --build "$lc/build-cpu" -j "$(nproc)" --target llama >"$work/build.log"
-  libs=$(find "$lc/build-cpu" -name 'libllama.a' -o -name 'libggml*.a' | sort)
-  cc -O2 -o "$work/llamacpp_logits" "$root/tools/llamacpp_logits.c" -I"$lc/include" -I"$lc/ggml/include" \
-    "$lc/build-cpu/src/libllama.a" "$lc/build-cpu/ggml/src/libggml.a" "$lc/build-cpu/ggml/src/libggml-cpu.a" \
-    "$lc/build-cpu/ggml/src/libggml-base.a" -lstdc++ -lm -lpthread || { echo "libraries: $libs" >&2; exit 1; }
+  if [ "${LLAMACPP_FROM_SOURCE:-0}" = 1 ]; then
+    launcher=()
+    command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+    cmake -S "$lc" -B "$lc/build-cpu" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DGGML_OPENMP=OFF -DBUILD_SHARED_LIBS=OFF \
+      -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF "${launcher[@]}" >"$work/cmake.log"
+    cmake --build "$lc/build-cpu" -j "$(nproc)" --target llama >"$work/build.log"
+    lib() { find "$lc/build-cpu" -name "lib$1.a" | head -n 1; }
+    cc -O2 -o "$work/llamacpp_logits" "$root/tools/llamacpp_logits.c" -I"$lc/include" -I"$lc/ggml/include" \
+      "$(lib llama)" "$(lib ggml)" "$(lib ggml-cpu)" "$(lib ggml-base)" -lstdc++ -lm -lpthread
+    : >"$work/backends"
+  else
+    bins=$work/prebuilt/package/bins/linux-x64
+    if [ ! -f "$bins/_nlcBuildMetadata.json" ]; then
+      rm -rf "$work/prebuilt" && mkdir -p "$work/prebuilt"
+      (cd "$work/prebuilt" && npm pack --silent @node-llama-cpp/linux-x64@3.21.1 >/dev/null && tar xzf ./*.tgz)
+    fi
+    grep -q '"gpu":false' "$bins/_nlcBuildMetadata.json" || { echo "$bins: not a CPU build" >&2; exit 1; }
+    cc -O2 -o "$work/llamacpp_logits" "$root/tools/llamacpp_logits.c" -I"$lc/include" -I"$lc/ggml/include" \
+      "$bins"/libllama.v*.so "$bins"/libggml.v*.so "$bins/libggml-base.so" -Wl,-rpath,"$bins"
+    echo "$bins" >"$work/backends"
+  fi
 fi
+export LLAMACPP_BACKENDS
+LLAMACPP_BACKENDS=$(cat "$work/backends")
 
 # 4. convert, compute, record
 rm -f "$out"/*.gguf "$out"/*.logits
@@ -132,7 +154,9 @@ for fam in "${families[@]}"; do
     printf '%s\t%s\t%s\t\n' "$fam" "$t" "$ids" >>"$manifest"
   done
 done
-"$py" - "$manifest" "$out/manifest.json" "$commit" <<'EOF'
+how="npm @node-llama-cpp/linux-x64@3.21.1"
+[ -z "$LLAMACPP_BACKENDS" ] && how="built from the bundle"
+"$py" - "$manifest" "$out/manifest.json" "$commit" "$how" <<'EOF'
 import json, sys
 files = []
 for line in open(sys.argv[1], encoding="utf-8"):
@@ -145,7 +169,7 @@ for line in open(sys.argv[1], encoding="utf-8"):
     files.append(e)
 doc = {"source": "node-llama-cpp@3.21.1 gitRelease.bundle", "llama_cpp_commit": sys.argv[3],
        "converter": "convert_hf_to_gguf.py (config.json read as it is; Debian torch 1.13)",
-       "reference": "llama.cpp CPU build: one decode, 1 thread, f32 KV cache, no flash attention",
+       "reference": "llama.cpp CPU build (" + sys.argv[4] + "): one decode, 1 thread, f32 KV cache, no flash attention",
        "golden": "tests/fixtures/golden/FAMILY-f32, prompts[1]", "files": files}
 json.dump(doc, open(sys.argv[2], "w"), indent=1)
 EOF

@@ -2,7 +2,9 @@
  * GGUF file with llama.cpp's own library (its CPU build) and writes the logits
  * of every position of one prompt, given as token ids, as float32
  * little-endian [position][vocab]. Built by gen_gguf_parity.sh against the
- * libllama of the llama.cpp source it converts with; not part of hearth's build.
+ * libllama of the llama.cpp release it converts with; not part of hearth's build.
+ * A libllama whose CPU backends are loadable modules (node-llama-cpp's
+ * prebuilt one) finds them in $LLAMACPP_BACKENDS.
  *
  * One decode of the whole prompt, one thread, an f32 KV cache and no flash
  * attention: llama.cpp's plain CPU path, so the only roundings left are the
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ggml-backend.h"
 #include "llama.h"
 
 static void quiet(enum ggml_log_level level, const char *text, void *user) {
@@ -39,6 +42,8 @@ int main(int argc, char **argv) {
   }
   llama_log_set(quiet, NULL);
   llama_backend_init();
+  const char *backends = getenv("LLAMACPP_BACKENDS");
+  if (backends && *backends) ggml_backend_load_all_from_path(backends);
   struct llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;
   struct llama_model *model = llama_model_load_from_file(argv[1], mp);
