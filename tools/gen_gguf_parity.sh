@@ -4,6 +4,7 @@
 # (tests/fixtures/gguf_parity/).
 #
 #   tools/gen_gguf_parity.sh [WORKDIR]     (default .deps/gguf-parity; needs a network once)
+#   GGUF_PARITY_OUT=DIR writes the files there instead of the fixtures folder.
 #
 # 1. llama.cpp's source: the git bundle npm node-llama-cpp@3.21.1 ships
 #    (package/llama/gitRelease.bundle), as tools/fetch_test_deps.sh takes it.
@@ -19,17 +20,18 @@
 #      - torch's float8 / uint16-64 dtype names (torch >= 2.1): placeholders, so
 #        the converter's dtype tables import; no golden tensor has those types.
 #    The golden folders have no tokenizer, and the converter needs one: a
-#    SentencePiece model of 400 pieces trained on this README is written as
-#    each folder's tokenizer.model (the converter pads the vocabulary to the
-#    model's 512 with [PAD] tokens). The logits compared are of token ids, so
-#    the vocabulary only has to load.
+#    SentencePiece model of 400 pieces trained on this README, with chat
+#    markers as whole pieces (llama.cpp's phi3 vocabulary looks up
+#    <|endoftext|>), is written as each folder's tokenizer.model (the converter
+#    pads the vocabulary to the model's 512 with [PAD] tokens). The logits
+#    compared are of token ids, so the vocabulary only has to load.
 # 3. llama.cpp's CPU build of the same release: by default the one npm
 #    @node-llama-cpp/linux-x64@3.21.1 ships (node-llama-cpp's CI builds it from
 #    the source in the bundle: both name llama.cpp release v0.4.0, in
 #    llama/llama.cpp.info.json and bins/linux-x64/_nlcBuildMetadata.json; its CPU
 #    backends are modules picked for this CPU at load); LLAMACPP_FROM_SOURCE=1
 #    builds libllama from the bundle instead (-DGGML_CUDA=OFF, static, no
-#    OpenMP: about an hour on two cores). tools/llamacpp_logits.c linked to it
+#    OpenMP: most of an hour on two cores). tools/llamacpp_logits.c linked to it
 #    writes every position's logits of the golden's second prompt (40 tokens,
 #    longer than the sliding windows) from one decode, one thread, an f32 KV
 #    cache, no flash attention.
@@ -39,7 +41,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(realpath -m "${1:-$root/.deps/gguf-parity}")
-out=$root/tests/fixtures/gguf_parity
+out=$(realpath -m "${GGUF_PARITY_OUT:-$root/tests/fixtures/gguf_parity}")
 families=(llama qwen3 mistral phi3 gemma3)
 types=(f32 f16 q8_0)
 py=/usr/bin/python3   # Debian's, where python3-torch is
