@@ -225,8 +225,10 @@ int hearth_detokenize(const hearth_model *m, const int32_t *ids, size_t n, bool 
  * tokenize=False). messages_json: a JSON array of message objects; tools_json
  * (may be NULL): a JSON array; extra_kwargs_json (may be NULL): a JSON object
  * of further template variables (enable_thinking, reasoning_effort, ...).
- * *text: hearth_free. HEARTH_ENOTFOUND when the model has no chat template,
- * HEARTH_EINVAL for bad JSON or an error the template raises. */
+ * *text: hearth_free. HEARTH_ENOTFOUND when the model has no chat template
+ * (one with a vocabulary but no template of its own renders as the built-in
+ * chatml: hearth_load_opts.chat_template), HEARTH_EINVAL for bad JSON or an
+ * error the template raises. */
 int hearth_chat_render(const hearth_model *m, const char *messages_json, const char *tools_json,
                        bool add_generation_prompt, const char *extra_kwargs_json, char **text, hearth_error *err);
 /* The i-th name of the chat templates hearth ships (hearth_load_opts.chat_template), sorted; NULL past the
