@@ -35,6 +35,9 @@
 #    writes every position's logits of the golden's second prompt (40 tokens,
 #    longer than the sliding windows) from one decode, one thread, an f32 KV
 #    cache, no flash attention.
+#    Beside them, llama256: a random llama 256 wide (rows long enough for the
+#    K-quants' 256-value blocks), quantized by llama.cpp itself to q4_0, q5_0,
+#    q5_1, iq4_nl, q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k and iq4_xs.
 # 4. Out: FAMILY-TYPE.gguf, FAMILY-TYPE.logits (float32 LE [position][vocab])
 #    and manifest.json (the source's commit, each file's ids; a family the
 #    converter or llama.cpp refuses is recorded there with the reason).
@@ -156,6 +159,63 @@ for fam in "${families[@]}"; do
     printf '%s\t%s\t%s\t\n' "$fam" "$t" "$ids" >>"$manifest"
   done
 done
+# The block types of llama.cpp's quantized files, which need rows of 256 (the golden models' are 64
+# wide): a random llama 256 wide (one layer, tied embeddings, written here with numpy as
+# save_pretrained lays it out), converted to f32 and quantized by llama.cpp's own quantizer
+# (llama_model_quantize, what llama-quantize runs), each type against llama.cpp's logits.
+dir=$work/hf/llama256
+rm -rf "$dir" && mkdir -p "$dir" && cp "$work/tokenizer.model" "$dir/"
+"$py" - "$dir" <<'EOF'
+import json, struct, sys
+import numpy as np
+d = sys.argv[1]
+H, F, V, heads, kv = 256, 256, 512, 4, 2
+hd = H // heads
+cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H, "intermediate_size": F,
+       "num_hidden_layers": 1, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd,
+       "vocab_size": V, "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+       "tie_word_embeddings": True, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32"}
+json.dump(cfg, open(d + "/config.json", "w"), indent=1)
+rng = np.random.default_rng(256)
+def mat(r, c, s): return (rng.standard_normal((r, c)) * s).astype(np.float32)
+def vec(n): return (1 + rng.standard_normal(n) * 0.1).astype(np.float32)
+t = {"model.embed_tokens.weight": mat(V, H, 0.1), "model.norm.weight": vec(H)}
+p = "model.layers.0."
+t.update({p + "input_layernorm.weight": vec(H), p + "post_attention_layernorm.weight": vec(H),
+          p + "self_attn.q_proj.weight": mat(heads * hd, H, 0.06), p + "self_attn.k_proj.weight": mat(kv * hd, H, 0.06),
+          p + "self_attn.v_proj.weight": mat(kv * hd, H, 0.06), p + "self_attn.o_proj.weight": mat(H, heads * hd, 0.06),
+          p + "mlp.gate_proj.weight": mat(F, H, 0.06), p + "mlp.up_proj.weight": mat(F, H, 0.06),
+          p + "mlp.down_proj.weight": mat(H, F, 0.06)})
+header, off, blobs = {}, 0, []
+for name in sorted(t):
+    b = t[name].tobytes()
+    header[name] = {"dtype": "F32", "shape": list(t[name].shape), "data_offsets": [off, off + len(b)]}
+    off += len(b)
+    blobs.append(b)
+header["__metadata__"] = {"format": "pt"}
+h = json.dumps(header, separators=(",", ":")).encode()
+h += b" " * (-len(h) % 8)
+with open(d + "/model.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+EOF
+ids=$("$py" -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["prompts"][1])))' \
+  "$root/tests/fixtures/golden/llama-f32/golden.json")
+PYTHONPATH=$work/shim "$py" "$work/shim/run_convert.py" "$lc/convert_hf_to_gguf.py" "$dir" --outtype f32 \
+  --outfile "$work/llama256-f32.gguf" >"$work/llama256.convert.log" 2>&1
+for t in q4_0 q5_0 q5_1 iq4_nl q2_k q3_k_m q4_k_m q5_k_m q6_k iq4_xs; do
+  name=llama256-$t
+  if ! "$work/llamacpp_logits" --quantize "$work/llama256-f32.gguf" "$out/$name.gguf" "$t" 2>"$work/$name.quantize.log"; then
+    printf '%s\t%s\t%s\tllama.cpp: %s\n' llama256 "$t" "$ids" "$(tail -n 1 "$work/$name.quantize.log")" >>"$manifest"
+    continue
+  fi
+  if ! "$work/llamacpp_logits" "$out/$name.gguf" "$ids" "$out/$name.logits" 2>"$work/$name.logits.log"; then
+    printf '%s\t%s\t%s\tllama.cpp: %s\n' llama256 "$t" "$ids" "$(tail -n 1 "$work/$name.logits.log")" >>"$manifest"
+    rm -f "$out/$name.logits"
+    continue
+  fi
+  printf '%s\t%s\t%s\t\n' llama256 "$t" "$ids" >>"$manifest"
+done
+
 how="npm @node-llama-cpp/linux-x64@3.21.1"
 [ -z "$LLAMACPP_BACKENDS" ] && how="built from the bundle"
 "$py" - "$manifest" "$out/manifest.json" "$commit" "$how" <<'EOF'

@@ -10,7 +10,10 @@
  * attention: llama.cpp's plain CPU path, so the only roundings left are the
  * ones its matmuls make for the weights' type.
  *
- *   llamacpp_logits MODEL.gguf 1,2,3 OUT.bin */
+ *   llamacpp_logits MODEL.gguf 1,2,3 OUT.bin
+ *   llamacpp_logits --quantize IN.gguf OUT.gguf TYPE   (llama.cpp's llama-quantize of an f32 file, one
+ *                                                     thread: q4_0 q5_0 q5_1 iq4_nl q2_k q3_k_m q4_k_m
+ *                                                     q5_k_m q6_k iq4_xs) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +26,38 @@ static void quiet(enum ggml_log_level level, const char *text, void *user) {
   if (level == GGML_LOG_LEVEL_ERROR) fputs(text, stderr);
 }
 
+static int quantize(const char *in, const char *out, const char *type) {
+  static const struct {
+    const char *name;
+    enum llama_ftype ftype;
+  } types[] = {{"q4_0", LLAMA_FTYPE_MOSTLY_Q4_0},     {"q5_0", LLAMA_FTYPE_MOSTLY_Q5_0},
+               {"q5_1", LLAMA_FTYPE_MOSTLY_Q5_1},     {"iq4_nl", LLAMA_FTYPE_MOSTLY_IQ4_NL},
+               {"q2_k", LLAMA_FTYPE_MOSTLY_Q2_K},     {"q3_k_m", LLAMA_FTYPE_MOSTLY_Q3_K_M},
+               {"q4_k_m", LLAMA_FTYPE_MOSTLY_Q4_K_M}, {"q5_k_m", LLAMA_FTYPE_MOSTLY_Q5_K_M},
+               {"q6_k", LLAMA_FTYPE_MOSTLY_Q6_K},     {"iq4_xs", LLAMA_FTYPE_MOSTLY_IQ4_XS}};
+  for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+    if (strcmp(types[i].name, type)) continue;
+    struct llama_model_quantize_params qp = llama_model_quantize_default_params();
+    qp.nthread = 1;
+    qp.ftype = types[i].ftype;
+    if (llama_model_quantize(in, out, &qp)) {
+      fprintf(stderr, "%s: llama.cpp cannot quantize it to %s\n", in, type);
+      return 1;
+    }
+    return 0;
+  }
+  fprintf(stderr, "unknown type %s\n", type);
+  return 2;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 5 && !strcmp(argv[1], "--quantize")) {
+    llama_log_set(quiet, NULL);
+    llama_backend_init();
+    const char *backends = getenv("LLAMACPP_BACKENDS");
+    if (backends && *backends) ggml_backend_load_all_from_path(backends);
+    return quantize(argv[2], argv[3], argv[4]);
+  }
   if (argc != 4) {
     fprintf(stderr, "usage: %s MODEL.gguf IDS OUT.bin\n", argv[0]);
     return 2;

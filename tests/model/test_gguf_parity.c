@@ -2,7 +2,9 @@
  * (convert_hf_to_gguf.py, from tiny golden folders, in f32, f16 and q8_0) load
  * in hearth and give the logits llama.cpp's CPU build computes from the same
  * file (tests/fixtures/gguf_parity, made by tools/gen_gguf_parity.sh): every
- * position of a 40-token prompt, for each family the converter took.
+ * position of a 40-token prompt, for each family the converter took, and for
+ * the block types llama.cpp's quantizer writes (llama256: a random llama 256
+ * wide, the K-quants' block).
  *
  * Tolerance: the worst |hearth - llama.cpp| over all positions and the
  * vocabulary, against the largest |logit| of the reference (the logits' scale):
@@ -13,9 +15,12 @@
  *         before the dot product with f16 weights (ggml's vec_dot_type for
  *         F16), hearth keeps f32 activations: 2^-11 relative per input, through
  *         every layer (measured 1.1e-4 to 9.8e-4);
- *   q8_0  3e-2 — both quantize activations to 8 bits per 32 values before
- *         integer dot products, each its own way (llama.cpp an f16 scale per
- *         block), ~2^-8 relative per input (measured 3.7e-3 to 2.1e-2).
+ *   q8_0 and llama.cpp's other block types (q4_0, q5_0, q5_1, iq4_nl, q2_K,
+ *         q3_K, q4_K, q5_K, q6_K, iq4_xs, on llama256)  4e-2 — llama.cpp
+ *         quantizes activations to 8 bits per 32 (q8_0) or 256 values (q8_K)
+ *         before integer dot products, hearth its own way: ~2^-8 relative per
+ *         input, through the layers and the head (measured 3.7e-3 to 2.8e-2;
+ *         the weights' own rounding is the same on both sides, one file).
  * Reading a file as transformers would (gemma3's query_pre_attn_scalar and
  * layer_types, mistral's sliding window, which llama.cpp's file drops) moves
  * the logits by 7% and 88% of their scale. And each position's top token
@@ -36,7 +41,7 @@
 static double tolerance(const char *type) {
   if (!strcmp(type, "f32")) return 1e-4;
   if (!strcmp(type, "f16")) return 1e-2;
-  return 3e-2;
+  return 4e-2;
 }
 
 static int argmax(const float *x, int64_t n, float *gap) {
@@ -125,8 +130,8 @@ static void test_llama_cpp_files(void) {
   size_t i;
   json_t *e;
   json_array_foreach(files, i, e) check_file(e, &checked);
-  /* llama, qwen3, mistral (llama.cpp's llama), phi3, gemma3, each in three types */
-  CHECK_MSG(checked == 15, "%d files checked", checked);
+  /* llama, qwen3, mistral (llama.cpp's llama), phi3, gemma3, each in three types; llama256 in ten */
+  CHECK_MSG(checked == 25, "%d files checked", checked);
   json_decref(doc);
 }
 
