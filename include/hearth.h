@@ -105,6 +105,13 @@ typedef struct hearth_load_opts {
                               Shapes that do not split are refused naming the dimension. 0: not split */
   const char *chat_template_file; /* NULL: the model's chat template. Else a Jinja file rendered in its place
                               (the model's BOS/EOS texts kept); one that cannot be read or parsed is refused */
+  const char *chat_template; /* NULL: the model's chat template. Else the name of a template hearth ships
+                              (hearth_chat_template_name: chatml, deepseek3, gemma, llama3, mistral-v7,
+                              phi3) or, when it is no such name, a Jinja file, rendered in its place as
+                              chat_template_file is; neither is refused listing the names. Not together
+                              with chat_template_file. A model with a vocabulary but no chat template of
+                              its own (and neither option) renders chats as chatml, with a warning at
+                              the first chat (hearth_info.chat_template_fallback). */
   const char *trace_file;  /* NULL: no trace. Else a Chrome trace-event JSON file (Perfetto,
                               chrome://tracing) the serving engine writes while the model is loaded:
                               per request a track with its queue wait, prefix-cache lookup, prefill
@@ -172,6 +179,7 @@ typedef struct hearth_info {
   int n_eos;
   bool has_tokenizer;
   bool has_chat_template;
+  bool chat_template_fallback; /* the model has none of its own: chats render as the built-in chatml */
   const char *chat_template; /* borrowed: the chat template's Jinja source; NULL when none */
   int32_t hidden_size;      /* the width of hearth_embed's vectors (before opts.dimensions) */
   bool can_generate;        /* false for a folder without an output head (embeddings only) */
@@ -217,10 +225,15 @@ int hearth_detokenize(const hearth_model *m, const int32_t *ids, size_t n, bool 
  * tokenize=False). messages_json: a JSON array of message objects; tools_json
  * (may be NULL): a JSON array; extra_kwargs_json (may be NULL): a JSON object
  * of further template variables (enable_thinking, reasoning_effort, ...).
- * *text: hearth_free. HEARTH_ENOTFOUND when the model has no chat template,
- * HEARTH_EINVAL for bad JSON or an error the template raises. */
+ * *text: hearth_free. HEARTH_ENOTFOUND when the model has no chat template
+ * (one with a vocabulary but no template of its own renders as the built-in
+ * chatml: hearth_load_opts.chat_template), HEARTH_EINVAL for bad JSON or an
+ * error the template raises. */
 int hearth_chat_render(const hearth_model *m, const char *messages_json, const char *tools_json,
                        bool add_generation_prompt, const char *extra_kwargs_json, char **text, hearth_error *err);
+/* The i-th name of the chat templates hearth ships (hearth_load_opts.chat_template), sorted; NULL past the
+ * last. */
+const char *hearth_chat_template_name(size_t i);
 
 /* ---- generation ---------------------------------------------------------- */
 

@@ -11,6 +11,8 @@
 #                           gnuplot for `hearth train`'s loss curve, which a
 #                           test draws)
 #   tools/setup.sh --bench  the test dependencies (gnuplot draws the benchmarks' plots)
+#   tools/setup.sh --gguf-parity   only what tools/gen_gguf_parity.sh needs: llama.cpp's
+#                           converter on Debian's torch, and a C++ compiler for its CPU build
 set -euo pipefail
 
 need=(cmake make gcc pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libedit-dev
@@ -18,6 +20,9 @@ need=(cmake make gcc pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libm
       libavformat-dev libavcodec-dev libswresample-dev libswscale-dev libavutil-dev libheif-dev libgit2-dev)
 if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; then
   need+=(clang libclang-rt-14-dev python3 python3-jinja2 nodejs npm chromium libheif-examples gnuplot-nox)
+fi
+if [ "${1:-}" = "--gguf-parity" ]; then
+  need=(cmake make gcc g++ git npm python3-torch python3-numpy python3-sentencepiece python3-yaml python3-tqdm)
 fi
 
 missing=()
@@ -44,6 +49,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+[ "${1:-}" = "--gguf-parity" ] && exit 0
 
 # The chat page's libraries from npm, bundled into the binary by the build.
 # Never fails: offline or without npm, the page keeps its plain renderer.

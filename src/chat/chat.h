@@ -32,6 +32,23 @@ int chat_template_load(const char *path, chat_template *out, herr *err);
 int chat_template_replace(chat_template *t, const char *file, herr *err);
 void chat_template_free(chat_template *t);
 
+/* The chat templates hearth ships (builtin.c; src/chat/templates/NAME.jinja):
+ * well-known formats by the names llama.cpp's --chat-template gives them —
+ * chatml, deepseek3, gemma, llama3, mistral-v7, phi3 — each rendering plain
+ * turns as its models' own template does. chat_builtin_template: the Jinja
+ * source, NULL for an unknown name. chat_builtin_names: the names, sorted,
+ * ", "-separated, into buf (cut at size). */
+const char *chat_builtin_template(const char *name);
+size_t chat_builtin_count(void);
+const char *chat_builtin_name(size_t i);
+void chat_builtin_names(char *buf, size_t size);
+/* Replaces t's Jinja source with a built-in template when name_or_file is one's
+ * name (origin "built-in chat template NAME"), else with the file's text
+ * (chat_template_replace). A value that is neither a name nor an existing
+ * file (and has no '/') is an error listing the names. bos/eos as in
+ * chat_template_replace; t is unchanged on error. */
+int chat_template_use(chat_template *t, const char *name_or_file, herr *err);
+
 /* The context apply_chat_template renders with: messages, tools (null when
  * absent), documents (null), add_generation_prompt, bos_token, eos_token, then
  * every key of extra_kwargs (which win). messages/tools/extra are borrowed and

@@ -275,7 +275,8 @@ void cli_hearth_load_opts(hearth_load_opts *lo) {
                            .spec_tokens = cl->spec_tokens,
                            .spec_method = cl->spec_method, .draft_model = cl->draft_model,
                            .kv_quant = cl->kv_quant, .kv_quant_config = cl->kv_quant_config,
-                           .context_length = cl->context_length, .chat_template_file = cl->chat_template_file};
+                           .context_length = cl->context_length, .chat_template_file = cl->chat_template_file,
+                           .chat_template = cl->chat_template};
 }
 
 int cli_kv_geometry(const model *m, model_kv_geometry *g, herr *err) {

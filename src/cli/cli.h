@@ -75,6 +75,7 @@ typedef struct cli_load {
   const char *kv_quant_config; /* --kv-quant-config FILE */
   int64_t context_length;      /* --ctx-size N / -c N (0: the model's) */
   const char *chat_template_file; /* --chat-template-file PATH (batch, chat, generate, serve) */
+  const char *chat_template;      /* --chat-template NAME|FILE (the same verbs) */
 } cli_load;
 const cli_load *cli_load_opts(void);
 /* The name a --model value gave the model at path (a registry name or a Hub id, as typed), or NULL

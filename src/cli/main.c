@@ -58,8 +58,10 @@ static void usage(FILE *f) {
           "  --gpu-memory-fraction F      share of free GPU memory the KV pool may take after the weights (0.9)\n"
           "  --ctx-size N, -c N           context in tokens, below the model's own to save memory (default: the\n"
           "                               model's max_position_embeddings; a larger value is refused)\n"
-          "  --chat-template-file PATH    batch, chat, generate, memory, serve (and template): render chats with this\n"
-          "                               Jinja file instead of the model's chat template\n"
+          "  --chat-template NAME|FILE    batch, chat, generate, memory, serve (and template): render chats with a\n"
+          "                               template hearth ships (chatml, deepseek3, gemma, llama3, mistral-v7, phi3)\n"
+          "                               or a Jinja file instead of the model's (a model without one uses chatml)\n"
+          "  --chat-template-file PATH    the same, a Jinja file only\n"
           "  --f32-as-bf16                store f32 weight matrices as bf16 (half the memory; weights rounded)\n"
           "  --gpu-precision exact|fast   GPU, bf16 weights: activations at f32 precision (exact, default) or\n"
           "                               rounded to bf16 in one pass (fast: a third of the prefill work; prompt\n"
@@ -285,7 +287,7 @@ int main(int argc, char **argv) {
   }
   const cli_verb *verb = find_verb(argv[i]);
   /* --verbose / --quiet are accepted after the verb too, and --device,
-   * --gpu-memory-fraction, --ctx-size (-c), --chat-template-file (by the verbs that render chats), --f32-as-bf16, --expert-budget, --tensor-parallel (--tp), --spec-tokens, --spec-method,
+   * --gpu-memory-fraction, --ctx-size (-c), --chat-template(-file) (by the verbs that render chats), --f32-as-bf16, --expert-budget, --tensor-parallel (--tp), --spec-tokens, --spec-method,
    * --draft-model, --kv-quant, --kv-quant-config and --threads by verbs that load a
    * model; verbs never see them. */
   int out = i + 1;
@@ -351,7 +353,12 @@ int main(int argc, char **argv) {
       g_load.context_length = n;
     } else if (verb && renders_chats(verb) && (r = cli_opt(argc, argv, &j, "--chat-template-file", &v))) {
       if (r < 0) return 2;
+      if (g_load.chat_template) return cli_usage_error(verb->name, "--chat-template and --chat-template-file: give one");
       g_load.chat_template_file = v;
+    } else if (verb && renders_chats(verb) && (r = cli_opt(argc, argv, &j, "--chat-template", &v))) {
+      if (r < 0) return 2;
+      if (g_load.chat_template_file) return cli_usage_error(verb->name, "--chat-template and --chat-template-file: give one");
+      g_load.chat_template = v;
     } else if (verb && verb->loads_model && strcmp(argv[j], "--f32-as-bf16") == 0) {
       g_load.f32_as_bf16 = true;
     } else if (verb && verb->loads_model && (r = cli_opt(argc, argv, &j, "--gpu-memory-fraction", &v))) {

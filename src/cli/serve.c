@@ -456,6 +456,7 @@ int cli_serve(int argc, char **argv) {
                                    .kv_quant_config = cli_load_opts()->kv_quant_config,
                                    .context_length = cli_load_opts()->context_length,
                                    .chat_template_file = cli_load_opts()->chat_template_file,
+                                   .chat_template = cli_load_opts()->chat_template,
                                    .trace_file = trace_file,
                                    .trace_max_bytes = trace_max,
                                    .kv_store = kv_store,

@@ -11,6 +11,8 @@
 #include "cli/cli.h"
 
 static void template_usage(FILE *f) {
+  char names[256];
+  chat_builtin_names(names, sizeof names);
   fprintf(f,
           "usage: hearth template --model PATH --messages FILE [--tools FILE] [--no-generation-prompt]\n"
           "                       [--kwargs JSON]\n\n"
@@ -21,7 +23,10 @@ static void template_usage(FILE *f) {
           "  --no-generation-prompt   render with add_generation_prompt=false\n"
           "  --kwargs JSON            extra template variables, e.g. '{\"enable_thinking\": false}'\n"
           "  --chat-template-file F   render with the Jinja file F instead of PATH's template (PATH's\n"
-          "                           bos_token and eos_token kept)\n");
+          "                           bos_token and eos_token kept)\n"
+          "  --chat-template NAME|F   render with a template hearth ships (%s)\n"
+          "                           or the Jinja file F instead of PATH's\n",
+          names);
 }
 
 static json_t *load_json_arg(const char *path, herr *err) {
@@ -33,7 +38,8 @@ static json_t *load_json_arg(const char *path, herr *err) {
 }
 
 int cli_template(int argc, char **argv) {
-  const char *model = NULL, *messages_path = NULL, *tools_path = NULL, *kwargs_text = NULL, *tpl_file = NULL;
+  const char *model = NULL, *messages_path = NULL, *tools_path = NULL, *kwargs_text = NULL, *tpl_file = NULL,
+             *tpl_named = NULL;
   bool add_generation_prompt = true;
   for (int i = 1; i < argc; i++) {
     int r;
@@ -51,6 +57,8 @@ int cli_template(int argc, char **argv) {
       if (r < 0) return 2;
     } else if ((r = cli_opt(argc, argv, &i, "--chat-template-file", &tpl_file))) {
       if (r < 0) return 2;
+    } else if ((r = cli_opt(argc, argv, &i, "--chat-template", &tpl_named))) {
+      if (r < 0) return 2;
     } else if (strcmp(argv[i], "--no-generation-prompt") == 0) {
       add_generation_prompt = false;
     } else {
@@ -60,12 +68,14 @@ int cli_template(int argc, char **argv) {
   if (!model) model = cli_default_model();
   if (!model) return cli_usage_error("template", "--model PATH is required");
   if (!messages_path) return cli_usage_error("template", "--messages FILE is required");
+  if (tpl_file && tpl_named) return cli_usage_error("template", "--chat-template and --chat-template-file: give one");
 
   herr err = {0};
   chat_template tpl;
   int rc = chat_template_load(model, &tpl, &err);
-  if (rc == HEARTH_ENOTFOUND && tpl_file) rc = 0; /* the file's, with no bos/eos texts */
+  if (rc == HEARTH_ENOTFOUND && (tpl_file || tpl_named)) rc = 0; /* the given one's, with no bos/eos texts */
   if (!rc && tpl_file) rc = chat_template_replace(&tpl, tpl_file, &err);
+  else if (!rc && tpl_named) rc = chat_template_use(&tpl, tpl_named, &err);
   if (rc) {
     chat_template_free(&tpl);
     return cli_fail("%s", err.msg);

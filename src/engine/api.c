@@ -4,6 +4,7 @@
  * scheduler (engine/sched.h), started by the first generation. Knows nothing of HTTP or the command line. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,8 @@ struct hearth_model {
   chat_template chat_src;      /* owned (when has_chat_src): source, bos/eos strings */
   chat_call_shape call_shape;  /* how the template wants turns of only tool calls */
   bool has_chat_src;
+  bool chat_fallback;          /* the model has no template: chats render with the built-in chatml */
+  _Atomic bool chat_warned;    /* the fallback was logged (once, at the first chat) */
   jinja_template *chat;        /* owned, NULL when none or when it did not parse */
   herr chat_err;               /* why a template that exists did not parse */
   pthread_mutex_t gen_lock;    /* guards starting the scheduler */
@@ -130,15 +133,22 @@ static int gguf_has_vocab(const char *path, bool *yes, herr *err) {
 }
 
 /* The chat template (chat/chat.h finds it: chat_template.jinja,
- * tokenizer_config.json, chat_template.json), parsed once. Absent is not an
- * error. One that does not parse leaves the model usable for raw prompts:
- * the parse error is logged and returned by every hearth_chat_render. */
-static int load_chat_template(hearth_model *hm, const char *file, herr *err) {
+ * tokenizer_config.json, chat_template.json), parsed once. file (a Jinja file)
+ * or named (a built-in template's name, or a file) replace it. A model with a
+ * vocabulary but no template of its own renders chats with the built-in chatml
+ * (as llama.cpp does), logged at the first chat; without a vocabulary there is
+ * nothing to chat with, and no template is not an error. One that does not
+ * parse leaves the model usable for raw prompts: the parse error is logged and
+ * returned by every hearth_chat_render. */
+static int load_chat_template(hearth_model *hm, const char *file, const char *named, herr *err) {
   herr e = {0};
+  if (file && named)
+    return herr_set(err, HEARTH_EINVAL, "a chat template file (%s) and a chat template (%s): give one", file, named);
   int rc = hm->is_gguf ? gguf_chat_template(hm, &hm->chat_src, &e) : chat_template_load(hm->path, &hm->chat_src, &e);
-  if (rc == HEARTH_ENOTFOUND && !file) return 0;
+  bool fallback = false;
+  if (rc == HEARTH_ENOTFOUND && !file && !named && !hm->tok) return 0;
   if (rc == HEARTH_ENOTFOUND) {
-    /* the model has none: the file's, with the tokenizer's BOS/EOS texts */
+    /* the model has none: the given one's, or chatml, with the tokenizer's BOS/EOS texts */
     memset(&hm->chat_src, 0, sizeof hm->chat_src);
     const char *bos = hm->tok && hm->bos >= 0 ? tokenizer_id_to_token(hm->tok, hm->bos) : NULL;
     int32_t eos_id = hm->tok ? tokenizer_eos_id(hm->tok) : -1;
@@ -147,17 +157,23 @@ static int load_chat_template(hearth_model *hm, const char *file, herr *err) {
     hm->chat_src.eos = strdup(eos ? eos : "");
     if (!hm->chat_src.bos || !hm->chat_src.eos) rc = herr_set(&e, HEARTH_ENOMEM, "out of memory");
     else rc = 0;
+    if (!file && !named) {
+      named = "chatml";
+      fallback = true;
+    }
   }
   if (!rc && file) rc = chat_template_replace(&hm->chat_src, file, &e);
+  else if (!rc && named) rc = chat_template_use(&hm->chat_src, named, &e);
   if (rc) {
     chat_template_free(&hm->chat_src);
     if (err) *err = e;
     return rc;
   }
   hm->has_chat_src = true;
+  hm->chat_fallback = fallback;
   if (jinja_parse(hm->chat_src.source, strlen(hm->chat_src.source), hm->chat_src.origin, &hm->chat,
                   &hm->chat_err)) {
-    if (file) { /* one given in place of the model's is refused now */
+    if (file || named) { /* one given in place of the model's is refused now */
       hm->chat = NULL;
       return herr_set(err, hm->chat_err.code ? hm->chat_err.code : HEARTH_EFORMAT, "%s", hm->chat_err.msg);
     }
@@ -283,7 +299,8 @@ int hearth_model_load(const char *path, const hearth_load_opts *opts, hearth_mod
   const model_config *cfg = model_cfg(hm->m);
   hm->bos = hm->tok ? tokenizer_bos_id(hm->tok) : -1;
   if (hm->bos < 0 && cfg->bos_token_id >= 0) hm->bos = (int32_t)cfg->bos_token_id;
-  if ((rc = load_chat_template(hm, opts ? opts->chat_template_file : NULL, err))) goto fail;
+  if ((rc = load_chat_template(hm, opts ? opts->chat_template_file : NULL, opts ? opts->chat_template : NULL, err)))
+    goto fail;
 
   if (opts && opts->context_length > 0 && cfg->max_position_embeddings > 0 &&
       opts->context_length > cfg->max_position_embeddings) {
@@ -372,6 +389,7 @@ void hearth_model_info(const hearth_model *hm, hearth_info *out) {
   out->n_eos = hm->n_eos;
   out->has_tokenizer = hm->tok != NULL;
   out->has_chat_template = hm->chat != NULL;
+  out->chat_template_fallback = hm->chat && hm->chat_fallback;
   out->chat_template = hm->chat && hm->has_chat_src ? hm->chat_src.source : NULL;
   out->hidden_size = (int32_t)model_cfg(hm->m)->hidden_size;
   out->can_generate = model_has_head(hm->m);
@@ -450,6 +468,8 @@ static json_t *parse_json_arg(const char *text, const char *name, herr *err) {
   return j;
 }
 
+const char *hearth_chat_template_name(size_t i) { return chat_builtin_name(i); }
+
 int hearth_chat_render(const hearth_model *hm, const char *messages_json, const char *tools_json,
                        bool add_generation_prompt, const char *extra_kwargs_json, char **text, hearth_error *err) {
   *text = NULL;
@@ -459,6 +479,9 @@ int hearth_chat_render(const hearth_model *hm, const char *messages_json, const 
   }
   if (!hm->chat) return herr_set(err, HEARTH_ENOTFOUND, "%s: the model has no chat template", hm->path);
   if (!messages_json) return herr_set(err, HEARTH_EINVAL, "chat: no messages");
+  if (hm->chat_fallback && !atomic_exchange(&((hearth_model *)hm)->chat_warned, true))
+    HLOG_WARN("%s has no chat template: chats are rendered as chatml (--chat-template NAME or FILE picks another)",
+              hm->path);
   int rc = 0;
   json_t *ctx = NULL, *msgs = NULL, *tools = NULL, *extra = NULL;
   hbuf out = {0};

@@ -1,6 +1,10 @@
 /* gguf_model.c — reading a model from a GGUF file (see gguf_model.h): the
- * metadata keys of llama.cpp's llama, qwen2, qwen3 and qwen3moe architectures mapped
- * onto config.json fields, tensor names mapped onto Hugging Face names, and
+ * metadata keys of llama.cpp's llama, qwen2, qwen3, qwen3moe, phi3 and gemma3
+ * architectures mapped onto config.json fields — with llama.cpp's reading of
+ * them where it differs from transformers' (gemma3: the sliding layers from
+ * the period 6 or sliding_window_pattern, queries scaled by 1/sqrt(head_dim),
+ * norms stored with their +1; phi3: no sliding window) —, tensor names mapped
+ * onto Hugging Face names, and
  * vectors (norms, biases) converted to f32 (F32, F16, BF16, Q8_0, Q4_0) by
  * the backend's one dequantization (bk_dequant_row).
  * Matrices stay in the mapping (the decoder multiplies them as stored).
@@ -72,15 +76,51 @@ static int rope_freq_factors(const gguf_file *g, model_config *c, herr *err) {
   return 0;
 }
 
+/* gemma3 as llama.cpp runs it: a sliding window only when attention.sliding_window > 0, on the layers
+ * l with l % P < P - 1 (P: attention.sliding_window_pattern, default 6 — the rule config.c applies to
+ * sliding_window_pattern), RoPE base rope.freq_base_swa unscaled there, queries scaled by
+ * 1/sqrt(key_length) (1/sqrt(hidden / heads) for the 62-layer 27B) instead of query_pre_attn_scalar,
+ * final_logit_softcapping when the key is there. */
+static int gemma3_config(const gguf_file *g, json_t *j, herr *err) {
+  int64_t window = 0, period = 6, hd = 0, hidden = 0, heads = 0, layers = 0;
+  int rc = 0;
+  if (gguf_has(g, "gemma3.attention.sliding_window") && (rc = gguf_get_int(g, "gemma3.attention.sliding_window", &window, err)))
+    return rc;
+  if (gguf_has(g, "gemma3.attention.sliding_window_pattern")) {
+    const gguf_kv *kv = gguf_find_kv(g, "gemma3.attention.sliding_window_pattern");
+    if (kv->type == GGUF_TYPE_ARRAY)
+      return herr_set(err, HEARTH_EUNSUPPORTED, "%s: gemma3.attention.sliding_window_pattern as a per-layer list is not supported",
+                      gguf_path(g));
+    if ((rc = gguf_get_int(g, "gemma3.attention.sliding_window_pattern", &period, err))) return rc;
+    if (period <= 0) return herr_set(err, HEARTH_EFORMAT, "%s: gemma3.attention.sliding_window_pattern must be positive", gguf_path(g));
+  }
+  json_object_set_new(j, "sliding_window", json_integer(window > 0 ? window : 0));
+  json_object_set_new(j, "sliding_window_pattern", json_integer(period));
+  if ((rc = put_float(g, j, "rope_local_base_freq", "gemma3.rope.freq_base_swa", err))) return rc;
+  if (!gguf_has(g, "gemma3.rope.freq_base_swa")) json_object_set_new(j, "rope_local_base_freq", json_real(10000.0));
+  if ((rc = put_float(g, j, "final_logit_softcapping", "gemma3.final_logit_softcapping", err))) return rc;
+  if ((gguf_has(g, "gemma3.attention.key_length") && (rc = gguf_get_int(g, "gemma3.attention.key_length", &hd, err))) ||
+      (rc = gguf_get_int(g, "gemma3.embedding_length", &hidden, err)) ||
+      (rc = gguf_get_int(g, "gemma3.attention.head_count", &heads, err)) ||
+      (rc = gguf_get_int(g, "gemma3.block_count", &layers, err)))
+    return rc;
+  if (heads <= 0) return herr_set(err, HEARTH_EFORMAT, "%s: gemma3.attention.head_count must be positive", gguf_path(g));
+  if (!hd) hd = hidden / heads;
+  json_object_set_new(j, "query_pre_attn_scalar", json_integer(layers == 62 ? hidden / heads : hd));
+  json_object_set_new(j, "attn_logit_softcapping", json_null());
+  return 0;
+}
+
 int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
   memset(c, 0, sizeof *c);
   char *arch = NULL;
   int rc = gguf_get_strdup(g, "general.architecture", &arch, err);
   if (rc) return rc;
   /* architectures whose GGUF layout is the Hugging Face one renamed (llama: q/k rows permuted) */
-  bool moe = !strcmp(arch, "qwen3moe");
-  if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && !moe) {
-    rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: GGUF architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe)",
+  bool moe = !strcmp(arch, "qwen3moe"), gemma3 = !strcmp(arch, "gemma3"), phi3 = !strcmp(arch, "phi3");
+  if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && !moe && !gemma3 && !phi3) {
+    rc = herr_set(err, HEARTH_EUNSUPPORTED,
+                  "%s: GGUF architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma3)",
                   gguf_path(g), arch);
     free(arch);
     return rc;
@@ -90,10 +130,12 @@ int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
     free(arch);
     return herr_set(err, HEARTH_ENOMEM, "out of memory");
   }
-  char k[20][96];
+  char k[24][96];
 #define KEY(i, suffix) (snprintf(k[i], sizeof k[i], "%s.%s", arch, suffix), k[i])
-  json_object_set_new(j, "model_type", json_string(moe ? "qwen3_moe" : arch));
-  json_object_set_new(j, "hidden_act", json_string("silu"));
+  json_object_set_new(j, "model_type", json_string(moe ? "qwen3_moe" : gemma3 ? "gemma3_text" : arch));
+  json_object_set_new(j, "hidden_act", json_string(gemma3 ? "gelu_pytorch_tanh" : "silu"));
+  if (phi3) json_object_set_new(j, "sliding_window", json_integer(0)); /* llama.cpp runs Phi-3 without one */
+  if (gemma3 && (rc = gemma3_config(g, j, err))) goto out;
   if (moe) { /* llama.cpp's qwen3moe: experts on every layer, top-k weights renormalized */
     json_object_set_new(j, "norm_topk_prob", json_true());
     if ((rc = put_int(g, j, "num_experts", KEY(14, "expert_count"), true, err)) ||
@@ -191,6 +233,25 @@ static const struct { const char *hf, *gg; } layer_names[] = {
 };
 #define N_TOP_NAMES (sizeof top_names / sizeof top_names[0])
 #define N_LAYER_NAMES (sizeof layer_names / sizeof layer_names[0])
+/* Layer names of architectures that differ from the llama layout, looked up first. gemma3: a norm after
+ * attention and two around the MLP; phi3: q/k/v and gate/up fused, as in its Hugging Face checkpoint. */
+typedef struct arch_name {
+  const char *arch, *hf, *gg;
+} arch_name;
+static const arch_name arch_layer_names[] = {
+    {"gemma3", "post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"gemma3", "pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"gemma3", "post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+    {"phi3", "self_attn.qkv_proj.weight", "attn_qkv.weight"},
+    {"phi3", "mlp.gate_up_proj.weight", "ffn_up.weight"},
+};
+
+/* Whether g's general.architecture is arch. */
+static bool arch_is(const gguf_file *g, const char *arch) {
+  const gguf_kv *kv = gguf_find_kv(g, "general.architecture");
+  size_t n = strlen(arch);
+  return kv && kv->type == GGUF_TYPE_STRING && kv->v.str.len == n && !memcmp(kv->v.str.ptr, arch, n);
+}
 
 bool gguf_model_hf_to_gguf_name(const char *hf, char *out, size_t n) {
   for (size_t i = 0; i < N_TOP_NAMES; i++)
@@ -256,6 +317,13 @@ const char *gguf_model_file_type_name(int64_t ft) {
 
 const gguf_tensor *gguf_model_find(const gguf_file *g, const char *hf_name) {
   char name[256];
+  int l, used = 0;
+  if (sscanf(hf_name, "model.layers.%d.%n", &l, &used) == 1 && used > 0)
+    for (size_t i = 0; i < sizeof arch_layer_names / sizeof arch_layer_names[0]; i++)
+      if (!strcmp(hf_name + used, arch_layer_names[i].hf) && arch_is(g, arch_layer_names[i].arch)) {
+        snprintf(name, sizeof name, "blk.%d.%s", l, arch_layer_names[i].gg);
+        return gguf_find_tensor(g, name);
+      }
   if (!gguf_model_hf_to_gguf_name(hf_name, name, sizeof name)) return NULL;
   return gguf_find_tensor(g, name);
 }
@@ -273,6 +341,12 @@ static int to_f32(const gguf_tensor *t, float *out, herr *err) {
 int gguf_model_read_f32(const gguf_file *g, const gguf_tensor *t, const char *hf_name, int64_t heads, float *out, herr *err) {
   int rc = to_f32(t, out, err);
   if (rc) return rc;
+  size_t hl = strlen(hf_name);
+  if (hl >= 11 && !strcmp(hf_name + hl - 11, "norm.weight") && arch_is(g, "gemma3")) {
+    /* llama.cpp's converter stores Gemma's (1 + w) norms as 1 + w; the decoder adds the 1 itself */
+    for (int64_t i = 0; i < t->nelements; i++) out[i] -= 1.0f;
+    return 0;
+  }
   const gguf_kv *arch = gguf_find_kv(g, "general.architecture");
   if (!arch || arch->type != GGUF_TYPE_STRING || arch->v.str.len != 5 || memcmp(arch->v.str.ptr, "llama", 5)) return 0;
   size_t n = strlen(hf_name);

@@ -322,7 +322,7 @@ int oll_request_parse(const char *body, size_t len, bool chat, serve_request *re
   json_object_set(oa, "model", model);
   /* fields of Ollama's API that hearth cannot honour */
   static const char *const refused[][2] = {
-      {"template", "the model's own chat template is used (hearth serve --chat-template-file replaces it)"},
+      {"template", "the model's own chat template is used (hearth serve --chat-template NAME|FILE replaces it)"},
       {"context", "the context of an earlier reply is not kept: send the whole conversation to /api/chat"},
       {"width", "this server does not make images"},
       {"height", "this server does not make images"},

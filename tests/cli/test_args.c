@@ -309,8 +309,53 @@ static void test_chat_template_file(void) {
   CHECK_MSG(a.status == 1 && strstr(a.err, "bad.jinja"), "chat with a bad template: %d %s", a.status, a.err);
   run_free(&a);
   expect_usage(RUN_ARGS(NULL, "logits", "--ids", "1", "--chat-template-file", tpl), "unknown", "logits --chat-template-file");
+  /* --chat-template takes a file too */
+  a = RUN_ARGS(NULL, "generate", "--chat", "--prompt", "hello there", "-n", "1", "--temp", "0", "--stats",
+               "--chat-template", tpl);
+  CHECK_MSG(a.status == 0 && prompt_tokens(a.err) == pb, "--chat-template FILE: %d %s", a.status, a.err);
+  run_free(&a);
   unlink(tpl);
   unlink(bad);
+}
+
+/* --chat-template NAME renders with a template hearth ships; an unknown name is
+ * refused listing the names; it and --chat-template-file exclude each other. */
+static void test_chat_template_name(void) {
+  char msgs[600];
+  snprintf(msgs, sizeof msgs, "%s/msgs.json", tmpdir);
+  FILE *f = fopen(msgs, "w");
+  if (f) fputs("[{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hi\"}]", f), fclose(f);
+  run_result r = RUN_ARGS(NULL, "template", "--model", DEFAULT_MODEL, "--messages", msgs, "--chat-template", "chatml");
+  CHECK_MSG(r.status == 0, "template --chat-template chatml: %d %s", r.status, r.err);
+  CHECK_EQ_STR(r.out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  run_free(&r);
+  r = RUN_ARGS(NULL, "template", "--model", DEFAULT_MODEL, "--messages", msgs, "--chat-template", "gemma",
+               "--no-generation-prompt");
+  CHECK_MSG(r.status == 0 && strstr(r.out, "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n") &&
+                !strstr(r.out, "<start_of_turn>model"),
+            "template --chat-template gemma: %d %s %s", r.status, r.out, r.err);
+  run_free(&r);
+  run_result a = RUN_ARGS(NULL, "generate", "--chat", "--prompt", "hello there", "-n", "1", "--temp", "0", "--stats");
+  run_result b = RUN_ARGS(NULL, "generate", "--chat", "--prompt", "hello there", "-n", "1", "--temp", "0", "--stats",
+                          "--chat-template", "llama3");
+  CHECK_MSG(a.status == 0 && b.status == 0 && prompt_tokens(b.err) > 0 && prompt_tokens(b.err) != prompt_tokens(a.err),
+            "generate --chat-template llama3: %d %d %s", a.status, b.status, b.err);
+  run_free(&a);
+  run_free(&b);
+  r = RUN_ARGS(NULL, "generate", "--chat", "--prompt", "hi", "-n", "1", "--chat-template", "chatml3");
+  CHECK_MSG(r.status == 1 && strstr(r.err, "'chatml3'") && strstr(r.err, "chatml, deepseek3, gemma, llama3, mistral-v7, phi3"),
+            "unknown name: %d %s", r.status, r.err);
+  run_free(&r);
+  r = RUN_ARGS(NULL, "template", "--model", DEFAULT_MODEL, "--messages", msgs, "--chat-template", "chatml3");
+  CHECK_MSG(r.status == 1 && strstr(r.err, "not a built-in template"), "template unknown name: %d %s", r.status, r.err);
+  run_free(&r);
+  expect_usage(RUN_ARGS(NULL, "generate", "--chat", "--prompt", "hi", "--chat-template", "chatml", "--chat-template-file", msgs),
+               "give one", "both template options");
+  expect_usage(RUN_ARGS(NULL, "logits", "--ids", "1", "--chat-template", "chatml"), "unknown", "logits --chat-template");
+  r = RUN_ARGS(NULL, "template", "--help");
+  CHECK_MSG(r.status == 0 && strstr(r.out, "mistral-v7"), "template --help names the templates: %s", r.out);
+  run_free(&r);
+  unlink(msgs);
 }
 
 static void test_system_needs_chat(void) {
@@ -358,10 +403,16 @@ static void test_gguf_in_every_verb(void) {
   CHECK_MSG(r.status == 0, "generate gguf text: %s", r.err);
   CHECK_EQ_STR(r.out, want);
   run_free(&r);
-  /* chat loads it, then says why it cannot chat with it (no template in the file) */
-  r = RUN_ARGS("hi\n", "chat", "--model", GGUF_TINY);
-  CHECK_MSG(r.status == 1 && strstr(r.err, "no chat template") && !strstr(r.err, "not a model folder"), "chat gguf: %d %s",
-            r.status, r.err);
+  /* the file has no chat template: chats render as chatml, with a warning that says so */
+  r = RUN_ARGS(NULL, "generate", "--model", GGUF_TINY, "--chat", "--prompt", "hi", "-n", "2", "--ignore-eos", "--stats");
+  CHECK_MSG(r.status == 0 && strstr(r.err, "no chat template") && strstr(r.err, "chatml"), "chat gguf: %d %s", r.status,
+            r.err);
+  long fallback = prompt_tokens(r.err);
+  run_free(&r);
+  r = RUN_ARGS(NULL, "generate", "--model", GGUF_TINY, "--chat", "--prompt", "hi", "-n", "2", "--ignore-eos", "--stats",
+               "--chat-template", "chatml");
+  CHECK_MSG(r.status == 0 && !strstr(r.err, "no chat template") && prompt_tokens(r.err) == fallback && fallback > 2,
+            "chat gguf, chatml named: %d %s", r.status, r.err);
   run_free(&r);
   /* serve loads it too: an unusable port fails after the model loaded */
   r = RUN_ARGS(NULL, "serve", "--model", GGUF_TINY, "--host", "256.0.0.1", "--port", "1");
@@ -525,6 +576,7 @@ int main(void) {
   RUN(test_system_needs_chat);
   RUN(test_ctx_size);
   RUN(test_chat_template_file);
+  RUN(test_chat_template_name);
   RUN(test_serve_startup);
   RUN(test_fit_and_help_texts);
   RUN(test_help_and_inspect);

@@ -77,10 +77,13 @@ static void test_gguf_model(void) {
     CHECK_EQ_INT(o.n, 8);
     for (int i = 0; i < o.n && i < 8; i++) CHECK_EQ_INT(o.ids[i], want[i]);
   }
-  /* a chat needs a template, which this file does not carry: a clear refusal */
+  /* the file carries no chat template: chats render as chatml, as llama.cpp renders them */
+  hearth_model_info(m, &info);
+  CHECK(info.has_chat_template && info.chat_template_fallback);
   char *text = NULL;
-  CHECK_EQ_INT(hearth_chat_render(m, "[{\"role\":\"user\",\"content\":\"hi\"}]", NULL, true, NULL, &text, &err), HEARTH_ENOTFOUND);
-  CHECK(text == NULL);
+  CHECK_EQ_INT(hearth_chat_render(m, "[{\"role\":\"user\",\"content\":\"hi\"}]", NULL, true, NULL, &text, &err), 0);
+  CHECK_EQ_STR(text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  hearth_free(text);
   hearth_model_free(m);
 
   /* something that is neither a folder nor a .gguf file */

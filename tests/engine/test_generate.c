@@ -730,6 +730,58 @@ static void test_bad_template(void) {
   rmdir(dir);
 }
 
+/* A vocabulary and no chat template: chats render as the built-in chatml
+ * (hearth_info says so); chat_template names another; an unknown name is
+ * refused at load, listing the names. */
+static void test_no_template_fallback(void) {
+  char dir[] = "/tmp/hearth_gen_notpl_XXXXXX";
+  if (!mkdtemp(dir)) return;
+  const char *from[] = {FIXTURE "/config.json", FIXTURE "/generation_config.json", FIXTURE "/model.safetensors",
+                        ENGINE_FIXTURES "/tokenizer.json"};
+  const char *names[] = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"};
+  char p[600];
+  for (int i = 0; i < 4; i++) {
+    snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+    CHECK(symlink(from[i], p) == 0);
+  }
+  const char *msgs = "[{\"role\": \"user\", \"content\": \"Hi\"}]";
+  hearth_model *m = NULL;
+  hearth_error err = {0};
+  CHECK_EQ_INT(hearth_model_load(dir, NULL, &m, &err), 0);
+  if (m) {
+    hearth_info info;
+    hearth_model_info(m, &info);
+    CHECK(info.has_chat_template && info.chat_template_fallback);
+    char *text = NULL;
+    CHECK_EQ_INT(hearth_chat_render(m, msgs, NULL, true, NULL, &text, &err), 0);
+    CHECK_EQ_STR(text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    hearth_free(text);
+    hearth_model_free(m);
+  }
+  m = NULL;
+  CHECK_EQ_INT(hearth_model_load(dir, &(hearth_load_opts){.chat_template = "phi3"}, &m, &err), 0);
+  if (m) {
+    hearth_info info;
+    hearth_model_info(m, &info);
+    CHECK(info.has_chat_template && !info.chat_template_fallback);
+    char *text = NULL;
+    CHECK_EQ_INT(hearth_chat_render(m, msgs, NULL, true, NULL, &text, &err), 0);
+    CHECK_EQ_STR(text, "<|user|>\nHi<|end|>\n<|assistant|>\n");
+    hearth_free(text);
+    hearth_model_free(m);
+  }
+  m = NULL;
+  CHECK_EQ_INT(hearth_model_load(dir, &(hearth_load_opts){.chat_template = "nope"}, &m, &err), HEARTH_EINVAL);
+  CHECK_MSG(m == NULL && strstr(err.msg, "chatml, deepseek3, gemma, llama3, mistral-v7, phi3"), "%s", err.msg);
+  CHECK_EQ_STR(hearth_chat_template_name(0), "chatml");
+  CHECK(hearth_chat_template_name(6) == NULL);
+  for (int i = 0; i < 4; i++) {
+    snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+    unlink(p);
+  }
+  rmdir(dir);
+}
+
 int main(void) {
   if (!load_fixture()) TEST_MAIN_END();
   hearth_error err = {0};
@@ -741,6 +793,7 @@ int main(void) {
     TEST_MAIN_END();
   }
   RUN(test_info);
+  RUN(test_no_template_fallback);
   RUN(test_greedy_matches_reference);
   RUN(test_logprobs);
   RUN(test_eos);
