@@ -13,7 +13,9 @@
 # 3. runs `hearth train sft` for $STEPS steps of $BATCH examples, LoRA rank
 #    $RANK on $TARGET, $THREADS threads, and prints its tokens/s (every
 #    token of a step, forward and backward, over the steps' time; model
-#    loading and the transposed copies the backward uses are not counted).
+#    loading and the transposed copies the backward uses are not counted),
+#    and tokens per CPU-second of the process (the log's "tokens" over
+#    "cpu_s"), which a busy machine changes less than the wall-clock rate.
 # Nothing to compare with here: PEFT + torch are not installable on the
 # machine that made docs/BENCHMARKS.md's numbers.
 # Environment: STEPS (4), BATCH (1), SEQ (256), RANK (16), TARGET (all-linear), THREADS (2), EXAMPLES (8).
@@ -49,5 +51,8 @@ python3 - "$out/log.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
 tps = [r["tokens_per_s"] for r in rows]
-print("steps %d, tokens/s per step: %s; median %.1f" % (len(tps), ", ".join("%.1f" % t for t in tps), sorted(tps)[len(tps) // 2]))
+per_cpu = [r["tokens"] / r["cpu_s"] for r in rows]
+med = lambda v: sorted(v)[len(v) // 2]
+print("steps %d, tokens/s per step: %s; median %.1f tokens/s, %.2f tokens per CPU-second (every thread's time)"
+      % (len(tps), ", ".join("%.1f" % t for t in tps), med(tps), med(per_cpu)))
 PY
