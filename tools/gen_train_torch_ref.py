@@ -45,7 +45,8 @@ OUT/llama-f32-torch-pref/:
                            the two losses
 
 Usage: python3 tools/gen_train_torch_ref.py OUT [BASES_DIR]
-       (BASES_DIR: tests/fixtures/golden; needs torch and numpy — Debian's python3-torch)
+       (BASES_DIR: tests/fixtures/golden; needs torch and numpy — Debian's python3-torch; run it
+       with /usr/bin/python3 where another python3, without Debian's packages, comes first on PATH)
 """
 import json
 import math
