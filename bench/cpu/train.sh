@@ -13,9 +13,14 @@
 # 3. runs `hearth train sft` for $STEPS steps of $BATCH examples, LoRA rank
 #    $RANK on $TARGET, $THREADS threads, and prints its tokens/s (every
 #    token of a step, forward and backward, over the steps' time; model
-#    loading and the transposed copies the backward uses are not counted).
-# Nothing to compare with here: PEFT + torch are not installable on the
-# machine that made docs/BENCHMARKS.md's numbers.
+#    loading and the transposed copies the backward uses are not counted),
+#    and tokens per CPU-second of the process (the log's "tokens" over
+#    "cpu_s"), which a busy machine changes less than the wall-clock rate.
+# 4. runs the peer, bench/cpu/train_torch_peer.py (plain torch, LoRA as PEFT
+#    defines it, f32, autograd), on the same model with the same steps,
+#    sequence length, rank and threads, when a python3 with torch is found
+#    ($PEER_PYTHON, else /usr/bin/python3 or python3: Debian's python3-torch);
+#    PEFT and transformers themselves are not in Debian 12.
 # Environment: STEPS (4), BATCH (1), SEQ (256), RANK (16), TARGET (all-linear), THREADS (2), EXAMPLES (8).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -49,5 +54,20 @@ python3 - "$out/log.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
 tps = [r["tokens_per_s"] for r in rows]
-print("steps %d, tokens/s per step: %s; median %.1f" % (len(tps), ", ".join("%.1f" % t for t in tps), sorted(tps)[len(tps) // 2]))
+per_cpu = [r["tokens"] / r["cpu_s"] for r in rows]
+med = lambda v: sorted(v)[len(v) // 2]
+print("steps %d, tokens/s per step: %s; median %.1f tokens/s, %.2f tokens per CPU-second (every thread's time)"
+      % (len(tps), ", ".join("%.1f" % t for t in tps), med(tps), med(per_cpu)))
 PY
+peer_py=${PEER_PYTHON:-}
+if [ -z "$peer_py" ]; then
+  for p in /usr/bin/python3 python3; do
+    if "$p" -c 'import torch, numpy' 2>/dev/null; then peer_py=$p; break; fi
+  done
+fi
+if [ -n "$peer_py" ]; then
+  echo "peer: $peer_py bench/cpu/train_torch_peer.py $model --steps $steps --seq $seq --rank $rank --threads $threads"
+  "$peer_py" bench/cpu/train_torch_peer.py "$model" --steps "$steps" --seq "$seq" --rank "$rank" --threads "$threads" | tail -1
+else
+  echo "peer: no python3 with torch here; not compared"
+fi

@@ -30,6 +30,12 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static double cpu_s(void) { /* the process's CPU time, every thread's */
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static void shuffle(int64_t *order, int64_t n, uint64_t *rng) {
   for (int64_t i = 0; i < n; i++) order[i] = i;
   for (int64_t i = n - 1; i > 0; i--) {
@@ -334,7 +340,7 @@ int train_run(const train_opts *o, train_result *res, herr *err) {
   double t_start = now_s();
   int64_t tokens_run = 0;
   for (int64_t step = start; step < steps; step++) {
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     int64_t learned = 0, tokens = 0;
     for (int64_t i = 0; i < per_step; i++) {
       if (r.at == r.n) r.epoch_rng = r.rng, shuffle(r.order, r.n, &r.rng), r.at = 0;
@@ -365,8 +371,8 @@ int train_run(const train_opts *o, train_result *res, herr *err) {
     res->steps = step + 1;
     double eta = (now - t_start) / (double)(step + 1 - start) * (double)(steps - step - 1);
     progress_step(&r, step + 1, steps, loss, lr, gnorm, tps, eta);
-    fprintf(log, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"tokens_per_s\":%.1f", (long long)(step + 1), loss,
-            lr, gnorm, tps);
+    fprintf(log, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"tokens_per_s\":%.1f,\"tokens\":%lld,\"cpu_s\":%.3f",
+            (long long)(step + 1), loss, lr, gnorm, tps, (long long)tokens, cpu_s() - c0);
     if (o->method == TRAIN_DPO)
       fprintf(log, ",\"reward_margin\":%.6f,\"reward_accuracy\":%.4f", ps.margin / (double)ps.pairs, ps.correct / (double)ps.pairs);
     else if (o->method == TRAIN_ORPO)

@@ -593,6 +593,7 @@ int trainer_loss(trainer *t, const train_example *ex, bool grads, float dscale, 
 
 int trainer_pref_loss(trainer *t, train_method m, double beta, const train_pair *p, double pair_w, double nll_w, bool grads,
                       double *loss, pref_stats *st, herr *err) {
+  if (m != TRAIN_DPO && m != TRAIN_ORPO) return herr_set(err, HEARTH_EINVAL, "a pair's loss is DPO's or ORPO's");
   size_t bytes = (size_t)t->P * sizeof(float);
   if (grads && !t->gsave) {
     t->gsave = malloc(bytes), t->gside = malloc(bytes);
@@ -611,9 +612,12 @@ int trainer_pref_loss(trainer *t, train_method m, double beta, const train_pair 
     return rc;
   }
   double wc, wr; /* d share / d sc, d share / d sr */
+  if ((m == TRAIN_DPO && (isnan(p->ref_chosen) || isnan(p->ref_rejected))) || (m != TRAIN_DPO && (!nc || !nr))) {
+    if (grads) memcpy(t->grad, t->gsave, bytes);
+    return herr_set(err, HEARTH_EINVAL, m == TRAIN_DPO ? "DPO: the pair's reference log-probs were not computed"
+                                                       : "ORPO: a side of the pair has no learned token");
+  }
   if (m == TRAIN_DPO) {
-    if (isnan(p->ref_chosen) || isnan(p->ref_rejected))
-      return herr_set(err, HEARTH_EINVAL, "DPO: the pair's reference log-probs were not computed");
     double dpc, dpr, l = pref_dpo_loss(beta, -sc, -sr, p->ref_chosen, p->ref_rejected, &dpc, &dpr);
     *loss += pair_w * l;
     wc = -pair_w * dpc, wr = -pair_w * dpr; /* pc = −sc */
@@ -622,7 +626,6 @@ int trainer_pref_loss(trainer *t, train_method m, double beta, const train_pair 
       st->margin += rwc - rwr, st->correct += rwc > rwr;
     }
   } else {
-    if (!nc || !nr) return herr_set(err, HEARTH_EINVAL, "ORPO: a side of the pair has no learned token");
     double dac, dar, lo, l = pref_orpo_loss(beta, -sc / (double)nc, -sr / (double)nr, &dac, &dar, &lo);
     *loss += nll_w * sc + pair_w * l;
     wc = nll_w - pair_w * dac / (double)nc, wr = -pair_w * dar / (double)nr; /* ac = −sc / nc */
