@@ -219,15 +219,30 @@ done
 how="npm @node-llama-cpp/linux-x64@3.21.1"
 [ -z "$LLAMACPP_BACKENDS" ] && how="built from the bundle"
 "$py" - "$manifest" "$out/manifest.json" "$commit" "$how" <<'EOF'
-import json, sys
+import json, os, sys
+# What the repository keeps (it travels to the GPU machine, whose working tree is limited): one f32 file
+# for the strict check, the layouts llama.cpp writes its own way (gemma3, phi3) in f16, q8_0 on two more
+# families, five block types of llama256; of each, the logits of the last LOGIT_ROWS positions.
+KEEP = {"llama-f32", "gemma3-f16", "phi3-f16", "qwen3-q8_0", "mistral-q8_0", "llama256-q4_0", "llama256-q4_k_m",
+        "llama256-q6_k", "llama256-q2_k", "llama256-iq4_xs"}
+LOGIT_ROWS, VOCAB = 10, 512
+out = os.path.dirname(sys.argv[2])
 files = []
 for line in open(sys.argv[1], encoding="utf-8"):
     fam, typ, ids, err = line.rstrip("\n").split("\t")
+    name = f"{fam}-{typ}"
     e = {"family": fam, "type": typ, "ids": [int(x) for x in ids.split(",")]}
     if err:
         e["refused"] = err
+    elif name not in KEEP:
+        for ext in (".gguf", ".logits"):
+            os.remove(os.path.join(out, name + ext))
+        continue
     else:
-        e["gguf"], e["logits"] = f"{fam}-{typ}.gguf", f"{fam}-{typ}.logits"
+        e["gguf"], e["logits"], e["logit_rows"] = name + ".gguf", name + ".logits", LOGIT_ROWS
+        path = os.path.join(out, name + ".logits")
+        data = open(path, "rb").read()
+        open(path, "wb").write(data[len(data) - 4 * VOCAB * LOGIT_ROWS:])
     files.append(e)
 doc = {"source": "node-llama-cpp@3.21.1 gitRelease.bundle", "llama_cpp_commit": sys.argv[3],
        "converter": "convert_hf_to_gguf.py (config.json read as it is; Debian torch 1.13)",
