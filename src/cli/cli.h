@@ -10,7 +10,8 @@
  * (the chat module, without weights), inspect (format/), logits and bench
  * (model/, engine/kv_cache.h; cli_model_load below), convert (format/,
  * backend/, model/gguf_model.h), fuse (format/, backend/cpu/quant.h), get, ls,
- * scan, rm and gc (hub/: the Hub, the Hugging Face cache, the registry). */
+ * scan, rm and gc (hub/: the Hub, the Hugging Face cache, the registry);
+ * memory (memory/: the wiki's search index). */
 #ifndef HEARTH_CLI_H
 #define HEARTH_CLI_H
 
@@ -20,6 +21,7 @@
 
 #include "base/json.h"
 #include "hearth.h"
+#include "memory/search.h"
 #include "model/model.h"
 
 typedef struct cli_verb {
@@ -155,6 +157,13 @@ int cli_ls(int argc, char **argv);
 int cli_scan(int argc, char **argv);
 int cli_rm(int argc, char **argv);
 int cli_gc(int argc, char **argv);
+int cli_memory(int argc, char **argv);
+int cli_memory_search(int argc, char **argv);
+
+/* The memory wiki at dir opened for searching with m's embeddings (memory_search.c; for
+ * hearth memory search and chat --memory): the index's model identity is m's files'
+ * (kv_disk_model_identity), its type and width. HEARTH_EUNSUPPORTED when m gives no embeddings. */
+int cli_memory_open(const char *dir, hearth_model *m, memsearch **out, herr *err);
 
 /* What a --model value names (model_name.c): *path (malloc'd) the folder or
  * file a registry name or a Hub id stands for — fetched into the Hugging Face

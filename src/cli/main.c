@@ -31,6 +31,7 @@ static const cli_verb verbs[] = {
     {"inspect", "describe a model folder, safetensors or GGUF file", cli_inspect, false},
     {"kv-eval", "measure the logit error and greedy agreement of a quantized KV cache", cli_kv_eval, true},
     {"logits", "print a forward pass's logits as JSON", cli_logits, true},
+    {"memory", "a memory wiki of Markdown articles: search it by embeddings", cli_memory, true},
     {"ls", "list the models hearth can name: the Hugging Face cache and the registry", cli_ls, false},
     {"rm", "remove a model from the HF cache or a name from the registry", cli_rm, false},
     {"scan", "register the model folders and GGUF files found under folders, by reference", cli_scan, false},
@@ -52,7 +53,7 @@ static void usage(FILE *f) {
           hearth_version());
   for (int i = 0; i < nverbs; i++) fprintf(f, "  %-12s %s\n", verbs[i].name, verbs[i].summary);
   fprintf(f,
-          "\noptions of every verb that loads a model (batch, bench, chat, embed, generate, kv-eval, logits, serve):\n"
+          "\noptions of every verb that loads a model (batch, bench, chat, embed, generate, kv-eval, logits, memory, serve):\n"
           "  --device DEV                 cpu (default), cuda, cuda:N, or auto (the GPU when one is usable)\n"
           "  --gpu-memory-fraction F      share of free GPU memory the KV pool may take after the weights (0.9)\n"
           "  --ctx-size N, -c N           context in tokens, below the model's own to save memory (default: the\n"

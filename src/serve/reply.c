@@ -255,6 +255,8 @@ static void tc_end(serve_reply *r, tc_event_fn fn) {
   tc_parser_finish(r->tc, fn, r, NULL);
 }
 
+void serve_reply_end(serve_reply *r) { tc_end(r, whole_event); }
+
 void serve_reply_add(serve_reply *r, const serve_token *tok) {
   if (r->out_ids && !tok->flush) json_array_append_new(r->out_ids, json_integer(tok->id));
   if (r->logprobs && r->lp && !tok->flush) {

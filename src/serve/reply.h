@@ -79,6 +79,9 @@ json_t *serve_json_text(const char *s, size_t n);
 
 /* Whole responses: add every step's output, then format once. */
 void serve_reply_add(serve_reply *r, const serve_token *tok);
+/* Ends a whole reply's parser (its last call completed into r->calls), as formatting it does;
+ * for looking at the calls before the body is made. */
+void serve_reply_end(serve_reply *r);
 /* Appends the JSON body to out. */
 void serve_reply_body(serve_reply *r, const serve_result *res, hbuf *out);
 /* A response of n choices, choice i made by r[i] and ended as res[i], with usage

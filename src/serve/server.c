@@ -147,6 +147,9 @@ struct serve_server {
   file_store *files;        /* owned */
   batch_store *batches;     /* owned */
   int state_lock;           /* the state directory's lock file, held while serving; -1: none */
+  serve_tool tools[SERVE_MAX_TOOLS]; /* the tools the server runs itself (serve/tools.h) */
+  int ntools;
+  int tool_rounds;
 };
 
 /* The server answering on this thread (a polling thread or a request's own),
@@ -823,6 +826,10 @@ typedef struct job {
   bool parse;               /* chat: the reply is split by a tool-call / reasoning parser of `tc` */
   tc_opts tc;
   char *forced;             /* owned; NULL: none. The call opening the reply (tool_choice), already in the prompt */
+  bool forced_gbnf;         /* req.gbnf is the forced call's grammar (not the request's own) */
+  unsigned tools_added;     /* the server's tools (serve/tools.h) added to the request: bit i for tools[i] */
+  json_t *exchange;         /* owned, NULL until a round of the server's tools ran: the messages it added */
+  serve_result tool_usage;  /* the tokens of the rounds before the last */
   int fd;                   /* the client's socket, watched for hang-ups */
   bool whole;               /* answered whole (not streamed): gone once the client ends its input */
   struct job *wnext, **wprev; /* in the server's list of whole replies being computed (under park_mu) */
@@ -934,6 +941,7 @@ static void job_free(job *j) {
   serve_request_free(&j->req);
   free(j->prompt);
   free(j->forced);
+  json_decref(j->exchange);
   serve_reply_free(&j->reply);
   anth_reply_free(&j->areply);
   resp_reply_free(&j->rreply);
@@ -1175,15 +1183,112 @@ static int best_of_choices(job *j, serve_reply **r, serve_result *res) {
   return out;
 }
 
+static int chat_prompt(job *j, serve_fail *f);
+static bool needs_specials(const tc_opts *o);
+
+/* After a reply that called only the server's own tools (serve/tools.h):
+ * runs them, appends the calls and their results to the conversation and
+ * sets the next round up — prompt, parser, a new reply under the same id.
+ * The tool_choice that forced the first call is the first round's only. */
+static int tool_round(job *j, serve_fail *f) {
+  serve_server *s = j->srv;
+  herr err = {0};
+  if (!j->exchange && !(j->exchange = json_array())) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  j->tool_usage.prompt_tokens += j->result.prompt_tokens;
+  j->tool_usage.completion_tokens += j->result.completion_tokens;
+  j->tool_usage.cached_tokens += j->result.cached_tokens;
+  if (serve_tools_run(s->tools, s->ntools, &j->req, hbuf_str(&j->reply.text), j->reply.calls, j->exchange, &err))
+    return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+  if (j->req.tool_choice == SERVE_TOOLS_REQUIRED || j->req.tool_choice == SERVE_TOOLS_NAMED)
+    j->req.tool_choice = SERVE_TOOLS_AUTO;
+  if (j->forced_gbnf) {
+    free(j->req.gbnf);
+    j->req.gbnf = NULL;
+    j->req.sampling.grammar = NULL;
+    j->forced_gbnf = false;
+  }
+  free(j->forced);
+  j->forced = NULL;
+  free(j->prompt);
+  j->prompt = NULL;
+  if (chat_prompt(j, f)) return f->status;
+  serve_reply *r = &j->reply;
+  char id[sizeof r->id];
+  memcpy(id, r->id, sizeof id);
+  int64_t created = r->created;
+  const char *model = r->model;
+  bool logprobs = r->logprobs;
+  serve_reply_free(r);
+  serve_reply_init(r, SERVE_CHAT, model, created, 0, logprobs);
+  memcpy(r->id, id, sizeof id);
+  r->one_call = j->req.one_tool_call;
+  if (j->parse && serve_reply_parse(r, &j->tc, &err)) return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+  if (j->parse) j->req.sampling.skip_special = !needs_specials(&j->tc);
+  slot *sl = &j->slots[0];
+  sl->text = j->prompt;
+  sl->sampling = j->req.sampling;
+  sl->started = false;
+  sl->t_first = sl->t_last = 0;
+  sl->cum_logprob = 0;
+  memset(&j->result, 0, sizeof j->result);
+  j->rc = 0;
+  memset(&j->err, 0, sizeof j->err);
+  job_prime(j, NULL);
+  return 0;
+}
+
+/* The response with the server's tool exchange and the earlier rounds' tokens added. */
+static void tool_body(job *j, hbuf *body) {
+  if (!j->exchange || body->oom) return;
+  json_t *o = json_loadb(body->data, body->len, 0, NULL);
+  json_t *u = json_object_get(o, "usage");
+  if (!o || !u) {
+    json_decref(o);
+    return;
+  }
+  int64_t p = j->usage.prompt_tokens + j->tool_usage.prompt_tokens, c = j->usage.completion_tokens + j->tool_usage.completion_tokens;
+  json_object_set_new(u, "prompt_tokens", json_integer(p));
+  json_object_set_new(u, "completion_tokens", json_integer(c));
+  json_object_set_new(u, "total_tokens", json_integer(p + c));
+  json_t *d = json_object_get(u, "prompt_tokens_details");
+  if (d) json_object_set_new(d, "cached_tokens", json_integer(j->usage.cached_tokens + j->tool_usage.cached_tokens));
+  json_object_set(o, "tool_exchange", j->exchange);
+  char *txt = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  if (!txt) return;
+  hbuf_clear(body);
+  hbuf_puts(body, txt);
+  free(txt);
+}
+
 static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   for (int i = 0; j->req.echo && i < j->nslots; i++) hbuf_puts(&j->slots[i].reply->text, j->slots[i].text);
   job_prime(j, NULL);
   j->whole = true;
   whole_watch(j, true);
   job_generate(j, whole_token);
+  /* the server's own tools: run while the reply calls only them (at most tool_rounds rounds; a
+   * reply past those, or one calling the client's tools too, is answered as it is) */
+  serve_fail tf = {0};
+  bool tool_failed = false;
+  for (int round = 0; j->tools_added && j->nslots == 1 && !j->anthropic && !j->responses && !j->ollama; round++) {
+    if (j->rc || j->result.finish == SERVE_FINISH_CANCELLED || cancelled(j)) break;
+    serve_reply_end(&j->reply);
+    if (round >= j->srv->tool_rounds || !serve_tools_all_ours(j->srv->tools, j->srv->ntools, j->tools_added, j->reply.calls))
+      break;
+    if (tool_round(j, &tf)) {
+      tool_failed = true;
+      break;
+    }
+    HLOG_INFO("serve: chat: round %d of the server's tools ran", round + 1);
+    job_generate(j, whole_token);
+  }
   whole_watch(j, false);
   enum MHD_Result rc;
-  if (j->rc == 0 && j->result.finish != SERVE_FINISH_CANCELLED) {
+  if (tool_failed) {
+    rc = send_fail_as(c, &tf, NULL, PROTO_OPENAI);
+    job_done(j, (unsigned)tf.status);
+  } else if (j->rc == 0 && j->result.finish != SERVE_FINISH_CANCELLED) {
     hbuf body = {0};
     if (j->responses) {
       json_t *o = resp_reply_object(&j->rreply, &j->result);
@@ -1209,6 +1314,7 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
       else body.oom = true;
       free(r);
       free(res);
+      tool_body(j, &body);
     }
     rc = body.oom ? MHD_NO : send_bytes(c, 200, "application/json", hbuf_str(&body), body.len, NULL);
     job_done(j, body.oom ? 500 : 200);
@@ -1790,6 +1896,32 @@ static int reply_token_ids(job *j, serve_kind kind, serve_fail *f) {
   return 0;
 }
 
+/* A chat's prompt: the request's messages rendered, the parser of its reply
+ * chosen, and under tool_choice required or a named function the reply's
+ * opening call written into the prompt (fed to the parser as the reply's
+ * start) with the grammar of the rest. */
+static int chat_prompt(job *j, serve_fail *f) {
+  if (render_prompt(j->engine, &j->req, &j->prompt, f)) return f->status;
+  j->parse = output_parser(j->engine, &j->req, j->prompt, &j->tc);
+  hbuf forced = {0};
+  if (j->parse && j->tc.tools && !j->tc.in_reasoning &&
+      (j->req.tool_choice == SERVE_TOOLS_REQUIRED || j->req.tool_choice == SERVE_TOOLS_NAMED) &&
+      tc_forced_call(j->tc.format, j->req.tool_choice == SERVE_TOOLS_NAMED ? j->req.tool_name : NULL, &forced)) {
+    size_t n = strlen(j->prompt);
+    char *p = realloc(j->prompt, n + forced.len + 1);
+    if (!p || forced.oom) {
+      hbuf_free(&forced);
+      return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    memcpy(p + n, forced.data, forced.len + 1);
+    j->prompt = p;
+    j->forced = hbuf_take(&forced);
+    forced_call_grammar(j);
+  }
+  hbuf_free(&forced);
+  return 0;
+}
+
 static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s, conn *cn) {
   bool anth = cn->route == ROUTE_MESSAGES;
   bool oll = cn->route == ROUTE_OLL_CHAT || cn->route == ROUTE_OLL_GENERATE;
@@ -1843,9 +1975,20 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
     if (resp_request_messages(&j->req, &j->rr, j->history, &f)) goto refuse;
   } else if (cn->route == ROUTE_INFILL) {
     if (infill_request_parse(hbuf_str(&cn->body), cn->body.len, &j->req, &f)) goto refuse;
-  } else if (anth ? anth_request_parse(hbuf_str(&cn->body), cn->body.len, false, &j->req, &f)
-                  : serve_request_parse(hbuf_str(&cn->body), cn->body.len, kind, &j->req, &f)) {
-    goto refuse;
+  } else if (anth) {
+    if (anth_request_parse(hbuf_str(&cn->body), cn->body.len, false, &j->req, &f)) goto refuse;
+  } else {
+    /* the server's own tools join the chat's tools (serve/tools.h) */
+    char *body = NULL;
+    herr ierr = {0};
+    if (kind == SERVE_CHAT && s->ntools &&
+        serve_tools_inject(s->tools, s->ntools, hbuf_str(&cn->body), cn->body.len, &body, &j->tools_added, &ierr)) {
+      serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", ierr.msg);
+      goto refuse;
+    }
+    int prc = serve_request_parse(body ? body : hbuf_str(&cn->body), body ? strlen(body) : cn->body.len, kind, &j->req, &f);
+    free(body);
+    if (prc) goto refuse;
   }
   if (model_unknown(s, &j->req, proto, &e, &f)) goto refuse;
   j->engine = e;
@@ -1856,27 +1999,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   double load_s = j->held ? oll_now() - before_hold : 0; /* a model loaded on first use: the wait for it */
   const char *param = kind == SERVE_CHAT && !(oll && !j->oreq.chat) ? "messages" : "prompt";
   if (kind == SERVE_CHAT) {
-    if (render_prompt(e, &j->req, &j->prompt, &f)) goto refuse;
-    j->parse = output_parser(e, &j->req, j->prompt, &j->tc);
-    /* tool_choice required or a named function: the reply opens with a call,
-     * written into the prompt and fed to the parser as the reply's start */
-    hbuf forced = {0};
-    if (j->parse && j->tc.tools && !j->tc.in_reasoning &&
-        (j->req.tool_choice == SERVE_TOOLS_REQUIRED || j->req.tool_choice == SERVE_TOOLS_NAMED) &&
-        tc_forced_call(j->tc.format, j->req.tool_choice == SERVE_TOOLS_NAMED ? j->req.tool_name : NULL, &forced)) {
-      size_t n = strlen(j->prompt);
-      char *p = realloc(j->prompt, n + forced.len + 1);
-      if (!p || forced.oom) {
-        hbuf_free(&forced);
-        serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
-        goto refuse;
-      }
-      memcpy(p + n, forced.data, forced.len + 1);
-      j->prompt = p;
-      j->forced = hbuf_take(&forced);
-      forced_call_grammar(j);
-    }
-    hbuf_free(&forced);
+    if (chat_prompt(j, &f)) goto refuse;
   } else {
     j->prompt = strdup(j->req.prompt);
     if (!j->prompt) {
@@ -2044,6 +2167,7 @@ static void forced_call_grammar(job *j) {
       !g.oom && grammar_compile(hbuf_str(&g), g.len, &gr, NULL) == 0) {
     j->req.gbnf = hbuf_take(&g);
     j->req.sampling.grammar = j->req.gbnf;
+    j->forced_gbnf = true;
   }
   grammar_free(gr);
   hbuf_free(&g);
@@ -3371,6 +3495,8 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   *out = NULL;
   const char *host = cfg->host && cfg->host[0] ? cfg->host : "127.0.0.1";
   if (cfg->port < 0 || cfg->port > 65535) return herr_set(err, HEARTH_EINVAL, "port %d is out of range", cfg->port);
+  if (cfg->n_tools < 0 || cfg->n_tools > SERVE_MAX_TOOLS)
+    return herr_set(err, HEARTH_EINVAL, "at most %d tools the server runs itself", SERVE_MAX_TOOLS);
   for (int i = 0; i < cfg->n_more_engines; i++) { /* a name picks one model */
     const char *id = cfg->more_engines[i]->model_id;
     bool dup = !strcmp(id, engine->model_id);
@@ -3408,6 +3534,9 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   }
   s->adapter_dir = adapter_dir;
   s->models = cfg->models;
+  for (int i = 0; i < cfg->n_tools; i++) s->tools[i] = cfg->tools[i];
+  s->ntools = cfg->n_tools;
+  s->tool_rounds = cfg->tool_rounds > 0 ? cfg->tool_rounds : SERVE_TOOL_ROUNDS;
   s->state_lock = -1;
   s->engine = engine;
   s->engines = calloc((size_t)cfg->n_more_engines + 1, sizeof *s->engines);
