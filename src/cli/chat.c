@@ -147,11 +147,12 @@ typedef struct memory_tool {
   char *describe;      /* owned, NULL when the template shows tools itself: the tools and the
                         * call shape, put in the system message (as the server does) */
   int calls;           /* calls run in the session */
+  int result_bytes;    /* a result's size at most: about the context's tokens, at most 8 KiB */
 } memory_tool;
 
 static int memory_tool_open(memory_tool *t, const char *dir, hearth_model *m, const hearth_info *info, herr *err) {
   memset(t, 0, sizeof *t);
-  int rc = cli_memory_open(dir, m, &t->s, err);
+  int rc = cli_memory_open(dir, m, -1, &t->s, err);
   memsearch_stats st;
   if (!rc) rc = memsearch_update(t->s, &st, err);
   if (rc) return rc;
@@ -167,6 +168,7 @@ static int memory_tool_open(memory_tool *t, const char *dir, hearth_model *m, co
     return herr_set(err, HEARTH_ENOMEM, "out of memory");
   }
   t->tools_json = hbuf_take(&b);
+  t->result_bytes = info->context_length > 8192 ? 8192 : (int)info->context_length;
   t->format = tc_format_detect(info->chat_template);
   if (t->format == TC_NONE) {
     t->format = TC_GENERIC;
@@ -236,7 +238,7 @@ static void run_memory_calls(memory_tool *t, const reply *r, json_t *msgs) {
     char id[32], *result = NULL;
     snprintf(id, sizeof id, "call_%d", ++t->calls);
     herr err = {0};
-    if (memsearch_tool_call(t->s, args ? args : "{}", &result, &err)) {
+    if (memsearch_tool_call(t->s, args ? args : "{}", t->result_bytes, &result, &err)) {
       free(result);
       result = NULL;
     }

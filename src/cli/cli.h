@@ -162,8 +162,9 @@ int cli_memory_search(int argc, char **argv);
 
 /* The memory wiki at dir opened for searching with m's embeddings (memory_search.c; for
  * hearth memory search and chat --memory): the index's model identity is m's files'
- * (kv_disk_model_identity), its type and width. HEARTH_EUNSUPPORTED when m gives no embeddings. */
-int cli_memory_open(const char *dir, hearth_model *m, memsearch **out, herr *err);
+ * (kv_disk_model_identity) and width, as serve --memory's; pool a memsearch_pool, or -1 for words
+ * when m generates and text for an embedding model. HEARTH_EUNSUPPORTED when m gives no embeddings. */
+int cli_memory_open(const char *dir, hearth_model *m, int pool, memsearch **out, herr *err);
 
 /* What a --model value names (model_name.c): *path (malloc'd) the folder or
  * file a registry name or a Hub id stands for — fetched into the Hugging Face

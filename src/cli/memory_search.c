@@ -15,16 +15,19 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: hearth memory search QUERY --wiki DIR [--model PATH] [-k N] [--json]\n\n"
+          "usage: hearth memory search QUERY --wiki DIR [--model PATH] [-k N] [--json] [--pooling words|text]\n\n"
           "Ranks the wiki's articles (DIR/<slug>.md, index.md left out) by the cosine of the query's\n"
-          "embedding with their best chunk's, best first. The vectors are kept in\n"
+          "vector with their best chunk's, best first. The vectors are kept in\n"
           "DIR/" MEMSEARCH_INDEX_DIR "/" MEMSEARCH_INDEX_NAME ": only new or changed articles are embedded, deleted\n"
           "ones dropped; another model rebuilds it.\n\n"
           "  --wiki DIR     the wiki folder\n"
           "  --model PATH   the model whose embeddings rank (default: the built-in model)\n"
           "  -k N           articles shown (default 5, at most %d)\n"
-          "  --json         {\"query\", \"model\", \"index\": {articles, embedded, chunks_embedded, removed,\n"
-          "                 rebuilt}, \"results\": [{slug, title, score, snippet}]}\n"
+          "  --pooling P    a text's vector: words (the sum of its words' embeddings, each word embedded\n"
+          "                 alone; the default for a model that generates) or text (the text embedded\n"
+          "                 whole; the default for an embedding model without an output head)\n"
+          "  --json         {\"query\", \"model\", \"pooling\", \"index\": {articles, embedded, chunks_embedded,\n"
+          "                 words_embedded, removed, rebuilt}, \"results\": [{slug, title, score, snippet}]}\n"
           "  --threads N    CPU worker threads (default: one per CPU)\n",
           MEMSEARCH_MAX_K);
 }
@@ -39,7 +42,7 @@ static int embed_model(void *ctx, const char *const *texts, int n, float *out, h
   return rc;
 }
 
-int cli_memory_open(const char *dir, hearth_model *m, memsearch **out, herr *err) {
+int cli_memory_open(const char *dir, hearth_model *m, int pool, memsearch **out, herr *err) {
   hearth_info info;
   hearth_model_info(m, &info);
   if (!info.can_embed) return herr_set(err, HEARTH_EUNSUPPORTED, "%s: this model gives no embeddings", info.id);
@@ -47,9 +50,10 @@ int cli_memory_open(const char *dir, hearth_model *m, memsearch **out, herr *err
   int rc = kv_disk_model_identity(info.path, NULL, &h, err);
   if (rc) return rc;
   char ident[256];
-  snprintf(ident, sizeof ident, "%016llx %.100s %d", (unsigned long long)h, info.model_type ? info.model_type : "",
-           (int)info.hidden_size);
-  memsearch_embedder e = {.embed = embed_model, .ctx = m, .dim = info.hidden_size, .identity = ident};
+  snprintf(ident, sizeof ident, "%016llx %d", (unsigned long long)h, (int)info.hidden_size); /* as serve --memory's */
+  if (pool < 0) pool = info.can_generate ? MEMSEARCH_POOL_WORDS : MEMSEARCH_POOL_TEXT;
+  memsearch_embedder e = {.embed = embed_model, .ctx = m, .dim = info.hidden_size, .identity = ident,
+                          .pool = (memsearch_pool)pool};
   return memsearch_open(dir, &e, out, err);
 }
 
@@ -68,6 +72,7 @@ int cli_memory_search(int argc, char **argv) {
   const char *wiki = NULL, *model_dir = NULL, *query = NULL;
   long long k = 5;
   bool json = false;
+  int pool = -1;
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
     int r;
@@ -83,6 +88,11 @@ int cli_memory_search(int argc, char **argv) {
       model_dir = v;
     } else if ((r = cli_opt_int("memory search", argc, argv, &i, "-k", 1, MEMSEARCH_MAX_K, &k))) {
       if (r < 0) return 2;
+    } else if ((r = cli_opt(argc, argv, &i, "--pooling", &v))) {
+      if (r < 0) return 2;
+      if (!strcmp(v, "words")) pool = MEMSEARCH_POOL_WORDS;
+      else if (!strcmp(v, "text")) pool = MEMSEARCH_POOL_TEXT;
+      else return cli_usage_error("memory search", "--pooling is words or text, not '%s'", v);
     } else if (!strcmp(argv[i], "--json")) {
       json = true;
     } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -106,7 +116,7 @@ int cli_memory_search(int argc, char **argv) {
   memsearch_hit *hits = NULL;
   int n = 0, status = 1;
   memsearch_stats st;
-  if (cli_memory_open(wiki, m, &s, &err) || memsearch_update(s, &st, &err) ||
+  if (cli_memory_open(wiki, m, pool, &s, &err) || memsearch_update(s, &st, &err) ||
       memsearch_query(s, query, (int)k, &hits, &n, &err)) {
     cli_fail("memory search: %s", err.msg);
     goto done;
@@ -119,8 +129,10 @@ int cli_memory_search(int argc, char **argv) {
     print_json_string(query);
     printf(",\"model\":");
     print_json_string(info.id);
-    printf(",\"index\":{\"articles\":%d,\"embedded\":%d,\"chunks_embedded\":%d,\"removed\":%d,\"rebuilt\":%s},\"results\":[",
-           st.articles, st.embedded, st.chunks_embedded, st.removed, st.rebuilt ? "true" : "false");
+    printf(",\"pooling\":\"%s\",\"index\":{\"articles\":%d,\"embedded\":%d,\"chunks_embedded\":%d,\"words_embedded\":%d,"
+           "\"removed\":%d,\"rebuilt\":%s},\"results\":[",
+           memsearch_pool_name(memsearch_pool_of(s)), st.articles, st.embedded, st.chunks_embedded, st.words_embedded,
+           st.removed, st.rebuilt ? "true" : "false");
     for (int i = 0; i < n; i++) {
       printf("%s\n{\"slug\":", i ? "," : "");
       print_json_string(hits[i].slug);

@@ -236,8 +236,10 @@ static int memory_embed(void *ctx, const char *const *texts, int n, float *out, 
   return rc;
 }
 
+static int64_t memory_result_bytes; /* a result's size at most: about the first model's context in tokens, at most 8 KiB */
+
 static int memory_run(void *ctx, const char *args_json, char **result, herr *err) {
-  return memsearch_tool_call(ctx, args_json, result, err);
+  return memsearch_tool_call(ctx, args_json, (int)memory_result_bytes, result, err);
 }
 
 /* The wiki at dir searched with e's embeddings (model_path: its files, the index's identity). */
@@ -248,7 +250,10 @@ static int memory_open(const char *dir, serve_engine *e, const char *model_path,
   if (rc) return rc;
   char ident[64];
   snprintf(ident, sizeof ident, "%016llx %d", (unsigned long long)h, (int)e->embed_dim);
-  memsearch_embedder emb = {.embed = memory_embed, .ctx = e, .dim = (int)e->embed_dim, .identity = ident};
+  /* pooled from words for a model that generates (it has the next-token signal), whole texts for an
+   * embedding model: as hearth memory search and chat --memory pool them, so they share the index */
+  memsearch_embedder emb = {.embed = memory_embed, .ctx = e, .dim = (int)e->embed_dim, .identity = ident,
+                            .pool = e->signal ? MEMSEARCH_POOL_WORDS : MEMSEARCH_POOL_TEXT};
   memsearch_stats st;
   if ((rc = memsearch_open(dir, &emb, out, err)) || (rc = memsearch_update(*out, &st, err))) return rc;
   HLOG_INFO("serve: memory %s: %d articles (%d embedded, %d removed)", dir, st.articles, st.embedded, st.removed);
@@ -562,6 +567,7 @@ int cli_serve(int argc, char **argv) {
   serve_tool mem_tool = {.name = MEMSEARCH_TOOL_NAME, .description = memsearch_tool_description,
                          .parameters = memsearch_tool_parameters, .run = memory_run};
   if (!rc && memory) {
+    memory_result_bytes = engine0->context_length > 0 && engine0->context_length < 8192 ? engine0->context_length : 8192;
     if (memory_open(memory, engine0, models_given[0], &mem, &err)) rc = cli_fail("serve: --memory %s: %s", memory, err.msg);
     mem_tool.ctx = mem;
   }

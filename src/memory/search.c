@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "base/dict.h"
 #include "base/file.h"
 #include "base/hash.h"
 #include "base/log.h"
@@ -53,6 +54,10 @@ struct memsearch {
   pthread_mutex_t mu;
 };
 
+const char *memsearch_pool_name(int pool) {
+  return pool == MEMSEARCH_POOL_WORDS ? "words" : pool == MEMSEARCH_POOL_TEXT ? "text" : "?";
+}
+
 uint64_t memsearch_hash(const void *p, size_t n) {
   const unsigned char *b = p;
   uint64_t h = 0x6d656d6f7279ull ^ (uint64_t)n;
@@ -84,7 +89,8 @@ static void articles_clear(memsearch *s) {
 
 int memsearch_open(const char *dir, const memsearch_embedder *emb, memsearch **out, herr *err) {
   *out = NULL;
-  if (!emb || !emb->embed || emb->dim <= 0 || !emb->identity)
+  if (!emb || !emb->embed || emb->dim <= 0 || !emb->identity ||
+      (emb->pool != MEMSEARCH_POOL_WORDS && emb->pool != MEMSEARCH_POOL_TEXT))
     return herr_set(err, HEARTH_EINVAL, "memory search: no embedder");
   struct stat st;
   if (stat(dir, &st) || !S_ISDIR(st.st_mode)) return herr_set(err, HEARTH_ENOTFOUND, "%s: no such wiki folder", dir);
@@ -105,6 +111,8 @@ int memsearch_open(const char *dir, const memsearch_embedder *emb, memsearch **o
   *out = s;
   return 0;
 }
+
+memsearch_pool memsearch_pool_of(const memsearch *s) { return s->emb.pool; }
 
 void memsearch_close(memsearch *s) {
   if (!s) return;
@@ -198,11 +206,12 @@ static int index_read(memsearch *s, char *why, size_t cap, herr *err) {
     return 0;
   }
   r.end -= 8;
-  uint32_t version = rd_u32(&r), dim = rd_u32(&r), chunk_chars = rd_u32(&r);
+  uint32_t version = rd_u32(&r), dim = rd_u32(&r), chunk_chars = rd_u32(&r), pool = rd_u32(&r);
   char *ident = rd_str(&r, 4096);
   if (!r.bad && version != MEMSEARCH_INDEX_VERSION) snprintf(why, cap, "index version %u, not %u", version, MEMSEARCH_INDEX_VERSION);
   else if (!r.bad && (int)dim != s->emb.dim) snprintf(why, cap, "vectors of %u values, not %d", dim, s->emb.dim);
   else if (!r.bad && chunk_chars != MEMSEARCH_CHUNK_CHARS) snprintf(why, cap, "chunks of %u bytes, not %d", chunk_chars, MEMSEARCH_CHUNK_CHARS);
+  else if (!r.bad && pool != (uint32_t)s->emb.pool) snprintf(why, cap, "vectors pooled %s, not %s", memsearch_pool_name((int)pool), memsearch_pool_name(s->emb.pool));
   else if (!r.bad && strcmp(ident, s->identity)) snprintf(why, cap, "another embedding model (%.200s)", ident);
   free(ident);
   if (why[0] || r.bad) {
@@ -260,6 +269,7 @@ static int index_write(memsearch *s, herr *err) {
   put_u32(&b, MEMSEARCH_INDEX_VERSION);
   put_u32(&b, (uint32_t)s->emb.dim);
   put_u32(&b, MEMSEARCH_CHUNK_CHARS);
+  put_u32(&b, (uint32_t)s->emb.pool);
   put_str(&b, s->identity);
   put_u32(&b, (uint32_t)s->n);
   for (int i = 0; i < s->n; i++) {
@@ -530,13 +540,167 @@ static int batch_flush(memsearch *s, batch *b, int *chunks_done, herr *err) {
   return rc;
 }
 
-/* Embeds the chunks of every pending article, a batch at a time. */
-static int embed_pending(memsearch *s, int *chunks_done, herr *err) {
+/* ---- word pooling ----
+ * Under MEMSEARCH_POOL_WORDS a text's vector is the normalised sum of its
+ * words' vectors, each word (a run of ASCII letters and digits or non-ASCII
+ * bytes, 3 bytes or more, ASCII lower-cased, at most WORD_MAX bytes kept,
+ * English function words left out) embedded alone as " word". Each distinct word is embedded once per
+ * update (a bank of them), so the cost is the wiki's vocabulary. */
+
+#define WORD_MAX 48
+#define WORD_BATCH 256
+
+typedef struct wordbank {
+  hdict index;     /* word → its row */
+  float *vecs;     /* owned: rows × dim (rows embedded so far: done) */
+  char **texts;    /* owned: " word" of each row */
+  int rows, cap, done;
+} wordbank;
+
+static void bank_free(wordbank *b) {
+  hdict_free(&b->index);
+  for (int i = 0; i < b->rows; i++) free(b->texts[i]);
+  free(b->texts);
+  free(b->vecs);
+  memset(b, 0, sizeof *b);
+}
+
+static bool word_byte(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c >= 0x80;
+}
+
+/* English function words, which say nothing of what a text is about and
+ * would pull every pooled vector toward the same place: left out. */
+static const char *const stop_words[] = {
+    "about", "after", "again", "all", "also", "and", "any", "are", "because", "been", "before", "being", "both",
+    "but", "can", "could", "did", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had",
+    "has", "have", "having", "her", "here", "hers", "herself", "him", "himself", "his", "how", "into", "its",
+    "itself", "just", "more", "most", "myself", "nor", "not", "now", "off", "once", "only", "other", "our", "ours",
+    "out", "over", "own", "same", "she", "should", "some", "such", "than", "that", "the", "their", "theirs", "them",
+    "themselves", "then", "there", "these", "they", "this", "those", "through", "too", "under", "until", "very",
+    "was", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you",
+    "your", "yours", "yourself",
+};
+
+static bool stop_word(const char *w, size_t n) {
+  if (n > 10) return false;
+  for (size_t i = 0; i < sizeof stop_words / sizeof stop_words[0]; i++)
+    if (strlen(stop_words[i]) == n && !memcmp(stop_words[i], w, n)) return true;
+  return false;
+}
+
+/* The next word of [*p, end) lower-cased into w (NUL-terminated, its length returned; 0: none
+ * left); *p moves past it. Stop words are skipped. */
+static size_t next_word(const char **p, const char *end, char *w) {
+  for (;;) {
+    while (*p < end && !word_byte((unsigned char)**p)) (*p)++;
+    if (*p >= end) return 0;
+    const char *s = *p;
+    while (*p < end && word_byte((unsigned char)**p)) (*p)++;
+    size_t n = (size_t)(*p - s);
+    if (n < 3) continue;
+    if (n > WORD_MAX) { /* kept whole up to WORD_MAX, not cutting a UTF-8 sequence */
+      n = WORD_MAX;
+      while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--;
+    }
+    for (size_t i = 0; i < n; i++) w[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] | 0x20 : s[i]);
+    w[n] = 0;
+    if (stop_word(w, n)) continue;
+    return n;
+  }
+}
+
+/* Registers every word of text in the bank. */
+static int bank_add_text(wordbank *b, const char *text, size_t len, int dim) {
+  const char *p = text, *end = text + len;
+  char w[WORD_MAX + 1];
+  size_t n;
+  while ((n = next_word(&p, end, w))) {
+    int64_t row;
+    if (hdict_get(&b->index, w, n, &row)) continue;
+    if (b->rows == b->cap) {
+      int cap = b->cap ? b->cap * 2 : 256;
+      char **t = realloc(b->texts, sizeof *t * (size_t)cap);
+      if (!t) return HEARTH_ENOMEM;
+      b->texts = t;
+      float *v = realloc(b->vecs, sizeof(float) * (size_t)dim * (size_t)cap);
+      if (!v) return HEARTH_ENOMEM;
+      b->vecs = v;
+      b->cap = cap;
+    }
+    char *t = malloc(n + 2);
+    if (!t) return HEARTH_ENOMEM;
+    t[0] = ' ';
+    memcpy(t + 1, w, n + 1);
+    if (!hdict_put(&b->index, w, n, b->rows)) {
+      free(t);
+      return HEARTH_ENOMEM;
+    }
+    b->texts[b->rows++] = t;
+  }
+  return 0;
+}
+
+/* Embeds the bank's words not embedded yet. */
+static int bank_embed(memsearch *s, wordbank *b, int *words_done, herr *err) {
+  while (b->done < b->rows) {
+    int n = b->rows - b->done < WORD_BATCH ? b->rows - b->done : WORD_BATCH;
+    int rc = s->emb.embed(s->emb.ctx, (const char *const *)b->texts + b->done, n,
+                          b->vecs + (size_t)b->done * s->emb.dim, err);
+    if (rc) return rc;
+    b->done += n;
+    if (words_done) *words_done += n;
+  }
+  return 0;
+}
+
+/* out = the normalised sum of text's words' vectors; false (out untouched) when it has none. */
+static bool bank_mean(const wordbank *b, const char *text, size_t len, int dim, float *out) {
+  const char *p = text, *end = text + len;
+  char w[WORD_MAX + 1];
+  size_t n;
+  double *sum = calloc((size_t)dim, sizeof *sum);
+  bool any = false;
+  while (sum && (n = next_word(&p, end, w))) {
+    int64_t row;
+    if (!hdict_get(&b->index, w, n, &row) || row >= b->done) continue;
+    const float *v = b->vecs + (size_t)row * dim;
+    for (int d = 0; d < dim; d++) sum[d] += v[d];
+    any = true;
+  }
+  double norm = 0;
+  for (int d = 0; any && d < dim; d++) norm += sum[d] * sum[d];
+  if (any && norm > 0) {
+    double inv = 1 / sqrt(norm);
+    for (int d = 0; d < dim; d++) out[d] = (float)(sum[d] * inv);
+  }
+  free(sum);
+  return any && norm > 0;
+}
+
+/* Embeds the chunks of every pending article: as whole texts a batch at a
+ * time, or (word pooling) through a bank of their words; a chunk without
+ * words is embedded whole either way. */
+static int embed_pending(memsearch *s, memsearch_stats *st, herr *err) {
   batch b = {.cap = s->emb.batch};
   b.texts = calloc((size_t)b.cap, sizeof *b.texts);
   b.dest = calloc((size_t)b.cap, sizeof *b.dest);
   b.out = malloc(sizeof(float) * (size_t)s->emb.dim * (size_t)b.cap);
+  wordbank bank = {0};
+  hdict_init(&bank.index);
+  bool words = s->emb.pool == MEMSEARCH_POOL_WORDS;
   int rc = !b.texts || !b.dest || !b.out ? herr_set(err, HEARTH_ENOMEM, "out of memory") : 0;
+  for (int i = 0; words && i < s->n && !rc; i++) { /* the words first, all embedded at once */
+    ms_article *a = &s->arts[i];
+    for (int c = 0; a->pending && c < a->nchunks && !rc; c++) {
+      hbuf t = {0};
+      chunk_text(a, &a->chunks[c], &t);
+      if (t.oom || bank_add_text(&bank, t.data ? t.data : "", t.len, s->emb.dim))
+        rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+      hbuf_free(&t);
+    }
+  }
+  if (!rc && words) rc = bank_embed(s, &bank, &st->words_embedded, err);
   for (int i = 0; i < s->n && !rc; i++) {
     ms_article *a = &s->arts[i];
     for (int c = 0; a->pending && c < a->nchunks && !rc; c++) {
@@ -547,17 +711,39 @@ static int embed_pending(memsearch *s, int *chunks_done, herr *err) {
         rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
         break;
       }
+      float *dest = a->vecs + (size_t)c * s->emb.dim;
+      if (words && bank_mean(&bank, t.data ? t.data : "", t.len, s->emb.dim, dest)) {
+        hbuf_free(&t);
+        st->chunks_embedded++;
+        continue;
+      }
       b.texts[b.n] = hbuf_take(&t);
-      b.dest[b.n++] = a->vecs + (size_t)c * s->emb.dim;
-      if (b.n == b.cap) rc = batch_flush(s, &b, chunks_done, err);
+      b.dest[b.n++] = dest;
+      if (b.n == b.cap) rc = batch_flush(s, &b, &st->chunks_embedded, err);
     }
   }
-  if (!rc) rc = batch_flush(s, &b, chunks_done, err);
+  if (!rc) rc = batch_flush(s, &b, &st->chunks_embedded, err);
   for (int k = 0; b.texts && k < b.n; k++) free(b.texts[k]);
   free(b.texts);
   free(b.dest);
   free(b.out);
+  bank_free(&bank);
   return rc;
+}
+
+/* The query's vector, pooled as the chunks' are. */
+static int embed_query(memsearch *s, const char *query, float *q, herr *err) {
+  if (s->emb.pool == MEMSEARCH_POOL_WORDS) {
+    wordbank bank = {0};
+    hdict_init(&bank.index);
+    int rc = bank_add_text(&bank, query, strlen(query), s->emb.dim) ? herr_set(err, HEARTH_ENOMEM, "out of memory") : 0;
+    if (!rc) rc = bank_embed(s, &bank, NULL, err);
+    bool any = !rc && bank_mean(&bank, query, strlen(query), s->emb.dim, q);
+    bank_free(&bank);
+    if (rc || any) return rc;
+  }
+  const char *texts[1] = {query};
+  return s->emb.embed(s->emb.ctx, texts, 1, q, err);
 }
 
 /* Reads article `name` into a (a new entry or one whose text is gone). */
@@ -676,7 +862,7 @@ static int update_locked(memsearch *s, memsearch_stats *st, herr *err) {
   }
   s->n = w;
   if (s->n > 1) qsort(s->arts, (size_t)s->n, sizeof *s->arts, cmp_articles);
-  if ((rc = embed_pending(s, &st->chunks_embedded, err))) {
+  if ((rc = embed_pending(s, st, err))) {
     for (int i = 0; i < s->n; i++)
       if (s->arts[i].pending) s->arts[i].hash = 0; /* embedded again next time */
     return herr_wrap(err, "memory search: embedding %s", s->dir);
@@ -743,8 +929,7 @@ static int query_locked(memsearch *s, const char *query, int k, memsearch_hit **
     free(q), free(r);
     return herr_set(err, HEARTH_ENOMEM, "out of memory");
   }
-  const char *texts[1] = {query};
-  int rc = s->emb.embed(s->emb.ctx, texts, 1, q, err);
+  int rc = embed_query(s, query, q, err);
   if (rc) {
     free(q), free(r);
     return herr_wrap(err, "memory search: embedding the query");
@@ -829,7 +1014,7 @@ char *memsearch_tool_json(void) {
   return s;
 }
 
-int memsearch_tool_call(memsearch *s, const char *args_json, char **result, herr *err) {
+int memsearch_tool_call(memsearch *s, const char *args_json, int max_bytes, char **result, herr *err) {
   *result = NULL;
   json_t *args = args_json ? json_loads(args_json, 0, NULL) : NULL;
   const char *query = json_string_value(json_object_get(args, "query"));
@@ -851,12 +1036,16 @@ int memsearch_tool_call(memsearch *s, const char *args_json, char **result, herr
   hbuf b = {0};
   if (n == 0) hbuf_puts(&b, "The memory wiki has no articles yet.");
   else hbuf_printf(&b, "%d article%s of the memory wiki for \"%s\", best first:\n", n, n == 1 ? "" : "s", query);
+  if (max_bytes <= 0) max_bytes = 4096;
   for (int i = 0; i < n; i++) {
     const char *snip = hits[i].snippet;
     size_t len = strlen(snip);
     hbuf_printf(&b, "\n[[%s]] %s (score %.3f)\n", hits[i].slug, hits[i].title, (double)hits[i].score);
-    if (len > 600) { /* at most 600 bytes of it, not cutting a UTF-8 sequence */
-      len = 600;
+    /* each hit's share of max_bytes, at least 80 bytes of snippet */
+    long share = (long)max_bytes / n - (long)strlen(hits[i].slug) - (long)strlen(hits[i].title) - 24;
+    size_t cap = share < 80 ? 80 : (size_t)share;
+    if (len > cap) { /* cut, not inside a UTF-8 sequence */
+      len = cap;
       while (len > 0 && ((unsigned char)snip[len] & 0xC0) == 0x80) len--;
       hbuf_append(&b, snip, len);
       hbuf_puts(&b, "…\n");

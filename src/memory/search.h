@@ -6,9 +6,14 @@
  * front matter (--- title: ..., sources, created, updated ---) and then a body
  * with [[slug]] links; DIR/index.md lists them and is not ranked. Each
  * article is cut into chunks of about MEMSEARCH_CHUNK_CHARS bytes at
- * paragraph (else sentence, else word) boundaries; each chunk is embedded
- * with the article's title before it; an article scores the best cosine of
- * its chunks against the query's embedding.
+ * paragraph (else sentence, else word) boundaries; each chunk, with the
+ * article's title before it, gets a vector pooled one of two ways (the
+ * query's the same way): its text embedded whole (MEMSEARCH_POOL_TEXT, what
+ * an embedding model is made for), or the normalised sum of its words'
+ * embeddings, each word embedded alone (MEMSEARCH_POOL_WORDS: a language
+ * model's last-token state of a whole passage says little of what the
+ * passage is about, of a single word much more). An article scores the best
+ * cosine of its chunks against the query's vector.
  *
  * The vectors are kept in DIR/.hearth-memory/search.idx (format below),
  * updated incrementally by memsearch_update: an article whose bytes hash to
@@ -34,13 +39,18 @@
 #define MEMSEARCH_MAX_K 100
 
 /* The index file, host byte order (another order reads as damaged):
- *   "HMEMIDX\0"  u32 version (1)  u32 dim  u32 chunk_chars
+ *   "HMEMIDX\0"  u32 version (1)  u32 dim  u32 chunk_chars  u32 pooling
  *   u32 len + bytes: the embedder's identity
  *   u32 articles, each: u32 len + slug, u64 content hash (memsearch_hash of the file's bytes),
  *       u32 len + title, u32 chunks, each: u32 offset, u32 length (the chunk's bytes in the
  *       file) and dim f32 (its unit vector)
  *   u64 memsearch_hash of every byte before it. */
 #define MEMSEARCH_INDEX_VERSION 1u
+
+/* How a text's vector is made from the embedder's (see the file comment). */
+typedef enum memsearch_pool { MEMSEARCH_POOL_WORDS = 0, MEMSEARCH_POOL_TEXT = 1 } memsearch_pool;
+/* "words", "text". */
+const char *memsearch_pool_name(int pool);
 
 /* Embeds n texts into out (n × dim floats, each L2-normalised). */
 typedef int (*memsearch_embed_fn)(void *ctx, const char *const *texts, int n, float *out, herr *err);
@@ -50,7 +60,8 @@ typedef struct memsearch_embedder {
   void *ctx;                /* borrowed: handed to embed */
   int dim;                  /* the vectors' width */
   const char *identity;     /* borrowed (copied by memsearch_open): names the model; another rebuilds */
-  int batch;                /* texts per embed call at most (<= 0: 32) */
+  int batch;                /* texts per embed call at most (<= 0: 32; words go 256 at a time) */
+  memsearch_pool pool;      /* another pooling than the index's rebuilds it */
 } memsearch_embedder;
 
 /* What the last memsearch_update did. */
@@ -58,6 +69,7 @@ typedef struct memsearch_stats {
   int articles;        /* ranked articles in the wiki */
   int embedded;        /* articles (re-)embedded: new or changed, or all on a rebuild */
   int chunks_embedded; /* their chunks */
+  int words_embedded;  /* distinct words embedded for them (word pooling) */
   int removed;         /* articles dropped from the index (deleted from the wiki) */
   bool rebuilt;        /* the index was missing, damaged or of another model / width / chunking */
   bool written;        /* the index file was written */
@@ -77,6 +89,8 @@ typedef struct memsearch memsearch;
  * call below takes the object's lock. */
 int memsearch_open(const char *dir, const memsearch_embedder *emb, memsearch **out, herr *err);
 void memsearch_close(memsearch *s);
+/* The pooling s was opened with. */
+memsearch_pool memsearch_pool_of(const memsearch *s);
 
 /* Brings the index up to date with the wiki (see the file comment) and
  * writes it when anything changed. st may be NULL. */
@@ -103,7 +117,9 @@ char *memsearch_tool_json(void);
 /* Runs a call: args_json its arguments ({"query": "...", "k": N}, k optional: 1..10,
  * default MEMSEARCH_TOOL_K); the wiki is updated first (it may have changed since).
  * *result (malloc'd) is the tool message's text: the hits, each "[[slug]] Title
- * (score S)" and its snippet. HEARTH_EINVAL for arguments without a query. */
-int memsearch_tool_call(memsearch *s, const char *args_json, char **result, herr *err);
+ * (score S)" and its snippet, the snippets cut so that the whole is about max_bytes
+ * (<= 0: 4096; at least 80 bytes of each): a caller sizes it to the model's context.
+ * HEARTH_EINVAL for arguments without a query. */
+int memsearch_tool_call(memsearch *s, const char *args_json, int max_bytes, char **result, herr *err);
 
 #endif

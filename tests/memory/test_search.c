@@ -1,6 +1,7 @@
 /* Unit tests of memory/search: the index over a wiki with a stand-in
  * embedder (hashed bags of words, so rankings follow shared words and the
- * texts it was handed can be counted): incremental updates — an unchanged
+ * texts it was handed can be counted), chunks embedded whole or pooled
+ * from their words: incremental updates — an unchanged
  * wiki embeds nothing, a touched article is embedded again alone, a deleted
  * one is dropped, another model or a damaged index rebuilds —, chunking of
  * long articles ranked by their best chunk, front matter, and the
@@ -54,7 +55,7 @@ static int fake_embed(void *ctx, const char *const *texts, int n, float *out, he
 }
 
 static memsearch_embedder embedder(const char *identity) {
-  return (memsearch_embedder){.embed = fake_embed, .dim = DIM, .identity = identity, .batch = 4};
+  return (memsearch_embedder){.embed = fake_embed, .dim = DIM, .identity = identity, .batch = 4, .pool = MEMSEARCH_POOL_TEXT};
 }
 
 static void write_file(const char *path, const char *text) {
@@ -256,6 +257,47 @@ static void test_ranking_and_chunks(void) {
   wiki_remove(dir);
 }
 
+/* Word pooling: each distinct word embedded once per update, the chunks' and
+ * the query's vectors their sums; another pooling rebuilds the index. */
+static void test_words(void) {
+  char *dir = wiki_copy();
+  if (!dir) return;
+  memsearch_embedder e = embedder("fake-a");
+  e.pool = MEMSEARCH_POOL_WORDS;
+  memsearch *s = NULL;
+  herr err = {0};
+  memsearch_stats st;
+  CHECK_EQ_INT(memsearch_open(dir, &e, &s, &err), 0);
+  g_texts = 0;
+  CHECK_EQ_INT(memsearch_update(s, &st, &err), 0);
+  CHECK_EQ_INT(st.embedded, 6);
+  CHECK(st.words_embedded > 100);
+  CHECK_EQ_INT(g_texts, st.words_embedded); /* words only: every chunk has some */
+  CHECK(st.chunks_embedded > 6);
+  CHECK_EQ_STR(best(s, "feed the starter with flour and water", NULL), "sourdough-bread");
+  CHECK_EQ_STR(best(s, "Brown spots on the TOMATO leaves", NULL), "tomato-garden");
+  CHECK_EQ_STR(best(s, "flat tyre puncture inner tube patch", NULL), "bicycle-repair");
+  /* a query of only short words is embedded whole */
+  g_texts = 0;
+  memsearch_hit *h = NULL;
+  int n = 0;
+  CHECK_EQ_INT(memsearch_query(s, "a b", 2, &h, &n, &err), 0);
+  CHECK_EQ_INT(g_texts, 1);
+  CHECK_EQ_INT(n, 2);
+  memsearch_hits_free(h, n);
+  memsearch_close(s);
+  /* the same wiki pooled from whole texts: rebuilt */
+  e.pool = MEMSEARCH_POOL_TEXT;
+  s = NULL;
+  CHECK_EQ_INT(memsearch_open(dir, &e, &s, &err), 0);
+  CHECK_EQ_INT(memsearch_update(s, &st, &err), 0);
+  CHECK(st.rebuilt);
+  CHECK_EQ_INT(st.embedded, 6);
+  CHECK_EQ_INT(st.words_embedded, 0);
+  memsearch_close(s);
+  wiki_remove(dir);
+}
+
 static void test_articles(void) {
   char tmpl[] = "/tmp/hearth_memwiki_XXXXXX";
   char *dir = mkdtemp(tmpl);
@@ -326,18 +368,19 @@ static void test_tool(void) {
   herr err = {0};
   CHECK_EQ_INT(memsearch_open(dir, &e, &s, &err), 0);
   char *res = NULL;
-  CHECK_EQ_INT(memsearch_tool_call(s, "{\"query\": \"counting the sheep at the fold\"}", &res, &err), 0);
+  CHECK_EQ_INT(memsearch_tool_call(s, "{\"query\": \"counting the sheep at the fold\"}", 0, &res, &err), 0);
   CHECK(res && strstr(res, "[[sheep-flock]] The sheep flock (score "));
   CHECK(res && strstr(res, "3 articles"));
   free(res);
   res = NULL;
-  CHECK_EQ_INT(memsearch_tool_call(s, "{\"query\": \"trout\", \"k\": 1}", &res, &err), 0);
+  CHECK_EQ_INT(memsearch_tool_call(s, "{\"query\": \"trout\", \"k\": 1}", 200, &res, &err), 0);
   CHECK(res && strstr(res, "1 article of"));
   CHECK(res && strstr(res, "[[river-fishing]]"));
+  CHECK(res && strlen(res) < 300); /* the snippet cut to the size asked */
   free(res);
   res = NULL;
-  CHECK_EQ_INT(memsearch_tool_call(s, "{\"q\": \"x\"}", &res, &err), HEARTH_EINVAL);
-  CHECK_EQ_INT(memsearch_tool_call(s, "not json", &res, &err), HEARTH_EINVAL);
+  CHECK_EQ_INT(memsearch_tool_call(s, "{\"q\": \"x\"}", 0, &res, &err), HEARTH_EINVAL);
+  CHECK_EQ_INT(memsearch_tool_call(s, "not json", 0, &res, &err), HEARTH_EINVAL);
   CHECK(res == NULL);
   char *tool = memsearch_tool_json();
   json_t *t = tool ? json_loads(tool, 0, NULL) : NULL;
@@ -352,6 +395,7 @@ static void test_tool(void) {
 int main(void) {
   RUN(test_incremental);
   RUN(test_ranking_and_chunks);
+  RUN(test_words);
   RUN(test_articles);
   RUN(test_tool);
   fprintf(stderr, "%d checks, %d failures\n", test_checks, test_failures);
