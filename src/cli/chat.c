@@ -7,8 +7,10 @@
  * ("//x" sends "/x"). With --memory DIR the model is offered the
  * memory_search tool over a memory wiki: its calls are parsed out of the
  * reply (chat/toolcall.h), run (memory/search.h) and their results fed back
- * until it answers. Uses the public API (and jansson to build the messages,
- * base/buf.h's byte buffer), and for --memory chat/toolcall.h and memory/. */
+ * until it answers (--memory-always: each turn opens with such a call, as
+ * the server's tool_choice forces one). Uses the public API (and jansson to
+ * build the messages, base/buf.h's byte buffer), and for --memory
+ * chat/toolcall.h, memory/ and serve/forced.h (a forced call's grammar). */
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>
@@ -26,6 +28,7 @@
 #include "cli/cli.h"
 #include "hearth.h"
 #include "memory/search.h"
+#include "serve/forced.h"
 
 #define CHAT_TOOL_ROUNDS 4 /* memory_search rounds per turn at most */
 
@@ -52,6 +55,8 @@ static void usage(FILE *f) {
           "  --adapter DIR     talk under this PEFT LoRA adapter folder\n"
           "  --memory DIR      offer the model the memory_search tool over the memory wiki DIR\n"
           "                    (hearth memory search ranks the same way); its calls show on stderr\n"
+          "  --memory-always   every turn opens with a memory_search call (the model writes the\n"
+          "                    query under a grammar of the call's syntax), then the answer\n"
           "  -n, --max-tokens N  tokens of each reply (default: up to the context, or what the KV cache holds)\n"
           "%s"
           "  --threads N       CPU worker threads (default: one per CPU)\n\n"
@@ -147,7 +152,9 @@ typedef struct memory_tool {
   char *describe;      /* owned, NULL when the template shows tools itself: the tools and the
                         * call shape, put in the system message (as the server does) */
   int calls;           /* calls run in the session */
-  int result_bytes;    /* a result's size at most: about the context's tokens, at most 8 KiB */
+  int result_bytes;    /* a result's size at most: half as many bytes as the context has tokens, at most 8 KiB */
+  char *forced;        /* owned, NULL unless --memory-always: the opening of a memory_search call */
+  char *forced_gbnf;   /* owned: the grammar of the rest of that call */
 } memory_tool;
 
 static int memory_tool_open(memory_tool *t, const char *dir, hearth_model *m, const hearth_info *info, herr *err) {
@@ -168,7 +175,7 @@ static int memory_tool_open(memory_tool *t, const char *dir, hearth_model *m, co
     return herr_set(err, HEARTH_ENOMEM, "out of memory");
   }
   t->tools_json = hbuf_take(&b);
-  t->result_bytes = info->context_length > 8192 ? 8192 : (int)info->context_length;
+  t->result_bytes = info->context_length / 2 > 8192 ? 8192 : (int)(info->context_length / 2);
   t->format = tc_format_detect(info->chat_template);
   if (t->format == TC_NONE) {
     t->format = TC_GENERIC;
@@ -186,7 +193,27 @@ static int memory_tool_open(memory_tool *t, const char *dir, hearth_model *m, co
   return 0;
 }
 
+/* --memory-always: the opening that makes a reply a memory_search call, and the grammar of its rest. */
+static int memory_tool_force(memory_tool *t, herr *err) {
+  hbuf open = {0}, g = {0};
+  json_t *tools = json_loads(t->tools_json, 0, NULL);
+  bool ok = tools && tc_forced_call(t->format, MEMSEARCH_TOOL_NAME, &open) &&
+            serve_forced_grammar(t->format, tools, MEMSEARCH_TOOL_NAME, &g) && !open.oom && !g.oom;
+  json_decref(tools);
+  if (ok) {
+    t->forced = hbuf_take(&open);
+    t->forced_gbnf = hbuf_take(&g);
+  }
+  hbuf_free(&open);
+  hbuf_free(&g);
+  if (!ok || !t->forced || !t->forced_gbnf)
+    return herr_set(err, HEARTH_EUNSUPPORTED, "--memory-always: the %s call syntax has no forced call", tc_format_name(t->format));
+  return 0;
+}
+
 static void memory_tool_close(memory_tool *t) {
+  free(t->forced);
+  free(t->forced_gbnf);
   memsearch_close(t->s);
   free(t->tools_json);
   free(t->describe);
@@ -269,6 +296,7 @@ static int reset(json_t *msgs, const char *system) {
 
 int cli_chat(int argc, char **argv) {
   const char *model_dir = NULL, *system = NULL, *adapter = NULL, *memory = NULL;
+  bool memory_always = false;
   hearth_gen_params params;
   hearth_gen_params_init(&params);
   for (int i = 1; i < argc; i++) {
@@ -292,10 +320,13 @@ int cli_chat(int argc, char **argv) {
     } else if ((r = cli_opt(argc, argv, &i, "--memory", &v))) {
       if (r < 0) return 2;
       memory = v;
+    } else if (!strcmp(argv[i], "--memory-always")) {
+      memory_always = true;
     } else {
       return cli_usage_error("chat", "unknown option '%s'", argv[i]);
     }
   }
+  if (memory_always && !memory) return cli_usage_error("chat", "--memory-always goes with --memory DIR");
   if (!model_dir) {
     model_dir = cli_default_model();
     if (!model_dir) return cli_fail("no --model given and no built-in model found (models/default)");
@@ -320,7 +351,7 @@ int cli_chat(int argc, char **argv) {
   }
   memory_tool mt_store, *mt = NULL;
   if (memory) {
-    if (memory_tool_open(&mt_store, memory, m, &info, &err)) {
+    if (memory_tool_open(&mt_store, memory, m, &info, &err) || (memory_always && memory_tool_force(&mt_store, &err))) {
       memory_tool_close(&mt_store);
       hearth_model_free(m);
       return cli_fail("chat: --memory %s: %s", memory, err.msg);
@@ -395,10 +426,28 @@ int cli_chat(int argc, char **argv) {
           break;
         }
       }
+      /* --memory-always: the turn's first reply opens with the call, written into the prompt and fed
+       * to the parser as the reply's start, and goes on under the grammar of its rest */
+      hearth_gen_params gp = params;
+      if (mt && mt->forced && round == 0) {
+        size_t pl = strlen(prompt), fl = strlen(mt->forced);
+        char *p2 = realloc(prompt, pl + fl + 1);
+        if (!p2) {
+          free(prompt);
+          reply_free(&r);
+          status = cli_fail("out of memory");
+          failed = true;
+          break;
+        }
+        memcpy(p2 + pl, mt->forced, fl + 1);
+        prompt = p2;
+        tc_parser_feed(r.tc, mt->forced, fl, on_event, &r, NULL);
+        if (!params.grammar && !params.json_schema) gp.grammar = mt->forced_gbnf;
+      }
       hearth_prompt hp = {.text = prompt, .add_special = false};
-      params.cancel = &g_cancel;
+      gp.cancel = &g_cancel;
       hearth_gen_result res;
-      rc = hearth_generate(m, &hp, &params, on_token, &r, &res, &err);
+      rc = hearth_generate(m, &hp, &gp, on_token, &r, &res, &err);
       free(prompt);
       if (r.tc) tc_parser_finish(r.tc, on_event, &r, NULL);
       if (rc == 0 && mt && only_memory_calls(&r)) {

@@ -236,7 +236,8 @@ static int memory_embed(void *ctx, const char *const *texts, int n, float *out, 
   return rc;
 }
 
-static int64_t memory_result_bytes; /* a result's size at most: about the first model's context in tokens, at most 8 KiB */
+static int64_t memory_result_bytes; /* a result's size at most: half as many bytes as the first model's context has
+                                     * tokens, at most 8 KiB */
 
 static int memory_run(void *ctx, const char *args_json, char **result, herr *err) {
   return memsearch_tool_call(ctx, args_json, (int)memory_result_bytes, result, err);
@@ -567,7 +568,7 @@ int cli_serve(int argc, char **argv) {
   serve_tool mem_tool = {.name = MEMSEARCH_TOOL_NAME, .description = memsearch_tool_description,
                          .parameters = memsearch_tool_parameters, .run = memory_run};
   if (!rc && memory) {
-    memory_result_bytes = engine0->context_length > 0 && engine0->context_length < 8192 ? engine0->context_length : 8192;
+    memory_result_bytes = engine0->context_length > 0 && engine0->context_length / 2 < 8192 ? engine0->context_length / 2 : 8192;
     if (memory_open(memory, engine0, models_given[0], &mem, &err)) rc = cli_fail("serve: --memory %s: %s", memory, err.msg);
     mem_tool.ctx = mem;
   }

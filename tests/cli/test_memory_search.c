@@ -4,7 +4,8 @@
  * for several topics; the index beside the wiki is updated incrementally
  * (a second run embeds nothing, one touched article is embedded again
  * alone, a deleted one is dropped, all read from the printed counters);
- * usage errors exit 2. Then `hearth chat --memory` starts over the wiki, and
+ * usage errors exit 2. Then `hearth chat --memory` starts over the wiki and,
+ * with --memory-always, runs a memory_search call each turn before answering;
  * `hearth serve --memory` answers a chat whose tool_choice forces
  * memory_search: the server runs the call on the wiki and the reply carries
  * the exchange. */
@@ -186,6 +187,26 @@ static void test_chat_memory(void) {
   snprintf(args, sizeof args, "chat --model '%s' --memory /nonexistent/wiki </dev/null", MODEL);
   CHECK_EQ_INT(run(args, &out, &err), 1);
   CHECK(strstr(hbuf_str(&err), "--memory") != NULL);
+  hbuf_clear(&out), hbuf_clear(&err);
+  CHECK_EQ_INT(run("chat --memory-always </dev/null", &out, &err), 2);
+  /* --memory-always: the turn's first reply is a memory_search call, run on the wiki, and the
+   * model answers after its result (the call on stderr, the answer on stdout) */
+  hbuf_clear(&out), hbuf_clear(&err);
+  char in[300];
+  snprintf(in, sizeof in, "%s.input", g_dir);
+  FILE *f = fopen(in, "w");
+  if (f) fputs("Tell me of the sheep.\n", f), fclose(f);
+  snprintf(args, sizeof args, "chat --model '%s' --memory '%s' --memory-always -n 24 --temp 0 <'%s'", MODEL, g_dir, in);
+  CHECK_EQ_INT(run(args, &out, &err), 0);
+  int calls = 0;
+  for (const char *p = hbuf_str(&err); (p = strstr(p, "[memory_search: ")); p++) calls++;
+  CHECK_EQ_INT(calls, 1);
+  CHECK(strstr(hbuf_str(&err), " failed]") == NULL);
+  CHECK(strstr(hbuf_str(&err), "exceeded") == NULL); /* the turn not dropped */
+  CHECK(strspn(hbuf_str(&out), " \n") < out.len);   /* an answer after the result */
+  CHECK(strchr(hbuf_str(&out), '{') == NULL); /* the calls are not shown as text */
+  fprintf(stderr, "chat --memory-always: stderr: %.300s\n  stdout: %.300s\n", hbuf_str(&err), hbuf_str(&out));
+  remove(in);
   hbuf_free(&out);
   hbuf_free(&err);
 }
