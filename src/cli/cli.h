@@ -2,7 +2,8 @@
  * exporting `int cli_<verb>(int argc, char **argv)` where argv[0] is the verb.
  * A verb returns the process exit status: 0 ok, 1 failure, 2 usage error.
  *
- * What each verb uses: generate, chat and embed only the public API (hearth.h);
+ * What each verb uses: generate, chat and embed only the public API (hearth.h),
+ * chat --memory also chat/toolcall.h, memory/ and serve/forced.h;
  * serve the server module (src/serve/, itself on hearth.h), and hub/ for the
  * Ollama API's model list, pull and delete. The others need
  * access below the public API and say so in their header comment: tokenize

@@ -3,7 +3,9 @@
  * process's signal handling; the server itself is src/serve/ (serve/server.h,
  * serve/engine.h), which reaches the engine only through hearth.h. The Ollama
  * API's models beyond the served one (its list, pull and delete) come from
- * here (serve_models): hearth ls's list, hearth get, hearth rm (hub/). */
+ * here (serve_models): hearth ls's list, hearth get, hearth rm (hub/); and
+ * --memory's memory_search tool (memory/search.h over the first model's
+ * embeddings), which the server runs itself (serve/tools.h). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
