@@ -471,10 +471,10 @@ static int cmp_articles(const void *a, const void *b) {
   return strcmp(((const ms_article *)a)->slug, ((const ms_article *)b)->slug);
 }
 
-static ms_article *article_find(memsearch *s, const char *slug) {
-  for (int i = 0; i < s->n; i++)
-    if (!strcmp(s->arts[i].slug, slug)) return &s->arts[i];
-  return NULL;
+/* The article called slug, through `by_slug` (slug → index in s->arts); NULL when none. */
+static ms_article *article_find(memsearch *s, const hdict *by_slug, const char *slug) {
+  int64_t i;
+  return hdict_gets(by_slug, slug, &i) && i < s->n ? &s->arts[i] : NULL;
 }
 
 /* The wiki's article file names, sorted (*names malloc'd, each too). */
@@ -786,12 +786,18 @@ static int update_locked(memsearch *s, memsearch_stats *st, herr *err) {
   int nnames = 0;
   int rc = list_articles(s->dir, &names, &nnames, err);
   if (rc) return rc;
-  for (int i = 0; i < s->n; i++) s->arts[i].seen = s->arts[i].pending = false;
+  hdict by_slug;
+  hdict_init(&by_slug);
+  for (int i = 0; i < s->n; i++) {
+    s->arts[i].seen = s->arts[i].pending = false;
+    if (!rc && !hdict_put(&by_slug, s->arts[i].slug, strlen(s->arts[i].slug), i))
+      rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+  }
   bool changed = s->rebuild;
   for (int i = 0; i < nnames && !rc; i++) {
     char slug[4096];
     snprintf(slug, sizeof slug, "%.*s", (int)strlen(names[i]) - 3, names[i]);
-    ms_article tmp = {0}, *a = article_find(s, slug);
+    ms_article tmp = {0}, *a = article_find(s, &by_slug, slug);
     if ((rc = article_read(s, names[i], &tmp, err))) {
       if (rc == HEARTH_EIO || rc == HEARTH_ENOTFOUND) { /* gone since the listing, or unreadable: left out */
         HLOG_WARN("memory search: %s", err->msg);
@@ -842,6 +848,7 @@ static int update_locked(memsearch *s, memsearch_stats *st, herr *err) {
   }
   for (int i = 0; i < nnames; i++) free(names[i]);
   free(names);
+  hdict_free(&by_slug);
   if (rc) {
     /* half-made entries must not be trusted by a later update */
     for (int i = 0; i < s->n; i++)
@@ -869,9 +876,10 @@ static int update_locked(memsearch *s, memsearch_stats *st, herr *err) {
   }
   for (int i = 0; i < s->n; i++) s->arts[i].pending = false;
   st->articles = s->n;
-  if (changed || !hfile_exists(s->idx_path)) {
-    if ((rc = index_write(s, err))) return rc;
-    st->written = true;
+  if (changed || !hfile_exists(s->idx_path)) { /* a wiki that cannot take the index is still searched */
+    herr werr = {0};
+    if (index_write(s, &werr)) HLOG_WARN("memory search: the index is not kept: %s", werr.msg);
+    else st->written = true;
   }
   s->rebuild = false;
   return 0;

@@ -93,7 +93,8 @@ void memsearch_close(memsearch *s);
 memsearch_pool memsearch_pool_of(const memsearch *s);
 
 /* Brings the index up to date with the wiki (see the file comment) and
- * writes it when anything changed. st may be NULL. */
+ * writes it when anything changed (where it cannot be written, a warning:
+ * the wiki is searched all the same). st may be NULL. */
 int memsearch_update(memsearch *s, memsearch_stats *st, herr *err);
 
 /* The k (1..MEMSEARCH_MAX_K) best articles for query, best first (ties: by

@@ -353,6 +353,22 @@ static void test_articles(void) {
   }
   memsearch_hits_free(h, n);
   memsearch_close(s);
+  /* an index that cannot be written (its folder's name taken by a file): searched all the same */
+  char idx_dir[4200];
+  snprintf(idx_dir, sizeof idx_dir, "%s/" MEMSEARCH_INDEX_DIR, dir);
+  char rm[4300];
+  snprintf(rm, sizeof rm, "rm -rf '%s'", idx_dir);
+  CHECK_EQ_INT(system(rm), 0);
+  write_file(idx_dir, "not a folder\n");
+  s = NULL;
+  CHECK_EQ_INT(memsearch_open(dir, &e, &s, &err), 0);
+  CHECK_EQ_INT(memsearch_update(s, &st, &err), 0);
+  CHECK(!st.written);
+  CHECK_EQ_INT(st.embedded, 4);
+  CHECK_EQ_INT(memsearch_query(s, "owls", 4, &h, &n, &err), 0);
+  if (n) CHECK_EQ_STR(h[0].slug, "plain-note");
+  memsearch_hits_free(h, n);
+  memsearch_close(s);
   char cmd[200];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   CHECK_EQ_INT(system(cmd), 0);
