@@ -535,6 +535,9 @@ static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server
   if (e->spec_method) json_array_append_new(methods, json_pack("{s:s, s:s}", "method", "speculative", "source", e->spec_method));
   json_object_set_new(cap, "methods", methods);
   json_object_set_new(cap, "context_length", json_integer(e->context_length));
+  json_t *own = json_array(); /* the tools the server runs itself (serve/tools.h) */
+  for (int i = 0; i < s->ntools; i++) json_array_append_new(own, json_string(s->tools[i].name));
+  json_object_set_new(cap, "server_tools", own);
   json_object_set_new(o, "capabilities", cap);
   return send_json(c, 200, o);
 }

@@ -144,6 +144,25 @@ static void test_tool_loop(void) {
   if (!s) return;
   int port = serve_port(s), status = 0;
 
+  /* GET /v1 names them */
+  int fd = dial(port);
+  if (fd >= 0) {
+    const char *get = "GET /v1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    CHECK(send(fd, get, strlen(get), MSG_NOSIGNAL) == (ssize_t)strlen(get));
+    hbuf resp = {0};
+    char buf[4096];
+    ssize_t got;
+    while ((got = recv(fd, buf, sizeof buf, 0)) > 0) hbuf_append(&resp, buf, (size_t)got);
+    close(fd);
+    const char *b = strstr(hbuf_str(&resp), "\r\n\r\n");
+    json_t *idx = b ? json_loads(b + 4, 0, NULL) : NULL;
+    json_t *own = json_object_get(json_object_get(idx, "capabilities"), "server_tools");
+    CHECK_EQ_INT(json_array_size(own), 1);
+    CHECK_EQ_STR(json_string_value(json_array_get(own, 0)), "memory_search");
+    json_decref(idx);
+    hbuf_free(&resp);
+  }
+
   /* the model calls memory_search: run, fed back, answered */
   atomic_store(&g_runs, 0);
   atomic_store(&g_rounds, 0);
