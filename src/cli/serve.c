@@ -148,8 +148,8 @@ static const serve_opt OPTS[] = {
      "offer /v1/chat/completions requests the memory_search tool over the memory\n"
      "wiki DIR, ranked by the (first) model's embeddings: the server runs the\n"
      "model's calls of it and goes on to the answer, returned with the calls and\n"
-     "their results in \"tool_exchange\" (not streamed requests, n = 1, and only\n"
-     "where the request defines no tool of that name)"},
+     "their results in \"tool_exchange\" (requests of one choice that define no\n"
+     "tool of that name; a stream gets both rounds' text and the exchange in a chunk)"},
 };
 #define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 

@@ -833,6 +833,10 @@ typedef struct job {
   unsigned tools_added;     /* the server's tools (serve/tools.h) added to the request: bit i for tools[i] */
   json_t *exchange;         /* owned, NULL until a round of the server's tools ran: the messages it added */
   serve_result tool_usage;  /* the tokens of the rounds before the last */
+  int rounds;               /* rounds of the server's tools run */
+  bool tools_go_on;         /* a stream's round ended calling only the server's tools: another follows */
+  const char *hidden[SERVE_MAX_TOOLS]; /* the names of the tools added (not streamed as calls) */
+  int nhidden;
   int fd;                   /* the client's socket, watched for hang-ups */
   bool whole;               /* answered whole (not streamed): gone once the client ends its input */
   struct job *wnext, **wprev; /* in the server's list of whole replies being computed (under park_mu) */
@@ -973,6 +977,21 @@ static void slot_started(slot *sl) {
 
 static void stream_push(job *j, const hbuf *b, bool done);
 
+/* Whether the reply just made calls only the server's own tools (serve/tools.h), which run and
+ * the model goes on: an OpenAI chat of one choice, ended well, within the rounds allowed (its
+ * parser ended: serve_reply_end / serve_sse_end). */
+static bool tools_go_on(job *j) {
+  if (!j->tools_added || j->nslots != 1 || j->anthropic || j->responses || j->ollama) return false;
+  if (j->rc || j->result.finish == SERVE_FINISH_CANCELLED || cancelled(j) || j->rounds >= j->srv->tool_rounds) return false;
+  return serve_tools_all_ours(j->srv->tools, j->srv->ntools, j->tools_added, j->reply.calls);
+}
+
+/* The reply's calls of the server's tools are kept out of a stream. */
+static void reply_hide(const job *j, serve_reply *r) {
+  r->hidden = j->hidden;
+  r->nhidden = j->nhidden;
+}
+
 /* One choice through the engine. A stream's choice sends its finish chunk as it ends. */
 static void slot_run(slot *sl) {
   job *j = sl->j;
@@ -998,7 +1017,10 @@ static void slot_run(slot *sl) {
   if (j->req.stream && !j->anthropic && !j->responses && !j->ollama && !j->req.infill && *sl->rc == 0 &&
       !abandoned(j)) {
     hbuf b = {0};
-    serve_sse_finish(sl->reply, sl->result->finish, &b);
+    serve_sse_end(sl->reply, &b);
+    /* a round that called only the server's own tools does not end the stream: stream_main runs another */
+    j->tools_go_on = sl == &j->slots[0] && tools_go_on(j);
+    if (!j->tools_go_on) serve_sse_finish(sl->reply, sl->result->finish, &b);
     stream_push(j, &b, false);
     hbuf_free(&b);
   }
@@ -1225,6 +1247,8 @@ static int tool_round(job *j, serve_fail *f) {
   serve_reply_init(r, SERVE_CHAT, model, created, 0, logprobs);
   memcpy(r->id, id, sizeof id);
   r->one_call = j->req.one_tool_call;
+  r->usage_null = j->req.stream && j->req.include_usage;
+  reply_hide(j, r);
   if (j->parse && serve_reply_parse(r, &j->tc, &err)) return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
   if (j->parse) j->req.sampling.skip_special = !needs_specials(&j->tc);
   slot *sl = &j->slots[0];
@@ -1274,16 +1298,14 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
    * reply past those, or one calling the client's tools too, is answered as it is) */
   serve_fail tf = {0};
   bool tool_failed = false;
-  for (int round = 0; j->tools_added && j->nslots == 1 && !j->anthropic && !j->responses && !j->ollama; round++) {
-    if (j->rc || j->result.finish == SERVE_FINISH_CANCELLED || cancelled(j)) break;
+  while (j->tools_added) {
     serve_reply_end(&j->reply);
-    if (round >= j->srv->tool_rounds || !serve_tools_all_ours(j->srv->tools, j->srv->ntools, j->tools_added, j->reply.calls))
-      break;
+    if (!tools_go_on(j)) break;
     if (tool_round(j, &tf)) {
       tool_failed = true;
       break;
     }
-    HLOG_INFO("serve: chat: round %d of the server's tools ran", round + 1);
+    HLOG_INFO("serve: chat: round %d of the server's tools ran", ++j->rounds);
     job_generate(j, whole_token);
   }
   whole_watch(j, false);
@@ -1417,6 +1439,16 @@ static void *stream_main(void *arg) {
   stream_push(j, &b, false);
   hbuf_clear(&b);
   job_generate(j, stream_token);
+  while (j->tools_go_on) { /* the server's own tools were called: run, and the model goes on in the same stream */
+    j->tools_go_on = false;
+    serve_fail tf;
+    if (tool_round(j, &tf)) {
+      j->rc = herr_set(&j->err, HEARTH_EINTERNAL, "%s", tf.message);
+      break;
+    }
+    HLOG_INFO("serve: chat stream: round %d of the server's tools ran", ++j->rounds);
+    job_generate(j, stream_token);
+  }
   job_done(j, abandoned(j) ? 0 : 200); /* (the stream's status went out with its first bytes) */
   if (abandoned(j)) {
     HLOG_INFO("serve: client went away; stream cancelled after %lld tokens", (long long)j->result.completion_tokens);
@@ -1448,7 +1480,12 @@ static void *stream_main(void *arg) {
     } else if (j->req.infill) {
       infill_sse_finish(&j->req, j->reply.model ? j->reply.model : j->srv->engine->model_id, &j->result, &b);
     } else { /* each choice sent its finish chunk as it ended (slot_run) */
-      if (j->req.include_usage) serve_sse_usage(&j->reply, &j->usage, &b);
+      serve_result u = j->usage; /* with the rounds of the server's tools */
+      u.prompt_tokens += j->tool_usage.prompt_tokens;
+      u.completion_tokens += j->tool_usage.completion_tokens;
+      u.cached_tokens += j->tool_usage.cached_tokens;
+      if (j->exchange) serve_sse_tool_exchange(&j->reply, j->exchange, &b);
+      if (j->req.include_usage) serve_sse_usage(&j->reply, &u, &b);
       serve_sse_done(&b);
     }
     HLOG_INFO("serve: %s stream: %d choice%s, %lld prompt + %lld completion tokens, %s", job_name(j), j->nslots,
@@ -1992,6 +2029,8 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
     int prc = serve_request_parse(body ? body : hbuf_str(&cn->body), body ? strlen(body) : cn->body.len, kind, &j->req, &f);
     free(body);
     if (prc) goto refuse;
+    for (int i = 0; i < s->ntools; i++)
+      if ((j->tools_added >> i) & 1u) j->hidden[j->nhidden++] = s->tools[i].name;
   }
   if (model_unknown(s, &j->req, proto, &e, &f)) goto refuse;
   j->engine = e;
@@ -2131,6 +2170,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
       r->index = i;
       r->usage_null = j->req.stream && j->req.include_usage;
       r->one_call = j->req.one_tool_call;
+      reply_hide(j, r);
       if (j->parse && serve_reply_parse(r, &j->tc, &err)) {
         serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", err.msg);
         goto refuse;

@@ -22,8 +22,8 @@ int serve_tools_inject(const serve_tool *tools, int n, const char *body, size_t 
     return 0;
   }
   json_t *nj = json_object_get(root, "n");
-  if (json_is_true(json_object_get(root, "stream")) || (json_is_integer(nj) && json_integer_value(nj) > 1)) {
-    json_decref(root); /* streamed, or several choices: answered without them */
+  if (json_is_integer(nj) && json_integer_value(nj) > 1) {
+    json_decref(root); /* several choices: answered without them */
     return 0;
   }
   json_t *list = json_object_get(root, "tools");

@@ -4,7 +4,10 @@
  * the server runs them, appends the assistant's calls and the tool results
  * to the conversation and generates again (at most serve_config.tool_rounds
  * rounds), and answers with the final reply, the added messages in the
- * response's "tool_exchange" and every round's tokens in its usage. Knows
+ * response's "tool_exchange" and every round's tokens in its usage (a
+ * stream: the rounds' text in one stream, the calls of the server's tools
+ * not sent, one finish chunk, the exchange in a chunk of its own before the
+ * usage chunk). Knows
  * the request's and reply's shapes; what a tool does is its run function's. */
 #ifndef HEARTH_SERVE_TOOLS_H
 #define HEARTH_SERVE_TOOLS_H
@@ -31,9 +34,10 @@ typedef struct serve_tool {
 #define SERVE_MAX_TOOLS 8
 
 /* The OpenAI chat request body with the server's tools added to its "tools"
- * (those whose name the request does not define): *out (malloc'd) the new
- * body and *added the bits (1 << i) of the tools added; *out NULL when none was
- * (or the body is not a JSON object: the parser then says what is wrong). */
+ * (those whose name the request does not define; none for a request of
+ * n > 1 choices): *out (malloc'd) the new body and *added the bits (1 << i) of
+ * the tools added; *out NULL when none was (or the body is not a JSON
+ * object: the parser then says what is wrong). */
 int serve_tools_inject(const serve_tool *tools, int n, const char *body, size_t len, char **out, unsigned *added,
                        herr *err);
 

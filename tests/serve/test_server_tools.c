@@ -4,9 +4,11 @@
  * result given back in the next prompt and the answer returned with the
  * exchange in "tool_exchange" and both rounds' tokens in usage; a forced
  * call (tool_choice naming it, no tools of the request's own) runs the same
- * way; a request with its own memory_search tool, a stream and n > 1 are
- * left to the client; a model that keeps calling stops after the rounds
- * allowed, its last calls returned as they are. */
+ * way, and so does a stream (one stream of both rounds' text, the server's
+ * call not sent, the exchange in a chunk of its own); a request with its own
+ * memory_search tool and one of n > 1 are left to the client; a model that
+ * keeps calling stops after the rounds allowed, its last calls returned as
+ * they are. */
 #include <arpa/inet.h>
 #include <jansson.h>
 #include <netinet/in.h>
@@ -56,6 +58,24 @@ static json_t *post(int port, const char *path, const char *body, int *status) {
   if (!j && b) fprintf(stderr, "not JSON: %.300s\n", b + 4);
   hbuf_free(&resp);
   return j;
+}
+
+/* POST body to path and the raw SSE stream back (caller frees). */
+static char *post_stream(int port, const char *body) {
+  int fd = dial(port);
+  if (fd < 0) return strdup("");
+  hbuf req = {0};
+  hbuf_printf(&req, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                    "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
+  if (send(fd, req.data, req.len, MSG_NOSIGNAL) != (ssize_t)req.len) fprintf(stderr, "short send\n");
+  hbuf_free(&req);
+  hbuf resp = {0};
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) hbuf_append(&resp, buf, (size_t)n);
+  close(fd);
+  char *out = hbuf_take(&resp);
+  return out ? out : strdup("");
 }
 
 /* ---- the scripted model ---- */
@@ -238,6 +258,51 @@ static void test_tool_loop(void) {
   CHECK_EQ_INT(atomic_load(&g_runs), 1);
   CHECK(strstr(g_prompt, "<|tools|> get_weather memory_search") != NULL);
   json_decref(r);
+
+  /* streamed: both rounds' text in one stream, the server's call not sent, one finish, the exchange */
+  atomic_store(&g_runs, 0);
+  char *sse = post_stream(port, "{\"messages\":[{\"role\":\"user\",\"content\":\"[search]\"}],\"stream\":true,"
+                                "\"stream_options\":{\"include_usage\":true}}");
+  CHECK_EQ_INT(atomic_load(&g_runs), 1);
+  hbuf content = {0};
+  int finishes = 0, exchanges = 0, calls = 0, usage = 0;
+  const char *last_finish = NULL;
+  json_t *keep = json_array();
+  for (const char *p = sse; (p = strstr(p, "data: ")); p += 6) {
+    if (!strncmp(p + 6, "[DONE]", 6)) break;
+    json_t *c = json_loadb(p + 6, strcspn(p + 6, "\n"), 0, NULL);
+    if (!c) continue;
+    json_array_append_new(keep, c);
+    json_t *ch = json_array_get(json_object_get(c, "choices"), 0);
+    json_t *delta = json_object_get(ch, "delta");
+    if (json_is_string(json_object_get(delta, "content"))) hbuf_puts(&content, json_string_value(json_object_get(delta, "content")));
+    if (json_object_get(delta, "tool_calls")) calls++;
+    if (json_is_string(json_object_get(ch, "finish_reason"))) finishes++, last_finish = json_string_value(json_object_get(ch, "finish_reason"));
+    if (json_object_get(c, "tool_exchange")) {
+      exchanges++;
+      CHECK_EQ_INT(json_array_size(json_object_get(c, "tool_exchange")), 2);
+    }
+    if (json_is_object(json_object_get(c, "usage"))) usage++;
+  }
+  CHECK_EQ_STR(hbuf_str(&content), "Let me look.Answer from memory: memory-result-for-sheep");
+  CHECK_EQ_INT(calls, 0);
+  CHECK_EQ_INT(finishes, 1);
+  CHECK_EQ_STR(last_finish, "stop");
+  CHECK_EQ_INT(exchanges, 1);
+  CHECK_EQ_INT(usage, 1);
+  CHECK(strstr(sse, "data: [DONE]") != NULL);
+  json_decref(keep);
+  hbuf_free(&content);
+  free(sse);
+
+  /* streamed with a client's tool called beside nothing of the server's: the call is sent as usual */
+  atomic_store(&g_runs, 0);
+  sse = post_stream(port, "{\"messages\":[{\"role\":\"user\",\"content\":\"[search]\"}],\"stream\":true,"
+                          "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"memory_search\"}}]}");
+  CHECK_EQ_INT(atomic_load(&g_runs), 0);
+  CHECK(strstr(sse, "\"tool_calls\"") != NULL);
+  CHECK(strstr(sse, "\"finish_reason\":\"tool_calls\"") != NULL);
+  free(sse);
 
   /* n > 1: not offered */
   atomic_store(&g_runs, 0);
