@@ -9,8 +9,10 @@
  * Messages, under /v1/messages, where every error, including routing, key
  * and size refusals, is an Anthropic error object), responses.h, infill.h
  * and ollama.h (the Ollama API under /api/: NDJSON streams, {"error": ...}
- * refusals). One server may serve several engines, a request's "model"
- * picking one. No CORS headers unless asked: only the chat page's own
+ * refusals). The tools the server runs itself (tools.h) ride on the
+ * OpenAI chat protocol's ops: its parse adds them, and a reply that calls
+ * only them is run again after them (tool_round), in the same stream. One
+ * server may serve several engines, a request's "model" picking one. No CORS headers unless asked: only the chat page's own
  * origin may read answers from a browser.
  *
  * Connections: at most max_connections (4096), max_per_client (an eighth of

@@ -7,7 +7,7 @@
  * response's "tool_exchange" and every round's tokens in its usage (a
  * stream: the rounds' text in one stream, the calls of the server's tools
  * not sent, one finish chunk, the exchange in a chunk of its own before the
- * usage chunk). Knows
+ * usage chunk; server.c's OpenAI chat protocol ops and tool_round). Knows
  * the request's and reply's shapes; what a tool does is its run function's. */
 #ifndef HEARTH_SERVE_TOOLS_H
 #define HEARTH_SERVE_TOOLS_H
