@@ -2,7 +2,8 @@
  * exporting `int cli_<verb>(int argc, char **argv)` where argv[0] is the verb.
  * A verb returns the process exit status: 0 ok, 1 failure, 2 usage error.
  *
- * What each verb uses: generate, chat and embed only the public API (hearth.h);
+ * What each verb uses: generate, chat and embed only the public API (hearth.h),
+ * chat --memory also chat/toolcall.h, memory/ and serve/forced.h;
  * serve the server module (src/serve/, itself on hearth.h), and hub/ for the
  * Ollama API's model list, pull and delete. The others need
  * access below the public API and say so in their header comment: tokenize
@@ -11,7 +12,7 @@
  * (model/, engine/kv_cache.h; cli_model_load below), convert (format/,
  * backend/, model/gguf_model.h), fuse (format/, backend/formats.h), get, ls,
  * scan, rm and gc (hub/: the Hub, the Hugging Face cache, the registry),
- * memory (memory/: the wiki pipeline, on hearth.h). */
+ * memory (memory/: the wiki pipeline, on hearth.h, and the wiki's search index). */
 #ifndef HEARTH_CLI_H
 #define HEARTH_CLI_H
 
@@ -21,6 +22,7 @@
 
 #include "base/json.h"
 #include "hearth.h"
+#include "memory/search.h"
 #include "model/model.h"
 
 typedef struct cli_verb {
@@ -163,8 +165,16 @@ int cli_ls(int argc, char **argv);
 int cli_scan(int argc, char **argv);
 int cli_rm(int argc, char **argv);
 int cli_gc(int argc, char **argv);
-/* `hearth memory SUBVERB`: memory.c dispatches (ingest: the memory pipeline, src/memory). */
+/* `hearth memory SUBVERB`: memory.c dispatches (ingest: the memory pipeline, src/memory;
+ * search: memory_search.c). */
 int cli_memory(int argc, char **argv);
+int cli_memory_search(int argc, char **argv);
+
+/* The memory wiki at dir opened for searching with m's embeddings (memory_search.c; for
+ * hearth memory search and chat --memory): the index's model identity is m's files'
+ * (kv_disk_model_identity) and width, as serve --memory's; pool a memsearch_pool, or -1 for words
+ * when m generates and text for an embedding model. HEARTH_EUNSUPPORTED when m gives no embeddings. */
+int cli_memory_open(const char *dir, hearth_model *m, int pool, memsearch **out, herr *err);
 
 /* What a --model value names (model_name.c): *path (malloc'd) the folder or
  * file a registry name or a Hub id stands for — fetched into the Hugging Face

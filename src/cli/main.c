@@ -31,6 +31,7 @@ static const cli_verb verbs[] = {
     {"inspect", "describe a model folder, safetensors or GGUF file", cli_inspect, false},
     {"kv-eval", "measure the logit error and greedy agreement of a quantized KV cache", cli_kv_eval, true},
     {"logits", "print a forward pass's logits as JSON", cli_logits, true},
+    {"memory", "a memory wiki of Markdown articles: search it by embeddings", cli_memory, true},
     {"ls", "list the models hearth can name: the Hugging Face cache and the registry", cli_ls, false},
     {"memory", "a Markdown wiki in git written from conversation logs (memory ingest)", cli_memory, true},
     {"rm", "remove a model from the HF cache or a name from the registry", cli_rm, false},

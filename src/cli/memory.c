@@ -3,7 +3,7 @@
  * hearth model: the model is checked before any work and never fetched (a
  * Hub id not in the cache is an error naming the `hearth get` command), the
  * shipped prompt templates found beside the binary as the built-in model is.
- * Uses hearth.h and memory/. */
+ * `search` is memory_search.c's. Uses hearth.h and memory/. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,17 +17,20 @@
 
 static int memory_ingest(int argc, char **argv);
 
-/* The subverbs. `search` (the wiki's articles found by a query) goes here too. */
+/* The subverbs. */
 static const struct {
   const char *name, *summary;
   int (*run)(int argc, char **argv);
 } subverbs[] = {
     {"ingest", "read conversation logs into the wiki (segment, extract, route, write, reconcile, link)", memory_ingest},
+    {"search", "rank the wiki's articles by the model's embeddings against a query", cli_memory_search},
 };
 static const int nsub = (int)(sizeof subverbs / sizeof subverbs[0]);
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: hearth memory SUBVERB [options]   (hearth memory SUBVERB --help)\n\n");
+  fprintf(f, "usage: hearth memory SUBVERB [options]   (hearth memory SUBVERB --help)\n\n"
+             "A memory wiki is a folder of Markdown articles (DIR/<slug>.md with front matter:\n"
+             "title, sources, created, updated) linked by [[slug]], listed in DIR/index.md.\n\n");
   for (int i = 0; i < nsub; i++) fprintf(f, "  %-8s %s\n", subverbs[i].name, subverbs[i].summary);
 }
 

@@ -3,7 +3,9 @@
  * process's signal handling; the server itself is src/serve/ (serve/server.h,
  * serve/engine.h), which reaches the engine only through hearth.h. The Ollama
  * API's models beyond the served one (its list, pull and delete) come from
- * here (serve_models): hearth ls's list, hearth get, hearth rm (hub/). */
+ * here (serve_models): hearth ls's list, hearth get, hearth rm (hub/); and
+ * --memory's memory_search tool (memory/search.h over the first model's
+ * embeddings), which the server runs itself (serve/tools.h). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,7 +15,9 @@
 
 #include "base/log.h"
 #include "cli/cli.h"
+#include "engine/kv_disk.h"
 #include "hub/hub.h"
+#include "memory/search.h"
 
 #define SERVE_MAX_MODELS 64
 #define SERVE_MAX_DIRS 8
@@ -140,6 +144,12 @@ static const serve_opt OPTS[] = {
     {"--batch-concurrency", "N", false,
      "batch rows in flight at once (default 8, at most 256); they run at low priority:\n"
      "the scheduler admits interactive requests before them"},
+    {"--memory", "DIR", false,
+     "offer /v1/chat/completions requests the memory_search tool over the memory\n"
+     "wiki DIR, ranked by the (first) model's embeddings: the server runs the\n"
+     "model's calls of it and goes on to the answer, returned with the calls and\n"
+     "their results in \"tool_exchange\" (requests of one choice that define no\n"
+     "tool of that name; a stream gets both rounds' text and the exchange in a chunk)"},
 };
 #define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
@@ -216,6 +226,43 @@ static int models_pull(void *ctx, const char *name, FILE *progress, herr *err) {
   return rc;
 }
 
+/* ---- --memory: the memory_search tool the server runs (serve/tools.h) over the first model's embeddings ---- */
+
+static int memory_embed(void *ctx, const char *const *texts, int n, float *out, herr *err) {
+  serve_engine *e = ctx;
+  serve_embed_input *in = calloc((size_t)n, sizeof *in);
+  if (!in) return herr_set(err, HEARTH_ENOMEM, "out of memory");
+  for (int i = 0; i < n; i++) in[i] = (serve_embed_input){.text = (char *)texts[i], .len = strlen(texts[i])};
+  int rc = e->embed(e->impl, in, n, NULL, 0, out, NULL, NULL, err);
+  free(in);
+  return rc;
+}
+
+static int64_t memory_result_bytes; /* a result's size at most: half as many bytes as the first model's context has
+                                     * tokens, at most 8 KiB */
+
+static int memory_run(void *ctx, const char *args_json, char **result, herr *err) {
+  return memsearch_tool_call(ctx, args_json, (int)memory_result_bytes, result, err);
+}
+
+/* The wiki at dir searched with e's embeddings (model_path: its files, the index's identity). */
+static int memory_open(const char *dir, serve_engine *e, const char *model_path, memsearch **out, herr *err) {
+  if (!e->embed || e->embed_dim <= 0) return herr_set(err, HEARTH_EUNSUPPORTED, "%s gives no embeddings", e->model_id);
+  uint64_t h = 0;
+  int rc = kv_disk_model_identity(model_path, NULL, &h, err);
+  if (rc) return rc;
+  char ident[64];
+  snprintf(ident, sizeof ident, "%016llx %d", (unsigned long long)h, (int)e->embed_dim);
+  /* pooled from words for a model that generates (it has the next-token signal), whole texts for an
+   * embedding model: as hearth memory search and chat --memory pool them, so they share the index */
+  memsearch_embedder emb = {.embed = memory_embed, .ctx = e, .dim = (int)e->embed_dim, .identity = ident,
+                            .pool = e->signal ? MEMSEARCH_POOL_WORDS : MEMSEARCH_POOL_TEXT};
+  memsearch_stats st;
+  if ((rc = memsearch_open(dir, &emb, out, err)) || (rc = memsearch_update(*out, &st, err))) return rc;
+  HLOG_INFO("serve: memory %s: %d articles (%d embedded, %d removed)", dir, st.articles, st.embedded, st.removed);
+  return 0;
+}
+
 /* A model loaded on first use (--model-memory, --model-ttl): where it is and how it loads. */
 typedef struct lazy_model {
   const char *path;
@@ -282,7 +329,7 @@ static void found_free(found_models *f) {
 int cli_serve(int argc, char **argv) {
   const char *model = NULL, *host = "127.0.0.1", *key = getenv("HEARTH_API_KEY"), *v;
   const char *names[64], *cors = NULL, *trace_file = NULL, *kv_store = NULL, *adapters[64], *adapter_dir = NULL;
-  const char *state_dir = NULL;
+  const char *state_dir = NULL, *memory = NULL;
   long long max_file = 0, batch_concurrency = 0;
   int nnames = 0, nadapters = 0, nmodels = 0;
   const char *models_given[SERVE_MAX_MODELS], *dirs[SERVE_MAX_DIRS];
@@ -339,6 +386,9 @@ int cli_serve(int argc, char **argv) {
       if (!eq || eq == v || !eq[1]) return cli_usage_error("serve", "--adapter takes NAME=DIR, not '%s'", v);
       if (nadapters == (int)(sizeof adapters / sizeof adapters[0])) return cli_usage_error("serve", "too many --adapter");
       adapters[nadapters++] = v;
+    } else if ((r = cli_opt(argc, argv, &i, "--memory", &memory))) {
+      if (r < 0) return 2;
+      if (!memory[0]) return cli_usage_error("serve", "--memory must not be empty");
     } else if ((r = cli_opt(argc, argv, &i, "--state-dir", &state_dir))) {
       if (r < 0) return 2;
       if (!state_dir[0]) return cli_usage_error("serve", "--state-dir must not be empty");
@@ -517,6 +567,14 @@ int cli_serve(int argc, char **argv) {
       rc = cli_fail("serve: --adapter %s: %s", adapters[a], err.msg);
     }
   }
+  memsearch *mem = NULL;
+  serve_tool mem_tool = {.name = MEMSEARCH_TOOL_NAME, .description = memsearch_tool_description,
+                         .parameters = memsearch_tool_parameters, .run = memory_run};
+  if (!rc && memory) {
+    memory_result_bytes = engine0->context_length > 0 && engine0->context_length / 2 < 8192 ? engine0->context_length / 2 : 8192;
+    if (memory_open(memory, engine0, models_given[0], &mem, &err)) rc = cli_fail("serve: --memory %s: %s", memory, err.msg);
+    mem_tool.ctx = mem;
+  }
   serve_models models = {.served = served, .list = models_list, .remove = models_remove, .pull = models_pull};
   serve_config cfg = {.host = host, .models = &models, .port = (int)port, .api_key = key, .max_body = (size_t)max_body,
                       .served_names = names, .n_served_names = nnames, .cors_origin = cors,
@@ -526,10 +584,12 @@ int cli_serve(int argc, char **argv) {
                       .body_timeout_s = (int)body_timeout, .max_connections = (int)max_conn,
                       .max_per_client = (int)per_address, .state_dir = state_dir,
                       .max_file_bytes = (size_t)max_file, .batch_concurrency = (int)batch_concurrency,
-                      .more_engines = more + 1, .n_more_engines = nmodels - 1};
+                      .more_engines = more + 1, .n_more_engines = nmodels - 1,
+                      .tools = mem ? &mem_tool : NULL, .n_tools = mem ? 1 : 0};
   serve_server *srv = NULL;
   if (!rc && serve_start(&srv, engine0, &cfg, &err)) rc = cli_fail("serve: %s", err.msg);
   if (rc) {
+    memsearch_close(mem);
     for (int k = 0; k < nopen; k++) serve_engine_close(&engines[k]);
     serve_lazy_pool_free(pool);
     json_decref(served);
@@ -550,6 +610,7 @@ int cli_serve(int argc, char **argv) {
   int cut = serve_drain(srv, (double)drain_timeout, &set);
   if (cut) fprintf(stderr, "hearth: %d running generation(s) cut by the drain timeout\n", cut);
   serve_stop(srv);
+  memsearch_close(mem);
   for (int k = 0; k < nmodels; k++) serve_engine_close(&engines[k]); /* writes the KV store */
   serve_lazy_pool_free(pool);
   json_decref(served);

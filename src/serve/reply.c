@@ -255,6 +255,8 @@ static void tc_end(serve_reply *r, tc_event_fn fn) {
   tc_parser_finish(r->tc, fn, r, NULL);
 }
 
+void serve_reply_end(serve_reply *r) { tc_end(r, whole_event); }
+
 void serve_reply_add(serve_reply *r, const serve_token *tok) {
   if (r->out_ids && !tok->flush) json_array_append_new(r->out_ids, json_integer(tok->id));
   if (r->logprobs && r->lp && !tok->flush) {
@@ -400,10 +402,49 @@ static json_t *text_value(const serve_reply *r, const char *s, size_t n) {
   return delta;
 }
 
+static bool hidden_tool(const serve_reply *r, const char *name) {
+  for (int i = 0; i < r->nhidden; i++)
+    if (!strcmp(r->hidden[i], name)) return true;
+  return false;
+}
+
+/* Streams keep every call in r->calls too (for the server's own tools, serve/tools.h); a hidden
+ * one goes no further. True when the event is the hidden call's. */
+static bool stream_call(serve_reply *r, const tc_event *ev) {
+  switch (ev->kind) {
+  case TC_CALL_BEGIN: {
+    json_t *fn = json_object();
+    json_object_set_new(fn, "name", serve_json_text(ev->name, strlen(ev->name)));
+    json_object_set_new(fn, "arguments", json_string("{}"));
+    json_t *c = json_object();
+    json_object_set_new(c, "id", call_id());
+    json_object_set_new(c, "type", json_string("function"));
+    json_object_set_new(c, "function", fn);
+    if (r->calls) json_array_append_new(r->calls, c);
+    else json_decref(c);
+    hbuf_clear(&r->args);
+    r->hiding = hidden_tool(r, ev->name);
+    if (r->hiding) r->nhidden_calls++;
+    return r->hiding;
+  }
+  case TC_CALL_ARGS: hbuf_append(&r->args, ev->text, ev->len); return r->hiding;
+  case TC_CALL_END: {
+    json_t *c = json_array_get(r->calls, json_array_size(r->calls) - 1);
+    if (c && r->args.len) json_object_set_new(json_object_get(c, "function"), "arguments", serve_json_text(hbuf_str(&r->args), r->args.len));
+    hbuf_clear(&r->args);
+    bool was = r->hiding;
+    r->hiding = false;
+    return was;
+  }
+  default: return false;
+  }
+}
+
 /* Streams: each parser event becomes a chunk; the step's logprobs ride on its first. */
 static int sse_event(void *ctx, const tc_event *ev) {
   serve_reply *r = ctx;
   if (dropped_call(r, ev)) return 0;
+  if (stream_call(r, ev)) return 0;
   json_t *delta = json_object();
   switch (ev->kind) {
   case TC_TEXT:
@@ -419,8 +460,10 @@ static int sse_event(void *ctx, const tc_event *ev) {
     json_object_set_new(fn, "name", serve_json_text(ev->name, strlen(ev->name)));
     json_object_set_new(fn, "arguments", json_string(""));
     json_t *c = json_object();
-    json_object_set_new(c, "index", json_integer(ev->index));
-    json_object_set_new(c, "id", call_id());
+    json_object_set_new(c, "index", json_integer(ev->index - r->nhidden_calls));
+    json_t *kept = json_array_get(r->calls, json_array_size(r->calls) - 1); /* the id stream_call gave it */
+    json_t *id = json_object_get(kept, "id");
+    json_object_set_new(c, "id", id ? json_incref(id) : call_id());
     json_object_set_new(c, "type", json_string("function"));
     json_object_set_new(c, "function", fn);
     json_t *calls = json_array();
@@ -437,7 +480,7 @@ static int sse_event(void *ctx, const tc_event *ev) {
     json_t *fn = json_object();
     json_object_set_new(fn, "arguments", serve_json_text(ev->text, ev->len));
     json_t *c = json_object();
-    json_object_set_new(c, "index", json_integer(ev->index));
+    json_object_set_new(c, "index", json_integer(ev->index - r->nhidden_calls));
     json_object_set_new(c, "function", fn);
     json_t *calls = json_array();
     json_array_append_new(calls, c);
@@ -510,6 +553,20 @@ void serve_sse_text(serve_reply *r, const char *s, size_t n, hbuf *out) {
   if (n == 0 && !lp) return;
   r->text_offset += n;
   emit(chunk(r, text_value(r, s, n), lp, NULL), out);
+}
+
+void serve_sse_end(serve_reply *r, hbuf *out) {
+  if (!r->tc || r->tc_done) return;
+  r->sse = out;
+  tc_end(r, sse_event);
+  r->sse = NULL;
+}
+
+void serve_sse_tool_exchange(serve_reply *r, const json_t *exchange, hbuf *out) {
+  json_t *o = envelope(r, "chat.completion.chunk");
+  json_object_set_new(o, "choices", json_array());
+  json_object_set(o, "tool_exchange", (json_t *)exchange);
+  emit(o, out);
 }
 
 void serve_sse_finish(serve_reply *r, serve_finish finish, hbuf *out) {

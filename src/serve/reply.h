@@ -40,6 +40,12 @@ typedef struct serve_reply {
   json_t *out_ids;         /* owned: the output's token ids (whole responses) */
   json_t *sse_ids;         /* owned: output ids not yet sent in a chunk (streams) */
   bool prompt_ids_sent;    /* a stream's first chunk carried prompt_ids */
+  /* streams: calls of these tools (the server's own, serve/tools.h) are not sent but kept in calls,
+   * as every call of a stream is; the others' chunks number them without the hidden ones */
+  const char *const *hidden; /* borrowed: nhidden tool names */
+  int nhidden;
+  bool hiding;             /* the open call is a hidden one */
+  int nhidden_calls;       /* hidden calls so far */
 } serve_reply;
 
 /* id_seed makes the id unique (any varying number: a counter, a time). */
@@ -79,6 +85,9 @@ json_t *serve_json_text(const char *s, size_t n);
 
 /* Whole responses: add every step's output, then format once. */
 void serve_reply_add(serve_reply *r, const serve_token *tok);
+/* Ends a whole reply's parser (its last call completed into r->calls), as formatting it does;
+ * for looking at the calls before the body is made. */
+void serve_reply_end(serve_reply *r);
 /* Appends the JSON body to out. */
 void serve_reply_body(serve_reply *r, const serve_result *res, hbuf *out);
 /* A response of n choices, choice i made by r[i] and ended as res[i], with usage
@@ -86,6 +95,10 @@ void serve_reply_body(serve_reply *r, const serve_result *res, hbuf *out);
 void serve_reply_body_n(serve_reply *const *r, const serve_result *res, int n, const serve_result *usage, hbuf *out);
 
 /* Stream events, each appended to out as "data: {...}\n\n". */
+void serve_sse_end(serve_reply *r, hbuf *out);          /* ends the parser: what it held back, as chunks */
+/* A chunk without choices that carries the server's tool exchange (serve/tools.h), as the usage chunk
+ * carries the usage: {"id", "object": "chat.completion.chunk", ..., "choices": [], "tool_exchange": [...]}. */
+void serve_sse_tool_exchange(serve_reply *r, const json_t *exchange, hbuf *out);
 void serve_sse_start(serve_reply *r, hbuf *out);        /* chat: delta.role; completion: nothing */
 void serve_sse_token(serve_reply *r, const serve_token *tok, hbuf *out); /* nothing when empty without logprobs */
 void serve_sse_text(serve_reply *r, const char *s, size_t n, hbuf *out);  /* a bare text delta (echo); with

@@ -9,8 +9,10 @@
  * Messages, under /v1/messages, where every error, including routing, key
  * and size refusals, is an Anthropic error object), responses.h, infill.h
  * and ollama.h (the Ollama API under /api/: NDJSON streams, {"error": ...}
- * refusals). One server may serve several engines, a request's "model"
- * picking one. No CORS headers unless asked: only the chat page's own
+ * refusals). The tools the server runs itself (tools.h) ride on the
+ * OpenAI chat protocol's ops: its parse adds them, and a reply that calls
+ * only them is run again after them (tool_round), in the same stream. One
+ * server may serve several engines, a request's "model" picking one. No CORS headers unless asked: only the chat page's own
  * origin may read answers from a browser.
  *
  * Connections: at most max_connections (4096), max_per_client (an eighth of
@@ -95,6 +97,9 @@ struct serve_server {
   file_store *files;        /* owned */
   batch_store *batches;     /* owned */
   int state_lock;           /* the state directory's lock file, held while serving; -1: none */
+  serve_tool tools[SERVE_MAX_TOOLS]; /* the tools the server runs itself (serve/tools.h) */
+  int ntools;
+  int tool_rounds;
 };
 
 /* Whether name (a request's "model") is e's model_id, or that with Ollama's default tag. */
@@ -366,6 +371,9 @@ static enum MHD_Result answer_index(struct MHD_Connection *c, const serve_server
   if (e->spec_method) json_array_append_new(methods, json_pack("{s:s, s:s}", "method", "speculative", "source", e->spec_method));
   json_object_set_new(cap, "methods", methods);
   json_object_set_new(cap, "context_length", json_integer(e->context_length));
+  json_t *own = json_array(); /* the tools the server runs itself (serve/tools.h) */
+  for (int i = 0; i < s->ntools; i++) json_array_append_new(own, json_string(s->tools[i].name));
+  json_object_set_new(cap, "server_tools", own);
   json_object_set_new(o, "capabilities", cap);
   return http_send_json(c, 200, o);
 }
@@ -624,6 +632,14 @@ typedef struct job {
   bool parse;               /* chat: the reply is split by a tool-call / reasoning parser of `tc` */
   tc_opts tc;
   char *forced;             /* owned; NULL: none. The call opening the reply (tool_choice), already in the prompt */
+  bool forced_gbnf;         /* req.gbnf is the forced call's grammar (not the request's own) */
+  unsigned tools_added;     /* the server's tools (serve/tools.h) added to the request: bit i for tools[i] */
+  json_t *exchange;         /* owned, NULL until a round of the server's tools ran: the messages it added */
+  serve_result tool_usage;  /* the tokens of the rounds before the last */
+  int rounds;               /* rounds of the server's tools run */
+  bool tools_go_on;         /* a stream's round ended calling only the server's tools: another follows */
+  const char *hidden[SERVE_MAX_TOOLS]; /* the names of the tools added (not streamed as calls) */
+  int nhidden;
   int fd;                   /* the client's socket, watched for hang-ups */
   bool whole;               /* answered whole (not streamed): gone once the client ends its input */
   volatile int cancel;      /* set through cancel_set, read by the engine every step */
@@ -758,6 +774,7 @@ static void job_free(job *j) {
   serve_request_free(&j->req);
   free(j->prompt);
   free(j->forced);
+  json_decref(j->exchange);
   serve_reply_free(&j->reply);
   anth_reply_free(&j->areply);
   resp_reply_free(&j->rreply);
@@ -784,6 +801,22 @@ static void slot_started(slot *sl) {
 }
 
 static void stream_push(job *j, const hbuf *b, bool done);
+
+/* Whether the reply just made calls only the server's own tools (serve/tools.h), which run and
+ * the model goes on: a chat of one choice with those tools added (only the OpenAI chat protocol's
+ * parse adds them), ended well, within the rounds allowed (its parser ended: serve_reply_end /
+ * serve_sse_end). */
+static bool tools_go_on(job *j) {
+  if (!j->tools_added || j->nslots != 1) return false;
+  if (j->rc || j->result.finish == SERVE_FINISH_CANCELLED || cancelled(j) || j->rounds >= j->srv->tool_rounds) return false;
+  return serve_tools_all_ours(j->srv->tools, j->srv->ntools, j->tools_added, j->reply.calls);
+}
+
+/* The reply's calls of the server's tools are kept out of a stream. */
+static void reply_hide(const job *j, serve_reply *r) {
+  r->hidden = j->hidden;
+  r->nhidden = j->nhidden;
+}
 
 /* One choice through the engine. A stream's choice sends its finish chunk as it ends. */
 static void slot_run(slot *sl) {
@@ -955,15 +988,112 @@ static int best_of_choices(job *j, serve_reply **r, serve_result *res) {
   return out;
 }
 
+static int chat_prompt(job *j, serve_fail *f);
+static bool needs_specials(const tc_opts *o);
+
+/* After a reply that called only the server's own tools (serve/tools.h):
+ * runs them, appends the calls and their results to the conversation and
+ * sets the next round up — prompt, parser, a new reply under the same id.
+ * The tool_choice that forced the first call is the first round's only. */
+static int tool_round(job *j, serve_fail *f) {
+  serve_server *s = j->srv;
+  herr err = {0};
+  if (!j->exchange && !(j->exchange = json_array())) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  j->tool_usage.prompt_tokens += j->result.prompt_tokens;
+  j->tool_usage.completion_tokens += j->result.completion_tokens;
+  j->tool_usage.cached_tokens += j->result.cached_tokens;
+  if (serve_tools_run(s->tools, s->ntools, &j->req, hbuf_str(&j->reply.text), j->reply.calls, j->exchange, &err))
+    return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+  if (j->req.tool_choice == SERVE_TOOLS_REQUIRED || j->req.tool_choice == SERVE_TOOLS_NAMED)
+    j->req.tool_choice = SERVE_TOOLS_AUTO;
+  if (j->forced_gbnf) {
+    free(j->req.gbnf);
+    j->req.gbnf = NULL;
+    j->req.sampling.grammar = NULL;
+    j->forced_gbnf = false;
+  }
+  free(j->forced);
+  j->forced = NULL;
+  free(j->prompt);
+  j->prompt = NULL;
+  if (chat_prompt(j, f)) return f->status;
+  serve_reply *r = &j->reply;
+  char id[sizeof r->id];
+  memcpy(id, r->id, sizeof id);
+  int64_t created = r->created;
+  const char *model = r->model;
+  bool logprobs = r->logprobs;
+  serve_reply_free(r);
+  serve_reply_init(r, SERVE_CHAT, model, created, 0, logprobs);
+  memcpy(r->id, id, sizeof id);
+  r->one_call = j->req.one_tool_call;
+  r->usage_null = j->req.stream && j->req.include_usage;
+  reply_hide(j, r);
+  if (j->parse && serve_reply_parse(r, &j->tc, &err)) return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+  if (j->parse) j->req.sampling.skip_special = !needs_specials(&j->tc);
+  slot *sl = &j->slots[0];
+  sl->text = j->prompt;
+  sl->sampling = j->req.sampling;
+  sl->started = false;
+  sl->t_first = sl->t_last = 0;
+  sl->cum_logprob = 0;
+  memset(&j->result, 0, sizeof j->result);
+  j->rc = 0;
+  memset(&j->err, 0, sizeof j->err);
+  job_prime(j, NULL);
+  return 0;
+}
+
+/* The response with the server's tool exchange and the earlier rounds' tokens added. */
+static void tool_body(job *j, hbuf *body) {
+  if (!j->exchange || body->oom) return;
+  json_t *o = json_loadb(body->data, body->len, 0, NULL);
+  json_t *u = json_object_get(o, "usage");
+  if (!o || !u) {
+    json_decref(o);
+    return;
+  }
+  int64_t p = j->usage.prompt_tokens + j->tool_usage.prompt_tokens, c = j->usage.completion_tokens + j->tool_usage.completion_tokens;
+  json_object_set_new(u, "prompt_tokens", json_integer(p));
+  json_object_set_new(u, "completion_tokens", json_integer(c));
+  json_object_set_new(u, "total_tokens", json_integer(p + c));
+  json_t *d = json_object_get(u, "prompt_tokens_details");
+  if (d) json_object_set_new(d, "cached_tokens", json_integer(j->usage.cached_tokens + j->tool_usage.cached_tokens));
+  json_object_set(o, "tool_exchange", j->exchange);
+  char *txt = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  if (!txt) return;
+  hbuf_clear(body);
+  hbuf_puts(body, txt);
+  free(txt);
+}
+
 static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
   for (int i = 0; j->req.echo && i < j->nslots; i++) hbuf_puts(&j->slots[i].reply->text, j->slots[i].text);
   job_prime(j, NULL);
   j->whole = true;
   whole_watch(j, true);
   job_generate(j, whole_token);
+  /* the server's own tools: run while the reply calls only them (at most tool_rounds rounds; a
+   * reply past those, or one calling the client's tools too, is answered as it is) */
+  serve_fail tf = {0};
+  bool tool_failed = false;
+  while (j->tools_added) {
+    serve_reply_end(&j->reply);
+    if (!tools_go_on(j)) break;
+    if (tool_round(j, &tf)) {
+      tool_failed = true;
+      break;
+    }
+    HLOG_INFO("serve: chat: round %d of the server's tools ran", ++j->rounds);
+    job_generate(j, whole_token);
+  }
   whole_watch(j, false);
   enum MHD_Result rc;
-  if (j->rc == 0 && j->result.finish != SERVE_FINISH_CANCELLED) {
+  if (tool_failed) {
+    rc = send_fail_as(c, &tf, NULL, j->proto->shape);
+    job_done(j, (unsigned)tf.status);
+  } else if (j->rc == 0 && j->result.finish != SERVE_FINISH_CANCELLED) {
     hbuf body = {0};
     j->proto->body(j, &body);
     rc = body.oom ? MHD_NO : http_send(c, 200, "application/json", hbuf_str(&body), body.len, NULL);
@@ -1016,6 +1146,16 @@ static void *stream_main(void *arg) {
   stream_push(j, &b, false);
   hbuf_clear(&b);
   job_generate(j, stream_token);
+  while (j->tools_go_on) { /* the server's own tools were called: run, and the model goes on in the same stream */
+    j->tools_go_on = false;
+    serve_fail tf;
+    if (tool_round(j, &tf)) {
+      j->rc = herr_set(&j->err, HEARTH_EINTERNAL, "%s", tf.message);
+      break;
+    }
+    HLOG_INFO("serve: chat stream: round %d of the server's tools ran", ++j->rounds);
+    job_generate(j, stream_token);
+  }
   job_done(j, abandoned(j) ? 0 : 200); /* (the stream's status went out with its first bytes) */
   if (abandoned(j)) {
     HLOG_INFO("serve: client went away; stream cancelled after %lld tokens", (long long)j->result.completion_tokens);
@@ -1389,8 +1529,19 @@ static void store_response(job *j, const json_t *o) {
   "\"code\":null}}\n\ndata: [DONE]\n\n"
 
 /* OpenAI chat completions and completions: a reply per choice (serve_reply), SSE chunks. */
+/* A chat: the server's own tools (serve/tools.h) join the request's tools. */
 static int chat_parse(job *j, const char *body, size_t len, serve_fail *f) {
-  return serve_request_parse(body, len, SERVE_CHAT, &j->req, f);
+  serve_server *s = j->srv;
+  char *own = NULL;
+  herr err = {0};
+  if (s->ntools && serve_tools_inject(s->tools, s->ntools, body, len, &own, &j->tools_added, &err))
+    return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+  int rc = serve_request_parse(own ? own : body, own ? strlen(own) : len, SERVE_CHAT, &j->req, f);
+  free(own);
+  if (rc) return rc;
+  for (int i = 0; i < s->ntools; i++)
+    if ((j->tools_added >> i) & 1u) j->hidden[j->nhidden++] = s->tools[i].name;
+  return 0;
 }
 static int completions_parse(job *j, const char *body, size_t len, serve_fail *f) {
   return serve_request_parse(body, len, SERVE_COMPLETION, &j->req, f);
@@ -1404,6 +1555,7 @@ static int openai_reply_init(job *j, uint64_t id_seed, serve_fail *f) {
     r->index = i;
     r->usage_null = j->req.stream && j->req.include_usage;
     r->one_call = j->req.one_tool_call;
+    reply_hide(j, r);
     if (j->parse && serve_reply_parse(r, &j->tc, &err))
       return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
   }
@@ -1441,12 +1593,36 @@ static void openai_stream_finish(job *j, hbuf *out) {
   if (j->req.include_usage) serve_sse_usage(&j->reply, &j->usage, out);
   serve_sse_done(out);
 }
+/* A chat's whole reply and stream also carry the rounds of the server's own tools
+ * (serve/tools.h; answer_whole and stream_main run them): the reply's end is
+ * held back while another round follows, and the exchange and the rounds'
+ * tokens go into the body, or into a chunk of their own and the usage chunk. */
+static void chat_body(job *j, hbuf *out) {
+  openai_body(j, out);
+  tool_body(j, out);
+}
+static void chat_choice_end(slot *sl, hbuf *out) {
+  job *j = sl->j;
+  serve_sse_end(sl->reply, out);
+  /* a round that called only the server's own tools does not end the stream: stream_main runs another */
+  j->tools_go_on = sl == &j->slots[0] && tools_go_on(j);
+  if (!j->tools_go_on) serve_sse_finish(sl->reply, sl->result->finish, out);
+}
+static void chat_stream_finish(job *j, hbuf *out) {
+  serve_result u = j->usage; /* with the rounds of the server's tools */
+  u.prompt_tokens += j->tool_usage.prompt_tokens;
+  u.completion_tokens += j->tool_usage.completion_tokens;
+  u.cached_tokens += j->tool_usage.cached_tokens;
+  if (j->exchange) serve_sse_tool_exchange(&j->reply, j->exchange, out);
+  if (j->req.include_usage) serve_sse_usage(&j->reply, &u, out);
+  serve_sse_done(out);
+}
 
 static const serve_protocol proto_chat = {
     .name = "chat", .shape = PROTO_OPENAI, .chat_param = "messages", .count_param = "messages",
     .thread_fail = THREAD_FAIL_OPENAI, .parse = chat_parse, .reply_init = openai_reply_init, .prime = openai_prime,
-    .add = openai_add, .body = openai_body, .stream_start = openai_stream_start, .stream_token = openai_stream_token,
-    .choice_end = openai_choice_end, .stream_error = openai_stream_error, .stream_finish = openai_stream_finish};
+    .add = openai_add, .body = chat_body, .stream_start = openai_stream_start, .stream_token = openai_stream_token,
+    .choice_end = chat_choice_end, .stream_error = openai_stream_error, .stream_finish = chat_stream_finish};
 static const serve_protocol proto_completions = {
     .name = "completion", .shape = PROTO_OPENAI, .chat_param = "messages", .count_param = "messages",
     .thread_fail = THREAD_FAIL_OPENAI, .parse = completions_parse, .reply_init = openai_reply_init,
@@ -1609,6 +1785,32 @@ static const serve_protocol proto_oll_chat = {.name = "api/chat", .count_param =
 static const serve_protocol proto_oll_generate = {.name = "api/generate", .count_param = "prompt",
                                                   .parse = oll_generate_parse, OLLAMA_OPS};
 
+/* A chat's prompt: the request's messages rendered, the parser of its reply
+ * chosen, and under tool_choice required or a named function the reply's
+ * opening call written into the prompt (fed to the parser as the reply's
+ * start) with the grammar of the rest. */
+static int chat_prompt(job *j, serve_fail *f) {
+  if (render_prompt(j->engine, &j->req, &j->prompt, f)) return f->status;
+  j->parse = output_parser(j->engine, &j->req, j->prompt, &j->tc);
+  hbuf forced = {0};
+  if (j->parse && j->tc.tools && !j->tc.in_reasoning &&
+      (j->req.tool_choice == SERVE_TOOLS_REQUIRED || j->req.tool_choice == SERVE_TOOLS_NAMED) &&
+      tc_forced_call(j->tc.format, j->req.tool_choice == SERVE_TOOLS_NAMED ? j->req.tool_name : NULL, &forced)) {
+    size_t n = strlen(j->prompt);
+    char *p = realloc(j->prompt, n + forced.len + 1);
+    if (!p || forced.oom) {
+      hbuf_free(&forced);
+      return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    memcpy(p + n, forced.data, forced.len + 1);
+    j->prompt = p;
+    j->forced = hbuf_take(&forced);
+    forced_call_grammar(j);
+  }
+  hbuf_free(&forced);
+  return 0;
+}
+
 /* POST on a generating route: the request in its protocol's shapes (the route's
  * serve_protocol), one generation path for all of them. */
 static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s, conn *cn) {
@@ -1655,27 +1857,7 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   j->load_s = j->held ? oll_now() - before_hold : 0; /* a model loaded on first use: the wait for it */
   const char *param = kind == SERVE_CHAT ? pr->count_param : "prompt";
   if (kind == SERVE_CHAT) {
-    if (render_prompt(e, &j->req, &j->prompt, &f)) goto refuse;
-    j->parse = output_parser(e, &j->req, j->prompt, &j->tc);
-    /* tool_choice required or a named function: the reply opens with a call,
-     * written into the prompt and fed to the parser as the reply's start */
-    hbuf forced = {0};
-    if (j->parse && j->tc.tools && !j->tc.in_reasoning &&
-        (j->req.tool_choice == SERVE_TOOLS_REQUIRED || j->req.tool_choice == SERVE_TOOLS_NAMED) &&
-        tc_forced_call(j->tc.format, j->req.tool_choice == SERVE_TOOLS_NAMED ? j->req.tool_name : NULL, &forced)) {
-      size_t n = strlen(j->prompt);
-      char *p = realloc(j->prompt, n + forced.len + 1);
-      if (!p || forced.oom) {
-        hbuf_free(&forced);
-        serve_fail_set(&f, 500, "server_error", NULL, NULL, "out of memory");
-        goto refuse;
-      }
-      memcpy(p + n, forced.data, forced.len + 1);
-      j->prompt = p;
-      j->forced = hbuf_take(&forced);
-      forced_call_grammar(j);
-    }
-    hbuf_free(&forced);
+    if (chat_prompt(j, &f)) goto refuse;
   } else {
     j->prompt = strdup(j->req.prompt);
     if (!j->prompt) {
@@ -1802,6 +1984,7 @@ static void forced_call_grammar(job *j) {
       !g.oom && grammar_compile(hbuf_str(&g), g.len, &gr, NULL) == 0) {
     j->req.gbnf = hbuf_take(&g);
     j->req.sampling.grammar = j->req.gbnf;
+    j->forced_gbnf = true;
   }
   grammar_free(gr);
   hbuf_free(&g);
@@ -2867,6 +3050,8 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   *out = NULL;
   const char *host = cfg->host && cfg->host[0] ? cfg->host : "127.0.0.1";
   if (cfg->port < 0 || cfg->port > 65535) return herr_set(err, HEARTH_EINVAL, "port %d is out of range", cfg->port);
+  if (cfg->n_tools < 0 || cfg->n_tools > SERVE_MAX_TOOLS)
+    return herr_set(err, HEARTH_EINVAL, "at most %d tools the server runs itself", SERVE_MAX_TOOLS);
   for (int i = 0; i < cfg->n_more_engines; i++) { /* a name picks one model */
     const char *id = cfg->more_engines[i]->model_id;
     bool dup = !strcmp(id, engine->model_id);
@@ -2904,6 +3089,9 @@ int serve_start(serve_server **out, serve_engine *engine, const serve_config *cf
   }
   s->adapter_dir = adapter_dir;
   s->models = cfg->models;
+  for (int i = 0; i < cfg->n_tools; i++) s->tools[i] = cfg->tools[i];
+  s->ntools = cfg->n_tools;
+  s->tool_rounds = cfg->tool_rounds > 0 ? cfg->tool_rounds : SERVE_TOOL_ROUNDS;
   s->state_lock = -1;
   s->engine = engine;
   s->engines = calloc((size_t)cfg->n_more_engines + 1, sizeof *s->engines);

@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "serve/engine.h"
+#include "serve/tools.h"
 
 /* What the server knows of models beyond the engine, from whoever starts it
  * (`hearth serve`: hearth's registry and the Hugging Face cache), for the
@@ -68,6 +69,12 @@ typedef struct serve_config {
   size_t max_file_bytes;      /* an uploaded file's size at most; 0: 200 MiB (OpenAI's limit) */
   int batch_concurrency;      /* batch rows in flight at once; 0: 8. They run at low priority: the
                                * scheduler admits interactive requests before them */
+  const serve_tool *tools;    /* borrowed (must outlive the server): tools the server runs itself
+                               * (serve/tools.h; `hearth serve --memory`: memory_search), offered to
+                               * /v1/chat/completions requests that ask one choice and define no tool
+                               * of that name, whole or streamed; at most SERVE_MAX_TOOLS */
+  int n_tools;
+  int tool_rounds;            /* rounds of their calls one request may run; 0: SERVE_TOOL_ROUNDS */
 } serve_config;
 
 typedef struct serve_server serve_server;
