@@ -10,7 +10,10 @@
 #                           the HEIC / AVIF images the media test makes,
 #                           gnuplot for `hearth train`'s loss curve, which a
 #                           test draws)
-#   tools/setup.sh --bench  the test dependencies (gnuplot draws the benchmarks' plots)
+#   tools/setup.sh --bench  the test dependencies (gnuplot draws the benchmarks' plots) and
+#                           OpenBLAS, the BLAS of Debian's python3-torch in
+#                           bench/cpu/train.sh's peer (else it runs on the
+#                           reference BLAS, many times slower)
 #   tools/setup.sh --gguf-parity   only what tools/gen_gguf_parity.sh needs: llama.cpp's
 #                           converter on Debian's torch, and a C++ compiler for its CPU build
 set -euo pipefail
@@ -20,6 +23,9 @@ need=(cmake make gcc pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libm
       libavformat-dev libavcodec-dev libswresample-dev libswscale-dev libavutil-dev libheif-dev libgit2-dev)
 if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; then
   need+=(clang libclang-rt-14-dev python3 python3-jinja2 nodejs npm chromium libheif-examples gnuplot-nox)
+fi
+if [ "${1:-}" = "--bench" ]; then
+  need+=(libopenblas0-pthread)
 fi
 if [ "${1:-}" = "--gguf-parity" ]; then
   need=(cmake make gcc g++ git npm python3-torch python3-numpy python3-sentencepiece python3-yaml python3-tqdm)

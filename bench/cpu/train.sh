@@ -67,7 +67,7 @@ if [ -z "$peer_py" ]; then
 fi
 if [ -n "$peer_py" ]; then
   echo "peer: $peer_py bench/cpu/train_torch_peer.py $model --steps $steps --seq $seq --rank $rank --threads $threads"
-  "$peer_py" bench/cpu/train_torch_peer.py "$model" --steps "$steps" --seq "$seq" --rank "$rank" --threads "$threads" | tail -1
+  OPENBLAS_NUM_THREADS=$threads "$peer_py" bench/cpu/train_torch_peer.py "$model" --steps "$steps" --seq "$seq" --rank "$rank" --threads "$threads" | tail -1
 else
   echo "peer: no python3 with torch here; not compared"
 fi
