@@ -257,6 +257,14 @@ static void write_pairs(const char *path, int n, uint64_t seed) {
   if (f) fclose(f);
 }
 
+/* Under the sanitizers a run takes a few steps (the same code paths; the learning and the terminal's
+   in-place line are checked in the plain build). */
+#if defined(__SANITIZE_ADDRESS__)
+#define RUN_STEPS 4
+#else
+#define RUN_STEPS 12
+#endif
+
 static void run_method(train_method m) {
   char tmp[] = "/tmp/hearth_pref_XXXXXX";
   if (!mkdtemp(tmp)) return;
@@ -271,14 +279,16 @@ static void run_method(train_method m) {
   train_opts o;
   train_opts_init(&o);
   o.model_dir = MODEL, o.data = data, o.eval = eval, o.out = out, o.method = m, o.threads = 2;
-  o.steps = 12, o.batch = 2, o.lr = 5e-3, o.warmup = 2, o.seed = 4, o.targets = (1u << TT_N) - 1;
+  o.steps = RUN_STEPS, o.batch = 2, o.lr = 5e-3, o.warmup = 2, o.seed = 4, o.targets = (1u << TT_N) - 1;
   o.progress = prog, o.progress_tty = 1, o.plot = false;
   train_result res;
   herr err = {0};
   CHECK_MSG(train_run(&o, &res, &err) == 0, "%s", err.msg);
   fprintf(stderr, "  %s: eval loss %.4f -> %.4f\n", train_method_name(m), res.eval_first, res.eval_last);
   if (m == TRAIN_DPO) CHECK_MSG(fabs(res.eval_first - log(2.0)) < 1e-6, "DPO eval loss before training %.9f, not log 2", res.eval_first);
+#if !defined(__SANITIZE_ADDRESS__)
   CHECK_MSG(res.eval_last < res.eval_first, "%s: eval loss %.4f -> %.4f", train_method_name(m), res.eval_first, res.eval_last);
+#endif
   CHECK(res.tokens_per_s > 0);
   /* the log: the method's fields on every step line */
   char logp[400], *log = NULL;
@@ -298,17 +308,21 @@ static void run_method(train_method m) {
     json_decref(j);
     s = e ? e + 1 : s + strlen(s);
   }
-  CHECK_EQ_INT(steps, 12);
+  CHECK_EQ_INT(steps, RUN_STEPS);
   free(log);
   /* progress on a "terminal": one line rewritten in place, the eval lines on their own */
   fflush(prog);
   char *text = NULL;
   CHECK(hfile_read(errp, &text, &n, NULL) == 0);
-  CHECK_MSG(text && strstr(text, "\r\033[K") && strstr(text, "step 12/12") && strstr(text, "tok/s") && strstr(text, "ETA"), "%s",
+  char last[32];
+  snprintf(last, sizeof last, "step %d/%d", RUN_STEPS, RUN_STEPS);
+  CHECK_MSG(text && strstr(text, "\r\033[K") && strstr(text, last) && strstr(text, "tok/s") && strstr(text, "ETA"), "%s",
             text ? text : "");
+#if !defined(__SANITIZE_ADDRESS__)
   int newlines = 0;
   for (char *s = text; s && *s; s++) newlines += *s == '\n';
   CHECK_MSG(newlines < 12, "%d lines for 12 steps: not rewritten in place", newlines);
+#endif
   free(text);
   fclose(prog);
   char cmd[400];
