@@ -227,39 +227,28 @@ static double act_loss(void *ctx) {
   return L;
 }
 
-static void test_silu_mul(void) {
+/* h = act(g) · u against finite differences of Σ c · h, act SiLU or tanh-GELU. */
+static void check_act_mul(bool gelu) {
   enum { N = 40 };
   double g[N], u[N], c[N];
   float gf[N], uf[N], cf[N], h[N], dg[N], du[N];
   fill(g, gf, N, 5), fill(u, uf, N, 2), fill(c, cf, N, 1);
   memcpy(h, gf, sizeof h);
-  op_silu(h, N);
+  if (gelu) op_gelu_tanh(h, N);
+  else op_silu(h, N);
   op_mul(h, h, uf, N);
-  act_ctx a = {N, g, u, c, false};
+  act_ctx a = {N, g, u, c, gelu};
   double L = 0;
   for (int i = 0; i < N; i++) L += c[i] * h[i];
   CHECK_NEAR(L, act_loss(&a), 1e-4);
-  grad_silu_mul(dg, du, cf, gf, uf, N);
-  fd_check(act_loss, &a, g, dg, N, "silu_mul dg");
-  fd_check(act_loss, &a, u, du, N, "silu_mul du");
+  if (gelu) grad_gelu_tanh_mul(dg, du, cf, gf, uf, N);
+  else grad_silu_mul(dg, du, cf, gf, uf, N);
+  fd_check(act_loss, &a, g, dg, N, gelu ? "gelu_tanh_mul dg" : "silu_mul dg");
+  fd_check(act_loss, &a, u, du, N, gelu ? "gelu_tanh_mul du" : "silu_mul du");
 }
 
-static void test_gelu_tanh_mul(void) {
-  enum { N = 40 };
-  double g[N], u[N], c[N];
-  float gf[N], uf[N], cf[N], h[N], dg[N], du[N];
-  fill(g, gf, N, 5), fill(u, uf, N, 2), fill(c, cf, N, 1);
-  memcpy(h, gf, sizeof h);
-  op_gelu_tanh(h, N);
-  op_mul(h, h, uf, N);
-  act_ctx a = {N, g, u, c, true};
-  double L = 0;
-  for (int i = 0; i < N; i++) L += c[i] * h[i];
-  CHECK_NEAR(L, act_loss(&a), 1e-4);
-  grad_gelu_tanh_mul(dg, du, cf, gf, uf, N);
-  fd_check(act_loss, &a, g, dg, N, "gelu_tanh_mul dg");
-  fd_check(act_loss, &a, u, du, N, "gelu_tanh_mul du");
-}
+static void test_silu_mul(void) { check_act_mul(false); }
+static void test_gelu_tanh_mul(void) { check_act_mul(true); }
 
 /* ---- frozen matmul, every stored format ---- */
 
