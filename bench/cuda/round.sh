@@ -22,7 +22,8 @@
 # Environment: LIMIT (seconds the call may take, default 570), TYPES
 # (default "f16 q4_0 q8_0"), LLAMA_SRC (the trimmed llama.cpp tarball),
 # VERBS_MODELS (a glob of golden folders; default all), SKIP_VERBS=1,
-# SUMMARY (where the Markdown summary goes; default OUT/summary.md).
+# SUMMARY (where the Markdown summary goes; default OUT/summary.md), PROFILE_TYPES (the files whose
+# batch-1 decode gets a CUDA op profile; default q8_0, "" for none).
 set -uo pipefail
 b=$(realpath "$1") out=$(realpath -m "$2") d=${3:-/tmp}
 root=$(cd "$(dirname "$0")/../.." && pwd) T0=$SECONDS LIMIT=${LIMIT:-570}
@@ -78,6 +79,14 @@ for ty in $TYPES; do
   say "<!-- hearth $ty: $(echo "$a" | num pp512) / $(echo "$a" | num tg128) -->"
 done
 t "hearth batch 1 done"
+# where a decoded token's time goes: the CUDA op profile (device time per op, idle gaps) of batch 1 at 512 of context
+for ty in ${PROFILE_TYPES-q8_0}; do
+  [ -s "$d/l8b-$ty.gguf" ] && [ "$(left)" -gt 220 ] || continue
+  HEARTH_CUDA_PROFILE="$out/prof-tg-$ty.txt" timeout 60 "$b/hearth" bench --model "$d/l8b-$ty.gguf" --device cuda --gpu-precision fast \
+    -p 0 -n 32 -d 512 --repeat 1 --no-warmup >"$out/prof-bench-$ty.txt" 2>&1
+  say "<!-- op profile, $ty batch 1: -->"; head -n 30 "$out/prof-tg-$ty.txt" | sed 's/^/    /' | tee -a "$sum" >/dev/null
+done
+t "profiled"
 if [ -n "$ll" ]; then
   while [ ! -x "$ll/llama-bench" ] && kill -0 "$llpid" 2>/dev/null && [ "$(left)" -gt 150 ]; do sleep 5; done
   t "llama.cpp: $(ls "$ll" 2>/dev/null | tr '\n' ' ')"

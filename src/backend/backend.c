@@ -141,7 +141,7 @@ static const char *const op_names[BK_OP_COUNT] = {
     [BK_OP_SET_COLS] = "set_cols", [BK_OP_SET_ROWS] = "set_rows", [BK_OP_LAYERNORM] = "layernorm",
     [BK_OP_MOE_ROUTE_GROUP] = "moe_route_group", [BK_OP_INDEX_TOPK] = "index_topk",
     [BK_OP_ATTENTION_SPARSE] = "attention_sparse", [BK_OP_LORA] = "lora", [BK_OP_ACT] = "act", [BK_OP_CLAMP] = "clamp",
-    [BK_OP_EMBED_BAG] = "embed_bag", [BK_OP_ATTENTION_REL] = "attention_rel",
+    [BK_OP_EMBED_BAG] = "embed_bag", [BK_OP_ATTENTION_REL] = "attention_rel", [BK_OP_ADD_RMSNORM] = "add_rmsnorm",
 };
 
 const char *bk_op_name(bk_op op) { return (unsigned)op < BK_OP_COUNT && op_names[op] ? op_names[op] : "unknown"; }
@@ -170,6 +170,7 @@ static bool has_entry(const bk_backend_ops *o, bk_op op) {
     case BK_OP_SET_COLS: return o->set_cols;
     case BK_OP_SET_ROWS: return o->set_rows;
     case BK_OP_LAYERNORM: return o->layernorm;
+    case BK_OP_ADD_RMSNORM: return o->add_rmsnorm;
     case BK_OP_MOE_ROUTE_GROUP: return o->moe_route_group;
     case BK_OP_INDEX_TOPK: return o->index_topk;
     case BK_OP_ATTENTION_SPARSE: return o->attention_sparse;
@@ -191,7 +192,7 @@ bool bk_op_host_path(bk_op op) {
     case BK_OP_RMSNORM: case BK_OP_ROPE: case BK_OP_ACT_MUL: case BK_OP_ADD: case BK_OP_SOFTCAP: case BK_OP_GET_ROWS:
     case BK_OP_SCALE: case BK_OP_GET_COLS: case BK_OP_MOE_ROUTE: case BK_OP_SIGMOID_MUL: case BK_OP_SAMPLE:
     case BK_OP_SET_COLS: case BK_OP_SET_ROWS: case BK_OP_LAYERNORM: case BK_OP_MOE_ROUTE_GROUP: case BK_OP_LORA:
-    case BK_OP_ACT: case BK_OP_CLAMP: case BK_OP_EMBED_BAG:
+    case BK_OP_ACT: case BK_OP_CLAMP: case BK_OP_EMBED_BAG: case BK_OP_ADD_RMSNORM:
       return true;
     default: return false;
   }
@@ -330,6 +331,16 @@ void bk_rope(const bk_tensor *x, int64_t n_heads, int64_t head_dim, const bk_ten
 }
 void bk_act_mul(const bk_tensor *gate, const bk_tensor *up, bk_act act) { OR_HOST(BE(gate), act_mul, BK_OP_ACT_MUL, gate, up, act); }
 void bk_add(const bk_tensor *y, const bk_tensor *a, const bk_tensor *b) { OR_HOST(BE(y), add, BK_OP_ADD, y, a, b); }
+void bk_add_rmsnorm(const bk_tensor *x, const bk_tensor *d, const bk_tensor *y, const bk_tensor *w, float eps,
+                    bool unit_offset) {
+  bk_backend *be = BE(y);
+  if (RUNS(be, add_rmsnorm, BK_OP_ADD_RMSNORM)) {
+    be->ops->add_rmsnorm(be, x, d, y, w, eps, unit_offset);
+    return;
+  }
+  bk_add(x, x, d);
+  bk_rmsnorm(y, x, w, eps, unit_offset);
+}
 void bk_softcap(const bk_tensor *x, float cap) { OR_HOST(BE(x), softcap, BK_OP_SOFTCAP, x, cap); }
 void bk_get_rows(const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows) { OR_HOST(BE(y), get_rows, BK_OP_GET_ROWS, y, x, rows); }
 void bk_scale(const bk_tensor *x, float s) { OR_HOST(BE(x), scale, BK_OP_SCALE, x, s); }

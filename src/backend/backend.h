@@ -159,6 +159,11 @@ void bk_rope(const bk_tensor *x, int64_t n_heads, int64_t head_dim, const bk_ten
 void bk_act_mul(const bk_tensor *gate, const bk_tensor *up, bk_act act);
 /* y = a + b elementwise (y may alias a or b). */
 void bk_add(const bk_tensor *y, const bk_tensor *a, const bk_tensor *b);
+/* x = x + d elementwise, then y = rmsnorm(x) as bk_rmsnorm: a residual add and the norm after it, in one
+ * pass where the backend fuses them (else bk_add then bk_rmsnorm; the same numbers either way). y must not
+ * alias x or d. */
+void bk_add_rmsnorm(const bk_tensor *x, const bk_tensor *d, const bk_tensor *y, const bk_tensor *w, float eps,
+                    bool unit_offset);
 /* x = cap * tanh(x / cap). */
 void bk_softcap(const bk_tensor *x, float cap);
 /* y[r] = x[rows[r]] for r < y.rows; rows: I32 [y.rows, 1]. */
@@ -429,7 +434,7 @@ typedef enum bk_op {
   BK_OP_SCALE, BK_OP_GET_COLS, BK_OP_MOE_ROUTE, BK_OP_MOE, BK_OP_KV_WRITE, BK_OP_ATTENTION, BK_OP_CONV1D,
   BK_OP_DELTA_RULE, BK_OP_SIGMOID_MUL, BK_OP_SAMPLE, BK_OP_SET_COLS, BK_OP_SET_ROWS, BK_OP_LAYERNORM,
   BK_OP_MOE_ROUTE_GROUP, BK_OP_INDEX_TOPK, BK_OP_ATTENTION_SPARSE, BK_OP_LORA, BK_OP_ACT, BK_OP_CLAMP, BK_OP_EMBED_BAG,
-  BK_OP_ATTENTION_REL,
+  BK_OP_ATTENTION_REL, BK_OP_ADD_RMSNORM,
   BK_OP_COUNT
 } bk_op;
 
@@ -502,6 +507,8 @@ typedef struct bk_backend_ops {
   void (*embed_bag)(bk_backend *be, const bk_tensor *y, const bk_tensor *table, const bk_tensor *ids, const bk_tensor *w);
   void (*attention_rel)(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_tensor *k, const bk_tensor *v,
                         const bk_tensor *rel, const bk_tensor *qscale, int64_t n_valid, const rel_attn_params *p);
+  void (*add_rmsnorm)(bk_backend *be, const bk_tensor *x, const bk_tensor *d, const bk_tensor *y, const bk_tensor *w,
+                      float eps, bool unit_offset);
   /* NULL: every op whose entry above is set. Else whether this backend runs op (a backend that has an
    * entry may still say no, e.g. for a device it cannot use it on). describe, mem_info, weight_load,
    * weight_release and graph_begin / graph_end may be NULL too: the name, no memory figures (an
@@ -522,7 +529,7 @@ struct bk_backend {
 
 /* The CUDA backend library's one entry point (libhearth_cuda.so). */
 #define BK_CUDA_ENTRY "hearth_cuda_backend_open"
-#define BK_CUDA_ABI 10
+#define BK_CUDA_ABI 11
 typedef int (*bk_cuda_open_fn)(int abi, int device, const bk_open_opts *opts, bk_backend **out, herr *err);
 
 /* The CPU backend (cpu/backend_cpu.c). */

@@ -379,12 +379,18 @@ static int llama_load_layer(model *m, const weight_src *src, int l, herr *err) {
 /* x += [post](attention); x += [post](mlp(norm(x))) */
 static void llama_layer(model *m, int l, const kv_store *kv, step *st) {
   const layer_weights *lw = &m->layers[l];
+  /* each residual add runs with the norm after it: the FFN's, and the next layer's input norm */
+  st->norm_after_attn = m->fam->sandwich_norms ? &lw->pre_ffn_norm : &lw->post_attn_norm;
   layer_attention(m, l, kv, st);
-  layer_norm(m, &st->xn, &st->x, m->fam->sandwich_norms ? &lw->pre_ffn_norm : &lw->post_attn_norm);
   bk_tensor o = step_view(&st->o, st->T, m->cfg.hidden_size);
   layer_mlp(m, lw, st, &st->xn, &o);
   if (m->fam->sandwich_norms) layer_norm(m, &o, &o, &lw->post_ffn_norm);
-  bk_add(&st->x, &st->x, &o);
+  if (l + 1 < m->cfg.num_hidden_layers) {
+    layer_add_norm(m, st, &o, &m->layers[l + 1].attn_norm);
+    st->xn_ready = l + 1;
+  } else {
+    bk_add(&st->x, &st->x, &o);
+  }
 }
 
 const family_ops llama_family_ops = {.load_layer = llama_load_layer, .layer = llama_layer, .shard = tp_shard_layers};
@@ -892,6 +898,7 @@ static int forward_tables(model *m, const model_batch *b, fwd_plan *plan, step *
  * step's rows, into st->x. */
 static void forward_layers(model *m, const fwd_plan *p, step *st) {
   const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
+  st->norm_after_attn = NULL, st->xn_ready = -1;
   bk_embed(&st->x, &m->embed, &st->ids, m->embed_scale);
   model_reduce(m, &st->x); /* vocabulary-parallel: one rank holds each token's row, the others add zeros */
   if (p->mtp) {

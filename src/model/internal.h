@@ -131,6 +131,11 @@ typedef struct step {
   bool canvas;
   int64_t window_extra;
   bk_tensor sc;           /* [T, vocab]: self-conditioning probabilities of a canvas pass (.buf NULL: none) */
+  /* residual adds fused with the norm after them (bk_add_rmsnorm): the norm that follows the attention's
+   * add (set by a family's layer before layer_attention, which clears it; NULL: a plain add), and the
+   * layer whose input norm of x is already in xn (-1: none; forward_layers resets it) */
+  const bk_tensor *norm_after_attn;
+  int xn_ready;
 } step;
 
 /* The first rows * cols elements of t seen as [rows, cols]. */
@@ -292,6 +297,8 @@ void layer_moe(model *m, const layer_weights *lw, step *st, const bk_tensor *rou
 void layer_deltanet(model *m, int l, const kv_store *kv, step *st);
 /* y = rmsnorm(x) with the family's norm convention (w NULL: no scale). */
 void layer_norm(const model *m, const bk_tensor *y, const bk_tensor *x, const bk_tensor *w);
+/* x += o, then xn = the model's RMSNorm of x with weight w (w->buf NULL: none), in one op (bk_add_rmsnorm). */
+void layer_add_norm(const model *m, step *st, const bk_tensor *o, const bk_tensor *w);
 /* A multi-token-prediction layer's input: x = fc([enorm(x) | hnorm(h)]) over the step's rows (x: their
  * token embeddings, h: the target's hidden states; st->fam holds the [T, 2D] concatenation). */
 void layer_mtp_input(model *m, step *st, const bk_tensor *h, const bk_tensor *enorm, const bk_tensor *hnorm,

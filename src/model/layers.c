@@ -27,6 +27,10 @@ void layer_norm(const model *m, const bk_tensor *y, const bk_tensor *x, const bk
   bk_rmsnorm(y, x, w && w->buf ? w : NULL, (float)m->cfg.rms_norm_eps, m->fam->unit_offset_norm);
 }
 
+void layer_add_norm(const model *m, step *st, const bk_tensor *o, const bk_tensor *w) {
+  bk_add_rmsnorm(&st->x, o, &st->xn, w && w->buf ? w : NULL, (float)m->cfg.rms_norm_eps, m->fam->unit_offset_norm);
+}
+
 void layer_attention(model *m, int l, const kv_store *kv, step *st) { layer_attention_of(m, &m->layers[l], l, kv, st); }
 
 void layer_mtp_input(model *m, step *st, const bk_tensor *h, const bk_tensor *enorm, const bk_tensor *hnorm,
@@ -56,11 +60,15 @@ void layer_attention_of(model *m, const layer_weights *lw, int l, const kv_store
   bk_tensor q = step_view(&st->q, T, H * hd), k = step_view(&st->k, T, KV * hd), v = step_view(&st->v, T, KV * hd);
   bk_tensor att = step_view(&st->att, T, H * hd);
   bk_tensor gate = step_view(&st->gate, T, H * hd);
-  layer_norm(m, &st->xn, &st->x, &lw->attn_norm);
+  if (st->xn_ready == l && lw == &m->layers[l]) st->xn_ready = -1; /* the previous layer's add left the norm in xn */
+  else layer_norm(m, &st->xn, &st->x, &lw->attn_norm);
   /* one row and q, k, v stacked (decoder.c): one product, the three as slices of its row */
   bool stacked = lw->qkv.data && st->one.buf;
+  /* stacked, with nothing between the product and RoPE: q and k (adjacent in the row) turn in one call */
+  bool rope_qk = stacked && lw->rope && !lw->q_norm.buf && !lw->k_norm.buf && lw->kv_src == l;
+  bk_tensor all = {0};
   if (stacked) {
-    bk_tensor all = step_view(&st->one, 1, lw->qkv.rows);
+    all = step_view(&st->one, 1, lw->qkv.rows);
     bk_matmul_t(&all, &st->xn, &lw->qkv, NULL);
     q = row_slice(&all, 0, H * hd), k = row_slice(&all, H * hd, KV * hd), v = row_slice(&all, (H + KV) * hd, KV * hd);
     layer_lora(st, l, LORA_Q, &q, &st->xn);
@@ -79,7 +87,7 @@ void layer_attention_of(model *m, const layer_weights *lw, int l, const kv_store
     bk_tensor qh = bk_reshape(&q, T * H, hd);
     layer_norm(m, &qh, &qh, &lw->q_norm);
   }
-  if (lw->rope) bk_rope(&q, H, hd, &st->pos, lw->rope);
+  if (lw->rope && !rope_qk) bk_rope(&q, H, hd, &st->pos, lw->rope);
   if (lw->kv_src == l) { /* this layer's own keys and values, into its cache rows */
     if (!stacked) bk_matmul_t(&k, &st->xn, &lw->k, opt(&lw->k_bias));
     layer_lora(st, l, LORA_K, &k, &st->xn);
@@ -95,7 +103,10 @@ void layer_attention_of(model *m, const layer_weights *lw, int l, const kv_store
       bk_tensor kh = bk_reshape(&k, T * KV, hd);
       layer_norm(m, &kh, &kh, &lw->k_norm);
     }
-    if (lw->rope) bk_rope(&k, KV, hd, &st->pos, lw->rope);
+    if (rope_qk) {
+      bk_tensor qk = row_slice(&all, 0, (H + KV) * hd);
+      bk_rope(&qk, H + KV, hd, &st->pos, lw->rope);
+    } else if (lw->rope) bk_rope(&k, KV, hd, &st->pos, lw->rope);
     bk_kv_layer kl = {&kv->k[l], &kv->v[l], kv->block_rows, kv->k_fmt[l], kv->v_fmt[l]};
     bk_kv_write(&kl, &k, &v, &st->slot);
   }
@@ -112,7 +123,12 @@ void layer_attention_of(model *m, const layer_weights *lw, int l, const kv_store
   layer_lora(st, l, LORA_O, &o, &att);
   model_reduce(m, &o); /* row-parallel: each rank's heads' share */
   if (m->fam->sandwich_norms) layer_norm(m, &o, &o, &lw->post_attn_norm);
-  bk_add(&st->x, &st->x, &o);
+  if (st->norm_after_attn) {
+    layer_add_norm(m, st, &o, st->norm_after_attn);
+    st->norm_after_attn = NULL;
+  } else {
+    bk_add(&st->x, &st->x, &o);
+  }
 }
 
 void layer_mlp(model *m, const layer_weights *lw, step *st, const bk_tensor *in, const bk_tensor *out) {

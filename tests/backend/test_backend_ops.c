@@ -688,6 +688,54 @@ static void test_rmsnorm(void) {
   }
 }
 
+/* ---- add_rmsnorm: a residual add and the norm after it ---- */
+
+static void test_add_rmsnorm(void) {
+  /* rows, cols, weight (0 none, 1 w, 2 1 + w), eps */
+  static const struct { int64_t rows, cols; int wmode; float eps; } cases[] = {
+      {1, 4096, 1, 1e-6f}, {3, 7, 2, 1e-5f}, {5, 1000, 0, 1e-6f}, {17, 2304, 2, 1e-6f}, {64, 256, 1, 1e-5f},
+  };
+  op_stat *st = stat_for("add_rmsnorm");
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    int64_t R = cases[ci].rows, C = cases[ci].cols;
+    int wmode = cases[ci].wmode;
+    float *x = rand_floats(R * C, 1.5f), *d = rand_floats(R * C, 0.5f), *w = wmode ? rand_floats(C, 1.0f) : NULL;
+    double *ref = malloc(sizeof(double) * (size_t)(2 * R * C)), *refx = ref + R * C;
+    for (int64_t r = 0; r < R; r++) {
+      double ss = 0;
+      for (int64_t c = 0; c < C; c++) {
+        float v = x[r * C + c] + d[r * C + c];
+        refx[r * C + c] = v;
+        ss += (double)v * v;
+      }
+      double inv = 1.0 / sqrt(ss / (double)C + (double)cases[ci].eps);
+      for (int64_t c = 0; c < C; c++) {
+        double s = wmode == 0 ? 1.0 : wmode == 1 ? (double)w[c] : 1.0 + (double)w[c];
+        ref[r * C + c] = refx[r * C + c] * inv * s;
+      }
+    }
+    char shape[96];
+    snprintf(shape, sizeof shape, "[%lld, %lld], %s, eps %g", (long long)R, (long long)C,
+             wmode == 0 ? "no weight" : wmode == 1 ? "weight" : "unit offset", (double)cases[ci].eps);
+    st->cases++;
+    float *got = malloc(sizeof(float) * (size_t)(R * C));
+    for (int di = 0; di < n_devs; di++) {
+      bk_backend *be = devs[di];
+      bk_tensor tx = tfrom_f32(be, x, R, C), td = tfrom_f32(be, d, R, C), tw = {0}, ty = tnew(be, BK_DT_F32, R, C);
+      if (w) tw = tfrom_f32(be, w, 1, C);
+      poison(&ty);
+      bk_add_rmsnorm(&tx, &td, &ty, w ? &tw : NULL, cases[ci].eps, wmode == 2);
+      tget(&ty, got, "add_rmsnorm");
+      compare(st, K_ELEM, di, shape, got, ref, R * C);
+      tget(&tx, got, "add_rmsnorm (the sum)");
+      compare(st, K_ELEM, di, shape, got, refx, R * C);
+      bk_tensor_free(&ty), bk_tensor_free(&tx), bk_tensor_free(&td);
+      if (w) bk_tensor_free(&tw);
+    }
+    free(got), free(ref), free(x), free(d), free(w);
+  }
+}
+
 /* ---- rope ---- */
 
 static void test_rope(void) {
@@ -2483,6 +2531,7 @@ int main(void) {
   RUN(test_matmul_half_fast);
   RUN(test_matmul_q8act);
   RUN(test_rmsnorm);
+  RUN(test_add_rmsnorm);
   RUN(test_rope);
   RUN(test_act_mul);
   RUN(test_add);

@@ -429,7 +429,7 @@ static int cu_graph_end(bk_backend *be, herr *err) {
 /* ---- the table ---- */
 
 /* Positional: this notices the table gaining or losing an entry. */
-static_assert(sizeof(bk_backend_ops) == 43 * sizeof(void *), "bk_backend_ops changed: update cu_ops");
+static_assert(sizeof(bk_backend_ops) == 44 * sizeof(void *), "bk_backend_ops changed: update cu_ops");
 
 static const bk_backend_ops cu_ops = {
     cu_close,      cu_describe,   cu_mem_info, cu_buf_new,  cu_buf_free, cu_set,          cu_get,     cu_copy,
@@ -437,7 +437,7 @@ static const bk_backend_ops cu_ops = {
     cu_add,        cu_softcap,    cu_get_rows, cu_scale,    cu_get_cols, cu_moe_route, cu_moe,  cu_kv_write,
     cu_attention,  cu_conv1d,     cu_delta_rule, cu_sigmoid_mul, cu_sample, cu_graph_begin, cu_graph_end,
     cu_set_cols,   cu_set_rows,   cu_layernorm, cu_moe_route_group, cu_index_topk, cu_attention_sparse, cu_lora,
-    cu_act,        cu_clamp,      cu_embed_bag, cu_attention_rel,
+    cu_act,        cu_clamp,      cu_embed_bag, cu_attention_rel, cu_add_rmsnorm,
     NULL, /* supports_op: every entry above is set */
 };
 

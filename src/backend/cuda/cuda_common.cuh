@@ -116,6 +116,8 @@ CU_HIDDEN void cu_rope(bk_backend *be, const bk_tensor *x, int64_t n_heads, int6
                        const rope_table *t);
 CU_HIDDEN void cu_act_mul(bk_backend *be, const bk_tensor *gate, const bk_tensor *up, bk_act act);
 CU_HIDDEN void cu_add(bk_backend *be, const bk_tensor *y, const bk_tensor *a, const bk_tensor *b);
+CU_HIDDEN void cu_add_rmsnorm(bk_backend *be, const bk_tensor *x, const bk_tensor *d, const bk_tensor *y,
+                             const bk_tensor *w, float eps, bool unit_offset);
 CU_HIDDEN void cu_softcap(bk_backend *be, const bk_tensor *x, float cap);
 CU_HIDDEN void cu_get_rows(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *rows);
 CU_HIDDEN void cu_kv_write(bk_backend *be, const bk_kv_layer *kv, const bk_tensor *k_new, const bk_tensor *v_new,

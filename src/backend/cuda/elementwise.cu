@@ -1,5 +1,5 @@
 /* elementwise.cu — the per-row and per-element ops on f32 activations:
- * rmsnorm, rope, act_mul (silu, gelu_tanh, gelu, relu), add, softcap,
+ * rmsnorm (and a residual add fused with it), rope, act_mul (silu, gelu_tanh, gelu, relu), add, softcap,
  * get_rows and kv_write. Formulas and rounding follow cpu/ref.c: the
  * rmsnorm sum is taken in double, rope angles in double, and products that
  * ref.c rounds separately are not fused. */
@@ -45,6 +45,52 @@ void cu_rmsnorm(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk
   rmsnorm_kernel<<<(unsigned)x->rows, RMS_THREADS, 0, b->stream>>>(cu_fw(y), cu_f(x), x->cols, w ? cu_f(w) : NULL, eps,
                                                                     unit_offset ? 1 : 0);
   cu_check(b, "rmsnorm");
+}
+
+/* Block r: x[r] += d[r], then y[r] = rmsnorm(x[r]) with rmsnorm_kernel's arithmetic (each thread reads back only
+ * the elements it wrote), so the result is that of cu_add then cu_rmsnorm. */
+__global__ void __launch_bounds__(RMS_THREADS)
+    add_rmsnorm_kernel(float *x, const float *__restrict__ dd, float *__restrict__ y, int64_t d,
+                       const float *__restrict__ w, float eps, int unit_offset) {
+  __shared__ double part[RMS_THREADS / 32];
+  float *xr = x + (int64_t)blockIdx.x * d;
+  const float *dr = dd + (int64_t)blockIdx.x * d;
+  float *yr = y + (int64_t)blockIdx.x * d;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < d; i += RMS_THREADS) {
+    const float v = xr[i] + dr[i];
+    xr[i] = v;
+    ss += (double)v * (double)v;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  double tot = 0;
+#pragma unroll
+  for (int k = 0; k < RMS_THREADS / 32; k++) tot += part[k];
+  const float inv = (float)(1.0 / sqrt(tot / (double)d + (double)eps));
+  for (int64_t i = threadIdx.x; i < d; i += RMS_THREADS) {
+    float s = w ? (unit_offset ? __fadd_rn(1.0f, w[i]) : w[i]) : 1.0f;
+    yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), s);
+  }
+}
+
+void cu_add_rmsnorm(bk_backend *be, const bk_tensor *x, const bk_tensor *d, const bk_tensor *y, const bk_tensor *w,
+                    float eps, bool unit_offset) {
+  cu_backend *b = cu_be(be);
+  if (b->err.code) return;
+  if (!same_shape(x, y) || !same_shape(x, d) || (w && bk_nelem(w) != x->cols)) {
+    cu_fail(b, HEARTH_EINTERNAL, "cuda add_rmsnorm: x [%lld, %lld], d [%lld, %lld], y [%lld, %lld], w of %lld",
+            (long long)x->rows, (long long)x->cols, (long long)d->rows, (long long)d->cols, (long long)y->rows,
+            (long long)y->cols, (long long)(w ? bk_nelem(w) : 0));
+    return;
+  }
+  if (x->rows <= 0 || x->cols <= 0) return;
+  cudaSetDevice(b->device);
+  add_rmsnorm_kernel<<<(unsigned)x->rows, RMS_THREADS, 0, b->stream>>>(cu_fw(x), cu_f(d), cu_fw(y), x->cols,
+                                                                        w ? cu_f(w) : NULL, eps, unit_offset ? 1 : 0);
+  cu_check(b, "add_rmsnorm");
 }
 
 /* ---- rope ---- */

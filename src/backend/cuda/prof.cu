@@ -198,6 +198,10 @@ static void p_act_mul(bk_backend *be, const bk_tensor *g, const bk_tensor *u, bk
 static void p_add(bk_backend *be, const bk_tensor *y, const bk_tensor *a, const bk_tensor *c) {
   TIMED(be, "add", y->rows, INNER(be)->add(be, y, a, c));
 }
+static void p_add_rmsnorm(bk_backend *be, const bk_tensor *x, const bk_tensor *d, const bk_tensor *y, const bk_tensor *w,
+                          float eps, bool u) {
+  TIMED(be, "add_rmsnorm", x->rows, INNER(be)->add_rmsnorm(be, x, d, y, w, eps, u));
+}
 static void p_get_rows(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk_tensor *r) {
   TIMED(be, "get_rows", y->rows, INNER(be)->get_rows(be, y, x, r));
 }
@@ -241,7 +245,7 @@ void cu_prof_open(cu_backend *b) {
   ops = *b->base.ops;
   ops.close = p_close, ops.set = p_set, ops.get = p_get, ops.copy = p_copy, ops.sync = p_sync;
   ops.embed = p_embed, ops.matmul = p_matmul, ops.rmsnorm = p_rmsnorm, ops.rope = p_rope, ops.act_mul = p_act_mul;
-  ops.add = p_add, ops.get_rows = p_get_rows, ops.kv_write = p_kv_write, ops.attention = p_attention;
+  ops.add = p_add, ops.add_rmsnorm = p_add_rmsnorm, ops.get_rows = p_get_rows, ops.kv_write = p_kv_write, ops.attention = p_attention;
   ops.sample = p_sample, ops.moe = p_moe, ops.lora = p_lora;
   b->prof = p;
   b->no_graphs = true;
