@@ -9,16 +9,20 @@
 # 1. llama.cpp's source: the git bundle npm node-llama-cpp@3.21.1 ships
 #    (package/llama/gitRelease.bundle), as tools/fetch_test_deps.sh takes it.
 # 2. Its converter, convert_hf_to_gguf.py with the gguf-py package of the same
-#    source, on tiny golden folders (tests/fixtures/golden/FAMILY-f32), to f32,
-#    f16 and q8_0 files. It runs on Debian's python3-torch (1.13) and
-#    python3-numpy, python3-sentencepiece, python3-yaml and python3-tqdm
-#    (tools/setup.sh --gguf-parity installs them), with two stand-ins, both in
-#    WORKDIR/shim and both only for what Debian lacks:
+#    source, on tiny golden folders (tests/fixtures/golden/FAMILY-f32: llama,
+#    qwen3, mistral, phi3, gemma3, qwen2, qwen3_moe — llama.cpp's qwen3moe —
+#    and gemma2), to f32, f16 and q8_0 files. It runs on Debian's python3-torch
+#    (1.13) and python3-numpy, python3-sentencepiece, python3-yaml and
+#    python3-tqdm (tools/setup.sh --gguf-parity installs them), with three
+#    stand-ins, all in WORKDIR/shim and all only for what Debian lacks:
 #      - transformers (not in Debian): a module whose AutoConfig fails, so the
 #        converter takes its own fallback and reads config.json as it is (the
 #        golden configs are complete: save_pretrained wrote them);
 #      - torch's float8 / uint16-64 dtype names (torch >= 2.1): placeholders, so
-#        the converter's dtype tables import; no golden tensor has those types.
+#        the converter's dtype tables import; no golden tensor has those types;
+#      - the GPT-2 BPE vocabulary (qwen3moe's only path) reads the tokenizer
+#        through transformers: the folder's SentencePiece model is written
+#        instead, as the converter does itself for qwen2 and qwen3.
 #    The golden folders have no tokenizer, and the converter needs one: a
 #    SentencePiece model of 400 pieces trained on this README, with chat
 #    markers as whole pieces (llama.cpp's phi3 vocabulary looks up
@@ -34,7 +38,11 @@
 #    OpenMP: most of an hour on two cores). tools/llamacpp_logits.c linked to it
 #    writes every position's logits of the golden's second prompt (40 tokens,
 #    longer than the sliding windows) from one decode, one thread, an f32 KV
-#    cache, no flash attention.
+#    cache, no flash attention. qwen3_moe (no sliding window) takes the first
+#    prompt (20 tokens): on the second, two experts of layer 0 at position 19
+#    are 4e-4 apart in router logit (7e-5 with f16 weights), so rounding the
+#    activations (llama.cpp's f16 and 8-bit dot products) picks either one;
+#    on the first the closest choice is 0.016 apart in every type.
 #    Beside them, llama256: a random llama 256 wide (rows long enough for the
 #    K-quants' 256-value blocks), quantized by llama.cpp itself to q4_0, q5_0,
 #    q5_1, iq4_nl, q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k and iq4_xs.
@@ -45,7 +53,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(realpath -m "${1:-$root/.deps/gguf-parity}")
 out=$(realpath -m "${GGUF_PARITY_OUT:-$root/tests/fixtures/gguf_parity}")
-families=(llama qwen3 mistral phi3 gemma3)
+families=(llama qwen3 mistral phi3 gemma3 qwen2 qwen3_moe gemma2)
 types=(f32 f16 q8_0)
 py=/usr/bin/python3   # Debian's, where python3-torch is
 
@@ -92,6 +100,12 @@ for name in ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "uint16", "uint32
 script = os.path.abspath(sys.argv[1])
 sys.path.insert(0, os.path.dirname(script))
 sys.argv = sys.argv[1:]
+# The GPT-2 BPE vocabulary (qwen3moe's only one) needs transformers' tokenizer: the folder's
+# SentencePiece model is written instead, as the converter does for qwen2 and qwen3.
+from conversion import base
+def _sentencepiece_instead(self):
+    self._set_vocab_sentencepiece()
+base.TextModel._set_vocab_gpt2 = _sentencepiece_instead
 runpy.run_path(script, run_name="__main__")
 EOF
 "$py" - "$root/README.md" "$work/tokenizer" <<'EOF'
@@ -141,7 +155,10 @@ for fam in "${families[@]}"; do
   rm -rf "$dir" && mkdir -p "$dir" && cp "$src"/config.json "$src"/model.safetensors "$dir"/
   [ -f "$src/generation_config.json" ] && cp "$src/generation_config.json" "$dir"/
   cp "$work/tokenizer.model" "$dir/tokenizer.model"
-  ids=$("$py" -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["prompts"][1])))' "$src/golden.json")
+  prompt=1
+  [ "$fam" = qwen3_moe ] && prompt=0 # the second prompt meets a near-tie of two experts (see the header)
+  ids=$("$py" -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["prompts"][int(sys.argv[2])])))' \
+    "$src/golden.json" "$prompt")
   for t in "${types[@]}"; do
     name=$fam-$t
     if ! PYTHONPATH=$work/shim "$py" "$work/shim/run_convert.py" "$lc/convert_hf_to_gguf.py" "$dir" --outtype "$t" \
@@ -221,10 +238,11 @@ how="npm @node-llama-cpp/linux-x64@3.21.1"
 "$py" - "$manifest" "$out/manifest.json" "$commit" "$how" <<'EOF'
 import json, os, sys
 # What the repository keeps (it travels to the GPU machine, whose working tree is limited): one f32 file
-# for the strict check, the layouts llama.cpp writes its own way (gemma3, phi3) in f16, q8_0 on two more
-# families, five block types of llama256; of each, the logits of the last LOGIT_ROWS positions.
-KEEP = {"llama-f32", "gemma3-f16", "phi3-f16", "qwen3-q8_0", "mistral-q8_0", "llama256-q4_0", "llama256-q4_k_m",
-        "llama256-q6_k", "llama256-q2_k", "llama256-iq4_xs"}
+# for the strict check, the layouts llama.cpp writes its own way (gemma2, gemma3, phi3) and the ones
+# whose f32 file is too big to keep (qwen2: biases, qwen3_moe: experts) in f16, q8_0 on two more families,
+# five block types of llama256; of each, the logits of the last LOGIT_ROWS positions.
+KEEP = {"llama-f32", "gemma2-f16", "gemma3-f16", "phi3-f16", "qwen2-f16", "qwen3_moe-f16", "qwen3-q8_0", "mistral-q8_0",
+        "llama256-q4_0", "llama256-q4_k_m", "llama256-q6_k", "llama256-q2_k", "llama256-iq4_xs"}
 LOGIT_ROWS, VOCAB = 10, 512
 out = os.path.dirname(sys.argv[2])
 files = []
@@ -247,7 +265,7 @@ for line in open(sys.argv[1], encoding="utf-8"):
 doc = {"source": "node-llama-cpp@3.21.1 gitRelease.bundle", "llama_cpp_commit": sys.argv[3],
        "converter": "convert_hf_to_gguf.py (config.json read as it is; Debian torch 1.13)",
        "reference": "llama.cpp CPU build (" + sys.argv[4] + "): one decode, 1 thread, f32 KV cache, no flash attention",
-       "golden": "tests/fixtures/golden/FAMILY-f32, prompts[1]", "files": files}
+       "golden": "tests/fixtures/golden/FAMILY-f32, prompts[1] (qwen3_moe: prompts[0])", "files": files}
 json.dump(doc, open(sys.argv[2], "w"), indent=1)
 EOF
 ls -la "$out"

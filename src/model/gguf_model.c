@@ -1,9 +1,10 @@
 /* gguf_model.c — reading a model from a GGUF file (see gguf_model.h): the
- * metadata keys of llama.cpp's llama, qwen2, qwen3, qwen3moe, phi3 and gemma3
- * architectures mapped onto config.json fields — with llama.cpp's reading of
- * them where it differs from transformers' (gemma3: the sliding layers from
- * the period 6 or sliding_window_pattern, queries scaled by 1/sqrt(head_dim),
- * norms stored with their +1; phi3: no sliding window) —, tensor names mapped
+ * metadata keys of llama.cpp's llama, qwen2, qwen3, qwen3moe, phi3, gemma2 and
+ * gemma3 architectures mapped onto config.json fields — with llama.cpp's
+ * reading of them where it differs from transformers' (gemma2 and gemma3: the
+ * sliding layers from the period 2 / 6 or sliding_window_pattern, queries
+ * scaled by 1/sqrt(head_dim), norms stored with their +1; qwen2 and phi3: no
+ * sliding window) —, tensor names mapped
  * onto Hugging Face names, and
  * vectors (norms, biases) converted to f32 (F32, F16, BF16, Q8_0, Q4_0) by
  * the backend's one dequantization (bk_dequant_row).
@@ -76,38 +77,61 @@ static int rope_freq_factors(const gguf_file *g, model_config *c, herr *err) {
   return 0;
 }
 
-/* gemma3 as llama.cpp runs it: a sliding window only when attention.sliding_window > 0, on the layers
- * l with l % P < P - 1 (P: attention.sliding_window_pattern, default 6 — the rule config.c applies to
- * sliding_window_pattern), RoPE base rope.freq_base_swa unscaled there, queries scaled by
- * 1/sqrt(key_length) (1/sqrt(hidden / heads) for the 62-layer 27B) instead of query_pre_attn_scalar,
- * final_logit_softcapping when the key is there. */
-static int gemma3_config(const gguf_file *g, json_t *j, herr *err) {
-  int64_t window = 0, period = 6, hd = 0, hidden = 0, heads = 0, layers = 0;
+/* gemma2 and gemma3 as llama.cpp runs them. The sliding layers: l with l % P < P - 1 (P:
+ * attention.sliding_window_pattern, default 2 for gemma2 and 6 for gemma3 — config.c's rule; P = 0:
+ * every layer), written out as layer_types. The window: attention.sliding_window, default 4096 for
+ * gemma2; gemma3 slides only when the key is there and positive. RoPE base rope.freq_base_swa on the
+ * sliding layers (gemma3: default 10000, gemma2: the global base; set by gguf_model_config, config.c
+ * keeping one RoPE for gemma2). Queries scaled by 1/sqrt(key_length) (1/sqrt(hidden / heads) for
+ * gemma2's 46-layer and gemma3's 62-layer 27B) instead of query_pre_attn_scalar. Softcapping: gemma2
+ * attention and final logits (defaults 50 and 30), gemma3 the final logits when the key is there. */
+static int gemma_config(const gguf_file *g, const char *arch, json_t *j, herr *err) {
+  bool g2 = !strcmp(arch, "gemma2");
+  int64_t window = g2 ? 4096 : 0, period = g2 ? 2 : 6, hd = 0, hidden = 0, heads = 0, layers = 0;
+  char k[6][96];
+#define GKEY(i, suffix) (snprintf(k[i], sizeof k[i], "%s.%s", arch, suffix), k[i])
   int rc = 0;
-  if (gguf_has(g, "gemma3.attention.sliding_window") && (rc = gguf_get_int(g, "gemma3.attention.sliding_window", &window, err)))
-    return rc;
-  if (gguf_has(g, "gemma3.attention.sliding_window_pattern")) {
-    const gguf_kv *kv = gguf_find_kv(g, "gemma3.attention.sliding_window_pattern");
+  if (gguf_has(g, GKEY(0, "attention.sliding_window")) && (rc = gguf_get_int(g, k[0], &window, err))) return rc;
+  if (g2 && window <= 0)
+    return herr_set(err, HEARTH_EFORMAT, "%s: %s must be positive (gemma2 slides on every other layer)", gguf_path(g), k[0]);
+  if (gguf_has(g, GKEY(1, "attention.sliding_window_pattern"))) {
+    const gguf_kv *kv = gguf_find_kv(g, k[1]);
     if (kv->type == GGUF_TYPE_ARRAY)
-      return herr_set(err, HEARTH_EUNSUPPORTED, "%s: gemma3.attention.sliding_window_pattern as a per-layer list is not supported",
-                      gguf_path(g));
-    if ((rc = gguf_get_int(g, "gemma3.attention.sliding_window_pattern", &period, err))) return rc;
-    if (period <= 0) return herr_set(err, HEARTH_EFORMAT, "%s: gemma3.attention.sliding_window_pattern must be positive", gguf_path(g));
+      return herr_set(err, HEARTH_EUNSUPPORTED, "%s: %s as a per-layer list is not supported", gguf_path(g), k[1]);
+    if ((rc = gguf_get_int(g, k[1], &period, err))) return rc;
+    if (period < 0) return herr_set(err, HEARTH_EFORMAT, "%s: %s must not be negative", gguf_path(g), k[1]);
   }
-  json_object_set_new(j, "sliding_window", json_integer(window > 0 ? window : 0));
-  json_object_set_new(j, "sliding_window_pattern", json_integer(period));
-  if ((rc = put_float(g, j, "rope_local_base_freq", "gemma3.rope.freq_base_swa", err))) return rc;
-  if (!gguf_has(g, "gemma3.rope.freq_base_swa")) json_object_set_new(j, "rope_local_base_freq", json_real(10000.0));
-  if ((rc = put_float(g, j, "final_logit_softcapping", "gemma3.final_logit_softcapping", err))) return rc;
-  if ((gguf_has(g, "gemma3.attention.key_length") && (rc = gguf_get_int(g, "gemma3.attention.key_length", &hd, err))) ||
-      (rc = gguf_get_int(g, "gemma3.embedding_length", &hidden, err)) ||
-      (rc = gguf_get_int(g, "gemma3.attention.head_count", &heads, err)) ||
-      (rc = gguf_get_int(g, "gemma3.block_count", &layers, err)))
+  if ((gguf_has(g, GKEY(2, "attention.key_length")) && (rc = gguf_get_int(g, k[2], &hd, err))) ||
+      (rc = gguf_get_int(g, GKEY(3, "embedding_length"), &hidden, err)) ||
+      (rc = gguf_get_int(g, GKEY(4, "attention.head_count"), &heads, err)) ||
+      (rc = gguf_get_int(g, GKEY(5, "block_count"), &layers, err)))
     return rc;
-  if (heads <= 0) return herr_set(err, HEARTH_EFORMAT, "%s: gemma3.attention.head_count must be positive", gguf_path(g));
-  if (!hd) hd = hidden / heads;
-  json_object_set_new(j, "query_pre_attn_scalar", json_integer(layers == 62 ? hidden / heads : hd));
-  json_object_set_new(j, "attn_logit_softcapping", json_null());
+  if (heads <= 0) return herr_set(err, HEARTH_EFORMAT, "%s: %s must be positive", gguf_path(g), k[4]);
+  if (layers <= 0 || layers > CFG_MAX_LAYERS)
+    return herr_set(err, HEARTH_ELIMIT, "%s: %s %lld is out of range (1 to %d)", gguf_path(g), k[5], (long long)layers, CFG_MAX_LAYERS);
+  json_object_set_new(j, "sliding_window", json_integer(window > 0 ? window : 0));
+  json_t *types = json_array();
+  for (int64_t l = 0; l < layers; l++)
+    json_array_append_new(types, json_string(period == 0 || l % period < period - 1 ? "sliding_attention" : "full_attention"));
+  json_object_set_new(j, "layer_types", types);
+  if (!g2) {
+    if ((rc = put_float(g, j, "rope_local_base_freq", "gemma3.rope.freq_base_swa", err))) return rc;
+    if (!gguf_has(g, "gemma3.rope.freq_base_swa")) json_object_set_new(j, "rope_local_base_freq", json_real(10000.0));
+  }
+  if (!hd) {
+    hd = hidden / heads;
+    json_object_set_new(j, "head_dim", json_integer(hd)); /* llama.cpp's default, not transformers' 256 */
+  }
+  json_object_set_new(j, "query_pre_attn_scalar", json_integer(layers == (g2 ? 46 : 62) ? hidden / heads : hd));
+  if (g2) {
+    json_object_set_new(j, "attn_logit_softcapping", json_real(50.0));
+    json_object_set_new(j, "final_logit_softcapping", json_real(30.0));
+    if ((rc = put_float(g, j, "attn_logit_softcapping", "gemma2.attn_logit_softcapping", err))) return rc;
+  } else {
+    json_object_set_new(j, "attn_logit_softcapping", json_null());
+  }
+  if ((rc = put_float(g, j, "final_logit_softcapping", GKEY(0, "final_logit_softcapping"), err))) return rc;
+#undef GKEY
   return 0;
 }
 
@@ -117,10 +141,11 @@ int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
   int rc = gguf_get_strdup(g, "general.architecture", &arch, err);
   if (rc) return rc;
   /* architectures whose GGUF layout is the Hugging Face one renamed (llama: q/k rows permuted) */
-  bool moe = !strcmp(arch, "qwen3moe"), gemma3 = !strcmp(arch, "gemma3"), phi3 = !strcmp(arch, "phi3");
-  if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && !moe && !gemma3 && !phi3) {
+  bool moe = !strcmp(arch, "qwen3moe"), gemma2 = !strcmp(arch, "gemma2"), gemma3 = !strcmp(arch, "gemma3"),
+       phi3 = !strcmp(arch, "phi3");
+  if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && !moe && !gemma2 && !gemma3 && !phi3) {
     rc = herr_set(err, HEARTH_EUNSUPPORTED,
-                  "%s: GGUF architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma3)",
+                  "%s: GGUF architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3)",
                   gguf_path(g), arch);
     free(arch);
     return rc;
@@ -133,9 +158,9 @@ int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
   char k[24][96];
 #define KEY(i, suffix) (snprintf(k[i], sizeof k[i], "%s.%s", arch, suffix), k[i])
   json_object_set_new(j, "model_type", json_string(moe ? "qwen3_moe" : gemma3 ? "gemma3_text" : arch));
-  json_object_set_new(j, "hidden_act", json_string(gemma3 ? "gelu_pytorch_tanh" : "silu"));
+  json_object_set_new(j, "hidden_act", json_string(gemma2 || gemma3 ? "gelu_pytorch_tanh" : "silu"));
   if (phi3) json_object_set_new(j, "sliding_window", json_integer(0)); /* llama.cpp runs Phi-3 without one */
-  if (gemma3 && (rc = gemma3_config(g, j, err))) goto out;
+  if ((gemma2 || gemma3) && (rc = gemma_config(g, arch, j, err))) goto out;
   if (moe) { /* llama.cpp's qwen3moe: experts on every layer, top-k weights renormalized */
     json_object_set_new(j, "norm_topk_prob", json_true());
     if ((rc = put_int(g, j, "num_experts", KEY(14, "expert_count"), true, err)) ||
@@ -195,6 +220,11 @@ int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
   }
 #undef KEY
   rc = config_from_json(c, j, gguf_path(g), err);
+  if (!rc && gemma2 && gguf_has(g, "gemma2.rope.freq_base_swa")) { /* the sliding layers' own base (config.c keeps one) */
+    double swa;
+    if ((rc = gguf_get_float(g, "gemma2.rope.freq_base_swa", &swa, err))) config_free(c);
+    else c->rope_local.theta = swa;
+  }
   if (!rc && (rc = rope_freq_factors(g, c, err))) config_free(c);
   else if (!rc && (rc = model_config_check(c, gguf_path(g), err))) config_free(c);
 out:
@@ -233,12 +263,16 @@ static const struct { const char *hf, *gg; } layer_names[] = {
 };
 #define N_TOP_NAMES (sizeof top_names / sizeof top_names[0])
 #define N_LAYER_NAMES (sizeof layer_names / sizeof layer_names[0])
-/* Layer names of architectures that differ from the llama layout, looked up first. gemma3: a norm after
- * attention and two around the MLP; phi3: q/k/v and gate/up fused, as in its Hugging Face checkpoint. */
+/* Layer names of architectures that differ from the llama layout, looked up first. gemma2 and gemma3: a
+ * norm after attention and two around the MLP; phi3: q/k/v and gate/up fused, as in its Hugging Face
+ * checkpoint. */
 typedef struct arch_name {
   const char *arch, *hf, *gg;
 } arch_name;
 static const arch_name arch_layer_names[] = {
+    {"gemma2", "post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"gemma2", "pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"gemma2", "post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
     {"gemma3", "post_attention_layernorm.weight", "post_attention_norm.weight"},
     {"gemma3", "pre_feedforward_layernorm.weight", "ffn_norm.weight"},
     {"gemma3", "post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
@@ -342,7 +376,7 @@ int gguf_model_read_f32(const gguf_file *g, const gguf_tensor *t, const char *hf
   int rc = to_f32(t, out, err);
   if (rc) return rc;
   size_t hl = strlen(hf_name);
-  if (hl >= 11 && !strcmp(hf_name + hl - 11, "norm.weight") && arch_is(g, "gemma3")) {
+  if (hl >= 11 && !strcmp(hf_name + hl - 11, "norm.weight") && (arch_is(g, "gemma2") || arch_is(g, "gemma3"))) {
     /* llama.cpp's converter stores Gemma's (1 + w) norms as 1 + w; the decoder adds the 1 itself */
     for (int64_t i = 0; i < t->nelements; i++) out[i] -= 1.0f;
     return 0;

@@ -10,7 +10,8 @@
  *
  * Weights: a model folder's safetensors (f32, f16, bf16, or MLX affine
  * 4/8-bit with a "quantization" block in config.json), or a GGUF file
- * (llama, qwen2, qwen3, qwen3moe; f32, f16, bf16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
+ * (llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3; the tensor types of
+ * GGUF_MODEL_TYPES in gguf_model.h).
  * Matrices stay in their stored format, in the memory of the backend the
  * model was loaded for (model_load_opts.device); activations, norms and
  * the KV cache are f32 there too. Only token ids and index tables go in,
