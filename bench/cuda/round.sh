@@ -20,14 +20,14 @@
 #   bench/cuda/round.sh BUNDLE_DIR OUT [DIR (/tmp)]
 #
 # Environment: LIMIT (seconds the call may take, default 570), TYPES
-# (default "f16 q4_0 q8_0"), LLAMA_SRC (the trimmed llama.cpp tarball),
-# VERBS_MODELS (a glob of golden folders; default all), SKIP_VERBS=1,
+# (default "f16 q8_0 q4_k q4_0"), LLAMA_SRC (the trimmed llama.cpp tarball),
+# VERBS_MODELS (a glob of golden folders; default all), SKIP_OPS=1, SKIP_VERBS=1,
 # SUMMARY (where the Markdown summary goes; default OUT/summary.md), PROFILE_TYPES (the files whose
 # batch-1 decode gets a CUDA op profile; default q8_0, "" for none).
 set -uo pipefail
 b=$(realpath "$1") out=$(realpath -m "$2") d=${3:-/tmp}
 root=$(cd "$(dirname "$0")/../.." && pwd) T0=$SECONDS LIMIT=${LIMIT:-570}
-TYPES=${TYPES:-"f16 q4_0 q8_0"}
+TYPES=${TYPES:-"f16 q8_0 q4_k q4_0"}
 mkdir -p "$out" "$d"
 export LD_LIBRARY_PATH="$b/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 sum=${SUMMARY:-$out/summary.md}
@@ -38,7 +38,9 @@ say "# $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,no
 src=$(cat "$b/source_dir")
 [ "$src" = "$root" ] || [ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; }
 ll=""
-if [ -n "${LLAMA_SRC:-}" ] && [ -f "$LLAMA_SRC" ]; then
+if [ -x "$d/llama/bin/llama-bench" ]; then
+  ll=$d/llama/bin # built by an earlier call on this machine
+elif [ -n "${LLAMA_SRC:-}" ] && [ -f "$LLAMA_SRC" ]; then
   setsid nice -n 5 bash "$root/bench/cuda/llamacpp.sh" build "$LLAMA_SRC" "$d/llama" >"$out/llama-build.log" 2>&1 &
   llpid=$!
   ll=$d/llama/bin
@@ -46,9 +48,11 @@ fi
 for ty in $TYPES; do [ -s "$d/l8b-$ty.gguf" ] || "$b/gen_random_gguf" "$d/l8b-$ty.gguf" "$ty" 8b 32 0 32000 >"$out/gen-$ty.log" 2>&1 & done
 
 # 1. correctness
-HEARTH_TEST_REQUIRE_CUDA=1 timeout 200 "$b/backend_test_backend_ops" >"$out/ops.log" 2>&1
-say "op harness rc=$?: $(tail -n 1 "$out/ops.log")"
-grep -E "FAIL" "$out/ops.log" | head -n 20 | tee -a "$sum"
+if [ -z "${SKIP_OPS:-}" ]; then
+  HEARTH_TEST_REQUIRE_CUDA=1 timeout 200 "$b/backend_test_backend_ops" >"$out/ops.log" 2>&1
+  say "op harness rc=$?: $(tail -n 1 "$out/ops.log")"
+  grep -E "FAIL" "$out/ops.log" | head -n 20 | tee -a "$sum"
+fi
 if [ -z "${SKIP_VERBS:-}" ]; then
   GPU_VERBS_MODELS=${VERBS_MODELS:-*} timeout 240 bash -O extglob "$root/tools/gpu_verbs.sh" "$b/hearth" cuda "$out/verbs" >"$out/verbs.log" 2>&1
   say "verbs rc=$?: $(grep -c PASS "$out/verbs.log") PASS, $(grep -c FAIL "$out/verbs.log") FAIL"
@@ -79,6 +83,12 @@ for ty in $TYPES; do
   say "<!-- hearth $ty: $(echo "$a" | num pp512) / $(echo "$a" | num tg128) -->"
 done
 t "hearth batch 1 done"
+# the Q4_K GEMV that reads straight from global memory, beside the staged one measured above
+if [ -s "$d/l8b-q4_k.gguf" ] && [ "$(left)" -gt 240 ]; then
+  a=$(HEARTH_CUDA_Q4K=direct "$b/hearth" bench --model "$d/l8b-q4_k.gguf" --device cuda --gpu-precision fast -p 0 -n 128 \
+    --repeat 2 --roofline 2>&1 | tee "$out/hearth-q4_k-direct.txt")
+  say "<!-- hearth q4_k with HEARTH_CUDA_Q4K=direct: tg128 $(echo "$a" | num tg128); $(echo "$a" | grep -o '[0-9.]*% of the [0-9.]* GB/s copy bandwidth' | head -n 1) -->"
+fi
 # where a decoded token's time goes: the CUDA op profile (device time per op, idle gaps) of batch 1 at 512 of context
 for ty in ${PROFILE_TYPES-q8_0}; do
   [ -s "$d/l8b-$ty.gguf" ] && [ "$(left)" -gt 220 ] || continue

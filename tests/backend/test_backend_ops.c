@@ -605,19 +605,24 @@ static void test_matmul_q8act(void) {
   bk_backend *be = NULL;
   herr err = {0};
   if (bk_backend_open(dev_label, &opts, &be, &err)) die("8-bit activation backend", &err);
-  static const fmt fs[] = {{BK_Q8_0, 0, 0, 0}, {BK_Q4_0, 0, 0, 0}, {BK_Q4_K, 0, 0, 0}};
+  /* the last row: Q4_K by the kernel that reads straight from global memory (HEARTH_CUDA_Q4K=direct) */
+  static const fmt fs[] = {{BK_Q8_0, 0, 0, 0}, {BK_Q4_0, 0, 0, 0}, {BK_Q4_K, 0, 0, 0}, {BK_Q4_K, 0, 0, 0}};
   static const struct { int64_t n, rows, cols; } cases[] = {{1, 70, 256},  {1, 4300, 1024}, {2, 4237, 768}, {3, 300, 2048},
-                                                            {4, 9000, 512}, {5, 33, 1280},  {8, 257, 4096}, {7, 1, 256}};
+                                                            {4, 9000, 512}, {5, 33, 1280},  {8, 257, 4096}, {7, 1, 256},
+                                                            {1, 4099, 14336}, {6, 1031, 4352}};
   op_stat *st = stat_for("matmul 8-bit act (dev)");
   for (size_t fi = 0; fi < sizeof fs / sizeof fs[0]; fi++)
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
       const fmt *f = &fs[fi];
+      bool direct = fi == sizeof fs / sizeof fs[0] - 1;
+      if (direct) setenv("HEARTH_CUDA_Q4K", "direct", 1);
+      else unsetenv("HEARTH_CUDA_Q4K");
       int64_t n = cases[ci].n, rows = cases[ci].rows, cols = cases[ci].cols, nb = cols / 32;
       bool with_bias = (ci + fi) % 2 == 0;
       char fname[32], shape[128];
       fmt_name(f, fname, sizeof fname);
-      snprintf(shape, sizeof shape, "x [%lld, %lld] * %s [%lld, %lld]^T%s", (long long)n, (long long)cols, fname,
-               (long long)rows, (long long)cols, with_bias ? " + bias" : "");
+      snprintf(shape, sizeof shape, "x [%lld, %lld] * %s [%lld, %lld]^T%s%s", (long long)n, (long long)cols, fname,
+               (long long)rows, (long long)cols, with_bias ? " + bias" : "", direct ? " (direct)" : "");
       st->cases++;
       host_weight h;
       make_weight(&h, f, rows, cols);
@@ -637,6 +642,7 @@ static void test_matmul_q8act(void) {
       free(ref), free(x), free(bias), free(qa.q), free(qa.d), free(qa.s), free(qa.s16), free(qa.nds);
       free_weight(&h);
     }
+  unsetenv("HEARTH_CUDA_Q4K");
   bk_backend_close(be);
 }
 

@@ -722,13 +722,109 @@ __global__ void __launch_bounds__(QV_WARPS * 32)
   qv_store<RW, NR>(acc, w.rows, row0, lane, y, ldy, bias);
 }
 
+/* Byte k (0..11) of a Q4_K super-block's packed scales held as three words. */
+static __device__ __forceinline__ int q4k_sbyte(const uint32_t s[3], int k) { return (int)((s[k >> 2] >> (8 * (k & 3))) & 0xFF); }
+
+/* Q4_K on 8-bit activations, read straight from global memory (no staging): lane l takes the pairs of
+ * sub-blocks l, l + 32, ... of its row (pair p of super-block s: the 32 bytes at 16 + 32 p, low nibbles
+ * sub-block 2p, high nibbles 2p + 1), two pairs in flight per step, each with one 16-byte load of the
+ * super-block's head (d, dmin, scales) and two of quants; RW rows a warp share the activations. */
+template <int NR, int RW>
+__global__ void __launch_bounds__(QV_WARPS * 32)
+    gemv_q4k_direct_kernel(cu_wdesc w, const int8_t *__restrict__ xq, const float *__restrict__ xd,
+                           const int *__restrict__ xs, float *__restrict__ y, int64_t ldy, const float *__restrict__ bias) {
+  const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+  const int64_t row0 = ((int64_t)blockIdx.x * QV_WARPS + wi) * RW;
+  if (row0 >= w.rows) return;
+  const int64_t nb = w.cols / 32;
+  const int items = (int)(w.cols / 64); /* pairs of sub-blocks a row */
+  float acc[RW][NR];
+#pragma unroll
+  for (int rr = 0; rr < RW; rr++)
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[rr][r] = 0.f;
+  const uint8_t *rowp[RW];
+#pragma unroll
+  for (int rr = 0; rr < RW; rr++) rowp[rr] = w.data + (row0 + rr < w.rows ? row0 + rr : row0) * w.row_bytes;
+  for (int it0 = lane; it0 < items; it0 += 64) {
+    uint4 hd[2][RW], q0[2][RW], q1[2][RW];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+      const int it = it0 + 32 * u < items ? it0 + 32 * u : it0;
+      const int sb = it >> 2, p = it & 3;
+#pragma unroll
+      for (int rr = 0; rr < RW; rr++) {
+        const uint8_t *blk = rowp[rr] + (int64_t)sb * CU_Q4_K_BYTES;
+        hd[u][rr] = __ldcs((const uint4 *)blk);
+        q0[u][rr] = __ldcs((const uint4 *)(blk + 16 + 32 * p));
+        q1[u][rr] = __ldcs((const uint4 *)(blk + 32 + 32 * p));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+      const int it = it0 + 32 * u;
+      if (it >= items) break;
+      const int sb = it >> 2, p = it & 3, j0 = 2 * p, j1 = 2 * p + 1;
+      const int64_t b0 = (int64_t)sb * 8 + j0; /* the activations' blocks b0 and b0 + 1 */
+      int xw0[NR][8], xw1[NR][8];
+      qv_load_x<NR>(xq, w.cols, b0, xw0);
+      qv_load_x<NR>(xq, w.cols, b0 + 1, xw1);
+#pragma unroll
+      for (int rr = 0; rr < RW; rr++) {
+        const uint4 h = hd[u][rr];
+        const float d = __half2float(__ushort_as_half((unsigned short)(h.x & 0xFFFF)));
+        const float dmin = __half2float(__ushort_as_half((unsigned short)(h.x >> 16)));
+        const uint32_t sw[3] = {h.y, h.z, h.w};
+        int sc0, m0, sc1, m1;
+        if (j0 < 4) {
+          sc0 = q4k_sbyte(sw, j0) & 63, m0 = q4k_sbyte(sw, j0 + 4) & 63;
+          sc1 = q4k_sbyte(sw, j1) & 63, m1 = q4k_sbyte(sw, j1 + 4) & 63;
+        } else {
+          sc0 = (q4k_sbyte(sw, j0 + 4) & 0xF) | ((q4k_sbyte(sw, j0 - 4) >> 6) << 4);
+          m0 = (q4k_sbyte(sw, j0 + 4) >> 4) | ((q4k_sbyte(sw, j0) >> 6) << 4);
+          sc1 = (q4k_sbyte(sw, j1 + 4) & 0xF) | ((q4k_sbyte(sw, j1 - 4) >> 6) << 4);
+          m1 = (q4k_sbyte(sw, j1 + 4) >> 4) | ((q4k_sbyte(sw, j1) >> 6) << 4);
+        }
+        const int qw[8] = {(int)q0[u][rr].x, (int)q0[u][rr].y, (int)q0[u][rr].z, (int)q0[u][rr].w,
+                           (int)q1[u][rr].x, (int)q1[u][rr].y, (int)q1[u][rr].z, (int)q1[u][rr].w};
+        int is0[NR], is1[NR];
+#pragma unroll
+        for (int r = 0; r < NR; r++) is0[r] = 0, is1[r] = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+          const int lo = qw[k] & 0x0F0F0F0F, hi = (qw[k] >> 4) & 0x0F0F0F0F;
+#pragma unroll
+          for (int r = 0; r < NR; r++) is0[r] = __dp4a(lo, xw0[r][k], is0[r]), is1[r] = __dp4a(hi, xw1[r][k], is1[r]);
+        }
+        const float a0 = d * (float)sc0, mm0 = dmin * (float)m0, a1 = d * (float)sc1, mm1 = dmin * (float)m1;
+#pragma unroll
+        for (int r = 0; r < NR; r++)
+          acc[rr][r] += xd[(int64_t)r * nb + b0] * (a0 * (float)is0[r] - mm0 * (float)xs[(int64_t)r * nb + b0]) +
+                        xd[(int64_t)r * nb + b0 + 1] * (a1 * (float)is1[r] - mm1 * (float)xs[(int64_t)r * nb + b0 + 1]);
+      }
+    }
+  }
+  qv_store<RW, NR>(acc, w.rows, row0, lane, y, ldy, bias);
+}
+
+/* HEARTH_CUDA_Q4K=direct: the Q4_K GEMV that reads straight from global memory (gemv_q4k_direct_kernel)
+ * instead of staging through shared memory; read at each launch, so a test can try both. */
+static bool q4k_direct(void) {
+  const char *e = getenv("HEARTH_CUDA_Q4K");
+  return e && !strcmp(e, "direct");
+}
+
 template <int T, int NR>
 static void launch_gemv_q8act_n(const cu_wdesc &w, const int8_t *xq, const float *xd, const int *xs, float *y,
                                 int64_t ldy, const float *bias, cudaStream_t st, int n_sm) {
   /* several rows a warp (their loads in flight together) where that still gives a few blocks per multiprocessor */
   constexpr int RW = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;
   if constexpr (T == BK_Q4_K) {
-    if (RW > 1 && (w.rows + QV_WARPS * RW - 1) / (QV_WARPS * RW) >= 2 * n_sm)
+    if (q4k_direct()) {
+      constexpr int RD = NR <= 4 ? 2 : 1;
+      gemv_q4k_direct_kernel<NR, RD><<<(unsigned)((w.rows + QV_WARPS * RD - 1) / (QV_WARPS * RD)), QV_WARPS * 32, 0,
+                                       st>>>(w, xq, xd, xs, y, ldy, bias);
+    } else if (RW > 1 && (w.rows + QV_WARPS * RW - 1) / (QV_WARPS * RW) >= 2 * n_sm)
       gemv_q4k_q8act_kernel<NR, RW><<<(unsigned)((w.rows + QV_WARPS * RW - 1) / (QV_WARPS * RW)), QV_WARPS * 32, 0,
                                       st>>>(w, xq, xd, xs, y, ldy, bias);
     else
