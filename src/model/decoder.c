@@ -324,7 +324,7 @@ int llama_load_attention(model *m, const weight_src *src, int l, herr *err) {
   }
   MAT("self_attn.o_proj.weight", true, D, H * hd, &lw->o);
   if (c->attention_bias) {
-    bool qkv_req = true, o_req = strcmp(c->model_type, "qwen2") != 0; /* qwen2: q/k/v biases only */
+    bool qkv_req = true, o_req = !m->fam->cfg.qkv_bias; /* q/k/v biases only (qwen2) */
     LOAD("self_attn.q_proj.bias", qkv_req, 1, H * hd, 0, &lw->q_bias);
     LOAD("self_attn.k_proj.bias", qkv_req, 1, KV * hd, 0, &lw->k_bias);
     LOAD("self_attn.v_proj.bias", qkv_req, 1, KV * hd, 0, &lw->v_bias);
@@ -450,7 +450,7 @@ int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int 
   int mode = (opts && (opts->mmap || opts->geometry_only)) || !bk_backend_is_cpu(m->be) || budget > 0 || size > 0
                  ? HMMAP_MAP
                  : HMMAP_RESIDENT;
-  rc = is_gguf ? gguf_open_mode(&m->gg, dir, mode, err) : config_load(&m->cfg, dir, err);
+  rc = is_gguf ? gguf_open_mode(&m->gg, dir, mode, err) : model_config_load(&m->cfg, dir, err);
   if (rc) goto fail;
   if (is_gguf && (rc = gguf_model_config(m->gg, &m->cfg, err))) goto fail;
   if (!is_gguf && (rc = model_config_check(&m->cfg, dir, err))) goto fail; /* absurd values refused for every caller */
@@ -458,7 +458,7 @@ int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int 
   m->fam = model_family_find(c->model_type);
   if (!m->fam) {
     rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: model_type '%s' has no forward pass (supported: %s)", dir, c->model_type,
-                  config_supported_types());
+                  model_supported_types());
     goto fail;
   }
   const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;

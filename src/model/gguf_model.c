@@ -194,7 +194,7 @@ int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
     free(type);
   }
 #undef KEY
-  rc = config_from_json(c, j, gguf_path(g), err);
+  rc = model_config_from_json(c, j, gguf_path(g), err);
   if (!rc && (rc = rope_freq_factors(g, c, err))) config_free(c);
   else if (!rc && (rc = model_config_check(c, gguf_path(g), err))) config_free(c);
 out:
