@@ -33,8 +33,7 @@
 const model_config *model_cfg(const model *m) { return &m->cfg; }
 bool model_has_head(const model *m) { return !m->no_head; }
 int64_t model_canvas_length(const model *m) {
-  const family_ops *ops = m->fam && m->fam->ops ? m->fam->ops : &llama_family_ops;
-  return ops->canvas ? ops->canvas(m) : 0;
+  return m->fam && m->fam->canvas && m->fam_state ? m->fam->ops->canvas(m) : 0;
 }
 int64_t model_vocab_size(const model *m) { return m->cfg.vocab_size; }
 
@@ -59,22 +58,21 @@ bk_backend *model_backend(const model *m) { return m->be; }
 /* The family's multi-token-prediction layer (none: all zero). */
 static const model_mtp *mtp_of(const model *m) {
   static const model_mtp none;
-  const family_ops *ops = m->fam && m->fam->ops ? m->fam->ops : &llama_family_ops;
-  return ops->mtp_of && m->fam_state ? ops->mtp_of(m) : &none;
+  return m->fam && m->fam->mtp && m->fam_state ? m->fam->ops->mtp_of(m) : &none;
 }
 
 int model_nextn_layers(const model *m) { return mtp_of(m)->n_nextn; }
 
 int model_mtp_check(const model *m, herr *err) {
-  const family_ops *ops = m->fam && m->fam->ops ? m->fam->ops : &llama_family_ops;
   const model_mtp *mt = mtp_of(m);
-  if (mt->n_nextn <= 0)
-    return herr_set(err, HEARTH_EUNSUPPORTED,
-                    "the model has no multi-token-prediction layer (GLM-5: num_nextn_predict_layers and the "
-                    "model.layers.%lld.eh_proj / enorm / hnorm / shared_head tensors; Qwen3.5: the mtp.fc / "
-                    "pre_fc_norm_* / layers.0 / norm tensors)",
-                    (long long)m->cfg.num_hidden_layers);
-  if (!ops->mtp || !mt->layer)
+  if (mt->n_nextn <= 0) {
+    if (!m->fam || !m->fam->mtp)
+      return herr_set(err, HEARTH_EUNSUPPORTED, "the model has no multi-token-prediction layer (model_type '%s' has none)",
+                      m->cfg.model_type);
+    return herr_set(err, HEARTH_EUNSUPPORTED, "the model has no multi-token-prediction layer (%s: %s)", m->cfg.model_type,
+                    m->fam->mtp);
+  }
+  if (!mt->layer)
     return herr_set(err, HEARTH_EUNSUPPORTED, "the model's multi-token-prediction layer cannot run%s%s",
                     mt->refused ? ": " : " in this family", mt->refused ? mt->refused : "");
   if (m->tp || m->tp_size)
@@ -461,7 +459,11 @@ int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int 
                   model_supported_types());
     goto fail;
   }
-  const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
+  if (size > 0 && !m->fam->split) {
+    rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor parallelism: model_type '%s' is not split over ranks", dir, c->model_type);
+    goto fail;
+  }
+  const family_ops *ops = m->fam->ops;
   if (strcmp(c->hidden_act, "silu") && strcmp(c->hidden_act, "swish") && strcmp(c->hidden_act, "gelu_pytorch_tanh") &&
       strcmp(c->hidden_act, "gelu_new") && strcmp(c->hidden_act, "gelu_fast") && strcmp(c->hidden_act, "gelu") &&
       strcmp(c->hidden_act, "relu")) {
@@ -855,7 +857,7 @@ static int forward_tables(model *m, const model_batch *b, fwd_plan *plan, step *
     st->canvas = true;
     st->window_extra = b->seqs[0].n_tokens - 1;
   }
-  const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
+  const family_ops *ops = m->fam->ops;
   if (ops->inputs && (rc = ops->inputs(m, b, st, err))) return rc;
   st->x = bk_rows(&f->x, 0, T), st->xn = bk_rows(&f->xn, 0, T), st->q = bk_rows(&f->q, 0, T);
   st->k = bk_rows(&f->k, 0, T), st->v = bk_rows(&f->v, 0, T), st->att = bk_rows(&f->att, 0, T);
@@ -891,7 +893,7 @@ static int forward_tables(model *m, const model_batch *b, fwd_plan *plan, step *
 /* The embedding, then the family's layers (an MTP batch: its multi-token-prediction layer) over the
  * step's rows, into st->x. */
 static void forward_layers(model *m, const fwd_plan *p, step *st) {
-  const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
+  const family_ops *ops = m->fam->ops;
   bk_embed(&st->x, &m->embed, &st->ids, m->embed_scale);
   model_reduce(m, &st->x); /* vocabulary-parallel: one rank holds each token's row, the others add zeros */
   if (p->mtp) {

@@ -1,7 +1,7 @@
 /* family.c — the table of decoder families (see family.h): one row per
  * model_type, each following transformers' models/<type>/modeling_<type>.py:
  * its config.json's defaults (handed to format/config.c, which names no
- * type), the shared layers' switches, its hooks. Also
+ * type), the shared layers' switches, its capabilities and its hooks. Also
  * config.json read with those defaults (model_config_load) and the checks
  * of a parsed config. The forward pass itself lives in decoder.c and the
  * families' files. */
@@ -16,60 +16,70 @@
 #include "model/model.h"
 
 #define GELU "gelu_pytorch_tanh"
+#define QWEN3_5_MTP "the mtp.fc / pre_fc_norm_* / layers.0 / norm tensors"
 
 static const model_family families[] = {
     /* llama (also llama3 / yarn rope scaling) */
-    {.model_type = "llama", .cfg = {.act = "silu", .theta = 1e4, .eps = 1e-6}},
+    {.model_type = "llama", .cfg = {.act = "silu", .theta = 1e4, .eps = 1e-6}, .split = true, .ops = &llama_family_ops},
     /* mistral: sliding_window on every layer */
-    {.model_type = "mistral", .cfg = {.act = "silu", .theta = 1e4, .eps = 1e-6, .window = 4096, .layers = CFG_LAYERS_WINDOW}},
+    {.model_type = "mistral", .cfg = {.act = "silu", .theta = 1e4, .eps = 1e-6, .window = 4096, .layers = CFG_LAYERS_WINDOW},
+     .split = true, .ops = &llama_family_ops},
     /* qwen2: q/k/v biases; sliding from max_window_layers on */
     {.model_type = "qwen2",
-     .cfg = {.act = "silu", .theta = 1e4, .eps = 1e-6, .window = 4096, .layers = CFG_LAYERS_MAX_WINDOW, .qkv_bias = true}},
+     .cfg = {.act = "silu", .theta = 1e4, .eps = 1e-6, .window = 4096, .layers = CFG_LAYERS_MAX_WINDOW, .qkv_bias = true},
+     .split = true, .ops = &llama_family_ops},
     /* qwen3: q_norm / k_norm per head */
     {.model_type = "qwen3",
      .cfg = {.act = "silu", .theta = 1e4, .eps = 1e-6, .head_dim = 128, .window = 4096, .layers = CFG_LAYERS_MAX_WINDOW},
-     .qk_norm = true},
+     .qk_norm = true, .split = true, .ops = &llama_family_ops},
     /* qwen3_moe.c: experts */
     {.model_type = "qwen3_moe", .cfg = {.act = "silu", .theta = 1e4, .eps = 1e-6, .window = 4096, .layers = CFG_LAYERS_USE_WINDOW},
-     .qk_norm = true, .ops = &qwen3_moe_family_ops},
+     .qk_norm = true, .split = true, .ops = &qwen3_moe_family_ops},
     /* smollm3: every 4th layer skips RoPE (no_rope_layers) */
     {.model_type = "smollm3",
-     .cfg = {.act = "silu", .theta = 2e6, .eps = 1e-6, .tie = true, .layers = CFG_LAYERS_NO_ROPE, .no_rope_every = 4}},
+     .cfg = {.act = "silu", .theta = 2e6, .eps = 1e-6, .tie = true, .layers = CFG_LAYERS_NO_ROPE, .no_rope_every = 4},
+     .split = true, .ops = &llama_family_ops},
     /* phi3: fused projections, partial rotary */
-    {.model_type = "phi3", .cfg = {.act = "silu", .theta = 1e4, .eps = 1e-5, .layers = CFG_LAYERS_WINDOW}, .fused_qkv = true},
+    {.model_type = "phi3", .cfg = {.act = "silu", .theta = 1e4, .eps = 1e-5, .layers = CFG_LAYERS_WINDOW}, .fused_qkv = true,
+     .split = true, .ops = &llama_family_ops},
     /* gemma2: softcapping, sliding / full alternating */
     {.model_type = "gemma2",
      .cfg = {.act = GELU, .hidden_activation = true, .theta = 1e4, .eps = 1e-6, .tie = true, .head_dim = 256, .qpas = 256,
              .attn_cap = 50, .final_cap = 30, .window = 4096, .layers = CFG_LAYERS_PATTERN, .every = 2},
-     .unit_offset_norm = true, .sandwich_norms = true, .scale_embeddings = true, .query_pre_attn_scalar = true},
+     .unit_offset_norm = true, .sandwich_norms = true, .scale_embeddings = true, .query_pre_attn_scalar = true, .split = true,
+     .ops = &llama_family_ops},
     /* gemma3_text: a RoPE base of its own for the sliding layers, every 6th layer full */
     {.model_type = "gemma3_text",
      .cfg = {.act = GELU, .hidden_activation = true, .theta = 1e6, .local_theta = 1e4, .eps = 1e-6, .tie = true, .head_dim = 256,
              .qpas = 256, .window = 4096, .layers = CFG_LAYERS_PATTERN, .every = 6, .every_key = "sliding_window_pattern"},
-     .unit_offset_norm = true, .sandwich_norms = true, .scale_embeddings = true, .qk_norm = true, .query_pre_attn_scalar = true},
+     .unit_offset_norm = true, .sandwich_norms = true, .scale_embeddings = true, .qk_norm = true, .query_pre_attn_scalar = true,
+     .split = true, .ops = &llama_family_ops},
     /* gemma4.c */
     {.model_type = "gemma4_text",
      .cfg = {.act = GELU, .hidden_activation = true, .theta = 1e6, .local_theta = 1e4, .eps = 1e-6, .tie = true, .head_dim = 256,
              .window = 512, .proportional = true, .layers = CFG_LAYERS_PATTERN, .every = 6, .last_full = true},
-     .sandwich_norms = true, .scale_embeddings = true, .qk_norm = true, .v_norm = true, .ops = &gemma4_family_ops},
+     .sandwich_norms = true, .scale_embeddings = true, .qk_norm = true, .v_norm = true, .split = true, .ops = &gemma4_family_ops},
     /* qwen3_5.c: hybrid of Gated DeltaNet and gated full attention */
     {.model_type = "qwen3_5_text",
      .cfg = {.act = "silu", .theta = 1e4, .eps = 1e-6, .head_dim = 256, .partial = 0.25, .layers = CFG_LAYERS_PATTERN, .every = 4,
              .every_key = "full_attention_interval", .linear = true},
-     .unit_offset_norm = true, .qk_norm = true, .ops = &qwen3_5_family_ops},
+     .unit_offset_norm = true, .qk_norm = true, .split = true, .mtp = QWEN3_5_MTP, .ops = &qwen3_5_family_ops},
     /* qwen3_5_moe.c: its experts beside qwen3_5.c's token mixers */
     {.model_type = "qwen3_5_moe_text",
      .cfg = {.act = "silu", .theta = 1e4, .eps = 1e-6, .head_dim = 256, .partial = 0.25, .layers = CFG_LAYERS_PATTERN, .every = 4,
              .every_key = "full_attention_interval", .linear = true, .inter_from = "shared_expert_intermediate_size",
              .inter_default = 512},
-     .unit_offset_norm = true, .qk_norm = true, .ops = &qwen3_5_moe_family_ops},
+     .unit_offset_norm = true, .qk_norm = true, .split = true, .mtp = QWEN3_5_MTP, .ops = &qwen3_5_moe_family_ops},
     /* glm5.c: MLA, DSA, MoE */
-    {.model_type = "glm_moe_dsa", .cfg = {.act = "silu", .theta = 1e4, .eps = 1e-5}, .ops = &glm5_family_ops},
+    {.model_type = "glm_moe_dsa", .cfg = {.act = "silu", .theta = 1e4, .eps = 1e-5}, .split = true,
+     .mtp = "num_nextn_predict_layers and the eh_proj / enorm / hnorm / shared_head tensors of the layer after the last",
+     .ops = &glm5_family_ops},
     /* diffusion_gemma.c: block diffusion over Gemma 4's layers */
     {.model_type = "diffusion_gemma_text", .listed = "diffusion_gemma (block diffusion)",
      .cfg = {.act = GELU, .theta = 1e6, .local_theta = 1e4, .eps = 1e-6, .tie = true, .head_dim = 256, .final_cap = 30,
              .window = 512, .proportional = true, .layers = CFG_LAYERS_PATTERN, .every = 6, .last_full = true},
-     .sandwich_norms = true, .scale_embeddings = true, .qk_norm = true, .v_norm = true, .ops = &diffusion_gemma_family_ops},
+     .sandwich_norms = true, .scale_embeddings = true, .qk_norm = true, .v_norm = true, .canvas = true,
+     .ops = &diffusion_gemma_family_ops},
 };
 static const int n_families = (int)(sizeof families / sizeof families[0]);
 
@@ -94,7 +104,8 @@ static void list_supported(void) {
     const char *sep = i ? ", " : "";
     if (f->listed) n += (size_t)snprintf(supported + n, sizeof supported - n, "%s%s", sep, f->listed);
     else if (len > 5 && !strcmp(f->model_type + len - 5, "_text"))
-      n += (size_t)snprintf(supported + n, sizeof supported - n, "%s%s, %.*s (text part)", sep, f->model_type, (int)(len - 5), f->model_type);
+      n += (size_t)snprintf(supported + n, sizeof supported - n, "%s%s, %.*s (text part)", sep, f->model_type, (int)(len - 5),
+                            f->model_type);
     else n += (size_t)snprintf(supported + n, sizeof supported - n, "%s%s", sep, f->model_type);
     if (n >= sizeof supported) break; /* cut short (never with this table) */
   }

@@ -377,7 +377,8 @@ void experts_trim(model *m);
 
 /* ---- families ---- */
 
-/* What a family file adds to the decoder (decoder.c runs the llama family itself). */
+/* A family's hooks, named by its row in family.c (llama_family_ops: the llama decoder's, in decoder.c);
+ * a capability of the row (split, canvas, mtp) comes with the hooks that run it. */
 struct family_ops {
   /* the family's own config.json keys (from cfg.raw, cfg.top) into its state (fam_state, which it
    * allocates) and the shared fields of cfg they decide; before the layers' geometry (optional) */
@@ -395,14 +396,15 @@ struct family_ops {
   /* layer l of the forward */
   void (*layer)(model *m, int l, const kv_store *kv, step *st);
   /* a multi-token-prediction forward (model_seq.mtp_hidden): st->x, the new rows' token embeddings, becomes
-   * the MTP layer's output, from h [T, hidden] (the rows' hidden inputs), over kv's layer 0 (optional) */
+   * the MTP layer's output, from h [T, hidden] (the rows' hidden inputs), over kv's layer 0 (with the
+   * row's mtp) */
   void (*mtp)(model *m, const kv_store *kv, step *st, const bk_tensor *h);
-  /* its multi-token-prediction layer (optional: none) */
+  /* its multi-token-prediction layer in its state (with the row's mtp) */
   const model_mtp *(*mtp_of)(const model *m);
   /* cuts the described weights down to a tensor-parallel rank's part (tp.c's helpers: a family says how
-   * its own layers split); NULL: the family is not split over ranks */
+   * its own layers split; with the row's split) */
   int (*shard)(model *m, herr *err);
-  /* tokens per canvas of a block-diffusion model (model_canvas_length); NULL: autoregressive */
+  /* tokens per canvas of a block-diffusion model (model_canvas_length; with the row's canvas) */
   int64_t (*canvas)(const model *m);
   /* frees fam_state (optional) */
   void (*free)(model *m);
