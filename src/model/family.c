@@ -15,6 +15,14 @@
 #include "model/internal.h"
 #include "model/model.h"
 
+/* The hooks of the families with a file of their own (each defined there; llama_family_ops: internal.h). */
+extern const family_ops qwen3_moe_family_ops;
+extern const family_ops gemma4_family_ops;
+extern const family_ops qwen3_5_family_ops;
+extern const family_ops qwen3_5_moe_family_ops;
+extern const family_ops glm5_family_ops;
+extern const family_ops diffusion_gemma_family_ops;
+
 #define GELU "gelu_pytorch_tanh"
 #define QWEN3_5_MTP "the mtp.fc / pre_fc_norm_* / layers.0 / norm tensors"
 

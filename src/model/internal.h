@@ -410,11 +410,8 @@ struct family_ops {
   void (*free)(model *m);
 };
 
+/* The llama decoder's hooks (decoder.c); each other family's are named only by its row in family.c. */
 extern const family_ops llama_family_ops;
-extern const family_ops qwen3_moe_family_ops;
-extern const family_ops gemma4_family_ops;
-extern const family_ops qwen3_5_family_ops;
-extern const family_ops qwen3_5_moe_family_ops;
 
 /* Qwen3.5's layers shared by its dense and MoE files (qwen3_5.c): per-layer
  * geometry and scratch widths, and the token mixer of layer l (its gated
@@ -438,8 +435,6 @@ typedef void (*qwen3_5_ffn)(model *m, const layer_weights *lw, step *st);
 int qwen3_5_load_mtp(model *m, const weight_src *src, qwen3_5_load_ffn load_ffn, qwen3_5_ffn ffn, herr *err);
 void qwen3_5_mtp(model *m, const kv_store *kv, step *st, const bk_tensor *h);
 void qwen3_5_free(model *m);
-extern const family_ops glm5_family_ops;
-extern const family_ops diffusion_gemma_family_ops;
 
 /* Gemma 4's own state (gemma4.c), shared by DiffusionGemma's stack (whose state begins with it). */
 typedef struct gemma4_layer {
