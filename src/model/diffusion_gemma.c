@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/gemma4.h"
 #include "model/internal.h"
 
 typedef struct dg_state {

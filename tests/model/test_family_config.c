@@ -9,8 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model/gemma4.h"
 #include "model/internal.h"
 #include "model/model.h"
+#include "model/qwen3_5.h"
 #include "test.h"
 
 #define GOLDEN HEARTH_SOURCE_DIR "/tests/fixtures/golden/"
