@@ -42,6 +42,7 @@
 #include "format/safetensors.h"
 #include "format/safetensors_write.h"
 #include "model/gguf_model.h"
+#include "model/model.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -131,7 +132,7 @@ static int src_open(src_model *s, const char *path, herr *err) {
     return 0;
   }
   if (!hfile_is_dir(path)) return herr_set(err, HEARTH_EINVAL, "%s: not a model folder or .gguf file", path);
-  if ((rc = config_load(&s->cfg, path, err))) return rc;
+  if ((rc = model_config_load(&s->cfg, path, err))) return rc;
   s->cfg_loaded = true;
   if ((rc = st_open(&s->st, path, err))) return rc;
   s->st_opened = true;

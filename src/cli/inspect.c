@@ -128,7 +128,7 @@ static bool is_nextn_tensor(const char *name, int64_t n_layers) {
   return end != l + 7 && *end == '.' && i >= n_layers;
 }
 
-/* ---- config.json and friends (raw JSON; config_load is consulted separately) ---- */
+/* ---- config.json and friends (raw JSON; model_config_load is consulted separately) ---- */
 
 /* An integer field of the config or of its text_config (multimodal configs). */
 static int64_t config_int(const json_t *cfg, const char *key) {
@@ -209,9 +209,9 @@ static void read_folder_config(model_facts *m, const char *dir) {
 
   if (!type) {
     snprintf(m->problem, sizeof m->problem, "%s: no model_type", path);
-  } else if (!config_type_supported(type)) {
+  } else if (!model_type_supported(type)) {
     snprintf(m->problem, sizeof m->problem, "%s: model_type '%s' is not supported (supported: %s)", path, type,
-             config_supported_types());
+             model_supported_types());
   } else {
     /* the config as loading reads it: the shared keys and the family's own (the experts of Gemma 4,
      * Qwen3.5-MoE, GLM-5 are its keys), laid out without reading a weight */

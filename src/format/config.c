@@ -1,12 +1,14 @@
 /* config.c — config.json / generation_config.json into typed structs (see
- * config.h). Owns the keys every decoder shares, the per-architecture
- * defaults of those keys (what transformers assumes when a key is absent:
- * one row per model_type in archs[]), and both spellings of RoPE settings:
- * the legacy rope_theta + rope_scaling and the newer rope_parameters (flat,
- * or keyed by layer type for gemma3). A family's own keys (Gemma 4's
- * per-layer inputs, Qwen3.5's linear attention, GLM-5's latent attention and
- * experts, DiffusionGemma's canvas) are read from `raw` by its file in
- * src/model. Refuses to know anything about weights. */
+ * config.h). Owns the keys every decoder shares, how they are read where a
+ * model_type's config is silent (a config_defaults the caller's types give
+ * per model_type: what transformers assumes when a key is absent, which
+ * layers slide), and both spellings of RoPE settings: the legacy
+ * rope_theta + rope_scaling and the newer rope_parameters (flat, or keyed
+ * by layer type for gemma3). Names no model_type: the types and their
+ * defaults are the family rows of src/model/family.c. A family's own keys
+ * (Gemma 4's per-layer inputs, Qwen3.5's linear attention, GLM-5's latent
+ * attention and experts, DiffusionGemma's canvas) are read from `raw` by
+ * its file in src/model. Refuses to know anything about weights. */
 #include "format/config.h"
 
 #include <math.h>
@@ -17,64 +19,15 @@
 #include "base/file.h"
 #include "base/json.h"
 
-typedef struct arch_defaults {
-  const char *type;
-  const char *act;          /* default activation */
-  double theta, local_theta, eps; /* local_theta != 0: sliding layers have a RoPE of their own (rope_local) */
-  bool tie;
-  int64_t head_dim;         /* 0 = hidden / heads */
-  double qpas;              /* query_pre_attn_scalar */
-  double attn_cap, final_cap;
-  int64_t window;           /* default sliding_window */
-  double partial;           /* default partial_rotary_factor (before the config's keys) */
-  bool proportional;        /* proportional partial RoPE (0.25 of the pairs) unless rope_parameters says otherwise */
-  int64_t full_every;       /* without layer_types: every n-th layer and the last full attention, the rest sliding (0: no) */
-  bool linear;              /* linear_attention layers (every full_attention_interval-th, 4, is full by default) */
-  const char *inter_from;   /* intermediate_size may be absent: this key's value (default inter_default) stands in */
-  int64_t inter_default;
-} arch_defaults;
-
-static const arch_defaults archs[] = {
-    /* type                   act                  theta      local    eps    tie    hd   qpas cap   final window
-       partial prop  full_every linear inter_from */
-    {"llama", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 0, 1.0, false, 0, false, NULL, 0},
-    {"mistral", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 4096, 1.0, false, 0, false, NULL, 0},
-    {"qwen2", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 4096, 1.0, false, 0, false, NULL, 0},
-    {"qwen3", "silu", 10000.0, 0, 1e-6, false, 128, 0, 0, 0, 4096, 1.0, false, 0, false, NULL, 0},
-    {"smollm3", "silu", 2000000.0, 0, 1e-6, true, 0, 0, 0, 0, 0, 1.0, false, 0, false, NULL, 0},
-    {"phi3", "silu", 10000.0, 0, 1e-5, false, 0, 0, 0, 0, 0, 1.0, false, 0, false, NULL, 0},
-    {"gemma2", "gelu_pytorch_tanh", 10000.0, 0, 1e-6, true, 256, 256, 50.0, 30.0, 4096, 1.0, false, 0, false, NULL, 0},
-    {"gemma3_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 256, 0, 0, 4096, 1.0, false, 0, false, NULL, 0},
-    {"qwen3_moe", "silu", 10000.0, 0, 1e-6, false, 0, 0, 0, 0, 4096, 1.0, false, 0, false, NULL, 0},
-    {"gemma4_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 0, 0, 0, 512, 1.0, true, 6, false, NULL, 0},
-    {"diffusion_gemma_text", "gelu_pytorch_tanh", 1000000.0, 10000.0, 1e-6, true, 256, 0, 0, 30.0, 512, 1.0, true, 6, false, NULL, 0},
-    {"qwen3_5_text", "silu", 10000.0, 0, 1e-6, false, 256, 0, 0, 0, 0, 0.25, false, 0, true, NULL, 0},
-    {"qwen3_5_moe_text", "silu", 10000.0, 0, 1e-6, false, 256, 0, 0, 0, 0, 0.25, false, 0, true, "shared_expert_intermediate_size", 512},
-    {"glm_moe_dsa", "silu", 10000.0, 0, 1e-5, false, 0, 0, 0, 0, 0, 1.0, false, 0, false, NULL, 0},
-};
-static const int narchs = (int)(sizeof archs / sizeof archs[0]);
-
-const char *config_supported_types(void) {
-  return "llama, mistral, qwen2, qwen3, qwen3_moe, smollm3, phi3, gemma2, gemma3_text, gemma3 (text part), gemma4_text, "
-         "gemma4 (text part), qwen3_5_text, qwen3_5 (text part), qwen3_5_moe_text, qwen3_5_moe (text part), glm_moe_dsa, "
-         "diffusion_gemma (block diffusion)";
-}
-
-static const arch_defaults *find_arch(const char *t) {
-  for (int i = 0; i < narchs; i++)
-    if (strcmp(archs[i].type, t) == 0) return &archs[i];
-  return NULL;
-}
-
 /* A multimodal checkpoint's model_type ("gemma4"): its language model is text_config, a "<type>_text" config. */
-static bool is_wrapper(const char *t) {
+static bool is_wrapper(const config_types *types, const char *t) {
   char text_type[80];
   snprintf(text_type, sizeof text_type, "%s_text", t);
-  return !find_arch(t) && find_arch(text_type);
+  return !types->find(t) && types->find(text_type);
 }
 
-bool config_type_supported(const char *model_type) {
-  return model_type && (find_arch(model_type) != NULL || is_wrapper(model_type));
+bool config_type_supported(const config_types *types, const char *model_type) {
+  return model_type && (types->find(model_type) != NULL || is_wrapper(types, model_type));
 }
 
 static const char *const known_acts[] = {"silu", "swish", "gelu_pytorch_tanh", "gelu_new", "gelu_fast", "gelu", "relu"};
@@ -178,7 +131,7 @@ static int read_layer_types(const json_t *j, model_config *c, bool linear, bool 
  * checkpoints): the language model's config is text_config (a <type>_text
  * config); token ids and dtype may sit at the top, and the whole file is
  * kept as `top` for the keys a family reads there. */
-static int gemma_text_part(model_config *c, const json_t *j, const char *type, const char *what, herr *err) {
+static int gemma_text_part(model_config *c, const json_t *j, const char *type, const char *what, const config_types *types, herr *err) {
   const json_t *tc = json_object_get(j, "text_config");
   if (!json_is_object(tc)) return herr_set(err, HEARTH_EFORMAT, "%s: model_type '%s' needs a 'text_config' object", what, type);
   json_t *copy = json_deep_copy(tc);
@@ -194,7 +147,7 @@ static int gemma_text_part(model_config *c, const json_t *j, const char *type, c
   }
   char sub[300];
   snprintf(sub, sizeof sub, "%s: text_config", what);
-  int rc = config_from_json(c, copy, sub, err);
+  int rc = config_from_json(c, copy, sub, types, err);
   json_decref(copy);
   if (!rc && !(c->top = json_deep_copy(j))) {
     config_free(c);
@@ -229,26 +182,24 @@ int config_experts(const json_t *j, model_config *c, const char *k_key, const ch
   return 0;
 }
 
-int config_from_json(model_config *c, const json_t *j, const char *what, herr *err) {
+int config_from_json(model_config *c, const json_t *j, const char *what, const config_types *types, herr *err) {
   memset(c, 0, sizeof *c);
   const char *top = json_is_object(j) ? json_string_value(json_object_get(j, "model_type")) : NULL;
-  if (top && is_wrapper(top)) return gemma_text_part(c, j, top, what, err);
+  if (top && is_wrapper(types, top)) return gemma_text_part(c, j, top, what, types, err);
   c->bos_token_id = c->pad_token_id = -1;
   if (!json_is_object(j)) return herr_set(err, HEARTH_EFORMAT, "%s: must be a JSON object", what);
   int rc;
   const char *s = NULL;
   if ((rc = hjson_get_str(j, "model_type", true, &s, what, err))) return rc;
-  if (!config_type_supported(s))
-    return herr_set(err, HEARTH_EUNSUPPORTED, "%s: unsupported model_type '%s' (supported: %s)", what, s, config_supported_types());
+  const config_defaults *a = types->find(s);
+  if (!a) return herr_set(err, HEARTH_EUNSUPPORTED, "%s: unsupported model_type '%s' (supported: %s)", what, s, types->list());
   snprintf(c->model_type, sizeof c->model_type, "%s", s);
-  const arch_defaults *a = find_arch(s);
-  bool gemma = !strncmp(s, "gemma", 5);
 
-  /* activation: gemma reads hidden_activation first */
+  /* activation: some types (gemma) read hidden_activation first */
   const char *act = NULL;
-  if (gemma && (rc = hjson_get_str(j, "hidden_activation", false, &act, what, err))) return rc;
+  if (a->hidden_activation && (rc = hjson_get_str(j, "hidden_activation", false, &act, what, err))) return rc;
   if (!act && (rc = hjson_get_str(j, "hidden_act", false, &act, what, err))) return rc;
-  if (!act) act = a->act;
+  if (!act) act = a->act ? a->act : "silu";
   bool known = false;
   for (size_t i = 0; i < sizeof known_acts / sizeof known_acts[0]; i++) known |= !strcmp(act, known_acts[i]);
   if (!known)
@@ -262,7 +213,7 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
 
   if ((rc = hjson_get_int(j, "vocab_size", true, &c->vocab_size, what, err))) return rc;
   if ((rc = hjson_get_int(j, "hidden_size", true, &c->hidden_size, what, err))) return rc;
-  if (a->inter_from) { /* no dense MLP (qwen3_5_moe): another size stands in */
+  if (a->inter_from) { /* no dense MLP: another size stands in */
     c->intermediate_size = a->inter_default;
     if ((rc = hjson_get_int(j, a->inter_from, false, &c->intermediate_size, what, err))) return rc;
   }
@@ -294,11 +245,11 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
 
   /* RoPE: legacy keys first, then rope_parameters on top. */
   rope_config r = {.kind = ROPE_DEFAULT, .theta = a->theta, .beta_fast = 32, .beta_slow = 1,
-                   .partial_rotary_factor = a->partial, .low_freq_factor = 1, .high_freq_factor = 4};
+                   .partial_rotary_factor = a->partial ? a->partial : 1.0, .low_freq_factor = 1, .high_freq_factor = 4};
   if ((rc = get_num_opt(j, "rope_theta", &r.theta, what, err))) return rc;
   if ((rc = get_num_opt(j, "partial_rotary_factor", &r.partial_rotary_factor, what, err))) return rc;
   if ((rc = read_rope_dict(json_object_get(j, "rope_scaling"), &r, what, err))) return rc;
-  if (a->proportional) { /* transformers' defaults (gemma4) when rope_parameters is absent */
+  if (a->proportional) { /* transformers' defaults when rope_parameters is absent */
     r.kind = ROPE_PROPORTIONAL;
     r.partial_rotary_factor = 0.25;
     r.factor = 1.0;
@@ -325,9 +276,9 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
 
   c->tie_word_embeddings = a->tie;
   if ((rc = hjson_get_bool(j, "tie_word_embeddings", false, &c->tie_word_embeddings, what, err))) return rc;
-  c->attention_bias = !strcmp(c->model_type, "qwen2");
+  c->attention_bias = a->qkv_bias;
   if ((rc = hjson_get_bool(j, "attention_bias", false, &c->attention_bias, what, err))) return rc;
-  if (!strcmp(c->model_type, "qwen2")) c->attention_bias = true; /* qwen2 always has q/k/v biases */
+  if (a->qkv_bias) c->attention_bias = true; /* q/k/v biases always */
   if ((rc = hjson_get_bool(j, "mlp_bias", false, &c->mlp_bias, what, err))) return rc;
 
   /* Sliding window and which layers use it. */
@@ -336,15 +287,14 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
   if (sw && json_is_null(sw)) window = 0;
   else if ((rc = hjson_get_int(j, "sliding_window", false, &window, what, err))) return rc;
   if (window < 0) window = 0;
-  bool use_sw = true;
+  bool use_sw = false;
   if ((rc = hjson_get_bool(j, "use_sliding_window", false, &use_sw, what, err))) return rc;
   bool given = false;
   if ((rc = read_layer_types(j, c, a->linear, &given, what, err))) return rc;
   int64_t L = c->num_hidden_layers;
-  const char *t = c->model_type;
-  /* smollm3: no_rope_layers[i] = 1 uses RoPE, 0 skips it; default: every 4th layer skips */
-  if (!strcmp(t, "smollm3")) {
-    int64_t interval = 4;
+  /* no_rope_layers[i] = 1 uses RoPE, 0 skips it; without them every no_rope_layer_interval-th layer skips */
+  if (a->no_rope_every > 0) {
+    int64_t interval = a->no_rope_every;
     if ((rc = hjson_get_int(j, "no_rope_layer_interval", false, &interval, what, err))) return rc;
     const json_t *nr = json_object_get(j, "no_rope_layers");
     if (nr && !json_is_null(nr)) {
@@ -361,40 +311,26 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
       if (interval <= 0) return herr_set(err, HEARTH_EFORMAT, "%s: no_rope_layer_interval must be positive", what);
       for (int64_t l = 0; l < L; l++) c->no_rope[l] = (l + 1) % interval == 0;
     }
-    use_sw = false;
-    if ((rc = hjson_get_bool(j, "use_sliding_window", false, &use_sw, what, err))) return rc;
   }
-  if (!given) {
+  if (!given) { /* the type's rule */
+    int64_t from = L, every = a->every;
+    if (a->layers == CFG_LAYERS_MAX_WINDOW && (rc = hjson_get_int(j, "max_window_layers", false, &from, what, err))) return rc;
+    if (a->layers == CFG_LAYERS_PATTERN) {
+      if (a->every_key && (rc = hjson_get_int(j, a->every_key, false, &every, what, err))) return rc;
+      if (every <= 0)
+        return herr_set(err, HEARTH_EFORMAT, "%s: %s must be positive", what, a->every_key ? a->every_key : "the layer pattern");
+    }
     for (int64_t l = 0; l < L; l++) {
       bool sliding = false;
-      if (!strcmp(t, "mistral") || !strcmp(t, "phi3")) sliding = window > 0;
-      else if (!strcmp(t, "qwen3_moe")) {
-        bool usw = false;
-        if ((rc = hjson_get_bool(j, "use_sliding_window", false, &usw, what, err))) return rc;
-        sliding = usw && window > 0;
-      } else if (a->full_every) sliding = (l + 1) % a->full_every != 0 && l != L - 1;
-      else if (a->linear) {
-        int64_t interval = 4;
-        if ((rc = hjson_get_int(j, "full_attention_interval", false, &interval, what, err))) return rc;
-        if (interval <= 0) return herr_set(err, HEARTH_EFORMAT, "%s: full_attention_interval must be positive", what);
-        c->layer_types[l] = (l + 1) % interval ? LAYER_LINEAR : LAYER_FULL;
-        continue;
+      switch (a->layers) {
+      case CFG_LAYERS_FULL: break;
+      case CFG_LAYERS_WINDOW: sliding = window > 0; break;
+      case CFG_LAYERS_USE_WINDOW: sliding = use_sw && window > 0; break;
+      case CFG_LAYERS_MAX_WINDOW: sliding = use_sw && window > 0 && l >= from; break;
+      case CFG_LAYERS_NO_ROPE: sliding = use_sw && window > 0 && c->no_rope[l]; break;
+      case CFG_LAYERS_PATTERN: sliding = (l + 1) % every != 0 && !(a->last_full && l == L - 1); break;
       }
-      else if (!strcmp(t, "qwen2") || !strcmp(t, "qwen3")) {
-        bool usw = false;
-        int64_t mwl = L;
-        if ((rc = hjson_get_bool(j, "use_sliding_window", false, &usw, what, err))) return rc;
-        if ((rc = hjson_get_int(j, "max_window_layers", false, &mwl, what, err))) return rc;
-        sliding = usw && window > 0 && l >= mwl;
-      } else if (!strcmp(t, "smollm3")) sliding = use_sw && window > 0 && c->no_rope[l];
-      else if (!strcmp(t, "gemma2")) sliding = (l + 1) % 2 != 0;
-      else if (!strcmp(t, "gemma3_text")) {
-        int64_t pattern = 6;
-        if ((rc = hjson_get_int(j, "sliding_window_pattern", false, &pattern, what, err))) return rc;
-        if (pattern <= 0) return herr_set(err, HEARTH_EFORMAT, "%s: sliding_window_pattern must be positive", what);
-        sliding = (l + 1) % pattern != 0;
-      }
-      c->layer_types[l] = sliding ? LAYER_SLIDING : LAYER_FULL;
+      c->layer_types[l] = !sliding ? LAYER_FULL : a->linear ? LAYER_LINEAR : LAYER_SLIDING;
     }
   }
   bool any_sliding = false;
@@ -406,7 +342,7 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
   }
   c->sliding_window = any_sliding ? window : 0;
 
-  /* gemma */
+  /* query scale and softcaps */
   c->query_pre_attn_scalar = a->qpas;
   if ((rc = get_num_opt(j, "query_pre_attn_scalar", &c->query_pre_attn_scalar, what, err))) return rc;
   c->attn_logit_softcapping = a->attn_cap;
@@ -443,7 +379,7 @@ int config_from_json(model_config *c, const json_t *j, const char *what, herr *e
   return 0;
 }
 
-int config_load(model_config *c, const char *path, herr *err) {
+int config_load(model_config *c, const char *path, const config_types *types, herr *err) {
   memset(c, 0, sizeof *c);
   char *file = hfile_is_dir(path) ? hpath_join(path, "config.json") : strdup(path);
   if (!file) return herr_set(err, HEARTH_ENOMEM, "out of memory");
@@ -452,7 +388,7 @@ int config_load(model_config *c, const char *path, herr *err) {
     free(file);
     return err ? err->code : HEARTH_EIO;
   }
-  int rc = config_from_json(c, j, file, err);
+  int rc = config_from_json(c, j, file, types, err);
   json_decref(j);
   free(file);
   if (rc) config_free(c);

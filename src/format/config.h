@@ -1,8 +1,10 @@
 /* config.h — a model folder's config.json and generation_config.json as typed
- * structs. Knows the fields every decoder shares and each architecture's
- * defaults for them; a family's own keys stay in `raw` for its file in
- * src/model. An unsupported model_type is reported with the list of
- * supported ones. */
+ * structs. Knows the fields every decoder shares and how to read them; what
+ * a model_type means where its config.json is silent (its defaults, which
+ * layers slide) comes from the layer above as a config_defaults per type
+ * (the family rows of src/model/family.c), so no model_type is named here.
+ * A family's own keys stay in `raw` for its file in src/model. An
+ * unsupported model_type is reported with the list of supported ones. */
 #ifndef HEARTH_FORMAT_CONFIG_H
 #define HEARTH_FORMAT_CONFIG_H
 
@@ -87,11 +89,57 @@ typedef struct generation_config {
   int n_eos;
 } generation_config;
 
-/* Reads DIR/config.json (or the file given). Validates that the sizes make sense
- * for the architecture and that model_type is supported. */
-int config_load(model_config *c, const char *path, herr *err);
+/* Which layers slide (or are linear) when config.json has no layer_types. */
+typedef enum config_layer_rule {
+  CFG_LAYERS_FULL = 0,   /* every layer full attention */
+  CFG_LAYERS_WINDOW,     /* every layer sliding when there is a window */
+  CFG_LAYERS_USE_WINDOW, /* every layer sliding under use_sliding_window */
+  CFG_LAYERS_MAX_WINDOW, /* under use_sliding_window, the layers from max_window_layers on */
+  CFG_LAYERS_NO_ROPE,    /* under use_sliding_window, the layers that skip RoPE (no_rope_every) */
+  CFG_LAYERS_PATTERN     /* every `every`-th layer full (every_key may say another n), the rest sliding
+                            (linear: linear attention); last_full: the last layer full too */
+} config_layer_rule;
+
+/* What one model_type's config.json means where it is silent (transformers'
+ * defaults for the type) and the few ways types read the shared keys
+ * differently. */
+typedef struct config_defaults {
+  const char *act;               /* hidden_act (NULL: silu) */
+  bool hidden_activation;        /* hidden_activation is read before hidden_act */
+  double theta;                  /* rope_theta */
+  double local_theta;            /* != 0: sliding layers have a RoPE of their own (rope_local), this base */
+  double eps;                    /* rms_norm_eps */
+  bool tie;                      /* tie_word_embeddings */
+  int64_t head_dim;              /* 0: hidden_size / num_attention_heads */
+  double qpas;                   /* query_pre_attn_scalar (0: head_dim) */
+  double attn_cap, final_cap;    /* attn_logit_softcapping, final_logit_softcapping (0: off) */
+  int64_t window;                /* sliding_window */
+  double partial;                /* partial_rotary_factor (0: 1) */
+  bool proportional;             /* proportional partial RoPE (0.25 of the pairs) unless rope_parameters says otherwise */
+  config_layer_rule layers;      /* which layers slide without layer_types */
+  int64_t every;                 /* CFG_LAYERS_PATTERN: every n-th layer is full */
+  const char *every_key;         /* the key that may give n instead (NULL: none) */
+  bool last_full;                /* CFG_LAYERS_PATTERN: the last layer is full too */
+  bool linear;                   /* linear-attention layers ("linear_attention" in layer_types; the pattern's other layers) */
+  int64_t no_rope_every;         /* > 0: some layers skip RoPE (no_rope_layers, or every n-th: no_rope_layer_interval, this default) */
+  bool qkv_bias;                 /* q / k / v biases always (attention_bias forced); o_proj's is optional */
+  const char *inter_from;        /* intermediate_size may be absent: this key's value (default inter_default) stands in */
+  int64_t inter_default;
+} config_defaults;
+
+/* The model types a config.json may name, as the layer above knows them. */
+typedef struct config_types {
+  /* a type's defaults; NULL: not one (a multimodal checkpoint's "T" whose "T_text" is one reads text_config) */
+  const config_defaults *(*find)(const char *model_type);
+  /* "llama, mistral, ..." for messages */
+  const char *(*list)(void);
+} config_types;
+
+/* Reads DIR/config.json (or the file given) with the defaults of its model_type from types. Validates
+ * that the sizes make sense for the architecture and that model_type is supported. */
+int config_load(model_config *c, const char *path, const config_types *types, herr *err);
 /* Same from an already parsed object (what names it in messages); takes no ownership of j. */
-int config_from_json(model_config *c, const json_t *j, const char *what, herr *err);
+int config_from_json(model_config *c, const json_t *j, const char *what, const config_types *types, herr *err);
 void config_free(model_config *c);
 /* Reads DIR/generation_config.json; a missing file gives HF's defaults with present = false. */
 int generation_config_load(generation_config *g, const char *dir, herr *err);
@@ -100,8 +148,7 @@ int config_int_range(const json_t *j, const char *key, bool required, int64_t lo
 /* The experts' shape: num_experts (or num_local_experts), the top-k under k_key, moe_intermediate_size;
  * absent keys leave c's values. */
 int config_experts(const json_t *j, model_config *c, const char *k_key, const char *what, herr *err);
-/* "llama, mistral, qwen2, ..." */
-const char *config_supported_types(void);
-bool config_type_supported(const char *model_type);
+/* Whether types has model_type, directly or as a multimodal checkpoint's text part. */
+bool config_type_supported(const config_types *types, const char *model_type);
 
 #endif

@@ -33,8 +33,7 @@
 const model_config *model_cfg(const model *m) { return &m->cfg; }
 bool model_has_head(const model *m) { return !m->no_head; }
 int64_t model_canvas_length(const model *m) {
-  const family_ops *ops = m->fam && m->fam->ops ? m->fam->ops : &llama_family_ops;
-  return ops->canvas ? ops->canvas(m) : 0;
+  return m->fam && m->fam->canvas && m->fam_state ? m->fam->ops->canvas(m) : 0;
 }
 int64_t model_vocab_size(const model *m) { return m->cfg.vocab_size; }
 
@@ -59,22 +58,21 @@ bk_backend *model_backend(const model *m) { return m->be; }
 /* The family's multi-token-prediction layer (none: all zero). */
 static const model_mtp *mtp_of(const model *m) {
   static const model_mtp none;
-  const family_ops *ops = m->fam && m->fam->ops ? m->fam->ops : &llama_family_ops;
-  return ops->mtp_of && m->fam_state ? ops->mtp_of(m) : &none;
+  return m->fam && m->fam->mtp && m->fam_state ? m->fam->ops->mtp_of(m) : &none;
 }
 
 int model_nextn_layers(const model *m) { return mtp_of(m)->n_nextn; }
 
 int model_mtp_check(const model *m, herr *err) {
-  const family_ops *ops = m->fam && m->fam->ops ? m->fam->ops : &llama_family_ops;
   const model_mtp *mt = mtp_of(m);
-  if (mt->n_nextn <= 0)
-    return herr_set(err, HEARTH_EUNSUPPORTED,
-                    "the model has no multi-token-prediction layer (GLM-5: num_nextn_predict_layers and the "
-                    "model.layers.%lld.eh_proj / enorm / hnorm / shared_head tensors; Qwen3.5: the mtp.fc / "
-                    "pre_fc_norm_* / layers.0 / norm tensors)",
-                    (long long)m->cfg.num_hidden_layers);
-  if (!ops->mtp || !mt->layer)
+  if (mt->n_nextn <= 0) {
+    if (!m->fam || !m->fam->mtp)
+      return herr_set(err, HEARTH_EUNSUPPORTED, "the model has no multi-token-prediction layer (model_type '%s' has none)",
+                      m->cfg.model_type);
+    return herr_set(err, HEARTH_EUNSUPPORTED, "the model has no multi-token-prediction layer (%s: %s)", m->cfg.model_type,
+                    m->fam->mtp);
+  }
+  if (!mt->layer)
     return herr_set(err, HEARTH_EUNSUPPORTED, "the model's multi-token-prediction layer cannot run%s%s",
                     mt->refused ? ": " : " in this family", mt->refused ? mt->refused : "");
   if (m->tp || m->tp_size)
@@ -324,7 +322,7 @@ int llama_load_attention(model *m, const weight_src *src, int l, herr *err) {
   }
   MAT("self_attn.o_proj.weight", true, D, H * hd, &lw->o);
   if (c->attention_bias) {
-    bool qkv_req = true, o_req = strcmp(c->model_type, "qwen2") != 0; /* qwen2: q/k/v biases only */
+    bool qkv_req = true, o_req = !m->fam->cfg.qkv_bias; /* q/k/v biases only (qwen2) */
     LOAD("self_attn.q_proj.bias", qkv_req, 1, H * hd, 0, &lw->q_bias);
     LOAD("self_attn.k_proj.bias", qkv_req, 1, KV * hd, 0, &lw->k_bias);
     LOAD("self_attn.v_proj.bias", qkv_req, 1, KV * hd, 0, &lw->v_bias);
@@ -456,7 +454,7 @@ int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int 
   int mode = (opts && (opts->mmap || opts->geometry_only)) || !bk_backend_is_cpu(m->be) || budget > 0 || size > 0
                  ? HMMAP_MAP
                  : HMMAP_RESIDENT;
-  rc = is_gguf ? gguf_open_mode(&m->gg, dir, mode, err) : config_load(&m->cfg, dir, err);
+  rc = is_gguf ? gguf_open_mode(&m->gg, dir, mode, err) : model_config_load(&m->cfg, dir, err);
   if (rc) goto fail;
   if (is_gguf && (rc = gguf_model_config(m->gg, &m->cfg, err))) goto fail;
   if (!is_gguf && (rc = model_config_check(&m->cfg, dir, err))) goto fail; /* absurd values refused for every caller */
@@ -464,10 +462,14 @@ int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int 
   m->fam = model_family_find(c->model_type);
   if (!m->fam) {
     rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: model_type '%s' has no forward pass (supported: %s)", dir, c->model_type,
-                  config_supported_types());
+                  model_supported_types());
     goto fail;
   }
-  const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
+  if (size > 0 && !m->fam->split) {
+    rc = herr_set(err, HEARTH_EUNSUPPORTED, "%s: tensor parallelism: model_type '%s' is not split over ranks", dir, c->model_type);
+    goto fail;
+  }
+  const family_ops *ops = m->fam->ops;
   if (strcmp(c->hidden_act, "silu") && strcmp(c->hidden_act, "swish") && strcmp(c->hidden_act, "gelu_pytorch_tanh") &&
       strcmp(c->hidden_act, "gelu_new") && strcmp(c->hidden_act, "gelu_fast") && strcmp(c->hidden_act, "gelu") &&
       strcmp(c->hidden_act, "relu")) {
@@ -861,7 +863,7 @@ static int forward_tables(model *m, const model_batch *b, fwd_plan *plan, step *
     st->canvas = true;
     st->window_extra = b->seqs[0].n_tokens - 1;
   }
-  const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
+  const family_ops *ops = m->fam->ops;
   if (ops->inputs && (rc = ops->inputs(m, b, st, err))) return rc;
   st->x = bk_rows(&f->x, 0, T), st->xn = bk_rows(&f->xn, 0, T), st->q = bk_rows(&f->q, 0, T);
   st->k = bk_rows(&f->k, 0, T), st->v = bk_rows(&f->v, 0, T), st->att = bk_rows(&f->att, 0, T);
@@ -897,7 +899,7 @@ static int forward_tables(model *m, const model_batch *b, fwd_plan *plan, step *
 /* The embedding, then the family's layers (an MTP batch: its multi-token-prediction layer) over the
  * step's rows, into st->x. */
 static void forward_layers(model *m, const fwd_plan *p, step *st) {
-  const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
+  const family_ops *ops = m->fam->ops;
   st->norm_after_attn = NULL, st->xn_ready = -1;
   bk_embed(&st->x, &m->embed, &st->ids, m->embed_scale);
   model_reduce(m, &st->x); /* vocabulary-parallel: one rank holds each token's row, the others add zeros */

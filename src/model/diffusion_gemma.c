@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/gemma4.h"
 #include "model/internal.h"
 
 typedef struct dg_state {
@@ -71,8 +72,6 @@ static int prepare(model *m, herr *err) {
   if (rc) return rc;
   dg_state *s = m->fam_state;
   if (s->canvas <= 0) return herr_set(err, HEARTH_EFORMAT, "diffusion_gemma: canvas_length must be positive");
-  if (m->tp_size > 1) /* the soft embeddings would need every rank's vocabulary rows */
-    return herr_set(err, HEARTH_EUNSUPPORTED, "diffusion_gemma: tensor parallelism is not supported for block diffusion");
   m->window_extra = s->canvas - 1;
   if (m->cfg.intermediate_size > m->w_inter) m->w_inter = m->cfg.intermediate_size; /* the self-conditioning MLP */
   return 0;

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "base/json.h"
+#include "model/gemma4.h"
 #include "model/internal.h"
 
 static gemma4_state *S(const model *m) { return (gemma4_state *)m->fam_state; }

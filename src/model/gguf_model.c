@@ -219,7 +219,7 @@ int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
     free(type);
   }
 #undef KEY
-  rc = config_from_json(c, j, gguf_path(g), err);
+  rc = model_config_from_json(c, j, gguf_path(g), err);
   if (!rc && gemma2 && gguf_has(g, "gemma2.rope.freq_base_swa")) { /* the sliding layers' own base (config.c keeps one) */
     double swa;
     if ((rc = gguf_get_float(g, "gemma2.rope.freq_base_swa", &swa, err))) config_free(c);

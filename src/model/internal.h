@@ -3,7 +3,9 @@
  * forward pass works on, where weights come from and how they are
  * described (load.c), the shared layers every family builds its forward
  * from (layers.c: attention, dense MLP, mixture of experts), and the
- * per-family hooks (family_ops) that decoder.c calls. */
+ * per-family hooks (family_ops) that decoder.c calls. No family's own
+ * declarations: what one family file shares with a sibling is in its own
+ * header (gemma4.h, qwen3_5.h). */
 #ifndef HEARTH_MODEL_INTERNAL_H
 #define HEARTH_MODEL_INTERNAL_H
 
@@ -384,7 +386,8 @@ void experts_trim(model *m);
 
 /* ---- families ---- */
 
-/* What a family file adds to the decoder (decoder.c runs the llama family itself). */
+/* A family's hooks, named by its row in family.c (llama_family_ops: the llama decoder's, in decoder.c);
+ * a capability of the row (split, canvas, mtp) comes with the hooks that run it. */
 struct family_ops {
   /* the family's own config.json keys (from cfg.raw, cfg.top) into its state (fam_state, which it
    * allocates) and the shared fields of cfg they decide; before the layers' geometry (optional) */
@@ -402,74 +405,22 @@ struct family_ops {
   /* layer l of the forward */
   void (*layer)(model *m, int l, const kv_store *kv, step *st);
   /* a multi-token-prediction forward (model_seq.mtp_hidden): st->x, the new rows' token embeddings, becomes
-   * the MTP layer's output, from h [T, hidden] (the rows' hidden inputs), over kv's layer 0 (optional) */
+   * the MTP layer's output, from h [T, hidden] (the rows' hidden inputs), over kv's layer 0 (with the
+   * row's mtp) */
   void (*mtp)(model *m, const kv_store *kv, step *st, const bk_tensor *h);
-  /* its multi-token-prediction layer (optional: none) */
+  /* its multi-token-prediction layer in its state (with the row's mtp) */
   const model_mtp *(*mtp_of)(const model *m);
   /* cuts the described weights down to a tensor-parallel rank's part (tp.c's helpers: a family says how
-   * its own layers split); NULL: the family is not split over ranks */
+   * its own layers split; with the row's split) */
   int (*shard)(model *m, herr *err);
-  /* tokens per canvas of a block-diffusion model (model_canvas_length); NULL: autoregressive */
+  /* tokens per canvas of a block-diffusion model (model_canvas_length; with the row's canvas) */
   int64_t (*canvas)(const model *m);
   /* frees fam_state (optional) */
   void (*free)(model *m);
 };
 
+/* The llama decoder's hooks (decoder.c); each other family's are named only by its row in family.c. */
 extern const family_ops llama_family_ops;
-extern const family_ops qwen3_moe_family_ops;
-extern const family_ops gemma4_family_ops;
-extern const family_ops qwen3_5_family_ops;
-extern const family_ops qwen3_5_moe_family_ops;
-
-/* Qwen3.5's layers shared by its dense and MoE files (qwen3_5.c): per-layer
- * geometry and scratch widths, and the token mixer of layer l (its gated
- * attention or its Gated DeltaNet), loaded and run. */
-/* Its config keys (the linear attention's sizes; moe: Qwen3.5-MoE's experts and shared expert). */
-int qwen3_5_config(model *m, bool moe, herr *err);
-/* shared_expert_intermediate_size (Qwen3.5-MoE) */
-int64_t qwen3_5_shared_inter(const model *m);
-const model_mtp *qwen3_5_mtp_of(const model *m);
-int qwen3_5_prepare(model *m, herr *err);
-int qwen3_5_load_mixer(model *m, const weight_src *src, int l, herr *err);
-/* A layer's token mixer's weights under prefix ("model.layers.N." or "mtp.layers.0.") into lw. */
-int qwen3_5_load_mixer_at(model *m, const weight_src *src, const char *prefix, layer_weights *lw, herr *err);
-void qwen3_5_mixer(model *m, int l, const kv_store *kv, step *st);
-/* Its tensor-parallel split: each layer's token mixer by heads, its MLP or experts by width. */
-int qwen3_5_shard(model *m, herr *err);
-/* The multi-token-prediction layer (mtp.*), when the checkpoint has one: load_ffn loads its feed-forward
- * under a prefix, ffn runs it (x += ffn(post_attn_norm(x))). */
-typedef int (*qwen3_5_load_ffn)(model *m, const weight_src *src, const char *prefix, layer_weights *lw, herr *err);
-typedef void (*qwen3_5_ffn)(model *m, const layer_weights *lw, step *st);
-int qwen3_5_load_mtp(model *m, const weight_src *src, qwen3_5_load_ffn load_ffn, qwen3_5_ffn ffn, herr *err);
-void qwen3_5_mtp(model *m, const kv_store *kv, step *st, const bk_tensor *h);
-void qwen3_5_free(model *m);
-extern const family_ops glm5_family_ops;
-extern const family_ops diffusion_gemma_family_ops;
-
-/* Gemma 4's own state (gemma4.c), shared by DiffusionGemma's stack (whose state begins with it). */
-typedef struct gemma4_layer {
-  bk_tensor router_norm;                  /* router input scale (times hidden^-0.5) */
-  bk_tensor pre_ffn_norm_2, post_ffn_norm_1, post_ffn_norm_2; /* the MoE branch beside the MLP */
-  bk_weight ple_gate, ple_proj;           /* per-layer input: [ple, hidden], [hidden, ple] */
-  bk_tensor ple_norm;
-} gemma4_layer;
-typedef struct gemma4_state {
-  int64_t ple_dim, ple_vocab;             /* hidden_size_per_layer_input (0: no per-layer inputs), vocab_size_per_layer_input */
-  int64_t kv_shared;                      /* num_kv_shared_layers: the last n read the KV of the last earlier layer of their type */
-  bool k_eq_v;                            /* attention_k_eq_v: full-attention layers' values are the keys' projection */
-  bool double_wide;                       /* use_double_wide_mlp: KV-shared layers' MLP twice intermediate_size */
-  bk_weight ple_embed, ple_model_proj;    /* the per-layer inputs' table and projection */
-  bk_tensor ple_proj_norm;
-  float ple_embed_scale;
-  gemma4_layer *layers;                   /* owned: num_hidden_layers */
-} gemma4_state;
-/* Its config keys into s and cfg (diffusion: DiffusionGemma's stack), its geometry, a layer's
- * weights, a layer's feed-forward with its residual (the MLP and the MoE branch beside it). */
-int gemma4_read_config(model *m, gemma4_state *s, bool diffusion, herr *err);
-void gemma4_state_free(gemma4_state *s);
-int gemma4_prepare(model *m, herr *err);
-int gemma4_load_layer(model *m, const weight_src *src, int l, herr *err);
-void gemma4_ffn(model *m, int l, step *st);
 
 /* The llama decoder's attention weights of layer l (q/k/v/o, biases, q/k norms), shared by families built on it. */
 int llama_load_attention(model *m, const weight_src *src, int l, herr *err);

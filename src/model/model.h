@@ -174,6 +174,15 @@ typedef struct model_batch {
  * model_load's callers run it (hearth_model_load, the CLI); GGUF metadata
  * is checked when it is read. */
 int model_config_check(const model_config *c, const char *what, herr *err);
+/* config.json (a folder's, or the file given) read with the defaults of its model_type's family
+ * (family.c's rows; format/config.c's config_load with them). */
+int model_config_load(model_config *c, const char *path, herr *err);
+/* The same from a parsed object (what names it in messages). */
+int model_config_from_json(model_config *c, const json_t *j, const char *what, herr *err);
+/* Whether hearth runs model_type (a family's, or a multimodal checkpoint's whose text part is one). */
+bool model_type_supported(const char *model_type);
+/* "llama, mistral, qwen2, ...": the supported types, for messages. */
+const char *model_supported_types(void);
 
 /* dir: a model folder (config.json + safetensors) or a .gguf file. opts may
  * be NULL. Every tensor's presence and shape is checked against the config;

@@ -41,6 +41,7 @@
 
 #include "base/json.h"
 #include "model/internal.h"
+#include "model/qwen3_5.h"
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "model/internal.h"
+#include "model/qwen3_5.h"
 
 /* The sparse block under prefix ("model.layers.N." or "mtp.layers.0."). */
 static int load_moe_at(model *m, const weight_src *src, const char *prefix, layer_weights *lw, herr *err) {

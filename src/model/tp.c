@@ -355,7 +355,7 @@ int tp_shard_layers(model *m, herr *err) {
 int tp_shard(model *m, herr *err) {
   const model_config *c = &m->cfg;
   int N = m->tp_size, r = m->tp_rank, rc;
-  const family_ops *ops = m->fam->ops ? m->fam->ops : &llama_family_ops;
+  const family_ops *ops = m->fam->ops;
   if (!ops->shard)
     return herr_set(err, HEARTH_EUNSUPPORTED, "tensor parallelism: model_type '%s' is not split over ranks", c->model_type);
   if (m->no_head) return herr_set(err, HEARTH_EUNSUPPORTED, "tensor parallelism: a model without an output head is not split");

@@ -42,7 +42,7 @@ int train_view_get(model *m, train_view *v, herr *err) {
   const model_config *c = &m->cfg;
   const model_family *f = m->fam;
   if (m->tp_size > 1) return herr_set(err, HEARTH_EINVAL, "a model spread over ranks is not trained");
-  if (f->ops || f->v_norm || c->num_experts > 0)
+  if (f->ops != &llama_family_ops || f->v_norm || c->num_experts > 0)
     return herr_set(err, HEARTH_EUNSUPPORTED,
                     "model_type '%s' is not trained yet (llama, mistral, qwen2, qwen3, smollm3, gemma2, gemma3 and phi3 are)",
                     c->model_type);

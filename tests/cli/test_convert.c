@@ -269,7 +269,7 @@ static void test_quantized(void) {
   snprintf(p, sizeof p, "%s/mlx4/config.json", tmp);
   model_config c;
   herr err = {0};
-  CHECK_MSG(config_load(&c, p, &err) == 0, "%s", err.msg);
+  CHECK_MSG(model_config_load(&c, p, &err) == 0, "%s", err.msg);
   CHECK_EQ_INT(c.quant_bits, 4);
   CHECK_EQ_INT(c.quant_group_size, 64);
   config_free(&c);
@@ -728,7 +728,7 @@ static void test_other_families(void) {
       snprintf(p, sizeof p, "%s/config.json", from);
       model_config c;
       herr err = {0};
-      CHECK(config_load(&c, p, &err) == 0);
+      CHECK(model_config_load(&c, p, &err) == 0);
       double amax, d = max_abs_diff(a, b, (size_t)(8 * c.vocab_size), &amax);
       CHECK_MSG(d <= 2e-5 * (1 + amax), "%s: f32 GGUF logits differ by %g", names[i], d);
       config_free(&c);

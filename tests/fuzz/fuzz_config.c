@@ -1,4 +1,4 @@
-/* fuzz_config — config_from_json over arbitrary bytes (parsed as JSON): it
+/* fuzz_config — model_config_from_json over arbitrary bytes (parsed as JSON): it
  * must either refuse with a message or produce a config whose sizes are
  * consistent, and whose RoPE settings give finite frequency tables. */
 #include <math.h>
@@ -8,6 +8,7 @@
 
 #include "base/json.h"
 #include "format/config.h"
+#include "model/model.h"
 #include "model/rope.h"
 
 static void check_rope(const rope_config *r, const model_config *c) {
@@ -27,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   json_t *j = hjson_load_buf((const char *)data, size, "config.json", &err);
   if (!j) return 0;
   model_config c;
-  int rc = config_from_json(&c, j, "config.json", &err);
+  int rc = model_config_from_json(&c, j, "config.json", &err);
   json_decref(j);
   if (rc) {
     if (!err.msg[0]) abort();
@@ -38,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads) abort();
   if (c.head_dim <= 0 || c.vocab_size <= 0 || c.hidden_size <= 0) abort();
   if (c.sliding_window < 0 || c.n_eos < 0 || c.n_eos > CFG_MAX_EOS) abort();
-  if (!config_type_supported(c.model_type)) abort();
+  if (!model_type_supported(c.model_type)) abort();
   check_rope(&c.rope, &c);
   check_rope(&c.rope_local, &c);
   config_free(&c);

@@ -9,8 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model/gemma4.h"
 #include "model/internal.h"
 #include "model/model.h"
+#include "model/qwen3_5.h"
 #include "test.h"
 
 #define GOLDEN HEARTH_SOURCE_DIR "/tests/fixtures/golden/"
@@ -226,6 +228,25 @@ static void test_qwen3_moe(void) {
 }
 
 /* Values out of range, named (by default a gemma4_text config). */
+/* Every row: its hooks (those the decoder always calls, and the ones behind each capability it
+ * claims and no others), its defaults, found by its name. */
+static void test_rows(void) {
+  int n = 0;
+  for (const model_family *f; (f = model_family_at(n)); n++) {
+    const family_ops *o = f->ops;
+    CHECK_MSG(o && o->load_layer && o->layer, "%s: load_layer and layer", f->model_type);
+    if (!o) continue;
+    CHECK_MSG(f->split == (o->shard != NULL), "%s: split and shard", f->model_type);
+    CHECK_MSG(f->canvas == (o->canvas != NULL), "%s: canvas", f->model_type);
+    CHECK_MSG((f->mtp != NULL) == (o->mtp != NULL) && (f->mtp != NULL) == (o->mtp_of != NULL), "%s: mtp", f->model_type);
+    CHECK_MSG(f->cfg.theta > 0 && f->cfg.eps > 0, "%s: rope_theta and rms_norm_eps defaults", f->model_type);
+    CHECK_MSG(f->cfg.layers != CFG_LAYERS_PATTERN || f->cfg.every > 0, "%s: its layer pattern", f->model_type);
+    CHECK(model_family_find(f->model_type) == f && model_type_supported(f->model_type));
+  }
+  CHECK(n >= 14);
+  CHECK(!model_family_find("gpt2") && !model_family_find(NULL));
+}
+
 static void test_errors(void) {
   static const struct { const char *json, *names; int code; } bad[] = {
       {"\"num_kv_shared_layers\": 6", "num_kv_shared_layers", HEARTH_EFORMAT},
@@ -264,6 +285,7 @@ int main(void) {
   RUN(test_qwen3_5);
   RUN(test_glm5);
   RUN(test_qwen3_moe);
+  RUN(test_rows);
   RUN(test_errors);
   char p[128];
   snprintf(p, sizeof p, "%s/config.json", tmpdir);

@@ -220,7 +220,7 @@ static void test_glm5(void) {
 }
 
 /* What the golden families refuse to split, by name: 4 query heads over 3 ranks; Qwen3.5-MoE's 2
- * linear-attention value heads over 4. */
+ * linear-attention value heads over 4; DiffusionGemma at all (its row has no split). */
 static void test_family_refusals(void) {
   static const struct {
     const char *name;
@@ -233,6 +233,7 @@ static void test_family_refusals(void) {
       {"qwen3_5_moe-f32", 3, "does not split over 3 ranks"},
       {"qwen3_5_moe-f32", 4, "linear_num_value_heads 2 does not split over 4 ranks"},
       {"glm5-f32", 3, "num_attention_heads 4 does not split over 3 ranks"},
+      {"diffusion_gemma-f32", 2, "model_type 'diffusion_gemma_text' is not split over ranks"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char dir[512];
