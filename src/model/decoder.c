@@ -7,9 +7,10 @@
  * hidden state embedding sequences ask for), one download (or sampling on
  * the device).
  * Also the llama-family decoder's layers (llama, mistral, qwen2, qwen3,
- * smollm3, phi3, gemma2, gemma3_text): attention then the dense MLP, from
- * layers.c. Knows nothing of sampling, tokenizers or how the cache manages
- * its blocks; other families' layers live in their own files. */
+ * smollm3, phi3, gemma2, gemma3_text; granite through granite.c's
+ * multipliers): attention then the dense MLP, from layers.c. Knows nothing
+ * of sampling, tokenizers or how the cache manages its blocks; other
+ * families' layers live in their own files. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -374,7 +375,7 @@ static int llama_load_layer(model *m, const weight_src *src, int l, herr *err) {
   return rc ? rc : llama_load_mlp(m, src, l, m->cfg.intermediate_size, err);
 }
 
-/* x += [post](attention); x += [post](mlp(norm(x))) */
+/* x += [post](attention) [× residual_scale]; x += [post](mlp(norm(x))) [× residual_scale] */
 static void llama_layer(model *m, int l, const kv_store *kv, step *st) {
   const layer_weights *lw = &m->layers[l];
   /* each residual add runs with the norm after it: the FFN's, and the next layer's input norm */
@@ -383,6 +384,7 @@ static void llama_layer(model *m, int l, const kv_store *kv, step *st) {
   bk_tensor o = step_view(&st->o, st->T, m->cfg.hidden_size);
   layer_mlp(m, lw, st, &st->xn, &o);
   if (m->fam->sandwich_norms) layer_norm(m, &o, &o, &lw->post_ffn_norm);
+  if (m->residual_scale) bk_scale(&o, m->residual_scale);
   if (l + 1 < m->cfg.num_hidden_layers) {
     layer_add_norm(m, st, &o, &m->layers[l + 1].attn_norm);
     st->xn_ready = l + 1;
@@ -914,7 +916,7 @@ static void forward_layers(model *m, const fwd_plan *p, step *st) {
 
 /* The head: the rows that need logits or hidden states gathered into xr and through the final norm
  * (an MTP batch: its head's norm), the next_hidden rows likewise into m->f.nh, and lg = the first R
- * rows through lm_head (an MTP batch: its head), softcapped. */
+ * rows through lm_head (an MTP batch: its head), times logit_scale, softcapped. */
 static int forward_head(model *m, const fwd_plan *p, const step *st, const bk_tensor *lg, const bk_tensor *xr, herr *err) {
   const model_config *c = &m->cfg;
   const model_mtp *mt = mtp_of(m);
@@ -932,6 +934,7 @@ static int forward_head(model *m, const fwd_plan *p, const step *st, const bk_te
     int rc;
     if (p->mtp) bk_matmul_t(lg, &xl, mt->head, NULL);
     else if ((rc = model_head(m, lg, &xl, err))) return rc;
+    if (m->logit_scale) bk_scale(lg, m->logit_scale);
     if (c->final_logit_softcapping > 0) bk_softcap(lg, (float)c->final_logit_softcapping);
   }
   return 0;

@@ -215,6 +215,9 @@ struct model {
   struct mm_tower *tower_list[3]; /* owned: n_towers towers */
   int n_towers;
   float embed_scale;      /* 0 = none */
+  float residual_scale;   /* 0 = none: the attention's (layers.c) and the llama layer's MLP output times it
+                             before its residual add (granite's residual_multiplier) */
+  float logit_scale;      /* 0 = none: the logits times it, before any softcap (granite: 1 / logits_scaling) */
   bool as_bf16;           /* f32 weights rounded to bf16 as loaded (model_load_opts.f32_as_bf16) */
   /* widest activations over the layers */
   int64_t w_q, w_kv, w_inter;
@@ -281,8 +284,8 @@ int model_to_bf16(model *m, bk_weight *w, herr *err);
 /* ---- shared layers (layers.c) ---- */
 
 bk_act model_act(const model *m);
-/* Attention of layer l with its residual: x += [post_norm](o · attention(rope(norm(q)), KV)) where
- * q, k, v come from norm(x); k / v written to the layer's cache rows unless it reads another layer's. */
+/* Attention of layer l with its residual: x += [post_norm](o · attention(rope(norm(q)), KV)) [× residual_scale]
+ * where q, k, v come from norm(x); k / v written to the layer's cache rows unless it reads another layer's. */
 void layer_attention(model *m, int l, const kv_store *kv, step *st);
 /* The same with weights lw outside m->layers (a multi-token-prediction layer), over kv's layer l. */
 void layer_attention_of(model *m, const layer_weights *lw, int l, const kv_store *kv, step *st);

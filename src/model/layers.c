@@ -1,12 +1,13 @@
 /* layers.c — the blocks every decoder family builds its forward from, as
  * sequences of backend ops over a step's activations: attention (norm,
  * projections, per-head q/k/v norms, RoPE, the paged KV write, attention,
- * output projection, optional post-norm, residual add; a layer may read
- * another layer's KV rows instead of writing its own; an optional output
- * gate), linear attention (Gated DeltaNet: projections, the causal conv1d
- * and the gated delta rule over each sequence's recurrent state, the gated
- * RMSNorm, output projection), the dense gated MLP
- * and the mixture of experts (router matmul, top-k routing, the experts).
+ * output projection, optional post-norm, the model's residual scale,
+ * residual add; a layer may read another layer's KV rows instead of writing
+ * its own; an optional output gate), linear attention (Gated DeltaNet:
+ * projections, the causal conv1d and the gated delta rule over each
+ * sequence's recurrent state, the gated RMSNorm, output projection), the
+ * dense gated MLP and the mixture of experts (router matmul, top-k routing,
+ * the experts).
  * What differs between families is data in the layer's weights and the
  * family's switches; how blocks are put together is each family's file. */
 #include <string.h>
@@ -123,6 +124,7 @@ void layer_attention_of(model *m, const layer_weights *lw, int l, const kv_store
   layer_lora(st, l, LORA_O, &o, &att);
   model_reduce(m, &o); /* row-parallel: each rank's heads' share */
   if (m->fam->sandwich_norms) layer_norm(m, &o, &o, &lw->post_attn_norm);
+  if (m->residual_scale) bk_scale(&o, m->residual_scale);
   if (st->norm_after_attn) {
     layer_add_norm(m, st, &o, st->norm_after_attn);
     st->norm_after_attn = NULL;
