@@ -147,6 +147,16 @@ ARCHS = {
                                       rope_scaling=dict(rope_type="yarn", factor=4.0, mscale=1.0,
                                                         mscale_all_dim=0.8, original_max_position_embeddings=32)),
                   ("f32",)),
+    # Granite: llama with its four multipliers (embeddings times embedding_multiplier, the attention
+    # scale attention_multiplier instead of 1/sqrt(head_dim), each sublayer's output times
+    # residual_multiplier before its residual add, logits divided by logits_scaling), tied like
+    # Granite 3.x. Granite 3.x's own values (12, 0.0078125, 0.22, 8 or 16) on a model this small
+    # leave the embedding ruling the residual stream (greedy repeats one token); these keep every
+    # layer in play and each multiplier moving the logits by 0.25 or more (tools/gen_granite_ref.py
+    # prints how much). Last, so the seeds of the entries above stay as they were.
+    "granite": ("granite", dict(num_hidden_layers=2, tie_word_embeddings=True, rope_theta=10000.0,
+                                embedding_multiplier=1.5, attention_multiplier=0.5, residual_multiplier=0.75,
+                                logits_scaling=4.0), ("f32", "bf16")),
 }
 
 

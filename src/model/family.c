@@ -22,6 +22,7 @@ extern const family_ops qwen3_5_family_ops;
 extern const family_ops qwen3_5_moe_family_ops;
 extern const family_ops glm5_family_ops;
 extern const family_ops diffusion_gemma_family_ops;
+extern const family_ops granite_family_ops;
 
 #define GELU "gelu_pytorch_tanh"
 #define QWEN3_5_MTP "the mtp.fc / pre_fc_norm_* / layers.0 / norm tensors"
@@ -50,6 +51,8 @@ static const model_family families[] = {
     /* phi3: fused projections, partial rotary */
     {.model_type = "phi3", .cfg = {.act = "silu", .theta = 1e4, .eps = 1e-5, .layers = CFG_LAYERS_WINDOW}, .fused_qkv = true,
      .split = true, .ops = &llama_family_ops},
+    /* granite.c: llama with embedding, attention, residual and logits multipliers */
+    {.model_type = "granite", .cfg = {.act = "silu", .theta = 1e4, .eps = 1e-6}, .split = true, .ops = &granite_family_ops},
     /* gemma2: softcapping, sliding / full alternating */
     {.model_type = "gemma2",
      .cfg = {.act = GELU, .hidden_activation = true, .theta = 1e4, .eps = 1e-6, .tie = true, .head_dim = 256, .qpas = 256,

@@ -7,8 +7,8 @@
  * backend (tp_shard): each family says how its own layers split through
  * its shard hook (family_ops.shard), built from the helpers here; a family
  * without one is refused. The llama decoder's families (llama, mistral,
- * qwen2, qwen3, smollm3, phi3, gemma2, gemma3_text) and qwen3_moe take
- * tp_shard_layers:
+ * qwen2, qwen3, smollm3, phi3, gemma2, gemma3_text), granite and qwen3_moe
+ * take tp_shard_layers:
  *   attention   query heads split (rank r: heads [r H/N, (r+1) H/N)); KV
  *               heads split with them, or, fewer than N, replicated (each
  *               rank keeps the one KV head its query heads read; N a

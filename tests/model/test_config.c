@@ -263,9 +263,9 @@ static void test_errors(void) {
   CHECK(strstr(err.msg, "no/such/dir") != NULL);
   CHECK(model_type_supported("qwen3") && model_type_supported("gemma4") && !model_type_supported("gpt2"));
   CHECK_EQ_STR(model_supported_types(),
-               "llama, mistral, qwen2, qwen3, qwen3_moe, smollm3, phi3, gemma2, gemma3_text, gemma3 (text part), gemma4_text, "
-               "gemma4 (text part), qwen3_5_text, qwen3_5 (text part), qwen3_5_moe_text, qwen3_5_moe (text part), glm_moe_dsa, "
-               "diffusion_gemma (block diffusion)");
+               "llama, mistral, qwen2, qwen3, qwen3_moe, smollm3, phi3, granite, gemma2, gemma3_text, gemma3 (text part), "
+               "gemma4_text, gemma4 (text part), qwen3_5_text, qwen3_5 (text part), qwen3_5_moe_text, qwen3_5_moe (text part), "
+               "glm_moe_dsa, diffusion_gemma (block diffusion)");
 }
 
 static void test_generation_config(void) {

@@ -2,8 +2,9 @@
  * file in src/model, from config.c's raw object) when a model is loaded:
  * Gemma 4's per-layer geometry, per-layer inputs, KV sharing and MoE block,
  * DiffusionGemma's canvas, Qwen3.5's linear attention and experts, GLM-5's
- * and Qwen3-MoE's experts; the golden fixtures and written configs, loaded for their
- * geometry only (no weights), and the errors that name the key. */
+ * and Qwen3-MoE's experts, Granite's multipliers; the golden fixtures and
+ * written configs, loaded for their geometry only (no weights), and the
+ * errors that name the key. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +228,26 @@ static void test_qwen3_moe(void) {
   }
 }
 
+/* granite: its four multipliers become the model's scales (embed_scale, residual_scale, logit_scale =
+ * 1 / logits_scaling) and every layer's attention scale; absent, each is 1 (no scale at all, and an
+ * attention scale of 1 rather than 1/sqrt(head_dim)). */
+static void test_granite(void) {
+  model *m;
+  herr err = {0};
+  CHECK_MSG(load_dir(GOLDEN "granite-f32", &m, &err) == 0, "%s", err.msg);
+  if (m) {
+    CHECK(m->embed_scale == 1.5f && m->residual_scale == 0.75f && m->logit_scale == 0.25f);
+    CHECK(m->layers[0].attn_scale == 0.5f && m->layers[1].attn_scale == 0.5f);
+    model_free(m);
+  }
+  CHECK(load_text("{\"model_type\": \"granite\", " BASE "}", &m, &err) == 0);
+  if (m) {
+    CHECK(m->embed_scale == 0 && m->residual_scale == 0 && m->logit_scale == 0);
+    CHECK(m->layers[0].attn_scale == 1.0f && m->layers[5].attn_scale == 1.0f);
+    model_free(m);
+  }
+}
+
 /* Values out of range, named (by default a gemma4_text config). */
 /* Every row: its hooks (those the decoder always calls, and the ones behind each capability it
  * claims and no others), its defaults, found by its name. */
@@ -263,6 +284,8 @@ static void test_errors(void) {
       {"\"model_type\": \"qwen3_moe\", \"moe_intermediate_size\": -1", "moe_intermediate_size", HEARTH_EFORMAT},
       {"\"model_type\": \"qwen3_moe\", \"decoder_sparse_step\": 0", "decoder_sparse_step", HEARTH_EFORMAT},
       {"\"model_type\": \"qwen3_moe\", \"mlp_only_layers\": [6]", "mlp_only_layers", HEARTH_EFORMAT},
+      {"\"model_type\": \"granite\", \"logits_scaling\": 0", "logits_scaling", HEARTH_EFORMAT},
+      {"\"model_type\": \"granite\", \"attention_multiplier\": \"0.5\"", "attention_multiplier", HEARTH_EFORMAT},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char text[1024];
@@ -285,6 +308,7 @@ int main(void) {
   RUN(test_qwen3_5);
   RUN(test_glm5);
   RUN(test_qwen3_moe);
+  RUN(test_granite);
   RUN(test_rows);
   RUN(test_errors);
   char p[128];

@@ -244,6 +244,8 @@ static void test_qwen3_5_moe(void) { check_folder("qwen3_5_moe-f32"), check_fold
 /* Qwen3_5ForConditionalGeneration: the text stack under model.language_model., a vision tower beside it */
 static void test_qwen3_5_multimodal(void) { check_folder("qwen3_5_vl-f32"); }
 static void test_glm5(void) { check_folder("glm5-f32"), check_folder("glm5-bf16"), check_folder("glm5_yarn-f32"); }
+/* llama with embedding, attention, residual and logits multipliers, tied */
+static void test_granite(void) { check_folder("granite-f32"), check_folder("granite-bf16"); }
 
 /* GLM-5's cache holds per token one K row [RoPE key | latent] (8 + 32
  * floats in the fixture) and one V row (the indexer's key, 16), not the
@@ -422,6 +424,7 @@ int main(void) {
   RUN(test_qwen3_5_multimodal);
   RUN(test_glm5);
   RUN(test_glm5_cache_and_selection);
+  RUN(test_granite);
   RUN(test_f32_as_bf16);
   RUN(test_bad_batches);
   TEST_MAIN_END();

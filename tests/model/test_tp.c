@@ -2,10 +2,10 @@
  * a model split over N ranks gives the logits of the unsplit model within
  * f32 rounding and the same greedy tokens, on the golden models (llama,
  * qwen3 with tied embeddings, qwen2 with one KV head replicated, mistral,
- * phi3's fused projections, gemma3, and qwen3_moe, whose experts are split
- * by width; Gemma 4 dense, MoE and with per-layer inputs; Qwen3.5 and
- * Qwen3.5-MoE; GLM-5) at N = 2 and 4 (against transformers' logits too),
- * and on models made here (llama, Gemma 4, Qwen3.5, GLM-5) with 6 query
+ * phi3's fused projections, gemma3, granite's multipliers, and qwen3_moe,
+ * whose experts are split by width; Gemma 4 dense, MoE and with per-layer
+ * inputs; Qwen3.5 and Qwen3.5-MoE; GLM-5) at N = 2 and 4 (against
+ * transformers' logits too), and on models made here (llama, Gemma 4, Qwen3.5, GLM-5) with 6 query
  * heads and 3 KV heads at N = 3 and 6 (KV heads, and Qwen3.5's key heads,
  * replicated) with a vocabulary that does not divide; LoRA
  * adapters (PEFT's on the golden bases, alone and stacked, and one made
@@ -252,7 +252,8 @@ static void test_golden_n1(void) {
 }
 
 static void test_golden_n2(void) {
-  static const char *names[] = {"llama-f32", "qwen3-f32", "qwen2-f32", "mistral-f32", "phi3-f32", "gemma3-f32", "qwen3_moe-f32"};
+  static const char *names[] = {"llama-f32", "qwen3-f32", "qwen2-f32", "mistral-f32", "phi3-f32", "gemma3-f32", "qwen3_moe-f32",
+                                "granite-f32"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) golden(names[i], 2);
 }
 
