@@ -262,10 +262,13 @@ static void test_errors(void) {
   CHECK(model_config_load(&c, HEARTH_SOURCE_DIR "/no/such/dir", &err) != 0);
   CHECK(strstr(err.msg, "no/such/dir") != NULL);
   CHECK(model_type_supported("qwen3") && model_type_supported("gemma4") && !model_type_supported("gpt2"));
-  CHECK_EQ_STR(model_supported_types(),
-               "llama, mistral, qwen2, qwen3, qwen3_moe, smollm3, phi3, granite, gemma2, gemma3_text, gemma3 (text part), "
-               "gemma4_text, gemma4 (text part), qwen3_5_text, qwen3_5 (text part), qwen3_5_moe_text, qwen3_5_moe (text part), "
-               "glm_moe_dsa, diffusion_gemma (block diffusion)");
+  /* the list is made from the family rows: each row's type, a wrapper's "(text part)", a canvas family's note
+   * (containment, so a new family's row needs no edit here) */
+  static const char *const listed[] = {"llama, ",           "mistral, ",           "qwen3_moe, ",        "phi3, ",
+                                       "gemma3 (text part)", "gemma4 (text part)", "qwen3_5_moe (text part)",
+                                       "glm_moe_dsa",        "diffusion_gemma (block diffusion)"};
+  for (size_t i = 0; i < sizeof listed / sizeof listed[0]; i++) CHECK(strstr(model_supported_types(), listed[i]) != NULL);
+  CHECK(strncmp(model_supported_types(), "llama, ", 7) == 0);
 }
 
 static void test_generation_config(void) {
