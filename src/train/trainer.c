@@ -131,7 +131,6 @@ struct trainer {
   /* activations */
   int64_t cap_t;
   float *act;                  /* owned: every kept activation */
-  size_t act_floats;           /* its size */
   layer_acts *la;              /* [layers]: each layer's activations (with checkpoints, in the sets below) */
   layer_acts *sets;            /* owned: [ck] with checkpoints: the activations of ck consecutive layers */
   int64_t ck;                  /* 0: every layer's activations kept; N: only every N-th layer's input kept (la[l].x
@@ -363,7 +362,6 @@ static int reserve(trainer *t, int64_t T, herr *err) {
                     (double)n * sizeof(float) / 1048576.0);
   }
   layout(t, T, t->act);
-  t->act_floats = n;
   t->cap_t = T;
   return 0;
 }
