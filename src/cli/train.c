@@ -49,6 +49,16 @@ static void train_usage(FILE *f) {
           "  --batch N            examples per micro-batch (default 4)\n"
           "  --grad-accum N       micro-batches per step (default 1); the loss is averaged over a step's tokens\n"
           "  --seq-len N          examples cut to N tokens (default 512)\n"
+          "  --packing            sft: short examples packed into sequences of up to --seq-len tokens (best-fit\n"
+          "                       decreasing, none split); attention stays inside each example and its positions\n"
+          "                       start at 0, so the loss and gradients are those of the examples one by one;\n"
+          "                       --batch then counts packed sequences, and the loss is still per learned token\n"
+          "                       over the whole step\n"
+          "  --checkpoint-layers [N]\n"
+          "                       activation checkpointing: from the forward keep only the input of every N-th\n"
+          "                       layer (default 1: each layer's), and recompute the layers' activations from it\n"
+          "                       in the backward: the same gradients bit for bit, for less memory and about one\n"
+          "                       more forward pass of time\n"
           "  --weight-decay X     AdamW weight decay (default 0)\n"
           "  --max-grad-norm X    clip the gradient's global norm (default 1; 0: off)\n"
           "  --seed N             the adapter's initialization and the order of examples (default 0)\n"
@@ -176,6 +186,15 @@ int cli_train(int argc, char **argv) {
       o.rslora = true;
     } else if (!strcmp(argv[i], "--no-plot")) {
       o.plot = false;
+    } else if (!strcmp(argv[i], "--packing")) {
+      o.packing = true;
+    } else if (!strcmp(argv[i], "--checkpoint-layers") || !strncmp(argv[i], "--checkpoint-layers=", 20)) {
+      const char *nv = argv[i][19] == '=' ? argv[i] + 20 : i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9' ? argv[++i] : "1";
+      char *end = NULL;
+      long long k = strtoll(nv, &end, 10);
+      if (end == nv || *end || k < 1 || k > 1000000)
+        return cli_usage_error("train", "--checkpoint-layers takes a number of layers from 1 up, not '%s'", nv);
+      o.checkpoint_layers = k;
     } else if (!strcmp(argv[i], "--resume")) {
       o.resume = i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : "";
     } else if (!strncmp(argv[i], "--resume=", 9)) {

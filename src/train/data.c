@@ -1,8 +1,8 @@
 /* data.c — training examples from JSONL (train.h): chat lines rendered
  * through the model's template with the loss on the assistant turns,
- * prompt / completion lines, and preference pairs (prompt, chosen,
- * rejected) as two examples that share the prompt. Knows nothing of the
- * model's numbers. */
+ * prompt / completion lines, preference pairs (prompt, chosen, rejected) as
+ * two examples that share the prompt, and short examples packed into
+ * sequences (best-fit decreasing). Knows nothing of the model's numbers. */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -198,6 +198,125 @@ int train_pair_from_json(const void *json_obj, const char *what, const tokenizer
   return rc;
 }
 
+/* ---- packing ---- */
+
+/* The room left in the open sequences: a max-tree over room values 0..S, leaf r holding r while some sequence
+ * has exactly r left (TRL's segment tree), each value's sequences in a first-in first-out queue. */
+typedef struct room_tree {
+  int64_t *mx; /* [2 · size] */
+  int64_t size;
+} room_tree;
+
+static void room_set(room_tree *rt, int64_t r, int64_t v) {
+  int64_t i = rt->size + r;
+  rt->mx[i] = v;
+  for (i /= 2; i >= 1; i /= 2) rt->mx[i] = rt->mx[2 * i] > rt->mx[2 * i + 1] ? rt->mx[2 * i] : rt->mx[2 * i + 1];
+}
+
+/* The least room >= need that some sequence has, or -1. */
+static int64_t room_search(const room_tree *rt, int64_t need) {
+  if (rt->mx[1] < need) return -1;
+  int64_t i = 1;
+  while (i < rt->size) i = rt->mx[2 * i] >= need ? 2 * i : 2 * i + 1;
+  return i - rt->size;
+}
+
+typedef struct pack_bin {
+  int64_t len, first, last; /* tokens; its examples as a list through pack_next (indices into in) */
+  int64_t next_same;        /* the next sequence with the same room (-1: none) */
+} pack_bin;
+
+/* Example i goes before j: longer, or as long and earlier. */
+static bool before(const train_set *in, int64_t i, int64_t j) {
+  return in->ex[i].n != in->ex[j].n ? in->ex[i].n > in->ex[j].n : i < j;
+}
+
+/* qsort_r is not C17: a merge sort of indices. */
+static void sort_idx(int64_t *a, int64_t *tmp, int64_t n, const train_set *in) {
+  if (n < 2) return;
+  int64_t h = n / 2;
+  sort_idx(a, tmp, h, in), sort_idx(a + h, tmp, n - h, in);
+  int64_t i = 0, j = h, k = 0;
+  while (i < h && j < n) tmp[k++] = before(in, a[j], a[i]) ? a[j++] : a[i++];
+  while (i < h) tmp[k++] = a[i++];
+  while (j < n) tmp[k++] = a[j++];
+  memcpy(a, tmp, (size_t)n * sizeof *a);
+}
+
+int train_pack(const train_set *in, int64_t seq_len, train_set *out, herr *err) {
+  memset(out, 0, sizeof *out);
+  if (seq_len < 1) return herr_set(err, HEARTH_EINVAL, "packing: --seq-len must be positive");
+  int64_t n = in->n, size = 1, nb = 0;
+  while (size <= seq_len) size *= 2;
+  int64_t *order = malloc((size_t)(n ? n : 1) * sizeof *order), *tmp = malloc((size_t)(n ? n : 1) * sizeof *tmp);
+  int64_t *next = malloc((size_t)(n ? n : 1) * sizeof *next);
+  int64_t *head = malloc((size_t)(seq_len + 1) * sizeof *head), *tail = malloc((size_t)(seq_len + 1) * sizeof *tail);
+  pack_bin *bins = malloc((size_t)(n ? n : 1) * sizeof *bins);
+  room_tree rt = {calloc((size_t)(2 * size), sizeof(int64_t)), size};
+  int rc = 0;
+  if (!order || !tmp || !next || !head || !tail || !bins || !rt.mx) {
+    rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+    goto done;
+  }
+  for (int64_t i = 0; i < n; i++) order[i] = i;
+  sort_idx(order, tmp, n, in);
+  for (int64_t r = 0; r <= seq_len; r++) head[r] = tail[r] = -1;
+  for (int64_t k = 0; k < n; k++) {
+    int64_t e = order[k], len = in->ex[e].n < seq_len ? in->ex[e].n : seq_len;
+    int64_t room = room_search(&rt, len), b;
+    if (room >= 0) { /* the first sequence with exactly that room */
+      b = head[room];
+      head[room] = bins[b].next_same;
+      if (head[room] < 0) tail[room] = -1, room_set(&rt, room, 0);
+      bins[b].len += len;
+      next[bins[b].last] = e, bins[b].last = e;
+    } else {
+      b = nb++;
+      bins[b] = (pack_bin){len, e, e, -1};
+    }
+    next[e] = -1;
+    int64_t left = seq_len - bins[b].len;
+    bins[b].next_same = -1;
+    if (tail[left] >= 0) bins[tail[left]].next_same = b;
+    else head[left] = b;
+    tail[left] = b;
+    if (left > 0) room_set(&rt, left, left);
+  }
+  out->ex = calloc((size_t)(nb ? nb : 1), sizeof *out->ex);
+  if (!out->ex) {
+    rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+    goto done;
+  }
+  out->cap = nb;
+  for (int64_t b = 0; b < nb; b++) {
+    train_example *x = &out->ex[out->n];
+    x->ids = malloc((size_t)bins[b].len * sizeof *x->ids);
+    x->loss = malloc((size_t)bins[b].len);
+    x->pos = malloc((size_t)bins[b].len * sizeof *x->pos);
+    if (!x->ids || !x->loss || !x->pos) {
+      free(x->ids), free(x->loss), free(x->pos);
+      rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
+      goto done;
+    }
+    out->n++;
+    for (int64_t e = bins[b].first; e >= 0; e = next[e]) {
+      const train_example *y = &in->ex[e];
+      int64_t len = y->n < seq_len ? y->n : seq_len;
+      memcpy(x->ids + x->n, y->ids, (size_t)len * sizeof *x->ids);
+      memcpy(x->loss + x->n, y->loss, (size_t)len);
+      x->loss[x->n] = 0; /* an example's first token is never predicted */
+      for (int64_t i = 0; i < len; i++) x->pos[x->n + i] = (int32_t)i;
+      x->n += len;
+    }
+    out->tokens += x->n;
+    for (int64_t i = 0; i < x->n; i++) out->loss_tokens += x->loss[i];
+  }
+done:
+  if (rc) train_set_free(out);
+  free(order), free(tmp), free(next), free(head), free(tail), free(bins), free(rt.mx);
+  return rc;
+}
+
 /* Calls fn on every non-blank line of a JSONL file, parsed; errors name the file and line. */
 typedef int (*line_fn)(void *ctx, const json_t *o, const char *what, herr *err);
 
@@ -303,7 +422,7 @@ int train_data_load(const char *path, const tokenizer *tok, const chat_template 
 }
 
 void train_set_free(train_set *set) {
-  for (int64_t i = 0; set && i < set->n; i++) free(set->ex[i].ids), free(set->ex[i].loss);
+  for (int64_t i = 0; set && i < set->n; i++) free(set->ex[i].ids), free(set->ex[i].loss), free(set->ex[i].pos);
   if (set) free(set->ex);
   if (set) memset(set, 0, sizeof *set);
 }

@@ -1,12 +1,14 @@
 /* run.c — a training run (train_run): the data and evaluation sets of its
- * method (examples for SFT, preference pairs for DPO and ORPO, with DPO's
- * reference log-probs computed once, the adapter switched off), the seeded
- * order of examples over epochs, optimizer steps of batch × grad_accum
- * examples, the learning-rate schedule, progress (one line rewritten on a
- * terminal, a line per step otherwise), the JSONL log, checkpoints and
- * resuming from one, the adapter and the loss curve written at the end.
+ * method (examples for SFT, packed into sequences with --packing; preference
+ * pairs for DPO and ORPO, with DPO's reference log-probs computed once, the
+ * adapter switched off), the seeded order of examples over epochs, optimizer
+ * steps of batch × grad_accum examples (packed sequences), the learning-rate
+ * schedule, progress (one line rewritten on a terminal, a line per step
+ * otherwise), the JSONL log, checkpoints and resuming from one, the adapter
+ * and the loss curve written at the end.
  *
- * A step's loss: SFT, the summed NLL of its learned tokens over their count;
+ * A step's loss: SFT, the summed NLL of its learned tokens over their count
+ * (packed or not: per learned token over the whole step, as TRL's);
  * DPO, the mean of its pairs' losses; ORPO, the chosen sides' NLL over their
  * learned tokens plus the mean of the pairs' odds-ratio terms. */
 #include <dirent.h>
@@ -162,9 +164,11 @@ char *train_latest_checkpoint(const char *out) {
 /* The run's shape a checkpoint must match to be continued. */
 static json_t *run_shape(const run *r, int64_t steps) {
   const train_opts *o = r->o;
-  return json_pack("{s:s,s:I,s:I,s:I,s:I,s:I}", "method", train_method_name(o->method), "steps", (json_int_t)steps, "batch",
-                   (json_int_t)o->batch, "grad_accum", (json_int_t)o->grad_accum, "seed", (json_int_t)o->seed, "examples",
-                   (json_int_t)r->n);
+  json_t *s = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I}", "method", train_method_name(o->method), "steps", (json_int_t)steps, "batch",
+                        (json_int_t)o->batch, "grad_accum", (json_int_t)o->grad_accum, "seed", (json_int_t)o->seed, "examples",
+                        (json_int_t)r->n);
+  if (s && o->packing) json_object_set_new(s, "packing", json_true()); /* "examples": the packed sequences */
+  return s;
 }
 
 static int save_checkpoint(run *r, int64_t step, int64_t steps, const char *log_path, herr *err) {
@@ -256,6 +260,17 @@ static void trim_log(const char *path, int64_t step) {
 
 /* ---- the run ---- */
 
+/* set's examples replaced by their packed sequences (train_pack). */
+static int pack_set(train_set *set, int64_t seq_len, herr *err) {
+  if (!set->n) return 0;
+  train_set packed;
+  int rc = train_pack(set, seq_len, &packed, err);
+  if (rc) return rc;
+  train_set_free(set);
+  *set = packed;
+  return 0;
+}
+
 static int load_data(run *r, herr *err) {
   const train_opts *o = r->o;
   const tokenizer *tok = trainer_tokenizer(r->t);
@@ -264,6 +279,13 @@ static int load_data(run *r, herr *err) {
   if (!r->pref) {
     if ((rc = train_data_load(o->data, tok, tm, o->seq_len, &r->data, err))) return rc;
     if (o->eval && (rc = train_data_load(o->eval, tok, tm, o->seq_len, &r->ev, err))) return rc;
+    if (o->packing) {
+      int64_t examples = r->data.n;
+      if ((rc = pack_set(&r->data, o->seq_len, err)) || (rc = pack_set(&r->ev, o->seq_len, err))) return rc;
+      note(r, "sft: %lld examples packed into %lld sequence%s of up to %lld tokens (%.1f%% filled)", (long long)examples,
+           (long long)r->data.n, r->data.n == 1 ? "" : "s", (long long)o->seq_len,
+           100.0 * (double)r->data.tokens / ((double)r->data.n * (double)o->seq_len));
+    }
     r->n = r->data.n;
     return 0;
   }
@@ -285,6 +307,8 @@ int train_run(const train_opts *o, train_result *res, herr *err) {
     return herr_set(err, HEARTH_EINVAL, "--batch and --grad-accum must be at least 1, --seq-len at least 2");
   if (!(o->lr > 0)) return herr_set(err, HEARTH_EINVAL, "--lr must be positive");
   if (o->method != TRAIN_SFT && !(o->beta > 0)) return herr_set(err, HEARTH_EINVAL, "--beta must be positive");
+  if (o->method != TRAIN_SFT && o->packing)
+    return herr_set(err, HEARTH_EINVAL, "--packing is for sft: a preference pair's two sides are scored apart");
   if (!o->out) return herr_set(err, HEARTH_EINVAL, "no output folder");
   if (mkdir(o->out, 0755) && errno != EEXIST)
     return herr_set(err, HEARTH_EIO, "%s: cannot create the folder: %s", o->out, strerror(errno));
@@ -325,8 +349,22 @@ int train_run(const train_opts *o, train_result *res, herr *err) {
   int64_t items = r.pref ? r.pdata.n : r.data.n, tokens_all = r.pref ? r.pdata.tokens : r.data.tokens;
   if (r.progress) {
     note(&r, "%s: %lld %s (%lld tokens), %lld steps of %lld, rank %lld, alpha %g", train_method_name(o->method),
-         (long long)items, r.pref ? "pairs" : "examples", (long long)tokens_all, (long long)steps, (long long)per_step,
-         (long long)o->rank, o->alpha);
+         (long long)items, r.pref ? "pairs" : o->packing ? (items == 1 ? "packed sequence" : "packed sequences") : "examples", (long long)tokens_all,
+         (long long)steps, (long long)per_step, (long long)o->rank, o->alpha);
+    int64_t longest = 0;
+    for (int64_t i = 0; i < r.n; i++) {
+      const train_example *x = r.pref ? &r.pdata.p[i].chosen : &r.data.ex[i];
+      if (x->n > longest) longest = x->n;
+      if (r.pref && r.pdata.p[i].rejected.n > longest) longest = r.pdata.p[i].rejected.n;
+    }
+    if (o->checkpoint_layers > 0)
+      note(&r, "%s: activations of a %lld-token sequence: %.1f MiB (--checkpoint-layers %lld: the input of every span of "
+           "%lld layers kept, their activations recomputed in the backward)", train_method_name(o->method), (long long)longest,
+           (double)trainer_activation_bytes(r.t, longest) / 1048576.0, (long long)o->checkpoint_layers,
+           (long long)o->checkpoint_layers);
+    else
+      note(&r, "%s: activations of a %lld-token sequence: %.1f MiB", train_method_name(o->method), (long long)longest,
+           (double)trainer_activation_bytes(r.t, longest) / 1048576.0);
     if (start) note(&r, "%s: resumed from %s at step %lld", train_method_name(o->method), resume_dir, (long long)start);
   }
   bool have_eval = r.pref ? r.pev.n > 0 : r.ev.n > 0;

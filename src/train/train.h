@@ -1,8 +1,10 @@
 /* train.h — LoRA fine-tuning of a llama-family decoder on the CPU
  * (`hearth train sft`, `dpo`, `orpo`): training data read from JSONL and rendered through
- * the model's own chat template, the trainer (a forward that keeps its
- * activations, the backward of grad.h through every layer, AdamW with
- * warm-up and cosine decay, gradient accumulation and clipping), and the
+ * the model's own chat template (SFT's short examples optionally packed into
+ * sequences), the trainer (a forward that keeps its activations, or only
+ * checkpoints of them to recompute from, the backward of grad.h through every
+ * layer, AdamW with warm-up and cosine decay, gradient accumulation and
+ * clipping), and the
  * adapter written as PEFT writes it (adapter_config.json +
  * adapter_model.safetensors), which model_lora_load and `--adapter` read.
  *
@@ -60,6 +62,9 @@ typedef struct train_example {
   int32_t *ids;   /* owned: n tokens */
   uint8_t *loss;  /* owned: n flags; loss[i]: token i is a target the loss counts */
   int64_t n;
+  int32_t *pos;   /* owned, may be NULL: the positions 0..n−1. A packed sequence (train_pack): each example's
+                   * positions from 0, a new example wherever pos is 0; attention stays inside an example and no
+                   * token is predicted across the boundary */
 } train_example;
 
 typedef struct train_set {
@@ -82,6 +87,13 @@ typedef struct train_pairs {
   int64_t n, cap;
   int64_t tokens, chosen_tokens; /* every token of both sides; the chosen sides' learned tokens */
 } train_pairs;
+
+/* Packing (SFT's --packing, TRL's SFTTrainer packing=True with its "bfd" strategy and padding-free
+ * position ids): in's examples into out as sequences of up to seq_len tokens, none split. Best-fit
+ * decreasing: the examples longest first (ties in their order), each into the sequence with the least room
+ * that still holds it (the first such sequence filled), else a new one; the sequences in the order they were
+ * begun. Each sequence is one train_example with pos restarting at 0 for each example in it. in is unchanged. */
+int train_pack(const train_set *in, int64_t seq_len, train_set *out, herr *err);
 
 /* Reads a JSONL file of the lines above into set (appending). tmpl may be
  * NULL when no line has messages. Errors name the file and line. */
@@ -142,6 +154,10 @@ typedef struct train_opts {
   int64_t save_every;    /* > 0: a checkpoint every that many steps into out/checkpoint-STEP */
   const char *resume;    /* NULL: start afresh; "": the latest checkpoint in out; else a checkpoint folder */
   bool plot;             /* draw the loss curve at the end (default true; never fails the run) */
+  bool packing;          /* SFT: the examples packed into sequences of up to seq_len tokens (train_pack) */
+  int64_t checkpoint_layers; /* 0: every layer's activations kept from the forward to the backward; N >= 1: only the
+                              * input of every N-th layer, the layers' activations recomputed from it in the
+                              * backward (the same numbers: gradients bit-identical) */
 } train_opts;
 
 void train_opts_init(train_opts *o);
@@ -175,7 +191,9 @@ void trainer_free(trainer *t);
 const tokenizer *trainer_tokenizer(const trainer *t); /* NULL when the model folder has none */
 const chat_template *trainer_template(const trainer *t); /* NULL when the model has none */
 /* The summed loss and counted tokens of ex under the current adapter; with
- * grads, the gradients of dscale · that loss are added to the adapter's. */
+ * grads, the gradients of dscale · that loss are added to the adapter's. A
+ * packed ex (pos) is its examples each alone: attention within each, each
+ * from position 0. */
 int trainer_loss(trainer *t, const train_example *ex, bool grads, float dscale, double *loss_sum, int64_t *count,
                  herr *err);
 /* Restarts the draws of the adapters' dropout masks from seed (tests: the same masks again). */
@@ -196,6 +214,8 @@ typedef struct pref_stats {
  * adapter's. DPO needs p's reference log-probs. */
 int trainer_pref_loss(trainer *t, train_method m, double beta, const train_pair *p, double pair_w, double nll_w, bool grads,
                       double *loss, pref_stats *st, herr *err);
+/* The bytes of activations the trainer holds for a sequence of T tokens (kept for the backward, and scratch). */
+int64_t trainer_activation_bytes(const trainer *t, int64_t T);
 /* logits [n, vocab] of every position under the current adapter. */
 int trainer_logits(trainer *t, const int32_t *ids, int64_t n, float *logits, herr *err);
 /* One optimizer step over the gradients added since the last (they are cleared): returns the global

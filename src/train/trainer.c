@@ -1,6 +1,9 @@
 /* trainer.c — the LoRA trainer of train.h on the CPU: the llama decoder's
- * forward over one example with every activation the backward needs kept,
- * the backward through the head, the layers and the adapters (grad.h), the
+ * forward over one example (or a packed sequence of several, each attending
+ * to itself from position 0) with every activation the backward needs kept —
+ * or, with checkpoints, only every N-th layer's input, each span of N layers
+ * run forward again before its backward —, the backward through the head,
+ * the layers and the adapters (grad.h), the
  * adapter's parameters with AdamW, and its file as PEFT writes it; a
  * preference pair's loss (DPO, ORPO) through the gradients of its two
  * sides; the optimizer's state for checkpoints.
@@ -128,8 +131,14 @@ struct trainer {
   /* activations */
   int64_t cap_t;
   float *act;                  /* owned: every kept activation */
-  layer_acts *la;              /* [layers] */
+  layer_acts *la;              /* [layers]: each layer's activations (with checkpoints, in the sets below) */
+  layer_acts *sets;            /* owned: [ck] with checkpoints: the activations of ck consecutive layers */
+  int64_t ck;                  /* 0: every layer's activations kept; N: only every N-th layer's input kept (la[l].x
+                                * of l % N == 0), the layers of each span of N recomputed from it in the backward */
+  uint64_t *ck_rng;            /* owned, [spans] with checkpoints: the dropout generator at each span's start */
   float *xl, *hn;              /* [T, D]: the last layer's output and its norm */
+  float *yo;                   /* [T, D]: the forward's attention and MLP outputs (the backward's s1 is kept apart) */
+  int64_t *seg, nseg;          /* owned, [cap_t + 1]: the start of each example in the sequence, and T */
   float *s1, *s2, *s3, *s4, *s5, *s6, *s7; /* backward scratch: [T, the widest], s7 [T, 2 KV] */
   float *s8, *s9, *lb1, *lb2, *lb3;   /* the adapters' products: [T, the widest] x2, [T, r] x3 */
   float *lr1, *lr2;                   /* [the widest, r] x2 (owned) */
@@ -138,6 +147,7 @@ struct trainer {
   uint64_t rng;
   bool fused;                  /* the q slot is qkv_proj, the gate slot gate_up_proj (train_view.fused) */
   float *fz;                   /* with fused projections: [T, the wider fused output] */
+  int64_t wide;                /* the widest activation row (layout) */
   bool adapter_off;            /* forwards of the base alone */
   float *gsave, *gside;        /* owned, [P] each when a pair's loss has run: the gradient before it, its chosen side's */
 };
@@ -164,7 +174,7 @@ void trainer_free(trainer *t) {
   free(t->wtd), free(t->wt), free(t->head_td);
   for (int k = 0; k < TT_N; k++) free(t->w[k]);
   free(t->param), free(t->grad), free(t->m1), free(t->m2), free(t->off), free(t->gsave), free(t->gside);
-  free(t->act), free(t->la), free(t->pos), free(t->ce), free(t->lr1), free(t->lr2);
+  free(t->act), free(t->la), free(t->sets), free(t->ck_rng), free(t->seg), free(t->pos), free(t->ce), free(t->lr1), free(t->lr2);
   train_view_free(&t->v);
   if (t->m) model_free(t->m);
   if (t->tok) tokenizer_free(t->tok);
@@ -220,6 +230,11 @@ int trainer_new(const train_opts *o, trainer **out, herr *err) {
     return herr_set(err, HEARTH_ENOMEM, "out of memory");
   }
   t->fused = t->v.fused;
+  if (o->checkpoint_layers < 0) {
+    trainer_free(t);
+    return herr_set(err, HEARTH_EINVAL, "--checkpoint-layers must be at least 1");
+  }
+  t->ck = o->checkpoint_layers < L ? o->checkpoint_layers : L;
   if ((rc = fused_targets(t, err))) {
     trainer_free(t);
     return rc;
@@ -273,54 +288,80 @@ int trainer_new(const train_opts *o, trainer **out, herr *err) {
   return 0;
 }
 
-/* Room for examples of T tokens. */
-static int reserve(trainer *t, int64_t T, herr *err) {
-  if (T <= t->cap_t) return 0;
+/* The layout of the activations of T tokens from base (NULL: only counted; else into t->sets, t->la and the
+ * scratch); returns its floats. Without checkpoints every layer has its own set; with them the ck sets hold one
+ * span of layers at a time and each span's input has a buffer of its own. */
+static size_t layout(trainer *t, int64_t T, float *base) {
   const train_view *v = &t->v;
   int64_t D = v->hidden, Q = v->heads * v->head_dim, KV = v->kv_heads * v->head_dim, I = v->inter, r = t->o.rank;
   int L = (int)v->n_layers;
   bool drop = t->o.dropout > 0;
   const train_layer_view *l0 = &v->layers[0];
   bool qkn = l0->q_norm || l0->k_norm, outn = l0->attn_out_norm != NULL;
-  int64_t per = D * 4 + Q * 2 + KV * 2 + I * 3 + (qkn ? Q + KV : 0) + (outn ? 2 * D : 0), wide = D > Q ? D : Q;
+  int64_t wide = D > Q ? D : Q;
   if (I > wide) wide = I;
   int64_t fw = t->fused ? (Q + 2 * KV > 2 * I ? Q + 2 * KV : 2 * I) : 0; /* a fused product's width */
   if (fw > wide) wide = fw;
-  int64_t lora = 0;
-  for (int k = 0; k < TT_N; k++)
-    if (t->o.targets & (1u << k)) lora += r + (drop ? 2 * t_in(t, 0, k) : 0);
-  size_t n = (size_t)T * (size_t)((per + lora) * L + 2 * D + 8 * wide + 2 * KV + 3 * r + fw);
-  free(t->act), free(t->la), free(t->pos), free(t->lr1), free(t->lr2);
-  t->act = malloc(n * sizeof(float));
-  t->lr1 = malloc((size_t)(wide * r) * sizeof(float));
-  t->lr2 = malloc((size_t)(wide * r) * sizeof(float));
-  t->la = calloc((size_t)L, sizeof *t->la);
-  t->pos = malloc((size_t)T * sizeof *t->pos);
-  if (!t->act || !t->la || !t->pos || !t->lr1 || !t->lr2) {
-    t->cap_t = 0;
-    return herr_set(err, HEARTH_ENOMEM, "out of memory (activations of %lld tokens)", (long long)T);
-  }
-  float *p = t->act;
-#define TAKE(dst, w) (dst = p, p += (size_t)T * (size_t)(w))
-  for (int l = 0; l < L; l++) {
-    layer_acts *a = &t->la[l];
-    TAKE(a->x, D), TAKE(a->xn1, D), TAKE(a->q, Q), TAKE(a->k, KV), TAKE(a->v, KV), TAKE(a->att, Q);
+  t->wide = wide;
+  size_t at = 0;
+  layer_acts dummy;
+#define TAKE(dst, w) (dst = base ? base + at : NULL, at += (size_t)T * (size_t)(w))
+  int nsets = t->ck ? (int)t->ck : L;
+  for (int s = 0; s < nsets; s++) {
+    layer_acts *a = base ? (t->ck ? &t->sets[s] : &t->la[s]) : &dummy;
+    memset(a, 0, sizeof *a);
+    if (!t->ck || s > 0) TAKE(a->x, D); /* a span's first layer reads its input from the span's own buffer */
+    TAKE(a->xn1, D), TAKE(a->q, Q), TAKE(a->k, KV), TAKE(a->v, KV), TAKE(a->att, Q);
     TAKE(a->xmid, D), TAKE(a->xn2, D), TAKE(a->g, I), TAKE(a->u, I), TAKE(a->h, I);
     if (qkn) TAKE(a->qr, Q), TAKE(a->kr, KV);
     if (outn) TAKE(a->ao, D), TAKE(a->mo, D);
     for (int k = 0; k < TT_N; k++) {
       if (!(t->o.targets & (1u << k))) continue;
       TAKE(a->lt[k], r);
-      if (drop) TAKE(a->lx[k], t_in(t, l, k)), TAKE(a->lm[k], t_in(t, l, k));
+      if (drop) TAKE(a->lx[k], t_in(t, 0, k)), TAKE(a->lm[k], t_in(t, 0, k));
     }
   }
-  TAKE(t->xl, D), TAKE(t->hn, D);
+  for (int l = 0; t->ck && l < L; l++) {
+    layer_acts *a = base ? &t->la[l] : &dummy;
+    if (base) *a = t->sets[l % t->ck];
+    if (l % t->ck == 0) TAKE(a->x, D);
+  }
+  TAKE(t->xl, D), TAKE(t->hn, D), TAKE(t->yo, D);
   TAKE(t->s1, wide), TAKE(t->s2, wide), TAKE(t->s3, wide), TAKE(t->s4, wide), TAKE(t->s5, wide), TAKE(t->s6, wide);
   TAKE(t->s7, 2 * KV);
   TAKE(t->s8, wide), TAKE(t->s9, wide), TAKE(t->lb1, r), TAKE(t->lb2, r), TAKE(t->lb3, r);
   TAKE(t->fz, fw);
 #undef TAKE
-  for (int64_t i = 0; i < T; i++) t->pos[i] = i;
+  return at;
+}
+
+int64_t trainer_activation_bytes(const trainer *t, int64_t T) {
+  trainer c = *t; /* layout writes its scratch pointers: a copy's */
+  return (int64_t)(layout(&c, T, NULL) * sizeof(float));
+}
+
+/* Room for sequences of T tokens. */
+static int reserve(trainer *t, int64_t T, herr *err) {
+  if (T <= t->cap_t) return 0;
+  int L = (int)t->v.n_layers;
+  int64_t spans = t->ck ? (L + t->ck - 1) / t->ck : 0, r = t->o.rank;
+  size_t n = layout(t, T, NULL);
+  int64_t wide = t->wide;
+  free(t->act), free(t->la), free(t->sets), free(t->ck_rng), free(t->seg), free(t->pos), free(t->lr1), free(t->lr2);
+  t->act = malloc(n * sizeof(float));
+  t->lr1 = malloc((size_t)(wide * r) * sizeof(float));
+  t->lr2 = malloc((size_t)(wide * r) * sizeof(float));
+  t->la = calloc((size_t)L, sizeof *t->la);
+  t->sets = t->ck ? calloc((size_t)t->ck, sizeof *t->sets) : NULL;
+  t->ck_rng = t->ck ? calloc((size_t)spans, sizeof *t->ck_rng) : NULL;
+  t->pos = malloc((size_t)T * sizeof *t->pos);
+  t->seg = malloc((size_t)(T + 1) * sizeof *t->seg);
+  if (!t->act || !t->la || !t->pos || !t->seg || !t->lr1 || !t->lr2 || (t->ck && (!t->sets || !t->ck_rng))) {
+    t->cap_t = 0;
+    return herr_set(err, HEARTH_ENOMEM, "out of memory (activations of %lld tokens: %.1f MiB)", (long long)T,
+                    (double)n * sizeof(float) / 1048576.0);
+  }
+  layout(t, T, t->act);
   t->cap_t = T;
   return 0;
 }
@@ -447,11 +488,85 @@ static void add_bias(float *y, const float *b, int64_t T, int64_t n) {
     for (int64_t j = 0; j < n; j++) y[i * n + j] += b[j];
 }
 
-static int forward(trainer *t, const int32_t *ids, int64_t T, bool train, herr *err) {
+/* Layer l's forward over the T tokens in la[l].x, its activations into la[l], its output into the next layer's
+ * input (t->xl after the last). Attention runs over each example of the sequence alone (t->seg). */
+static int forward_layer(trainer *t, int l, int64_t T, bool train, herr *err) {
   const train_view *v = &t->v;
   int64_t D = v->hidden, H = v->heads, KVH = v->kv_heads, hd = v->head_dim, I = v->inter;
+  layer_acts *a = &t->la[l];
+  const train_layer_view *lv = &v->layers[l];
+  float *next = l + 1 < v->n_layers ? t->la[l + 1].x : t->xl;
+  int rc;
+  op_rmsnorm(a->xn1, a->x, T, D, lv->attn_norm, v->eps, v->unit_offset);
+  if (t->fused) { /* one qkv product, its columns split */
+    if ((rc = proj(t, l, TT_Q, t->fz, a->xn1, T, train, err))) return rc;
+    split_cols(t->fz, T, (float *[]){a->q, a->k, a->v}, (int64_t[]){H * hd, KVH * hd, KVH * hd}, 3);
+  } else if ((rc = proj(t, l, TT_Q, a->q, a->xn1, T, train, err)) || (rc = proj(t, l, TT_K, a->k, a->xn1, T, train, err)) ||
+             (rc = proj(t, l, TT_V, a->v, a->xn1, T, train, err))) {
+    return rc;
+  }
+  add_bias(a->q, lv->q_bias, T, H * hd), add_bias(a->k, lv->k_bias, T, KVH * hd), add_bias(a->v, lv->v_bias, T, KVH * hd);
+  if (lv->q_norm) { /* per head, before RoPE */
+    memcpy(a->qr, a->q, (size_t)(T * H * hd) * sizeof(float));
+    op_rmsnorm(a->q, a->qr, T * H, hd, lv->q_norm, v->eps, v->unit_offset);
+  }
+  if (lv->k_norm) {
+    memcpy(a->kr, a->k, (size_t)(T * KVH * hd) * sizeof(float));
+    op_rmsnorm(a->k, a->kr, T * KVH, hd, lv->k_norm, v->eps, v->unit_offset);
+  }
+  if (lv->rope) {
+    op_rope(a->q, T, H, hd, t->pos, lv->rope);
+    op_rope(a->k, T, KVH, hd, t->pos, lv->rope);
+  }
+  attn_params ap = attn_of(t, l);
+  for (int64_t e = 0; e < t->nseg; e++) {
+    int64_t b = t->seg[e], n = t->seg[e + 1] - b;
+    grad_attention_fwd(t->pool, a->att + b * H * hd, a->q + b * H * hd, a->k + b * KVH * hd, a->v + b * KVH * hd, n, &ap);
+  }
+  if ((rc = proj(t, l, TT_O, t->yo, a->att, T, train, err))) return rc;
+  add_bias(t->yo, lv->o_bias, T, D);
+  if (lv->attn_out_norm) {
+    memcpy(a->ao, t->yo, (size_t)(T * D) * sizeof(float));
+    op_rmsnorm(t->yo, a->ao, T, D, lv->attn_out_norm, v->eps, v->unit_offset);
+  }
+  op_add(a->xmid, a->x, t->yo, T * D);
+  op_rmsnorm(a->xn2, a->xmid, T, D, lv->mlp_norm, v->eps, v->unit_offset);
+  if (t->fused) {
+    if ((rc = proj(t, l, TT_GATE, t->fz, a->xn2, T, train, err))) return rc;
+    split_cols(t->fz, T, (float *[]){a->g, a->u}, (int64_t[]){I, I}, 2);
+  } else if ((rc = proj(t, l, TT_GATE, a->g, a->xn2, T, train, err)) || (rc = proj(t, l, TT_UP, a->u, a->xn2, T, train, err))) {
+    return rc;
+  }
+  memcpy(a->h, a->g, (size_t)(T * I) * sizeof(float));
+  if (v->act == BK_ACT_GELU_TANH) op_gelu_tanh(a->h, T * I);
+  else op_silu(a->h, T * I);
+  op_mul(a->h, a->h, a->u, T * I);
+  if ((rc = proj(t, l, TT_DOWN, t->yo, a->h, T, train, err))) return rc;
+  if (lv->mlp_out_norm) {
+    memcpy(a->mo, t->yo, (size_t)(T * D) * sizeof(float));
+    op_rmsnorm(t->yo, a->mo, T, D, lv->mlp_out_norm, v->eps, v->unit_offset);
+  }
+  op_add(next, a->xmid, t->yo, T * D);
+  return 0;
+}
+
+/* The forward of ids at positions pos (NULL: 0..T−1; else a packed sequence's, restarting at 0 for each
+ * example): the embedding, every layer, the final norm into t->hn. */
+static int forward(trainer *t, const int32_t *ids, const int32_t *pos, int64_t T, bool train, herr *err) {
+  const train_view *v = &t->v;
+  int64_t D = v->hidden;
   int rc = reserve(t, T, err);
   if (rc) return rc;
+  t->nseg = 0;
+  for (int64_t i = 0; i < T; i++) {
+    int64_t p = pos ? pos[i] : i;
+    if (p != 0 && (i == 0 || p != t->pos[i - 1] + 1))
+      return herr_set(err, HEARTH_EINVAL, "position %lld of a packed sequence is %lld: positions start at 0 and count up by "
+                      "one within each example", (long long)i, (long long)p);
+    if (p == 0) t->seg[t->nseg++] = i;
+    t->pos[i] = p;
+  }
+  t->seg[t->nseg] = T;
   for (int64_t i = 0; i < T; i++) {
     if (ids[i] < 0 || ids[i] >= v->embed.rows)
       return herr_set(err, HEARTH_EINVAL, "token %d is outside the vocabulary (%lld)", ids[i], (long long)v->embed.rows);
@@ -460,63 +575,29 @@ static int forward(trainer *t, const int32_t *ids, int64_t T, bool train, herr *
       for (int64_t j = 0; j < D; j++) t->la[0].x[i * D + j] *= v->embed_scale;
   }
   for (int l = 0; l < v->n_layers; l++) {
-    layer_acts *a = &t->la[l];
-    const train_layer_view *lv = &v->layers[l];
-    float *next = l + 1 < v->n_layers ? t->la[l + 1].x : t->xl;
-    op_rmsnorm(a->xn1, a->x, T, D, lv->attn_norm, v->eps, v->unit_offset);
-    if (t->fused) { /* one qkv product, its columns split */
-      if ((rc = proj(t, l, TT_Q, t->fz, a->xn1, T, train, err))) return rc;
-      split_cols(t->fz, T, (float *[]){a->q, a->k, a->v}, (int64_t[]){H * hd, KVH * hd, KVH * hd}, 3);
-    } else if ((rc = proj(t, l, TT_Q, a->q, a->xn1, T, train, err)) || (rc = proj(t, l, TT_K, a->k, a->xn1, T, train, err)) ||
-               (rc = proj(t, l, TT_V, a->v, a->xn1, T, train, err))) {
-      return rc;
-    }
-    add_bias(a->q, lv->q_bias, T, H * hd), add_bias(a->k, lv->k_bias, T, KVH * hd), add_bias(a->v, lv->v_bias, T, KVH * hd);
-    if (lv->q_norm) { /* per head, before RoPE */
-      memcpy(a->qr, a->q, (size_t)(T * H * hd) * sizeof(float));
-      op_rmsnorm(a->q, a->qr, T * H, hd, lv->q_norm, v->eps, v->unit_offset);
-    }
-    if (lv->k_norm) {
-      memcpy(a->kr, a->k, (size_t)(T * KVH * hd) * sizeof(float));
-      op_rmsnorm(a->k, a->kr, T * KVH, hd, lv->k_norm, v->eps, v->unit_offset);
-    }
-    if (lv->rope) {
-      op_rope(a->q, T, H, hd, t->pos, lv->rope);
-      op_rope(a->k, T, KVH, hd, t->pos, lv->rope);
-    }
-    attn_params ap = attn_of(t, l);
-    grad_attention_fwd(t->pool, a->att, a->q, a->k, a->v, T, &ap);
-    if ((rc = proj(t, l, TT_O, t->s1, a->att, T, train, err))) return rc;
-    add_bias(t->s1, lv->o_bias, T, D);
-    if (lv->attn_out_norm) {
-      memcpy(a->ao, t->s1, (size_t)(T * D) * sizeof(float));
-      op_rmsnorm(t->s1, a->ao, T, D, lv->attn_out_norm, v->eps, v->unit_offset);
-    }
-    op_add(a->xmid, a->x, t->s1, T * D);
-    op_rmsnorm(a->xn2, a->xmid, T, D, lv->mlp_norm, v->eps, v->unit_offset);
-    if (t->fused) {
-      if ((rc = proj(t, l, TT_GATE, t->fz, a->xn2, T, train, err))) return rc;
-      split_cols(t->fz, T, (float *[]){a->g, a->u}, (int64_t[]){I, I}, 2);
-    } else if ((rc = proj(t, l, TT_GATE, a->g, a->xn2, T, train, err)) || (rc = proj(t, l, TT_UP, a->u, a->xn2, T, train, err))) {
-      return rc;
-    }
-    memcpy(a->h, a->g, (size_t)(T * I) * sizeof(float));
-    if (v->act == BK_ACT_GELU_TANH) op_gelu_tanh(a->h, T * I);
-    else op_silu(a->h, T * I);
-    op_mul(a->h, a->h, a->u, T * I);
-    if ((rc = proj(t, l, TT_DOWN, t->s1, a->h, T, train, err))) return rc;
-    if (lv->mlp_out_norm) {
-      memcpy(a->mo, t->s1, (size_t)(T * D) * sizeof(float));
-      op_rmsnorm(t->s1, a->mo, T, D, lv->mlp_out_norm, v->eps, v->unit_offset);
-    }
-    op_add(next, a->xmid, t->s1, T * D);
+    if (t->ck && l % t->ck == 0) t->ck_rng[l / t->ck] = t->rng; /* the span's dropout masks, drawn again in the backward */
+    if ((rc = forward_layer(t, l, T, train, err))) return rc;
   }
   op_rmsnorm(t->hn, t->xl, T, D, v->final_norm, v->eps, v->unit_offset);
   return 0;
 }
 
+/* With checkpoints, before the backward of layer l: when l ends a span other than the last (whose activations
+ * the forward left in place), the span's layers run forward again from its kept input, with the same dropout
+ * masks (the generator as it was at the span's start, then put back), into the same numbers. */
+static int recompute_span(trainer *t, int l, int64_t T, herr *err) {
+  int L = (int)t->v.n_layers;
+  if (!t->ck || l == L - 1 || l % t->ck != t->ck - 1) return 0;
+  int c = l - (int)(l % t->ck), rc = 0;
+  uint64_t keep = t->rng;
+  t->rng = t->ck_rng[c / t->ck];
+  for (int j = c; j <= l && !rc; j++) rc = forward_layer(t, j, T, true, err);
+  t->rng = keep;
+  return rc;
+}
+
 int trainer_logits(trainer *t, const int32_t *ids, int64_t n, float *logits, herr *err) {
-  int rc = forward(t, ids, n, false, err);
+  int rc = forward(t, ids, NULL, n, false, err);
   if (!rc) rc = bk_matmul(t->pool, logits, t->hn, n, &t->v.lm_head, NULL, err);
   float c = t->v.final_softcap;
   if (!rc && c > 0)
@@ -528,11 +609,11 @@ int trainer_loss(trainer *t, const train_example *ex, bool grads, float dscale, 
                  herr *err) {
   const train_view *v = &t->v;
   int64_t T = ex->n, D = v->hidden, H = v->heads, KVH = v->kv_heads, hd = v->head_dim, I = v->inter;
-  int rc = forward(t, ex->ids, T, grads, err);
+  int rc = forward(t, ex->ids, ex->pos, T, grads, err);
   if (rc) return rc;
   int32_t *tg = malloc((size_t)T * sizeof *tg);
   if (!tg) return herr_set(err, HEARTH_ENOMEM, "out of memory");
-  for (int64_t i = 0; i < T; i++) tg[i] = i + 1 < T && ex->loss[i + 1] ? ex->ids[i + 1] : -1;
+  for (int64_t i = 0; i < T; i++) tg[i] = i + 1 < T && ex->loss[i + 1] && t->pos[i + 1] != 0 ? ex->ids[i + 1] : -1;
   float *dx = t->s1, *dn = t->s2; /* the residual stream's gradient; a norm's input gradient */
   rc = grad_cross_entropy_capped(t->pool, loss_sum, count, grads ? dn : NULL, t->hn, T, D, &v->lm_head, &t->head_t, tg,
                                  dscale, v->final_softcap, CE_CHUNK, t->ce, err);
@@ -540,6 +621,7 @@ int trainer_loss(trainer *t, const train_example *ex, bool grads, float dscale, 
   if (rc || !grads) return rc;
   grad_rmsnorm(dx, NULL, dn, t->xl, T, D, v->final_norm, v->eps, v->unit_offset);
   for (int l = (int)v->n_layers - 1; l >= 0; l--) {
+    if ((rc = recompute_span(t, l, T, err))) return rc;
     layer_acts *a = &t->la[l];
     const train_layer_view *lv = &v->layers[l];
     float *dg = t->s2, *du = t->s3, *dn2 = t->s6;
@@ -570,7 +652,10 @@ int trainer_loss(trainer *t, const train_example *ex, bool grads, float dscale, 
     }
     if ((rc = proj_back(t, l, TT_O, datt, false, dao, a->att, T, true, err))) return rc;
     attn_params ap = attn_of(t, l);
-    grad_attention(t->pool, dq, dk, dvv, datt, a->q, a->k, a->v, T, &ap);
+    for (int64_t e = 0; e < t->nseg; e++) { /* each example's attention alone */
+      int64_t b = t->seg[e], n = t->seg[e + 1] - b, qo = b * H * hd, ko = b * KVH * hd;
+      grad_attention(t->pool, dq + qo, dk + ko, dvv + ko, datt + qo, a->q + qo, a->k + ko, a->v + ko, n, &ap);
+    }
     if (lv->rope) {
       grad_rope(dq, T, H, hd, t->pos, lv->rope);
       grad_rope(dk, T, KVH, hd, t->pos, lv->rope);

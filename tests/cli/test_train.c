@@ -8,7 +8,9 @@
  * another); `hearth generate --adapter` runs under what it wrote and
  * `hearth fuse` merges it; the loss curve is drawn to OUT/loss.svg and
  * loss.png when gnuplot is installed, and its absence is said without
- * failing the run. Checkpoints: 6 steps straight and 3 steps, a resume from
+ * failing the run. --packing packs the three lines into one sequence and
+ * --checkpoint-layers says the activations it keeps; --packing with dpo and
+ * a count below 1 are refused. Checkpoints: 6 steps straight and 3 steps, a resume from
  * the step-3 checkpoint (another process) and 3 more give the same adapter
  * bytes, for SFT with dropout (its generator saved) and DPO (its reference
  * recomputed); a bare --resume takes OUT's latest checkpoint and trims the
@@ -82,6 +84,9 @@ static void test_usage(void) {
   expect("sft --data x", 2, "--out DIR is required");
   expect("sft --data x --out y --target q_proj,lm_head", 2, "'lm_head' is not one of");
   expect("sft --data x --out y --rank 0", 2, "--rank");
+  expect("sft --data x --out y --checkpoint-layers 0", 2, "--checkpoint-layers takes a number");
+  expect("sft --data x --out y --checkpoint-layers=2x", 2, "--checkpoint-layers takes a number");
+  expect("dpo --data x --out y --packing", 1, "--packing is for sft");
   snprintf(args, sizeof args, "sft --data '%s/missing.jsonl' --out '%s/a'", tmp, tmp);
   expect(args, 1, "missing.jsonl");
   char bad[400];
@@ -172,6 +177,14 @@ static void test_run(void) {
     CHECK_MSG(strstr(e, "no loss curve: gnuplot is not installed"), "%s", e);
     free(e);
   }
+  /* packing and checkpoints: the three examples in one sequence, the activations said */
+  snprintf(cmd, sizeof cmd, "'%s' train sft --data '%s' --out '%s/pk' --steps 2 --batch 1 --rank 2 --threads 2 --no-plot "
+           "--packing --seq-len 64 --checkpoint-layers 2", HEARTH_BINARY, data, tmp);
+  rc = run(cmd);
+  e = last_stderr();
+  CHECK_MSG(rc == 0 && strstr(e, "3 examples packed into 1 sequence of up to 64 tokens") && strstr(e, "1 packed sequence (") &&
+            strstr(e, "--checkpoint-layers 2") && strstr(e, "step 2/2 loss "), "exit %d: %s", rc, e);
+  free(e);
   snprintf(cmd, sizeof cmd, "'%s' generate --adapter '%s' --ids 0,5,10 -n 4 --temp 0 --print-ids > '%s/ids.txt'", HEARTH_BINARY,
            out, tmp);
   rc = run(cmd);
@@ -392,7 +405,7 @@ static void test_quantized_bases(void) {
       for (int i = 0; i < 10 * 512; i++) d = fmax(d, fabs((double)a[i] - b[i]));
       CHECK_MSG(d < 1e-3, "%s: the trainer's forward differs from the model's by %.3g", quants[qi][0], d);
     }
-    train_example ex = {ids, (uint8_t[10]){0, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 10};
+    train_example ex = {.ids = ids, .loss = (uint8_t[10]){0, 1, 1, 1, 1, 1, 1, 1, 1, 1}, .n = 10};
     double first = 0, last = 0, gn;
     for (int step = 0; step <= 5; step++) {
       double loss = 0;

@@ -166,7 +166,7 @@ static void pref_gradient(const char *dir, train_method m) {
   int32_t c1[9] = {1, 8, 99, 4, 250, 17, 66, 31, 2}, r1[11] = {1, 8, 99, 4, 61, 62, 63, 64, 65, 66, 2};
   uint8_t fc0[10] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1}, fr0[8] = {0, 0, 0, 0, 0, 1, 1, 1};
   uint8_t fc1[9] = {0, 0, 0, 0, 1, 1, 1, 1, 1}, fr1[11] = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1};
-  train_pair p[2] = {{{c0, fc0, 10}, {r0, fr0, 8}, NAN, NAN}, {{c1, fc1, 9}, {r1, fr1, 11}, NAN, NAN}};
+  train_pair p[2] = {{{c0, fc0, 10, NULL}, {r0, fr0, 8, NULL}, NAN, NAN}, {{c1, fc1, 9, NULL}, {r1, fr1, 11, NULL}, NAN, NAN}};
   /* the reference: the base model, the adapter off */
   trainer_adapter_off(t, true);
   for (int i = 0; i < 2; i++) {

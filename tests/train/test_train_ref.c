@@ -120,6 +120,7 @@ static void check_reference(const char *ref, bool required) {
   const json_t *seqs = json_object_get(doc, "sequences"), *learned = json_object_get(doc, "learned");
   int ns = (int)json_array_size(seqs);
   train_example ex[4];
+  memset(ex, 0, sizeof ex);
   int64_t total = 0;
   for (int s = 0; s < ns && s < 4; s++) {
     const json_t *a = json_array_get(seqs, s), *f = json_array_get(learned, s);
@@ -190,6 +191,7 @@ static void check_pref_reference(const char *ref, bool required) {
   const json_t *pairs = json_object_get(doc, "pairs"), *refl = json_object_get(doc, "ref_logps");
   int np = (int)json_array_size(pairs);
   train_pair p[4];
+  memset(p, 0, sizeof p);
   int64_t chosen_learned = 0;
   for (int i = 0; i < np && i < 4; i++) {
     const json_t *x = json_array_get(pairs, (size_t)i);

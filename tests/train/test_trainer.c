@@ -192,7 +192,7 @@ static void forward_and_gradient(const char *dir, double dropout) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     p[i] += (float)(((double)(s >> 11) / 9007199254740992.0 - 0.5) * 0.05);
   }
-  train_example ex = {ids, (uint8_t[12]){0, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1}, 12};
+  train_example ex = {.ids = ids, .loss = (uint8_t[12]){0, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1}, .n = 12};
   double loss = 0;
   int64_t count = 0;
   trainer_reseed(t, 99); /* with dropout: the same masks in every forward below */
