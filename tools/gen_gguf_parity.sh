@@ -10,8 +10,8 @@
 #    (package/llama/gitRelease.bundle), as tools/fetch_test_deps.sh takes it.
 # 2. Its converter, convert_hf_to_gguf.py with the gguf-py package of the same
 #    source, on tiny golden folders (tests/fixtures/golden/FAMILY-f32: llama,
-#    qwen3, mistral, phi3, gemma3, qwen2, qwen3_moe — llama.cpp's qwen3moe —
-#    and gemma2), to f32, f16 and q8_0 files. It runs on Debian's python3-torch
+#    qwen3, mistral, phi3, gemma3, qwen2, qwen3_moe — llama.cpp's qwen3moe —,
+#    gemma2 and granite), to f32, f16 and q8_0 files. It runs on Debian's python3-torch
 #    (1.13) and python3-numpy, python3-sentencepiece, python3-yaml and
 #    python3-tqdm (tools/setup.sh --gguf-parity installs them), with three
 #    stand-ins, all in WORKDIR/shim and all only for what Debian lacks:
@@ -46,6 +46,17 @@
 #    Beside them, llama256: a random llama 256 wide (rows long enough for the
 #    K-quants' 256-value blocks), quantized by llama.cpp itself to q4_0, q5_0,
 #    q5_1, iq4_nl, q2_k, q3_k_m, q4_k_m, q5_k_m, q6_k and iq4_xs.
+#    Not converted here (the converter and CPU build of this release, on the
+#    golden folders): qwen3_5 — with --no-mtp (the folder has no MTP block) it
+#    converts, but llama.cpp's qwen35 takes the DeltaNet value head as wide as
+#    the key head (ssm.state_size) and the golden's are 8 and 16, so
+#    blk.0.attn_qkv.weight has 96 rows where it expects 128; qwen3_5_moe — the
+#    converter writes full_attention_interval 4 when config.json has no such
+#    key and reads no layer_types, so the golden's full-attention layer 1 is
+#    taken as a DeltaNet layer (blk.1.ssm_conv1d.weight missing); gemma4 and
+#    glm_moe_dsa need a tokenizer.json / transformers' tokenizer (with the
+#    SentencePiece vocabulary written instead, gemma4 converts and runs, and
+#    glm_moe_dsa aborts in ggml_mul_mat building llama.cpp's glm-dsa graph).
 # 4. Out: FAMILY-TYPE.gguf, FAMILY-TYPE.logits (float32 LE [position][vocab])
 #    and manifest.json (the source's commit, each file's ids; a family the
 #    converter or llama.cpp refuses is recorded there with the reason).
@@ -53,7 +64,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(realpath -m "${1:-$root/.deps/gguf-parity}")
 out=$(realpath -m "${GGUF_PARITY_OUT:-$root/tests/fixtures/gguf_parity}")
-families=(llama qwen3 mistral phi3 gemma3 qwen2 qwen3_moe gemma2)
+families=(llama qwen3 mistral phi3 gemma3 qwen2 qwen3_moe gemma2 granite)
 types=(f32 f16 q8_0)
 py=/usr/bin/python3   # Debian's, where python3-torch is
 
@@ -238,10 +249,10 @@ how="npm @node-llama-cpp/linux-x64@3.21.1"
 "$py" - "$manifest" "$out/manifest.json" "$commit" "$how" <<'EOF'
 import json, os, sys
 # What the repository keeps (it travels to the GPU machine, whose working tree is limited): one f32 file
-# for the strict check, the layouts llama.cpp writes its own way (gemma2, gemma3, phi3) and the ones
+# for the strict check, the layouts llama.cpp writes its own way (gemma2, gemma3, phi3), granite's multipliers and the ones
 # whose f32 file is too big to keep (qwen2: biases, qwen3_moe: experts) in f16, q8_0 on two more families,
 # five block types of llama256; of each, the logits of the last LOGIT_ROWS positions.
-KEEP = {"llama-f32", "gemma2-f16", "gemma3-f16", "phi3-f16", "qwen2-f16", "qwen3_moe-f16", "qwen3-q8_0", "mistral-q8_0",
+KEEP = {"llama-f32", "gemma2-f16", "gemma3-f16", "phi3-f16", "qwen2-f16", "qwen3_moe-f16", "granite-f16", "qwen3-q8_0", "mistral-q8_0",
         "llama256-q4_0", "llama256-q4_k_m", "llama256-q6_k", "llama256-q2_k", "llama256-iq4_xs"}
 LOGIT_ROWS, VOCAB = 10, 512
 out = os.path.dirname(sys.argv[2])

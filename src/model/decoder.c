@@ -483,7 +483,7 @@ int model_load_rank(const char *dir, const model_load_opts *opts, int rank, int 
     rc = herr_set(err, HEARTH_ENOMEM, "out of memory");
     goto fail;
   }
-  m->rope_interleaved = is_gguf && !strcmp(c->model_type, "llama");
+  m->rope_interleaved = is_gguf && (!strcmp(c->model_type, "llama") || !strcmp(c->model_type, "granite")); /* q/k rows permuted */
   if ((ops->config && c->raw && (rc = ops->config(m, err))) || (rc = layer_geometry(m, err)) || (ops->prepare && (rc = ops->prepare(m, err)))) {
     herr_wrap(err, "%s", dir);
     goto fail;

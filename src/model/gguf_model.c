@@ -1,10 +1,11 @@
 /* gguf_model.c — reading a model from a GGUF file (see gguf_model.h): the
- * metadata keys of llama.cpp's llama, qwen2, qwen3, qwen3moe, phi3, gemma2 and
- * gemma3 architectures mapped onto config.json fields — with llama.cpp's
+ * metadata keys of llama.cpp's llama, qwen2, qwen3, qwen3moe, phi3, gemma2,
+ * gemma3 and granite architectures mapped onto config.json fields — with llama.cpp's
  * reading of them where it differs from transformers' (gemma2 and gemma3: the
  * sliding layers from the period 2 / 6 or sliding_window_pattern, queries
  * scaled by 1/sqrt(head_dim), norms stored with their +1; qwen2 and phi3: no
- * sliding window) —, tensor names mapped
+ * sliding window; granite: its four multipliers, q/k rows permuted as llama's,
+ * attention.scale absent meaning 1/sqrt(head_dim)) —, tensor names mapped
  * onto Hugging Face names, and
  * vectors (norms, biases) converted to f32 (F32, F16, BF16, Q8_0, Q4_0) by
  * the backend's one dequantization (bk_dequant_row).
@@ -142,10 +143,11 @@ int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
   if (rc) return rc;
   /* architectures whose GGUF layout is the Hugging Face one renamed (llama: q/k rows permuted) */
   bool moe = !strcmp(arch, "qwen3moe"), gemma2 = !strcmp(arch, "gemma2"), gemma3 = !strcmp(arch, "gemma3"),
-       phi3 = !strcmp(arch, "phi3");
-  if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && !moe && !gemma2 && !gemma3 && !phi3) {
+       phi3 = !strcmp(arch, "phi3"), granite = !strcmp(arch, "granite");
+  if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && !moe && !gemma2 && !gemma3 && !phi3 && !granite) {
     rc = herr_set(err, HEARTH_EUNSUPPORTED,
-                  "%s: GGUF architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3)",
+                  "%s: GGUF architecture '%s' is not supported (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, "
+                  "granite)",
                   gguf_path(g), arch);
     free(arch);
     return rc;
@@ -161,6 +163,13 @@ int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
   json_object_set_new(j, "hidden_act", json_string(gemma2 || gemma3 ? "gelu_pytorch_tanh" : "silu"));
   if (phi3) json_object_set_new(j, "sliding_window", json_integer(0)); /* llama.cpp runs Phi-3 without one */
   if ((gemma2 || gemma3) && (rc = gemma_config(g, arch, j, err))) goto out;
+  /* granite: transformers' four multipliers under llama.cpp's names (granite.c reads them; an absent key is 1,
+     attention.scale absent is llama.cpp's 1/sqrt(head_dim)) */
+  if (granite && ((rc = put_float(g, j, "embedding_multiplier", KEY(17, "embedding_scale"), err)) ||
+                  (rc = put_float(g, j, "residual_multiplier", KEY(18, "residual_scale"), err)) ||
+                  (rc = put_float(g, j, "logits_scaling", KEY(19, "logit_scale"), err)) ||
+                  (rc = put_float(g, j, "attention_multiplier", KEY(20, "attention.scale"), err))))
+    goto out;
   if (moe) { /* llama.cpp's qwen3moe: experts on every layer, top-k weights renormalized */
     json_object_set_new(j, "norm_topk_prob", json_true());
     if ((rc = put_int(g, j, "num_experts", KEY(14, "expert_count"), true, err)) ||
@@ -182,6 +191,12 @@ int gguf_model_config(const gguf_file *g, model_config *c, herr *err) {
       (rc = put_float(g, j, "rms_norm_eps", KEY(7, "attention.layer_norm_rms_epsilon"), err)) ||
       (rc = put_float(g, j, "rope_theta", KEY(8, "rope.freq_base"), err)))
     goto out;
+  if (granite && !json_object_get(j, "attention_multiplier")) { /* llama.cpp's default: 1/sqrt(head_dim) */
+    int64_t heads = json_integer_value(json_object_get(j, "num_attention_heads"));
+    int64_t hd = json_object_get(j, "head_dim") ? json_integer_value(json_object_get(j, "head_dim"))
+                                                : (heads > 0 ? json_integer_value(json_object_get(j, "hidden_size")) / heads : 0);
+    if (hd > 0) json_object_set_new(j, "attention_multiplier", json_real(1.0 / sqrt((double)hd)));
+  }
   /* vocabulary size: the key when present, else the embedding's rows */
   if (gguf_has(g, KEY(9, "vocab_size"))) {
     if ((rc = put_int(g, j, "vocab_size", k[9], true, err))) goto out;
@@ -381,8 +396,7 @@ int gguf_model_read_f32(const gguf_file *g, const gguf_tensor *t, const char *hf
     for (int64_t i = 0; i < t->nelements; i++) out[i] -= 1.0f;
     return 0;
   }
-  const gguf_kv *arch = gguf_find_kv(g, "general.architecture");
-  if (!arch || arch->type != GGUF_TYPE_STRING || arch->v.str.len != 5 || memcmp(arch->v.str.ptr, "llama", 5)) return 0;
+  if (!arch_is(g, "llama") && !arch_is(g, "granite")) return 0; /* the architectures whose q/k rows the converter permutes */
   size_t n = strlen(hf_name);
   bool qk = n >= 13 && (!strcmp(hf_name + n - 13, "q_proj.weight") || !strcmp(hf_name + n - 13, "k_proj.weight"));
   if (!qk || t->ndim != 2 || heads <= 0) return 0;

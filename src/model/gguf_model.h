@@ -1,5 +1,5 @@
 /* gguf_model.h — a GGUF file seen as a model folder: its metadata as a
- * model_config (llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3 architectures), its tensors under the
+ * model_config (llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, granite architectures), its tensors under the
  * Hugging Face names the decoder asks for, and f32 conversion of tensors
  * (llama.cpp's llama q/k row permutation undone on request). */
 #ifndef HEARTH_MODEL_GGUF_MODEL_H

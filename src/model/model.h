@@ -10,7 +10,7 @@
  *
  * Weights: a model folder's safetensors (f32, f16, bf16, or MLX affine
  * 4/8-bit with a "quantization" block in config.json), or a GGUF file
- * (llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3; the tensor types of
+ * (llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3, granite; the tensor types of
  * GGUF_MODEL_TYPES in gguf_model.h).
  * Matrices stay in their stored format, in the memory of the backend the
  * model was loaded for (model_load_opts.device); activations, norms and
