@@ -21,7 +21,8 @@
 #
 # Environment: LIMIT (seconds the call may take, default 570), TYPES
 # (default "f16 q8_0 q4_k q4_0"), LLAMA_SRC (the trimmed llama.cpp tarball),
-# VERBS_MODELS (a glob of golden folders; default all), SKIP_OPS=1, SKIP_VERBS=1,
+# VERBS_MODELS (a glob of golden folders; default all), SKIP_OPS=1, SKIP_VERBS=1, OPS_TIMEOUT and
+# VERBS_TIMEOUT (seconds; 200 and 240),
 # SUMMARY (where the Markdown summary goes; default OUT/summary.md), PROFILE_TYPES (the files whose
 # batch-1 decode gets a CUDA op profile; default q8_0, "" for none).
 set -uo pipefail
@@ -49,12 +50,12 @@ for ty in $TYPES; do [ -s "$d/l8b-$ty.gguf" ] || "$b/gen_random_gguf" "$d/l8b-$t
 
 # 1. correctness
 if [ -z "${SKIP_OPS:-}" ]; then
-  HEARTH_TEST_REQUIRE_CUDA=1 timeout 200 "$b/backend_test_backend_ops" >"$out/ops.log" 2>&1
+  HEARTH_TEST_REQUIRE_CUDA=1 timeout "${OPS_TIMEOUT:-200}" "$b/backend_test_backend_ops" >"$out/ops.log" 2>&1
   say "op harness rc=$?: $(tail -n 1 "$out/ops.log")"
   grep -E "FAIL" "$out/ops.log" | head -n 20 | tee -a "$sum"
 fi
 if [ -z "${SKIP_VERBS:-}" ]; then
-  GPU_VERBS_MODELS=${VERBS_MODELS:-*} timeout 240 bash -O extglob "$root/tools/gpu_verbs.sh" "$b/hearth" cuda "$out/verbs" >"$out/verbs.log" 2>&1
+  GPU_VERBS_MODELS=${VERBS_MODELS:-*} timeout "${VERBS_TIMEOUT:-240}" bash -O extglob "$root/tools/gpu_verbs.sh" "$b/hearth" cuda "$out/verbs" >"$out/verbs.log" 2>&1
   say "verbs rc=$?: $(grep -c PASS "$out/verbs.log") PASS, $(grep -c FAIL "$out/verbs.log") FAIL"
   grep FAIL "$out/verbs.log" | head -n 20 | tee -a "$sum"
 fi
