@@ -952,7 +952,8 @@ static void fail_from_engine(const job *j, serve_fail *f) {
   }
 }
 
-/* Whole responses: gather every step, stop when the client hangs up. */
+/* Whole responses: gather every step, stop when the client hangs up (the watcher, whole_watch,
+ * sets the cancel flag). */
 static int whole_token(void *ctx, const serve_token *tok) {
   slot *sl = ctx;
   job *j = sl->j;
@@ -960,7 +961,6 @@ static int whole_token(void *ctx, const serve_token *tok) {
   if (!tok->flush) sl->cum_logprob += tok->logprob;
   token_times(sl, tok);
   j->proto->add(sl, tok);
-  if (job_client_gone(j)) cancel_set(j);
   return cancelled(j) ? 1 : 0;
 }
 
@@ -969,8 +969,8 @@ static void job_prime(job *j, hbuf *sse) {
   if (j->forced && j->proto->prime) j->proto->prime(j, j->forced, sse);
 }
 
-/* A whole reply checks its client at each token (whole_token), and while it
- * is computed the watcher (http.c) checks it too. */
+/* While a whole reply is computed the watcher (http.c) looks after its client: a hang-up
+ * cancels it within a tick (and no token of it costs a system call). */
 static void whole_watch(job *j, bool on) {
   if (on) {
     j->watch.fd = j->fd;
