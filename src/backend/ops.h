@@ -155,6 +155,16 @@ typedef struct attn_params {
 } attn_params;
 void op_attention(hpool *pool, float *out, const float *q, int64_t n, const int64_t *q_row, const kv_view *kv,
                   const attn_params *p);
+/* Several sequences' op_attention at once (one dispatch over the pool): sequence i's
+ * n query rows q / q_row against its view kv, into out. */
+typedef struct attn_seq {
+  float *out;           /* borrowed */
+  const float *q;       /* borrowed */
+  int64_t n;
+  const int64_t *q_row; /* borrowed */
+  kv_view kv;           /* its pointers borrowed */
+} attn_seq;
+void op_attention_seqs(hpool *pool, const attn_seq *seqs, int n_seqs, const attn_params *p);
 /* The plain reference of op_attention (one task per query and head, scalar
  * loops), which the blocked kernels are tested against. */
 void op_attention_ref(hpool *pool, float *out, const float *q, int64_t n, const int64_t *q_row, const kv_view *kv,

@@ -145,11 +145,13 @@ static const serve_opt OPTS[] = {
      "batch rows in flight at once (default 8, at most 256); they run at low priority:\n"
      "the scheduler admits interactive requests before them"},
     {"--memory", "DIR", false,
-     "offer /v1/chat/completions requests the memory_search tool over the memory\n"
-     "wiki DIR, ranked by the (first) model's embeddings: the server runs the\n"
-     "model's calls of it and goes on to the answer, returned with the calls and\n"
-     "their results in \"tool_exchange\" (requests of one choice that define no\n"
-     "tool of that name; a stream gets both rounds' text and the exchange in a chunk)"},
+     "offer chat requests (/v1/chat/completions, /v1/responses, /v1/messages,\n"
+     "/api/chat) the memory_search tool over the memory wiki DIR, ranked by the\n"
+     "(first) model's embeddings: the server runs the model's calls of it and goes\n"
+     "on to the answer, the calls and their results shown in the protocol's way\n"
+     "(\"tool_exchange\"; Anthropic's server_tool_use blocks; Responses'\n"
+     "memory_search_call items) (requests of one choice that define no tool of\n"
+     "that name; a stream gets every round)"},
 };
 #define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 

@@ -130,14 +130,35 @@ static int push_message(serve_request *r, const char *role, hbuf *text, json_t *
   return m->role && m->content ? 0 : oom(f);
 }
 
+/* An assistant turn's blocks so far as a message of their own (none when there are none): a
+ * result of the server's own tools follows them. */
+static int turn_flush(serve_request *r, turn *t, serve_fail *f) {
+  if (!t->text.len && !t->calls && !t->thinking.len) return 0;
+  json_t *extra = json_object();
+  if (t->calls) json_object_set_new(extra, "tool_calls", t->calls);
+  t->calls = NULL;
+  if (t->thinking.len) json_object_set_new(extra, "reasoning_content", serve_json_text(t->thinking.data, t->thinking.len));
+  hbuf_clear(&t->thinking);
+  return push_message(r, "assistant", &t->text, extra, f);
+}
+
+/* Whether ty is a block type ending in "_tool_result" (a result of a server's own tool). */
+static bool server_result_type(const char *ty) {
+  size_t n = strlen(ty), k = strlen("_tool_result");
+  return n > k && !strcmp(ty + n - k, "_tool_result");
+}
+
 /* One user or assistant turn: text, tool_use, tool_result and thinking blocks.
- * tool_result blocks become "tool" messages ahead of the user's text. */
+ * tool_result blocks become "tool" messages ahead of the user's text. An
+ * assistant turn's server_tool_use blocks (the server's own tools, as this
+ * server answers them) are its tool calls, and each NAME_tool_result block
+ * after them a "tool" message that splits the turn there. */
 static int parse_turn(serve_request *r, json_t *content, const char *rs, const char *where, serve_fail *f) {
   bool user = !strcmp(rs, "user");
   turn t = {0};
   t.media_before = r->n_media;
   int rc = 0;
-  bool results = false;
+  bool results = false, split = false;
   if (json_is_string(content)) {
     hbuf_append(&t.text, json_string_value(content), json_string_length(content));
   } else if (!json_is_array(content)) {
@@ -173,7 +194,7 @@ static int parse_turn(serve_request *r, json_t *content, const char *rs, const c
       } else if (!strcmp(ty, "document")) {
         rc = bad(f, at, "%s: document blocks are not supported", at);
         goto out;
-      } else if (!strcmp(ty, "tool_use") && !user) {
+      } else if ((!strcmp(ty, "tool_use") || !strcmp(ty, "server_tool_use")) && !user) {
         json_t *id = json_object_get(b, "id"), *name = json_object_get(b, "name"), *input = json_object_get(b, "input");
         if (!json_is_string(id) || !json_is_string(name) || (input && !json_is_object(input))) {
           rc = bad(f, at, "%s: a tool_use block has a string id, a string name and an object input", at);
@@ -208,6 +229,27 @@ static int parse_turn(serve_request *r, json_t *content, const char *rs, const c
           goto out;
         }
         results = true;
+      } else if (!user && server_result_type(ty)) {
+        json_t *id = json_object_get(b, "tool_use_id");
+        if (!json_is_string(id)) {
+          rc = bad(f, at, "%s: tool_use_id is required (a string)", at);
+          goto out;
+        }
+        hbuf res = {0};
+        json_t *c = json_object_get(b, "content");
+        char cat[176];
+        snprintf(cat, sizeof cat, "%s.content", at);
+        if ((c && !json_is_null(c) && (rc = plain_text(c, cat, false, &res, f))) || (rc = turn_flush(r, &t, f))) {
+          hbuf_free(&res);
+          goto out;
+        }
+        json_t *extra = json_pack("{s:O}", "tool_call_id", id);
+        json_object_set_new(extra, "name", json_stringn(ty, strlen(ty) - strlen("_tool_result")));
+        if ((rc = push_message(r, "tool", &res, extra, f))) {
+          hbuf_free(&res);
+          goto out;
+        }
+        split = true;
       } else if ((!strcmp(ty, "thinking") || !strcmp(ty, "redacted_thinking")) && !user) {
         json_t *th = json_object_get(b, "thinking");
         if (json_is_string(th)) hbuf_append(&t.thinking, json_string_value(th), json_string_length(th));
@@ -221,8 +263,9 @@ static int parse_turn(serve_request *r, json_t *content, const char *rs, const c
     rc = oom(f);
     goto out;
   }
-  /* a user turn of only tool results has no text message of its own */
-  if (!(results && t.text.len == 0)) {
+  /* a user turn of only tool results has no text message of its own, nor an assistant turn's
+   * rest after its last server tool result when there is none */
+  if (!(results && t.text.len == 0) && !(split && !t.text.len && !t.calls && !t.thinking.len)) {
     json_t *extra = NULL;
     if (t.calls || t.thinking.len) extra = json_object();
     if (t.calls) json_object_set_new(extra, "tool_calls", t.calls);
@@ -324,7 +367,7 @@ out:
  * | tool | none, name}), read by serve_tools_parse. */
 static const char *const choice_words[] = {"auto", "none", "any", "tool", NULL};
 static const serve_tool_choice choice_of[] = {SERVE_TOOLS_AUTO, SERVE_TOOLS_NONE, SERVE_TOOLS_REQUIRED, SERVE_TOOLS_NAMED};
-static const serve_tools_dialect tools_dialect = {
+const serve_tools_dialect anth_tools_dialect = {
     .at = "tools.%zu",
     .schema = "input_schema",
     .schema_required = true,
@@ -445,7 +488,7 @@ int anth_request_parse(const char *body, size_t len, bool count_only, serve_requ
     }
     req->continue_final_message = req->no_generation_prompt = true;
   }
-  if ((rc = serve_tools_parse(root, req, &tools_dialect, f)) || (rc = parse_extras(root, req, f))) goto out;
+  if ((rc = serve_tools_parse(root, req, &anth_tools_dialect, f)) || (rc = parse_extras(root, req, f))) goto out;
   if (!count_only) rc = parse_sampling(root, &req->sampling, f);
 out:
   json_decref(root);
@@ -474,6 +517,10 @@ void anth_reply_init(anth_reply *r, const char *model, uint64_t id_seed, const c
 
 void anth_reply_free(anth_reply *r) {
   hbuf_free(&r->text);
+  hbuf_free(&r->round_text);
+  json_decref(r->round_calls);
+  json_decref(r->server_use);
+  r->round_calls = r->server_use = NULL;
   tc_parser_free(r->tc);
   r->tc = NULL;
   json_decref(r->blocks);
@@ -485,8 +532,9 @@ void anth_reply_free(anth_reply *r) {
 int anth_reply_parse(anth_reply *r, const tc_opts *o, herr *err) {
   if (tc_parser_new(o, &r->tc, err)) return err ? err->code : HEARTH_EINTERNAL;
   r->blocks = json_array();
+  r->round_calls = json_array();
   r->open = -1;
-  return r->blocks ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
+  return r->blocks && r->round_calls ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
 }
 
 const char *anth_stop_reason(const serve_result *res) {
@@ -496,16 +544,33 @@ const char *anth_stop_reason(const serve_result *res) {
 
 static const char *reply_stop_reason(const anth_reply *r, const serve_result *res) {
   if (r->ncalls > 0 && res->finish != SERVE_FINISH_LENGTH) return "tool_use";
+  if (r->unrun > 0 && res->finish != SERVE_FINISH_LENGTH) return "pause_turn";
   return anth_stop_reason(res);
 }
 
+enum { BLOCK_RESULT = 100 }; /* a tool result block's kind (beside the tc_event_kind ones) */
+
+static bool server_tool(const anth_reply *r, const char *name) {
+  for (int i = 0; name && i < r->n_server_tools; i++)
+    if (!strcmp(r->server_tools[i], name)) return true;
+  return false;
+}
+
 static json_t *typed(const char *type);
+static json_t *text_block(const char *s, size_t n);
 static void event(const char *name, json_t *data /* consumed */, hbuf *out);
 
 /* "toolu_01" and 22 letters and digits from the CSPRNG. */
 static json_t *tool_use_id(void) {
   char id[40];
   serve_random_id(id, sizeof id, "toolu_01", 22);
+  return json_string(id);
+}
+
+/* A server tool call's: "srvtoolu_01" and 22 of them. */
+static json_t *server_tool_use_id(void) {
+  char id[40];
+  serve_random_id(id, sizeof id, "srvtoolu_01", 22);
   return json_string(id);
 }
 
@@ -522,7 +587,7 @@ static void block_close(anth_reply *r) {
       json_object_set_new(r->block, "text", serve_json_text(r->cur.data, r->cur.len));
     } else if (r->open == TC_REASONING) {
       json_object_set_new(r->block, "thinking", serve_json_text(r->cur.data, r->cur.len));
-    } else {
+    } else if (r->open != BLOCK_RESULT) {
       json_t *input = json_loadb(r->cur.data ? r->cur.data : "", r->cur.len, 0, NULL);
       json_object_set_new(r->block, "input", json_is_object(input) ? input : json_object());
       if (input && !json_is_object(input)) json_decref(input);
@@ -552,10 +617,8 @@ static void block_open(anth_reply *r, int kind, json_t *block) {
 }
 
 static void block_delta(anth_reply *r, const char *type, const char *key, const char *s, size_t n) {
-  if (!r->sse) {
-    hbuf_append(&r->cur, s, n);
-    return;
-  }
+  hbuf_append(&r->cur, s, n); /* (a stream's too: a call's arguments are the round's) */
+  if (!r->sse) return;
   json_t *d = typed("content_block_delta");
   json_object_set_new(d, "index", json_integer(r->index - 1));
   json_t *delta = typed(type);
@@ -569,6 +632,7 @@ static int on_event(void *ctx, const tc_event *ev) {
   switch (ev->kind) {
   case TC_TEXT:
     if (ev->len == 0) break;
+    hbuf_append(&r->round_text, ev->text, ev->len);
     if (r->open != TC_TEXT) {
       json_t *b = typed("text");
       json_object_set_new(b, "text", json_string(""));
@@ -587,18 +651,28 @@ static int on_event(void *ctx, const tc_event *ev) {
     block_delta(r, "thinking_delta", "thinking", ev->text, ev->len);
     break;
   case TC_CALL_BEGIN: {
-    json_t *b = typed("tool_use");
-    json_object_set_new(b, "id", tool_use_id());
+    bool own = server_tool(r, ev->name);
+    json_t *b = typed(own ? "server_tool_use" : "tool_use");
+    json_t *id = own ? server_tool_use_id() : tool_use_id();
+    json_object_set(b, "id", id);
     json_object_set_new(b, "name", serve_json_text(ev->name, strlen(ev->name)));
     json_object_set_new(b, "input", json_object());
-    r->ncalls++;
+    if (own) r->unrun++;
+    else r->ncalls++;
     block_open(r, TC_CALL_BEGIN, b);
+    json_array_append_new(r->round_calls, json_pack("{s:o, s:s, s:{s:o, s:s}}", "id", id, "type", "function", "function",
+                                                    "name", serve_json_text(ev->name, strlen(ev->name)), "arguments", ""));
     break;
   }
   case TC_CALL_ARGS:
     if (ev->len) block_delta(r, "input_json_delta", "partial_json", ev->text, ev->len);
     break;
-  case TC_CALL_END: block_close(r); break;
+  case TC_CALL_END: {
+    json_t *c = json_array_get(r->round_calls, json_array_size(r->round_calls) - 1);
+    if (c) json_object_set_new(json_object_get(c, "function"), "arguments", serve_json_text(r->cur.data, r->cur.len));
+    block_close(r);
+    break;
+  }
   }
   return 0;
 }
@@ -615,6 +689,50 @@ void anth_reply_prime(anth_reply *r, const char *text, hbuf *out) {
   r->sse = out;
   tc_parser_feed(r->tc, text, strlen(text), on_event, r, NULL);
   r->sse = NULL;
+}
+
+const json_t *anth_reply_round_calls(anth_reply *r, hbuf *out, const char **text) {
+  r->sse = out;
+  tc_end(r);
+  r->sse = NULL;
+  *text = hbuf_str(&r->round_text);
+  return r->round_calls;
+}
+
+int anth_reply_round_next(anth_reply *r, const json_t *round, const tc_opts *o, hbuf *out, herr *err) {
+  r->sse = out;
+  size_t i;
+  json_t *m;
+  json_array_foreach(round, i, m) {
+    const char *role = json_string_value(json_object_get(m, "role"));
+    if (!role || strcmp(role, "tool")) continue;
+    const char *name = json_string_value(json_object_get(m, "name"));
+    const char *text = json_string_value(json_object_get(m, "content"));
+    hbuf type = {0};
+    hbuf_printf(&type, "%s_tool_result", name ? name : "server");
+    json_t *b = typed(hbuf_str(&type));
+    json_object_set(b, "tool_use_id", json_object_get(m, "tool_call_id"));
+    json_t *content = json_array();
+    json_array_append_new(content, text_block(text ? text : "", text ? strlen(text) : 0));
+    json_object_set_new(b, "content", content);
+    block_open(r, BLOCK_RESULT, b);
+    block_close(r);
+    hbuf_clear(&type);
+    hbuf_printf(&type, "%s_requests", name ? name : "server");
+    if (!r->server_use) r->server_use = json_object();
+    json_t *n = json_object_get(r->server_use, hbuf_str(&type));
+    json_object_set_new(r->server_use, hbuf_str(&type), json_integer(json_integer_value(n) + 1));
+    hbuf_free(&type);
+  }
+  r->sse = NULL;
+  r->unrun = 0;
+  json_array_clear(r->round_calls);
+  hbuf_clear(&r->round_text);
+  tc_parser_free(r->tc);
+  r->tc = NULL;
+  r->tc_done = false;
+  if (tc_parser_new(o, &r->tc, err)) return err ? err->code : HEARTH_EINTERNAL;
+  return 0;
 }
 
 void anth_reply_add(anth_reply *r, const serve_token *tok) {
@@ -641,11 +759,14 @@ static json_t *usage_json(int64_t input, int64_t output, int64_t cached) {
   return u;
 }
 
-/* Anthropic's input_tokens leave out the tokens read from the cache. */
-static json_t *result_usage(const serve_result *res) {
+/* Anthropic's input_tokens leave out the tokens read from the cache; the server's own tools'
+ * runs are counted in server_tool_use. */
+static json_t *result_usage(const anth_reply *r, const serve_result *res) {
   int64_t cached = res->cached_tokens > 0 ? res->cached_tokens : 0;
   if (cached > res->prompt_tokens) cached = res->prompt_tokens;
-  return usage_json(res->prompt_tokens - cached, res->completion_tokens, cached);
+  json_t *u = usage_json(res->prompt_tokens - cached, res->completion_tokens, cached);
+  if (r->server_use) json_object_set(u, "server_tool_use", r->server_use);
+  return u;
 }
 
 static json_t *text_block(const char *s, size_t n) {
@@ -687,7 +808,7 @@ void anth_reply_body(anth_reply *r, const serve_result *res, hbuf *out) {
     content = json_array();
     json_array_append_new(content, text_block(r->text.data, r->text.len));
   }
-  dump_to(message(r, content, json_string(reply_stop_reason(r, res)), stop_sequence(r, res), result_usage(res)), out);
+  dump_to(message(r, content, json_string(reply_stop_reason(r, res)), stop_sequence(r, res), result_usage(r, res)), out);
 }
 
 static void event(const char *name, json_t *data /* consumed */, hbuf *out) {
@@ -755,7 +876,7 @@ void anth_sse_finish(anth_reply *r, const serve_result *res, hbuf *out) {
   json_object_set_new(delta, "stop_reason", json_string(reply_stop_reason(r, res)));
   json_object_set_new(delta, "stop_sequence", stop_sequence(r, res));
   json_object_set_new(md, "delta", delta);
-  json_object_set_new(md, "usage", result_usage(res));
+  json_object_set_new(md, "usage", result_usage(r, res));
   event("message_delta", md, out);
   event("message_stop", typed("message_stop"), out);
 }

@@ -20,6 +20,8 @@
  * nonzero with f filled (status 400; the message and param name the field,
  * as "messages.0.content.1") and leaves *req empty. */
 int anth_request_parse(const char *body, size_t len, bool count_only, serve_request *req, serve_fail *f);
+/* The tools and tool_choice as Messages writes them ({name, description, input_schema}). */
+extern const serve_tools_dialect anth_tools_dialect;
 
 /* The Anthropic error type for an HTTP status: invalid_request_error (400 and
  * other 4xx), authentication_error (401), permission_error (403),
@@ -30,7 +32,8 @@ const char *anth_error_type(int status);
 char *anth_fail_json(const serve_fail *f);
 
 /* "end_turn", "max_tokens" or "stop_sequence" (when a stop sequence ended it);
- * anth_reply_stop_reason also "tool_use" when the reply called a tool. */
+ * a reply's also "tool_use" when it called a tool, and "pause_turn" when its
+ * last calls were the server's own tools' and did not run (the rounds ran out). */
 const char *anth_stop_reason(const serve_result *res);
 
 typedef struct anth_reply {
@@ -51,6 +54,15 @@ typedef struct anth_reply {
   int ncalls;
   bool ping_due;          /* stream: the ping follows the first content_block_start */
   hbuf *sse;              /* a stream's output while events are formatted */
+  /* the server's own tools (serve/tools.h): their calls are server_tool_use blocks, their results
+   * NAME_tool_result blocks ({"tool_use_id", "content": [text block]}) after them, the rounds'
+   * blocks one message, usage.server_tool_use {"NAME_requests": n} */
+  const char *const *server_tools; /* borrowed: n_server_tools names (set before anth_reply_parse) */
+  int n_server_tools;
+  json_t *round_calls;    /* owned: this round's calls, OpenAI's shape [{"id","type","function":{"name","arguments"}}] */
+  hbuf round_text;        /* owned: this round's text */
+  int unrun;              /* this round's calls of the server's tools (none has run yet) */
+  json_t *server_use;     /* owned, NULL until one ran: {"NAME_requests": n} */
 } anth_reply;
 
 /* Splits the output into thinking, text and tool_use blocks with a parser of
@@ -59,6 +71,12 @@ int anth_reply_parse(anth_reply *r, const tc_opts *o, herr *err);
 /* Feeds text the reply starts with (a forced call's opening) to the parser
  * before any token: into the whole message (out NULL) or as stream events. */
 void anth_reply_prime(anth_reply *r, const char *text, hbuf *out);
+/* A round of the server's own tools: the round's end (the parser's last events into out when
+ * streamed, else out NULL), its calls (borrowed) and *text; then, once they ran, the round's
+ * exchange (OpenAI's messages: the tool messages carry "tool_call_id", "name", "content") as
+ * result blocks (out as above) and a parser of o for the next round. */
+const json_t *anth_reply_round_calls(anth_reply *r, hbuf *out, const char **text);
+int anth_reply_round_next(anth_reply *r, const json_t *round, const tc_opts *o, hbuf *out, herr *err);
 
 /* id_seed makes the id unique (any varying number). stop/nstop: the request's
  * stop sequences (borrowed; they must outlive the reply). */

@@ -28,8 +28,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/log.h"
 
@@ -63,6 +65,7 @@ struct http_server {
   bool watcher_started, watcher_stop;
   pthread_cond_t watcher_cv;
   http_watch *whole;    /* borrowed: whole replies being computed (under park_mu) */
+  int whole_ep;         /* an epoll set of their sockets (hang-ups, one event each); -1: each is polled */
   /* connections whose request head is awaited, each with its deadline (head_watch) */
   pthread_mutex_t head_mu;
   struct head_watch *heads; /* borrowed: each is its connection's socket context */
@@ -179,22 +182,28 @@ static bool flag_on(volatile int *flag) { return flag && __atomic_load_n(flag, _
 /* Cancelled because the client went away (not by a drain, which still answers). */
 static bool abandoned(const http_stream *st) { return flag_on(st->cancel) && !flag_on(st->drained); }
 
-/* A whole reply checks its client at each token, and while it is computed
- * the watcher checks it every WAIT_MS too (a long prefill, a wait for the
- * engine, a block-diffusion model's tokens that come a block at a time): a
- * client gone sets the cancel flag, which the engine reads before every
- * forward step. */
+/* While a whole reply is computed the watcher looks after its client every
+ * WAIT_MS (whatever the engine is doing: a long prefill, a wait for a slot,
+ * tokens): a client gone sets the cancel flag, which the engine reads before
+ * every forward step. Its socket joins the watcher's epoll set, which hears a
+ * hang-up (EPOLLRDHUP, HUP, ERR) once, so hundreds of whole replies in flight
+ * cost the watcher nothing per tick (the socket is polled each tick only when
+ * the set cannot take it). */
 void http_watch_add(http_server *h, http_watch *w) {
   pthread_mutex_lock(&h->park_mu);
   w->prev = &h->whole;
   w->next = h->whole;
   if (h->whole) h->whole->prev = &w->next;
   h->whole = w;
+  struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLONESHOT, .data.ptr = w};
+  w->in_ep = w->fd >= 0 && h->whole_ep >= 0 && epoll_ctl(h->whole_ep, EPOLL_CTL_ADD, w->fd, &ev) == 0;
   pthread_mutex_unlock(&h->park_mu);
 }
 
 void http_watch_remove(http_server *h, http_watch *w) {
   pthread_mutex_lock(&h->park_mu);
+  if (w->in_ep) epoll_ctl(h->whole_ep, EPOLL_CTL_DEL, w->fd, NULL);
+  w->in_ep = false;
   if (w->prev) {
     *w->prev = w->next;
     if (w->next) w->next->prev = w->prev;
@@ -437,8 +446,14 @@ static void *watcher_main(void *arg) {
       if (gone) cancel_set(st->cancel);
       if (gone || now - st->idle_since >= h->keepalive_s) unpark(st, true);
     }
+    struct epoll_event ev[64];
+    int got = 64;
+    while (h->whole_ep >= 0 && got == 64) { /* the whole replies' hang-ups heard since the last tick */
+      got = epoll_wait(h->whole_ep, ev, 64, 0);
+      for (int i = 0; i < got; i++) cancel_set(((http_watch *)ev[i].data.ptr)->cancel);
+    }
     for (http_watch *w = h->whole; w; w = w->next)
-      if (!flag_on(w->cancel) && http_client_gone(w->fd, true)) cancel_set(w->cancel);
+      if (!w->in_ep && !flag_on(w->cancel) && http_client_gone(w->fd, true)) cancel_set(w->cancel);
     if (now >= h->next_head_scan) {
       heads_expire(h, now);
       h->next_head_scan = now + HEAD_SCAN_S;
@@ -650,6 +665,7 @@ int http_start(http_server **out, const http_config *cfg, const http_app *app, h
   pthread_cond_init(&h->workers_cv, NULL);
   pthread_mutex_init(&h->park_mu, NULL);
   pthread_mutex_init(&h->head_mu, NULL);
+  h->whole_ep = epoll_create1(EPOLL_CLOEXEC);
   pthread_cond_init(&h->watcher_cv, NULL);
   atomic_init(&h->draining, 0);
   atomic_init(&h->in_flight, 0);
@@ -714,6 +730,7 @@ void http_stop(http_server *h) {
   pthread_mutex_destroy(&h->park_mu);
   pthread_mutex_destroy(&h->head_mu);
   pthread_cond_destroy(&h->watcher_cv);
+  if (h->whole_ep >= 0) close(h->whole_ep);
   free(h->cors);
   free(h);
 }

@@ -131,6 +131,7 @@ typedef struct http_watch {
   int fd;
   volatile int *cancel;
   struct http_watch *next, **prev;
+  bool in_ep;          /* (the watcher's) its socket is in the watcher's epoll set */
 } http_watch;
 void http_watch_add(http_server *h, http_watch *w);
 void http_watch_remove(http_server *h, http_watch *w);

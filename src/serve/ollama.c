@@ -635,6 +635,7 @@ void oll_reply_init(oll_reply *r, bool chat, const char *model, bool streaming, 
   r->t0 = t0;
   r->calls = json_array();
   r->step_calls = json_array();
+  r->round_calls = json_array();
 }
 
 void oll_reply_free(oll_reply *r) {
@@ -647,15 +648,27 @@ void oll_reply_free(oll_reply *r) {
   json_decref(r->calls);
   json_decref(r->step_calls);
   json_decref(r->lp);
+  json_decref(r->round_calls);
+  json_decref(r->exchange);
+  hbuf_free(&r->round_text);
   memset(r, 0, sizeof *r);
 }
 
 int oll_reply_parse(oll_reply *r, const tc_opts *o, herr *err) { return tc_parser_new(o, &r->tc, err); }
 
+static bool hidden_tool(const oll_reply *r, const char *name) {
+  for (int i = 0; i < r->nhidden; i++)
+    if (!strcmp(r->hidden[i], name)) return true;
+  return false;
+}
+
 static int on_event(void *ctx, const tc_event *ev) {
   oll_reply *r = ctx;
   switch (ev->kind) {
-  case TC_TEXT: hbuf_append(r->streaming ? &r->step_content : &r->content, ev->text, ev->len); break;
+  case TC_TEXT:
+    hbuf_append(r->streaming ? &r->step_content : &r->content, ev->text, ev->len);
+    if (r->nhidden) hbuf_append(&r->round_text, ev->text, ev->len);
+    break;
   case TC_REASONING: hbuf_append(r->streaming ? &r->step_thinking : &r->thinking, ev->text, ev->len); break;
   case TC_CALL_BEGIN:
     snprintf(r->call_name, sizeof r->call_name, "%s", ev->name ? ev->name : "");
@@ -669,7 +682,13 @@ static int on_event(void *ctx, const tc_event *ev) {
       args = json_object();
     }
     json_t *c = json_pack("{s:{s:s, s:o}}", "function", "name", r->call_name, "arguments", args);
-    json_array_append_new(r->streaming ? r->step_calls : r->calls, c);
+    char id[48];
+    serve_random_id(id, sizeof id, "call_", 24);
+    json_array_append_new(r->round_calls, json_pack("{s:s, s:s, s:{s:s, s:o}}", "id", id, "type", "function", "function",
+                                                    "name", r->call_name, "arguments",
+                                                    serve_json_text(r->args.data, r->args.len)));
+    if (r->streaming && hidden_tool(r, r->call_name)) json_decref(c); /* the server runs it: not sent */
+    else json_array_append_new(r->streaming ? r->step_calls : r->calls, c);
     hbuf_clear(&r->args);
     break;
   }
@@ -724,6 +743,62 @@ void oll_reply_add(oll_reply *r, const serve_token *tok) {
   if (tok->len) feed(r, tok->text, tok->len);
 }
 
+static void step_line(oll_reply *r, hbuf *out);
+
+const json_t *oll_reply_round_calls(oll_reply *r, hbuf *out, const char **text) {
+  finish_parser(r);
+  if (out) step_line(r, out);
+  *text = hbuf_str(&r->round_text);
+  return r->round_calls;
+}
+
+/* An OpenAI message of the server's tool exchange in Ollama's shape: arguments as objects, the
+ * tool message's name as tool_name. */
+static json_t *oll_message_of(const json_t *m) {
+  const char *role = json_string_value(json_object_get(m, "role"));
+  json_t *content = json_object_get(m, "content");
+  json_t *o = json_object();
+  json_object_set_new(o, "role", json_string(role ? role : ""));
+  json_object_set_new(o, "content", json_is_string(content) ? json_incref(content) : json_string(""));
+  json_t *calls = json_object_get(m, "tool_calls"), *c;
+  size_t i;
+  if (json_is_array(calls)) {
+    json_t *out = json_array();
+    json_array_foreach(calls, i, c) {
+      json_t *fn = json_object_get(c, "function");
+      const char *a = json_string_value(json_object_get(fn, "arguments"));
+      json_t *args = a ? json_loads(a, 0, NULL) : NULL;
+      if (!json_is_object(args)) {
+        json_decref(args);
+        args = json_object();
+      }
+      json_array_append_new(out, json_pack("{s:{s:O, s:o}}", "function", "name", json_object_get(fn, "name"), "arguments", args));
+    }
+    json_object_set_new(o, "tool_calls", out);
+  }
+  if (json_is_string(json_object_get(m, "name"))) json_object_set(o, "tool_name", json_object_get(m, "name"));
+  return o;
+}
+
+int oll_reply_round_next(oll_reply *r, const json_t *round, const tc_opts *o, herr *err) {
+  if (!r->exchange) r->exchange = json_array();
+  size_t i;
+  json_t *m;
+  json_array_foreach(round, i, m) json_array_append_new(r->exchange, oll_message_of(m));
+  if (!r->streaming) { /* the final message is the last round's */
+    hbuf_clear(&r->content);
+    hbuf_clear(&r->thinking);
+    json_array_clear(r->calls);
+    json_array_clear(r->lp);
+  }
+  json_array_clear(r->round_calls);
+  hbuf_clear(&r->round_text);
+  tc_parser_free(r->tc);
+  r->tc = NULL;
+  r->tc_done = false;
+  return tc_parser_new(o, &r->tc, err);
+}
+
 /* {"model", "created_at"} */
 static json_t *head(const char *model) {
   char t[64];
@@ -761,6 +836,7 @@ static void put_final(oll_reply *r, json_t *o, const serve_result *res) {
   json_object_set_new(o, "prompt_eval_duration", json_integer(ns(first - r->t0 - r->load_s)));
   json_object_set_new(o, "eval_count", json_integer(res->completion_tokens));
   json_object_set_new(o, "eval_duration", json_integer(ns(now - first)));
+  if (r->exchange) json_object_set(o, "tool_exchange", r->exchange);
 }
 
 void oll_reply_body(oll_reply *r, const serve_result *res, hbuf *out) {

@@ -76,6 +76,13 @@ typedef struct oll_reply {
                             * yet sent (they go with the next line) */
   double t0, t_first;      /* monotonic seconds: the request's arrival, its first token (0: none yet) */
   double load_s;           /* seconds the request waited for its model to load (load_duration) */
+  /* the server's own tools (serve/tools.h): a stream does not send their calls; the messages of
+   * their rounds go in the final object's "tool_exchange" (Ollama's message shape) */
+  const char *const *hidden; /* borrowed: nhidden tool names */
+  int nhidden;
+  json_t *round_calls;     /* owned: this round's calls, OpenAI's shape [{"id","type","function":{"name","arguments"}}] */
+  hbuf round_text;         /* owned: this round's content */
+  json_t *exchange;        /* owned, NULL until a round ran */
 } oll_reply;
 
 /* t0: when the request arrived (monotonic seconds, as oll_now). logprobs: report the tokens' log-probabilities
@@ -87,6 +94,12 @@ int oll_reply_parse(oll_reply *r, const tc_opts *o, herr *err);
 /* Monotonic seconds. */
 double oll_now(void);
 
+/* A round of the server's own tools: the round's end (a stream's held-back text as a line into
+ * out; out NULL when whole), its calls (borrowed) and *text; then, once they ran, the round's
+ * exchange (OpenAI's messages) kept for the final object, a whole reply's message begun anew
+ * (the final one is the last round's), and a parser of o for the next round. */
+const json_t *oll_reply_round_calls(oll_reply *r, hbuf *out, const char **text);
+int oll_reply_round_next(oll_reply *r, const json_t *round, const tc_opts *o, herr *err);
 /* Whole replies: every step's output, then the one object. */
 void oll_reply_add(oll_reply *r, const serve_token *tok);
 void oll_reply_body(oll_reply *r, const serve_result *res, hbuf *out);

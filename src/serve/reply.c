@@ -445,6 +445,7 @@ static int sse_event(void *ctx, const tc_event *ev) {
   serve_reply *r = ctx;
   if (dropped_call(r, ev)) return 0;
   if (stream_call(r, ev)) return 0;
+  if (ev->kind == TC_TEXT && r->nhidden) hbuf_append(&r->text, ev->text, ev->len); /* a round's text (serve/tools.h) */
   json_t *delta = json_object();
   switch (ev->kind) {
   case TC_TEXT:

@@ -159,7 +159,7 @@ void resp_request_free(resp_request *rr) {
  * "required" | {"type": "function", "name"}. */
 static const char *const choice_words[] = {"function", NULL};
 static const serve_tool_choice choice_of[] = {SERVE_TOOLS_NAMED};
-static const serve_tools_dialect tools_dialect = {
+const serve_tools_dialect resp_tools_dialect = {
     .at = "tools[%zu]",
     .schema = "parameters",
     .type = "function",
@@ -272,7 +272,7 @@ int resp_request_parse(const char *body, size_t len, serve_request *req, resp_re
     s->has_seed = true;
     s->seed = (uint64_t)json_integer_value(seed);
   }
-  if ((rc = serve_tools_parse(root, req, &tools_dialect, f))) goto out;
+  if ((rc = serve_tools_parse(root, req, &resp_tools_dialect, f))) goto out;
   /* reasoning.effort reaches the template as chat completions' reasoning_effort does */
   json_t *reasoning = serve_json_field(root, "reasoning");
   if (reasoning) {
@@ -407,6 +407,17 @@ static json_t *arguments_object(json_t *args) {
   return s ? json_string(s) : json_object();
 }
 
+/* A NAME_call item of the server's own tools: 1 when it ran (string call_id, name and output),
+ * -1 when it never did (output null: it is left out), 0 when it is no such item. */
+static int server_call_item(const char *type, const json_t *it) {
+  size_t n = strlen(type);
+  if (n <= 5 || strcmp(type + n - 5, "_call") || !json_is_string(json_object_get(it, "call_id")) ||
+      !json_is_string(json_object_get(it, "name")))
+    return 0;
+  json_t *out = json_object_get(it, "output");
+  return json_is_string(out) ? 1 : json_is_null(out) ? -1 : 0;
+}
+
 static int add_items(builder *b, const json_t *items, const char *name, serve_fail *f) {
   size_t i;
   json_t *it;
@@ -470,6 +481,17 @@ static int add_items(builder *b, const json_t *items, const char *name, serve_fa
       rc = push(b, "tool", t.data, t.len, json_pack("{s:O}", "tool_call_id", cid), f);
       hbuf_free(&t);
       if (rc) return rc;
+    } else if (server_call_item(type, it) < 0) { /* a call of the server's own tool that never ran */
+    } else if (server_call_item(type, it) > 0) { /* the server's own tool: its call and its result */
+      json_t *nm = json_object_get(it, "name"), *cid = json_object_get(it, "call_id");
+      b->open = true;
+      if (!b->calls) b->calls = json_array();
+      json_t *fn = json_pack("{s:O, s:o}", "name", nm, "arguments", arguments_object(json_object_get(it, "arguments")));
+      json_array_append_new(b->calls, json_pack("{s:O, s:s, s:o}", "id", cid, "type", "function", "function", fn));
+      const char *out = json_string_value(json_object_get(it, "output"));
+      if ((rc = flush(b, f)) ||
+          (rc = push(b, "tool", out ? out : "", out ? strlen(out) : 0, json_pack("{s:O, s:O}", "tool_call_id", cid, "name", nm), f)))
+        return rc;
     } else if (!strcmp(type, "reasoning")) {
       if (b->open && (b->text.len || b->calls) && (rc = flush(b, f))) return rc;
       b->open = true;
@@ -528,6 +550,9 @@ void resp_reply_init(resp_reply *r, const char *model, uint64_t id_seed, const r
 
 void resp_reply_free(resp_reply *r) {
   tc_parser_free(r->tc);
+  json_decref(r->pending);
+  json_decref(r->round_calls);
+  hbuf_free(&r->round_text);
   json_decref(r->output);
   json_decref(r->item);
   hbuf_free(&r->cur);
@@ -536,7 +561,15 @@ void resp_reply_free(resp_reply *r) {
 
 int resp_reply_parse(resp_reply *r, const tc_opts *o, herr *err) {
   if (tc_parser_new(o, &r->tc, err)) return err ? err->code : HEARTH_EINTERNAL;
-  return 0;
+  if (!r->pending) r->pending = json_array();
+  if (!r->round_calls) r->round_calls = json_array();
+  return r->pending && r->round_calls ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
+}
+
+static bool server_tool(const resp_reply *r, const char *name) {
+  for (int i = 0; name && i < r->n_server_tools; i++)
+    if (!strcmp(r->server_tools[i], name)) return true;
+  return false;
 }
 
 static json_t *next_id(resp_reply *r, const char *prefix) {
@@ -592,6 +625,14 @@ static void item_close(resp_reply *r) {
     json_t *content = json_array();
     json_array_append_new(content, part);
     json_object_set_new(it, "content", content);
+  } else if (r->own_call) { /* a server tool's call: done once it ran (resp_reply_round_next) */
+    json_object_set_new(it, "arguments", serve_json_text(r->cur.data, r->cur.len));
+    json_array_append_new(r->pending, json_integer(index));
+    json_array_append_new(r->output, it);
+    hbuf_clear(&r->cur);
+    r->open = -1;
+    r->own_call = false;
+    return;
   } else {
     json_t *args = serve_json_text(r->cur.data, r->cur.len);
     emit(r, "response.function_call_arguments.done",
@@ -630,7 +671,7 @@ static void item_delta(resp_reply *r, const char *s, size_t n) {
     emit(r, "response.reasoning_text.delta",
          json_pack("{s:O, s:i, s:i, s:o}", "item_id", id, "output_index", index, "content_index", 0, "delta",
                    serve_json_text(s, n)));
-  else
+  else if (!r->own_call)
     emit(r, "response.function_call_arguments.delta",
          json_pack("{s:O, s:i, s:o}", "item_id", id, "output_index", index, "delta", serve_json_text(s, n)));
 }
@@ -641,6 +682,7 @@ static int on_event(void *ctx, const tc_event *ev) {
   case TC_TEXT:
   case TC_REASONING:
     if (ev->len == 0) break;
+    if (ev->kind == TC_TEXT) hbuf_append(&r->round_text, ev->text, ev->len);
     if (r->open != (int)ev->kind) {
       json_t *it = ev->kind == TC_TEXT
                        ? json_pack("{s:o, s:s, s:s, s:s, s:[]}", "id", next_id(r, "msg_"), "type", "message", "status",
@@ -654,17 +696,32 @@ static int on_event(void *ctx, const tc_event *ev) {
   case TC_CALL_BEGIN: {
     char call[48];
     serve_random_id(call, sizeof call, "call_", 24);
-    r->ncalls++;
-    item_open(r, TC_CALL_BEGIN,
-              json_pack("{s:o, s:s, s:s, s:s, s:o, s:s}", "id", next_id(r, "fc_"), "type", "function_call", "status",
-                        "in_progress", "call_id", call, "name", serve_json_text(ev->name, ev->name ? strlen(ev->name) : 0),
-                        "arguments", ""));
+    json_t *name = serve_json_text(ev->name, ev->name ? strlen(ev->name) : 0);
+    bool own = server_tool(r, ev->name);
+    hbuf type = {0};
+    if (own) hbuf_printf(&type, "%s_call", ev->name);
+    else r->ncalls++;
+    json_t *it = json_pack("{s:o, s:s, s:s, s:s, s:O, s:s}", "id", next_id(r, own ? "stc_" : "fc_"), "type",
+                           own ? hbuf_str(&type) : "function_call", "status", "in_progress", "call_id", call, "name", name,
+                           "arguments", "");
+    if (own && it) json_object_set_new(it, "output", json_null());
+    hbuf_free(&type);
+    item_open(r, TC_CALL_BEGIN, it);
+    r->own_call = own;
+    json_array_append_new(r->round_calls,
+                          json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", call, "type", "function", "function", "name", name, "arguments", ""));
+    json_decref(name);
     break;
   }
   case TC_CALL_ARGS:
     if (ev->len) item_delta(r, ev->text, ev->len);
     break;
-  case TC_CALL_END: item_close(r); break;
+  case TC_CALL_END: {
+    json_t *c = json_array_get(r->round_calls, json_array_size(r->round_calls) - 1);
+    if (c) json_object_set_new(json_object_get(c, "function"), "arguments", serve_json_text(r->cur.data, r->cur.len));
+    item_close(r);
+    break;
+  }
   }
   return 0;
 }
@@ -687,11 +744,58 @@ static void end_parse(resp_reply *r) {
   }
 }
 
+/* A server tool's call item done: with its output (NULL: it never ran, incomplete). */
+static void own_call_done(resp_reply *r, size_t index, const char *output) {
+  json_t *it = json_array_get(r->output, index);
+  if (!it) return;
+  json_object_set_new(it, "output", output ? serve_json_text(output, strlen(output)) : json_null());
+  json_object_set_new(it, "status", json_string(output ? "completed" : "incomplete"));
+  emit(r, "response.output_item.done", json_pack("{s:i, s:O}", "output_index", (int)index, "item", it));
+}
+
 /* The output is over: res says whether it was cut (NULL: not known, not cut). */
 static void end(resp_reply *r, const serve_result *res) {
   end_parse(r);
   if (res && res->finish == SERVE_FINISH_LENGTH) r->cut = true;
   item_close(r);
+  size_t k;
+  json_t *ix;
+  json_array_foreach(r->pending, k, ix) own_call_done(r, (size_t)json_integer_value(ix), NULL);
+  json_array_clear(r->pending);
+}
+
+const json_t *resp_reply_round_calls(resp_reply *r, hbuf *out, const char **text) {
+  r->sse = out;
+  end_parse(r);
+  r->sse = NULL;
+  *text = hbuf_str(&r->round_text);
+  return r->round_calls;
+}
+
+int resp_reply_round_next(resp_reply *r, const json_t *round, const tc_opts *o, hbuf *out, herr *err) {
+  r->sse = out;
+  item_close(r); /* what the round wrote after its calls */
+  size_t k, i;
+  json_t *ix, *m;
+  json_array_foreach(r->pending, k, ix) {
+    size_t index = (size_t)json_integer_value(ix);
+    const char *cid = json_string_value(json_object_get(json_array_get(r->output, index), "call_id"));
+    const char *result = NULL;
+    json_array_foreach(round, i, m) {
+      const char *id = json_string_value(json_object_get(m, "tool_call_id"));
+      if (cid && id && !strcmp(cid, id)) result = json_string_value(json_object_get(m, "content"));
+    }
+    own_call_done(r, index, result ? result : "");
+  }
+  json_array_clear(r->pending);
+  r->sse = NULL;
+  json_array_clear(r->round_calls);
+  hbuf_clear(&r->round_text);
+  tc_parser_free(r->tc);
+  r->tc = NULL;
+  r->tc_done = false;
+  if (tc_parser_new(o, &r->tc, err)) return err ? err->code : HEARTH_EINTERNAL;
+  return 0;
 }
 
 void resp_reply_prime(resp_reply *r, const char *text, hbuf *out) {

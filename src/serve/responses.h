@@ -54,8 +54,12 @@ typedef struct resp_request {
  * rest. Messages come from resp_request_messages. On failure returns nonzero
  * with f filled (400, param naming the field, as "input[2].content[0]"). */
 int resp_request_parse(const char *body, size_t len, serve_request *req, resp_request *rr, serve_fail *f);
+/* The tools and tool_choice as Responses writes them ({"type": "function", "name", "parameters"}). */
+extern const serve_tools_dialect resp_tools_dialect;
 /* req->messages: the instructions (a system message), the history's items (a
- * stored conversation, may be NULL), then rr->input. */
+ * stored conversation, may be NULL), then rr->input. A NAME_call item with a
+ * call_id, name, arguments and output (a call of the server's own tools, as
+ * this server answers it) is a call and its tool message. */
 int resp_request_messages(serve_request *req, const resp_request *rr, const json_t *history, serve_fail *f);
 void resp_request_free(resp_request *rr);
 
@@ -78,6 +82,15 @@ typedef struct resp_reply {
   int ncalls;
   int64_t seq;         /* stream: the next sequence_number */
   hbuf *sse;           /* a stream's output while events are formatted */
+  /* the server's own tools (serve/tools.h): a call of one is a NAME_call item {"id", "type",
+   * "status", "call_id", "name", "arguments", "output"}, added as it begins, done (completed,
+   * with its output) once it ran; one that never ran ends incomplete */
+  const char *const *server_tools; /* borrowed: n_server_tools names (set before resp_reply_parse) */
+  int n_server_tools;
+  bool own_call;       /* the open call is a server tool's */
+  json_t *pending;     /* owned: the output indexes of server tool calls not yet run */
+  json_t *round_calls; /* owned: this round's calls, OpenAI's shape [{"id","type","function":{"name","arguments"}}] */
+  hbuf round_text;     /* owned: this round's text */
 } resp_reply;
 
 void resp_reply_init(resp_reply *r, const char *model, uint64_t id_seed, const resp_request *rr);
@@ -87,6 +100,12 @@ void resp_reply_free(resp_reply *r);
 int resp_reply_parse(resp_reply *r, const tc_opts *o, herr *err);
 /* Text the reply starts with (a forced call's opening), before any token. */
 void resp_reply_prime(resp_reply *r, const char *text, hbuf *out);
+/* A round of the server's own tools: the round's end (the parser's last events into out when
+ * streamed, else out NULL), its calls (borrowed) and *text; then, once they ran, their items
+ * done with the round's results (OpenAI's tool messages: "tool_call_id", "content"; out as
+ * above) and a parser of o for the next round. */
+const json_t *resp_reply_round_calls(resp_reply *r, hbuf *out, const char **text);
+int resp_reply_round_next(resp_reply *r, const json_t *round, const tc_opts *o, hbuf *out, herr *err);
 /* Whole responses: every step's output; then the response object. */
 void resp_reply_add(resp_reply *r, const serve_token *tok);
 /* The response object (new reference); res NULL: in progress. */

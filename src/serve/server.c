@@ -10,8 +10,10 @@
  * and size refusals, is an Anthropic error object), responses.h, infill.h
  * and ollama.h (the Ollama API under /api/: NDJSON streams, {"error": ...}
  * refusals). The tools the server runs itself (tools.h) ride on the
- * OpenAI chat protocol's ops: its parse adds them, and a reply that calls
- * only them is run again after them (tool_round), in the same stream. One
+ * protocol table: a chat protocol's tools dialect has them added to a
+ * request, and a reply that calls only them is run again after them
+ * (tool_round), in the same stream, each protocol showing the exchange in
+ * its own way (its round_calls and round_next ops). One
  * server may serve several engines, a request's "model" picking one. No CORS headers unless asked: only the chat page's own
  * origin may read answers from a browser.
  *
@@ -637,8 +639,8 @@ typedef struct job {
   json_t *exchange;         /* owned, NULL until a round of the server's tools ran: the messages it added */
   serve_result tool_usage;  /* the tokens of the rounds before the last */
   int rounds;               /* rounds of the server's tools run */
-  bool tools_go_on;         /* a stream's round ended calling only the server's tools: another follows */
-  const char *hidden[SERVE_MAX_TOOLS]; /* the names of the tools added (not streamed as calls) */
+  const char *hidden[SERVE_MAX_TOOLS]; /* the names of the tools added (OpenAI chat and Ollama streams
+                                        * do not send their calls) */
   int nhidden;
   int fd;                   /* the client's socket, watched for hang-ups */
   bool whole;               /* answered whole (not streamed): gone once the client ends its input */
@@ -686,6 +688,16 @@ typedef struct serve_protocol {
   void (*stream_finish)(job *j, hbuf *out);
   /* Ollama's load-only request (j->oreq.load_only): its answer; NULL: none */
   void (*load_body)(job *j, const char *reason, hbuf *out);
+  /* The server's own tools (serve/tools.h): added to a request's tools in this dialect (NULL: not
+   * offered on the route). At a round's end, round_calls ends the reply's parser (its last events
+   * into sse when streamed, else sse NULL) and gives the round's calls in OpenAI's shape
+   * ([{"id", "type", "function": {"name", "arguments"}}], borrowed; NULL: none) and its text; once
+   * the calls ran, round_next shows the round (the assistant and tool messages it added, OpenAI's
+   * shape) as the protocol shows a server's tool use (into sse when streamed) and sets the reply up
+   * for the next round under j->tc. */
+  const serve_tools_dialect *tools;
+  const json_t *(*round_calls)(job *j, hbuf *sse, const char **text);
+  int (*round_next)(job *j, const json_t *round, hbuf *sse, herr *err);
 } serve_protocol;
 
 static void forced_call_grammar(job *j);
@@ -802,14 +814,22 @@ static void slot_started(slot *sl) {
 
 static void stream_push(job *j, const hbuf *b, bool done);
 
-/* Whether the reply just made calls only the server's own tools (serve/tools.h), which run and
- * the model goes on: a chat of one choice with those tools added (only the OpenAI chat protocol's
- * parse adds them), ended well, within the rounds allowed (its parser ended: serve_reply_end /
- * serve_sse_end). */
-static bool tools_go_on(job *j) {
+/* Whether the reply just made, whose calls are `calls` (its protocol's round_calls), called only
+ * the server's own tools (serve/tools.h), which run and the model goes on: a chat of one choice
+ * with those tools added, ended well, within the rounds allowed. */
+static bool tools_go_on(job *j, const json_t *calls) {
   if (!j->tools_added || j->nslots != 1) return false;
   if (j->rc || j->result.finish == SERVE_FINISH_CANCELLED || cancelled(j) || j->rounds >= j->srv->tool_rounds) return false;
-  return serve_tools_all_ours(j->srv->tools, j->srv->ntools, j->tools_added, j->reply.calls);
+  return serve_tools_all_ours(j->srv->tools, j->srv->ntools, j->tools_added, calls);
+}
+
+/* r's token counts with those of the rounds of the server's tools before the last. */
+static serve_result with_rounds(const job *j, const serve_result *r) {
+  serve_result u = *r;
+  u.prompt_tokens += j->tool_usage.prompt_tokens;
+  u.completion_tokens += j->tool_usage.completion_tokens;
+  u.cached_tokens += j->tool_usage.cached_tokens;
+  return u;
 }
 
 /* The reply's calls of the server's tools are kept out of a stream. */
@@ -932,7 +952,8 @@ static void fail_from_engine(const job *j, serve_fail *f) {
   }
 }
 
-/* Whole responses: gather every step, stop when the client hangs up. */
+/* Whole responses: gather every step, stop when the client hangs up (the watcher, whole_watch,
+ * sets the cancel flag). */
 static int whole_token(void *ctx, const serve_token *tok) {
   slot *sl = ctx;
   job *j = sl->j;
@@ -940,7 +961,6 @@ static int whole_token(void *ctx, const serve_token *tok) {
   if (!tok->flush) sl->cum_logprob += tok->logprob;
   token_times(sl, tok);
   j->proto->add(sl, tok);
-  if (job_client_gone(j)) cancel_set(j);
   return cancelled(j) ? 1 : 0;
 }
 
@@ -949,8 +969,8 @@ static void job_prime(job *j, hbuf *sse) {
   if (j->forced && j->proto->prime) j->proto->prime(j, j->forced, sse);
 }
 
-/* A whole reply checks its client at each token (whole_token), and while it
- * is computed the watcher (http.c) checks it too. */
+/* While a whole reply is computed the watcher (http.c) looks after its client: a hang-up
+ * cancels it within a tick (and no token of it costs a system call). */
 static void whole_watch(job *j, bool on) {
   if (on) {
     j->watch.fd = j->fd;
@@ -991,19 +1011,28 @@ static int best_of_choices(job *j, serve_reply **r, serve_result *res) {
 static int chat_prompt(job *j, serve_fail *f);
 static bool needs_specials(const tc_opts *o);
 
-/* After a reply that called only the server's own tools (serve/tools.h):
- * runs them, appends the calls and their results to the conversation and
- * sets the next round up — prompt, parser, a new reply under the same id.
- * The tool_choice that forced the first call is the first round's only. */
-static int tool_round(job *j, serve_fail *f) {
+/* After a reply that called only the server's own tools (serve/tools.h),
+ * its calls and text those of its protocol's round_calls: runs them,
+ * appends the calls and their results to the conversation and the
+ * exchange, and sets the next round up — prompt, parser, the reply through
+ * the protocol's round_next (into sse when streamed). The tool_choice that
+ * forced the first call is the first round's only. */
+static int tool_round(job *j, const json_t *calls, const char *text, hbuf *sse, serve_fail *f) {
   serve_server *s = j->srv;
   herr err = {0};
-  if (!j->exchange && !(j->exchange = json_array())) return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  json_t *round = json_array();
+  if (!round || (!j->exchange && !(j->exchange = json_array()))) {
+    json_decref(round);
+    return serve_fail_set(f, 500, "server_error", NULL, NULL, "out of memory");
+  }
   j->tool_usage.prompt_tokens += j->result.prompt_tokens;
   j->tool_usage.completion_tokens += j->result.completion_tokens;
   j->tool_usage.cached_tokens += j->result.cached_tokens;
-  if (serve_tools_run(s->tools, s->ntools, &j->req, hbuf_str(&j->reply.text), j->reply.calls, j->exchange, &err))
+  if (serve_tools_run(s->tools, s->ntools, &j->req, text, calls, round, &err)) {
+    json_decref(round);
     return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
+  }
+  json_array_extend(j->exchange, round);
   if (j->req.tool_choice == SERVE_TOOLS_REQUIRED || j->req.tool_choice == SERVE_TOOLS_NAMED)
     j->req.tool_choice = SERVE_TOOLS_AUTO;
   if (j->forced_gbnf) {
@@ -1016,21 +1045,18 @@ static int tool_round(job *j, serve_fail *f) {
   j->forced = NULL;
   free(j->prompt);
   j->prompt = NULL;
-  if (chat_prompt(j, f)) return f->status;
-  serve_reply *r = &j->reply;
-  char id[sizeof r->id];
-  memcpy(id, r->id, sizeof id);
-  int64_t created = r->created;
-  const char *model = r->model;
-  bool logprobs = r->logprobs;
-  serve_reply_free(r);
-  serve_reply_init(r, SERVE_CHAT, model, created, 0, logprobs);
-  memcpy(r->id, id, sizeof id);
-  r->one_call = j->req.one_tool_call;
-  r->usage_null = j->req.stream && j->req.include_usage;
-  reply_hide(j, r);
-  if (j->parse && serve_reply_parse(r, &j->tc, &err)) return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
-  if (j->parse) j->req.sampling.skip_special = !needs_specials(&j->tc);
+  if (chat_prompt(j, f)) {
+    json_decref(round);
+    return f->status;
+  }
+  if (!j->parse) { /* the first round's calls were parsed under these tools: so are the next round's */
+    json_decref(round);
+    return serve_fail_set(f, 500, "server_error", NULL, NULL, "the next round has no tool-call parser");
+  }
+  j->req.sampling.skip_special = !needs_specials(&j->tc);
+  int rc = j->proto->round_next(j, round, sse, &err);
+  json_decref(round);
+  if (rc) return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
   slot *sl = &j->slots[0];
   sl->text = j->prompt;
   sl->sampling = j->req.sampling;
@@ -1040,7 +1066,7 @@ static int tool_round(job *j, serve_fail *f) {
   memset(&j->result, 0, sizeof j->result);
   j->rc = 0;
   memset(&j->err, 0, sizeof j->err);
-  job_prime(j, NULL);
+  job_prime(j, sse);
   return 0;
 }
 
@@ -1078,14 +1104,15 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, job *j) {
    * reply past those, or one calling the client's tools too, is answered as it is) */
   serve_fail tf = {0};
   bool tool_failed = false;
-  while (j->tools_added) {
-    serve_reply_end(&j->reply);
-    if (!tools_go_on(j)) break;
-    if (tool_round(j, &tf)) {
+  while (j->tools_added && j->rc == 0) {
+    const char *text = NULL;
+    const json_t *calls = j->proto->round_calls(j, NULL, &text);
+    if (!tools_go_on(j, calls)) break;
+    if (tool_round(j, calls, text, NULL, &tf)) {
       tool_failed = true;
       break;
     }
-    HLOG_INFO("serve: chat: round %d of the server's tools ran", ++j->rounds);
+    HLOG_INFO("serve: %s: round %d of the server's tools ran", j->proto->name, ++j->rounds);
     job_generate(j, whole_token);
   }
   whole_watch(j, false);
@@ -1146,14 +1173,20 @@ static void *stream_main(void *arg) {
   stream_push(j, &b, false);
   hbuf_clear(&b);
   job_generate(j, stream_token);
-  while (j->tools_go_on) { /* the server's own tools were called: run, and the model goes on in the same stream */
-    j->tools_go_on = false;
+  /* the server's own tools: while a round calls only them, they run and the model goes on in the same stream */
+  while (j->tools_added && j->rc == 0 && !abandoned(j)) {
+    const char *text = NULL;
+    const json_t *calls = j->proto->round_calls(j, &b, &text);
+    bool go = tools_go_on(j, calls);
     serve_fail tf;
-    if (tool_round(j, &tf)) {
+    if (go && tool_round(j, calls, text, &b, &tf)) {
       j->rc = herr_set(&j->err, HEARTH_EINTERNAL, "%s", tf.message);
-      break;
+      go = false;
     }
-    HLOG_INFO("serve: chat stream: round %d of the server's tools ran", ++j->rounds);
+    stream_push(j, &b, false);
+    hbuf_clear(&b);
+    if (!go) break;
+    HLOG_INFO("serve: %s stream: round %d of the server's tools ran", j->proto->name, ++j->rounds);
     job_generate(j, stream_token);
   }
   job_done(j, abandoned(j) ? 0 : 200); /* (the stream's status went out with its first bytes) */
@@ -1529,19 +1562,8 @@ static void store_response(job *j, const json_t *o) {
   "\"code\":null}}\n\ndata: [DONE]\n\n"
 
 /* OpenAI chat completions and completions: a reply per choice (serve_reply), SSE chunks. */
-/* A chat: the server's own tools (serve/tools.h) join the request's tools. */
 static int chat_parse(job *j, const char *body, size_t len, serve_fail *f) {
-  serve_server *s = j->srv;
-  char *own = NULL;
-  herr err = {0};
-  if (s->ntools && serve_tools_inject(s->tools, s->ntools, body, len, &own, &j->tools_added, &err))
-    return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
-  int rc = serve_request_parse(own ? own : body, own ? strlen(own) : len, SERVE_CHAT, &j->req, f);
-  free(own);
-  if (rc) return rc;
-  for (int i = 0; i < s->ntools; i++)
-    if ((j->tools_added >> i) & 1u) j->hidden[j->nhidden++] = s->tools[i].name;
-  return 0;
+  return serve_request_parse(body, len, SERVE_CHAT, &j->req, f);
 }
 static int completions_parse(job *j, const char *body, size_t len, serve_fail *f) {
   return serve_request_parse(body, len, SERVE_COMPLETION, &j->req, f);
@@ -1595,34 +1617,54 @@ static void openai_stream_finish(job *j, hbuf *out) {
 }
 /* A chat's whole reply and stream also carry the rounds of the server's own tools
  * (serve/tools.h; answer_whole and stream_main run them): the reply's end is
- * held back while another round follows, and the exchange and the rounds'
- * tokens go into the body, or into a chunk of their own and the usage chunk. */
+ * held back to the stream's finish while another round may follow, and the
+ * exchange and the rounds' tokens go into the body, or into a chunk of their
+ * own and the usage chunk. */
 static void chat_body(job *j, hbuf *out) {
   openai_body(j, out);
   tool_body(j, out);
 }
 static void chat_choice_end(slot *sl, hbuf *out) {
-  job *j = sl->j;
-  serve_sse_end(sl->reply, out);
-  /* a round that called only the server's own tools does not end the stream: stream_main runs another */
-  j->tools_go_on = sl == &j->slots[0] && tools_go_on(j);
-  if (!j->tools_go_on) serve_sse_finish(sl->reply, sl->result->finish, out);
+  if (sl->j->tools_added) return; /* (one choice) its end is the stream's: chat_stream_finish */
+  openai_choice_end(sl, out);
 }
 static void chat_stream_finish(job *j, hbuf *out) {
-  serve_result u = j->usage; /* with the rounds of the server's tools */
-  u.prompt_tokens += j->tool_usage.prompt_tokens;
-  u.completion_tokens += j->tool_usage.completion_tokens;
-  u.cached_tokens += j->tool_usage.cached_tokens;
+  serve_result u = with_rounds(j, &j->usage);
+  if (j->tools_added) serve_sse_finish(&j->reply, j->result.finish, out);
   if (j->exchange) serve_sse_tool_exchange(&j->reply, j->exchange, out);
   if (j->req.include_usage) serve_sse_usage(&j->reply, &u, out);
   serve_sse_done(out);
+}
+static const json_t *chat_round_calls(job *j, hbuf *sse, const char **text) {
+  if (sse) serve_sse_end(&j->reply, sse);
+  else serve_reply_end(&j->reply);
+  *text = hbuf_str(&j->reply.text);
+  return j->reply.calls;
+}
+/* The next round's reply: a new one under the same id (the exchange goes out at the end). */
+static int chat_round_next(job *j, const json_t *round, hbuf *sse, herr *err) {
+  (void)round, (void)sse;
+  serve_reply *r = &j->reply;
+  char id[sizeof r->id];
+  memcpy(id, r->id, sizeof id);
+  int64_t created = r->created;
+  const char *model = r->model;
+  bool logprobs = r->logprobs;
+  serve_reply_free(r);
+  serve_reply_init(r, SERVE_CHAT, model, created, 0, logprobs);
+  memcpy(r->id, id, sizeof id);
+  r->one_call = j->req.one_tool_call;
+  r->usage_null = j->req.stream && j->req.include_usage;
+  reply_hide(j, r);
+  return serve_reply_parse(r, &j->tc, err);
 }
 
 static const serve_protocol proto_chat = {
     .name = "chat", .shape = PROTO_OPENAI, .chat_param = "messages", .count_param = "messages",
     .thread_fail = THREAD_FAIL_OPENAI, .parse = chat_parse, .reply_init = openai_reply_init, .prime = openai_prime,
     .add = openai_add, .body = chat_body, .stream_start = openai_stream_start, .stream_token = openai_stream_token,
-    .choice_end = chat_choice_end, .stream_error = openai_stream_error, .stream_finish = chat_stream_finish};
+    .choice_end = chat_choice_end, .stream_error = openai_stream_error, .stream_finish = chat_stream_finish,
+    .tools = &serve_tools_openai, .round_calls = chat_round_calls, .round_next = chat_round_next};
 static const serve_protocol proto_completions = {
     .name = "completion", .shape = PROTO_OPENAI, .chat_param = "messages", .count_param = "messages",
     .thread_fail = THREAD_FAIL_OPENAI, .parse = completions_parse, .reply_init = openai_reply_init,
@@ -1671,6 +1713,8 @@ static int responses_parse(job *j, const char *body, size_t len, serve_fail *f) 
 static int responses_reply_init(job *j, uint64_t id_seed, serve_fail *f) {
   herr err = {0};
   resp_reply_init(&j->rreply, j->engine->model_id, id_seed ^ (uint64_t)time(NULL), &j->rr);
+  j->rreply.server_tools = j->hidden;
+  j->rreply.n_server_tools = j->nhidden;
   if (j->parse && resp_reply_parse(&j->rreply, &j->tc, &err))
     return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
   return 0;
@@ -1678,7 +1722,8 @@ static int responses_reply_init(job *j, uint64_t id_seed, serve_fail *f) {
 static void responses_prime(job *j, const char *text, hbuf *sse) { resp_reply_prime(&j->rreply, text, sse); }
 static void responses_add(slot *sl, const serve_token *tok) { resp_reply_add(&sl->j->rreply, tok); }
 static void responses_body(job *j, hbuf *out) {
-  json_t *o = resp_reply_object(&j->rreply, &j->result);
+  serve_result u = with_rounds(j, &j->result);
+  json_t *o = resp_reply_object(&j->rreply, &u);
   char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
   if (txt) hbuf_puts(out, txt);
   else out->oom = true;
@@ -1692,10 +1737,18 @@ static void responses_stream_token(slot *sl, const serve_token *tok, hbuf *out) 
 }
 static void responses_stream_error(job *j, const serve_fail *f, hbuf *out) { resp_sse_error(&j->rreply, f, out); }
 static void responses_stream_finish(job *j, hbuf *out) {
-  resp_sse_finish(&j->rreply, &j->result, out);
-  json_t *o = resp_reply_object(&j->rreply, &j->result);
+  serve_result u = with_rounds(j, &j->result);
+  resp_sse_finish(&j->rreply, &u, out);
+  json_t *o = resp_reply_object(&j->rreply, &u);
   store_response(j, o);
   json_decref(o);
+}
+/* The server's own tools: NAME_call items, done with their output as the round ends. */
+static const json_t *responses_round_calls(job *j, hbuf *sse, const char **text) {
+  return resp_reply_round_calls(&j->rreply, sse, text);
+}
+static int responses_round_next(job *j, const json_t *round, hbuf *sse, herr *err) {
+  return resp_reply_round_next(&j->rreply, round, &j->tc, sse, err);
 }
 
 static const serve_protocol proto_responses = {
@@ -1703,7 +1756,8 @@ static const serve_protocol proto_responses = {
     .thread_fail = THREAD_FAIL_OPENAI, .parse = responses_parse, .reply_init = responses_reply_init,
     .prime = responses_prime, .add = responses_add, .body = responses_body, .stream_start = responses_stream_start,
     .stream_token = responses_stream_token, .stream_error = responses_stream_error,
-    .stream_finish = responses_stream_finish};
+    .stream_finish = responses_stream_finish, .tools = &resp_tools_dialect, .round_calls = responses_round_calls,
+    .round_next = responses_round_next};
 
 /* Anthropic Messages: the message object (anth_reply), named SSE events. */
 static int messages_parse(job *j, const char *body, size_t len, serve_fail *f) {
@@ -1713,6 +1767,8 @@ static int messages_reply_init(job *j, uint64_t id_seed, serve_fail *f) {
   herr err = {0};
   anth_reply_init(&j->areply, j->engine->model_id, id_seed ^ (uint64_t)time(NULL), j->req.sampling.stop,
                   j->req.sampling.n_stop);
+  j->areply.server_tools = j->hidden;
+  j->areply.n_server_tools = j->nhidden;
   j->req.sampling.trace_label = j->areply.id;
   if (j->parse && anth_reply_parse(&j->areply, &j->tc, &err))
     return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
@@ -1720,7 +1776,10 @@ static int messages_reply_init(job *j, uint64_t id_seed, serve_fail *f) {
 }
 static void messages_prime(job *j, const char *text, hbuf *sse) { anth_reply_prime(&j->areply, text, sse); }
 static void messages_add(slot *sl, const serve_token *tok) { anth_reply_add(&sl->j->areply, tok); }
-static void messages_body(job *j, hbuf *out) { anth_reply_body(&j->areply, &j->result, out); }
+static void messages_body(job *j, hbuf *out) {
+  serve_result u = with_rounds(j, &j->result);
+  anth_reply_body(&j->areply, &u, out);
+}
 static void messages_stream_start(job *j, hbuf *out) { anth_sse_start(&j->areply, j->prompt_tokens, out); }
 static void messages_stream_token(slot *sl, const serve_token *tok, hbuf *out) {
   anth_sse_token(&sl->j->areply, tok, out);
@@ -1729,7 +1788,17 @@ static void messages_stream_error(job *j, const serve_fail *f, hbuf *out) {
   (void)j;
   anth_sse_error(f, out);
 }
-static void messages_stream_finish(job *j, hbuf *out) { anth_sse_finish(&j->areply, &j->result, out); }
+static void messages_stream_finish(job *j, hbuf *out) {
+  serve_result u = with_rounds(j, &j->result);
+  anth_sse_finish(&j->areply, &u, out);
+}
+/* The server's own tools: server_tool_use blocks, and their results' blocks as the round ends. */
+static const json_t *messages_round_calls(job *j, hbuf *sse, const char **text) {
+  return anth_reply_round_calls(&j->areply, sse, text);
+}
+static int messages_round_next(job *j, const json_t *round, hbuf *sse, herr *err) {
+  return anth_reply_round_next(&j->areply, round, &j->tc, sse, err);
+}
 
 static const serve_protocol proto_messages = {
     .name = "messages", .shape = PROTO_ANTHROPIC, .chat_param = "messages", .count_param = "messages",
@@ -1737,7 +1806,8 @@ static const serve_protocol proto_messages = {
                    "\"message\":\"could not start a thread\"}}\n\n",
     .parse = messages_parse, .reply_init = messages_reply_init, .prime = messages_prime, .add = messages_add,
     .body = messages_body, .stream_start = messages_stream_start, .stream_token = messages_stream_token,
-    .stream_error = messages_stream_error, .stream_finish = messages_stream_finish};
+    .stream_error = messages_stream_error, .stream_finish = messages_stream_finish, .tools = &anth_tools_dialect,
+    .round_calls = messages_round_calls, .round_next = messages_round_next};
 
 /* The Ollama API's chat and generate: oll_reply, NDJSON lines, load-only requests. */
 static int ollama_parse(job *j, const char *body, size_t len, bool chat, serve_fail *f) {
@@ -1756,12 +1826,17 @@ static int ollama_reply_init(job *j, uint64_t id_seed, serve_fail *f) {
   herr err = {0};
   oll_reply_init(&j->oreply, j->oreq.chat, j->req.model, j->req.stream, j->t0, j->req.sampling.logprobs);
   j->oreply.load_s = j->load_s;
+  j->oreply.hidden = j->hidden;
+  j->oreply.nhidden = j->nhidden;
   if (j->parse && oll_reply_parse(&j->oreply, &j->tc, &err))
     return serve_fail_set(f, 500, "server_error", NULL, NULL, "%s", err.msg);
   return 0;
 }
 static void ollama_add(slot *sl, const serve_token *tok) { oll_reply_add(&sl->j->oreply, tok); }
-static void ollama_body(job *j, hbuf *out) { oll_reply_body(&j->oreply, &j->result, out); }
+static void ollama_body(job *j, hbuf *out) {
+  serve_result u = with_rounds(j, &j->result);
+  oll_reply_body(&j->oreply, &u, out);
+}
 static void ollama_stream_start(job *j, hbuf *out) { (void)j, (void)out; } /* it opens with its first token's line */
 static void ollama_stream_token(slot *sl, const serve_token *tok, hbuf *out) {
   oll_stream_token(&sl->j->oreply, tok, out);
@@ -1770,7 +1845,18 @@ static void ollama_stream_error(job *j, const serve_fail *f, hbuf *out) {
   (void)j;
   oll_error_line(f, out);
 }
-static void ollama_stream_finish(job *j, hbuf *out) { oll_stream_finish(&j->oreply, &j->result, out); }
+static void ollama_stream_finish(job *j, hbuf *out) {
+  serve_result u = with_rounds(j, &j->result);
+  oll_stream_finish(&j->oreply, &u, out);
+}
+/* The server's own tools (/api/chat): their calls kept out of a stream, the exchange in the final object. */
+static const json_t *ollama_round_calls(job *j, hbuf *sse, const char **text) {
+  return oll_reply_round_calls(&j->oreply, sse, text);
+}
+static int ollama_round_next(job *j, const json_t *round, hbuf *sse, herr *err) {
+  (void)sse;
+  return oll_reply_round_next(&j->oreply, round, &j->tc, err);
+}
 static void ollama_load_body(job *j, const char *reason, hbuf *out) {
   oll_load_body(j->oreq.chat, j->req.model, reason, out);
 }
@@ -1781,7 +1867,8 @@ static void ollama_load_body(job *j, const char *reason, hbuf *out) {
   .body = ollama_body, .stream_start = ollama_stream_start, .stream_token = ollama_stream_token,                     \
   .stream_error = ollama_stream_error, .stream_finish = ollama_stream_finish, .load_body = ollama_load_body
 static const serve_protocol proto_oll_chat = {.name = "api/chat", .count_param = "messages", .parse = oll_chat_parse,
-                                              OLLAMA_OPS};
+                                              .tools = &serve_tools_openai, .round_calls = ollama_round_calls,
+                                              .round_next = ollama_round_next, OLLAMA_OPS};
 static const serve_protocol proto_oll_generate = {.name = "api/generate", .count_param = "prompt",
                                                   .parse = oll_generate_parse, OLLAMA_OPS};
 
@@ -1834,7 +1921,19 @@ static enum MHD_Result answer_generate(struct MHD_Connection *c, serve_server *s
   j->t_start = cn->t_start;
   j->route_path = cn->route_path;
   j->fd = http_conn_fd(c);
-  if (pr->parse(j, hbuf_str(&cn->body), cn->body.len, &f)) goto refuse;
+  /* the server's own tools (serve/tools.h) join the request's tools, in the protocol's dialect */
+  char *own = NULL;
+  herr ierr = {0};
+  if (pr->tools && s->ntools &&
+      serve_tools_inject(s->tools, s->ntools, pr->tools, hbuf_str(&cn->body), cn->body.len, &own, &j->tools_added, &ierr)) {
+    serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", ierr.msg);
+    goto refuse;
+  }
+  int prc = own ? pr->parse(j, own, strlen(own), &f) : pr->parse(j, hbuf_str(&cn->body), cn->body.len, &f);
+  free(own);
+  if (prc) goto refuse;
+  for (int i = 0; i < s->ntools; i++)
+    if ((j->tools_added >> i) & 1u) j->hidden[j->nhidden++] = s->tools[i].name;
   serve_kind kind = j->req.kind;
   if (j->load_only) { /* a request to load (or unload) the model: nothing to generate (Ollama's) */
     if (model_unknown(s, &j->req, proto, &e, &f)) goto refuse;
@@ -2271,12 +2370,24 @@ static enum MHD_Result answer_adapter_delete(struct MHD_Connection *c, serve_ser
   return http_send_json(c, 200, o);
 }
 
-/* POST /v1/messages/count_tokens: the rendered prompt's token count. */
+/* POST /v1/messages/count_tokens: the rendered prompt's token count (with the server's own tools,
+ * as /v1/messages would add them). */
 static enum MHD_Result answer_count_tokens(struct MHD_Connection *c, serve_server *s, conn *cn) {
   serve_engine *e = s->engine;
   serve_request req;
   serve_fail f;
-  if (anth_request_parse(hbuf_str(&cn->body), cn->body.len, true, &req, &f)) return send_fail_as(c, &f, NULL, true);
+  char *own = NULL;
+  unsigned added = 0;
+  herr ierr = {0};
+  if (s->ntools &&
+      serve_tools_inject(s->tools, s->ntools, &anth_tools_dialect, hbuf_str(&cn->body), cn->body.len, &own, &added, &ierr)) {
+    serve_fail_set(&f, 500, "server_error", NULL, NULL, "%s", ierr.msg);
+    return send_fail_as(c, &f, NULL, PROTO_ANTHROPIC);
+  }
+  int prc = own ? anth_request_parse(own, strlen(own), true, &req, &f)
+                : anth_request_parse(hbuf_str(&cn->body), cn->body.len, true, &req, &f);
+  free(own);
+  if (prc) return send_fail_as(c, &f, NULL, true);
   if (model_unknown(s, &req, PROTO_ANTHROPIC, &e, &f) || hold(e, &f)) {
     serve_request_free(&req);
     return send_fail_as(c, &f, NULL, true);

@@ -71,7 +71,8 @@ typedef struct serve_config {
                                * scheduler admits interactive requests before them */
   const serve_tool *tools;    /* borrowed (must outlive the server): tools the server runs itself
                                * (serve/tools.h; `hearth serve --memory`: memory_search), offered to
-                               * /v1/chat/completions requests that ask one choice and define no tool
+                               * the chat requests of every protocol (/v1/chat/completions of one
+                               * choice, /v1/responses, /v1/messages, /api/chat) that define no tool
                                * of that name, whole or streamed; at most SERVE_MAX_TOOLS */
   int n_tools;
   int tool_rounds;            /* rounds of their calls one request may run; 0: SERVE_TOOL_ROUNDS */

@@ -1,7 +1,8 @@
 /* tools.c — the server's own tools (tools.h): added to a chat request's
- * tools, recognised in a reply's calls, run, and their exchange appended to
- * the conversation in the request's and in OpenAI's message shapes. The
- * server's loop over rounds is server.c's. */
+ * tools in its protocol's dialect, recognised in a reply's calls, run, and
+ * their exchange appended to the conversation in the request's and in
+ * OpenAI's message shapes. The server's loop over rounds is server.c's; how
+ * each protocol shows the exchange, its unit's. */
 #include "serve/tools.h"
 
 #include <stdio.h>
@@ -11,8 +12,14 @@
 #include "base/buf.h"
 #include "serve/reply.h"
 
-int serve_tools_inject(const serve_tool *tools, int n, const char *body, size_t len, char **out, unsigned *added,
-                       herr *err) {
+/* The name of a tool t of the body as dialect d writes it. */
+static const char *tool_name_in(const serve_tools_dialect *d, const json_t *t) {
+  const json_t *holder = d->fn ? json_object_get(t, d->fn) : t;
+  return json_string_value(json_object_get(holder, "name"));
+}
+
+int serve_tools_inject(const serve_tool *tools, int n, const serve_tools_dialect *d, const char *body, size_t len,
+                       char **out, unsigned *added, herr *err) {
   *out = NULL;
   *added = 0;
   if (n <= 0) return 0;
@@ -36,19 +43,22 @@ int serve_tools_inject(const serve_tool *tools, int n, const char *body, size_t 
     size_t k;
     json_t *t;
     json_array_foreach(list, k, t) {
-      const char *nm = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+      const char *nm = tool_name_in(d, t);
       if (nm && !strcmp(nm, tools[i].name)) defined = true;
     }
     if (defined) continue; /* the client's own tool of that name: the client runs it */
     json_t *params = tools[i].parameters ? json_loads(tools[i].parameters, 0, NULL) : NULL;
     json_t *fn = json_pack("{s:s}", "name", tools[i].name);
     if (tools[i].description) json_object_set_new(fn, "description", json_string(tools[i].description));
-    json_object_set_new(fn, "parameters", params ? params : json_pack("{s:s}", "type", "object"));
+    json_object_set_new(fn, d->schema, params ? params : json_pack("{s:s}", "type", "object"));
+    json_t *tool = fn;
+    if (d->fn) tool = json_pack("{s:o}", d->fn, fn);
+    json_object_set_new(tool, "type", json_string(d->type));
     if (!list || json_is_null(list)) {
       list = json_array();
       json_object_set_new(root, "tools", list);
     }
-    json_array_append_new(list, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+    json_array_append_new(list, tool);
     *added |= 1u << i;
   }
   if (*added) {

@@ -296,6 +296,40 @@ static void test_attention_fast(void) {
   hpool_destroy(pool);
 }
 
+/* op_attention_seqs: a step's sequences (decode queries, a prompt's chunk, one without queries)
+ * in one dispatch give each exactly what op_attention gives it alone, at every level. */
+static void test_attention_seqs(void) {
+  hpool *pool = hpool_create(3);
+  const int64_t H = 8, KVH = 2, hd = 64, kv_dim = KVH * hd, rows = 90;
+  struct { int64_t n, len; } spec[] = {{1, 40}, {1, 90}, {0, 10}, {17, 60}, {1, 1}, {3, 70}};
+  const int S = (int)(sizeof spec / sizeof spec[0]);
+  float *k[6], *v[6], *q[6], *alone[6], *together[6];
+  int64_t qrow[6][32];
+  attn_seq seqs[6];
+  attn_params p = {H, KVH, hd, 0.125f, 0, 0};
+  for (int i = 0; i < S; i++) {
+    k[i] = rand_buf((size_t)(rows * kv_dim)), v[i] = rand_buf((size_t)(rows * kv_dim));
+    size_t nq = (size_t)(spec[i].n ? spec[i].n : 1) * (size_t)(H * hd);
+    q[i] = rand_buf(nq), alone[i] = bk_alloc(nq), together[i] = bk_alloc(nq);
+    for (int64_t t = 0; t < spec[i].n; t++) qrow[i][t] = spec[i].len - spec[i].n + t;
+    seqs[i] = (attn_seq){.out = together[i], .q = q[i], .n = spec[i].n, .q_row = qrow[i],
+                         .kv = {(const float *const *)&k[i], (const float *const *)&v[i], rows, kv_dim, 0, spec[i].len,
+                                BK_KV_F32, BK_KV_F32, 0, NULL}};
+  }
+  for (int l = BK_CPU_SCALAR; l <= (int)bk_cpu_best(); l++) {
+    bk_cpu_set_level((bk_cpu_level)l);
+    for (int i = 0; i < S; i++)
+      if (spec[i].n) op_attention(pool, alone[i], q[i], spec[i].n, qrow[i], &seqs[i].kv, &p);
+    op_attention_seqs(pool, seqs, S, &p);
+    for (int i = 0; i < S; i++)
+      CHECK_MSG(!spec[i].n || !memcmp(alone[i], together[i], sizeof(float) * (size_t)(spec[i].n * H * hd)),
+                "sequence %d at level %s differs", i, bk_cpu_level_name((bk_cpu_level)l));
+  }
+  bk_cpu_set_level(bk_cpu_best());
+  for (int i = 0; i < S; i++) bk_free(k[i]), bk_free(v[i]), bk_free(q[i]), bk_free(alone[i]), bk_free(together[i]);
+  hpool_destroy(pool);
+}
+
 static void test_conversions(void) {
   uint16_t bf[4] = {0x3f80, 0xc000, 0x0000, 0x3e00}; /* 1, -2, 0, 0.125 */
   float f[4];
@@ -504,6 +538,7 @@ int main(void) {
   RUN(test_elementwise);
   RUN(test_attention);
   RUN(test_attention_fast);
+  RUN(test_attention_seqs);
   RUN(test_conversions);
   RUN(test_kv_quant);
   RUN(test_kv_fp8);

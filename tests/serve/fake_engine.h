@@ -54,6 +54,11 @@ static const char fake_toolcall_text[] =
 static const char fake_twocalls_text[] =
     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n"
     "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\", \"list\": [1, 2]}}\n</tool_call>";
+/* [memsearch]: a call of the server's memory_search tool (fake_server --memory-tool 1), then, once its
+ * result follows the user's turn, an answer. */
+static const char fake_memsearch_text[] =
+    "Let me look.\n<tool_call>\n{\"name\": \"memory_search\", \"arguments\": {\"query\": \"sheep\"}}\n</tool_call>";
+static const char fake_memanswer_text[] = "The sheep graze in the north field.";
 /* Continuations of a forced call's opening (tool_choice named / required). */
 static const char fake_args_text[] = "{\"zone\": \"UTC\"}}\n</tool_call>";
 static const char fake_anyargs_text[] = "get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>";
@@ -200,6 +205,7 @@ static int fake_generate_run(const char *prompt, bool raw, const serve_sampling 
                        : strstr(turn, "[think]")  ? fake_think_text
                        : strstr(turn, "[anyargs]") ? fake_anyargs_text
                        : strstr(turn, "[args]")   ? fake_args_text
+                       : strstr(turn, "[memsearch]") ? (strstr(turn, "<|tool|>") ? fake_memanswer_text : fake_memsearch_text)
                                                   : NULL;
   size_t script_len = script ? strlen(script) : 0;
   bool fill = strstr(turn, "[long]") != NULL; /* 4-byte tokens until the context is full */

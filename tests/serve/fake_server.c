@@ -4,6 +4,8 @@
  *                     [--context TOKENS] [--responses-max N] [--drain-timeout SECONDS]
  *                     [--state-dir DIR] [--max-file-size BYTES] [--batch-concurrency N]
  *                     [--fim 1] (the fake with fill-in-the-middle tokens and token-id prompts)
+ *                     [--memory-tool 1] (a memory_search tool the server runs itself, whose result
+ *                     is "memory-result-for-QUERY"; the fake calls it on "[memsearch]")
  * The Ollama API's models beyond the served one (serve_models) are fake too:
  * /api/tags lists "org/tiny" and "scanned-model", /api/delete removes either
  * once (anything else is not found), /api/pull of "org/tiny" writes three
@@ -61,6 +63,27 @@ static int fake_pull(void *ctx, const char *name, FILE *progress, herr *err) {
   return 0;
 }
 
+/* The memory_search tool of --memory-tool: "memory-result-for-QUERY". */
+static int fake_memory_run(void *ctx, const char *args, char **result, herr *err) {
+  (void)ctx;
+  json_t *a = json_loads(args, 0, NULL);
+  const char *q = json_string_value(json_object_get(a, "query"));
+  if (!q) {
+    json_decref(a);
+    return herr_set(err, HEARTH_EINVAL, "memory_search: the arguments have no \"query\" string");
+  }
+  hbuf b = {0};
+  hbuf_printf(&b, "memory-result-for-%s", q);
+  json_decref(a);
+  *result = hbuf_take(&b);
+  return *result ? 0 : herr_set(err, HEARTH_ENOMEM, "out of memory");
+}
+
+static const serve_tool fake_memory_tool = {
+    .name = "memory_search", .description = "search the memory wiki",
+    .parameters = "{\"type\":\"object\",\"properties\":{\"query\":{\"type\":\"string\"}},\"required\":[\"query\"]}",
+    .run = fake_memory_run};
+
 int main(int argc, char **argv) {
   serve_config cfg = {.host = "127.0.0.1"};
   const char *names[16];
@@ -85,6 +108,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--max-connections-per-address") == 0) cfg.max_per_client = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--idle-timeout") == 0) cfg.idle_timeout_s = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--body-timeout") == 0) cfg.body_timeout_s = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--memory-tool") == 0 && atoi(argv[i + 1])) cfg.tools = &fake_memory_tool, cfg.n_tools = 1;
   }
   serve_models models = {.served = NULL, .list = fake_list, .remove = fake_remove, .pull = fake_pull};
   cfg.models = &models;

@@ -193,11 +193,20 @@ static void AN(attn_block)(const attn_fast_job *j, int64_t kvh, int64_t blk) {
   }
 }
 
+/* Task `task` of a dispatch's sequences (attn_seqs_job): a (KV head, block) of one of them. */
 static void AN(attn_task)(void *ctx, int task, int tid) {
   (void)tid;
-  const attn_fast_job *j = ctx;
+  const attn_seqs_job *sj = ctx;
+  int a = 0, b = sj->n - 1; /* the last sequence whose first task is <= task */
+  while (a < b) {
+    int mid = (a + b + 1) / 2;
+    if (sj->first[mid] <= task) a = mid;
+    else b = mid - 1;
+  }
+  const attn_fast_job *j = &sj->jobs[a];
+  int t = task - sj->first[a];
   int64_t blocks = (j->n * (j->p->n_heads / j->p->n_kv_heads) + ATT_VN - 1) / ATT_VN;
-  AN(attn_block)(j, task / blocks, task % blocks);
+  AN(attn_block)(j, t / blocks, t % blocks);
 }
 
 #undef VF

@@ -3,9 +3,11 @@
  * backend's own thread pool. Owns the pool and the small host scratch the
  * adapters need (int64 positions, per-sequence block pointers); everything
  * else is the kernels' business. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,8 +24,10 @@ typedef struct cpu_backend {
   herr first;              /* the first error an op recorded */
   int64_t *i64;            /* owned scratch */
   size_t i64_cap;
-  const float **ptrs;      /* owned scratch: K then V block pointers of one sequence */
+  const float **ptrs;      /* owned scratch: each sequence's K then V block pointers */
   size_t ptrs_cap;
+  attn_seq *aseqs;         /* owned scratch: a step's sequences for op_attention_seqs */
+  size_t aseqs_cap;
   float *moe;              /* owned scratch of bk_moe_grouped */
   size_t moe_cap;
   float *lora;             /* owned scratch of bk_lora: its two products */
@@ -44,6 +48,7 @@ static void cpu_close(bk_backend *be) {
   hpool_destroy(c->pool);
   free(c->i64);
   free(c->ptrs);
+  free(c->aseqs);
   free(c->moe);
   free(c->lora);
   free(c);
@@ -63,9 +68,19 @@ static void cpu_describe(const bk_backend *be, char *buf, size_t n) {
            bk_cpu_level_name(bk_cpu_level_now()), (double)tot / (1 << 30));
 }
 
+#define HUGE_BYTES ((size_t)2 << 20) /* a transparent huge page */
+
+/* A buffer of at least HUGE_BYTES (the KV pool's arenas, scratch) is aligned to huge pages and
+ * asks the kernel for them: the pages a run touches first (a batch's pass over the KV pool) fault
+ * in 2 MiB at a time instead of 4 KiB. */
 static int cpu_buf_new(bk_backend *be, size_t bytes, bk_buf **out, herr *err) {
   bk_buf *b = malloc(sizeof *b);
-  void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  bool huge = bytes >= HUGE_BYTES;
+  size_t align = huge ? HUGE_BYTES : 64;
+  void *p = aligned_alloc(align, (bytes + align - 1) / align * align);
+#ifdef MADV_HUGEPAGE
+  if (p && huge) madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
+#endif
   if (!b || !p) {
     free(b), free(p);
     return herr_set(err, HEARTH_ENOMEM, "cpu: out of memory for %zu bytes", bytes);
@@ -254,7 +269,8 @@ static void cpu_kv_write(bk_backend *be, const bk_kv_layer *kv, const bk_tensor 
   }
 }
 
-/* One op_attention per sequence (a run of queries with the same table). */
+/* The step's sequences (runs of queries with the same table), each with its view of the
+ * cache, through one op_attention_seqs. */
 static void cpu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor *q, const bk_kv_layer *kv, const bk_attn_index *ix,
                           const attn_params *p) {
   cpu_backend *c = cpu(be);
@@ -263,24 +279,36 @@ static void cpu_attention(bk_backend *be, const bk_tensor *out, const bk_tensor 
   int64_t T = q->rows, kw = kv->k->cols, vw = kv->v->cols, B = kv->block_rows, width = p->n_heads * p->head_dim;
   if (!HGROW(c->i64, c->i64_cap, (size_t)(2 * T))) goto oom;
   for (int64_t t = 0; t < T; t++) c->i64[t] = row[t], c->i64[T + t] = last[t] > row[t] ? last[t] : row[t];
-  for (int64_t t0 = 0; t0 < T;) {
+  /* the runs and the block pointers they need */
+  int n_seqs = 0;
+  int64_t n_ptrs = 0;
+  for (int64_t t0 = 0; t0 < T; n_seqs++) {
     int64_t t1 = t0 + 1, hi = c->i64[T + t0] + 1;
-    while (t1 < T && tab[t1] == tab[t0]) {
+    for (; t1 < T && tab[t1] == tab[t0]; t1++)
       if (c->i64[T + t1] + 1 > hi) hi = c->i64[T + t1] + 1;
-      t1++;
-    }
-    int64_t nb = (hi + B - 1) / B;
-    if (!HGROW(c->ptrs, c->ptrs_cap, (size_t)(2 * nb))) goto oom;
-    for (int64_t i = 0; i < nb; i++) {
-      int64_t blk = (int64_t)tables[tab[t0] + i] * B;
-      c->ptrs[i] = F(kv->k) + blk * kw;
-      c->ptrs[nb + i] = F(kv->v) + blk * vw;
-    }
-    kv_view view = {.k_blocks = c->ptrs, .v_blocks = c->ptrs + nb, .block_rows = B, .row_stride = kw, .lo = 0, .hi = hi,
-                    .k_fmt = kv->k_fmt, .v_fmt = kv->v_fmt, .v_row_stride = vw, .last = ix->last ? c->i64 + T + t0 : NULL};
-    op_attention(c->pool, F(out) + t0 * width, F(q) + t0 * width, t1 - t0, c->i64 + t0, &view, p);
+    n_ptrs += 2 * ((hi + B - 1) / B);
     t0 = t1;
   }
+  if (!HGROW(c->ptrs, c->ptrs_cap, (size_t)n_ptrs) || !HGROW(c->aseqs, c->aseqs_cap, (size_t)n_seqs)) goto oom;
+  const float **ptrs = c->ptrs;
+  int s = 0;
+  for (int64_t t0 = 0; t0 < T; s++) {
+    int64_t t1 = t0 + 1, hi = c->i64[T + t0] + 1;
+    for (; t1 < T && tab[t1] == tab[t0]; t1++)
+      if (c->i64[T + t1] + 1 > hi) hi = c->i64[T + t1] + 1;
+    int64_t nb = (hi + B - 1) / B;
+    for (int64_t i = 0; i < nb; i++) {
+      int64_t blk = (int64_t)tables[tab[t0] + i] * B;
+      ptrs[i] = F(kv->k) + blk * kw;
+      ptrs[nb + i] = F(kv->v) + blk * vw;
+    }
+    kv_view view = {.k_blocks = ptrs, .v_blocks = ptrs + nb, .block_rows = B, .row_stride = kw, .lo = 0, .hi = hi,
+                    .k_fmt = kv->k_fmt, .v_fmt = kv->v_fmt, .v_row_stride = vw, .last = ix->last ? c->i64 + T + t0 : NULL};
+    c->aseqs[s] = (attn_seq){.out = F(out) + t0 * width, .q = F(q) + t0 * width, .n = t1 - t0, .q_row = c->i64 + t0, .kv = view};
+    ptrs += 2 * nb;
+    t0 = t1;
+  }
+  op_attention_seqs(c->pool, c->aseqs, n_seqs, p);
   if (c->prof_on) prof_add(c, "attention", 0, 0, prof_now() - pt0, 0);
   return;
 oom: {
