@@ -6,10 +6,11 @@
  * http.h). The routes, their answers and the shapes of their errors are the
  * server's (server.c, through http_app).
  *
- * A client that goes away cancels its generation: the watcher checks the
- * sockets of parked streams and of whole replies being computed every
- * WAIT_MS (a whole reply's client is gone once it closes its side, a
- * stream's once the socket is: see http_client_gone).
+ * A client that goes away cancels its generation: every WAIT_MS the watcher
+ * checks the sockets of parked streams and takes the hang-ups its epoll set
+ * heard on those of whole replies being computed (a whole reply's client is
+ * gone once it closes its side, a stream's once the socket is: see
+ * http_client_gone).
  *
  * libmicrohttpd answers some protocol errors itself, before any handler
  * runs, with its own small HTML page and no way to replace it (0.9.75 builds
