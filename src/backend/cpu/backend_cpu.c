@@ -398,6 +398,14 @@ static void cpu_add(bk_backend *be, const bk_tensor *y, const bk_tensor *a, cons
   cpu_add_body(be, y, a, b);
   hpool_flush_end(fp);
 }
+/* the add, then the norm: the two ops' own code, so the numbers of bk_add then bk_rmsnorm */
+static void cpu_add_rmsnorm(bk_backend *be, const bk_tensor *x, const bk_tensor *d, const bk_tensor *y, const bk_tensor *w,
+                            float eps, bool unit_offset) {
+  hpool_fpmode fp = hpool_flush_begin();
+  cpu_add_body(be, x, x, d);
+  cpu_rmsnorm_body(be, y, x, w, eps, unit_offset);
+  hpool_flush_end(fp);
+}
 static void cpu_softcap(bk_backend *be, const bk_tensor *x, float cap) {
   hpool_fpmode fp = hpool_flush_begin();
   cpu_softcap_body(be, x, cap);
@@ -509,6 +517,7 @@ static const bk_backend_ops cpu_ops = {
     .rope = cpu_rope,
     .act_mul = cpu_act_mul,
     .add = cpu_add,
+    .add_rmsnorm = cpu_add_rmsnorm,
     .softcap = cpu_softcap,
     .get_rows = cpu_get_rows,
     .scale = cpu_scale,
