@@ -11,13 +11,10 @@ static bool same_shape(const bk_tensor *a, const bk_tensor *b) { return a->rows 
 
 #define RMS_THREADS 256
 
-__global__ void __launch_bounds__(RMS_THREADS)
-    rmsnorm_kernel(float *y, const float *x, int64_t d, const float *__restrict__ w, float eps, int unit_offset) {
+/* 1 / rms of a row from each thread's part ss of its sum of squares (the block's threads together; in double,
+ * as ref.c sums). */
+static __device__ __forceinline__ float rms_inv(double ss, int64_t d, float eps) {
   __shared__ double part[RMS_THREADS / 32];
-  const float *xr = x + (int64_t)blockIdx.x * d;
-  float *yr = y + (int64_t)blockIdx.x * d;
-  double ss = 0;
-  for (int64_t i = threadIdx.x; i < d; i += RMS_THREADS) ss += (double)xr[i] * (double)xr[i];
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
@@ -25,7 +22,16 @@ __global__ void __launch_bounds__(RMS_THREADS)
   double tot = 0;
 #pragma unroll
   for (int k = 0; k < RMS_THREADS / 32; k++) tot += part[k];
-  const float inv = (float)(1.0 / sqrt(tot / (double)d + (double)eps));
+  return (float)(1.0 / sqrt(tot / (double)d + (double)eps));
+}
+
+__global__ void __launch_bounds__(RMS_THREADS)
+    rmsnorm_kernel(float *y, const float *x, int64_t d, const float *__restrict__ w, float eps, int unit_offset) {
+  const float *xr = x + (int64_t)blockIdx.x * d;
+  float *yr = y + (int64_t)blockIdx.x * d;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < d; i += RMS_THREADS) ss += (double)xr[i] * (double)xr[i];
+  const float inv = rms_inv(ss, d, eps);
   for (int64_t i = threadIdx.x; i < d; i += RMS_THREADS) {
     float s = w ? (unit_offset ? __fadd_rn(1.0f, w[i]) : w[i]) : 1.0f;
     yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), s);
@@ -52,7 +58,6 @@ void cu_rmsnorm(bk_backend *be, const bk_tensor *y, const bk_tensor *x, const bk
 __global__ void __launch_bounds__(RMS_THREADS)
     add_rmsnorm_kernel(float *x, const float *__restrict__ dd, float *__restrict__ y, int64_t d,
                        const float *__restrict__ w, float eps, int unit_offset) {
-  __shared__ double part[RMS_THREADS / 32];
   float *xr = x + (int64_t)blockIdx.x * d;
   const float *dr = dd + (int64_t)blockIdx.x * d;
   float *yr = y + (int64_t)blockIdx.x * d;
@@ -62,14 +67,7 @@ __global__ void __launch_bounds__(RMS_THREADS)
     xr[i] = v;
     ss += (double)v * (double)v;
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  double tot = 0;
-#pragma unroll
-  for (int k = 0; k < RMS_THREADS / 32; k++) tot += part[k];
-  const float inv = (float)(1.0 / sqrt(tot / (double)d + (double)eps));
+  const float inv = rms_inv(ss, d, eps);
   for (int64_t i = threadIdx.x; i < d; i += RMS_THREADS) {
     float s = w ? (unit_offset ? __fadd_rn(1.0f, w[i]) : w[i]) : 1.0f;
     yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), s);
